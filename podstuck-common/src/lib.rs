@@ -1,0 +1,137 @@
+//! Wire types shared by podstuck's kernel programs and its user-space
+//! collector: the layout of a record in the ring buffer, the indices of the
+//! per-CPU counters, and the struct offsets user space reads from the running
+//! kernel's BTF and hands to the programs as a global.
+//!
+//! Nothing else lives here: no logic, no allocation, `no_std`. Every type is
+//! `#[repr(C)]` and `Copy` so both sides agree on it byte for byte.
+#![no_std]
+
+/// Longest path the kernel accepts, terminating NUL included (`PATH_MAX`).
+/// A path argument of this many bytes or more is flagged `PATH_TOO_LONG`.
+pub const PATH_MAX: usize = 4096;
+
+/// Byte size of the ring buffer that carries records to user space.
+pub const RING_BUFFER_BYTES: u32 = 16 * 1024 * 1024;
+
+/// How many threads may be inside a traced call at once before the oldest
+/// entry is evicted (LRU); an evicted call is counted, never silently lost.
+pub const MAX_CALLS_IN_FLIGHT: u32 = 65_536;
+
+/// The traced system calls. The value is what the kernel programs write in
+/// [`CallRecord::syscall`].
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Syscall {
+    Unlinkat = 0,
+    Unlink = 1,
+    Rmdir = 2,
+    /// `umount2(2)`; its x86_64 tracepoints are named `umount`.
+    Umount2 = 3,
+}
+
+impl Syscall {
+    pub const ALL: [Syscall; 4] = [
+        Syscall::Unlinkat,
+        Syscall::Unlink,
+        Syscall::Rmdir,
+        Syscall::Umount2,
+    ];
+
+    pub fn from_u8(v: u8) -> Option<Syscall> {
+        match v {
+            0 => Some(Syscall::Unlinkat),
+            1 => Some(Syscall::Unlink),
+            2 => Some(Syscall::Rmdir),
+            3 => Some(Syscall::Umount2),
+            _ => None,
+        }
+    }
+}
+
+/// How the path argument was read; written in [`CallRecord::path_status`].
+pub mod path_status {
+    /// The whole path, up to its terminating NUL.
+    pub const WHOLE: u8 = 0;
+    /// The argument is `PATH_MAX` bytes or longer: the record holds the first
+    /// `PATH_MAX - 1` bytes. (The kernel itself fails such a call with
+    /// ENAMETOOLONG.)
+    pub const TOO_LONG: u8 = 1;
+    /// The pointer could not be read (bad address, or a page not resident).
+    pub const UNREADABLE: u8 = 2;
+}
+
+/// One completed call, as the kernel programs emit it at syscall exit. The
+/// path argument follows the header in the same ring-buffer record:
+/// `path_len` bytes, no NUL.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CallRecord {
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) at entry and at exit.
+    pub enter_ns: u64,
+    pub exit_ns: u64,
+    /// cgroup v2 id of the caller (`bpf_get_current_cgroup_id`).
+    pub cgroup_id: u64,
+    /// Return value: 0 or a negated errno.
+    pub ret: i64,
+    /// Raw `flags` argument (`unlinkat`, `umount2`); 0 for the others.
+    pub flags: u64,
+    /// Process id (tgid), thread id, parent's process id.
+    pub pid: u32,
+    pub tid: u32,
+    pub ppid: u32,
+    /// Inode number of the caller's mount namespace; 0 when unknown.
+    pub mntns: u32,
+    /// Directory fd of `unlinkat` (`AT_FDCWD` = -100 included); for calls
+    /// without one, `AT_FDCWD` since their path is cwd-relative.
+    pub dfd: i32,
+    pub path_len: u16,
+    pub syscall: u8,
+    pub path_status: u8,
+    pub comm: [u8; 16],
+    pub pcomm: [u8; 16],
+}
+
+/// Byte size of the fixed part of a record.
+pub const CALL_RECORD_BYTES: usize = core::mem::size_of::<CallRecord>();
+
+/// Indices into the per-CPU `COUNTERS` array. User space sums over CPUs.
+pub mod counter {
+    /// Completed calls seen, per syscall (index = `Syscall as u32`).
+    pub const CALLS: u32 = 0;
+    /// Records that did not fit in the ring buffer (user space too slow).
+    pub const RING_BUFFER_DROPS: u32 = 4;
+    /// Calls whose exit was seen without their entry (in flight when podstuck
+    /// attached, or evicted from the in-flight map).
+    pub const EXIT_WITHOUT_ENTRY: u32 = 5;
+    /// Entries that could not be stored in the in-flight map.
+    pub const ENTRY_NOT_STORED: u32 = 6;
+    /// Path arguments that could not be read.
+    pub const PATH_UNREADABLE: u32 = 7;
+    /// Size of the array.
+    pub const LEN: u32 = 8;
+}
+
+/// Offsets of the kernel struct members the programs follow, in bytes, read
+/// from `/sys/kernel/btf/vmlinux` at start-up (Rust eBPF has no CO-RE yet).
+/// A zero `valid` makes the programs skip the reads and report 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelOffsets {
+    pub valid: u64,
+    /// `task_struct.real_parent`, `.tgid`, `.comm`, `.nsproxy`.
+    pub task_real_parent: u64,
+    pub task_tgid: u64,
+    pub task_comm: u64,
+    pub task_nsproxy: u64,
+    /// `nsproxy.mnt_ns`.
+    pub nsproxy_mnt_ns: u64,
+    /// `mnt_namespace.ns.inum`.
+    pub mnt_ns_inum: u64,
+}
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: plain-old-data, repr(C), every bit pattern is valid.
+    unsafe impl aya::Pod for super::KernelOffsets {}
+}

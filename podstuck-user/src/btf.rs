@@ -1,0 +1,275 @@
+//! Struct member offsets read from the running kernel's BTF
+//! (`/sys/kernel/btf/vmlinux`).
+//!
+//! Rust eBPF has no CO-RE relocations yet, so the kernel programs cannot ask
+//! the loader to patch `task->real_parent` and friends. Instead user space
+//! reads the offsets here, once, and hands them to the programs as the
+//! `OFFSETS` global before load. This is a reader for exactly that: find a
+//! struct by name and walk a member path, looking through anonymous
+//! structs and unions. It is not a general BTF library.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use podstuck_common::KernelOffsets;
+
+/// Where the running kernel publishes its own type information.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+const BTF_MAGIC: u16 = 0xeb9f;
+
+// BTF kinds (include/uapi/linux/btf.h) that this reader needs to tell apart.
+const KIND_INT: u32 = 1;
+const KIND_ARRAY: u32 = 3;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_VOLATILE: u32 = 9;
+const KIND_CONST: u32 = 10;
+const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+const KIND_DECL_TAG: u32 = 17;
+const KIND_TYPE_TAG: u32 = 18;
+const KIND_ENUM64: u32 = 19;
+
+#[derive(Debug, Clone)]
+struct Member {
+    name: String,
+    type_id: u32,
+    bit_offset: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Type {
+    kind: u32,
+    name: String,
+    /// Referenced type for typedef/const/volatile/restrict/type-tag.
+    ref_type: u32,
+    members: Vec<Member>,
+}
+
+/// The types of one BTF blob, indexed by id (id 0 is `void`).
+pub struct Btf {
+    types: Vec<Type>,
+    structs_by_name: HashMap<String, u32>,
+}
+
+fn u16_at(data: &[u8], at: usize) -> Result<u16> {
+    let bytes = data.get(at..at + 2).context("BTF truncated")?;
+    Ok(u16::from_le_bytes([bytes[0], bytes[1]]))
+}
+
+fn u32_at(data: &[u8], at: usize) -> Result<u32> {
+    let bytes = data.get(at..at + 4).context("BTF truncated")?;
+    Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+fn name_at(strings: &[u8], off: u32) -> String {
+    let tail = strings.get(off as usize..).unwrap_or(&[]);
+    let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+    String::from_utf8_lossy(&tail[..end]).into_owned()
+}
+
+impl Btf {
+    pub fn from_file(path: &Path) -> Result<Btf> {
+        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        Btf::parse(&data).with_context(|| format!("parsing BTF in {}", path.display()))
+    }
+
+    pub fn parse(data: &[u8]) -> Result<Btf> {
+        if u16_at(data, 0)? != BTF_MAGIC {
+            bail!("not little-endian BTF (bad magic)");
+        }
+        let hdr_len = u32_at(data, 4)? as usize;
+        let type_off = u32_at(data, 8)? as usize;
+        let type_len = u32_at(data, 12)? as usize;
+        let str_off = u32_at(data, 16)? as usize;
+        let str_len = u32_at(data, 20)? as usize;
+        let types_data = data
+            .get(hdr_len + type_off..hdr_len + type_off + type_len)
+            .context("BTF type section out of bounds")?;
+        let strings = data
+            .get(hdr_len + str_off..hdr_len + str_off + str_len)
+            .context("BTF string section out of bounds")?;
+
+        let mut types = vec![Type { kind: 0, name: String::new(), ref_type: 0, members: vec![] }];
+        let mut at = 0usize;
+        while at < types_data.len() {
+            let name_off = u32_at(types_data, at)?;
+            let info = u32_at(types_data, at + 4)?;
+            let size_or_type = u32_at(types_data, at + 8)?;
+            at += 12;
+            let vlen = (info & 0xffff) as usize;
+            let kind = (info >> 24) & 0x1f;
+            let kind_flag = info >> 31 == 1;
+            let mut members = Vec::new();
+            let trailing = match kind {
+                KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+                KIND_ARRAY => 12,
+                KIND_STRUCT | KIND_UNION => {
+                    for i in 0..vlen {
+                        let m = at + i * 12;
+                        let offset = u32_at(types_data, m + 8)?;
+                        members.push(Member {
+                            name: name_at(strings, u32_at(types_data, m)?),
+                            type_id: u32_at(types_data, m + 4)?,
+                            // With kind_flag the top 8 bits hold a bitfield size.
+                            bit_offset: if kind_flag { offset & 0x00ff_ffff } else { offset },
+                        });
+                    }
+                    vlen * 12
+                }
+                KIND_ENUM | KIND_FUNC_PROTO => vlen * 8,
+                KIND_DATASEC | KIND_ENUM64 => vlen * 12,
+                _ => 0,
+            };
+            at += trailing;
+            let ref_type = match kind {
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => size_or_type,
+                _ => 0,
+            };
+            types.push(Type { kind, name: name_at(strings, name_off), ref_type, members });
+        }
+
+        let mut structs_by_name = HashMap::new();
+        for (id, ty) in types.iter().enumerate() {
+            // Forward declarations are a different kind; the first complete
+            // definition of a name wins.
+            if (ty.kind == KIND_STRUCT || ty.kind == KIND_UNION) && !ty.name.is_empty() && !ty.members.is_empty() {
+                structs_by_name.entry(ty.name.clone()).or_insert(id as u32);
+            }
+        }
+        Ok(Btf { types, structs_by_name })
+    }
+
+    /// Follows typedefs and qualifiers to the type they name.
+    fn resolve(&self, mut id: u32) -> u32 {
+        for _ in 0..32 {
+            match self.types.get(id as usize) {
+                Some(t) if t.ref_type != 0 => id = t.ref_type,
+                _ => break,
+            }
+        }
+        id
+    }
+
+    /// Byte offset of `member` in the struct or union `id`, searching
+    /// anonymous members too; returns (bit offset, member's type id).
+    fn find_member(&self, id: u32, member: &str) -> Option<(u32, u32)> {
+        let ty = self.types.get(self.resolve(id) as usize)?;
+        for m in &ty.members {
+            if m.name == member {
+                return Some((m.bit_offset, m.type_id));
+            }
+            if m.name.is_empty() {
+                if let Some((inner, type_id)) = self.find_member(m.type_id, member) {
+                    return Some((m.bit_offset + inner, type_id));
+                }
+            }
+        }
+        None
+    }
+
+    /// Offset in bytes of `path` (e.g. `["ns", "inum"]`) inside `struct name`.
+    pub fn offset_of(&self, name: &str, path: &[&str]) -> Result<u64> {
+        let mut id = *self
+            .structs_by_name
+            .get(name)
+            .with_context(|| format!("struct {name} not found in kernel BTF"))?;
+        let mut bits = 0u64;
+        for member in path {
+            let (offset, type_id) = self
+                .find_member(id, member)
+                .with_context(|| format!("member {member} of struct {name} not found in kernel BTF"))?;
+            bits += offset as u64;
+            id = type_id;
+        }
+        if bits % 8 != 0 {
+            bail!("{name}.{} is a bitfield", path.join("."));
+        }
+        Ok(bits / 8)
+    }
+
+    /// The offsets the kernel programs need (see `KernelOffsets`).
+    pub fn kernel_offsets(&self) -> Result<KernelOffsets> {
+        Ok(KernelOffsets {
+            valid: 1,
+            task_real_parent: self.offset_of("task_struct", &["real_parent"])?,
+            task_tgid: self.offset_of("task_struct", &["tgid"])?,
+            task_comm: self.offset_of("task_struct", &["comm"])?,
+            task_nsproxy: self.offset_of("task_struct", &["nsproxy"])?,
+            nsproxy_mnt_ns: self.offset_of("nsproxy", &["mnt_ns"])?,
+            mnt_ns_inum: self.offset_of("mnt_namespace", &["ns", "inum"])?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds a BTF blob by hand: struct outer { int a; union { int b; struct inner c; }; }
+    /// with struct inner { int x; int y; }, to check anonymous-member lookup.
+    fn sample() -> Vec<u8> {
+        let strings = b"\0int\0outer\0a\0b\0c\0inner\0x\0y\0".to_vec();
+        let s = |name: &str| -> u32 {
+            let needle = format!("\0{name}\0");
+            strings.windows(needle.len()).position(|w| w == needle.as_bytes()).unwrap() as u32 + 1
+        };
+        let mut types = Vec::new();
+        let mut push = |words: &[u32]| {
+            for w in words {
+                types.extend_from_slice(&w.to_le_bytes());
+            }
+        };
+        // 1: int
+        push(&[s("int"), KIND_INT << 24, 4, 32]);
+        // 2: struct inner { int x @0; int y @32 }
+        push(&[s("inner"), (KIND_STRUCT << 24) | 2, 8, s("x"), 1, 0, s("y"), 1, 32]);
+        // 3: anonymous union { int b; struct inner c; }
+        push(&[0, (KIND_UNION << 24) | 2, 8, s("b"), 1, 0, s("c"), 2, 0]);
+        // 4: struct outer { int a @0; union @64 }
+        push(&[s("outer"), (KIND_STRUCT << 24) | 2, 16, s("a"), 1, 0, 0, 3, 64]);
+        let mut blob = Vec::new();
+        blob.extend_from_slice(&BTF_MAGIC.to_le_bytes());
+        blob.extend_from_slice(&[1, 0]);
+        for w in [24u32, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+            blob.extend_from_slice(&w.to_le_bytes());
+        }
+        blob.extend_from_slice(&types);
+        blob.extend_from_slice(&strings);
+        blob
+    }
+
+    #[test]
+    fn finds_members_through_anonymous_unions() {
+        let btf = Btf::parse(&sample()).unwrap();
+        assert_eq!(btf.offset_of("outer", &["a"]).unwrap(), 0);
+        assert_eq!(btf.offset_of("outer", &["b"]).unwrap(), 8);
+        assert_eq!(btf.offset_of("outer", &["c", "y"]).unwrap(), 12);
+        assert!(btf.offset_of("outer", &["nope"]).is_err());
+        assert!(btf.offset_of("missing", &["a"]).is_err());
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(Btf::parse(b"not btf at all, really not").is_err());
+        assert!(Btf::parse(&[]).is_err());
+    }
+
+    #[test]
+    fn reads_this_kernels_offsets() {
+        let path = Path::new(VMLINUX_BTF);
+        if !path.exists() {
+            eprintln!("SKIPPED: {VMLINUX_BTF} absent on this machine");
+            return;
+        }
+        let offsets = Btf::from_file(path).unwrap().kernel_offsets().unwrap();
+        assert_eq!(offsets.valid, 1);
+        assert!(offsets.task_comm > 0 && offsets.task_real_parent > 0 && offsets.task_tgid > 0);
+    }
+}

@@ -1,0 +1,161 @@
+//! Loads podstuck's kernel programs, attaches them, and drains what they
+//! send: decoded call events from the ring buffer, and the per-CPU counters
+//! that stay exact when the ring buffer overflows.
+//!
+//! Nothing is pinned: every program and map lives as long as the
+//! [`Tracer`], so dropping it (or the process dying, even by SIGKILL)
+//! detaches everything.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::TracePoint;
+use aya::{Ebpf, EbpfLoader};
+use podstuck_common::{counter, Syscall};
+use tokio::io::unix::AsyncFd;
+
+use crate::btf::{Btf, VMLINUX_BTF};
+use crate::event::{decode, CallEvent, DecodeError, WallClock};
+
+/// The eBPF object built from `podstuck-ebpf` by this crate's build script.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
+
+/// (program, tracepoint in the `syscalls` category). Exits come first so
+/// that a call entered before attaching is counted as such at its exit,
+/// rather than leaving an entry with no exit.
+const PROBES: [(&str, &str); 8] = [
+    ("exit_unlinkat", "sys_exit_unlinkat"),
+    ("exit_unlink", "sys_exit_unlink"),
+    ("exit_rmdir", "sys_exit_rmdir"),
+    ("exit_umount", "sys_exit_umount"),
+    ("enter_unlinkat", "sys_enter_unlinkat"),
+    ("enter_unlink", "sys_enter_unlink"),
+    ("enter_rmdir", "sys_enter_rmdir"),
+    ("enter_umount", "sys_enter_umount"),
+];
+
+/// Totals for a run, as shown in the closing line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunTotals {
+    /// Records received and decoded.
+    pub events_seen: u64,
+    /// Records the kernel could not put in the ring buffer.
+    pub events_lost: u64,
+    /// Every completed call, counted in the kernel.
+    pub calls: BTreeMap<Syscall, u64>,
+    pub calls_without_entry: u64,
+    pub entries_not_stored: u64,
+    pub paths_unreadable: u64,
+    pub records_undecodable: u64,
+}
+
+/// The loaded, attached programs and the maps user space reads.
+pub struct Tracer {
+    // Keeps programs and links alive; dropped last.
+    _ebpf: Ebpf,
+    ring: AsyncFd<RingBuf<MapData>>,
+    counters: PerCpuArray<MapData, u64>,
+    clock: WallClock,
+    program_ids: Vec<u32>,
+    events_seen: u64,
+    records_undecodable: u64,
+}
+
+impl Tracer {
+    /// Loads and attaches every program. Must run inside a tokio runtime.
+    pub fn start() -> Result<Tracer> {
+        let offsets = Btf::from_file(Path::new(VMLINUX_BTF))?
+            .kernel_offsets()
+            .context("finding task_struct and namespace layouts in the kernel's BTF")?;
+        let mut ebpf = EbpfLoader::new()
+            .override_global("OFFSETS", &offsets, true)
+            .load(EBPF_OBJECT)
+            .context("loading podstuck's kernel programs (the verifier's log above says why)")?;
+        let mut program_ids = Vec::new();
+        for (name, tracepoint) in PROBES {
+            let program: &mut TracePoint = ebpf
+                .program_mut(name)
+                .with_context(|| format!("program {name} missing from the embedded object"))?
+                .try_into()?;
+            program.load().with_context(|| format!("loading program {name}"))?;
+            program
+                .attach("syscalls", tracepoint)
+                .with_context(|| format!("attaching to tracepoint syscalls:{tracepoint}"))?;
+            program_ids.push(program.info()?.id());
+        }
+        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
+        let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
+        // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
+        // for as long as it lives, which is as long as the AsyncFd.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)
+            .context("registering the ring buffer with tokio")?;
+        Ok(Tracer {
+            _ebpf: ebpf,
+            ring,
+            counters,
+            clock: WallClock::now(),
+            program_ids,
+            events_seen: 0,
+            records_undecodable: 0,
+        })
+    }
+
+    /// Kernel ids of the loaded programs.
+    pub fn program_ids(&self) -> &[u32] {
+        &self.program_ids
+    }
+
+    /// Waits until records arrive, then hands each one to `each`.
+    pub async fn next_batch<F>(&mut self, mut each: F) -> std::io::Result<()>
+    where
+        F: FnMut(Result<CallEvent, DecodeError>) -> std::io::Result<()>,
+    {
+        let mut guard = self.ring.readable_mut().await?;
+        guard.clear_ready();
+        self.drain(&mut each)
+    }
+
+    /// Hands every record already in the ring buffer to `each`, without
+    /// waiting: used once more at shutdown so nothing received is dropped.
+    pub fn drain<F>(&mut self, each: &mut F) -> std::io::Result<()>
+    where
+        F: FnMut(Result<CallEvent, DecodeError>) -> std::io::Result<()>,
+    {
+        loop {
+            let decoded = match self.ring.get_mut().next() {
+                Some(item) => decode(&item, &self.clock),
+                None => return Ok(()),
+            };
+            match decoded {
+                Ok(_) => self.events_seen += 1,
+                Err(_) => self.records_undecodable += 1,
+            }
+            each(decoded)?;
+        }
+    }
+
+    fn counter(&self, index: u32) -> Result<u64> {
+        let per_cpu = self.counters.get(&index, 0).with_context(|| format!("reading counter {index}"))?;
+        Ok(per_cpu.iter().sum())
+    }
+
+    /// Reads the kernel's counters and adds what user space saw.
+    pub fn totals(&self) -> Result<RunTotals> {
+        let mut calls = BTreeMap::new();
+        for syscall in Syscall::ALL {
+            calls.insert(syscall, self.counter(counter::CALLS + syscall as u32)?);
+        }
+        Ok(RunTotals {
+            events_seen: self.events_seen,
+            events_lost: self.counter(counter::RING_BUFFER_DROPS)?,
+            calls,
+            calls_without_entry: self.counter(counter::EXIT_WITHOUT_ENTRY)?,
+            entries_not_stored: self.counter(counter::ENTRY_NOT_STORED)?,
+            paths_unreadable: self.counter(counter::PATH_UNREADABLE)?,
+            records_undecodable: self.records_undecodable,
+        })
+    }
+}

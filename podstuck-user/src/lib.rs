@@ -1,0 +1,16 @@
+//! podstuck: finds why a Kubernetes pod is stuck in Terminating by tracing,
+//! in the kernel, the calls that tear a pod down (`unlinkat`, `unlink`,
+//! `rmdir`, `umount2`) and who makes them.
+//!
+//! Data flows one way through the stages, one module each:
+//! [`collect`] (load the kernel programs, drain records) → [`event`]
+//! (decode) → [`output`] (JSON lines or text). [`preflight`] checks the node
+//! first; [`btf`] reads the struct offsets the kernel programs need.
+//! The `podstuck` binary is a thin clap layer over [`watch`].
+
+pub mod btf;
+pub mod collect;
+pub mod event;
+pub mod output;
+pub mod preflight;
+pub mod watch;

@@ -1,0 +1,312 @@
+//! How events and run summaries are written: JSON lines for machines
+//! (`--json`), one plain line per event for people. Pure formatting, no I/O,
+//! so the exact shapes are unit-tested.
+//!
+//! Paths are bytes on Linux. JSON carries a UTF-8 `path`; when the bytes are
+//! not UTF-8 the exact bytes also go in `path_hex` so nothing is lost. Text
+//! output escapes control characters, backslashes and non-UTF-8 bytes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::collect::RunTotals;
+use crate::event::{errno_name, syscall_name, CallEvent, AT_FDCWD};
+
+pub fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_nanos(time).to_string()
+}
+
+/// `dfd` as users read it: the number, or "AT_FDCWD".
+fn dfd_value(dfd: i32) -> Value {
+    if dfd == AT_FDCWD {
+        Value::from("AT_FDCWD")
+    } else {
+        Value::from(dfd)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct EventLine<'a> {
+    r#type: &'static str,
+    ts: String,
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    ppid: u32,
+    pcomm: &'a str,
+    cgroup_id: u64,
+    mntns: u32,
+    syscall: &'static str,
+    flags: Vec<String>,
+    flags_raw: u64,
+    dfd: Value,
+    path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path_hex: Option<String>,
+    path_status: &'static str,
+    ret: i64,
+    errno: Option<String>,
+    latency_ns: u64,
+}
+
+/// One event as a JSON object (no trailing newline).
+pub fn event_json(event: &CallEvent) -> String {
+    let (path, path_hex) = match std::str::from_utf8(&event.path) {
+        Ok(s) => (s.to_string(), None),
+        Err(_) => (String::from_utf8_lossy(&event.path).into_owned(), Some(hex(&event.path))),
+    };
+    let line = EventLine {
+        r#type: "event",
+        ts: rfc3339(event.time),
+        pid: event.pid,
+        tid: event.tid,
+        comm: &event.comm,
+        ppid: event.ppid,
+        pcomm: &event.pcomm,
+        cgroup_id: event.cgroup_id,
+        mntns: event.mntns,
+        syscall: syscall_name(event.syscall),
+        flags: event.flag_names(),
+        flags_raw: event.flags,
+        dfd: dfd_value(event.dfd),
+        path,
+        path_hex,
+        path_status: event.path_status.as_str(),
+        ret: event.ret,
+        errno: event.errno().map(errno_name),
+        latency_ns: event.latency_ns,
+    };
+    serde_json::to_string(&line).expect("event serialises")
+}
+
+/// A path made safe for one terminal line: printable UTF-8 stays, a
+/// backslash doubles, control characters and non-UTF-8 bytes become escapes.
+pub fn escape_path(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if c.is_control() => {
+                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+fn latency_text(ns: u64) -> String {
+    match ns {
+        0..=9_999 => format!("{ns}ns"),
+        10_000..=9_999_999 => format!("{:.1}us", ns as f64 / 1e3),
+        10_000_000..=9_999_999_999 => format!("{:.1}ms", ns as f64 / 1e6),
+        _ => format!("{:.1}s", ns as f64 / 1e9),
+    }
+}
+
+/// One event as a line for people: time, call, outcome, latency, actor, path.
+pub fn event_text(event: &CallEvent) -> String {
+    let ts = rfc3339(event.time);
+    // HH:MM:SS.micro is enough on a live screen; the date is in the header.
+    let clock = ts.get(11..26).unwrap_or(&ts);
+    let outcome = match event.errno() {
+        Some(e) => errno_name(e),
+        None => "ok".to_string(),
+    };
+    let flags = event.flag_names();
+    let call = if flags.is_empty() {
+        syscall_name(event.syscall).to_string()
+    } else {
+        format!("{}({})", syscall_name(event.syscall), flags.join("|"))
+    };
+    let dfd = if event.dfd == AT_FDCWD || !matches!(event.syscall, podstuck_common::Syscall::Unlinkat) {
+        String::new()
+    } else {
+        format!(" dfd={}", event.dfd)
+    };
+    let status = match event.path_status {
+        crate::event::PathStatus::Whole => "",
+        crate::event::PathStatus::TooLong => " [path too long, cut]",
+        crate::event::PathStatus::Unreadable => " [path unreadable]",
+    };
+    format!(
+        "{clock} {call:<24} {outcome:<9} {lat:>9}  {comm}[{pid}] <- {pcomm}[{ppid}]{dfd}  {path}{status}",
+        lat = latency_text(event.latency_ns),
+        comm = event.comm,
+        pid = event.pid,
+        pcomm = event.pcomm,
+        ppid = event.ppid,
+        path = escape_path(&event.path),
+    )
+}
+
+/// What the first line of a run says: when, on what, with which programs.
+#[derive(Serialize, Debug, Clone)]
+pub struct StartLine {
+    pub r#type: &'static str,
+    pub ts: String,
+    pub version: &'static str,
+    pub kernel: String,
+    pub pid: u32,
+    /// Kernel ids of the loaded programs, so anyone can check they are gone
+    /// after podstuck exits.
+    pub program_ids: Vec<u32>,
+}
+
+pub fn start_json(start: &StartLine) -> String {
+    serde_json::to_string(start).expect("start line serialises")
+}
+
+#[derive(Serialize)]
+struct EndLine<'a> {
+    r#type: &'static str,
+    ts: String,
+    events_seen: u64,
+    events_lost: u64,
+    calls: BTreeMap<&'static str, u64>,
+    calls_without_entry: u64,
+    entries_not_stored: u64,
+    paths_unreadable: u64,
+    records_undecodable: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stopped_by: Option<&'a str>,
+}
+
+fn calls_by_name(totals: &RunTotals) -> BTreeMap<&'static str, u64> {
+    totals.calls.iter().map(|(s, n)| (syscall_name(*s), *n)).collect()
+}
+
+/// The closing line: what was seen, what was lost, every call counted.
+pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
+    let line = EndLine {
+        r#type: "end",
+        ts: rfc3339(SystemTime::now()),
+        events_seen: totals.events_seen,
+        events_lost: totals.events_lost,
+        calls: calls_by_name(totals),
+        calls_without_entry: totals.calls_without_entry,
+        entries_not_stored: totals.entries_not_stored,
+        paths_unreadable: totals.paths_unreadable,
+        records_undecodable: totals.records_undecodable,
+        stopped_by,
+    };
+    serde_json::to_string(&line).expect("end line serialises")
+}
+
+pub fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
+    let calls: Vec<String> = calls_by_name(totals).iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let mut text = format!(
+        "podstuck: {} events seen, {} lost (ring buffer full); calls counted in the kernel: {}",
+        totals.events_seen,
+        totals.events_lost,
+        calls.join(", ")
+    );
+    if totals.calls_without_entry > 0 {
+        let _ = write!(text, "; {} calls already in flight at start", totals.calls_without_entry);
+    }
+    if let Some(signal) = stopped_by {
+        let _ = write!(text, "; stopped by {signal}");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{decode, tests::record_bytes, WallClock};
+    use podstuck_common::Syscall;
+
+    fn event(syscall: Syscall, ret: i64, flags: u64, path: &[u8]) -> CallEvent {
+        decode(&record_bytes(syscall, ret, flags, path), &WallClock::now()).unwrap()
+    }
+
+    #[test]
+    fn json_has_every_documented_field() {
+        let line = event_json(&event(Syscall::Unlinkat, -16, 0x200, b"/var/lib/kubelet/pods/x"));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        for key in [
+            "type", "ts", "pid", "tid", "comm", "ppid", "pcomm", "cgroup_id", "mntns", "syscall", "flags", "dfd",
+            "path", "ret", "errno", "latency_ns",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key} in {line}");
+        }
+        assert_eq!(v["type"], "event");
+        assert_eq!(v["syscall"], "unlinkat");
+        assert_eq!(v["flags"], serde_json::json!(["AT_REMOVEDIR"]));
+        assert_eq!(v["dfd"], "AT_FDCWD");
+        assert_eq!(v["errno"], "EBUSY");
+        assert_eq!(v["ret"], -16);
+        assert_eq!(v["latency_ns"], 5000);
+        assert_eq!(v["path"], "/var/lib/kubelet/pods/x");
+        assert!(v.get("path_hex").is_none());
+        // RFC 3339 with nanoseconds, UTC.
+        let ts = v["ts"].as_str().unwrap();
+        assert!(ts.ends_with('Z') && ts.len() == "2026-01-01T00:00:00.000000000Z".len(), "{ts}");
+        assert!(humantime::parse_rfc3339(ts).is_ok());
+    }
+
+    #[test]
+    fn success_has_null_errno_and_numeric_dfd() {
+        let mut e = event(Syscall::Unlinkat, 0, 0, b"f");
+        e.dfd = 7;
+        let v: Value = serde_json::from_str(&event_json(&e)).unwrap();
+        assert_eq!(v["errno"], Value::Null);
+        assert_eq!(v["dfd"], 7);
+        assert_eq!(v["flags"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn non_utf8_paths_are_kept_exactly() {
+        let raw = b"/tmp/a\xffb\nc";
+        let v: Value = serde_json::from_str(&event_json(&event(Syscall::Unlink, 0, 0, raw))).unwrap();
+        assert_eq!(v["path_hex"], hex(raw));
+        assert_eq!(escape_path(raw), "/tmp/a\\xffb\\nc");
+        assert_eq!(escape_path("dir with space/é\\".as_bytes()), "dir with space/é\\\\");
+    }
+
+    #[test]
+    fn text_line_reads_plainly() {
+        let line = event_text(&event(Syscall::Umount2, -16, 2, b"/mnt/vol"));
+        assert!(line.contains("umount2(MNT_DETACH)"), "{line}");
+        assert!(line.contains("EBUSY"), "{line}");
+        assert!(line.contains("rmrf[10] <- bash[9]"), "{line}");
+        assert!(line.ends_with("/mnt/vol"), "{line}");
+        assert_eq!(latency_text(5_000), "5000ns");
+        assert_eq!(latency_text(2_500_000_000), "2.5s");
+    }
+
+    #[test]
+    fn end_line_counts_everything() {
+        let mut totals = RunTotals::default();
+        totals.events_seen = 3;
+        totals.events_lost = 2;
+        totals.calls.insert(Syscall::Rmdir, 5);
+        let v: Value = serde_json::from_str(&end_json(&totals, Some("SIGINT"))).unwrap();
+        assert_eq!(v["type"], "end");
+        assert_eq!(v["events_seen"], 3);
+        assert_eq!(v["events_lost"], 2);
+        assert_eq!(v["calls"]["rmdir"], 5);
+        assert_eq!(v["stopped_by"], "SIGINT");
+        assert!(end_text(&totals, None).contains("2 lost"));
+    }
+}
