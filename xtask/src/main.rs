@@ -1,0 +1,219 @@
+//! podstuck's developer tasks: `cargo xtask setup | build | test | demo`.
+//!
+//! Every task first makes sure the eBPF toolchain of shared/TOOLCHAIN.md is
+//! on the machine (Debian's rustc-web with its prebuilt BPF `core`, LLVM 22,
+//! bpf-linker), installing what is missing and saying so, so that a fresh
+//! machine needs nothing but these commands.
+
+use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+mod demo;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "podstuck's build, test and demo tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building the eBPF programs needs (apt packages, bpf-linker), if missing.
+    Setup,
+    /// Set up, then build the self-contained `podstuck` binary (release).
+    Build,
+    /// Set up, then run every test: unit tests and the end-to-end tests on the real kernel (as root).
+    Test {
+        /// Extra arguments for `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// Set up, build, then run the demo scenario lab: real stuck-pod calls on a throwaway tree, traced live.
+    Demo,
+}
+
+/// Debian packages of the eBPF build chain (TOOLCHAIN.md), and the tools the
+/// end-to-end tests drive (chattr, unshare, mount).
+const APT_PACKAGES: [&str; 6] = ["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev", "e2fsprogs", "util-linux"];
+const BPF_LINKER_VERSION: &str = "0.13";
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn say(message: &str) {
+    eprintln!("xtask: {message}");
+}
+
+fn run(command: &mut Command) -> Result<()> {
+    let shown = format!("{command:?}");
+    let status = command.status().with_context(|| format!("cannot run {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn package_installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+fn cargo_home() -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cargo"))
+}
+
+fn bpf_linker_version() -> Option<String> {
+    let linker = cargo_home().join("bin/bpf-linker");
+    let program = if linker.is_file() { linker.into_os_string() } else { "bpf-linker".into() };
+    let out = Command::new(program).arg("--version").output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Installs the eBPF toolchain where it is missing; does nothing otherwise.
+fn setup() -> Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES.iter().copied().filter(|p| !package_installed(p)).collect();
+    if !missing.is_empty() {
+        if !is_root() {
+            bail!("missing Debian packages {}: run this task as root (sudo -E cargo xtask ...) so it can install them", missing.join(" "));
+        }
+        say(&format!("installing Debian packages {} (apt-get)", missing.join(" ")));
+        run(Command::new("apt-get").arg("update").arg("-q"))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    match bpf_linker_version() {
+        Some(v) if v.contains(&format!("bpf-linker {BPF_LINKER_VERSION}")) => {}
+        found => {
+            say(&format!(
+                "installing bpf-linker {BPF_LINKER_VERSION} against LLVM 22 (cargo install, about 2 minutes){}",
+                found.map(|v| format!("; found {v}")).unwrap_or_default()
+            ));
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let path = std::env::join_paths(
+                std::iter::once(Path::new(LLVM_PREFIX).join("bin")).chain(std::env::split_paths(&path)),
+            )?;
+            run(Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+                .args(["install", "bpf-linker", "--locked", "--force", "--no-default-features", "--features", "llvm-22"])
+                .args(["--version", &format!("~{BPF_LINKER_VERSION}")])
+                .env("LLVM_PREFIX", LLVM_PREFIX)
+                .env("PATH", path))?;
+        }
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command.current_dir(workspace_root());
+    command
+}
+
+/// The end-to-end tests attach syscall tracepoints, which needs tracefs.
+/// Mounting it is part of preparing a test machine (podstuck itself never
+/// mounts anything; it says how).
+fn ensure_tracefs() -> Result<()> {
+    if Path::new("/sys/kernel/tracing/events").is_dir() || Path::new("/sys/kernel/debug/tracing/events").is_dir() {
+        return Ok(());
+    }
+    if !is_root() {
+        return Ok(());
+    }
+    say("mounting tracefs at /sys/kernel/tracing for the end-to-end tests");
+    run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))
+}
+
+fn build_release() -> Result<PathBuf> {
+    run(cargo().args(["build", "--release", "--package", "podstuck-user", "--bin", "podstuck"]))?;
+    Ok(workspace_root().join("target/release/podstuck"))
+}
+
+fn test(args: &[String]) -> Result<()> {
+    setup()?;
+    ensure_tracefs()?;
+    // The end-to-end tests drive the real binary; build it first.
+    run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck"]))?;
+    let binary = workspace_root().join("target/debug/podstuck");
+    let mut child = cargo()
+        .args(["test", "--workspace"])
+        .args(args)
+        .env("PODSTUCK_BIN", binary)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot run cargo test")?;
+    // cargo test closes with one "test result" line per test binary, the
+    // last often a doc-test run of 0; one total line says what ran overall.
+    let mut total = TestTotals::default();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line?;
+        println!("{line}");
+        total.add(&line);
+    }
+    let status = child.wait()?;
+    println!("podstuck tests: {} passed, {} failed, {} skipped", total.passed, total.failed, total.ignored);
+    if !status.success() {
+        bail!("cargo test failed ({status})");
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct TestTotals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl TestTotals {
+    /// Adds the counts of a libtest line such as
+    /// "test result: ok. 8 passed; 0 failed; 0 ignored; 0 measured; ...".
+    fn add(&mut self, line: &str) {
+        let Some(rest) = line.strip_prefix("test result: ") else { return };
+        for part in rest.split(&['.', ';'][..]) {
+            let mut words = part.split_whitespace();
+            if let (Some(n), Some(what)) = (words.next().and_then(|n| n.parse::<u64>().ok()), words.next()) {
+                match what {
+                    "passed" => self.passed += n,
+                    "failed" => self.failed += n,
+                    "ignored" => self.ignored += n,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup(),
+        Task::Build => setup().and_then(|()| build_release()).map(|bin| say(&format!("built {}", bin.display()))),
+        Task::Test { args } => test(&args),
+        Task::Demo => setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| demo::run(&bin)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            say(&format!("error: {e:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}
