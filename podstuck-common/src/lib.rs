@@ -11,6 +11,14 @@
 /// A path argument of this many bytes or more is flagged `PATH_TOO_LONG`.
 pub const PATH_MAX: usize = 4096;
 
+/// Room for the caller's base directory (cwd or dirfd), walked in the
+/// kernel as NUL-terminated components, leaf first.
+pub const BASE_DIR_MAX: usize = 4096;
+
+/// Deepest base directory walked, in path components (mount crossings
+/// included). Deeper ones are flagged, never cut silently.
+pub const BASE_DIR_MAX_DEPTH: u32 = 64;
+
 /// Byte size of the ring buffer that carries records to user space.
 pub const RING_BUFFER_BYTES: u32 = 16 * 1024 * 1024;
 
@@ -61,9 +69,28 @@ pub mod path_status {
     pub const UNREADABLE: u8 = 2;
 }
 
+/// How the directory a relative path is resolved against (cwd or dirfd) was
+/// read; written in [`CallRecord::base_status`].
+pub mod base_status {
+    /// The path argument is absolute (or unreadable): no base needed.
+    pub const NOT_NEEDED: u8 = 0;
+    /// `base_len` bytes of components follow the path.
+    pub const RESOLVED: u8 = 1;
+    /// The dirfd is not an open file of the caller.
+    pub const BAD_FD: u8 = 2;
+    /// Deeper than `BASE_DIR_MAX_DEPTH` components or longer than
+    /// `BASE_DIR_MAX` bytes.
+    pub const TOO_DEEP: u8 = 3;
+    /// The kernel struct offsets were not found in BTF.
+    pub const NO_OFFSETS: u8 = 4;
+    /// A kernel structure could not be read.
+    pub const UNREADABLE: u8 = 5;
+}
+
 /// One completed call, as the kernel programs emit it at syscall exit. The
-/// path argument follows the header in the same ring-buffer record:
-/// `path_len` bytes, no NUL.
+/// path argument follows the header in the same ring-buffer record
+/// (`path_len` bytes, no NUL), then the base directory (`base_len` bytes:
+/// NUL-terminated names from the directory up to the caller's root).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CallRecord {
@@ -88,6 +115,9 @@ pub struct CallRecord {
     pub path_len: u16,
     pub syscall: u8,
     pub path_status: u8,
+    pub base_len: u16,
+    pub base_status: u8,
+    pub _reserved: [u8; 5],
     pub comm: [u8; 16],
     pub pcomm: [u8; 16],
 }
@@ -128,10 +158,47 @@ pub struct KernelOffsets {
     pub nsproxy_mnt_ns: u64,
     /// `mnt_namespace.ns.inum`.
     pub mnt_ns_inum: u64,
+    /// `task_struct.fs`, `.files`; `fs_struct.pwd`, `.root`.
+    pub task_fs: u64,
+    pub task_files: u64,
+    pub fs_pwd: u64,
+    pub fs_root: u64,
+    /// `path.mnt`, `path.dentry`.
+    pub path_mnt: u64,
+    pub path_dentry: u64,
+    /// `files_struct.fdt`; `fdtable.max_fds`, `.fd`; `file.f_path`.
+    pub files_fdt: u64,
+    pub fdt_max_fds: u64,
+    pub fdt_fd: u64,
+    pub file_f_path: u64,
+    /// `dentry.d_parent`; `dentry.d_name.name`.
+    pub dentry_parent: u64,
+    pub dentry_name: u64,
+    /// `vfsmount.mnt_root`; `mount.mnt` (the embedded vfsmount),
+    /// `mount.mnt_parent`, `mount.mnt_mountpoint`.
+    pub vfsmount_root: u64,
+    pub mount_mnt: u64,
+    pub mount_parent: u64,
+    pub mount_mountpoint: u64,
+}
+
+/// What the kernel programs stream and count, set by user space before
+/// load (the `FILTER` global). Decided in the kernel so that an unrelated
+/// storm costs little in user space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelFilter {
+    /// Bit `Syscall as u8` set: stream that syscall. Calls are counted
+    /// whatever the mask.
+    pub syscalls: u32,
+    /// Non-zero: stream failed calls only.
+    pub errors_only: u32,
 }
 
 #[cfg(feature = "user")]
 mod user {
     // SAFETY: plain-old-data, repr(C), every bit pattern is valid.
     unsafe impl aya::Pod for super::KernelOffsets {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::KernelFilter {}
 }

@@ -204,6 +204,22 @@ impl Btf {
             task_nsproxy: self.offset_of("task_struct", &["nsproxy"])?,
             nsproxy_mnt_ns: self.offset_of("nsproxy", &["mnt_ns"])?,
             mnt_ns_inum: self.offset_of("mnt_namespace", &["ns", "inum"])?,
+            task_fs: self.offset_of("task_struct", &["fs"])?,
+            task_files: self.offset_of("task_struct", &["files"])?,
+            fs_pwd: self.offset_of("fs_struct", &["pwd"])?,
+            fs_root: self.offset_of("fs_struct", &["root"])?,
+            path_mnt: self.offset_of("path", &["mnt"])?,
+            path_dentry: self.offset_of("path", &["dentry"])?,
+            files_fdt: self.offset_of("files_struct", &["fdt"])?,
+            fdt_max_fds: self.offset_of("fdtable", &["max_fds"])?,
+            fdt_fd: self.offset_of("fdtable", &["fd"])?,
+            file_f_path: self.offset_of("file", &["f_path"])?,
+            dentry_parent: self.offset_of("dentry", &["d_parent"])?,
+            dentry_name: self.offset_of("dentry", &["d_name", "name"])?,
+            vfsmount_root: self.offset_of("vfsmount", &["mnt_root"])?,
+            mount_mnt: self.offset_of("mount", &["mnt"])?,
+            mount_parent: self.offset_of("mount", &["mnt_parent"])?,
+            mount_mountpoint: self.offset_of("mount", &["mnt_mountpoint"])?,
         })
     }
 }
