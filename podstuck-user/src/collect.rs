@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
 use aya::{Ebpf, EbpfLoader};
-use podstuck_common::{counter, Syscall};
+use podstuck_common::{counter, KernelFilter, Syscall};
 use tokio::io::unix::AsyncFd;
 
 use crate::btf::{Btf, VMLINUX_BTF};
@@ -64,13 +64,16 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    /// Loads and attaches every program. Must run inside a tokio runtime.
-    pub fn start() -> Result<Tracer> {
+    /// Loads and attaches every program, streaming what `filter` lets
+    /// through (every call is counted regardless). Must run inside a tokio
+    /// runtime.
+    pub fn start(filter: KernelFilter) -> Result<Tracer> {
         let offsets = Btf::from_file(Path::new(VMLINUX_BTF))?
             .kernel_offsets()
             .context("finding task_struct and namespace layouts in the kernel's BTF")?;
         let mut ebpf = EbpfLoader::new()
             .override_global("OFFSETS", &offsets, true)
+            .override_global("FILTER", &filter, true)
             .load(EBPF_OBJECT)
             .context("loading podstuck's kernel programs (the verifier's log above says why)")?;
         let mut program_ids = Vec::new();

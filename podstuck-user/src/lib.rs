@@ -11,6 +11,7 @@
 pub mod btf;
 pub mod collect;
 pub mod event;
+pub mod identify;
 pub mod output;
 pub mod preflight;
 pub mod watch;

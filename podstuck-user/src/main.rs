@@ -4,8 +4,13 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use podstuck::identify::pod::PodUid;
+use podstuck::identify::DEFAULT_KUBELET_ROOT;
 use podstuck::watch::{watch, NodeNotReady, WatchOptions};
+use podstuck_common::Syscall;
 
 #[derive(Parser)]
 #[command(
@@ -29,7 +34,38 @@ enum Command {
         /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C or SIGTERM.
         #[arg(long, value_parser = humantime::parse_duration)]
         duration: Option<Duration>,
+        /// Follow this pod only (its UID: kubectl get pod NAME -o jsonpath='{.metadata.uid}'); repeatable. Default: the whole node.
+        #[arg(long = "pod", value_name = "UID", value_parser = PodUid::parse)]
+        pods: Vec<PodUid>,
+        /// kubelet's root directory (its --root-dir); a symlink is followed.
+        #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
+        kubelet_root: PathBuf,
+        /// Failed calls only (filtered in the kernel; every call is still counted).
+        #[arg(short = 'x', long)]
+        errors_only: bool,
+        /// These syscalls only (filtered in the kernel); repeatable. Default: all four.
+        #[arg(long = "syscall", value_name = "NAME")]
+        syscalls: Vec<SyscallArg>,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SyscallArg {
+    Unlinkat,
+    Unlink,
+    Rmdir,
+    Umount2,
+}
+
+impl From<SyscallArg> for Syscall {
+    fn from(arg: SyscallArg) -> Syscall {
+        match arg {
+            SyscallArg::Unlinkat => Syscall::Unlinkat,
+            SyscallArg::Unlink => Syscall::Unlink,
+            SyscallArg::Rmdir => Syscall::Rmdir,
+            SyscallArg::Umount2 => Syscall::Umount2,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -42,7 +78,17 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Watch { json, duration } => runtime.block_on(watch(&WatchOptions { json, duration })),
+        Command::Watch { json, duration, pods, kubelet_root, errors_only, syscalls } => {
+            let options = WatchOptions {
+                json,
+                duration,
+                pods,
+                kubelet_root,
+                errors_only,
+                syscalls: syscalls.into_iter().map(Syscall::from).collect(),
+            };
+            runtime.block_on(watch(&options))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

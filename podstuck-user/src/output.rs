@@ -15,6 +15,8 @@ use serde_json::Value;
 
 use crate::collect::RunTotals;
 use crate::event::{errno_name, syscall_name, CallEvent, AT_FDCWD};
+use crate::identify::pod::{ContainerId, PathArea, PodUid};
+use crate::identify::{Actor, Identity, MatchReason};
 
 pub fn rfc3339(time: SystemTime) -> String {
     humantime::format_rfc3339_nanos(time).to_string()
@@ -56,16 +58,39 @@ struct EventLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     path_hex: Option<String>,
     path_status: &'static str,
+    abs_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    abs_path_hex: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    abs_path_error: Option<&'static str>,
     ret: i64,
     errno: Option<String>,
     latency_ns: u64,
+    pod_uid: Option<&'a PodUid>,
+    container_id: Option<&'a ContainerId>,
+    path_area: Option<PathArea>,
+    actor: &'a Actor,
+    r#match: &'a [MatchReason],
 }
 
 /// One event as a JSON object (no trailing newline).
-pub fn event_json(event: &CallEvent) -> String {
-    let (path, path_hex) = match std::str::from_utf8(&event.path) {
+/// A path as JSON text, plus its exact bytes in hex when not UTF-8.
+fn json_path(bytes: &[u8]) -> (String, Option<String>) {
+    match std::str::from_utf8(bytes) {
         Ok(s) => (s.to_string(), None),
-        Err(_) => (String::from_utf8_lossy(&event.path).into_owned(), Some(hex(&event.path))),
+        Err(_) => (String::from_utf8_lossy(bytes).into_owned(), Some(hex(bytes))),
+    }
+}
+
+/// One event and what podstuck knows of it, as a JSON object (no newline).
+pub fn event_json(event: &CallEvent, identity: &Identity) -> String {
+    let (path, path_hex) = json_path(&event.path);
+    let (abs_path, abs_path_hex, abs_path_error) = match &identity.abs_path {
+        Ok(abs) => {
+            let (text, hex) = json_path(&abs);
+            (Some(text), hex, None)
+        }
+        Err(why) => (None, None, Some(*why)),
     };
     let line = EventLine {
         r#type: "event",
@@ -84,9 +109,17 @@ pub fn event_json(event: &CallEvent) -> String {
         path,
         path_hex,
         path_status: event.path_status.as_str(),
+        abs_path,
+        abs_path_hex,
+        abs_path_error,
         ret: event.ret,
         errno: event.errno().map(errno_name),
         latency_ns: event.latency_ns,
+        pod_uid: identity.pod_uid.as_ref(),
+        container_id: identity.container_id.as_ref(),
+        path_area: identity.path_area,
+        actor: &identity.actor,
+        r#match: &identity.matched,
     };
     serde_json::to_string(&line).expect("event serialises")
 }
@@ -124,8 +157,9 @@ fn latency_text(ns: u64) -> String {
     }
 }
 
-/// One event as a line for people: time, call, outcome, latency, actor, path.
-pub fn event_text(event: &CallEvent) -> String {
+/// One event as a line for people: time, call, outcome, latency, actor,
+/// pod, and the absolute path (or the argument and why it is relative).
+pub fn event_text(event: &CallEvent, identity: &Identity) -> String {
     let ts = rfc3339(event.time);
     // HH:MM:SS.micro is enough on a live screen; the date is in the header.
     let clock = ts.get(11..26).unwrap_or(&ts);
@@ -139,24 +173,26 @@ pub fn event_text(event: &CallEvent) -> String {
     } else {
         format!("{}({})", syscall_name(event.syscall), flags.join("|"))
     };
-    let dfd = if event.dfd == AT_FDCWD || !matches!(event.syscall, podstuck_common::Syscall::Unlinkat) {
-        String::new()
-    } else {
-        format!(" dfd={}", event.dfd)
-    };
     let status = match event.path_status {
         crate::event::PathStatus::Whole => "",
         crate::event::PathStatus::TooLong => " [path too long, cut]",
         crate::event::PathStatus::Unreadable => " [path unreadable]",
     };
+    let path = match &identity.abs_path {
+        Ok(abs) => escape_path(abs),
+        Err(why) => format!("{} [relative to dfd {}: {why}]", escape_path(&event.path), event.dfd),
+    };
+    let pod = match &identity.pod_uid {
+        Some(uid) => format!(" pod={uid}"),
+        None => String::new(),
+    };
     format!(
-        "{clock} {call:<24} {outcome:<9} {lat:>9}  {comm}[{pid}] <- {pcomm}[{ppid}]{dfd}  {path}{status}",
+        "{clock} {call:<24} {outcome:<9} {lat:>9}  {actor}[{pid}] <- {pcomm}[{ppid}]{pod}  {path}{status}",
         lat = latency_text(event.latency_ns),
-        comm = event.comm,
+        actor = identity.actor.description,
         pid = event.pid,
         pcomm = event.pcomm,
         ppid = event.ppid,
-        path = escape_path(&event.path),
     )
 }
 
@@ -171,6 +207,12 @@ pub struct StartLine {
     /// Kernel ids of the loaded programs, so anyone can check they are gone
     /// after podstuck exits.
     pub program_ids: Vec<u32>,
+    /// The filters in force: pods followed (empty = the whole node), the
+    /// kubelet root used to recognise them, syscalls streamed, errors only.
+    pub pods: Vec<PodUid>,
+    pub kubelet_root: String,
+    pub syscalls: Vec<&'static str>,
+    pub errors_only: bool,
 }
 
 pub fn start_json(start: &StartLine) -> String {
@@ -234,19 +276,42 @@ pub fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
 mod tests {
     use super::*;
     use crate::event::{decode, tests::record_bytes, WallClock};
+    use crate::identify::actor::Role;
     use podstuck_common::Syscall;
 
     fn event(syscall: Syscall, ret: i64, flags: u64, path: &[u8]) -> CallEvent {
         decode(&record_bytes(syscall, ret, flags, path), &WallClock::now()).unwrap()
     }
 
+    /// What identify would say of a kubelet call on pod 1b2c...
+    fn identity(event: &CallEvent) -> Identity {
+        Identity {
+            abs_path: event.abs_path(),
+            pod_uid: Some(PodUid::parse("1b2c3d4e-0000-4000-8000-00000000000a").unwrap()),
+            path_area: Some(PathArea::Volume),
+            container_id: None,
+            actor: Actor {
+                comm: event.comm.clone(),
+                exe: Some("/usr/bin/kubelet".into()),
+                parent: event.pcomm.clone(),
+                role: Role::Kubelet,
+                description: "kubelet".into(),
+            },
+            matched: vec![MatchReason::Path],
+        }
+    }
+
+    fn json(event: &CallEvent) -> String {
+        event_json(event, &identity(event))
+    }
+
     #[test]
     fn json_has_every_documented_field() {
-        let line = event_json(&event(Syscall::Unlinkat, -16, 0x200, b"/var/lib/kubelet/pods/x"));
+        let line = json(&event(Syscall::Unlinkat, -16, 0x200, b"/var/lib/kubelet/pods/x"));
         let v: Value = serde_json::from_str(&line).unwrap();
         for key in [
             "type", "ts", "pid", "tid", "comm", "ppid", "pcomm", "cgroup_id", "mntns", "syscall", "flags", "dfd",
-            "path", "ret", "errno", "latency_ns",
+            "path", "ret", "errno", "latency_ns", "abs_path", "pod_uid", "container_id", "actor", "match",
         ] {
             assert!(v.get(key).is_some(), "missing {key} in {line}");
         }
@@ -259,6 +324,15 @@ mod tests {
         assert_eq!(v["latency_ns"], 5000);
         assert_eq!(v["path"], "/var/lib/kubelet/pods/x");
         assert!(v.get("path_hex").is_none());
+        assert_eq!(v["abs_path"], "/var/lib/kubelet/pods/x");
+        assert_eq!(v["pod_uid"], "1b2c3d4e-0000-4000-8000-00000000000a");
+        assert_eq!(v["container_id"], Value::Null);
+        assert_eq!(v["path_area"], "volume");
+        assert_eq!(v["actor"]["role"], "kubelet");
+        assert_eq!(v["actor"]["comm"], "rmrf");
+        assert_eq!(v["actor"]["parent"], "bash");
+        assert_eq!(v["actor"]["exe"], "/usr/bin/kubelet");
+        assert_eq!(v["match"], serde_json::json!(["path"]));
         // RFC 3339 with nanoseconds, UTC.
         let ts = v["ts"].as_str().unwrap();
         assert!(ts.ends_with('Z') && ts.len() == "2026-01-01T00:00:00.000000000Z".len(), "{ts}");
@@ -269,8 +343,10 @@ mod tests {
     fn success_has_null_errno_and_numeric_dfd() {
         let mut e = event(Syscall::Unlinkat, 0, 0, b"f");
         e.dfd = 7;
-        let v: Value = serde_json::from_str(&event_json(&e)).unwrap();
+        let v: Value = serde_json::from_str(&json(&e)).unwrap();
         assert_eq!(v["errno"], Value::Null);
+        assert_eq!(v["abs_path"], Value::Null, "relative path, no base directory");
+        assert!(v["abs_path_error"].is_string());
         assert_eq!(v["dfd"], 7);
         assert_eq!(v["flags"], serde_json::json!([]));
     }
@@ -278,18 +354,20 @@ mod tests {
     #[test]
     fn non_utf8_paths_are_kept_exactly() {
         let raw = b"/tmp/a\xffb\nc";
-        let v: Value = serde_json::from_str(&event_json(&event(Syscall::Unlink, 0, 0, raw))).unwrap();
+        let v: Value = serde_json::from_str(&json(&event(Syscall::Unlink, 0, 0, raw))).unwrap();
         assert_eq!(v["path_hex"], hex(raw));
+        assert_eq!(v["abs_path_hex"], hex(raw));
         assert_eq!(escape_path(raw), "/tmp/a\\xffb\\nc");
         assert_eq!(escape_path("dir with space/é\\".as_bytes()), "dir with space/é\\\\");
     }
 
     #[test]
     fn text_line_reads_plainly() {
-        let line = event_text(&event(Syscall::Umount2, -16, 2, b"/mnt/vol"));
+        let e = event(Syscall::Umount2, -16, 2, b"/mnt/vol");
+        let line = event_text(&e, &identity(&e));
         assert!(line.contains("umount2(MNT_DETACH)"), "{line}");
         assert!(line.contains("EBUSY"), "{line}");
-        assert!(line.contains("rmrf[10] <- bash[9]"), "{line}");
+        assert!(line.contains("kubelet[10] <- bash[9] pod=1b2c3d4e-0000-4000-8000-00000000000a"), "{line}");
         assert!(line.ends_with("/mnt/vol"), "{line}");
         assert_eq!(latency_text(5_000), "5000ns");
         assert_eq!(latency_text(2_500_000_000), "2.5s");

@@ -4,22 +4,75 @@
 //! tracer is dropped.
 
 use std::io::{BufWriter, ErrorKind, Write};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
+
+use podstuck_common::{KernelFilter, Syscall};
 
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::collect::Tracer;
-use crate::event::{CallEvent, DecodeError};
+use crate::event::{syscall_name, CallEvent, DecodeError};
+use crate::identify::pod::PodUid;
+use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
 use crate::output::{end_json, end_text, event_json, event_text, rfc3339, start_json, StartLine};
 use crate::preflight::{problems, NodeFacts, Problem};
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct WatchOptions {
     /// JSON lines instead of text.
     pub json: bool,
     /// Stop by itself after this long.
     pub duration: Option<Duration>,
+    /// Follow these pods only; empty = the whole node.
+    pub pods: Vec<PodUid>,
+    pub kubelet_root: PathBuf,
+    /// Failed calls only (decided in the kernel).
+    pub errors_only: bool,
+    /// These syscalls only (decided in the kernel); empty = all four.
+    pub syscalls: Vec<Syscall>,
+}
+
+impl Default for WatchOptions {
+    fn default() -> WatchOptions {
+        WatchOptions {
+            json: false,
+            duration: None,
+            pods: Vec::new(),
+            kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
+            errors_only: false,
+            syscalls: Vec::new(),
+        }
+    }
+}
+
+impl WatchOptions {
+    fn kernel_filter(&self) -> KernelFilter {
+        let syscalls = if self.syscalls.is_empty() { &Syscall::ALL[..] } else { &self.syscalls[..] };
+        KernelFilter {
+            syscalls: syscalls.iter().fold(0, |mask, s| mask | 1 << *s as u32),
+            errors_only: self.errors_only as u32,
+        }
+    }
+
+    /// "the whole node" or "pod <uid>, pod <uid>"; plus the kernel filters.
+    fn scope(&self) -> String {
+        let mut scope = if self.pods.is_empty() {
+            "the whole node".to_string()
+        } else {
+            self.pods.iter().map(|p| format!("pod {p}")).collect::<Vec<_>>().join(", ")
+        };
+        if self.errors_only {
+            scope.push_str(", failed calls only");
+        }
+        scope
+    }
+
+    fn syscall_names(&self) -> Vec<&'static str> {
+        let syscalls = if self.syscalls.is_empty() { &Syscall::ALL[..] } else { &self.syscalls[..] };
+        syscalls.iter().map(|s| syscall_name(*s)).collect()
+    }
 }
 
 /// The node cannot run podstuck; each problem says what to do.
@@ -35,10 +88,21 @@ impl std::fmt::Display for NodeNotReady {
 
 impl std::error::Error for NodeNotReady {}
 
-fn write_event(out: &mut impl Write, json: bool, decoded: Result<CallEvent, DecodeError>) -> std::io::Result<()> {
+/// Identifies one decoded record and prints it if the pod filter admits it.
+fn write_event(
+    out: &mut impl Write,
+    json: bool,
+    identifier: &mut Identifier,
+    filter: &PodFilter,
+    decoded: Result<CallEvent, DecodeError>,
+) -> std::io::Result<()> {
     match decoded {
         Ok(event) => {
-            let line = if json { event_json(&event) } else { event_text(&event) };
+            let identity = identifier.identify(&event);
+            if !filter.admits(&identity) {
+                return Ok(());
+            }
+            let line = if json { event_json(&event, &identity) } else { event_text(&event, &identity) };
             writeln!(out, "{line}")
         }
         // Counted in the totals; said once here so it is never silent.
@@ -56,7 +120,18 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
     if !found.is_empty() {
         return Err(NodeNotReady(found).into());
     }
-    let mut tracer = Tracer::start()?;
+    let filter = PodFilter::new(options.pods.iter().cloned());
+    let mut identifier = Identifier::new(NodeLayout::of_this_node(options.kubelet_root.clone()));
+    if !options.kubelet_root.is_dir() {
+        eprintln!(
+            "podstuck: kubelet root {} not found: pods are recognised by cgroup and container only (set --kubelet-root if kubelet runs with --root-dir)",
+            options.kubelet_root.display()
+        );
+    }
+    for uid in filter.pods_not_on_node(&options.kubelet_root) {
+        eprintln!("podstuck: pod {uid} has no directory under {}/pods on this node; watching for it anyway", options.kubelet_root.display());
+    }
+    let mut tracer = Tracer::start(options.kernel_filter())?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let json = options.json;
 
@@ -67,13 +142,20 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
         kernel: facts.kernel_release.clone(),
         pid: std::process::id(),
         program_ids: tracer.program_ids().to_vec(),
+        pods: options.pods.clone(),
+        kubelet_root: options.kubelet_root.to_string_lossy().into_owned(),
+        syscalls: options.syscall_names(),
+        errors_only: options.errors_only,
     };
     if json {
         writeln!(out, "{}", start_json(&start))?;
     } else {
         eprintln!(
-            "podstuck {}: tracing unlinkat, unlink, rmdir and umount2 on the whole node (kernel {}); Ctrl-C to stop",
-            start.version, start.kernel
+            "podstuck {}: tracing {} on {} (kernel {}); Ctrl-C to stop",
+            start.version,
+            start.syscalls.join(", "),
+            options.scope(),
+            start.kernel
         );
     }
     out.flush()?;
@@ -85,7 +167,7 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
 
     let stopped_by = loop {
         tokio::select! {
-            batch = tracer.next_batch(|e| write_event(&mut out, json, e)) => {
+            batch = tracer.next_batch(|e| write_event(&mut out, json, &mut identifier, &filter, e)) => {
                 let flushed = batch.and_then(|()| out.flush());
                 match flushed {
                     Ok(()) => {}
@@ -101,7 +183,7 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
     };
 
     let finish = (|| -> Result<()> {
-        tracer.drain(&mut |e| write_event(&mut out, json, e))?;
+        tracer.drain(&mut |e| write_event(&mut out, json, &mut identifier, &filter, e))?;
         let totals = tracer.totals()?;
         let end = if json { end_json(&totals, stopped_by) } else { end_text(&totals, stopped_by) };
         writeln!(out, "{end}")?;

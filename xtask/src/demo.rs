@@ -156,7 +156,13 @@ pub fn run(podstuck: &Path) -> Result<()> {
     eprintln!("demo: built a throwaway node under {}: pod {POD_UID} with a CSI volume still mounted,", lab.root.display());
     eprintln!("demo: a container rootfs held open, an immutable file in an image layer, a leaked volume of {LEAKED_DIRS} dirs");
 
-    let mut watch = Command::new(podstuck).arg("watch").stderr(Stdio::piped()).spawn().context("starting podstuck")?;
+    let mut watch = Command::new(podstuck)
+        .arg("watch")
+        .arg("--kubelet-root")
+        .arg(lab.root.join("kubelet"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting podstuck")?;
     // Wait for podstuck's banner: it is attached once it has printed it.
     let mut banner = BufReader::new(watch.stderr.take().unwrap());
     let mut line = String::new();

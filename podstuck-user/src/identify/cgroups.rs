@@ -1,0 +1,444 @@
+//! Turns the cgroup id the kernel programs record for a task
+//! (`bpf_get_current_cgroup_id()`, a cgroup v2 inode number) into the
+//! cgroup's path, so that a call made from inside a pod can be tied to it,
+//! and finds the pod of a container id from the cgroup tree.
+//!
+//! Where cgroup v2 is mounted differs between nodes (`/sys/fs/cgroup`,
+//! `/sys/fs/cgroup/unified` on hybrid hosts, nowhere on v1-only hosts), so
+//! it is read from mountinfo, never assumed. This module reads the cgroup
+//! tree but never changes it; what a path means is `pod`'s business.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::pod::{clues_from_cgroup, ContainerId, PodUid};
+
+/// How deep [`CgroupIndex::rescan`] walks. Kubernetes cgroups are at most
+/// five levels down; the bound only stops a pathological tree.
+const MAX_DEPTH: usize = 32;
+
+/// Where the cgroup v2 hierarchy is mounted, read from a mountinfo text
+/// (e.g. `/proc/self/mountinfo`): the mount point of the first `cgroup2`
+/// filesystem. Modern nodes: `/sys/fs/cgroup`; hybrid: `/sys/fs/cgroup/unified`;
+/// v1-only: `None`.
+///
+/// A mount of the whole hierarchy (mountinfo root `/`) is preferred over a
+/// bind mount of a sub-tree, whose paths would not be relative to the
+/// hierarchy root.
+pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
+    let mut first = None;
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // Optional fields (shared:N ...) end at a lone "-", then fs type.
+        let Some(dash) = fields.iter().skip(6).position(|f| *f == "-") else {
+            continue;
+        };
+        if fields.get(6 + dash + 1) != Some(&"cgroup2") {
+            continue;
+        }
+        let (root, mount_point) = (fields[3], unescape_mountinfo(fields[4]));
+        if root == "/" {
+            return Some(mount_point);
+        }
+        first.get_or_insert(mount_point);
+    }
+    first
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo` octal.
+fn unescape_mountinfo(field: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).filter(|d| {
+            bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)) && d[0] <= b'3'
+        });
+        match octal {
+            Some(d) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// Maps cgroup v2 ids (the inode number of a cgroup directory, what
+/// `bpf_get_current_cgroup_id` returns) to paths relative to the hierarchy
+/// root (`/` for the root, `/kubepods.slice/...` etc.).
+#[derive(Debug)]
+pub struct CgroupIndex {
+    root: PathBuf,
+    by_id: HashMap<u64, String>,
+    last_scan: Option<Instant>,
+    min_rescan_interval: Duration,
+}
+
+impl CgroupIndex {
+    /// An empty index over the hierarchy mounted at `root`; the first lookup
+    /// fills it.
+    pub fn new(root: PathBuf) -> CgroupIndex {
+        CgroupIndex {
+            root,
+            by_id: HashMap::new(),
+            last_scan: None,
+            min_rescan_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// How often a lookup miss may rescan: a miss for a task that has
+    /// already exited would otherwise walk the tree on every event.
+    pub fn set_min_rescan_interval(&mut self, interval: Duration) {
+        self.min_rescan_interval = interval;
+    }
+
+    /// Walks the hierarchy (directories only, no symlinks followed, at most
+    /// 32 levels, not into other filesystems) and rebuilds the map.
+    /// Unreadable directories are skipped.
+    pub fn rescan(&mut self) {
+        self.last_scan = Some(Instant::now());
+        self.by_id.clear();
+        // The mount point itself may be reached through a symlink; below
+        // it nothing is followed.
+        let Ok(meta) = std::fs::metadata(&self.root) else {
+            return;
+        };
+        // Inode numbers are only unique within one filesystem.
+        let dev = meta.dev();
+        self.by_id.insert(meta.ino(), "/".to_string());
+        let mut pending: Vec<(PathBuf, String, usize)> =
+            vec![(self.root.clone(), String::new(), 0)];
+        while let Some((dir, rel, depth)) = pending.pop() {
+            if depth >= MAX_DEPTH {
+                continue;
+            }
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+                    continue;
+                };
+                if !meta.is_dir() || meta.dev() != dev {
+                    continue;
+                }
+                // cgroup names are chosen by systemd and kubelet and are
+                // UTF-8 in practice; a stray byte only spoils the display.
+                let child = format!("{rel}/{}", entry.file_name().to_string_lossy());
+                self.by_id.insert(meta.ino(), child.clone());
+                pending.push((entry.path(), child, depth + 1));
+            }
+        }
+    }
+
+    /// The path of a cgroup id; on a miss, rescans at most once per
+    /// `min_rescan_interval` (default 1 s) and looks again: new pods
+    /// create cgroups all the time.
+    pub fn path_of(&mut self, id: u64) -> Option<String> {
+        if let Some(path) = self.by_id.get(&id) {
+            return Some(path.clone());
+        }
+        if !self.rescan_due() {
+            return None;
+        }
+        self.rescan();
+        self.by_id.get(&id).cloned()
+    }
+
+    /// The pod whose cgroup tree holds the container: the cgroup directory
+    /// with a path segment containing the id (`cri-containerd-<cid>.scope`,
+    /// `.../pod<uid>/<cid>`), read with [`clues_from_cgroup`]. Rescans once
+    /// on a miss, rate-limited like [`CgroupIndex::path_of`].
+    pub fn pod_of_container(&mut self, id: &ContainerId) -> Option<PodUid> {
+        if let Some(found) = self.find_container(id) {
+            return found;
+        }
+        if !self.rescan_due() {
+            return None;
+        }
+        self.rescan();
+        self.find_container(id).flatten()
+    }
+
+    /// `None` when no cgroup names the container; `Some(None)` when one
+    /// does but it is not in a pod (rescanning would not change that).
+    fn find_container(&self, id: &ContainerId) -> Option<Option<PodUid>> {
+        let mut found = None;
+        for path in self.by_id.values() {
+            if !path.split('/').any(|seg| seg.contains(id.as_str())) {
+                continue;
+            }
+            match clues_from_cgroup(path).0 {
+                Some(pod) => return Some(Some(pod)),
+                None => found = Some(None),
+            }
+        }
+        found
+    }
+
+    fn rescan_due(&self) -> bool {
+        self.last_scan
+            .is_none_or(|at| at.elapsed() >= self.min_rescan_interval)
+    }
+
+    /// The directory the index walks.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// For v1-only hosts: reads `/proc/<pid>/cgroup` text and returns the path of
+/// the most useful hierarchy for [`clues_from_cgroup`]: the `name=systemd`
+/// one (it mirrors the systemd driver's slices), else the first with `pids`
+/// or `memory` (the controllers kubelet always sets up), else the v2 path
+/// (`0::...`) if that is all there is.
+pub fn v1_cgroup_path(proc_pid_cgroup: &str) -> Option<String> {
+    let mut by_controller = None;
+    let mut unified = None;
+    for line in proc_pid_cgroup.lines() {
+        // The path is last and may itself contain ':'.
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if path.is_empty() {
+            continue;
+        }
+        let mut names = controllers.split(',');
+        if names.clone().any(|c| c == "name=systemd") {
+            return Some(path.to_string());
+        }
+        if by_controller.is_none() && names.any(|c| c == "pids" || c == "memory") {
+            by_controller = Some(path.to_string());
+        }
+        if id == "0" && controllers.is_empty() && unified.is_none() {
+            unified = Some(path.to_string());
+        }
+    }
+    by_controller.or(unified)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d";
+    const UID_: &str = "1b2c3d4e_5f60_4a7b_8c9d_0e1f2a3b4c5d";
+    const CID: &str = "4f2a1c0d9e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a29";
+    const OTHER_CID: &str = "99999c0d9e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a29";
+
+    /// A directory under the system temp dir, removed when dropped (also
+    /// when a test fails).
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            use std::sync::atomic::{AtomicUsize, Ordering};
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!(
+                "podstuck-cgroups-{name}-{}-{n}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        fn mkdir(&self, rel: &str) -> u64 {
+            let path = self.0.join(rel.trim_start_matches('/'));
+            std::fs::create_dir_all(&path).unwrap();
+            std::fs::metadata(&path).unwrap().ino()
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn pod_scope() -> String {
+        format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope"
+        )
+    }
+
+    #[test]
+    fn finds_the_cgroup2_mount_on_modern_hybrid_and_v1_nodes() {
+        let modern = "\
+25 1 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+35 25 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate
+";
+        assert_eq!(cgroup2_mount(modern), Some(PathBuf::from("/sys/fs/cgroup")));
+
+        let hybrid = "\
+35 25 0:30 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+36 35 0:31 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+37 35 0:32 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+";
+        assert_eq!(
+            cgroup2_mount(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+
+        let v1_only = "\
+35 25 0:30 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+37 35 0:32 / /sys/fs/cgroup/systemd rw,nosuid - cgroup cgroup rw,xattr,name=systemd
+38 35 0:33 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
+";
+        assert_eq!(cgroup2_mount(v1_only), None);
+        assert_eq!(cgroup2_mount(""), None);
+        assert_eq!(cgroup2_mount("garbage\n1 2 3\n"), None);
+    }
+
+    #[test]
+    fn cgroup2_mount_prefers_the_whole_hierarchy_and_unescapes_the_path() {
+        let text = "\
+90 80 0:30 /kubepods.slice /host/pods rw - cgroup2 cgroup2 rw
+91 80 0:30 / /host/cgroup\\040v2 rw master:9 - cgroup2 cgroup2 rw
+";
+        assert_eq!(cgroup2_mount(text), Some(PathBuf::from("/host/cgroup v2")));
+        let only_sub_tree = "90 80 0:30 /kubepods.slice /host/pods rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount(only_sub_tree),
+            Some(PathBuf::from("/host/pods"))
+        );
+        // "cgroup2" as a source or option is not the fs type.
+        let not_v2 = "91 80 0:30 / /x rw - tmpfs cgroup2 rw\n";
+        assert_eq!(cgroup2_mount(not_v2), None);
+    }
+
+    #[test]
+    fn index_maps_inode_numbers_to_paths_relative_to_the_root() {
+        let tmp = TempDir::new("index");
+        let root_id = std::fs::metadata(&tmp.0).unwrap().ino();
+        let slice_id = tmp.mkdir("/kubepods.slice");
+        let scope_id = tmp.mkdir(&pod_scope());
+        std::fs::write(tmp.0.join("cgroup.procs"), "").unwrap();
+        std::os::unix::fs::symlink(tmp.0.join("kubepods.slice"), tmp.0.join("link")).unwrap();
+
+        let mut index = CgroupIndex::new(tmp.0.clone());
+        assert_eq!(index.root(), tmp.0.as_path());
+        assert_eq!(index.path_of(root_id).as_deref(), Some("/"));
+        assert_eq!(index.path_of(slice_id).as_deref(), Some("/kubepods.slice"));
+        assert_eq!(index.path_of(scope_id), Some(pod_scope()));
+        let file_id = std::fs::metadata(tmp.0.join("cgroup.procs")).unwrap().ino();
+        assert_eq!(index.path_of(file_id), None, "files are not cgroups");
+        // The symlink was not followed: every path is its real one.
+        assert!(index.by_id.values().all(|p| !p.starts_with("/link")));
+    }
+
+    #[test]
+    fn index_rescans_on_a_miss_but_not_more_than_the_interval_allows() {
+        let tmp = TempDir::new("rate");
+        let mut index = CgroupIndex::new(tmp.0.clone());
+        index.set_min_rescan_interval(Duration::from_secs(3600));
+        assert_eq!(index.path_of(u64::MAX), None); // first scan happens here
+        let new_id = tmp.mkdir("/kubepods.slice/new.slice");
+        assert_eq!(index.path_of(new_id), None, "rescanned too soon");
+        index.set_min_rescan_interval(Duration::ZERO);
+        assert_eq!(
+            index.path_of(new_id).as_deref(),
+            Some("/kubepods.slice/new.slice")
+        );
+        // An explicit rescan ignores the interval and drops what is gone.
+        index.set_min_rescan_interval(Duration::from_secs(3600));
+        std::fs::remove_dir(tmp.0.join("kubepods.slice/new.slice")).unwrap();
+        index.rescan();
+        assert_eq!(index.path_of(new_id), None);
+    }
+
+    #[test]
+    fn index_walk_is_bounded_in_depth_and_survives_a_missing_root() {
+        let tmp = TempDir::new("depth");
+        let deep: String = (0..40).map(|i| format!("/d{i}")).collect();
+        tmp.mkdir(&deep);
+        let mut index = CgroupIndex::new(tmp.0.clone());
+        index.rescan();
+        let max = index.by_id.values().map(|p| p.matches('/').count()).max();
+        assert_eq!(max, Some(MAX_DEPTH));
+
+        let mut gone = CgroupIndex::new(tmp.0.join("does-not-exist"));
+        gone.rescan();
+        assert_eq!(gone.path_of(1), None);
+    }
+
+    #[test]
+    fn finds_the_pod_of_a_container_in_either_driver_layout() {
+        let tmp = TempDir::new("containers");
+        tmp.mkdir(&pod_scope());
+        let mut index = CgroupIndex::new(tmp.0.clone());
+        let cid = ContainerId::parse(CID).unwrap();
+        let uid = PodUid::parse(UID).unwrap();
+        assert_eq!(index.pod_of_container(&cid), Some(uid.clone()));
+
+        let tmp = TempDir::new("cgroupfs");
+        tmp.mkdir(&format!("/kubepods/besteffort/pod{UID}/{CID}"));
+        let mut index = CgroupIndex::new(tmp.0.clone());
+        assert_eq!(index.pod_of_container(&cid), Some(uid));
+    }
+
+    #[test]
+    fn pod_of_container_misses_unknown_and_podless_containers() {
+        let tmp = TempDir::new("podless");
+        tmp.mkdir(&format!("/system.slice/docker-{CID}.scope"));
+        tmp.mkdir(&format!("/kubepods.slice/kubepods-pod{UID_}.slice"));
+        let mut index = CgroupIndex::new(tmp.0.clone());
+        index.set_min_rescan_interval(Duration::from_secs(3600));
+        let cid = ContainerId::parse(CID).unwrap();
+        assert_eq!(index.pod_of_container(&cid), None);
+        let other = ContainerId::parse(OTHER_CID).unwrap();
+        assert_eq!(index.pod_of_container(&other), None);
+
+        // A container that appears later is found once a rescan is allowed.
+        tmp.mkdir(&format!(
+            "/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{OTHER_CID}.scope"
+        ));
+        assert_eq!(index.pod_of_container(&other), None, "rescanned too soon");
+        index.set_min_rescan_interval(Duration::ZERO);
+        assert_eq!(
+            index.pod_of_container(&other),
+            Some(PodUid::parse(UID).unwrap())
+        );
+    }
+
+    #[test]
+    fn v1_cgroup_path_prefers_systemd_then_pids_or_memory() {
+        let scope = pod_scope();
+        let text = format!(
+            "12:cpu,cpuacct:/kubepods/x\n11:memory:/kubepods/mem\n1:name=systemd:{scope}\n0::/\n"
+        );
+        assert_eq!(v1_cgroup_path(&text), Some(scope));
+        let text = "12:cpu,cpuacct:/a\n7:pids:/kubepods/pids\n6:memory:/kubepods/mem\n";
+        assert_eq!(v1_cgroup_path(text).as_deref(), Some("/kubepods/pids"));
+        let text = "12:cpu,cpuacct:/a\n6:memory:/kubepods/mem\n";
+        assert_eq!(v1_cgroup_path(text).as_deref(), Some("/kubepods/mem"));
+        // Paths may contain ':'.
+        let text = "1:name=systemd:/odd:name\n";
+        assert_eq!(v1_cgroup_path(text).as_deref(), Some("/odd:name"));
+    }
+
+    #[test]
+    fn v1_cgroup_path_near_misses() {
+        // "memory" must be a whole controller name.
+        assert_eq!(v1_cgroup_path("5:memoryx:/a\n4:name=systemdx:/b\n"), None);
+        assert_eq!(v1_cgroup_path("12:cpu:/a\n"), None);
+        assert_eq!(v1_cgroup_path(""), None);
+        assert_eq!(v1_cgroup_path("garbage\n"), None);
+        // A v2-only host still yields its one path.
+        assert_eq!(
+            v1_cgroup_path("0::/kubepods.slice/x\n").as_deref(),
+            Some("/kubepods.slice/x")
+        );
+    }
+}

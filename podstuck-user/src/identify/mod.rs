@@ -1,0 +1,391 @@
+//! Identify: ties each call to the pod it concerns and names its actor.
+//!
+//! The processes that tear a pod down (kubelet, the runtime, shims, runc,
+//! CSI plugins) are not inside the pod, so a call concerns pod X when its
+//! path names X (kubelet's tree, a pod cgroup, a container of X), or when
+//! the caller itself runs in X's cgroup. Both are checked; the path wins
+//! when they disagree, because it says what was acted on.
+//!
+//! Reads node state (the cgroup tree, docker's layer metadata,
+//! `/proc/<pid>/exe`) through small caches; never changes anything.
+
+pub mod actor;
+pub mod cgroups;
+pub mod docker;
+pub mod pod;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::event::CallEvent;
+use actor::{describe, role_of, Role};
+use cgroups::{cgroup2_mount, v1_cgroup_path, CgroupIndex};
+use docker::{DockerLayers, DEFAULT_DOCKER_ROOT};
+use pod::{clues_from_cgroup, clues_from_path, ContainerId, PathArea, PodUid};
+
+/// Where kubelet keeps pods unless told otherwise (`--root-dir`).
+pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
+
+/// Caches stay small on a busy node: cleared when full, refilled on demand.
+const CACHE_LIMIT: usize = 4096;
+
+/// Who made a call, as a person reads it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Actor {
+    pub comm: String,
+    /// The executable, when it could still be read (short-lived helpers
+    /// such as `umount` may be gone by then).
+    pub exe: Option<String>,
+    pub parent: String,
+    pub role: Role,
+    /// "kubelet", or "umount (child of kubelet)".
+    pub description: String,
+}
+
+/// Why an event was tied to its pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MatchReason {
+    /// The path lies in the pod's kubelet tree or cgroup.
+    Path,
+    /// The path names a container of the pod.
+    Container,
+    /// The caller runs in the pod's cgroup.
+    Cgroup,
+}
+
+/// What podstuck knows of a call beyond its arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub abs_path: Result<Vec<u8>, &'static str>,
+    pub pod_uid: Option<PodUid>,
+    pub path_area: Option<PathArea>,
+    pub container_id: Option<ContainerId>,
+    pub actor: Actor,
+    pub matched: Vec<MatchReason>,
+}
+
+/// Where on this node to look.
+#[derive(Clone, Debug)]
+pub struct NodeLayout {
+    pub kubelet_root: PathBuf,
+    pub docker_root: PathBuf,
+    /// The cgroup v2 mount; None on v1-only hosts.
+    pub cgroup2_root: Option<PathBuf>,
+    /// Where `<pid>/exe` and `<pid>/cgroup` are read.
+    pub proc_root: PathBuf,
+}
+
+impl NodeLayout {
+    /// This node: the given kubelet root, docker's default root, the cgroup
+    /// v2 mount found in mountinfo.
+    pub fn of_this_node(kubelet_root: PathBuf) -> NodeLayout {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        NodeLayout {
+            kubelet_root,
+            docker_root: PathBuf::from(DEFAULT_DOCKER_ROOT),
+            cgroup2_root: cgroup2_mount(&mountinfo),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// Turns events into identities, keeping what it learned of the node.
+pub struct Identifier {
+    kubelet_roots: Vec<PathBuf>,
+    cgroups: Option<CgroupIndex>,
+    docker: DockerLayers,
+    proc_root: PathBuf,
+    exes: HashMap<u32, Option<String>>,
+    container_pods: HashMap<ContainerId, Option<PodUid>>,
+}
+
+impl Identifier {
+    pub fn new(layout: NodeLayout) -> Identifier {
+        // A symlinked kubelet root is matched in both spellings: callers may
+        // use either, and the kernel reports what they passed or walked.
+        let mut kubelet_roots = vec![layout.kubelet_root.clone()];
+        if let Ok(real) = std::fs::canonicalize(&layout.kubelet_root) {
+            if real != layout.kubelet_root {
+                kubelet_roots.push(real);
+            }
+        }
+        Identifier {
+            kubelet_roots,
+            cgroups: layout.cgroup2_root.map(CgroupIndex::new),
+            docker: DockerLayers::new(layout.docker_root),
+            proc_root: layout.proc_root,
+            exes: HashMap::new(),
+            container_pods: HashMap::new(),
+        }
+    }
+
+    pub fn kubelet_roots(&self) -> &[PathBuf] {
+        &self.kubelet_roots
+    }
+
+    fn exe_of(&mut self, pid: u32) -> Option<String> {
+        if self.exes.len() >= CACHE_LIMIT {
+            self.exes.clear();
+        }
+        let proc_root = &self.proc_root;
+        self.exes
+            .entry(pid)
+            .or_insert_with(|| {
+                std::fs::read_link(proc_root.join(pid.to_string()).join("exe"))
+                    .ok()
+                    .map(|p| p.to_string_lossy().into_owned())
+            })
+            .clone()
+    }
+
+    fn pod_of_container(&mut self, container: &ContainerId) -> Option<PodUid> {
+        if let Some(known) = self.container_pods.get(container) {
+            return known.clone();
+        }
+        let found = self.cgroups.as_mut().and_then(|c| c.pod_of_container(container));
+        if self.container_pods.len() >= CACHE_LIMIT {
+            self.container_pods.clear();
+        }
+        // A miss is remembered too only once found: a container's cgroup
+        // may simply not exist yet.
+        if found.is_some() {
+            self.container_pods.insert(container.clone(), found.clone());
+        }
+        found
+    }
+
+    /// The caller's cgroup path: from the v2 id, or on v1-only hosts from
+    /// `/proc/<pid>/cgroup` (racy for short-lived tasks, the best there is).
+    fn caller_cgroup(&mut self, event: &CallEvent) -> Option<String> {
+        match self.cgroups.as_mut() {
+            Some(index) => index.path_of(event.cgroup_id),
+            None => {
+                let text = std::fs::read_to_string(self.proc_root.join(event.pid.to_string()).join("cgroup")).ok()?;
+                v1_cgroup_path(&text)
+            }
+        }
+    }
+
+    pub fn identify(&mut self, event: &CallEvent) -> Identity {
+        let abs_path = event.abs_path();
+        let clues = match &abs_path {
+            Ok(path) => clues_from_path(path, &self.kubelet_roots),
+            Err(_) => Default::default(),
+        };
+        let mut matched = Vec::new();
+        let mut pod_uid = None;
+        let mut path_area = None;
+        if let Some((uid, area)) = clues.pod {
+            pod_uid = Some(uid);
+            path_area = Some(area);
+            matched.push(MatchReason::Path);
+        }
+        let mut container_id = clues.container;
+        if container_id.is_none() {
+            if let Some(layer) = &clues.docker_layer {
+                container_id = self.docker.container_of_layer(layer);
+            }
+        }
+        if let Some(container) = container_id.clone() {
+            if let Some(uid) = self.pod_of_container(&container) {
+                if pod_uid.is_none() || pod_uid.as_ref() == Some(&uid) {
+                    pod_uid = Some(uid);
+                    matched.push(MatchReason::Container);
+                }
+            }
+        }
+        if let Some(cgroup) = self.caller_cgroup(event) {
+            let (caller_pod, caller_container) = clues_from_cgroup(&cgroup);
+            if let Some(uid) = caller_pod {
+                if pod_uid.is_none() || pod_uid.as_ref() == Some(&uid) {
+                    pod_uid = Some(uid);
+                    matched.push(MatchReason::Cgroup);
+                }
+            }
+            if container_id.is_none() && matched.contains(&MatchReason::Cgroup) {
+                container_id = caller_container;
+            }
+        }
+        let exe = self.exe_of(event.pid);
+        let role = role_of(&event.comm, exe.as_deref(), &event.pcomm);
+        let actor = Actor {
+            description: describe(&event.comm, &event.pcomm, role),
+            comm: event.comm.clone(),
+            exe,
+            parent: event.pcomm.clone(),
+            role,
+        };
+        Identity { abs_path, pod_uid, path_area, container_id, actor, matched }
+    }
+}
+
+/// Which pods a watch follows: `--pod`, repeatable; none means the node.
+#[derive(Clone, Debug, Default)]
+pub struct PodFilter {
+    pods: BTreeSet<PodUid>,
+}
+
+impl PodFilter {
+    pub fn new(pods: impl IntoIterator<Item = PodUid>) -> PodFilter {
+        PodFilter { pods: pods.into_iter().collect() }
+    }
+
+    pub fn is_whole_node(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &PodUid> {
+        self.pods.iter()
+    }
+
+    /// Whether an event with this identity belongs in the view.
+    pub fn admits(&self, identity: &Identity) -> bool {
+        self.pods.is_empty() || identity.pod_uid.as_ref().is_some_and(|uid| self.pods.contains(uid))
+    }
+
+    /// Pods asked for that have no directory under the kubelet root.
+    pub fn pods_not_on_node(&self, kubelet_root: &Path) -> Vec<PodUid> {
+        self.pods.iter().filter(|uid| !kubelet_root.join("pods").join(uid.as_str()).exists()).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{decode, tests::record_bytes, WallClock};
+    use podstuck_common::Syscall;
+    use std::os::unix::fs::MetadataExt;
+
+    const POD_A: &str = "1b2c3d4e-0000-4000-8000-00000000000a";
+    const POD_B: &str = "1b2c3d4e-0000-4000-8000-00000000000b";
+    const CID: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+    /// A fake node: a cgroup tree with pod B's slice and a container of A.
+    struct FakeNode {
+        dir: PathBuf,
+    }
+
+    impl FakeNode {
+        fn new(name: &str) -> FakeNode {
+            let dir = std::env::temp_dir().join(format!("podstuck-identify-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let slice_b = format!("cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", POD_B.replace('-', "_"));
+            let scope_a = format!("cgroup/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{CID}.scope", POD_A.replace('-', "_"));
+            std::fs::create_dir_all(dir.join(slice_b)).unwrap();
+            std::fs::create_dir_all(dir.join(scope_a)).unwrap();
+            std::fs::create_dir_all(dir.join("kubelet/pods").join(POD_A)).unwrap();
+            std::fs::create_dir_all(dir.join("proc")).unwrap();
+            FakeNode { dir }
+        }
+
+        fn identifier(&self) -> Identifier {
+            Identifier::new(NodeLayout {
+                kubelet_root: self.dir.join("kubelet"),
+                docker_root: self.dir.join("docker"),
+                cgroup2_root: Some(self.dir.join("cgroup")),
+                proc_root: self.dir.join("proc"),
+            })
+        }
+
+        fn cgroup_id_of_pod_b(&self) -> u64 {
+            let slice = format!(
+                "cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+                POD_B.replace('-', "_")
+            );
+            std::fs::metadata(self.dir.join(slice)).unwrap().ino()
+        }
+    }
+
+    impl Drop for FakeNode {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn event(path: &[u8], comm: &str, pcomm: &str, cgroup_id: u64) -> CallEvent {
+        let mut e = decode(&record_bytes(Syscall::Unlinkat, -16, 0x200, path), &WallClock::now()).unwrap();
+        e.comm = comm.into();
+        e.pcomm = pcomm.into();
+        e.cgroup_id = cgroup_id;
+        e
+    }
+
+    #[test]
+    fn a_kubelet_volume_path_names_its_pod() {
+        let node = FakeNode::new("volume");
+        let mut identifier = node.identifier();
+        let path = node.dir.join(format!("kubelet/pods/{POD_A}/volumes/kubernetes.io~csi/pv1/mount"));
+        let id = identifier.identify(&event(path.to_str().unwrap().as_bytes(), "kubelet", "systemd", 1));
+        assert_eq!(id.pod_uid.unwrap().as_str(), POD_A);
+        assert_eq!(id.path_area, Some(PathArea::Volume));
+        assert_eq!(id.matched, vec![MatchReason::Path]);
+        assert_eq!(id.actor.role, Role::Kubelet);
+        assert_eq!(id.actor.description, "kubelet");
+    }
+
+    #[test]
+    fn the_callers_cgroup_names_its_pod() {
+        let node = FakeNode::new("cgroup");
+        let mut identifier = node.identifier();
+        let id = identifier.identify(&event(b"/tmp/scratch", "rm", "sh", node.cgroup_id_of_pod_b()));
+        assert_eq!(id.pod_uid.unwrap().as_str(), POD_B);
+        assert_eq!(id.matched, vec![MatchReason::Cgroup]);
+    }
+
+    #[test]
+    fn the_path_wins_over_the_callers_cgroup() {
+        let node = FakeNode::new("disagree");
+        let mut identifier = node.identifier();
+        let path = node.dir.join(format!("kubelet/pods/{POD_A}/volumes/x"));
+        let id = identifier.identify(&event(path.to_str().unwrap().as_bytes(), "rm", "sh", node.cgroup_id_of_pod_b()));
+        assert_eq!(id.pod_uid.unwrap().as_str(), POD_A);
+        assert_eq!(id.matched, vec![MatchReason::Path]);
+    }
+
+    #[test]
+    fn a_container_path_is_tied_to_its_pod_through_the_cgroup_tree() {
+        let node = FakeNode::new("container");
+        let mut identifier = node.identifier();
+        let path = format!("/run/containerd/io.containerd.runtime.v2.task/k8s.io/{CID}/rootfs");
+        let id = identifier.identify(&event(path.as_bytes(), "containerd", "systemd", 1));
+        assert_eq!(id.container_id.unwrap().as_str(), CID);
+        assert_eq!(id.pod_uid.unwrap().as_str(), POD_A);
+        assert_eq!(id.matched, vec![MatchReason::Container]);
+        assert_eq!(id.actor.role, Role::Runtime);
+    }
+
+    #[test]
+    fn unrelated_calls_have_no_pod_and_the_umount_child_of_kubelet_is_kubelets() {
+        let node = FakeNode::new("none");
+        let mut identifier = node.identifier();
+        let id = identifier.identify(&event(b"/home/user/file", "umount", "kubelet", 1));
+        assert!(id.pod_uid.is_none());
+        assert!(id.matched.is_empty());
+        assert_eq!(id.actor.role, Role::Kubelet);
+        assert_eq!(id.actor.description, "umount (child of kubelet)");
+    }
+
+    #[test]
+    fn the_filter_admits_only_the_pods_asked_for() {
+        let node = FakeNode::new("filter");
+        let mut identifier = node.identifier();
+        let a = identifier.identify(&event(
+            node.dir.join(format!("kubelet/pods/{POD_A}/volumes/x")).to_str().unwrap().as_bytes(),
+            "kubelet",
+            "systemd",
+            1,
+        ));
+        let b = identifier.identify(&event(b"/tmp/x", "rm", "sh", node.cgroup_id_of_pod_b()));
+        let none = identifier.identify(&event(b"/tmp/y", "rm", "sh", 1));
+        let only_a = PodFilter::new([PodUid::parse(POD_A).unwrap()]);
+        assert!(only_a.admits(&a) && !only_a.admits(&b) && !only_a.admits(&none));
+        let node_wide = PodFilter::default();
+        assert!(node_wide.admits(&a) && node_wide.admits(&b) && node_wide.admits(&none));
+        assert_eq!(only_a.pods_not_on_node(&node.dir.join("kubelet")), vec![]);
+        let only_b = PodFilter::new([PodUid::parse(POD_B).unwrap()]);
+        assert_eq!(only_b.pods_not_on_node(&node.dir.join("kubelet")), vec![PodUid::parse(POD_B).unwrap()]);
+    }
+}
