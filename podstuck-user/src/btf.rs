@@ -188,7 +188,7 @@ impl Btf {
             bits += offset as u64;
             id = type_id;
         }
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             bail!("{name}.{} is a bitfield", path.join("."));
         }
         Ok(bits / 8)

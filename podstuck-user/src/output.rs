@@ -87,7 +87,7 @@ pub fn event_json(event: &CallEvent, identity: &Identity) -> String {
     let (path, path_hex) = json_path(&event.path);
     let (abs_path, abs_path_hex, abs_path_error) = match &identity.abs_path {
         Ok(abs) => {
-            let (text, hex) = json_path(&abs);
+            let (text, hex) = json_path(abs);
             (Some(text), hex, None)
         }
         Err(why) => (None, None, Some(*why)),
@@ -375,9 +375,7 @@ mod tests {
 
     #[test]
     fn end_line_counts_everything() {
-        let mut totals = RunTotals::default();
-        totals.events_seen = 3;
-        totals.events_lost = 2;
+        let mut totals = RunTotals { events_seen: 3, events_lost: 2, ..Default::default() };
         totals.calls.insert(Syscall::Rmdir, 5);
         let v: Value = serde_json::from_str(&end_json(&totals, Some("SIGINT"))).unwrap();
         assert_eq!(v["type"], "end");

@@ -265,6 +265,9 @@ pub fn sys_unlinkat(dirfd: i32, path: &CString, flags: i32) -> i32 {
     errno_of(unsafe { libc::syscall(libc::SYS_unlinkat, dirfd, path.as_ptr(), flags) })
 }
 
+// The kernel, not this process, reads the pointer: a bad one is the point
+// of some tests and yields EFAULT, never a crash.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn sys_unlink(path: *const libc::c_char) -> i32 {
     // SAFETY: the kernel validates the pointer (tests pass bad ones on purpose).
     errno_of(unsafe { libc::syscall(libc::SYS_unlink, path) })
@@ -312,5 +315,80 @@ pub fn program_loaded(id: u32) -> bool {
         true
     } else {
         false
+    }
+}
+
+/// A fresh pod UID, unique to this test run.
+pub fn new_pod_uid() -> String {
+    static SEQUENCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{nanos:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", std::process::id() & 0xffff, n & 0xfff, n >> 12, 0xfeed_0000_0000u64 + n as u64)
+}
+
+/// Directories made under a root that may already exist (the real
+/// /var/lib/kubelet on a node): removes, on drop, exactly what it created.
+pub struct CreatedDirs {
+    /// The top-most directory this guard created, removed with its content.
+    top: Option<PathBuf>,
+}
+
+impl CreatedDirs {
+    pub fn create(path: &Path) -> CreatedDirs {
+        let mut top = None;
+        for ancestor in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            if !ancestor.exists() {
+                std::fs::create_dir(ancestor).unwrap_or_else(|e| panic!("mkdir {}: {e}", ancestor.display()));
+                top.get_or_insert_with(|| ancestor.to_path_buf());
+            }
+        }
+        CreatedDirs { top }
+    }
+}
+
+impl Drop for CreatedDirs {
+    fn drop(&mut self) {
+        if let Some(top) = &self.top {
+            let _ = std::fs::remove_dir_all(top);
+        }
+    }
+}
+
+/// Where cgroup v2 is mounted on this machine (from mountinfo).
+pub fn cgroup2_root() -> PathBuf {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo
+        .lines()
+        .find(|l| l.contains(" - cgroup2 "))
+        .and_then(|l| l.split(' ').nth(4))
+        .map(PathBuf::from)
+        .expect("cgroup v2 is mounted")
+}
+
+/// Nested cgroups created for a test, removed deepest first on drop (after
+/// the tasks in them are gone; an emptied cgroup can take a moment).
+pub struct CgroupDirs(Vec<PathBuf>);
+
+impl CgroupDirs {
+    pub fn create(path: &Path) -> CgroupDirs {
+        let mut made = Vec::new();
+        for ancestor in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            if !ancestor.exists() {
+                std::fs::create_dir(ancestor).unwrap_or_else(|e| panic!("mkdir cgroup {}: {e}", ancestor.display()));
+                made.push(ancestor.to_path_buf());
+            }
+        }
+        CgroupDirs(made)
+    }
+}
+
+impl Drop for CgroupDirs {
+    fn drop(&mut self) {
+        for dir in self.0.iter().rev() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
 }
