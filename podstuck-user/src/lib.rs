@@ -15,3 +15,6 @@ pub mod identify;
 pub mod output;
 pub mod preflight;
 pub mod watch;
+
+#[cfg(test)]
+mod test_support;

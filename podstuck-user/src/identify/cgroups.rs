@@ -236,35 +236,13 @@ mod tests {
     const CID: &str = "4f2a1c0d9e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a29";
     const OTHER_CID: &str = "99999c0d9e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a29";
 
-    /// A directory under the system temp dir, removed when dropped (also
-    /// when a test fails).
-    struct TempDir(PathBuf);
+    use crate::test_support::TempDir;
 
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            use std::sync::atomic::{AtomicUsize, Ordering};
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!(
-                "podstuck-cgroups-{name}-{}-{n}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-
-        fn mkdir(&self, rel: &str) -> u64 {
-            let path = self.0.join(rel.trim_start_matches('/'));
-            std::fs::create_dir_all(&path).unwrap();
-            std::fs::metadata(&path).unwrap().ino()
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    /// Makes a cgroup-like directory and returns its id (inode number).
+    fn mkdir(tmp: &TempDir, rel: &str) -> u64 {
+        let path = tmp.0.join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::metadata(&path).unwrap().ino()
     }
 
     fn pod_scope() -> String {
@@ -322,8 +300,8 @@ mod tests {
     fn index_maps_inode_numbers_to_paths_relative_to_the_root() {
         let tmp = TempDir::new("index");
         let root_id = std::fs::metadata(&tmp.0).unwrap().ino();
-        let slice_id = tmp.mkdir("/kubepods.slice");
-        let scope_id = tmp.mkdir(&pod_scope());
+        let slice_id = mkdir(&tmp, "/kubepods.slice");
+        let scope_id = mkdir(&tmp, &pod_scope());
         std::fs::write(tmp.0.join("cgroup.procs"), "").unwrap();
         std::os::unix::fs::symlink(tmp.0.join("kubepods.slice"), tmp.0.join("link")).unwrap();
 
@@ -344,7 +322,7 @@ mod tests {
         let mut index = CgroupIndex::new(tmp.0.clone());
         index.set_min_rescan_interval(Duration::from_secs(3600));
         assert_eq!(index.path_of(u64::MAX), None); // first scan happens here
-        let new_id = tmp.mkdir("/kubepods.slice/new.slice");
+        let new_id = mkdir(&tmp, "/kubepods.slice/new.slice");
         assert_eq!(index.path_of(new_id), None, "rescanned too soon");
         index.set_min_rescan_interval(Duration::ZERO);
         assert_eq!(
@@ -362,7 +340,7 @@ mod tests {
     fn index_walk_is_bounded_in_depth_and_survives_a_missing_root() {
         let tmp = TempDir::new("depth");
         let deep: String = (0..40).map(|i| format!("/d{i}")).collect();
-        tmp.mkdir(&deep);
+        mkdir(&tmp, &deep);
         let mut index = CgroupIndex::new(tmp.0.clone());
         index.rescan();
         let max = index.by_id.values().map(|p| p.matches('/').count()).max();
@@ -376,14 +354,14 @@ mod tests {
     #[test]
     fn finds_the_pod_of_a_container_in_either_driver_layout() {
         let tmp = TempDir::new("containers");
-        tmp.mkdir(&pod_scope());
+        mkdir(&tmp, &pod_scope());
         let mut index = CgroupIndex::new(tmp.0.clone());
         let cid = ContainerId::parse(CID).unwrap();
         let uid = PodUid::parse(UID).unwrap();
         assert_eq!(index.pod_of_container(&cid), Some(uid.clone()));
 
         let tmp = TempDir::new("cgroupfs");
-        tmp.mkdir(&format!("/kubepods/besteffort/pod{UID}/{CID}"));
+        mkdir(&tmp, &format!("/kubepods/besteffort/pod{UID}/{CID}"));
         let mut index = CgroupIndex::new(tmp.0.clone());
         assert_eq!(index.pod_of_container(&cid), Some(uid));
     }
@@ -391,8 +369,8 @@ mod tests {
     #[test]
     fn pod_of_container_misses_unknown_and_podless_containers() {
         let tmp = TempDir::new("podless");
-        tmp.mkdir(&format!("/system.slice/docker-{CID}.scope"));
-        tmp.mkdir(&format!("/kubepods.slice/kubepods-pod{UID_}.slice"));
+        mkdir(&tmp, &format!("/system.slice/docker-{CID}.scope"));
+        mkdir(&tmp, &format!("/kubepods.slice/kubepods-pod{UID_}.slice"));
         let mut index = CgroupIndex::new(tmp.0.clone());
         index.set_min_rescan_interval(Duration::from_secs(3600));
         let cid = ContainerId::parse(CID).unwrap();
@@ -401,7 +379,7 @@ mod tests {
         assert_eq!(index.pod_of_container(&other), None);
 
         // A container that appears later is found once a rescan is allowed.
-        tmp.mkdir(&format!(
+        mkdir(&tmp, &format!(
             "/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{OTHER_CID}.scope"
         ));
         assert_eq!(index.pod_of_container(&other), None, "rescanned too soon");

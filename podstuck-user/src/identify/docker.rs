@@ -109,40 +109,21 @@ mod tests {
     const LAYER: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
     const LAYER2: &str = "0000c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
 
-    /// A fake docker root under the system temp dir, removed when dropped
-    /// (also when a test fails).
-    struct FakeDockerRoot(PathBuf);
+    use crate::test_support::TempDir;
 
-    impl FakeDockerRoot {
-        fn new(name: &str) -> FakeDockerRoot {
-            use std::sync::atomic::{AtomicUsize, Ordering};
-            static NEXT: AtomicUsize = AtomicUsize::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir()
-                .join(format!("podstuck-docker-{name}-{}-{n}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            FakeDockerRoot(dir)
-        }
-
-        fn add_mount(&self, container: &str, mount_id: &str) {
-            let dir = self.0.join("image/overlay2/layerdb/mounts").join(container);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("mount-id"), mount_id).unwrap();
-            std::fs::write(dir.join("init-id"), format!("{mount_id}-init")).unwrap();
-        }
-    }
-
-    impl Drop for FakeDockerRoot {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    /// What docker records for a container's read-write layer and its
+    /// `-init` sibling.
+    fn add_mount(root: &TempDir, container: &str, mount_id: &str) {
+        let dir = root.0.join("image/overlay2/layerdb/mounts").join(container);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("mount-id"), mount_id).unwrap();
+        std::fs::write(dir.join("init-id"), format!("{mount_id}-init")).unwrap();
     }
 
     #[test]
     fn finds_the_container_of_a_layer_and_of_its_init_sibling() {
-        let root = FakeDockerRoot::new("found");
-        root.add_mount(CID, LAYER);
+        let root = TempDir::new("found");
+        add_mount(&root, CID, LAYER);
         let mut layers = DockerLayers::new(root.0.clone());
         let cid = ContainerId::parse(CID).unwrap();
         assert_eq!(layers.container_of_layer(LAYER), Some(cid.clone()));
@@ -154,11 +135,11 @@ mod tests {
 
     #[test]
     fn unknown_layers_and_malformed_metadata_name_no_container() {
-        let root = FakeDockerRoot::new("malformed");
-        root.add_mount("not-a-container-id", LAYER);
-        root.add_mount(&CID.to_uppercase(), LAYER);
-        root.add_mount(CID, "garbage");
-        root.add_mount(CID2, &LAYER2.to_uppercase());
+        let root = TempDir::new("malformed");
+        add_mount(&root, "not-a-container-id", LAYER);
+        add_mount(&root, &CID.to_uppercase(), LAYER);
+        add_mount(&root, CID, "garbage");
+        add_mount(&root, CID2, &LAYER2.to_uppercase());
         let mut layers = DockerLayers::new(root.0.clone());
         for layer in [
             LAYER,
@@ -176,19 +157,19 @@ mod tests {
 
     #[test]
     fn a_trailing_newline_in_mount_id_is_tolerated() {
-        let root = FakeDockerRoot::new("newline");
-        root.add_mount(CID, &format!("{LAYER}\n"));
+        let root = TempDir::new("newline");
+        add_mount(&root, CID, &format!("{LAYER}\n"));
         let mut layers = DockerLayers::new(root.0.clone());
         assert_eq!(layers.container_of_layer(LAYER), ContainerId::parse(CID));
     }
 
     #[test]
     fn misses_rescan_at_most_once_per_interval() {
-        let root = FakeDockerRoot::new("rate");
+        let root = TempDir::new("rate");
         let mut layers = DockerLayers::new(root.0.clone());
         layers.set_min_rescan_interval(Duration::from_secs(3600));
         assert_eq!(layers.container_of_layer(LAYER), None); // first scan
-        root.add_mount(CID, LAYER);
+        add_mount(&root, CID, LAYER);
         assert_eq!(layers.container_of_layer(LAYER), None, "rescanned too soon");
         layers.set_min_rescan_interval(Duration::ZERO);
         assert_eq!(layers.container_of_layer(LAYER), ContainerId::parse(CID));

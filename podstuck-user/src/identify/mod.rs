@@ -256,6 +256,7 @@ impl PodFilter {
 mod tests {
     use super::*;
     use crate::event::{decode, tests::record_bytes, WallClock};
+    use crate::test_support::TempDir;
     use podstuck_common::Syscall;
     use std::os::unix::fs::MetadataExt;
 
@@ -265,20 +266,21 @@ mod tests {
 
     /// A fake node: a cgroup tree with pod B's slice and a container of A.
     struct FakeNode {
+        _tmp: TempDir,
         dir: PathBuf,
     }
 
     impl FakeNode {
         fn new(name: &str) -> FakeNode {
-            let dir = std::env::temp_dir().join(format!("podstuck-identify-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
+            let tmp = TempDir::new(name);
+            let dir = tmp.0.clone();
             let slice_b = format!("cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", POD_B.replace('-', "_"));
             let scope_a = format!("cgroup/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{CID}.scope", POD_A.replace('-', "_"));
             std::fs::create_dir_all(dir.join(slice_b)).unwrap();
             std::fs::create_dir_all(dir.join(scope_a)).unwrap();
             std::fs::create_dir_all(dir.join("kubelet/pods").join(POD_A)).unwrap();
             std::fs::create_dir_all(dir.join("proc")).unwrap();
-            FakeNode { dir }
+            FakeNode { _tmp: tmp, dir }
         }
 
         fn identifier(&self) -> Identifier {
@@ -296,12 +298,6 @@ mod tests {
                 POD_B.replace('-', "_")
             );
             std::fs::metadata(self.dir.join(slice)).unwrap().ino()
-        }
-    }
-
-    impl Drop for FakeNode {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 
