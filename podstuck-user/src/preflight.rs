@@ -12,8 +12,9 @@ const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
-/// The oldest kernel with BPF ring buffers, which podstuck streams through.
-const MIN_KERNEL: (u32, u32) = (5, 8);
+/// The oldest kernel podstuck's programs load on: BPF ring buffers (5.8)
+/// carry the events, and `bpf_loop` (5.17) walks a call's base directory.
+const MIN_KERNEL: (u32, u32) = (5, 17);
 
 /// Where tracefs is usually found, newest convention first.
 pub const TRACEFS_CANDIDATES: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -64,10 +65,10 @@ pub fn problems(facts: &NodeFacts) -> Vec<Problem> {
     match kernel_version(&facts.kernel_release) {
         Some(version) if version < MIN_KERNEL => found.push(Problem {
             what: format!(
-                "kernel {} is too old: podstuck needs 5.8 or newer (BPF ring buffer)",
+                "kernel {} is too old: podstuck needs 5.17 or newer (BPF ring buffer since 5.8, bpf_loop since 5.17)",
                 facts.kernel_release
             ),
-            fix: "run podstuck on a node with kernel 5.8 or newer".into(),
+            fix: "run podstuck on a node with kernel 5.17 or newer".into(),
         }),
         Some(_) => {}
         None => found.push(Problem {
@@ -173,8 +174,10 @@ mod tests {
         let facts = NodeFacts { kernel_release: "5.4.0-150-generic".into(), ..good() };
         let p = problems(&facts);
         assert_eq!(p.len(), 1);
-        assert!(p[0].what.contains("5.4.0-150-generic") && p[0].what.contains("5.8"));
-        let facts = NodeFacts { kernel_release: "5.8.0".into(), ..good() };
+        assert!(p[0].what.contains("5.4.0-150-generic") && p[0].what.contains("5.17"));
+        let facts = NodeFacts { kernel_release: "5.16.20".into(), ..good() };
+        assert_eq!(problems(&facts).len(), 1, "no bpf_loop before 5.17");
+        let facts = NodeFacts { kernel_release: "5.17.0".into(), ..good() };
         assert!(problems(&facts).is_empty());
     }
 
