@@ -11,9 +11,12 @@
 pub mod btf;
 pub mod collect;
 pub mod event;
+pub mod export;
 pub mod identify;
+pub mod latency;
 pub mod output;
 pub mod preflight;
+pub mod report;
 pub mod watch;
 
 #[cfg(test)]

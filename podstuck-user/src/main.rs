@@ -46,6 +46,24 @@ enum Command {
         /// These syscalls only (filtered in the kernel); repeatable. Default: all four.
         #[arg(long = "syscall", value_name = "NAME")]
         syscalls: Vec<SyscallArg>,
+        /// Keep latency histograms and write them to DIR, refreshed every interval:
+        /// latency.hlog, summary.json, latency.svg, metrics.prom.
+        #[arg(long, value_name = "DIR")]
+        histograms: Option<PathBuf>,
+        /// Overwrite the files of an earlier run in the --histograms DIR.
+        #[arg(long, requires = "histograms")]
+        force: bool,
+        /// How often histogram files are refreshed (e.g. 5s, 1m).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+        interval: Duration,
+    },
+    /// Read the histogram files of a run back: percentiles and a log2 histogram per series.
+    Report {
+        /// The --histograms DIR of a run.
+        dir: PathBuf,
+        /// One JSON document instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -78,7 +96,12 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Watch { json, duration, pods, kubelet_root, errors_only, syscalls } => {
+        Command::Report { dir, json } => podstuck::report::report(&dir, json),
+        Command::Watch { json, duration, pods, kubelet_root, errors_only, syscalls, histograms, force, interval } => {
+            if interval.is_zero() {
+                eprintln!("podstuck: --interval must be longer than zero (e.g. 5s)");
+                return ExitCode::from(2);
+            }
             let options = WatchOptions {
                 json,
                 duration,
@@ -86,6 +109,9 @@ fn main() -> ExitCode {
                 kubelet_root,
                 errors_only,
                 syscalls: syscalls.into_iter().map(Syscall::from).collect(),
+                histograms,
+                force,
+                interval,
             };
             runtime.block_on(watch(&options))
         }

@@ -1,7 +1,8 @@
 //! `podstuck watch`: trace the node until told to stop, printing each call
 //! as it completes, then a closing line with what was seen and what was
-//! lost. SIGINT and SIGTERM stop it cleanly; the programs detach when the
-//! tracer is dropped.
+//! lost; with `--histograms DIR`, keep latency histograms and refresh their
+//! files every interval. SIGINT and SIGTERM stop it cleanly; the programs
+//! detach when the tracer is dropped.
 
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::PathBuf;
@@ -12,7 +13,9 @@ use podstuck_common::{KernelFilter, Syscall};
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::collect::Tracer;
+use crate::collect::{RunTotals, Tracer};
+use crate::export::{Exporter, RunInfo};
+use crate::latency::LatencyBook;
 use crate::event::{syscall_name, CallEvent, DecodeError};
 use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
@@ -32,6 +35,12 @@ pub struct WatchOptions {
     pub errors_only: bool,
     /// These syscalls only (decided in the kernel); empty = all four.
     pub syscalls: Vec<Syscall>,
+    /// Where to keep latency histogram files, if anywhere.
+    pub histograms: Option<PathBuf>,
+    /// Overwrite an earlier run's files in `histograms`.
+    pub force: bool,
+    /// How often histogram files are refreshed (and interval histograms cut).
+    pub interval: Duration,
 }
 
 impl Default for WatchOptions {
@@ -43,6 +52,9 @@ impl Default for WatchOptions {
             kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
             errors_only: false,
             syscalls: Vec::new(),
+            histograms: None,
+            force: false,
+            interval: Duration::from_secs(5),
         }
     }
 }
@@ -88,29 +100,63 @@ impl std::fmt::Display for NodeNotReady {
 
 impl std::error::Error for NodeNotReady {}
 
-/// Identifies one decoded record and prints it if the pod filter admits it.
-fn write_event(
-    out: &mut impl Write,
+/// Where each decoded record goes: identified, filtered to the pods asked
+/// for, printed, and counted in the latency book.
+struct Sink<W: Write> {
+    out: W,
     json: bool,
-    identifier: &mut Identifier,
-    filter: &PodFilter,
-    decoded: Result<CallEvent, DecodeError>,
-) -> std::io::Result<()> {
-    match decoded {
-        Ok(event) => {
-            let identity = identifier.identify(&event);
-            if !filter.admits(&identity) {
-                return Ok(());
+    identifier: Identifier,
+    filter: PodFilter,
+    book: Option<LatencyBook>,
+}
+
+impl<W: Write> Sink<W> {
+    fn take(&mut self, decoded: Result<CallEvent, DecodeError>) -> std::io::Result<()> {
+        match decoded {
+            Ok(event) => {
+                let identity = self.identifier.identify(&event);
+                if !self.filter.admits(&identity) {
+                    return Ok(());
+                }
+                if let Some(book) = self.book.as_mut() {
+                    book.record(&event, &identity);
+                }
+                let line = if self.json { event_json(&event, &identity) } else { event_text(&event, &identity) };
+                writeln!(self.out, "{line}")
             }
-            let line = if json { event_json(&event, &identity) } else { event_text(&event, &identity) };
-            writeln!(out, "{line}")
-        }
-        // Counted in the totals; said once here so it is never silent.
-        Err(e) => {
-            eprintln!("podstuck: skipped a record: {e}");
-            Ok(())
+            // Counted in the totals; said here so it is never silent.
+            Err(e) => {
+                eprintln!("podstuck: skipped a record: {e}");
+                Ok(())
+            }
         }
     }
+}
+
+/// The run's metadata for the histogram files, as of now.
+fn run_info(options: &WatchOptions, start: &StartLine, started: SystemTime, totals: &RunTotals, finished: bool) -> RunInfo {
+    let now = SystemTime::now();
+    RunInfo {
+        node: nix::sys::utsname::uname().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default(),
+        kernel: start.kernel.clone(),
+        podstuck_version: start.version.to_string(),
+        pods: options.pods.iter().map(|p| p.to_string()).collect(),
+        kubelet_root: start.kubelet_root.clone(),
+        syscalls: start.syscalls.iter().map(|s| s.to_string()).collect(),
+        errors_only: options.errors_only,
+        started: rfc3339(started),
+        updated: rfc3339(now),
+        duration_s: now.duration_since(started).unwrap_or_default().as_secs_f64(),
+        interval_s: options.interval.as_secs_f64(),
+        events_seen: totals.events_seen,
+        events_lost: totals.events_lost,
+        calls_counted: totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect(),
+        finished,
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
 }
 
 /// Runs `podstuck watch` on standard output.
@@ -120,8 +166,14 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
     if !found.is_empty() {
         return Err(NodeNotReady(found).into());
     }
+    let started = SystemTime::now();
+    // A bad output directory fails now, not after an hour of tracing.
+    let mut exporter = match &options.histograms {
+        Some(dir) => Some(Exporter::open(dir, options.force, started)?),
+        None => None,
+    };
     let filter = PodFilter::new(options.pods.iter().cloned());
-    let mut identifier = Identifier::new(NodeLayout::of_this_node(options.kubelet_root.clone()));
+    let identifier = Identifier::new(NodeLayout::of_this_node(options.kubelet_root.clone()));
     if !options.kubelet_root.is_dir() {
         eprintln!(
             "podstuck: kubelet root {} not found: pods are recognised by cgroup and container only (set --kubelet-root if kubelet runs with --root-dir)",
@@ -132,8 +184,13 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
         eprintln!("podstuck: pod {uid} has no directory under {}/pods on this node; watching for it anyway", options.kubelet_root.display());
     }
     let mut tracer = Tracer::start(options.kernel_filter())?;
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    let json = options.json;
+    let mut sink = Sink {
+        out: BufWriter::new(std::io::stdout().lock()),
+        json: options.json,
+        identifier,
+        filter,
+        book: exporter.as_ref().map(|_| LatencyBook::new(started)),
+    };
 
     let start = StartLine {
         r#type: "start",
@@ -147,8 +204,8 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
         syscalls: options.syscall_names(),
         errors_only: options.errors_only,
     };
-    if json {
-        writeln!(out, "{}", start_json(&start))?;
+    if options.json {
+        writeln!(sink.out, "{}", start_json(&start))?;
     } else {
         eprintln!(
             "podstuck {}: tracing {} on {} (kernel {}); Ctrl-C to stop",
@@ -158,17 +215,18 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
             start.kernel
         );
     }
-    out.flush()?;
+    sink.out.flush()?;
 
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let deadline = tokio::time::sleep(options.duration.unwrap_or(Duration::MAX / 4));
     tokio::pin!(deadline);
+    let mut refresh = tokio::time::interval_at(tokio::time::Instant::now() + options.interval, options.interval);
 
     let stopped_by = loop {
         tokio::select! {
-            batch = tracer.next_batch(|e| write_event(&mut out, json, &mut identifier, &filter, e)) => {
-                let flushed = batch.and_then(|()| out.flush());
+            batch = tracer.next_batch(|e| sink.take(e)) => {
+                let flushed = batch.and_then(|()| sink.out.flush());
                 match flushed {
                     Ok(()) => {}
                     // The reader went away (`podstuck watch --json | head`): stop quietly.
@@ -179,19 +237,34 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
             _ = sigint.recv() => break Some("SIGINT"),
             _ = sigterm.recv() => break Some("SIGTERM"),
             _ = &mut deadline => break None,
+            _ = refresh.tick(), if exporter.is_some() => {
+                let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) else { continue };
+                let run = run_info(options, &start, started, &tracer.totals()?, false);
+                // A failed refresh (disk full) is said and retried next
+                // interval; tracing goes on, the book keeps every call.
+                if let Err(e) = exporter.refresh(book, &run, SystemTime::now()) {
+                    eprintln!("podstuck: cannot refresh histogram files in {}: {e:#}", exporter.dir().display());
+                }
+            }
         }
     };
 
     let finish = (|| -> Result<()> {
-        tracer.drain(&mut |e| write_event(&mut out, json, &mut identifier, &filter, e))?;
+        tracer.drain(&mut |e| sink.take(e))?;
         let totals = tracer.totals()?;
-        let end = if json { end_json(&totals, stopped_by) } else { end_text(&totals, stopped_by) };
-        writeln!(out, "{end}")?;
-        out.flush()?;
+        if let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) {
+            let run = run_info(options, &start, started, &totals, true);
+            exporter
+                .refresh(book, &run, SystemTime::now())
+                .with_context(|| format!("writing histogram files in {}", exporter.dir().display()))?;
+        }
+        let end = if options.json { end_json(&totals, stopped_by) } else { end_text(&totals, stopped_by) };
+        writeln!(sink.out, "{end}")?;
+        sink.out.flush()?;
         Ok(())
     })();
     match finish {
-        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == ErrorKind::BrokenPipe) => Ok(()),
+        Err(e) if is_broken_pipe(&e) => Ok(()),
         other => other,
     }
 }

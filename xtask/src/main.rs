@@ -37,9 +37,22 @@ enum Task {
     Demo,
 }
 
-/// Debian packages of the eBPF build chain (TOOLCHAIN.md), and the tools the
-/// end-to-end tests drive (chattr, unshare, mount).
-const APT_PACKAGES: [&str; 6] = ["rustc-web", "cargo-web", "libstd-rust-web-dev-bpf", "llvm-22-dev", "e2fsprogs", "util-linux"];
+/// Debian packages of the eBPF build chain (TOOLCHAIN.md), the tools the
+/// end-to-end tests drive (chattr, unshare, mount), and the Java
+/// HdrHistogram reader the tests check latency.hlog with.
+const APT_PACKAGES: [&str; 9] = [
+    "rustc-web",
+    "cargo-web",
+    "libstd-rust-web-dev-bpf",
+    "llvm-22-dev",
+    "e2fsprogs",
+    "util-linux",
+    "default-jre-headless",
+    "libhdrhistogram-java",
+    "python3-venv",
+];
+/// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
+const PYTHON_READER: &str = "hdrhistogram==0.10.8";
 const BPF_LINKER_VERSION: &str = "0.13";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 
@@ -141,6 +154,19 @@ fn ensure_tracefs() -> Result<()> {
     run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))
 }
 
+/// A venv with the Python HdrHistogram log reader; returns its python.
+fn python_reader() -> Result<PathBuf> {
+    let venv = workspace_root().join("target/readers-venv");
+    let python = venv.join("bin/python");
+    let ready = Command::new(&python).args(["-c", "import hdrh.log"]).output().is_ok_and(|o| o.status.success());
+    if !ready {
+        say(&format!("installing the Python HdrHistogram reader ({PYTHON_READER}) in {}", venv.display()));
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        run(Command::new(&python).args(["-m", "pip", "install", "--quiet", PYTHON_READER]))?;
+    }
+    Ok(python)
+}
+
 fn build_release() -> Result<PathBuf> {
     run(cargo().args(["build", "--release", "--package", "podstuck-user", "--bin", "podstuck"]))?;
     Ok(workspace_root().join("target/release/podstuck"))
@@ -152,10 +178,12 @@ fn test(args: &[String]) -> Result<()> {
     // The end-to-end tests drive the real binary; build it first.
     run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck"]))?;
     let binary = workspace_root().join("target/debug/podstuck");
+    let python = python_reader()?;
     let mut child = cargo()
         .args(["test", "--workspace"])
         .args(args)
         .env("PODSTUCK_BIN", binary)
+        .env("PODSTUCK_PYTHON", python)
         .stdout(Stdio::piped())
         .spawn()
         .context("cannot run cargo test")?;

@@ -9,6 +9,8 @@
 //!   unlink PATH            unlink(PATH)
 //!   remove-all DIR         Go's os.RemoveAll: openat each directory, unlinkat
 //!                          children relative to it, then the directory itself
+//!   unlink-many DIR N      create N files in DIR, then unlink(2) each: exactly
+//!                          N successful unlink calls
 //! Prints one line per call: the op, its argument and the errno name or "ok".
 
 use std::ffi::{CStr, CString};
@@ -129,6 +131,23 @@ fn main() {
                     libc::close(fd);
                 }
                 "done".into()
+            }
+            Some(b"unlink-many") => {
+                let dir = std::path::Path::new(std::ffi::OsStr::from_bytes(&args[1]));
+                let n: usize = String::from_utf8_lossy(&args[2]).parse().expect("unlink-many DIR N");
+                let paths: Vec<CString> = (0..n)
+                    .map(|i| {
+                        let path = dir.join(format!("f{i:07}"));
+                        std::fs::write(&path, b"").expect("create file");
+                        c(path.as_os_str().as_bytes())
+                    })
+                    .collect();
+                let failed = paths
+                    .iter()
+                    // SAFETY: valid C strings; the raw syscall so it is unlink(2) for sure.
+                    .filter(|p| unsafe { libc::syscall(libc::SYS_unlink, p.as_ptr()) } != 0)
+                    .count();
+                format!("{} unlinked, {failed} failed", n - failed)
             }
             _ => panic!("actor: unknown op; see the module doc"),
         };

@@ -1,0 +1,118 @@
+//! `summary.json`: per series count, errors, min, mean, p50, p90, p99,
+//! p99.9, max, first and last seen, with the run's metadata. What a script
+//! or a person pastes into an incident channel.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::syscall_name;
+use crate::export::RunInfo;
+use crate::latency::LatencyBook;
+use crate::output::rfc3339;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SeriesSummary {
+    /// The series' tag in latency.hlog.
+    pub tag: String,
+    pub syscall: String,
+    /// "ok" or the errno name.
+    pub outcome: String,
+    pub role: String,
+    pub pod_uid: Option<String>,
+    pub count: u64,
+    /// Calls of this series that failed (all of them, or none).
+    pub errors: u64,
+    pub min_ns: u64,
+    pub mean_ns: f64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p99_9_ns: u64,
+    pub max_ns: u64,
+    pub first_seen: String,
+    pub last_seen: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    pub run: RunInfo,
+    pub series: Vec<SeriesSummary>,
+}
+
+pub fn summarise(book: &LatencyBook, run: &RunInfo) -> Summary {
+    let series = book
+        .series()
+        .map(|(key, s)| SeriesSummary {
+            tag: key.tag(),
+            syscall: syscall_name(key.syscall).to_string(),
+            outcome: key.outcome.clone(),
+            role: key.role.as_str().to_string(),
+            pod_uid: key.pod.as_ref().map(|p| p.to_string()),
+            count: s.count,
+            errors: if key.is_error() { s.count } else { 0 },
+            min_ns: s.total.min(),
+            mean_ns: if s.count == 0 { 0.0 } else { s.sum_ns as f64 / s.count as f64 },
+            p50_ns: s.total.value_at_quantile(0.5),
+            p90_ns: s.total.value_at_quantile(0.9),
+            p99_ns: s.total.value_at_quantile(0.99),
+            p99_9_ns: s.total.value_at_quantile(0.999),
+            max_ns: s.total.max(),
+            first_seen: rfc3339(s.first_seen),
+            last_seen: rfc3339(s.last_seen),
+        })
+        .collect();
+    Summary { run: run.clone(), series }
+}
+
+pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
+    serde_json::to_string_pretty(&summarise(book, run)).expect("summary serialises") + "\n"
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::identify::actor::Role;
+    use crate::latency::tests::{event, identity};
+    use podstuck_common::Syscall;
+    use std::time::SystemTime;
+
+    pub(crate) fn run_info() -> RunInfo {
+        RunInfo {
+            node: "node-1".into(),
+            kernel: "6.18".into(),
+            podstuck_version: "0.1.0".into(),
+            pods: vec![],
+            kubelet_root: "/var/lib/kubelet".into(),
+            syscalls: vec!["unlinkat".into()],
+            errors_only: false,
+            started: "2026-11-22T00:00:00.000000000Z".into(),
+            updated: "2026-11-22T00:00:05.000000000Z".into(),
+            duration_s: 5.0,
+            interval_s: 5.0,
+            events_seen: 101,
+            events_lost: 0,
+            calls_counted: [("unlinkat".to_string(), 101)].into_iter().collect(),
+            finished: false,
+        }
+    }
+
+    #[test]
+    fn percentiles_and_counts_per_series() {
+        let mut book = LatencyBook::new(SystemTime::now());
+        for latency in 1..=100u64 {
+            book.record(&event(Syscall::Unlinkat, 0, latency * 1000), &identity(Role::Runtime, None));
+        }
+        book.record(&event(Syscall::Unlinkat, -1, 7), &identity(Role::Runtime, None));
+        let summary: Summary = serde_json::from_str(&render(&book, &run_info())).unwrap();
+        assert_eq!(summary.run, run_info());
+        assert_eq!(summary.series.len(), 2);
+        let ok = summary.series.iter().find(|s| s.outcome == "ok").unwrap();
+        assert_eq!((ok.count, ok.errors, ok.min_ns), (100, 0, 1000));
+        assert_eq!(ok.mean_ns, 50_500.0);
+        assert!((50_000..=50_100).contains(&ok.p50_ns), "{}", ok.p50_ns);
+        assert!((99_000..=99_100).contains(&ok.p99_ns), "{}", ok.p99_ns);
+        assert!((100_000..=100_100).contains(&ok.max_ns));
+        let failed = summary.series.iter().find(|s| s.outcome == "EPERM").unwrap();
+        assert_eq!((failed.count, failed.errors, failed.role.as_str()), (1, 1, "runtime"));
+        assert_eq!(failed.tag, "unlinkat/EPERM/runtime/node");
+    }
+}
