@@ -148,7 +148,8 @@ pub fn escape_path(bytes: &[u8]) -> String {
     out
 }
 
-fn latency_text(ns: u64) -> String {
+/// A latency as people read it: 5000ns, 12.3us, 4.5ms, 2.5s.
+pub fn latency_text(ns: u64) -> String {
     match ns {
         0..=9_999 => format!("{ns}ns"),
         10_000..=9_999_999 => format!("{:.1}us", ns as f64 / 1e3),

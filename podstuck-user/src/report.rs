@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::export::summary::{SeriesSummary, Summary};
 use crate::export::{hlog, HLOG, SUMMARY};
+use crate::output::latency_text;
 
 /// One row of a log2 histogram: values from `low` to `high` microseconds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -60,14 +61,6 @@ pub fn render_log2(rows: &[Log2Row]) -> String {
     out
 }
 
-fn duration_text(ns: u64) -> String {
-    match ns {
-        0..=999 => format!("{ns}ns"),
-        1_000..=999_999 => format!("{:.1}us", ns as f64 / 1e3),
-        1_000_000..=999_999_999 => format!("{:.1}ms", ns as f64 / 1e6),
-        _ => format!("{:.2}s", ns as f64 / 1e9),
-    }
-}
 
 #[derive(Serialize)]
 struct SeriesReport<'a> {
@@ -144,13 +137,13 @@ pub fn render(dir: &Path, json: bool) -> Result<String> {
             s.summary.role,
             pod,
             s.summary.count,
-            duration_text(s.summary.min_ns),
-            duration_text(s.summary.mean_ns as u64),
-            duration_text(s.summary.p50_ns),
-            duration_text(s.summary.p90_ns),
-            duration_text(s.summary.p99_ns),
-            duration_text(s.summary.p99_9_ns),
-            duration_text(s.summary.max_ns),
+            latency_text(s.summary.min_ns),
+            latency_text(s.summary.mean_ns as u64),
+            latency_text(s.summary.p50_ns),
+            latency_text(s.summary.p90_ns),
+            latency_text(s.summary.p99_ns),
+            latency_text(s.summary.p99_9_ns),
+            latency_text(s.summary.max_ns),
         );
         out.push_str(&render_log2(&s.log2_usecs));
     }
