@@ -60,10 +60,18 @@ impl Default for WatchOptions {
 }
 
 impl WatchOptions {
+    /// The syscalls traced: those asked for, or all four.
+    fn syscalls(&self) -> &[Syscall] {
+        if self.syscalls.is_empty() {
+            &Syscall::ALL
+        } else {
+            &self.syscalls
+        }
+    }
+
     fn kernel_filter(&self) -> KernelFilter {
-        let syscalls = if self.syscalls.is_empty() { &Syscall::ALL[..] } else { &self.syscalls[..] };
         KernelFilter {
-            syscalls: syscalls.iter().fold(0, |mask, s| mask | 1 << *s as u32),
+            syscalls: self.syscalls().iter().fold(0, |mask, s| mask | 1 << *s as u32),
             errors_only: self.errors_only as u32,
         }
     }
@@ -82,8 +90,7 @@ impl WatchOptions {
     }
 
     fn syscall_names(&self) -> Vec<&'static str> {
-        let syscalls = if self.syscalls.is_empty() { &Syscall::ALL[..] } else { &self.syscalls[..] };
-        syscalls.iter().map(|s| syscall_name(*s)).collect()
+        self.syscalls().iter().map(|s| syscall_name(*s)).collect()
     }
 }
 

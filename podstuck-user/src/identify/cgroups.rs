@@ -11,9 +11,10 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::pod::{clues_from_cgroup, ContainerId, PodUid};
+use super::RescanLimit;
 
 /// How deep [`CgroupIndex::rescan`] walks. Kubernetes cgroups are at most
 /// five levels down; the bound only stops a pathological tree.
@@ -78,8 +79,7 @@ fn unescape_mountinfo(field: &str) -> PathBuf {
 pub struct CgroupIndex {
     root: PathBuf,
     by_id: HashMap<u64, String>,
-    last_scan: Option<Instant>,
-    min_rescan_interval: Duration,
+    rescans: RescanLimit,
 }
 
 impl CgroupIndex {
@@ -89,22 +89,21 @@ impl CgroupIndex {
         CgroupIndex {
             root,
             by_id: HashMap::new(),
-            last_scan: None,
-            min_rescan_interval: Duration::from_secs(1),
+            rescans: RescanLimit::default(),
         }
     }
 
     /// How often a lookup miss may rescan: a miss for a task that has
     /// already exited would otherwise walk the tree on every event.
     pub fn set_min_rescan_interval(&mut self, interval: Duration) {
-        self.min_rescan_interval = interval;
+        self.rescans.set_min_interval(interval);
     }
 
     /// Walks the hierarchy (directories only, no symlinks followed, at most
     /// 32 levels, not into other filesystems) and rebuilds the map.
     /// Unreadable directories are skipped.
     pub fn rescan(&mut self) {
-        self.last_scan = Some(Instant::now());
+        self.rescans.scanned();
         self.by_id.clear();
         // The mount point itself may be reached through a symlink; below
         // it nothing is followed.
@@ -185,8 +184,7 @@ impl CgroupIndex {
     }
 
     fn rescan_due(&self) -> bool {
-        self.last_scan
-            .is_none_or(|at| at.elapsed() >= self.min_rescan_interval)
+        self.rescans.due()
     }
 
     /// The directory the index walks.

@@ -11,9 +11,10 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::pod::ContainerId;
+use super::RescanLimit;
 
 /// Where docker keeps its state unless `--data-root` says otherwise.
 pub const DEFAULT_DOCKER_ROOT: &str = "/var/lib/docker";
@@ -26,8 +27,7 @@ pub const DEFAULT_DOCKER_ROOT: &str = "/var/lib/docker";
 pub struct DockerLayers {
     docker_root: PathBuf,
     by_layer: HashMap<String, ContainerId>,
-    last_scan: Option<Instant>,
-    min_rescan_interval: Duration,
+    rescans: RescanLimit,
 }
 
 impl DockerLayers {
@@ -37,8 +37,7 @@ impl DockerLayers {
         DockerLayers {
             docker_root,
             by_layer: HashMap::new(),
-            last_scan: None,
-            min_rescan_interval: Duration::from_secs(1),
+            rescans: RescanLimit::default(),
         }
     }
 
@@ -46,13 +45,13 @@ impl DockerLayers {
     /// containers miss forever, and each miss would otherwise re-read the
     /// metadata of every container.
     pub fn set_min_rescan_interval(&mut self, interval: Duration) {
-        self.min_rescan_interval = interval;
+        self.rescans.set_min_interval(interval);
     }
 
     /// Re-reads the layer metadata now. Containers without a readable,
     /// well-formed `mount-id` are skipped.
     pub fn rescan(&mut self) {
-        self.last_scan = Some(Instant::now());
+        self.rescans.scanned();
         self.by_layer.clear();
         let mounts = self.docker_root.join("image/overlay2/layerdb/mounts");
         let Ok(entries) = std::fs::read_dir(&mounts) else {
@@ -76,9 +75,7 @@ impl DockerLayers {
         if let Some(container) = self.by_layer.get(layer) {
             return Some(container.clone());
         }
-        let due = self
-            .last_scan
-            .is_none_or(|at| at.elapsed() >= self.min_rescan_interval);
+        let due = self.rescans.due();
         if !due {
             return None;
         }

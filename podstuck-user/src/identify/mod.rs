@@ -31,6 +31,37 @@ pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
 /// Caches stay small on a busy node: cleared when full, refilled on demand.
 const CACHE_LIMIT: usize = 4096;
 
+/// How often an index of node state (the cgroup tree, docker's layers) may
+/// be rebuilt after a lookup misses: a miss for something long gone would
+/// otherwise rescan on every event.
+#[derive(Clone, Debug)]
+pub struct RescanLimit {
+    last_scan: Option<std::time::Instant>,
+    min_interval: std::time::Duration,
+}
+
+impl Default for RescanLimit {
+    fn default() -> RescanLimit {
+        RescanLimit { last_scan: None, min_interval: std::time::Duration::from_secs(1) }
+    }
+}
+
+impl RescanLimit {
+    pub fn set_min_interval(&mut self, interval: std::time::Duration) {
+        self.min_interval = interval;
+    }
+
+    /// Records that a scan happens now.
+    pub fn scanned(&mut self) {
+        self.last_scan = Some(std::time::Instant::now());
+    }
+
+    /// Whether a scan is allowed now.
+    pub fn due(&self) -> bool {
+        self.last_scan.is_none_or(|at| at.elapsed() >= self.min_interval)
+    }
+}
+
 /// Who made a call, as a person reads it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Actor {
@@ -149,8 +180,7 @@ impl Identifier {
         if self.container_pods.len() >= CACHE_LIMIT {
             self.container_pods.clear();
         }
-        // A miss is remembered too only once found: a container's cgroup
-        // may simply not exist yet.
+        // Only hits are cached: a container's cgroup may not exist yet.
         if found.is_some() {
             self.container_pods.insert(container.clone(), found.clone());
         }
