@@ -61,22 +61,26 @@ pub struct Finished {
     pub stderr: String,
 }
 
-impl Finished {
-    /// Events whose path argument is `path`.
-    pub fn events_for_path(&self, path: &[u8]) -> Vec<&Value> {
-        self.events.iter().filter(|e| path_bytes(e) == path).collect()
-    }
-}
-
-/// The exact bytes of an event's path (`path_hex` when not UTF-8).
-pub fn path_bytes(event: &Value) -> Vec<u8> {
-    if let Some(hex) = event["path_hex"].as_str() {
+/// The exact bytes of a path field of an event (`path`, `abs_path`): its
+/// `<field>_hex` twin when the bytes are not UTF-8, else the text.
+fn exact_bytes(event: &Value, field: &str) -> Vec<u8> {
+    if let Some(hex) = event[format!("{field}_hex")].as_str() {
         return (0..hex.len())
             .step_by(2)
             .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
             .collect();
     }
-    event["path"].as_str().unwrap_or_default().as_bytes().to_vec()
+    event[field].as_str().unwrap_or_default().as_bytes().to_vec()
+}
+
+/// The exact bytes of an event's path argument.
+pub fn path_bytes(event: &Value) -> Vec<u8> {
+    exact_bytes(event, "path")
+}
+
+/// The exact bytes of an event's absolute path.
+pub fn abs_path_bytes(event: &Value) -> Vec<u8> {
+    exact_bytes(event, "abs_path")
 }
 
 impl Watch {

@@ -27,13 +27,7 @@ fn own_mntns_and_cgroup() -> (u64, u64) {
     let mntns = std::fs::metadata("/proc/self/ns/mnt").unwrap().ino();
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap();
     let v2 = cgroups.lines().find_map(|l| l.strip_prefix("0::")).expect("a cgroup v2 line");
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let root = mountinfo
-        .lines()
-        .find(|l| l.contains(" - cgroup2 "))
-        .and_then(|l| l.split(' ').nth(4))
-        .expect("cgroup2 mounted");
-    let cgroup_id = std::fs::metadata(format!("{root}{v2}")).unwrap().ino();
+    let cgroup_id = std::fs::metadata(format!("{}{v2}", cgroup2_root().display())).unwrap().ino();
     (mntns, cgroup_id)
 }
 

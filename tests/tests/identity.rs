@@ -26,13 +26,6 @@ fn of_pid(events: &[Value], pid: u32) -> Vec<&Value> {
     events.iter().filter(|e| e["pid"] == pid).collect()
 }
 
-fn abs_path_bytes(event: &Value) -> Vec<u8> {
-    if let Some(hex) = event["abs_path_hex"].as_str() {
-        return (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
-    }
-    event["abs_path"].as_str().unwrap_or_default().as_bytes().to_vec()
-}
-
 /// A pod's CSI volume still mounted under `root`, removed by a `kubelet`
 /// that opens the parent and calls unlinkat(dirfd, "mount", AT_REMOVEDIR).
 fn kubelet_removal_of_a_mounted_volume_is_tied_to_the_pod(root: &Path, extra: &[&str]) {
