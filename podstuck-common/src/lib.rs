@@ -117,13 +117,33 @@ pub struct CallRecord {
     pub path_status: u8,
     pub base_len: u16,
     pub base_status: u8,
-    pub _reserved: [u8; 5],
+    pub _reserved: u8,
+    /// The caller's real uid (EPERM in a sticky directory depends on it).
+    pub uid: u32,
     pub comm: [u8; 16],
     pub pcomm: [u8; 16],
 }
 
 /// Byte size of the fixed part of a record.
 pub const CALL_RECORD_BYTES: usize = core::mem::size_of::<CallRecord>();
+
+/// A call that has entered and not yet returned, per thread, in the
+/// `CALLS_IN_FLIGHT` map (key: thread id). User space reads the map to find
+/// calls that hang (a dead NFS or FUSE server).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CallInFlight {
+    /// CLOCK_MONOTONIC (bpf_ktime_get_ns) at entry.
+    pub enter_ns: u64,
+    /// The caller's pointer to the path argument (user memory).
+    pub path_ptr: u64,
+    pub flags: u64,
+    pub dfd: i32,
+    /// The thread group id (the process).
+    pub pid: u32,
+    pub syscall: u8,
+    pub _pad: [u8; 7],
+}
 
 /// Indices into the per-CPU `COUNTERS` array. User space sums over CPUs.
 pub mod counter {
@@ -201,4 +221,5 @@ mod user {
     unsafe impl aya::Pod for super::KernelOffsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::KernelFilter {}
+    unsafe impl aya::Pod for super::CallInFlight {}
 }

@@ -17,6 +17,7 @@ use core::ffi::c_void;
 use aya_ebpf::{
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_uid_gid,
         bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         generated::{bpf_loop, bpf_probe_read_kernel_str, bpf_probe_read_user_str},
     },
@@ -25,7 +26,7 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use podstuck_common::{
-    base_status, counter, path_status, CallRecord, KernelFilter, KernelOffsets, Syscall,
+    base_status, counter, path_status, CallInFlight, CallRecord, KernelFilter, KernelOffsets, Syscall,
     BASE_DIR_MAX, BASE_DIR_MAX_DEPTH, CALL_RECORD_BYTES, MAX_CALLS_IN_FLIGHT, PATH_MAX,
     RING_BUFFER_BYTES,
 };
@@ -40,17 +41,6 @@ const ARG2: usize = 32;
 /// `long ret` in `syscalls:sys_exit_*`.
 const RET: usize = 16;
 
-/// What is kept between a thread's entry into a traced call and its exit.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CallEntry {
-    enter_ns: u64,
-    path_ptr: u64,
-    flags: u64,
-    dfd: i32,
-    syscall: u8,
-    _pad: [u8; 3],
-}
 
 /// Longest name of one path component (NAME_MAX + NUL).
 const NAME_MAX: usize = 256;
@@ -67,7 +57,7 @@ struct Scratch {
 }
 
 #[map]
-static CALLS_IN_FLIGHT: LruHashMap<u32, CallEntry> =
+static CALLS_IN_FLIGHT: LruHashMap<u32, CallInFlight> =
     LruHashMap::with_max_entries(MAX_CALLS_IN_FLIGHT, 0);
 
 #[map]
@@ -121,7 +111,8 @@ fn bump(index: u32) {
 
 #[inline(always)]
 fn enter(ctx: &TracePointContext, syscall: Syscall, dfd_at: Option<usize>, path_at: usize, flags_at: Option<usize>) {
-    let tid = bpf_get_current_pid_tgid() as u32;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
     let path_ptr: u64 = unsafe { ctx.read_at(path_at) }.unwrap_or(0);
     let dfd = match dfd_at {
         Some(at) => unsafe { ctx.read_at::<i64>(at) }.unwrap_or(AT_FDCWD as i64) as i32,
@@ -131,13 +122,14 @@ fn enter(ctx: &TracePointContext, syscall: Syscall, dfd_at: Option<usize>, path_
         Some(at) => unsafe { ctx.read_at::<u64>(at) }.unwrap_or(0),
         None => 0,
     };
-    let entry = CallEntry {
+    let entry = CallInFlight {
         enter_ns: unsafe { bpf_ktime_get_ns() },
         path_ptr,
         flags,
         dfd,
+        pid: (pid_tgid >> 32) as u32,
         syscall: syscall as u8,
-        _pad: [0; 3],
+        _pad: [0; 7],
     };
     if CALLS_IN_FLIGHT.insert(&tid, &entry, 0).is_err() {
         bump(counter::ENTRY_NOT_STORED);
@@ -214,6 +206,7 @@ fn exit(ctx: &TracePointContext, syscall: Syscall) {
     record.mntns = 0;
     record.dfd = entry.dfd;
     record.syscall = syscall as u8;
+    record.uid = unsafe { bpf_get_current_uid_gid() } as u32;
     record.comm = bpf_get_current_comm().unwrap_or([0; 16]);
     record.pcomm = [0; 16];
     fill_task_context(record);
