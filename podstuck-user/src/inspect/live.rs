@@ -1,0 +1,1482 @@
+//! The real node: answers [`NodeInspector`] from /proc, cgroupfs and the
+//! filesystems themselves, on the machine podstuck runs on.
+//!
+//! It only reads. The one danger of reading is a filesystem whose server is
+//! gone (hard NFS mount, dead FUSE daemon): any open, stat, statfs or
+//! readdir there sleeps in the kernel forever, and a diagnosis tool that
+//! hangs on exactly the fault it should report is worse than none. So every
+//! call that touches a path runs on a worker thread; the caller waits up to
+//! a deadline, then reports the filesystem as possibly hung and never
+//! touches that mount again. Reading /proc text files and the /proc magic
+//! links (cwd, root, fd/N) never calls into the target filesystem, so those
+//! run inline.
+//!
+//! It is not a parser of mount tables (that is [`super::mounts`]) and it
+//! draws no conclusions (that is the diagnose stage).
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CString, OsStr};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use super::mounts::{is_at_or_below, mount_containing, parse_mountinfo};
+use super::{
+    CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, HoldKind, InodeFlags, Mount, MountCopy,
+    MountHolder, NodeInspector, Probe, TaskState, Unreadable,
+};
+
+/// How long a caller waits for one path-touching call by default.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
+/// How many workers may be stuck in the kernel at once before podstuck stops
+/// starting new ones: each is a thread it can never get back.
+pub const DEFAULT_MAX_STUCK_WORKERS: usize = 8;
+
+/// Past this many entries a directory is "huge" and counting more says nothing new.
+const DIR_COUNT_CAP: u64 = 10_000_000;
+/// Work allowed to a tree count; a removal storm's tree may be enormous,
+/// and the collector's main loop waits meanwhile (the ring buffer fills).
+const WALK_BUDGET: Duration = Duration::from_millis(500);
+const WALK_ENTRY_CAP: u64 = 5_000_000;
+
+const FS_IMMUTABLE_FL: u32 = 0x10;
+const FS_APPEND_FL: u32 = 0x20;
+
+const HUNG_MOUNT: &str = "not touched: an earlier read on this filesystem did not return";
+
+/// The node podstuck runs on, read through /proc and the filesystems.
+pub struct LiveNode {
+    proc_root: PathBuf,
+    deadline: Duration,
+    max_stuck_workers: usize,
+    /// Workers that have not returned yet. Between calls every one of them
+    /// is a call the caller gave up on.
+    running_workers: Arc<AtomicUsize>,
+    avoided: Vec<AvoidedMount>,
+    self_pid: u32,
+}
+
+/// A mount podstuck stays away from because a call on it did not return.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct AvoidedMount {
+    /// None when the mount table could not be read: then the path itself
+    /// is what is avoided.
+    id: Option<u32>,
+    mount_point: Vec<u8>,
+}
+
+impl Default for LiveNode {
+    fn default() -> Self {
+        LiveNode::new()
+    }
+}
+
+impl LiveNode {
+    /// The node as /proc shows it.
+    pub fn new() -> LiveNode {
+        LiveNode::with_proc_root(PathBuf::from("/proc"))
+    }
+
+    /// A node whose /proc is elsewhere (a recorded or fake /proc in tests).
+    pub fn with_proc_root(proc_root: PathBuf) -> LiveNode {
+        LiveNode {
+            proc_root,
+            deadline: DEFAULT_DEADLINE,
+            max_stuck_workers: DEFAULT_MAX_STUCK_WORKERS,
+            running_workers: Arc::new(AtomicUsize::new(0)),
+            avoided: Vec::new(),
+            self_pid: std::process::id(),
+        }
+    }
+
+    /// How long to wait for one call that touches a path.
+    pub fn with_deadline(mut self, deadline: Duration) -> LiveNode {
+        self.deadline = deadline;
+        self
+    }
+
+    /// How many hung workers to tolerate before refusing to touch any path.
+    pub fn with_max_stuck_workers(mut self, max: usize) -> LiveNode {
+        self.max_stuck_workers = max.max(1);
+        self
+    }
+
+    /// Mount points podstuck no longer touches because a call there did not
+    /// return (for the report: these facts are missing, and why).
+    pub fn avoided_mount_points(&self) -> Vec<Vec<u8>> {
+        self.avoided.iter().map(|a| a.mount_point.clone()).collect()
+    }
+
+    // ---- the worker with a deadline ----
+
+    /// Runs `op` on `path` in a worker thread and waits at most `wait`.
+    fn on_worker<T: Send + 'static>(
+        &mut self,
+        path: &[u8],
+        wait: Duration,
+        op: impl FnOnce(PathBuf) -> Probe<T> + Send + 'static,
+    ) -> Probe<T> {
+        if self.is_avoided(path) {
+            return Err(Unreadable(HUNG_MOUNT.into()));
+        }
+        let stuck = self.running_workers.load(Ordering::SeqCst);
+        if stuck >= self.max_stuck_workers {
+            return Err(Unreadable(format!(
+                "not touched: too many earlier reads ({stuck}) are still hung; podstuck starts no more until one returns"
+            )));
+        }
+        // A buffer of one so that a worker finishing after the caller gave up
+        // never blocks on its send.
+        let (tx, rx) = mpsc::sync_channel(1);
+        let running = Arc::clone(&self.running_workers);
+        running.fetch_add(1, Ordering::SeqCst);
+        let target = path_of(path).to_path_buf();
+        let spawned = std::thread::Builder::new().name("podstuck-inspect".into()).spawn(move || {
+            // Counted as finished before the answer is sent, so the caller's
+            // next call never sees this worker as stuck.
+            let done = Finished(running);
+            let answer = op(target);
+            drop(done);
+            let _ = tx.send(answer);
+        });
+        if let Err(e) = spawned {
+            self.running_workers.fetch_sub(1, Ordering::SeqCst);
+            return Err(Unreadable(format!("cannot start a reader thread: {}", words(&e))));
+        }
+        match rx.recv_timeout(wait) {
+            Ok(answer) => answer,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                self.avoid(path);
+                Err(Unreadable(format!(
+                    "timed out after {}: the filesystem may be hung",
+                    duration_words(wait)
+                )))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Unreadable("the reader thread failed".into())),
+        }
+    }
+
+    /// Whether reaching `path` means walking through an avoided mount: the
+    /// mount it lies on or any mount above it (a path lookup crosses them
+    /// all, and a lookup on a dead NFS mount hangs too).
+    fn is_avoided(&self, path: &[u8]) -> bool {
+        if self.avoided.is_empty() {
+            return false;
+        }
+        let by_path = |a: &AvoidedMount| a.id.is_none() && is_at_or_below(path, &a.mount_point);
+        if self.avoided.iter().any(by_path) {
+            return true;
+        }
+        let Ok(mounts) = self.host_table() else {
+            return self.avoided.iter().any(|a| is_at_or_below(path, &a.mount_point));
+        };
+        let by_id: HashMap<u32, &Mount> = mounts.iter().map(|m| (m.id, m)).collect();
+        let mut next = mount_containing(&mounts, path);
+        let mut hops = 0;
+        while let Some(m) = next {
+            if self.avoided.iter().any(|a| a.id == Some(m.id)) {
+                return true;
+            }
+            hops += 1;
+            if m.parent_id == m.id || hops > mounts.len() {
+                break;
+            }
+            next = by_id.get(&m.parent_id).copied();
+        }
+        false
+    }
+
+    // ---- /proc ----
+
+    fn proc_file(&self, pid: u32, name: &str) -> PathBuf {
+        self.proc_root.join(pid.to_string()).join(name)
+    }
+
+    fn host_table(&self) -> io::Result<Vec<Mount>> {
+        Ok(parse_mountinfo(&fs::read(self.proc_root.join("self/mountinfo"))?))
+    }
+
+    fn table_of(&self, pid: u32) -> io::Result<Vec<Mount>> {
+        Ok(parse_mountinfo(&fs::read(self.proc_file(pid, "mountinfo"))?))
+    }
+
+    /// Every process id in /proc, podstuck's own left out.
+    fn pids(&self) -> Vec<u32> {
+        let Ok(entries) = fs::read_dir(&self.proc_root) else {
+            return Vec::new();
+        };
+        let mut pids: Vec<u32> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|pid| *pid != self.self_pid)
+            .collect();
+        pids.sort_unstable();
+        pids
+    }
+
+    fn mntns_of_link(&self, link: &Path) -> Option<u64> {
+        parse_ns_link(&read_link(link).ok()?)
+    }
+
+    fn mntns_of(&self, pid: u32) -> Option<u64> {
+        self.mntns_of_link(&self.proc_file(pid, "ns/mnt"))
+    }
+
+    fn own_mntns(&self) -> Option<u64> {
+        self.mntns_of_link(&self.proc_root.join("self/ns/mnt"))
+    }
+
+    fn comm_of(&self, pid: u32) -> String {
+        fs::read(self.proc_file(pid, "comm"))
+            .map(|b| String::from_utf8_lossy(&b).trim_end_matches('\n').to_string())
+            .unwrap_or_default()
+    }
+
+    /// What the mount table of one namespace says about `mount`.
+    fn namespace_view(&self, table: Vec<Mount>, mount: &Mount, own: bool) -> NamespaceView {
+        let mut targets: HashSet<u32> = HashSet::new();
+        // The exact mount: a process anywhere may hold it through an fd it
+        // got before it changed namespace or over a socket.
+        targets.insert(mount.id);
+        let has_exact = own && table.iter().any(|m| m.id == mount.id);
+        if !has_exact {
+            targets.extend(table.iter().filter(|m| is_copy(m, mount)).map(|m| m.id));
+        }
+        NamespaceView { table, targets, mount_point: mount.mount_point.clone(), dev: mount.dev }
+    }
+
+    /// The first fd of `pid` open on a target mount, by its path.
+    fn open_file_on(&self, pid: u32, view: &NamespaceView) -> Option<Vec<u8>> {
+        let fd_dir = self.proc_file(pid, "fd");
+        for entry in fs::read_dir(&fd_dir).ok()?.flatten() {
+            let Ok(target) = read_link(&entry.path()) else { continue };
+            // Sockets, pipes and anonymous inodes are not "/..." and never on a mount.
+            if !is_at_or_below(strip_deleted(&target), &view.mount_point) {
+                continue;
+            }
+            let info = self.proc_root.join(pid.to_string()).join("fdinfo").join(entry.file_name());
+            let Ok(info) = fs::read(info) else { continue };
+            if parse_fdinfo_mnt_id(&info).is_some_and(|id| view.targets.contains(&id)) {
+                return Some(target);
+            }
+        }
+        None
+    }
+
+    /// The first file of `pid` mapped from the mount.
+    fn mapped_file_on(&self, pid: u32, view: &NamespaceView) -> Option<Vec<u8>> {
+        let maps = fs::read(self.proc_file(pid, "maps")).ok()?;
+        maps.split(|b| *b == b'\n').filter_map(parse_maps_line).find_map(|(dev, path)| {
+            (dev == view.dev && is_at_or_below(strip_deleted(path), &view.mount_point)).then(|| path.to_vec())
+        })
+    }
+
+    /// How `pid` holds the mount, one entry per way, with a path each.
+    fn holds_of(&self, pid: u32, view: &NamespaceView) -> Vec<(HoldKind, Vec<u8>)> {
+        let mut found = Vec::new();
+        for (how, link) in [(HoldKind::Cwd, "cwd"), (HoldKind::Root, "root")] {
+            let Ok(target) = read_link(&self.proc_file(pid, link)) else { continue };
+            let seen = strip_deleted(&target);
+            if is_at_or_below(seen, &view.mount_point)
+                && mount_containing(&view.table, seen).is_some_and(|m| view.targets.contains(&m.id))
+            {
+                found.push((how, seen.to_vec()));
+            }
+        }
+        if let Some(path) = self.open_file_on(pid, view) {
+            found.push((HoldKind::OpenFile, path));
+        }
+        if let Some(path) = self.mapped_file_on(pid, view) {
+            found.push((HoldKind::MappedFile, path));
+        }
+        found
+    }
+
+    /// Reads `pid`'s mount table once per namespace; None if the process is gone.
+    fn view_for<'v>(
+        &self,
+        views: &'v mut HashMap<u64, NamespaceView>,
+        pid: u32,
+        ns: u64,
+        own: bool,
+        mount: &Mount,
+    ) -> Option<&'v NamespaceView> {
+        match views.entry(ns) {
+            Entry::Occupied(known) => Some(known.into_mut()),
+            Entry::Vacant(slot) => {
+                let table = if own { self.host_table() } else { self.table_of(pid) };
+                Some(slot.insert(self.namespace_view(table.ok()?, mount, own)))
+            }
+        }
+    }
+
+    fn unreadable_proc(&self, e: io::Error) -> Unreadable {
+        if e.kind() == io::ErrorKind::NotFound {
+            Unreadable("no such process".into())
+        } else {
+            unreadable(e)
+        }
+    }
+}
+
+/// Decrements the running-worker count however the worker ends.
+struct Finished(Arc<AtomicUsize>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One mount namespace's table, and which of its mounts are `mount`.
+struct NamespaceView {
+    table: Vec<Mount>,
+    targets: HashSet<u32>,
+    mount_point: Vec<u8>,
+    dev: (u32, u32),
+}
+
+impl NodeInspector for LiveNode {
+    fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
+        self.host_table().map_err(unreadable)
+    }
+
+    fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>> {
+        self.table_of(pid).map_err(|e| self.unreadable_proc(e))
+    }
+
+    fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder> {
+        let own_ns = self.own_mntns();
+        let mut views: HashMap<u64, NamespaceView> = HashMap::new();
+        let mut holders = Vec::new();
+        for pid in self.pids() {
+            // Processes that vanish mid-scan are simply not holders any more.
+            let Some(ns) = self.mntns_of(pid) else { continue };
+            let own = Some(ns) == own_ns;
+            let Some(view) = self.view_for(&mut views, pid, ns, own, mount) else { continue };
+            let holds = self.holds_of(pid, view);
+            if holds.is_empty() {
+                continue;
+            }
+            let comm = self.comm_of(pid);
+            holders.extend(holds.into_iter().map(|(how, path)| MountHolder {
+                pid,
+                comm: comm.clone(),
+                how,
+                path,
+                mntns: ns,
+                other_namespace: !own,
+            }));
+        }
+        holders
+    }
+
+    fn mount_copies(&mut self, mount: &Mount) -> Vec<MountCopy> {
+        let own_ns = self.own_mntns();
+        let mut seen: HashSet<u64> = HashSet::new();
+        let mut copies = Vec::new();
+        for pid in self.pids() {
+            let Some(ns) = self.mntns_of(pid) else { continue };
+            if Some(ns) == own_ns || seen.contains(&ns) {
+                continue;
+            }
+            let Ok(table) = self.table_of(pid) else { continue };
+            seen.insert(ns);
+            if let Some(copy) = table.iter().find(|m| is_copy(m, mount)) {
+                copies.push(MountCopy { mntns: ns, pid, comm: self.comm_of(pid), mount_point: copy.mount_point.clone() });
+            }
+        }
+        copies
+    }
+
+    fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
+        let wait = self.deadline;
+        self.on_worker(path, wait, |p| read_inode_flags(&p))
+    }
+
+    fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts> {
+        let wait = self.deadline;
+        self.on_worker(path, wait, |p| {
+            let meta = fs::symlink_metadata(&p).map_err(unreadable)?;
+            Ok(FileFacts {
+                mode: meta.mode(),
+                uid: meta.uid(),
+                gid: meta.gid(),
+                nlink: meta.nlink(),
+                size: meta.size(),
+                is_dir: meta.file_type().is_dir(),
+                sticky: meta.mode() & libc::S_ISVTX != 0,
+                dev: (libc::major(meta.dev()), libc::minor(meta.dev())),
+            })
+        })
+    }
+
+    fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample> {
+        let wait = self.deadline;
+        self.on_worker(path, wait, move |p| {
+            let mut sample = DirSample { names: Vec::new(), counted: 0, complete: true };
+            for entry in fs::read_dir(&p).map_err(unreadable)? {
+                let entry = entry.map_err(unreadable)?;
+                if sample.counted >= DIR_COUNT_CAP {
+                    sample.complete = false;
+                    break;
+                }
+                sample.counted += 1;
+                if sample.names.len() < limit {
+                    sample.names.push(entry.file_name().into_vec());
+                }
+            }
+            Ok(sample)
+        })
+    }
+
+    fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
+        // The walk has its own budget; the deadline is for a call that never returns.
+        let wait = WALK_BUDGET + self.deadline;
+        self.on_worker(path, wait, |p| count_tree(&p, WALK_BUDGET, WALK_ENTRY_CAP))
+    }
+
+    fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage> {
+        let wait = self.deadline;
+        let (mut usage, dev) = self.on_worker(path, wait, |p| read_fs_usage(&p))?;
+        // mountinfo knows the exact name ("ext4", "nfs4", "fuse.sshfs")
+        // where the magic number only knows a family.
+        if let Ok(mounts) = self.host_table() {
+            if let Some(m) = mount_containing(&mounts, path).filter(|m| m.dev == dev) {
+                usage.fstype = m.fstype.clone();
+            }
+        }
+        Ok(usage)
+    }
+
+    fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
+        let dir = path_of(path);
+        let meta = fs::metadata(dir).map_err(unreadable)?;
+        if !meta.is_dir() {
+            return Err(Unreadable("not a directory".into()));
+        }
+        let has = |name: &str| dir.join(name).exists();
+        let version = if has("cgroup.events") || (has("cgroup.procs") && has("cgroup.controllers")) {
+            2
+        } else if has("tasks") || has("cgroup.procs") {
+            1
+        } else {
+            return Err(Unreadable("not a cgroup directory: no cgroup.procs or tasks file".into()));
+        };
+        let list = if version == 2 { "cgroup.procs" } else { "tasks" };
+
+        let mut ids: Vec<u32> = Vec::new();
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(d) = pending.pop() {
+            if let Ok(text) = fs::read_to_string(d.join(list)) {
+                ids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+            }
+            if let Ok(entries) = fs::read_dir(&d) {
+                pending.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        // A task may exit between the list and its /proc entry.
+        let tasks = ids.into_iter().filter_map(|id| self.task(id).ok()).collect();
+
+        let mut children: Vec<String> = fs::read_dir(dir)
+            .map_err(unreadable)?
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        children.sort();
+
+        let events = fs::read_to_string(dir.join("cgroup.events")).ok();
+        let event = |key: &str| events.as_deref().and_then(|t| key_value(t, key)).map(|v| v == "1");
+        let (populated, frozen) = if version == 2 {
+            let freeze = fs::read_to_string(dir.join("cgroup.freeze")).ok().map(|t| t.trim() == "1");
+            let frozen = match (event("frozen"), freeze) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(false) || b.unwrap_or(false)),
+            };
+            (event("populated"), frozen)
+        } else {
+            let state = fs::read_to_string(dir.join("freezer.state")).ok();
+            (None, state.map(|s| matches!(s.trim(), "FROZEN" | "FREEZING")))
+        };
+        Ok(CgroupState { version, tasks, children, populated, frozen, has_kill: has("cgroup.kill") })
+    }
+
+    fn task(&mut self, tid: u32) -> Probe<TaskState> {
+        let stat = fs::read(self.proc_file(tid, "stat")).map_err(|e| self.unreadable_proc(e))?;
+        let (comm, state) =
+            parse_stat(&stat).ok_or_else(|| Unreadable(format!("cannot parse /proc/{tid}/stat")))?;
+        let pid = fs::read_to_string(self.proc_file(tid, "status"))
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok()))
+            .unwrap_or(tid);
+        let wchan = fs::read_to_string(self.proc_file(tid, "wchan"))
+            .ok()
+            .map(|w| w.trim().to_string())
+            .filter(|w| !w.is_empty() && w != "0");
+        let stack = fs::read_to_string(self.proc_file(tid, "stack"))
+            .map(|s| s.lines().filter_map(frame_name).collect())
+            .unwrap_or_default();
+        Ok(TaskState { tid, pid, comm, state, wchan, stack })
+    }
+
+    fn fuse_servers(&mut self) -> Vec<TaskState> {
+        let mut servers = Vec::new();
+        for pid in self.pids() {
+            let Ok(fds) = fs::read_dir(self.proc_file(pid, "fd")) else { continue };
+            let serves = fds.flatten().any(|e| read_link(&e.path()).is_ok_and(|t| t == b"/dev/fuse"));
+            if serves {
+                if let Ok(task) = self.task(pid) {
+                    servers.push(task);
+                }
+            }
+        }
+        servers
+    }
+
+    fn avoid(&mut self, path: &[u8]) {
+        let avoided = match self.host_table() {
+            Ok(mounts) => match mount_containing(&mounts, path) {
+                Some(m) => AvoidedMount { id: Some(m.id), mount_point: m.mount_point.clone() },
+                None => AvoidedMount { id: None, mount_point: path.to_vec() },
+            },
+            Err(_) => AvoidedMount { id: None, mount_point: path.to_vec() },
+        };
+        if !self.avoided.contains(&avoided) {
+            self.avoided.push(avoided);
+        }
+    }
+}
+
+// ---- the operations run on workers ----
+
+fn read_inode_flags(p: &Path) -> Probe<InodeFlags> {
+    let meta = fs::symlink_metadata(p).map_err(unreadable)?;
+    let kind = meta.file_type();
+    if !kind.is_file() && !kind.is_dir() {
+        return Err(Unreadable(format!(
+            "a {} has no inode flags podstuck reads (only regular files and directories)",
+            kind_words(&kind)
+        )));
+    }
+    // O_NONBLOCK: if the path was swapped for a FIFO since the lstat, the
+    // open must not wait for a writer. std adds O_CLOEXEC.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(p)
+        .map_err(unreadable)?;
+    // The ioctl is declared with a long but the kernel writes an int; a
+    // long-sized buffer stays safe either way, and the int is its first bytes.
+    let mut buf: u64 = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes at most sizeof(long) bytes into buf.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut buf as *mut u64) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOTTY) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => {
+                Unreadable(format!("this filesystem keeps no inode flags ({})", words(&e)))
+            }
+            _ => unreadable(e),
+        });
+    }
+    let bytes = buf.to_ne_bytes();
+    let raw = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    Ok(InodeFlags { immutable: raw & FS_IMMUTABLE_FL != 0, append_only: raw & FS_APPEND_FL != 0, raw })
+}
+
+/// Counts entries below `root` without following symlinks or leaving its
+/// filesystem. The tree is often being deleted while counted, so entries
+/// that vanish are skipped.
+fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
+    let start = Instant::now();
+    let meta = fs::symlink_metadata(root).map_err(unreadable)?;
+    if !meta.is_dir() {
+        return Err(Unreadable("not a directory".into()));
+    }
+    let dev = meta.dev();
+    let mut entries: u64 = 0;
+    let mut cut_by: Option<&str> = None;
+    let mut pending = vec![root.to_path_buf()];
+    'walk: while let Some(dir) = pending.pop() {
+        if start.elapsed() >= budget {
+            cut_by = Some("time");
+            break;
+        }
+        let listing = match fs::read_dir(&dir) {
+            Ok(l) => l,
+            Err(e) if dir == root => return Err(unreadable(e)),
+            Err(_) => continue,
+        };
+        for entry in listing {
+            // An error mid-directory (it was removed under us) ends that directory.
+            let Ok(entry) = entry else { break };
+            entries += 1;
+            if entries >= cap {
+                cut_by = Some("cap");
+                break 'walk;
+            }
+            if entries & 0xff == 0 && start.elapsed() >= budget {
+                cut_by = Some("time");
+                break 'walk;
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                // lstat, so a mount point shows the mounted filesystem's device.
+                if entry.metadata().is_ok_and(|m| m.dev() == dev) {
+                    pending.push(entry.path());
+                }
+            }
+        }
+    }
+    let method = match cut_by {
+        None => "counted".to_string(),
+        Some("time") => format!("counted for {} (a lower bound)", duration_words(budget)),
+        Some(_) => format!("counted the first {cap} (a lower bound)"),
+    };
+    Ok(EntryEstimate { entries, at_least: cut_by.is_some(), method })
+}
+
+/// statfs and statvfs of `p`, and its device so the caller can name the
+/// filesystem from the mount table.
+fn read_fs_usage(p: &Path) -> Probe<(FsUsage, (u32, u32))> {
+    let c = CString::new(p.as_os_str().as_bytes()).map_err(|_| Unreadable("path contains a NUL byte".into()))?;
+    // SAFETY: zeroed C structs filled by the kernel; c is NUL-terminated.
+    let mut fs_info: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut fs_info) } != 0 {
+        return Err(unreadable(io::Error::last_os_error()));
+    }
+    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut vfs) } != 0 {
+        return Err(unreadable(io::Error::last_os_error()));
+    }
+    let dev = fs::metadata(p).map(|m| (libc::major(m.dev()), libc::minor(m.dev()))).unwrap_or((u32::MAX, u32::MAX));
+    // Block counts are in fragment units; f_frsize equals f_bsize on nearly
+    // every filesystem, and is the right unit where it does not.
+    let unit = if vfs.f_frsize != 0 { vfs.f_frsize as u64 } else { vfs.f_bsize as u64 };
+    let usage = FsUsage {
+        fstype: fstype_name(fs_info.f_type as u32),
+        total_bytes: vfs.f_blocks as u64 * unit,
+        free_bytes: vfs.f_bavail as u64 * unit,
+        total_inodes: vfs.f_files as u64,
+        free_inodes: vfs.f_ffree as u64,
+        read_only: vfs.f_flag & libc::ST_RDONLY != 0,
+    };
+    Ok((usage, dev))
+}
+
+// ---- small pure helpers ----
+
+fn fstype_name(magic: u32) -> String {
+    let name = match magic {
+        0x0102_1994 => "tmpfs",
+        0xEF53 => "ext2/3/4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x794C_7630 => "overlay",
+        0x6969 => "nfs",
+        0x6573_5546 => "fuse",
+        0x6367_7270 => "cgroup2",
+        0x0027_E0EB => "cgroup",
+        0x9FA0 => "proc",
+        0x6265_6572 => "sysfs",
+        0x7371_7368 => "squashfs",
+        0x2FC1_2FC1 => "zfs",
+        0x00C3_6400 => "ceph",
+        0x6E73_6673 => "nsfs",
+        0x1CD1 => "devpts",
+        0xCAFE_4A11 => "bpf",
+        0x7472_6163 => "tracefs",
+        0x6462_6720 => "debugfs",
+        0xFF53_4D42 => "cifs",
+        0xFE53_4D42 => "smb2",
+        _ => return format!("{magic:#x}"),
+    };
+    name.to_string()
+}
+
+/// A mount in another namespace that is a copy of `mount`: what `unshare
+/// -m` or a container runtime leaves there.
+fn is_copy(candidate: &Mount, mount: &Mount) -> bool {
+    candidate.dev == mount.dev && candidate.root == mount.root && candidate.mount_point == mount.mount_point
+}
+
+fn path_of(bytes: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(bytes))
+}
+
+fn read_link(p: &Path) -> io::Result<Vec<u8>> {
+    Ok(fs::read_link(p)?.into_os_string().into_vec())
+}
+
+/// The kernel appends " (deleted)" to the path of an unlinked file.
+fn strip_deleted(path: &[u8]) -> &[u8] {
+    path.strip_suffix(b" (deleted)").unwrap_or(path)
+}
+
+/// "mnt:[4026531841]" -> 4026531841.
+fn parse_ns_link(link: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(link).ok()?;
+    s.strip_prefix("mnt:[")?.strip_suffix(']')?.parse().ok()
+}
+
+fn parse_fdinfo_mnt_id(info: &[u8]) -> Option<u32> {
+    let s = std::str::from_utf8(info).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("mnt_id:")?.trim().parse().ok())
+}
+
+/// One /proc/<pid>/maps line: "addr perms offset maj:min inode path" ->
+/// (device, path), for lines that name a file.
+fn parse_maps_line(line: &[u8]) -> Option<((u32, u32), &[u8])> {
+    let mut rest = line;
+    let mut fields: [&[u8]; 5] = [&[]; 5];
+    for field in fields.iter_mut() {
+        rest = trim_spaces(rest);
+        let end = rest.iter().position(|b| *b == b' ').unwrap_or(rest.len());
+        *field = &rest[..end];
+        rest = &rest[end..];
+    }
+    let path = trim_spaces(rest);
+    if path.first() != Some(&b'/') {
+        return None;
+    }
+    let (major, minor) = std::str::from_utf8(fields[3]).ok()?.split_once(':')?;
+    Some(((u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?), path))
+}
+
+fn trim_spaces(b: &[u8]) -> &[u8] {
+    let start = b.iter().position(|c| *c != b' ').unwrap_or(b.len());
+    &b[start..]
+}
+
+/// comm and state from /proc/<tid>/stat. comm may hold spaces and ')', so
+/// it ends at the last ')'.
+fn parse_stat(stat: &[u8]) -> Option<(String, char)> {
+    let open = stat.iter().position(|b| *b == b'(')?;
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    if close < open {
+        return None;
+    }
+    let comm = String::from_utf8_lossy(&stat[open + 1..close]).into_owned();
+    let state = *trim_spaces(&stat[close + 1..]).first()?;
+    Some((comm, state as char))
+}
+
+/// "[<0>] fuse_simple_request+0x1a0/0x2c0 [fuse]" -> "fuse_simple_request".
+fn frame_name(line: &str) -> Option<String> {
+    let rest = line.find("] ").map_or(line, |i| &line[i + 2..]);
+    let name = rest.trim_start().split(|c: char| c == '+' || c.is_whitespace()).next()?;
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// The value of `key` in a "key value" per line file (cgroup.events).
+fn key_value<'t>(text: &'t str, key: &str) -> Option<&'t str> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim())
+    })
+}
+
+fn kind_words(kind: &fs::FileType) -> &'static str {
+    if kind.is_symlink() {
+        "symbolic link"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_block_device() {
+        "block device"
+    } else if kind.is_char_device() {
+        "character device"
+    } else {
+        "special file"
+    }
+}
+
+/// "No such file or directory (os error 2)" -> "no such file or directory".
+fn words(e: &io::Error) -> String {
+    let text = e.to_string();
+    let text = text.find(" (os error").map_or(text.as_str(), |i| &text[..i]);
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+fn unreadable(e: io::Error) -> Unreadable {
+    Unreadable(words(&e))
+}
+
+fn duration_words(d: Duration) -> String {
+    if d.subsec_millis() == 0 && d.as_secs() > 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::mounts::mount_at;
+    use crate::test_support::TempDir;
+    use nix::mount::{mount, umount2, MntFlags, MsFlags};
+    use nix::sys::signal::{killpg, Signal};
+    use nix::unistd::Pid;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Child, Command, Stdio};
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("\n*** SKIPPED: needs root ***\n");
+            return false;
+        }
+        true
+    }
+
+    fn b(p: &Path) -> &[u8] {
+        p.as_os_str().as_bytes()
+    }
+
+    /// A tmpfs mounted for one test, lazily detached when dropped.
+    struct Tmpfs(PathBuf);
+
+    impl Tmpfs {
+        fn mount(at: &Path, options: &str, flags: MsFlags) -> Tmpfs {
+            fs::create_dir_all(at).unwrap();
+            mount(Some("tmpfs"), at, Some("tmpfs"), flags, Some(options)).expect("mount tmpfs");
+            Tmpfs(at.to_path_buf())
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = umount2(&self.0, MntFlags::MNT_DETACH);
+        }
+    }
+
+    /// A child in its own process group; the whole group is killed and the
+    /// child reaped when dropped, so a failed assertion leaves nothing behind.
+    struct Kid(Child);
+
+    impl Kid {
+        fn spawn(cmd: &mut Command) -> Kid {
+            Kid(cmd.process_group(0).stdin(Stdio::null()).spawn().expect("spawn a child"))
+        }
+
+        fn pid(&self) -> u32 {
+            self.0.id()
+        }
+    }
+
+    impl Drop for Kid {
+        fn drop(&mut self) {
+            let _ = killpg(Pid::from_raw(self.0.id() as i32), Signal::SIGKILL);
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A `chattr +<flag>` set by the test, taken off again when dropped.
+    struct Chattr(PathBuf, &'static str);
+
+    impl Chattr {
+        fn set(path: &Path, flag: &'static str) -> Option<Chattr> {
+            let ok = Command::new("chattr").arg(format!("+{flag}")).arg(path).status().is_ok_and(|s| s.success());
+            ok.then(|| Chattr(path.to_path_buf(), flag))
+        }
+    }
+
+    impl Drop for Chattr {
+        fn drop(&mut self) {
+            let _ = Command::new("chattr").arg(format!("-{}", self.1)).arg(&self.0).status();
+        }
+    }
+
+    /// Cgroup directories made by a test, removed deepest first when dropped
+    /// (after the tasks in them were killed).
+    struct CgroupDirs(Vec<PathBuf>);
+
+    impl Drop for CgroupDirs {
+        fn drop(&mut self) {
+            for dir in self.0.iter().rev() {
+                for _ in 0..40 {
+                    if fs::remove_dir(dir).is_ok() || !dir.exists() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = probe() {
+                return v;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                panic!("gave up waiting for {what}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn host_mount_at(node: &mut LiveNode, at: &Path) -> Mount {
+        let mounts = node.host_mounts().unwrap();
+        mount_at(&mounts, b(at)).cloned().expect("the test mount in the host table")
+    }
+
+    fn sleep_binary() -> &'static str {
+        if Path::new("/usr/bin/sleep").exists() {
+            "/usr/bin/sleep"
+        } else {
+            "/bin/sleep"
+        }
+    }
+
+    #[test]
+    fn a_process_whose_cwd_is_on_the_mount_holds_it() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("cwd");
+        let mnt = tmp.0.join("mnt");
+        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        let dir = mnt.join("work dir");
+        fs::create_dir(&dir).unwrap();
+        let kid = Kid::spawn(Command::new("sleep").arg("30").current_dir(&dir));
+
+        let mut node = LiveNode::new();
+        let mount = host_mount_at(&mut node, &mnt);
+        let holders = eventually("the child as a cwd holder", || {
+            let found = node.mount_holders(&mount);
+            found.iter().any(|h| h.pid == kid.pid() && h.how == HoldKind::Cwd).then_some(found)
+        });
+        let mine: Vec<&MountHolder> = holders.iter().filter(|h| h.pid == kid.pid()).collect();
+        assert_eq!(mine.len(), 1, "only its cwd is on the mount: {mine:?}");
+        assert_eq!(mine[0].path, b(&dir));
+        assert_eq!(mine[0].comm, "sleep");
+        assert!(!mine[0].other_namespace);
+        assert_eq!(Some(mine[0].mntns), node.own_mntns());
+        assert!(holders.iter().all(|h| h.pid != std::process::id()), "podstuck never reports itself");
+    }
+
+    #[test]
+    fn open_and_mapped_files_on_the_mount_hold_it() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("open");
+        let mnt = tmp.0.join("mnt");
+        let _tmpfs = Tmpfs::mount(&mnt, "size=8m", MsFlags::empty());
+        let file = mnt.join("held");
+        fs::write(&file, b"x").unwrap();
+        let exe = mnt.join("sleep-copy");
+        fs::copy(sleep_binary(), &exe).unwrap();
+
+        let opener =
+            Kid::spawn(Command::new("sh").args(["-c", "exec 3<\"$0\"; exec sleep 30"]).arg(&file).current_dir("/"));
+        let mapper = Kid::spawn(Command::new(&exe).arg("30").current_dir("/"));
+
+        let mut node = LiveNode::new();
+        let mount = host_mount_at(&mut node, &mnt);
+        let holders = eventually("an open-file and a mapped-file holder", || {
+            let found = node.mount_holders(&mount);
+            let open = found.iter().any(|h| h.pid == opener.pid() && h.how == HoldKind::OpenFile);
+            let mapped = found.iter().any(|h| h.pid == mapper.pid() && h.how == HoldKind::MappedFile);
+            (open && mapped).then_some(found)
+        });
+        let open = holders.iter().find(|h| h.pid == opener.pid() && h.how == HoldKind::OpenFile).unwrap();
+        assert_eq!(open.path, b(&file));
+        assert_eq!(open.comm, "sleep");
+        assert!(!holders.iter().any(|h| h.pid == opener.pid() && h.how != HoldKind::OpenFile));
+        let mapped = holders.iter().find(|h| h.pid == mapper.pid() && h.how == HoldKind::MappedFile).unwrap();
+        assert_eq!(mapped.path, b(&exe));
+    }
+
+    #[test]
+    fn a_holder_in_another_mount_namespace_and_the_copy_it_lives_with() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("otherns");
+        let mnt = tmp.0.join("mnt");
+        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        let dir = mnt.join("d");
+        fs::create_dir(&dir).unwrap();
+        let kid = Kid::spawn(
+            Command::new("unshare")
+                .args(["-m", "--propagation", "slave", "sh", "-c", "cd \"$0\" && exec sleep 30"])
+                .arg(&dir)
+                .current_dir("/"),
+        );
+
+        let mut node = LiveNode::new();
+        let own = node.own_mntns().expect("podstuck's own mount namespace");
+        let mount = host_mount_at(&mut node, &mnt);
+        let holder = eventually("the child as a holder in its own namespace", || {
+            node.mount_holders(&mount)
+                .into_iter()
+                .find(|h| h.pid == kid.pid() && h.how == HoldKind::Cwd && h.comm == "sleep")
+        });
+        assert!(holder.other_namespace);
+        assert_ne!(holder.mntns, own);
+        assert_eq!(holder.path, b(&dir));
+
+        let copies = node.mount_copies(&mount);
+        let copy = copies.iter().find(|c| c.mntns == holder.mntns).expect("the child's namespace holds a copy");
+        assert_eq!(copy.mount_point, b(&mnt));
+        assert_eq!(node.mntns_of(copy.pid), Some(holder.mntns));
+        assert!(!copy.comm.is_empty());
+        assert!(copies.iter().all(|c| c.mntns != own));
+    }
+
+    #[test]
+    fn inode_flags_show_chattr_i_and_a() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("flags");
+        let plain = tmp.0.join("plain");
+        let locked = tmp.0.join("locked");
+        let appended = tmp.0.join("appended");
+        for f in [&plain, &locked, &appended] {
+            fs::write(f, b"x").unwrap();
+        }
+        let (Some(_unlock), Some(_unappend)) = (Chattr::set(&locked, "i"), Chattr::set(&appended, "a")) else {
+            eprintln!("\n*** SKIPPED: chattr does not work on {} ***\n", tmp.0.display());
+            return;
+        };
+
+        let mut node = LiveNode::new();
+        let flags = node.inode_flags(b(&locked)).unwrap();
+        assert!(flags.immutable && !flags.append_only, "{flags:?}");
+        assert_ne!(flags.raw & FS_IMMUTABLE_FL, 0);
+        let flags = node.inode_flags(b(&appended)).unwrap();
+        assert!(flags.append_only && !flags.immutable, "{flags:?}");
+        let flags = node.inode_flags(b(&plain)).unwrap();
+        assert!(!flags.immutable && !flags.append_only, "{flags:?}");
+        assert!(node.inode_flags(b(&tmp.0)).is_ok(), "directories have flags too");
+
+        let link = tmp.0.join("link");
+        std::os::unix::fs::symlink(&locked, &link).unwrap();
+        let err = node.inode_flags(b(&link)).unwrap_err();
+        assert!(err.0.contains("symbolic link"), "{err}");
+        let fifo = tmp.0.join("fifo");
+        assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let err = node.inode_flags(b(&fifo)).unwrap_err();
+        assert!(err.0.contains("FIFO"), "{err}");
+        assert_eq!(node.inode_flags(b(&tmp.0.join("missing"))).unwrap_err().0, "no such file or directory");
+    }
+
+    #[test]
+    fn file_facts_are_lstat() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("facts");
+        let dir = tmp.0.join("sticky");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+        let file = dir.join("f");
+        fs::write(&file, b"hello").unwrap();
+        let mut node = LiveNode::new();
+        let facts = node.file_facts(b(&dir)).unwrap();
+        assert!(facts.is_dir && facts.sticky, "{facts:?}");
+        let facts = node.file_facts(b(&file)).unwrap();
+        assert!(!facts.is_dir && !facts.sticky);
+        assert_eq!((facts.size, facts.nlink, facts.uid), (5, 1, 0));
+        let meta = fs::metadata(&file).unwrap();
+        assert_eq!(facts.dev, (libc::major(meta.dev()), libc::minor(meta.dev())));
+    }
+
+    #[test]
+    fn fs_usage_of_a_small_tmpfs() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("usage");
+        let mnt = tmp.0.join("mnt");
+        let _tmpfs = Tmpfs::mount(&mnt, "size=1m,nr_inodes=100", MsFlags::empty());
+        let ro = tmp.0.join("ro");
+        let _ro = Tmpfs::mount(&ro, "size=1m", MsFlags::MS_RDONLY);
+        fs::write(mnt.join("f"), vec![0u8; 64 * 1024]).unwrap();
+
+        let mut node = LiveNode::new();
+        let usage = node.fs_usage(b(&mnt)).unwrap();
+        assert_eq!(usage.fstype, "tmpfs");
+        assert_eq!(usage.total_bytes, 1 << 20);
+        assert!(usage.free_bytes <= usage.total_bytes - 64 * 1024, "{usage:?}");
+        assert_eq!(usage.total_inodes, 100);
+        assert!(usage.free_inodes < 100);
+        assert!(!usage.read_only);
+        assert!(node.fs_usage(b(&ro)).unwrap().read_only);
+        assert_eq!(node.fs_usage(b(&tmp.0.join("missing"))).unwrap_err().0, "no such file or directory");
+    }
+
+    #[test]
+    fn directory_sample_and_tree_count_stay_on_one_filesystem() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("count");
+        let mnt = tmp.0.join("mnt");
+        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        let tree = mnt.join("tree");
+        fs::create_dir_all(tree.join("a/b")).unwrap();
+        for i in 0..10 {
+            fs::write(tree.join(format!("f{i}")), b"").unwrap();
+        }
+        for i in 0..5 {
+            fs::write(tree.join(format!("a/a{i}")), b"").unwrap();
+        }
+        for i in 0..2 {
+            fs::write(tree.join(format!("a/b/b{i}")), b"").unwrap();
+        }
+        std::os::unix::fs::symlink("/", tree.join("link")).unwrap();
+        let sub = tree.join("sub");
+        let _sub = Tmpfs::mount(&sub, "size=1m", MsFlags::empty());
+        for i in 0..3 {
+            fs::write(sub.join(format!("s{i}")), b"").unwrap();
+        }
+
+        let mut node = LiveNode::new();
+        let sample = node.dir_sample(b(&tree), 3).unwrap();
+        assert_eq!(sample.names.len(), 3);
+        // f0..f9, a, link, sub
+        assert_eq!(sample.counted, 13);
+        assert!(sample.complete);
+        assert!(sample.names.iter().all(|n| n != b"." && n != b".."));
+
+        // top 13 + a's 5 files and b + b's 2 files; nothing under sub or link.
+        let estimate = node.remaining_entries(b(&tree)).unwrap();
+        assert_eq!(estimate, EntryEstimate { entries: 21, at_least: false, method: "counted".into() });
+
+        let capped = count_tree(&tree, WALK_BUDGET, 5).unwrap();
+        assert!(capped.at_least && capped.entries == 5, "{capped:?}");
+        let timed = count_tree(&tree, Duration::ZERO, WALK_ENTRY_CAP).unwrap();
+        assert!(timed.at_least && timed.method.contains("lower bound"), "{timed:?}");
+
+        assert_eq!(node.remaining_entries(b(&tree.join("f0"))).unwrap_err().0, "not a directory");
+        assert_eq!(node.dir_sample(b(&tree.join("gone")), 3).unwrap_err().0, "no such file or directory");
+    }
+
+    /// The cgroup2 mount point, found from the mount table as on any node.
+    fn cgroup_mount(node: &mut LiveNode, fstype: &str, option: Option<&str>) -> Option<PathBuf> {
+        node.host_mounts().ok()?.into_iter().find_map(|m| {
+            let fits = m.fstype == fstype && option.is_none_or(|o| m.super_options.split(',').any(|x| x == o));
+            fits.then(|| PathBuf::from(OsStr::from_bytes(&m.mount_point)))
+        })
+    }
+
+    #[test]
+    fn cgroup_v2_with_a_task_in_a_child_cgroup() {
+        if !is_root() {
+            return;
+        }
+        let mut node = LiveNode::new();
+        let Some(root) = cgroup_mount(&mut node, "cgroup2", None) else {
+            eprintln!("\n*** SKIPPED: no cgroup2 mount ***\n");
+            return;
+        };
+        let cg = root.join(format!("podstuck-test-{}", std::process::id()));
+        let sub = cg.join("sub");
+        fs::create_dir(&cg).unwrap();
+        let _dirs = CgroupDirs(vec![cg.clone(), sub.clone()]);
+        fs::create_dir(&sub).unwrap();
+        let kid = Kid::spawn(Command::new("sleep").arg("30"));
+        fs::write(sub.join("cgroup.procs"), kid.pid().to_string()).unwrap();
+
+        let state = node.cgroup(b(&cg)).unwrap();
+        assert_eq!(state.version, 2);
+        let task = state.tasks.iter().find(|t| t.pid == kid.pid()).expect("the child, found below");
+        assert_eq!(task.comm, "sleep");
+        assert_eq!(state.children, vec!["sub".to_string()]);
+        assert_eq!(state.populated, Some(true));
+        assert_eq!(state.frozen, Some(false));
+        assert!(state.has_kill, "kernel 5.14+ has cgroup.kill");
+
+        let inner = node.cgroup(b(&sub)).unwrap();
+        assert!(inner.children.is_empty());
+        assert_eq!(inner.tasks.iter().map(|t| t.pid).collect::<Vec<_>>(), vec![kid.pid()]);
+
+        let err = node.cgroup(b(&std::env::temp_dir())).unwrap_err();
+        assert!(err.0.starts_with("not a cgroup directory"), "{err}");
+        drop(kid);
+        let empty = eventually("the cgroup to empty", || {
+            node.cgroup(b(&cg)).ok().filter(|s| s.populated == Some(false))
+        });
+        assert!(empty.tasks.is_empty());
+    }
+
+    #[test]
+    fn cgroup_v1_freezer() {
+        if !is_root() {
+            return;
+        }
+        let mut node = LiveNode::new();
+        let Some(root) = cgroup_mount(&mut node, "cgroup", Some("freezer")) else {
+            eprintln!("\n*** SKIPPED: no cgroup v1 freezer hierarchy ***\n");
+            return;
+        };
+        let cg = root.join(format!("podstuck-test-{}", std::process::id()));
+        fs::create_dir(&cg).unwrap();
+        let _dirs = CgroupDirs(vec![cg.clone()]);
+        let kid = Kid::spawn(Command::new("sleep").arg("30"));
+        fs::write(cg.join("cgroup.procs"), kid.pid().to_string()).unwrap();
+
+        let state = node.cgroup(b(&cg)).unwrap();
+        assert_eq!(state.version, 1);
+        assert!(state.tasks.iter().any(|t| t.tid == kid.pid()));
+        assert_eq!(state.frozen, Some(false));
+        assert_eq!(state.populated, None);
+        assert!(!state.has_kill);
+    }
+
+    #[test]
+    fn task_of_a_sleeping_child_and_of_a_thread() {
+        if !is_root() {
+            return;
+        }
+        let kid = Kid::spawn(Command::new("sleep").arg("30"));
+        let mut node = LiveNode::new();
+        // Right after exec it may sleep briefly elsewhere (loading, page
+        // faults) and run in between, when wchan reads "0".
+        let task = eventually("the child asleep in nanosleep with a wchan", || {
+            node.task(kid.pid()).ok().filter(|t| t.state == 'S' && t.comm == "sleep" && t.wchan.is_some())
+        });
+        assert_eq!((task.tid, task.pid), (kid.pid(), kid.pid()));
+        assert_eq!(task.state_words(), "S (sleeping)");
+        assert!(task.wchan.as_deref().is_some_and(|w| w.contains("sleep")), "{task:?}");
+        assert!(task.stack.iter().all(|f| !f.is_empty() && !f.contains(['+', '[', ' '])), "{:?}", task.stack);
+
+        // SAFETY: gettid cannot fail.
+        let tid = unsafe { libc::gettid() } as u32;
+        assert_eq!(node.task(tid).unwrap().pid, std::process::id());
+        assert_eq!(node.task(u32::MAX).unwrap_err().0, "no such process");
+    }
+
+    #[test]
+    fn fuse_servers_are_processes_with_dev_fuse_open() {
+        if !is_root() {
+            return;
+        }
+        if !Path::new("/dev/fuse").exists() {
+            eprintln!("\n*** SKIPPED: no /dev/fuse ***\n");
+            return;
+        }
+        let kid = Kid::spawn(Command::new("sh").args(["-c", "exec 3<>/dev/fuse; exec sleep 30"]));
+        let mut node = LiveNode::new();
+        let server = eventually("the child as a FUSE server", || {
+            node.fuse_servers().into_iter().find(|t| t.pid == kid.pid() && t.comm == "sleep")
+        });
+        assert_eq!(server.tid, server.pid);
+    }
+
+    #[test]
+    fn mount_tables_of_the_host_and_of_a_process() {
+        let mut node = LiveNode::new();
+        let host = node.host_mounts().unwrap();
+        assert!(host.iter().any(|m| m.mount_point == b"/"));
+        let mine = node.mounts_of_process(std::process::id()).unwrap();
+        assert!(mine.iter().any(|m| m.mount_point == b"/"));
+        assert_eq!(node.mounts_of_process(u32::MAX).unwrap_err().0, "no such process");
+    }
+
+    #[test]
+    fn a_call_past_its_deadline_gives_up_and_the_mount_is_avoided() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("deadline");
+        let mnt = tmp.0.join("mnt");
+        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        let sub = mnt.join("sub");
+        let _sub = Tmpfs::mount(&sub, "size=1m", MsFlags::empty());
+        let file = mnt.join("f");
+        fs::write(&file, b"x").unwrap();
+
+        let mut node = LiveNode::new().with_deadline(Duration::from_millis(100));
+        let start = Instant::now();
+        let hung: Probe<()> = node.on_worker(b(&file), node.deadline, |_| {
+            std::thread::sleep(Duration::from_millis(1500));
+            Ok(())
+        });
+        assert!(start.elapsed() < Duration::from_millis(1000), "the caller waited {:?}", start.elapsed());
+        assert_eq!(hung.unwrap_err().0, "timed out after 100 ms: the filesystem may be hung");
+        assert_eq!(node.avoided_mount_points(), vec![b(&mnt).to_vec()]);
+
+        assert_eq!(node.file_facts(b(&file)).unwrap_err().0, HUNG_MOUNT);
+        assert_eq!(node.dir_sample(b(&mnt), 1).unwrap_err().0, HUNG_MOUNT);
+        // Reaching the submount walks through the hung one.
+        assert_eq!(node.fs_usage(b(&sub)).unwrap_err().0, HUNG_MOUNT);
+        assert!(node.file_facts(b(&tmp.0)).is_ok(), "other filesystems are still read");
+        assert_eq!(duration_words(DEFAULT_DEADLINE), "1 s");
+    }
+
+    #[test]
+    fn avoid_marks_the_mount_of_a_path() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("avoid");
+        let mnt = tmp.0.join("mnt");
+        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        fs::write(mnt.join("f"), b"x").unwrap();
+        let mut node = LiveNode::new();
+        assert!(node.file_facts(b(&mnt.join("f"))).is_ok());
+        node.avoid(b(&mnt.join("f")));
+        node.avoid(b(&mnt.join("f")));
+        assert_eq!(node.avoided_mount_points().len(), 1);
+        assert_eq!(node.inode_flags(b(&mnt.join("f"))).unwrap_err().0, HUNG_MOUNT);
+        assert!(node.file_facts(b(&tmp.0)).is_ok());
+    }
+
+    #[test]
+    fn stuck_workers_are_capped() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("cap");
+        let hung = tmp.0.join("hung");
+        let _hung = Tmpfs::mount(&hung, "size=1m", MsFlags::empty());
+        let other = tmp.0.join("other");
+        fs::create_dir(&other).unwrap();
+
+        let mut node = LiveNode::new().with_deadline(Duration::from_millis(50)).with_max_stuck_workers(1);
+        let r: Probe<()> = node.on_worker(b(&hung), node.deadline, |_| {
+            std::thread::sleep(Duration::from_millis(700));
+            Ok(())
+        });
+        assert!(r.unwrap_err().0.starts_with("timed out"));
+        let refused = node.file_facts(b(&other)).unwrap_err();
+        assert!(refused.0.starts_with("not touched: too many earlier reads (1) are still hung"), "{refused}");
+        // Once the stuck call returns, its thread is free again.
+        eventually("the stuck worker to return", || node.file_facts(b(&other)).ok());
+    }
+
+    /// A /proc made of plain files and symlinks: two namespaces, one with a
+    /// copy of the mount and one without.
+    fn fake_proc(root: &Path) {
+        use std::os::unix::fs::symlink;
+        let put = |rel: &str, text: &str| {
+            let p = root.join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, text).unwrap();
+        };
+        let link = |rel: &str, target: &str| {
+            let p = root.join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            symlink(target, p).unwrap();
+        };
+        put("self/mountinfo", "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n50 1 0:50 / /vol rw - tmpfs tmpfs rw\n");
+        link("self/ns/mnt", "mnt:[1000]");
+        // Host namespace: cwd, an open file, a socket, a mapped library.
+        link("100/ns/mnt", "mnt:[1000]");
+        put("100/comm", "holder\n");
+        link("100/cwd", "/vol/dir");
+        link("100/root", "/");
+        link("100/fd/3", "/vol/file");
+        put("100/fdinfo/3", "pos:\t0\nflags:\t0100000\nmnt_id:\t50\nino:\t7\n");
+        link("100/fd/4", "socket:[123]");
+        put("100/fdinfo/4", "pos:\t0\nflags:\t02\nmnt_id:\t9\n");
+        put(
+            "100/maps",
+            "55d0-55d1 r-xp 00000000 08:01 12 /usr/bin/holder\n\
+             7f00-7f01 r-xp 00000000 00:32 33                         /vol/lib.so (deleted)\n\
+             7ffd-7ffe rw-p 00000000 00:00 0                          [stack]\n",
+        );
+        // A container with a copy of /vol, whose cwd was deleted.
+        link("200/ns/mnt", "mnt:[2000]");
+        put("200/comm", "other\n");
+        put("200/mountinfo", "7 6 8:1 / / rw - ext4 /dev/sda1 rw\n70 7 0:50 / /vol rw master:5 - tmpfs tmpfs rw\n");
+        link("200/cwd", "/vol/x (deleted)");
+        link("200/root", "/");
+        // A container without /vol: its /vol is its own directory.
+        link("300/ns/mnt", "mnt:[3000]");
+        put("300/comm", "bystander\n");
+        put("300/mountinfo", "8 6 8:1 /c / rw - ext4 /dev/sda1 rw\n");
+        link("300/cwd", "/vol");
+        link("300/root", "/");
+        // Gone between the listing and the reads.
+        fs::create_dir_all(root.join("400")).unwrap();
+    }
+
+    #[test]
+    fn holders_and_copies_from_a_fake_proc() {
+        let tmp = TempDir::new("fakeproc");
+        fake_proc(&tmp.0);
+        let mut node = LiveNode::with_proc_root(tmp.0.clone());
+        let mount = mount_at(&node.host_mounts().unwrap(), b"/vol").cloned().unwrap();
+        let holders = node.mount_holders(&mount);
+        let seen: Vec<(u32, HoldKind, &[u8], bool, u64)> =
+            holders.iter().map(|h| (h.pid, h.how, h.path.as_slice(), h.other_namespace, h.mntns)).collect();
+        assert_eq!(
+            seen,
+            vec![
+                (100, HoldKind::Cwd, &b"/vol/dir"[..], false, 1000),
+                (100, HoldKind::OpenFile, &b"/vol/file"[..], false, 1000),
+                (100, HoldKind::MappedFile, &b"/vol/lib.so (deleted)"[..], false, 1000),
+                (200, HoldKind::Cwd, &b"/vol/x"[..], true, 2000),
+            ]
+        );
+        assert_eq!(holders[0].comm, "holder");
+        assert_eq!(
+            node.mount_copies(&mount),
+            vec![MountCopy { mntns: 2000, pid: 200, comm: "other".into(), mount_point: b"/vol".to_vec() }]
+        );
+    }
+
+    #[test]
+    fn task_from_a_fake_proc_with_an_awkward_comm() {
+        let tmp = TempDir::new("faketask");
+        let dir = tmp.0.join("4242");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("stat"), "4242 (we) ird (x) D 1 4242 4242 0 -1 4194560 0 0\n").unwrap();
+        fs::write(dir.join("status"), "Name:\twe) ird (x\nState:\tD (disk sleep)\nTgid:\t4240\nPid:\t4242\n").unwrap();
+        fs::write(dir.join("wchan"), "0").unwrap();
+        fs::write(
+            dir.join("stack"),
+            "[<0>] fuse_simple_request+0x1a0/0x2c0 [fuse]\n[<0>] fuse_lookup_name+0xe8/0x200 [fuse]\n",
+        )
+        .unwrap();
+        let mut node = LiveNode::with_proc_root(tmp.0.clone());
+        let task = node.task(4242).unwrap();
+        assert_eq!(
+            task,
+            TaskState {
+                tid: 4242,
+                pid: 4240,
+                comm: "we) ird (x".into(),
+                state: 'D',
+                wchan: None,
+                stack: vec!["fuse_simple_request".into(), "fuse_lookup_name".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn small_parsers() {
+        assert_eq!(parse_ns_link(b"mnt:[4026531841]"), Some(4026531841));
+        assert_eq!(parse_ns_link(b"net:[1]"), None);
+        assert_eq!(strip_deleted(b"/a/b (deleted)"), b"/a/b");
+        assert_eq!(parse_maps_line(b"7f00-7f01 r-xp 00000000 fd:01 33   /usr/lib/x y.so"), Some(((0xfd, 1), &b"/usr/lib/x y.so"[..])));
+        assert_eq!(parse_maps_line(b"7f00-7f01 rw-p 00000000 00:00 0"), None);
+        assert_eq!(frame_name("[<0>] do_nanosleep+0x67/0x190"), Some("do_nanosleep".into()));
+        assert_eq!(key_value("populated 1\nfrozen 0\n", "frozen"), Some("0"));
+        assert_eq!(fstype_name(0xEF53), "ext2/3/4");
+        assert_eq!(fstype_name(0x1234), "0x1234");
+        assert_eq!(words(&io::Error::from_raw_os_error(libc::EACCES)), "permission denied");
+        assert_eq!(duration_words(Duration::from_millis(1500)), "1500 ms");
+    }
+}

@@ -1,0 +1,236 @@
+//! Inspect: reads the node state that confirms or rules out a pathology,
+//! at the moment a detector asks: mount tables (the host's and other mount
+//! namespaces'), who holds a mount (a `fuser` over /proc), inode flags,
+//! file metadata, directory contents, filesystem usage, cgroups and task
+//! states.
+//!
+//! Detectors see the node only through [`NodeInspector`], so they are tested
+//! with a fake node; [`live::LiveNode`] is the real one. Nothing here changes
+//! the node. Anything that touches a path (open, stat, statfs, readdir) may
+//! block forever on a dead NFS or FUSE server, so the live node does it on a
+//! worker thread with a deadline and then stays away from that mount.
+
+pub mod live;
+pub mod mounts;
+
+use serde::Serialize;
+
+/// A fact that could not be read, and why, in words ("timed out after 1 s:
+/// the filesystem may be hung", "no such file", "permission denied").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Unreadable(pub String);
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub type Probe<T> = Result<T, Unreadable>;
+
+/// One line of a mountinfo file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    pub id: u32,
+    pub parent_id: u32,
+    /// st_dev of the filesystem: (major, minor).
+    pub dev: (u32, u32),
+    /// Which directory of the filesystem is mounted (bind mounts: not "/").
+    pub root: Vec<u8>,
+    /// Where, unescaped (`\040` is a space).
+    pub mount_point: Vec<u8>,
+    /// Per-mount options: "rw,nosuid,relatime".
+    pub options: String,
+    /// Optional fields: "shared:12", "master:3".
+    pub propagation: Vec<String>,
+    pub fstype: String,
+    pub source: String,
+    /// Per-superblock options.
+    pub super_options: String,
+}
+
+impl Mount {
+    pub fn read_only(&self) -> bool {
+        self.options.split(',').any(|o| o == "ro")
+    }
+}
+
+/// How a process holds a mount busy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HoldKind {
+    /// Its current directory is on the mount.
+    Cwd,
+    /// Its root directory (chroot, container rootfs) is on the mount.
+    Root,
+    /// It has a file open on the mount.
+    OpenFile,
+    /// It has a file mapped from the mount.
+    MappedFile,
+}
+
+/// A process that keeps a mount busy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MountHolder {
+    pub pid: u32,
+    pub comm: String,
+    pub how: HoldKind,
+    /// The held file or directory, as the holder sees it.
+    #[serde(serialize_with = "crate::output::serialize_path")]
+    pub path: Vec<u8>,
+    /// The holder's mount namespace inode (`/proc/<pid>/ns/mnt`).
+    pub mntns: u64,
+    /// Whether that is not the host's (podstuck's) mount namespace.
+    pub other_namespace: bool,
+}
+
+/// A copy of a mount in another mount namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MountCopy {
+    pub mntns: u64,
+    /// One process living in that namespace (for `nsenter -t`).
+    pub pid: u32,
+    pub comm: String,
+    #[serde(serialize_with = "crate::output::serialize_path")]
+    pub mount_point: Vec<u8>,
+}
+
+/// `lsattr` flags that make a file undeletable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+pub struct InodeFlags {
+    /// FS_IMMUTABLE_FL (`chattr +i`).
+    pub immutable: bool,
+    /// FS_APPEND_FL (`chattr +a`).
+    pub append_only: bool,
+    /// The whole FS_IOC_GETFLAGS word.
+    pub raw: u32,
+}
+
+/// What `lstat` says of a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FileFacts {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u64,
+    pub size: u64,
+    pub is_dir: bool,
+    /// S_ISVTX: in a directory, only owners may remove entries.
+    pub sticky: bool,
+    pub dev: (u32, u32),
+}
+
+/// Some of a directory's entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirSample {
+    /// The first entries read ("." and ".." left out), at most the limit asked.
+    pub names: Vec<Vec<u8>>,
+    /// Entries counted (all of them when `complete`).
+    pub counted: u64,
+    pub complete: bool,
+}
+
+/// How many entries are left under a directory tree, and how that was found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EntryEstimate {
+    pub entries: u64,
+    /// The count is a lower bound (the walk was cut short).
+    pub at_least: bool,
+    /// "counted", "tmpfs directory size / 20", "link count": said to the user.
+    pub method: String,
+}
+
+/// What `statfs` says of the filesystem under a path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FsUsage {
+    /// "tmpfs", "ext4", "overlay", "xfs", ... or the magic number in hex.
+    pub fstype: String,
+    pub total_bytes: u64,
+    /// Available to unprivileged users (f_bavail).
+    pub free_bytes: u64,
+    pub total_inodes: u64,
+    pub free_inodes: u64,
+    /// ST_RDONLY.
+    pub read_only: bool,
+}
+
+/// A task as /proc shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TaskState {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    /// The state letter of /proc/<tid>/stat: R, S, D, T, t, Z, I.
+    pub state: char,
+    /// Where in the kernel it waits (`/proc/<tid>/wchan`), when readable.
+    pub wchan: Option<String>,
+    /// `/proc/<tid>/stack` frames, when readable (root, and kernels that allow it).
+    pub stack: Vec<String>,
+}
+
+impl TaskState {
+    /// "D (uninterruptible sleep)", as `ps` and `/proc/<pid>/status` say it.
+    pub fn state_words(&self) -> &'static str {
+        match self.state {
+            'R' => "R (running)",
+            'S' => "S (sleeping)",
+            'D' => "D (uninterruptible sleep)",
+            'T' => "T (stopped)",
+            't' => "t (tracing stop)",
+            'Z' => "Z (zombie)",
+            'X' => "X (dead)",
+            'I' => "I (idle)",
+            _ => "? (unknown)",
+        }
+    }
+}
+
+/// A cgroup directory as the kernel shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CgroupState {
+    /// 1 or 2.
+    pub version: u8,
+    /// Every task in it and below it (cgroup.procs / tasks, recursively).
+    pub tasks: Vec<TaskState>,
+    /// Child cgroup directory names.
+    pub children: Vec<String>,
+    /// `populated` from cgroup.events (v2).
+    pub populated: Option<bool>,
+    /// cgroup.freeze = 1 or `frozen 1` in cgroup.events (v2); freezer.state FROZEN (v1).
+    pub frozen: Option<bool>,
+    /// Whether cgroup.kill exists (v2, kernel 5.14+).
+    pub has_kill: bool,
+}
+
+/// What detectors may ask of the node. Every answer is read when asked.
+/// Paths are absolute, as bytes, in the host's mount namespace.
+pub trait NodeInspector {
+    /// The host's mount table (podstuck runs in the host mount namespace).
+    fn host_mounts(&mut self) -> Probe<Vec<Mount>>;
+    /// The mount table of the mount namespace `pid` lives in.
+    fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>>;
+    /// Processes, in any mount namespace, whose cwd, root, open files or
+    /// mappings lie on `mount` (or on its copies in other namespaces).
+    fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder>;
+    /// Copies of `mount` in other mount namespaces.
+    fn mount_copies(&mut self, mount: &Mount) -> Vec<MountCopy>;
+    /// FS_IOC_GETFLAGS of a regular file or directory (never follows a symlink).
+    fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags>;
+    /// lstat.
+    fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts>;
+    /// Up to `limit` names of a directory's entries, and how many there are.
+    fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample>;
+    /// How many entries remain in the tree under `path`.
+    fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate>;
+    /// statfs.
+    fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage>;
+    /// A cgroup directory (v1 or v2) and the tasks in it.
+    fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState>;
+    /// A task (thread id) by /proc.
+    fn task(&mut self, tid: u32) -> Probe<TaskState>;
+    /// Processes that have /dev/fuse open: the FUSE servers.
+    fn fuse_servers(&mut self) -> Vec<TaskState>;
+    /// Tells the inspector a call on `path` hangs: it must not touch that
+    /// mount again.
+    fn avoid(&mut self, path: &[u8]);
+}
