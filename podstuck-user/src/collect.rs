@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
 use aya::{Ebpf, EbpfLoader};
-use podstuck_common::{counter, KernelFilter, Syscall};
+use podstuck_common::{counter, CallInFlight, KernelFilter, Syscall, PATH_MAX};
 use tokio::io::unix::AsyncFd;
 
 use crate::btf::{Btf, VMLINUX_BTF};
@@ -36,6 +36,47 @@ const PROBES: [(&str, &str); 8] = [
     ("enter_umount", "sys_enter_umount"),
 ];
 
+/// A call in flight as the kernel keeps it, with its path argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flight {
+    pub tid: u32,
+    pub pid: u32,
+    pub syscall: Syscall,
+    pub flags: u64,
+    pub dfd: i32,
+    pub started: std::time::SystemTime,
+    /// The path argument as passed (may be relative), when readable.
+    pub path: Option<Vec<u8>>,
+}
+
+/// A NUL-terminated string of process `pid` at `addr`, read page by page
+/// (a read across into an unmapped page would fail as a whole).
+fn read_user_string(pid: u32, addr: u64) -> Option<Vec<u8>> {
+    const PAGE: u64 = 4096;
+    let mut out = Vec::new();
+    let mut at = addr;
+    while out.len() < PATH_MAX {
+        let chunk = ((PAGE - at % PAGE) as usize).min(PATH_MAX - out.len());
+        let mut buf = vec![0u8; chunk];
+        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: chunk };
+        let remote = libc::iovec { iov_base: at as *mut libc::c_void, iov_len: chunk };
+        // SAFETY: one local iovec over our own buffer; the remote one is only
+        // read by the kernel, which checks it against the target's mappings.
+        let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if got <= 0 {
+            return None;
+        }
+        buf.truncate(got as usize);
+        if let Some(end) = buf.iter().position(|b| *b == 0) {
+            out.extend_from_slice(&buf[..end]);
+            return Some(out);
+        }
+        out.extend_from_slice(&buf);
+        at += got as u64;
+    }
+    None
+}
+
 /// Totals for a run, as shown in the closing line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunTotals {
@@ -57,6 +98,7 @@ pub struct Tracer {
     _ebpf: Ebpf,
     ring: AsyncFd<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
+    in_flight: BpfHashMap<MapData, u32, CallInFlight>,
     clock: WallClock,
     program_ids: Vec<u32>,
     events_seen: u64,
@@ -90,6 +132,7 @@ impl Tracer {
         }
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
+        let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
         // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
         // for as long as it lives, which is as long as the AsyncFd.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
@@ -99,6 +142,7 @@ impl Tracer {
             _ebpf: ebpf,
             ring,
             counters,
+            in_flight,
             clock: WallClock::now(),
             program_ids,
             events_seen: 0,
@@ -138,6 +182,36 @@ impl Tracer {
             }
             each(decoded)?;
         }
+    }
+
+    /// Calls entered at least `min_age` ago and not returned, from the
+    /// kernel's in-flight map, with their path read from the caller's memory
+    /// (the argument is still there: the caller is inside the call).
+    pub fn calls_in_flight(&self, min_age: std::time::Duration) -> Vec<Flight> {
+        let now = std::time::SystemTime::now();
+        let mut found = Vec::new();
+        for item in self.in_flight.iter() {
+            let Ok((tid, entry)) = item else { continue };
+            let Some(syscall) = Syscall::from_u8(entry.syscall) else { continue };
+            let started = self.clock.to_wall(entry.enter_ns);
+            if now.duration_since(started).unwrap_or_default() < min_age {
+                continue;
+            }
+            // An entry whose thread is gone (killed inside the call) is not a call.
+            if !Path::new(&format!("/proc/{tid}")).exists() {
+                continue;
+            }
+            found.push(Flight {
+                tid,
+                pid: entry.pid,
+                syscall,
+                flags: entry.flags,
+                dfd: entry.dfd,
+                started,
+                path: read_user_string(entry.pid, entry.path_ptr),
+            });
+        }
+        found
     }
 
     fn counter(&self, index: u32) -> Result<u64> {

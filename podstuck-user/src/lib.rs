@@ -10,9 +10,11 @@
 
 pub mod btf;
 pub mod collect;
+pub mod diagnose;
 pub mod event;
 pub mod export;
 pub mod identify;
+pub mod inspect;
 pub mod latency;
 pub mod output;
 pub mod preflight;

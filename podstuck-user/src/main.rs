@@ -56,6 +56,12 @@ enum Command {
         /// How often histogram files are refreshed (e.g. 5s, 1m).
         #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
         interval: Duration,
+        /// Print findings only (the diagnosis), not every call.
+        #[arg(long)]
+        findings: bool,
+        /// A call that has not returned after this long is reported as hung (e.g. 5s, 1m).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+        hung_after: Duration,
     },
     /// Read the histogram files of a run back: percentiles and a log2 histogram per series.
     Report {
@@ -97,9 +103,13 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Report { dir, json } => podstuck::report::report(&dir, json),
-        Command::Watch { json, duration, pods, kubelet_root, errors_only, syscalls, histograms, force, interval } => {
+        Command::Watch { json, duration, pods, kubelet_root, errors_only, syscalls, histograms, force, interval, findings, hung_after } => {
             if interval.is_zero() {
                 eprintln!("podstuck: --interval must be longer than zero (e.g. 5s)");
+                return ExitCode::from(2);
+            }
+            if hung_after.is_zero() {
+                eprintln!("podstuck: --hung-after must be longer than zero (e.g. 5s)");
                 return ExitCode::from(2);
             }
             let options = WatchOptions {
@@ -112,6 +122,8 @@ fn main() -> ExitCode {
                 histograms,
                 force,
                 interval,
+                findings_only: findings,
+                hung_after,
             };
             runtime.block_on(watch(&options))
         }

@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::collect::RunTotals;
+use crate::diagnose::{Confidence, Finding, Report, Severity, Status};
 use crate::event::{errno_name, syscall_name, CallEvent, AT_FDCWD};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
@@ -50,6 +51,7 @@ struct EventLine<'a> {
     pcomm: &'a str,
     cgroup_id: u64,
     mntns: u32,
+    uid: u32,
     syscall: &'static str,
     flags: Vec<String>,
     flags_raw: u64,
@@ -73,7 +75,6 @@ struct EventLine<'a> {
     r#match: &'a [MatchReason],
 }
 
-/// One event as a JSON object (no trailing newline).
 /// A path as JSON text, plus its exact bytes in hex when not UTF-8.
 fn json_path(bytes: &[u8]) -> (String, Option<String>) {
     match std::str::from_utf8(bytes) {
@@ -102,6 +103,7 @@ pub fn event_json(event: &CallEvent, identity: &Identity) -> String {
         pcomm: &event.pcomm,
         cgroup_id: event.cgroup_id,
         mntns: event.mntns,
+        uid: event.uid,
         syscall: syscall_name(event.syscall),
         flags: event.flag_names(),
         flags_raw: event.flags,
@@ -122,6 +124,12 @@ pub fn event_json(event: &CallEvent, identity: &Identity) -> String {
         r#match: &identity.matched,
     };
     serde_json::to_string(&line).expect("event serialises")
+}
+
+/// Serde: a path quoted in a finding or a fact, as text (bytes that are not
+/// UTF-8 become U+FFFD; the call events keep the exact bytes in `path_hex`).
+pub fn serialize_path<P: AsRef<[u8]>, S: serde::Serializer>(path: &P, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&String::from_utf8_lossy(path.as_ref()))
 }
 
 /// A path made safe for one terminal line: printable UTF-8 stays, a
@@ -239,6 +247,66 @@ fn calls_by_name(totals: &RunTotals) -> BTreeMap<&'static str, u64> {
     totals.calls.iter().map(|(s, n)| (syscall_name(*s), *n)).collect()
 }
 
+#[derive(Serialize)]
+struct FindingLine<'a> {
+    r#type: &'static str,
+    #[serde(flatten)]
+    finding: &'a Finding,
+}
+
+/// A finding as one JSON object: `"type":"finding"` when first told,
+/// `"finding-update"` for later revisions of the same `id`.
+pub fn finding_json(report: &Report) -> String {
+    let r#type = match report {
+        Report::New(_) => "finding",
+        Report::Update(_) => "finding-update",
+    };
+    serde_json::to_string(&FindingLine { r#type, finding: report.finding() }).expect("finding serialises")
+}
+
+/// A finding for people: a block when new, one line when updated.
+pub fn finding_text(report: &Report) -> String {
+    let f = report.finding();
+    let status = match f.status {
+        Status::Active => "",
+        Status::Resolved => " RESOLVED",
+    };
+    let pod = f.pod_uid.as_ref().map(|p| format!(" pod {p}")).unwrap_or_default();
+    let head = format!("[{}] {}{status}{pod} ({})", severity_word(f.severity), f.kind.id(), confidence_word(f.confidence));
+    if let Report::Update(_) = report {
+        return format!("UPDATE {head}: {} calls, last {}; {}", f.count, rfc3339(f.last_seen), f.summary);
+    }
+    let mut text = format!("FINDING {head}\n  {}\n", f.summary);
+    if let Some(rhythm) = &f.rhythm {
+        let _ = writeln!(text, "  rhythm: {rhythm}");
+    }
+    text.push_str("  evidence:\n");
+    for e in &f.evidence {
+        let _ = writeln!(text, "    - {} [{}]", e.fact, e.source);
+    }
+    let _ = write!(text, "  fix: {}", f.fix);
+    for a in &f.advice {
+        let _ = write!(text, "\n  also: {a}");
+    }
+    text
+}
+
+fn severity_word(s: Severity) -> &'static str {
+    match s {
+        Severity::Critical => "critical",
+        Severity::Warning => "warning",
+        Severity::Info => "info",
+    }
+}
+
+fn confidence_word(c: Confidence) -> &'static str {
+    match c {
+        Confidence::Confirmed => "confirmed",
+        Confidence::Likely => "likely",
+        Confidence::Possible => "possible",
+    }
+}
+
 /// The closing line: what was seen, what was lost, every call counted.
 pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
     let line = EndLine {
@@ -311,7 +379,7 @@ mod tests {
         let line = json(&event(Syscall::Unlinkat, -16, 0x200, b"/var/lib/kubelet/pods/x"));
         let v: Value = serde_json::from_str(&line).unwrap();
         for key in [
-            "type", "ts", "pid", "tid", "comm", "ppid", "pcomm", "cgroup_id", "mntns", "syscall", "flags", "dfd",
+            "type", "ts", "pid", "tid", "comm", "ppid", "pcomm", "cgroup_id", "mntns", "uid", "syscall", "flags", "dfd",
             "path", "ret", "errno", "latency_ns", "abs_path", "pod_uid", "container_id", "actor", "match",
         ] {
             assert!(v.get(key).is_some(), "missing {key} in {line}");

@@ -1,8 +1,9 @@
 //! `podstuck watch`: trace the node until told to stop, printing each call
-//! as it completes, then a closing line with what was seen and what was
-//! lost; with `--histograms DIR`, keep latency histograms and refresh their
-//! files every interval. SIGINT and SIGTERM stop it cleanly; the programs
-//! detach when the tracer is dropped.
+//! as it completes and each finding as the detectors make or update it,
+//! then a closing line with what was seen and what was lost; with
+//! `--histograms DIR`, keep latency histograms and refresh their files
+//! every interval. SIGINT and SIGTERM stop it cleanly; the programs detach
+//! when the tracer is dropped.
 
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::PathBuf;
@@ -13,13 +14,15 @@ use podstuck_common::{KernelFilter, Syscall};
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::collect::{RunTotals, Tracer};
+use crate::collect::{Flight, RunTotals, Tracer};
+use crate::diagnose::{CallInFlight, DiagnoseOptions, Diagnoser, Report, Review};
+use crate::event::{syscall_name, BaseDir, CallEvent, DecodeError, PathStatus, AT_FDCWD};
 use crate::export::{Exporter, RunInfo};
+use crate::inspect::live::LiveNode;
 use crate::latency::LatencyBook;
-use crate::event::{syscall_name, CallEvent, DecodeError};
 use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
-use crate::output::{end_json, end_text, event_json, event_text, rfc3339, start_json, StartLine};
+use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, rfc3339, start_json, StartLine};
 use crate::preflight::{problems, NodeFacts, Problem};
 
 #[derive(Clone, Debug)]
@@ -41,6 +44,10 @@ pub struct WatchOptions {
     pub force: bool,
     /// How often histogram files are refreshed (and interval histograms cut).
     pub interval: Duration,
+    /// Print findings only, not each call.
+    pub findings_only: bool,
+    /// A call in flight longer than this is a hung call.
+    pub hung_after: Duration,
 }
 
 impl Default for WatchOptions {
@@ -55,6 +62,8 @@ impl Default for WatchOptions {
             histograms: None,
             force: false,
             interval: Duration::from_secs(5),
+            findings_only: false,
+            hung_after: Duration::from_secs(5),
         }
     }
 }
@@ -108,13 +117,15 @@ impl std::fmt::Display for NodeNotReady {
 impl std::error::Error for NodeNotReady {}
 
 /// Where each decoded record goes: identified, filtered to the pods asked
-/// for, printed, and counted in the latency book.
+/// for, printed, counted in the latency book and seen by the detectors.
 struct Sink<W: Write> {
     out: W,
     json: bool,
+    findings_only: bool,
     identifier: Identifier,
     filter: PodFilter,
     book: Option<LatencyBook>,
+    diagnoser: Diagnoser,
 }
 
 impl<W: Write> Sink<W> {
@@ -128,6 +139,10 @@ impl<W: Write> Sink<W> {
                 if let Some(book) = self.book.as_mut() {
                     book.record(&event, &identity);
                 }
+                self.diagnoser.observe(&event, &identity);
+                if self.findings_only {
+                    return Ok(());
+                }
                 let line = if self.json { event_json(&event, &identity) } else { event_text(&event, &identity) };
                 writeln!(self.out, "{line}")
             }
@@ -139,6 +154,90 @@ impl<W: Write> Sink<W> {
         }
     }
 }
+
+impl<W: Write> Sink<W> {
+    /// Calls in flight, identified and filtered like completed ones.
+    fn in_flight(&mut self, flights: Vec<Flight>) -> Vec<CallInFlight> {
+        let mut calls = Vec::new();
+        for flight in flights {
+            let event = event_of_flight(&flight);
+            let identity = self.identifier.identify(&event);
+            if !self.filter.admits(&identity) {
+                continue;
+            }
+            calls.push(CallInFlight {
+                tid: flight.tid,
+                pid: flight.pid,
+                syscall: flight.syscall,
+                flags: flight.flags,
+                started: flight.started,
+                path: identity.abs_path.ok(),
+                pod_uid: identity.pod_uid,
+                actor: identity.actor,
+            });
+        }
+        calls
+    }
+
+    fn tell(&mut self, reports: &[Report]) -> std::io::Result<()> {
+        for report in reports {
+            let text = if self.json { finding_json(report) } else { finding_text(report) };
+            writeln!(self.out, "{text}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A call in flight dressed as an event, so identify can name its pod and
+/// actor: comm and parent from /proc, a relative path's base from the
+/// caller's cwd or dirfd (readlink of /proc links never touches the
+/// filesystem behind them, which may be the one that hangs).
+fn event_of_flight(flight: &Flight) -> CallEvent {
+    let proc_text = |path: String| std::fs::read_to_string(path).map(|s| s.trim_end().to_string()).unwrap_or_default();
+    let stat = proc_text(format!("/proc/{}/stat", flight.pid));
+    let ppid: u32 = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
+    let path = flight.path.clone().unwrap_or_default();
+    let base = if path.first() == Some(&b'/') || flight.path.is_none() {
+        BaseDir::NotNeeded
+    } else {
+        let link = if flight.dfd == AT_FDCWD {
+            format!("/proc/{}/cwd", flight.tid)
+        } else {
+            format!("/proc/{}/fd/{}", flight.pid, flight.dfd)
+        };
+        match std::fs::read_link(link) {
+            Ok(dir) => BaseDir::Resolved(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()).to_vec()),
+            Err(_) => BaseDir::Unresolved("the caller's directory could not be read"),
+        }
+    };
+    CallEvent {
+        time: SystemTime::now(),
+        pid: flight.pid,
+        tid: flight.tid,
+        comm: proc_text(format!("/proc/{}/comm", flight.tid)),
+        ppid,
+        pcomm: proc_text(format!("/proc/{ppid}/comm")),
+        cgroup_id: 0,
+        mntns: 0,
+        uid: 0,
+        syscall: flight.syscall,
+        flags: flight.flags,
+        dfd: flight.dfd,
+        path_status: if flight.path.is_some() { PathStatus::Whole } else { PathStatus::Unreadable },
+        path,
+        base,
+        ret: 0,
+        latency_ns: 0,
+    }
+}
+
+/// podstuck's own mount namespace inode: the host's, as podstuck runs there.
+fn own_mount_namespace() -> u32 {
+    std::fs::metadata("/proc/self/ns/mnt").map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32).unwrap_or(0)
+}
+
+/// How often the detectors look again, with the node, at what they saw.
+const REVIEW_EVERY: Duration = Duration::from_millis(500);
 
 /// The run's metadata for the histogram files, as of now.
 fn run_info(options: &WatchOptions, start: &StartLine, started: SystemTime, totals: &RunTotals, finished: bool) -> RunInfo {
@@ -191,12 +290,17 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
         eprintln!("podstuck: pod {uid} has no directory under {}/pods on this node; watching for it anyway", options.kubelet_root.display());
     }
     let mut tracer = Tracer::start(options.kernel_filter())?;
+    let node_name = nix::sys::utsname::uname().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
+    let diagnoser = Diagnoser::new(&DiagnoseOptions { hung_after: options.hung_after, node_name, host_mntns: own_mount_namespace() });
+    let mut node = LiveNode::new();
     let mut sink = Sink {
         out: BufWriter::new(std::io::stdout().lock()),
         json: options.json,
+        findings_only: options.findings_only,
         identifier,
         filter,
         book: exporter.as_ref().map(|_| LatencyBook::new(started)),
+        diagnoser,
     };
 
     let start = StartLine {
@@ -229,6 +333,8 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
     let deadline = tokio::time::sleep(options.duration.unwrap_or(Duration::MAX / 4));
     tokio::pin!(deadline);
     let mut refresh = tokio::time::interval_at(tokio::time::Instant::now() + options.interval, options.interval);
+    let mut review = tokio::time::interval(REVIEW_EVERY);
+    review.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let stopped_by = loop {
         tokio::select! {
@@ -239,6 +345,15 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
                     // The reader went away (`podstuck watch --json | head`): stop quietly.
                     Err(e) if e.kind() == ErrorKind::BrokenPipe => return Ok(()),
                     Err(e) => return Err(e).context("writing events"),
+                }
+            }
+            _ = review.tick() => {
+                let in_flight = sink.in_flight(tracer.calls_in_flight(options.hung_after));
+                let reports = sink.diagnoser.review(&mut Review { now: SystemTime::now(), in_flight: &in_flight, node: &mut node });
+                match sink.tell(&reports).and_then(|()| sink.out.flush()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == ErrorKind::BrokenPipe => return Ok(()),
+                    Err(e) => return Err(e).context("writing findings"),
                 }
             }
             _ = sigint.recv() => break Some("SIGINT"),
@@ -258,6 +373,11 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
 
     let finish = (|| -> Result<()> {
         tracer.drain(&mut |e| sink.take(e))?;
+        let in_flight = sink.in_flight(tracer.calls_in_flight(options.hung_after));
+        let reports = sink.diagnoser.review(&mut Review { now: SystemTime::now(), in_flight: &in_flight, node: &mut node });
+        sink.tell(&reports)?;
+        let untold = sink.diagnoser.untold();
+        sink.tell(&untold)?;
         let totals = tracer.totals()?;
         if let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) {
             let run = run_info(options, &start, started, &totals, true);

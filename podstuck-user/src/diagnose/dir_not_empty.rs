@@ -1,0 +1,154 @@
+//! P8 `dir-not-empty`: a pod's volume directory cannot be removed because
+//! files were written into it while it was not mounted (or after the
+//! unmount), so rmdir fails with ENOTEMPTY on every retry.
+//!
+//! Signature: rmdir or unlinkat(AT_REMOVEDIR) of a pod's directory failing
+//! with ENOTEMPTY, again (Go's RemoveAll meets one ENOTEMPTY on the way and
+//! then succeeds: that is not this). Confirmed by listing the directory.
+
+use super::shell::word;
+use super::track::{Attempts, FailureLog};
+use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity};
+use crate::event::CallEvent;
+use crate::identify::Identity;
+use crate::inspect::mounts::mounts_under;
+
+/// Entries named in the evidence and in the fix.
+const ENTRIES_NAMED: usize = 5;
+
+#[derive(Default)]
+pub struct DirNotEmpty {
+    failures: FailureLog,
+}
+
+impl DirNotEmpty {
+    fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
+        let node = &mut *review.node;
+        let path = a.path.clone();
+        let mut f = Finding::new(Kind::DirNotEmpty, &shown(&path), Severity::Critical, a.first);
+        a.stamp(&mut f);
+        let rhythm = a.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default();
+        f.evidence("trace", a.trace_words());
+        let whose = a.pod.as_ref().map(|p| format!(" of pod {p}")).unwrap_or_default();
+        let what = format!("{} cannot remove {}{whose}", a.actor.description, shown(&path));
+        let below: Vec<Vec<u8>> = node
+            .host_mounts()
+            .map(|m| mounts_under(&m, &path).into_iter().map(|m| m.mount_point.clone()).collect())
+            .unwrap_or_default();
+        if !below.is_empty() {
+            // Never print an rm for a tree with a mount inside: it would delete the volume's data.
+            f.confidence = Confidence::Confirmed;
+            for m in &below {
+                f.evidence("mountinfo", format!("{} is mounted inside it", shown(m)));
+            }
+            f.summary = format!("{what}: it is not empty because something is still mounted inside it. {}{rhythm}.", a.failed_words());
+            f.fix = below.iter().rev().map(|m| format!("umount {}", word(m))).collect::<Vec<_>>().join(" && ");
+            return Some(f);
+        }
+        let sample = match node.dir_sample(&path, ENTRIES_NAMED) {
+            Ok(s) => s,
+            Err(why) => {
+                f.evidence("readdir", format!("{}: {why}", shown(&path)));
+                f.summary = format!("{what}: {}{rhythm}.", a.failed_words());
+                f.fix = format!("ls -la -- {}", word(&path));
+                return Some(f);
+            }
+        };
+        if sample.counted == 0 {
+            f.confidence = Confidence::Possible;
+            f.evidence("readdir", format!("{} is empty now", shown(&path)));
+            f.summary = format!("{what}: {}, but it is empty now: the next retry should succeed.", a.failed_words());
+            f.fix = format!("rmdir {}", word(&path));
+            return Some(f);
+        }
+        f.confidence = Confidence::Confirmed;
+        let names: Vec<String> = sample.names.iter().map(|n| shown(n)).collect();
+        let more = if sample.counted as usize > names.len() { format!(" and {} more", sample.counted as usize - names.len()) } else { String::new() };
+        f.evidence("readdir", format!("{} holds {} entr{}: {}{more}", shown(&path), sample.counted, if sample.counted == 1 { "y" } else { "ies" }, names.join(", ")));
+        f.detail("entries", sample.counted);
+        f.summary = format!(
+            "{what}: it is not empty ({}{more}), files written into the volume directory while nothing was mounted there. {}{rhythm}.",
+            names.join(", "),
+            a.failed_words()
+        );
+        f.fix = if sample.complete && sample.counted as usize <= ENTRIES_NAMED {
+            let mut targets = Vec::new();
+            for n in &sample.names {
+                let mut p = path.clone();
+                p.push(b'/');
+                p.extend_from_slice(n);
+                targets.push(word(&p));
+            }
+            format!("rm -r --one-file-system -- {}", targets.join(" "))
+        } else {
+            format!("find {} -xdev -mindepth 1 -delete", word(&path))
+        };
+        f.advice.push(format!("look before you delete: ls -la -- {}", word(&path)));
+        Some(f)
+    }
+}
+
+impl Detector for DirNotEmpty {
+    fn observe(&mut self, event: &CallEvent, identity: &Identity) {
+        if !removes(event) || identity.pod_uid.is_none() {
+            return;
+        }
+        let Ok(path) = &identity.abs_path else { return };
+        match event.errno() {
+            None => self.failures.succeeded(path, event.time),
+            Some(libc::ENOTEMPTY) if removes_dir(event) => self.failures.failed(path, event, identity),
+            Some(_) => {}
+        }
+    }
+
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
+        self.failures.review(review.now, |a| {
+            // A single ENOTEMPTY is how RemoveAll starts; wait for a retry.
+            if a.failures < 2 {
+                return None;
+            }
+            Self::decide(a, review)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake::*;
+    use super::*;
+
+    #[test]
+    fn stray_files_in_a_volume_dir() {
+        let mut d = DirNotEmpty::default();
+        let mut node = FakeNode::with_mounts(&[]);
+        let m = csi_mount();
+        node.dirs.insert(m.clone().into_bytes(), vec!["stray.log"]);
+        let calls = [rmdir(0.0, "kubelet", &m, -libc::ENOTEMPTY), rmdir(0.5, "kubelet", &m, -libc::ENOTEMPTY)];
+        let f = &run(&mut d, &mut node, &calls, 1.0)[0];
+        assert_eq!(f.kind, Kind::DirNotEmpty);
+        assert_eq!(f.fix, format!("rm -r --one-file-system -- {m}/stray.log"));
+        assert!(f.evidence.iter().any(|e| e.fact.contains("stray.log")));
+    }
+
+    #[test]
+    fn remove_all_meeting_one_enotempty_then_succeeding_is_not_a_finding() {
+        let mut d = DirNotEmpty::default();
+        let mut node = FakeNode::with_mounts(&[]);
+        let dir = format!("{KUBELET}/pods/{POD}/volumes/kubernetes.io~empty-dir/cache");
+        let calls = [rmdir(0.0, "kubelet", &dir, -libc::ENOTEMPTY), unlink(0.01, "kubelet", &format!("{dir}/f"), 0), rmdir(0.02, "kubelet", &dir, 0)];
+        assert!(run(&mut d, &mut node, &calls, 10.0).is_empty());
+        // A lone ENOTEMPTY that is never retried is not told either.
+        let calls = [rmdir(20.0, "kubelet", &dir, -libc::ENOTEMPTY)];
+        assert!(run(&mut d, &mut node, &calls, 40.0).is_empty());
+    }
+
+    #[test]
+    fn a_mount_inside_is_unmounted_never_deleted() {
+        let mut d = DirNotEmpty::default();
+        let m = csi_mount();
+        let mut node = FakeNode::with_mounts(&[&format!("90 {m}/data tmpfs")]);
+        let calls = [rmdir(0.0, "kubelet", &m, -libc::ENOTEMPTY), rmdir(0.5, "kubelet", &m, -libc::ENOTEMPTY)];
+        let f = &run(&mut d, &mut node, &calls, 1.0)[0];
+        assert_eq!(f.fix, format!("umount {m}/data"));
+    }
+}

@@ -1,0 +1,212 @@
+//! A fake node and synthetic calls for the detectors' unit tests: node
+//! state is whatever a test says, calls are made at chosen times.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use podstuck_common::Syscall;
+
+use super::{CallInFlight, Detector, Finding, Review};
+use crate::event::{BaseDir, CallEvent, PathStatus};
+use crate::identify::actor::{describe, role_of};
+use crate::identify::pod::{clues_from_path, PodUid};
+use crate::identify::{Actor, Identity, MatchReason};
+use crate::inspect::mounts::parse_mountinfo;
+use crate::inspect::*;
+
+pub const POD: &str = "5f1c2a9e-0000-4000-8000-000000000001";
+pub const KUBELET: &str = "/var/lib/kubelet";
+
+pub fn pod() -> PodUid {
+    PodUid::parse(POD).unwrap()
+}
+
+/// `secs` after a fixed origin.
+pub fn t(secs: f64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_800_000_000) + Duration::from_secs_f64(secs)
+}
+
+/// A node whose every fact is set by the test.
+#[derive(Default)]
+pub struct FakeNode {
+    pub mountinfo: String,
+    pub process_mounts: HashMap<u32, String>,
+    pub holders: Vec<MountHolder>,
+    pub copies: Vec<MountCopy>,
+    pub flags: HashMap<Vec<u8>, InodeFlags>,
+    pub facts: HashMap<Vec<u8>, FileFacts>,
+    pub dirs: HashMap<Vec<u8>, Vec<&'static str>>,
+    pub remaining: HashMap<Vec<u8>, u64>,
+    pub usage: HashMap<Vec<u8>, FsUsage>,
+    pub cgroups: HashMap<Vec<u8>, CgroupState>,
+    pub tasks: HashMap<u32, TaskState>,
+    pub fuse: Vec<TaskState>,
+    pub avoided: Vec<Vec<u8>>,
+}
+
+fn missing<T>() -> Probe<T> {
+    Err(Unreadable("no such file or directory".into()))
+}
+
+impl FakeNode {
+    /// The host mount table: `/` on ext4 plus these lines
+    /// ("<id> <mount point> <fstype> [options]").
+    pub fn with_mounts(lines: &[&str]) -> FakeNode {
+        let mut text = String::from("1 0 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n");
+        for line in lines {
+            let mut f = line.split_whitespace();
+            let id = f.next().unwrap();
+            let at = f.next().unwrap();
+            let fstype = f.next().unwrap();
+            let options = f.next().unwrap_or("rw,relatime");
+            text.push_str(&format!("{id} 1 0:{id} / {at} {options} shared:{id} - {fstype} {fstype} rw\n"));
+        }
+        FakeNode { mountinfo: text, ..Default::default() }
+    }
+
+    pub fn mounts(&self) -> Vec<Mount> {
+        parse_mountinfo(self.mountinfo.as_bytes())
+    }
+}
+
+impl NodeInspector for FakeNode {
+    fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
+        Ok(self.mounts())
+    }
+    fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>> {
+        match self.process_mounts.get(&pid) {
+            Some(text) => Ok(parse_mountinfo(text.as_bytes())),
+            None => Ok(self.mounts()),
+        }
+    }
+    fn mount_holders(&mut self, _mount: &Mount) -> Vec<MountHolder> {
+        self.holders.clone()
+    }
+    fn mount_copies(&mut self, _mount: &Mount) -> Vec<MountCopy> {
+        self.copies.clone()
+    }
+    fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
+        match self.flags.get(path) {
+            Some(f) => Ok(*f),
+            None if self.facts.contains_key(path) => Ok(InodeFlags::default()),
+            None => missing(),
+        }
+    }
+    fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts> {
+        self.facts.get(path).copied().ok_or(()).or_else(|_| missing())
+    }
+    fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample> {
+        let names = self.dirs.get(path).ok_or(()).or_else(|_| missing())?;
+        Ok(DirSample {
+            names: names.iter().take(limit).map(|n| n.as_bytes().to_vec()).collect(),
+            counted: names.len() as u64,
+            complete: true,
+        })
+    }
+    fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
+        let entries = *self.remaining.get(path).ok_or(()).or_else(|_| missing())?;
+        Ok(EntryEstimate { entries, at_least: false, method: "counted".into() })
+    }
+    fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage> {
+        self.usage.get(path).cloned().ok_or(()).or_else(|_| missing())
+    }
+    fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
+        self.cgroups.get(path).cloned().ok_or(()).or_else(|_| missing())
+    }
+    fn task(&mut self, tid: u32) -> Probe<TaskState> {
+        self.tasks.get(&tid).cloned().ok_or(()).or_else(|_| missing())
+    }
+    fn fuse_servers(&mut self) -> Vec<TaskState> {
+        self.fuse.clone()
+    }
+    fn avoid(&mut self, path: &[u8]) {
+        self.avoided.push(path.to_vec());
+    }
+}
+
+/// A regular file's or directory's lstat.
+pub fn facts(is_dir: bool, mode: u32, uid: u32) -> FileFacts {
+    FileFacts { mode, uid, gid: 0, nlink: 1, size: 0, is_dir, sticky: mode & 0o1000 != 0, dev: (8, 1) }
+}
+
+pub fn task(tid: u32, comm: &str, state: char) -> TaskState {
+    TaskState { tid, pid: tid, comm: comm.into(), state, wchan: None, stack: Vec::new() }
+}
+
+/// A synthetic call and its identity, as identify would make them.
+pub struct Call {
+    pub event: CallEvent,
+    pub identity: Identity,
+}
+
+/// A call by `comm` (pid 100) on an absolute path at `at` seconds,
+/// returning `ret` (0 or -errno).
+pub fn call(at: f64, comm: &str, syscall: Syscall, flags: u64, path: &str, ret: i32) -> Call {
+    call_by(at, comm, 100, syscall, flags, path, ret)
+}
+
+pub fn call_by(at: f64, comm: &str, pid: u32, syscall: Syscall, flags: u64, path: &str, ret: i32) -> Call {
+    let event = CallEvent {
+        time: t(at),
+        pid,
+        tid: pid,
+        comm: comm.into(),
+        ppid: 1,
+        pcomm: "systemd".into(),
+        cgroup_id: 1,
+        mntns: 4026531840,
+        uid: 0,
+        syscall,
+        flags,
+        dfd: -100,
+        path: path.as_bytes().to_vec(),
+        path_status: PathStatus::Whole,
+        base: BaseDir::NotNeeded,
+        ret: ret as i64,
+        latency_ns: 20_000,
+    };
+    let clues = clues_from_path(path.as_bytes(), &[std::path::PathBuf::from(KUBELET)]);
+    let (pod_uid, path_area) = match clues.pod {
+        Some((uid, area)) => (Some(uid), Some(area)),
+        None => (None, None),
+    };
+    let role = role_of(comm, None, "systemd");
+    let identity = Identity {
+        abs_path: Ok(path.as_bytes().to_vec()),
+        matched: if pod_uid.is_some() { vec![MatchReason::Path] } else { vec![] },
+        pod_uid,
+        path_area,
+        container_id: clues.container,
+        actor: Actor { comm: comm.into(), exe: None, parent: "systemd".into(), role, description: describe(comm, "systemd", role) },
+    };
+    Call { event, identity }
+}
+
+pub fn rmdir(at: f64, comm: &str, path: &str, ret: i32) -> Call {
+    call(at, comm, Syscall::Unlinkat, libc::AT_REMOVEDIR as u64, path, ret)
+}
+
+pub fn unlink(at: f64, comm: &str, path: &str, ret: i32) -> Call {
+    call(at, comm, Syscall::Unlinkat, 0, path, ret)
+}
+
+pub fn umount(at: f64, comm: &str, path: &str, ret: i32) -> Call {
+    call(at, comm, Syscall::Umount2, 0, path, ret)
+}
+
+/// Feeds the calls to the detector and reviews at `now` seconds.
+pub fn run(detector: &mut dyn Detector, node: &mut FakeNode, calls: &[Call], now: f64) -> Vec<Finding> {
+    run_with(detector, node, calls, &[], now)
+}
+
+pub fn run_with(detector: &mut dyn Detector, node: &mut FakeNode, calls: &[Call], in_flight: &[CallInFlight], now: f64) -> Vec<Finding> {
+    for c in calls {
+        detector.observe(&c.event, &c.identity);
+    }
+    detector.review(&mut Review { now: t(now), in_flight, node })
+}
+
+/// The pod's CSI volume mount dir.
+pub fn csi_mount() -> String {
+    format!("{KUBELET}/pods/{POD}/volumes/kubernetes.io~csi/pvc-1/mount")
+}

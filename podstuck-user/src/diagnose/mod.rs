@@ -1,0 +1,525 @@
+//! Diagnose: recognises the pathologies of PATHOLOGIES.md in the stream of
+//! identified calls, confirms each against node state read at that moment,
+//! and says it as a [`Finding`]: the cause in plain words, the evidence, and
+//! the exact command that fixes it (printed, never run).
+//!
+//! Pure: it takes calls, calls still in flight, a clock and a
+//! [`NodeInspector`], and returns findings, so every detector is tested on
+//! synthetic streams with a fake node. One detector per pathology, one file
+//! each. A finding is emitted once and then updated as evidence grows
+//! ([`Diagnoser::review`] decides when a change is worth a new revision).
+
+pub mod cgroup_busy;
+pub mod dir_not_empty;
+pub mod disk_full;
+pub mod hung_call;
+pub mod immutable_file;
+pub mod mount_held;
+pub mod not_mounted;
+pub mod removal_storm;
+pub mod rhythm;
+pub mod shell;
+pub mod subpath_left;
+pub mod track;
+pub mod volume_still_mounted;
+
+#[cfg(test)]
+pub(crate) mod fake;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use podstuck_common::Syscall;
+use serde::Serialize;
+
+use crate::event::CallEvent;
+use crate::identify::pod::PodUid;
+use crate::identify::{Actor, Identity};
+use crate::inspect::NodeInspector;
+
+/// The stable name of a pathology, as in PATHOLOGIES.md: what users grep
+/// and alert on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// P1.
+    VolumeStillMounted,
+    /// P2.
+    RemovalStorm,
+    /// P3.
+    ImmutableFile,
+    /// P3's near miss: EPERM for another reason (a sticky directory, a
+    /// security module), explained as such.
+    PermissionDenied,
+    /// P4.
+    MountHeld,
+    /// P5.
+    CgroupBusy,
+    /// P6.
+    HungCall,
+    /// P7.
+    NotMounted,
+    /// P8.
+    DirNotEmpty,
+    /// P9, ENOSPC or EDQUOT.
+    DiskFull,
+    /// P9, EROFS.
+    ReadOnlyFs,
+    /// P10.
+    SubpathLeft,
+}
+
+impl Kind {
+    pub fn id(self) -> &'static str {
+        match self {
+            Kind::VolumeStillMounted => "volume-still-mounted",
+            Kind::RemovalStorm => "removal-storm",
+            Kind::ImmutableFile => "immutable-file",
+            Kind::PermissionDenied => "permission-denied",
+            Kind::MountHeld => "mount-held",
+            Kind::CgroupBusy => "cgroup-busy",
+            Kind::HungCall => "hung-call",
+            Kind::NotMounted => "not-mounted",
+            Kind::DirNotEmpty => "dir-not-empty",
+            Kind::DiskFull => "disk-full",
+            Kind::ReadOnlyFs => "read-only-fs",
+            Kind::SubpathLeft => "subpath-left",
+        }
+    }
+}
+
+/// How much a finding matters to the pod's deletion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Severity {
+    Info,
+    /// Slows teardown or hurts the node, may not block on its own.
+    Warning,
+    /// Blocks a pod's deletion until someone acts.
+    Critical,
+}
+
+/// How sure podstuck is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Confidence {
+    /// The calls fit, node state could not be read or no longer agrees.
+    Possible,
+    /// The calls fit and nothing read contradicts it.
+    Likely,
+    /// Node state read now shows the cause.
+    Confirmed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Still happening.
+    Active,
+    /// The blocked call succeeded, or the hung call returned, or the storm ended.
+    Resolved,
+}
+
+/// One fact behind a finding and where it was read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Evidence {
+    /// "trace", "mountinfo", "/proc/123/stack", "FS_IOC_GETFLAGS", "statfs"...
+    pub source: String,
+    pub fact: String,
+}
+
+impl Evidence {
+    pub fn new(source: impl Into<String>, fact: impl Into<String>) -> Evidence {
+        Evidence { source: source.into(), fact: fact.into() }
+    }
+}
+
+/// Who made the calls a finding is about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FindingActor {
+    pub pid: u32,
+    pub comm: String,
+    pub parent: String,
+    pub role: &'static str,
+    pub description: String,
+}
+
+impl FindingActor {
+    pub fn of(pid: u32, actor: &Actor) -> FindingActor {
+        FindingActor {
+            pid,
+            comm: actor.comm.clone(),
+            parent: actor.parent.clone(),
+            role: actor.role.as_str(),
+            description: actor.description.clone(),
+        }
+    }
+}
+
+/// What podstuck concluded, with its evidence and the fix.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Finding {
+    /// Stable across revisions: kind and the key path (or actor).
+    pub id: String,
+    pub kind: Kind,
+    pub severity: Severity,
+    pub status: Status,
+    pub confidence: Confidence,
+    /// The cause, in one paragraph of plain words.
+    pub summary: String,
+    pub pod_uid: Option<PodUid>,
+    /// Every pod concerned (a full disk hits them all).
+    pub pods: Vec<PodUid>,
+    pub actor: Option<FindingActor>,
+    pub syscall: Option<&'static str>,
+    pub errno: Option<String>,
+    /// The key path first.
+    #[serde(serialize_with = "serialize_paths")]
+    pub paths: Vec<Vec<u8>>,
+    pub evidence: Vec<Evidence>,
+    /// The retry rhythm recognised, if any.
+    pub rhythm: Option<String>,
+    /// The exact command that fixes it; podstuck never runs it.
+    pub fix: String,
+    /// What else to do or know.
+    pub advice: Vec<String>,
+    #[serde(serialize_with = "serialize_time")]
+    pub first_seen: SystemTime,
+    #[serde(serialize_with = "serialize_time")]
+    pub last_seen: SystemTime,
+    /// Calls behind it (failures, removals, hung calls).
+    pub count: u64,
+    /// 1 for the first emission, then one more per update.
+    pub revision: u32,
+    /// Kind-specific numbers (a storm's rate, a hang's duration...).
+    pub details: BTreeMap<String, serde_json::Value>,
+}
+
+fn serialize_paths<S: serde::Serializer>(paths: &[Vec<u8>], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(paths.iter().map(|p| String::from_utf8_lossy(p).into_owned()))
+}
+
+fn serialize_time<S: serde::Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::output::rfc3339(*time))
+}
+
+impl Finding {
+    /// A finding with its identity set and everything else empty.
+    pub fn new(kind: Kind, key: &str, severity: Severity, first_seen: SystemTime) -> Finding {
+        Finding {
+            id: format!("{}:{key}", kind.id()),
+            kind,
+            severity,
+            status: Status::Active,
+            confidence: Confidence::Likely,
+            summary: String::new(),
+            pod_uid: None,
+            pods: Vec::new(),
+            actor: None,
+            syscall: None,
+            errno: None,
+            paths: Vec::new(),
+            evidence: Vec::new(),
+            rhythm: None,
+            fix: String::new(),
+            advice: Vec::new(),
+            first_seen,
+            last_seen: first_seen,
+            count: 0,
+            revision: 0,
+            details: BTreeMap::new(),
+        }
+    }
+
+    pub fn evidence(&mut self, source: impl Into<String>, fact: impl Into<String>) {
+        self.evidence.push(Evidence::new(source, fact));
+    }
+
+    pub fn detail(&mut self, key: &str, value: impl Into<serde_json::Value>) {
+        self.details.insert(key.to_string(), value.into());
+    }
+
+    /// What changed in a way worth telling at once (not just the count).
+    fn differs_materially(&self, other: &Finding) -> bool {
+        self.status != other.status
+            || self.confidence != other.confidence
+            || self.severity != other.severity
+            || self.fix != other.fix
+            || self.evidence.len() != other.evidence.len()
+    }
+}
+
+/// A call that entered and has not returned, as read from the kernel's
+/// in-flight map and identified.
+#[derive(Clone, Debug)]
+pub struct CallInFlight {
+    pub tid: u32,
+    pub pid: u32,
+    pub syscall: Syscall,
+    pub flags: u64,
+    pub started: SystemTime,
+    /// The absolute path when it could be read from the caller's memory.
+    pub path: Option<Vec<u8>>,
+    pub pod_uid: Option<PodUid>,
+    pub actor: Actor,
+}
+
+/// What a review may use besides the calls observed.
+pub struct Review<'a> {
+    pub now: SystemTime,
+    pub in_flight: &'a [CallInFlight],
+    pub node: &'a mut dyn NodeInspector,
+}
+
+/// Settings a user may change.
+#[derive(Clone, Debug)]
+pub struct DiagnoseOptions {
+    /// A call in flight longer than this is hung (`--hung-after`).
+    pub hung_after: Duration,
+    /// The node's name, for `kubectl drain <node>`.
+    pub node_name: String,
+    /// podstuck's own mount namespace (the host's), to tell a caller in
+    /// another namespace.
+    pub host_mntns: u32,
+}
+
+impl Default for DiagnoseOptions {
+    fn default() -> DiagnoseOptions {
+        DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "<node>".into(), host_mntns: 0 }
+    }
+}
+
+/// One pathology's recogniser.
+pub trait Detector {
+    /// Sees every completed call in scope, in order. Must be cheap: a
+    /// removal storm sends hundreds of thousands per second.
+    fn observe(&mut self, event: &CallEvent, identity: &Identity);
+    /// Decides, confirms against the node, and returns the current state of
+    /// every finding it holds (active or just resolved).
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding>;
+}
+
+/// A finding to print: new, or a new revision of one printed before.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Report {
+    New(Finding),
+    Update(Finding),
+}
+
+impl Report {
+    pub fn finding(&self) -> &Finding {
+        match self {
+            Report::New(f) | Report::Update(f) => f,
+        }
+    }
+}
+
+/// Count-only changes are told at most this often.
+const UPDATE_EVERY: Duration = Duration::from_secs(10);
+
+struct Shown {
+    /// The latest state.
+    finding: Finding,
+    /// The state last told, which changes are measured against.
+    last_told: Finding,
+    /// Whether the latest state has been told.
+    told: bool,
+    told_at: SystemTime,
+}
+
+/// All detectors, and what has been told of their findings.
+pub struct Diagnoser {
+    detectors: Vec<Box<dyn Detector>>,
+    shown: BTreeMap<String, Shown>,
+}
+
+impl Diagnoser {
+    pub fn new(options: &DiagnoseOptions) -> Diagnoser {
+        let detectors: Vec<Box<dyn Detector>> = vec![
+            Box::new(volume_still_mounted::VolumeStillMounted::default()),
+            Box::new(removal_storm::RemovalStorm::new(options.node_name.clone())),
+            Box::new(immutable_file::ImmutableFile::default()),
+            Box::new(mount_held::MountHeld::new(options.host_mntns)),
+            Box::new(cgroup_busy::CgroupBusy::default()),
+            Box::new(hung_call::HungCall::new(options.hung_after)),
+            Box::new(not_mounted::NotMounted::new(options.host_mntns)),
+            Box::new(dir_not_empty::DirNotEmpty::default()),
+            Box::new(disk_full::DiskFull::default()),
+            Box::new(subpath_left::SubpathLeft::default()),
+        ];
+        Diagnoser { detectors, shown: BTreeMap::new() }
+    }
+
+    pub fn observe(&mut self, event: &CallEvent, identity: &Identity) {
+        for detector in &mut self.detectors {
+            detector.observe(event, identity);
+        }
+    }
+
+    /// Runs every detector and returns what is new or changed enough to tell.
+    pub fn review(&mut self, review: &mut Review<'_>) -> Vec<Report> {
+        let mut reports = Vec::new();
+        for detector in &mut self.detectors {
+            for mut finding in detector.review(review) {
+                match self.shown.get_mut(&finding.id) {
+                    None => {
+                        // Nothing is told of a finding that ended before it was ever shown.
+                        if finding.status == Status::Resolved {
+                            continue;
+                        }
+                        finding.revision = 1;
+                        let shown = Shown { finding: finding.clone(), last_told: finding.clone(), told: true, told_at: review.now };
+                        self.shown.insert(finding.id.clone(), shown);
+                        reports.push(Report::New(finding));
+                    }
+                    Some(shown) => {
+                        if shown.last_told.status == Status::Resolved && finding.status == Status::Resolved {
+                            continue;
+                        }
+                        let material = finding.differs_materially(&shown.last_told);
+                        let counted = finding.count != shown.last_told.count || finding.details != shown.last_told.details;
+                        let due = review.now.duration_since(shown.told_at).unwrap_or_default() >= UPDATE_EVERY;
+                        finding.revision = shown.finding.revision;
+                        if material || (counted && due) {
+                            finding.revision += 1;
+                            shown.told_at = review.now;
+                            shown.told = true;
+                            shown.finding = finding.clone();
+                            shown.last_told = finding.clone();
+                            reports.push(Report::Update(finding));
+                        } else if finding != shown.finding {
+                            // Kept current for the closing summary, told later.
+                            shown.finding = finding;
+                            shown.told = false;
+                        }
+                    }
+                }
+            }
+        }
+        reports
+    }
+
+    /// The latest state of every finding that changed since it was last
+    /// told (counts moving between updates): said once more at exit.
+    pub fn untold(&mut self) -> Vec<Report> {
+        let mut reports = Vec::new();
+        for shown in self.shown.values_mut().filter(|s| !s.told) {
+            shown.finding.revision += 1;
+            shown.told = true;
+            shown.last_told = shown.finding.clone();
+            reports.push(Report::Update(shown.finding.clone()));
+        }
+        reports
+    }
+
+    /// Every finding told so far, in its latest state, most severe first.
+    pub fn findings(&self) -> Vec<&Finding> {
+        let mut all: Vec<&Finding> = self.shown.values().map(|s| &s.finding).collect();
+        all.sort_by(|a, b| (b.status == Status::Active, b.severity).cmp(&(a.status == Status::Active, a.severity)).then(a.first_seen.cmp(&b.first_seen)));
+        all
+    }
+}
+
+/// rmdir(2), or unlinkat(2) with AT_REMOVEDIR: removing a directory.
+pub fn removes_dir(event: &CallEvent) -> bool {
+    match event.syscall {
+        Syscall::Rmdir => true,
+        Syscall::Unlinkat => event.flags & libc::AT_REMOVEDIR as u64 != 0,
+        _ => false,
+    }
+}
+
+/// Any of the removal calls (not umount2).
+pub fn removes(event: &CallEvent) -> bool {
+    event.syscall != Syscall::Umount2
+}
+
+/// umount2 without MNT_DETACH: a call that can be refused as busy.
+pub fn unmounts(event: &CallEvent) -> bool {
+    event.syscall == Syscall::Umount2
+}
+
+/// A duration as people say it: "850 ms", "12 s", "3m20s".
+pub fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        let s = d.as_secs_f64();
+        if s < 10.0 {
+            format!("{s:.1} s")
+        } else {
+            format!("{} s", d.as_secs())
+        }
+    } else {
+        let s = d.as_secs();
+        if s < 3600 {
+            format!("{}m{:02}s", s / 60, s % 60)
+        } else {
+            format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+        }
+    }
+}
+
+/// A path for a sentence.
+pub fn shown(path: &[u8]) -> String {
+    crate::output::escape_path(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::{t, FakeNode};
+    use super::*;
+
+    /// Returns, at each review, whatever the test put in `next`.
+    struct Scripted {
+        next: std::rc::Rc<std::cell::RefCell<Vec<Finding>>>,
+    }
+
+    impl Detector for Scripted {
+        fn observe(&mut self, _: &CallEvent, _: &Identity) {}
+        fn review(&mut self, _: &mut Review<'_>) -> Vec<Finding> {
+            self.next.borrow().clone()
+        }
+    }
+
+    fn finding(count: u64, confidence: Confidence, status: Status) -> Finding {
+        let mut f = Finding::new(Kind::MountHeld, "/x", Severity::Critical, t(0.0));
+        f.count = count;
+        f.confidence = confidence;
+        f.status = status;
+        f
+    }
+
+    #[test]
+    fn a_finding_is_told_once_then_updated_on_change_or_every_ten_seconds() {
+        let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut d = Diagnoser { detectors: vec![Box::new(Scripted { next: next.clone() })], shown: BTreeMap::new() };
+        let mut node = FakeNode::default();
+        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        // Resolved before ever told: nothing.
+        *next.borrow_mut() = vec![finding(1, Confidence::Likely, Status::Resolved)];
+        assert!(at(&mut d, 0.0).is_empty());
+        *next.borrow_mut() = vec![finding(2, Confidence::Likely, Status::Active)];
+        let first = at(&mut d, 1.0);
+        assert!(matches!(&first[..], [Report::New(f)] if f.revision == 1));
+        // Same state again: silence. Count moves: held back, told after 10 s.
+        assert!(at(&mut d, 2.0).is_empty());
+        *next.borrow_mut() = vec![finding(3, Confidence::Likely, Status::Active)];
+        assert!(at(&mut d, 3.0).is_empty());
+        let later = at(&mut d, 11.5);
+        assert!(matches!(&later[..], [Report::Update(f)] if f.revision == 2 && f.count == 3));
+        // A material change is told at once.
+        *next.borrow_mut() = vec![finding(4, Confidence::Confirmed, Status::Active)];
+        assert!(matches!(&at(&mut d, 12.0)[..], [Report::Update(f)] if f.revision == 3));
+        // A held-back count is said at exit.
+        *next.borrow_mut() = vec![finding(5, Confidence::Confirmed, Status::Active)];
+        assert!(at(&mut d, 13.0).is_empty());
+        assert!(matches!(&d.untold()[..], [Report::Update(f)] if f.count == 5 && f.revision == 4));
+        assert!(d.untold().is_empty());
+        *next.borrow_mut() = vec![finding(5, Confidence::Confirmed, Status::Resolved)];
+        assert!(matches!(&at(&mut d, 14.0)[..], [Report::Update(f)] if f.status == Status::Resolved));
+        assert!(at(&mut d, 15.0).is_empty());
+        assert_eq!(d.findings().len(), 1);
+    }
+}

@@ -1,0 +1,212 @@
+//! P4 `mount-held`: a mount cannot be unmounted because something uses it:
+//! a process with a file open, its cwd or root, or a mapping on it, in this
+//! mount namespace or in another one that holds a busy copy (a container's
+//! leaked namespace), or submounts below it.
+//!
+//! Signature: umount2 failing with EBUSY (containerd retries 50 times, 50 ms
+//! apart), or EBUSY removing a runtime directory (overlay `merged`, `shm`,
+//! netns, rootfs). Pod volumes and cgroups have their own detectors.
+//! Confirmed by finding the holder in /proc.
+
+use super::shell::word;
+use super::track::{Attempts, FailureLog};
+use super::volume_still_mounted::holder_facts;
+use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
+use crate::event::CallEvent;
+use crate::identify::pod::PathArea;
+use crate::identify::Identity;
+use crate::inspect::mounts::{mount_at, mount_containing, mounts_under};
+use crate::inspect::{HoldKind, Mount};
+
+pub struct MountHeld {
+    host_mntns: u32,
+    failures: FailureLog,
+}
+
+/// Whether the filesystem is a cgroup hierarchy (its EBUSY is cgroup-busy's).
+pub fn is_cgroupfs(mount: &Mount) -> bool {
+    mount.fstype == "cgroup" || mount.fstype == "cgroup2"
+}
+
+fn hold_words(how: HoldKind) -> &'static str {
+    match how {
+        HoldKind::Cwd => "has its current directory there",
+        HoldKind::Root => "has its root directory there",
+        HoldKind::OpenFile => "has a file open there",
+        HoldKind::MappedFile => "has a file mapped from there",
+    }
+}
+
+impl MountHeld {
+    pub fn new(host_mntns: u32) -> MountHeld {
+        MountHeld { host_mntns, failures: FailureLog::default() }
+    }
+
+    fn decide(host_mntns: u32, a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
+        let node = &mut *review.node;
+        let path = a.path.clone();
+        let in_other_ns = host_mntns != 0 && a.mntns != 0 && a.mntns != host_mntns;
+        let mounts = if in_other_ns { node.mounts_of_process(a.pid).or_else(|_| node.host_mounts()) } else { node.host_mounts() };
+        let mounts = mounts.ok()?;
+        if mount_containing(&mounts, &path).is_some_and(is_cgroupfs) {
+            return None;
+        }
+        let mount = mount_at(&mounts, &path).cloned();
+        let mut f = Finding::new(Kind::MountHeld, &shown(&path), Severity::Critical, a.first);
+        a.stamp(&mut f);
+        let rhythm = a.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default();
+        f.evidence("trace", a.trace_words());
+        let Some(mount) = mount else {
+            f.confidence = Confidence::Possible;
+            f.evidence("mountinfo", format!("{} is not a mountpoint now", shown(&path)));
+            f.summary = format!("{} got EBUSY on {}, which is not mounted now: the next retry should succeed.", a.actor.description, shown(&path));
+            f.fix = format!("findmnt {}", word(&path));
+            return Some(f);
+        };
+        f.evidence("mountinfo", format!("{} is a {} mount of {} (mount id {})", shown(&path), mount.fstype, mount.source, mount.id));
+        let holders = node.mount_holders(&mount);
+        let copies = node.mount_copies(&mount);
+        let below: Vec<Mount> = mounts_under(&mounts, &path).into_iter().cloned().collect();
+        for fact in holder_facts(&holders) {
+            f.evidence("/proc", fact);
+        }
+        for copy in &copies {
+            f.evidence(
+                "/proc/*/mountinfo",
+                format!("a copy is mounted in mount namespace mnt:[{}] (pid {} {} lives there)", copy.mntns, copy.pid, copy.comm),
+            );
+        }
+        for sub in &below {
+            f.evidence("mountinfo", format!("{} ({}) is mounted below it", shown(&sub.mount_point), sub.fstype));
+        }
+        let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(&path), mount.fstype);
+        let failed = format!("{}{rhythm}", a.failed_words());
+        if let Some(h) = holders.iter().find(|h| h.other_namespace) {
+            f.confidence = Confidence::Confirmed;
+            f.summary = format!(
+                "{what}: pid {} ({}) in another mount namespace (mnt:[{}]) {} and keeps its copy of the mount busy, so the host's unmount is refused. {failed}.",
+                h.pid,
+                h.comm,
+                h.mntns,
+                hold_words(h.how)
+            );
+            f.fix = format!("nsenter -m -t {} umount -l {}", h.pid, word(&path));
+            f.advice.push(format!("or stop the holder: kill {} ({}); then the next retry succeeds", h.pid, h.comm));
+        } else if !holders.is_empty() {
+            f.confidence = Confidence::Confirmed;
+            let mut pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
+            pids.dedup();
+            let h = &holders[0];
+            f.summary = format!("{what}: pid {} ({}) {}. {failed}.", h.pid, h.comm, hold_words(h.how));
+            f.fix = format!("kill {}", pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "));
+            f.advice.push(format!(
+                "if the holder must keep running, detach lazily instead: umount -l {} (the mount goes when the holder lets go)",
+                word(&path)
+            ));
+        } else if !below.is_empty() {
+            f.confidence = Confidence::Confirmed;
+            let mut subs: Vec<&Mount> = below.iter().collect();
+            subs.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
+            f.summary = format!("{what}: {} mount(s) below it keep it busy. {failed}.", subs.len());
+            f.fix = subs.iter().map(|m| format!("umount {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && ");
+        } else if let Some(copy) = copies.first() {
+            f.confidence = Confidence::Likely;
+            f.summary = format!(
+                "{what}: a copy in mount namespace mnt:[{}] (pid {} {}) is busy. {failed}.",
+                copy.mntns, copy.pid, copy.comm
+            );
+            f.fix = format!("nsenter -m -t {} umount -l {}", copy.pid, word(&path));
+        } else {
+            f.confidence = Confidence::Possible;
+            f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
+            f.fix = format!("umount -l {}", word(&path));
+        }
+        Some(f)
+    }
+}
+
+impl Detector for MountHeld {
+    fn observe(&mut self, event: &CallEvent, identity: &Identity) {
+        let Ok(path) = &identity.abs_path else { return };
+        let lazy = event.flags & libc::MNT_DETACH as u64 != 0;
+        match event.errno() {
+            None if unmounts(event) || removes(event) => self.failures.succeeded(path, event.time),
+            Some(libc::EBUSY) if unmounts(event) && !lazy => self.failures.failed(path, event, identity),
+            // Pod volumes, subpaths and cgroups have their own detectors.
+            Some(libc::EBUSY)
+                if removes_dir(event)
+                    && !matches!(identity.path_area, Some(PathArea::Volume | PathArea::VolumeSubpath | PathArea::PodCgroup)) =>
+            {
+                self.failures.failed(path, event, identity)
+            }
+            _ => {}
+        }
+    }
+
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
+        let host = self.host_mntns;
+        self.failures.review(review.now, |a| Self::decide(host, a, review))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake::*;
+    use super::*;
+    use crate::inspect::{MountCopy, MountHolder};
+
+    const ROOTFS: &str = "/run/containerd/io.containerd.runtime.v2.task/k8s.io/aaaa/rootfs";
+
+    fn bursts() -> Vec<Call> {
+        (0..10).map(|i| umount(i as f64 * 0.05, "containerd", ROOTFS, -libc::EBUSY)).collect()
+    }
+
+    fn holder(other_namespace: bool, how: HoldKind) -> MountHolder {
+        MountHolder { pid: 3131, comm: "sleep".into(), how, path: ROOTFS.into(), mntns: 4026532999, other_namespace }
+    }
+
+    #[test]
+    fn a_holder_in_another_mount_namespace() {
+        let mut d = MountHeld::new(4026531840);
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.holders = vec![holder(true, HoldKind::Cwd)];
+        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into() }];
+        let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
+        assert_eq!(f.kind, Kind::MountHeld);
+        assert_eq!(f.confidence, Confidence::Confirmed);
+        assert_eq!(f.fix, format!("nsenter -m -t 3131 umount -l {ROOTFS}"));
+        assert!(f.rhythm.as_deref().unwrap().contains("containerd"));
+        assert!(f.summary.contains("another mount namespace"), "{}", f.summary);
+        assert!(f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep)")));
+    }
+
+    #[test]
+    fn a_holder_here_with_an_open_file() {
+        let mut d = MountHeld::new(4026531840);
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.holders = vec![holder(false, HoldKind::OpenFile)];
+        let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
+        assert_eq!(f.fix, "kill 3131");
+        assert!(f.summary.contains("has a file open there"));
+    }
+
+    #[test]
+    fn submounts_are_unmounted_deepest_first() {
+        let mut d = MountHeld::new(4026531840);
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay"), &format!("61 {ROOTFS}/proc proc"), &format!("62 {ROOTFS}/proc/sys/fs/binfmt_misc binfmt_misc")]);
+        let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
+        assert_eq!(f.fix, format!("umount {ROOTFS}/proc/sys/fs/binfmt_misc && umount {ROOTFS}/proc"));
+    }
+
+    #[test]
+    fn lazy_unmounts_a_retry_that_works_and_cgroups_are_not_mount_held() {
+        let mut d = MountHeld::new(4026531840);
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay"), "70 /sys/fs/cgroup cgroup2"]);
+        let calls = [umount(0.0, "containerd", ROOTFS, -libc::EBUSY), umount(0.05, "containerd", ROOTFS, 0)];
+        assert!(run(&mut d, &mut node, &calls, 5.0).is_empty());
+        let cg = "/sys/fs/cgroup/kubepods.slice/x";
+        let calls = [rmdir(0.0, "kubelet", cg, -libc::EBUSY), rmdir(2.0, "kubelet", cg, -libc::EBUSY)];
+        let mut node = FakeNode::with_mounts(&["70 /sys/fs/cgroup cgroup2"]);
+        assert!(run(&mut d, &mut node, &calls, 5.0).is_empty());
+    }
+}

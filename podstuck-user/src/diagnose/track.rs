@@ -1,0 +1,233 @@
+//! The memory most detectors share: the same call failing on the same path,
+//! again and again, until it succeeds. Decides when a failure has persisted
+//! long enough to be a finding (one EBUSY that succeeds on retry is not),
+//! and how often node state is read again for it.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, SystemTime};
+
+use podstuck_common::Syscall;
+
+use super::rhythm::Rhythm;
+use super::{Finding, FindingActor};
+use crate::event::{errno_name, syscall_name, CallEvent};
+use crate::identify::pod::{PathArea, PodUid};
+use crate::identify::Identity;
+
+/// A single failure becomes a finding once it has stood this long without
+/// a success (when no retry came to show it persists).
+pub const SETTLE: Duration = Duration::from_secs(2);
+/// Node state is read again for a finding at most this often.
+pub const RECHECK: Duration = Duration::from_secs(5);
+/// Failure times kept per path, for the rhythm.
+const TIMES_KEPT: usize = 24;
+/// Paths tracked per detector; the stalest go first.
+const PATHS_KEPT: usize = 4096;
+
+/// One path's failures.
+#[derive(Clone, Debug)]
+pub struct Attempts {
+    pub path: Vec<u8>,
+    pub first: SystemTime,
+    pub last: SystemTime,
+    pub failures: u64,
+    pub times: VecDeque<SystemTime>,
+    pub errno: i32,
+    pub syscall: Syscall,
+    pub pid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub mntns: u32,
+    pub actor: FindingActor,
+    pub pod: Option<PodUid>,
+    pub area: Option<PathArea>,
+    /// When a later call on the path succeeded.
+    pub succeeded: Option<SystemTime>,
+    /// Whether a finding was made of it (so a success resolves it visibly).
+    pub reported: bool,
+    /// When node state was last read for it, and how many failures there were then.
+    pub checked: Option<(SystemTime, u64)>,
+    /// The finding built at the last check, reused between checks.
+    pub finding: Option<Finding>,
+}
+
+impl Attempts {
+    /// Failed again (or twice), or failed once long enough ago, and no success since.
+    pub fn persists(&self, now: SystemTime) -> bool {
+        self.succeeded.is_none() && (self.failures >= 2 || now.duration_since(self.first).unwrap_or_default() >= SETTLE)
+    }
+
+    /// Whether node state should be read again now.
+    pub fn due_for_check(&self, now: SystemTime) -> bool {
+        match self.checked {
+            None => true,
+            // Not a finding at the last look, but more has happened since.
+            Some((_, failures)) if self.finding.is_none() && failures != self.failures => true,
+            Some((at, _)) => now.duration_since(at).unwrap_or_default() >= RECHECK,
+        }
+    }
+
+    pub fn mark_checked(&mut self, now: SystemTime) {
+        self.checked = Some((now, self.failures));
+    }
+
+    pub fn rhythm(&self) -> Option<Rhythm> {
+        super::rhythm::recognise(&self.times.iter().copied().collect::<Vec<_>>())
+    }
+
+    pub fn errno_name(&self) -> String {
+        errno_name(self.errno)
+    }
+
+    pub fn syscall_name(&self) -> &'static str {
+        syscall_name(self.syscall)
+    }
+
+    /// "failed with EBUSY 7 times (first 14:02:11, last 14:03:40)" without the times.
+    pub fn failed_words(&self) -> String {
+        let times = if self.failures == 1 { "once".to_string() } else { format!("{} times", self.failures) };
+        format!("{} failed with {} {times}", self.syscall_name(), self.errno_name())
+    }
+
+    /// "kubelet's rmdir of /x failed with EBUSY 7 times, on kubelet volume backoff (...)".
+    pub fn trace_words(&self) -> String {
+        let rhythm = self.rhythm().map(|r| format!(", on {}", r.describe())).unwrap_or_default();
+        let failed = self.failed_words();
+        let rest = failed.strip_prefix(self.syscall_name()).unwrap_or(&failed).trim_start();
+        format!("{}'s {} of {} {rest}{rhythm}", self.actor.description, self.syscall_name(), super::shown(&self.path))
+    }
+
+    /// Fills what every finding made of these attempts carries.
+    pub fn stamp(&self, finding: &mut Finding) {
+        finding.pod_uid = self.pod.clone();
+        finding.pods = self.pod.iter().cloned().collect();
+        finding.actor = Some(self.actor.clone());
+        finding.syscall = Some(self.syscall_name());
+        finding.errno = Some(self.errno_name());
+        finding.first_seen = self.first;
+        finding.last_seen = self.last;
+        finding.count = self.failures;
+        finding.rhythm = self.rhythm().map(|r| r.describe());
+        if finding.paths.is_empty() {
+            finding.paths.push(self.path.clone());
+        }
+    }
+}
+
+/// Failures by path, for one detector.
+#[derive(Default)]
+pub struct FailureLog {
+    by_path: HashMap<Vec<u8>, Attempts>,
+}
+
+impl FailureLog {
+    /// Records a failed call on `path`.
+    pub fn failed(&mut self, path: &[u8], event: &CallEvent, identity: &Identity) {
+        let errno = event.errno().unwrap_or(0);
+        if let Some(a) = self.by_path.get_mut(path) {
+            a.last = event.time;
+            a.failures += 1;
+            if a.times.len() == TIMES_KEPT {
+                a.times.pop_front();
+            }
+            a.times.push_back(event.time);
+            a.errno = errno;
+            a.syscall = event.syscall;
+            a.pid = event.pid;
+            a.tid = event.tid;
+            a.uid = event.uid;
+            a.mntns = event.mntns;
+            a.actor = FindingActor::of(event.pid, &identity.actor);
+            // A success followed by a new failure: the problem is back.
+            a.succeeded = None;
+            if identity.pod_uid.is_some() {
+                a.pod = identity.pod_uid.clone();
+            }
+            return;
+        }
+        if self.by_path.len() >= PATHS_KEPT {
+            self.forget_stalest();
+        }
+        self.by_path.insert(
+            path.to_vec(),
+            Attempts {
+                path: path.to_vec(),
+                first: event.time,
+                last: event.time,
+                failures: 1,
+                times: VecDeque::from([event.time]),
+                errno,
+                syscall: event.syscall,
+                pid: event.pid,
+                tid: event.tid,
+                uid: event.uid,
+                mntns: event.mntns,
+                actor: FindingActor::of(event.pid, &identity.actor),
+                pod: identity.pod_uid.clone(),
+                area: identity.path_area,
+                succeeded: None,
+                reported: false,
+                checked: None,
+                finding: None,
+            },
+        );
+    }
+
+    /// Records that a call on `path` succeeded: what failed there is over.
+    pub fn succeeded(&mut self, path: &[u8], at: SystemTime) {
+        if let Some(a) = self.by_path.get_mut(path) {
+            a.succeeded = Some(at);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_path.is_empty()
+    }
+
+    fn forget_stalest(&mut self) {
+        if let Some(path) = self.by_path.values().min_by_key(|a| a.last).map(|a| a.path.clone()) {
+            self.by_path.remove(&path);
+        }
+    }
+
+    /// Walks the tracked paths: `decide` returns the finding for a path, or
+    /// None when it is not (yet) one. Succeeded paths are resolved (when a
+    /// finding was made of them) and forgotten.
+    pub fn review(&mut self, now: SystemTime, mut decide: impl FnMut(&mut Attempts) -> Option<Finding>) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let mut done = Vec::new();
+        for (path, a) in self.by_path.iter_mut() {
+            if let Some(at) = a.succeeded {
+                if let (true, Some(mut finding)) = (a.reported, a.finding.take()) {
+                    finding.status = super::Status::Resolved;
+                    finding.last_seen = at;
+                    finding.evidence("trace", format!("a later call on {} succeeded", super::shown(path)));
+                    out.push(finding);
+                }
+                done.push(path.clone());
+                continue;
+            }
+            if !a.persists(now) {
+                continue;
+            }
+            if !a.due_for_check(now) {
+                // Between checks the finding read last stands; only the counts move.
+                if let Some(mut finding) = a.finding.clone() {
+                    a.stamp(&mut finding);
+                    out.push(finding);
+                }
+                continue;
+            }
+            a.mark_checked(now);
+            a.finding = decide(a);
+            if let Some(finding) = &a.finding {
+                a.reported = true;
+                out.push(finding.clone());
+            }
+        }
+        for path in done {
+            self.by_path.remove(&path);
+        }
+        out
+    }
+}

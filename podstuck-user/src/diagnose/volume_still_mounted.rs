@@ -1,0 +1,279 @@
+//! P1 `volume-still-mounted`: kubelet cannot remove a pod's volume
+//! directory because it is still a mountpoint in the host namespace,
+//! typically because a CSI driver answered NodeUnpublishVolume with success
+//! without unmounting (csi-driver-host-path #457).
+//!
+//! Signature: rmdir or unlinkat(AT_REMOVEDIR) of `pods/<uid>/volumes/...`
+//! failing with EBUSY, on kubelet's volume backoff, with no umount2 of that
+//! path. Confirmed when host mountinfo shows the path mounted.
+
+use std::collections::HashMap;
+
+use super::shell::word;
+use super::track::{Attempts, FailureLog};
+use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
+use crate::event::{errno_name, CallEvent};
+use crate::identify::pod::PathArea;
+use crate::identify::Identity;
+use crate::inspect::mounts::mount_at;
+use crate::inspect::MountHolder;
+
+/// What umount2 calls on a path were seen: how many, and the last errno (0 = success).
+#[derive(Clone, Copy, Debug, Default)]
+struct UnmountTries {
+    count: u64,
+    last_errno: i32,
+}
+
+#[derive(Default)]
+pub struct VolumeStillMounted {
+    failures: FailureLog,
+    unmounts: HashMap<Vec<u8>, UnmountTries>,
+}
+
+/// "CSI volume", "emptyDir volume", "NFS volume", from the plugin directory
+/// (kubelet escapes '/' in plugin names as '~').
+pub fn volume_words(path: &[u8]) -> String {
+    let text = String::from_utf8_lossy(path);
+    let mut parts = text.split('/');
+    let plugin = parts.by_ref().skip_while(|p| *p != "volumes").nth(1).unwrap_or("");
+    match plugin {
+        "kubernetes.io~csi" => "CSI volume".into(),
+        "kubernetes.io~empty-dir" => "emptyDir volume".into(),
+        "kubernetes.io~nfs" => "NFS volume".into(),
+        "kubernetes.io~secret" => "secret volume".into(),
+        "kubernetes.io~configmap" => "configMap volume".into(),
+        "kubernetes.io~projected" => "projected volume".into(),
+        "" => "volume".into(),
+        other => format!("{} volume", other.replace('~', "/")),
+    }
+}
+
+/// Holders as evidence lines.
+pub fn holder_facts(holders: &[MountHolder]) -> Vec<String> {
+    holders
+        .iter()
+        .map(|h| {
+            let ns = if h.other_namespace { format!(", in another mount namespace (mnt:[{}])", h.mntns) } else { String::new() };
+            let how = match h.how {
+                crate::inspect::HoldKind::Cwd => "has its current directory at",
+                crate::inspect::HoldKind::Root => "has its root directory at",
+                crate::inspect::HoldKind::OpenFile => "has open",
+                crate::inspect::HoldKind::MappedFile => "has mapped",
+            };
+            format!("pid {} ({}) {how} {}{ns}", h.pid, h.comm, shown(&h.path))
+        })
+        .collect()
+}
+
+impl VolumeStillMounted {
+    fn decide(unmounts: &HashMap<Vec<u8>, UnmountTries>, a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
+        let path = a.path.clone();
+        let uid = a.pod.as_ref().map(|p| p.to_string()).unwrap_or_else(|| "?".into());
+        let volume = volume_words(&path);
+        let mut f = Finding::new(Kind::VolumeStillMounted, &shown(&path), Severity::Critical, a.first);
+        a.stamp(&mut f);
+        let rhythm = a.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default();
+        let tried = unmounts.get(&path).copied().unwrap_or_default();
+        let unmount_words = if tried.count == 0 {
+            "no process tried to unmount it, so the volume plugin reported an unmount it did not do".to_string()
+        } else if tried.last_errno == 0 {
+            format!("it was unmounted {} time(s) and mounted again", tried.count)
+        } else {
+            format!("umount was tried {} time(s) and failed with {} (see mount-held)", tried.count, errno_name(tried.last_errno))
+        };
+        f.evidence("trace", a.trace_words());
+        f.evidence("trace", unmount_words.clone());
+        let host = review.node.host_mounts();
+        let mount = host.as_ref().ok().and_then(|m| mount_at(m, &path).cloned());
+        match (&host, mount) {
+            (_, Some(m)) => {
+                f.confidence = Confidence::Confirmed;
+                f.evidence(
+                    "mountinfo",
+                    format!("{} is a mountpoint in the host namespace: {} from {} (mount id {})", shown(&path), m.fstype, m.source, m.id),
+                );
+                let holders = review.node.mount_holders(&m);
+                if holders.is_empty() {
+                    f.evidence("/proc", "no process has a file, cwd, root or mapping on it");
+                } else {
+                    for fact in holder_facts(&holders) {
+                        f.evidence("/proc", fact);
+                    }
+                }
+                f.summary = format!(
+                    "{} cannot remove the {volume} dir of pod {uid}: {} is still mounted ({}, host namespace). Removal {}{rhythm}; {unmount_words}.",
+                    a.actor.description,
+                    shown(&path),
+                    m.fstype,
+                    a.failed_words().trim_start_matches(a.syscall_name()).trim_start(),
+                );
+                f.fix = format!("umount {}", word(&path));
+            }
+            (Ok(_), None) => {
+                // Not a host mountpoint: the caller may see a mount of its own namespace.
+                let theirs = review.node.mounts_of_process(a.pid).ok().and_then(|m| mount_at(&m, &path).cloned());
+                match theirs {
+                    Some(m) => {
+                        f.confidence = Confidence::Likely;
+                        f.evidence("mountinfo", format!("mounted ({}) in the mount namespace of pid {}, not in the host's", m.fstype, a.pid));
+                        f.summary = format!(
+                            "{} cannot remove the {volume} dir of pod {uid}: {} is still mounted in its own mount namespace.",
+                            a.actor.description,
+                            shown(&path)
+                        );
+                        f.fix = format!("nsenter -m -t {} umount {}", a.pid, word(&path));
+                    }
+                    None => {
+                        f.confidence = Confidence::Possible;
+                        f.evidence("mountinfo", format!("{} is not mounted now", shown(&path)));
+                        f.summary = format!(
+                            "{} could not remove the {volume} dir of pod {uid} ({}) with EBUSY, but it is not mounted now: the next retry should succeed.",
+                            a.actor.description,
+                            shown(&path)
+                        );
+                        f.fix = format!("findmnt {}", word(&path));
+                    }
+                }
+            }
+            (Err(why), None) => {
+                f.evidence("mountinfo", format!("unreadable: {why}"));
+                f.summary = format!("{} cannot remove the {volume} dir of pod {uid}: {} is busy (EBUSY).", a.actor.description, shown(&path));
+                f.fix = format!("umount {}", word(&path));
+            }
+        }
+        if volume.starts_with("CSI") && tried.count == 0 {
+            f.advice.push("upgrade the CSI driver: its NodeUnpublishVolume returned success without unmounting (see csi-driver-host-path #457)".into());
+        }
+        f.advice.push("never rm -rf a directory that is still a mountpoint: it deletes the volume's data (kubernetes #60987)".into());
+        Some(f)
+    }
+}
+
+impl Detector for VolumeStillMounted {
+    fn observe(&mut self, event: &CallEvent, identity: &Identity) {
+        let Ok(path) = &identity.abs_path else { return };
+        if unmounts(event) {
+            if identity.path_area == Some(PathArea::Volume) {
+                let tries = self.unmounts.entry(path.clone()).or_default();
+                tries.count += 1;
+                tries.last_errno = event.errno().unwrap_or(0);
+            }
+            return;
+        }
+        if !removes(event) {
+            return;
+        }
+        match event.errno() {
+            None => self.failures.succeeded(path, event.time),
+            Some(libc::EBUSY) if removes_dir(event) && identity.path_area == Some(PathArea::Volume) => {
+                self.failures.failed(path, event, identity)
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
+        let unmounts = &self.unmounts;
+        let out = self.failures.review(review.now, |a| Self::decide(unmounts, a, review));
+        if self.failures.is_empty() {
+            self.unmounts.clear();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake::*;
+    use super::*;
+    use crate::inspect::HoldKind;
+
+    fn mounted() -> FakeNode {
+        FakeNode::with_mounts(&[&format!("50 {} tmpfs", csi_mount())])
+    }
+
+    #[test]
+    fn kubelet_on_its_backoff_against_a_mounted_csi_volume() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = mounted();
+        let m = csi_mount();
+        let calls: Vec<Call> = [0.0, 0.5, 1.5, 3.5, 7.5, 15.5, 31.5].iter().map(|s| rmdir(*s, "kubelet", &m, -libc::EBUSY)).collect();
+        let found = run(&mut d, &mut node, &calls, 32.0);
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert_eq!(f.kind, Kind::VolumeStillMounted);
+        assert_eq!(f.confidence, Confidence::Confirmed);
+        assert_eq!(f.pod_uid, Some(pod()));
+        assert_eq!(f.count, 7);
+        assert_eq!(f.fix, format!("umount {m}"));
+        assert_eq!(f.paths, vec![m.as_bytes().to_vec()]);
+        assert!(f.rhythm.as_deref().unwrap().contains("backoff"), "{:?}", f.rhythm);
+        assert!(f.summary.contains("is still mounted (tmpfs, host namespace)"), "{}", f.summary);
+        assert!(f.summary.contains("EBUSY 7 times"), "{}", f.summary);
+        assert!(f.summary.contains("no process tried to unmount it"), "{}", f.summary);
+        assert!(f.advice.iter().any(|a| a.contains("CSI driver")));
+    }
+
+    #[test]
+    fn one_ebusy_that_succeeds_on_retry_is_not_a_finding() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = mounted();
+        let m = csi_mount();
+        let found = run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, 0)], 10.0);
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn a_single_failure_waits_for_a_retry_or_the_settle_time() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = mounted();
+        let m = csi_mount();
+        assert!(run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY)], 0.2).is_empty());
+        assert_eq!(run(&mut d, &mut node, &[], 2.5).len(), 1);
+    }
+
+    #[test]
+    fn a_success_resolves_a_finding_once() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = mounted();
+        let m = csi_mount();
+        let first = run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)], 1.0);
+        assert_eq!(first[0].status, super::super::Status::Active);
+        let then = run(&mut d, &mut node, &[rmdir(1.5, "kubelet", &m, 0)], 2.0);
+        assert_eq!(then.len(), 1);
+        assert_eq!(then[0].status, super::super::Status::Resolved);
+        assert!(run(&mut d, &mut node, &[], 3.0).is_empty());
+    }
+
+    #[test]
+    fn holders_and_unmount_attempts_are_told() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = mounted();
+        node.holders = vec![MountHolder {
+            pid: 4242,
+            comm: "backup".into(),
+            how: HoldKind::Cwd,
+            path: csi_mount().into_bytes(),
+            mntns: 1,
+            other_namespace: false,
+        }];
+        let m = csi_mount();
+        let calls = [umount(0.0, "umount", &m, -libc::EBUSY), rmdir(0.1, "kubelet", &m, -libc::EBUSY), rmdir(0.6, "kubelet", &m, -libc::EBUSY)];
+        let f = &run(&mut d, &mut node, &calls, 1.0)[0];
+        assert!(f.evidence.iter().any(|e| e.fact.contains("pid 4242 (backup) has its current directory at")), "{:?}", f.evidence);
+        assert!(f.summary.contains("umount was tried 1 time(s) and failed with EBUSY"), "{}", f.summary);
+    }
+
+    #[test]
+    fn not_mounted_any_more_is_only_possible_and_other_paths_are_ignored() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = FakeNode::with_mounts(&[]);
+        let m = csi_mount();
+        let f = &run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)], 1.0)[0];
+        assert_eq!(f.confidence, Confidence::Possible);
+        let mut other = VolumeStillMounted::default();
+        let calls = [rmdir(0.0, "kubelet", "/mnt/data", -libc::EBUSY), rmdir(0.5, "kubelet", "/mnt/data", -libc::EBUSY)];
+        assert!(run(&mut other, &mut node, &calls, 5.0).is_empty());
+    }
+}
