@@ -103,6 +103,18 @@ impl MountHeld {
                 "if the holder must keep running, detach lazily instead: umount -l {} (the mount goes when the holder lets go)",
                 word(&path)
             ));
+        } else if a.syscall != podstuck_common::Syscall::Umount2 && below.is_empty() {
+            // Removing a directory that is mounted: nobody needs to hold it, it just is.
+            f.confidence = Confidence::Confirmed;
+            f.summary = format!(
+                "{} cannot remove {}: it is still mounted ({} from {}) and nothing unmounted it. {failed}.",
+                a.actor.description,
+                shown(&path),
+                mount.fstype,
+                mount.source
+            );
+            f.fix = format!("umount {}", word(&path));
+            f.advice.push("never rm -rf a directory that is still a mountpoint: it deletes what is mounted there".into());
         } else if !below.is_empty() {
             f.confidence = Confidence::Confirmed;
             let mut subs: Vec<&Mount> = below.iter().collect();
@@ -188,6 +200,17 @@ mod tests {
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.fix, "kill 3131");
         assert!(f.summary.contains("has a file open there"));
+    }
+
+    #[test]
+    fn a_runtime_dir_still_mounted_is_unmounted() {
+        let mut d = MountHeld::new(4026531840);
+        let shm = "/var/lib/docker/containers/abc/mounts/shm";
+        let mut node = FakeNode::with_mounts(&[&format!("60 {shm} tmpfs")]);
+        let calls = [rmdir(0.0, "dockerd", shm, -libc::EBUSY), rmdir(0.5, "dockerd", shm, -libc::EBUSY)];
+        let f = &run(&mut d, &mut node, &calls, 1.0)[0];
+        assert_eq!(f.fix, format!("umount {shm}"));
+        assert!(f.summary.contains("still mounted"), "{}", f.summary);
     }
 
     #[test]

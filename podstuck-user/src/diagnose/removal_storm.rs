@@ -18,6 +18,7 @@ use super::{human_duration, removes, shown, Confidence, Detector, Finding, Findi
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
+use crate::inspect::mounts::is_at_or_below;
 use crate::inspect::EntryEstimate;
 
 /// A storm has at least this many calls...
@@ -67,13 +68,6 @@ fn common_dir(a: &[u8], b: &[u8]) -> Vec<u8> {
     }
 }
 
-fn parent(path: &[u8]) -> Vec<u8> {
-    match path.iter().rposition(|c| *c == b'/') {
-        Some(0) | None => b"/".to_vec(),
-        Some(i) => path[..i].to_vec(),
-    }
-}
-
 impl Storm {
     fn new(event: &CallEvent, identity: &Identity, path: &[u8]) -> Storm {
         Storm {
@@ -83,7 +77,7 @@ impl Storm {
             last: event.time,
             calls: 0,
             failed: 0,
-            prefix: parent(path),
+            prefix: path.to_vec(),
             per_second: VecDeque::new(),
             latency: None,
             checked: None,
@@ -239,7 +233,11 @@ impl Detector for RemovalStorm {
         storm.calls += 1;
         storm.failed += event.errno().is_some() as u64;
         storm.last = storm.last.max(event.time);
-        storm.prefix = common_dir(&storm.prefix, path);
+        // The tree's own root goes last (RemoveAll's final rmdir, or its first
+        // EISDIR try): it does not widen what is being removed.
+        if !is_at_or_below(&storm.prefix, path) {
+            storm.prefix = common_dir(&storm.prefix, path);
+        }
         if storm.pod.is_none() {
             storm.pod = identity.pod_uid.clone();
         }
@@ -342,6 +340,20 @@ mod tests {
         assert_eq!(later.len(), 1);
         assert_eq!(later[0].status, Status::Resolved);
         assert!(run(&mut d, &mut node, &[], 13.0).is_empty());
+    }
+
+    #[test]
+    fn the_prefix_is_the_tree_removed_not_its_parent() {
+        let mut d = RemovalStorm::new("n".into());
+        let root = "/var/lib/docker/volumes/v";
+        // Go's RemoveAll: unlinkat(root) fails with EISDIR first, the root goes last.
+        let first = call_by(0.0, "dockerd", 9, Syscall::Unlinkat, 0, root, -libc::EISDIR);
+        d.observe(&first.event, &first.identity);
+        removals(&mut d, &format!("{root}/_data"), "dockerd", 9, 30_000, 0.001, 10_000.0);
+        let last = call_by(3.1, "dockerd", 9, Syscall::Unlinkat, libc::AT_REMOVEDIR as u64, root, 0);
+        d.observe(&last.event, &last.identity);
+        let f = &run(&mut d, &mut FakeNode::default(), &[], 3.2)[0];
+        assert_eq!(f.paths, vec![root.as_bytes().to_vec()]);
     }
 
     #[test]
