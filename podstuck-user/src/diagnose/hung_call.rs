@@ -85,7 +85,9 @@ impl HungCall {
                     (None, false) => "its FUSE server does not answer".into(),
                 };
                 f.summary = format!("{who} {since}{task}: {server_words}, so every call on {} waits.", shown(&m.mount_point));
-                f.fix = format!("echo 1 > /sys/fs/fuse/connections/{connection}/abort");
+                let abort = format!("echo 1 > /sys/fs/fuse/connections/{connection}/abort");
+                let fusectl = node.host_mounts().map(|m| m.iter().any(|m| m.fstype == "fusectl")).unwrap_or(true);
+                f.fix = if fusectl { abort } else { format!("mount -t fusectl fusectl /sys/fs/fuse/connections && {abort}") };
                 for s in stopped {
                     f.advice.push(format!("or, if the server should live on, continue it: kill -CONT {}", s.pid));
                 }
@@ -172,7 +174,7 @@ mod tests {
     #[test]
     fn an_unlink_stuck_on_a_stopped_fuse_server() {
         let mut d = HungCall::new(Duration::from_secs(5));
-        let mut node = FakeNode::with_mounts(&["77 /mnt/fuse fuse.sshfs"]);
+        let mut node = FakeNode::with_mounts(&["77 /mnt/fuse fuse.sshfs", "20 /sys/fs/fuse/connections fusectl"]);
         let mut t = task(4321, "kubelet", 'S');
         t.wchan = Some("request_wait_answer".into());
         t.stack = vec!["request_wait_answer".into(), "fuse_simple_request".into(), "fuse_lookup_name".into()];
@@ -189,6 +191,10 @@ mod tests {
         assert!(f.evidence.iter().any(|e| e.fact.contains("request_wait_answer <- fuse_simple_request")));
         assert_eq!(f.advice[0], "or, if the server should live on, continue it: kill -CONT 900");
         assert_eq!(node.avoided, vec![b"/mnt/fuse/a".to_vec()]);
+        // Where fusectl is not mounted, the fix mounts it first.
+        let mut bare = FakeNode::with_mounts(&["77 /mnt/fuse fuse.sshfs"]);
+        let f = &run_with(&mut HungCall::new(Duration::from_secs(5)), &mut bare, &[], &calls, 6.0)[0];
+        assert_eq!(f.fix, "mount -t fusectl fusectl /sys/fs/fuse/connections && echo 1 > /sys/fs/fuse/connections/77/abort");
         // It returns: resolved once.
         let after = run_with(&mut d, &mut node, &[], &[], 8.0);
         assert_eq!(after[0].status, Status::Resolved);
