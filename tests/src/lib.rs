@@ -15,6 +15,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod findings;
+pub mod fixtures;
+
+pub use findings::{latest_findings, shell_word, Expect};
+pub use fixtures::{BindMount, FuseMount, OverlayMount, Process};
+
 /// True when the kernel-facing tests can run (root). Outside CI, without
 /// root, they skip loudly; under CI (`CI=true`) they never skip.
 pub fn can_touch_the_kernel(test: &str) -> bool {
@@ -59,6 +65,10 @@ pub struct Finished {
     pub events: Vec<Value>,
     pub end: Option<Value>,
     pub stderr: String,
+    /// Every finding line (`finding`, `finding-update`), in order.
+    pub finding_lines: Vec<Value>,
+    /// The latest revision of each finding.
+    pub findings: Vec<Value>,
 }
 
 /// The exact bytes of a path field of an event (`path`, `abs_path`): its
@@ -141,6 +151,56 @@ impl Watch {
         parse_events(&self.lines.lock().unwrap())
     }
 
+    /// Every JSON line printed so far, whatever its type.
+    pub fn json_so_far(&self) -> Vec<Value> {
+        parse_json(&self.lines.lock().unwrap())
+    }
+
+    /// The latest revision of each finding printed so far.
+    pub fn findings_so_far(&self) -> Vec<Value> {
+        latest_findings(&self.json_so_far())
+    }
+
+    /// Waits until a finding that `select` picks meets every expectation of
+    /// `check` (findings are revised as evidence accrues, so the first
+    /// emission may not say everything yet), and returns that revision.
+    /// Panics after `timeout` with what was still unmet, every finding seen
+    /// and podstuck's stderr; or at once if podstuck exited.
+    pub fn await_finding(
+        &mut self,
+        timeout: Duration,
+        select: impl Fn(&Value) -> bool,
+        check: impl Fn(&mut Expect),
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let findings = self.findings_so_far();
+            let mut unmet = Vec::new();
+            for finding in findings.iter().filter(|f| select(f)) {
+                let mut expect = Expect::new(finding);
+                expect.shape();
+                check(&mut expect);
+                if expect.failures().is_empty() {
+                    return finding.clone();
+                }
+                unmet.push(format!("{finding}\n  unmet: {}", expect.failures().join("\n         ")));
+            }
+            let exited = self.child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() >= deadline {
+                std::thread::sleep(Duration::from_millis(200));
+                let all: Vec<String> = findings.iter().map(Value::to_string).collect();
+                panic!(
+                    "no finding as expected within {timeout:?}{}\ncandidates:\n{}\nall findings:\n{}\npodstuck stderr:\n{}",
+                    exited.map(|s| format!(" (podstuck exited: {s})")).unwrap_or_default(),
+                    if unmet.is_empty() { "(none selected)".to_string() } else { unmet.join("\n") },
+                    if all.is_empty() { "(none)".to_string() } else { all.join("\n") },
+                    self.stderr.lock().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Sends `signal` and collects everything printed until exit.
     pub fn stop(mut self, signal: i32) -> Finished {
         // SAFETY: plain kill(2) on our own child.
@@ -157,12 +217,15 @@ impl Watch {
         std::thread::sleep(Duration::from_millis(300));
         let lines = self.lines.lock().unwrap().clone();
         let end = lines.last().and_then(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v["type"] == "end");
+        let json = parse_json(&lines);
         Finished {
             status,
             start: self.start.clone(),
             events: parse_events(&lines),
             end,
             stderr: self.stderr.lock().unwrap().clone(),
+            finding_lines: json.iter().filter(|l| findings::is_finding(l)).cloned().collect(),
+            findings: latest_findings(&json),
         }
     }
 }
@@ -176,11 +239,11 @@ impl Drop for Watch {
 }
 
 fn parse_events(lines: &[String]) -> Vec<Value> {
-    lines
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["type"] == "event")
-        .collect()
+    parse_json(lines).into_iter().filter(|v| v["type"] == "event").collect()
+}
+
+fn parse_json(lines: &[String]) -> Vec<Value> {
+    lines.iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect()
 }
 
 /// Stops `watch` once events matching `wanted` have all arrived (or 20 s
@@ -254,6 +317,10 @@ impl Immutable {
 
 impl Drop for Immutable {
     fn drop(&mut self) {
+        // A test may have cleared the flag and removed the file itself.
+        if self.0.symlink_metadata().is_err() {
+            return;
+        }
         let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
     }
 }

@@ -3,25 +3,76 @@
 //! moves itself into a cgroup (`--cgroup DIR`), then makes exactly the calls
 //! it is told to, the way kubelet, containerd or dockerd make them.
 //!
-//! Usage: actor [--comm NAME] [--cgroup DIR] [--repeat N] [--every-ms MS] OP ARGS...
+//! Usage: actor [FLAGS] OP ARGS...
+//! Flags:
+//!   --comm NAME            the command name podstuck sees (PR_SET_NAME)
+//!   --cgroup DIR           join this cgroup v2 directory first
+//!   --as-uid UID           drop root: run as UID (gid UID, no supplementary groups)
+//!   --repeat N             make the call N times (0: until killed)
+//!   --every-ms MS          wait MS between attempts (kubelet housekeeping: 2000;
+//!                          containerd's unmount retries: 50)
+//!   --backoff-ms MS        wait MS before the 2nd attempt, doubling after each,
+//!                          capped at 122 s (kubelet's volume backoff: 500)
+//!   --calls-per-s N        remove-all makes at most N unlinkat calls a second:
+//!                          the pace of a remover on a real disk, when the test
+//!                          tree sits on a much faster tmpfs
+//! Ops (each attempt prints one line: the op and "ok", "errno N" or a count):
 //!   rmdir-at DIR NAME      open DIR, unlinkat(fd, NAME, AT_REMOVEDIR)
+//!   rmdir PATH             rmdir(2), the raw syscall
+//!   umount PATH            umount2(PATH, 0), the raw syscall
 //!   unlink-in DIR NAME     chdir DIR, unlink(NAME) (cwd-relative, like C tools)
-//!   unlink PATH            unlink(PATH)
+//!   unlink PATH            unlink(2), the raw syscall
 //!   remove-all DIR         Go's os.RemoveAll: openat each directory, unlinkat
-//!                          children relative to it, then the directory itself
+//!                          children relative to it, then the directory itself;
+//!                          prints "done" or "left: errno N at PATH" (the first
+//!                          failure, PATH starting with DIR's own name)
 //!   unlink-many DIR N      create N files in DIR, then unlink(2) each: exactly
 //!                          N successful unlink calls
-//! Prints one line per call: the op, its argument and the errno name or "ok".
+//!   mkdirs DIR N           create N empty subdirectories of DIR (setup, not
+//!                          removal: mkdir is not traced)
+//! Ops that hold something and never return (print "ready", then sleep until
+//! killed; a test uses them as the "someone else" of a pathology):
+//!   hold-cwd DIR           chdir DIR
+//!   hold-open FILE         keep FILE open
+//!   hold-in-namespace DIR  a mount namespace of its own whose mounts still
+//!                          receive the host's unmounts (MS_SLAVE|MS_REC), cwd
+//!                          DIR in it: the host's umount2 of a mount whose
+//!                          parent mount is shared then fails EBUSY
+//!   sleep                  nothing (a live task, e.g. in --cgroup DIR)
 
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::time::Duration;
+
+/// kubelet's exponential backoff stops doubling here (2m2s).
+const BACKOFF_CAP: Duration = Duration::from_millis(122_000);
+
+/// `--calls-per-s`: when the pacing started and the rate; unset, no pacing.
+static PACE: std::sync::OnceLock<(std::time::Instant, u64)> = std::sync::OnceLock::new();
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Sleeps as needed to hold the removal calls to `--calls-per-s`.
+fn pace() {
+    let Some(&(start, per_s)) = PACE.get() else {
+        return;
+    };
+    let calls = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    // Checking every call would cost more than the calls themselves.
+    if !calls.is_multiple_of(64) {
+        return;
+    }
+    let due = start + Duration::from_secs_f64(calls as f64 / per_s as f64);
+    if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+        std::thread::sleep(wait);
+    }
+}
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-fn outcome(ret: libc::c_int) -> String {
+fn outcome(ret: libc::c_long) -> String {
     if ret == 0 {
         "ok".into()
     } else {
@@ -33,21 +84,34 @@ fn c(s: &[u8]) -> CString {
     CString::new(s).expect("no NUL in paths")
 }
 
+fn path(s: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(s))
+}
+
+fn number<T: std::str::FromStr>(s: &[u8], what: &str) -> T {
+    String::from_utf8_lossy(s).parse().unwrap_or_else(|_| panic!("actor: {what} needs a number"))
+}
+
 /// Go's RemoveAll, reduced to what matters for tracing: children are
-/// unlinked relative to their directory's fd; a child that is a directory
-/// (EISDIR) is opened with openat and emptied first.
-fn remove_all_at(parent: libc::c_int, name: &CStr) {
+/// unlinked relative to their directory's fd; a child that may be a
+/// directory (EISDIR; EPERM too, POSIX's answer, which Go also accepts) is
+/// opened with openat and emptied first. Returns the first call that really failed
+/// (errno, path below the top), the way RemoveAll's error names it.
+fn remove_all_at(parent: libc::c_int, name: &CStr, below: &Path) -> Option<(i32, std::path::PathBuf)> {
+    let here = below.join(OsStr::from_bytes(name.to_bytes()));
     // SAFETY: plain syscalls on fds and C strings this function owns.
     unsafe {
+        pace();
         if libc::unlinkat(parent, name.as_ptr(), 0) == 0 {
-            return;
+            return None;
         }
-        if errno() != libc::EISDIR && errno() != libc::EPERM {
-            return;
+        let first = errno();
+        if first != libc::EISDIR && first != libc::EPERM {
+            return Some((first, here));
         }
         let fd = libc::openat(parent, name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW);
         if fd < 0 {
-            return;
+            return Some((first, here));
         }
         let dup = libc::dup(fd);
         let dir = libc::fdopendir(dup);
@@ -65,92 +129,174 @@ fn remove_all_at(parent: libc::c_int, name: &CStr) {
             }
             libc::closedir(dir);
         }
+        let mut failure = None;
         for child in &children {
-            remove_all_at(fd, child);
+            let failed = remove_all_at(fd, child, &here);
+            failure = failure.or(failed);
         }
         libc::close(fd);
-        libc::unlinkat(parent, name.as_ptr(), libc::AT_REMOVEDIR);
+        pace();
+        if libc::unlinkat(parent, name.as_ptr(), libc::AT_REMOVEDIR) != 0 {
+            return failure.or(Some((errno(), here)));
+        }
+        None
     }
+}
+
+/// Tells the test the hold is in place, then stays until killed: the test,
+/// not this process, decides when the pathology ends.
+fn ready_then_sleep() -> ! {
+    println!("ready");
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn drop_root(uid: libc::uid_t) {
+    // SAFETY: plain credential syscalls; group first, while still allowed.
+    unsafe {
+        assert_eq!(libc::setgroups(0, std::ptr::null()), 0, "setgroups");
+        assert_eq!(libc::setresgid(uid, uid, uid), 0, "setresgid {uid}");
+        assert_eq!(libc::setresuid(uid, uid, uid), 0, "setresuid {uid}");
+    }
+}
+
+/// One attempt of a repeatable op; returns what it printed after the op name.
+fn attempt(args: &[Vec<u8>]) -> String {
+    // SAFETY (all arms): raw syscalls with valid C strings and fds opened here.
+    match args[0].as_slice() {
+        b"rmdir-at" => unsafe {
+            let fd = libc::open(c(&args[1]).as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+            let out = outcome(libc::unlinkat(fd, c(&args[2]).as_ptr(), libc::AT_REMOVEDIR).into());
+            libc::close(fd);
+            out
+        },
+        b"rmdir" => outcome(unsafe { libc::syscall(libc::SYS_rmdir, c(&args[1]).as_ptr()) }),
+        b"umount" => outcome(unsafe { libc::syscall(libc::SYS_umount2, c(&args[1]).as_ptr(), 0) }),
+        b"unlink-in" => unsafe {
+            assert_eq!(libc::chdir(c(&args[1]).as_ptr()), 0, "chdir");
+            outcome(libc::unlink(c(&args[2]).as_ptr()).into())
+        },
+        b"unlink" => outcome(unsafe { libc::syscall(libc::SYS_unlink, c(&args[1]).as_ptr()) }),
+        b"remove-all" => {
+            let target = path(&args[1]);
+            let parent = c(target.parent().unwrap().as_os_str().as_bytes());
+            let name = c(target.file_name().unwrap().as_bytes());
+            let failure = unsafe {
+                let fd = libc::open(parent.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                let failure = remove_all_at(fd, &name, Path::new(""));
+                libc::close(fd);
+                failure
+            };
+            match failure {
+                None => "done".into(),
+                Some((errno, at)) => format!("left: errno {errno} at {}", at.display()),
+            }
+        }
+        b"unlink-many" => {
+            let dir = path(&args[1]);
+            let n: usize = number(&args[2], "unlink-many DIR N");
+            let paths: Vec<CString> = (0..n)
+                .map(|i| {
+                    let path = dir.join(format!("f{i:07}"));
+                    std::fs::write(&path, b"").expect("create file");
+                    c(path.as_os_str().as_bytes())
+                })
+                .collect();
+            let failed = paths
+                .iter()
+                // The raw syscall, so it is unlink(2) for sure.
+                .filter(|p| unsafe { libc::syscall(libc::SYS_unlink, p.as_ptr()) } != 0)
+                .count();
+            format!("{} unlinked, {failed} failed", n - failed)
+        }
+        b"mkdirs" => {
+            let dir = path(&args[1]);
+            let n: usize = number(&args[2], "mkdirs DIR N");
+            let mut made = 0;
+            for i in 0..n {
+                let sub = c(dir.join(format!("d{i:08}")).as_os_str().as_bytes());
+                if unsafe { libc::mkdir(sub.as_ptr(), 0o755) } == 0 {
+                    made += 1;
+                }
+            }
+            format!("{made} made")
+        }
+        _ => panic!("actor: unknown op; see the module doc"),
+    }
+}
+
+fn hold(args: &[Vec<u8>]) -> ! {
+    // SAFETY (all arms): raw syscalls with valid C strings.
+    match args[0].as_slice() {
+        b"hold-cwd" => {
+            assert_eq!(unsafe { libc::chdir(c(&args[1]).as_ptr()) }, 0, "chdir: {}", std::io::Error::last_os_error());
+        }
+        b"hold-open" => {
+            let fd = unsafe { libc::open(c(&args[1]).as_ptr(), libc::O_RDONLY) };
+            assert!(fd >= 0, "open: {}", std::io::Error::last_os_error());
+        }
+        b"hold-in-namespace" => unsafe {
+            assert_eq!(libc::unshare(libc::CLONE_NEWNS), 0, "unshare: {}", std::io::Error::last_os_error());
+            // Slave, not private: the host's unmount must still reach this
+            // copy, which is what makes the host's umount2 fail while it is busy.
+            let root = c(b"/");
+            let flags = libc::MS_SLAVE | libc::MS_REC;
+            let ret = libc::mount(std::ptr::null(), root.as_ptr(), std::ptr::null(), flags, std::ptr::null());
+            assert_eq!(ret, 0, "make / slave: {}", std::io::Error::last_os_error());
+            assert_eq!(libc::chdir(c(&args[1]).as_ptr()), 0, "chdir: {}", std::io::Error::last_os_error());
+        },
+        b"sleep" => {}
+        _ => unreachable!(),
+    }
+    ready_then_sleep()
 }
 
 fn main() {
     let mut args: Vec<Vec<u8>> = std::env::args_os().skip(1).map(|a| a.as_bytes().to_vec()).collect();
     let mut repeat = 1u32;
     let mut every = Duration::ZERO;
+    let mut backoff = false;
     while let Some(flag) = args.first().cloned() {
         match flag.as_slice() {
             b"--comm" => {
                 let name = c(&args[1]);
                 // SAFETY: PR_SET_NAME with a NUL-terminated string.
                 unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
-                args.drain(..2);
             }
             b"--cgroup" => {
-                let procs = std::path::Path::new(std::ffi::OsStr::from_bytes(&args[1])).join("cgroup.procs");
+                let procs = path(&args[1]).join("cgroup.procs");
                 std::fs::write(&procs, std::process::id().to_string()).expect("join the cgroup");
-                args.drain(..2);
             }
-            b"--repeat" => {
-                repeat = String::from_utf8_lossy(&args[1]).parse().expect("--repeat N");
-                args.drain(..2);
+            b"--as-uid" => drop_root(number(&args[1], "--as-uid UID")),
+            b"--repeat" => repeat = number(&args[1], "--repeat N"),
+            b"--every-ms" => every = Duration::from_millis(number(&args[1], "--every-ms MS")),
+            b"--calls-per-s" => {
+                let per_s: u64 = number(&args[1], "--calls-per-s N");
+                PACE.set((std::time::Instant::now(), per_s.max(1))).expect("one --calls-per-s");
             }
-            b"--every-ms" => {
-                every = Duration::from_millis(String::from_utf8_lossy(&args[1]).parse().expect("--every-ms MS"));
-                args.drain(..2);
+            b"--backoff-ms" => {
+                every = Duration::from_millis(number(&args[1], "--backoff-ms MS"));
+                backoff = true;
             }
             _ => break,
         }
+        args.drain(..2);
     }
-    for round in 0..repeat {
+    assert!(!args.is_empty(), "actor: no op; see the module doc");
+    if args[0].starts_with(b"hold-") || args[0] == b"sleep" {
+        hold(&args);
+    }
+    let mut round = 0u32;
+    while repeat == 0 || round < repeat {
         if round > 0 {
             std::thread::sleep(every);
+            if backoff {
+                every = (every * 2).min(BACKOFF_CAP);
+            }
         }
-        // SAFETY: plain syscalls with valid C strings.
-        let line = match args.first().map(Vec::as_slice) {
-            Some(b"rmdir-at") => unsafe {
-                let dir = c(&args[1]);
-                let fd = libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
-                let ret = libc::unlinkat(fd, c(&args[2]).as_ptr(), libc::AT_REMOVEDIR);
-                let out = outcome(ret);
-                libc::close(fd);
-                out
-            },
-            Some(b"unlink-in") => unsafe {
-                assert_eq!(libc::chdir(c(&args[1]).as_ptr()), 0, "chdir");
-                outcome(libc::unlink(c(&args[2]).as_ptr()))
-            },
-            Some(b"unlink") => unsafe { outcome(libc::unlink(c(&args[1]).as_ptr())) },
-            Some(b"remove-all") => {
-                let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&args[1]));
-                let parent = c(path.parent().unwrap().as_os_str().as_bytes());
-                let name = c(path.file_name().unwrap().as_bytes());
-                // SAFETY: as above.
-                unsafe {
-                    let fd = libc::open(parent.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
-                    remove_all_at(fd, &name);
-                    libc::close(fd);
-                }
-                "done".into()
-            }
-            Some(b"unlink-many") => {
-                let dir = std::path::Path::new(std::ffi::OsStr::from_bytes(&args[1]));
-                let n: usize = String::from_utf8_lossy(&args[2]).parse().expect("unlink-many DIR N");
-                let paths: Vec<CString> = (0..n)
-                    .map(|i| {
-                        let path = dir.join(format!("f{i:07}"));
-                        std::fs::write(&path, b"").expect("create file");
-                        c(path.as_os_str().as_bytes())
-                    })
-                    .collect();
-                let failed = paths
-                    .iter()
-                    // SAFETY: valid C strings; the raw syscall so it is unlink(2) for sure.
-                    .filter(|p| unsafe { libc::syscall(libc::SYS_unlink, p.as_ptr()) } != 0)
-                    .count();
-                format!("{} unlinked, {failed} failed", n - failed)
-            }
-            _ => panic!("actor: unknown op; see the module doc"),
-        };
+        let line = attempt(&args);
         println!("{} {line}", String::from_utf8_lossy(&args[0]));
+        round += 1;
     }
 }

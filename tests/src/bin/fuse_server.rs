@@ -1,0 +1,257 @@
+//! A minimal FUSE filesystem for the end-to-end tests, speaking the raw
+//! /dev/fuse protocol (no libfuse): it exists so that a test can make a
+//! FUSE daemon stop answering (SIGSTOP) and watch a removal hang in the
+//! kernel, the way a dead s3fs or gcsfuse CSI driver hangs kubelet.
+//!
+//! Usage: fuse_server MOUNTPOINT
+//!
+//! It mounts itself at MOUNTPOINT (source `podstuck-fuse`, type
+//! `fuse.podstuck`), prints "ready" once the kernel's INIT is answered, and
+//! serves until the mount goes away. The tree never changes: a root
+//! directory with regular files `a`, `b`, `c` and an empty directory `d`;
+//! UNLINK and RMDIR of those succeed and they are still there afterwards,
+//! so a test may remove the same name as often as it likes.
+//!
+//! Entry and attribute timeouts are 0, so every path walk into the mount
+//! asks this server again (LOOKUP, GETATTR): once it is stopped, the next
+//! call through the mount waits for it.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+
+const FUSE_KERNEL_VERSION: u32 = 7;
+/// The protocol this server is written against; the kernel adapts to it.
+const FUSE_KERNEL_MINOR_VERSION: u32 = 31;
+const FUSE_ROOT_ID: u64 = 1;
+
+const FUSE_LOOKUP: u32 = 1;
+const FUSE_FORGET: u32 = 2;
+const FUSE_GETATTR: u32 = 3;
+const FUSE_UNLINK: u32 = 10;
+const FUSE_RMDIR: u32 = 11;
+const FUSE_STATFS: u32 = 17;
+const FUSE_GETXATTR: u32 = 22;
+const FUSE_INIT: u32 = 26;
+const FUSE_OPENDIR: u32 = 27;
+const FUSE_READDIR: u32 = 28;
+const FUSE_RELEASEDIR: u32 = 29;
+const FUSE_ACCESS: u32 = 34;
+const FUSE_INTERRUPT: u32 = 36;
+const FUSE_DESTROY: u32 = 38;
+const FUSE_BATCH_FORGET: u32 = 42;
+
+/// sizeof(struct fuse_in_header)
+const IN_HEADER: usize = 40;
+/// sizeof(struct fuse_out_header)
+const OUT_HEADER: usize = 16;
+
+/// The whole filesystem: (node id, name, is a directory).
+const NODES: [(u64, &[u8], bool); 4] = [(2, b"a", false), (3, b"b", false), (4, b"c", false), (5, b"d", true)];
+
+/// Little-endian field writer for the kernel's C structs.
+#[derive(Default)]
+struct Out(Vec<u8>);
+
+impl Out {
+    fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn zeros(&mut self, n: usize) -> &mut Self {
+        self.0.resize(self.0.len() + n, 0);
+        self
+    }
+}
+
+fn u32_at(buf: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap())
+}
+
+fn u64_at(buf: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(buf[at..at + 8].try_into().unwrap())
+}
+
+fn is_dir(node: u64) -> bool {
+    node == FUSE_ROOT_ID || NODES.iter().any(|&(id, _, dir)| id == node && dir)
+}
+
+fn exists(node: u64) -> bool {
+    node == FUSE_ROOT_ID || NODES.iter().any(|&(id, _, _)| id == node)
+}
+
+/// struct fuse_attr (88 bytes).
+fn attr(out: &mut Out, node: u64) {
+    let (mode, nlink) = if is_dir(node) { (libc::S_IFDIR | 0o755, 2) } else { (libc::S_IFREG | 0o644, 1) };
+    out.u64(node).u64(0).u64(0); // ino, size, blocks
+    out.u64(0).u64(0).u64(0); // atime, mtime, ctime
+    out.u32(0).u32(0).u32(0); // their nanoseconds
+    out.u32(mode).u32(nlink).u32(0).u32(0); // mode, nlink, uid, gid
+    out.u32(0).u32(4096).u32(0); // rdev, blksize, flags
+}
+
+/// struct fuse_entry_out (128 bytes), every timeout 0.
+fn entry(node: u64) -> Out {
+    let mut out = Out::default();
+    out.u64(node).u64(0).u64(0).u64(0).u32(0).u32(0);
+    attr(&mut out, node);
+    out
+}
+
+fn name_arg(body: &[u8]) -> &[u8] {
+    body.split(|&b| b == 0).next().unwrap_or_default()
+}
+
+fn child(parent: u64, name: &[u8]) -> Option<u64> {
+    if parent != FUSE_ROOT_ID {
+        return None;
+    }
+    NODES.iter().find(|&&(_, n, _)| n == name).map(|&(id, _, _)| id)
+}
+
+/// READDIR's answer: `struct fuse_dirent`s from `offset`, as many as fit.
+fn dirents(offset: u64, size: usize) -> Out {
+    let mut all: Vec<(u64, &[u8], bool)> = vec![(FUSE_ROOT_ID, b".", true), (FUSE_ROOT_ID, b"..", true)];
+    all.extend(NODES);
+    let mut out = Out::default();
+    for (i, (ino, name, dir)) in all.into_iter().enumerate().skip(offset as usize) {
+        let len = (24 + name.len()).next_multiple_of(8);
+        if out.0.len() + len > size {
+            break;
+        }
+        let start = out.0.len();
+        let kind = if dir { libc::DT_DIR } else { libc::DT_REG };
+        out.u64(ino).u64(i as u64 + 1).u32(name.len() as u32).u32(kind.into());
+        out.0.extend_from_slice(name);
+        out.0.resize(start + len, 0);
+    }
+    out
+}
+
+/// What to send back for one request: Ok(body) or Err(errno); None: no reply.
+fn answer(opcode: u32, node: u64, body: &[u8]) -> Option<Result<Out, i32>> {
+    Some(match opcode {
+        FUSE_INIT => {
+            let (major, max_readahead) = (u32_at(body, 0), u32_at(body, 8));
+            if major < FUSE_KERNEL_VERSION {
+                Err(libc::EPROTO)
+            } else {
+                let mut out = Out::default();
+                out.u32(FUSE_KERNEL_VERSION).u32(FUSE_KERNEL_MINOR_VERSION).u32(max_readahead).u32(0);
+                out.u16(0).u16(0).u32(4096).u32(1); // max_background, congestion_threshold, max_write, time_gran
+                out.u16(0).u16(0).u32(0).zeros(28); // max_pages, map_alignment, flags2, unused: 64 bytes
+                Ok(out)
+            }
+        }
+        FUSE_GETATTR if exists(node) => {
+            let mut out = Out::default();
+            out.u64(0).u32(0).u32(0); // attr_valid 0: ask again every time
+            attr(&mut out, node);
+            Ok(out)
+        }
+        FUSE_GETATTR => Err(libc::ENOENT),
+        FUSE_LOOKUP => child(node, name_arg(body)).map(entry).ok_or(libc::ENOENT),
+        FUSE_OPENDIR if is_dir(node) => {
+            let mut out = Out::default();
+            out.u64(0).u32(0).u32(0);
+            Ok(out)
+        }
+        FUSE_OPENDIR => Err(libc::ENOTDIR),
+        FUSE_READDIR if node == FUSE_ROOT_ID => Ok(dirents(u64_at(body, 8), u32_at(body, 16) as usize)),
+        FUSE_READDIR => Ok(Out::default()),
+        FUSE_RELEASEDIR | FUSE_ACCESS => Ok(Out::default()),
+        FUSE_UNLINK => match child(node, name_arg(body)) {
+            Some(id) if is_dir(id) => Err(libc::EISDIR),
+            Some(_) => Ok(Out::default()),
+            None => Err(libc::ENOENT),
+        },
+        FUSE_RMDIR => match child(node, name_arg(body)) {
+            Some(id) if is_dir(id) => Ok(Out::default()),
+            Some(_) => Err(libc::ENOTDIR),
+            None => Err(libc::ENOENT),
+        },
+        FUSE_STATFS => {
+            let mut out = Out::default();
+            out.u64(1024).u64(512).u64(512).u64(64).u64(32); // blocks, bfree, bavail, files, ffree
+            out.u32(4096).u32(255).u32(4096).u32(0).zeros(24); // bsize, namelen, frsize, padding, spare
+            Ok(out)
+        }
+        FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT => return None,
+        FUSE_GETXATTR => Err(libc::ENOSYS),
+        _ => Err(libc::ENOSYS),
+    })
+}
+
+fn reply(fd: i32, unique: u64, result: Result<Out, i32>) {
+    let (error, body) = match result {
+        Ok(body) => (0, body.0),
+        Err(errno) => (-errno, Vec::new()),
+    };
+    let mut msg = Out::default();
+    msg.u32((OUT_HEADER + body.len()) as u32).u32(error as u32).u64(unique);
+    msg.0.extend_from_slice(&body);
+    // SAFETY: writing our own buffer to our own fd.
+    let n = unsafe { libc::write(fd, msg.0.as_ptr().cast(), msg.0.len()) };
+    // ENOENT: the request was interrupted and is gone; nothing to do.
+    if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+        eprintln!("fuse_server: reply to {unique}: {}", std::io::Error::last_os_error());
+    }
+}
+
+fn main() {
+    let mountpoint = std::env::args_os().nth(1).expect("usage: fuse_server MOUNTPOINT");
+    let mountpoint = CString::new(mountpoint.as_bytes()).unwrap();
+    // SAFETY: opening a device node.
+    let fd = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    assert!(fd >= 0, "open /dev/fuse: {}", std::io::Error::last_os_error());
+    let data = CString::new(format!("fd={fd},rootmode=40000,user_id=0,group_id=0,allow_other")).unwrap();
+    // SAFETY: valid C strings; the kernel checks the rest.
+    let ret = unsafe {
+        libc::mount(
+            c"podstuck-fuse".as_ptr(),
+            mountpoint.as_ptr(),
+            c"fuse.podstuck".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    };
+    assert_eq!(ret, 0, "mount fuse at {mountpoint:?}: {}", std::io::Error::last_os_error());
+
+    // The kernel refuses reads into buffers smaller than a full WRITE
+    // request could need; 1 MiB covers any max_write it may pick.
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        // SAFETY: reading into our own buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR | libc::EAGAIN | libc::ENOENT) => continue,
+                // Unmounted or aborted: the filesystem is gone, so are we.
+                Some(libc::ENODEV | libc::ECONNABORTED) => return,
+                _ => panic!("fuse_server: read /dev/fuse: {}", std::io::Error::last_os_error()),
+            }
+        }
+        let msg = &buf[..n as usize];
+        if msg.len() < IN_HEADER {
+            continue;
+        }
+        let (opcode, unique, node) = (u32_at(msg, 4), u64_at(msg, 8), u64_at(msg, 16));
+        let body = &msg[IN_HEADER..u32_at(msg, 0) as usize];
+        if let Some(result) = answer(opcode, node, body) {
+            reply(fd, unique, result);
+        }
+        if opcode == FUSE_INIT {
+            println!("ready");
+        }
+        if opcode == FUSE_DESTROY {
+            return;
+        }
+    }
+}

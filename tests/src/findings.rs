@@ -1,0 +1,207 @@
+//! Reading podstuck's findings (`--findings`) in the end-to-end tests: the
+//! latest revision of each, the shell quoting its fixes use, and a checker
+//! that collects every unmet expectation instead of stopping at the first,
+//! so that a test can poll "until the finding says all of this" and, on
+//! timeout, say everything that was still wrong.
+
+use std::fmt::Display;
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Whether a JSON line is a finding (its first emission or a revision).
+pub fn is_finding(line: &Value) -> bool {
+    line["type"] == "finding" || line["type"] == "finding-update"
+}
+
+/// The latest revision of every finding, in order of first emission.
+pub fn latest_findings(lines: &[Value]) -> Vec<Value> {
+    let mut latest: Vec<Value> = Vec::new();
+    for line in lines.iter().filter(|l| is_finding(l)) {
+        match latest.iter_mut().find(|f| f["id"] == line["id"]) {
+            Some(slot) => *slot = line.clone(),
+            None => latest.push(line.clone()),
+        }
+    }
+    latest
+}
+
+/// A path as podstuck prints it in a fix: bare when every byte is in
+/// `[A-Za-z0-9/._~:@%+=,-]`, otherwise in single quotes (a quote inside
+/// becomes `'\''`), so the fix can be pasted into a shell.
+pub fn shell_word(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    let bare = |c: char| c.is_ascii_alphanumeric() || "/._~:@%+=,-".contains(c);
+    if !text.is_empty() && text.chars().all(bare) {
+        text.into_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// Expectations about one finding, checked all at once.
+pub struct Expect<'a> {
+    pub finding: &'a Value,
+    failures: Vec<String>,
+}
+
+impl<'a> Expect<'a> {
+    pub fn new(finding: &'a Value) -> Expect<'a> {
+        Expect { finding, failures: Vec::new() }
+    }
+
+    pub fn failures(&self) -> &[String] {
+        &self.failures
+    }
+
+    /// The field at a JSON pointer (`/paths/0`, `/actor/comm`), or null.
+    pub fn at(&self, pointer: &str) -> &'a Value {
+        self.finding.pointer(pointer).unwrap_or(&Value::Null)
+    }
+
+    /// The field's text: a string as is, anything else as JSON.
+    pub fn text(&self, pointer: &str) -> String {
+        match self.at(pointer) {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    pub fn that(&mut self, ok: bool, what: impl Display) {
+        if !ok {
+            self.failures.push(what.to_string());
+        }
+    }
+
+    pub fn eq(&mut self, pointer: &str, want: impl Into<Value>) {
+        let want = want.into();
+        let got = self.at(pointer);
+        self.that(*got == want, format!("{pointer} is {got}, want {want}"));
+    }
+
+    pub fn one_of(&mut self, pointer: &str, allowed: &[&str]) {
+        let got = self.at(pointer);
+        self.that(allowed.iter().any(|a| got == a), format!("{pointer} is {got}, want one of {allowed:?}"));
+    }
+
+    pub fn contains(&mut self, pointer: &str, needle: &str) {
+        let text = self.text(pointer);
+        self.that(text.contains(needle), format!("{pointer} ({text}) does not contain {needle:?}"));
+    }
+
+    pub fn starts_with(&mut self, pointer: &str, prefix: &str) {
+        let text = self.text(pointer);
+        self.that(text.starts_with(prefix), format!("{pointer} ({text}) does not start with {prefix:?}"));
+    }
+
+    pub fn is_number(&mut self, pointer: &str) {
+        let got = self.at(pointer);
+        self.that(got.is_number(), format!("{pointer} is {got}, want a number"));
+    }
+
+    pub fn is_string(&mut self, pointer: &str) {
+        let got = self.at(pointer);
+        self.that(got.as_str().is_some_and(|s| !s.is_empty()), format!("{pointer} is {got}, want a non-empty string"));
+    }
+
+    /// Whether the field's text (all of it, for an object or array)
+    /// contains `needle`, case-insensitively.
+    pub fn mentions(&self, pointer: &str, needle: &str) -> bool {
+        self.text(pointer).to_lowercase().contains(&needle.to_lowercase())
+    }
+
+    /// Whether the field's text contains `number` as a whole number (1234
+    /// is not found in 12345).
+    pub fn mentions_number(&self, pointer: &str, number: u64) -> bool {
+        let text = self.text(pointer);
+        let wanted = number.to_string();
+        text.match_indices(&wanted).any(|(i, _)| {
+            let before = text[..i].chars().next_back();
+            let after = text[i + wanted.len()..].chars().next();
+            !before.is_some_and(|c| c.is_ascii_digit()) && !after.is_some_and(|c| c.is_ascii_digit())
+        })
+    }
+
+    /// The fields every finding has, whatever its kind (the line format).
+    pub fn shape(&mut self) {
+        self.one_of("/type", &["finding", "finding-update"]);
+        self.is_string("/id");
+        self.is_string("/kind");
+        self.one_of("/severity", &["critical", "warning", "info"]);
+        self.one_of("/status", &["active", "resolved"]);
+        self.one_of("/confidence", &["possible", "likely", "confirmed"]);
+        self.is_string("/summary");
+        let pod = self.at("/pod_uid");
+        self.that(pod.is_null() || pod.is_string(), format!("/pod_uid is {pod}, want a string or null"));
+        let pods = self.at("/pods");
+        self.that(pods.as_array().is_some_and(|p| p.iter().all(Value::is_string)), format!("/pods is {pods}, want an array of UIDs"));
+        if let Some(uid) = pod.as_str() {
+            self.that(pods.as_array().is_some_and(|p| p.iter().any(|u| u == uid)), format!("/pods {pods} lacks pod_uid {uid}"));
+        }
+        self.that(self.at("/actor").is_object(), "no /actor object");
+        self.is_string("/syscall");
+        let errno = self.at("/errno");
+        self.that(errno.is_null() || errno.is_string(), format!("/errno is {errno}, want a name or null"));
+        let paths = self.at("/paths");
+        self.that(paths.as_array().is_some_and(|p| !p.is_empty() && p.iter().all(Value::is_string)), format!("/paths is {paths}, want a non-empty array of paths"));
+        let evidence = self.at("/evidence");
+        let facts_ok = evidence
+            .as_array()
+            .is_some_and(|e| e.iter().all(|f| f["source"].is_string() && f["fact"].is_string()));
+        self.that(facts_ok, format!("/evidence is {evidence}, want [{{source, fact}}...]"));
+        let rhythm = self.at("/rhythm");
+        self.that(rhythm.is_null() || rhythm.is_string(), format!("/rhythm is {rhythm}, want text or null"));
+        self.is_string("/fix");
+        let advice = self.at("/advice");
+        self.that(advice.as_array().is_some_and(|a| a.iter().all(Value::is_string)), format!("/advice is {advice}, want an array of text"));
+        self.is_string("/first_seen");
+        self.is_string("/last_seen");
+        let count = self.at("/count");
+        self.that(count.as_u64().is_some_and(|c| c >= 1), format!("/count is {count}, want >= 1"));
+        let revision = self.at("/revision");
+        self.that(revision.as_u64().is_some_and(|r| r >= 1), format!("/revision is {revision}, want >= 1"));
+        self.that(self.at("/details").is_object(), "no /details object");
+    }
+}
+
+/// Every finding line of one finding id, in order.
+pub fn revisions<'a>(lines: &'a [Value], id: &Value) -> Vec<&'a Value> {
+    lines.iter().filter(|l| is_finding(l) && l["id"] == *id).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn safe_paths_stay_bare_and_others_are_quoted() {
+        assert_eq!(shell_word(Path::new("/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount")), "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount");
+        assert_eq!(shell_word(Path::new("/a b")), "'/a b'");
+        assert_eq!(shell_word(Path::new("/it's")), r"'/it'\''s'");
+    }
+
+    #[test]
+    fn the_latest_revision_replaces_the_first() {
+        let lines = vec![
+            json!({"type": "finding", "id": "a", "revision": 1}),
+            json!({"type": "event"}),
+            json!({"type": "finding", "id": "b", "revision": 1}),
+            json!({"type": "finding-update", "id": "a", "revision": 2}),
+        ];
+        let latest = latest_findings(&lines);
+        assert_eq!(latest.len(), 2);
+        assert_eq!(latest[0]["revision"], 2);
+        assert_eq!(latest[1]["id"], "b");
+        assert_eq!(revisions(&lines, &json!("a")).len(), 2);
+    }
+
+    #[test]
+    fn numbers_are_found_whole() {
+        let f = json!({"evidence": [{"source": "proc", "fact": "pid 12345 holds it"}]});
+        let e = Expect::new(&f);
+        assert!(e.mentions_number("/evidence", 12345));
+        assert!(!e.mentions_number("/evidence", 1234));
+        assert!(!e.mentions_number("/evidence", 2345));
+    }
+}
