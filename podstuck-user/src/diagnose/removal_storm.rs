@@ -114,11 +114,16 @@ impl Storm {
 pub struct RemovalStorm {
     node_name: String,
     by_pid: HashMap<u32, Storm>,
+    /// The newest call time seen, and whether any call came since the last
+    /// review: under a storm user space may run seconds behind the kernel,
+    /// so "now" is the time of the calls being read, not the wall clock.
+    latest: Option<SystemTime>,
+    fresh: bool,
 }
 
 impl RemovalStorm {
     pub fn new(node_name: String) -> RemovalStorm {
-        RemovalStorm { node_name, by_pid: HashMap::new() }
+        RemovalStorm { node_name, by_pid: HashMap::new(), latest: None, fresh: false }
     }
 
     fn finding(&self, s: &Storm, now: SystemTime, ended: bool) -> Finding {
@@ -219,6 +224,8 @@ impl Detector for RemovalStorm {
             return;
         }
         let Ok(path) = &identity.abs_path else { return };
+        self.latest = self.latest.max(Some(event.time));
+        self.fresh = true;
         if !self.by_pid.contains_key(&event.pid) && self.by_pid.len() >= ACTORS_KEPT {
             if let Some(stalest) = self.by_pid.iter().filter(|(_, s)| !s.reported).min_by_key(|(_, s)| s.last).map(|(p, _)| *p) {
                 self.by_pid.remove(&stalest);
@@ -258,7 +265,12 @@ impl Detector for RemovalStorm {
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        let now = review.now;
+        // While calls keep coming, time is theirs; when they stop, the clock's.
+        let now = match (self.fresh, self.latest) {
+            (true, Some(latest)) => latest,
+            _ => review.now,
+        };
+        self.fresh = false;
         let mut out = Vec::new();
         let mut ended = Vec::new();
         let pids: Vec<u32> = self.by_pid.keys().copied().collect();
@@ -279,7 +291,11 @@ impl Detector for RemovalStorm {
             let due = storm.checked.is_none_or(|at| now.duration_since(at).unwrap_or_default() >= RECHECK);
             if due {
                 storm.checked = Some(now);
-                storm.estimate = Some(review.node.remaining_entries(&storm.prefix).map_err(|e| e.0));
+                storm.estimate = Some(match review.node.remaining_entries(&storm.prefix) {
+                    // The tree itself is gone: nothing is left.
+                    Err(e) if e.0.contains("no such file") => Ok(EntryEstimate { entries: 0, at_least: false, method: "the directory is gone".into() }),
+                    other => other.map_err(|e| e.0),
+                });
             }
             storm.reported = true;
             let storm = self.by_pid.get(&pid).expect("listed");
@@ -354,6 +370,20 @@ mod tests {
         d.observe(&last.event, &last.identity);
         let f = &run(&mut d, &mut FakeNode::default(), &[], 3.2)[0];
         assert_eq!(f.paths, vec![root.as_bytes().to_vec()]);
+    }
+
+    #[test]
+    fn a_collector_running_behind_the_kernel_does_not_end_the_storm() {
+        let mut d = RemovalStorm::new("n".into());
+        let mut node = FakeNode::default();
+        // Calls of the first 3 s read while the wall clock is already at 20 s.
+        removals(&mut d, "/var/lib/docker/volumes/v/_data", "dockerd", 4, 30_000, 0.0, 10_000.0);
+        let found = run(&mut d, &mut node, &[], 20.0);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].status, Status::Active);
+        assert!(found[0].details["rate_per_s"].as_f64().unwrap() > 5_000.0);
+        // Nothing more arrives: now it is over.
+        assert_eq!(run(&mut d, &mut node, &[], 21.0)[0].status, Status::Resolved);
     }
 
     #[test]
