@@ -9,7 +9,9 @@
 //! The `podstuck` binary is a thin clap layer over [`watch`].
 
 pub mod btf;
+pub mod check;
 pub mod collect;
+pub mod demo;
 pub mod diagnose;
 pub mod event;
 pub mod export;

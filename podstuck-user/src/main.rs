@@ -62,6 +62,27 @@ enum Command {
         /// A call that has not returned after this long is reported as hung (e.g. 5s, 1m).
         #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
         hung_after: Duration,
+        /// Trace even if another podstuck already traces this node (each adds its own cost).
+        #[arg(long)]
+        concurrent: bool,
+    },
+    /// The main job on a built-in default: a throwaway node with pods stuck in every common way, traced and diagnosed live, then removed.
+    Demo {
+        /// JSON lines (start, findings, end) instead of the live view.
+        #[arg(long)]
+        json: bool,
+        /// How long to trace the demo node before printing the diagnosis and cleaning up.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+        duration: Duration,
+    },
+    /// One of the demo's stand-in daemons (run by `podstuck demo`).
+    #[command(hide = true)]
+    DemoActor { comm: String, op: String, path: PathBuf },
+    /// Can podstuck run here? One line each: privileges, kernel, BTF, tracefs, cgroups, kubelet root, runtime.
+    Check {
+        /// kubelet's root directory (its --root-dir).
+        #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
+        kubelet_root: PathBuf,
     },
     /// Read the histogram files of a run back: percentiles and a log2 histogram per series.
     Report {
@@ -103,7 +124,14 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Report { dir, json } => podstuck::report::report(&dir, json),
-        Command::Watch { json, duration, pods, kubelet_root, errors_only, syscalls, histograms, force, interval, findings, hung_after } => {
+        Command::Demo { json, duration } => runtime.block_on(podstuck::demo::demo(&podstuck::demo::DemoOptions { json, duration })),
+        Command::DemoActor { comm, op, path } => podstuck::demo::actor(&comm, &op, &path),
+        Command::Check { kubelet_root } => match podstuck::check::check(&kubelet_root) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(2),
+            Err(e) => Err(e),
+        },
+        Command::Watch { json, duration, pods, kubelet_root, errors_only, syscalls, histograms, force, interval, findings, hung_after, concurrent } => {
             if interval.is_zero() {
                 eprintln!("podstuck: --interval must be longer than zero (e.g. 5s)");
                 return ExitCode::from(2);
@@ -124,12 +152,17 @@ fn main() -> ExitCode {
                 interval,
                 findings_only: findings,
                 hung_after,
+                concurrent,
             };
             runtime.block_on(watch(&options))
         }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<podstuck::check::AlreadyTracing>().is_some() => {
+            eprintln!("podstuck: {e}");
+            ExitCode::from(2)
+        }
         Err(e) if e.downcast_ref::<NodeNotReady>().is_some() => {
             eprintln!("podstuck: cannot trace on this node:\n{e}");
             ExitCode::from(2)

@@ -48,6 +48,8 @@ pub struct WatchOptions {
     pub findings_only: bool,
     /// A call in flight longer than this is a hung call.
     pub hung_after: Duration,
+    /// Trace even when another podstuck already traces this node.
+    pub concurrent: bool,
 }
 
 impl Default for WatchOptions {
@@ -64,6 +66,7 @@ impl Default for WatchOptions {
             interval: Duration::from_secs(5),
             findings_only: false,
             hung_after: Duration::from_secs(5),
+            concurrent: false,
         }
     }
 }
@@ -267,10 +270,21 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 /// Runs `podstuck watch` on standard output.
 pub async fn watch(options: &WatchOptions) -> Result<()> {
+    watch_with(options, || {}).await
+}
+
+/// Runs `podstuck watch`, calling `on_attached` once every probe is
+/// attached: what happens after it is traced (the demo starts its actors).
+pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> Result<()> {
     let facts = NodeFacts::gather();
     let found = problems(&facts);
     if !found.is_empty() {
         return Err(NodeNotReady(found).into());
+    }
+    if !options.concurrent {
+        if let Some(other) = crate::check::other_podstucks().first() {
+            return Err(crate::check::AlreadyTracing(other.clone()).into());
+        }
     }
     let started = SystemTime::now();
     // A bad output directory fails now, not after an hour of tracing.
@@ -286,8 +300,9 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
             options.kubelet_root.display()
         );
     }
-    for uid in filter.pods_not_on_node(&options.kubelet_root) {
-        eprintln!("podstuck: pod {uid} has no directory under {}/pods on this node; watching for it anyway", options.kubelet_root.display());
+    let missing = filter.pods_not_on_node(&options.kubelet_root);
+    if !missing.is_empty() {
+        eprintln!("{}", crate::check::pods_not_found(&missing, &options.kubelet_root));
     }
     let mut tracer = Tracer::start(options.kernel_filter())?;
     let node_name = nix::sys::utsname::uname().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
@@ -327,6 +342,7 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
         );
     }
     sink.out.flush()?;
+    on_attached();
 
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;

@@ -95,10 +95,12 @@ pub fn abs_path_bytes(event: &Value) -> Vec<u8> {
 
 impl Watch {
     /// Starts `podstuck watch --json <extra>` and waits until it is attached.
+    /// `--concurrent`: the tests run side by side, each with its own podstuck.
     pub fn start(extra: &[&str]) -> Watch {
         let mut child = Command::new(podstuck_binary())
             .arg("watch")
             .arg("--json")
+            .arg("--concurrent")
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -257,7 +257,7 @@ fn text_mode_prints_one_plain_line_per_call_and_stops_after_duration() {
     let mountpoint = dir.path().join("vol");
     let _mount = TmpfsMount::new(&mountpoint, "size=1m");
     let child = Command::new(podstuck_binary())
-        .args(["watch", "--duration", "4s"])
+        .args(["watch", "--concurrent", "--duration", "4s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -321,3 +321,21 @@ fn missing_tracefs_btf_or_privileges_are_explained() {
 }
 
 use std::os::unix::process::CommandExt;
+
+#[test]
+fn a_second_podstuck_is_refused_unless_concurrent() {
+    if !can_touch_the_kernel("a_second_podstuck_is_refused_unless_concurrent") {
+        return;
+    }
+    let first = Watch::start(&[]);
+    let out = Command::new(podstuck_binary()).args(["watch", "--duration", "1s"]).output().expect("run podstuck");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("already tracing this node"), "{stderr}");
+    assert!(stderr.contains("--concurrent"), "{stderr}");
+    // The pid of one podstuck already tracing is named (tests run side by side: any of them).
+    assert!(stderr.contains("(pid "), "{stderr}");
+    let both = Command::new(podstuck_binary()).args(["watch", "--json", "--concurrent", "--duration", "1s"]).output().expect("run podstuck");
+    assert!(both.status.success(), "{}", String::from_utf8_lossy(&both.stderr));
+    first.stop(libc::SIGTERM);
+}

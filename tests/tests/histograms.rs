@@ -192,6 +192,7 @@ fn podstuck_fails_at_start(args: &[&str]) -> String {
     let start = Instant::now();
     let out = Command::new(podstuck_binary())
         .arg("watch")
+        .arg("--concurrent")
         .args(args)
         .stdout(Stdio::null())
         .output()

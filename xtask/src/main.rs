@@ -12,8 +12,6 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
-mod demo;
-
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "podstuck's build, test and demo tasks")]
 struct Cli {
@@ -33,7 +31,7 @@ enum Task {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
-    /// Set up, build, then run the demo scenario lab: real stuck-pod calls on a throwaway tree, traced live.
+    /// Set up, build, then run `podstuck demo`: a throwaway node with pods stuck every common way, traced and diagnosed live.
     Demo,
 }
 
@@ -167,6 +165,15 @@ fn python_reader() -> Result<PathBuf> {
     Ok(python)
 }
 
+/// `podstuck demo`, the binary's own scenario lab and live view.
+fn run_demo(podstuck: &Path) -> Result<()> {
+    let status = Command::new(podstuck).arg("demo").status().context("running podstuck demo")?;
+    if !status.success() {
+        bail!("podstuck demo failed: {status}");
+    }
+    Ok(())
+}
+
 fn build_release() -> Result<PathBuf> {
     run(cargo().args(["build", "--release", "--package", "podstuck-user", "--bin", "podstuck"]))?;
     Ok(workspace_root().join("target/release/podstuck"))
@@ -235,7 +242,7 @@ fn main() -> ExitCode {
         Task::Setup => setup(),
         Task::Build => setup().and_then(|()| build_release()).map(|bin| say(&format!("built {}", bin.display()))),
         Task::Test { args } => test(&args),
-        Task::Demo => setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| demo::run(&bin)),
+        Task::Demo => setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| run_demo(&bin)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

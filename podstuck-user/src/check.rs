@@ -1,0 +1,376 @@
+//! `podstuck check`: can podstuck run on this node, and what will it find
+//! here? One line per question, ok or the problem and what to do:
+//! privileges, kernel version, BTF, tracefs, cgroup layout and driver,
+//! kubelet root, container runtime, another podstuck already tracing.
+//!
+//! Gathering reads the node ([`CheckFacts::gather`]); judging is pure
+//! ([`judge`]) and unit-tested on made-up facts. The tracing prerequisites
+//! are judged by [`crate::preflight`], the same code `watch` runs first.
+
+use std::path::{Path, PathBuf};
+
+use crate::identify::cgroups::cgroup2_mount;
+use crate::preflight::{problems, NodeFacts};
+
+/// How a check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    /// podstuck runs, but sees less (or this is not the node you think).
+    Warn,
+    /// podstuck cannot trace here.
+    Fail,
+}
+
+/// One line of `podstuck check`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckLine {
+    pub verdict: Verdict,
+    pub topic: &'static str,
+    pub says: String,
+    /// What to do, for Warn and Fail.
+    pub todo: Option<String>,
+}
+
+impl std::fmt::Display for CheckLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let word = match self.verdict {
+            Verdict::Ok => "ok  ",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "FAIL",
+        };
+        write!(f, "{word}  {:<18} {}", self.topic, self.says)?;
+        if let Some(todo) = &self.todo {
+            write!(f, " -- {todo}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Another podstuck process tracing this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtherPodstuck {
+    pub pid: u32,
+    pub command: String,
+}
+
+/// Everything `check` looks at.
+#[derive(Clone, Debug)]
+pub struct CheckFacts {
+    pub node: NodeFacts,
+    /// The cgroup v2 mount, if any.
+    pub cgroup2: Option<PathBuf>,
+    /// Whether any cgroup v1 hierarchy is mounted.
+    pub cgroup1: bool,
+    /// "systemd" (kubepods.slice) or "cgroupfs" (kubepods), where found.
+    pub cgroup_driver: Option<(&'static str, PathBuf)>,
+    pub kubelet_root: PathBuf,
+    pub kubelet_root_present: bool,
+    pub pods_on_node: usize,
+    /// Runtimes found: name and how (socket path or pid).
+    pub runtimes: Vec<(String, String)>,
+    pub others: Vec<OtherPodstuck>,
+}
+
+/// Runtime sockets, by runtime.
+const RUNTIME_SOCKETS: [(&str, &str); 4] = [
+    ("containerd", "/run/containerd/containerd.sock"),
+    ("CRI-O", "/var/run/crio/crio.sock"),
+    ("docker", "/var/run/docker.sock"),
+    ("cri-dockerd", "/var/run/cri-dockerd.sock"),
+];
+/// Runtime processes, by command name.
+const RUNTIME_COMMANDS: [&str; 4] = ["containerd", "crio", "dockerd", "podman"];
+
+/// Other running podstuck processes that trace (not `check`, `report` or `replay`).
+pub fn other_podstucks() -> Vec<OtherPodstuck> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for (pid, comm) in processes() {
+        if pid == me || comm != "podstuck" {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let words: Vec<String> = cmdline.split(|b| *b == 0).filter(|w| !w.is_empty()).map(|w| String::from_utf8_lossy(w).into_owned()).collect();
+        if words.iter().skip(1).any(|w| w == "watch" || w == "record" || w == "demo") {
+            found.push(OtherPodstuck { pid, command: words.join(" ") });
+        }
+    }
+    found
+}
+
+/// (pid, comm) of every process.
+fn processes() -> Vec<(u32, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        Some((pid, comm.trim_end().to_string()))
+    })
+    .collect()
+}
+
+/// `watch` refuses to be a second tracer: on a node already under stress,
+/// two podstucks double the cost of every traced call.
+#[derive(Debug)]
+pub struct AlreadyTracing(pub OtherPodstuck);
+
+impl std::fmt::Display for AlreadyTracing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "another podstuck is already tracing this node (pid {}: {}); stop it (kill {}) or watch its output, \
+             or pass --concurrent to run both (each adds its own cost to every traced call)",
+            self.0.pid, self.0.command, self.0.pid
+        )
+    }
+}
+
+impl std::error::Error for AlreadyTracing {}
+
+/// Pods named on the command line shown nowhere here: said, with the pods
+/// this node does have, while watching goes on (the pod may yet appear, or
+/// be known only by its cgroup).
+pub fn pods_not_found(missing: &[crate::identify::pod::PodUid], kubelet_root: &Path) -> String {
+    let names: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
+    let here = pods_under(kubelet_root);
+    let shown: Vec<&str> = here.iter().take(20).map(String::as_str).collect();
+    let more = if here.len() > shown.len() { format!(" and {} more", here.len() - shown.len()) } else { String::new() };
+    let listing = if here.is_empty() {
+        format!("no pod has a directory under {}/pods", kubelet_root.display())
+    } else {
+        format!("pods on this node: {}{more}", shown.join(", "))
+    };
+    format!(
+        "podstuck: pod {} not found on this node (no {}/pods/<uid>): watching for it anyway; is it scheduled here (kubectl get pod -o wide)? {listing}",
+        names.join(", "),
+        kubelet_root.display()
+    )
+}
+
+/// The pod directories under a kubelet root, by UID.
+pub fn pods_under(kubelet_root: &Path) -> Vec<String> {
+    let mut pods: Vec<String> = std::fs::read_dir(kubelet_root.join("pods"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    pods.sort();
+    pods
+}
+
+impl CheckFacts {
+    pub fn gather(kubelet_root: &Path) -> CheckFacts {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let cgroup2 = cgroup2_mount(&mountinfo);
+        let cgroup1 = mountinfo.lines().any(|l| l.split(" - ").nth(1).is_some_and(|t| t.starts_with("cgroup ")));
+        let mut roots: Vec<PathBuf> = cgroup2.iter().cloned().collect();
+        // v1: the controllers kubelet always uses.
+        roots.extend(["/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/systemd"].map(PathBuf::from));
+        let cgroup_driver = roots.iter().find_map(|root| {
+            if root.join("kubepods.slice").is_dir() {
+                Some(("systemd", root.join("kubepods.slice")))
+            } else if root.join("kubepods").is_dir() {
+                Some(("cgroupfs", root.join("kubepods")))
+            } else {
+                None
+            }
+        });
+        let mut runtimes: Vec<(String, String)> = RUNTIME_SOCKETS
+            .iter()
+            .filter(|(_, socket)| Path::new(socket).exists())
+            .map(|(name, socket)| (name.to_string(), socket.to_string()))
+            .collect();
+        for (pid, comm) in processes() {
+            if RUNTIME_COMMANDS.contains(&comm.as_str()) && !runtimes.iter().any(|(n, _)| n.eq_ignore_ascii_case(&comm)) {
+                runtimes.push((comm, format!("pid {pid}")));
+            }
+        }
+        CheckFacts {
+            node: NodeFacts::gather(),
+            cgroup2,
+            cgroup1,
+            cgroup_driver,
+            kubelet_root: kubelet_root.to_path_buf(),
+            kubelet_root_present: kubelet_root.is_dir(),
+            pods_on_node: pods_under(kubelet_root).len(),
+            runtimes,
+            others: other_podstucks(),
+        }
+    }
+}
+
+fn line(verdict: Verdict, topic: &'static str, says: impl Into<String>, todo: Option<String>) -> CheckLine {
+    CheckLine { verdict, topic, says: says.into(), todo }
+}
+
+/// The lines of `podstuck check` for these facts.
+pub fn judge(facts: &CheckFacts) -> Vec<CheckLine> {
+    let mut lines = Vec::new();
+    let found = problems(&facts.node);
+    let about = |needle: &str| found.iter().find(|p| p.what.contains(needle));
+    let tracing = |topic: &'static str, needle: &str, ok: String| match about(needle) {
+        Some(p) => line(Verdict::Fail, topic, p.what.clone(), Some(p.fix.clone())),
+        None => line(Verdict::Ok, topic, ok, None),
+    };
+    lines.push(tracing("privileges", "privileges", "may load kernel programs (root, or CAP_BPF and CAP_PERFMON)".into()));
+    lines.push(tracing("kernel", "kernel", format!("{} (5.17 or newer needed)", facts.node.kernel_release)));
+    lines.push(tracing("BTF", "BTF", "/sys/kernel/btf/vmlinux present".into()));
+    let tracefs = facts.node.tracefs.as_ref().map(|p| format!("mounted at {} with syscall tracepoints", p.display())).unwrap_or_default();
+    lines.push(match found.iter().find(|p| p.what.contains("tracefs") || p.what.contains("tracepoints")) {
+        Some(p) => line(Verdict::Fail, "tracefs", p.what.clone(), Some(p.fix.clone())),
+        None => line(Verdict::Ok, "tracefs", tracefs, None),
+    });
+    lines.push(match (&facts.cgroup2, facts.cgroup1) {
+        (Some(v2), false) => line(Verdict::Ok, "cgroup layout", format!("v2 (unified) at {}", v2.display()), None),
+        (Some(v2), true) => line(Verdict::Ok, "cgroup layout", format!("hybrid: v1 controllers, v2 at {}", v2.display()), None),
+        (None, true) => line(
+            Verdict::Warn,
+            "cgroup layout",
+            "v1 only: a caller's pod is read from /proc/<pid>/cgroup, which a short-lived caller may have left",
+            Some("nothing to do; pods named by paths are unaffected".into()),
+        ),
+        (None, false) => line(Verdict::Warn, "cgroup layout", "no cgroup filesystem mounted", Some("pods are recognised by path only".into())),
+    });
+    lines.push(match &facts.cgroup_driver {
+        Some((driver, at)) => line(Verdict::Ok, "cgroup driver", format!("{driver} ({})", at.display()), None),
+        None => line(
+            Verdict::Warn,
+            "cgroup driver",
+            "no kubepods cgroup: kubelet runs no pods here, or this is not a Kubernetes node",
+            Some("run podstuck on the node that holds the stuck pod (kubectl get pod -o wide)".into()),
+        ),
+    });
+    let root = facts.kubelet_root.display();
+    lines.push(if facts.kubelet_root_present {
+        line(Verdict::Ok, "kubelet root", format!("{root}: {} pod directories", facts.pods_on_node), None)
+    } else {
+        line(
+            Verdict::Warn,
+            "kubelet root",
+            format!("{root} not found: pods are recognised by cgroup and container only"),
+            Some("if kubelet runs with --root-dir, pass the same: --kubelet-root DIR".into()),
+        )
+    });
+    lines.push(if facts.runtimes.is_empty() {
+        line(
+            Verdict::Warn,
+            "container runtime",
+            "none found (no containerd, CRI-O or docker socket or process)",
+            Some("run podstuck on a Kubernetes node".into()),
+        )
+    } else {
+        let named: Vec<String> = facts.runtimes.iter().map(|(n, how)| format!("{n} ({how})")).collect();
+        line(Verdict::Ok, "container runtime", named.join(", "), None)
+    });
+    lines.push(match facts.others.first() {
+        None => line(Verdict::Ok, "other podstuck", "none running", None),
+        Some(o) => line(
+            Verdict::Warn,
+            "other podstuck",
+            format!("pid {} is already tracing: {}", o.pid, o.command),
+            Some(format!("stop it (kill {}) before starting another, or pass --concurrent", o.pid)),
+        ),
+    });
+    lines
+}
+
+/// Runs `podstuck check`: prints the lines; Err when podstuck cannot trace here.
+pub fn check(kubelet_root: &Path) -> anyhow::Result<bool> {
+    let lines = judge(&CheckFacts::gather(kubelet_root));
+    for l in &lines {
+        println!("{l}");
+    }
+    Ok(lines.iter().all(|l| l.verdict != Verdict::Fail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> CheckFacts {
+        CheckFacts {
+            node: NodeFacts {
+                kernel_release: "6.18.44".into(),
+                effective_caps: u64::MAX,
+                btf_present: true,
+                tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
+                syscall_tracepoints: true,
+            },
+            cgroup2: Some(PathBuf::from("/sys/fs/cgroup")),
+            cgroup1: false,
+            cgroup_driver: Some(("systemd", PathBuf::from("/sys/fs/cgroup/kubepods.slice"))),
+            kubelet_root: PathBuf::from("/var/lib/kubelet"),
+            kubelet_root_present: true,
+            pods_on_node: 12,
+            runtimes: vec![("containerd".into(), "/run/containerd/containerd.sock".into())],
+            others: vec![],
+        }
+    }
+
+    fn verdicts(facts: &CheckFacts) -> Vec<(&'static str, Verdict)> {
+        judge(facts).iter().map(|l| (l.topic, l.verdict)).collect()
+    }
+
+    #[test]
+    fn a_good_node_is_all_ok_one_line_each() {
+        let lines = judge(&good());
+        assert!(lines.iter().all(|l| l.verdict == Verdict::Ok), "{lines:?}");
+        let topics: Vec<&str> = lines.iter().map(|l| l.topic).collect();
+        assert_eq!(
+            topics,
+            ["privileges", "kernel", "BTF", "tracefs", "cgroup layout", "cgroup driver", "kubelet root", "container runtime", "other podstuck"]
+        );
+        assert_eq!(lines[6].to_string(), "ok    kubelet root       /var/lib/kubelet: 12 pod directories");
+    }
+
+    #[test]
+    fn each_problem_says_what_to_do() {
+        let mut f = good();
+        f.node.kernel_release = "5.10.0".into();
+        f.node.tracefs = None;
+        let lines = judge(&f);
+        let kernel = lines.iter().find(|l| l.topic == "kernel").unwrap();
+        assert_eq!(kernel.verdict, Verdict::Fail);
+        assert!(kernel.todo.as_deref().unwrap().contains("5.17"));
+        let tracefs = lines.iter().find(|l| l.topic == "tracefs").unwrap();
+        assert!(tracefs.to_string().contains("mount -t tracefs nodev /sys/kernel/tracing"), "{tracefs}");
+        let mut f = good();
+        f.node.effective_caps = 0;
+        assert!(verdicts(&f).contains(&("privileges", Verdict::Fail)));
+    }
+
+    #[test]
+    fn a_missing_pod_is_said_with_the_pods_that_are_here() {
+        let tmp = crate::test_support::TempDir::new("check-pods");
+        for uid in ["b-pod", "a-pod"] {
+            std::fs::create_dir_all(tmp.0.join("pods").join(uid)).unwrap();
+        }
+        let missing = [crate::identify::pod::PodUid::parse("1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d").unwrap()];
+        let said = pods_not_found(&missing, &tmp.0);
+        assert!(said.contains("pod 1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d not found on this node"), "{said}");
+        assert!(said.ends_with("pods on this node: a-pod, b-pod"), "{said}");
+        let empty = crate::test_support::TempDir::new("check-nopods");
+        assert!(pods_not_found(&missing, &empty.0).contains("no pod has a directory under"));
+    }
+
+    #[test]
+    fn layouts_drivers_roots_runtimes_and_other_podstucks() {
+        let mut f = good();
+        f.cgroup1 = true;
+        f.cgroup2 = Some(PathBuf::from("/sys/fs/cgroup/unified"));
+        assert!(judge(&f)[4].says.starts_with("hybrid"));
+        f.cgroup2 = None;
+        assert!(verdicts(&f).contains(&("cgroup layout", Verdict::Warn)));
+        let mut f = good();
+        f.cgroup_driver = Some(("cgroupfs", PathBuf::from("/sys/fs/cgroup/kubepods")));
+        assert!(judge(&f)[5].says.starts_with("cgroupfs"));
+        f.cgroup_driver = None;
+        f.kubelet_root_present = false;
+        f.runtimes.clear();
+        f.others.push(OtherPodstuck { pid: 77, command: "podstuck watch".into() });
+        let v = verdicts(&f);
+        for topic in ["cgroup driver", "kubelet root", "container runtime", "other podstuck"] {
+            assert!(v.contains(&(topic, Verdict::Warn)), "{topic}: {v:?}");
+        }
+        assert!(judge(&f).last().unwrap().to_string().contains("kill 77"));
+    }
+}

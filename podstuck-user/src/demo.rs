@@ -1,0 +1,338 @@
+//! `podstuck demo`: the main job on a built-in default. It builds a
+//! throwaway simulated node (a kubelet root with real mounts, a leaked
+//! docker volume of 120,000 directories, an immutable file in an image
+//! layer, a container rootfs held open by a process, a pod cgroup with a
+//! live task), runs actors named kubelet, dockerd and containerd that get
+//! stuck on it the way those daemons do, traces them with the real probes
+//! and prints the diagnosis; then removes everything it made, on Ctrl-C too.
+//!
+//! The actors are this binary re-run as `podstuck demo-actor ...` (hidden):
+//! each is its own process, as the real daemons are, so the detectors tell
+//! them apart. The lab is the one place podstuck changes a node, and only
+//! what it made itself, under `/var/tmp/podstuck-demo-<pid>`.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::identify::cgroups::cgroup2_mount;
+use crate::inspect::mounts::{is_at_or_below, parse_mountinfo};
+use crate::watch::{watch_with, WatchOptions};
+
+const POD_VOLUME: &str = "5f1c2a9e-7d3b-4c1a-9e8f-0a1b2c3d4e5f";
+const POD_CGROUP: &str = "8a2b4c6d-1e3f-4a5b-8c7d-9e0f1a2b3c4d";
+const CONTAINER: &str = "3f2a9c41d7e8b6a5f4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2918070605";
+const LAYER: &str = "7c1e0d9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d";
+/// The leaked volume: enough for a storm podstuck can time.
+const LEAKED_DIRS: usize = 120_000;
+/// dockerd's removal pace, calls per second: a disk-bound RemoveAll, slow
+/// enough to watch (on tmpfs it would be over in a second).
+const STORM_PACE: u64 = 25_000;
+
+/// What `podstuck demo` was asked.
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    pub json: bool,
+    pub duration: Duration,
+}
+
+/// The lab's node state; dropping it undoes all of it, children first.
+struct Lab {
+    root: PathBuf,
+    mounts: Vec<PathBuf>,
+    immutable: Vec<PathBuf>,
+    cgroups: Vec<PathBuf>,
+    children: Vec<Child>,
+}
+
+fn c(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).expect("lab paths have no NUL")
+}
+
+fn run_tool(program: &str, args: &[&std::ffi::OsStr]) -> Result<()> {
+    let status = Command::new(program).args(args).status().with_context(|| format!("running {program}"))?;
+    if !status.success() {
+        bail!("{program} {:?} failed: {status}", args);
+    }
+    Ok(())
+}
+
+impl Lab {
+    fn create() -> Result<Lab> {
+        let root = PathBuf::from(format!("/var/tmp/podstuck-demo-{}", std::process::id()));
+        if root.exists() {
+            bail!("{} already exists: remove it (a leftover of a killed demo) and run again", root.display());
+        }
+        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        Ok(Lab { root, mounts: vec![], immutable: vec![], cgroups: vec![], children: vec![] })
+    }
+
+    fn mount_tmpfs(&mut self, at: &Path, options: &str) -> Result<()> {
+        std::fs::create_dir_all(at)?;
+        nix::mount::mount(Some("podstuck-demo"), at, Some("tmpfs"), nix::mount::MsFlags::empty(), Some(options))
+            .with_context(|| format!("mounting a tmpfs at {}", at.display()))?;
+        self.mounts.push(at.to_path_buf());
+        Ok(())
+    }
+
+    fn spawn(&mut self, command: &mut Command) -> Result<u32> {
+        let child = command.stdin(Stdio::null()).stdout(Stdio::null()).spawn().context("starting a demo process")?;
+        let pid = child.id();
+        self.children.push(child);
+        Ok(pid)
+    }
+
+    fn kubelet_root(&self) -> PathBuf {
+        self.root.join("kubelet")
+    }
+
+    /// The node state of every scenario; returns the actors' commands.
+    fn build(&mut self, podstuck: &Path) -> Result<Vec<Command>> {
+        let actor = |comm: &str| {
+            let mut cmd = Command::new(podstuck);
+            cmd.arg("demo-actor").arg(comm);
+            cmd
+        };
+        let mut actors = Vec::new();
+        // P1: a CSI volume the driver "unpublished" without unmounting.
+        let pod = self.kubelet_root().join("pods").join(POD_VOLUME);
+        let volume = pod.join("volumes/kubernetes.io~csi/pvc-demo/mount");
+        self.mount_tmpfs(&volume, "size=1m")?;
+        actors.push({
+            let mut a = actor("kubelet");
+            a.arg("backoff-rmdir").arg(&volume);
+            a
+        });
+        // P4: a container rootfs that a process still sits in.
+        let rootfs = self.root.join("run/containerd/io.containerd.runtime.v2.task/k8s.io").join(CONTAINER).join("rootfs");
+        self.mount_tmpfs(&rootfs, "size=1m")?;
+        self.spawn(Command::new("sleep").arg("infinity").current_dir(&rootfs))?;
+        actors.push({
+            let mut a = actor("containerd");
+            a.arg("unmount-bursts").arg(&rootfs);
+            a
+        });
+        // P3: an image layer file someone made immutable.
+        let etc = self.root.join("docker/overlay2").join(LAYER).join("diff/etc");
+        std::fs::create_dir_all(&etc)?;
+        let locked = etc.join("resolv.conf");
+        std::fs::write(&locked, b"nameserver 10.0.0.10\n")?;
+        run_tool("chattr", &["+i".as_ref(), locked.as_os_str()])?;
+        self.immutable.push(locked.clone());
+        actors.push({
+            let mut a = actor("dockerd");
+            a.arg("unlink-every").arg(&locked);
+            a
+        });
+        // P2: a leaked volume of empty directories, on a tmpfs so it is quick to make.
+        let volumes = self.root.join("docker/volumes");
+        self.mount_tmpfs(&volumes, "size=256m,nr_inodes=400000")?;
+        let data = volumes.join("leaked/_data");
+        std::fs::create_dir_all(&data)?;
+        for i in 0..LEAKED_DIRS {
+            std::fs::create_dir(data.join(format!("d{i:06}")))?;
+        }
+        actors.push({
+            let mut a = actor("dockerd");
+            a.arg("remove-all").arg(volumes.join("leaked"));
+            a
+        });
+        // P5: a pod cgroup with a task still in it (cgroup v2 only).
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        if let Some(cgroup2) = cgroup2_mount(&mountinfo) {
+            let parent = cgroup2.join(format!("podstuck-demo-{}", std::process::id()));
+            let slice = parent.join(format!("kubepods-besteffort-pod{}.slice", POD_CGROUP.replace('-', "_")));
+            std::fs::create_dir_all(&slice).with_context(|| format!("creating the demo cgroup {}", slice.display()))?;
+            self.cgroups.push(parent);
+            self.cgroups.push(slice.clone());
+            let pid = self.spawn(Command::new("sleep").arg("infinity"))?;
+            std::fs::write(slice.join("cgroup.procs"), pid.to_string()).context("moving a task into the demo cgroup")?;
+            actors.push({
+                let mut a = actor("kubelet");
+                a.arg("every-2s-rmdir").arg(&slice);
+                a
+            });
+        }
+        Ok(actors)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for file in &self.immutable {
+            let _ = Command::new("chattr").arg("-i").arg(file).status();
+        }
+        for cgroup in self.cgroups.iter().rev() {
+            // A killed task leaves its cgroup a moment later.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::fs::remove_dir(cgroup).is_err() && cgroup.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        for mount in self.mounts.iter().rev() {
+            let _ = nix::mount::umount2(mount, nix::mount::MntFlags::MNT_DETACH);
+        }
+        // Never delete through a mount: if one is left under the lab, leave the lab.
+        let mountinfo = std::fs::read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
+        let root = self.root.as_os_str().as_bytes();
+        if parse_mountinfo(&mountinfo).iter().any(|m| is_at_or_below(&m.mount_point, root)) {
+            eprintln!("podstuck demo: a mount is still under {}: left in place, remove it by hand", self.root.display());
+            return;
+        }
+        match std::fs::remove_dir_all(&self.root) {
+            Ok(()) => eprintln!("podstuck demo: removed {} and everything the demo made", self.root.display()),
+            Err(e) => eprintln!("podstuck demo: could not remove {}: {e}", self.root.display()),
+        }
+    }
+}
+
+/// Runs the demo: build the lab, trace it, diagnose, clean up.
+pub async fn demo(options: &DemoOptions) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the demo mounts filesystems and loads kernel programs: run it as root (sudo podstuck demo)");
+    }
+    let podstuck = std::env::current_exe().context("finding the podstuck binary to run the actors")?;
+    let mut lab = Lab::create()?;
+    let mut actors = lab.build(&podstuck).context("building the demo lab")?;
+    eprintln!(
+        "podstuck demo: a throwaway node under {}: a CSI volume still mounted, a container rootfs held open, \
+         an immutable file in an image layer, a leaked volume of {LEAKED_DIRS} directories, a pod cgroup with a live task",
+        lab.root.display()
+    );
+    let watch_options = WatchOptions {
+        json: options.json,
+        duration: Some(options.duration),
+        kubelet_root: lab.kubelet_root(),
+        hung_after: Duration::from_secs(5),
+        // The diagnosis, not the hundreds of thousands of calls behind it.
+        findings_only: true,
+        // The demo's own tracer; a podstuck elsewhere on the node does not matter here.
+        concurrent: true,
+        ..WatchOptions::default()
+    };
+    let mut spawn_error = None;
+    let result = watch_with(&watch_options, || {
+        for actor in &mut actors {
+            match lab.spawn(actor) {
+                Ok(_) => {}
+                Err(e) => spawn_error = Some(e),
+            }
+        }
+    })
+    .await;
+    drop(lab);
+    if let Some(e) = spawn_error {
+        return Err(e.context("starting the demo's actors"));
+    }
+    result
+}
+
+/// Sleeps, or returns false when the lab is gone (the demo ended).
+fn pause(d: Duration, path: &Path) -> bool {
+    std::thread::sleep(d);
+    path.parent().is_some_and(Path::exists)
+}
+
+/// A stand-in daemon: names itself, then makes the calls its real
+/// counterpart makes when stuck, until the lab goes away.
+pub fn actor(comm: &str, op: &str, path: &Path) -> Result<()> {
+    let name = CString::new(comm)?;
+    // SAFETY: PR_SET_NAME with a NUL-terminated string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    let p = c(path);
+    match op {
+        // kubelet's volume TearDown: 0.5 s doubling.
+        "backoff-rmdir" => {
+            let mut wait = Duration::from_millis(500);
+            // SAFETY: a valid C string.
+            while unsafe { libc::rmdir(p.as_ptr()) } != 0 && pause(wait, path) {
+                wait = (wait * 2).min(Duration::from_secs(122));
+            }
+        }
+        // kubelet's housekeeping of pod cgroups: every 2 s.
+        "every-2s-rmdir" => {
+            // SAFETY: as above.
+            while unsafe { libc::rmdir(p.as_ptr()) } != 0 && pause(Duration::from_secs(2), path) {}
+        }
+        // containerd's mount.Unmount: 50 tries 50 ms apart, then a pause.
+        "unmount-bursts" => loop {
+            for _ in 0..50 {
+                // SAFETY: as above.
+                if unsafe { libc::umount2(p.as_ptr(), 0) } == 0 {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if !pause(Duration::from_secs(5), path) {
+                return Ok(());
+            }
+        },
+        "unlink-every" => {
+            // SAFETY: as above.
+            while unsafe { libc::unlinkat(libc::AT_FDCWD, p.as_ptr(), 0) } != 0 && pause(Duration::from_secs(1), path) {}
+        }
+        "remove-all" => remove_all(path, STORM_PACE)?,
+        _ => bail!("unknown demo actor op {op}"),
+    }
+    Ok(())
+}
+
+/// Go's os.RemoveAll as dockerd runs it: unlinkat(parent_fd, name, 0),
+/// and on EISDIR open the directory, empty it relative to its fd, then
+/// unlinkat(parent_fd, name, AT_REMOVEDIR); at about `pace` calls a second.
+fn remove_all(path: &Path, pace: u64) -> Result<()> {
+    struct Pacer {
+        started: Instant,
+        calls: u64,
+        pace: u64,
+    }
+    impl Pacer {
+        fn call(&mut self) {
+            self.calls += 1;
+            let due = Duration::from_secs_f64(self.calls as f64 / self.pace as f64);
+            if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+                if ahead > Duration::from_millis(2) {
+                    std::thread::sleep(ahead);
+                }
+            }
+        }
+    }
+    fn remove_at(parent: libc::c_int, name: &CString, pacer: &mut Pacer) {
+        // SAFETY: valid fds and C strings this function owns.
+        unsafe {
+            let gone = libc::unlinkat(parent, name.as_ptr(), 0) == 0;
+            let is_dir = !gone && std::io::Error::last_os_error().raw_os_error() == Some(libc::EISDIR);
+            pacer.call();
+            if !is_dir {
+                return;
+            }
+            let fd = libc::openat(parent, name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+            if fd < 0 {
+                return;
+            }
+            let names: Vec<CString> = std::fs::read_dir(format!("/proc/self/fd/{fd}"))
+                .map(|d| d.filter_map(|e| CString::new(e.ok()?.file_name().as_bytes()).ok()).collect())
+                .unwrap_or_default();
+            for child in &names {
+                remove_at(fd, child, pacer);
+            }
+            libc::close(fd);
+            libc::unlinkat(parent, name.as_ptr(), libc::AT_REMOVEDIR);
+            pacer.call();
+        }
+    }
+    let parent = std::fs::File::open(path.parent().context("the volume has a parent")?)?;
+    let name = CString::new(path.file_name().context("the volume has a name")?.as_bytes())?;
+    let mut pacer = Pacer { started: Instant::now(), calls: 0, pace };
+    remove_at(std::os::fd::AsRawFd::as_raw_fd(&parent), &name, &mut pacer);
+    Ok(())
+}
