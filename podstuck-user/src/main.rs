@@ -26,11 +26,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Trace every unlinkat, unlink, rmdir and umount2 on the node as it completes.
+    /// Trace every unlinkat, unlink, rmdir and umount2 on the node and say why pods are stuck:
+    /// a live view on a terminal (q or Ctrl-C: stop and print a summary), one line per finding otherwise.
     Watch {
-        /// One JSON object per line (type "start", then "event"s, then "end").
+        /// One JSON object per line (type "start", then "event"s and "finding"s, then "end").
         #[arg(long)]
         json: bool,
+        /// One plain line per call as it completes (and findings as blocks), instead of the live view.
+        #[arg(long, conflicts_with = "json")]
+        calls: bool,
         /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C or SIGTERM.
         #[arg(long, value_parser = humantime::parse_duration)]
         duration: Option<Duration>,
@@ -56,7 +60,7 @@ enum Command {
         /// How often histogram files are refreshed (e.g. 5s, 1m).
         #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
         interval: Duration,
-        /// Print findings only (the diagnosis), not every call.
+        /// With --json or --calls: print findings only (the diagnosis), not every call.
         #[arg(long)]
         findings: bool,
         /// A call that has not returned after this long is reported as hung (e.g. 5s, 1m).
@@ -131,7 +135,7 @@ fn main() -> ExitCode {
             Ok(false) => return ExitCode::from(2),
             Err(e) => Err(e),
         },
-        Command::Watch { json, duration, pods, kubelet_root, errors_only, syscalls, histograms, force, interval, findings, hung_after, concurrent } => {
+        Command::Watch { json, calls, duration, pods, kubelet_root, errors_only, syscalls, histograms, force, interval, findings, hung_after, concurrent } => {
             if interval.is_zero() {
                 eprintln!("podstuck: --interval must be longer than zero (e.g. 5s)");
                 return ExitCode::from(2);
@@ -151,6 +155,7 @@ fn main() -> ExitCode {
                 force,
                 interval,
                 findings_only: findings,
+                calls,
                 hung_after,
                 concurrent,
             };

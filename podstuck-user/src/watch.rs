@@ -1,11 +1,13 @@
-//! `podstuck watch`: trace the node until told to stop, printing each call
-//! as it completes and each finding as the detectors make or update it,
-//! then a closing line with what was seen and what was lost; with
+//! `podstuck watch`: trace the node until told to stop, diagnose what it
+//! sees, and say it the way the reader needs ([`Output`]): on a terminal,
+//! the live view, then a summary to paste into an incident channel; to a
+//! pipe, one line per finding as it appears or changes; `--json`, every
+//! call and finding as JSON lines; `--calls`, one plain line per call. With
 //! `--histograms DIR`, keep latency histograms and refresh their files
-//! every interval. SIGINT and SIGTERM stop it cleanly; the programs detach
-//! when the tracer is dropped.
+//! every interval. SIGINT and SIGTERM (and `q` or Ctrl-C in the live view)
+//! stop it cleanly; the programs detach when the tracer is dropped.
 
-use std::io::{BufWriter, ErrorKind, Write};
+use std::io::{BufWriter, ErrorKind, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
@@ -24,6 +26,9 @@ use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
 use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, rfc3339, start_json, StartLine};
 use crate::preflight::{problems, NodeFacts, Problem};
+use crate::view::model::Notes;
+use crate::view::text::{finding_line, summary};
+use crate::view::{LiveTerminal, LiveView, Moment, Quit, RunFacts};
 
 #[derive(Clone, Debug)]
 pub struct WatchOptions {
@@ -44,8 +49,11 @@ pub struct WatchOptions {
     pub force: bool,
     /// How often histogram files are refreshed (and interval histograms cut).
     pub interval: Duration,
-    /// Print findings only, not each call.
+    /// With `json` or `calls`: print findings only, not each call.
     pub findings_only: bool,
+    /// One plain line per call instead of the live view (the text output
+    /// of earlier versions).
+    pub calls: bool,
     /// A call in flight longer than this is a hung call.
     pub hung_after: Duration,
     /// Trace even when another podstuck already traces this node.
@@ -65,6 +73,7 @@ impl Default for WatchOptions {
             force: false,
             interval: Duration::from_secs(5),
             findings_only: false,
+            calls: false,
             hung_after: Duration::from_secs(5),
             concurrent: false,
         }
@@ -104,6 +113,65 @@ impl WatchOptions {
     fn syscall_names(&self) -> Vec<&'static str> {
         self.syscalls().iter().map(|s| syscall_name(*s)).collect()
     }
+
+    /// The filters in force, for the live view's header and summary.
+    fn filters(&self) -> String {
+        let mut filters = self.scope();
+        if !self.syscalls.is_empty() {
+            filters.push_str(&format!(", {} only", self.syscall_names().join(", ")));
+        }
+        filters.push_str(&format!(", kubelet root {}", self.kubelet_root.display()));
+        filters
+    }
+}
+
+/// How a run is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// `--json`: a start line, every call and finding, an end line (with
+    /// `--findings`, no calls).
+    Json,
+    /// `--calls`: one plain line per call, findings as blocks, a closing
+    /// line (with `--findings`, no calls).
+    Calls,
+    /// Standard output is not a terminal: one line per finding when it
+    /// appears or changes, and the closing line.
+    FindingLines,
+    /// A terminal: the live view, then a summary.
+    Live,
+}
+
+impl Output {
+    /// What `options` and standard output call for.
+    pub fn chosen(options: &WatchOptions) -> Output {
+        if options.json {
+            Output::Json
+        } else if options.calls {
+            Output::Calls
+        } else if LiveTerminal::possible() {
+            Output::Live
+        } else {
+            if std::io::stdout().is_terminal() {
+                eprintln!("podstuck: no terminal to read keys from (or TERM=dumb): printing findings as lines instead of the live view");
+            }
+            Output::FindingLines
+        }
+    }
+}
+
+/// How often the live view is redrawn: often enough to feel live, rarely
+/// enough to cost nothing.
+const SCREEN_EVERY: Duration = Duration::from_millis(250);
+/// Calls in flight at least this long are shown: shorter ones are just
+/// calls, not waits.
+const SHOWN_IN_FLIGHT_AFTER: Duration = Duration::from_millis(100);
+
+/// Waits for the live view to ask to stop; forever when there is none.
+async fn quit_asked(live: &mut Option<LiveTerminal>) -> Quit {
+    match live {
+        Some(live) => live.quit_asked().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The node cannot run podstuck; each problem says what to do.
@@ -121,17 +189,20 @@ impl std::error::Error for NodeNotReady {}
 
 /// Where each decoded record goes: identified, filtered to the pods asked
 /// for, printed, counted in the latency book and seen by the detectors.
-struct Sink<W: Write> {
-    out: W,
-    json: bool,
+struct Sink {
+    /// Standard output, or nothing while the live view owns the terminal.
+    out: Box<dyn Write>,
+    output: Output,
     findings_only: bool,
     identifier: Identifier,
     filter: PodFilter,
     book: Option<LatencyBook>,
     diagnoser: Diagnoser,
+    /// What would go to stderr while the live view owns the terminal.
+    notes: Notes,
 }
 
-impl<W: Write> Sink<W> {
+impl Sink {
     fn take(&mut self, decoded: Result<CallEvent, DecodeError>) -> std::io::Result<()> {
         match decoded {
             Ok(event) => {
@@ -143,22 +214,33 @@ impl<W: Write> Sink<W> {
                     book.record(&event, &identity);
                 }
                 self.diagnoser.observe(&event, &identity);
-                if self.findings_only {
-                    return Ok(());
-                }
-                let line = if self.json { event_json(&event, &identity) } else { event_text(&event, &identity) };
+                let line = match self.output {
+                    _ if self.findings_only => return Ok(()),
+                    Output::Json => event_json(&event, &identity),
+                    Output::Calls => event_text(&event, &identity),
+                    Output::FindingLines | Output::Live => return Ok(()),
+                };
                 writeln!(self.out, "{line}")
             }
             // Counted in the totals; said here so it is never silent.
             Err(e) => {
-                eprintln!("podstuck: skipped a record: {e}");
+                self.say(format!("skipped a record: {e}"));
                 Ok(())
             }
         }
     }
+
+    /// A message for the user: on stderr, or on the live view's screen
+    /// (stderr would tear it).
+    fn say(&mut self, message: String) {
+        match self.output {
+            Output::Live => self.notes.add(message),
+            _ => eprintln!("podstuck: {message}"),
+        }
+    }
 }
 
-impl<W: Write> Sink<W> {
+impl Sink {
     /// Calls in flight, identified and filtered like completed ones.
     fn in_flight(&mut self, flights: Vec<Flight>) -> Vec<CallInFlight> {
         let mut calls = Vec::new();
@@ -184,7 +266,13 @@ impl<W: Write> Sink<W> {
 
     fn tell(&mut self, reports: &[Report]) -> std::io::Result<()> {
         for report in reports {
-            let text = if self.json { finding_json(report) } else { finding_text(report) };
+            let text = match self.output {
+                Output::Json => finding_json(report),
+                Output::Calls => finding_text(report),
+                Output::FindingLines => finding_line(report, SystemTime::now()),
+                // The screen shows every finding's latest state.
+                Output::Live => continue,
+            };
             writeln!(self.out, "{text}")?;
         }
         Ok(())
@@ -294,29 +382,64 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     };
     let filter = PodFilter::new(options.pods.iter().cloned());
     let identifier = Identifier::new(NodeLayout::of_this_node(options.kubelet_root.clone()));
+    // Said before the live view takes the screen (they stay above its
+    // summary) and on it while it runs.
+    let mut warnings = Vec::new();
     if !options.kubelet_root.is_dir() {
-        eprintln!(
+        warnings.push(format!(
             "podstuck: kubelet root {} not found: pods are recognised by cgroup and container only (set --kubelet-root if kubelet runs with --root-dir)",
             options.kubelet_root.display()
-        );
+        ));
     }
     let missing = filter.pods_not_on_node(&options.kubelet_root);
     if !missing.is_empty() {
-        eprintln!("{}", crate::check::pods_not_found(&missing, &options.kubelet_root));
+        warnings.push(crate::check::pods_not_found(&missing, &options.kubelet_root));
+    }
+    for warning in &warnings {
+        eprintln!("{warning}");
     }
     let mut tracer = Tracer::start(options.kernel_filter())?;
     let node_name = nix::sys::utsname::uname().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
+    let run_facts = RunFacts {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        node: node_name.clone(),
+        kernel: facts.kernel_release.clone(),
+        filters: options.filters(),
+        started,
+    };
     let diagnoser = Diagnoser::new(&DiagnoseOptions { hung_after: options.hung_after, node_name, host_mntns: own_mount_namespace() });
     let mut node = LiveNode::new();
+    let mut output = Output::chosen(options);
+    let mut live = None;
+    if output == Output::Live {
+        match LiveTerminal::start() {
+            Ok(terminal) => live = Some(terminal),
+            Err(e) => {
+                eprintln!("podstuck: cannot take the terminal for the live view ({e}): printing findings as lines");
+                output = Output::FindingLines;
+            }
+        }
+    }
     let mut sink = Sink {
-        out: BufWriter::new(std::io::stdout().lock()),
-        json: options.json,
+        out: match output {
+            Output::Live => Box::new(std::io::sink()),
+            _ => Box::new(BufWriter::new(std::io::stdout().lock())),
+        },
+        output,
         findings_only: options.findings_only,
         identifier,
         filter,
-        book: exporter.as_ref().map(|_| LatencyBook::new(started)),
+        // The live view's busiest series need per-series counts and
+        // latencies even without --histograms.
+        book: (exporter.is_some() || output == Output::Live).then(|| LatencyBook::new(started)),
         diagnoser,
+        notes: Notes::default(),
     };
+    for warning in &warnings {
+        sink.notes.add(warning.trim_start_matches("podstuck: "));
+    }
+    let mut view = LiveView::new(run_facts);
+    let mut terminal_failure = None;
 
     let start = StartLine {
         r#type: "start",
@@ -330,16 +453,18 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         syscalls: options.syscall_names(),
         errors_only: options.errors_only,
     };
-    if options.json {
-        writeln!(sink.out, "{}", start_json(&start))?;
-    } else {
-        eprintln!(
-            "podstuck {}: tracing {} on {} (kernel {}); Ctrl-C to stop",
+    match output {
+        Output::Json => writeln!(sink.out, "{}", start_json(&start))?,
+        // The live view's header says it.
+        Output::Live => {}
+        Output::Calls | Output::FindingLines => eprintln!(
+            "podstuck {}: tracing {} on {} (kernel {}){}; Ctrl-C to stop",
             start.version,
             start.syscalls.join(", "),
             options.scope(),
-            start.kernel
-        );
+            start.kernel,
+            if output == Output::FindingLines { "; findings, one line each" } else { "" }
+        ),
     }
     sink.out.flush()?;
     on_attached();
@@ -351,6 +476,8 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     let mut refresh = tokio::time::interval_at(tokio::time::Instant::now() + options.interval, options.interval);
     let mut review = tokio::time::interval(REVIEW_EVERY);
     review.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut screen = tokio::time::interval(SCREEN_EVERY);
+    screen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let stopped_by = loop {
         tokio::select! {
@@ -375,13 +502,29 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
             _ = sigint.recv() => break Some("SIGINT"),
             _ = sigterm.recv() => break Some("SIGTERM"),
             _ = &mut deadline => break None,
+            quit = quit_asked(&mut live) => {
+                if let Quit::TerminalFailed(why) = &quit {
+                    terminal_failure = Some(why.clone());
+                }
+                break Some(quit.stopped_by());
+            }
+            _ = screen.tick(), if live.is_some() => {
+                let totals = tracer.totals()?;
+                let in_flight = sink.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
+                if let (Some(live), Some(book)) = (live.as_ref(), sink.book.as_ref()) {
+                    let findings = sink.diagnoser.findings();
+                    let now = SystemTime::now();
+                    live.show(view.screen(&Moment { now, findings: &findings, book, in_flight: &in_flight, totals: &totals, notes: &sink.notes }));
+                }
+            }
             _ = refresh.tick(), if exporter.is_some() => {
                 let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) else { continue };
                 let run = run_info(options, &start, started, &tracer.totals()?, false);
                 // A failed refresh (disk full) is said and retried next
                 // interval; tracing goes on, the book keeps every call.
                 if let Err(e) = exporter.refresh(book, &run, SystemTime::now()) {
-                    eprintln!("podstuck: cannot refresh histogram files in {}: {e:#}", exporter.dir().display());
+                    let message = format!("cannot refresh histogram files in {}: {e:#}", exporter.dir().display());
+                    sink.say(message);
                 }
             }
         }
@@ -401,7 +544,29 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 .refresh(book, &run, SystemTime::now())
                 .with_context(|| format!("writing histogram files in {}", exporter.dir().display()))?;
         }
-        let end = if options.json { end_json(&totals, stopped_by) } else { end_text(&totals, stopped_by) };
+        if output == Output::Live {
+            let in_flight = sink.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
+            // Give the terminal back first: the summary goes to the user's own screen.
+            if let Some(live) = live.take() {
+                live.close();
+            }
+            let findings = sink.diagnoser.findings();
+            let book = sink.book.as_ref().expect("the live view always keeps a latency book");
+            let moment = Moment { now: SystemTime::now(), findings: &findings, book, in_flight: &in_flight, totals: &totals, notes: &sink.notes };
+            let mut stdout = std::io::stdout().lock();
+            let stopped_by = stopped_by.or(options.duration.map(|_| "the end of --duration"));
+            write!(stdout, "{}", summary(view.run(), &moment, stopped_by))?;
+            stdout.flush()?;
+            // Said on the screen while it lasted; kept for after it.
+            for note in sink.notes.lines().iter().filter(|n| !warnings.iter().any(|w| w.ends_with(n.as_str()))) {
+                eprintln!("podstuck: {note}");
+            }
+            if let Some(why) = &terminal_failure {
+                eprintln!("podstuck: the live view stopped: {why}");
+            }
+            return Ok(());
+        }
+        let end = if output == Output::Json { end_json(&totals, stopped_by) } else { end_text(&totals, stopped_by) };
         writeln!(sink.out, "{end}")?;
         sink.out.flush()?;
         Ok(())

@@ -257,7 +257,7 @@ fn text_mode_prints_one_plain_line_per_call_and_stops_after_duration() {
     let mountpoint = dir.path().join("vol");
     let _mount = TmpfsMount::new(&mountpoint, "size=1m");
     let child = Command::new(podstuck_binary())
-        .args(["watch", "--concurrent", "--duration", "4s"])
+        .args(["watch", "--calls", "--concurrent", "--duration", "4s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -36,9 +36,10 @@ enum Task {
 }
 
 /// Debian packages of the eBPF build chain (TOOLCHAIN.md), the tools the
-/// end-to-end tests drive (chattr, unshare, mount), and the Java
-/// HdrHistogram reader the tests check latency.hlog with.
-const APT_PACKAGES: [&str; 9] = [
+/// end-to-end tests drive (chattr, unshare, mount; tmux, the terminal the
+/// live view is tested in), and the Java HdrHistogram reader the tests
+/// check latency.hlog with.
+const APT_PACKAGES: [&str; 10] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
@@ -48,6 +49,7 @@ const APT_PACKAGES: [&str; 9] = [
     "default-jre-headless",
     "libhdrhistogram-java",
     "python3-venv",
+    "tmux",
 ];
 /// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
 const PYTHON_READER: &str = "hdrhistogram==0.10.8";

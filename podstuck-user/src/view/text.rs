@@ -1,0 +1,290 @@
+//! The plain-text forms of what the live view shows: the summary printed
+//! when a live run ends, written to be pasted as is into an incident
+//! channel, and the one-line findings printed when standard output is not a
+//! terminal (a log file, `| tee`, a pager). Its own words and marks are
+//! plain ASCII, so the text survives any chat or ticket system.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use crate::collect::RunTotals;
+use crate::diagnose::{human_duration, Confidence, Finding, Report, Severity, Status};
+use crate::event::syscall_name;
+use crate::output::latency_text;
+
+use super::model::{busiest_over_run, slowest_in_flight, FlightRow, Moment, RunFacts, SeriesRow, BUSIEST_SHOWN, IN_FLIGHT_SHOWN};
+
+fn clock(time: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+pub fn severity_word(s: Severity) -> &'static str {
+    match s {
+        Severity::Critical => "critical",
+        Severity::Warning => "warning",
+        Severity::Info => "info",
+    }
+}
+
+pub fn confidence_word(c: Confidence) -> &'static str {
+    match c {
+        Confidence::Confirmed => "confirmed",
+        Confidence::Likely => "likely",
+        Confidence::Possible => "possible",
+    }
+}
+
+/// "7 calls", "1 call".
+fn calls(n: u64) -> String {
+    if n == 1 {
+        "1 call".to_string()
+    } else {
+        format!("{n} calls")
+    }
+}
+
+/// A finding on one line, for a reader that is not a terminal: what
+/// happened to it (new, updated, resolved), its kind, pod and confidence,
+/// the whole cause and the fix.
+pub fn finding_line(report: &Report, now: SystemTime) -> String {
+    let f = report.finding();
+    let what = match (report, f.status) {
+        (_, Status::Resolved) => "RESOLVED",
+        (Report::New(_), _) => "FINDING",
+        (Report::Update(_), _) => "UPDATE",
+    };
+    let pod = f.pod_uid.as_ref().map(|p| format!(" pod {p}")).unwrap_or_default();
+    // A summary is one paragraph; a line must stay one line whatever it quotes.
+    let cause = f.summary.replace(['\n', '\r'], " ");
+    format!(
+        "{} {what} [{}] {}{pod} ({}, {}): {cause} | fix: {}",
+        clock(now),
+        severity_word(f.severity),
+        f.kind.id(),
+        confidence_word(f.confidence),
+        calls(f.count),
+        f.fix
+    )
+}
+
+/// "rmdir by kubelet, pod <uid>" or "unlink by other, no pod".
+fn series_name(row: &SeriesRow) -> String {
+    let pod = row.pod.as_ref().map(|p| format!("pod {p}")).unwrap_or_else(|| "no pod".to_string());
+    format!("{} by {}, {pod}", row.syscall, row.actor)
+}
+
+/// "none failed", "7 failed (EBUSY 7)", "9 failed (EBUSY 7, ENOENT 2)".
+pub fn failures(row: &SeriesRow) -> String {
+    if row.failed == 0 {
+        return "none failed".to_string();
+    }
+    let errnos: Vec<String> = row.errnos.iter().map(|(e, n)| format!("{e} {n}")).collect();
+    format!("{} failed ({})", row.failed, errnos.join(", "))
+}
+
+/// "12/s", "0.5/s", "<0.1/s", "0/s".
+pub fn rate(per_second: f64) -> String {
+    if per_second == 0.0 {
+        "0/s".to_string()
+    } else if per_second < 0.05 {
+        "<0.1/s".to_string()
+    } else if per_second < 10.0 {
+        format!("{per_second:.1}/s")
+    } else {
+        format!("{per_second:.0}/s")
+    }
+}
+
+fn flight_line(row: &FlightRow) -> String {
+    let pod = row.pod.as_ref().map(|p| format!(", pod {p}")).unwrap_or_default();
+    format!("{} by {}[{}]{pod}, waiting {}: {}", row.call, row.actor, row.pid, human_duration(row.waiting), row.path)
+}
+
+/// The totals line: what was seen, what was lost, every call counted in
+/// the kernel.
+fn totals_line(totals: &RunTotals) -> String {
+    let counted: Vec<String> = totals.calls.iter().map(|(s, n)| format!("{} {n}", syscall_name(*s))).collect();
+    format!(
+        "{} events seen, {} events lost (ring buffer full); calls counted in the kernel: {}",
+        totals.events_seen,
+        totals.events_lost,
+        counted.join(", ")
+    )
+}
+
+/// What a live run found, for people who were not watching: where and
+/// when, every finding with its whole cause and its fix, the busiest
+/// series of the run, calls still waiting, and the totals.
+pub fn summary(run: &RunFacts, moment: &Moment<'_>, stopped_by: Option<&str>) -> String {
+    let mut text = String::new();
+    let lasted = moment.now.duration_since(run.started).unwrap_or_default();
+    let _ = write!(
+        text,
+        "podstuck {} on {} (kernel {}), {}: {} to {} ({})",
+        run.version,
+        run.node,
+        run.kernel,
+        run.filters,
+        clock(run.started),
+        clock(moment.now),
+        human_duration(lasted)
+    );
+    if let Some(by) = stopped_by {
+        let _ = write!(text, ", stopped by {by}");
+    }
+    text.push('\n');
+
+    match moment.findings.len() {
+        0 => text.push_str("\nNo finding: nothing seen was stuck.\n"),
+        1 => text.push_str("\n1 finding:\n"),
+        n => {
+            let _ = writeln!(text, "\n{n} findings:");
+        }
+    }
+    for f in moment.findings {
+        text.push_str(&finding_block(f));
+    }
+
+    let busiest = busiest_over_run(moment.book, moment.now, BUSIEST_SHOWN);
+    if busiest.is_empty() {
+        text.push_str("\nNo call traced.\n");
+    } else {
+        text.push_str("\nBusiest series (calls, rate over the run, failures, p50, p99):\n");
+        for row in &busiest {
+            let _ = writeln!(
+                text,
+                "- {}: {}, {}, {}, p50 {}, p99 {}",
+                series_name(row),
+                calls(row.count),
+                rate(row.per_second),
+                failures(row),
+                latency_text(row.p50_ns),
+                latency_text(row.p99_ns)
+            );
+        }
+    }
+
+    let waiting = slowest_in_flight(moment.in_flight, moment.now, IN_FLIGHT_SHOWN);
+    if !waiting.is_empty() {
+        text.push_str("\nStill in flight, longest first:\n");
+        for row in &waiting {
+            let _ = writeln!(text, "- {}", flight_line(row));
+        }
+    }
+
+    let _ = writeln!(text, "\nTotals: {}", totals_line(moment.totals));
+    text
+}
+
+fn finding_block(f: &Finding) -> String {
+    let status = match f.status {
+        Status::Active => "active",
+        Status::Resolved => "resolved",
+    };
+    let pod = f.pod_uid.as_ref().map(|p| format!(", pod {p}")).unwrap_or_default();
+    let mut block = format!(
+        "- [{}] {}{pod}: {status}, {}, {} from {} to {}\n",
+        severity_word(f.severity),
+        f.kind.id(),
+        confidence_word(f.confidence),
+        calls(f.count),
+        clock(f.first_seen),
+        clock(f.last_seen)
+    );
+    let _ = writeln!(block, "  cause: {}", f.summary.replace(['\n', '\r'], " "));
+    let _ = writeln!(block, "  fix: {}", f.fix);
+    for advice in &f.advice {
+        let _ = writeln!(block, "  also: {advice}");
+    }
+    block
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::fake::t;
+    use crate::latency::tests::{event, identity};
+    use crate::latency::LatencyBook;
+    use crate::view::model::tests::{flight, run, volume_finding, POD};
+    use crate::view::model::Notes;
+    use crate::identify::actor::Role;
+    use podstuck_common::Syscall;
+
+    fn totals() -> RunTotals {
+        let mut totals = RunTotals { events_seen: 12, events_lost: 0, ..Default::default() };
+        for syscall in Syscall::ALL {
+            totals.calls.insert(syscall, 3);
+        }
+        totals
+    }
+
+    #[test]
+    fn a_finding_line_is_one_line_with_cause_and_fix() {
+        let mut f = volume_finding();
+        f.summary.push_str("\nsecond line");
+        let line = finding_line(&Report::New(f.clone()), t(5.0));
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains(&format!(" FINDING [critical] volume-still-mounted pod {POD} (confirmed, 4 calls): kubelet cannot remove")), "{line}");
+        assert!(line.ends_with("Removal failed with EBUSY 4 times. second line | fix: umount /k/pods/x/mount"), "{line}");
+        assert!(finding_line(&Report::Update(f.clone()), t(5.0)).contains(" UPDATE [critical]"));
+        f.status = Status::Resolved;
+        assert!(finding_line(&Report::Update(f), t(5.0)).contains(" RESOLVED [critical]"));
+    }
+
+    #[test]
+    fn the_summary_says_findings_busiest_series_in_flight_and_totals() {
+        let mut book = LatencyBook::new(t(0.0));
+        for _ in 0..4 {
+            book.record(&event(Syscall::Rmdir, -16, 20_000), &identity(Role::Kubelet, Some(POD)));
+        }
+        let mut f = volume_finding();
+        f.advice.push("upgrade the CSI driver".into());
+        f.last_seen = t(8.0);
+        let calls = [flight(77, 1.0, Some(b"/mnt/nfs"))];
+        let notes = Notes::default();
+        let totals = totals();
+        let moment = Moment { now: t(10.0), findings: &[&f], book: &book, in_flight: &calls, totals: &totals, notes: &notes };
+        let text = summary(&run(), &moment, Some("q"));
+        let expected = format!(
+            "podstuck 0.1.0 on node-1 (kernel 6.1.0-test), the whole node: 2027-01-15T08:00:00Z to 2027-01-15T08:00:10Z (10 s), stopped by q
+
+1 finding:
+- [critical] volume-still-mounted, pod {POD}: active, confirmed, 4 calls from 2027-01-15T08:00:02Z to 2027-01-15T08:00:08Z
+  cause: kubelet cannot remove the CSI volume dir of pod x: /k/pods/x/mount is still mounted (tmpfs). Removal failed with EBUSY 4 times.
+  fix: umount /k/pods/x/mount
+  also: upgrade the CSI driver
+
+Busiest series (calls, rate over the run, failures, p50, p99):
+- rmdir by kubelet, pod {POD}: 4 calls, 0.4/s, 4 failed (EBUSY 4), p50 20.0us, p99 20.0us
+
+Still in flight, longest first:
+- umount2 by kubelet[77], waiting 9.0 s: /mnt/nfs
+
+Totals: 12 events seen, 0 events lost (ring buffer full); calls counted in the kernel: unlinkat 3, unlink 3, rmdir 3, umount2 3
+"
+        );
+        assert_eq!(text, expected);
+        assert!(text.is_ascii());
+    }
+
+    #[test]
+    fn rates_read_plainly() {
+        assert_eq!(rate(0.0), "0/s");
+        assert_eq!(rate(0.01), "<0.1/s");
+        assert_eq!(rate(0.5), "0.5/s");
+        assert_eq!(rate(11828.4), "11828/s");
+    }
+
+    #[test]
+    fn a_quiet_run_says_so() {
+        let book = LatencyBook::new(t(0.0));
+        let notes = Notes::default();
+        let totals = RunTotals::default();
+        let moment = Moment { now: t(3.0), findings: &[], book: &book, in_flight: &[], totals: &totals, notes: &notes };
+        let text = summary(&run(), &moment, None);
+        assert!(text.contains("No finding: nothing seen was stuck."), "{text}");
+        assert!(text.contains("No call traced."), "{text}");
+        assert!(!text.contains("stopped by"));
+        assert!(text.contains("Totals: 0 events seen, 0 events lost"), "{text}");
+    }
+}

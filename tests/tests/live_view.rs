@@ -1,0 +1,305 @@
+//! End-to-end: `podstuck watch` on a real terminal. tmux gives the real
+//! binary a terminal of 200 x 50; the test reproduces P1 (a CSI volume left
+//! mounted under a pod, kubelet's removal failing EBUSY on its backoff),
+//! reads the screen until the live view shows the finding and its fix,
+//! then stops podstuck the way a user would, with `q` or with Ctrl-C (a
+//! key, not a signal, in raw mode), and checks what is left on the
+//! terminal: the summary to paste into an incident channel, the exit
+//! status, a terminal back in its normal modes, and no program loaded.
+//! And the same pathology with standard output piped: one line per
+//! finding, no line per call.
+//!
+//! Runs as root; see `can_touch_the_kernel` for the skip rule. Each test
+//! has its own tmux server, pod UID and scratch directory, so they run side
+//! by side; every mount, directory, process and tmux server is removed
+//! even when an assertion fails.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use podstuck_tests::*;
+
+/// Loading and attaching the programs (BTF parsing included) on a busy
+/// machine with the other tests running.
+const VIEW_TIMEOUT: Duration = Duration::from_secs(60);
+/// kubelet's second attempt comes 0.5 s after the first; a finding needs
+/// the repeat and a look at mountinfo.
+const FINDING_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A tmux server of the test's own (its own socket, in the test's scratch
+/// directory: a user's tmux, or the other test's, is never touched),
+/// running one session; killed on drop with whatever runs in it.
+struct Tmux {
+    socket: PathBuf,
+    session: String,
+    /// The podstuck under it, once known: killed on drop in case the
+    /// hangup does not reach it.
+    podstuck: Option<u32>,
+}
+
+impl Tmux {
+    fn start(scratch: &Path, name: &str, command: &str) -> Tmux {
+        let tmux = Tmux { socket: scratch.join("tmux.sock"), session: name.to_string(), podstuck: None };
+        let status = tmux
+            .command()
+            .args(["new-session", "-d", "-s", name, "-x", "200", "-y", "50", command])
+            .status()
+            .expect("run tmux: install it (apt-get install tmux; cargo xtask test installs it)");
+        assert!(status.success(), "tmux new-session failed: {status}");
+        tmux
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new("tmux");
+        command.arg("-S").arg(&self.socket);
+        command
+    }
+
+    fn output(&self, args: &[&str]) -> String {
+        let out = self.command().args(args).output().expect("run tmux");
+        assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pane as a user sees it; lines wrapped by the terminal are joined.
+    fn screen(&self) -> String {
+        self.output(&["capture-pane", "-p", "-J", "-t", &self.session])
+    }
+
+    /// A tmux format of the pane (`#{alternate_on}`...).
+    fn pane(&self, format: &str) -> String {
+        self.output(&["display-message", "-p", "-t", &self.session, format]).trim().to_string()
+    }
+
+    fn keys(&self, keys: &str) {
+        self.output(&["send-keys", "-t", &self.session, keys]);
+    }
+
+    /// Waits until the screen satisfies `ready`; returns it. Panics after
+    /// `timeout` with the last screen and what was awaited.
+    fn wait_for(&self, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let screen = self.screen();
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(Instant::now() < deadline, "no {what} within {timeout:?}; the screen:\n{screen}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.command().arg("kill-server").status();
+        if let Some(pid) = self.podstuck {
+            // SAFETY: kill(2); the pid was read while podstuck ran under
+            // this test's own shell, and is checked to still be podstuck.
+            if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "podstuck") {
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// The child of `parent` named `comm`, if there is one.
+fn child_named(parent: u32, comm: &str) -> Option<u32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // pid (comm) state ppid ...: the comm may hold spaces, so split after ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) && head.ends_with(&format!("({comm}")) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Ids of the BPF programs a process holds, from its fds' fdinfo.
+fn programs_held(pid: u32) -> Vec<u32> {
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).into_iter().flatten().flatten() {
+        let info = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in info.lines() {
+            if let Some(id) = line.strip_prefix("prog_id:").and_then(|v| v.trim().parse::<u32>().ok()) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+    }
+    ids
+}
+
+/// A CSI volume of a pod as kubelet lays it out, with its vol_data.json.
+fn csi_volume(root: &Path, uid: &str, pv: &str) -> PathBuf {
+    let dir = root.join("pods").join(uid).join("volumes/kubernetes.io~csi").join(pv);
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = format!(r#"{{"driverName":"hostpath.csi.k8s.io","volumeHandle":"{pv}","specVolID":"{pv}","nodeName":"node-1"}}"#);
+    std::fs::write(dir.join("vol_data.json"), data).unwrap();
+    dir
+}
+
+fn text(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 scratch paths")
+}
+
+/// A shell word for a path of the test's own (no quote in it).
+fn quoted(path: &Path) -> String {
+    format!("'{}'", text(path))
+}
+
+/// Where podstuck's standard input comes from.
+enum Stdin {
+    /// The terminal, as when a user types the command.
+    Terminal,
+    /// Not a terminal (`< /dev/null`, a wrapper script): keys must still
+    /// come, from the controlling terminal.
+    Redirected,
+}
+
+/// P1 under the live view, stopped with `keys`; `stopped_by` is how the
+/// summary must name that.
+fn live_view_shows_p1_then_stops_on(name: &str, stdin: Stdin, keys: &str, stopped_by: &str) {
+    let scratch = ScratchDir::new(name);
+    let root = scratch.path().join("kubelet");
+    let uid = new_pod_uid();
+    let pv = csi_volume(&root, &uid, "pvc-live");
+    let mount = pv.join("mount");
+    // The CSI driver said NodeUnpublish worked and left this mounted.
+    let _volume = TmpfsMount::new(&mount, "size=1m");
+
+    // The shell stays after podstuck, to show its exit status and the
+    // terminal modes it left.
+    let script = scratch.path().join("run.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "{} watch --concurrent --kubelet-root {} --pod {uid}{}\n\
+             echo \"podstuck exited with status $?\"\n\
+             echo \"terminal modes after: $(stty -a | tr ' ;' '\\n\\n' | grep -x -e '-\\?icanon' -e '-\\?echo' | tr '\\n' ' ')\"\n\
+             exec sleep 3600\n",
+            quoted(&podstuck_binary()),
+            quoted(&root),
+            match stdin {
+                Stdin::Terminal => "",
+                Stdin::Redirected => " < /dev/null",
+            }
+        ),
+    )
+    .unwrap();
+    let mut tmux = Tmux::start(scratch.path(), name, &format!("sh {}", quoted(&script)));
+
+    let screen = tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
+    assert!(screen.contains(&format!("tracing pod {uid}, kubelet root {}", text(&root))), "header:\n{screen}");
+    assert_eq!(tmux.pane("#{alternate_on}"), "1", "the live view draws on the alternate screen");
+    let shell: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
+    let podstuck = child_named(shell, "podstuck").unwrap_or_else(|| panic!("no podstuck under the pane's shell {shell}"));
+    tmux.podstuck = Some(podstuck);
+    let programs = programs_held(podstuck);
+    assert_eq!(programs.len(), 8, "four syscalls, enter and exit each: {programs:?}");
+
+    let kubelet = Process::spawn(Command::new(env!("CARGO_BIN_EXE_actor")).args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"]).arg(&pv).arg("mount"));
+    let fix = format!("fix:   umount {}", text(&mount));
+    let screen = tmux.wait_for("finding with its fix", FINDING_TIMEOUT, |s| {
+        s.contains("CRITICAL volume-still-mounted") && s.contains(&fix) && s.contains("confirmed")
+    });
+    let finding = screen.lines().find(|l| l.contains("CRITICAL volume-still-mounted")).unwrap();
+    assert!(finding.contains(&format!("pod {uid}")), "{finding}\n{screen}");
+    let cause = screen.lines().find(|l| l.contains("cause:")).unwrap();
+    assert!(cause.contains("kubelet cannot remove the CSI volume dir"), "{cause}");
+    let series = screen.lines().find(|l| l.contains(&uid) && l.contains("unlinkat") && l.contains("kubelet"));
+    assert!(series.is_some_and(|l| l.contains("EBUSY")), "a busiest series of kubelet's failing removals:\n{screen}");
+    let findings_at = screen.find("Findings (1)").expect("findings section");
+    assert!(findings_at < screen.find("Busiest series").expect("series section"), "findings come first:\n{screen}");
+    let (_, attempts) = kubelet.finish(Duration::from_secs(30));
+    let ebusy = format!("rmdir-at errno {}", libc::EBUSY);
+    assert!(attempts.len() == 4 && attempts.iter().all(|l| *l == ebusy), "the fixture: every attempt EBUSY: {attempts:?}");
+    eprintln!("the live view with the finding:\n{screen}");
+
+    tmux.keys(keys);
+    let after = tmux.wait_for("exit status", Duration::from_secs(30), |s| s.contains("terminal modes after:"));
+    eprintln!("the terminal after {keys}:\n{after}");
+    assert!(after.contains("podstuck exited with status 0"), "{after}");
+    assert!(after.contains("terminal modes after: icanon echo"), "raw mode ended:\n{after}");
+    assert_eq!(tmux.pane("#{alternate_on}"), "0", "back on the normal screen");
+    assert_eq!(tmux.pane("#{cursor_flag}"), "1", "the cursor is shown again");
+
+    // The summary, as pasted.
+    assert!(after.contains(&format!("stopped by {stopped_by}")), "{after}");
+    assert!(after.contains("\n1 finding:\n"), "{after}");
+    assert!(after.contains(&format!("- [critical] volume-still-mounted, pod {uid}: active, confirmed, 4 calls")), "{after}");
+    assert!(after.contains("  cause: kubelet cannot remove the CSI volume dir"), "{after}");
+    assert!(after.contains(&format!("\n  fix: umount {}\n", text(&mount))), "{after}");
+    assert!(after.contains(&format!("- unlinkat by kubelet, pod {uid}: 4 calls")) && after.contains("4 failed (EBUSY 4)"), "{after}");
+    let totals = after.lines().find(|l| l.starts_with("Totals: ")).unwrap_or_else(|| panic!("no totals:\n{after}"));
+    assert!(totals.contains("events seen") && totals.contains(" events lost (ring buffer full)") && totals.contains("unlinkat "), "{totals}");
+    assert!(after.find("1 finding:") < after.find("Busiest series") && after.find("Busiest series") < after.find("Totals: "), "{after}");
+
+    // Nothing left behind in the kernel.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while programs.iter().any(|&id| program_loaded(id)) {
+        assert!(Instant::now() < deadline, "programs {programs:?} still loaded after podstuck exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(is_mountpoint(&mount), "podstuck only reads the node: the volume is still mounted");
+}
+
+#[test]
+fn the_live_view_shows_a_stuck_volume_and_q_leaves_a_summary() {
+    if !can_touch_the_kernel("the_live_view_shows_a_stuck_volume_and_q_leaves_a_summary") {
+        return;
+    }
+    live_view_shows_p1_then_stops_on("lvq", Stdin::Terminal, "q", "q");
+}
+
+#[test]
+fn ctrl_c_in_the_live_view_leaves_the_same_summary_even_with_stdin_redirected() {
+    if !can_touch_the_kernel("ctrl_c_in_the_live_view_leaves_the_same_summary_even_with_stdin_redirected") {
+        return;
+    }
+    live_view_shows_p1_then_stops_on("lvc", Stdin::Redirected, "C-c", "Ctrl-C");
+}
+
+#[test]
+fn not_a_terminal_gets_one_line_per_finding_and_no_call_lines() {
+    if !can_touch_the_kernel("not_a_terminal_gets_one_line_per_finding_and_no_call_lines") {
+        return;
+    }
+    let scratch = ScratchDir::new("lvp");
+    let root = scratch.path().join("kubelet");
+    let uid = new_pod_uid();
+    let pv = csi_volume(&root, &uid, "pvc-live");
+    let mount = pv.join("mount");
+    let _volume = TmpfsMount::new(&mount, "size=1m");
+    let mut podstuck = Command::new(podstuck_binary())
+        .args(["watch", "--concurrent", "--duration", "8s", "--kubelet-root", text(&root), "--pod", &uid])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn podstuck");
+    // Its banner on stderr says it is attached.
+    let mut stderr = BufReader::new(podstuck.stderr.take().unwrap());
+    let mut banner = String::new();
+    stderr.read_line(&mut banner).unwrap();
+    assert!(banner.contains("findings, one line each; Ctrl-C to stop"), "{banner}");
+    let kubelet = Process::spawn(Command::new(env!("CARGO_BIN_EXE_actor")).args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"]).arg(&pv).arg("mount"));
+    let (_, attempts) = kubelet.finish(Duration::from_secs(30));
+    assert_eq!(attempts.len(), 4, "{attempts:?}");
+    let out = podstuck.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let first = lines.iter().find(|l| l.contains(" FINDING ")).unwrap_or_else(|| panic!("no finding line:\n{stdout}"));
+    assert!(first.contains(&format!("[critical] volume-still-mounted pod {uid} (confirmed")), "{first}");
+    assert!(first.ends_with(&format!(" | fix: umount {}", text(&mount))), "{first}");
+    for line in &lines[..lines.len() - 1] {
+        assert!(line.contains(" FINDING ") || line.contains(" UPDATE ") || line.contains(" RESOLVED "), "only findings, one line each:\n{stdout}");
+    }
+    assert!(lines.last().unwrap().starts_with("podstuck: ") && lines.last().unwrap().contains("events seen"), "the closing line last:\n{stdout}");
+}
