@@ -3,7 +3,7 @@
 //! long enough to be a finding (one EBUSY that succeeds on retry is not),
 //! and how often node state is read again for it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, SystemTime};
 
 use podstuck_common::Syscall;
@@ -85,8 +85,13 @@ impl Attempts {
 
     /// "failed with EBUSY 7 times (first 14:02:11, last 14:03:40)" without the times.
     pub fn failed_words(&self) -> String {
-        let times = if self.failures == 1 { "once".to_string() } else { format!("{} times", self.failures) };
-        format!("{} failed with {} {times}", self.syscall_name(), self.errno_name())
+        format!("{} failed with {}", self.syscall_name(), self.errno_times(self.failures))
+    }
+
+    /// "EBUSY 7 times", "EBUSY once".
+    fn errno_times(&self, failures: u64) -> String {
+        let times = if failures == 1 { "once".to_string() } else { format!("{failures} times") };
+        format!("{} {times}", self.errno_name())
     }
 
     /// "kubelet's rmdir of /x failed with EBUSY 7 times, on kubelet volume backoff (...)".
@@ -106,6 +111,15 @@ impl Attempts {
         finding.errno = Some(self.errno_name());
         finding.first_seen = self.first;
         finding.last_seen = self.last;
+        // Between checks the words were written for the count of the last
+        // check: bring them up to date with the count.
+        if let Some((_, then)) = self.checked.filter(|(_, then)| *then != self.failures) {
+            let (old, new) = (self.errno_times(then), self.errno_times(self.failures));
+            finding.summary = finding.summary.replace(&old, &new);
+            for e in &mut finding.evidence {
+                e.fact = e.fact.replace(&old, &new);
+            }
+        }
         finding.count = self.failures;
         finding.rhythm = self.rhythm().map(|r| r.describe());
         if finding.paths.is_empty() {
@@ -114,10 +128,12 @@ impl Attempts {
     }
 }
 
-/// Failures by path, for one detector.
+/// Failures by path, for one detector. Walked in path order: a hash map's
+/// order differs from run to run, and a finding merged from several paths
+/// (disk-full) would then read differently in a replay of the same calls.
 #[derive(Default)]
 pub struct FailureLog {
-    by_path: HashMap<Vec<u8>, Attempts>,
+    by_path: BTreeMap<Vec<u8>, Attempts>,
 }
 
 impl FailureLog {

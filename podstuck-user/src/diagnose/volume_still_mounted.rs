@@ -216,6 +216,19 @@ mod tests {
     }
 
     #[test]
+    fn between_checks_the_words_follow_the_count() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = mounted();
+        let m = csi_mount();
+        let first = run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)], 0.6);
+        assert!(first[0].summary.contains("EBUSY 2 times"));
+        let later = run(&mut d, &mut node, &[rmdir(1.5, "kubelet", &m, -libc::EBUSY)], 1.6);
+        assert_eq!(later[0].count, 3);
+        assert!(later[0].summary.contains("EBUSY 3 times"), "{}", later[0].summary);
+        assert!(later[0].evidence[0].fact.contains("EBUSY 3 times"), "{:?}", later[0].evidence);
+    }
+
+    #[test]
     fn one_ebusy_that_succeeds_on_retry_is_not_a_finding() {
         let mut d = VolumeStillMounted::default();
         let mut node = mounted();
