@@ -6,6 +6,7 @@
 //! [`collect`] (load the kernel programs, drain records) → [`event`]
 //! (decode) → [`output`] (JSON lines or text). [`preflight`] checks the node
 //! first; [`btf`] reads the struct offsets the kernel programs need.
+//! [`record`] saves what the diagnosis consumed and replays it elsewhere.
 //! [`view`] is `watch`'s live view on a terminal and its plain-text summary.
 //! The `podstuck` binary is a thin clap layer over [`watch`].
 
@@ -21,6 +22,7 @@ pub mod inspect;
 pub mod latency;
 pub mod output;
 pub mod preflight;
+pub mod record;
 pub mod report;
 pub mod view;
 pub mod watch;

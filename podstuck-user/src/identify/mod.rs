@@ -17,7 +17,7 @@ pub mod pod;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::event::CallEvent;
 use actor::{describe, role_of, Role};
@@ -63,7 +63,7 @@ impl RescanLimit {
 }
 
 /// Who made a call, as a person reads it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Actor {
     pub comm: String,
     /// The executable, when it could still be read (short-lived helpers
@@ -76,7 +76,7 @@ pub struct Actor {
 }
 
 /// Why an event was tied to its pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MatchReason {
     /// The path lies in the pod's kubelet tree or cgroup.

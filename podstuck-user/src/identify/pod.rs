@@ -62,6 +62,15 @@ impl std::str::FromStr for PodUid {
     }
 }
 
+/// Read back from a saved record: validated like `--pod`, so a damaged
+/// record cannot bring in a UID kubelet would never write.
+impl<'de> serde::Deserialize<'de> for PodUid {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PodUid, D::Error> {
+        let text = String::deserialize(d)?;
+        PodUid::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A container id: 64 lowercase hex chars (containerd, CRI-O, docker).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(transparent)]
@@ -79,8 +88,15 @@ impl ContainerId {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for ContainerId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ContainerId, D::Error> {
+        let text = String::deserialize(d)?;
+        ContainerId::parse(&text).ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not a container id (64 lowercase hex digits)")))
+    }
+}
+
 /// Why a path was tied to a pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PathArea {
     /// `pods/<uid>/volumes` or below: kubelet waits for these to go.

@@ -13,7 +13,7 @@
 pub mod live;
 pub mod mounts;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A fact that could not be read, and why, in words ("timed out after 1 s:
 /// the filesystem may be hung", "no such file", "permission denied").
@@ -56,7 +56,7 @@ impl Mount {
 }
 
 /// How a process holds a mount busy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HoldKind {
     /// Its current directory is on the mount.
@@ -96,7 +96,7 @@ pub struct MountCopy {
 }
 
 /// `lsattr` flags that make a file undeletable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct InodeFlags {
     /// FS_IMMUTABLE_FL (`chattr +i`).
     pub immutable: bool,
@@ -107,7 +107,7 @@ pub struct InodeFlags {
 }
 
 /// What `lstat` says of a path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileFacts {
     pub mode: u32,
     pub uid: u32,
@@ -131,7 +131,7 @@ pub struct DirSample {
 }
 
 /// How many entries are left under a directory tree, and how that was found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntryEstimate {
     pub entries: u64,
     /// The count is a lower bound (the walk was cut short).
@@ -141,7 +141,7 @@ pub struct EntryEstimate {
 }
 
 /// What `statfs` says of the filesystem under a path.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FsUsage {
     /// "tmpfs", "ext4", "overlay", "xfs", ... or the magic number in hex.
     pub fstype: String,
@@ -155,7 +155,7 @@ pub struct FsUsage {
 }
 
 /// A task as /proc shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskState {
     pub tid: u32,
     pub pid: u32,
@@ -186,7 +186,7 @@ impl TaskState {
 }
 
 /// A cgroup directory as the kernel shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupState {
     /// 1 or 2.
     pub version: u8,

@@ -1,0 +1,779 @@
+//! The JSON shapes of a record's lines, written down here rather than
+//! derived from the types the live run uses, because a record outlives the
+//! podstuck that wrote it: a field renamed for the output, or a path that
+//! the output writes lossily, must not change what an older record means.
+//! Every shape here is part of format 1 (see the golden test in `tests`).
+//!
+//! Each shape borrows from the live values when written (`Cow::Borrowed`,
+//! no copies on the hot path of a removal storm) and owns what it reads.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use podstuck_common::Syscall;
+use serde::de::{self, MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::collect::RunTotals;
+use crate::diagnose::CallInFlight;
+use crate::event::{BaseDir, CallEvent, PathStatus};
+use crate::identify::pod::{ContainerId, PathArea, PodUid};
+use crate::identify::{Actor, Identity, MatchReason};
+use crate::inspect::{CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, HoldKind, InodeFlags, Mount, MountCopy, MountHolder, Probe, TaskState, Unreadable};
+
+use super::node::Asked;
+
+/// Bytes as JSON: a string when they are UTF-8, as paths nearly always are,
+/// so the record stays readable; else `{"hex":"2f746d70ff"}`, so every
+/// byte string comes back exactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bytes<'a>(pub Cow<'a, [u8]>);
+
+impl<'a> Bytes<'a> {
+    pub fn of(bytes: &'a [u8]) -> Bytes<'a> {
+        Bytes(Cow::Borrowed(bytes))
+    }
+
+    pub fn into_vec(self) -> Vec<u8> {
+        self.0.into_owned()
+    }
+}
+
+impl Serialize for Bytes<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(&self.0) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => {
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry("hex", &hex(&self.0))?;
+                map.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes<'_> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct BytesVisitor;
+        impl<'de> Visitor<'de> for BytesVisitor {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a path: a string, or {\"hex\": \"...\"}")
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Vec<u8>, E> {
+                Ok(text.as_bytes().to_vec())
+            }
+            fn visit_string<E: de::Error>(self, text: String) -> Result<Vec<u8>, E> {
+                Ok(text.into_bytes())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<u8>, A::Error> {
+                let Some((key, digits)) = map.next_entry::<String, String>()? else {
+                    return Err(de::Error::custom("a path object without \"hex\""));
+                };
+                if key != "hex" || map.next_key::<de::IgnoredAny>()?.is_some() {
+                    return Err(de::Error::custom("a path object holds only \"hex\""));
+                }
+                unhex(&digits).ok_or_else(|| de::Error::custom(format!("{digits:?} is not hex")))
+            }
+        }
+        d.deserialize_any(BytesVisitor).map(|v| Bytes(Cow::Owned(v)))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+    out
+}
+
+fn unhex(digits: &str) -> Option<Vec<u8>> {
+    if !digits.len().is_multiple_of(2) {
+        return None;
+    }
+    let value = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    digits.as_bytes().chunks(2).map(|pair| Some(value(pair[0])? << 4 | value(pair[1])?)).collect()
+}
+
+/// Times inside the record: nanoseconds since the Unix epoch, exact and
+/// cheap to write for every call.
+pub fn nanos(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)).unwrap_or(0)
+}
+
+pub fn time(nanos: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(nanos)
+}
+
+/// The live run's reasons (why a path has no absolute form, why a base
+/// directory is unknown) are static strings; a replay learns them from the
+/// record, and keeps each distinct one once.
+fn intern(text: Cow<'_, str>) -> &'static str {
+    static KNOWN: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut known = KNOWN.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(same) = known.get(text.as_ref()) {
+        return same;
+    }
+    let kept: &'static str = Box::leak(text.into_owned().into_boxed_str());
+    known.insert(kept);
+    kept
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WireSyscall {
+    Unlinkat,
+    Unlink,
+    Rmdir,
+    Umount2,
+}
+
+impl From<Syscall> for WireSyscall {
+    fn from(s: Syscall) -> WireSyscall {
+        match s {
+            Syscall::Unlinkat => WireSyscall::Unlinkat,
+            Syscall::Unlink => WireSyscall::Unlink,
+            Syscall::Rmdir => WireSyscall::Rmdir,
+            Syscall::Umount2 => WireSyscall::Umount2,
+        }
+    }
+}
+
+impl From<WireSyscall> for Syscall {
+    fn from(s: WireSyscall) -> Syscall {
+        match s {
+            WireSyscall::Unlinkat => Syscall::Unlinkat,
+            WireSyscall::Unlink => Syscall::Unlink,
+            WireSyscall::Rmdir => Syscall::Rmdir,
+            WireSyscall::Umount2 => Syscall::Umount2,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum WirePathStatus {
+    Whole,
+    TooLong,
+    Unreadable,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum WireBase<'a> {
+    NotNeeded,
+    Resolved(Bytes<'a>),
+    Unresolved(Cow<'a, str>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireEvent<'a> {
+    time: u64,
+    pid: u32,
+    tid: u32,
+    comm: Cow<'a, str>,
+    ppid: u32,
+    pcomm: Cow<'a, str>,
+    cgroup_id: u64,
+    mntns: u32,
+    uid: u32,
+    syscall: WireSyscall,
+    flags: u64,
+    dfd: i32,
+    path: Bytes<'a>,
+    path_status: WirePathStatus,
+    base: WireBase<'a>,
+    ret: i64,
+    latency_ns: u64,
+}
+
+impl<'a> WireEvent<'a> {
+    fn of(e: &'a CallEvent) -> WireEvent<'a> {
+        // Destructured so that a field added to CallEvent fails to compile
+        // here until the record format says what to do with it.
+        let CallEvent { time, pid, tid, comm, ppid, pcomm, cgroup_id, mntns, uid, syscall, flags, dfd, path, path_status, base, ret, latency_ns } = e;
+        WireEvent {
+            time: nanos(*time),
+            pid: *pid,
+            tid: *tid,
+            comm: Cow::Borrowed(comm),
+            ppid: *ppid,
+            pcomm: Cow::Borrowed(pcomm),
+            cgroup_id: *cgroup_id,
+            mntns: *mntns,
+            uid: *uid,
+            syscall: (*syscall).into(),
+            flags: *flags,
+            dfd: *dfd,
+            path: Bytes::of(path),
+            path_status: match path_status {
+                PathStatus::Whole => WirePathStatus::Whole,
+                PathStatus::TooLong => WirePathStatus::TooLong,
+                PathStatus::Unreadable => WirePathStatus::Unreadable,
+            },
+            base: match base {
+                BaseDir::NotNeeded => WireBase::NotNeeded,
+                BaseDir::Resolved(dir) => WireBase::Resolved(Bytes::of(dir)),
+                BaseDir::Unresolved(why) => WireBase::Unresolved(Cow::Borrowed(why)),
+            },
+            ret: *ret,
+            latency_ns: *latency_ns,
+        }
+    }
+
+    fn into_event(self) -> CallEvent {
+        CallEvent {
+            time: time(self.time),
+            pid: self.pid,
+            tid: self.tid,
+            comm: self.comm.into_owned(),
+            ppid: self.ppid,
+            pcomm: self.pcomm.into_owned(),
+            cgroup_id: self.cgroup_id,
+            mntns: self.mntns,
+            uid: self.uid,
+            syscall: self.syscall.into(),
+            flags: self.flags,
+            dfd: self.dfd,
+            path: self.path.into_vec(),
+            path_status: match self.path_status {
+                WirePathStatus::Whole => PathStatus::Whole,
+                WirePathStatus::TooLong => PathStatus::TooLong,
+                WirePathStatus::Unreadable => PathStatus::Unreadable,
+            },
+            base: match self.base {
+                WireBase::NotNeeded => BaseDir::NotNeeded,
+                WireBase::Resolved(dir) => BaseDir::Resolved(dir.into_vec()),
+                WireBase::Unresolved(why) => BaseDir::Unresolved(intern(why)),
+            },
+            ret: self.ret,
+            latency_ns: self.latency_ns,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireIdentity<'a> {
+    /// At most one of `abs_path` and `abs_path_error`; neither when the
+    /// absolute path is the path argument itself, as it mostly is (a
+    /// removal storm's record is a seventh smaller so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    abs_path: Option<Bytes<'a>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    abs_path_error: Option<Cow<'a, str>>,
+    pod_uid: Option<Cow<'a, PodUid>>,
+    path_area: Option<PathArea>,
+    container_id: Option<Cow<'a, ContainerId>>,
+    actor: Cow<'a, Actor>,
+    matched: Cow<'a, [MatchReason]>,
+}
+
+impl<'a> WireIdentity<'a> {
+    fn of(i: &'a Identity, argument: &[u8]) -> WireIdentity<'a> {
+        let Identity { abs_path, pod_uid, path_area, container_id, actor, matched } = i;
+        let (abs_path, abs_path_error) = match abs_path {
+            Ok(path) if path == argument => (None, None),
+            Ok(path) => (Some(Bytes::of(path)), None),
+            Err(why) => (None, Some(Cow::Borrowed(*why))),
+        };
+        WireIdentity {
+            abs_path,
+            abs_path_error,
+            pod_uid: pod_uid.as_ref().map(Cow::Borrowed),
+            path_area: *path_area,
+            container_id: container_id.as_ref().map(Cow::Borrowed),
+            actor: Cow::Borrowed(actor),
+            matched: Cow::Borrowed(matched),
+        }
+    }
+
+    fn into_identity(self, argument: &[u8]) -> Result<Identity, String> {
+        let abs_path = match (self.abs_path, self.abs_path_error) {
+            (Some(path), None) => Ok(path.into_vec()),
+            (None, Some(why)) => Err(intern(why)),
+            (None, None) => Ok(argument.to_vec()),
+            (Some(_), Some(_)) => return Err("an identity holds both abs_path and abs_path_error".into()),
+        };
+        Ok(Identity {
+            abs_path,
+            pod_uid: self.pod_uid.map(Cow::into_owned),
+            path_area: self.path_area,
+            container_id: self.container_id.map(Cow::into_owned),
+            actor: self.actor.into_owned(),
+            matched: self.matched.into_owned(),
+        })
+    }
+}
+
+/// One call the diagnosis saw, with what identify said of it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireCall<'a> {
+    event: WireEvent<'a>,
+    identity: WireIdentity<'a>,
+}
+
+impl<'a> WireCall<'a> {
+    pub fn of(event: &'a CallEvent, identity: &'a Identity) -> WireCall<'a> {
+        WireCall { event: WireEvent::of(event), identity: WireIdentity::of(identity, &event.path) }
+    }
+
+    pub fn into_call(self) -> Result<(CallEvent, Identity), String> {
+        let event = self.event.into_event();
+        let identity = self.identity.into_identity(&event.path)?;
+        Ok((event, identity))
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireFlight<'a> {
+    tid: u32,
+    pid: u32,
+    syscall: WireSyscall,
+    flags: u64,
+    started: u64,
+    path: Option<Bytes<'a>>,
+    pod_uid: Option<Cow<'a, PodUid>>,
+    actor: Cow<'a, Actor>,
+}
+
+impl<'a> WireFlight<'a> {
+    pub fn of(c: &'a CallInFlight) -> WireFlight<'a> {
+        let CallInFlight { tid, pid, syscall, flags, started, path, pod_uid, actor } = c;
+        WireFlight {
+            tid: *tid,
+            pid: *pid,
+            syscall: (*syscall).into(),
+            flags: *flags,
+            started: nanos(*started),
+            path: path.as_deref().map(Bytes::of),
+            pod_uid: pod_uid.as_ref().map(Cow::Borrowed),
+            actor: Cow::Borrowed(actor),
+        }
+    }
+
+    pub fn into_flight(self) -> CallInFlight {
+        CallInFlight {
+            tid: self.tid,
+            pid: self.pid,
+            syscall: self.syscall.into(),
+            flags: self.flags,
+            started: time(self.started),
+            path: self.path.map(Bytes::into_vec),
+            pod_uid: self.pod_uid.map(Cow::into_owned),
+            actor: self.actor.into_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireMount<'a> {
+    id: u32,
+    parent_id: u32,
+    dev: (u32, u32),
+    root: Bytes<'a>,
+    mount_point: Bytes<'a>,
+    options: Cow<'a, str>,
+    propagation: Cow<'a, [String]>,
+    fstype: Cow<'a, str>,
+    source: Cow<'a, str>,
+    super_options: Cow<'a, str>,
+}
+
+impl<'a> WireMount<'a> {
+    fn of(m: &'a Mount) -> WireMount<'a> {
+        let Mount { id, parent_id, dev, root, mount_point, options, propagation, fstype, source, super_options } = m;
+        WireMount {
+            id: *id,
+            parent_id: *parent_id,
+            dev: *dev,
+            root: Bytes::of(root),
+            mount_point: Bytes::of(mount_point),
+            options: Cow::Borrowed(options),
+            propagation: Cow::Borrowed(propagation),
+            fstype: Cow::Borrowed(fstype),
+            source: Cow::Borrowed(source),
+            super_options: Cow::Borrowed(super_options),
+        }
+    }
+
+    fn into_mount(self) -> Mount {
+        Mount {
+            id: self.id,
+            parent_id: self.parent_id,
+            dev: self.dev,
+            root: self.root.into_vec(),
+            mount_point: self.mount_point.into_vec(),
+            options: self.options.into_owned(),
+            propagation: self.propagation.into_owned(),
+            fstype: self.fstype.into_owned(),
+            source: self.source.into_owned(),
+            super_options: self.super_options.into_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireHolder<'a> {
+    pid: u32,
+    comm: Cow<'a, str>,
+    how: HoldKind,
+    path: Bytes<'a>,
+    mntns: u64,
+    other_namespace: bool,
+}
+
+impl<'a> WireHolder<'a> {
+    fn of(h: &'a MountHolder) -> WireHolder<'a> {
+        let MountHolder { pid, comm, how, path, mntns, other_namespace } = h;
+        WireHolder { pid: *pid, comm: Cow::Borrowed(comm), how: *how, path: Bytes::of(path), mntns: *mntns, other_namespace: *other_namespace }
+    }
+
+    fn into_holder(self) -> MountHolder {
+        MountHolder {
+            pid: self.pid,
+            comm: self.comm.into_owned(),
+            how: self.how,
+            path: self.path.into_vec(),
+            mntns: self.mntns,
+            other_namespace: self.other_namespace,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireCopy<'a> {
+    mntns: u64,
+    pid: u32,
+    comm: Cow<'a, str>,
+    mount_point: Bytes<'a>,
+}
+
+impl<'a> WireCopy<'a> {
+    fn of(c: &'a MountCopy) -> WireCopy<'a> {
+        let MountCopy { mntns, pid, comm, mount_point } = c;
+        WireCopy { mntns: *mntns, pid: *pid, comm: Cow::Borrowed(comm), mount_point: Bytes::of(mount_point) }
+    }
+
+    fn into_copy(self) -> MountCopy {
+        MountCopy { mntns: self.mntns, pid: self.pid, comm: self.comm.into_owned(), mount_point: self.mount_point.into_vec() }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireDirSample<'a> {
+    names: Vec<Bytes<'a>>,
+    counted: u64,
+    complete: bool,
+}
+
+impl<'a> WireDirSample<'a> {
+    fn of(s: &'a DirSample) -> WireDirSample<'a> {
+        let DirSample { names, counted, complete } = s;
+        WireDirSample { names: names.iter().map(|n| Bytes::of(n)).collect(), counted: *counted, complete: *complete }
+    }
+
+    fn into_sample(self) -> DirSample {
+        DirSample { names: self.names.into_iter().map(Bytes::into_vec).collect(), counted: self.counted, complete: self.complete }
+    }
+}
+
+/// What a node question returned: the fact, or why it could not be read.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireProbe<T> {
+    Ok(T),
+    Unreadable(String),
+}
+
+impl<T> WireProbe<T> {
+    fn of<'a, D>(probe: &'a Probe<D>, f: impl FnOnce(&'a D) -> T) -> WireProbe<T> {
+        match probe {
+            Ok(fact) => WireProbe::Ok(f(fact)),
+            Err(why) => WireProbe::Unreadable(why.0.clone()),
+        }
+    }
+
+    fn into_probe<D>(self, f: impl FnOnce(T) -> D) -> Probe<D> {
+        match self {
+            WireProbe::Ok(fact) => Ok(f(fact)),
+            WireProbe::Unreadable(why) => Err(Unreadable(why)),
+        }
+    }
+}
+
+fn mounts_of(mounts: &[Mount]) -> Vec<WireMount<'_>> {
+    mounts.iter().map(WireMount::of).collect()
+}
+
+fn into_mounts(mounts: Vec<WireMount<'_>>) -> Vec<Mount> {
+    mounts.into_iter().map(WireMount::into_mount).collect()
+}
+
+/// One question a detector asked of the node, and its answer. A missing
+/// `answer` means: the same as the last answer to the same question (see
+/// `LastAnswers`; a node's mount table is asked about every half second and
+/// seldom changes).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireAsked<'a> {
+    HostMounts {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<Vec<WireMount<'a>>>>,
+    },
+    MountsOfProcess {
+        pid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<Vec<WireMount<'a>>>>,
+    },
+    MountHolders {
+        mount: WireMount<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<Vec<WireHolder<'a>>>,
+    },
+    MountCopies {
+        mount: WireMount<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<Vec<WireCopy<'a>>>,
+    },
+    InodeFlags {
+        path: Bytes<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<InodeFlags>>,
+    },
+    FileFacts {
+        path: Bytes<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<FileFacts>>,
+    },
+    DirSample {
+        path: Bytes<'a>,
+        limit: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<WireDirSample<'a>>>,
+    },
+    RemainingEntries {
+        path: Bytes<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<Cow<'a, EntryEstimate>>>,
+    },
+    FsUsage {
+        path: Bytes<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<Cow<'a, FsUsage>>>,
+    },
+    Cgroup {
+        path: Bytes<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<Cow<'a, CgroupState>>>,
+    },
+    Task {
+        tid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<Cow<'a, TaskState>>>,
+    },
+    FuseServers {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<Cow<'a, [TaskState]>>,
+    },
+    Avoid {
+        path: Bytes<'a>,
+    },
+}
+
+impl<'a> WireAsked<'a> {
+    pub fn of(asked: &'a Asked) -> WireAsked<'a> {
+        match asked {
+            Asked::HostMounts { answer } => WireAsked::HostMounts { answer: Some(WireProbe::of(answer, |m| mounts_of(m))) },
+            Asked::MountsOfProcess { pid, answer } => {
+                WireAsked::MountsOfProcess { pid: *pid, answer: Some(WireProbe::of(answer, |m| mounts_of(m))) }
+            }
+            Asked::MountHolders { mount, answer } => {
+                WireAsked::MountHolders { mount: WireMount::of(mount), answer: Some(answer.iter().map(WireHolder::of).collect()) }
+            }
+            Asked::MountCopies { mount, answer } => {
+                WireAsked::MountCopies { mount: WireMount::of(mount), answer: Some(answer.iter().map(WireCopy::of).collect()) }
+            }
+            Asked::InodeFlags { path, answer } => WireAsked::InodeFlags { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
+            Asked::FileFacts { path, answer } => WireAsked::FileFacts { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
+            Asked::DirSample { path, limit, answer } => WireAsked::DirSample {
+                path: Bytes::of(path),
+                limit: *limit as u64,
+                answer: Some(WireProbe::of(answer, WireDirSample::of)),
+            },
+            Asked::RemainingEntries { path, answer } => {
+                WireAsked::RemainingEntries { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) }
+            }
+            Asked::FsUsage { path, answer } => WireAsked::FsUsage { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
+            Asked::Cgroup { path, answer } => WireAsked::Cgroup { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
+            Asked::Task { tid, answer } => WireAsked::Task { tid: *tid, answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
+            Asked::FuseServers { answer } => WireAsked::FuseServers { answer: Some(Cow::Borrowed(answer)) },
+            Asked::Avoid { path } => WireAsked::Avoid { path: Bytes::of(path) },
+        }
+    }
+
+    /// The question alone (method and arguments), as a key to find the last
+    /// answer to it. Only compared within one run of one podstuck.
+    pub fn question_key(&self) -> String {
+        match self {
+            WireAsked::HostMounts { .. } => "host_mounts".into(),
+            WireAsked::MountsOfProcess { pid, .. } => format!("mounts_of_process {pid}"),
+            WireAsked::MountHolders { mount, .. } => format!("mount_holders {mount:?}"),
+            WireAsked::MountCopies { mount, .. } => format!("mount_copies {mount:?}"),
+            WireAsked::InodeFlags { path, .. } => format!("inode_flags {:?}", path.0),
+            WireAsked::FileFacts { path, .. } => format!("file_facts {:?}", path.0),
+            WireAsked::DirSample { path, limit, .. } => format!("dir_sample {limit} {:?}", path.0),
+            WireAsked::RemainingEntries { path, .. } => format!("remaining_entries {:?}", path.0),
+            WireAsked::FsUsage { path, .. } => format!("fs_usage {:?}", path.0),
+            WireAsked::Cgroup { path, .. } => format!("cgroup {:?}", path.0),
+            WireAsked::Task { tid, .. } => format!("task {tid}"),
+            WireAsked::FuseServers { .. } => "fuse_servers".into(),
+            WireAsked::Avoid { path } => format!("avoid {:?}", path.0),
+        }
+    }
+
+    /// Drops the answer: the reader takes it from the last one to the same question.
+    pub fn without_answer(&mut self) {
+        match self {
+            WireAsked::HostMounts { answer } | WireAsked::MountsOfProcess { answer, .. } => *answer = None,
+            WireAsked::MountHolders { answer, .. } => *answer = None,
+            WireAsked::MountCopies { answer, .. } => *answer = None,
+            WireAsked::InodeFlags { answer, .. } => *answer = None,
+            WireAsked::FileFacts { answer, .. } => *answer = None,
+            WireAsked::DirSample { answer, .. } => *answer = None,
+            WireAsked::RemainingEntries { answer, .. } => *answer = None,
+            WireAsked::FsUsage { answer, .. } => *answer = None,
+            WireAsked::Cgroup { answer, .. } => *answer = None,
+            WireAsked::Task { answer, .. } => *answer = None,
+            WireAsked::FuseServers { answer } => *answer = None,
+            WireAsked::Avoid { .. } => {}
+        }
+    }
+
+    /// The question and its answer, or None when the answer was left out
+    /// (the caller finds it by `question_key`).
+    pub fn into_asked(self) -> Result<Option<Asked>, String> {
+        Ok(Some(match self {
+            WireAsked::HostMounts { answer: Some(a) } => Asked::HostMounts { answer: a.into_probe(into_mounts) },
+            WireAsked::MountsOfProcess { pid, answer: Some(a) } => Asked::MountsOfProcess { pid, answer: a.into_probe(into_mounts) },
+            WireAsked::MountHolders { mount, answer: Some(a) } => {
+                Asked::MountHolders { mount: mount.into_mount(), answer: a.into_iter().map(WireHolder::into_holder).collect() }
+            }
+            WireAsked::MountCopies { mount, answer: Some(a) } => {
+                Asked::MountCopies { mount: mount.into_mount(), answer: a.into_iter().map(WireCopy::into_copy).collect() }
+            }
+            WireAsked::InodeFlags { path, answer: Some(a) } => Asked::InodeFlags { path: path.into_vec(), answer: a.into_probe(|f| f) },
+            WireAsked::FileFacts { path, answer: Some(a) } => Asked::FileFacts { path: path.into_vec(), answer: a.into_probe(|f| f) },
+            WireAsked::DirSample { path, limit, answer: Some(a) } => Asked::DirSample {
+                path: path.into_vec(),
+                limit: usize::try_from(limit).map_err(|_| format!("dir_sample limit {limit} is too large"))?,
+                answer: a.into_probe(WireDirSample::into_sample),
+            },
+            WireAsked::RemainingEntries { path, answer: Some(a) } => {
+                Asked::RemainingEntries { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
+            }
+            WireAsked::FsUsage { path, answer: Some(a) } => Asked::FsUsage { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
+            WireAsked::Cgroup { path, answer: Some(a) } => Asked::Cgroup { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
+            WireAsked::Task { tid, answer: Some(a) } => Asked::Task { tid, answer: a.into_probe(Cow::into_owned) },
+            WireAsked::FuseServers { answer: Some(a) } => Asked::FuseServers { answer: a.into_owned() },
+            WireAsked::Avoid { path } => Asked::Avoid { path: path.into_vec() },
+            _ => return Ok(None),
+        }))
+    }
+}
+
+/// One review: the clock, the calls in flight, every question asked of the
+/// node in order, and the findings the live run told after it (JSON as
+/// `--json` prints them), so a replay can say whether it agrees.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireReview<'a> {
+    pub now: u64,
+    pub in_flight: Vec<WireFlight<'a>>,
+    pub asked: Vec<WireAsked<'a>>,
+    pub told: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireTotals {
+    events_seen: u64,
+    events_lost: u64,
+    calls: BTreeMap<WireSyscall, u64>,
+    calls_without_entry: u64,
+    entries_not_stored: u64,
+    paths_unreadable: u64,
+    records_undecodable: u64,
+}
+
+impl WireTotals {
+    pub fn of(t: &RunTotals) -> WireTotals {
+        let RunTotals { events_seen, events_lost, calls, calls_without_entry, entries_not_stored, paths_unreadable, records_undecodable } = t;
+        WireTotals {
+            events_seen: *events_seen,
+            events_lost: *events_lost,
+            calls: calls.iter().map(|(s, n)| ((*s).into(), *n)).collect(),
+            calls_without_entry: *calls_without_entry,
+            entries_not_stored: *entries_not_stored,
+            paths_unreadable: *paths_unreadable,
+            records_undecodable: *records_undecodable,
+        }
+    }
+
+    pub fn into_totals(self) -> RunTotals {
+        RunTotals {
+            events_seen: self.events_seen,
+            events_lost: self.events_lost,
+            calls: self.calls.into_iter().map(|(s, n)| (s.into(), n)).collect(),
+            calls_without_entry: self.calls_without_entry,
+            entries_not_stored: self.entries_not_stored,
+            paths_unreadable: self.paths_unreadable,
+            records_undecodable: self.records_undecodable,
+        }
+    }
+}
+
+/// The closing line: when the run ended, how many entries came before
+/// (a check on the whole), the run's totals, and the findings told at exit.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireEnd {
+    pub ended: u64,
+    pub entries: u64,
+    #[serde(default)]
+    pub totals: Option<WireTotals>,
+    pub untold: Vec<serde_json::Value>,
+}
+
+/// One line of the compressed part.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireEntry<'a> {
+    /// Boxed: calls are most lines, but reviews and the end are smaller.
+    Call(Box<WireCall<'a>>),
+    Review(WireReview<'a>),
+    End(WireEnd),
+}
+
+/// The plain-text second line: what the record is, readable with `head -2`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireHeader<'a> {
+    pub podstuck: Cow<'a, str>,
+    pub node: Cow<'a, str>,
+    pub kernel: Cow<'a, str>,
+    /// RFC 3339, nanoseconds, UTC.
+    pub started: String,
+    #[serde(default)]
+    pub pods: Cow<'a, [PodUid]>,
+    pub kubelet_root: Bytes<'a>,
+    #[serde(default)]
+    pub errors_only: bool,
+    #[serde(default)]
+    pub syscalls: Vec<WireSyscall>,
+    /// `--hung-after`, as humantime says it ("5s").
+    pub hung_after: String,
+    pub node_name: Cow<'a, str>,
+    pub host_mntns: u32,
+}
