@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
 use podstuck::watch::{watch, NodeNotReady, WatchOptions};
@@ -28,47 +28,22 @@ struct Cli {
 enum Command {
     /// Trace every unlinkat, unlink, rmdir and umount2 on the node and say why pods are stuck:
     /// a live view on a terminal (q or Ctrl-C: stop and print a summary), one line per finding otherwise.
-    Watch {
-        /// One JSON object per line (type "start", then "event"s and "finding"s, then "end").
+    Watch(WatchArgs),
+    /// Trace like watch, and save what the diagnosis saw to FILE (compressed, never overwritten),
+    /// to diagnose it again anywhere, without root, with podstuck replay.
+    Record {
+        /// Where to save the record; refused if it exists.
+        file: PathBuf,
+        #[command(flatten)]
+        watch: WatchArgs,
+    },
+    /// Diagnose a saved record again, without root or a kernel: what the record is, then the findings.
+    Replay {
+        /// A file written by podstuck record.
+        file: PathBuf,
+        /// Findings as JSON lines.
         #[arg(long)]
         json: bool,
-        /// One plain line per call as it completes (and findings as blocks), instead of the live view.
-        #[arg(long, conflicts_with = "json")]
-        calls: bool,
-        /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C or SIGTERM.
-        #[arg(long, value_parser = humantime::parse_duration)]
-        duration: Option<Duration>,
-        /// Follow this pod only (its UID: kubectl get pod NAME -o jsonpath='{.metadata.uid}'); repeatable. Default: the whole node.
-        #[arg(long = "pod", value_name = "UID", value_parser = PodUid::parse)]
-        pods: Vec<PodUid>,
-        /// kubelet's root directory (its --root-dir); a symlink is followed.
-        #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
-        kubelet_root: PathBuf,
-        /// Failed calls only (filtered in the kernel; every call is still counted).
-        #[arg(short = 'x', long)]
-        errors_only: bool,
-        /// These syscalls only (filtered in the kernel); repeatable. Default: all four.
-        #[arg(long = "syscall", value_name = "NAME")]
-        syscalls: Vec<SyscallArg>,
-        /// Keep latency histograms and write them to DIR, refreshed every interval:
-        /// latency.hlog, summary.json, latency.svg, metrics.prom.
-        #[arg(long, value_name = "DIR")]
-        histograms: Option<PathBuf>,
-        /// Overwrite the files of an earlier run in the --histograms DIR.
-        #[arg(long, requires = "histograms")]
-        force: bool,
-        /// How often histogram files are refreshed (e.g. 5s, 1m).
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
-        interval: Duration,
-        /// With --json or --calls: print findings only (the diagnosis), not every call.
-        #[arg(long)]
-        findings: bool,
-        /// A call that has not returned after this long is reported as hung (e.g. 5s, 1m).
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
-        hung_after: Duration,
-        /// Trace even if another podstuck already traces this node (each adds its own cost).
-        #[arg(long)]
-        concurrent: bool,
     },
     /// The main job on a built-in default: a throwaway node with pods stuck in every common way, traced and diagnosed live, then removed.
     Demo {
@@ -96,6 +71,81 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// What watch (and record) are told.
+#[derive(Args)]
+struct WatchArgs {
+    /// One JSON object per line (type "start", then "event"s and "finding"s, then "end").
+    #[arg(long)]
+    json: bool,
+    /// One plain line per call as it completes (and findings as blocks), instead of the live view.
+    #[arg(long, conflicts_with = "json")]
+    calls: bool,
+    /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C or SIGTERM.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Follow this pod only (its UID: kubectl get pod NAME -o jsonpath='{.metadata.uid}'); repeatable. Default: the whole node.
+    #[arg(long = "pod", value_name = "UID", value_parser = PodUid::parse)]
+    pods: Vec<PodUid>,
+    /// kubelet's root directory (its --root-dir); a symlink is followed.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
+    kubelet_root: PathBuf,
+    /// Failed calls only (filtered in the kernel; every call is still counted).
+    #[arg(short = 'x', long)]
+    errors_only: bool,
+    /// These syscalls only (filtered in the kernel); repeatable. Default: all four.
+    #[arg(long = "syscall", value_name = "NAME")]
+    syscalls: Vec<SyscallArg>,
+    /// Keep latency histograms and write them to DIR, refreshed every interval:
+    /// latency.hlog, summary.json, latency.svg, metrics.prom.
+    #[arg(long, value_name = "DIR")]
+    histograms: Option<PathBuf>,
+    /// Overwrite the files of an earlier run in the --histograms DIR.
+    #[arg(long, requires = "histograms")]
+    force: bool,
+    /// How often histogram files are refreshed (e.g. 5s, 1m).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    interval: Duration,
+    /// With --json or --calls: print findings only (the diagnosis), not every call.
+    #[arg(long)]
+    findings: bool,
+    /// A call that has not returned after this long is reported as hung (e.g. 5s, 1m).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    hung_after: Duration,
+    /// Trace even if another podstuck already traces this node (each adds its own cost).
+    #[arg(long)]
+    concurrent: bool,
+}
+
+impl WatchArgs {
+    /// The options, or the exit code of a value that makes no sense.
+    fn options(self, record: Option<PathBuf>) -> Result<WatchOptions, ExitCode> {
+        if self.interval.is_zero() {
+            eprintln!("podstuck: --interval must be longer than zero (e.g. 5s)");
+            return Err(ExitCode::from(2));
+        }
+        if self.hung_after.is_zero() {
+            eprintln!("podstuck: --hung-after must be longer than zero (e.g. 5s)");
+            return Err(ExitCode::from(2));
+        }
+        Ok(WatchOptions {
+            json: self.json,
+            duration: self.duration,
+            pods: self.pods,
+            kubelet_root: self.kubelet_root,
+            errors_only: self.errors_only,
+            syscalls: self.syscalls.into_iter().map(Syscall::from).collect(),
+            histograms: self.histograms,
+            force: self.force,
+            interval: self.interval,
+            findings_only: self.findings,
+            calls: self.calls,
+            hung_after: self.hung_after,
+            concurrent: self.concurrent,
+            record,
+        })
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -135,32 +185,15 @@ fn main() -> ExitCode {
             Ok(false) => return ExitCode::from(2),
             Err(e) => Err(e),
         },
-        Command::Watch { json, calls, duration, pods, kubelet_root, errors_only, syscalls, histograms, force, interval, findings, hung_after, concurrent } => {
-            if interval.is_zero() {
-                eprintln!("podstuck: --interval must be longer than zero (e.g. 5s)");
-                return ExitCode::from(2);
-            }
-            if hung_after.is_zero() {
-                eprintln!("podstuck: --hung-after must be longer than zero (e.g. 5s)");
-                return ExitCode::from(2);
-            }
-            let options = WatchOptions {
-                json,
-                duration,
-                pods,
-                kubelet_root,
-                errors_only,
-                syscalls: syscalls.into_iter().map(Syscall::from).collect(),
-                histograms,
-                force,
-                interval,
-                findings_only: findings,
-                calls,
-                hung_after,
-                concurrent,
-            };
-            runtime.block_on(watch(&options))
-        }
+        Command::Watch(args) => match args.options(None) {
+            Ok(options) => runtime.block_on(watch(&options)),
+            Err(code) => return code,
+        },
+        Command::Record { file, watch: args } => match args.options(Some(file)) {
+            Ok(options) => runtime.block_on(watch(&options)),
+            Err(code) => return code,
+        },
+        Command::Replay { file, json } => podstuck::record::replay(&file, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@
 //! every interval. SIGINT and SIGTERM (and `q` or Ctrl-C in the live view)
 //! stop it cleanly; the programs detach when the tracer is dropped.
 
+use std::fs::File;
 use std::io::{BufWriter, ErrorKind, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -26,6 +27,7 @@ use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
 use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, rfc3339, start_json, StartLine};
 use crate::preflight::{problems, NodeFacts, Problem};
+use crate::record::{RecordHeader, Recorder, RecordingNode};
 use crate::view::model::Notes;
 use crate::view::text::{finding_line, summary};
 use crate::view::{LiveTerminal, LiveView, Moment, Quit, RunFacts};
@@ -58,6 +60,8 @@ pub struct WatchOptions {
     pub hung_after: Duration,
     /// Trace even when another podstuck already traces this node.
     pub concurrent: bool,
+    /// Save what the diagnosis sees to this file (`podstuck record`).
+    pub record: Option<PathBuf>,
 }
 
 impl Default for WatchOptions {
@@ -76,6 +80,7 @@ impl Default for WatchOptions {
             calls: false,
             hung_after: Duration::from_secs(5),
             concurrent: false,
+            record: None,
         }
     }
 }
@@ -198,6 +203,8 @@ struct Sink {
     filter: PodFilter,
     book: Option<LatencyBook>,
     diagnoser: Diagnoser,
+    /// `podstuck record`: every admitted call and every review, saved.
+    recorder: Option<Recorder<File>>,
     /// What would go to stderr while the live view owns the terminal.
     notes: Notes,
 }
@@ -214,6 +221,10 @@ impl Sink {
                     book.record(&event, &identity);
                 }
                 self.diagnoser.observe(&event, &identity);
+                let stopped = self.recorder.as_mut().and_then(|r| r.add_call(&event, &identity).err());
+                if let Some(e) = stopped {
+                    self.say(e.to_string());
+                }
                 let line = match self.output {
                     _ if self.findings_only => return Ok(()),
                     Output::Json => event_json(&event, &identity),
@@ -241,6 +252,21 @@ impl Sink {
 }
 
 impl Sink {
+    /// One diagnosis review at `now`; recorded, questions to the node and
+    /// all, when recording.
+    fn review(&mut self, node: &mut LiveNode, in_flight: &[CallInFlight]) -> Vec<Report> {
+        let now = SystemTime::now();
+        let Some(recorder) = self.recorder.as_mut() else {
+            return self.diagnoser.review(&mut Review { now, in_flight, node });
+        };
+        let mut recording = RecordingNode::new(node);
+        let reports = self.diagnoser.review(&mut Review { now, in_flight, node: &mut recording });
+        if let Err(e) = recorder.add_review(now, in_flight, recording.into_asked(), &reports) {
+            self.say(e.to_string());
+        }
+        reports
+    }
+
     /// Calls in flight, identified and filtered like completed ones.
     fn in_flight(&mut self, flights: Vec<Flight>) -> Vec<CallInFlight> {
         let mut calls = Vec::new();
@@ -398,8 +424,27 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     for warning in &warnings {
         eprintln!("{warning}");
     }
-    let mut tracer = Tracer::start(options.kernel_filter())?;
     let node_name = nix::sys::utsname::uname().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
+    let diagnose = DiagnoseOptions { hung_after: options.hung_after, node_name: node_name.clone(), host_mntns: own_mount_namespace() };
+    // A bad record path fails now too, before the programs load.
+    let recorder = match &options.record {
+        Some(path) => Some(Recorder::create(
+            path,
+            &RecordHeader {
+                podstuck_version: env!("CARGO_PKG_VERSION").into(),
+                node: node_name.clone(),
+                kernel: facts.kernel_release.clone(),
+                started,
+                pods: options.pods.clone(),
+                kubelet_root: options.kubelet_root.clone(),
+                errors_only: options.errors_only,
+                syscalls: options.syscalls.clone(),
+                diagnose: diagnose.clone(),
+            },
+        )?),
+        None => None,
+    };
+    let mut tracer = Tracer::start(options.kernel_filter())?;
     let run_facts = RunFacts {
         version: env!("CARGO_PKG_VERSION").to_string(),
         node: node_name.clone(),
@@ -407,7 +452,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         filters: options.filters(),
         started,
     };
-    let diagnoser = Diagnoser::new(&DiagnoseOptions { hung_after: options.hung_after, node_name, host_mntns: own_mount_namespace() });
+    let diagnoser = Diagnoser::new(&diagnose);
     let mut node = LiveNode::new();
     let mut output = Output::chosen(options);
     let mut live = None;
@@ -433,6 +478,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         // latencies even without --histograms.
         book: (exporter.is_some() || output == Output::Live).then(|| LatencyBook::new(started)),
         diagnoser,
+        recorder,
         notes: Notes::default(),
     };
     for warning in &warnings {
@@ -492,7 +538,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
             }
             _ = review.tick() => {
                 let in_flight = sink.in_flight(tracer.calls_in_flight(options.hung_after));
-                let reports = sink.diagnoser.review(&mut Review { now: SystemTime::now(), in_flight: &in_flight, node: &mut node });
+                let reports = sink.review(&mut node, &in_flight);
                 match sink.tell(&reports).and_then(|()| sink.out.flush()) {
                     Ok(()) => {}
                     Err(e) if e.kind() == ErrorKind::BrokenPipe => return Ok(()),
@@ -533,11 +579,24 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     let finish = (|| -> Result<()> {
         tracer.drain(&mut |e| sink.take(e))?;
         let in_flight = sink.in_flight(tracer.calls_in_flight(options.hung_after));
-        let reports = sink.diagnoser.review(&mut Review { now: SystemTime::now(), in_flight: &in_flight, node: &mut node });
+        let reports = sink.review(&mut node, &in_flight);
         sink.tell(&reports)?;
         let untold = sink.diagnoser.untold();
         sink.tell(&untold)?;
         let totals = tracer.totals()?;
+        if let Some(recorder) = sink.recorder.take() {
+            let name = recorder.name().to_string();
+            match recorder.finish(SystemTime::now(), &untold, Some(&totals)) {
+                Ok(saved) if saved.complete => {
+                    sink.notes.add(format!("recorded {} entries to {name} (podstuck replay {name} diagnoses them again)", saved.entries));
+                    if output != Output::Live {
+                        eprintln!("podstuck: recorded {} entries to {name} (podstuck replay {name} diagnoses them again)", saved.entries);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("podstuck: {e}"),
+            }
+        }
         if let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) {
             let run = run_info(options, &start, started, &totals, true);
             exporter

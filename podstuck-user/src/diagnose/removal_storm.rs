@@ -175,7 +175,7 @@ impl RemovalStorm {
                 if rate > 0.0 {
                     let eta = e.entries as f64 / rate;
                     f.detail("eta_s", eta.round());
-                    left_words = format!(" About {bound}{} entries are left: {} more at this rate.", e.entries, human_duration(Duration::from_secs_f64(eta)));
+                    left_words = format!(" About {bound}{} entries are left: {} more at this rate.", e.entries, human_duration(Duration::try_from_secs_f64(eta).unwrap_or(Duration::MAX)));
                 } else {
                     f.detail("eta_s", serde_json::Value::Null);
                     left_words = format!(" {bound}{} entries are left.", e.entries);
