@@ -4,11 +4,14 @@
 //!
 //! Data flows one way through the stages, one module each:
 //! [`collect`] (load the kernel programs, drain records) → [`event`]
-//! (decode) → [`output`] (JSON lines or text). [`preflight`] checks the node
-//! first; [`btf`] reads the struct offsets the kernel programs need.
-//! [`record`] saves what the diagnosis consumed and replays it elsewhere.
-//! [`view`] is `watch`'s live view on a terminal and its plain-text summary.
-//! The `podstuck` binary is a thin clap layer over [`watch`].
+//! (decode) → [`identify`] (absolute path, pod, actor) → [`diagnose`]
+//! (one detector per pathology, asking [`inspect`] for node state) →
+//! [`output`], [`view`], [`latency`]/[`export`] (JSON lines, the live view
+//! and its summary, histogram files). [`preflight`] and [`check`] judge the
+//! node first; [`btf`] reads the struct offsets the kernel programs need.
+//! [`record`] saves what the diagnosis consumed and replays it elsewhere;
+//! [`demo`] is the built-in scenario lab. The `podstuck` binary is a thin
+//! clap layer over [`watch`] and these.
 
 pub mod btf;
 pub mod check;
