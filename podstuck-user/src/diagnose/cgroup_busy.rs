@@ -67,7 +67,7 @@ impl CgroupBusy {
         }
         let mut f = Finding::new(Kind::CgroupBusy, &shown(&path), Severity::Critical, a.first);
         a.stamp(&mut f);
-        let rhythm = a.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default();
+        let rhythm = a.rhythm_words();
         f.evidence("trace", a.trace_words());
         let whose = a.pod.as_ref().map(|p| format!("the cgroup of pod {p}")).unwrap_or_else(|| "the cgroup".into());
         let failed = format!("{}{rhythm}", a.failed_words());

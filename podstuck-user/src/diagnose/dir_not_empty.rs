@@ -27,7 +27,7 @@ impl DirNotEmpty {
         let path = a.path.clone();
         let mut f = Finding::new(Kind::DirNotEmpty, &shown(&path), Severity::Critical, a.first);
         a.stamp(&mut f);
-        let rhythm = a.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default();
+        let rhythm = a.rhythm_words();
         f.evidence("trace", a.trace_words());
         let whose = a.pod.as_ref().map(|p| format!(" of pod {p}")).unwrap_or_default();
         let what = format!("{} cannot remove {}{whose}", a.actor.description, shown(&path));

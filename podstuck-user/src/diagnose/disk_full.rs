@@ -233,8 +233,7 @@ mod tests {
         assert_eq!(f.kind, Kind::ReadOnlyFs);
         assert_eq!(f.fix, "mount -o remount,bind,rw /scratch/ro");
         let mut d = DiskFull::default();
-        let mut node = FakeNode::default();
-        node.mountinfo = "1 0 8:1 / / ro,relatime - ext4 /dev/sda1 ro,errors=remount-ro\n".into();
+        let mut node = FakeNode { mountinfo: "1 0 8:1 / / ro,relatime - ext4 /dev/sda1 ro,errors=remount-ro\n".into(), ..Default::default() };
         let f = &run(&mut d, &mut node, &[unlink(0.0, "kubelet", "/var/x", -libc::EROFS)], 3.0)[0];
         assert_eq!(f.fix, "mount -o remount,rw /");
         assert!(f.summary.contains("after errors"));

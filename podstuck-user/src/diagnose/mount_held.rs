@@ -45,16 +45,14 @@ impl MountHeld {
     fn decide(host_mntns: u32, a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
         let node = &mut *review.node;
         let path = a.path.clone();
-        let in_other_ns = host_mntns != 0 && a.mntns != 0 && a.mntns != host_mntns;
-        let mounts = if in_other_ns { node.mounts_of_process(a.pid).or_else(|_| node.host_mounts()) } else { node.host_mounts() };
-        let mounts = mounts.ok()?;
+        let mounts = a.caller_mounts(host_mntns, node).0.ok()?;
         if mount_containing(&mounts, &path).is_some_and(is_cgroupfs) {
             return None;
         }
         let mount = mount_at(&mounts, &path).cloned();
         let mut f = Finding::new(Kind::MountHeld, &shown(&path), Severity::Critical, a.first);
         a.stamp(&mut f);
-        let rhythm = a.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default();
+        let rhythm = a.rhythm_words();
         f.evidence("trace", a.trace_words());
         let Some(mount) = mount else {
             f.confidence = Confidence::Possible;

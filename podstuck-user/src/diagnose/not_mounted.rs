@@ -31,19 +31,11 @@ impl NotMounted {
         }
         let node = &mut *review.node;
         let path = a.path.clone();
-        let in_other_ns = host_mntns != 0 && a.mntns != 0 && a.mntns != host_mntns;
-        let (mounts, whose) = if in_other_ns {
-            match node.mounts_of_process(a.pid) {
-                Ok(m) => (Ok(m), format!("the mount namespace of pid {}", a.pid)),
-                Err(_) => (node.host_mounts(), "the host mount namespace".to_string()),
-            }
-        } else {
-            (node.host_mounts(), "the host mount namespace".to_string())
-        };
+        let (mounts, whose) = a.caller_mounts(host_mntns, node);
         let severity = if a.area == Some(PathArea::Volume) { Severity::Critical } else { Severity::Warning };
         let mut f = Finding::new(Kind::NotMounted, &shown(&path), severity, a.first);
         a.stamp(&mut f);
-        let rhythm = a.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default();
+        let rhythm = a.rhythm_words();
         f.evidence("trace", a.trace_words());
         let pod = a.pod.as_ref().map(|p| format!(" of pod {p}")).unwrap_or_default();
         match mounts {
@@ -63,10 +55,10 @@ impl NotMounted {
             Err(why) => f.evidence("mountinfo", format!("unreadable: {why}")),
         }
         f.summary = format!(
-            "{} keeps unmounting {}{pod}, which is not mounted: umount2 {}{rhythm}. The unmount is not idempotent (a CSI driver's NodeUnpublishVolume failing for a volume already unmounted), so teardown never finishes.",
+            "{} keeps unmounting {}{pod}, which is not mounted: umount2 fails with EINVAL {} times{rhythm}. The unmount is not idempotent (a CSI driver's NodeUnpublishVolume failing for a volume already unmounted), so teardown never finishes.",
             a.actor.description,
             shown(&path),
-            format!("fails with EINVAL {} times", a.failures)
+            a.failures
         );
         f.fix = format!("rmdir {}", word(&path));
         f.advice.push("upgrade the CSI driver: NodeUnpublishVolume must succeed when the target is not mounted".into());

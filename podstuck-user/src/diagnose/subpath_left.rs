@@ -43,7 +43,7 @@ impl SubpathLeft {
         f.paths = vec![key_mount.mount_point.clone()];
         f.paths.extend(left.iter().filter(|m| m.mount_point != key_mount.mount_point).map(|m| m.mount_point.clone()));
         f.confidence = Confidence::Confirmed;
-        let rhythm = a.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default();
+        let rhythm = a.rhythm_words();
         f.evidence("trace", a.trace_words());
         for m in &left {
             f.evidence("mountinfo", format!("{} is still mounted ({} {}, from {})", shown(&m.mount_point), m.fstype, m.source, shown(&m.root)));

@@ -13,6 +13,7 @@ use super::{Finding, FindingActor};
 use crate::event::{errno_name, syscall_name, CallEvent};
 use crate::identify::pod::{PathArea, PodUid};
 use crate::identify::Identity;
+use crate::inspect::{Mount, NodeInspector, Probe};
 
 /// A single failure becomes a finding once it has stood this long without
 /// a success (when no retry came to show it persists).
@@ -73,6 +74,23 @@ impl Attempts {
 
     pub fn rhythm(&self) -> Option<Rhythm> {
         super::rhythm::recognise(&self.times.iter().copied().collect::<Vec<_>>())
+    }
+
+    /// " on kubelet volume backoff (...)", or nothing when no rhythm is recognised.
+    pub fn rhythm_words(&self) -> String {
+        self.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default()
+    }
+
+    /// The mount table the caller saw, and whose it is in words: its own
+    /// namespace's when that is not the host's (and still readable), else the host's.
+    pub fn caller_mounts(&self, host_mntns: u32, node: &mut dyn NodeInspector) -> (Probe<Vec<Mount>>, String) {
+        let in_other_ns = host_mntns != 0 && self.mntns != 0 && self.mntns != host_mntns;
+        if in_other_ns {
+            if let Ok(mounts) = node.mounts_of_process(self.pid) {
+                return (Ok(mounts), format!("the mount namespace of pid {}", self.pid));
+            }
+        }
+        (node.host_mounts(), "the host mount namespace".to_string())
     }
 
     pub fn errno_name(&self) -> String {

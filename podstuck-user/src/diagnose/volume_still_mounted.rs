@@ -73,7 +73,7 @@ impl VolumeStillMounted {
         let volume = volume_words(&path);
         let mut f = Finding::new(Kind::VolumeStillMounted, &shown(&path), Severity::Critical, a.first);
         a.stamp(&mut f);
-        let rhythm = a.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default();
+        let rhythm = a.rhythm_words();
         let tried = unmounts.get(&path).copied().unwrap_or_default();
         let unmount_words = if tried.count == 0 {
             "no process tried to unmount it, so the volume plugin reported an unmount it did not do".to_string()
