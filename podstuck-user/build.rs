@@ -94,9 +94,10 @@ fn main() {
     build
         .env("PATH", path)
         .env("RUSTC", &rustc)
-        // Only aya-ebpf needs unstable features (asm_experimental_arch); a
-        // global RUSTC_BOOTSTRAP=1 would make aya-build ask for build-std.
-        .env("RUSTC_BOOTSTRAP", "aya_ebpf")
+        // Only aya-ebpf and our programs (an atomic add) need unstable
+        // features (asm_experimental_arch); a global RUSTC_BOOTSTRAP=1
+        // would make aya-build ask for build-std.
+        .env("RUSTC_BOOTSTRAP", "aya_ebpf,podstuck")
         .env("CARGO_ENCODED_RUSTFLAGS", rustflags);
     let status = build.status().unwrap_or_else(|e| fail(&format!("cannot run {cargo}: {e}")));
     if !status.success() {

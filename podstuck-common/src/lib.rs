@@ -22,8 +22,8 @@ pub const BASE_DIR_MAX_DEPTH: u32 = 64;
 /// Byte size of the ring buffer that carries records to user space.
 pub const RING_BUFFER_BYTES: u32 = 16 * 1024 * 1024;
 
-/// How many threads may be inside a traced call at once before the oldest
-/// entry is evicted (LRU); an evicted call is counted, never silently lost.
+/// How many threads may be inside a traced call at once; a call that finds
+/// no room is counted (`ENTRY_NOT_STORED`), never silently lost.
 pub const MAX_CALLS_IN_FLIGHT: u32 = 65_536;
 
 /// The traced system calls. The value is what the kernel programs write in
@@ -122,6 +122,11 @@ pub struct CallRecord {
     pub uid: u32,
     pub comm: [u8; 16],
     pub pcomm: [u8; 16],
+    /// How many completed calls of its series this record stands for: 1,
+    /// plus the calls of the same series that were counted in the kernel
+    /// but not streamed since the series' previous record.
+    pub represents: u32,
+    pub _pad: u32,
 }
 
 /// Byte size of the fixed part of a record.
@@ -129,7 +134,8 @@ pub const CALL_RECORD_BYTES: usize = core::mem::size_of::<CallRecord>();
 
 /// A call that has entered and not yet returned, per thread, in the
 /// `CALLS_IN_FLIGHT` map (key: thread id). User space reads the map to find
-/// calls that hang (a dead NFS or FUSE server).
+/// calls that hang (a dead NFS or FUSE server). Between two calls a
+/// thread's entry stays, with `syscall` set to [`NOT_IN_A_CALL`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CallInFlight {
@@ -145,6 +151,9 @@ pub struct CallInFlight {
     pub _pad: [u8; 7],
 }
 
+/// `CallInFlight::syscall` of a thread that is not inside a traced call.
+pub const NOT_IN_A_CALL: u8 = 0xff;
+
 /// Indices into the per-CPU `COUNTERS` array. User space sums over CPUs.
 pub mod counter {
     /// Completed calls seen, per syscall (index = `Syscall as u32`).
@@ -158,9 +167,121 @@ pub mod counter {
     pub const ENTRY_NOT_STORED: u32 = 6;
     /// Path arguments that could not be read.
     pub const PATH_UNREADABLE: u32 = 7;
+    /// Calls whose series did not fit in the `SERIES` map: counted in the
+    /// per-CPU `SERIES_OVERFLOW` slot of their syscall and outcome instead.
+    pub const SERIES_FULL: u32 = 8;
     /// Size of the array.
-    pub const LEN: u32 = 8;
+    pub const LEN: u32 = 9;
 }
+
+/// Most series the kernel keeps apart at once (a series: one process, in
+/// one cgroup, making one syscall with one outcome). User space removes the
+/// series of processes that have exited once it has read them.
+pub const MAX_SERIES: u32 = 4096;
+
+/// Latency buckets kept per series in the kernel: log-linear, 8 per power
+/// of two (each at most 12.5 % wide), exact below 8 ns, up to 2^42 ns
+/// (73 minutes); longer calls land in the last bucket.
+pub const LATENCY_SUB_BITS: u32 = 3;
+const SUB_BUCKETS: u64 = 1 << LATENCY_SUB_BITS;
+/// Highest power of two with buckets of its own.
+const TOP_POWER: u32 = 41;
+pub const LATENCY_BUCKETS: usize = (SUB_BUCKETS as usize) * (TOP_POWER - LATENCY_SUB_BITS + 2) as usize;
+
+/// Index of the bit set highest in `v` (> 0), by halving: the eBPF target
+/// has no count-leading-zeros instruction.
+#[inline(always)]
+fn highest_bit(mut v: u64) -> u32 {
+    let mut bit = 0;
+    if v >> 32 != 0 {
+        v >>= 32;
+        bit += 32;
+    }
+    if v >> 16 != 0 {
+        v >>= 16;
+        bit += 16;
+    }
+    if v >> 8 != 0 {
+        v >>= 8;
+        bit += 8;
+    }
+    if v >> 4 != 0 {
+        v >>= 4;
+        bit += 4;
+    }
+    if v >> 2 != 0 {
+        v >>= 2;
+        bit += 2;
+    }
+    if v >> 1 != 0 {
+        bit += 1;
+    }
+    bit
+}
+
+/// The bucket of a latency in nanoseconds; always `< LATENCY_BUCKETS`.
+#[inline(always)]
+pub fn latency_bucket(ns: u64) -> usize {
+    if ns < SUB_BUCKETS {
+        return ns as usize;
+    }
+    let power = highest_bit(ns);
+    if power > TOP_POWER {
+        return LATENCY_BUCKETS - 1;
+    }
+    let sub = (ns >> (power - LATENCY_SUB_BITS)) & (SUB_BUCKETS - 1);
+    ((power - LATENCY_SUB_BITS + 1) as u64 * SUB_BUCKETS + sub) as usize
+}
+
+/// The lowest and highest latency (ns, inclusive) of a bucket.
+pub fn latency_bucket_range(index: usize) -> (u64, u64) {
+    let sub_buckets = SUB_BUCKETS as usize;
+    if index < sub_buckets {
+        return (index as u64, index as u64);
+    }
+    let power = (index / sub_buckets) as u32 + LATENCY_SUB_BITS - 1;
+    let sub = (index % sub_buckets) as u64;
+    let width = 1u64 << (power - LATENCY_SUB_BITS);
+    let low = (1u64 << power) + sub * width;
+    (low, low + width - 1)
+}
+
+/// A series as the kernel keys it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SeriesKey {
+    /// cgroup v2 id of the caller.
+    pub cgroup_id: u64,
+    /// The process (tgid).
+    pub pid: u32,
+    /// 0 for a call that succeeded, else its errno.
+    pub errno: u16,
+    pub syscall: u8,
+    pub _pad: u8,
+}
+
+/// What the kernel keeps of a series: exact count, sum and latency buckets
+/// (added atomically, so they stay exact whatever the ring buffer does), and
+/// the state that decides which of its calls are streamed one by one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SeriesValue {
+    pub count: u64,
+    pub sum_ns: u64,
+    /// Calls counted since the series' last streamed record.
+    pub pending: u64,
+    /// Start (bpf_ktime_get_ns) of the current streaming window, and
+    /// records streamed in it.
+    pub window_start_ns: u64,
+    pub window_streamed: u64,
+    pub buckets: [u64; LATENCY_BUCKETS],
+}
+
+/// Index in `SERIES_OVERFLOW` of a call whose series found `SERIES` full.
+pub fn series_overflow_slot(syscall: u8, failed: bool) -> u32 {
+    syscall as u32 * 2 + failed as u32
+}
+pub const SERIES_OVERFLOW_SLOTS: u32 = 8;
 
 /// Offsets of the kernel struct members the programs follow, in bytes, read
 /// from `/sys/kernel/btf/vmlinux` at start-up (Rust eBPF has no CO-RE yet).
@@ -200,6 +321,12 @@ pub struct KernelOffsets {
     pub mount_mnt: u64,
     pub mount_parent: u64,
     pub mount_mountpoint: u64,
+    /// Where a syscall's first three arguments sit in `struct pt_regs`
+    /// (x86_64: di, si, dx): the fentry programs on the syscall functions
+    /// get the caller's registers, not the arguments.
+    pub regs_arg: [u64; 3],
+    /// Where the syscall number sits in `struct pt_regs` (x86_64: orig_ax).
+    pub regs_nr: u64,
 }
 
 /// What the kernel programs stream and count, set by user space before
@@ -213,6 +340,14 @@ pub struct KernelFilter {
     pub syscalls: u32,
     /// Non-zero: stream failed calls only.
     pub errors_only: u32,
+    /// Non-zero: stream every call (no per-series budget).
+    pub every_call: u32,
+    /// Records a series may stream per window; calls beyond it are counted
+    /// and carried by the series' next record (`CallRecord::represents`).
+    pub window_budget: u32,
+    pub window_ns: u64,
+    /// A call at least this long is streamed whatever the budget.
+    pub slow_ns: u64,
 }
 
 #[cfg(feature = "user")]
@@ -222,4 +357,6 @@ mod user {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::KernelFilter {}
     unsafe impl aya::Pod for super::CallInFlight {}
+    unsafe impl aya::Pod for super::SeriesKey {}
+    unsafe impl aya::Pod for super::SeriesValue {}
 }

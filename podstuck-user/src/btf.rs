@@ -220,7 +220,32 @@ impl Btf {
             mount_mnt: self.offset_of("mount", &["mnt"])?,
             mount_parent: self.offset_of("mount", &["mnt_parent"])?,
             mount_mountpoint: self.offset_of("mount", &["mnt_mountpoint"])?,
+            regs_arg: self.syscall_arg_registers()?,
+            regs_nr: self.syscall_nr_register()?,
         })
+    }
+
+    /// Offsets in `struct pt_regs` of a syscall's first three arguments.
+    #[cfg(target_arch = "x86_64")]
+    fn syscall_arg_registers(&self) -> Result<[u64; 3]> {
+        Ok([self.offset_of("pt_regs", &["di"])?, self.offset_of("pt_regs", &["si"])?, self.offset_of("pt_regs", &["dx"])?])
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn syscall_arg_registers(&self) -> Result<[u64; 3]> {
+        // The user_pt_regs at the start: regs[31], 8 bytes each.
+        let regs = self.offset_of("pt_regs", &["regs"])?;
+        Ok([regs, regs + 8, regs + 16])
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn syscall_nr_register(&self) -> Result<u64> {
+        self.offset_of("pt_regs", &["orig_ax"])
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn syscall_nr_register(&self) -> Result<u64> {
+        self.offset_of("pt_regs", &["syscallno"])
     }
 }
 

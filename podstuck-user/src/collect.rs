@@ -1,6 +1,7 @@
 //! Loads podstuck's kernel programs, attaches them, and drains what they
-//! send: decoded call events from the ring buffer, and the per-CPU counters
-//! that stay exact when the ring buffer overflows.
+//! send: decoded call events from the ring buffer, the per-CPU counters and
+//! the per-series counts and latency buckets that stay exact when the ring
+//! buffer overflows.
 //!
 //! Nothing is pinned: every program and map lives as long as the
 //! [`Tracer`], so dropping it (or the process dying, even by SIGKILL)
@@ -11,21 +12,24 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::TracePoint;
+use aya::programs::{FEntry, FExit, TracePoint};
 use aya::{Ebpf, EbpfLoader};
-use podstuck_common::{counter, CallInFlight, KernelFilter, Syscall, PATH_MAX};
+use podstuck_common::{
+    counter, CallInFlight, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
+    PATH_MAX, SERIES_OVERFLOW_SLOTS,
+};
 use tokio::io::unix::AsyncFd;
 
 use crate::btf::{Btf, VMLINUX_BTF};
 use crate::event::{decode, CallEvent, DecodeError, WallClock};
 
 /// The eBPF object built from `podstuck-ebpf` by this crate's build script.
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
+pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
 
 /// (program, tracepoint in the `syscalls` category). Exits come first so
 /// that a call entered before attaching is counted as such at its exit,
 /// rather than leaving an entry with no exit.
-const PROBES: [(&str, &str); 8] = [
+const TRACEPOINTS: [(&str, &str); 8] = [
     ("exit_unlinkat", "sys_exit_unlinkat"),
     ("exit_unlink", "sys_exit_unlink"),
     ("exit_rmdir", "sys_exit_rmdir"),
@@ -35,6 +39,140 @@ const PROBES: [(&str, &str); 8] = [
     ("enter_rmdir", "sys_enter_rmdir"),
     ("enter_umount", "sys_enter_umount"),
 ];
+
+/// (fexit program, fentry program, syscall function without its arch prefix).
+const TRAMPOLINES: [(&str, &str, &str); 4] = [
+    ("fexit_unlinkat", "fentry_unlinkat", "sys_unlinkat"),
+    ("fexit_unlink", "fentry_unlink", "sys_unlink"),
+    ("fexit_rmdir", "fentry_rmdir", "sys_rmdir"),
+    ("fexit_umount", "fentry_umount", "sys_umount"),
+];
+
+/// The prefix of this architecture's syscall functions.
+#[cfg(target_arch = "x86_64")]
+pub const SYSCALL_PREFIX: &str = "__x64_";
+#[cfg(target_arch = "aarch64")]
+pub const SYSCALL_PREFIX: &str = "__arm64_";
+
+/// Where the programs attach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachPoint {
+    /// fentry/fexit where the kernel has BPF trampolines, else tracepoints.
+    Auto,
+    /// fentry/fexit on the syscall functions: they run for the traced
+    /// syscalls only.
+    Fentry,
+    /// The syscall enter/exit tracepoints: every syscall of every task pays
+    /// for their slow path while they are attached.
+    Tracepoint,
+}
+
+impl AttachPoint {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachPoint::Auto => "auto",
+            AttachPoint::Fentry => "fentry",
+            AttachPoint::Tracepoint => "tracepoint",
+        }
+    }
+}
+
+/// How the tracer is set up.
+#[derive(Clone, Copy, Debug)]
+pub struct TracerOptions {
+    pub filter: KernelFilter,
+    pub attach: AttachPoint,
+    /// Ring buffer size in bytes (a power of two, at least a page); the
+    /// default is `RING_BUFFER_BYTES`.
+    pub ring_buffer_bytes: Option<u32>,
+}
+
+/// Records a series may stream per window, and the window: past that, its
+/// calls are counted in the kernel and carried by its next record. 500 a
+/// second per process and outcome is far more than any detector needs,
+/// and a storm of millions costs user space next to nothing.
+pub const WINDOW_BUDGET: u32 = 50;
+pub const WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+/// A call this slow is streamed whatever the budget.
+pub const SLOW_CALL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The kernel's filter: the syscalls to stream (bit `Syscall as u8`),
+/// failed calls only, or every call past the streaming budget.
+pub fn kernel_filter(syscalls: u32, errors_only: bool, every_call: bool) -> KernelFilter {
+    KernelFilter {
+        syscalls,
+        errors_only: errors_only as u32,
+        every_call: every_call as u32,
+        window_budget: WINDOW_BUDGET,
+        window_ns: WINDOW.as_nanos() as u64,
+        slow_ns: SLOW_CALL.as_nanos() as u64,
+    }
+}
+
+/// What a series counted since it was last read: the kernel keeps the
+/// running totals, user space the difference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeriesDelta {
+    /// The process and its cgroup; `None` for calls counted while the
+    /// series map was full (who made them is unknown).
+    pub caller: Option<(u32, u64)>,
+    pub syscall: Syscall,
+    /// 0 for success; for an overflow slot, any failure is `u16::MAX`.
+    pub errno: u16,
+    pub count: u64,
+    pub sum_ns: u64,
+    /// (bucket index, calls), non-zero only.
+    pub buckets: Vec<(usize, u64)>,
+}
+
+/// A series' running totals as last read.
+#[derive(Clone)]
+struct SeriesSnapshot {
+    count: u64,
+    sum_ns: u64,
+    buckets: Box<[u64; LATENCY_BUCKETS]>,
+}
+
+impl SeriesSnapshot {
+    fn empty() -> SeriesSnapshot {
+        SeriesSnapshot { count: 0, sum_ns: 0, buckets: Box::new([0; LATENCY_BUCKETS]) }
+    }
+
+    /// What `now` adds to this snapshot, which becomes `now`.
+    fn advance(&mut self, count: u64, sum_ns: u64, buckets: &[u64; LATENCY_BUCKETS]) -> Option<(u64, u64, Vec<(usize, u64)>)> {
+        if count == self.count {
+            return None;
+        }
+        let changed = buckets
+            .iter()
+            .zip(self.buckets.iter())
+            .enumerate()
+            .filter(|(_, (now, before))| now != before)
+            .map(|(i, (now, before))| (i, now.wrapping_sub(*before)))
+            .collect();
+        let delta = (count.wrapping_sub(self.count), sum_ns.wrapping_sub(self.sum_ns), changed);
+        self.count = count;
+        self.sum_ns = sum_ns;
+        self.buckets.copy_from_slice(buckets);
+        Some(delta)
+    }
+}
+
+/// One program's runs and the time spent in them, as the kernel counts
+/// them with BPF run-time statistics on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgramCost {
+    pub name: String,
+    pub runs: u64,
+    pub run_time_ns: u64,
+}
+
+impl std::fmt::Display for ProgramCost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per_run = if self.runs == 0 { 0.0 } else { self.run_time_ns as f64 / self.runs as f64 };
+        write!(f, "{} {} runs, {:.0} ns per run", self.name, self.runs, per_run)
+    }
+}
 
 /// A call in flight as the kernel keeps it, with its path argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +228,9 @@ pub struct RunTotals {
     pub entries_not_stored: u64,
     pub paths_unreadable: u64,
     pub records_undecodable: u64,
+    /// Calls counted while the series map was full (still in the totals
+    /// and histograms, without their process).
+    pub calls_outside_series: u64,
 }
 
 /// The loaded, attached programs and the maps user space reads.
@@ -99,40 +240,102 @@ pub struct Tracer {
     ring: AsyncFd<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
     in_flight: BpfHashMap<MapData, u32, CallInFlight>,
+    series: BpfHashMap<MapData, KernelSeriesKey, SeriesValue>,
+    series_overflow: PerCpuArray<MapData, SeriesValue>,
+    series_read: std::collections::HashMap<KernelSeriesKey, SeriesSnapshot>,
+    overflow_read: Vec<SeriesSnapshot>,
     clock: WallClock,
     program_ids: Vec<u32>,
+    attached: AttachPoint,
     events_seen: u64,
     records_undecodable: u64,
 }
 
+/// Loads the embedded object with the node's offsets and the filter.
+pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions) -> Result<Ebpf> {
+    let mut loader = EbpfLoader::new();
+    loader.override_global("OFFSETS", offsets, true).override_global("FILTER", &options.filter, true);
+    if let Some(bytes) = options.ring_buffer_bytes {
+        loader.map_max_entries("EVENTS", bytes);
+    }
+    loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
+}
+
+/// Attaches the fentry/fexit pair of every syscall; the ids of the programs.
+fn attach_trampolines(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
+    let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF for fentry")?;
+    let mut ids = Vec::new();
+    // Exits first, as with the tracepoints.
+    for (exit, _, function) in TRAMPOLINES {
+        let function = format!("{SYSCALL_PREFIX}{function}");
+        let program: &mut FExit = ebpf.program_mut(exit).with_context(|| format!("program {exit} missing"))?.try_into()?;
+        program.load(&function, &btf).with_context(|| format!("loading {exit} on {function}"))?;
+        program.attach().with_context(|| format!("attaching fexit to {function}"))?;
+        ids.push(program.info()?.id());
+    }
+    for (_, entry, function) in TRAMPOLINES {
+        let function = format!("{SYSCALL_PREFIX}{function}");
+        let program: &mut FEntry = ebpf.program_mut(entry).with_context(|| format!("program {entry} missing"))?.try_into()?;
+        program.load(&function, &btf).with_context(|| format!("loading {entry} on {function}"))?;
+        program.attach().with_context(|| format!("attaching fentry to {function}"))?;
+        ids.push(program.info()?.id());
+    }
+    Ok(ids)
+}
+
+fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for (name, tracepoint) in TRACEPOINTS {
+        let program: &mut TracePoint =
+            ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?.try_into()?;
+        program.load().with_context(|| format!("loading program {name}"))?;
+        program
+            .attach("syscalls", tracepoint)
+            .with_context(|| format!("attaching to tracepoint syscalls:{tracepoint}"))?;
+        ids.push(program.info()?.id());
+    }
+    Ok(ids)
+}
+
 impl Tracer {
-    /// Loads and attaches every program, streaming what `filter` lets
+    /// Loads and attaches every program, streaming what the filter lets
     /// through (every call is counted regardless). Must run inside a tokio
     /// runtime.
-    pub fn start(filter: KernelFilter) -> Result<Tracer> {
+    pub fn start(options: TracerOptions) -> Result<Tracer> {
         let offsets = Btf::from_file(Path::new(VMLINUX_BTF))?
             .kernel_offsets()
             .context("finding task_struct and namespace layouts in the kernel's BTF")?;
-        let mut ebpf = EbpfLoader::new()
-            .override_global("OFFSETS", &offsets, true)
-            .override_global("FILTER", &filter, true)
-            .load(EBPF_OBJECT)
-            .context("loading podstuck's kernel programs (the verifier's log above says why)")?;
-        let mut program_ids = Vec::new();
-        for (name, tracepoint) in PROBES {
-            let program: &mut TracePoint = ebpf
-                .program_mut(name)
-                .with_context(|| format!("program {name} missing from the embedded object"))?
-                .try_into()?;
-            program.load().with_context(|| format!("loading program {name}"))?;
-            program
-                .attach("syscalls", tracepoint)
-                .with_context(|| format!("attaching to tracepoint syscalls:{tracepoint}"))?;
-            program_ids.push(program.info()?.id());
-        }
+        let (mut ebpf, program_ids, attached) = match options.attach {
+            AttachPoint::Tracepoint => {
+                let mut ebpf = load_object(&offsets, &options)?;
+                let ids = attach_tracepoints(&mut ebpf)?;
+                (ebpf, ids, AttachPoint::Tracepoint)
+            }
+            AttachPoint::Fentry => {
+                let mut ebpf = load_object(&offsets, &options)?;
+                let ids = attach_trampolines(&mut ebpf)?;
+                (ebpf, ids, AttachPoint::Fentry)
+            }
+            AttachPoint::Auto => {
+                let mut ebpf = load_object(&offsets, &options)?;
+                match attach_trampolines(&mut ebpf) {
+                    Ok(ids) => (ebpf, ids, AttachPoint::Fentry),
+                    Err(e) => {
+                        eprintln!("podstuck: fentry/fexit unavailable ({e:#}): using the syscall tracepoints, which slow every syscall a little more");
+                        // A fresh object: the half-attached one goes with its links.
+                        drop(ebpf);
+                        let mut ebpf = load_object(&offsets, &options)?;
+                        let ids = attach_tracepoints(&mut ebpf)?;
+                        (ebpf, ids, AttachPoint::Tracepoint)
+                    }
+                }
+            }
+        };
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
+        let series = BpfHashMap::try_from(ebpf.take_map("SERIES").context("SERIES map missing")?)?;
+        let series_overflow = PerCpuArray::try_from(ebpf.take_map("SERIES_OVERFLOW").context("SERIES_OVERFLOW map missing")?)?;
         // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
         // for as long as it lives, which is as long as the AsyncFd.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
@@ -143,11 +346,84 @@ impl Tracer {
             ring,
             counters,
             in_flight,
+            series,
+            series_overflow,
+            series_read: std::collections::HashMap::new(),
+            overflow_read: (0..SERIES_OVERFLOW_SLOTS).map(|_| SeriesSnapshot::empty()).collect(),
             clock: WallClock::now(),
             program_ids,
+            attached,
             events_seen: 0,
             records_undecodable: 0,
         })
+    }
+
+    /// What each program cost so far, when BPF run-time statistics are on.
+    pub fn program_costs(&self) -> Vec<ProgramCost> {
+        let mut costs: Vec<ProgramCost> = aya::programs::loaded_programs()
+            .filter_map(|p| p.ok())
+            .filter(|p| self.program_ids.contains(&p.id()))
+            .map(|p| ProgramCost {
+                name: p.name_as_str().unwrap_or("?").to_string(),
+                runs: p.run_count(),
+                run_time_ns: p.run_time().as_nanos() as u64,
+            })
+            .collect();
+        costs.sort_by(|a, b| a.name.cmp(&b.name));
+        costs
+    }
+
+    /// Where the programs attached (never `Auto`).
+    pub fn attach_point(&self) -> AttachPoint {
+        self.attached
+    }
+
+    /// What every series counted since the last call, read from the kernel.
+    /// Series of processes that have exited are read one last time and
+    /// removed from the kernel's map, which keeps it from filling up.
+    pub fn series_deltas(&mut self) -> Vec<SeriesDelta> {
+        let mut deltas = Vec::new();
+        let mut gone = Vec::new();
+        let mut current: Vec<(KernelSeriesKey, SeriesValue)> = Vec::new();
+        for item in self.series.iter() {
+            let Ok((key, value)) = item else { continue };
+            current.push((key, value));
+        }
+        for (key, value) in &current {
+            let Some(syscall) = Syscall::from_u8(key.syscall) else { continue };
+            let snapshot = self.series_read.entry(*key).or_insert_with(SeriesSnapshot::empty);
+            if let Some((count, sum_ns, buckets)) = snapshot.advance(value.count, value.sum_ns, &value.buckets) {
+                deltas.push(SeriesDelta { caller: Some((key.pid, key.cgroup_id)), syscall, errno: key.errno, count, sum_ns, buckets });
+            }
+            // Read after its last call: nothing more can come to it (a
+            // reused pid makes a new series from scratch).
+            if !Path::new(&format!("/proc/{}", key.pid)).exists() {
+                gone.push(*key);
+            }
+        }
+        for key in gone {
+            let _ = self.series.remove(&key);
+            self.series_read.remove(&key);
+        }
+        for slot in 0..SERIES_OVERFLOW_SLOTS {
+            let Ok(per_cpu) = self.series_overflow.get(&slot, 0) else { continue };
+            let mut count = 0u64;
+            let mut sum_ns = 0u64;
+            let mut buckets = Box::new([0u64; LATENCY_BUCKETS]);
+            for value in per_cpu.iter() {
+                count += value.count;
+                sum_ns += value.sum_ns;
+                for (total, n) in buckets.iter_mut().zip(value.buckets.iter()) {
+                    *total += n;
+                }
+            }
+            let Some(syscall) = Syscall::from_u8((slot / 2) as u8) else { continue };
+            if let Some((count, sum_ns, buckets)) = self.overflow_read[slot as usize].advance(count, sum_ns, &buckets) {
+                let errno = if slot % 2 == 1 { u16::MAX } else { 0 };
+                deltas.push(SeriesDelta { caller: None, syscall, errno, count, sum_ns, buckets });
+            }
+        }
+        deltas
     }
 
     /// Kernel ids of the loaded programs.
@@ -187,20 +463,24 @@ impl Tracer {
     /// Calls entered at least `min_age` ago and not returned, from the
     /// kernel's in-flight map, with their path read from the caller's memory
     /// (the argument is still there: the caller is inside the call).
-    pub fn calls_in_flight(&self, min_age: std::time::Duration) -> Vec<Flight> {
+    pub fn calls_in_flight(&mut self, min_age: std::time::Duration) -> Vec<Flight> {
         let now = std::time::SystemTime::now();
         let mut found = Vec::new();
+        let mut gone = Vec::new();
         for item in self.in_flight.iter() {
             let Ok((tid, entry)) = item else { continue };
-            let Some(syscall) = Syscall::from_u8(entry.syscall) else { continue };
             let started = self.clock.to_wall(entry.enter_ns);
             if now.duration_since(started).unwrap_or_default() < min_age {
                 continue;
             }
-            // An entry whose thread is gone (killed inside the call) is not a call.
+            // The entry of a thread gone (exited, or killed inside a call) is
+            // removed, so the map never fills with them.
             if !Path::new(&format!("/proc/{tid}")).exists() {
+                gone.push(tid);
                 continue;
             }
+            // Between two calls.
+            let Some(syscall) = Syscall::from_u8(entry.syscall) else { continue };
             found.push(Flight {
                 tid,
                 pid: entry.pid,
@@ -210,6 +490,9 @@ impl Tracer {
                 started,
                 path: read_user_string(entry.pid, entry.path_ptr),
             });
+        }
+        for tid in gone {
+            let _ = self.in_flight.remove(&tid);
         }
         found
     }
@@ -233,6 +516,7 @@ impl Tracer {
             entries_not_stored: self.counter(counter::ENTRY_NOT_STORED)?,
             paths_unreadable: self.counter(counter::PATH_UNREADABLE)?,
             records_undecodable: self.records_undecodable,
+            calls_outside_series: self.counter(counter::SERIES_FULL)?,
         })
     }
 }

@@ -13,6 +13,7 @@
 //! [`demo`] is the built-in scenario lab. The `podstuck` binary is a thin
 //! clap layer over [`watch`] and these.
 
+pub mod attach_cost;
 pub mod btf;
 pub mod check;
 pub mod collect;
@@ -27,6 +28,7 @@ pub mod output;
 pub mod preflight;
 pub mod record;
 pub mod report;
+pub mod series;
 pub mod view;
 pub mod watch;
 

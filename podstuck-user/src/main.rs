@@ -7,6 +7,7 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use podstuck::collect::AttachPoint;
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
 use podstuck::watch::{watch, NodeNotReady, WatchOptions};
@@ -53,6 +54,14 @@ enum Command {
         /// How long to trace the demo node before printing the diagnosis and cleaning up.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
         duration: Duration,
+    },
+    /// What attaching alone costs, per mechanism (run by `cargo xtask bench`).
+    #[command(hide = true)]
+    AttachCost {
+        #[arg(value_enum)]
+        mechanism: podstuck::attach_cost::Mechanism,
+        #[arg(long)]
+        kernel_cost: bool,
     },
     /// One of the demo's stand-in daemons (run by `podstuck demo`).
     #[command(hide = true)]
@@ -116,6 +125,30 @@ struct WatchArgs {
     /// Trace even if another podstuck already traces this node (each adds its own cost).
     #[arg(long)]
     concurrent: bool,
+    /// Stream every call one by one, as strace would. By default a process streams up to 50 calls
+    /// per outcome every 100 ms and the kernel counts the rest (counts and histograms are exact either way).
+    #[arg(long)]
+    every_call: bool,
+    /// Where the kernel programs attach: fentry/fexit on the syscall functions (cheapest), the syscall
+    /// tracepoints, or auto (fentry where the kernel has BPF trampolines).
+    #[arg(long, value_enum, default_value = "auto")]
+    attach: AttachPoint,
+    /// Size of the ring buffer that carries calls to podstuck, in KiB (a power of two, at least 4).
+    #[arg(long, value_name = "KIB", value_parser = ring_buffer_kib)]
+    ring_buffer_kib: Option<u32>,
+    /// Measure what each kernel program costs per call (turns on the kernel's BPF run-time
+    /// statistics while podstuck runs) and print it at the end.
+    #[arg(long)]
+    kernel_cost: bool,
+}
+
+/// A ring buffer size the kernel accepts: a power of two of whole pages.
+fn ring_buffer_kib(value: &str) -> Result<u32, String> {
+    let kib: u32 = value.parse().map_err(|_| format!("{value} is not a number of KiB (e.g. 16384)"))?;
+    if kib < 4 || !kib.is_power_of_two() || kib > 1 << 21 {
+        return Err(format!("{kib} KiB: the ring buffer must be a power of two between 4 KiB and 2 GiB (e.g. 16384)"));
+    }
+    Ok(kib)
 }
 
 impl WatchArgs {
@@ -144,6 +177,10 @@ impl WatchArgs {
             hung_after: self.hung_after,
             concurrent: self.concurrent,
             record,
+            every_call: self.every_call,
+            attach: self.attach,
+            ring_buffer_bytes: self.ring_buffer_kib.map(|kib| kib * 1024),
+            kernel_cost: self.kernel_cost,
         })
     }
 }
@@ -179,6 +216,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Report { dir, json } => podstuck::report::report(&dir, json),
         Command::Demo { json, duration } => runtime.block_on(podstuck::demo::demo(&podstuck::demo::DemoOptions { json, duration })),
+        Command::AttachCost { mechanism, kernel_cost } => runtime.block_on(podstuck::attach_cost::run(mechanism, kernel_cost)),
         Command::DemoActor { comm, op, path } => podstuck::demo::actor(&comm, &op, &path),
         Command::Check { kubelet_root } => match podstuck::check::check(&kubelet_root) {
             Ok(true) => Ok(()),

@@ -68,6 +68,8 @@ struct EventLine<'a> {
     ret: i64,
     errno: Option<String>,
     latency_ns: u64,
+    /// Calls of the same series this line stands for (itself included).
+    represents: u64,
     pod_uid: Option<&'a PodUid>,
     container_id: Option<&'a ContainerId>,
     path_area: Option<PathArea>,
@@ -117,6 +119,7 @@ pub fn event_json(event: &CallEvent, identity: &Identity) -> String {
         ret: event.ret,
         errno: event.errno().map(errno_name),
         latency_ns: event.latency_ns,
+        represents: event.represents,
         pod_uid: identity.pod_uid.as_ref(),
         container_id: identity.container_id.as_ref(),
         path_area: identity.path_area,
@@ -195,8 +198,13 @@ pub fn event_text(event: &CallEvent, identity: &Identity) -> String {
         Some(uid) => format!(" pod={uid}"),
         None => String::new(),
     };
+    // Calls counted in the kernel and not streamed are said, not hidden.
+    let more = match event.represents {
+        0 | 1 => String::new(),
+        n => format!(" (+{} more like it, counted)", n - 1),
+    };
     format!(
-        "{clock} {call:<24} {outcome:<9} {lat:>9}  {actor}[{pid}] <- {pcomm}[{ppid}]{pod}  {path}{status}",
+        "{clock} {call:<24} {outcome:<9} {lat:>9}  {actor}[{pid}] <- {pcomm}[{ppid}]{pod}  {path}{status}{more}",
         lat = latency_text(event.latency_ns),
         actor = identity.actor.description,
         pid = event.pid,
@@ -216,6 +224,11 @@ pub struct StartLine {
     /// Kernel ids of the loaded programs, so anyone can check they are gone
     /// after podstuck exits.
     pub program_ids: Vec<u32>,
+    /// Where they attached: "fentry" or "tracepoint".
+    pub attach: &'static str,
+    /// Whether every call is streamed, or a budget per series (the rest
+    /// carried by `represents`).
+    pub every_call: bool,
     /// The filters in force: pods followed (empty = the whole node), the
     /// kubelet root used to recognise them, syscalls streamed, errors only.
     pub pods: Vec<PodUid>,
@@ -239,6 +252,7 @@ struct EndLine<'a> {
     entries_not_stored: u64,
     paths_unreadable: u64,
     records_undecodable: u64,
+    calls_outside_series: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     stopped_by: Option<&'a str>,
 }
@@ -319,6 +333,7 @@ pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
         entries_not_stored: totals.entries_not_stored,
         paths_unreadable: totals.paths_unreadable,
         records_undecodable: totals.records_undecodable,
+        calls_outside_series: totals.calls_outside_series,
         stopped_by,
     };
     serde_json::to_string(&line).expect("end line serialises")
@@ -327,11 +342,14 @@ pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
 pub fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
     let calls: Vec<String> = calls_by_name(totals).iter().map(|(k, v)| format!("{k} {v}")).collect();
     let mut text = format!(
-        "podstuck: {} events seen, {} lost (ring buffer full); calls counted in the kernel: {}",
+        "podstuck: calls counted in the kernel: {}; {} events seen (calls streamed one by one), {} lost (ring buffer full)",
+        calls.join(", "),
         totals.events_seen,
         totals.events_lost,
-        calls.join(", ")
     );
+    if totals.calls_outside_series > 0 {
+        let _ = write!(text, "; {} counted without their process (series map full)", totals.calls_outside_series);
+    }
     if totals.calls_without_entry > 0 {
         let _ = write!(text, "; {} calls already in flight at start", totals.calls_without_entry);
     }
@@ -380,7 +398,7 @@ mod tests {
         let v: Value = serde_json::from_str(&line).unwrap();
         for key in [
             "type", "ts", "pid", "tid", "comm", "ppid", "pcomm", "cgroup_id", "mntns", "uid", "syscall", "flags", "dfd",
-            "path", "ret", "errno", "latency_ns", "abs_path", "pod_uid", "container_id", "actor", "match",
+            "path", "ret", "errno", "latency_ns", "represents", "abs_path", "pod_uid", "container_id", "actor", "match",
         ] {
             assert!(v.get(key).is_some(), "missing {key} in {line}");
         }

@@ -17,12 +17,13 @@ use podstuck_common::{KernelFilter, Syscall};
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::collect::{Flight, RunTotals, Tracer};
+use crate::collect::{kernel_filter, AttachPoint, Flight, RunTotals, Tracer, TracerOptions};
 use crate::diagnose::{CallInFlight, DiagnoseOptions, Diagnoser, Report, Review};
 use crate::event::{syscall_name, BaseDir, CallEvent, DecodeError, PathStatus, AT_FDCWD};
 use crate::export::{Exporter, RunInfo};
 use crate::inspect::live::LiveNode;
 use crate::latency::LatencyBook;
+use crate::series::{Attribution, SeriesNames};
 use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
 use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, rfc3339, start_json, StartLine};
@@ -62,6 +63,15 @@ pub struct WatchOptions {
     pub concurrent: bool,
     /// Save what the diagnosis sees to this file (`podstuck record`).
     pub record: Option<PathBuf>,
+    /// Stream every call, past the per-series budget (costs user space a
+    /// storm's worth of records; the counts are exact either way).
+    pub every_call: bool,
+    pub attach: AttachPoint,
+    /// Ring buffer size in bytes; default `RING_BUFFER_BYTES`.
+    pub ring_buffer_bytes: Option<u32>,
+    /// Turn on the kernel's BPF run-time statistics and say what each
+    /// program cost per run at the end.
+    pub kernel_cost: bool,
 }
 
 impl Default for WatchOptions {
@@ -81,6 +91,10 @@ impl Default for WatchOptions {
             hung_after: Duration::from_secs(5),
             concurrent: false,
             record: None,
+            every_call: false,
+            attach: AttachPoint::Auto,
+            ring_buffer_bytes: None,
+            kernel_cost: false,
         }
     }
 }
@@ -96,10 +110,8 @@ impl WatchOptions {
     }
 
     fn kernel_filter(&self) -> KernelFilter {
-        KernelFilter {
-            syscalls: self.syscalls().iter().fold(0, |mask, s| mask | 1 << *s as u32),
-            errors_only: self.errors_only as u32,
-        }
+        let syscalls = self.syscalls().iter().fold(0, |mask, s| mask | 1 << *s as u32);
+        kernel_filter(syscalls, self.errors_only, self.every_call)
     }
 
     /// "the whole node" or "pod <uid>, pod <uid>"; plus the kernel filters.
@@ -202,6 +214,8 @@ struct Sink {
     identifier: Identifier,
     filter: PodFilter,
     book: Option<LatencyBook>,
+    /// Who the kernel's series are, learnt from the calls streamed.
+    names: SeriesNames,
     diagnoser: Diagnoser,
     /// `podstuck record`: every admitted call and every review, saved.
     recorder: Option<Recorder<File>>,
@@ -214,11 +228,13 @@ impl Sink {
         match decoded {
             Ok(event) => {
                 let identity = self.identifier.identify(&event);
-                if !self.filter.admits(&identity) {
-                    return Ok(());
+                let admitted = self.filter.admits(&identity);
+                if self.book.is_some() {
+                    let who = admitted.then(|| Attribution { role: identity.actor.role, pod: identity.pod_uid.clone() });
+                    self.names.observe(&event, who);
                 }
-                if let Some(book) = self.book.as_mut() {
-                    book.record(&event, &identity);
+                if !admitted {
+                    return Ok(());
                 }
                 self.diagnoser.observe(&event, &identity);
                 let stopped = self.recorder.as_mut().and_then(|r| r.add_call(&event, &identity).err());
@@ -252,6 +268,22 @@ impl Sink {
 }
 
 impl Sink {
+    /// Reads what the kernel counted since last time into the latency book
+    /// (exact, whatever was streamed). Done even without a book: reading
+    /// is what frees the series of exited processes in the kernel.
+    fn harvest(&mut self, tracer: &mut Tracer) {
+        let deltas = tracer.series_deltas();
+        let Some(book) = self.book.as_mut() else { return };
+        let (identifier, filter) = (&mut self.identifier, &self.filter);
+        let named = |pid: u32, cgroup_id: u64| {
+            let identity = identifier.identify(&process_event(pid, pid, cgroup_id));
+            filter.admits(&identity).then(|| Attribution { role: identity.actor.role, pod: identity.pod_uid })
+        };
+        // Calls counted without their process can only be the node's.
+        let orphans = filter.is_whole_node().then(|| Attribution { role: crate::identify::actor::Role::Other, pod: None });
+        self.names.apply(deltas, book, SystemTime::now(), named, orphans);
+    }
+
     /// One diagnosis review at `now`; recorded, questions to the node and
     /// all, when recording.
     fn review(&mut self, node: &mut LiveNode, in_flight: &[CallInFlight]) -> Vec<Report> {
@@ -310,9 +342,6 @@ impl Sink {
 /// caller's cwd or dirfd (readlink of /proc links never touches the
 /// filesystem behind them, which may be the one that hangs).
 fn event_of_flight(flight: &Flight) -> CallEvent {
-    let proc_text = |path: String| std::fs::read_to_string(path).map(|s| s.trim_end().to_string()).unwrap_or_default();
-    let stat = proc_text(format!("/proc/{}/stat", flight.pid));
-    let ppid: u32 = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
     let path = flight.path.clone().unwrap_or_default();
     let base = if path.first() == Some(&b'/') || flight.path.is_none() {
         BaseDir::NotNeeded
@@ -328,23 +357,41 @@ fn event_of_flight(flight: &Flight) -> CallEvent {
         }
     };
     CallEvent {
-        time: SystemTime::now(),
-        pid: flight.pid,
-        tid: flight.tid,
-        comm: proc_text(format!("/proc/{}/comm", flight.tid)),
-        ppid,
-        pcomm: proc_text(format!("/proc/{ppid}/comm")),
-        cgroup_id: 0,
-        mntns: 0,
-        uid: 0,
         syscall: flight.syscall,
         flags: flight.flags,
         dfd: flight.dfd,
         path_status: if flight.path.is_some() { PathStatus::Whole } else { PathStatus::Unreadable },
         path,
         base,
+        ..process_event(flight.pid, flight.tid, 0)
+    }
+}
+
+/// A call with no path, dressed with what /proc says of its thread: enough
+/// for identify to name the actor (and the pod, by cgroup).
+fn process_event(pid: u32, tid: u32, cgroup_id: u64) -> CallEvent {
+    let proc_text = |path: String| std::fs::read_to_string(path).map(|s| s.trim_end().to_string()).unwrap_or_default();
+    let stat = proc_text(format!("/proc/{pid}/stat"));
+    let ppid: u32 = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
+    CallEvent {
+        time: SystemTime::now(),
+        pid,
+        tid,
+        comm: proc_text(format!("/proc/{tid}/comm")),
+        ppid,
+        pcomm: proc_text(format!("/proc/{ppid}/comm")),
+        cgroup_id,
+        mntns: 0,
+        uid: 0,
+        syscall: Syscall::Unlinkat,
+        flags: 0,
+        dfd: AT_FDCWD,
+        path: Vec::new(),
+        path_status: PathStatus::Unreadable,
+        base: BaseDir::NotNeeded,
         ret: 0,
         latency_ns: 0,
+        represents: 1,
     }
 }
 
@@ -444,7 +491,16 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         )?),
         None => None,
     };
-    let mut tracer = Tracer::start(options.kernel_filter())?;
+    // Held for the run: the statistics stop when it closes.
+    let _stats = match options.kernel_cost {
+        true => Some(aya::sys::enable_stats(aya::sys::Stats::RunTime).context("turning on BPF run-time statistics (--kernel-cost)")?),
+        false => None,
+    };
+    let mut tracer = Tracer::start(TracerOptions {
+        filter: options.kernel_filter(),
+        attach: options.attach,
+        ring_buffer_bytes: options.ring_buffer_bytes,
+    })?;
     let run_facts = RunFacts {
         version: env!("CARGO_PKG_VERSION").to_string(),
         node: node_name.clone(),
@@ -477,6 +533,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         // The live view's busiest series need per-series counts and
         // latencies even without --histograms.
         book: (exporter.is_some() || output == Output::Live).then(|| LatencyBook::new(started)),
+        names: SeriesNames::default(),
         diagnoser,
         recorder,
         notes: Notes::default(),
@@ -494,6 +551,8 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         kernel: facts.kernel_release.clone(),
         pid: std::process::id(),
         program_ids: tracer.program_ids().to_vec(),
+        attach: tracer.attach_point().as_str(),
+        every_call: options.every_call,
         pods: options.pods.clone(),
         kubelet_root: options.kubelet_root.to_string_lossy().into_owned(),
         syscalls: options.syscall_names(),
@@ -504,11 +563,12 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         // The live view's header says it.
         Output::Live => {}
         Output::Calls | Output::FindingLines => eprintln!(
-            "podstuck {}: tracing {} on {} (kernel {}){}; Ctrl-C to stop",
+            "podstuck {}: tracing {} on {} (kernel {}, {}){}; Ctrl-C to stop",
             start.version,
             start.syscalls.join(", "),
             options.scope(),
             start.kernel,
+            start.attach,
             if output == Output::FindingLines { "; findings, one line each" } else { "" }
         ),
     }
@@ -537,6 +597,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 }
             }
             _ = review.tick() => {
+                sink.harvest(&mut tracer);
                 let in_flight = sink.in_flight(tracer.calls_in_flight(options.hung_after));
                 let reports = sink.review(&mut node, &in_flight);
                 match sink.tell(&reports).and_then(|()| sink.out.flush()) {
@@ -555,6 +616,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 break Some(quit.stopped_by());
             }
             _ = screen.tick(), if live.is_some() => {
+                sink.harvest(&mut tracer);
                 let totals = tracer.totals()?;
                 let in_flight = sink.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
                 if let (Some(live), Some(book)) = (live.as_ref(), sink.book.as_ref()) {
@@ -564,6 +626,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 }
             }
             _ = refresh.tick(), if exporter.is_some() => {
+                sink.harvest(&mut tracer);
                 let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) else { continue };
                 let run = run_info(options, &start, started, &tracer.totals()?, false);
                 // A failed refresh (disk full) is said and retried next
@@ -578,6 +641,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
 
     let finish = (|| -> Result<()> {
         tracer.drain(&mut |e| sink.take(e))?;
+        sink.harvest(&mut tracer);
         let in_flight = sink.in_flight(tracer.calls_in_flight(options.hung_after));
         let reports = sink.review(&mut node, &in_flight);
         sink.tell(&reports)?;
@@ -624,6 +688,11 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 eprintln!("podstuck: the live view stopped: {why}");
             }
             return Ok(());
+        }
+        if options.kernel_cost {
+            for cost in tracer.program_costs() {
+                eprintln!("podstuck: kernel cost: {cost}");
+            }
         }
         let end = if output == Output::Json { end_json(&totals, stopped_by) } else { end_text(&totals, stopped_by) };
         writeln!(sink.out, "{end}")?;

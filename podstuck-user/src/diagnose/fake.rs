@@ -164,6 +164,7 @@ pub fn call_by(at: f64, comm: &str, pid: u32, syscall: Syscall, flags: u64, path
         base: BaseDir::NotNeeded,
         ret: ret as i64,
         latency_ns: 20_000,
+        represents: 1,
     };
     let clues = clues_from_path(path.as_bytes(), &[std::path::PathBuf::from(KUBELET)]);
     let (pod_uid, path_area) = match clues.pod {

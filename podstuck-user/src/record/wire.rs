@@ -191,13 +191,24 @@ struct WireEvent<'a> {
     base: WireBase<'a>,
     ret: i64,
     latency_ns: u64,
+    /// Absent when 1 (every call of an older record, most calls of a new one).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    represents: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
 }
 
 impl<'a> WireEvent<'a> {
     fn of(e: &'a CallEvent) -> WireEvent<'a> {
         // Destructured so that a field added to CallEvent fails to compile
         // here until the record format says what to do with it.
-        let CallEvent { time, pid, tid, comm, ppid, pcomm, cgroup_id, mntns, uid, syscall, flags, dfd, path, path_status, base, ret, latency_ns } = e;
+        let CallEvent { time, pid, tid, comm, ppid, pcomm, cgroup_id, mntns, uid, syscall, flags, dfd, path, path_status, base, ret, latency_ns, represents } = e;
         WireEvent {
             time: nanos(*time),
             pid: *pid,
@@ -224,6 +235,7 @@ impl<'a> WireEvent<'a> {
             },
             ret: *ret,
             latency_ns: *latency_ns,
+            represents: *represents,
         }
     }
 
@@ -254,6 +266,7 @@ impl<'a> WireEvent<'a> {
             },
             ret: self.ret,
             latency_ns: self.latency_ns,
+            represents: self.represents,
         }
     }
 }
@@ -707,11 +720,13 @@ pub struct WireTotals {
     entries_not_stored: u64,
     paths_unreadable: u64,
     records_undecodable: u64,
+    #[serde(default)]
+    calls_outside_series: u64,
 }
 
 impl WireTotals {
     pub fn of(t: &RunTotals) -> WireTotals {
-        let RunTotals { events_seen, events_lost, calls, calls_without_entry, entries_not_stored, paths_unreadable, records_undecodable } = t;
+        let RunTotals { events_seen, events_lost, calls, calls_without_entry, entries_not_stored, paths_unreadable, records_undecodable, calls_outside_series } = t;
         WireTotals {
             events_seen: *events_seen,
             events_lost: *events_lost,
@@ -720,6 +735,7 @@ impl WireTotals {
             entries_not_stored: *entries_not_stored,
             paths_unreadable: *paths_unreadable,
             records_undecodable: *records_undecodable,
+            calls_outside_series: *calls_outside_series,
         }
     }
 
@@ -732,6 +748,7 @@ impl WireTotals {
             entries_not_stored: self.entries_not_stored,
             paths_unreadable: self.paths_unreadable,
             records_undecodable: self.records_undecodable,
+            calls_outside_series: self.calls_outside_series,
         }
     }
 }

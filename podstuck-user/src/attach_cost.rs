@@ -1,0 +1,110 @@
+//! `podstuck attach-cost` (hidden, for `cargo xtask bench`): what attaching
+//! alone costs a storm of unlinkat calls, for each way of attaching that
+//! needs no kprobes: the per-syscall tracepoints, the raw `sys_enter` and
+//! `sys_exit` tracepoints with a syscall-number test, the same as BTF
+//! tracepoints, and fentry/fexit on the syscall function. Each pair of
+//! programs only counts calls, so the benchmark compares the mechanisms, not
+//! podstuck's work; BENCHMARKS.md keeps the figures behind podstuck's choice.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use aya::programs::{BtfTracePoint, FEntry, FExit, RawTracePoint, TracePoint};
+use aya::maps::PerCpuArray;
+use aya::{Ebpf, EbpfLoader};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::btf::{Btf, VMLINUX_BTF};
+use crate::collect::{ProgramCost, EBPF_OBJECT, SYSCALL_PREFIX};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mechanism {
+    /// syscalls:sys_enter_unlinkat and sys_exit_unlinkat.
+    Tracepoint,
+    /// Raw tracepoints sys_enter and sys_exit, keeping unlinkat by number.
+    RawTracepoint,
+    /// BTF tracepoints (tp_btf) sys_enter and sys_exit, the same test.
+    BtfTracepoint,
+    /// fentry and fexit on the unlinkat syscall function.
+    Fentry,
+}
+
+fn attach(ebpf: &mut Ebpf, mechanism: Mechanism) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    match mechanism {
+        Mechanism::Tracepoint => {
+            for (name, tracepoint) in [("cost_tracepoint_enter", "sys_enter_unlinkat"), ("cost_tracepoint_exit", "sys_exit_unlinkat")] {
+                let program: &mut TracePoint = ebpf.program_mut(name).context("program missing")?.try_into()?;
+                program.load()?;
+                program.attach("syscalls", tracepoint).with_context(|| format!("attaching to syscalls:{tracepoint}"))?;
+                ids.push(program.info()?.id());
+            }
+        }
+        Mechanism::RawTracepoint => {
+            for (name, tracepoint) in [("cost_raw_enter", "sys_enter"), ("cost_raw_exit", "sys_exit")] {
+                let program: &mut RawTracePoint = ebpf.program_mut(name).context("program missing")?.try_into()?;
+                program.load()?;
+                program.attach(tracepoint).with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
+                ids.push(program.info()?.id());
+            }
+        }
+        Mechanism::BtfTracepoint => {
+            let btf = aya::Btf::from_sys_fs()?;
+            for (name, tracepoint) in [("cost_btf_enter", "sys_enter"), ("cost_btf_exit", "sys_exit")] {
+                let program: &mut BtfTracePoint = ebpf.program_mut(name).context("program missing")?.try_into()?;
+                program.load(tracepoint, &btf).with_context(|| format!("loading tp_btf {tracepoint}"))?;
+                program.attach()?;
+                ids.push(program.info()?.id());
+            }
+        }
+        Mechanism::Fentry => {
+            let btf = aya::Btf::from_sys_fs()?;
+            let function = format!("{SYSCALL_PREFIX}sys_unlinkat");
+            let program: &mut FEntry = ebpf.program_mut("cost_fentry").context("program missing")?.try_into()?;
+            program.load(&function, &btf).with_context(|| format!("loading fentry on {function}"))?;
+            program.attach()?;
+            ids.push(program.info()?.id());
+            let program: &mut FExit = ebpf.program_mut("cost_fexit").context("program missing")?.try_into()?;
+            program.load(&function, &btf).with_context(|| format!("loading fexit on {function}"))?;
+            program.attach()?;
+            ids.push(program.info()?.id());
+        }
+    }
+    Ok(ids)
+}
+
+/// Attaches the counting pair of `mechanism`, says so on stderr, and on
+/// SIGINT or SIGTERM prints one JSON line: the calls counted at entry and
+/// exit and, with `kernel_cost`, each program's run time.
+pub async fn run(mechanism: Mechanism, kernel_cost: bool) -> Result<()> {
+    let offsets = Btf::from_file(Path::new(VMLINUX_BTF))?.kernel_offsets()?;
+    let _stats = match kernel_cost {
+        true => Some(aya::sys::enable_stats(aya::sys::Stats::RunTime).context("turning on BPF run-time statistics")?),
+        false => None,
+    };
+    let mut ebpf = EbpfLoader::new()
+        .override_global("OFFSETS", &offsets, true)
+        .override_global("UNLINKAT_NR", &(libc::SYS_unlinkat as u64), true)
+        .load(EBPF_OBJECT)
+        .context("loading podstuck's kernel programs")?;
+    let ids = attach(&mut ebpf, mechanism)?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    eprintln!("podstuck attach-cost: attached ({mechanism:?}); SIGINT to stop");
+    tokio::select! {
+        _ = sigint.recv() => {}
+        _ = sigterm.recv() => {}
+    }
+    let counts: PerCpuArray<_, u64> = PerCpuArray::try_from(ebpf.map("ATTACH_COST").context("ATTACH_COST missing")?)?;
+    let count = |i: u32| counts.get(&i, 0).map(|v| v.iter().sum::<u64>()).unwrap_or(0);
+    let costs: Vec<serde_json::Value> = aya::programs::loaded_programs()
+        .filter_map(|p| p.ok())
+        .filter(|p| ids.contains(&p.id()))
+        .map(|p| {
+            let cost = ProgramCost { name: p.name_as_str().unwrap_or("?").into(), runs: p.run_count(), run_time_ns: p.run_time().as_nanos() as u64 };
+            serde_json::json!({"program": cost.name, "runs": cost.runs, "run_time_ns": cost.run_time_ns})
+        })
+        .collect();
+    println!("{}", serde_json::json!({"mechanism": format!("{mechanism:?}"), "entries": count(0), "exits": count(1), "programs": costs}));
+    Ok(())
+}
