@@ -237,8 +237,11 @@ impl Detector for RemovalStorm {
         if event.time.duration_since(storm.last).unwrap_or_default() > STORM_PAUSE && !storm.reported {
             *storm = Storm::new(event, identity, path);
         }
-        storm.calls += 1;
-        storm.failed += event.errno().is_some() as u64;
+        // A record stands for the calls of its series the kernel counted
+        // since the previous one: a storm is mostly counted, not streamed.
+        let calls = event.represents;
+        storm.calls += calls;
+        storm.failed += if event.errno().is_some() { calls } else { 0 };
         storm.last = storm.last.max(event.time);
         // The tree's own root goes last (RemoveAll's final rmdir, or its first
         // EISDIR try): it does not widen what is being removed.
@@ -250,14 +253,15 @@ impl Detector for RemovalStorm {
         }
         let second = event.time.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         match storm.per_second.back_mut() {
-            Some((s, n)) if *s == second => *n += 1,
+            Some((s, n)) if *s == second => *n += calls,
             _ => {
                 if storm.per_second.len() > RATE_WINDOW + 1 {
                     storm.per_second.pop_front();
                 }
-                storm.per_second.push_back((second, 1));
+                storm.per_second.push_back((second, calls));
             }
         }
+        // Latency of the calls streamed: a sample of the storm's.
         if storm.calls >= LATENCY_FROM {
             let h = storm.latency.get_or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000_000, 2).expect("valid bounds"));
             h.saturating_record(event.latency_ns.max(1));
@@ -320,6 +324,25 @@ mod tests {
             let c = call_by(at, comm, pid, Syscall::Unlinkat, libc::AT_REMOVEDIR as u64, &format!("{dir}/d{i:07}"), 0);
             d.observe(&c.event, &c.identity);
         }
+    }
+
+    #[test]
+    fn a_sampled_storm_is_counted_by_what_its_records_carry() {
+        // 500 records a second, each carrying 20 calls: 10,000 calls/s.
+        let dir = "/var/lib/docker/volumes/big/_data";
+        let mut d = RemovalStorm::new("node-1".into());
+        let mut node = FakeNode::default();
+        node.remaining.insert(dir.as_bytes().to_vec(), 150_000);
+        for i in 0..2_500u64 {
+            let mut c = call_by(i as f64 / 500.0, "dockerd", 77, Syscall::Unlinkat, libc::AT_REMOVEDIR as u64, &format!("{dir}/d{i:07}"), 0);
+            c.event.represents = 20;
+            d.observe(&c.event, &c.identity);
+        }
+        let found = run(&mut d, &mut node, &[], 5.0);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].details["calls"], 50_000);
+        let rate = found[0].details["rate_per_s"].as_f64().unwrap();
+        assert!((9_000.0..=11_000.0).contains(&rate), "{rate}");
     }
 
     #[test]

@@ -160,7 +160,9 @@ impl FailureLog {
         let errno = event.errno().unwrap_or(0);
         if let Some(a) = self.by_path.get_mut(path) {
             a.last = event.time;
-            a.failures += 1;
+            // A record may stand for more failures of its series (a storm
+            // of them, counted in the kernel).
+            a.failures += event.represents;
             if a.times.len() == TIMES_KEPT {
                 a.times.pop_front();
             }
@@ -188,7 +190,7 @@ impl FailureLog {
                 path: path.to_vec(),
                 first: event.time,
                 last: event.time,
-                failures: 1,
+                failures: event.represents,
                 times: VecDeque::from([event.time]),
                 errno,
                 syscall: event.syscall,
