@@ -247,6 +247,8 @@ pub struct Tracer {
     clock: WallClock,
     program_ids: Vec<u32>,
     attached: AttachPoint,
+    /// Why `Auto` fell back to the tracepoints.
+    fallback: Option<String>,
     events_seen: u64,
     records_undecodable: u64,
 }
@@ -305,6 +307,7 @@ impl Tracer {
         let offsets = Btf::from_file(Path::new(VMLINUX_BTF))?
             .kernel_offsets()
             .context("finding task_struct and namespace layouts in the kernel's BTF")?;
+        let mut fallback = None;
         let (mut ebpf, program_ids, attached) = match options.attach {
             AttachPoint::Tracepoint => {
                 let mut ebpf = load_object(&offsets, &options)?;
@@ -321,7 +324,7 @@ impl Tracer {
                 match attach_trampolines(&mut ebpf) {
                     Ok(ids) => (ebpf, ids, AttachPoint::Fentry),
                     Err(e) => {
-                        eprintln!("podstuck: fentry/fexit unavailable ({e:#}): using the syscall tracepoints, which slow every syscall a little more");
+                        fallback = Some(format!("fentry/fexit refused here ({e:#}): attached to the syscall tracepoints, which slow every syscall a little"));
                         // A fresh object: the half-attached one goes with its links.
                         drop(ebpf);
                         let mut ebpf = load_object(&offsets, &options)?;
@@ -353,6 +356,7 @@ impl Tracer {
             clock: WallClock::now(),
             program_ids,
             attached,
+            fallback,
             events_seen: 0,
             records_undecodable: 0,
         })
@@ -371,6 +375,11 @@ impl Tracer {
             .collect();
         costs.sort_by(|a, b| a.name.cmp(&b.name));
         costs
+    }
+
+    /// Why the programs are on the tracepoints though fentry was preferred.
+    pub fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
     }
 
     /// Where the programs attached (never `Auto`).

@@ -573,6 +573,9 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         ),
     }
     sink.out.flush()?;
+    if let Some(why) = tracer.fallback() {
+        sink.say(why.to_string());
+    }
     on_attached();
 
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
