@@ -1,4 +1,4 @@
-//! podstuck's developer tasks: `cargo xtask setup | build | test | demo`.
+//! podstuck's developer tasks: `cargo xtask setup | build | test | demo | bench`.
 //!
 //! Every task first makes sure the eBPF toolchain of shared/TOOLCHAIN.md is
 //! on the machine (Debian's rustc-web with its prebuilt BPF `core`, LLVM 22,
@@ -11,6 +11,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+
+mod bench;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "podstuck's build, test and demo tasks")]
@@ -33,7 +35,13 @@ enum Task {
     },
     /// Set up, build, then run `podstuck demo`: a throwaway node with pods stuck every common way, traced and diagnosed live.
     Demo,
+    /// Set up (plus bpftrace and strace), build, then measure what tracing costs a removal storm,
+    /// against bpftrace and strace, and write BENCHMARKS.md (as root; takes a while).
+    Bench(bench::BenchArgs),
 }
+
+/// What the benchmark compares podstuck with.
+const BENCH_PACKAGES: [&str; 2] = ["bpftrace", "strace"];
 
 /// Debian packages of the eBPF build chain (TOOLCHAIN.md), the tools the
 /// end-to-end tests drive (chattr, unshare, mount; tmux, the terminal the
@@ -101,18 +109,7 @@ fn bpf_linker_version() -> Option<String> {
 
 /// Installs the eBPF toolchain where it is missing; does nothing otherwise.
 fn setup() -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES.iter().copied().filter(|p| !package_installed(p)).collect();
-    if !missing.is_empty() {
-        if !is_root() {
-            bail!("missing Debian packages {}: run this task as root (sudo -E cargo xtask ...) so it can install them", missing.join(" "));
-        }
-        say(&format!("installing Debian packages {} (apt-get)", missing.join(" ")));
-        run(Command::new("apt-get").arg("update").arg("-q"))?;
-        run(Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
-    }
+    install(&APT_PACKAGES)?;
     match bpf_linker_version() {
         Some(v) if v.contains(&format!("bpf-linker {BPF_LINKER_VERSION}")) => {}
         found => {
@@ -174,6 +171,36 @@ fn run_demo(podstuck: &Path) -> Result<()> {
         bail!("podstuck demo failed: {status}");
     }
     Ok(())
+}
+
+fn install(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !package_installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("missing Debian packages {}: run this task as root (sudo -E cargo xtask ...) so it can install them", missing.join(" "));
+    }
+    say(&format!("installing Debian packages {} (apt-get)", missing.join(" ")));
+    run(Command::new("apt-get").arg("update").arg("-q"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+fn run_bench(args: &bench::BenchArgs) -> Result<()> {
+    if !is_root() {
+        bail!("the benchmark loads eBPF programs and mounts its filesystems: run it as root (sudo -E cargo xtask bench)");
+    }
+    setup()?;
+    install(&BENCH_PACKAGES)?;
+    ensure_tracefs()?;
+    let podstuck = build_release()?;
+    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor"]))?;
+    let actor = workspace_root().join("target/release/actor");
+    let out = workspace_root().join(&args.out);
+    bench::bench(&podstuck, &actor, &bench::BenchArgs { out, ..args.clone() })
 }
 
 fn build_release() -> Result<PathBuf> {
@@ -244,6 +271,7 @@ fn main() -> ExitCode {
         Task::Setup => setup(),
         Task::Build => setup().and_then(|()| build_release()).map(|bin| say(&format!("built {}", bin.display()))),
         Task::Test { args } => test(&args),
+        Task::Bench(args) => run_bench(&args),
         Task::Demo => setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| run_demo(&bin)),
     };
     match result {

@@ -1,0 +1,569 @@
+//! `cargo xtask bench`: what tracing costs the storm podstuck exists for.
+//!
+//! A leaked volume of empty directories is removed, untraced, under
+//! `podstuck watch` (whole node, histograms on), under a bpftrace script
+//! keeping an unlinkat latency histogram per comm, and (on the smallest
+//! case) under `strace -f -c`, in paired rounds whose order rotates, on
+//! tmpfs and on a fresh ext4, by `rm -rf` and by a Go-style RemoveAll. It
+//! reports medians and median paired ratios, checks that podstuck counted
+//! every call exactly, its collector CPU, peak memory, kernel cost per
+//! call, time to attach and to detach; then compares attach mechanisms
+//! alone (`podstuck attach-cost`) and a 10M-call storm's memory. Results
+//! go to BENCHMARKS.md with the command and the machine. Wall-clock only
+//! in ratios measured side by side, never in a test.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// What to measure.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Paired rounds per case (each: untraced, podstuck, bpftrace, order rotating).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Tree sizes in empty directories, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "200000,1000000")]
+    pub sizes: Vec<usize>,
+    /// Filesystems, comma-separated (tmpfs, ext4).
+    #[arg(long, value_delimiter = ',', default_value = "tmpfs,ext4")]
+    pub filesystems: Vec<String>,
+    /// Calls in the memory storm (mkdir + unlinkat, one traced call each).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub storm_calls: u64,
+    /// Rounds of strace (36 times slower: only on the first size, tmpfs).
+    #[arg(long, default_value_t = 3)]
+    pub strace_runs: usize,
+    /// Where to write the results.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub out: PathBuf,
+}
+
+const BPFTRACE_SCRIPT: &str = "tracepoint:syscalls:sys_enter_unlinkat { @start[tid] = nsecs; } \
+tracepoint:syscalls:sys_exit_unlinkat /@start[tid]/ { @us[comm] = hist((nsecs - @start[tid]) / 1000); delete(@start[tid]); }";
+
+/// A fake pod the trees live in, so podstuck's per-pod series can be
+/// checked against the exact number of calls made.
+const POD: &str = "0b5e7c1a-0000-4000-8000-00000000be4c";
+
+fn say(message: &str) {
+    eprintln!("xtask bench: {message}");
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+fn sh(command: &mut Command) -> Result<String> {
+    let shown = format!("{command:?}");
+    let out = command.output().with_context(|| format!("cannot run {shown}"))?;
+    if !out.status.success() {
+        bail!("{shown} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The scratch filesystems, unmounted and removed when dropped.
+struct Scratch {
+    root: PathBuf,
+    mounts: Vec<PathBuf>,
+}
+
+impl Scratch {
+    fn new() -> Result<Scratch> {
+        let root = PathBuf::from(format!("/var/tmp/podstuck-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&root)?;
+        Ok(Scratch { root, mounts: Vec::new() })
+    }
+
+    /// A mounted filesystem of `kind`, big enough for `dirs` directories.
+    fn filesystem(&mut self, kind: &str, dirs: usize) -> Result<PathBuf> {
+        let at = self.root.join(kind);
+        std::fs::create_dir_all(&at)?;
+        match kind {
+            "tmpfs" => {
+                sh(Command::new("mount").args(["-t", "tmpfs", "-o", "size=8g,nr_inodes=0", "podstuck-bench"]).arg(&at))?;
+            }
+            "ext4" => {
+                let image = self.root.join("ext4.img");
+                let inodes = (dirs * 2 + 100_000).to_string();
+                sh(Command::new("truncate").args(["-s", "8G"]).arg(&image))?;
+                sh(Command::new("mkfs.ext4").args(["-q", "-F", "-N", &inodes]).arg(&image))?;
+                sh(Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&at))?;
+            }
+            other => bail!("unknown filesystem {other} (tmpfs or ext4)"),
+        }
+        self.mounts.push(at.clone());
+        Ok(at)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for at in self.mounts.drain(..).rev() {
+            let _ = Command::new("umount").arg(&at).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The volume a tree is built in: a pod's emptyDir under a fake kubelet root.
+fn volume(fs: &Path) -> PathBuf {
+    fs.join("kubelet/pods").join(POD).join("volumes/kubernetes.io~empty-dir/leaked")
+}
+
+/// `dirs` empty directories in rows of 1000 (`dirs` + the rows + the top
+/// are removed: that many successful unlinkat calls). Returns that count.
+fn build_tree(top: &Path, dirs: usize) -> Result<u64> {
+    if top.exists() {
+        std::fs::remove_dir_all(top)?;
+    }
+    std::fs::create_dir_all(top)?;
+    let rows = dirs.div_ceil(1000);
+    let mut made = 0;
+    for row in 0..rows {
+        let row_dir = top.join(format!("r{row}"));
+        std::fs::create_dir(&row_dir)?;
+        for i in 0..1000.min(dirs - made) {
+            std::fs::create_dir(row_dir.join(i.to_string()))?;
+        }
+        made += 1000.min(dirs - made);
+    }
+    let _ = Command::new("sync").status();
+    Ok((dirs + rows + 1) as u64)
+}
+
+/// CPU seconds a process has used so far (user + system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Peak resident memory (VmHWM) of a live process, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+fn interrupt(child: &Child) {
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+}
+
+/// A tracer running in the background, attached.
+struct Tracer {
+    child: Child,
+    attached_after: Duration,
+    cpu_at_start: f64,
+    histograms: Option<PathBuf>,
+}
+
+/// What one podstuck run said.
+#[derive(Default, Clone)]
+struct PodstuckRun {
+    exact: bool,
+    counted: u64,
+    expected: u64,
+    events_lost: u64,
+    cpu_s: f64,
+    peak_rss_kib: u64,
+    kernel_ns_per_call: f64,
+    attach_s: f64,
+    detach_s: f64,
+}
+
+fn start_podstuck(podstuck: &Path, kubelet_root: &Path, histograms: &Path) -> Result<Tracer> {
+    let started = Instant::now();
+    let mut child = Command::new(podstuck)
+        .args(["watch", "--json", "--findings", "--concurrent", "--kernel-cost", "--force", "--histograms"])
+        .arg(histograms)
+        .arg("--kubelet-root")
+        .arg(kubelet_root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting podstuck watch")?;
+    // The start line comes once every program is attached.
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    if !line.contains("\"type\":\"start\"") {
+        let mut err = String::new();
+        child.stderr.take().expect("piped").read_to_string(&mut err)?;
+        bail!("podstuck did not start: {line}{err}");
+    }
+    let attached_after = started.elapsed();
+    // Drain stdout so podstuck never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let cpu_at_start = cpu_seconds(child.id());
+    Ok(Tracer { child, attached_after, cpu_at_start, histograms: Some(histograms.to_path_buf()) })
+}
+
+fn start_bpftrace() -> Result<Tracer> {
+    let started = Instant::now();
+    let mut child = Command::new("bpftrace")
+        .args(["-e", BPFTRACE_SCRIPT])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting bpftrace")?;
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    if !line.starts_with("Attaching") {
+        bail!("bpftrace did not attach: {line}");
+    }
+    let attached_after = started.elapsed();
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    // bpftrace prints "Attaching" just before attaching: give it a moment.
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(Tracer { child, attached_after, cpu_at_start: 0.0, histograms: None })
+}
+
+/// Stops podstuck and reads what it counted for the fake pod.
+fn stop_podstuck(mut tracer: Tracer, expected: u64, calls: u64) -> Result<PodstuckRun> {
+    // One review (500 ms) reads the kernel's series after the storm.
+    std::thread::sleep(Duration::from_millis(1200));
+    let pid = tracer.child.id();
+    let cpu_s = cpu_seconds(pid) - tracer.cpu_at_start;
+    let peak_rss_kib = peak_rss_kib(pid);
+    let stopping = Instant::now();
+    interrupt(&tracer.child);
+    let mut err = String::new();
+    tracer.child.stderr.take().expect("piped").read_to_string(&mut err)?;
+    tracer.child.wait()?;
+    let detach_s = stopping.elapsed().as_secs_f64();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tracer.histograms.as_ref().expect("podstuck").join("summary.json"))?)?;
+    let counted: u64 = summary["series"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["tag"].as_str().is_some_and(|t| t.starts_with("unlinkat/ok/") && t.ends_with(POD)))
+        .map(|s| s["count"].as_u64().unwrap_or(0))
+        .sum();
+    let events_lost = summary["run"]["events_lost"].as_u64().unwrap_or(0);
+    // "kernel cost: NAME N runs, X ns per run"
+    let mut kernel_ns = 0.0;
+    for line in err.lines().filter(|l| l.contains("kernel cost:") && l.contains("unlinkat")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let Some(at) = words.iter().position(|w| *w == "per") {
+            kernel_ns += words[at - 2].parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    Ok(PodstuckRun {
+        exact: counted == expected,
+        counted,
+        expected,
+        events_lost,
+        cpu_s: cpu_s / (calls as f64 / 1e6),
+        peak_rss_kib,
+        kernel_ns_per_call: kernel_ns,
+        attach_s: tracer.attached_after.as_secs_f64(),
+        detach_s,
+    })
+}
+
+fn stop(mut tracer: Tracer) -> Result<()> {
+    interrupt(&tracer.child);
+    tracer.child.wait()?;
+    Ok(())
+}
+
+/// Removes `top` with `tool`; the wall time.
+fn remove(tool: &str, top: &Path, actor: &Path, strace: bool) -> Result<f64> {
+    let mut command = match (tool, strace) {
+        ("rm -rf", false) => {
+            let mut c = Command::new("rm");
+            c.arg("-rf").arg(top);
+            c
+        }
+        ("RemoveAll", false) => {
+            let mut c = Command::new(actor);
+            c.arg("remove-all").arg(top);
+            c
+        }
+        (_, true) => {
+            let mut c = Command::new("strace");
+            c.args(["-f", "-c", "-o", "/dev/null"]);
+            if tool == "rm -rf" {
+                c.arg("rm").arg("-rf").arg(top);
+            } else {
+                c.arg(actor).arg("remove-all").arg(top);
+            }
+            c
+        }
+        _ => bail!("unknown tool {tool}"),
+    };
+    command.stdout(Stdio::null()).stderr(Stdio::null());
+    let started = Instant::now();
+    let status = command.status()?;
+    let took = started.elapsed().as_secs_f64();
+    if top.exists() {
+        bail!("{tool} left {} behind ({status})", top.display());
+    }
+    Ok(took)
+}
+
+/// One case's rounds.
+#[derive(Default)]
+struct Case {
+    untraced: Vec<f64>,
+    podstuck: Vec<f64>,
+    bpftrace: Vec<f64>,
+    strace: Vec<f64>,
+    runs: Vec<PodstuckRun>,
+}
+
+fn pct(ratio: f64) -> String {
+    format!("{:+.1} %", (ratio - 1.0) * 100.0)
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or_default().to_string();
+    let kernel = sh(Command::new("uname").arg("-r")).unwrap_or_default();
+    let bpftrace = sh(Command::new("bpftrace").arg("--version")).unwrap_or_default();
+    let strace = sh(Command::new("strace").arg("-V")).unwrap_or_default();
+    format!(
+        "{cpus} CPUs ({cpu}), {}, kernel {}, {}, {}",
+        mem.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
+        kernel.trim(),
+        bpftrace.trim(),
+        strace.lines().next().unwrap_or_default().trim()
+    )
+}
+
+fn attach_mechanisms(podstuck: &Path, fs: &Path, runs: usize, report: &mut String) -> Result<()> {
+    let dirs = 100_000;
+    let top = volume(fs);
+    let mechanisms = ["tracepoint", "raw-tracepoint", "btf-tracepoint", "fentry"];
+    let mut times: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut program_ns: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut refused: BTreeMap<&str, String> = BTreeMap::new();
+    for round in 0..runs {
+        build_tree(&top, dirs)?;
+        times.entry("untraced").or_default().push(remove("rm -rf", &top, podstuck, false)?);
+        for mechanism in mechanisms {
+            if refused.contains_key(mechanism) {
+                continue;
+            }
+            build_tree(&top, dirs)?;
+            let mut child = Command::new(podstuck)
+                .args(["attach-cost", mechanism, "--kernel-cost"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
+            let mut line = String::new();
+            stderr.read_line(&mut line)?;
+            if !line.contains("attached") {
+                let mut rest = String::new();
+                stderr.read_to_string(&mut rest)?;
+                child.wait()?;
+                refused.insert(mechanism, format!("{line}{rest}").trim().to_string());
+                continue;
+            }
+            times.entry(mechanism).or_default().push(remove("rm -rf", &top, podstuck, false)?);
+            interrupt(&child);
+            let mut out = String::new();
+            child.stdout.take().expect("piped").read_to_string(&mut out)?;
+            child.wait()?;
+            let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
+            let ns: f64 = v["programs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| p["run_time_ns"].as_f64().unwrap_or(0.0) / v["entries"].as_f64().unwrap_or(1.0).max(1.0))
+                .sum();
+            program_ns.entry(mechanism).or_default().push(ns);
+        }
+        say(&format!("attach mechanisms: round {} of {runs}", round + 1));
+    }
+    let base = median(times.get_mut("untraced").expect("measured"));
+    writeln!(report, "\n## Attach mechanisms alone\n")?;
+    writeln!(report, "`rm -rf` of {dirs} empty directories on tmpfs, {runs} rounds; each mechanism attached by `podstuck attach-cost MECHANISM --kernel-cost`, two programs that only count unlinkat calls (entry, exit). Program time is the kernel's BPF run-time statistics, per unlinkat call, both programs together (the raw and BTF `sys_enter`/`sys_exit` programs also run, and are counted, for every other syscall).\n")?;
+    writeln!(report, "| mechanism | median wall time | slowdown | program time per unlinkat call |")?;
+    writeln!(report, "|---|---|---|---|")?;
+    writeln!(report, "| untraced | {base:.3} s | | |")?;
+    for mechanism in mechanisms {
+        match (times.get_mut(mechanism), refused.get(mechanism)) {
+            (Some(t), _) => {
+                let m = median(t);
+                let ns = median(program_ns.get_mut(mechanism).map(|v| v.as_mut_slice()).unwrap_or(&mut []));
+                writeln!(report, "| {mechanism} | {m:.3} s | {} | {ns:.0} ns |", pct(m / base))?;
+            }
+            (None, Some(why)) => writeln!(report, "| {mechanism} | refused by this kernel | | `{}` |", why.replace('|', "/").lines().last().unwrap_or_default())?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The memory storm: `calls` traced unlinkat calls (mkdir, then remove it).
+fn memory_storm(podstuck: &Path, fs: &Path, calls: u64, report: &mut String) -> Result<()> {
+    let histograms = fs.join("storm-histograms");
+    let tracer = start_podstuck(podstuck, &fs.join("kubelet"), &histograms)?;
+    let dir = volume(fs);
+    std::fs::create_dir_all(&dir)?;
+    let path = std::ffi::CString::new(dir.join("x").as_os_str().as_encoded_bytes())?;
+    let started = Instant::now();
+    for _ in 0..calls {
+        // SAFETY: a C string we own.
+        unsafe {
+            libc::mkdir(path.as_ptr(), 0o755);
+            libc::unlinkat(libc::AT_FDCWD, path.as_ptr(), libc::AT_REMOVEDIR);
+        }
+    }
+    let took = started.elapsed().as_secs_f64();
+    let run = stop_podstuck(tracer, calls, calls)?;
+    writeln!(report, "\n## A {calls}-call storm\n")?;
+    writeln!(report, "One process creating and removing a directory of the fake pod {calls} times ({took:.1} s, {:.0} calls/s), `podstuck watch` as above.\n", calls as f64 / took)?;
+    writeln!(report, "| counted (exact?) | events lost | collector CPU per million calls | peak RSS | kernel time per call |")?;
+    writeln!(report, "|---|---|---|---|---|")?;
+    writeln!(
+        report,
+        "| {} of {} ({}) | {} | {:.3} CPU-s | {:.1} MiB | {:.0} ns |",
+        run.counted,
+        run.expected,
+        if run.exact { "exact" } else { "NOT exact" },
+        run.events_lost,
+        run.cpu_s,
+        run.peak_rss_kib as f64 / 1024.0,
+        run.kernel_ns_per_call
+    )?;
+    Ok(())
+}
+
+pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
+    let mut scratch = Scratch::new()?;
+    let mut report = String::new();
+    let command = format!(
+        "cargo xtask bench --runs {} --sizes {} --filesystems {} --storm-calls {} --strace-runs {}",
+        args.runs,
+        args.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+        args.filesystems.join(","),
+        args.storm_calls,
+        args.strace_runs
+    );
+    writeln!(report, "# podstuck benchmarks\n")?;
+    writeln!(report, "Written by `{command}` (as root), {}.\n", sh(Command::new("date").arg("-u")).unwrap_or_default().trim())?;
+    writeln!(report, "Machine: {}.\n", machine())?;
+    writeln!(report, "Every figure is a median over paired rounds run side by side in this one run (each round runs every variant on a freshly built, identical tree, in rotating order); slowdowns are medians of each round's traced/untraced ratio. The trees are leaked emptyDir volumes of a fake pod (rows of 1000 empty directories) under a fake kubelet root. podstuck runs as `podstuck watch --json --findings --kernel-cost --histograms DIR --kubelet-root ROOT` on the whole node (histograms on); bpftrace runs `{BPFTRACE_SCRIPT}`; strace runs `strace -f -c`.\n")?;
+    let tools = ["rm -rf", "RemoveAll"];
+    let mut tables = String::new();
+    writeln!(tables, "## The storm\n")?;
+    writeln!(tables, "| fs | dirs | remover | untraced | podstuck | bpftrace | strace | podstuck slowdown | bpftrace slowdown | podstuck / bpftrace | counted exactly | events lost | collector CPU per M calls | peak RSS | kernel ns per call | attach | detach |")?;
+    writeln!(tables, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let mut attach_fs = None;
+    for fs_kind in &args.filesystems {
+        let fs = scratch.filesystem(fs_kind, *args.sizes.iter().max().unwrap_or(&200_000))?;
+        if fs_kind == "tmpfs" {
+            attach_fs = Some(fs.clone());
+        }
+        let kubelet_root = fs.join("kubelet");
+        let top = volume(&fs);
+        for (size_index, &dirs) in args.sizes.iter().enumerate() {
+            for tool in tools {
+                let mut case = Case::default();
+                for round in 0..args.runs {
+                    say(&format!("{fs_kind}, {dirs} dirs, {tool}: round {} of {}", round + 1, args.runs));
+                    for variant in (0..3).map(|i| (i + round) % 3) {
+                        let expected = build_tree(&top, dirs)?;
+                        match variant {
+                            0 => case.untraced.push(remove(tool, &top, actor, false)?),
+                            1 => {
+                                let tracer = start_podstuck(podstuck, &kubelet_root, &fs.join("histograms"))?;
+                                case.podstuck.push(remove(tool, &top, actor, false)?);
+                                // RemoveAll also fails once per directory (EISDIR): those are counted apart.
+                                let calls = if tool == "RemoveAll" { expected * 2 } else { expected };
+                                case.runs.push(stop_podstuck(tracer, expected, calls)?);
+                            }
+                            _ => {
+                                let tracer = start_bpftrace()?;
+                                case.bpftrace.push(remove(tool, &top, actor, false)?);
+                                stop(tracer)?;
+                            }
+                        }
+                    }
+                }
+                if fs_kind == "tmpfs" && size_index == 0 {
+                    for round in 0..args.strace_runs {
+                        say(&format!("{fs_kind}, {dirs} dirs, {tool} under strace: {} of {}", round + 1, args.strace_runs));
+                        build_tree(&top, dirs)?;
+                        case.strace.push(remove(tool, &top, actor, true)?);
+                    }
+                }
+                let ratio = |traced: &[f64]| -> f64 {
+                    let mut r: Vec<f64> = traced.iter().zip(&case.untraced).map(|(t, u)| t / u).collect();
+                    median(&mut r)
+                };
+                let (p, b) = (ratio(&case.podstuck), ratio(&case.bpftrace));
+                let strace = if case.strace.is_empty() {
+                    "not run".to_string()
+                } else {
+                    format!("{:.2} s ({:.0}x)", median(&mut case.strace.clone()), median(&mut case.strace.clone()) / median(&mut case.untraced.clone()))
+                };
+                let col = |f: fn(&PodstuckRun) -> f64| median(&mut case.runs.iter().map(f).collect::<Vec<_>>());
+                let exact = case.runs.iter().filter(|r| r.exact).count();
+                let counted: Vec<String> = case.runs.iter().filter(|r| !r.exact).map(|r| format!("{} of {}", r.counted, r.expected)).collect();
+                writeln!(
+                    tables,
+                    "| {fs_kind} | {dirs} | {tool} | {:.3} s | {:.3} s | {:.3} s | {strace} | {} | {} | {:.2} | {exact} of {} runs{} | {:.0} | {:.3} CPU-s | {:.1} MiB | {:.0} | {:.2} s | {:.2} s |",
+                    median(&mut case.untraced.clone()),
+                    median(&mut case.podstuck.clone()),
+                    median(&mut case.bpftrace.clone()),
+                    pct(p),
+                    pct(b),
+                    (p - 1.0) / (b - 1.0),
+                    case.runs.len(),
+                    if counted.is_empty() { String::new() } else { format!(" ({})", counted.join(", ")) },
+                    col(|r| r.events_lost as f64),
+                    col(|r| r.cpu_s),
+                    col(|r| r.peak_rss_kib as f64) / 1024.0,
+                    col(|r| r.kernel_ns_per_call),
+                    col(|r| r.attach_s),
+                    col(|r| r.detach_s),
+                )?;
+                std::fs::write(&args.out, format!("{report}{tables}\n(still running)\n"))?;
+            }
+        }
+    }
+    report.push_str(&tables);
+    writeln!(report, "\nColumns: wall time of the removal alone (tracers attached before it starts); \"counted exactly\": podstuck's `unlinkat/ok/*/<pod>` series in summary.json equal the directories removed; collector CPU: podstuck's user+system time from attach to 1.2 s after the storm, per million traced calls (RemoveAll: two per directory); peak RSS: VmHWM at the end; kernel ns per call: entry + exit programs' run time per call (BPF run-time statistics, which themselves add a little); attach: from spawn to the start line (every program attached); detach: from SIGINT to exit (programs gone with the process).")?;
+    if let Some(fs) = attach_fs {
+        attach_mechanisms(podstuck, &fs, args.runs, &mut report)?;
+        if args.storm_calls > 0 {
+            memory_storm(podstuck, &fs, args.storm_calls, &mut report)?;
+        }
+    }
+    std::fs::write(&args.out, &report)?;
+    say(&format!("wrote {}", args.out.display()));
+    Ok(())
+}
