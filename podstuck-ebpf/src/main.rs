@@ -187,23 +187,23 @@ impl Layout {
     #[inline(always)]
     fn from_tracepoint(self, ctx: &TracePointContext) -> Args {
         const ARGS: [usize; 3] = [ARG0, ARG1, ARG2];
-        let read = |i: usize| Some(ctx_u64(ctx, ARGS[i]));
-        Args {
-            dfd: self.dfd.map(|i| read(i).map(|v| v as i64 as i32).unwrap_or(AT_FDCWD)).unwrap_or(AT_FDCWD),
-            path_ptr: read(self.path).unwrap_or(0),
-            flags: self.flags.map(|i| read(i).unwrap_or(0)).unwrap_or(0),
-        }
+        self.read(|i| Some(ctx_u64(ctx, ARGS[i])))
     }
 
     /// From the caller's registers, handed to the syscall function.
     #[inline(always)]
     fn from_regs(self, regs: *const u8) -> Args {
         let off: KernelOffsets = unsafe { core::ptr::read_volatile(&OFFSETS) };
-        let read = |i: usize| read_kernel::<u64>(regs, off.regs_arg[i]);
+        self.read(|i| read_kernel::<u64>(regs, off.regs_arg[i]))
+    }
+
+    /// The arguments, `read(i)` giving the i-th (None: unreadable).
+    #[inline(always)]
+    fn read(self, read: impl Fn(usize) -> Option<u64>) -> Args {
         Args {
-            dfd: self.dfd.map(|i| read(i).map(|v| v as i64 as i32).unwrap_or(AT_FDCWD)).unwrap_or(AT_FDCWD),
+            dfd: self.dfd.and_then(|i| read(i)).map(|v| v as i64 as i32).unwrap_or(AT_FDCWD),
             path_ptr: read(self.path).unwrap_or(0),
-            flags: self.flags.map(|i| read(i).unwrap_or(0)).unwrap_or(0),
+            flags: self.flags.and_then(|i| read(i)).unwrap_or(0),
         }
     }
 }
