@@ -15,7 +15,7 @@ use aya::{Ebpf, EbpfLoader};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::btf::{Btf, VMLINUX_BTF};
-use crate::collect::{ProgramCost, EBPF_OBJECT, SYSCALL_PREFIX};
+use crate::collect::{program_costs, EBPF_OBJECT, SYSCALL_PREFIX};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mechanism {
@@ -97,13 +97,9 @@ pub async fn run(mechanism: Mechanism, kernel_cost: bool) -> Result<()> {
     }
     let counts: PerCpuArray<_, u64> = PerCpuArray::try_from(ebpf.map("ATTACH_COST").context("ATTACH_COST missing")?)?;
     let count = |i: u32| counts.get(&i, 0).map(|v| v.iter().sum::<u64>()).unwrap_or(0);
-    let costs: Vec<serde_json::Value> = aya::programs::loaded_programs()
-        .filter_map(|p| p.ok())
-        .filter(|p| ids.contains(&p.id()))
-        .map(|p| {
-            let cost = ProgramCost { name: p.name_as_str().unwrap_or("?").into(), runs: p.run_count(), run_time_ns: p.run_time().as_nanos() as u64 };
-            serde_json::json!({"program": cost.name, "runs": cost.runs, "run_time_ns": cost.run_time_ns})
-        })
+    let costs: Vec<serde_json::Value> = program_costs(&ids)
+        .into_iter()
+        .map(|cost| serde_json::json!({"program": cost.name, "runs": cost.runs, "run_time_ns": cost.run_time_ns}))
         .collect();
     println!("{}", serde_json::json!({"mechanism": format!("{mechanism:?}"), "entries": count(0), "exits": count(1), "programs": costs}));
     Ok(())

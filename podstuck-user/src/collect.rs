@@ -174,6 +174,21 @@ impl std::fmt::Display for ProgramCost {
     }
 }
 
+/// What the programs with these ids cost so far, by name.
+pub fn program_costs(ids: &[u32]) -> Vec<ProgramCost> {
+    let mut costs: Vec<ProgramCost> = aya::programs::loaded_programs()
+        .filter_map(|p| p.ok())
+        .filter(|p| ids.contains(&p.id()))
+        .map(|p| ProgramCost {
+            name: p.name_as_str().unwrap_or("?").to_string(),
+            runs: p.run_count(),
+            run_time_ns: p.run_time().as_nanos() as u64,
+        })
+        .collect();
+    costs.sort_by(|a, b| a.name.cmp(&b.name));
+    costs
+}
+
 /// A call in flight as the kernel keeps it, with its path argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Flight {
@@ -364,17 +379,7 @@ impl Tracer {
 
     /// What each program cost so far, when BPF run-time statistics are on.
     pub fn program_costs(&self) -> Vec<ProgramCost> {
-        let mut costs: Vec<ProgramCost> = aya::programs::loaded_programs()
-            .filter_map(|p| p.ok())
-            .filter(|p| self.program_ids.contains(&p.id()))
-            .map(|p| ProgramCost {
-                name: p.name_as_str().unwrap_or("?").to_string(),
-                runs: p.run_count(),
-                run_time_ns: p.run_time().as_nanos() as u64,
-            })
-            .collect();
-        costs.sort_by(|a, b| a.name.cmp(&b.name));
-        costs
+        program_costs(&self.program_ids)
     }
 
     /// Why the programs are on the tracepoints though fentry was preferred.
