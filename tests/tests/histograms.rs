@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -94,6 +94,18 @@ fn svg_curves(dir: &Path) -> usize {
     doc.descendants().filter(|n| n.has_tag_name("polyline") && n.attribute("class") == Some("curve")).count()
 }
 
+/// A new pod's emptyDir under a kubelet root in `scratch`, and a histogram
+/// directory: (pod uid, volume, kubelet root arg, histogram dir, its arg).
+fn pod_volume(scratch: &ScratchDir) -> (String, PathBuf, String, PathBuf, String) {
+    let root = scratch.path().join("kubelet");
+    let uid = new_pod_uid();
+    let volume = root.join("pods").join(&uid).join("volumes/kubernetes.io~empty-dir/scratch");
+    std::fs::create_dir_all(&volume).unwrap();
+    let out = scratch.path().join("histograms");
+    let (root_arg, out_arg) = (root.to_str().unwrap().to_string(), out.to_str().unwrap().to_string());
+    (uid, volume, root_arg, out, out_arg)
+}
+
 /// The count of one series in summary.json, 0 while there is none.
 fn series_count(dir: &Path, tag: &str) -> u64 {
     let Ok(text) = std::fs::read_to_string(dir.join("summary.json")) else { return 0 };
@@ -111,12 +123,7 @@ fn ten_thousand_unlinks_are_counted_exactly_in_every_file() {
         return;
     }
     let scratch = ScratchDir::new("hist10k");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let volume = root.join("pods").join(&uid).join("volumes/kubernetes.io~empty-dir/scratch");
-    std::fs::create_dir_all(&volume).unwrap();
-    let out = scratch.path().join("histograms");
-    let (root_arg, out_arg) = (root.to_str().unwrap().to_string(), out.to_str().unwrap().to_string());
+    let (uid, volume, root_arg, out, out_arg) = pod_volume(&scratch);
     let watch = Watch::start(&["--pod", &uid, "--kubelet-root", &root_arg, "--histograms", &out_arg, "--interval", "1s"]);
 
     let done = actor().args([OsStr::new("unlink-many"), volume.as_os_str(), OsStr::new("10000")]).output().unwrap();
@@ -171,12 +178,7 @@ fn every_call_is_counted_when_the_ring_buffer_overflows() {
         return;
     }
     let scratch = ScratchDir::new("histoverflow");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let volume = root.join("pods").join(&uid).join("volumes/kubernetes.io~empty-dir/scratch");
-    std::fs::create_dir_all(&volume).unwrap();
-    let out = scratch.path().join("histograms");
-    let (root_arg, out_arg) = (root.to_str().unwrap().to_string(), out.to_str().unwrap().to_string());
+    let (uid, volume, root_arg, out, out_arg) = pod_volume(&scratch);
     // Every call streamed into a one-page ring buffer: most records cannot fit.
     let watch = Watch::start(&[
         "--kubelet-root", &root_arg, "--histograms", &out_arg, "--interval", "1s", "--every-call", "--ring-buffer-kib", "4",
