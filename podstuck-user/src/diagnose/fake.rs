@@ -42,6 +42,8 @@ pub struct FakeNode {
     pub tasks: HashMap<u32, TaskState>,
     pub fuse: Vec<TaskState>,
     pub avoided: Vec<Vec<u8>>,
+    /// Symlinks: (link path, absolute target), resolved as prefixes.
+    pub symlinks: Vec<(String, String)>,
 }
 
 fn missing<T>() -> Probe<T> {
@@ -78,6 +80,16 @@ impl NodeInspector for FakeNode {
             Some(text) => Ok(parse_mountinfo(text.as_bytes())),
             None => Ok(self.mounts()),
         }
+    }
+    fn resolved_path(&mut self, _pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
+        for (link, target) in &self.symlinks {
+            if crate::inspect::mounts::is_at_or_below(path, link.as_bytes()) {
+                let mut out = target.as_bytes().to_vec();
+                out.extend_from_slice(&path[link.len()..]);
+                return Ok(out);
+            }
+        }
+        Ok(path.to_vec())
     }
     fn mount_holders(&mut self, _mount: &Mount) -> Vec<MountHolder> {
         self.holders.clone()

@@ -15,8 +15,8 @@ use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding
 use crate::event::CallEvent;
 use crate::identify::pod::PathArea;
 use crate::identify::Identity;
-use crate::inspect::mounts::{mount_at, mount_containing, mounts_under};
-use crate::inspect::{HoldKind, Mount};
+use crate::inspect::mounts::{copy_can_block_unmount, mount_at, mount_containing, mounts_on_same_dir, mounts_under};
+use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector};
 
 pub struct MountHeld {
     host_mntns: u32,
@@ -44,40 +44,57 @@ impl MountHeld {
 
     fn decide(host_mntns: u32, a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
         let node = &mut *review.node;
-        let path = a.path.clone();
-        let mounts = a.caller_mounts(host_mntns, node).0.ok()?;
+        let view = a.caller_view(host_mntns, node);
+        let mounts = view.mounts.as_ref().ok()?.clone();
+        let path = view.path.clone();
         if mount_containing(&mounts, &path).is_some_and(is_cgroupfs) {
             return None;
         }
-        let mount = mount_at(&mounts, &path).cloned();
-        let mut f = Finding::new(Kind::MountHeld, &shown(&path), Severity::Critical, a.first);
+        let mut f = Finding::new(Kind::MountHeld, &shown(&a.path), Severity::Critical, a.first);
         a.stamp(&mut f);
-        let rhythm = a.rhythm_words();
         f.evidence("trace", a.trace_words());
-        let Some(mount) = mount else {
-            f.confidence = Confidence::Possible;
-            f.evidence("mountinfo", format!("{} is not a mountpoint now", shown(&path)));
-            f.summary = format!("{} got EBUSY on {}, which is not mounted now: the next retry should succeed.", a.actor.description, shown(&path));
-            f.fix = format!("findmnt {}", word(&path));
-            return Some(f);
+        a.resolution_evidence(&view, &mut f);
+        match mount_at(&mounts, &path).cloned() {
+            Some(mount) => Self::mounted(a, &mut f, node, &mounts, &path, &mount),
+            None => Self::not_mounted_there(a, &mut f, node, &mounts, &path, &view.whose),
+        }
+        Some(f)
+    }
+
+    /// The path is a mountpoint: who or what keeps it busy.
+    fn mounted(a: &Attempts, f: &mut Finding, node: &mut dyn NodeInspector, mounts: &[Mount], path: &[u8], mount: &Mount) {
+        let rhythm = a.rhythm_words();
+        let unmounting = a.syscall == podstuck_common::Syscall::Umount2;
+        f.evidence("mountinfo", format!("{} is a {} mount of {} (mount id {})", shown(path), mount.fstype, mount.source, mount.id));
+        // Another namespace's copy can only refuse an unmount that reaches
+        // it; removing a directory is never blocked from another namespace.
+        let copies: Vec<MountCopy> = if unmounting {
+            node.mount_copies(mount).into_iter().filter(|c| copy_can_block_unmount(mount, &c.propagation)).collect()
+        } else {
+            Vec::new()
         };
-        f.evidence("mountinfo", format!("{} is a {} mount of {} (mount id {})", shown(&path), mount.fstype, mount.source, mount.id));
-        let holders = node.mount_holders(&mount);
-        let copies = node.mount_copies(&mount);
-        let below: Vec<Mount> = mounts_under(&mounts, &path).into_iter().cloned().collect();
+        let holders: Vec<MountHolder> =
+            node.mount_holders(mount).into_iter().filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns)).collect();
+        let below: Vec<Mount> = mounts_under(mounts, path).into_iter().cloned().collect();
         for fact in holder_facts(&holders) {
             f.evidence("/proc", fact);
         }
         for copy in &copies {
             f.evidence(
                 "/proc/*/mountinfo",
-                format!("a copy is mounted in mount namespace mnt:[{}] (pid {} {} lives there)", copy.mntns, copy.pid, copy.comm),
+                format!(
+                    "a copy is mounted in mount namespace mnt:[{}] (pid {} {} lives there), {}: unmounting here reaches it",
+                    copy.mntns,
+                    copy.pid,
+                    copy.comm,
+                    copy.propagation.join(" ")
+                ),
             );
         }
         for sub in &below {
             f.evidence("mountinfo", format!("{} ({}) is mounted below it", shown(&sub.mount_point), sub.fstype));
         }
-        let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(&path), mount.fstype);
+        let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(path), mount.fstype);
         let failed = format!("{}{rhythm}", a.failed_words());
         if let Some(h) = holders.iter().find(|h| h.other_namespace) {
             f.confidence = Confidence::Confirmed;
@@ -88,30 +105,31 @@ impl MountHeld {
                 h.mntns,
                 hold_words(h.how)
             );
-            f.fix = format!("nsenter -m -t {} umount -l {}", h.pid, word(&path));
+            f.fix = format!("nsenter -m -t {} umount -l {}", h.pid, word(path));
             f.advice.push(format!("or stop the holder: kill {} ({}); then the next retry succeeds", h.pid, h.comm));
         } else if !holders.is_empty() {
             f.confidence = Confidence::Confirmed;
             let mut pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
             pids.dedup();
             let h = &holders[0];
-            f.summary = format!("{what}: pid {} ({}) {}. {failed}.", h.pid, h.comm, hold_words(h.how));
+            let verb = if unmounting { what.clone() } else { format!("{} cannot remove {}: it is still mounted ({}) and", a.actor.description, shown(path), mount.fstype) };
+            f.summary = format!("{verb}: pid {} ({}) {}. {failed}.", h.pid, h.comm, hold_words(h.how));
             f.fix = format!("kill {}", pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "));
             f.advice.push(format!(
                 "if the holder must keep running, detach lazily instead: umount -l {} (the mount goes when the holder lets go)",
-                word(&path)
+                word(path)
             ));
-        } else if a.syscall != podstuck_common::Syscall::Umount2 && below.is_empty() {
+        } else if !unmounting && below.is_empty() {
             // Removing a directory that is mounted: nobody needs to hold it, it just is.
             f.confidence = Confidence::Confirmed;
             f.summary = format!(
                 "{} cannot remove {}: it is still mounted ({} from {}) and nothing unmounted it. {failed}.",
                 a.actor.description,
-                shown(&path),
+                shown(path),
                 mount.fstype,
                 mount.source
             );
-            f.fix = format!("umount {}", word(&path));
+            f.fix = format!("umount {}", word(path));
             f.advice.push("never rm -rf a directory that is still a mountpoint: it deletes what is mounted there".into());
         } else if !below.is_empty() {
             f.confidence = Confidence::Confirmed;
@@ -125,13 +143,63 @@ impl MountHeld {
                 "{what}: a copy in mount namespace mnt:[{}] (pid {} {}) is busy. {failed}.",
                 copy.mntns, copy.pid, copy.comm
             );
-            f.fix = format!("nsenter -m -t {} umount -l {}", copy.pid, word(&path));
+            f.fix = format!("nsenter -m -t {} umount -l {}", copy.pid, word(path));
         } else {
             f.confidence = Confidence::Possible;
             f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
-            f.fix = format!("umount -l {}", word(&path));
+            f.fix = format!("umount -l {}", word(path));
         }
-        Some(f)
+    }
+
+    /// Nothing is mounted at the path in the caller's table: the directory
+    /// may still carry a mount reached by another path (a bind view of a
+    /// parent), or it was unmounted since the call.
+    fn not_mounted_there(a: &Attempts, f: &mut Finding, node: &mut dyn NodeInspector, mounts: &[Mount], path: &[u8], whose: &str) {
+        let failed = format!("{}{}", a.failed_words(), a.rhythm_words());
+        let mut twins: Vec<Mount> = mounts_on_same_dir(mounts, path).into_iter().cloned().collect();
+        if twins.is_empty() {
+            f.confidence = Confidence::Possible;
+            f.evidence("mountinfo", format!("{} is not a mountpoint now in {whose}, and no mount sits on its directory by another path", shown(path)));
+            f.summary = format!("{} got EBUSY on {}, which is not mounted now: the next retry should succeed. {failed}.", a.actor.description, shown(path));
+            f.fix = format!("findmnt {}", word(path));
+            return;
+        }
+        twins.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
+        f.confidence = Confidence::Confirmed;
+        let mut holders: Vec<MountHolder> = Vec::new();
+        for twin in &twins {
+            f.evidence(
+                "mountinfo",
+                format!(
+                    "{} ({} from {}, mount id {}) is mounted on the same directory as {}, reached through another path (a bind view of a parent directory)",
+                    shown(&twin.mount_point),
+                    twin.fstype,
+                    twin.source,
+                    twin.id,
+                    shown(path)
+                ),
+            );
+            holders.extend(node.mount_holders(twin).into_iter().filter(|h| !h.other_namespace));
+        }
+        for fact in holder_facts(&holders) {
+            f.evidence("/proc", fact);
+        }
+        let views = twins.iter().map(|m| shown(&m.mount_point)).collect::<Vec<_>>().join(", ");
+        let held = match holders.first() {
+            Some(h) => format!(" pid {} ({}) {}, so a plain umount of it would be refused too.", h.pid, h.comm, hold_words(h.how)),
+            None => String::new(),
+        };
+        f.summary = format!(
+            "{} cannot remove {}: nothing is mounted at that path any more, but its directory is still a mountpoint through {views}, a second view of it (a bind mount of a parent directory, often left by a backup or debugging tool), and the kernel refuses to remove a mountpoint.{held} {failed}.",
+            a.actor.description,
+            shown(path),
+        );
+        f.fix = twins.iter().map(|m| format!("umount -l {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && ");
+        f.advice.push("umount -l detaches the view's copy at once, even while a process sits in it; then the next retry succeeds".into());
+        f.advice.push("find what made the view (findmnt -o TARGET,SOURCE,PROPAGATION) so it is not made again".into());
+        if let Some(pids) = (!holders.is_empty()).then(|| holders.iter().map(|h| h.pid.to_string()).collect::<Vec<_>>().join(" ")) {
+            f.advice.push(format!("the processes in the view ({pids}) keep its files open; stop them once the view is gone if they belong to nothing"));
+        }
     }
 }
 
@@ -180,7 +248,7 @@ mod tests {
         let mut d = MountHeld::new(4026531840);
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(true, HoldKind::Cwd)];
-        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into() }];
+        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec!["master:60".into()] }];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
@@ -229,5 +297,68 @@ mod tests {
         let calls = [rmdir(0.0, "kubelet", cg, -libc::EBUSY), rmdir(2.0, "kubelet", cg, -libc::EBUSY)];
         let mut node = FakeNode::with_mounts(&["70 /sys/fs/cgroup cgroup2"]);
         assert!(run(&mut d, &mut node, &calls, 5.0).is_empty());
+    }
+
+    #[test]
+    fn a_symlinked_spelling_of_a_held_rootfs_names_the_holder() {
+        // docker's containerd keeps tasks under /var/run, a symlink to /run.
+        let mut d = MountHeld::new(4026531840);
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.symlinks.push(("/var/run".into(), "/run".into()));
+        node.holders = vec![holder(false, HoldKind::Cwd)];
+        let spelled = ROOTFS.replacen("/run/", "/var/run/", 1);
+        let calls: Vec<Call> = (0..10).map(|i| umount(i as f64 * 0.05, "containerd-shim", &spelled, -libc::EBUSY)).collect();
+        let f = &run(&mut d, &mut node, &calls, 1.0)[0];
+        assert_eq!(f.confidence, Confidence::Confirmed, "{}", f.summary);
+        assert_eq!(f.fix, "kill 3131");
+        assert_eq!(f.paths, vec![spelled.as_bytes().to_vec()]);
+        assert!(f.evidence.iter().any(|e| e.source == "path" && e.fact.contains(ROOTFS)), "{:?}", f.evidence);
+    }
+
+    #[test]
+    fn a_private_copy_in_another_namespace_neither_blocks_nor_is_blamed() {
+        let mut d = MountHeld::new(4026531840);
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        // unshare -m: a private copy, its holder sitting in it.
+        node.holders = vec![holder(true, HoldKind::Cwd)];
+        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec![] }];
+        let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
+        assert!(!f.summary.contains("another mount namespace"), "{}", f.summary);
+        assert!(!f.evidence.iter().any(|e| e.fact.contains("3131")), "{:?}", f.evidence);
+        assert_ne!(f.confidence, Confidence::Confirmed);
+    }
+
+    #[test]
+    fn a_merged_dir_still_mounted_through_a_bind_view_is_unmounted_there() {
+        // dockerd detached merged, but /backup/view (an rbind of the layer
+        // dir) still holds a copy on the same directory: rmdir gets EBUSY,
+        // while the umount2 of the path dockerd knows gets EINVAL.
+        let merged = "/var/lib/docker/overlay2/abc/merged";
+        let mut d = MountHeld::new(4026531840);
+        let mut node = FakeNode {
+            mountinfo: "1 0 8:1 / / rw shared:1 - ext4 /dev/sda1 rw\n\
+                        50 1 8:1 /var/lib/docker/overlay2/abc /backup/view rw shared:1 - ext4 /dev/sda1 rw\n\
+                        51 50 0:60 / /backup/view/merged rw shared:7 - overlay overlay rw\n"
+                .into(),
+            ..Default::default()
+        };
+        node.holders = vec![MountHolder { pid: 4444, comm: "backup".into(), how: HoldKind::Cwd, path: b"/backup/view/merged".to_vec(), mntns: 4026531840, other_namespace: false }];
+        let calls: Vec<Call> = (0..5).map(|i| rmdir(i as f64 * 0.1, "dockerd", merged, -libc::EBUSY)).collect();
+        let f = &run(&mut d, &mut node, &calls, 1.0)[0];
+        assert_eq!(f.kind, Kind::MountHeld);
+        assert_eq!(f.confidence, Confidence::Confirmed, "{}", f.summary);
+        assert_eq!(f.fix, "umount -l /backup/view/merged");
+        assert!(f.summary.contains("/backup/view/merged") && f.summary.contains("pid 4444"), "{}", f.summary);
+        assert!(!f.summary.contains("next retry should succeed"), "{}", f.summary);
+    }
+
+    #[test]
+    fn ebusy_on_a_dir_that_is_mounted_nowhere_is_only_possible() {
+        let mut d = MountHeld::new(4026531840);
+        let mut node = FakeNode::with_mounts(&[]);
+        let dir = "/var/lib/docker/overlay2/abc/merged";
+        let calls = [rmdir(0.0, "dockerd", dir, -libc::EBUSY), rmdir(0.1, "dockerd", dir, -libc::EBUSY)];
+        let f = &run(&mut d, &mut node, &calls, 1.0)[0];
+        assert_eq!(f.confidence, Confidence::Possible);
     }
 }

@@ -28,6 +28,20 @@ impl Rhythm {
     }
 }
 
+impl Rhythm {
+    /// Whether an actor of this role (`Role::as_str`) retries this way: a
+    /// rhythm named after kubelet is no clue about dockerd's retries.
+    /// Unknown actors may be anyone.
+    pub fn fits(self, role: &str) -> bool {
+        match self {
+            Rhythm::KubeletBackoff | Rhythm::KubeletHousekeeping => matches!(role, "kubelet" | "csi-plugin" | "other"),
+            Rhythm::ContainerdUnmount => matches!(role, "runtime" | "shim" | "other"),
+            Rhythm::RuncBurst => matches!(role, "runc" | "other"),
+            Rhythm::Steady(_) => true,
+        }
+    }
+}
+
 /// kubelet's backoff cap: 2m2s.
 const BACKOFF_CAP: f64 = 122.0;
 
@@ -101,6 +115,16 @@ mod tests {
         let containerd: Vec<f64> = (0..20).map(|i| i as f64 * 0.05).collect();
         assert_eq!(recognise(&at(&containerd)), Some(Rhythm::ContainerdUnmount));
         assert_eq!(recognise(&at(&[0.0, 0.01, 0.03, 0.07, 0.14])), Some(Rhythm::RuncBurst));
+    }
+
+    #[test]
+    fn a_rhythm_names_only_the_actors_that_retry_that_way() {
+        assert!(Rhythm::KubeletBackoff.fits("kubelet"));
+        assert!(!Rhythm::RuncBurst.fits("runtime"), "dockerd's retries are not runc's");
+        assert!(!Rhythm::ContainerdUnmount.fits("kubelet"));
+        assert!(Rhythm::ContainerdUnmount.fits("shim"));
+        assert!(Rhythm::Steady(1.0).fits("runtime"));
+        assert!(Rhythm::RuncBurst.fits("other"));
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl Attempts {
     }
 
     pub fn rhythm(&self) -> Option<Rhythm> {
-        super::rhythm::recognise(&self.times.iter().copied().collect::<Vec<_>>())
+        super::rhythm::recognise(&self.times.iter().copied().collect::<Vec<_>>()).filter(|r| r.fits(self.actor.role))
     }
 
     /// " on kubelet volume backoff (...)", or nothing when no rhythm is recognised.
@@ -81,16 +81,30 @@ impl Attempts {
         self.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default()
     }
 
-    /// The mount table the caller saw, and whose it is in words: its own
-    /// namespace's when that is not the host's (and still readable), else the host's.
-    pub fn caller_mounts(&self, host_mntns: u32, node: &mut dyn NodeInspector) -> (Probe<Vec<Mount>>, String) {
+    /// What the caller's mount namespace says of its path: the table it
+    /// sees (its own namespace's when that is not the host's and is still
+    /// readable, else the host's), whose table that is in words, and the
+    /// path as the kernel resolved it for the caller (symlinks followed in
+    /// its root), which is how mount tables name it.
+    pub fn caller_view(&self, host_mntns: u32, node: &mut dyn NodeInspector) -> CallerView {
         let in_other_ns = host_mntns != 0 && self.mntns != 0 && self.mntns != host_mntns;
-        if in_other_ns {
-            if let Ok(mounts) = node.mounts_of_process(self.pid) {
-                return (Ok(mounts), format!("the mount namespace of pid {}", self.pid));
-            }
+        let (mounts, whose) = match in_other_ns.then(|| node.mounts_of_process(self.pid)) {
+            Some(Ok(mounts)) => (Ok(mounts), format!("the mount namespace of pid {}", self.pid)),
+            _ => (node.host_mounts(), "the host mount namespace".to_string()),
+        };
+        let path = node.resolved_path(self.pid, &self.path).unwrap_or_else(|_| self.path.clone());
+        CallerView { mounts, whose, path }
+    }
+
+    /// Evidence that the path the caller gave is another spelling of the
+    /// one mount tables name, when it is.
+    pub fn resolution_evidence(&self, view: &CallerView, finding: &mut Finding) {
+        if view.path != self.path {
+            finding.evidence(
+                "path",
+                format!("{} is {} once symlinks are followed in the caller's root", super::shown(&self.path), super::shown(&view.path)),
+            );
         }
-        (node.host_mounts(), "the host mount namespace".to_string())
     }
 
     pub fn errno_name(&self) -> String {
@@ -144,6 +158,14 @@ impl Attempts {
             finding.paths.push(self.path.clone());
         }
     }
+}
+
+/// The caller's view of the mount tree, see [`Attempts::caller_view`].
+pub struct CallerView {
+    pub mounts: Probe<Vec<Mount>>,
+    pub whose: String,
+    /// The path with symlinks resolved (as written when it could not be).
+    pub path: Vec<u8>,
 }
 
 /// Failures by path, for one detector. Walked in path order: a hash map's

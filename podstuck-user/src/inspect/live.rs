@@ -351,6 +351,15 @@ impl NodeInspector for LiveNode {
         self.table_of(pid).map_err(|e| self.unreadable_proc(e))
     }
 
+    fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
+        // A short-lived caller (kubelet's umount child) may be gone: its
+        // root was the host's, which is podstuck's own.
+        let proc_root = self.proc_file(pid, "root");
+        let root = if proc_root.exists() { proc_root } else { PathBuf::from("/") };
+        let wait = self.deadline;
+        self.on_worker(path, wait, move |p| resolve_in_root(&root, p.as_os_str().as_bytes()))
+    }
+
     fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder> {
         let own_ns = self.own_mntns();
         let mut views: HashMap<u64, NamespaceView> = HashMap::new();
@@ -389,7 +398,13 @@ impl NodeInspector for LiveNode {
             let Ok(table) = self.table_of(pid) else { continue };
             seen.insert(ns);
             if let Some(copy) = table.iter().find(|m| is_copy(m, mount)) {
-                copies.push(MountCopy { mntns: ns, pid, comm: self.comm_of(pid), mount_point: copy.mount_point.clone() });
+                copies.push(MountCopy {
+                    mntns: ns,
+                    pid,
+                    comm: self.comm_of(pid),
+                    mount_point: copy.mount_point.clone(),
+                    propagation: copy.propagation.clone(),
+                });
             }
         }
         copies
@@ -700,6 +715,63 @@ fn fstype_name(magic: u32) -> String {
         _ => return format!("{magic:#x}"),
     };
     name.to_string()
+}
+
+/// Symlinks followed in one resolution before it is called a loop, as the kernel does.
+const MAX_SYMLINKS: u32 = 40;
+
+/// `path` resolved component by component under `root` (a process's
+/// `/proc/<pid>/root`): each component is looked up as a link below the
+/// already resolved part, so an absolute link target restarts at that
+/// root, never at podstuck's own. The part from the first component that
+/// does not exist on is kept as written.
+fn resolve_in_root(root: &Path, path: &[u8]) -> Probe<Vec<u8>> {
+    let mut done: Vec<u8> = Vec::new();
+    let mut todo: std::collections::VecDeque<Vec<u8>> = path.split(|b| *b == b'/').map(<[u8]>::to_vec).collect();
+    let mut links = 0;
+    while let Some(part) = todo.pop_front() {
+        match part.as_slice() {
+            b"" | b"." => continue,
+            b".." => {
+                let cut = done.iter().rposition(|b| *b == b'/').unwrap_or(0);
+                done.truncate(cut);
+                continue;
+            }
+            _ => {}
+        }
+        let mut candidate = done.clone();
+        candidate.push(b'/');
+        candidate.extend_from_slice(&part);
+        match fs::read_link(root.join(OsStr::from_bytes(&candidate[1..]))) {
+            Ok(target) => {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(Unreadable("too many levels of symbolic links".into()));
+                }
+                let target = target.into_os_string().into_vec();
+                if target.first() == Some(&b'/') {
+                    done.clear();
+                }
+                for piece in target.split(|b| *b == b'/').rev() {
+                    todo.push_front(piece.to_vec());
+                }
+            }
+            // Not a link: a directory or file, keep it as it is.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => done = candidate,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+                done = candidate;
+                for rest in todo.drain(..).filter(|p| !p.is_empty()) {
+                    done.push(b'/');
+                    done.extend_from_slice(&rest);
+                }
+            }
+            Err(e) => return Err(unreadable(e)),
+        }
+    }
+    if done.is_empty() {
+        done.push(b'/');
+    }
+    Ok(done)
 }
 
 /// A mount in another namespace that is a copy of `mount`: what `unshare
@@ -1433,7 +1505,7 @@ mod tests {
         assert_eq!(holders[0].comm, "holder");
         assert_eq!(
             node.mount_copies(&mount),
-            vec![MountCopy { mntns: 2000, pid: 200, comm: "other".into(), mount_point: b"/vol".to_vec() }]
+            vec![MountCopy { mntns: 2000, pid: 200, comm: "other".into(), mount_point: b"/vol".to_vec(), propagation: vec!["master:5".into()] }]
         );
     }
 
@@ -1478,5 +1550,22 @@ mod tests {
         assert_eq!(fstype_name(0x1234), "0x1234");
         assert_eq!(words(&io::Error::from_raw_os_error(libc::EACCES)), "permission denied");
         assert_eq!(duration_words(Duration::from_millis(1500)), "1500 ms");
+    }
+
+    #[test]
+    fn paths_resolve_through_symlinks_inside_the_given_root() {
+        let tmp = TempDir::new("resolve");
+        let root = tmp.0.clone();
+        fs::create_dir_all(root.join("run/docker/task")).unwrap();
+        std::os::unix::fs::symlink("/run", root.join("var-run")).unwrap();
+        std::os::unix::fs::symlink("../run/docker", root.join("run/up")).unwrap();
+        std::os::unix::fs::symlink("loop2", root.join("loop1")).unwrap();
+        std::os::unix::fs::symlink("loop1", root.join("loop2")).unwrap();
+        // An absolute target restarts at the given root, not at /.
+        assert_eq!(resolve_in_root(&root, b"/var-run/docker/task/rootfs").unwrap(), b"/run/docker/task/rootfs");
+        assert_eq!(resolve_in_root(&root, b"/run/up/task").unwrap(), b"/run/docker/task");
+        assert_eq!(resolve_in_root(&root, b"/run/./docker/../docker//task/").unwrap(), b"/run/docker/task");
+        assert_eq!(resolve_in_root(&root, b"/").unwrap(), b"/");
+        assert!(resolve_in_root(&root, b"/loop1/x").unwrap_err().0.contains("symbolic links"));
     }
 }

@@ -93,6 +93,9 @@ pub struct MountCopy {
     pub comm: String,
     #[serde(serialize_with = "crate::output::serialize_path")]
     pub mount_point: Vec<u8>,
+    /// The copy's optional mountinfo fields ("shared:12", "master:3"):
+    /// whether unmounting the original reaches it.
+    pub propagation: Vec<String>,
 }
 
 /// `lsattr` flags that make a file undeletable.
@@ -209,6 +212,12 @@ pub trait NodeInspector {
     fn host_mounts(&mut self) -> Probe<Vec<Mount>>;
     /// The mount table of the mount namespace `pid` lives in.
     fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>>;
+    /// `path` as process `pid` reaches it: every symlink followed inside
+    /// its root (`/var/run/x` is `/run/x` on most nodes), `..` taken after
+    /// the symlink before it, and a tail that no longer exists kept as
+    /// written. Mount tables name resolved paths, callers pass whatever
+    /// they were given.
+    fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>>;
     /// Processes, in any mount namespace, whose cwd, root, open files or
     /// mappings lie on `mount` (or on its copies in other namespaces).
     fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder>;

@@ -85,6 +85,75 @@ pub fn mounts_under<'a>(mounts: &'a [Mount], path: &[u8]) -> Vec<&'a Mount> {
     mounts.iter().filter(|m| m.mount_point != path && is_at_or_below(&m.mount_point, path)).collect()
 }
 
+/// Where a directory really is: the filesystem (device) and its path
+/// inside that filesystem. Two paths with the same location are one
+/// directory reached two ways (a bind mount shows it twice).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirLocation {
+    pub dev: (u32, u32),
+    pub path_in_fs: Vec<u8>,
+}
+
+/// `base` + the part of `path` below `dir`, by whole components.
+fn rebase(base: &[u8], path: &[u8], dir: &[u8]) -> Vec<u8> {
+    let rest = if dir == b"/" { path } else { &path[dir.len()..] };
+    let mut out = base.strip_suffix(b"/").unwrap_or(base).to_vec();
+    out.extend_from_slice(rest);
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
+/// The location of `path` as a directory of the filesystem it lies on,
+/// ignoring anything mounted on `path` itself: the dentry that a mount on
+/// it would sit on.
+pub fn location_under(mounts: &[Mount], path: &[u8]) -> Option<DirLocation> {
+    let beneath = mounts.iter().filter(|m| m.mount_point != path && is_at_or_below(path, &m.mount_point)).max_by_key(|m| m.mount_point.len())?;
+    Some(DirLocation { dev: beneath.dev, path_in_fs: rebase(&beneath.root, path, &beneath.mount_point) })
+}
+
+/// Where the mount point of `mount` lies: the directory it covers, in the
+/// filesystem of its parent mount.
+pub fn mount_point_location(mounts: &[Mount], mount: &Mount) -> Option<DirLocation> {
+    let parent = mounts.iter().find(|m| m.id == mount.parent_id && m.id != mount.id)?;
+    if !is_at_or_below(&mount.mount_point, &parent.mount_point) {
+        return None;
+    }
+    Some(DirLocation { dev: parent.dev, path_in_fs: rebase(&parent.root, &mount.mount_point, &parent.mount_point) })
+}
+
+/// Mounts on the same directory as `path` but reached by another path:
+/// with a bind view of a parent directory (`mount --rbind /a /b`), a mount
+/// on `/a/x` has a twin on `/b/x`, and while the twin stays `/a/x` is still
+/// a mountpoint to the kernel (rmdir fails with EBUSY) though nothing is
+/// mounted at that path any more.
+pub fn mounts_on_same_dir<'a>(mounts: &'a [Mount], path: &[u8]) -> Vec<&'a Mount> {
+    let Some(here) = location_under(mounts, path) else { return Vec::new() };
+    mounts
+        .iter()
+        .filter(|m| m.mount_point != path)
+        .filter(|m| mount_point_location(mounts, m).is_some_and(|l| l == here))
+        .collect()
+}
+
+/// The number of a propagation tag ("shared:12" -> 12 for "shared").
+fn peer_group(propagation: &[String], tag: &str) -> Option<u32> {
+    propagation.iter().find_map(|p| p.strip_prefix(tag)?.strip_prefix(':')?.parse().ok())
+}
+
+/// Whether a copy of `mount` in another mount namespace, with propagation
+/// `copy_propagation`, can make a (non-lazy) unmount of `mount` fail with
+/// EBUSY. The kernel checks the copies that unmount propagation reaches
+/// (the mount's peers and their slaves: propagate_mount_busy); a copy in a
+/// private namespace (`unshare -m`'s default) is not reached and never
+/// blocks. Removing a directory is never blocked by another namespace's
+/// copy (since Linux 3.18 such copies are detached).
+pub fn copy_can_block_unmount(mount: &Mount, copy_propagation: &[String]) -> bool {
+    let Some(group) = peer_group(&mount.propagation, "shared") else { return false };
+    peer_group(copy_propagation, "shared") == Some(group) || peer_group(copy_propagation, "master") == Some(group)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +199,44 @@ mod tests {
         assert_eq!(under, vec![42]);
         let under_pod: Vec<u32> = mounts_under(&mounts, b"/var/lib/kubelet/pods/p").iter().map(|m| m.id).collect();
         assert_eq!(under_pod, vec![40, 42]);
+    }
+    #[test]
+    fn a_bind_view_of_a_parent_shows_the_same_directory_twice() {
+        // /data/layer/merged has an overlay; /data/layer was then rbound at
+        // /backup/view, so /backup/view/merged holds a twin of that overlay.
+        // dockerd later detached the original: /data/layer/merged is no
+        // mountpoint by its path, yet its directory still has a mount.
+        let table = b"\
+1 0 8:1 / / rw shared:1 - ext4 /dev/sda1 rw
+50 1 8:1 /data/layer /backup/view rw shared:1 - ext4 /dev/sda1 rw
+51 50 0:60 / /backup/view/merged rw shared:7 - overlay overlay rw
+60 1 0:61 / /srv rw - tmpfs tmpfs rw
+61 60 0:61 /sub /srv/sub2 rw - tmpfs tmpfs rw
+62 61 0:62 / /srv/sub2/x rw - tmpfs tmpfs rw
+";
+        let mounts = parse_mountinfo(table);
+        let twins: Vec<u32> = mounts_on_same_dir(&mounts, b"/data/layer/merged").iter().map(|m| m.id).collect();
+        assert_eq!(twins, vec![51]);
+        assert_eq!(location_under(&mounts, b"/data/layer/merged"), Some(DirLocation { dev: (8, 1), path_in_fs: b"/data/layer/merged".to_vec() }));
+        // The view itself is not a twin of anything at /data/layer.
+        assert!(mounts_on_same_dir(&mounts, b"/data/other").is_empty());
+        // A bind of a subdirectory: /srv/sub/x is the directory /sub/x of
+        // tmpfs 0:61, where /srv/sub2/x is mounted.
+        let twins: Vec<u32> = mounts_on_same_dir(&mounts, b"/srv/sub/x").iter().map(|m| m.id).collect();
+        assert_eq!(twins, vec![62]);
+        // The path a mount is at is not its own twin.
+        assert!(mounts_on_same_dir(&mounts, b"/srv/sub2/x").is_empty());
+    }
+
+    #[test]
+    fn only_copies_that_unmount_propagation_reaches_can_block_it() {
+        let mounts = parse_mountinfo(SAMPLE);
+        let csi = &mounts[3];
+        assert!(copy_can_block_unmount(csi, &["shared:20".into()]));
+        assert!(copy_can_block_unmount(csi, &["master:20".into()]));
+        assert!(!copy_can_block_unmount(csi, &[]), "a private copy");
+        assert!(!copy_can_block_unmount(csi, &["shared:21".into()]));
+        let private = &mounts[6];
+        assert!(!copy_can_block_unmount(private, &["shared:20".into()]), "a private mount propagates nothing");
     }
 }

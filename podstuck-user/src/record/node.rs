@@ -13,6 +13,7 @@ use crate::inspect::{
 pub enum Asked {
     HostMounts { answer: Probe<Vec<Mount>> },
     MountsOfProcess { pid: u32, answer: Probe<Vec<Mount>> },
+    ResolvedPath { pid: u32, path: Vec<u8>, answer: Probe<Vec<u8>> },
     MountHolders { mount: Mount, answer: Vec<MountHolder> },
     MountCopies { mount: Mount, answer: Vec<MountCopy> },
     InodeFlags { path: Vec<u8>, answer: Probe<InodeFlags> },
@@ -55,6 +56,11 @@ impl NodeInspector for RecordingNode<'_> {
     fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>> {
         let answer = self.node.mounts_of_process(pid);
         self.asked.push(Asked::MountsOfProcess { pid, answer: answer.clone() });
+        answer
+    }
+    fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
+        let answer = self.node.resolved_path(pid, path);
+        self.asked.push(Asked::ResolvedPath { pid, path: path.to_vec(), answer: answer.clone() });
         answer
     }
     fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder> {
@@ -188,6 +194,13 @@ impl NodeInspector for ReplayNode {
             _ => None,
         };
         self.answer(|| format!("mounts_of_process {pid}"), pick).unwrap_or_else(missing)
+    }
+    fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
+        let pick = |a: &Asked| match a {
+            Asked::ResolvedPath { pid: p, path: q, answer } if *p == pid && q == path => Some(answer.clone()),
+            _ => None,
+        };
+        self.answer(|| format!("resolved_path {pid} {}", shown(path)), pick).unwrap_or_else(missing)
     }
     fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder> {
         let pick = |a: &Asked| match a {

@@ -446,8 +446,9 @@ fn a_record_cut_anywhere_replays_what_it_holds() {
                 assert!(said.contains("is not a podstuck record") || said.contains("header is corrupt"), "{said}");
             }
         }
-        // The whole replay on some of them (it is the slow part).
-        if cut >= header_end && cut % 97 == 0 {
+        // The whole replay on some of them (it is the slow part); a cut in
+        // the gzip trailer may still hold the end entry (see above).
+        if cut >= header_end && cut % 97 == 0 && cut + 16 < bytes.len() {
             let mut told = Vec::new();
             let summary = replay_record(&bytes[..cut], "cut.podstuck", &mut |r| told.push(r.clone())).unwrap();
             assert!(summary.broken.is_none() && summary.ends_early(), "cut at {cut}: {:?}", summary.broken);
@@ -533,7 +534,7 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
     };
     let asked = vec![
         Asked::HostMounts { answer: Ok(vec![mount.clone()]) },
-        Asked::MountCopies { mount: mount.clone(), answer: vec![MountCopy { mntns: 5, pid: 6, comm: "c".into(), mount_point: odd.clone() }] },
+        Asked::MountCopies { mount: mount.clone(), answer: vec![MountCopy { mntns: 5, pid: 6, comm: "c".into(), mount_point: odd.clone(), propagation: vec!["master:3".into()] }] },
         Asked::DirSample { path: odd.clone(), limit: 3, answer: Ok(DirSample { names: vec![b"\xff".to_vec(), b"ok".to_vec()], counted: 2, complete: true }) },
         Asked::FileFacts { path: odd.clone(), answer: Err(Unreadable("timed out after 1 s: the filesystem may be hung".into())) },
         Asked::Avoid { path: odd.clone() },

@@ -465,16 +465,19 @@ pub struct WireCopy<'a> {
     pid: u32,
     comm: Cow<'a, str>,
     mount_point: Bytes<'a>,
+    /// Absent from records made before podstuck read it.
+    #[serde(default)]
+    propagation: Vec<String>,
 }
 
 impl<'a> WireCopy<'a> {
     fn of(c: &'a MountCopy) -> WireCopy<'a> {
-        let MountCopy { mntns, pid, comm, mount_point } = c;
-        WireCopy { mntns: *mntns, pid: *pid, comm: Cow::Borrowed(comm), mount_point: Bytes::of(mount_point) }
+        let MountCopy { mntns, pid, comm, mount_point, propagation } = c;
+        WireCopy { mntns: *mntns, pid: *pid, comm: Cow::Borrowed(comm), mount_point: Bytes::of(mount_point), propagation: propagation.clone() }
     }
 
     fn into_copy(self) -> MountCopy {
-        MountCopy { mntns: self.mntns, pid: self.pid, comm: self.comm.into_owned(), mount_point: self.mount_point.into_vec() }
+        MountCopy { mntns: self.mntns, pid: self.pid, comm: self.comm.into_owned(), mount_point: self.mount_point.into_vec(), propagation: self.propagation }
     }
 }
 
@@ -544,6 +547,12 @@ pub enum WireAsked<'a> {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<WireProbe<Vec<WireMount<'a>>>>,
     },
+    ResolvedPath {
+        pid: u32,
+        path: Bytes<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<Bytes<'a>>>,
+    },
     MountHolders {
         mount: WireMount<'a>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -606,6 +615,9 @@ impl<'a> WireAsked<'a> {
             Asked::MountsOfProcess { pid, answer } => {
                 WireAsked::MountsOfProcess { pid: *pid, answer: Some(WireProbe::of(answer, |m| mounts_of(m))) }
             }
+            Asked::ResolvedPath { pid, path, answer } => {
+                WireAsked::ResolvedPath { pid: *pid, path: Bytes::of(path), answer: Some(WireProbe::of(answer, |p| Bytes::of(p))) }
+            }
             Asked::MountHolders { mount, answer } => {
                 WireAsked::MountHolders { mount: WireMount::of(mount), answer: Some(answer.iter().map(WireHolder::of).collect()) }
             }
@@ -636,6 +648,7 @@ impl<'a> WireAsked<'a> {
         match self {
             WireAsked::HostMounts { .. } => "host_mounts".into(),
             WireAsked::MountsOfProcess { pid, .. } => format!("mounts_of_process {pid}"),
+            WireAsked::ResolvedPath { pid, path, .. } => format!("resolved_path {pid} {:?}", path.0),
             WireAsked::MountHolders { mount, .. } => format!("mount_holders {mount:?}"),
             WireAsked::MountCopies { mount, .. } => format!("mount_copies {mount:?}"),
             WireAsked::InodeFlags { path, .. } => format!("inode_flags {:?}", path.0),
@@ -654,6 +667,7 @@ impl<'a> WireAsked<'a> {
     pub fn without_answer(&mut self) {
         match self {
             WireAsked::HostMounts { answer } | WireAsked::MountsOfProcess { answer, .. } => *answer = None,
+            WireAsked::ResolvedPath { answer, .. } => *answer = None,
             WireAsked::MountHolders { answer, .. } => *answer = None,
             WireAsked::MountCopies { answer, .. } => *answer = None,
             WireAsked::InodeFlags { answer, .. } => *answer = None,
@@ -674,6 +688,9 @@ impl<'a> WireAsked<'a> {
         Ok(Some(match self {
             WireAsked::HostMounts { answer: Some(a) } => Asked::HostMounts { answer: a.into_probe(into_mounts) },
             WireAsked::MountsOfProcess { pid, answer: Some(a) } => Asked::MountsOfProcess { pid, answer: a.into_probe(into_mounts) },
+            WireAsked::ResolvedPath { pid, path, answer: Some(a) } => {
+                Asked::ResolvedPath { pid, path: path.into_vec(), answer: a.into_probe(Bytes::into_vec) }
+            }
             WireAsked::MountHolders { mount, answer: Some(a) } => {
                 Asked::MountHolders { mount: mount.into_mount(), answer: a.into_iter().map(WireHolder::into_holder).collect() }
             }
