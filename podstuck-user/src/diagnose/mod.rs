@@ -10,6 +10,7 @@
 //! ([`Diagnoser::review`] decides when a change is worth a new revision).
 
 pub mod cgroup_busy;
+pub mod consequences;
 pub mod dir_not_empty;
 pub mod disk_full;
 pub mod hung_call;
@@ -359,39 +360,52 @@ impl Diagnoser {
     /// Runs every detector and returns what is new or changed enough to tell.
     pub fn review(&mut self, review: &mut Review<'_>) -> Vec<Report> {
         let mut reports = Vec::new();
-        for detector in &mut self.detectors {
-            for mut finding in detector.review(review) {
-                match self.shown.get_mut(&finding.id) {
-                    None => {
-                        // Nothing is told of a finding that ended before it was ever shown.
-                        if finding.status == Status::Resolved {
-                            continue;
-                        }
-                        finding.revision = 1;
-                        let shown = Shown { finding: finding.clone(), last_told: finding.clone(), told: true, told_at: review.now };
-                        self.shown.insert(finding.id.clone(), shown);
-                        reports.push(Report::New(finding));
+        let mut current: Vec<Finding> = self.detectors.iter_mut().flat_map(|d| d.review(review)).collect();
+        for (id, root) in consequences::fold(&mut current) {
+            // Told on its own before its root cause was known: say where it went.
+            if let Some(shown) = self.shown.get_mut(&id).filter(|s| s.last_told.status == Status::Active) {
+                let mut finding = shown.finding.clone();
+                finding.status = Status::Resolved;
+                finding.revision += 1;
+                finding.evidence("consequence", format!("a consequence of {root}, told under it"));
+                shown.finding = finding.clone();
+                shown.last_told = finding.clone();
+                shown.told = true;
+                shown.told_at = review.now;
+                reports.push(Report::Update(finding));
+            }
+        }
+        for mut finding in current {
+            match self.shown.get_mut(&finding.id) {
+                None => {
+                    // Nothing is told of a finding that ended before it was ever shown.
+                    if finding.status == Status::Resolved {
+                        continue;
                     }
-                    Some(shown) => {
-                        if shown.last_told.status == Status::Resolved && finding.status == Status::Resolved {
-                            continue;
-                        }
-                        let material = finding.differs_materially(&shown.last_told);
-                        let counted = finding.count != shown.last_told.count || finding.details != shown.last_told.details;
-                        let due = review.now.duration_since(shown.told_at).unwrap_or_default() >= UPDATE_EVERY;
-                        finding.revision = shown.finding.revision;
-                        if material || (counted && due) {
-                            finding.revision += 1;
-                            shown.told_at = review.now;
-                            shown.told = true;
-                            shown.finding = finding.clone();
-                            shown.last_told = finding.clone();
-                            reports.push(Report::Update(finding));
-                        } else if finding != shown.finding {
-                            // Kept current for the closing summary, told later.
-                            shown.finding = finding;
-                            shown.told = false;
-                        }
+                    finding.revision = 1;
+                    let shown = Shown { finding: finding.clone(), last_told: finding.clone(), told: true, told_at: review.now };
+                    self.shown.insert(finding.id.clone(), shown);
+                    reports.push(Report::New(finding));
+                }
+                Some(shown) => {
+                    if shown.last_told.status == Status::Resolved && finding.status == Status::Resolved {
+                        continue;
+                    }
+                    let material = finding.differs_materially(&shown.last_told);
+                    let counted = finding.count != shown.last_told.count || finding.details != shown.last_told.details;
+                    let due = review.now.duration_since(shown.told_at).unwrap_or_default() >= UPDATE_EVERY;
+                    finding.revision = shown.finding.revision;
+                    if material || (counted && due) {
+                        finding.revision += 1;
+                        shown.told_at = review.now;
+                        shown.told = true;
+                        shown.finding = finding.clone();
+                        shown.last_told = finding.clone();
+                        reports.push(Report::Update(finding));
+                    } else if finding != shown.finding {
+                        // Kept current for the closing summary, told later.
+                        shown.finding = finding;
+                        shown.told = false;
                     }
                 }
             }
