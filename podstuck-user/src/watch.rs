@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::collect::{kernel_filter, AttachPoint, Flight, RunTotals, Tracer, TracerOptions};
-use crate::diagnose::{CallInFlight, DiagnoseOptions, Diagnoser, Report, Review};
+use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Diagnoser, Report, Review};
 use crate::event::{syscall_name, BaseDir, CallEvent, DecodeError, PathStatus, AT_FDCWD};
 use crate::export::{Exporter, RunInfo};
 use crate::inspect::live::LiveNode;
@@ -217,6 +217,8 @@ struct Sink {
     /// Who the kernel's series are, learnt from the calls streamed.
     names: SeriesNames,
     diagnoser: Diagnoser,
+    /// What the kernel counted since the last review.
+    counted: Vec<CountedCalls>,
     /// `podstuck record`: every admitted call and every review, saved.
     recorder: Option<Recorder<File>>,
     /// What would go to stderr while the live view owns the terminal.
@@ -273,6 +275,12 @@ impl Sink {
     /// is what frees the series of exited processes in the kernel.
     fn harvest(&mut self, tracer: &mut Tracer) {
         let deltas = tracer.series_deltas();
+        let counts: Vec<CountedCalls> = deltas
+            .iter()
+            .filter_map(|d| d.caller.map(|(pid, _)| CountedCalls { pid, syscall: d.syscall, errno: d.errno, count: d.count }))
+            .collect();
+        // Handed to the diagnosis at the next review, with it in a record.
+        self.counted.extend(counts);
         let Some(book) = self.book.as_mut() else { return };
         let (identifier, filter) = (&mut self.identifier, &self.filter);
         let named = |pid: u32, cgroup_id: u64| {
@@ -288,12 +296,14 @@ impl Sink {
     /// all, when recording.
     fn review(&mut self, node: &mut LiveNode, in_flight: &[CallInFlight]) -> Vec<Report> {
         let now = SystemTime::now();
+        let counted = std::mem::take(&mut self.counted);
+        self.diagnoser.counted(&counted);
         let Some(recorder) = self.recorder.as_mut() else {
             return self.diagnoser.review(&mut Review { now, in_flight, node });
         };
         let mut recording = RecordingNode::new(node);
         let reports = self.diagnoser.review(&mut Review { now, in_flight, node: &mut recording });
-        if let Err(e) = recorder.add_review(now, in_flight, recording.into_asked(), &reports) {
+        if let Err(e) = recorder.add_review(now, in_flight, &counted, recording.into_asked(), &reports) {
             self.say(e.to_string());
         }
         reports
@@ -535,6 +545,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         book: (exporter.is_some() || output == Output::Live).then(|| LatencyBook::new(started)),
         names: SeriesNames::default(),
         diagnoser,
+        counted: Vec::new(),
         recorder,
         notes: Notes::default(),
     };

@@ -290,8 +290,22 @@ impl Default for DiagnoseOptions {
     }
 }
 
+/// Calls the kernel counted for one process, one syscall and one outcome
+/// since the last read, streamed or not (a storm is mostly counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountedCalls {
+    pub pid: u32,
+    pub syscall: Syscall,
+    /// 0 for success; `u16::MAX` for a failure whose errno is unknown.
+    pub errno: u16,
+    pub count: u64,
+}
+
 /// One pathology's recogniser.
 pub trait Detector {
+    /// Sees what the kernel counted since the last read, before a review.
+    /// Only detectors that count need it.
+    fn counted(&mut self, _counts: &[CountedCalls]) {}
     /// Sees every completed call in scope, in order. Must be cheap: a
     /// removal storm sends hundreds of thousands per second.
     fn observe(&mut self, event: &CallEvent, identity: &Identity);
@@ -354,6 +368,13 @@ impl Diagnoser {
     pub fn observe(&mut self, event: &CallEvent, identity: &Identity) {
         for detector in &mut self.detectors {
             detector.observe(event, identity);
+        }
+    }
+
+    /// Hands every detector what the kernel counted since the last read.
+    pub fn counted(&mut self, counts: &[CountedCalls]) {
+        for detector in &mut self.detectors {
+            detector.counted(counts);
         }
     }
 

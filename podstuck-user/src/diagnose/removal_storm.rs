@@ -7,6 +7,13 @@
 //! its calls share; the directory is then measured to estimate how many
 //! entries are left and how long that takes at the current rate. An
 //! `rm -rf` of a few thousand files that ends in a second is not a storm.
+//!
+//! The tree is the subtree of that process's calls: it may widen a level
+//! at a time while the removal climbs back up (RemoveAll ends with the
+//! tree's root), but removals elsewhere by the same process (dockerd
+//! removing a container meanwhile) are counted apart, not in the tree. The
+//! count is the kernel's (every call of the process, streamed or not) less
+//! what was seen elsewhere, so it is exact whatever the ring buffer kept.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,12 +21,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 
 use super::track::RECHECK;
-use super::{human_duration, removes, shown, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
+use super::{human_duration, removes, shown, Confidence, CountedCalls, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
+use podstuck_common::Syscall;
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
 use crate::inspect::mounts::is_at_or_below;
-use crate::inspect::EntryEstimate;
+use crate::inspect::{EntryEstimate, NodeInspector};
 
 /// A storm has at least this many calls...
 const STORM_CALLS: u64 = 20_000;
@@ -35,6 +43,11 @@ const ACTORS_KEPT: usize = 64;
 const LATENCY_FROM: u64 = 1_000;
 /// Seconds of per-second counts kept for the current rate.
 const RATE_WINDOW: usize = 3;
+/// Other trees a process removes meanwhile that are followed apart.
+const OTHER_TREES_KEPT: usize = 8;
+/// A tree of this many calls is settled: it widens no more than a level
+/// at a time. Before, its first paths are leaves anywhere in it.
+const TREE_SETTLED: u64 = 1_000;
 
 struct Storm {
     actor: FindingActor,
@@ -43,14 +56,45 @@ struct Storm {
     last: SystemTime,
     calls: u64,
     failed: u64,
+    /// Failed with EISDIR: unlink tried on a directory (Go's RemoveAll).
+    eisdir: u64,
     /// What every path removed shares, by whole components.
     prefix: Vec<u8>,
+    /// Calls streamed under other trees of the same process: (prefix, calls).
+    others: Vec<(Vec<u8>, u64)>,
+    /// Removal calls the kernel counted for the process since the storm
+    /// began: all of them, failed ones, EISDIR ones.
+    kernel: KernelCounts,
     /// (unix second, calls in it), newest last.
     per_second: VecDeque<(u64, u64)>,
     latency: Option<Histogram<u64>>,
     checked: Option<SystemTime>,
     estimate: Option<Result<EntryEstimate, String>>,
     reported: bool,
+}
+
+#[derive(Clone, Copy, Default)]
+struct KernelCounts {
+    calls: u64,
+    failed: u64,
+    eisdir: u64,
+}
+
+fn depth(path: &[u8]) -> usize {
+    path.split(|b| *b == b'/').filter(|c| !c.is_empty()).count()
+}
+
+/// Whether a removal of `path` belongs to the settled tree under
+/// `prefix`: below it, one of its parents (the climb back up), or a sibling
+/// a level up (the tree was first seen from one of its subdirectories).
+fn joins(prefix: &[u8], path: &[u8]) -> bool {
+    is_at_or_below(path, prefix) || is_at_or_below(prefix, path) || depth(&common_dir(prefix, path)) + 1 >= depth(prefix)
+}
+
+/// Whether two paths removed by one process elsewhere than its storm are
+/// one job: they share more than the store's top directories.
+fn same_job(prefix: &[u8], path: &[u8]) -> bool {
+    depth(&common_dir(prefix, path)) >= 3
 }
 
 /// The longest common prefix of two absolute paths, by whole components.
@@ -77,12 +121,45 @@ impl Storm {
             last: event.time,
             calls: 0,
             failed: 0,
+            eisdir: 0,
             prefix: path.to_vec(),
+            others: Vec::new(),
+            kernel: KernelCounts::default(),
             per_second: VecDeque::new(),
             latency: None,
             checked: None,
             estimate: None,
             reported: false,
+        }
+    }
+
+    /// A removal by the same process in another tree: counted apart. A
+    /// tree seen elsewhere that outgrows this one before it is told was
+    /// the storm all along (the first calls seen were of a side job).
+    fn elsewhere(&mut self, path: &[u8], calls: u64) {
+        let at = match self.others.iter().position(|(p, _)| same_job(p, path)) {
+            Some(i) => i,
+            None => {
+                if self.others.len() >= OTHER_TREES_KEPT {
+                    let smallest = self.others.iter().enumerate().min_by_key(|(_, (_, n))| *n).map(|(i, _)| i).unwrap_or(0);
+                    self.others.swap_remove(smallest);
+                }
+                self.others.push((path.to_vec(), 0));
+                self.others.len() - 1
+            }
+        };
+        let (prefix, n) = &mut self.others[at];
+        *n += calls;
+        if !is_at_or_below(prefix, path) {
+            *prefix = common_dir(prefix, path);
+        }
+        if !self.reported && *n > self.calls {
+            let (prefix, n) = self.others.swap_remove(at);
+            self.others.push((std::mem::replace(&mut self.prefix, prefix), self.calls));
+            self.calls = n;
+            self.failed = 0;
+            self.eisdir = 0;
+            self.per_second.clear();
         }
     }
 
@@ -104,6 +181,18 @@ impl Storm {
         }
         let seconds = (now_s - window[0].0) as f64;
         window.iter().map(|(_, n)| *n).sum::<u64>() as f64 / seconds.max(1.0)
+    }
+
+    /// Calls in the tree: the kernel's count less the calls seen
+    /// elsewhere, or what was streamed when that is more (the kernel's
+    /// count is read at reviews, records arrive all the time).
+    fn tree_counts(&self) -> KernelCounts {
+        let elsewhere: u64 = self.others.iter().map(|(_, n)| n).sum();
+        KernelCounts {
+            calls: self.calls.max(self.kernel.calls.saturating_sub(elsewhere)),
+            failed: self.failed.max(self.kernel.failed.saturating_sub(elsewhere)),
+            eisdir: self.eisdir.max(self.kernel.eisdir),
+        }
     }
 
     fn is_storm(&self) -> bool {
@@ -128,57 +217,96 @@ impl RemovalStorm {
 
     fn finding(&self, s: &Storm, now: SystemTime, ended: bool) -> Finding {
         let key = format!("{}:{}", s.actor.pid, s.actor.comm);
+        let counts = s.tree_counts();
         let mut f = Finding::new(Kind::RemovalStorm, &key, Severity::Warning, s.first);
         f.last_seen = s.last;
-        f.count = s.calls;
+        f.count = counts.calls;
         f.actor = Some(s.actor.clone());
         f.pod_uid = s.pod.clone();
         f.pods = s.pod.iter().cloned().collect();
         f.syscall = Some("unlinkat");
         f.paths = vec![s.prefix.clone()];
+        let gone = matches!(&s.estimate, Some(Ok(e)) if e.entries == 0 && e.method == GONE);
+        let ended = ended || gone;
         let rate = if ended { 0.0 } else { s.current_rate(now) };
         let (p50, p99) = match &s.latency {
             Some(h) => (h.value_at_quantile(0.5), h.value_at_quantile(0.99)),
             None => (0, 0),
         };
         let took = human_duration(s.duration());
+        let mean = counts.calls as f64 / s.duration().as_secs_f64().max(0.001);
+        let failed_words = match counts.eisdir {
+            0 => format!("{} failed", counts.failed),
+            n if n == counts.failed => format!("{} failed, all with EISDIR", counts.failed),
+            n => format!("{} failed, {n} of them with EISDIR", counts.failed),
+        };
         f.evidence(
             "trace",
             format!(
-                "{} made {} removal calls under {} in {took} ({:.0}/s on average, {:.0}/s now; {} failed)",
+                "{} made {} removal calls under {} in {took} ({mean:.0}/s on average, {rate:.0}/s now; {failed_words})",
                 s.actor.description,
-                s.calls,
+                counts.calls,
                 shown(&s.prefix),
-                s.mean_rate(),
-                rate,
-                s.failed
             ),
         );
+        // Go's os.RemoveAll unlinks first and only rmdirs what answers
+        // EISDIR: on a tree of directories half the calls "fail" by design.
+        let two_per_dir = counts.eisdir > 0 && counts.eisdir * 10 >= counts.calls * 3;
+        let per_entry = if two_per_dir {
+            f.evidence(
+                "trace",
+                format!(
+                    "{} of the calls are unlinkat(name, 0) failing with EISDIR, each followed by unlinkat(name, AT_REMOVEDIR): Go's RemoveAll tries unlink first, so it makes two calls per directory; these failures are how it works, not a fault",
+                    counts.eisdir
+                ),
+            );
+            " Go's RemoveAll: unlink fails with EISDIR, then rmdir: two calls per directory, half of them failing by design."
+        } else {
+            ""
+        };
+        if let Some(others) = (!s.others.is_empty()).then(|| s.others.iter().map(|(_, n)| n).sum::<u64>()) {
+            f.evidence("trace", format!("{others} more removal calls by the same process elsewhere, not counted here"));
+        }
         if s.latency.is_some() {
             f.evidence("trace", format!("latency per call: p50 {:.1} µs, p99 {:.1} µs", p50 as f64 / 1e3, p99 as f64 / 1e3));
         }
-        f.detail("calls", s.calls);
-        f.detail("failed", s.failed);
+        f.detail("calls", counts.calls);
+        f.detail("failed", counts.failed);
+        f.detail("failed_eisdir", counts.eisdir);
         f.detail("rate_per_s", rate.round());
-        f.detail("mean_rate_per_s", s.mean_rate().round());
+        f.detail("mean_rate_per_s", mean.round());
         f.detail("p50_ns", p50);
         f.detail("p99_ns", p99);
         f.detail("prefix", String::from_utf8_lossy(&s.prefix).into_owned());
         let mut left_words = String::new();
         match &s.estimate {
+            Some(Ok(e)) if gone => {
+                f.evidence("directory", format!("{} is gone", shown(&s.prefix)));
+                f.detail("remaining", 0);
+                f.detail("remaining_at_least", false);
+                f.detail("eta_s", 0);
+                f.confidence = Confidence::Confirmed;
+                let _ = e;
+            }
             Some(Ok(e)) => {
-                let bound = if e.at_least { "at least " } else { "" };
-                f.evidence("directory", format!("{bound}{} entries left under {} ({})", e.entries, shown(&s.prefix), e.method));
+                let (bound, how) = match (e.at_least, e.method.as_str()) {
+                    (true, _) => ("At least ", format!(" (the count stopped there: {})", e.method)),
+                    (false, "counted") => ("", String::new()),
+                    (false, method) => ("About ", format!(" (estimated from the {method})")),
+                };
+                f.evidence("directory", format!("{}{} entries left under {} ({})", bound.to_lowercase(), e.entries, shown(&s.prefix), e.method));
                 f.detail("remaining", e.entries);
                 f.detail("remaining_at_least", e.at_least);
                 f.confidence = Confidence::Confirmed;
+                let left = format!(" {bound}{} entries are left{how}", e.entries);
                 if rate > 0.0 {
                     let eta = e.entries as f64 / rate;
                     f.detail("eta_s", eta.round());
-                    left_words = format!(" About {bound}{} entries are left: {} more at this rate.", e.entries, human_duration(Duration::try_from_secs_f64(eta).unwrap_or(Duration::MAX)));
+                    let more = if e.at_least { " or more" } else { "" };
+                    left_words = format!("{left}: {}{more} at this rate.", human_duration(Duration::try_from_secs_f64(eta).unwrap_or(Duration::MAX)));
                 } else {
                     f.detail("eta_s", serde_json::Value::Null);
-                    left_words = format!(" {bound}{} entries are left.", e.entries);
+                    left_words = format!("{left}.");
                 }
             }
             Some(Err(why)) => {
@@ -190,19 +318,19 @@ impl RemovalStorm {
         }
         if ended {
             f.status = Status::Resolved;
+            let end = if gone { "it is done: the tree is gone" } else { "it has stopped" };
             f.summary = format!(
-                "{} removed {} entries under {} one by one in {took} ({:.0}/s); it has stopped.",
+                "{} removed {} entry by entry: {} calls in {took} ({mean:.0}/s); {end}.{per_entry}",
                 s.actor.description,
-                s.calls,
                 shown(&s.prefix),
-                s.mean_rate()
+                counts.calls,
             );
         } else {
             f.summary = format!(
-                "{} is removing {} entry by entry: {} calls in {took}, {:.0}/s now (p99 {:.0} µs per call).{left_words} Pods whose teardown needs the same store wait meanwhile.",
+                "{} is removing {} entry by entry: {} calls in {took}, {:.0}/s now (p99 {:.0} µs per call).{left_words}{per_entry} Pods whose teardown needs the same store wait meanwhile.",
                 s.actor.description,
                 shown(&s.prefix),
-                s.calls,
+                counts.calls,
                 rate,
                 p99 as f64 / 1e3
             );
@@ -218,7 +346,32 @@ impl RemovalStorm {
     }
 }
 
+/// How an estimate says the tree no longer exists.
+const GONE: &str = "the directory is gone";
+
+/// How many entries are left under `prefix`, "gone" when it no longer exists.
+fn estimate(node: &mut dyn NodeInspector, prefix: &[u8]) -> Result<EntryEstimate, String> {
+    match node.remaining_entries(prefix) {
+        Err(e) if e.0.contains("no such file") => Ok(EntryEstimate { entries: 0, at_least: false, method: GONE.into() }),
+        other => other.map_err(|e| e.0),
+    }
+}
+
 impl Detector for RemovalStorm {
+    fn counted(&mut self, counts: &[CountedCalls]) {
+        for c in counts.iter().filter(|c| c.syscall != Syscall::Umount2) {
+            if let Some(storm) = self.by_pid.get_mut(&c.pid) {
+                storm.kernel.calls += c.count;
+                if c.errno != 0 {
+                    storm.kernel.failed += c.count;
+                }
+                if c.errno as i32 == libc::EISDIR {
+                    storm.kernel.eisdir += c.count;
+                }
+            }
+        }
+    }
+
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
         if !removes(event) {
             return;
@@ -240,8 +393,13 @@ impl Detector for RemovalStorm {
         // A record stands for the calls of its series the kernel counted
         // since the previous one: a storm is mostly counted, not streamed.
         let calls = event.represents;
+        if storm.calls >= TREE_SETTLED && !joins(&storm.prefix, path) {
+            storm.elsewhere(path, calls);
+            return;
+        }
         storm.calls += calls;
         storm.failed += if event.errno().is_some() { calls } else { 0 };
+        storm.eisdir += if event.errno() == Some(libc::EISDIR) { calls } else { 0 };
         storm.last = storm.last.max(event.time);
         // The tree's own root goes last (RemoveAll's final rmdir, or its first
         // EISDIR try): it does not widen what is being removed.
@@ -283,6 +441,8 @@ impl Detector for RemovalStorm {
             let quiet = now.duration_since(storm.last).unwrap_or_default() > STORM_PAUSE;
             if quiet {
                 if storm.reported {
+                    // Whether it stopped half-way or finished: one last look.
+                    storm.estimate = Some(estimate(review.node, &storm.prefix));
                     let storm = self.by_pid.get(&pid).expect("listed");
                     out.push(self.finding(storm, now, true));
                 }
@@ -295,15 +455,16 @@ impl Detector for RemovalStorm {
             let due = storm.checked.is_none_or(|at| now.duration_since(at).unwrap_or_default() >= RECHECK);
             if due {
                 storm.checked = Some(now);
-                storm.estimate = Some(match review.node.remaining_entries(&storm.prefix) {
-                    // The tree itself is gone: nothing is left.
-                    Err(e) if e.0.contains("no such file") => Ok(EntryEstimate { entries: 0, at_least: false, method: "the directory is gone".into() }),
-                    other => other.map_err(|e| e.0),
-                });
+                storm.estimate = Some(estimate(review.node, &storm.prefix));
             }
             storm.reported = true;
             let storm = self.by_pid.get(&pid).expect("listed");
-            out.push(self.finding(storm, now, false));
+            let finding = self.finding(storm, now, false);
+            // The tree is gone: the storm is over, whatever comes next.
+            if finding.status == Status::Resolved {
+                ended.push(pid);
+            }
+            out.push(finding);
         }
         for pid in ended {
             self.by_pid.remove(&pid);
@@ -400,6 +561,7 @@ mod tests {
         let mut d = RemovalStorm::new("n".into());
         let mut node = FakeNode::default();
         // Calls of the first 3 s read while the wall clock is already at 20 s.
+        node.remaining.insert(b"/var/lib/docker/volumes/v/_data".to_vec(), 50_000);
         removals(&mut d, "/var/lib/docker/volumes/v/_data", "dockerd", 4, 30_000, 0.0, 10_000.0);
         let found = run(&mut d, &mut node, &[], 20.0);
         assert_eq!(found.len(), 1);
@@ -428,5 +590,81 @@ mod tests {
         removals(&mut d, "/data/b", "rm", 2, 15_000, 0.0, 5_000.0);
         removals(&mut d, "/data/b", "rm", 3, 15_000, 0.0, 5_000.0);
         assert!(run(&mut d, &mut node, &[], 60.0).is_empty());
+    }
+
+    /// Go's RemoveAll on a tree of empty directories: unlinkat(name, 0)
+    /// fails with EISDIR, then unlinkat(name, AT_REMOVEDIR).
+    fn remove_all(d: &mut RemovalStorm, dir: &str, pid: u32, dirs: u64, from: f64, dirs_per_s: f64) {
+        for i in 0..dirs {
+            let at = from + i as f64 / dirs_per_s;
+            let path = format!("{dir}/d{i:07}");
+            for (flags, ret) in [(0, -libc::EISDIR), (libc::AT_REMOVEDIR as u64, 0)] {
+                let c = call_by(at, "dockerd", pid, Syscall::Unlinkat, flags, &path, ret);
+                d.observe(&c.event, &c.identity);
+            }
+        }
+    }
+
+    #[test]
+    fn go_removeall_doubling_is_explained_and_a_gone_tree_is_done() {
+        let dir = "/var/lib/docker/volumes/v/_data";
+        let mut d = RemovalStorm::new("n".into());
+        let mut node = FakeNode::default();
+        node.remaining.insert(dir.as_bytes().to_vec(), 70_000);
+        remove_all(&mut d, dir, 9, 30_000, 0.0, 10_000.0);
+        let f = &run(&mut d, &mut node, &[], 3.0)[0];
+        assert_eq!(f.details["calls"], 60_000);
+        assert_eq!(f.details["failed_eisdir"], 30_000);
+        assert!(f.summary.contains("two calls per directory") && f.summary.contains("EISDIR"), "{}", f.summary);
+        assert!(f.summary.contains(" 70000 entries are left"), "{}", f.summary);
+        assert!(!f.summary.contains("About at least"), "{}", f.summary);
+        assert!(f.evidence.iter().any(|e| e.fact.contains("30000 failed, all with EISDIR")), "{:?}", f.evidence);
+        // The rest goes, and the tree with it: done, said once.
+        remove_all(&mut d, dir, 9, 1_000, 3.0, 10_000.0);
+        node.remaining.clear();
+        assert!(run(&mut d, &mut node, &[], 3.2).iter().all(|f| f.status == Status::Active));
+        let done = &run(&mut d, &mut node, &[], 8.5)[0];
+        assert_eq!(done.status, Status::Resolved);
+        assert!(done.summary.contains("it is done: the tree is gone"), "{}", done.summary);
+        assert!(!done.summary.contains("entries are left") && !done.summary.contains("wait meanwhile"), "{}", done.summary);
+        assert!(run(&mut d, &mut node, &[], 9.0).is_empty());
+    }
+
+    #[test]
+    fn removals_elsewhere_by_the_same_process_neither_widen_the_tree_nor_count_in_it() {
+        let dir = "/var/lib/docker/volumes/v/_data";
+        let mut d = RemovalStorm::new("n".into());
+        let mut node = FakeNode::default();
+        node.remaining.insert(dir.as_bytes().to_vec(), 10_000);
+        remove_all(&mut d, dir, 9, 25_000, 0.0, 10_000.0);
+        // dockerd removes a container meanwhile.
+        for i in 0..500 {
+            let c = call_by(1.0 + i as f64 / 1000.0, "dockerd", 9, Syscall::Unlinkat, 0, &format!("/var/lib/docker/containers/c1/f{i}"), 0);
+            d.observe(&c.event, &c.identity);
+        }
+        let f = &run(&mut d, &mut node, &[], 2.5)[0];
+        assert_eq!(f.paths, vec![dir.as_bytes().to_vec()]);
+        assert_eq!(f.details["calls"], 50_000);
+        assert!(f.evidence.iter().any(|e| e.fact.contains("500 more removal calls by the same process elsewhere")), "{:?}", f.evidence);
+    }
+
+    #[test]
+    fn the_count_is_the_kernels_whatever_was_streamed() {
+        // 10% of the calls streamed, one call each: the kernel counted them all.
+        let dir = "/var/lib/docker/volumes/v/_data";
+        let mut d = RemovalStorm::new("n".into());
+        let mut node = FakeNode::default();
+        node.remaining.insert(dir.as_bytes().to_vec(), 1);
+        removals(&mut d, dir, "dockerd", 9, 25_000, 0.0, 10_000.0);
+        d.counted(&[
+            CountedCalls { pid: 9, syscall: Syscall::Unlinkat, errno: 0, count: 240_000 },
+            CountedCalls { pid: 9, syscall: Syscall::Unlinkat, errno: libc::EISDIR as u16, count: 10_000 },
+            CountedCalls { pid: 9, syscall: Syscall::Umount2, errno: 0, count: 3 },
+            CountedCalls { pid: 10, syscall: Syscall::Unlinkat, errno: 0, count: 7 },
+        ]);
+        let f = &run(&mut d, &mut node, &[], 2.6)[0];
+        assert_eq!(f.details["calls"], 250_000);
+        assert_eq!(f.details["failed"], 10_000);
+        assert_eq!(f.count, 250_000);
     }
 }

@@ -67,11 +67,11 @@ use flate2::Compression;
 use podstuck_common::Syscall;
 
 use crate::collect::RunTotals;
-use crate::diagnose::{CallInFlight, DiagnoseOptions, Report};
+use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Report};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
-use wire::{Bytes, WireAsked, WireCall, WireEnd, WireEntry, WireFlight, WireHeader, WireReview, WireTotals};
+use wire::{Bytes, WireAsked, WireCall, WireCounted, WireEnd, WireEntry, WireFlight, WireHeader, WireReview, WireTotals};
 
 pub use node::{Asked, RecordingNode, ReplayNode, NOT_IN_THE_RECORD};
 pub use read::{Entry, RecordEnd, RecordError, RecordReader, RecordedCall, RecordedReview};
@@ -352,7 +352,14 @@ impl<W: Write> Recorder<W> {
     /// A review: its clock, the calls in flight it was given, what it asked
     /// of the node (from a [`RecordingNode`]) and the findings it returned.
     /// Flushes, so a record cut short later holds everything up to here.
-    pub fn add_review(&mut self, now: SystemTime, in_flight: &[CallInFlight], asked: Vec<Asked>, told: &[Report]) -> Result<(), RecordStopped> {
+    pub fn add_review(
+        &mut self,
+        now: SystemTime,
+        in_flight: &[CallInFlight],
+        counted: &[CountedCalls],
+        asked: Vec<Asked>,
+        told: &[Report],
+    ) -> Result<(), RecordStopped> {
         if self.out.is_none() {
             return Ok(());
         }
@@ -367,7 +374,13 @@ impl<W: Write> Recorder<W> {
             wire_asked.push(w);
         }
         self.answers.review_done();
-        let review = WireReview { now: wire::nanos(now), in_flight: in_flight.iter().map(WireFlight::of).collect(), asked: wire_asked, told: told_json(told) };
+        let review = WireReview {
+            now: wire::nanos(now),
+            in_flight: in_flight.iter().map(WireFlight::of).collect(),
+            asked: wire_asked,
+            told: told_json(told),
+            counted: counted.iter().map(WireCounted::of).collect(),
+        };
         self.write(&WireEntry::Review(review), now, true)
     }
 

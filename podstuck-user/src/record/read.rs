@@ -8,10 +8,10 @@ use std::time::SystemTime;
 
 use flate2::bufread::MultiGzDecoder;
 
-use super::wire::{self, WireEntry, WireHeader};
+use super::wire::{self, WireCounted, WireEntry, WireHeader};
 use super::{Asked, LastAnswers, RecordHeader, FORMAT, MAGIC};
 use crate::collect::RunTotals;
-use crate::diagnose::CallInFlight;
+use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
 use crate::identify::Identity;
 
@@ -89,6 +89,8 @@ pub struct RecordedReview {
     pub asked: Vec<Asked>,
     /// The findings the live run told after this review, as `--json` prints them.
     pub told: Vec<serde_json::Value>,
+    /// What the kernel counted since the review before.
+    pub counted: Vec<CountedCalls>,
 }
 
 #[derive(Debug)]
@@ -274,6 +276,7 @@ impl<R: BufRead> RecordReader<R> {
                     in_flight: review.in_flight.into_iter().map(|f| f.into_flight()).collect(),
                     asked,
                     told: review.told,
+                    counted: review.counted.into_iter().map(WireCounted::into_counted).collect(),
                 })
             }
             WireEntry::End(end) => {

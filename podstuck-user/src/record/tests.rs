@@ -102,7 +102,7 @@ impl<W: Write> Live<W> {
         let mut recording = RecordingNode::new(&mut self.node);
         let reports = self.diagnoser.review(&mut Review { now: t(at), in_flight, node: &mut recording });
         let asked = recording.into_asked();
-        if let Err(e) = self.recorder.add_review(t(at), in_flight, asked, &reports) {
+        if let Err(e) = self.recorder.add_review(t(at), in_flight, &[], asked, &reports) {
             self.stopped.push(e);
         }
         self.told.extend(reports);
@@ -240,7 +240,7 @@ fn a_replay_with_other_detectors_says_what_the_record_lacks() {
     for c in [rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)] {
         recorder.add_call(&c.event, &c.identity).unwrap();
     }
-    recorder.add_review(t(1.0), &[], Vec::new(), &[]).unwrap();
+    recorder.add_review(t(1.0), &[], &[], Vec::new(), &[]).unwrap();
     recorder.finish(t(1.5), &[], None).unwrap();
     let mut told = Vec::new();
     let summary = replay_record(&out.bytes()[..], "old.podstuck", &mut |r| told.push(r.clone())).unwrap();
@@ -541,7 +541,7 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
     ];
     let mut flight = hung_flight(0.5);
     flight.path = Some(odd.clone());
-    recorder.add_review(t(2.0), std::slice::from_ref(&flight), asked.clone(), &[]).unwrap();
+    recorder.add_review(t(2.0), std::slice::from_ref(&flight), &[], asked.clone(), &[]).unwrap();
     recorder.finish(t(3.0), &[], None).unwrap();
 
     let bytes = out.bytes();
@@ -600,9 +600,9 @@ fn a_record_with_an_absurd_estimate_replays_without_a_failure() {
     let last = call_by(6.0, "rm", 300, Syscall::Unlinkat, 0, "/data/tree/d0/last", 0);
     recorder.add_call(&last.event, &last.identity).unwrap();
     let endless = crate::inspect::EntryEstimate { entries: u64::MAX, at_least: false, method: "counted".into() };
-    recorder.add_review(t(6.05), &[], vec![Asked::RemainingEntries { path: b"/data/tree".to_vec(), answer: Ok(endless) }], &[]).unwrap();
+    recorder.add_review(t(6.05), &[], &[], vec![Asked::RemainingEntries { path: b"/data/tree".to_vec(), answer: Ok(endless) }], &[]).unwrap();
     // The calls have stopped: the rate is that of the last seconds, 0.5 a second.
-    recorder.add_review(t(8.3), &[], vec![], &[]).unwrap();
+    recorder.add_review(t(8.3), &[], &[], vec![], &[]).unwrap();
     recorder.finish(t(9.0), &[], None).unwrap();
     let mut kinds = Vec::new();
     let summary = replay_record(&out.bytes()[..], "odd.podstuck", &mut |r| kinds.push(r.finding().kind)).unwrap();
@@ -670,8 +670,8 @@ proptest! {
             recorder.add_call(event, identity).unwrap();
         }
         // Twice: the second review leaves out the answers that did not change.
-        recorder.add_review(t(1.0), &[], answers.clone(), &[]).unwrap();
-        recorder.add_review(t(2.0), &[], answers.clone(), &[]).unwrap();
+        recorder.add_review(t(1.0), &[], &[], answers.clone(), &[]).unwrap();
+        recorder.add_review(t(2.0), &[], &[], answers.clone(), &[]).unwrap();
         recorder.finish(t(3.0), &[], None).unwrap();
         let bytes = out.bytes();
         let mut reader = RecordReader::open(&bytes[..], "p.podstuck").unwrap();

@@ -18,7 +18,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::collect::RunTotals;
-use crate::diagnose::CallInFlight;
+use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::{BaseDir, CallEvent, PathStatus};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
@@ -726,6 +726,28 @@ pub struct WireReview<'a> {
     pub in_flight: Vec<WireFlight<'a>>,
     pub asked: Vec<WireAsked<'a>>,
     pub told: Vec<serde_json::Value>,
+    /// What the kernel counted since the review before (absent from
+    /// records made before podstuck passed counts to the diagnosis).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counted: Vec<WireCounted>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireCounted {
+    pid: u32,
+    syscall: WireSyscall,
+    errno: u16,
+    count: u64,
+}
+
+impl WireCounted {
+    pub fn of(c: &CountedCalls) -> WireCounted {
+        WireCounted { pid: c.pid, syscall: c.syscall.into(), errno: c.errno, count: c.count }
+    }
+
+    pub fn into_counted(self) -> CountedCalls {
+        CountedCalls { pid: self.pid, syscall: self.syscall.into(), errno: self.errno, count: self.count }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
