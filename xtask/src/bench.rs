@@ -4,7 +4,9 @@
 //! `podstuck watch` (whole node, histograms on), under a bpftrace script
 //! keeping an unlinkat latency histogram per comm, and (on the smallest
 //! case) under `strace -f -c`, in paired rounds whose order rotates, on
-//! tmpfs and on a fresh ext4, by `rm -rf` and by a Go-style RemoveAll. It
+//! tmpfs and on a fresh ext4, by `rm -rf`, by a Go-style RemoveAll and by
+//! the real `docker volume rm` (Debian's docker.io, a private dockerd whose
+//! data root is on the filesystem measured). It
 //! reports medians and median paired ratios, checks that podstuck counted
 //! every call exactly, its collector CPU, peak memory, kernel cost per
 //! call, time to attach and to detach; then compares attach mechanisms
@@ -12,6 +14,7 @@
 //! go to BENCHMARKS.md with the command and the machine. Wall-clock only
 //! in ratios measured side by side, never in a test.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read};
@@ -39,10 +42,23 @@ pub struct BenchArgs {
     /// Rounds of strace (36 times slower: only on the first size, tmpfs).
     #[arg(long, default_value_t = 3)]
     pub strace_runs: usize,
+    /// Removers, comma-separated (rm-rf, RemoveAll, docker: `docker volume rm` of a private dockerd).
+    #[arg(long, value_delimiter = ',', default_value = "rm-rf,RemoveAll,docker",
+          value_parser = clap::builder::PossibleValuesParser::new(REMOVERS.map(|(arg, _)| arg)))]
+    pub removers: Vec<String>,
     /// Where to write the results.
     #[arg(long, default_value = "BENCHMARKS.md")]
     pub out: PathBuf,
 }
+
+/// The removers: the name `--removers` takes, the name in the table.
+const REMOVERS: [(&str, &str); 3] = [("rm-rf", "rm -rf"), ("RemoveAll", "RemoveAll"), ("docker", DOCKER_RM)];
+
+const DOCKER_RM: &str = "docker volume rm";
+
+/// Debian's docker.io 20.10 (not /usr/local/bin/docker, another client).
+const DOCKERD: &str = "/usr/sbin/dockerd";
+const DOCKER: &str = "/usr/bin/docker";
 
 const BPFTRACE_SCRIPT: &str = "tracepoint:syscalls:sys_enter_unlinkat { @start[tid] = nsecs; } \
 tracepoint:syscalls:sys_exit_unlinkat /@start[tid]/ { @us[comm] = hist((nsecs - @start[tid]) / 1000); delete(@start[tid]); }";
@@ -241,8 +257,19 @@ fn start_bpftrace() -> Result<Tracer> {
     Ok(Tracer { child, attached_after, cpu_at_start: 0.0, histograms: None })
 }
 
-/// Stops podstuck and reads what it counted for the fake pod.
-fn stop_podstuck(mut tracer: Tracer, expected: u64, calls: u64) -> Result<PodstuckRun> {
+/// The series of summary.json that count the fake pod's removals.
+fn pod_series(tag: &str) -> bool {
+    tag.starts_with("unlinkat/ok/") && tag.ends_with(POD)
+}
+
+/// The series that count dockerd's removals: its volumes are in no pod, so
+/// `unlinkat/ok/runtime/node` (the tags are syscall/outcome/role/pod).
+fn runtime_series(tag: &str) -> bool {
+    tag.starts_with("unlinkat/ok/runtime/")
+}
+
+/// Stops podstuck and reads what it counted in the series `counts` picks.
+fn stop_podstuck(mut tracer: Tracer, expected: u64, calls: u64, counts: fn(&str) -> bool) -> Result<PodstuckRun> {
     // One review (500 ms) reads the kernel's series after the storm.
     std::thread::sleep(Duration::from_millis(1200));
     let pid = tracer.child.id();
@@ -260,7 +287,7 @@ fn stop_podstuck(mut tracer: Tracer, expected: u64, calls: u64) -> Result<Podstu
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|s| s["tag"].as_str().is_some_and(|t| t.starts_with("unlinkat/ok/") && t.ends_with(POD)))
+        .filter(|s| s["tag"].as_str().is_some_and(counts))
         .map(|s| s["count"].as_u64().unwrap_or(0))
         .sum();
     let events_lost = summary["run"]["events_lost"].as_u64().unwrap_or(0);
@@ -324,6 +351,269 @@ fn remove(tool: &str, top: &Path, actor: &Path, strace: bool) -> Result<f64> {
         bail!("{tool} left {} behind ({status})", top.display());
     }
     Ok(took)
+}
+
+/// A private dockerd (Debian's docker.io) whose data root is on the bench
+/// filesystem measured, so `docker volume rm` removes trees there. Stopped
+/// (SIGTERM, then SIGKILL), unmounted and removed when dropped.
+struct Dockerd {
+    child: Child,
+    exec_root: PathBuf,
+    data_root: PathBuf,
+    host: String,
+    /// The storage driver it runs with (volumes do not depend on it).
+    driver: String,
+    volumes: Cell<u64>,
+}
+
+/// A docker volume holding a tree.
+struct Volume {
+    name: String,
+    /// `<data-root>/volumes/<name>`, which `docker volume rm` removes with its `_data`.
+    dir: PathBuf,
+    /// Where the tree is built, like the other removers' `leaked`.
+    tree: PathBuf,
+}
+
+impl Dockerd {
+    /// Starts with overlay2, or vfs where this kernel refuses overlay2 on `fs`.
+    fn start(fs: &Path, kind: &str, scratch: &Path) -> Result<Dockerd> {
+        if !Path::new(DOCKERD).is_file() || !Path::new(DOCKER).is_file() {
+            bail!("{DOCKERD} or {DOCKER} is missing: the docker remover needs Debian's docker.io");
+        }
+        let mut refused = Vec::new();
+        for driver in ["overlay2", "vfs"] {
+            match Dockerd::start_with(fs, kind, scratch, driver) {
+                Ok(dockerd) => return Ok(dockerd),
+                Err(e) => {
+                    say(&format!("{kind}: dockerd with --storage-driver {driver} did not start: {e:#}"));
+                    refused.push(format!("{driver}: {e:#}"));
+                }
+            }
+        }
+        bail!("no private dockerd on {kind}: {}", refused.join("; "))
+    }
+
+    fn start_with(fs: &Path, kind: &str, scratch: &Path, driver: &str) -> Result<Dockerd> {
+        // A short exec root: its unix sockets (containerd's nested deepest)
+        // must stay under 108 bytes.
+        let exec_root = PathBuf::from(format!("/run/podstuck-bench-{}-{kind}", std::process::id()));
+        let deepest = exec_root.join("containerd/containerd.sock.ttrpc");
+        if deepest.as_os_str().len() >= 108 {
+            bail!("{} is too long for a unix socket", deepest.display());
+        }
+        let data_root = fs.join("docker");
+        std::fs::create_dir_all(&exec_root)?;
+        // Its own (empty) configuration: nothing of /etc/docker/daemon.json.
+        let config = scratch.join("dockerd.json");
+        std::fs::write(&config, "{}\n")?;
+        let log_path = scratch.join(format!("dockerd-{kind}-{driver}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let host = format!("unix://{}", exec_root.join("docker.sock").display());
+        let child = Command::new(DOCKERD)
+            .arg("--config-file")
+            .arg(&config)
+            .arg("--data-root")
+            .arg(&data_root)
+            .arg("--exec-root")
+            .arg(&exec_root)
+            .arg("--pidfile")
+            .arg(exec_root.join("docker.pid"))
+            .args(["-H", &host, "--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver", driver])
+            // Apart from a dockerd already using this node's containerd.
+            .args(["--containerd-namespace", "podstuck-bench", "--containerd-plugins-namespace", "podstuck-bench-plugins"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {DOCKERD}"))?;
+        // From here on, dropping it stops and cleans up.
+        let mut dockerd = Dockerd {
+            child,
+            exec_root,
+            data_root,
+            host,
+            driver: String::new(),
+            volumes: Cell::new(0),
+        };
+        let log_tail = || {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            lines[lines.len().saturating_sub(5)..].join("\n")
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = dockerd.child.try_wait()? {
+                bail!("dockerd exited ({status}); {}:\n{}", log_path.display(), log_tail());
+            }
+            let info = dockerd.docker().args(["info", "--format", "{{.Driver}}"]).output()?;
+            if info.status.success() {
+                dockerd.driver = String::from_utf8_lossy(&info.stdout).trim().to_string();
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("`docker info` did not answer within 60 s; {}:\n{}", log_path.display(), log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        if dockerd.driver != driver {
+            bail!("dockerd runs storage driver {:?}, not {driver}", dockerd.driver);
+        }
+        say(&format!("{kind}: private dockerd up (storage driver {driver}, data root {})", dockerd.data_root.display()));
+        Ok(dockerd)
+    }
+
+    fn docker(&self) -> Command {
+        let mut command = Command::new(DOCKER);
+        command.args(["-H", &self.host]);
+        command
+    }
+
+    /// A new volume, with its tree's place in its `_data`.
+    fn create_volume(&self) -> Result<Volume> {
+        let n = self.volumes.get();
+        self.volumes.set(n + 1);
+        let name = format!("podstuck-bench-{n}");
+        sh(self.docker().args(["volume", "create", &name]))?;
+        let mountpoint = PathBuf::from(sh(self.docker().args(["volume", "inspect", "-f", "{{.Mountpoint}}", &name]))?.trim());
+        let dir = mountpoint.parent().context("a volume's mountpoint has a parent")?.to_path_buf();
+        Ok(Volume { name, dir, tree: mountpoint.join("leaked") })
+    }
+
+    /// `docker volume rm`, the client's wall time; under `strace -f -c`
+    /// attached to dockerd (which does the removal) if `strace`.
+    fn remove_volume(&self, volume: &Volume, strace: bool) -> Result<f64> {
+        let tracer = if strace {
+            let mut child = Command::new("strace")
+                .args(["-f", "-c", "-o", "/dev/null", "-p", &self.child.id().to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("starting strace")?;
+            // "strace: Process N attached with M threads": every thread is traced.
+            let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
+            let mut line = String::new();
+            stderr.read_line(&mut line)?;
+            if !line.contains("attached") {
+                interrupt(&child);
+                child.wait()?;
+                bail!("strace did not attach to dockerd: {line}");
+            }
+            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+            Some(child)
+        } else {
+            None
+        };
+        let started = Instant::now();
+        let out = self.docker().args(["volume", "rm", &volume.name]).output();
+        let took = started.elapsed().as_secs_f64();
+        if let Some(mut child) = tracer {
+            interrupt(&child);
+            child.wait()?;
+        }
+        let out = out.context("running docker volume rm")?;
+        if !out.status.success() {
+            bail!("docker volume rm {} failed: {}", volume.name, String::from_utf8_lossy(&out.stderr));
+        }
+        if volume.dir.exists() {
+            bail!("docker volume rm left {} behind", volume.dir.display());
+        }
+        Ok(took)
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The containerd it started stops with it, unless it was killed.
+        let containerd = std::fs::read_to_string(self.exec_root.join("containerd/containerd.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<libc::pid_t>().ok());
+        if let Some(pid) = containerd {
+            let ours = || {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+                !zombie && String::from_utf8_lossy(&cmdline).contains(&*self.exec_root.to_string_lossy())
+            };
+            for signal in [libc::SIGTERM, libc::SIGKILL] {
+                if !ours() {
+                    break;
+                }
+                // SAFETY: a signal to the containerd our dockerd started (its cmdline names our exec root).
+                unsafe { libc::kill(pid, signal) };
+                for _ in 0..50 {
+                    if !ours() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        // dockerd bind-mounts its data root (and may mount under its exec
+        // root); a clean shutdown unmounts them, a killed one does not.
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut mounts: Vec<PathBuf> = mountinfo
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(PathBuf::from)
+            .filter(|m| m.starts_with(&self.data_root) || m.starts_with(&self.exec_root))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
+        for at in mounts {
+            let _ = Command::new("umount").arg("-l").arg(&at).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.exec_root);
+        let _ = std::fs::remove_dir_all(&self.data_root);
+    }
+}
+
+/// A freshly built tree for one removal by `tool`.
+struct Prepared {
+    /// Successful unlinkat calls podstuck must count.
+    expected: u64,
+    /// unlinkat calls the removal makes, failed ones included.
+    calls: u64,
+    volume: Option<Volume>,
+}
+
+fn prepare(tool: &str, top: &Path, dirs: usize, dockerd: Option<&Dockerd>) -> Result<Prepared> {
+    if tool != DOCKER_RM {
+        let expected = build_tree(top, dirs)?;
+        // RemoveAll also fails once per directory (EISDIR): those are counted apart.
+        let calls = if tool == "RemoveAll" { expected * 2 } else { expected };
+        return Ok(Prepared { expected, calls, volume: None });
+    }
+    let volume = dockerd.context("the docker remover needs its dockerd")?.create_volume()?;
+    let tree = build_tree(&volume.tree, dirs)?;
+    // dockerd 20.10's os.RemoveAll (Go) removes `_data` (with the tree in
+    // it), then the volume's directory. Every directory costs two calls,
+    // unlinkat(fd, name, 0) failing with EISDIR, then AT_REMOVEDIR, and
+    // each of the two RemoveAll calls first tries its path whole: `_data`
+    // gets unlink (EISDIR) and rmdir (ENOTEMPTY) before its walk, which
+    // unlinks it again (EISDIR) before removing it; the empty volume
+    // directory is removed by that first try. Seen with strace -f -p on
+    // dockerd: tree + 2 directories removed, (tree + 2) ok + (tree + 3)
+    // EISDIR + 1 ENOTEMPTY calls.
+    Ok(Prepared { expected: tree + 2, calls: 2 * tree + 6, volume: Some(volume) })
+}
+
+/// Removes what `prepare` built; the wall time.
+fn remove_prepared(tool: &str, top: &Path, actor: &Path, dockerd: Option<&Dockerd>, prepared: &Prepared, strace: bool) -> Result<f64> {
+    match (&prepared.volume, dockerd) {
+        (Some(volume), Some(dockerd)) => dockerd.remove_volume(volume, strace),
+        _ => remove(tool, top, actor, strace),
+    }
 }
 
 /// One case's rounds.
@@ -442,7 +732,7 @@ fn memory_storm(podstuck: &Path, fs: &Path, calls: u64, report: &mut String) -> 
         }
     }
     let took = started.elapsed().as_secs_f64();
-    let run = stop_podstuck(tracer, calls, calls)?;
+    let run = stop_podstuck(tracer, calls, calls, pod_series)?;
     writeln!(report, "\n## A {calls}-call storm\n")?;
     writeln!(report, "One process creating and removing a directory of the fake pod {calls} times ({took:.1} s, {:.0} calls/s), `podstuck watch` as above.\n", calls as f64 / took)?;
     writeln!(report, "| counted (exact?) | events lost | collector CPU per million calls | peak RSS | kernel time per call |")?;
@@ -462,21 +752,33 @@ fn memory_storm(podstuck: &Path, fs: &Path, calls: u64, report: &mut String) -> 
 }
 
 pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
+    let mut tools = Vec::new();
+    for name in &args.removers {
+        match REMOVERS.iter().find(|(arg, _)| arg == name) {
+            Some(&(_, tool)) if !tools.contains(&tool) => tools.push(tool),
+            Some(_) => {}
+            None => bail!("unknown remover {name} ({})", REMOVERS.map(|(arg, _)| arg).join(", ")),
+        }
+    }
     let mut scratch = Scratch::new()?;
     let mut report = String::new();
+    // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
+    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
     let command = format!(
-        "cargo xtask bench --runs {} --sizes {} --filesystems {} --storm-calls {} --strace-runs {}",
+        "cargo xtask bench --runs {} --sizes {} --filesystems {} --storm-calls {} --strace-runs {} --removers {}{}",
         args.runs,
         args.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
         args.filesystems.join(","),
         args.storm_calls,
-        args.strace_runs
+        args.strace_runs,
+        args.removers.join(","),
+        if default_out.as_deref() == Some(args.out.as_path()) { String::new() } else { format!(" --out {}", args.out.display()) }
     );
     writeln!(report, "# podstuck benchmarks\n")?;
     writeln!(report, "Written by `{command}` (as root), {}.\n", sh(Command::new("date").arg("-u")).unwrap_or_default().trim())?;
     writeln!(report, "Machine: {}.\n", machine())?;
     writeln!(report, "Every figure is a median over paired rounds run side by side in this one run (each round runs every variant on a freshly built, identical tree, in rotating order); slowdowns are medians of each round's traced/untraced ratio. The trees are leaked emptyDir volumes of a fake pod (rows of 1000 empty directories) under a fake kubelet root. podstuck runs as `podstuck watch --json --findings --kernel-cost --histograms DIR --kubelet-root ROOT` on the whole node (histograms on); bpftrace runs `{BPFTRACE_SCRIPT}`; strace runs `strace -f -c`.\n")?;
-    let tools = ["rm -rf", "RemoveAll"];
+    let mut drivers: Vec<String> = Vec::new();
     let mut tables = String::new();
     writeln!(tables, "## The storm\n")?;
     writeln!(tables, "| fs | dirs | remover | untraced | podstuck | bpftrace | strace | podstuck slowdown | bpftrace slowdown | podstuck / bpftrace | counted exactly | events lost | collector CPU per M calls | peak RSS | kernel ns per call | attach | detach |")?;
@@ -489,25 +791,29 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         }
         let kubelet_root = fs.join("kubelet");
         let top = volume(&fs);
+        let dockerd = if tools.contains(&DOCKER_RM) { Some(Dockerd::start(&fs, fs_kind, &scratch.root)?) } else { None };
+        if let Some(d) = &dockerd {
+            drivers.push(format!("{} on {fs_kind}", d.driver));
+        }
         for (size_index, &dirs) in args.sizes.iter().enumerate() {
-            for tool in tools {
+            for &tool in &tools {
                 let mut case = Case::default();
                 for round in 0..args.runs {
                     say(&format!("{fs_kind}, {dirs} dirs, {tool}: round {} of {}", round + 1, args.runs));
                     for variant in (0..3).map(|i| (i + round) % 3) {
-                        let expected = build_tree(&top, dirs)?;
+                        let prepared = prepare(tool, &top, dirs, dockerd.as_ref())?;
+                        let removal = || remove_prepared(tool, &top, actor, dockerd.as_ref(), &prepared, false);
                         match variant {
-                            0 => case.untraced.push(remove(tool, &top, actor, false)?),
+                            0 => case.untraced.push(removal()?),
                             1 => {
                                 let tracer = start_podstuck(podstuck, &kubelet_root, &fs.join("histograms"))?;
-                                case.podstuck.push(remove(tool, &top, actor, false)?);
-                                // RemoveAll also fails once per directory (EISDIR): those are counted apart.
-                                let calls = if tool == "RemoveAll" { expected * 2 } else { expected };
-                                case.runs.push(stop_podstuck(tracer, expected, calls)?);
+                                case.podstuck.push(removal()?);
+                                let counts = if tool == DOCKER_RM { runtime_series } else { pod_series };
+                                case.runs.push(stop_podstuck(tracer, prepared.expected, prepared.calls, counts)?);
                             }
                             _ => {
                                 let tracer = start_bpftrace()?;
-                                case.bpftrace.push(remove(tool, &top, actor, false)?);
+                                case.bpftrace.push(removal()?);
                                 stop(tracer)?;
                             }
                         }
@@ -516,8 +822,8 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
                 if fs_kind == "tmpfs" && size_index == 0 {
                     for round in 0..args.strace_runs {
                         say(&format!("{fs_kind}, {dirs} dirs, {tool} under strace: {} of {}", round + 1, args.strace_runs));
-                        build_tree(&top, dirs)?;
-                        case.strace.push(remove(tool, &top, actor, true)?);
+                        let prepared = prepare(tool, &top, dirs, dockerd.as_ref())?;
+                        case.strace.push(remove_prepared(tool, &top, actor, dockerd.as_ref(), &prepared, true)?);
                     }
                 }
                 let ratio = |traced: &[f64]| -> f64 {
@@ -557,6 +863,10 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
     }
     report.push_str(&tables);
     writeln!(report, "\nColumns: wall time of the removal alone (tracers attached before it starts); \"counted exactly\": podstuck's `unlinkat/ok/*/<pod>` series in summary.json equal the directories removed; collector CPU: podstuck's user+system time from attach to 1.2 s after the storm, per million traced calls (RemoveAll: two per directory); peak RSS: VmHWM at the end; kernel ns per call: entry + exit programs' run time per call (BPF run-time statistics, which themselves add a little); attach: from spawn to the start line (every program attached); detach: from SIGINT to exit (programs gone with the process).")?;
+    if tools.contains(&DOCKER_RM) {
+        let version = sh(Command::new(DOCKER).arg("--version")).unwrap_or_default();
+        writeln!(report, "\n`{DOCKER_RM}`: Debian's docker.io ({}) as users meet it: a private `dockerd --data-root FS/docker --iptables=false --ip6tables=false --bridge=none --storage-driver DRIVER` per filesystem ({}); each round runs `docker volume create`, builds the tree in the volume's `_data/leaked`, and times the whole `docker volume rm` command (client start and API round trip included). dockerd's Go RemoveAll makes two unlinkat calls per directory (EISDIR, then AT_REMOVEDIR), plus four for the two paths it tries whole; the volume is in no pod, so \"counted exactly\" compares podstuck's `unlinkat/ok/runtime/*` series with the directories removed (the tree, `_data` and the volume's directory), and collector CPU is per million of all its calls. Its strace column is `strace -f -c -p` attached to dockerd.", version.trim().trim_start_matches("Docker version "), drivers.join(", "))?;
+    }
     if let Some(fs) = attach_fs {
         attach_mechanisms(podstuck, &fs, args.runs, &mut report)?;
         if args.storm_calls > 0 {

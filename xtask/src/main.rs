@@ -35,13 +35,14 @@ enum Task {
     },
     /// Set up, build, then run `podstuck demo`: a throwaway node with pods stuck every common way, traced and diagnosed live.
     Demo,
-    /// Set up (plus bpftrace and strace), build, then measure what tracing costs a removal storm,
+    /// Set up (plus bpftrace, strace and docker.io), build, then measure what tracing costs a removal storm,
     /// against bpftrace and strace, and write BENCHMARKS.md (as root; takes a while).
     Bench(bench::BenchArgs),
 }
 
-/// What the benchmark compares podstuck with.
-const BENCH_PACKAGES: [&str; 2] = ["bpftrace", "strace"];
+/// What the benchmark compares podstuck with, and Debian's docker.io whose
+/// `docker volume rm` it measures.
+const BENCH_PACKAGES: [&str; 3] = ["bpftrace", "strace", "docker.io"];
 
 /// Debian packages of the eBPF build chain (TOOLCHAIN.md), the tools the
 /// end-to-end tests drive (chattr, unshare, mount; tmux, the terminal the
