@@ -19,6 +19,10 @@ pub const BASE_DIR_MAX: usize = 4096;
 /// included). Deeper ones are flagged, never cut silently.
 pub const BASE_DIR_MAX_DEPTH: u32 = 64;
 
+/// The same walk on kernels without `bpf_loop` (before 5.17): the steps
+/// are checked one by one by the verifier there, so fewer of them.
+pub const BASE_DIR_UNROLLED_DEPTH: u32 = 24;
+
 /// Byte size of the ring buffer that carries records to user space.
 pub const RING_BUFFER_BYTES: u32 = 16 * 1024 * 1024;
 

@@ -12,9 +12,11 @@
 //! slow calls, and, past the window's budget, nothing until the next window,
 //! whose first record carries the count of the calls skipped.
 //!
-//! Small and bounded by design: no loops, strings go through a per-CPU
-//! scratch buffer instead of the 512-byte stack, and every kernel read goes
-//! through a helper that cannot fault.
+//! Small and bounded by design: the one loop (the base-directory walk) is
+//! `bpf_loop`'s, or bounded at `BASE_DIR_UNROLLED_DEPTH` steps where the
+//! kernel lacks it; strings go through a per-CPU scratch buffer instead of
+//! the 512-byte stack, and every kernel read goes through a helper that
+//! cannot fault.
 #![no_std]
 #![no_main]
 // The BPF target has no atomics in `core`: the one atomic add is written in asm.
@@ -35,7 +37,7 @@ use aya_ebpf::{
 };
 use podstuck_common::{
     base_status, counter, latency_bucket, NOT_IN_A_CALL, path_status, series_overflow_slot, CallInFlight, CallRecord,
-    KernelFilter, KernelOffsets, SeriesKey, SeriesValue, Syscall, BASE_DIR_MAX, BASE_DIR_MAX_DEPTH,
+    KernelFilter, KernelOffsets, SeriesKey, SeriesValue, Syscall, BASE_DIR_MAX, BASE_DIR_MAX_DEPTH, BASE_DIR_UNROLLED_DEPTH,
     CALL_RECORD_BYTES, LATENCY_BUCKETS, MAX_CALLS_IN_FLIGHT, MAX_SERIES, PATH_MAX, RING_BUFFER_BYTES,
     SERIES_OVERFLOW_SLOTS,
 };
@@ -320,8 +322,18 @@ fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool, filter:
     None
 }
 
+/// How the base directory of a relative path is walked.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PathWalk {
+    /// One verified step run by `bpf_loop` (5.17+), up to `BASE_DIR_MAX_DEPTH`.
+    Loop,
+    /// The step called `BASE_DIR_UNROLLED_DEPTH` times in a bounded loop,
+    /// for kernels without `bpf_loop`.
+    Unrolled,
+}
+
 #[inline(always)]
-fn exit(syscall: Syscall, ret: i64) {
+fn exit(syscall: Syscall, ret: i64, how: PathWalk) {
     let exit_ns = unsafe { bpf_ktime_get_ns() };
     bump(counter::CALLS + syscall as u32);
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -406,7 +418,7 @@ fn exit(syscall: Syscall, ret: i64) {
 
     // A relative path means nothing without the directory it starts from.
     let relative = status != path_status::UNREADABLE && scratch.data[0] != b'/';
-    let (base_len, base) = if relative { walk_base_dir(len, entry.dfd) } else { (0, base_status::NOT_NEEDED) };
+    let (base_len, base) = if relative { walk_base_dir(len, entry.dfd, how) } else { (0, base_status::NOT_NEEDED) };
     scratch.record.base_len = base_len as u16;
     scratch.record.base_status = base;
 
@@ -541,7 +553,7 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
 /// mounts up to the caller's root (its chroot, or its namespace's root).
 /// Returns (bytes written, base_status).
 #[inline(always)]
-fn walk_base_dir(path_len: usize, dfd: i32) -> (usize, u8) {
+fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
     let off: KernelOffsets = unsafe { core::ptr::read_volatile(&OFFSETS) };
     if off.valid == 0 {
         return (0, base_status::NO_OFFSETS);
@@ -562,14 +574,21 @@ fn walk_base_dir(path_len: usize, dfd: i32) -> (usize, u8) {
         written: 0,
         status: WALKING,
     };
-    unsafe {
-        bpf_loop(
-            BASE_DIR_MAX_DEPTH,
-            walk_step as *mut c_void,
-            &mut walk as *mut Walk as *mut c_void,
-            0,
-        )
-    };
+    let ctx = &mut walk as *mut Walk as *mut c_void;
+    match how {
+        PathWalk::Loop => {
+            unsafe { bpf_loop(BASE_DIR_MAX_DEPTH, walk_step as *mut c_void, ctx, 0) };
+        }
+        PathWalk::Unrolled => {
+            // A bounded loop over a real call (a BPF subprogram): the
+            // verifier walks each iteration, so the bound stays small.
+            for index in 0..BASE_DIR_UNROLLED_DEPTH as u64 {
+                if walk_step(index, ctx) != 0 {
+                    break;
+                }
+            }
+        }
+    }
     let status = if walk.status == WALKING { base_status::TOO_DEEP } else { walk.status as u8 };
     ((walk.written as usize) & (BASE_DIR_MAX - 1), status)
 }
@@ -605,28 +624,30 @@ fn tracepoint_ret(ctx: &TracePointContext) -> i64 {
     ctx_u64(ctx, RET) as i64
 }
 
-#[tracepoint]
-pub fn exit_unlinkat(ctx: TracePointContext) -> u32 {
-    exit(Syscall::Unlinkat, tracepoint_ret(&ctx));
-    0
+/// Exit programs in pairs: one walks with `bpf_loop`, its `_w` twin with
+/// the unrolled walk for kernels without it (a program that so much as
+/// names `bpf_loop` is refused there); user space loads one of the two.
+macro_rules! tracepoint_exits {
+    ($($loop_name:ident, $unrolled_name:ident => $syscall:expr;)*) => {$(
+        #[tracepoint]
+        pub fn $loop_name(ctx: TracePointContext) -> u32 {
+            exit($syscall, tracepoint_ret(&ctx), PathWalk::Loop);
+            0
+        }
+
+        #[tracepoint]
+        pub fn $unrolled_name(ctx: TracePointContext) -> u32 {
+            exit($syscall, tracepoint_ret(&ctx), PathWalk::Unrolled);
+            0
+        }
+    )*};
 }
 
-#[tracepoint]
-pub fn exit_unlink(ctx: TracePointContext) -> u32 {
-    exit(Syscall::Unlink, tracepoint_ret(&ctx));
-    0
-}
-
-#[tracepoint]
-pub fn exit_rmdir(ctx: TracePointContext) -> u32 {
-    exit(Syscall::Rmdir, tracepoint_ret(&ctx));
-    0
-}
-
-#[tracepoint]
-pub fn exit_umount(ctx: TracePointContext) -> u32 {
-    exit(Syscall::Umount2, tracepoint_ret(&ctx));
-    0
+tracepoint_exits! {
+    exit_unlinkat, exit_unlinkat_w => Syscall::Unlinkat;
+    exit_unlink, exit_unlink_w => Syscall::Unlink;
+    exit_rmdir, exit_rmdir_w => Syscall::Rmdir;
+    exit_umount, exit_umount_w => Syscall::Umount2;
 }
 
 // fentry/fexit on the syscall functions (`__x64_sys_*`, named by user space
@@ -659,28 +680,27 @@ pub fn fentry_umount(ctx: FEntryContext) -> u32 {
 
 // fexit's arguments are the function's, then its return value.
 
-#[fexit]
-pub fn fexit_unlinkat(ctx: FExitContext) -> u32 {
-    exit(Syscall::Unlinkat, ctx.arg(1));
-    0
+macro_rules! fexits {
+    ($($loop_name:ident, $unrolled_name:ident => $syscall:expr;)*) => {$(
+        #[fexit]
+        pub fn $loop_name(ctx: FExitContext) -> u32 {
+            exit($syscall, ctx.arg(1), PathWalk::Loop);
+            0
+        }
+
+        #[fexit]
+        pub fn $unrolled_name(ctx: FExitContext) -> u32 {
+            exit($syscall, ctx.arg(1), PathWalk::Unrolled);
+            0
+        }
+    )*};
 }
 
-#[fexit]
-pub fn fexit_unlink(ctx: FExitContext) -> u32 {
-    exit(Syscall::Unlink, ctx.arg(1));
-    0
-}
-
-#[fexit]
-pub fn fexit_rmdir(ctx: FExitContext) -> u32 {
-    exit(Syscall::Rmdir, ctx.arg(1));
-    0
-}
-
-#[fexit]
-pub fn fexit_umount(ctx: FExitContext) -> u32 {
-    exit(Syscall::Umount2, ctx.arg(1));
-    0
+fexits! {
+    fexit_unlinkat, fexit_unlinkat_w => Syscall::Unlinkat;
+    fexit_unlink, fexit_unlink_w => Syscall::Unlink;
+    fexit_rmdir, fexit_rmdir_w => Syscall::Rmdir;
+    fexit_umount, fexit_umount_w => Syscall::Umount2;
 }
 
 // What attaching alone costs, for `podstuck attach-cost` (the benchmark's

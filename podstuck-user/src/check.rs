@@ -1,7 +1,9 @@
 //! `podstuck check`: can podstuck run on this node, and what will it find
 //! here? One line per question, ok or the problem and what to do:
-//! privileges, kernel version, BTF, tracefs, cgroup layout and driver,
-//! kubelet root, container runtime, another podstuck already tracing.
+//! privileges, what the kernel offers (each probe: ring buffer, bpf_loop,
+//! BTF, fentry, tracefs, lockdown) and the plan made of it, cgroup layout
+//! and driver, kubelet root, container runtime, another podstuck already
+//! tracing.
 //!
 //! Gathering reads the node ([`CheckFacts::gather`]); judging is pure
 //! ([`judge`]) and unit-tested on made-up facts. The tracing prerequisites
@@ -10,7 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::identify::cgroups::cgroup2_mount;
-use crate::preflight::{problems, NodeFacts};
+use crate::collect::AttachPoint;
+use crate::kernel_features::{BtfSource, Lockdown, PathWalk, Probed};
+use crate::preflight::{plan, privileged, NodeFacts};
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,7 +162,7 @@ pub fn pods_under(kubelet_root: &Path) -> Vec<String> {
 }
 
 impl CheckFacts {
-    pub fn gather(kubelet_root: &Path) -> CheckFacts {
+    pub fn gather(kubelet_root: &Path, btf: Option<&Path>) -> CheckFacts {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let cgroup2 = cgroup2_mount(&mountinfo);
         let cgroup1 = mountinfo.lines().any(|l| l.split(" - ").nth(1).is_some_and(|t| t.starts_with("cgroup ")));
@@ -185,7 +189,7 @@ impl CheckFacts {
             }
         }
         CheckFacts {
-            node: NodeFacts::gather(),
+            node: NodeFacts::gather(btf),
             cgroup2,
             cgroup1,
             cgroup_driver,
@@ -205,20 +209,7 @@ fn line(verdict: Verdict, topic: &'static str, says: impl Into<String>, todo: Op
 /// The lines of `podstuck check` for these facts.
 pub fn judge(facts: &CheckFacts) -> Vec<CheckLine> {
     let mut lines = Vec::new();
-    let found = problems(&facts.node);
-    let about = |needle: &str| found.iter().find(|p| p.what.contains(needle));
-    let tracing = |topic: &'static str, needle: &str, ok: String| match about(needle) {
-        Some(p) => line(Verdict::Fail, topic, p.what.clone(), Some(p.fix.clone())),
-        None => line(Verdict::Ok, topic, ok, None),
-    };
-    lines.push(tracing("privileges", "privileges", "may load kernel programs (root, or CAP_BPF and CAP_PERFMON)".into()));
-    lines.push(tracing("kernel", "kernel", format!("{} (5.17 or newer needed)", facts.node.kernel_release)));
-    lines.push(tracing("BTF", "BTF", "/sys/kernel/btf/vmlinux present".into()));
-    let tracefs = facts.node.tracefs.as_ref().map(|p| format!("mounted at {} with syscall tracepoints", p.display())).unwrap_or_default();
-    lines.push(match found.iter().find(|p| p.what.contains("tracefs") || p.what.contains("tracepoints")) {
-        Some(p) => line(Verdict::Fail, "tracefs", p.what.clone(), Some(p.fix.clone())),
-        None => line(Verdict::Ok, "tracefs", tracefs, None),
-    });
+    lines.extend(kernel_lines(&facts.node));
     lines.push(match (&facts.cgroup2, facts.cgroup1) {
         (Some(v2), false) => line(Verdict::Ok, "cgroup layout", format!("v2 (unified) at {}", v2.display()), None),
         (Some(v2), true) => line(Verdict::Ok, "cgroup layout", format!("hybrid: v1 controllers, v2 at {}", v2.display()), None),
@@ -273,9 +264,74 @@ pub fn judge(facts: &CheckFacts) -> Vec<CheckLine> {
     lines
 }
 
+/// The lines about tracing: privileges, then each probe of the kernel,
+/// then the plan made of them (or what is missing, as FAIL lines).
+fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
+    let mut lines = Vec::new();
+    let planned = plan(node, AttachPoint::Auto);
+    if !privileged(node.effective_caps) {
+        for p in planned.err().unwrap_or_default() {
+            lines.push(line(Verdict::Fail, "privileges", p.what, Some(p.fix)));
+        }
+        return lines;
+    }
+    lines.push(line(Verdict::Ok, "privileges", "may load kernel programs (root, or CAP_BPF and CAP_PERFMON)", None));
+    let f = &node.features;
+    lines.push(line(Verdict::Ok, "kernel", format!("{} (what it can do is probed, not read from the version)", node.kernel_release), None));
+    let probe = |topic: &'static str, p: &Probed, yes: &str, no: Verdict, todo: &str| match p {
+        Probed::Yes => line(Verdict::Ok, topic, yes.to_string(), None),
+        other => line(no, topic, other.words(), Some(todo.to_string())),
+    };
+    lines.push(probe("ring buffer", &f.ring_buffer, "BPF ring buffer maps load", Verdict::Fail, "podstuck needs the BPF ring buffer (Linux 5.8, or a backport)"));
+    lines.push(probe(
+        "bpf_loop",
+        &f.bpf_loop,
+        "available: relative paths walked up to 64 levels",
+        Verdict::Warn,
+        &format!("nothing to do: relative paths are walked unrolled, up to {} levels", PathWalk::Unrolled.depth()),
+    ));
+    lines.push(match &f.btf {
+        BtfSource::Kernel => line(Verdict::Ok, "BTF", format!("{} present", crate::btf::VMLINUX_BTF), None),
+        BtfSource::File(p) => line(Verdict::Ok, "BTF", format!("from {} (--btf)", p.display()), None),
+        BtfSource::Missing => line(Verdict::Fail, "BTF", format!("{} missing", crate::btf::VMLINUX_BTF), Some("pass this kernel's BTF with --btf FILE (BTFHub has files for distribution kernels)".into())),
+    });
+    lines.push(probe("fentry", &f.fentry, "BPF tracing programs load and attach", Verdict::Warn, "nothing to do: the syscall tracepoints are used instead (they slow every syscall a little)"));
+    lines.push(match (&f.syscall_tracepoints, node.tracefs.as_ref()) {
+        (Probed::Yes, Some(at)) => line(Verdict::Ok, "tracefs", format!("mounted at {} with syscall tracepoints", at.display()), None),
+        (other, _) => line(
+            if f.fentry.yes() { Verdict::Warn } else { Verdict::Fail },
+            "tracefs",
+            other.words(),
+            Some("mount it: mount -t tracefs nodev /sys/kernel/tracing (kernels built with CONFIG_FTRACE_SYSCALLS=y)".into()),
+        ),
+    });
+    lines.push(match f.lockdown {
+        Lockdown::Confidentiality => line(
+            Verdict::Warn,
+            "lockdown",
+            "confidentiality: BPF may not read kernel memory",
+            Some("relative paths get no absolute path and callers no parent; whole paths, errors, pids, cgroups and counts still work".into()),
+        ),
+        mode => line(Verdict::Ok, "lockdown", mode.as_str(), None),
+    });
+    match planned {
+        Ok(p) => {
+            let degraded = if p.degraded.is_empty() { String::new() } else { format!("; {}", p.degraded.join("; ")) };
+            lines.push(line(
+                Verdict::Ok,
+                "plan",
+                format!("attach: {}, path walk: {} (up to {} levels){degraded}", p.attach.as_str(), p.walk.as_str(), p.walk.depth()),
+                None,
+            ));
+        }
+        Err(problems) => lines.extend(problems.into_iter().map(|p| line(Verdict::Fail, "plan", p.what, Some(p.fix)))),
+    }
+    lines
+}
+
 /// Runs `podstuck check`: prints the lines; Err when podstuck cannot trace here.
-pub fn check(kubelet_root: &Path) -> anyhow::Result<bool> {
-    let lines = judge(&CheckFacts::gather(kubelet_root));
+pub fn check(kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Result<bool> {
+    let lines = judge(&CheckFacts::gather(kubelet_root, btf));
     for l in &lines {
         println!("{l}");
     }
@@ -291,9 +347,15 @@ mod tests {
             node: NodeFacts {
                 kernel_release: "6.18.44".into(),
                 effective_caps: u64::MAX,
-                btf_present: true,
                 tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
-                syscall_tracepoints: true,
+                features: crate::kernel_features::KernelFeatures {
+                    ring_buffer: Probed::Yes,
+                    bpf_loop: Probed::Yes,
+                    btf: BtfSource::Kernel,
+                    fentry: Probed::Yes,
+                    syscall_tracepoints: Probed::Yes,
+                    lockdown: Lockdown::None,
+                },
             },
             cgroup2: Some(PathBuf::from("/sys/fs/cgroup")),
             cgroup1: false,
@@ -317,22 +379,34 @@ mod tests {
         let topics: Vec<&str> = lines.iter().map(|l| l.topic).collect();
         assert_eq!(
             topics,
-            ["privileges", "kernel", "BTF", "tracefs", "cgroup layout", "cgroup driver", "kubelet root", "container runtime", "other podstuck"]
+            [
+                "privileges", "kernel", "ring buffer", "bpf_loop", "BTF", "fentry", "tracefs", "lockdown", "plan", "cgroup layout", "cgroup driver",
+                "kubelet root", "container runtime", "other podstuck"
+            ]
         );
-        assert_eq!(lines[6].to_string(), "ok    kubelet root       /var/lib/kubelet: 12 pod directories");
+        assert_eq!(lines[8].says, "attach: fentry, path walk: bpf_loop (up to 64 levels)");
+        assert_eq!(lines[11].to_string(), "ok    kubelet root       /var/lib/kubelet: 12 pod directories");
     }
 
     #[test]
     fn each_problem_says_what_to_do() {
+        // A 5.10 node: no bpf_loop, still traced, the walk said.
         let mut f = good();
         f.node.kernel_release = "5.10.0".into();
+        f.node.features.bpf_loop = Probed::No(String::new());
+        let lines = judge(&f);
+        assert!(lines.iter().all(|l| l.verdict != Verdict::Fail), "{lines:?}");
+        let plan = lines.iter().find(|l| l.topic == "plan").unwrap();
+        assert!(plan.says.starts_with("attach: fentry, path walk: unrolled (up to 24 levels)"), "{plan}");
+        // No fentry and no tracefs: nothing to attach to.
+        f.node.features.fentry = Probed::No("EPERM".into());
+        f.node.features.syscall_tracepoints = Probed::No("tracefs is not mounted".into());
         f.node.tracefs = None;
         let lines = judge(&f);
-        let kernel = lines.iter().find(|l| l.topic == "kernel").unwrap();
-        assert_eq!(kernel.verdict, Verdict::Fail);
-        assert!(kernel.todo.as_deref().unwrap().contains("5.17"));
         let tracefs = lines.iter().find(|l| l.topic == "tracefs").unwrap();
+        assert_eq!(tracefs.verdict, Verdict::Fail);
         assert!(tracefs.to_string().contains("mount -t tracefs nodev /sys/kernel/tracing"), "{tracefs}");
+        assert!(verdicts(&f).contains(&("plan", Verdict::Fail)));
         let mut f = good();
         f.node.effective_caps = 0;
         assert!(verdicts(&f).contains(&("privileges", Verdict::Fail)));
@@ -357,12 +431,12 @@ mod tests {
         let mut f = good();
         f.cgroup1 = true;
         f.cgroup2 = Some(PathBuf::from("/sys/fs/cgroup/unified"));
-        assert!(judge(&f)[4].says.starts_with("hybrid"));
+        assert!(judge(&f)[9].says.starts_with("hybrid"));
         f.cgroup2 = None;
         assert!(verdicts(&f).contains(&("cgroup layout", Verdict::Warn)));
         let mut f = good();
         f.cgroup_driver = Some(("cgroupfs", PathBuf::from("/sys/fs/cgroup/kubepods")));
-        assert!(judge(&f)[5].says.starts_with("cgroupfs"));
+        assert!(judge(&f)[10].says.starts_with("cgroupfs"));
         f.cgroup_driver = None;
         f.kubelet_root_present = false;
         f.runtimes.clear();

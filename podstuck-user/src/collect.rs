@@ -8,7 +8,7 @@
 //! detaches everything.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
@@ -22,6 +22,7 @@ use tokio::io::unix::AsyncFd;
 
 use crate::btf::{Btf, VMLINUX_BTF};
 use crate::event::{decode, CallEvent, DecodeError, WallClock};
+use crate::kernel_features::PathWalk;
 
 /// The eBPF object built from `podstuck-ebpf` by this crate's build script.
 pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
@@ -78,10 +79,15 @@ impl AttachPoint {
 }
 
 /// How the tracer is set up.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct TracerOptions {
     pub filter: KernelFilter,
     pub attach: AttachPoint,
+    /// Which exit programs: those that walk with `bpf_loop`, or their
+    /// unrolled twins (`<name>_w`) where the kernel has no `bpf_loop`.
+    pub walk: PathWalk,
+    /// Where the struct layouts are read: the kernel's BTF, or `--btf`.
+    pub btf: PathBuf,
     /// Ring buffer size in bytes (a power of two, at least a page); the
     /// default is `RING_BUFFER_BYTES`.
     pub ring_buffer_bytes: Option<u32>,
@@ -278,12 +284,47 @@ pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &Tr
     loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
 }
 
+/// The exit program of this walk: `name`, or its unrolled twin.
+fn exit_program(name: &str, walk: PathWalk) -> String {
+    match walk {
+        PathWalk::BpfLoop => name.to_string(),
+        PathWalk::Unrolled => format!("{name}_w"),
+    }
+}
+
+/// Whether BPF tracing programs load and attach here: the object's
+/// do-nothing `cost_fentry` on the unlinkat syscall function, attached and
+/// dropped at once.
+pub fn probe_fentry() -> crate::kernel_features::Probed {
+    use crate::kernel_features::Probed;
+    let options = TracerOptions {
+        filter: kernel_filter(0, false, false),
+        attach: AttachPoint::Fentry,
+        walk: PathWalk::Unrolled,
+        btf: PathBuf::from(VMLINUX_BTF),
+        ring_buffer_bytes: Some(4096),
+    };
+    let attached = (|| -> Result<()> {
+        let mut ebpf = load_object(&podstuck_common::KernelOffsets::default(), &options)?;
+        let btf = aya::Btf::from_sys_fs()?;
+        let program: &mut FEntry = ebpf.program_mut("cost_fentry").context("cost_fentry missing")?.try_into()?;
+        program.load(&format!("{SYSCALL_PREFIX}sys_unlinkat"), &btf)?;
+        program.attach()?;
+        Ok(())
+    })();
+    match attached {
+        Ok(()) => Probed::Yes,
+        Err(e) => Probed::No(format!("refused: {}", e.root_cause())),
+    }
+}
+
 /// Attaches the fentry/fexit pair of every syscall; the ids of the programs.
-fn attach_trampolines(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
+fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF for fentry")?;
     let mut ids = Vec::new();
     // Exits first, as with the tracepoints.
     for (exit, _, function) in TRAMPOLINES {
+        let exit = &exit_program(exit, walk);
         let function = format!("{SYSCALL_PREFIX}{function}");
         let program: &mut FExit = ebpf.program_mut(exit).with_context(|| format!("program {exit} missing"))?.try_into()?;
         program.load(&function, &btf).with_context(|| format!("loading {exit} on {function}"))?;
@@ -300,9 +341,10 @@ fn attach_trampolines(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
+fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     let mut ids = Vec::new();
     for (name, tracepoint) in TRACEPOINTS {
+        let name = &if tracepoint.starts_with("sys_exit_") { exit_program(name, walk) } else { name.to_string() };
         let program: &mut TracePoint =
             ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?.try_into()?;
         program.load().with_context(|| format!("loading program {name}"))?;
@@ -319,31 +361,32 @@ impl Tracer {
     /// through (every call is counted regardless). Must run inside a tokio
     /// runtime.
     pub fn start(options: TracerOptions) -> Result<Tracer> {
-        let offsets = Btf::from_file(Path::new(VMLINUX_BTF))?
+        let offsets = Btf::from_file(&options.btf)?
             .kernel_offsets()
-            .context("finding task_struct and namespace layouts in the kernel's BTF")?;
+            .with_context(|| format!("finding task_struct and namespace layouts in {}", options.btf.display()))?;
+        let walk = options.walk;
         let mut fallback = None;
         let (mut ebpf, program_ids, attached) = match options.attach {
             AttachPoint::Tracepoint => {
                 let mut ebpf = load_object(&offsets, &options)?;
-                let ids = attach_tracepoints(&mut ebpf)?;
+                let ids = attach_tracepoints(&mut ebpf, walk)?;
                 (ebpf, ids, AttachPoint::Tracepoint)
             }
             AttachPoint::Fentry => {
                 let mut ebpf = load_object(&offsets, &options)?;
-                let ids = attach_trampolines(&mut ebpf)?;
+                let ids = attach_trampolines(&mut ebpf, walk)?;
                 (ebpf, ids, AttachPoint::Fentry)
             }
             AttachPoint::Auto => {
                 let mut ebpf = load_object(&offsets, &options)?;
-                match attach_trampolines(&mut ebpf) {
+                match attach_trampolines(&mut ebpf, walk) {
                     Ok(ids) => (ebpf, ids, AttachPoint::Fentry),
                     Err(e) => {
                         fallback = Some(format!("fentry/fexit refused here ({e:#}): attached to the syscall tracepoints, which slow every syscall a little"));
                         // A fresh object: the half-attached one goes with its links.
                         drop(ebpf);
                         let mut ebpf = load_object(&offsets, &options)?;
-                        let ids = attach_tracepoints(&mut ebpf)?;
+                        let ids = attach_tracepoints(&mut ebpf, walk)?;
                         (ebpf, ids, AttachPoint::Tracepoint)
                     }
                 }

@@ -8,7 +8,7 @@
 //! (one detector per pathology, asking [`inspect`] for node state) →
 //! [`output`], [`view`], [`latency`]/[`export`] (JSON lines, the live view
 //! and its summary, histogram files). [`preflight`] and [`check`] judge the
-//! node first; [`btf`] reads the struct offsets the kernel programs need.
+//! node first, from what [`kernel_features`] probes; [`btf`] reads the struct offsets the kernel programs need.
 //! [`record`] saves what the diagnosis consumed and replays it elsewhere;
 //! [`demo`] is the built-in scenario lab. The `podstuck` binary is a thin
 //! clap layer over [`watch`] and these.
@@ -24,6 +24,7 @@ pub mod export;
 pub mod identify;
 pub mod inspect;
 pub mod latency;
+pub mod kernel_features;
 pub mod output;
 pub mod preflight;
 pub mod record;

@@ -63,6 +63,9 @@ enum Command {
         #[arg(long)]
         kernel_cost: bool,
     },
+    /// Prints the kernel lockdown mode from a private mount namespace (run by the probes).
+    #[command(name = "__read-lockdown", hide = true)]
+    ReadLockdown,
     /// One of the demo's stand-in daemons (run by `podstuck demo`).
     #[command(hide = true)]
     DemoActor { comm: String, op: String, path: PathBuf },
@@ -71,6 +74,9 @@ enum Command {
         /// kubelet's root directory (its --root-dir).
         #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
         kubelet_root: PathBuf,
+        /// The kernel's BTF as a file, for kernels without /sys/kernel/btf/vmlinux.
+        #[arg(long, value_name = "FILE", value_parser = btf_file)]
+        btf: Option<PathBuf>,
     },
     /// Read the histogram files of a run back: percentiles and a log2 histogram per series.
     Report {
@@ -133,6 +139,14 @@ struct WatchArgs {
     /// tracepoints, or auto (fentry where the kernel has BPF trampolines).
     #[arg(long, value_enum, default_value = "auto")]
     attach: AttachPoint,
+    /// The kernel's BTF as a file, for kernels without /sys/kernel/btf/vmlinux (e.g. from BTFHub):
+    /// where podstuck reads the struct layouts its programs need.
+    #[arg(long, value_name = "FILE", value_parser = btf_file)]
+    btf: Option<PathBuf>,
+    /// How a relative path's base directory is walked in the kernel: what the kernel offers
+    /// (auto), or the unrolled walk of kernels without bpf_loop (for testing it anywhere).
+    #[arg(long, value_enum, default_value = "auto", hide = true)]
+    path_walk: PathWalkArg,
     /// Size of the ring buffer that carries calls to podstuck, in KiB (a power of two, at least 4).
     #[arg(long, value_name = "KIB", value_parser = ring_buffer_kib)]
     ring_buffer_kib: Option<u32>,
@@ -140,6 +154,16 @@ struct WatchArgs {
     /// statistics while podstuck runs) and print it at the end.
     #[arg(long)]
     kernel_cost: bool,
+}
+
+/// A BTF file podstuck can read the struct layouts from: checked before
+/// anything loads, so a bad one leaves nothing half-done.
+fn btf_file(value: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(value);
+    podstuck::btf::Btf::from_file(&path)
+        .and_then(|btf| btf.kernel_offsets())
+        .map_err(|e| format!("{value} is no usable kernel BTF file ({e:#}); give the BTF of this very kernel (uname -r), e.g. from BTFHub"))?;
+    Ok(path)
 }
 
 /// A ring buffer size the kernel accepts: a power of two of whole pages.
@@ -179,10 +203,18 @@ impl WatchArgs {
             record,
             every_call: self.every_call,
             attach: self.attach,
+            btf: self.btf,
+            unrolled_walk: matches!(self.path_walk, PathWalkArg::Unrolled),
             ring_buffer_bytes: self.ring_buffer_kib.map(|kib| kib * 1024),
             kernel_cost: self.kernel_cost,
         })
     }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PathWalkArg {
+    Auto,
+    Unrolled,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -215,10 +247,11 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Report { dir, json } => podstuck::report::report(&dir, json),
+        Command::ReadLockdown => podstuck::kernel_features::print_lockdown_in_private_namespace().map_err(Into::into),
         Command::Demo { json, duration } => runtime.block_on(podstuck::demo::demo(&podstuck::demo::DemoOptions { json, duration })),
         Command::AttachCost { mechanism, kernel_cost } => runtime.block_on(podstuck::attach_cost::run(mechanism, kernel_cost)),
         Command::DemoActor { comm, op, path } => podstuck::demo::actor(&comm, &op, &path),
-        Command::Check { kubelet_root } => match podstuck::check::check(&kubelet_root) {
+        Command::Check { kubelet_root, btf } => match podstuck::check::check(&kubelet_root, btf.as_deref()) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(2),
             Err(e) => Err(e),

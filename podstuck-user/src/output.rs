@@ -226,6 +226,13 @@ pub struct StartLine {
     pub program_ids: Vec<u32>,
     /// Where they attached: "fentry" or "tracepoint".
     pub attach: &'static str,
+    /// How a relative path's base directory is walked: "bpf_loop" or
+    /// "unrolled" (kernels without bpf_loop, fewer levels).
+    pub path_walk: &'static str,
+    /// The kernel lockdown mode: "none", "integrity", "confidentiality", "unknown".
+    pub lockdown: &'static str,
+    /// What works less well on this kernel, in words.
+    pub degraded: Vec<String>,
     /// Whether every call is streamed, or a budget per series (the rest
     /// carried by `represents`).
     pub every_call: bool,

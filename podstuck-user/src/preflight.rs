@@ -7,14 +7,13 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::collect::AttachPoint;
+use crate::kernel_features::{KernelFeatures, Plan};
+
 /// Capability bits (include/uapi/linux/capability.h).
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
-
-/// The oldest kernel podstuck's programs load on: BPF ring buffers (5.8)
-/// carry the events, and `bpf_loop` (5.17) walks a call's base directory.
-const MIN_KERNEL: (u32, u32) = (5, 17);
 
 /// Where tracefs is usually found, newest convention first.
 pub const TRACEFS_CANDIDATES: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -26,11 +25,11 @@ pub struct NodeFacts {
     pub kernel_release: String,
     /// Effective capability set of this process (`CapEff` in /proc/self/status).
     pub effective_caps: u64,
-    /// Whether `/sys/kernel/btf/vmlinux` exists.
-    pub btf_present: bool,
-    /// A mounted tracefs, if any, and whether it has the syscall tracepoints.
+    /// A mounted tracefs, if any.
     pub tracefs: Option<PathBuf>,
-    pub syscall_tracepoints: bool,
+    /// What the kernel offers, probed (probes need the privileges; without
+    /// them they say "unknown").
+    pub features: KernelFeatures,
 }
 
 /// A reason podstuck cannot run here, and what the user should do.
@@ -46,7 +45,8 @@ impl std::fmt::Display for Problem {
     }
 }
 
-/// Parses "6.18.44-fc-v657" into (6, 18).
+/// Parses "6.18.44-fc-v657" into (6, 18): said to people, never used to
+/// decide what the kernel can do (that is probed).
 pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let mut parts = release.split(|c: char| !c.is_ascii_digit());
     let major = parts.next()?.parse().ok()?;
@@ -58,55 +58,30 @@ fn has_cap(caps: u64, cap: u32) -> bool {
     caps & (1u64 << cap) != 0
 }
 
-/// Everything that stops podstuck from tracing on a node with these facts.
-/// Privileges come before tracefs: an unprivileged user cannot see it.
-pub fn problems(facts: &NodeFacts) -> Vec<Problem> {
-    let mut found = Vec::new();
-    match kernel_version(&facts.kernel_release) {
-        Some(version) if version < MIN_KERNEL => found.push(Problem {
-            what: format!(
-                "kernel {} is too old: podstuck needs 5.17 or newer (BPF ring buffer since 5.8, bpf_loop since 5.17)",
-                facts.kernel_release
-            ),
-            fix: "run podstuck on a node with kernel 5.17 or newer".into(),
-        }),
-        Some(_) => {}
-        None => found.push(Problem {
-            what: format!("cannot read the kernel version from '{}'", facts.kernel_release),
-            fix: "report this kernel release string to the podstuck developers".into(),
-        }),
-    }
-    let caps = facts.effective_caps;
-    let privileged = has_cap(caps, CAP_SYS_ADMIN) || (has_cap(caps, CAP_BPF) && has_cap(caps, CAP_PERFMON));
-    if !privileged {
-        found.push(Problem {
+/// Whether these capabilities may load and attach kernel programs.
+pub fn privileged(caps: u64) -> bool {
+    has_cap(caps, CAP_SYS_ADMIN) || (has_cap(caps, CAP_BPF) && has_cap(caps, CAP_PERFMON))
+}
+
+/// The plan for this node and the attach point asked for, or everything
+/// that stops podstuck from tracing. Privileges come first: without them
+/// the probes cannot run.
+pub fn plan(facts: &NodeFacts, asked: AttachPoint) -> Result<Plan, Vec<Problem>> {
+    if !privileged(facts.effective_caps) {
+        return Err(vec![Problem {
             what: "podstuck lacks the privileges to load kernel programs".into(),
             fix: "run as root (sudo podstuck ...), or grant CAP_BPF and CAP_PERFMON \
                   (in Kubernetes: a privileged debug pod, e.g. kubectl debug node/<node> --profile=sysadmin)"
                 .into(),
-        });
-        return found;
+        }]);
     }
-    if !facts.btf_present {
-        found.push(Problem {
-            what: "this kernel publishes no BTF (/sys/kernel/btf/vmlinux is missing)".into(),
-            fix: "podstuck reads kernel struct layouts from BTF: use a kernel built with \
-                  CONFIG_DEBUG_INFO_BTF=y (default on current distributions)"
-                .into(),
-        });
-    }
-    match &facts.tracefs {
-        None => found.push(Problem {
-            what: "tracefs is not mounted, so the syscall tracepoints cannot be attached".into(),
-            fix: "mount it: mount -t tracefs nodev /sys/kernel/tracing".into(),
-        }),
-        Some(path) if !facts.syscall_tracepoints => found.push(Problem {
-            what: format!("{} has no syscall tracepoints (events/syscalls)", path.display()),
-            fix: "use a kernel built with CONFIG_FTRACE_SYSCALLS=y (default on current distributions)".into(),
-        }),
-        Some(_) => {}
-    }
-    found
+    Plan::choose(&facts.features, asked, &facts.kernel_release)
+        .map_err(|missing| missing.into_iter().map(|m| Problem { what: m.what, fix: m.fix }).collect())
+}
+
+/// Everything that stops podstuck from tracing with the default attach point.
+pub fn problems(facts: &NodeFacts) -> Vec<Problem> {
+    plan(facts, AttachPoint::Auto).err().unwrap_or_default()
 }
 
 fn effective_caps() -> u64 {
@@ -124,41 +99,47 @@ fn tracefs_at(path: &Path) -> bool {
 }
 
 impl NodeFacts {
-    pub fn gather() -> NodeFacts {
+    /// Reads the node and probes the kernel; `btf` is `--btf`.
+    pub fn gather(btf: Option<&Path>) -> NodeFacts {
         let kernel_release = nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default();
         let tracefs = TRACEFS_CANDIDATES.iter().map(Path::new).find(|p| tracefs_at(p)).map(Path::to_path_buf);
-        let syscall_tracepoints = tracefs
-            .as_ref()
-            .is_some_and(|t| t.join("events/syscalls/sys_enter_unlinkat").is_dir());
-        NodeFacts {
-            kernel_release,
-            effective_caps: effective_caps(),
-            btf_present: Path::new(crate::btf::VMLINUX_BTF).exists(),
-            tracefs,
-            syscall_tracepoints,
-        }
+        let effective_caps = effective_caps();
+        let features = if privileged(effective_caps) {
+            KernelFeatures::probe(btf, tracefs.as_deref())
+        } else {
+            KernelFeatures::unprobed(btf)
+        };
+        NodeFacts { kernel_release, effective_caps, tracefs, features }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel_features::{BtfSource, Lockdown, PathWalk, Probed};
 
     fn good() -> NodeFacts {
         NodeFacts {
             kernel_release: "6.18.44-fc-v657".into(),
             effective_caps: u64::MAX,
-            btf_present: true,
             tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
-            syscall_tracepoints: true,
+            features: KernelFeatures {
+                ring_buffer: Probed::Yes,
+                bpf_loop: Probed::Yes,
+                btf: BtfSource::Kernel,
+                fentry: Probed::No("EPERM".into()),
+                syscall_tracepoints: Probed::Yes,
+                lockdown: Lockdown::Integrity,
+            },
         }
     }
 
     #[test]
     fn a_good_node_has_no_problem() {
         assert!(problems(&good()).is_empty());
+        assert_eq!(plan(&good(), AttachPoint::Auto).unwrap().attach, AttachPoint::Tracepoint);
     }
 
     #[test]
@@ -170,22 +151,21 @@ mod tests {
     }
 
     #[test]
-    fn old_kernel_is_refused_with_the_version() {
-        let facts = NodeFacts { kernel_release: "5.4.0-150-generic".into(), ..good() };
+    fn an_old_version_number_is_no_refusal_what_is_missing_is() {
+        let mut facts = NodeFacts { kernel_release: "5.10.0-35-cloud-amd64".into(), ..good() };
+        facts.features.bpf_loop = Probed::No(String::new());
+        assert_eq!(plan(&facts, AttachPoint::Auto).unwrap().walk, PathWalk::Unrolled);
+        facts.features.ring_buffer = Probed::No(String::new());
         let p = problems(&facts);
         assert_eq!(p.len(), 1);
-        assert!(p[0].what.contains("5.4.0-150-generic") && p[0].what.contains("5.17"));
-        let facts = NodeFacts { kernel_release: "5.16.20".into(), ..good() };
-        assert_eq!(problems(&facts).len(), 1, "no bpf_loop before 5.17");
-        let facts = NodeFacts { kernel_release: "5.17.0".into(), ..good() };
-        assert!(problems(&facts).is_empty());
+        assert!(p[0].what.contains("5.10.0-35-cloud-amd64") && p[0].what.contains("ring buffer"), "{p:?}");
     }
 
     #[test]
     fn unprivileged_is_told_to_use_root_or_caps() {
         let facts = NodeFacts { effective_caps: 0, tracefs: None, ..good() };
         let p = problems(&facts);
-        // tracefs is not judged without privileges: it may just be unreadable.
+        // Nothing else is judged without privileges: the probes could not run.
         assert_eq!(p.len(), 1);
         assert!(p[0].fix.contains("root") && p[0].fix.contains("CAP_BPF") && p[0].fix.contains("CAP_PERFMON"));
         let bpf_and_perfmon = (1 << CAP_BPF) | (1 << CAP_PERFMON);
@@ -195,12 +175,12 @@ mod tests {
 
     #[test]
     fn missing_btf_and_tracefs_say_what_to_do() {
-        let facts = NodeFacts { btf_present: false, tracefs: None, ..good() };
+        let mut facts = good();
+        facts.features.btf = BtfSource::Missing;
+        facts.features.syscall_tracepoints = Probed::No("tracefs is not mounted".into());
         let p = problems(&facts);
-        assert_eq!(p.len(), 2);
-        assert!(p[0].what.contains("BTF"));
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].what.contains("BTF") && p[0].fix.contains("--btf"));
         assert!(p[1].fix.contains("mount -t tracefs nodev /sys/kernel/tracing"));
-        let facts = NodeFacts { syscall_tracepoints: false, ..good() };
-        assert!(problems(&facts)[0].fix.contains("CONFIG_FTRACE_SYSCALLS"));
     }
 }

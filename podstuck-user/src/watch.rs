@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, ErrorKind, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use podstuck_common::{KernelFilter, Syscall};
@@ -27,7 +27,8 @@ use crate::series::{Attribution, SeriesNames};
 use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
 use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, rfc3339, start_json, StartLine};
-use crate::preflight::{problems, NodeFacts, Problem};
+use crate::kernel_features::PathWalk;
+use crate::preflight::{plan, NodeFacts, Problem};
 use crate::record::{RecordHeader, Recorder, RecordingNode};
 use crate::view::model::Notes;
 use crate::view::text::{finding_line, summary};
@@ -67,6 +68,10 @@ pub struct WatchOptions {
     /// storm's worth of records; the counts are exact either way).
     pub every_call: bool,
     pub attach: AttachPoint,
+    /// A BTF file for the struct layouts when the kernel has none (`--btf`).
+    pub btf: Option<PathBuf>,
+    /// Walk base directories unrolled even where bpf_loop exists (tests).
+    pub unrolled_walk: bool,
     /// Ring buffer size in bytes; default `RING_BUFFER_BYTES`.
     pub ring_buffer_bytes: Option<u32>,
     /// Turn on the kernel's BPF run-time statistics and say what each
@@ -93,6 +98,8 @@ impl Default for WatchOptions {
             record: None,
             every_call: false,
             attach: AttachPoint::Auto,
+            btf: None,
+            unrolled_walk: false,
             ring_buffer_bytes: None,
             kernel_cost: false,
         }
@@ -447,10 +454,10 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
 /// Runs `podstuck watch`, calling `on_attached` once every probe is
 /// attached: what happens after it is traced (the demo starts its actors).
 pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> Result<()> {
-    let facts = NodeFacts::gather();
-    let found = problems(&facts);
-    if !found.is_empty() {
-        return Err(NodeNotReady(found).into());
+    let facts = NodeFacts::gather(options.btf.as_deref());
+    let mut plan = plan(&facts, options.attach).map_err(NodeNotReady)?;
+    if options.unrolled_walk {
+        plan.walk = PathWalk::Unrolled;
     }
     if !options.concurrent {
         if let Some(other) = crate::check::other_podstucks().first() {
@@ -478,6 +485,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     if !missing.is_empty() {
         warnings.push(crate::check::pods_not_found(&missing, &options.kubelet_root));
     }
+    warnings.extend(plan.degraded.iter().map(|d| format!("podstuck: on this kernel: {d}")));
     for warning in &warnings {
         eprintln!("{warning}");
     }
@@ -508,7 +516,9 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     };
     let mut tracer = Tracer::start(TracerOptions {
         filter: options.kernel_filter(),
-        attach: options.attach,
+        attach: plan.attach,
+        walk: plan.walk,
+        btf: facts.features.btf.path().map(Path::to_path_buf).unwrap_or_default(),
         ring_buffer_bytes: options.ring_buffer_bytes,
     })?;
     let run_facts = RunFacts {
@@ -563,6 +573,9 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         pid: std::process::id(),
         program_ids: tracer.program_ids().to_vec(),
         attach: tracer.attach_point().as_str(),
+        path_walk: plan.walk.as_str(),
+        lockdown: facts.features.lockdown.as_str(),
+        degraded: plan.degraded.clone(),
         every_call: options.every_call,
         pods: options.pods.clone(),
         kubelet_root: options.kubelet_root.to_string_lossy().into_owned(),
@@ -574,12 +587,13 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         // The live view's header says it.
         Output::Live => {}
         Output::Calls | Output::FindingLines => eprintln!(
-            "podstuck {}: tracing {} on {} (kernel {}, {}){}; Ctrl-C to stop",
+            "podstuck {}: tracing {} on {} (kernel {}, {}, path walk {}){}; Ctrl-C to stop",
             start.version,
             start.syscalls.join(", "),
             options.scope(),
             start.kernel,
             start.attach,
+            start.path_walk,
             if output == Output::FindingLines { "; findings, one line each" } else { "" }
         ),
     }

@@ -6,7 +6,7 @@
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -339,3 +339,34 @@ fn a_second_podstuck_is_refused_unless_concurrent() {
     assert!(both.status.success(), "{}", String::from_utf8_lossy(&both.stderr));
     first.stop(libc::SIGTERM);
 }
+
+/// `--btf` for kernels without /sys/kernel/btf/vmlinux: a missing, empty or
+/// foreign file is refused before anything loads; a real one is used.
+#[test]
+fn a_bad_btf_file_is_refused_before_anything_loads_and_a_good_one_is_used() {
+    if !can_touch_the_kernel("a_bad_btf_file_is_refused_before_anything_loads_and_a_good_one_is_used") {
+        return;
+    }
+    let scratch = ScratchDir::new("btf");
+    let empty = scratch.path().join("empty.btf");
+    std::fs::write(&empty, b"").unwrap();
+    for bad in [scratch.path().join("missing.btf"), empty, PathBuf::from("/bin/sh")] {
+        let out = Command::new(podstuck_binary()).args(["watch", "--json", "--concurrent", "--btf"]).arg(&bad).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", bad.display());
+        assert!(stderr.contains("is no usable kernel BTF file") && stderr.contains("this very kernel"), "{stderr}");
+        assert!(out.stdout.is_empty(), "nothing traced with {}", bad.display());
+    }
+    let copy = scratch.path().join("vmlinux.btf");
+    std::fs::copy("/sys/kernel/btf/vmlinux", &copy).unwrap();
+    let copy_arg = copy.to_str().unwrap().to_string();
+    let watch = Watch::start(&["--btf", &copy_arg]);
+    assert!(
+        watch.start["degraded"].as_array().unwrap().iter().any(|d| d.as_str().unwrap().contains(&copy_arg)),
+        "{}",
+        watch.start
+    );
+    let done = watch.stop(libc::SIGINT);
+    assert!(done.status.success(), "{}", done.stderr);
+}
+

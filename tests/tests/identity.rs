@@ -127,13 +127,59 @@ fn a_go_style_remove_all_gets_absolute_paths_for_every_call() {
     if !can_touch_the_kernel("a_go_style_remove_all_gets_absolute_paths_for_every_call") {
         return;
     }
-    let scratch = ScratchDir::new("removeall");
+    remove_all_gets_absolute_paths("removeall", &[]);
+}
+
+/// The walk of kernels without bpf_loop (5.8 to 5.16), run here.
+#[test]
+fn the_unrolled_walk_of_older_kernels_gets_the_same_absolute_paths() {
+    if !can_touch_the_kernel("the_unrolled_walk_of_older_kernels_gets_the_same_absolute_paths") {
+        return;
+    }
+    remove_all_gets_absolute_paths("removeall-unrolled", &["--path-walk", "unrolled"]);
+}
+
+/// A base directory deeper than the unrolled walk reaches is marked, never
+/// cut into a wrong path; bpf_loop's walk reaches it.
+#[test]
+fn a_base_directory_deeper_than_the_walk_is_marked_never_wrong() {
+    if !can_touch_the_kernel("a_base_directory_deeper_than_the_walk_is_marked_never_wrong") {
+        return;
+    }
+    let scratch = ScratchDir::new("deep");
+    let mut dir = scratch.path().to_path_buf();
+    for level in 0..30 {
+        dir.push(format!("d{level}"));
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    for (walk, reaches) in [("unrolled", false), ("auto", true)] {
+        std::fs::write(dir.join("victim"), b"x").unwrap();
+        let watch = Watch::start(&["--path-walk", walk]);
+        assert_eq!(watch.start["path_walk"], if walk == "unrolled" { "unrolled" } else { "bpf_loop" });
+        let (pid, said) = run_actor(&["--comm".as_ref(), "cleanup".as_ref(), "unlink-in".as_ref(), dir.as_os_str(), "victim".as_ref()]);
+        assert!(said.contains("ok"), "{said}");
+        let done = stop_when(watch, |e| !of_pid(e, pid).is_empty());
+        let events = of_pid(&done.events, pid);
+        let e = events.iter().find(|e| e["path"] == "victim").expect("the unlink");
+        if reaches {
+            assert_eq!(abs_path_bytes(e), dir.join("victim").as_os_str().as_bytes(), "{e}");
+        } else {
+            assert_eq!(e["abs_path"], Value::Null, "{e}");
+            assert!(e["abs_path_error"].as_str().is_some_and(|w| w.contains("deeper")), "{e}");
+        }
+    }
+}
+
+fn remove_all_gets_absolute_paths(name: &str, extra: &[&str]) {
+    let scratch = ScratchDir::new(name);
     let root = scratch.path().join("kubelet");
     let uid = new_pod_uid();
     let top = root.join("pods").join(&uid).join("volumes/kubernetes.io~empty-dir/cache");
     let made = build_tree(&top);
     let root_arg = root.to_str().unwrap().to_string();
-    let watch = Watch::start(&["--kubelet-root", &root_arg]);
+    let mut args = vec!["--kubelet-root", &root_arg];
+    args.extend_from_slice(extra);
+    let watch = Watch::start(&args);
 
     let (pid, _) = run_actor(&["--comm".as_ref(), "kubelet".as_ref(), "remove-all".as_ref(), top.as_os_str()]);
     assert!(!top.exists());

@@ -1,0 +1,402 @@
+//! What the running kernel offers podstuck, found by asking it, never by
+//! its version number: RHEL 9 says 5.14 and carries BPF from 6.x, a 5.10
+//! node lacks `bpf_loop` but has everything else. Each probe is one bounded
+//! system call (a tiny program loaded, a map created, a file read); from
+//! the answers comes the [`Plan`]: where the programs attach and how the
+//! base directory of a relative path is walked. `podstuck check` prints
+//! both, `watch` says the plan in its start line.
+//!
+//! Probing touches the kernel ([`KernelFeatures::probe`]); choosing the
+//! plan ([`Plan::choose`]) is pure and unit-tested on made-up answers.
+
+use std::path::{Path, PathBuf};
+
+use aya::maps::MapType;
+use aya::programs::ProgramType;
+use aya::sys::{is_helper_supported, is_map_supported, BpfHelper};
+use serde::Serialize;
+
+use crate::collect::AttachPoint;
+
+/// One probe's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Probed {
+    Yes,
+    /// Not there, and why when the kernel said.
+    No(String),
+    /// The probe itself could not run (no privileges, ...).
+    Unknown(String),
+}
+
+impl Probed {
+    pub fn yes(&self) -> bool {
+        *self == Probed::Yes
+    }
+
+    fn of(answer: Result<bool, impl std::fmt::Display>) -> Probed {
+        match answer {
+            Ok(true) => Probed::Yes,
+            Ok(false) => Probed::No(String::new()),
+            Err(e) => Probed::Unknown(e.to_string()),
+        }
+    }
+
+    /// "yes", "no", "no (why)", "unknown (why)".
+    pub fn words(&self) -> String {
+        match self {
+            Probed::Yes => "yes".into(),
+            Probed::No(why) if why.is_empty() => "no".into(),
+            Probed::No(why) => format!("no ({why})"),
+            Probed::Unknown(why) => format!("unknown ({why})"),
+        }
+    }
+}
+
+/// The kernel lockdown mode (`/sys/kernel/security/lockdown`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lockdown {
+    None,
+    Integrity,
+    /// Blocks BPF reads of kernel memory: no absolute paths for relative
+    /// calls, no parent or mount namespace of the caller.
+    Confidentiality,
+    /// No lockdown file (securityfs missing or no lockdown LSM).
+    Unknown,
+}
+
+impl Lockdown {
+    /// Parses "none [integrity] confidentiality".
+    pub fn parse(text: &str) -> Lockdown {
+        match text.split_whitespace().find(|w| w.starts_with('[')).map(|w| w.trim_matches(|c| c == '[' || c == ']')) {
+            Some("none") => Lockdown::None,
+            Some("integrity") => Lockdown::Integrity,
+            Some("confidentiality") => Lockdown::Confidentiality,
+            _ => Lockdown::Unknown,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lockdown::None => "none",
+            Lockdown::Integrity => "integrity",
+            Lockdown::Confidentiality => "confidentiality",
+            Lockdown::Unknown => "unknown",
+        }
+    }
+}
+
+/// Where the struct layouts podstuck needs come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BtfSource {
+    /// The kernel's own, `/sys/kernel/btf/vmlinux`.
+    Kernel,
+    /// A file the user named (`--btf`, a BTFHub-style file).
+    File(PathBuf),
+    Missing,
+}
+
+impl BtfSource {
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            BtfSource::Kernel => Some(Path::new(crate::btf::VMLINUX_BTF)),
+            BtfSource::File(p) => Some(p),
+            BtfSource::Missing => None,
+        }
+    }
+}
+
+/// Everything probed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelFeatures {
+    pub ring_buffer: Probed,
+    pub bpf_loop: Probed,
+    pub btf: BtfSource,
+    /// BPF tracing programs (fentry/fexit) load and attach.
+    pub fentry: Probed,
+    pub syscall_tracepoints: Probed,
+    pub lockdown: Lockdown,
+}
+
+/// How the base directory of a relative path is walked in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathWalk {
+    /// `bpf_loop`, up to 64 levels.
+    BpfLoop,
+    /// A bounded loop the verifier checks step by step, up to 24 levels.
+    Unrolled,
+}
+
+impl PathWalk {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PathWalk::BpfLoop => "bpf_loop",
+            PathWalk::Unrolled => "unrolled",
+        }
+    }
+
+    /// The deepest base directory walked.
+    pub fn depth(self) -> u32 {
+        match self {
+            PathWalk::BpfLoop => podstuck_common::BASE_DIR_MAX_DEPTH,
+            PathWalk::Unrolled => podstuck_common::BASE_DIR_UNROLLED_DEPTH,
+        }
+    }
+}
+
+/// The mechanisms chosen from the probes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// `Auto` when fentry could not be probed: tried first, with the
+    /// tracepoints as the fallback.
+    pub attach: AttachPoint,
+    pub walk: PathWalk,
+    /// What works less well here, in words.
+    pub degraded: Vec<String>,
+}
+
+/// Why podstuck cannot trace on this kernel: the feature, and what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Missing {
+    pub what: String,
+    pub fix: String,
+}
+
+impl Plan {
+    /// The plan for these probes and the attach point asked for; or what
+    /// is missing.
+    pub fn choose(features: &KernelFeatures, asked: AttachPoint, kernel: &str) -> Result<Plan, Vec<Missing>> {
+        let mut missing = Vec::new();
+        if let Probed::No(why) = &features.ring_buffer {
+            missing.push(Missing {
+                what: format!("kernel {kernel} has no BPF ring buffer{}", paren(why)),
+                fix: "podstuck streams calls through a BPF ring buffer (Linux 5.8, or backported as in RHEL 8.5+): run it on a newer node kernel".into(),
+            });
+        }
+        if features.btf == BtfSource::Missing {
+            missing.push(Missing {
+                what: format!("kernel {kernel} publishes no BTF (/sys/kernel/btf/vmlinux is missing) and no --btf file was given"),
+                fix: format!(
+                    "give podstuck this kernel's BTF: --btf FILE, e.g. {kernel}.btf from BTFHub's archive (the aquasecurity/btfhub-archive repository: <distro>/<version>/x86_64/{kernel}.btf.tar.xz, unpacked)"
+                ),
+            });
+        }
+        let fentry = features.fentry.yes();
+        let tracepoints = !matches!(features.syscall_tracepoints, Probed::No(_));
+        let attach = match asked {
+            AttachPoint::Fentry if !fentry && !matches!(features.fentry, Probed::Unknown(_)) => {
+                missing.push(Missing {
+                    what: format!("--attach fentry: kernel {kernel} refuses BPF tracing programs{}", paren(&why_of(&features.fentry))),
+                    fix: "use --attach tracepoint (or auto)".into(),
+                });
+                asked
+            }
+            AttachPoint::Tracepoint if !tracepoints => {
+                missing.push(Missing {
+                    what: format!("--attach tracepoint: no syscall tracepoints here{}", paren(&why_of(&features.syscall_tracepoints))),
+                    fix: "mount tracefs (mount -t tracefs nodev /sys/kernel/tracing), or use --attach fentry".into(),
+                });
+                asked
+            }
+            AttachPoint::Auto if fentry => AttachPoint::Fentry,
+            AttachPoint::Auto if matches!(features.fentry, Probed::Unknown(_)) => AttachPoint::Auto,
+            AttachPoint::Auto if tracepoints => AttachPoint::Tracepoint,
+            AttachPoint::Auto => {
+                missing.push(Missing {
+                    what: format!(
+                        "kernel {kernel} offers neither BPF tracing programs{} nor syscall tracepoints{}",
+                        paren(&why_of(&features.fentry)),
+                        paren(&why_of(&features.syscall_tracepoints))
+                    ),
+                    fix: "mount tracefs (mount -t tracefs nodev /sys/kernel/tracing); a kernel without CONFIG_FTRACE_SYSCALLS and without BPF trampolines cannot be traced".into(),
+                });
+                asked
+            }
+            other => other,
+        };
+        if !missing.is_empty() {
+            return Err(missing);
+        }
+        let walk = if features.bpf_loop.yes() { PathWalk::BpfLoop } else { PathWalk::Unrolled };
+        let mut degraded = Vec::new();
+        if walk == PathWalk::Unrolled {
+            degraded.push(format!(
+                "no bpf_loop: the directory a relative path starts from is walked up to {} levels (deeper ones are marked, never wrong)",
+                walk.depth()
+            ));
+        }
+        if attach == AttachPoint::Tracepoint {
+            degraded.push("no BPF trampolines: the syscall tracepoints slow every syscall a little while podstuck runs".into());
+        }
+        if features.lockdown == Lockdown::Confidentiality {
+            degraded.push(
+                "lockdown=confidentiality: BPF may not read kernel memory, so relative paths get no absolute path and callers no parent or mount namespace; paths passed whole, errors, pids, cgroups and counts are unaffected"
+                    .into(),
+            );
+        }
+        if let BtfSource::File(p) = &features.btf {
+            degraded.push(format!("struct layouts read from {} (--btf): it must be this very kernel's", p.display()));
+        }
+        Ok(Plan { attach, walk, degraded })
+    }
+}
+
+fn paren(why: &str) -> String {
+    if why.is_empty() {
+        String::new()
+    } else {
+        format!(" ({why})")
+    }
+}
+
+fn why_of(p: &Probed) -> String {
+    match p {
+        Probed::Yes => String::new(),
+        Probed::No(why) | Probed::Unknown(why) => why.clone(),
+    }
+}
+
+impl KernelFeatures {
+    /// What can be said without the privileges to probe.
+    pub fn unprobed(btf_file: Option<&Path>) -> KernelFeatures {
+        let unknown = || Probed::Unknown("needs the privileges to probe".into());
+        KernelFeatures {
+            ring_buffer: unknown(),
+            bpf_loop: unknown(),
+            btf: match btf_file {
+                Some(p) => BtfSource::File(p.to_path_buf()),
+                None if Path::new(crate::btf::VMLINUX_BTF).exists() => BtfSource::Kernel,
+                None => BtfSource::Missing,
+            },
+            fentry: unknown(),
+            syscall_tracepoints: unknown(),
+            lockdown: Lockdown::Unknown,
+        }
+    }
+
+    /// Asks the running kernel. `btf_file` is `--btf`; `tracefs` where
+    /// tracefs is mounted, if it is.
+    pub fn probe(btf_file: Option<&Path>, tracefs: Option<&Path>) -> KernelFeatures {
+        let btf = match btf_file {
+            Some(p) => BtfSource::File(p.to_path_buf()),
+            None if Path::new(crate::btf::VMLINUX_BTF).exists() => BtfSource::Kernel,
+            None => BtfSource::Missing,
+        };
+        let ring_buffer = Probed::of(is_map_supported(MapType::RingBuf));
+        let bpf_loop = Probed::of(is_helper_supported(ProgramType::TracePoint, BpfHelper::BPF_FUNC_loop));
+        let syscall_tracepoints = match tracefs {
+            Some(t) if t.join("events/syscalls/sys_enter_unlinkat").is_dir() => Probed::Yes,
+            Some(t) => Probed::No(format!("{} has no events/syscalls", t.display())),
+            None => Probed::No("tracefs is not mounted".into()),
+        };
+        // fentry needs the kernel's own BTF to name its target, whatever
+        // file the struct layouts come from.
+        let fentry = match (Path::new(crate::btf::VMLINUX_BTF).exists(), ring_buffer.yes()) {
+            (true, true) => crate::collect::probe_fentry(),
+            (true, false) => Probed::Unknown("not tried without a ring buffer".into()),
+            (false, _) => Probed::No("no kernel BTF (/sys/kernel/btf/vmlinux)".into()),
+        };
+        KernelFeatures { ring_buffer, bpf_loop, btf, fentry, syscall_tracepoints, lockdown: read_lockdown() }
+    }
+}
+
+/// The lockdown mode. securityfs is often not mounted; podstuck mounts it
+/// only inside a private mount namespace of a child of its own, so the
+/// node's mounts stay as they were.
+fn read_lockdown() -> Lockdown {
+    const FILE: &str = "/sys/kernel/security/lockdown";
+    if let Ok(text) = std::fs::read_to_string(FILE) {
+        return Lockdown::parse(&text);
+    }
+    let Ok(me) = std::env::current_exe() else { return Lockdown::Unknown };
+    let out = std::process::Command::new(me)
+        .arg(LOCKDOWN_HELPER)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(out) if out.status.success() => Lockdown::parse(&String::from_utf8_lossy(&out.stdout)),
+        _ => Lockdown::Unknown,
+    }
+}
+
+/// The hidden command `read_lockdown` runs: a process of its own, so its
+/// private mount namespace dies with it.
+pub const LOCKDOWN_HELPER: &str = "__read-lockdown";
+
+/// Body of [`LOCKDOWN_HELPER`]: a private mount namespace, securityfs in
+/// it, the lockdown file printed.
+pub fn print_lockdown_in_private_namespace() -> std::io::Result<()> {
+    use nix::mount::{mount, MsFlags};
+    use nix::sched::{unshare, CloneFlags};
+    unshare(CloneFlags::CLONE_NEWNS)?;
+    // Nothing done here may reach the node's namespace.
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)?;
+    mount(Some("securityfs"), "/sys/kernel/security", Some("securityfs"), MsFlags::empty(), None::<&str>)?;
+    print!("{}", std::fs::read_to_string("/sys/kernel/security/lockdown")?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_there() -> KernelFeatures {
+        KernelFeatures {
+            ring_buffer: Probed::Yes,
+            bpf_loop: Probed::Yes,
+            btf: BtfSource::Kernel,
+            fentry: Probed::Yes,
+            syscall_tracepoints: Probed::Yes,
+            lockdown: Lockdown::None,
+        }
+    }
+
+    #[test]
+    fn lockdown_modes_parse_from_the_bracketed_word() {
+        assert_eq!(Lockdown::parse("none [integrity] confidentiality\n"), Lockdown::Integrity);
+        assert_eq!(Lockdown::parse("[none] integrity confidentiality"), Lockdown::None);
+        assert_eq!(Lockdown::parse("none integrity [confidentiality]"), Lockdown::Confidentiality);
+        assert_eq!(Lockdown::parse(""), Lockdown::Unknown);
+    }
+
+    #[test]
+    fn a_modern_kernel_gets_fentry_and_bpf_loop() {
+        let plan = Plan::choose(&all_there(), AttachPoint::Auto, "6.12.0").unwrap();
+        assert_eq!((plan.attach, plan.walk), (AttachPoint::Fentry, PathWalk::BpfLoop));
+        assert!(plan.degraded.is_empty());
+    }
+
+    #[test]
+    fn a_5_10_kernel_walks_unrolled_and_a_locked_down_one_says_what_it_loses() {
+        // EKS AL2: no bpf_loop, fentry allowed; this machine kind: no fentry.
+        let al2 = KernelFeatures { bpf_loop: Probed::No(String::new()), ..all_there() };
+        let plan = Plan::choose(&al2, AttachPoint::Auto, "5.10.0").unwrap();
+        assert_eq!((plan.attach, plan.walk), (AttachPoint::Fentry, PathWalk::Unrolled));
+        assert!(plan.degraded[0].contains("24 levels"), "{:?}", plan.degraded);
+        let here = KernelFeatures { fentry: Probed::No("EPERM".into()), lockdown: Lockdown::Confidentiality, ..all_there() };
+        let plan = Plan::choose(&here, AttachPoint::Auto, "6.18.0").unwrap();
+        assert_eq!(plan.attach, AttachPoint::Tracepoint);
+        assert!(plan.degraded.iter().any(|d| d.contains("confidentiality") && d.contains("absolute path")), "{:?}", plan.degraded);
+        // RHEL 9 reports 5.14 but has everything: no version gate refuses it.
+        assert!(Plan::choose(&all_there(), AttachPoint::Auto, "5.14.0-284.el9.x86_64").is_ok());
+    }
+
+    #[test]
+    fn what_is_missing_is_named_with_what_to_do() {
+        let old = KernelFeatures { ring_buffer: Probed::No(String::new()), btf: BtfSource::Missing, ..all_there() };
+        let missing = Plan::choose(&old, AttachPoint::Auto, "4.18.0").unwrap_err();
+        assert_eq!(missing.len(), 2);
+        assert!(missing[0].what.contains("ring buffer") && missing[0].what.contains("4.18.0"));
+        assert!(missing[1].fix.contains("--btf"));
+        let no_fentry = KernelFeatures { fentry: Probed::No("EPERM".into()), ..all_there() };
+        let refused = Plan::choose(&no_fentry, AttachPoint::Fentry, "6.18.0").unwrap_err();
+        assert!(refused[0].what.contains("EPERM") && refused[0].fix.contains("--attach tracepoint"));
+        let nothing = KernelFeatures { fentry: Probed::No(String::new()), syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..all_there() };
+        assert!(Plan::choose(&nothing, AttachPoint::Auto, "6.1.0").unwrap_err()[0].fix.contains("mount -t tracefs"));
+        // Unprivileged: fentry unknown, tried at attach with the fallback.
+        let unknown = KernelFeatures { fentry: Probed::Unknown("EPERM".into()), ..all_there() };
+        assert_eq!(Plan::choose(&unknown, AttachPoint::Auto, "6.1.0").unwrap().attach, AttachPoint::Auto);
+    }
+}
