@@ -27,7 +27,7 @@ use crate::series::{Attribution, SeriesNames};
 use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
 use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, rfc3339, start_json, StartLine};
-use crate::kernel_features::PathWalk;
+use crate::kernel_features::{Lockdown, PathWalk};
 use crate::preflight::{plan, NodeFacts, Problem};
 use crate::record::{RecordHeader, Recorder, RecordingNode};
 use crate::view::model::Notes;
@@ -520,6 +520,13 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         walk: plan.walk,
         btf: facts.features.btf.path().map(Path::to_path_buf).unwrap_or_default(),
         ring_buffer_bytes: options.ring_buffer_bytes,
+    })
+    .map_err(|e| match facts.features.lockdown {
+        // Kernels before 5.13 refuse at load what later ones refuse at run time.
+        Lockdown::Confidentiality => e.context(
+            "kernel lockdown=confidentiality refuses BPF programs that read kernel memory on this kernel: boot with lockdown=integrity (or none) to trace here",
+        ),
+        _ => e,
     })?;
     let run_facts = RunFacts {
         version: env!("CARGO_PKG_VERSION").to_string(),
