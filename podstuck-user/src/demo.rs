@@ -9,10 +9,13 @@
 //! The actors are this binary re-run as `podstuck demo-actor ...` (hidden):
 //! each is its own process, as the real daemons are, so the detectors tell
 //! them apart. The lab is the one place podstuck changes a node, and only
-//! what it made itself, under `/var/tmp/podstuck-demo-<pid>`.
+//! what it made itself, under `/var/tmp/podstuck-demo-<pid>`. Everything is
+//! removed at the end: on Ctrl-C, SIGTERM and SIGHUP (a closed terminal, a
+//! dropped ssh session) too; what a SIGKILLed demo left is found and
+//! removed by the next demo.
 
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -47,6 +50,26 @@ struct Lab {
     immutable: Vec<PathBuf>,
     cgroups: Vec<PathBuf>,
     children: Vec<Child>,
+    /// Immutable files may be anywhere in the tree (a lab found, not made).
+    flags_anywhere: bool,
+}
+
+/// `dir` and every directory below it, parents first.
+fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut all = vec![dir.to_path_buf()];
+    let mut i = 0;
+    while i < all.len() {
+        let children: Vec<PathBuf> = std::fs::read_dir(&all[i])
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        all.extend(children);
+        i += 1;
+    }
+    all
 }
 
 fn c(path: &Path) -> CString {
@@ -61,14 +84,82 @@ fn run_tool(program: &str, args: &[&std::ffi::OsStr]) -> Result<()> {
     Ok(())
 }
 
+/// Where every demo builds its lab; `<LAB_PREFIX><pid>`.
+const LAB_PREFIX: &str = "/var/tmp/podstuck-demo-";
+
+/// Says something on stderr, and nothing if stderr is gone (a closed
+/// terminal): cleanup must never stop half-way on a failed message.
+fn say(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "podstuck demo: {message}");
+}
+
+/// The demo cgroup of the demo with this pid, under the cgroup v2 mount.
+fn lab_cgroup(cgroup2: &Path, pid: u32) -> PathBuf {
+    cgroup2.join(format!("podstuck-demo-{pid}"))
+}
+
 impl Lab {
+    /// What an earlier demo left behind, as a lab to drop: its mounts,
+    /// cgroups and immutable files found on the node. Its own processes
+    /// (the actors, whose command line names the lab; `sleep`s sitting in
+    /// the lab or in its cgroup) are killed first; nobody else's.
+    fn left_by(root: PathBuf, pid: u32) -> Lab {
+        let root_bytes = root.as_os_str().as_bytes().to_vec();
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let cgroup2 = cgroup2_mount(&mountinfo);
+        let cgroup = cgroup2.as_deref().map(|c| lab_cgroup(c, pid)).filter(|c| c.is_dir());
+        let in_cgroup: Vec<u32> = cgroup
+            .iter()
+            .flat_map(|c| walk_dirs(c))
+            .flat_map(|dir| std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.parse().ok()).collect::<Vec<u32>>())
+            .collect();
+        for proc_pid in std::fs::read_dir("/proc").into_iter().flatten().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+            let cmdline = std::fs::read(format!("/proc/{proc_pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let names_lab = args.iter().any(|a| is_at_or_below(a, &root_bytes));
+            let actor = args.get(1) == Some(&&b"demo-actor"[..]) && names_lab;
+            let cwd = std::fs::read_link(format!("/proc/{proc_pid}/cwd")).map(|p| p.into_os_string().into_vec()).unwrap_or_default();
+            let sleeper = args.first().is_some_and(|a| a.ends_with(b"sleep"))
+                && (is_at_or_below(&cwd, &root_bytes) || in_cgroup.contains(&proc_pid));
+            if actor || sleeper {
+                // SAFETY: kill(2) on a process this demo's predecessor started.
+                unsafe { libc::kill(proc_pid as i32, libc::SIGKILL) };
+            }
+        }
+        let mounts = parse_mountinfo(mountinfo.as_bytes())
+            .into_iter()
+            .filter(|m| is_at_or_below(&m.mount_point, &root_bytes))
+            .map(|m| PathBuf::from(std::ffi::OsStr::from_bytes(&m.mount_point)))
+            .collect();
+        // Parents before children: dropped in reverse.
+        let cgroups = cgroup.iter().flat_map(|c| walk_dirs(c)).collect();
+        Lab { root, mounts, immutable: Vec::new(), cgroups, children: Vec::new(), flags_anywhere: true }
+    }
+
+    /// Removes what earlier demos left whose process is gone (a SIGKILL
+    /// cannot be caught, so the next demo cleans up after it), saying so.
+    fn remove_leftovers() {
+        let Ok(entries) = std::fs::read_dir(Path::new(LAB_PREFIX).parent().expect("has a parent")) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(pid) = path.to_str().and_then(|p| p.strip_prefix(LAB_PREFIX)).and_then(|p| p.parse::<u32>().ok()) else { continue };
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "podstuck" {
+                continue;
+            }
+            say(&format!("{} was left by an earlier demo (pid {pid}, no longer running): removing it", path.display()));
+            drop(Lab::left_by(path, pid));
+        }
+    }
+
     fn create() -> Result<Lab> {
-        let root = PathBuf::from(format!("/var/tmp/podstuck-demo-{}", std::process::id()));
+        let root = PathBuf::from(format!("{LAB_PREFIX}{}", std::process::id()));
         if root.exists() {
             bail!("{} already exists: remove it (a leftover of a killed demo) and run again", root.display());
         }
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        Ok(Lab { root, mounts: vec![], immutable: vec![], cgroups: vec![], children: vec![] })
+        Ok(Lab { root, mounts: vec![], immutable: vec![], cgroups: vec![], children: vec![], flags_anywhere: false })
     }
 
     fn mount_tmpfs(&mut self, at: &Path, options: &str) -> Result<()> {
@@ -144,7 +235,7 @@ impl Lab {
         // P5: a pod cgroup with a task still in it (cgroup v2 only).
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         if let Some(cgroup2) = cgroup2_mount(&mountinfo) {
-            let parent = cgroup2.join(format!("podstuck-demo-{}", std::process::id()));
+            let parent = lab_cgroup(&cgroup2, std::process::id());
             let slice = parent.join(format!("kubepods-besteffort-pod{}.slice", POD_CGROUP.replace('-', "_")));
             std::fs::create_dir_all(&slice).with_context(|| format!("creating the demo cgroup {}", slice.display()))?;
             self.cgroups.push(parent);
@@ -180,16 +271,20 @@ impl Drop for Lab {
         for mount in self.mounts.iter().rev() {
             let _ = nix::mount::umount2(mount, nix::mount::MntFlags::MNT_DETACH);
         }
+        if self.flags_anywhere {
+            // What is left is the lab's own disk tree: clear every flag in it.
+            let _ = Command::new("chattr").args(["-R", "-f", "-i", "-a"]).arg(&self.root).stderr(Stdio::null()).status();
+        }
         // Never delete through a mount: if one is left under the lab, leave the lab.
         let mountinfo = std::fs::read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
         let root = self.root.as_os_str().as_bytes();
         if parse_mountinfo(&mountinfo).iter().any(|m| is_at_or_below(&m.mount_point, root)) {
-            eprintln!("podstuck demo: a mount is still under {}: left in place, remove it by hand", self.root.display());
+            say(&format!("a mount is still under {}: left in place, remove it by hand", self.root.display()));
             return;
         }
         match std::fs::remove_dir_all(&self.root) {
-            Ok(()) => eprintln!("podstuck demo: removed {} and everything the demo made", self.root.display()),
-            Err(e) => eprintln!("podstuck demo: could not remove {}: {e}", self.root.display()),
+            Ok(()) => say(&format!("removed {} and everything the demo made", self.root.display())),
+            Err(e) => say(&format!("could not remove {}: {e}", self.root.display())),
         }
     }
 }
@@ -201,13 +296,14 @@ pub async fn demo(options: &DemoOptions) -> Result<()> {
         bail!("the demo mounts filesystems and loads kernel programs: run it as root (sudo podstuck demo)");
     }
     let podstuck = std::env::current_exe().context("finding the podstuck binary to run the actors")?;
+    Lab::remove_leftovers();
     let mut lab = Lab::create()?;
     let mut actors = lab.build(&podstuck).context("building the demo lab")?;
-    eprintln!(
-        "podstuck demo: a throwaway node under {}: a CSI volume still mounted, a container rootfs held open, \
+    say(&format!(
+        "a throwaway node under {}: a CSI volume still mounted, a container rootfs held open, \
          an immutable file in an image layer, a leaked volume of {LEAKED_DIRS} directories, a pod cgroup with a live task",
         lab.root.display()
-    );
+    ));
     let watch_options = WatchOptions {
         json: options.json,
         duration: Some(options.duration),

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use podstuck::collect::AttachPoint;
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
-use podstuck::watch::{watch, NodeNotReady, WatchOptions};
+use podstuck::watch::{stderr_line, watch, NodeNotReady, WatchOptions};
 use podstuck_common::Syscall;
 
 #[derive(Parser)]
@@ -269,15 +269,15 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<podstuck::check::AlreadyTracing>().is_some() => {
-            eprintln!("podstuck: {e}");
+            stderr_line(format_args!("podstuck: {e}"));
             ExitCode::from(2)
         }
         Err(e) if e.downcast_ref::<NodeNotReady>().is_some() => {
-            eprintln!("podstuck: cannot trace on this node:\n{e}");
+            stderr_line(format_args!("podstuck: cannot trace on this node:\n{e}"));
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("podstuck: error: {e:#}");
+            stderr_line(format_args!("podstuck: error: {e:#}"));
             ExitCode::from(1)
         }
     }

@@ -271,7 +271,7 @@ impl Sink {
     fn say(&mut self, message: String) {
         match self.output {
             Output::Live => self.notes.add(message),
-            _ => eprintln!("podstuck: {message}"),
+            _ => stderr_line(format_args!("podstuck: {message}")),
         }
     }
 }
@@ -417,6 +417,9 @@ fn own_mount_namespace() -> u32 {
     std::fs::metadata("/proc/self/ns/mnt").map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32).unwrap_or(0)
 }
 
+/// What stopped a run whose reader went away.
+const OUTPUT_GONE: &str = "its output closing";
+
 /// How often the detectors look again, with the node, at what they saw.
 const REVIEW_EVERY: Duration = Duration::from_millis(500);
 
@@ -442,8 +445,29 @@ fn run_info(options: &WatchOptions, start: &StartLine, started: SystemTime, tota
     }
 }
 
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
+/// Whoever read the output is gone: a closed pipe (`podstuck watch | head`),
+/// or a terminal hung up (a dropped ssh session, a closed window: EIO).
+fn reader_gone(e: &std::io::Error) -> bool {
+    e.kind() == ErrorKind::BrokenPipe || e.raw_os_error() == Some(libc::EIO)
+}
+
+fn is_reader_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(reader_gone))
+}
+
+/// Output the reader may no longer take: a gone reader is no error (what
+/// must be kept, the record and the histogram files, is written apart).
+fn unless_gone(result: std::io::Result<()>) -> std::io::Result<()> {
+    match result {
+        Err(e) if reader_gone(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// A line on stderr that never panics: after a hang-up there is no
+/// terminal to write to, and the cleanup after it must go on.
+pub fn stderr_line(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Runs `podstuck watch` on standard output.
@@ -485,7 +509,6 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     if !missing.is_empty() {
         warnings.push(crate::check::pods_not_found(&missing, &options.kubelet_root));
     }
-    warnings.extend(plan.degraded.iter().map(|d| format!("podstuck: on this kernel: {d}")));
     for warning in &warnings {
         eprintln!("{warning}");
     }
@@ -608,10 +631,15 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     if let Some(why) = tracer.fallback() {
         sink.say(why.to_string());
     }
+    // After the banner, as the fallback is: what this kernel does less well.
+    for degraded in &plan.degraded {
+        sink.say(format!("on this kernel: {degraded}"));
+    }
     on_attached();
 
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let deadline = tokio::time::sleep(options.duration.unwrap_or(Duration::MAX / 4));
     tokio::pin!(deadline);
     let mut refresh = tokio::time::interval_at(tokio::time::Instant::now() + options.interval, options.interval);
@@ -626,8 +654,9 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 let flushed = batch.and_then(|()| sink.out.flush());
                 match flushed {
                     Ok(()) => {}
-                    // The reader went away (`podstuck watch --json | head`): stop quietly.
-                    Err(e) if e.kind() == ErrorKind::BrokenPipe => return Ok(()),
+                    // The reader went away (`podstuck watch --json | head`, a
+                    // closed terminal): stop quietly, keeping the files.
+                    Err(e) if reader_gone(&e) => break Some(OUTPUT_GONE),
                     Err(e) => return Err(e).context("writing events"),
                 }
             }
@@ -637,12 +666,14 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 let reports = sink.review(&mut node, &in_flight);
                 match sink.tell(&reports).and_then(|()| sink.out.flush()) {
                     Ok(()) => {}
-                    Err(e) if e.kind() == ErrorKind::BrokenPipe => return Ok(()),
+                    Err(e) if reader_gone(&e) => break Some(OUTPUT_GONE),
                     Err(e) => return Err(e).context("writing findings"),
                 }
             }
             _ = sigint.recv() => break Some("SIGINT"),
             _ = sigterm.recv() => break Some("SIGTERM"),
+            // A closed terminal or a dropped ssh session: end as on SIGTERM.
+            _ = sighup.recv() => break Some("SIGHUP"),
             _ = &mut deadline => break None,
             quit = quit_asked(&mut live) => {
                 if let Quit::TerminalFailed(why) = &quit {
@@ -679,9 +710,9 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         sink.harvest(&mut tracer);
         let in_flight = sink.in_flight(tracer.calls_in_flight(options.hung_after));
         let reports = sink.review(&mut node, &in_flight);
-        sink.tell(&reports)?;
+        unless_gone(sink.tell(&reports))?;
         let untold = sink.diagnoser.untold();
-        sink.tell(&untold)?;
+        unless_gone(sink.tell(&untold))?;
         let totals = tracer.totals()?;
         if let Some(recorder) = sink.recorder.take() {
             let name = recorder.name().to_string();
@@ -689,11 +720,11 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 Ok(saved) if saved.complete => {
                     sink.notes.add(format!("recorded {} entries to {name} (podstuck replay {name} diagnoses them again)", saved.entries));
                     if output != Output::Live {
-                        eprintln!("podstuck: recorded {} entries to {name} (podstuck replay {name} diagnoses them again)", saved.entries);
+                        stderr_line(format_args!("podstuck: recorded {} entries to {name} (podstuck replay {name} diagnoses them again)", saved.entries));
                     }
                 }
                 Ok(_) => {}
-                Err(e) => eprintln!("podstuck: {e}"),
+                Err(e) => stderr_line(format_args!("podstuck: {e}")),
             }
         }
         if let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) {
@@ -713,29 +744,28 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
             let moment = Moment { now: SystemTime::now(), findings: &findings, book, in_flight: &in_flight, totals: &totals, notes: &sink.notes };
             let mut stdout = std::io::stdout().lock();
             let stopped_by = stopped_by.or(options.duration.map(|_| "the end of --duration"));
-            write!(stdout, "{}", summary(view.run(), &moment, stopped_by))?;
-            stdout.flush()?;
+            // Wherever standard output still goes; nowhere after a hang-up.
+            unless_gone(write!(stdout, "{}", summary(view.run(), &moment, stopped_by)).and_then(|()| stdout.flush()))?;
             // Said on the screen while it lasted; kept for after it.
             for note in sink.notes.lines().iter().filter(|n| !warnings.iter().any(|w| w.ends_with(n.as_str()))) {
-                eprintln!("podstuck: {note}");
+                stderr_line(format_args!("podstuck: {note}"));
             }
             if let Some(why) = &terminal_failure {
-                eprintln!("podstuck: the live view stopped: {why}");
+                stderr_line(format_args!("podstuck: the live view stopped: {why}"));
             }
             return Ok(());
         }
         if options.kernel_cost {
             for cost in tracer.program_costs() {
-                eprintln!("podstuck: kernel cost: {cost}");
+                stderr_line(format_args!("podstuck: kernel cost: {cost}"));
             }
         }
         let end = if output == Output::Json { end_json(&totals, stopped_by) } else { end_text(&totals, stopped_by) };
-        writeln!(sink.out, "{end}")?;
-        sink.out.flush()?;
+        unless_gone(writeln!(sink.out, "{end}").and_then(|()| sink.out.flush()))?;
         Ok(())
     })();
     match finish {
-        Err(e) if is_broken_pipe(&e) => Ok(()),
+        Err(e) if is_reader_gone(&e) => Ok(()),
         other => other,
     }
 }

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 pub mod findings;
 pub mod fixtures;
+pub mod terminal;
 
 pub use findings::{latest_findings, shell_word, Expect};
 pub use fixtures::{BindMount, FuseMount, OverlayMount, Process};

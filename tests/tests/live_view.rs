@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use podstuck_tests::terminal::{child_named, programs_held, Tmux};
 use podstuck_tests::*;
 
 /// Loading and attaching the programs (BTF parsing included) on a busy
@@ -27,114 +28,6 @@ const VIEW_TIMEOUT: Duration = Duration::from_secs(60);
 /// kubelet's second attempt comes 0.5 s after the first; a finding needs
 /// the repeat and a look at mountinfo.
 const FINDING_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A tmux server of the test's own (its own socket, in the test's scratch
-/// directory: a user's tmux, or the other test's, is never touched),
-/// running one session; killed on drop with whatever runs in it.
-struct Tmux {
-    socket: PathBuf,
-    session: String,
-    /// The podstuck under it, once known: killed on drop in case the
-    /// hangup does not reach it.
-    podstuck: Option<u32>,
-}
-
-impl Tmux {
-    fn start(scratch: &Path, name: &str, command: &str) -> Tmux {
-        let tmux = Tmux { socket: scratch.join("tmux.sock"), session: name.to_string(), podstuck: None };
-        let status = tmux
-            .command()
-            .args(["new-session", "-d", "-s", name, "-x", "200", "-y", "50", command])
-            .status()
-            .expect("run tmux: install it (apt-get install tmux; cargo xtask test installs it)");
-        assert!(status.success(), "tmux new-session failed: {status}");
-        tmux
-    }
-
-    fn command(&self) -> Command {
-        let mut command = Command::new("tmux");
-        command.arg("-S").arg(&self.socket);
-        command
-    }
-
-    fn output(&self, args: &[&str]) -> String {
-        let out = self.command().args(args).output().expect("run tmux");
-        assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// The pane as a user sees it; lines wrapped by the terminal are joined.
-    fn screen(&self) -> String {
-        self.output(&["capture-pane", "-p", "-J", "-t", &self.session])
-    }
-
-    /// A tmux format of the pane (`#{alternate_on}`...).
-    fn pane(&self, format: &str) -> String {
-        self.output(&["display-message", "-p", "-t", &self.session, format]).trim().to_string()
-    }
-
-    fn keys(&self, keys: &str) {
-        self.output(&["send-keys", "-t", &self.session, keys]);
-    }
-
-    /// Waits until the screen satisfies `ready`; returns it. Panics after
-    /// `timeout` with the last screen and what was awaited.
-    fn wait_for(&self, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let screen = self.screen();
-            if ready(&screen) {
-                return screen;
-            }
-            assert!(Instant::now() < deadline, "no {what} within {timeout:?}; the screen:\n{screen}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.command().arg("kill-server").status();
-        if let Some(pid) = self.podstuck {
-            // SAFETY: kill(2); the pid was read while podstuck ran under
-            // this test's own shell, and is checked to still be podstuck.
-            if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "podstuck") {
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            }
-        }
-    }
-}
-
-/// The child of `parent` named `comm`, if there is one.
-fn child_named(parent: u32, comm: &str) -> Option<u32> {
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // pid (comm) state ppid ...: the comm may hold spaces, so split after ')'.
-        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
-        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(parent) && head.ends_with(&format!("({comm}")) {
-            return Some(pid);
-        }
-    }
-    None
-}
-
-/// Ids of the BPF programs a process holds, from its fds' fdinfo.
-fn programs_held(pid: u32) -> Vec<u32> {
-    let mut ids = Vec::new();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).into_iter().flatten().flatten() {
-        let info = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        for line in info.lines() {
-            if let Some(id) = line.strip_prefix("prog_id:").and_then(|v| v.trim().parse::<u32>().ok()) {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-        }
-    }
-    ids
-}
 
 /// A CSI volume of a pod as kubelet lays it out, with its vol_data.json.
 fn csi_volume(root: &Path, uid: &str, pv: &str) -> PathBuf {
