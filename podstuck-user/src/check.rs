@@ -86,21 +86,86 @@ const RUNTIME_SOCKETS: [(&str, &str); 4] = [
 /// Runtime processes, by command name.
 const RUNTIME_COMMANDS: [&str; 4] = ["containerd", "crio", "dockerd", "podman"];
 
-/// Other running podstuck processes that trace (not `check`, `report` or `replay`).
-pub fn other_podstucks() -> Vec<OtherPodstuck> {
-    let me = std::process::id();
-    let mut found = Vec::new();
-    for (pid, comm) in processes() {
-        if pid == me || comm != "podstuck" {
-            continue;
+/// The lock every tracing podstuck holds while it traces: exclusive for
+/// one that wants to be alone, shared with `--concurrent`. A lock, not a
+/// process name: a process of any user may call itself podstuck, and two
+/// started at once would both find the other missing.
+pub const TRACER_LOCK: &str = "/run/podstuck.lock";
+
+/// The tracer lock, held until dropped (or the process ends, however).
+#[derive(Debug)]
+pub struct TracerLock(#[allow(dead_code, reason = "held for its lock")] std::fs::File);
+
+impl TracerLock {
+    /// Takes the lock: exclusive unless `concurrent`. Refused with the
+    /// holders when another podstuck traces (and this one wants to be
+    /// alone). Where the lock file cannot be made (a read-only /run), no
+    /// lock is taken: tracing is never refused for that.
+    pub fn take(concurrent: bool) -> Result<Option<TracerLock>, AlreadyTracing> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(TRACER_LOCK)
+        else {
+            return Ok(None);
+        };
+        // SAFETY: flock(2) on a file this function opened and owns.
+        let how = if concurrent { libc::LOCK_SH } else { libc::LOCK_EX };
+        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), how | libc::LOCK_NB) } == 0 {
+            return Ok(Some(TracerLock(file)));
         }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let words: Vec<String> = cmdline.split(|b| *b == 0).filter(|w| !w.is_empty()).map(|w| String::from_utf8_lossy(w).into_owned()).collect();
-        if words.iter().skip(1).any(|w| w == "watch" || w == "record" || w == "demo") {
-            found.push(OtherPodstuck { pid, command: words.join(" ") });
+        match (concurrent, other_podstucks().into_iter().next()) {
+            // Alongside an exclusive one, as asked: without the lock.
+            (true, _) => Ok(None),
+            (false, Some(other)) => Err(AlreadyTracing(other)),
+            (false, None) => Err(AlreadyTracing(OtherPodstuck { pid: 0, command: "a process holding the lock (see /proc/locks)".into() })),
         }
     }
-    found
+}
+
+/// The processes that hold the tracer lock (from /proc/locks), with their
+/// command lines.
+pub fn other_podstucks() -> Vec<OtherPodstuck> {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::process::id();
+    let Ok(meta) = std::fs::metadata(TRACER_LOCK) else { return Vec::new() };
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let mut pids = lock_holders(&locks, libc::major(meta.dev()), libc::minor(meta.dev()), meta.ino());
+    pids.retain(|pid| *pid != me);
+    pids.dedup();
+    pids.into_iter()
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let words: Vec<String> = cmdline.split(|b| *b == 0).filter(|w| !w.is_empty()).map(crate::output::safe_text).collect();
+            OtherPodstuck { pid, command: words.join(" ") }
+        })
+        .collect()
+}
+
+/// Pids holding a lock on the file (device, inode) in a /proc/locks text:
+/// "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF".
+fn lock_holders(locks: &str, major: u32, minor: u32, ino: u64) -> Vec<u32> {
+    let mut pids: Vec<u32> = locks
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // A blocked waiter is listed after "->": not a holder.
+            if fields.get(1) == Some(&"->") {
+                return None;
+            }
+            let at = fields.iter().position(|f| *f == "FLOCK")?;
+            let pid: u32 = fields.get(at + 3)?.parse().ok()?;
+            let mut id = fields.get(at + 4)?.split(':');
+            let (maj, min, inode) = (u32::from_str_radix(id.next()?, 16).ok()?, u32::from_str_radix(id.next()?, 16).ok()?, id.next()?.parse::<u64>().ok()?);
+            (maj == major && min == minor && inode == ino).then_some(pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
 }
 
 /// (pid, comm) of every process.
@@ -109,7 +174,7 @@ fn processes() -> Vec<(u32, String)> {
     dir.filter_map(|e| {
         let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        Some((pid, comm.trim_end().to_string()))
+        Some((pid, crate::output::terminal_safe(comm.trim_end()).into_owned()))
     })
     .collect()
 }
@@ -123,7 +188,7 @@ impl std::fmt::Display for AlreadyTracing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "another podstuck is already tracing this node (pid {}: {}); stop it (kill {}) or watch its output, \
+            "another podstuck is already tracing this node (pid {}: {}, holding {TRACER_LOCK}); stop it (kill {}) or watch its output, \
              or pass --concurrent to run both (each adds its own cost to every traced call)",
             self.0.pid, self.0.command, self.0.pid
         )
@@ -333,7 +398,7 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
 pub fn check(kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Result<bool> {
     let lines = judge(&CheckFacts::gather(kubelet_root, btf));
     for l in &lines {
-        println!("{l}");
+        println!("{}", crate::output::terminal_safe_lines(&l.to_string()));
     }
     Ok(lines.iter().all(|l| l.verdict != Verdict::Fail))
 }
@@ -410,6 +475,18 @@ mod tests {
         let mut f = good();
         f.node.effective_caps = 0;
         assert!(verdicts(&f).contains(&("privileges", Verdict::Fail)));
+    }
+
+    #[test]
+    fn lock_holders_are_read_from_proc_locks() {
+        let locks = "1: FLOCK  ADVISORY  WRITE 4242 00:1a:5678 0 EOF\n\
+                     2: FLOCK  ADVISORY  READ  77 fd:01:5678 0 EOF\n\
+                     2: -> FLOCK  ADVISORY  WRITE 99 00:1a:5678 0 EOF\n\
+                     3: POSIX  ADVISORY  WRITE 5 00:1a:5678 0 EOF\n\
+                     4: FLOCK  ADVISORY  READ  66 00:1a:5678 0 EOF\n";
+        assert_eq!(lock_holders(locks, 0, 0x1a, 5678), vec![66, 4242]);
+        assert_eq!(lock_holders(locks, 0xfd, 1, 5678), vec![77]);
+        assert!(lock_holders(locks, 0, 0x1a, 1).is_empty());
     }
 
     #[test]

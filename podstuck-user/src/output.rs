@@ -135,6 +135,50 @@ pub fn serialize_path<P: AsRef<[u8]>, S: serde::Serializer>(path: &P, s: S) -> R
     s.serialize_str(&String::from_utf8_lossy(path.as_ref()))
 }
 
+/// Whether a character must never reach a terminal raw: C0 controls
+/// (ESC starts the sequences that retitle a terminal or clear its screen),
+/// DEL, the C1 controls (U+0080-U+009F, which some terminals obey too) and
+/// the bidirectional overrides that make text read other than it is.
+fn unsafe_on_a_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The one rule for text the node chose (process names, command lines,
+/// executables, anything read from a record) on its way to a terminal:
+/// every character [`unsafe_on_a_terminal`] becomes `\u{..}`, the rest
+/// stays. Applying it twice changes nothing, so text made safe where it
+/// was read stays as it is when it is shown.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(unsafe_on_a_terminal) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_on_a_terminal(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Bytes the node chose, as safe text: not UTF-8 becomes U+FFFD, then
+/// [`terminal_safe`].
+pub fn safe_text(bytes: &[u8]) -> String {
+    terminal_safe(&String::from_utf8_lossy(bytes)).into_owned()
+}
+
+/// Lines of text on their way to a terminal: [`terminal_safe`] for all
+/// but the line breaks the printer itself put there.
+pub fn terminal_safe_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c != '\n' && unsafe_on_a_terminal(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let lines: Vec<std::borrow::Cow<'_, str>> = text.split('\n').map(terminal_safe).collect();
+    std::borrow::Cow::Owned(lines.join("\n"))
+}
+
 /// A path made safe for one terminal line: printable UTF-8 stays, a
 /// backslash doubles, control characters and non-UTF-8 bytes become escapes.
 pub fn escape_path(bytes: &[u8]) -> String {
@@ -146,7 +190,7 @@ pub fn escape_path(bytes: &[u8]) -> String {
                 '\n' => out.push_str("\\n"),
                 '\t' => out.push_str("\\t"),
                 '\r' => out.push_str("\\r"),
-                c if c.is_control() => {
+                c if unsafe_on_a_terminal(c) => {
                     let _ = write!(out, "\\u{{{:x}}}", c as u32);
                 }
                 c => out.push(c),

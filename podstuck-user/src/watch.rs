@@ -26,7 +26,7 @@ use crate::latency::LatencyBook;
 use crate::series::{Attribution, SeriesNames};
 use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
-use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, rfc3339, start_json, StartLine};
+use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, rfc3339, start_json, terminal_safe_lines, StartLine};
 use crate::kernel_features::{Lockdown, PathWalk};
 use crate::preflight::{plan, NodeFacts, Problem};
 use crate::record::{RecordHeader, Recorder, RecordingNode};
@@ -253,7 +253,7 @@ impl Sink {
                 let line = match self.output {
                     _ if self.findings_only => return Ok(()),
                     Output::Json => event_json(&event, &identity),
-                    Output::Calls => event_text(&event, &identity),
+                    Output::Calls => terminal_safe_lines(&event_text(&event, &identity)).into_owned(),
                     Output::FindingLines | Output::Live => return Ok(()),
                 };
                 writeln!(self.out, "{line}")
@@ -348,7 +348,7 @@ impl Sink {
                 // The screen shows every finding's latest state.
                 Output::Live => continue,
             };
-            writeln!(self.out, "{text}")?;
+            writeln!(self.out, "{}", terminal_safe_lines(&text))?;
         }
         Ok(())
     }
@@ -467,7 +467,7 @@ fn unless_gone(result: std::io::Result<()>) -> std::io::Result<()> {
 /// A line on stderr that never panics: after a hang-up there is no
 /// terminal to write to, and the cleanup after it must go on.
 pub fn stderr_line(line: std::fmt::Arguments<'_>) {
-    let _ = writeln!(std::io::stderr(), "{line}");
+    let _ = writeln!(std::io::stderr(), "{}", terminal_safe_lines(&line.to_string()));
 }
 
 /// Runs `podstuck watch` on standard output.
@@ -483,11 +483,8 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     if options.unrolled_walk {
         plan.walk = PathWalk::Unrolled;
     }
-    if !options.concurrent {
-        if let Some(other) = crate::check::other_podstucks().first() {
-            return Err(crate::check::AlreadyTracing(other.clone()).into());
-        }
-    }
+    // Held for the run; the kernel lets go of it however podstuck ends.
+    let _tracing = crate::check::TracerLock::take(options.concurrent)?;
     let started = SystemTime::now();
     // A bad output directory fails now, not after an hour of tracing.
     let mut exporter = match &options.histograms {
@@ -745,7 +742,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
             let mut stdout = std::io::stdout().lock();
             let stopped_by = stopped_by.or(options.duration.map(|_| "the end of --duration"));
             // Wherever standard output still goes; nowhere after a hang-up.
-            unless_gone(write!(stdout, "{}", summary(view.run(), &moment, stopped_by)).and_then(|()| stdout.flush()))?;
+            unless_gone(write!(stdout, "{}", terminal_safe_lines(&summary(view.run(), &moment, stopped_by))).and_then(|()| stdout.flush()))?;
             // Said on the screen while it lasted; kept for after it.
             for note in sink.notes.lines().iter().filter(|n| !warnings.iter().any(|w| w.ends_with(n.as_str()))) {
                 stderr_line(format_args!("podstuck: {note}"));

@@ -1,32 +1,47 @@
-//! Fix commands are printed for a person to paste into a root shell, so a
-//! path must come out as exactly one shell word naming exactly those bytes.
+//! Fix commands are printed for a person to paste into a root shell, and
+//! the names in them (files in a pod's volume) are chosen by workloads that
+//! may be hostile. A path must come out as exactly one word naming exactly
+//! those bytes in every POSIX shell (dash, Debian's /bin/sh; busybox sh;
+//! bash), run nothing else, and carry no control character to the
+//! terminal it is printed on.
 
 use std::fmt::Write as _;
 
 /// `path` as one POSIX shell word: bare when it is made only of characters
-/// no shell treats specially, else single-quoted; bytes that are not
-/// printable UTF-8 use bash's `$'\xNN'` form so the word still names the
-/// exact bytes.
+/// no shell treats specially; single-quoted when it is printable text;
+/// otherwise `"$(printf '%b' '...')"` with every other byte written as a
+/// `\0NNN` octal escape (POSIX `printf %b`; `$'...'` is bash's only). A
+/// command substitution drops trailing newlines, so a name that ends in
+/// newlines gets them back as a single-quoted tail: the one case where a
+/// fix holds a raw line break (exact in JSON; shown escaped on a terminal).
 pub fn word(bytes: &[u8]) -> String {
     let plain = |b: &u8| b.is_ascii_alphanumeric() || b"/._~:@%+=,-".contains(b);
     if !bytes.is_empty() && bytes.iter().all(plain) {
         return String::from_utf8_lossy(bytes).into_owned();
     }
     match std::str::from_utf8(bytes) {
-        Ok(text) if !text.chars().any(char::is_control) => format!("'{}'", text.replace('\'', r"'\''")),
+        Ok(text) if !text.chars().any(|c| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')) => {
+            format!("'{}'", text.replace('\'', r"'\''"))
+        }
         _ => {
-            let mut out = String::from("$'");
-            for b in bytes {
+            let body = bytes.len() - bytes.iter().rev().take_while(|b| **b == b'\n').count();
+            let mut out = String::from("\"$(printf '%b' '");
+            for b in &bytes[..body] {
                 match b {
-                    b'\'' => out.push_str(r"\'"),
                     b'\\' => out.push_str(r"\\"),
+                    b'\'' => out.push_str(r"\0047"),
                     0x20..=0x7e => out.push(*b as char),
                     _ => {
-                        let _ = write!(out, "\\x{b:02x}");
+                        let _ = write!(out, "\\0{b:03o}");
                     }
                 }
             }
-            out.push('\'');
+            out.push_str("')\"");
+            if body < bytes.len() {
+                out.push('\'');
+                out.push_str(&"\n".repeat(bytes.len() - body));
+                out.push('\'');
+            }
             out
         }
     }
@@ -35,6 +50,7 @@ pub fn word(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::word;
+    use std::process::Command;
 
     #[test]
     fn paths_become_one_exact_shell_word() {
@@ -42,7 +58,69 @@ mod tests {
         assert_eq!(word(b"/tmp/a b"), "'/tmp/a b'");
         assert_eq!(word(b"/tmp/it's"), r"'/tmp/it'\''s'");
         assert_eq!(word(b"/tmp/$HOME;rm"), "'/tmp/$HOME;rm'");
-        assert_eq!(word(b"/tmp/\xff\n'"), r"$'/tmp/\xff\x0a\''");
+        assert_eq!(word(b"/tmp/\xff\n'"), r#""$(printf '%b' '/tmp/\0377\0012\0047')""#);
         assert_eq!(word(b""), "''");
+        assert!(!word(b"/x\x1b]0;owned\x07").contains('\x1b'), "no control byte reaches the terminal");
+    }
+
+    /// Names a hostile workload may give a file in its volume.
+    const HOSTILE: &[&[u8]] = &[
+        b"/v/x\n'; touch pwned #",
+        b"/v/$(touch pwned)",
+        b"/v/`touch pwned`",
+        b"/v/a b;c&d|e>f<g",
+        b"/v/\x1b]0;owned\x07\x1b[2J",
+        b"/v/\xff\xfe not utf-8",
+        b"/v/-rf",
+        b"/v/back\\slash\\0101 and %s %b %%",
+        b"/v/it's \"quoted\"",
+        b"/v/trailing newline\n",
+        b"/v/\n\n",
+        b"/v/tab\there \r cr",
+        b"/v/\xe2\x80\xae reversed",
+        b"/v/*?[a]~{x,y}",
+    ];
+
+    /// The shells fixes are pasted into, where installed; under CI all of
+    /// them must be (cargo xtask test installs busybox-static).
+    fn shells() -> Vec<Vec<&'static str>> {
+        let mut found = Vec::new();
+        for shell in [vec!["dash"], vec!["bash"], vec!["busybox", "sh"]] {
+            if Command::new(shell[0]).arg("-c").arg("true").status().is_ok() || Command::new(shell[0]).args(["sh", "-c", "true"]).status().is_ok() {
+                found.push(shell);
+            } else if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{} is not installed: the quoting test needs it", shell[0]);
+            } else {
+                eprintln!("\n*** SKIPPED quoting under {}: not installed ***\n", shell[0]);
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_shell_reads_each_hostile_name_as_one_exact_argument_and_runs_nothing_else() {
+        let dir = crate::test_support::TempDir::new("quoting");
+        for shell in shells() {
+            for (i, name) in HOSTILE.iter().enumerate() {
+                let out = dir.0.join(format!("argv-{}-{i}", shell.join("-")));
+                // A harmless stand-in for the fix's command: it writes its
+                // argument count, then each argument NUL-terminated.
+                let script = format!(
+                    "umount() {{ printf '%s\\n' \"$#\" > '{out}'; for a in \"$@\"; do printf '%s\\000' \"$a\" >> '{out}'; done; }}; umount {}",
+                    word(name),
+                    out = out.display()
+                );
+                let mut command = Command::new(shell[0]);
+                command.args(&shell[1..]).arg("-c").arg(&script).current_dir(&dir.0);
+                let status = command.status().expect("run the shell");
+                assert!(status.success(), "{shell:?} failed on {:?}: {script}", String::from_utf8_lossy(name));
+                let written = std::fs::read(&out).unwrap_or_else(|_| panic!("{shell:?} did not run the stand-in for {name:?}: {script}"));
+                let mut expected = b"1\n".to_vec();
+                expected.extend_from_slice(name);
+                expected.push(0);
+                assert_eq!(written, expected, "{shell:?} read {:?} from {script}", String::from_utf8_lossy(&written));
+                assert!(!dir.0.join("pwned").exists(), "{shell:?} ran something else for {name:?}: {script}");
+            }
+        }
     }
 }

@@ -233,9 +233,7 @@ impl LiveNode {
     }
 
     fn comm_of(&self, pid: u32) -> String {
-        fs::read(self.proc_file(pid, "comm"))
-            .map(|b| String::from_utf8_lossy(&b).trim_end_matches('\n').to_string())
-            .unwrap_or_default()
+        fs::read(self.proc_file(pid, "comm")).map(|b| crate::output::safe_text(b.strip_suffix(b"\n").unwrap_or(&b))).unwrap_or_default()
     }
 
     /// What the mount table of one namespace says about `mount`.
@@ -836,7 +834,7 @@ fn parse_stat(stat: &[u8]) -> Option<(String, char)> {
     if close < open {
         return None;
     }
-    let comm = String::from_utf8_lossy(&stat[open + 1..close]).into_owned();
+    let comm = crate::output::safe_text(&stat[open + 1..close]);
     let state = *trim_spaces(&stat[close + 1..]).first()?;
     Some((comm, state as char))
 }

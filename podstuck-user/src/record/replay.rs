@@ -17,6 +17,8 @@ use serde_json::Value;
 use super::read::{Entry, RecordEnd, RecordError, RecordReader, RecordedCall};
 use super::{RecordHeader, ReplayNode, FORMAT};
 use crate::diagnose::{human_duration, Diagnoser, Report, Review};
+use crate::output::terminal_safe_lines;
+use crate::watch::stderr_line;
 use crate::event::syscall_name;
 use crate::output::{finding_json, finding_text, rfc3339};
 
@@ -323,13 +325,14 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
     let mut told = Vec::new();
     let summary = replay_record(file, &name, &mut |r| told.push(if json { finding_json(r) } else { finding_text(r) }))?;
     if summary.ends_early() {
-        eprintln!("podstuck: {name}: the record ends early, after {} entries: replaying what is there", summary.entries());
+        stderr_line(format_args!("podstuck: {name}: the record ends early, after {} entries: replaying what is there", summary.entries()));
     }
     let printed = (|| -> std::io::Result<()> {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        writeln!(out, "{}", if json { record_json(&name, &summary) } else { record_text(&name, &summary) })?;
+        // Everything in a record is the node's (or an attacker's) words.
+        writeln!(out, "{}", terminal_safe_lines(&if json { record_json(&name, &summary) } else { record_text(&name, &summary) }))?;
         for line in &told {
-            writeln!(out, "{line}")?;
+            writeln!(out, "{}", terminal_safe_lines(line))?;
         }
         out.flush()
     })();
@@ -339,10 +342,10 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
         other => other.context("writing findings")?,
     }
     if let Some(question) = &summary.first_not_in_record {
-        eprintln!(
+        stderr_line(format_args!(
             "podstuck: this replay asked the node {} thing(s) the live run (podstuck {}) did not read, e.g. {question}; they were answered \"not in the record\"",
             summary.not_in_record, summary.header.podstuck_version
-        );
+        ));
     }
     if let Some(first) = &summary.first_difference {
         let why = if summary.header.podstuck_version == env!("CARGO_PKG_VERSION") {
@@ -350,10 +353,10 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
         } else {
             "the record was made by another podstuck version"
         };
-        eprintln!(
+        stderr_line(format_args!(
             "podstuck: this replay's findings differ from the live run's {} time(s) ({why}); first {first}",
             summary.differences
-        );
+        ));
     }
     match summary.broken {
         Some(e) => Err(e.into()),
