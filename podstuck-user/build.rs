@@ -2,7 +2,7 @@
 //! `bpfel-unknown-none` and leaves the object in OUT_DIR, where
 //! `collect.rs` embeds it: `podstuck` ships as one self-contained binary.
 //!
-//! The chain is the one in shared/TOOLCHAIN.md: Debian's rustc-web (it has a
+//! The chain is the one in docs/building.md: Debian's rustc-web (it has a
 //! prebuilt `core` for the BPF target, which rustup cannot provide here) and
 //! bpf-linker. `cargo xtask build` installs both; without them this script
 //! stops with a message that says so.
@@ -49,7 +49,7 @@ fn main() {
     let rustc = env::var("PODSTUCK_BPF_RUSTC").unwrap_or_else(|_| "/usr/bin/rustc".into());
     let cargo = env::var("PODSTUCK_BPF_CARGO").unwrap_or_else(|_| "/usr/bin/cargo".into());
     let setup = "run `cargo xtask build` once: it installs Debian's rustc-web, cargo-web, \
-                 libstd-rust-web-dev-bpf and llvm-22-dev, and bpf-linker (see shared/TOOLCHAIN.md)";
+                 libstd-rust-web-dev-bpf and llvm-22-dev, and bpf-linker (see docs/building.md)";
     if !Path::new(&rustc).is_file() || !Path::new(&cargo).is_file() {
         fail(&format!("the eBPF compiler {rustc} (with {cargo}) is missing: {setup}"));
     }

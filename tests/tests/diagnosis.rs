@@ -1,4 +1,4 @@
-//! End-to-end diagnosis: each pathology of the catalogue (shared/PATHOLOGIES.md,
+//! End-to-end diagnosis: each pathology of the catalogue (docs/pathologies.md,
 //! P1-P10) made real on this machine (real mounts, `chattr +i`, cgroups, a
 //! stopped FUSE daemon, a full filesystem), driven by the `actor` stand-in
 //! for kubelet, containerd or dockerd, and what `podstuck watch --findings`

@@ -1,4 +1,4 @@
-//! Diagnose: recognises the pathologies of PATHOLOGIES.md in the stream of
+//! Diagnose: recognises the pathologies of docs/pathologies.md in the stream of
 //! identified calls, confirms each against node state read at that moment,
 //! and says it as a [`Finding`]: the cause in plain words, the evidence, and
 //! the exact command that fixes it (printed, never run).
@@ -38,7 +38,7 @@ use crate::identify::pod::PodUid;
 use crate::identify::{Actor, Identity};
 use crate::inspect::NodeInspector;
 
-/// The stable name of a pathology, as in PATHOLOGIES.md: what users grep
+/// The stable name of a pathology, as in docs/pathologies.md: what users grep
 /// and alert on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
