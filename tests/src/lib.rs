@@ -17,10 +17,12 @@ use serde_json::Value;
 
 pub mod findings;
 pub mod fixtures;
+pub mod runtimes;
 pub mod terminal;
 
 pub use findings::{latest_findings, shell_word, Expect};
 pub use fixtures::{BindMount, FuseMount, OverlayMount, Process};
+pub use runtimes::{Containerd, Dockerd, EventLog, Propagation, RbindView};
 
 /// True when the kernel-facing tests can run (root). Outside CI, without
 /// root, they skip loudly; under CI (`CI=true`) they never skip.

@@ -1,6 +1,6 @@
 //! podstuck's developer tasks: `cargo xtask setup | build | test | demo | bench`.
 //!
-//! Every task first makes sure the eBPF toolchain of shared/TOOLCHAIN.md is
+//! Every task first makes sure the eBPF toolchain of docs/building.md is
 //! on the machine (Debian's rustc-web with its prebuilt BPF `core`, LLVM 22,
 //! bpf-linker), installing what is missing and saying so, so that a fresh
 //! machine needs nothing but these commands.
@@ -44,11 +44,14 @@ enum Task {
 /// `docker volume rm` it measures.
 const BENCH_PACKAGES: [&str; 3] = ["bpftrace", "strace", "docker.io"];
 
-/// Debian packages of the eBPF build chain (TOOLCHAIN.md), the tools the
+/// Debian packages of the eBPF build chain (docs/building.md), the tools the
 /// end-to-end tests drive (chattr, unshare, mount; tmux, the terminal the
-/// live view is tested in), and the Java HdrHistogram reader the tests
-/// check latency.hlog with.
-const APT_PACKAGES: [&str; 10] = [
+/// live view is tested in), the Java HdrHistogram reader the tests
+/// check latency.hlog with, and the real container runtimes the runtime
+/// scenarios (tests/tests/runtimes.rs) run a private daemon of: docker.io
+/// (dockerd and the docker CLI), containerd (and ctr), runc, and
+/// busybox-static, the one binary their test image is made of.
+const APT_PACKAGES: [&str; 14] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
@@ -59,6 +62,10 @@ const APT_PACKAGES: [&str; 10] = [
     "libhdrhistogram-java",
     "python3-venv",
     "tmux",
+    "docker.io",
+    "containerd",
+    "runc",
+    "busybox-static",
 ];
 /// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
 const PYTHON_READER: &str = "hdrhistogram==0.10.8";

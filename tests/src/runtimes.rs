@@ -1,0 +1,1245 @@
+//! The real container runtimes of a Debian node (docker.io's dockerd and
+//! docker CLI, containerd and ctr, runc), each test with a private daemon of
+//! its own, for the end-to-end tests that check what podstuck concludes
+//! about what these runtimes really do: their own removal code, their own
+//! retries, their own error messages, their own spelling of paths.
+//!
+//! - [`Dockerd`]: a private `dockerd` (overlay2, no networking) with its
+//!   data root in the test's scratch directory and its exec root under
+//!   `/var/run` (through the `/var/run -> /run` symlink, as on a default
+//!   install), running its own managed containerd.
+//! - [`Containerd`]: a private standalone `containerd`, driven with `ctr`,
+//!   its state directory under `/var/run` as well.
+//! - [`RbindView`]: a recursive bind mount of a directory (a backup tool's
+//!   view of a layer), detached on drop.
+//! - [`EventLog`]: with `$PODSTUCK_RUNTIME_TRACES` set, a second podstuck
+//!   recording the raw calls of a scenario to `<dir>/<case>.jsonl`.
+//!
+//! Both daemons import a busybox image built here from `/bin/busybox`
+//! (busybox-static), so no registry is ever needed.
+//!
+//! Every guard leaves nothing behind when dropped, even after a test that
+//! panicked half-way: containers, tasks, volumes and snapshots are removed,
+//! the daemons, their shims and whatever ran in the containers are stopped,
+//! `chattr +i`/`+a` flags under the data root are cleared, every mount under
+//! the daemon's directories is undone (deepest first, lazily if it must),
+//! and the directories under `/var/run` are removed. Nothing in a drop
+//! panics or waits forever: every command runs under `timeout`.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::Watch;
+
+/// Debian's docker.io installs the daemon in /usr/sbin; /usr/bin is where
+/// some other packagings put it.
+const DOCKERD_CANDIDATES: [&str; 2] = ["/usr/sbin/dockerd", "/usr/bin/dockerd"];
+/// Debian's docker CLI (20.10). Always this path: a docker earlier in PATH
+/// (/usr/local/bin/docker here) may be another version altogether.
+pub const DOCKER: &str = "/usr/bin/docker";
+pub const CONTAINERD: &str = "/usr/bin/containerd";
+pub const CTR: &str = "/usr/bin/ctr";
+/// busybox-static: one binary, no libraries, a whole image by itself.
+pub const BUSYBOX: &str = "/bin/busybox";
+/// The image both daemons get (`docker import` / `ctr images import`).
+pub const DOCKER_IMAGE: &str = "podstuck-busybox:1";
+pub const CTR_IMAGE: &str = "docker.io/library/podstuck-busybox:1";
+/// The containerd namespace of every `ctr` call.
+pub const CTR_NAMESPACE: &str = "podstuck";
+/// The applets the image links to busybox.
+const APPLETS: [&str; 9] = ["sh", "sleep", "ls", "touch", "mkdir", "cat", "true", "echo", "rm"];
+
+/// How long a docker or ctr command may take before it counts as hung.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+/// The same, while cleaning up: a drop must end.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a daemon may take to answer after it is started.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A short name unique to this process and call, for the directories
+/// under /var/run (unix socket paths must stay under 108 bytes, and
+/// dockerd's managed containerd nests its sockets a few levels down) and
+/// for container, volume and task names.
+pub fn short_name() -> String {
+    static SEQUENCE: AtomicU32 = AtomicU32::new(0);
+    let n = SEQUENCE.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{:04x}{:02x}{:03x}", std::process::id() & 0xffff, n & 0xff, (nanos >> 20) & 0xfff)
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The same path with its symlinks resolved (`/var/run/x` is `/run/x`),
+/// as the kernel spells it in mountinfo; the path itself if it cannot be
+/// resolved.
+fn resolved(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    match (path.parent().and_then(|p| std::fs::canonicalize(p).ok()), path.file_name()) {
+        (Some(parent), Some(name)) => parent.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Both spellings of each path (as given, and resolved), without repeats.
+fn spellings(paths: &[&Path]) -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = Vec::new();
+    for p in paths {
+        for s in [p.to_path_buf(), resolved(p)] {
+            if !all.contains(&s) {
+                all.push(s);
+            }
+        }
+    }
+    all
+}
+
+/// Whether `path` is `dir` or below it (by whole components).
+pub fn is_under(path: &Path, dir: &Path) -> bool {
+    path.starts_with(dir)
+}
+
+/// Whether any of a finding's paths is under one of `dirs`.
+pub fn finding_is_under(finding: &Value, dirs: &[PathBuf]) -> bool {
+    finding["paths"]
+        .as_array()
+        .is_some_and(|paths| paths.iter().filter_map(Value::as_str).any(|p| dirs.iter().any(|d| is_under(Path::new(p), d))))
+}
+
+/// The last `n` lines of a log file.
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Runs `program args` under `timeout` (so that a hung daemon fails the
+/// command instead of hanging the test), collecting its output.
+fn run_for(limit: Duration, program: &str, args: &[&OsStr]) -> Output {
+    let secs = limit.as_secs().max(1).to_string();
+    Command::new("timeout")
+        .args(["-k", "5", &secs, program])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+}
+
+/// Like `run_for`, for a drop: never panics.
+fn run_quietly(limit: Duration, program: &str, args: &[&str]) -> Option<Output> {
+    let secs = limit.as_secs().max(1).to_string();
+    Command::new("timeout")
+        .args(["-k", "5", &secs, program])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+}
+
+/// Panics with what the command printed unless it succeeded.
+fn must(what: &str, out: Output) -> Output {
+    if !out.status.success() {
+        panic!(
+            "`{what}` failed ({}):\nstderr: {}\nstdout: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim_end(),
+            String::from_utf8_lossy(&out.stdout).trim_end()
+        );
+    }
+    out
+}
+
+/// The text a command printed on stdout, trimmed.
+pub fn stdout_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The text a command printed on stderr, trimmed.
+pub fn stderr_text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).trim().to_string()
+}
+
+/// The daemon could not start: outside CI the test skips loudly (a
+/// machine without the packages, or where they cannot run); under CI it
+/// fails with the daemon's log.
+fn cannot_start(test: &str, what: &str, why: &str, log: &Path) {
+    let tail = log_tail(log, 30);
+    if in_ci() {
+        panic!("{test}: {what} did not start under CI (never skipped there): {why}\n{}:\n{tail}", log.display());
+    }
+    eprintln!("\n*** SKIPPED {test}: {what} could not start: {why}\n{}:\n{tail}\n***\n", log.display());
+}
+
+// Processes ------------------------------------------------------------
+
+/// Whether a command line (NUL-separated arguments) names `dir` or a path
+/// below it: `dir` followed by `/`, the end of an argument, or `=`...
+/// never by more of a name (`/run/podstuck-x` is not `/run/podstuck-x-c`).
+fn mentions(cmdline: &[u8], dir: &[u8]) -> bool {
+    (0..cmdline.len().saturating_sub(dir.len()) + 1).any(|i| {
+        cmdline[i..].starts_with(dir) && matches!(cmdline.get(i + dir.len()), None | Some(b'/' | 0 | b' ' | b'"' | b'\''))
+    })
+}
+
+/// Every process whose command line names one of `dirs`, except us.
+fn processes_mentioning(dirs: &[PathBuf]) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let Ok(proc_dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    proc_dir
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            dirs.iter().any(|d| mentions(&cmdline, d.as_os_str().as_bytes()))
+        })
+        .collect()
+}
+
+/// The parent of a process, from /proc/PID/stat.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The direct children of `pid` (a shim's children are the containers' first processes).
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&child| parent_of(child) == Some(pid))
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is dead for our purposes: its parent reaps it.
+    crate::fixtures::task_state(pid as u32).is_some_and(|s| s != 'Z')
+}
+
+/// The unix sockets a process listens on under containerd's shared
+/// socket directory (/run/containerd/s): a shim killed with SIGKILL leaves
+/// its socket file there.
+fn shim_sockets(pid: i32) -> Vec<PathBuf> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let (inode, path) = (fields.get(6)?, fields.get(7)?);
+            (inodes.iter().any(|i| i == inode) && path.starts_with("/run/containerd/s/")).then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// SIGKILLs every process that mentions one of `markers` (a daemon's
+/// directories) and their children (the containers' processes a shim
+/// started), waits until they are gone, and removes the shim sockets they
+/// left. For a drop: never panics.
+fn kill_mentioning(markers: &[PathBuf]) {
+    let pids = processes_mentioning(markers);
+    if pids.is_empty() {
+        return;
+    }
+    let mut victims: Vec<i32> = Vec::new();
+    let mut sockets = Vec::new();
+    for &pid in &pids {
+        victims.extend(children_of(pid));
+        sockets.extend(shim_sockets(pid));
+        victims.push(pid);
+    }
+    eprintln!("cleanup: killing leftover runtime processes {victims:?}");
+    for &pid in &victims {
+        // SAFETY: kill(2); these processes name our own daemon's directories (or are their children).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while victims.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for socket in sockets {
+        let _ = std::fs::remove_file(socket);
+    }
+}
+
+/// Stops a daemon we started: SIGTERM, then SIGKILL after `grace`.
+fn stop_child(child: &mut Child, grace: Duration) {
+    if !matches!(child.try_wait(), Ok(None)) {
+        return;
+    }
+    // SAFETY: a signal to our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + grace;
+    while matches!(child.try_wait(), Ok(None)) {
+        if Instant::now() > deadline {
+            eprintln!("cleanup: pid {} ignored SIGTERM for {grace:?}; SIGKILL", child.id());
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// Mounts and flags -----------------------------------------------------
+
+/// A mountinfo path field, its octal escapes (`\040` for a space) undone.
+fn unescape_mountinfo(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+            let value = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(value);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(OsStr::from_bytes(&out))
+}
+
+/// Every mount point of this mount namespace at or below one of `dirs`.
+pub fn mounts_below(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_mountinfo)
+        .filter(|m| dirs.iter().any(|d| is_under(m, d)))
+        .collect()
+}
+
+/// Unmounts everything at or below `dirs`, deepest first: a plain
+/// umount2, else a lazy one (a busy mount is detached, not left). A few
+/// passes, for mounts stacked on the same point. For a drop: never panics.
+fn unmount_below(dirs: &[PathBuf]) {
+    for _pass in 0..8 {
+        let mut mounts = mounts_below(dirs);
+        if mounts.is_empty() {
+            return;
+        }
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+        mounts.dedup();
+        for at in mounts {
+            if nix::mount::umount2(&at, nix::mount::MntFlags::empty()).is_err() {
+                if let Err(e) = nix::mount::umount2(&at, nix::mount::MntFlags::MNT_DETACH) {
+                    eprintln!("cleanup: cannot unmount {}: {e}", at.display());
+                }
+            }
+        }
+    }
+    let left = mounts_below(dirs);
+    if !left.is_empty() {
+        eprintln!("cleanup: still mounted after 8 passes: {left:?}");
+    }
+}
+
+const FS_IMMUTABLE_FL: libc::c_int = 0x10;
+const FS_APPEND_FL: libc::c_int = 0x20;
+
+/// Clears the immutable and append-only flags (`chattr -i -a`) of `path`
+/// if it has them; true if it had. Regular files and directories only
+/// (opening a device or a fifo could block or do something).
+fn clear_flags(path: &Path, kind: std::fs::FileType) -> bool {
+    if !(kind.is_file() || kind.is_dir()) {
+        return false;
+    }
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+    else {
+        return false;
+    };
+    use std::os::fd::AsRawFd;
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes an int through the pointer (the kernel's ABI, whatever the macro says).
+    if unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) } != 0 {
+        return false;
+    }
+    if flags & (FS_IMMUTABLE_FL | FS_APPEND_FL) == 0 {
+        return false;
+    }
+    let cleared = flags & !(FS_IMMUTABLE_FL | FS_APPEND_FL);
+    // SAFETY: as above; FS_IOC_SETFLAGS reads an int.
+    unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_SETFLAGS, &cleared) == 0 }
+}
+
+/// `chattr -R -i -a` on a tree, walked without following symlinks and
+/// without leaving its filesystem (a mount inside is someone else's).
+/// Returns the paths it cleared. `lsattr -R` forks nothing but prints
+/// every file; this reads two ioctls per file and says nothing.
+pub fn clear_flags_below(top: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(top) else { return Vec::new() };
+    let device = meta.dev();
+    let mut cleared = Vec::new();
+    if clear_flags(top, meta.file_type()) {
+        cleared.push(top.to_path_buf());
+    }
+    let mut stack = vec![top.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            let kind = meta.file_type();
+            if kind.is_symlink() || kind.is_block_device() || kind.is_char_device() || kind.is_fifo() || kind.is_socket() {
+                continue;
+            }
+            if clear_flags(&path, kind) {
+                cleared.push(path.clone());
+            }
+            if kind.is_dir() && meta.dev() == device {
+                stack.push(path);
+            }
+        }
+    }
+    cleared
+}
+
+/// Removes a directory under /var/run we made; never panics.
+fn remove_run_dir(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!("cleanup: cannot remove {}: {e}", dir.display());
+        }
+    }
+}
+
+// The image ------------------------------------------------------------
+
+/// A tar of a tiny root filesystem: bin/busybox and the applets this
+/// suite runs as symlinks to it. Made once per daemon, in its scratch dir.
+fn busybox_rootfs_tar(scratch: &Path) -> PathBuf {
+    let tar = scratch.join("busybox-rootfs.tar");
+    if tar.is_file() {
+        return tar;
+    }
+    let rootfs = scratch.join("busybox-rootfs");
+    let bin = rootfs.join("bin");
+    std::fs::create_dir_all(&bin).expect("create the image's bin");
+    std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap_or_else(|e| panic!("copy {BUSYBOX} (busybox-static): {e}"));
+    for applet in APPLETS {
+        let link = bin.join(applet);
+        if link.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink("busybox", &link).expect("link an applet");
+        }
+    }
+    let partial = scratch.join("busybox-rootfs.tar.partial");
+    let status = Command::new("tar")
+        .arg("-C")
+        .arg(&rootfs)
+        .args(["--owner=0", "--group=0", "--numeric-owner", "-cf"])
+        .arg(&partial)
+        .arg(".")
+        .status()
+        .expect("run tar");
+    assert!(status.success(), "tar of the busybox rootfs failed");
+    std::fs::rename(&partial, &tar).expect("rename the rootfs tar");
+    tar
+}
+
+/// The hex SHA-256 of a file (coreutils' sha256sum: no crate needed).
+fn sha256_hex(path: &Path) -> String {
+    let out = must("sha256sum", Command::new("sha256sum").arg(path).output().expect("run sha256sum"));
+    let text = stdout_text(&out);
+    let hex = text.split_whitespace().next().unwrap_or_default().to_string();
+    assert_eq!(hex.len(), 64, "sha256sum printed {text:?}");
+    hex
+}
+
+/// Moves `file` into an OCI layout's blobs as `sha256/<digest>`; returns
+/// its descriptor (mediaType, digest, size).
+fn add_blob(layout: &Path, file: &Path, media_type: &str) -> Value {
+    let hex = sha256_hex(file);
+    let size = std::fs::metadata(file).expect("blob size").len();
+    let blobs = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).expect("create blobs/sha256");
+    std::fs::rename(file, blobs.join(&hex)).expect("move a blob in place");
+    json!({"mediaType": media_type, "digest": format!("sha256:{hex}"), "size": size})
+}
+
+fn oci_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
+}
+
+/// The busybox rootfs as an OCI image archive, for `ctr images import`.
+///
+/// Why a hand-made OCI layout: `ctr images import` (containerd 1.6) takes
+/// only image archives (OCI, or `docker save`'s format), never a bare
+/// rootfs tar as `docker import` does, and there is no registry here to
+/// pull from. An OCI archive is four small files around the rootfs tar:
+/// `oci-layout`, `index.json`, and in `blobs/sha256/` the layer (the
+/// uncompressed rootfs tar, so its digest is also its diff_id), the image
+/// config (architecture, os, the layer's diff_id) and the manifest (the
+/// config and the layer). The index entry carries the
+/// `io.containerd.image.name` annotation, which gives the image its full
+/// name without `--base-name`, and the platform, so that ctr's default
+/// platform filter keeps it and unpacks it for overlayfs.
+fn busybox_oci_archive(scratch: &Path) -> PathBuf {
+    let archive = scratch.join("busybox-oci.tar");
+    if archive.is_file() {
+        return archive;
+    }
+    let rootfs_tar = busybox_rootfs_tar(scratch);
+    let layout = scratch.join("busybox-oci");
+    let _ = std::fs::remove_dir_all(&layout);
+    std::fs::create_dir_all(&layout).expect("create the OCI layout");
+    let staged = layout.join("staged");
+    std::fs::copy(&rootfs_tar, &staged).expect("stage the layer");
+    let layer = add_blob(&layout, &staged, "application/vnd.oci.image.layer.v1.tar");
+    let config = json!({
+        "architecture": oci_arch(),
+        "os": "linux",
+        "config": {"Cmd": ["sh"]},
+        "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]},
+    });
+    std::fs::write(&staged, config.to_string()).expect("write the config");
+    let config = add_blob(&layout, &staged, "application/vnd.oci.image.config.v1+json");
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": config,
+        "layers": [layer],
+    });
+    std::fs::write(&staged, manifest.to_string()).expect("write the manifest");
+    let mut manifest = add_blob(&layout, &staged, "application/vnd.oci.image.manifest.v1+json");
+    manifest["annotations"] = json!({
+        "io.containerd.image.name": CTR_IMAGE,
+        "org.opencontainers.image.ref.name": "1",
+    });
+    manifest["platform"] = json!({"architecture": oci_arch(), "os": "linux"});
+    let index = json!({"schemaVersion": 2, "manifests": [manifest]});
+    std::fs::write(layout.join("index.json"), index.to_string()).expect("write index.json");
+    std::fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).expect("write oci-layout");
+    let partial = scratch.join("busybox-oci.tar.partial");
+    let status = Command::new("tar")
+        .arg("-C")
+        .arg(&layout)
+        .args(["--owner=0", "--group=0", "--numeric-owner", "-cf"])
+        .arg(&partial)
+        .args(["oci-layout", "index.json", "blobs"])
+        .status()
+        .expect("run tar");
+    assert!(status.success(), "tar of the OCI layout failed");
+    std::fs::rename(&partial, &archive).expect("rename the OCI archive");
+    archive
+}
+
+// dockerd --------------------------------------------------------------
+
+/// A private dockerd for one test: overlay2 on the test's scratch
+/// directory (ext4 here, so `chattr +i` works in its layers), its exec
+/// root `/var/run/podstuck-<short>` (through the /var/run symlink, as a
+/// default install's /var/run/docker), no iptables, no bridge, and its own
+/// managed containerd (started by dockerd in `<exec-root>/containerd`).
+/// Containers run with `--network none`.
+pub struct Dockerd {
+    child: Child,
+    name: String,
+    exec_root: PathBuf,
+    data_root: PathBuf,
+    host: String,
+    log: PathBuf,
+    scratch: PathBuf,
+    imported: Mutex<bool>,
+}
+
+impl Dockerd {
+    /// Starts it and waits until `docker info` answers. `None` (after a
+    /// loud SKIPPED) when dockerd cannot start on this machine, outside CI;
+    /// under CI=true a daemon that does not start fails the test.
+    pub fn start(scratch: &Path, test: &str) -> Option<Dockerd> {
+        let log = scratch.join("dockerd.log");
+        let Some(dockerd) = DOCKERD_CANDIDATES.iter().find(|p| Path::new(p).is_file()) else {
+            cannot_start(test, "dockerd", &format!("none of {DOCKERD_CANDIDATES:?} exists: install docker.io"), &log);
+            return None;
+        };
+        for needed in [DOCKER, CONTAINERD, BUSYBOX] {
+            if !Path::new(needed).is_file() {
+                cannot_start(test, "dockerd", &format!("{needed} is missing: install docker.io, containerd, busybox-static"), &log);
+                return None;
+            }
+        }
+        let name = short_name();
+        let exec_root = PathBuf::from(format!("/var/run/podstuck-{name}"));
+        // The deepest socket: <exec-root>/containerd/containerd.sock.ttrpc.
+        let deepest = exec_root.join("containerd/containerd.sock.ttrpc");
+        assert!(deepest.as_os_str().len() < 108, "{} is too long for a unix socket", deepest.display());
+        let data_root = scratch.join("docker");
+        std::fs::create_dir_all(&exec_root).expect("create the exec root");
+        std::fs::create_dir_all(&data_root).expect("create the data root");
+        // An empty configuration of its own: nothing of /etc/docker/daemon.json.
+        let config = scratch.join("daemon.json");
+        std::fs::write(&config, "{}\n").expect("write daemon.json");
+        let out = std::fs::File::create(&log).expect("create dockerd.log");
+        let host = format!("unix://{}", exec_root.join("docker.sock").display());
+        let child = Command::new(dockerd)
+            .arg("--config-file")
+            .arg(&config)
+            .arg("--data-root")
+            .arg(&data_root)
+            .arg("--exec-root")
+            .arg(&exec_root)
+            .arg("--pidfile")
+            .arg(exec_root.join("docker.pid"))
+            .args(["-H", &host])
+            .args(["--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver", "overlay2"])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("dup the log"))
+            .stderr(out)
+            .spawn();
+        let child = match child {
+            Ok(child) => child,
+            Err(e) => {
+                remove_run_dir(&exec_root);
+                cannot_start(test, "dockerd", &format!("spawn {dockerd}: {e}"), &log);
+                return None;
+            }
+        };
+        // From here on, dropping it cleans up.
+        let mut daemon = Dockerd {
+            child,
+            name,
+            exec_root,
+            data_root,
+            host,
+            log,
+            scratch: scratch.to_path_buf(),
+            imported: Mutex::new(false),
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                cannot_start(test, "dockerd", &format!("it exited ({status})"), &daemon.log);
+                return None;
+            }
+            let info = daemon.docker_may_fail(&["info", "--format", "{{.Driver}}"]);
+            if info.status.success() {
+                let driver = stdout_text(&info);
+                if driver != "overlay2" {
+                    cannot_start(test, "dockerd", &format!("it runs storage driver {driver:?}, not overlay2"), &daemon.log);
+                    return None;
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{test}: `docker info` did not answer within {START_TIMEOUT:?}: {}\n{}:\n{}",
+                    stderr_text(&info),
+                    daemon.log.display(),
+                    log_tail(&daemon.log, 30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        eprintln!(
+            "{test}: private dockerd {} up: data root {}, exec root {}",
+            daemon.pid(),
+            daemon.data_root.display(),
+            daemon.exec_root.display()
+        );
+        Some(daemon)
+    }
+
+    fn run(&self, limit: Duration, args: &[&str]) -> Output {
+        let mut all: Vec<&OsStr> = vec![OsStr::new("-H"), OsStr::new(&self.host)];
+        all.extend(args.iter().map(OsStr::new));
+        run_for(limit, DOCKER, &all)
+    }
+
+    /// `docker -H <ours> ARGS`; panics with its stderr unless it succeeds.
+    pub fn docker(&self, args: &[&str]) -> Output {
+        must(&format!("docker {}", args.join(" ")), self.run(COMMAND_TIMEOUT, args))
+    }
+
+    /// `docker -H <ours> ARGS`, whatever comes out.
+    pub fn docker_may_fail(&self, args: &[&str]) -> Output {
+        self.run(COMMAND_TIMEOUT, args)
+    }
+
+    /// `docker inspect -f FORMAT THING`, trimmed.
+    pub fn inspect(&self, thing: &str, format: &str) -> String {
+        stdout_text(&self.docker(&["inspect", "-f", format, thing]))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The managed containerd dockerd started, if it runs.
+    pub fn containerd_pid(&self) -> Option<u32> {
+        let pid = std::fs::read_to_string(self.exec_root.join("containerd/containerd.pid")).ok()?;
+        pid.trim().parse().ok()
+    }
+
+    /// The short name unique to this daemon (for container and volume names).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn data_root(&self) -> &Path {
+        &self.data_root
+    }
+
+    /// `/var/run/podstuck-<short>`, spelled through the symlink.
+    pub fn exec_root(&self) -> &Path {
+        &self.exec_root
+    }
+
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// Every directory this daemon owns, in every spelling
+    /// (`/var/run/...` and `/run/...`): findings about it name paths there.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        spellings(&[&self.data_root, &self.exec_root])
+    }
+
+    /// The busybox image, imported on first use: `docker import` of the
+    /// rootfs tar, tagged `podstuck-busybox:1`.
+    pub fn image(&self) -> &'static str {
+        let mut imported = self.imported.lock().unwrap_or_else(|e| e.into_inner());
+        if !*imported {
+            let tar = busybox_rootfs_tar(&self.scratch);
+            self.docker(&["import", tar.to_str().expect("UTF-8 scratch path"), DOCKER_IMAGE]);
+            *imported = true;
+        }
+        DOCKER_IMAGE
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        let dirs = self.dirs();
+        // 1. Flags a test set (or left set) in the layers and volumes:
+        // nothing can be removed through them, not even by us below.
+        let mut flagged = Vec::new();
+        for area in ["overlay2", "volumes"] {
+            let Ok(entries) = std::fs::read_dir(self.data_root.join(area)) else { continue };
+            for entry in entries.filter_map(Result::ok) {
+                for sub in ["diff", "_data"] {
+                    flagged.extend(clear_flags_below(&entry.path().join(sub)));
+                }
+            }
+        }
+        if !flagged.is_empty() {
+            eprintln!("cleanup: cleared chattr flags on {flagged:?}");
+        }
+        // 2. Containers and volumes, through dockerd while it runs.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let host = self.host.clone();
+            let docker = |args: &[&str]| {
+                let mut all = vec!["-H", host.as_str()];
+                all.extend_from_slice(args);
+                run_quietly(CLEANUP_TIMEOUT, DOCKER, &all)
+            };
+            if let Some(out) = docker(&["ps", "-aq"]) {
+                let ids: Vec<String> = stdout_text(&out).split_whitespace().map(str::to_string).collect();
+                if !ids.is_empty() {
+                    let mut args = vec!["rm", "-f"];
+                    args.extend(ids.iter().map(String::as_str));
+                    if let Some(out) = docker(&args) {
+                        if !out.status.success() {
+                            eprintln!("cleanup: docker rm -f: {}", stderr_text(&out));
+                        }
+                    }
+                }
+            }
+            if let Some(out) = docker(&["volume", "ls", "-q"]) {
+                let names: Vec<String> = stdout_text(&out).split_whitespace().map(str::to_string).collect();
+                if !names.is_empty() {
+                    let mut args = vec!["volume", "rm", "-f"];
+                    args.extend(names.iter().map(String::as_str));
+                    let _ = docker(&args);
+                }
+            }
+        }
+        // 3. dockerd itself (it stops its managed containerd).
+        stop_child(&mut self.child, Duration::from_secs(15));
+        // 4. Whatever survived: the managed containerd if dockerd was
+        // killed, shims, the containers' processes.
+        kill_mentioning(&dirs);
+        // 5. Mounts: dockerd's bind of its data root on itself, layers'
+        // merged dirs, netns and shm mounts under the exec root.
+        unmount_below(&dirs);
+        // 6. The exec root; the scratch dir (the data root) goes with the ScratchDir.
+        remove_run_dir(&self.exec_root);
+    }
+}
+
+// containerd -----------------------------------------------------------
+
+/// How the state directory of a [`Containerd`] propagates mounts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    /// A shared mount, as /run is on every systemd node: a copy of a
+    /// rootfs in another mount namespace (unshare, a pod with
+    /// HostToContainer propagation) is a slave of the host's, and a busy
+    /// copy makes the host's plain umount2 fail with EBUSY.
+    Shared,
+    /// A private mount, as this machine's root is: a copy in another
+    /// namespace is unrelated to the host's mount.
+    Private,
+}
+
+/// A private standalone containerd for one test, driven with `ctr`: its
+/// root in the test's scratch directory, its state directory
+/// `/var/run/podstuck-<short>-c` (through the /var/run symlink), a mount
+/// of its own with the chosen propagation, its socket `<state>/c.sock`,
+/// the CRI and other plugins this machine cannot run disabled, and runc's
+/// state and ctr's fifos under `<state>` (`ctr run --runc-root
+/// --fifo-dir`) rather than the node's shared /run/containerd.
+pub struct Containerd {
+    child: Child,
+    name: String,
+    root: PathBuf,
+    state: PathBuf,
+    address: PathBuf,
+    log: PathBuf,
+    scratch: PathBuf,
+    imported: Mutex<bool>,
+}
+
+impl Containerd {
+    /// Starts it with a shared state directory (the systemd node's /run).
+    pub fn start(scratch: &Path, test: &str) -> Option<Containerd> {
+        Containerd::start_with(scratch, test, Propagation::Shared)
+    }
+
+    /// Starts it and waits until `ctr version` reaches it. `None` (after a
+    /// loud SKIPPED) when it cannot start, outside CI.
+    pub fn start_with(scratch: &Path, test: &str, propagation: Propagation) -> Option<Containerd> {
+        let log = scratch.join("containerd.log");
+        for needed in [CONTAINERD, CTR, BUSYBOX, "/usr/bin/containerd-shim-runc-v2"] {
+            if !Path::new(needed).is_file() {
+                cannot_start(test, "containerd", &format!("{needed} is missing: install containerd, busybox-static"), &log);
+                return None;
+            }
+        }
+        let name = short_name();
+        let state = PathBuf::from(format!("/var/run/podstuck-{name}-c"));
+        let address = state.join("c.sock");
+        assert!(address.as_os_str().len() + ".ttrpc".len() < 108, "{} is too long for a unix socket", address.display());
+        let root = scratch.join("containerd");
+        std::fs::create_dir_all(&root).expect("create the containerd root");
+        std::fs::create_dir_all(&state).expect("create the containerd state");
+        // The state directory, a mount of its own so that its propagation
+        // is the scenario's, not whatever this machine's /run has.
+        let flags = match propagation {
+            Propagation::Shared => nix::mount::MsFlags::MS_SHARED,
+            Propagation::Private => nix::mount::MsFlags::MS_PRIVATE,
+        };
+        let bound = nix::mount::mount(Some(&state), &state, None::<&str>, nix::mount::MsFlags::MS_BIND, None::<&str>)
+            .and_then(|()| nix::mount::mount(None::<&str>, &state, None::<&str>, flags, None::<&str>));
+        if let Err(e) = bound {
+            unmount_below(&spellings(&[&state]));
+            remove_run_dir(&state);
+            panic!("bind {} on itself and make it {propagation:?}: {e}", state.display());
+        }
+        let config = scratch.join("containerd.toml");
+        let toml = format!(
+            r#"version = 2
+root = "{root}"
+state = "{state}"
+# Plugins that need what a test machine does not have (the CRI wants CNI
+# and its own config; the opt plugin would write /opt/containerd), and
+# snapshotters for other filesystems.
+disabled_plugins = [
+  "io.containerd.grpc.v1.cri",
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+]
+
+[grpc]
+  address = "{address}"
+
+[ttrpc]
+  address = ""
+
+[debug]
+  address = ""
+"#,
+            root = root.display(),
+            state = state.display(),
+            address = address.display(),
+        );
+        std::fs::write(&config, toml).expect("write containerd.toml");
+        let out = std::fs::File::create(&log).expect("create containerd.log");
+        let child = Command::new(CONTAINERD)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("dup the log"))
+            .stderr(out)
+            .spawn();
+        let child = match child {
+            Ok(child) => child,
+            Err(e) => {
+                unmount_below(&spellings(&[&state]));
+                remove_run_dir(&state);
+                cannot_start(test, "containerd", &format!("spawn {CONTAINERD}: {e}"), &log);
+                return None;
+            }
+        };
+        let mut daemon = Containerd {
+            child,
+            name,
+            root,
+            state,
+            address,
+            log,
+            scratch: scratch.to_path_buf(),
+            imported: Mutex::new(false),
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                cannot_start(test, "containerd", &format!("it exited ({status})"), &daemon.log);
+                return None;
+            }
+            let version = daemon.ctr_may_fail(&["version"]);
+            if version.status.success() {
+                break;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{test}: `ctr version` did not reach containerd within {START_TIMEOUT:?}: {}\n{}:\n{}",
+                    stderr_text(&version),
+                    daemon.log.display(),
+                    log_tail(&daemon.log, 30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!(
+            "{test}: private containerd {} up: root {}, state {} ({propagation:?})",
+            daemon.pid(),
+            daemon.root.display(),
+            daemon.state.display()
+        );
+        Some(daemon)
+    }
+
+    fn run(&self, limit: Duration, args: &[&str]) -> Output {
+        let mut all: Vec<&OsStr> = vec![
+            OsStr::new("--address"),
+            self.address.as_os_str(),
+            OsStr::new("--namespace"),
+            OsStr::new(CTR_NAMESPACE),
+        ];
+        all.extend(args.iter().map(OsStr::new));
+        run_for(limit, CTR, &all)
+    }
+
+    /// `ctr --address <ours> --namespace podstuck ARGS`; panics with its
+    /// stderr unless it succeeds.
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        must(&format!("ctr {}", args.join(" ")), self.run(COMMAND_TIMEOUT, args))
+    }
+
+    /// The same, whatever comes out.
+    pub fn ctr_may_fail(&self, args: &[&str]) -> Output {
+        self.run(COMMAND_TIMEOUT, args)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The short name unique to this daemon (for task ids).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `/var/run/podstuck-<short>-c`, spelled through the symlink.
+    pub fn state(&self) -> &Path {
+        &self.state
+    }
+
+    pub fn address(&self) -> &Path {
+        &self.address
+    }
+
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// Every directory this daemon owns, in every spelling.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        spellings(&[&self.root, &self.state])
+    }
+
+    /// Where a task's rootfs is mounted: the bundle's `rootfs`, spelled
+    /// through /var/run as the state directory is configured.
+    pub fn rootfs(&self, id: &str) -> PathBuf {
+        self.state.join("io.containerd.runtime.v2.task").join(CTR_NAMESPACE).join(id).join("rootfs")
+    }
+
+    /// The busybox image, imported on first use from a hand-made OCI
+    /// archive (see `busybox_oci_archive`) and unpacked for overlayfs.
+    pub fn image(&self) -> &'static str {
+        let mut imported = self.imported.lock().unwrap_or_else(|e| e.into_inner());
+        if !*imported {
+            let archive = busybox_oci_archive(&self.scratch);
+            self.ctr(&["images", "import", "--snapshotter", "overlayfs", archive.to_str().expect("UTF-8 scratch path")]);
+            *imported = true;
+        }
+        CTR_IMAGE
+    }
+
+    /// runc's state and ctr's IO fifos, under our state directory rather
+    /// than the node's shared /run/containerd/runc and /run/containerd/fifo.
+    fn run_flags(&self) -> [String; 4] {
+        let state = |sub: &str| self.state.join(sub).to_string_lossy().into_owned();
+        ["--runc-root".into(), state("runc"), "--fifo-dir".into(), state("fifo")]
+    }
+
+    /// `ctr run -d --snapshotter overlayfs IMAGE ID COMMAND...`: a task
+    /// running in the host's network namespace (no CNI needed).
+    pub fn run_detached(&self, id: &str, command: &[&str]) {
+        let image = self.image();
+        let flags = self.run_flags();
+        let mut args = vec!["run", "-d", "--snapshotter", "overlayfs"];
+        args.extend(flags.iter().map(String::as_str));
+        args.extend([image, id]);
+        args.extend_from_slice(command);
+        self.ctr(&args);
+    }
+
+    /// `ctr run --rm ...`: runs COMMAND to its end, then deletes the task,
+    /// the container and its snapshot.
+    pub fn run_rm(&self, id: &str, command: &[&str]) -> Output {
+        let image = self.image();
+        let flags = self.run_flags();
+        let mut args = vec!["run", "--rm", "--snapshotter", "overlayfs"];
+        args.extend(flags.iter().map(String::as_str));
+        args.extend([image, id]);
+        args.extend_from_slice(command);
+        self.ctr(&args)
+    }
+
+    /// A task's status in `ctr task ls` (RUNNING, STOPPED...), if listed.
+    pub fn task_status(&self, id: &str) -> Option<String> {
+        let out = self.ctr(&["task", "ls"]);
+        stdout_text(&out).lines().skip(1).find_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.first() == Some(&id)).then(|| fields.last().unwrap_or(&"").to_string())
+        })
+    }
+
+    /// Waits until the task's status is `want`; panics after `timeout`.
+    pub fn wait_task_status(&self, id: &str, want: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = self.task_status(id);
+            if status.as_deref() == Some(want) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "task {id} is {status:?}, not {want}, after {timeout:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let dirs = self.dirs();
+        // 1. Tasks, containers (with their snapshots), through containerd.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let prefix = [
+                "--address".to_string(),
+                self.address.to_string_lossy().into_owned(),
+                "--namespace".to_string(),
+                CTR_NAMESPACE.to_string(),
+            ];
+            let ctr = |args: &[&str]| {
+                let mut all: Vec<&str> = prefix.iter().map(String::as_str).collect();
+                all.extend_from_slice(args);
+                run_quietly(CLEANUP_TIMEOUT, CTR, &all)
+            };
+            let list = |args: &[&str]| -> Vec<String> {
+                ctr(args).map(|o| stdout_text(&o).split_whitespace().map(str::to_string).collect()).unwrap_or_default()
+            };
+            for task in list(&["task", "ls", "-q"]) {
+                let _ = ctr(&["task", "kill", "-s", "SIGKILL", &task]);
+                std::thread::sleep(Duration::from_millis(200));
+                if let Some(out) = ctr(&["task", "rm", "-f", &task]) {
+                    if !out.status.success() {
+                        eprintln!("cleanup: ctr task rm -f {task}: {}", stderr_text(&out));
+                    }
+                }
+            }
+            for container in list(&["containers", "ls", "-q"]) {
+                let _ = ctr(&["containers", "rm", &container]);
+            }
+            for snapshot in list(&["snapshots", "--snapshotter", "overlayfs", "ls"]).iter().filter(|s| s.contains(self.name.as_str())) {
+                let _ = ctr(&["snapshots", "--snapshotter", "overlayfs", "rm", snapshot]);
+            }
+        }
+        // 2. containerd, then whatever survived it (shims go on by
+        // themselves when containerd stops; their command line names our
+        // socket, so our state directory).
+        stop_child(&mut self.child, Duration::from_secs(10));
+        kill_mentioning(&dirs);
+        // 3. Rootfs mounts left, then the state directory's own mount.
+        unmount_below(&dirs);
+        remove_run_dir(&self.state);
+    }
+}
+
+// Views and event logs ---------------------------------------------------
+
+/// `mount --rbind SOURCE TARGET`, then `mount --make-rprivate TARGET`: a
+/// second view of a directory and every mount below it, as a backup or
+/// scanning tool leaves one, that no longer follows what happens to the
+/// original. `umount -R -l` on drop.
+pub struct RbindView(pub PathBuf);
+
+impl RbindView {
+    pub fn private(source: &Path, target: &Path) -> RbindView {
+        use nix::mount::{mount, MsFlags};
+        std::fs::create_dir_all(target).expect("create the view's mountpoint");
+        mount(Some(source), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+            .unwrap_or_else(|e| panic!("rbind {} on {}: {e}", source.display(), target.display()));
+        let view = RbindView(target.to_path_buf());
+        mount(None::<&str>, target, None::<&str>, MsFlags::MS_PRIVATE | MsFlags::MS_REC, None::<&str>)
+            .unwrap_or_else(|e| panic!("make {} rprivate: {e}", target.display()));
+        view
+    }
+}
+
+impl Drop for RbindView {
+    fn drop(&mut self) {
+        let _ = run_quietly(CLEANUP_TIMEOUT, "umount", &["-R", "-l", &self.0.to_string_lossy()]);
+        // umount(8) may be missing or fail; a lazy umount2 detaches the whole tree anyway.
+        unmount_below(std::slice::from_ref(&self.0));
+    }
+}
+
+/// With `$PODSTUCK_RUNTIME_TRACES=DIR`: a second `podstuck watch --json`
+/// (no `--findings`; `--every-call` unless the case is a storm) beside the
+/// scenario's, whose call events about the scenario's directories (or
+/// made by its daemons) are saved to `DIR/<case>.jsonl` with the start and
+/// end lines: the raw facts a diagnosis is built on.
+pub struct EventLog {
+    watch: Watch,
+    file: PathBuf,
+}
+
+impl EventLog {
+    pub fn start(case: &str, every_call: bool) -> Option<EventLog> {
+        let dir = PathBuf::from(std::env::var_os("PODSTUCK_RUNTIME_TRACES")?);
+        std::fs::create_dir_all(&dir).expect("create the trace directory");
+        let watch = Watch::start(if every_call { &["--every-call"] } else { &[] });
+        Some(EventLog { watch, file: dir.join(format!("{case}.jsonl")) })
+    }
+
+    /// Stops it and writes the events about `dirs`, or by `pids`.
+    pub fn save(self, dirs: &[PathBuf], pids: &[u32]) {
+        // Let the last calls through the ring buffer.
+        std::thread::sleep(Duration::from_secs(1));
+        let done = self.watch.stop(libc::SIGINT);
+        let about = |e: &Value| {
+            ["abs_path", "path"]
+                .iter()
+                .filter_map(|f| e[*f].as_str())
+                .any(|p| dirs.iter().any(|d| is_under(Path::new(p), d)))
+                || e["pid"].as_u64().is_some_and(|p| pids.contains(&(p as u32)))
+        };
+        let mut out = match std::fs::File::create(&self.file) {
+            Ok(f) => std::io::BufWriter::new(f),
+            Err(e) => {
+                eprintln!("cannot write {}: {e}", self.file.display());
+                return;
+            }
+        };
+        let mut kept = 0;
+        let _ = writeln!(out, "{}", done.start);
+        for event in done.events.iter().filter(|e| about(e)) {
+            let _ = writeln!(out, "{event}");
+            kept += 1;
+        }
+        if let Some(end) = &done.end {
+            let _ = writeln!(out, "{end}");
+        }
+        eprintln!("saved {kept} call events to {}", self.file.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_line_names_a_dir_only_as_a_whole_component() {
+        let shim = b"/usr/bin/containerd-shim-runc-v2\0-namespace\0moby\0-address\0/var/run/podstuck-abc/containerd/containerd.sock\0";
+        assert!(mentions(shim, b"/var/run/podstuck-abc"));
+        assert!(!mentions(shim, b"/var/run/podstuck-ab"));
+        assert!(!mentions(b"containerd\0--config\0/var/run/podstuck-abc-c/x.toml\0", b"/var/run/podstuck-abc"));
+        assert!(mentions(b"sleep\0/var/run/podstuck-abc", b"/var/run/podstuck-abc"));
+        assert!(!mentions(b"", b"/var/run/podstuck-abc"));
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo(r"/var/tmp/a\040b"), PathBuf::from("/var/tmp/a b"));
+        assert_eq!(unescape_mountinfo(r"/x\134y"), PathBuf::from(r"/x\y"));
+        assert_eq!(unescape_mountinfo("/plain"), PathBuf::from("/plain"));
+    }
+
+    #[test]
+    fn short_names_differ_and_stay_short() {
+        let (a, b) = (short_name(), short_name());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 9);
+        assert!(format!("/var/run/podstuck-{a}/containerd/containerd.sock.ttrpc").len() < 108);
+    }
+
+    #[test]
+    fn a_finding_is_ours_by_whole_path_components() {
+        let dirs = vec![PathBuf::from("/run/podstuck-abc")];
+        let f = json!({"paths": ["/run/podstuck-abc/x"]});
+        assert!(finding_is_under(&f, &dirs));
+        let g = json!({"paths": ["/run/podstuck-abcd/x"]});
+        assert!(!finding_is_under(&g, &dirs));
+    }
+}
