@@ -638,30 +638,12 @@ impl Dockerd {
             scratch: scratch.to_path_buf(),
             imported: Mutex::new(false),
         };
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                cannot_start(test, "dockerd", &format!("it exited ({status})"), &daemon.log);
-                return None;
-            }
-            let info = daemon.docker_may_fail(&["info", "--format", "{{.Driver}}"]);
-            if info.status.success() {
-                let driver = stdout_text(&info);
-                if driver != "overlay2" {
-                    cannot_start(test, "dockerd", &format!("it runs storage driver {driver:?}, not overlay2"), &daemon.log);
-                    return None;
-                }
-                break;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "{test}: `docker info` did not answer within {START_TIMEOUT:?}: {}\n{}:\n{}",
-                    stderr_text(&info),
-                    daemon.log.display(),
-                    log_tail(&daemon.log, 30)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
+        let log = daemon.log.clone();
+        let info = await_daemon(test, "dockerd", &mut daemon, &log, "docker info", |d| &mut d.child, daemon_info)?;
+        let driver = stdout_text(&info);
+        if driver != "overlay2" {
+            cannot_start(test, "dockerd", &format!("it runs storage driver {driver:?}, not overlay2"), &daemon.log);
+            return None;
         }
         eprintln!(
             "{test}: private dockerd {} up: data root {}, exec root {}",
@@ -926,26 +908,8 @@ disabled_plugins = [
             scratch: scratch.to_path_buf(),
             imported: Mutex::new(false),
         };
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                cannot_start(test, "containerd", &format!("it exited ({status})"), &daemon.log);
-                return None;
-            }
-            let version = daemon.ctr_may_fail(&["version"]);
-            if version.status.success() {
-                break;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "{test}: `ctr version` did not reach containerd within {START_TIMEOUT:?}: {}\n{}:\n{}",
-                    stderr_text(&version),
-                    daemon.log.display(),
-                    log_tail(&daemon.log, 30)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let log = daemon.log.clone();
+        await_daemon(test, "containerd", &mut daemon, &log, "ctr version", |d| &mut d.child, |d| d.ctr_may_fail(&["version"]))?;
         eprintln!(
             "{test}: private containerd {} up: root {}, state {} ({propagation:?})",
             daemon.pid(),
@@ -1242,4 +1206,38 @@ mod tests {
         let g = json!({"paths": ["/run/podstuck-abcd/x"]});
         assert!(!finding_is_under(&g, &dirs));
     }
+}
+
+/// Waits until the daemon answers `question` (`ask` succeeds) and returns
+/// the answer; None, said as a loud skip, if it exits first; a panic with
+/// its log's tail if it does not answer within START_TIMEOUT.
+fn await_daemon<D>(
+    test: &str,
+    what: &str,
+    daemon: &mut D,
+    log: &Path,
+    question: &str,
+    child: impl Fn(&mut D) -> &mut Child,
+    ask: impl Fn(&D) -> Output,
+) -> Option<Output> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child(daemon).try_wait() {
+            cannot_start(test, what, &format!("it exited ({status})"), log);
+            return None;
+        }
+        let answer = ask(daemon);
+        if answer.status.success() {
+            return Some(answer);
+        }
+        if Instant::now() > deadline {
+            panic!("{test}: `{question}` did not reach {what} within {START_TIMEOUT:?}: {}\n{}:\n{}", stderr_text(&answer), log.display(), log_tail(log, 30));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The storage driver a dockerd runs, asked the way that also says it answers.
+fn daemon_info(daemon: &Dockerd) -> Output {
+    daemon.docker_may_fail(&["info", "--format", "{{.Driver}}"])
 }

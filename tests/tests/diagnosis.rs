@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use podstuck_tests::findings::revisions;
+use podstuck_tests::findings::{apply_fix, assert_told_in_order};
 use podstuck_tests::fixtures::{fill_inodes, make_shared, task_state, wchan};
 use podstuck_tests::*;
 use serde_json::Value;
@@ -77,22 +77,8 @@ fn stop(watch: Watch, finding: &Value) -> Finished {
     let done = watch.stop(libc::SIGINT);
     assert!(done.status.success(), "podstuck failed: {}", done.stderr);
     assert!(done.events.is_empty(), "--findings printed call events: {:?}", &done.events[..done.events.len().min(3)]);
-    let lines = revisions(&done.finding_lines, &finding["id"]);
-    assert_eq!(lines[0]["type"], "finding", "first emission: {}", lines[0]);
-    assert_eq!(lines[0]["revision"], 1, "first emission: {}", lines[0]);
-    for pair in lines.windows(2) {
-        assert_eq!(pair[1]["type"], "finding-update", "{}", pair[1]);
-        assert!(pair[1]["revision"].as_u64() > pair[0]["revision"].as_u64(), "revisions go up: {} then {}", pair[0], pair[1]);
-    }
+    assert_told_in_order(&done.finding_lines, &finding["id"]);
     done
-}
-
-/// Runs a finding's fix as a user would paste it, to show that it is a
-/// command that works, not just the text the test expected.
-fn apply_fix(finding: &Value) {
-    let fix = finding["fix"].as_str().expect("a fix");
-    let out = Command::new("sh").arg("-c").arg(fix).output().expect("run sh");
-    assert!(out.status.success(), "the fix `{fix}` failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Retries `call` (an errno-returning syscall) until it succeeds, for up to

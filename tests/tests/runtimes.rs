@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use podstuck_tests::findings::revisions;
+use podstuck_tests::findings::{apply_fix, assert_told_in_order, revisions};
 use podstuck_tests::runtimes::{finding_is_under, stderr_text, stdout_text};
 use podstuck_tests::*;
 use serde_json::Value;
@@ -83,6 +83,17 @@ fn podstuck(scratch: &ScratchDir) -> Watch {
     Watch::start(&["--findings", "--hung-after", "2s", "--kubelet-root", text(&kubelet)])
 }
 
+/// Lets the last calls arrive, stops podstuck (and the trace, if one is
+/// kept) and returns what podstuck said.
+fn wind_down(watch: Watch, trace: Option<EventLog>, dirs: &[PathBuf], pids: &[u32]) -> Finished {
+    std::thread::sleep(SETTLE);
+    let done = stop(watch);
+    if let Some(trace) = trace {
+        trace.save(dirs, pids);
+    }
+    done
+}
+
 /// Stops podstuck; checks it exited well, printed no call event, and first
 /// emitted each finding as revision 1 then only revised it upwards.
 fn stop(watch: Watch) -> Finished {
@@ -90,13 +101,7 @@ fn stop(watch: Watch) -> Finished {
     assert!(done.status.success(), "podstuck failed ({}): {}", done.status, done.stderr);
     assert!(done.events.is_empty(), "--findings printed call events: {:?}", &done.events[..done.events.len().min(3)]);
     for finding in &done.findings {
-        let lines = revisions(&done.finding_lines, &finding["id"]);
-        assert_eq!(lines[0]["type"], "finding", "first emission: {}", lines[0]);
-        assert_eq!(lines[0]["revision"], 1, "first emission: {}", lines[0]);
-        for pair in lines.windows(2) {
-            assert_eq!(pair[1]["type"], "finding-update", "{}", pair[1]);
-            assert!(pair[1]["revision"].as_u64() > pair[0]["revision"].as_u64(), "revisions go up: {} then {}", pair[0], pair[1]);
-        }
+        assert_told_in_order(&done.finding_lines, &finding["id"]);
     }
     done
 }
@@ -144,20 +149,6 @@ fn only(done: &Finished, ours: &[Value], wanted: &Value, what: &str) {
         describe_all(&others),
         describe(wanted),
         done.stderr
-    );
-}
-
-/// Runs a finding's fix as a user would paste it.
-fn apply_fix(finding: &Value) {
-    let fix = finding["fix"].as_str().expect("a fix");
-    eprintln!("running the fix: {fix}");
-    let out = Command::new("sh").arg("-c").arg(fix).output().expect("run sh");
-    assert!(
-        out.status.success(),
-        "the fix `{fix}` failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
     );
 }
 
@@ -292,11 +283,7 @@ fn docker_volume_rm_storm() {
             e.that(!e.finding.to_string().contains("About at least"), "a finished removal should not say \"About at least\"");
         },
     );
-    std::thread::sleep(SETTLE);
-    let done = stop(watch);
-    if let Some(trace) = trace {
-        trace.save(&dirs, &[docker.pid()]);
-    }
+    let done = wind_down(watch, trace, &dirs, &[docker.pid()]);
     eprintln!("{TEST}: the finding:\n{}", describe(&finding));
     // How it was revised while the removal ran (for the record: an
     // estimate may be a lower bound while it lasts, never once it is done).
@@ -351,11 +338,7 @@ fn docker_rm_with_an_immutable_file_in_the_layer() {
     assert_eq!(stdout_text(&docker.docker(&["ps", "-aq"])), "", "the container is gone");
     assert!(!upper.exists(), "the layer {} is gone", upper.display());
 
-    std::thread::sleep(SETTLE);
-    let done = stop(watch);
-    if let Some(trace) = trace {
-        trace.save(&dirs, &[docker.pid()]);
-    }
+    let done = wind_down(watch, trace, &dirs, &[docker.pid()]);
     eprintln!("{TEST}: the finding:\n{}", describe(&finding));
     let ours = findings_about(&done, &dirs, &[docker.pid()]);
     // dockerd's umount2(<container dir>, MNT_DETACH) = EINVAL, the layer's
@@ -419,11 +402,7 @@ fn docker_rm_blocked_by_a_bind_view_of_the_layer() {
     works_soon(secs(10), "docker rm -f", || docker.docker_may_fail(&["rm", "-f", &name]));
     assert_eq!(stdout_text(&docker.docker(&["ps", "-aq"])), "", "the container is gone");
 
-    std::thread::sleep(SETTLE);
-    let done = stop(watch);
-    if let Some(trace) = trace {
-        trace.save(&dirs, &[docker.pid()]);
-    }
+    let done = wind_down(watch, trace, &dirs, &[docker.pid()]);
     drop(holder);
     eprintln!("{TEST}: the finding:\n{}", describe(&finding));
     let ours = findings_about(&done, &dirs, &[docker.pid()]);
@@ -455,6 +434,14 @@ fn task_rm_fails_busy(containerd: &Containerd, id: &str, rootfs: &Path) {
     failed_with(&out, "ctr task rm", &["failed rootfs umount", text(rootfs), "device or resource busy"]);
     assert_eq!(containerd.task_status(id).as_deref(), Some("STOPPED"), "fixture: the task is still there");
     assert!(is_mountpoint(&resolved(rootfs)), "fixture: the rootfs is still mounted");
+}
+
+/// Runs the finding's fix; then `ctr task rm` must work (soon) and the
+/// container goes.
+fn fix_then_remove_task(containerd: &Containerd, id: &str, finding: &Value) {
+    apply_fix(finding);
+    works_soon(secs(15), "ctr task rm", || containerd.ctr_may_fail(&["task", "rm", id]));
+    containerd.ctr(&["containers", "rm", id]);
 }
 
 /// Whether a finding's key path is `path` in either spelling.
@@ -498,15 +485,9 @@ fn containerd_task_rm_blocked_by_a_process_in_the_rootfs() {
             e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
         },
     );
-    apply_fix(&finding);
-    works_soon(secs(15), "ctr task rm", || containerd.ctr_may_fail(&["task", "rm", &id]));
-    containerd.ctr(&["containers", "rm", &id]);
+    fix_then_remove_task(&containerd, &id, &finding);
 
-    std::thread::sleep(SETTLE);
-    let done = stop(watch);
-    if let Some(trace) = trace {
-        trace.save(&dirs, &[containerd.pid()]);
-    }
+    let done = wind_down(watch, trace, &dirs, &[containerd.pid()]);
     drop(holder);
     eprintln!("{TEST}: the finding:\n{}", describe(&finding));
     let ours = findings_about(&done, &dirs, &[containerd.pid()]);
@@ -559,15 +540,9 @@ fn containerd_rootfs_copy_in_another_namespace() {
             );
         },
     );
-    apply_fix(&finding);
-    works_soon(secs(15), "ctr task rm", || containerd.ctr_may_fail(&["task", "rm", &id]));
-    containerd.ctr(&["containers", "rm", &id]);
+    fix_then_remove_task(&containerd, &id, &finding);
 
-    std::thread::sleep(SETTLE);
-    let done = stop(watch);
-    if let Some(trace) = trace {
-        trace.save(&dirs, &[containerd.pid()]);
-    }
+    let done = wind_down(watch, trace, &dirs, &[containerd.pid()]);
     drop(holder);
     eprintln!("{TEST}: the finding:\n{}", describe(&finding));
     let ours = findings_about(&done, &dirs, &[containerd.pid()]);
@@ -603,11 +578,7 @@ fn containerd_rootfs_copy_in_another_namespace_under_a_private_run() {
     assert!(mountinfo_line(pid, &resolved(&rootfs)).is_none(), "fixture: the holder's copy went with the rootfs dir");
     containerd.ctr(&["containers", "rm", &id]);
 
-    std::thread::sleep(SETTLE);
-    let done = stop(watch);
-    if let Some(trace) = trace {
-        trace.save(&containerd.dirs(), &[containerd.pid()]);
-    }
+    let done = wind_down(watch, trace, &containerd.dirs(), &[containerd.pid()]);
     drop(holder);
     let ours = findings_about(&done, &containerd.dirs(), &[containerd.pid()]);
     assert!(ours.is_empty(), "nothing was stuck, yet podstuck found:\n{}\npodstuck stderr:\n{}", describe_all(&ours), done.stderr);
