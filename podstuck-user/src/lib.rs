@@ -11,7 +11,8 @@
 //! node first, from what [`kernel_features`] probes; [`btf`] reads the struct offsets the kernel programs need.
 //! [`record`] saves what the diagnosis consumed and replays it elsewhere;
 //! [`demo`] is the built-in scenario lab. The `podstuck` binary is a thin
-//! clap layer over [`watch`] and these.
+//! clap layer over [`watch`] and these. [`words`] is the ground floor:
+//! how times, paths, durations and node-chosen text are said, for all.
 
 pub mod attach_cost;
 pub mod btf;
@@ -32,6 +33,7 @@ pub mod report;
 pub mod series;
 pub mod view;
 pub mod watch;
+pub mod words;
 
 #[cfg(test)]
 mod test_support;

@@ -18,10 +18,8 @@ use crate::diagnose::{Confidence, Finding, Report, Severity, Status};
 use crate::event::{errno_name, syscall_name, CallEvent, AT_FDCWD};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
-
-pub fn rfc3339(time: SystemTime) -> String {
-    humantime::format_rfc3339_nanos(time).to_string()
-}
+pub use crate::words::{escape_path, latency_text, rfc3339, safe_text, serialize_path, terminal_safe, terminal_safe_lines};
+use crate::words::hex;
 
 /// `dfd` as users read it: the number, or "AT_FDCWD".
 fn dfd_value(dfd: i32) -> Value {
@@ -30,14 +28,6 @@ fn dfd_value(dfd: i32) -> Value {
     } else {
         Value::from(dfd)
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
 }
 
 #[derive(Serialize)]
@@ -127,90 +117,6 @@ pub fn event_json(event: &CallEvent, identity: &Identity) -> String {
         r#match: &identity.matched,
     };
     serde_json::to_string(&line).expect("event serialises")
-}
-
-/// Serde: a path quoted in a finding or a fact, as text (bytes that are not
-/// UTF-8 become U+FFFD; the call events keep the exact bytes in `path_hex`).
-pub fn serialize_path<P: AsRef<[u8]>, S: serde::Serializer>(path: &P, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&String::from_utf8_lossy(path.as_ref()))
-}
-
-/// Whether a character must never reach a terminal raw: C0 controls
-/// (ESC starts the sequences that retitle a terminal or clear its screen),
-/// DEL, the C1 controls (U+0080-U+009F, which some terminals obey too) and
-/// the bidirectional overrides that make text read other than it is.
-fn unsafe_on_a_terminal(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// The one rule for text the node chose (process names, command lines,
-/// executables, anything read from a record) on its way to a terminal:
-/// every character [`unsafe_on_a_terminal`] becomes `\u{..}`, the rest
-/// stays. Applying it twice changes nothing, so text made safe where it
-/// was read stays as it is when it is shown.
-pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(unsafe_on_a_terminal) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if unsafe_on_a_terminal(c) {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-/// Bytes the node chose, as safe text: not UTF-8 becomes U+FFFD, then
-/// [`terminal_safe`].
-pub fn safe_text(bytes: &[u8]) -> String {
-    terminal_safe(&String::from_utf8_lossy(bytes)).into_owned()
-}
-
-/// Lines of text on their way to a terminal: [`terminal_safe`] for all
-/// but the line breaks the printer itself put there.
-pub fn terminal_safe_lines(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| c != '\n' && unsafe_on_a_terminal(c)) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let lines: Vec<std::borrow::Cow<'_, str>> = text.split('\n').map(terminal_safe).collect();
-    std::borrow::Cow::Owned(lines.join("\n"))
-}
-
-/// A path made safe for one terminal line: printable UTF-8 stays, a
-/// backslash doubles, control characters and non-UTF-8 bytes become escapes.
-pub fn escape_path(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\t' => out.push_str("\\t"),
-                '\r' => out.push_str("\\r"),
-                c if unsafe_on_a_terminal(c) => {
-                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
-                }
-                c => out.push(c),
-            }
-        }
-        for b in chunk.invalid() {
-            let _ = write!(out, "\\x{b:02x}");
-        }
-    }
-    out
-}
-
-/// A latency as people read it: 5000ns, 12.3us, 4.5ms, 2.5s.
-pub fn latency_text(ns: u64) -> String {
-    match ns {
-        0..=9_999 => format!("{ns}ns"),
-        10_000..=9_999_999 => format!("{:.1}us", ns as f64 / 1e3),
-        10_000_000..=999_999_999 => format!("{:.1}ms", ns as f64 / 1e6),
-        _ => format!("{:.1}s", ns as f64 / 1e9),
-    }
 }
 
 /// One event as a line for people: time, call, outcome, latency, actor,
@@ -337,7 +243,7 @@ pub fn finding_text(report: &Report) -> String {
         Status::Resolved => " RESOLVED",
     };
     let pod = f.pod_uid.as_ref().map(|p| format!(" pod {p}")).unwrap_or_default();
-    let head = format!("[{}] {}{status}{pod} ({})", severity_word(f.severity), f.kind.id(), confidence_word(f.confidence));
+    let head = format!("[{}] {}{status}{pod} ({})", Severity::as_str(f.severity), f.kind.id(), Confidence::as_str(f.confidence));
     if let Report::Update(_) = report {
         return format!("UPDATE {head}: {} calls, last {}; {}", f.count, rfc3339(f.last_seen), f.summary);
     }
@@ -354,22 +260,6 @@ pub fn finding_text(report: &Report) -> String {
         let _ = write!(text, "\n  also: {a}");
     }
     text
-}
-
-fn severity_word(s: Severity) -> &'static str {
-    match s {
-        Severity::Critical => "critical",
-        Severity::Warning => "warning",
-        Severity::Info => "info",
-    }
-}
-
-fn confidence_word(c: Confidence) -> &'static str {
-    match c {
-        Confidence::Confirmed => "confirmed",
-        Confidence::Likely => "likely",
-        Confidence::Possible => "possible",
-    }
 }
 
 /// The closing line: what was seen, what was lost, every call counted.

@@ -37,6 +37,7 @@ use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::{Actor, Identity};
 use crate::inspect::NodeInspector;
+pub use crate::words::human_duration;
 
 /// The stable name of a pathology, as in docs/pathologies.md: what users grep
 /// and alert on.
@@ -100,6 +101,17 @@ pub enum Severity {
     Critical,
 }
 
+impl Severity {
+    /// The name used in output, same as the JSON form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+}
+
 /// How sure podstuck is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -110,6 +122,17 @@ pub enum Confidence {
     Likely,
     /// Node state read now shows the cause.
     Confirmed,
+}
+
+impl Confidence {
+    /// The name used in output, same as the JSON form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confidence::Confirmed => "confirmed",
+            Confidence::Likely => "likely",
+            Confidence::Possible => "possible",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -201,7 +224,7 @@ fn serialize_paths<S: serde::Serializer>(paths: &[Vec<u8>], s: S) -> Result<S::O
 }
 
 fn serialize_time<S: serde::Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&crate::output::rfc3339(*time))
+    s.serialize_str(&crate::words::rfc3339(*time))
 }
 
 impl Finding {
@@ -474,31 +497,9 @@ pub fn unmounts(event: &CallEvent) -> bool {
     event.syscall == Syscall::Umount2
 }
 
-/// A duration as people say it: "850 ms", "12 s", "3m20s".
-pub fn human_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        format!("{ms} ms")
-    } else if ms < 60_000 {
-        let s = d.as_secs_f64();
-        if s < 10.0 {
-            format!("{s:.1} s")
-        } else {
-            format!("{} s", d.as_secs())
-        }
-    } else {
-        let s = d.as_secs();
-        if s < 3600 {
-            format!("{}m{:02}s", s / 60, s % 60)
-        } else {
-            format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
-        }
-    }
-}
-
 /// A path for a sentence.
 pub fn shown(path: &[u8]) -> String {
-    crate::output::escape_path(path)
+    crate::words::escape_path(path)
 }
 
 #[cfg(test)]

@@ -167,7 +167,7 @@ impl Identifier {
             .or_insert_with(|| {
                 std::fs::read_link(proc_root.join(pid.to_string()).join("exe"))
                     .ok()
-                    .map(|p| crate::output::safe_text(p.as_os_str().as_encoded_bytes()))
+                    .map(|p| crate::words::safe_text(p.as_os_str().as_encoded_bytes()))
             })
             .clone()
     }

@@ -233,7 +233,7 @@ impl LiveNode {
     }
 
     fn comm_of(&self, pid: u32) -> String {
-        fs::read(self.proc_file(pid, "comm")).map(|b| crate::output::safe_text(b.strip_suffix(b"\n").unwrap_or(&b))).unwrap_or_default()
+        fs::read(self.proc_file(pid, "comm")).map(|b| crate::words::safe_text(b.strip_suffix(b"\n").unwrap_or(&b))).unwrap_or_default()
     }
 
     /// What the mount table of one namespace says about `mount`.
@@ -834,7 +834,7 @@ fn parse_stat(stat: &[u8]) -> Option<(String, char)> {
     if close < open {
         return None;
     }
-    let comm = crate::output::safe_text(&stat[open + 1..close]);
+    let comm = crate::words::safe_text(&stat[open + 1..close]);
     let state = *trim_spaces(&stat[close + 1..]).first()?;
     Some((comm, state as char))
 }

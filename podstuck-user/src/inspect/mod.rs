@@ -76,7 +76,7 @@ pub struct MountHolder {
     pub comm: String,
     pub how: HoldKind,
     /// The held file or directory, as the holder sees it.
-    #[serde(serialize_with = "crate::output::serialize_path")]
+    #[serde(serialize_with = "crate::words::serialize_path")]
     pub path: Vec<u8>,
     /// The holder's mount namespace inode (`/proc/<pid>/ns/mnt`).
     pub mntns: u64,
@@ -91,7 +91,7 @@ pub struct MountCopy {
     /// One process living in that namespace (for `nsenter -t`).
     pub pid: u32,
     pub comm: String,
-    #[serde(serialize_with = "crate::output::serialize_path")]
+    #[serde(serialize_with = "crate::words::serialize_path")]
     pub mount_point: Vec<u8>,
     /// The copy's optional mountinfo fields ("shared:12", "master:3"):
     /// whether unmounting the original reaches it.

@@ -19,6 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::collect::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls};
+use crate::words::hex;
 use crate::event::{BaseDir, CallEvent, PathStatus};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
@@ -83,15 +84,6 @@ impl<'de> Deserialize<'de> for Bytes<'_> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
-    }
-    out
-}
 
 fn unhex(digits: &str) -> Option<Vec<u8>> {
     if !digits.len().is_multiple_of(2) {

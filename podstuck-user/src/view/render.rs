@@ -12,11 +12,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Padding, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use crate::diagnose::{human_duration, Severity};
+use crate::diagnose::{human_duration, Confidence, Severity};
 use crate::output::latency_text;
 
 use super::model::{FindingRow, Screen};
-use super::text::{confidence_word, rate};
+use super::text::rate;
 
 const QUIT_HINT: &str = "q or Ctrl-C: stop and print a summary";
 
@@ -107,7 +107,7 @@ fn finding_lines(findings: &[FindingRow], width: u16) -> Vec<Line<'static>> {
         }
         let status = if f.active { "" } else { "resolved, " };
         head.push(Span::styled(
-            format!("  {status}{}, {} calls, for {}", confidence_word(f.confidence), f.count, human_duration(f.age)),
+            format!("  {status}{}, {} calls, for {}", Confidence::as_str(f.confidence), f.count, human_duration(f.age)),
             dim(),
         ));
         lines.push(Line::from(head));

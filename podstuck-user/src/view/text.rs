@@ -18,22 +18,6 @@ fn clock(time: SystemTime) -> String {
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
-pub fn severity_word(s: Severity) -> &'static str {
-    match s {
-        Severity::Critical => "critical",
-        Severity::Warning => "warning",
-        Severity::Info => "info",
-    }
-}
-
-pub fn confidence_word(c: Confidence) -> &'static str {
-    match c {
-        Confidence::Confirmed => "confirmed",
-        Confidence::Likely => "likely",
-        Confidence::Possible => "possible",
-    }
-}
-
 /// "7 calls", "1 call".
 fn calls(n: u64) -> String {
     if n == 1 {
@@ -59,9 +43,9 @@ pub fn finding_line(report: &Report, now: SystemTime) -> String {
     format!(
         "{} {what} [{}] {}{pod} ({}, {}): {cause} | fix: {}",
         clock(now),
-        severity_word(f.severity),
+        Severity::as_str(f.severity),
         f.kind.id(),
-        confidence_word(f.confidence),
+        Confidence::as_str(f.confidence),
         calls(f.count),
         f.fix
     )
@@ -184,9 +168,9 @@ fn finding_block(f: &Finding) -> String {
     let pod = f.pod_uid.as_ref().map(|p| format!(", pod {p}")).unwrap_or_default();
     let mut block = format!(
         "- [{}] {}{pod}: {status}, {}, {} from {} to {}\n",
-        severity_word(f.severity),
+        Severity::as_str(f.severity),
         f.kind.id(),
-        confidence_word(f.confidence),
+        Confidence::as_str(f.confidence),
         calls(f.count),
         clock(f.first_seen),
         clock(f.last_seen)

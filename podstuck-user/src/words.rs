@@ -1,0 +1,128 @@
+//! Words every layer shares, on the ground floor: timestamps, paths and
+//! node-chosen text made safe for a terminal, durations and latencies as
+//! people read them. It imports nothing from the crate, so every stage may
+//! use it and none reaches up into another to say a time or a path.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+/// A time as RFC 3339 with nanoseconds, UTC.
+pub fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_nanos(time).to_string()
+}
+
+/// Bytes as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// Serde: a path quoted in a finding or a fact, as text (bytes that are not
+/// UTF-8 become U+FFFD; the call events keep the exact bytes in `path_hex`).
+pub fn serialize_path<P: AsRef<[u8]>, S: serde::Serializer>(path: &P, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&String::from_utf8_lossy(path.as_ref()))
+}
+
+/// Whether a character must never reach a terminal raw: C0 controls
+/// (ESC starts the sequences that retitle a terminal or clear its screen),
+/// DEL, the C1 controls (U+0080-U+009F, which some terminals obey too) and
+/// the bidirectional overrides that make text read other than it is.
+fn unsafe_on_a_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The one rule for text the node chose (process names, command lines,
+/// executables, anything read from a record) on its way to a terminal:
+/// every character [`unsafe_on_a_terminal`] becomes `\u{..}`, the rest
+/// stays. Applying it twice changes nothing, so text made safe where it
+/// was read stays as it is when it is shown.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(unsafe_on_a_terminal) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_on_a_terminal(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Bytes the node chose, as safe text: not UTF-8 becomes U+FFFD, then
+/// [`terminal_safe`].
+pub fn safe_text(bytes: &[u8]) -> String {
+    terminal_safe(&String::from_utf8_lossy(bytes)).into_owned()
+}
+
+/// Lines of text on their way to a terminal: [`terminal_safe`] for all
+/// but the line breaks the printer itself put there.
+pub fn terminal_safe_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c != '\n' && unsafe_on_a_terminal(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let lines: Vec<std::borrow::Cow<'_, str>> = text.split('\n').map(terminal_safe).collect();
+    std::borrow::Cow::Owned(lines.join("\n"))
+}
+
+/// A path made safe for one terminal line: printable UTF-8 stays, a
+/// backslash doubles, control characters and non-UTF-8 bytes become escapes.
+pub fn escape_path(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if unsafe_on_a_terminal(c) => {
+                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+/// A latency as people read it: 5000ns, 12.3us, 4.5ms, 2.5s.
+pub fn latency_text(ns: u64) -> String {
+    match ns {
+        0..=9_999 => format!("{ns}ns"),
+        10_000..=9_999_999 => format!("{:.1}us", ns as f64 / 1e3),
+        10_000_000..=999_999_999 => format!("{:.1}ms", ns as f64 / 1e6),
+        _ => format!("{:.1}s", ns as f64 / 1e9),
+    }
+}
+
+/// A duration as people say it: "850 ms", "12 s", "3m20s".
+pub fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        let s = d.as_secs_f64();
+        if s < 10.0 {
+            format!("{s:.1} s")
+        } else {
+            format!("{} s", d.as_secs())
+        }
+    } else {
+        let s = d.as_secs();
+        if s < 3600 {
+            format!("{}m{:02}s", s / 60, s % 60)
+        } else {
+            format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+        }
+    }
+}
+
