@@ -750,12 +750,15 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
             if let Some(why) = &terminal_failure {
                 stderr_line(format_args!("podstuck: the live view stopped: {why}"));
             }
-            return Ok(());
         }
+        // In every mode, the live view's too (it once returned before this).
         if options.kernel_cost {
             for cost in tracer.program_costs() {
                 stderr_line(format_args!("podstuck: kernel cost: {cost}"));
             }
+        }
+        if output == Output::Live {
+            return Ok(());
         }
         let end = if output == Output::Json { end_json(&totals, stopped_by) } else { end_text(&totals, stopped_by) };
         unless_gone(writeln!(sink.out, "{end}").and_then(|()| sink.out.flush()))?;

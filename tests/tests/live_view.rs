@@ -196,3 +196,30 @@ fn not_a_terminal_gets_one_line_per_finding_and_no_call_lines() {
     }
     assert!(lines.last().unwrap().starts_with("podstuck: ") && lines.last().unwrap().contains("events seen"), "the closing line last:\n{stdout}");
 }
+
+/// `--kernel-cost` on a terminal: after the live view gives the terminal
+/// back, each program's cost per call is said, as in every other mode.
+#[test]
+fn the_kernel_cost_report_follows_the_live_view_too() {
+    if !can_touch_the_kernel("the_kernel_cost_report_follows_the_live_view_too") {
+        return;
+    }
+    let scratch = ScratchDir::new("lvcost");
+    let script = scratch.path().join("run.sh");
+    std::fs::write(
+        &script,
+        format!("{} watch --concurrent --kernel-cost --duration 4s\necho \"podstuck exited with status $?\"\nexec sleep 3600\n", quoted(&podstuck_binary())),
+    )
+    .unwrap();
+    let tmux = Tmux::start(scratch.path(), "lvcost", &format!("sh {}", quoted(&script)));
+    tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
+    // Some unlinks to cost something.
+    for i in 0..50 {
+        let f = scratch.path().join(format!("f{i}"));
+        std::fs::write(&f, b"x").unwrap();
+        std::fs::remove_file(&f).unwrap();
+    }
+    let after = tmux.wait_for("exit status", Duration::from_secs(30), |s| s.contains("podstuck exited with status"));
+    assert!(after.contains("podstuck exited with status 0"), "{after}");
+    assert!(after.contains("kernel cost:") && after.contains("unlinkat"), "no kernel cost after the live view:\n{after}");
+}
