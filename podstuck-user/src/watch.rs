@@ -692,10 +692,10 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 sink.harvest(&mut tracer);
                 let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) else { continue };
                 let run = run_info(options, &start, started, &tracer.totals()?, false);
-                // A failed refresh (disk full) is said and retried next
-                // interval; tracing goes on, the book keeps every call.
-                if let Err(e) = exporter.refresh(book, &run, SystemTime::now()) {
-                    let message = format!("cannot refresh histogram files in {}: {e:#}", exporter.dir().display());
+                // A failed refresh (disk full, the directory gone) is said
+                // once and retried every interval; tracing goes on, the
+                // book keeps every call.
+                if let Some(message) = exporter.refresh_and_tell(book, &run, SystemTime::now()) {
                     sink.say(message);
                 }
             }
@@ -724,12 +724,22 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
                 Err(e) => stderr_line(format_args!("podstuck: {e}")),
             }
         }
+        // The last refresh failing (disk full) is said at the very end
+        // (exit code 1), after the closing summary or `end` line: those
+        // hold the run's totals and events lost, which must not be lost
+        // with the files. Said as text only, so that no I/O error in it is
+        // mistaken for the reader going away.
+        let mut histograms_failed = None;
         if let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) {
             let run = run_info(options, &start, started, &totals, true);
-            exporter
-                .refresh(book, &run, SystemTime::now())
-                .with_context(|| format!("writing histogram files in {}", exporter.dir().display()))?;
+            if let Err(e) = exporter.refresh(book, &run, SystemTime::now()) {
+                histograms_failed = Some(anyhow::anyhow!(
+                    "cannot write the final histogram files in {}: {e:#}; they hold the last interval written before",
+                    exporter.dir().display()
+                ));
+            }
         }
+        let histograms_result = || histograms_failed.map_or(Ok(()), Err);
         if output == Output::Live {
             let in_flight = sink.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
             // Give the terminal back first: the summary goes to the user's own screen.
@@ -758,11 +768,11 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
             }
         }
         if output == Output::Live {
-            return Ok(());
+            return histograms_result();
         }
         let end = if output == Output::Json { end_json(&totals, stopped_by) } else { end_text(&totals, stopped_by) };
         unless_gone(writeln!(sink.out, "{end}").and_then(|()| sink.out.flush()))?;
-        Ok(())
+        histograms_result()
     })();
     match finish {
         Err(e) if is_reader_gone(&e) => Ok(()),

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod attacks;
 pub mod findings;
 pub mod fixtures;
 pub mod runtimes;

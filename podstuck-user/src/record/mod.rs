@@ -55,8 +55,10 @@ mod wire;
 mod tests;
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::ffi::CString;
+use std::fs::File;
 use std::io::{self, ErrorKind, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -274,16 +276,49 @@ pub struct Recorder<W: Write = File> {
 impl Recorder<File> {
     /// Creates the record file and writes its header. Never overwrites: a
     /// record is evidence, and the name may be last night's.
+    ///
+    /// podstuck runs as root and the record holds node state (mount
+    /// holders, directory listings, task states): the file is made new,
+    /// mode 0600, relative to its directory opened once
+    /// (`O_CREAT|O_EXCL|O_NOFOLLOW`): an existing file or a link at the
+    /// name is refused, never followed, opened or truncated.
     pub fn create(path: &Path, header: &RecordHeader) -> anyhow::Result<Recorder<File>> {
         if path.is_dir() {
             return Err(anyhow!("{} is a directory: give a file name in it, e.g. {}", path.display(), path.join("incident.podstuck").display()));
         }
-        let file = OpenOptions::new().write(true).create_new(true).open(path).map_err(|e| create_error(path, e))?;
+        let (dir, name) = record_place(path).map_err(|e| create_error(path, e))?;
+        let file = crate::export::files::create_new_at(dir.as_ref().map(AsFd::as_fd), &name, RECORD_MODE).map_err(|e| create_error(path, e))?;
+        let ours = crate::export::files::stat(file.as_fd()).ok();
         Recorder::new(file, path.display().to_string(), header).map_err(|e| {
-            // Ours and unusable: left behind, it would only make the next try say "exists".
-            let _ = std::fs::remove_file(path);
+            // Ours and unusable: left behind, it would only make the next
+            // try say "exists". Removed only if the name is still ours.
+            if let (Some(dir), Some(ours)) = (&dir, ours) {
+                let there = crate::export::files::stat_at(dir.as_fd(), &name).ok().flatten();
+                if there.is_some_and(|t| (t.st_dev, t.st_ino) == (ours.st_dev, ours.st_ino)) {
+                    let _ = crate::export::files::unlink_at(dir.as_fd(), &name);
+                }
+            }
             create_error(path, e)
         })
+    }
+}
+
+/// A record's mode: root's alone.
+const RECORD_MODE: u32 = 0o600;
+
+/// The directory a record goes in, opened (links on the way followed, as
+/// the user named it), and the record's name in it; no directory when the
+/// path has no last name to make (then it is opened as given, and refused
+/// as existing).
+fn record_place(path: &Path) -> io::Result<(Option<OwnedFd>, CString)> {
+    use crate::export::files::{c_path, open_dir};
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+            let dir = open_dir(None, &c_path(parent)?, true)?;
+            Ok((Some(dir), c_path(Path::new(name))?))
+        }
+        _ => Ok((None, c_path(path)?)),
     }
 }
 
@@ -439,4 +474,37 @@ fn told_json(reports: &[Report]) -> Vec<serde_json::Value> {
             serde_json::from_str(&line).unwrap_or(serde_json::Value::String(line))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod create_tests {
+    use super::*;
+    use crate::test_support::TempDir;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn header() -> RecordHeader {
+        RecordHeader::new("6.1.0", &DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "node-1".into(), host_mntns: 1 })
+    }
+
+    /// A link planted at the record's name, dangling or not, is refused and
+    /// never written through; a record is its owner's alone (0600).
+    #[test]
+    fn a_record_is_made_new_0600_and_never_through_a_link() {
+        let dir = TempDir::new("record-create");
+        let victim = dir.0.join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        for (name, target) in [("to-victim.podstuck", victim.clone()), ("dangling.podstuck", dir.0.join("nothing-yet"))] {
+            let path = dir.0.join(name);
+            std::os::unix::fs::symlink(&target, &path).unwrap();
+            let said = Recorder::create(&path, &header()).err().unwrap().to_string();
+            assert_eq!(said, format!("{} exists: choose another name or remove it", path.display()));
+            assert_eq!(std::fs::read_link(&path).unwrap(), target, "the link is left as it was");
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+        assert!(!dir.0.join("nothing-yet").exists(), "nothing made through the dangling link");
+
+        let path = dir.0.join("incident.podstuck");
+        Recorder::create(&path, &header()).unwrap().finish(SystemTime::now(), &[], None).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o600);
+    }
 }
