@@ -116,6 +116,10 @@ struct WatchArgs {
     /// latency.hlog, summary.json, latency.svg, metrics.prom.
     #[arg(long, value_name = "DIR")]
     histograms: Option<PathBuf>,
+    /// Mode of the files in the --histograms DIR, in octal (default 600: they name processes and
+    /// paths of the node). 644 lets a non-root node exporter read metrics.prom.
+    #[arg(long, value_name = "OCTAL", value_parser = file_mode, default_value = "600", requires = "histograms")]
+    file_mode: u32,
     /// Overwrite the files of an earlier run in the --histograms DIR.
     #[arg(long, requires = "histograms")]
     force: bool,
@@ -154,6 +158,15 @@ struct WatchArgs {
     /// statistics while podstuck runs) and print it at the end.
     #[arg(long)]
     kernel_cost: bool,
+}
+
+/// An octal file mode that gives no one else write access.
+fn file_mode(value: &str) -> Result<u32, String> {
+    let mode = u32::from_str_radix(value.trim_start_matches("0o"), 8).map_err(|_| format!("{value} is not an octal file mode (e.g. 600 or 644)"))?;
+    if mode > 0o777 || mode & 0o022 != 0 {
+        return Err(format!("{value}: histogram files must stay writable by root alone (e.g. 600 or 644)"));
+    }
+    Ok(mode)
 }
 
 /// A BTF file podstuck can read the struct layouts from: checked before
@@ -205,6 +218,7 @@ impl WatchArgs {
             attach: self.attach,
             btf: self.btf,
             unrolled_walk: matches!(self.path_walk, PathWalkArg::Unrolled),
+            file_mode: self.file_mode,
             ring_buffer_bytes: self.ring_buffer_kib.map(|kib| kib * 1024),
             kernel_cost: self.kernel_cost,
         })

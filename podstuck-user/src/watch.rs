@@ -72,6 +72,8 @@ pub struct WatchOptions {
     pub btf: Option<PathBuf>,
     /// Walk base directories unrolled even where bpf_loop exists (tests).
     pub unrolled_walk: bool,
+    /// The mode of the histogram files (`--file-mode`, default 0600).
+    pub file_mode: u32,
     /// Ring buffer size in bytes; default `RING_BUFFER_BYTES`.
     pub ring_buffer_bytes: Option<u32>,
     /// Turn on the kernel's BPF run-time statistics and say what each
@@ -100,6 +102,7 @@ impl Default for WatchOptions {
             attach: AttachPoint::Auto,
             btf: None,
             unrolled_walk: false,
+            file_mode: 0o600,
             ring_buffer_bytes: None,
             kernel_cost: false,
         }
@@ -488,7 +491,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     let started = SystemTime::now();
     // A bad output directory fails now, not after an hour of tracing.
     let mut exporter = match &options.histograms {
-        Some(dir) => Some(Exporter::open(dir, options.force, started)?),
+        Some(dir) => Some(Exporter::open(dir, options.force, started)?.with_file_mode(options.file_mode)),
         None => None,
     };
     let filter = PodFilter::new(options.pods.iter().cloned());

@@ -367,3 +367,24 @@ fn a_full_filesystem_is_said_once_and_the_end_line_is_printed_still() {
     assert_eq!(summary(&out).unwrap()["run"]["finished"], false);
     assert_whole(&out);
 }
+
+/// `--file-mode 644` for a node exporter that is not root; never a mode
+/// that lets anyone else write.
+#[test]
+fn a_file_mode_may_open_reading_never_writing() {
+    if !can_touch_the_kernel("a_file_mode_may_open_reading_never_writing") {
+        return;
+    }
+    let scratch = ScratchDir::new("filemode");
+    let dir = scratch.path().join("h");
+    let refused = Command::new(podstuck_binary()).args(["watch", "--json", "--concurrent", "--file-mode", "664", "--histograms", path_arg(&dir)]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(!dir.exists(), "nothing made for a refused mode");
+    let watch = Watch::start(&["--file-mode", "644", "--interval", "1s", "--histograms", path_arg(&dir)]);
+    let done = watch.stop(libc::SIGINT);
+    assert!(done.status.success(), "{}", done.stderr);
+    for name in ["summary.json", "metrics.prom", "latency.hlog", "latency.svg"] {
+        let mode = std::fs::metadata(dir.join(name)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "{name}");
+    }
+}
