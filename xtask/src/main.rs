@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod vm;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "podstuck's build, test and demo tasks")]
@@ -27,7 +28,8 @@ enum Task {
     Setup,
     /// Set up, then build the self-contained `podstuck` binary (release).
     Build,
-    /// Set up, then run every test: unit tests and the end-to-end tests on the real kernel (as root).
+    /// Set up, then run every test: unit tests, the end-to-end tests on the real kernel, and the
+    /// kernel-facing scenarios on Debian's 5.10, 6.1 and 6.12 booted under QEMU (as root).
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         #[arg(trailing_var_arg = true)]
@@ -38,6 +40,9 @@ enum Task {
     /// Set up (plus bpftrace, strace and docker.io), build, then measure what tracing costs a removal storm,
     /// against bpftrace and strace, and write BENCHMARKS.md (as root; takes a while).
     Bench(bench::BenchArgs),
+    /// Set up (plus QEMU), build, then boot Debian's 5.10, 6.1 and 6.12 cloud kernels under QEMU and run
+    /// podstuck's kernel-facing scenarios inside each; console logs in target/vm/ (as root; a few minutes a kernel).
+    VmTest(vm::VmArgs),
 }
 
 /// What the benchmark compares podstuck with, and Debian's docker.io whose
@@ -240,9 +245,26 @@ fn test(args: &[String]) -> Result<()> {
         total.add(&line);
     }
     let status = child.wait()?;
+    // The kernels real nodes run, booted under QEMU: the code paths this
+    // machine's kernel never takes (fentry, the walk without bpf_loop).
+    // Only for the whole suite: a filtered run (`-- --test NAME`) is about its filter.
+    let vm = if args.is_empty() { vm::run_matrix(&vm::VmArgs::all()) } else { Ok((0, 0)) };
+    match &vm {
+        Ok((passed, failed)) => {
+            total.passed += *passed as u64;
+            total.failed += *failed as u64;
+        }
+        Err(e) => {
+            say(&format!("the VM matrix could not run: {e:#}"));
+            total.failed += 1;
+        }
+    }
     println!("podstuck tests: {} passed, {} failed, {} skipped", total.passed, total.failed, total.ignored);
     if !status.success() {
         bail!("cargo test failed ({status})");
+    }
+    if total.failed > 0 {
+        bail!("the VM matrix failed (console logs in target/vm/)");
     }
     Ok(())
 }
@@ -280,6 +302,7 @@ fn main() -> ExitCode {
         Task::Build => setup().and_then(|()| build_release()).map(|bin| say(&format!("built {}", bin.display()))),
         Task::Test { args } => test(&args),
         Task::Bench(args) => run_bench(&args),
+        Task::VmTest(args) => vm::vm_test(&args),
         Task::Demo => setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| run_demo(&bin)),
     };
     match result {

@@ -1,0 +1,387 @@
+#!/bin/sh
+# /init of `cargo xtask vm-test`: PID 1 of a throwaway QEMU guest booted on
+# one of Debian's cloud kernels, with everything in the initramfs (busybox,
+# podstuck, the test helpers actor and fuse_server, mkfs.ext4, chattr, GNU
+# rm, bpftool). It runs podstuck's kernel-facing scenarios and prints one
+# line per scenario on the serial console, which the host parses:
+#
+#   PODSTUCK-VM RESULT <scenario> PASS|FAIL attach=<a> walk=<w> <detail>
+#
+# plus INFO lines (what the kernel offers), TIME lines, and `<scenario>|`
+# lines with what podstuck printed. Each scenario reports even when an
+# earlier one failed; every wait is bounded, so a broken podstuck fails its
+# scenario instead of hanging the guest. The guest powers off at the end.
+
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root TERM=dumb
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+# Kernel messages go to the log (dumped at the end), not across our lines.
+echo 1 > /proc/sys/kernel/printk
+BOOT_LINES=$(dmesg | wc -l)
+
+say() { echo "PODSTUCK-VM $*"; }
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+since() { awk -v a="$1" -v b="$(uptime_s)" 'BEGIN { printf "%.1f", b - a }'; }
+# One line, at most 400 characters, of a file or stdin.
+oneline() { tr '\n\r\t' '   ' | sed 's/  */ /g; s/^ //; s/ $//' | cut -c1-400; }
+# Prints a file's lines to the console, prefixed, at most $3 lines (default 60).
+show() { [ -s "$2" ] && head -n "${3:-60}" "$2" | sed "s/^/PODSTUCK-VM $1| /"; }
+
+# The attach mechanism and path walk of the first podstuck that started.
+SEEN_ATTACH=""
+SEEN_WALK=""
+A=-
+W=-
+result() { # SCENARIO PASS|FAIL DETAIL...
+    s=$1 v=$2
+    shift 2
+    echo "PODSTUCK-VM RESULT $s $v attach=${A:--} walk=${W:--} $*"
+}
+
+# A JSON string field ("key":"value") of a compact JSON line on stdin.
+jstr() { sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p" | head -n 1; }
+# A JSON number field of a compact JSON line on stdin.
+jnum() { sed -n "s/.*\"$1\":\([0-9][0-9]*\).*/\1/p" | head -n 1; }
+
+# Sets A and W from the start line of podstuck's JSON output in $1.
+facts() {
+    line=$(grep -m1 '"type":"start"' "$1" 2>/dev/null)
+    A=$(echo "$line" | jstr attach)
+    W=$(echo "$line" | jstr path_walk)
+    if [ -n "$A" ] && [ -z "$SEEN_ATTACH" ]; then
+        SEEN_ATTACH=$A
+        SEEN_WALK=$W
+        say "INFO podstuck attach=$A walk=$W lockdown=$(echo "$line" | jstr lockdown) kernel=$(echo "$line" | jstr kernel)"
+    fi
+}
+
+# Whether a process exists and is not a zombie.
+alive() {
+    st=$(sed -n 's/^[0-9]* (.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null)
+    [ -n "$st" ] && [ "$st" != Z ]
+}
+
+# wait_for FILE PATTERN PID SECONDS: 0 once PATTERN is in FILE, 1 when PID
+# ended without it, 2 after SECONDS.
+wait_for() {
+    n=$(($4 * 10))
+    while [ "$n" -gt 0 ]; do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        if ! alive "$3"; then
+            grep -q "$2" "$1" 2>/dev/null && return 0
+            return 1
+        fi
+        sleep 0.1
+        n=$((n - 1))
+    done
+    return 2
+}
+
+# wait_gone PID SECONDS: 0 once PID ended.
+wait_gone() {
+    n=$(($2 * 10))
+    while [ "$n" -gt 0 ]; do
+        alive "$1" || return 0
+        sleep 0.1
+        n=$((n - 1))
+    done
+    return 1
+}
+
+# Starts `podstuck watch ARGS...` in the background, output in $OUT.json
+# and $OUT.err; waits for its start line. Sets WPID; returns non-zero (and
+# sets WHY) when podstuck did not start.
+start_watch() {
+    OUT=$1
+    shift
+    podstuck watch "$@" >"$OUT.json" 2>"$OUT.err" &
+    WPID=$!
+    wait_for "$OUT.json" '"type":"start"' "$WPID" 90
+    case $? in
+        0) facts "$OUT.json"; return 0 ;;
+        1) wait "$WPID"; WHY="podstuck exited $? before tracing: $(oneline <"$OUT.err")" ;;
+        *) kill -9 "$WPID"; wait "$WPID"; WHY="no start line within 90 s: $(oneline <"$OUT.err")" ;;
+    esac
+    A=-
+    W=-
+    return 1
+}
+
+# Ends a watch started by start_watch, if it still runs: SIGINT, then SIGKILL.
+stop_watch() {
+    if alive "$WPID"; then
+        kill -INT "$WPID"
+        wait_gone "$WPID" 60 || kill -9 "$WPID"
+    fi
+    wait "$WPID"
+    WRC=$?
+}
+
+# --- the guest ----------------------------------------------------------
+
+mkdir -p /tmp /run /var/tmp /dev/pts /dev/shm /root
+mount -t tmpfs -o size=1600m tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
+hostname podstuck-vm
+
+MODULES=""
+if [ -f /lib/modules/podstuck-vm/order ]; then
+    for m in $(cat /lib/modules/podstuck-vm/order); do
+        if insmod "/lib/modules/podstuck-vm/$m.ko"; then
+            MODULES="$MODULES,$m"
+        else
+            MODULES="$MODULES,$m(FAILED)"
+        fi
+    done
+fi
+MODULES=${MODULES#,}
+LOCKDOWN=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/security/lockdown 2>/dev/null)
+[ -e /sys/kernel/btf/vmlinux ] && BTF=yes || BTF=no
+EXPECT=$(sed -n 's/.*podstuck_vm\.expect_attach=\([^ ]*\).*/\1/p' /proc/cmdline)
+EXPECT_WALK=$(sed -n 's/.*podstuck_vm\.expect_walk=\([^ ]*\).*/\1/p' /proc/cmdline)
+say "INFO kernel=$(uname -r) lockdown=${LOCKDOWN:-unknown} btf_vmlinux=$BTF modules_loaded=${MODULES:-none} cpus=$(nproc) mem_mb=$(free -m | awk '/^Mem:/ { print $2 }') expect_attach=${EXPECT:-any} expect_walk=${EXPECT_WALK:-any}"
+
+# /var/tmp: ext4 (chattr +i needs a filesystem with inode flags; tmpfs has
+# none), from an image on the tmpfs, loop-mounted. 1 KiB blocks and enough
+# inodes for the 100,000-directory storm and the demo's lab.
+truncate -s 2G /tmp/var-tmp.img
+if mkfs.ext4 -F -q -b 1024 -N 400000 -E lazy_itable_init=1,lazy_journal_init=1 /tmp/var-tmp.img \
+    && mount -t ext4 -o loop /tmp/var-tmp.img /var/tmp; then
+    say "INFO /var/tmp: $(awk '$2 == "/var/tmp" { print $1, $3, $4 }' /proc/mounts)"
+else
+    say "INFO /var/tmp: no ext4 (mkfs.ext4 or the loop mount failed); the scenarios run on the initramfs"
+fi
+
+# --- check ----------------------------------------------------------------
+T0=$(uptime_s)
+A=- W=-
+podstuck check >/tmp/check.out 2>&1
+RC=$?
+show check /tmp/check.out
+# Its plan line: "attach: fentry, path walk: bpf_loop (...)".
+A=$(sed -n 's/.*plan  *attach: \([a-z_]*\).*/\1/p' /tmp/check.out)
+W=$(sed -n 's/.*plan  *attach: .*path walk: \([a-z_]*\).*/\1/p' /tmp/check.out)
+if [ "$RC" = 0 ]; then
+    result check PASS "exit 0; $(grep -c '^ok' /tmp/check.out) ok, $(grep -c '^warn' /tmp/check.out) warn"
+else
+    result check FAIL "exit $RC: $( (grep '^FAIL' /tmp/check.out || cat /tmp/check.out) | oneline)"
+fi
+say "TIME check $(since "$T0")"
+
+# --- demo -----------------------------------------------------------------
+T0=$(uptime_s)
+A=- W=-
+timeout -s INT 240 podstuck demo --json --duration 25s >/tmp/demo.json 2>/tmp/demo.err
+RC=$?
+facts /tmp/demo.json
+show demo-stderr /tmp/demo.err 40
+grep -v '"type":"finding-update"' /tmp/demo.json | cut -c1-600 >/tmp/demo.short
+show demo-json /tmp/demo.short 30
+LAB=$(grep -o '/var/tmp/podstuck-demo-[0-9]*' /tmp/demo.err | head -n 1)
+PROBLEMS=""
+FOUND=0
+for kind in volume-still-mounted removal-storm immutable-file mount-held cgroup-busy; do
+    line=$(grep '"type":"finding"' /tmp/demo.json | grep "\"kind\":\"$kind\"" | head -n 1)
+    if [ -z "$line" ]; then
+        PROBLEMS="$PROBLEMS; no $kind"
+    elif ! echo "$line" | grep -q '"confidence":"confirmed"'; then
+        PROBLEMS="$PROBLEMS; $kind is $(echo "$line" | jstr confidence)"
+    else
+        FOUND=$((FOUND + 1))
+    fi
+done
+if [ -z "$LAB" ]; then
+    PROBLEMS="$PROBLEMS; the lab's path was not said"
+else
+    grep -q " $LAB[/ ]" /proc/self/mountinfo && PROBLEMS="$PROBLEMS; mounts left under $LAB"
+    [ -e "$LAB" ] && PROBLEMS="$PROBLEMS; $LAB left"
+fi
+if [ "$RC" = 0 ] && [ -z "$PROBLEMS" ]; then
+    result demo PASS "5/5 findings confirmed; $LAB removed, no mount left"
+else
+    [ "$RC" = 0 ] || PROBLEMS="exit $RC$PROBLEMS: $(grep -v '^podstuck demo: \(building\|tracing\|removing\|removed\)' /tmp/demo.err | oneline)"
+    result demo FAIL "$FOUND/5 confirmed; ${PROBLEMS#; }"
+fi
+say "TIME demo $(since "$T0")"
+
+# --- hung-call: an unlink waiting on a stopped FUSE daemon -----------------
+T0=$(uptime_s)
+A=- W=-
+mkdir -p /tmp/fuse
+fuse_server /tmp/fuse >/tmp/fuse.out 2>&1 &
+FPID=$!
+if ! wait_for /tmp/fuse.out ready "$FPID" 20; then
+    result hung-call FAIL "fuse_server did not start: $(oneline </tmp/fuse.out)"
+else
+    HEALTHY=$(actor unlink /tmp/fuse/a 2>&1 | oneline)
+    kill -STOP "$FPID"
+    if start_watch /tmp/hung --json --findings --hung-after 2s --duration 10s; then
+        actor --comm kubelet unlink /tmp/fuse/a >/tmp/hung-actor.out 2>&1 &
+        APID=$!
+        wait_gone "$WPID" 60 || kill -INT "$WPID"
+        stop_watch
+        show hung /tmp/hung.err 20
+        line=$(grep '"kind":"hung-call"' /tmp/hung.json | head -n 1)
+        if [ -n "$line" ] && [ "$WRC" = 0 ]; then
+            result hung-call PASS "hung-call on $(echo "$line" | sed -n 's/.*"paths":\["\([^"]*\)".*/\1/p') (healthy unlink first: $HEALTHY)"
+        else
+            result hung-call FAIL "exit $WRC; no hung-call finding in $(grep -c . /tmp/hung.json) lines: $(grep -o '"kind":"[^"]*"' /tmp/hung.json | sort -u | oneline) $(oneline </tmp/hung.err)"
+        fi
+    else
+        APID=""
+        result hung-call FAIL "$WHY"
+    fi
+    # Let everything waiting on the daemon fail, so the guest can power off.
+    mkdir -p /sys/fs/fuse/connections
+    mount -t fusectl fusectl /sys/fs/fuse/connections 2>/dev/null
+    CONN=$(awk '$5 == "/tmp/fuse" { split($3, d, ":"); print d[2] }' /proc/self/mountinfo | head -n 1)
+    [ -n "$CONN" ] && echo 1 >"/sys/fs/fuse/connections/$CONN/abort"
+    if [ -n "$APID" ]; then
+        wait_gone "$APID" 10 || kill -9 "$APID"
+        wait "$APID"
+        say "INFO hung unlink after the abort: $(oneline </tmp/hung-actor.out)"
+    fi
+fi
+kill -CONT "$FPID" 2>/dev/null
+kill -9 "$FPID" 2>/dev/null
+wait "$FPID" 2>/dev/null
+umount -l /tmp/fuse 2>/dev/null
+say "TIME hung-call $(since "$T0")"
+
+# --- relative-paths: cwd- and dirfd-relative removals get absolute paths ---
+T0=$(uptime_s)
+A=- W=-
+BASE=/var/tmp/rel/one/two/three
+mkdir -p "$BASE/cwd-dir" "$BASE/fd-dir"
+touch "$BASE/cwd-file"
+if start_watch /tmp/rel --json --every-call --duration 8s; then
+    R1=$(cd "$BASE" && actor --comm kubelet rmdir cwd-dir 2>&1 | oneline)
+    R2=$(actor --comm kubelet unlink-in "$BASE" cwd-file 2>&1 | oneline)
+    R3=$(actor --comm kubelet rmdir-at "$BASE" fd-dir 2>&1 | oneline)
+    wait_gone "$WPID" 60
+    stop_watch
+    show rel /tmp/rel.err 10
+    grep '"comm":"kubelet"' /tmp/rel.json | cut -c1-700 >/tmp/rel.short
+    show rel-json /tmp/rel.short 10
+    MISSING=""
+    for want in "rmdir cwd-dir" "unlink cwd-file" "unlinkat fd-dir"; do
+        sc=${want% *} name=${want#* }
+        grep '"type":"event"' /tmp/rel.json | grep "\"syscall\":\"$sc\"" | grep -q "\"abs_path\":\"$BASE/$name\"" ||
+            MISSING="$MISSING; $sc $name: $(grep '"type":"event"' /tmp/rel.json | grep "\"syscall\":\"$sc\"" | grep "$name" | head -n 1 | sed -n 's/.*\("abs_path[^,]*\).*/\1/p')"
+    done
+    if [ -z "$MISSING" ] && [ "$WRC" = 0 ]; then
+        result relative-paths PASS "abs_path $BASE/{cwd-dir,cwd-file,fd-dir} for rmdir (cwd), unlink (cwd), unlinkat (dirfd)"
+    else
+        result relative-paths FAIL "exit $WRC; calls: $R1 / $R2 / $R3; missing or wrong${MISSING}"
+    fi
+else
+    result relative-paths FAIL "$WHY"
+fi
+rm -rf /var/tmp/rel
+say "TIME relative-paths $(since "$T0")"
+
+# --- storm-count: 100,000 directories removed by rm -rf, counted exactly ----
+T0=$(uptime_s)
+A=- W=-
+STORM=/var/tmp/storm
+DIRS=100000
+# podstuck first (mkdir is not traced): a podstuck that cannot start costs
+# no 100,000 directories.
+if start_watch /tmp/storm --json --findings --histograms /tmp/h --interval 2s; then
+    mkdir -p "$STORM"
+    MADE=$(actor mkdirs "$STORM" "$DIRS" 2>&1 | oneline)
+    N=$(find "$STORM" -mindepth 1 -maxdepth 1 -type d | wc -l)
+    say "INFO storm: $MADE; $N directories in $STORM ($(since "$T0") s)"
+    T1=$(uptime_s)
+    /usr/local/bin/gnu-rm -rf "$STORM"
+    RM_RC=$?
+    RM_S=$(since "$T1")
+    # Removed: every directory below, and the storm directory itself.
+    REMOVED=$((N + 1))
+    [ -e "$STORM" ] && REMOVED="?"
+    stop_watch
+    show storm /tmp/storm.err 10
+    grep '"type":"finding"' /tmp/storm.json | sed -n 's/.*"kind":"\([^"]*\)".*/\1/p' | sort | uniq -c |
+        awk '{ printf "%s%s x%s", sep, $2, $1; sep = ", " } END { if (!NR) printf "none" }' >/tmp/storm.kinds
+    # summary.json is pretty-printed: one field a line.
+    COUNTED=$(awk '/"syscall": "/ { s = $2 } /"count": / { if (s ~ /unlinkat/) n += $2 + 0 } END { print n + 0 }' /tmp/h/summary.json 2>/dev/null)
+    TOTAL=$(awk '/"calls_counted"/ { c = 1 } c && /"unlinkat": / { print $2 + 0; exit }' /tmp/h/summary.json 2>/dev/null)
+    FINISHED=$(sed -n 's/.*"finished": \([a-z]*\).*/\1/p' /tmp/h/summary.json 2>/dev/null)
+    LOST=$(jnum events_lost </tmp/storm.json)
+    DETAIL="rm -rf of $REMOVED dirs in ${RM_S}s (exit $RM_RC); summary.json unlinkat series sum $COUNTED, calls_counted $TOTAL, finished=$FINISHED, events_lost=${LOST:-?}; findings: $(cat /tmp/storm.kinds)"
+    if [ "$WRC" = 0 ] && [ "$RM_RC" = 0 ] && [ "$COUNTED" = "$REMOVED" ] && [ "$FINISHED" = true ]; then
+        result storm-count PASS "$DETAIL"
+    else
+        show summary /tmp/h/summary.json 60
+        result storm-count FAIL "exit $WRC; $DETAIL"
+    fi
+else
+    result storm-count FAIL "$WHY"
+fi
+rm -rf "$STORM"
+say "TIME storm-count $(since "$T0")"
+
+# --- sigkill: a SIGKILLed podstuck leaves no program loaded -----------------
+T0=$(uptime_s)
+A=- W=-
+if start_watch /tmp/kill --json; then
+    IDS=$(grep -m1 '"type":"start"' /tmp/kill.json | sed -n 's/.*"program_ids":\[\([0-9,]*\)\].*/\1/p' | tr ',' ' ')
+    [ -e "/proc/$WPID/fdinfo" ] && HELD=$(grep -l '^prog_id:' /proc/"$WPID"/fdinfo/* 2>/dev/null | wc -l)
+    kill -9 "$WPID"
+    wait "$WPID"
+    LEFT=""
+    # Programs are freed after an RCU grace period: give them a few seconds.
+    n=50
+    while [ "$n" -gt 0 ]; do
+        LEFT=""
+        for id in $IDS; do
+            bpftool prog show id "$id" >/dev/null 2>&1 && LEFT="$LEFT $id"
+        done
+        [ -z "$LEFT" ] && break
+        sleep 0.1
+        n=$((n - 1))
+    done
+    FDS=$(grep -l '^prog_id:' /proc/[0-9]*/fdinfo/* 2>/dev/null | wc -l)
+    ALL=$(bpftool prog show 2>/dev/null | grep -c '^[0-9]*:')
+    KPROBES=$(grep -c . /sys/kernel/tracing/kprobe_events 2>/dev/null)
+    LOCKED=$(grep -c FLOCK /proc/locks)
+    if [ -z "$IDS" ]; then
+        result sigkill FAIL "the start line names no program_ids"
+    elif [ -d "/proc/$WPID" ]; then
+        result sigkill FAIL "pid $WPID still there after SIGKILL"
+    elif [ -n "$LEFT" ]; then
+        result sigkill FAIL "programs still loaded 5 s after SIGKILL: $LEFT (of $IDS)"
+    else
+        result sigkill PASS "programs $(echo $IDS | tr ' ' ',') (on ${HELD:-?} fds of pid $WPID) gone after SIGKILL; bpftool lists $ALL programs; $FDS prog fds in /proc; kprobe_events lines $KPROBES; flocks $LOCKED"
+    fi
+else
+    result sigkill FAIL "$WHY"
+fi
+say "TIME sigkill $(since "$T0")"
+
+# --- attach: where podstuck attached and how it walks paths, against what --
+# --- this kernel should give ---------------------------------------------
+A=$SEEN_ATTACH W=$SEEN_WALK
+matches() { [ -z "$2" ] || [ "$2" = any ] || [ "$1" = "$2" ]; }
+if [ -z "$SEEN_ATTACH" ]; then
+    result attach FAIL "podstuck never started tracing on this kernel: $( (cat /tmp/check.out; grep -v '^podstuck demo: \(building\|removing\|removed\)' /tmp/demo.err) | grep -i 'fail\|error\|cannot\|too old' | awk '!seen[$0]++' | head -n 3 | oneline)"
+elif matches "$SEEN_ATTACH" "$EXPECT" && matches "$SEEN_WALK" "$EXPECT_WALK"; then
+    result attach PASS "attached with $SEEN_ATTACH, path walk $SEEN_WALK (expected: ${EXPECT:-any}, ${EXPECT_WALK:-any})"
+else
+    result attach FAIL "attached with $SEEN_ATTACH, path walk $SEEN_WALK; expected ${EXPECT:-any}, ${EXPECT_WALK:-any} on this kernel"
+fi
+
+# --- the end --------------------------------------------------------------
+say "INFO memory at the end: $(free -m | awk '/^Mem:/ { print "used " $3 " MB of " $2 }')"
+dmesg | tail -n +$((BOOT_LINES + 1)) | head -n 200 | sed 's/^/PODSTUCK-VM dmesg| /'
+say "DONE $(uptime_s)"
+sync
+poweroff -f
+echo o >/proc/sysrq-trigger
+sleep 10
