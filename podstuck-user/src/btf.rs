@@ -68,15 +68,46 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32> {
     Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
 }
 
-fn name_at(strings: &[u8], off: u32) -> String {
+/// The longest name the kernel accepts in BTF (KSYM_NAME_LEN).
+const MAX_NAME_BYTES: usize = 512;
+
+/// A kernel's BTF is a few MB (5 MB for Debian's); a file many times that
+/// is not one, and is not read whole.
+const MAX_BTF_BYTES: u64 = 256 << 20;
+
+/// Anonymous structs and unions nest a few deep in the kernel; a type that
+/// holds itself (damaged BTF) must not send the search round for ever.
+const MAX_ANONYMOUS_DEPTH: u32 = 16;
+
+/// Members a search looks at: task_struct, the largest, has some 250 with
+/// its anonymous parts.
+const MAX_MEMBERS_LOOKED_AT: usize = 100_000;
+
+fn name_at(strings: &[u8], off: u32) -> Result<String> {
     let tail = strings.get(off as usize..).unwrap_or(&[]);
-    let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
-    String::from_utf8_lossy(&tail[..end]).into_owned()
+    let end = tail.iter().take(MAX_NAME_BYTES + 1).position(|&b| b == 0).unwrap_or(tail.len().min(MAX_NAME_BYTES + 1));
+    if end > MAX_NAME_BYTES {
+        bail!("a BTF name longer than {MAX_NAME_BYTES} bytes");
+    }
+    Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
 }
 
 impl Btf {
+    /// Reads a BTF file: a regular file (not a FIFO or a device, which
+    /// would be read for ever) of at most 256 MiB.
     pub fn from_file(path: &Path) -> Result<Btf> {
-        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        use std::io::Read;
+        let reading = || format!("reading {}", path.display());
+        let kind = std::fs::metadata(path).with_context(reading)?.file_type();
+        if !kind.is_file() {
+            bail!("{} is not a regular file", path.display());
+        }
+        let file = std::fs::File::open(path).with_context(reading)?;
+        let mut data = Vec::new();
+        file.take(MAX_BTF_BYTES + 1).read_to_end(&mut data).with_context(reading)?;
+        if data.len() as u64 > MAX_BTF_BYTES {
+            bail!("{} is larger than {} MiB: not a kernel's BTF", path.display(), MAX_BTF_BYTES >> 20);
+        }
         Btf::parse(&data).with_context(|| format!("parsing BTF in {}", path.display()))
     }
 
@@ -115,7 +146,7 @@ impl Btf {
                         let m = at + i * 12;
                         let offset = u32_at(types_data, m + 8)?;
                         members.push(Member {
-                            name: name_at(strings, u32_at(types_data, m)?),
+                            name: name_at(strings, u32_at(types_data, m)?)?,
                             type_id: u32_at(types_data, m + 4)?,
                             // With kind_flag the top 8 bits hold a bitfield size.
                             bit_offset: if kind_flag { offset & 0x00ff_ffff } else { offset },
@@ -132,7 +163,7 @@ impl Btf {
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => size_or_type,
                 _ => 0,
             };
-            types.push(Type { kind, name: name_at(strings, name_off), ref_type, members });
+            types.push(Type { kind, name: name_at(strings, name_off)?, ref_type, members });
         }
 
         let mut structs_by_name = HashMap::new();
@@ -160,14 +191,26 @@ impl Btf {
     /// Byte offset of `member` in the struct or union `id`, searching
     /// anonymous members too; returns (bit offset, member's type id).
     fn find_member(&self, id: u32, member: &str) -> Option<(u32, u32)> {
+        let mut looked_at = 0;
+        self.find_member_within(id, member, MAX_ANONYMOUS_DEPTH, &mut looked_at)
+    }
+
+    /// The search of [`Btf::find_member`], at most `depth` anonymous
+    /// members deep and [`MAX_MEMBERS_LOOKED_AT`] members in all (damaged
+    /// BTF can make a type of many anonymous members that hold itself).
+    fn find_member_within(&self, id: u32, member: &str, depth: u32, looked_at: &mut usize) -> Option<(u32, u32)> {
         let ty = self.types.get(self.resolve(id) as usize)?;
         for m in &ty.members {
+            *looked_at += 1;
+            if *looked_at > MAX_MEMBERS_LOOKED_AT {
+                return None;
+            }
             if m.name == member {
                 return Some((m.bit_offset, m.type_id));
             }
-            if m.name.is_empty() {
-                if let Some((inner, type_id)) = self.find_member(m.type_id, member) {
-                    return Some((m.bit_offset + inner, type_id));
+            if m.name.is_empty() && depth > 0 {
+                if let Some((inner, type_id)) = self.find_member_within(m.type_id, member, depth - 1, looked_at) {
+                    return Some((m.bit_offset.checked_add(inner)?, type_id));
                 }
             }
         }
@@ -297,9 +340,107 @@ mod tests {
     }
 
     #[test]
+    fn an_anonymous_member_of_its_own_type_is_no_endless_search() {
+        // struct outer's anonymous union (type 3) made to hold itself: its
+        // member b (name at byte 88, type at 92) anonymous, of type 3.
+        let mut blob = sample();
+        blob[88..92].copy_from_slice(&0u32.to_le_bytes());
+        blob[92..96].copy_from_slice(&3u32.to_le_bytes());
+        let btf = Btf::parse(&blob).unwrap();
+        assert!(btf.offset_of("outer", &["nope"]).is_err());
+    }
+
+    #[test]
     fn rejects_garbage() {
         assert!(Btf::parse(b"not btf at all, really not").is_err());
         assert!(Btf::parse(&[]).is_err());
+    }
+
+    /// This kernel's BTF, read once; None where there is none.
+    fn vmlinux() -> Option<Vec<u8>> {
+        thread_local! {
+            static DATA: Option<Vec<u8>> = std::fs::read(VMLINUX_BTF).ok();
+        }
+        DATA.with(Clone::clone)
+    }
+
+    #[test]
+    fn a_name_without_its_end_or_a_file_that_is_no_btf_is_refused() {
+        let mut blob = sample();
+        // The string section made one long name with no NUL.
+        let strings_at = blob.len() - b"\0int\0outer\0a\0b\0c\0inner\0x\0y\0".len();
+        let long = vec![b'n'; 2 * MAX_NAME_BYTES];
+        blob.truncate(strings_at);
+        blob.extend_from_slice(&long);
+        blob[20..24].copy_from_slice(&(long.len() as u32).to_le_bytes());
+        assert!(Btf::parse(&blob).err().unwrap().to_string().contains("longer than 512 bytes"));
+        let fifo = std::env::temp_dir().join(format!("podstuck-btf-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = Btf::from_file(&fifo).err().unwrap().to_string();
+        let _ = std::fs::remove_file(&fifo);
+        assert!(err.contains("is not a regular file"), "{err}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 1024, failure_persistence: None, ..Default::default() })]
+
+        /// Any bytes: an error (or, rarely, some types), never a panic, and
+        /// a search through them ends.
+        #[test]
+        fn any_bytes_are_parsed_without_a_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048), magic in proptest::prelude::any::<bool>()) {
+            let mut bytes = bytes;
+            if magic && bytes.len() >= 2 {
+                bytes[..2].copy_from_slice(&BTF_MAGIC.to_le_bytes());
+            }
+            if let Ok(btf) = Btf::parse(&bytes) {
+                let _ = btf.kernel_offsets();
+            }
+        }
+
+        /// The hand-made sample with words changed: types of any kind,
+        /// members of any type (themselves too), offsets of any size.
+        #[test]
+        fn a_damaged_sample_is_parsed_and_searched_without_a_panic(words in proptest::collection::vec((0usize..40, proptest::prelude::any::<u32>()), 1..8)) {
+            let mut blob = sample();
+            for (word, value) in words {
+                let at = 24 + 4 * word;
+                if at + 4 <= blob.len() {
+                    blob[at..at + 4].copy_from_slice(&(value % 8).to_le_bytes());
+                }
+            }
+            if let Ok(btf) = Btf::parse(&blob) {
+                for path in [&["a"][..], &["b"], &["c", "y"], &["nope"]] {
+                    let _ = btf.offset_of("outer", path);
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, failure_persistence: None, ..Default::default() })]
+
+        /// This kernel's BTF cut short: an error, never a panic.
+        #[test]
+        fn the_kernels_btf_cut_short_is_refused(at in proptest::prelude::any::<proptest::sample::Index>()) {
+            let Some(data) = vmlinux() else { return Ok(()) };
+            let cut = at.index(data.len());
+            proptest::prop_assert!(Btf::parse(&data[..cut]).is_err());
+        }
+
+        /// This kernel's BTF with bytes changed: read or refused, never a
+        /// panic, and the offsets searched for in bounded work.
+        #[test]
+        fn the_kernels_btf_damaged_is_read_without_a_panic(flips in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), 1u8..=255), 1..64)) {
+            let Some(mut data) = vmlinux() else { return Ok(()) };
+            for (at, x) in &flips {
+                let i = at.index(data.len());
+                data[i] ^= x;
+            }
+            if let Ok(btf) = Btf::parse(&data) {
+                let _ = btf.kernel_offsets();
+            }
+        }
     }
 
     #[test]

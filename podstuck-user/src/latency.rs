@@ -7,8 +7,14 @@
 //! (log-linear, 8 per power of two): each bucket's calls are recorded at its
 //! middle, so a percentile is told to within 6 % of the true latency, and
 //! counts and sums are exact.
+//!
+//! The pods a series names come from paths, which anyone on the node can
+//! make up, so the book is bounded: at most [`MAX_PODS`] pods and
+//! [`MAX_SERIES`] series of their own; the calls of any more are counted,
+//! exactly, in `other` series ([`SeriesKey::is_other`]), and the book says
+//! so once ([`LatencyBook::take_overflow_note`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use hdrhistogram::Histogram;
@@ -24,8 +30,54 @@ use crate::identify::Identity;
 pub const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
 pub const SIGNIFICANT_DIGITS: u8 = 3;
 
+/// A histogram from 1 ns up, 3 significant digits, that grows as values
+/// come: one whose calls all took microseconds holds 4,096 counts (32 KB)
+/// instead of the 33,792 (270 KB) that reach an hour, and the book clamps
+/// every value to [`MAX_LATENCY_NS`], so none grows past that.
 pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_LATENCY_NS, SIGNIFICANT_DIGITS).expect("valid histogram bounds")
+    Histogram::new(SIGNIFICANT_DIGITS).expect("valid histogram bounds")
+}
+
+/// Records `count` calls of `latency_ns`, clamped to 1 ns ..= an hour,
+/// growing the histogram as needed.
+pub fn record_clamped(histogram: &mut Histogram<u64>, latency_ns: u64, count: u64) {
+    let value = latency_ns.clamp(1, MAX_LATENCY_NS);
+    // Growing to an hour cannot fail; should it, the value is kept at the top.
+    if histogram.record_n(value, count).is_err() {
+        histogram.saturating_record_n(value, count);
+    }
+}
+
+/// Pods kept apart in the book. kubelet runs at most 110 pods by default
+/// (`--max-pods`) and the largest managed nodes 250; pods that ended during
+/// a run add a few more. A real node stays under 256, while made-up pod
+/// UIDs in paths cost nothing to make: past this, calls of further pods are
+/// counted in `other` series.
+pub const MAX_PODS: usize = 256;
+
+/// Series of their own (syscall x outcome x actor role x pod). A pod's
+/// teardown makes a handful (the four calls, "ok" and an errno or two, one
+/// or two actors), so 256 pods stay well under 1,024; past this, calls of
+/// new series are counted in `other` series.
+pub const MAX_SERIES: usize = 1024;
+
+/// `other` series at most: by syscall, outcome and actor role while there
+/// are fewer than `MAX_OTHER_SERIES - 8`, then by syscall and failed or not
+/// (4 x 2 = 8 more at most). The book never holds more than
+/// `MAX_SERIES + MAX_OTHER_SERIES` series.
+pub const MAX_OTHER_SERIES: usize = 64;
+
+/// Series of the fully folded kind: every syscall, "ok" or "failed".
+const FULLY_FOLDED: usize = Syscall::ALL.len() * 2;
+
+/// Where `other` series keep their pod: the nil UUID, which kubelet never
+/// gives a pod (pod UIDs are random, version 4). Its tag and labels say
+/// `other` ([`SeriesKey::pod_label`]).
+pub const OTHER_POD_UID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// The pod of `other` series.
+pub fn other_pod() -> PodUid {
+    PodUid::parse(OTHER_POD_UID).expect("the nil UUID is a valid pod UID")
 }
 
 /// Where a kernel latency bucket's calls are recorded: its middle, within
@@ -56,11 +108,27 @@ impl SeriesKey {
         }
     }
 
-    /// The interval-log tag: `syscall/outcome/role/pod`, "node" for no pod.
-    /// Free of commas and spaces, as the log format requires.
+    /// The interval-log tag: `syscall/outcome/role/pod`, "node" for no pod,
+    /// "other" for calls of pods and series past the book's caps. Free of
+    /// commas and spaces, as the log format requires.
     pub fn tag(&self) -> String {
-        let pod = self.pod.as_ref().map(|p| p.as_str()).unwrap_or("node");
+        let pod = if self.pod.is_none() { "node" } else { self.pod_label() };
         format!("{}/{}/{}/{}", syscall_name(self.syscall), self.outcome, self.role.as_str(), pod)
+    }
+
+    /// Calls of pods (or series) past the book's caps, counted together.
+    pub fn is_other(&self) -> bool {
+        self.pod.as_ref().is_some_and(|p| p.as_str() == OTHER_POD_UID)
+    }
+
+    /// The pod as a label: its UID, "other" for the `other` series, empty
+    /// for none (the node).
+    pub fn pod_label(&self) -> &str {
+        match &self.pod {
+            _ if self.is_other() => "other",
+            Some(pod) => pod.as_str(),
+            None => "",
+        }
     }
 
     pub fn is_error(&self) -> bool {
@@ -101,6 +169,15 @@ pub struct ClosedInterval {
 pub struct LatencyBook {
     pub started: SystemTime,
     series: BTreeMap<SeriesKey, Series>,
+    /// Pods with series of their own (at most [`MAX_PODS`]).
+    pods: BTreeSet<PodUid>,
+    /// How many of `series` are `other` ones.
+    other_series: usize,
+    /// Calls counted in `other` series.
+    folded_calls: u64,
+    /// Notes for the user, each said once.
+    notes: Vec<String>,
+    said_folding: bool,
     interval_started: SystemTime,
     interval_calls: u64,
     interval_errors: u64,
@@ -112,6 +189,11 @@ impl LatencyBook {
         LatencyBook {
             started,
             series: BTreeMap::new(),
+            pods: BTreeSet::new(),
+            other_series: 0,
+            folded_calls: 0,
+            notes: Vec::new(),
+            said_folding: false,
             interval_started: started,
             interval_calls: 0,
             interval_errors: 0,
@@ -119,10 +201,54 @@ impl LatencyBook {
         }
     }
 
+    /// The key the calls of `key` are counted under: its own, or, past
+    /// the caps, an `other` one.
+    fn admit(&mut self, key: SeriesKey) -> SeriesKey {
+        if self.series.contains_key(&key) {
+            return key;
+        }
+        let own_series = self.series.len() - self.other_series;
+        let pod_fits = match &key.pod {
+            None => true,
+            Some(_) if key.is_other() => false,
+            Some(pod) => self.pods.contains(pod) || self.pods.len() < MAX_PODS,
+        };
+        if pod_fits && own_series < MAX_SERIES {
+            if let Some(pod) = &key.pod {
+                self.pods.insert(pod.clone());
+            }
+            return key;
+        }
+        let mut folded = SeriesKey { pod: Some(other_pod()), ..key };
+        if !self.series.contains_key(&folded) && self.other_series >= MAX_OTHER_SERIES - FULLY_FOLDED {
+            folded.outcome = if folded.is_error() { "failed".to_string() } else { "ok".to_string() };
+            folded.role = Role::Other;
+        }
+        if !self.series.contains_key(&folded) {
+            self.other_series += 1;
+        }
+        if !self.said_folding {
+            self.said_folding = true;
+            let why = if pod_fits {
+                format!("more than {MAX_SERIES} series")
+            } else {
+                format!("calls of more than {MAX_PODS} pods")
+            };
+            self.notes.push(format!(
+                "{why}: no node runs that many, so most are likely made-up pod paths; the calls of further pods and series are counted together in the series of pod \"other\""
+            ));
+        }
+        folded
+    }
+
     fn series_at(&mut self, key: SeriesKey, time: SystemTime, count: u64, sum_ns: u64) -> &mut Series {
         self.interval_calls += count;
         if key.is_error() {
             self.interval_errors += count;
+        }
+        let key = self.admit(key);
+        if key.is_other() {
+            self.folded_calls += count;
         }
         let series = self.series.entry(key).or_insert_with(|| Series {
             total: new_histogram(),
@@ -146,9 +272,8 @@ impl LatencyBook {
 
     pub fn record_latency(&mut self, key: SeriesKey, time: SystemTime, latency_ns: u64) {
         let series = self.series_at(key, time, 1, latency_ns);
-        let latency = latency_ns.clamp(1, MAX_LATENCY_NS);
-        series.total.saturating_record(latency);
-        series.interval.saturating_record(latency);
+        record_clamped(&mut series.total, latency_ns, 1);
+        record_clamped(&mut series.interval, latency_ns, 1);
     }
 
     /// Calls the kernel counted, `count` of them taking `sum_ns` in all,
@@ -160,13 +285,34 @@ impl LatencyBook {
         let series = self.series_at(key, time, count, sum_ns);
         for (bucket, calls) in buckets {
             let value = bucket_middle(*bucket);
-            series.total.saturating_record_n(value, *calls);
-            series.interval.saturating_record_n(value, *calls);
+            record_clamped(&mut series.total, value, *calls);
+            record_clamped(&mut series.interval, value, *calls);
         }
     }
 
     pub fn series(&self) -> impl Iterator<Item = (&SeriesKey, &Series)> {
         self.series.iter()
+    }
+
+    /// Calls counted in `other` series (past the caps on pods and series).
+    pub fn folded_calls(&self) -> u64 {
+        self.folded_calls
+    }
+
+    /// What the user should be told about the book, once: the first time
+    /// calls are folded into `other` series (and the first time calls named
+    /// pods that do not exist, see [`crate::series::SeriesNames`]). Take it
+    /// after each refresh and print it; None when there is nothing new.
+    pub fn take_overflow_note(&mut self) -> Option<String> {
+        if self.notes.is_empty() {
+            return None;
+        }
+        Some(std::mem::take(&mut self.notes).join("; "))
+    }
+
+    /// A note for [`LatencyBook::take_overflow_note`] (the caller says each once).
+    pub(crate) fn add_note(&mut self, note: String) {
+        self.notes.push(note);
     }
 
     pub fn timeline(&self) -> &[IntervalTotals] {
@@ -294,6 +440,108 @@ pub(crate) mod tests {
         assert!((p50 - 1_000.0).abs() / 1_000.0 < 0.07, "p50 {p50}");
         let p99 = s.total.value_at_quantile(0.99) as f64;
         assert!((p99 - 50_000.0).abs() / 50_000.0 < 0.07, "p99 {p99}");
+    }
+
+    fn pod_uid(n: usize) -> String {
+        format!("1b2c3d4e-0000-4000-8000-{n:012x}")
+    }
+
+    #[test]
+    fn pods_past_the_cap_are_counted_together_as_other_and_said_once() {
+        let mut book = LatencyBook::new(SystemTime::now());
+        assert_eq!(book.take_overflow_note(), None);
+        let pods = MAX_PODS + 44;
+        for n in 0..pods {
+            book.record(&event(Syscall::Unlink, -2, 1_000), &identity(Role::Other, Some(&pod_uid(n))));
+        }
+        let note = book.take_overflow_note().expect("the fold is said");
+        assert!(note.contains("256 pods") && note.contains("\"other\""), "{note}");
+        // Once: more folding says nothing more.
+        book.record(&event(Syscall::Unlink, -2, 1_000), &identity(Role::Other, Some(&pod_uid(pods))));
+        assert_eq!(book.take_overflow_note(), None);
+        let own: Vec<_> = book.series().filter(|(k, _)| !k.is_other()).collect();
+        assert_eq!(own.len(), MAX_PODS);
+        let other: Vec<_> = book.series().filter(|(k, _)| k.is_other()).collect();
+        assert_eq!(other.len(), 1);
+        let (key, series) = other[0];
+        assert_eq!(key.tag(), "unlink/ENOENT/other/other");
+        assert_eq!(key.pod_label(), "other");
+        assert_eq!((series.count, series.total.len()), (45, 45));
+        assert_eq!(book.folded_calls(), 45);
+        // A pod kept apart keeps its series, new outcomes included.
+        book.record(&event(Syscall::Rmdir, -16, 1_000), &identity(Role::Kubelet, Some(&pod_uid(3))));
+        assert!(book.series().any(|(k, _)| k.tag() == format!("rmdir/EBUSY/kubelet/{}", pod_uid(3))));
+        assert_eq!(book.series().map(|(_, s)| s.count).sum::<u64>(), pods as u64 + 2);
+    }
+
+    #[test]
+    fn series_past_the_cap_fold_and_the_book_stays_bounded() {
+        let mut book = LatencyBook::new(SystemTime::now());
+        let mut calls = 0;
+        // Every errno, every role, every syscall, no pod: far more series than kept.
+        for syscall in Syscall::ALL {
+            for role in [Role::Kubelet, Role::Runtime, Role::Other, Role::Shim] {
+                for errno in 1..400 {
+                    book.record(&event(syscall, -errno, 500), &identity(role, None));
+                    calls += 1;
+                }
+            }
+        }
+        let all = book.series().count();
+        assert!(all <= MAX_SERIES + MAX_OTHER_SERIES, "{all} series");
+        assert_eq!(book.series().filter(|(k, _)| !k.is_other()).count(), MAX_SERIES);
+        assert_eq!(book.series().map(|(_, s)| s.count).sum::<u64>(), calls);
+        assert_eq!(book.series().map(|(_, s)| s.total.len()).sum::<u64>(), calls);
+        assert!(book.series().any(|(k, _)| k.tag() == "umount2/failed/other/other"), "fully folded series");
+        let closed = book.close_interval(SystemTime::now());
+        assert_eq!(closed.histograms.iter().map(|(_, h)| h.len()).sum::<u64>(), calls);
+        assert!(book.take_overflow_note().unwrap().contains("1024 series"));
+    }
+
+    #[test]
+    fn histograms_grow_only_as_far_as_their_calls() {
+        let mut book = LatencyBook::new(SystemTime::now());
+        for latency in [800, 2_000, 7_000] {
+            book.record(&event(Syscall::Unlink, 0, latency), &identity(Role::Other, None));
+        }
+        let (_, s) = book.series().next().unwrap();
+        // Microseconds: 4,096 counts (32 KB), not the 33,792 an hour takes.
+        assert!(s.total.distinct_values() <= 4_096, "{}", s.total.distinct_values());
+        assert_eq!(s.total.max(), s.total.highest_equivalent(7_000));
+        assert!(new_histogram().distinct_values() <= 2_048);
+        let mut full = new_histogram();
+        record_clamped(&mut full, u64::MAX, 3);
+        record_clamped(&mut full, 0, 1);
+        assert_eq!(full.len(), 4);
+        assert!(full.max() >= MAX_LATENCY_NS - MAX_LATENCY_NS / 1000);
+        assert!(full.distinct_values() <= 33_792, "{}", full.distinct_values());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, failure_persistence: None, ..Default::default() })]
+
+        /// Whatever calls come, every one is counted, exactly once, and the
+        /// book stays within its caps.
+        #[test]
+        fn every_call_is_counted_within_the_caps(calls in proptest::collection::vec((0usize..600, 0usize..4, 0i64..40, 1u64..10_000_000, 1u64..50), 1..400)) {
+            let mut book = LatencyBook::new(SystemTime::now());
+            let mut total = 0;
+            for (pod, syscall, errno, latency, count) in calls {
+                let key = SeriesKey {
+                    syscall: Syscall::ALL[syscall],
+                    outcome: if errno == 0 { "ok".into() } else { errno_name(errno as i32) },
+                    role: Role::Kubelet,
+                    pod: (pod > 0).then(|| PodUid::parse(&pod_uid(pod)).unwrap()),
+                };
+                book.add(key, SystemTime::now(), count, latency * count, &[(podstuck_common::latency_bucket(latency), count)]);
+                total += count;
+            }
+            proptest::prop_assert_eq!(book.series().map(|(_, s)| s.count).sum::<u64>(), total);
+            proptest::prop_assert_eq!(book.series().map(|(_, s)| s.total.len()).sum::<u64>(), total);
+            proptest::prop_assert!(book.series().count() <= MAX_SERIES + MAX_OTHER_SERIES);
+            let pods: BTreeSet<_> = book.series().filter(|(k, _)| !k.is_other()).filter_map(|(k, _)| k.pod.clone()).collect();
+            proptest::prop_assert!(pods.len() <= MAX_PODS);
+        }
     }
 
     #[test]

@@ -300,6 +300,10 @@ impl Sink {
         // Calls counted without their process can only be the node's.
         let orphans = filter.is_whole_node().then(|| Attribution { role: crate::identify::actor::Role::Other, pod: None });
         self.names.apply(deltas, book, SystemTime::now(), named, orphans);
+        // Pods past the caps, or pods that do not exist: said once each.
+        if let Some(note) = book.take_overflow_note() {
+            self.say(note);
+        }
     }
 
     /// One diagnosis review at `now`; recorded, questions to the node and

@@ -27,7 +27,7 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
         let errno = if key.is_error() { key.outcome.as_str() } else { "none" };
         let labels = format!(
             "pod=\"{}\",role=\"{}\",syscall=\"{}\",errno=\"{}\"",
-            label(key.pod.as_ref().map(|p| p.as_str()).unwrap_or("")),
+            label(key.pod_label()),
             key.role.as_str(),
             syscall_name(key.syscall),
             label(errno)

@@ -1566,4 +1566,51 @@ mod tests {
         assert_eq!(resolve_in_root(&root, b"/").unwrap(), b"/");
         assert!(resolve_in_root(&root, b"/loop1/x").unwrap_err().0.contains("symbolic links"));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 1024, failure_persistence: None, ..Default::default() })]
+
+        /// The /proc parsers on any bytes: an answer or none, never a panic.
+        #[test]
+        fn proc_parsers_take_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = parse_stat(&bytes);
+            let _ = parse_maps_line(&bytes);
+            let _ = parse_fdinfo_mnt_id(&bytes);
+            let _ = parse_ns_link(&bytes);
+        }
+
+        /// A task's comm holds what its process chose, ')' and spaces too.
+        #[test]
+        fn stat_reads_any_comm(comm in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..16), pid in 1u32.., state in "[RSDZTtXIP]") {
+            let mut stat = format!("{pid} (").into_bytes();
+            stat.extend_from_slice(&comm);
+            stat.extend_from_slice(format!(") {state} 1 2 3 4 0 -1 4194560").as_bytes());
+            let (read, st) = parse_stat(&stat).expect("a stat line");
+            proptest::prop_assert_eq!(read, crate::words::safe_text(&comm));
+            proptest::prop_assert_eq!(st.to_string(), state);
+        }
+
+        /// Map lines as the kernel writes them, any file name in them.
+        #[test]
+        fn maps_lines_give_device_and_path(
+            (start, end, offset, major, minor, inode) in (proptest::prelude::any::<u64>(), proptest::prelude::any::<u64>(), proptest::prelude::any::<u64>(), 0u32..4096, 0u32..1 << 20, proptest::prelude::any::<u64>()),
+            perms in "[r-][w-][x-][ps]",
+            pad in 1usize..30,
+            name in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..60),
+        ) {
+            let mut line = format!("{start:x}-{end:x} {perms} {offset:08x} {major:02x}:{minor:02x} {inode}{}", " ".repeat(pad)).into_bytes();
+            let mut path = b"/".to_vec();
+            path.extend_from_slice(&name);
+            line.extend_from_slice(&path);
+            proptest::prop_assert_eq!(parse_maps_line(&line), Some(((major, minor), &path[..])));
+        }
+
+        #[test]
+        fn fdinfo_and_namespace_links_give_their_numbers(id in proptest::prelude::any::<u32>(), ns in proptest::prelude::any::<u64>(), before in "([a-z_]{1,8}:\t[0-9]{1,8}\n){0,4}") {
+            let info = format!("{before}mnt_id:\t{id}\nino:\t12\n");
+            proptest::prop_assert_eq!(parse_fdinfo_mnt_id(info.as_bytes()), Some(id));
+            proptest::prop_assert_eq!(parse_ns_link(format!("mnt:[{ns}]").as_bytes()), Some(ns));
+            proptest::prop_assert_eq!(parse_ns_link(format!("net:[{ns}]").as_bytes()), None);
+        }
+    }
 }

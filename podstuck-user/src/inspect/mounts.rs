@@ -239,4 +239,83 @@ mod tests {
         let private = &mounts[6];
         assert!(!copy_can_block_unmount(private, &["shared:20".into()]), "a private mount propagates nothing");
     }
+
+    /// A field as mountinfo writes it: space, tab, newline and backslash
+    /// in octal.
+    fn escaped(field: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &b in field {
+            match b {
+                b' ' | b'\t' | b'\n' | b'\\' => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+                _ => out.push(b),
+            }
+        }
+        out
+    }
+
+    fn path_bytes() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 1..40).prop_map(|mut p| {
+                p.insert(0, b'/');
+                p
+            }),
+            proptest::collection::vec(prop_oneof![Just(b"/".to_vec()), Just(b"a".to_vec()), Just(b" ".to_vec()), Just(b"\\".to_vec()), Just(b"\\040".to_vec())], 1..8)
+                .prop_map(|parts| parts.concat()),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 1024, failure_persistence: None, ..Default::default() })]
+
+        /// Any bytes: mounts or nothing, never a panic; and every question
+        /// about the table answered without one.
+        #[test]
+        fn any_bytes_parse_without_a_panic(text in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600), path in path_bytes()) {
+            let mounts = parse_mountinfo(&text);
+            proptest::prop_assert!(mounts.len() <= text.split(|b| *b == b'\n').count());
+            let _ = mount_at(&mounts, &path);
+            let _ = mount_containing(&mounts, &path);
+            let _ = mounts_under(&mounts, &path);
+            let _ = location_under(&mounts, &path);
+            let _ = mounts_on_same_dir(&mounts, &path);
+            for m in &mounts {
+                let _ = mount_point_location(&mounts, m);
+                let _ = copy_can_block_unmount(m, &m.propagation);
+            }
+        }
+
+        /// Lines as the kernel writes them, with any paths in them: read
+        /// back byte for byte.
+        #[test]
+        fn written_lines_read_back_the_same(
+            mounts in proptest::collection::vec((proptest::prelude::any::<u32>(), proptest::prelude::any::<u32>(), 0u32..4096, 0u32..1 << 20, path_bytes(), path_bytes(), "[a-z0-9,=]{1,30}", proptest::collection::vec("(shared|master):[0-9]{1,4}", 0..3)), 0..12),
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..50),
+        ) {
+            let mut text = Vec::new();
+            for (id, parent, major, minor, root, point, options, propagation) in &mounts {
+                text.extend_from_slice(format!("{id} {parent} {major}:{minor} ").as_bytes());
+                text.extend(escaped(root));
+                text.push(b' ');
+                text.extend(escaped(point));
+                text.extend_from_slice(format!(" {options}").as_bytes());
+                for p in propagation {
+                    text.extend_from_slice(format!(" {p}").as_bytes());
+                }
+                text.extend_from_slice(format!(" - tmpfs src {options}\n").as_bytes());
+            }
+            // A line of junk after them (no newline in it) spoils nothing before.
+            text.extend(junk.iter().filter(|b| **b != b'\n'));
+            let parsed = parse_mountinfo(&text);
+            proptest::prop_assert!(parsed.len() >= mounts.len());
+            for (m, (id, parent, major, minor, root, point, options, propagation)) in parsed.iter().zip(&mounts) {
+                proptest::prop_assert_eq!((m.id, m.parent_id, m.dev), (*id, *parent, (*major, *minor)));
+                proptest::prop_assert_eq!(&m.root, root);
+                proptest::prop_assert_eq!(&m.mount_point, point);
+                proptest::prop_assert_eq!(&m.options, options);
+                proptest::prop_assert_eq!(&m.propagation, propagation);
+                proptest::prop_assert_eq!(&m.super_options, options);
+            }
+        }
+    }
 }

@@ -9,18 +9,38 @@ use std::time::SystemTime;
 use flate2::bufread::MultiGzDecoder;
 
 use super::wire::{self, WireCounted, WireEntry, WireHeader};
-use super::{Asked, LastAnswers, RecordHeader, FORMAT, MAGIC};
+use super::{Asked, LastAnswers, RecordHeader, FORMAT, MAGIC, REVIEWS_PER_GROUP};
 use crate::collect::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
 use crate::identify::Identity;
+use crate::inspect::{Mount, MountCopy, MountHolder, Probe, TaskState};
 
 /// The header line is a few hundred bytes; anything this long is not one.
 const MAX_HEADER_BYTES: u64 = 1 << 20;
-/// An entry is at most a review with a node's mount tables (a few MB on a
-/// node with thousands of mounts); a line longer than this is damage, and
-/// reading it whole would only exhaust memory.
-const MAX_ENTRY_BYTES: u64 = 512 << 20;
+
+/// A call entry holds a path argument and a base directory of at most
+/// 4,096 bytes each (what the kernel programs hand over), an absolute path
+/// of at most their sum, an executable's path and a few 16-byte names: as
+/// JSON, at most 6 bytes a byte (`\u00XX`), under 128 KiB. Twice that
+/// leaves room for fields a newer podstuck adds; a longer line is not a
+/// call any podstuck wrote, and is skipped unread.
+pub(super) const MAX_CALL_BYTES: usize = 256 << 10;
+
+/// Any other entry: a review holds the node's answers, mount tables of a
+/// few MB on a node with thousands of mounts (answers that did not change
+/// are written once per 120 reviews, not in every review). A longer line is
+/// skipped unread, and said.
+pub(super) const MAX_ENTRY_BYTES: usize = 16 << 20;
+
+/// Answers kept for later reviews to refer to (what a review leaves out is
+/// "the same as last time"), in bytes of memory: a node's mount tables
+/// and the like, a few tens of MB. More is not a record of a node, and
+/// reading on would only exhaust memory.
+const MAX_ANSWERS_KEPT: usize = 256 << 20;
+
+/// How an entry line begins when it is a call.
+const CALL_PREFIX: &[u8] = b"{\"call\"";
 
 /// Why a record cannot be read, or read further.
 #[derive(Debug)]
@@ -116,7 +136,62 @@ enum Line {
     Whole,
     /// The stream ended, cleanly or in the middle of a line.
     Ends,
-    TooLong,
+    /// Longer than an entry can be: passed over unread, up to its newline
+    /// (`true`) or the end of the stream (`false`).
+    TooLong(bool),
+}
+
+/// Bytes of memory an answer takes, about: what the reader keeps of it.
+fn answer_bytes(question: &str, asked: &Asked) -> usize {
+    use std::mem::size_of;
+    fn strings(list: &[String]) -> usize {
+        list.iter().map(|s| size_of::<String>() + s.len()).sum()
+    }
+    fn mount(m: &Mount) -> usize {
+        size_of::<Mount>()
+            + m.root.len()
+            + m.mount_point.len()
+            + m.options.len()
+            + strings(&m.propagation)
+            + m.fstype.len()
+            + m.source.len()
+            + m.super_options.len()
+    }
+    fn mounts(list: &[Mount]) -> usize {
+        list.iter().map(mount).sum()
+    }
+    fn task(t: &TaskState) -> usize {
+        size_of::<TaskState>() + t.comm.len() + t.wchan.as_ref().map_or(0, String::len) + strings(&t.stack)
+    }
+    fn probe<T>(answer: &Probe<T>, size: impl Fn(&T) -> usize) -> usize {
+        match answer {
+            Ok(fact) => size(fact),
+            Err(why) => why.0.len(),
+        }
+    }
+    let holder = |h: &MountHolder| size_of::<MountHolder>() + h.comm.len() + h.path.len();
+    let copy = |c: &MountCopy| size_of::<MountCopy>() + c.comm.len() + c.mount_point.len() + strings(&c.propagation);
+    let variable = match asked {
+        Asked::HostMounts { answer } | Asked::MountsOfProcess { answer, .. } => probe(answer, |m| mounts(m)),
+        Asked::ResolvedPath { path, answer, .. } => path.len() + probe(answer, Vec::len),
+        Asked::MountHolders { mount: m, answer } => mount(m) + answer.iter().map(holder).sum::<usize>(),
+        Asked::MountCopies { mount: m, answer } => mount(m) + answer.iter().map(copy).sum::<usize>(),
+        Asked::InodeFlags { path, answer } => path.len() + probe(answer, |_| 0),
+        Asked::FileFacts { path, answer } => path.len() + probe(answer, |_| 0),
+        Asked::DirSample { path, answer, .. } => {
+            path.len() + probe(answer, |d| d.names.iter().map(|n| size_of::<Vec<u8>>() + n.len()).sum())
+        }
+        Asked::RemainingEntries { path, answer } => path.len() + probe(answer, |e| e.method.len()),
+        Asked::FsUsage { path, answer } => path.len() + probe(answer, |u| u.fstype.len()),
+        Asked::Cgroup { path, answer } => {
+            path.len() + probe(answer, |c| c.tasks.iter().map(task).sum::<usize>() + strings(&c.children))
+        }
+        Asked::Task { answer, .. } => probe(answer, task),
+        Asked::FuseServers { answer } => answer.iter().map(task).sum(),
+        Asked::Avoid { path } => path.len(),
+    };
+    // The key, the map's own room, the answer.
+    question.len() + 64 + size_of::<Asked>() + variable
 }
 
 /// Reads a record: the header when opened, then one entry per call.
@@ -127,7 +202,13 @@ pub struct RecordReader<R: BufRead> {
     entries: u64,
     state: State,
     answers: LastAnswers,
+    /// About how much memory the answers kept take: this group's, the last.
+    kept_this: usize,
+    kept_before: usize,
     line: Vec<u8>,
+    /// Entries too long to be any podstuck's, passed over unread.
+    skipped: u64,
+    first_skipped: Option<u64>,
 }
 
 fn io_error(name: &str, error: io::Error) -> RecordError {
@@ -181,7 +262,11 @@ impl<R: BufRead> RecordReader<R> {
             entries: 0,
             state: State::Reading,
             answers: LastAnswers::default(),
+            kept_this: 0,
+            kept_before: 0,
             line: Vec::new(),
+            skipped: 0,
+            first_skipped: None,
         })
     }
 
@@ -200,23 +285,101 @@ impl<R: BufRead> RecordReader<R> {
         self.state == State::EndsEarly
     }
 
+    /// Entries passed over unread because they were longer than any entry
+    /// a podstuck writes (counted in [`RecordReader::entries`]).
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Room kept for the line being read: what a long line left behind.
+    #[cfg(test)]
+    pub(super) fn line_room(&self) -> usize {
+        self.line.capacity()
+    }
+
+    /// The first entry passed over (1 is the first after the header), and
+    /// what it was passed over for.
+    pub fn first_skipped(&self) -> Option<String> {
+        self.first_skipped.map(|n| {
+            format!("entry {n} is longer than any entry a podstuck writes ({} KiB for a call, {} MiB for a review)", MAX_CALL_BYTES >> 10, MAX_ENTRY_BYTES >> 20)
+        })
+    }
+
     fn corrupt(&mut self, entry: u64, why: impl std::fmt::Display) -> RecordError {
         self.state = State::Broken;
         RecordError::Corrupt { name: self.name.clone(), entry, why: why.to_string() }
     }
 
+    /// The next line, read in bounded memory: a call's line up to
+    /// [`MAX_CALL_BYTES`], any other up to [`MAX_ENTRY_BYTES`]; the rest of
+    /// a longer one is passed over without being kept.
     fn read_line(&mut self) -> io::Result<Line> {
         self.line.clear();
-        (&mut self.lines).take(MAX_ENTRY_BYTES + 1).read_until(b'\n', &mut self.line)?;
+        if self.line.capacity() > 4 * MAX_CALL_BYTES {
+            // A long review's room is not kept for the calls after it.
+            self.line = Vec::new();
+        }
+        (&mut self.lines).take(MAX_CALL_BYTES as u64 + 1).read_until(b'\n', &mut self.line)?;
+        if self.line.last() != Some(&b'\n') && self.line.len() > MAX_CALL_BYTES && !self.line.starts_with(CALL_PREFIX) {
+            (&mut self.lines).take((MAX_ENTRY_BYTES - MAX_CALL_BYTES) as u64).read_until(b'\n', &mut self.line)?;
+        }
         if self.line.last() == Some(&b'\n') {
             self.line.pop();
             return Ok(Line::Whole);
         }
-        if self.line.len() as u64 > MAX_ENTRY_BYTES {
-            return Ok(Line::TooLong);
+        let limit = if self.line.starts_with(CALL_PREFIX) { MAX_CALL_BYTES } else { MAX_ENTRY_BYTES };
+        if self.line.len() > limit {
+            self.line = Vec::new();
+            return Ok(Line::TooLong(self.pass_over_line()?));
         }
         // A line without its newline is one the writer never finished.
         Ok(Line::Ends)
+    }
+
+    /// Reads on to the end of the line without keeping it; false when the
+    /// stream ended first.
+    fn pass_over_line(&mut self) -> io::Result<bool> {
+        loop {
+            let buffer = match self.lines.fill_buf() {
+                Ok(buffer) => buffer,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if buffer.is_empty() {
+                return Ok(false);
+            }
+            match buffer.iter().position(|b| *b == b'\n') {
+                Some(at) => {
+                    self.lines.consume(at + 1);
+                    return Ok(true);
+                }
+                None => {
+                    let all = buffer.len();
+                    self.lines.consume(all);
+                }
+            }
+        }
+    }
+
+    /// Keeps `asked` for later reviews to refer to, within
+    /// [`MAX_ANSWERS_KEPT`].
+    fn keep_answer(&mut self, entry: u64, question: String, asked: Asked) -> Result<(), RecordError> {
+        if matches!(asked, Asked::Avoid { .. }) {
+            return Ok(());
+        }
+        let replaced = self.answers.this.get(&question).map_or(0, |old| answer_bytes(&question, old));
+        self.kept_this = self.kept_this.saturating_sub(replaced) + answer_bytes(&question, &asked);
+        if self.kept_this.saturating_add(self.kept_before) > MAX_ANSWERS_KEPT {
+            return Err(self.corrupt(
+                entry,
+                format!(
+                    "the answers it keeps for later reviews add up to more than {} MiB, more than a node gives: it is damaged, or made to exhaust memory",
+                    MAX_ANSWERS_KEPT >> 20
+                ),
+            ));
+        }
+        self.answers.note(question, asked);
+        Ok(())
     }
 
     /// The next entry; None at the end of the record, or where it was cut
@@ -225,14 +388,35 @@ impl<R: BufRead> RecordReader<R> {
         if self.state != State::Reading {
             return Ok(None);
         }
-        let n = self.entries + 1;
-        match self.read_line() {
+        let mut n = self.entries + 1;
+        loop {
+            match self.read_line() {
+                Ok(Line::TooLong(whole)) => {
+                    // Passed over, counted and said; the entries after it are read.
+                    self.skipped += 1;
+                    self.first_skipped.get_or_insert(n);
+                    self.entries = n;
+                    n += 1;
+                    if !whole {
+                        self.state = State::EndsEarly;
+                        return Ok(None);
+                    }
+                }
+                other => break self.entry_line(n, other),
+            }
+        }
+    }
+
+    /// The entry of line `n`, as read.
+    fn entry_line(&mut self, n: u64, read: io::Result<Line>) -> Result<Option<Entry>, RecordError> {
+        match read {
             Ok(Line::Whole) => {}
             Ok(Line::Ends) => {
                 self.state = State::EndsEarly;
                 return Ok(None);
             }
-            Ok(Line::TooLong) => return Err(self.corrupt(n, format!("longer than {} MiB", MAX_ENTRY_BYTES >> 20))),
+            // Passed over by next_entry before it gets here.
+            Ok(Line::TooLong(_)) => return Err(self.corrupt(n, "longer than any entry a podstuck writes")),
             Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
                 self.state = State::EndsEarly;
                 return Ok(None);
@@ -267,10 +451,13 @@ impl<R: BufRead> RecordReader<R> {
                         },
                         Err(why) => return Err(self.corrupt(n, why)),
                     };
-                    self.answers.note(question, a.clone());
+                    self.keep_answer(n, question, a.clone())?;
                     asked.push(a);
                 }
                 self.answers.review_done();
+                if self.answers.reviews.is_multiple_of(REVIEWS_PER_GROUP) {
+                    self.kept_before = std::mem::take(&mut self.kept_this);
+                }
                 Entry::Review(RecordedReview {
                     now: wire::time(review.now),
                     in_flight: review.in_flight.into_iter().map(|f| f.into_flight()).collect(),

@@ -43,6 +43,10 @@ pub struct ReplaySummary {
     /// the live run, and the first, in words.
     pub differences: u64,
     pub first_difference: Option<String>,
+    /// Entries passed over unread, longer than any a podstuck writes, and
+    /// the first, in words.
+    pub skipped: u64,
+    pub first_skipped: Option<String>,
 }
 
 impl ReplaySummary {
@@ -140,6 +144,8 @@ pub fn replay_record(reader: impl Read, name: &str, tell: &mut dyn FnMut(&Report
         first_not_in_record: None,
         differences: 0,
         first_difference: None,
+        skipped: 0,
+        first_skipped: None,
     };
     let differ = |summary: &mut ReplaySummary, when: String, live: Vec<String>, here: Vec<String>| {
         if live != here {
@@ -150,7 +156,12 @@ pub fn replay_record(reader: impl Read, name: &str, tell: &mut dyn FnMut(&Report
         }
     };
     loop {
-        let entry = match record.next_entry() {
+        let next = record.next_entry();
+        summary.skipped = record.skipped();
+        if summary.first_skipped.is_none() {
+            summary.first_skipped = record.first_skipped();
+        }
+        let entry = match next {
             Ok(Some(entry)) => entry,
             Ok(None) => break,
             Err(e) => {
@@ -255,6 +266,9 @@ pub(super) fn record_text(name: &str, s: &ReplaySummary) -> String {
     if let Some(lost) = s.end.as_ref().and_then(|e| e.totals.as_ref()).map(|t| t.events_lost).filter(|n| *n > 0) {
         text.push_str(&format!("; the live run lost {lost} events (ring buffer full), which the record lacks"));
     }
+    if s.skipped > 0 {
+        text.push_str(&format!("; {} entries too long to be any podstuck's were skipped", s.skipped));
+    }
     if s.broken.is_some() {
         text.push_str("; the record is damaged after that");
     } else if s.end.is_none() {
@@ -285,6 +299,13 @@ struct RecordLine<'a> {
     hung_after: String,
     events_seen: Option<u64>,
     events_lost: Option<u64>,
+    /// Entries passed over unread (longer than any a podstuck writes).
+    #[serde(skip_serializing_if = "is_zero")]
+    skipped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 pub(super) fn record_json(name: &str, s: &ReplaySummary) -> String {
@@ -309,6 +330,7 @@ pub(super) fn record_json(name: &str, s: &ReplaySummary) -> String {
         hung_after: humantime::format_duration(h.diagnose.hung_after).to_string(),
         events_seen: totals.map(|t| t.events_seen),
         events_lost: totals.map(|t| t.events_lost),
+        skipped: s.skipped,
     };
     serde_json::to_string(&line).unwrap_or_default()
 }
@@ -324,6 +346,12 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
     })?;
     let mut told = Vec::new();
     let summary = replay_record(file, &name, &mut |r| told.push(if json { finding_json(r) } else { finding_text(r) }))?;
+    if let Some(first) = &summary.first_skipped {
+        stderr_line(format_args!(
+            "podstuck: {name}: {} entries skipped unread ({first}): the findings may lack what they held",
+            summary.skipped
+        ));
+    }
     if summary.ends_early() {
         stderr_line(format_args!("podstuck: {name}: the record ends early, after {} entries: replaying what is there", summary.entries()));
     }

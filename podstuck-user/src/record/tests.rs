@@ -921,3 +921,173 @@ fn a_removal_storm_of_two_processes_replays_the_same() {
     let per_call = bytes.len() as f64 / calls as f64;
     assert!(per_call < 40.0, "{per_call:.1} bytes a call");
 }
+
+// Bounded reading: a record from anywhere is read in bounded memory, and
+// what is too long to be a podstuck's is passed over and said.
+
+/// A record of `lines` (entries, newline-terminated each) after HEAD.
+fn record_of(lines: &[String]) -> Vec<u8> {
+    written_by_hand(HEAD, &(lines.join("\n") + "\n"))
+}
+
+#[test]
+fn an_entry_too_long_to_be_a_podstucks_is_skipped_and_said() {
+    let (_, bytes) = recorded_incident();
+    let mut lines = entry_lines(&bytes);
+    let call = lines.iter().position(|l| l.starts_with("{\"call\"")).unwrap();
+    // A call whose path is longer than any the kernel hands over.
+    let long_path = format!("/{}", "a".repeat(read::MAX_CALL_BYTES));
+    lines[call] = format!("{{\"call\":{{\"event\":{{\"path\":\"{long_path}\"}}}}}}");
+    let review = lines.iter().position(|l| l.starts_with("{\"review\"")).unwrap();
+    let mut told = Vec::new();
+    let expected = replay_record(&record_of(&lines)[..], "a", &mut |r| told.push(r.clone())).unwrap();
+    // And a review longer than any: read in bounded memory, passed over.
+    let mut huge = String::with_capacity(read::MAX_ENTRY_BYTES + 64);
+    huge.push_str("{\"review\":{\"now\":1,\"in_flight\":[],\"asked\":[],\"told\":[");
+    while huge.len() <= read::MAX_ENTRY_BYTES {
+        huge.push_str("{},");
+    }
+    huge.push_str("{}]}}");
+    lines.insert(review, huge);
+    // The end counts the entries skipped too.
+    let end = lines.pop().unwrap();
+    let end: serde_json::Value = serde_json::from_str(&end).unwrap();
+    let entries = end["end"]["entries"].as_u64().unwrap() + 1;
+    lines.push(format!("{{\"end\":{{\"ended\":{},\"entries\":{entries},\"untold\":[]}}}}", end["end"]["ended"]));
+    let summary = replay_record(&record_of(&lines)[..], "long.podstuck", &mut |_| {}).unwrap();
+    assert!(summary.broken.is_none(), "{}", summary.broken.unwrap());
+    assert!(summary.end.is_some(), "read to its end");
+    assert_eq!(summary.skipped, 2);
+    let first = summary.first_skipped.clone().unwrap();
+    assert!(first.starts_with(&format!("entry {} is longer than any entry a podstuck writes", call + 1)), "{first}");
+    assert_eq!(summary.calls + summary.reviews + 2, entries);
+    assert_eq!(expected.skipped, 1);
+    let text = super::replay::record_text("long.podstuck", &summary);
+    assert!(text.contains("2 entries too long to be any podstuck's were skipped"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&super::replay::record_json("long.podstuck", &summary)).unwrap();
+    assert_eq!(json["skipped"], 2);
+}
+
+#[test]
+fn a_stream_of_zeros_is_passed_over_in_bounded_memory() {
+    // 64 MiB of zeros, no newline: 64 KiB compressed.
+    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        gz.write_all(&zeros).unwrap();
+    }
+    let mut record = format!("podstuck-record 1\n{HEAD}\n").into_bytes();
+    record.extend(gz.finish().unwrap());
+    let mut reader = RecordReader::open(&record[..], "zeros").unwrap();
+    assert!(reader.next_entry().unwrap().is_none());
+    assert!(reader.ends_early());
+    assert_eq!((reader.skipped(), reader.entries()), (1, 1));
+    // What it kept of the line: nothing.
+    assert!(reader.line_room() <= read::MAX_CALL_BYTES + 1, "{}", reader.line_room());
+}
+
+#[test]
+fn lists_and_findings_past_what_a_podstuck_writes_are_refused_before_they_are_held() {
+    let items = wire::MAX_LIST_ITEMS + 1;
+    let counted = vec!["{\"pid\":1,\"syscall\":\"rmdir\",\"errno\":0,\"count\":1}"; items].join(",");
+    let error = error_of(&record_of(&[format!("{{\"review\":{{\"now\":1,\"in_flight\":[],\"asked\":[],\"told\":[],\"counted\":[{counted}]}}}}")]));
+    assert!(error.contains("entry 1 is corrupt: a list of more than 65536 items"), "{error}");
+    // {"a":0} takes some 80 times its bytes as a JSON value.
+    let objects = vec!["{\"a\":0}"; 200_000].join(",");
+    let error = error_of(&record_of(&[format!("{{\"review\":{{\"now\":1,\"in_flight\":[],\"asked\":[],\"told\":[[{objects}]]}}}}")]));
+    assert!(error.contains("entry 1 is corrupt: findings that would take more than 64 MiB of memory"), "{error}");
+    let error = error_of(&record_of(&[format!("{{\"end\":{{\"ended\":1,\"entries\":0,\"untold\":[[{objects}]]}}}}")]));
+    assert!(error.contains("findings that would take more than 64 MiB"), "{error}");
+    // A path longer than any.
+    let path = "b".repeat(wire::MAX_BYTES_FIELD + 1);
+    let error = error_of(&record_of(&[format!(
+        "{{\"review\":{{\"now\":1,\"in_flight\":[],\"asked\":[{{\"file_facts\":{{\"path\":\"{path}\",\"answer\":{{\"unreadable\":\"x\"}}}}}}],\"told\":[]}}}}"
+    )]));
+    assert!(error.contains("a path of 32769 bytes, longer than any a podstuck writes"), "{error}");
+    // Findings as a podstuck writes them are read as they were.
+    let told = serde_json::json!({"type": "finding", "id": "x", "evidence": [{"fact": "a", "n": 1.5, "ok": true, "none": null, "big": u64::MAX, "neg": -3}]});
+    let record = record_of(&[format!("{{\"review\":{{\"now\":1,\"in_flight\":[],\"asked\":[],\"told\":[{told}]}}}}")]);
+    let mut reader = RecordReader::open(&record[..], "r").unwrap();
+    match reader.next_entry().unwrap() {
+        Some(Entry::Review(review)) => assert_eq!(review.told, vec![told]),
+        other => panic!("a review, not {other:?}"),
+    }
+}
+
+#[test]
+fn reasons_are_kept_once_and_only_so_many() {
+    let mut known = std::collections::HashSet::new();
+    let first = wire::keep_reason(&mut known, "one".into(), 2);
+    assert!(std::ptr::eq(first, wire::keep_reason(&mut known, "one".into(), 2)));
+    assert_eq!(wire::keep_reason(&mut known, "two".into(), 2), "two");
+    assert_eq!(wire::keep_reason(&mut known, "three".into(), 2), wire::UNKNOWN_REASON);
+    assert_eq!(wire::keep_reason(&mut known, "two".into(), 2), "two");
+    let mut known = std::collections::HashSet::new();
+    assert_eq!(wire::keep_reason(&mut known, "x".repeat(10_000).into(), 10), wire::UNKNOWN_REASON);
+    assert!(known.is_empty());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Lines of any length around the caps, calls or not, whole or cut:
+    /// never a panic, each line over its cap skipped and counted, the others
+    /// read (as corrupt: they are not entries).
+    #[test]
+    fn lines_around_the_caps_are_read_or_skipped(
+        lines in proptest::collection::vec((any::<bool>(), prop_oneof![0usize..64, (read::MAX_CALL_BYTES - 16)..(read::MAX_CALL_BYTES + 16), (read::MAX_ENTRY_BYTES - 8)..(read::MAX_ENTRY_BYTES + 8)], any::<bool>()), 1..4),
+        newline_at_end in any::<bool>(),
+    ) {
+        let mut body = Vec::new();
+        let mut over = 0;
+        for (i, (is_call, len, _)) in lines.iter().enumerate() {
+            let prefix: &[u8] = if *is_call { b"{\"call\"" } else { b"{\"review\"" };
+            let mut line = prefix.to_vec();
+            line.resize(prefix.len().max(*len), b' ');
+            let cap = if *is_call { read::MAX_CALL_BYTES } else { read::MAX_ENTRY_BYTES };
+            if line.len() > cap && over == i {
+                over += 1;
+            }
+            body.extend_from_slice(&line);
+            if i + 1 < lines.len() || newline_at_end {
+                body.push(b'\n');
+            }
+        }
+        let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+        gz.write_all(&body).unwrap();
+        let mut record = format!("podstuck-record 1\n{HEAD}\n").into_bytes();
+        record.extend(gz.finish().unwrap());
+        let mut reader = RecordReader::open(&record[..], "r").unwrap();
+        loop {
+            match reader.next_entry() {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    prop_assert!(said_clearly(&e), "{}", e);
+                    break;
+                }
+            }
+        }
+        // Every line before the first that is read (and found corrupt) and is over its cap was skipped.
+        prop_assert_eq!(reader.skipped(), over as u64);
+        prop_assert!(reader.line_room() <= 2 * read::MAX_ENTRY_BYTES);
+    }
+
+    /// A real record with entries spliced from pieces of JSON: never a panic.
+    #[test]
+    fn entries_made_of_json_pieces_are_read_without_a_panic(pieces in proptest::collection::vec(prop_oneof![
+        Just("{".to_string()), Just("}".to_string()), Just("[".to_string()), Just("]".to_string()), Just(",".to_string()), Just(":".to_string()),
+        Just("\"call\"".to_string()), Just("\"review\"".to_string()), Just("\"end\"".to_string()), Just("\"told\"".to_string()), Just("\"asked\"".to_string()),
+        Just("\"hex\"".to_string()), Just("\"path\"".to_string()), Just("null".to_string()), Just("1e999".to_string()), Just("-1".to_string()),
+        "\"[a-z_]{0,12}\"", "[0-9]{1,25}",
+    ], 0..60), at in any::<prop::sample::Index>()) {
+        let (_, bytes) = recorded_incident();
+        let mut lines = entry_lines(&bytes);
+        let i = at.index(lines.len());
+        lines[i] = pieces.concat();
+        match replay_findings(&record_of(&lines)[..]) {
+            Ok(_) => {}
+            Err(e) => prop_assert!(said_clearly(&e), "{}", e),
+        }
+    }
+}

@@ -65,9 +65,11 @@ impl<'de> Deserialize<'de> for Bytes<'_> {
                 f.write_str("a path: a string, or {\"hex\": \"...\"}")
             }
             fn visit_str<E: de::Error>(self, text: &str) -> Result<Vec<u8>, E> {
+                within_bytes_field(text.len())?;
                 Ok(text.as_bytes().to_vec())
             }
             fn visit_string<E: de::Error>(self, text: String) -> Result<Vec<u8>, E> {
+                within_bytes_field(text.len())?;
                 Ok(text.into_bytes())
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<u8>, A::Error> {
@@ -77,13 +79,25 @@ impl<'de> Deserialize<'de> for Bytes<'_> {
                 if key != "hex" || map.next_key::<de::IgnoredAny>()?.is_some() {
                     return Err(de::Error::custom("a path object holds only \"hex\""));
                 }
-                unhex(&digits).ok_or_else(|| de::Error::custom(format!("{digits:?} is not hex")))
+                within_bytes_field(digits.len() / 2)?;
+                unhex(&digits).ok_or_else(|| match digits.len() {
+                    // The record's words, quoted only when short.
+                    ..=64 => de::Error::custom(format!("{digits:?} is not hex")),
+                    n => de::Error::custom(format!("{n} characters that are not hex")),
+                })
             }
         }
         d.deserialize_any(BytesVisitor).map(|v| Bytes(Cow::Owned(v)))
     }
 }
 
+
+fn within_bytes_field<E: de::Error>(len: usize) -> Result<(), E> {
+    if len > MAX_BYTES_FIELD {
+        return Err(de::Error::custom(format!("a path of {len} bytes, longer than any a podstuck writes ({} KiB)", MAX_BYTES_FIELD >> 10)));
+    }
+    Ok(())
+}
 
 fn unhex(digits: &str) -> Option<Vec<u8>> {
     if !digits.len().is_multiple_of(2) {
@@ -103,19 +117,197 @@ pub fn time(nanos: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(nanos)
 }
 
+/// Distinct reasons a replay keeps: podstuck has a dozen. (The unit tests
+/// read thousands of made-up records in one process: unbounded there.)
+const MAX_REASONS: usize = if cfg!(test) { usize::MAX } else { 1024 };
+/// The longest reason kept: podstuck's are a line of words.
+const MAX_REASON_BYTES: usize = 512;
+/// What a reason past those limits becomes.
+pub(super) const UNKNOWN_REASON: &str = "a reason this podstuck does not know (the record holds more, or longer, reasons than a podstuck writes)";
+
 /// The live run's reasons (why a path has no absolute form, why a base
 /// directory is unknown) are static strings; a replay learns them from the
-/// record, and keeps each distinct one once.
+/// record, and keeps each distinct one once. Kept for the whole process, so
+/// bounded: a record that holds more, or longer, ones than podstuck has
+/// cannot make a replay keep them all.
 fn intern(text: Cow<'_, str>) -> &'static str {
     static KNOWN: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
     let mut known = KNOWN.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    keep_reason(&mut known, text, MAX_REASONS)
+}
+
+pub(super) fn keep_reason(known: &mut HashSet<&'static str>, text: Cow<'_, str>, max_reasons: usize) -> &'static str {
     if let Some(same) = known.get(text.as_ref()) {
         return same;
+    }
+    if text.len() > MAX_REASON_BYTES || known.len() >= max_reasons {
+        return UNKNOWN_REASON;
     }
     let kept: &'static str = Box::leak(text.into_owned().into_boxed_str());
     known.insert(kept);
     kept
 }
+
+/// The most items a list of a record holds: calls in flight (the kernel
+/// tracks at most 65,536), questions of one review, findings told, counts.
+/// A longer list is not one a podstuck wrote, and holding it could take many
+/// times its bytes in memory.
+pub const MAX_LIST_ITEMS: usize = 1 << 16;
+
+/// Reads a list of at most [`MAX_LIST_ITEMS`] items, refusing the rest
+/// before it is held.
+fn at_most<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct ListVisitor<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for ListVisitor<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "a list of at most {MAX_LIST_ITEMS} items")
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                if items.len() >= MAX_LIST_ITEMS {
+                    return Err(de::Error::custom(format!("a list of more than {MAX_LIST_ITEMS} items, more than a podstuck writes")));
+                }
+                items.push(item);
+            }
+            Ok(items)
+        }
+    }
+    d.deserialize_seq(ListVisitor(std::marker::PhantomData))
+}
+
+/// Memory the findings of one entry (`told`, `untold`: JSON as `--json`
+/// prints them, a few KB each) may take once read, about. JSON values take
+/// up to some 80 times their text in memory (`{"a":0}` is a map of its
+/// own), so they are counted as they are read, and a list past this is
+/// refused before it is held.
+pub const MAX_FINDINGS_MEMORY: usize = 64 << 20;
+
+/// What one JSON value takes in memory, about: the value itself; a map's
+/// first node (room for 11 entries) besides.
+const VALUE_BYTES: usize = 32;
+const MAP_BYTES: usize = 640;
+
+struct Budget(std::cell::Cell<usize>);
+
+impl Budget {
+    fn spend<E: de::Error>(&self, bytes: usize) -> Result<(), E> {
+        let left = self.0.get();
+        if bytes > left {
+            return Err(de::Error::custom(format!(
+                "findings that would take more than {} MiB of memory, more than a podstuck writes",
+                MAX_FINDINGS_MEMORY >> 20
+            )));
+        }
+        self.0.set(left - bytes);
+        Ok(())
+    }
+}
+
+/// One JSON value, read within a budget.
+struct BoundedValue<'b>(&'b Budget);
+
+impl<'de> de::DeserializeSeed<'de> for BoundedValue<'_> {
+    type Value = serde_json::Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<serde_json::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BoundedValue<'_> {
+    type Value = serde_json::Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<serde_json::Value, E> {
+        self.0.spend(VALUE_BYTES)?;
+        Ok(serde_json::Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<serde_json::Value, E> {
+        self.0.spend(VALUE_BYTES)?;
+        Ok(v.into())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<serde_json::Value, E> {
+        self.0.spend(VALUE_BYTES)?;
+        Ok(v.into())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<serde_json::Value, E> {
+        self.0.spend(VALUE_BYTES)?;
+        Ok(serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<serde_json::Value, E> {
+        self.0.spend(VALUE_BYTES + v.len())?;
+        Ok(serde_json::Value::String(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<serde_json::Value, E> {
+        self.0.spend(VALUE_BYTES + v.len())?;
+        Ok(serde_json::Value::String(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<serde_json::Value, E> {
+        self.0.spend(VALUE_BYTES)?;
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<serde_json::Value, E> {
+        self.visit_unit()
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<serde_json::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<serde_json::Value, A::Error> {
+        self.0.spend(VALUE_BYTES)?;
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(BoundedValue(self.0))? {
+            // The list's own slot for it.
+            self.0.spend(VALUE_BYTES)?;
+            items.push(item);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<serde_json::Value, A::Error> {
+        self.0.spend(VALUE_BYTES + MAP_BYTES)?;
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            self.0.spend(std::mem::size_of::<String>() + key.len() + VALUE_BYTES)?;
+            let value = map.next_value_seed(BoundedValue(self.0))?;
+            object.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(object))
+    }
+}
+
+/// Reads findings (JSON values): at most [`MAX_LIST_ITEMS`] of them, in at
+/// most [`MAX_FINDINGS_MEMORY`] of memory.
+fn findings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<serde_json::Value>, D::Error> {
+    struct FindingsVisitor;
+    impl<'de> Visitor<'de> for FindingsVisitor {
+        type Value = Vec<serde_json::Value>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "a list of at most {MAX_LIST_ITEMS} findings")
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<serde_json::Value>, A::Error> {
+            let budget = Budget(std::cell::Cell::new(MAX_FINDINGS_MEMORY));
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element_seed(BoundedValue(&budget))? {
+                if items.len() >= MAX_LIST_ITEMS {
+                    return Err(de::Error::custom(format!("a list of more than {MAX_LIST_ITEMS} findings, more than a podstuck writes")));
+                }
+                items.push(item);
+            }
+            Ok(items)
+        }
+    }
+    d.deserialize_seq(FindingsVisitor)
+}
+
+/// The longest byte string of a record: a path is at most 4,096 bytes as the
+/// kernel hands it over, 8,192 joined to its base directory; a mount point
+/// or a link read from /proc no longer. Four times that leaves room.
+pub const MAX_BYTES_FIELD: usize = 32 << 10;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -475,6 +667,7 @@ impl<'a> WireCopy<'a> {
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WireDirSample<'a> {
+    #[serde(deserialize_with = "at_most")]
     names: Vec<Bytes<'a>>,
     counted: u64,
     complete: bool,
@@ -715,12 +908,15 @@ impl<'a> WireAsked<'a> {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WireReview<'a> {
     pub now: u64,
+    #[serde(deserialize_with = "at_most")]
     pub in_flight: Vec<WireFlight<'a>>,
+    #[serde(deserialize_with = "at_most")]
     pub asked: Vec<WireAsked<'a>>,
+    #[serde(deserialize_with = "findings")]
     pub told: Vec<serde_json::Value>,
     /// What the kernel counted since the review before (absent from
     /// records made before podstuck passed counts to the diagnosis).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "at_most")]
     pub counted: Vec<WireCounted>,
 }
 
@@ -792,6 +988,7 @@ pub struct WireEnd {
     pub entries: u64,
     #[serde(default)]
     pub totals: Option<WireTotals>,
+    #[serde(deserialize_with = "findings")]
     pub untold: Vec<serde_json::Value>,
 }
 
