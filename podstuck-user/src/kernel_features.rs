@@ -299,6 +299,20 @@ impl KernelFeatures {
         };
         KernelFeatures { ring_buffer, bpf_loop, btf, fentry, syscall_tracepoints, lockdown: read_lockdown() }
     }
+
+    /// A kernel with everything podstuck can use and no lockdown: what
+    /// tests start from, taking away what they are about.
+    #[cfg(test)]
+    pub(crate) fn all_present() -> KernelFeatures {
+        KernelFeatures {
+            ring_buffer: Probed::Yes,
+            bpf_loop: Probed::Yes,
+            btf: BtfSource::Kernel,
+            fentry: Probed::Yes,
+            syscall_tracepoints: Probed::Yes,
+            lockdown: Lockdown::None,
+        }
+    }
 }
 
 /// The lockdown mode. securityfs is often not mounted; podstuck mounts it
@@ -342,17 +356,6 @@ pub fn print_lockdown_in_private_namespace() -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn all_there() -> KernelFeatures {
-        KernelFeatures {
-            ring_buffer: Probed::Yes,
-            bpf_loop: Probed::Yes,
-            btf: BtfSource::Kernel,
-            fentry: Probed::Yes,
-            syscall_tracepoints: Probed::Yes,
-            lockdown: Lockdown::None,
-        }
-    }
-
     #[test]
     fn lockdown_modes_parse_from_the_bracketed_word() {
         assert_eq!(Lockdown::parse("none [integrity] confidentiality\n"), Lockdown::Integrity);
@@ -363,7 +366,7 @@ mod tests {
 
     #[test]
     fn a_modern_kernel_gets_fentry_and_bpf_loop() {
-        let plan = Plan::choose(&all_there(), AttachPoint::Auto, "6.12.0").unwrap();
+        let plan = Plan::choose(&KernelFeatures::all_present(), AttachPoint::Auto, "6.12.0").unwrap();
         assert_eq!((plan.attach, plan.walk), (AttachPoint::Fentry, PathWalk::BpfLoop));
         assert!(plan.degraded.is_empty());
     }
@@ -371,32 +374,32 @@ mod tests {
     #[test]
     fn a_5_10_kernel_walks_unrolled_and_a_locked_down_one_says_what_it_loses() {
         // EKS AL2: no bpf_loop, fentry allowed; this machine kind: no fentry.
-        let al2 = KernelFeatures { bpf_loop: Probed::No(String::new()), ..all_there() };
+        let al2 = KernelFeatures { bpf_loop: Probed::No(String::new()), ..KernelFeatures::all_present() };
         let plan = Plan::choose(&al2, AttachPoint::Auto, "5.10.0").unwrap();
         assert_eq!((plan.attach, plan.walk), (AttachPoint::Fentry, PathWalk::Unrolled));
         assert!(plan.degraded[0].contains("24 levels"), "{:?}", plan.degraded);
-        let here = KernelFeatures { fentry: Probed::No("EPERM".into()), lockdown: Lockdown::Confidentiality, ..all_there() };
+        let here = KernelFeatures { fentry: Probed::No("EPERM".into()), lockdown: Lockdown::Confidentiality, ..KernelFeatures::all_present() };
         let plan = Plan::choose(&here, AttachPoint::Auto, "6.18.0").unwrap();
         assert_eq!(plan.attach, AttachPoint::Tracepoint);
         assert!(plan.degraded.iter().any(|d| d.contains("confidentiality") && d.contains("absolute path")), "{:?}", plan.degraded);
         // RHEL 9 reports 5.14 but has everything: no version gate refuses it.
-        assert!(Plan::choose(&all_there(), AttachPoint::Auto, "5.14.0-284.el9.x86_64").is_ok());
+        assert!(Plan::choose(&KernelFeatures::all_present(), AttachPoint::Auto, "5.14.0-284.el9.x86_64").is_ok());
     }
 
     #[test]
     fn what_is_missing_is_named_with_what_to_do() {
-        let old = KernelFeatures { ring_buffer: Probed::No(String::new()), btf: BtfSource::Missing, ..all_there() };
+        let old = KernelFeatures { ring_buffer: Probed::No(String::new()), btf: BtfSource::Missing, ..KernelFeatures::all_present() };
         let missing = Plan::choose(&old, AttachPoint::Auto, "4.18.0").unwrap_err();
         assert_eq!(missing.len(), 2);
         assert!(missing[0].what.contains("ring buffer") && missing[0].what.contains("4.18.0"));
         assert!(missing[1].fix.contains("--btf"));
-        let no_fentry = KernelFeatures { fentry: Probed::No("EPERM".into()), ..all_there() };
+        let no_fentry = KernelFeatures { fentry: Probed::No("EPERM".into()), ..KernelFeatures::all_present() };
         let refused = Plan::choose(&no_fentry, AttachPoint::Fentry, "6.18.0").unwrap_err();
         assert!(refused[0].what.contains("EPERM") && refused[0].fix.contains("--attach tracepoint"));
-        let nothing = KernelFeatures { fentry: Probed::No(String::new()), syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..all_there() };
+        let nothing = KernelFeatures { fentry: Probed::No(String::new()), syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..KernelFeatures::all_present() };
         assert!(Plan::choose(&nothing, AttachPoint::Auto, "6.1.0").unwrap_err()[0].fix.contains("mount -t tracefs"));
         // Unprivileged: fentry unknown, tried at attach with the fallback.
-        let unknown = KernelFeatures { fentry: Probed::Unknown("EPERM".into()), ..all_there() };
+        let unknown = KernelFeatures { fentry: Probed::Unknown("EPERM".into()), ..KernelFeatures::all_present() };
         assert_eq!(Plan::choose(&unknown, AttachPoint::Auto, "6.1.0").unwrap().attach, AttachPoint::Auto);
     }
 }

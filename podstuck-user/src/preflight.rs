@@ -125,14 +125,7 @@ mod tests {
             kernel_release: "6.18.44-fc-v657".into(),
             effective_caps: u64::MAX,
             tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
-            features: KernelFeatures {
-                ring_buffer: Probed::Yes,
-                bpf_loop: Probed::Yes,
-                btf: BtfSource::Kernel,
-                fentry: Probed::No("EPERM".into()),
-                syscall_tracepoints: Probed::Yes,
-                lockdown: Lockdown::Integrity,
-            },
+            features: KernelFeatures { fentry: Probed::No("EPERM".into()), lockdown: Lockdown::Integrity, ..KernelFeatures::all_present() },
         }
     }
 
