@@ -11,6 +11,12 @@ pub fn rfc3339(time: SystemTime) -> String {
     humantime::format_rfc3339_nanos(time).to_string()
 }
 
+/// A time as RFC 3339 to the second, UTC: for people, where nanoseconds
+/// would only be noise.
+pub fn rfc3339_seconds(time: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
 /// Bytes as lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
@@ -104,6 +110,17 @@ pub fn latency_text(ns: u64) -> String {
     }
 }
 
+/// A latency rounded to whole units, for the marks of an axis where each
+/// is ten times the last: 100ns, 1us, 10ms ([`latency_text`] keeps a decimal).
+pub fn latency_whole_units(ns: f64) -> String {
+    match ns {
+        n if n < 1e3 => format!("{n:.0}ns"),
+        n if n < 1e6 => format!("{:.0}us", n / 1e3),
+        n if n < 1e9 => format!("{:.0}ms", n / 1e6),
+        n => format!("{:.0}s", n / 1e9),
+    }
+}
+
 /// A duration as people say it: "850 ms", "12 s", "3m20s".
 pub fn human_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -126,3 +143,34 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
+
+/// A duration someone set, said exactly as set: whole seconds when it is
+/// whole seconds, else milliseconds ("1 s", "1500 ms"); [`human_duration`]
+/// would round it.
+pub fn exact_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 && d.as_secs() > 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// A running time to the second, as a clock that ticks shows it: "0m12s",
+/// "1m02s", "1h02m03s" ([`human_duration`] rounds, and says "12 s").
+pub fn duration_to_the_second(d: Duration) -> String {
+    let s = d.as_secs();
+    if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{}h{:02}m{:02}s", s / 3600, (s % 3600) / 60, s % 60)
+    }
+}
+
+/// "7 calls", "1 call".
+pub fn call_count(n: u64) -> String {
+    if n == 1 {
+        "1 call".to_string()
+    } else {
+        format!("{n} calls")
+    }
+}

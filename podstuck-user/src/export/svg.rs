@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use crate::export::RunInfo;
 use crate::latency::LatencyBook;
+use crate::words::latency_whole_units;
 
 const WIDTH: f64 = 960.0;
 const LEFT: f64 = 90.0;
@@ -23,15 +24,6 @@ const PALETTE: [&str; 10] =
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
-fn latency_label(ns: f64) -> String {
-    match ns {
-        n if n < 1e3 => format!("{n:.0}ns"),
-        n if n < 1e6 => format!("{:.0}us", n / 1e3),
-        n if n < 1e9 => format!("{:.0}ms", n / 1e6),
-        n => format!("{:.0}s", n / 1e9),
-    }
 }
 
 pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
@@ -96,7 +88,7 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
             LEFT + plot_width,
             LEFT - 6.0,
             y + 4.0,
-            latency_label(10f64.powf(decade))
+            latency_whole_units(10f64.powf(decade))
         );
         decade += 1.0;
     }

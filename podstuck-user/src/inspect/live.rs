@@ -27,6 +27,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use crate::words::exact_duration;
+
 use super::mounts::{is_at_or_below, mount_containing, parse_mountinfo};
 use super::{
     CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, HoldKind, InodeFlags, Mount, MountCopy,
@@ -156,7 +158,7 @@ impl LiveNode {
                 self.avoid(path);
                 Err(Unreadable(format!(
                     "timed out after {}: the filesystem may be hung",
-                    duration_words(wait)
+                    exact_duration(wait)
                 )))
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(Unreadable("the reader thread failed".into())),
@@ -651,7 +653,7 @@ fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
     }
     let method = match cut_by {
         None => "counted".to_string(),
-        Some("time") => format!("counted for {} (a lower bound)", duration_words(budget)),
+        Some("time") => format!("counted for {} (a lower bound)", exact_duration(budget)),
         Some(_) => format!("counted the first {cap} (a lower bound)"),
     };
     Ok(EntryEstimate { entries, at_least: cut_by.is_some(), method })
@@ -883,14 +885,6 @@ fn words(e: &io::Error) -> String {
 
 fn unreadable(e: io::Error) -> Unreadable {
     Unreadable(words(&e))
-}
-
-fn duration_words(d: Duration) -> String {
-    if d.subsec_millis() == 0 && d.as_secs() > 0 {
-        format!("{} s", d.as_secs())
-    } else {
-        format!("{} ms", d.as_millis())
-    }
 }
 
 #[cfg(test)]
@@ -1391,7 +1385,7 @@ mod tests {
         // Reaching the submount walks through the hung one.
         assert_eq!(node.fs_usage(b(&sub)).unwrap_err().0, HUNG_MOUNT);
         assert!(node.file_facts(b(&tmp.0)).is_ok(), "other filesystems are still read");
-        assert_eq!(duration_words(DEFAULT_DEADLINE), "1 s");
+        assert_eq!(exact_duration(DEFAULT_DEADLINE), "1 s");
     }
 
     #[test]
@@ -1547,7 +1541,7 @@ mod tests {
         assert_eq!(fstype_name(0xEF53), "ext2/3/4");
         assert_eq!(fstype_name(0x1234), "0x1234");
         assert_eq!(words(&io::Error::from_raw_os_error(libc::EACCES)), "permission denied");
-        assert_eq!(duration_words(Duration::from_millis(1500)), "1500 ms");
+        assert_eq!(exact_duration(Duration::from_millis(1500)), "1500 ms");
     }
 
     #[test]

@@ -4,16 +4,14 @@
 //! left, notes at the bottom. Drawing only: every word comes from the
 //! model, so the layout is tested on ratatui's `TestBackend`.
 
-use std::time::Duration;
-
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Padding, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use crate::diagnose::{human_duration, Confidence, Severity};
-use crate::output::latency_text;
+use crate::diagnose::{Confidence, Severity};
+use crate::words::{duration_to_the_second, human_duration, latency_text};
 
 use super::model::{FindingRow, Screen};
 use super::text::rate;
@@ -45,16 +43,6 @@ fn severity_label(severity: Severity) -> &'static str {
         Severity::Critical => "CRITICAL",
         Severity::Warning => "WARNING",
         Severity::Info => "INFO",
-    }
-}
-
-/// "1m02s" rather than "62 s" for an uptime.
-fn uptime(d: Duration) -> String {
-    let s = d.as_secs();
-    if s < 3600 {
-        format!("{}m{:02}s", s / 60, s % 60)
-    } else {
-        format!("{}h{:02}m{:02}s", s / 3600, (s % 3600) / 60, s % 60)
     }
 }
 
@@ -127,7 +115,7 @@ fn header_lines(screen: &Screen) -> Vec<Line<'static>> {
     vec![
         Line::from(vec![
             Span::styled(format!(" podstuck {}", h.version), bold()),
-            Span::raw(format!("  node {}  kernel {}  up {}", h.node, h.kernel, uptime(h.uptime))),
+            Span::raw(format!("  node {}  kernel {}  up {}", h.node, h.kernel, duration_to_the_second(h.uptime))),
             Span::styled(format!("  {QUIT_HINT}"), dim()),
         ]),
         Line::from(vec![

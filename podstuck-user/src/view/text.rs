@@ -8,24 +8,11 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use crate::collect::RunTotals;
-use crate::diagnose::{human_duration, Confidence, Finding, Report, Severity, Status};
+use crate::diagnose::{Confidence, Finding, Report, Severity, Status};
 use crate::event::syscall_name;
-use crate::output::latency_text;
+use crate::words::{call_count, human_duration, latency_text, rfc3339_seconds};
 
 use super::model::{busiest_over_run, slowest_in_flight, FlightRow, Moment, RunFacts, SeriesRow, BUSIEST_SHOWN, IN_FLIGHT_SHOWN};
-
-fn clock(time: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(time).to_string()
-}
-
-/// "7 calls", "1 call".
-fn calls(n: u64) -> String {
-    if n == 1 {
-        "1 call".to_string()
-    } else {
-        format!("{n} calls")
-    }
-}
 
 /// A finding on one line, for a reader that is not a terminal: what
 /// happened to it (new, updated, resolved), its kind, pod and confidence,
@@ -42,11 +29,11 @@ pub fn finding_line(report: &Report, now: SystemTime) -> String {
     let cause = f.summary.replace(['\n', '\r'], " ");
     format!(
         "{} {what} [{}] {}{pod} ({}, {}): {cause} | fix: {}",
-        clock(now),
+        rfc3339_seconds(now),
         Severity::as_str(f.severity),
         f.kind.id(),
         Confidence::as_str(f.confidence),
-        calls(f.count),
+        call_count(f.count),
         f.fix
     )
 }
@@ -109,8 +96,8 @@ pub fn summary(run: &RunFacts, moment: &Moment<'_>, stopped_by: Option<&str>) ->
         run.node,
         run.kernel,
         run.filters,
-        clock(run.started),
-        clock(moment.now),
+        rfc3339_seconds(run.started),
+        rfc3339_seconds(moment.now),
         human_duration(lasted)
     );
     if let Some(by) = stopped_by {
@@ -139,7 +126,7 @@ pub fn summary(run: &RunFacts, moment: &Moment<'_>, stopped_by: Option<&str>) ->
                 text,
                 "- {}: {}, {}, {}, p50 {}, p99 {}",
                 series_name(row),
-                calls(row.count),
+                call_count(row.count),
                 rate(row.per_second),
                 failures(row),
                 latency_text(row.p50_ns),
@@ -171,9 +158,9 @@ fn finding_block(f: &Finding) -> String {
         Severity::as_str(f.severity),
         f.kind.id(),
         Confidence::as_str(f.confidence),
-        calls(f.count),
-        clock(f.first_seen),
-        clock(f.last_seen)
+        call_count(f.count),
+        rfc3339_seconds(f.first_seen),
+        rfc3339_seconds(f.last_seen)
     );
     let _ = writeln!(block, "  cause: {}", f.summary.replace(['\n', '\r'], " "));
     let _ = writeln!(block, "  fix: {}", f.fix);
