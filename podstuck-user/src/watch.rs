@@ -19,7 +19,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::collect::{kernel_filter, AttachPoint, Flight, RunTotals, Tracer, TracerOptions};
 use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Diagnoser, Report, Review};
-use crate::event::{syscall_name, BaseDir, CallEvent, DecodeError, PathStatus, AT_FDCWD};
+use crate::event::{syscall_name, CallEvent, DecodeError};
 use crate::export::{Exporter, RunInfo};
 use crate::inspect::live::LiveNode;
 use crate::latency::LatencyBook;
@@ -294,7 +294,7 @@ impl Sink {
         let Some(book) = self.book.as_mut() else { return };
         let (identifier, filter) = (&mut self.identifier, &self.filter);
         let named = |pid: u32, cgroup_id: u64| {
-            let identity = identifier.identify(&process_event(pid, pid, cgroup_id));
+            let identity = identifier.identify_process(pid, cgroup_id);
             filter.admits(&identity).then(|| Attribution { role: identity.actor.role, pod: identity.pod_uid })
         };
         // Calls counted without their process can only be the node's.
@@ -327,8 +327,7 @@ impl Sink {
     fn in_flight(&mut self, flights: Vec<Flight>) -> Vec<CallInFlight> {
         let mut calls = Vec::new();
         for flight in flights {
-            let event = event_of_flight(&flight);
-            let identity = self.identifier.identify(&event);
+            let identity = self.identifier.identify_flight(&flight);
             if !self.filter.admits(&identity) {
                 continue;
             }
@@ -359,69 +358,6 @@ impl Sink {
         }
         Ok(())
     }
-}
-
-/// A call in flight dressed as an event, so identify can name its pod and
-/// actor: comm and parent from /proc, a relative path's base from the
-/// caller's cwd or dirfd (readlink of /proc links never touches the
-/// filesystem behind them, which may be the one that hangs).
-fn event_of_flight(flight: &Flight) -> CallEvent {
-    let path = flight.path.clone().unwrap_or_default();
-    let base = if path.first() == Some(&b'/') || flight.path.is_none() {
-        BaseDir::NotNeeded
-    } else {
-        let link = if flight.dfd == AT_FDCWD {
-            format!("/proc/{}/cwd", flight.tid)
-        } else {
-            format!("/proc/{}/fd/{}", flight.pid, flight.dfd)
-        };
-        match std::fs::read_link(link) {
-            Ok(dir) => BaseDir::Resolved(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()).to_vec()),
-            Err(_) => BaseDir::Unresolved("the caller's directory could not be read"),
-        }
-    };
-    CallEvent {
-        syscall: flight.syscall,
-        flags: flight.flags,
-        dfd: flight.dfd,
-        path_status: if flight.path.is_some() { PathStatus::Whole } else { PathStatus::Unreadable },
-        path,
-        base,
-        ..process_event(flight.pid, flight.tid, 0)
-    }
-}
-
-/// A call with no path, dressed with what /proc says of its thread: enough
-/// for identify to name the actor (and the pod, by cgroup).
-fn process_event(pid: u32, tid: u32, cgroup_id: u64) -> CallEvent {
-    let proc_text = |path: String| std::fs::read_to_string(path).map(|s| s.trim_end().to_string()).unwrap_or_default();
-    let stat = proc_text(format!("/proc/{pid}/stat"));
-    let ppid: u32 = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
-    CallEvent {
-        time: SystemTime::now(),
-        pid,
-        tid,
-        comm: proc_text(format!("/proc/{tid}/comm")),
-        ppid,
-        pcomm: proc_text(format!("/proc/{ppid}/comm")),
-        cgroup_id,
-        mntns: 0,
-        uid: 0,
-        syscall: Syscall::Unlinkat,
-        flags: 0,
-        dfd: AT_FDCWD,
-        path: Vec::new(),
-        path_status: PathStatus::Unreadable,
-        base: BaseDir::NotNeeded,
-        ret: 0,
-        latency_ns: 0,
-        represents: 1,
-    }
-}
-
-/// podstuck's own mount namespace inode: the host's, as podstuck runs there.
-fn own_mount_namespace() -> u32 {
-    std::fs::metadata("/proc/self/ns/mnt").map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32).unwrap_or(0)
 }
 
 /// What stopped a run whose reader went away.
@@ -517,7 +453,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         eprintln!("{warning}");
     }
     let node_name = nix::sys::utsname::uname().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
-    let diagnose = DiagnoseOptions { hung_after: options.hung_after, node_name: node_name.clone(), host_mntns: own_mount_namespace() };
+    let diagnose = DiagnoseOptions { hung_after: options.hung_after, node_name: node_name.clone(), host_mntns: crate::identify::process::own_mount_namespace() };
     // A bad record path fails now too, before the programs load.
     let recorder = match &options.record {
         Some(path) => Some(Recorder::create(

@@ -13,12 +13,14 @@ pub mod actor;
 pub mod cgroups;
 pub mod docker;
 pub mod pod;
+pub mod process;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::collect::Flight;
 use crate::event::CallEvent;
 use actor::{describe, role_of, Role};
 use cgroups::{cgroup2_mount, v1_cgroup_path, CgroupIndex};
@@ -249,6 +251,19 @@ impl Identifier {
             role,
         };
         Identity { abs_path, pod_uid, path_area, container_id, actor, matched }
+    }
+
+    /// A call still in flight, identified from what /proc says of it.
+    pub fn identify_flight(&mut self, flight: &Flight) -> Identity {
+        let event = process::event_of_flight(flight, &self.proc_root);
+        self.identify(&event)
+    }
+
+    /// Calls of process `pid` the kernel counted without streaming them:
+    /// who made them, from /proc and their cgroup.
+    pub fn identify_process(&mut self, pid: u32, cgroup_id: u64) -> Identity {
+        let event = process::process_event(pid, pid, cgroup_id, &self.proc_root);
+        self.identify(&event)
     }
 }
 
