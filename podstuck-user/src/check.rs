@@ -411,6 +411,7 @@ mod tests {
         CheckFacts {
             node: NodeFacts {
                 kernel_release: "6.18.44".into(),
+                node_name: "node-1".into(),
                 effective_caps: u64::MAX,
                 tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
                 features: crate::kernel_features::KernelFeatures::all_present(),

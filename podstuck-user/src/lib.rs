@@ -30,6 +30,7 @@ pub mod output;
 pub mod preflight;
 pub mod record;
 pub mod report;
+pub mod run;
 pub mod series;
 pub mod view;
 pub mod watch;

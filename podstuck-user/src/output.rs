@@ -18,6 +18,7 @@ use crate::diagnose::{Confidence, Finding, Report, Severity, Status};
 use crate::event::{errno_name, syscall_name, CallEvent, AT_FDCWD};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
+use crate::run::{RunFacts, Tracing};
 pub use crate::words::{escape_path, latency_text, rfc3339, safe_text, serialize_path, terminal_safe, terminal_safe_lines};
 use crate::words::hex;
 
@@ -192,6 +193,29 @@ pub struct StartLine {
     pub kubelet_root: String,
     pub syscalls: Vec<&'static str>,
     pub errors_only: bool,
+}
+
+impl StartLine {
+    /// The start line of `run`, traced as `tracing` says, as of now.
+    pub fn new(run: &RunFacts, tracing: &Tracing) -> StartLine {
+        StartLine {
+            r#type: "start",
+            ts: rfc3339(SystemTime::now()),
+            version: run.version,
+            kernel: run.kernel.clone(),
+            pid: std::process::id(),
+            program_ids: tracing.program_ids.clone(),
+            attach: tracing.attach.as_str(),
+            path_walk: tracing.path_walk.as_str(),
+            lockdown: tracing.lockdown.as_str(),
+            degraded: tracing.degraded.clone(),
+            every_call: run.every_call,
+            pods: run.pods.clone(),
+            kubelet_root: run.kubelet_root.to_string_lossy().into_owned(),
+            syscalls: run.syscall_names(),
+            errors_only: run.errors_only,
+        }
+    }
 }
 
 pub fn start_json(start: &StartLine) -> String {

@@ -23,6 +23,8 @@ pub const TRACEFS_CANDIDATES: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/d
 pub struct NodeFacts {
     /// `uname -r`.
     pub kernel_release: String,
+    /// `uname -n`: the node's name.
+    pub node_name: String,
     /// Effective capability set of this process (`CapEff` in /proc/self/status).
     pub effective_caps: u64,
     /// A mounted tracefs, if any.
@@ -101,8 +103,8 @@ fn tracefs_at(path: &Path) -> bool {
 impl NodeFacts {
     /// Reads the node and probes the kernel; `btf` is `--btf`.
     pub fn gather(btf: Option<&Path>) -> NodeFacts {
-        let kernel_release = nix::sys::utsname::uname()
-            .map(|u| u.release().to_string_lossy().into_owned())
+        let (kernel_release, node_name) = nix::sys::utsname::uname()
+            .map(|u| (u.release().to_string_lossy().into_owned(), u.nodename().to_string_lossy().into_owned()))
             .unwrap_or_default();
         let tracefs = TRACEFS_CANDIDATES.iter().map(Path::new).find(|p| tracefs_at(p)).map(Path::to_path_buf);
         let effective_caps = effective_caps();
@@ -111,7 +113,7 @@ impl NodeFacts {
         } else {
             KernelFeatures::unprobed(btf)
         };
-        NodeFacts { kernel_release, effective_caps, tracefs, features }
+        NodeFacts { kernel_release, node_name, effective_caps, tracefs, features }
     }
 }
 
@@ -123,6 +125,7 @@ mod tests {
     fn good() -> NodeFacts {
         NodeFacts {
             kernel_release: "6.18.44-fc-v657".into(),
+            node_name: "node-1".into(),
             effective_caps: u64::MAX,
             tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
             features: KernelFeatures { fentry: Probed::No("EPERM".into()), lockdown: Lockdown::Integrity, ..KernelFeatures::all_present() },

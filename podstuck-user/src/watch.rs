@@ -17,22 +17,23 @@ use podstuck_common::{KernelFilter, Syscall};
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::collect::{kernel_filter, AttachPoint, Flight, RunTotals, Tracer, TracerOptions};
+use crate::collect::{kernel_filter, AttachPoint, Flight, Tracer, TracerOptions};
 use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Diagnoser, Report, Review};
-use crate::event::{syscall_name, CallEvent, DecodeError};
+use crate::event::{CallEvent, DecodeError};
 use crate::export::{Exporter, RunInfo};
 use crate::inspect::live::LiveNode;
 use crate::latency::LatencyBook;
 use crate::series::{Attribution, SeriesNames};
 use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, NodeLayout, PodFilter, DEFAULT_KUBELET_ROOT};
-use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, rfc3339, start_json, terminal_safe_lines, StartLine};
+use crate::output::{end_json, end_text, event_json, event_text, finding_json, finding_text, start_json, terminal_safe_lines, StartLine};
 use crate::kernel_features::{Lockdown, PathWalk};
 use crate::preflight::{plan, NodeFacts, Problem};
 use crate::record::{RecordHeader, Recorder, RecordingNode};
 use crate::view::model::Notes;
 use crate::view::text::{finding_line, summary};
-use crate::view::{LiveTerminal, LiveView, Moment, Quit, RunFacts};
+use crate::view::{LiveTerminal, LiveView, Moment, Quit, RunHeading};
+use crate::run::{RunFacts, Tracing};
 
 #[derive(Clone, Debug)]
 pub struct WatchOptions {
@@ -110,45 +111,9 @@ impl Default for WatchOptions {
 }
 
 impl WatchOptions {
-    /// The syscalls traced: those asked for, or all four.
-    fn syscalls(&self) -> &[Syscall] {
-        if self.syscalls.is_empty() {
-            &Syscall::ALL
-        } else {
-            &self.syscalls
-        }
-    }
-
     fn kernel_filter(&self) -> KernelFilter {
-        let syscalls = self.syscalls().iter().fold(0, |mask, s| mask | 1 << *s as u32);
+        let syscalls = crate::run::traced(&self.syscalls).iter().fold(0, |mask, s| mask | 1 << *s as u32);
         kernel_filter(syscalls, self.errors_only, self.every_call)
-    }
-
-    /// "the whole node" or "pod <uid>, pod <uid>"; plus the kernel filters.
-    fn scope(&self) -> String {
-        let mut scope = if self.pods.is_empty() {
-            "the whole node".to_string()
-        } else {
-            self.pods.iter().map(|p| format!("pod {p}")).collect::<Vec<_>>().join(", ")
-        };
-        if self.errors_only {
-            scope.push_str(", failed calls only");
-        }
-        scope
-    }
-
-    fn syscall_names(&self) -> Vec<&'static str> {
-        self.syscalls().iter().map(|s| syscall_name(*s)).collect()
-    }
-
-    /// The filters in force, for the live view's header and summary.
-    fn filters(&self) -> String {
-        let mut filters = self.scope();
-        if !self.syscalls.is_empty() {
-            filters.push_str(&format!(", {} only", self.syscall_names().join(", ")));
-        }
-        filters.push_str(&format!(", kubelet root {}", self.kubelet_root.display()));
-        filters
     }
 }
 
@@ -366,28 +331,6 @@ const OUTPUT_GONE: &str = "its output closing";
 /// How often the detectors look again, with the node, at what they saw.
 const REVIEW_EVERY: Duration = Duration::from_millis(500);
 
-/// The run's metadata for the histogram files, as of now.
-fn run_info(options: &WatchOptions, start: &StartLine, started: SystemTime, totals: &RunTotals, finished: bool) -> RunInfo {
-    let now = SystemTime::now();
-    RunInfo {
-        node: nix::sys::utsname::uname().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default(),
-        kernel: start.kernel.clone(),
-        podstuck_version: start.version.to_string(),
-        pods: options.pods.iter().map(|p| p.to_string()).collect(),
-        kubelet_root: start.kubelet_root.clone(),
-        syscalls: start.syscalls.iter().map(|s| s.to_string()).collect(),
-        errors_only: options.errors_only,
-        started: rfc3339(started),
-        updated: rfc3339(now),
-        duration_s: now.duration_since(started).unwrap_or_default().as_secs_f64(),
-        interval_s: options.interval.as_secs_f64(),
-        events_seen: totals.events_seen,
-        events_lost: totals.events_lost,
-        calls_counted: totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect(),
-        finished,
-    }
-}
-
 /// Whoever read the output is gone: a closed pipe (`podstuck watch | head`),
 /// or a terminal hung up (a dropped ssh session, a closed window: EIO).
 fn reader_gone(e: &std::io::Error) -> bool {
@@ -452,24 +395,21 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     for warning in &warnings {
         eprintln!("{warning}");
     }
-    let node_name = nix::sys::utsname::uname().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
-    let diagnose = DiagnoseOptions { hung_after: options.hung_after, node_name: node_name.clone(), host_mntns: crate::identify::process::own_mount_namespace() };
+    let run = RunFacts {
+        version: crate::run::VERSION,
+        node: facts.node_name.clone(),
+        kernel: facts.kernel_release.clone(),
+        started,
+        pods: options.pods.clone(),
+        kubelet_root: options.kubelet_root.clone(),
+        syscalls: options.syscalls.clone(),
+        errors_only: options.errors_only,
+        every_call: options.every_call,
+    };
+    let diagnose = DiagnoseOptions { hung_after: options.hung_after, node_name: run.node.clone(), host_mntns: crate::identify::process::own_mount_namespace() };
     // A bad record path fails now too, before the programs load.
     let recorder = match &options.record {
-        Some(path) => Some(Recorder::create(
-            path,
-            &RecordHeader {
-                podstuck_version: env!("CARGO_PKG_VERSION").into(),
-                node: node_name.clone(),
-                kernel: facts.kernel_release.clone(),
-                started,
-                pods: options.pods.clone(),
-                kubelet_root: options.kubelet_root.clone(),
-                errors_only: options.errors_only,
-                syscalls: options.syscalls.clone(),
-                diagnose: diagnose.clone(),
-            },
-        )?),
+        Some(path) => Some(Recorder::create(path, &RecordHeader::of_run(&run, &diagnose))?),
         None => None,
     };
     // Held for the run: the statistics stop when it closes.
@@ -491,13 +431,6 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         ),
         _ => e,
     })?;
-    let run_facts = RunFacts {
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        node: node_name.clone(),
-        kernel: facts.kernel_release.clone(),
-        filters: options.filters(),
-        started,
-    };
     let diagnoser = Diagnoser::new(&diagnose);
     let mut node = LiveNode::new();
     let mut output = Output::chosen(options);
@@ -532,26 +465,17 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     for warning in &warnings {
         sink.notes.add(warning.trim_start_matches("podstuck: "));
     }
-    let mut view = LiveView::new(run_facts);
+    let mut view = LiveView::new(RunHeading::of(&run));
     let mut terminal_failure = None;
 
-    let start = StartLine {
-        r#type: "start",
-        ts: rfc3339(SystemTime::now()),
-        version: env!("CARGO_PKG_VERSION"),
-        kernel: facts.kernel_release.clone(),
-        pid: std::process::id(),
+    let tracing = Tracing {
         program_ids: tracer.program_ids().to_vec(),
-        attach: tracer.attach_point().as_str(),
-        path_walk: plan.walk.as_str(),
-        lockdown: facts.features.lockdown.as_str(),
+        attach: tracer.attach_point(),
+        path_walk: plan.walk,
+        lockdown: facts.features.lockdown,
         degraded: plan.degraded.clone(),
-        every_call: options.every_call,
-        pods: options.pods.clone(),
-        kubelet_root: options.kubelet_root.to_string_lossy().into_owned(),
-        syscalls: options.syscall_names(),
-        errors_only: options.errors_only,
     };
+    let start = StartLine::new(&run, &tracing);
     match output {
         Output::Json => writeln!(sink.out, "{}", start_json(&start))?,
         // The live view's header says it.
@@ -560,7 +484,7 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
             "podstuck {}: tracing {} on {} (kernel {}, {}, path walk {}){}; Ctrl-C to stop",
             start.version,
             start.syscalls.join(", "),
-            options.scope(),
+            run.scope(),
             start.kernel,
             start.attach,
             start.path_walk,
@@ -634,11 +558,11 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
             _ = refresh.tick(), if exporter.is_some() => {
                 sink.harvest(&mut tracer);
                 let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) else { continue };
-                let run = run_info(options, &start, started, &tracer.totals()?, false);
+                let info = RunInfo::of_run(&run, &tracer.totals()?, options.interval, SystemTime::now(), false);
                 // A failed refresh (disk full, the directory gone) is said
                 // once and retried every interval; tracing goes on, the
                 // book keeps every call.
-                if let Some(message) = exporter.refresh_and_tell(book, &run, SystemTime::now()) {
+                if let Some(message) = exporter.refresh_and_tell(book, &info, SystemTime::now()) {
                     sink.say(message);
                 }
             }
@@ -674,8 +598,8 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
         // mistaken for the reader going away.
         let mut histograms_failed = None;
         if let (Some(exporter), Some(book)) = (exporter.as_mut(), sink.book.as_mut()) {
-            let run = run_info(options, &start, started, &totals, true);
-            if let Err(e) = exporter.refresh(book, &run, SystemTime::now()) {
+            let info = RunInfo::of_run(&run, &totals, options.interval, SystemTime::now(), true);
+            if let Err(e) = exporter.refresh(book, &info, SystemTime::now()) {
                 histograms_failed = Some(anyhow::anyhow!(
                     "cannot write the final histogram files in {}: {e:#}; they hold the last interval written before",
                     exporter.dir().display()

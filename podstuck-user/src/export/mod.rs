@@ -32,7 +32,11 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
+use crate::collect::RunTotals;
+use crate::event::syscall_name;
 use crate::latency::LatencyBook;
+use crate::run::RunFacts;
+use crate::words::rfc3339;
 use files::AtomicWriter;
 
 pub const HLOG: &str = "latency.hlog";
@@ -61,6 +65,29 @@ pub struct RunInfo {
     pub calls_counted: BTreeMap<String, u64>,
     /// False while podstuck runs: the files are of the last interval.
     pub finished: bool,
+}
+
+impl RunInfo {
+    /// `run`'s metadata at `now`, with what the kernel counted so far.
+    pub fn of_run(run: &RunFacts, totals: &RunTotals, interval: Duration, now: SystemTime, finished: bool) -> RunInfo {
+        RunInfo {
+            node: run.node.clone(),
+            kernel: run.kernel.clone(),
+            podstuck_version: run.version.to_string(),
+            pods: run.pods.iter().map(|p| p.to_string()).collect(),
+            kubelet_root: run.kubelet_root.to_string_lossy().into_owned(),
+            syscalls: run.syscall_names().iter().map(|s| s.to_string()).collect(),
+            errors_only: run.errors_only,
+            started: rfc3339(run.started),
+            updated: rfc3339(now),
+            duration_s: now.duration_since(run.started).unwrap_or_default().as_secs_f64(),
+            interval_s: interval.as_secs_f64(),
+            events_seen: totals.events_seen,
+            events_lost: totals.events_lost,
+            calls_counted: totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect(),
+            finished,
+        }
+    }
 }
 
 /// Where the files go: the directory, open for the run, and what is

@@ -73,6 +73,7 @@ use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Report};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
+use crate::run::RunFacts;
 use wire::{Bytes, WireAsked, WireCall, WireCounted, WireEnd, WireEntry, WireFlight, WireHeader, WireReview, WireTotals};
 
 pub use node::{Asked, RecordingNode, ReplayNode, NOT_IN_THE_RECORD};
@@ -113,7 +114,7 @@ impl RecordHeader {
     /// kubelet root; the caller sets the filters it used.
     pub fn new(kernel: impl Into<String>, diagnose: &DiagnoseOptions) -> RecordHeader {
         RecordHeader {
-            podstuck_version: env!("CARGO_PKG_VERSION").to_string(),
+            podstuck_version: crate::run::VERSION.to_string(),
             node: diagnose.node_name.clone(),
             kernel: kernel.into(),
             started: SystemTime::now(),
@@ -125,12 +126,27 @@ impl RecordHeader {
         }
     }
 
+    /// The header of a record of `run`, diagnosed with `diagnose`.
+    pub fn of_run(run: &RunFacts, diagnose: &DiagnoseOptions) -> RecordHeader {
+        RecordHeader {
+            podstuck_version: run.version.to_string(),
+            node: run.node.clone(),
+            kernel: run.kernel.clone(),
+            started: run.started,
+            pods: run.pods.clone(),
+            kubelet_root: run.kubelet_root.clone(),
+            errors_only: run.errors_only,
+            syscalls: run.syscalls.clone(),
+            diagnose: diagnose.clone(),
+        }
+    }
+
     fn wire(&self) -> WireHeader<'_> {
         WireHeader {
             podstuck: self.podstuck_version.as_str().into(),
             node: self.node.as_str().into(),
             kernel: self.kernel.as_str().into(),
-            started: crate::output::rfc3339(self.started),
+            started: crate::words::rfc3339(self.started),
             pods: self.pods.as_slice().into(),
             kubelet_root: Bytes::of(self.kubelet_root.as_os_str().as_bytes()),
             errors_only: self.errors_only,

@@ -67,7 +67,7 @@ impl std::fmt::Display for RecordError {
                 write!(
                     f,
                     "{name} was written by a newer podstuck ({by}format {format}); this one ({}) reads format {FORMAT}: replay it with {} or newer",
-                    env!("CARGO_PKG_VERSION"),
+                    crate::run::VERSION,
                     podstuck.as_ref().map(|v| format!("podstuck {v}")).unwrap_or_else(|| "the podstuck that wrote it".into()),
                 )
             }

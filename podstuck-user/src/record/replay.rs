@@ -376,7 +376,7 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
         ));
     }
     if let Some(first) = &summary.first_difference {
-        let why = if summary.header.podstuck_version == env!("CARGO_PKG_VERSION") {
+        let why = if summary.header.podstuck_version == crate::run::VERSION {
             "the same podstuck version should tell the same: please report this with the record"
         } else {
             "the record was made by another podstuck version"

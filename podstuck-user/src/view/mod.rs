@@ -16,5 +16,5 @@ pub mod render;
 pub mod terminal;
 pub mod text;
 
-pub use model::{LiveView, Moment, RunFacts, Screen};
+pub use model::{LiveView, Moment, RunHeading, Screen};
 pub use terminal::{LiveTerminal, Quit};

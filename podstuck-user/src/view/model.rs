@@ -18,7 +18,8 @@ use crate::event::{decode_flags, syscall_name};
 use crate::identify::actor::Role;
 use crate::identify::pod::PodUid;
 use crate::latency::{new_histogram, LatencyBook, Series};
-use crate::output::escape_path;
+use crate::run::RunFacts;
+use crate::words::escape_path;
 
 /// Rates are measured over about this much of the recent past: long enough
 /// that a call every half second does not flicker between 0/s and 4/s.
@@ -30,15 +31,27 @@ pub const IN_FLIGHT_SHOWN: usize = 5;
 /// Distinct notes kept; older ones scroll away.
 pub const NOTES_KEPT: usize = 3;
 
-/// What does not change while a run lasts.
+/// What the view's header and the closing summary say of the run.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RunFacts {
+pub struct RunHeading {
     pub version: String,
     pub node: String,
     pub kernel: String,
     /// The filters in force, as a user would say them.
     pub filters: String,
     pub started: SystemTime,
+}
+
+impl RunHeading {
+    pub fn of(run: &RunFacts) -> RunHeading {
+        RunHeading {
+            version: run.version.to_string(),
+            node: run.node.clone(),
+            kernel: run.kernel.clone(),
+            filters: run.filters(),
+            started: run.started,
+        }
+    }
 }
 
 /// Everything the view is computed from, as of `now`.
@@ -146,18 +159,18 @@ struct Sample {
 /// The live view's model: turns each [`Moment`] into a [`Screen`], keeping
 /// just enough history for the rates.
 pub struct LiveView {
-    run: RunFacts,
+    run: RunHeading,
     samples: VecDeque<Sample>,
 }
 
 impl LiveView {
-    pub fn new(run: RunFacts) -> LiveView {
+    pub fn new(run: RunHeading) -> LiveView {
         // Until a second has passed, rates run from the start.
         let start = Sample { at: run.started, events_seen: 0, calls: BTreeMap::new() };
         LiveView { run, samples: VecDeque::from([start]) }
     }
 
-    pub fn run(&self) -> &RunFacts {
+    pub fn run(&self) -> &RunHeading {
         &self.run
     }
 
@@ -361,8 +374,8 @@ pub(crate) mod tests {
 
     pub(crate) const POD: &str = "1b2c3d4e-0000-4000-8000-00000000000a";
 
-    pub(crate) fn run() -> RunFacts {
-        RunFacts {
+    pub(crate) fn run() -> RunHeading {
+        RunHeading {
             version: "0.1.0".into(),
             node: "node-1".into(),
             kernel: "6.1.0-test".into(),

@@ -12,7 +12,7 @@ use crate::diagnose::{Confidence, Finding, Report, Severity, Status};
 use crate::event::syscall_name;
 use crate::words::{call_count, human_duration, latency_text, rfc3339_seconds};
 
-use super::model::{busiest_over_run, slowest_in_flight, FlightRow, Moment, RunFacts, SeriesRow, BUSIEST_SHOWN, IN_FLIGHT_SHOWN};
+use super::model::{busiest_over_run, slowest_in_flight, FlightRow, Moment, RunHeading, SeriesRow, BUSIEST_SHOWN, IN_FLIGHT_SHOWN};
 
 /// A finding on one line, for a reader that is not a terminal: what
 /// happened to it (new, updated, resolved), its kind, pod and confidence,
@@ -86,7 +86,7 @@ fn totals_line(totals: &RunTotals) -> String {
 /// What a live run found, for people who were not watching: where and
 /// when, every finding with its whole cause and its fix, the busiest
 /// series of the run, calls still waiting, and the totals.
-pub fn summary(run: &RunFacts, moment: &Moment<'_>, stopped_by: Option<&str>) -> String {
+pub fn summary(run: &RunHeading, moment: &Moment<'_>, stopped_by: Option<&str>) -> String {
     let mut text = String::new();
     let lasted = moment.now.duration_since(run.started).unwrap_or_default();
     let _ = write!(
