@@ -140,7 +140,7 @@ pub fn other_podstucks() -> Vec<OtherPodstuck> {
     pids.into_iter()
         .map(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let words: Vec<String> = cmdline.split(|b| *b == 0).filter(|w| !w.is_empty()).map(crate::output::safe_text).collect();
+            let words: Vec<String> = cmdline.split(|b| *b == 0).filter(|w| !w.is_empty()).map(crate::words::safe_text).collect();
             OtherPodstuck { pid, command: words.join(" ") }
         })
         .collect()
@@ -174,7 +174,7 @@ fn processes() -> Vec<(u32, String)> {
     dir.filter_map(|e| {
         let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        Some((pid, crate::output::terminal_safe(comm.trim_end()).into_owned()))
+        Some((pid, crate::words::terminal_safe(comm.trim_end()).into_owned()))
     })
     .collect()
 }
@@ -398,7 +398,7 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
 pub fn check(kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Result<bool> {
     let lines = judge(&CheckFacts::gather(kubelet_root, btf));
     for l in &lines {
-        println!("{}", crate::output::terminal_safe_lines(&l.to_string()));
+        println!("{}", crate::words::terminal_safe_lines(&l.to_string()));
     }
     Ok(lines.iter().all(|l| l.verdict != Verdict::Fail))
 }

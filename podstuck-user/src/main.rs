@@ -10,7 +10,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use podstuck::collect::AttachPoint;
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
-use podstuck::watch::{stderr_line, watch, NodeNotReady, WatchOptions};
+use podstuck::print::stderr_line;
+use podstuck::watch::{watch, NodeNotReady, WatchOptions};
 use podstuck_common::Syscall;
 
 #[derive(Parser)]

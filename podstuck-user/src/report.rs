@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::export::summary::{SeriesSummary, Summary};
 use crate::export::{HLOG, SUMMARY};
-use crate::output::latency_text;
+use crate::words::latency_text;
 
 /// summary.json as podstuck writes it: some 600 bytes a series, and at most
 /// 1,088 series (see `latency::MAX_SERIES`), under a megabyte; runs of

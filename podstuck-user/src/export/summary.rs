@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::event::syscall_name;
 use crate::export::RunInfo;
 use crate::latency::LatencyBook;
-use crate::output::rfc3339;
+use crate::words::rfc3339;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct SeriesSummary {

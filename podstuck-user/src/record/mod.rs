@@ -235,7 +235,7 @@ impl std::fmt::Display for RecordStopped {
             "recording to {name} stopped: {cause}; {name} holds its first {n} entries, up to {until}, and `podstuck replay {name}` reads them",
             name = self.name,
             n = self.entries_held,
-            until = crate::output::rfc3339(self.held_until),
+            until = crate::words::rfc3339(self.held_until),
         )
     }
 }
@@ -486,7 +486,7 @@ fn told_json(reports: &[Report]) -> Vec<serde_json::Value> {
     reports
         .iter()
         .map(|r| {
-            let line = crate::output::finding_json(r);
+            let line = crate::print::json_lines::finding_json(r);
             serde_json::from_str(&line).unwrap_or(serde_json::Value::String(line))
         })
         .collect()

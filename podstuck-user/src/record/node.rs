@@ -177,7 +177,7 @@ fn missing<T>() -> Probe<T> {
 }
 
 fn shown(path: &[u8]) -> String {
-    crate::output::escape_path(path)
+    crate::words::escape_path(path)
 }
 
 impl NodeInspector for ReplayNode {

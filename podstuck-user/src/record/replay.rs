@@ -5,7 +5,7 @@
 //! replays an old record, the difference is the point.
 
 use std::fs::File;
-use std::io::{BufReader, ErrorKind, Read, Write};
+use std::io::{BufReader, ErrorKind, Read};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::SystemTime;
@@ -17,10 +17,11 @@ use serde_json::Value;
 use super::read::{Entry, RecordEnd, RecordError, RecordReader, RecordedCall};
 use super::{RecordHeader, ReplayNode, FORMAT};
 use crate::diagnose::{human_duration, Diagnoser, Report, Review};
-use crate::output::terminal_safe_lines;
-use crate::watch::stderr_line;
 use crate::event::syscall_name;
-use crate::output::{finding_json, finding_text, rfc3339};
+use crate::print::call_lines::finding_text;
+use crate::print::json_lines::finding_json;
+use crate::print::{stderr_line, Out};
+use crate::words::rfc3339;
 
 /// What a replay read and how it went.
 #[derive(Debug)]
@@ -355,19 +356,19 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
     if summary.ends_early() {
         stderr_line(format_args!("podstuck: {name}: the record ends early, after {} entries: replaying what is there", summary.entries()));
     }
+    let mut out = Out::stdout();
     let printed = (|| -> std::io::Result<()> {
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         // Everything in a record is the node's (or an attacker's) words.
-        writeln!(out, "{}", terminal_safe_lines(&if json { record_json(&name, &summary) } else { record_text(&name, &summary) }))?;
+        out.line(&if json { record_json(&name, &summary) } else { record_text(&name, &summary) })?;
         for line in &told {
-            writeln!(out, "{}", terminal_safe_lines(line))?;
+            out.line(line)?;
         }
         out.flush()
     })();
-    match printed {
-        // The reader went away (`podstuck replay FILE | head`).
-        Err(e) if e.kind() == ErrorKind::BrokenPipe => return Ok(()),
-        other => other.context("writing findings")?,
+    printed.context("writing findings")?;
+    // The reader went away (`podstuck replay FILE | head`).
+    if out.gone() {
+        return Ok(());
     }
     if let Some(question) = &summary.first_not_in_record {
         stderr_line(format_args!(

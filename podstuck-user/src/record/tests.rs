@@ -871,7 +871,7 @@ proptest! {
         prop_assert_eq!(summary.differences, 0, "{:?}", summary.first_difference);
         prop_assert_eq!(summary.not_in_record, 0, "{:?}", summary.first_not_in_record);
         let sorted = |reports: &[Report]| {
-            let mut all: Vec<String> = reports.iter().map(crate::output::finding_json).collect();
+            let mut all: Vec<String> = reports.iter().map(crate::print::json_lines::finding_json).collect();
             all.sort();
             all
         };
@@ -912,7 +912,7 @@ fn a_removal_storm_of_two_processes_replays_the_same() {
     assert_eq!(summary.calls, calls);
     assert_eq!(summary.differences, 0, "{:?}", summary.first_difference);
     let sorted = |reports: &[Report]| {
-        let mut all: Vec<String> = reports.iter().map(crate::output::finding_json).collect();
+        let mut all: Vec<String> = reports.iter().map(crate::print::json_lines::finding_json).collect();
         all.sort();
         all
     };

@@ -99,7 +99,6 @@ struct Shared {
 /// back as it was.
 pub struct LiveTerminal {
     shared: Arc<Shared>,
-    quits: mpsc::UnboundedReceiver<Quit>,
     thread: Option<JoinHandle<()>>,
     finished: std::sync::mpsc::Receiver<()>,
 }
@@ -115,8 +114,10 @@ impl LiveTerminal {
             && (std::io::stdin().is_terminal() || std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok())
     }
 
-    /// Takes the terminal: raw mode, alternate screen, hidden cursor.
-    pub fn start() -> std::io::Result<LiveTerminal> {
+    /// Takes the terminal: raw mode, alternate screen, hidden cursor; with
+    /// it, the keys that ask to stop (apart, so that waiting for them holds
+    /// nothing else of the terminal).
+    pub fn start() -> std::io::Result<(LiveTerminal, QuitKeys)> {
         restore_on_panic();
         enable_raw_mode()?;
         TAKEN.store(true, Ordering::SeqCst);
@@ -146,21 +147,13 @@ impl LiveTerminal {
                 return Err(e);
             }
         };
-        Ok(LiveTerminal { shared, quits, thread: Some(thread), finished })
+        Ok((LiveTerminal { shared, thread: Some(thread), finished }, QuitKeys { quits }))
     }
 
     /// Shows `screen` as soon as the terminal takes it; never waits on the
     /// terminal.
     pub fn show(&self, screen: Screen) {
         *self.shared.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(screen);
-    }
-
-    /// Waits until the user asks to stop (or the terminal fails).
-    pub async fn quit_asked(&mut self) -> Quit {
-        match self.quits.recv().await {
-            Some(quit) => quit,
-            None => Quit::TerminalFailed("the live view stopped".into()),
-        }
     }
 
     /// Gives the terminal back as it was, so what is printed next lands on
@@ -179,6 +172,21 @@ impl LiveTerminal {
             }
         }
         restore();
+    }
+}
+
+/// The keys that ask a live view to stop.
+pub struct QuitKeys {
+    quits: mpsc::UnboundedReceiver<Quit>,
+}
+
+impl QuitKeys {
+    /// Waits until the user asks to stop (or the terminal fails).
+    pub async fn asked(&mut self) -> Quit {
+        match self.quits.recv().await {
+            Some(quit) => quit,
+            None => Quit::TerminalFailed("the live view stopped".into()),
+        }
     }
 }
 

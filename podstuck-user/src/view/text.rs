@@ -1,42 +1,16 @@
-//! The plain-text forms of what the live view shows: the summary printed
+//! The plain-text form of what the live view shows: the summary printed
 //! when a live run ends, written to be pasted as is into an incident
-//! channel, and the one-line findings printed when standard output is not a
-//! terminal (a log file, `| tee`, a pager). Its own words and marks are
-//! plain ASCII, so the text survives any chat or ticket system.
+//! channel. Its own words and marks are plain ASCII, so the text survives
+//! any chat or ticket system.
 
 use std::fmt::Write as _;
-use std::time::SystemTime;
 
 use crate::collect::RunTotals;
-use crate::diagnose::{Confidence, Finding, Report, Severity, Status};
+use crate::diagnose::{Confidence, Finding, Severity, Status};
 use crate::event::syscall_name;
 use crate::words::{call_count, human_duration, latency_text, rfc3339_seconds};
 
 use super::model::{busiest_over_run, slowest_in_flight, FlightRow, Moment, RunHeading, SeriesRow, BUSIEST_SHOWN, IN_FLIGHT_SHOWN};
-
-/// A finding on one line, for a reader that is not a terminal: what
-/// happened to it (new, updated, resolved), its kind, pod and confidence,
-/// the whole cause and the fix.
-pub fn finding_line(report: &Report, now: SystemTime) -> String {
-    let f = report.finding();
-    let what = match (report, f.status) {
-        (_, Status::Resolved) => "RESOLVED",
-        (Report::New(_), _) => "FINDING",
-        (Report::Update(_), _) => "UPDATE",
-    };
-    let pod = f.pod_uid.as_ref().map(|p| format!(" pod {p}")).unwrap_or_default();
-    // A summary is one paragraph; a line must stay one line whatever it quotes.
-    let cause = f.summary.replace(['\n', '\r'], " ");
-    format!(
-        "{} {what} [{}] {}{pod} ({}, {}): {cause} | fix: {}",
-        rfc3339_seconds(now),
-        Severity::as_str(f.severity),
-        f.kind.id(),
-        Confidence::as_str(f.confidence),
-        call_count(f.count),
-        f.fix
-    )
-}
 
 /// "rmdir by kubelet, pod <uid>" or "unlink by other, no pod".
 fn series_name(row: &SeriesRow) -> String {
@@ -187,19 +161,6 @@ mod tests {
             totals.calls.insert(syscall, 3);
         }
         totals
-    }
-
-    #[test]
-    fn a_finding_line_is_one_line_with_cause_and_fix() {
-        let mut f = volume_finding();
-        f.summary.push_str("\nsecond line");
-        let line = finding_line(&Report::New(f.clone()), t(5.0));
-        assert!(!line.contains('\n'), "{line}");
-        assert!(line.contains(&format!(" FINDING [critical] volume-still-mounted pod {POD} (confirmed, 4 calls): kubelet cannot remove")), "{line}");
-        assert!(line.ends_with("Removal failed with EBUSY 4 times. second line | fix: umount /k/pods/x/mount"), "{line}");
-        assert!(finding_line(&Report::Update(f.clone()), t(5.0)).contains(" UPDATE [critical]"));
-        f.status = Status::Resolved;
-        assert!(finding_line(&Report::Update(f), t(5.0)).contains(" RESOLVED [critical]"));
     }
 
     #[test]

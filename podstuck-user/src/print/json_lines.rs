@@ -1,26 +1,60 @@
-//! How events and run summaries are written: JSON lines for machines
-//! (`--json`), one plain line per event for people. Pure formatting, no I/O,
-//! so the exact shapes are unit-tested.
+//! `--json`: one JSON object per line, for machines. A `start` line (when,
+//! on what, with which programs and filters), an `event` per call (unless
+//! `--findings`), a `finding` when one is first told and `finding-update`
+//! for later revisions, and an `end` line with what was counted and lost.
 //!
 //! Paths are bytes on Linux. JSON carries a UTF-8 `path`; when the bytes are
-//! not UTF-8 the exact bytes also go in `path_hex` so nothing is lost. Text
-//! output escapes control characters, backslashes and non-UTF-8 bytes.
+//! not UTF-8 the exact bytes also go in `path_hex` so nothing is lost.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::io;
 use std::time::SystemTime;
 
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::collect::RunTotals;
-use crate::diagnose::{Confidence, Finding, Report, Severity, Status};
+use crate::diagnose::{Finding, Report};
 use crate::event::{errno_name, syscall_name, CallEvent, AT_FDCWD};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::run::{RunFacts, Tracing};
-pub use crate::words::{escape_path, latency_text, rfc3339, safe_text, serialize_path, terminal_safe, terminal_safe_lines};
-use crate::words::hex;
+use crate::words::{hex, rfc3339};
+
+use super::{calls_by_name, Ending, Out, Printer};
+
+/// `--json`: every line a JSON object.
+pub struct JsonLines {
+    /// Each call too, not only findings (no `--findings`).
+    calls: bool,
+}
+
+impl JsonLines {
+    pub fn new(calls: bool) -> JsonLines {
+        JsonLines { calls }
+    }
+}
+
+impl Printer for JsonLines {
+    fn start(&mut self, out: &mut Out, run: &RunFacts, tracing: &Tracing) -> io::Result<()> {
+        out.line_as_is(&start_json(&StartLine::new(run, tracing)))
+    }
+
+    fn call(&mut self, out: &mut Out, event: &CallEvent, identity: &Identity) -> io::Result<()> {
+        match self.calls {
+            true => out.line_as_is(&event_json(event, identity)),
+            false => Ok(()),
+        }
+    }
+
+    fn findings(&mut self, out: &mut Out, reports: &[Report]) -> io::Result<()> {
+        reports.iter().try_for_each(|report| out.line(&finding_json(report)))
+    }
+
+    fn finish(&mut self, out: &mut Out, ending: &Ending<'_>) -> io::Result<()> {
+        out.line_as_is(&end_json(ending.totals, ending.stopped_by))
+    }
+}
 
 /// `dfd` as users read it: the number, or "AT_FDCWD".
 fn dfd_value(dfd: i32) -> Value {
@@ -120,50 +154,6 @@ pub fn event_json(event: &CallEvent, identity: &Identity) -> String {
     serde_json::to_string(&line).expect("event serialises")
 }
 
-/// One event as a line for people: time, call, outcome, latency, actor,
-/// pod, and the absolute path (or the argument and why it is relative).
-pub fn event_text(event: &CallEvent, identity: &Identity) -> String {
-    let ts = rfc3339(event.time);
-    // HH:MM:SS.micro is enough on a live screen; the date is in the header.
-    let clock = ts.get(11..26).unwrap_or(&ts);
-    let outcome = match event.errno() {
-        Some(e) => errno_name(e),
-        None => "ok".to_string(),
-    };
-    let flags = event.flag_names();
-    let call = if flags.is_empty() {
-        syscall_name(event.syscall).to_string()
-    } else {
-        format!("{}({})", syscall_name(event.syscall), flags.join("|"))
-    };
-    let status = match event.path_status {
-        crate::event::PathStatus::Whole => "",
-        crate::event::PathStatus::TooLong => " [path too long, cut]",
-        crate::event::PathStatus::Unreadable => " [path unreadable]",
-    };
-    let path = match &identity.abs_path {
-        Ok(abs) => escape_path(abs),
-        Err(why) => format!("{} [relative to dfd {}: {why}]", escape_path(&event.path), event.dfd),
-    };
-    let pod = match &identity.pod_uid {
-        Some(uid) => format!(" pod={uid}"),
-        None => String::new(),
-    };
-    // Calls counted in the kernel and not streamed are said, not hidden.
-    let more = match event.represents {
-        0 | 1 => String::new(),
-        n => format!(" (+{} more like it, counted)", n - 1),
-    };
-    format!(
-        "{clock} {call:<24} {outcome:<9} {lat:>9}  {actor}[{pid}] <- {pcomm}[{ppid}]{pod}  {path}{status}{more}",
-        lat = latency_text(event.latency_ns),
-        actor = identity.actor.description,
-        pid = event.pid,
-        pcomm = event.pcomm,
-        ppid = event.ppid,
-    )
-}
-
 /// What the first line of a run says: when, on what, with which programs.
 #[derive(Serialize, Debug, Clone)]
 pub struct StartLine {
@@ -238,10 +228,6 @@ struct EndLine<'a> {
     stopped_by: Option<&'a str>,
 }
 
-fn calls_by_name(totals: &RunTotals) -> BTreeMap<&'static str, u64> {
-    totals.calls.iter().map(|(s, n)| (syscall_name(*s), *n)).collect()
-}
-
 #[derive(Serialize)]
 struct FindingLine<'a> {
     r#type: &'static str,
@@ -257,33 +243,6 @@ pub fn finding_json(report: &Report) -> String {
         Report::Update(_) => "finding-update",
     };
     serde_json::to_string(&FindingLine { r#type, finding: report.finding() }).expect("finding serialises")
-}
-
-/// A finding for people: a block when new, one line when updated.
-pub fn finding_text(report: &Report) -> String {
-    let f = report.finding();
-    let status = match f.status {
-        Status::Active => "",
-        Status::Resolved => " RESOLVED",
-    };
-    let pod = f.pod_uid.as_ref().map(|p| format!(" pod {p}")).unwrap_or_default();
-    let head = format!("[{}] {}{status}{pod} ({})", Severity::as_str(f.severity), f.kind.id(), Confidence::as_str(f.confidence));
-    if let Report::Update(_) = report {
-        return format!("UPDATE {head}: {} calls, last {}; {}", f.count, rfc3339(f.last_seen), f.summary);
-    }
-    let mut text = format!("FINDING {head}\n  {}\n", f.summary);
-    if let Some(rhythm) = &f.rhythm {
-        let _ = writeln!(text, "  rhythm: {rhythm}");
-    }
-    text.push_str("  evidence:\n");
-    for e in &f.evidence {
-        let _ = writeln!(text, "    - {} [{}]", e.fact, e.source);
-    }
-    let _ = write!(text, "  fix: {}", f.fix);
-    for a in &f.advice {
-        let _ = write!(text, "\n  also: {a}");
-    }
-    text
 }
 
 /// The closing line: what was seen, what was lost, every call counted.
@@ -304,54 +263,13 @@ pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
     serde_json::to_string(&line).expect("end line serialises")
 }
 
-pub fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
-    let calls: Vec<String> = calls_by_name(totals).iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let mut text = format!(
-        "podstuck: calls counted in the kernel: {}; {} events seen (calls streamed one by one), {} lost (ring buffer full)",
-        calls.join(", "),
-        totals.events_seen,
-        totals.events_lost,
-    );
-    if totals.calls_outside_series > 0 {
-        let _ = write!(text, "; {} counted without their process (series map full)", totals.calls_outside_series);
-    }
-    if totals.calls_without_entry > 0 {
-        let _ = write!(text, "; {} calls already in flight at start", totals.calls_without_entry);
-    }
-    if let Some(signal) = stopped_by {
-        let _ = write!(text, "; stopped by {signal}");
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{decode, tests::record_bytes, WallClock};
-    use crate::identify::actor::Role;
+    use crate::print::tests::{event, identity};
+    use crate::words::escape_path;
     use podstuck_common::Syscall;
 
-    fn event(syscall: Syscall, ret: i64, flags: u64, path: &[u8]) -> CallEvent {
-        decode(&record_bytes(syscall, ret, flags, path), &WallClock::now()).unwrap()
-    }
-
-    /// What identify would say of a kubelet call on pod 1b2c...
-    fn identity(event: &CallEvent) -> Identity {
-        Identity {
-            abs_path: event.abs_path(),
-            pod_uid: Some(PodUid::parse("1b2c3d4e-0000-4000-8000-00000000000a").unwrap()),
-            path_area: Some(PathArea::Volume),
-            container_id: None,
-            actor: Actor {
-                comm: event.comm.clone(),
-                exe: Some("/usr/bin/kubelet".into()),
-                parent: event.pcomm.clone(),
-                role: Role::Kubelet,
-                description: "kubelet".into(),
-            },
-            matched: vec![MatchReason::Path],
-        }
-    }
 
     fn json(event: &CallEvent) -> String {
         event_json(event, &identity(event))
@@ -414,18 +332,6 @@ mod tests {
     }
 
     #[test]
-    fn text_line_reads_plainly() {
-        let e = event(Syscall::Umount2, -16, 2, b"/mnt/vol");
-        let line = event_text(&e, &identity(&e));
-        assert!(line.contains("umount2(MNT_DETACH)"), "{line}");
-        assert!(line.contains("EBUSY"), "{line}");
-        assert!(line.contains("kubelet[10] <- bash[9] pod=1b2c3d4e-0000-4000-8000-00000000000a"), "{line}");
-        assert!(line.ends_with("/mnt/vol"), "{line}");
-        assert_eq!(latency_text(5_000), "5000ns");
-        assert_eq!(latency_text(2_500_000_000), "2.5s");
-    }
-
-    #[test]
     fn end_line_counts_everything() {
         let mut totals = RunTotals { events_seen: 3, events_lost: 2, ..Default::default() };
         totals.calls.insert(Syscall::Rmdir, 5);
@@ -435,6 +341,5 @@ mod tests {
         assert_eq!(v["events_lost"], 2);
         assert_eq!(v["calls"]["rmdir"], 5);
         assert_eq!(v["stopped_by"], "SIGINT");
-        assert!(end_text(&totals, None).contains("2 lost"));
     }
 }

@@ -1,0 +1,321 @@
+//! `podstuck watch`: trace the node until told to stop, diagnose what it
+//! sees, and say it the way the reader needs (a [`crate::print`] printer:
+//! the live view on a terminal, one line per finding to a pipe, `--json`,
+//! `--calls`). With `--histograms DIR`, keep latency histograms and
+//! refresh their files every interval; with `record`, save what the
+//! diagnosis saw. SIGINT, SIGTERM and SIGHUP (and `q` or Ctrl-C in the
+//! live view) stop it cleanly; the programs detach when the tracer is
+//! dropped.
+//!
+//! A run is three steps: [`prepare`] (judge the node, gather the run's
+//! facts, open every file that could fail, load the programs, pick the
+//! printer), [`trace`] (hand each call and each review down the
+//! [`pipeline`] until something says stop), [`finish`] (the last calls and
+//! review, the record's end, the files' last refresh, the printer's last
+//! words).
+
+mod options;
+mod pipeline;
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::check::TracerLock;
+use crate::collect::{RunTotals, Tracer, TracerOptions};
+use crate::diagnose::{DiagnoseOptions, Diagnoser};
+use crate::export::{Exporter, RunInfo};
+use crate::identify::process::own_mount_namespace;
+use crate::identify::{Identifier, NodeLayout, PodFilter};
+use crate::inspect::live::LiveNode;
+use crate::kernel_features::{Lockdown, PathWalk};
+use crate::latency::LatencyBook;
+use crate::preflight::{plan, NodeFacts, Problem};
+use crate::print::{printer, stderr_line, Ending, Progress};
+use crate::record::{RecordHeader, Recorder};
+use crate::run::{RunFacts, Tracing};
+use crate::view::{Quit, QuitKeys};
+
+pub use options::WatchOptions;
+use pipeline::Pipeline;
+
+/// Calls in flight at least this long are shown: shorter ones are just
+/// calls, not waits.
+const SHOWN_IN_FLIGHT_AFTER: Duration = Duration::from_millis(100);
+
+/// How often the detectors look again, with the node, at what they saw.
+const REVIEW_EVERY: Duration = Duration::from_millis(500);
+
+/// What stopped a run whose reader went away.
+const OUTPUT_GONE: &str = "its output closing";
+
+/// The node cannot run podstuck; each problem says what to do.
+#[derive(Debug)]
+pub struct NodeNotReady(pub Vec<Problem>);
+
+impl std::fmt::Display for NodeNotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lines: Vec<String> = self.0.iter().map(|p| p.to_string()).collect();
+        write!(f, "{}", lines.join("\n"))
+    }
+}
+
+impl std::error::Error for NodeNotReady {}
+
+/// A run, prepared: everything it holds until it ends. Fields drop in
+/// order: the programs detach first, the tracing lock goes last.
+struct Run {
+    tracer: Tracer,
+    facts: RunFacts,
+    pipeline: Pipeline,
+    node: LiveNode,
+    exporter: Option<Exporter>,
+    /// The live view's keys that ask to stop.
+    keys: Option<QuitKeys>,
+    /// The kernel's BPF run-time statistics, on while held (`--kernel-cost`).
+    _stats: Option<std::os::fd::OwnedFd>,
+    /// Held for the run; the kernel lets go of it however podstuck ends.
+    _lock: Option<TracerLock>,
+}
+
+/// Why the tracing stopped.
+struct Stopped {
+    /// A signal, a key, the output closing; `None`: the end of `--duration`.
+    by: Option<&'static str>,
+    /// The live view asked to stop, or its terminal failed.
+    quit: Option<Quit>,
+}
+
+impl Stopped {
+    fn by(what: &'static str) -> Stopped {
+        Stopped { by: Some(what), quit: None }
+    }
+}
+
+/// Runs `podstuck watch` on standard output.
+pub async fn watch(options: &WatchOptions) -> Result<()> {
+    watch_with(options, || {}).await
+}
+
+/// Runs `podstuck watch`, calling `on_attached` once every probe is
+/// attached: what happens after it is traced (the demo starts its actors).
+pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> Result<()> {
+    let mut run = prepare(options)?;
+    on_attached();
+    let stopped = trace(&mut run, options).await?;
+    finish(run, options, stopped)
+}
+
+/// Everything before the first call: the node judged, the run's facts
+/// gathered once, every file that could fail opened (a bad directory fails
+/// now, not after an hour of tracing), the programs loaded, the printer
+/// picked and started.
+fn prepare(options: &WatchOptions) -> Result<Run> {
+    let node = NodeFacts::gather(options.btf.as_deref());
+    let mut plan = plan(&node, options.attach).map_err(NodeNotReady)?;
+    if options.unrolled_walk {
+        plan.walk = PathWalk::Unrolled;
+    }
+    let lock = TracerLock::take(options.concurrent)?;
+    let facts = options.run_facts(&node, SystemTime::now());
+    let exporter = match &options.histograms {
+        Some(dir) => Some(Exporter::open(dir, options.force, facts.started)?.with_file_mode(options.file_mode)),
+        None => None,
+    };
+    let filter = PodFilter::new(options.pods.iter().cloned());
+    let warnings = warnings(options, &filter);
+    for warning in &warnings {
+        stderr_line(format_args!("{warning}"));
+    }
+    let diagnose = DiagnoseOptions { hung_after: options.hung_after, node_name: facts.node.clone(), host_mntns: own_mount_namespace() };
+    // A bad record path fails now too, before the programs load.
+    let recorder = match &options.record {
+        Some(path) => Some(Recorder::create(path, &RecordHeader::of_run(&facts, &diagnose))?),
+        None => None,
+    };
+    let stats = match options.kernel_cost {
+        true => Some(aya::sys::enable_stats(aya::sys::Stats::RunTime).context("turning on BPF run-time statistics (--kernel-cost)")?),
+        false => None,
+    };
+    let tracer = start_tracer(options, &node, plan.attach, plan.walk)?;
+    let tracing = Tracing {
+        program_ids: tracer.program_ids().to_vec(),
+        attach: tracer.attach_point(),
+        path_walk: plan.walk,
+        lockdown: node.features.lockdown,
+        degraded: plan.degraded,
+    };
+    let (printer, keys) = printer(options.asked(), &facts, &warnings);
+    let book = (exporter.is_some() || printer.shows_every().is_some()).then(|| LatencyBook::new(facts.started));
+    let identifier = Identifier::new(NodeLayout::of_this_node(options.kubelet_root.clone()));
+    let mut pipeline = Pipeline::new(printer, identifier, filter, book, Diagnoser::new(&diagnose), recorder);
+    pipeline.printer.start(&mut pipeline.out, &facts, &tracing)?;
+    pipeline.out.flush()?;
+    if let Some(why) = tracer.fallback() {
+        pipeline.say(why);
+    }
+    // After the banner, as the fallback is: what this kernel does less well.
+    for degraded in &tracing.degraded {
+        pipeline.say(&format!("on this kernel: {degraded}"));
+    }
+    Ok(Run { tracer, facts, pipeline, node: LiveNode::new(), exporter, keys, _stats: stats, _lock: lock })
+}
+
+/// What the user should know before tracing starts; said on stderr before
+/// the live view takes the screen (they stay above its summary) and on it.
+fn warnings(options: &WatchOptions, filter: &PodFilter) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !options.kubelet_root.is_dir() {
+        warnings.push(format!(
+            "podstuck: kubelet root {} not found: pods are recognised by cgroup and container only (set --kubelet-root if kubelet runs with --root-dir)",
+            options.kubelet_root.display()
+        ));
+    }
+    let missing = filter.pods_not_on_node(&options.kubelet_root);
+    if !missing.is_empty() {
+        warnings.push(crate::check::pods_not_found(&missing, &options.kubelet_root));
+    }
+    warnings
+}
+
+/// Loads and attaches the programs as planned.
+fn start_tracer(options: &WatchOptions, node: &NodeFacts, attach: crate::collect::AttachPoint, walk: PathWalk) -> Result<Tracer> {
+    Tracer::start(TracerOptions {
+        filter: options.kernel_filter(),
+        attach,
+        walk,
+        btf: node.features.btf.path().map(Path::to_path_buf).unwrap_or_default(),
+        ring_buffer_bytes: options.ring_buffer_bytes,
+    })
+    .map_err(|e| match node.features.lockdown {
+        // Kernels before 5.13 refuse at load what later ones refuse at run time.
+        Lockdown::Confidentiality => e.context(
+            "kernel lockdown=confidentiality refuses BPF programs that read kernel memory on this kernel: boot with lockdown=integrity (or none) to trace here",
+        ),
+        _ => e,
+    })
+}
+
+/// Waits for the live view to ask to stop; forever when there is none.
+async fn quit_asked(keys: &mut Option<QuitKeys>) -> Quit {
+    match keys {
+        Some(keys) => keys.asked().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Hands each call and each review down the pipeline until a signal, a
+/// key, the end of `--duration` or the reader going away says stop.
+async fn trace(run: &mut Run, options: &WatchOptions) -> Result<Stopped> {
+    let Run { tracer, facts, pipeline, node, exporter, keys, .. } = run;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let deadline = tokio::time::sleep(options.duration.unwrap_or(Duration::MAX / 4));
+    tokio::pin!(deadline);
+    let mut refresh = tokio::time::interval_at(tokio::time::Instant::now() + options.interval, options.interval);
+    let mut review = tokio::time::interval(REVIEW_EVERY);
+    review.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let shows_every = pipeline.printer.shows_every();
+    let mut screen = tokio::time::interval(shows_every.unwrap_or(REVIEW_EVERY));
+    screen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            batch = tracer.next_batch(|e| pipeline.take(e)) => {
+                batch.and_then(|()| pipeline.out.flush()).context("writing events")?;
+            }
+            _ = review.tick() => {
+                pipeline.harvest(tracer);
+                let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
+                let reports = pipeline.review(node, &in_flight);
+                pipeline.tell(&reports).context("writing findings")?;
+            }
+            _ = sigint.recv() => return Ok(Stopped::by("SIGINT")),
+            _ = sigterm.recv() => return Ok(Stopped::by("SIGTERM")),
+            // A closed terminal or a dropped ssh session: end as on SIGTERM.
+            _ = sighup.recv() => return Ok(Stopped::by("SIGHUP")),
+            _ = &mut deadline => return Ok(Stopped { by: None, quit: None }),
+            quit = quit_asked(keys) => return Ok(Stopped { by: Some(quit.stopped_by()), quit: Some(quit) }),
+            _ = screen.tick(), if shows_every.is_some() => {
+                pipeline.harvest(tracer);
+                let totals = tracer.totals()?;
+                let in_flight = pipeline.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
+                pipeline.show(&in_flight, &totals);
+            }
+            _ = refresh.tick(), if exporter.is_some() => {
+                pipeline.harvest(tracer);
+                let (Some(exporter), Some(book)) = (exporter.as_mut(), pipeline.book.as_mut()) else { continue };
+                let info = RunInfo::of_run(facts, &tracer.totals()?, options.interval, SystemTime::now(), false);
+                // A failed refresh (disk full, the directory gone) is said
+                // once and retried every interval; tracing goes on, the
+                // book keeps every call.
+                if let Some(message) = exporter.refresh_and_tell(book, &info, SystemTime::now()) {
+                    pipeline.say(&message);
+                }
+            }
+        }
+        // The reader went away (`podstuck watch --json | head`, a closed
+        // terminal): stop quietly, keeping the files.
+        if pipeline.out.gone() {
+            return Ok(Stopped::by(OUTPUT_GONE));
+        }
+    }
+}
+
+/// The last calls and review, what was never told, the record's end, the
+/// histogram files' last refresh, the printer's last words and, in every
+/// mode, the kernel's cost.
+fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<()> {
+    let Run { tracer, facts, pipeline, node, exporter, .. } = &mut run;
+    tracer.drain(&mut |e| pipeline.take(e)).context("writing events")?;
+    pipeline.harvest(tracer);
+    let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
+    let reports = pipeline.review(node, &in_flight);
+    pipeline.tell(&reports).context("writing findings")?;
+    let untold = pipeline.diagnoser.untold();
+    pipeline.tell(&untold).context("writing findings")?;
+    let totals = tracer.totals()?;
+    pipeline.finish_record(&untold, &totals);
+    let histograms = last_refresh(exporter.as_mut(), pipeline.book.as_mut(), &RunInfo::of_run(facts, &totals, options.interval, SystemTime::now(), true));
+    let printed = last_words(tracer, pipeline, &totals, &stopped);
+    if options.kernel_cost {
+        for cost in tracer.program_costs() {
+            stderr_line(format_args!("podstuck: kernel cost: {cost}"));
+        }
+    }
+    printed.context("writing the end of the output")?;
+    // The last refresh failing (disk full) is said at the very end (exit
+    // code 1), after the closing summary or `end` line: those hold the
+    // run's totals and events lost, which must not be lost with the files.
+    histograms
+}
+
+/// The histogram files' last refresh, marked finished.
+fn last_refresh(exporter: Option<&mut Exporter>, book: Option<&mut LatencyBook>, info: &RunInfo) -> Result<()> {
+    let (Some(exporter), Some(book)) = (exporter, book) else { return Ok(()) };
+    exporter.refresh(book, info, SystemTime::now()).map(|_| ()).map_err(|e| {
+        anyhow::anyhow!("cannot write the final histogram files in {}: {e:#}; they hold the last interval written before", exporter.dir().display())
+    })
+}
+
+/// The printer's last words: the closing line, or the live view's summary
+/// with the run as it stands at the end.
+fn last_words(tracer: &mut Tracer, pipeline: &mut Pipeline, totals: &RunTotals, stopped: &Stopped) -> std::io::Result<()> {
+    let in_flight = match pipeline.printer.shows_every() {
+        Some(_) => pipeline.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER)),
+        None => Vec::new(),
+    };
+    let findings = pipeline.diagnoser.findings();
+    let progress = pipeline.printer.shows_every().and(pipeline.book.as_ref()).map(|book| Progress {
+        now: SystemTime::now(),
+        findings: &findings,
+        book,
+        in_flight: &in_flight,
+        totals,
+    });
+    let ending = Ending { totals, stopped_by: stopped.by, quit: stopped.quit.as_ref(), progress };
+    pipeline.printer.finish(&mut pipeline.out, &ending)?;
+    pipeline.out.flush()
+}

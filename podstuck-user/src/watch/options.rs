@@ -1,0 +1,118 @@
+//! What `podstuck watch` (and `record`, and the demo) are told.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use podstuck_common::{KernelFilter, Syscall};
+
+use crate::collect::{kernel_filter, AttachPoint};
+use crate::identify::pod::PodUid;
+use crate::identify::DEFAULT_KUBELET_ROOT;
+use crate::preflight::NodeFacts;
+use crate::print::Asked;
+use crate::run::{traced, RunFacts, VERSION};
+
+/// Everything a watch is told; the default is `podstuck watch` with no flag.
+#[derive(Clone, Debug)]
+pub struct WatchOptions {
+    /// JSON lines instead of text.
+    pub json: bool,
+    /// Stop by itself after this long.
+    pub duration: Option<Duration>,
+    /// Follow these pods only; empty = the whole node.
+    pub pods: Vec<PodUid>,
+    pub kubelet_root: PathBuf,
+    /// Failed calls only (decided in the kernel).
+    pub errors_only: bool,
+    /// These syscalls only (decided in the kernel); empty = all four.
+    pub syscalls: Vec<Syscall>,
+    /// Where to keep latency histogram files, if anywhere.
+    pub histograms: Option<PathBuf>,
+    /// Overwrite an earlier run's files in `histograms`.
+    pub force: bool,
+    /// How often histogram files are refreshed (and interval histograms cut).
+    pub interval: Duration,
+    /// With `json` or `calls`: print findings only, not each call.
+    pub findings_only: bool,
+    /// One plain line per call instead of the live view (the text output
+    /// of earlier versions).
+    pub calls: bool,
+    /// A call in flight longer than this is a hung call.
+    pub hung_after: Duration,
+    /// Trace even when another podstuck already traces this node.
+    pub concurrent: bool,
+    /// Save what the diagnosis sees to this file (`podstuck record`).
+    pub record: Option<PathBuf>,
+    /// Stream every call, past the per-series budget (costs user space a
+    /// storm's worth of records; the counts are exact either way).
+    pub every_call: bool,
+    pub attach: AttachPoint,
+    /// A BTF file for the struct layouts when the kernel has none (`--btf`).
+    pub btf: Option<PathBuf>,
+    /// Walk base directories unrolled even where bpf_loop exists (tests).
+    pub unrolled_walk: bool,
+    /// The mode of the histogram files (`--file-mode`, default 0600).
+    pub file_mode: u32,
+    /// Ring buffer size in bytes; default `RING_BUFFER_BYTES`.
+    pub ring_buffer_bytes: Option<u32>,
+    /// Turn on the kernel's BPF run-time statistics and say what each
+    /// program cost per run at the end.
+    pub kernel_cost: bool,
+}
+
+impl Default for WatchOptions {
+    fn default() -> WatchOptions {
+        WatchOptions {
+            json: false,
+            duration: None,
+            pods: Vec::new(),
+            kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
+            errors_only: false,
+            syscalls: Vec::new(),
+            histograms: None,
+            force: false,
+            interval: Duration::from_secs(5),
+            findings_only: false,
+            calls: false,
+            hung_after: Duration::from_secs(5),
+            concurrent: false,
+            record: None,
+            every_call: false,
+            attach: AttachPoint::Auto,
+            btf: None,
+            unrolled_walk: false,
+            file_mode: 0o600,
+            ring_buffer_bytes: None,
+            kernel_cost: false,
+        }
+    }
+}
+
+impl WatchOptions {
+    /// What the kernel filters before anything reaches podstuck.
+    pub(super) fn kernel_filter(&self) -> KernelFilter {
+        let syscalls = traced(&self.syscalls).iter().fold(0, |mask, s| mask | 1 << *s as u32);
+        kernel_filter(syscalls, self.errors_only, self.every_call)
+    }
+
+    /// How the run is to be shown.
+    pub(super) fn asked(&self) -> Asked {
+        Asked { json: self.json, calls: self.calls, findings_only: self.findings_only }
+    }
+
+    /// The facts of a run with these options, started at `started` on the
+    /// node `facts` describe.
+    pub(super) fn run_facts(&self, facts: &NodeFacts, started: SystemTime) -> RunFacts {
+        RunFacts {
+            version: VERSION,
+            node: facts.node_name.clone(),
+            kernel: facts.kernel_release.clone(),
+            started,
+            pods: self.pods.clone(),
+            kubelet_root: self.kubelet_root.clone(),
+            syscalls: self.syscalls.clone(),
+            errors_only: self.errors_only,
+            every_call: self.every_call,
+        }
+    }
+}

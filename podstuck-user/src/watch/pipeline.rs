@@ -1,0 +1,185 @@
+//! Where each call goes while `watch` runs, stage after stage: identified,
+//! filtered to the pods asked for, counted in the latency book, seen by the
+//! detectors, saved in the record, handed to the printer. And what each
+//! review does: the kernel's counts harvested, the calls in flight
+//! identified, the detectors asked, what they tell printed and recorded.
+
+use std::fs::File;
+use std::io;
+use std::time::SystemTime;
+
+use crate::collect::{Flight, RunTotals, Tracer};
+use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review};
+use crate::event::{CallEvent, DecodeError};
+use crate::identify::actor::Role;
+use crate::identify::{Identifier, PodFilter};
+use crate::inspect::live::LiveNode;
+use crate::latency::LatencyBook;
+use crate::print::{stderr_line, Out, Printer, Progress};
+use crate::record::{Recorder, RecordingNode};
+use crate::series::{Attribution, SeriesNames};
+
+/// The stages a call goes through, and where they print.
+pub(super) struct Pipeline {
+    pub(super) out: Out,
+    pub(super) printer: Box<dyn Printer>,
+    identifier: Identifier,
+    filter: PodFilter,
+    /// Kept for the histogram files and for a printer that shows the
+    /// busiest series (the live view), even without `--histograms`.
+    pub(super) book: Option<LatencyBook>,
+    /// Who the kernel's series are, learnt from the calls streamed.
+    names: SeriesNames,
+    pub(super) diagnoser: Diagnoser,
+    /// What the kernel counted since the last review.
+    counted: Vec<CountedCalls>,
+    /// `podstuck record`: every admitted call and every review, saved.
+    recorder: Option<Recorder<File>>,
+}
+
+impl Pipeline {
+    pub(super) fn new(
+        printer: Box<dyn Printer>,
+        identifier: Identifier,
+        filter: PodFilter,
+        book: Option<LatencyBook>,
+        diagnoser: Diagnoser,
+        recorder: Option<Recorder<File>>,
+    ) -> Pipeline {
+        Pipeline {
+            out: Out::stdout(),
+            printer,
+            identifier,
+            filter,
+            book,
+            names: SeriesNames::default(),
+            diagnoser,
+            counted: Vec::new(),
+            recorder,
+        }
+    }
+
+    /// A message for the user, where the printer says them.
+    pub(super) fn say(&mut self, message: &str) {
+        self.printer.say(message);
+    }
+
+    /// One record from the kernel.
+    pub(super) fn take(&mut self, decoded: Result<CallEvent, DecodeError>) -> io::Result<()> {
+        let event = match decoded {
+            Ok(event) => event,
+            // Counted in the totals; said here so it is never silent.
+            Err(e) => {
+                self.say(&format!("skipped a record: {e}"));
+                return Ok(());
+            }
+        };
+        let identity = self.identifier.identify(&event);
+        let admitted = self.filter.admits(&identity);
+        if self.book.is_some() {
+            let who = admitted.then(|| Attribution { role: identity.actor.role, pod: identity.pod_uid.clone() });
+            self.names.observe(&event, who);
+        }
+        if !admitted {
+            return Ok(());
+        }
+        self.diagnoser.observe(&event, &identity);
+        let stopped = self.recorder.as_mut().and_then(|r| r.add_call(&event, &identity).err());
+        if let Some(e) = stopped {
+            self.say(&e.to_string());
+        }
+        self.printer.call(&mut self.out, &event, &identity)
+    }
+
+    /// Reads what the kernel counted since last time into the latency book
+    /// (exact, whatever was streamed). Done even without a book: reading
+    /// is what frees the series of exited processes in the kernel.
+    pub(super) fn harvest(&mut self, tracer: &mut Tracer) {
+        let deltas = tracer.series_deltas();
+        let counts: Vec<CountedCalls> = deltas
+            .iter()
+            .filter_map(|d| d.caller.map(|(pid, _)| CountedCalls { pid, syscall: d.syscall, errno: d.errno, count: d.count }))
+            .collect();
+        // Handed to the diagnosis at the next review, with it in a record.
+        self.counted.extend(counts);
+        let Some(book) = self.book.as_mut() else { return };
+        let (identifier, filter) = (&mut self.identifier, &self.filter);
+        let named = |pid: u32, cgroup_id: u64| {
+            let identity = identifier.identify_process(pid, cgroup_id);
+            filter.admits(&identity).then(|| Attribution { role: identity.actor.role, pod: identity.pod_uid })
+        };
+        // Calls counted without their process can only be the node's.
+        let orphans = filter.is_whole_node().then(|| Attribution { role: Role::Other, pod: None });
+        self.names.apply(deltas, book, SystemTime::now(), named, orphans);
+        // Pods past the caps, or pods that do not exist: said once each.
+        if let Some(note) = book.take_overflow_note() {
+            self.printer.say(&note);
+        }
+    }
+
+    /// One diagnosis review at `now`; recorded, questions to the node and
+    /// all, when recording.
+    pub(super) fn review(&mut self, node: &mut LiveNode, in_flight: &[CallInFlight]) -> Vec<Report> {
+        let now = SystemTime::now();
+        let counted = std::mem::take(&mut self.counted);
+        self.diagnoser.counted(&counted);
+        let Some(recorder) = self.recorder.as_mut() else {
+            return self.diagnoser.review(&mut Review { now, in_flight, node });
+        };
+        let mut recording = RecordingNode::new(node);
+        let reports = self.diagnoser.review(&mut Review { now, in_flight, node: &mut recording });
+        if let Err(e) = recorder.add_review(now, in_flight, &counted, recording.into_asked(), &reports) {
+            self.printer.say(&e.to_string());
+        }
+        reports
+    }
+
+    /// Calls in flight, identified and filtered like completed ones.
+    pub(super) fn in_flight(&mut self, flights: Vec<Flight>) -> Vec<CallInFlight> {
+        let mut calls = Vec::new();
+        for flight in flights {
+            let identity = self.identifier.identify_flight(&flight);
+            if !self.filter.admits(&identity) {
+                continue;
+            }
+            calls.push(CallInFlight {
+                tid: flight.tid,
+                pid: flight.pid,
+                syscall: flight.syscall,
+                flags: flight.flags,
+                started: flight.started,
+                path: identity.abs_path.ok(),
+                pod_uid: identity.pod_uid,
+                actor: identity.actor,
+            });
+        }
+        calls
+    }
+
+    /// What a review found, printed and flushed.
+    pub(super) fn tell(&mut self, reports: &[Report]) -> io::Result<()> {
+        self.printer.findings(&mut self.out, reports)?;
+        self.out.flush()
+    }
+
+    /// Shows the run as it stands, to a printer that shows it whole.
+    pub(super) fn show(&mut self, in_flight: &[CallInFlight], totals: &RunTotals) {
+        let Some(book) = self.book.as_ref() else { return };
+        let findings = self.diagnoser.findings();
+        self.printer.show(&Progress { now: SystemTime::now(), findings: &findings, book, in_flight, totals });
+    }
+
+    /// Closes the record with what was never told and the totals, and says
+    /// where it is.
+    pub(super) fn finish_record(&mut self, untold: &[Report], totals: &RunTotals) {
+        let Some(recorder) = self.recorder.take() else { return };
+        let name = recorder.name().to_string();
+        match recorder.finish(SystemTime::now(), untold, Some(totals)) {
+            Ok(saved) if saved.complete => {
+                self.say(&format!("recorded {} entries to {name} (podstuck replay {name} diagnoses them again)", saved.entries));
+            }
+            Ok(_) => {}
+            Err(e) => stderr_line(format_args!("podstuck: {e}")),
+        }
+    }
+}
