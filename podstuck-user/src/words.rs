@@ -121,6 +121,13 @@ pub fn latency_whole_units(ns: f64) -> String {
     }
 }
 
+/// A latency in microseconds with `decimals` decimals, as the findings
+/// say it: "12.3 µs" (the µ and the space are the difference from
+/// [`latency_text`], whose unit follows the size).
+pub fn latency_in_microseconds(ns: u64, decimals: usize) -> String {
+    format!("{:.*} µs", decimals, ns as f64 / 1e3)
+}
+
 /// A duration as people say it: "850 ms", "12 s", "3m20s".
 pub fn human_duration(d: Duration) -> String {
     let ms = d.as_millis();

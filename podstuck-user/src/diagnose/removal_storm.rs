@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 
 use super::track::RECHECK;
+use crate::words::latency_in_microseconds;
 use super::{human_duration, removes, shown, Confidence, CountedCalls, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
 use podstuck_common::Syscall;
 use crate::event::CallEvent;
@@ -249,26 +250,12 @@ impl RemovalStorm {
                 shown(&s.prefix),
             ),
         );
-        // Go's os.RemoveAll unlinks first and only rmdirs what answers
-        // EISDIR: on a tree of directories half the calls "fail" by design.
-        let two_per_dir = counts.eisdir > 0 && counts.eisdir * 10 >= counts.calls * 3;
-        let per_entry = if two_per_dir {
-            f.evidence(
-                "trace",
-                format!(
-                    "{} of the calls are unlinkat(name, 0) failing with EISDIR, each followed by unlinkat(name, AT_REMOVEDIR): Go's RemoveAll tries unlink first, so it makes two calls per directory; these failures are how it works, not a fault",
-                    counts.eisdir
-                ),
-            );
-            " Go's RemoveAll: unlink fails with EISDIR, then rmdir: two calls per directory, half of them failing by design."
-        } else {
-            ""
-        };
+        let per_entry = two_calls_per_dir(&mut f, &counts);
         if let Some(others) = (!s.others.is_empty()).then(|| s.others.iter().map(|(_, n)| n).sum::<u64>()) {
             f.evidence("trace", format!("{others} more removal calls by the same process elsewhere, not counted here"));
         }
         if s.latency.is_some() {
-            f.evidence("trace", format!("latency per call: p50 {:.1} µs, p99 {:.1} µs", p50 as f64 / 1e3, p99 as f64 / 1e3));
+            f.evidence("trace", format!("latency per call: p50 {}, p99 {}", latency_in_microseconds(p50, 1), latency_in_microseconds(p99, 1)));
         }
         f.detail("calls", counts.calls);
         f.detail("failed", counts.failed);
@@ -278,44 +265,7 @@ impl RemovalStorm {
         f.detail("p50_ns", p50);
         f.detail("p99_ns", p99);
         f.detail("prefix", String::from_utf8_lossy(&s.prefix).into_owned());
-        let mut left_words = String::new();
-        match &s.estimate {
-            Some(Ok(e)) if gone => {
-                f.evidence("directory", format!("{} is gone", shown(&s.prefix)));
-                f.detail("remaining", 0);
-                f.detail("remaining_at_least", false);
-                f.detail("eta_s", 0);
-                f.confidence = Confidence::Confirmed;
-                let _ = e;
-            }
-            Some(Ok(e)) => {
-                let (bound, how) = match (e.at_least, e.method.as_str()) {
-                    (true, _) => ("At least ", format!(" (the count stopped there: {})", e.method)),
-                    (false, "counted") => ("", String::new()),
-                    (false, method) => ("About ", format!(" (estimated from the {method})")),
-                };
-                f.evidence("directory", format!("{}{} entries left under {} ({})", bound.to_lowercase(), e.entries, shown(&s.prefix), e.method));
-                f.detail("remaining", e.entries);
-                f.detail("remaining_at_least", e.at_least);
-                f.confidence = Confidence::Confirmed;
-                let left = format!(" {bound}{} entries are left{how}", e.entries);
-                if rate > 0.0 {
-                    let eta = e.entries as f64 / rate;
-                    f.detail("eta_s", eta.round());
-                    let more = if e.at_least { " or more" } else { "" };
-                    left_words = format!("{left}: {}{more} at this rate.", human_duration(Duration::try_from_secs_f64(eta).unwrap_or(Duration::MAX)));
-                } else {
-                    f.detail("eta_s", serde_json::Value::Null);
-                    left_words = format!("{left}.");
-                }
-            }
-            Some(Err(why)) => {
-                f.evidence("directory", format!("entries left under {} unknown: {why}", shown(&s.prefix)));
-                f.detail("remaining", serde_json::Value::Null);
-                f.detail("eta_s", serde_json::Value::Null);
-            }
-            None => {}
-        }
+        let left_words = remaining(&mut f, s, gone, rate);
         if ended {
             f.status = Status::Resolved;
             let end = if gone { "it is done: the tree is gone" } else { "it has stopped" };
@@ -327,12 +277,12 @@ impl RemovalStorm {
             );
         } else {
             f.summary = format!(
-                "{} is removing {} entry by entry: {} calls in {took}, {:.0}/s now (p99 {:.0} µs per call).{left_words}{per_entry} Pods whose teardown needs the same store wait meanwhile.",
+                "{} is removing {} entry by entry: {} calls in {took}, {:.0}/s now (p99 {} per call).{left_words}{per_entry} Pods whose teardown needs the same store wait meanwhile.",
                 s.actor.description,
                 shown(&s.prefix),
                 counts.calls,
                 rate,
-                p99 as f64 / 1e3
+                latency_in_microseconds(p99, 0)
             );
         }
         f.fix = format!("kubectl drain {} --ignore-daemonsets --delete-emptydir-data", self.node_name);
@@ -343,6 +293,69 @@ impl RemovalStorm {
         ));
         f.advice.push("then find who filled it (a container writing millions of small files into a volume) before it comes back".into());
         f
+    }
+}
+
+/// What is left of the tree, as evidence and details of `f`; the words
+/// the summary ends with (how many entries, how long at `rate`).
+fn remaining(f: &mut Finding, s: &Storm, gone: bool, rate: f64) -> String {
+    match &s.estimate {
+        Some(Ok(_)) if gone => {
+            f.evidence("directory", format!("{} is gone", shown(&s.prefix)));
+            f.detail("remaining", 0);
+            f.detail("remaining_at_least", false);
+            f.detail("eta_s", 0);
+            f.confidence = Confidence::Confirmed;
+            String::new()
+        }
+        Some(Ok(e)) => {
+            let (bound, how) = match (e.at_least, e.method.as_str()) {
+                (true, _) => ("At least ", format!(" (the count stopped there: {})", e.method)),
+                (false, "counted") => ("", String::new()),
+                (false, method) => ("About ", format!(" (estimated from the {method})")),
+            };
+            f.evidence("directory", format!("{}{} entries left under {} ({})", bound.to_lowercase(), e.entries, shown(&s.prefix), e.method));
+            f.detail("remaining", e.entries);
+            f.detail("remaining_at_least", e.at_least);
+            f.confidence = Confidence::Confirmed;
+            let left = format!(" {bound}{} entries are left{how}", e.entries);
+            if rate > 0.0 {
+                let eta = e.entries as f64 / rate;
+                f.detail("eta_s", eta.round());
+                let more = if e.at_least { " or more" } else { "" };
+                format!("{left}: {}{more} at this rate.", human_duration(Duration::try_from_secs_f64(eta).unwrap_or(Duration::MAX)))
+            } else {
+                f.detail("eta_s", serde_json::Value::Null);
+                format!("{left}.")
+            }
+        }
+        Some(Err(why)) => {
+            f.evidence("directory", format!("entries left under {} unknown: {why}", shown(&s.prefix)));
+            f.detail("remaining", serde_json::Value::Null);
+            f.detail("eta_s", serde_json::Value::Null);
+            String::new()
+        }
+        None => String::new(),
+    }
+}
+
+/// Go's RemoveAll's two calls per directory, said as evidence of `f` when
+/// they are there; the words the summary adds.
+fn two_calls_per_dir(f: &mut Finding, counts: &KernelCounts) -> &'static str {
+    // Go's os.RemoveAll unlinks first and only rmdirs what answers
+    // EISDIR: on a tree of directories half the calls "fail" by design.
+    let two_per_dir = counts.eisdir > 0 && counts.eisdir * 10 >= counts.calls * 3;
+    if two_per_dir {
+        f.evidence(
+            "trace",
+            format!(
+                "{} of the calls are unlinkat(name, 0) failing with EISDIR, each followed by unlinkat(name, AT_REMOVEDIR): Go's RemoveAll tries unlink first, so it makes two calls per directory; these failures are how it works, not a fault",
+                counts.eisdir
+            ),
+        );
+        " Go's RemoveAll: unlink fails with EISDIR, then rmdir: two calls per directory, half of them failing by design."
+    } else {
+        ""
     }
 }
 

@@ -26,14 +26,27 @@ fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+const PLOT_WIDTH: f64 = WIDTH - LEFT - RIGHT;
+
+/// The picture of `book` for `run`: the title, the percentile curves with
+/// their axes and legend, the timeline.
 pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
-    let plot_width = WIDTH - LEFT - RIGHT;
     let mut svg = String::new();
     let _ = writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    title(&mut svg, run);
+    let scale = Scale::of(book);
+    curve_axes(&mut svg, &scale);
+    curves(&mut svg, book, &scale);
+    timeline(&mut svg, book);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn title(svg: &mut String, run: &RunInfo) {
     let scope = if run.pods.is_empty() {
         "whole node".to_string()
     } else {
@@ -48,30 +61,47 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
         run.events_seen,
         run.events_lost
     );
+}
 
-    // Latency range over every series, in decades.
-    let (mut low, mut high) = (f64::MAX, 1.0f64);
-    for (_, series) in book.series() {
-        low = low.min(series.total.min().max(1) as f64);
-        high = high.max(series.total.max().max(1) as f64);
+/// Where the curves go: latency on a log scale over whole decades (y), the
+/// percentile as nines (x).
+struct Scale {
+    decade_low: f64,
+    decade_high: f64,
+}
+
+impl Scale {
+    /// The latency range over every series, in decades.
+    fn of(book: &LatencyBook) -> Scale {
+        let (mut low, mut high) = (f64::MAX, 1.0f64);
+        for (_, series) in book.series() {
+            low = low.min(series.total.min().max(1) as f64);
+            high = high.max(series.total.max().max(1) as f64);
+        }
+        if low > high {
+            low = 1.0;
+        }
+        Scale { decade_low: low.log10().floor(), decade_high: (high.log10().ceil()).max(low.log10().floor() + 1.0) }
     }
-    if low > high {
-        low = 1.0;
-    }
-    let (decade_low, decade_high) = (low.log10().floor(), (high.log10().ceil()).max(low.log10().floor() + 1.0));
-    let y_of = |ns: f64| {
-        let fraction = (ns.max(1.0).log10() - decade_low) / (decade_high - decade_low);
+
+    fn y_of(&self, ns: f64) -> f64 {
+        let fraction = (ns.max(1.0).log10() - self.decade_low) / (self.decade_high - self.decade_low);
         CURVES_TOP + CURVES_HEIGHT * (1.0 - fraction)
-    };
-    let x_of = |nines: f64| LEFT + plot_width * nines / MAX_NINES;
+    }
 
-    // Axes and grid.
+    fn x_of(&self, nines: f64) -> f64 {
+        LEFT + PLOT_WIDTH * nines / MAX_NINES
+    }
+}
+
+/// The curves' frame, grid and axis marks.
+fn curve_axes(svg: &mut String, scale: &Scale) {
     let _ = writeln!(
         svg,
-        r##"<rect x="{LEFT}" y="{CURVES_TOP}" width="{plot_width}" height="{CURVES_HEIGHT}" fill="none" stroke="#444"/>"##
+        r##"<rect x="{LEFT}" y="{CURVES_TOP}" width="{PLOT_WIDTH}" height="{CURVES_HEIGHT}" fill="none" stroke="#444"/>"##
     );
     for (nines, name) in [(0.0, "0%"), (1.0, "90%"), (2.0, "99%"), (3.0, "99.9%"), (4.0, "99.99%"), (5.0, "99.999%")] {
-        let x = x_of(nines);
+        let x = scale.x_of(nines);
         let _ = writeln!(
             svg,
             r##"<line x1="{x:.1}" y1="{CURVES_TOP}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{name}</text>"##,
@@ -79,13 +109,13 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
             CURVES_TOP + CURVES_HEIGHT + 16.0
         );
     }
-    let mut decade = decade_low;
-    while decade <= decade_high {
-        let y = y_of(10f64.powf(decade));
+    let mut decade = scale.decade_low;
+    while decade <= scale.decade_high {
+        let y = scale.y_of(10f64.powf(decade));
         let _ = writeln!(
             svg,
             r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + plot_width,
+            LEFT + PLOT_WIDTH,
             LEFT - 6.0,
             y + 4.0,
             latency_whole_units(10f64.powf(decade))
@@ -95,11 +125,13 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
     let _ = writeln!(
         svg,
         r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">percentile</text>"#,
-        LEFT + plot_width / 2.0,
+        LEFT + PLOT_WIDTH / 2.0,
         CURVES_TOP + CURVES_HEIGHT + 34.0
     );
+}
 
-    // One curve per series, and its legend entry.
+/// One curve per series, and its legend entry.
+fn curves(svg: &mut String, book: &LatencyBook, scale: &Scale) {
     for (i, (key, series)) in book.series().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
         let mut points = String::new();
@@ -108,7 +140,7 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
             let nines = MAX_NINES * step as f64 / steps as f64;
             let quantile = 1.0 - 10f64.powf(-nines);
             let value = series.total.value_at_quantile(quantile) as f64;
-            let _ = write!(points, "{:.1},{:.1} ", x_of(nines), y_of(value));
+            let _ = write!(points, "{:.1},{:.1} ", scale.x_of(nines), scale.y_of(value));
         }
         let tag = escape(&key.tag());
         let _ = writeln!(
@@ -117,7 +149,7 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
             points.trim_end()
         );
         let y = CURVES_TOP + 10.0 + i as f64 * 18.0;
-        let x = LEFT + plot_width + 16.0;
+        let x = LEFT + PLOT_WIDTH + 16.0;
         let _ = writeln!(
             svg,
             r#"<rect x="{x:.1}" y="{:.1}" width="12" height="4" fill="{color}"/><text x="{:.1}" y="{:.1}">{tag} ({} calls)</text>"#,
@@ -127,18 +159,20 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
             series.count
         );
     }
+}
 
-    // Timeline: calls per second per interval; red dots where calls failed.
+/// Timeline: calls per second per interval; red dots where calls failed.
+fn timeline(svg: &mut String, book: &LatencyBook) {
     let timeline = book.timeline();
     let _ = writeln!(
         svg,
-        r##"<rect x="{LEFT}" y="{TIMELINE_TOP}" width="{plot_width}" height="{TIMELINE_HEIGHT}" fill="none" stroke="#444"/><text x="{LEFT}" y="{:.1}" font-weight="bold">calls per second (red: intervals with failed calls, label = failures)</text>"##,
+        r##"<rect x="{LEFT}" y="{TIMELINE_TOP}" width="{PLOT_WIDTH}" height="{TIMELINE_HEIGHT}" fill="none" stroke="#444"/><text x="{LEFT}" y="{:.1}" font-weight="bold">calls per second (red: intervals with failed calls, label = failures)</text>"##,
         TIMELINE_TOP - 10.0
     );
     let end = timeline.last().map(|t| (t.start + t.length).as_secs_f64()).unwrap_or(1.0).max(1e-3);
     let rate = |t: &crate::latency::IntervalTotals| t.calls as f64 / t.length.as_secs_f64().max(1e-3);
     let peak = timeline.iter().map(rate).fold(1.0f64, f64::max);
-    let tx = |secs: f64| LEFT + plot_width * secs / end;
+    let tx = |secs: f64| LEFT + PLOT_WIDTH * secs / end;
     let ty = |r: f64| TIMELINE_TOP + TIMELINE_HEIGHT * (1.0 - r / peak);
     let mut points = String::new();
     for t in timeline {
@@ -170,12 +204,10 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
         peak,
         LEFT - 6.0,
         TIMELINE_TOP + TIMELINE_HEIGHT,
-        LEFT + plot_width,
+        LEFT + PLOT_WIDTH,
         TIMELINE_TOP + TIMELINE_HEIGHT + 16.0,
         end
     );
-    svg.push_str("</svg>\n");
-    svg
 }
 
 #[cfg(test)]
