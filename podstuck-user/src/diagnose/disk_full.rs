@@ -16,7 +16,7 @@ use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity, Status
 use crate::event::CallEvent;
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_containing;
-use crate::inspect::{FsUsage, Mount};
+use crate::inspect::{FsUsage, Mount, NodeInspector};
 
 /// Paths quoted in one finding.
 const PATHS_KEPT: usize = 10;
@@ -61,90 +61,101 @@ impl DiskFull {
         f.evidence("trace", a.trace_words());
         let what = format!("{} of {}", a.syscall_name(), shown(&path));
         if kind == Kind::DiskFull {
-            let target = full_mount(&mounts, &mount);
-            if target.mount_point != mount.mount_point {
-                f.evidence("mountinfo", format!("{} is an overlay whose upper layer is on {} ({})", shown(&mount.mount_point), shown(&target.mount_point), target.fstype));
-                f.paths.push(target.mount_point.clone());
-            }
-            let quota = a.errno == libc::EDQUOT;
-            let usage = node.fs_usage(&target.mount_point);
-            let (state, fix) = match &usage {
-                Ok(u) => {
-                    f.evidence("statfs", format!("{}: {}", shown(&target.mount_point), usage_words(u)));
-                    f.detail("free_bytes", u.free_bytes);
-                    f.detail("free_inodes", u.free_inodes);
-                    let no_inodes = u.total_inodes > 0 && u.free_inodes == 0;
-                    let no_space = u.free_bytes == 0 || (u.total_bytes > 0 && u.free_bytes * 100 < u.total_bytes);
-                    f.confidence = if no_inodes || no_space || quota { Confidence::Confirmed } else { Confidence::Possible };
-                    let mp = word(&target.mount_point);
-                    let fix = match (target.fstype.as_str(), no_inodes) {
-                        ("tmpfs", true) => format!("mount -o remount,nr_inodes={} {mp}", u.total_inodes.max(1) * 2),
-                        ("tmpfs", false) => format!("mount -o remount,size={}k {mp}", (u.total_bytes / 1024).max(1) * 2),
-                        _ => format!("df -h -i {mp} && du -xh -d 2 {mp} | sort -h | tail -n 20"),
-                    };
-                    let state = if quota {
-                        "over its disk quota".to_string()
-                    } else if no_inodes {
-                        "out of inodes".to_string()
-                    } else if no_space {
-                        "out of space".to_string()
-                    } else {
-                        "not full now (space was freed since)".to_string()
-                    };
-                    (state, fix)
-                }
-                Err(why) => {
-                    f.evidence("statfs", format!("{}: {why}", shown(&target.mount_point)));
-                    ("full".to_string(), format!("df -h -i {}", word(&target.mount_point)))
-                }
-            };
-            let overlay = if target.mount_point != mount.mount_point {
-                " (deleting a file of a lower layer needs a whiteout inode in the upper layer)"
-            } else {
-                ""
-            };
-            f.summary = format!(
-                "{what} fails with {}: the {} filesystem at {} is {state}{overlay}; every pod whose teardown writes there is stuck.",
-                a.errno_name(),
-                target.fstype,
-                shown(&target.mount_point)
-            );
-            f.fix = fix;
-            if target.fstype != "tmpfs" {
-                f.advice.push("free space on it (old images: crictl rmi --prune; logs), or replace the disk; then kubelet's retries succeed".into());
-            }
+            Self::full(&mut f, a, node, &mounts, &mount, &what);
         } else {
-            let per_mount_ro = mount.read_only();
-            let super_ro = mount.super_options.split(',').any(|o| o == "ro");
-            let usage = node.fs_usage(&mount.mount_point);
-            let statfs_ro = usage.as_ref().map(|u| u.read_only).unwrap_or(false);
-            f.evidence(
-                "mountinfo",
-                format!("{} ({}) mount options {}; filesystem options {}", shown(&mount.mount_point), mount.fstype, mount.options, mount.super_options),
-            );
-            if let Ok(u) = &usage {
-                f.evidence("statfs", format!("ST_RDONLY {}", if u.read_only { "set" } else { "not set" }));
-            }
-            f.confidence = if per_mount_ro || super_ro || statfs_ro { Confidence::Confirmed } else { Confidence::Possible };
-            let mp = word(&mount.mount_point);
-            if per_mount_ro && !super_ro {
-                f.summary = format!(
-                    "{what} fails with EROFS: {} is a read-only mount of a writable filesystem (a read-only bind mount).",
-                    shown(&mount.mount_point)
-                );
-                f.fix = format!("mount -o remount,bind,rw {mp}");
-            } else {
-                f.summary = format!(
-                    "{what} fails with EROFS: the {} filesystem at {} is read-only{}.",
-                    mount.fstype,
-                    shown(&mount.mount_point),
-                    if super_ro { " (the kernel may have remounted it after errors)" } else { "" }
-                );
-                f.fix = format!("mount -o remount,rw {mp}");
-                f.advice.push("if the kernel made it read-only after I/O errors, read dmesg and run fsck before remounting, or replace the disk".into());
-            }
+            Self::read_only(&mut f, node, &mount, &what);
         }
         Some(f)
+    }
+
+    /// ENOSPC or EDQUOT: which filesystem is full (an overlay's upper
+    /// layer, not the overlay), how full, and how to make room.
+    fn full(f: &mut Finding, a: &Attempts, node: &mut dyn NodeInspector, mounts: &[Mount], mount: &Mount, what: &str) {
+        let target = full_mount(mounts, mount);
+        if target.mount_point != mount.mount_point {
+            f.evidence("mountinfo", format!("{} is an overlay whose upper layer is on {} ({})", shown(&mount.mount_point), shown(&target.mount_point), target.fstype));
+            f.paths.push(target.mount_point.clone());
+        }
+        let quota = a.errno == libc::EDQUOT;
+        let usage = node.fs_usage(&target.mount_point);
+        let (state, fix) = match &usage {
+            Ok(u) => {
+                f.evidence("statfs", format!("{}: {}", shown(&target.mount_point), usage_words(u)));
+                f.detail("free_bytes", u.free_bytes);
+                f.detail("free_inodes", u.free_inodes);
+                let no_inodes = u.total_inodes > 0 && u.free_inodes == 0;
+                let no_space = u.free_bytes == 0 || (u.total_bytes > 0 && u.free_bytes * 100 < u.total_bytes);
+                f.confidence = if no_inodes || no_space || quota { Confidence::Confirmed } else { Confidence::Possible };
+                let mp = word(&target.mount_point);
+                let fix = match (target.fstype.as_str(), no_inodes) {
+                    ("tmpfs", true) => format!("mount -o remount,nr_inodes={} {mp}", u.total_inodes.max(1) * 2),
+                    ("tmpfs", false) => format!("mount -o remount,size={}k {mp}", (u.total_bytes / 1024).max(1) * 2),
+                    _ => format!("df -h -i {mp} && du -xh -d 2 {mp} | sort -h | tail -n 20"),
+                };
+                let state = if quota {
+                    "over its disk quota".to_string()
+                } else if no_inodes {
+                    "out of inodes".to_string()
+                } else if no_space {
+                    "out of space".to_string()
+                } else {
+                    "not full now (space was freed since)".to_string()
+                };
+                (state, fix)
+            }
+            Err(why) => {
+                f.evidence("statfs", format!("{}: {why}", shown(&target.mount_point)));
+                ("full".to_string(), format!("df -h -i {}", word(&target.mount_point)))
+            }
+        };
+        let overlay = if target.mount_point != mount.mount_point {
+            " (deleting a file of a lower layer needs a whiteout inode in the upper layer)"
+        } else {
+            ""
+        };
+        f.summary = format!(
+            "{what} fails with {}: the {} filesystem at {} is {state}{overlay}; every pod whose teardown writes there is stuck.",
+            a.errno_name(),
+            target.fstype,
+            shown(&target.mount_point)
+        );
+        f.fix = fix;
+        if target.fstype != "tmpfs" {
+            f.advice.push("free space on it (old images: crictl rmi --prune; logs), or replace the disk; then kubelet's retries succeed".into());
+        }
+    }
+
+    /// EROFS: a read-only bind mount, or a filesystem read-only as a whole.
+    fn read_only(f: &mut Finding, node: &mut dyn NodeInspector, mount: &Mount, what: &str) {
+        let per_mount_ro = mount.read_only();
+        let super_ro = mount.super_options.split(',').any(|o| o == "ro");
+        let usage = node.fs_usage(&mount.mount_point);
+        let statfs_ro = usage.as_ref().map(|u| u.read_only).unwrap_or(false);
+        f.evidence(
+            "mountinfo",
+            format!("{} ({}) mount options {}; filesystem options {}", shown(&mount.mount_point), mount.fstype, mount.options, mount.super_options),
+        );
+        if let Ok(u) = &usage {
+            f.evidence("statfs", format!("ST_RDONLY {}", if u.read_only { "set" } else { "not set" }));
+        }
+        f.confidence = if per_mount_ro || super_ro || statfs_ro { Confidence::Confirmed } else { Confidence::Possible };
+        let mp = word(&mount.mount_point);
+        if per_mount_ro && !super_ro {
+            f.summary = format!(
+                "{what} fails with EROFS: {} is a read-only mount of a writable filesystem (a read-only bind mount).",
+                shown(&mount.mount_point)
+            );
+            f.fix = format!("mount -o remount,bind,rw {mp}");
+        } else {
+            f.summary = format!(
+                "{what} fails with EROFS: the {} filesystem at {} is read-only{}.",
+                mount.fstype,
+                shown(&mount.mount_point),
+                if super_ro { " (the kernel may have remounted it after errors)" } else { "" }
+            );
+            f.fix = format!("mount -o remount,rw {mp}");
+            f.advice.push("if the kernel made it read-only after I/O errors, read dmesg and run fsck before remounting, or replace the disk".into());
+        }
     }
 
     /// One finding per filesystem: the calls of every path on it together.

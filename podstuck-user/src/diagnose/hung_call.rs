@@ -16,7 +16,7 @@ use super::{human_duration, shown, CallInFlight, Confidence, Detector, Finding, 
 use crate::event::{syscall_name, CallEvent};
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_containing;
-use crate::inspect::Mount;
+use crate::inspect::{Mount, NodeInspector};
 
 /// Kernel stack frames quoted.
 const FRAMES_QUOTED: usize = 6;
@@ -71,27 +71,7 @@ impl HungCall {
         let task = if state_words.is_empty() { String::new() } else { format!(" (the task is {state_words})") };
         match &mount {
             Some(m) if m.fstype == "fuse" || m.fstype.starts_with("fuse.") || m.fstype == "fuseblk" => {
-                let connection = m.dev.1;
-                f.confidence = Confidence::Confirmed;
-                f.evidence("mountinfo", format!("{} is on a FUSE mount at {} ({}, connection {connection})", shown(&path), shown(&m.mount_point), m.fstype));
-                let servers = node.fuse_servers();
-                let stopped: Vec<_> = servers.iter().filter(|s| s.state == 'T' || s.state == 't').collect();
-                for s in &servers {
-                    f.evidence("/proc/*/fd", format!("FUSE server pid {} ({}) is {}", s.pid, s.comm, s.state_words()));
-                }
-                let server_words = match (stopped.first(), servers.is_empty()) {
-                    (Some(s), _) => format!("its FUSE server pid {} ({}) is stopped", s.pid, s.comm),
-                    (None, true) => "no process has /dev/fuse open: the FUSE server is gone".into(),
-                    (None, false) => "its FUSE server does not answer".into(),
-                };
-                f.summary = format!("{who} {since}{task}: {server_words}, so every call on {} waits.", shown(&m.mount_point));
-                let abort = format!("echo 1 > /sys/fs/fuse/connections/{connection}/abort");
-                let fusectl = node.host_mounts().map(|m| m.iter().any(|m| m.fstype == "fusectl")).unwrap_or(true);
-                f.fix = if fusectl { abort } else { format!("mount -t fusectl fusectl /sys/fs/fuse/connections && {abort}") };
-                for s in stopped {
-                    f.advice.push(format!("or, if the server should live on, continue it: kill -CONT {}", s.pid));
-                }
-                f.advice.push(format!("after aborting, unmount it: umount -l {}", word(&m.mount_point)));
+                Self::on_fuse(&mut f, node, m, &path, &format!("{who} {since}{task}"));
             }
             Some(m) if m.fstype.starts_with("nfs") || m.fstype == "cifs" || m.fstype == "smb3" || m.fstype == "ceph" => {
                 f.confidence = Confidence::Confirmed;
@@ -114,6 +94,31 @@ impl HungCall {
             }
         }
         f
+    }
+    /// A call hung on a FUSE mount: whether its server is stopped or gone,
+    /// and how to abort the connection. `waiting` says who waits since when.
+    fn on_fuse(f: &mut Finding, node: &mut dyn NodeInspector, m: &Mount, path: &[u8], waiting: &str) {
+        let connection = m.dev.1;
+        f.confidence = Confidence::Confirmed;
+        f.evidence("mountinfo", format!("{} is on a FUSE mount at {} ({}, connection {connection})", shown(path), shown(&m.mount_point), m.fstype));
+        let servers = node.fuse_servers();
+        let stopped: Vec<_> = servers.iter().filter(|s| s.state == 'T' || s.state == 't').collect();
+        for s in &servers {
+            f.evidence("/proc/*/fd", format!("FUSE server pid {} ({}) is {}", s.pid, s.comm, s.state_words()));
+        }
+        let server_words = match (stopped.first(), servers.is_empty()) {
+            (Some(s), _) => format!("its FUSE server pid {} ({}) is stopped", s.pid, s.comm),
+            (None, true) => "no process has /dev/fuse open: the FUSE server is gone".into(),
+            (None, false) => "its FUSE server does not answer".into(),
+        };
+        f.summary = format!("{waiting}: {server_words}, so every call on {} waits.", shown(&m.mount_point));
+        let abort = format!("echo 1 > /sys/fs/fuse/connections/{connection}/abort");
+        let fusectl = node.host_mounts().map(|m| m.iter().any(|m| m.fstype == "fusectl")).unwrap_or(true);
+        f.fix = if fusectl { abort } else { format!("mount -t fusectl fusectl /sys/fs/fuse/connections && {abort}") };
+        for s in stopped {
+            f.advice.push(format!("or, if the server should live on, continue it: kill -CONT {}", s.pid));
+        }
+        f.advice.push(format!("after aborting, unmount it: umount -l {}", word(&m.mount_point)));
     }
 }
 

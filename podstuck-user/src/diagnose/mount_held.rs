@@ -76,24 +76,7 @@ impl MountHeld {
         let holders: Vec<MountHolder> =
             node.mount_holders(mount).into_iter().filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns)).collect();
         let below: Vec<Mount> = mounts_under(mounts, path).into_iter().cloned().collect();
-        for fact in holder_facts(&holders) {
-            f.evidence("/proc", fact);
-        }
-        for copy in &copies {
-            f.evidence(
-                "/proc/*/mountinfo",
-                format!(
-                    "a copy is mounted in mount namespace mnt:[{}] (pid {} {} lives there), {}: unmounting here reaches it",
-                    copy.mntns,
-                    copy.pid,
-                    copy.comm,
-                    copy.propagation.join(" ")
-                ),
-            );
-        }
-        for sub in &below {
-            f.evidence("mountinfo", format!("{} ({}) is mounted below it", shown(&sub.mount_point), sub.fstype));
-        }
+        Self::busy_evidence(f, &holders, &copies, &below);
         let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(path), mount.fstype);
         let failed = format!("{}{rhythm}", a.failed_words());
         if let Some(h) = holders.iter().find(|h| h.other_namespace) {
@@ -148,6 +131,29 @@ impl MountHeld {
             f.confidence = Confidence::Possible;
             f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
             f.fix = format!("umount -l {}", word(path));
+        }
+    }
+
+    /// What keeps a mount busy, as evidence: the processes holding it, its
+    /// copies in other namespaces, the mounts below it.
+    fn busy_evidence(f: &mut Finding, holders: &[MountHolder], copies: &[MountCopy], below: &[Mount]) {
+        for fact in holder_facts(holders) {
+            f.evidence("/proc", fact);
+        }
+        for copy in copies {
+            f.evidence(
+                "/proc/*/mountinfo",
+                format!(
+                    "a copy is mounted in mount namespace mnt:[{}] (pid {} {} lives there), {}: unmounting here reaches it",
+                    copy.mntns,
+                    copy.pid,
+                    copy.comm,
+                    copy.propagation.join(" ")
+                ),
+            );
+        }
+        for sub in below {
+            f.evidence("mountinfo", format!("{} ({}) is mounted below it", shown(&sub.mount_point), sub.fstype));
         }
     }
 

@@ -66,6 +66,19 @@ pub fn holder_facts(holders: &[MountHolder]) -> Vec<String> {
         .collect()
 }
 
+impl UnmountTries {
+    /// What the unmounts of a volume dir say of why it is still mounted.
+    fn words(&self) -> String {
+        if self.count == 0 {
+            "no process tried to unmount it, so the volume plugin reported an unmount it did not do".to_string()
+        } else if self.last_errno == 0 {
+            format!("it was unmounted {} time(s) and mounted again", self.count)
+        } else {
+            format!("umount was tried {} time(s) and failed with {} (see mount-held)", self.count, errno_name(self.last_errno))
+        }
+    }
+}
+
 impl VolumeStillMounted {
     fn decide(unmounts: &HashMap<Vec<u8>, UnmountTries>, a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
         let path = a.path.clone();
@@ -75,13 +88,7 @@ impl VolumeStillMounted {
         a.stamp(&mut f);
         let rhythm = a.rhythm_words();
         let tried = unmounts.get(&path).copied().unwrap_or_default();
-        let unmount_words = if tried.count == 0 {
-            "no process tried to unmount it, so the volume plugin reported an unmount it did not do".to_string()
-        } else if tried.last_errno == 0 {
-            format!("it was unmounted {} time(s) and mounted again", tried.count)
-        } else {
-            format!("umount was tried {} time(s) and failed with {} (see mount-held)", tried.count, errno_name(tried.last_errno))
-        };
+        let unmount_words = tried.words();
         f.evidence("trace", a.trace_words());
         f.evidence("trace", unmount_words.clone());
         let host = review.node.host_mounts();

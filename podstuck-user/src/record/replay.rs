@@ -51,6 +51,35 @@ pub struct ReplaySummary {
 }
 
 impl ReplaySummary {
+    /// Nothing replayed yet of a record with `header`.
+    fn new(header: RecordHeader) -> ReplaySummary {
+        ReplaySummary {
+            header,
+            calls: 0,
+            reviews: 0,
+            last_time: None,
+            end: None,
+            broken: None,
+            not_in_record: 0,
+            first_not_in_record: None,
+            differences: 0,
+            first_difference: None,
+            skipped: 0,
+            first_skipped: None,
+        }
+    }
+
+    /// Counts a difference between what the live run told `when` and what
+    /// the replay tells, keeping the first in words.
+    fn compare(&mut self, when: String, live: Vec<String>, here: Vec<String>) {
+        if live != here {
+            self.differences += 1;
+            if self.first_difference.is_none() {
+                self.first_difference = Some(format!("{when}: {}", difference_words(&live, &here)));
+            }
+        }
+    }
+
     /// Calls and reviews read.
     pub fn entries(&self) -> u64 {
         self.calls + self.reviews
@@ -134,28 +163,7 @@ pub fn replay_record(reader: impl Read, name: &str, tell: &mut dyn FnMut(&Report
     let mut record = RecordReader::open(BufReader::with_capacity(64 << 10, reader), name)?;
     let header = record.header().clone();
     let mut diagnoser = Diagnoser::new(&header.diagnose);
-    let mut summary = ReplaySummary {
-        header,
-        calls: 0,
-        reviews: 0,
-        last_time: None,
-        end: None,
-        broken: None,
-        not_in_record: 0,
-        first_not_in_record: None,
-        differences: 0,
-        first_difference: None,
-        skipped: 0,
-        first_skipped: None,
-    };
-    let differ = |summary: &mut ReplaySummary, when: String, live: Vec<String>, here: Vec<String>| {
-        if live != here {
-            summary.differences += 1;
-            if summary.first_difference.is_none() {
-                summary.first_difference = Some(format!("{when}: {}", difference_words(&live, &here)));
-            }
-        }
-    };
+    let mut summary = ReplaySummary::new(header);
     loop {
         let next = record.next_entry();
         summary.skipped = record.skipped();
@@ -202,12 +210,12 @@ pub fn replay_record(reader: impl Read, name: &str, tell: &mut dyn FnMut(&Report
                 if summary.first_not_in_record.is_none() {
                     summary.first_not_in_record = node.not_in_record().first().cloned();
                 }
-                differ(&mut summary, format!("at the review of {}", rfc3339(review.now)), comparable(review.told), replayed(&reports));
+                summary.compare(format!("at the review of {}", rfc3339(review.now)), comparable(review.told), replayed(&reports));
                 reports.iter().for_each(&mut *tell);
             }
             Entry::End(end) => {
                 let untold = diagnoser.untold();
-                differ(&mut summary, "at exit".into(), comparable(end.untold.iter().cloned()), replayed(&untold));
+                summary.compare("at exit".into(), comparable(end.untold.iter().cloned()), replayed(&untold));
                 untold.iter().for_each(&mut *tell);
                 summary.end = Some(end);
                 return Ok(summary);
