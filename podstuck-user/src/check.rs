@@ -12,8 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::identify::cgroups::cgroup2_mount;
-use crate::collect::AttachPoint;
-use crate::kernel_features::{BtfSource, Lockdown, PathWalk, Probed};
+use crate::kernel_features::{AttachPoint, BtfSource, Lockdown, PathWalk, Probed};
 use crate::preflight::{plan, privileged, NodeFacts};
 
 /// How a check came out.

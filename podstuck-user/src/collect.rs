@@ -22,7 +22,7 @@ use tokio::io::unix::AsyncFd;
 
 use crate::btf::{Btf, VMLINUX_BTF};
 use crate::event::{decode, CallEvent, DecodeError, WallClock};
-use crate::kernel_features::PathWalk;
+use crate::kernel_features::{AttachPoint, PathWalk};
 
 /// The eBPF object built from `podstuck-ebpf` by this crate's build script.
 pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
@@ -54,29 +54,6 @@ const TRAMPOLINES: [(&str, &str, &str); 4] = [
 pub const SYSCALL_PREFIX: &str = "__x64_";
 #[cfg(target_arch = "aarch64")]
 pub const SYSCALL_PREFIX: &str = "__arm64_";
-
-/// Where the programs attach.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum AttachPoint {
-    /// fentry/fexit where the kernel has BPF trampolines, else tracepoints.
-    Auto,
-    /// fentry/fexit on the syscall functions: they run for the traced
-    /// syscalls only.
-    Fentry,
-    /// The syscall enter/exit tracepoints: every syscall of every task pays
-    /// for their slow path while they are attached.
-    Tracepoint,
-}
-
-impl AttachPoint {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttachPoint::Auto => "auto",
-            AttachPoint::Fentry => "fentry",
-            AttachPoint::Tracepoint => "tracepoint",
-        }
-    }
-}
 
 /// How the tracer is set up.
 #[derive(Clone, Debug)]

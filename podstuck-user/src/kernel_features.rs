@@ -16,7 +16,28 @@ use aya::programs::ProgramType;
 use aya::sys::{is_helper_supported, is_map_supported, BpfHelper};
 use serde::Serialize;
 
-use crate::collect::AttachPoint;
+/// Where the programs attach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachPoint {
+    /// fentry/fexit where the kernel has BPF trampolines, else tracepoints.
+    Auto,
+    /// fentry/fexit on the syscall functions: they run for the traced
+    /// syscalls only.
+    Fentry,
+    /// The syscall enter/exit tracepoints: every syscall of every task pays
+    /// for their slow path while they are attached.
+    Tracepoint,
+}
+
+impl AttachPoint {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachPoint::Auto => "auto",
+            AttachPoint::Fentry => "fentry",
+            AttachPoint::Tracepoint => "tracepoint",
+        }
+    }
+}
 
 /// One probe's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -276,8 +297,9 @@ impl KernelFeatures {
     }
 
     /// Asks the running kernel. `btf_file` is `--btf`; `tracefs` where
-    /// tracefs is mounted, if it is.
-    pub fn probe(btf_file: Option<&Path>, tracefs: Option<&Path>) -> KernelFeatures {
+    /// tracefs is mounted, if it is; `fentry` tries podstuck's own
+    /// programs (the loader has them: [`crate::collect::probe_fentry`]).
+    pub fn probe(btf_file: Option<&Path>, tracefs: Option<&Path>, fentry: impl FnOnce() -> Probed) -> KernelFeatures {
         let btf = match btf_file {
             Some(p) => BtfSource::File(p.to_path_buf()),
             None if Path::new(crate::btf::VMLINUX_BTF).exists() => BtfSource::Kernel,
@@ -293,7 +315,7 @@ impl KernelFeatures {
         // fentry needs the kernel's own BTF to name its target, whatever
         // file the struct layouts come from.
         let fentry = match (Path::new(crate::btf::VMLINUX_BTF).exists(), ring_buffer.yes()) {
-            (true, true) => crate::collect::probe_fentry(),
+            (true, true) => fentry(),
             (true, false) => Probed::Unknown("not tried without a ring buffer".into()),
             (false, _) => Probed::No("no kernel BTF (/sys/kernel/btf/vmlinux)".into()),
         };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use podstuck::collect::AttachPoint;
+use podstuck::kernel_features::AttachPoint;
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
 use podstuck::print::stderr_line;

@@ -7,8 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::collect::AttachPoint;
-use crate::kernel_features::{KernelFeatures, Plan};
+use crate::kernel_features::{AttachPoint, KernelFeatures, Plan};
 
 /// Capability bits (include/uapi/linux/capability.h).
 const CAP_SYS_ADMIN: u32 = 21;
@@ -109,7 +108,7 @@ impl NodeFacts {
         let tracefs = TRACEFS_CANDIDATES.iter().map(Path::new).find(|p| tracefs_at(p)).map(Path::to_path_buf);
         let effective_caps = effective_caps();
         let features = if privileged(effective_caps) {
-            KernelFeatures::probe(btf, tracefs.as_deref())
+            KernelFeatures::probe(btf, tracefs.as_deref(), crate::collect::probe_fentry)
         } else {
             KernelFeatures::unprobed(btf)
         };

@@ -9,10 +9,9 @@ use std::time::SystemTime;
 
 use podstuck_common::Syscall;
 
-use crate::collect::AttachPoint;
 use crate::event::syscall_name;
 use crate::identify::pod::PodUid;
-use crate::kernel_features::{Lockdown, PathWalk};
+use crate::kernel_features::{AttachPoint, Lockdown, PathWalk};
 
 /// This podstuck's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

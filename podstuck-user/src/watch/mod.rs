@@ -30,7 +30,7 @@ use crate::export::{Exporter, RunInfo};
 use crate::identify::process::own_mount_namespace;
 use crate::identify::{Identifier, NodeLayout, PodFilter};
 use crate::inspect::live::LiveNode;
-use crate::kernel_features::{Lockdown, PathWalk};
+use crate::kernel_features::{AttachPoint, Lockdown, PathWalk};
 use crate::latency::LatencyBook;
 use crate::preflight::{plan, NodeFacts, Problem};
 use crate::print::{printer, stderr_line, Ending, Progress};
@@ -181,7 +181,7 @@ fn warnings(options: &WatchOptions, filter: &PodFilter) -> Vec<String> {
 }
 
 /// Loads and attaches the programs as planned.
-fn start_tracer(options: &WatchOptions, node: &NodeFacts, attach: crate::collect::AttachPoint, walk: PathWalk) -> Result<Tracer> {
+fn start_tracer(options: &WatchOptions, node: &NodeFacts, attach: AttachPoint, walk: PathWalk) -> Result<Tracer> {
     Tracer::start(TracerOptions {
         filter: options.kernel_filter(),
         attach,

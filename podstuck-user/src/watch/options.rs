@@ -5,7 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use podstuck_common::{KernelFilter, Syscall};
 
-use crate::collect::{kernel_filter, AttachPoint};
+use crate::collect::kernel_filter;
+use crate::kernel_features::AttachPoint;
 use crate::identify::pod::PodUid;
 use crate::identify::DEFAULT_KUBELET_ROOT;
 use crate::preflight::NodeFacts;
