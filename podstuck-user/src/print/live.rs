@@ -15,7 +15,7 @@ use crate::view::model::Notes;
 use crate::view::text::summary;
 use crate::view::{LiveTerminal, LiveView, Moment, Quit, RunHeading};
 
-use super::{stderr_line, Ending, Out, Printer, Progress};
+use super::{stderr_line, Ending, Out, Printer};
 
 /// How often the live view is redrawn: often enough to feel live, rarely
 /// enough to cost nothing.
@@ -43,18 +43,6 @@ impl Live {
     }
 }
 
-/// What the view is computed from: the run as it stands, and the notes.
-fn moment<'a>(progress: &'a Progress<'a>, notes: &'a Notes) -> Moment<'a> {
-    Moment {
-        now: progress.now,
-        findings: progress.findings,
-        book: progress.book,
-        in_flight: progress.in_flight,
-        totals: progress.totals,
-        notes,
-    }
-}
-
 impl Printer for Live {
     // The view's header says it.
     fn start(&mut self, _out: &mut Out, _run: &RunFacts, _tracing: &Tracing) -> io::Result<()> {
@@ -78,9 +66,9 @@ impl Printer for Live {
         Some(SCREEN_EVERY)
     }
 
-    fn show(&mut self, progress: &Progress<'_>) {
+    fn show(&mut self, moment: &Moment<'_>) {
         if let Some(terminal) = &self.terminal {
-            terminal.show(self.view.screen(&moment(progress, &self.notes)));
+            terminal.show(self.view.screen(moment, &self.notes));
         }
     }
 
@@ -89,10 +77,10 @@ impl Printer for Live {
         if let Some(terminal) = self.terminal.take() {
             terminal.close();
         }
-        if let Some(progress) = &ending.progress {
+        if let Some(moment) = &ending.moment {
             let stopped_by = ending.stopped_by.unwrap_or("the end of --duration");
             // Wherever standard output still goes; nowhere after a hang-up.
-            out.text(&summary(self.view.run(), &moment(progress, &self.notes), Some(stopped_by)))?;
+            out.text(&summary(self.view.run(), moment, Some(stopped_by)))?;
             out.flush()?;
         }
         // Said on the screen while it lasted; kept for after it.

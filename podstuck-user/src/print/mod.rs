@@ -18,15 +18,14 @@ pub mod live;
 
 use std::collections::BTreeMap;
 use std::io::{self, BufWriter, ErrorKind, IsTerminal, Write};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::collect::RunTotals;
-use crate::diagnose::{CallInFlight, Finding, Report};
+use crate::diagnose::Report;
 use crate::event::{syscall_name, CallEvent};
 use crate::identify::Identity;
-use crate::latency::LatencyBook;
 use crate::run::{RunFacts, Tracing};
-use crate::view::{LiveTerminal, Quit, QuitKeys};
+use crate::view::{LiveTerminal, Moment, Quit, QuitKeys};
 use crate::words::terminal_safe_lines;
 
 /// One way of showing a run. `watch` calls [`Printer::start`] once the
@@ -55,19 +54,7 @@ pub trait Printer {
     }
 
     /// The run as it stands.
-    fn show(&mut self, _progress: &Progress<'_>) {}
-}
-
-/// The run as it stands at one moment: what an output that shows it whole
-/// draws from.
-pub struct Progress<'a> {
-    pub now: SystemTime,
-    /// Every finding told so far, most pressing first.
-    pub findings: &'a [&'a Finding],
-    pub book: &'a LatencyBook,
-    /// Calls entered and not returned, identified and filtered.
-    pub in_flight: &'a [CallInFlight],
-    pub totals: &'a RunTotals,
+    fn show(&mut self, _moment: &Moment<'_>) {}
 }
 
 /// How a run ended.
@@ -79,7 +66,7 @@ pub struct Ending<'a> {
     /// The reader asked to stop, or its terminal failed.
     pub quit: Option<&'a Quit>,
     /// The run as it stands at the end, for a printer that shows it whole.
-    pub progress: Option<Progress<'a>>,
+    pub moment: Option<Moment<'a>>,
 }
 
 /// How the user asked to see the run.

@@ -54,7 +54,8 @@ impl RunHeading {
     }
 }
 
-/// Everything the view is computed from, as of `now`.
+/// The run as it stands at `now`: what the view and the summary are
+/// computed from.
 pub struct Moment<'a> {
     pub now: SystemTime,
     /// Every finding told so far, most pressing first (as
@@ -64,7 +65,6 @@ pub struct Moment<'a> {
     /// Calls entered and not returned, identified and filtered.
     pub in_flight: &'a [CallInFlight],
     pub totals: &'a RunTotals,
-    pub notes: &'a Notes,
 }
 
 /// The first lines: where, what is traced, and whether anything is lost.
@@ -174,7 +174,8 @@ impl LiveView {
         &self.run
     }
 
-    pub fn screen(&mut self, moment: &Moment<'_>) -> Screen {
+    /// The screen at `moment`, with the notes said so far at its bottom.
+    pub fn screen(&mut self, moment: &Moment<'_>, notes: &Notes) -> Screen {
         let now = moment.now;
         // The baseline is the newest sample at least a window old, or the
         // oldest there is.
@@ -203,7 +204,7 @@ impl LiveView {
             findings: moment.findings.iter().map(|f| finding_row(f, now)).collect(),
             busiest,
             in_flight: slowest_in_flight(moment.in_flight, now, IN_FLIGHT_SHOWN),
-            notes: moment.notes.lines(),
+            notes: notes.lines(),
         }
     }
 }
@@ -421,7 +422,7 @@ pub(crate) mod tests {
 
     fn screen(view: &mut LiveView, at: f64, book: &LatencyBook, findings: &[&Finding], in_flight: &[CallInFlight], totals: &RunTotals) -> Screen {
         let notes = Notes::default();
-        view.screen(&Moment { now: t(at), findings, book, in_flight, totals, notes: &notes })
+        view.screen(&Moment { now: t(at), findings, book, in_flight, totals }, &notes)
     }
 
     #[test]

@@ -270,7 +270,7 @@ mod tests {
         let mut totals = RunTotals { events_seen: 5, events_lost: 2, ..Default::default() };
         totals.calls.insert(Syscall::Rmdir, 4);
         let mut view = LiveView::new(run());
-        view.screen(&Moment { now: t(62.0), findings: &[&finding], book: &book, in_flight: &calls, totals: &totals, notes })
+        view.screen(&Moment { now: t(62.0), findings: &[&finding], book: &book, in_flight: &calls, totals: &totals }, notes)
     }
 
     fn rendered(screen: &Screen, width: u16, height: u16) -> Vec<String> {

@@ -151,7 +151,6 @@ mod tests {
     use crate::latency::tests::{event, identity};
     use crate::latency::LatencyBook;
     use crate::view::model::tests::{flight, run, volume_finding, POD};
-    use crate::view::model::Notes;
     use crate::identify::actor::Role;
     use podstuck_common::Syscall;
 
@@ -173,9 +172,8 @@ mod tests {
         f.advice.push("upgrade the CSI driver".into());
         f.last_seen = t(8.0);
         let calls = [flight(77, 1.0, Some(b"/mnt/nfs"))];
-        let notes = Notes::default();
         let totals = totals();
-        let moment = Moment { now: t(10.0), findings: &[&f], book: &book, in_flight: &calls, totals: &totals, notes: &notes };
+        let moment = Moment { now: t(10.0), findings: &[&f], book: &book, in_flight: &calls, totals: &totals };
         let text = summary(&run(), &moment, Some("q"));
         let expected = format!(
             "podstuck 0.1.0 on node-1 (kernel 6.1.0-test), the whole node: 2027-01-15T08:00:00Z to 2027-01-15T08:00:10Z (10 s), stopped by q
@@ -210,9 +208,8 @@ Totals: 12 events seen, 0 events lost (ring buffer full); calls counted in the k
     #[test]
     fn a_quiet_run_says_so() {
         let book = LatencyBook::new(t(0.0));
-        let notes = Notes::default();
         let totals = RunTotals::default();
-        let moment = Moment { now: t(3.0), findings: &[], book: &book, in_flight: &[], totals: &totals, notes: &notes };
+        let moment = Moment { now: t(3.0), findings: &[], book: &book, in_flight: &[], totals: &totals };
         let text = summary(&run(), &moment, None);
         assert!(text.contains("No finding: nothing seen was stuck."), "{text}");
         assert!(text.contains("No call traced."), "{text}");

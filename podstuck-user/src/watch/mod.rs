@@ -33,10 +33,10 @@ use crate::inspect::live::LiveNode;
 use crate::kernel_features::{AttachPoint, Lockdown, PathWalk};
 use crate::latency::LatencyBook;
 use crate::preflight::{plan, NodeFacts, Problem};
-use crate::print::{printer, stderr_line, Ending, Progress};
+use crate::print::{printer, stderr_line, Ending};
 use crate::record::{RecordHeader, Recorder};
 use crate::run::{RunFacts, Tracing};
-use crate::view::{Quit, QuitKeys};
+use crate::view::{Moment, Quit, QuitKeys};
 
 pub use options::WatchOptions;
 use pipeline::Pipeline;
@@ -308,14 +308,14 @@ fn last_words(tracer: &mut Tracer, pipeline: &mut Pipeline, totals: &RunTotals, 
         None => Vec::new(),
     };
     let findings = pipeline.diagnoser.findings();
-    let progress = pipeline.printer.shows_every().and(pipeline.book.as_ref()).map(|book| Progress {
+    let moment = pipeline.printer.shows_every().and(pipeline.book.as_ref()).map(|book| Moment {
         now: SystemTime::now(),
         findings: &findings,
         book,
         in_flight: &in_flight,
         totals,
     });
-    let ending = Ending { totals, stopped_by: stopped.by, quit: stopped.quit.as_ref(), progress };
+    let ending = Ending { totals, stopped_by: stopped.by, quit: stopped.quit.as_ref(), moment };
     pipeline.printer.finish(&mut pipeline.out, &ending)?;
     pipeline.out.flush()
 }

@@ -15,9 +15,10 @@ use crate::identify::actor::Role;
 use crate::identify::{Identifier, PodFilter};
 use crate::inspect::live::LiveNode;
 use crate::latency::LatencyBook;
-use crate::print::{stderr_line, Out, Printer, Progress};
+use crate::print::{stderr_line, Out, Printer};
 use crate::record::{Recorder, RecordingNode};
 use crate::series::{Attribution, SeriesNames};
+use crate::view::Moment;
 
 /// The stages a call goes through, and where they print.
 pub(super) struct Pipeline {
@@ -166,7 +167,7 @@ impl Pipeline {
     pub(super) fn show(&mut self, in_flight: &[CallInFlight], totals: &RunTotals) {
         let Some(book) = self.book.as_ref() else { return };
         let findings = self.diagnoser.findings();
-        self.printer.show(&Progress { now: SystemTime::now(), findings: &findings, book, in_flight, totals });
+        self.printer.show(&Moment { now: SystemTime::now(), findings: &findings, book, in_flight, totals });
     }
 
     /// Closes the record with what was never told and the totals, and says
