@@ -6,13 +6,17 @@
 //! [`collect`] (load the kernel programs, drain records) → [`event`]
 //! (decode) → [`identify`] (absolute path, pod, actor) → [`diagnose`]
 //! (one detector per pathology, asking [`inspect`] for node state) →
-//! [`output`], [`view`], [`latency`]/[`export`] (JSON lines, the live view
-//! and its summary, histogram files). [`preflight`] and [`check`] judge the
-//! node first, from what [`kernel_features`] probes; [`btf`] reads the struct offsets the kernel programs need.
-//! [`record`] saves what the diagnosis consumed and replays it elsewhere;
-//! [`demo`] is the built-in scenario lab. The `podstuck` binary is a thin
-//! clap layer over [`watch`] and these. [`words`] is the ground floor:
-//! how times, paths, durations and node-chosen text are said, for all.
+//! [`print`] (one printer per output: JSON lines, call lines, finding
+//! lines, the live view of [`view`]) and [`latency`]/[`export`] (histogram
+//! files). [`watch`] runs them: it gathers the [`run`]'s facts once,
+//! traces, and hands each call and review down the stages.
+//! [`preflight`] and [`check`] judge the node first, from what
+//! [`kernel_features`] probes; [`btf`] reads the struct offsets the kernel
+//! programs need. [`record`] saves what the diagnosis consumed and replays
+//! it elsewhere; [`demo`] is the built-in scenario lab. The `podstuck`
+//! binary is a thin clap layer over [`watch`] and these. [`words`] is the
+//! ground floor: how times, paths, durations and node-chosen text are
+//! said, for all.
 
 pub mod attach_cost;
 pub mod btf;
