@@ -22,10 +22,6 @@ impl Printer for FindingLines {
         Ok(())
     }
 
-    fn call(&mut self, _out: &mut Out, _event: &crate::event::CallEvent, _identity: &crate::identify::Identity) -> io::Result<()> {
-        Ok(())
-    }
-
     fn findings(&mut self, out: &mut Out, reports: &[Report]) -> io::Result<()> {
         reports.iter().try_for_each(|report| out.line(&finding_line(report, SystemTime::now())))
     }

@@ -8,8 +8,6 @@ use std::io;
 use std::time::Duration;
 
 use crate::diagnose::Report;
-use crate::event::CallEvent;
-use crate::identify::Identity;
 use crate::run::{RunFacts, Tracing};
 use crate::view::model::Notes;
 use crate::view::text::summary;
@@ -46,10 +44,6 @@ impl Live {
 impl Printer for Live {
     // The view's header says it.
     fn start(&mut self, _out: &mut Out, _run: &RunFacts, _tracing: &Tracing) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn call(&mut self, _out: &mut Out, _event: &CallEvent, _identity: &Identity) -> io::Result<()> {
         Ok(())
     }
 

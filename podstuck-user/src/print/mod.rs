@@ -34,12 +34,16 @@ use crate::words::terminal_safe_lines;
 pub trait Printer {
     /// Tracing has begun: say what is traced, where.
     fn start(&mut self, out: &mut Out, run: &RunFacts, tracing: &Tracing) -> io::Result<()>;
-    /// A call the diagnosis saw (it passed the filters).
-    fn call(&mut self, out: &mut Out, event: &CallEvent, identity: &Identity) -> io::Result<()>;
     /// What a review found: new findings and changes to earlier ones.
     fn findings(&mut self, out: &mut Out, reports: &[Report]) -> io::Result<()>;
     /// The run is over: its last words.
     fn finish(&mut self, out: &mut Out, ending: &Ending<'_>) -> io::Result<()>;
+
+    /// A call the diagnosis saw (it passed the filters); most outputs say
+    /// only what the calls add up to.
+    fn call(&mut self, _out: &mut Out, _event: &CallEvent, _identity: &Identity) -> io::Result<()> {
+        Ok(())
+    }
 
     /// Something the user should know beside the output: a warning, a
     /// note. On stderr, unless the printer owns the screen.
