@@ -22,6 +22,8 @@
 // The BPF target has no atomics in `core`: the one atomic add is written in asm.
 #![feature(asm_experimental_arch)]
 
+mod args;
+
 use core::ffi::c_void;
 
 use aya_ebpf::{
@@ -42,16 +44,7 @@ use podstuck_common::{
     SERIES_OVERFLOW_SLOTS,
 };
 
-const AT_FDCWD: i32 = -100;
-
-/// Offsets in the `syscalls:sys_enter_*` records (see their `format` files
-/// in tracefs): every argument is 8 bytes wide, the first at offset 16.
-const ARG0: usize = 16;
-const ARG1: usize = 24;
-const ARG2: usize = 32;
-/// `long ret` in `syscalls:sys_exit_*`.
-const RET: usize = 16;
-
+use args::{tracepoint_ret, Args, AT_FDCWD, RMDIR, UMOUNT, UNLINK, UNLINKAT};
 
 /// Longest name of one path component (NAME_MAX + NUL).
 const NAME_MAX: usize = 256;
@@ -152,62 +145,6 @@ fn bump(index: u32) {
 #[inline(always)]
 fn add(counter: *mut u64, n: u64) {
     unsafe { core::arch::asm!("lock *(u64 *)({0} + 0) += {1}", in(reg) counter, in(reg) n) };
-}
-
-/// A field of a tracepoint record, loaded directly: the verifier checks
-/// the constant offset against the record, and a direct load costs a
-/// fraction of a `bpf_probe_read` call (this runs on every traced call).
-#[inline(always)]
-fn ctx_u64(ctx: &TracePointContext, offset: usize) -> u64 {
-    use aya_ebpf::EbpfContext;
-    unsafe { core::ptr::read_unaligned((ctx.as_ptr() as *const u8).add(offset) as *const u64) }
-}
-
-/// The arguments podstuck keeps of a call.
-struct Args {
-    dfd: i32,
-    path_ptr: u64,
-    flags: u64,
-}
-
-/// Where a syscall's arguments are: which of its first three is the dirfd,
-/// the path and the flags.
-#[derive(Clone, Copy)]
-struct Layout {
-    dfd: Option<usize>,
-    path: usize,
-    flags: Option<usize>,
-}
-
-const UNLINKAT: Layout = Layout { dfd: Some(0), path: 1, flags: Some(2) };
-const UNLINK: Layout = Layout { dfd: None, path: 0, flags: None };
-const RMDIR: Layout = UNLINK;
-const UMOUNT: Layout = Layout { dfd: None, path: 0, flags: Some(1) };
-
-impl Layout {
-    /// From a `syscalls:sys_enter_*` record: 8 bytes per argument.
-    #[inline(always)]
-    fn from_tracepoint(self, ctx: &TracePointContext) -> Args {
-        const ARGS: [usize; 3] = [ARG0, ARG1, ARG2];
-        self.read(|i| Some(ctx_u64(ctx, ARGS[i])))
-    }
-
-    /// From the caller's registers, handed to the syscall function.
-    #[inline(always)]
-    fn from_regs(self, regs: *const u8) -> Args {
-        let off: KernelOffsets = unsafe { core::ptr::read_volatile(&OFFSETS) };
-        self.read(|i| read_kernel::<u64>(regs, off.regs_arg[i]))
-    }
-
-    /// The arguments, `read(i)` giving the i-th (None: unreadable).
-    #[inline(always)]
-    fn read(self, read: impl Fn(usize) -> Option<u64>) -> Args {
-        Args {
-            dfd: self.dfd.and_then(|i| read(i)).map(|v| v as i64 as i32).unwrap_or(AT_FDCWD),
-            path_ptr: read(self.path).unwrap_or(0),
-            flags: self.flags.and_then(|i| read(i)).unwrap_or(0),
-        }
-    }
 }
 
 #[inline(always)]
@@ -617,11 +554,6 @@ pub fn enter_rmdir(ctx: TracePointContext) -> u32 {
 pub fn enter_umount(ctx: TracePointContext) -> u32 {
     enter(Syscall::Umount2, UMOUNT.from_tracepoint(&ctx));
     0
-}
-
-#[inline(always)]
-fn tracepoint_ret(ctx: &TracePointContext) -> i64 {
-    ctx_u64(ctx, RET) as i64
 }
 
 /// Exit programs in pairs: one walks with `bpf_loop`, its `_w` twin with
