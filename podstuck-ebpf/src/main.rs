@@ -22,6 +22,7 @@
 // The BPF target has no atomics in `core`: the one atomic add is written in asm.
 #![feature(asm_experimental_arch)]
 
+mod accounting;
 mod args;
 
 use core::ffi::c_void;
@@ -34,16 +35,16 @@ use aya_ebpf::{
         generated::{bpf_loop, bpf_probe_read_kernel_str, bpf_probe_read_user_str},
     },
     macros::{btf_tracepoint, fentry, fexit, map, raw_tracepoint, tracepoint},
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
 };
 use podstuck_common::{
-    base_status, counter, latency_bucket, NOT_IN_A_CALL, path_status, series_overflow_slot, CallInFlight, CallRecord,
-    KernelFilter, KernelOffsets, SeriesKey, SeriesValue, Syscall, BASE_DIR_MAX, BASE_DIR_MAX_DEPTH, BASE_DIR_UNROLLED_DEPTH,
-    CALL_RECORD_BYTES, LATENCY_BUCKETS, MAX_CALLS_IN_FLIGHT, MAX_SERIES, PATH_MAX, RING_BUFFER_BYTES,
-    SERIES_OVERFLOW_SLOTS,
+    base_status, counter, path_status, CallInFlight, CallRecord, KernelFilter, KernelOffsets, SeriesKey, Syscall,
+    BASE_DIR_MAX, BASE_DIR_MAX_DEPTH, BASE_DIR_UNROLLED_DEPTH, CALL_RECORD_BYTES, MAX_CALLS_IN_FLIGHT, NOT_IN_A_CALL,
+    PATH_MAX, RING_BUFFER_BYTES,
 };
 
+use accounting::{account, bump};
 use args::{tracepoint_ret, Args, AT_FDCWD, RMDIR, UMOUNT, UNLINK, UNLINKAT};
 
 /// Longest name of one path component (NAME_MAX + NUL).
@@ -70,26 +71,7 @@ static CALLS_IN_FLIGHT: HashMap<u32, CallInFlight> = HashMap::with_max_entries(M
 static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
 
 #[map]
-static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::LEN, 0);
-
-#[map]
 static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
-
-/// Allocated as series appear (no prealloc): a quiet node costs a few KB.
-const BPF_F_NO_PREALLOC: u32 = 1;
-const BPF_NOEXIST: u64 = 1;
-
-#[map]
-static SERIES: HashMap<SeriesKey, SeriesValue> = HashMap::with_max_entries(MAX_SERIES, BPF_F_NO_PREALLOC);
-
-/// Where calls go whose series found `SERIES` full.
-#[map]
-static SERIES_OVERFLOW: PerCpuArray<SeriesValue> = PerCpuArray::with_max_entries(SERIES_OVERFLOW_SLOTS, 0);
-
-/// One zeroed value, never written: the source of a new series (a
-/// `SeriesValue` is far bigger than the 512-byte stack).
-#[map]
-static EMPTY_SERIES: Array<SeriesValue> = Array::with_max_entries(1, 0);
 
 /// Filled in by user space from the kernel's BTF before load.
 #[no_mangle]
@@ -131,21 +113,6 @@ static FILTER: KernelFilter = KernelFilter {
     window_ns: 100_000_000,
     slow_ns: 10_000_000,
 };
-
-#[inline(always)]
-fn bump(index: u32) {
-    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
-        // Per-CPU slot: no other writer can interleave.
-        unsafe { *slot += 1 };
-    }
-}
-
-/// Adds `n` to a counter other CPUs may add to at the same time: the
-/// plain atomic add (no fetch) every eBPF instruction set version has.
-#[inline(always)]
-fn add(counter: *mut u64, n: u64) {
-    unsafe { core::arch::asm!("lock *(u64 *)({0} + 0) += {1}", in(reg) counter, in(reg) n) };
-}
 
 #[inline(always)]
 fn enter(syscall: Syscall, args: Args) {
@@ -202,61 +169,6 @@ fn fill_task_context(record: &mut CallRecord) {
         _ => return,
     };
     record.mntns = read_kernel::<u32>(mnt_ns, off.mnt_ns_inum).unwrap_or(0);
-}
-
-/// The series of a call, created if new; the overflow slot of its syscall
-/// and outcome when `SERIES` is full.
-#[inline(always)]
-fn series_of(key: &SeriesKey) -> Option<*mut SeriesValue> {
-    if let Some(value) = SERIES.get_ptr_mut(key) {
-        return Some(value);
-    }
-    if let Some(empty) = EMPTY_SERIES.get(0) {
-        // Another CPU may create it first: then this insert fails and the
-        // lookup below finds theirs.
-        let _ = SERIES.insert(key, empty, BPF_NOEXIST);
-    }
-    if let Some(value) = SERIES.get_ptr_mut(key) {
-        return Some(value);
-    }
-    bump(counter::SERIES_FULL);
-    SERIES_OVERFLOW.get_ptr_mut(series_overflow_slot(key.syscall, key.errno != 0))
-}
-
-/// Counts a call in its series and decides whether to stream it: returns
-/// how many calls its record stands for, or None to only count it.
-#[inline(always)]
-fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool, filter: &KernelFilter) -> Option<u32> {
-    let value = series_of(key)?;
-    let bucket = latency_bucket(latency_ns);
-    unsafe {
-        add(&raw mut (*value).count, 1);
-        add(&raw mut (*value).sum_ns, latency_ns);
-        if bucket < LATENCY_BUCKETS {
-            add((&raw mut (*value).buckets as *mut u64).wrapping_add(bucket), 1);
-        }
-    }
-    if !streamable {
-        return None;
-    }
-    // The window's fields are plain reads and writes: two CPUs racing here
-    // stream a record more or less, while `pending` below stays exact.
-    let window = unsafe { &mut *value };
-    if now.wrapping_sub(window.window_start_ns) >= filter.window_ns {
-        window.window_start_ns = now;
-        window.window_streamed = 0;
-    }
-    let within_budget = window.window_streamed < filter.window_budget as u64;
-    if within_budget || filter.every_call != 0 || latency_ns >= filter.slow_ns {
-        window.window_streamed += 1;
-        let pending = unsafe { core::ptr::read_volatile(&raw const (*value).pending) };
-        // Subtracts exactly what this record carries: calls other CPUs
-        // count meanwhile stay pending for the next one.
-        unsafe { add(&raw mut (*value).pending, pending.wrapping_neg()) };
-        return Some((pending as u32).saturating_add(1));
-    }
-    unsafe { add(&raw mut (*value).pending, 1) };
-    None
 }
 
 /// How the base directory of a relative path is walked.
