@@ -24,6 +24,7 @@
 
 mod accounting;
 mod args;
+mod cost;
 mod path_walk;
 
 use core::ffi::c_void;
@@ -35,9 +36,9 @@ use aya_ebpf::{
         bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         generated::bpf_probe_read_user_str,
     },
-    macros::{btf_tracepoint, fentry, fexit, map, raw_tracepoint, tracepoint},
+    macros::{fentry, fexit, map, tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf},
-    programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
+    programs::{FEntryContext, FExitContext, TracePointContext},
 };
 use podstuck_common::{
     base_status, counter, path_status, CallInFlight, CallRecord, KernelFilter, KernelOffsets, SeriesKey, Syscall,
@@ -375,95 +376,6 @@ fexits! {
     fexit_unlink, fexit_unlink_w => Syscall::Unlink;
     fexit_rmdir, fexit_rmdir_w => Syscall::Rmdir;
     fexit_umount, fexit_umount_w => Syscall::Umount2;
-}
-
-// What attaching alone costs, for `podstuck attach-cost` (the benchmark's
-// comparison of attach points): each pair only counts unlinkat calls, at
-// entry and at exit, in `ATTACH_COST`.
-
-#[map]
-static ATTACH_COST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
-
-/// The syscall number the raw and BTF `sys_enter`/`sys_exit` programs keep
-/// (set by user space: it is the architecture's).
-#[no_mangle]
-static UNLINKAT_NR: u64 = 263;
-
-#[inline(always)]
-fn count_attach(at: u32) {
-    if let Some(slot) = ATTACH_COST.get_ptr_mut(at) {
-        unsafe { *slot += 1 };
-    }
-}
-
-/// The syscall number in the caller's registers (`orig_ax` on x86_64).
-#[inline(always)]
-fn syscall_nr(regs: *const u8) -> u64 {
-    let off: KernelOffsets = unsafe { core::ptr::read_volatile(&OFFSETS) };
-    read_kernel::<u64>(regs, off.regs_nr).unwrap_or(u64::MAX)
-}
-
-#[inline(always)]
-fn wanted_nr() -> u64 {
-    unsafe { core::ptr::read_volatile(&UNLINKAT_NR) }
-}
-
-#[tracepoint]
-pub fn cost_tracepoint_enter(_ctx: TracePointContext) -> u32 {
-    count_attach(0);
-    0
-}
-
-#[tracepoint]
-pub fn cost_tracepoint_exit(_ctx: TracePointContext) -> u32 {
-    count_attach(1);
-    0
-}
-
-/// `sys_enter(struct pt_regs *regs, long id)`
-#[raw_tracepoint]
-pub fn cost_raw_enter(ctx: RawTracePointContext) -> u32 {
-    if ctx.arg::<u64>(1) == wanted_nr() {
-        count_attach(0);
-    }
-    0
-}
-
-/// `sys_exit(struct pt_regs *regs, long ret)`: the number is in the registers.
-#[raw_tracepoint]
-pub fn cost_raw_exit(ctx: RawTracePointContext) -> u32 {
-    if syscall_nr(ctx.arg::<*const u8>(0)) == wanted_nr() {
-        count_attach(1);
-    }
-    0
-}
-
-#[btf_tracepoint]
-pub fn cost_btf_enter(ctx: BtfTracePointContext) -> u32 {
-    if ctx.arg::<u64>(1) == wanted_nr() {
-        count_attach(0);
-    }
-    0
-}
-
-#[btf_tracepoint]
-pub fn cost_btf_exit(ctx: BtfTracePointContext) -> u32 {
-    if syscall_nr(ctx.arg::<*const u8>(0)) == wanted_nr() {
-        count_attach(1);
-    }
-    0
-}
-
-#[fentry]
-pub fn cost_fentry(_ctx: FEntryContext) -> u32 {
-    count_attach(0);
-    0
-}
-
-#[fexit]
-pub fn cost_fexit(_ctx: FExitContext) -> u32 {
-    count_attach(1);
-    0
 }
 
 #[cfg(not(test))]
