@@ -26,6 +26,7 @@ mod accounting;
 mod args;
 mod cost;
 mod path_walk;
+mod programs;
 
 use core::ffi::c_void;
 
@@ -36,9 +37,8 @@ use aya_ebpf::{
         bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         generated::bpf_probe_read_user_str,
     },
-    macros::{fentry, fexit, map, tracepoint},
+    macros::map,
     maps::{HashMap, PerCpuArray, RingBuf},
-    programs::{FEntryContext, FExitContext, TracePointContext},
 };
 use podstuck_common::{
     base_status, counter, path_status, CallInFlight, CallRecord, KernelFilter, KernelOffsets, SeriesKey, Syscall,
@@ -48,7 +48,7 @@ use podstuck_common::{
 
 use accounting::{account, bump};
 use path_walk::{walk_base_dir, PathWalk};
-use args::{tracepoint_ret, Args, RMDIR, UMOUNT, UNLINK, UNLINKAT};
+use args::Args;
 
 /// Longest name of one path component (NAME_MAX + NUL).
 const NAME_MAX: usize = 256;
@@ -118,7 +118,7 @@ static FILTER: KernelFilter = KernelFilter {
 };
 
 #[inline(always)]
-fn enter(syscall: Syscall, args: Args) {
+pub fn enter(syscall: Syscall, args: Args) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let Args { dfd, path_ptr, flags } = args;
@@ -175,7 +175,7 @@ fn fill_task_context(record: &mut CallRecord) {
 }
 
 #[inline(always)]
-fn exit(syscall: Syscall, ret: i64, how: PathWalk) {
+pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) {
     let exit_ns = unsafe { bpf_ktime_get_ns() };
     bump(counter::CALLS + syscall as u32);
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -271,111 +271,6 @@ fn exit(syscall: Syscall, ret: i64, how: PathWalk) {
     if EVENTS.output::<[u8]>(bytes, 0).is_err() {
         bump(counter::RING_BUFFER_DROPS);
     }
-}
-
-// The syscall tracepoints: the fallback where BPF trampolines are missing.
-
-#[tracepoint]
-pub fn enter_unlinkat(ctx: TracePointContext) -> u32 {
-    enter(Syscall::Unlinkat, UNLINKAT.from_tracepoint(&ctx));
-    0
-}
-
-#[tracepoint]
-pub fn enter_unlink(ctx: TracePointContext) -> u32 {
-    enter(Syscall::Unlink, UNLINK.from_tracepoint(&ctx));
-    0
-}
-
-#[tracepoint]
-pub fn enter_rmdir(ctx: TracePointContext) -> u32 {
-    enter(Syscall::Rmdir, RMDIR.from_tracepoint(&ctx));
-    0
-}
-
-#[tracepoint]
-pub fn enter_umount(ctx: TracePointContext) -> u32 {
-    enter(Syscall::Umount2, UMOUNT.from_tracepoint(&ctx));
-    0
-}
-
-/// Exit programs in pairs: one walks with `bpf_loop`, its `_w` twin with
-/// the unrolled walk for kernels without it (a program that so much as
-/// names `bpf_loop` is refused there); user space loads one of the two.
-macro_rules! tracepoint_exits {
-    ($($loop_name:ident, $unrolled_name:ident => $syscall:expr;)*) => {$(
-        #[tracepoint]
-        pub fn $loop_name(ctx: TracePointContext) -> u32 {
-            exit($syscall, tracepoint_ret(&ctx), PathWalk::Loop);
-            0
-        }
-
-        #[tracepoint]
-        pub fn $unrolled_name(ctx: TracePointContext) -> u32 {
-            exit($syscall, tracepoint_ret(&ctx), PathWalk::Unrolled);
-            0
-        }
-    )*};
-}
-
-tracepoint_exits! {
-    exit_unlinkat, exit_unlinkat_w => Syscall::Unlinkat;
-    exit_unlink, exit_unlink_w => Syscall::Unlink;
-    exit_rmdir, exit_rmdir_w => Syscall::Rmdir;
-    exit_umount, exit_umount_w => Syscall::Umount2;
-}
-
-// fentry/fexit on the syscall functions (`__x64_sys_*`, named by user space
-// at load): they run for these four syscalls only, where an enabled syscall
-// tracepoint sends every syscall of every task through the slow path.
-
-#[fentry]
-pub fn fentry_unlinkat(ctx: FEntryContext) -> u32 {
-    enter(Syscall::Unlinkat, UNLINKAT.from_regs(ctx.arg(0)));
-    0
-}
-
-#[fentry]
-pub fn fentry_unlink(ctx: FEntryContext) -> u32 {
-    enter(Syscall::Unlink, UNLINK.from_regs(ctx.arg(0)));
-    0
-}
-
-#[fentry]
-pub fn fentry_rmdir(ctx: FEntryContext) -> u32 {
-    enter(Syscall::Rmdir, RMDIR.from_regs(ctx.arg(0)));
-    0
-}
-
-#[fentry]
-pub fn fentry_umount(ctx: FEntryContext) -> u32 {
-    enter(Syscall::Umount2, UMOUNT.from_regs(ctx.arg(0)));
-    0
-}
-
-// fexit's arguments are the function's, then its return value.
-
-macro_rules! fexits {
-    ($($loop_name:ident, $unrolled_name:ident => $syscall:expr;)*) => {$(
-        #[fexit]
-        pub fn $loop_name(ctx: FExitContext) -> u32 {
-            exit($syscall, ctx.arg(1), PathWalk::Loop);
-            0
-        }
-
-        #[fexit]
-        pub fn $unrolled_name(ctx: FExitContext) -> u32 {
-            exit($syscall, ctx.arg(1), PathWalk::Unrolled);
-            0
-        }
-    )*};
-}
-
-fexits! {
-    fexit_unlinkat, fexit_unlinkat_w => Syscall::Unlinkat;
-    fexit_unlink, fexit_unlink_w => Syscall::Unlink;
-    fexit_rmdir, fexit_rmdir_w => Syscall::Rmdir;
-    fexit_umount, fexit_umount_w => Syscall::Umount2;
 }
 
 #[cfg(not(test))]
