@@ -12,7 +12,12 @@ use aya_ebpf::helpers::{
 };
 use podstuck_common::{base_status, KernelOffsets, BASE_DIR_MAX, BASE_DIR_MAX_DEPTH, BASE_DIR_UNROLLED_DEPTH};
 
-use crate::{args::AT_FDCWD, read_kernel, DATA_MASK, NAME_MAX, OFFSETS, SCRATCH};
+use crate::{
+    args::AT_FDCWD,
+    read_kernel,
+    record::{DATA_MASK, NAME_MAX, SCRATCH},
+    OFFSETS,
+};
 
 /// How the base directory of a relative path is walked.
 #[derive(Clone, Copy, PartialEq, Eq)]

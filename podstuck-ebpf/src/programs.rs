@@ -13,7 +13,7 @@ use podstuck_common::Syscall;
 
 use crate::{
     args::{tracepoint_ret, RMDIR, UMOUNT, UNLINK, UNLINKAT},
-    enter, exit,
+    calls::{enter, exit},
     path_walk::PathWalk,
 };
 
