@@ -29,13 +29,13 @@ macro_rules! tracepoint_programs {
 
         #[tracepoint]
         pub fn $exit(ctx: TracePointContext) -> u32 {
-            exit($syscall, tracepoint_ret(&ctx), PathWalk::Loop);
+            let _ = exit($syscall, tracepoint_ret(&ctx), PathWalk::Loop);
             0
         }
 
         #[tracepoint]
         pub fn $exit_w(ctx: TracePointContext) -> u32 {
-            exit($syscall, tracepoint_ret(&ctx), PathWalk::Unrolled);
+            let _ = exit($syscall, tracepoint_ret(&ctx), PathWalk::Unrolled);
             0
         }
     )*};
@@ -63,13 +63,13 @@ macro_rules! trampoline_programs {
 
         #[fexit]
         pub fn $fexit(ctx: FExitContext) -> u32 {
-            exit($syscall, ctx.arg(1), PathWalk::Loop);
+            let _ = exit($syscall, ctx.arg(1), PathWalk::Loop);
             0
         }
 
         #[fexit]
         pub fn $fexit_w(ctx: FExitContext) -> u32 {
-            exit($syscall, ctx.arg(1), PathWalk::Unrolled);
+            let _ = exit($syscall, ctx.arg(1), PathWalk::Unrolled);
             0
         }
     )*};
