@@ -4,9 +4,8 @@
 //! Both end up as the same `Args`.
 
 use aya_ebpf::programs::TracePointContext;
-use podstuck_common::KernelOffsets;
 
-use crate::{read_kernel, OFFSETS};
+use crate::{patched, read_kernel, OFFSETS};
 
 pub const AT_FDCWD: i32 = -100;
 
@@ -65,7 +64,7 @@ impl Layout {
     /// From the caller's registers, handed to the syscall function.
     #[inline(always)]
     pub fn from_regs(self, regs: *const u8) -> Args {
-        let off: KernelOffsets = unsafe { core::ptr::read_volatile(&OFFSETS) };
+        let off = patched(&OFFSETS);
         self.read(|i| read_kernel::<u64>(regs, off.regs_arg[i]))
     }
 

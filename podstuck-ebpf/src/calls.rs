@@ -8,14 +8,14 @@ use aya_ebpf::{
     macros::map,
     maps::HashMap,
 };
-use podstuck_common::{counter, CallInFlight, KernelFilter, SeriesKey, Syscall, MAX_CALLS_IN_FLIGHT, NOT_IN_A_CALL};
+use podstuck_common::{counter, CallInFlight, SeriesKey, Syscall, MAX_CALLS_IN_FLIGHT, NOT_IN_A_CALL};
 
 use crate::{
     accounting::{account, bump},
     args::Args,
     path_walk::PathWalk,
     record::{self, Ended},
-    FILTER,
+    patched, FILTER,
 };
 
 /// A plain preallocated hash, not an LRU one: an LRU update costs several
@@ -60,7 +60,7 @@ pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let entry = take_entry(tid, syscall)?;
-    let filter: KernelFilter = unsafe { core::ptr::read_volatile(&FILTER) };
+    let filter = patched(&FILTER);
     let key = SeriesKey {
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         pid: (pid_tgid >> 32) as u32,

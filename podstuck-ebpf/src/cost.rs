@@ -8,9 +8,8 @@ use aya_ebpf::{
     maps::PerCpuArray,
     programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
 };
-use podstuck_common::KernelOffsets;
 
-use crate::{read_kernel, OFFSETS};
+use crate::{patched, read_kernel, OFFSETS};
 
 #[map]
 static ATTACH_COST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
@@ -30,13 +29,13 @@ fn count_attach(at: u32) {
 /// The syscall number in the caller's registers (`orig_ax` on x86_64).
 #[inline(always)]
 fn syscall_nr(regs: *const u8) -> u64 {
-    let off: KernelOffsets = unsafe { core::ptr::read_volatile(&OFFSETS) };
+    let off = patched(&OFFSETS);
     read_kernel::<u64>(regs, off.regs_nr).unwrap_or(u64::MAX)
 }
 
 #[inline(always)]
 fn wanted_nr() -> u64 {
-    unsafe { core::ptr::read_volatile(&UNLINKAT_NR) }
+    patched(&UNLINKAT_NR)
 }
 
 #[tracepoint]

@@ -74,6 +74,13 @@ static FILTER: KernelFilter = KernelFilter {
     slow_ns: 10_000_000,
 };
 
+/// A global as user space set it at load. The read must be volatile: the
+/// compiler would otherwise fold in the defaults written here.
+#[inline(always)]
+fn patched<T>(global: &'static T) -> T {
+    unsafe { core::ptr::read_volatile(global) }
+}
+
 #[inline(always)]
 fn read_kernel<T>(base: *const u8, offset: u64) -> Option<T> {
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const T) }.ok()

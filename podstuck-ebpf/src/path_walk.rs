@@ -16,7 +16,7 @@ use crate::{
     args::AT_FDCWD,
     read_kernel,
     record::{DATA_MASK, NAME_MAX, SCRATCH},
-    OFFSETS,
+    patched, OFFSETS,
 };
 
 /// How the base directory of a relative path is walked.
@@ -95,7 +95,7 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
     const STOP: i64 = 1;
     const GO_ON: i64 = 0;
     let walk = unsafe { &mut *(ctx as *mut Walk) };
-    let off: KernelOffsets = unsafe { core::ptr::read_volatile(&OFFSETS) };
+    let off = patched(&OFFSETS);
     if walk.dentry == walk.root_dentry && walk.vfsmnt == walk.root_mnt {
         walk.status = base_status::RESOLVED as u64;
         return STOP;
@@ -152,7 +152,7 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
 /// Returns (bytes written, base_status).
 #[inline(always)]
 pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
-    let off: KernelOffsets = unsafe { core::ptr::read_volatile(&OFFSETS) };
+    let off = patched(&OFFSETS);
     if off.valid == 0 {
         return (0, base_status::NO_OFFSETS);
     }

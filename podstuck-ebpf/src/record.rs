@@ -15,14 +15,14 @@ use aya_ebpf::{
     maps::{PerCpuArray, RingBuf},
 };
 use podstuck_common::{
-    base_status, counter, path_status, CallInFlight, CallRecord, KernelOffsets, SeriesKey, BASE_DIR_MAX,
+    base_status, counter, path_status, CallInFlight, CallRecord, SeriesKey, BASE_DIR_MAX,
     CALL_RECORD_BYTES, PATH_MAX, RING_BUFFER_BYTES,
 };
 
 use crate::{
     accounting::bump,
     path_walk::{walk_base_dir, PathWalk},
-    read_kernel, OFFSETS,
+    patched, read_kernel, OFFSETS,
 };
 
 /// Longest name of one path component (NAME_MAX + NUL).
@@ -133,7 +133,7 @@ fn read_path(data: &mut [u8; PATH_MAX + BASE_DIR_MAX + NAME_MAX], path_ptr: u64)
 /// of the chain is missing: the fields not reached keep their zeroes.
 #[inline(always)]
 fn fill_task_context(record: &mut CallRecord) -> Option<()> {
-    let off: KernelOffsets = unsafe { core::ptr::read_volatile(&OFFSETS) };
+    let off = patched(&OFFSETS);
     if off.valid == 0 {
         return None;
     }
