@@ -23,6 +23,9 @@ const RET: usize = 16;
 #[inline(always)]
 fn ctx_u64(ctx: &TracePointContext, offset: usize) -> u64 {
     use aya_ebpf::EbpfContext;
+    // SAFETY: the verifier checks every load from the context against the
+    // tracepoint's record and refuses the program if one falls outside;
+    // `offset` is one of the constants above, 8-byte aligned.
     unsafe { core::ptr::read_unaligned((ctx.as_ptr() as *const u8).add(offset) as *const u64) }
 }
 

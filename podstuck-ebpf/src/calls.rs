@@ -30,6 +30,7 @@ pub fn enter(syscall: Syscall, args: Args) {
     let tid = pid_tgid as u32;
     let Args { dfd, path_ptr, flags } = args;
     let entry = CallInFlight {
+        // SAFETY: a helper without arguments; it reads the clock.
         enter_ns: unsafe { bpf_ktime_get_ns() },
         path_ptr,
         flags,
@@ -42,6 +43,8 @@ pub fn enter(syscall: Syscall, args: Args) {
     // rewriting it in place costs a lookup, where an insert and a delete per
     // call cost several times that.
     if let Some(slot) = CALLS_IN_FLIGHT.get_ptr_mut(&tid) {
+        // SAFETY: the lookup gave this thread's whole entry, valid for the
+        // run; only this thread's calls write it.
         unsafe { *slot = entry };
         return;
     }
@@ -55,6 +58,7 @@ pub fn enter(syscall: Syscall, args: Args) {
 /// early: no entry for it (counted), counted only, or no scratch buffer.
 #[inline(always)]
 pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
+    // SAFETY: a helper without arguments; it reads the clock.
     let exit_ns = unsafe { bpf_ktime_get_ns() };
     bump(counter::CALLS + syscall as u32);
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -62,6 +66,7 @@ pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
     let entry = take_entry(tid, syscall)?;
     let filter = patched(&FILTER);
     let key = SeriesKey {
+        // SAFETY: a helper without arguments.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         pid: (pid_tgid >> 32) as u32,
         errno: if ret < 0 { (ret.wrapping_neg() as u64).min(u16::MAX as u64) as u16 } else { 0 },
@@ -78,6 +83,7 @@ pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
 /// `syscall`: its entry was missed (attached mid-call) or not stored.
 #[inline(always)]
 fn take_entry(tid: u32, syscall: Syscall) -> Option<CallInFlight> {
+    // SAFETY: as in `enter`: this thread's whole entry, valid for the run.
     let entry = CALLS_IN_FLIGHT.get_ptr_mut(&tid).map(|slot| unsafe {
         let entry = *slot;
         (*slot).syscall = NOT_IN_A_CALL;

@@ -9,7 +9,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
 };
 
-use crate::{patched, read_kernel, OFFSETS};
+use crate::{accounting::increment, patched, read_kernel, OFFSETS};
 
 #[map]
 static ATTACH_COST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
@@ -21,9 +21,7 @@ static UNLINKAT_NR: u64 = 263;
 
 #[inline(always)]
 fn count_attach(at: u32) {
-    if let Some(slot) = ATTACH_COST.get_ptr_mut(at) {
-        unsafe { *slot += 1 };
-    }
+    increment(&ATTACH_COST, at);
 }
 
 /// The syscall number in the caller's registers (`orig_ax` on x86_64).

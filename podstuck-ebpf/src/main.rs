@@ -78,11 +78,17 @@ static FILTER: KernelFilter = KernelFilter {
 /// compiler would otherwise fold in the defaults written here.
 #[inline(always)]
 fn patched<T>(global: &'static T) -> T {
+    // SAFETY: a reference to a static: valid, aligned, and never written
+    // while the programs run (user space writes it before load).
     unsafe { core::ptr::read_volatile(global) }
 }
 
+/// A `T` at `base + offset` in kernel memory; None where it cannot be read.
+/// `T` is a plain integer, pointer or byte array: any bytes are a value.
 #[inline(always)]
 fn read_kernel<T>(base: *const u8, offset: u64) -> Option<T> {
+    // SAFETY: the helper copies through the kernel's fault-safe path into
+    // a local `T`: an unmapped or bad address is an error, never a fault.
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const T) }.ok()
 }
 

@@ -73,6 +73,8 @@ struct Walk {
 #[inline(always)]
 fn read_ptr(base: u64, offset: u64) -> u64 {
     let mut value: u64 = 0;
+    // SAFETY: the destination is `value`, 8 bytes; the source is read
+    // through the kernel's fault-safe path, whatever address it is.
     unsafe {
         aya_ebpf::helpers::generated::bpf_probe_read_kernel(
             &mut value as *mut u64 as *mut c_void,
@@ -94,6 +96,8 @@ const WALKING: u64 = 0xff;
 extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
     const STOP: i64 = 1;
     const GO_ON: i64 = 0;
+    // SAFETY: `ctx` is the `Walk` on walk_base_dir's stack, handed over by
+    // bpf_loop or by the bounded loop; nothing else touches it meanwhile.
     let walk = unsafe { &mut *(ctx as *mut Walk) };
     let off = patched(&OFFSETS);
     if walk.dentry == walk.root_dentry && walk.vfsmnt == walk.root_mnt {
@@ -129,6 +133,9 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
         return STOP;
     };
     let at = (walk.path_len as usize + written) & DATA_MASK;
+    // SAFETY: at most NAME_MAX bytes at `at` <= DATA_MASK, inside `data`
+    // (PATH_MAX + BASE_DIR_MAX + NAME_MAX bytes) of this CPU's scratch;
+    // the name is read through the kernel's fault-safe path.
     let copied = unsafe {
         bpf_probe_read_kernel_str(
             (*scratch).data.as_mut_ptr().wrapping_add(at) as *mut c_void,
@@ -156,6 +163,8 @@ pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
     if off.valid == 0 {
         return (0, base_status::NO_OFFSETS);
     }
+    // SAFETY: a helper without arguments; the task is only read through
+    // fault-safe helpers.
     let task = unsafe { bpf_get_current_task() } as *const u8;
     let (vfsmnt, dentry) = match base_path(&off, task, dfd) {
         Ok(p) => p,
@@ -175,6 +184,8 @@ pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
     let ctx = &mut walk as *mut Walk as *mut c_void;
     match how {
         PathWalk::Loop => {
+            // SAFETY: walk_step has the callback's signature, and `ctx`
+            // points to `walk`, alive until bpf_loop returns after the last step.
             unsafe { bpf_loop(BASE_DIR_MAX_DEPTH, walk_step as *mut c_void, ctx, 0) };
         }
         PathWalk::Unrolled => {

@@ -42,6 +42,11 @@ pub struct Scratch {
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
 
+/// One per CPU, so a program has it to itself while it runs: a tracepoint
+/// program is never nested on its CPU. An fexit program on a fully
+/// preemptible kernel can be preempted, and another exit on that CPU fill
+/// the buffer meanwhile: a garbled record, never memory out of bounds,
+/// since every index into it is masked.
 #[map]
 pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
@@ -61,6 +66,8 @@ pub struct Ended {
 /// when there is no scratch buffer.
 #[inline(always)]
 pub fn stream(call: &Ended, how: PathWalk) -> Option<()> {
+    // SAFETY: this CPU's scratch value, valid for the run (see SCRATCH for
+    // who else may write it).
     let scratch = unsafe { &mut *SCRATCH.get_ptr_mut(0)? };
     fill_header(&mut scratch.record, call);
     let (len, status) = read_path(&mut scratch.data, call.entry.path_ptr);
@@ -75,6 +82,8 @@ pub fn stream(call: &Ended, how: PathWalk) -> Option<()> {
     scratch.record.base_status = base;
 
     let total = (len + base_len) & DATA_MASK;
+    // SAFETY: the bytes are the start of `*scratch`: CALL_RECORD_BYTES of
+    // header and at most DATA_MASK of `data`, which is longer.
     let bytes = unsafe {
         core::slice::from_raw_parts(scratch as *const Scratch as *const u8, CALL_RECORD_BYTES + total)
     };
@@ -110,12 +119,17 @@ fn fill_header(record: &mut CallRecord, call: &Ended) {
 /// has copied it (getname), so its page is resident and the read cannot miss.
 #[inline(always)]
 fn read_path(data: &mut [u8; PATH_MAX + BASE_DIR_MAX + NAME_MAX], path_ptr: u64) -> (usize, u8) {
-    let read = unsafe { bpf_probe_read_user_str(data.as_mut_ptr() as *mut c_void, PATH_MAX as u32, path_ptr as *const c_void) };
+    // SAFETY: at most PATH_MAX bytes at the start of `data`, which is
+    // longer; the user memory is read through the fault-safe path.
+    let read = unsafe {
+        bpf_probe_read_user_str(data.as_mut_ptr() as *mut c_void, PATH_MAX as u32, path_ptr as *const c_void)
+    };
     let (len, status) = if read <= 0 {
         bump(counter::PATH_UNREADABLE);
         (0usize, path_status::UNREADABLE)
     } else if read as usize >= PATH_MAX {
         // The buffer is full: the string ended exactly there or goes on.
+        // SAFETY: one byte of user memory, read through the fault-safe path.
         let next = unsafe { bpf_probe_read_user((path_ptr as *const u8).wrapping_add(PATH_MAX - 1)) };
         match next {
             Ok(0u8) => (PATH_MAX - 1, path_status::WHOLE),
@@ -137,6 +151,8 @@ fn fill_task_context(record: &mut CallRecord) -> Option<()> {
     if off.valid == 0 {
         return None;
     }
+    // SAFETY: a helper without arguments; the task is only read through
+    // fault-safe helpers.
     let task = unsafe { bpf_get_current_task() } as *const u8;
     if let Some(parent) = read_kernel_ptr(task, off.task_real_parent) {
         record.ppid = read_kernel::<i32>(parent, off.task_tgid).unwrap_or(0) as u32;
