@@ -1,9 +1,10 @@
-//! Every call counted, whatever is streamed: per-CPU counters of what went
-//! wrong, and the `SERIES` map (one entry per process, cgroup, syscall and
-//! outcome, with an exact latency histogram) whose totals stay exact
-//! because every add is atomic. It also holds each series' streaming
-//! budget: the first calls of a window and the slow ones are streamed, the
-//! rest only counted as pending until the next record carries them.
+//! Every call counted, whatever is streamed: per-CPU counters (calls per
+//! syscall, and what went wrong: see `counter`), and the `SERIES` map (one
+//! entry per process, cgroup, syscall and outcome, with an exact latency
+//! histogram) whose totals stay exact because every add is atomic. It also
+//! holds each series' streaming budget: the first calls of a window and the
+//! slow ones are streamed, the rest only counted as pending until the next
+//! record carries them.
 
 use aya_ebpf::{
     macros::map,
@@ -14,6 +15,7 @@ use podstuck_common::{
     SERIES_OVERFLOW_SLOTS,
 };
 
+/// Indexed by `counter::*`; user space sums the CPUs.
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::LEN, 0);
 

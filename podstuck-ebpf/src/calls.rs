@@ -18,12 +18,16 @@ use crate::{
     patched, FILTER,
 };
 
-/// A plain preallocated hash, not an LRU one: an LRU update costs several
-/// times more on every call, and entries never outlive their call (the exit
-/// removes them; user space removes those of threads gone).
+/// Each thread's last call, by thread id. A plain preallocated hash, not
+/// an LRU one: an LRU update costs several times more on every call, and
+/// the entries are bounded without it: one per thread, kept between its
+/// calls (marked idle at exit), removed by user space once the thread is
+/// gone.
 #[map]
 static CALLS_IN_FLIGHT: HashMap<u32, CallInFlight> = HashMap::with_max_entries(MAX_CALLS_IN_FLIGHT, 0);
 
+/// Keeps a call's arguments and start time in its thread's entry, for
+/// the exit.
 #[inline(always)]
 pub fn enter(syscall: Syscall, args: Args) {
     let pid_tgid = bpf_get_current_pid_tgid();

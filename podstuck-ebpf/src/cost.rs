@@ -11,8 +11,11 @@ use aya_ebpf::{
 
 use crate::{accounting::increment, patched, read_kernel, OFFSETS};
 
+/// Calls seen at entry and at exit, per CPU.
 #[map]
 static ATTACH_COST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+const AT_ENTRY: u32 = 0;
+const AT_EXIT: u32 = 1;
 
 /// The syscall number the raw and BTF `sys_enter`/`sys_exit` programs keep
 /// (set by user space: it is the architecture's).
@@ -38,13 +41,13 @@ fn wanted_nr() -> u64 {
 
 #[tracepoint]
 pub fn cost_tracepoint_enter(_ctx: TracePointContext) -> u32 {
-    count_attach(0);
+    count_attach(AT_ENTRY);
     0
 }
 
 #[tracepoint]
 pub fn cost_tracepoint_exit(_ctx: TracePointContext) -> u32 {
-    count_attach(1);
+    count_attach(AT_EXIT);
     0
 }
 
@@ -52,7 +55,7 @@ pub fn cost_tracepoint_exit(_ctx: TracePointContext) -> u32 {
 #[raw_tracepoint]
 pub fn cost_raw_enter(ctx: RawTracePointContext) -> u32 {
     if ctx.arg::<u64>(1) == wanted_nr() {
-        count_attach(0);
+        count_attach(AT_ENTRY);
     }
     0
 }
@@ -61,7 +64,7 @@ pub fn cost_raw_enter(ctx: RawTracePointContext) -> u32 {
 #[raw_tracepoint]
 pub fn cost_raw_exit(ctx: RawTracePointContext) -> u32 {
     if syscall_nr(ctx.arg::<*const u8>(0)) == wanted_nr() {
-        count_attach(1);
+        count_attach(AT_EXIT);
     }
     0
 }
@@ -69,7 +72,7 @@ pub fn cost_raw_exit(ctx: RawTracePointContext) -> u32 {
 #[btf_tracepoint]
 pub fn cost_btf_enter(ctx: BtfTracePointContext) -> u32 {
     if ctx.arg::<u64>(1) == wanted_nr() {
-        count_attach(0);
+        count_attach(AT_ENTRY);
     }
     0
 }
@@ -77,19 +80,19 @@ pub fn cost_btf_enter(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint]
 pub fn cost_btf_exit(ctx: BtfTracePointContext) -> u32 {
     if syscall_nr(ctx.arg::<*const u8>(0)) == wanted_nr() {
-        count_attach(1);
+        count_attach(AT_EXIT);
     }
     0
 }
 
 #[fentry]
 pub fn cost_fentry(_ctx: FEntryContext) -> u32 {
-    count_attach(0);
+    count_attach(AT_ENTRY);
     0
 }
 
 #[fexit]
 pub fn cost_fexit(_ctx: FExitContext) -> u32 {
-    count_attach(1);
+    count_attach(AT_EXIT);
     0
 }

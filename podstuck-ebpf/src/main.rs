@@ -15,11 +15,18 @@
 //! Small and bounded by design: the one loop (the base-directory walk) is
 //! `bpf_loop`'s, or bounded at `BASE_DIR_UNROLLED_DEPTH` steps where the
 //! kernel lacks it; strings go through a per-CPU scratch buffer instead of
-//! the 512-byte stack, and every kernel read goes through a helper that
-//! cannot fault.
+//! the 512-byte stack; and every read of kernel or user memory, past the
+//! program's own context and maps, goes through a helper that cannot fault.
+//!
+//! By concern: `programs` (the tracer's programs, by name), `args` (a
+//! call's arguments), `calls` (entry to exit), `accounting` (series,
+//! budget, counters), `record` (what is streamed), `path_walk` (the base
+//! directory), `cost` (the attach-cost programs). User space finds every
+//! program, map and global by name: renaming one breaks loading.
 #![no_std]
 #![no_main]
-// The BPF target has no atomics in `core`: the one atomic add is written in asm.
+// `core`'s atomics are single-threaded on the BPF target (plain loads and
+// stores, no read-modify-write): the one atomic add is written in asm.
 #![feature(asm_experimental_arch)]
 
 mod accounting;

@@ -19,13 +19,16 @@ use crate::{
     patched, OFFSETS,
 };
 
-/// How the base directory of a relative path is walked.
+/// How the base directory of a relative path is walked. A constant in
+/// each exit program, so the other walk is compiled out of it: the `_w`
+/// programs never name `bpf_loop`, which 5.10's verifier refuses outright.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum PathWalk {
     /// One verified step run by `bpf_loop` (5.17+), up to `BASE_DIR_MAX_DEPTH`.
     Loop,
-    /// The step called `BASE_DIR_UNROLLED_DEPTH` times in a bounded loop,
-    /// for kernels without `bpf_loop`.
+    /// The step called at most `BASE_DIR_UNROLLED_DEPTH` times in a plain
+    /// bounded loop, which the verifier unrolls (it walks every
+    /// iteration), for kernels without `bpf_loop`.
     Unrolled,
 }
 
@@ -89,9 +92,10 @@ fn read_ptr(base: u64, offset: u64) -> u64 {
 const WALKING: u64 = 0xff;
 
 /// One step up the tree: write the current directory's name, or cross to
-/// the mount it sits on, or stop at the caller's root. A `bpf_loop`
-/// callback, so the verifier checks one step, not every depth: a plain loop
-/// of 64 steps exceeds its budget.
+/// the mount it sits on, or stop at the caller's root. A subprogram of its
+/// own: `bpf_loop`'s callback, verified once whatever the depth (a plain
+/// loop of 64 steps exceeds the verifier's budget), or the bounded loop's
+/// callee.
 #[inline(never)]
 extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
     const STOP: i64 = 1;

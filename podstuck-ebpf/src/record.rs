@@ -39,6 +39,7 @@ pub struct Scratch {
     pub data: [u8; PATH_MAX + BASE_DIR_MAX + NAME_MAX],
 }
 
+/// The records to user space; it may resize the ring at load.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
 
