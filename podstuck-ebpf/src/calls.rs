@@ -13,9 +13,10 @@ use podstuck_common::{counter, CallInFlight, SeriesKey, Syscall, MAX_CALLS_IN_FL
 use crate::{
     accounting::{account, bump},
     args::Args,
+    patched,
     path_walk::PathWalk,
     record::{self, Ended},
-    patched, FILTER,
+    FILTER,
 };
 
 /// Each thread's last call, by thread id. A plain preallocated hash, not

@@ -14,9 +14,9 @@ use podstuck_common::{base_status, KernelOffsets, BASE_DIR_MAX, BASE_DIR_MAX_DEP
 
 use crate::{
     args::AT_FDCWD,
-    read_kernel,
+    patched, read_kernel,
     record::{DATA_MASK, NAME_MAX, SCRATCH},
-    patched, OFFSETS,
+    OFFSETS,
 };
 
 /// How the base directory of a relative path is walked. A constant in

@@ -15,14 +15,15 @@ use aya_ebpf::{
     maps::{PerCpuArray, RingBuf},
 };
 use podstuck_common::{
-    base_status, counter, path_status, CallInFlight, CallRecord, SeriesKey, BASE_DIR_MAX,
-    CALL_RECORD_BYTES, PATH_MAX, RING_BUFFER_BYTES,
+    base_status, counter, path_status, CallInFlight, CallRecord, SeriesKey, BASE_DIR_MAX, CALL_RECORD_BYTES, PATH_MAX,
+    RING_BUFFER_BYTES,
 };
 
 use crate::{
     accounting::bump,
+    patched,
     path_walk::{walk_base_dir, PathWalk},
-    patched, read_kernel, OFFSETS,
+    read_kernel, OFFSETS,
 };
 
 /// Longest name of one path component (NAME_MAX + NUL).
@@ -85,9 +86,8 @@ pub fn stream(call: &Ended, how: PathWalk) -> Option<()> {
     let total = (len + base_len) & DATA_MASK;
     // SAFETY: the bytes are the start of `*scratch`: CALL_RECORD_BYTES of
     // header and at most DATA_MASK of `data`, which is longer.
-    let bytes = unsafe {
-        core::slice::from_raw_parts(scratch as *const Scratch as *const u8, CALL_RECORD_BYTES + total)
-    };
+    let bytes =
+        unsafe { core::slice::from_raw_parts(scratch as *const Scratch as *const u8, CALL_RECORD_BYTES + total) };
     if EVENTS.output::<[u8]>(bytes, 0).is_err() {
         bump(counter::RING_BUFFER_DROPS);
     }
