@@ -51,38 +51,33 @@ pub fn cost_tracepoint_exit(_ctx: TracePointContext) -> u32 {
     0
 }
 
-/// `sys_enter(struct pt_regs *regs, long id)`
-#[raw_tracepoint]
-pub fn cost_raw_enter(ctx: RawTracePointContext) -> u32 {
-    if ctx.arg::<u64>(1) == wanted_nr() {
-        count_attach(AT_ENTRY);
-    }
-    0
+/// The raw and the BTF tracepoints on `sys_enter(struct pt_regs *regs,
+/// long id)` and `sys_exit(struct pt_regs *regs, long ret)`: they run for
+/// every syscall, so each keeps unlinkat's by its number, which at exit is
+/// only in the registers.
+macro_rules! sys_tracepoint_costs {
+    ($($attach:ident, $context:ty => $enter:ident, $exit:ident;)*) => {$(
+        #[$attach]
+        pub fn $enter(ctx: $context) -> u32 {
+            if ctx.arg::<u64>(1) == wanted_nr() {
+                count_attach(AT_ENTRY);
+            }
+            0
+        }
+
+        #[$attach]
+        pub fn $exit(ctx: $context) -> u32 {
+            if syscall_nr(ctx.arg::<*const u8>(0)) == wanted_nr() {
+                count_attach(AT_EXIT);
+            }
+            0
+        }
+    )*};
 }
 
-/// `sys_exit(struct pt_regs *regs, long ret)`: the number is in the registers.
-#[raw_tracepoint]
-pub fn cost_raw_exit(ctx: RawTracePointContext) -> u32 {
-    if syscall_nr(ctx.arg::<*const u8>(0)) == wanted_nr() {
-        count_attach(AT_EXIT);
-    }
-    0
-}
-
-#[btf_tracepoint]
-pub fn cost_btf_enter(ctx: BtfTracePointContext) -> u32 {
-    if ctx.arg::<u64>(1) == wanted_nr() {
-        count_attach(AT_ENTRY);
-    }
-    0
-}
-
-#[btf_tracepoint]
-pub fn cost_btf_exit(ctx: BtfTracePointContext) -> u32 {
-    if syscall_nr(ctx.arg::<*const u8>(0)) == wanted_nr() {
-        count_attach(AT_EXIT);
-    }
-    0
+sys_tracepoint_costs! {
+    raw_tracepoint, RawTracePointContext => cost_raw_enter, cost_raw_exit;
+    btf_tracepoint, BtfTracePointContext => cost_btf_enter, cost_btf_exit;
 }
 
 #[fentry]
