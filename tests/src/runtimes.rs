@@ -26,7 +26,7 @@
 //! and the directories under `/var/run` are removed. Nothing in a drop
 //! panics or waits forever: every command runs under `timeout`.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::Watch;
+use crate::podstuck::Watch;
 
 /// Debian's docker.io installs the daemon in /usr/sbin; /usr/bin is where
 /// some other packagings put it.
@@ -76,21 +76,18 @@ pub fn short_name() -> String {
     format!("{:04x}{:02x}{:03x}", std::process::id() & 0xffff, n & 0xff, (nanos >> 20) & 0xfff)
 }
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// The same path with its symlinks resolved (`/var/run/x` is `/run/x`),
-/// as the kernel spells it in mountinfo; the path itself if it cannot be
-/// resolved.
-fn resolved(path: &Path) -> PathBuf {
-    if let Ok(p) = std::fs::canonicalize(path) {
-        return p;
+/// `/var/run/x/...` as the kernel spells it in mountinfo (`/run/x/...`):
+/// the deepest existing ancestor resolved, the rest (not made yet, or
+/// removed already) as is.
+pub fn resolved(path: &Path) -> PathBuf {
+    for ancestor in path.ancestors() {
+        if let Ok(real) = std::fs::canonicalize(ancestor) {
+            let rest = path.strip_prefix(ancestor).unwrap();
+            // join("") would add a trailing slash.
+            return if rest.as_os_str().is_empty() { real } else { real.join(rest) };
+        }
     }
-    match (path.parent().and_then(|p| std::fs::canonicalize(p).ok()), path.file_name()) {
-        (Some(parent), Some(name)) => parent.join(name),
-        _ => path.to_path_buf(),
-    }
+    path.to_path_buf()
 }
 
 /// Both spellings of each path (as given, and resolved), without repeats.
@@ -125,27 +122,53 @@ pub fn log_tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Runs `program args` under `timeout` (so that a hung daemon fails the
-/// command instead of hanging the test), collecting its output.
-fn run_for(limit: Duration, program: &str, args: &[&OsStr]) -> Output {
+/// `program args` under `timeout`, so that a hung daemon fails the
+/// command instead of hanging the test (or its cleanup).
+fn timed<S: AsRef<OsStr>>(limit: Duration, program: &str, args: &[S]) -> Command {
     let secs = limit.as_secs().max(1).to_string();
-    Command::new("timeout")
-        .args(["-k", "5", &secs, program])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+    let mut command = Command::new("timeout");
+    command.args(["-k", "5", &secs, program]).args(args).stdin(Stdio::null());
+    command
+}
+
+/// Runs `program args` under `timeout`, collecting its output.
+fn run_for<S: AsRef<OsStr>>(limit: Duration, program: &str, args: &[S]) -> Output {
+    timed(limit, program, args).output().unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
 }
 
 /// Like `run_for`, for a drop: never panics.
-fn run_quietly(limit: Duration, program: &str, args: &[&str]) -> Option<Output> {
-    let secs = limit.as_secs().max(1).to_string();
-    Command::new("timeout")
-        .args(["-k", "5", &secs, program])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .ok()
+fn run_quietly<S: AsRef<OsStr>>(limit: Duration, program: &str, args: &[S]) -> Option<Output> {
+    timed(limit, program, args).output().ok()
+}
+
+/// A runtime's command-line tool pointed at one daemon of ours:
+/// `docker -H <ours>`, `ctr --address <ours> --namespace podstuck`.
+struct Cli {
+    program: &'static str,
+    /// The arguments every call starts with.
+    prefix: Vec<OsString>,
+}
+
+impl Cli {
+    fn args<'a>(&'a self, args: &'a [&str]) -> Vec<&'a OsStr> {
+        self.prefix.iter().map(OsString::as_os_str).chain(args.iter().map(OsStr::new)).collect()
+    }
+
+    /// Runs it with `args` within `limit`, whatever comes out.
+    fn run(&self, limit: Duration, args: &[&str]) -> Output {
+        run_for(limit, self.program, &self.args(args))
+    }
+
+    /// Runs it with `args` while cleaning up: never panics.
+    fn quietly(&self, args: &[&str]) -> Option<Output> {
+        run_quietly(CLEANUP_TIMEOUT, self.program, &self.args(args))
+    }
+
+    /// The words a listing prints (`ps -aq`, `task ls -q`...), while
+    /// cleaning up: none if it fails.
+    fn list(&self, args: &[&str]) -> Vec<String> {
+        self.quietly(args).map(|o| stdout_text(&o).split_whitespace().map(str::to_string).collect()).unwrap_or_default()
+    }
 }
 
 /// Panics with what the command printed unless it succeeded.
@@ -176,7 +199,7 @@ pub fn stderr_text(out: &Output) -> String {
 /// fails with the daemon's log.
 fn cannot_start(test: &str, what: &str, why: &str, log: &Path) {
     let tail = log_tail(log, 30);
-    if in_ci() {
+    if crate::harness::in_ci() {
         panic!("{test}: {what} did not start under CI (never skipped there): {why}\n{}:\n{tail}", log.display());
     }
     eprintln!("\n*** SKIPPED {test}: {what} could not start: {why}\n{}:\n{tail}\n***\n", log.display());
@@ -221,11 +244,6 @@ fn children_of(pid: i32) -> Vec<i32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&child| parent_of(child) == Some(pid))
         .collect()
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie is dead for our purposes: its parent reaps it.
-    crate::fixtures::task_state(pid as u32).is_some_and(|s| s != 'Z')
 }
 
 /// The unix sockets a process listens on under containerd's shared
@@ -274,7 +292,7 @@ fn kill_mentioning(markers: &[PathBuf]) {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while victims.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+    while victims.iter().any(|&p| crate::actors::alive(p as u32)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     for socket in sockets {
@@ -299,6 +317,17 @@ fn stop_child(child: &mut Child, grace: Duration) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// What is left of a daemon of ours once its containers are gone: the
+/// daemon (SIGTERM, SIGKILL after `grace`), whatever survived it that names
+/// its `dirs`, every mount below them (deepest first), and `run_dir`, its
+/// directory under /var/run. For a drop: never panics.
+fn tear_down(child: &mut Child, grace: Duration, dirs: &[PathBuf], run_dir: &Path) {
+    stop_child(child, grace);
+    kill_mentioning(dirs);
+    unmount_below(dirs);
+    remove_run_dir(run_dir);
 }
 
 // Mounts and flags -----------------------------------------------------
@@ -569,7 +598,8 @@ pub struct Dockerd {
     name: String,
     exec_root: PathBuf,
     data_root: PathBuf,
-    host: String,
+    /// `docker -H unix://<exec-root>/docker.sock`.
+    cli: Cli,
     log: PathBuf,
     scratch: PathBuf,
     imported: Mutex<bool>,
@@ -633,7 +663,7 @@ impl Dockerd {
             name,
             exec_root,
             data_root,
-            host,
+            cli: Cli { program: DOCKER, prefix: vec!["-H".into(), host.into()] },
             log,
             scratch: scratch.to_path_buf(),
             imported: Mutex::new(false),
@@ -654,20 +684,14 @@ impl Dockerd {
         Some(daemon)
     }
 
-    fn run(&self, limit: Duration, args: &[&str]) -> Output {
-        let mut all: Vec<&OsStr> = vec![OsStr::new("-H"), OsStr::new(&self.host)];
-        all.extend(args.iter().map(OsStr::new));
-        run_for(limit, DOCKER, &all)
-    }
-
     /// `docker -H <ours> ARGS`; panics with its stderr unless it succeeds.
     pub fn docker(&self, args: &[&str]) -> Output {
-        must(&format!("docker {}", args.join(" ")), self.run(COMMAND_TIMEOUT, args))
+        must(&format!("docker {}", args.join(" ")), self.cli.run(COMMAND_TIMEOUT, args))
     }
 
     /// `docker -H <ours> ARGS`, whatever comes out.
     pub fn docker_may_fail(&self, args: &[&str]) -> Output {
-        self.run(COMMAND_TIMEOUT, args)
+        self.cli.run(COMMAND_TIMEOUT, args)
     }
 
     /// `docker inspect -f FORMAT THING`, trimmed.
@@ -741,43 +765,30 @@ impl Drop for Dockerd {
         }
         // 2. Containers and volumes, through dockerd while it runs.
         if matches!(self.child.try_wait(), Ok(None)) {
-            let host = self.host.clone();
-            let docker = |args: &[&str]| {
-                let mut all = vec!["-H", host.as_str()];
-                all.extend_from_slice(args);
-                run_quietly(CLEANUP_TIMEOUT, DOCKER, &all)
-            };
-            if let Some(out) = docker(&["ps", "-aq"]) {
-                let ids: Vec<String> = stdout_text(&out).split_whitespace().map(str::to_string).collect();
-                if !ids.is_empty() {
-                    let mut args = vec!["rm", "-f"];
-                    args.extend(ids.iter().map(String::as_str));
-                    if let Some(out) = docker(&args) {
-                        if !out.status.success() {
-                            eprintln!("cleanup: docker rm -f: {}", stderr_text(&out));
-                        }
+            let ids = self.cli.list(&["ps", "-aq"]);
+            if !ids.is_empty() {
+                let mut args = vec!["rm", "-f"];
+                args.extend(ids.iter().map(String::as_str));
+                if let Some(out) = self.cli.quietly(&args) {
+                    if !out.status.success() {
+                        eprintln!("cleanup: docker rm -f: {}", stderr_text(&out));
                     }
                 }
             }
-            if let Some(out) = docker(&["volume", "ls", "-q"]) {
-                let names: Vec<String> = stdout_text(&out).split_whitespace().map(str::to_string).collect();
-                if !names.is_empty() {
-                    let mut args = vec!["volume", "rm", "-f"];
-                    args.extend(names.iter().map(String::as_str));
-                    let _ = docker(&args);
-                }
+            let names = self.cli.list(&["volume", "ls", "-q"]);
+            if !names.is_empty() {
+                let mut args = vec!["volume", "rm", "-f"];
+                args.extend(names.iter().map(String::as_str));
+                let _ = self.cli.quietly(&args);
             }
         }
-        // 3. dockerd itself (it stops its managed containerd).
-        stop_child(&mut self.child, Duration::from_secs(15));
-        // 4. Whatever survived: the managed containerd if dockerd was
-        // killed, shims, the containers' processes.
-        kill_mentioning(&dirs);
-        // 5. Mounts: dockerd's bind of its data root on itself, layers'
-        // merged dirs, netns and shm mounts under the exec root.
-        unmount_below(&dirs);
-        // 6. The exec root; the scratch dir (the data root) goes with the ScratchDir.
-        remove_run_dir(&self.exec_root);
+        // 3. dockerd (it stops its managed containerd), whatever survived
+        // it (the managed containerd if dockerd was killed, shims, the
+        // containers' processes), the mounts (dockerd's bind of its data
+        // root on itself, layers' merged dirs, netns and shm mounts under
+        // the exec root) and the exec root; the scratch dir (the data
+        // root) goes with the ScratchDir.
+        tear_down(&mut self.child, Duration::from_secs(15), &dirs, &self.exec_root);
     }
 }
 
@@ -809,6 +820,8 @@ pub struct Containerd {
     root: PathBuf,
     state: PathBuf,
     address: PathBuf,
+    /// `ctr --address <address> --namespace podstuck`.
+    cli: Cli,
     log: PathBuf,
     scratch: PathBuf,
     imported: Mutex<bool>,
@@ -903,6 +916,10 @@ disabled_plugins = [
             name,
             root,
             state,
+            cli: Cli {
+                program: CTR,
+                prefix: vec!["--address".into(), address.clone().into(), "--namespace".into(), CTR_NAMESPACE.into()],
+            },
             address,
             log,
             scratch: scratch.to_path_buf(),
@@ -919,26 +936,15 @@ disabled_plugins = [
         Some(daemon)
     }
 
-    fn run(&self, limit: Duration, args: &[&str]) -> Output {
-        let mut all: Vec<&OsStr> = vec![
-            OsStr::new("--address"),
-            self.address.as_os_str(),
-            OsStr::new("--namespace"),
-            OsStr::new(CTR_NAMESPACE),
-        ];
-        all.extend(args.iter().map(OsStr::new));
-        run_for(limit, CTR, &all)
-    }
-
     /// `ctr --address <ours> --namespace podstuck ARGS`; panics with its
     /// stderr unless it succeeds.
     pub fn ctr(&self, args: &[&str]) -> Output {
-        must(&format!("ctr {}", args.join(" ")), self.run(COMMAND_TIMEOUT, args))
+        must(&format!("ctr {}", args.join(" ")), self.cli.run(COMMAND_TIMEOUT, args))
     }
 
     /// The same, whatever comes out.
     pub fn ctr_may_fail(&self, args: &[&str]) -> Output {
-        self.run(COMMAND_TIMEOUT, args)
+        self.cli.run(COMMAND_TIMEOUT, args)
     }
 
     pub fn pid(&self) -> u32 {
@@ -1049,20 +1055,8 @@ impl Drop for Containerd {
         let dirs = self.dirs();
         // 1. Tasks, containers (with their snapshots), through containerd.
         if matches!(self.child.try_wait(), Ok(None)) {
-            let prefix = [
-                "--address".to_string(),
-                self.address.to_string_lossy().into_owned(),
-                "--namespace".to_string(),
-                CTR_NAMESPACE.to_string(),
-            ];
-            let ctr = |args: &[&str]| {
-                let mut all: Vec<&str> = prefix.iter().map(String::as_str).collect();
-                all.extend_from_slice(args);
-                run_quietly(CLEANUP_TIMEOUT, CTR, &all)
-            };
-            let list = |args: &[&str]| -> Vec<String> {
-                ctr(args).map(|o| stdout_text(&o).split_whitespace().map(str::to_string).collect()).unwrap_or_default()
-            };
+            let ctr = |args: &[&str]| self.cli.quietly(args);
+            let list = |args: &[&str]| self.cli.list(args);
             for task in list(&["task", "ls", "-q"]) {
                 let _ = ctr(&["task", "kill", "-s", "SIGKILL", &task]);
                 std::thread::sleep(Duration::from_millis(200));
@@ -1079,14 +1073,11 @@ impl Drop for Containerd {
                 let _ = ctr(&["snapshots", "--snapshotter", "overlayfs", "rm", snapshot]);
             }
         }
-        // 2. containerd, then whatever survived it (shims go on by
-        // themselves when containerd stops; their command line names our
-        // socket, so our state directory).
-        stop_child(&mut self.child, Duration::from_secs(10));
-        kill_mentioning(&dirs);
-        // 3. Rootfs mounts left, then the state directory's own mount.
-        unmount_below(&dirs);
-        remove_run_dir(&self.state);
+        // 2. containerd, whatever survived it (shims go on by themselves
+        // when containerd stops; their command line names our socket, so
+        // our state directory), the rootfs mounts left, the state
+        // directory's own mount, and the state directory.
+        tear_down(&mut self.child, Duration::from_secs(10), &dirs, &self.state);
     }
 }
 
@@ -1169,6 +1160,40 @@ impl EventLog {
     }
 }
 
+/// Waits until the daemon answers `question` (`ask` succeeds) and returns
+/// the answer; None, said as a loud skip, if it exits first; a panic with
+/// its log's tail if it does not answer within START_TIMEOUT.
+fn await_daemon<D>(
+    test: &str,
+    what: &str,
+    daemon: &mut D,
+    log: &Path,
+    question: &str,
+    child: impl Fn(&mut D) -> &mut Child,
+    ask: impl Fn(&D) -> Output,
+) -> Option<Output> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child(daemon).try_wait() {
+            cannot_start(test, what, &format!("it exited ({status})"), log);
+            return None;
+        }
+        let answer = ask(daemon);
+        if answer.status.success() {
+            return Some(answer);
+        }
+        if Instant::now() > deadline {
+            panic!("{test}: `{question}` did not reach {what} within {START_TIMEOUT:?}: {}\n{}:\n{}", stderr_text(&answer), log.display(), log_tail(log, 30));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The storage driver a dockerd runs, asked the way that also says it answers.
+fn daemon_info(daemon: &Dockerd) -> Output {
+    daemon.docker_may_fail(&["info", "--format", "{{.Driver}}"])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1206,38 +1231,4 @@ mod tests {
         let g = json!({"paths": ["/run/podstuck-abcd/x"]});
         assert!(!finding_is_under(&g, &dirs));
     }
-}
-
-/// Waits until the daemon answers `question` (`ask` succeeds) and returns
-/// the answer; None, said as a loud skip, if it exits first; a panic with
-/// its log's tail if it does not answer within START_TIMEOUT.
-fn await_daemon<D>(
-    test: &str,
-    what: &str,
-    daemon: &mut D,
-    log: &Path,
-    question: &str,
-    child: impl Fn(&mut D) -> &mut Child,
-    ask: impl Fn(&D) -> Output,
-) -> Option<Output> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        if let Ok(Some(status)) = child(daemon).try_wait() {
-            cannot_start(test, what, &format!("it exited ({status})"), log);
-            return None;
-        }
-        let answer = ask(daemon);
-        if answer.status.success() {
-            return Some(answer);
-        }
-        if Instant::now() > deadline {
-            panic!("{test}: `{question}` did not reach {what} within {START_TIMEOUT:?}: {}\n{}:\n{}", stderr_text(&answer), log.display(), log_tail(log, 30));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The storage driver a dockerd runs, asked the way that also says it answers.
-fn daemon_info(daemon: &Dockerd) -> Output {
-    daemon.docker_may_fail(&["info", "--format", "{{.Driver}}"])
 }
