@@ -23,8 +23,10 @@
 //! the daemons, their shims and whatever ran in the containers are stopped,
 //! `chattr +i`/`+a` flags under the data root are cleared, every mount under
 //! the daemon's directories is undone (deepest first, lazily if it must),
-//! and the directories under `/var/run` are removed. Nothing in a drop
-//! panics or waits forever: every command runs under `timeout`.
+//! the directories under `/var/run` are removed, and so are the parent
+//! cgroups the runtimes made for their containers (`docker`, `podstuck`).
+//! Nothing in a drop panics or waits forever: every command runs under
+//! `timeout`.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -330,6 +332,80 @@ fn tear_down(child: &mut Child, grace: Duration, dirs: &[PathBuf], run_dir: &Pat
     remove_run_dir(run_dir);
 }
 
+// Cgroups ----------------------------------------------------------------
+
+/// A cgroup a runtime makes at the top of every hierarchy, as the parent of
+/// its containers' cgroups, and leaves when it stops: dockerd's `docker`
+/// (the cgroupfs driver), and ctr's namespace for its tasks (`podstuck`). Each daemon guard claims it before its daemon
+/// starts; the hierarchies where it did not exist then (before the first
+/// claim of this process: the tests run side by side) lose it when the last
+/// claim is dropped, once it is empty. A cgroup with children or tasks (a
+/// daemon of another run using it) refuses rmdir and stays.
+struct TopCgroups {
+    name: &'static str,
+}
+
+/// Per name: the claims held, and the cgroups to remove after the last.
+static TOP_CGROUPS: Mutex<Vec<(&'static str, usize, Vec<PathBuf>)>> = Mutex::new(Vec::new());
+
+/// Where each cgroup hierarchy (v1 and v2) is mounted.
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo
+        .lines()
+        .filter(|l| l.contains(" - cgroup ") || l.contains(" - cgroup2 "))
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_mountinfo)
+        .collect()
+}
+
+impl TopCgroups {
+    fn claim(name: &'static str) -> TopCgroups {
+        let mut all = TOP_CGROUPS.lock().unwrap_or_else(|e| e.into_inner());
+        let missing = cgroup_hierarchies().into_iter().map(|h| h.join(name)).filter(|c| !c.exists());
+        match all.iter_mut().find(|(n, ..)| *n == name) {
+            Some((_, claims, made)) => {
+                *claims += 1;
+                // Claimed while another claim holds: what is missing now is
+                // made by one of ours too.
+                for cgroup in missing {
+                    if !made.contains(&cgroup) {
+                        made.push(cgroup);
+                    }
+                }
+            }
+            None => all.push((name, 1, missing.collect())),
+        }
+        TopCgroups { name }
+    }
+}
+
+impl Drop for TopCgroups {
+    fn drop(&mut self) {
+        let mut all = TOP_CGROUPS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(at) = all.iter().position(|(n, ..)| *n == self.name) else { return };
+        all[at].1 -= 1;
+        if all[at].1 > 0 {
+            return;
+        }
+        let (_, _, made) = all.remove(at);
+        for cgroup in made.iter().filter(|c| c.exists()) {
+            // A cgroup whose last task just exited can refuse rmdir for a moment.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while let Err(e) = std::fs::remove_dir(cgroup) {
+                if !cgroup.exists() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    eprintln!("cleanup: cannot remove cgroup {}: {e}", cgroup.display());
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
 // Mounts and flags -----------------------------------------------------
 
 /// A mountinfo path field, its octal escapes (`\040` for a space) undone.
@@ -603,6 +679,8 @@ pub struct Dockerd {
     log: PathBuf,
     scratch: PathBuf,
     imported: Mutex<bool>,
+    /// Dropped after `drop` stopped the daemon: its `docker` cgroups go then.
+    _cgroups: TopCgroups,
 }
 
 impl Dockerd {
@@ -634,6 +712,8 @@ impl Dockerd {
         std::fs::write(&config, "{}\n").expect("write daemon.json");
         let out = std::fs::File::create(&log).expect("create dockerd.log");
         let host = format!("unix://{}", exec_root.join("docker.sock").display());
+        // Before dockerd may make them.
+        let cgroups = TopCgroups::claim("docker");
         let child = Command::new(dockerd)
             .arg("--config-file")
             .arg(&config)
@@ -667,6 +747,7 @@ impl Dockerd {
             log,
             scratch: scratch.to_path_buf(),
             imported: Mutex::new(false),
+            _cgroups: cgroups,
         };
         let log = daemon.log.clone();
         let info = await_daemon(test, "dockerd", &mut daemon, &log, "docker info", |d| &mut d.child, daemon_info)?;
@@ -787,7 +868,8 @@ impl Drop for Dockerd {
         // containers' processes), the mounts (dockerd's bind of its data
         // root on itself, layers' merged dirs, netns and shm mounts under
         // the exec root) and the exec root; the scratch dir (the data
-        // root) goes with the ScratchDir.
+        // root) goes with the ScratchDir. The `docker` cgroups go last,
+        // with `self._cgroups`, once nothing runs in them.
         tear_down(&mut self.child, Duration::from_secs(15), &dirs, &self.exec_root);
     }
 }
@@ -825,6 +907,8 @@ pub struct Containerd {
     log: PathBuf,
     scratch: PathBuf,
     imported: Mutex<bool>,
+    /// Dropped after `drop` stopped the daemon: its `podstuck` cgroups go then.
+    _cgroups: TopCgroups,
 }
 
 impl Containerd {
@@ -895,6 +979,8 @@ disabled_plugins = [
         );
         std::fs::write(&config, toml).expect("write containerd.toml");
         let out = std::fs::File::create(&log).expect("create containerd.log");
+        // Before a task may make them.
+        let cgroups = TopCgroups::claim(CTR_NAMESPACE);
         let child = Command::new(CONTAINERD)
             .arg("--config")
             .arg(&config)
@@ -924,6 +1010,7 @@ disabled_plugins = [
             log,
             scratch: scratch.to_path_buf(),
             imported: Mutex::new(false),
+            _cgroups: cgroups,
         };
         let log = daemon.log.clone();
         await_daemon(test, "containerd", &mut daemon, &log, "ctr version", |d| &mut d.child, |d| d.ctr_may_fail(&["version"]))?;
