@@ -367,10 +367,28 @@ fn containerd_unmounts(rootfs: &Path) -> Bursts {
     Bursts::start(os!["--comm", "containerd", "--repeat", "50", "--every-ms", "50", "umount", rootfs], secs(2))
 }
 
+/// A container's rootfs and the process that holds it: the actor, started
+/// with `args` (given the rootfs) and ready.
+struct HeldRootfs {
+    // Field order is drop order: the holder before the mounts it holds.
+    holder: Process,
+    container: ContainerdRootfs,
+}
+
+impl HeldRootfs {
+    fn new(scratch: &ScratchDir, args: impl FnOnce(&Path) -> Vec<OsString>) -> HeldRootfs {
+        let container = ContainerdRootfs::new(scratch.path());
+        let holder = start_actor(args(&container.rootfs));
+        holder.wait_ready(secs(10));
+        HeldRootfs { holder, container }
+    }
+}
+
 /// Runs the containerd bursts against a held rootfs until podstuck names
-/// the holder, then runs the fix it prints and checks that containerd's
-/// next try would succeed.
-fn mount_held(scratch: &ScratchDir, rootfs: &Path, holder: &Process, fix: impl Fn(&mut Expect)) {
+/// the holder (in its evidence; `fix` checks the rest), then runs the fix
+/// it prints and checks that containerd's next try would succeed.
+fn mount_held(scratch: &ScratchDir, held: &HeldRootfs, fix: impl Fn(&mut Expect)) {
+    let (rootfs, pid) = (held.container.rootfs.as_path(), held.holder.pid());
     let root = KubeletRoot::empty(scratch.path().join("kubelet"));
     let watch = podstuck(&root, &[]);
     let bursts = containerd_unmounts(rootfs);
@@ -393,13 +411,14 @@ fn mount_held(scratch: &ScratchDir, rootfs: &Path, holder: &Process, fix: impl F
             let rhythm = e.text("/rhythm");
             e.that(rhythm.contains("containerd"), format!("/rhythm ({rhythm}) should name containerd's retries"));
             fix(e);
+            e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
         },
     );
     let lines = bursts.finish();
     assert!(lines.len() >= 50, "a whole burst: {lines:?}");
     all_say(&lines, &ebusy);
     assert!(is_mountpoint(rootfs), "the fixture must still be mounted");
-    assert_eq!(task_state(holder.pid()), Some('S'), "the holder is alive");
+    assert_eq!(task_state(pid), Some('S'), "the holder is alive");
     apply_fix(&finding);
     assert_eq!(succeeds_soon(|| sys_umount2(&cstring(rootfs), 0)), 0, "containerd's next umount2 after the fix");
     stop(watch, &finding);
@@ -408,21 +427,17 @@ fn mount_held(scratch: &ScratchDir, rootfs: &Path, holder: &Process, fix: impl F
 kernel_test! {
     fn p4_a_mount_held_in_another_namespace_is_named_with_nsenter(test) {
         let scratch = test.scratch();
-        let container = ContainerdRootfs::new(scratch.path());
-        let rootfs = container.rootfs.clone();
         // A process that unshared its mount namespace while the rootfs was
         // mounted (a leaked copy), with its cwd inside.
-        let holder = start_actor(os!["--comm", "leaky-agent", "hold-in-namespace", rootfs.join("app")]);
-        holder.wait_ready(secs(10));
-        let pid = holder.pid();
+        let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "leaky-agent", "hold-in-namespace", rootfs.join("app")]);
+        let (rootfs, pid) = (&held.container.rootfs, held.holder.pid());
         let host_ns = std::fs::read_link("/proc/self/ns/mnt").unwrap();
         assert_ne!(std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap(), host_ns, "the holder has its own namespace");
 
-        mount_held(&scratch, &rootfs, &holder, |e| {
+        mount_held(&scratch, &held, |e| {
             // `umount` without -l fails in there: the holder's cwd is inside,
             // it is what keeps the copy busy (exit 32, "target is busy").
-            e.eq("/fix", format!("nsenter -m -t {pid} umount -l {}", shell_word(&rootfs)));
-            e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
+            e.eq("/fix", format!("nsenter -m -t {pid} umount -l {}", shell_word(rootfs)));
         });
     }
 }
@@ -430,34 +445,20 @@ kernel_test! {
 kernel_test! {
     fn p4_a_mount_held_by_an_open_file_is_named_with_kill(test) {
         let scratch = test.scratch();
-        let container = ContainerdRootfs::new(scratch.path());
-        let rootfs = container.rootfs.clone();
         // A log shipper in the host namespace still reading the container's log.
-        let holder = start_actor(os!["--comm", "log-shipper", "hold-open", rootfs.join("app/server.log")]);
-        holder.wait_ready(secs(10));
-        let pid = holder.pid();
-
-        mount_held(&scratch, &rootfs, &holder, |e| {
-            e.contains("/fix", &format!("kill {pid}"));
-            e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-        });
+        let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "log-shipper", "hold-open", rootfs.join("app/server.log")]);
+        let pid = held.holder.pid();
+        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("kill {pid}")));
     }
 }
 
 kernel_test! {
     fn p4_a_mount_held_by_a_cwd_is_named_with_kill(test) {
         let scratch = test.scratch();
-        let container = ContainerdRootfs::new(scratch.path());
-        let rootfs = container.rootfs.clone();
         // A debugging shell someone left in the container's directory.
-        let holder = start_actor(os!["--comm", "bash", "hold-cwd", rootfs.join("app")]);
-        holder.wait_ready(secs(10));
-        let pid = holder.pid();
-
-        mount_held(&scratch, &rootfs, &holder, |e| {
-            e.contains("/fix", &format!("kill {pid}"));
-            e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-        });
+        let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "bash", "hold-cwd", rootfs.join("app")]);
+        let pid = held.holder.pid();
+        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("kill {pid}")));
     }
 }
 

@@ -423,6 +423,50 @@ fn key_is(e: &Expect, path: &Path) -> bool {
     key == text(path) || Path::new(&key) == resolved(path)
 }
 
+/// `ctr task rm` of a task (its id and rootfs, killed here) that `holder`
+/// holds: the shim's umount2 fails with EBUSY, and podstuck must say so (a
+/// confirmed mount-held about the rootfs, by the shim, naming the holder
+/// in its evidence; `more` checks what the scenario adds), its fix must
+/// let `ctr task rm` work, and it must say nothing else about the
+/// daemon's directories. `case` names the trace.
+fn held_rootfs_is_named(
+    test: &KernelTest,
+    scratch: &ScratchDir,
+    containerd: &Containerd,
+    case: &str,
+    (id, rootfs): (&str, &Path),
+    holder: Process,
+    more: impl Fn(&mut Expect),
+) {
+    let pid = holder.pid();
+    kill_task(containerd, id);
+    let trace = EventLog::start(case, true);
+    let mut watch = podstuck(scratch);
+    task_rm_fails_busy(containerd, id, rootfs);
+
+    let dirs = containerd.dirs();
+    let finding = watch.await_finding(
+        FINDING_TIMEOUT,
+        |f| f["kind"] == "mount-held" && finding_is_under(f, &dirs),
+        |e| {
+            e.that(key_is(e, rootfs), format!("/paths/0 ({}) should be the rootfs {}", e.text("/paths/0"), rootfs.display()));
+            e.eq("/confidence", "confirmed");
+            e.eq("/syscall", "umount2");
+            e.eq("/errno", "EBUSY");
+            e.starts_with("/actor/comm", "containerd-shim");
+            e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
+            more(e);
+        },
+    );
+    fix_then_remove_task(containerd, id, &finding);
+
+    let done = wind_down(watch, trace, &dirs, &[containerd.pid()]);
+    drop(holder);
+    eprintln!("{}: the finding:\n{}", test.name(), describe(&finding));
+    let ours = findings_about(&done, &dirs, &[containerd.pid()]);
+    only(&done, &ours, &finding, test.name());
+}
+
 kernel_test! {
     fn containerd_task_rm_blocked_by_a_process_in_the_rootfs(test) {
         let scratch = test.scratch();
@@ -431,36 +475,12 @@ kernel_test! {
         // A shell left in the container's rootfs, in the host's namespace.
         let holder = holder_in(&rootfs);
         let pid = holder.pid();
-        kill_task(&containerd, &id);
-
-        let trace = EventLog::start("ctr_task_rm_held", true);
-        let mut watch = podstuck(&scratch);
-        task_rm_fails_busy(&containerd, &id, &rootfs);
-
-        let dirs = containerd.dirs();
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "mount-held" && finding_is_under(f, &dirs),
-            |e| {
-                e.that(key_is(e, &rootfs), format!("/paths/0 ({}) should be the rootfs {}", e.text("/paths/0"), rootfs.display()));
-                e.eq("/confidence", "confirmed");
-                e.eq("/syscall", "umount2");
-                e.eq("/errno", "EBUSY");
-                e.starts_with("/actor/comm", "containerd-shim");
-                e.that(
-                    e.mentions_number("/summary", pid.into()) || e.mentions_number("/fix", pid.into()),
-                    format!("the summary or the fix should name the holder, pid {pid}"),
-                );
-                e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-            },
-        );
-        fix_then_remove_task(&containerd, &id, &finding);
-
-        let done = wind_down(watch, trace, &dirs, &[containerd.pid()]);
-        drop(holder);
-        eprintln!("{}: the finding:\n{}", test.name(), describe(&finding));
-        let ours = findings_about(&done, &dirs, &[containerd.pid()]);
-        only(&done, &ours, &finding, test.name());
+        held_rootfs_is_named(&test, &scratch, &containerd, "ctr_task_rm_held", (&id, &rootfs), holder, |e| {
+            e.that(
+                e.mentions_number("/summary", pid.into()) || e.mentions_number("/fix", pid.into()),
+                format!("the summary or the fix should name the holder, pid {pid}"),
+            );
+        });
     }
 }
 
@@ -483,36 +503,12 @@ kernel_test! {
         assert_ne!(namespace, mount_ns(std::process::id()), "fixture: the holder has a mount namespace of its own");
         let copy = mountinfo_line(pid, &resolved(&rootfs)).expect("fixture: the holder's namespace has a copy of the rootfs");
         assert!(copy.contains(" master:"), "fixture: the copy is a slave of the host's mount: {copy}");
-        kill_task(&containerd, &id);
-
-        let trace = EventLog::start("ctr_task_rm_namespace_shared", true);
-        let mut watch = podstuck(&scratch);
-        task_rm_fails_busy(&containerd, &id, &rootfs);
-
-        let dirs = containerd.dirs();
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "mount-held" && finding_is_under(f, &dirs),
-            |e| {
-                e.that(key_is(e, &rootfs), format!("/paths/0 ({}) should be the rootfs {}", e.text("/paths/0"), rootfs.display()));
-                e.eq("/confidence", "confirmed");
-                e.eq("/syscall", "umount2");
-                e.eq("/errno", "EBUSY");
-                e.starts_with("/actor/comm", "containerd-shim");
-                e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-                e.that(
-                    e.mentions("/evidence", &namespace) || e.mentions("/summary", &namespace),
-                    format!("the summary or evidence should name the holder's mount namespace, {namespace}"),
-                );
-            },
-        );
-        fix_then_remove_task(&containerd, &id, &finding);
-
-        let done = wind_down(watch, trace, &dirs, &[containerd.pid()]);
-        drop(holder);
-        eprintln!("{}: the finding:\n{}", test.name(), describe(&finding));
-        let ours = findings_about(&done, &dirs, &[containerd.pid()]);
-        only(&done, &ours, &finding, test.name());
+        held_rootfs_is_named(&test, &scratch, &containerd, "ctr_task_rm_namespace_shared", (&id, &rootfs), holder, |e| {
+            e.that(
+                e.mentions("/evidence", &namespace) || e.mentions("/summary", &namespace),
+                format!("the summary or evidence should name the holder's mount namespace, {namespace}"),
+            );
+        });
     }
 }
 
