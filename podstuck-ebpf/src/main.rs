@@ -16,7 +16,10 @@
 //! `bpf_loop`'s, or bounded at `BASE_DIR_UNROLLED_DEPTH` steps where the
 //! kernel lacks it; strings go through a per-CPU scratch buffer instead of
 //! the 512-byte stack; and every read of kernel or user memory, past the
-//! program's own context and maps, goes through a helper that cannot fault.
+//! program's own context and maps, goes through a helper that cannot fault
+//! (where lockdown=confidentiality forbids that helper, `KERNEL_READS` turns
+//! every kernel read off and fentry reads its arguments straight from the
+//! BTF-typed `pt_regs`).
 //!
 //! By concern: `programs` (the tracer's programs, by name), `args` (a
 //! call's arguments), `calls` (entry to exit), `accounting` (series,
@@ -81,6 +84,18 @@ static FILTER: KernelFilter = KernelFilter {
     slow_ns: 10_000_000,
 };
 
+/// 1 where BPF may read kernel memory, 0 under lockdown=confidentiality
+/// (set by user space before load). A read-only global, so the verifier
+/// knows its value and never visits a read it forbids: Linux 5.13+ refuses
+/// at load any program that reaches `bpf_probe_read_kernel` there.
+#[no_mangle]
+static KERNEL_READS: u8 = 1;
+
+#[inline(always)]
+fn kernel_reads() -> bool {
+    patched(&KERNEL_READS) != 0
+}
+
 /// A global as user space set it at load. The read must be volatile: the
 /// compiler would otherwise fold in the defaults written here.
 #[inline(always)]
@@ -94,6 +109,9 @@ fn patched<T>(global: &'static T) -> T {
 /// `T` is a plain integer, pointer or byte array: any bytes are a value.
 #[inline(always)]
 fn read_kernel<T>(base: *const u8, offset: u64) -> Option<T> {
+    if !kernel_reads() {
+        return None;
+    }
     // SAFETY: the helper copies through the kernel's fault-safe path into
     // a local `T`: an unmapped or bad address is an error, never a fault.
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const T) }.ok()

@@ -14,7 +14,7 @@ use podstuck_common::{base_status, KernelOffsets, BASE_DIR_MAX, BASE_DIR_MAX_DEP
 
 use crate::{
     args::AT_FDCWD,
-    patched, read_kernel,
+    kernel_reads, patched, read_kernel,
     record::{DATA_MASK, NAME_MAX, SCRATCH},
     OFFSETS,
 };
@@ -163,6 +163,9 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
 /// Returns (bytes written, base_status).
 #[inline(always)]
 pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
+    if !kernel_reads() {
+        return (0, base_status::FORBIDDEN);
+    }
     let off = patched(&OFFSETS);
     if off.valid == 0 {
         return (0, base_status::NO_OFFSETS);

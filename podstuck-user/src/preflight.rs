@@ -132,6 +132,7 @@ mod tests {
                 fentry: Probed::No("EPERM".into()),
                 syscall_tracepoints: Probed::Yes,
                 lockdown: Lockdown::Integrity,
+                kernel_read_helper: Probed::Yes,
             },
         }
     }
