@@ -5,7 +5,7 @@
 
 use aya_ebpf::programs::TracePointContext;
 
-use crate::{kernel_reads, patched, read_kernel, OFFSETS};
+use crate::{patched, read_kernel, OFFSETS};
 
 pub const AT_FDCWD: i32 = -100;
 
@@ -34,15 +34,6 @@ fn ctx_u64(ctx: &TracePointContext, offset: usize) -> u64 {
 pub fn tracepoint_ret(ctx: &TracePointContext) -> i64 {
     ctx_u64(ctx, RET) as i64
 }
-
-/// The slots (u64s) of a syscall's first three arguments in `struct
-/// pt_regs`: fixed by each architecture's ABI (x86_64: di, si, dx; arm64:
-/// regs[0..3]). Only for the direct loads under lockdown; otherwise the
-/// offsets come from BTF.
-#[cfg(bpf_target_arch = "aarch64")]
-const REGS_ARG_SLOT: [usize; 3] = [0, 1, 2];
-#[cfg(not(bpf_target_arch = "aarch64"))]
-const REGS_ARG_SLOT: [usize; 3] = [14, 13, 12];
 
 /// The arguments podstuck keeps of a call.
 pub struct Args {
@@ -76,15 +67,6 @@ impl Layout {
     /// From the caller's registers, handed to the syscall function.
     #[inline(always)]
     pub fn from_regs(self, regs: *const u8) -> Args {
-        if !kernel_reads() {
-            // lockdown=confidentiality: no helper may read kernel memory,
-            // but `regs` is the syscall function's BTF-typed argument, so
-            // the verifier allows loading its fields at constant offsets.
-            let regs = regs as *const u64;
-            // SAFETY: the verifier checks each load against `struct
-            // pt_regs` and makes it fault-safe (a BTF pointer load).
-            return self.read(|i| Some(unsafe { core::ptr::read_volatile(regs.add(REGS_ARG_SLOT[i])) }));
-        }
         let off = patched(&OFFSETS);
         self.read(|i| read_kernel::<u64>(regs, off.regs_arg[i]))
     }

@@ -17,9 +17,8 @@
 //! kernel lacks it; strings go through a per-CPU scratch buffer instead of
 //! the 512-byte stack; and every read of kernel or user memory, past the
 //! program's own context and maps, goes through a helper that cannot fault
-//! (where lockdown=confidentiality forbids that helper, `KERNEL_READS` turns
-//! every kernel read off and fentry reads its arguments straight from the
-//! BTF-typed `pt_regs`).
+//! (where lockdown=confidentiality forbids reading kernel memory,
+//! `KERNEL_READS` turns every kernel read off).
 //!
 //! By concern: `programs` (the tracer's programs, by name), `args` (a
 //! call's arguments), `calls` (entry to exit), `accounting` (series,

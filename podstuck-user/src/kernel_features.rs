@@ -209,7 +209,9 @@ impl Plan {
         }
         // Under lockdown=confidentiality no program may read kernel memory:
         // they are loaded with those reads off (no path walk, no parent),
-        // and fentry reads its arguments from the BTF-typed registers.
+        // and only the tracepoints, which hand a call's arguments over in
+        // their record, can still say what was called (fentry would read
+        // them from the caller's saved registers, kernel memory).
         let confidential = features.lockdown == Lockdown::Confidentiality;
         if confidential && matches!(features.kernel_read_helper, Probed::No(_)) {
             missing.push(Missing {
@@ -219,9 +221,27 @@ impl Plan {
                 fix: "boot the node with lockdown=integrity (kernel modules must still be signed, /dev/mem stays closed; BPF may read kernel memory again), or trace the same workload on a node without confidentiality".into(),
             });
         }
-        let fentry = features.fentry.yes();
+        let fentry = features.fentry.yes() && !confidential;
         let tracepoints = !matches!(features.syscall_tracepoints, Probed::No(_));
         let attach = match asked {
+            AttachPoint::Fentry | AttachPoint::Auto if confidential && !tracepoints => {
+                missing.push(Missing {
+                    what: format!(
+                        "kernel {kernel} runs lockdown=confidentiality, where fentry programs cannot read a call's arguments, and offers no syscall tracepoints{}",
+                        paren(&why_of(&features.syscall_tracepoints))
+                    ),
+                    fix: "boot the node with lockdown=integrity, or mount tracefs where the kernel allows it (mount -t tracefs nodev /sys/kernel/tracing)".into(),
+                });
+                asked
+            }
+            AttachPoint::Fentry if confidential => {
+                missing.push(Missing {
+                    what: format!("--attach fentry: kernel {kernel} runs lockdown=confidentiality, where fentry programs cannot read a call's arguments"),
+                    fix: "use --attach tracepoint (or auto)".into(),
+                });
+                asked
+            }
+            AttachPoint::Auto if confidential => AttachPoint::Tracepoint,
             AttachPoint::Fentry if !fentry && !matches!(features.fentry, Probed::Unknown(_)) => {
                 missing.push(Missing {
                     what: format!("--attach fentry: kernel {kernel} refuses BPF tracing programs{}", paren(&why_of(&features.fentry))),
@@ -269,12 +289,12 @@ impl Plan {
                 walk.depth()
             ));
         }
-        if attach == AttachPoint::Tracepoint {
+        if attach == AttachPoint::Tracepoint && !confidential {
             degraded.push("no BPF trampolines: the syscall tracepoints slow every syscall a little while podstuck runs".into());
         }
         if features.lockdown == Lockdown::Confidentiality {
             degraded.push(
-                "lockdown=confidentiality: BPF may not read kernel memory, so relative paths get no absolute path and callers no parent or mount namespace; paths passed whole, errors, pids, cgroups, counts and latencies are unaffected"
+                "lockdown=confidentiality: BPF may not read kernel memory, so the syscall tracepoints are used (they slow every syscall a little), relative paths get no absolute path and callers no parent or mount namespace; paths passed whole, errors, pids, cgroups, counts and latencies are unaffected"
                     .into(),
             );
         }
@@ -425,11 +445,19 @@ mod tests {
         let plan = Plan::choose(&here, AttachPoint::Auto, "6.18.0").unwrap();
         assert_eq!(plan.attach, AttachPoint::Tracepoint);
         assert!(plan.degraded.iter().any(|d| d.contains("confidentiality") && d.contains("absolute path")), "{:?}", plan.degraded);
-        // Talos with Secure Boot: fentry still, nothing reads kernel memory.
+        // Confidentiality where the read helper still loads: tracepoints,
+        // nothing reads kernel memory.
         let talos = KernelFeatures { lockdown: Lockdown::Confidentiality, ..all_there() };
         let plan = Plan::choose(&talos, AttachPoint::Auto, "6.12.0").unwrap();
-        assert_eq!((plan.attach, plan.walk), (AttachPoint::Fentry, PathWalk::Forbidden));
+        assert_eq!((plan.attach, plan.walk), (AttachPoint::Tracepoint, PathWalk::Forbidden));
         assert!(!plan.walk.reads_kernel());
+        let unprivileged = KernelFeatures { fentry: Probed::Unknown("EPERM".into()), ..talos.clone() };
+        assert_eq!(Plan::choose(&unprivileged, AttachPoint::Auto, "6.12.0").unwrap().attach, AttachPoint::Tracepoint);
+        let asked = Plan::choose(&talos, AttachPoint::Fentry, "6.12.0").unwrap_err();
+        assert!(asked[0].what.contains("lockdown=confidentiality") && asked[0].fix.contains("--attach tracepoint"), "{asked:?}");
+        let no_tracefs = KernelFeatures { syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..talos.clone() };
+        let missing = Plan::choose(&no_tracefs, AttachPoint::Auto, "6.12.0").unwrap_err();
+        assert!(missing[0].what.contains("lockdown=confidentiality") && missing[0].fix.contains("lockdown=integrity"), "{missing:?}");
         // 5.13+ (and 5.10.y) refuse the kernel-read helper at load there:
         // one sentence naming it, the kernel and what to do.
         let refused = KernelFeatures { kernel_read_helper: Probed::No(String::new()), ..talos };
