@@ -89,6 +89,8 @@ pub mod base_status {
     pub const NO_OFFSETS: u8 = 4;
     /// A kernel structure could not be read.
     pub const UNREADABLE: u8 = 5;
+    /// Kernel memory may not be read here (lockdown=confidentiality).
+    pub const FORBIDDEN: u8 = 6;
 }
 
 /// One completed call, as the kernel programs emit it at syscall exit. The

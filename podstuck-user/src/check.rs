@@ -370,6 +370,12 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
         ),
     });
     lines.push(match f.lockdown {
+        Lockdown::Confidentiality if matches!(f.kernel_read_helper, Probed::No(_)) => line(
+            Verdict::Fail,
+            "lockdown",
+            "confidentiality: BPF may not read kernel memory, and this kernel refuses such programs at load",
+            Some("boot with lockdown=integrity to trace here (see the plan line)".into()),
+        ),
         Lockdown::Confidentiality => line(
             Verdict::Warn,
             "lockdown",
@@ -384,7 +390,7 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
             lines.push(line(
                 Verdict::Ok,
                 "plan",
-                format!("attach: {}, path walk: {} (up to {} levels){degraded}", p.attach.as_str(), p.walk.as_str(), p.walk.depth()),
+                format!("attach: {}, path walk: {}{degraded}", p.attach.as_str(), p.walk.words()),
                 None,
             ));
         }

@@ -254,7 +254,14 @@ pub struct Tracer {
 /// Loads the embedded object with the node's offsets and the filter.
 pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions) -> Result<Ebpf> {
     let mut loader = EbpfLoader::new();
-    loader.override_global("OFFSETS", offsets, true).override_global("FILTER", &options.filter, true);
+    // Read-only globals: the verifier knows their values, so with
+    // KERNEL_READS at 0 it never visits a kernel-memory read, which
+    // lockdown=confidentiality would refuse at load (Linux 5.13+).
+    let kernel_reads = u8::from(options.walk.reads_kernel());
+    loader
+        .override_global("OFFSETS", offsets, true)
+        .override_global("FILTER", &options.filter, true)
+        .override_global("KERNEL_READS", &kernel_reads, true);
     if let Some(bytes) = options.ring_buffer_bytes {
         loader.map_max_entries("EVENTS", bytes);
     }
@@ -265,7 +272,9 @@ pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &Tr
 fn exit_program(name: &str, walk: PathWalk) -> String {
     match walk {
         PathWalk::BpfLoop => name.to_string(),
-        PathWalk::Unrolled => format!("{name}_w"),
+        // Without kernel reads nothing is walked: the twin that never
+        // names bpf_loop loads everywhere.
+        PathWalk::Unrolled | PathWalk::Forbidden => format!("{name}_w"),
     }
 }
 

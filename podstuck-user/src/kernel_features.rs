@@ -137,6 +137,12 @@ pub struct KernelFeatures {
     pub fentry: Probed,
     pub syscall_tracepoints: Probed,
     pub lockdown: Lockdown,
+    /// `bpf_probe_read_kernel` loads. Under lockdown=confidentiality Linux
+    /// 5.13+ and the stable kernels that took the change (Debian's 5.10
+    /// does) refuse it at load (older ones fail each read instead),
+    /// and aya's loader then turns podstuck's reads of user memory (the
+    /// path arguments) into the legacy helpers, which are refused too.
+    pub kernel_read_helper: Probed,
 }
 
 /// How the base directory of a relative path is walked in the kernel.
@@ -147,6 +153,10 @@ pub enum PathWalk {
     BpfLoop,
     /// A bounded loop the verifier checks step by step, up to 24 levels.
     Unrolled,
+    /// None at all: lockdown=confidentiality forbids BPF reads of kernel
+    /// memory, so the programs are loaded with every such read switched
+    /// off (the kernel then never sees the helper that would be refused).
+    Forbidden,
 }
 
 impl PathWalk {
@@ -154,6 +164,7 @@ impl PathWalk {
         match self {
             PathWalk::BpfLoop => "bpf_loop",
             PathWalk::Unrolled => "unrolled",
+            PathWalk::Forbidden => "none",
         }
     }
 
@@ -162,7 +173,21 @@ impl PathWalk {
         match self {
             PathWalk::BpfLoop => podstuck_common::BASE_DIR_MAX_DEPTH,
             PathWalk::Unrolled => podstuck_common::BASE_DIR_UNROLLED_DEPTH,
+            PathWalk::Forbidden => 0,
         }
+    }
+
+    /// Its name and reach: "bpf_loop (up to 64 levels)", "none (lockdown)".
+    pub fn words(self) -> String {
+        match self {
+            PathWalk::Forbidden => "none (lockdown: kernel memory may not be read)".into(),
+            walk => format!("{} (up to {} levels)", walk.as_str(), walk.depth()),
+        }
+    }
+
+    /// Whether the kernel programs may read kernel memory at all.
+    pub fn reads_kernel(self) -> bool {
+        self != PathWalk::Forbidden
     }
 }
 
@@ -203,9 +228,41 @@ impl Plan {
                 ),
             });
         }
-        let fentry = features.fentry.yes();
+        // Under lockdown=confidentiality no program may read kernel memory:
+        // they are loaded with those reads off (no path walk, no parent),
+        // and only the tracepoints, which hand a call's arguments over in
+        // their record, can still say what was called (fentry would read
+        // them from the caller's saved registers, kernel memory).
+        let confidential = features.lockdown == Lockdown::Confidentiality;
+        if confidential && matches!(features.kernel_read_helper, Probed::No(_)) {
+            missing.push(Missing {
+                what: format!(
+                    "kernel {kernel} runs lockdown=confidentiality and refuses, at load, BPF programs that name bpf_probe_read_kernel; podstuck's loader (aya 0.14) then also turns its reads of the path arguments into helpers that lockdown refuses, so no program of podstuck's can load here"
+                ),
+                fix: "boot the node with lockdown=integrity (kernel modules must still be signed, /dev/mem stays closed; BPF may read kernel memory again), or trace the same workload on a node without confidentiality".into(),
+            });
+        }
+        let fentry = features.fentry.yes() && !confidential;
         let tracepoints = !matches!(features.syscall_tracepoints, Probed::No(_));
         let attach = match asked {
+            AttachPoint::Fentry | AttachPoint::Auto if confidential && !tracepoints => {
+                missing.push(Missing {
+                    what: format!(
+                        "kernel {kernel} runs lockdown=confidentiality, where fentry programs cannot read a call's arguments, and offers no syscall tracepoints{}",
+                        paren(&why_of(&features.syscall_tracepoints))
+                    ),
+                    fix: "boot the node with lockdown=integrity, or mount tracefs where the kernel allows it (mount -t tracefs nodev /sys/kernel/tracing)".into(),
+                });
+                asked
+            }
+            AttachPoint::Fentry if confidential => {
+                missing.push(Missing {
+                    what: format!("--attach fentry: kernel {kernel} runs lockdown=confidentiality, where fentry programs cannot read a call's arguments"),
+                    fix: "use --attach tracepoint (or auto)".into(),
+                });
+                asked
+            }
+            AttachPoint::Auto if confidential => AttachPoint::Tracepoint,
             AttachPoint::Fentry if !fentry && !matches!(features.fentry, Probed::Unknown(_)) => {
                 missing.push(Missing {
                     what: format!("--attach fentry: kernel {kernel} refuses BPF tracing programs{}", paren(&why_of(&features.fentry))),
@@ -239,7 +296,13 @@ impl Plan {
         if !missing.is_empty() {
             return Err(missing);
         }
-        let walk = if features.bpf_loop.yes() { PathWalk::BpfLoop } else { PathWalk::Unrolled };
+        let walk = if confidential {
+            PathWalk::Forbidden
+        } else if features.bpf_loop.yes() {
+            PathWalk::BpfLoop
+        } else {
+            PathWalk::Unrolled
+        };
         let mut degraded = Vec::new();
         if walk == PathWalk::Unrolled {
             degraded.push(format!(
@@ -247,12 +310,12 @@ impl Plan {
                 walk.depth()
             ));
         }
-        if attach == AttachPoint::Tracepoint {
+        if attach == AttachPoint::Tracepoint && !confidential {
             degraded.push("no BPF trampolines: the syscall tracepoints slow every syscall a little while podstuck runs".into());
         }
         if features.lockdown == Lockdown::Confidentiality {
             degraded.push(
-                "lockdown=confidentiality: BPF may not read kernel memory, so relative paths get no absolute path and callers no parent or mount namespace; paths passed whole, errors, pids, cgroups and counts are unaffected"
+                "lockdown=confidentiality: BPF may not read kernel memory, so the syscall tracepoints are used (they slow every syscall a little), relative paths get no absolute path and callers no parent or mount namespace; paths passed whole, errors, pids, cgroups, counts and latencies are unaffected"
                     .into(),
             );
         }
@@ -293,6 +356,7 @@ impl KernelFeatures {
             fentry: unknown(),
             syscall_tracepoints: unknown(),
             lockdown: Lockdown::Unknown,
+            kernel_read_helper: unknown(),
         }
     }
 
@@ -319,7 +383,8 @@ impl KernelFeatures {
             (true, false) => Probed::Unknown("not tried without a ring buffer".into()),
             (false, _) => Probed::No("no kernel BTF (/sys/kernel/btf/vmlinux)".into()),
         };
-        KernelFeatures { ring_buffer, bpf_loop, btf, fentry, syscall_tracepoints, lockdown: read_lockdown() }
+        let kernel_read_helper = Probed::of(is_helper_supported(ProgramType::TracePoint, BpfHelper::BPF_FUNC_probe_read_kernel));
+        KernelFeatures { ring_buffer, bpf_loop, btf, fentry, syscall_tracepoints, lockdown: read_lockdown(), kernel_read_helper }
     }
 
     /// A kernel with everything podstuck can use and no lockdown: what
@@ -333,6 +398,7 @@ impl KernelFeatures {
             fentry: Probed::Yes,
             syscall_tracepoints: Probed::Yes,
             lockdown: Lockdown::None,
+            kernel_read_helper: Probed::Yes,
         }
     }
 }
@@ -404,6 +470,25 @@ mod tests {
         let plan = Plan::choose(&here, AttachPoint::Auto, "6.18.0").unwrap();
         assert_eq!(plan.attach, AttachPoint::Tracepoint);
         assert!(plan.degraded.iter().any(|d| d.contains("confidentiality") && d.contains("absolute path")), "{:?}", plan.degraded);
+        // Confidentiality where the read helper still loads: tracepoints,
+        // nothing reads kernel memory.
+        let talos = KernelFeatures { lockdown: Lockdown::Confidentiality, ..KernelFeatures::all_present() };
+        let plan = Plan::choose(&talos, AttachPoint::Auto, "6.12.0").unwrap();
+        assert_eq!((plan.attach, plan.walk), (AttachPoint::Tracepoint, PathWalk::Forbidden));
+        assert!(!plan.walk.reads_kernel());
+        let unprivileged = KernelFeatures { fentry: Probed::Unknown("EPERM".into()), ..talos.clone() };
+        assert_eq!(Plan::choose(&unprivileged, AttachPoint::Auto, "6.12.0").unwrap().attach, AttachPoint::Tracepoint);
+        let asked = Plan::choose(&talos, AttachPoint::Fentry, "6.12.0").unwrap_err();
+        assert!(asked[0].what.contains("lockdown=confidentiality") && asked[0].fix.contains("--attach tracepoint"), "{asked:?}");
+        let no_tracefs = KernelFeatures { syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..talos.clone() };
+        let missing = Plan::choose(&no_tracefs, AttachPoint::Auto, "6.12.0").unwrap_err();
+        assert!(missing[0].what.contains("lockdown=confidentiality") && missing[0].fix.contains("lockdown=integrity"), "{missing:?}");
+        // 5.13+ (and 5.10.y) refuse the kernel-read helper at load there:
+        // one sentence naming it, the kernel and what to do.
+        let refused = KernelFeatures { kernel_read_helper: Probed::No(String::new()), ..talos };
+        let missing = Plan::choose(&refused, AttachPoint::Auto, "6.1.0").unwrap_err();
+        assert!(missing[0].what.contains("lockdown=confidentiality") && missing[0].what.contains("6.1.0"), "{missing:?}");
+        assert!(missing[0].fix.contains("lockdown=integrity"), "{missing:?}");
         // RHEL 9 reports 5.14 but has everything: no version gate refuses it.
         assert!(Plan::choose(&KernelFeatures::all_present(), AttachPoint::Auto, "5.14.0-284.el9.x86_64").is_ok());
     }

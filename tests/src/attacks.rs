@@ -3,18 +3,16 @@
 //! which names it makes. Used by `tests/safe_files.rs`.
 
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::{ChildStdin, Command, ExitStatus, Output, Stdio};
 
 use serde_json::Value;
 
-use crate::podstuck_binary;
+use crate::podstuck::{parse_json, podstuck_binary, Exited, Running};
 
 /// The unprivileged user the attacks run as.
 pub const NOBODY: u32 = 65534;
@@ -143,10 +141,8 @@ impl MadeNames {
 /// its pid is known before it creates anything, as an attacker who guessed
 /// it would know it (a shell that `exec`s podstuck once released).
 pub struct Held {
-    child: Child,
+    podstuck: Running,
     go: Option<ChildStdin>,
-    lines: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<String>>,
 }
 
 /// What a stopped podstuck printed.
@@ -160,40 +156,22 @@ pub struct Stopped {
 
 impl Held {
     pub fn spawn(args: &[&str]) -> Held {
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg("read go && exec \"$0\" \"$@\"")
-            .arg(podstuck_binary())
-            .args(["watch", "--json", "--concurrent"])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn sh for podstuck");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (out, sink) = (child.stdout.take().unwrap(), lines.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let (err, sink) = (child.stderr.take().unwrap(), stderr.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let go = child.stdin.take();
-        Held { child, go, lines, stderr }
+        let mut podstuck = Running::spawn(
+            Command::new("sh")
+                .arg("-c")
+                .arg("read go && exec \"$0\" \"$@\"")
+                .arg(podstuck_binary())
+                .args(["watch", "--json", "--concurrent"])
+                .args(args)
+                .stdin(Stdio::piped()),
+        );
+        let go = podstuck.child.stdin.take();
+        Held { podstuck, go }
     }
 
     /// The pid podstuck will run as.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.podstuck.pid()
     }
 
     /// Lets podstuck run and waits for its start line (attached).
@@ -201,61 +179,21 @@ impl Held {
         let mut go = self.go.take().expect("released once");
         go.write_all(b"go\n").unwrap();
         drop(go);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(first) = self.lines.lock().unwrap().first() {
-                let start: Value = serde_json::from_str(first).expect("the first line is JSON");
-                assert_eq!(start["type"], "start", "{first}");
-                assert_eq!(start["pid"], self.pid(), "podstuck runs as the pid planted for");
-                return start;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                std::thread::sleep(Duration::from_millis(200));
-                panic!("podstuck exited before attaching ({status}): {}", self.stderr.lock().unwrap());
-            }
-            assert!(Instant::now() < deadline, "podstuck did not attach within 60 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let start = self.podstuck.await_start();
+        assert_eq!(start["pid"], self.pid(), "podstuck runs as the pid planted for");
+        start
     }
 
     /// What podstuck said on stderr so far.
     pub fn stderr_so_far(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.podstuck.stderr()
     }
 
     /// Sends `signal`, waits for the exit and collects what was printed.
     pub fn stop(mut self, signal: i32) -> Stopped {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, signal) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "podstuck did not exit within 60 s of signal {signal}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        std::thread::sleep(Duration::from_millis(300));
-        let lines = self.lines.lock().unwrap().clone();
-        let json: Vec<Value> = lines.iter().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let Exited { status, lines, stderr } = self.podstuck.stop(signal);
+        let json = parse_json(&lines);
         let end = json.last().filter(|v| v["type"] == "end").cloned();
-        Stopped { status, json, end, stderr: self.stderr.lock().unwrap().clone() }
+        Stopped { status, json, end, stderr }
     }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `podstuck <args>` that must refuse to start: its stderr.
-pub fn podstuck_refuses(args: &[&OsStr]) -> String {
-    let started = Instant::now();
-    let out = Command::new(podstuck_binary()).args(args).stdin(Stdio::null()).stdout(Stdio::null()).output().expect("run podstuck");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "podstuck started: {stderr}");
-    assert!(started.elapsed() < Duration::from_secs(30), "refused only after {:?}", started.elapsed());
-    stderr
 }

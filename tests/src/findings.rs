@@ -169,6 +169,33 @@ pub fn revisions<'a>(lines: &'a [Value], id: &Value) -> Vec<&'a Value> {
     lines.iter().filter(|l| is_finding(l) && l["id"] == *id).collect()
 }
 
+/// Checks how a finding was told: first as `finding` revision 1, then only
+/// as `finding-update`s with rising revisions.
+pub fn assert_told_in_order(finding_lines: &[Value], id: &Value) {
+    let lines = revisions(finding_lines, id);
+    assert_eq!(lines[0]["type"], "finding", "first emission: {}", lines[0]);
+    assert_eq!(lines[0]["revision"], 1, "first emission: {}", lines[0]);
+    for pair in lines.windows(2) {
+        assert_eq!(pair[1]["type"], "finding-update", "{}", pair[1]);
+        assert!(pair[1]["revision"].as_u64() > pair[0]["revision"].as_u64(), "revisions go up: {} then {}", pair[0], pair[1]);
+    }
+}
+
+/// Runs a finding's fix as a user would paste it into a POSIX shell, to
+/// show that it is a command that works, not just the text a test expected.
+pub fn apply_fix(finding: &Value) {
+    let fix = finding["fix"].as_str().expect("a fix");
+    eprintln!("running the fix: {fix}");
+    let out = std::process::Command::new("sh").arg("-c").arg(fix).output().expect("run sh");
+    assert!(
+        out.status.success(),
+        "the fix `{fix}` failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,31 +232,3 @@ mod tests {
         assert!(!e.mentions_number("/evidence", 2345));
     }
 }
-
-/// Checks how a finding was told: first as `finding` revision 1, then only
-/// as `finding-update`s with rising revisions.
-pub fn assert_told_in_order(finding_lines: &[Value], id: &Value) {
-    let lines = revisions(finding_lines, id);
-    assert_eq!(lines[0]["type"], "finding", "first emission: {}", lines[0]);
-    assert_eq!(lines[0]["revision"], 1, "first emission: {}", lines[0]);
-    for pair in lines.windows(2) {
-        assert_eq!(pair[1]["type"], "finding-update", "{}", pair[1]);
-        assert!(pair[1]["revision"].as_u64() > pair[0]["revision"].as_u64(), "revisions go up: {} then {}", pair[0], pair[1]);
-    }
-}
-
-/// Runs a finding's fix as a user would paste it into a POSIX shell, to
-/// show that it is a command that works, not just the text a test expected.
-pub fn apply_fix(finding: &Value) {
-    let fix = finding["fix"].as_str().expect("a fix");
-    eprintln!("running the fix: {fix}");
-    let out = std::process::Command::new("sh").arg("-c").arg(fix).output().expect("run sh");
-    assert!(
-        out.status.success(),
-        "the fix `{fix}` failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-}
-

@@ -23,10 +23,12 @@
 //! the daemons, their shims and whatever ran in the containers are stopped,
 //! `chattr +i`/`+a` flags under the data root are cleared, every mount under
 //! the daemon's directories is undone (deepest first, lazily if it must),
-//! and the directories under `/var/run` are removed. Nothing in a drop
-//! panics or waits forever: every command runs under `timeout`.
+//! the directories under `/var/run` are removed, and so are the parent
+//! cgroups the runtimes made for their containers (`docker`, `podstuck`).
+//! Nothing in a drop panics or waits forever: every command runs under
+//! `timeout`.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -38,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::Watch;
+use crate::podstuck::Watch;
 
 /// Debian's docker.io installs the daemon in /usr/sbin; /usr/bin is where
 /// some other packagings put it.
@@ -76,21 +78,18 @@ pub fn short_name() -> String {
     format!("{:04x}{:02x}{:03x}", std::process::id() & 0xffff, n & 0xff, (nanos >> 20) & 0xfff)
 }
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// The same path with its symlinks resolved (`/var/run/x` is `/run/x`),
-/// as the kernel spells it in mountinfo; the path itself if it cannot be
-/// resolved.
-fn resolved(path: &Path) -> PathBuf {
-    if let Ok(p) = std::fs::canonicalize(path) {
-        return p;
+/// `/var/run/x/...` as the kernel spells it in mountinfo (`/run/x/...`):
+/// the deepest existing ancestor resolved, the rest (not made yet, or
+/// removed already) as is.
+pub fn resolved(path: &Path) -> PathBuf {
+    for ancestor in path.ancestors() {
+        if let Ok(real) = std::fs::canonicalize(ancestor) {
+            let rest = path.strip_prefix(ancestor).unwrap();
+            // join("") would add a trailing slash.
+            return if rest.as_os_str().is_empty() { real } else { real.join(rest) };
+        }
     }
-    match (path.parent().and_then(|p| std::fs::canonicalize(p).ok()), path.file_name()) {
-        (Some(parent), Some(name)) => parent.join(name),
-        _ => path.to_path_buf(),
-    }
+    path.to_path_buf()
 }
 
 /// Both spellings of each path (as given, and resolved), without repeats.
@@ -125,27 +124,53 @@ pub fn log_tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Runs `program args` under `timeout` (so that a hung daemon fails the
-/// command instead of hanging the test), collecting its output.
-fn run_for(limit: Duration, program: &str, args: &[&OsStr]) -> Output {
+/// `program args` under `timeout`, so that a hung daemon fails the
+/// command instead of hanging the test (or its cleanup).
+fn timed<S: AsRef<OsStr>>(limit: Duration, program: &str, args: &[S]) -> Command {
     let secs = limit.as_secs().max(1).to_string();
-    Command::new("timeout")
-        .args(["-k", "5", &secs, program])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+    let mut command = Command::new("timeout");
+    command.args(["-k", "5", &secs, program]).args(args).stdin(Stdio::null());
+    command
+}
+
+/// Runs `program args` under `timeout`, collecting its output.
+fn run_for<S: AsRef<OsStr>>(limit: Duration, program: &str, args: &[S]) -> Output {
+    timed(limit, program, args).output().unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
 }
 
 /// Like `run_for`, for a drop: never panics.
-fn run_quietly(limit: Duration, program: &str, args: &[&str]) -> Option<Output> {
-    let secs = limit.as_secs().max(1).to_string();
-    Command::new("timeout")
-        .args(["-k", "5", &secs, program])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .ok()
+fn run_quietly<S: AsRef<OsStr>>(limit: Duration, program: &str, args: &[S]) -> Option<Output> {
+    timed(limit, program, args).output().ok()
+}
+
+/// A runtime's command-line tool pointed at one daemon of ours:
+/// `docker -H <ours>`, `ctr --address <ours> --namespace podstuck`.
+struct Cli {
+    program: &'static str,
+    /// The arguments every call starts with.
+    prefix: Vec<OsString>,
+}
+
+impl Cli {
+    fn args<'a>(&'a self, args: &'a [&str]) -> Vec<&'a OsStr> {
+        self.prefix.iter().map(OsString::as_os_str).chain(args.iter().map(OsStr::new)).collect()
+    }
+
+    /// Runs it with `args` within `limit`, whatever comes out.
+    fn run(&self, limit: Duration, args: &[&str]) -> Output {
+        run_for(limit, self.program, &self.args(args))
+    }
+
+    /// Runs it with `args` while cleaning up: never panics.
+    fn quietly(&self, args: &[&str]) -> Option<Output> {
+        run_quietly(CLEANUP_TIMEOUT, self.program, &self.args(args))
+    }
+
+    /// The words a listing prints (`ps -aq`, `task ls -q`...), while
+    /// cleaning up: none if it fails.
+    fn list(&self, args: &[&str]) -> Vec<String> {
+        self.quietly(args).map(|o| stdout_text(&o).split_whitespace().map(str::to_string).collect()).unwrap_or_default()
+    }
 }
 
 /// Panics with what the command printed unless it succeeded.
@@ -176,7 +201,7 @@ pub fn stderr_text(out: &Output) -> String {
 /// fails with the daemon's log.
 fn cannot_start(test: &str, what: &str, why: &str, log: &Path) {
     let tail = log_tail(log, 30);
-    if in_ci() {
+    if crate::harness::in_ci() {
         panic!("{test}: {what} did not start under CI (never skipped there): {why}\n{}:\n{tail}", log.display());
     }
     eprintln!("\n*** SKIPPED {test}: {what} could not start: {why}\n{}:\n{tail}\n***\n", log.display());
@@ -221,11 +246,6 @@ fn children_of(pid: i32) -> Vec<i32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&child| parent_of(child) == Some(pid))
         .collect()
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie is dead for our purposes: its parent reaps it.
-    crate::fixtures::task_state(pid as u32).is_some_and(|s| s != 'Z')
 }
 
 /// The unix sockets a process listens on under containerd's shared
@@ -274,7 +294,7 @@ fn kill_mentioning(markers: &[PathBuf]) {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while victims.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+    while victims.iter().any(|&p| crate::actors::alive(p as u32)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     for socket in sockets {
@@ -298,6 +318,91 @@ fn stop_child(child: &mut Child, grace: Duration) {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What is left of a daemon of ours once its containers are gone: the
+/// daemon (SIGTERM, SIGKILL after `grace`), whatever survived it that names
+/// its `dirs`, every mount below them (deepest first), and `run_dir`, its
+/// directory under /var/run. For a drop: never panics.
+fn tear_down(child: &mut Child, grace: Duration, dirs: &[PathBuf], run_dir: &Path) {
+    stop_child(child, grace);
+    kill_mentioning(dirs);
+    unmount_below(dirs);
+    remove_run_dir(run_dir);
+}
+
+// Cgroups ----------------------------------------------------------------
+
+/// A cgroup a runtime makes at the top of every hierarchy, as the parent of
+/// its containers' cgroups, and leaves when it stops: dockerd's `docker`
+/// (the cgroupfs driver), and ctr's namespace for its tasks (`podstuck`). Each daemon guard claims it before its daemon
+/// starts; the hierarchies where it did not exist then (before the first
+/// claim of this process: the tests run side by side) lose it when the last
+/// claim is dropped, once it is empty. A cgroup with children or tasks (a
+/// daemon of another run using it) refuses rmdir and stays.
+struct TopCgroups {
+    name: &'static str,
+}
+
+/// Per name: the claims held, and the cgroups to remove after the last.
+static TOP_CGROUPS: Mutex<Vec<(&'static str, usize, Vec<PathBuf>)>> = Mutex::new(Vec::new());
+
+/// Where each cgroup hierarchy (v1 and v2) is mounted.
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo
+        .lines()
+        .filter(|l| l.contains(" - cgroup ") || l.contains(" - cgroup2 "))
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_mountinfo)
+        .collect()
+}
+
+impl TopCgroups {
+    fn claim(name: &'static str) -> TopCgroups {
+        let mut all = TOP_CGROUPS.lock().unwrap_or_else(|e| e.into_inner());
+        let missing = cgroup_hierarchies().into_iter().map(|h| h.join(name)).filter(|c| !c.exists());
+        match all.iter_mut().find(|(n, ..)| *n == name) {
+            Some((_, claims, made)) => {
+                *claims += 1;
+                // Claimed while another claim holds: what is missing now is
+                // made by one of ours too.
+                for cgroup in missing {
+                    if !made.contains(&cgroup) {
+                        made.push(cgroup);
+                    }
+                }
+            }
+            None => all.push((name, 1, missing.collect())),
+        }
+        TopCgroups { name }
+    }
+}
+
+impl Drop for TopCgroups {
+    fn drop(&mut self) {
+        let mut all = TOP_CGROUPS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(at) = all.iter().position(|(n, ..)| *n == self.name) else { return };
+        all[at].1 -= 1;
+        if all[at].1 > 0 {
+            return;
+        }
+        let (_, _, made) = all.remove(at);
+        for cgroup in made.iter().filter(|c| c.exists()) {
+            // A cgroup whose last task just exited can refuse rmdir for a moment.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while let Err(e) = std::fs::remove_dir(cgroup) {
+                if !cgroup.exists() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    eprintln!("cleanup: cannot remove cgroup {}: {e}", cgroup.display());
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
 }
 
@@ -569,10 +674,13 @@ pub struct Dockerd {
     name: String,
     exec_root: PathBuf,
     data_root: PathBuf,
-    host: String,
+    /// `docker -H unix://<exec-root>/docker.sock`.
+    cli: Cli,
     log: PathBuf,
     scratch: PathBuf,
     imported: Mutex<bool>,
+    /// Dropped after `drop` stopped the daemon: its `docker` cgroups go then.
+    _cgroups: TopCgroups,
 }
 
 impl Dockerd {
@@ -604,6 +712,8 @@ impl Dockerd {
         std::fs::write(&config, "{}\n").expect("write daemon.json");
         let out = std::fs::File::create(&log).expect("create dockerd.log");
         let host = format!("unix://{}", exec_root.join("docker.sock").display());
+        // Before dockerd may make them.
+        let cgroups = TopCgroups::claim("docker");
         let child = Command::new(dockerd)
             .arg("--config-file")
             .arg(&config)
@@ -633,10 +743,11 @@ impl Dockerd {
             name,
             exec_root,
             data_root,
-            host,
+            cli: Cli { program: DOCKER, prefix: vec!["-H".into(), host.into()] },
             log,
             scratch: scratch.to_path_buf(),
             imported: Mutex::new(false),
+            _cgroups: cgroups,
         };
         let log = daemon.log.clone();
         let info = await_daemon(test, "dockerd", &mut daemon, &log, "docker info", |d| &mut d.child, daemon_info)?;
@@ -654,20 +765,14 @@ impl Dockerd {
         Some(daemon)
     }
 
-    fn run(&self, limit: Duration, args: &[&str]) -> Output {
-        let mut all: Vec<&OsStr> = vec![OsStr::new("-H"), OsStr::new(&self.host)];
-        all.extend(args.iter().map(OsStr::new));
-        run_for(limit, DOCKER, &all)
-    }
-
     /// `docker -H <ours> ARGS`; panics with its stderr unless it succeeds.
     pub fn docker(&self, args: &[&str]) -> Output {
-        must(&format!("docker {}", args.join(" ")), self.run(COMMAND_TIMEOUT, args))
+        must(&format!("docker {}", args.join(" ")), self.cli.run(COMMAND_TIMEOUT, args))
     }
 
     /// `docker -H <ours> ARGS`, whatever comes out.
     pub fn docker_may_fail(&self, args: &[&str]) -> Output {
-        self.run(COMMAND_TIMEOUT, args)
+        self.cli.run(COMMAND_TIMEOUT, args)
     }
 
     /// `docker inspect -f FORMAT THING`, trimmed.
@@ -741,43 +846,31 @@ impl Drop for Dockerd {
         }
         // 2. Containers and volumes, through dockerd while it runs.
         if matches!(self.child.try_wait(), Ok(None)) {
-            let host = self.host.clone();
-            let docker = |args: &[&str]| {
-                let mut all = vec!["-H", host.as_str()];
-                all.extend_from_slice(args);
-                run_quietly(CLEANUP_TIMEOUT, DOCKER, &all)
-            };
-            if let Some(out) = docker(&["ps", "-aq"]) {
-                let ids: Vec<String> = stdout_text(&out).split_whitespace().map(str::to_string).collect();
-                if !ids.is_empty() {
-                    let mut args = vec!["rm", "-f"];
-                    args.extend(ids.iter().map(String::as_str));
-                    if let Some(out) = docker(&args) {
-                        if !out.status.success() {
-                            eprintln!("cleanup: docker rm -f: {}", stderr_text(&out));
-                        }
+            let ids = self.cli.list(&["ps", "-aq"]);
+            if !ids.is_empty() {
+                let mut args = vec!["rm", "-f"];
+                args.extend(ids.iter().map(String::as_str));
+                if let Some(out) = self.cli.quietly(&args) {
+                    if !out.status.success() {
+                        eprintln!("cleanup: docker rm -f: {}", stderr_text(&out));
                     }
                 }
             }
-            if let Some(out) = docker(&["volume", "ls", "-q"]) {
-                let names: Vec<String> = stdout_text(&out).split_whitespace().map(str::to_string).collect();
-                if !names.is_empty() {
-                    let mut args = vec!["volume", "rm", "-f"];
-                    args.extend(names.iter().map(String::as_str));
-                    let _ = docker(&args);
-                }
+            let names = self.cli.list(&["volume", "ls", "-q"]);
+            if !names.is_empty() {
+                let mut args = vec!["volume", "rm", "-f"];
+                args.extend(names.iter().map(String::as_str));
+                let _ = self.cli.quietly(&args);
             }
         }
-        // 3. dockerd itself (it stops its managed containerd).
-        stop_child(&mut self.child, Duration::from_secs(15));
-        // 4. Whatever survived: the managed containerd if dockerd was
-        // killed, shims, the containers' processes.
-        kill_mentioning(&dirs);
-        // 5. Mounts: dockerd's bind of its data root on itself, layers'
-        // merged dirs, netns and shm mounts under the exec root.
-        unmount_below(&dirs);
-        // 6. The exec root; the scratch dir (the data root) goes with the ScratchDir.
-        remove_run_dir(&self.exec_root);
+        // 3. dockerd (it stops its managed containerd), whatever survived
+        // it (the managed containerd if dockerd was killed, shims, the
+        // containers' processes), the mounts (dockerd's bind of its data
+        // root on itself, layers' merged dirs, netns and shm mounts under
+        // the exec root) and the exec root; the scratch dir (the data
+        // root) goes with the ScratchDir. The `docker` cgroups go last,
+        // with `self._cgroups`, once nothing runs in them.
+        tear_down(&mut self.child, Duration::from_secs(15), &dirs, &self.exec_root);
     }
 }
 
@@ -809,9 +902,13 @@ pub struct Containerd {
     root: PathBuf,
     state: PathBuf,
     address: PathBuf,
+    /// `ctr --address <address> --namespace podstuck`.
+    cli: Cli,
     log: PathBuf,
     scratch: PathBuf,
     imported: Mutex<bool>,
+    /// Dropped after `drop` stopped the daemon: its `podstuck` cgroups go then.
+    _cgroups: TopCgroups,
 }
 
 impl Containerd {
@@ -882,6 +979,8 @@ disabled_plugins = [
         );
         std::fs::write(&config, toml).expect("write containerd.toml");
         let out = std::fs::File::create(&log).expect("create containerd.log");
+        // Before a task may make them.
+        let cgroups = TopCgroups::claim(CTR_NAMESPACE);
         let child = Command::new(CONTAINERD)
             .arg("--config")
             .arg(&config)
@@ -903,10 +1002,15 @@ disabled_plugins = [
             name,
             root,
             state,
+            cli: Cli {
+                program: CTR,
+                prefix: vec!["--address".into(), address.clone().into(), "--namespace".into(), CTR_NAMESPACE.into()],
+            },
             address,
             log,
             scratch: scratch.to_path_buf(),
             imported: Mutex::new(false),
+            _cgroups: cgroups,
         };
         let log = daemon.log.clone();
         await_daemon(test, "containerd", &mut daemon, &log, "ctr version", |d| &mut d.child, |d| d.ctr_may_fail(&["version"]))?;
@@ -919,26 +1023,15 @@ disabled_plugins = [
         Some(daemon)
     }
 
-    fn run(&self, limit: Duration, args: &[&str]) -> Output {
-        let mut all: Vec<&OsStr> = vec![
-            OsStr::new("--address"),
-            self.address.as_os_str(),
-            OsStr::new("--namespace"),
-            OsStr::new(CTR_NAMESPACE),
-        ];
-        all.extend(args.iter().map(OsStr::new));
-        run_for(limit, CTR, &all)
-    }
-
     /// `ctr --address <ours> --namespace podstuck ARGS`; panics with its
     /// stderr unless it succeeds.
     pub fn ctr(&self, args: &[&str]) -> Output {
-        must(&format!("ctr {}", args.join(" ")), self.run(COMMAND_TIMEOUT, args))
+        must(&format!("ctr {}", args.join(" ")), self.cli.run(COMMAND_TIMEOUT, args))
     }
 
     /// The same, whatever comes out.
     pub fn ctr_may_fail(&self, args: &[&str]) -> Output {
-        self.run(COMMAND_TIMEOUT, args)
+        self.cli.run(COMMAND_TIMEOUT, args)
     }
 
     pub fn pid(&self) -> u32 {
@@ -1049,20 +1142,8 @@ impl Drop for Containerd {
         let dirs = self.dirs();
         // 1. Tasks, containers (with their snapshots), through containerd.
         if matches!(self.child.try_wait(), Ok(None)) {
-            let prefix = [
-                "--address".to_string(),
-                self.address.to_string_lossy().into_owned(),
-                "--namespace".to_string(),
-                CTR_NAMESPACE.to_string(),
-            ];
-            let ctr = |args: &[&str]| {
-                let mut all: Vec<&str> = prefix.iter().map(String::as_str).collect();
-                all.extend_from_slice(args);
-                run_quietly(CLEANUP_TIMEOUT, CTR, &all)
-            };
-            let list = |args: &[&str]| -> Vec<String> {
-                ctr(args).map(|o| stdout_text(&o).split_whitespace().map(str::to_string).collect()).unwrap_or_default()
-            };
+            let ctr = |args: &[&str]| self.cli.quietly(args);
+            let list = |args: &[&str]| self.cli.list(args);
             for task in list(&["task", "ls", "-q"]) {
                 let _ = ctr(&["task", "kill", "-s", "SIGKILL", &task]);
                 std::thread::sleep(Duration::from_millis(200));
@@ -1079,14 +1160,11 @@ impl Drop for Containerd {
                 let _ = ctr(&["snapshots", "--snapshotter", "overlayfs", "rm", snapshot]);
             }
         }
-        // 2. containerd, then whatever survived it (shims go on by
-        // themselves when containerd stops; their command line names our
-        // socket, so our state directory).
-        stop_child(&mut self.child, Duration::from_secs(10));
-        kill_mentioning(&dirs);
-        // 3. Rootfs mounts left, then the state directory's own mount.
-        unmount_below(&dirs);
-        remove_run_dir(&self.state);
+        // 2. containerd, whatever survived it (shims go on by themselves
+        // when containerd stops; their command line names our socket, so
+        // our state directory), the rootfs mounts left, the state
+        // directory's own mount, and the state directory.
+        tear_down(&mut self.child, Duration::from_secs(10), &dirs, &self.state);
     }
 }
 
@@ -1169,6 +1247,40 @@ impl EventLog {
     }
 }
 
+/// Waits until the daemon answers `question` (`ask` succeeds) and returns
+/// the answer; None, said as a loud skip, if it exits first; a panic with
+/// its log's tail if it does not answer within START_TIMEOUT.
+fn await_daemon<D>(
+    test: &str,
+    what: &str,
+    daemon: &mut D,
+    log: &Path,
+    question: &str,
+    child: impl Fn(&mut D) -> &mut Child,
+    ask: impl Fn(&D) -> Output,
+) -> Option<Output> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child(daemon).try_wait() {
+            cannot_start(test, what, &format!("it exited ({status})"), log);
+            return None;
+        }
+        let answer = ask(daemon);
+        if answer.status.success() {
+            return Some(answer);
+        }
+        if Instant::now() > deadline {
+            panic!("{test}: `{question}` did not reach {what} within {START_TIMEOUT:?}: {}\n{}:\n{}", stderr_text(&answer), log.display(), log_tail(log, 30));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The storage driver a dockerd runs, asked the way that also says it answers.
+fn daemon_info(daemon: &Dockerd) -> Output {
+    daemon.docker_may_fail(&["info", "--format", "{{.Driver}}"])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1206,38 +1318,4 @@ mod tests {
         let g = json!({"paths": ["/run/podstuck-abcd/x"]});
         assert!(!finding_is_under(&g, &dirs));
     }
-}
-
-/// Waits until the daemon answers `question` (`ask` succeeds) and returns
-/// the answer; None, said as a loud skip, if it exits first; a panic with
-/// its log's tail if it does not answer within START_TIMEOUT.
-fn await_daemon<D>(
-    test: &str,
-    what: &str,
-    daemon: &mut D,
-    log: &Path,
-    question: &str,
-    child: impl Fn(&mut D) -> &mut Child,
-    ask: impl Fn(&D) -> Output,
-) -> Option<Output> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        if let Ok(Some(status)) = child(daemon).try_wait() {
-            cannot_start(test, what, &format!("it exited ({status})"), log);
-            return None;
-        }
-        let answer = ask(daemon);
-        if answer.status.success() {
-            return Some(answer);
-        }
-        if Instant::now() > deadline {
-            panic!("{test}: `{question}` did not reach {what} within {START_TIMEOUT:?}: {}\n{}:\n{}", stderr_text(&answer), log.display(), log_tail(log, 30));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The storage driver a dockerd runs, asked the way that also says it answers.
-fn daemon_info(daemon: &Dockerd) -> Output {
-    daemon.docker_may_fail(&["info", "--format", "{{.Driver}}"])
 }

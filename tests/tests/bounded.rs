@@ -5,7 +5,7 @@
 //! crafted histogram directory reports, within 1 GiB of address space
 //! (`prlimit --as`), with a clear message and never an abort or a hang.
 //!
-//! The flood tests run as root (see `can_touch_the_kernel`); the replay and
+//! The flood tests run as root (see `kernel_test!`); the replay and
 //! report tests of crafted files need no kernel, but the report ones start
 //! from the files of a real run.
 
@@ -191,8 +191,8 @@ fn a_real_run(scratch: &ScratchDir) -> PathBuf {
     let work = scratch.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     let out = scratch.path().join("histograms");
-    let watch = Watch::start(&["--histograms", out.to_str().unwrap(), "--interval", "1s", "--syscall", "unlink"]);
-    let ran = Command::new(env!("CARGO_BIN_EXE_actor")).args([OsStr::new("unlink-many"), work.as_os_str(), OsStr::new("300")]).output().unwrap();
+    let watch = Watch::start(&["--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
+    let ran = actor().args([OsStr::new("unlink-many"), work.as_os_str(), OsStr::new("300")]).output().unwrap();
     assert!(ran.status.success());
     let deadline = Instant::now() + Duration::from_secs(30);
     while series(&out).iter().map(|s| s["count"].as_u64().unwrap_or(0)).sum::<u64>() < 300 {
@@ -252,84 +252,82 @@ fn copy_of(out: &Path, scratch: &ScratchDir, name: &str) -> PathBuf {
     dir
 }
 
-#[test]
-fn crafted_histogram_directories_report_within_a_gigabyte() {
-    if !can_touch_the_kernel("crafted_histogram_directories_report_within_a_gigabyte") {
-        return;
+kernel_test! {
+    fn crafted_histogram_directories_report_within_a_gigabyte(test) {
+        let scratch = test.scratch();
+        let out = a_real_run(&scratch);
+        let tag = series(&out)[0]["tag"].as_str().unwrap().to_string();
+        let report = |dir: &Path| podstuck_in_a_gigabyte(&[OsStr::new("report"), dir.as_os_str()], Duration::from_secs(120));
+
+        // A histogram whose header claims 2^31 bytes of counts, plain and deflated.
+        let claims = copy_of(&out, &scratch, "claims");
+        let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+        h.record(5_000).unwrap();
+        let mut plain = Vec::new();
+        V2Serializer::new().serialize(&h, &mut plain).unwrap();
+        plain[4..8].copy_from_slice(&(1u32 << 31).to_be_bytes());
+        let mut deflated = 0x1c84_9314u32.to_be_bytes().to_vec();
+        let stored = zlib_stored(&plain);
+        deflated.extend_from_slice(&(stored.len() as u32).to_be_bytes());
+        deflated.extend(stored);
+        append(&claims.join("latency.hlog"), (hlog_line(&tag, &plain) + &hlog_line(&tag, &deflated)).as_bytes());
+        let ran = report(&claims);
+        finished_cleanly(&ran, 0, "a payload claiming 2 GiB");
+        assert!(ran.stdout.contains("note: 2 line(s) of latency.hlog could not be read and were skipped"), "{}", ran.stdout);
+        assert!(ran.stdout.contains("claims 2147483648 bytes of counts"), "{}", ran.stdout);
+
+        // 10,000 tags, each a series of the summary and a line of the log.
+        let many = copy_of(&out, &scratch, "many");
+        let mut summary: Value = serde_json::from_slice(&std::fs::read(many.join("summary.json")).unwrap()).unwrap();
+        let model = summary["series"][0].clone();
+        let mut payload = Vec::new();
+        V2DeflateSerializer::new().serialize(&h, &mut payload).unwrap();
+        let mut log = String::new();
+        let crafted: Vec<Value> = (0..10_000u64)
+            .map(|i| {
+                let mut s = model.clone();
+                let tag = format!("unlink/ok/other/{i:08x}-0000-4000-8000-000000000000");
+                log.push_str(&hlog_line(&tag, &payload));
+                s["tag"] = tag.into();
+                s["count"] = (i + 1).into();
+                s
+            })
+            .collect();
+        summary["series"] = crafted.into();
+        std::fs::write(many.join("summary.json"), serde_json::to_vec(&summary).unwrap()).unwrap();
+        append(&many.join("latency.hlog"), log.as_bytes());
+        let ran = report(&many);
+        finished_cleanly(&ran, 0, "10,000 tags");
+        assert!(ran.stdout.contains("note: 7952 series left out: the summary holds 10000"), "{}", tail(&ran.stdout));
+        let json = podstuck_in_a_gigabyte(&[OsStr::new("report"), many.as_os_str(), OsStr::new("--json")], Duration::from_secs(120));
+        finished_cleanly(&json, 0, "10,000 tags, --json");
+        let json: Value = serde_json::from_str(&json.stdout).unwrap();
+        assert_eq!(json["series"].as_array().unwrap().len(), 2048);
+        assert!(json["series"].as_array().unwrap().iter().all(|s| s["count_in_log"] == 1));
+
+        // A line of 64 MB: skipped unread.
+        let long = copy_of(&out, &scratch, "long");
+        let mut line = format!("Tag={tag},0.000,1.000,0.0,").into_bytes();
+        line.resize(64 << 20, b'A');
+        line.push(b'\n');
+        append(&long.join("latency.hlog"), &line);
+        let ran = report(&long);
+        finished_cleanly(&ran, 0, "a 64 MB line");
+        assert!(ran.stdout.contains("note: 1 line(s) of latency.hlog longer than 1 MiB skipped unread"), "{}", ran.stdout);
+
+        // A FIFO, and a link to a device, where latency.hlog should be: refused at once.
+        let fifo = copy_of(&out, &scratch, "fifo");
+        std::fs::remove_file(fifo.join("latency.hlog")).unwrap();
+        nix::unistd::mkfifo(&fifo.join("latency.hlog"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let ran = podstuck_in_a_gigabyte(&[OsStr::new("report"), fifo.as_os_str()], Duration::from_secs(20));
+        finished_cleanly(&ran, 1, "a FIFO");
+        assert!(ran.stderr.contains("latency.hlog") && ran.stderr.contains("it is a FIFO, not a regular file"), "{}", ran.stderr);
+        std::fs::remove_file(fifo.join("latency.hlog")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", fifo.join("latency.hlog")).unwrap();
+        let ran = podstuck_in_a_gigabyte(&[OsStr::new("report"), fifo.as_os_str()], Duration::from_secs(20));
+        finished_cleanly(&ran, 1, "a link to /dev/zero");
+        assert!(ran.stderr.contains("it is a character device, not a regular file"), "{}", ran.stderr);
     }
-    let scratch = ScratchDir::new("bounded-report");
-    let out = a_real_run(&scratch);
-    let tag = series(&out)[0]["tag"].as_str().unwrap().to_string();
-    let report = |dir: &Path| podstuck_in_a_gigabyte(&[OsStr::new("report"), dir.as_os_str()], Duration::from_secs(120));
-
-    // A histogram whose header claims 2^31 bytes of counts, plain and deflated.
-    let claims = copy_of(&out, &scratch, "claims");
-    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
-    h.record(5_000).unwrap();
-    let mut plain = Vec::new();
-    V2Serializer::new().serialize(&h, &mut plain).unwrap();
-    plain[4..8].copy_from_slice(&(1u32 << 31).to_be_bytes());
-    let mut deflated = 0x1c84_9314u32.to_be_bytes().to_vec();
-    let stored = zlib_stored(&plain);
-    deflated.extend_from_slice(&(stored.len() as u32).to_be_bytes());
-    deflated.extend(stored);
-    append(&claims.join("latency.hlog"), (hlog_line(&tag, &plain) + &hlog_line(&tag, &deflated)).as_bytes());
-    let ran = report(&claims);
-    finished_cleanly(&ran, 0, "a payload claiming 2 GiB");
-    assert!(ran.stdout.contains("note: 2 line(s) of latency.hlog could not be read and were skipped"), "{}", ran.stdout);
-    assert!(ran.stdout.contains("claims 2147483648 bytes of counts"), "{}", ran.stdout);
-
-    // 10,000 tags, each a series of the summary and a line of the log.
-    let many = copy_of(&out, &scratch, "many");
-    let mut summary: Value = serde_json::from_slice(&std::fs::read(many.join("summary.json")).unwrap()).unwrap();
-    let model = summary["series"][0].clone();
-    let mut payload = Vec::new();
-    V2DeflateSerializer::new().serialize(&h, &mut payload).unwrap();
-    let mut log = String::new();
-    let crafted: Vec<Value> = (0..10_000u64)
-        .map(|i| {
-            let mut s = model.clone();
-            let tag = format!("unlink/ok/other/{i:08x}-0000-4000-8000-000000000000");
-            log.push_str(&hlog_line(&tag, &payload));
-            s["tag"] = tag.into();
-            s["count"] = (i + 1).into();
-            s
-        })
-        .collect();
-    summary["series"] = crafted.into();
-    std::fs::write(many.join("summary.json"), serde_json::to_vec(&summary).unwrap()).unwrap();
-    append(&many.join("latency.hlog"), log.as_bytes());
-    let ran = report(&many);
-    finished_cleanly(&ran, 0, "10,000 tags");
-    assert!(ran.stdout.contains("note: 7952 series left out: the summary holds 10000"), "{}", tail(&ran.stdout));
-    let json = podstuck_in_a_gigabyte(&[OsStr::new("report"), many.as_os_str(), OsStr::new("--json")], Duration::from_secs(120));
-    finished_cleanly(&json, 0, "10,000 tags, --json");
-    let json: Value = serde_json::from_str(&json.stdout).unwrap();
-    assert_eq!(json["series"].as_array().unwrap().len(), 2048);
-    assert!(json["series"].as_array().unwrap().iter().all(|s| s["count_in_log"] == 1));
-
-    // A line of 64 MB: skipped unread.
-    let long = copy_of(&out, &scratch, "long");
-    let mut line = format!("Tag={tag},0.000,1.000,0.0,").into_bytes();
-    line.resize(64 << 20, b'A');
-    line.push(b'\n');
-    append(&long.join("latency.hlog"), &line);
-    let ran = report(&long);
-    finished_cleanly(&ran, 0, "a 64 MB line");
-    assert!(ran.stdout.contains("note: 1 line(s) of latency.hlog longer than 1 MiB skipped unread"), "{}", ran.stdout);
-
-    // A FIFO, and a link to a device, where latency.hlog should be: refused at once.
-    let fifo = copy_of(&out, &scratch, "fifo");
-    std::fs::remove_file(fifo.join("latency.hlog")).unwrap();
-    nix::unistd::mkfifo(&fifo.join("latency.hlog"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    let ran = podstuck_in_a_gigabyte(&[OsStr::new("report"), fifo.as_os_str()], Duration::from_secs(20));
-    finished_cleanly(&ran, 1, "a FIFO");
-    assert!(ran.stderr.contains("latency.hlog") && ran.stderr.contains("it is a FIFO, not a regular file"), "{}", ran.stderr);
-    std::fs::remove_file(fifo.join("latency.hlog")).unwrap();
-    std::os::unix::fs::symlink("/dev/zero", fifo.join("latency.hlog")).unwrap();
-    let ran = podstuck_in_a_gigabyte(&[OsStr::new("report"), fifo.as_os_str()], Duration::from_secs(20));
-    finished_cleanly(&ran, 1, "a link to /dev/zero");
-    assert!(ran.stderr.contains("it is a character device, not a regular file"), "{}", ran.stderr);
 }
 
 /// Kernel pid of podstuck's peak resident memory so far (VmHWM), in bytes.
@@ -398,104 +396,98 @@ fn of_pod<'a>(all: &'a [Value], uid: &str) -> Vec<&'a Value> {
     all.iter().filter(|s| s["pod_uid"] == uid).collect()
 }
 
-#[test]
-fn made_up_pods_cost_no_series_and_real_ones_keep_theirs() {
-    if !can_touch_the_kernel("made_up_pods_cost_no_series_and_real_ones_keep_theirs") {
-        return;
-    }
-    let scratch = ScratchDir::new("bounded-flood");
-    let root = scratch.path().join("kubelet");
-    let real = new_pod_uid();
-    let volume = root.join("pods").join(&real).join("volumes/kubernetes.io~empty-dir/v");
-    std::fs::create_dir_all(&volume).unwrap();
-    let out = scratch.path().join("histograms");
-    let watch = Watch::start(&["--kubelet-root", root.to_str().unwrap(), "--histograms", out.to_str().unwrap(), "--interval", "1s"]);
+kernel_test! {
+    fn made_up_pods_cost_no_series_and_real_ones_keep_theirs(test) {
+        let scratch = test.scratch();
+        let (root, pod, volume) = pod_with_empty_dir(scratch.path(), "v");
+        let real = pod.uid();
+        let out = scratch.path().join("histograms");
+        let watch = Watch::start(&["--kubelet-root", root.arg(), "--histograms", text(&out), "--interval", "1s"]);
 
-    // 5,000 made-up pods, by nobody, for some 6 s: each unlink fails (ENOENT).
-    let made_up: Vec<String> = (0..5_000).map(made_up_uid).collect();
-    let paths: Vec<CString> =
-        made_up.iter().map(|uid| cstring(&root.join("pods").join(uid).join("volumes/x/y"))).collect();
-    assert_eq!(unlink_as_nobody(&paths, Duration::from_millis(1)), 5_000);
-    // The real pod: 10 failed unlinks by nobody, 100 done by root.
-    let in_real: Vec<CString> = (0..10).map(|i| cstring(&volume.join(format!("missing-{i}")))).collect();
-    assert_eq!(unlink_as_nobody(&in_real, Duration::ZERO), 10);
-    let ran = Command::new(env!("CARGO_BIN_EXE_actor")).args([OsStr::new("unlink-many"), volume.as_os_str(), OsStr::new("100")]).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "unlink-many 100 unlinked, 0 failed");
+        // 5,000 made-up pods, by nobody, for some 6 s: each unlink fails (ENOENT).
+        let made_up: Vec<String> = (0..5_000).map(made_up_uid).collect();
+        let paths: Vec<CString> =
+            made_up.iter().map(|uid| cstring(&root.pod(uid).dir().join("volumes/x/y"))).collect();
+        assert_eq!(unlink_as_nobody(&paths, Duration::from_millis(1)), 5_000);
+        // The real pod: 10 failed unlinks by nobody, 100 done by root.
+        let in_real: Vec<CString> = (0..10).map(|i| cstring(&volume.join(format!("missing-{i}")))).collect();
+        assert_eq!(unlink_as_nobody(&in_real, Duration::ZERO), 10);
+        let ran = actor().args([OsStr::new("unlink-many"), volume.as_os_str(), OsStr::new("100")]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), "unlink-many 100 unlinked, 0 failed");
 
-    let count = |all: &[Value], outcome: &str, pod: Option<&str>| -> u64 {
-        all.iter()
-            .filter(|s| s["syscall"] == "unlink" && s["outcome"] == outcome && s["pod_uid"].as_str() == pod)
-            .map(|s| s["count"].as_u64().unwrap())
-            .sum()
-    };
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let all = series(&out);
-        // Counted, wherever (a podstuck that kept made-up pods apart too).
-        let failed: u64 = all.iter().filter(|s| s["syscall"] == "unlink" && s["outcome"] == "ENOENT").map(|s| s["count"].as_u64().unwrap()).sum();
-        if failed >= 5_010 && count(&all, "ok", Some(&real)) >= 100 {
-            break;
+        let count = |all: &[Value], outcome: &str, pod: Option<&str>| -> u64 {
+            all.iter()
+                .filter(|s| s["syscall"] == "unlink" && s["outcome"] == outcome && s["pod_uid"].as_str() == pod)
+                .map(|s| s["count"].as_u64().unwrap())
+                .sum()
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let all = series(&out);
+            // Counted, wherever (a podstuck that kept made-up pods apart too).
+            let failed: u64 = all.iter().filter(|s| s["syscall"] == "unlink" && s["outcome"] == "ENOENT").map(|s| s["count"].as_u64().unwrap()).sum();
+            if failed >= 5_010 && count(&all, "ok", Some(real)) >= 100 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the calls were not all counted within 90 s ({} series)", all.len());
+            std::thread::sleep(Duration::from_millis(200));
         }
-        assert!(Instant::now() < deadline, "the calls were not all counted within 90 s ({} series)", all.len());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let peak = peak_rss(watch.pid());
-    let finished = watch.stop(libc::SIGINT);
-    assert!(finished.status.success(), "{}", finished.stderr);
+        let peak = peak_rss(watch.pid());
+        let finished = watch.stop(libc::SIGINT);
+        assert!(finished.status.success(), "{}", finished.stderr);
 
-    let all = series(&out);
-    let prom = std::fs::metadata(out.join("metrics.prom")).unwrap().len();
-    let summary = std::fs::metadata(out.join("summary.json")).unwrap().len();
-    eprintln!("made-up pods: {} series, summary.json {summary} bytes, metrics.prom {prom} bytes, peak RSS {} MB", all.len(), peak >> 20);
-    assert!(made_up.iter().all(|uid| of_pod(&all, uid).is_empty()), "a made-up pod has a series");
-    assert!(all.len() <= 1024 + 64, "{} series", all.len());
-    assert!(prom < 1 << 20, "metrics.prom is {prom} bytes");
-    assert!(peak < 200 << 20, "podstuck's peak RSS was {} MB", peak >> 20);
-    // The real pod keeps its own series, its failed calls included.
-    assert_eq!(count(&all, "ok", Some(&real)), 100, "{all:?}");
-    assert_eq!(count(&all, "ENOENT", Some(&real)), 10, "{all:?}");
-    assert!(count(&all, "ENOENT", None) >= 5_000);
+        let all = series(&out);
+        let prom = std::fs::metadata(out.join("metrics.prom")).unwrap().len();
+        let summary = std::fs::metadata(out.join("summary.json")).unwrap().len();
+        eprintln!("made-up pods: {} series, summary.json {summary} bytes, metrics.prom {prom} bytes, peak RSS {} MB", all.len(), peak >> 20);
+        assert!(made_up.iter().all(|uid| of_pod(&all, uid).is_empty()), "a made-up pod has a series");
+        assert!(all.len() <= 1024 + 64, "{} series", all.len());
+        assert!(prom < 1 << 20, "metrics.prom is {prom} bytes");
+        assert!(peak < 200 << 20, "podstuck's peak RSS was {} MB", peak >> 20);
+        // The real pod keeps its own series, its failed calls included.
+        assert_eq!(count(&all, "ok", Some(real)), 100, "{all:?}");
+        assert_eq!(count(&all, "ENOENT", Some(real)), 10, "{all:?}");
+        assert!(count(&all, "ENOENT", None) >= 5_000);
+    }
 }
 
-#[test]
-fn more_pods_than_a_node_has_fold_into_other() {
-    if !can_touch_the_kernel("more_pods_than_a_node_has_fold_into_other") {
-        return;
+kernel_test! {
+    fn more_pods_than_a_node_has_fold_into_other(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        // 300 real pods (directories of root's), one failed unlink in each.
+        let pods: Vec<String> = (0..300).map(|_| new_pod_uid()).collect();
+        let mut paths = Vec::new();
+        for uid in &pods {
+            let volume = root.pod(uid).dir().join("volumes");
+            std::fs::create_dir_all(&volume).unwrap();
+            paths.push(cstring(&volume.join("missing")));
+        }
+        let out = scratch.path().join("histograms");
+        let watch = Watch::start(&["--kubelet-root", root.arg(), "--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
+        // One process, pausing so that each call is streamed with its path.
+        for path in &paths {
+            assert_eq!(sys_unlink(path.as_ptr()), libc::ENOENT);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let ours = |all: &[Value]| -> u64 {
+            all.iter()
+                .filter(|s| s["outcome"] == "ENOENT" && (pods.iter().any(|p| s["pod_uid"] == p.as_str()) || s["tag"].as_str().is_some_and(|t| t.ends_with("/other"))))
+                .map(|s| s["count"].as_u64().unwrap())
+                .sum()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ours(&series(&out)) < 300 {
+            assert!(Instant::now() < deadline, "not all 300 calls counted within 30 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let finished = watch.stop(libc::SIGINT);
+        assert!(finished.status.success(), "{}", finished.stderr);
+        let all = series(&out);
+        assert_eq!(ours(&all), 300, "every call counted, once");
+        let apart = pods.iter().filter(|p| !of_pod(&all, p).is_empty()).count();
+        assert_eq!(apart, 256, "256 pods kept apart");
+        let other: Vec<&Value> = all.iter().filter(|s| s["tag"].as_str().is_some_and(|t| t.ends_with("/other"))).collect();
+        assert_eq!(other.iter().map(|s| s["count"].as_u64().unwrap()).sum::<u64>(), 44, "{other:?}");
     }
-    let scratch = ScratchDir::new("bounded-pods");
-    let root = scratch.path().join("kubelet");
-    // 300 real pods (directories of root's), one failed unlink in each.
-    let pods: Vec<String> = (0..300).map(|_| new_pod_uid()).collect();
-    let mut paths = Vec::new();
-    for uid in &pods {
-        let volume = root.join("pods").join(uid).join("volumes");
-        std::fs::create_dir_all(&volume).unwrap();
-        paths.push(cstring(&volume.join("missing")));
-    }
-    let out = scratch.path().join("histograms");
-    let watch = Watch::start(&["--kubelet-root", root.to_str().unwrap(), "--histograms", out.to_str().unwrap(), "--interval", "1s", "--syscall", "unlink"]);
-    // One process, pausing so that each call is streamed with its path.
-    for path in &paths {
-        assert_eq!(sys_unlink(path.as_ptr()), libc::ENOENT);
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let ours = |all: &[Value]| -> u64 {
-        all.iter()
-            .filter(|s| s["outcome"] == "ENOENT" && (pods.iter().any(|p| s["pod_uid"] == p.as_str()) || s["tag"].as_str().is_some_and(|t| t.ends_with("/other"))))
-            .map(|s| s["count"].as_u64().unwrap())
-            .sum()
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while ours(&series(&out)) < 300 {
-        assert!(Instant::now() < deadline, "not all 300 calls counted within 30 s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let finished = watch.stop(libc::SIGINT);
-    assert!(finished.status.success(), "{}", finished.stderr);
-    let all = series(&out);
-    assert_eq!(ours(&all), 300, "every call counted, once");
-    let apart = pods.iter().filter(|p| !of_pod(&all, p).is_empty()).count();
-    assert_eq!(apart, 256, "256 pods kept apart");
-    let other: Vec<&Value> = all.iter().filter(|s| s["tag"].as_str().is_some_and(|t| t.ends_with("/other"))).collect();
-    assert_eq!(other.iter().map(|s| s["count"].as_u64().unwrap()).sum::<u64>(), 44, "{other:?}");
 }

@@ -8,48 +8,46 @@ use std::process::Command;
 use podstuck_tests::*;
 use serde_json::Value;
 
-#[test]
-fn the_demo_diagnoses_every_scenario_and_removes_what_it_made() {
-    if !can_touch_the_kernel("the_demo_diagnoses_every_scenario_and_removes_what_it_made") {
-        return;
+kernel_test! {
+    fn the_demo_diagnoses_every_scenario_and_removes_what_it_made() {
+        let out = Command::new(podstuck_binary()).args(["demo", "--json", "--duration", "20s"]).output().expect("run podstuck demo");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "podstuck demo failed: {stderr}");
+        let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+        assert_eq!(lines.first().map(|l| l["type"].clone()), Some("start".into()));
+        assert_eq!(lines.last().map(|l| l["type"].clone()), Some("end".into()));
+        assert!(!lines.iter().any(|l| l["type"] == "event"), "the demo prints the diagnosis, not every call");
+        // The first emission of each kind.
+        let mut first: BTreeMap<String, &Value> = BTreeMap::new();
+        for l in lines.iter().filter(|l| l["type"] == "finding") {
+            first.entry(l["kind"].as_str().unwrap().to_string()).or_insert(l);
+        }
+        let lab = stderr.split_whitespace().find(|w| w.starts_with("/var/tmp/podstuck-demo-")).expect("the lab's path is said").trim_end_matches(':').to_string();
+        let expect = [
+            ("volume-still-mounted", "kubelet", "umount "),
+            ("removal-storm", "dockerd", "kubectl drain "),
+            ("immutable-file", "dockerd", "chattr -i "),
+            ("mount-held", "containerd", "kill "),
+            ("cgroup-busy", "kubelet", "echo 1 > "),
+        ];
+        for (kind, comm, fix) in expect {
+            let f = first.get(kind).unwrap_or_else(|| panic!("no {kind} finding; findings: {first:?}\n{stderr}"));
+            assert_eq!(f["actor"]["comm"], comm, "{kind}: {f}");
+            assert_eq!(f["confidence"], "confirmed", "{kind}: {f}");
+            assert!(f["fix"].as_str().unwrap().starts_with(fix), "{kind}: {f}");
+            assert!(f["paths"][0].as_str().unwrap().contains("podstuck-demo-"), "{kind}: {f}");
+        }
+        let storm = first["removal-storm"];
+        assert!(storm["details"]["calls"].as_u64().unwrap() >= 20_000, "{storm}");
+        assert!(storm["details"]["remaining"].is_u64(), "{storm}");
+        assert!(first["volume-still-mounted"]["fix"].as_str().unwrap().ends_with("/volumes/kubernetes.io~csi/pvc-demo/mount"));
+        assert!(first["cgroup-busy"]["fix"].as_str().unwrap().ends_with("/cgroup.kill"));
+        // Nothing left: no lab, no mount, no cgroup.
+        assert!(!std::path::Path::new(&lab).exists(), "{lab} is still there");
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!mountinfo.contains(&lab), "a demo mount is left:\n{mountinfo}");
+        let pid = lab.rsplit('-').next().unwrap();
+        assert!(!cgroup2_root().join(format!("podstuck-demo-{pid}")).exists(), "the demo cgroup is left");
+        assert!(stderr.contains("removed"), "{stderr}");
     }
-    let out = Command::new(podstuck_binary()).args(["demo", "--json", "--duration", "20s"]).output().expect("run podstuck demo");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "podstuck demo failed: {stderr}");
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON line")).collect();
-    assert_eq!(lines.first().map(|l| l["type"].clone()), Some("start".into()));
-    assert_eq!(lines.last().map(|l| l["type"].clone()), Some("end".into()));
-    assert!(!lines.iter().any(|l| l["type"] == "event"), "the demo prints the diagnosis, not every call");
-    // The first emission of each kind.
-    let mut first: BTreeMap<String, &Value> = BTreeMap::new();
-    for l in lines.iter().filter(|l| l["type"] == "finding") {
-        first.entry(l["kind"].as_str().unwrap().to_string()).or_insert(l);
-    }
-    let lab = stderr.split_whitespace().find(|w| w.starts_with("/var/tmp/podstuck-demo-")).expect("the lab's path is said").trim_end_matches(':').to_string();
-    let expect = [
-        ("volume-still-mounted", "kubelet", "umount "),
-        ("removal-storm", "dockerd", "kubectl drain "),
-        ("immutable-file", "dockerd", "chattr -i "),
-        ("mount-held", "containerd", "kill "),
-        ("cgroup-busy", "kubelet", "echo 1 > "),
-    ];
-    for (kind, comm, fix) in expect {
-        let f = first.get(kind).unwrap_or_else(|| panic!("no {kind} finding; findings: {first:?}\n{stderr}"));
-        assert_eq!(f["actor"]["comm"], comm, "{kind}: {f}");
-        assert_eq!(f["confidence"], "confirmed", "{kind}: {f}");
-        assert!(f["fix"].as_str().unwrap().starts_with(fix), "{kind}: {f}");
-        assert!(f["paths"][0].as_str().unwrap().contains("podstuck-demo-"), "{kind}: {f}");
-    }
-    let storm = first["removal-storm"];
-    assert!(storm["details"]["calls"].as_u64().unwrap() >= 20_000, "{storm}");
-    assert!(storm["details"]["remaining"].is_u64(), "{storm}");
-    assert!(first["volume-still-mounted"]["fix"].as_str().unwrap().ends_with("/volumes/kubernetes.io~csi/pvc-demo/mount"));
-    assert!(first["cgroup-busy"]["fix"].as_str().unwrap().ends_with("/cgroup.kill"));
-    // Nothing left: no lab, no mount, no cgroup.
-    assert!(!std::path::Path::new(&lab).exists(), "{lab} is still there");
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mountinfo.contains(&lab), "a demo mount is left:\n{mountinfo}");
-    let pid = lab.rsplit('-').next().unwrap();
-    assert!(!cgroup2_root().join(format!("podstuck-demo-{pid}")).exists(), "the demo cgroup is left");
-    assert!(stderr.contains("removed"), "{stderr}");
 }

@@ -11,20 +11,19 @@
 //! `PODSTUCK_FIXTURES_ONLY=1` runs just that half, without podstuck: the
 //! way to check the fixtures on a new kernel or machine.
 //!
-//! Runs as root; see `can_touch_the_kernel` for the skip rule. Scenarios
+//! Runs as root; see `kernel_test!` for the skip rule. Scenarios
 //! are isolated by path, pod UID and cgroup, so they may run in parallel
 //! (as `cargo xtask test` runs them); each podstuck runs node-wide or for
 //! its own pod and picks only findings about its own scratch directory.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use podstuck_tests::findings::{apply_fix, assert_told_in_order};
-use podstuck_tests::fixtures::{fill_inodes, make_shared, task_state, wchan};
+use podstuck_tests::node::{fill_inodes, make_shared};
 use podstuck_tests::*;
 use serde_json::Value;
 
@@ -59,12 +58,11 @@ fn fixtures_only() -> bool {
 
 /// `podstuck watch --json --findings --hung-after 2s --kubelet-root ROOT EXTRA...`,
 /// or nothing when only the fixtures are checked.
-fn podstuck(root: &Path, extra: &[&str]) -> Option<Watch> {
+fn podstuck(root: &KubeletRoot, extra: &[&str]) -> Option<Watch> {
     if fixtures_only() {
         return None;
     }
-    let root = root.to_str().expect("UTF-8 scratch paths");
-    let mut args = vec!["--findings", "--hung-after", "2s", "--kubelet-root", root];
+    let mut args = vec!["--findings", "--hung-after", "2s", "--kubelet-root", root.arg()];
     args.extend_from_slice(extra);
     Some(Watch::start(&args))
 }
@@ -94,41 +92,15 @@ fn succeeds_soon(call: impl Fn() -> i32) -> i32 {
     }
 }
 
-fn actor(args: Vec<OsString>) -> Process {
-    Process::spawn(Command::new(env!("CARGO_BIN_EXE_actor")).args(args))
-}
-
-fn fuse_server() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_fuse_server"))
-}
-
 /// Asserts that every attempt printed `want` (and there was one).
 fn all_say(lines: &[String], want: &str) {
     assert!(!lines.is_empty() && lines.iter().all(|l| l == want), "want every attempt to print {want:?}, got {lines:?}");
-}
-
-fn text(path: &Path) -> &str {
-    path.to_str().expect("UTF-8 scratch paths")
 }
 
 /// A container or layer id: 64 hex digits, unique to this run.
 fn hex64() -> String {
     let uid = new_pod_uid().replace('-', "");
     format!("{uid}{:032x}", std::process::id())
-}
-
-/// A pod's directory under a kubelet root.
-fn pod_dir(root: &Path, uid: &str) -> PathBuf {
-    root.join("pods").join(uid)
-}
-
-/// A CSI volume of a pod as kubelet lays it out, with its vol_data.json.
-fn csi_volume(root: &Path, uid: &str, pv: &str) -> PathBuf {
-    let dir = pod_dir(root, uid).join("volumes/kubernetes.io~csi").join(pv);
-    std::fs::create_dir_all(&dir).unwrap();
-    let data = format!(r#"{{"driverName":"hostpath.csi.k8s.io","volumeHandle":"{pv}","specVolID":"{pv}","nodeName":"node-1"}}"#);
-    std::fs::write(dir.join("vol_data.json"), data).unwrap();
-    dir
 }
 
 /// Repeated runs of the same actor with a pause between them (containerd
@@ -146,7 +118,7 @@ impl Bursts {
         let thread = std::thread::spawn(move || {
             let mut all = Vec::new();
             loop {
-                let (_, lines) = actor(args.clone()).finish(secs(60));
+                let (_, lines) = start_actor(args.clone()).finish(secs(60));
                 all.extend(lines);
                 if flag.load(Ordering::SeqCst) || fixtures_only() {
                     return all;
@@ -175,203 +147,193 @@ impl Drop for Bursts {
 
 // P1 --------------------------------------------------------------------
 
-#[test]
-fn p1_a_volume_left_mounted_is_named_with_its_umount() {
-    if !can_touch_the_kernel("p1_a_volume_left_mounted_is_named_with_its_umount") {
-        return;
-    }
-    let scratch = ScratchDir::new("p1");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let pv = csi_volume(&root, &uid, "pvc-p1");
-    let mount = pv.join("mount");
-    // The CSI driver said NodeUnpublish worked and left this mounted.
-    let _volume = TmpfsMount::new(&mount, "size=1m");
-    let mut watch = podstuck(&root, &["--pod", &uid]);
+kernel_test! {
+    fn p1_a_volume_left_mounted_is_named_with_its_umount(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid();
+        let pv = pod.create_csi_volume("pvc-p1");
+        let mount = pv.join("mount");
+        // The CSI driver said NodeUnpublish worked and left this mounted.
+        let _volume = TmpfsMount::new(&mount, "size=1m");
+        let mut watch = podstuck(&root, &["--pod", uid]);
 
-    let kubelet = actor(os!["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", pv, "mount"]);
-    let ebusy = format!("rmdir-at errno {}", libc::EBUSY);
-    all_say(&kubelet.wait_for_lines(3, secs(10)), &ebusy);
+        let kubelet = start_actor(os!["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", pv, "mount"]);
+        let ebusy = format!("rmdir-at errno {}", libc::EBUSY);
+        all_say(&kubelet.wait_for_lines(3, secs(10)), &ebusy);
 
-    if let Some(mut watch) = watch.take() {
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "volume-still-mounted",
-            |e| {
-                e.eq("/pod_uid", uid.as_str());
-                e.eq("/actor/comm", "kubelet");
-                e.eq("/actor/pid", kubelet.pid());
-                e.eq("/errno", "EBUSY");
-                e.eq("/status", "active");
-                e.eq("/paths/0", text(&mount));
-                e.eq("/fix", format!("umount {}", shell_word(&mount)));
-                e.eq("/confidence", "confirmed");
-                let rhythm = e.text("/rhythm");
-                e.that(rhythm.contains("backoff"), format!("/rhythm ({rhythm}) should name kubelet's backoff"));
-            },
-        );
+        if let Some(mut watch) = watch.take() {
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "volume-still-mounted",
+                |e| {
+                    e.eq("/pod_uid", uid);
+                    e.eq("/actor/comm", "kubelet");
+                    e.eq("/actor/pid", kubelet.pid());
+                    e.eq("/errno", "EBUSY");
+                    e.eq("/status", "active");
+                    e.eq("/paths/0", text(&mount));
+                    e.eq("/fix", format!("umount {}", shell_word(&mount)));
+                    e.eq("/confidence", "confirmed");
+                    let rhythm = e.text("/rhythm");
+                    e.that(rhythm.contains("backoff"), format!("/rhythm ({rhythm}) should name kubelet's backoff"));
+                },
+            );
+            all_say(&kubelet.lines(), &ebusy);
+            assert!(is_mountpoint(&mount), "the fixture must still be mounted");
+            apply_fix(&finding);
+            assert!(!is_mountpoint(&mount), "the fix should unmount {}", mount.display());
+            stop(watch, &finding);
+            return;
+        }
         all_say(&kubelet.lines(), &ebusy);
         assert!(is_mountpoint(&mount), "the fixture must still be mounted");
-        apply_fix(&finding);
-        assert!(!is_mountpoint(&mount), "the fix should unmount {}", mount.display());
-        stop(watch, &finding);
-        return;
     }
-    all_say(&kubelet.lines(), &ebusy);
-    assert!(is_mountpoint(&mount), "the fixture must still be mounted");
 }
 
 // P2 --------------------------------------------------------------------
 
-#[test]
-fn p2_a_long_removal_is_a_storm_with_an_estimate() {
-    if !can_touch_the_kernel("p2_a_long_removal_is_a_storm_with_an_estimate") {
-        return;
-    }
-    let scratch = ScratchDir::new("p2");
-    let root = scratch.path().join("kubelet");
-    std::fs::create_dir_all(&root).unwrap();
-    let docker = scratch.path().join("docker");
-    let _disk = TmpfsMount::new(&docker, "size=64m,nr_inodes=1m");
-    let volume = docker.join("volumes/build-cache");
-    let data = volume.join("_data");
-    std::fs::create_dir_all(&data).unwrap();
-    // mkdir is not traced: podstuck may start first, and fail fast.
-    let mut watch = podstuck(&root, &[]);
-    let made_at = Instant::now();
-    let (status, lines) = actor(os!["mkdirs", data, STORM_DIRS.to_string()]).finish(secs(120));
-    assert!(status.success());
-    assert_eq!(lines, [format!("mkdirs {STORM_DIRS} made")]);
-    eprintln!("p2: {STORM_DIRS} directories made in {:.1?}", made_at.elapsed());
+kernel_test! {
+    fn p2_a_long_removal_is_a_storm_with_an_estimate(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let docker = scratch.path().join("docker");
+        let _disk = TmpfsMount::new(&docker, "size=64m,nr_inodes=1m");
+        let volume = docker.join("volumes/build-cache");
+        let data = volume.join("_data");
+        std::fs::create_dir_all(&data).unwrap();
+        // mkdir is not traced: podstuck may start first, and fail fast.
+        let mut watch = podstuck(&root, &[]);
+        let made_at = Instant::now();
+        let (status, lines) = start_actor(os!["mkdirs", data, STORM_DIRS.to_string()]).finish(secs(120));
+        assert!(status.success());
+        assert_eq!(lines, [format!("mkdirs {STORM_DIRS} made")]);
+        eprintln!("p2: {STORM_DIRS} directories made in {:.1?}", made_at.elapsed());
 
-    let started = Instant::now();
-    let dockerd = actor(os!["--comm", "dockerd", "--calls-per-s", STORM_CALLS_PER_S.to_string(), "remove-all", volume]);
-    if let Some(mut watch) = watch.take() {
-        let under_scratch = |f: &Value| f["paths"][0].as_str().is_some_and(|p| p.starts_with(text(scratch.path())));
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "removal-storm" && under_scratch(f),
-            |e| {
-                // The tree being removed, or a directory above it that is
-                // still the test's own.
-                let key = PathBuf::from(e.text("/paths/0"));
-                e.that(
-                    key == data || (volume.starts_with(&key) && key.starts_with(scratch.path()) && key != scratch.path()),
-                    format!("/paths/0 ({}) should be {} or a directory above it in the test's tree", key.display(), volume.display()),
-                );
-                e.eq("/actor/comm", "dockerd");
-                e.eq("/actor/pid", dockerd.pid());
-                e.eq("/pod_uid", Value::Null);
-                // Caught while it lasts, with an estimate worth reading.
-                e.eq("/status", "active");
-                e.that(e.at("/details/calls").as_u64().is_some_and(|c| c > 0), "/details/calls > 0");
-                e.that(e.at("/details/rate_per_s").as_f64().is_some_and(|r| r > 0.0), "/details/rate_per_s > 0");
-                e.that(e.at("/details/remaining").as_u64().is_some_and(|r| r > 0), "/details/remaining > 0 while it lasts");
-                e.that(e.at("/details/eta_s").as_f64().is_some_and(|s| s > 0.0), "/details/eta_s > 0 while it lasts");
-                e.contains("/fix", "kubectl drain");
-            },
-        );
-        eprintln!("p2: finding {:.1?} into the removal: {}", started.elapsed(), finding["details"]);
-        stop(watch, &finding);
-        // The rest goes with the tmpfs.
-        drop(dockerd);
-        return;
+        let started = Instant::now();
+        let dockerd = start_actor(os!["--comm", "dockerd", "--calls-per-s", STORM_CALLS_PER_S.to_string(), "remove-all", volume]);
+        if let Some(mut watch) = watch.take() {
+            let under_scratch = |f: &Value| f["paths"][0].as_str().is_some_and(|p| p.starts_with(text(scratch.path())));
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "removal-storm" && under_scratch(f),
+                |e| {
+                    // The tree being removed, or a directory above it that is
+                    // still the test's own.
+                    let key = PathBuf::from(e.text("/paths/0"));
+                    e.that(
+                        key == data || (volume.starts_with(&key) && key.starts_with(scratch.path()) && key != scratch.path()),
+                        format!("/paths/0 ({}) should be {} or a directory above it in the test's tree", key.display(), volume.display()),
+                    );
+                    e.eq("/actor/comm", "dockerd");
+                    e.eq("/actor/pid", dockerd.pid());
+                    e.eq("/pod_uid", Value::Null);
+                    // Caught while it lasts, with an estimate worth reading.
+                    e.eq("/status", "active");
+                    e.that(e.at("/details/calls").as_u64().is_some_and(|c| c > 0), "/details/calls > 0");
+                    e.that(e.at("/details/rate_per_s").as_f64().is_some_and(|r| r > 0.0), "/details/rate_per_s > 0");
+                    e.that(e.at("/details/remaining").as_u64().is_some_and(|r| r > 0), "/details/remaining > 0 while it lasts");
+                    e.that(e.at("/details/eta_s").as_f64().is_some_and(|s| s > 0.0), "/details/eta_s > 0 while it lasts");
+                    e.contains("/fix", "kubectl drain");
+                },
+            );
+            eprintln!("p2: finding {:.1?} into the removal: {}", started.elapsed(), finding["details"]);
+            stop(watch, &finding);
+            // The rest goes with the tmpfs.
+            drop(dockerd);
+            return;
+        }
+        let (_, lines) = dockerd.finish(secs(120));
+        eprintln!("p2: removal of {STORM_DIRS} directories took {:.1?}", started.elapsed());
+        assert_eq!(lines, ["remove-all done"]);
+        assert!(!volume.exists());
     }
-    let (_, lines) = dockerd.finish(secs(120));
-    eprintln!("p2: removal of {STORM_DIRS} directories took {:.1?}", started.elapsed());
-    assert_eq!(lines, ["remove-all done"]);
-    assert!(!volume.exists());
 }
 
 // P3 --------------------------------------------------------------------
 
-#[test]
-fn p3_an_immutable_file_in_an_image_layer_is_named_with_chattr() {
-    if !can_touch_the_kernel("p3_an_immutable_file_in_an_image_layer_is_named_with_chattr") {
-        return;
-    }
-    let scratch = ScratchDir::new("p3");
-    let root = scratch.path().join("kubelet");
-    std::fs::create_dir_all(&root).unwrap();
-    let layer = scratch.path().join("docker/overlay2").join(hex64());
-    let etc = layer.join("diff/etc");
-    std::fs::create_dir_all(&etc).unwrap();
-    std::fs::create_dir_all(layer.join("work/work")).unwrap();
-    std::fs::write(etc.join("hosts"), "127.0.0.1 localhost\n").unwrap();
-    let file = etc.join("resolv.conf");
-    std::fs::write(&file, "nameserver 10.96.0.10\n").unwrap();
-    let _immutable = Immutable::set(&file);
-    let mut watch = podstuck(&root, &[]);
+kernel_test! {
+    fn p3_an_immutable_file_in_an_image_layer_is_named_with_chattr(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let layer = scratch.path().join("docker/overlay2").join(hex64());
+        let etc = layer.join("diff/etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::create_dir_all(layer.join("work/work")).unwrap();
+        std::fs::write(etc.join("hosts"), "127.0.0.1 localhost\n").unwrap();
+        let file = etc.join("resolv.conf");
+        std::fs::write(&file, "nameserver 10.96.0.10\n").unwrap();
+        let _immutable = Immutable::set(&file);
+        let mut watch = podstuck(&root, &[]);
 
-    // dockerd removing the layer with os.RemoveAll, retried.
-    let dockerd = actor(os!["--comm", "dockerd", "--every-ms", "1000", "--repeat", "0", "remove-all", layer]);
-    let layer_name = layer.file_name().unwrap().to_str().unwrap();
-    let eperm = format!("remove-all left: errno {} at {layer_name}/diff/etc/resolv.conf", libc::EPERM);
-    all_say(&dockerd.wait_for_lines(2, secs(10)), &eperm);
+        // dockerd removing the layer with os.RemoveAll, retried.
+        let dockerd = start_actor(os!["--comm", "dockerd", "--every-ms", "1000", "--repeat", "0", "remove-all", layer]);
+        let layer_name = layer.file_name().unwrap().to_str().unwrap();
+        let eperm = format!("remove-all left: errno {} at {layer_name}/diff/etc/resolv.conf", libc::EPERM);
+        all_say(&dockerd.wait_for_lines(2, secs(10)), &eperm);
 
-    if let Some(mut watch) = watch.take() {
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "immutable-file" && f["paths"][0].as_str().is_some_and(|p| p.starts_with(text(scratch.path()))),
-            |e| {
-                e.eq("/paths/0", text(&file));
-                e.eq("/fix", format!("chattr -i {}", shell_word(&file)));
-                e.eq("/errno", "EPERM");
-                e.eq("/actor/comm", "dockerd");
-            },
-        );
+        if let Some(mut watch) = watch.take() {
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "immutable-file" && f["paths"][0].as_str().is_some_and(|p| p.starts_with(text(scratch.path()))),
+                |e| {
+                    e.eq("/paths/0", text(&file));
+                    e.eq("/fix", format!("chattr -i {}", shell_word(&file)));
+                    e.eq("/errno", "EPERM");
+                    e.eq("/actor/comm", "dockerd");
+                },
+            );
+            all_say(&dockerd.lines(), &eperm);
+            assert!(file.exists());
+            // "then let kubelet retry": dockerd's next attempt goes through.
+            apply_fix(&finding);
+            assert!(dockerd.wait_for_line("remove-all done", secs(5)), "after the fix: {:?}", dockerd.lines());
+            stop(watch, &finding);
+            return;
+        }
         all_say(&dockerd.lines(), &eperm);
         assert!(file.exists());
-        // "then let kubelet retry": dockerd's next attempt goes through.
-        apply_fix(&finding);
-        assert!(dockerd.wait_for_line("remove-all done", secs(5)), "after the fix: {:?}", dockerd.lines());
-        stop(watch, &finding);
-        return;
     }
-    all_say(&dockerd.lines(), &eperm);
-    assert!(file.exists());
 }
 
-#[test]
-fn p3_near_miss_a_sticky_directory_is_not_called_immutable() {
-    if !can_touch_the_kernel("p3_near_miss_a_sticky_directory_is_not_called_immutable") {
-        return;
-    }
-    // Same EPERM, same place, no flag: /tmp's sticky bit keeps uid 1002
-    // from removing uid 1001's file. Telling the user to chattr would be wrong.
-    let scratch = ScratchDir::new("p3-sticky");
-    let root = scratch.path().join("kubelet");
-    std::fs::create_dir_all(&root).unwrap();
-    let tmp = scratch.path().join("docker/overlay2").join(hex64()).join("diff/tmp");
-    std::fs::create_dir_all(&tmp).unwrap();
-    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
-    let file = tmp.join("build.lock");
-    std::fs::write(&file, "").unwrap();
-    std::os::unix::fs::chown(&file, Some(1001), Some(1001)).unwrap();
-    let mut watch = podstuck(&root, &[]);
+kernel_test! {
+    fn p3_near_miss_a_sticky_directory_is_not_called_immutable(test) {
+        // Same EPERM, same place, no flag: /tmp's sticky bit keeps uid 1002
+        // from removing uid 1001's file. Telling the user to chattr would be wrong.
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let tmp = scratch.path().join("docker/overlay2").join(hex64()).join("diff/tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+        let file = tmp.join("build.lock");
+        std::fs::write(&file, "").unwrap();
+        std::os::unix::fs::chown(&file, Some(1001), Some(1001)).unwrap();
+        let mut watch = podstuck(&root, &[]);
 
-    let cleanup = actor(os!["--comm", "cleanup", "--as-uid", "1002", "--every-ms", "1000", "--repeat", "0", "unlink", file]);
-    let eperm = format!("unlink errno {}", libc::EPERM);
-    all_say(&cleanup.wait_for_lines(2, secs(10)), &eperm);
+        let cleanup = start_actor(os!["--comm", "cleanup", "--as-uid", "1002", "--every-ms", "1000", "--repeat", "0", "unlink", file]);
+        let eperm = format!("unlink errno {}", libc::EPERM);
+        all_say(&cleanup.wait_for_lines(2, secs(10)), &eperm);
 
-    if let Some(mut watch) = watch.take() {
-        let about_file = |f: &Value| f.to_string().contains(text(&file));
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "permission-denied" && about_file(f),
-            |e| {
-                e.that(
-                    e.mentions("/summary", "sticky") || e.mentions("/evidence", "sticky"),
-                    "summary or evidence should say the sticky bit refused it",
-                );
-                e.eq("/errno", "EPERM");
-            },
-        );
-        let done = stop(watch, &finding);
-        let immutable: Vec<&Value> = done.findings.iter().filter(|f| f["kind"] == "immutable-file" && about_file(f)).collect();
-        assert!(immutable.is_empty(), "a file without the i flag called immutable: {immutable:?}");
+        if let Some(mut watch) = watch.take() {
+            let about_file = |f: &Value| f.to_string().contains(text(&file));
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "permission-denied" && about_file(f),
+                |e| {
+                    e.that(
+                        e.mentions("/summary", "sticky") || e.mentions("/evidence", "sticky"),
+                        "summary or evidence should say the sticky bit refused it",
+                    );
+                    e.eq("/errno", "EPERM");
+                },
+            );
+            let done = stop(watch, &finding);
+            let immutable: Vec<&Value> = done.findings.iter().filter(|f| f["kind"] == "immutable-file" && about_file(f)).collect();
+            assert!(immutable.is_empty(), "a file without the i flag called immutable: {immutable:?}");
+        }
+        all_say(&cleanup.lines(), &eperm);
     }
-    all_say(&cleanup.lines(), &eperm);
 }
 
 // P4 --------------------------------------------------------------------
@@ -405,12 +367,29 @@ fn containerd_unmounts(rootfs: &Path) -> Bursts {
     Bursts::start(os!["--comm", "containerd", "--repeat", "50", "--every-ms", "50", "umount", rootfs], secs(2))
 }
 
+/// A container's rootfs and the process that holds it: the actor, started
+/// with `args` (given the rootfs) and ready.
+struct HeldRootfs {
+    // Field order is drop order: the holder before the mounts it holds.
+    holder: Process,
+    container: ContainerdRootfs,
+}
+
+impl HeldRootfs {
+    fn new(scratch: &ScratchDir, args: impl FnOnce(&Path) -> Vec<OsString>) -> HeldRootfs {
+        let container = ContainerdRootfs::new(scratch.path());
+        let holder = start_actor(args(&container.rootfs));
+        holder.wait_ready(secs(10));
+        HeldRootfs { holder, container }
+    }
+}
+
 /// Runs the containerd bursts against a held rootfs until podstuck names
-/// the holder, then runs the fix it prints and checks that containerd's
-/// next try would succeed.
-fn mount_held(scratch: &ScratchDir, rootfs: &Path, holder: &Process, fix: impl Fn(&mut Expect)) {
-    let root = scratch.path().join("kubelet");
-    std::fs::create_dir_all(&root).unwrap();
+/// the holder (in its evidence; `fix` checks the rest), then runs the fix
+/// it prints and checks that containerd's next try would succeed.
+fn mount_held(scratch: &ScratchDir, held: &HeldRootfs, fix: impl Fn(&mut Expect)) {
+    let (rootfs, pid) = (held.container.rootfs.as_path(), held.holder.pid());
+    let root = KubeletRoot::empty(scratch.path().join("kubelet"));
     let watch = podstuck(&root, &[]);
     let bursts = containerd_unmounts(rootfs);
     let ebusy = format!("umount errno {}", libc::EBUSY);
@@ -432,266 +411,235 @@ fn mount_held(scratch: &ScratchDir, rootfs: &Path, holder: &Process, fix: impl F
             let rhythm = e.text("/rhythm");
             e.that(rhythm.contains("containerd"), format!("/rhythm ({rhythm}) should name containerd's retries"));
             fix(e);
+            e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
         },
     );
     let lines = bursts.finish();
     assert!(lines.len() >= 50, "a whole burst: {lines:?}");
     all_say(&lines, &ebusy);
     assert!(is_mountpoint(rootfs), "the fixture must still be mounted");
-    assert_eq!(task_state(holder.pid()), Some('S'), "the holder is alive");
+    assert_eq!(task_state(pid), Some('S'), "the holder is alive");
     apply_fix(&finding);
     assert_eq!(succeeds_soon(|| sys_umount2(&cstring(rootfs), 0)), 0, "containerd's next umount2 after the fix");
     stop(watch, &finding);
 }
 
-#[test]
-fn p4_a_mount_held_in_another_namespace_is_named_with_nsenter() {
-    if !can_touch_the_kernel("p4_a_mount_held_in_another_namespace_is_named_with_nsenter") {
-        return;
-    }
-    let scratch = ScratchDir::new("p4-ns");
-    let container = ContainerdRootfs::new(scratch.path());
-    let rootfs = container.rootfs.clone();
-    // A process that unshared its mount namespace while the rootfs was
-    // mounted (a leaked copy), with its cwd inside.
-    let holder = actor(os!["--comm", "leaky-agent", "hold-in-namespace", rootfs.join("app")]);
-    holder.wait_ready(secs(10));
-    let pid = holder.pid();
-    let host_ns = std::fs::read_link("/proc/self/ns/mnt").unwrap();
-    assert_ne!(std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap(), host_ns, "the holder has its own namespace");
+kernel_test! {
+    fn p4_a_mount_held_in_another_namespace_is_named_with_nsenter(test) {
+        let scratch = test.scratch();
+        // A process that unshared its mount namespace while the rootfs was
+        // mounted (a leaked copy), with its cwd inside.
+        let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "leaky-agent", "hold-in-namespace", rootfs.join("app")]);
+        let (rootfs, pid) = (&held.container.rootfs, held.holder.pid());
+        let host_ns = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+        assert_ne!(std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap(), host_ns, "the holder has its own namespace");
 
-    mount_held(&scratch, &rootfs, &holder, |e| {
-        // `umount` without -l fails in there: the holder's cwd is inside,
-        // it is what keeps the copy busy (exit 32, "target is busy").
-        e.eq("/fix", format!("nsenter -m -t {pid} umount -l {}", shell_word(&rootfs)));
-        e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-    });
+        mount_held(&scratch, &held, |e| {
+            // `umount` without -l fails in there: the holder's cwd is inside,
+            // it is what keeps the copy busy (exit 32, "target is busy").
+            e.eq("/fix", format!("nsenter -m -t {pid} umount -l {}", shell_word(rootfs)));
+        });
+    }
 }
 
-#[test]
-fn p4_a_mount_held_by_an_open_file_is_named_with_kill() {
-    if !can_touch_the_kernel("p4_a_mount_held_by_an_open_file_is_named_with_kill") {
-        return;
+kernel_test! {
+    fn p4_a_mount_held_by_an_open_file_is_named_with_kill(test) {
+        let scratch = test.scratch();
+        // A log shipper in the host namespace still reading the container's log.
+        let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "log-shipper", "hold-open", rootfs.join("app/server.log")]);
+        let pid = held.holder.pid();
+        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("kill {pid}")));
     }
-    let scratch = ScratchDir::new("p4-fd");
-    let container = ContainerdRootfs::new(scratch.path());
-    let rootfs = container.rootfs.clone();
-    // A log shipper in the host namespace still reading the container's log.
-    let holder = actor(os!["--comm", "log-shipper", "hold-open", rootfs.join("app/server.log")]);
-    holder.wait_ready(secs(10));
-    let pid = holder.pid();
-
-    mount_held(&scratch, &rootfs, &holder, |e| {
-        e.contains("/fix", &format!("kill {pid}"));
-        e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-    });
 }
 
-#[test]
-fn p4_a_mount_held_by_a_cwd_is_named_with_kill() {
-    if !can_touch_the_kernel("p4_a_mount_held_by_a_cwd_is_named_with_kill") {
-        return;
+kernel_test! {
+    fn p4_a_mount_held_by_a_cwd_is_named_with_kill(test) {
+        let scratch = test.scratch();
+        // A debugging shell someone left in the container's directory.
+        let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "bash", "hold-cwd", rootfs.join("app")]);
+        let pid = held.holder.pid();
+        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("kill {pid}")));
     }
-    let scratch = ScratchDir::new("p4-cwd");
-    let container = ContainerdRootfs::new(scratch.path());
-    let rootfs = container.rootfs.clone();
-    // A debugging shell someone left in the container's directory.
-    let holder = actor(os!["--comm", "bash", "hold-cwd", rootfs.join("app")]);
-    holder.wait_ready(secs(10));
-    let pid = holder.pid();
-
-    mount_held(&scratch, &rootfs, &holder, |e| {
-        e.contains("/fix", &format!("kill {pid}"));
-        e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-    });
 }
 
 // P5 --------------------------------------------------------------------
 
-#[test]
-fn p5_a_pod_cgroup_with_a_live_task_is_named_with_cgroup_kill() {
-    if !can_touch_the_kernel("p5_a_pod_cgroup_with_a_live_task_is_named_with_cgroup_kill") {
-        return;
-    }
-    let scratch = ScratchDir::new("p5");
-    let root = scratch.path().join("kubelet");
-    std::fs::create_dir_all(&root).unwrap();
-    let uid = new_pod_uid();
-    // Named exactly as the systemd cgroup driver names a BestEffort pod,
-    // below a parent of this test's own, so that tests running at once
-    // never share (and fail to remove) a kubepods.slice.
-    let cgroup = cgroup2_root().join(scratch.path().file_name().unwrap()).join(format!(
-        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
-        uid.replace('-', "_")
-    ));
-    let _cgroups = CgroupDirs::create(&cgroup);
-    let task = actor(os!["--comm", "pause", "--cgroup", cgroup, "sleep"]);
-    task.wait_ready(secs(10));
-    let mut watch = podstuck(&root, &["--pod", &uid]);
+kernel_test! {
+    fn p5_a_pod_cgroup_with_a_live_task_is_named_with_cgroup_kill(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let uid = new_pod_uid();
+        let uid = uid.as_str();
+        // Named exactly as the systemd cgroup driver names a BestEffort pod,
+        // below a parent of this test's own, so that tests running at once
+        // never share (and fail to remove) a kubepods.slice.
+        let cgroup = pod_slice(&cgroup2_root().join(scratch.path().file_name().unwrap()), "besteffort", uid);
+        let _cgroups = CgroupDirs::create(&cgroup);
+        let task = start_actor(os!["--comm", "pause", "--cgroup", cgroup, "sleep"]);
+        task.wait_ready(secs(10));
+        let mut watch = podstuck(&root, &["--pod", uid]);
 
-    // kubelet's pod cgroup cleanup, every 2 s.
-    let kubelet = actor(os!["--comm", "kubelet", "--every-ms", "2000", "--repeat", "0", "rmdir", cgroup]);
-    let ebusy = format!("rmdir errno {}", libc::EBUSY);
-    all_say(&kubelet.wait_for_lines(1, secs(10)), &ebusy);
+        // kubelet's pod cgroup cleanup, every 2 s.
+        let kubelet = start_actor(os!["--comm", "kubelet", "--every-ms", "2000", "--repeat", "0", "rmdir", cgroup]);
+        let ebusy = format!("rmdir errno {}", libc::EBUSY);
+        all_say(&kubelet.wait_for_lines(1, secs(10)), &ebusy);
 
-    if let Some(mut watch) = watch.take() {
-        let pid = task.pid();
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "cgroup-busy",
-            |e| {
-                e.eq("/pod_uid", uid.as_str());
-                e.eq("/paths/0", text(&cgroup));
-                e.eq("/actor/comm", "kubelet");
-                e.eq("/errno", "EBUSY");
-                e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the live task, pid {pid}"));
-                e.eq("/fix", format!("echo 1 > {}", shell_word(&cgroup.join("cgroup.kill"))));
-            },
-        );
+        if let Some(mut watch) = watch.take() {
+            let pid = task.pid();
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "cgroup-busy",
+                |e| {
+                    e.eq("/pod_uid", uid);
+                    e.eq("/paths/0", text(&cgroup));
+                    e.eq("/actor/comm", "kubelet");
+                    e.eq("/errno", "EBUSY");
+                    e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the live task, pid {pid}"));
+                    e.eq("/fix", format!("echo 1 > {}", shell_word(&cgroup.join("cgroup.kill"))));
+                },
+            );
+            all_say(&kubelet.lines(), &ebusy);
+            apply_fix(&finding);
+            assert_eq!(succeeds_soon(|| sys_rmdir(&cstring(&cgroup))), 0, "kubelet's next rmdir after the fix");
+            stop(watch, &finding);
+            return;
+        }
         all_say(&kubelet.lines(), &ebusy);
-        apply_fix(&finding);
-        assert_eq!(succeeds_soon(|| sys_rmdir(&cstring(&cgroup))), 0, "kubelet's next rmdir after the fix");
-        stop(watch, &finding);
-        return;
     }
-    all_say(&kubelet.lines(), &ebusy);
 }
 
 // P6 --------------------------------------------------------------------
 
-#[test]
-fn p6_a_call_hung_on_a_stopped_fuse_daemon_is_named_with_abort() {
-    if !can_touch_the_kernel("p6_a_call_hung_on_a_stopped_fuse_daemon_is_named_with_abort") {
-        return;
-    }
-    let scratch = ScratchDir::new("p6");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let pv = csi_volume(&root, &uid, "pvc-fuse");
-    let mount = pv.join("mount");
-    let mut fuse = FuseMount::start(fuse_server(), &mount);
-    let victim = mount.join("a");
-    // While the daemon answers, removal works.
-    let (_, healthy) = actor(os!["unlink", victim]).finish(secs(10));
-    all_say(&healthy, "unlink ok");
-    fuse.stop_server();
-    let mut watch = podstuck(&root, &["--pod", &uid]);
+kernel_test! {
+    fn p6_a_call_hung_on_a_stopped_fuse_daemon_is_named_with_abort(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid();
+        let pv = pod.create_csi_volume("pvc-fuse");
+        let mount = pv.join("mount");
+        let mut fuse = FuseMount::start(&mount);
+        let victim = mount.join("a");
+        // While the daemon answers, removal works.
+        let (_, healthy) = start_actor(os!["unlink", victim]).finish(secs(10));
+        all_say(&healthy, "unlink ok");
+        fuse.stop_server();
+        let mut watch = podstuck(&root, &["--pod", uid]);
 
-    let kubelet = actor(os!["--comm", "kubelet", "unlink", victim]);
-    // The unlink waits for the daemon's answer to LOOKUP: no line, and the
-    // task sleeps in the FUSE request wait (interruptible, so state S).
-    std::thread::sleep(secs(3));
-    assert!(kubelet.lines().is_empty(), "the unlink returned: {:?}", kubelet.lines());
-    assert_eq!(wchan(kubelet.pid()), "request_wait_answer");
+        let kubelet = start_actor(os!["--comm", "kubelet", "unlink", victim]);
+        // The unlink waits for the daemon's answer to LOOKUP: no line, and the
+        // task sleeps in the FUSE request wait (interruptible, so state S).
+        std::thread::sleep(secs(3));
+        assert!(kubelet.lines().is_empty(), "the unlink returned: {:?}", kubelet.lines());
+        assert_eq!(wchan(kubelet.pid()), "request_wait_answer");
 
-    if let Some(mut watch) = watch.take() {
-        let server = fuse.server_pid();
-        let connection = fuse.connection();
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "hung-call",
-            |e| {
-                e.eq("/paths/0", text(&victim));
-                e.eq("/pod_uid", uid.as_str());
-                e.eq("/actor/comm", "kubelet");
-                e.eq("/actor/pid", kubelet.pid());
-                e.eq("/syscall", "unlink");
-                e.that(e.mentions_number("/evidence", server.into()), format!("evidence should name the FUSE daemon, pid {server}"));
-                e.that(e.mentions("/evidence", "stopped"), "evidence should say the daemon is stopped");
-                // Preceded by mounting fusectl when the node has not (this one has not).
-                let abort = format!("echo 1 > /sys/fs/fuse/connections/{connection}/abort");
-                e.that(e.text("/fix").ends_with(&abort), format!("/fix should end with {abort}"));
-            },
-        );
-        // What the fix does: the hung call fails instead of hanging.
+        if let Some(mut watch) = watch.take() {
+            let server = fuse.server_pid();
+            let connection = fuse.connection();
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "hung-call",
+                |e| {
+                    e.eq("/paths/0", text(&victim));
+                    e.eq("/pod_uid", uid);
+                    e.eq("/actor/comm", "kubelet");
+                    e.eq("/actor/pid", kubelet.pid());
+                    e.eq("/syscall", "unlink");
+                    e.that(e.mentions_number("/evidence", server.into()), format!("evidence should name the FUSE daemon, pid {server}"));
+                    e.that(e.mentions("/evidence", "stopped"), "evidence should say the daemon is stopped");
+                    // Preceded by mounting fusectl when the node has not (this one has not).
+                    let abort = format!("echo 1 > /sys/fs/fuse/connections/{connection}/abort");
+                    e.that(e.text("/fix").ends_with(&abort), format!("/fix should end with {abort}"));
+                },
+            );
+            // What the fix does: the hung call fails instead of hanging.
+            fuse.abort();
+            stop(watch, &finding);
+        }
         fuse.abort();
-        stop(watch, &finding);
+        let (_, lines) = kubelet.finish(secs(10));
+        let aborted = [libc::ECONNABORTED, libc::ENOTCONN].map(|e| format!("unlink errno {e}"));
+        assert!(lines.len() == 1 && aborted.contains(&lines[0]), "after the abort: {lines:?}");
     }
-    fuse.abort();
-    let (_, lines) = kubelet.finish(secs(10));
-    let aborted = [libc::ECONNABORTED, libc::ENOTCONN].map(|e| format!("unlink errno {e}"));
-    assert!(lines.len() == 1 && aborted.contains(&lines[0]), "after the abort: {lines:?}");
 }
 
 // P7 --------------------------------------------------------------------
 
-#[test]
-fn p7_unmounting_what_is_not_mounted_is_named_with_rmdir() {
-    if !can_touch_the_kernel("p7_unmounting_what_is_not_mounted_is_named_with_rmdir") {
-        return;
-    }
-    let scratch = ScratchDir::new("p7");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let pv = csi_volume(&root, &uid, "pvc-p7");
-    let dir = pv.join("mount");
-    std::fs::create_dir(&dir).unwrap();
-    let mut watch = podstuck(&root, &["--pod", &uid]);
+kernel_test! {
+    fn p7_unmounting_what_is_not_mounted_is_named_with_rmdir(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid();
+        let pv = pod.create_csi_volume("pvc-p7");
+        let dir = pv.join("mount");
+        std::fs::create_dir(&dir).unwrap();
+        let mut watch = podstuck(&root, &["--pod", uid]);
 
-    // A non-idempotent NodeUnpublish, called by kubelet on its backoff.
-    let driver = actor(os!["--comm", "hostpathplugin", "--backoff-ms", "500", "--repeat", "0", "umount", dir]);
-    let einval = format!("umount errno {}", libc::EINVAL);
-    all_say(&driver.wait_for_lines(3, secs(10)), &einval);
+        // A non-idempotent NodeUnpublish, called by kubelet on its backoff.
+        let driver = start_actor(os!["--comm", "hostpathplugin", "--backoff-ms", "500", "--repeat", "0", "umount", dir]);
+        let einval = format!("umount errno {}", libc::EINVAL);
+        all_say(&driver.wait_for_lines(3, secs(10)), &einval);
 
-    if let Some(mut watch) = watch.take() {
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "not-mounted",
-            |e| {
-                e.eq("/paths/0", text(&dir));
-                e.eq("/pod_uid", uid.as_str());
-                e.eq("/syscall", "umount2");
-                e.eq("/errno", "EINVAL");
-                e.eq("/fix", format!("rmdir {}", shell_word(&dir)));
-            },
-        );
+        if let Some(mut watch) = watch.take() {
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "not-mounted",
+                |e| {
+                    e.eq("/paths/0", text(&dir));
+                    e.eq("/pod_uid", uid);
+                    e.eq("/syscall", "umount2");
+                    e.eq("/errno", "EINVAL");
+                    e.eq("/fix", format!("rmdir {}", shell_word(&dir)));
+                },
+            );
+            all_say(&driver.lines(), &einval);
+            apply_fix(&finding);
+            assert!(!dir.exists(), "the fix should remove {}", dir.display());
+            stop(watch, &finding);
+            return;
+        }
         all_say(&driver.lines(), &einval);
-        apply_fix(&finding);
-        assert!(!dir.exists(), "the fix should remove {}", dir.display());
-        stop(watch, &finding);
-        return;
     }
-    all_say(&driver.lines(), &einval);
 }
 
 // P8 --------------------------------------------------------------------
 
-#[test]
-fn p8_a_volume_dir_with_a_stray_file_is_named_with_its_content() {
-    if !can_touch_the_kernel("p8_a_volume_dir_with_a_stray_file_is_named_with_its_content") {
-        return;
-    }
-    let scratch = ScratchDir::new("p8");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let pv = csi_volume(&root, &uid, "pvc-p8");
-    let dir = pv.join("mount");
-    std::fs::create_dir(&dir).unwrap();
-    // Written under the mountpoint while the volume was not mounted.
-    std::fs::write(dir.join("left-behind.log"), "written while unmounted\n").unwrap();
-    let mut watch = podstuck(&root, &["--pod", &uid]);
+kernel_test! {
+    fn p8_a_volume_dir_with_a_stray_file_is_named_with_its_content(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid();
+        let pv = pod.create_csi_volume("pvc-p8");
+        let dir = pv.join("mount");
+        std::fs::create_dir(&dir).unwrap();
+        // Written under the mountpoint while the volume was not mounted.
+        std::fs::write(dir.join("left-behind.log"), "written while unmounted\n").unwrap();
+        let mut watch = podstuck(&root, &["--pod", uid]);
 
-    let kubelet = actor(os!["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", pv, "mount"]);
-    let enotempty = format!("rmdir-at errno {}", libc::ENOTEMPTY);
-    all_say(&kubelet.wait_for_lines(3, secs(10)), &enotempty);
+        let kubelet = start_actor(os!["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", pv, "mount"]);
+        let enotempty = format!("rmdir-at errno {}", libc::ENOTEMPTY);
+        all_say(&kubelet.wait_for_lines(3, secs(10)), &enotempty);
 
-    if let Some(mut watch) = watch.take() {
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "dir-not-empty",
-            |e| {
-                e.eq("/paths/0", text(&dir));
-                e.eq("/pod_uid", uid.as_str());
-                e.eq("/actor/comm", "kubelet");
-                e.eq("/errno", "ENOTEMPTY");
-                e.that(e.mentions("/evidence", "left-behind.log"), "evidence should list the stray file");
-                e.starts_with("/fix", "rm -r --one-file-system -- ");
-                e.contains("/fix", &shell_word(&dir));
-            },
-        );
-        stop(watch, &finding);
+        if let Some(mut watch) = watch.take() {
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "dir-not-empty",
+                |e| {
+                    e.eq("/paths/0", text(&dir));
+                    e.eq("/pod_uid", uid);
+                    e.eq("/actor/comm", "kubelet");
+                    e.eq("/errno", "ENOTEMPTY");
+                    e.that(e.mentions("/evidence", "left-behind.log"), "evidence should list the stray file");
+                    e.starts_with("/fix", "rm -r --one-file-system -- ");
+                    e.contains("/fix", &shell_word(&dir));
+                },
+            );
+            stop(watch, &finding);
+        }
+        all_say(&kubelet.lines(), &enotempty);
     }
-    all_say(&kubelet.lines(), &enotempty);
 }
 
 // P9 --------------------------------------------------------------------
@@ -712,225 +660,217 @@ fn says_no_inode_left(e: &Expect) -> bool {
     in_details || in_evidence
 }
 
-#[test]
-fn p9_an_overlay_whose_upper_filesystem_is_full_is_disk_full() {
-    if !can_touch_the_kernel("p9_an_overlay_whose_upper_filesystem_is_full_is_disk_full") {
-        return;
-    }
-    let scratch = ScratchDir::new("p9-full");
-    let root = scratch.path().join("kubelet");
-    std::fs::create_dir_all(&root).unwrap();
-    // docker's whole data root on a tiny tmpfs, out of inodes.
-    let docker = scratch.path().join("docker");
-    let _disk = TmpfsMount::new(&docker, "size=4m,nr_inodes=64");
-    let lower = docker.join("overlay2").join(hex64()).join("diff");
-    std::fs::create_dir_all(lower.join("etc")).unwrap();
-    std::fs::write(lower.join("etc/motd"), "welcome\n").unwrap();
-    let layer = docker.join("overlay2").join(hex64());
-    let merged = layer.join("merged");
-    let _overlay = OverlayMount::new(&lower, &layer.join("diff"), &layer.join("work"), &merged);
-    let filled = fill_inodes(&docker.join("tmp"));
-    eprintln!("p9: {filled} files filled the upper filesystem");
-    let victim = merged.join("etc/motd");
-    let mut watch = podstuck(&root, &[]);
+kernel_test! {
+    fn p9_an_overlay_whose_upper_filesystem_is_full_is_disk_full(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        // docker's whole data root on a tiny tmpfs, out of inodes.
+        let docker = scratch.path().join("docker");
+        let _disk = TmpfsMount::new(&docker, "size=4m,nr_inodes=64");
+        let lower = docker.join("overlay2").join(hex64()).join("diff");
+        std::fs::create_dir_all(lower.join("etc")).unwrap();
+        std::fs::write(lower.join("etc/motd"), "welcome\n").unwrap();
+        let layer = docker.join("overlay2").join(hex64());
+        let merged = layer.join("merged");
+        let _overlay = OverlayMount::new(&lower, &layer.join("diff"), &layer.join("work"), &merged);
+        let filled = fill_inodes(&docker.join("tmp"));
+        eprintln!("p9: {filled} files filled the upper filesystem");
+        let victim = merged.join("etc/motd");
+        let mut watch = podstuck(&root, &[]);
 
-    // Removing a lower file needs a whiteout in the upper layer: an inode.
-    let rm = actor(os!["--comm", "rm", "--every-ms", "1000", "--repeat", "0", "unlink", victim]);
-    let enospc = format!("unlink errno {}", libc::ENOSPC);
-    all_say(&rm.wait_for_lines(2, secs(10)), &enospc);
+        // Removing a lower file needs a whiteout in the upper layer: an inode.
+        let rm = start_actor(os!["--comm", "rm", "--every-ms", "1000", "--repeat", "0", "unlink", victim]);
+        let enospc = format!("unlink errno {}", libc::ENOSPC);
+        all_say(&rm.wait_for_lines(2, secs(10)), &enospc);
 
-    if let Some(mut watch) = watch.take() {
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "disk-full" && f.to_string().contains(text(scratch.path())),
-            |e| {
-                e.eq("/paths/0", text(&victim));
-                e.eq("/errno", "ENOSPC");
-                e.that(says_no_inode_left(e), "evidence or details should say 0 free inodes");
-                // The upper layer is a tmpfs out of inodes: the fix gives it more.
-                e.starts_with("/fix", "mount -o remount,nr_inodes=");
-                let fix = e.text("/fix");
-                e.that(
-                    fix.contains(&shell_word(&docker)) || fix.contains(&shell_word(&merged)),
-                    format!("/fix ({fix}) should name {} or {}", docker.display(), merged.display()),
-                );
-            },
-        );
-        stop(watch, &finding);
+        if let Some(mut watch) = watch.take() {
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "disk-full" && f.to_string().contains(text(scratch.path())),
+                |e| {
+                    e.eq("/paths/0", text(&victim));
+                    e.eq("/errno", "ENOSPC");
+                    e.that(says_no_inode_left(e), "evidence or details should say 0 free inodes");
+                    // The upper layer is a tmpfs out of inodes: the fix gives it more.
+                    e.starts_with("/fix", "mount -o remount,nr_inodes=");
+                    let fix = e.text("/fix");
+                    e.that(
+                        fix.contains(&shell_word(&docker)) || fix.contains(&shell_word(&merged)),
+                        format!("/fix ({fix}) should name {} or {}", docker.display(), merged.display()),
+                    );
+                },
+            );
+            stop(watch, &finding);
+        }
+        all_say(&rm.lines(), &enospc);
     }
-    all_say(&rm.lines(), &enospc);
 }
 
-#[test]
-fn p9_a_read_only_kubelet_root_is_named_with_remount() {
-    if !can_touch_the_kernel("p9_a_read_only_kubelet_root_is_named_with_remount") {
-        return;
-    }
-    let scratch = ScratchDir::new("p9-ro");
-    let disk = scratch.path().join("kubelet-disk");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let cache = "volumes/kubernetes.io~empty-dir/cache";
-    std::fs::create_dir_all(pod_dir(&disk, &uid).join(cache)).unwrap();
-    std::fs::write(pod_dir(&disk, &uid).join(cache).join("index.db"), "x").unwrap();
-    // The kubelet root's disk went read-only (errors=remount-ro, a bind ro).
-    let _read_only = BindMount::read_only(&disk, &root);
-    let mut watch = podstuck(&root, &["--pod", &uid]);
+kernel_test! {
+    fn p9_a_read_only_kubelet_root_is_named_with_remount(test) {
+        let scratch = test.scratch();
+        let disk = KubeletRoot::new(scratch.path().join("kubelet-disk"));
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let uid = new_pod_uid();
+        let uid = uid.as_str();
+        let cache = disk.pod(uid).empty_dir("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        std::fs::write(cache.join("index.db"), "x").unwrap();
+        // The kubelet root's disk went read-only (errors=remount-ro, a bind ro).
+        let _read_only = BindMount::read_only(disk.path(), root.path());
+        let mut watch = podstuck(&root, &["--pod", uid]);
 
-    let target = pod_dir(&root, &uid).join(cache);
-    let kubelet = actor(os!["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "remove-all", target]);
-    // Go's RemoveAll gives up at once on EROFS: it is not EISDIR or EPERM.
-    let erofs = format!("remove-all left: errno {} at cache", libc::EROFS);
-    all_say(&kubelet.wait_for_lines(2, secs(10)), &erofs);
+        let target = root.pod(uid).empty_dir("cache");
+        let kubelet = start_actor(os!["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "remove-all", target]);
+        // Go's RemoveAll gives up at once on EROFS: it is not EISDIR or EPERM.
+        let erofs = format!("remove-all left: errno {} at cache", libc::EROFS);
+        all_say(&kubelet.wait_for_lines(2, secs(10)), &erofs);
 
-    if let Some(mut watch) = watch.take() {
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "read-only-fs",
-            |e| {
-                e.eq("/pod_uid", uid.as_str());
-                e.eq("/errno", "EROFS");
-                e.eq("/actor/comm", "kubelet");
-                let key = e.text("/paths/0");
-                e.that(key.starts_with(text(&target)), format!("/paths/0 ({key}) should be in {}", target.display()));
-                // Both work on a read-only bind (checked by hand here);
-                // ",bind" leaves the filesystem itself alone.
-                let fix = e.text("/fix");
-                let allowed = ["remount,rw", "remount,bind,rw"].map(|o| format!("mount -o {o} {}", shell_word(&root)));
-                e.that(allowed.contains(&fix), format!("/fix is {fix:?}, want one of {allowed:?}"));
-            },
-        );
+        if let Some(mut watch) = watch.take() {
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "read-only-fs",
+                |e| {
+                    e.eq("/pod_uid", uid);
+                    e.eq("/errno", "EROFS");
+                    e.eq("/actor/comm", "kubelet");
+                    let key = e.text("/paths/0");
+                    e.that(key.starts_with(text(&target)), format!("/paths/0 ({key}) should be in {}", target.display()));
+                    // Both work on a read-only bind (checked by hand here);
+                    // ",bind" leaves the filesystem itself alone.
+                    let fix = e.text("/fix");
+                    let allowed = ["remount,rw", "remount,bind,rw"].map(|o| format!("mount -o {o} {}", shell_word(root.path())));
+                    e.that(allowed.contains(&fix), format!("/fix is {fix:?}, want one of {allowed:?}"));
+                },
+            );
+            all_say(&kubelet.lines(), &erofs);
+            apply_fix(&finding);
+            std::fs::write(root.path().join("writable-again"), "").expect("the fix should make the kubelet root writable");
+            stop(watch, &finding);
+            return;
+        }
         all_say(&kubelet.lines(), &erofs);
-        apply_fix(&finding);
-        std::fs::write(root.join("writable-again"), "").expect("the fix should make the kubelet root writable");
-        stop(watch, &finding);
-        return;
     }
-    all_say(&kubelet.lines(), &erofs);
 }
 
 // P10 -------------------------------------------------------------------
 
-#[test]
-fn p10_a_subpath_bind_mount_left_behind_is_named_with_its_umount() {
-    if !can_touch_the_kernel("p10_a_subpath_bind_mount_left_behind_is_named_with_its_umount") {
-        return;
-    }
-    let scratch = ScratchDir::new("p10");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let source = pod_dir(&root, &uid).join("volumes/kubernetes.io~empty-dir/data/config");
-    std::fs::create_dir_all(&source).unwrap();
-    let container = pod_dir(&root, &uid).join("volume-subpaths/data/app");
-    let index = container.join("0");
-    let _subpath = BindMount::new(&source, &index);
-    let mut watch = podstuck(&root, &["--pod", &uid]);
+kernel_test! {
+    fn p10_a_subpath_bind_mount_left_behind_is_named_with_its_umount(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid();
+        let source = pod.empty_dir("data").join("config");
+        std::fs::create_dir_all(&source).unwrap();
+        let index = pod.subpath("data", "app", 0);
+        let container = index.parent().unwrap();
+        let _subpath = BindMount::new(&source, &index);
+        let mut watch = podstuck(&root, &["--pod", uid]);
 
-    // CleanSubPaths removing the index dir that is still a bind mount.
-    let kubelet = actor(os!["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", container, "0"]);
-    let ebusy = format!("rmdir-at errno {}", libc::EBUSY);
-    all_say(&kubelet.wait_for_lines(3, secs(10)), &ebusy);
+        // CleanSubPaths removing the index dir that is still a bind mount.
+        let kubelet = start_actor(os!["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", container, "0"]);
+        let ebusy = format!("rmdir-at errno {}", libc::EBUSY);
+        all_say(&kubelet.wait_for_lines(3, secs(10)), &ebusy);
 
-    if let Some(mut watch) = watch.take() {
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "subpath-left",
-            |e| {
-                e.eq("/paths/0", text(&index));
-                e.eq("/pod_uid", uid.as_str());
-                e.eq("/actor/comm", "kubelet");
-                e.eq("/errno", "EBUSY");
-                e.eq("/fix", format!("umount {}", shell_word(&index)));
-            },
-        );
+        if let Some(mut watch) = watch.take() {
+            let finding = watch.await_finding(
+                FINDING_TIMEOUT,
+                |f| f["kind"] == "subpath-left",
+                |e| {
+                    e.eq("/paths/0", text(&index));
+                    e.eq("/pod_uid", uid);
+                    e.eq("/actor/comm", "kubelet");
+                    e.eq("/errno", "EBUSY");
+                    e.eq("/fix", format!("umount {}", shell_word(&index)));
+                },
+            );
+            all_say(&kubelet.lines(), &ebusy);
+            assert!(is_mountpoint(&index), "the fixture must still be mounted");
+            apply_fix(&finding);
+            assert!(!is_mountpoint(&index), "the fix should unmount {}", index.display());
+            stop(watch, &finding);
+            return;
+        }
         all_say(&kubelet.lines(), &ebusy);
         assert!(is_mountpoint(&index), "the fixture must still be mounted");
-        apply_fix(&finding);
-        assert!(!is_mountpoint(&index), "the fix should unmount {}", index.display());
-        stop(watch, &finding);
-        return;
     }
-    all_say(&kubelet.lines(), &ebusy);
-    assert!(is_mountpoint(&index), "the fixture must still be mounted");
 }
 
 // Background ------------------------------------------------------------
 
 /// One pod's directory as kubelet leaves it after its containers stopped:
 /// an emptyDir with files, a projected token dir, an empty plugin dir.
-fn terminated_pod(root: &Path, uid: &str) {
-    let pod = pod_dir(root, uid);
+fn terminated_pod(pod: &Pod) {
     for d in 0..4 {
-        let dir = pod.join(format!("volumes/kubernetes.io~empty-dir/cache/d{d}"));
+        let dir = pod.empty_dir("cache").join(format!("d{d}"));
         std::fs::create_dir_all(&dir).unwrap();
         for f in 0..25 {
             std::fs::write(dir.join(format!("f{f}")), "x").unwrap();
         }
     }
-    std::fs::create_dir_all(pod.join("volumes/kubernetes.io~projected/token")).unwrap();
-    std::fs::create_dir_all(pod.join("plugins/kubernetes.io~empty-dir/cache")).unwrap();
-    std::fs::create_dir_all(pod.join("containers/app")).unwrap();
-    std::fs::write(pod.join("containers/app/0a1b2c3d"), "").unwrap();
-    std::fs::write(pod.join("etc-hosts"), "127.0.0.1 localhost\n").unwrap();
+    std::fs::create_dir_all(pod.projected("token")).unwrap();
+    std::fs::create_dir_all(pod.empty_dir_plugin("cache")).unwrap();
+    let containers = pod.dir().join("containers/app");
+    std::fs::create_dir_all(&containers).unwrap();
+    std::fs::write(containers.join("0a1b2c3d"), "").unwrap();
+    std::fs::write(pod.dir().join("etc-hosts"), "127.0.0.1 localhost\n").unwrap();
 }
 
 /// kubelet tearing one pod down normally; returns what each call printed.
-fn tear_down(root: &Path, uid: &str) -> Vec<String> {
-    let pod = pod_dir(root, uid);
+fn tear_down(pod: &Pod) -> Vec<String> {
     let steps = [
-        os!["--comm", "kubelet", "remove-all", pod.join("volumes/kubernetes.io~empty-dir/cache")],
-        os!["--comm", "kubelet", "unlink-many", pod.join("volumes/kubernetes.io~projected/token"), "200"],
-        os!["--comm", "kubelet", "rmdir", pod.join("plugins/kubernetes.io~empty-dir/cache")],
-        os!["--comm", "kubelet", "remove-all", pod],
+        os!["--comm", "kubelet", "remove-all", pod.empty_dir("cache")],
+        os!["--comm", "kubelet", "unlink-many", pod.projected("token"), "200"],
+        os!["--comm", "kubelet", "rmdir", pod.empty_dir_plugin("cache")],
+        os!["--comm", "kubelet", "remove-all", pod.dir()],
     ];
-    steps.into_iter().flat_map(|args| actor(args).finish(secs(60)).1).collect()
+    steps.into_iter().flat_map(|args| start_actor(args).finish(secs(60)).1).collect()
 }
 
-#[test]
-fn a_busy_background_of_normal_deletions_yields_no_finding() {
-    if !can_touch_the_kernel("a_busy_background_of_normal_deletions_yields_no_finding") {
-        return;
-    }
-    let scratch = ScratchDir::new("background");
-    let root = scratch.path().join("kubelet");
-    let uids: Vec<String> = (0..8).map(|_| new_pod_uid()).collect();
-    let mut watch = podstuck(&root, &[]);
+kernel_test! {
+    fn a_busy_background_of_normal_deletions_yields_no_finding(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pods: Vec<Pod> = (0..8).map(|_| root.new_pod()).collect();
+        let mut watch = podstuck(&root, &[]);
 
-    // Three waves of eight pods torn down at once.
-    for _wave in 0..3 {
-        for uid in &uids {
-            terminated_pod(&root, uid);
+        // Three waves of eight pods torn down at once.
+        for _wave in 0..3 {
+            for pod in &pods {
+                terminated_pod(pod);
+            }
+            let waves: Vec<_> = pods
+                .iter()
+                .map(|pod| {
+                    let pod = pod.clone();
+                    std::thread::spawn(move || tear_down(&pod))
+                })
+                .collect();
+            for outcome in waves {
+                let lines = outcome.join().expect("teardown thread");
+                assert_eq!(lines, ["remove-all done", "unlink-many 200 unlinked, 0 failed", "rmdir ok", "remove-all done"]);
+            }
         }
-        let waves: Vec<_> = uids
-            .iter()
-            .map(|uid| {
-                let (root, uid) = (root.clone(), uid.clone());
-                std::thread::spawn(move || tear_down(&root, &uid))
-            })
-            .collect();
-        for outcome in waves {
-            let lines = outcome.join().expect("teardown thread");
-            assert_eq!(lines, ["remove-all done", "unlink-many 200 unlinked, 0 failed", "rmdir ok", "remove-all done"]);
+        for pod in &pods {
+            assert!(!pod.dir().exists());
         }
-    }
-    for uid in &uids {
-        assert!(!pod_dir(&root, uid).exists());
-    }
 
-    if let Some(watch) = watch.take() {
-        // Longer than --hung-after and a few backoff steps: time for any
-        // detector that would fire to do so.
-        std::thread::sleep(secs(6));
-        let done = watch.stop(libc::SIGINT);
-        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
-        let ours: Vec<&Value> = done
-            .finding_lines
-            .iter()
-            .filter(|f| {
-                let line = f.to_string();
-                line.contains(text(scratch.path())) || uids.iter().any(|uid| line.contains(uid.as_str()))
-            })
-            .collect();
-        assert!(ours.is_empty(), "normal deletions produced findings: {ours:#?}");
+        if let Some(watch) = watch.take() {
+            // Longer than --hung-after and a few backoff steps: time for any
+            // detector that would fire to do so.
+            std::thread::sleep(secs(6));
+            let done = watch.stop(libc::SIGINT);
+            assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+            let ours: Vec<&Value> = done
+                .finding_lines
+                .iter()
+                .filter(|f| {
+                    let line = f.to_string();
+                    line.contains(text(scratch.path())) || pods.iter().any(|pod| line.contains(pod.uid()))
+                })
+                .collect();
+            assert!(ours.is_empty(), "normal deletions produced findings: {ours:#?}");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! End-to-end: the real `podstuck watch --json` on the real kernel sees the
 //! calls that keep pods stuck, with the right errno, path, actor and flags;
 //! it reports what it cannot do; and it leaves no program loaded when it
-//! stops. Runs as root; see `can_touch_the_kernel` for the skip rule.
+//! stops. Runs as root; see `kernel_test!` for the skip rule.
 
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
@@ -37,133 +37,125 @@ fn parent_comm() -> (u32, String) {
     (ppid, comm)
 }
 
-#[test]
-fn removing_a_mountpoint_gives_ebusy_for_rmdir_and_unlinkat() {
-    if !can_touch_the_kernel("removing_a_mountpoint_gives_ebusy_for_rmdir_and_unlinkat") {
-        return;
+kernel_test! {
+    fn removing_a_mountpoint_gives_ebusy_for_rmdir_and_unlinkat(test) {
+        let dir = test.scratch();
+        let mountpoint = dir.path().join("mount");
+        let _mount = TmpfsMount::new(&mountpoint, "size=1m");
+        let parent = std::fs::File::open(dir.path()).unwrap();
+        let watch = Watch::start(&[]);
+        let (tid, comm) = this_thread();
+
+        assert_eq!(sys_rmdir(&cstring(&mountpoint)), libc::EBUSY);
+        let name = CString::new("mount").unwrap();
+        assert_eq!(sys_unlinkat(parent.as_raw_fd(), &name, libc::AT_REMOVEDIR), libc::EBUSY);
+
+        let done = stop_when(watch, |e| has(e, tid, "rmdir", 1) && has(e, tid, "unlinkat", 1));
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+        let (mntns, cgroup_id) = own_mntns_and_cgroup();
+        let (ppid, pcomm) = parent_comm();
+
+        let rmdir = by_thread(&done.events, tid, "rmdir");
+        assert_eq!(rmdir.len(), 1, "{rmdir:?}");
+        let rmdir = rmdir[0];
+        assert_eq!(path_bytes(rmdir), mountpoint.as_os_str().as_encoded_bytes());
+        assert_eq!(rmdir["errno"], "EBUSY");
+        assert_eq!(rmdir["ret"], -16);
+        assert_eq!(rmdir["pid"], std::process::id());
+        assert_eq!(rmdir["comm"], comm.as_str());
+        assert_eq!(rmdir["ppid"], ppid);
+        assert_eq!(rmdir["pcomm"], pcomm.as_str());
+        assert_eq!(rmdir["dfd"], "AT_FDCWD");
+        assert_eq!(rmdir["mntns"], mntns);
+        assert_eq!(rmdir["cgroup_id"], cgroup_id);
+        assert_eq!(rmdir["path_status"], "whole");
+
+        let unlinkat = by_thread(&done.events, tid, "unlinkat");
+        assert_eq!(unlinkat.len(), 1, "{unlinkat:?}");
+        let unlinkat = unlinkat[0];
+        assert_eq!(unlinkat["path"], "mount");
+        assert_eq!(unlinkat["dfd"], parent.as_raw_fd());
+        assert_eq!(unlinkat["flags"], serde_json::json!(["AT_REMOVEDIR"]));
+        assert_eq!(unlinkat["errno"], "EBUSY");
+        assert!(is_mountpoint(&mountpoint), "podstuck must not change the node");
     }
-    let dir = ScratchDir::new("ebusy");
-    let mountpoint = dir.path().join("mount");
-    let _mount = TmpfsMount::new(&mountpoint, "size=1m");
-    let parent = std::fs::File::open(dir.path()).unwrap();
-    let watch = Watch::start(&[]);
-    let (tid, comm) = this_thread();
-
-    assert_eq!(sys_rmdir(&cstring(&mountpoint)), libc::EBUSY);
-    let name = CString::new("mount").unwrap();
-    assert_eq!(sys_unlinkat(parent.as_raw_fd(), &name, libc::AT_REMOVEDIR), libc::EBUSY);
-
-    let done = stop_when(watch, |e| has(e, tid, "rmdir", 1) && has(e, tid, "unlinkat", 1));
-    assert!(done.status.success(), "podstuck failed: {}", done.stderr);
-    let (mntns, cgroup_id) = own_mntns_and_cgroup();
-    let (ppid, pcomm) = parent_comm();
-
-    let rmdir = by_thread(&done.events, tid, "rmdir");
-    assert_eq!(rmdir.len(), 1, "{rmdir:?}");
-    let rmdir = rmdir[0];
-    assert_eq!(path_bytes(rmdir), mountpoint.as_os_str().as_encoded_bytes());
-    assert_eq!(rmdir["errno"], "EBUSY");
-    assert_eq!(rmdir["ret"], -16);
-    assert_eq!(rmdir["pid"], std::process::id());
-    assert_eq!(rmdir["comm"], comm.as_str());
-    assert_eq!(rmdir["ppid"], ppid);
-    assert_eq!(rmdir["pcomm"], pcomm.as_str());
-    assert_eq!(rmdir["dfd"], "AT_FDCWD");
-    assert_eq!(rmdir["mntns"], mntns);
-    assert_eq!(rmdir["cgroup_id"], cgroup_id);
-    assert_eq!(rmdir["path_status"], "whole");
-
-    let unlinkat = by_thread(&done.events, tid, "unlinkat");
-    assert_eq!(unlinkat.len(), 1, "{unlinkat:?}");
-    let unlinkat = unlinkat[0];
-    assert_eq!(unlinkat["path"], "mount");
-    assert_eq!(unlinkat["dfd"], parent.as_raw_fd());
-    assert_eq!(unlinkat["flags"], serde_json::json!(["AT_REMOVEDIR"]));
-    assert_eq!(unlinkat["errno"], "EBUSY");
-    assert!(is_mountpoint(&mountpoint), "podstuck must not change the node");
 }
 
-#[test]
-fn unlinking_an_immutable_file_gives_eperm() {
-    if !can_touch_the_kernel("unlinking_an_immutable_file_gives_eperm") {
-        return;
+kernel_test! {
+    fn unlinking_an_immutable_file_gives_eperm(test) {
+        let dir = test.scratch();
+        let file = dir.path().join("diff-locked");
+        std::fs::write(&file, b"layer content").unwrap();
+        let _flag = Immutable::set(&file);
+        let watch = Watch::start(&[]);
+        let (tid, _) = this_thread();
+
+        assert_eq!(sys_unlinkat(libc::AT_FDCWD, &cstring(&file), 0), libc::EPERM);
+
+        let done = stop_when(watch, |e| has(e, tid, "unlinkat", 1));
+        let events = by_thread(&done.events, tid, "unlinkat");
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(path_bytes(events[0]), file.as_os_str().as_encoded_bytes());
+        assert_eq!(events[0]["errno"], "EPERM");
+        assert_eq!(events[0]["ret"], -1);
+        assert_eq!(events[0]["flags"], serde_json::json!([]));
+        assert!(file.exists());
     }
-    let dir = ScratchDir::new("eperm");
-    let file = dir.path().join("diff-locked");
-    std::fs::write(&file, b"layer content").unwrap();
-    let _flag = Immutable::set(&file);
-    let watch = Watch::start(&[]);
-    let (tid, _) = this_thread();
-
-    assert_eq!(sys_unlinkat(libc::AT_FDCWD, &cstring(&file), 0), libc::EPERM);
-
-    let done = stop_when(watch, |e| has(e, tid, "unlinkat", 1));
-    let events = by_thread(&done.events, tid, "unlinkat");
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(path_bytes(events[0]), file.as_os_str().as_encoded_bytes());
-    assert_eq!(events[0]["errno"], "EPERM");
-    assert_eq!(events[0]["ret"], -1);
-    assert_eq!(events[0]["flags"], serde_json::json!([]));
-    assert!(file.exists());
 }
 
-#[test]
-fn umount2_busy_not_mounted_and_detach() {
-    if !can_touch_the_kernel("umount2_busy_not_mounted_and_detach") {
-        return;
+kernel_test! {
+    fn umount2_busy_not_mounted_and_detach(test) {
+        let dir = test.scratch();
+        let mountpoint = dir.path().join("held");
+        let plain = dir.path().join("plain");
+        std::fs::create_dir(&plain).unwrap();
+        let _mount = TmpfsMount::new(&mountpoint, "size=1m");
+        let held_open = std::fs::File::create(mountpoint.join("open-file")).unwrap();
+        let watch = Watch::start(&[]);
+        let (tid, _) = this_thread();
+
+        assert_eq!(sys_umount2(&cstring(&mountpoint), 0), libc::EBUSY);
+        assert_eq!(sys_umount2(&cstring(&plain), 0), libc::EINVAL);
+        assert_eq!(sys_umount2(&cstring(&mountpoint), libc::MNT_DETACH), 0);
+        drop(held_open);
+
+        let done = stop_when(watch, |e| has(e, tid, "umount2", 3));
+        let calls = by_thread(&done.events, tid, "umount2");
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert_eq!(path_bytes(calls[0]), mountpoint.as_os_str().as_encoded_bytes());
+        assert_eq!(calls[0]["errno"], "EBUSY");
+        assert_eq!(calls[0]["flags"], serde_json::json!([]));
+        assert_eq!(path_bytes(calls[1]), plain.as_os_str().as_encoded_bytes());
+        assert_eq!(calls[1]["errno"], "EINVAL");
+        assert_eq!(calls[2]["flags"], serde_json::json!(["MNT_DETACH"]));
+        assert_eq!(calls[2]["flags_raw"], 2);
+        assert_eq!(calls[2]["ret"], 0);
+        assert_eq!(calls[2]["errno"], Value::Null);
     }
-    let dir = ScratchDir::new("umount");
-    let mountpoint = dir.path().join("held");
-    let plain = dir.path().join("plain");
-    std::fs::create_dir(&plain).unwrap();
-    let _mount = TmpfsMount::new(&mountpoint, "size=1m");
-    let held_open = std::fs::File::create(mountpoint.join("open-file")).unwrap();
-    let watch = Watch::start(&[]);
-    let (tid, _) = this_thread();
-
-    assert_eq!(sys_umount2(&cstring(&mountpoint), 0), libc::EBUSY);
-    assert_eq!(sys_umount2(&cstring(&plain), 0), libc::EINVAL);
-    assert_eq!(sys_umount2(&cstring(&mountpoint), libc::MNT_DETACH), 0);
-    drop(held_open);
-
-    let done = stop_when(watch, |e| has(e, tid, "umount2", 3));
-    let calls = by_thread(&done.events, tid, "umount2");
-    assert_eq!(calls.len(), 3, "{calls:?}");
-    assert_eq!(path_bytes(calls[0]), mountpoint.as_os_str().as_encoded_bytes());
-    assert_eq!(calls[0]["errno"], "EBUSY");
-    assert_eq!(calls[0]["flags"], serde_json::json!([]));
-    assert_eq!(path_bytes(calls[1]), plain.as_os_str().as_encoded_bytes());
-    assert_eq!(calls[1]["errno"], "EINVAL");
-    assert_eq!(calls[2]["flags"], serde_json::json!(["MNT_DETACH"]));
-    assert_eq!(calls[2]["flags_raw"], 2);
-    assert_eq!(calls[2]["ret"], 0);
-    assert_eq!(calls[2]["errno"], Value::Null);
 }
 
-#[test]
-fn a_successful_unlink_has_ret_zero_and_a_latency() {
-    if !can_touch_the_kernel("a_successful_unlink_has_ret_zero_and_a_latency") {
-        return;
+kernel_test! {
+    fn a_successful_unlink_has_ret_zero_and_a_latency(test) {
+        let dir = test.scratch();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let watch = Watch::start(&[]);
+        let (tid, _) = this_thread();
+
+        assert_eq!(sys_unlink(cstring(&file).as_ptr()), 0);
+
+        let done = stop_when(watch, |e| has(e, tid, "unlink", 1));
+        let events = by_thread(&done.events, tid, "unlink");
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["ret"], 0);
+        assert_eq!(events[0]["errno"], Value::Null);
+        assert!(events[0]["latency_ns"].as_u64().unwrap() > 0);
+        let ts = humantime_ok(events[0]["ts"].as_str().unwrap());
+        assert!(ts, "ts is RFC 3339 with nanoseconds: {}", events[0]["ts"]);
+        let end = done.end.expect("closing line");
+        assert!(end["calls"]["unlink"].as_u64().unwrap() >= 1);
+        assert!(end["events_seen"].as_u64().unwrap() >= 1);
     }
-    let dir = ScratchDir::new("unlink");
-    let file = dir.path().join("file");
-    std::fs::write(&file, b"x").unwrap();
-    let watch = Watch::start(&[]);
-    let (tid, _) = this_thread();
-
-    assert_eq!(sys_unlink(cstring(&file).as_ptr()), 0);
-
-    let done = stop_when(watch, |e| has(e, tid, "unlink", 1));
-    let events = by_thread(&done.events, tid, "unlink");
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(events[0]["ret"], 0);
-    assert_eq!(events[0]["errno"], Value::Null);
-    assert!(events[0]["latency_ns"].as_u64().unwrap() > 0);
-    let ts = humantime_ok(events[0]["ts"].as_str().unwrap());
-    assert!(ts, "ts is RFC 3339 with nanoseconds: {}", events[0]["ts"]);
-    let end = done.end.expect("closing line");
-    assert!(end["calls"]["unlink"].as_u64().unwrap() >= 1);
-    assert!(end["events_seen"].as_u64().unwrap() >= 1);
 }
 
 fn humantime_ok(ts: &str) -> bool {
@@ -171,43 +163,41 @@ fn humantime_ok(ts: &str) -> bool {
     ts.len() == 30 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T' && ts.as_bytes()[19] == b'.'
 }
 
-#[test]
-fn long_paths_arrive_whole_and_too_long_ones_are_flagged() {
-    if !can_touch_the_kernel("long_paths_arrive_whole_and_too_long_ones_are_flagged") {
-        return;
-    }
-    let dir = ScratchDir::new("longpath");
-    // Build a real 4000-byte path out of 250-byte components.
-    let mut path = dir.path().to_path_buf();
-    while path.as_os_str().len() + 1 + 250 < 4000 - 20 {
-        path.push("d".repeat(250));
-        std::fs::create_dir(&path).unwrap();
-    }
-    let leaf_len = 4000 - path.as_os_str().len() - 1;
-    path.push("f".repeat(leaf_len));
-    assert_eq!(path.as_os_str().len(), 4000);
-    std::fs::write(&path, b"x").unwrap();
-    let too_long = format!("{}/{}", dir.path().display(), "x/".repeat(2600));
-    let watch = Watch::start(&[]);
-    let (tid, _) = this_thread();
+kernel_test! {
+    fn long_paths_arrive_whole_and_too_long_ones_are_flagged(test) {
+        let dir = test.scratch();
+        // Build a real 4000-byte path out of 250-byte components.
+        let mut path = dir.path().to_path_buf();
+        while path.as_os_str().len() + 1 + 250 < 4000 - 20 {
+            path.push("d".repeat(250));
+            std::fs::create_dir(&path).unwrap();
+        }
+        let leaf_len = 4000 - path.as_os_str().len() - 1;
+        path.push("f".repeat(leaf_len));
+        assert_eq!(path.as_os_str().len(), 4000);
+        std::fs::write(&path, b"x").unwrap();
+        let too_long = format!("{}/{}", dir.path().display(), "x/".repeat(2600));
+        let watch = Watch::start(&[]);
+        let (tid, _) = this_thread();
 
-    assert_eq!(sys_unlink(cstring(&path).as_ptr()), 0);
-    assert_eq!(sys_unlink(CString::new(too_long.clone()).unwrap().as_ptr()), libc::ENAMETOOLONG);
-    // A pointer the kernel cannot read: EFAULT, and podstuck says why the path is missing.
-    assert_eq!(sys_unlink(8 as *const libc::c_char), libc::EFAULT);
+        assert_eq!(sys_unlink(cstring(&path).as_ptr()), 0);
+        assert_eq!(sys_unlink(CString::new(too_long.clone()).unwrap().as_ptr()), libc::ENAMETOOLONG);
+        // A pointer the kernel cannot read: EFAULT, and podstuck says why the path is missing.
+        assert_eq!(sys_unlink(8 as *const libc::c_char), libc::EFAULT);
 
-    let done = stop_when(watch, |e| has(e, tid, "unlink", 3));
-    let calls = by_thread(&done.events, tid, "unlink");
-    assert_eq!(calls.len(), 3, "{calls:?}");
-    assert_eq!(path_bytes(calls[0]), path.as_os_str().as_encoded_bytes(), "the 4000-byte path arrives whole");
-    assert_eq!(calls[0]["path_status"], "whole");
-    assert_eq!(calls[0]["ret"], 0);
-    assert_eq!(calls[1]["errno"], "ENAMETOOLONG");
-    assert_eq!(calls[1]["path_status"], "too-long");
-    assert_eq!(path_bytes(calls[1]), &too_long.as_bytes()[..4095]);
-    assert_eq!(calls[2]["errno"], "EFAULT");
-    assert_eq!(calls[2]["path_status"], "unreadable");
-    assert!(done.end.unwrap()["paths_unreadable"].as_u64().unwrap() >= 1);
+        let done = stop_when(watch, |e| has(e, tid, "unlink", 3));
+        let calls = by_thread(&done.events, tid, "unlink");
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert_eq!(path_bytes(calls[0]), path.as_os_str().as_encoded_bytes(), "the 4000-byte path arrives whole");
+        assert_eq!(calls[0]["path_status"], "whole");
+        assert_eq!(calls[0]["ret"], 0);
+        assert_eq!(calls[1]["errno"], "ENAMETOOLONG");
+        assert_eq!(calls[1]["path_status"], "too-long");
+        assert_eq!(path_bytes(calls[1]), &too_long.as_bytes()[..4095]);
+        assert_eq!(calls[2]["errno"], "EFAULT");
+        assert_eq!(calls[2]["path_status"], "unreadable");
+        assert!(done.end.unwrap()["paths_unreadable"].as_u64().unwrap() >= 1);
+    }
 }
 
 fn assert_programs_unloaded(ids: &[u32]) {
@@ -225,56 +215,52 @@ fn program_ids(start: &Value) -> Vec<u32> {
     ids
 }
 
-#[test]
-fn signals_detach_every_program() {
-    if !can_touch_the_kernel("signals_detach_every_program") {
-        return;
-    }
-    for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+kernel_test! {
+    fn signals_detach_every_program() {
+        for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+            let watch = Watch::start(&[]);
+            let ids = program_ids(&watch.start);
+            assert!(ids.iter().all(|&id| program_loaded(id)));
+            let done = watch.stop(signal);
+            assert!(done.status.success(), "{name}: {:?} {}", done.status, done.stderr);
+            let end = done.end.unwrap_or_else(|| panic!("{name}: no closing line"));
+            assert_eq!(end["stopped_by"], name);
+            assert!(end["events_lost"].is_u64() && end["events_seen"].is_u64());
+            assert_programs_unloaded(&ids);
+        }
+        // Even SIGKILL leaves nothing behind: nothing is pinned.
         let watch = Watch::start(&[]);
         let ids = program_ids(&watch.start);
-        assert!(ids.iter().all(|&id| program_loaded(id)));
-        let done = watch.stop(signal);
-        assert!(done.status.success(), "{name}: {:?} {}", done.status, done.stderr);
-        let end = done.end.unwrap_or_else(|| panic!("{name}: no closing line"));
-        assert_eq!(end["stopped_by"], name);
-        assert!(end["events_lost"].is_u64() && end["events_seen"].is_u64());
+        let _ = watch.stop(libc::SIGKILL);
         assert_programs_unloaded(&ids);
     }
-    // Even SIGKILL leaves nothing behind: nothing is pinned.
-    let watch = Watch::start(&[]);
-    let ids = program_ids(&watch.start);
-    let _ = watch.stop(libc::SIGKILL);
-    assert_programs_unloaded(&ids);
 }
 
-#[test]
-fn text_mode_prints_one_plain_line_per_call_and_stops_after_duration() {
-    if !can_touch_the_kernel("text_mode_prints_one_plain_line_per_call_and_stops_after_duration") {
-        return;
+kernel_test! {
+    fn text_mode_prints_one_plain_line_per_call_and_stops_after_duration(test) {
+        let dir = test.scratch();
+        let mountpoint = dir.path().join("vol");
+        let _mount = TmpfsMount::new(&mountpoint, "size=1m");
+        let child = Command::new(podstuck_binary())
+            .args(["watch", "--calls", "--concurrent", "--duration", "4s"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Text mode has no start line on stdout; its banner goes to stderr.
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(sys_rmdir(&cstring(&mountpoint)), libc::EBUSY);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find(|l| l.ends_with(mountpoint.to_str().unwrap()) && l.contains(" rmdir "))
+            .unwrap_or_else(|| panic!("no rmdir line in:\n{stdout}"));
+        assert!(line.contains("EBUSY"), "{line}");
+        assert!(stdout.lines().last().unwrap().starts_with("podstuck: "), "summary last:\n{stdout}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("Ctrl-C to stop"));
     }
-    let dir = ScratchDir::new("text");
-    let mountpoint = dir.path().join("vol");
-    let _mount = TmpfsMount::new(&mountpoint, "size=1m");
-    let child = Command::new(podstuck_binary())
-        .args(["watch", "--calls", "--concurrent", "--duration", "4s"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Text mode has no start line on stdout; its banner goes to stderr.
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(sys_rmdir(&cstring(&mountpoint)), libc::EBUSY);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.ends_with(mountpoint.to_str().unwrap()) && l.contains(" rmdir "))
-        .unwrap_or_else(|| panic!("no rmdir line in:\n{stdout}"));
-    assert!(line.contains("EBUSY"), "{line}");
-    assert!(stdout.lines().last().unwrap().starts_with("podstuck: "), "summary last:\n{stdout}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Ctrl-C to stop"));
 }
 
 /// Runs podstuck in a private mount namespace prepared by `setup` (a shell
@@ -290,83 +276,77 @@ fn podstuck_in_private_namespace(setup: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-#[test]
-fn missing_tracefs_btf_or_privileges_are_explained() {
-    if !can_touch_the_kernel("missing_tracefs_btf_or_privileges_are_explained") {
-        return;
+kernel_test! {
+    fn missing_tracefs_btf_or_privileges_are_explained() {
+        let (code, stderr) =
+            podstuck_in_private_namespace("umount /sys/kernel/tracing 2>/dev/null; umount /sys/kernel/debug 2>/dev/null; true");
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("tracefs is not mounted"), "{stderr}");
+        assert!(stderr.contains("mount -t tracefs nodev /sys/kernel/tracing"), "{stderr}");
+
+        let (code, stderr) = podstuck_in_private_namespace("mount -t tmpfs none /sys/kernel/btf");
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("no BTF"), "{stderr}");
+
+        // Without root: setuid to nobody drops every capability.
+        let binary = podstuck_binary();
+        let out = Command::new(&binary)
+            .args(["watch", "--json"])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("run podstuck as nobody");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("run as root") && stderr.contains("CAP_BPF"), "{stderr}");
+        assert!(out.stdout.is_empty());
+        assert!(Path::new("/sys/kernel/btf/vmlinux").exists(), "the host namespace is untouched");
     }
-    let (code, stderr) =
-        podstuck_in_private_namespace("umount /sys/kernel/tracing 2>/dev/null; umount /sys/kernel/debug 2>/dev/null; true");
-    assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("tracefs is not mounted"), "{stderr}");
-    assert!(stderr.contains("mount -t tracefs nodev /sys/kernel/tracing"), "{stderr}");
-
-    let (code, stderr) = podstuck_in_private_namespace("mount -t tmpfs none /sys/kernel/btf");
-    assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("no BTF"), "{stderr}");
-
-    // Without root: setuid to nobody drops every capability.
-    let binary = podstuck_binary();
-    let out = Command::new(&binary)
-        .args(["watch", "--json"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .expect("run podstuck as nobody");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("run as root") && stderr.contains("CAP_BPF"), "{stderr}");
-    assert!(out.stdout.is_empty());
-    assert!(Path::new("/sys/kernel/btf/vmlinux").exists(), "the host namespace is untouched");
 }
 
 use std::os::unix::process::CommandExt;
 
-#[test]
-fn a_second_podstuck_is_refused_unless_concurrent() {
-    if !can_touch_the_kernel("a_second_podstuck_is_refused_unless_concurrent") {
-        return;
+kernel_test! {
+    fn a_second_podstuck_is_refused_unless_concurrent() {
+        let first = Watch::start(&[]);
+        let out = Command::new(podstuck_binary()).args(["watch", "--duration", "1s"]).output().expect("run podstuck");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("already tracing this node"), "{stderr}");
+        assert!(stderr.contains("--concurrent"), "{stderr}");
+        // The pid of one podstuck already tracing is named (tests run side by side: any of them).
+        assert!(stderr.contains("(pid "), "{stderr}");
+        let both = Command::new(podstuck_binary()).args(["watch", "--json", "--concurrent", "--duration", "1s"]).output().expect("run podstuck");
+        assert!(both.status.success(), "{}", String::from_utf8_lossy(&both.stderr));
+        first.stop(libc::SIGTERM);
     }
-    let first = Watch::start(&[]);
-    let out = Command::new(podstuck_binary()).args(["watch", "--duration", "1s"]).output().expect("run podstuck");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("already tracing this node"), "{stderr}");
-    assert!(stderr.contains("--concurrent"), "{stderr}");
-    // The pid of one podstuck already tracing is named (tests run side by side: any of them).
-    assert!(stderr.contains("(pid "), "{stderr}");
-    let both = Command::new(podstuck_binary()).args(["watch", "--json", "--concurrent", "--duration", "1s"]).output().expect("run podstuck");
-    assert!(both.status.success(), "{}", String::from_utf8_lossy(&both.stderr));
-    first.stop(libc::SIGTERM);
 }
 
-/// `--btf` for kernels without /sys/kernel/btf/vmlinux: a missing, empty or
-/// foreign file is refused before anything loads; a real one is used.
-#[test]
-fn a_bad_btf_file_is_refused_before_anything_loads_and_a_good_one_is_used() {
-    if !can_touch_the_kernel("a_bad_btf_file_is_refused_before_anything_loads_and_a_good_one_is_used") {
-        return;
+kernel_test! {
+    /// `--btf` for kernels without /sys/kernel/btf/vmlinux: a missing, empty or
+    /// foreign file is refused before anything loads; a real one is used.
+    fn a_bad_btf_file_is_refused_before_anything_loads_and_a_good_one_is_used(test) {
+        let scratch = test.scratch();
+        let empty = scratch.path().join("empty.btf");
+        std::fs::write(&empty, b"").unwrap();
+        for bad in [scratch.path().join("missing.btf"), empty, PathBuf::from("/bin/sh")] {
+            let out = Command::new(podstuck_binary()).args(["watch", "--json", "--concurrent", "--btf"]).arg(&bad).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{}: {stderr}", bad.display());
+            assert!(stderr.contains("is no usable kernel BTF file") && stderr.contains("this very kernel"), "{stderr}");
+            assert!(out.stdout.is_empty(), "nothing traced with {}", bad.display());
+        }
+        let copy = scratch.path().join("vmlinux.btf");
+        std::fs::copy("/sys/kernel/btf/vmlinux", &copy).unwrap();
+        let copy_arg = copy.to_str().unwrap().to_string();
+        let watch = Watch::start(&["--btf", &copy_arg]);
+        assert!(
+            watch.start["degraded"].as_array().unwrap().iter().any(|d| d.as_str().unwrap().contains(&copy_arg)),
+            "{}",
+            watch.start
+        );
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "{}", done.stderr);
     }
-    let scratch = ScratchDir::new("btf");
-    let empty = scratch.path().join("empty.btf");
-    std::fs::write(&empty, b"").unwrap();
-    for bad in [scratch.path().join("missing.btf"), empty, PathBuf::from("/bin/sh")] {
-        let out = Command::new(podstuck_binary()).args(["watch", "--json", "--concurrent", "--btf"]).arg(&bad).output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", bad.display());
-        assert!(stderr.contains("is no usable kernel BTF file") && stderr.contains("this very kernel"), "{stderr}");
-        assert!(out.stdout.is_empty(), "nothing traced with {}", bad.display());
-    }
-    let copy = scratch.path().join("vmlinux.btf");
-    std::fs::copy("/sys/kernel/btf/vmlinux", &copy).unwrap();
-    let copy_arg = copy.to_str().unwrap().to_string();
-    let watch = Watch::start(&["--btf", &copy_arg]);
-    assert!(
-        watch.start["degraded"].as_array().unwrap().iter().any(|d| d.as_str().unwrap().contains(&copy_arg)),
-        "{}",
-        watch.start
-    );
-    let done = watch.stop(libc::SIGINT);
-    assert!(done.status.success(), "{}", done.stderr);
 }
 

@@ -5,7 +5,7 @@
 //! whose terminal is closed ends its file properly, so it replays
 //! without the "ends early" warning of a record cut short.
 //!
-//! Runs as root; see `can_touch_the_kernel` for the skip rule. Each test
+//! Runs as root; see `kernel_test!` for the skip rule. Each test
 //! has its own tmux server and scratch directory.
 
 use std::path::{Path, PathBuf};
@@ -18,10 +18,6 @@ use podstuck_tests::*;
 /// Building the demo's lab (120,000 directories) and attaching, on a busy
 /// machine with the other tests running.
 const LAB_TIMEOUT: Duration = Duration::from_secs(90);
-
-fn text(path: &Path) -> &str {
-    path.to_str().expect("UTF-8 paths")
-}
 
 /// The lab of the demo with this pid.
 fn lab_of(pid: u32) -> PathBuf {
@@ -41,14 +37,6 @@ fn wait_until(what: &str, timeout: Duration, done: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "{what} not within {timeout:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists() && task_state_not_zombie(pid)
-}
-
-fn task_state_not_zombie(pid: u32) -> bool {
-    podstuck_tests::fixtures::task_state(pid).is_some_and(|s| s != 'Z')
 }
 
 /// Nothing of the demo with this pid is left: no lab, no mount under it,
@@ -93,92 +81,86 @@ impl Drop for LabGuard {
     }
 }
 
-#[test]
-fn a_demo_whose_terminal_is_closed_removes_everything_it_made() {
-    if !can_touch_the_kernel("a_demo_whose_terminal_is_closed_removes_everything_it_made") {
-        return;
+kernel_test! {
+    fn a_demo_whose_terminal_is_closed_removes_everything_it_made(test) {
+        let scratch = test.scratch();
+        let mut tmux = Tmux::start(scratch.path(), test.name(), &format!("exec '{}' demo --duration 120s", text(&podstuck_binary())));
+        let shell: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
+        // `exec`: the pane's process is podstuck itself.
+        let demo = if std::fs::read_to_string(format!("/proc/{shell}/comm")).is_ok_and(|c| c.trim() == "podstuck") {
+            shell
+        } else {
+            child_named(shell, "podstuck").expect("podstuck under the pane")
+        };
+        tmux.podstuck = Some(demo);
+        let _guard = LabGuard(demo);
+        tmux.wait_for("the demo's findings", LAB_TIMEOUT, |s| s.contains("mount-held") && s.contains("immutable-file"));
+        let lab = lab_of(demo);
+        assert!(!mounts_under(&lab).is_empty(), "the demo's mounts exist while it runs");
+        // The terminal goes away: tmux's server dies, the demo gets SIGHUP.
+        let _ = tmux.command().arg("kill-server").status();
+        wait_until("the demo exiting", Duration::from_secs(60), || !alive(demo));
+        nothing_left_of_demo(demo);
     }
-    let scratch = ScratchDir::new("hup-demo");
-    let mut tmux = Tmux::start(scratch.path(), "hupdemo", &format!("exec '{}' demo --duration 120s", text(&podstuck_binary())));
-    let shell: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
-    // `exec`: the pane's process is podstuck itself.
-    let demo = if std::fs::read_to_string(format!("/proc/{shell}/comm")).is_ok_and(|c| c.trim() == "podstuck") {
-        shell
-    } else {
-        child_named(shell, "podstuck").expect("podstuck under the pane")
-    };
-    tmux.podstuck = Some(demo);
-    let _guard = LabGuard(demo);
-    tmux.wait_for("the demo's findings", LAB_TIMEOUT, |s| s.contains("mount-held") && s.contains("immutable-file"));
-    let lab = lab_of(demo);
-    assert!(!mounts_under(&lab).is_empty(), "the demo's mounts exist while it runs");
-    // The terminal goes away: tmux's server dies, the demo gets SIGHUP.
-    let _ = tmux.command().arg("kill-server").status();
-    wait_until("the demo exiting", Duration::from_secs(60), || !alive(demo));
-    nothing_left_of_demo(demo);
 }
 
-#[test]
-fn what_a_killed_demo_left_is_removed_by_the_next_demo() {
-    if !can_touch_the_kernel("what_a_killed_demo_left_is_removed_by_the_next_demo") {
-        return;
-    }
-    let mut first = Command::new(podstuck_binary())
-        .args(["demo", "--json", "--duration", "120s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the first demo");
-    let pid = first.id();
-    let _guard = LabGuard(pid);
-    let lab = lab_of(pid);
-    // Killed once its lab is built and traced (its first finding is out).
-    let mut stdout = std::io::BufReader::new(first.stdout.take().unwrap());
-    let mut line = String::new();
-    let deadline = Instant::now() + LAB_TIMEOUT;
-    while !line.contains("\"type\":\"finding\"") {
-        line.clear();
-        assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "the first demo ended early");
-        assert!(Instant::now() < deadline, "no finding from the first demo");
-    }
-    let _ = first.kill();
-    let _ = first.wait();
-    assert!(lab.exists() && !mounts_under(&lab).is_empty(), "a SIGKILLed demo leaves its lab and mounts");
+kernel_test! {
+    fn what_a_killed_demo_left_is_removed_by_the_next_demo() {
+        let mut first = Command::new(podstuck_binary())
+            .args(["demo", "--json", "--duration", "120s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the first demo");
+        let pid = first.id();
+        let _guard = LabGuard(pid);
+        let lab = lab_of(pid);
+        // Killed once its lab is built and traced (its first finding is out).
+        let mut stdout = std::io::BufReader::new(first.stdout.take().unwrap());
+        let mut line = String::new();
+        let deadline = Instant::now() + LAB_TIMEOUT;
+        while !line.contains("\"type\":\"finding\"") {
+            line.clear();
+            assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "the first demo ended early");
+            assert!(Instant::now() < deadline, "no finding from the first demo");
+        }
+        let _ = first.kill();
+        let _ = first.wait();
+        assert!(lab.exists() && !mounts_under(&lab).is_empty(), "a SIGKILLed demo leaves its lab and mounts");
 
-    let second = Command::new(podstuck_binary()).args(["demo", "--json", "--duration", "3s"]).output().expect("run the second demo");
-    let said = String::from_utf8_lossy(&second.stderr);
-    assert!(second.status.success(), "{said}");
-    assert!(said.contains(&format!("{} was left by an earlier demo (pid {pid}, no longer running): removing it", text(&lab))), "{said}");
-    nothing_left_of_demo(pid);
+        let second = Command::new(podstuck_binary()).args(["demo", "--json", "--duration", "3s"]).output().expect("run the second demo");
+        let said = String::from_utf8_lossy(&second.stderr);
+        assert!(second.status.success(), "{said}");
+        assert!(said.contains(&format!("{} was left by an earlier demo (pid {pid}, no longer running): removing it", text(&lab))), "{said}");
+        nothing_left_of_demo(pid);
+    }
 }
 
-#[test]
-fn a_record_whose_terminal_is_closed_ends_its_file_and_replays_whole() {
-    if !can_touch_the_kernel("a_record_whose_terminal_is_closed_ends_its_file_and_replays_whole") {
-        return;
+kernel_test! {
+    fn a_record_whose_terminal_is_closed_ends_its_file_and_replays_whole(test) {
+        let scratch = test.scratch();
+        let file = scratch.path().join("incident.podstuck");
+        let mut tmux = Tmux::start(
+            scratch.path(),
+            test.name(),
+            &format!("exec '{}' record --concurrent '{}'", text(&podstuck_binary()), text(&file)),
+        );
+        tmux.wait_for("the live view", Duration::from_secs(60), |s| s.contains("q or Ctrl-C: stop and print a summary"));
+        let pid: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
+        tmux.podstuck = Some(pid);
+        // Some calls to record.
+        let dir = scratch.path().join("work");
+        std::fs::create_dir(&dir).unwrap();
+        for i in 0..20 {
+            std::fs::write(dir.join(format!("f{i}")), b"x").unwrap();
+            std::fs::remove_file(dir.join(format!("f{i}"))).unwrap();
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = tmux.command().arg("kill-server").status();
+        wait_until("podstuck record exiting", Duration::from_secs(30), || !alive(pid));
+        let replay = Command::new(podstuck_binary()).arg("replay").arg(&file).output().expect("run podstuck replay");
+        let said = format!("{}{}", String::from_utf8_lossy(&replay.stdout), String::from_utf8_lossy(&replay.stderr));
+        assert!(replay.status.success(), "{said}");
+        assert!(!said.contains("ends early"), "the record must end with its end entry:\n{said}");
     }
-    let scratch = ScratchDir::new("hup-record");
-    let file = scratch.path().join("incident.podstuck");
-    let mut tmux = Tmux::start(
-        scratch.path(),
-        "huprecord",
-        &format!("exec '{}' record --concurrent '{}'", text(&podstuck_binary()), text(&file)),
-    );
-    tmux.wait_for("the live view", Duration::from_secs(60), |s| s.contains("q or Ctrl-C: stop and print a summary"));
-    let pid: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
-    tmux.podstuck = Some(pid);
-    // Some calls to record.
-    let dir = scratch.path().join("work");
-    std::fs::create_dir(&dir).unwrap();
-    for i in 0..20 {
-        std::fs::write(dir.join(format!("f{i}")), b"x").unwrap();
-        std::fs::remove_file(dir.join(format!("f{i}"))).unwrap();
-    }
-    std::thread::sleep(Duration::from_secs(1));
-    let _ = tmux.command().arg("kill-server").status();
-    wait_until("podstuck record exiting", Duration::from_secs(30), || !alive(pid));
-    let replay = Command::new(podstuck_binary()).arg("replay").arg(&file).output().expect("run podstuck replay");
-    let said = format!("{}{}", String::from_utf8_lossy(&replay.stdout), String::from_utf8_lossy(&replay.stderr));
-    assert!(replay.status.success(), "{said}");
-    assert!(!said.contains("ends early"), "the record must end with its end entry:\n{said}");
 }

@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -15,10 +15,6 @@ use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::Histogram;
 use podstuck_tests::*;
 use serde_json::Value;
-
-fn actor() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_actor"))
-}
 
 /// Calls per tag in latency.hlog, read with the hdrhistogram crate's own
 /// interval-log reader.
@@ -49,9 +45,8 @@ fn other_readers_counts(dir: &Path) -> Vec<(&'static str, HashMap<String, u64>)>
     let log = dir.join("latency.hlog");
     let java_jar = Path::new("/usr/share/java/hdrhistogram.jar");
     let python = std::env::var_os("PODSTUCK_PYTHON");
-    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
     if !java_jar.exists() || python.is_none() {
-        assert!(!in_ci, "the Java and Python HdrHistogram readers must be installed under CI (cargo xtask test does it)");
+        assert!(!in_ci(), "the Java and Python HdrHistogram readers must be installed under CI (cargo xtask test does it)");
         eprintln!("\n*** SKIPPED the Java/Python reader check: run `cargo xtask test` to install them ***\n");
         return Vec::new();
     }
@@ -94,18 +89,6 @@ fn svg_curves(dir: &Path) -> usize {
     doc.descendants().filter(|n| n.has_tag_name("polyline") && n.attribute("class") == Some("curve")).count()
 }
 
-/// A new pod's emptyDir under a kubelet root in `scratch`, and a histogram
-/// directory: (pod uid, volume, kubelet root arg, histogram dir, its arg).
-fn pod_volume(scratch: &ScratchDir) -> (String, PathBuf, String, PathBuf, String) {
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let volume = root.join("pods").join(&uid).join("volumes/kubernetes.io~empty-dir/scratch");
-    std::fs::create_dir_all(&volume).unwrap();
-    let out = scratch.path().join("histograms");
-    let (root_arg, out_arg) = (root.to_str().unwrap().to_string(), out.to_str().unwrap().to_string());
-    (uid, volume, root_arg, out, out_arg)
-}
-
 /// The count of one series in summary.json, 0 while there is none.
 fn series_count(dir: &Path, tag: &str) -> u64 {
     let Ok(text) = std::fs::read_to_string(dir.join("summary.json")) else { return 0 };
@@ -117,155 +100,136 @@ fn summary(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary.json")).expect("JSON")
 }
 
-#[test]
-fn ten_thousand_unlinks_are_counted_exactly_in_every_file() {
-    if !can_touch_the_kernel("ten_thousand_unlinks_are_counted_exactly_in_every_file") {
-        return;
+kernel_test! {
+    fn ten_thousand_unlinks_are_counted_exactly_in_every_file(test) {
+        let scratch = test.scratch();
+        let (root, pod, volume) = pod_with_empty_dir(scratch.path(), "scratch");
+        let uid = pod.uid();
+        let out = scratch.path().join("histograms");
+        let watch = Watch::start(&["--pod", uid, "--kubelet-root", root.arg(), "--histograms", text(&out), "--interval", "1s"]);
+
+        let done = actor().args([OsStr::new("unlink-many"), volume.as_os_str(), OsStr::new("10000")]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&done.stdout).trim(), "unlink-many 10000 unlinked, 0 failed");
+        let tag = format!("unlink/ok/other/{uid}");
+        // Most calls are counted in the kernel, not streamed: wait for the files.
+        let finished = stop_when(watch, |_| series_count(&out, &tag) >= 10_000);
+        assert!(finished.status.success(), "{}", finished.stderr);
+        assert_eq!(finished.end.as_ref().unwrap()["events_lost"], 0, "no loss expected for 10k calls");
+        let streamed: u64 = finished.events.iter().filter(|e| e["syscall"] == "unlink").map(|e| e["represents"].as_u64().unwrap()).sum();
+        assert!(streamed <= 10_000, "records carry no more calls than were made");
+        assert!(finished.events.iter().filter(|e| e["syscall"] == "unlink").count() < 10_000, "a storm is not streamed call by call");
+
+        let summary = summary(&out);
+        let series: Vec<&Value> = summary["series"].as_array().unwrap().iter().collect();
+        let ours = series.iter().find(|s| s["tag"] == tag.as_str()).unwrap_or_else(|| panic!("no {tag} in {summary}"));
+        assert_eq!(ours["count"], 10_000);
+        assert_eq!(ours["errors"], 0);
+        for p in ["min_ns", "p50_ns", "p90_ns", "p99_ns", "p99_9_ns", "max_ns"] {
+            assert!(ours[p].as_u64().unwrap() > 0, "{p}");
+        }
+        assert!(ours["p50_ns"].as_u64() <= ours["p99_ns"].as_u64());
+        assert_eq!(summary["run"]["finished"], true);
+        assert_eq!(summary["run"]["pods"], serde_json::json!([uid]));
+        assert!(summary["run"]["calls_counted"]["unlink"].as_u64().unwrap() >= 10_000);
+
+        assert_eq!(hlog_counts(&out)[&tag], 10_000);
+        for (reader, counts) in other_readers_counts(&out) {
+            assert_eq!(counts.get(&tag), Some(&10_000), "{reader} reader: {counts:?}");
+        }
+        let prom = prom_counts(&out);
+        assert_eq!(prom[&(uid.to_string(), "unlink".to_string(), "none".to_string())], 10_000.0);
+        assert_eq!(svg_curves(&out), series.len());
+
+        // podstuck report reads the same back.
+        let report = Command::new(podstuck_binary()).arg("report").arg(&out).output().unwrap();
+        let text = String::from_utf8_lossy(&report.stdout);
+        assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+        assert!(text.contains(&format!("unlink ok, actor other, pod {uid}: 10000 calls")), "{text}");
+        assert!(text.contains("usecs               : count     distribution"), "{text}");
+        let json = Command::new(podstuck_binary()).arg("report").arg(&out).arg("--json").output().unwrap();
+        let json: Value = serde_json::from_slice(&json.stdout).expect("report --json is JSON");
+        let ours = json["series"].as_array().unwrap().iter().find(|s| s["tag"] == tag.as_str()).unwrap();
+        assert_eq!(ours["count_in_log"], 10_000);
+        let log2_total: u64 = ours["log2_usecs"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+        assert_eq!(log2_total, 10_000);
     }
-    let scratch = ScratchDir::new("hist10k");
-    let (uid, volume, root_arg, out, out_arg) = pod_volume(&scratch);
-    let watch = Watch::start(&["--pod", &uid, "--kubelet-root", &root_arg, "--histograms", &out_arg, "--interval", "1s"]);
-
-    let done = actor().args([OsStr::new("unlink-many"), volume.as_os_str(), OsStr::new("10000")]).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&done.stdout).trim(), "unlink-many 10000 unlinked, 0 failed");
-    let tag = format!("unlink/ok/other/{uid}");
-    // Most calls are counted in the kernel, not streamed: wait for the files.
-    let finished = stop_when(watch, |_| series_count(&out, &tag) >= 10_000);
-    assert!(finished.status.success(), "{}", finished.stderr);
-    assert_eq!(finished.end.as_ref().unwrap()["events_lost"], 0, "no loss expected for 10k calls");
-    let streamed: u64 = finished.events.iter().filter(|e| e["syscall"] == "unlink").map(|e| e["represents"].as_u64().unwrap()).sum();
-    assert!(streamed <= 10_000, "records carry no more calls than were made");
-    assert!(finished.events.iter().filter(|e| e["syscall"] == "unlink").count() < 10_000, "a storm is not streamed call by call");
-
-    let summary = summary(&out);
-    let series: Vec<&Value> = summary["series"].as_array().unwrap().iter().collect();
-    let ours = series.iter().find(|s| s["tag"] == tag.as_str()).unwrap_or_else(|| panic!("no {tag} in {summary}"));
-    assert_eq!(ours["count"], 10_000);
-    assert_eq!(ours["errors"], 0);
-    for p in ["min_ns", "p50_ns", "p90_ns", "p99_ns", "p99_9_ns", "max_ns"] {
-        assert!(ours[p].as_u64().unwrap() > 0, "{p}");
-    }
-    assert!(ours["p50_ns"].as_u64() <= ours["p99_ns"].as_u64());
-    assert_eq!(summary["run"]["finished"], true);
-    assert_eq!(summary["run"]["pods"], serde_json::json!([uid]));
-    assert!(summary["run"]["calls_counted"]["unlink"].as_u64().unwrap() >= 10_000);
-
-    assert_eq!(hlog_counts(&out)[&tag], 10_000);
-    for (reader, counts) in other_readers_counts(&out) {
-        assert_eq!(counts.get(&tag), Some(&10_000), "{reader} reader: {counts:?}");
-    }
-    let prom = prom_counts(&out);
-    assert_eq!(prom[&(uid.clone(), "unlink".to_string(), "none".to_string())], 10_000.0);
-    assert_eq!(svg_curves(&out), series.len());
-
-    // podstuck report reads the same back.
-    let report = Command::new(podstuck_binary()).arg("report").arg(&out).output().unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
-    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
-    assert!(text.contains(&format!("unlink ok, actor other, pod {uid}: 10000 calls")), "{text}");
-    assert!(text.contains("usecs               : count     distribution"), "{text}");
-    let json = Command::new(podstuck_binary()).arg("report").arg(&out).arg("--json").output().unwrap();
-    let json: Value = serde_json::from_slice(&json.stdout).expect("report --json is JSON");
-    let ours = json["series"].as_array().unwrap().iter().find(|s| s["tag"] == tag.as_str()).unwrap();
-    assert_eq!(ours["count_in_log"], 10_000);
-    let log2_total: u64 = ours["log2_usecs"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
-    assert_eq!(log2_total, 10_000);
 }
 
-#[test]
-fn every_call_is_counted_when_the_ring_buffer_overflows() {
-    if !can_touch_the_kernel("every_call_is_counted_when_the_ring_buffer_overflows") {
-        return;
+kernel_test! {
+    fn every_call_is_counted_when_the_ring_buffer_overflows(test) {
+        let scratch = test.scratch();
+        let (root, pod, volume) = pod_with_empty_dir(scratch.path(), "scratch");
+        let uid = pod.uid();
+        let out = scratch.path().join("histograms");
+        // Every call streamed into a one-page ring buffer: most records cannot fit.
+        let watch = Watch::start(&[
+            "--kubelet-root", root.arg(), "--histograms", text(&out), "--interval", "1s", "--every-call", "--ring-buffer-kib", "4",
+        ]);
+        let done = actor().args([OsStr::new("unlink-many"), volume.as_os_str(), OsStr::new("20000")]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&done.stdout).trim(), "unlink-many 20000 unlinked, 0 failed");
+        let tag = format!("unlink/ok/other/{uid}");
+        let finished = stop_when(watch, |_| series_count(&out, &tag) >= 20_000);
+        assert!(finished.status.success(), "{}", finished.stderr);
+        let end = finished.end.as_ref().unwrap();
+        assert!(end["events_lost"].as_u64().unwrap() > 0, "the ring buffer was meant to overflow: {end}");
+        assert_eq!(series_count(&out, &tag), 20_000, "counted exactly despite {} records lost", end["events_lost"]);
+        assert_eq!(hlog_counts(&out)[&tag], 20_000);
+        assert!(summary(&out)["run"]["events_lost"].as_u64().unwrap() > 0, "the loss is in the files too");
     }
-    let scratch = ScratchDir::new("histoverflow");
-    let (uid, volume, root_arg, out, out_arg) = pod_volume(&scratch);
-    // Every call streamed into a one-page ring buffer: most records cannot fit.
-    let watch = Watch::start(&[
-        "--kubelet-root", &root_arg, "--histograms", &out_arg, "--interval", "1s", "--every-call", "--ring-buffer-kib", "4",
-    ]);
-    let done = actor().args([OsStr::new("unlink-many"), volume.as_os_str(), OsStr::new("20000")]).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&done.stdout).trim(), "unlink-many 20000 unlinked, 0 failed");
-    let tag = format!("unlink/ok/other/{uid}");
-    let finished = stop_when(watch, |_| series_count(&out, &tag) >= 20_000);
-    assert!(finished.status.success(), "{}", finished.stderr);
-    let end = finished.end.as_ref().unwrap();
-    assert!(end["events_lost"].as_u64().unwrap() > 0, "the ring buffer was meant to overflow: {end}");
-    assert_eq!(series_count(&out, &tag), 20_000, "counted exactly despite {} records lost", end["events_lost"]);
-    assert_eq!(hlog_counts(&out)[&tag], 20_000);
-    assert!(summary(&out)["run"]["events_lost"].as_u64().unwrap() > 0, "the loss is in the files too");
 }
 
-#[test]
-fn sigkill_mid_run_leaves_readable_files() {
-    if !can_touch_the_kernel("sigkill_mid_run_leaves_readable_files") {
-        return;
-    }
-    let scratch = ScratchDir::new("histkill");
-    let work = scratch.path().join("work");
-    std::fs::create_dir(&work).unwrap();
-    let out = scratch.path().join("histograms");
-    let out_arg = out.to_str().unwrap().to_string();
-    let watch = Watch::start(&["--histograms", &out_arg, "--interval", "1s", "--syscall", "unlink"]);
-    let ran = actor().args([OsStr::new("unlink-many"), work.as_os_str(), OsStr::new("500")]).output().unwrap();
-    assert!(ran.status.success());
-    // Wait until an interval with calls has been written, then kill.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !(out.join("summary.json").exists() && summary(&out)["series"].as_array().is_some_and(|s| !s.is_empty())) {
-        assert!(Instant::now() < deadline, "no interval written within 20 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let killed = watch.stop(libc::SIGKILL);
-    assert!(!killed.status.success());
+kernel_test! {
+    fn sigkill_mid_run_leaves_readable_files(test) {
+        let scratch = test.scratch();
+        let work = scratch.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let out = scratch.path().join("histograms");
+        let watch = Watch::start(&["--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
+        let ran = actor().args([OsStr::new("unlink-many"), work.as_os_str(), OsStr::new("500")]).output().unwrap();
+        assert!(ran.status.success());
+        // Wait until an interval with calls has been written, then kill.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !(out.join("summary.json").exists() && summary(&out)["series"].as_array().is_some_and(|s| !s.is_empty())) {
+            assert!(Instant::now() < deadline, "no interval written within 20 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let killed = watch.stop(libc::SIGKILL);
+        assert!(!killed.status.success());
 
-    let summary = summary(&out);
-    assert_eq!(summary["run"]["finished"], false, "the files say the run did not finish");
-    let counted: u64 = summary["series"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).sum();
-    assert!(counted >= 500, "{summary}");
-    let logged: u64 = hlog_counts(&out).values().sum();
-    assert!(logged >= 500);
-    assert!(!prom_counts(&out).is_empty());
-    assert!(svg_curves(&out) >= 1);
-    let leftovers: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
-    assert!(leftovers.is_empty() || leftovers.len() == 1, "at most the file being replaced at the kill");
+        let summary = summary(&out);
+        assert_eq!(summary["run"]["finished"], false, "the files say the run did not finish");
+        let counted: u64 = summary["series"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).sum();
+        assert!(counted >= 500, "{summary}");
+        let logged: u64 = hlog_counts(&out).values().sum();
+        assert!(logged >= 500);
+        assert!(!prom_counts(&out).is_empty());
+        assert!(svg_curves(&out) >= 1);
+        let leftovers: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+        assert!(leftovers.is_empty() || leftovers.len() == 1, "at most the file being replaced at the kill");
+    }
 }
 
-fn podstuck_fails_at_start(args: &[&str]) -> String {
-    let start = Instant::now();
-    let out = Command::new(podstuck_binary())
-        .arg("watch")
-        .arg("--concurrent")
-        .args(args)
-        .stdout(Stdio::null())
-        .output()
-        .expect("run podstuck");
-    assert!(!out.status.success());
-    assert!(start.elapsed() < Duration::from_secs(30));
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+kernel_test! {
+    fn a_bad_output_directory_fails_at_start(test) {
+        let scratch = test.scratch();
+        let earlier = scratch.path().join("earlier");
+        std::fs::create_dir(&earlier).unwrap();
+        std::fs::write(earlier.join("summary.json"), b"{\"from\":\"an earlier run\"}").unwrap();
+        let earlier_arg = text(&earlier);
+        let stderr = podstuck_refuses(&["watch", "--concurrent", "--histograms", earlier_arg]);
+        assert!(stderr.contains("--force") && stderr.contains("summary.json"), "{stderr}");
+        assert_eq!(std::fs::read(earlier.join("summary.json")).unwrap(), b"{\"from\":\"an earlier run\"}", "kept");
 
-#[test]
-fn a_bad_output_directory_fails_at_start() {
-    if !can_touch_the_kernel("a_bad_output_directory_fails_at_start") {
-        return;
+        // A read-only filesystem: refused before tracing starts.
+        let readonly = scratch.path().join("ro");
+        let _ro = TmpfsMount::new(&readonly, "size=1m,ro");
+        let stderr = podstuck_refuses(&["watch", "--concurrent", "--histograms", text(&readonly.join("out"))]);
+        assert!(stderr.contains("writable"), "{stderr}");
+
+        // --force takes over the earlier directory.
+        let watch = Watch::start(&["--histograms", earlier_arg, "--force", "--interval", "1s"]);
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "{}", done.stderr);
+        assert_eq!(summary(&earlier)["run"]["finished"], true);
     }
-    let scratch = ScratchDir::new("histdir");
-    let earlier = scratch.path().join("earlier");
-    std::fs::create_dir(&earlier).unwrap();
-    std::fs::write(earlier.join("summary.json"), b"{\"from\":\"an earlier run\"}").unwrap();
-    let earlier_arg = earlier.to_str().unwrap();
-    let stderr = podstuck_fails_at_start(&["--histograms", earlier_arg]);
-    assert!(stderr.contains("--force") && stderr.contains("summary.json"), "{stderr}");
-    assert_eq!(std::fs::read(earlier.join("summary.json")).unwrap(), b"{\"from\":\"an earlier run\"}", "kept");
-
-    // A read-only filesystem: refused before tracing starts.
-    let readonly = scratch.path().join("ro");
-    let _ro = TmpfsMount::new(&readonly, "size=1m,ro");
-    let stderr = podstuck_fails_at_start(&["--histograms", readonly.join("out").to_str().unwrap()]);
-    assert!(stderr.contains("writable"), "{stderr}");
-
-    // --force takes over the earlier directory.
-    let watch = Watch::start(&["--histograms", earlier_arg, "--force", "--interval", "1s"]);
-    let done = watch.stop(libc::SIGINT);
-    assert!(done.status.success(), "{}", done.stderr);
-    assert_eq!(summary(&earlier)["run"]["finished"], true);
 }

@@ -5,7 +5,7 @@
 //! is never taken for a tracer. (Fix quoting under dash, bash and busybox
 //! sh is tested on the quoting function itself, in podstuck-user.)
 //!
-//! Runs as root; see `can_touch_the_kernel` for the skip rule.
+//! Runs as root; see `kernel_test!` for the skip rule.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -15,60 +15,52 @@ use podstuck_tests::*;
 /// Retitles the terminal and clears the screen, if it reaches one raw.
 const HOSTILE_COMM: &str = "\x1b]0;owned\x07\x1b[2J";
 
-fn actor() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_actor"))
-}
-
-#[test]
-fn a_process_named_with_terminal_escapes_reaches_no_terminal_raw() {
-    if !can_touch_the_kernel("a_process_named_with_terminal_escapes_reaches_no_terminal_raw") {
-        return;
-    }
-    let scratch = ScratchDir::new("escapes");
-    let dir = scratch.path().join("still mounted");
-    let _mount = TmpfsMount::new(&dir, "size=1m");
-    for mode in ["--calls", "--findings-lines"] {
-        let mut args = vec!["watch", "--concurrent", "--duration", "8s"];
-        if mode == "--calls" {
-            args.push("--calls");
+kernel_test! {
+    fn a_process_named_with_terminal_escapes_reaches_no_terminal_raw(test) {
+        let scratch = test.scratch();
+        let dir = scratch.path().join("still mounted");
+        let _mount = TmpfsMount::new(&dir, "size=1m");
+        for mode in ["--calls", "--findings-lines"] {
+            let mut args = vec!["watch", "--concurrent", "--duration", "8s"];
+            if mode == "--calls" {
+                args.push("--calls");
+            }
+            // Not a terminal: FINDING lines (or call lines with --calls).
+            let podstuck = Command::new(podstuck_binary()).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn podstuck");
+            std::thread::sleep(Duration::from_secs(2));
+            let hostile = actor()
+                .args(["--comm", HOSTILE_COMM, "--every-ms", "300", "--repeat", "8", "rmdir"])
+                .arg(&dir)
+                .output()
+                .expect("run the actor");
+            let said = String::from_utf8_lossy(&hostile.stdout);
+            assert!(said.lines().all(|l| l == format!("rmdir errno {}", libc::EBUSY)), "the fixture: EBUSY each time: {said}");
+            let out = podstuck.wait_with_output().expect("podstuck ends");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let all = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+            assert!(!all.contains(&0x1b) && !all.contains(&0x07), "{mode}: a raw escape reached the output:\n{}", String::from_utf8_lossy(&all));
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("\\u{1b}]0;owned\\u{7}"), "{mode}: the name is shown escaped:\n{text}");
         }
-        // Not a terminal: FINDING lines (or call lines with --calls).
-        let podstuck = Command::new(podstuck_binary()).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn podstuck");
-        std::thread::sleep(Duration::from_secs(2));
-        let hostile = actor()
-            .args(["--comm", HOSTILE_COMM, "--every-ms", "300", "--repeat", "8", "rmdir"])
-            .arg(&dir)
-            .output()
-            .expect("run the actor");
-        let said = String::from_utf8_lossy(&hostile.stdout);
-        assert!(said.lines().all(|l| l == format!("rmdir errno {}", libc::EBUSY)), "the fixture: EBUSY each time: {said}");
-        let out = podstuck.wait_with_output().expect("podstuck ends");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let all = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
-        assert!(!all.contains(&0x1b) && !all.contains(&0x07), "{mode}: a raw escape reached the output:\n{}", String::from_utf8_lossy(&all));
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("\\u{1b}]0;owned\\u{7}"), "{mode}: the name is shown escaped:\n{text}");
     }
 }
 
-#[test]
-fn a_process_of_another_user_named_podstuck_is_never_taken_for_a_tracer() {
-    if !can_touch_the_kernel("a_process_of_another_user_named_podstuck_is_never_taken_for_a_tracer") {
-        return;
+kernel_test! {
+    fn a_process_of_another_user_named_podstuck_is_never_taken_for_a_tracer() {
+        let mut fake = actor().args(["--as-uid", "65534", "--comm", "podstuck", "sleep"]).stdout(Stdio::piped()).spawn().expect("spawn the impostor");
+        std::thread::sleep(Duration::from_millis(300));
+        let fake_pid = fake.id();
+        assert_eq!(std::fs::read_to_string(format!("/proc/{fake_pid}/comm")).unwrap().trim(), "podstuck");
+        // Other tests' tracers may hold the lock (shared, --concurrent): a
+        // refusal may happen, but must name a real holder, never the impostor.
+        let out = Command::new(podstuck_binary()).args(["watch", "--json", "--duration", "1s"]).output().expect("run podstuck");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains(&format!("pid {fake_pid}")), "the impostor was taken for a tracer: {stderr}");
+        assert!(out.status.success() || stderr.contains("/run/podstuck.lock"), "{stderr}");
+        let check = Command::new(podstuck_binary()).arg("check").output().expect("run podstuck check");
+        let said = String::from_utf8_lossy(&check.stdout);
+        assert!(!said.contains(&format!("pid {fake_pid}")), "check names the impostor: {said}");
+        let _ = fake.kill();
+        let _ = fake.wait();
     }
-    let mut fake = actor().args(["--as-uid", "65534", "--comm", "podstuck", "sleep"]).stdout(Stdio::piped()).spawn().expect("spawn the impostor");
-    std::thread::sleep(Duration::from_millis(300));
-    let fake_pid = fake.id();
-    assert_eq!(std::fs::read_to_string(format!("/proc/{fake_pid}/comm")).unwrap().trim(), "podstuck");
-    // Other tests' tracers may hold the lock (shared, --concurrent): a
-    // refusal may happen, but must name a real holder, never the impostor.
-    let out = Command::new(podstuck_binary()).args(["watch", "--json", "--duration", "1s"]).output().expect("run podstuck");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains(&format!("pid {fake_pid}")), "the impostor was taken for a tracer: {stderr}");
-    assert!(out.status.success() || stderr.contains("/run/podstuck.lock"), "{stderr}");
-    let check = Command::new(podstuck_binary()).arg("check").output().expect("run podstuck check");
-    let said = String::from_utf8_lossy(&check.stdout);
-    assert!(!said.contains(&format!("pid {fake_pid}")), "check names the impostor: {said}");
-    let _ = fake.kill();
-    let _ = fake.wait();
 }

@@ -9,7 +9,7 @@
 //! And the same pathology with standard output piped: one line per
 //! finding, no line per call.
 //!
-//! Runs as root; see `can_touch_the_kernel` for the skip rule. Each test
+//! Runs as root; see `kernel_test!` for the skip rule. Each test
 //! has its own tmux server, pod UID and scratch directory, so they run side
 //! by side; every mount, directory, process and tmux server is removed
 //! even when an assertion fails.
@@ -29,22 +29,38 @@ const VIEW_TIMEOUT: Duration = Duration::from_secs(60);
 /// the repeat and a look at mountinfo.
 const FINDING_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A CSI volume of a pod as kubelet lays it out, with its vol_data.json.
-fn csi_volume(root: &Path, uid: &str, pv: &str) -> PathBuf {
-    let dir = root.join("pods").join(uid).join("volumes/kubernetes.io~csi").join(pv);
-    std::fs::create_dir_all(&dir).unwrap();
-    let data = format!(r#"{{"driverName":"hostpath.csi.k8s.io","volumeHandle":"{pv}","specVolID":"{pv}","nodeName":"node-1"}}"#);
-    std::fs::write(dir.join("vol_data.json"), data).unwrap();
-    dir
-}
-
-fn text(path: &Path) -> &str {
-    path.to_str().expect("UTF-8 scratch paths")
-}
-
 /// A shell word for a path of the test's own (no quote in it).
 fn quoted(path: &Path) -> String {
     format!("'{}'", text(path))
+}
+
+/// P1 made real: a CSI volume left mounted under a fresh pod, in a kubelet
+/// root of the test's own.
+struct P1 {
+    root: KubeletRoot,
+    pod: Pod,
+    /// The volume's directory, which kubelet cannot remove.
+    pv: PathBuf,
+    /// `<pv>/mount`, still mounted.
+    mount: PathBuf,
+    _volume: TmpfsMount,
+}
+
+impl P1 {
+    fn new(scratch: &ScratchDir) -> P1 {
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let pv = pod.create_csi_volume("pvc-live");
+        let mount = pv.join("mount");
+        // The CSI driver said NodeUnpublish worked and left this mounted.
+        let _volume = TmpfsMount::new(&mount, "size=1m");
+        P1 { root, pod, pv, mount, _volume }
+    }
+}
+
+/// kubelet removing the volume's `mount` dir: 4 attempts on its backoff.
+fn kubelet_removing(pv: &Path) -> Process {
+    Process::spawn(actor().args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"]).arg(pv).arg("mount"))
 }
 
 /// Where podstuck's standard input comes from.
@@ -58,14 +74,10 @@ enum Stdin {
 
 /// P1 under the live view, stopped with `keys`; `stopped_by` is how the
 /// summary must name that.
-fn live_view_shows_p1_then_stops_on(name: &str, stdin: Stdin, keys: &str, stopped_by: &str) {
-    let scratch = ScratchDir::new(name);
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let pv = csi_volume(&root, &uid, "pvc-live");
-    let mount = pv.join("mount");
-    // The CSI driver said NodeUnpublish worked and left this mounted.
-    let _volume = TmpfsMount::new(&mount, "size=1m");
+fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str, stopped_by: &str) {
+    let scratch = test.scratch();
+    let P1 { root, pod, pv, mount, _volume } = P1::new(&scratch);
+    let uid = pod.uid();
 
     // The shell stays after podstuck, to show its exit status and the
     // terminal modes it left.
@@ -78,7 +90,7 @@ fn live_view_shows_p1_then_stops_on(name: &str, stdin: Stdin, keys: &str, stoppe
              echo \"terminal modes after: $(stty -a | tr ' ;' '\\n\\n' | grep -x -e '-\\?icanon' -e '-\\?echo' | tr '\\n' ' ')\"\n\
              exec sleep 3600\n",
             quoted(&podstuck_binary()),
-            quoted(&root),
+            quoted(root.path()),
             match stdin {
                 Stdin::Terminal => "",
                 Stdin::Redirected => " < /dev/null",
@@ -86,10 +98,10 @@ fn live_view_shows_p1_then_stops_on(name: &str, stdin: Stdin, keys: &str, stoppe
         ),
     )
     .unwrap();
-    let mut tmux = Tmux::start(scratch.path(), name, &format!("sh {}", quoted(&script)));
+    let mut tmux = Tmux::start(scratch.path(), test.name(), &format!("sh {}", quoted(&script)));
 
     let screen = tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
-    assert!(screen.contains(&format!("tracing pod {uid}, kubelet root {}", text(&root))), "header:\n{screen}");
+    assert!(screen.contains(&format!("tracing pod {uid}, kubelet root {}", root.arg())), "header:\n{screen}");
     assert_eq!(tmux.pane("#{alternate_on}"), "1", "the live view draws on the alternate screen");
     let shell: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
     let podstuck = child_named(shell, "podstuck").unwrap_or_else(|| panic!("no podstuck under the pane's shell {shell}"));
@@ -97,7 +109,7 @@ fn live_view_shows_p1_then_stops_on(name: &str, stdin: Stdin, keys: &str, stoppe
     let programs = programs_held(podstuck);
     assert_eq!(programs.len(), 8, "four syscalls, enter and exit each: {programs:?}");
 
-    let kubelet = Process::spawn(Command::new(env!("CARGO_BIN_EXE_actor")).args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"]).arg(&pv).arg("mount"));
+    let kubelet = kubelet_removing(&pv);
     let fix = format!("fix:   umount {}", text(&mount));
     let screen = tmux.wait_for("finding with its fix", FINDING_TIMEOUT, |s| {
         s.contains("CRITICAL volume-still-mounted") && s.contains(&fix) && s.contains("confirmed")
@@ -106,7 +118,7 @@ fn live_view_shows_p1_then_stops_on(name: &str, stdin: Stdin, keys: &str, stoppe
     assert!(finding.contains(&format!("pod {uid}")), "{finding}\n{screen}");
     let cause = screen.lines().find(|l| l.contains("cause:")).unwrap();
     assert!(cause.contains("kubelet cannot remove the CSI volume dir"), "{cause}");
-    let series = screen.lines().find(|l| l.contains(&uid) && l.contains("unlinkat") && l.contains("kubelet"));
+    let series = screen.lines().find(|l| l.contains(uid) && l.contains("unlinkat") && l.contains("kubelet"));
     assert!(series.is_some_and(|l| l.contains("EBUSY")), "a busiest series of kubelet's failing removals:\n{screen}");
     let findings_at = screen.find("Findings (1)").expect("findings section");
     assert!(findings_at < screen.find("Busiest series").expect("series section"), "findings come first:\n{screen}");
@@ -143,83 +155,72 @@ fn live_view_shows_p1_then_stops_on(name: &str, stdin: Stdin, keys: &str, stoppe
     assert!(is_mountpoint(&mount), "podstuck only reads the node: the volume is still mounted");
 }
 
-#[test]
-fn the_live_view_shows_a_stuck_volume_and_q_leaves_a_summary() {
-    if !can_touch_the_kernel("the_live_view_shows_a_stuck_volume_and_q_leaves_a_summary") {
-        return;
+kernel_test! {
+    fn the_live_view_shows_a_stuck_volume_and_q_leaves_a_summary(test) {
+        live_view_shows_p1_then_stops_on(&test, Stdin::Terminal, "q", "q");
     }
-    live_view_shows_p1_then_stops_on("lvq", Stdin::Terminal, "q", "q");
 }
 
-#[test]
-fn ctrl_c_in_the_live_view_leaves_the_same_summary_even_with_stdin_redirected() {
-    if !can_touch_the_kernel("ctrl_c_in_the_live_view_leaves_the_same_summary_even_with_stdin_redirected") {
-        return;
+kernel_test! {
+    fn ctrl_c_in_the_live_view_leaves_the_same_summary_even_with_stdin_redirected(test) {
+        live_view_shows_p1_then_stops_on(&test, Stdin::Redirected, "C-c", "Ctrl-C");
     }
-    live_view_shows_p1_then_stops_on("lvc", Stdin::Redirected, "C-c", "Ctrl-C");
 }
 
-#[test]
-fn not_a_terminal_gets_one_line_per_finding_and_no_call_lines() {
-    if !can_touch_the_kernel("not_a_terminal_gets_one_line_per_finding_and_no_call_lines") {
-        return;
+kernel_test! {
+    fn not_a_terminal_gets_one_line_per_finding_and_no_call_lines(test) {
+        let scratch = test.scratch();
+        let P1 { root, pod, pv, mount, _volume } = P1::new(&scratch);
+        let uid = pod.uid();
+        let mut podstuck = Command::new(podstuck_binary())
+            .args(["watch", "--concurrent", "--duration", "8s", "--kubelet-root", root.arg(), "--pod", uid])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn podstuck");
+        // Its banner on stderr says it is attached.
+        let mut stderr = BufReader::new(podstuck.stderr.take().unwrap());
+        let mut banner = String::new();
+        stderr.read_line(&mut banner).unwrap();
+        assert!(banner.contains("findings, one line each; Ctrl-C to stop"), "{banner}");
+        let kubelet = kubelet_removing(&pv);
+        let (_, attempts) = kubelet.finish(Duration::from_secs(30));
+        assert_eq!(attempts.len(), 4, "{attempts:?}");
+        let out = podstuck.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().collect();
+        let first = lines.iter().find(|l| l.contains(" FINDING ")).unwrap_or_else(|| panic!("no finding line:\n{stdout}"));
+        assert!(first.contains(&format!("[critical] volume-still-mounted pod {uid} (confirmed")), "{first}");
+        assert!(first.ends_with(&format!(" | fix: umount {}", text(&mount))), "{first}");
+        for line in &lines[..lines.len() - 1] {
+            assert!(line.contains(" FINDING ") || line.contains(" UPDATE ") || line.contains(" RESOLVED "), "only findings, one line each:\n{stdout}");
+        }
+        assert!(lines.last().unwrap().starts_with("podstuck: ") && lines.last().unwrap().contains("events seen"), "the closing line last:\n{stdout}");
     }
-    let scratch = ScratchDir::new("lvp");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let pv = csi_volume(&root, &uid, "pvc-live");
-    let mount = pv.join("mount");
-    let _volume = TmpfsMount::new(&mount, "size=1m");
-    let mut podstuck = Command::new(podstuck_binary())
-        .args(["watch", "--concurrent", "--duration", "8s", "--kubelet-root", text(&root), "--pod", &uid])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn podstuck");
-    // Its banner on stderr says it is attached.
-    let mut stderr = BufReader::new(podstuck.stderr.take().unwrap());
-    let mut banner = String::new();
-    stderr.read_line(&mut banner).unwrap();
-    assert!(banner.contains("findings, one line each; Ctrl-C to stop"), "{banner}");
-    let kubelet = Process::spawn(Command::new(env!("CARGO_BIN_EXE_actor")).args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"]).arg(&pv).arg("mount"));
-    let (_, attempts) = kubelet.finish(Duration::from_secs(30));
-    assert_eq!(attempts.len(), 4, "{attempts:?}");
-    let out = podstuck.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = stdout.lines().collect();
-    let first = lines.iter().find(|l| l.contains(" FINDING ")).unwrap_or_else(|| panic!("no finding line:\n{stdout}"));
-    assert!(first.contains(&format!("[critical] volume-still-mounted pod {uid} (confirmed")), "{first}");
-    assert!(first.ends_with(&format!(" | fix: umount {}", text(&mount))), "{first}");
-    for line in &lines[..lines.len() - 1] {
-        assert!(line.contains(" FINDING ") || line.contains(" UPDATE ") || line.contains(" RESOLVED "), "only findings, one line each:\n{stdout}");
-    }
-    assert!(lines.last().unwrap().starts_with("podstuck: ") && lines.last().unwrap().contains("events seen"), "the closing line last:\n{stdout}");
 }
 
-/// `--kernel-cost` on a terminal: after the live view gives the terminal
-/// back, each program's cost per call is said, as in every other mode.
-#[test]
-fn the_kernel_cost_report_follows_the_live_view_too() {
-    if !can_touch_the_kernel("the_kernel_cost_report_follows_the_live_view_too") {
-        return;
+kernel_test! {
+    /// `--kernel-cost` on a terminal: after the live view gives the terminal
+    /// back, each program's cost per call is said, as in every other mode.
+    fn the_kernel_cost_report_follows_the_live_view_too(test) {
+        let scratch = test.scratch();
+        let script = scratch.path().join("run.sh");
+        std::fs::write(
+            &script,
+            format!("{} watch --concurrent --kernel-cost --duration 4s\necho \"podstuck exited with status $?\"\nexec sleep 3600\n", quoted(&podstuck_binary())),
+        )
+        .unwrap();
+        let tmux = Tmux::start(scratch.path(), test.name(), &format!("sh {}", quoted(&script)));
+        tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
+        // Some unlinks to cost something.
+        for i in 0..50 {
+            let f = scratch.path().join(format!("f{i}"));
+            std::fs::write(&f, b"x").unwrap();
+            std::fs::remove_file(&f).unwrap();
+        }
+        let after = tmux.wait_for("exit status", Duration::from_secs(30), |s| s.contains("podstuck exited with status"));
+        assert!(after.contains("podstuck exited with status 0"), "{after}");
+        assert!(after.contains("kernel cost:") && after.contains("unlinkat"), "no kernel cost after the live view:\n{after}");
     }
-    let scratch = ScratchDir::new("lvcost");
-    let script = scratch.path().join("run.sh");
-    std::fs::write(
-        &script,
-        format!("{} watch --concurrent --kernel-cost --duration 4s\necho \"podstuck exited with status $?\"\nexec sleep 3600\n", quoted(&podstuck_binary())),
-    )
-    .unwrap();
-    let tmux = Tmux::start(scratch.path(), "lvcost", &format!("sh {}", quoted(&script)));
-    tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
-    // Some unlinks to cost something.
-    for i in 0..50 {
-        let f = scratch.path().join(format!("f{i}"));
-        std::fs::write(&f, b"x").unwrap();
-        std::fs::remove_file(&f).unwrap();
-    }
-    let after = tmux.wait_for("exit status", Duration::from_secs(30), |s| s.contains("podstuck exited with status"));
-    assert!(after.contains("podstuck exited with status 0"), "{after}");
-    assert!(after.contains("kernel cost:") && after.contains("unlinkat"), "no kernel cost after the live view:\n{after}");
 }

@@ -20,64 +20,62 @@ fn findings(stdout: &[u8]) -> Vec<(String, String, String, u64, String)> {
         .collect()
 }
 
-#[test]
-fn a_recorded_incident_replays_to_the_same_findings() {
-    if !can_touch_the_kernel("a_recorded_incident_replays_to_the_same_findings") {
-        return;
+kernel_test! {
+    fn a_recorded_incident_replays_to_the_same_findings(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let volume = pod.csi_volume("pvc-rec");
+        let _tree = CreatedDirs::create(&volume);
+        let _mount = TmpfsMount::new(&volume.join("mount"), "size=1m");
+        let file = scratch.path().join("incident.podstuck");
+        let podstuck = Command::new(podstuck_binary())
+            .arg("record")
+            .arg(&file)
+            .args(["--json", "--findings", "--concurrent", "--duration", "6s", "--pod", pod.uid(), "--kubelet-root"])
+            .arg(root.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run podstuck record");
+        // Attached once the programs load; the actor then fails on kubelet's backoff.
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let actor = actor()
+            .args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"])
+            .arg(&volume)
+            .arg("mount")
+            .output()
+            .expect("run the actor");
+        assert!(String::from_utf8_lossy(&actor.stdout).contains(&format!("errno {}", libc::EBUSY)));
+        let live = podstuck.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&live.stderr);
+        assert!(live.status.success(), "{stderr}");
+        assert!(stderr.contains("recorded"), "{stderr}");
+        let live_findings = findings(&live.stdout);
+        assert!(live_findings.iter().any(|f| f.2 == "volume-still-mounted"), "{live_findings:?}\n{stderr}");
+
+        let replay = Command::new(podstuck_binary()).arg("replay").arg(&file).arg("--json").output().expect("run podstuck replay");
+        let replay_err = String::from_utf8_lossy(&replay.stderr);
+        assert!(replay.status.success(), "{replay_err}");
+        assert_eq!(findings(&replay.stdout), live_findings, "replay differs from the live run\n{replay_err}");
+
+        // The file is not overwritten by a second record.
+        let again = Command::new(podstuck_binary()).arg("record").arg(&file).args(["--concurrent", "--duration", "1s"]).output().unwrap();
+        assert!(!again.status.success());
+        assert!(String::from_utf8_lossy(&again.stderr).contains("exists"), "{}", String::from_utf8_lossy(&again.stderr));
+
+        // Cut short: what is there replays, with a warning. Damaged: a clear error.
+        let bytes = std::fs::read(&file).unwrap();
+        let cut = scratch.path().join("cut.podstuck");
+        std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+        let out = Command::new(podstuck_binary()).arg("replay").arg(&cut).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("ends early") || said.contains("corrupt") || said.contains("damaged"), "{said}");
+        assert!(!said.contains("panicked"), "{said}");
+        let junk = scratch.path().join("junk.podstuck");
+        std::fs::write(&junk, b"not a record at all\n").unwrap();
+        let out = Command::new(podstuck_binary()).arg("replay").arg(&junk).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not a podstuck record"), "{}", String::from_utf8_lossy(&out.stderr));
     }
-    let scratch = ScratchDir::new("record");
-    let root = scratch.path().join("kubelet");
-    let uid = new_pod_uid();
-    let volume = root.join("pods").join(&uid).join("volumes/kubernetes.io~csi/pvc-rec");
-    let _tree = CreatedDirs::create(&volume);
-    let _mount = TmpfsMount::new(&volume.join("mount"), "size=1m");
-    let file = scratch.path().join("incident.podstuck");
-    let podstuck = Command::new(podstuck_binary())
-        .arg("record")
-        .arg(&file)
-        .args(["--json", "--findings", "--concurrent", "--duration", "6s", "--pod", &uid, "--kubelet-root"])
-        .arg(&root)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run podstuck record");
-    // Attached once the programs load; the actor then fails on kubelet's backoff.
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    let actor = Command::new(env!("CARGO_BIN_EXE_actor"))
-        .args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"])
-        .arg(&volume)
-        .arg("mount")
-        .output()
-        .expect("run the actor");
-    assert!(String::from_utf8_lossy(&actor.stdout).contains(&format!("errno {}", libc::EBUSY)));
-    let live = podstuck.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&live.stderr);
-    assert!(live.status.success(), "{stderr}");
-    assert!(stderr.contains("recorded"), "{stderr}");
-    let live_findings = findings(&live.stdout);
-    assert!(live_findings.iter().any(|f| f.2 == "volume-still-mounted"), "{live_findings:?}\n{stderr}");
-
-    let replay = Command::new(podstuck_binary()).arg("replay").arg(&file).arg("--json").output().expect("run podstuck replay");
-    let replay_err = String::from_utf8_lossy(&replay.stderr);
-    assert!(replay.status.success(), "{replay_err}");
-    assert_eq!(findings(&replay.stdout), live_findings, "replay differs from the live run\n{replay_err}");
-
-    // The file is not overwritten by a second record.
-    let again = Command::new(podstuck_binary()).arg("record").arg(&file).args(["--concurrent", "--duration", "1s"]).output().unwrap();
-    assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"), "{}", String::from_utf8_lossy(&again.stderr));
-
-    // Cut short: what is there replays, with a warning. Damaged: a clear error.
-    let bytes = std::fs::read(&file).unwrap();
-    let cut = scratch.path().join("cut.podstuck");
-    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
-    let out = Command::new(podstuck_binary()).arg("replay").arg(&cut).output().unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("ends early") || said.contains("corrupt") || said.contains("damaged"), "{said}");
-    assert!(!said.contains("panicked"), "{said}");
-    let junk = scratch.path().join("junk.podstuck");
-    std::fs::write(&junk, b"not a record at all\n").unwrap();
-    let out = Command::new(podstuck_binary()).arg("replay").arg(&junk).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a podstuck record"), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -144,6 +144,7 @@ MODULES=${MODULES#,}
 LOCKDOWN=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/security/lockdown 2>/dev/null)
 [ -e /sys/kernel/btf/vmlinux ] && BTF=yes || BTF=no
 EXPECT=$(sed -n 's/.*podstuck_vm\.expect_attach=\([^ ]*\).*/\1/p' /proc/cmdline)
+SUITE=$(sed -n 's/.*podstuck_vm\.suite=\([^ ]*\).*/\1/p' /proc/cmdline)
 EXPECT_WALK=$(sed -n 's/.*podstuck_vm\.expect_walk=\([^ ]*\).*/\1/p' /proc/cmdline)
 say "INFO kernel=$(uname -r) lockdown=${LOCKDOWN:-unknown} btf_vmlinux=$BTF modules_loaded=${MODULES:-none} cpus=$(nproc) mem_mb=$(free -m | awk '/^Mem:/ { print $2 }') expect_attach=${EXPECT:-any} expect_walk=${EXPECT_WALK:-any}"
 
@@ -167,13 +168,124 @@ show check /tmp/check.out
 # Its plan line: "attach: fentry, path walk: bpf_loop (...)".
 A=$(sed -n 's/.*plan  *attach: \([a-z_]*\).*/\1/p' /tmp/check.out)
 W=$(sed -n 's/.*plan  *attach: .*path walk: \([a-z_]*\).*/\1/p' /tmp/check.out)
-if [ "$RC" = 0 ]; then
+if [ "$SUITE" = lockdown ]; then
+    # Expected: exit 2, the plan naming lockdown and what to do.
+    if [ "$RC" = 2 ] && grep '^FAIL *plan' /tmp/check.out | grep -q 'lockdown=integrity'; then
+        result check PASS "exit 2: $(grep '^FAIL *plan' /tmp/check.out | oneline)"
+    else
+        result check FAIL "exit $RC, expected 2 with a plan line naming lockdown: $(grep '^FAIL' /tmp/check.out | oneline)"
+    fi
+elif [ "$RC" = 0 ]; then
     result check PASS "exit 0; $(grep -c '^ok' /tmp/check.out) ok, $(grep -c '^warn' /tmp/check.out) warn"
 else
     result check FAIL "exit $RC: $( (grep '^FAIL' /tmp/check.out || cat /tmp/check.out) | oneline)"
 fi
 say "TIME check $(since "$T0")"
 
+KR=/var/lib/kubelet
+
+# A pod's CSI volume directory with a tmpfs still mounted on it: kubelet's
+# rmdir of it fails EBUSY (P1). Prints the directory.
+mounted_volume() { # UID PVC
+    v=$KR/pods/$1/volumes/kubernetes.io~csi/$2/mount
+    mkdir -p "$v" && mount -t tmpfs -o size=1m tmpfs "$v" && echo "$v"
+}
+
+# --- lockdown: under lockdown=confidentiality every kernel here refuses ----
+# --- podstuck's programs at load: one plain sentence, exit 2 ---------------
+# (only in the boot with that kernel parameter)
+if [ "$SUITE" = lockdown ]; then
+    T0=$(uptime_s)
+    A=- W=-
+    podstuck watch --json --duration 5s >/tmp/lock.json 2>/tmp/lock.err
+    RC=$?
+    show lock /tmp/lock.err 10
+    LINES=$(grep -c . /tmp/lock.err)
+    LEFT=$(bpftool prog show 2>/dev/null | grep -c '^[0-9]*:')
+    if [ "$RC" = 2 ] && grep -q 'lockdown=confidentiality' /tmp/lock.err && grep -q 'lockdown=integrity' /tmp/lock.err \
+        && ! grep -qi 'verifier' /tmp/lock.err && [ "$LINES" -le 3 ] && [ "$LEFT" = 0 ]; then
+        result lockdown PASS "refused in $LINES line(s), exit 2, no program left: $(oneline </tmp/lock.err)"
+    else
+        result lockdown FAIL "exit $RC, $LINES lines, $LEFT programs loaded: $(oneline </tmp/lock.err)"
+    fi
+    say "TIME lockdown $(since "$T0")"
+fi
+
+# --- pod-isolation: --pod follows one pod; kubelet's EBUSY on its still ----
+# --- mounted volume is P1, the other pod's is never said -------------------
+if [ "$SUITE" != lockdown ]; then
+    T0=$(uptime_s)
+    A=- W=-
+    UA=1a1a1a1a-2b2b-3c3c-4d4d-5e5e5e5e5e5e
+    UB=9f9f9f9f-8e8e-7d7d-6c6c-5b5b5b5b5b5b
+    VA=$(mounted_volume $UA pvc-a)
+    VB=$(mounted_volume $UB pvc-b)
+    if [ -z "$VA" ] || [ -z "$VB" ]; then
+        result pod-isolation FAIL "could not mount the pods' volumes"
+    elif start_watch /tmp/iso --json --every-call --pod $UA --duration 10s; then
+        actor --comm kubelet --backoff-ms 500 --repeat 4 rmdir "$VB" >/tmp/iso-b.out 2>&1 &
+        BPID=$!
+        RA=$(actor --comm kubelet --backoff-ms 500 --repeat 4 rmdir "$VA" 2>&1 | oneline)
+        wait "$BPID"
+        wait_gone "$WPID" 60
+        stop_watch
+        show iso /tmp/iso.err 10
+        EA=$(grep '"type":"event"' /tmp/iso.json | grep -c "\"pod_uid\":\"$UA\"")
+        EB=$(grep -c "$UB" /tmp/iso.json)
+        OTHER=$(grep '"type":"event"' /tmp/iso.json | grep -vc "\"pod_uid\":\"$UA\"")
+        FA=$(grep '"type":"finding"' /tmp/iso.json | grep '"kind":"volume-still-mounted"' | grep "$UA" | head -n 1)
+        DETAIL="$EA events of pod A, $OTHER others, $EB lines naming pod B; kubelet on A: $RA; on B: $(oneline </tmp/iso-b.out)"
+        if [ "$WRC" = 0 ] && [ "$EA" -ge 4 ] && [ "$OTHER" = 0 ] && [ "$EB" = 0 ] && echo "$FA" | grep -q '"confidence":"confirmed"'; then
+            result pod-isolation PASS "P1 confirmed for pod A (fix: $(echo "$FA" | jstr fix)); $DETAIL"
+        else
+            result pod-isolation FAIL "exit $WRC; P1 for A: ${FA:+yes}${FA:-no}; $DETAIL"
+        fi
+    else
+        result pod-isolation FAIL "$WHY"
+    fi
+    umount "$VA" "$VB" 2>/dev/null
+
+    # --- held-in-namespace: P4, a copy of a container's rootfs busy in ----
+    # --- another mount namespace blocks containerd's unmount --------------
+    T0=$(uptime_s)
+    A=- W=-
+    TASK=/run/containerd/io.containerd.runtime.v2.task/k8s.io/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+    ROOTFS=$TASK/rootfs
+    mkdir -p /run/containerd
+    # The parent shared (as systemd makes / on real nodes), so the host's
+    # unmount reaches the holder's slave copy.
+    mount -t tmpfs tmpfs /run/containerd && mount --make-rshared /run/containerd
+    mkdir -p "$ROOTFS"
+    mount -t tmpfs -o size=1m tmpfs "$ROOTFS" && mkdir -p "$ROOTFS/app"
+    actor --comm leaky-agent hold-in-namespace "$ROOTFS/app" >/tmp/holder.out 2>&1 &
+    HPID=$!
+    if ! wait_for /tmp/holder.out ready "$HPID" 20; then
+        result held-in-namespace FAIL "the holder did not start: $(oneline </tmp/holder.out)"
+    elif start_watch /tmp/held --json --findings --duration 8s; then
+        RU=$(actor --comm containerd --every-ms 50 --repeat 50 umount "$ROOTFS" 2>&1 | sort | uniq -c | oneline)
+        wait_gone "$WPID" 60
+        stop_watch
+        show held /tmp/held.err 10
+        grep -v '"type":"finding-update"' /tmp/held.json | cut -c1-700 >/tmp/held.short
+        show held-json /tmp/held.short 10
+        F=$(grep '"type":"finding"' /tmp/held.json | grep '"kind":"mount-held"' | head -n 1)
+        FIX=$(echo "$F" | jstr fix)
+        if [ "$WRC" = 0 ] && echo "$FIX" | grep -q "nsenter -m -t $HPID umount -l $ROOTFS"; then
+            result held-in-namespace PASS "mount-held names pid $HPID in its own namespace: $FIX; containerd: $RU"
+        else
+            result held-in-namespace FAIL "exit $WRC; fix '${FIX}', expected nsenter -m -t $HPID umount -l $ROOTFS; containerd: $RU; $(grep -o '"kind":"[^"]*"' /tmp/held.json | sort -u | oneline)"
+        fi
+    else
+        result held-in-namespace FAIL "$WHY"
+    fi
+    kill -9 "$HPID" 2>/dev/null
+    wait "$HPID" 2>/dev/null
+    umount -l "$ROOTFS" 2>/dev/null
+    umount -l /run/containerd 2>/dev/null
+    say "TIME held-in-namespace $(since "$T0")"
+fi
+
+if [ "$SUITE" != lockdown ]; then
 # --- demo -----------------------------------------------------------------
 T0=$(uptime_s)
 A=- W=-
@@ -365,11 +477,15 @@ else
 fi
 say "TIME sigkill $(since "$T0")"
 
+fi # the full suite
+
 # --- attach: where podstuck attached and how it walks paths, against what --
 # --- this kernel should give ---------------------------------------------
 A=$SEEN_ATTACH W=$SEEN_WALK
 matches() { [ -z "$2" ] || [ "$2" = any ] || [ "$1" = "$2" ]; }
-if [ -z "$SEEN_ATTACH" ]; then
+if [ -z "$SEEN_ATTACH" ] && [ "$SUITE" = lockdown ]; then
+    result attach PASS "nothing attached: this kernel refuses podstuck's programs under lockdown=confidentiality, as expected"
+elif [ -z "$SEEN_ATTACH" ]; then
     result attach FAIL "podstuck never started tracing on this kernel: $( (cat /tmp/check.out; grep -v '^podstuck demo: \(building\|removing\|removed\)' /tmp/demo.err) | grep -i 'fail\|error\|cannot\|too old' | awk '!seen[$0]++' | head -n 3 | oneline)"
 elif matches "$SEEN_ATTACH" "$EXPECT" && matches "$SEEN_WALK" "$EXPECT_WALK"; then
     result attach PASS "attached with $SEEN_ATTACH, path walk $SEEN_WALK (expected: ${EXPECT:-any}, ${EXPECT_WALK:-any})"

@@ -17,6 +17,9 @@ pub struct SeriesSummary {
     /// "ok" or the errno name.
     pub outcome: String,
     pub role: String,
+    /// The pod's UID, "other" for the calls of the pods past the book's
+    /// caps (as in the hlog tag and the metrics' pod label), none for the
+    /// node's own calls.
     pub pod_uid: Option<String>,
     pub count: u64,
     /// Calls of this series that failed (all of them, or none).
@@ -46,7 +49,7 @@ pub fn summarise(book: &LatencyBook, run: &RunInfo) -> Summary {
             syscall: syscall_name(key.syscall).to_string(),
             outcome: key.outcome.clone(),
             role: key.role.as_str().to_string(),
-            pod_uid: key.pod.as_ref().map(|p| p.to_string()),
+            pod_uid: key.pod.as_ref().map(|_| key.pod_label().to_string()),
             count: s.count,
             errors: if key.is_error() { s.count } else { 0 },
             min_ns: s.total.min(),
@@ -114,5 +117,15 @@ pub(crate) mod tests {
         let failed = summary.series.iter().find(|s| s.outcome == "EPERM").unwrap();
         assert_eq!((failed.count, failed.errors, failed.role.as_str()), (1, 1, "runtime"));
         assert_eq!(failed.tag, "unlinkat/EPERM/runtime/node");
+        assert_eq!(failed.pod_uid, None);
+    }
+
+    #[test]
+    fn the_other_pods_series_says_other_as_its_tag_and_labels_do() {
+        let mut book = LatencyBook::new(SystemTime::now());
+        book.record(&event(Syscall::Unlink, 0, 1000), &identity(Role::Other, Some(crate::latency::OTHER_POD_UID)));
+        let summary: Summary = serde_json::from_str(&render(&book, &run_info())).unwrap();
+        assert_eq!(summary.series[0].pod_uid.as_deref(), Some("other"));
+        assert_eq!(summary.series[0].tag, "unlink/ok/other/other");
     }
 }

@@ -1,156 +1,66 @@
-//! Node state that the pathology scenarios need beyond a tmpfs and an
-//! immutable file: helper processes that hold something (a cwd, a file, a
-//! mount namespace, a cgroup), a FUSE filesystem whose daemon can be
-//! stopped, bind, read-only and overlay mounts, shared propagation.
+//! The node state a scenario makes and must undo: tmpfs, bind, read-only,
+//! overlay and FUSE mounts (a FUSE daemon that can be stopped), shared
+//! propagation, immutable files, cgroups, directories made under a root
+//! that may already exist, a filesystem out of inodes; and what mountinfo
+//! says of a mount.
 //!
 //! Every guard undoes its state on drop, including after a failed
 //! assertion, and never blocks a test forever doing so: a test that leaves
-//! a mount or a stopped FUSE daemon behind breaks every later run on the
-//! machine.
+//! a mount, a flag or a stopped FUSE daemon behind breaks every later run
+//! on the machine.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
-use crate::is_mountpoint;
+use crate::actors::{fuse_server, task_state, Process};
 
-/// A helper process (the actor, the FUSE server) whose stdout is collected
-/// line by line; killed and reaped on drop.
-pub struct Process {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-    what: String,
-}
+/// A tmpfs mounted at a fresh directory; lazily unmounted on drop.
+pub struct TmpfsMount(pub PathBuf);
 
-impl Process {
-    pub fn spawn(command: &mut Command) -> Process {
-        let what = format!("{command:?}");
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let out = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Process { child, lines, reader: Some(reader), what }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// What it printed so far.
-    pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
-    }
-
-    /// Waits until it has printed at least `n` lines; returns them all.
-    pub fn wait_for_lines(&self, n: usize, timeout: Duration) -> Vec<String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let lines = self.lines();
-            if lines.len() >= n {
-                return lines;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} printed {} of {n} lines within {timeout:?}: {lines:?}",
-                self.what,
-                lines.len()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits until it prints `want`; false if it has not within `timeout`.
-    pub fn wait_for_line(&self, want: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while !self.lines().iter().any(|l| l == want) {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        true
-    }
-
-    /// Waits for "ready": the helper's hold is in place.
-    pub fn wait_ready(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while !self.lines().iter().any(|l| l == "ready") {
-            assert!(Instant::now() < deadline, "{} not ready within {timeout:?}: {:?}", self.what, self.lines());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Waits for it to exit by itself; returns its status and every line.
-    pub fn finish(mut self, timeout: Duration) -> (ExitStatus, Vec<String>) {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "{} did not finish within {timeout:?}", self.what);
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-        (status, self.lines())
-    }
-
-    pub fn signal(&self, signal: i32) {
-        // SAFETY: kill(2) on our own, not yet reaped, child.
-        unsafe { libc::kill(self.pid() as i32, signal) };
+impl TmpfsMount {
+    pub fn new(at: &Path, options: &str) -> TmpfsMount {
+        std::fs::create_dir_all(at).expect("create mountpoint");
+        mount(Some("podstuck-test"), at, Some("tmpfs"), MsFlags::empty(), Some(options))
+            .unwrap_or_else(|e| panic!("mount tmpfs at {}: {e}", at.display()));
+        TmpfsMount(at.to_path_buf())
     }
 }
 
-impl Drop for Process {
+impl Drop for TmpfsMount {
     fn drop(&mut self) {
-        // Already reaped (finish): its pid may belong to someone else now.
-        if !matches!(self.child.try_wait(), Ok(None)) {
+        let _ = umount2(&self.0, MntFlags::MNT_DETACH);
+    }
+}
+
+/// Whether `path` is a mountpoint in this process's mount namespace.
+pub fn is_mountpoint(path: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let wanted = path.to_string_lossy();
+    mounts.lines().any(|l| l.split(' ').nth(4) == Some(wanted.as_ref()))
+}
+
+/// `chattr +i` on a file, undone on drop.
+pub struct Immutable(pub PathBuf);
+
+impl Immutable {
+    pub fn set(path: &Path) -> Immutable {
+        let status = Command::new("chattr").arg("+i").arg(path).status().expect("run chattr");
+        assert!(status.success(), "chattr +i {}", path.display());
+        Immutable(path.to_path_buf())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        // A test may have cleared the flag and removed the file itself.
+        if self.0.symlink_metadata().is_err() {
             return;
         }
-        // SIGKILL ends a stopped process too; SIGCONT is for the helpers
-        // that catch nothing and should not stay stopped if the kill is lost.
-        self.signal(libc::SIGCONT);
-        let _ = self.child.kill();
-        // A task stuck in an uninterruptible wait ignores SIGKILL: give up
-        // after a while rather than hang the whole test run. The FUSE guard
-        // (or whatever held it) releases it later, and init reaps it.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!("warning: {} did not die within 10 s of SIGKILL; leaving it", self.what);
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
     }
-}
-
-/// A task's state letter from /proc/PID/stat (R, S, D, T, Z...).
-pub fn task_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may contain spaces and parentheses: the state
-    // follows the last ')'.
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// The kernel function a task sleeps in (/proc/PID/wchan), if any.
-pub fn wchan(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default()
 }
 
 /// The mountinfo line whose mount point is `path`, split into fields.
@@ -192,11 +102,11 @@ pub struct FuseMount {
 }
 
 impl FuseMount {
-    /// Starts `server` (the fuse_server binary) on `mountpoint` and waits
-    /// until the kernel's INIT is answered.
-    pub fn start(server: &Path, mountpoint: &Path) -> FuseMount {
+    /// Starts the fuse_server binary on `mountpoint` and waits until the
+    /// kernel's INIT is answered.
+    pub fn start(mountpoint: &Path) -> FuseMount {
         std::fs::create_dir_all(mountpoint).expect("create FUSE mountpoint");
-        let process = Process::spawn(Command::new(server).arg(mountpoint));
+        let process = Process::spawn(Command::new(fuse_server()).arg(mountpoint));
         let mut fuse = FuseMount { mountpoint: mountpoint.to_path_buf(), minor: 0, server: Some(process), aborted: false };
         fuse.server.as_ref().unwrap().wait_ready(Duration::from_secs(10));
         let (major, minor) = mount_device(mountpoint).expect("the FUSE mount in mountinfo");
@@ -336,6 +246,73 @@ pub fn fill_inodes(dir: &Path) -> usize {
             Ok(_) => made += 1,
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => return made,
             Err(e) => panic!("fill {}: {e}", dir.display()),
+        }
+    }
+}
+
+/// Directories made under a root that may already exist (the real
+/// /var/lib/kubelet on a node): removes, on drop, exactly what it created.
+pub struct CreatedDirs {
+    /// The top-most directory this guard created, removed with its content.
+    top: Option<PathBuf>,
+}
+
+impl CreatedDirs {
+    pub fn create(path: &Path) -> CreatedDirs {
+        let mut top = None;
+        for ancestor in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            if !ancestor.exists() {
+                std::fs::create_dir(ancestor).unwrap_or_else(|e| panic!("mkdir {}: {e}", ancestor.display()));
+                top.get_or_insert_with(|| ancestor.to_path_buf());
+            }
+        }
+        CreatedDirs { top }
+    }
+}
+
+impl Drop for CreatedDirs {
+    fn drop(&mut self) {
+        if let Some(top) = &self.top {
+            let _ = std::fs::remove_dir_all(top);
+        }
+    }
+}
+
+/// Where cgroup v2 is mounted on this machine (from mountinfo).
+pub fn cgroup2_root() -> PathBuf {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo
+        .lines()
+        .find(|l| l.contains(" - cgroup2 "))
+        .and_then(|l| l.split(' ').nth(4))
+        .map(PathBuf::from)
+        .expect("cgroup v2 is mounted")
+}
+
+/// Nested cgroups created for a test, removed deepest first on drop (after
+/// the tasks in them are gone; an emptied cgroup can take a moment).
+pub struct CgroupDirs(Vec<PathBuf>);
+
+impl CgroupDirs {
+    pub fn create(path: &Path) -> CgroupDirs {
+        let mut made = Vec::new();
+        for ancestor in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            if !ancestor.exists() {
+                std::fs::create_dir(ancestor).unwrap_or_else(|e| panic!("mkdir cgroup {}: {e}", ancestor.display()));
+                made.push(ancestor.to_path_buf());
+            }
+        }
+        CgroupDirs(made)
+    }
+}
+
+impl Drop for CgroupDirs {
+    fn drop(&mut self) {
+        for dir in self.0.iter().rev() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
     }
 }

@@ -1,0 +1,131 @@
+//! Every call counted, whatever is streamed: per-CPU counters (calls per
+//! syscall, and what went wrong: see `counter`), and the `SERIES` map (one
+//! entry per process, cgroup, syscall and outcome, with an exact latency
+//! histogram) whose totals stay exact because every add is atomic. It also
+//! holds each series' streaming budget: the first calls of a window and the
+//! slow ones are streamed, the rest only counted as pending until the next
+//! record carries them.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+use podstuck_common::{
+    counter, latency_bucket, series_overflow_slot, KernelFilter, SeriesKey, SeriesValue, LATENCY_BUCKETS, MAX_SERIES,
+    SERIES_OVERFLOW_SLOTS,
+};
+
+/// Indexed by `counter::*`; user space sums the CPUs.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::LEN, 0);
+
+/// Allocated as series appear (no prealloc): a quiet node costs a few KB.
+const BPF_F_NO_PREALLOC: u32 = 1;
+const BPF_NOEXIST: u64 = 1;
+
+#[map]
+static SERIES: HashMap<SeriesKey, SeriesValue> = HashMap::with_max_entries(MAX_SERIES, BPF_F_NO_PREALLOC);
+
+/// Where calls go whose series found `SERIES` full.
+#[map]
+static SERIES_OVERFLOW: PerCpuArray<SeriesValue> = PerCpuArray::with_max_entries(SERIES_OVERFLOW_SLOTS, 0);
+
+/// One zeroed value, never written: the source of a new series (a
+/// `SeriesValue` is far bigger than the 512-byte stack).
+#[map]
+static EMPTY_SERIES: Array<SeriesValue> = Array::with_max_entries(1, 0);
+
+/// Counts one in `COUNTERS[index]` (an index of `counter`).
+#[inline(always)]
+pub fn bump(index: u32) {
+    increment(&COUNTERS, index);
+}
+
+/// Adds one to slot `index` of a per-CPU array, without an atomic: each
+/// CPU has its own copy of the slot.
+#[inline(always)]
+pub fn increment(counters: &PerCpuArray<u64>, index: u32) {
+    if let Some(slot) = counters.get_ptr_mut(index) {
+        // SAFETY: the lookup gave this CPU's copy of the slot, a valid,
+        // aligned u64 for the whole run. Only a program preempted on this
+        // CPU between the load and the store (fexit on a fully preemptible
+        // kernel) could interleave: a count lost, never memory.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// Adds `n` to a counter other CPUs may add to at the same time: the
+/// plain atomic add (no fetch) every eBPF instruction set version has.
+///
+/// # Safety
+/// `counter` must point to an 8-byte aligned `u64` inside a map value.
+#[inline(always)]
+unsafe fn add(counter: *mut u64, n: u64) {
+    // SAFETY: the caller guarantees the target is a valid aligned u64; the
+    // verifier checks the store against the map value's bounds as well.
+    unsafe { core::arch::asm!("lock *(u64 *)({0} + 0) += {1}", in(reg) counter, in(reg) n) };
+}
+
+/// The series of a call, created if new; the overflow slot of its syscall
+/// and outcome when `SERIES` is full.
+#[inline(always)]
+fn series_of(key: &SeriesKey) -> Option<*mut SeriesValue> {
+    if let Some(value) = SERIES.get_ptr_mut(key) {
+        return Some(value);
+    }
+    if let Some(empty) = EMPTY_SERIES.get(0) {
+        // Another CPU may create it first: then this insert fails and the
+        // lookup below finds theirs.
+        let _ = SERIES.insert(key, empty, BPF_NOEXIST);
+    }
+    if let Some(value) = SERIES.get_ptr_mut(key) {
+        return Some(value);
+    }
+    bump(counter::SERIES_FULL);
+    SERIES_OVERFLOW.get_ptr_mut(series_overflow_slot(key.syscall, key.errno != 0))
+}
+
+/// Counts a call in its series and decides whether to stream it: returns
+/// how many calls its record stands for, or None to only count it.
+#[inline(always)]
+pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool, filter: &KernelFilter) -> Option<u32> {
+    let value = series_of(key)?;
+    let bucket = latency_bucket(latency_ns);
+    // SAFETY: `value` is a whole SeriesValue from a map lookup, valid for
+    // the run: its fields are aligned u64s, and the bound on `bucket` keeps
+    // the bucket inside `buckets`.
+    unsafe {
+        add(&raw mut (*value).count, 1);
+        add(&raw mut (*value).sum_ns, latency_ns);
+        if bucket < LATENCY_BUCKETS {
+            add((&raw mut (*value).buckets as *mut u64).wrapping_add(bucket), 1);
+        }
+    }
+    if !streamable {
+        return None;
+    }
+    // The window's fields are plain reads and writes: two CPUs racing here
+    // stream a record more or less, while `pending` below stays exact.
+    // SAFETY: `value` is a valid SeriesValue (above); what another CPU
+    // writes meanwhile are whole aligned u64s, which do not tear.
+    let window = unsafe { &mut *value };
+    if now.wrapping_sub(window.window_start_ns) >= filter.window_ns {
+        window.window_start_ns = now;
+        window.window_streamed = 0;
+    }
+    let within_budget = window.window_streamed < filter.window_budget as u64;
+    if within_budget || filter.every_call != 0 || latency_ns >= filter.slow_ns {
+        window.window_streamed += 1;
+        // SAFETY: `pending` is an aligned u64 of a valid SeriesValue
+        // (above); volatile so it is loaded once, the value subtracted below.
+        let pending = unsafe { core::ptr::read_volatile(&raw const (*value).pending) };
+        // Subtracts exactly what this record carries: calls other CPUs
+        // count meanwhile stay pending for the next one.
+        // SAFETY: `pending` of a valid SeriesValue (above).
+        unsafe { add(&raw mut (*value).pending, pending.wrapping_neg()) };
+        return Some((pending as u32).saturating_add(1));
+    }
+    // SAFETY: `pending` of a valid SeriesValue (above).
+    unsafe { add(&raw mut (*value).pending, 1) };
+    None
+}

@@ -1,0 +1,104 @@
+//! A call from entry to exit: the entry keeps the arguments and the time
+//! per thread in `CALLS_IN_FLIGHT`; the exit takes them back, counts the
+//! call in its series and, when the series' budget allows, streams its
+//! record.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::map,
+    maps::HashMap,
+};
+use podstuck_common::{counter, CallInFlight, SeriesKey, Syscall, MAX_CALLS_IN_FLIGHT, NOT_IN_A_CALL};
+
+use crate::{
+    accounting::{account, bump},
+    args::Args,
+    patched,
+    path_walk::PathWalk,
+    record::{self, Ended},
+    FILTER,
+};
+
+/// Each thread's last call, by thread id. A plain preallocated hash, not
+/// an LRU one: an LRU update costs several times more on every call, and
+/// the entries are bounded without it: one per thread, kept between its
+/// calls (marked idle at exit), removed by user space once the thread is
+/// gone.
+#[map]
+static CALLS_IN_FLIGHT: HashMap<u32, CallInFlight> = HashMap::with_max_entries(MAX_CALLS_IN_FLIGHT, 0);
+
+/// Keeps a call's arguments and start time in its thread's entry, for
+/// the exit.
+#[inline(always)]
+pub fn enter(syscall: Syscall, args: Args) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let Args { dfd, path_ptr, flags } = args;
+    let entry = CallInFlight {
+        // SAFETY: a helper without arguments; it reads the clock.
+        enter_ns: unsafe { bpf_ktime_get_ns() },
+        path_ptr,
+        flags,
+        dfd,
+        pid: (pid_tgid >> 32) as u32,
+        syscall: syscall as u8,
+        _pad: [0; 7],
+    };
+    // A thread's entry stays between its calls, marked idle at exit:
+    // rewriting it in place costs a lookup, where an insert and a delete per
+    // call cost several times that.
+    if let Some(slot) = CALLS_IN_FLIGHT.get_ptr_mut(&tid) {
+        // SAFETY: the lookup gave this thread's whole entry, valid for the
+        // run; only this thread's calls write it.
+        unsafe { *slot = entry };
+        return;
+    }
+    if CALLS_IN_FLIGHT.insert(&tid, &entry, 0).is_err() {
+        bump(counter::ENTRY_NOT_STORED);
+    }
+}
+
+/// Ends the thread's call of `syscall`: counts it in its series, then
+/// streams its record if the series' budget allows. None where it stops
+/// early: no entry for it (counted), counted only, or no scratch buffer.
+#[inline(always)]
+pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
+    // SAFETY: a helper without arguments; it reads the clock.
+    let exit_ns = unsafe { bpf_ktime_get_ns() };
+    bump(counter::CALLS + syscall as u32);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let entry = take_entry(tid, syscall)?;
+    let filter = patched(&FILTER);
+    let key = SeriesKey {
+        // SAFETY: a helper without arguments.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        pid: (pid_tgid >> 32) as u32,
+        errno: if ret < 0 { (ret.wrapping_neg() as u64).min(u16::MAX as u64) as u16 } else { 0 },
+        syscall: syscall as u8,
+        _pad: 0,
+    };
+    let streamable = filter.syscalls & (1 << syscall as u32) != 0 && (filter.errors_only == 0 || ret < 0);
+    let latency_ns = exit_ns.saturating_sub(entry.enter_ns);
+    let represents = account(&key, latency_ns, exit_ns, streamable, &filter)?;
+    record::stream(&Ended { entry, key, tid, ret, exit_ns, represents }, how)
+}
+
+/// The thread's entry, marked idle; None (counted) when it is not a call of
+/// `syscall`: its entry was missed (attached mid-call) or not stored.
+#[inline(always)]
+fn take_entry(tid: u32, syscall: Syscall) -> Option<CallInFlight> {
+    // SAFETY: as in `enter`: this thread's whole entry, valid for the run.
+    let entry = CALLS_IN_FLIGHT.get_ptr_mut(&tid).map(|slot| unsafe {
+        let entry = *slot;
+        (*slot).syscall = NOT_IN_A_CALL;
+        entry
+    });
+    match entry {
+        Some(entry) if entry.syscall == syscall as u8 => Some(entry),
+        _ => {
+            bump(counter::EXIT_WITHOUT_ENTRY);
+            None
+        }
+    }
+}

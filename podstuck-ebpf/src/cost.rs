@@ -1,0 +1,93 @@
+//! What attaching alone costs: do-nothing programs for `podstuck
+//! attach-cost` (the benchmark's comparison of attach points), each pair
+//! only counting unlinkat calls in `ATTACH_COST`, at entry and at exit.
+//! `cost_fentry` also serves as the probe of whether fentry attaches here.
+
+use aya_ebpf::{
+    macros::{btf_tracepoint, fentry, fexit, map, raw_tracepoint, tracepoint},
+    maps::PerCpuArray,
+    programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
+};
+
+use crate::{accounting::increment, patched, read_kernel, OFFSETS};
+
+/// Calls seen at entry and at exit, per CPU.
+#[map]
+static ATTACH_COST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+const AT_ENTRY: u32 = 0;
+const AT_EXIT: u32 = 1;
+
+/// The syscall number the raw and BTF `sys_enter`/`sys_exit` programs keep
+/// (set by user space: it is the architecture's).
+#[no_mangle]
+static UNLINKAT_NR: u64 = 263;
+
+#[inline(always)]
+fn count_attach(at: u32) {
+    increment(&ATTACH_COST, at);
+}
+
+/// The syscall number in the caller's registers (`orig_ax` on x86_64).
+#[inline(always)]
+fn syscall_nr(regs: *const u8) -> u64 {
+    let off = patched(&OFFSETS);
+    read_kernel::<u64>(regs, off.regs_nr).unwrap_or(u64::MAX)
+}
+
+#[inline(always)]
+fn wanted_nr() -> u64 {
+    patched(&UNLINKAT_NR)
+}
+
+#[tracepoint]
+pub fn cost_tracepoint_enter(_ctx: TracePointContext) -> u32 {
+    count_attach(AT_ENTRY);
+    0
+}
+
+#[tracepoint]
+pub fn cost_tracepoint_exit(_ctx: TracePointContext) -> u32 {
+    count_attach(AT_EXIT);
+    0
+}
+
+/// The raw and the BTF tracepoints on `sys_enter(struct pt_regs *regs,
+/// long id)` and `sys_exit(struct pt_regs *regs, long ret)`: they run for
+/// every syscall, so each keeps unlinkat's by its number, which at exit is
+/// only in the registers.
+macro_rules! sys_tracepoint_costs {
+    ($($attach:ident, $context:ty => $enter:ident, $exit:ident;)*) => {$(
+        #[$attach]
+        pub fn $enter(ctx: $context) -> u32 {
+            if ctx.arg::<u64>(1) == wanted_nr() {
+                count_attach(AT_ENTRY);
+            }
+            0
+        }
+
+        #[$attach]
+        pub fn $exit(ctx: $context) -> u32 {
+            if syscall_nr(ctx.arg::<*const u8>(0)) == wanted_nr() {
+                count_attach(AT_EXIT);
+            }
+            0
+        }
+    )*};
+}
+
+sys_tracepoint_costs! {
+    raw_tracepoint, RawTracePointContext => cost_raw_enter, cost_raw_exit;
+    btf_tracepoint, BtfTracePointContext => cost_btf_enter, cost_btf_exit;
+}
+
+#[fentry]
+pub fn cost_fentry(_ctx: FEntryContext) -> u32 {
+    count_attach(AT_ENTRY);
+    0
+}
+
+#[fexit]
+pub fn cost_fexit(_ctx: FExitContext) -> u32 {
+    count_attach(AT_EXIT);
+    0
+}
