@@ -7,7 +7,7 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use podstuck::kernel_features::AttachPoint;
+use podstuck::kernel_features::{AttachPoint, PathWalk};
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
 use podstuck::print::stderr_line;
@@ -149,7 +149,8 @@ struct WatchArgs {
     #[arg(long, value_name = "FILE", value_parser = btf_file)]
     btf: Option<PathBuf>,
     /// How a relative path's base directory is walked in the kernel: what the kernel offers
-    /// (auto), or the unrolled walk of kernels without bpf_loop (for testing it anywhere).
+    /// (auto), the unrolled walk of kernels without bpf_loop, or none (lockdown=confidentiality),
+    /// for testing them anywhere.
     #[arg(long, value_enum, default_value = "auto", hide = true)]
     path_walk: PathWalkArg,
     /// Size of the ring buffer that carries calls to podstuck, in KiB (a power of two, at least 4).
@@ -218,7 +219,11 @@ impl WatchArgs {
             every_call: self.every_call,
             attach: self.attach,
             btf: self.btf,
-            unrolled_walk: matches!(self.path_walk, PathWalkArg::Unrolled),
+            walk: match self.path_walk {
+                PathWalkArg::Auto => None,
+                PathWalkArg::Unrolled => Some(PathWalk::Unrolled),
+                PathWalkArg::None => Some(PathWalk::Forbidden),
+            },
             file_mode: self.file_mode,
             ring_buffer_bytes: self.ring_buffer_kib.map(|kib| kib * 1024),
             kernel_cost: self.kernel_cost,
@@ -230,6 +235,9 @@ impl WatchArgs {
 enum PathWalkArg {
     Auto,
     Unrolled,
+    /// No kernel reads at all, on the tracepoints: what a lockdown=confidentiality
+    /// kernel that still loads the read helper gets.
+    None,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

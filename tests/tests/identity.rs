@@ -153,6 +153,35 @@ kernel_test! {
     }
 }
 
+kernel_test! {
+    /// With every kernel read off (what a lockdown=confidentiality kernel
+    /// that still loads the read helper gets): whole paths, errnos and pods
+    /// as always; a relative path is marked, never guessed.
+    fn without_kernel_reads_whole_paths_still_name_their_pod(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let volume = pod.csi_volume("pvc-locked");
+        let _tree = CreatedDirs::create(&volume);
+        let mount = volume.join("mount");
+        let _mount = TmpfsMount::new(&mount, "size=1m");
+        std::fs::write(scratch.path().join("victim"), b"x").unwrap();
+        let watch = Watch::start(&["--kubelet-root", root.arg(), "--path-walk", "none", "--every-call"]);
+        assert_eq!((watch.start["path_walk"].as_str(), watch.start["attach"].as_str()), (Some("none"), Some("tracepoint")));
+        let (kubelet, said) = run_actor(&["--comm".as_ref(), "kubelet".as_ref(), "rmdir".as_ref(), mount.as_os_str()]);
+        assert!(said.contains("errno 16"), "{said}");
+        let (cleanup, said) = run_actor(&["--comm".as_ref(), "cleanup".as_ref(), "unlink-in".as_ref(), scratch.path().as_os_str(), "victim".as_ref()]);
+        assert!(said.contains("ok"), "{said}");
+        let done = stop_when(watch, |e| !of_pid(e, kubelet).is_empty() && !of_pid(e, cleanup).is_empty());
+        let busy = of_pid(&done.events, kubelet)[0];
+        assert_eq!(abs_path_bytes(busy), mount.as_os_str().as_bytes(), "{busy}");
+        assert_eq!((busy["errno"].as_str(), busy["pod_uid"].as_str()), (Some("EBUSY"), Some(pod.uid())), "{busy}");
+        let relative = of_pid(&done.events, cleanup)[0];
+        assert_eq!(relative["abs_path"], Value::Null, "{relative}");
+        assert!(relative["abs_path_error"].as_str().is_some_and(|w| w.contains("lockdown")), "{relative}");
+    }
+}
+
 fn remove_all_gets_absolute_paths(test: &KernelTest, extra: &[&str]) {
     let scratch = test.scratch();
     let root = KubeletRoot::new(scratch.path().join("kubelet"));

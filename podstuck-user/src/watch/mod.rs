@@ -115,8 +115,13 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
 fn prepare(options: &WatchOptions) -> Result<Run> {
     let node = NodeFacts::gather(options.btf.as_deref());
     let mut plan = plan(&node, options.attach).map_err(NodeNotReady)?;
-    if options.unrolled_walk {
-        plan.walk = PathWalk::Unrolled;
+    if let Some(walk) = options.walk {
+        plan.walk = walk;
+        if !walk.reads_kernel() {
+            // As Plan::choose does under lockdown: fentry would read its
+            // arguments from kernel memory.
+            plan.attach = AttachPoint::Tracepoint;
+        }
     }
     let lock = TracerLock::take(options.concurrent)?;
     let facts = options.run_facts(&node, SystemTime::now());

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use podstuck_common::{KernelFilter, Syscall};
 
 use crate::collect::kernel_filter;
-use crate::kernel_features::AttachPoint;
+use crate::kernel_features::{AttachPoint, PathWalk};
 use crate::identify::pod::PodUid;
 use crate::identify::DEFAULT_KUBELET_ROOT;
 use crate::preflight::NodeFacts;
@@ -50,8 +50,10 @@ pub struct WatchOptions {
     pub attach: AttachPoint,
     /// A BTF file for the struct layouts when the kernel has none (`--btf`).
     pub btf: Option<PathBuf>,
-    /// Walk base directories unrolled even where bpf_loop exists (tests).
-    pub unrolled_walk: bool,
+    /// The base-directory walk to use whatever the kernel offers (tests:
+    /// the unrolled walk of kernels without bpf_loop, or none, as under
+    /// lockdown=confidentiality).
+    pub walk: Option<PathWalk>,
     /// The mode of the histogram files (`--file-mode`, default 0600).
     pub file_mode: u32,
     /// Ring buffer size in bytes; default `RING_BUFFER_BYTES`.
@@ -81,7 +83,7 @@ impl Default for WatchOptions {
             every_call: false,
             attach: AttachPoint::Auto,
             btf: None,
-            unrolled_walk: false,
+            walk: None,
             file_mode: 0o600,
             ring_buffer_bytes: None,
             kernel_cost: false,
