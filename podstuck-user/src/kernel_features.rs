@@ -241,6 +241,8 @@ impl Plan {
                 ),
                 fix: "boot the node with lockdown=integrity (kernel modules must still be signed, /dev/mem stays closed; BPF may read kernel memory again), or trace the same workload on a node without confidentiality".into(),
             });
+            // Nothing loads: where it would attach is beside the point.
+            return Err(missing);
         }
         let fentry = features.fentry.yes() && !confidential;
         let tracepoints = !matches!(features.syscall_tracepoints, Probed::No(_));
@@ -487,6 +489,9 @@ mod tests {
         // one sentence naming it, the kernel and what to do.
         let refused = KernelFeatures { kernel_read_helper: Probed::No(String::new()), ..talos };
         let missing = Plan::choose(&refused, AttachPoint::Auto, "6.1.0").unwrap_err();
+        assert_eq!(missing.len(), 1, "one sentence, not one per consequence: {missing:?}");
+        let closed = KernelFeatures { syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..refused.clone() };
+        assert_eq!(Plan::choose(&closed, AttachPoint::Auto, "6.1.0").unwrap_err(), missing);
         assert!(missing[0].what.contains("lockdown=confidentiality") && missing[0].what.contains("6.1.0"), "{missing:?}");
         assert!(missing[0].fix.contains("lockdown=integrity"), "{missing:?}");
         // RHEL 9 reports 5.14 but has everything: no version gate refuses it.
