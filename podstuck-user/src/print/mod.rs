@@ -96,7 +96,7 @@ pub fn printer(asked: Asked, run: &RunFacts, warnings: &[String]) -> (Box<dyn Pr
         return (Box::new(call_lines::CallLines::new(!asked.findings_only)), None);
     }
     if !LiveTerminal::possible() {
-        if std::io::stdout().is_terminal() {
+        if io::stdout().is_terminal() {
             stderr_line(format_args!("podstuck: no terminal to read keys from (or TERM=dumb): printing findings as lines instead of the live view"));
         }
         return (Box::new(finding_lines::FindingLines), None);
