@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::export::summary::{SeriesSummary, Summary};
 use crate::export::{HLOG, SUMMARY};
+use crate::print::Out;
 use crate::words::latency_text;
 
 /// summary.json as podstuck writes it: some 600 bytes a series, and at most
@@ -130,8 +131,10 @@ struct Report<'a> {
 
 /// Prints the report of the run whose files are in `dir`.
 pub fn report(dir: &Path, json: bool) -> Result<()> {
-    print!("{}", render(dir, json)?);
-    Ok(())
+    let text = render(dir, json)?;
+    // A reader gone (`podstuck report DIR | head`) ends the output quietly.
+    let mut out = Out::stdout();
+    out.text_as_is(&text).and_then(|()| out.flush()).context("writing the report")
 }
 
 /// What a file is, in words, when it is not a regular file.

@@ -191,6 +191,12 @@ impl Out {
         writeln!(self.writer, "{line}")
     }
 
+    /// Text written as it is that ends its own lines: a report podstuck
+    /// rendered itself (its JSON escapes control characters).
+    pub fn text_as_is(&mut self, text: &str) -> io::Result<()> {
+        write!(self.writer, "{text}")
+    }
+
     pub fn flush(&mut self) -> io::Result<()> {
         self.writer.flush()
     }
