@@ -136,7 +136,7 @@ pub struct CallRecord {
 }
 
 /// Byte size of the fixed part of a record.
-pub const CALL_RECORD_BYTES: usize = core::mem::size_of::<CallRecord>();
+pub const CALL_RECORD_BYTES: usize = size_of::<CallRecord>();
 
 /// A call that has entered and not yet returned, per thread, in the
 /// `CALLS_IN_FLIGHT` map (key: thread id). User space reads the map to find

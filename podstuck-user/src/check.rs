@@ -11,9 +11,12 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+
 use crate::identify::cgroups::cgroup2_mount;
 use crate::kernel_features::{AttachPoint, BtfSource, Lockdown, PathWalk, Probed};
 use crate::preflight::{plan, privileged, NodeFacts};
+use crate::print::Out;
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -402,9 +405,13 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
 /// Runs `podstuck check`: prints the lines; Err when podstuck cannot trace here.
 pub fn check(kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Result<bool> {
     let lines = judge(&CheckFacts::gather(kubelet_root, btf));
-    for l in &lines {
-        println!("{}", crate::words::terminal_safe_lines(&l.to_string()));
-    }
+    // A reader gone (`podstuck check | head -1`) ends the output quietly.
+    let mut out = Out::stdout();
+    lines
+        .iter()
+        .try_for_each(|l| out.line(&l.to_string()))
+        .and_then(|()| out.flush())
+        .context("writing the check")?;
     Ok(lines.iter().all(|l| l.verdict != Verdict::Fail))
 }
 

@@ -108,6 +108,10 @@ pub struct SeriesDelta {
     pub buckets: Vec<(usize, u64)>,
 }
 
+/// What a series added since last read: calls, nanoseconds, and the
+/// (bucket index, calls) pairs that changed.
+type Added = (u64, u64, Vec<(usize, u64)>);
+
 /// A series' running totals as last read.
 #[derive(Clone)]
 struct SeriesSnapshot {
@@ -122,7 +126,7 @@ impl SeriesSnapshot {
     }
 
     /// What `now` adds to this snapshot, which becomes `now`.
-    fn advance(&mut self, count: u64, sum_ns: u64, buckets: &[u64; LATENCY_BUCKETS]) -> Option<(u64, u64, Vec<(usize, u64)>)> {
+    fn advance(&mut self, count: u64, sum_ns: u64, buckets: &[u64; LATENCY_BUCKETS]) -> Option<Added> {
         if count == self.count {
             return None;
         }

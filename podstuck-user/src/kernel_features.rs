@@ -213,119 +213,148 @@ impl Plan {
     /// The plan for these probes and the attach point asked for; or what
     /// is missing.
     pub fn choose(features: &KernelFeatures, asked: AttachPoint, kernel: &str) -> Result<Plan, Vec<Missing>> {
-        let mut missing = Vec::new();
-        if let Probed::No(why) = &features.ring_buffer {
-            missing.push(Missing {
-                what: format!("kernel {kernel} has no BPF ring buffer{}", paren(why)),
-                fix: "podstuck streams calls through a BPF ring buffer (Linux 5.8, or backported as in RHEL 8.5+): run it on a newer node kernel".into(),
-            });
-        }
-        if features.btf == BtfSource::Missing {
-            missing.push(Missing {
-                what: format!("kernel {kernel} publishes no BTF (/sys/kernel/btf/vmlinux is missing) and no --btf file was given"),
-                fix: format!(
-                    "give podstuck this kernel's BTF: --btf FILE, e.g. {kernel}.btf from BTFHub's archive (the aquasecurity/btfhub-archive repository: <distro>/<version>/x86_64/{kernel}.btf.tar.xz, unpacked)"
-                ),
-            });
-        }
-        // Under lockdown=confidentiality no program may read kernel memory:
-        // they are loaded with those reads off (no path walk, no parent),
-        // and only the tracepoints, which hand a call's arguments over in
-        // their record, can still say what was called (fentry would read
-        // them from the caller's saved registers, kernel memory).
-        let confidential = features.lockdown == Lockdown::Confidentiality;
-        if confidential && matches!(features.kernel_read_helper, Probed::No(_)) {
-            missing.push(Missing {
-                what: format!(
-                    "kernel {kernel} runs lockdown=confidentiality and refuses, at load, BPF programs that name bpf_probe_read_kernel; podstuck's loader (aya 0.14) then also turns its reads of the path arguments into helpers that lockdown refuses, so no program of podstuck's can load here"
-                ),
-                fix: "boot the node with lockdown=integrity (kernel modules must still be signed, /dev/mem stays closed; BPF may read kernel memory again), or trace the same workload on a node without confidentiality".into(),
-            });
-            // Nothing loads: where it would attach is beside the point.
+        let mut missing = missing_basics(features, kernel);
+        if nothing_loads(features) {
+            // Where it would attach is beside the point: one sentence, not
+            // one per consequence.
             return Err(missing);
         }
-        let fentry = features.fentry.yes() && !confidential;
-        let tracepoints = !matches!(features.syscall_tracepoints, Probed::No(_));
-        let attach = match asked {
-            AttachPoint::Fentry | AttachPoint::Auto if confidential && !tracepoints => {
-                missing.push(Missing {
-                    what: format!(
-                        "kernel {kernel} runs lockdown=confidentiality, where fentry programs cannot read a call's arguments, and offers no syscall tracepoints{}",
-                        paren(&why_of(&features.syscall_tracepoints))
-                    ),
-                    fix: "boot the node with lockdown=integrity, or mount tracefs where the kernel allows it (mount -t tracefs nodev /sys/kernel/tracing)".into(),
-                });
-                asked
-            }
-            AttachPoint::Fentry if confidential => {
-                missing.push(Missing {
-                    what: format!("--attach fentry: kernel {kernel} runs lockdown=confidentiality, where fentry programs cannot read a call's arguments"),
-                    fix: "use --attach tracepoint (or auto)".into(),
-                });
-                asked
-            }
-            AttachPoint::Auto if confidential => AttachPoint::Tracepoint,
-            AttachPoint::Fentry if !fentry && !matches!(features.fentry, Probed::Unknown(_)) => {
-                missing.push(Missing {
-                    what: format!("--attach fentry: kernel {kernel} refuses BPF tracing programs{}", paren(&why_of(&features.fentry))),
-                    fix: "use --attach tracepoint (or auto)".into(),
-                });
-                asked
-            }
-            AttachPoint::Tracepoint if !tracepoints => {
-                missing.push(Missing {
-                    what: format!("--attach tracepoint: no syscall tracepoints here{}", paren(&why_of(&features.syscall_tracepoints))),
-                    fix: "mount tracefs (mount -t tracefs nodev /sys/kernel/tracing), or use --attach fentry".into(),
-                });
-                asked
-            }
-            AttachPoint::Auto if fentry => AttachPoint::Fentry,
-            AttachPoint::Auto if matches!(features.fentry, Probed::Unknown(_)) => AttachPoint::Auto,
-            AttachPoint::Auto if tracepoints => AttachPoint::Tracepoint,
-            AttachPoint::Auto => {
-                missing.push(Missing {
-                    what: format!(
-                        "kernel {kernel} offers neither BPF tracing programs{} nor syscall tracepoints{}",
-                        paren(&why_of(&features.fentry)),
-                        paren(&why_of(&features.syscall_tracepoints))
-                    ),
-                    fix: "mount tracefs (mount -t tracefs nodev /sys/kernel/tracing); a kernel without CONFIG_FTRACE_SYSCALLS and without BPF trampolines cannot be traced".into(),
-                });
-                asked
-            }
-            other => other,
-        };
+        let attach = choose_attach(features, asked, kernel, &mut missing);
         if !missing.is_empty() {
             return Err(missing);
         }
-        let walk = if confidential {
+        let walk = if features.lockdown == Lockdown::Confidentiality {
             PathWalk::Forbidden
         } else if features.bpf_loop.yes() {
             PathWalk::BpfLoop
         } else {
             PathWalk::Unrolled
         };
-        let mut degraded = Vec::new();
-        if walk == PathWalk::Unrolled {
-            degraded.push(format!(
-                "no bpf_loop: the directory a relative path starts from is walked up to {} levels (deeper ones are marked, never wrong)",
-                walk.depth()
-            ));
-        }
-        if attach == AttachPoint::Tracepoint && !confidential {
-            degraded.push("no BPF trampolines: the syscall tracepoints slow every syscall a little while podstuck runs".into());
-        }
-        if features.lockdown == Lockdown::Confidentiality {
-            degraded.push(
-                "lockdown=confidentiality: BPF may not read kernel memory, so the syscall tracepoints are used (they slow every syscall a little), relative paths get no absolute path and callers no parent or mount namespace; paths passed whole, errors, pids, cgroups, counts and latencies are unaffected"
-                    .into(),
-            );
-        }
-        if let BtfSource::File(p) = &features.btf {
-            degraded.push(format!("struct layouts read from {} (--btf): it must be this very kernel's", p.display()));
-        }
+        let degraded = degraded(features, attach, walk);
         Ok(Plan { attach, walk, degraded })
     }
+}
+
+/// What podstuck cannot trace without, whatever it attaches to: the ring
+/// buffer, BTF, and programs lockdown lets load.
+/// lockdown=confidentiality with the kernel-read helper refused at load:
+/// no program of podstuck's can load (see `kernel_read_helper`).
+fn nothing_loads(features: &KernelFeatures) -> bool {
+    features.lockdown == Lockdown::Confidentiality && matches!(features.kernel_read_helper, Probed::No(_))
+}
+
+fn missing_basics(features: &KernelFeatures, kernel: &str) -> Vec<Missing> {
+    let mut missing = Vec::new();
+    if let Probed::No(why) = &features.ring_buffer {
+        missing.push(Missing {
+            what: format!("kernel {kernel} has no BPF ring buffer{}", paren(why)),
+            fix: "podstuck streams calls through a BPF ring buffer (Linux 5.8, or backported as in RHEL 8.5+): run it on a newer node kernel".into(),
+        });
+    }
+    if features.btf == BtfSource::Missing {
+        missing.push(Missing {
+            what: format!("kernel {kernel} publishes no BTF (/sys/kernel/btf/vmlinux is missing) and no --btf file was given"),
+            fix: format!(
+                "give podstuck this kernel's BTF: --btf FILE, e.g. {kernel}.btf from BTFHub's archive (the aquasecurity/btfhub-archive repository: <distro>/<version>/x86_64/{kernel}.btf.tar.xz, unpacked)"
+            ),
+        });
+    }
+    if nothing_loads(features) {
+        missing.push(Missing {
+            what: format!(
+                "kernel {kernel} runs lockdown=confidentiality and refuses, at load, BPF programs that name bpf_probe_read_kernel; podstuck's loader (aya 0.14) then also turns its reads of the path arguments into helpers that lockdown refuses, so no program of podstuck's can load here"
+            ),
+            fix: "boot the node with lockdown=integrity (kernel modules must still be signed, /dev/mem stays closed; BPF may read kernel memory again), or trace the same workload on a node without confidentiality".into(),
+        });
+    }
+    missing
+}
+
+/// The attach point for the one asked for, given the probes; what rules
+/// it out goes into `missing` (the asked one is then returned as it is).
+fn choose_attach(features: &KernelFeatures, asked: AttachPoint, kernel: &str, missing: &mut Vec<Missing>) -> AttachPoint {
+    // Under lockdown=confidentiality no program may read kernel memory:
+    // they are loaded with those reads off (no path walk, no parent),
+    // and only the tracepoints, which hand a call's arguments over in
+    // their record, can still say what was called (fentry would read
+    // them from the caller's saved registers, kernel memory).
+    let confidential = features.lockdown == Lockdown::Confidentiality;
+    let fentry = features.fentry.yes() && !confidential;
+    let tracepoints = !matches!(features.syscall_tracepoints, Probed::No(_));
+    match asked {
+        AttachPoint::Fentry | AttachPoint::Auto if confidential && !tracepoints => {
+            missing.push(Missing {
+                what: format!(
+                    "kernel {kernel} runs lockdown=confidentiality, where fentry programs cannot read a call's arguments, and offers no syscall tracepoints{}",
+                    paren(&why_of(&features.syscall_tracepoints))
+                ),
+                fix: "boot the node with lockdown=integrity, or mount tracefs where the kernel allows it (mount -t tracefs nodev /sys/kernel/tracing)".into(),
+            });
+            asked
+        }
+        AttachPoint::Fentry if confidential => {
+            missing.push(Missing {
+                what: format!("--attach fentry: kernel {kernel} runs lockdown=confidentiality, where fentry programs cannot read a call's arguments"),
+                fix: "use --attach tracepoint (or auto)".into(),
+            });
+            asked
+        }
+        AttachPoint::Auto if confidential => AttachPoint::Tracepoint,
+        AttachPoint::Fentry if !fentry && !matches!(features.fentry, Probed::Unknown(_)) => {
+            missing.push(Missing {
+                what: format!("--attach fentry: kernel {kernel} refuses BPF tracing programs{}", paren(&why_of(&features.fentry))),
+                fix: "use --attach tracepoint (or auto)".into(),
+            });
+            asked
+        }
+        AttachPoint::Tracepoint if !tracepoints => {
+            missing.push(Missing {
+                what: format!("--attach tracepoint: no syscall tracepoints here{}", paren(&why_of(&features.syscall_tracepoints))),
+                fix: "mount tracefs (mount -t tracefs nodev /sys/kernel/tracing), or use --attach fentry".into(),
+            });
+            asked
+        }
+        AttachPoint::Auto if fentry => AttachPoint::Fentry,
+        AttachPoint::Auto if matches!(features.fentry, Probed::Unknown(_)) => AttachPoint::Auto,
+        AttachPoint::Auto if tracepoints => AttachPoint::Tracepoint,
+        AttachPoint::Auto => {
+            missing.push(Missing {
+                what: format!(
+                    "kernel {kernel} offers neither BPF tracing programs{} nor syscall tracepoints{}",
+                    paren(&why_of(&features.fentry)),
+                    paren(&why_of(&features.syscall_tracepoints))
+                ),
+                fix: "mount tracefs (mount -t tracefs nodev /sys/kernel/tracing); a kernel without CONFIG_FTRACE_SYSCALLS and without BPF trampolines cannot be traced".into(),
+            });
+            asked
+        }
+        other => other,
+    }
+}
+
+/// What works less well with this plan, in words.
+fn degraded(features: &KernelFeatures, attach: AttachPoint, walk: PathWalk) -> Vec<String> {
+    let confidential = features.lockdown == Lockdown::Confidentiality;
+    let mut degraded = Vec::new();
+    if walk == PathWalk::Unrolled {
+        degraded.push(format!(
+            "no bpf_loop: the directory a relative path starts from is walked up to {} levels (deeper ones are marked, never wrong)",
+            walk.depth()
+        ));
+    }
+    if attach == AttachPoint::Tracepoint && !confidential {
+        degraded.push("no BPF trampolines: the syscall tracepoints slow every syscall a little while podstuck runs".into());
+    }
+    if confidential {
+        degraded.push(
+            "lockdown=confidentiality: BPF may not read kernel memory, so the syscall tracepoints are used (they slow every syscall a little), relative paths get no absolute path and callers no parent or mount namespace; paths passed whole, errors, pids, cgroups, counts and latencies are unaffected"
+                .into(),
+        );
+    }
+    if let BtfSource::File(p) = &features.btf {
+        degraded.push(format!("struct layouts read from {} (--btf): it must be this very kernel's", p.display()));
+    }
+    degraded
 }
 
 fn paren(why: &str) -> String {

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::export::summary::{SeriesSummary, Summary};
 use crate::export::{HLOG, SUMMARY};
+use crate::print::Out;
 use crate::words::latency_text;
 
 /// summary.json as podstuck writes it: some 600 bytes a series, and at most
@@ -130,8 +131,10 @@ struct Report<'a> {
 
 /// Prints the report of the run whose files are in `dir`.
 pub fn report(dir: &Path, json: bool) -> Result<()> {
-    print!("{}", render(dir, json)?);
-    Ok(())
+    let text = render(dir, json)?;
+    // A reader gone (`podstuck report DIR | head`) ends the output quietly.
+    let mut out = Out::stdout();
+    out.text_as_is(&text).and_then(|()| out.flush()).context("writing the report")
 }
 
 /// What a file is, in words, when it is not a regular file.
@@ -281,6 +284,24 @@ struct Passed {
     first_unreadable: Option<String>,
 }
 
+impl Passed {
+    /// What was skipped of the log, in words.
+    fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if let Some(first) = self.first_long {
+            notes.push(format!(
+                "{} line(s) of {HLOG} longer than {} MiB skipped unread (the first: line {first}): not lines podstuck writes",
+                self.long,
+                MAX_HLOG_LINE_BYTES >> 20
+            ));
+        }
+        if let Some(first) = &self.first_unreadable {
+            notes.push(format!("{} line(s) of {HLOG} could not be read and were skipped (the first: {first})", self.unreadable));
+        }
+        notes
+    }
+}
+
 /// Reads latency.hlog line by line, each line within
 /// [`MAX_HLOG_LINE_BYTES`], and adds up the intervals of the tags `wanted`
 /// (others are not decoded). Lines that cannot be read are skipped and
@@ -360,33 +381,11 @@ fn pass_over_line(reader: &mut impl BufRead) -> std::io::Result<()> {
 pub fn render(dir: &Path, json: bool) -> Result<String> {
     let summary = read_summary(dir)?;
     let mut notes = Vec::new();
-    // The busiest series, in the summary's order.
-    let mut shown: Vec<&SeriesSummary> = summary.series.iter().collect();
-    if shown.len() > MAX_REPORTED_SERIES {
-        let mut by_calls: Vec<usize> = (0..shown.len()).collect();
-        by_calls.sort_by(|a, b| shown[*b].count.cmp(&shown[*a].count).then(a.cmp(b)));
-        let mut kept: Vec<usize> = by_calls.into_iter().take(MAX_REPORTED_SERIES).collect();
-        kept.sort_unstable();
-        notes.push(format!(
-            "{} series left out: the summary holds {}, more than a run of this podstuck makes; the {MAX_REPORTED_SERIES} with the most calls are shown",
-            shown.len() - MAX_REPORTED_SERIES,
-            shown.len()
-        ));
-        shown = kept.into_iter().map(|i| shown[i]).collect();
-    }
+    let shown = busiest_series(&summary, &mut notes);
     let mut logged: HashMap<String, Logged> = shown.iter().map(|s| (s.tag.clone(), Logged::default())).collect();
     let mut passed = Passed::default();
     read_hlog(&dir.join(HLOG), &mut logged, &mut passed)?;
-    if let Some(first) = passed.first_long {
-        notes.push(format!(
-            "{} line(s) of {HLOG} longer than {} MiB skipped unread (the first: line {first}): not lines podstuck writes",
-            passed.long,
-            MAX_HLOG_LINE_BYTES >> 20
-        ));
-    }
-    if let Some(first) = &passed.first_unreadable {
-        notes.push(format!("{} line(s) of {HLOG} could not be read and were skipped (the first: {first})", passed.unreadable));
-    }
+    notes.extend(passed.notes());
 
     let series: Vec<SeriesReport> = shown
         .into_iter()
@@ -403,8 +402,29 @@ pub fn render(dir: &Path, json: bool) -> Result<String> {
         let report = Report { run: &summary.run, series, notes };
         return Ok(serde_json::to_string_pretty(&report)? + "\n");
     }
+    Ok(render_text(&summary.run, &series, &notes))
+}
 
-    let run = &summary.run;
+/// The busiest series, in the summary's order; a note says what was left out.
+fn busiest_series<'a>(summary: &'a Summary, notes: &mut Vec<String>) -> Vec<&'a SeriesSummary> {
+    let mut shown: Vec<&SeriesSummary> = summary.series.iter().collect();
+    if shown.len() > MAX_REPORTED_SERIES {
+        let mut by_calls: Vec<usize> = (0..shown.len()).collect();
+        by_calls.sort_by(|a, b| shown[*b].count.cmp(&shown[*a].count).then(a.cmp(b)));
+        let mut kept: Vec<usize> = by_calls.into_iter().take(MAX_REPORTED_SERIES).collect();
+        kept.sort_unstable();
+        notes.push(format!(
+            "{} series left out: the summary holds {}, more than a run of this podstuck makes; the {MAX_REPORTED_SERIES} with the most calls are shown",
+            shown.len() - MAX_REPORTED_SERIES,
+            shown.len()
+        ));
+        shown = kept.into_iter().map(|i| shown[i]).collect();
+    }
+    shown
+}
+
+/// The report in words: the run, its notes, then each series.
+fn render_text(run: &crate::export::RunInfo, series: &[SeriesReport<'_>], notes: &[String]) -> String {
     let scope = if run.pods.is_empty() { "the whole node".to_string() } else { format!("pods {}", run.pods.join(", ")) };
     let mut out = format!(
         "podstuck {} on {} (kernel {}), {} for {:.1} s, {}: {} events seen, {} lost{}\n",
@@ -418,10 +438,10 @@ pub fn render(dir: &Path, json: bool) -> Result<String> {
         run.events_lost,
         if run.finished { "" } else { " (run did not finish: files of its last interval)" }
     );
-    for note in &notes {
+    for note in notes {
         let _ = writeln!(out, "note: {note}");
     }
-    for s in &series {
+    for s in series {
         let pod = s.summary.pod_uid.as_deref().map(|p| format!("pod {p}")).unwrap_or_else(|| "no pod".into());
         let _ = write!(
             out,
@@ -441,7 +461,7 @@ pub fn render(dir: &Path, json: bool) -> Result<String> {
         );
         out.push_str(&render_log2(&s.log2_usecs));
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

@@ -435,7 +435,7 @@ mod tests {
             // Named by the caller's cgroup, not the path: taken as it is.
             (call_on(Path::new("/x"), -2, nobody), POD_B),
             // The `other` pod is nobody's.
-            (call_on(Path::new("/x"), -2, nobody), crate::latency::OTHER_POD_UID),
+            (call_on(Path::new("/x"), -2, nobody), OTHER_POD_UID),
         ];
         let mut names = SeriesNames::default();
         for (event, pod) in &calls {

@@ -293,7 +293,7 @@ pub fn program_loaded(id: u32) -> bool {
     attr[0] = id;
     // SAFETY: attr is a valid, sized bpf_attr prefix.
     let fd = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_PROG_GET_FD_BY_ID, attr.as_mut_ptr(), std::mem::size_of_val(&attr))
+        libc::syscall(libc::SYS_bpf, BPF_PROG_GET_FD_BY_ID, attr.as_mut_ptr(), size_of_val(&attr))
     };
     if fd >= 0 {
         // SAFETY: fd was just returned to us.

@@ -757,14 +757,14 @@ mod tests {
 
     #[test]
     fn newest_kernel_abi_wins() {
-        let mut names = vec![
+        let mut names = [
             "linux-image-6.12.94+deb13-cloud-amd64-unsigned",
             "linux-image-6.12.107+deb13-cloud-amd64-unsigned",
             "linux-image-6.12.95+deb12-cloud-amd64-unsigned",
         ];
         names.sort_by_key(|n| version_key(n));
         assert_eq!(names.last(), Some(&"linux-image-6.12.107+deb13-cloud-amd64-unsigned"));
-        let mut old = vec!["linux-image-5.10.0-32-cloud-amd64-unsigned", "linux-image-5.10.0-30-cloud-amd64-unsigned"];
+        let mut old = ["linux-image-5.10.0-32-cloud-amd64-unsigned", "linux-image-5.10.0-30-cloud-amd64-unsigned"];
         old.sort_by_key(|n| version_key(n));
         assert_eq!(old.last(), Some(&"linux-image-5.10.0-32-cloud-amd64-unsigned"));
     }

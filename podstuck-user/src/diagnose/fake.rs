@@ -83,7 +83,7 @@ impl NodeInspector for FakeNode {
     }
     fn resolved_path(&mut self, _pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
         for (link, target) in &self.symlinks {
-            if crate::inspect::mounts::is_at_or_below(path, link.as_bytes()) {
+            if mounts::is_at_or_below(path, link.as_bytes()) {
                 let mut out = target.as_bytes().to_vec();
                 out.extend_from_slice(&path[link.len()..]);
                 return Ok(out);

@@ -367,7 +367,7 @@ mod tests {
         for i in 0..10u64 {
             book.record(&event(podstuck_common::Syscall::Unlink, 0, 2_000 + i), &identity(Role::Other, None));
         }
-        (book, crate::export::summary::tests::run_info())
+        (book, summary::tests::run_info())
     }
 
     fn names(dir: &Path) -> Vec<String> {

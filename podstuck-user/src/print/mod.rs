@@ -96,7 +96,7 @@ pub fn printer(asked: Asked, run: &RunFacts, warnings: &[String]) -> (Box<dyn Pr
         return (Box::new(call_lines::CallLines::new(!asked.findings_only)), None);
     }
     if !LiveTerminal::possible() {
-        if std::io::stdout().is_terminal() {
+        if io::stdout().is_terminal() {
             stderr_line(format_args!("podstuck: no terminal to read keys from (or TERM=dumb): printing findings as lines instead of the live view"));
         }
         return (Box::new(finding_lines::FindingLines), None);
@@ -189,6 +189,12 @@ impl Out {
     /// itself, or words of podstuck's own.
     pub fn line_as_is(&mut self, line: &str) -> io::Result<()> {
         writeln!(self.writer, "{line}")
+    }
+
+    /// Text written as it is that ends its own lines: a report podstuck
+    /// rendered itself (its JSON escapes control characters).
+    pub fn text_as_is(&mut self, text: &str) -> io::Result<()> {
+        write!(self.writer, "{text}")
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

@@ -224,9 +224,9 @@ fn the_replay_checks_itself_against_what_the_live_run_told() {
     assert_eq!(summary.header.diagnose.hung_after, Duration::from_secs(5));
     assert_eq!(summary.header.diagnose.host_mntns, 4026531840);
     assert!(told > 0);
-    let json: serde_json::Value = serde_json::from_str(&super::replay::record_json("incident.podstuck", &summary)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&replay::record_json("incident.podstuck", &summary)).unwrap();
     assert_eq!((json["type"].as_str(), json["complete"].as_bool(), json["calls"].as_u64(), json["events_lost"].as_u64()), (Some("record"), Some(true), Some(14), Some(3)));
-    let text = super::replay::record_text("incident.podstuck", &summary);
+    let text = replay::record_text("incident.podstuck", &summary);
     assert!(text.starts_with("podstuck record incident.podstuck: node node-1, kernel 6.1.0-test, podstuck "), "{text}");
     assert!(text.contains("14 calls, 80 reviews; the whole node; the live run lost 3 events"), "{text}");
 }
@@ -574,15 +574,15 @@ fn a_record_file_is_never_overwritten_and_says_where_it_cannot_go() {
     assert!(said.ends_with(&format!("directory {} does not exist: create it or choose another place", dir.0.join("no/such/dir").display())), "{said}");
     let said = Recorder::create(&dir.0, &header()).err().unwrap().to_string();
     assert!(said.contains("is a directory: give a file name in it"), "{said}");
-    let denied = super::create_error(&path, io::Error::from_raw_os_error(libc::EACCES)).to_string();
+    let denied = create_error(&path, io::Error::from_raw_os_error(libc::EACCES)).to_string();
     assert!(denied.contains("is not writable for podstuck") && denied.contains("choose a directory you can write"), "{denied}");
-    let full = super::create_error(&path, io::Error::from_raw_os_error(libc::ENOSPC)).to_string();
+    let full = create_error(&path, io::Error::from_raw_os_error(libc::ENOSPC)).to_string();
     assert!(full.ends_with("is full: free some space or choose another place"), "{full}");
-    let read_only = super::create_error(&path, io::Error::from_raw_os_error(libc::EROFS)).to_string();
+    let read_only = create_error(&path, io::Error::from_raw_os_error(libc::EROFS)).to_string();
     assert!(read_only.contains("is on a read-only filesystem: choose a writable directory"), "{read_only}");
     // And the file replays.
-    super::replay(&path, true).unwrap();
-    let gone = super::replay(&dir.0.join("gone.podstuck"), false).unwrap_err().to_string();
+    replay(&path, true).unwrap();
+    let gone = replay(&dir.0.join("gone.podstuck"), false).unwrap_err().to_string();
     assert!(gone.ends_with("gone.podstuck does not exist"), "{gone}");
 }
 
@@ -607,7 +607,7 @@ fn a_record_with_an_absurd_estimate_replays_without_a_failure() {
     let mut kinds = Vec::new();
     let summary = replay_record(&out.bytes()[..], "odd.podstuck", &mut |r| kinds.push(r.finding().kind)).unwrap();
     assert!(summary.broken.is_none(), "{:?}", summary.broken.map(|b| b.to_string()));
-    assert!(kinds.contains(&crate::diagnose::Kind::RemovalStorm), "{kinds:?}");
+    assert!(kinds.contains(&Kind::RemovalStorm), "{kinds:?}");
 }
 
 // Reading never panics, whatever the bytes.
@@ -962,9 +962,9 @@ fn an_entry_too_long_to_be_a_podstucks_is_skipped_and_said() {
     assert!(first.starts_with(&format!("entry {} is longer than any entry a podstuck writes", call + 1)), "{first}");
     assert_eq!(summary.calls + summary.reviews + 2, entries);
     assert_eq!(expected.skipped, 1);
-    let text = super::replay::record_text("long.podstuck", &summary);
+    let text = replay::record_text("long.podstuck", &summary);
     assert!(text.contains("2 entries too long to be any podstuck's were skipped"), "{text}");
-    let json: serde_json::Value = serde_json::from_str(&super::replay::record_json("long.podstuck", &summary)).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&replay::record_json("long.podstuck", &summary)).unwrap();
     assert_eq!(json["skipped"], 2);
 }
 

@@ -272,7 +272,7 @@ impl<'de> Visitor<'de> for BoundedValue<'_> {
         self.0.spend(VALUE_BYTES + MAP_BYTES)?;
         let mut object = serde_json::Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            self.0.spend(std::mem::size_of::<String>() + key.len() + VALUE_BYTES)?;
+            self.0.spend(size_of::<String>() + key.len() + VALUE_BYTES)?;
             let value = map.next_value_seed(BoundedValue(self.0))?;
             object.insert(key, value);
         }

@@ -107,10 +107,10 @@ impl Pipeline {
         let (identifier, filter) = (&mut self.identifier, &self.filter);
         let named = |pid: u32, cgroup_id: u64| {
             let identity = identifier.identify_process(pid, cgroup_id);
-            filter.admits(&identity).then(|| Attribution { role: identity.actor.role, pod: identity.pod_uid })
+            filter.admits(&identity).then_some(Attribution { role: identity.actor.role, pod: identity.pod_uid })
         };
         // Calls counted without their process can only be the node's.
-        let orphans = filter.is_whole_node().then(|| Attribution { role: Role::Other, pod: None });
+        let orphans = filter.is_whole_node().then_some(Attribution { role: Role::Other, pod: None });
         self.names.apply(deltas, book, SystemTime::now(), named, orphans);
         // Pods past the caps, or pods that do not exist: said once each.
         if let Some(note) = book.take_overflow_note() {
