@@ -17,6 +17,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::export::summary::{SeriesSummary, Summary};
+use crate::export::hlog::base64_decode;
 use crate::export::{HLOG, SUMMARY};
 use crate::print::Out;
 use crate::words::latency_text;
@@ -184,36 +185,6 @@ fn read_summary(dir: &Path) -> Result<Summary> {
         bail!("{} is larger than {} MiB: not a summary podstuck wrote", path.display(), MAX_SUMMARY_BYTES >> 20);
     }
     serde_json::from_slice(&text).with_context(|| format!("{} is not a podstuck summary", path.display()))
-}
-
-/// Standard base64, within the line it comes from.
-fn base64_decode(text: &[u8]) -> Result<Vec<u8>> {
-    fn value(c: u8) -> Option<u32> {
-        match c {
-            b'A'..=b'Z' => Some((c - b'A') as u32),
-            b'a'..=b'z' => Some((c - b'a' + 26) as u32),
-            b'0'..=b'9' => Some((c - b'0' + 52) as u32),
-            b'+' => Some(62),
-            b'/' => Some(63),
-            _ => None,
-        }
-    }
-    let text = text.strip_suffix(b"==").or_else(|| text.strip_suffix(b"=")).unwrap_or(text);
-    let mut out = Vec::with_capacity(text.len() / 4 * 3 + 3);
-    for chunk in text.chunks(4) {
-        let mut acc = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            acc |= value(c).ok_or_else(|| anyhow!("the payload is not base64"))? << (18 - 6 * i);
-        }
-        let produced = match chunk.len() {
-            4 => 3,
-            3 => 2,
-            2 => 1,
-            _ => bail!("the payload's base64 is cut short"),
-        };
-        out.extend_from_slice(&acc.to_be_bytes()[1..1 + produced]);
-    }
-    Ok(out)
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
@@ -495,16 +466,7 @@ mod tests {
 
     #[test]
     fn reads_back_what_watch_wrote() {
-        let tmp = TempDir::new("report");
-        let t0 = SystemTime::now();
-        let mut exporter = Exporter::open(&tmp.0, false, t0).unwrap();
-        let mut book = LatencyBook::new(t0);
-        for i in 0..300u64 {
-            book.record(&event(Syscall::Unlink, 0, 2_000 + i), &identity(Role::Other, None));
-        }
-        book.record(&event(Syscall::Umount2, -16, 9_000_000), &identity(Role::Runtime, None));
-        exporter.refresh(&mut book, &run_info(), t0 + Duration::from_secs(5)).unwrap();
-
+        let tmp = written_run("report");
         let text = render(&tmp.0, false).unwrap();
         assert!(text.contains("unlink ok, actor other, no pod: 300 calls"), "{text}");
         assert!(text.contains("umount2 EBUSY, actor runtime, no pod: 1 calls"), "{text}");

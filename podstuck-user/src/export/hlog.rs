@@ -61,7 +61,7 @@ pub fn read(bytes: &[u8]) -> Result<Vec<LoggedInterval>> {
     for entry in IntervalLogIterator::new(bytes) {
         let entry = entry.map_err(|e| anyhow!("malformed interval log line: {e:?}"))?;
         if let LogEntry::Interval(line) = entry {
-            let payload = base64_decode(line.encoded_histogram()).context("interval payload is not base64")?;
+            let payload = base64_decode(line.encoded_histogram().as_bytes()).context("interval payload is not base64")?;
             let histogram: Histogram<u64> =
                 deserializer.deserialize(&mut &payload[..]).map_err(|e| anyhow!("bad histogram payload: {e:?}"))?;
             intervals.push(LoggedInterval {
@@ -89,8 +89,9 @@ pub fn totals_by_tag(intervals: &[LoggedInterval]) -> Result<BTreeMap<String, Hi
 }
 
 /// Standard base64 (the log's payload alphabet), without a crate of our
-/// own: hdrhistogram keeps its base64 dependency private.
-fn base64_decode(text: &str) -> Result<Vec<u8>> {
+/// own: hdrhistogram keeps its base64 dependency private. `report` reads
+/// payloads with it too; padding only at the end.
+pub(crate) fn base64_decode(text: &[u8]) -> Result<Vec<u8>> {
     fn value(c: u8) -> Option<u32> {
         match c {
             b'A'..=b'Z' => Some((c - b'A') as u32),
@@ -101,18 +102,18 @@ fn base64_decode(text: &str) -> Result<Vec<u8>> {
             _ => None,
         }
     }
-    let bytes: Vec<u8> = text.bytes().filter(|&c| c != b'=').collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
+    let text = text.strip_suffix(b"==").or_else(|| text.strip_suffix(b"=")).unwrap_or(text);
+    let mut out = Vec::with_capacity(text.len() / 4 * 3 + 3);
+    for chunk in text.chunks(4) {
         let mut acc = 0u32;
         for (i, &c) in chunk.iter().enumerate() {
-            acc |= value(c).ok_or_else(|| anyhow!("invalid base64 character {:?}", c as char))? << (18 - 6 * i);
+            acc |= value(c).ok_or_else(|| anyhow!("the payload is not base64"))? << (18 - 6 * i);
         }
         let produced = match chunk.len() {
             4 => 3,
             3 => 2,
             2 => 1,
-            _ => return Err(anyhow!("truncated base64")),
+            _ => return Err(anyhow!("the payload's base64 is cut short")),
         };
         out.extend_from_slice(&acc.to_be_bytes()[1..1 + produced]);
     }
@@ -130,10 +131,10 @@ mod tests {
 
     #[test]
     fn base64_matches_the_standard_alphabet() {
-        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(base64_decode("aGVsbG8h").unwrap(), b"hello!");
-        assert_eq!(base64_decode("aA==").unwrap(), b"h");
-        assert!(base64_decode("a$==").is_err());
+        assert_eq!(base64_decode(b"aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(base64_decode(b"aGVsbG8h").unwrap(), b"hello!");
+        assert_eq!(base64_decode(b"aA==").unwrap(), b"h");
+        assert!(base64_decode(b"a$==").is_err());
     }
 
     /// Written by us, read by the hdrhistogram crate's own interval-log
