@@ -14,7 +14,9 @@
 //! [`kernel_features`] probes; [`btf`] reads the struct offsets the kernel
 //! programs need. [`record`] saves what the diagnosis consumed and replays
 //! it elsewhere; [`demo`] is the built-in scenario lab. The `podstuck`
-//! binary is a thin clap layer over [`watch`] and these. [`words`] is the
+//! binary is a thin clap layer over [`watch`] and these; the
+//! `kubectl-podstuck` binary one over [`kubectl_plugin`], which runs
+//! podstuck in a debug pod on a stuck pod's node. [`words`] is the
 //! ground floor: how times, paths, durations and node-chosen text are
 //! said, for all.
 
@@ -30,6 +32,7 @@ pub mod identify;
 pub mod inspect;
 pub mod latency;
 pub mod kernel_features;
+pub mod kubectl_plugin;
 pub mod preflight;
 pub mod print;
 pub mod record;

@@ -70,6 +70,18 @@ enum Command {
     /// One of the demo's stand-in daemons (run by `podstuck demo`).
     #[command(hide = true)]
     DemoActor { comm: String, op: String, path: PathBuf },
+    /// The kubectl plugin's debug pod idling until SIGTERM.
+    #[command(name = "__pause", hide = true)]
+    Pause,
+    /// `podstuck ARGS`, stopped cleanly when standard input closes (run by the kubectl plugin).
+    #[command(name = "__session", hide = true)]
+    Session {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
+    /// The files at PATH as a tar archive on standard output (run by the kubectl plugin).
+    #[command(name = "__pack", hide = true)]
+    Pack { path: PathBuf },
     /// Can podstuck run here? One line each: privileges, kernel, BTF, tracefs, cgroups, kubelet root, runtime.
     Check {
         /// kubelet's root directory (its --root-dir).
@@ -274,6 +286,12 @@ fn main() -> ExitCode {
         Command::Demo { json, duration } => runtime.block_on(podstuck::demo::demo(&podstuck::demo::DemoOptions { json, duration })),
         Command::AttachCost { mechanism, kernel_cost } => runtime.block_on(podstuck::attach_cost::run(mechanism, kernel_cost)),
         Command::DemoActor { comm, op, path } => podstuck::demo::actor(&comm, &op, &path),
+        Command::Pause => podstuck::kubectl_plugin::remote::pause(),
+        Command::Session { args } => match podstuck::kubectl_plugin::remote::session(&args) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        Command::Pack { path } => podstuck::kubectl_plugin::remote::pack(&path),
         Command::Check { kubelet_root, btf } => match podstuck::check::check(&kubelet_root, btf.as_deref()) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(2),

@@ -1,0 +1,90 @@
+//! The `kubectl-podstuck` command (`kubectl podstuck POD`): argument
+//! parsing and exit codes only; the work is in the library's
+//! `kubectl_plugin`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use podstuck::kubectl_plugin::{run, Interrupted, PluginOptions};
+use podstuck::print::stderr_line;
+
+#[derive(Parser)]
+#[command(
+    name = "kubectl podstuck",
+    bin_name = "kubectl podstuck",
+    version,
+    about = "Why is this pod stuck in Terminating? Runs podstuck on the pod's node in a debug pod and streams its findings here.",
+    long_about = "Why is this pod stuck in Terminating? Finds the pod's node, starts a privileged debug pod there with the podstuck image \
+                  (as kubectl debug node --profile=sysadmin would), traces the pod's teardown and streams the findings here. \
+                  Ctrl-C stops: podstuck prints its summary, the files asked for are copied back, the debug pod is deleted.",
+    after_help = "Uses the kubectl on PATH with your current context and kubeconfig. Arguments after -- go to podstuck watch (e.g. -- --hung-after 10s)."
+)]
+struct Cli {
+    /// The pod stuck in Terminating.
+    pod: String,
+    /// The pod's namespace (default: the current context's).
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// The kubeconfig context to use.
+    #[arg(long)]
+    context: Option<String>,
+    /// The kubeconfig file to use.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The podstuck image the debug pod runs.
+    #[arg(long, default_value = concat!("podstuck:", env!("CARGO_PKG_VERSION")))]
+    image: String,
+    /// podstuck's JSON lines (start, findings, end) instead of one line per finding.
+    #[arg(long)]
+    json: bool,
+    /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Keep latency histograms and copy their files into DIR at the end.
+    #[arg(long, value_name = "DIR")]
+    histograms: Option<PathBuf>,
+    /// Record what the diagnosis saw and copy the record to FILE at the end (podstuck replay FILE).
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// How long the debug pod may take to start, image pull included.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+    start_timeout: Duration,
+    /// The cluster ends the debug pod after this long, even if this command died (activeDeadlineSeconds).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+    deadline: Duration,
+    /// More podstuck watch arguments.
+    #[arg(last = true, value_name = "WATCH ARGS")]
+    watch_args: Vec<OsString>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let options = PluginOptions {
+        pod: cli.pod,
+        namespace: cli.namespace,
+        context: cli.context,
+        kubeconfig: cli.kubeconfig,
+        image: cli.image,
+        json: cli.json,
+        duration: cli.duration,
+        histograms: cli.histograms,
+        record: cli.record,
+        start_timeout: cli.start_timeout,
+        deadline: cli.deadline,
+        watch_args: cli.watch_args,
+    };
+    match run(&options) {
+        Ok(code) => code,
+        Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
+            stderr_line(format_args!("kubectl podstuck: {e}"));
+            ExitCode::from(130)
+        }
+        Err(e) => {
+            stderr_line(format_args!("kubectl podstuck: error: {e:#}"));
+            ExitCode::from(1)
+        }
+    }
+}
