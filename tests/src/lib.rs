@@ -11,6 +11,7 @@
 //! - [`podstuck`]: the podstuck under test and what it printed;
 //! - [`findings`]: checking its findings;
 //! - [`kubelet`]: kubelet's tree of pods and volumes;
+//! - [`kubectl`]: the kubectl plugin and the kubectl stand-in it talks to;
 //! - [`node`]: mounts, flags, cgroups and directories, undone on drop;
 //! - [`actors`]: the processes a scenario runs;
 //! - [`calls`]: the system calls a test makes itself;
@@ -25,6 +26,7 @@ pub mod attacks;
 pub mod calls;
 pub mod findings;
 pub mod harness;
+pub mod kubectl;
 pub mod kubelet;
 pub mod node;
 pub mod podstuck;

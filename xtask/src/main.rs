@@ -26,7 +26,7 @@ struct Cli {
 enum Task {
     /// Install what building the eBPF programs needs (apt packages, bpf-linker), if missing.
     Setup,
-    /// Set up, then build the self-contained `podstuck` binary (release).
+    /// Set up, then build the self-contained `podstuck` binary and the `kubectl-podstuck` plugin (release).
     Build,
     /// Set up, then run every test: unit tests, the end-to-end tests on the real kernel, and the
     /// kernel-facing scenarios on Debian's 5.10, 6.1 and 6.12 booted under QEMU (as root).
@@ -224,14 +224,16 @@ fn build_release() -> Result<PathBuf> {
 fn test(args: &[String]) -> Result<()> {
     setup()?;
     ensure_tracefs()?;
-    // The end-to-end tests drive the real binary; build it first.
-    run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck"]))?;
+    // The end-to-end tests drive the real binaries; build them first.
+    run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck", "--bin", "kubectl-podstuck"]))?;
     let binary = workspace_root().join("target/debug/podstuck");
+    let plugin = workspace_root().join("target/debug/kubectl-podstuck");
     let python = python_reader()?;
     let mut child = cargo()
         .args(["test", "--workspace"])
         .args(args)
         .env("PODSTUCK_BIN", binary)
+        .env("KUBECTL_PODSTUCK_BIN", plugin)
         .env("PODSTUCK_PYTHON", python)
         .stdout(Stdio::piped())
         .spawn()
@@ -299,7 +301,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup(),
-        Task::Build => setup().and_then(|()| build_release()).map(|bin| say(&format!("built {}", bin.display()))),
+        Task::Build => setup().and_then(|()| build_release()).and_then(|bin| {
+            run(cargo().args(["build", "--release", "--package", "podstuck-user", "--bin", "kubectl-podstuck"]))?;
+            say(&format!("built {} and {}", bin.display(), workspace_root().join("target/release/kubectl-podstuck").display()));
+            Ok(())
+        }),
         Task::Test { args } => test(&args),
         Task::Bench(args) => run_bench(&args),
         Task::VmTest(args) => vm::vm_test(&args),

@@ -116,11 +116,15 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
     say(&format!("debug pod {} on node {} (image {}); waiting for it to start", created.full_name(), debug.node, debug.image));
     wait_ready(&kubectl, &created, options, &stops)?;
     let status = trace(&created, &target, options, &stops)?;
-    if stops.count() < 2 {
-        copy_back(&created, options);
-    }
+    let copied = stops.count() < 2 && copy_back(&created, options);
     drop(created);
-    Ok(remote::exit_code(status))
+    // Files asked for and not brought back fail the run podstuck
+    // finished well: a script must not take them for there.
+    let asked = options.histograms.is_some() || options.record.is_some();
+    match status.success() && asked && !copied {
+        true => Ok(ExitCode::from(1)),
+        false => Ok(remote::exit_code(status)),
+    }
 }
 
 /// `Err(Interrupted)` once a stop signal arrived.
@@ -318,21 +322,26 @@ fn trace(pod: &Created<'_>, target: &TargetPod, options: &PluginOptions, stops: 
 }
 
 /// Copies the histogram files and the record back, when asked; what
-/// fails is said, the rest still copied.
-fn copy_back(pod: &Created<'_>, options: &PluginOptions) {
+/// fails is said, the rest still copied. True when all came back.
+fn copy_back(pod: &Created<'_>, options: &PluginOptions) -> bool {
     let wanted = [
         options.histograms.as_deref().map(|dir| (REMOTE_HISTOGRAMS, tar::Destination::Directory(dir), "histogram files")),
         options.record.as_deref().map(|file| (REMOTE_RECORD, tar::Destination::File(file), "record")),
     ];
+    let mut all = true;
     for (remote, destination, what) in wanted.into_iter().flatten() {
         match copy_one(pod, remote, destination) {
             Ok(written) => {
                 let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
                 say(&format!("copied the {what} to {}", names.join(", ")));
             }
-            Err(e) => say(&format!("could not copy the {what} back: {e:#}")),
+            Err(e) => {
+                say(&format!("could not copy the {what} back: {e:#}"));
+                all = false;
+            }
         }
     }
+    all
 }
 
 /// `podstuck __pack REMOTE` in the pod, unpacked at `destination`.

@@ -1,0 +1,267 @@
+//! `kubectl podstuck POD` end to end, against the kubectl stand-in of
+//! src/bin/kubectl.rs (there is no cluster here): it answers with
+//! hand-written `kubectl get pod -o json` pods (tests/fixtures), keeps the
+//! debug pods the plugin creates, and runs `kubectl exec`'s podstuck, the
+//! real binary under test, on this machine in a mount namespace whose
+//! /tmp is the debug pod's own.
+//!
+//! What is shown: a real P1 scenario's findings reach the plugin's
+//! output; the histogram files and the record come back; the debug pod
+//! has the node, host namespaces, /host mount, tolerations and deadline
+//! it needs, and is deleted when the run ends by itself, on Ctrl-C, and
+//! when it never starts; no pod, a pod not scheduled and kubectl missing
+//! are said plainly; a hostile archive from the pod is refused.
+//!
+//! The tests that run podstuck need root (`kernel_test!`); the others
+//! never reach an exec and run as anyone.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use podstuck_tests::kubectl::{pod_fixture, KubectlStandIn, PluginRun};
+use podstuck_tests::*;
+use serde_json::{json, Value};
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// The Terminating pod of the fixture, with `uid`, on node-1.
+fn terminating_pod(uid: &str) -> Value {
+    let mut pod = pod_fixture("terminating-pod.json");
+    pod["metadata"]["uid"] = json!(uid);
+    pod
+}
+
+/// A stand-in in `dir` that knows the Terminating pod shop/web-0 as `uid`.
+fn cluster_with_web_0(dir: &Path, uid: &str) -> KubectlStandIn {
+    let cluster = KubectlStandIn::new(&dir.join("cluster"));
+    cluster.add_pod(&terminating_pod(uid));
+    cluster
+}
+
+/// The one debug pod the plugin created.
+fn the_debug_pod(cluster: &KubectlStandIn) -> Value {
+    let created = cluster.created();
+    assert_eq!(created.len(), 1, "one debug pod: {created:?}");
+    created[0].clone()
+}
+
+fn name_of(pod: &Value) -> &str {
+    pod["metadata"]["name"].as_str().unwrap()
+}
+
+/// Asserts the debug pod was deleted, and by the plugin's last call.
+fn assert_deleted(cluster: &KubectlStandIn, stderr: &str) {
+    assert!(cluster.debug_pods_left().is_empty(), "debug pods left: {:?}", cluster.debug_pods_left());
+    assert_eq!(cluster.verbs().last().map(String::as_str), Some("delete"), "calls: {:?}", cluster.verbs());
+    assert!(stderr.contains("deleted debug pod shop/podstuck-"), "{stderr}");
+}
+
+kernel_test! {
+    fn the_findings_stream_and_the_files_come_back_on_ctrl_c(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let pv = pod.create_csi_volume("pvc-p1");
+        let mount = pv.join("mount");
+        let _volume = TmpfsMount::new(&mount, "size=1m");
+        let cluster = cluster_with_web_0(scratch.path(), pod.uid());
+        let user = scratch.path().join("user");
+        std::fs::create_dir(&user).unwrap();
+        let (histograms, record) = (user.join("histograms"), user.join("incident.podstuck"));
+
+        let mut plugin = PluginRun::start(cluster.plugin(&[
+            "web-0", "-n", "shop", "--histograms", text(&histograms), "--record", text(&record),
+            "--", "--kubelet-root", root.arg(), "--hung-after", "2s",
+        ]));
+        let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&pv), "mount"]);
+        // One line per finding, straight from podstuck in the debug pod.
+        let line = plugin.await_line(secs(90), |l| l.contains("FINDING [") && l.contains("volume-still-mounted"));
+        assert!(line.contains(&format!("pod {}", pod.uid())), "{line}");
+        assert!(line.contains(&format!("fix: umount {}", shell_word(&mount))), "{line}");
+        let ended = plugin.stop(libc::SIGINT);
+        drop(kubelet);
+
+        assert!(ended.status.success(), "{}\n{}", ended.status, ended.stderr);
+        // podstuck stopped cleanly: its closing line, after the findings.
+        let last = ended.lines.last().cloned().unwrap_or_default();
+        assert!(last.starts_with("podstuck: calls counted in the kernel") && last.ends_with("stopped by SIGINT"), "{last}");
+        let debug = the_debug_pod(&cluster);
+        let name = name_of(&debug);
+        assert_eq!(cluster.verbs(), ["get", "create", "get", "exec __session", "exec __pack", "exec __pack", "delete"]);
+        assert_deleted(&cluster, &ended.stderr);
+        // The files were written in the pod's /tmp and copied to the user's.
+        let in_pod = cluster.pod_tmp(name);
+        for file in ["latency.hlog", "summary.json", "latency.svg", "metrics.prom"] {
+            assert!(in_pod.join("podstuck-histograms").join(file).is_file(), "{file} not written in the pod");
+            let copied = std::fs::read(histograms.join(file)).unwrap_or_else(|e| panic!("{file} not copied back: {e}\n{}", ended.stderr));
+            assert_eq!(copied, std::fs::read(in_pod.join("podstuck-histograms").join(file)).unwrap(), "{file}");
+        }
+        assert_eq!(std::fs::read(&record).unwrap(), std::fs::read(in_pod.join("podstuck.record")).unwrap());
+        // The record came back whole: replayed, it says the same.
+        let replay = Command::new(podstuck_binary()).args(["replay", "--json", text(&record)]).output().unwrap();
+        assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+        let replayed = String::from_utf8_lossy(&replay.stdout);
+        assert!(replayed.contains("volume-still-mounted"), "{replayed}");
+    }
+}
+
+kernel_test! {
+    fn a_run_that_ends_by_itself_deletes_its_debug_pod(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let uid = new_pod_uid();
+        let cluster = cluster_with_web_0(scratch.path(), &uid);
+
+        let ended = PluginRun::start(cluster.plugin(&[
+            "web-0", "-n", "shop", "--json", "--duration", "2s", "--image", "registry.example.com/podstuck:0.1.0",
+            "--", "--kubelet-root", root.arg(),
+        ]))
+        .finish(secs(90));
+
+        assert!(ended.status.success(), "{}\n{}", ended.status, ended.stderr);
+        let json: Vec<Value> = ended.lines.iter().map(|l| serde_json::from_str(l).expect("--json passes podstuck's JSON lines")).collect();
+        assert_eq!(json.first().map(|v| v["type"].clone()), Some(json!("start")));
+        assert_eq!(json.last().map(|v| v["type"].clone()), Some(json!("end")));
+        assert_eq!(json[0]["pods"], json!([uid]));
+        assert_eq!(cluster.verbs(), ["get", "create", "get", "exec __session", "delete"]);
+        assert_deleted(&cluster, &ended.stderr);
+
+        // What create was given: the node-tool shape, for this pod.
+        let debug = the_debug_pod(&cluster);
+        assert_eq!(debug["metadata"]["namespace"], "shop");
+        assert_eq!(debug["metadata"]["labels"]["app.kubernetes.io/name"], "podstuck");
+        assert_eq!(debug["metadata"]["labels"]["podstuck.dev/target-uid"], json!(uid));
+        let spec = &debug["spec"];
+        assert_eq!(spec["nodeName"], "node-1");
+        assert_eq!((spec["hostPID"].clone(), spec["hostNetwork"].clone(), spec["hostIPC"].clone()), (json!(true), json!(true), json!(true)));
+        assert_eq!(spec["tolerations"], json!([{"operator": "Exists"}]));
+        assert_eq!(spec["restartPolicy"], "Never");
+        assert_eq!(spec["activeDeadlineSeconds"], 3600);
+        assert_eq!(spec["volumes"], json!([{"name": "host-root", "hostPath": {"path": "/"}}]));
+        let container = &spec["containers"][0];
+        assert_eq!(container["image"], "registry.example.com/podstuck:0.1.0");
+        assert_eq!(container["securityContext"]["privileged"], true);
+        assert_eq!(container["volumeMounts"], json!([{"name": "host-root", "mountPath": "/host"}]));
+        // podstuck was told to follow the pod, beside any other tracer.
+        let exec = cluster.calls()[3]["argv"].clone();
+        let argv: Vec<&str> = exec.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let at = argv.iter().position(|a| *a == "watch").expect("podstuck watch");
+        assert_eq!(&argv[at..at + 4], ["watch", "--pod", uid.as_str(), "--concurrent"]);
+        assert!(argv.contains(&"-i"), "{argv:?}");
+    }
+}
+
+kernel_test! {
+    fn a_hostile_archive_from_the_pod_writes_nothing(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+        let user = scratch.path().join("user");
+        std::fs::create_dir(&user).unwrap();
+        // A pod that answers __pack with its own archive, made by GNU tar.
+        let made = scratch.path().join("made");
+        std::fs::create_dir(&made).unwrap();
+        std::fs::write(made.join("payload"), b"owned").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", made.join("passwd")).unwrap();
+        let escape = scratch.path().join("escaped");
+        let cases = [
+            ("an absolute path", vec!["-P".to_string(), "--transform".into(), format!("s|.*payload|{}|", text(&escape)), "payload".into()]),
+            ("a ..", vec!["--transform".into(), "s|payload|../escaped|".into(), "payload".into()]),
+            ("a symbolic link", vec!["passwd".into()]),
+        ];
+        for (what, args) in cases {
+            let tar = Command::new("tar").arg("--format=ustar").arg("-C").arg(&made).arg("-cf").arg("-").args(&args).output().unwrap();
+            assert!(tar.status.success(), "tar: {}", String::from_utf8_lossy(&tar.stderr));
+            cluster.pack_gives(&tar.stdout);
+            let histograms = user.join(what.replace(' ', "-"));
+            let ended = PluginRun::start(cluster.plugin(&[
+                "web-0", "-n", "shop", "--duration", "1s", "--histograms", text(&histograms), "--", "--kubelet-root", root.arg(),
+            ]))
+            .finish(secs(90));
+            assert_eq!(ended.status.code(), Some(1), "{what}: files not copied back fail the run\n{}", ended.stderr);
+            assert!(ended.stderr.contains("could not copy the histogram files back: refused"), "{what}: {}", ended.stderr);
+            assert!(!escape.exists(), "{what}: written outside the destination");
+            let inside: Vec<_> = std::fs::read_dir(&histograms).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+            assert!(inside.is_empty(), "{what}: {inside:?}");
+            assert!(cluster.debug_pods_left().is_empty(), "{what}: {:?}", cluster.debug_pods_left());
+        }
+    }
+}
+
+#[test]
+fn a_debug_pod_that_never_starts_is_deleted() {
+    let scratch = ScratchDir::new("plugin-never-ready");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    cluster.never_ready();
+    let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--start-timeout", "2s"])).finish(secs(30));
+    assert_eq!(ended.status.code(), Some(1), "{}", ended.stderr);
+    assert!(ended.stderr.contains(r#"not ready after 2s (ImagePullBackOff: Back-off pulling image "podstuck:0.1.0")"#), "{}", ended.stderr);
+    assert!(!cluster.verbs().iter().any(|v| v.starts_with("exec")), "{:?}", cluster.verbs());
+    assert_deleted(&cluster, &ended.stderr);
+}
+
+#[test]
+fn ctrl_c_while_the_debug_pod_starts_deletes_it() {
+    let scratch = ScratchDir::new("plugin-ctrl-c-starting");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    cluster.never_ready();
+    let plugin = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop"]));
+    let deadline = std::time::Instant::now() + secs(30);
+    while cluster.created().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no debug pod created");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ended = plugin.stop(libc::SIGINT);
+    assert_eq!(ended.status.code(), Some(130), "{}", ended.stderr);
+    assert!(ended.stderr.contains("stopped by SIGINT"), "{}", ended.stderr);
+    assert_deleted(&cluster, &ended.stderr);
+}
+
+#[test]
+fn no_such_pod_is_said_in_kubectls_words() {
+    let scratch = ScratchDir::new("plugin-no-pod");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    let ended = PluginRun::start(cluster.plugin(&["web-9", "-n", "shop"])).finish(secs(30));
+    assert_eq!(ended.status.code(), Some(1));
+    assert!(ended.stderr.contains(r#"kubectl get pod: Error from server (NotFound): pods "web-9" not found"#), "{}", ended.stderr);
+    assert_eq!(cluster.verbs(), ["get"]);
+}
+
+#[test]
+fn a_pod_not_scheduled_has_no_node_to_trace() {
+    let scratch = ScratchDir::new("plugin-not-scheduled");
+    let cluster = KubectlStandIn::new(&scratch.path().join("cluster"));
+    cluster.add_pod(&pod_fixture("unscheduled-pod.json"));
+    let ended = PluginRun::start(cluster.plugin(&["report-28571430-q2x9z", "-n", "shop"])).finish(secs(30));
+    assert_eq!(ended.status.code(), Some(1));
+    assert!(ended.stderr.contains("pod shop/report-28571430-q2x9z is not scheduled on a node yet (Pending)"), "{}", ended.stderr);
+    assert_eq!(cluster.verbs(), ["get"]);
+}
+
+#[test]
+fn kubectl_missing_is_said() {
+    let scratch = ScratchDir::new("plugin-no-kubectl");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    let ended = PluginRun::start(cluster.plugin(&["web-0"]).env("PATH", scratch.path())).finish(secs(30));
+    assert_eq!(ended.status.code(), Some(1));
+    assert!(ended.stderr.contains("kubectl not found on PATH"), "{}", ended.stderr);
+}
+
+#[test]
+fn context_and_kubeconfig_reach_every_kubectl_call() {
+    let scratch = ScratchDir::new("plugin-context");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    cluster.never_ready();
+    let args = ["web-0", "--namespace", "shop", "--context", "prod-eu", "--kubeconfig", "/etc/kube/prod.yaml", "--start-timeout", "1s"];
+    PluginRun::start(cluster.plugin(&args)).finish(secs(30));
+    let calls = cluster.calls();
+    assert!(calls.len() >= 3, "{calls:?}");
+    for call in calls {
+        let argv: Vec<&str> = call["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        assert_eq!(&argv[..4], ["--context", "prod-eu", "--kubeconfig", "/etc/kube/prod.yaml"], "{argv:?}");
+        assert!(argv.windows(2).any(|w| w == ["-n", "shop"]) || argv.contains(&"create"), "{argv:?}");
+    }
+}
