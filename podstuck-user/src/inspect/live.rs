@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use crate::words::exact_duration;
+use crate::words::{exact_duration, io_words as words};
 
 use super::mounts::{is_at_or_below, mount_containing, parse_mountinfo};
 use super::{
@@ -139,7 +139,8 @@ impl LiveNode {
         let (tx, rx) = mpsc::sync_channel(1);
         let running = Arc::clone(&self.running_workers);
         running.fetch_add(1, Ordering::SeqCst);
-        let target = path_of(path).to_path_buf();
+        // Node paths, reached from where podstuck runs (under --host-root in a container).
+        let target = crate::node_view::path(path_of(path));
         let spawned = std::thread::Builder::new().name("podstuck-inspect".into()).spawn(move || {
             // Counted as finished before the answer is sent, so the caller's
             // next call never sees this worker as stuck.
@@ -201,22 +202,32 @@ impl LiveNode {
         self.proc_root.join(pid.to_string()).join(name)
     }
 
+    /// The node's own /proc entry: podstuck's, or PID 1's where podstuck
+    /// reads the node from a container's mount namespace.
+    fn node_entry(&self) -> PathBuf {
+        self.proc_root.join(crate::node_view::view().node_proc_entry())
+    }
+
     fn host_table(&self) -> io::Result<Vec<Mount>> {
-        Ok(parse_mountinfo(&fs::read(self.proc_root.join("self/mountinfo"))?))
+        Ok(parse_mountinfo(&fs::read(self.node_entry().join("mountinfo"))?))
     }
 
     fn table_of(&self, pid: u32) -> io::Result<Vec<Mount>> {
         Ok(parse_mountinfo(&fs::read(self.proc_file(pid, "mountinfo"))?))
     }
 
-    /// Every process id in /proc, podstuck's own left out.
+    /// Every process id in /proc, podstuck's own left out, and every
+    /// process of its own container (they hold the copies of every mount
+    /// a `kubectl debug node` pod is made with, and go with podstuck).
     fn pids(&self) -> Vec<u32> {
         let Ok(entries) = fs::read_dir(&self.proc_root) else {
             return Vec::new();
         };
+        let podstucks = crate::node_view::view().podstuck_mntns();
         let mut pids: Vec<u32> = entries
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .filter(|pid| *pid != self.self_pid)
+            .filter(|pid| podstucks.is_none() || self.mntns_of(*pid) != podstucks)
             .collect();
         pids.sort_unstable();
         pids
@@ -230,8 +241,10 @@ impl LiveNode {
         self.mntns_of_link(&self.proc_file(pid, "ns/mnt"))
     }
 
+    /// The node's mount namespace: podstuck's own unless it reads the
+    /// node from its container's.
     fn own_mntns(&self) -> Option<u64> {
-        self.mntns_of_link(&self.proc_root.join("self/ns/mnt"))
+        self.mntns_of_link(&self.node_entry().join("ns/mnt"))
     }
 
     fn comm_of(&self, pid: u32) -> String {
@@ -355,7 +368,7 @@ impl NodeInspector for LiveNode {
         // A short-lived caller (kubelet's umount child) may be gone: its
         // root was the host's, which is podstuck's own.
         let proc_root = self.proc_file(pid, "root");
-        let root = if proc_root.exists() { proc_root } else { PathBuf::from("/") };
+        let root = if proc_root.exists() { proc_root } else { crate::node_view::path("/") };
         let wait = self.deadline;
         self.on_worker(path, wait, move |p| resolve_in_root(&root, p.as_os_str().as_bytes()))
     }
@@ -872,16 +885,6 @@ fn kind_words(kind: &fs::FileType) -> &'static str {
     }
 }
 
-/// "No such file or directory (os error 2)" -> "no such file or directory".
-fn words(e: &io::Error) -> String {
-    let text = e.to_string();
-    let text = text.find(" (os error").map_or(text.as_str(), |i| &text[..i]);
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => String::new(),
-    }
-}
 
 fn unreadable(e: io::Error) -> Unreadable {
     Unreadable(words(&e))

@@ -172,7 +172,7 @@ fn prepare(options: &WatchOptions) -> Result<Run> {
 /// the live view takes the screen (they stay above its summary) and on it.
 fn warnings(options: &WatchOptions, filter: &PodFilter) -> Vec<String> {
     let mut warnings = Vec::new();
-    if !options.kubelet_root.is_dir() {
+    if !crate::node_view::path(&options.kubelet_root).is_dir() {
         warnings.push(format!(
             "podstuck: kubelet root {} not found: pods are recognised by cgroup and container only (set --kubelet-root if kubelet runs with --root-dir)",
             options.kubelet_root.display()
