@@ -3,7 +3,7 @@
 //! privileges, what the kernel offers (each probe: ring buffer, bpf_loop,
 //! BTF, fentry, tracefs, lockdown) and the plan made of it, cgroup layout
 //! and driver, kubelet root, container runtime, another podstuck already
-//! tracing.
+//! tracing, and where podstuck runs (on the node or in a container).
 //!
 //! Gathering reads the node ([`CheckFacts::gather`]); judging is pure
 //! ([`judge`]) and unit-tested on made-up facts. The tracing prerequisites
@@ -370,7 +370,7 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
             if f.fentry.yes() { Verdict::Warn } else { Verdict::Fail },
             "tracefs",
             other.words(),
-            Some("mount it: mount -t tracefs nodev /sys/kernel/tracing (kernels built with CONFIG_FTRACE_SYSCALLS=y)".into()),
+            Some(crate::node_view::tracefs_fix("mount it: mount -t tracefs nodev /sys/kernel/tracing (kernels built with CONFIG_FTRACE_SYSCALLS=y)".into())),
         ),
     });
     lines.push(match f.lockdown {
@@ -405,7 +405,9 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
 
 /// Runs `podstuck check`: prints the lines; Err when podstuck cannot trace here.
 pub fn check(kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Result<bool> {
-    let lines = judge(&CheckFacts::gather(kubelet_root, btf));
+    // Where podstuck runs comes first: every line after it is read from there.
+    let mut lines = vec![line(Verdict::Ok, "runs", crate::node_view::view().words(), None)];
+    lines.extend(judge(&CheckFacts::gather(kubelet_root, btf)));
     // A reader gone (`podstuck check | head -1`) ends the output quietly.
     let mut out = Out::stdout();
     lines

@@ -195,6 +195,19 @@ pub fn in_container() -> bool {
     view().in_container()
 }
 
+/// What a fix that mounts tracefs says more in a container: the mount
+/// must be made in the container, from the node's.
+pub const TRACEFS_IN_CONTAINER: &str = "; in a container, mount the node's tracefs into it: a hostPath volume /sys/kernel/tracing at /sys/kernel/tracing \
+    (docker run -v /sys/kernel/tracing:/sys/kernel/tracing)";
+
+/// `fix` as said where podstuck runs: one that mounts tracefs says how in a container.
+pub fn tracefs_fix(fix: String) -> String {
+    match in_container() && fix.contains("mount -t tracefs") {
+        true => fix + TRACEFS_IN_CONTAINER,
+        false => fix,
+    }
+}
+
 /// Whether `mntns` is podstuck's own container's namespace (never a holder).
 pub fn is_podstuck_namespace(mntns: u64) -> bool {
     view().is_podstuck_namespace(mntns)

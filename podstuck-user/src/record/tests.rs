@@ -63,7 +63,7 @@ impl Write for FillsUp {
 const CG: &str = "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod5f1c2a9e_0000_4000_8000_000000000001.slice";
 
 fn header() -> RecordHeader {
-    let options = DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "node-1".into(), host_mntns: 4026531840 };
+    let options = DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "node-1".into(), host_mntns: 4026531840, in_container: false };
     let mut header = RecordHeader::new("6.1.0-test", &options);
     header.started = t(0.0);
     header

@@ -1021,4 +1021,7 @@ pub struct WireHeader<'a> {
     pub hung_after: String,
     pub node_name: Cow<'a, str>,
     pub host_mntns: u32,
+    /// Absent from records made before podstuck ran in containers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_container: bool,
 }

@@ -134,7 +134,12 @@ fn prepare(options: &WatchOptions) -> Result<Run> {
     for warning in &warnings {
         stderr_line(format_args!("{warning}"));
     }
-    let diagnose = DiagnoseOptions { hung_after: options.hung_after, node_name: facts.node.clone(), host_mntns: own_mount_namespace() };
+    let diagnose = DiagnoseOptions {
+        hung_after: options.hung_after,
+        node_name: facts.node.clone(),
+        host_mntns: own_mount_namespace(),
+        in_container: crate::node_view::in_container(),
+    };
     // A bad record path fails now too, before the programs load.
     let recorder = match &options.record {
         Some(path) => Some(Recorder::create(path, &RecordHeader::of_run(&facts, &diagnose))?),
