@@ -12,6 +12,7 @@
 pub mod actor;
 pub mod cgroups;
 pub mod docker;
+pub mod owner;
 pub mod pod;
 pub mod process;
 

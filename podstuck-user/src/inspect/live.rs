@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use crate::identify::owner::RuntimeState;
 use crate::words::{exact_duration, io_words as words};
 
 use super::mounts::{is_at_or_below, mount_containing, parse_mountinfo};
@@ -56,6 +57,11 @@ const HUNG_MOUNT: &str = "not touched: an earlier read on this filesystem did no
 /// The node podstuck runs on, read through /proc and the filesystems.
 pub struct LiveNode {
     proc_root: PathBuf,
+    /// Where the runtimes say whose a container is (a holder's pod name).
+    runtimes: RuntimeState,
+    /// podstuck's own container's mount namespace, when it runs in one:
+    /// its processes are never holders.
+    podstuck_mntns: Option<u64>,
     deadline: Duration,
     max_stuck_workers: usize,
     /// Workers that have not returned yet. Between calls every one of them
@@ -90,12 +96,20 @@ impl LiveNode {
     pub fn with_proc_root(proc_root: PathBuf) -> LiveNode {
         LiveNode {
             proc_root,
+            runtimes: RuntimeState::of_this_node(),
+            podstuck_mntns: crate::node_view::view().podstuck_mntns(),
             deadline: DEFAULT_DEADLINE,
             max_stuck_workers: DEFAULT_MAX_STUCK_WORKERS,
             running_workers: Arc::new(AtomicUsize::new(0)),
             avoided: Vec::new(),
             self_pid: std::process::id(),
         }
+    }
+
+    /// A node seen from a container whose mount namespace is `mntns`.
+    pub fn with_podstuck_namespace(mut self, mntns: u64) -> LiveNode {
+        self.podstuck_mntns = Some(mntns);
+        self
     }
 
     /// How long to wait for one call that touches a path.
@@ -223,11 +237,10 @@ impl LiveNode {
         let Ok(entries) = fs::read_dir(&self.proc_root) else {
             return Vec::new();
         };
-        let podstucks = crate::node_view::view().podstuck_mntns();
         let mut pids: Vec<u32> = entries
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .filter(|pid| *pid != self.self_pid)
-            .filter(|pid| podstucks.is_none() || self.mntns_of(*pid) != podstucks)
+            .filter(|pid| self.podstuck_mntns.is_none() || self.mntns_of(*pid) != self.podstuck_mntns)
             .collect();
         pids.sort_unstable();
         pids
@@ -387,6 +400,7 @@ impl NodeInspector for LiveNode {
                 continue;
             }
             let comm = self.comm_of(pid);
+            let owner = self.runtimes.owner_of(&self.proc_root, pid);
             holders.extend(holds.into_iter().map(|(how, path)| MountHolder {
                 pid,
                 comm: comm.clone(),
@@ -394,6 +408,7 @@ impl NodeInspector for LiveNode {
                 path,
                 mntns: ns,
                 other_namespace: !own,
+                owner: owner.clone(),
             }));
         }
         holders
@@ -417,6 +432,7 @@ impl NodeInspector for LiveNode {
                     comm: self.comm_of(pid),
                     mount_point: copy.mount_point.clone(),
                     propagation: copy.propagation.clone(),
+                    owner: self.runtimes.owner_of(&self.proc_root, pid),
                 });
             }
         }
@@ -1500,8 +1516,24 @@ mod tests {
         assert_eq!(holders[0].comm, "holder");
         assert_eq!(
             node.mount_copies(&mount),
-            vec![MountCopy { mntns: 2000, pid: 200, comm: "other".into(), mount_point: b"/vol".to_vec(), propagation: vec!["master:5".into()] }]
+            vec![MountCopy { mntns: 2000, pid: 200, comm: "other".into(), mount_point: b"/vol".to_vec(), propagation: vec!["master:5".into()], owner: None }]
         );
+    }
+
+    #[test]
+    fn podstucks_own_container_holds_nothing() {
+        let tmp = TempDir::new("fakeproc-own");
+        fake_proc(&tmp.0);
+        // podstuck runs in the container of pid 200, whose copy of /vol is its own.
+        let mut node = LiveNode::with_proc_root(tmp.0.clone()).with_podstuck_namespace(2000);
+        let mount = mount_at(&node.host_mounts().unwrap(), b"/vol").cloned().unwrap();
+        let holders: Vec<u32> = node.mount_holders(&mount).iter().map(|h| h.pid).collect();
+        assert_eq!(holders, [100, 100, 100]);
+        assert_eq!(node.mount_copies(&mount), []);
+        // Another container's copy is still named.
+        let mut node = LiveNode::with_proc_root(tmp.0.clone()).with_podstuck_namespace(3000);
+        assert!(node.mount_holders(&mount).iter().any(|h| h.pid == 200 && h.other_namespace));
+        assert_eq!(node.mount_copies(&mount).len(), 1);
     }
 
     #[test]
