@@ -299,6 +299,9 @@ fn ns_inode(link: &str) -> Result<u64, String> {
 /// PID 1: only a PID 1 that is no init counts with docker's mark.
 fn container_signs(node_pid: u32) -> Vec<String> {
     let mut signs = Vec::new();
+    if std::process::id() == 1 {
+        signs.push("podstuck is PID 1".into());
+    }
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
         signs.push("KUBERNETES_SERVICE_HOST is set".into());
     }
