@@ -241,13 +241,13 @@ impl WatchArgs {
 impl Command {
     /// Paths the user named, as podstuck reaches them from where it runs:
     /// node paths in the node's spelling, files to write in the user's place.
-    fn to_node_view(&mut self) {
+    fn reach_from_here(&mut self) {
         use podstuck::node_view::{user_file, user_node_path};
         match self {
-            Command::Watch(args) => args.to_node_view(),
+            Command::Watch(args) => args.reach_from_here(),
             Command::Record { file, watch } => {
                 *file = user_file(&*file);
-                watch.to_node_view();
+                watch.reach_from_here();
             }
             Command::Check { kubelet_root, btf } => {
                 *kubelet_root = user_node_path(&*kubelet_root);
@@ -259,7 +259,7 @@ impl Command {
 }
 
 impl WatchArgs {
-    fn to_node_view(&mut self) {
+    fn reach_from_here(&mut self) {
         self.kubelet_root = podstuck::node_view::user_node_path(&self.kubelet_root);
         self.histograms = self.histograms.as_deref().map(podstuck::node_view::user_file);
         self.btf = self.btf.as_deref().map(podstuck::node_view::user_file);
@@ -302,7 +302,7 @@ fn main() -> ExitCode {
             stderr_line(format_args!("podstuck: {e}"));
             return ExitCode::from(2);
         }
-        cli.command.to_node_view();
+        cli.command.reach_from_here();
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
