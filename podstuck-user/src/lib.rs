@@ -31,6 +31,7 @@ pub mod export;
 pub mod identify;
 pub mod inspect;
 pub mod latency;
+pub mod node_view;
 pub mod kernel_features;
 pub mod kubectl_plugin;
 pub mod preflight;

@@ -159,6 +159,18 @@ impl Watch {
         Watch { podstuck, start }
     }
 
+    /// Starts `podstuck watch --json <extra>` through `wrapper` (a command
+    /// that runs the program and arguments it is given last, e.g. in a
+    /// namespace of its own) and waits until it is attached.
+    pub fn start_wrapped<S: AsRef<OsStr>>(wrapper: &[S], extra: &[&str]) -> Watch {
+        let (program, wrapper_args) = wrapper.split_first().expect("a wrapper command");
+        let mut command = Command::new(program);
+        command.args(wrapper_args).arg(podstuck_binary()).arg("watch").arg("--json").arg("--concurrent").args(extra);
+        let mut podstuck = Running::spawn(&mut command);
+        let start = podstuck.await_start();
+        Watch { podstuck, start }
+    }
+
     pub fn pid(&self) -> i32 {
         self.podstuck.pid() as i32
     }
