@@ -248,3 +248,73 @@ kernel_test! {
         assert!(finished.status.success(), "{}", finished.stderr);
     }
 }
+
+/// deploy/podstuck-daemonset.yaml's documents, read by PyYAML (Debian's
+/// python3-yaml, which `cargo xtask test` installs) and handed over as
+/// JSON; `None` without it, outside CI only (loudly).
+fn daemonset_manifest() -> Option<Vec<Value>> {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/podstuck-daemonset.yaml");
+    let read = "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)";
+    let out = match Command::new("/usr/bin/python3").args(["-c", read]).arg(&manifest).output() {
+        Ok(out) if out.status.success() => out,
+        ran => {
+            assert!(!in_ci(), "Debian's python3-yaml must be installed under CI (cargo xtask test does it): {ran:?}");
+            eprintln!("\n*** SKIPPED the manifest check: run `cargo xtask test` to install python3-yaml ***\n");
+            return None;
+        }
+    };
+    Some(serde_json::from_slice(&out.stdout).expect("JSON from python"))
+}
+
+#[test]
+fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
+    let Some(documents) = daemonset_manifest() else { return };
+    let daemonset = documents.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
+    let pod = &daemonset["spec"]["template"];
+    let spec = &pod["spec"];
+    assert_eq!(spec["hostPID"], true, "the kernel's pids are the host's");
+    let container = &spec["containers"][0];
+    assert_eq!(container["image"], "podstuck:0.1.0");
+    let args: Vec<&str> = container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(args[0], "watch", "{args:?}");
+    assert!(args.contains(&"--concurrent"), "{args:?}");
+
+    // The arguments are podstuck's: the command line takes them all (an
+    // --interval of zero then stops it before it does anything).
+    let out = Command::new(podstuck_binary()).args(&args).args(["--interval", "0s"]).stdin(Stdio::null()).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "podstuck: --interval must be longer than zero (e.g. 5s)\n", "{args:?}");
+    assert_eq!(out.status.code(), Some(2));
+
+    // Served where Prometheus is told to scrape, on every interface.
+    let listen = args.iter().position(|a| *a == "--listen").map(|i| args[i + 1]).expect("--listen");
+    let port = listen.strip_prefix("0.0.0.0:").unwrap_or_else(|| panic!("--listen {listen}: not every interface"));
+    assert_eq!(container["ports"][0]["containerPort"].to_string(), port);
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/port"], port);
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    let node_name = container["env"].as_array().unwrap().iter().find(|e| e["name"] == "NODE_NAME").expect("NODE_NAME");
+    assert_eq!(node_name["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+
+    // Capabilities, not privileged.
+    let security = &container["securityContext"];
+    assert_ne!(security["privileged"], true, "{security}");
+    assert_ne!(spec["securityContext"]["privileged"], true);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    let added: Vec<&str> = security["capabilities"]["add"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert!(added.contains(&"BPF") && added.contains(&"PERFMON"), "{added:?}");
+    assert!(!added.iter().any(|c| c.trim_start_matches("CAP_") == "SYS_ADMIN") || security["allowPrivilegeEscalation"] != false);
+    assert_eq!(security["seccompProfile"]["type"], "Unconfined", "the default profile refuses bpf(2)");
+
+    // The node's / only read-only, and following the node's unmounts.
+    let volumes = spec["volumes"].as_array().unwrap();
+    for mount in container["volumeMounts"].as_array().unwrap() {
+        let volume = volumes.iter().find(|v| v["name"] == mount["name"]).unwrap_or_else(|| panic!("no volume for {mount}"));
+        if volume["hostPath"]["path"] == "/" {
+            assert_eq!(mount["readOnly"], true, "{mount}");
+            assert_eq!(mount["mountPropagation"], "HostToContainer", "{mount}");
+        }
+    }
+    assert!(documents.iter().all(|d| d["kind"] != "ClusterRole" && d["kind"] != "Role"), "no RBAC is needed");
+}
