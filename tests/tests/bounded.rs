@@ -420,13 +420,7 @@ kernel_test! {
         let scratch = test.scratch();
         let root = KubeletRoot::new(scratch.path().join("kubelet"));
         // 300 real pods (directories of root's), one failed unlink in each.
-        let pods: Vec<String> = (0..300).map(|_| new_pod_uid()).collect();
-        let mut paths = Vec::new();
-        for uid in &pods {
-            let volume = root.pod(uid).dir().join("volumes");
-            std::fs::create_dir_all(&volume).unwrap();
-            paths.push(cstring(&volume.join("missing")));
-        }
+        let (pods, paths) = root.pods_missing_a_file(300);
         let out = scratch.path().join("histograms");
         let watch = Watch::start(&["--kubelet-root", root.arg(), "--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
         // One process, pausing so that each call is streamed with its path.

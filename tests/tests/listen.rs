@@ -195,13 +195,7 @@ kernel_test! {
         let scratch = test.scratch();
         let root = KubeletRoot::new(scratch.path().join("kubelet"));
         // 300 real pods (more than the book names), one failed unlink each.
-        let pods: Vec<String> = (0..300).map(|_| new_pod_uid()).collect();
-        let mut real = Vec::new();
-        for uid in &pods {
-            let volume = root.pod(uid).dir().join("volumes");
-            std::fs::create_dir_all(&volume).unwrap();
-            real.push(cstring(&volume.join("missing")));
-        }
+        let (_, real) = root.pods_missing_a_file(300);
         // And 3,000 made-up pods, each a path of its own.
         let made_up: Vec<_> = (0..3_000).map(|_| cstring(&root.pod(&new_pod_uid()).dir().join("volumes/x/y"))).collect();
         let addr = free_addr();
