@@ -7,8 +7,8 @@
 //! (decode) → [`identify`] (absolute path, pod, actor) → [`diagnose`]
 //! (one detector per pathology, asking [`inspect`] for node state) →
 //! [`print`] (one printer per output: JSON lines, call lines, finding
-//! lines, the live view of [`view`]) and [`latency`]/[`export`] (histogram
-//! files). [`watch`] runs them: it gathers the [`run`]'s facts once,
+//! lines, the live view of [`view`], the metrics endpoint that [`serve`]
+//! serves) and [`latency`]/[`export`] (histogram files). [`watch`] runs them: it gathers the [`run`]'s facts once,
 //! traces, and hands each call and review down the stages.
 //! [`preflight`] and [`check`] judge the node first, from what
 //! [`kernel_features`] probes; [`btf`] reads the struct offsets the kernel
@@ -39,6 +39,7 @@ pub mod print;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod serve;
 pub mod series;
 pub mod view;
 pub mod watch;

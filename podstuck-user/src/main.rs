@@ -179,6 +179,15 @@ struct WatchArgs {
     /// statistics while podstuck runs) and print it at the end.
     #[arg(long)]
     kernel_cost: bool,
+    /// Also serve, read-only, GET /metrics (Prometheus) and GET /findings (JSON) while tracing.
+    /// PORT alone is 127.0.0.1:PORT (this node only); IP:PORT as given, e.g. 0.0.0.0:9464 for a
+    /// DaemonSet scraped by the cluster's Prometheus. No TLS.
+    #[arg(long, value_name = "ADDR", value_parser = podstuck::serve::ListenAddr::parse)]
+    listen: Option<podstuck::serve::ListenAddr>,
+    /// The node's name as Kubernetes knows it, on findings and metrics (a DaemonSet sets NODE_NAME
+    /// from spec.nodeName). Default: the kernel's node name (uname -n).
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    node_name: Option<String>,
 }
 
 /// An octal file mode that gives no one else write access.
@@ -246,6 +255,9 @@ impl WatchArgs {
             file_mode: self.file_mode,
             ring_buffer_bytes: self.ring_buffer_kib.map(|kib| kib * 1024),
             kernel_cost: self.kernel_cost,
+            listen: self.listen,
+            // NODE_NAME set but empty (a downward API field missing) is no name.
+            node_name: self.node_name.filter(|name| !name.trim().is_empty()),
         })
     }
 }
@@ -353,6 +365,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<podstuck::check::AlreadyTracing>().is_some() => {
+            stderr_line(format_args!("podstuck: {e}"));
+            ExitCode::from(2)
+        }
+        Err(e) if e.downcast_ref::<podstuck::serve::CannotListen>().is_some() => {
             stderr_line(format_args!("podstuck: {e}"));
             ExitCode::from(2)
         }

@@ -6,6 +6,7 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// A path as the C string a system call takes.
 pub fn cstring(path: &Path) -> CString {
@@ -49,4 +50,53 @@ pub fn this_thread() -> (i32, String) {
     let tid = unsafe { libc::gettid() };
     let comm = std::fs::read_to_string("/proc/thread-self/comm").unwrap().trim_end().to_string();
     (tid, comm)
+}
+
+/// In a child process that is `nobody` (uid and gid 65534, no groups),
+/// unlink(2) each path, `pause` apart (so that each call is streamed with
+/// its path, as in a flood that lasts); returns how many failed with
+/// ENOENT. The paths are made before the fork: the child only makes
+/// system calls.
+pub fn unlink_as_nobody(paths: &[CString], pause: Duration) -> usize {
+    let pause = libc::timespec { tv_sec: pause.as_secs() as libc::time_t, tv_nsec: pause.subsec_nanos() as libc::c_long };
+    let pointers: Vec<*const libc::c_char> = paths.iter().map(|p| p.as_ptr()).collect();
+    // SAFETY: the child makes only async-signal-safe calls (setgroups,
+    // setgid, setuid, syscall, _exit) on memory made before the fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        unsafe {
+            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                libc::_exit(255);
+            }
+            let mut enoent = 0usize;
+            for p in &pointers {
+                if libc::syscall(libc::SYS_unlink, *p) < 0 && *libc::__errno_location() == libc::ENOENT {
+                    enoent += 1;
+                }
+                libc::nanosleep(&pause, std::ptr::null_mut());
+            }
+            // How many did not fail with ENOENT, at most 254.
+            libc::_exit((pointers.len() - enoent).min(254) as i32);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut status = 0;
+    loop {
+        // SAFETY: our own child.
+        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if done == pid {
+            break;
+        }
+        if Instant::now() > deadline {
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the unlinking child did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(libc::WIFEXITED(status), "the child did not exit: {status}");
+    let other = libc::WEXITSTATUS(status);
+    assert_ne!(other, 255, "the child could not become nobody");
+    paths.len() - other as usize
 }

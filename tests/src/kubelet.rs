@@ -5,8 +5,10 @@
 //! spelled here (a test makes what its scenario needs, mounts included),
 //! except by [`Pod::create_csi_volume`], which lays a volume out whole.
 
+use std::ffi::CString;
 use std::path::{Path, PathBuf};
 
+use crate::calls::cstring;
 use crate::harness::text;
 
 /// A kubelet root directory: `/var/lib/kubelet` on a node, a directory of
@@ -44,6 +46,20 @@ impl KubeletRoot {
     /// A pod with a fresh UID under this root.
     pub fn new_pod(&self) -> Pod {
         self.pod(&new_pod_uid())
+    }
+
+    /// `n` pods with fresh UIDs (directories of root's), and in each a
+    /// path whose unlink fails with ENOENT: a call per pod, for tests of
+    /// more pods than podstuck keeps apart.
+    pub fn pods_missing_a_file(&self, n: usize) -> (Vec<String>, Vec<CString>) {
+        let pods: Vec<String> = (0..n).map(|_| new_pod_uid()).collect();
+        let mut paths = Vec::new();
+        for uid in &pods {
+            let volume = self.pod(uid).dir().join("volumes");
+            std::fs::create_dir_all(&volume).unwrap();
+            paths.push(cstring(&volume.join("missing")));
+        }
+        (pods, paths)
     }
 }
 

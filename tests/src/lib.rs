@@ -17,6 +17,7 @@
 //! - [`calls`]: the system calls a test makes itself;
 //! - [`terminal`]: a real terminal (tmux);
 //! - [`runtimes`]: private dockerd and containerd daemons;
+//! - [`scrape`]: what reads `--listen`: raw HTTP requests, a real Prometheus;
 //! - [`attacks`]: what another user does to a root process that writes files.
 //!
 //! `use podstuck_tests::*` brings what most tests use.
@@ -31,10 +32,11 @@ pub mod kubelet;
 pub mod node;
 pub mod podstuck;
 pub mod runtimes;
+pub mod scrape;
 pub mod terminal;
 
 pub use actors::{actor, alive, fuse_server, start_actor, task_state, wchan, Process};
-pub use calls::{cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread};
+pub use calls::{cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread, unlink_as_nobody};
 pub use findings::{latest_findings, shell_word, Expect};
 pub use harness::{can_touch_the_kernel, in_ci, text, KernelTest, ScratchDir};
 pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};

@@ -348,55 +348,6 @@ fn peak_rss(pid: i32) -> u64 {
     kb * 1024
 }
 
-/// In a child process that is `nobody` (uid and gid 65534, no groups),
-/// unlink(2) each path, `pause` apart (so that each call is streamed with
-/// its path, as in a flood that lasts); returns how many failed with
-/// ENOENT. The paths are made before the fork: the child only makes
-/// system calls.
-fn unlink_as_nobody(paths: &[CString], pause: Duration) -> usize {
-    let pause = libc::timespec { tv_sec: pause.as_secs() as libc::time_t, tv_nsec: pause.subsec_nanos() as libc::c_long };
-    let pointers: Vec<*const libc::c_char> = paths.iter().map(|p| p.as_ptr()).collect();
-    // SAFETY: the child makes only async-signal-safe calls (setgroups,
-    // setgid, setuid, syscall, _exit) on memory made before the fork.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        unsafe {
-            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
-                libc::_exit(255);
-            }
-            let mut enoent = 0usize;
-            for p in &pointers {
-                if libc::syscall(libc::SYS_unlink, *p) < 0 && *libc::__errno_location() == libc::ENOENT {
-                    enoent += 1;
-                }
-                libc::nanosleep(&pause, std::ptr::null_mut());
-            }
-            // How many did not fail with ENOENT, at most 254.
-            libc::_exit((pointers.len() - enoent).min(254) as i32);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut status = 0;
-    loop {
-        // SAFETY: our own child.
-        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if done == pid {
-            break;
-        }
-        if Instant::now() > deadline {
-            // SAFETY: our own child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the unlinking child did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(libc::WIFEXITED(status), "the child did not exit: {status}");
-    let other = libc::WEXITSTATUS(status);
-    assert_ne!(other, 255, "the child could not become nobody");
-    paths.len() - other as usize
-}
-
 fn made_up_uid(n: u64) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("{nanos:08x}-{:04x}-4{:03x}-a{:03x}-{:012x}", std::process::id() & 0xffff, n & 0xfff, (n >> 12) & 0xfff, n)
@@ -469,13 +420,7 @@ kernel_test! {
         let scratch = test.scratch();
         let root = KubeletRoot::new(scratch.path().join("kubelet"));
         // 300 real pods (directories of root's), one failed unlink in each.
-        let pods: Vec<String> = (0..300).map(|_| new_pod_uid()).collect();
-        let mut paths = Vec::new();
-        for uid in &pods {
-            let volume = root.pod(uid).dir().join("volumes");
-            std::fs::create_dir_all(&volume).unwrap();
-            paths.push(cstring(&volume.join("missing")));
-        }
+        let (pods, paths) = root.pods_missing_a_file(300);
         let out = scratch.path().join("histograms");
         let watch = Watch::start(&["--kubelet-root", root.arg(), "--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
         // One process, pausing so that each call is streamed with its path.

@@ -56,7 +56,7 @@ const BENCH_PACKAGES: [&str; 3] = ["bpftrace", "strace", "docker.io"];
 /// scenarios (tests/tests/runtimes.rs) run a private daemon of: docker.io
 /// (dockerd and the docker CLI), containerd (and ctr), runc, and
 /// busybox-static, the one binary their test image is made of.
-const APT_PACKAGES: [&str; 14] = [
+const APT_PACKAGES: [&str; 16] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
@@ -71,6 +71,11 @@ const APT_PACKAGES: [&str; 14] = [
     "containerd",
     "runc",
     "busybox-static",
+    // The real Prometheus that scrapes `podstuck watch --listen` in tests/tests/listen.rs
+    // (each test starts its own, on ports of its own).
+    "prometheus",
+    // PyYAML for Debian's python3: the test that reads deploy/podstuck-daemonset.yaml.
+    "python3-yaml",
 ];
 /// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
 const PYTHON_READER: &str = "hdrhistogram==0.10.8";

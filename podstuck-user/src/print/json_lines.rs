@@ -228,11 +228,22 @@ struct EndLine<'a> {
     stopped_by: Option<&'a str>,
 }
 
+/// A finding as a JSON object: its line in `--json`, or an entry of the
+/// current findings (`--listen`'s `/findings`), which also names the node.
 #[derive(Serialize)]
-struct FindingLine<'a> {
+pub struct FindingLine<'a> {
     r#type: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<&'a str>,
     #[serde(flatten)]
     finding: &'a Finding,
+}
+
+impl<'a> FindingLine<'a> {
+    /// A finding as it stands now on `node`.
+    pub fn current(finding: &'a Finding, node: &'a str) -> FindingLine<'a> {
+        FindingLine { r#type: "finding", node: Some(node), finding }
+    }
 }
 
 /// A finding as one JSON object: `"type":"finding"` when first told,
@@ -242,7 +253,7 @@ pub fn finding_json(report: &Report) -> String {
         Report::New(_) => "finding",
         Report::Update(_) => "finding-update",
     };
-    serde_json::to_string(&FindingLine { r#type, finding: report.finding() }).expect("finding serialises")
+    serde_json::to_string(&FindingLine { r#type, node: None, finding: report.finding() }).expect("finding serialises")
 }
 
 /// The closing line: what was seen, what was lost, every call counted.

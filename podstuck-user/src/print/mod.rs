@@ -5,13 +5,15 @@
 //! output is no terminal): one line per finding when it appears or
 //! changes. [`live`] (a terminal): the live view, then a summary. `watch`
 //! picks one with [`printer`] and hands it what happens; a new way of
-//! showing a run is a new file here.
+//! showing a run is a new file here. [`endpoint`] (`--listen`) is one more
+//! output beside the chosen one: the pages of the metrics endpoint.
 //!
 //! All of them write standard output through one [`Out`]: when whoever
 //! reads it goes away, output ends there, quietly, and nothing else does
 //! (the record and the histogram files are written apart).
 
 pub mod call_lines;
+pub mod endpoint;
 pub mod finding_lines;
 pub mod json_lines;
 pub mod live;

@@ -3,7 +3,7 @@
 //! the live view on a terminal, one line per finding to a pipe, `--json`,
 //! `--calls`). With `--histograms DIR`, keep latency histograms and
 //! refresh their files every interval; with `record`, save what the
-//! diagnosis saw. SIGINT, SIGTERM and SIGHUP (and `q` or Ctrl-C in the
+//! diagnosis saw; with `--listen`, serve the metrics and findings too. SIGINT, SIGTERM and SIGHUP (and `q` or Ctrl-C in the
 //! live view) stop it cleanly; the programs detach when the tracer is
 //! dropped.
 //!
@@ -33,9 +33,11 @@ use crate::inspect::live::LiveNode;
 use crate::kernel_features::{AttachPoint, Lockdown, PathWalk};
 use crate::latency::LatencyBook;
 use crate::preflight::{plan, NodeFacts, Problem};
-use crate::print::{printer, stderr_line, Ending};
+use crate::print::endpoint::{Endpoint, WithEndpoint};
+use crate::print::{printer, stderr_line, Ending, Printer};
 use crate::record::{RecordHeader, Recorder};
 use crate::run::{RunFacts, Tracing};
+use crate::serve::Listener;
 use crate::view::{Moment, Quit, QuitKeys};
 
 pub use options::WatchOptions;
@@ -123,6 +125,9 @@ fn prepare(options: &WatchOptions) -> Result<Run> {
             plan.attach = AttachPoint::Tracepoint;
         }
     }
+    // A busy port or a wrong address refuses the run before the lock is
+    // taken or anything loads.
+    let listener = options.listen.map(Listener::bind).transpose()?;
     let lock = TracerLock::take(options.concurrent)?;
     let facts = options.run_facts(&node, SystemTime::now());
     let exporter = match &options.histograms {
@@ -158,11 +163,19 @@ fn prepare(options: &WatchOptions) -> Result<Run> {
         degraded: plan.degraded,
     };
     let (printer, keys) = printer(options.asked(), &facts, &warnings);
+    let serving = listener.as_ref().and_then(Listener::local_addr);
+    let printer = match listener {
+        Some(listener) => serve(listener, printer, options),
+        None => printer,
+    };
     let book = (exporter.is_some() || printer.shows_every().is_some()).then(|| LatencyBook::new(facts.started));
     let identifier = Identifier::new(NodeLayout::of_this_node(options.kubelet_root.clone()));
     let mut pipeline = Pipeline::new(printer, identifier, filter, book, Diagnoser::new(&diagnose), recorder);
     pipeline.printer.start(&mut pipeline.out, &facts, &tracing)?;
     pipeline.out.flush()?;
+    if let Some(addr) = serving {
+        pipeline.say(&format!("serving http://{addr}/metrics and http://{addr}/findings"));
+    }
     if let Some(why) = tracer.fallback() {
         pipeline.say(why);
     }
@@ -171,6 +184,14 @@ fn prepare(options: &WatchOptions) -> Result<Run> {
         pipeline.say(&format!("on this kernel: {degraded}"));
     }
     Ok(Run { tracer, facts, pipeline, node: LiveNode::new(), exporter, keys, _stats: stats, _lock: lock })
+}
+
+/// Serves the endpoint's pages from `listener` (once tracing awaits), the
+/// endpoint beside `printer`.
+fn serve(listener: Listener, printer: Box<dyn Printer>, options: &WatchOptions) -> Box<dyn Printer> {
+    let (endpoint, pages) = Endpoint::new(options.interval);
+    listener.serve(pages);
+    Box::new(WithEndpoint::new(printer, endpoint))
 }
 
 /// What the user should know before tracing starts; said on stderr before

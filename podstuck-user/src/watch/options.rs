@@ -12,6 +12,7 @@ use crate::identify::DEFAULT_KUBELET_ROOT;
 use crate::preflight::NodeFacts;
 use crate::print::Asked;
 use crate::run::{traced, RunFacts, VERSION};
+use crate::serve::ListenAddr;
 
 /// Everything a watch is told; the default is `podstuck watch` with no flag.
 #[derive(Clone, Debug)]
@@ -61,6 +62,11 @@ pub struct WatchOptions {
     /// Turn on the kernel's BPF run-time statistics and say what each
     /// program cost per run at the end.
     pub kernel_cost: bool,
+    /// Serve `/metrics` and `/findings` there while tracing (`--listen`).
+    pub listen: Option<ListenAddr>,
+    /// The node's name as the cluster knows it (`--node-name`, `NODE_NAME`);
+    /// default: the kernel's (uname), which in a pod is the pod's.
+    pub node_name: Option<String>,
 }
 
 impl Default for WatchOptions {
@@ -87,6 +93,8 @@ impl Default for WatchOptions {
             file_mode: 0o600,
             ring_buffer_bytes: None,
             kernel_cost: false,
+            listen: None,
+            node_name: None,
         }
     }
 }
@@ -108,7 +116,7 @@ impl WatchOptions {
     pub(super) fn run_facts(&self, facts: &NodeFacts, started: SystemTime) -> RunFacts {
         RunFacts {
             version: VERSION,
-            node: facts.node_name.clone(),
+            node: self.node_name.clone().unwrap_or_else(|| facts.node_name.clone()),
             kernel: facts.kernel_release.clone(),
             started,
             pods: self.pods.clone(),
