@@ -16,6 +16,7 @@
 //! - [`calls`]: the system calls a test makes itself;
 //! - [`terminal`]: a real terminal (tmux);
 //! - [`runtimes`]: private dockerd and containerd daemons;
+//! - [`container`]: podstuck's own image, run in docker the ways SREs run it;
 //! - [`attacks`]: what another user does to a root process that writes files.
 //!
 //! `use podstuck_tests::*` brings what most tests use.
@@ -23,6 +24,7 @@
 pub mod actors;
 pub mod attacks;
 pub mod calls;
+pub mod container;
 pub mod findings;
 pub mod harness;
 pub mod kubelet;

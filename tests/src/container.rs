@@ -1,0 +1,212 @@
+//! podstuck's container image (`cargo xtask image`) under test: the
+//! tarball, loaded into a private dockerd ([`NodeDocker`]), and the ways
+//! an SRE runs it on a node, in docker's words:
+//!
+//! - [`kubectl_debug_node`]: what `kubectl debug node/<node>
+//!   --profile=sysadmin` gives its pod: privileged, the host's PID, network
+//!   and IPC namespaces, the node's `/` at `/host` with the default
+//!   (rprivate) propagation, so the container holds a private copy of
+//!   every mount the node had when it started;
+//! - [`daemonset`]: the least privilege a DaemonSet needs
+//!   ([`DAEMONSET_CAPABILITIES`]): no privileged, a read-only root, the
+//!   node's `/` read-only with HostToContainer (rslave) propagation.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::podstuck::Watch;
+use crate::runtimes::{short_name, stdout_text, Dockerd, DOCKER};
+
+/// The capabilities podstuck needs in a DaemonSet that is not privileged,
+/// measured in `tests/tests/container.rs` (each one dropped in turn makes
+/// a call fail; the test says which). The manifest under deploy/ lists
+/// the same, with the same reasons:
+///
+/// - `BPF`: bpf(2) to create the maps and load the programs;
+/// - `PERFMON`: attach them to the syscall tracepoints (perf_event_open)
+///   and let them read kernel memory (bpf_probe_read_*);
+/// - `SYS_ADMIN`: setns(2) into the node's mount namespace (PID 1's), so
+///   every path podstuck reads and prints is the node's own;
+/// - `SYS_PTRACE`: read other processes' /proc/PID/{fd,cwd,root,ns/mnt,
+///   mountinfo}, to name who holds a mount (ptrace access mode checks);
+/// - `DAC_READ_SEARCH`: walk directories of other owners (a pod's volumes,
+///   image layers) to see what is in the way of a removal.
+pub const DAEMONSET_CAPABILITIES: [&str; 5] = ["BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"];
+
+/// The same without `SYS_ADMIN`: podstuck cannot enter the node's mount
+/// namespace and reads the node through `/host` instead.
+pub const DAEMONSET_CAPABILITIES_WITHOUT_SETNS: [&str; 4] = ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"];
+
+/// The image tarball under test: `$PODSTUCK_IMAGE` (set by `cargo xtask
+/// test`, the image of `$PODSTUCK_BIN`). Without it, a loud skip outside CI;
+/// under CI (`CI=true`) a failure.
+pub fn podstuck_image(test: &str) -> Option<PathBuf> {
+    let image = std::env::var_os("PODSTUCK_IMAGE").map(PathBuf::from);
+    let why = match &image {
+        Some(image) if image.is_file() => return image.clone().into(),
+        Some(image) => format!("PODSTUCK_IMAGE={} is no file", image.display()),
+        None => "PODSTUCK_IMAGE is not set".to_string(),
+    };
+    let how = "run `cargo xtask test`, or `cargo xtask image --binary target/debug/podstuck --out target/image/podstuck-test.tar` and set PODSTUCK_IMAGE to it";
+    if crate::harness::in_ci() {
+        panic!("{test}: no podstuck image under CI (never skipped there): {why}; {how}");
+    }
+    eprintln!("\n*** SKIPPED {test}: no podstuck image: {why}; {how} ***\n");
+    None
+}
+
+/// The capabilities this machine may not grant at all: those below
+/// `cap_last_cap` missing from our bounding set (a sandboxed test machine
+/// may lack CAP_SYS_RESOURCE). `docker run --privileged` asks runc for all
+/// of them and fails there ("unable to apply caps").
+fn capabilities_not_grantable() -> Vec<&'static str> {
+    const NAMES: [&str; 41] = [
+        "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+        "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
+        "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+        "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
+        "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+        "CHECKPOINT_RESTORE",
+    ];
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let bounding = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(u64::MAX);
+    let last: usize = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(NAMES.len() - 1);
+    (0..=last.min(NAMES.len() - 1)).filter(|&cap| bounding & (1 << cap) == 0).map(|cap| NAMES[cap]).collect()
+}
+
+/// `--privileged`, where this machine can grant it. Where its bounding set
+/// lacks a capability, the nearest docker can do, said loudly: every
+/// capability but those, no seccomp, no AppArmor, no masked /proc paths.
+pub fn privileged() -> Vec<String> {
+    let missing = capabilities_not_grantable();
+    if missing.is_empty() {
+        return vec!["--privileged".into()];
+    }
+    eprintln!(
+        "note: this machine's capability bounding set lacks {missing:?}, so `docker run --privileged` cannot start here; \
+         running with every other capability, seccomp, AppArmor and masked paths off instead"
+    );
+    let mut flags: Vec<String> = vec!["--cap-add".into(), "ALL".into()];
+    for cap in missing {
+        flags.extend(["--cap-drop".into(), cap.into()]);
+    }
+    for opt in ["seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"] {
+        flags.extend(["--security-opt".into(), opt.into()]);
+    }
+    flags
+}
+
+/// How `kubectl debug node/<node> --profile=sysadmin` runs its pod:
+/// privileged, the host's PID, network and IPC namespaces, and the node's
+/// `/` at `/host` with docker's default propagation (rprivate: a private
+/// copy of every mount the node has when the container starts).
+pub fn kubectl_debug_node() -> Vec<String> {
+    let mut flags = privileged();
+    flags.extend(["--pid=host", "--network=host", "--ipc=host", "-v", "/:/host"].map(String::from));
+    flags
+}
+
+/// A DaemonSet's least privilege: every capability dropped but `caps`, a
+/// read-only root filesystem with a tmpfs at /tmp, the host's PID
+/// namespace, the node's `/` read-only at `/host` with HostToContainer
+/// propagation (rslave: the node's mounts and unmounts reach the
+/// container, so it holds no private copies), and the node's tracefs for
+/// the syscall tracepoints (a container's /sys has none mounted).
+///
+/// Without `SYS_ADMIN`, the default seccomp profile is off too: docker's
+/// refuses bpf(2) and perf_event_open(2) to a container without
+/// CAP_SYS_ADMIN, whatever CAP_BPF and CAP_PERFMON say. With it, the
+/// default profile lets both through and stays on.
+///
+/// Where this machine's `/` is a private mount (not a systemd node's
+/// shared one) docker refuses rslave on it; the node's `/` is then bound
+/// read-only without propagation, said loudly.
+pub fn daemonset(caps: &[&str]) -> Vec<String> {
+    let mut flags: Vec<String> = vec!["--cap-drop".into(), "ALL".into()];
+    for cap in caps {
+        flags.extend(["--cap-add".into(), (*cap).into()]);
+    }
+    if !caps.contains(&"SYS_ADMIN") {
+        flags.extend(["--security-opt".into(), "seccomp=unconfined".into()]);
+    }
+    let host = if root_propagates() {
+        "/:/host:ro,rslave"
+    } else {
+        eprintln!("note: this machine's / is a private mount, where docker refuses rslave: binding it read-only without propagation");
+        "/:/host:ro"
+    };
+    flags.extend(
+        ["--read-only", "--tmpfs", "/tmp", "--pid=host", "-v", host, "-v", "/sys/kernel/tracing:/sys/kernel/tracing"].map(String::from),
+    );
+    flags
+}
+
+/// Whether `/` is a shared or slave mount here (a systemd node's is
+/// shared), which docker's rslave binds need.
+fn root_propagates() -> bool {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo.lines().any(|l| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        let optional = fields.iter().skip(6).take_while(|f| **f != "-");
+        fields.get(4) == Some(&"/") && optional.clone().any(|f| f.starts_with("shared:") || f.starts_with("master:"))
+    })
+}
+
+/// A private dockerd with podstuck's image loaded in it.
+pub struct NodeDocker {
+    pub dockerd: Dockerd,
+    /// The name `docker load` gave the image (`podstuck:0.1.0`).
+    pub image: String,
+}
+
+impl NodeDocker {
+    /// Starts a private dockerd and `docker load`s the image into it;
+    /// `None` (after a loud skip, never under CI) when either is missing.
+    pub fn start(scratch: &Path, test: &str) -> Option<NodeDocker> {
+        let archive = podstuck_image(test)?;
+        let dockerd = Dockerd::start(scratch, test)?;
+        let image = load(&dockerd, &archive);
+        Some(NodeDocker { dockerd, image })
+    }
+
+    /// `docker run --rm --name podstuck-<short> FLAGS IMAGE ARGS`, not started.
+    pub fn run<S: AsRef<str>>(&self, flags: &[S], args: &[&str]) -> Command {
+        let host = format!("unix://{}", self.dockerd.exec_root().join("docker.sock").display());
+        let mut command = Command::new(DOCKER);
+        command.args(["-H", &host, "run", "--rm", "--name", &format!("podstuck-{}", short_name())]);
+        command.args(flags.iter().map(AsRef::as_ref)).arg(&self.image).args(args);
+        command
+    }
+
+    /// `podstuck watch --json --concurrent ARGS` in a container run with
+    /// `flags`, attached: its findings read as a podstuck on the node's.
+    pub fn watch<S: AsRef<str>>(&self, flags: &[S], args: &[&str]) -> Watch {
+        let mut watch_args = vec!["watch", "--json", "--concurrent"];
+        watch_args.extend_from_slice(args);
+        Watch::spawn(&mut self.run(flags, &watch_args))
+    }
+
+    /// The host pid of the first process of the one container running.
+    pub fn container_pid(&self) -> u32 {
+        let id = stdout_text(&self.dockerd.docker(&["ps", "-q"]));
+        assert_eq!(id.lines().count(), 1, "one container runs: {id}");
+        self.dockerd.inspect(&id, "{{.State.Pid}}").parse().expect("a pid")
+    }
+}
+
+/// `docker load -i ARCHIVE`; the name it loaded.
+pub fn load(dockerd: &Dockerd, archive: &Path) -> String {
+    let out: Output = dockerd.docker(&["load", "-i", archive.to_str().expect("a UTF-8 image path")]);
+    let text = stdout_text(&out);
+    text.lines()
+        .find_map(|l| l.strip_prefix("Loaded image: "))
+        .unwrap_or_else(|| panic!("docker load named no image: {text}"))
+        .to_string()
+}
