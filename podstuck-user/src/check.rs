@@ -3,7 +3,7 @@
 //! privileges, what the kernel offers (each probe: ring buffer, bpf_loop,
 //! BTF, fentry, tracefs, lockdown) and the plan made of it, cgroup layout
 //! and driver, kubelet root, container runtime, another podstuck already
-//! tracing.
+//! tracing, and where podstuck runs (on the node or in a container).
 //!
 //! Gathering reads the node ([`CheckFacts::gather`]); judging is pure
 //! ([`judge`]) and unit-tested on made-up facts. The tracing prerequisites
@@ -111,7 +111,7 @@ impl TracerLock {
             .create(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(TRACER_LOCK)
+            .open(crate::node_view::path(TRACER_LOCK))
         else {
             return Ok(None);
         };
@@ -134,7 +134,7 @@ impl TracerLock {
 pub fn other_podstucks() -> Vec<OtherPodstuck> {
     use std::os::unix::fs::MetadataExt;
     let me = std::process::id();
-    let Ok(meta) = std::fs::metadata(TRACER_LOCK) else { return Vec::new() };
+    let Ok(meta) = std::fs::metadata(crate::node_view::path(TRACER_LOCK)) else { return Vec::new() };
     let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
     let mut pids = lock_holders(&locks, libc::major(meta.dev()), libc::minor(meta.dev()), meta.ino());
     pids.retain(|pid| *pid != me);
@@ -221,7 +221,7 @@ pub fn pods_not_found(missing: &[crate::identify::pod::PodUid], kubelet_root: &P
 
 /// The pod directories under a kubelet root, by UID.
 pub fn pods_under(kubelet_root: &Path) -> Vec<String> {
-    let mut pods: Vec<String> = std::fs::read_dir(kubelet_root.join("pods"))
+    let mut pods: Vec<String> = std::fs::read_dir(crate::node_view::path(kubelet_root.join("pods")))
         .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
         .unwrap_or_default();
     pods.sort();
@@ -230,16 +230,17 @@ pub fn pods_under(kubelet_root: &Path) -> Vec<String> {
 
 impl CheckFacts {
     pub fn gather(kubelet_root: &Path, btf: Option<&Path>) -> CheckFacts {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mountinfo = std::fs::read_to_string(crate::node_view::view().mountinfo()).unwrap_or_default();
         let cgroup2 = cgroup2_mount(&mountinfo);
         let cgroup1 = mountinfo.lines().any(|l| l.split(" - ").nth(1).is_some_and(|t| t.starts_with("cgroup ")));
         let mut roots: Vec<PathBuf> = cgroup2.iter().cloned().collect();
         // v1: the controllers kubelet always uses.
         roots.extend(["/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/systemd"].map(PathBuf::from));
         let cgroup_driver = roots.iter().find_map(|root| {
-            if root.join("kubepods.slice").is_dir() {
+            let reached = crate::node_view::path(root);
+            if reached.join("kubepods.slice").is_dir() {
                 Some(("systemd", root.join("kubepods.slice")))
-            } else if root.join("kubepods").is_dir() {
+            } else if reached.join("kubepods").is_dir() {
                 Some(("cgroupfs", root.join("kubepods")))
             } else {
                 None
@@ -247,7 +248,7 @@ impl CheckFacts {
         });
         let mut runtimes: Vec<(String, String)> = RUNTIME_SOCKETS
             .iter()
-            .filter(|(_, socket)| Path::new(socket).exists())
+            .filter(|(_, socket)| crate::node_view::path(socket).exists())
             .map(|(name, socket)| (name.to_string(), socket.to_string()))
             .collect();
         for (pid, comm) in processes() {
@@ -261,7 +262,7 @@ impl CheckFacts {
             cgroup1,
             cgroup_driver,
             kubelet_root: kubelet_root.to_path_buf(),
-            kubelet_root_present: kubelet_root.is_dir(),
+            kubelet_root_present: crate::node_view::path(kubelet_root).is_dir(),
             pods_on_node: pods_under(kubelet_root).len(),
             runtimes,
             others: other_podstucks(),
@@ -369,7 +370,7 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
             if f.fentry.yes() { Verdict::Warn } else { Verdict::Fail },
             "tracefs",
             other.words(),
-            Some("mount it: mount -t tracefs nodev /sys/kernel/tracing (kernels built with CONFIG_FTRACE_SYSCALLS=y)".into()),
+            Some(crate::node_view::tracefs_fix("mount it: mount -t tracefs nodev /sys/kernel/tracing (kernels built with CONFIG_FTRACE_SYSCALLS=y)".into())),
         ),
     });
     lines.push(match f.lockdown {
@@ -404,7 +405,9 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
 
 /// Runs `podstuck check`: prints the lines; Err when podstuck cannot trace here.
 pub fn check(kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Result<bool> {
-    let lines = judge(&CheckFacts::gather(kubelet_root, btf));
+    // Where podstuck runs comes first: every line after it is read from there.
+    let mut lines = vec![line(Verdict::Ok, "runs", crate::node_view::view().words(), None)];
+    lines.extend(judge(&CheckFacts::gather(kubelet_root, btf)));
     // A reader gone (`podstuck check | head -1`) ends the output quietly.
     let mut out = Out::stdout();
     lines

@@ -29,6 +29,7 @@ pub mod export;
 pub mod identify;
 pub mod inspect;
 pub mod latency;
+pub mod node_view;
 pub mod kernel_features;
 pub mod preflight;
 pub mod print;

@@ -24,6 +24,13 @@ use podstuck_common::Syscall;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// In a container that may not enter the node's mount namespace: where the node's / is
+    /// mounted (default: /host when it looks like a root, else /proc/1/root).
+    #[arg(long, global = true, value_name = "DIR")]
+    host_root: Option<PathBuf>,
+    /// The process whose namespaces are the node's (end-to-end tests).
+    #[arg(long, global = true, default_value_t = 1, hide = true)]
+    node_pid: u32,
 }
 
 #[derive(Subcommand)]
@@ -231,6 +238,34 @@ impl WatchArgs {
     }
 }
 
+impl Command {
+    /// Paths the user named, as podstuck reaches them from where it runs:
+    /// node paths in the node's spelling, files to write in the user's place.
+    fn reach_from_here(&mut self) {
+        use podstuck::node_view::{user_file, user_node_path};
+        match self {
+            Command::Watch(args) => args.reach_from_here(),
+            Command::Record { file, watch } => {
+                *file = user_file(&*file);
+                watch.reach_from_here();
+            }
+            Command::Check { kubelet_root, btf } => {
+                *kubelet_root = user_node_path(&*kubelet_root);
+                *btf = btf.as_deref().map(user_file);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl WatchArgs {
+    fn reach_from_here(&mut self) {
+        self.kubelet_root = podstuck::node_view::user_node_path(&self.kubelet_root);
+        self.histograms = self.histograms.as_deref().map(podstuck::node_view::user_file);
+        self.btf = self.btf.as_deref().map(podstuck::node_view::user_file);
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum PathWalkArg {
     Auto,
@@ -260,7 +295,15 @@ impl From<SyscallArg> for Syscall {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // Before any thread starts: entering the node's mount namespace needs a process alone.
+    if matches!(cli.command, Command::Watch(_) | Command::Record { .. } | Command::Check { .. }) {
+        if let Err(e) = podstuck::node_view::discover(cli.host_root.as_deref(), cli.node_pid) {
+            stderr_line(format_args!("podstuck: {e}"));
+            return ExitCode::from(2);
+        }
+        cli.command.reach_from_here();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -77,7 +77,7 @@ pub fn plan(facts: &NodeFacts, asked: AttachPoint) -> Result<Plan, Vec<Problem>>
         }]);
     }
     Plan::choose(&facts.features, asked, &facts.kernel_release)
-        .map_err(|missing| missing.into_iter().map(|m| Problem { what: m.what, fix: m.fix }).collect())
+        .map_err(|missing| missing.into_iter().map(|m| Problem { what: m.what, fix: crate::node_view::tracefs_fix(m.fix) }).collect())
 }
 
 /// Everything that stops podstuck from tracing with the default attach point.

@@ -181,3 +181,17 @@ pub fn call_count(n: u64) -> String {
         format!("{n} calls")
     }
 }
+
+/// An I/O error in words: "No such file or directory (os error 2)" ->
+/// "no such file or directory".
+pub fn io_words(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = text.find(" (os error").map_or(text.as_str(), |i| &text[..i]);
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+

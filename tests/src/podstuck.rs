@@ -167,9 +167,14 @@ impl Watch {
         Watch { podstuck, start }
     }
 
-    /// What it said on stderr so far.
-    pub fn stderr_so_far(&self) -> String {
-        self.podstuck.stderr()
+    /// Starts `podstuck watch --json <extra>` through `wrapper` (a command
+    /// that runs the program and arguments it is given last, e.g. in a
+    /// namespace of its own) and waits until it is attached.
+    pub fn start_wrapped<S: AsRef<OsStr>>(wrapper: &[S], extra: &[&str]) -> Watch {
+        let (program, wrapper_args) = wrapper.split_first().expect("a wrapper command");
+        let mut command = Command::new(program);
+        command.args(wrapper_args).arg(podstuck_binary()).arg("watch").arg("--json").arg("--concurrent").args(extra);
+        Watch::spawn(&mut command)
     }
 
     pub fn pid(&self) -> i32 {

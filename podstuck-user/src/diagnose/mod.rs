@@ -305,11 +305,14 @@ pub struct DiagnoseOptions {
     /// podstuck's own mount namespace (the host's), to tell a caller in
     /// another namespace.
     pub host_mntns: u32,
+    /// podstuck runs in a container: fixes are printed to act in the
+    /// node's mount namespace (`nsenter -t 1 -m -- ...`).
+    pub in_container: bool,
 }
 
 impl Default for DiagnoseOptions {
     fn default() -> DiagnoseOptions {
-        DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "<node>".into(), host_mntns: 0 }
+        DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "<node>".into(), host_mntns: 0, in_container: false }
     }
 }
 
@@ -369,6 +372,7 @@ struct Shown {
 pub struct Diagnoser {
     detectors: Vec<Box<dyn Detector>>,
     shown: BTreeMap<String, Shown>,
+    in_container: bool,
 }
 
 impl Diagnoser {
@@ -385,7 +389,7 @@ impl Diagnoser {
             Box::new(disk_full::DiskFull::default()),
             Box::new(subpath_left::SubpathLeft::default()),
         ];
-        Diagnoser { detectors, shown: BTreeMap::new() }
+        Diagnoser { detectors, shown: BTreeMap::new(), in_container: options.in_container }
     }
 
     pub fn observe(&mut self, event: &CallEvent, identity: &Identity) {
@@ -405,6 +409,9 @@ impl Diagnoser {
     pub fn review(&mut self, review: &mut Review<'_>) -> Vec<Report> {
         let mut reports = Vec::new();
         let mut current: Vec<Finding> = self.detectors.iter_mut().flat_map(|d| d.review(review)).collect();
+        if self.in_container {
+            current.iter_mut().for_each(shell::from_a_container);
+        }
         for (id, root) in consequences::fold(&mut current) {
             // Told on its own before its root cause was known: say where it went.
             if let Some(shown) = self.shown.get_mut(&id).filter(|s| s.last_told.status == Status::Active) {
@@ -530,7 +537,7 @@ mod tests {
     #[test]
     fn a_finding_is_told_once_then_updated_on_change_or_every_ten_seconds() {
         let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-        let mut d = Diagnoser { detectors: vec![Box::new(Scripted { next: next.clone() })], shown: BTreeMap::new() };
+        let mut d = Diagnoser { detectors: vec![Box::new(Scripted { next: next.clone() })], shown: BTreeMap::new(), in_container: false };
         let mut node = FakeNode::default();
         let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
         // Resolved before ever told: nothing.

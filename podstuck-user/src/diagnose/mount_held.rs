@@ -10,7 +10,7 @@
 
 use super::shell::word;
 use super::track::{Attempts, FailureLog};
-use super::volume_still_mounted::holder_facts;
+use super::volume_still_mounted::{debug_pod_advice, holder_facts, process_words};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
 use crate::identify::pod::PathArea;
@@ -81,14 +81,25 @@ impl MountHeld {
         let failed = format!("{}{rhythm}", a.failed_words());
         if let Some(h) = holders.iter().find(|h| h.other_namespace) {
             f.confidence = Confidence::Confirmed;
-            f.summary = format!(
-                "{what}: pid {} ({}) in another mount namespace (mnt:[{}]) {} and keeps its copy of the mount busy, so the host's unmount is refused. {failed}.",
-                h.pid,
-                h.comm,
+            let holder = format!(
+                "{} in another mount namespace (mnt:[{}]) {} and keeps its copy of the mount busy, so the host's unmount is refused",
+                process_words(h.pid, &h.comm, h.owner.as_ref()),
                 h.mntns,
                 hold_words(h.how)
             );
-            f.fix = format!("nsenter -m -t {} umount -l {}", h.pid, word(path));
+            let unmount = format!("nsenter -m -t {} umount -l {}", h.pid, word(path));
+            // A leftover debug pod is no workload: deleting it is the fix.
+            match h.owner.as_ref().filter(|o| o.is_debug_pod()).and_then(|o| Some((o.words(), o.delete_pod()?))) {
+                Some((pod, delete)) => {
+                    f.summary = format!("{what}: {pod} holds a copy of the mount: {holder}. Delete it: {delete}. {failed}.");
+                    f.fix = delete;
+                    f.advice.push(format!("or, keeping the pod: {unmount}"));
+                }
+                None => {
+                    f.summary = format!("{what}: {holder}. {failed}.");
+                    f.fix = unmount;
+                }
+            }
             f.advice.push(format!("or stop the holder: kill {} ({}); then the next retry succeeds", h.pid, h.comm));
         } else if !holders.is_empty() {
             f.confidence = Confidence::Confirmed;
@@ -122,11 +133,13 @@ impl MountHeld {
             f.fix = subs.iter().map(|m| format!("umount {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && ");
         } else if let Some(copy) = copies.first() {
             f.confidence = Confidence::Likely;
+            let whose = copy.owner.as_ref().map(|o| format!(", {}", o.words())).unwrap_or_default();
             f.summary = format!(
-                "{what}: a copy in mount namespace mnt:[{}] (pid {} {}) is busy. {failed}.",
+                "{what}: a copy in mount namespace mnt:[{}] (pid {} {}{whose}) is busy. {failed}.",
                 copy.mntns, copy.pid, copy.comm
             );
             f.fix = format!("nsenter -m -t {} umount -l {}", copy.pid, word(path));
+            f.advice.extend(debug_pod_advice([copy.owner.as_ref()]));
         } else {
             f.confidence = Confidence::Possible;
             f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
@@ -144,10 +157,11 @@ impl MountHeld {
             f.evidence(
                 "/proc/*/mountinfo",
                 format!(
-                    "a copy is mounted in mount namespace mnt:[{}] (pid {} {} lives there), {}: unmounting here reaches it",
+                    "a copy is mounted in mount namespace mnt:[{}] (pid {} {}{} lives there), {}: unmounting here reaches it",
                     copy.mntns,
                     copy.pid,
                     copy.comm,
+                    copy.owner.as_ref().map(|o| format!(" of {}", o.words())).unwrap_or_default(),
                     copy.propagation.join(" ")
                 ),
             );
@@ -246,7 +260,7 @@ mod tests {
     }
 
     fn holder(other_namespace: bool, how: HoldKind) -> MountHolder {
-        MountHolder { pid: 3131, comm: "sleep".into(), how, path: ROOTFS.into(), mntns: 4026532999, other_namespace }
+        MountHolder { pid: 3131, comm: "sleep".into(), how, path: ROOTFS.into(), mntns: 4026532999, other_namespace, owner: None }
     }
 
     #[test]
@@ -254,7 +268,7 @@ mod tests {
         let mut d = MountHeld::new(4026531840);
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(true, HoldKind::Cwd)];
-        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec!["master:60".into()] }];
+        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec!["master:60".into()], owner: None }];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
@@ -262,6 +276,37 @@ mod tests {
         assert!(f.rhythm.as_deref().unwrap().contains("containerd"));
         assert!(f.summary.contains("another mount namespace"), "{}", f.summary);
         assert!(f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep)")));
+    }
+
+    #[test]
+    fn a_holder_in_another_container_is_named_by_its_pod_and_a_leftover_debug_pod_is_to_be_deleted() {
+        use crate::identify::owner::Owner;
+        let pod = |name: &str, container: &str| Owner {
+            pod_name: Some(name.into()),
+            pod_namespace: Some("default".into()),
+            container: Some(container.into()),
+            ..Owner::default()
+        };
+        let copy = MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec!["master:60".into()], owner: None };
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.holders = vec![MountHolder { owner: Some(pod("web-0", "app")), ..holder(true, HoldKind::Cwd) }];
+        node.copies = vec![copy.clone()];
+        let f = &run(&mut MountHeld::new(4026531840), &mut node, &bursts(), 1.0)[0];
+        assert!(f.summary.contains("pid 3131 (sleep) of pod default/web-0 (container app) in another mount namespace"), "{}", f.summary);
+        assert_eq!(f.fix, format!("nsenter -m -t 3131 umount -l {ROOTFS}"));
+
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.holders = vec![MountHolder { owner: Some(pod("node-debugger-node-1-abcde", "debugger")), ..holder(true, HoldKind::Cwd) }];
+        node.copies = vec![copy];
+        let f = &run(&mut MountHeld::new(4026531840), &mut node, &bursts(), 1.0)[0];
+        assert!(
+            f.summary.contains("the leftover kubectl debug pod default/node-debugger-node-1-abcde holds a copy of the mount"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(f.fix, "kubectl delete pod -n default node-debugger-node-1-abcde");
+        assert!(f.advice.iter().any(|a| a.contains(&format!("nsenter -m -t 3131 umount -l {ROOTFS}"))), "{:?}", f.advice);
+        assert!(f.evidence.iter().any(|e| e.fact.contains("of the leftover kubectl debug pod")), "{:?}", f.evidence);
     }
 
     #[test]
@@ -327,7 +372,7 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         // unshare -m: a private copy, its holder sitting in it.
         node.holders = vec![holder(true, HoldKind::Cwd)];
-        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec![] }];
+        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec![], owner: None }];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert!(!f.summary.contains("another mount namespace"), "{}", f.summary);
         assert!(!f.evidence.iter().any(|e| e.fact.contains("3131")), "{:?}", f.evidence);
@@ -348,7 +393,7 @@ mod tests {
                 .into(),
             ..Default::default()
         };
-        node.holders = vec![MountHolder { pid: 4444, comm: "backup".into(), how: HoldKind::Cwd, path: b"/backup/view/merged".to_vec(), mntns: 4026531840, other_namespace: false }];
+        node.holders = vec![MountHolder { pid: 4444, comm: "backup".into(), how: HoldKind::Cwd, path: b"/backup/view/merged".to_vec(), mntns: 4026531840, other_namespace: false, owner: None }];
         let calls: Vec<Call> = (0..5).map(|i| rmdir(i as f64 * 0.1, "dockerd", merged, -libc::EBUSY)).collect();
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);

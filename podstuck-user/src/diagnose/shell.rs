@@ -7,6 +7,43 @@
 
 use std::fmt::Write as _;
 
+use super::Finding;
+
+/// What a fix says first from a container: the node's mount namespace.
+pub const IN_NODE_NAMESPACE: &str = "nsenter -t 1 -m --";
+
+/// Fixes that act the same from any mount namespace of the node's PID
+/// namespace (a pid, /proc, the API server, another namespace entered).
+const ANYWHERE: [&str; 4] = ["kill ", "nsenter ", "kubectl ", "cat /proc/"];
+
+/// `fix` made to act in the node's mount namespace, pasted in a container
+/// with the host's PID namespace or on the node: `nsenter -t 1 -m -- CMD`,
+/// several commands as one `sh -c` word.
+pub fn in_node_namespace(fix: &str) -> String {
+    if fix.is_empty() || ANYWHERE.iter().any(|a| fix.starts_with(a)) {
+        return fix.to_string();
+    }
+    // A lone command's words go as they are; anything a shell joins
+    // (&&, ;, |) must reach the node's namespace as one word.
+    if fix.contains(['&', ';', '|', '\n', '`']) || fix.contains("$(") {
+        format!("{IN_NODE_NAMESPACE} sh -c {}", word(fix.as_bytes()))
+    } else {
+        format!("{IN_NODE_NAMESPACE} {fix}")
+    }
+}
+
+/// A finding as said from a container: its fix acts in the node's mount
+/// namespace, and says so.
+pub fn from_a_container(finding: &mut Finding) {
+    let fix = in_node_namespace(&finding.fix);
+    if fix != finding.fix {
+        finding.fix = fix;
+        finding.advice.push(format!(
+            "podstuck runs in a container, so the fix enters the node's mount namespace first ({IN_NODE_NAMESPACE}): paste it in this container's shell or on the node"
+        ));
+    }
+}
+
 /// `path` as one POSIX shell word: bare when it is made only of characters
 /// no shell treats specially; single-quoted when it is printable text;
 /// otherwise `"$(printf '%b' '...')"` with every other byte written as a
@@ -51,6 +88,37 @@ pub fn word(bytes: &[u8]) -> String {
 mod tests {
     use super::word;
     use std::process::Command;
+
+    #[test]
+    fn fixes_from_a_container_act_in_the_nodes_mount_namespace() {
+        use super::in_node_namespace;
+        assert_eq!(in_node_namespace("umount /var/lib/kubelet/pods/x/volumes/v"), "nsenter -t 1 -m -- umount /var/lib/kubelet/pods/x/volumes/v");
+        assert_eq!(in_node_namespace("umount -l '/v/a b'"), "nsenter -t 1 -m -- umount -l '/v/a b'");
+        assert_eq!(in_node_namespace("umount /a && umount /b"), "nsenter -t 1 -m -- sh -c 'umount /a && umount /b'");
+        for anywhere in ["kill 42 43", "nsenter -m -t 42 umount -l /v", "cat /proc/42/stack", "kubectl delete pod -n default node-debugger-x", ""] {
+            assert_eq!(in_node_namespace(anywhere), anywhere);
+        }
+        // A hostile name inside a joined fix: sh -c gets the fix back byte for byte.
+        let fix = format!("umount {} && rmdir {}", word(b"/v/it's;x"), word(b"/v/$(touch pwned)\n"));
+        let wrapped = in_node_namespace(&fix);
+        let arg = wrapped.strip_prefix("nsenter -t 1 -m -- sh -c ").expect(&wrapped);
+        let out = Command::new("sh").arg("-c").arg(format!("printf '%s' {arg}")).output().unwrap();
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), fix);
+    }
+
+    #[test]
+    fn a_fix_from_a_container_says_where_it_acts() {
+        use crate::diagnose::{Finding, Kind, Severity};
+        let mut f = Finding::new(Kind::MountHeld, "/v", Severity::Critical, std::time::SystemTime::UNIX_EPOCH);
+        f.fix = "umount /v".into();
+        super::from_a_container(&mut f);
+        assert_eq!(f.fix, "nsenter -t 1 -m -- umount /v");
+        assert!(f.advice.iter().any(|a| a.contains("podstuck runs in a container") && a.contains("on the node")), "{:?}", f.advice);
+        f.fix = "kill 42".into();
+        let advice = f.advice.len();
+        super::from_a_container(&mut f);
+        assert_eq!((f.fix.as_str(), f.advice.len()), ("kill 42", advice));
+    }
 
     #[test]
     fn paths_become_one_exact_shell_word() {

@@ -16,6 +16,7 @@ use crate::event::{errno_name, CallEvent};
 use crate::identify::pod::PathArea;
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_at;
+use crate::identify::owner::Owner;
 use crate::inspect::MountHolder;
 
 /// What umount2 calls on a path were seen: how many, and the last errno (0 = success).
@@ -49,6 +50,22 @@ pub fn volume_words(path: &[u8]) -> String {
     }
 }
 
+/// "pid 42 (sleep)", and whose it is where it belongs to a pod or container:
+/// "pid 42 (sleep) of pod shop/web-0 (container app)".
+pub fn process_words(pid: u32, comm: &str, owner: Option<&Owner>) -> String {
+    match owner {
+        Some(owner) => format!("pid {pid} ({comm}) of {}", owner.words()),
+        None => format!("pid {pid} ({comm})"),
+    }
+}
+
+/// What to do about a leftover `kubectl debug node` pod among the holders:
+/// it holds its own copy of every mount of the node until deleted.
+pub fn debug_pod_advice<'h>(owners: impl IntoIterator<Item = Option<&'h Owner>>) -> Option<String> {
+    let pod = owners.into_iter().flatten().find(|o| o.is_debug_pod())?;
+    Some(format!("{} holds a private copy of the mount: delete it: {}", pod.words(), pod.delete_pod()?))
+}
+
 /// Holders as evidence lines.
 pub fn holder_facts(holders: &[MountHolder]) -> Vec<String> {
     holders
@@ -61,7 +78,7 @@ pub fn holder_facts(holders: &[MountHolder]) -> Vec<String> {
                 crate::inspect::HoldKind::OpenFile => "has open",
                 crate::inspect::HoldKind::MappedFile => "has mapped",
             };
-            format!("pid {} ({}) {how} {}{ns}", h.pid, h.comm, shown(&h.path))
+            format!("{} {how} {}{ns}", process_words(h.pid, &h.comm, h.owner.as_ref()), shown(&h.path))
         })
         .collect()
 }
@@ -108,6 +125,7 @@ impl VolumeStillMounted {
                         f.evidence("/proc", fact);
                     }
                 }
+                f.advice.extend(debug_pod_advice(holders.iter().map(|h| h.owner.as_ref())));
                 f.summary = format!(
                     "{} cannot remove the {volume} dir of pod {uid}: {} is still mounted ({}, host namespace). Removal {}{rhythm}; {unmount_words}.",
                     a.actor.description,
@@ -277,6 +295,7 @@ mod tests {
             path: csi_mount().into_bytes(),
             mntns: 1,
             other_namespace: false,
+            owner: None,
         }];
         let m = csi_mount();
         let calls = [umount(0.0, "umount", &m, -libc::EBUSY), rmdir(0.1, "kubelet", &m, -libc::EBUSY), rmdir(0.6, "kubelet", &m, -libc::EBUSY)];

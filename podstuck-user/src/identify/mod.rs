@@ -12,6 +12,7 @@
 pub mod actor;
 pub mod cgroups;
 pub mod docker;
+pub mod owner;
 pub mod pod;
 pub mod process;
 
@@ -113,13 +114,15 @@ pub struct NodeLayout {
 
 impl NodeLayout {
     /// This node: the given kubelet root, docker's default root, the cgroup
-    /// v2 mount found in mountinfo.
+    /// v2 mount found in the node's mountinfo. Directories are as podstuck
+    /// reaches them from where it runs; the kubelet root stays the node's
+    /// spelling, as the kernel reports paths in it.
     pub fn of_this_node(kubelet_root: PathBuf) -> NodeLayout {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mountinfo = std::fs::read_to_string(crate::node_view::view().mountinfo()).unwrap_or_default();
         NodeLayout {
             kubelet_root,
-            docker_root: PathBuf::from(DEFAULT_DOCKER_ROOT),
-            cgroup2_root: cgroup2_mount(&mountinfo),
+            docker_root: crate::node_view::path(DEFAULT_DOCKER_ROOT),
+            cgroup2_root: cgroup2_mount(&mountinfo).map(crate::node_view::path),
             proc_root: PathBuf::from("/proc"),
         }
     }
@@ -140,7 +143,7 @@ impl Identifier {
         // A symlinked kubelet root is matched in both spellings: callers may
         // use either, and the kernel reports what they passed or walked.
         let mut kubelet_roots = vec![layout.kubelet_root.clone()];
-        if let Ok(real) = std::fs::canonicalize(&layout.kubelet_root) {
+        if let Ok(real) = std::fs::canonicalize(crate::node_view::path(&layout.kubelet_root)).map(crate::node_view::shown) {
             if real != layout.kubelet_root {
                 kubelet_roots.push(real);
             }
@@ -293,7 +296,8 @@ impl PodFilter {
 
     /// Pods asked for that have no directory under the kubelet root.
     pub fn pods_not_on_node(&self, kubelet_root: &Path) -> Vec<PodUid> {
-        self.pods.iter().filter(|uid| !kubelet_root.join("pods").join(uid.as_str()).exists()).cloned().collect()
+        let pods = crate::node_view::path(kubelet_root.join("pods"));
+        self.pods.iter().filter(|uid| !pods.join(uid.as_str()).exists()).cloned().collect()
     }
 }
 

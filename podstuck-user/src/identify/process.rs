@@ -73,9 +73,10 @@ pub fn process_event(pid: u32, tid: u32, cgroup_id: u64, proc_root: &Path) -> Ca
     }
 }
 
-/// podstuck's own mount namespace inode: the host's, as podstuck runs there.
+/// The node's mount namespace inode: podstuck's own, unless it reads the
+/// node from a container's namespace.
 pub fn own_mount_namespace() -> u32 {
-    std::fs::metadata("/proc/self/ns/mnt").map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32).unwrap_or(0)
+    std::fs::metadata(crate::node_view::view().node_proc_file("ns/mnt")).map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -27,7 +27,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use crate::words::exact_duration;
+use crate::identify::owner::RuntimeState;
+use crate::words::{exact_duration, io_words as words};
 
 use super::mounts::{is_at_or_below, mount_containing, parse_mountinfo};
 use super::{
@@ -56,6 +57,11 @@ const HUNG_MOUNT: &str = "not touched: an earlier read on this filesystem did no
 /// The node podstuck runs on, read through /proc and the filesystems.
 pub struct LiveNode {
     proc_root: PathBuf,
+    /// Where the runtimes say whose a container is (a holder's pod name).
+    runtimes: RuntimeState,
+    /// podstuck's own container's mount namespace, when it runs in one:
+    /// its processes are never holders.
+    podstuck_mntns: Option<u64>,
     deadline: Duration,
     max_stuck_workers: usize,
     /// Workers that have not returned yet. Between calls every one of them
@@ -90,12 +96,20 @@ impl LiveNode {
     pub fn with_proc_root(proc_root: PathBuf) -> LiveNode {
         LiveNode {
             proc_root,
+            runtimes: RuntimeState::of_this_node(),
+            podstuck_mntns: crate::node_view::view().podstuck_mntns(),
             deadline: DEFAULT_DEADLINE,
             max_stuck_workers: DEFAULT_MAX_STUCK_WORKERS,
             running_workers: Arc::new(AtomicUsize::new(0)),
             avoided: Vec::new(),
             self_pid: std::process::id(),
         }
+    }
+
+    /// A node seen from a container whose mount namespace is `mntns`.
+    pub fn with_podstuck_namespace(mut self, mntns: u64) -> LiveNode {
+        self.podstuck_mntns = Some(mntns);
+        self
     }
 
     /// How long to wait for one call that touches a path.
@@ -139,7 +153,8 @@ impl LiveNode {
         let (tx, rx) = mpsc::sync_channel(1);
         let running = Arc::clone(&self.running_workers);
         running.fetch_add(1, Ordering::SeqCst);
-        let target = path_of(path).to_path_buf();
+        // Node paths, reached from where podstuck runs (under --host-root in a container).
+        let target = crate::node_view::path(path_of(path));
         let spawned = std::thread::Builder::new().name("podstuck-inspect".into()).spawn(move || {
             // Counted as finished before the answer is sent, so the caller's
             // next call never sees this worker as stuck.
@@ -201,15 +216,23 @@ impl LiveNode {
         self.proc_root.join(pid.to_string()).join(name)
     }
 
+    /// The node's own /proc entry: podstuck's, or PID 1's where podstuck
+    /// reads the node from a container's mount namespace.
+    fn node_entry(&self) -> PathBuf {
+        self.proc_root.join(crate::node_view::view().node_proc_entry())
+    }
+
     fn host_table(&self) -> io::Result<Vec<Mount>> {
-        Ok(parse_mountinfo(&fs::read(self.proc_root.join("self/mountinfo"))?))
+        Ok(parse_mountinfo(&fs::read(self.node_entry().join("mountinfo"))?))
     }
 
     fn table_of(&self, pid: u32) -> io::Result<Vec<Mount>> {
         Ok(parse_mountinfo(&fs::read(self.proc_file(pid, "mountinfo"))?))
     }
 
-    /// Every process id in /proc, podstuck's own left out.
+    /// Every process id in /proc, podstuck's own left out, and every
+    /// process of its own container (they hold the copies of every mount
+    /// a `kubectl debug node` pod is made with, and go with podstuck).
     fn pids(&self) -> Vec<u32> {
         let Ok(entries) = fs::read_dir(&self.proc_root) else {
             return Vec::new();
@@ -217,6 +240,7 @@ impl LiveNode {
         let mut pids: Vec<u32> = entries
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .filter(|pid| *pid != self.self_pid)
+            .filter(|pid| self.podstuck_mntns.is_none() || self.mntns_of(*pid) != self.podstuck_mntns)
             .collect();
         pids.sort_unstable();
         pids
@@ -230,8 +254,10 @@ impl LiveNode {
         self.mntns_of_link(&self.proc_file(pid, "ns/mnt"))
     }
 
+    /// The node's mount namespace: podstuck's own unless it reads the
+    /// node from its container's.
     fn own_mntns(&self) -> Option<u64> {
-        self.mntns_of_link(&self.proc_root.join("self/ns/mnt"))
+        self.mntns_of_link(&self.node_entry().join("ns/mnt"))
     }
 
     fn comm_of(&self, pid: u32) -> String {
@@ -355,7 +381,7 @@ impl NodeInspector for LiveNode {
         // A short-lived caller (kubelet's umount child) may be gone: its
         // root was the host's, which is podstuck's own.
         let proc_root = self.proc_file(pid, "root");
-        let root = if proc_root.exists() { proc_root } else { PathBuf::from("/") };
+        let root = if proc_root.exists() { proc_root } else { crate::node_view::path("/") };
         let wait = self.deadline;
         self.on_worker(path, wait, move |p| resolve_in_root(&root, p.as_os_str().as_bytes()))
     }
@@ -374,6 +400,7 @@ impl NodeInspector for LiveNode {
                 continue;
             }
             let comm = self.comm_of(pid);
+            let owner = self.runtimes.owner_of(&self.proc_root, pid);
             holders.extend(holds.into_iter().map(|(how, path)| MountHolder {
                 pid,
                 comm: comm.clone(),
@@ -381,6 +408,7 @@ impl NodeInspector for LiveNode {
                 path,
                 mntns: ns,
                 other_namespace: !own,
+                owner: owner.clone(),
             }));
         }
         holders
@@ -404,6 +432,7 @@ impl NodeInspector for LiveNode {
                     comm: self.comm_of(pid),
                     mount_point: copy.mount_point.clone(),
                     propagation: copy.propagation.clone(),
+                    owner: self.runtimes.owner_of(&self.proc_root, pid),
                 });
             }
         }
@@ -872,16 +901,6 @@ fn kind_words(kind: &fs::FileType) -> &'static str {
     }
 }
 
-/// "No such file or directory (os error 2)" -> "no such file or directory".
-fn words(e: &io::Error) -> String {
-    let text = e.to_string();
-    let text = text.find(" (os error").map_or(text.as_str(), |i| &text[..i]);
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => String::new(),
-    }
-}
 
 fn unreadable(e: io::Error) -> Unreadable {
     Unreadable(words(&e))
@@ -1497,8 +1516,24 @@ mod tests {
         assert_eq!(holders[0].comm, "holder");
         assert_eq!(
             node.mount_copies(&mount),
-            vec![MountCopy { mntns: 2000, pid: 200, comm: "other".into(), mount_point: b"/vol".to_vec(), propagation: vec!["master:5".into()] }]
+            vec![MountCopy { mntns: 2000, pid: 200, comm: "other".into(), mount_point: b"/vol".to_vec(), propagation: vec!["master:5".into()], owner: None }]
         );
+    }
+
+    #[test]
+    fn podstucks_own_container_holds_nothing() {
+        let tmp = TempDir::new("fakeproc-own");
+        fake_proc(&tmp.0);
+        // podstuck runs in the container of pid 200, whose copy of /vol is its own.
+        let mut node = LiveNode::with_proc_root(tmp.0.clone()).with_podstuck_namespace(2000);
+        let mount = mount_at(&node.host_mounts().unwrap(), b"/vol").cloned().unwrap();
+        let holders: Vec<u32> = node.mount_holders(&mount).iter().map(|h| h.pid).collect();
+        assert_eq!(holders, [100, 100, 100]);
+        assert_eq!(node.mount_copies(&mount), []);
+        // Another container's copy is still named.
+        let mut node = LiveNode::with_proc_root(tmp.0.clone()).with_podstuck_namespace(3000);
+        assert!(node.mount_holders(&mount).iter().any(|h| h.pid == 200 && h.other_namespace));
+        assert_eq!(node.mount_copies(&mount).len(), 1);
     }
 
     #[test]

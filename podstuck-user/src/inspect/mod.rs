@@ -15,6 +15,8 @@ pub mod mounts;
 
 use serde::{Deserialize, Serialize};
 
+use crate::identify::owner::Owner;
+
 /// A fact that could not be read, and why, in words ("timed out after 1 s:
 /// the filesystem may be hung", "no such file", "permission denied").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -82,6 +84,8 @@ pub struct MountHolder {
     pub mntns: u64,
     /// Whether that is not the host's (podstuck's) mount namespace.
     pub other_namespace: bool,
+    /// The pod or container it belongs to, where it is one's.
+    pub owner: Option<Owner>,
 }
 
 /// A copy of a mount in another mount namespace.
@@ -96,6 +100,8 @@ pub struct MountCopy {
     /// The copy's optional mountinfo fields ("shared:12", "master:3"):
     /// whether unmounting the original reaches it.
     pub propagation: Vec<String>,
+    /// The pod or container that process belongs to, where it is one's.
+    pub owner: Option<Owner>,
 }
 
 /// `lsattr` flags that make a file undeletable.

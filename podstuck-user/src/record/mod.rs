@@ -154,6 +154,7 @@ impl RecordHeader {
             hung_after: humantime::format_duration(self.diagnose.hung_after).to_string(),
             node_name: self.diagnose.node_name.as_str().into(),
             host_mntns: self.diagnose.host_mntns,
+            in_container: self.diagnose.in_container,
         }
     }
 
@@ -169,7 +170,7 @@ impl RecordHeader {
             kubelet_root: PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(w.kubelet_root.into_vec())),
             errors_only: w.errors_only,
             syscalls: w.syscalls.into_iter().map(Syscall::from).collect(),
-            diagnose: DiagnoseOptions { hung_after, node_name: w.node_name.into_owned(), host_mntns: w.host_mntns },
+            diagnose: DiagnoseOptions { hung_after, node_name: w.node_name.into_owned(), host_mntns: w.host_mntns, in_container: w.in_container },
         })
     }
 }
@@ -499,7 +500,7 @@ mod create_tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn header() -> RecordHeader {
-        RecordHeader::new("6.1.0", &DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "node-1".into(), host_mntns: 1 })
+        RecordHeader::new("6.1.0", &DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "node-1".into(), host_mntns: 1, in_container: false })
     }
 
     /// A link planted at the record's name, dangling or not, is refused and

@@ -63,7 +63,7 @@ impl Write for FillsUp {
 const CG: &str = "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod5f1c2a9e_0000_4000_8000_000000000001.slice";
 
 fn header() -> RecordHeader {
-    let options = DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "node-1".into(), host_mntns: 4026531840 };
+    let options = DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "node-1".into(), host_mntns: 4026531840, in_container: false };
     let mut header = RecordHeader::new("6.1.0-test", &options);
     header.started = t(0.0);
     header
@@ -137,7 +137,7 @@ fn incident_node() -> FakeNode {
         "77 /mnt/fuse fuse.sshfs",
         "20 /sys/fs/fuse/connections fusectl",
     ]);
-    node.holders = vec![MountHolder { pid: 4242, comm: "backup".into(), how: HoldKind::Cwd, path: csi_mount().into_bytes(), mntns: 1, other_namespace: false }];
+    node.holders = vec![MountHolder { pid: 4242, comm: "backup".into(), how: HoldKind::Cwd, path: csi_mount().into_bytes(), mntns: 1, other_namespace: false, owner: None }];
     node.cgroups.insert(
         CG.into(),
         CgroupState { version: 2, tasks: vec![task(999, "sleep", 'S')], children: vec![], populated: Some(true), frozen: Some(false), has_kill: true },
@@ -534,7 +534,7 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
     };
     let asked = vec![
         Asked::HostMounts { answer: Ok(vec![mount.clone()]) },
-        Asked::MountCopies { mount: mount.clone(), answer: vec![MountCopy { mntns: 5, pid: 6, comm: "c".into(), mount_point: odd.clone(), propagation: vec!["master:3".into()] }] },
+        Asked::MountCopies { mount: mount.clone(), answer: vec![MountCopy { mntns: 5, pid: 6, comm: "c".into(), mount_point: odd.clone(), propagation: vec!["master:3".into()], owner: None }] },
         Asked::DirSample { path: odd.clone(), limit: 3, answer: Ok(DirSample { names: vec![b"\xff".to_vec(), b"ok".to_vec()], counted: 2, complete: true }) },
         Asked::FileFacts { path: odd.clone(), answer: Err(Unreadable("timed out after 1 s: the filesystem may be hung".into())) },
         Asked::Avoid { path: odd.clone() },
@@ -755,7 +755,7 @@ fn arbitrary_asked() -> impl Strategy<Value = Asked> {
             .prop_map(|(m, why)| Asked::HostMounts { answer: why.map_or(Ok(m), |w| Err(Unreadable(w))) }),
         (arbitrary_mount(), proptest::collection::vec((any::<u32>(), bytes_strategy()), 0..3)).prop_map(|(mount, h)| Asked::MountHolders {
             mount,
-            answer: h.into_iter().map(|(pid, path)| MountHolder { pid, comm: "c".into(), how: HoldKind::OpenFile, path, mntns: 2, other_namespace: true }).collect(),
+            answer: h.into_iter().map(|(pid, path)| MountHolder { pid, comm: "c".into(), how: HoldKind::OpenFile, path, mntns: 2, other_namespace: true, owner: None }).collect(),
         }),
         (bytes_strategy(), any::<u32>(), any::<bool>()).prop_map(|(path, raw, immutable)| Asked::InodeFlags {
             path,
@@ -810,7 +810,7 @@ fn change(node: &mut FakeNode, what: u8) {
     let paths = incident_paths();
     match what % 6 {
         0 => node.holders.clear(),
-        1 => node.holders.push(MountHolder { pid: 4000 + what as u32, comm: "app".into(), how: HoldKind::OpenFile, path: csi_mount().into_bytes(), mntns: 9, other_namespace: what.is_multiple_of(2) }),
+        1 => node.holders.push(MountHolder { pid: 4000 + what as u32, comm: "app".into(), how: HoldKind::OpenFile, path: csi_mount().into_bytes(), mntns: 9, other_namespace: what.is_multiple_of(2), owner: None }),
         2 => {
             if let Some(c) = node.cgroups.get_mut(CG.as_bytes()) {
                 c.tasks.clear();

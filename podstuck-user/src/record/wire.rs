@@ -19,6 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::collect::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls};
+use crate::identify::owner::Owner;
 use crate::words::hex;
 use crate::event::{BaseDir, CallEvent, PathStatus};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
@@ -623,12 +624,23 @@ pub struct WireHolder<'a> {
     path: Bytes<'a>,
     mntns: u64,
     other_namespace: bool,
+    /// Absent from records made before podstuck named holders' pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<Owner>,
 }
 
 impl<'a> WireHolder<'a> {
     fn of(h: &'a MountHolder) -> WireHolder<'a> {
-        let MountHolder { pid, comm, how, path, mntns, other_namespace } = h;
-        WireHolder { pid: *pid, comm: Cow::Borrowed(comm), how: *how, path: Bytes::of(path), mntns: *mntns, other_namespace: *other_namespace }
+        let MountHolder { pid, comm, how, path, mntns, other_namespace, owner } = h;
+        WireHolder {
+            pid: *pid,
+            comm: Cow::Borrowed(comm),
+            how: *how,
+            path: Bytes::of(path),
+            mntns: *mntns,
+            other_namespace: *other_namespace,
+            owner: owner.clone(),
+        }
     }
 
     fn into_holder(self) -> MountHolder {
@@ -639,6 +651,7 @@ impl<'a> WireHolder<'a> {
             path: self.path.into_vec(),
             mntns: self.mntns,
             other_namespace: self.other_namespace,
+            owner: self.owner,
         }
     }
 }
@@ -652,16 +665,32 @@ pub struct WireCopy<'a> {
     /// Absent from records made before podstuck read it.
     #[serde(default)]
     propagation: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<Owner>,
 }
 
 impl<'a> WireCopy<'a> {
     fn of(c: &'a MountCopy) -> WireCopy<'a> {
-        let MountCopy { mntns, pid, comm, mount_point, propagation } = c;
-        WireCopy { mntns: *mntns, pid: *pid, comm: Cow::Borrowed(comm), mount_point: Bytes::of(mount_point), propagation: propagation.clone() }
+        let MountCopy { mntns, pid, comm, mount_point, propagation, owner } = c;
+        WireCopy {
+            mntns: *mntns,
+            pid: *pid,
+            comm: Cow::Borrowed(comm),
+            mount_point: Bytes::of(mount_point),
+            propagation: propagation.clone(),
+            owner: owner.clone(),
+        }
     }
 
     fn into_copy(self) -> MountCopy {
-        MountCopy { mntns: self.mntns, pid: self.pid, comm: self.comm.into_owned(), mount_point: self.mount_point.into_vec(), propagation: self.propagation }
+        MountCopy {
+            mntns: self.mntns,
+            pid: self.pid,
+            comm: self.comm.into_owned(),
+            mount_point: self.mount_point.into_vec(),
+            propagation: self.propagation,
+            owner: self.owner,
+        }
     }
 }
 
@@ -1021,4 +1050,7 @@ pub struct WireHeader<'a> {
     pub hung_after: String,
     pub node_name: Cow<'a, str>,
     pub host_mntns: u32,
+    /// Absent from records made before podstuck ran in containers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_container: bool,
 }

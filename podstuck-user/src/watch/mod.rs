@@ -134,7 +134,12 @@ fn prepare(options: &WatchOptions) -> Result<Run> {
     for warning in &warnings {
         stderr_line(format_args!("{warning}"));
     }
-    let diagnose = DiagnoseOptions { hung_after: options.hung_after, node_name: facts.node.clone(), host_mntns: own_mount_namespace() };
+    let diagnose = DiagnoseOptions {
+        hung_after: options.hung_after,
+        node_name: facts.node.clone(),
+        host_mntns: own_mount_namespace(),
+        in_container: crate::node_view::in_container(),
+    };
     // A bad record path fails now too, before the programs load.
     let recorder = match &options.record {
         Some(path) => Some(Recorder::create(path, &RecordHeader::of_run(&facts, &diagnose))?),
@@ -172,7 +177,7 @@ fn prepare(options: &WatchOptions) -> Result<Run> {
 /// the live view takes the screen (they stay above its summary) and on it.
 fn warnings(options: &WatchOptions, filter: &PodFilter) -> Vec<String> {
     let mut warnings = Vec::new();
-    if !options.kubelet_root.is_dir() {
+    if !crate::node_view::path(&options.kubelet_root).is_dir() {
         warnings.push(format!(
             "podstuck: kubelet root {} not found: pods are recognised by cgroup and container only (set --kubelet-root if kubelet runs with --root-dir)",
             options.kubelet_root.display()

@@ -1,0 +1,180 @@
+//! podstuck in a container on the node, shaped like a `kubectl debug node`
+//! pod: its own mount namespace (private propagation) whose root is a new
+//! tmpfs with the node's `/` rbound at `/host`, so it holds a private copy
+//! of every mount of the node, pod volumes included. podstuck must enter
+//! the node's mount namespace, report with the node's paths and fixes that
+//! act there (`nsenter -t 1 -m --`), never name its own container's copy
+//! or processes as holders, and still name a holder in another namespace.
+//!
+//! This machine's PID 1 keeps its namespaces from root, so the node's
+//! namespaces are the test's own: podstuck is told with `--node-pid`.
+//!
+//! Runs as root; see `kernel_test!` for the skip rule.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use podstuck_tests::node::{is_mountpoint, TmpfsMount};
+use podstuck_tests::*;
+
+/// What makes a `kubectl debug node` pod's mount namespace and runs the
+/// command it is given last in it, chrooted; before that it starts another
+/// process of the same namespace (a `sleep`, the debug pod's shell) whose
+/// cwd is `$HOLD` in its private copy, and writes its pid to `$HOLD_PID`.
+const DEBUG_POD: &str = r#"set -e
+new="$DEBUG_ROOT"
+mount -t tmpfs debug-root "$new"
+mkdir "$new/usr" "$new/host" "$new/proc" "$new/dev" "$new/sys" "$new/tmp"
+mount --rbind /usr "$new/usr"
+for d in bin lib lib64 sbin; do ln -s "usr/$d" "$new/$d"; done
+mount --rbind / "$new/host"
+mount --make-rprivate "$new/host"
+mount -t proc proc "$new/proc"
+mount --rbind /dev "$new/dev"
+mount --rbind /sys "$new/sys"
+(cd "$HOLD" && exec sleep 600) </dev/null >/dev/null 2>&1 &
+echo $! > "$HOLD_PID"
+program="$1"; shift
+exec chroot "$new" "/host$program" "$@"
+"#;
+
+/// A process killed and reaped on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A pid from a file, killed on drop (the debug pod's other process).
+struct KilledPid(i32);
+
+impl Drop for KilledPid {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on a pid this test started.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+fn wait_for_file(path: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.ends_with('\n') {
+                return text.trim().to_string();
+            }
+        }
+        assert!(Instant::now() < deadline, "{} never written", path.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until `pid`'s cwd is `dir` (as /proc shows a cwd in another
+/// mount namespace: its path there, ending the same).
+fn wait_for_cwd(pid: u32, dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.ends_with(dir.strip_prefix("/").unwrap())) {
+        assert!(Instant::now() < deadline, "pid {pid} never settled in {}", dir.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+kernel_test! {
+    fn in_a_debug_pod_p1_says_the_nodes_paths_and_never_names_its_own_copy(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid();
+        let pv = pod.create_csi_volume("pvc-debug");
+        let mount = pv.join("mount");
+        let _volume = TmpfsMount::new(&mount, "size=1m");
+
+        // Another container's namespace, not podstuck's, with a private copy and its cwd in it.
+        let other = Killed(
+            Command::new("unshare")
+                .args(["-m", "--propagation", "private", "sh", "-c", "cd \"$0\" && exec sleep 600"])
+                .arg(&mount)
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("run unshare"),
+        );
+        let other_pid = other.0.id();
+        wait_for_cwd(other_pid, &mount);
+
+        let debug_root: PathBuf = scratch.path().join("debug-root");
+        std::fs::create_dir_all(&debug_root).unwrap();
+        let hold_pid_file = scratch.path().join("debug-shell.pid");
+        let node_pid = std::process::id().to_string();
+        let wrapper: Vec<std::ffi::OsString> = vec![
+            "env".into(),
+            format!("DEBUG_ROOT={}", debug_root.display()).into(),
+            format!("HOLD={}", mount.display()).into(),
+            format!("HOLD_PID={}", hold_pid_file.display()).into(),
+            "unshare".into(),
+            "-m".into(),
+            "--propagation".into(),
+            "private".into(),
+            "sh".into(),
+            "-c".into(),
+            DEBUG_POD.into(),
+            "sh".into(),
+        ];
+        let mut watch = Watch::start_wrapped(&wrapper, &["--findings", "--kubelet-root", root.arg(), "--pod", uid, "--node-pid", &node_pid]);
+        let own_pid: i32 = wait_for_file(&hold_pid_file).parse().unwrap();
+        let _own = KilledPid(own_pid);
+        let own_ns = std::fs::read_link(format!("/proc/{own_pid}/ns/mnt")).unwrap();
+        assert_ne!(own_ns, std::fs::read_link("/proc/self/ns/mnt").unwrap(), "the debug pod has its own mount namespace");
+        assert_eq!(std::fs::read_link(format!("/proc/{}/ns/mnt", watch.pid())).unwrap(), std::fs::read_link("/proc/self/ns/mnt").unwrap(), "podstuck entered the node's");
+        wait_for_cwd(own_pid as u32, &mount);
+
+        let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at"].map(std::ffi::OsString::from).into_iter().chain([pv.clone().into_os_string(), "mount".into()]));
+        let finding = watch.await_finding(
+            Duration::from_secs(60),
+            |f| f["kind"] == "volume-still-mounted",
+            |e| {
+                e.eq("/pod_uid", uid);
+                e.eq("/paths/0", text(&mount));
+                e.eq("/confidence", "confirmed");
+                e.eq("/fix", format!("nsenter -t 1 -m -- umount {}", shell_word(&mount)));
+                e.that(e.mentions_number("/evidence", other_pid.into()), format!("evidence should name the other namespace's holder, pid {other_pid}"));
+            },
+        );
+        let evidence = finding["evidence"].to_string();
+        assert!(!evidence.contains(&format!("pid {own_pid} ")), "podstuck's own container is named as a holder: {evidence}");
+        assert!(!evidence.contains("/host/"), "paths are the node's: {evidence}");
+        assert!(finding["advice"].to_string().contains("podstuck runs in a container"), "{finding}");
+        drop(kubelet);
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+        assert!(is_mountpoint(&mount), "podstuck changed nothing");
+    }
+}
+
+kernel_test! {
+    fn without_the_hosts_pid_namespace_podstuck_refuses_in_one_sentence(test) {
+        let _ = test;
+        let out = Command::new("unshare")
+            .args(["-p", "-f", "--mount-proc"])
+            .arg(podstuck_binary())
+            .args(["watch", "--duration", "1s"])
+            .output()
+            .expect("run unshare");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("without the host's PID namespace") && stderr.contains("hostPID: true"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+}
+
+kernel_test! {
+    fn a_host_root_that_is_no_root_is_refused_before_tracing(test) {
+        let scratch = test.scratch();
+        let out = Command::new(podstuck_binary()).args(["watch", "--host-root"]).arg(scratch.path()).output().expect("run podstuck");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("--host-root") && stderr.contains("not the node's root"), "{stderr}");
+    }
+}
