@@ -187,9 +187,20 @@ impl NodeDocker {
 
     /// `podstuck watch --json --concurrent ARGS` in a container run with
     /// `flags`, attached: its findings read as a podstuck on the node's.
+    ///
+    /// Where PID 1's namespaces are out of reach even to root (a sandboxed
+    /// test machine whose init holds capabilities we lack), podstuck is told
+    /// that the node's namespaces are this test's (`--node-pid`, the
+    /// hidden option for tests): this process runs in the node's mount
+    /// namespace, as PID 1 does on a real node.
     pub fn watch<S: AsRef<str>>(&self, flags: &[S], args: &[&str]) -> Watch {
         let mut watch_args = vec!["watch", "--json", "--concurrent"];
         watch_args.extend_from_slice(args);
+        let node_pid = std::process::id().to_string();
+        if pid1_out_of_reach() {
+            eprintln!("note: PID 1's namespaces are out of reach here: podstuck enters this test's (--node-pid {node_pid}), the node's");
+            watch_args.extend(["--node-pid", &node_pid]);
+        }
         Watch::spawn(&mut self.run(flags, &watch_args))
     }
 
@@ -199,6 +210,12 @@ impl NodeDocker {
         assert_eq!(id.lines().count(), 1, "one container runs: {id}");
         self.dockerd.inspect(&id, "{{.State.Pid}}").parse().expect("a pid")
     }
+}
+
+/// Whether this machine's PID 1 keeps its namespaces from root (its
+/// /proc/1/ns links cannot be read): a sandbox's init, not a node's.
+pub fn pid1_out_of_reach() -> bool {
+    std::fs::read_link("/proc/1/ns/mnt").is_err()
 }
 
 /// `docker load -i ARCHIVE`; the name it loaded.
