@@ -15,27 +15,43 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::podstuck::Watch;
-use crate::runtimes::{short_name, stdout_text, Dockerd, DOCKER};
+use crate::runtimes::{short_name, stdout_text, Containerd, Dockerd, DOCKER};
 
 /// The capabilities podstuck needs in a DaemonSet that is not privileged,
-/// measured in `tests/tests/container.rs` (each one dropped in turn makes
-/// a call fail; the test says which). The manifest under deploy/ lists
-/// the same, with the same reasons:
+/// entering the node's mount namespace, measured in docker (20.10, its
+/// default seccomp profile on) by dropping each in turn (`podstuck check`
+/// says which call failed); `tests/tests/container.rs` runs P1 with them:
 ///
-/// - `BPF`: bpf(2) to create the maps and load the programs;
-/// - `PERFMON`: attach them to the syscall tracepoints (perf_event_open)
-///   and let them read kernel memory (bpf_probe_read_*);
-/// - `SYS_ADMIN`: setns(2) into the node's mount namespace (PID 1's), so
-///   every path podstuck reads and prints is the node's own;
-/// - `SYS_PTRACE`: read other processes' /proc/PID/{fd,cwd,root,ns/mnt,
-///   mountinfo}, to name who holds a mount (ptrace access mode checks);
-/// - `DAC_READ_SEARCH`: walk directories of other owners (a pod's volumes,
-///   image layers) to see what is in the way of a removal.
-pub const DAEMONSET_CAPABILITIES: [&str; 5] = ["BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"];
+/// - `SYS_ADMIN`: setns(2) into the node's mount namespace (without it:
+///   "operation not permitted"), and bpf(2) and perf_event_open(2) where
+///   CAP_BPF and CAP_PERFMON cannot be named (docker 20.10 knows neither;
+///   its default seccomp profile lets both calls through only to
+///   CAP_SYS_ADMIN);
+/// - `SYS_CHROOT`: setns(2) into a mount namespace needs it beside
+///   CAP_SYS_ADMIN (without it: EPERM, "needs CAP_SYS_ADMIN and
+///   CAP_SYS_CHROOT");
+/// - `SYS_PTRACE`: open /proc/1/ns/mnt (and read other processes'
+///   /proc/PID/fd, cwd, root to name a mount's holder): PID 1 holds
+///   capabilities the container lacks, so the ptrace access check refuses
+///   ("PID 1's mount namespace is unreadable: permission denied").
+///
+/// Once in the node's mount namespace, the node's tracefs is there: no
+/// /sys/kernel/tracing mount is needed. The manifest under deploy/ should
+/// list the same, with the same reasons.
+pub const DAEMONSET_CAPABILITIES: [&str; 3] = ["SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"];
 
-/// The same without `SYS_ADMIN`: podstuck cannot enter the node's mount
-/// namespace and reads the node through `/host` instead.
-pub const DAEMONSET_CAPABILITIES_WITHOUT_SETNS: [&str; 4] = ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"];
+/// The set without CAP_SYS_ADMIN, measured with containerd (ctr 1.6 and
+/// its default seccomp profile on; docker 20.10 cannot grant CAP_BPF):
+/// podstuck cannot enter the node's mount namespace and reads the node
+/// through `/host`, the node's tracefs mounted at /sys/kernel/tracing.
+///
+/// - `BPF`: bpf(2), the maps and programs (CAP_PERFMON alone: "lacks the
+///   privileges to load kernel programs");
+/// - `PERFMON`: perf_event_open(2) to attach to the tracepoints, and the
+///   programs' reads of kernel memory (CAP_BPF alone: the same refusal);
+/// - `SYS_PTRACE`: other processes' /proc/PID/{fd,cwd,root,ns}, to name who
+///   holds a mount.
+pub const DAEMONSET_CAPABILITIES_WITHOUT_SETNS: [&str; 3] = ["BPF", "PERFMON", "SYS_PTRACE"];
 
 /// The image tarball under test: `$PODSTUCK_IMAGE` (set by `cargo xtask
 /// test`, the image of `$PODSTUCK_BIN`). Without it, a loud skip outside CI;
@@ -159,6 +175,100 @@ fn root_propagates() -> bool {
     })
 }
 
+/// The capabilities `ctr run` gives a task by default (containerd's
+/// default spec), each dropped by name: ctr 1.6 takes no `CAP_ALL`.
+const CONTAINERD_DEFAULT_CAPABILITIES: [&str; 14] = [
+    "CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID", "SETFCAP", "SETPCAP",
+    "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE",
+];
+
+/// The DaemonSet shape of [`daemonset`] for `ctr run`, as containerd runs
+/// kubelet's pods: docker 20.10 knows no CAP_BPF or CAP_PERFMON, containerd
+/// does. containerd's default seccomp profile stays on: it lets bpf(2) and
+/// perf_event_open(2) through to CAP_BPF and CAP_PERFMON. The host's PID
+/// namespace is the node pid's.
+pub fn daemonset_in_containerd(caps: &[&str]) -> Vec<String> {
+    let mut flags: Vec<String> = Vec::new();
+    for cap in CONTAINERD_DEFAULT_CAPABILITIES.iter().filter(|c| !caps.contains(c)) {
+        flags.extend(["--cap-drop".into(), format!("CAP_{cap}")]);
+    }
+    for cap in caps {
+        flags.extend(["--cap-add".into(), format!("CAP_{cap}")]);
+    }
+    flags.extend(["--seccomp".into(), "--read-only".into(), "--with-ns".into(), format!("pid:/proc/{}/ns/pid", node_pid())]);
+    for mount in ["src=/,dst=/host,options=rbind:ro", "src=/sys/kernel/tracing,dst=/sys/kernel/tracing,options=rbind:rw"] {
+        flags.extend(["--mount".into(), format!("type=bind,{mount}")]);
+    }
+    flags
+}
+
+/// The process whose namespaces are the node's: PID 1, or this test where
+/// PID 1's are out of reach (see [`NodeDocker::watch`]).
+fn node_pid() -> u32 {
+    if pid1_out_of_reach() {
+        std::process::id()
+    } else {
+        1
+    }
+}
+
+/// `--node-pid PID` where PID 1's namespaces are out of reach, said loudly.
+fn node_pid_args() -> Vec<String> {
+    if !pid1_out_of_reach() {
+        return Vec::new();
+    }
+    let pid = node_pid();
+    eprintln!("note: PID 1's namespaces are out of reach here: podstuck enters this test's (--node-pid {pid}), the node's");
+    vec!["--node-pid".into(), pid.to_string()]
+}
+
+/// `watch --json --concurrent ARGS`, and `--node-pid` where needed.
+fn watch_args(args: &[&str]) -> Vec<String> {
+    let mut all: Vec<String> = ["watch", "--json", "--concurrent"].iter().chain(args).map(|a| a.to_string()).collect();
+    all.extend(node_pid_args());
+    all
+}
+
+/// A private containerd with podstuck's image imported in it.
+pub struct NodeContainerd {
+    pub containerd: Containerd,
+    /// The name `ctr images import` gave the image
+    /// (`docker.io/library/podstuck:0.1.0`).
+    pub image: String,
+}
+
+impl NodeContainerd {
+    /// Starts a private containerd and `ctr images import`s the image
+    /// into it; `None` (after a loud skip, never under CI) when either is missing.
+    pub fn start(scratch: &Path, test: &str) -> Option<NodeContainerd> {
+        let archive = podstuck_image(test)?;
+        let containerd = Containerd::start(scratch, test)?;
+        let image = import(&containerd, &archive);
+        Some(NodeContainerd { containerd, image })
+    }
+
+    /// `podstuck watch --json --concurrent ARGS` in a task run with `flags`.
+    pub fn watch(&self, flags: &[String], args: &[&str]) -> Watch {
+        let args = watch_args(args);
+        let mut command = vec!["/usr/local/bin/podstuck"];
+        command.extend(args.iter().map(String::as_str));
+        let id = format!("podstuck-{}", short_name());
+        Watch::spawn(&mut self.containerd.run_command(flags, &self.image, &id, &command))
+    }
+}
+
+/// `ctr images import --snapshotter overlayfs ARCHIVE` (unpacked for the
+/// snapshotter tasks run on); the name it imported.
+pub fn import(containerd: &Containerd, archive: &Path) -> String {
+    let out = containerd.ctr(&["images", "import", "--snapshotter", "overlayfs", archive.to_str().expect("a UTF-8 image path")]);
+    let text = stdout_text(&out);
+    text.split_whitespace()
+        .skip_while(|w| *w != "unpacking")
+        .nth(1)
+        .unwrap_or_else(|| panic!("ctr images import named no image: {text}"))
+        .to_string()
+}
+
 /// A private dockerd with podstuck's image loaded in it.
 pub struct NodeDocker {
     pub dockerd: Dockerd,
@@ -194,14 +304,9 @@ impl NodeDocker {
     /// hidden option for tests): this process runs in the node's mount
     /// namespace, as PID 1 does on a real node.
     pub fn watch<S: AsRef<str>>(&self, flags: &[S], args: &[&str]) -> Watch {
-        let mut watch_args = vec!["watch", "--json", "--concurrent"];
-        watch_args.extend_from_slice(args);
-        let node_pid = std::process::id().to_string();
-        if pid1_out_of_reach() {
-            eprintln!("note: PID 1's namespaces are out of reach here: podstuck enters this test's (--node-pid {node_pid}), the node's");
-            watch_args.extend(["--node-pid", &node_pid]);
-        }
-        Watch::spawn(&mut self.run(flags, &watch_args))
+        let args = watch_args(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Watch::spawn(&mut self.run(flags, &args))
     }
 
     /// The host pid of the first process of the one container running.

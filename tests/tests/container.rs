@@ -27,7 +27,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use podstuck_tests::container::{
-    daemonset, kubectl_debug_node, pid1_out_of_reach, podstuck_image, privileged, NodeDocker, DAEMONSET_CAPABILITIES,
+    daemonset, daemonset_in_containerd, kubectl_debug_node, pid1_out_of_reach, privileged, NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES,
     DAEMONSET_CAPABILITIES_WITHOUT_SETNS,
 };
 use podstuck_tests::findings::apply_fix;
@@ -136,18 +136,20 @@ kernel_test! {
 kernel_test! {
     fn ctr_imports_the_same_tarball(test) {
         let scratch = test.scratch();
-        let Some(archive) = podstuck_image(test.name()) else { return };
-        let Some(containerd) = Containerd::start(scratch.path(), test.name()) else { return };
-        let archive = text(&archive);
-        let out = containerd.ctr(&["images", "import", "--snapshotter", "overlayfs", archive]);
-        eprintln!("ctr images import: {}", stdout_text(&out));
+        let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
         let name = format!("docker.io/library/podstuck:{}", env!("CARGO_PKG_VERSION"));
-        let listed = stdout_text(&containerd.ctr(&["images", "ls", "-q"]));
+        assert_eq!(node.image, name);
+        let listed = stdout_text(&node.containerd.ctr(&["images", "ls", "-q"]));
         assert!(listed.lines().any(|l| l == name), "ctr images ls lists {listed:?}, not {name}");
-        // Unpacked for the platform: every blob present, the layer in a snapshot.
-        let check = stdout_text(&containerd.ctr(&["images", "check"]));
+        // Every blob present for this platform.
+        let check = stdout_text(&node.containerd.ctr(&["images", "check"]));
         let line = check.lines().find(|l| l.starts_with(&name)).unwrap_or_else(|| panic!("ctr images check: {check}"));
         assert!(line.contains("complete"), "ctr images check: {line}");
+        // And containerd runs it.
+        let id = format!("podstuck-{}", runtimes::short_name());
+        let out = node.containerd.run_command(&[], &node.image, &id, &["/usr/local/bin/podstuck", "--version"]).stdin(Stdio::null()).output().unwrap();
+        assert!(out.status.success(), "ctr run podstuck --version: {}", stderr_text(&out));
+        assert!(stdout_text(&out).starts_with("podstuck "), "{}", stdout_text(&out));
     }
 }
 
@@ -360,16 +362,17 @@ kernel_test! {
 
 // Least privilege ---------------------------------------------------------
 
-/// P1 from a DaemonSet-shaped container with capabilities `caps`.
-fn p1_from_a_daemonset(test: &KernelTest, caps: &[&str]) {
+/// P1 seen from a DaemonSet-shaped podstuck that `start` runs (given
+/// podstuck's arguments): the volume mounted before it starts, as on a node
+/// where it was left mounted long ago.
+fn p1_from_a_daemonset(test: &KernelTest, start: impl FnOnce(&[&str]) -> Watch) {
     let scratch = test.scratch();
-    let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
     let root = KubeletRoot::new(scratch.path().join("kubelet"));
     let pod = root.new_pod();
     let pv = pod.create_csi_volume("pvc-p1");
     let mount = pv.join("mount");
     let _volume = TmpfsMount::new(&mount, "size=1m");
-    let mut watch = node.watch(&daemonset(caps), &finding_args(&root, &["--pod", pod.uid()]));
+    let mut watch = start(&finding_args(&root, &["--pod", pod.uid()]));
     let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&pv), "mount"]);
     let finding = watch.await_finding(
         FINDING_TIMEOUT,
@@ -378,21 +381,26 @@ fn p1_from_a_daemonset(test: &KernelTest, caps: &[&str]) {
             e.eq("/paths/0", text(&mount));
             e.eq("/actor/pid", kubelet.pid());
             e.eq("/errno", "EBUSY");
+            e.eq("/confidence", "confirmed");
             fix_runs(e, &format!("umount {}", shell_word(&mount)));
         },
     );
-    eprintln!("finding with {caps:?}: {finding}");
+    eprintln!("finding: {finding}");
     stop(watch);
 }
 
 kernel_test! {
     fn a_daemonset_with_least_privilege_names_a_volume_left_mounted(test) {
-        p1_from_a_daemonset(&test, &DAEMONSET_CAPABILITIES);
+        let scratch = test.scratch();
+        let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
+        p1_from_a_daemonset(&test, |args| node.watch(&daemonset(&DAEMONSET_CAPABILITIES), args));
     }
 }
 
 kernel_test! {
     fn a_daemonset_without_sys_admin_reads_the_node_through_host(test) {
-        p1_from_a_daemonset(&test, &DAEMONSET_CAPABILITIES_WITHOUT_SETNS);
+        let scratch = test.scratch();
+        let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
+        p1_from_a_daemonset(&test, |args| node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), args));
     }
 }
