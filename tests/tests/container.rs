@@ -22,7 +22,7 @@
 //! others. Root; see `kernel_test!` for the skip rule, and
 //! `podstuck_image` for the image's.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -112,6 +112,62 @@ fn fix_runs(e: &mut Expect, cmd: &str) {
     e.that(fix == cmd || fix.ends_with(&format!(" -- {cmd}")), format!("/fix ({fix}) should run `{cmd}`"));
 }
 
+/// P1's fixture: a pod's CSI volume that its driver left mounted, and
+/// kubelet retrying the removal of its directory on its backoff.
+struct LeftMounted {
+    root: KubeletRoot,
+    pod: Pod,
+    pv: PathBuf,
+    mount: PathBuf,
+}
+
+impl LeftMounted {
+    fn new(scratch: &Path) -> LeftMounted {
+        let root = KubeletRoot::new(scratch.join("kubelet"));
+        let pod = root.new_pod();
+        let pv = pod.create_csi_volume("pvc-p1");
+        let mount = pv.join("mount");
+        LeftMounted { root, pod, pv, mount }
+    }
+
+    /// The volume, mounted until dropped.
+    fn mounted(&self) -> TmpfsMount {
+        TmpfsMount::new(&self.mount, "size=1m")
+    }
+
+    /// podstuck's arguments: findings about this pod.
+    fn podstuck_args(&self) -> Vec<&str> {
+        finding_args(&self.root, &["--pod", self.pod.uid()])
+    }
+
+    /// kubelet's retries, once the first three failed with EBUSY.
+    fn kubelet(&self) -> Process {
+        let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&self.pv), "mount"]);
+        all_say(&kubelet.wait_for_lines(3, secs(10)), &format!("rmdir-at errno {}", libc::EBUSY));
+        kubelet
+    }
+
+    /// What the finding says on the node, too.
+    fn expect(&self, e: &mut Expect, kubelet: &Process) {
+        e.eq("/pod_uid", self.pod.uid());
+        e.eq("/actor/comm", "kubelet");
+        e.eq("/actor/pid", kubelet.pid());
+        e.eq("/errno", "EBUSY");
+        e.eq("/status", "active");
+        e.eq("/paths/0", text(&self.mount));
+        e.eq("/confidence", "confirmed");
+        fix_runs(e, &format!("umount {}", shell_word(&self.mount)));
+    }
+
+    /// Waits for the finding, runs its fix, and checks the volume is unmounted.
+    fn finding_and_fix(&self, watch: &mut Watch, kubelet: &Process) -> Value {
+        let finding = watch.await_finding(FINDING_TIMEOUT, |f| f["kind"] == "volume-still-mounted", |e| self.expect(e, kubelet));
+        apply_node_fix(&finding);
+        assert!(!is_mountpoint(&self.mount), "the fix should unmount {}", self.mount.display());
+        finding
+    }
+}
+
 // The image -------------------------------------------------------------
 
 kernel_test! {
@@ -179,33 +235,12 @@ kernel_test! {
     fn p1_in_a_container_a_volume_left_mounted_is_named_with_its_umount(test) {
         let scratch = test.scratch();
         let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
-        let root = KubeletRoot::new(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let uid = pod.uid();
-        let pv = pod.create_csi_volume("pvc-p1");
-        let mount = pv.join("mount");
+        let volume = LeftMounted::new(scratch.path());
         // podstuck's container starts first: the mount is the node's alone.
-        let mut watch = node.watch(&kubectl_debug_node(), &finding_args(&root, &["--pod", uid]));
-        let _volume = TmpfsMount::new(&mount, "size=1m");
-        let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&pv), "mount"]);
-        let ebusy = format!("rmdir-at errno {}", libc::EBUSY);
-        all_say(&kubelet.wait_for_lines(3, secs(10)), &ebusy);
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "volume-still-mounted",
-            |e| {
-                e.eq("/pod_uid", uid);
-                e.eq("/actor/comm", "kubelet");
-                e.eq("/actor/pid", kubelet.pid());
-                e.eq("/errno", "EBUSY");
-                e.eq("/status", "active");
-                e.eq("/paths/0", text(&mount));
-                e.eq("/confidence", "confirmed");
-                fix_runs(e, &format!("umount {}", shell_word(&mount)));
-            },
-        );
-        apply_node_fix(&finding);
-        assert!(!is_mountpoint(&mount), "the fix should unmount {}", mount.display());
+        let mut watch = node.watch(&kubectl_debug_node(), &volume.podstuck_args());
+        let _mounted = volume.mounted();
+        let kubelet = volume.kubelet();
+        volume.finding_and_fix(&mut watch, &kubelet);
         stop(watch);
     }
 }
@@ -214,28 +249,14 @@ kernel_test! {
     fn p1_in_a_container_holding_a_copy_of_the_mount_names_the_mount_not_itself(test) {
         let scratch = test.scratch();
         let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
-        let root = KubeletRoot::new(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let uid = pod.uid();
-        let pv = pod.create_csi_volume("pvc-p1");
-        let mount = pv.join("mount");
+        let volume = LeftMounted::new(scratch.path());
         // Mounted before the container starts: `-v /:/host` (rprivate)
         // gives podstuck's container a private copy of it.
-        let _volume = TmpfsMount::new(&mount, "size=1m");
-        let mut watch = node.watch(&kubectl_debug_node(), &finding_args(&root, &["--pod", uid]));
+        let _mounted = volume.mounted();
+        let mut watch = node.watch(&kubectl_debug_node(), &volume.podstuck_args());
         let container = node.container_pid();
-        let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&pv), "mount"]);
-        all_say(&kubelet.wait_for_lines(3, secs(10)), &format!("rmdir-at errno {}", libc::EBUSY));
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "volume-still-mounted",
-            |e| {
-                e.eq("/paths/0", text(&mount));
-                e.eq("/actor/comm", "kubelet");
-                e.eq("/errno", "EBUSY");
-                fix_runs(e, &format!("umount {}", shell_word(&mount)));
-            },
-        );
+        let kubelet = volume.kubelet();
+        volume.finding_and_fix(&mut watch, &kubelet);
         let watching = watch.pid() as u32;
         let done = stop(watch);
         for f in done.findings.iter().filter(|f| about(scratch.path())(f)) {
@@ -245,8 +266,6 @@ kernel_test! {
             }
             assert_ne!(f["kind"], "mount-held", "podstuck's own copy called a holder: {f}");
         }
-        apply_node_fix(&finding);
-        assert!(!is_mountpoint(&mount), "the fix should unmount {}", mount.display());
     }
 }
 
@@ -341,7 +360,7 @@ kernel_test! {
             FINDING_TIMEOUT,
             |f| f["kind"] == "removal-storm" && about(scratch.path())(f),
             |e| {
-                let key = std::path::PathBuf::from(e.text("/paths/0"));
+                let key = PathBuf::from(e.text("/paths/0"));
                 e.that(
                     key == data || (volume.starts_with(&key) && key != scratch.path()),
                     format!("/paths/0 ({}) should be {} or a directory above it in the test's tree", key.display(), volume.display()),
@@ -365,26 +384,12 @@ kernel_test! {
 /// P1 seen from a DaemonSet-shaped podstuck that `start` runs (given
 /// podstuck's arguments): the volume mounted before it starts, as on a node
 /// where it was left mounted long ago.
-fn p1_from_a_daemonset(test: &KernelTest, start: impl FnOnce(&[&str]) -> Watch) {
-    let scratch = test.scratch();
-    let root = KubeletRoot::new(scratch.path().join("kubelet"));
-    let pod = root.new_pod();
-    let pv = pod.create_csi_volume("pvc-p1");
-    let mount = pv.join("mount");
-    let _volume = TmpfsMount::new(&mount, "size=1m");
-    let mut watch = start(&finding_args(&root, &["--pod", pod.uid()]));
-    let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&pv), "mount"]);
-    let finding = watch.await_finding(
-        FINDING_TIMEOUT,
-        |f| f["kind"] == "volume-still-mounted",
-        |e| {
-            e.eq("/paths/0", text(&mount));
-            e.eq("/actor/pid", kubelet.pid());
-            e.eq("/errno", "EBUSY");
-            e.eq("/confidence", "confirmed");
-            fix_runs(e, &format!("umount {}", shell_word(&mount)));
-        },
-    );
+fn p1_from_a_daemonset(scratch: &ScratchDir, start: impl FnOnce(&[&str]) -> Watch) {
+    let volume = LeftMounted::new(scratch.path());
+    let _mounted = volume.mounted();
+    let mut watch = start(&volume.podstuck_args());
+    let kubelet = volume.kubelet();
+    let finding = volume.finding_and_fix(&mut watch, &kubelet);
     eprintln!("finding: {finding}");
     stop(watch);
 }
@@ -393,7 +398,7 @@ kernel_test! {
     fn a_daemonset_with_least_privilege_names_a_volume_left_mounted(test) {
         let scratch = test.scratch();
         let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
-        p1_from_a_daemonset(&test, |args| node.watch(&daemonset(&DAEMONSET_CAPABILITIES), args));
+        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset(&DAEMONSET_CAPABILITIES), args));
     }
 }
 
@@ -401,6 +406,6 @@ kernel_test! {
     fn a_daemonset_without_sys_admin_reads_the_node_through_host(test) {
         let scratch = test.scratch();
         let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
-        p1_from_a_daemonset(&test, |args| node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), args));
+        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), args));
     }
 }
