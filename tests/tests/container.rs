@@ -409,3 +409,31 @@ kernel_test! {
         p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), args));
     }
 }
+
+kernel_test! {
+    fn p4_from_a_daemonset_without_sys_admin_names_the_holder_with_node_paths(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let rootfs = scratch.path().join("run/containerd/io.containerd.runtime.v2.task/k8s.io/c1/rootfs");
+        let _rootfs = TmpfsMount::new(&rootfs, "size=1m");
+        std::fs::write(rootfs.join("server.log"), "started\n").unwrap();
+        let shipper = start_actor(["--comm", "log-shipper", "hold-open", text(&rootfs.join("server.log"))]);
+        shipper.wait_ready(secs(10));
+        let mut watch = node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), &finding_args(&root, &[]));
+        let containerd = start_actor(["--comm", "containerd", "--repeat", "0", "--every-ms", "50", "umount", text(&rootfs)]);
+        all_say(&containerd.wait_for_lines(3, secs(10)), &format!("umount errno {}", libc::EBUSY));
+        let pid = shipper.pid();
+        watch.await_finding(
+            FINDING_TIMEOUT,
+            |f| f["kind"] == "mount-held" && about(scratch.path())(f),
+            |e| {
+                e.eq("/paths/0", text(&rootfs));
+                e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
+                e.contains("/fix", &format!("kill {pid}"));
+            },
+        );
+        drop(containerd);
+        stop(watch);
+    }
+}
