@@ -12,8 +12,8 @@
 //! - without the host's PID namespace: a clear refusal;
 //! - as a DaemonSet with least privilege ([`daemonset`]): the capability
 //!   sets of [`DAEMONSET_CAPABILITIES`] and
-//!   [`DAEMONSET_CAPABILITIES_WITHOUT_SETNS`], and which call fails
-//!   without each capability;
+//!   [`DAEMONSET_CAPABILITIES_WITHOUT_SETNS`] (why each is needed is said
+//!   there), each getting P1, the second P4 as well;
 //! - the same tarball imported by `ctr images import` into containerd.
 //!
 //! Each test runs a private dockerd (or containerd) of its own, loads the
@@ -168,6 +168,43 @@ impl LeftMounted {
     }
 }
 
+/// P4's fixture: a container's rootfs, and a log shipper on the node that
+/// still has its log open (started before podstuck, as on a node).
+struct HeldOpen {
+    root: KubeletRoot,
+    rootfs: PathBuf,
+    // Field order is drop order: the holder before the mount it holds.
+    shipper: Process,
+    _mount: TmpfsMount,
+}
+
+impl HeldOpen {
+    fn new(scratch: &Path) -> HeldOpen {
+        let root = KubeletRoot::empty(scratch.join("kubelet"));
+        let rootfs = scratch.join("run/containerd/io.containerd.runtime.v2.task/k8s.io/c1/rootfs");
+        let mount = TmpfsMount::new(&rootfs, "size=1m");
+        std::fs::write(rootfs.join("server.log"), "started\n").unwrap();
+        let shipper = start_actor(["--comm", "log-shipper", "hold-open", text(&rootfs.join("server.log"))]);
+        shipper.wait_ready(secs(10));
+        HeldOpen { root, rootfs, shipper, _mount: mount }
+    }
+
+    /// containerd's unmount retries, once the first three failed with EBUSY.
+    fn containerd_retries(&self) -> Process {
+        let containerd = start_actor(["--comm", "containerd", "--repeat", "0", "--every-ms", "50", "umount", text(&self.rootfs)]);
+        all_say(&containerd.wait_for_lines(3, secs(10)), &format!("umount errno {}", libc::EBUSY));
+        containerd
+    }
+
+    /// The finding names the rootfs and its holder, and kills it.
+    fn expect(&self, e: &mut Expect) {
+        let pid = self.shipper.pid();
+        e.eq("/paths/0", text(&self.rootfs));
+        e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
+        e.contains("/fix", &format!("kill {pid}"));
+    }
+}
+
 // The image -------------------------------------------------------------
 
 kernel_test! {
@@ -306,34 +343,20 @@ kernel_test! {
     fn p4_in_a_container_a_mount_held_by_an_open_file_is_named_with_kill(test) {
         let scratch = test.scratch();
         let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
-        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
-        let rootfs = scratch.path().join("run/containerd/io.containerd.runtime.v2.task/k8s.io/c1/rootfs");
-        let _rootfs = TmpfsMount::new(&rootfs, "size=1m");
-        std::fs::write(rootfs.join("server.log"), "started\n").unwrap();
-        // A log shipper on the node still reading the container's log.
-        let shipper = start_actor(["--comm", "log-shipper", "hold-open", text(&rootfs.join("server.log"))]);
-        shipper.wait_ready(secs(10));
-        let mut watch = node.watch(&kubectl_debug_node(), &finding_args(&root, &[]));
-        let containerd = start_actor(["--comm", "containerd", "--repeat", "0", "--every-ms", "50", "umount", text(&rootfs)]);
-        all_say(&containerd.wait_for_lines(3, secs(10)), &format!("umount errno {}", libc::EBUSY));
-        let pid = shipper.pid();
-        let finding = watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "mount-held" && about(scratch.path())(f),
-            |e| {
-                e.eq("/paths/0", text(&rootfs));
-                e.eq("/actor/comm", "containerd");
-                e.eq("/syscall", "umount2");
-                e.eq("/errno", "EBUSY");
-                e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-                e.contains("/fix", &format!("kill {pid}"));
-            },
-        );
+        let held = HeldOpen::new(scratch.path());
+        let mut watch = node.watch(&kubectl_debug_node(), &finding_args(&held.root, &[]));
+        let containerd = held.containerd_retries();
+        let finding = watch.await_finding(FINDING_TIMEOUT, |f| f["kind"] == "mount-held" && about(scratch.path())(f), |e| {
+            held.expect(e);
+            e.eq("/actor/comm", "containerd");
+            e.eq("/syscall", "umount2");
+            e.eq("/errno", "EBUSY");
+        });
         drop(containerd);
         apply_node_fix(&finding);
         // containerd's next try goes through.
         let deadline = Instant::now() + secs(5);
-        while sys_umount2(&cstring(&rootfs), 0) != 0 {
+        while sys_umount2(&cstring(&held.rootfs), 0) != 0 {
             assert!(Instant::now() < deadline, "umount2 still fails 5 s after the fix");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -414,25 +437,11 @@ kernel_test! {
     fn p4_from_a_daemonset_without_sys_admin_names_the_holder_with_node_paths(test) {
         let scratch = test.scratch();
         let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
-        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
-        let rootfs = scratch.path().join("run/containerd/io.containerd.runtime.v2.task/k8s.io/c1/rootfs");
-        let _rootfs = TmpfsMount::new(&rootfs, "size=1m");
-        std::fs::write(rootfs.join("server.log"), "started\n").unwrap();
-        let shipper = start_actor(["--comm", "log-shipper", "hold-open", text(&rootfs.join("server.log"))]);
-        shipper.wait_ready(secs(10));
-        let mut watch = node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), &finding_args(&root, &[]));
-        let containerd = start_actor(["--comm", "containerd", "--repeat", "0", "--every-ms", "50", "umount", text(&rootfs)]);
-        all_say(&containerd.wait_for_lines(3, secs(10)), &format!("umount errno {}", libc::EBUSY));
-        let pid = shipper.pid();
-        watch.await_finding(
-            FINDING_TIMEOUT,
-            |f| f["kind"] == "mount-held" && about(scratch.path())(f),
-            |e| {
-                e.eq("/paths/0", text(&rootfs));
-                e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-                e.contains("/fix", &format!("kill {pid}"));
-            },
-        );
+        let held = HeldOpen::new(scratch.path());
+        let flags = daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS);
+        let mut watch = node.watch(&flags, &finding_args(&held.root, &[]));
+        let containerd = held.containerd_retries();
+        watch.await_finding(FINDING_TIMEOUT, |f| f["kind"] == "mount-held" && about(scratch.path())(f), |e| held.expect(e));
         drop(containerd);
         stop(watch);
     }
