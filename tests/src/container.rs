@@ -133,13 +133,15 @@ pub fn kubectl_debug_node() -> Vec<String> {
 /// read-only root filesystem with a tmpfs at /tmp, the host's PID
 /// namespace, the node's `/` read-only at `/host` with HostToContainer
 /// propagation (rslave: the node's mounts and unmounts reach the
-/// container, so it holds no private copies), and the node's tracefs for
-/// the syscall tracepoints (a container's /sys has none mounted).
+/// container, so it holds no private copies).
 ///
-/// Without `SYS_ADMIN`, the default seccomp profile is off too: docker's
-/// refuses bpf(2) and perf_event_open(2) to a container without
-/// CAP_SYS_ADMIN, whatever CAP_BPF and CAP_PERFMON say. With it, the
-/// default profile lets both through and stays on.
+/// Without `SYS_ADMIN`, podstuck stays in its container: the node's tracefs
+/// is mounted in, read-only (a container's /sys has none, and attaching
+/// only reads it), and the default seccomp profile is off: docker's refuses
+/// bpf(2) and perf_event_open(2) to a container without CAP_SYS_ADMIN,
+/// whatever CAP_BPF and CAP_PERFMON say. With it, podstuck sees the
+/// node's tracefs once in the node's mount namespace, and the default
+/// profile lets both calls through and stays on.
 ///
 /// Where this machine's `/` is a private mount (not a systemd node's
 /// shared one) docker refuses rslave on it; the node's `/` is then bound
@@ -150,7 +152,7 @@ pub fn daemonset(caps: &[&str]) -> Vec<String> {
         flags.extend(["--cap-add".into(), (*cap).into()]);
     }
     if !caps.contains(&"SYS_ADMIN") {
-        flags.extend(["--security-opt".into(), "seccomp=unconfined".into()]);
+        flags.extend(["--security-opt", "seccomp=unconfined", "-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro"].map(String::from));
     }
     let host = if root_propagates() {
         "/:/host:ro,rslave"
@@ -159,7 +161,7 @@ pub fn daemonset(caps: &[&str]) -> Vec<String> {
         "/:/host:ro"
     };
     flags.extend(
-        ["--read-only", "--tmpfs", "/tmp", "--pid=host", "-v", host, "-v", "/sys/kernel/tracing:/sys/kernel/tracing"].map(String::from),
+        ["--read-only", "--tmpfs", "/tmp", "--pid=host", "-v", host].map(String::from),
     );
     flags
 }
@@ -196,7 +198,7 @@ pub fn daemonset_in_containerd(caps: &[&str]) -> Vec<String> {
         flags.extend(["--cap-add".into(), format!("CAP_{cap}")]);
     }
     flags.extend(["--seccomp".into(), "--read-only".into(), "--with-ns".into(), format!("pid:/proc/{}/ns/pid", node_pid())]);
-    for mount in ["src=/,dst=/host,options=rbind:ro", "src=/sys/kernel/tracing,dst=/sys/kernel/tracing,options=rbind:rw"] {
+    for mount in ["src=/,dst=/host,options=rbind:ro", "src=/sys/kernel/tracing,dst=/sys/kernel/tracing,options=rbind:ro"] {
         flags.extend(["--mount".into(), format!("type=bind,{mount}")]);
     }
     flags
