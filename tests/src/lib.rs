@@ -18,6 +18,7 @@
 //! - [`terminal`]: a real terminal (tmux);
 //! - [`runtimes`]: private dockerd and containerd daemons;
 //! - [`scrape`]: what reads `--listen`: raw HTTP requests, a real Prometheus;
+//! - [`container`]: podstuck's own image, run in docker the ways SREs run it;
 //! - [`attacks`]: what another user does to a root process that writes files.
 //!
 //! `use podstuck_tests::*` brings what most tests use.
@@ -25,6 +26,7 @@
 pub mod actors;
 pub mod attacks;
 pub mod calls;
+pub mod container;
 pub mod findings;
 pub mod harness;
 pub mod kubectl;

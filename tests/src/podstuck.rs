@@ -154,7 +154,15 @@ impl Watch {
     /// Starts `podstuck watch --json <extra>` and waits until it is attached.
     /// `--concurrent`: the tests run side by side, each with its own podstuck.
     pub fn start(extra: &[&str]) -> Watch {
-        let mut podstuck = Running::spawn(Command::new(podstuck_binary()).arg("watch").arg("--json").arg("--concurrent").args(extra));
+        Watch::spawn(Command::new(podstuck_binary()).arg("watch").arg("--json").arg("--concurrent").args(extra))
+    }
+
+    /// Starts `command`, a `podstuck watch --json` however it is run (in a
+    /// container: `docker run ... IMAGE watch --json ...`), and waits until
+    /// it is attached. Its pid is the command's (the docker CLI's, which
+    /// passes signals on to the container).
+    pub fn spawn(command: &mut Command) -> Watch {
+        let mut podstuck = Running::spawn(command);
         let start = podstuck.await_start();
         Watch { podstuck, start }
     }
@@ -166,9 +174,7 @@ impl Watch {
         let (program, wrapper_args) = wrapper.split_first().expect("a wrapper command");
         let mut command = Command::new(program);
         command.args(wrapper_args).arg(podstuck_binary()).arg("watch").arg("--json").arg("--concurrent").args(extra);
-        let mut podstuck = Running::spawn(&mut command);
-        let start = podstuck.await_start();
-        Watch { podstuck, start }
+        Watch::spawn(&mut command)
     }
 
     pub fn pid(&self) -> i32 {

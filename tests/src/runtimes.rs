@@ -1114,6 +1114,17 @@ disabled_plugins = [
         self.ctr(&args)
     }
 
+    /// `ctr run --rm --snapshotter overlayfs FLAGS IMAGE ID COMMAND...`,
+    /// runc's state and the fifos under our state directory, not started:
+    /// for a task whose output a test reads as it comes (ctr passes the
+    /// signals it gets on to the task).
+    pub fn run_command(&self, flags: &[String], image: &str, id: &str, command: &[&str]) -> Command {
+        let mut run = Command::new(CTR);
+        run.args(&self.cli.prefix).args(["run", "--rm", "--snapshotter", "overlayfs"]).args(self.run_flags());
+        run.args(flags).args([image, id]).args(command);
+        run
+    }
+
     /// A task's status in `ctr task ls` (RUNNING, STOPPED...), if listed.
     pub fn task_status(&self, id: &str) -> Option<String> {
         let out = self.ctr(&["task", "ls"]);

@@ -1,4 +1,4 @@
-//! podstuck's developer tasks: `cargo xtask setup | build | test | demo | bench`.
+//! podstuck's developer tasks: `cargo xtask setup | build | image | test | demo | bench`.
 //!
 //! Every task first makes sure the eBPF toolchain of docs/building.md is
 //! on the machine (Debian's rustc-web with its prebuilt BPF `core`, LLVM 22,
@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod image;
 mod vm;
 
 #[derive(Parser)]
@@ -28,6 +29,9 @@ enum Task {
     Setup,
     /// Set up, then build the self-contained `podstuck` binary and the `kubectl-podstuck` plugin (release).
     Build,
+    /// Write podstuck's container image (the release build, or --binary) as one tarball that both
+    /// `docker load` and `ctr images import` take: no registry, no container engine needed.
+    Image(image::ImageArgs),
     /// Set up, then run every test: unit tests, the end-to-end tests on the real kernel, and the
     /// kernel-facing scenarios on Debian's 5.10, 6.1 and 6.12 booted under QEMU (as root).
     Test {
@@ -233,12 +237,19 @@ fn test(args: &[String]) -> Result<()> {
     run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck", "--bin", "kubectl-podstuck"]))?;
     let binary = workspace_root().join("target/debug/podstuck");
     let plugin = workspace_root().join("target/debug/kubectl-podstuck");
+    // The container tests run the image of the very binary the other tests run.
+    let image = image::image(&image::ImageArgs {
+        out: Some(workspace_root().join("target/image/podstuck-test.tar")),
+        binary: Some(binary.clone()),
+        tag: None,
+    })?;
     let python = python_reader()?;
     let mut child = cargo()
         .args(["test", "--workspace"])
         .args(args)
         .env("PODSTUCK_BIN", binary)
         .env("KUBECTL_PODSTUCK_BIN", plugin)
+        .env("PODSTUCK_IMAGE", image)
         .env("PODSTUCK_PYTHON", python)
         .stdout(Stdio::piped())
         .spawn()
@@ -311,6 +322,7 @@ fn main() -> ExitCode {
             say(&format!("built {} and {}", bin.display(), workspace_root().join("target/release/kubectl-podstuck").display()));
             Ok(())
         }),
+        Task::Image(args) => image::image(&args).map(|_| ()),
         Task::Test { args } => test(&args),
         Task::Bench(args) => run_bench(&args),
         Task::VmTest(args) => vm::vm_test(&args),

@@ -1,0 +1,448 @@
+//! podstuck's container image (`cargo xtask image`), run the ways SREs run
+//! node tools, against the same pathologies as the node-side tests
+//! (tests/tests/diagnosis.rs): a volume left mounted (P1), an immutable
+//! file (P3), a mount held by a process (P4), a removal storm (P2).
+//!
+//! - as `kubectl debug node` runs its pod ([`kubectl_debug_node`]):
+//!   privileged, the host's PID namespace, the node's `/` at `/host` with
+//!   no propagation, so the container holds a private copy of every mount
+//!   the node had when it started. podstuck must reach the same findings as
+//!   on the node, spelled with the node's paths (never `/host/...`), and
+//!   must never call its own container a holder of the stuck mount;
+//! - without the host's PID namespace: a clear refusal;
+//! - as a DaemonSet with least privilege ([`daemonset`]): the capability
+//!   sets of [`DAEMONSET_CAPABILITIES`] and
+//!   [`DAEMONSET_CAPABILITIES_WITHOUT_SETNS`] (why each is needed is said
+//!   there), each getting P1, the second P4 as well;
+//! - the same tarball imported by `ctr images import` into containerd.
+//!
+//! Each test runs a private dockerd (or containerd) of its own, loads the
+//! image of the binary under test (`$PODSTUCK_IMAGE`, made by `cargo xtask
+//! test`) and runs podstuck with `--concurrent`, so they run beside the
+//! others. Root; see `kernel_test!` for the skip rule, and
+//! `podstuck_image` for the image's.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use podstuck_tests::container::{
+    daemonset, daemonset_in_containerd, kubectl_debug_node, pid1_out_of_reach, privileged, NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES,
+    DAEMONSET_CAPABILITIES_WITHOUT_SETNS,
+};
+use podstuck_tests::findings::apply_fix;
+use podstuck_tests::runtimes::{stderr_text, stdout_text};
+use podstuck_tests::*;
+use serde_json::Value;
+
+/// As on the node: a finding may need several of kubelet's attempts.
+const FINDING_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the node-side storm removes, at the node-side pace (see
+/// tests/tests/diagnosis.rs): 200k directories at 16k calls a second.
+const STORM_DIRS: &str = "200000";
+const STORM_CALLS_PER_S: &str = "16000";
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// `--findings --hung-after 2s --kubelet-root ROOT EXTRA...`, podstuck's
+/// arguments in every scenario here, as on the node.
+fn finding_args<'a>(root: &'a KubeletRoot, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--findings", "--hung-after", "2s", "--kubelet-root", root.arg()];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Whether a finding is about the test's own directory.
+fn about(scratch: &Path) -> impl Fn(&Value) -> bool + '_ {
+    move |f| f["paths"][0].as_str().is_some_and(|p| p.starts_with(text(scratch)))
+}
+
+/// What holds for every finding podstuck printed from its container: the
+/// node's paths, never the container's view of them under /host.
+fn assert_node_paths(findings: &[Value]) {
+    for finding in findings {
+        for path in finding["paths"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            assert!(!path.starts_with("/host/"), "a path as the container sees it, not the node's: {finding}");
+        }
+        let fix = finding["fix"].as_str().unwrap_or_default();
+        assert!(!fix.contains(" /host/"), "a fix with the container's path: {finding}");
+    }
+}
+
+/// Stops the containerised podstuck (SIGINT through the docker CLI) and
+/// checks it ended well, with the node's paths.
+fn stop(watch: Watch) -> Finished {
+    let done = watch.stop(libc::SIGINT);
+    assert!(done.status.success(), "podstuck in its container failed ({}): {}", done.status, done.stderr);
+    assert!(done.events.is_empty(), "--findings printed call events: {:?}", &done.events[..done.events.len().min(3)]);
+    assert_node_paths(&done.findings);
+    done
+}
+
+/// Every attempt printed `want` (and there was one).
+fn all_say(lines: &[String], want: &str) {
+    assert!(!lines.is_empty() && lines.iter().all(|l| l == want), "want every attempt to print {want:?}, got {lines:?}");
+}
+
+/// Runs a finding's fix on the node, as pasted into a shell. A fix printed
+/// in a container enters PID 1's mount namespace first (`nsenter -t 1 -m
+/// -- CMD`); where PID 1's namespaces are out of reach even to root (a
+/// sandboxed test machine), CMD is run as is, from this, the node's mount
+/// namespace, said loudly.
+fn apply_node_fix(finding: &Value) {
+    let fix = finding["fix"].as_str().expect("a fix");
+    match fix.split_once(" -- ") {
+        Some((nsenter, cmd)) if nsenter.starts_with("nsenter ") && pid1_out_of_reach() => {
+            eprintln!("note: PID 1's mount namespace is out of reach here: running `{cmd}` of the fix `{fix}` in this, the node's, namespace");
+            let mut plain = finding.clone();
+            plain["fix"] = Value::from(cmd);
+            apply_fix(&plain);
+        }
+        _ => apply_fix(finding),
+    }
+}
+
+/// A fix printed in a container may enter the node's namespaces first
+/// (`nsenter -t 1 -m -- CMD`); what it runs is `cmd` either way.
+fn fix_runs(e: &mut Expect, cmd: &str) {
+    let fix = e.text("/fix");
+    e.that(fix == cmd || fix.ends_with(&format!(" -- {cmd}")), format!("/fix ({fix}) should run `{cmd}`"));
+}
+
+/// P1's fixture: a pod's CSI volume that its driver left mounted, and
+/// kubelet retrying the removal of its directory on its backoff.
+struct LeftMounted {
+    root: KubeletRoot,
+    pod: Pod,
+    pv: PathBuf,
+    mount: PathBuf,
+}
+
+impl LeftMounted {
+    fn new(scratch: &Path) -> LeftMounted {
+        let root = KubeletRoot::new(scratch.join("kubelet"));
+        let pod = root.new_pod();
+        let pv = pod.create_csi_volume("pvc-p1");
+        let mount = pv.join("mount");
+        LeftMounted { root, pod, pv, mount }
+    }
+
+    /// The volume, mounted until dropped.
+    fn mounted(&self) -> TmpfsMount {
+        TmpfsMount::new(&self.mount, "size=1m")
+    }
+
+    /// podstuck's arguments: findings about this pod.
+    fn podstuck_args(&self) -> Vec<&str> {
+        finding_args(&self.root, &["--pod", self.pod.uid()])
+    }
+
+    /// kubelet's retries, once the first three failed with EBUSY.
+    fn kubelet(&self) -> Process {
+        let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&self.pv), "mount"]);
+        all_say(&kubelet.wait_for_lines(3, secs(10)), &format!("rmdir-at errno {}", libc::EBUSY));
+        kubelet
+    }
+
+    /// What the finding says on the node, too.
+    fn expect(&self, e: &mut Expect, kubelet: &Process) {
+        e.eq("/pod_uid", self.pod.uid());
+        e.eq("/actor/comm", "kubelet");
+        e.eq("/actor/pid", kubelet.pid());
+        e.eq("/errno", "EBUSY");
+        e.eq("/status", "active");
+        e.eq("/paths/0", text(&self.mount));
+        e.eq("/confidence", "confirmed");
+        fix_runs(e, &format!("umount {}", shell_word(&self.mount)));
+    }
+
+    /// Waits for the finding, runs its fix, and checks the volume is unmounted.
+    fn finding_and_fix(&self, watch: &mut Watch, kubelet: &Process) -> Value {
+        let finding = watch.await_finding(FINDING_TIMEOUT, |f| f["kind"] == "volume-still-mounted", |e| self.expect(e, kubelet));
+        apply_node_fix(&finding);
+        assert!(!is_mountpoint(&self.mount), "the fix should unmount {}", self.mount.display());
+        finding
+    }
+}
+
+/// P4's fixture: a container's rootfs, and a log shipper on the node that
+/// still has its log open (started before podstuck, as on a node).
+struct HeldOpen {
+    root: KubeletRoot,
+    rootfs: PathBuf,
+    // Field order is drop order: the holder before the mount it holds.
+    shipper: Process,
+    _mount: TmpfsMount,
+}
+
+impl HeldOpen {
+    fn new(scratch: &Path) -> HeldOpen {
+        let root = KubeletRoot::empty(scratch.join("kubelet"));
+        let rootfs = scratch.join("run/containerd/io.containerd.runtime.v2.task/k8s.io/c1/rootfs");
+        let mount = TmpfsMount::new(&rootfs, "size=1m");
+        std::fs::write(rootfs.join("server.log"), "started\n").unwrap();
+        let shipper = start_actor(["--comm", "log-shipper", "hold-open", text(&rootfs.join("server.log"))]);
+        shipper.wait_ready(secs(10));
+        HeldOpen { root, rootfs, shipper, _mount: mount }
+    }
+
+    /// containerd's unmount retries, once the first three failed with EBUSY.
+    fn containerd_retries(&self) -> Process {
+        let containerd = start_actor(["--comm", "containerd", "--repeat", "0", "--every-ms", "50", "umount", text(&self.rootfs)]);
+        all_say(&containerd.wait_for_lines(3, secs(10)), &format!("umount errno {}", libc::EBUSY));
+        containerd
+    }
+
+    /// The finding names the rootfs and its holder, and kills it.
+    fn expect(&self, e: &mut Expect) {
+        let pid = self.shipper.pid();
+        e.eq("/paths/0", text(&self.rootfs));
+        e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
+        e.contains("/fix", &format!("kill {pid}"));
+    }
+}
+
+// The image -------------------------------------------------------------
+
+kernel_test! {
+    fn docker_loads_the_image_and_runs_it_without_a_shell(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
+        assert_eq!(node.image, format!("podstuck:{}", env!("CARGO_PKG_VERSION")));
+        let inspect = |format: &str| node.dockerd.inspect(&node.image, format);
+        assert_eq!(inspect("{{json .Config.Entrypoint}}"), r#"["/usr/local/bin/podstuck"]"#);
+        assert_eq!(inspect("{{json .Config.Cmd}}"), r#"["watch"]"#);
+        assert_eq!(inspect(r#"{{index .Config.Labels "org.opencontainers.image.title"}}"#), "podstuck");
+        assert_eq!(inspect(r#"{{index .Config.Labels "org.opencontainers.image.version"}}"#), env!("CARGO_PKG_VERSION"));
+        let out = node.run(&["--network", "none"], &["--version"]).stdin(Stdio::null()).output().expect("docker run");
+        assert!(out.status.success(), "podstuck --version in its image: {}", stderr_text(&out));
+        assert!(stdout_text(&out).starts_with("podstuck "), "{}", stdout_text(&out));
+        // Nothing but podstuck: no shell to exec into.
+        let out = node.run(&["--network", "none", "--entrypoint", "/bin/sh"], &["-c", "true"]).stdin(Stdio::null()).output().unwrap();
+        assert!(!out.status.success(), "the image has a shell");
+    }
+}
+
+kernel_test! {
+    fn ctr_imports_the_same_tarball(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
+        let name = format!("docker.io/library/podstuck:{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(node.image, name);
+        let listed = stdout_text(&node.containerd.ctr(&["images", "ls", "-q"]));
+        assert!(listed.lines().any(|l| l == name), "ctr images ls lists {listed:?}, not {name}");
+        // Every blob present for this platform.
+        let check = stdout_text(&node.containerd.ctr(&["images", "check"]));
+        let line = check.lines().find(|l| l.starts_with(&name)).unwrap_or_else(|| panic!("ctr images check: {check}"));
+        assert!(line.contains("complete"), "ctr images check: {line}");
+        // And containerd runs it.
+        let id = format!("podstuck-{}", runtimes::short_name());
+        let out = node.containerd.run_command(&[], &node.image, &id, &["/usr/local/bin/podstuck", "--version"]).stdin(Stdio::null()).output().unwrap();
+        assert!(out.status.success(), "ctr run podstuck --version: {}", stderr_text(&out));
+        assert!(stdout_text(&out).starts_with("podstuck "), "{}", stdout_text(&out));
+    }
+}
+
+// How it is run ---------------------------------------------------------
+
+kernel_test! {
+    fn without_the_host_pid_namespace_it_refuses_clearly(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
+        // The image's default command (`watch`), privileged and with the
+        // node's / but in a PID namespace of its own.
+        let mut flags = privileged();
+        flags.extend(["-v", "/:/host"].map(String::from));
+        let started = Instant::now();
+        let out = node.run(&flags, &[]).stdin(Stdio::null()).output().expect("docker run");
+        let stderr = stderr_text(&out);
+        assert!(!out.status.success(), "podstuck ran without the host's PID namespace: {stderr}");
+        assert!(started.elapsed() < secs(30), "refused only after {:?}", started.elapsed());
+        assert!(stderr.contains("--pid=host"), "the refusal should say how to run it (--pid=host): {stderr}");
+        assert!(stdout_text(&out).is_empty(), "nothing on stdout: {}", stdout_text(&out));
+    }
+}
+
+// The pathologies, from kubectl debug node's container -------------------
+
+kernel_test! {
+    fn p1_in_a_container_a_volume_left_mounted_is_named_with_its_umount(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
+        let volume = LeftMounted::new(scratch.path());
+        // podstuck's container starts first: the mount is the node's alone.
+        let mut watch = node.watch(&kubectl_debug_node(), &volume.podstuck_args());
+        let _mounted = volume.mounted();
+        let kubelet = volume.kubelet();
+        volume.finding_and_fix(&mut watch, &kubelet);
+        stop(watch);
+    }
+}
+
+kernel_test! {
+    fn p1_in_a_container_holding_a_copy_of_the_mount_names_the_mount_not_itself(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
+        let volume = LeftMounted::new(scratch.path());
+        // Mounted before the container starts: `-v /:/host` (rprivate)
+        // gives podstuck's container a private copy of it.
+        let _mounted = volume.mounted();
+        let mut watch = node.watch(&kubectl_debug_node(), &volume.podstuck_args());
+        let container = node.container_pid();
+        let kubelet = volume.kubelet();
+        volume.finding_and_fix(&mut watch, &kubelet);
+        let watching = watch.pid() as u32;
+        let done = stop(watch);
+        for f in done.findings.iter().filter(|f| about(scratch.path())(f)) {
+            let e = Expect::new(f);
+            for pid in [container, watching] {
+                assert!(!e.mentions_number("/evidence", pid.into()) && !e.mentions_number("/fix", pid.into()), "podstuck's own container (pid {pid}) named: {f}");
+            }
+            assert_ne!(f["kind"], "mount-held", "podstuck's own copy called a holder: {f}");
+        }
+    }
+}
+
+kernel_test! {
+    fn p3_in_a_container_an_immutable_file_is_named_with_chattr(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let layer = scratch.path().join("lib/docker/overlay2").join(new_pod_uid().replace('-', ""));
+        let etc = layer.join("diff/etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        let file = etc.join("resolv.conf");
+        std::fs::write(&file, "nameserver 10.96.0.10\n").unwrap();
+        let _immutable = Immutable::set(&file);
+        let mut watch = node.watch(&kubectl_debug_node(), &finding_args(&root, &[]));
+        let dockerd = start_actor(["--comm", "dockerd", "--every-ms", "1000", "--repeat", "0", "remove-all", text(&layer)]);
+        let layer_name = layer.file_name().unwrap().to_str().unwrap();
+        let eperm = format!("remove-all left: errno {} at {layer_name}/diff/etc/resolv.conf", libc::EPERM);
+        all_say(&dockerd.wait_for_lines(2, secs(10)), &eperm);
+        let finding = watch.await_finding(
+            FINDING_TIMEOUT,
+            |f| f["kind"] == "immutable-file" && about(scratch.path())(f),
+            |e| {
+                e.eq("/paths/0", text(&file));
+                e.eq("/errno", "EPERM");
+                e.eq("/actor/comm", "dockerd");
+                e.eq("/actor/pid", dockerd.pid());
+                fix_runs(e, &format!("chattr -i {}", shell_word(&file)));
+            },
+        );
+        apply_node_fix(&finding);
+        assert!(dockerd.wait_for_line("remove-all done", secs(5)), "after the fix: {:?}", dockerd.lines());
+        stop(watch);
+    }
+}
+
+kernel_test! {
+    fn p4_in_a_container_a_mount_held_by_an_open_file_is_named_with_kill(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
+        let held = HeldOpen::new(scratch.path());
+        let mut watch = node.watch(&kubectl_debug_node(), &finding_args(&held.root, &[]));
+        let containerd = held.containerd_retries();
+        let finding = watch.await_finding(FINDING_TIMEOUT, |f| f["kind"] == "mount-held" && about(scratch.path())(f), |e| {
+            held.expect(e);
+            e.eq("/actor/comm", "containerd");
+            e.eq("/syscall", "umount2");
+            e.eq("/errno", "EBUSY");
+        });
+        drop(containerd);
+        apply_node_fix(&finding);
+        // containerd's next try goes through.
+        let deadline = Instant::now() + secs(5);
+        while sys_umount2(&cstring(&held.rootfs), 0) != 0 {
+            assert!(Instant::now() < deadline, "umount2 still fails 5 s after the fix");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop(watch);
+    }
+}
+
+kernel_test! {
+    fn p2_in_a_container_a_removal_storm_is_caught_while_it_lasts(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        // Not scratch/docker: that is the private dockerd's data root.
+        let docker = scratch.path().join("lib/docker");
+        let _disk = TmpfsMount::new(&docker, "size=64m,nr_inodes=1m");
+        let volume = docker.join("volumes/build-cache");
+        let data = volume.join("_data");
+        std::fs::create_dir_all(&data).unwrap();
+        let mut watch = node.watch(&kubectl_debug_node(), &finding_args(&root, &[]));
+        let (status, lines) = start_actor(["mkdirs", text(&data), STORM_DIRS]).finish(secs(120));
+        assert!(status.success(), "mkdirs: {lines:?}");
+        let dockerd = start_actor(["--comm", "dockerd", "--calls-per-s", STORM_CALLS_PER_S, "remove-all", text(&volume)]);
+        let finding = watch.await_finding(
+            FINDING_TIMEOUT,
+            |f| f["kind"] == "removal-storm" && about(scratch.path())(f),
+            |e| {
+                let key = PathBuf::from(e.text("/paths/0"));
+                e.that(
+                    key == data || (volume.starts_with(&key) && key != scratch.path()),
+                    format!("/paths/0 ({}) should be {} or a directory above it in the test's tree", key.display(), volume.display()),
+                );
+                e.eq("/actor/comm", "dockerd");
+                e.eq("/actor/pid", dockerd.pid());
+                e.eq("/status", "active");
+                e.that(e.at("/details/remaining").as_u64().is_some_and(|r| r > 0), "/details/remaining > 0 while it lasts");
+                e.that(e.at("/details/eta_s").as_f64().is_some_and(|s| s > 0.0), "/details/eta_s > 0 while it lasts");
+                e.contains("/fix", "kubectl drain");
+            },
+        );
+        eprintln!("storm finding: {}", finding["details"]);
+        stop(watch);
+        drop(dockerd);
+    }
+}
+
+// Least privilege ---------------------------------------------------------
+
+/// P1 seen from a DaemonSet-shaped podstuck that `start` runs (given
+/// podstuck's arguments): the volume mounted before it starts, as on a node
+/// where it was left mounted long ago.
+fn p1_from_a_daemonset(scratch: &ScratchDir, start: impl FnOnce(&[&str]) -> Watch) {
+    let volume = LeftMounted::new(scratch.path());
+    let _mounted = volume.mounted();
+    let mut watch = start(&volume.podstuck_args());
+    let kubelet = volume.kubelet();
+    let finding = volume.finding_and_fix(&mut watch, &kubelet);
+    eprintln!("finding: {finding}");
+    stop(watch);
+}
+
+kernel_test! {
+    fn a_daemonset_with_least_privilege_names_a_volume_left_mounted(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
+        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset(&DAEMONSET_CAPABILITIES), args));
+    }
+}
+
+kernel_test! {
+    fn a_daemonset_without_sys_admin_reads_the_node_through_host(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
+        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), args));
+    }
+}
+
+kernel_test! {
+    fn p4_from_a_daemonset_without_sys_admin_names_the_holder_with_node_paths(test) {
+        let scratch = test.scratch();
+        let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
+        let held = HeldOpen::new(scratch.path());
+        let flags = daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS);
+        let mut watch = node.watch(&flags, &finding_args(&held.root, &[]));
+        let containerd = held.containerd_retries();
+        watch.await_finding(FINDING_TIMEOUT, |f| f["kind"] == "mount-held" && about(scratch.path())(f), |e| held.expect(e));
+        drop(containerd);
+        stop(watch);
+    }
+}
