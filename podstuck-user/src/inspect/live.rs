@@ -383,7 +383,10 @@ impl NodeInspector for LiveNode {
         let proc_root = self.proc_file(pid, "root");
         let root = if proc_root.exists() { proc_root } else { crate::node_view::path("/") };
         let wait = self.deadline;
-        self.on_worker(path, wait, move |p| resolve_in_root(&root, p.as_os_str().as_bytes()))
+        // The path is the caller's, under its own root: never the node's
+        // path that on_worker reaches under --host-root.
+        let in_caller_root = path.to_vec();
+        self.on_worker(path, wait, move |_| resolve_in_root(&root, &in_caller_root))
     }
 
     fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder> {
