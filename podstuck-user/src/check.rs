@@ -101,18 +101,23 @@ pub struct TracerLock(#[allow(dead_code, reason = "held for its lock")] std::fs:
 impl TracerLock {
     /// Takes the lock: exclusive unless `concurrent`. Refused with the
     /// holders when another podstuck traces (and this one wants to be
-    /// alone). Where the lock file cannot be made (a read-only /run), no
-    /// lock is taken: tracing is never refused for that.
+    /// alone). A lock file that exists is taken read-only where it cannot
+    /// be written (the node's / read-only at /host in a DaemonSet): flock
+    /// needs no write access. Where there is none and it cannot be made,
+    /// no lock is taken: tracing is never refused for that.
     pub fn take(concurrent: bool) -> Result<Option<TracerLock>, AlreadyTracing> {
         use std::os::unix::fs::OpenOptionsExt;
-        let Ok(file) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(crate::node_view::path(TRACER_LOCK))
-        else {
+        let path = crate::node_view::path(TRACER_LOCK);
+        let open = |write: bool| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(write)
+                .create(write)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+        };
+        let Ok(file) = open(true).or_else(|_| open(false)) else {
             return Ok(None);
         };
         // SAFETY: flock(2) on a file this function opened and owns.

@@ -36,8 +36,9 @@ use crate::runtimes::{short_name, stdout_text, Containerd, Dockerd, DOCKER};
 ///   ("PID 1's mount namespace is unreadable: permission denied").
 ///
 /// Once in the node's mount namespace, the node's tracefs is there: no
-/// /sys/kernel/tracing mount is needed. The manifest under deploy/ should
-/// list the same, with the same reasons.
+/// /sys/kernel/tracing mount is needed. The manifest under deploy/ takes
+/// the other route, [`DAEMONSET_CAPABILITIES_WITHOUT_SETNS`] (its tests
+/// read the manifest's own list).
 pub const DAEMONSET_CAPABILITIES: [&str; 3] = ["SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"];
 
 /// The set without CAP_SYS_ADMIN, measured with containerd (ctr 1.6 and
@@ -52,6 +53,41 @@ pub const DAEMONSET_CAPABILITIES: [&str; 3] = ["SYS_ADMIN", "SYS_CHROOT", "SYS_P
 /// - `SYS_PTRACE`: other processes' /proc/PID/{fd,cwd,root,ns}, to name who
 ///   holds a mount.
 pub const DAEMONSET_CAPABILITIES_WITHOUT_SETNS: [&str; 3] = ["BPF", "PERFMON", "SYS_PTRACE"];
+
+/// deploy/podstuck-daemonset.yaml's documents, read by PyYAML (Debian's
+/// python3-yaml, which `cargo xtask test` installs) and handed over as
+/// JSON; `None` without it, outside CI only (loudly).
+pub fn daemonset_manifest() -> Option<Vec<serde_json::Value>> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/podstuck-daemonset.yaml");
+    let read = "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)";
+    let out = match Command::new("/usr/bin/python3").args(["-c", read]).arg(&manifest).output() {
+        Ok(out) if out.status.success() => out,
+        ran => {
+            assert!(!crate::harness::in_ci(), "Debian's python3-yaml must be installed under CI (cargo xtask test does it): {ran:?}");
+            eprintln!("\n*** SKIPPED the manifest check: run `cargo xtask test` to install python3-yaml ***\n");
+            return None;
+        }
+    };
+    Some(serde_json::from_slice(&out.stdout).expect("JSON from python"))
+}
+
+/// The capabilities the manifest's DaemonSet adds, as written there
+/// (`BPF`), but those this machine cannot grant at all (said loudly).
+pub fn manifest_capabilities(documents: &[serde_json::Value]) -> Vec<String> {
+    let daemonset = documents.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet in the manifest");
+    let added = &daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"];
+    let added = added.as_array().expect("capabilities.add").iter().map(|c| c.as_str().expect("a capability name").to_string());
+    let missing = capabilities_not_grantable();
+    added
+        .filter(|cap| {
+            let grantable = !missing.contains(&cap.as_str());
+            if !grantable {
+                eprintln!("note: this machine cannot grant CAP_{cap} (not in its bounding set): the manifest's DaemonSet runs here without it");
+            }
+            grantable
+        })
+        .collect()
+}
 
 /// The image tarball under test: `$PODSTUCK_IMAGE` (set by `cargo xtask
 /// test`, the image of `$PODSTUCK_BIN`). Without it, a loud skip outside CI;

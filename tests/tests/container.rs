@@ -27,7 +27,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use podstuck_tests::container::{
-    daemonset, daemonset_in_containerd, kubectl_debug_node, pid1_out_of_reach, privileged, NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES,
+    daemonset, daemonset_in_containerd, daemonset_manifest, kubectl_debug_node, manifest_capabilities, pid1_out_of_reach, privileged, NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES,
     DAEMONSET_CAPABILITIES_WITHOUT_SETNS,
 };
 use podstuck_tests::findings::apply_fix;
@@ -406,22 +406,42 @@ kernel_test! {
 
 /// P1 seen from a DaemonSet-shaped podstuck that `start` runs (given
 /// podstuck's arguments): the volume mounted before it starts, as on a node
-/// where it was left mounted long ago.
-fn p1_from_a_daemonset(scratch: &ScratchDir, start: impl FnOnce(&[&str]) -> Watch) {
+/// where it was left mounted long ago. `while_tracing` looks at the node
+/// once the finding is in, before podstuck stops.
+fn p1_from_a_daemonset(scratch: &ScratchDir, start: impl FnOnce(&[&str]) -> Watch, while_tracing: impl FnOnce()) {
     let volume = LeftMounted::new(scratch.path());
     let _mounted = volume.mounted();
     let mut watch = start(&volume.podstuck_args());
     let kubelet = volume.kubelet();
     let finding = volume.finding_and_fix(&mut watch, &kubelet);
     eprintln!("finding: {finding}");
+    while_tracing();
     stop(watch);
 }
+
+/// The pids holding a flock on the node's tracer lock whose command line
+/// mentions `word`, from /proc/locks.
+fn tracer_lock_holders(word: &str) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(TRACER_LOCK).expect("the tracer lock exists");
+    let id = format!("{:02x}:{:02x}:{}", libc::major(meta.dev()), libc::minor(meta.dev()), meta.ino());
+    let locks = std::fs::read_to_string("/proc/locks").unwrap();
+    locks
+        .lines()
+        .filter(|l| l.contains(" FLOCK ") && !l.contains("->") && l.split_whitespace().any(|f| f == id))
+        .filter_map(|l| l.split_whitespace().nth(4)?.parse().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(word)))
+        .collect()
+}
+
+/// Where every podstuck on a node takes its tracer lock (check.rs).
+const TRACER_LOCK: &str = "/run/podstuck.lock";
 
 kernel_test! {
     fn a_daemonset_with_least_privilege_names_a_volume_left_mounted(test) {
         let scratch = test.scratch();
         let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
-        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset(&DAEMONSET_CAPABILITIES), args));
+        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset(&DAEMONSET_CAPABILITIES), args), || ());
     }
 }
 
@@ -429,7 +449,27 @@ kernel_test! {
     fn a_daemonset_without_sys_admin_reads_the_node_through_host(test) {
         let scratch = test.scratch();
         let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
-        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), args));
+        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), args), || ());
+    }
+}
+
+kernel_test! {
+    fn the_manifests_daemonset_reads_the_node_and_shares_the_tracer_lock(test) {
+        // The capabilities deploy/podstuck-daemonset.yaml adds, as written
+        // there, with the node's / read-only at /host as it mounts it.
+        let Some(manifest) = daemonset_manifest() else { return };
+        let caps = manifest_capabilities(&manifest);
+        let caps: Vec<&str> = caps.iter().map(String::as_str).collect();
+        let scratch = test.scratch();
+        let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
+        // What the manifest's FileOrCreate hostPath does on a node where no podstuck ran yet.
+        std::fs::OpenOptions::new().create(true).append(true).open(TRACER_LOCK).unwrap();
+        let word = text(scratch.path()).to_string();
+        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset_in_containerd(&caps), args), || {
+            let holders = tracer_lock_holders(&word);
+            let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+            assert!(!holders.is_empty(), "the DaemonSet's podstuck should hold {TRACER_LOCK} (shared) through its read-only /host; /proc/locks:\n{locks}");
+        });
     }
 }
 

@@ -17,6 +17,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use podstuck_tests::container::daemonset_manifest;
 use podstuck_tests::scrape::{free_port, get, send, Prometheus};
 use podstuck_tests::*;
 use serde_json::Value;
@@ -243,23 +244,6 @@ kernel_test! {
     }
 }
 
-/// deploy/podstuck-daemonset.yaml's documents, read by PyYAML (Debian's
-/// python3-yaml, which `cargo xtask test` installs) and handed over as
-/// JSON; `None` without it, outside CI only (loudly).
-fn daemonset_manifest() -> Option<Vec<Value>> {
-    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/podstuck-daemonset.yaml");
-    let read = "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)";
-    let out = match Command::new("/usr/bin/python3").args(["-c", read]).arg(&manifest).output() {
-        Ok(out) if out.status.success() => out,
-        ran => {
-            assert!(!in_ci(), "Debian's python3-yaml must be installed under CI (cargo xtask test does it): {ran:?}");
-            eprintln!("\n*** SKIPPED the manifest check: run `cargo xtask test` to install python3-yaml ***\n");
-            return None;
-        }
-    };
-    Some(serde_json::from_slice(&out.stdout).expect("JSON from python"))
-}
-
 #[test]
 fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
     let Some(documents) = daemonset_manifest() else { return };
@@ -299,7 +283,7 @@ fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
     let added: Vec<&str> = security["capabilities"]["add"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
     assert!(added.contains(&"BPF") && added.contains(&"PERFMON"), "{added:?}");
     assert!(!added.iter().any(|c| c.trim_start_matches("CAP_") == "SYS_ADMIN") || security["allowPrivilegeEscalation"] != false);
-    assert_eq!(security["seccompProfile"]["type"], "Unconfined", "the default profile refuses bpf(2)");
+    assert_eq!(security["seccompProfile"]["type"], "Unconfined", "docker's and older runtimes' default profiles refuse bpf(2)");
 
     // The node's / only read-only, and following the node's unmounts.
     let volumes = spec["volumes"].as_array().unwrap();
