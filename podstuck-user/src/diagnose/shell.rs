@@ -39,7 +39,7 @@ pub fn from_a_container(finding: &mut Finding) {
     if fix != finding.fix {
         finding.fix = fix;
         finding.advice.push(format!(
-            "podstuck runs in a container, so the fix enters the node's mount namespace first ({IN_NODE_NAMESPACE}): paste it in this container's shell or on the node"
+            "podstuck runs in a container, so the fix enters the node's mount namespace first ({IN_NODE_NAMESPACE}): paste it as root on the node, or in a shell with the host's PID namespace (a kubectl debug node pod with a shell image)"
         ));
     }
 }
