@@ -33,7 +33,7 @@ pub fn owner(finalizer: &str) -> Owner {
         other => {
             let domain = other.split_once('/').map(|(d, _)| d).unwrap_or(other);
             return Owner {
-                who: format!("the controller that added it (by its name, one of {domain}); not part of Kubernetes itself"),
+                who: format!("the controller of {domain} that added it (not part of Kubernetes)"),
                 would: "its own cleanup for this pod (whatever that controller does: see its documentation or logs)".to_string(),
             };
         }
@@ -121,7 +121,7 @@ mod tests {
             r#"kubectl patch pod web-0 -n shop --type=json -p '[{"op":"test","path":"/metadata/finalizers/1","value":"foregroundDeletion"},{"op":"remove","path":"/metadata/finalizers/1"}]'"#
         );
         assert!(f.advice[0].contains("blockOwnerDeletion"), "{:?}", f.advice);
-        assert!(found[0].evidence.iter().any(|e| e.source == "api" && e.fact.contains("one of example.com")), "{:?}", found[0].evidence);
+        assert!(found[0].evidence.iter().any(|e| e.source == "api" && e.fact.contains("the controller of example.com that added it")), "{:?}", found[0].evidence);
         assert_eq!(f.first_seen, at(100.0));
     }
 
