@@ -23,22 +23,19 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
     }
     let mut f = snapshot.finding(Kind::GracePeriodPast, "grace-period", Severity::Warning, due);
     let grace = snapshot.pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
-    let running: Vec<String> = snapshot
-        .pod
-        .status
-        .iter()
-        .flat_map(|s| s.container_statuses.iter().flatten())
-        .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-        .map(|c| c.name.clone())
-        .collect();
+    let statuses: Vec<_> = snapshot.pod.status.iter().flat_map(|s| s.container_statuses.iter().flatten()).collect();
+    let running: Vec<String> = statuses.iter().filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some())).map(|c| c.name.clone()).collect();
     f.summary = format!(
         "pod {} should have been gone {} ago: its grace period of {grace} s ended {}; {}.",
         snapshot.pod_words(),
         human_duration(late),
         crate::words::rfc3339_seconds(due),
-        match running.is_empty() {
-            true => "kubelet reports no container running, so what is left is teardown (volumes, cgroup) or the API".to_string(),
-            false => format!("kubelet last reported container(s) {} still running", running.join(", ")),
+        // Without statuses (saved by hand, or never reported) nothing is
+        // known of the containers: say so rather than guess.
+        match (statuses.is_empty(), running.is_empty()) {
+            (true, _) => "the pod has no container status, so whether its containers stopped is not known here".to_string(),
+            (false, true) => "kubelet reports no container running, so what is left is teardown (volumes, cgroup) or the API".to_string(),
+            (false, false) => format!("kubelet last reported container(s) {} still running", running.join(", ")),
         }
     );
     f.evidence(SOURCE, format!("metadata.deletionTimestamp {} (grace period {grace} s)", snapshot.when_words(due)));
@@ -78,5 +75,8 @@ mod tests {
         assert_eq!(found[0].fix, "kubectl podstuck web-0 -n shop");
         // Within a minute of its due time a pod is only slow.
         assert!(detect(&snapshot(pod, at(130.0))).is_empty());
+        // No status at all (a pod saved without it): nothing is claimed of its containers.
+        let found = detect(&snapshot(deleted_pod(at(100.0)), at(400.0)));
+        assert!(found[0].summary.contains("no container status, so whether its containers stopped is not known"), "{}", found[0].summary);
     }
 }
