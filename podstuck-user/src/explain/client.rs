@@ -39,6 +39,19 @@ const MAX_KUBECONFIG: u64 = 4 << 20;
 /// must not wait on a slow API server.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The pod named is not in the API: it is gone already, which is no
+/// failure to read (watch stops telling what the API held of it).
+#[derive(Debug)]
+pub struct PodGone(pub String);
+
+impl std::fmt::Display for PodGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PodGone {}
+
 /// What explain and watch are told about the API.
 #[derive(Clone, Debug, Default)]
 pub struct KubeOptions {
@@ -225,7 +238,7 @@ impl Api {
                 match api.get(name).await {
                     Ok(pod) => Ok(pod),
                     Err(kube::Error::Api(s)) if s.code == 404 => {
-                        Err(anyhow!("pod {ns}/{name} not found: it is gone already (not stuck), or in another namespace (-n NAMESPACE)"))
+                        Err(PodGone(format!("pod {ns}/{name} not found: it is gone already (not stuck), or in another namespace (-n NAMESPACE)")).into())
                     }
                     Err(e) => Err(anyhow!("cannot read pod {ns}/{name}: {}", self.said(e, "get", "pods", &format!(" in namespace {ns}")))),
                 }
@@ -239,7 +252,7 @@ impl Api {
                 list.items
                     .into_iter()
                     .find(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
-                    .ok_or_else(|| anyhow!("no pod has UID {uid}{scope}: it is gone already (not stuck)"))
+                    .ok_or_else(|| PodGone(format!("no pod has UID {uid}{scope}: it is gone already (not stuck)")).into())
             }
         }
     }

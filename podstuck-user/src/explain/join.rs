@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use super::client::{Api, KubeOptions};
+use super::client::{Api, KubeOptions, PodGone};
 use super::{findings, rank, PodRef};
 use crate::diagnose::{Detector, Finding, Kind, Review, Status};
 use crate::event::CallEvent;
@@ -102,7 +102,7 @@ impl ApiJoin {
                     match api.snapshot(pod).await {
                         Ok(snapshot) => all.extend(findings(&snapshot)),
                         // The pod is gone: nothing holds it any more.
-                        Err(e) if e.to_string().contains("not found") => {}
+                        Err(e) if e.is::<PodGone>() => {}
                         Err(e) => failure = Some(format!("{e:#}")),
                     }
                 }
