@@ -92,7 +92,7 @@ enum Command {
     Pack { path: PathBuf },
     /// What the Kubernetes API says about a pod stuck in Terminating: finalizers, its node
     /// NotReady, volumes that do not detach, kubelet's warnings; each with its evidence and a
-    /// safe fix. Reads through a kubeconfig, in-cluster, or on the node the kubelet's own.
+    /// safe fix. Reads through a kubeconfig, in-cluster, or on the node the kubelet's own kubeconfig.
     Explain {
         /// The pod: NAME, NAMESPACE/NAME or its UID (with --from: optional when the files hold one pod).
         #[arg(required_unless_present = "from")]
