@@ -414,6 +414,78 @@ fn saved_files_are_bounded_and_checked() {
     assert!(stderr.contains("larger than 32 MiB"), "{stderr}");
 }
 
+/// What a request asks, in RBAC's words: (API group, resource, verb, namespace).
+fn permission(target: &str) -> (String, String, &'static str, Option<String>) {
+    let path = target.split('?').next().unwrap();
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match parts[0] {
+        "api" => (String::new(), &parts[2..]),
+        _ => (parts[1].to_string(), &parts[3..]),
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] => (Some(ns.to_string()), rest),
+        rest => (None, rest),
+    };
+    let verb = if rest.len() > 1 { "get" } else { "list" };
+    (group, rest[0].to_string(), verb, namespace)
+}
+
+#[test]
+fn the_rbac_in_deploy_grants_what_explain_asks_and_nothing_more() {
+    let Some(documents) = harness::deploy_manifest("explain-rbac.yaml") else { return };
+    // Every resource read: the pod by name and by UID, events, node, lease, claims, attachments.
+    let scratch = ScratchDir::new("explain-rbac");
+    let api = ApiServer::start();
+    let mut cluster = Cluster::healthy(UID).deleted(600);
+    cluster.pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+        name: "data".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: "data-web-0".into(), read_only: None }),
+        ..Default::default()
+    }]);
+    cluster.claims.push(PersistentVolumeClaim {
+        metadata: ObjectMeta { name: Some("data-web-0".into()), namespace: Some("shop".into()), ..Default::default() },
+        spec: Some(PersistentVolumeClaimSpec { volume_name: Some("pv-7".into()), ..Default::default() }),
+        status: None,
+    });
+    cluster.serve(&api);
+    let config = api.kubeconfig(scratch.path());
+    answer(&explain(&["web-0", "--kubeconfig", config.to_str().unwrap()]));
+    answer(&explain(&[UID, "-n", "shop", "--kubeconfig", config.to_str().unwrap()]));
+    let asked: std::collections::BTreeSet<_> = api.requests().iter().map(|r| permission(&r.target)).collect();
+
+    // (group, resource, verb, the one namespace it is granted in, if only one).
+    let bound: Vec<(&str, &str)> = documents
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
+        .map(|d| (d["roleRef"]["kind"].as_str().unwrap(), d["roleRef"]["name"].as_str().unwrap()))
+        .collect();
+    let mut granted = Vec::new();
+    for role in documents.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role") {
+        let kind = role["kind"].as_str().unwrap();
+        assert!(bound.contains(&(kind, role["metadata"]["name"].as_str().unwrap())), "{kind} {} is bound", role["metadata"]["name"]);
+        let namespace = role["metadata"]["namespace"].as_str().map(str::to_string);
+        for rule in role["rules"].as_array().unwrap() {
+            let words = |key: &str| rule[key].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect::<Vec<_>>();
+            for group in words("apiGroups") {
+                for resource in words("resources") {
+                    for verb in words("verbs") {
+                        granted.push((group.clone(), resource.clone(), verb, namespace.clone()));
+                    }
+                }
+            }
+        }
+    }
+    let allows = |(group, resource, verb, ns): &(String, String, &str, Option<String>), (g, r, v, only): &(String, String, String, Option<String>)| {
+        g == group && r == resource && v == verb && only.as_ref().is_none_or(|only| ns.as_ref() == Some(only))
+    };
+    for want in &asked {
+        assert!(granted.iter().any(|g| allows(want, g)), "{want:?} is not granted: {granted:?}");
+    }
+    for grant in &granted {
+        assert!(asked.iter().any(|a| allows(a, grant)), "{grant:?} is granted but never asked: {asked:?}");
+    }
+}
+
 // On the node: watch --pod NS/NAME ------------------------------------------
 
 /// `podstuck watch --json --findings --pod shop/web-0 --kubeconfig CONFIG`, for this pod's kubelet root.

@@ -243,26 +243,9 @@ kernel_test! {
     }
 }
 
-/// deploy/podstuck-daemonset.yaml's documents, read by PyYAML (Debian's
-/// python3-yaml, which `cargo xtask test` installs) and handed over as
-/// JSON; `None` without it, outside CI only (loudly).
-fn daemonset_manifest() -> Option<Vec<Value>> {
-    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/podstuck-daemonset.yaml");
-    let read = "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)";
-    let out = match Command::new("/usr/bin/python3").args(["-c", read]).arg(&manifest).output() {
-        Ok(out) if out.status.success() => out,
-        ran => {
-            assert!(!in_ci(), "Debian's python3-yaml must be installed under CI (cargo xtask test does it): {ran:?}");
-            eprintln!("\n*** SKIPPED the manifest check: run `cargo xtask test` to install python3-yaml ***\n");
-            return None;
-        }
-    };
-    Some(serde_json::from_slice(&out.stdout).expect("JSON from python"))
-}
-
 #[test]
 fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
-    let Some(documents) = daemonset_manifest() else { return };
+    let Some(documents) = harness::deploy_manifest("podstuck-daemonset.yaml") else { return };
     let daemonset = documents.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
     let pod = &daemonset["spec"]["template"];
     let spec = &pod["spec"];
