@@ -85,6 +85,21 @@ impl Cluster {
         self
     }
 
+    /// The pod's volume "data" is claim data-web-0, bound to volume pv-7.
+    fn with_claim(mut self) -> Cluster {
+        self.pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: "data-web-0".into(), read_only: None }),
+            ..Default::default()
+        }]);
+        self.claims.push(PersistentVolumeClaim {
+            metadata: ObjectMeta { name: Some("data-web-0".into()), namespace: Some("shop".into()), ..Default::default() },
+            spec: Some(PersistentVolumeClaimSpec { volume_name: Some("pv-7".into()), ..Default::default() }),
+            status: None,
+        });
+        self
+    }
+
     fn serve(&self, api: &ApiServer) {
         api.object(&self.pod, Some("shop"), "web-0");
         api.list(Some("shop"), std::slice::from_ref(&self.pod));
@@ -277,17 +292,7 @@ fn an_unreachable_node_is_the_root_cause_and_its_forced_deletion_says_the_risk()
 
 #[test]
 fn a_volume_that_does_not_detach_is_quoted_from_its_volume_attachment() {
-    let mut cluster = Cluster::healthy(UID).deleted(600);
-    cluster.pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
-        name: "data".into(),
-        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: "data-web-0".into(), read_only: None }),
-        ..Default::default()
-    }]);
-    cluster.claims.push(PersistentVolumeClaim {
-        metadata: ObjectMeta { name: Some("data-web-0".into()), namespace: Some("shop".into()), ..Default::default() },
-        spec: Some(PersistentVolumeClaimSpec { volume_name: Some("pv-7".into()), ..Default::default() }),
-        status: None,
-    });
+    let mut cluster = Cluster::healthy(UID).deleted(600).with_claim();
     let attachment = |name: &str, pv: &str, error: Option<&str>| VolumeAttachment {
         metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
         spec: VolumeAttachmentSpec {
@@ -436,17 +441,7 @@ fn the_rbac_in_deploy_grants_what_explain_asks_and_nothing_more() {
     // Every resource read: the pod by name and by UID, events, node, lease, claims, attachments.
     let scratch = ScratchDir::new("explain-rbac");
     let api = ApiServer::start();
-    let mut cluster = Cluster::healthy(UID).deleted(600);
-    cluster.pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
-        name: "data".into(),
-        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: "data-web-0".into(), read_only: None }),
-        ..Default::default()
-    }]);
-    cluster.claims.push(PersistentVolumeClaim {
-        metadata: ObjectMeta { name: Some("data-web-0".into()), namespace: Some("shop".into()), ..Default::default() },
-        spec: Some(PersistentVolumeClaimSpec { volume_name: Some("pv-7".into()), ..Default::default() }),
-        status: None,
-    });
+    let cluster = Cluster::healthy(UID).deleted(600).with_claim();
     cluster.serve(&api);
     let config = api.kubeconfig(scratch.path());
     answer(&explain(&["web-0", "--kubeconfig", config.to_str().unwrap()]));
