@@ -16,7 +16,9 @@
 //! it elsewhere; [`demo`] is the built-in scenario lab. The `podstuck`
 //! binary is a thin clap layer over [`watch`] and these; the
 //! `kubectl-podstuck` binary one over [`kubectl_plugin`], which runs
-//! podstuck in a debug pod on a stuck pod's node. [`words`] is the
+//! podstuck in a debug pod on a stuck pod's node. [`explain`] asks the
+//! Kubernetes API the same question (`podstuck explain`), and joins its
+//! answer to the kernel's in `watch --pod NS/NAME`. [`words`] is the
 //! ground floor: how times, paths, durations and node-chosen text are
 //! said, for all.
 
@@ -27,6 +29,7 @@ pub mod collect;
 pub mod demo;
 pub mod diagnose;
 pub mod event;
+pub mod explain;
 pub mod export;
 pub mod identify;
 pub mod inspect;

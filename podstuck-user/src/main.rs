@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use podstuck::kernel_features::{AttachPoint, PathWalk};
+use podstuck::explain::PodRef;
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
 use podstuck::print::stderr_line;
@@ -89,6 +90,25 @@ enum Command {
     /// The files at PATH as a tar archive on standard output (run by the kubectl plugin).
     #[command(name = "__pack", hide = true)]
     Pack { path: PathBuf },
+    /// What the Kubernetes API says about a pod stuck in Terminating: finalizers, its node
+    /// NotReady, volumes that do not detach, kubelet's warnings; each with its evidence and a
+    /// safe fix. Reads through a kubeconfig, in-cluster, or on the node the kubelet's own kubeconfig.
+    Explain {
+        /// The pod: NAME, NAMESPACE/NAME or its UID (with --from: optional when the files hold one pod).
+        #[arg(required_unless_present = "from")]
+        pod: Option<String>,
+        /// The pod's namespace (default: the kubeconfig context's).
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        /// Read JSON saved with kubectl instead of the API (get pod/events/node/volumeattachment -o json; Lists too).
+        #[arg(long, value_name = "FILE", num_args = 1..)]
+        from: Vec<PathBuf>,
+        /// The findings as JSON lines, after one line saying what was read.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        kube: KubeArgs,
+    },
     /// Can podstuck run here? One line each: privileges, kernel, BTF, tracefs, cgroups, kubelet root, runtime.
     Check {
         /// kubelet's root directory (its --root-dir).
@@ -120,9 +140,12 @@ struct WatchArgs {
     /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C or SIGTERM.
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
-    /// Follow this pod only (its UID: kubectl get pod NAME -o jsonpath='{.metadata.uid}'); repeatable. Default: the whole node.
-    #[arg(long = "pod", value_name = "UID", value_parser = PodUid::parse)]
-    pods: Vec<PodUid>,
+    /// Follow this pod only: its UID, or NAMESPACE/NAME (resolved through the Kubernetes API, and
+    /// what the API says of the pod joined to the findings); repeatable. Default: the whole node.
+    #[arg(long = "pod", value_name = "UID|NS/NAME", value_parser = pod_arg)]
+    pods: Vec<PodArg>,
+    #[command(flatten)]
+    kube: KubeArgs,
     /// kubelet's root directory (its --root-dir); a symlink is followed.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
     kubelet_root: PathBuf,
@@ -190,6 +213,40 @@ struct WatchArgs {
     node_name: Option<String>,
 }
 
+/// How to reach the Kubernetes API.
+#[derive(Args)]
+struct KubeArgs {
+    /// The kubeconfig to use (default: KUBECONFIG, ~/.kube/config, in-cluster, then the kubelet's own).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+}
+
+impl From<KubeArgs> for podstuck::explain::KubeOptions {
+    fn from(args: KubeArgs) -> podstuck::explain::KubeOptions {
+        podstuck::explain::KubeOptions { kubeconfig: args.kubeconfig, context: args.context }
+    }
+}
+
+/// A pod `--pod` names: its UID, or NAMESPACE/NAME.
+#[derive(Clone)]
+enum PodArg {
+    Uid(PodUid),
+    Named(PodRef),
+}
+
+fn pod_arg(value: &str) -> Result<PodArg, String> {
+    if let Ok(uid) = PodUid::parse(value) {
+        return Ok(PodArg::Uid(uid));
+    }
+    match PodRef::parse(value, None) {
+        Ok(named @ PodRef::Name { namespace: Some(_), .. }) => Ok(PodArg::Named(named)),
+        _ => Err(format!("{value}: give a pod UID (kubectl get pod NAME -o jsonpath='{{.metadata.uid}}') or NAMESPACE/NAME")),
+    }
+}
+
 /// An octal file mode that gives no one else write access.
 fn file_mode(value: &str) -> Result<u32, String> {
     let mode = u32::from_str_radix(value.trim_start_matches("0o"), 8).map_err(|_| format!("{value} is not an octal file mode (e.g. 600 or 644)"))?;
@@ -232,7 +289,15 @@ impl WatchArgs {
         Ok(WatchOptions {
             json: self.json,
             duration: self.duration,
-            pods: self.pods,
+            pods: self.pods.iter().filter_map(|p| match p {
+                PodArg::Uid(uid) => Some(uid.clone()),
+                PodArg::Named(_) => None,
+            }).collect(),
+            named_pods: self.pods.into_iter().filter_map(|p| match p {
+                PodArg::Named(named) => Some(named),
+                PodArg::Uid(_) => None,
+            }).collect(),
+            kube: self.kube.into(),
             kubelet_root: self.kubelet_root,
             errors_only: self.errors_only,
             syscalls: self.syscalls.into_iter().map(Syscall::from).collect(),
@@ -321,6 +386,11 @@ impl From<SyscallArg> for Syscall {
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     // Before any thread starts: entering the node's mount namespace needs a process alone.
+    // explain reaches the node only for the kubelet's kubeconfig: where it
+    // cannot (a laptop, another container), it reads the API as it is.
+    if matches!(&cli.command, Command::Explain { from, .. } if from.is_empty()) {
+        let _ = podstuck::node_view::discover(cli.host_root.as_deref(), cli.node_pid);
+    }
     if matches!(cli.command, Command::Watch(_) | Command::Record { .. } | Command::Check { .. }) {
         if let Err(e) = podstuck::node_view::discover(cli.host_root.as_deref(), cli.node_pid) {
             stderr_line(format_args!("podstuck: {e}"));
@@ -361,6 +431,10 @@ fn main() -> ExitCode {
             Err(code) => return code,
         },
         Command::Replay { file, json } => podstuck::record::replay(&file, json),
+        Command::Explain { pod, namespace, from, json, kube } => {
+            let options = podstuck::explain::ExplainOptions { pod, namespace, from, json, kube: kube.into() };
+            runtime.block_on(podstuck::explain::explain(&options))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -54,23 +54,6 @@ pub const DAEMONSET_CAPABILITIES: [&str; 3] = ["SYS_ADMIN", "SYS_CHROOT", "SYS_P
 ///   holds a mount.
 pub const DAEMONSET_CAPABILITIES_WITHOUT_SETNS: [&str; 3] = ["BPF", "PERFMON", "SYS_PTRACE"];
 
-/// deploy/podstuck-daemonset.yaml's documents, read by PyYAML (Debian's
-/// python3-yaml, which `cargo xtask test` installs) and handed over as
-/// JSON; `None` without it, outside CI only (loudly).
-pub fn daemonset_manifest() -> Option<Vec<serde_json::Value>> {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/podstuck-daemonset.yaml");
-    let read = "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)";
-    let out = match Command::new("/usr/bin/python3").args(["-c", read]).arg(&manifest).output() {
-        Ok(out) if out.status.success() => out,
-        ran => {
-            assert!(!crate::harness::in_ci(), "Debian's python3-yaml must be installed under CI (cargo xtask test does it): {ran:?}");
-            eprintln!("\n*** SKIPPED the manifest check: run `cargo xtask test` to install python3-yaml ***\n");
-            return None;
-        }
-    };
-    Some(serde_json::from_slice(&out.stdout).expect("JSON from python"))
-}
-
 /// The capabilities the manifest's DaemonSet adds, as written there
 /// (`BPF`), but those this machine cannot grant at all (said loudly).
 pub fn manifest_capabilities(documents: &[serde_json::Value]) -> Vec<String> {

@@ -6,10 +6,30 @@
 //! its function's name.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
 
 /// Whether this is CI's run (`CI=true`), where nothing may skip.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The documents of deploy/FILE, read by PyYAML (Debian's python3-yaml,
+/// which `cargo xtask test` installs) and handed over as JSON; `None`
+/// without it, outside CI only (loudly).
+pub fn deploy_manifest(file: &str) -> Option<Vec<Value>> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(file);
+    let read = "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)";
+    let out = match Command::new("/usr/bin/python3").args(["-c", read]).arg(&manifest).output() {
+        Ok(out) if out.status.success() => out,
+        ran => {
+            assert!(!in_ci(), "Debian's python3-yaml must be installed under CI (cargo xtask test does it): {ran:?}");
+            eprintln!("\n*** SKIPPED the check of deploy/{file}: run `cargo xtask test` to install python3-yaml ***\n");
+            return None;
+        }
+    };
+    Some(serde_json::from_slice(&out.stdout).expect("JSON from python"))
 }
 
 /// True when the kernel-facing tests can run (root). Outside CI, without

@@ -11,6 +11,7 @@
 //! - [`podstuck`]: the podstuck under test and what it printed;
 //! - [`findings`]: checking its findings;
 //! - [`kubelet`]: kubelet's tree of pods and volumes;
+//! - [`apiserver`]: a stand-in Kubernetes API server on loopback;
 //! - [`kubectl`]: the kubectl plugin and the kubectl stand-in it talks to;
 //! - [`node`]: mounts, flags, cgroups and directories, undone on drop;
 //! - [`actors`]: the processes a scenario runs;
@@ -24,6 +25,7 @@
 //! `use podstuck_tests::*` brings what most tests use.
 
 pub mod actors;
+pub mod apiserver;
 pub mod attacks;
 pub mod calls;
 pub mod container;

@@ -27,7 +27,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use podstuck_tests::container::{
-    daemonset, daemonset_in_containerd, daemonset_manifest, kubectl_debug_node, manifest_capabilities, pid1_out_of_reach, privileged, NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES,
+    daemonset, daemonset_in_containerd, kubectl_debug_node, manifest_capabilities, pid1_out_of_reach, privileged, NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES,
     DAEMONSET_CAPABILITIES_WITHOUT_SETNS,
 };
 use podstuck_tests::findings::apply_fix;
@@ -457,7 +457,7 @@ kernel_test! {
     fn the_manifests_daemonset_reads_the_node_and_shares_the_tracer_lock(test) {
         // The capabilities deploy/podstuck-daemonset.yaml adds, as written
         // there, with the node's / read-only at /host as it mounts it.
-        let Some(manifest) = daemonset_manifest() else { return };
+        let Some(manifest) = harness::deploy_manifest("podstuck-daemonset.yaml") else { return };
         let caps = manifest_capabilities(&manifest);
         let caps: Vec<&str> = caps.iter().map(String::as_str).collect();
         let scratch = test.scratch();

@@ -17,7 +17,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use podstuck_tests::container::daemonset_manifest;
 use podstuck_tests::scrape::{free_port, get, send, Prometheus};
 use podstuck_tests::*;
 use serde_json::Value;
@@ -246,7 +245,7 @@ kernel_test! {
 
 #[test]
 fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
-    let Some(documents) = daemonset_manifest() else { return };
+    let Some(documents) = harness::deploy_manifest("podstuck-daemonset.yaml") else { return };
     let daemonset = documents.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
     let pod = &daemonset["spec"]["template"];
     let spec = &pod["spec"];

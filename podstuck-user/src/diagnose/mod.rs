@@ -69,6 +69,17 @@ pub enum Kind {
     ReadOnlyFs,
     /// P10.
     SubpathLeft,
+    /// P11, read from the Kubernetes API: a finalizer no controller removes.
+    FinalizerPending,
+    /// P11: the pod's node is NotReady or unreachable, so its kubelet never
+    /// reports the pod gone.
+    NodeNotReady,
+    /// P11: a VolumeAttachment of the pod's volumes that does not detach.
+    VolumeDetachStuck,
+    /// P11: kubelet's Warning events about the pod, quoted.
+    KubeletWarning,
+    /// P11: the pod's grace period ended long ago (the symptom, and since when).
+    GracePeriodPast,
 }
 
 impl Kind {
@@ -86,6 +97,11 @@ impl Kind {
             Kind::DiskFull => "disk-full",
             Kind::ReadOnlyFs => "read-only-fs",
             Kind::SubpathLeft => "subpath-left",
+            Kind::FinalizerPending => "finalizer-pending",
+            Kind::NodeNotReady => "node-not-ready",
+            Kind::VolumeDetachStuck => "volume-detach-stuck",
+            Kind::KubeletWarning => "kubelet-warning",
+            Kind::GracePeriodPast => "grace-period-past",
         }
     }
 }
@@ -390,6 +406,14 @@ impl Diagnoser {
             Box::new(subpath_left::SubpathLeft::default()),
         ];
         Diagnoser { detectors, shown: BTreeMap::new(), in_container: options.in_container }
+    }
+
+    /// Adds detectors that see no call but bring findings from elsewhere
+    /// (the Kubernetes API): `first` before every kernel detector, `last`
+    /// after them, so a review tells their findings in that order.
+    pub fn join(&mut self, first: Box<dyn Detector>, last: Box<dyn Detector>) {
+        self.detectors.insert(0, first);
+        self.detectors.push(last);
     }
 
     pub fn observe(&mut self, event: &CallEvent, identity: &Identity) {

@@ -26,6 +26,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::check::TracerLock;
 use crate::collect::{RunTotals, Tracer, TracerOptions};
 use crate::diagnose::{DiagnoseOptions, Diagnoser};
+use crate::explain::join::ApiJoin;
 use crate::export::{Exporter, RunInfo};
 use crate::identify::process::own_mount_namespace;
 use crate::identify::{Identifier, NodeLayout, PodFilter};
@@ -104,17 +105,44 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
 /// Runs `podstuck watch`, calling `on_attached` once every probe is
 /// attached: what happens after it is traced (the demo starts its actors).
 pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> Result<()> {
-    let mut run = prepare(options)?;
+    let (resolved, api) = resolve_named_pods(options).await;
+    let options = resolved.as_ref().unwrap_or(options);
+    let mut run = prepare(options, api)?;
     on_attached();
     let stopped = trace(&mut run, options).await?;
     finish(run, options, stopped)
+}
+
+/// `--pod NAMESPACE/NAME`: the UIDs asked of the Kubernetes API, and the
+/// API's side of the diagnosis started (not when recording: a replay
+/// could not ask the API again). What cannot be resolved is said, and
+/// the node-side diagnosis goes on without it.
+async fn resolve_named_pods(options: &WatchOptions) -> (Option<WatchOptions>, Option<ApiJoin>) {
+    if options.named_pods.is_empty() {
+        return (None, None);
+    }
+    let resolved = crate::explain::join::resolve(&options.named_pods, &options.kube).await;
+    for warning in &resolved.warnings {
+        stderr_line(format_args!("{warning}"));
+    }
+    let mut options = options.clone();
+    options.pods.extend(resolved.uids);
+    let api = match (resolved.join, &options.record) {
+        (Some((api, pods)), None) => Some(ApiJoin::start(api, pods)),
+        (Some(_), Some(_)) => {
+            stderr_line(format_args!("podstuck: recording: the pods named are followed, but what the Kubernetes API says of them is not joined (a replay could not ask it again)"));
+            None
+        }
+        (None, _) => None,
+    };
+    (Some(options), api)
 }
 
 /// Everything before the first call: the node judged, the run's facts
 /// gathered once, every file that could fail opened (a bad directory fails
 /// now, not after an hour of tracing), the programs loaded, the printer
 /// picked and started.
-fn prepare(options: &WatchOptions) -> Result<Run> {
+fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     let node = NodeFacts::gather(options.btf.as_deref());
     let mut plan = plan(&node, options.attach).map_err(NodeNotReady)?;
     if let Some(walk) = options.walk {
@@ -170,7 +198,12 @@ fn prepare(options: &WatchOptions) -> Result<Run> {
     };
     let book = (exporter.is_some() || printer.shows_every().is_some()).then(|| LatencyBook::new(facts.started));
     let identifier = Identifier::new(NodeLayout::of_this_node(options.kubelet_root.clone()));
-    let mut pipeline = Pipeline::new(printer, identifier, filter, book, Diagnoser::new(&diagnose), recorder);
+    let mut diagnoser = Diagnoser::new(&diagnose);
+    if let Some(api) = &api {
+        let (first, last) = api.detectors();
+        diagnoser.join(first, last);
+    }
+    let mut pipeline = Pipeline::new(printer, identifier, filter, book, diagnoser, recorder, api);
     pipeline.printer.start(&mut pipeline.out, &facts, &tracing)?;
     pipeline.out.flush()?;
     if let Some(addr) = serving {

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 use podstuck_common::{KernelFilter, Syscall};
 
 use crate::collect::kernel_filter;
+use crate::explain::{KubeOptions, PodRef};
 use crate::kernel_features::{AttachPoint, PathWalk};
 use crate::identify::pod::PodUid;
 use crate::identify::DEFAULT_KUBELET_ROOT;
@@ -23,6 +24,11 @@ pub struct WatchOptions {
     pub duration: Option<Duration>,
     /// Follow these pods only; empty = the whole node.
     pub pods: Vec<PodUid>,
+    /// Pods named NAMESPACE/NAME: resolved to UIDs through the Kubernetes
+    /// API, and what the API says of them joined to the findings.
+    pub named_pods: Vec<PodRef>,
+    /// How to reach the Kubernetes API for `named_pods`.
+    pub kube: KubeOptions,
     pub kubelet_root: PathBuf,
     /// Failed calls only (decided in the kernel).
     pub errors_only: bool,
@@ -75,6 +81,8 @@ impl Default for WatchOptions {
             json: false,
             duration: None,
             pods: Vec::new(),
+            named_pods: Vec::new(),
+            kube: KubeOptions::default(),
             kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
             errors_only: false,
             syscalls: Vec::new(),

@@ -11,6 +11,7 @@ use std::time::SystemTime;
 use crate::collect::{Flight, RunTotals, Tracer};
 use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review};
 use crate::event::{CallEvent, DecodeError};
+use crate::explain::join::ApiJoin;
 use crate::identify::actor::Role;
 use crate::identify::{Identifier, PodFilter};
 use crate::inspect::live::LiveNode;
@@ -36,6 +37,8 @@ pub(super) struct Pipeline {
     counted: Vec<CountedCalls>,
     /// `podstuck record`: every admitted call and every review, saved.
     recorder: Option<Recorder<File>>,
+    /// `--pod NAMESPACE/NAME`: the Kubernetes API's side, joined.
+    api: Option<ApiJoin>,
 }
 
 impl Pipeline {
@@ -46,6 +49,7 @@ impl Pipeline {
         book: Option<LatencyBook>,
         diagnoser: Diagnoser,
         recorder: Option<Recorder<File>>,
+        api: Option<ApiJoin>,
     ) -> Pipeline {
         Pipeline {
             out: Out::stdout(),
@@ -57,6 +61,7 @@ impl Pipeline {
             diagnoser,
             counted: Vec::new(),
             recorder,
+            api,
         }
     }
 
@@ -122,6 +127,9 @@ impl Pipeline {
     /// all, when recording.
     pub(super) fn review(&mut self, node: &mut LiveNode, in_flight: &[CallInFlight]) -> Vec<Report> {
         let now = SystemTime::now();
+        for message in self.api.as_ref().map(ApiJoin::messages).unwrap_or_default() {
+            self.printer.say(&message);
+        }
         let counted = std::mem::take(&mut self.counted);
         self.diagnoser.counted(&counted);
         let Some(recorder) = self.recorder.as_mut() else {

@@ -1,0 +1,381 @@
+//! `podstuck explain`: what the Kubernetes API says about a stuck pod,
+//! said as findings of the same shape as the kernel's (evidence source
+//! `api`), with a safe fix and its risk. Causes with no kernel signature
+//! live here (docs/pathologies.md, P11): a finalizer nobody removes, a
+//! node NotReady or gone, a volume that does not detach, kubelet's Warning
+//! events.
+//!
+//! Three steps, one module each: [`client`] reads an [`ApiSnapshot`]
+//! through the API (or [`offline`] from files a user saved with kubectl),
+//! one pure detector per cause turns it into findings, and [`order`] puts
+//! the root cause first. `watch --pod NS/NAME` joins the same findings to
+//! the kernel's ([`join`]).
+
+pub mod client;
+pub mod finalizer_pending;
+pub mod grace_period_past;
+pub mod join;
+pub mod kubelet_warnings;
+pub mod node_not_ready;
+pub mod offline;
+pub mod snapshot;
+pub mod volume_detach_stuck;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::diagnose::shell::word;
+use crate::diagnose::{human_duration, Finding, Kind, Report};
+use crate::print::{json_lines::finding_json, stderr_line, Out};
+pub use client::KubeOptions;
+pub use snapshot::{ApiSnapshot, Unread};
+
+/// Every API-side finding of a snapshot, the root cause first.
+pub fn findings(snapshot: &ApiSnapshot) -> Vec<Finding> {
+    let mut found = Vec::new();
+    found.extend(node_not_ready::detect(snapshot));
+    found.extend(kubelet_warnings::detect(snapshot));
+    found.extend(volume_detach_stuck::detect(snapshot));
+    found.extend(finalizer_pending::detect(snapshot));
+    found.extend(grace_period_past::detect(snapshot));
+    order(&mut found);
+    found
+}
+
+/// Where a finding stands in the answer, the root cause first: a node that
+/// never reports back explains everything on it; then what the node's
+/// kernel shows; then kubelet's warnings (which echo a kernel error
+/// rather than explain it); a volume that does not detach (it follows the
+/// teardown); finalizers, which hold the object after everything else is
+/// done; and last the symptom itself, the grace period long past.
+pub fn rank(kind: Kind) -> u8 {
+    match kind {
+        Kind::NodeNotReady => 0,
+        Kind::KubeletWarning => 2,
+        Kind::VolumeDetachStuck => 3,
+        Kind::FinalizerPending => 4,
+        Kind::GracePeriodPast => 5,
+        _ => 1,
+    }
+}
+
+/// Sorts findings root cause first (stable: a detector's own order stays).
+pub fn order(findings: &mut [Finding]) {
+    findings.sort_by_key(|f| rank(f.kind));
+}
+
+/// A command line of shell words, each quoted by the rule fixes follow.
+pub fn command(words: &[&str]) -> String {
+    words.iter().map(|w| word(w.as_bytes())).collect::<Vec<_>>().join(" ")
+}
+
+/// A JSON patch that removes entry `index` of the list at `list`, only if
+/// it still is `value` (the `test` operation fails the patch otherwise).
+pub fn json_patch_removing(list: &str, index: usize, value: &str) -> String {
+    let path = format!("{list}/{index}");
+    serde_json::json!([{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}]).to_string()
+}
+
+/// What the answer is, in one sentence, and whether the pod is stuck.
+pub fn verdict(snapshot: &ApiSnapshot, findings: &[Finding]) -> (bool, String) {
+    let pod = snapshot.pod_words();
+    let phase = snapshot.pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(|| "unknown".into());
+    let Some(due) = snapshot.deletion() else {
+        let also = match findings.is_empty() {
+            true => String::new(),
+            false => format!("; {} finding(s) about it below", findings.len()),
+        };
+        return (false, format!("pod {pod} is not being deleted (phase {phase}): not stuck in Terminating{also}"));
+    };
+    if findings.is_empty() {
+        let when = match snapshot.now.duration_since(due) {
+            Ok(late) => format!("its grace period ended {} ago", human_duration(late)),
+            Err(early) => format!("its grace period ends in {}", human_duration(early.duration())),
+        };
+        return (false, format!("pod {pod} is being deleted and {when}: not stuck (yet); nothing in the API holds it"));
+    }
+    if findings.iter().all(|f| f.kind == Kind::GracePeriodPast) {
+        return (
+            true,
+            format!("pod {pod} is stuck in Terminating and the API shows no cause: it is on the node ({})", findings[0].fix),
+        );
+    }
+    (true, format!("pod {pod} is stuck in Terminating: {} finding(s), the root cause first", findings.len()))
+}
+
+/// What `podstuck explain` is told.
+#[derive(Clone, Debug, Default)]
+pub struct ExplainOptions {
+    /// The pod: NAME, NS/NAME or a UID; may be left out with `--from` when
+    /// the files hold one pod.
+    pub pod: Option<String>,
+    /// `-n`: the namespace of NAME (default: the kubeconfig's).
+    pub namespace: Option<String>,
+    /// `--from`: files saved with kubectl, instead of the API.
+    pub from: Vec<PathBuf>,
+    pub json: bool,
+    pub kube: KubeOptions,
+}
+
+/// The pod the user named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodRef {
+    Name { namespace: Option<String>, name: String },
+    Uid { namespace: Option<String>, uid: String },
+}
+
+impl PodRef {
+    /// "NAME", "NS/NAME" or a UID; `-n` gives NAME its namespace.
+    pub fn parse(given: &str, namespace: Option<&str>) -> Result<PodRef, String> {
+        let given = given.trim();
+        if crate::identify::pod::PodUid::parse(given).is_ok() {
+            return Ok(PodRef::Uid { namespace: namespace.map(str::to_string), uid: given.to_string() });
+        }
+        let (ns, name) = match given.split_once('/') {
+            Some((ns, name)) => (Some(ns.to_string()), name),
+            None => (namespace.map(str::to_string), given),
+        };
+        // A name is a DNS subdomain, a namespace a DNS label: nothing else
+        // reaches a URL or a shell word.
+        let valid = |s: &str, dots: bool| {
+            !s.is_empty() && s.len() <= 253 && s != "." && s != ".." && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.'))
+        };
+        if !valid(name, true) || ns.as_deref().is_some_and(|n| !valid(n, false)) {
+            return Err(format!("{given}: not a pod name, NAMESPACE/NAME or pod UID"));
+        }
+        Ok(PodRef::Name { namespace: ns, name: name.to_string() })
+    }
+
+    /// Whether `snapshot`'s pod is the one meant.
+    pub fn matches(&self, pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+        let meta = &pod.metadata;
+        let ns_ok = |ns: &Option<String>| ns.as_deref().is_none_or(|ns| meta.namespace.as_deref().unwrap_or("default") == ns);
+        match self {
+            PodRef::Name { namespace, name } => meta.name.as_deref() == Some(name) && ns_ok(namespace),
+            PodRef::Uid { namespace, uid } => meta.uid.as_deref() == Some(uid) && ns_ok(namespace),
+        }
+    }
+
+    pub fn words(&self) -> String {
+        match self {
+            PodRef::Name { namespace: Some(ns), name } => format!("{ns}/{name}"),
+            PodRef::Name { namespace: None, name } => name.clone(),
+            PodRef::Uid { uid, .. } => format!("the pod with UID {uid}"),
+        }
+    }
+}
+
+/// The first line of `--json`: what was read, through what, what was not,
+/// and the verdict.
+#[derive(Serialize)]
+struct ExplainLine<'a> {
+    r#type: &'static str,
+    pod: String,
+    uid: Option<&'a str>,
+    node: Option<&'a str>,
+    read_through: &'a str,
+    unread: Vec<serde_json::Value>,
+    stuck: bool,
+    verdict: &'a str,
+}
+
+/// Runs `podstuck explain`.
+pub async fn explain(options: &ExplainOptions) -> Result<()> {
+    let (snapshot, through) = match options.from.is_empty() {
+        true => {
+            let pod = options.pod.as_deref().ok_or_else(|| anyhow::anyhow!("name the pod: podstuck explain POD [-n NAMESPACE], or --from FILE..."))?;
+            let pod = PodRef::parse(pod, options.namespace.as_deref()).map_err(anyhow::Error::msg)?;
+            let api = client::Api::connect(&options.kube).await?;
+            let snapshot = api.snapshot(&pod).await?;
+            (snapshot, api.through)
+        }
+        false => {
+            let pod = options.pod.as_deref().map(|p| PodRef::parse(p, options.namespace.as_deref())).transpose().map_err(anyhow::Error::msg)?;
+            let snapshot = offline::snapshot(&options.from, pod.as_ref(), std::time::SystemTime::now())?;
+            let names: Vec<String> = options.from.iter().map(|p| crate::node_view::path_words(p)).collect();
+            (snapshot, format!("files {}", names.join(", ")))
+        }
+    };
+    let found = findings(&snapshot);
+    let (stuck, verdict) = verdict(&snapshot, &found);
+    let mut out = Out::stdout();
+    if options.json {
+        let line = ExplainLine {
+            r#type: "explain",
+            pod: snapshot.pod_words(),
+            uid: snapshot.pod.metadata.uid.as_deref(),
+            node: snapshot.node_name(),
+            read_through: &through,
+            unread: snapshot.unread.iter().map(|u| serde_json::json!({"what": u.what, "why": u.why})).collect(),
+            stuck,
+            verdict: &verdict,
+        };
+        out.line_as_is(&serde_json::to_string(&line)?)?;
+        for f in found {
+            out.line(&finding_json(&Report::New(f)))?;
+        }
+    } else {
+        stderr_line(format_args!("podstuck: read pod {} through {through}", snapshot.pod_words()));
+        for u in &snapshot.unread {
+            stderr_line(format_args!("podstuck: could not read {}: {}", u.what, u.why));
+        }
+        out.line(&verdict)?;
+        for f in found {
+            out.line("")?;
+            out.line(&crate::print::call_lines::finding_text(&Report::New(f)))?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::api::core::v1::{
+        Event, EventSource, Node, NodeCondition, NodeSpec, NodeStatus, ObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodSpec, Taint,
+    };
+    use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+
+    use super::*;
+
+    pub const UID: &str = "1b2c3d4e-0000-4000-8000-00000000000a";
+
+    pub fn at(secs: f64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_secs_f64(secs)
+    }
+
+    pub fn ts(t: SystemTime) -> Time {
+        Time(t.try_into().unwrap())
+    }
+
+    /// Pod shop/web-0 on worker-1, deleted with 30 s of grace, due at `due`.
+    pub fn deleted_pod(due: SystemTime) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web-0".into()),
+                namespace: Some("shop".into()),
+                uid: Some(UID.into()),
+                deletion_timestamp: Some(ts(due)),
+                deletion_grace_period_seconds: Some(30),
+                ..Default::default()
+            },
+            spec: Some(PodSpec { node_name: Some("worker-1".into()), ..Default::default() }),
+            status: None,
+        }
+    }
+
+    pub fn snapshot(pod: Pod, now: SystemTime) -> ApiSnapshot {
+        ApiSnapshot::of(pod, now)
+    }
+
+    pub fn node(name: &str, ready: &str, since: SystemTime) -> Node {
+        let taints = (ready == "Unknown").then(|| vec![Taint { key: "node.kubernetes.io/unreachable".into(), effect: "NoExecute".into(), time_added: Some(ts(since)), value: None }]);
+        Node {
+            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            spec: Some(NodeSpec { taints, ..Default::default() }),
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    last_transition_time: Some(ts(since)),
+                    last_heartbeat_time: Some(ts(since)),
+                    reason: Some("NodeStatusUnknown".into()),
+                    message: Some("Kubelet stopped posting node status.".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    pub fn lease(node: &str, renewed: SystemTime) -> Lease {
+        Lease {
+            metadata: ObjectMeta { name: Some(node.into()), namespace: Some("kube-node-lease".into()), ..Default::default() },
+            spec: Some(LeaseSpec { renew_time: Some(MicroTime(renewed.try_into().unwrap())), holder_identity: Some(node.into()), ..Default::default() }),
+        }
+    }
+
+    pub fn claim(name: &str, volume: &str) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some("shop".into()), ..Default::default() },
+            spec: Some(PersistentVolumeClaimSpec { volume_name: Some(volume.into()), ..Default::default() }),
+            status: None,
+        }
+    }
+
+    pub fn attachment(name: &str, volume: &str, node: &str) -> VolumeAttachment {
+        VolumeAttachment {
+            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            spec: VolumeAttachmentSpec {
+                attacher: "hostpath.csi.k8s.io".into(),
+                node_name: node.into(),
+                source: VolumeAttachmentSource { persistent_volume_name: Some(volume.into()), ..Default::default() },
+            },
+            status: Some(VolumeAttachmentStatus { attached: true, ..Default::default() }),
+        }
+    }
+
+    /// A Warning event from kubelet on worker-1 about shop/web-0.
+    pub fn warning(reason: &str, message: &str, count: i32, last: SystemTime) -> Event {
+        Event {
+            metadata: ObjectMeta { name: Some(format!("web-0.{reason}")), namespace: Some("shop".into()), ..Default::default() },
+            involved_object: ObjectReference { kind: Some("Pod".into()), name: Some("web-0".into()), namespace: Some("shop".into()), uid: Some(UID.into()), ..Default::default() },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            type_: Some("Warning".into()),
+            count: Some(count),
+            first_timestamp: Some(ts(last - Duration::from_secs(60))),
+            last_timestamp: Some(ts(last)),
+            source: Some(EventSource { component: Some("kubelet".into()), host: Some("worker-1".into()) }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_root_cause_comes_first() {
+        let mut pod = deleted_pod(at(100.0));
+        pod.metadata.finalizers = Some(vec!["example.com/cleanup".into()]);
+        let mut s = snapshot(pod, at(1000.0));
+        s.node = Some(node("worker-1", "Unknown", at(50.0)));
+        s.events.push(warning("FailedKillPod", "error killing pod", 1, at(900.0)));
+        let kinds: Vec<Kind> = findings(&s).iter().map(|f| f.kind).collect();
+        assert_eq!(kinds, [Kind::NodeNotReady, Kind::KubeletWarning, Kind::FinalizerPending, Kind::GracePeriodPast]);
+        let mut joined = findings(&s);
+        joined.push(Finding::new(Kind::VolumeStillMounted, "/x", crate::diagnose::Severity::Critical, at(0.0)));
+        order(&mut joined);
+        assert_eq!(joined[1].kind, Kind::VolumeStillMounted);
+    }
+
+    #[test]
+    fn a_pod_not_deleted_or_within_its_grace_period_is_not_stuck() {
+        let mut pod = deleted_pod(at(100.0));
+        let s = snapshot(pod.clone(), at(110.0));
+        let (stuck, words) = verdict(&s, &findings(&s));
+        assert!(!stuck);
+        assert!(words.contains("grace period ended 10 s ago: not stuck (yet)"), "{words}");
+        pod.metadata.deletion_timestamp = None;
+        let s = snapshot(pod, at(110.0));
+        let (stuck, words) = verdict(&s, &findings(&s));
+        assert!(!stuck);
+        assert_eq!(words, "pod shop/web-0 is not being deleted (phase unknown): not stuck in Terminating");
+        let s = snapshot(deleted_pod(at(100.0)), at(1000.0));
+        let (stuck, words) = verdict(&s, &findings(&s));
+        assert!(stuck);
+        assert!(words.ends_with("the API shows no cause: it is on the node (kubectl podstuck web-0 -n shop)"), "{words}");
+    }
+
+    #[test]
+    fn a_pod_is_named_by_name_namespace_and_name_or_uid() {
+        assert_eq!(PodRef::parse("web-0", Some("shop")), Ok(PodRef::Name { namespace: Some("shop".into()), name: "web-0".into() }));
+        assert_eq!(PodRef::parse("shop/web-0", None), Ok(PodRef::Name { namespace: Some("shop".into()), name: "web-0".into() }));
+        assert!(matches!(PodRef::parse(UID, None), Ok(PodRef::Uid { .. })));
+        assert!(PodRef::parse("../etc", None).is_err());
+        assert!(PodRef::parse("a/b/c", None).is_err());
+    }
+}

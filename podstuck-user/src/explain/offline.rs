@@ -1,0 +1,197 @@
+//! `podstuck explain --from FILE...`: the same diagnosis from JSON a user
+//! saved with kubectl (`get pod -o json`, `get events -o json`, a node, a
+//! lease, claims, VolumeAttachments, and Lists of any of them), on a
+//! laptop or from a ticket. Each object is told apart by its
+//! apiVersion and kind, never by the file's name.
+//!
+//! The files are untrusted: regular files only, each at most
+//! [`MAX_FILE`] bytes and [`MAX_OBJECTS`] objects in all, and anything
+//! unexpected is an error that names the file and the object.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{anyhow, bail, Result};
+use k8s_openapi::api::core::v1::Pod;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::client::{claim_names, read_small};
+use super::snapshot::ApiSnapshot;
+use super::PodRef;
+use crate::node_view::path_words;
+
+/// The largest file read: a busy namespace's events fit many times over.
+pub const MAX_FILE: u64 = 32 << 20;
+
+/// The most objects read from all files together.
+pub const MAX_OBJECTS: usize = 100_000;
+
+/// What the files held, by kind.
+#[derive(Default)]
+struct Saved {
+    pods: Vec<Pod>,
+    events: Vec<k8s_openapi::api::core::v1::Event>,
+    nodes: Vec<k8s_openapi::api::core::v1::Node>,
+    leases: Vec<k8s_openapi::api::coordination::v1::Lease>,
+    claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    attachments: Vec<k8s_openapi::api::storage::v1::VolumeAttachment>,
+    count: usize,
+}
+
+/// One object, typed, or an error naming where it came from.
+fn typed<T: DeserializeOwned>(object: Value, whence: &str) -> Result<T> {
+    serde_json::from_value(object).map_err(|e| anyhow!("{whence}: {e}"))
+}
+
+impl Saved {
+    /// Takes one object (a List's items one by one; `item_kind` is the kind
+    /// a typed list's items have when they do not say it).
+    fn take(&mut self, object: Value, item_kind: Option<&str>, whence: &str) -> Result<()> {
+        let Value::Object(map) = &object else { bail!("{whence}: not a JSON object") };
+        let api_version = map.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = map.get("kind").and_then(Value::as_str).or(item_kind).unwrap_or("").to_string();
+        if kind == "List" || (kind.ends_with("List") && map.contains_key("items")) {
+            let items = match object {
+                Value::Object(mut m) => m.remove("items").unwrap_or(Value::Null),
+                _ => unreachable!(),
+            };
+            let Value::Array(items) = items else { bail!("{whence}: a {kind} without items") };
+            let inner = kind.strip_suffix("List").filter(|k| !k.is_empty()).map(str::to_string);
+            for (n, item) in items.into_iter().enumerate() {
+                self.take(item, inner.as_deref(), &format!("{whence}, item {n}"))?;
+            }
+            return Ok(());
+        }
+        self.count += 1;
+        if self.count > MAX_OBJECTS {
+            bail!("{whence}: more than {MAX_OBJECTS} objects in all: save only what concerns the pod");
+        }
+        // A typed list's items carry no apiVersion: the group follows from the kind.
+        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or(if api_version.is_empty() { "?" } else { "" });
+        match (group, kind.as_str()) {
+            ("" | "?", "Pod") => self.pods.push(typed(object, whence)?),
+            ("" | "?", "Event") => self.events.push(typed(object, whence)?),
+            ("" | "?", "Node") => self.nodes.push(typed(object, whence)?),
+            ("" | "?", "PersistentVolumeClaim") => self.claims.push(typed(object, whence)?),
+            ("coordination.k8s.io" | "?", "Lease") => self.leases.push(typed(object, whence)?),
+            ("storage.k8s.io" | "?", "VolumeAttachment") => self.attachments.push(typed(object, whence)?),
+            ("events.k8s.io", "Event") => bail!("{whence}: an events.k8s.io/v1 Event: save events as kubectl get events -o json prints them (core v1)"),
+            _ => bail!(
+                "{whence}: {} {kind}: not something podstuck explain reads (a Pod, Event, Node, Lease, PersistentVolumeClaim, VolumeAttachment, or a List of them)",
+                if api_version.is_empty() { "an object of kind" } else { api_version }
+            ),
+        }
+        Ok(())
+    }
+}
+
+/// Reads the files and picks the pod: the one `pod` names, or the only
+/// one saved.
+pub fn snapshot(files: &[PathBuf], pod: Option<&PodRef>, now: SystemTime) -> Result<ApiSnapshot> {
+    let mut saved = Saved::default();
+    for file in files {
+        read_file(file, &mut saved)?;
+    }
+    let names = |pods: &[Pod]| pods.iter().map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or("?"))).collect::<Vec<_>>().join(", ");
+    let chosen = match pod {
+        Some(wanted) => saved.pods.iter().position(|p| wanted.matches(p)).ok_or_else(|| {
+            anyhow!("{} is not in the files (they hold: {})", wanted.words(), if saved.pods.is_empty() { "no pod".into() } else { names(&saved.pods) })
+        })?,
+        None => match saved.pods.len() {
+            0 => bail!("the files hold no pod: add the pod's JSON (kubectl get pod NAME -n NAMESPACE -o json > pod.json)"),
+            1 => 0,
+            _ => bail!("the files hold several pods ({}): name one: podstuck explain NAMESPACE/NAME --from ...", names(&saved.pods)),
+        },
+    };
+    let pod = saved.pods.swap_remove(chosen);
+    let mut s = ApiSnapshot::of(pod, now);
+    let uid = s.pod.metadata.uid.clone().unwrap_or_default();
+    s.events = saved
+        .events
+        .into_iter()
+        .filter(|e| {
+            let about = e.involved_object.uid.as_deref() == Some(uid.as_str())
+                || (e.involved_object.kind.as_deref() == Some("Pod")
+                    && e.involved_object.name.as_deref() == s.pod.metadata.name.as_deref()
+                    && e.involved_object.namespace.as_deref() == s.pod.metadata.namespace.as_deref());
+            // kubelet's orphaned-pod complaints name the UID, on the node's events.
+            about || (!uid.is_empty() && e.message.as_deref().is_some_and(|m| m.contains(&uid)))
+        })
+        .collect();
+    if let Some(node) = s.node_name().map(str::to_string) {
+        s.node = saved.nodes.into_iter().find(|n| n.metadata.name.as_deref() == Some(node.as_str()));
+        s.lease = saved.leases.into_iter().find(|l| l.metadata.name.as_deref() == Some(node.as_str()));
+    }
+    let wanted = claim_names(&s.pod);
+    let ns = s.namespace().to_string();
+    s.claims = saved
+        .claims
+        .into_iter()
+        .filter(|c| c.metadata.namespace.as_deref().unwrap_or(&ns) == ns && c.metadata.name.as_ref().is_some_and(|n| wanted.contains(n)))
+        .collect();
+    s.attachments = saved.attachments;
+    Ok(s)
+}
+
+/// One file's objects, or an error naming the file.
+fn read_file(file: &Path, saved: &mut Saved) -> Result<()> {
+    let shown = path_words(file);
+    let text = read_small(file, MAX_FILE).map_err(|e| anyhow!("cannot read {shown}: {e}"))?;
+    // kubectl prints one document; a file of several (a shell's >>) is read whole.
+    let mut any = false;
+    for (n, value) in serde_json::Deserializer::from_str(&text).into_iter::<Value>().enumerate() {
+        let value = value.map_err(|e| anyhow!("{shown}: not JSON as kubectl -o json writes it ({e})"))?;
+        let whence = if n == 0 { shown.clone() } else { format!("{shown}, document {}", n + 1) };
+        saved.take(value, None, &whence)?;
+        any = true;
+    }
+    if !any {
+        bail!("{shown}: empty");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{at, deleted_pod, node, warning};
+    use super::*;
+    use std::io::Write;
+
+    fn file(dir: &Path, name: &str, value: &Value) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::File::create(&path).unwrap().write_all(value.to_string().as_bytes()).unwrap();
+        path
+    }
+
+    #[test]
+    fn kinds_are_told_apart_by_api_version_and_kind_in_lists_too() {
+        let dir = crate::test_support::TempDir::new("explain-offline");
+        let pod = file(dir.0.as_path(), "a", &serde_json::to_value(deleted_pod(at(100.0))).unwrap());
+        let events = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [serde_json::to_value(warning("FailedUnmount", "busy", 3, at(200.0))).unwrap()]});
+        let events = file(dir.0.as_path(), "b", &events);
+        let mut typed_list = serde_json::json!({"apiVersion": "v1", "kind": "NodeList", "items": [serde_json::to_value(node("worker-1", "False", at(50.0))).unwrap()]});
+        typed_list["items"][0].as_object_mut().unwrap().remove("kind");
+        let nodes = file(dir.0.as_path(), "c", &typed_list);
+        let s = snapshot(&[pod, events, nodes], None, at(300.0)).unwrap();
+        assert_eq!(s.pod_words(), "shop/web-0");
+        assert_eq!(s.events.len(), 1);
+        assert!(s.node.is_some());
+    }
+
+    #[test]
+    fn bad_files_are_clear_errors() {
+        let dir = crate::test_support::TempDir::new("explain-offline-bad");
+        let secret = file(dir.0.as_path(), "s", &serde_json::json!({"apiVersion": "v1", "kind": "Secret"}));
+        let e = snapshot(&[secret], None, at(0.0)).err().unwrap().to_string();
+        assert!(e.contains("v1 Secret: not something podstuck explain reads"), "{e}");
+        let junk = dir.0.as_path().join("junk");
+        std::fs::write(&junk, "<html>").unwrap();
+        assert!(snapshot(&[junk], None, at(0.0)).err().unwrap().to_string().contains("not JSON"));
+        let e = snapshot(&[dir.0.as_path().to_path_buf()], None, at(0.0)).err().unwrap().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let pod = file(dir.0.as_path(), "p", &serde_json::to_value(deleted_pod(at(100.0))).unwrap());
+        let e = snapshot(&[pod], Some(&PodRef::parse("shop/other", None).unwrap()), at(0.0)).err().unwrap().to_string();
+        assert_eq!(e, "shop/other is not in the files (they hold: shop/web-0)");
+    }
+}
