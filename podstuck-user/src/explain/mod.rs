@@ -287,7 +287,6 @@ pub(crate) mod tests {
                     last_heartbeat_time: Some(ts(since)),
                     reason: Some("NodeStatusUnknown".into()),
                     message: Some("Kubelet stopped posting node status.".into()),
-                    ..Default::default()
                 }]),
                 ..Default::default()
             }),
