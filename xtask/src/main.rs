@@ -78,7 +78,7 @@ const APT_PACKAGES: [&str; 16] = [
     // The real Prometheus that scrapes `podstuck watch --listen` in tests/tests/listen.rs
     // (each test starts its own, on ports of its own).
     "prometheus",
-    // PyYAML for Debian's python3: the test that reads deploy/podstuck-daemonset.yaml.
+    // PyYAML for Debian's python3: the tests that read the manifests under deploy/.
     "python3-yaml",
 ];
 /// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
