@@ -13,6 +13,7 @@
 //! - `podstuck __pack PATH`: the files at PATH as a tar archive on
 //!   standard output (see [`super::tar`]).
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,8 +45,14 @@ pub fn pause() -> Result<()> {
 /// exit code passed on.
 pub fn session(args: &[std::ffi::OsString]) -> Result<ExitCode> {
     let stops = StopSignals::install()?;
-    let me = std::env::current_exe().context("finding the podstuck binary")?;
-    let mut child = Command::new(me).args(args).stdin(Stdio::null()).spawn().context("starting podstuck")?;
+    // This very binary, through the kernel's link to it: its path may be
+    // out of this mount namespace's sight, or replaced since.
+    let mut child = Command::new("/proc/self/exe")
+        .arg0("podstuck")
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting podstuck")?;
     let input_closed = Arc::new(AtomicBool::new(false));
     let flag = input_closed.clone();
     std::thread::spawn(move || {

@@ -208,6 +208,9 @@ fn exec(state: &Path, call: &Call) -> i32 {
         std::io::stdout().write_all(&std::fs::read(hostile).unwrap()).unwrap();
         return 0;
     }
+    // Opened before /tmp is the pod's: a checkout under /tmp is out of sight then.
+    let podstuck = std::env::var_os("PODSTUCK_BIN").expect("PODSTUCK_BIN");
+    let binary = std::fs::File::open(&podstuck).unwrap_or_else(|e| panic!("PODSTUCK_BIN {}: {e}", Path::new(&podstuck).display()));
     let tmp = state.join("pod-tmp").join(name);
     std::fs::create_dir_all(&tmp).unwrap();
     in_pods_tmp(&tmp);
@@ -216,12 +219,12 @@ fn exec(state: &Path, call: &Call) -> i32 {
         // SAFETY: dup2 onto standard input.
         unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) };
     }
-    let podstuck = std::env::var_os("PODSTUCK_BIN").expect("PODSTUCK_BIN");
     let argv: Vec<CString> = std::iter::once(podstuck)
         .chain(args.iter().map(OsString::from))
         .map(|a| CString::new(a.into_vec()).unwrap())
         .collect();
-    let err = nix::unistd::execv(&argv[0], &argv).unwrap_err();
+    let env: Vec<CString> = std::env::vars_os().map(|(k, v)| CString::new([k.into_vec(), b"=".to_vec(), v.into_vec()].concat()).unwrap()).collect();
+    let err = nix::unistd::fexecve(&binary, &argv, &env).unwrap_err();
     fail(&format!("cannot run podstuck: {err}"))
 }
 
