@@ -11,7 +11,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use podstuck_common::{
-    counter, latency_bucket, series_overflow_slot, KernelFilter, SeriesKey, SeriesValue, LATENCY_BUCKETS, MAX_SERIES,
+    counter, latency_bucket, series_overflow_slot, SeriesKey, SeriesValue, LATENCY_BUCKETS, MAX_SERIES,
     SERIES_OVERFLOW_SLOTS,
 };
 
@@ -88,7 +88,7 @@ fn series_of(key: &SeriesKey) -> Option<*mut SeriesValue> {
 /// Counts a call in its series and decides whether to stream it: returns
 /// how many calls its record stands for, or None to only count it.
 #[inline(always)]
-pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool, filter: &KernelFilter) -> Option<u32> {
+pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool) -> Option<u32> {
     let value = series_of(key)?;
     let bucket = latency_bucket(latency_ns);
     // SAFETY: `value` is a whole SeriesValue from a map lookup, valid for
@@ -109,12 +109,12 @@ pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool, fil
     // SAFETY: `value` is a valid SeriesValue (above); what another CPU
     // writes meanwhile are whole aligned u64s, which do not tear.
     let window = unsafe { &mut *value };
-    if now.wrapping_sub(window.window_start_ns) >= filter.window_ns {
+    if now.wrapping_sub(window.window_start_ns) >= patched!(FILTER.window_ns) {
         window.window_start_ns = now;
         window.window_streamed = 0;
     }
-    let within_budget = window.window_streamed < filter.window_budget as u64;
-    if within_budget || filter.every_call != 0 || latency_ns >= filter.slow_ns {
+    let within_budget = window.window_streamed < patched!(FILTER.window_budget) as u64;
+    if within_budget || patched!(FILTER.every_call) != 0 || latency_ns >= patched!(FILTER.slow_ns) {
         window.window_streamed += 1;
         // SAFETY: `pending` is an aligned u64 of a valid SeriesValue
         // (above); volatile so it is loaded once, the value subtracted below.

@@ -21,9 +21,8 @@ use podstuck_common::{
 
 use crate::{
     accounting::bump,
-    patched,
     path_walk::{walk_base_dir, PathWalk},
-    read_kernel, OFFSETS,
+    read_kernel,
 };
 
 /// Longest name of one path component (NAME_MAX + NUL).
@@ -148,20 +147,19 @@ fn read_path(data: &mut [u8; PATH_MAX + BASE_DIR_MAX + NAME_MAX], path_ptr: u64)
 /// of the chain is missing: the fields not reached keep their zeroes.
 #[inline(always)]
 fn fill_task_context(record: &mut CallRecord) -> Option<()> {
-    let off = patched(&OFFSETS);
-    if off.valid == 0 {
+    if patched!(OFFSETS.valid) == 0 {
         return None;
     }
     // SAFETY: a helper without arguments; the task is only read through
     // fault-safe helpers.
     let task = unsafe { bpf_get_current_task() } as *const u8;
-    if let Some(parent) = read_kernel_ptr(task, off.task_real_parent) {
-        record.ppid = read_kernel::<i32>(parent, off.task_tgid).unwrap_or(0) as u32;
-        record.pcomm = read_kernel::<[u8; 16]>(parent, off.task_comm).unwrap_or([0; 16]);
+    if let Some(parent) = read_kernel_ptr(task, patched!(OFFSETS.task_real_parent)) {
+        record.ppid = read_kernel::<i32>(parent, patched!(OFFSETS.task_tgid)).unwrap_or(0) as u32;
+        record.pcomm = read_kernel::<[u8; 16]>(parent, patched!(OFFSETS.task_comm)).unwrap_or([0; 16]);
     }
-    let nsproxy = read_kernel_ptr(task, off.task_nsproxy)?;
-    let mnt_ns = read_kernel_ptr(nsproxy, off.nsproxy_mnt_ns)?;
-    record.mntns = read_kernel::<u32>(mnt_ns, off.mnt_ns_inum).unwrap_or(0);
+    let nsproxy = read_kernel_ptr(task, patched!(OFFSETS.task_nsproxy))?;
+    let mnt_ns = read_kernel_ptr(nsproxy, patched!(OFFSETS.nsproxy_mnt_ns))?;
+    record.mntns = read_kernel::<u32>(mnt_ns, patched!(OFFSETS.mnt_ns_inum)).unwrap_or(0);
     Some(())
 }
 
