@@ -272,6 +272,15 @@ pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &Tr
     loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
 }
 
+/// Returns the heap's free pages to the kernel (glibc keeps them otherwise).
+fn give_back_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases memory malloc holds free.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The exit program of this walk: `name`, or its unrolled twin.
 fn exit_program(name: &str, walk: PathWalk) -> String {
     match walk {
@@ -382,6 +391,10 @@ impl Tracer {
                 }
             }
         };
+        // Loading parsed the kernel's BTF (aya's loader and the fentry
+        // targets, some 40 MB of small allocations, freed by now): hand the
+        // pages back, or the heap keeps them for the whole run.
+        give_back_freed_memory();
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
