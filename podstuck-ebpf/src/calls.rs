@@ -78,8 +78,8 @@ pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
     let streamable =
         patched!(FILTER.syscalls) & (1 << syscall as u32) != 0 && (patched!(FILTER.errors_only) == 0 || ret < 0);
     let latency_ns = exit_ns.saturating_sub(entry.enter_ns);
-    let represents = account(&key, latency_ns, exit_ns, streamable)?;
-    record::stream(&Ended { entry, key, tid, ret, exit_ns, represents }, how)
+    let streamed = account(&key, latency_ns, exit_ns, streamable)?;
+    record::stream(&Ended { entry, key, tid, ret, exit_ns, represents: streamed.represents, wake: streamed.wake }, how)
 }
 
 /// The thread's entry, marked idle; None (counted) when it is not a call of

@@ -61,7 +61,13 @@ pub struct Ended {
     pub exit_ns: u64,
     /// How many calls the record stands for: this one and those skipped.
     pub represents: u32,
+    /// Whether its record wakes user space (see `accounting::Streamed`).
+    pub wake: bool,
 }
+
+/// `bpf_ringbuf_output` flags.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
 /// Fills the record of a call in the scratch buffer and sends it. None
 /// when there is no scratch buffer.
@@ -87,7 +93,10 @@ pub fn stream(call: &Ended, how: PathWalk) -> Option<()> {
     // header and at most DATA_MASK of `data`, which is longer.
     let bytes =
         unsafe { core::slice::from_raw_parts(scratch as *const Scratch as *const u8, CALL_RECORD_BYTES + total) };
-    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+    // Forced, not left to the kernel's "wake if the reader had caught up":
+    // records sent without a wakeup may still be waiting.
+    let wakeup = if call.wake { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
+    if EVENTS.output::<[u8]>(bytes, wakeup).is_err() {
         bump(counter::RING_BUFFER_DROPS);
     }
     Some(())

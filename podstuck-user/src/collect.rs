@@ -235,11 +235,19 @@ pub struct RunTotals {
     pub calls_outside_series: u64,
 }
 
+/// The longest a record sent without a wakeup waits in the ring when no
+/// other record wakes the reader.
+const UNWOKEN_READ_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The loaded, attached programs and the maps user space reads.
 pub struct Tracer {
     // Keeps programs and links alive; dropped last.
     _ebpf: Ebpf,
     ring: AsyncFd<RingBuf<MapData>>,
+    /// When to read the ring unwoken: the kernel wakes user space for the
+    /// first record of a series' window and for slow calls only, the rest
+    /// of a burst waits for the next wakeup or this.
+    unwoken: tokio::time::Interval,
     counters: PerCpuArray<MapData, u64>,
     in_flight: BpfHashMap<MapData, u32, CallInFlight>,
     series: BpfHashMap<MapData, KernelSeriesKey, SeriesValue>,
@@ -405,9 +413,12 @@ impl Tracer {
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)
             .context("registering the ring buffer with tokio")?;
+        let mut unwoken = tokio::time::interval(UNWOKEN_READ_EVERY);
+        unwoken.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(Tracer {
             _ebpf: ebpf,
             ring,
+            unwoken,
             counters,
             in_flight,
             series,
@@ -491,13 +502,17 @@ impl Tracer {
         &self.program_ids
     }
 
-    /// Waits until records arrive, then hands each one to `each`.
+    /// Waits until records arrive (or, for those sent without a wakeup,
+    /// `UNWOKEN_READ_EVERY` passes), then hands each one to `each`.
+    /// Cancel-safe: the interval keeps its ticks when the wait is dropped.
     pub async fn next_batch<F>(&mut self, mut each: F) -> std::io::Result<()>
     where
         F: FnMut(Result<CallEvent, DecodeError>) -> std::io::Result<()>,
     {
-        let mut guard = self.ring.readable_mut().await?;
-        guard.clear_ready();
+        tokio::select! {
+            guard = self.ring.readable_mut() => guard?.clear_ready(),
+            _ = self.unwoken.tick() => {}
+        }
         self.drain(&mut each)
     }
 
