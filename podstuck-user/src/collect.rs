@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{FEntry, FExit, TracePoint};
+use aya::programs::{FEntry, Program, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use podstuck_common::{
     counter, CallInFlight, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
@@ -241,8 +241,8 @@ const UNWOKEN_READ_EVERY: std::time::Duration = std::time::Duration::from_millis
 
 /// The loaded, attached programs and the maps user space reads.
 pub struct Tracer {
-    // Keeps programs and links alive; dropped last.
-    _ebpf: Ebpf,
+    // Keeps programs and links alive; detached in `drop`.
+    ebpf: Ebpf,
     ring: AsyncFd<RingBuf<MapData>>,
     /// When to read the ring unwoken: the kernel wakes user space for the
     /// first record of a series' window and for slow calls only, the rest
@@ -261,6 +261,28 @@ pub struct Tracer {
     fallback: Option<String>,
     events_seen: u64,
     records_undecodable: u64,
+}
+
+impl Drop for Tracer {
+    /// Detaches every program side by side: each detach waits for the
+    /// kernel's readers to be done with it, a trampoline's for an RCU tasks
+    /// grace period, and those of different functions overlap. (The syscall
+    /// tracepoints' detaches, ~30 ms each, queue on one kernel lock anyway.)
+    fn drop(&mut self) {
+        std::thread::scope(|scope| {
+            for (_, program) in self.ebpf.programs_mut() {
+                scope.spawn(move || {
+                    // Programs of the other attach kind were never loaded.
+                    let _ = match program {
+                        Program::TracePoint(p) => p.unload(),
+                        Program::FEntry(p) => p.unload(),
+                        Program::FExit(p) => p.unload(),
+                        _ => Ok(()),
+                    };
+                });
+            }
+        });
+    }
 }
 
 /// Loads the embedded object with the node's offsets and the filter.
@@ -325,36 +347,79 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
     }
 }
 
+/// Loads the programs `names` side by side, `load` loading one: the
+/// verifier spends ~100 ms on each exit program (record, path walk), on
+/// one CPU each, and start waits for all of them.
+fn load_side_by_side(
+    ebpf: &mut Ebpf,
+    names: &[String],
+    load: impl Fn(&str, &mut Program) -> Result<()> + Sync,
+) -> Result<()> {
+    let mut programs: Vec<(&str, &mut Program)> = ebpf.programs_mut().filter(|(name, _)| names.iter().any(|n| n == name)).collect();
+    if let Some(missing) = names.iter().find(|n| !programs.iter().any(|(name, _)| name == n)) {
+        bail!("program {missing} missing from the embedded object");
+    }
+    let load = &load;
+    std::thread::scope(|scope| {
+        let loading: Vec<_> = programs.iter_mut().map(|(name, program)| scope.spawn(move || load(name, program))).collect();
+        loading.into_iter().map(|l| l.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a program's loader panicked")))).collect()
+    })
+}
+
 /// Attaches the fentry/fexit pair of every syscall; the ids of the programs.
 fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF for fentry")?;
-    let mut ids = Vec::new();
+    let function_of = |program: &str| {
+        TRAMPOLINES.iter().find_map(|(exit, entry, function)| {
+            (exit_program(exit, walk) == program || *entry == program).then(|| format!("{SYSCALL_PREFIX}{function}"))
+        })
+    };
     // Exits first, as with the tracepoints.
-    for (exit, _, function) in TRAMPOLINES {
-        let exit = &exit_program(exit, walk);
-        let function = format!("{SYSCALL_PREFIX}{function}");
-        let program: &mut FExit = ebpf.program_mut(exit).with_context(|| format!("program {exit} missing"))?.try_into()?;
-        program.load(&function, &btf).with_context(|| format!("loading {exit} on {function}"))?;
-        program.attach().with_context(|| format!("attaching fexit to {function}"))?;
-        ids.push(program.info()?.id());
-    }
-    for (_, entry, function) in TRAMPOLINES {
-        let function = format!("{SYSCALL_PREFIX}{function}");
-        let program: &mut FEntry = ebpf.program_mut(entry).with_context(|| format!("program {entry} missing"))?.try_into()?;
-        program.load(&function, &btf).with_context(|| format!("loading {entry} on {function}"))?;
-        program.attach().with_context(|| format!("attaching fentry to {function}"))?;
-        ids.push(program.info()?.id());
+    let names: Vec<String> = TRAMPOLINES
+        .iter()
+        .map(|(exit, _, _)| exit_program(exit, walk))
+        .chain(TRAMPOLINES.iter().map(|(_, entry, _)| entry.to_string()))
+        .collect();
+    load_side_by_side(ebpf, &names, |name, program| {
+        let function = function_of(name).expect("a program of TRAMPOLINES");
+        match program {
+            Program::FExit(p) => p.load(&function, &btf),
+            Program::FEntry(p) => p.load(&function, &btf),
+            _ => bail!("program {name} is neither fentry nor fexit"),
+        }
+        .with_context(|| format!("loading {name} on {function}"))
+    })?;
+    let mut ids = Vec::new();
+    for name in &names {
+        let function = function_of(name).expect("a program of TRAMPOLINES");
+        match ebpf.program_mut(name).with_context(|| format!("program {name} missing"))? {
+            Program::FExit(p) => {
+                p.attach().with_context(|| format!("attaching fexit to {function}"))?;
+                ids.push(p.info()?.id());
+            }
+            Program::FEntry(p) => {
+                p.attach().with_context(|| format!("attaching fentry to {function}"))?;
+                ids.push(p.info()?.id());
+            }
+            _ => bail!("program {name} is neither fentry nor fexit"),
+        }
     }
     Ok(ids)
 }
 
 fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
+    let names: Vec<String> = TRACEPOINTS
+        .iter()
+        .map(|(name, tracepoint)| if tracepoint.starts_with("sys_exit_") { exit_program(name, walk) } else { name.to_string() })
+        .collect();
+    load_side_by_side(ebpf, &names, |name, program| {
+        let program: &mut TracePoint = program.try_into()?;
+        program.load().with_context(|| format!("loading program {name}"))
+    })?;
     let mut ids = Vec::new();
-    for (name, tracepoint) in TRACEPOINTS {
-        let name = &if tracepoint.starts_with("sys_exit_") { exit_program(name, walk) } else { name.to_string() };
+    for (name, (_, tracepoint)) in names.iter().zip(TRACEPOINTS) {
         let program: &mut TracePoint =
             ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?.try_into()?;
-        program.load().with_context(|| format!("loading program {name}"))?;
         program
             .attach("syscalls", tracepoint)
             .with_context(|| format!("attaching to tracepoint syscalls:{tracepoint}"))?;
@@ -416,7 +481,7 @@ impl Tracer {
         let mut unwoken = tokio::time::interval(UNWOKEN_READ_EVERY);
         unwoken.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(Tracer {
-            _ebpf: ebpf,
+            ebpf,
             ring,
             unwoken,
             counters,
