@@ -65,8 +65,6 @@ struct Walk {
     dentry: u64,
     root_mnt: u64,
     root_dentry: u64,
-    path_len: u64,
-    written: u64,
     status: u64,
 }
 
@@ -125,16 +123,18 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
         walk.status = base_status::RESOLVED as u64;
         return STOP;
     }
-    let written = walk.written as usize & (BASE_DIR_MAX - 1);
-    if written + NAME_MAX >= BASE_DIR_MAX {
-        walk.status = base_status::TOO_DEEP as u64;
-        return STOP;
-    }
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
         walk.status = base_status::UNREADABLE as u64;
         return STOP;
     };
-    let at = (walk.path_len as usize + written) & DATA_MASK;
+    // SAFETY: this CPU's scratch value (above); the path's length was
+    // set before the walk began.
+    let (written, path_len) = unsafe { ((*scratch).walked as usize & (BASE_DIR_MAX - 1), (*scratch).record.path_len as usize) };
+    if written + NAME_MAX >= BASE_DIR_MAX {
+        walk.status = base_status::TOO_DEEP as u64;
+        return STOP;
+    }
+    let at = (path_len + written) & DATA_MASK;
     // SAFETY: at most NAME_MAX bytes at `at` <= DATA_MASK, inside `data`
     // (PATH_MAX + BASE_DIR_MAX + NAME_MAX bytes) of this CPU's scratch;
     // the name is read through the kernel's fault-safe path.
@@ -149,8 +149,8 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
         walk.status = base_status::UNREADABLE as u64;
         return STOP;
     }
-    // Masked so the state at each step's start is the same for the verifier.
-    walk.written = (written + (copied as usize & (2 * NAME_MAX - 1))) as u64 & (BASE_DIR_MAX as u64 - 1);
+    // SAFETY: this CPU's scratch value (above).
+    unsafe { (*scratch).walked = (written + (copied as usize & (2 * NAME_MAX - 1))) as u64 & (BASE_DIR_MAX as u64 - 1) };
     walk.dentry = parent;
     GO_ON
 }
@@ -160,7 +160,7 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
 /// mounts up to the caller's root (its chroot, or its namespace's root).
 /// Returns (bytes written, base_status).
 #[inline(always)]
-pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
+pub fn walk_base_dir(dfd: i32, how: PathWalk) -> (usize, u8) {
     if !kernel_reads() {
         return (0, base_status::FORBIDDEN);
     }
@@ -174,6 +174,11 @@ pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
         Ok(p) => p,
         Err(status) => return (0, status),
     };
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return (0, base_status::UNREADABLE);
+    };
+    // SAFETY: this CPU's scratch value, where the record is being made.
+    unsafe { (*scratch).walked = 0 };
     let fs = read_ptr(task as u64, patched!(OFFSETS.task_fs));
     let root = fs.wrapping_add(patched!(OFFSETS.fs_root));
     let mut walk = Walk {
@@ -181,8 +186,6 @@ pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
         dentry: dentry as u64,
         root_mnt: read_ptr(root, patched!(OFFSETS.path_mnt)),
         root_dentry: read_ptr(root, patched!(OFFSETS.path_dentry)),
-        path_len: path_len as u64,
-        written: 0,
         status: WALKING,
     };
     let ctx = &mut walk as *mut Walk as *mut c_void;
@@ -203,5 +206,6 @@ pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
         }
     }
     let status = if walk.status == WALKING { base_status::TOO_DEEP } else { walk.status as u8 };
-    ((walk.written as usize) & (BASE_DIR_MAX - 1), status)
+    // SAFETY: this CPU's scratch value (above).
+    (unsafe { (*scratch).walked } as usize & (BASE_DIR_MAX - 1), status)
 }
