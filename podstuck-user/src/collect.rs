@@ -287,7 +287,15 @@ impl Drop for Tracer {
 
 /// Loads the embedded object with the node's offsets and the filter.
 pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions) -> Result<Ebpf> {
+    load_object_with(offsets, options, &[])
+}
+
+/// `load_object`, with the maps `sized` given those sizes instead.
+fn load_object_with(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions, sized: &[(&str, u32)]) -> Result<Ebpf> {
     let mut loader = EbpfLoader::new();
+    for (map, entries) in sized {
+        loader.map_max_entries(map, *entries);
+    }
     // Read-only globals: the verifier knows their values, so with
     // KERNEL_READS at 0 it never visits a kernel-memory read, which
     // lockdown=confidentiality would refuse at load (Linux 5.13+).
@@ -300,6 +308,21 @@ pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &Tr
         loader.map_max_entries("EVENTS", bytes);
     }
     loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
+}
+
+/// The kernel's BTF as aya reads it, for naming fentry targets: parsed
+/// once for the probe and the attach (some 30 MB of allocations), and
+/// forgotten once the programs are attached.
+static KERNEL_BTF: std::sync::Mutex<Option<std::sync::Arc<aya::Btf>>> = std::sync::Mutex::new(None);
+
+fn kernel_btf() -> Result<std::sync::Arc<aya::Btf>> {
+    let mut kept = KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(btf) = kept.as_ref() {
+        return Ok(std::sync::Arc::clone(btf));
+    }
+    let btf = std::sync::Arc::new(aya::Btf::from_sys_fs()?);
+    *kept = Some(std::sync::Arc::clone(&btf));
+    Ok(btf)
 }
 
 /// Returns the heap's free pages to the kernel (glibc keeps them otherwise).
@@ -334,8 +357,10 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
         ring_buffer_bytes: Some(4096),
     };
     let attached = (|| -> Result<()> {
-        let mut ebpf = load_object(&podstuck_common::KernelOffsets::default(), &options)?;
-        let btf = aya::Btf::from_sys_fs()?;
+        // Its maps unused: the calls-in-flight map, preallocated, would
+        // cost the kernel ~10 ms at full size.
+        let mut ebpf = load_object_with(&podstuck_common::KernelOffsets::default(), &options, &[("CALLS_IN_FLIGHT", 1)])?;
+        let btf = kernel_btf()?;
         let program: &mut FEntry = ebpf.program_mut("cost_fentry").context("cost_fentry missing")?.try_into()?;
         program.load(&format!("{SYSCALL_PREFIX}sys_unlinkat"), &btf)?;
         program.attach()?;
@@ -368,7 +393,7 @@ fn load_side_by_side(
 
 /// Attaches the fentry/fexit pair of every syscall; the ids of the programs.
 fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
-    let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF for fentry")?;
+    let btf = kernel_btf().context("reading the kernel's BTF for fentry")?;
     let function_of = |program: &str| {
         TRAMPOLINES.iter().find_map(|(exit, entry, function)| {
             (exit_program(exit, walk) == program || *entry == program).then(|| format!("{SYSCALL_PREFIX}{function}"))
@@ -467,6 +492,7 @@ impl Tracer {
         // Loading parsed the kernel's BTF (aya's loader and the fentry
         // targets, some 40 MB of small allocations, freed by now): hand the
         // pages back, or the heap keeps them for the whole run.
+        KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner()).take();
         give_back_freed_memory();
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
