@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -369,24 +369,38 @@ fn stop(mut tracer: Tracer) -> Result<f64> {
     Ok(kernel_ns)
 }
 
-/// The do-nothing pair on the unlinkat tracepoints (`podstuck
-/// attach-cost tracepoint`): the floor any tracer there pays.
-fn start_floor(podstuck: &Path) -> Result<Child> {
+/// Starts `podstuck attach-cost MECHANISM ARGS`: once attached, the child
+/// and its stderr past the "attached" line; else what it said.
+fn attach_cost(podstuck: &Path, mechanism: &str, args: &[&str], stdout: Stdio) -> Result<Result<(Child, BufReader<ChildStderr>), String>> {
     let mut child = Command::new(podstuck)
-        .args(["attach-cost", "tracepoint"])
-        .stdout(Stdio::null())
+        .args(["attach-cost", mechanism])
+        .args(args)
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
-        .context("starting podstuck attach-cost tracepoint")?;
+        .with_context(|| format!("starting podstuck attach-cost {mechanism}"))?;
     let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
     let mut line = String::new();
     stderr.read_line(&mut line)?;
     if !line.contains("attached") {
+        let mut rest = String::new();
+        stderr.read_to_string(&mut rest)?;
         child.wait()?;
-        bail!("podstuck attach-cost tracepoint did not attach: {line}");
+        return Ok(Err(format!("{line}{rest}").trim().to_string()));
     }
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    Ok(child)
+    Ok(Ok((child, stderr)))
+}
+
+/// The do-nothing pair on the unlinkat tracepoints (`podstuck
+/// attach-cost tracepoint`): the floor any tracer there pays.
+fn start_floor(podstuck: &Path) -> Result<Child> {
+    match attach_cost(podstuck, "tracepoint", &[], Stdio::null())? {
+        Ok((child, mut stderr)) => {
+            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+            Ok(child)
+        }
+        Err(said) => bail!("podstuck attach-cost tracepoint did not attach: {said}"),
+    }
 }
 
 /// Removes `top` with `tool`; the wall time.
@@ -741,21 +755,13 @@ fn attach_mechanisms(podstuck: &Path, fs: &Path, runs: usize, report: &mut Strin
                 continue;
             }
             build_tree(&top, dirs)?;
-            let mut child = Command::new(podstuck)
-                .args(["attach-cost", mechanism, "--kernel-cost"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()?;
-            let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
-            let mut line = String::new();
-            stderr.read_line(&mut line)?;
-            if !line.contains("attached") {
-                let mut rest = String::new();
-                stderr.read_to_string(&mut rest)?;
-                child.wait()?;
-                refused.insert(mechanism, format!("{line}{rest}").trim().to_string());
-                continue;
-            }
+            let (mut child, _stderr) = match attach_cost(podstuck, mechanism, &["--kernel-cost"], Stdio::piped())? {
+                Ok(attached) => attached,
+                Err(said) => {
+                    refused.insert(mechanism, said);
+                    continue;
+                }
+            };
             times.entry(mechanism).or_default().push(remove("rm -rf", &top, podstuck, false)?);
             interrupt(&child);
             let mut out = String::new();
