@@ -311,7 +311,7 @@ fn load_object_with(offsets: &podstuck_common::KernelOffsets, options: &TracerOp
 }
 
 /// The kernel's BTF as aya reads it, for naming fentry targets: parsed
-/// once for the probe and the attach (some 30 MB of allocations), and
+/// once for the probe and the attach (tens of MB of allocations), and
 /// forgotten once the programs are attached.
 static KERNEL_BTF: std::sync::Mutex<Option<std::sync::Arc<aya::Btf>>> = std::sync::Mutex::new(None);
 
