@@ -105,8 +105,14 @@ pub fn stream(call: &Ended, how: PathWalk) -> Option<()> {
     let bytes =
         unsafe { core::slice::from_raw_parts(scratch as *const Scratch as *const u8, CALL_RECORD_BYTES + total) };
     // Forced, not left to the kernel's "wake if the reader had caught up":
-    // records sent without a wakeup may still be waiting.
-    let wakeup = if call.wake { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
+    // records sent without a wakeup may still be waiting. With every call
+    // streamed, the kernel's own rule for all: the reader keeps up with a
+    // ring that may be small, where records left waiting would be lost.
+    let wakeup = match (call.wake, patched!(FILTER.every_call) != 0) {
+        (true, _) => BPF_RB_FORCE_WAKEUP,
+        (false, true) => 0,
+        (false, false) => BPF_RB_NO_WAKEUP,
+    };
     if EVENTS.output::<[u8]>(bytes, wakeup).is_err() {
         bump(counter::RING_BUFFER_DROPS);
     }
