@@ -11,7 +11,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
 };
 use podstuck_common::{
-    counter, latency_bucket, series_overflow_slot, KernelFilter, SeriesKey, SeriesValue, LATENCY_BUCKETS, MAX_SERIES,
+    counter, latency_bucket, series_overflow_slot, SeriesKey, SeriesValue, LATENCY_BUCKETS, MAX_SERIES,
     SERIES_OVERFLOW_SLOTS,
 };
 
@@ -85,10 +85,22 @@ fn series_of(key: &SeriesKey) -> Option<*mut SeriesValue> {
     SERIES_OVERFLOW.get_ptr_mut(series_overflow_slot(key.syscall, key.errno != 0))
 }
 
-/// Counts a call in its series and decides whether to stream it: returns
-/// how many calls its record stands for, or None to only count it.
+/// A call to stream: how many calls its record stands for, and whether
+/// the record must wake user space.
+pub struct Streamed {
+    pub represents: u32,
+    /// The first record of its series' window, or a slow call. The others
+    /// of a burst ride along: a wakeup costs the caller more than a
+    /// record's whole making (an inter-processor interrupt, on a virtual
+    /// machine a trap to the host), and the reader takes them with the
+    /// next wakeup, at most a window later, or on its own review tick.
+    pub wake: bool,
+}
+
+/// Counts a call in its series and decides whether to stream it: None to
+/// only count it.
 #[inline(always)]
-pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool, filter: &KernelFilter) -> Option<u32> {
+pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool) -> Option<Streamed> {
     let value = series_of(key)?;
     let bucket = latency_bucket(latency_ns);
     // SAFETY: `value` is a whole SeriesValue from a map lookup, valid for
@@ -109,12 +121,14 @@ pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool, fil
     // SAFETY: `value` is a valid SeriesValue (above); what another CPU
     // writes meanwhile are whole aligned u64s, which do not tear.
     let window = unsafe { &mut *value };
-    if now.wrapping_sub(window.window_start_ns) >= filter.window_ns {
+    if now.wrapping_sub(window.window_start_ns) >= patched!(FILTER.window_ns) {
         window.window_start_ns = now;
         window.window_streamed = 0;
     }
-    let within_budget = window.window_streamed < filter.window_budget as u64;
-    if within_budget || filter.every_call != 0 || latency_ns >= filter.slow_ns {
+    let within_budget = window.window_streamed < patched!(FILTER.window_budget) as u64;
+    let slow = latency_ns >= patched!(FILTER.slow_ns);
+    if within_budget || patched!(FILTER.every_call) != 0 || slow {
+        let wake = window.window_streamed == 0 || slow;
         window.window_streamed += 1;
         // SAFETY: `pending` is an aligned u64 of a valid SeriesValue
         // (above); volatile so it is loaded once, the value subtracted below.
@@ -123,7 +137,7 @@ pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool, fil
         // count meanwhile stay pending for the next one.
         // SAFETY: `pending` of a valid SeriesValue (above).
         unsafe { add(&raw mut (*value).pending, pending.wrapping_neg()) };
-        return Some((pending as u32).saturating_add(1));
+        return Some(Streamed { represents: (pending as u32).saturating_add(1), wake });
     }
     // SAFETY: `pending` of a valid SeriesValue (above).
     unsafe { add(&raw mut (*value).pending, 1) };

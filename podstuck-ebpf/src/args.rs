@@ -5,7 +5,7 @@
 
 use aya_ebpf::programs::TracePointContext;
 
-use crate::{patched, read_kernel, OFFSETS};
+use crate::read_kernel;
 
 pub const AT_FDCWD: i32 = -100;
 
@@ -67,8 +67,8 @@ impl Layout {
     /// From the caller's registers, handed to the syscall function.
     #[inline(always)]
     pub fn from_regs(self, regs: *const u8) -> Args {
-        let off = patched(&OFFSETS);
-        self.read(|i| read_kernel::<u64>(regs, off.regs_arg[i]))
+        let at = patched!(OFFSETS.regs_arg);
+        self.read(|i| read_kernel::<u64>(regs, at[i]))
     }
 
     /// The arguments, `read(i)` giving the i-th (None: unreadable).

@@ -13,10 +13,8 @@ use podstuck_common::{counter, CallInFlight, SeriesKey, Syscall, MAX_CALLS_IN_FL
 use crate::{
     accounting::{account, bump},
     args::Args,
-    patched,
     path_walk::PathWalk,
     record::{self, Ended},
-    FILTER,
 };
 
 /// Each thread's last call, by thread id. A plain preallocated hash, not
@@ -69,7 +67,6 @@ pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let entry = take_entry(tid, syscall)?;
-    let filter = patched(&FILTER);
     let key = SeriesKey {
         // SAFETY: a helper without arguments.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
@@ -78,10 +75,11 @@ pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
         syscall: syscall as u8,
         _pad: 0,
     };
-    let streamable = filter.syscalls & (1 << syscall as u32) != 0 && (filter.errors_only == 0 || ret < 0);
+    let streamable =
+        patched!(FILTER.syscalls) & (1 << syscall as u32) != 0 && (patched!(FILTER.errors_only) == 0 || ret < 0);
     let latency_ns = exit_ns.saturating_sub(entry.enter_ns);
-    let represents = account(&key, latency_ns, exit_ns, streamable, &filter)?;
-    record::stream(&Ended { entry, key, tid, ret, exit_ns, represents }, how)
+    let streamed = account(&key, latency_ns, exit_ns, streamable)?;
+    record::stream(&Ended { entry, key, tid, ret, exit_ns, represents: streamed.represents, wake: streamed.wake }, how)
 }
 
 /// The thread's entry, marked idle; None (counted) when it is not a call of

@@ -9,7 +9,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
 };
 
-use crate::{accounting::increment, patched, read_kernel, OFFSETS};
+use crate::{accounting::increment, patched, read_kernel};
 
 /// Calls seen at entry and at exit, per CPU.
 #[map]
@@ -30,8 +30,7 @@ fn count_attach(at: u32) {
 /// The syscall number in the caller's registers (`orig_ax` on x86_64).
 #[inline(always)]
 fn syscall_nr(regs: *const u8) -> u64 {
-    let off = patched(&OFFSETS);
-    read_kernel::<u64>(regs, off.regs_nr).unwrap_or(u64::MAX)
+    read_kernel::<u64>(regs, patched!(OFFSETS.regs_nr)).unwrap_or(u64::MAX)
 }
 
 #[inline(always)]

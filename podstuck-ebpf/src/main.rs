@@ -31,6 +31,19 @@
 // stores, no read-modify-write): the one atomic add is written in asm.
 #![feature(asm_experimental_arch)]
 
+/// One field of a global as user space set it at load, e.g.
+/// `patched!(OFFSETS.task_fs)`. Reading the whole global (`patched`)
+/// copies every field, 27 loads for OFFSETS, on every traced call; most
+/// calls need one or two fields.
+macro_rules! patched {
+    ($global:ident . $field:ident) => {
+        // SAFETY: a field of a static, aligned, never written while the
+        // programs run (user space writes it before load). Volatile, as in
+        // `patched`, so the defaults written here are not folded in.
+        unsafe { core::ptr::read_volatile(&raw const $crate::$global.$field) }
+    };
+}
+
 mod accounting;
 mod args;
 mod calls;

@@ -10,13 +10,12 @@ use aya_ebpf::helpers::{
     bpf_get_current_task,
     generated::{bpf_loop, bpf_probe_read_kernel_str},
 };
-use podstuck_common::{base_status, KernelOffsets, BASE_DIR_MAX, BASE_DIR_MAX_DEPTH, BASE_DIR_UNROLLED_DEPTH};
+use podstuck_common::{base_status, BASE_DIR_MAX, BASE_DIR_MAX_DEPTH, BASE_DIR_UNROLLED_DEPTH};
 
 use crate::{
     args::AT_FDCWD,
-    kernel_reads, patched, read_kernel,
+    kernel_reads, read_kernel,
     record::{DATA_MASK, NAME_MAX, SCRATCH},
-    OFFSETS,
 };
 
 /// How the base directory of a relative path is walked. A constant in
@@ -35,26 +34,26 @@ pub enum PathWalk {
 /// The `struct path` (vfsmount, dentry) a relative path starts from: the
 /// caller's cwd for AT_FDCWD, else the file behind `dfd`.
 #[inline(always)]
-fn base_path(off: &KernelOffsets, task: *const u8, dfd: i32) -> Result<(*const u8, *const u8), u8> {
+fn base_path(task: *const u8, dfd: i32) -> Result<(*const u8, *const u8), u8> {
     let path: *const u8 = if dfd == AT_FDCWD {
-        let fs = read_kernel::<*const u8>(task, off.task_fs).ok_or(base_status::UNREADABLE)?;
-        fs.wrapping_add(off.fs_pwd as usize)
+        let fs = read_kernel::<*const u8>(task, patched!(OFFSETS.task_fs)).ok_or(base_status::UNREADABLE)?;
+        fs.wrapping_add(patched!(OFFSETS.fs_pwd) as usize)
     } else {
-        let files = read_kernel::<*const u8>(task, off.task_files).ok_or(base_status::UNREADABLE)?;
-        let fdt = read_kernel::<*const u8>(files, off.files_fdt).ok_or(base_status::UNREADABLE)?;
-        let max_fds = read_kernel::<u32>(fdt, off.fdt_max_fds).ok_or(base_status::UNREADABLE)?;
+        let files = read_kernel::<*const u8>(task, patched!(OFFSETS.task_files)).ok_or(base_status::UNREADABLE)?;
+        let fdt = read_kernel::<*const u8>(files, patched!(OFFSETS.files_fdt)).ok_or(base_status::UNREADABLE)?;
+        let max_fds = read_kernel::<u32>(fdt, patched!(OFFSETS.fdt_max_fds)).ok_or(base_status::UNREADABLE)?;
         if dfd < 0 || dfd as u32 >= max_fds {
             return Err(base_status::BAD_FD);
         }
-        let fds = read_kernel::<*const u8>(fdt, off.fdt_fd).ok_or(base_status::UNREADABLE)?;
+        let fds = read_kernel::<*const u8>(fdt, patched!(OFFSETS.fdt_fd)).ok_or(base_status::UNREADABLE)?;
         let file = read_kernel::<*const u8>(fds, (dfd as u64) * 8).ok_or(base_status::UNREADABLE)?;
         if file.is_null() {
             return Err(base_status::BAD_FD);
         }
-        file.wrapping_add(off.file_f_path as usize)
+        file.wrapping_add(patched!(OFFSETS.file_f_path) as usize)
     };
-    let mnt = read_kernel::<*const u8>(path, off.path_mnt).ok_or(base_status::UNREADABLE)?;
-    let dentry = read_kernel::<*const u8>(path, off.path_dentry).ok_or(base_status::UNREADABLE)?;
+    let mnt = read_kernel::<*const u8>(path, patched!(OFFSETS.path_mnt)).ok_or(base_status::UNREADABLE)?;
+    let dentry = read_kernel::<*const u8>(path, patched!(OFFSETS.path_dentry)).ok_or(base_status::UNREADABLE)?;
     Ok((mnt, dentry))
 }
 
@@ -66,8 +65,6 @@ struct Walk {
     dentry: u64,
     root_mnt: u64,
     root_dentry: u64,
-    path_len: u64,
-    written: u64,
     status: u64,
 }
 
@@ -103,40 +100,41 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: `ctx` is the `Walk` on walk_base_dir's stack, handed over by
     // bpf_loop or by the bounded loop; nothing else touches it meanwhile.
     let walk = unsafe { &mut *(ctx as *mut Walk) };
-    let off = patched(&OFFSETS);
     if walk.dentry == walk.root_dentry && walk.vfsmnt == walk.root_mnt {
         walk.status = base_status::RESOLVED as u64;
         return STOP;
     }
-    let mount = walk.vfsmnt.wrapping_sub(off.mount_mnt);
-    if walk.dentry == read_ptr(walk.vfsmnt, off.vfsmount_root) {
+    let mount = walk.vfsmnt.wrapping_sub(patched!(OFFSETS.mount_mnt));
+    if walk.dentry == read_ptr(walk.vfsmnt, patched!(OFFSETS.vfsmount_root)) {
         // At the root of a mount: go on from where it is mounted.
-        let parent = read_ptr(mount, off.mount_parent);
+        let parent = read_ptr(mount, patched!(OFFSETS.mount_parent));
         if parent == 0 || parent == mount {
             walk.status = base_status::RESOLVED as u64;
             return STOP;
         }
-        walk.dentry = read_ptr(mount, off.mount_mountpoint);
-        walk.vfsmnt = parent.wrapping_add(off.mount_mnt);
+        walk.dentry = read_ptr(mount, patched!(OFFSETS.mount_mountpoint));
+        walk.vfsmnt = parent.wrapping_add(patched!(OFFSETS.mount_mnt));
         return GO_ON;
     }
-    let parent = read_ptr(walk.dentry, off.dentry_parent);
+    let parent = read_ptr(walk.dentry, patched!(OFFSETS.dentry_parent));
     if parent == 0 || parent == walk.dentry {
         // The root of a filesystem the caller's root cannot reach (a
         // detached mount): what was walked is all there is.
         walk.status = base_status::RESOLVED as u64;
         return STOP;
     }
-    let written = walk.written as usize & (BASE_DIR_MAX - 1);
-    if written + NAME_MAX >= BASE_DIR_MAX {
-        walk.status = base_status::TOO_DEEP as u64;
-        return STOP;
-    }
     let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
         walk.status = base_status::UNREADABLE as u64;
         return STOP;
     };
-    let at = (walk.path_len as usize + written) & DATA_MASK;
+    // SAFETY: this CPU's scratch value (above); the path's length was
+    // set before the walk began.
+    let (written, path_len) = unsafe { ((*scratch).walked as usize & (BASE_DIR_MAX - 1), (*scratch).record.path_len as usize) };
+    if written + NAME_MAX >= BASE_DIR_MAX {
+        walk.status = base_status::TOO_DEEP as u64;
+        return STOP;
+    }
+    let at = (path_len + written) & DATA_MASK;
     // SAFETY: at most NAME_MAX bytes at `at` <= DATA_MASK, inside `data`
     // (PATH_MAX + BASE_DIR_MAX + NAME_MAX bytes) of this CPU's scratch;
     // the name is read through the kernel's fault-safe path.
@@ -144,15 +142,15 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
         bpf_probe_read_kernel_str(
             (*scratch).data.as_mut_ptr().wrapping_add(at) as *mut c_void,
             NAME_MAX as u32,
-            read_ptr(walk.dentry, off.dentry_name) as *const c_void,
+            read_ptr(walk.dentry, patched!(OFFSETS.dentry_name)) as *const c_void,
         )
     };
     if copied <= 0 {
         walk.status = base_status::UNREADABLE as u64;
         return STOP;
     }
-    // Masked so the state at each step's start is the same for the verifier.
-    walk.written = (written + (copied as usize & (2 * NAME_MAX - 1))) as u64 & (BASE_DIR_MAX as u64 - 1);
+    // SAFETY: this CPU's scratch value (above).
+    unsafe { (*scratch).walked = (written + (copied as usize & (2 * NAME_MAX - 1))) as u64 & (BASE_DIR_MAX as u64 - 1) };
     walk.dentry = parent;
     GO_ON
 }
@@ -162,30 +160,32 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
 /// mounts up to the caller's root (its chroot, or its namespace's root).
 /// Returns (bytes written, base_status).
 #[inline(always)]
-pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
+pub fn walk_base_dir(dfd: i32, how: PathWalk) -> (usize, u8) {
     if !kernel_reads() {
         return (0, base_status::FORBIDDEN);
     }
-    let off = patched(&OFFSETS);
-    if off.valid == 0 {
+    if patched!(OFFSETS.valid) == 0 {
         return (0, base_status::NO_OFFSETS);
     }
     // SAFETY: a helper without arguments; the task is only read through
     // fault-safe helpers.
     let task = unsafe { bpf_get_current_task() } as *const u8;
-    let (vfsmnt, dentry) = match base_path(&off, task, dfd) {
+    let (vfsmnt, dentry) = match base_path(task, dfd) {
         Ok(p) => p,
         Err(status) => return (0, status),
     };
-    let fs = read_ptr(task as u64, off.task_fs);
-    let root = fs.wrapping_add(off.fs_root);
+    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+        return (0, base_status::UNREADABLE);
+    };
+    // SAFETY: this CPU's scratch value, where the record is being made.
+    unsafe { (*scratch).walked = 0 };
+    let fs = read_ptr(task as u64, patched!(OFFSETS.task_fs));
+    let root = fs.wrapping_add(patched!(OFFSETS.fs_root));
     let mut walk = Walk {
         vfsmnt: vfsmnt as u64,
         dentry: dentry as u64,
-        root_mnt: read_ptr(root, off.path_mnt),
-        root_dentry: read_ptr(root, off.path_dentry),
-        path_len: path_len as u64,
-        written: 0,
+        root_mnt: read_ptr(root, patched!(OFFSETS.path_mnt)),
+        root_dentry: read_ptr(root, patched!(OFFSETS.path_dentry)),
         status: WALKING,
     };
     let ctx = &mut walk as *mut Walk as *mut c_void;
@@ -206,5 +206,6 @@ pub fn walk_base_dir(path_len: usize, dfd: i32, how: PathWalk) -> (usize, u8) {
         }
     }
     let status = if walk.status == WALKING { base_status::TOO_DEEP } else { walk.status as u8 };
-    ((walk.written as usize) & (BASE_DIR_MAX - 1), status)
+    // SAFETY: this CPU's scratch value (above).
+    (unsafe { (*scratch).walked } as usize & (BASE_DIR_MAX - 1), status)
 }

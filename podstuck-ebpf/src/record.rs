@@ -21,9 +21,8 @@ use podstuck_common::{
 
 use crate::{
     accounting::bump,
-    patched,
     path_walk::{walk_base_dir, PathWalk},
-    read_kernel, OFFSETS,
+    read_kernel,
 };
 
 /// Longest name of one path component (NAME_MAX + NUL).
@@ -36,8 +35,15 @@ pub const DATA_MASK: usize = PATH_MAX + BASE_DIR_MAX - 1;
 /// side, so one `bpf_ringbuf_output` sends exactly what was filled.
 #[repr(C)]
 pub struct Scratch {
-    record: CallRecord,
+    pub record: CallRecord,
     pub data: [u8; PATH_MAX + BASE_DIR_MAX + NAME_MAX],
+    /// Bytes of the base directory written so far, past the path: kept
+    /// here, not on the stack, so each step of the walk reads a value the
+    /// verifier does not know. It then sees the same state at every step,
+    /// whatever the step and the path that led there, instead of walking
+    /// each one apart (~80,000 instructions verified per exit program, a
+    /// quarter of that now, and start waits for them).
+    pub walked: u64,
 }
 
 /// The records to user space; it may resize the ring at load.
@@ -62,7 +68,13 @@ pub struct Ended {
     pub exit_ns: u64,
     /// How many calls the record stands for: this one and those skipped.
     pub represents: u32,
+    /// Whether its record wakes user space (see `accounting::Streamed`).
+    pub wake: bool,
 }
+
+/// `bpf_ringbuf_output` flags.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
 /// Fills the record of a call in the scratch buffer and sends it. None
 /// when there is no scratch buffer.
@@ -77,21 +89,41 @@ pub fn stream(call: &Ended, how: PathWalk) -> Option<()> {
     scratch.record.path_status = status;
 
     // A relative path means nothing without the directory it starts from.
+    // From here on what is known of the path is read back from the record
+    // (volatile: the compiler would reuse the values just stored), so the
+    // verifier carries on with one state, not one per way the path read
+    // ended.
+    let status = recorded(&scratch.record.path_status);
     let relative = status != path_status::UNREADABLE && scratch.data[0] != b'/';
-    let (base_len, base) =
-        if relative { walk_base_dir(len, call.entry.dfd, how) } else { (0, base_status::NOT_NEEDED) };
+    let (base_len, base) = if relative { walk_base_dir(call.entry.dfd, how) } else { (0, base_status::NOT_NEEDED) };
     scratch.record.base_len = base_len as u16;
     scratch.record.base_status = base;
 
-    let total = (len + base_len) & DATA_MASK;
+    let total = (recorded(&scratch.record.path_len) as usize + recorded(&scratch.record.base_len) as usize) & DATA_MASK;
     // SAFETY: the bytes are the start of `*scratch`: CALL_RECORD_BYTES of
     // header and at most DATA_MASK of `data`, which is longer.
     let bytes =
         unsafe { core::slice::from_raw_parts(scratch as *const Scratch as *const u8, CALL_RECORD_BYTES + total) };
-    if EVENTS.output::<[u8]>(bytes, 0).is_err() {
+    // Forced, not left to the kernel's "wake if the reader had caught up":
+    // records sent without a wakeup may still be waiting. With every call
+    // streamed, the kernel's own rule for all: the reader keeps up with a
+    // ring that may be small, where records left waiting would be lost.
+    let wakeup = match (call.wake, patched!(FILTER.every_call) != 0) {
+        (true, _) => BPF_RB_FORCE_WAKEUP,
+        (false, true) => 0,
+        (false, false) => BPF_RB_NO_WAKEUP,
+    };
+    if EVENTS.output::<[u8]>(bytes, wakeup).is_err() {
         bump(counter::RING_BUFFER_DROPS);
     }
     Some(())
+}
+
+/// A field of the record as stored in the scratch buffer.
+#[inline(always)]
+fn recorded<T: Copy>(field: &T) -> T {
+    // SAFETY: a reference to a field of this CPU's scratch value.
+    unsafe { core::ptr::read_volatile(field) }
 }
 
 #[inline(always)]
@@ -148,20 +180,19 @@ fn read_path(data: &mut [u8; PATH_MAX + BASE_DIR_MAX + NAME_MAX], path_ptr: u64)
 /// of the chain is missing: the fields not reached keep their zeroes.
 #[inline(always)]
 fn fill_task_context(record: &mut CallRecord) -> Option<()> {
-    let off = patched(&OFFSETS);
-    if off.valid == 0 {
+    if patched!(OFFSETS.valid) == 0 {
         return None;
     }
     // SAFETY: a helper without arguments; the task is only read through
     // fault-safe helpers.
     let task = unsafe { bpf_get_current_task() } as *const u8;
-    if let Some(parent) = read_kernel_ptr(task, off.task_real_parent) {
-        record.ppid = read_kernel::<i32>(parent, off.task_tgid).unwrap_or(0) as u32;
-        record.pcomm = read_kernel::<[u8; 16]>(parent, off.task_comm).unwrap_or([0; 16]);
+    if let Some(parent) = read_kernel_ptr(task, patched!(OFFSETS.task_real_parent)) {
+        record.ppid = read_kernel::<i32>(parent, patched!(OFFSETS.task_tgid)).unwrap_or(0) as u32;
+        record.pcomm = read_kernel::<[u8; 16]>(parent, patched!(OFFSETS.task_comm)).unwrap_or([0; 16]);
     }
-    let nsproxy = read_kernel_ptr(task, off.task_nsproxy)?;
-    let mnt_ns = read_kernel_ptr(nsproxy, off.nsproxy_mnt_ns)?;
-    record.mntns = read_kernel::<u32>(mnt_ns, off.mnt_ns_inum).unwrap_or(0);
+    let nsproxy = read_kernel_ptr(task, patched!(OFFSETS.task_nsproxy))?;
+    let mnt_ns = read_kernel_ptr(nsproxy, patched!(OFFSETS.nsproxy_mnt_ns))?;
+    record.mntns = read_kernel::<u32>(mnt_ns, patched!(OFFSETS.mnt_ns_inum)).unwrap_or(0);
     Some(())
 }
 

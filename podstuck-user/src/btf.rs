@@ -8,7 +8,6 @@
 //! struct by name and walk a member path, looking through anonymous
 //! structs and unions. It is not a general BTF library.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -36,9 +35,12 @@ const KIND_DECL_TAG: u32 = 17;
 const KIND_TYPE_TAG: u32 = 18;
 const KIND_ENUM64: u32 = 19;
 
-#[derive(Debug, Clone)]
+/// A member of a struct or union; its name is an offset in the string
+/// section, compared in place: vmlinux names some 190,000 types and
+/// members, and podstuck needs a few dozen of them.
+#[derive(Debug, Clone, Copy)]
 struct Member {
-    name: String,
+    name: u32,
     type_id: u32,
     bit_offset: u32,
 }
@@ -46,16 +48,25 @@ struct Member {
 #[derive(Debug, Clone)]
 struct Type {
     kind: u32,
-    name: String,
+    name: u32,
     /// Referenced type for typedef/const/volatile/restrict/type-tag.
     ref_type: u32,
-    members: Vec<Member>,
+    /// Its members, `members[first..first + count]` of the `Btf`.
+    first_member: u32,
+    member_count: u32,
 }
 
-/// The types of one BTF blob, indexed by id (id 0 is `void`).
+/// The types of one BTF blob, indexed by id (id 0 is `void`). Names stay
+/// in the blob's string section, which it keeps (a few MB), instead of a
+/// `String` allocated per name.
 pub struct Btf {
+    strings: Vec<u8>,
     types: Vec<Type>,
-    structs_by_name: HashMap<String, u32>,
+    /// Members of structs and unions only, the one kind searched.
+    members: Vec<Member>,
+    /// Complete structs and unions by name: ids sorted by name, the first
+    /// definition of a name before the others.
+    structs_by_name: Vec<u32>,
 }
 
 fn u16_at(data: &[u8], at: usize) -> Result<u16> {
@@ -83,13 +94,15 @@ const MAX_ANONYMOUS_DEPTH: u32 = 16;
 /// its anonymous parts.
 const MAX_MEMBERS_LOOKED_AT: usize = 100_000;
 
-fn name_at(strings: &[u8], off: u32) -> Result<String> {
+/// The name at `off` in the string section, without its NUL (empty where
+/// `off` is past the end).
+fn name_at(strings: &[u8], off: u32) -> Result<&[u8]> {
     let tail = strings.get(off as usize..).unwrap_or(&[]);
     let end = tail.iter().take(MAX_NAME_BYTES + 1).position(|&b| b == 0).unwrap_or(tail.len().min(MAX_NAME_BYTES + 1));
     if end > MAX_NAME_BYTES {
         bail!("a BTF name longer than {MAX_NAME_BYTES} bytes");
     }
-    Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
+    Ok(&tail[..end])
 }
 
 impl Btf {
@@ -127,7 +140,8 @@ impl Btf {
             .get(hdr_len + str_off..hdr_len + str_off + str_len)
             .context("BTF string section out of bounds")?;
 
-        let mut types = vec![Type { kind: 0, name: String::new(), ref_type: 0, members: vec![] }];
+        let mut types = vec![Type { kind: 0, name: 0, ref_type: 0, first_member: 0, member_count: 0 }];
+        let mut members = Vec::new();
         let mut at = 0usize;
         while at < types_data.len() {
             let name_off = u32_at(types_data, at)?;
@@ -137,7 +151,7 @@ impl Btf {
             let vlen = (info & 0xffff) as usize;
             let kind = (info >> 24) & 0x1f;
             let kind_flag = info >> 31 == 1;
-            let mut members = Vec::new();
+            let first_member = members.len() as u32;
             let trailing = match kind {
                 KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
                 KIND_ARRAY => 12,
@@ -145,8 +159,10 @@ impl Btf {
                     for i in 0..vlen {
                         let m = at + i * 12;
                         let offset = u32_at(types_data, m + 8)?;
+                        let name = u32_at(types_data, m)?;
+                        name_at(strings, name)?;
                         members.push(Member {
-                            name: name_at(strings, u32_at(types_data, m)?)?,
+                            name,
                             type_id: u32_at(types_data, m + 4)?,
                             // With kind_flag the top 8 bits hold a bitfield size.
                             bit_offset: if kind_flag { offset & 0x00ff_ffff } else { offset },
@@ -163,18 +179,40 @@ impl Btf {
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => size_or_type,
                 _ => 0,
             };
-            types.push(Type { kind, name: name_at(strings, name_off)?, ref_type, members });
+            name_at(strings, name_off)?;
+            let member_count = members.len() as u32 - first_member;
+            types.push(Type { kind, name: name_off, ref_type, first_member, member_count });
         }
 
-        let mut structs_by_name = HashMap::new();
-        for (id, ty) in types.iter().enumerate() {
-            // Forward declarations are a different kind; the first complete
-            // definition of a name wins.
-            if (ty.kind == KIND_STRUCT || ty.kind == KIND_UNION) && !ty.name.is_empty() && !ty.members.is_empty() {
-                structs_by_name.entry(ty.name.clone()).or_insert(id as u32);
-            }
-        }
-        Ok(Btf { types, structs_by_name })
+        // Forward declarations are a different kind; the first complete
+        // definition of a name wins (a stable sort keeps it first).
+        let mut structs_by_name: Vec<u32> = (0..types.len() as u32)
+            .filter(|&id| {
+                let ty = &types[id as usize];
+                (ty.kind == KIND_STRUCT || ty.kind == KIND_UNION) && ty.member_count > 0 && strings.get(ty.name as usize).is_some_and(|&b| b != 0)
+            })
+            .collect();
+        let strings = strings.to_vec();
+        let name = |id: &u32| name_at(&strings, types[*id as usize].name).unwrap_or_default();
+        structs_by_name.sort_by(|a, b| name(a).cmp(name(b)));
+        Ok(Btf { strings, types, members, structs_by_name })
+    }
+
+    /// A name of this BTF (checked at parse).
+    fn name(&self, off: u32) -> &[u8] {
+        name_at(&self.strings, off).unwrap_or_default()
+    }
+
+    /// The first complete struct or union called `name`.
+    fn struct_named(&self, name: &str) -> Option<u32> {
+        let at = self.structs_by_name.partition_point(|id| self.name(self.types[*id as usize].name) < name.as_bytes());
+        self.structs_by_name.get(at).copied().filter(|id| self.name(self.types[*id as usize].name) == name.as_bytes())
+    }
+
+    /// The members of type `id` (none but a struct's or a union's).
+    fn members_of(&self, ty: &Type) -> &[Member] {
+        let first = ty.first_member as usize;
+        self.members.get(first..first + ty.member_count as usize).unwrap_or_default()
     }
 
     /// Follows typedefs and qualifiers to the type they name.
@@ -200,15 +238,16 @@ impl Btf {
     /// BTF can make a type of many anonymous members that hold itself).
     fn find_member_within(&self, id: u32, member: &str, depth: u32, looked_at: &mut usize) -> Option<(u32, u32)> {
         let ty = self.types.get(self.resolve(id) as usize)?;
-        for m in &ty.members {
+        for m in self.members_of(ty) {
             *looked_at += 1;
             if *looked_at > MAX_MEMBERS_LOOKED_AT {
                 return None;
             }
-            if m.name == member {
+            let name = self.name(m.name);
+            if name == member.as_bytes() {
                 return Some((m.bit_offset, m.type_id));
             }
-            if m.name.is_empty() && depth > 0 {
+            if name.is_empty() && depth > 0 {
                 if let Some((inner, type_id)) = self.find_member_within(m.type_id, member, depth - 1, looked_at) {
                     return Some((m.bit_offset.checked_add(inner)?, type_id));
                 }
@@ -219,9 +258,8 @@ impl Btf {
 
     /// Offset in bytes of `path` (e.g. `["ns", "inum"]`) inside `struct name`.
     pub fn offset_of(&self, name: &str, path: &[&str]) -> Result<u64> {
-        let mut id = *self
-            .structs_by_name
-            .get(name)
+        let mut id = self
+            .struct_named(name)
             .with_context(|| format!("struct {name} not found in kernel BTF"))?;
         let mut bits = 0u64;
         for member in path {

@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{FEntry, FExit, TracePoint};
+use aya::programs::{FEntry, Program, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use podstuck_common::{
     counter, CallInFlight, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
@@ -235,11 +235,19 @@ pub struct RunTotals {
     pub calls_outside_series: u64,
 }
 
+/// The longest a record sent without a wakeup waits in the ring when no
+/// other record wakes the reader.
+const UNWOKEN_READ_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The loaded, attached programs and the maps user space reads.
 pub struct Tracer {
-    // Keeps programs and links alive; dropped last.
-    _ebpf: Ebpf,
+    // Keeps programs and links alive; detached in `drop`.
+    ebpf: Ebpf,
     ring: AsyncFd<RingBuf<MapData>>,
+    /// When to read the ring unwoken: the kernel wakes user space for the
+    /// first record of a series' window and for slow calls only, the rest
+    /// of a burst waits for the next wakeup or this.
+    unwoken: tokio::time::Interval,
     counters: PerCpuArray<MapData, u64>,
     in_flight: BpfHashMap<MapData, u32, CallInFlight>,
     series: BpfHashMap<MapData, KernelSeriesKey, SeriesValue>,
@@ -255,9 +263,39 @@ pub struct Tracer {
     records_undecodable: u64,
 }
 
+impl Drop for Tracer {
+    /// Detaches every program side by side: each detach waits for the
+    /// kernel's readers to be done with it, a trampoline's for an RCU tasks
+    /// grace period, and those of different functions overlap. (The syscall
+    /// tracepoints' detaches, ~30 ms each, queue on one kernel lock anyway.)
+    fn drop(&mut self) {
+        std::thread::scope(|scope| {
+            for (_, program) in self.ebpf.programs_mut() {
+                scope.spawn(move || {
+                    // Programs of the other attach kind were never loaded.
+                    let _ = match program {
+                        Program::TracePoint(p) => p.unload(),
+                        Program::FEntry(p) => p.unload(),
+                        Program::FExit(p) => p.unload(),
+                        _ => Ok(()),
+                    };
+                });
+            }
+        });
+    }
+}
+
 /// Loads the embedded object with the node's offsets and the filter.
 pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions) -> Result<Ebpf> {
+    load_object_with(offsets, options, &[])
+}
+
+/// `load_object`, with the maps `sized` given those sizes instead.
+fn load_object_with(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions, sized: &[(&str, u32)]) -> Result<Ebpf> {
     let mut loader = EbpfLoader::new();
+    for (map, entries) in sized {
+        loader.map_max_entries(map, *entries);
+    }
     // Read-only globals: the verifier knows their values, so with
     // KERNEL_READS at 0 it never visits a kernel-memory read, which
     // lockdown=confidentiality would refuse at load (Linux 5.13+).
@@ -270,6 +308,30 @@ pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &Tr
         loader.map_max_entries("EVENTS", bytes);
     }
     loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
+}
+
+/// The kernel's BTF as aya reads it, for naming fentry targets: parsed
+/// once for the probe and the attach (tens of MB of allocations), and
+/// forgotten once the programs are attached.
+static KERNEL_BTF: std::sync::Mutex<Option<std::sync::Arc<aya::Btf>>> = std::sync::Mutex::new(None);
+
+fn kernel_btf() -> Result<std::sync::Arc<aya::Btf>> {
+    let mut kept = KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(btf) = kept.as_ref() {
+        return Ok(std::sync::Arc::clone(btf));
+    }
+    let btf = std::sync::Arc::new(aya::Btf::from_sys_fs()?);
+    *kept = Some(std::sync::Arc::clone(&btf));
+    Ok(btf)
+}
+
+/// Returns the heap's free pages to the kernel (glibc keeps them otherwise).
+fn give_back_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases memory malloc holds free.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// The exit program of this walk: `name`, or its unrolled twin.
@@ -295,8 +357,10 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
         ring_buffer_bytes: Some(4096),
     };
     let attached = (|| -> Result<()> {
-        let mut ebpf = load_object(&podstuck_common::KernelOffsets::default(), &options)?;
-        let btf = aya::Btf::from_sys_fs()?;
+        // Its maps unused: the calls-in-flight map, preallocated, would
+        // cost the kernel ~10 ms at full size.
+        let mut ebpf = load_object_with(&podstuck_common::KernelOffsets::default(), &options, &[("CALLS_IN_FLIGHT", 1)])?;
+        let btf = kernel_btf()?;
         let program: &mut FEntry = ebpf.program_mut("cost_fentry").context("cost_fentry missing")?.try_into()?;
         program.load(&format!("{SYSCALL_PREFIX}sys_unlinkat"), &btf)?;
         program.attach()?;
@@ -308,36 +372,79 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
     }
 }
 
+/// Loads the programs `names` side by side, `load` loading one: the
+/// verifier spends ~100 ms on each exit program (record, path walk), on
+/// one CPU each, and start waits for all of them.
+fn load_side_by_side(
+    ebpf: &mut Ebpf,
+    names: &[String],
+    load: impl Fn(&str, &mut Program) -> Result<()> + Sync,
+) -> Result<()> {
+    let mut programs: Vec<(&str, &mut Program)> = ebpf.programs_mut().filter(|(name, _)| names.iter().any(|n| n == name)).collect();
+    if let Some(missing) = names.iter().find(|n| !programs.iter().any(|(name, _)| name == n)) {
+        bail!("program {missing} missing from the embedded object");
+    }
+    let load = &load;
+    std::thread::scope(|scope| {
+        let loading: Vec<_> = programs.iter_mut().map(|(name, program)| scope.spawn(move || load(name, program))).collect();
+        loading.into_iter().map(|l| l.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a program's loader panicked")))).collect()
+    })
+}
+
 /// Attaches the fentry/fexit pair of every syscall; the ids of the programs.
 fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
-    let btf = aya::Btf::from_sys_fs().context("reading the kernel's BTF for fentry")?;
-    let mut ids = Vec::new();
+    let btf = kernel_btf().context("reading the kernel's BTF for fentry")?;
+    let function_of = |program: &str| {
+        TRAMPOLINES.iter().find_map(|(exit, entry, function)| {
+            (exit_program(exit, walk) == program || *entry == program).then(|| format!("{SYSCALL_PREFIX}{function}"))
+        })
+    };
     // Exits first, as with the tracepoints.
-    for (exit, _, function) in TRAMPOLINES {
-        let exit = &exit_program(exit, walk);
-        let function = format!("{SYSCALL_PREFIX}{function}");
-        let program: &mut FExit = ebpf.program_mut(exit).with_context(|| format!("program {exit} missing"))?.try_into()?;
-        program.load(&function, &btf).with_context(|| format!("loading {exit} on {function}"))?;
-        program.attach().with_context(|| format!("attaching fexit to {function}"))?;
-        ids.push(program.info()?.id());
-    }
-    for (_, entry, function) in TRAMPOLINES {
-        let function = format!("{SYSCALL_PREFIX}{function}");
-        let program: &mut FEntry = ebpf.program_mut(entry).with_context(|| format!("program {entry} missing"))?.try_into()?;
-        program.load(&function, &btf).with_context(|| format!("loading {entry} on {function}"))?;
-        program.attach().with_context(|| format!("attaching fentry to {function}"))?;
-        ids.push(program.info()?.id());
+    let names: Vec<String> = TRAMPOLINES
+        .iter()
+        .map(|(exit, _, _)| exit_program(exit, walk))
+        .chain(TRAMPOLINES.iter().map(|(_, entry, _)| entry.to_string()))
+        .collect();
+    load_side_by_side(ebpf, &names, |name, program| {
+        let function = function_of(name).expect("a program of TRAMPOLINES");
+        match program {
+            Program::FExit(p) => p.load(&function, &btf),
+            Program::FEntry(p) => p.load(&function, &btf),
+            _ => bail!("program {name} is neither fentry nor fexit"),
+        }
+        .with_context(|| format!("loading {name} on {function}"))
+    })?;
+    let mut ids = Vec::new();
+    for name in &names {
+        let function = function_of(name).expect("a program of TRAMPOLINES");
+        match ebpf.program_mut(name).with_context(|| format!("program {name} missing"))? {
+            Program::FExit(p) => {
+                p.attach().with_context(|| format!("attaching fexit to {function}"))?;
+                ids.push(p.info()?.id());
+            }
+            Program::FEntry(p) => {
+                p.attach().with_context(|| format!("attaching fentry to {function}"))?;
+                ids.push(p.info()?.id());
+            }
+            _ => bail!("program {name} is neither fentry nor fexit"),
+        }
     }
     Ok(ids)
 }
 
 fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
+    let names: Vec<String> = TRACEPOINTS
+        .iter()
+        .map(|(name, tracepoint)| if tracepoint.starts_with("sys_exit_") { exit_program(name, walk) } else { name.to_string() })
+        .collect();
+    load_side_by_side(ebpf, &names, |name, program| {
+        let program: &mut TracePoint = program.try_into()?;
+        program.load().with_context(|| format!("loading program {name}"))
+    })?;
     let mut ids = Vec::new();
-    for (name, tracepoint) in TRACEPOINTS {
-        let name = &if tracepoint.starts_with("sys_exit_") { exit_program(name, walk) } else { name.to_string() };
+    for (name, (_, tracepoint)) in names.iter().zip(TRACEPOINTS) {
         let program: &mut TracePoint =
             ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?.try_into()?;
-        program.load().with_context(|| format!("loading program {name}"))?;
         program
             .attach("syscalls", tracepoint)
             .with_context(|| format!("attaching to tracepoint syscalls:{tracepoint}"))?;
@@ -382,6 +489,11 @@ impl Tracer {
                 }
             }
         };
+        // Loading parsed the kernel's BTF (aya's loader and the fentry
+        // targets, some 40 MB of small allocations, freed by now): hand the
+        // pages back, or the heap keeps them for the whole run.
+        KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner()).take();
+        give_back_freed_memory();
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
@@ -392,9 +504,12 @@ impl Tracer {
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)
             .context("registering the ring buffer with tokio")?;
+        let mut unwoken = tokio::time::interval(UNWOKEN_READ_EVERY);
+        unwoken.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(Tracer {
-            _ebpf: ebpf,
+            ebpf,
             ring,
+            unwoken,
             counters,
             in_flight,
             series,
@@ -478,13 +593,17 @@ impl Tracer {
         &self.program_ids
     }
 
-    /// Waits until records arrive, then hands each one to `each`.
+    /// Waits until records arrive (or, for those sent without a wakeup,
+    /// `UNWOKEN_READ_EVERY` passes), then hands each one to `each`.
+    /// Cancel-safe: the interval keeps its ticks when the wait is dropped.
     pub async fn next_batch<F>(&mut self, mut each: F) -> std::io::Result<()>
     where
         F: FnMut(Result<CallEvent, DecodeError>) -> std::io::Result<()>,
     {
-        let mut guard = self.ring.readable_mut().await?;
-        guard.clear_ready();
+        tokio::select! {
+            guard = self.ring.readable_mut() => guard?.clear_ready(),
+            _ = self.unwoken.tick() => {}
+        }
         self.drain(&mut each)
     }
 

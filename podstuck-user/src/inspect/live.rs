@@ -46,8 +46,12 @@ pub const DEFAULT_MAX_STUCK_WORKERS: usize = 8;
 const DIR_COUNT_CAP: u64 = 10_000_000;
 /// Work allowed to a tree count; a removal storm's tree may be enormous,
 /// and the collector's main loop waits meanwhile (the ring buffer fills).
-const WALK_BUDGET: Duration = Duration::from_millis(500);
-const WALK_ENTRY_CAP: u64 = 5_000_000;
+/// Sampled (`WALK_DIRS_PER_LEVEL`), a tree of rows of thousands of
+/// directories takes a few ms; the bounds are for trees that are not.
+const WALK_BUDGET: Duration = Duration::from_millis(200);
+const WALK_ENTRY_CAP: u64 = 1_000_000;
+/// Directories a tree count lists per level before it samples the level.
+const WALK_DIRS_PER_LEVEL: usize = 32;
 
 const FS_IMMUTABLE_FL: u32 = 0x10;
 const FS_APPEND_FL: u32 = 0x20;
@@ -641,8 +645,13 @@ fn read_inode_flags(p: &Path) -> Probe<InodeFlags> {
 }
 
 /// Counts entries below `root` without following symlinks or leaving its
-/// filesystem. The tree is often being deleted while counted, so entries
-/// that vanish are skipped.
+/// filesystem, level by level. The tree is often being deleted while
+/// counted, so entries that vanish are skipped. A level of more than
+/// [`WALK_DIRS_PER_LEVEL`] directories is sampled: evenly spaced ones are
+/// listed, each standing for its share of the level, so a storm's tree of
+/// millions of directories costs a few thousand listings per check, not
+/// millions of them in the collector's process. Cut by `budget` or `cap`,
+/// what was found so far is a lower bound.
 fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
     let start = Instant::now();
     let meta = fs::symlink_metadata(root).map_err(unreadable)?;
@@ -650,43 +659,60 @@ fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
         return Err(Unreadable("not a directory".into()));
     }
     let dev = meta.dev();
-    let mut entries: u64 = 0;
+    let mut listed: u64 = 0;
+    // Each entry listed counts for the directories its own stands for.
+    let mut entries = 0.0f64;
+    let mut sampled = false;
     let mut cut_by: Option<&str> = None;
-    let mut pending = vec![root.to_path_buf()];
-    'walk: while let Some(dir) = pending.pop() {
-        if start.elapsed() >= budget {
-            cut_by = Some("time");
-            break;
-        }
-        let listing = match fs::read_dir(&dir) {
-            Ok(l) => l,
-            Err(e) if dir == root => return Err(unreadable(e)),
-            Err(_) => continue,
-        };
-        for entry in listing {
-            // An error mid-directory (it was removed under us) ends that directory.
-            let Ok(entry) = entry else { break };
-            entries += 1;
-            if entries >= cap {
-                cut_by = Some("cap");
-                break 'walk;
-            }
-            if entries & 0xff == 0 && start.elapsed() >= budget {
+    let mut level: Vec<(PathBuf, f64)> = vec![(root.to_path_buf(), 1.0)];
+    'walk: while !level.is_empty() {
+        let mut below = Vec::new();
+        for (dir, weight) in level {
+            if start.elapsed() >= budget {
                 cut_by = Some("time");
                 break 'walk;
             }
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                // lstat, so a mount point shows the mounted filesystem's device.
-                if entry.metadata().is_ok_and(|m| m.dev() == dev) {
-                    pending.push(entry.path());
+            let listing = match fs::read_dir(&dir) {
+                Ok(l) => l,
+                Err(e) if dir == root => return Err(unreadable(e)),
+                Err(_) => continue,
+            };
+            for entry in listing {
+                // An error mid-directory (it was removed under us) ends that directory.
+                let Ok(entry) = entry else { break };
+                listed += 1;
+                entries += weight;
+                if listed >= cap {
+                    cut_by = Some("cap");
+                    break 'walk;
+                }
+                if listed & 0xff == 0 && start.elapsed() >= budget {
+                    cut_by = Some("time");
+                    break 'walk;
+                }
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    below.push((entry.path(), weight));
                 }
             }
         }
+        let many = below.len();
+        if many > WALK_DIRS_PER_LEVEL {
+            sampled = true;
+            let scale = many as f64 / WALK_DIRS_PER_LEVEL as f64;
+            below = (0..WALK_DIRS_PER_LEVEL).map(|i| below[i * many / WALK_DIRS_PER_LEVEL].clone()).map(|(p, w)| (p, w * scale)).collect();
+        }
+        // lstat, so a mount point shows the mounted filesystem's device.
+        below.retain(|(p, _)| fs::symlink_metadata(p).is_ok_and(|m| m.dev() == dev));
+        level = below;
     }
-    let method = match cut_by {
-        None => "counted".to_string(),
-        Some("time") => format!("counted for {} (a lower bound)", exact_duration(budget)),
-        Some(_) => format!("counted the first {cap} (a lower bound)"),
+    let entries = entries.round() as u64;
+    let method = match (cut_by, sampled) {
+        (None, false) => "counted".to_string(),
+        (None, true) => format!(
+            "count of {listed} entries in evenly spaced directories of the tree (at most {WALK_DIRS_PER_LEVEL} a level), scaled up"
+        ),
+        (Some("time"), _) => format!("counted for {} (a lower bound)", exact_duration(budget)),
+        (Some(_), _) => format!("counted the first {cap} (a lower bound)"),
     };
     Ok(EntryEstimate { entries, at_least: cut_by.is_some(), method })
 }
@@ -1255,6 +1281,22 @@ mod tests {
 
         assert_eq!(node.remaining_entries(b(&tree.join("f0"))).unwrap_err().0, "not a directory");
         assert_eq!(node.dir_sample(b(&tree.join("gone")), 3).unwrap_err().0, "no such file or directory");
+    }
+
+    #[test]
+    fn a_tree_of_many_directories_is_sampled_a_level_at_a_time() {
+        let tmp = TempDir::new("sampled");
+        let tree = tmp.0.join("tree");
+        // Rows of directories, as a leaked volume's: 100 rows of 40.
+        for row in 0..100 {
+            for i in 0..40 {
+                fs::create_dir_all(tree.join(format!("r{row}/{i}"))).unwrap();
+            }
+        }
+        let estimate = count_tree(&tree, WALK_BUDGET, WALK_ENTRY_CAP).unwrap();
+        // Even rows: the sample stands for the whole, exactly.
+        assert_eq!(estimate.entries, 100 + 100 * 40, "{estimate:?}");
+        assert!(!estimate.at_least && estimate.method.contains("scaled up"), "{estimate:?}");
     }
 
     /// The cgroup2 mount point, found from the mount table as on any node.

@@ -101,6 +101,10 @@ impl Pipeline {
     /// (exact, whatever was streamed). Done even without a book: reading
     /// is what frees the series of exited processes in the kernel.
     pub(super) fn harvest(&mut self, tracer: &mut Tracer) {
+        // Records the kernel sent without waking us wait in the ring: their
+        // paths name the pods the counts below go to, so they come first.
+        // A failed write shows again at the next batch.
+        let _ = tracer.drain(&mut |e| self.take(e));
         let deltas = tracer.series_deltas();
         let counts: Vec<CountedCalls> = deltas
             .iter()
