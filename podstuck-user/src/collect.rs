@@ -387,7 +387,8 @@ fn load_side_by_side(
     let load = &load;
     std::thread::scope(|scope| {
         let loading: Vec<_> = programs.iter_mut().map(|(name, program)| scope.spawn(move || load(name, program))).collect();
-        loading.into_iter().map(|l| l.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a program's loader panicked")))).collect()
+        // The scope joins the rest when one fails.
+        loading.into_iter().try_for_each(|l| l.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a program's loader panicked"))))
     })
 }
 
