@@ -250,6 +250,14 @@ pub struct Seen {
     pub default_root_present: bool,
 }
 
+impl Seen {
+    /// Where the node's `/` is mounted in here: `--host-root`, else `/host`
+    /// when it looks like a root.
+    fn host_root(&self) -> Option<PathBuf> {
+        self.explicit_root.clone().or_else(|| self.default_root_present.then(|| PathBuf::from(DEFAULT_HOST_ROOT)))
+    }
+}
+
 /// What to do about where podstuck runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -269,7 +277,7 @@ pub fn decide(seen: &Seen) -> Decision {
     if seen.nspid_entries > 1 {
         return Decision::Refuse(NO_HOST_PID.into());
     }
-    let root = seen.explicit_root.clone().or_else(|| seen.default_root_present.then(|| PathBuf::from(DEFAULT_HOST_ROOT)));
+    let root = seen.host_root();
     match &seen.node_mntns {
         Ok(node) if Some(*node) == seen.own_mntns => match seen.container_signs.is_empty() {
             true => Decision::Stay { note: None },
@@ -398,7 +406,7 @@ pub fn discover(explicit_root: Option<&Path>, node_pid: u32) -> Result<&'static 
         }
     }
     let seen = look(explicit_root, node_pid);
-    let user_prefix = seen.explicit_root.clone().or_else(|| seen.default_root_present.then(|| PathBuf::from(DEFAULT_HOST_ROOT)));
+    let user_prefix = seen.host_root();
     let mut view = NodeView { user_prefix, node_pid, own_mntns: seen.own_mntns, ..NodeView::on_node() };
     match decide(&seen) {
         Decision::Refuse(why) => return Err(CannotReachNode(why)),
