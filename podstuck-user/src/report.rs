@@ -156,10 +156,12 @@ fn kind_words(kind: std::fs::FileType) -> &'static str {
 }
 
 /// Opens `path` for reading only if it is a regular file (through a
-/// symbolic link or not): a FIFO would block the report for ever, a device
+/// symbolic link or not): a FIFO would block the reader for ever, a device
 /// be read without end. Checked before opening, then opened without
 /// blocking and checked again on what was opened (it may have changed).
-fn open_regular(path: &Path) -> std::io::Result<File> {
+/// For every file a user hands podstuck to read (reports, `explain --from`,
+/// kubeconfigs).
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
     let not_regular = |kind| std::io::Error::new(ErrorKind::InvalidInput, format!("it is {kind}, not a regular file"));
     let kind = std::fs::metadata(path)?.file_type();
     if !kind.is_file() {

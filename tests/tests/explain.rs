@@ -412,7 +412,7 @@ fn saved_files_are_bounded_and_checked() {
     let stderr = refused(&explain(&["--from", secret.to_str().unwrap()]));
     assert!(stderr.contains("v1 Secret: not something podstuck explain reads"), "{stderr}");
     let stderr = refused(&explain(&["--from", "/dev/zero"]));
-    assert!(stderr.contains("/dev/zero: not a regular file"), "{stderr}");
+    assert!(stderr.contains("/dev/zero: it is a character device, not a regular file"), "{stderr}");
     let big = scratch.path().join("big.json");
     std::fs::File::create(&big).unwrap().set_len(33 << 20).unwrap();
     let stderr = refused(&explain(&["--from", big.to_str().unwrap()]));

@@ -107,11 +107,8 @@ fn read_kubeconfig(path: &Path, reach: Reach) -> Result<Kubeconfig> {
 /// A regular file of at most `max` bytes, as text.
 pub fn read_small(path: &Path, max: u64) -> std::io::Result<String> {
     use std::io::Read;
-    let file = std::fs::File::open(path)?;
+    let file = crate::report::open_regular(path)?;
     let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
     if meta.len() > max {
         return Err(std::io::Error::other(format!("larger than {} MiB", max >> 20)));
     }

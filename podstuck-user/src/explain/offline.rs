@@ -190,6 +190,11 @@ mod tests {
         assert!(snapshot(&[junk], None, at(0.0)).err().unwrap().to_string().contains("not JSON"));
         let e = snapshot(&[dir.0.as_path().to_path_buf()], None, at(0.0)).err().unwrap().to_string();
         assert!(e.contains("not a regular file"), "{e}");
+        // A FIFO is refused, never opened to wait for a writer.
+        let fifo = dir.0.as_path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = snapshot(&[fifo], None, at(0.0)).err().unwrap().to_string();
+        assert!(e.contains("it is a FIFO, not a regular file"), "{e}");
         let pod = file(dir.0.as_path(), "p", &serde_json::to_value(deleted_pod(at(100.0))).unwrap());
         let e = snapshot(&[pod], Some(&PodRef::parse("shop/other", None).unwrap()), at(0.0)).err().unwrap().to_string();
         assert_eq!(e, "shop/other is not in the files (they hold: shop/web-0)");
