@@ -43,13 +43,24 @@ pub struct BenchArgs {
     /// Calls in the memory storm (mkdir + unlinkat, one traced call each).
     #[arg(long, default_value_t = 10_000_000)]
     pub storm_calls: u64,
-    /// Rounds of strace (36 times slower: only on the first size, tmpfs).
-    #[arg(long, default_value_t = 3)]
+    /// Rounds of strace (36 times slower: only on the first size, tmpfs;
+    /// one, so a full run fits in an hour).
+    #[arg(long, default_value_t = 1)]
     pub strace_runs: usize,
     /// Removers, comma-separated (rm-rf, RemoveAll, docker: `docker volume rm` of a private dockerd).
     #[arg(long, value_delimiter = ',', default_value = "rm-rf,RemoveAll,docker",
           value_parser = clap::builder::PossibleValuesParser::new(REMOVERS.map(|(arg, _)| arg)))]
     pub removers: Vec<String>,
+    /// Debian kernels to boot in QEMU for the fentry rows (5.10, 6.1,
+    /// 6.12), comma-separated, or none: this machine's kernel refuses fentry.
+    #[arg(long, value_delimiter = ',', default_value = "5.10,6.1,6.12")]
+    pub vm_kernels: Vec<String>,
+    /// Directories each removal in the VM takes (GNU rm -rf, tmpfs).
+    #[arg(long, default_value_t = 20_000)]
+    pub vm_dirs: usize,
+    /// Paired rounds per VM kernel (five removals each).
+    #[arg(long, default_value_t = 5)]
+    pub vm_rounds: usize,
     /// Where to write the results.
     #[arg(long, default_value = "BENCHMARKS.md")]
     pub out: PathBuf,
@@ -880,11 +891,100 @@ struct StartAndStop {
     detach: f64,
 }
 
+/// Slowdowns under this (1 %) are not used as the base of a ratio in the
+/// VM rows: a round's time moves that much with the guest's 10 ms clock and
+/// emulation alone.
+const NOISE: f64 = 0.01;
+
+/// One VM kernel's medians: podstuck's slowdown over the do-nothing
+/// pair's on fentry, kernel ns per call on fentry and on the tracepoints.
+struct FentryRow {
+    kernel: &'static str,
+    /// None where the do-nothing pair's slowdown is within the noise.
+    over_floor: Option<f64>,
+    fentry_ns: f64,
+    tracepoint_ns: f64,
+}
+
+/// The VM section: each kernel booted once in QEMU, removals timed inside
+/// it (`vm::bench_boots`); only ratios within one boot are reported.
+fn fentry_rows(kernels: &[String], dirs: usize, rounds: usize, report: &mut String) -> Result<Vec<FentryRow>> {
+    let boots = crate::vm::bench_boots(kernels, dirs, rounds)?;
+    const VARIANTS: [&str; 4] = ["floor-tracepoint", "floor-fentry", "podstuck-tracepoint", "podstuck-fentry"];
+    writeln!(report, "\n## fentry, tracepoints, untraced: Debian's kernels in QEMU (emulated)\n")?;
+    writeln!(report, "This machine's kernel refuses fentry, so each of Debian's cloud kernels boots once under QEMU without KVM (TCG: software emulation, 2 vCPUs, `cargo xtask vm-test`'s initramfs) and times GNU `rm -rf` of {dirs} empty directories on the guest's tmpfs, {rounds} paired rounds, the order rotating: untraced; the do-nothing pair (`podstuck attach-cost MECHANISM --kernel-cost`) on the syscall tracepoints and on fentry/fexit; `podstuck watch --json --findings --kernel-cost --histograms DIR --attach tracepoint|fentry`. Emulation makes every instruction slower, not alike: absolute times mean nothing here, and ratios only within one boot. Slowdowns are medians of each round's traced/untraced ratio (the guest's clock, 10 ms steps); kernel time per call is the unlinkat programs' BPF run-time statistics.\n")?;
+    writeln!(report, "| kernel | rounds | untraced | floor slowdown: tracepoint | fentry | podstuck slowdown: tracepoint | fentry | podstuck fentry / tracepoint | podstuck / floor on fentry (target ≤ 1.07) | kernel ns per call, podstuck: tracepoint | fentry | fentry / tracepoint | do-nothing pair on fentry | calls seen (expected {}) |", dirs + 1)?;
+    writeln!(report, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for boot in &boots {
+        failures.extend(boot.failures.iter().map(|f| format!("{} ({}): {f}", boot.kernel, boot.release)));
+        let untraced: BTreeMap<usize, f64> = boot.lines.iter().filter(|l| l.variant == "untraced").map(|l| (l.round, l.seconds)).collect();
+        let of = |variant: &'static str| boot.lines.iter().filter(move |l| l.variant == variant);
+        // Median of the rounds' variant/untraced ratios.
+        let slowdown = |variant: &'static str| {
+            let mut r: Vec<f64> = of(variant).filter_map(|l| untraced.get(&l.round).filter(|u| **u > 0.0).map(|u| l.seconds / u)).collect();
+            median(&mut r)
+        };
+        let ns = |variant: &'static str| median(&mut of(variant).map(|l| l.kernel_ns).collect::<Vec<_>>());
+        if untraced.is_empty() || VARIANTS.iter().any(|v| of(v).next().is_none()) {
+            writeln!(report, "| {} ({}) | not measured: see below | | | | | | | | | | | | |", boot.kernel, boot.release)?;
+            continue;
+        }
+        let [ft, ff, pt, pf] = VARIANTS.map(slowdown);
+        let (tracepoint_ns, fentry_ns) = (ns("podstuck-tracepoint"), ns("podstuck-fentry"));
+        let calls: Vec<String> = {
+            let mut seen: Vec<u64> = of("podstuck-tracepoint").chain(of("podstuck-fentry")).map(|l| l.calls).collect();
+            seen.sort_unstable();
+            seen.dedup();
+            seen.iter().map(|c| c.to_string()).collect()
+        };
+        // A ratio over a slowdown within the guest clock's noise says nothing.
+        let over = |traced: f64, base: f64| (base - 1.0 >= NOISE).then(|| (traced - 1.0) / (base - 1.0));
+        let shown = |ratio: Option<f64>, base: f64| match ratio {
+            Some(r) => format!("{r:.2}"),
+            None => format!("none: its base, {}, is within the noise", pct(base)),
+        };
+        let row = FentryRow { kernel: boot.kernel, over_floor: over(pf, ff), fentry_ns, tracepoint_ns };
+        writeln!(
+            report,
+            "| {} ({}) | {} | {:.2} s | {} | {} | {} | {} | {} | {} | {tracepoint_ns:.0} | {fentry_ns:.0} | {:.2} | {:.0} | {} |",
+            boot.kernel,
+            boot.release,
+            untraced.len(),
+            median(&mut untraced.values().copied().collect::<Vec<_>>()),
+            pct(ft),
+            pct(ff),
+            pct(pt),
+            pct(pf),
+            shown(over(pf, pt), pt),
+            shown(row.over_floor, ff),
+            fentry_ns / tracepoint_ns,
+            ns("floor-fentry"),
+            calls.join(", "),
+        )?;
+        rows.push(row);
+    }
+    writeln!(report, "\npodstuck fentry / tracepoint is (fentry - untraced) / (tracepoint - untraced): the share of the tracepoints' slowdown left on fentry. podstuck / floor on fentry is (podstuck - untraced) / (do-nothing pair - untraced), both on fentry; either is left out where its base slowdown is under {:.0} %, the noise of the guest's clock and of emulation over a round. bpftrace is not in the guest: the fifth-of-bpftrace target is measured on this machine's tracepoints (above) only.", NOISE * 100.0)?;
+    for failure in failures {
+        writeln!(report, "\n- {failure}")?;
+    }
+    Ok(rows)
+}
+
 /// What the run says of the targets it cannot meet: each with the
 /// measurement that shows why.
-fn notes(report: &mut String, kernel_ns: (f64, f64), floor_ns: Option<f64>, start: Option<&StartAndStop>) -> Result<()> {
+fn notes(report: &mut String, kernel_ns: (f64, f64), floor_ns: Option<f64>, start: Option<&StartAndStop>, fentry: &[FentryRow]) -> Result<()> {
     let (podstuck_ns, bpftrace_ns) = kernel_ns;
     let mut lines = Vec::new();
+    for row in fentry {
+        if let Some(over_floor) = row.over_floor.filter(|r| *r > 1.07) {
+            lines.push(format!(
+                "- Wall slowdown on fentry, {} in QEMU: podstuck's is {over_floor:.2} times the do-nothing pair's. There the trampolines cost little, so what podstuck's programs do shows: {:.0} ns per call on fentry against {:.0} on the tracepoints (emulated: compare within the row only).",
+                row.kernel, row.fentry_ns, row.tracepoint_ns
+            ));
+        }
+    }
     if let Some(floor) = floor_ns.filter(|_| bpftrace_ns > 0.0 && podstuck_ns > 0.2 * bpftrace_ns) {
         lines.push(format!(
             "- Kernel time per call: podstuck {podstuck_ns:.0} ns, bpftrace {bpftrace_ns:.0} ns (medians of the storm rows), {:.2} of it. The do-nothing tracepoint pair alone (attach mechanisms, above) takes {floor:.0} ns, {:.2} of bpftrace's: a fifth of bpftrace's, {:.0} ns, is {} what two programs that only count cost here (the BPF statistics' own clock reads included). podstuck's programs cost {:.0} ns above that floor.",
@@ -968,12 +1068,17 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
             None => bail!("unknown remover {name} ({})", REMOVERS.map(|(arg, _)| arg).join(", ")),
         }
     }
+    let vm_kernels: Vec<String> = args.vm_kernels.iter().filter(|k| k.as_str() != "none").cloned().collect();
+    if let Some(unknown) = vm_kernels.iter().find(|k| !crate::vm::KERNEL_NAMES.contains(&k.as_str())) {
+        bail!("unknown VM kernel {unknown} ({}, or none)", crate::vm::KERNEL_NAMES.join(", "));
+    }
+    let whole_run = Instant::now();
     let mut scratch = Scratch::new()?;
     let mut report = String::new();
     // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
     let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
     let command = format!(
-        "cargo xtask bench --runs {} --large-runs {} --sizes {} --filesystems {} --storm-calls {} --strace-runs {} --removers {}{}",
+        "cargo xtask bench --runs {} --large-runs {} --sizes {} --filesystems {} --storm-calls {} --strace-runs {} --removers {} --vm-kernels {} --vm-dirs {} --vm-rounds {}{}",
         args.runs,
         args.large_runs,
         args.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
@@ -981,6 +1086,9 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         args.storm_calls,
         args.strace_runs,
         args.removers.join(","),
+        if vm_kernels.is_empty() { "none".to_string() } else { vm_kernels.join(",") },
+        args.vm_dirs,
+        args.vm_rounds,
         if default_out.as_deref() == Some(args.out.as_path()) { String::new() } else { format!(" --out {}", args.out.display()) }
     );
     writeln!(report, "# podstuck benchmarks\n")?;
@@ -1099,7 +1207,14 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
             memory_storm(podstuck, &fs, args.storm_calls, &mut report)?;
         }
     }
-    notes(&mut report, (median(&mut kernel_ns.0), median(&mut kernel_ns.1)), floor_ns, started.as_ref())?;
+    let fentry = if vm_kernels.is_empty() {
+        Vec::new()
+    } else {
+        std::fs::write(&args.out, format!("{report}\n(still running: the VM rows)\n"))?;
+        fentry_rows(&vm_kernels, args.vm_dirs, args.vm_rounds, &mut report)?
+    };
+    notes(&mut report, (median(&mut kernel_ns.0), median(&mut kernel_ns.1)), floor_ns, started.as_ref(), &fentry)?;
+    writeln!(report, "\nThe whole run took {:.1} minutes.", whole_run.elapsed().as_secs_f64() / 60.0)?;
     std::fs::write(&args.out, &report)?;
     say(&format!("wrote {}", args.out.display()));
     Ok(())

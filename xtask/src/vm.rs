@@ -16,6 +16,11 @@
 //! console log as `target/vm/console-<kernel>.log`, and fails if any
 //! scenario failed, went missing, or the guest outlived its watchdog.
 //!
+//! `cargo xtask bench` boots the same kernels once more each (`bench_boots`,
+//! `podstuck_vm.suite=bench`) for what this machine cannot measure: the
+//! storm's cost on fentry beside the tracepoints', one BENCH line per timed
+//! removal.
+//!
 //! The kernels come from Debian's archive through apt with a private
 //! sources list and lists directory (the machine's own apt state is left
 //! alone), unpacked once under `target/vm/kernels/<kernel>/`: a second run
@@ -49,11 +54,17 @@ const SCENARIOS: [&str; 9] =
 /// podstuck says so in one sentence with what to do, not a verifier log.
 const LOCKDOWN_SCENARIOS: [&str; 3] = ["check", "lockdown", "attach"];
 
-/// One boot of a kernel: its whole suite, or the lockdown one.
+/// The scenarios of `cargo xtask bench`'s boot: check, then the storm's
+/// timings (BENCH lines).
+const BENCH_SCENARIOS: [&str; 2] = ["check", "bench"];
+
+/// One boot of a kernel: its whole suite, the lockdown one, or the bench's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Suite {
     Full,
     Lockdown,
+    /// Paired rounds removing `dirs` directories (see `bench_boots`).
+    Bench { dirs: usize, rounds: usize },
 }
 
 impl Suite {
@@ -61,6 +72,7 @@ impl Suite {
         match self {
             Suite::Full => &SCENARIOS,
             Suite::Lockdown => &LOCKDOWN_SCENARIOS,
+            Suite::Bench { .. } => &BENCH_SCENARIOS,
         }
     }
 
@@ -69,6 +81,7 @@ impl Suite {
         match self {
             Suite::Full => kernel.to_string(),
             Suite::Lockdown => format!("{kernel}-lockdown"),
+            Suite::Bench { .. } => format!("{kernel}-bench"),
         }
     }
 }
@@ -201,14 +214,7 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
     let specs: Vec<&'static KernelSpec> =
         KERNELS.iter().filter(|k| args.kernel == KernelChoice::All || k.choice == args.kernel).collect();
     let started = Instant::now();
-    setup()?;
-    install(&VM_PACKAGES)?;
-    let kernels = specs.iter().map(|spec| fetch_kernel(spec)).collect::<Result<Vec<_>>>()?;
-
-    let podstuck = build_release()?;
-    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor", "--bin", "fuse_server"]))?;
-    let release = workspace_root().join("target/release");
-    let common = build_common_initramfs(&podstuck, &release.join("actor"), &release.join("fuse_server"))?;
+    let (kernels, common) = prepare(&specs)?;
     say(&format!("prepared in {:.0} s; booting {}", started.elapsed().as_secs_f64(), specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")));
 
     let mut suites = Vec::new();
@@ -231,6 +237,90 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
     println!("vm-test: {} passed, {failed} failed", total - failed);
     say(&format!("whole run {:.0} s; console logs in {}", started.elapsed().as_secs_f64(), vm_dir().display()));
     Ok((total - failed, failed))
+}
+
+/// Installs what the host needs, fetches the kernels, builds podstuck and
+/// the helpers in release and the initramfs they share.
+fn prepare(specs: &[&'static KernelSpec]) -> Result<(Vec<Kernel>, PathBuf)> {
+    setup()?;
+    install(&VM_PACKAGES)?;
+    let kernels = specs.iter().map(|spec| fetch_kernel(spec)).collect::<Result<Vec<_>>>()?;
+    let podstuck = build_release()?;
+    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor", "--bin", "fuse_server"]))?;
+    let release = workspace_root().join("target/release");
+    let common = build_common_initramfs(&podstuck, &release.join("actor"), &release.join("fuse_server"))?;
+    Ok((kernels, common))
+}
+
+/// The kernels `cargo xtask bench --vm-kernels` may name.
+pub const KERNEL_NAMES: [&str; 3] = [KERNELS[0].name, KERNELS[1].name, KERNELS[2].name];
+
+/// One removal the guest timed in `cargo xtask bench`'s boot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchLine {
+    /// untraced, floor-tracepoint, floor-fentry, podstuck-tracepoint, podstuck-fentry.
+    pub variant: String,
+    pub round: usize,
+    /// Wall time of the removal (the guest's clock, 10 ms steps).
+    pub seconds: f64,
+    /// The unlinkat programs' run time per call (BPF statistics), 0 untraced.
+    pub kernel_ns: f64,
+    /// unlinkat calls the entry program saw, 0 untraced.
+    pub calls: u64,
+}
+
+/// Parses `PODSTUCK-VM BENCH variant=<v> round=<r> seconds=<s> kernel_ns=<n> calls=<c>`.
+fn parse_bench(line: &str) -> Option<BenchLine> {
+    let rest = &line[line.find("PODSTUCK-VM BENCH ")? + "PODSTUCK-VM BENCH ".len()..];
+    let field = |name: &str| rest.split_whitespace().find_map(|w| w.strip_prefix(name)?.strip_prefix('='));
+    Some(BenchLine {
+        variant: field("variant")?.to_string(),
+        round: field("round")?.parse().ok()?,
+        seconds: field("seconds")?.parse().ok()?,
+        kernel_ns: field("kernel_ns")?.parse().ok()?,
+        calls: field("calls")?.parse().ok()?,
+    })
+}
+
+/// What one kernel's bench boot measured.
+pub struct KernelBench {
+    /// `--kernel`'s name of it (5.10, 6.1, 6.12).
+    pub kernel: &'static str,
+    /// `uname -r`.
+    pub release: String,
+    /// The removals timed, in the guest's order.
+    pub lines: Vec<BenchLine>,
+    /// Scenarios (check, bench) that failed, with what they said.
+    pub failures: Vec<String>,
+}
+
+/// `cargo xtask bench`'s fentry rows: boots each named kernel once in
+/// QEMU (TCG: emulated, so only ratios within one boot mean anything) and
+/// times `rounds` paired rounds of GNU `rm -rf` of `dirs` directories on
+/// the guest's tmpfs: untraced, under the do-nothing pairs on the syscall
+/// tracepoints and on fentry, under `podstuck watch` attached each way.
+pub fn bench_boots(kernels: &[String], dirs: usize, rounds: usize) -> Result<Vec<KernelBench>> {
+    if !is_root() {
+        bail!("the VM rows of the bench build an initramfs with device nodes: run it as root");
+    }
+    let specs: Vec<&'static KernelSpec> = KERNELS.iter().filter(|k| kernels.iter().any(|n| n == k.name)).collect();
+    let (fetched, common) = prepare(&specs)?;
+    let suite = Suite::Bench { dirs, rounds };
+    // Under TCG a removal of 20,000 directories takes seconds and a start
+    // of podstuck several: five a round, plus the boot.
+    let timeout = Duration::from_secs(120 + (rounds * 5) as u64 * (30 + dirs as u64 / 500));
+    let mut out = Vec::new();
+    for kernel in &fetched {
+        let initrd = kernel_initramfs(kernel, &common)?;
+        let run = boot(kernel, suite, &initrd, timeout)?;
+        out.push(KernelBench {
+            kernel: kernel.spec.name,
+            release: kernel.release.clone(),
+            lines: run.bench,
+            failures: run.results.iter().filter(|o| !o.passed).map(|o| format!("{}: {}", o.scenario, o.detail)).collect(),
+        });
+    }
+    Ok(out)
 }
 
 // --- kernels ----------------------------------------------------------------
@@ -592,6 +682,8 @@ struct BootRun {
     kernel: String,
     release: String,
     results: Vec<Outcome>,
+    /// The bench boot's timed removals.
+    bench: Vec<BenchLine>,
     wall: Duration,
 }
 
@@ -624,6 +716,10 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
             "console=ttyS0 panic=-1 lockdown=confidentiality podstuck_vm.suite=lockdown podstuck_vm.expect_attach=none podstuck_vm.expect_walk=none"
                 .to_string()
         }
+        Suite::Bench { dirs, rounds } => format!(
+            "console=ttyS0 panic=-1 podstuck_vm.suite=bench podstuck_vm.bench_dirs={dirs} podstuck_vm.bench_rounds={rounds} podstuck_vm.expect_attach={}",
+            kernel.spec.expect_attach
+        ),
     };
     let mut command = Command::new("qemu-system-x86_64");
     command
@@ -659,6 +755,7 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
     drop(tx);
     let deadline = started + timeout;
     let mut results = Vec::new();
+    let mut bench = Vec::new();
     let mut tail: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     let mut timed_out = false;
     let mut done = false;
@@ -676,6 +773,12 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
                         outcome.detail
                     );
                     results.push(outcome);
+                } else if let Some(timed) = parse_bench(&line) {
+                    println!(
+                        "  [{label}] bench round {} {:<19} {:.2} s, {:.0} ns per call, {} calls",
+                        timed.round, timed.variant, timed.seconds, timed.kernel_ns, timed.calls
+                    );
+                    bench.push(timed);
                 } else if line.contains("PODSTUCK-VM INFO") || line.contains("PODSTUCK-VM TIME") {
                     println!("  [{label}] {}", &line[line.find("PODSTUCK-VM ").unwrap() + 12..]);
                 } else if line.contains("PODSTUCK-VM DONE") {
@@ -716,7 +819,7 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
     }
     missing_scenarios(&mut results, suite, "not reported by the guest");
     say(&format!("kernel {label}: {:.0} s from QEMU start to power-off", wall.as_secs_f64()));
-    Ok(BootRun { kernel: label, release: kernel.release.clone(), results, wall })
+    Ok(BootRun { kernel: label, release: kernel.release.clone(), results, bench, wall })
 }
 
 /// A failed outcome for every scenario the guest did not report.
@@ -782,6 +885,16 @@ mod tests {
     fn module_dependencies_come_from_modinfo() {
         assert_eq!(module_depends(b"\0license=GPL\0depends=libcrc32c,crc-t10dif\0name=x\0"), vec!["libcrc32c", "crc_t10dif"]);
         assert!(module_depends(b"\0depends=\0").is_empty());
+    }
+
+    #[test]
+    fn bench_lines_parse_with_console_noise_before_them() {
+        let line = "[   12.3] x PODSTUCK-VM BENCH variant=podstuck-fentry round=2 seconds=3.41 kernel_ns=512 calls=20001";
+        assert_eq!(
+            parse_bench(line),
+            Some(BenchLine { variant: "podstuck-fentry".into(), round: 2, seconds: 3.41, kernel_ns: 512.0, calls: 20001 })
+        );
+        assert_eq!(parse_bench("PODSTUCK-VM BENCH variant=untraced round=1 seconds= kernel_ns=0 calls=0"), None);
     }
 
     #[test]

@@ -11,6 +11,8 @@
 # lines with what podstuck printed. Each scenario reports even when an
 # earlier one failed; every wait is bounded, so a broken podstuck fails its
 # scenario instead of hanging the guest. The guest powers off at the end.
+# In `cargo xtask bench`'s boot (podstuck_vm.suite=bench) it runs check and
+# the storm's timings instead, one BENCH line per removal.
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root TERM=dumb
@@ -120,6 +122,17 @@ stop_watch() {
     WRC=$?
 }
 
+# The end of every boot: the kernel's messages since boot, DONE, power off.
+the_end() {
+    say "INFO memory at the end: $(free -m | awk '/^Mem:/ { print "used " $3 " MB of " $2 }')"
+    dmesg | tail -n +$((BOOT_LINES + 1)) | head -n 200 | sed 's/^/PODSTUCK-VM dmesg| /'
+    say "DONE $(uptime_s)"
+    sync
+    poweroff -f
+    echo o >/proc/sysrq-trigger
+    sleep 10
+}
+
 # --- the guest ----------------------------------------------------------
 
 mkdir -p /tmp /run /var/tmp /dev/pts /dev/shm /root
@@ -181,6 +194,86 @@ else
     result check FAIL "exit $RC: $( (grep '^FAIL' /tmp/check.out || cat /tmp/check.out) | oneline)"
 fi
 say "TIME check $(since "$T0")"
+
+# --- bench: only in `cargo xtask bench`'s boot ------------------------------
+# The storm's cost on this kernel's attach points, side by side: GNU rm -rf
+# of DIRS empty directories on tmpfs, untraced, under the do-nothing pair
+# (`podstuck attach-cost`) on the tracepoints and on fentry, and under
+# `podstuck watch` attached each way; ROUNDS paired rounds, the order
+# rotating. One line per removal, for the host to take medians of:
+#   PODSTUCK-VM BENCH variant=<v> round=<r> seconds=<s> kernel_ns=<n> calls=<c>
+# Under emulation: the host reports ratios only, and says so.
+if [ "$SUITE" = bench ]; then
+    T0=$(uptime_s)
+    A=- W=-
+    DIRS=$(sed -n 's/.*podstuck_vm\.bench_dirs=\([0-9]*\).*/\1/p' /proc/cmdline)
+    ROUNDS=$(sed -n 's/.*podstuck_vm\.bench_rounds=\([0-9]*\).*/\1/p' /proc/cmdline)
+    DIRS=${DIRS:-20000} ROUNDS=${ROUNDS:-5}
+    VARIANTS="untraced floor-tracepoint floor-fentry podstuck-tracepoint podstuck-fentry"
+    BT=/tmp/bench
+    MEASURED=0
+    PROBLEMS=""
+    # seconds(T1): seconds since uptime T1, to the 10 ms /proc/uptime has.
+    seconds() { awk -v a="$1" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }'; }
+    r=1
+    while [ "$r" -le "$ROUNDS" ]; do
+        k=$(((r - 1) % 5))
+        for v in $(echo $VARIANTS $VARIANTS | cut -d' ' -f$((k + 1))-$((k + 5))); do
+            /usr/local/bin/gnu-rm -rf "$BT"
+            mkdir -p "$BT/tree"
+            actor mkdirs "$BT/tree" "$DIRS" >/dev/null 2>&1
+            TPID="" STARTED=0
+            case $v in
+                untraced) STARTED=1 ;;
+                floor-*)
+                    podstuck attach-cost "${v#floor-}" --kernel-cost >/tmp/b.out 2>/tmp/b.err &
+                    TPID=$!
+                    wait_for /tmp/b.err attached "$TPID" 120 && STARTED=1 ;;
+                podstuck-*)
+                    podstuck watch --json --findings --kernel-cost --attach "${v#podstuck-}" --histograms "/tmp/bh-$r-$v" >/tmp/b.out 2>/tmp/b.err &
+                    TPID=$!
+                    wait_for /tmp/b.out '"type":"start"' "$TPID" 120 && { STARTED=1; facts /tmp/b.out; } ;;
+            esac
+            if [ "$STARTED" = 1 ]; then
+                T1=$(uptime_s)
+                /usr/local/bin/gnu-rm -rf "$BT/tree"
+                S=$(seconds "$T1")
+            fi
+            if [ -n "$TPID" ]; then
+                alive "$TPID" && kill -INT "$TPID"
+                wait_gone "$TPID" 60 || kill -9 "$TPID"
+                wait "$TPID"
+            fi
+            if [ "$STARTED" != 1 ]; then
+                PROBLEMS="$PROBLEMS; $v did not start: $( (cat /tmp/b.err /tmp/b.out) | oneline)"
+                continue
+            fi
+            case $v in
+                untraced) K=0 C=0 ;;
+                # {"entries":N,...,"programs":[{"program":..,"runs":..,"run_time_ns":..},..]}
+                floor-*)
+                    C=$(jnum entries </tmp/b.out)
+                    K=$(grep -o '"run_time_ns":[0-9]*' /tmp/b.out | cut -d: -f2 | awk -v c="${C:-0}" '{ s += $1 } END { printf "%.0f", (c > 0 ? s / c : 0) }') ;;
+                # "podstuck: kernel cost: NAME N runs, X ns per run", one line a program.
+                podstuck-*)
+                    K=$(grep 'kernel cost:' /tmp/b.err | grep unlinkat | awk '{ for (i = 1; i <= NF; i++) if ($i == "per") s += $(i - 2) } END { printf "%.0f", s }')
+                    C=$(grep 'kernel cost:' /tmp/b.err | grep -E '(enter|fentry)_unlinkat ' | head -n 1 | sed -n 's/.* \([0-9][0-9]*\) runs,.*/\1/p') ;;
+            esac
+            say "BENCH variant=$v round=$r seconds=$S kernel_ns=${K:-0} calls=${C:-0}"
+            MEASURED=$((MEASURED + 1))
+        done
+        r=$((r + 1))
+    done
+    /usr/local/bin/gnu-rm -rf "$BT" /tmp/bh-*
+    A=$SEEN_ATTACH W=$SEEN_WALK
+    if [ "$MEASURED" = $((ROUNDS * 5)) ]; then
+        result bench PASS "$MEASURED removals of $DIRS directories measured"
+    else
+        result bench FAIL "$MEASURED of $((ROUNDS * 5)) removals measured${PROBLEMS}"
+    fi
+    say "TIME bench $(since "$T0")"
+    the_end
+fi
 
 KR=/var/lib/kubelet
 
@@ -493,11 +586,4 @@ else
     result attach FAIL "attached with $SEEN_ATTACH, path walk $SEEN_WALK; expected ${EXPECT:-any}, ${EXPECT_WALK:-any} on this kernel"
 fi
 
-# --- the end --------------------------------------------------------------
-say "INFO memory at the end: $(free -m | awk '/^Mem:/ { print "used " $3 " MB of " $2 }')"
-dmesg | tail -n +$((BOOT_LINES + 1)) | head -n 200 | sed 's/^/PODSTUCK-VM dmesg| /'
-say "DONE $(uptime_s)"
-sync
-poweroff -f
-echo o >/proc/sysrq-trigger
-sleep 10
+the_end
