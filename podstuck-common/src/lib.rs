@@ -23,8 +23,17 @@ pub const BASE_DIR_MAX_DEPTH: u32 = 64;
 /// are checked one by one by the verifier there, so fewer of them.
 pub const BASE_DIR_UNROLLED_DEPTH: u32 = 24;
 
-/// Byte size of the ring buffer that carries records to user space.
+/// Byte size of the ring buffer that carries records to user space with
+/// `--every-call`, where a storm streams every call.
 pub const RING_BUFFER_BYTES: u32 = 16 * 1024 * 1024;
+
+/// Its size otherwise: each series streams at most its window's budget
+/// (500 records a second), so 4 MiB hold a 200 ms poll's records of some
+/// 140 series storming at once (~300 bytes a record). The ring's pages
+/// count twice in podstuck's RSS (it is mapped twice so a record never
+/// wraps): 16 MiB made 32 of an idle podstuck's 45 MB. A loss is counted
+/// and said, never silent, and `--ring-buffer-kib` sizes it.
+pub const SAMPLED_RING_BUFFER_BYTES: u32 = 4 * 1024 * 1024;
 
 /// How many threads may be inside a traced call at once; a call that finds
 /// no room is counted (`ENTRY_NOT_STORED`), never silently lost.

@@ -16,7 +16,7 @@ use aya::programs::{FEntry, Program, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use podstuck_common::{
     counter, CallInFlight, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
-    PATH_MAX, SERIES_OVERFLOW_SLOTS,
+    PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
 };
 use tokio::io::unix::AsyncFd;
 
@@ -66,7 +66,8 @@ pub struct TracerOptions {
     /// Where the struct layouts are read: the kernel's BTF, or `--btf`.
     pub btf: PathBuf,
     /// Ring buffer size in bytes (a power of two, at least a page); the
-    /// default is `RING_BUFFER_BYTES`.
+    /// default is `RING_BUFFER_BYTES` with every call streamed, else
+    /// `SAMPLED_RING_BUFFER_BYTES`.
     pub ring_buffer_bytes: Option<u32>,
 }
 
@@ -304,9 +305,8 @@ fn load_object_with(offsets: &podstuck_common::KernelOffsets, options: &TracerOp
         .override_global("OFFSETS", offsets, true)
         .override_global("FILTER", &options.filter, true)
         .override_global("KERNEL_READS", &kernel_reads, true);
-    if let Some(bytes) = options.ring_buffer_bytes {
-        loader.map_max_entries("EVENTS", bytes);
-    }
+    let default = if options.filter.every_call != 0 { RING_BUFFER_BYTES } else { SAMPLED_RING_BUFFER_BYTES };
+    loader.map_max_entries("EVENTS", options.ring_buffer_bytes.unwrap_or(default));
     loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
 }
 

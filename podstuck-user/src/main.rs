@@ -195,7 +195,8 @@ struct WatchArgs {
     /// for testing them anywhere.
     #[arg(long, value_enum, default_value = "auto", hide = true)]
     path_walk: PathWalkArg,
-    /// Size of the ring buffer that carries calls to podstuck, in KiB (a power of two, at least 4).
+    /// Size of the ring buffer that carries calls to podstuck, in KiB (a power of two, at least 4;
+    /// default 4096, or 16384 with --every-call).
     #[arg(long, value_name = "KIB", value_parser = ring_buffer_kib)]
     ring_buffer_kib: Option<u32>,
     /// Measure what each kernel program costs per call (turns on the kernel's BPF run-time

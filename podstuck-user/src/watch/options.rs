@@ -63,7 +63,7 @@ pub struct WatchOptions {
     pub walk: Option<PathWalk>,
     /// The mode of the histogram files (`--file-mode`, default 0600).
     pub file_mode: u32,
-    /// Ring buffer size in bytes; default `RING_BUFFER_BYTES`.
+    /// Ring buffer size in bytes; default 4 MiB, 16 with `--every-call`.
     pub ring_buffer_bytes: Option<u32>,
     /// Turn on the kernel's BPF run-time statistics and say what each
     /// program cost per run at the end.
