@@ -866,7 +866,7 @@ fn start_and_stop(podstuck: &Path, fs: &Path, rounds: usize, report: &mut String
         detach.push(stopping.elapsed().as_secs_f64());
     }
     writeln!(report, "\n## Start, idle, stop\n")?;
-    writeln!(report, "{rounds} starts of `podstuck watch --json --histograms DIR --kubelet-root ROOT` (every call printed, whole node, nothing else traced): start is from spawn to the JSON line of a directory of the fake pod removed every 5 ms meanwhile; idle RSS is read 2 s later (VmRSS, and RssAnon: the process's own heap and stacks, without the ring buffer's 16 MiB of kernel pages, mapped twice); detach is from SIGINT to exit.\n")?;
+    writeln!(report, "{rounds} starts of `podstuck watch --json --histograms DIR --kubelet-root ROOT` (every call printed, whole node, nothing else traced): start is from spawn to the JSON line of a directory of the fake pod removed every 5 ms meanwhile; idle RSS is read 2 s later (VmRSS, and RssAnon: the process's own heap and stacks, without the ring buffer's kernel pages, mapped twice: 4 MiB, so 8 MiB of VmRSS); detach is from SIGINT to exit.\n")?;
     writeln!(report, "| start to first event (target ≤ 0.2 s) | idle RSS (target ≤ 25 MB) | of it RssAnon | detach (target ≤ 0.2 s) |")?;
     writeln!(report, "|---|---|---|---|")?;
     let measured = StartAndStop {
@@ -889,6 +889,22 @@ struct StartAndStop {
     idle_rss: f64,
     idle_anon: f64,
     detach: f64,
+}
+
+/// One storm row's figures the notes weigh against the targets.
+struct StormRow {
+    /// fs, dirs, remover.
+    label: String,
+    /// podstuck / floor: (podstuck - untraced) / (floor - untraced).
+    over_floor: f64,
+    /// Median wall time under podstuck minus under the do-nothing pair.
+    added_s: f64,
+    /// unlinkat calls one removal makes.
+    calls: u64,
+    /// podstuck's programs' kernel ns per call.
+    kernel_ns: f64,
+    /// Collector CPU-s per million calls.
+    cpu: f64,
 }
 
 /// Slowdowns under this (1 %) are not used as the base of a ratio in the
@@ -974,9 +990,34 @@ fn fentry_rows(kernels: &[String], dirs: usize, rounds: usize, report: &mut Stri
 
 /// What the run says of the targets it cannot meet: each with the
 /// measurement that shows why.
-fn notes(report: &mut String, kernel_ns: (f64, f64), floor_ns: Option<f64>, start: Option<&StartAndStop>, fentry: &[FentryRow]) -> Result<()> {
+fn notes(
+    report: &mut String,
+    rows: &[StormRow],
+    kernel_ns: (f64, f64),
+    floor_ns: Option<f64>,
+    start: Option<&StartAndStop>,
+    fentry: &[FentryRow],
+) -> Result<()> {
     let (podstuck_ns, bpftrace_ns) = kernel_ns;
     let mut lines = Vec::new();
+    for row in rows.iter().filter(|r| r.over_floor > 1.07) {
+        let mut line = format!("- Wall slowdown over the floor, {}: {:.2}", row.label, row.over_floor);
+        if let Some(floor) = floor_ns {
+            let extra = row.calls as f64 * (row.kernel_ns - floor) / 1e9;
+            write!(
+                line,
+                ". podstuck's programs take {:.0} ns per unlinkat call, the do-nothing pair {floor:.0}: {} calls x {:.0} ns = {extra:.3} s of kernel time, against {:.3} s that podstuck's removal took beyond the floor's (medians)",
+                row.kernel_ns,
+                row.calls,
+                row.kernel_ns - floor,
+                row.added_s
+            )?;
+        }
+        lines.push(format!("{line}."));
+    }
+    for row in rows.iter().filter(|r| r.cpu > 0.5) {
+        lines.push(format!("- Collector CPU, {}: {:.3} CPU-s per million calls (target 0.5).", row.label, row.cpu));
+    }
     for row in fentry {
         if let Some(over_floor) = row.over_floor.filter(|r| *r > 1.07) {
             lines.push(format!(
@@ -998,7 +1039,7 @@ fn notes(report: &mut String, kernel_ns: (f64, f64), floor_ns: Option<f64>, star
     if let Some(s) = start {
         if s.idle_rss > 25.0 {
             lines.push(format!(
-                "- Idle RSS: {:.1} MiB, of which {:.1} MiB is the process's own (RssAnon); the rest is the binary's pages and the ring buffer's 16 MiB of kernel pages, which VmRSS counts twice (the ring is mapped twice so a record never wraps), and which shrink only with the ring (`--ring-buffer-kib`).",
+                "- Idle RSS: {:.1} MiB, of which {:.1} MiB is the process's own (RssAnon); the rest is the binary's pages and the ring buffer's 4 MiB of kernel pages, which VmRSS counts twice (the ring is mapped twice so a record never wraps), and which shrink only with the ring (`--ring-buffer-kib`).",
                 s.idle_rss, s.idle_anon
             ));
         }
@@ -1103,6 +1144,7 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
     let mut attach_fs = None;
     // Each storm row's kernel ns per call: podstuck's, bpftrace's.
     let mut kernel_ns: (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
+    let mut rows: Vec<StormRow> = Vec::new();
     for fs_kind in &args.filesystems {
         let fs = scratch.filesystem(fs_kind, *args.sizes.iter().max().unwrap_or(&200_000))?;
         if fs_kind == "tmpfs" {
@@ -1117,11 +1159,13 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         for (size_index, &dirs) in args.sizes.iter().enumerate() {
             for &tool in &tools {
                 let mut case = Case::default();
+                let mut calls = 0;
                 let runs = if dirs >= 1_000_000 { args.large_runs.min(args.runs) } else { args.runs };
                 for round in 0..runs {
                     say(&format!("{fs_kind}, {dirs} dirs, {tool}: round {} of {runs}", round + 1));
                     for variant in (0..4).map(|i| (i + round) % 4) {
                         let prepared = prepare(tool, &top, dirs, dockerd.as_ref())?;
+                        calls = prepared.calls;
                         let removal = || remove_prepared(tool, &top, actor, dockerd.as_ref(), &prepared, false);
                         match variant {
                             0 => case.untraced.push(removal()?),
@@ -1163,6 +1207,14 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
                     format!("{:.2} s ({:.0}x)", median(&mut case.strace.clone()), median(&mut case.strace.clone()) / median(&mut case.untraced.clone()))
                 };
                 let col = |f: fn(&PodstuckRun) -> f64| median(&mut case.runs.iter().map(f).collect::<Vec<_>>());
+                rows.push(StormRow {
+                    label: format!("{fs_kind}, {dirs} dirs, {tool}"),
+                    over_floor: (p - 1.0) / (floor - 1.0),
+                    added_s: median(&mut case.podstuck.clone()) - median(&mut case.floor.clone()),
+                    calls,
+                    kernel_ns: col(|r| r.kernel_ns_per_call),
+                    cpu: col(|r| r.cpu_s),
+                });
                 kernel_ns.0.push(col(|r| r.kernel_ns_per_call));
                 kernel_ns.1.push(median(&mut case.bpftrace_kernel_ns.clone()));
                 let exact = case.runs.iter().filter(|r| r.exact).count();
@@ -1213,7 +1265,7 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         std::fs::write(&args.out, format!("{report}\n(still running: the VM rows)\n"))?;
         fentry_rows(&vm_kernels, args.vm_dirs, args.vm_rounds, &mut report)?
     };
-    notes(&mut report, (median(&mut kernel_ns.0), median(&mut kernel_ns.1)), floor_ns, started.as_ref(), &fentry)?;
+    notes(&mut report, &rows, (median(&mut kernel_ns.0), median(&mut kernel_ns.1)), floor_ns, started.as_ref(), &fentry)?;
     writeln!(report, "\nThe whole run took {:.1} minutes.", whole_run.elapsed().as_secs_f64() / 60.0)?;
     std::fs::write(&args.out, &report)?;
     say(&format!("wrote {}", args.out.display()));
