@@ -897,6 +897,8 @@ struct StormRow {
     label: String,
     /// podstuck / floor: (podstuck - untraced) / (floor - untraced).
     over_floor: f64,
+    /// The floor's slowdown is under `NOISE`: no ratio over it.
+    floor_in_noise: bool,
     /// Median wall time under podstuck minus under the do-nothing pair.
     added_s: f64,
     /// unlinkat calls one removal makes.
@@ -907,9 +909,9 @@ struct StormRow {
     cpu: f64,
 }
 
-/// Slowdowns under this (1 %) are not used as the base of a ratio in the
-/// VM rows: a round's time moves that much with the guest's 10 ms clock and
-/// emulation alone.
+/// Slowdowns under this (1 %) are not used as the base of a ratio: a
+/// round's time moves that much with noise alone (the guest's 10 ms clock
+/// and emulation in the VM rows; ext4's journal on this machine).
 const NOISE: f64 = 0.01;
 
 /// One VM kernel's medians: podstuck's slowdown over the do-nothing
@@ -1000,8 +1002,11 @@ fn notes(
 ) -> Result<()> {
     let (podstuck_ns, bpftrace_ns) = kernel_ns;
     let mut lines = Vec::new();
-    for row in rows.iter().filter(|r| r.over_floor > 1.07) {
-        let mut line = format!("- Wall slowdown over the floor, {}: {:.2}", row.label, row.over_floor);
+    for row in rows.iter().filter(|r| r.floor_in_noise || r.over_floor > 1.07) {
+        let mut line = match row.floor_in_noise {
+            true => format!("- Wall slowdown over the floor, {}: not measurable, the floor's own slowdown was within the noise", row.label),
+            false => format!("- Wall slowdown over the floor, {}: {:.2}", row.label, row.over_floor),
+        };
         if let Some(floor) = floor_ns {
             let extra = row.calls as f64 * (row.kernel_ns - floor) / 1e9;
             write!(
@@ -1201,6 +1206,11 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
                     median(&mut r)
                 };
                 let (p, b, floor) = (ratio(&case.podstuck), ratio(&case.bpftrace), ratio(&case.floor));
+                // A ratio over a slowdown within the noise says nothing.
+                let over = |traced: f64, base: f64| match base - 1.0 >= NOISE {
+                    true => format!("{:.2}", (traced - 1.0) / (base - 1.0)),
+                    false => format!("none: base {}", pct(base)),
+                };
                 let strace = if case.strace.is_empty() {
                     "not run".to_string()
                 } else {
@@ -1210,6 +1220,7 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
                 rows.push(StormRow {
                     label: format!("{fs_kind}, {dirs} dirs, {tool}"),
                     over_floor: (p - 1.0) / (floor - 1.0),
+                    floor_in_noise: floor - 1.0 < NOISE,
                     added_s: median(&mut case.podstuck.clone()) - median(&mut case.floor.clone()),
                     calls,
                     kernel_ns: col(|r| r.kernel_ns_per_call),
@@ -1221,15 +1232,15 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
                 let counted: Vec<String> = case.runs.iter().filter(|r| !r.exact).map(|r| format!("{} of {}", r.counted, r.expected)).collect();
                 writeln!(
                     tables,
-                    "| {fs_kind} | {dirs} | {tool} | {runs} | {:.3} s | {:.3} s | {:.3} s | {strace} | {} | {} | {} | {:.2} | {:.2} | {exact} of {} runs{} | {:.0} | {:.3} CPU-s | {:.1} MiB | {:.0} | {:.0} | {:.2} | {:.2} s | {:.2} s |",
+                    "| {fs_kind} | {dirs} | {tool} | {runs} | {:.3} s | {:.3} s | {:.3} s | {strace} | {} | {} | {} | {} | {} | {exact} of {} runs{} | {:.0} | {:.3} CPU-s | {:.1} MiB | {:.0} | {:.0} | {:.2} | {:.2} s | {:.2} s |",
                     median(&mut case.untraced.clone()),
                     median(&mut case.podstuck.clone()),
                     median(&mut case.bpftrace.clone()),
                     pct(floor),
                     pct(p),
                     pct(b),
-                    (p - 1.0) / (floor - 1.0),
-                    (p - 1.0) / (b - 1.0),
+                    over(p, floor),
+                    over(p, b),
                     case.runs.len(),
                     if counted.is_empty() { String::new() } else { format!(" ({})", counted.join(", ")) },
                     col(|r| r.events_lost as f64),
