@@ -128,7 +128,8 @@ pub fn latency_in_microseconds(ns: u64, decimals: usize) -> String {
     format!("{:.*} µs", decimals, ns as f64 / 1e3)
 }
 
-/// A duration as people say it: "850 ms", "12 s", "3m20s".
+/// A duration as people say it: "850 ms", "12 s", "3m20s", "26h10m", and
+/// in days past two ("206d08h": a pod stuck since spring, not "4952h11m").
 pub fn human_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
@@ -144,8 +145,10 @@ pub fn human_duration(d: Duration) -> String {
         let s = d.as_secs();
         if s < 3600 {
             format!("{}m{:02}s", s / 60, s % 60)
-        } else {
+        } else if s < 2 * 86_400 {
             format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+        } else {
+            format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600)
         }
     }
 }
@@ -194,4 +197,17 @@ pub fn io_words(e: &std::io::Error) -> String {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
 
+    #[test]
+    fn durations_read_as_people_say_them() {
+        let secs = Duration::from_secs;
+        assert_eq!(human_duration(Duration::from_millis(850)), "850 ms");
+        assert_eq!(human_duration(Duration::from_millis(2500)), "2.5 s");
+        assert_eq!(human_duration(secs(200)), "3m20s");
+        assert_eq!(human_duration(secs(26 * 3600 + 600)), "26h10m");
+        assert_eq!(human_duration(secs(4952 * 3600 + 11 * 60)), "206d08h");
+    }
+}
