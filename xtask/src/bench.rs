@@ -895,16 +895,16 @@ struct StartAndStop {
 struct StormRow {
     /// fs, dirs, remover.
     label: String,
-    /// podstuck / floor: (podstuck - untraced) / (floor - untraced).
-    over_floor: f64,
-    /// The floor's slowdown is under `NOISE`: no ratio over it.
-    floor_in_noise: bool,
+    /// podstuck / floor: (podstuck - untraced) / (floor - untraced); None
+    /// where the floor's slowdown is within the noise.
+    over_floor: Option<f64>,
     /// Median wall time under podstuck minus under the do-nothing pair.
     added_s: f64,
     /// unlinkat calls one removal makes.
     calls: u64,
-    /// podstuck's programs' kernel ns per call.
+    /// podstuck's programs' kernel ns per call, and bpftrace's.
     kernel_ns: f64,
+    bpftrace_ns: f64,
     /// Collector CPU-s per million calls.
     cpu: f64,
 }
@@ -913,6 +913,20 @@ struct StormRow {
 /// round's time moves that much with noise alone (the guest's 10 ms clock
 /// and emulation in the VM rows; ext4's journal on this machine).
 const NOISE: f64 = 0.01;
+
+/// (traced - 1) / (base - 1) of two slowdowns: how much of `base`'s cost
+/// `traced` pays; None where `base` is within the noise.
+fn over(traced: f64, base: f64) -> Option<f64> {
+    (base - 1.0 >= NOISE).then(|| (traced - 1.0) / (base - 1.0))
+}
+
+/// `over`'s ratio in a table cell.
+fn shown_over(ratio: Option<f64>, base: f64) -> String {
+    match ratio {
+        Some(r) => format!("{r:.2}"),
+        None => format!("none: its base, {}, is within the noise", pct(base)),
+    }
+}
 
 /// One VM kernel's medians: podstuck's slowdown over the do-nothing
 /// pair's on fentry, kernel ns per call on fentry and on the tracepoints.
@@ -957,12 +971,6 @@ fn fentry_rows(kernels: &[String], dirs: usize, rounds: usize, report: &mut Stri
             seen.dedup();
             seen.iter().map(|c| c.to_string()).collect()
         };
-        // A ratio over a slowdown within the guest clock's noise says nothing.
-        let over = |traced: f64, base: f64| (base - 1.0 >= NOISE).then(|| (traced - 1.0) / (base - 1.0));
-        let shown = |ratio: Option<f64>, base: f64| match ratio {
-            Some(r) => format!("{r:.2}"),
-            None => format!("none: its base, {}, is within the noise", pct(base)),
-        };
         let row = FentryRow { kernel: boot.kernel, over_floor: over(pf, ff), fentry_ns, tracepoint_ns };
         writeln!(
             report,
@@ -975,8 +983,8 @@ fn fentry_rows(kernels: &[String], dirs: usize, rounds: usize, report: &mut Stri
             pct(ff),
             pct(pt),
             pct(pf),
-            shown(over(pf, pt), pt),
-            shown(row.over_floor, ff),
+            shown_over(over(pf, pt), pt),
+            shown_over(row.over_floor, ff),
             fentry_ns / tracepoint_ns,
             ns("floor-fentry"),
             calls.join(", "),
@@ -995,17 +1003,18 @@ fn fentry_rows(kernels: &[String], dirs: usize, rounds: usize, report: &mut Stri
 fn notes(
     report: &mut String,
     rows: &[StormRow],
-    kernel_ns: (f64, f64),
     floor_ns: Option<f64>,
     start: Option<&StartAndStop>,
     fentry: &[FentryRow],
 ) -> Result<()> {
-    let (podstuck_ns, bpftrace_ns) = kernel_ns;
+    let podstuck_ns = median(&mut rows.iter().map(|r| r.kernel_ns).collect::<Vec<_>>());
+    let bpftrace_ns = median(&mut rows.iter().map(|r| r.bpftrace_ns).collect::<Vec<_>>());
     let mut lines = Vec::new();
-    for row in rows.iter().filter(|r| r.floor_in_noise || r.over_floor > 1.07) {
-        let mut line = match row.floor_in_noise {
-            true => format!("- Wall slowdown over the floor, {}: not measurable, the floor's own slowdown was within the noise", row.label),
-            false => format!("- Wall slowdown over the floor, {}: {:.2}", row.label, row.over_floor),
+    for row in rows {
+        let mut line = match row.over_floor {
+            None => format!("- Wall slowdown over the floor, {}: not measurable, the floor's own slowdown was within the noise", row.label),
+            Some(r) if r > 1.07 => format!("- Wall slowdown over the floor, {}: {r:.2}", row.label),
+            Some(_) => continue,
         };
         if let Some(floor) = floor_ns {
             let extra = row.calls as f64 * (row.kernel_ns - floor) / 1e9;
@@ -1147,8 +1156,6 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
     writeln!(tables, "| fs | dirs | remover | rounds | untraced | podstuck | bpftrace | strace | floor slowdown | podstuck slowdown | bpftrace slowdown | podstuck / floor (target ≤ 1.07) | podstuck / bpftrace | counted exactly | events lost | collector CPU per M calls (target ≤ 0.5) | peak RSS | kernel ns per call: podstuck | bpftrace | podstuck / bpftrace (target ≤ 0.20) | attach | detach |")?;
     writeln!(tables, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     let mut attach_fs = None;
-    // Each storm row's kernel ns per call: podstuck's, bpftrace's.
-    let mut kernel_ns: (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
     let mut rows: Vec<StormRow> = Vec::new();
     for fs_kind in &args.filesystems {
         let fs = scratch.filesystem(fs_kind, *args.sizes.iter().max().unwrap_or(&200_000))?;
@@ -1206,28 +1213,21 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
                     median(&mut r)
                 };
                 let (p, b, floor) = (ratio(&case.podstuck), ratio(&case.bpftrace), ratio(&case.floor));
-                // A ratio over a slowdown within the noise says nothing.
-                let over = |traced: f64, base: f64| match base - 1.0 >= NOISE {
-                    true => format!("{:.2}", (traced - 1.0) / (base - 1.0)),
-                    false => format!("none: base {}", pct(base)),
-                };
                 let strace = if case.strace.is_empty() {
                     "not run".to_string()
                 } else {
                     format!("{:.2} s ({:.0}x)", median(&mut case.strace.clone()), median(&mut case.strace.clone()) / median(&mut case.untraced.clone()))
                 };
                 let col = |f: fn(&PodstuckRun) -> f64| median(&mut case.runs.iter().map(f).collect::<Vec<_>>());
-                rows.push(StormRow {
+                let row = StormRow {
                     label: format!("{fs_kind}, {dirs} dirs, {tool}"),
-                    over_floor: (p - 1.0) / (floor - 1.0),
-                    floor_in_noise: floor - 1.0 < NOISE,
+                    over_floor: over(p, floor),
                     added_s: median(&mut case.podstuck.clone()) - median(&mut case.floor.clone()),
                     calls,
                     kernel_ns: col(|r| r.kernel_ns_per_call),
+                    bpftrace_ns: median(&mut case.bpftrace_kernel_ns.clone()),
                     cpu: col(|r| r.cpu_s),
-                });
-                kernel_ns.0.push(col(|r| r.kernel_ns_per_call));
-                kernel_ns.1.push(median(&mut case.bpftrace_kernel_ns.clone()));
+                };
                 let exact = case.runs.iter().filter(|r| r.exact).count();
                 let counted: Vec<String> = case.runs.iter().filter(|r| !r.exact).map(|r| format!("{} of {}", r.counted, r.expected)).collect();
                 writeln!(
@@ -1239,19 +1239,20 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
                     pct(floor),
                     pct(p),
                     pct(b),
-                    over(p, floor),
-                    over(p, b),
+                    shown_over(row.over_floor, floor),
+                    shown_over(over(p, b), b),
                     case.runs.len(),
                     if counted.is_empty() { String::new() } else { format!(" ({})", counted.join(", ")) },
                     col(|r| r.events_lost as f64),
-                    col(|r| r.cpu_s),
+                    row.cpu,
                     col(|r| r.peak_rss_kib as f64) / 1024.0,
-                    col(|r| r.kernel_ns_per_call),
-                    median(&mut case.bpftrace_kernel_ns.clone()),
-                    col(|r| r.kernel_ns_per_call) / median(&mut case.bpftrace_kernel_ns.clone()),
+                    row.kernel_ns,
+                    row.bpftrace_ns,
+                    row.kernel_ns / row.bpftrace_ns,
                     col(|r| r.attach_s),
                     col(|r| r.detach_s),
                 )?;
+                rows.push(row);
                 std::fs::write(&args.out, format!("{report}{tables}\n(still running)\n"))?;
             }
         }
@@ -1276,7 +1277,7 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         std::fs::write(&args.out, format!("{report}\n(still running: the VM rows)\n"))?;
         fentry_rows(&vm_kernels, args.vm_dirs, args.vm_rounds, &mut report)?
     };
-    notes(&mut report, &rows, (median(&mut kernel_ns.0), median(&mut kernel_ns.1)), floor_ns, started.as_ref(), &fentry)?;
+    notes(&mut report, &rows, floor_ns, started.as_ref(), &fentry)?;
     writeln!(report, "\nThe whole run took {:.1} minutes.", whole_run.elapsed().as_secs_f64() / 60.0)?;
     std::fs::write(&args.out, &report)?;
     say(&format!("wrote {}", args.out.display()));
