@@ -688,6 +688,9 @@ fn kernel_initramfs(kernel: &Kernel, common: &Path) -> Result<PathBuf> {
 struct Outcome {
     scenario: String,
     passed: bool,
+    /// False for a scenario the guest never reported (it crashed, hung or
+    /// ended first): failed, with why.
+    reported: bool,
     attach: String,
     walk: String,
     detail: String,
@@ -717,7 +720,7 @@ fn parse_result(line: &str) -> Option<Outcome> {
     let attach = words.next()?.strip_prefix("attach=")?.to_string();
     let walk = words.next()?.strip_prefix("walk=")?.to_string();
     let detail = words.next().unwrap_or("").trim().to_string();
-    Some(Outcome { scenario, passed: verdict == "PASS", attach, walk, detail })
+    Some(Outcome { scenario, passed: verdict == "PASS", reported: true, attach, walk, detail })
 }
 
 /// Boots the kernel with the initramfs, relays the console to a log file
@@ -864,7 +867,16 @@ fn boot_once_more_if_crashed(kernel: &Kernel, suite: Suite, initrd: &Path, timeo
     let run = boot(kernel, suite, initrd, timeout)?;
     let Some(crash) = run.crash else { return Ok(run) };
     std::fs::rename(vm_dir().join(format!("console-{label}.log")), &kept)?;
-    let first = format!("{crash} (console in {})", kept.display());
+    // What it reported before it crashed, so a failure there is not lost
+    // with the boot.
+    let reached: Vec<&Outcome> = run.results.iter().filter(|o| o.reported).collect();
+    let failed: Vec<&str> = reached.iter().filter(|o| !o.passed).map(|o| o.scenario.as_str()).collect();
+    let before = match (reached.len(), failed.is_empty()) {
+        (0, _) => "before any scenario".to_string(),
+        (n, true) => format!("after {n} scenario(s), all passed"),
+        (n, false) => format!("after {n} scenario(s), failed: {}", failed.join(", ")),
+    };
+    let first = format!("{crash}, {before} (console in {})", kept.display());
     say(&format!("kernel {label}: the guest kernel crashed: {first}; booting it once more"));
     let mut again = boot(kernel, suite, initrd, timeout)?;
     again.first_boot_crash = Some(first);
@@ -881,7 +893,14 @@ fn crash_words(line: &str) -> String {
 fn missing_scenarios(results: &mut Vec<Outcome>, suite: Suite, why: &str) {
     for &scenario in suite.scenarios() {
         if !results.iter().any(|o| o.scenario == scenario) {
-            results.push(Outcome { scenario: scenario.to_string(), passed: false, attach: "-".into(), walk: "-".into(), detail: why.to_string() });
+            results.push(Outcome {
+                scenario: scenario.to_string(),
+                passed: false,
+                reported: false,
+                attach: "-".into(),
+                walk: "-".into(),
+                detail: why.to_string(),
+            });
         }
     }
 }
