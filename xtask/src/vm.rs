@@ -705,6 +705,8 @@ struct BootRun {
     bench: Vec<BenchLine>,
     /// The guest kernel's crash line, when it crashed before it finished.
     crash: Option<String>,
+    /// The console log this boot wrote.
+    console: PathBuf,
     /// The crash of a first boot that was not used (see
     /// `boot_once_more_if_crashed`).
     first_boot_crash: Option<String>,
@@ -851,7 +853,7 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
     missing_scenarios(&mut results, suite, "not reported by the guest");
     say(&format!("kernel {label}: {:.0} s from QEMU start to power-off", wall.as_secs_f64()));
     let crash = crash.filter(|_| !done);
-    Ok(BootRun { kernel: label, release: kernel.release.clone(), results, bench, crash, first_boot_crash: None, wall })
+    Ok(BootRun { kernel: label, release: kernel.release.clone(), results, bench, crash, console: log_path, first_boot_crash: None, wall })
 }
 
 /// Boots once more a guest whose kernel crashed, and says so: emulation
@@ -866,7 +868,7 @@ fn boot_once_more_if_crashed(kernel: &Kernel, suite: Suite, initrd: &Path, timeo
     let _ = std::fs::remove_file(&kept);
     let run = boot(kernel, suite, initrd, timeout)?;
     let Some(crash) = run.crash else { return Ok(run) };
-    std::fs::rename(vm_dir().join(format!("console-{label}.log")), &kept)?;
+    std::fs::rename(&run.console, &kept)?;
     // What it reported before it crashed, so a failure there is not lost
     // with the boot.
     let reached: Vec<&Outcome> = run.results.iter().filter(|o| o.reported).collect();
