@@ -73,8 +73,8 @@ pub fn manifest_capabilities(documents: &[serde_json::Value]) -> Vec<String> {
 }
 
 /// The image tarball under test: `$PODSTUCK_IMAGE` (set by `cargo xtask
-/// test`, the image of `$PODSTUCK_BIN`). Without it, a loud skip outside CI;
-/// under CI (`CI=true`) a failure.
+/// test`, the image of `$PODSTUCK_BIN`). Without it the test fails (see
+/// [`crate::prerequisite`]).
 pub fn podstuck_image(test: &str) -> Option<PathBuf> {
     let image = std::env::var_os("PODSTUCK_IMAGE").map(PathBuf::from);
     let why = match &image {
@@ -83,11 +83,7 @@ pub fn podstuck_image(test: &str) -> Option<PathBuf> {
         None => "PODSTUCK_IMAGE is not set".to_string(),
     };
     let how = "run `cargo xtask test`, or `cargo xtask image --binary target/debug/podstuck --out target/image/podstuck-test.tar` and set PODSTUCK_IMAGE to it";
-    if crate::harness::in_ci() {
-        panic!("{test}: no podstuck image under CI (never skipped there): {why}; {how}");
-    }
-    eprintln!("\n*** SKIPPED {test}: no podstuck image: {why}; {how} ***\n");
-    None
+    crate::missing(test, &format!("podstuck's image ({why})"), how)
 }
 
 /// The capabilities this machine may not grant at all: those below
@@ -260,7 +256,7 @@ pub struct NodeContainerd {
 
 impl NodeContainerd {
     /// Starts a private containerd and `ctr images import`s the image
-    /// into it; `None` (after a loud skip, never under CI) when either is missing.
+    /// into it. Either missing fails the test (`None` where skips are allowed).
     pub fn start(scratch: &Path, test: &str) -> Option<NodeContainerd> {
         let archive = podstuck_image(test)?;
         let containerd = Containerd::start(scratch, test)?;
@@ -299,7 +295,7 @@ pub struct NodeDocker {
 
 impl NodeDocker {
     /// Starts a private dockerd and `docker load`s the image into it;
-    /// `None` (after a loud skip, never under CI) when either is missing.
+    /// either missing fails the test (`None` where skips are allowed).
     pub fn start(scratch: &Path, test: &str) -> Option<NodeDocker> {
         let archive = podstuck_image(test)?;
         let dockerd = Dockerd::start(scratch, test)?;

@@ -1,49 +1,52 @@
 //! How an end-to-end test is written: [`kernel_test!`](crate::kernel_test)
 //! defines the `#[test]` and hands its body a [`KernelTest`] named after
-//! the function, which applies the skip rule (root, or a loud skip outside
-//! CI; never a skip under CI) and makes the test's scratch directory. A
-//! test names nothing by hand: its skip message and its directory follow
-//! its function's name.
+//! the function, which requires root (see [`crate::prerequisite`]: without
+//! it the test fails, unless skips are allowed) and makes the test's
+//! scratch directory. A test names nothing by hand: its messages and its
+//! directory follow its function's name.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
-/// Whether this is CI's run (`CI=true`), where nothing may skip.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+use crate::prerequisite::{missing, this_test};
 
 /// The documents of deploy/FILE, read by PyYAML (Debian's python3-yaml,
 /// which `cargo xtask test` installs) and handed over as JSON; `None`
-/// without it, outside CI only (loudly).
+/// where it is missing and skips are allowed.
 pub fn deploy_manifest(file: &str) -> Option<Vec<Value>> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(file);
     let read = "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)";
     let out = match Command::new("/usr/bin/python3").args(["-c", read]).arg(&manifest).output() {
         Ok(out) if out.status.success() => out,
         ran => {
-            assert!(!in_ci(), "Debian's python3-yaml must be installed under CI (cargo xtask test does it): {ran:?}");
-            eprintln!("\n*** SKIPPED the check of deploy/{file}: run `cargo xtask test` to install python3-yaml ***\n");
-            return None;
+            let why = match ran {
+                Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                Err(e) => e.to_string(),
+            };
+            return missing(
+                &this_test(),
+                &format!("PyYAML for /usr/bin/python3, to read deploy/{file} ({why})"),
+                "apt-get install python3-yaml, or run `cargo xtask test`, which does",
+            );
         }
     };
     Some(serde_json::from_slice(&out.stdout).expect("JSON from python"))
 }
 
-/// True when the kernel-facing tests can run (root). Outside CI, without
-/// root, they skip loudly; under CI (`CI=true`) they never skip.
+/// True when the kernel-facing tests can run: as root. Without root the
+/// test fails, unless skips are allowed (then false, said loudly).
 pub fn can_touch_the_kernel(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
-    if in_ci() {
-        panic!("{test}: the end-to-end tests need root and must not skip under CI");
-    }
-    eprintln!("\n*** SKIPPED {test}: needs root to load eBPF programs and mount filesystems ***\n");
-    false
+    missing(
+        test,
+        "root: the end-to-end tests load eBPF programs and mount filesystems",
+        "run them as root (sudo -E cargo xtask test)",
+    )
 }
 
 /// A running test that touches the kernel, named after its function.
@@ -70,7 +73,9 @@ impl KernelTest {
 
 /// A test that touches the kernel:
 ///
-/// ```ignore
+/// ```no_run
+/// use podstuck_tests::kernel_test;
+///
 /// kernel_test! {
 ///     /// What it shows.
 ///     fn unlinking_an_immutable_file_gives_eperm(test) {
@@ -81,7 +86,7 @@ impl KernelTest {
 /// ```
 ///
 /// defines `#[test] fn unlinking_an_immutable_file_gives_eperm()`, which
-/// returns at once when the test must skip, and otherwise runs the body
+/// fails without root (returns at once where skips are allowed), and runs the body
 /// with `test`, a [`KernelTest`] of that name. `fn name() { ... }` for a
 /// body that needs neither the name nor a scratch directory.
 #[macro_export]

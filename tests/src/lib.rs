@@ -6,8 +6,10 @@
 //! Every piece of node state is owned by a guard whose `Drop` removes it, so
 //! a panicking assertion still unmounts, clears flags and deletes.
 //!
-//! - [`harness`]: how a test is written (`kernel_test!`, the skip rule,
-//!   the scratch directory);
+//! - [`prerequisite`]: the one rule for a test that cannot run here (it
+//!   fails, or skips loudly where `PODSTUCK_ALLOW_SKIPS=1`);
+//! - [`harness`]: how a test is written (`kernel_test!`, root, the
+//!   scratch directory);
 //! - [`podstuck`]: the podstuck under test and what it printed;
 //! - [`findings`]: checking its findings;
 //! - [`kubelet`]: kubelet's tree of pods and volumes;
@@ -35,6 +37,7 @@ pub mod kubectl;
 pub mod kubelet;
 pub mod node;
 pub mod podstuck;
+pub mod prerequisite;
 pub mod runtimes;
 pub mod scrape;
 pub mod terminal;
@@ -42,7 +45,8 @@ pub mod terminal;
 pub use actors::{actor, alive, fuse_server, start_actor, task_state, wchan, Process};
 pub use calls::{cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread, unlink_as_nobody};
 pub use findings::{latest_findings, shell_word, Expect};
-pub use harness::{can_touch_the_kernel, in_ci, text, KernelTest, ScratchDir};
+pub use harness::{can_touch_the_kernel, text, KernelTest, ScratchDir};
+pub use prerequisite::missing;
 pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};
 pub use node::{
     cgroup2_root, is_mountpoint, BindMount, CgroupDirs, CreatedDirs, FuseMount, Immutable, OverlayMount, TmpfsMount,

@@ -196,15 +196,19 @@ pub fn stderr_text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).trim().to_string()
 }
 
-/// The daemon could not start: outside CI the test skips loudly (a
-/// machine without the packages, or where they cannot run); under CI it
-/// fails with the daemon's log.
+/// The daemon could not start (a machine without the packages, or where
+/// they cannot run): the test fails with the daemon's log (see
+/// [`crate::prerequisite`]).
 fn cannot_start(test: &str, what: &str, why: &str, log: &Path) {
     let tail = log_tail(log, 30);
-    if crate::harness::in_ci() {
-        panic!("{test}: {what} did not start under CI (never skipped there): {why}\n{}:\n{tail}", log.display());
-    }
-    eprintln!("\n*** SKIPPED {test}: {what} could not start: {why}\n{}:\n{tail}\n***\n", log.display());
+    crate::missing(
+        test,
+        &format!("a working {what}: it could not start: {why}"),
+        &format!(
+            "`cargo xtask test` installs Debian's docker.io, containerd, runc and busybox-static; the daemon's log {}:\n{tail}",
+            log.display()
+        ),
+    )
 }
 
 // Processes ------------------------------------------------------------
@@ -684,9 +688,8 @@ pub struct Dockerd {
 }
 
 impl Dockerd {
-    /// Starts it and waits until `docker info` answers. `None` (after a
-    /// loud SKIPPED) when dockerd cannot start on this machine, outside CI;
-    /// under CI=true a daemon that does not start fails the test.
+    /// Starts it and waits until `docker info` answers. A dockerd that
+    /// cannot start fails the test; `None` where skips are allowed.
     pub fn start(scratch: &Path, test: &str) -> Option<Dockerd> {
         let log = scratch.join("dockerd.log");
         let Some(dockerd) = DOCKERD_CANDIDATES.iter().find(|p| Path::new(p).is_file()) else {
@@ -917,8 +920,8 @@ impl Containerd {
         Containerd::start_with(scratch, test, Propagation::Shared)
     }
 
-    /// Starts it and waits until `ctr version` reaches it. `None` (after a
-    /// loud SKIPPED) when it cannot start, outside CI.
+    /// Starts it and waits until `ctr version` reaches it. A containerd
+    /// that cannot start fails the test; `None` where skips are allowed.
     pub fn start_with(scratch: &Path, test: &str, propagation: Propagation) -> Option<Containerd> {
         let log = scratch.join("containerd.log");
         for needed in [CONTAINERD, CTR, BUSYBOX, "/usr/bin/containerd-shim-runc-v2"] {
