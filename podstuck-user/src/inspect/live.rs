@@ -939,21 +939,12 @@ fn unreadable(e: io::Error) -> Unreadable {
 mod tests {
     use super::*;
     use crate::inspect::mounts::mount_at;
-    use crate::test_support::TempDir;
+    use crate::test_support::{is_root, missing, this_test, TempDir};
     use nix::mount::{mount, umount2, MntFlags, MsFlags};
     use nix::sys::signal::{killpg, Signal};
     use nix::unistd::Pid;
     use std::os::unix::process::CommandExt;
     use std::process::{Child, Command, Stdio};
-
-    fn is_root() -> bool {
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("\n*** SKIPPED: needs root ***\n");
-            return false;
-        }
-        true
-    }
 
     fn b(p: &Path) -> &[u8] {
         p.as_os_str().as_bytes()
@@ -1166,8 +1157,11 @@ mod tests {
             fs::write(f, b"x").unwrap();
         }
         let (Some(_unlock), Some(_unappend)) = (Chattr::set(&locked, "i"), Chattr::set(&appended, "a")) else {
-            eprintln!("\n*** SKIPPED: chattr does not work on {} ***\n", tmp.0.display());
-            return;
+            return missing(
+                &this_test(),
+                &format!("chattr +i and +a on {} (its filesystem refuses inode flags)", tmp.0.display()),
+                "set TMPDIR to a directory on ext4, xfs, btrfs or a tmpfs of Linux 6.0+",
+            );
         };
 
         let mut node = LiveNode::new();
@@ -1314,8 +1308,7 @@ mod tests {
         }
         let mut node = LiveNode::new();
         let Some(root) = cgroup_mount(&mut node, "cgroup2", None) else {
-            eprintln!("\n*** SKIPPED: no cgroup2 mount ***\n");
-            return;
+            return missing(&this_test(), "a cgroup2 mount", "mount -t cgroup2 none /sys/fs/cgroup/unified (or run on a cgroup v2 node)");
         };
         let cg = root.join(format!("podstuck-test-{}", std::process::id()));
         let sub = cg.join("sub");
@@ -1347,20 +1340,53 @@ mod tests {
         assert!(empty.tasks.is_empty());
     }
 
+    /// A v1 hierarchy mounted for a test where the node mounts none with
+    /// the freezer (a cgroup v2 node still offers the v1 freezer), detached
+    /// on drop.
+    struct OwnHierarchy(TempDir);
+
+    impl Drop for OwnHierarchy {
+        fn drop(&mut self) {
+            let _ = umount2(&self.0 .0, MntFlags::MNT_DETACH);
+        }
+    }
+
+    /// A v1 freezer cgroup thawed on drop, also when the test fails: a
+    /// frozen task is neither killed nor its cgroup removed.
+    struct Thaw(PathBuf);
+
+    impl Drop for Thaw {
+        fn drop(&mut self) {
+            let _ = fs::write(self.0.join("freezer.state"), "THAWED");
+        }
+    }
+
     #[test]
-    fn cgroup_v1_freezer() {
+    fn cgroup_v1_freezer_says_frozen_and_thawed() {
         if !is_root() {
             return;
         }
         let mut node = LiveNode::new();
-        let Some(root) = cgroup_mount(&mut node, "cgroup", Some("freezer")) else {
-            eprintln!("\n*** SKIPPED: no cgroup v1 freezer hierarchy ***\n");
-            return;
+        let mut own = None;
+        let root = match cgroup_mount(&mut node, "cgroup", Some("freezer")) {
+            Some(root) => root,
+            None => {
+                let dir = TempDir::new("freezer-v1");
+                if let Err(e) = mount(Some("podstuck-test"), &dir.0, Some("cgroup"), MsFlags::empty(), Some("freezer")) {
+                    return missing(
+                        &this_test(),
+                        &format!("a cgroup v1 freezer hierarchy (none mounted, and mounting one failed: {e})"),
+                        "run it on a cgroup v1 or hybrid node, where the freezer is a v1 controller",
+                    );
+                }
+                own.insert(OwnHierarchy(dir)).0 .0.clone()
+            }
         };
         let cg = root.join(format!("podstuck-test-{}", std::process::id()));
         fs::create_dir(&cg).unwrap();
         let _dirs = CgroupDirs(vec![cg.clone()]);
         let kid = Kid::spawn(Command::new("sleep").arg("30"));
+        let _thaw = Thaw(cg.clone());
         fs::write(cg.join("cgroup.procs"), kid.pid().to_string()).unwrap();
 
         let state = node.cgroup(b(&cg)).unwrap();
@@ -1369,6 +1395,13 @@ mod tests {
         assert_eq!(state.frozen, Some(false));
         assert_eq!(state.populated, None);
         assert!(!state.has_kill);
+
+        fs::write(cg.join("freezer.state"), "FROZEN").unwrap();
+        let frozen = eventually("the freezer to say FROZEN", || node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(true)));
+        assert!(frozen.tasks.iter().any(|t| t.tid == kid.pid()), "a frozen task is still a member");
+        fs::write(cg.join("freezer.state"), "THAWED").unwrap();
+        eventually("the freezer to say THAWED", || node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(false)));
+        drop(kid);
     }
 
     #[test]
@@ -1400,8 +1433,7 @@ mod tests {
             return;
         }
         if !Path::new("/dev/fuse").exists() {
-            eprintln!("\n*** SKIPPED: no /dev/fuse ***\n");
-            return;
+            return missing(&this_test(), "/dev/fuse", "modprobe fuse (or run on a machine with FUSE)");
         }
         let kid = Kid::spawn(Command::new("sh").args(["-c", "exec 3<>/dev/fuse; exec sleep 30"]));
         let mut node = LiveNode::new();
