@@ -11,6 +11,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use podstuck_tests::prerequisite::{parse_skip_line, skips_allowed, ALLOW_SKIPS};
 
 mod bench;
 mod image;
@@ -244,6 +245,9 @@ fn test(args: &[String]) -> Result<()> {
         tag: None,
     })?;
     let python = python_reader()?;
+    if skips_allowed() {
+        say(&format!("{ALLOW_SKIPS}=1 is set: a test whose prerequisite is missing skips instead of failing; the skips are named at the end"));
+    }
     let mut child = cargo()
         .args(["test", "--workspace"])
         .args(args)
@@ -252,8 +256,22 @@ fn test(args: &[String]) -> Result<()> {
         .env("PODSTUCK_IMAGE", image)
         .env("PODSTUCK_PYTHON", python)
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .context("cannot run cargo test")?;
+    // A skip is said on the test binary's stderr (podstuck_tests::prerequisite),
+    // so stderr is read too, and passed on as it comes.
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let skips = std::thread::spawn(move || {
+        let mut skips = Vec::new();
+        for line in stderr.lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            if let Some((test, why)) = parse_skip_line(&line) {
+                skips.push((test.to_string(), why.to_string()));
+            }
+        }
+        skips
+    });
     // cargo test closes with one "test result" line per test binary, the
     // last often a doc-test run of 0; one total line says what ran overall.
     let mut total = TestTotals::default();
@@ -263,41 +281,52 @@ fn test(args: &[String]) -> Result<()> {
         total.add(&line);
     }
     let status = child.wait()?;
+    for (test, why) in skips.join().unwrap_or_default() {
+        total.skip(test, why);
+    }
     // The kernels real nodes run, booted under QEMU: the code paths this
     // machine's kernel never takes (fentry, the walk without bpf_loop).
     // Only for the whole suite: a filtered run (`-- --test NAME`) is about its filter.
     let vm = if args.is_empty() { vm::run_matrix(&vm::VmArgs::all()) } else { Ok((0, 0)) };
-    match &vm {
-        Ok((passed, failed)) => {
-            total.passed += *passed as u64;
-            total.failed += *failed as u64;
-        }
+    let (vm_passed, vm_failed) = match &vm {
+        Ok((passed, failed)) => (*passed as u64, *failed as u64),
         Err(e) => {
             say(&format!("the VM matrix could not run: {e:#}"));
-            total.failed += 1;
+            (0, 1)
         }
-    }
-    println!("podstuck tests: {} passed, {} failed, {} skipped", total.passed, total.failed, total.ignored);
+    };
+    total.print(vm_passed, vm_failed);
     if !status.success() {
         bail!("cargo test failed ({status})");
     }
-    if total.failed > 0 {
+    if vm_failed > 0 {
         bail!("the VM matrix failed (console logs in target/vm/)");
     }
     Ok(())
 }
 
+/// What `cargo test` reported, read from its lines.
 #[derive(Default)]
 struct TestTotals {
+    /// As libtest counts: a test that skipped returned, so it passed there.
     passed: u64,
     failed: u64,
-    ignored: u64,
+    /// Tests libtest did not run (`#[ignore]`), by name.
+    ignored: Vec<String>,
+    /// Tests that said a prerequisite was missing and skipped, by name,
+    /// with what was missing (once each, however often they said it).
+    skipped: Vec<(String, String)>,
 }
 
 impl TestTotals {
-    /// Adds the counts of a libtest line such as
-    /// "test result: ok. 8 passed; 0 failed; 0 ignored; 0 measured; ...".
+    /// Reads a line of libtest's stdout: a total such as
+    /// "test result: ok. 8 passed; 0 failed; 0 ignored; 0 measured; ...",
+    /// or "test NAME ... ignored".
     fn add(&mut self, line: &str) {
+        if let Some(name) = line.strip_prefix("test ").and_then(|l| l.strip_suffix(" ... ignored")) {
+            self.ignored.push(name.to_string());
+            return;
+        }
         let Some(rest) = line.strip_prefix("test result: ") else { return };
         for part in rest.split(&['.', ';'][..]) {
             let mut words = part.split_whitespace();
@@ -305,11 +334,64 @@ impl TestTotals {
                 match what {
                     "passed" => self.passed += n,
                     "failed" => self.failed += n,
-                    "ignored" => self.ignored += n,
                     _ => {}
                 }
             }
         }
+    }
+
+    fn skip(&mut self, test: String, why: String) {
+        if !self.skipped.iter().any(|(t, _)| *t == test) {
+            self.skipped.push((test, why));
+        }
+    }
+
+    /// Tests that ran and passed: libtest's passes less the tests that
+    /// skipped (they returned early, and libtest counts them as passed).
+    fn ran_and_passed(&self) -> u64 {
+        self.passed.saturating_sub(self.skipped.len() as u64)
+    }
+
+    /// The closing lines: each skip named, what ran, and the totals on the
+    /// last line in the plain "N passed, N failed, N skipped" form.
+    fn print(&self, vm_passed: u64, vm_failed: u64) {
+        for test in &self.ignored {
+            println!("skipped {test}: marked #[ignore]");
+        }
+        for (test, why) in &self.skipped {
+            let why: String = why.chars().take(300).collect();
+            println!("skipped {test}: {why}");
+        }
+        let passed = self.ran_and_passed() + vm_passed;
+        let failed = self.failed + vm_failed;
+        let skipped = self.ignored.len() + self.skipped.len();
+        println!(
+            "podstuck tests: {} ran ({} in cargo test, {} in the VM matrix), {skipped} skipped",
+            passed + failed,
+            self.ran_and_passed() + self.failed,
+            vm_passed + vm_failed
+        );
+        println!("tests: {passed} passed, {failed} failed, {skipped} skipped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skipped_test_is_not_counted_as_passed_and_is_named_once() {
+        let mut totals = TestTotals::default();
+        totals.add("test result: ok. 8 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; finished in 1.00s");
+        totals.add("test foo::bar ... ignored");
+        totals.add("test foo::baz ... ok");
+        let line = format!("{}runtimes::churn: a working dockerd; install docker.io", podstuck_tests::prerequisite::SKIP_MARK);
+        let (test, why) = parse_skip_line(&line).unwrap();
+        totals.skip(test.to_string(), why.to_string());
+        totals.skip(test.to_string(), why.to_string());
+        assert_eq!((totals.ran_and_passed(), totals.failed), (7, 1));
+        assert_eq!(totals.ignored, vec!["foo::bar".to_string()]);
+        assert_eq!(totals.skipped.len(), 1);
     }
 }
 
