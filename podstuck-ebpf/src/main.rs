@@ -23,8 +23,10 @@
 //! By concern: `programs` (the tracer's programs, by name), `args` (a
 //! call's arguments), `calls` (entry to exit), `accounting` (series,
 //! budget, counters), `record` (what is streamed), `path_walk` (the base
-//! directory), `cost` (the attach-cost programs). User space finds every
-//! program, map and global by name: renaming one breaks loading.
+//! directory), `scratch` (the per-CPU buffer both of those write, through
+//! raw pointers only), `cost` (the attach-cost programs). Imports go one
+//! way: `record` uses `path_walk`, both use `scratch`. User space finds
+//! every program, map and global by name: renaming one breaks loading.
 #![no_std]
 #![no_main]
 // `core`'s atomics are single-threaded on the BPF target (plain loads and
@@ -51,6 +53,7 @@ mod cost;
 mod path_walk;
 mod programs;
 mod record;
+mod scratch;
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 use podstuck_common::{KernelFilter, KernelOffsets};
