@@ -24,7 +24,7 @@ macro_rules! tracepoint_programs {
     ($($names:expr, $layout:expr => $enter:ident, $exit:ident, $exit_w:ident;)*) => {$(
         #[tracepoint]
         pub fn $enter(ctx: TracePointContext) -> u32 {
-            enter($names.syscall, $layout.from_tracepoint(&ctx));
+            enter($names.syscall, $layout.in_tracepoint(&ctx));
             0
         }
         named_as!($enter, $names.enter);
@@ -61,7 +61,7 @@ macro_rules! trampoline_programs {
     ($($names:expr, $layout:expr => $fentry:ident, $fexit:ident, $fexit_w:ident;)*) => {$(
         #[fentry]
         pub fn $fentry(ctx: FEntryContext) -> u32 {
-            enter($names.syscall, $layout.from_regs(ctx.arg(0)));
+            enter($names.syscall, $layout.in_regs(ctx.arg(0)));
             0
         }
         named_as!($fentry, $names.fentry);
