@@ -27,7 +27,6 @@ use crate::kernel_features::{AttachPoint, PathWalk};
 /// The eBPF object built from `podstuck-ebpf` by this crate's build script.
 pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
 
-
 /// The prefix of this architecture's syscall functions.
 #[cfg(target_arch = "x86_64")]
 pub const SYSCALL_PREFIX: &str = "__x64_";
