@@ -1,7 +1,8 @@
 //! Wire types shared by podstuck's kernel programs and its user-space
 //! collector: the layout of a record in the ring buffer, the indices of the
-//! per-CPU counters, and the struct offsets user space reads from the running
-//! kernel's BTF and hands to the programs as a global.
+//! per-CPU counters, the struct offsets user space reads from the running
+//! kernel's BTF and hands to the programs as a global, and the names by
+//! which user space finds the programs.
 //!
 //! Nothing else lives here: no logic, no allocation, `no_std`. Every type is
 //! `#[repr(C)]` and `Copy` so both sides agree on it byte for byte.
@@ -67,6 +68,123 @@ impl Syscall {
             3 => Some(Syscall::Umount2),
             _ => None,
         }
+    }
+}
+
+/// The names of the kernel programs, by which user space finds them in the
+/// object: a contract between the two sides. A kernel program is named by
+/// its Rust fn (aya's attributes take no constant), so podstuck-ebpf checks
+/// each fn's name against these at compile time ([`program::same_name`]):
+/// renaming either side alone fails to build instead of failing to load.
+pub mod program {
+    use crate::Syscall;
+
+    /// One syscall's programs, for each way of attaching, and what they
+    /// attach to. Each kind has two exits: `exit` walks the base directory
+    /// with `bpf_loop`, `exit_w` with a bounded loop for kernels without it.
+    #[derive(Clone, Copy, Debug)]
+    pub struct SyscallPrograms {
+        pub syscall: Syscall,
+        /// On the tracepoints `syscalls:<tracepoint_enter>` and
+        /// `syscalls:<tracepoint_exit>`.
+        pub enter: &'static str,
+        pub exit: &'static str,
+        pub exit_w: &'static str,
+        pub tracepoint_enter: &'static str,
+        pub tracepoint_exit: &'static str,
+        /// On the syscall function `<arch prefix><function>`
+        /// (`__x64_sys_unlinkat`).
+        pub fentry: &'static str,
+        pub fexit: &'static str,
+        pub fexit_w: &'static str,
+        pub function: &'static str,
+    }
+
+    pub const UNLINKAT: SyscallPrograms = SyscallPrograms {
+        syscall: Syscall::Unlinkat,
+        enter: "enter_unlinkat",
+        exit: "exit_unlinkat",
+        exit_w: "exit_unlinkat_w",
+        tracepoint_enter: "sys_enter_unlinkat",
+        tracepoint_exit: "sys_exit_unlinkat",
+        fentry: "fentry_unlinkat",
+        fexit: "fexit_unlinkat",
+        fexit_w: "fexit_unlinkat_w",
+        function: "sys_unlinkat",
+    };
+
+    pub const UNLINK: SyscallPrograms = SyscallPrograms {
+        syscall: Syscall::Unlink,
+        enter: "enter_unlink",
+        exit: "exit_unlink",
+        exit_w: "exit_unlink_w",
+        tracepoint_enter: "sys_enter_unlink",
+        tracepoint_exit: "sys_exit_unlink",
+        fentry: "fentry_unlink",
+        fexit: "fexit_unlink",
+        fexit_w: "fexit_unlink_w",
+        function: "sys_unlink",
+    };
+
+    pub const RMDIR: SyscallPrograms = SyscallPrograms {
+        syscall: Syscall::Rmdir,
+        enter: "enter_rmdir",
+        exit: "exit_rmdir",
+        exit_w: "exit_rmdir_w",
+        tracepoint_enter: "sys_enter_rmdir",
+        tracepoint_exit: "sys_exit_rmdir",
+        fentry: "fentry_rmdir",
+        fexit: "fexit_rmdir",
+        fexit_w: "fexit_rmdir_w",
+        function: "sys_rmdir",
+    };
+
+    /// umount2: its x86_64 tracepoints and syscall function are named
+    /// `umount`.
+    pub const UMOUNT: SyscallPrograms = SyscallPrograms {
+        syscall: Syscall::Umount2,
+        enter: "enter_umount",
+        exit: "exit_umount",
+        exit_w: "exit_umount_w",
+        tracepoint_enter: "sys_enter_umount",
+        tracepoint_exit: "sys_exit_umount",
+        fentry: "fentry_umount",
+        fexit: "fexit_umount",
+        fexit_w: "fexit_umount_w",
+        function: "sys_umount",
+    };
+
+    /// Every traced syscall's programs, in `Syscall` order.
+    pub const SYSCALLS: [SyscallPrograms; 4] = [UNLINKAT, UNLINK, RMDIR, UMOUNT];
+
+    /// `podstuck attach-cost`'s do-nothing pairs, each only counting
+    /// unlinkat calls: on `syscalls:sys_enter_unlinkat`/`sys_exit_unlinkat`,
+    /// on the raw and the BTF tracepoints `sys_enter`/`sys_exit`, and on the
+    /// unlinkat syscall function. `COST_FENTRY` also probes whether fentry
+    /// attaches here.
+    pub const COST_TRACEPOINT_ENTER: &str = "cost_tracepoint_enter";
+    pub const COST_TRACEPOINT_EXIT: &str = "cost_tracepoint_exit";
+    pub const COST_RAW_ENTER: &str = "cost_raw_enter";
+    pub const COST_RAW_EXIT: &str = "cost_raw_exit";
+    pub const COST_BTF_ENTER: &str = "cost_btf_enter";
+    pub const COST_BTF_EXIT: &str = "cost_btf_exit";
+    pub const COST_FENTRY: &str = "cost_fentry";
+    pub const COST_FEXIT: &str = "cost_fexit";
+
+    /// `a == b`, in a constant: `str`'s `==` is not `const`.
+    pub const fn same_name(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
     }
 }
 

@@ -118,18 +118,27 @@ pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool) -> 
     }
     // The window's fields are plain reads and writes: two CPUs racing here
     // stream a record more or less, while `pending` below stays exact.
-    // SAFETY: `value` is a valid SeriesValue (above); what another CPU
-    // writes meanwhile are whole aligned u64s, which do not tear.
-    let window = unsafe { &mut *value };
-    if now.wrapping_sub(window.window_start_ns) >= patched!(FILTER.window_ns) {
-        window.window_start_ns = now;
-        window.window_streamed = 0;
+    // Through raw field pointers, never a reference to the value: the adds
+    // to `pending` write it meanwhile.
+    // SAFETY: fields of a valid SeriesValue (above), no reference made.
+    let (window_start, streamed) = unsafe { (&raw mut (*value).window_start_ns, &raw mut (*value).window_streamed) };
+    // SAFETY: aligned u64s of a valid SeriesValue (above); what another
+    // CPU writes meanwhile are whole aligned u64s, which do not tear.
+    if now.wrapping_sub(unsafe { *window_start }) >= patched!(FILTER.window_ns) {
+        // SAFETY: as above.
+        unsafe {
+            *window_start = now;
+            *streamed = 0;
+        }
     }
-    let within_budget = window.window_streamed < patched!(FILTER.window_budget) as u64;
+    // SAFETY: as above.
+    let streamed_before = unsafe { *streamed };
+    let within_budget = streamed_before < patched!(FILTER.window_budget) as u64;
     let slow = latency_ns >= patched!(FILTER.slow_ns);
     if within_budget || patched!(FILTER.every_call) != 0 || slow {
-        let wake = window.window_streamed == 0 || slow;
-        window.window_streamed += 1;
+        let wake = streamed_before == 0 || slow;
+        // SAFETY: as above.
+        unsafe { *streamed = streamed_before + 1 };
         // SAFETY: `pending` is an aligned u64 of a valid SeriesValue
         // (above); volatile so it is loaded once, the value subtracted below.
         let pending = unsafe { core::ptr::read_volatile(&raw const (*value).pending) };

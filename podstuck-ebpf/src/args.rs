@@ -57,16 +57,16 @@ pub const RMDIR: Layout = UNLINK;
 pub const UMOUNT: Layout = Layout { dfd: None, path: 0, flags: Some(1) };
 
 impl Layout {
-    /// From a `syscalls:sys_enter_*` record: 8 bytes per argument.
+    /// The arguments in a `syscalls:sys_enter_*` record, 8 bytes each.
     #[inline(always)]
-    pub fn from_tracepoint(self, ctx: &TracePointContext) -> Args {
+    pub fn in_tracepoint(self, ctx: &TracePointContext) -> Args {
         const ARGS: [usize; 3] = [ARG0, ARG1, ARG2];
         self.read(|i| Some(ctx_u64(ctx, ARGS[i])))
     }
 
-    /// From the caller's registers, handed to the syscall function.
+    /// The arguments in the caller's registers, handed to the syscall function.
     #[inline(always)]
-    pub fn from_regs(self, regs: *const u8) -> Args {
+    pub fn in_regs(self, regs: *const u8) -> Args {
         let at = patched!(OFFSETS.regs_arg);
         self.read(|i| read_kernel::<u64>(regs, at[i]))
     }
@@ -75,9 +75,9 @@ impl Layout {
     #[inline(always)]
     fn read(self, read: impl Fn(usize) -> Option<u64>) -> Args {
         Args {
-            dfd: self.dfd.and_then(|i| read(i)).map(|v| v as i64 as i32).unwrap_or(AT_FDCWD),
+            dfd: self.dfd.and_then(&read).map(|v| v as i64 as i32).unwrap_or(AT_FDCWD),
             path_ptr: read(self.path).unwrap_or(0),
-            flags: self.flags.and_then(|i| read(i)).unwrap_or(0),
+            flags: self.flags.and_then(&read).unwrap_or(0),
         }
     }
 }

@@ -27,6 +27,10 @@ static CALLS_IN_FLIGHT: HashMap<u32, CallInFlight> = HashMap::with_max_entries(M
 
 /// Keeps a call's arguments and start time in its thread's entry, for
 /// the exit.
+#[allow(
+    clippy::needless_borrows_for_generic_args,
+    reason = "the key by reference, as the helper takes it: by value, aya copies it to a second stack slot"
+)]
 #[inline(always)]
 pub fn enter(syscall: Syscall, args: Args) {
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -84,6 +88,10 @@ pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
 
 /// The thread's entry, marked idle; None (counted) when it is not a call of
 /// `syscall`: its entry was missed (attached mid-call) or not stored.
+#[allow(
+    clippy::needless_borrows_for_generic_args,
+    reason = "the key by reference, as the helper takes it: by value, aya copies it to a second stack slot"
+)]
 #[inline(always)]
 fn take_entry(tid: u32, syscall: Syscall) -> Option<CallInFlight> {
     // SAFETY: as in `enter`: this thread's whole entry, valid for the run.

@@ -9,6 +9,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
 };
 
+use podstuck_common::program;
+
 use crate::{accounting::increment, patched, read_kernel};
 
 /// Calls seen at entry and at exit, per CPU.
@@ -43,19 +45,21 @@ pub fn cost_tracepoint_enter(_ctx: TracePointContext) -> u32 {
     count_attach(AT_ENTRY);
     0
 }
+named_as!(cost_tracepoint_enter, program::COST_TRACEPOINT_ENTER);
 
 #[tracepoint]
 pub fn cost_tracepoint_exit(_ctx: TracePointContext) -> u32 {
     count_attach(AT_EXIT);
     0
 }
+named_as!(cost_tracepoint_exit, program::COST_TRACEPOINT_EXIT);
 
 /// The raw and the BTF tracepoints on `sys_enter(struct pt_regs *regs,
 /// long id)` and `sys_exit(struct pt_regs *regs, long ret)`: they run for
 /// every syscall, so each keeps unlinkat's by its number, which at exit is
 /// only in the registers.
 macro_rules! sys_tracepoint_costs {
-    ($($attach:ident, $context:ty => $enter:ident, $exit:ident;)*) => {$(
+    ($($attach:ident, $context:ty => $enter:ident = $enter_name:expr, $exit:ident = $exit_name:expr;)*) => {$(
         #[$attach]
         pub fn $enter(ctx: $context) -> u32 {
             if ctx.arg::<u64>(1) == wanted_nr() {
@@ -63,6 +67,7 @@ macro_rules! sys_tracepoint_costs {
             }
             0
         }
+        named_as!($enter, $enter_name);
 
         #[$attach]
         pub fn $exit(ctx: $context) -> u32 {
@@ -71,12 +76,15 @@ macro_rules! sys_tracepoint_costs {
             }
             0
         }
+        named_as!($exit, $exit_name);
     )*};
 }
 
 sys_tracepoint_costs! {
-    raw_tracepoint, RawTracePointContext => cost_raw_enter, cost_raw_exit;
-    btf_tracepoint, BtfTracePointContext => cost_btf_enter, cost_btf_exit;
+    raw_tracepoint, RawTracePointContext =>
+        cost_raw_enter = program::COST_RAW_ENTER, cost_raw_exit = program::COST_RAW_EXIT;
+    btf_tracepoint, BtfTracePointContext =>
+        cost_btf_enter = program::COST_BTF_ENTER, cost_btf_exit = program::COST_BTF_EXIT;
 }
 
 #[fentry]
@@ -84,9 +92,11 @@ pub fn cost_fentry(_ctx: FEntryContext) -> u32 {
     count_attach(AT_ENTRY);
     0
 }
+named_as!(cost_fentry, program::COST_FENTRY);
 
 #[fexit]
 pub fn cost_fexit(_ctx: FExitContext) -> u32 {
     count_attach(AT_EXIT);
     0
 }
+named_as!(cost_fexit, program::COST_FEXIT);

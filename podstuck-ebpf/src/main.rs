@@ -23,8 +23,12 @@
 //! By concern: `programs` (the tracer's programs, by name), `args` (a
 //! call's arguments), `calls` (entry to exit), `accounting` (series,
 //! budget, counters), `record` (what is streamed), `path_walk` (the base
-//! directory), `cost` (the attach-cost programs). User space finds every
-//! program, map and global by name: renaming one breaks loading.
+//! directory), `scratch` (the per-CPU buffer both of those write, through
+//! raw pointers only), `cost` (the attach-cost programs). Imports go one
+//! way: `record` uses `path_walk`, both use `scratch`. User space finds
+//! every program, map and global by name: the programs' names are
+//! `podstuck_common::program`'s, checked at compile time (`named_as!`);
+//! renaming a map or a global breaks loading.
 #![no_std]
 #![no_main]
 // `core`'s atomics are single-threaded on the BPF target (plain loads and
@@ -44,6 +48,22 @@ macro_rules! patched {
     };
 }
 
+/// Fails the build unless the program `fn` is named as `name`, a constant
+/// of `podstuck_common::program` by which user space loads it: aya names
+/// the program after the fn, and its attributes take no constant.
+macro_rules! named_as {
+    ($program:ident, $name:expr) => {
+        const _: () = {
+            // The fn itself, so a check of a name no program has fails too.
+            let _ = $program;
+            assert!(
+                podstuck_common::program::same_name(stringify!($program), $name),
+                concat!("the program `", stringify!($program), "` is not named as podstuck_common::program says")
+            );
+        };
+    };
+}
+
 mod accounting;
 mod args;
 mod calls;
@@ -51,6 +71,7 @@ mod cost;
 mod path_walk;
 mod programs;
 mod record;
+mod scratch;
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 use podstuck_common::{KernelFilter, KernelOffsets};

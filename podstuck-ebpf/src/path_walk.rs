@@ -1,21 +1,18 @@
 //! The base directory of a relative path: walked from the dirfd's file (or
 //! the caller's cwd) up `d_parent` and across mounts to the caller's root,
-//! writing each name into the scratch record right after the path. Two
+//! writing each name into the scratch buffer right after the path. Two
 //! walks of one step: `bpf_loop` runs it on 5.17+, a bounded loop of plain
 //! calls elsewhere; a program names one or the other, never both.
 
 use core::ffi::c_void;
 
-use aya_ebpf::helpers::{
-    bpf_get_current_task,
-    generated::{bpf_loop, bpf_probe_read_kernel_str},
-};
+use aya_ebpf::helpers::{bpf_get_current_task, generated::bpf_loop};
 use podstuck_common::{base_status, BASE_DIR_MAX, BASE_DIR_MAX_DEPTH, BASE_DIR_UNROLLED_DEPTH};
 
 use crate::{
     args::AT_FDCWD,
     kernel_reads, read_kernel,
-    record::{DATA_MASK, NAME_MAX, SCRATCH},
+    scratch::{Scratch, NAME_MAX},
 };
 
 /// How the base directory of a relative path is walked. A constant in
@@ -123,42 +120,31 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
         walk.status = base_status::RESOLVED as u64;
         return STOP;
     }
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+    let Some(scratch) = Scratch::this_cpu() else {
         walk.status = base_status::UNREADABLE as u64;
         return STOP;
     };
-    // SAFETY: this CPU's scratch value (above); the path's length was
-    // set before the walk began.
-    let (written, path_len) = unsafe { ((*scratch).walked as usize & (BASE_DIR_MAX - 1), (*scratch).record.path_len as usize) };
+    let written = scratch.walked() as usize & (BASE_DIR_MAX - 1);
     if written + NAME_MAX >= BASE_DIR_MAX {
         walk.status = base_status::TOO_DEEP as u64;
         return STOP;
     }
-    let at = (path_len + written) & DATA_MASK;
-    // SAFETY: at most NAME_MAX bytes at `at` <= DATA_MASK, inside `data`
-    // (PATH_MAX + BASE_DIR_MAX + NAME_MAX bytes) of this CPU's scratch;
-    // the name is read through the kernel's fault-safe path.
-    let copied = unsafe {
-        bpf_probe_read_kernel_str(
-            (*scratch).data.as_mut_ptr().wrapping_add(at) as *mut c_void,
-            NAME_MAX as u32,
-            read_ptr(walk.dentry, patched!(OFFSETS.dentry_name)) as *const c_void,
-        )
-    };
+    // Right after the path, whose length was set before the walk began.
+    let at = scratch.path_len() as usize + written;
+    let copied = scratch.copy_name(at, read_ptr(walk.dentry, patched!(OFFSETS.dentry_name)));
     if copied <= 0 {
         walk.status = base_status::UNREADABLE as u64;
         return STOP;
     }
-    // SAFETY: this CPU's scratch value (above).
-    unsafe { (*scratch).walked = (written + (copied as usize & (2 * NAME_MAX - 1))) as u64 & (BASE_DIR_MAX as u64 - 1) };
+    scratch.set_walked((written + (copied as usize & (2 * NAME_MAX - 1))) as u64 & (BASE_DIR_MAX as u64 - 1));
     walk.dentry = parent;
     GO_ON
 }
 
 /// Writes the base directory's names, leaf first, each NUL-terminated,
-/// right after the path in `scratch.data`, walking `d_parent` and crossing
-/// mounts up to the caller's root (its chroot, or its namespace's root).
-/// Returns (bytes written, base_status).
+/// right after the path in the scratch buffer, walking `d_parent` and
+/// crossing mounts up to the caller's root (its chroot, or its namespace's
+/// root). Returns (bytes written, base_status).
 #[inline(always)]
 pub fn walk_base_dir(dfd: i32, how: PathWalk) -> (usize, u8) {
     if !kernel_reads() {
@@ -174,11 +160,10 @@ pub fn walk_base_dir(dfd: i32, how: PathWalk) -> (usize, u8) {
         Ok(p) => p,
         Err(status) => return (0, status),
     };
-    let Some(scratch) = SCRATCH.get_ptr_mut(0) else {
+    let Some(scratch) = Scratch::this_cpu() else {
         return (0, base_status::UNREADABLE);
     };
-    // SAFETY: this CPU's scratch value, where the record is being made.
-    unsafe { (*scratch).walked = 0 };
+    scratch.set_walked(0);
     let fs = read_ptr(task as u64, patched!(OFFSETS.task_fs));
     let root = fs.wrapping_add(patched!(OFFSETS.fs_root));
     let mut walk = Walk {
@@ -206,6 +191,5 @@ pub fn walk_base_dir(dfd: i32, how: PathWalk) -> (usize, u8) {
         }
     }
     let status = if walk.status == WALKING { base_status::TOO_DEEP } else { walk.status as u8 };
-    // SAFETY: this CPU's scratch value (above).
-    (unsafe { (*scratch).walked } as usize & (BASE_DIR_MAX - 1), status)
+    (scratch.walked() as usize & (BASE_DIR_MAX - 1), status)
 }

@@ -1,4 +1,5 @@
-//! The programs user space loads by name, each a thin wrapper over
+//! The programs user space loads by the names in `podstuck_common::program`
+//! (each fn's name checked against them as it is built), each a thin wrapper over
 //! `enter` or `exit`: per syscall, an entry program and two exit programs
 //! for each attach kind. The exits come in pairs: one walks relative paths
 //! with `bpf_loop`, its `_w` twin with the bounded loop for kernels without
@@ -9,7 +10,7 @@ use aya_ebpf::{
     macros::{fentry, fexit, tracepoint},
     programs::{FEntryContext, FExitContext, TracePointContext},
 };
-use podstuck_common::Syscall;
+use podstuck_common::program;
 
 use crate::{
     args::{tracepoint_ret, RMDIR, UMOUNT, UNLINK, UNLINKAT},
@@ -20,32 +21,35 @@ use crate::{
 /// The syscall enter/exit tracepoints: the fallback where BPF trampolines
 /// are missing (the x86_64 umount2 tracepoints are named `umount`).
 macro_rules! tracepoint_programs {
-    ($($syscall:expr, $layout:expr => $enter:ident, $exit:ident, $exit_w:ident;)*) => {$(
+    ($($names:expr, $layout:expr => $enter:ident, $exit:ident, $exit_w:ident;)*) => {$(
         #[tracepoint]
         pub fn $enter(ctx: TracePointContext) -> u32 {
-            enter($syscall, $layout.from_tracepoint(&ctx));
+            enter($names.syscall, $layout.in_tracepoint(&ctx));
             0
         }
+        named_as!($enter, $names.enter);
 
         #[tracepoint]
         pub fn $exit(ctx: TracePointContext) -> u32 {
-            let _ = exit($syscall, tracepoint_ret(&ctx), PathWalk::Loop);
+            let _ = exit($names.syscall, tracepoint_ret(&ctx), PathWalk::Loop);
             0
         }
+        named_as!($exit, $names.exit);
 
         #[tracepoint]
         pub fn $exit_w(ctx: TracePointContext) -> u32 {
-            let _ = exit($syscall, tracepoint_ret(&ctx), PathWalk::Unrolled);
+            let _ = exit($names.syscall, tracepoint_ret(&ctx), PathWalk::Unrolled);
             0
         }
+        named_as!($exit_w, $names.exit_w);
     )*};
 }
 
 tracepoint_programs! {
-    Syscall::Unlinkat, UNLINKAT => enter_unlinkat, exit_unlinkat, exit_unlinkat_w;
-    Syscall::Unlink, UNLINK => enter_unlink, exit_unlink, exit_unlink_w;
-    Syscall::Rmdir, RMDIR => enter_rmdir, exit_rmdir, exit_rmdir_w;
-    Syscall::Umount2, UMOUNT => enter_umount, exit_umount, exit_umount_w;
+    program::UNLINKAT, UNLINKAT => enter_unlinkat, exit_unlinkat, exit_unlinkat_w;
+    program::UNLINK, UNLINK => enter_unlink, exit_unlink, exit_unlink_w;
+    program::RMDIR, RMDIR => enter_rmdir, exit_rmdir, exit_rmdir_w;
+    program::UMOUNT, UMOUNT => enter_umount, exit_umount, exit_umount_w;
 }
 
 /// fentry/fexit on the syscall functions (`__x64_sys_*`, named by user
@@ -54,30 +58,33 @@ tracepoint_programs! {
 /// path. Both get the function's one argument, the caller's `pt_regs`;
 /// fexit gets the return value after it.
 macro_rules! trampoline_programs {
-    ($($syscall:expr, $layout:expr => $fentry:ident, $fexit:ident, $fexit_w:ident;)*) => {$(
+    ($($names:expr, $layout:expr => $fentry:ident, $fexit:ident, $fexit_w:ident;)*) => {$(
         #[fentry]
         pub fn $fentry(ctx: FEntryContext) -> u32 {
-            enter($syscall, $layout.from_regs(ctx.arg(0)));
+            enter($names.syscall, $layout.in_regs(ctx.arg(0)));
             0
         }
+        named_as!($fentry, $names.fentry);
 
         #[fexit]
         pub fn $fexit(ctx: FExitContext) -> u32 {
-            let _ = exit($syscall, ctx.arg(1), PathWalk::Loop);
+            let _ = exit($names.syscall, ctx.arg(1), PathWalk::Loop);
             0
         }
+        named_as!($fexit, $names.fexit);
 
         #[fexit]
         pub fn $fexit_w(ctx: FExitContext) -> u32 {
-            let _ = exit($syscall, ctx.arg(1), PathWalk::Unrolled);
+            let _ = exit($names.syscall, ctx.arg(1), PathWalk::Unrolled);
             0
         }
+        named_as!($fexit_w, $names.fexit_w);
     )*};
 }
 
 trampoline_programs! {
-    Syscall::Unlinkat, UNLINKAT => fentry_unlinkat, fexit_unlinkat, fexit_unlinkat_w;
-    Syscall::Unlink, UNLINK => fentry_unlink, fexit_unlink, fexit_unlink_w;
-    Syscall::Rmdir, RMDIR => fentry_rmdir, fexit_rmdir, fexit_rmdir_w;
-    Syscall::Umount2, UMOUNT => fentry_umount, fexit_umount, fexit_umount_w;
+    program::UNLINKAT, UNLINKAT => fentry_unlinkat, fexit_unlinkat, fexit_unlinkat_w;
+    program::UNLINK, UNLINK => fentry_unlink, fexit_unlink, fexit_unlink_w;
+    program::RMDIR, RMDIR => fentry_rmdir, fexit_rmdir, fexit_rmdir_w;
+    program::UMOUNT, UMOUNT => fentry_umount, fexit_umount, fexit_umount_w;
 }

@@ -1,62 +1,26 @@
 //! The record streamed for a call: its header (times, ids, outcome, the
 //! task's parent and mount namespace), the path as the caller passed it,
-//! and for a relative path the base directory it starts from, built in a
-//! per-CPU scratch buffer (far bigger than the 512-byte stack) and sent
-//! with one ring buffer output of exactly the bytes filled.
-
-use core::ffi::c_void;
+//! and for a relative path the base directory it starts from, made in the
+//! scratch buffer (`scratch`) and sent with one ring buffer output of
+//! exactly the bytes filled.
 
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_task, bpf_get_current_uid_gid, bpf_probe_read_user,
-        generated::bpf_probe_read_user_str,
-    },
+    helpers::{bpf_get_current_comm, bpf_get_current_task, bpf_get_current_uid_gid, bpf_probe_read_user},
     macros::map,
-    maps::{PerCpuArray, RingBuf},
+    maps::RingBuf,
 };
-use podstuck_common::{
-    base_status, counter, path_status, CallInFlight, CallRecord, SeriesKey, BASE_DIR_MAX, CALL_RECORD_BYTES, PATH_MAX,
-    RING_BUFFER_BYTES,
-};
+use podstuck_common::{base_status, counter, path_status, CallInFlight, CallRecord, SeriesKey, PATH_MAX, RING_BUFFER_BYTES};
 
 use crate::{
     accounting::bump,
     path_walk::{walk_base_dir, PathWalk},
     read_kernel,
+    scratch::Scratch,
 };
-
-/// Longest name of one path component (NAME_MAX + NUL).
-pub const NAME_MAX: usize = 256;
-/// `data` holds the path, then the base directory right after it; every
-/// index into it is masked with this so the verifier sees it in bounds.
-pub const DATA_MASK: usize = PATH_MAX + BASE_DIR_MAX - 1;
-
-/// The record under construction: header, path and base directory side by
-/// side, so one `bpf_ringbuf_output` sends exactly what was filled.
-#[repr(C)]
-pub struct Scratch {
-    pub record: CallRecord,
-    pub data: [u8; PATH_MAX + BASE_DIR_MAX + NAME_MAX],
-    /// Bytes of the base directory written so far, past the path: kept
-    /// here, not on the stack, so each step of the walk reads a value the
-    /// verifier does not know. It then sees the same state at every step,
-    /// whatever the step and the path that led there, instead of walking
-    /// each one apart (~80,000 instructions verified per exit program, a
-    /// quarter of that now, and start waits for them).
-    pub walked: u64,
-}
 
 /// The records to user space; it may resize the ring at load.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
-
-/// One per CPU, so a program has it to itself while it runs: a tracepoint
-/// program is never nested on its CPU. An fexit program on a fully
-/// preemptible kernel can be preempted, and another exit on that CPU fill
-/// the buffer meanwhile: a garbled record, never memory out of bounds,
-/// since every index into it is masked.
-#[map]
-pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// What the exit knows of a call: all its record's header needs.
 pub struct Ended {
@@ -80,30 +44,23 @@ const BPF_RB_FORCE_WAKEUP: u64 = 2;
 /// when there is no scratch buffer.
 #[inline(always)]
 pub fn stream(call: &Ended, how: PathWalk) -> Option<()> {
-    // SAFETY: this CPU's scratch value, valid for the run (see SCRATCH for
-    // who else may write it).
-    let scratch = unsafe { &mut *SCRATCH.get_ptr_mut(0)? };
-    fill_header(&mut scratch.record, call);
-    let (len, status) = read_path(&mut scratch.data, call.entry.path_ptr);
-    scratch.record.path_len = len as u16;
-    scratch.record.path_status = status;
+    let scratch = Scratch::this_cpu()?;
+    // SAFETY: the header's only reference while fill_header runs, which
+    // reaches nothing else of the buffer (helpers that read the task).
+    fill_header(unsafe { scratch.header() }, call);
+    let (len, status) = read_path(scratch, call.entry.path_ptr);
+    scratch.set_path(len as u16, status);
 
     // A relative path means nothing without the directory it starts from.
-    // From here on what is known of the path is read back from the record
-    // (volatile: the compiler would reuse the values just stored), so the
-    // verifier carries on with one state, not one per way the path read
-    // ended.
-    let status = recorded(&scratch.record.path_status);
-    let relative = status != path_status::UNREADABLE && scratch.data[0] != b'/';
-    let (base_len, base) = if relative { walk_base_dir(call.entry.dfd, how) } else { (0, base_status::NOT_NEEDED) };
-    scratch.record.base_len = base_len as u16;
-    scratch.record.base_status = base;
+    // From here on what is known of the path is read back from the buffer
+    // (volatile reads), so the verifier carries on with one state, not one
+    // per way the path read ended.
+    let relative = scratch.path_status() != path_status::UNREADABLE && scratch.path_first_byte() != b'/';
+    let (base_len, base) =
+        if relative { walk_base_dir(call.entry.dfd, how) } else { (0, base_status::NOT_NEEDED) };
+    scratch.set_base(base_len as u16, base);
 
-    let total = (recorded(&scratch.record.path_len) as usize + recorded(&scratch.record.base_len) as usize) & DATA_MASK;
-    // SAFETY: the bytes are the start of `*scratch`: CALL_RECORD_BYTES of
-    // header and at most DATA_MASK of `data`, which is longer.
-    let bytes =
-        unsafe { core::slice::from_raw_parts(scratch as *const Scratch as *const u8, CALL_RECORD_BYTES + total) };
+    let data_len = scratch.path_len() as usize + scratch.base_len() as usize;
     // Forced, not left to the kernel's "wake if the reader had caught up":
     // records sent without a wakeup may still be waiting. With every call
     // streamed, the kernel's own rule for all: the reader keeps up with a
@@ -113,17 +70,10 @@ pub fn stream(call: &Ended, how: PathWalk) -> Option<()> {
         (false, true) => 0,
         (false, false) => BPF_RB_NO_WAKEUP,
     };
-    if EVENTS.output::<[u8]>(bytes, wakeup).is_err() {
+    if scratch.output(&EVENTS, data_len, wakeup).is_err() {
         bump(counter::RING_BUFFER_DROPS);
     }
     Some(())
-}
-
-/// A field of the record as stored in the scratch buffer.
-#[inline(always)]
-fn recorded<T: Copy>(field: &T) -> T {
-    // SAFETY: a reference to a field of this CPU's scratch value.
-    unsafe { core::ptr::read_volatile(field) }
 }
 
 #[inline(always)]
@@ -147,16 +97,13 @@ fn fill_header(record: &mut CallRecord, call: &Ended) {
     let _ = fill_task_context(record);
 }
 
-/// The caller's path, copied to the start of `data`: its length (without
-/// the NUL) and `path_status`. Read at exit, not entry: by then the kernel
-/// has copied it (getname), so its page is resident and the read cannot miss.
+/// The caller's path, copied to the start of the scratch buffer's data:
+/// its length (without the NUL) and `path_status`. Read at exit, not entry:
+/// by then the kernel has copied it (getname), so its page is resident and
+/// the read cannot miss.
 #[inline(always)]
-fn read_path(data: &mut [u8; PATH_MAX + BASE_DIR_MAX + NAME_MAX], path_ptr: u64) -> (usize, u8) {
-    // SAFETY: at most PATH_MAX bytes at the start of `data`, which is
-    // longer; the user memory is read through the fault-safe path.
-    let read = unsafe {
-        bpf_probe_read_user_str(data.as_mut_ptr() as *mut c_void, PATH_MAX as u32, path_ptr as *const c_void)
-    };
+fn read_path(scratch: Scratch, path_ptr: u64) -> (usize, u8) {
+    let read = scratch.copy_path(path_ptr);
     let (len, status) = if read <= 0 {
         bump(counter::PATH_UNREADABLE);
         (0usize, path_status::UNREADABLE)

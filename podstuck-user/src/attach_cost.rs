@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use aya::programs::{BtfTracePoint, FEntry, FExit, RawTracePoint, TracePoint};
 use aya::maps::PerCpuArray;
 use aya::{Ebpf, EbpfLoader};
+use podstuck_common::program;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::btf::{Btf, VMLINUX_BTF};
@@ -33,7 +34,11 @@ fn attach(ebpf: &mut Ebpf, mechanism: Mechanism) -> Result<Vec<u32>> {
     let mut ids = Vec::new();
     match mechanism {
         Mechanism::Tracepoint => {
-            for (name, tracepoint) in [("cost_tracepoint_enter", "sys_enter_unlinkat"), ("cost_tracepoint_exit", "sys_exit_unlinkat")] {
+            let unlinkat = program::UNLINKAT;
+            for (name, tracepoint) in [
+                (program::COST_TRACEPOINT_ENTER, unlinkat.tracepoint_enter),
+                (program::COST_TRACEPOINT_EXIT, unlinkat.tracepoint_exit),
+            ] {
                 let program: &mut TracePoint = ebpf.program_mut(name).context("program missing")?.try_into()?;
                 program.load()?;
                 program.attach("syscalls", tracepoint).with_context(|| format!("attaching to syscalls:{tracepoint}"))?;
@@ -41,7 +46,7 @@ fn attach(ebpf: &mut Ebpf, mechanism: Mechanism) -> Result<Vec<u32>> {
             }
         }
         Mechanism::RawTracepoint => {
-            for (name, tracepoint) in [("cost_raw_enter", "sys_enter"), ("cost_raw_exit", "sys_exit")] {
+            for (name, tracepoint) in [(program::COST_RAW_ENTER, "sys_enter"), (program::COST_RAW_EXIT, "sys_exit")] {
                 let program: &mut RawTracePoint = ebpf.program_mut(name).context("program missing")?.try_into()?;
                 program.load()?;
                 program.attach(tracepoint).with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
@@ -50,7 +55,7 @@ fn attach(ebpf: &mut Ebpf, mechanism: Mechanism) -> Result<Vec<u32>> {
         }
         Mechanism::BtfTracepoint => {
             let btf = aya::Btf::from_sys_fs()?;
-            for (name, tracepoint) in [("cost_btf_enter", "sys_enter"), ("cost_btf_exit", "sys_exit")] {
+            for (name, tracepoint) in [(program::COST_BTF_ENTER, "sys_enter"), (program::COST_BTF_EXIT, "sys_exit")] {
                 let program: &mut BtfTracePoint = ebpf.program_mut(name).context("program missing")?.try_into()?;
                 program.load(tracepoint, &btf).with_context(|| format!("loading tp_btf {tracepoint}"))?;
                 program.attach()?;
@@ -59,12 +64,12 @@ fn attach(ebpf: &mut Ebpf, mechanism: Mechanism) -> Result<Vec<u32>> {
         }
         Mechanism::Fentry => {
             let btf = aya::Btf::from_sys_fs()?;
-            let function = format!("{SYSCALL_PREFIX}sys_unlinkat");
-            let program: &mut FEntry = ebpf.program_mut("cost_fentry").context("program missing")?.try_into()?;
+            let function = format!("{SYSCALL_PREFIX}{}", program::UNLINKAT.function);
+            let program: &mut FEntry = ebpf.program_mut(program::COST_FENTRY).context("program missing")?.try_into()?;
             program.load(&function, &btf).with_context(|| format!("loading fentry on {function}"))?;
             program.attach()?;
             ids.push(program.info()?.id());
-            let program: &mut FExit = ebpf.program_mut("cost_fexit").context("program missing")?.try_into()?;
+            let program: &mut FExit = ebpf.program_mut(program::COST_FEXIT).context("program missing")?.try_into()?;
             program.load(&function, &btf).with_context(|| format!("loading fexit on {function}"))?;
             program.attach()?;
             ids.push(program.info()?.id());

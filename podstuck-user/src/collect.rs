@@ -15,7 +15,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{FEntry, Program, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use podstuck_common::{
-    counter, CallInFlight, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
+    counter, program, CallInFlight, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
     PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
 };
 use tokio::io::unix::AsyncFd;
@@ -26,28 +26,6 @@ use crate::kernel_features::{AttachPoint, PathWalk};
 
 /// The eBPF object built from `podstuck-ebpf` by this crate's build script.
 pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
-
-/// (program, tracepoint in the `syscalls` category). Exits come first so
-/// that a call entered before attaching is counted as such at its exit,
-/// rather than leaving an entry with no exit.
-const TRACEPOINTS: [(&str, &str); 8] = [
-    ("exit_unlinkat", "sys_exit_unlinkat"),
-    ("exit_unlink", "sys_exit_unlink"),
-    ("exit_rmdir", "sys_exit_rmdir"),
-    ("exit_umount", "sys_exit_umount"),
-    ("enter_unlinkat", "sys_enter_unlinkat"),
-    ("enter_unlink", "sys_enter_unlink"),
-    ("enter_rmdir", "sys_enter_rmdir"),
-    ("enter_umount", "sys_enter_umount"),
-];
-
-/// (fexit program, fentry program, syscall function without its arch prefix).
-const TRAMPOLINES: [(&str, &str, &str); 4] = [
-    ("fexit_unlinkat", "fentry_unlinkat", "sys_unlinkat"),
-    ("fexit_unlink", "fentry_unlink", "sys_unlink"),
-    ("fexit_rmdir", "fentry_rmdir", "sys_rmdir"),
-    ("fexit_umount", "fentry_umount", "sys_umount"),
-];
 
 /// The prefix of this architecture's syscall functions.
 #[cfg(target_arch = "x86_64")]
@@ -334,13 +312,14 @@ fn give_back_freed_memory() {
     }
 }
 
-/// The exit program of this walk: `name`, or its unrolled twin.
-fn exit_program(name: &str, walk: PathWalk) -> String {
+/// The exit program of this walk: the one with `bpf_loop`, or its
+/// unrolled twin.
+fn exit_program(with_loop: &'static str, unrolled: &'static str, walk: PathWalk) -> &'static str {
     match walk {
-        PathWalk::BpfLoop => name.to_string(),
+        PathWalk::BpfLoop => with_loop,
         // Without kernel reads nothing is walked: the twin that never
         // names bpf_loop loads everywhere.
-        PathWalk::Unrolled | PathWalk::Forbidden => format!("{name}_w"),
+        PathWalk::Unrolled | PathWalk::Forbidden => unrolled,
     }
 }
 
@@ -361,8 +340,9 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
         // cost the kernel ~10 ms at full size.
         let mut ebpf = load_object_with(&podstuck_common::KernelOffsets::default(), &options, &[("CALLS_IN_FLIGHT", 1)])?;
         let btf = kernel_btf()?;
-        let program: &mut FEntry = ebpf.program_mut("cost_fentry").context("cost_fentry missing")?.try_into()?;
-        program.load(&format!("{SYSCALL_PREFIX}sys_unlinkat"), &btf)?;
+        let program: &mut FEntry =
+            ebpf.program_mut(program::COST_FENTRY).context("cost_fentry missing")?.try_into()?;
+        program.load(&format!("{SYSCALL_PREFIX}{}", program::UNLINKAT.function), &btf)?;
         program.attach()?;
         Ok(())
     })();
@@ -377,11 +357,11 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
 /// one CPU each, and start waits for all of them.
 fn load_side_by_side(
     ebpf: &mut Ebpf,
-    names: &[String],
+    names: &[&str],
     load: impl Fn(&str, &mut Program) -> Result<()> + Sync,
 ) -> Result<()> {
     let mut programs: Vec<(&str, &mut Program)> = ebpf.programs_mut().filter(|(name, _)| names.iter().any(|n| n == name)).collect();
-    if let Some(missing) = names.iter().find(|n| !programs.iter().any(|(name, _)| name == n)) {
+    if let Some(missing) = names.iter().find(|&&n| !programs.iter().any(|&(name, _)| name == n)) {
         bail!("program {missing} missing from the embedded object");
     }
     let load = &load;
@@ -395,19 +375,20 @@ fn load_side_by_side(
 /// Attaches the fentry/fexit pair of every syscall; the ids of the programs.
 fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     let btf = kernel_btf().context("reading the kernel's BTF for fentry")?;
-    let function_of = |program: &str| {
-        TRAMPOLINES.iter().find_map(|(exit, entry, function)| {
-            (exit_program(exit, walk) == program || *entry == program).then(|| format!("{SYSCALL_PREFIX}{function}"))
+    let function_of = |name: &str| {
+        program::SYSCALLS.iter().find_map(|p| {
+            (exit_program(p.fexit, p.fexit_w, walk) == name || p.fentry == name)
+                .then(|| format!("{SYSCALL_PREFIX}{}", p.function))
         })
     };
     // Exits first, as with the tracepoints.
-    let names: Vec<String> = TRAMPOLINES
+    let names: Vec<&str> = program::SYSCALLS
         .iter()
-        .map(|(exit, _, _)| exit_program(exit, walk))
-        .chain(TRAMPOLINES.iter().map(|(_, entry, _)| entry.to_string()))
+        .map(|p| exit_program(p.fexit, p.fexit_w, walk))
+        .chain(program::SYSCALLS.iter().map(|p| p.fentry))
         .collect();
     load_side_by_side(ebpf, &names, |name, program| {
-        let function = function_of(name).expect("a program of TRAMPOLINES");
+        let function = function_of(name).expect("a trampoline program");
         match program {
             Program::FExit(p) => p.load(&function, &btf),
             Program::FEntry(p) => p.load(&function, &btf),
@@ -416,8 +397,8 @@ fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
         .with_context(|| format!("loading {name} on {function}"))
     })?;
     let mut ids = Vec::new();
-    for name in &names {
-        let function = function_of(name).expect("a program of TRAMPOLINES");
+    for name in names {
+        let function = function_of(name).expect("a trampoline program");
         match ebpf.program_mut(name).with_context(|| format!("program {name} missing"))? {
             Program::FExit(p) => {
                 p.attach().with_context(|| format!("attaching fexit to {function}"))?;
@@ -433,17 +414,24 @@ fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// Attaches each syscall's programs to its `syscalls` tracepoints; the ids
+/// of the programs.
 fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
-    let names: Vec<String> = TRACEPOINTS
+    // (program, tracepoint). Exits come first so that a call entered
+    // before attaching is counted as such at its exit, rather than leaving
+    // an entry with no exit.
+    let attach: Vec<(&str, &str)> = program::SYSCALLS
         .iter()
-        .map(|(name, tracepoint)| if tracepoint.starts_with("sys_exit_") { exit_program(name, walk) } else { name.to_string() })
+        .map(|p| (exit_program(p.exit, p.exit_w, walk), p.tracepoint_exit))
+        .chain(program::SYSCALLS.iter().map(|p| (p.enter, p.tracepoint_enter)))
         .collect();
+    let names: Vec<&str> = attach.iter().map(|(name, _)| *name).collect();
     load_side_by_side(ebpf, &names, |name, program| {
         let program: &mut TracePoint = program.try_into()?;
         program.load().with_context(|| format!("loading program {name}"))
     })?;
     let mut ids = Vec::new();
-    for (name, (_, tracepoint)) in names.iter().zip(TRACEPOINTS) {
+    for (name, tracepoint) in attach {
         let program: &mut TracePoint =
             ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?.try_into()?;
         program

@@ -403,7 +403,9 @@ impl KernelFeatures {
         let ring_buffer = Probed::of(is_map_supported(MapType::RingBuf));
         let bpf_loop = Probed::of(is_helper_supported(ProgramType::TracePoint, BpfHelper::BPF_FUNC_loop));
         let syscall_tracepoints = match tracefs {
-            Some(t) if t.join("events/syscalls/sys_enter_unlinkat").is_dir() => Probed::Yes,
+            Some(t) if t.join("events/syscalls").join(podstuck_common::program::UNLINKAT.tracepoint_enter).is_dir() => {
+                Probed::Yes
+            }
             Some(t) => Probed::No(format!("{} has no events/syscalls", t.display())),
             None => Probed::No("tracefs is not mounted".into()),
         };

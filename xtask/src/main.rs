@@ -61,11 +61,14 @@ const BENCH_PACKAGES: [&str; 3] = ["bpftrace", "strace", "docker.io"];
 /// scenarios (tests/tests/runtimes.rs) run a private daemon of: docker.io
 /// (dockerd and the docker CLI), containerd (and ctr), runc, and
 /// busybox-static, the one binary their test image is made of.
-const APT_PACKAGES: [&str; 16] = [
+const APT_PACKAGES: [&str; 17] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
     "llvm-22-dev",
+    // Clippy for rustc-web: the kernel programs are linted for the BPF
+    // target they are built for (`lint_ebpf`).
+    "rust-web-clippy",
     "e2fsprogs",
     "util-linux",
     "default-jre-headless",
@@ -231,9 +234,43 @@ fn build_release() -> Result<PathBuf> {
     Ok(workspace_root().join("target/release/podstuck"))
 }
 
+/// Clippy on the kernel programs, for the target they are built for and
+/// with the compiler that builds them (docs/building.md): they are not a
+/// member of the workspace, so no `cargo clippy` of it sees them. Any
+/// warning fails. Its own target directory, so the real build is not
+/// rebuilt after it.
+fn lint_ebpf() -> Result<()> {
+    let mut clippy = Command::new("/usr/bin/cargo");
+    clippy
+        .current_dir(workspace_root().join("podstuck-ebpf"))
+        .args(["clippy", "--locked", "--release", "--target", "bpfel-unknown-none", "--target-dir"])
+        .arg(workspace_root().join("target/ebpf-clippy"))
+        .args(["--", "--deny", "warnings"]);
+    // As in podstuck-user/build.rs: nothing of this cargo's run (rustup's
+    // toolchain, its flags) may leak into Debian's.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if (key.starts_with("CARGO") && key != "CARGO_HOME") || key.starts_with("RUST") {
+            clippy.env_remove(key.as_ref());
+        }
+    }
+    // Debian's cargo-clippy and clippy-driver before rustup's proxies of
+    // the same names in ~/.cargo/bin.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::join_paths(std::iter::once(PathBuf::from("/usr/bin")).chain(std::env::split_paths(&path)))?;
+    clippy
+        .env("PATH", path)
+        .env("RUSTC", "/usr/bin/rustc")
+        .env("RUSTC_BOOTSTRAP", "aya_ebpf,podstuck")
+        .env("CARGO_ENCODED_RUSTFLAGS", "--cfg=bpf_target_arch=\"x86_64\"");
+    say("clippy on the kernel programs (podstuck-ebpf), for bpfel-unknown-none");
+    run(&mut clippy).context("clippy found something in podstuck-ebpf")
+}
+
 fn test(args: &[String]) -> Result<()> {
     setup()?;
     ensure_tracefs()?;
+    lint_ebpf()?;
     // The end-to-end tests drive the real binaries; build them first.
     run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck", "--bin", "kubectl-podstuck"]))?;
     let binary = workspace_root().join("target/debug/podstuck");
