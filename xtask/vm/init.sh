@@ -425,6 +425,8 @@ if ! wait_for /tmp/fuse.out ready "$FPID" 20; then
     result hung-call FAIL "fuse_server did not start: $(oneline </tmp/fuse.out)"
 else
     HEALTHY=$(actor unlink /tmp/fuse/a 2>&1 | oneline)
+    # The mount's FUSE connection: what the fix must abort.
+    CONN=$(awk '$5 == "/tmp/fuse" { split($3, d, ":"); print d[2] }' /proc/self/mountinfo | head -n 1)
     kill -STOP "$FPID"
     if start_watch /tmp/hung --json --findings --hung-after 2s --duration 10s; then
         actor --comm kubelet unlink /tmp/fuse/a >/tmp/hung-actor.out 2>&1 &
@@ -432,11 +434,23 @@ else
         wait_gone "$WPID" 60 || kill -INT "$WPID"
         stop_watch
         show hung /tmp/hung.err 20
-        line=$(grep '"kind":"hung-call"' /tmp/hung.json | head -n 1)
-        if [ -n "$line" ] && [ "$WRC" = 0 ]; then
-            result hung-call PASS "hung-call on $(echo "$line" | sed -n 's/.*"paths":\["\([^"]*\)".*/\1/p') (healthy unlink first: $HEALTHY)"
-        else
+        # Any hung call is not enough: it must be this one, the unlink of
+        # /tmp/fuse/a by the actor called kubelet, on the FUSE mount
+        # /tmp/fuse, with the abort of that mount's connection as the fix.
+        line=$(grep '"type":"finding"' /tmp/hung.json | grep '"kind":"hung-call"' | head -n 1)
+        HP=$(echo "$line" | sed -n 's/.*"paths":\["\([^"]*\)".*/\1/p')
+        HA=$(echo "$line" | sed -n 's/.*"actor":{"pid":\([0-9]*\),"comm":"\([^"]*\)".*/\2 pid \1/p')
+        HS=$(echo "$line" | jstr syscall)
+        FIX=$(echo "$line" | jstr fix)
+        WANT="unlink of /tmp/fuse/a by kubelet pid $APID on the FUSE mount /tmp/fuse, fix: abort connection $CONN"
+        if [ -z "$line" ]; then
             result hung-call FAIL "exit $WRC; no hung-call finding in $(grep -c . /tmp/hung.json) lines: $(grep -o '"kind":"[^"]*"' /tmp/hung.json | sort -u | oneline) $(oneline </tmp/hung.err)"
+        elif [ "$WRC" = 0 ] && [ -n "$CONN" ] && [ "$HS" = unlink ] && [ "$HP" = /tmp/fuse/a ] && [ "$HA" = "kubelet pid $APID" ] \
+            && echo "$line" | grep -q 'on a FUSE mount at /tmp/fuse (' \
+            && echo "$FIX" | grep -q "/sys/fs/fuse/connections/$CONN/abort\$"; then
+            result hung-call PASS "$HS of $HP by $HA on the FUSE mount /tmp/fuse; fix: $FIX (healthy unlink first: $HEALTHY)"
+        else
+            result hung-call FAIL "exit $WRC; expected $WANT; got $HS of ${HP:-no path} by ${HA:-no actor}, fix: ${FIX:-none}; $(echo "$line" | grep -o 'on a FUSE mount at [^,]*' | head -n 1)"
         fi
     else
         APID=""
@@ -445,7 +459,6 @@ else
     # Let everything waiting on the daemon fail, so the guest can power off.
     mkdir -p /sys/fs/fuse/connections
     mount -t fusectl fusectl /sys/fs/fuse/connections 2>/dev/null
-    CONN=$(awk '$5 == "/tmp/fuse" { split($3, d, ":"); print d[2] }' /proc/self/mountinfo | head -n 1)
     [ -n "$CONN" ] && echo 1 >"/sys/fs/fuse/connections/$CONN/abort"
     if [ -n "$APID" ]; then
         wait_gone "$APID" 10 || kill -9 "$APID"
