@@ -20,9 +20,13 @@ export HOME=/root TERM=dumb
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-# Kernel messages go to the log (dumped at the end), not across our lines.
-echo 1 > /proc/sys/kernel/printk
-BOOT_LINES=$(dmesg | wc -l)
+# Warnings and worse still reach the console as they happen, so a WARNING,
+# Oops or panic is seen even after DONE or when the guest dies mid-line;
+# the chatter below them (mounts, loop devices) would only cut across our
+# lines. The boot's messages are on the console already: the log is
+# cleared, and the_end dumps all that came after, every level.
+echo 5 > /proc/sys/kernel/printk
+dmesg -c >/dev/null
 
 say() { echo "PODSTUCK-VM $*"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
@@ -122,10 +126,11 @@ stop_watch() {
     WRC=$?
 }
 
-# The end of every boot: the kernel's messages since boot, DONE, power off.
+# The end of every boot: the kernel's messages since /init began, DONE, power off.
 the_end() {
     say "INFO memory at the end: $(free -m | awk '/^Mem:/ { print "used " $3 " MB of " $2 }')"
-    dmesg | tail -n +$((BOOT_LINES + 1)) | head -n 200 | sed 's/^/PODSTUCK-VM dmesg| /'
+    # All of it: the host looks for the kernel's error reports in it.
+    dmesg | sed 's/^/PODSTUCK-VM dmesg| /'
     say "DONE $(uptime_s)"
     sync
     poweroff -f
@@ -171,6 +176,10 @@ if mkfs.ext4 -F -q -b 1024 -N 400000 -E lazy_itable_init=1,lazy_journal_init=1 /
 else
     say "INFO /var/tmp: no ext4 (mkfs.ext4 or the loop mount failed); the scenarios run on the initramfs"
 fi
+
+# The scenarios begin: a guest kernel that crashes before this line crashed
+# before any of podstuck ran, and may be booted once more.
+say "BEGIN $(uptime_s)"
 
 # --- check ----------------------------------------------------------------
 T0=$(uptime_s)
