@@ -523,10 +523,10 @@ DIRS=100000
 if start_watch /tmp/storm --json --findings --histograms /tmp/h --interval 2s; then
     mkdir -p "$STORM"
     SAID=$(actor mkdirs "$STORM" "$DIRS" 2>&1 | oneline)
-    # actor counts the mkdir calls that succeeded ("N made"). The count to
-    # match is the DIRS asked for, not what is found afterwards: a storm
-    # that made nothing, or half, must not pass by counting itself.
-    MADE=$(echo "$SAID" | sed -n 's/^\([0-9][0-9]*\) made$/\1/p')
+    # actor counts the mkdir calls that succeeded ("mkdirs N made"). The
+    # count to match is the DIRS asked for, not what is found afterwards:
+    # a storm that made nothing, or half, must not pass by counting itself.
+    MADE=$(echo "$SAID" | sed -n 's/^mkdirs \([0-9][0-9]*\) made$/\1/p')
     say "INFO storm: actor mkdirs $DIRS: ${SAID:-nothing said} ($(since "$T0") s)"
     T1=$(uptime_s)
     /usr/local/bin/gnu-rm -rf "$STORM"
