@@ -14,7 +14,9 @@
 //!
 //! The host reads the console, prints a table, saves each kernel's whole
 //! console log as `target/vm/console-<kernel>.log`, and fails if any
-//! scenario failed, went missing, or the guest outlived its watchdog.
+//! scenario failed, went missing, or the guest outlived its watchdog, and
+//! if the guest kernel reported an Oops, BUG, WARNING, panic or stack trace
+//! anywhere in the boot, after the last scenario too (the `kernel-log` row).
 //!
 //! `cargo xtask bench` boots the same kernels once more each (`bench_boots`,
 //! `podstuck_vm.suite=bench`) for what this machine cannot measure: the
@@ -251,11 +253,14 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
         }
     }
     print_table(&runs);
-    let failed: usize = runs.iter().map(|r| r.results.iter().filter(|o| !o.passed).count()).sum();
-    let total: usize = runs.iter().map(|r| r.results.len()).sum();
-    println!("vm-test: {} passed, {failed} failed", total - failed);
+    let (passed, failed, retried) = totals(&runs);
+    let again = match retried {
+        0 => String::new(),
+        n => format!("; {n} first boot(s) crashed as emulation does and were booted once more (RETRY rows, not counted)"),
+    };
+    println!("vm-test: {passed} passed, {failed} failed{again}");
     say(&format!("whole run {:.0} s; console logs in {}", started.elapsed().as_secs_f64(), vm_dir().display()));
-    Ok((total - failed, failed))
+    Ok((passed, failed))
 }
 
 /// Installs what the host needs, fetches the kernels, builds podstuck and
@@ -332,8 +337,8 @@ pub fn bench_boots(kernels: &[String], dirs: usize, rounds: usize) -> Result<Vec
     for kernel in &fetched {
         let initrd = kernel_initramfs(kernel, &common)?;
         let run = boot_once_more_if_crashed(kernel, suite, &initrd, timeout)?;
-        let mut said: Vec<String> = run.first_boot_crash.iter().map(|crash| format!("first boot crashed, not used: {crash}")).collect();
-        said.extend(run.results.iter().filter(|o| !o.passed).map(|o| format!("{}: {}", o.scenario, o.detail)));
+        // A retried first boot's timings are not used: only the second's.
+        let said: Vec<String> = run.results.iter().filter(|o| !o.passed()).map(|o| format!("{}: {}", o.scenario, o.detail)).collect();
         out.push(KernelBench { kernel: kernel.spec.name, release: kernel.release.clone(), lines: run.bench, failures: said });
     }
     Ok(out)
@@ -684,10 +689,37 @@ fn kernel_initramfs(kernel: &Kernel, common: &Path) -> Result<PathBuf> {
 
 // --- booting ----------------------------------------------------------------
 
+/// The row every boot gets for its console as a whole: PASS when the guest
+/// kernel reported nothing wrong from power-on to power-off.
+const KERNEL_LOG: &str = "kernel-log";
+
+/// What one row of the table says, and how it counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Pass,
+    Fail,
+    /// A first boot that crashed in a way emulation does (see
+    /// `retry_reason`) and was booted once more: shown, counted neither as
+    /// passed nor failed; its scenarios' failures count in the second
+    /// boot's rows.
+    Retried,
+}
+
+impl Verdict {
+    fn word(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Retried => "RETRY",
+        }
+    }
+}
+
 /// One scenario's line.
+#[derive(Clone, Debug)]
 struct Outcome {
     scenario: String,
-    passed: bool,
+    verdict: Verdict,
     /// False for a scenario the guest never reported (it crashed, hung or
     /// ended first): failed, with why.
     reported: bool,
@@ -696,20 +728,25 @@ struct Outcome {
     detail: String,
 }
 
+impl Outcome {
+    fn passed(&self) -> bool {
+        self.verdict == Verdict::Pass
+    }
+}
+
 /// What one kernel's boot gave.
 struct BootRun {
     kernel: String,
     release: String,
+    /// The suite's scenarios in order, then `KERNEL_LOG`; after a retry,
+    /// the first boot's `KERNEL_LOG` row (`Verdict::Retried`) before them.
     results: Vec<Outcome>,
     /// The bench boot's timed removals.
     bench: Vec<BenchLine>,
-    /// The guest kernel's crash line, when it crashed before it finished.
-    crash: Option<String>,
+    /// Why the guest may be booted once more (`retry_reason`), if it crashed.
+    retry: Option<String>,
     /// The console log this boot wrote.
     console: PathBuf,
-    /// The crash of a first boot that was not used (see
-    /// `boot_once_more_if_crashed`).
-    first_boot_crash: Option<String>,
     wall: Duration,
 }
 
@@ -718,11 +755,208 @@ fn parse_result(line: &str) -> Option<Outcome> {
     let rest = line[line.find("PODSTUCK-VM RESULT ")?..].strip_prefix("PODSTUCK-VM RESULT ")?;
     let mut words = rest.splitn(5, ' ');
     let scenario = words.next()?.to_string();
-    let verdict = words.next()?;
+    let verdict = if words.next()? == "PASS" { Verdict::Pass } else { Verdict::Fail };
     let attach = words.next()?.strip_prefix("attach=")?.to_string();
     let walk = words.next()?.strip_prefix("walk=")?.to_string();
     let detail = words.next().unwrap_or("").trim().to_string();
-    Some(Outcome { scenario, passed: verdict == "PASS", reported: true, attach, walk, detail })
+    Some(Outcome { scenario, verdict, reported: true, attach, walk, detail })
+}
+
+/// The text after a kernel console timestamp (`[   12.345678] `, and a
+/// `[    T1] ` caller id after it on kernels built with one) at the start
+/// of `s`.
+fn after_timestamp(s: &str) -> Option<&str> {
+    let s = s.strip_prefix('[')?.trim_start_matches(' ');
+    let (secs, rest) = s.split_once('.')?;
+    let (micros, rest) = rest.split_once(']')?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !digits(secs) || micros.len() != 6 || !digits(micros) {
+        return None;
+    }
+    if let Some(text) = rest.strip_prefix(' ') {
+        return Some(text);
+    }
+    let (id, text) = rest.strip_prefix('[')?.trim_start_matches(' ').split_once("] ")?;
+    (id.len() > 1 && (id.starts_with('T') || id.starts_with('C')) && digits(&id[1..])).then_some(text)
+}
+
+/// How the kernel begins the lines of its reports of something wrong.
+const KERNEL_ERROR_STARTS: [&str; 14] = [
+    // "Oops: 0000 [#1] ..." (6.x puts "Oops: " before every die header).
+    "Oops",
+    // "BUG: unable to handle page fault", "BUG: KASAN: ...", "BUG: scheduling while atomic".
+    "BUG:",
+    // SLUB's "BUG kmalloc-64 (Not tainted): Object already free".
+    "BUG ",
+    "kernel BUG at ",
+    // "WARNING: CPU: 1 PID: 42 at fs/namei.c:4321 vfs_rmdir+0x1a/0x200", lockdep's and RCU's.
+    "WARNING:",
+    "Kernel panic",
+    "general protection fault",
+    "Call Trace:",
+    "UBSAN:",
+    // Soft and hard lockups.
+    "watchdog: ",
+    // The hung task detector ("INFO: task actor:311 blocked for more than 120 seconds.").
+    "INFO: task ",
+    // RCU stalls.
+    "rcu: INFO: ",
+    "list_add corruption",
+    "list_del corruption",
+];
+
+/// Whether the text after a timestamp is the kernel saying something went
+/// wrong: one of `KERNEL_ERROR_STARTS`, or die()'s header on kernels before
+/// 6.x ("int3: 0000 [#1] SMP NOPTI", "invalid opcode: 0000 [#1] ...").
+fn is_kernel_error(text: &str) -> bool {
+    if KERNEL_ERROR_STARTS.iter().any(|start| text.starts_with(start)) {
+        return true;
+    }
+    text.match_indices(" [#").any(|(at, _)| {
+        let before = &text[..at];
+        let code = before.get(before.len().saturating_sub(6)..).unwrap_or("");
+        code.len() == 6
+            && code.starts_with(": ")
+            && code[2..].bytes().all(|b| b.is_ascii_hexdigit())
+            && text[at + 3..].starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+/// A kernel report of something wrong in a console line: the line from
+/// its timestamp on. Only timestamped lines count, wherever the timestamp
+/// falls (a kernel line can land in the middle of one of the guest's, and
+/// the_end's dump prefixes them): podstuck and the actors print no kernel
+/// timestamps, so their words ("BUG", "panic" in a path or a finding) are
+/// never taken for the kernel's.
+fn kernel_report(line: &str) -> Option<&str> {
+    line.match_indices('[').find_map(|(at, _)| {
+        let text = after_timestamp(&line[at..])?;
+        is_kernel_error(text).then(|| line[at..].trim_end())
+    })
+}
+
+/// Whether a kernel report is the emulator's known fault: a trap on an
+/// `int3` that text_poke_bp had already patched away (see `Suite::accel`).
+/// "Oops: int3: 0000 [#1]" on 6.x, "int3: 0000 [#1]" before.
+fn is_emulator_int3(report: &str) -> bool {
+    let text = after_timestamp(report).unwrap_or(report);
+    text.strip_prefix("Oops: ").unwrap_or(text).starts_with("int3: ")
+}
+
+/// A kernel report seen on a boot's console.
+#[derive(Clone, Debug, PartialEq)]
+struct KernelReport {
+    /// The line from its timestamp on.
+    line: String,
+    /// Whether /init had begun the scenarios (its BEGIN line) when it came.
+    began: bool,
+    /// Whether it came after the guest's DONE line.
+    after_done: bool,
+}
+
+/// What a boot's console said, read a line at a time.
+#[derive(Default)]
+struct Console {
+    results: Vec<Outcome>,
+    bench: Vec<BenchLine>,
+    /// /init's BEGIN line came: podstuck is about to run.
+    began: bool,
+    /// /init's DONE line came: every scenario ran and the kernel's log was dumped.
+    done: bool,
+    /// Each report once: the_end's dmesg dump repeats what the console
+    /// showed as it happened.
+    reports: Vec<KernelReport>,
+    lines: usize,
+}
+
+impl Console {
+    /// Takes one console line; returns what to show on the terminal, if anything.
+    fn read(&mut self, line: &str) -> Option<String> {
+        self.lines += 1;
+        // First, and on every line: a kernel report may be cut into one of
+        // the guest's own lines.
+        let mut shown = None;
+        if let Some(report) = kernel_report(line) {
+            if !self.reports.iter().any(|r| r.line == report) {
+                self.reports.push(KernelReport { line: report.to_string(), began: self.began, after_done: self.done });
+                shown = Some(format!("console: {line}"));
+            }
+        }
+        if let Some(outcome) = parse_result(line) {
+            let text = format!("{:<17} {} ({}) {}", outcome.scenario, outcome.verdict.word(), outcome.attach, outcome.detail);
+            self.results.push(outcome);
+            return Some(text);
+        }
+        if let Some(timed) = parse_bench(line) {
+            let text = format!(
+                "bench round {} {:<19} {:.2} s, {:.0} ns per call, {} calls",
+                timed.round, timed.variant, timed.seconds, timed.kernel_ns, timed.calls
+            );
+            self.bench.push(timed);
+            return Some(text);
+        }
+        if line.contains("PODSTUCK-VM DONE") {
+            self.done = true;
+        } else if line.contains("PODSTUCK-VM BEGIN") {
+            self.began = true;
+        } else if shown.is_none() && (line.contains("PODSTUCK-VM INFO") || line.contains("PODSTUCK-VM TIME")) {
+            shown = Some(line[line.find("PODSTUCK-VM ").unwrap() + 12..].to_string());
+        } else if shown.is_none() && line.contains("qemu-system") {
+            shown = Some(format!("console: {line}"));
+        }
+        shown
+    }
+
+    /// The row for the console as a whole: FAIL naming the kernel's first
+    /// report, wherever it came (after DONE too).
+    fn kernel_log(&self) -> Outcome {
+        let (verdict, detail) = match self.reports.first() {
+            None => (Verdict::Pass, format!("no Oops, BUG, WARNING, panic or stack trace from the kernel in {} console lines", self.lines)),
+            Some(first) => {
+                let when = if first.after_done {
+                    "after DONE"
+                } else if !first.began {
+                    "before the scenarios began"
+                } else {
+                    "during the scenarios"
+                };
+                let more = match self.reports.len() - 1 {
+                    0 => String::new(),
+                    n => format!(" (and {n} more kernel error line(s), in the console log)"),
+                };
+                (Verdict::Fail, format!("{when}: {}{more}", first.line))
+            }
+        };
+        Outcome { scenario: KERNEL_LOG.into(), verdict, reported: true, attach: "-".into(), walk: "-".into(), detail }
+    }
+}
+
+/// Why a boot may be booted once more, if it may: the guest kernel's
+/// first report came before podstuck ran at all, or is the emulator's
+/// known fault (see `Suite::accel`). Anything else (a report after DONE, a
+/// WARNING before the crash, any other crash once the scenarios began) may
+/// be podstuck's doing, and counts.
+fn retry_reason(console: &Console) -> Option<String> {
+    let first = console.reports.first().filter(|first| !first.after_done)?;
+    if !first.began {
+        Some(format!("crashed before any scenario began: {}", first.line))
+    } else if is_emulator_int3(&first.line) {
+        Some(format!("crashed on the emulator's known int3 fault (TCG and text_poke_bp): {}", first.line))
+    } else {
+        None
+    }
+}
+
+/// A boot's rows: the scenarios reported, a failure for each the guest did
+/// not report (saying why: `unfinished`), and the kernel-log row.
+fn boot_outcomes(console: &Console, suite: Suite, unfinished: Option<&str>) -> Vec<Outcome> {
+    let mut results = console.results.clone();
+    if let Some(why) = unfinished {
+        missing_scenarios(&mut results, suite, &format!("not reported: {why}"));
+    }
+    missing_scenarios(&mut results, suite, "not reported by the guest");
+    results.push(console.kernel_log());
+    results
 }
 
 /// Boots the kernel with the initramfs, relays the console to a log file
@@ -780,42 +1014,16 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
     }
     drop(tx);
     let deadline = started + timeout;
-    let mut results = Vec::new();
-    let mut bench = Vec::new();
-    // The guest kernel's first Oops, BUG or panic line.
-    let mut crash: Option<String> = None;
+    let mut console = Console::default();
     let mut tail: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     let mut timed_out = false;
-    let mut done = false;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => {
                 writeln!(log, "{line}")?;
-                if let Some(outcome) = parse_result(&line) {
-                    println!(
-                        "  [{label}] {:<17} {} ({}) {}",
-                        outcome.scenario,
-                        if outcome.passed { "PASS" } else { "FAIL" },
-                        outcome.attach,
-                        outcome.detail
-                    );
-                    results.push(outcome);
-                } else if let Some(timed) = parse_bench(&line) {
-                    println!(
-                        "  [{label}] bench round {} {:<19} {:.2} s, {:.0} ns per call, {} calls",
-                        timed.round, timed.variant, timed.seconds, timed.kernel_ns, timed.calls
-                    );
-                    bench.push(timed);
-                } else if line.contains("PODSTUCK-VM INFO") || line.contains("PODSTUCK-VM TIME") {
-                    println!("  [{label}] {}", &line[line.find("PODSTUCK-VM ").unwrap() + 12..]);
-                } else if line.contains("PODSTUCK-VM DONE") {
-                    done = true;
-                } else if line.contains("Kernel panic") || line.contains("BUG:") || line.contains("Oops:") || line.contains("qemu-system") {
-                    if crash.is_none() && !line.contains("qemu-system") {
-                        crash = Some(crash_words(&line));
-                    }
-                    println!("  [{label}] console: {line}");
+                if let Some(text) = console.read(&line) {
+                    println!("  [{label}] {text}");
                 }
                 tail.push_back(line);
                 if tail.len() > 40 {
@@ -836,11 +1044,11 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
     }
     let wall = started.elapsed();
     log.flush()?;
-    if timed_out || !done {
+    let unfinished = (timed_out || !console.done).then(|| {
         let why = if timed_out {
             format!("watchdog: QEMU killed after {} s", timeout.as_secs())
-        } else if let Some(crash) = &crash {
-            format!("the guest kernel crashed ({crash}; whole log in {})", log_path.display())
+        } else if let Some(crash) = console.reports.first() {
+            format!("the guest kernel crashed ({}; whole log in {})", crash_words(&crash.line), log_path.display())
         } else {
             format!("the guest ended before it finished (QEMU {status})")
         };
@@ -848,47 +1056,73 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
         for line in &tail {
             println!("  [{label}] | {line}");
         }
-        missing_scenarios(&mut results, suite, &format!("not reported: {why}"));
-    }
-    missing_scenarios(&mut results, suite, "not reported by the guest");
+        why
+    });
     say(&format!("kernel {label}: {:.0} s from QEMU start to power-off", wall.as_secs_f64()));
-    let crash = crash.filter(|_| !done);
-    Ok(BootRun { kernel: label, release: kernel.release.clone(), results, bench, crash, console: log_path, first_boot_crash: None, wall })
+    Ok(BootRun {
+        kernel: label,
+        release: kernel.release.clone(),
+        results: boot_outcomes(&console, suite, unfinished.as_deref()),
+        retry: retry_reason(&console),
+        bench: console.bench,
+        console: log_path,
+        wall,
+    })
 }
 
-/// Boots once more a guest whose kernel crashed, and says so: emulation
-/// still crashes a guest kernel now and then (see `Suite::accel`), and one
-/// such crash must not fail the matrix. A second crash counts: a crash
-/// podstuck caused would come back. The first boot's console is kept
-/// beside the second's.
+/// Boots once more a guest whose kernel crashed the way emulation crashes
+/// one now and then (`retry_reason`), and says so: one such crash must not
+/// fail the matrix. A second crash counts, and so does every scenario the
+/// first boot reported failed. The first boot's console is kept beside the
+/// second's.
 fn boot_once_more_if_crashed(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Result<BootRun> {
     let label = suite.label(kernel.spec.name);
     let kept = vm_dir().join(format!("console-{label}-crashed.log"));
     // An earlier run's, which would read as this one's.
     let _ = std::fs::remove_file(&kept);
-    let run = boot(kernel, suite, initrd, timeout)?;
-    let Some(crash) = run.crash else { return Ok(run) };
-    std::fs::rename(&run.console, &kept)?;
-    // What it reported before it crashed, so a failure there is not lost
-    // with the boot.
-    let reached: Vec<&Outcome> = run.results.iter().filter(|o| o.reported).collect();
-    let failed: Vec<&str> = reached.iter().filter(|o| !o.passed).map(|o| o.scenario.as_str()).collect();
-    let before = match (reached.len(), failed.is_empty()) {
-        (0, _) => "before any scenario".to_string(),
-        (n, true) => format!("after {n} scenario(s), all passed"),
-        (n, false) => format!("after {n} scenario(s), failed: {}", failed.join(", ")),
-    };
-    let first = format!("{crash}, {before} (console in {})", kept.display());
-    say(&format!("kernel {label}: the guest kernel crashed: {first}; booting it once more"));
-    let mut again = boot(kernel, suite, initrd, timeout)?;
-    again.first_boot_crash = Some(first);
-    Ok(again)
+    let first = boot(kernel, suite, initrd, timeout)?;
+    let Some(reason) = &first.retry else { return Ok(first) };
+    std::fs::rename(&first.console, &kept)?;
+    say(&format!("kernel {label}: the guest kernel {reason}; booting it once more (first console in {})", kept.display()));
+    let again = boot(kernel, suite, initrd, timeout)?;
+    Ok(merged(first, again, &kept))
 }
 
-/// A kernel crash line without its timestamp: `Oops: int3: 0000 [#1] ...`.
+/// One boot's rows from a crashed first boot and the second: each scenario
+/// counted once, failed if either boot reported it failed (a scenario
+/// the first boot never reached is the second's alone), and the first
+/// boot's crash shown as `Verdict::Retried`.
+fn merged(first: BootRun, mut again: BootRun, kept: &Path) -> BootRun {
+    let reason = first.retry.clone().unwrap_or_default();
+    for o in again.results.iter_mut().filter(|o| o.scenario != KERNEL_LOG) {
+        let Some(before) = first.results.iter().find(|b| b.scenario == o.scenario && b.reported) else { continue };
+        match (before.passed(), o.passed()) {
+            (true, true) => o.detail = format!("{} (passed in both boots)", o.detail),
+            (true, false) => o.detail = format!("second boot: {} (the first boot passed it)", o.detail),
+            (false, _) => {
+                o.detail = format!("first boot: {}; second boot: {} {}", before.detail, o.verdict.word(), o.detail);
+                o.verdict = Verdict::Fail;
+                o.attach.clone_from(&before.attach);
+                o.walk.clone_from(&before.walk);
+            }
+        }
+    }
+    let crashed = Outcome {
+        scenario: KERNEL_LOG.into(),
+        verdict: Verdict::Retried,
+        reported: true,
+        attach: "-".into(),
+        walk: "-".into(),
+        detail: format!("first boot {reason}; booted once more, not counted (console in {})", kept.display()),
+    };
+    again.results.insert(0, crashed);
+    again.wall += first.wall;
+    again
+}
+
+/// A kernel line without its timestamp: `Oops: int3: 0000 [#1] ...`.
 fn crash_words(line: &str) -> String {
-    let words = line.split_once("] ").filter(|(stamp, _)| stamp.trim_start().starts_with('[')).map_or(line, |(_, rest)| rest);
-    words.trim().to_string()
+    after_timestamp(line.trim_start()).unwrap_or(line).trim().to_string()
 }
 
 /// A failed outcome for every scenario the guest did not report.
@@ -897,7 +1131,7 @@ fn missing_scenarios(results: &mut Vec<Outcome>, suite: Suite, why: &str) {
         if !results.iter().any(|o| o.scenario == scenario) {
             results.push(Outcome {
                 scenario: scenario.to_string(),
-                passed: false,
+                verdict: Verdict::Fail,
                 reported: false,
                 attach: "-".into(),
                 walk: "-".into(),
@@ -907,29 +1141,26 @@ fn missing_scenarios(results: &mut Vec<Outcome>, suite: Suite, why: &str) {
     }
 }
 
+/// Rows passed, failed, and first boots retried (counted neither way).
+fn totals(runs: &[BootRun]) -> (usize, usize, usize) {
+    let count = |v: Verdict| runs.iter().flat_map(|r| &r.results).filter(|o| o.verdict == v).count();
+    (count(Verdict::Pass), count(Verdict::Fail), count(Verdict::Retried))
+}
+
 fn print_table(runs: &[BootRun]) {
     println!();
     println!("{:<13} {:<10} {:<9} {:<17} {:<6} detail", "kernel", "attach", "walk", "scenario", "result");
     for run in runs {
         for o in &run.results {
-            let detail: String = o.detail.chars().take(160).collect();
-            println!(
-                "{:<13} {:<10} {:<9} {:<17} {:<6} {detail}",
-                run.kernel,
-                o.attach,
-                o.walk,
-                o.scenario,
-                if o.passed { "PASS" } else { "FAIL" }
-            );
+            let detail: String = o.detail.chars().take(200).collect();
+            println!("{:<13} {:<10} {:<9} {:<17} {:<6} {detail}", run.kernel, o.attach, o.walk, o.scenario, o.verdict.word());
         }
     }
     println!();
     for run in runs {
-        let passed = run.results.iter().filter(|o| o.passed).count();
-        println!("kernel {} ({}): {passed}/{} passed, {:.0} s", run.kernel, run.release, run.results.len(), run.wall.as_secs_f64());
-        if let Some(crash) = &run.first_boot_crash {
-            println!("  its first boot crashed and was booted once more: {crash}");
-        }
+        let (passed, failed, retried) = totals(std::slice::from_ref(run));
+        let again = if retried > 0 { ", booted twice (its first boot crashed: RETRY above)" } else { "" };
+        println!("kernel {} ({}): {passed}/{} passed, {:.0} s{again}", run.kernel, run.release, passed + failed, run.wall.as_secs_f64());
     }
 }
 
@@ -954,9 +1185,9 @@ mod tests {
     #[test]
     fn result_lines_parse_with_console_noise_before_them() {
         let o = parse_result("\u{1b}[0mPODSTUCK-VM RESULT storm-count PASS attach=fentry walk=bpf_loop rm -rf of 100001 dirs").unwrap();
-        assert_eq!((o.scenario.as_str(), o.passed, o.attach.as_str(), o.walk.as_str()), ("storm-count", true, "fentry", "bpf_loop"));
+        assert_eq!((o.scenario.as_str(), o.passed(), o.attach.as_str(), o.walk.as_str()), ("storm-count", true, "fentry", "bpf_loop"));
         assert_eq!(o.detail, "rm -rf of 100001 dirs");
-        assert!(!parse_result("PODSTUCK-VM RESULT demo FAIL attach=- walk=- exit 2").unwrap().passed);
+        assert!(!parse_result("PODSTUCK-VM RESULT demo FAIL attach=- walk=- exit 2").unwrap().passed());
         assert!(parse_result("PODSTUCK-VM INFO kernel=6.1").is_none());
     }
 
@@ -974,6 +1205,240 @@ mod tests {
             Some(BenchLine { variant: "podstuck-fentry".into(), round: 2, seconds: 3.41, kernel_ns: 512.0, calls: 20001 })
         );
         assert_eq!(parse_bench("PODSTUCK-VM BENCH variant=untraced round=1 seconds= kernel_ns=0 calls=0"), None);
+    }
+
+    /// A boot's console read line by line, as `boot` reads it.
+    fn read_console(text: &str) -> Console {
+        let mut console = Console::default();
+        for line in text.lines() {
+            console.read(line);
+        }
+        console
+    }
+
+    fn verdicts(results: &[Outcome]) -> Vec<(&str, &str)> {
+        results.iter().map(|o| (o.scenario.as_str(), o.verdict.word())).collect()
+    }
+
+    /// What the matrix would return for a boot read from a recorded console.
+    fn counted(console: &Console, suite: Suite) -> (usize, usize, usize) {
+        let unfinished = (!console.done).then_some("the guest ended");
+        let run = BootRun {
+            kernel: "test".into(),
+            release: "test".into(),
+            results: boot_outcomes(console, suite, unfinished),
+            bench: Vec::new(),
+            retry: retry_reason(console),
+            console: PathBuf::new(),
+            wall: Duration::ZERO,
+        };
+        totals(&[run])
+    }
+
+    #[test]
+    fn kernel_reports_are_the_kernels_timestamped_forms() {
+        for line in [
+            "[   43.419986] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI",
+            "[   12.001000] int3: 0000 [#1] SMP NOPTI",
+            "[    9.500000] invalid opcode: 0000 [#1] SMP NOPTI",
+            "[  101.234567] general protection fault, probably for non-canonical address 0xdead000000000100: 0000 [#1] SMP NOPTI",
+            "[   77.000001] BUG: kernel NULL pointer dereference, address: 0000000000000000",
+            "[   77.000002] BUG: unable to handle page fault for address: ffffc90000a3f000",
+            "[   80.100000] kernel BUG at mm/slub.c:449!",
+            "[   64.123456] WARNING: CPU: 1 PID: 311 at kernel/bpf/trampoline.c:214 bpf_trampoline_update+0x3b0/0x420",
+            "[  200.000000] Kernel panic - not syncing: sysrq triggered crash",
+            "[   64.123999] Call Trace:",
+            "[  150.250000] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [actor:402]",
+            "[  242.000000] INFO: task actor:402 blocked for more than 120 seconds.",
+            "[   33.300000] rcu: INFO: rcu_preempt self-detected stall on CPU",
+            "[   12.345678][    T1] WARNING: CPU: 0 PID: 1 at fs/namei.c:4321 vfs_rmdir+0x1a/0x200",
+            // Cut into one of the guest's lines, and in the_end's dump.
+            "PODSTUCK-VM RESULT demo PA[   50.000001] BUG: scheduling while atomic: podstuck/230/0x00000002",
+            "PODSTUCK-VM dmesg| [   64.123456] WARNING: CPU: 1 PID: 311 at kernel/bpf/trampoline.c:214 bpf_trampoline_update+0x3b0/0x420",
+        ] {
+            assert!(kernel_report(line).is_some(), "{line}");
+        }
+        assert_eq!(
+            kernel_report("PODSTUCK-VM dmesg| [   64.123456] WARNING: CPU: 1 PID: 311 at x+0x1/0x2"),
+            Some("[   64.123456] WARNING: CPU: 1 PID: 311 at x+0x1/0x2")
+        );
+        for line in [
+            // The scenarios' own words, untimestamped, wherever they fall.
+            "PODSTUCK-VM RESULT check PASS attach=fentry walk=bpf_loop exit 0; 14 ok, 1 warn",
+            "PODSTUCK-VM hung| podstuck: hung-call: kubelet's unlink of /tmp/fuse/BUG: a has not returned for 3s",
+            "PODSTUCK-VM demo-stderr| WARNING: CPU: 0 PID: 1 at nowhere (a path a scenario made up)",
+            "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI",
+            "Kernel panic - not syncing: x",
+            // The kernel's ordinary lines.
+            "[    0.000000] Linux version 6.1.0-41-cloud-amd64 (debian-kernel@lists.debian.org)",
+            "[    1.204521] Spectre V2 : WARNING: Unprivileged eBPF is enabled with eIBRS on, data leaks possible via Spectre v2 BHB attacks!",
+            "[   20.500000] EXT4-fs (loop0): mounted filesystem 00000000-0000-0000-0000-000000000000 r/w with ordered data mode.",
+            "[   31.000000] fuse: init (API version 7.41)",
+            "[   12.34] BUG: a timestamp without its six digits",
+        ] {
+            assert_eq!(kernel_report(line), None, "{line}");
+        }
+        assert!(is_emulator_int3("[   43.419986] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI"));
+        assert!(is_emulator_int3("[   12.001000] int3: 0000 [#1] SMP NOPTI"));
+        assert!(!is_emulator_int3("[   77.000002] BUG: unable to handle page fault for address: ffffc90000a3f000"));
+    }
+
+    /// A real console: Debian's 5.10 booted with lockdown=confidentiality,
+    /// its three scenarios passed, DONE, then (a temporary line in /init)
+    /// `echo c > /proc/sysrq-trigger`: the panic and its stack after DONE.
+    const RECORDED: &str = include_str!("../vm/testdata/panic-after-done-5.10-lockdown.log");
+
+    /// The recorded console up to its DONE line: a clean boot.
+    fn recorded_until_done() -> String {
+        let end = RECORDED.find("PODSTUCK-VM DONE").unwrap();
+        let done_line = RECORDED[end..].find('\n').unwrap();
+        RECORDED[..end + done_line + 1].to_string()
+    }
+
+    #[test]
+    fn a_recorded_clean_boot_passes_with_a_kernel_log_row() {
+        let console = read_console(&recorded_until_done());
+        assert!(console.done && console.reports.is_empty(), "{:?}", console.reports);
+        let results = boot_outcomes(&console, Suite::Lockdown, None);
+        assert_eq!(verdicts(&results), [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "PASS")]);
+        assert_eq!(counted(&console, Suite::Lockdown), (4, 0, 0));
+    }
+
+    #[test]
+    fn a_recorded_panic_after_done_fails_the_boot() {
+        let console = read_console(RECORDED);
+        assert!(console.done);
+        let results = boot_outcomes(&console, Suite::Lockdown, None);
+        assert_eq!(verdicts(&results), [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "FAIL")]);
+        assert_eq!(
+            results[3].detail,
+            "after DONE: [    4.806309] Kernel panic - not syncing: sysrq triggered crash (and 1 more kernel error line(s), in the console log)"
+        );
+        // Finished: no second boot may hide it.
+        assert_eq!(retry_reason(&console), None);
+        assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
+    }
+
+    /// 5.10's Oops for a NULL write from a syscall, in the kernel's format
+    /// (composed for the test: the crash recorded above is a panic).
+    const OOPS: &str = "[    4.806309] BUG: kernel NULL pointer dereference, address: 0000000000000000
+[    4.806402] #PF: supervisor write access in kernel mode
+[    4.806437] #PF: error_code(0x0002) - not-present page
+[    4.806470] PGD 0 P4D 0
+[    4.806505] Oops: 0002 [#1] SMP NOPTI
+[    4.806585] CPU: 0 PID: 1 Comm: init Not tainted 5.10.0-32-cloud-amd64 #1 Debian 5.10.223-1
+[    4.806654] Hardware name: QEMU Standard PC (i440FX + PIIX, 1996), BIOS 1.16.2-debian-1.16.2-1 04/01/2014
+[    4.806700] RIP: 0010:sysrq_handle_crash+0x16/0x20
+[    4.806816] Call Trace:
+[    4.807978]  __handle_sysrq.cold+0x43/0x11a
+[    4.808013]  write_sysrq_trigger+0x24/0x40
+[    4.808081]  vfs_write+0xc4/0x270
+[    4.809969] ---[ end trace 5a4d1bc7e9a3c2f1 ]---
+";
+
+    #[test]
+    fn an_oops_after_done_fails_the_boot() {
+        let console = read_console(&format!("{}{OOPS}", recorded_until_done()));
+        assert!(console.done);
+        let log = console.kernel_log();
+        assert_eq!(log.verdict, Verdict::Fail);
+        assert_eq!(
+            log.detail,
+            "after DONE: [    4.806309] BUG: kernel NULL pointer dereference, address: 0000000000000000 (and 2 more kernel error line(s), in the console log)"
+        );
+        assert_eq!(retry_reason(&console), None);
+        assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
+    }
+
+    #[test]
+    fn a_warning_on_the_console_and_in_the_dmesg_dump_fails_the_boot_once() {
+        let warning = "[    3.500000] WARNING: CPU: 1 PID: 236 at kernel/bpf/trampoline.c:214 bpf_trampoline_update+0x3b0/0x420";
+        let trace = "[    3.500100] Call Trace:";
+        // As it happened (console level 5), then again in the_end's dump.
+        let with = recorded_until_done()
+            .replacen("PODSTUCK-VM RESULT lockdown", &format!("{warning}\n{trace}\nPODSTUCK-VM RESULT lockdown"), 1)
+            .replacen("PODSTUCK-VM DONE", &format!("PODSTUCK-VM dmesg| {warning}\nPODSTUCK-VM dmesg| {trace}\nPODSTUCK-VM DONE"), 1);
+        let console = read_console(&with);
+        assert_eq!(console.reports.len(), 2, "{:?}", console.reports);
+        let log = console.kernel_log();
+        assert_eq!(log.verdict, Verdict::Fail);
+        assert_eq!(log.detail, format!("during the scenarios: {warning} (and 1 more kernel error line(s), in the console log)"));
+        assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
+    }
+
+    /// A boot's console from its lines.
+    fn console_of(lines: &[&str]) -> Console {
+        read_console(&lines.join("\n"))
+    }
+
+    fn run_of(console: &Console, suite: Suite) -> BootRun {
+        let unfinished = (!console.done).then_some("the guest kernel crashed");
+        BootRun {
+            kernel: "6.12".into(),
+            release: "6.12.57+deb13-cloud-amd64".into(),
+            results: boot_outcomes(console, suite, unfinished),
+            bench: Vec::new(),
+            retry: retry_reason(console),
+            console: PathBuf::new(),
+            wall: Duration::ZERO,
+        }
+    }
+
+    const INT3: &str = "[   43.419986] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI";
+    const NULL: &str = "[   43.419986] BUG: kernel NULL pointer dereference, address: 0000000000000008";
+
+    #[test]
+    fn only_a_crash_before_the_scenarios_or_the_emulators_int3_is_booted_again() {
+        let pass = "PODSTUCK-VM RESULT check PASS attach=fentry walk=bpf_loop exit 0";
+        // The kernel's own boot, before /init's BEGIN: nothing of podstuck ran.
+        assert!(retry_reason(&console_of(&["[    1.000000] Linux version 6.12", NULL])).is_some());
+        assert!(retry_reason(&console_of(&["PODSTUCK-VM BEGIN 3.1", pass, INT3])).is_some());
+        // Any other crash once podstuck ran counts.
+        assert_eq!(retry_reason(&console_of(&["PODSTUCK-VM BEGIN 3.1", NULL])), None);
+        // So does an int3 after a WARNING, and anything after DONE.
+        let warning = "[   40.000000] WARNING: CPU: 1 PID: 311 at kernel/bpf/trampoline.c:214 x+0x1/0x2";
+        assert_eq!(retry_reason(&console_of(&["PODSTUCK-VM BEGIN 3.1", warning, INT3])), None);
+        assert_eq!(retry_reason(&console_of(&["PODSTUCK-VM BEGIN 3.1", pass, "PODSTUCK-VM DONE 60.2", INT3])), None);
+        // A guest that ended without a word from the kernel is not an emulator crash.
+        assert_eq!(retry_reason(&console_of(&["PODSTUCK-VM BEGIN 3.1", pass])), None);
+    }
+
+    #[test]
+    fn a_retried_boot_keeps_the_first_boots_failures_and_counts_each_scenario_once() {
+        let first = console_of(&[
+            "PODSTUCK-VM BEGIN 3.1",
+            "PODSTUCK-VM RESULT check PASS attach=fentry walk=bpf_loop exit 0",
+            "PODSTUCK-VM RESULT lockdown FAIL attach=- walk=- exit 0, 40 lines",
+            INT3,
+        ]);
+        let second = console_of(&[
+            "PODSTUCK-VM BEGIN 3.0",
+            "PODSTUCK-VM RESULT check PASS attach=fentry walk=bpf_loop exit 0",
+            "PODSTUCK-VM RESULT lockdown PASS attach=- walk=- refused in 1 line(s)",
+            "PODSTUCK-VM RESULT attach PASS attach=fentry walk=bpf_loop attached",
+            "PODSTUCK-VM DONE 50.0",
+        ]);
+        let (first, second) = (run_of(&first, Suite::Lockdown), run_of(&second, Suite::Lockdown));
+        assert!(first.retry.as_deref().is_some_and(|r| r.contains("int3")));
+        let run = merged(first, second, Path::new("console-6.12-lockdown-crashed.log"));
+        assert_eq!(
+            verdicts(&run.results),
+            [(KERNEL_LOG, "RETRY"), ("check", "PASS"), ("lockdown", "FAIL"), ("attach", "PASS"), (KERNEL_LOG, "PASS")]
+        );
+        assert!(run.results[2].detail.starts_with("first boot: exit 0, 40 lines; second boot: PASS"), "{}", run.results[2].detail);
+        assert!(run.results[0].detail.contains("Oops: int3") && run.results[0].detail.contains("crashed.log"), "{}", run.results[0].detail);
+        // Five rows, three scenarios and a clean log counted once each, the
+        // first boot's failure among them; the crash shown, not counted.
+        assert_eq!(totals(&[run]), (3, 1, 1));
+    }
+
+    #[test]
+    fn a_crash_that_is_not_retried_fails_the_log_and_the_scenarios_it_cut_off() {
+        let console = console_of(&["PODSTUCK-VM BEGIN 3.1", "PODSTUCK-VM RESULT check PASS attach=fentry walk=bpf_loop exit 0", NULL]);
+        let run = run_of(&console, Suite::Lockdown);
+        assert_eq!(run.retry, None);
+        assert_eq!(verdicts(&run.results), [("check", "PASS"), ("lockdown", "FAIL"), ("attach", "FAIL"), (KERNEL_LOG, "FAIL")]);
+        assert!(run.results[3].detail.starts_with("during the scenarios: [   43.419986] BUG: kernel NULL"), "{}", run.results[3].detail);
     }
 
     #[test]

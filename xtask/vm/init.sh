@@ -20,9 +20,13 @@ export HOME=/root TERM=dumb
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-# Kernel messages go to the log (dumped at the end), not across our lines.
-echo 1 > /proc/sys/kernel/printk
-BOOT_LINES=$(dmesg | wc -l)
+# Warnings and worse still reach the console as they happen, so a WARNING,
+# Oops or panic is seen even after DONE or when the guest dies mid-line;
+# the chatter below them (mounts, loop devices) would only cut across our
+# lines. The boot's messages are on the console already: the log is
+# cleared, and the_end dumps all that came after, every level.
+echo 5 > /proc/sys/kernel/printk
+dmesg -c >/dev/null
 
 say() { echo "PODSTUCK-VM $*"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
@@ -122,10 +126,11 @@ stop_watch() {
     WRC=$?
 }
 
-# The end of every boot: the kernel's messages since boot, DONE, power off.
+# The end of every boot: the kernel's messages since /init began, DONE, power off.
 the_end() {
     say "INFO memory at the end: $(free -m | awk '/^Mem:/ { print "used " $3 " MB of " $2 }')"
-    dmesg | tail -n +$((BOOT_LINES + 1)) | head -n 200 | sed 's/^/PODSTUCK-VM dmesg| /'
+    # All of it: the host looks for the kernel's error reports in it.
+    dmesg | sed 's/^/PODSTUCK-VM dmesg| /'
     say "DONE $(uptime_s)"
     sync
     poweroff -f
@@ -171,6 +176,10 @@ if mkfs.ext4 -F -q -b 1024 -N 400000 -E lazy_itable_init=1,lazy_journal_init=1 /
 else
     say "INFO /var/tmp: no ext4 (mkfs.ext4 or the loop mount failed); the scenarios run on the initramfs"
 fi
+
+# The scenarios begin: a guest kernel that crashes before this line crashed
+# before any of podstuck ran, and may be booted once more.
+say "BEGIN $(uptime_s)"
 
 # --- check ----------------------------------------------------------------
 T0=$(uptime_s)
@@ -425,6 +434,8 @@ if ! wait_for /tmp/fuse.out ready "$FPID" 20; then
     result hung-call FAIL "fuse_server did not start: $(oneline </tmp/fuse.out)"
 else
     HEALTHY=$(actor unlink /tmp/fuse/a 2>&1 | oneline)
+    # The mount's FUSE connection: what the fix must abort.
+    CONN=$(awk '$5 == "/tmp/fuse" { split($3, d, ":"); print d[2] }' /proc/self/mountinfo | head -n 1)
     kill -STOP "$FPID"
     if start_watch /tmp/hung --json --findings --hung-after 2s --duration 10s; then
         actor --comm kubelet unlink /tmp/fuse/a >/tmp/hung-actor.out 2>&1 &
@@ -432,11 +443,23 @@ else
         wait_gone "$WPID" 60 || kill -INT "$WPID"
         stop_watch
         show hung /tmp/hung.err 20
-        line=$(grep '"kind":"hung-call"' /tmp/hung.json | head -n 1)
-        if [ -n "$line" ] && [ "$WRC" = 0 ]; then
-            result hung-call PASS "hung-call on $(echo "$line" | sed -n 's/.*"paths":\["\([^"]*\)".*/\1/p') (healthy unlink first: $HEALTHY)"
-        else
+        # Any hung call is not enough: it must be this one, the unlink of
+        # /tmp/fuse/a by the actor called kubelet, on the FUSE mount
+        # /tmp/fuse, with the abort of that mount's connection as the fix.
+        line=$(grep '"type":"finding"' /tmp/hung.json | grep '"kind":"hung-call"' | head -n 1)
+        HP=$(echo "$line" | sed -n 's/.*"paths":\["\([^"]*\)".*/\1/p')
+        HA=$(echo "$line" | sed -n 's/.*"actor":{"pid":\([0-9]*\),"comm":"\([^"]*\)".*/\2 pid \1/p')
+        HS=$(echo "$line" | jstr syscall)
+        FIX=$(echo "$line" | jstr fix)
+        WANT="unlink of /tmp/fuse/a by kubelet pid $APID on the FUSE mount /tmp/fuse, fix: abort connection $CONN"
+        if [ -z "$line" ]; then
             result hung-call FAIL "exit $WRC; no hung-call finding in $(grep -c . /tmp/hung.json) lines: $(grep -o '"kind":"[^"]*"' /tmp/hung.json | sort -u | oneline) $(oneline </tmp/hung.err)"
+        elif [ "$WRC" = 0 ] && [ -n "$CONN" ] && [ "$HS" = unlink ] && [ "$HP" = /tmp/fuse/a ] && [ "$HA" = "kubelet pid $APID" ] \
+            && echo "$line" | grep -q 'on a FUSE mount at /tmp/fuse (' \
+            && echo "$FIX" | grep -q "/sys/fs/fuse/connections/$CONN/abort\$"; then
+            result hung-call PASS "$HS of $HP by $HA on the FUSE mount /tmp/fuse; fix: $FIX (healthy unlink first: $HEALTHY)"
+        else
+            result hung-call FAIL "exit $WRC; expected $WANT; got $HS of ${HP:-no path} by ${HA:-no actor}, fix: ${FIX:-none}; $(echo "$line" | grep -o 'on a FUSE mount at [^,]*' | head -n 1)"
         fi
     else
         APID=""
@@ -445,7 +468,6 @@ else
     # Let everything waiting on the daemon fail, so the guest can power off.
     mkdir -p /sys/fs/fuse/connections
     mount -t fusectl fusectl /sys/fs/fuse/connections 2>/dev/null
-    CONN=$(awk '$5 == "/tmp/fuse" { split($3, d, ":"); print d[2] }' /proc/self/mountinfo | head -n 1)
     [ -n "$CONN" ] && echo 1 >"/sys/fs/fuse/connections/$CONN/abort"
     if [ -n "$APID" ]; then
         wait_gone "$APID" 10 || kill -9 "$APID"
@@ -500,16 +522,19 @@ DIRS=100000
 # no 100,000 directories.
 if start_watch /tmp/storm --json --findings --histograms /tmp/h --interval 2s; then
     mkdir -p "$STORM"
-    MADE=$(actor mkdirs "$STORM" "$DIRS" 2>&1 | oneline)
-    N=$(find "$STORM" -mindepth 1 -maxdepth 1 -type d | wc -l)
-    say "INFO storm: $MADE; $N directories in $STORM ($(since "$T0") s)"
+    SAID=$(actor mkdirs "$STORM" "$DIRS" 2>&1 | oneline)
+    # actor counts the mkdir calls that succeeded ("mkdirs N made"). The
+    # count to match is the DIRS asked for, not what is found afterwards:
+    # a storm that made nothing, or half, must not pass by counting itself.
+    MADE=$(echo "$SAID" | sed -n 's/^mkdirs \([0-9][0-9]*\) made$/\1/p')
+    say "INFO storm: actor mkdirs $DIRS: ${SAID:-nothing said} ($(since "$T0") s)"
     T1=$(uptime_s)
     /usr/local/bin/gnu-rm -rf "$STORM"
     RM_RC=$?
     RM_S=$(since "$T1")
-    # Removed: every directory below, and the storm directory itself.
-    REMOVED=$((N + 1))
-    [ -e "$STORM" ] && REMOVED="?"
+    # Removed: every directory asked for, and the storm directory itself.
+    EXPECTED=$((DIRS + 1))
+    [ -e "$STORM" ] && LEFT=" ($STORM still there)" || LEFT=""
     stop_watch
     show storm /tmp/storm.err 10
     grep '"type":"finding"' /tmp/storm.json | sed -n 's/.*"kind":"\([^"]*\)".*/\1/p' | sort | uniq -c |
@@ -519,8 +544,8 @@ if start_watch /tmp/storm --json --findings --histograms /tmp/h --interval 2s; t
     TOTAL=$(awk '/"calls_counted"/ { c = 1 } c && /"unlinkat": / { print $2 + 0; exit }' /tmp/h/summary.json 2>/dev/null)
     FINISHED=$(sed -n 's/.*"finished": \([a-z]*\).*/\1/p' /tmp/h/summary.json 2>/dev/null)
     LOST=$(jnum events_lost </tmp/storm.json)
-    DETAIL="rm -rf of $REMOVED dirs in ${RM_S}s (exit $RM_RC); summary.json unlinkat series sum $COUNTED, calls_counted $TOTAL, finished=$FINISHED, events_lost=${LOST:-?}; findings: $(cat /tmp/storm.kinds)"
-    if [ "$WRC" = 0 ] && [ "$RM_RC" = 0 ] && [ "$COUNTED" = "$REMOVED" ] && [ "$FINISHED" = true ]; then
+    DETAIL="rm -rf of ${MADE:-0} of $DIRS dirs made + $STORM in ${RM_S}s (exit $RM_RC)$LEFT; expected $EXPECTED, summary.json unlinkat series sum $COUNTED, calls_counted $TOTAL, finished=$FINISHED, events_lost=${LOST:-?}; findings: $(cat /tmp/storm.kinds)"
+    if [ "$WRC" = 0 ] && [ "$RM_RC" = 0 ] && [ "$MADE" = "$DIRS" ] && [ -z "$LEFT" ] && [ "$COUNTED" = "$EXPECTED" ] && [ "$FINISHED" = true ]; then
         result storm-count PASS "$DETAIL"
     else
         show summary /tmp/h/summary.json 60
