@@ -7,11 +7,7 @@ pub use podstuck_tests::prerequisite::{missing, this_test};
 /// Whether this test runs as root, which the tests of the live node need:
 /// without it the test fails, unless skips are allowed (then false).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    missing(&this_test(), "root, to read the live node's state", "run the tests as root (sudo -E cargo xtask test)")
+    podstuck_tests::prerequisite::root(&this_test(), "to read the live node's state")
 }
 
 /// A fresh directory under the system temp dir, removed when dropped (also

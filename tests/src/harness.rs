@@ -38,15 +38,7 @@ pub fn deploy_manifest(file: &str) -> Option<Vec<Value>> {
 /// True when the kernel-facing tests can run: as root. Without root the
 /// test fails, unless skips are allowed (then false, said loudly).
 pub fn can_touch_the_kernel(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    missing(
-        test,
-        "root: the end-to-end tests load eBPF programs and mount filesystems",
-        "run them as root (sudo -E cargo xtask test)",
-    )
+    crate::prerequisite::root(test, "to load eBPF programs and mount filesystems")
 }
 
 /// A running test that touches the kernel, named after its function.

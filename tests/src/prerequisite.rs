@@ -49,6 +49,16 @@ pub fn missing<T: Default>(test: &str, what: &str, how: &str) -> T {
     T::default()
 }
 
+/// Whether this runs as root, which `test` needs `for_what`; without root
+/// the test fails, unless skips are allowed (then false).
+pub fn root(test: &str, for_what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    missing(test, &format!("root, {for_what}"), "run the tests as root (sudo -E cargo xtask test)")
+}
+
 /// A reason on one line, so the skip's line is one line for xtask to read
 /// (a daemon's log tail, say).
 fn one_line(what: &str) -> String {
