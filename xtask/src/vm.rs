@@ -729,6 +729,11 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// A row about the boot as a whole (the kernel's log), not a scenario.
+    fn kernel_log(verdict: Verdict, detail: String) -> Outcome {
+        Outcome { scenario: KERNEL_LOG.into(), verdict, reported: true, attach: "-".into(), walk: "-".into(), detail }
+    }
+
     fn passed(&self) -> bool {
         self.verdict == Verdict::Pass
     }
@@ -927,7 +932,7 @@ impl Console {
                 (Verdict::Fail, format!("{when}: {}{more}", first.line))
             }
         };
-        Outcome { scenario: KERNEL_LOG.into(), verdict, reported: true, attach: "-".into(), walk: "-".into(), detail }
+        Outcome::kernel_log(verdict, detail)
     }
 }
 
@@ -1107,14 +1112,10 @@ fn merged(first: BootRun, mut again: BootRun, kept: &Path) -> BootRun {
             }
         }
     }
-    let crashed = Outcome {
-        scenario: KERNEL_LOG.into(),
-        verdict: Verdict::Retried,
-        reported: true,
-        attach: "-".into(),
-        walk: "-".into(),
-        detail: format!("first boot {reason}; booted once more, not counted (console in {})", kept.display()),
-    };
+    let crashed = Outcome::kernel_log(
+        Verdict::Retried,
+        format!("first boot {reason}; booted once more, not counted (console in {})", kept.display()),
+    );
     again.results.insert(0, crashed);
     again.wall += first.wall;
     again
