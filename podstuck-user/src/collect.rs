@@ -341,7 +341,7 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
         let mut ebpf = load_object_with(&podstuck_common::KernelOffsets::default(), &options, &[("CALLS_IN_FLIGHT", 1)])?;
         let btf = kernel_btf()?;
         let program: &mut FEntry =
-            ebpf.program_mut(program::COST_FENTRY).context("cost_fentry missing")?.try_into()?;
+            ebpf.program_mut(program::COST_FENTRY).with_context(|| format!("{} missing", program::COST_FENTRY))?.try_into()?;
         program.load(&format!("{SYSCALL_PREFIX}{}", program::UNLINKAT.function), &btf)?;
         program.attach()?;
         Ok(())
