@@ -1095,7 +1095,8 @@ mod tests {
         let mount = host_mount_at(&mut node, &mnt);
         let holders = eventually("an open-file and a mapped-file holder", || {
             let found = node.mount_holders(&mount);
-            let open = found.iter().any(|h| h.pid == opener.pid() && h.how == HoldKind::OpenFile);
+            // Until the opener's `exec sleep`, it holds the file as `sh`.
+            let open = found.iter().any(|h| h.pid == opener.pid() && h.how == HoldKind::OpenFile && h.comm == "sleep");
             let mapped = found.iter().any(|h| h.pid == mapper.pid() && h.how == HoldKind::MappedFile);
             (open && mapped).then_some(found)
         });
