@@ -95,7 +95,7 @@ fn all_say(lines: &[String], want: &str) {
 fn apply_node_fix(finding: &Value) {
     let fix = finding["fix"].as_str().expect("a fix");
     match fix.split_once(" -- ") {
-        Some((nsenter, cmd)) if nsenter.starts_with("nsenter ") && pid1_out_of_reach() => {
+        Some((nsenter, cmd)) if nsenter == "nsenter -t 1 -m" && pid1_out_of_reach() => {
             eprintln!("note: PID 1's mount namespace is out of reach here: running `{cmd}` of the fix `{fix}` in this, the node's, namespace");
             let mut plain = finding.clone();
             plain["fix"] = Value::from(cmd);

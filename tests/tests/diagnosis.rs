@@ -437,7 +437,7 @@ kernel_test! {
         mount_held(&scratch, &held, |e| {
             // `umount` without -l fails in there: the holder's cwd is inside,
             // it is what keeps the copy busy (exit 32, "target is busy").
-            e.eq("/fix", format!("nsenter -m -t {pid} umount -l {}", shell_word(rootfs)));
+            e.eq("/fix", format!("nsenter -t {pid} -m -- umount -l {}", shell_word(rootfs)));
         });
     }
 }

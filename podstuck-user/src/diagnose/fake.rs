@@ -16,6 +16,8 @@ use crate::inspect::*;
 
 pub const POD: &str = "5f1c2a9e-0000-4000-8000-000000000001";
 pub const KUBELET: &str = "/var/lib/kubelet";
+/// The host's mount namespace, every synthetic call's unless a test says otherwise.
+pub const HOST_MNTNS: u64 = 4026531840;
 
 pub fn pod() -> PodUid {
     PodUid::parse(POD).unwrap()
@@ -30,7 +32,8 @@ pub fn t(secs: f64) -> SystemTime {
 #[derive(Default)]
 pub struct FakeNode {
     pub mountinfo: String,
-    pub process_mounts: HashMap<u32, String>,
+    /// Mount namespaces other than the host's ([`HOST_MNTNS`]), with their tables.
+    pub namespaces: Vec<MountNamespace>,
     pub holders: Vec<MountHolder>,
     pub copies: Vec<MountCopy>,
     pub flags: HashMap<Vec<u8>, InodeFlags>,
@@ -69,17 +72,34 @@ impl FakeNode {
     pub fn mounts(&self) -> Vec<Mount> {
         parse_mountinfo(self.mountinfo.as_bytes())
     }
+
+    /// Adds mount namespace `mntns` (kubelet's in a container, say),
+    /// living on in process `member` (`comm`), with its own table made as
+    /// [`FakeNode::with_mounts`] makes the host's.
+    pub fn with_namespace(mut self, mntns: u64, member: u32, comm: &str, lines: &[&str]) -> FakeNode {
+        let mounts = FakeNode::with_mounts(lines).mounts();
+        self.namespaces.push(MountNamespace { mntns, host: false, member, member_comm: comm.into(), owner: None, mounts });
+        self
+    }
+}
+
+impl Call {
+    /// The same call, made from mount namespace `mntns`.
+    pub fn in_namespace(mut self, mntns: u64) -> Call {
+        self.event.mntns = mntns as u32;
+        self
+    }
 }
 
 impl NodeInspector for FakeNode {
     fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
         Ok(self.mounts())
     }
-    fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>> {
-        match self.process_mounts.get(&pid) {
-            Some(text) => Ok(parse_mountinfo(text.as_bytes())),
-            None => Ok(self.mounts()),
+    fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
+        if mntns == 0 || mntns == HOST_MNTNS {
+            return Ok(MountNamespace { mntns, host: true, member: 1, member_comm: "systemd".into(), owner: None, mounts: self.mounts() });
         }
+        self.namespaces.iter().find(|n| n.mntns == mntns).cloned().ok_or_else(|| namespace_gone(mntns))
     }
     fn resolved_path(&mut self, _pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
         for (link, target) in &self.symlinks {
@@ -91,10 +111,10 @@ impl NodeInspector for FakeNode {
         }
         Ok(path.to_vec())
     }
-    fn mount_holders(&mut self, _mount: &Mount) -> Vec<MountHolder> {
+    fn mount_holders(&mut self, _mount: &Mount, _mntns: u64) -> Vec<MountHolder> {
         self.holders.clone()
     }
-    fn mount_copies(&mut self, _mount: &Mount) -> Vec<MountCopy> {
+    fn mount_copies(&mut self, _mount: &Mount, _mntns: u64) -> Vec<MountCopy> {
         self.copies.clone()
     }
     fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
@@ -166,7 +186,7 @@ pub fn call_by(at: f64, comm: &str, pid: u32, syscall: Syscall, flags: u64, path
         ppid: 1,
         pcomm: "systemd".into(),
         cgroup_id: 1,
-        mntns: 4026531840,
+        mntns: HOST_MNTNS as u32,
         uid: 0,
         syscall,
         flags,

@@ -8,8 +8,8 @@
 //! netns, rootfs). Pod volumes and cgroups have their own detectors.
 //! Confirmed by finding the holder in /proc.
 
-use super::shell::word;
-use super::track::{Attempts, FailureLog};
+use super::shell::{in_mount_namespace_of, word};
+use super::track::{Attempts, CallerView, FailureLog};
 use super::volume_still_mounted::{debug_pod_advice, holder_facts, process_words};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
@@ -18,8 +18,8 @@ use crate::identify::Identity;
 use crate::inspect::mounts::{copy_can_block_unmount, mount_at, mount_containing, mounts_on_same_dir, mounts_under};
 use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector};
 
+#[derive(Default)]
 pub struct MountHeld {
-    host_mntns: u32,
     failures: FailureLog,
 }
 
@@ -38,14 +38,11 @@ fn hold_words(how: HoldKind) -> &'static str {
 }
 
 impl MountHeld {
-    pub fn new(host_mntns: u32) -> MountHeld {
-        MountHeld { host_mntns, failures: FailureLog::default() }
-    }
-
-    fn decide(host_mntns: u32, a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
+    fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
         let node = &mut *review.node;
-        let view = a.caller_view(host_mntns, node);
-        let mounts = view.mounts.as_ref().ok()?.clone();
+        let view = a.caller_view(node);
+        // A namespace nobody lives in any more holds nothing to fix.
+        let mounts = view.mounts().ok()?.to_vec();
         let path = view.path.clone();
         if mount_containing(&mounts, &path).is_some_and(is_cgroupfs) {
             return None;
@@ -55,26 +52,29 @@ impl MountHeld {
         f.evidence("trace", a.trace_words());
         a.resolution_evidence(&view, &mut f);
         match mount_at(&mounts, &path).cloned() {
-            Some(mount) => Self::mounted(a, &mut f, node, &mounts, &path, &mount),
-            None => Self::not_mounted_there(a, &mut f, node, &mounts, &path, &view.whose),
+            Some(mount) => Self::mounted(a, &mut f, node, &view, &mounts, &mount),
+            None => Self::not_mounted_there(a, &mut f, node, &view, &mounts),
         }
+        // Paths and mounts are the caller's namespace's: the fix acts there.
+        f.fix = view.fix(std::mem::take(&mut f.fix));
         Some(f)
     }
 
     /// The path is a mountpoint: who or what keeps it busy.
-    fn mounted(a: &Attempts, f: &mut Finding, node: &mut dyn NodeInspector, mounts: &[Mount], path: &[u8], mount: &Mount) {
+    fn mounted(a: &Attempts, f: &mut Finding, node: &mut dyn NodeInspector, view: &CallerView, mounts: &[Mount], mount: &Mount) {
+        let path = view.path.as_slice();
         let rhythm = a.rhythm_words();
         let unmounting = a.syscall == podstuck_common::Syscall::Umount2;
         f.evidence("mountinfo", format!("{} is a {} mount of {} (mount id {})", shown(path), mount.fstype, mount.source, mount.id));
         // Another namespace's copy can only refuse an unmount that reaches
         // it; removing a directory is never blocked from another namespace.
         let copies: Vec<MountCopy> = if unmounting {
-            node.mount_copies(mount).into_iter().filter(|c| copy_can_block_unmount(mount, &c.propagation)).collect()
+            node.mount_copies(mount, view.mntns).into_iter().filter(|c| copy_can_block_unmount(mount, &c.propagation)).collect()
         } else {
             Vec::new()
         };
         let holders: Vec<MountHolder> =
-            node.mount_holders(mount).into_iter().filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns)).collect();
+            node.mount_holders(mount, view.mntns).into_iter().filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns)).collect();
         let below: Vec<Mount> = mounts_under(mounts, path).into_iter().cloned().collect();
         Self::busy_evidence(f, &holders, &copies, &below);
         let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(path), mount.fstype);
@@ -87,7 +87,7 @@ impl MountHeld {
                 h.mntns,
                 hold_words(h.how)
             );
-            let unmount = format!("nsenter -m -t {} umount -l {}", h.pid, word(path));
+            let unmount = in_mount_namespace_of(h.pid, &format!("umount -l {}", word(path)));
             // A leftover debug pod is no workload: deleting it is the fix.
             match h.owner.as_ref().filter(|o| o.is_debug_pod()).and_then(|o| Some((o.words(), o.delete_pod()?))) {
                 Some((pod, delete)) => {
@@ -110,8 +110,8 @@ impl MountHeld {
             f.summary = format!("{verb}: pid {} ({}) {}. {failed}.", h.pid, h.comm, hold_words(h.how));
             f.fix = format!("kill {}", pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "));
             f.advice.push(format!(
-                "if the holder must keep running, detach lazily instead: umount -l {} (the mount goes when the holder lets go)",
-                word(path)
+                "if the holder must keep running, detach lazily instead: {} (the mount goes when the holder lets go)",
+                view.fix(format!("umount -l {}", word(path)))
             ));
         } else if !unmounting && below.is_empty() {
             // Removing a directory that is mounted: nobody needs to hold it, it just is.
@@ -138,7 +138,7 @@ impl MountHeld {
                 "{what}: a copy in mount namespace mnt:[{}] (pid {} {}{whose}) is busy. {failed}.",
                 copy.mntns, copy.pid, copy.comm
             );
-            f.fix = format!("nsenter -m -t {} umount -l {}", copy.pid, word(path));
+            f.fix = in_mount_namespace_of(copy.pid, &format!("umount -l {}", word(path)));
             f.advice.extend(debug_pod_advice([copy.owner.as_ref()]));
         } else {
             f.confidence = Confidence::Possible;
@@ -174,7 +174,9 @@ impl MountHeld {
     /// Nothing is mounted at the path in the caller's table: the directory
     /// may still carry a mount reached by another path (a bind view of a
     /// parent), or it was unmounted since the call.
-    fn not_mounted_there(a: &Attempts, f: &mut Finding, node: &mut dyn NodeInspector, mounts: &[Mount], path: &[u8], whose: &str) {
+    fn not_mounted_there(a: &Attempts, f: &mut Finding, node: &mut dyn NodeInspector, view: &CallerView, mounts: &[Mount]) {
+        let path = view.path.as_slice();
+        let whose = view.whose();
         let failed = format!("{}{}", a.failed_words(), a.rhythm_words());
         let mut twins: Vec<Mount> = mounts_on_same_dir(mounts, path).into_iter().cloned().collect();
         if twins.is_empty() {
@@ -199,7 +201,7 @@ impl MountHeld {
                     shown(path)
                 ),
             );
-            holders.extend(node.mount_holders(twin).into_iter().filter(|h| !h.other_namespace));
+            holders.extend(node.mount_holders(twin, view.mntns).into_iter().filter(|h| !h.other_namespace));
         }
         for fact in holder_facts(&holders) {
             f.evidence("/proc", fact);
@@ -242,8 +244,7 @@ impl Detector for MountHeld {
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        let host = self.host_mntns;
-        self.failures.review(review.now, |a| Self::decide(host, a, review))
+        self.failures.review(review.now, |a| Self::decide(a, review))
     }
 }
 
@@ -264,15 +265,34 @@ mod tests {
     }
 
     #[test]
+    fn in_a_node_container_the_holder_beside_the_caller_is_the_one_and_fixes_act_there() {
+        // containerd inside a kind node (namespace 4026532500, kept alive by
+        // its systemd, pid 700) cannot unmount a rootfs a process of the
+        // same node container still sits in.
+        const NODE_NS: u64 = 4026532500;
+        let mut node = FakeNode::with_mounts(&[]).with_namespace(NODE_NS, 700, "systemd", &[&format!("60 {ROOTFS} overlay")]);
+        node.holders = vec![MountHolder { mntns: NODE_NS, ..holder(false, HoldKind::Cwd) }];
+        let calls: Vec<Call> = bursts().into_iter().map(|c| c.in_namespace(NODE_NS)).collect();
+        let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
+        assert_eq!(f.confidence, Confidence::Confirmed);
+        assert_eq!(f.fix, "kill 3131");
+        assert!(f.advice.iter().any(|a| a.contains(&format!("nsenter -t 700 -m -- umount -l {ROOTFS}"))), "{:?}", f.advice);
+        // No holder: the lazy unmount is the fix, run in that namespace.
+        node.holders.clear();
+        let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
+        assert_eq!(f.fix, format!("nsenter -t 700 -m -- umount -l {ROOTFS}"));
+    }
+
+    #[test]
     fn a_holder_in_another_mount_namespace() {
-        let mut d = MountHeld::new(4026531840);
+        let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(true, HoldKind::Cwd)];
         node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec!["master:60".into()], owner: None }];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, format!("nsenter -m -t 3131 umount -l {ROOTFS}"));
+        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"));
         assert!(f.rhythm.as_deref().unwrap().contains("containerd"));
         assert!(f.summary.contains("another mount namespace"), "{}", f.summary);
         assert!(f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep)")));
@@ -291,27 +311,27 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![MountHolder { owner: Some(pod("web-0", "app")), ..holder(true, HoldKind::Cwd) }];
         node.copies = vec![copy.clone()];
-        let f = &run(&mut MountHeld::new(4026531840), &mut node, &bursts(), 1.0)[0];
+        let f = &run(&mut MountHeld::default(), &mut node, &bursts(), 1.0)[0];
         assert!(f.summary.contains("pid 3131 (sleep) of pod default/web-0 (container app) in another mount namespace"), "{}", f.summary);
-        assert_eq!(f.fix, format!("nsenter -m -t 3131 umount -l {ROOTFS}"));
+        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"));
 
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![MountHolder { owner: Some(pod("node-debugger-node-1-abcde", "debugger")), ..holder(true, HoldKind::Cwd) }];
         node.copies = vec![copy];
-        let f = &run(&mut MountHeld::new(4026531840), &mut node, &bursts(), 1.0)[0];
+        let f = &run(&mut MountHeld::default(), &mut node, &bursts(), 1.0)[0];
         assert!(
             f.summary.contains("the leftover kubectl debug pod default/node-debugger-node-1-abcde holds a copy of the mount"),
             "{}",
             f.summary
         );
         assert_eq!(f.fix, "kubectl delete pod -n default node-debugger-node-1-abcde");
-        assert!(f.advice.iter().any(|a| a.contains(&format!("nsenter -m -t 3131 umount -l {ROOTFS}"))), "{:?}", f.advice);
+        assert!(f.advice.iter().any(|a| a.contains(&format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"))), "{:?}", f.advice);
         assert!(f.evidence.iter().any(|e| e.fact.contains("of the leftover kubectl debug pod")), "{:?}", f.evidence);
     }
 
     #[test]
     fn a_holder_here_with_an_open_file() {
-        let mut d = MountHeld::new(4026531840);
+        let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(false, HoldKind::OpenFile)];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
@@ -321,7 +341,7 @@ mod tests {
 
     #[test]
     fn a_runtime_dir_still_mounted_is_unmounted() {
-        let mut d = MountHeld::new(4026531840);
+        let mut d = MountHeld::default();
         let shm = "/var/lib/docker/containers/abc/mounts/shm";
         let mut node = FakeNode::with_mounts(&[&format!("60 {shm} tmpfs")]);
         let calls = [rmdir(0.0, "dockerd", shm, -libc::EBUSY), rmdir(0.5, "dockerd", shm, -libc::EBUSY)];
@@ -332,7 +352,7 @@ mod tests {
 
     #[test]
     fn submounts_are_unmounted_deepest_first() {
-        let mut d = MountHeld::new(4026531840);
+        let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay"), &format!("61 {ROOTFS}/proc proc"), &format!("62 {ROOTFS}/proc/sys/fs/binfmt_misc binfmt_misc")]);
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.fix, format!("umount {ROOTFS}/proc/sys/fs/binfmt_misc && umount {ROOTFS}/proc"));
@@ -340,7 +360,7 @@ mod tests {
 
     #[test]
     fn lazy_unmounts_a_retry_that_works_and_cgroups_are_not_mount_held() {
-        let mut d = MountHeld::new(4026531840);
+        let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay"), "70 /sys/fs/cgroup cgroup2"]);
         let calls = [umount(0.0, "containerd", ROOTFS, -libc::EBUSY), umount(0.05, "containerd", ROOTFS, 0)];
         assert!(run(&mut d, &mut node, &calls, 5.0).is_empty());
@@ -353,7 +373,7 @@ mod tests {
     #[test]
     fn a_symlinked_spelling_of_a_held_rootfs_names_the_holder() {
         // docker's containerd keeps tasks under /var/run, a symlink to /run.
-        let mut d = MountHeld::new(4026531840);
+        let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.symlinks.push(("/var/run".into(), "/run".into()));
         node.holders = vec![holder(false, HoldKind::Cwd)];
@@ -368,7 +388,7 @@ mod tests {
 
     #[test]
     fn a_private_copy_in_another_namespace_neither_blocks_nor_is_blamed() {
-        let mut d = MountHeld::new(4026531840);
+        let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         // unshare -m: a private copy, its holder sitting in it.
         node.holders = vec![holder(true, HoldKind::Cwd)];
@@ -385,7 +405,7 @@ mod tests {
         // dir) still holds a copy on the same directory: rmdir gets EBUSY,
         // while the umount2 of the path dockerd knows gets EINVAL.
         let merged = "/var/lib/docker/overlay2/abc/merged";
-        let mut d = MountHeld::new(4026531840);
+        let mut d = MountHeld::default();
         let mut node = FakeNode {
             mountinfo: "1 0 8:1 / / rw shared:1 - ext4 /dev/sda1 rw\n\
                         50 1 8:1 /var/lib/docker/overlay2/abc /backup/view rw shared:1 - ext4 /dev/sda1 rw\n\
@@ -405,7 +425,7 @@ mod tests {
 
     #[test]
     fn ebusy_on_a_dir_that_is_mounted_nowhere_is_only_possible() {
-        let mut d = MountHeld::new(4026531840);
+        let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[]);
         let dir = "/var/lib/docker/overlay2/abc/merged";
         let calls = [rmdir(0.0, "dockerd", dir, -libc::EBUSY), rmdir(0.1, "dockerd", dir, -libc::EBUSY)];

@@ -25,8 +25,8 @@ use crate::identify::pod::PathArea;
 use crate::identify::Identity;
 use crate::inspect::mounts::{mount_at, mount_containing};
 
+#[derive(Default)]
 pub struct NotMounted {
-    host_mntns: u32,
     failures: FailureLog,
 }
 
@@ -37,17 +37,13 @@ fn unmounts_idempotently(role: Role) -> bool {
 }
 
 impl NotMounted {
-    pub fn new(host_mntns: u32) -> NotMounted {
-        NotMounted { host_mntns, failures: FailureLog::default() }
-    }
-
-    fn decide(host_mntns: u32, a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
+    fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
         // One EINVAL may be a bad flag; only a repeat on the same path is this.
         if a.failures < 2 {
             return None;
         }
         let node = &mut *review.node;
-        let view = a.caller_view(host_mntns, node);
+        let view = a.caller_view(node);
         let path = view.path.clone();
         let volume = a.area == Some(PathArea::Volume);
         let severity = if volume { Severity::Critical } else { Severity::Warning };
@@ -57,15 +53,15 @@ impl NotMounted {
         f.evidence("trace", a.trace_words());
         a.resolution_evidence(&view, &mut f);
         let pod = a.pod.as_ref().map(|p| format!(" of pod {p}")).unwrap_or_default();
-        let whose = &view.whose;
-        match &view.mounts {
+        let whose = &view.whose();
+        match view.mounts() {
             Ok(mounts) => {
                 if let Some(m) = mount_at(mounts, &path) {
                     // Mounted, yet EINVAL: a flag the kernel refused, not this.
                     f.confidence = Confidence::Possible;
                     f.evidence("mountinfo", format!("{} is a {} mountpoint in {whose}", shown(&path), m.fstype));
                     f.summary = format!("{} keeps failing to unmount {}{pod} with EINVAL although it is mounted: check the flags it passes.", a.actor.description, shown(&a.path));
-                    f.fix = format!("umount {}", word(&path));
+                    f.fix = view.fix(format!("umount {}", word(&path)));
                     return Some(f);
                 }
                 f.confidence = Confidence::Confirmed;
@@ -87,7 +83,10 @@ impl NotMounted {
         );
         // rmdir removes the target only when it is an empty directory, and
         // then only the retry's reason to fail: safe, and the way out.
-        let empty = node.dir_sample(&path, 1).map(|d| d.counted == 0);
+        // Another namespace's path is not the node's: not looked into, and
+        // rmdir is safe unlooked.
+        let host = view.namespace.as_ref().is_ok_and(|ns| ns.host);
+        let empty = if host { node.dir_sample(&path, 1).map(|d| d.counted == 0) } else { Ok(true) };
         match empty {
             Ok(false) => {
                 f.evidence("directory", format!("{} is not empty", shown(&path)));
@@ -96,6 +95,7 @@ impl NotMounted {
             }
             _ => f.fix = format!("rmdir {}", word(&path)),
         }
+        f.fix = view.fix(std::mem::take(&mut f.fix));
         if volume || a.actor.role == Role::CsiPlugin.as_str() {
             f.advice.push("upgrade the CSI driver: NodeUnpublishVolume must succeed when the target is not mounted".into());
         }
@@ -114,8 +114,7 @@ impl Detector for NotMounted {
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        let host = self.host_mntns;
-        self.failures.review(review.now, |a| Self::decide(host, a, review))
+        self.failures.review(review.now, |a| Self::decide(a, review))
     }
 }
 
@@ -126,7 +125,7 @@ mod tests {
 
     #[test]
     fn repeated_einval_on_a_plain_directory() {
-        let mut d = NotMounted::new(0);
+        let mut d = NotMounted::default();
         let mut node = FakeNode::with_mounts(&[]);
         let m = csi_mount();
         let calls = [umount(0.0, "umount", &m, -libc::EINVAL), umount(0.5, "umount", &m, -libc::EINVAL), umount(1.5, "umount", &m, -libc::EINVAL)];
@@ -140,14 +139,14 @@ mod tests {
 
     #[test]
     fn a_single_einval_is_not_enough() {
-        let mut d = NotMounted::new(0);
+        let mut d = NotMounted::default();
         let mut node = FakeNode::with_mounts(&[]);
         assert!(run(&mut d, &mut node, &[umount(0.0, "umount", "/mnt/x", -libc::EINVAL)], 10.0).is_empty());
     }
 
     #[test]
     fn a_runtimes_routine_unmount_before_removal_is_never_a_finding() {
-        let mut d = NotMounted::new(0);
+        let mut d = NotMounted::default();
         let mut node = FakeNode::with_mounts(&[]);
         let dir = "/var/lib/docker/containers/0123abcd";
         let calls: Vec<Call> = ["dockerd", "containerd", "containerd-shim", "runc"]
@@ -159,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_symlinked_spelling_is_judged_by_the_path_it_resolves_to() {
-        let mut d = NotMounted::new(0);
+        let mut d = NotMounted::default();
         let mut node = FakeNode::with_mounts(&["60 /run/x/rootfs overlay"]);
         node.symlinks.push(("/var/run".into(), "/run".into()));
         let calls = [umount(0.0, "umount", "/var/run/x/rootfs", -libc::EINVAL), umount(0.5, "umount", "/var/run/x/rootfs", -libc::EINVAL)];
@@ -170,7 +169,7 @@ mod tests {
 
     #[test]
     fn words_fit_the_actor_and_a_full_directory_is_not_rmdired() {
-        let mut d = NotMounted::new(0);
+        let mut d = NotMounted::default();
         let mut node = FakeNode::with_mounts(&[]);
         node.dirs.insert(b"/srv/app/data".to_vec(), vec!["keep.db"]);
         let calls = [umount(0.0, "backup-agent", "/srv/app/data", -libc::EINVAL), umount(5.0, "backup-agent", "/srv/app/data", -libc::EINVAL)];

@@ -20,15 +20,26 @@ const ANYWHERE: [&str; 4] = ["kill ", "nsenter ", "kubectl ", "cat /proc/"];
 /// with the host's PID namespace or on the node: `nsenter -t 1 -m -- CMD`,
 /// several commands as one `sh -c` word.
 pub fn in_node_namespace(fix: &str) -> String {
+    entering(IN_NODE_NAMESPACE, fix)
+}
+
+/// `fix` made to act in the mount namespace process `pid` lives in (kubelet
+/// in a container: its paths and mounts are that namespace's, not the
+/// host's), pasted on the node: `nsenter -t PID -m -- CMD`.
+pub fn in_mount_namespace_of(pid: u32, fix: &str) -> String {
+    entering(&format!("nsenter -t {pid} -m --"), fix)
+}
+
+fn entering(nsenter: &str, fix: &str) -> String {
     if fix.is_empty() || ANYWHERE.iter().any(|a| fix.starts_with(a)) {
         return fix.to_string();
     }
     // A lone command's words go as they are; anything a shell joins
-    // (&&, ;, |) must reach the node's namespace as one word.
+    // (&&, ;, |) must reach the namespace as one word.
     if fix.contains(['&', ';', '|', '\n', '`']) || fix.contains("$(") {
-        format!("{IN_NODE_NAMESPACE} sh -c {}", word(fix.as_bytes()))
+        format!("{nsenter} sh -c {}", word(fix.as_bytes()))
     } else {
-        format!("{IN_NODE_NAMESPACE} {fix}")
+        format!("{nsenter} {fix}")
     }
 }
 
@@ -95,7 +106,7 @@ mod tests {
         assert_eq!(in_node_namespace("umount /var/lib/kubelet/pods/x/volumes/v"), "nsenter -t 1 -m -- umount /var/lib/kubelet/pods/x/volumes/v");
         assert_eq!(in_node_namespace("umount -l '/v/a b'"), "nsenter -t 1 -m -- umount -l '/v/a b'");
         assert_eq!(in_node_namespace("umount /a && umount /b"), "nsenter -t 1 -m -- sh -c 'umount /a && umount /b'");
-        for anywhere in ["kill 42 43", "nsenter -m -t 42 umount -l /v", "cat /proc/42/stack", "kubectl delete pod -n default node-debugger-x", ""] {
+        for anywhere in ["kill 42 43", "nsenter -t 42 -m -- umount -l /v", "cat /proc/42/stack", "kubectl delete pod -n default node-debugger-x", ""] {
             assert_eq!(in_node_namespace(anywhere), anywhere);
         }
         // A hostile name inside a joined fix: sh -c gets the fix back byte for byte.

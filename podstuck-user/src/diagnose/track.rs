@@ -13,7 +13,7 @@ use super::{Finding, FindingActor};
 use crate::event::{errno_name, syscall_name, CallEvent};
 use crate::identify::pod::{PathArea, PodUid};
 use crate::identify::Identity;
-use crate::inspect::{Mount, NodeInspector, Probe};
+use crate::inspect::{Mount, MountNamespace, NodeInspector, Probe};
 
 /// A single failure becomes a finding once it has stood this long without
 /// a success (when no retry came to show it persists).
@@ -81,19 +81,21 @@ impl Attempts {
         self.rhythm().map(|r| format!(" on {}", r.describe())).unwrap_or_default()
     }
 
-    /// What the caller's mount namespace says of its path: the table it
-    /// sees (its own namespace's when that is not the host's and is still
-    /// readable, else the host's), whose table that is in words, and the
-    /// path as the kernel resolved it for the caller (symlinks followed in
-    /// its root), which is how mount tables name it.
-    pub fn caller_view(&self, host_mntns: u32, node: &mut dyn NodeInspector) -> CallerView {
-        let in_other_ns = host_mntns != 0 && self.mntns != 0 && self.mntns != host_mntns;
-        let (mounts, whose) = match in_other_ns.then(|| node.mounts_of_process(self.pid)) {
-            Some(Ok(mounts)) => (Ok(mounts), format!("the mount namespace of pid {}", self.pid)),
-            _ => (node.host_mounts(), "the host mount namespace".to_string()),
+    /// What the caller's mount namespace says of its path: its table, read
+    /// through a process still living there (the caller is often gone: a
+    /// short-lived `umount` child of kubelet), never another namespace's
+    /// in its place; and the path as the kernel resolved it for the caller
+    /// (symlinks followed in its root), which is how mount tables name it.
+    pub fn caller_view(&self, node: &mut dyn NodeInspector) -> CallerView {
+        let namespace = node.mount_namespace(u64::from(self.mntns));
+        // Members of a container's namespace share its root; a member
+        // stands in for a caller that may have gone.
+        let resolver = match &namespace {
+            Ok(ns) if !ns.host => ns.member,
+            _ => self.pid,
         };
-        let path = node.resolved_path(self.pid, &self.path).unwrap_or_else(|_| self.path.clone());
-        CallerView { mounts, whose, path }
+        let path = node.resolved_path(resolver, &self.path).unwrap_or_else(|_| self.path.clone());
+        CallerView { mntns: u64::from(self.mntns), namespace, path }
     }
 
     /// Evidence that the path the caller gave is another spelling of the
@@ -162,10 +164,44 @@ impl Attempts {
 
 /// The caller's view of the mount tree, see [`Attempts::caller_view`].
 pub struct CallerView {
-    pub mounts: Probe<Vec<Mount>>,
-    pub whose: String,
+    /// The caller's mount namespace (0: unknown, taken as the host's).
+    pub mntns: u64,
+    pub namespace: Probe<MountNamespace>,
     /// The path with symlinks resolved (as written when it could not be).
     pub path: Vec<u8>,
+}
+
+impl CallerView {
+    pub fn mounts(&self) -> Probe<&[Mount]> {
+        self.namespace.as_ref().map(|ns| ns.mounts.as_slice()).map_err(Clone::clone)
+    }
+
+    /// Whose table it is, in words: "the host's mount namespace",
+    /// "kubelet's mount namespace mnt:[...] (docker container kindnode)".
+    pub fn whose(&self) -> String {
+        match &self.namespace {
+            Ok(ns) => ns.words(),
+            Err(_) => format!("mount namespace mnt:[{}]", self.mntns),
+        }
+    }
+
+    /// `fix` made to act where the caller's paths are: in its mount
+    /// namespace when that is not the host's.
+    pub fn fix(&self, fix: String) -> String {
+        match &self.namespace {
+            Ok(ns) if !ns.host => super::shell::in_mount_namespace_of(ns.member, &fix),
+            _ => fix,
+        }
+    }
+
+    /// What else may run the fix: the container's runtime, where the
+    /// namespace is a docker container's (kind, k3d, minikube nodes).
+    pub fn runtime_advice(&self, fix: &str) -> Option<String> {
+        let ns = self.namespace.as_ref().ok().filter(|ns| !ns.host)?;
+        let owner = ns.owner.as_ref().filter(|o| o.pod_uid.is_none())?;
+        let name = owner.container.as_deref()?;
+        Some(format!("or through docker: docker exec {} sh -c {}", super::shell::word(name.as_bytes()), super::shell::word(fix.as_bytes())))
+    }
 }
 
 /// Failures by path, for one detector. Walked in path order: a hash map's

@@ -1,11 +1,13 @@
 //! P1 `volume-still-mounted`: kubelet cannot remove a pod's volume
-//! directory because it is still a mountpoint in the host namespace,
+//! directory because it is still a mountpoint in kubelet's mount namespace
+//! (the host's, or its container's on kind, k3d, minikube, Talos, RKE1),
 //! typically because a CSI driver answered NodeUnpublishVolume with success
 //! without unmounting (csi-driver-host-path #457).
 //!
 //! Signature: rmdir or unlinkat(AT_REMOVEDIR) of `pods/<uid>/volumes/...`
 //! failing with EBUSY, on kubelet's volume backoff, with no umount2 of that
-//! path. Confirmed when host mountinfo shows the path mounted.
+//! path. Confirmed when the caller's namespace's mountinfo, read through a
+//! process still living there, shows the path mounted.
 
 use std::collections::HashMap;
 
@@ -108,16 +110,17 @@ impl VolumeStillMounted {
         let unmount_words = tried.words();
         f.evidence("trace", a.trace_words());
         f.evidence("trace", unmount_words.clone());
-        let host = review.node.host_mounts();
-        let mount = host.as_ref().ok().and_then(|m| mount_at(m, &path).cloned());
-        match (&host, mount) {
-            (_, Some(m)) => {
+        // The caller's namespace: with kubelet in a container (kind, k3d,
+        // minikube, Talos, RKE1) its volumes are mounted there, not in the host's.
+        let view = a.caller_view(review.node);
+        let resolved = view.path.clone();
+        a.resolution_evidence(&view, &mut f);
+        let whose = view.whose();
+        match view.mounts().map(|m| mount_at(m, &resolved).cloned()) {
+            Ok(Some(m)) => {
                 f.confidence = Confidence::Confirmed;
-                f.evidence(
-                    "mountinfo",
-                    format!("{} is a mountpoint in the host namespace: {} from {} (mount id {})", shown(&path), m.fstype, m.source, m.id),
-                );
-                let holders = review.node.mount_holders(&m);
+                f.evidence("mountinfo", format!("{} is a mountpoint in {whose}: {} from {} (mount id {})", shown(&resolved), m.fstype, m.source, m.id));
+                let holders = review.node.mount_holders(&m, view.mntns);
                 if holders.is_empty() {
                     f.evidence("/proc", "no process has a file, cwd, root or mapping on it");
                 } else {
@@ -127,44 +130,30 @@ impl VolumeStillMounted {
                 }
                 f.advice.extend(debug_pod_advice(holders.iter().map(|h| h.owner.as_ref())));
                 f.summary = format!(
-                    "{} cannot remove the {volume} dir of pod {uid}: {} is still mounted ({}, host namespace). Removal {}{rhythm}; {unmount_words}.",
+                    "{} cannot remove the {volume} dir of pod {uid}: {} is still mounted ({}, in {whose}). Removal {}{rhythm}; {unmount_words}.",
                     a.actor.description,
-                    shown(&path),
+                    shown(&resolved),
                     m.fstype,
                     a.failed_words().trim_start_matches(a.syscall_name()).trim_start(),
                 );
-                f.fix = format!("umount {}", word(&path));
+                let unmount = format!("umount {}", word(&resolved));
+                f.advice.extend(view.runtime_advice(&unmount));
+                f.fix = view.fix(unmount);
             }
-            (Ok(_), None) => {
-                // Not a host mountpoint: the caller may see a mount of its own namespace.
-                let theirs = review.node.mounts_of_process(a.pid).ok().and_then(|m| mount_at(&m, &path).cloned());
-                match theirs {
-                    Some(m) => {
-                        f.confidence = Confidence::Likely;
-                        f.evidence("mountinfo", format!("mounted ({}) in the mount namespace of pid {}, not in the host's", m.fstype, a.pid));
-                        f.summary = format!(
-                            "{} cannot remove the {volume} dir of pod {uid}: {} is still mounted in its own mount namespace.",
-                            a.actor.description,
-                            shown(&path)
-                        );
-                        f.fix = format!("nsenter -m -t {} umount {}", a.pid, word(&path));
-                    }
-                    None => {
-                        f.confidence = Confidence::Possible;
-                        f.evidence("mountinfo", format!("{} is not mounted now", shown(&path)));
-                        f.summary = format!(
-                            "{} could not remove the {volume} dir of pod {uid} ({}) with EBUSY, but it is not mounted now: the next retry should succeed.",
-                            a.actor.description,
-                            shown(&path)
-                        );
-                        f.fix = format!("findmnt {}", word(&path));
-                    }
-                }
+            Ok(None) => {
+                f.confidence = Confidence::Possible;
+                f.evidence("mountinfo", format!("{} is not mounted now in {whose}", shown(&resolved)));
+                f.summary = format!(
+                    "{} could not remove the {volume} dir of pod {uid} ({}) with EBUSY, but it is not mounted now in {whose}: the next retry should succeed.",
+                    a.actor.description,
+                    shown(&resolved)
+                );
+                f.fix = view.fix(format!("findmnt {}", word(&resolved)));
             }
-            (Err(why), None) => {
-                f.evidence("mountinfo", format!("unreadable: {why}"));
-                f.summary = format!("{} cannot remove the {volume} dir of pod {uid}: {} is busy (EBUSY).", a.actor.description, shown(&path));
-                f.fix = format!("umount {}", word(&path));
+            Err(why) => {
+                f.evidence("mountinfo", format!("{whose} is unreadable: {why}"));
+                f.summary = format!("{} cannot remove the {volume} dir of pod {uid}: {} is busy (EBUSY), and {whose} cannot be read to say why.", a.actor.description, shown(&resolved));
+                f.fix = format!("umount {}", word(&resolved));
             }
         }
         if volume.starts_with("CSI") && tried.count == 0 {
@@ -234,10 +223,63 @@ mod tests {
         assert_eq!(f.fix, format!("umount {m}"));
         assert_eq!(f.paths, vec![m.as_bytes().to_vec()]);
         assert!(f.rhythm.as_deref().unwrap().contains("backoff"), "{:?}", f.rhythm);
-        assert!(f.summary.contains("is still mounted (tmpfs, host namespace)"), "{}", f.summary);
+        assert!(f.summary.contains("is still mounted (tmpfs, in the host's mount namespace)"), "{}", f.summary);
         assert!(f.summary.contains("EBUSY 7 times"), "{}", f.summary);
         assert!(f.summary.contains("no process tried to unmount it"), "{}", f.summary);
         assert!(f.advice.iter().any(|a| a.contains("CSI driver")));
+    }
+
+    /// kubelet in a container (kind, k3d, minikube): its namespace, alive
+    /// in kubelet (pid 900), holds the volume mount; the host's does not.
+    const KUBELET_NS: u64 = 4026532500;
+
+    fn kubelet_in_a_container(volume_mounted: bool) -> FakeNode {
+        let lines = if volume_mounted { vec![format!("60 {} tmpfs", csi_mount())] } else { vec![] };
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        FakeNode::with_mounts(&[]).with_namespace(KUBELET_NS, 900, "kubelet", &lines)
+    }
+
+    /// kubelet's short-lived children (pid 100, gone) failing with EBUSY on its backoff.
+    fn children_of_kubelet_in_its_namespace() -> Vec<Call> {
+        [0.0, 0.5, 1.5, 3.5].iter().map(|s| rmdir(*s, "kubelet", &csi_mount(), -libc::EBUSY).in_namespace(KUBELET_NS)).collect()
+    }
+
+    #[test]
+    fn kubelet_in_a_container_its_namespace_confirms_and_the_fix_enters_it() {
+        let mut node = kubelet_in_a_container(true);
+        let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
+        let m = csi_mount();
+        assert_eq!(f.confidence, Confidence::Confirmed);
+        assert_eq!(f.fix, format!("nsenter -t 900 -m -- umount {m}"));
+        assert!(f.summary.contains(&format!("is still mounted (tmpfs, in kubelet's mount namespace mnt:[{KUBELET_NS}])")), "{}", f.summary);
+        assert!(f.evidence.iter().any(|e| e.fact.starts_with(&format!("{m} is a mountpoint in kubelet's mount namespace"))), "{:?}", f.evidence);
+    }
+
+    #[test]
+    fn kubelet_in_a_docker_container_gets_docker_exec_as_the_other_way() {
+        let mut node = kubelet_in_a_container(true);
+        node.namespaces[0].owner = Some(crate::identify::owner::Owner { container: Some("kind-control-plane".into()), ..Default::default() });
+        let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
+        assert!(f.summary.contains("(docker container kind-control-plane)"), "{}", f.summary);
+        let m = csi_mount();
+        assert!(f.advice.contains(&format!("or through docker: docker exec kind-control-plane sh -c 'umount {m}'")), "{:?}", f.advice);
+    }
+
+    #[test]
+    fn a_namespace_cleanly_unmounted_or_gone_is_never_read_as_the_hosts() {
+        // Unmounted in kubelet's namespace, yet mounted on the host at the
+        // same path (a host kubelet of its own): the host's says nothing here.
+        let m = csi_mount();
+        let mut node = kubelet_in_a_container(false);
+        node.mountinfo = FakeNode::with_mounts(&[&format!("50 {m} tmpfs")]).mountinfo;
+        let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
+        assert_eq!(f.confidence, Confidence::Possible);
+        assert!(f.summary.contains("not mounted now in kubelet's mount namespace"), "{}", f.summary);
+        // Nobody left in the namespace: said, and not confirmed from the host's table.
+        let mut node = FakeNode::with_mounts(&[&format!("50 {m} tmpfs")]);
+        let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
+        assert_ne!(f.confidence, Confidence::Confirmed);
+        assert!(f.evidence.iter().any(|e| e.fact.contains(&format!("no process is left in mount namespace mnt:[{KUBELET_NS}]"))), "{:?}", f.evidence);
     }
 
     #[test]

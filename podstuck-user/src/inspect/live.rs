@@ -32,8 +32,8 @@ use crate::words::{exact_duration, io_words as words};
 
 use super::mounts::{is_at_or_below, mount_containing, parse_mountinfo};
 use super::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, HoldKind, InodeFlags, Mount, MountCopy,
-    MountHolder, NodeInspector, Probe, TaskState, Unreadable,
+    namespace_gone, CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, HoldKind, InodeFlags, Mount, MountCopy,
+    MountHolder, MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
 };
 
 /// How long a caller waits for one path-touching call by default.
@@ -73,7 +73,14 @@ pub struct LiveNode {
     running_workers: Arc<AtomicUsize>,
     avoided: Vec<AvoidedMount>,
     self_pid: u32,
+    /// A member found for each mount namespace asked about, tried first
+    /// next time: finding one means reading every process's ns link.
+    members: HashMap<u64, u32>,
 }
+
+/// Mount namespaces whose member is remembered; past this the memory
+/// starts again (a node has a few hundred namespaces, not thousands).
+const MEMBERS_KEPT: usize = 1024;
 
 /// A mount podstuck stays away from because a call on it did not return.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +114,7 @@ impl LiveNode {
             running_workers: Arc::new(AtomicUsize::new(0)),
             avoided: Vec::new(),
             self_pid: std::process::id(),
+            members: HashMap::new(),
         }
     }
 
@@ -264,6 +272,24 @@ impl LiveNode {
         self.mntns_of_link(&self.node_entry().join("ns/mnt"))
     }
 
+    /// A process living in mount namespace `ns`: the one remembered while
+    /// it still lives there, else kubelet where it lives there, else the
+    /// oldest (lowest pid: a container's init), which outlives the others.
+    fn member_of(&mut self, ns: u64) -> Option<u32> {
+        if let Some(&pid) = self.members.get(&ns) {
+            if self.mntns_of(pid) == Some(ns) {
+                return Some(pid);
+            }
+        }
+        let members: Vec<u32> = self.pids().into_iter().filter(|pid| self.mntns_of(*pid) == Some(ns)).collect();
+        let pid = members.iter().copied().find(|pid| self.comm_of(*pid) == "kubelet").or_else(|| members.first().copied())?;
+        if self.members.len() >= MEMBERS_KEPT {
+            self.members.clear();
+        }
+        self.members.insert(ns, pid);
+        Some(pid)
+    }
+
     fn comm_of(&self, pid: u32) -> String {
         fs::read(self.proc_file(pid, "comm")).map(|b| crate::words::safe_text(b.strip_suffix(b"\n").unwrap_or(&b))).unwrap_or_default()
     }
@@ -328,19 +354,21 @@ impl LiveNode {
         found
     }
 
-    /// Reads `pid`'s mount table once per namespace; None if the process is gone.
+    /// Reads `pid`'s mount table once per namespace; None if the process is
+    /// gone. `own`: the namespace `mount` is of; `host`: the host's.
     fn view_for<'v>(
         &self,
         views: &'v mut HashMap<u64, NamespaceView>,
         pid: u32,
         ns: u64,
         own: bool,
+        host: bool,
         mount: &Mount,
     ) -> Option<&'v NamespaceView> {
         match views.entry(ns) {
             Entry::Occupied(known) => Some(known.into_mut()),
             Entry::Vacant(slot) => {
-                let table = if own { self.host_table() } else { self.table_of(pid) };
+                let table = if host { self.host_table() } else { self.table_of(pid) };
                 Some(slot.insert(self.namespace_view(table.ok()?, mount, own)))
             }
         }
@@ -377,8 +405,25 @@ impl NodeInspector for LiveNode {
         self.host_table().map_err(unreadable)
     }
 
-    fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>> {
-        self.table_of(pid).map_err(|e| self.unreadable_proc(e))
+    fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
+        if mntns == 0 || Some(mntns) == self.own_mntns() {
+            let mounts = self.host_table().map_err(unreadable)?;
+            return Ok(MountNamespace { mntns, host: true, member: self.self_pid, member_comm: self.comm_of(self.self_pid), owner: None, mounts });
+        }
+        // The member may leave between being found and being read: one more try.
+        for _ in 0..2 {
+            let member = self.member_of(mntns).ok_or_else(|| namespace_gone(mntns))?;
+            match self.table_of(member) {
+                Ok(mounts) if self.mntns_of(member) == Some(mntns) => {
+                    let owner = self.runtimes.owner_of(&self.proc_root, member);
+                    return Ok(MountNamespace { mntns, host: false, member, member_comm: self.comm_of(member), owner, mounts });
+                }
+                _ => {
+                    self.members.remove(&mntns);
+                }
+            }
+        }
+        Err(namespace_gone(mntns))
     }
 
     fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
@@ -393,15 +438,17 @@ impl NodeInspector for LiveNode {
         self.on_worker(path, wait, move |_| resolve_in_root(&root, &in_caller_root))
     }
 
-    fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder> {
-        let own_ns = self.own_mntns();
+    fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder> {
+        let host_ns = self.own_mntns();
+        let asked_ns = if mntns == 0 { host_ns } else { Some(mntns) };
         let mut views: HashMap<u64, NamespaceView> = HashMap::new();
         let mut holders = Vec::new();
         for pid in self.pids() {
             // Processes that vanish mid-scan are simply not holders any more.
             let Some(ns) = self.mntns_of(pid) else { continue };
-            let own = Some(ns) == own_ns;
-            let Some(view) = self.view_for(&mut views, pid, ns, own, mount) else { continue };
+            let own = Some(ns) == asked_ns;
+            let host = Some(ns) == host_ns;
+            let Some(view) = self.view_for(&mut views, pid, ns, own, host, mount) else { continue };
             let holds = self.holds_of(pid, view);
             if holds.is_empty() {
                 continue;
@@ -421,8 +468,8 @@ impl NodeInspector for LiveNode {
         holders
     }
 
-    fn mount_copies(&mut self, mount: &Mount) -> Vec<MountCopy> {
-        let own_ns = self.own_mntns();
+    fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy> {
+        let own_ns = if mntns == 0 { self.own_mntns() } else { Some(mntns) };
         let mut seen: HashSet<u64> = HashSet::new();
         let mut copies = Vec::new();
         for pid in self.pids() {
@@ -1062,7 +1109,7 @@ mod tests {
         let mut node = LiveNode::new();
         let mount = host_mount_at(&mut node, &mnt);
         let holders = eventually("the child as a cwd holder", || {
-            let found = node.mount_holders(&mount);
+            let found = node.mount_holders(&mount, 0);
             found.iter().any(|h| h.pid == kid.pid() && h.how == HoldKind::Cwd).then_some(found)
         });
         let mine: Vec<&MountHolder> = holders.iter().filter(|h| h.pid == kid.pid()).collect();
@@ -1094,7 +1141,7 @@ mod tests {
         let mut node = LiveNode::new();
         let mount = host_mount_at(&mut node, &mnt);
         let holders = eventually("an open-file and a mapped-file holder", || {
-            let found = node.mount_holders(&mount);
+            let found = node.mount_holders(&mount, 0);
             // Until the opener's `exec sleep`, it holds the file as `sh`.
             let open = found.iter().any(|h| h.pid == opener.pid() && h.how == HoldKind::OpenFile && h.comm == "sleep");
             let mapped = found.iter().any(|h| h.pid == mapper.pid() && h.how == HoldKind::MappedFile);
@@ -1129,7 +1176,7 @@ mod tests {
         let own = node.own_mntns().expect("podstuck's own mount namespace");
         let mount = host_mount_at(&mut node, &mnt);
         let holder = eventually("the child as a holder in its own namespace", || {
-            node.mount_holders(&mount)
+            node.mount_holders(&mount, 0)
                 .into_iter()
                 .find(|h| h.pid == kid.pid() && h.how == HoldKind::Cwd && h.comm == "sleep")
         });
@@ -1137,7 +1184,7 @@ mod tests {
         assert_ne!(holder.mntns, own);
         assert_eq!(holder.path, b(&dir));
 
-        let copies = node.mount_copies(&mount);
+        let copies = node.mount_copies(&mount, 0);
         let copy = copies.iter().find(|c| c.mntns == holder.mntns).expect("the child's namespace holds a copy");
         assert_eq!(copy.mount_point, b(&mnt));
         assert_eq!(node.mntns_of(copy.pid), Some(holder.mntns));
@@ -1445,13 +1492,63 @@ mod tests {
     }
 
     #[test]
-    fn mount_tables_of_the_host_and_of_a_process() {
+    fn the_host_mount_table_is_podstucks_own_namespace() {
         let mut node = LiveNode::new();
         let host = node.host_mounts().unwrap();
         assert!(host.iter().any(|m| m.mount_point == b"/"));
-        let mine = node.mounts_of_process(std::process::id()).unwrap();
-        assert!(mine.iter().any(|m| m.mount_point == b"/"));
-        assert_eq!(node.mounts_of_process(u32::MAX).unwrap_err().0, "no such process");
+        let own = node.own_mntns().unwrap();
+        for asked in [0, own] {
+            let ns = node.mount_namespace(asked).unwrap();
+            assert!(ns.host);
+            assert_eq!(ns.words(), "the host's mount namespace");
+            assert!(ns.mounts.iter().any(|m| m.mount_point == b"/"));
+        }
+    }
+
+    #[test]
+    fn a_namespace_is_read_through_a_member_and_never_replaced_by_the_hosts() {
+        use std::os::unix::fs::symlink;
+        let tmp = TempDir::new("fakeproc-ns");
+        fake_proc(&tmp.0);
+        // Kubelet in a container: it lives in the namespace beside its
+        // init, whose pid is lower; the volume is mounted there only.
+        let put = |rel: &str, text: &str| {
+            let p = tmp.0.join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, text).unwrap();
+        };
+        for (pid, comm) in [(500, "systemd"), (600, "kubelet")] {
+            fs::create_dir_all(tmp.0.join(format!("{pid}/ns"))).unwrap();
+            symlink("mnt:[4000]", tmp.0.join(format!("{pid}/ns/mnt"))).unwrap();
+            put(&format!("{pid}/comm"), &format!("{comm}\n"));
+        }
+        let table = "9 8 0:60 / / rw - overlay overlay rw\n90 9 0:61 / /var/lib/kubelet/pods/p/volumes/v rw - tmpfs tmpfs rw\n";
+        put("500/mountinfo", table);
+        put("600/mountinfo", table);
+        let mut node = LiveNode::with_proc_root(tmp.0.clone());
+        let ns = node.mount_namespace(4000).unwrap();
+        assert!(!ns.host);
+        assert_eq!((ns.member, ns.member_comm.as_str()), (600, "kubelet"));
+        assert_eq!(ns.words(), "kubelet's mount namespace mnt:[4000]");
+        assert!(mount_at(&ns.mounts, b"/var/lib/kubelet/pods/p/volumes/v").is_some());
+        // The mount's holders are judged against its own namespace.
+        link_cwd(&tmp.0, 500, "/var/lib/kubelet/pods/p/volumes/v/data");
+        let mount = mount_at(&ns.mounts, b"/var/lib/kubelet/pods/p/volumes/v").cloned().unwrap();
+        let holders = node.mount_holders(&mount, 4000);
+        assert!(holders.iter().any(|h| h.pid == 500 && !h.other_namespace), "{holders:?}");
+        // Kubelet gone: its init still keeps the namespace readable.
+        fs::remove_dir_all(tmp.0.join("600")).unwrap();
+        let ns = node.mount_namespace(4000).unwrap();
+        assert_eq!((ns.member, ns.words().as_str()), (500, "mount namespace mnt:[4000] of pid 500 (systemd)"));
+        // Nobody left: said as such, not the host's table.
+        fs::remove_dir_all(tmp.0.join("500")).unwrap();
+        assert_eq!(node.mount_namespace(4000), Err(namespace_gone(4000)));
+        assert_eq!(node.mount_namespace(4242).unwrap_err().0, "no process is left in mount namespace mnt:[4242], so its mounts cannot be read");
+    }
+
+    fn link_cwd(proc: &Path, pid: u32, to: &str) {
+        std::os::unix::fs::symlink(to, proc.join(pid.to_string()).join("cwd")).unwrap();
+        std::os::unix::fs::symlink("/", proc.join(pid.to_string()).join("root")).unwrap();
     }
 
     #[test]
@@ -1579,7 +1676,7 @@ mod tests {
         fake_proc(&tmp.0);
         let mut node = LiveNode::with_proc_root(tmp.0.clone());
         let mount = mount_at(&node.host_mounts().unwrap(), b"/vol").cloned().unwrap();
-        let holders = node.mount_holders(&mount);
+        let holders = node.mount_holders(&mount, 0);
         let seen: Vec<(u32, HoldKind, &[u8], bool, u64)> =
             holders.iter().map(|h| (h.pid, h.how, h.path.as_slice(), h.other_namespace, h.mntns)).collect();
         assert_eq!(
@@ -1593,7 +1690,7 @@ mod tests {
         );
         assert_eq!(holders[0].comm, "holder");
         assert_eq!(
-            node.mount_copies(&mount),
+            node.mount_copies(&mount, 0),
             vec![MountCopy { mntns: 2000, pid: 200, comm: "other".into(), mount_point: b"/vol".to_vec(), propagation: vec!["master:5".into()], owner: None }]
         );
     }
@@ -1605,13 +1702,13 @@ mod tests {
         // podstuck runs in the container of pid 200, whose copy of /vol is its own.
         let mut node = LiveNode::with_proc_root(tmp.0.clone()).with_podstuck_namespace(2000);
         let mount = mount_at(&node.host_mounts().unwrap(), b"/vol").cloned().unwrap();
-        let holders: Vec<u32> = node.mount_holders(&mount).iter().map(|h| h.pid).collect();
+        let holders: Vec<u32> = node.mount_holders(&mount, 0).iter().map(|h| h.pid).collect();
         assert_eq!(holders, [100, 100, 100]);
-        assert_eq!(node.mount_copies(&mount), []);
+        assert_eq!(node.mount_copies(&mount, 0), []);
         // Another container's copy is still named.
         let mut node = LiveNode::with_proc_root(tmp.0.clone()).with_podstuck_namespace(3000);
-        assert!(node.mount_holders(&mount).iter().any(|h| h.pid == 200 && h.other_namespace));
-        assert_eq!(node.mount_copies(&mount).len(), 1);
+        assert!(node.mount_holders(&mount, 0).iter().any(|h| h.pid == 200 && h.other_namespace));
+        assert_eq!(node.mount_copies(&mount, 0).len(), 1);
     }
 
     #[test]

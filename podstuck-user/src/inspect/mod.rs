@@ -82,10 +82,52 @@ pub struct MountHolder {
     pub path: Vec<u8>,
     /// The holder's mount namespace inode (`/proc/<pid>/ns/mnt`).
     pub mntns: u64,
-    /// Whether that is not the host's (podstuck's) mount namespace.
+    /// Whether that is not the namespace the mount was asked about in.
     pub other_namespace: bool,
     /// The pod or container it belongs to, where it is one's.
     pub owner: Option<Owner>,
+}
+
+/// A mount namespace as a call's caller saw it, read through a process
+/// that still lives in it: a caller is often gone by the time its failure
+/// is looked at (kubelet's short-lived `umount` child), but kubelet in a
+/// container (kind, k3d, minikube, Talos, RKE1) keeps its namespace alive,
+/// and that namespace's table is the one that tells whether its paths are
+/// mounted. Never another namespace's table in its place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountNamespace {
+    /// Its inode number (`/proc/<pid>/ns/mnt`, the `mntns` of a call).
+    pub mntns: u64,
+    /// Whether it is the host's (the node's own, where podstuck reads it).
+    pub host: bool,
+    /// A process living in it, through which it was read and a fix enters
+    /// it (`nsenter -t`): kubelet where kubelet lives there, else its
+    /// oldest process (a container's init), which outlives the others.
+    pub member: u32,
+    pub member_comm: String,
+    /// The pod or container the member belongs to, where it is one's.
+    pub owner: Option<Owner>,
+    pub mounts: Vec<Mount>,
+}
+
+impl MountNamespace {
+    /// "the host's mount namespace", "kubelet's mount namespace
+    /// mnt:[4026532301] (docker container kindnode)".
+    pub fn words(&self) -> String {
+        if self.host {
+            return "the host's mount namespace".into();
+        }
+        let owner = self.owner.as_ref().map(|o| format!(" ({})", o.words())).unwrap_or_default();
+        match self.member_comm.as_str() {
+            "kubelet" => format!("kubelet's mount namespace mnt:[{}]{owner}", self.mntns),
+            comm => format!("mount namespace mnt:[{}] of pid {} ({comm}){owner}", self.mntns, self.member),
+        }
+    }
+}
+
+/// What a namespace with no live process left is said as.
+pub fn namespace_gone(mntns: u64) -> Unreadable {
+    Unreadable(format!("no process is left in mount namespace mnt:[{mntns}], so its mounts cannot be read"))
 }
 
 /// A copy of a mount in another mount namespace.
@@ -216,8 +258,10 @@ pub struct CgroupState {
 pub trait NodeInspector {
     /// The host's mount table (podstuck runs in the host mount namespace).
     fn host_mounts(&mut self) -> Probe<Vec<Mount>>;
-    /// The mount table of the mount namespace `pid` lives in.
-    fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>>;
+    /// Mount namespace `mntns` (0: unknown, taken as the host's) with its
+    /// table, read through a process living in it; unreadable when none
+    /// is left ([`namespace_gone`]).
+    fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace>;
     /// `path` as process `pid` reaches it: every symlink followed inside
     /// its root (`/var/run/x` is `/run/x` on most nodes), `..` taken after
     /// the symlink before it, and a tail that no longer exists kept as
@@ -225,10 +269,11 @@ pub trait NodeInspector {
     /// they were given.
     fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>>;
     /// Processes, in any mount namespace, whose cwd, root, open files or
-    /// mappings lie on `mount` (or on its copies in other namespaces).
-    fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder>;
-    /// Copies of `mount` in other mount namespaces.
-    fn mount_copies(&mut self, mount: &Mount) -> Vec<MountCopy>;
+    /// mappings lie on `mount` of namespace `mntns`'s table (or on its
+    /// copies in other namespaces).
+    fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder>;
+    /// Copies of `mount` of namespace `mntns` in the other namespaces.
+    fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy>;
     /// FS_IOC_GETFLAGS of a regular file or directory (never follows a symlink).
     fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags>;
     /// lstat.

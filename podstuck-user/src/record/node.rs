@@ -4,7 +4,8 @@
 //! another machine, from what was noted.
 
 use crate::inspect::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, InodeFlags, Mount, MountCopy, MountHolder, NodeInspector, Probe, TaskState, Unreadable,
+    CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, InodeFlags, Mount, MountCopy, MountHolder, MountNamespace, NodeInspector, Probe, TaskState,
+    Unreadable,
 };
 
 /// One question a detector asked of the node during a review, with the
@@ -12,10 +13,10 @@ use crate::inspect::{
 #[derive(Clone, Debug, PartialEq)]
 pub enum Asked {
     HostMounts { answer: Probe<Vec<Mount>> },
-    MountsOfProcess { pid: u32, answer: Probe<Vec<Mount>> },
+    MountNamespace { mntns: u64, answer: Probe<MountNamespace> },
     ResolvedPath { pid: u32, path: Vec<u8>, answer: Probe<Vec<u8>> },
-    MountHolders { mount: Mount, answer: Vec<MountHolder> },
-    MountCopies { mount: Mount, answer: Vec<MountCopy> },
+    MountHolders { mount: Mount, mntns: u64, answer: Vec<MountHolder> },
+    MountCopies { mount: Mount, mntns: u64, answer: Vec<MountCopy> },
     InodeFlags { path: Vec<u8>, answer: Probe<InodeFlags> },
     FileFacts { path: Vec<u8>, answer: Probe<FileFacts> },
     DirSample { path: Vec<u8>, limit: usize, answer: Probe<DirSample> },
@@ -53,9 +54,9 @@ impl NodeInspector for RecordingNode<'_> {
         self.asked.push(Asked::HostMounts { answer: answer.clone() });
         answer
     }
-    fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>> {
-        let answer = self.node.mounts_of_process(pid);
-        self.asked.push(Asked::MountsOfProcess { pid, answer: answer.clone() });
+    fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
+        let answer = self.node.mount_namespace(mntns);
+        self.asked.push(Asked::MountNamespace { mntns, answer: answer.clone() });
         answer
     }
     fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
@@ -63,14 +64,14 @@ impl NodeInspector for RecordingNode<'_> {
         self.asked.push(Asked::ResolvedPath { pid, path: path.to_vec(), answer: answer.clone() });
         answer
     }
-    fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder> {
-        let answer = self.node.mount_holders(mount);
-        self.asked.push(Asked::MountHolders { mount: mount.clone(), answer: answer.clone() });
+    fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder> {
+        let answer = self.node.mount_holders(mount, mntns);
+        self.asked.push(Asked::MountHolders { mount: mount.clone(), mntns, answer: answer.clone() });
         answer
     }
-    fn mount_copies(&mut self, mount: &Mount) -> Vec<MountCopy> {
-        let answer = self.node.mount_copies(mount);
-        self.asked.push(Asked::MountCopies { mount: mount.clone(), answer: answer.clone() });
+    fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy> {
+        let answer = self.node.mount_copies(mount, mntns);
+        self.asked.push(Asked::MountCopies { mount: mount.clone(), mntns, answer: answer.clone() });
         answer
     }
     fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
@@ -129,6 +130,8 @@ pub const NOT_IN_THE_RECORD: &str = "not in the record";
 /// podstuck asks more) is unreadable, "not in the record".
 pub struct ReplayNode {
     asked: Vec<Asked>,
+    /// The host's mount namespace, as the record's header says it.
+    host_mntns: u64,
     used: Vec<bool>,
     next: usize,
     not_in_record: Vec<String>,
@@ -137,7 +140,14 @@ pub struct ReplayNode {
 impl ReplayNode {
     pub fn new(asked: Vec<Asked>) -> ReplayNode {
         let used = vec![false; asked.len()];
-        ReplayNode { asked, used, next: 0, not_in_record: Vec::new() }
+        ReplayNode { asked, host_mntns: 0, used, next: 0, not_in_record: Vec::new() }
+    }
+
+    /// Records made before podstuck read namespaces through a member
+    /// asked for the host's table instead: it answers for the host's namespace.
+    pub fn with_host_mntns(mut self, mntns: u32) -> ReplayNode {
+        self.host_mntns = u64::from(mntns);
+        self
     }
 
     /// The questions this review asked that the record has no answer to,
@@ -188,12 +198,23 @@ impl NodeInspector for ReplayNode {
         };
         self.answer(|| "host_mounts".into(), pick).unwrap_or_else(missing)
     }
-    fn mounts_of_process(&mut self, pid: u32) -> Probe<Vec<Mount>> {
+    fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
         let pick = |a: &Asked| match a {
-            Asked::MountsOfProcess { pid: p, answer } if *p == pid => Some(answer.clone()),
+            Asked::MountNamespace { mntns: n, answer } if *n == mntns => Some(answer.clone()),
             _ => None,
         };
-        self.answer(|| format!("mounts_of_process {pid}"), pick).unwrap_or_else(missing)
+        let recorded_namespaces = self.asked.iter().any(|a| matches!(a, Asked::MountNamespace { .. }));
+        if !recorded_namespaces && (mntns == 0 || mntns == self.host_mntns) {
+            let host = |answer: &Probe<Vec<Mount>>| {
+                answer.clone().map(|mounts| MountNamespace { mntns, host: true, member: 1, member_comm: String::new(), owner: None, mounts })
+            };
+            let pick = |a: &Asked| match a {
+                Asked::HostMounts { answer } => Some(host(answer)),
+                _ => None,
+            };
+            return self.answer(|| "host_mounts".into(), pick).unwrap_or_else(missing);
+        }
+        self.answer(|| format!("mount_namespace mnt:[{mntns}]"), pick).unwrap_or_else(missing)
     }
     fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
         let pick = |a: &Asked| match a {
@@ -202,16 +223,16 @@ impl NodeInspector for ReplayNode {
         };
         self.answer(|| format!("resolved_path {pid} {}", shown(path)), pick).unwrap_or_else(missing)
     }
-    fn mount_holders(&mut self, mount: &Mount) -> Vec<MountHolder> {
+    fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder> {
         let pick = |a: &Asked| match a {
-            Asked::MountHolders { mount: m, answer } if m == mount => Some(answer.clone()),
+            Asked::MountHolders { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("mount_holders {}", shown(&mount.mount_point)), pick).unwrap_or_default()
     }
-    fn mount_copies(&mut self, mount: &Mount) -> Vec<MountCopy> {
+    fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy> {
         let pick = |a: &Asked| match a {
-            Asked::MountCopies { mount: m, answer } if m == mount => Some(answer.clone()),
+            Asked::MountCopies { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("mount_copies {}", shown(&mount.mount_point)), pick).unwrap_or_default()

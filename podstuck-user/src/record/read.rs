@@ -172,10 +172,11 @@ fn answer_bytes(question: &str, asked: &Asked) -> usize {
     let holder = |h: &MountHolder| size_of::<MountHolder>() + h.comm.len() + h.path.len();
     let copy = |c: &MountCopy| size_of::<MountCopy>() + c.comm.len() + c.mount_point.len() + strings(&c.propagation);
     let variable = match asked {
-        Asked::HostMounts { answer } | Asked::MountsOfProcess { answer, .. } => probe(answer, |m| mounts(m)),
+        Asked::HostMounts { answer } => probe(answer, |m| mounts(m)),
+        Asked::MountNamespace { answer, .. } => probe(answer, |n| n.member_comm.len() + mounts(&n.mounts)),
         Asked::ResolvedPath { path, answer, .. } => path.len() + probe(answer, Vec::len),
-        Asked::MountHolders { mount: m, answer } => mount(m) + answer.iter().map(holder).sum::<usize>(),
-        Asked::MountCopies { mount: m, answer } => mount(m) + answer.iter().map(copy).sum::<usize>(),
+        Asked::MountHolders { mount: m, answer, .. } => mount(m) + answer.iter().map(holder).sum::<usize>(),
+        Asked::MountCopies { mount: m, answer, .. } => mount(m) + answer.iter().map(copy).sum::<usize>(),
         Asked::InodeFlags { path, answer } => path.len() + probe(answer, |_| 0),
         Asked::FileFacts { path, answer } => path.len() + probe(answer, |_| 0),
         Asked::DirSample { path, answer, .. } => {
@@ -441,7 +442,7 @@ impl<R: BufRead> RecordReader<R> {
             },
             WireEntry::Review(review) => {
                 let mut asked = Vec::with_capacity(review.asked.len());
-                for w in review.asked {
+                for w in review.asked.into_iter().filter(|w| !w.is_retired()) {
                     let question = w.question_key();
                     let a = match w.into_asked() {
                         Ok(Some(a)) => a,

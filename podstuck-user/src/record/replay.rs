@@ -195,7 +195,7 @@ pub fn replay_record(reader: impl Read, name: &str, tell: &mut dyn FnMut(&Report
             Entry::Review(review) => {
                 summary.reviews += 1;
                 summary.last_time = Some(summary.last_time.map_or(review.now, |t| t.max(review.now)));
-                let mut node = ReplayNode::new(review.asked);
+                let mut node = ReplayNode::new(review.asked).with_host_mntns(summary.header.diagnose.host_mntns);
                 let reports = match catch_unwind(AssertUnwindSafe(|| {
                     diagnoser.counted(&review.counted);
                     diagnoser.review(&mut Review { now: review.now, in_flight: &review.in_flight, node: &mut node })

@@ -24,7 +24,9 @@ use crate::words::hex;
 use crate::event::{BaseDir, CallEvent, PathStatus};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
-use crate::inspect::{CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, HoldKind, InodeFlags, Mount, MountCopy, MountHolder, Probe, TaskState, Unreadable};
+use crate::inspect::{
+    CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, HoldKind, InodeFlags, Mount, MountCopy, MountHolder, MountNamespace, Probe, TaskState, Unreadable,
+};
 
 use super::node::Asked;
 
@@ -657,6 +659,36 @@ impl<'a> WireHolder<'a> {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
+pub struct WireNamespace<'a> {
+    host: bool,
+    member: u32,
+    member_comm: Cow<'a, str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<Owner>,
+    mounts: Vec<WireMount<'a>>,
+}
+
+impl<'a> WireNamespace<'a> {
+    fn of(ns: &'a MountNamespace) -> WireNamespace<'a> {
+        let MountNamespace { mntns: _, host, member, member_comm, owner, mounts } = ns;
+        WireNamespace { host: *host, member: *member, member_comm: Cow::Borrowed(member_comm), owner: owner.clone(), mounts: mounts_of(mounts) }
+    }
+}
+
+impl WireNamespace<'_> {
+    fn into_namespace(self, mntns: u64) -> MountNamespace {
+        MountNamespace {
+            mntns,
+            host: self.host,
+            member: self.member,
+            member_comm: self.member_comm.into_owned(),
+            owner: self.owner,
+            mounts: into_mounts(self.mounts),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
 pub struct WireCopy<'a> {
     mntns: u64,
     pid: u32,
@@ -756,10 +788,18 @@ pub enum WireAsked<'a> {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<WireProbe<Vec<WireMount<'a>>>>,
     },
+    /// Records made before podstuck read a caller's mount namespace
+    /// through a process living in it asked by pid: read, and left out
+    /// (a replay says the namespace is not in the record).
     MountsOfProcess {
         pid: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<WireProbe<Vec<WireMount<'a>>>>,
+    },
+    MountNamespace {
+        mntns: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<WireNamespace<'a>>>,
     },
     ResolvedPath {
         pid: u32,
@@ -769,11 +809,16 @@ pub enum WireAsked<'a> {
     },
     MountHolders {
         mount: WireMount<'a>,
+        /// The namespace the mount is of (0 in records made before podstuck said it: the host's).
+        #[serde(default)]
+        mntns: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<Vec<WireHolder<'a>>>,
     },
     MountCopies {
         mount: WireMount<'a>,
+        #[serde(default)]
+        mntns: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<Vec<WireCopy<'a>>>,
     },
@@ -826,18 +871,22 @@ impl<'a> WireAsked<'a> {
     pub fn of(asked: &'a Asked) -> WireAsked<'a> {
         match asked {
             Asked::HostMounts { answer } => WireAsked::HostMounts { answer: Some(WireProbe::of(answer, |m| mounts_of(m))) },
-            Asked::MountsOfProcess { pid, answer } => {
-                WireAsked::MountsOfProcess { pid: *pid, answer: Some(WireProbe::of(answer, |m| mounts_of(m))) }
+            Asked::MountNamespace { mntns, answer } => {
+                WireAsked::MountNamespace { mntns: *mntns, answer: Some(WireProbe::of(answer, WireNamespace::of)) }
             }
             Asked::ResolvedPath { pid, path, answer } => {
                 WireAsked::ResolvedPath { pid: *pid, path: Bytes::of(path), answer: Some(WireProbe::of(answer, |p| Bytes::of(p))) }
             }
-            Asked::MountHolders { mount, answer } => {
-                WireAsked::MountHolders { mount: WireMount::of(mount), answer: Some(answer.iter().map(WireHolder::of).collect()) }
-            }
-            Asked::MountCopies { mount, answer } => {
-                WireAsked::MountCopies { mount: WireMount::of(mount), answer: Some(answer.iter().map(WireCopy::of).collect()) }
-            }
+            Asked::MountHolders { mount, mntns, answer } => WireAsked::MountHolders {
+                mount: WireMount::of(mount),
+                mntns: *mntns,
+                answer: Some(answer.iter().map(WireHolder::of).collect()),
+            },
+            Asked::MountCopies { mount, mntns, answer } => WireAsked::MountCopies {
+                mount: WireMount::of(mount),
+                mntns: *mntns,
+                answer: Some(answer.iter().map(WireCopy::of).collect()),
+            },
             Asked::InodeFlags { path, answer } => WireAsked::InodeFlags { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
             Asked::FileFacts { path, answer } => WireAsked::FileFacts { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
             Asked::DirSample { path, limit, answer } => WireAsked::DirSample {
@@ -856,15 +905,21 @@ impl<'a> WireAsked<'a> {
         }
     }
 
+    /// A question only older records hold, which no podstuck asks now: left out when read.
+    pub fn is_retired(&self) -> bool {
+        matches!(self, WireAsked::MountsOfProcess { .. })
+    }
+
     /// The question alone (method and arguments), as a key to find the last
     /// answer to it. Only compared within one run of one podstuck.
     pub fn question_key(&self) -> String {
         match self {
             WireAsked::HostMounts { .. } => "host_mounts".into(),
             WireAsked::MountsOfProcess { pid, .. } => format!("mounts_of_process {pid}"),
+            WireAsked::MountNamespace { mntns, .. } => format!("mount_namespace {mntns}"),
             WireAsked::ResolvedPath { pid, path, .. } => format!("resolved_path {pid} {:?}", path.0),
-            WireAsked::MountHolders { mount, .. } => format!("mount_holders {mount:?}"),
-            WireAsked::MountCopies { mount, .. } => format!("mount_copies {mount:?}"),
+            WireAsked::MountHolders { mount, mntns, .. } => format!("mount_holders {mntns} {mount:?}"),
+            WireAsked::MountCopies { mount, mntns, .. } => format!("mount_copies {mntns} {mount:?}"),
             WireAsked::InodeFlags { path, .. } => format!("inode_flags {:?}", path.0),
             WireAsked::FileFacts { path, .. } => format!("file_facts {:?}", path.0),
             WireAsked::DirSample { path, limit, .. } => format!("dir_sample {limit} {:?}", path.0),
@@ -882,6 +937,7 @@ impl<'a> WireAsked<'a> {
         match self {
             WireAsked::HostMounts { answer } | WireAsked::MountsOfProcess { answer, .. } => *answer = None,
             WireAsked::ResolvedPath { answer, .. } => *answer = None,
+            WireAsked::MountNamespace { answer, .. } => *answer = None,
             WireAsked::MountHolders { answer, .. } => *answer = None,
             WireAsked::MountCopies { answer, .. } => *answer = None,
             WireAsked::InodeFlags { answer, .. } => *answer = None,
@@ -901,15 +957,15 @@ impl<'a> WireAsked<'a> {
     pub fn into_asked(self) -> Result<Option<Asked>, String> {
         Ok(Some(match self {
             WireAsked::HostMounts { answer: Some(a) } => Asked::HostMounts { answer: a.into_probe(into_mounts) },
-            WireAsked::MountsOfProcess { pid, answer: Some(a) } => Asked::MountsOfProcess { pid, answer: a.into_probe(into_mounts) },
+            WireAsked::MountNamespace { mntns, answer: Some(a) } => Asked::MountNamespace { mntns, answer: a.into_probe(|w| w.into_namespace(mntns)) },
             WireAsked::ResolvedPath { pid, path, answer: Some(a) } => {
                 Asked::ResolvedPath { pid, path: path.into_vec(), answer: a.into_probe(Bytes::into_vec) }
             }
-            WireAsked::MountHolders { mount, answer: Some(a) } => {
-                Asked::MountHolders { mount: mount.into_mount(), answer: a.into_iter().map(WireHolder::into_holder).collect() }
+            WireAsked::MountHolders { mount, mntns, answer: Some(a) } => {
+                Asked::MountHolders { mount: mount.into_mount(), mntns, answer: a.into_iter().map(WireHolder::into_holder).collect() }
             }
-            WireAsked::MountCopies { mount, answer: Some(a) } => {
-                Asked::MountCopies { mount: mount.into_mount(), answer: a.into_iter().map(WireCopy::into_copy).collect() }
+            WireAsked::MountCopies { mount, mntns, answer: Some(a) } => {
+                Asked::MountCopies { mount: mount.into_mount(), mntns, answer: a.into_iter().map(WireCopy::into_copy).collect() }
             }
             WireAsked::InodeFlags { path, answer: Some(a) } => Asked::InodeFlags { path: path.into_vec(), answer: a.into_probe(|f| f) },
             WireAsked::FileFacts { path, answer: Some(a) } => Asked::FileFacts { path: path.into_vec(), answer: a.into_probe(|f| f) },
