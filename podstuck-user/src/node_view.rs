@@ -244,6 +244,12 @@ pub struct Seen {
     pub node_mntns: Result<u64, String>,
     /// What says podstuck runs in a container ("/run/.containerenv").
     pub container_signs: Vec<String>,
+    /// What says the PID namespace podstuck is in is a node's own, the
+    /// node being a container (kind, k3d, minikube): "PID 1 is systemd",
+    /// "kubelet runs here (pid 812)".
+    pub node_signs: Vec<String>,
+    /// This machine's hostname: a kind node's container is named after it.
+    pub hostname: String,
     /// `--host-root`, if given.
     pub explicit_root: Option<PathBuf>,
     /// Whether `/host` looks like a root.
@@ -275,7 +281,10 @@ pub enum Decision {
 /// Where podstuck runs, from what was read.
 pub fn decide(seen: &Seen) -> Decision {
     if seen.nspid_entries > 1 {
-        return Decision::Refuse(NO_HOST_PID.into());
+        return Decision::Refuse(match seen.node_signs.is_empty() {
+            true => NO_HOST_PID.into(),
+            false => node_is_a_container(seen),
+        });
     }
     let root = seen.host_root();
     match &seen.node_mntns {
@@ -290,6 +299,36 @@ pub fn decide(seen: &Seen) -> Decision {
             None => Decision::Stay { note: Some(format!("PID 1's mount namespace is unreadable ({why}): taken to be this one")) },
         },
     }
+}
+
+/// The refusal inside a node that is itself a container (`docker exec`
+/// into a kind node): eBPF names callers by the kernel's pids, which no
+/// option of podstuck's can reach from there, and the host sees into the
+/// node's namespaces, so the host is where podstuck runs.
+fn node_is_a_container(seen: &Seen) -> String {
+    format!(
+        "podstuck runs inside a node that is itself a container (kind, k3d, minikube's docker driver: {}), in a PID namespace that is not the kernel's, so the kernel's pids name nothing it can see: \
+         run it on the machine that runs the node's container, as root: `podstuck watch` there (kubelet's mounts inside the container are read from there; \
+         kind names the container after the node: `docker ps --filter name={}`)",
+        seen.node_signs.join(", "),
+        crate::diagnose::shell::word(seen.hostname.as_bytes()),
+    )
+}
+
+/// What says this PID namespace is a node's whose node is a container:
+/// an init as PID 1 (a container's own PID 1 is its program), kubelet.
+fn node_signs() -> Vec<String> {
+    let mut signs = Vec::new();
+    let init = std::fs::read_to_string("/proc/1/comm").unwrap_or_default();
+    if matches!(init.trim_end(), "systemd" | "init") {
+        signs.push(format!("PID 1 is {}", init.trim_end()));
+    }
+    let kubelet = std::fs::read_dir("/proc").into_iter().flatten().flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        (std::fs::read_to_string(e.path().join("comm")).ok()?.trim_end() == "kubelet").then_some(pid)
+    });
+    signs.extend(kubelet.map(|pid| format!("kubelet runs here (pid {pid})")));
+    signs
 }
 
 /// A namespace's inode, from its `/proc/.../ns/...` link.
@@ -328,6 +367,8 @@ fn look(explicit_root: Option<&Path>, node_pid: u32) -> Seen {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let nspid_entries = status.lines().find_map(|l| l.strip_prefix("NSpid:")).map_or(1, |v| v.split_whitespace().count());
     Seen {
+        node_signs: if nspid_entries > 1 { node_signs() } else { Vec::new() },
+        hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
         nspid_entries,
         own_mntns: ns_inode("/proc/self/ns/mnt").ok(),
         node_mntns: ns_inode(&format!("/proc/{node_pid}/ns/mnt")),
@@ -452,9 +493,22 @@ mod tests {
             own_mntns: Some(4026531841),
             node_mntns: Ok(4026531841),
             container_signs: Vec::new(),
+            node_signs: Vec::new(),
+            hostname: "kind-worker".into(),
             explicit_root: None,
             default_root_present: false,
         }
+    }
+
+    #[test]
+    fn inside_a_node_that_is_a_container_the_host_is_named_as_the_place_to_run() {
+        let signs = vec!["PID 1 is systemd".to_string(), "kubelet runs here (pid 812)".to_string()];
+        let Decision::Refuse(why) = decide(&Seen { nspid_entries: 2, node_mntns: Ok(7), node_signs: signs, ..seen() }) else { panic!("not refused") };
+        assert!(why.contains("inside a node that is itself a container"), "{why}");
+        assert!(why.contains("PID 1 is systemd, kubelet runs here (pid 812)"), "{why}");
+        assert!(why.contains("run it on the machine that runs the node's container, as root: `podstuck watch` there"), "{why}");
+        assert!(why.contains("docker ps --filter name=kind-worker"), "{why}");
+        assert!(!why.contains("kubectl debug node"), "a debug pod on such a node is in its PID namespace too: {why}");
     }
 
     #[test]
