@@ -239,6 +239,10 @@ pub struct Seen {
     /// Entries of `NSpid:` in /proc/self/status: more than one in a
     /// PID namespace of its own.
     pub nspid_entries: usize,
+    /// podstuck's PID namespace (`/proc/self/ns/pid`). NSpid counts only
+    /// the namespaces below the one /proc was mounted for, and a
+    /// container mounts its own: this tells where NSpid cannot.
+    pub pid_ns: Option<u64>,
     pub own_mntns: Option<u64>,
     /// The node PID's mount namespace, or why it could not be read.
     pub node_mntns: Result<u64, String>,
@@ -248,7 +252,7 @@ pub struct Seen {
     /// node being a container (kind, k3d, minikube): "PID 1 is systemd",
     /// "kubelet runs here (pid 812)".
     pub node_signs: Vec<String>,
-    /// This machine's hostname: a kind node's container is named after it.
+    /// The node's hostname: a kind node's container is named after it.
     pub hostname: String,
     /// `--host-root`, if given.
     pub explicit_root: Option<PathBuf>,
@@ -280,7 +284,7 @@ pub enum Decision {
 
 /// Where podstuck runs, from what was read.
 pub fn decide(seen: &Seen) -> Decision {
-    if seen.nspid_entries > 1 {
+    if seen.nspid_entries > 1 || seen.pid_ns.is_some_and(|ns| ns != KERNEL_PID_NS) {
         return Decision::Refuse(match seen.node_signs.is_empty() {
             true => NO_HOST_PID.into(),
             false => node_is_a_container(seen),
@@ -331,6 +335,10 @@ fn node_signs() -> Vec<String> {
     signs
 }
 
+/// The kernel's own PID namespace's inode: fixed (`PROC_PID_INIT_INO`,
+/// include/linux/proc_ns.h), the same on every kernel podstuck runs on.
+pub const KERNEL_PID_NS: u64 = 0xEFFF_FFFC;
+
 /// A namespace's inode, from its `/proc/.../ns/...` link.
 fn ns_inode(link: &str) -> Result<u64, String> {
     let target = std::fs::read_link(link).map_err(|e| crate::words::io_words(&e))?;
@@ -366,9 +374,18 @@ fn container_signs(node_pid: u32) -> Vec<String> {
 fn look(explicit_root: Option<&Path>, node_pid: u32) -> Seen {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let nspid_entries = status.lines().find_map(|l| l.strip_prefix("NSpid:")).map_or(1, |v| v.split_whitespace().count());
+    let pid_ns = ns_inode("/proc/self/ns/pid").ok();
+    let kernels = nspid_entries == 1 && pid_ns.is_none_or(|ns| ns == KERNEL_PID_NS);
     Seen {
-        node_signs: if nspid_entries > 1 { node_signs() } else { Vec::new() },
-        hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
+        // Only said when refusing: a walk of /proc on the node is wasted.
+        node_signs: if kernels { Vec::new() } else { node_signs() },
+        pid_ns,
+        // The node's own name, where PID 1's root is in reach (a debug
+        // pod's hostname is its own), else this machine's.
+        hostname: ["/proc/1/root/etc/hostname", "/proc/sys/kernel/hostname"]
+            .iter()
+            .find_map(|f| std::fs::read_to_string(f).ok().map(|h| h.trim().to_string()).filter(|h| !h.is_empty()))
+            .unwrap_or_default(),
         nspid_entries,
         own_mntns: ns_inode("/proc/self/ns/mnt").ok(),
         node_mntns: ns_inode(&format!("/proc/{node_pid}/ns/mnt")),
@@ -490,6 +507,7 @@ mod tests {
     fn seen() -> Seen {
         Seen {
             nspid_entries: 1,
+            pid_ns: Some(KERNEL_PID_NS),
             own_mntns: Some(4026531841),
             node_mntns: Ok(4026531841),
             container_signs: Vec::new(),
@@ -503,7 +521,8 @@ mod tests {
     #[test]
     fn inside_a_node_that_is_a_container_the_host_is_named_as_the_place_to_run() {
         let signs = vec!["PID 1 is systemd".to_string(), "kubelet runs here (pid 812)".to_string()];
-        let Decision::Refuse(why) = decide(&Seen { nspid_entries: 2, node_mntns: Ok(7), node_signs: signs, ..seen() }) else { panic!("not refused") };
+        // docker exec into a kind node: /proc is the node's, so NSpid has one entry; the namespace tells.
+        let Decision::Refuse(why) = decide(&Seen { pid_ns: Some(4026532600), node_signs: signs, ..seen() }) else { panic!("not refused") };
         assert!(why.contains("inside a node that is itself a container"), "{why}");
         assert!(why.contains("PID 1 is systemd, kubelet runs here (pid 812)"), "{why}");
         assert!(why.contains("run it on the machine that runs the node's container, as root: `podstuck watch` there"), "{why}");

@@ -58,7 +58,11 @@ pub const CTR_IMAGE: &str = "docker.io/library/podstuck-busybox:1";
 /// The containerd namespace of every `ctr` call.
 pub const CTR_NAMESPACE: &str = "podstuck";
 /// The applets the image links to busybox.
-const APPLETS: [&str; 9] = ["sh", "sleep", "ls", "touch", "mkdir", "cat", "true", "echo", "rm"];
+const APPLETS: [&str; 13] = ["sh", "sleep", "ls", "touch", "mkdir", "cat", "true", "echo", "rm", "rmdir", "mount", "umount", "mountpoint"];
+/// The daemons of a node, linked to busybox too: `exec -a sh /bin/kubelet
+/// SCRIPT` runs a shell whose process name (the file it was started
+/// from) is kubelet's, as a node container's kubelet is (tests/tests/node_shapes.rs).
+pub const NODE_DAEMONS: [&str; 3] = ["systemd", "kubelet", "containerd"];
 
 /// How long a docker or ctr command may take before it counts as hung.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
@@ -552,7 +556,7 @@ fn busybox_rootfs_tar(scratch: &Path) -> PathBuf {
     let bin = rootfs.join("bin");
     std::fs::create_dir_all(&bin).expect("create the image's bin");
     std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap_or_else(|e| panic!("copy {BUSYBOX} (busybox-static): {e}"));
-    for applet in APPLETS {
+    for applet in APPLETS.iter().chain(&NODE_DAEMONS) {
         let link = bin.join(applet);
         if link.symlink_metadata().is_err() {
             std::os::unix::fs::symlink("busybox", &link).expect("link an applet");
