@@ -30,7 +30,9 @@ fn subpaths_dir(path: &[u8]) -> Option<Vec<u8>> {
 impl SubpathLeft {
     fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
         let root = subpaths_dir(&a.path)?;
-        let mounts = review.node.host_mounts().ok()?;
+        // kubelet's namespace: its container's on kind, k3d, minikube, Talos, RKE1.
+        let view = a.caller_view(review.node);
+        let mounts = view.mounts().ok()?;
         let mut left: Vec<Mount> = mounts_under(&mounts, &root).into_iter().cloned().collect();
         if left.is_empty() {
             // Nothing mounted there: not this (ENOENT of something already gone).
@@ -56,7 +58,7 @@ impl SubpathLeft {
             a.actor.description,
             a.failed_words()
         );
-        f.fix = left.iter().map(|m| format!("umount {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && ");
+        f.fix = view.fix(left.iter().map(|m| format!("umount {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && "));
         f.advice.push("kubelet removes the directories itself on its next retry".into());
         Some(f)
     }
@@ -96,6 +98,15 @@ mod tests {
         assert_eq!(f.paths[0], index.as_bytes());
         assert_eq!(f.fix, format!("umount {index}"));
         assert_eq!(f.pod_uid, Some(pod()));
+    }
+
+    #[test]
+    fn in_kubelets_container_the_subpath_is_found_there_and_unmounted_there() {
+        let index = format!("{KUBELET}/pods/{POD}/volume-subpaths/config/app/0");
+        let mut node = FakeNode::with_mounts(&[]).with_namespace(4026532500, 812, "kubelet", &[&format!("95 {index} ext4")]);
+        let calls: Vec<Call> = [0.0, 0.5].iter().map(|at| rmdir(*at, "kubelet", &index, -libc::EBUSY).in_namespace(4026532500)).collect();
+        let f = &run(&mut SubpathLeft::default(), &mut node, &calls, 1.0)[0];
+        assert_eq!(f.fix, format!("nsenter -t 812 -m -- umount {index}"));
     }
 
     #[test]
