@@ -260,6 +260,11 @@ pub struct CallRecord {
     /// but not streamed since the series' previous record.
     pub represents: u32,
     pub _pad: u32,
+    /// On cgroup v1 nodes: the caller's cgroup in one v1 hierarchy (its
+    /// kernfs node id, the cgroup directory's inode number), read in the
+    /// kernel at the call so a caller gone by the time user space looks is
+    /// still tied to its pod; 0 when not read (cgroup v2 only, no offsets).
+    pub v1_cgroup_id: u64,
 }
 
 /// Byte size of the fixed part of a record.
@@ -460,6 +465,15 @@ pub struct KernelOffsets {
     pub regs_arg: [u64; 3],
     /// Where the syscall number sits in `struct pt_regs` (x86_64: orig_ax).
     pub regs_nr: u64,
+    /// `task_struct.cgroups`; `css_set.subsys`; `cgroup_subsys_state.cgroup`;
+    /// `cgroup.kn`; `kernfs_node.id`: the caller's cgroup in one v1 hierarchy.
+    pub task_cgroups: u64,
+    pub css_set_subsys: u64,
+    pub css_cgroup: u64,
+    pub cgroup_kn: u64,
+    pub kernfs_node_id: u64,
+    /// Which v1 hierarchy: its `cgroup_subsys_id` plus one; 0 reads none.
+    pub v1_subsys: u64,
 }
 
 /// What the kernel programs stream and count, set by user space before

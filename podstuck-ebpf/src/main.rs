@@ -104,6 +104,12 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     mount_mountpoint: 0,
     regs_arg: [0; 3],
     regs_nr: 0,
+    task_cgroups: 0,
+    css_set_subsys: 0,
+    css_cgroup: 0,
+    cgroup_kn: 0,
+    kernfs_node_id: 0,
+    v1_subsys: 0,
 };
 
 /// Filled in by user space before load; the default streams everything.

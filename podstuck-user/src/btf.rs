@@ -67,6 +67,10 @@ pub struct Btf {
     /// Complete structs and unions by name: ids sorted by name, the first
     /// definition of a name before the others.
     structs_by_name: Vec<u32>,
+    /// The enumerators of `enum cgroup_subsys_id` (`memory_cgrp_id`, ...):
+    /// which slot of `css_set.subsys` a v1 controller's state is in. The
+    /// one enum read; the others are skipped.
+    cgroup_subsys: Vec<(String, u32)>,
 }
 
 fn u16_at(data: &[u8], at: usize) -> Result<u16> {
@@ -142,6 +146,7 @@ impl Btf {
 
         let mut types = vec![Type { kind: 0, name: 0, ref_type: 0, first_member: 0, member_count: 0 }];
         let mut members = Vec::new();
+        let mut cgroup_subsys = Vec::new();
         let mut at = 0usize;
         while at < types_data.len() {
             let name_off = u32_at(types_data, at)?;
@@ -170,6 +175,14 @@ impl Btf {
                     }
                     vlen * 12
                 }
+                KIND_ENUM if name_at(strings, name_off)? == b"cgroup_subsys_id" => {
+                    for i in 0..vlen {
+                        let e = at + i * 8;
+                        let name = String::from_utf8_lossy(name_at(strings, u32_at(types_data, e)?)?).into_owned();
+                        cgroup_subsys.push((name, u32_at(types_data, e + 4)?));
+                    }
+                    vlen * 8
+                }
                 KIND_ENUM | KIND_FUNC_PROTO => vlen * 8,
                 KIND_DATASEC | KIND_ENUM64 => vlen * 12,
                 _ => 0,
@@ -195,7 +208,7 @@ impl Btf {
         let strings = strings.to_vec();
         let name = |id: &u32| name_at(&strings, types[*id as usize].name).unwrap_or_default();
         structs_by_name.sort_by(|a, b| name(a).cmp(name(b)));
-        Ok(Btf { strings, types, members, structs_by_name })
+        Ok(Btf { strings, types, members, structs_by_name, cgroup_subsys })
     }
 
     /// A name of this BTF (checked at parse).
@@ -303,7 +316,28 @@ impl Btf {
             mount_mountpoint: self.offset_of("mount", &["mnt_mountpoint"])?,
             regs_arg: self.syscall_arg_registers()?,
             regs_nr: self.syscall_nr_register()?,
+            task_cgroups: self.offset_of("task_struct", &["cgroups"])?,
+            css_set_subsys: self.offset_of("css_set", &["subsys"])?,
+            css_cgroup: self.offset_of("cgroup_subsys_state", &["cgroup"])?,
+            cgroup_kn: self.offset_of("cgroup", &["kn"])?,
+            kernfs_node_id: self.offset_of("kernfs_node", &["id"])?,
+            // Which hierarchy is the node's to say: see `with_v1_hierarchy`.
+            v1_subsys: 0,
         })
+    }
+
+    /// The slot of v1 controller `controller` ("memory", "pids") in
+    /// `css_set.subsys`: its `<controller>_cgrp_id` in `enum cgroup_subsys_id`.
+    pub fn cgroup_subsys_id(&self, controller: &str) -> Option<u32> {
+        let name = format!("{controller}_cgrp_id");
+        self.cgroup_subsys.iter().find(|(n, _)| *n == name).map(|(_, id)| *id)
+    }
+
+    /// `offsets` made to read the caller's cgroup in the v1 hierarchy of
+    /// `controller`, where this kernel has that controller.
+    pub fn with_v1_hierarchy(&self, mut offsets: KernelOffsets, controller: Option<&str>) -> KernelOffsets {
+        offsets.v1_subsys = controller.and_then(|c| self.cgroup_subsys_id(c)).map_or(0, |id| u64::from(id) + 1);
+        offsets
     }
 
     /// Offsets in `struct pt_regs` of a syscall's first three arguments.
@@ -495,5 +529,21 @@ mod tests {
         let offsets = Btf::parse(&data).unwrap().kernel_offsets().unwrap();
         assert_eq!(offsets.valid, 1);
         assert!(offsets.task_comm > 0 && offsets.task_real_parent > 0 && offsets.task_tgid > 0);
+        // css_set.subsys is its first member: offset 0.
+        assert!(offsets.task_cgroups > 0 && offsets.cgroup_kn > 0 && offsets.kernfs_node_id > 0);
+        assert_eq!(offsets.v1_subsys, 0, "no v1 hierarchy is read unless the node has one");
+    }
+
+    #[test]
+    fn finds_this_kernels_v1_controllers_in_enum_cgroup_subsys_id() {
+        let Some(data) = vmlinux() else { return };
+        let btf = Btf::parse(&data).unwrap();
+        let memory = btf.cgroup_subsys_id("memory").expect("memory_cgrp_id");
+        let pids = btf.cgroup_subsys_id("pids").expect("pids_cgrp_id");
+        assert!(memory != pids && memory < 16 && pids < 16, "memory {memory}, pids {pids}");
+        assert_eq!(btf.cgroup_subsys_id("no-such-controller"), None);
+        let offsets = btf.with_v1_hierarchy(btf.kernel_offsets().unwrap(), Some("memory"));
+        assert_eq!(offsets.v1_subsys, u64::from(memory) + 1);
+        assert_eq!(btf.with_v1_hierarchy(offsets, None).v1_subsys, 0);
     }
 }

@@ -265,6 +265,44 @@ kernel_test! {
     }
 }
 
+/// Where this node mounts the v1 memory hierarchy (v1 and hybrid nodes:
+/// EKS's AL2, RHEL 8, this project's machines).
+fn v1_memory_hierarchy(test: &str) -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let found = mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mut right = right.split_whitespace();
+        let at = left.split_whitespace().nth(4)?;
+        (right.next()? == "cgroup" && right.nth(1)?.split(',').any(|o| o == "memory")).then(|| PathBuf::from(at))
+    });
+    found.or_else(|| missing(test, "a cgroup v1 memory hierarchy", "run on a cgroup v1 or hybrid node (cargo xtask vm-test boots 5.10 with cgroup v1)"))
+}
+
+kernel_test! {
+    /// On cgroup v1 (cgroupfs driver: /kubepods/<qos>/pod<uid>/<container>)
+    /// the caller's cgroup is read in the kernel at the call: a process of
+    /// the pod that has exited before podstuck looks is tied to it all the same.
+    fn a_short_lived_task_in_a_v1_pod_cgroup_is_tied_to_the_pod(test) {
+        let Some(memory) = v1_memory_hierarchy(test.name()) else { return };
+        let uid = new_pod_uid();
+        let container = memory.join(format!("kubepods/burstable/pod{uid}/{:0>64}", std::process::id()));
+        let _cgroup = CgroupDirs::create(&container);
+        let scratch = test.scratch();
+        let file = scratch.path().join("gone-before-looked-at");
+        std::fs::write(&file, b"x").unwrap();
+        let watch = Watch::start(&["--pod", &uid]);
+
+        let (pid, said) = run_actor(&["--cgroup".as_ref(), container.as_os_str(), "unlink".as_ref(), file.as_os_str()]);
+        assert!(said.contains("ok"), "{said}");
+
+        let done = stop_when(watch, |e| !of_pid(e, pid).is_empty());
+        let events = of_pid(&done.events, pid);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["pod_uid"], uid.as_str());
+        assert_eq!(events[0]["match"], serde_json::json!(["cgroup"]));
+    }
+}
+
 fn busy(args: &[&OsStr]) -> Child {
     actor().args(args).stdout(Stdio::null()).spawn().expect("spawn actor")
 }

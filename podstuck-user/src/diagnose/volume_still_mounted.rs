@@ -258,7 +258,7 @@ mod tests {
     #[test]
     fn kubelet_in_a_docker_container_gets_docker_exec_as_the_other_way() {
         let mut node = kubelet_in_a_container(true);
-        node.namespaces[0].owner = Some(crate::identify::owner::Owner { container: Some("kind-control-plane".into()), ..Default::default() });
+        node.namespaces[0].owner = Some(Owner { container: Some("kind-control-plane".into()), ..Default::default() });
         let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
         assert!(f.summary.contains("(docker container kind-control-plane)"), "{}", f.summary);
         let m = csi_mount();

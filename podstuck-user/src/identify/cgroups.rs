@@ -48,6 +48,35 @@ pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
     first
 }
 
+/// The v1 controllers whose hierarchy podstuck ties callers to pods by, in
+/// order of preference: kubelet and the runtimes make every pod's and
+/// container's cgroup in each, and memory and pids are on every v1 node.
+const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "blkio"];
+
+/// A v1 hierarchy podstuck reads the callers' cgroups in, on v1 and hybrid
+/// nodes (EKS's AL2, RHEL 8): the first of [`V1_CONTROLLERS`] mounted as a
+/// whole `cgroup` hierarchy, and its mount point. None where cgroup v1 is
+/// not mounted.
+pub fn v1_hierarchy(mountinfo: &str) -> Option<(&'static str, PathBuf)> {
+    let mut mounted: Vec<(&str, PathBuf)> = Vec::new();
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let Some(dash) = fields.iter().skip(6).position(|f| *f == "-") else {
+            continue;
+        };
+        let at = 6 + dash;
+        if fields.get(at + 1) != Some(&"cgroup") || fields[3] != "/" {
+            continue;
+        }
+        // The per-superblock options name the controllers: "rw,cpu,cpuacct".
+        mounted.push((fields.get(at + 3).copied().unwrap_or(""), unescape_mountinfo(fields[4])));
+    }
+    V1_CONTROLLERS.iter().find_map(|controller| {
+        let (_, at) = mounted.iter().find(|(options, _)| options.split(',').any(|o| o == *controller))?;
+        Some((*controller, at.clone()))
+    })
+}
+
 /// mountinfo writes space, tab, newline and backslash as `\ooo` octal.
 fn unescape_mountinfo(field: &str) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;
@@ -247,6 +276,25 @@ mod tests {
         format!(
             "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope"
         )
+    }
+
+    #[test]
+    fn finds_a_v1_hierarchy_on_v1_and_hybrid_nodes_only() {
+        let al2 = "\
+25 19 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:4 - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:5 - cgroup cgroup rw,xattr,name=systemd
+29 25 0:26 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:8 - cgroup cgroup rw,cpu,cpuacct
+33 25 0:30 / /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime shared:12 - cgroup cgroup rw,pids
+36 25 0:33 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,memory
+";
+        assert_eq!(v1_hierarchy(al2), Some(("memory", PathBuf::from("/sys/fs/cgroup/memory"))));
+        let no_memory: String = al2.lines().filter(|l| !l.ends_with("memory")).map(|l| format!("{l}\n")).collect();
+        assert_eq!(v1_hierarchy(&no_memory), Some(("pids", PathBuf::from("/sys/fs/cgroup/pids"))));
+        let v2 = "35 25 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(v1_hierarchy(v2), None);
+        // A bind of a sub-tree (a container's view) names no hierarchy root.
+        let bound = "40 25 0:33 /kubepods /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert_eq!(v1_hierarchy(bound), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::collect::Flight;
 use crate::event::CallEvent;
 use actor::{describe, role_of, Role};
-use cgroups::{cgroup2_mount, v1_cgroup_path, CgroupIndex};
+use cgroups::{cgroup2_mount, v1_cgroup_path, v1_hierarchy, CgroupIndex};
 use docker::{DockerLayers, DEFAULT_DOCKER_ROOT};
 use pod::{clues_from_cgroup, clues_from_path, ContainerId, PathArea, PodUid};
 
@@ -108,6 +108,10 @@ pub struct NodeLayout {
     pub docker_root: PathBuf,
     /// The cgroup v2 mount; None on v1-only hosts.
     pub cgroup2_root: Option<PathBuf>,
+    /// The v1 hierarchy whose cgroup the kernel programs read for each
+    /// call ([`cgroups::v1_hierarchy`]): its controller and mount; None on
+    /// v2-only hosts.
+    pub cgroup_v1: Option<(&'static str, PathBuf)>,
     /// Where `<pid>/exe` and `<pid>/cgroup` are read.
     pub proc_root: PathBuf,
 }
@@ -123,6 +127,7 @@ impl NodeLayout {
             kubelet_root,
             docker_root: crate::node_view::path(DEFAULT_DOCKER_ROOT),
             cgroup2_root: cgroup2_mount(&mountinfo).map(crate::node_view::path),
+            cgroup_v1: v1_hierarchy(&mountinfo).map(|(controller, at)| (controller, crate::node_view::path(at))),
             proc_root: PathBuf::from("/proc"),
         }
     }
@@ -132,6 +137,8 @@ impl NodeLayout {
 pub struct Identifier {
     kubelet_roots: Vec<PathBuf>,
     cgroups: Option<CgroupIndex>,
+    /// The v1 hierarchy the kernel's `v1_cgroup_id` is of.
+    cgroups_v1: Option<CgroupIndex>,
     docker: DockerLayers,
     proc_root: PathBuf,
     exes: HashMap<u32, Option<String>>,
@@ -151,6 +158,7 @@ impl Identifier {
         Identifier {
             kubelet_roots,
             cgroups: layout.cgroup2_root.map(CgroupIndex::new),
+            cgroups_v1: layout.cgroup_v1.map(|(_, at)| CgroupIndex::new(at)),
             docker: DockerLayers::new(layout.docker_root),
             proc_root: layout.proc_root,
             exes: HashMap::new(),
@@ -182,6 +190,7 @@ impl Identifier {
             return known.clone();
         }
         let found = self.cgroups.as_mut().and_then(|c| c.pod_of_container(container));
+        let found = found.or_else(|| self.cgroups_v1.as_mut().and_then(|c| c.pod_of_container(container)));
         if self.container_pods.len() >= CACHE_LIMIT {
             self.container_pods.clear();
         }
@@ -192,16 +201,27 @@ impl Identifier {
         found
     }
 
-    /// The caller's cgroup path: from the v2 id, or on v1-only hosts from
-    /// `/proc/<pid>/cgroup` (racy for short-lived tasks, the best there is).
+    /// The caller's cgroup path, as the kernel saw it at the call: in the
+    /// v2 tree by its id, or in the v1 hierarchy by the id the kernel
+    /// programs read there; on hybrid nodes the pods are in the v1
+    /// hierarchies and the v2 tree is systemd's, so whichever names a pod
+    /// or container wins. Only where the kernel gave neither,
+    /// `/proc/<pid>/cgroup` (racy: a short-lived caller is gone).
     fn caller_cgroup(&mut self, event: &CallEvent) -> Option<String> {
-        match self.cgroups.as_mut() {
-            Some(index) => index.path_of(event.cgroup_id),
-            None => {
-                let text = std::fs::read_to_string(self.proc_root.join(event.pid.to_string()).join("cgroup")).ok()?;
-                v1_cgroup_path(&text)
-            }
+        let v2 = self.cgroups.as_mut().and_then(|index| index.path_of(event.cgroup_id));
+        let v1 = match (event.v1_cgroup_id, self.cgroups_v1.as_mut()) {
+            (0, _) | (_, None) => None,
+            (id, Some(index)) => index.path_of(id),
+        };
+        let names_a_pod = |path: &Option<String>| path.as_deref().is_some_and(|p| clues_from_cgroup(p) != (None, None));
+        if names_a_pod(&v1) && !names_a_pod(&v2) {
+            return v1;
         }
+        if v2.is_some() || v1.is_some() {
+            return v2.or(v1);
+        }
+        let text = std::fs::read_to_string(self.proc_root.join(event.pid.to_string()).join("cgroup")).ok()?;
+        v1_cgroup_path(&text)
     }
 
     pub fn identify(&mut self, event: &CallEvent) -> Identity {
@@ -337,8 +357,27 @@ mod tests {
                 kubelet_root: self.dir.join("kubelet"),
                 docker_root: self.dir.join("docker"),
                 cgroup2_root: Some(self.dir.join("cgroup")),
+                cgroup_v1: None,
                 proc_root: self.dir.join("proc"),
             })
+        }
+
+        /// A hybrid node: the v2 tree systemd's alone (no pods), pods in a
+        /// v1 memory hierarchy (cgroupfs driver, as EKS's AL2 nodes): pod
+        /// B's container there, and its cgroup's id.
+        fn hybrid(&self) -> (Identifier, u64) {
+            let unified = self.dir.join("unified/system.slice");
+            std::fs::create_dir_all(&unified).unwrap();
+            let container = self.dir.join(format!("memory/kubepods/burstable/pod{POD_B}/{CID}"));
+            std::fs::create_dir_all(&container).unwrap();
+            let identifier = Identifier::new(NodeLayout {
+                kubelet_root: self.dir.join("kubelet"),
+                docker_root: self.dir.join("docker"),
+                cgroup2_root: Some(self.dir.join("unified")),
+                cgroup_v1: Some(("memory", self.dir.join("memory"))),
+                proc_root: self.dir.join("proc"),
+            });
+            (identifier, std::fs::metadata(container).unwrap().ino())
         }
 
         fn cgroup_id_of_pod_b(&self) -> u64 {
@@ -378,6 +417,23 @@ mod tests {
         let id = identifier.identify(&event(b"/tmp/scratch", "rm", "sh", node.cgroup_id_of_pod_b()));
         assert_eq!(id.pod_uid.unwrap().as_str(), POD_B);
         assert_eq!(id.matched, vec![MatchReason::Cgroup]);
+    }
+
+    #[test]
+    fn on_a_hybrid_node_the_kernels_v1_cgroup_ties_a_caller_gone_from_proc_to_its_pod() {
+        let node = FakeNode::new("v1-cgroup");
+        let (mut identifier, v1_id) = node.hybrid();
+        let unified_root = std::fs::metadata(node.dir.join("unified")).unwrap().ino();
+        // The caller (`rm` in the pod) has exited: /proc has nothing of it.
+        let mut call = event(b"/tmp/scratch", "rm", "sh", unified_root);
+        call.v1_cgroup_id = v1_id;
+        let id = identifier.identify(&call);
+        assert_eq!(id.pod_uid.as_ref().map(|p| p.as_str()), Some(POD_B));
+        assert_eq!(id.container_id.as_ref().map(|c| c.as_str()), Some(CID));
+        assert_eq!(id.matched, vec![MatchReason::Cgroup]);
+        // Without the kernel's v1 id nothing ties it (the v2 tree is systemd's).
+        call.v1_cgroup_id = 0;
+        assert_eq!(identifier.identify(&call).pod_uid, None);
     }
 
     #[test]

@@ -59,6 +59,7 @@ pub fn process_event(pid: u32, tid: u32, cgroup_id: u64, proc_root: &Path) -> Ca
         ppid,
         pcomm: proc_text(ppid, "comm"),
         cgroup_id,
+        v1_cgroup_id: 0,
         mntns: 0,
         uid: 0,
         syscall: Syscall::Unlinkat,

@@ -368,6 +368,9 @@ struct WireEvent<'a> {
     ppid: u32,
     pcomm: Cow<'a, str>,
     cgroup_id: u64,
+    /// Absent when 0 (v2-only nodes, and records made before podstuck read it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    v1_cgroup_id: u64,
     mntns: u32,
     uid: u32,
     syscall: WireSyscall,
@@ -391,11 +394,16 @@ fn is_one(n: &u64) -> bool {
     *n == 1
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl<'a> WireEvent<'a> {
     fn of(e: &'a CallEvent) -> WireEvent<'a> {
         // Destructured so that a field added to CallEvent fails to compile
         // here until the record format says what to do with it.
-        let CallEvent { time, pid, tid, comm, ppid, pcomm, cgroup_id, mntns, uid, syscall, flags, dfd, path, path_status, base, ret, latency_ns, represents } = e;
+        let CallEvent { time, pid, tid, comm, ppid, pcomm, cgroup_id, v1_cgroup_id, mntns, uid, syscall, flags, dfd, path, path_status, base, ret, latency_ns, represents } =
+            e;
         WireEvent {
             time: nanos(*time),
             pid: *pid,
@@ -404,6 +412,7 @@ impl<'a> WireEvent<'a> {
             ppid: *ppid,
             pcomm: Cow::Borrowed(pcomm),
             cgroup_id: *cgroup_id,
+            v1_cgroup_id: *v1_cgroup_id,
             mntns: *mntns,
             uid: *uid,
             syscall: (*syscall).into(),
@@ -435,6 +444,7 @@ impl<'a> WireEvent<'a> {
             ppid: self.ppid,
             pcomm: self.pcomm.into_owned(),
             cgroup_id: self.cgroup_id,
+            v1_cgroup_id: self.v1_cgroup_id,
             mntns: self.mntns,
             uid: self.uid,
             syscall: self.syscall.into(),

@@ -182,7 +182,10 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
         true => Some(aya::sys::enable_stats(aya::sys::Stats::RunTime).context("turning on BPF run-time statistics (--kernel-cost)")?),
         false => None,
     };
-    let tracer = start_tracer(options, &node, plan.attach, plan.walk)?;
+    // One layout for both ends: the v1 hierarchy the kernel reads callers'
+    // cgroups in is the one identify maps them back in.
+    let layout = NodeLayout::of_this_node(options.kubelet_root.clone());
+    let tracer = start_tracer(options, &node, &layout, plan.attach, plan.walk)?;
     let tracing = Tracing {
         program_ids: tracer.program_ids().to_vec(),
         attach: tracer.attach_point(),
@@ -197,7 +200,7 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
         None => printer,
     };
     let book = (exporter.is_some() || printer.shows_every().is_some()).then(|| LatencyBook::new(facts.started));
-    let identifier = Identifier::new(NodeLayout::of_this_node(options.kubelet_root.clone()));
+    let identifier = Identifier::new(layout);
     let mut diagnoser = Diagnoser::new(&diagnose);
     if let Some(api) = &api {
         let (first, last) = api.detectors();
@@ -245,8 +248,9 @@ fn warnings(options: &WatchOptions, filter: &PodFilter) -> Vec<String> {
 }
 
 /// Loads and attaches the programs as planned.
-fn start_tracer(options: &WatchOptions, node: &NodeFacts, attach: AttachPoint, walk: PathWalk) -> Result<Tracer> {
+fn start_tracer(options: &WatchOptions, node: &NodeFacts, layout: &NodeLayout, attach: AttachPoint, walk: PathWalk) -> Result<Tracer> {
     Tracer::start(TracerOptions {
+        cgroup_v1: layout.cgroup_v1.as_ref().map(|(controller, _)| *controller),
         filter: options.kernel_filter(),
         attach,
         walk,
