@@ -244,24 +244,31 @@ fn pod_cgroup(uid: &str) -> (CgroupDirs, PathBuf) {
     (CgroupDirs::create(&slice), slice)
 }
 
+/// A task that joins `cgroup` (pod `uid`'s), unlinks a file and exits,
+/// before podstuck can read its /proc entry: its one event is tied to the
+/// pod by its cgroup.
+fn a_task_in_the_pods_cgroup_is_tied_to_it(test: &KernelTest, uid: &str, cgroup: &Path) {
+    let scratch = test.scratch();
+    let file = scratch.path().join("inside-the-pod");
+    std::fs::write(&file, b"x").unwrap();
+    let watch = Watch::start(&["--pod", uid]);
+
+    let (pid, said) = run_actor(&["--cgroup".as_ref(), cgroup.as_os_str(), "unlink".as_ref(), file.as_os_str()]);
+    assert!(said.contains("ok"), "{said}");
+
+    let done = stop_when(watch, |e| !of_pid(e, pid).is_empty());
+    let events = of_pid(&done.events, pid);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["pod_uid"], uid);
+    assert_eq!(events[0]["match"], serde_json::json!(["cgroup"]));
+    assert_eq!(abs_path_bytes(events[0]), file.as_os_str().as_bytes());
+}
+
 kernel_test! {
     fn a_task_in_a_pod_cgroup_is_tied_to_the_pod(test) {
         let uid = new_pod_uid();
         let (_cgroup, slice) = pod_cgroup(&uid);
-        let scratch = test.scratch();
-        let file = scratch.path().join("inside-the-pod");
-        std::fs::write(&file, b"x").unwrap();
-        let watch = Watch::start(&["--pod", &uid]);
-
-        let (pid, said) = run_actor(&["--cgroup".as_ref(), slice.as_os_str(), "unlink".as_ref(), file.as_os_str()]);
-        assert!(said.contains("ok"), "{said}");
-
-        let done = stop_when(watch, |e| !of_pid(e, pid).is_empty());
-        let events = of_pid(&done.events, pid);
-        assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!(events[0]["pod_uid"], uid.as_str());
-        assert_eq!(events[0]["match"], serde_json::json!(["cgroup"]));
-        assert_eq!(abs_path_bytes(events[0]), file.as_os_str().as_bytes());
+        a_task_in_the_pods_cgroup_is_tied_to_it(&test, &uid, &slice);
     }
 }
 
@@ -287,19 +294,7 @@ kernel_test! {
         let uid = new_pod_uid();
         let container = memory.join(format!("kubepods/burstable/pod{uid}/{:0>64}", std::process::id()));
         let _cgroup = CgroupDirs::create(&container);
-        let scratch = test.scratch();
-        let file = scratch.path().join("gone-before-looked-at");
-        std::fs::write(&file, b"x").unwrap();
-        let watch = Watch::start(&["--pod", &uid]);
-
-        let (pid, said) = run_actor(&["--cgroup".as_ref(), container.as_os_str(), "unlink".as_ref(), file.as_os_str()]);
-        assert!(said.contains("ok"), "{said}");
-
-        let done = stop_when(watch, |e| !of_pid(e, pid).is_empty());
-        let events = of_pid(&done.events, pid);
-        assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!(events[0]["pod_uid"], uid.as_str());
-        assert_eq!(events[0]["match"], serde_json::json!(["cgroup"]));
+        a_task_in_the_pods_cgroup_is_tied_to_it(&test, &uid, &container);
     }
 }
 
