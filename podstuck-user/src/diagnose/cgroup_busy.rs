@@ -416,7 +416,7 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
         f.fix = format!("rmdir {}", paths.iter().map(|p| word(p)).collect::<Vec<_>>().join(" "));
     }
     if !facts.frozen_levels.is_empty() {
-        f.advice.push("a task frozen by the v1 freezer shows as S (sleeping) in ps and /proc, and kill -9 does nothing until it is thawed: the fix thaws first".into());
+        f.advice.push("a task frozen by the v1 freezer shows in ps and /proc as S (sleeping), or D on kernels 6.1 and later, never as frozen; kill -9 does nothing to it until it is thawed: the fix thaws first".into());
     }
     f
 }
