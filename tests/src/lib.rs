@@ -49,7 +49,8 @@ pub use harness::{can_touch_the_kernel, text, KernelTest, ScratchDir};
 pub use prerequisite::missing;
 pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};
 pub use node::{
-    cgroup2_root, is_mountpoint, BindMount, CgroupDirs, CreatedDirs, FuseMount, Immutable, OverlayMount, TmpfsMount,
+    cgroup2_root, is_mountpoint, v1_hierarchy, BindMount, CgroupDirs, CreatedDirs, FuseMount, Immutable, OverlayMount, TmpfsMount,
+    V1PodCgroups,
 };
 pub use podstuck::{abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, stop_when, Finished, Watch};
 pub use runtimes::{Containerd, Dockerd, EventLog, Propagation, RbindView};

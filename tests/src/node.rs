@@ -289,6 +289,110 @@ pub fn cgroup2_root() -> PathBuf {
         .expect("cgroup v2 is mounted")
 }
 
+/// Where the cgroup v1 hierarchy holding `controller` ("memory",
+/// "freezer", "name=systemd") is mounted on this machine (from mountinfo).
+pub fn v1_hierarchy(controller: &str) -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mountinfo.lines().find_map(|l| {
+        let (mount, fs) = l.split_once(" - ")?;
+        let mut fs = fs.split(' ');
+        let (fstype, super_options) = (fs.next()?, fs.nth(1)?);
+        (fstype == "cgroup" && super_options.split(',').any(|o| o == controller)).then(|| PathBuf::from(mount.split(' ').nth(4).unwrap()))
+    })
+}
+
+/// The hierarchies a pod has a cgroup in on an EKS AL2 or RHEL 8 node
+/// (cgroupfs driver), by a controller of each (`cpu` is `cpu,cpuacct`
+/// where the two are mounted together).
+pub const POD_V1_CONTROLLERS: [&str; 5] = ["memory", "pids", "freezer", "cpu", "name=systemd"];
+
+/// A pod's cgroups as kubelet's cgroupfs driver makes them on a cgroup v1
+/// node, `<hierarchy>/<parent>/kubepods/besteffort/pod<uid>/<cid>` in each
+/// of [`POD_V1_CONTROLLERS`]' hierarchies, with a task in every container
+/// directory that [`V1PodCgroups::freeze_container`] freezes with the v1
+/// freezer. On drop, also after a failed assertion: thawed (a frozen task
+/// ignores SIGKILL, and a frozen cgroup's task would never leave), the
+/// task killed, then every directory made removed deepest first.
+pub struct V1PodCgroups {
+    /// The pod's directory in each hierarchy.
+    pub pods: Vec<PathBuf>,
+    /// The container's directory in each hierarchy.
+    pub containers: Vec<PathBuf>,
+    /// The container's directory in the freezer hierarchy.
+    pub freezer: PathBuf,
+    made: Vec<PathBuf>,
+    task: Option<Process>,
+}
+
+impl V1PodCgroups {
+    /// Err names the hierarchy this machine does not mount.
+    pub fn create(parent: &str, uid: &str, cid: &str) -> Result<V1PodCgroups, String> {
+        let mut cg = V1PodCgroups { pods: Vec::new(), containers: Vec::new(), freezer: PathBuf::new(), made: Vec::new(), task: None };
+        for controller in POD_V1_CONTROLLERS {
+            let root = v1_hierarchy(controller).ok_or_else(|| format!("a cgroup v1 hierarchy with {controller}"))?;
+            let pod = root.join(parent).join("kubepods/besteffort").join(format!("pod{uid}"));
+            let container = pod.join(cid);
+            for dir in container.ancestors().collect::<Vec<_>>().into_iter().rev().filter(|d| d.starts_with(&root) && *d != root) {
+                if !dir.exists() {
+                    std::fs::create_dir(dir).unwrap_or_else(|e| panic!("mkdir cgroup {}: {e}", dir.display()));
+                    cg.made.push(dir.to_path_buf());
+                }
+            }
+            if controller == "freezer" {
+                cg.freezer = container.clone();
+            }
+            cg.pods.push(pod);
+            cg.containers.push(container);
+        }
+        Ok(cg)
+    }
+
+    /// Starts the container's task (`actor --comm COMM sleep`) in its
+    /// directory of every hierarchy; returns its pid.
+    pub fn start_task(&mut self, comm: &str) -> u32 {
+        let mut args: Vec<std::ffi::OsString> = vec!["--comm".into(), comm.into()];
+        for c in &self.containers {
+            args.extend(["--cgroup".into(), c.clone().into_os_string()]);
+        }
+        args.push("sleep".into());
+        let task = crate::actors::start_actor(args);
+        task.wait_ready(Duration::from_secs(10));
+        let pid = task.pid();
+        self.task = Some(task);
+        pid
+    }
+
+    /// Freezes the container with the v1 freezer and waits for FROZEN.
+    pub fn freeze_container(&self) {
+        std::fs::write(self.freezer.join("freezer.state"), "FROZEN").expect("freeze the container");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(self.freezer.join("freezer.state")).unwrap_or_default().trim() != "FROZEN" {
+            assert!(Instant::now() < deadline, "the v1 freezer did not reach FROZEN");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Every directory of the pod, containers first, as kubelet removes them.
+    pub fn all(&self) -> Vec<PathBuf> {
+        self.containers.iter().chain(&self.pods).cloned().collect()
+    }
+}
+
+impl Drop for V1PodCgroups {
+    fn drop(&mut self) {
+        for dir in self.made.iter().filter(|d| d.join("freezer.state").exists()) {
+            let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
+        }
+        drop(self.task.take());
+        for dir in self.made.iter().rev() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
 /// Nested cgroups created for a test, removed deepest first on drop (after
 /// the tasks in them are gone; an emptied cgroup can take a moment).
 pub struct CgroupDirs(Vec<PathBuf>);

@@ -5,89 +5,237 @@
 //! Signature: rmdir or unlinkat(AT_REMOVEDIR) on a cgroup filesystem
 //! failing with EBUSY, every 2 s from kubelet or in 5-try bursts from runc.
 //! Confirmed from cgroup.procs (recursively), cgroup.events and the freezer.
+//!
+//! On cgroup v1 a pod has a directory in every hierarchy (memory, pids,
+//! freezer, cpu,cpuacct, name=systemd...), each with its containers' below
+//! it, and one stuck task makes every one of them fail: one cause, so one
+//! finding per pod, each failing directory in its evidence, and one fix
+//! for all of them. The v1 freezer shows only in the freezer hierarchy,
+//! and a frozen task ignores SIGKILL (and reads as merely sleeping in
+//! /proc), so the fix thaws first, wherever the failing directory was.
+//! Cgroups of no known pod fold by their path relative to the hierarchy:
+//! the same path in every v1 hierarchy is one group made by one runtime
+//! for the same tasks (`docker/<id>`, `system.slice/x.service`), and a
+//! fix for one hierarchy alone would not let the others go. cgroup v2
+//! has one hierarchy and keeps one finding per directory, as before.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::shell::word;
 use super::track::{Attempts, FailureLog};
 use super::mount_held::is_cgroupfs;
-use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity};
+use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::identify::Identity;
-use crate::inspect::mounts::mount_containing;
-use crate::inspect::{CgroupState, TaskState};
+use crate::inspect::mounts::{cgroup_place, mount_containing, CgroupPlace};
+use crate::inspect::{CgroupState, FreezerLevel, TaskState};
 
 /// Tasks named in a sentence, at most this many.
 const TASKS_NAMED: usize = 5;
+/// Directories listed in one folded finding's paths.
+const PATHS_KEPT: usize = 32;
 
 #[derive(Default)]
 pub struct CgroupBusy {
     failures: FailureLog,
+    /// What was read of each failing directory at its last check, by
+    /// path: folding needs the facts (tasks, freezer levels, children),
+    /// not the sentences made of them.
+    read: BTreeMap<Vec<u8>, Read>,
 }
 
-fn task_words(t: &TaskState) -> String {
+/// The node's answers for one failing cgroup directory.
+#[derive(Clone, Debug, Default)]
+struct Read {
+    place: Option<CgroupPlace>,
+    state: Option<CgroupState>,
+    /// v1 only: the freezer twin and the cgroups below it.
+    freezer: Vec<FreezerLevel>,
+}
+
+impl Read {
+    fn frozen_levels(&self) -> impl Iterator<Item = &FreezerLevel> {
+        self.freezer.iter().filter(|l| l.frozen())
+    }
+
+    /// Whether process `pid` sits in a frozen freezer cgroup.
+    fn frozen_pid(&self, pid: u32) -> bool {
+        self.frozen_levels().any(|l| l.pids.contains(&pid))
+    }
+}
+
+fn task_words(t: &TaskState, frozen: bool) -> String {
     let wchan = t.wchan.as_ref().map(|w| format!(" in {w}")).unwrap_or_default();
-    format!("pid {} ({}, {}{wchan})", t.pid, t.comm, t.state_words())
+    // A v1-frozen task reads as sleeping in /proc: say what it really is.
+    let frozen = if frozen { ", frozen by the v1 freezer" } else { "" };
+    format!("pid {} ({}, {}{wchan}{frozen})", t.pid, t.comm, t.state_words())
 }
 
-/// The exact commands, in the order they must run.
+/// `dir/name` as one shell word.
+fn file(dir: &[u8], name: &str) -> String {
+    let mut path = dir.to_vec();
+    path.push(b'/');
+    path.extend_from_slice(name.as_bytes());
+    word(&path)
+}
+
+/// The exact commands for one v2 directory, in the order they must run.
 fn fix(cg: &[u8], state: &CgroupState) -> String {
-    let dir = String::from_utf8_lossy(cg);
-    let file = |name: &str| word(format!("{dir}/{name}").as_bytes());
     let mut steps = Vec::new();
     if !state.tasks.is_empty() {
         if state.version == 1 && state.frozen == Some(true) {
             // v1 frozen tasks cannot die until thawed; v2's cgroup.kill works on frozen ones.
-            steps.push(format!("echo THAWED > {}", file("freezer.state")));
+            steps.push(format!("echo THAWED > {}", file(cg, "freezer.state")));
         }
         if state.has_kill {
-            steps.push(format!("echo 1 > {}", file("cgroup.kill")));
+            steps.push(format!("echo 1 > {}", file(cg, "cgroup.kill")));
         } else {
             let pids: Vec<String> = state.tasks.iter().map(|t| t.pid.to_string()).collect();
             steps.push(format!("kill -9 {}", pids.join(" ")));
         }
     } else if state.frozen == Some(true) {
         steps.push(if state.version == 2 {
-            format!("echo 0 > {}", file("cgroup.freeze"))
+            format!("echo 0 > {}", file(cg, "cgroup.freeze"))
         } else {
-            format!("echo THAWED > {}", file("freezer.state"))
+            format!("echo THAWED > {}", file(cg, "freezer.state"))
         });
     } else if !state.children.is_empty() {
-        let children: Vec<String> = state.children.iter().map(|c| word(format!("{dir}/{c}").as_bytes())).collect();
+        let children: Vec<String> = state.children.iter().map(|c| file(cg, c)).collect();
         steps.push(format!("rmdir {}", children.join(" ")));
     }
     steps.join(" && ")
 }
 
+/// Path depth, for parents-first and deepest-first orders.
+fn depth(path: &[u8]) -> usize {
+    path.iter().filter(|b| **b == b'/').count()
+}
+
+/// What the failing directories of one group hold, read together.
+#[derive(Default)]
+struct GroupFacts {
+    /// Every task, once (the same task is in the pod's cgroup of every hierarchy).
+    tasks: Vec<TaskState>,
+    /// pids of those that sit in a frozen v1 freezer cgroup.
+    frozen_pids: BTreeSet<u32>,
+    /// Frozen freezer cgroups, parents first.
+    frozen_levels: Vec<Vec<u8>>,
+    /// v2 directories frozen with cgroup.freeze.
+    frozen_v2: Vec<Vec<u8>>,
+    /// Child cgroups left in the failing directories, deepest first.
+    children: Vec<Vec<u8>>,
+}
+
+impl GroupFacts {
+    fn of<'a>(reads: impl Iterator<Item = (&'a [u8], &'a Read)>) -> GroupFacts {
+        let mut g = GroupFacts::default();
+        let mut levels = BTreeSet::new();
+        let mut children = BTreeSet::new();
+        for (path, read) in reads {
+            for l in read.frozen_levels() {
+                levels.insert(l.dir.clone());
+            }
+            let Some(state) = &read.state else { continue };
+            for t in &state.tasks {
+                if read.frozen_pid(t.pid) || (state.version == 1 && state.frozen == Some(true)) {
+                    g.frozen_pids.insert(t.pid);
+                }
+                if !g.tasks.iter().any(|k| k.tid == t.tid) {
+                    g.tasks.push(t.clone());
+                }
+            }
+            if state.version == 2 && state.frozen == Some(true) {
+                g.frozen_v2.push(path.to_vec());
+            }
+            for c in &state.children {
+                let mut child = path.to_vec();
+                child.push(b'/');
+                child.extend_from_slice(c.as_bytes());
+                children.insert(child);
+            }
+        }
+        g.tasks.sort_by_key(|t| (t.pid, t.tid));
+        g.frozen_levels = levels.into_iter().collect();
+        g.frozen_levels.sort_by_key(|d| depth(d));
+        g.children = children.into_iter().collect();
+        g.children.sort_by_key(|d| std::cmp::Reverse(depth(d)));
+        g
+    }
+
+    /// The fix for every directory of the group at once, in the order it
+    /// must run: thaw each frozen level (parents first: a parent's freeze
+    /// holds its children), kill the tasks (a v1 frozen task ignores
+    /// SIGKILL until thawed), then remove the child cgroups left, deepest
+    /// first, in every hierarchy. The killed tasks leave their cgroups as
+    /// they exit, a moment after kill returns: hence the pause.
+    fn fix(&self) -> String {
+        let mut steps: Vec<String> = self.frozen_levels.iter().map(|d| format!("echo THAWED > {}", file(d, "freezer.state"))).collect();
+        steps.extend(self.frozen_v2.iter().map(|d| format!("echo 0 > {}", file(d, "cgroup.freeze"))));
+        if !self.tasks.is_empty() {
+            let mut pids: Vec<u32> = self.tasks.iter().map(|t| t.pid).collect();
+            pids.dedup();
+            steps.push(format!("kill -9 {}", pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")));
+        }
+        if !self.children.is_empty() {
+            if !self.tasks.is_empty() {
+                steps.push("sleep 1".into());
+            }
+            steps.push(format!("rmdir {}", self.children.iter().map(|c| word(c)).collect::<Vec<_>>().join(" ")));
+        }
+        steps.join(" && ")
+    }
+
+    fn frozen(&self) -> bool {
+        !self.frozen_levels.is_empty() || !self.frozen_v2.is_empty()
+    }
+}
+
 impl CgroupBusy {
-    fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
+    fn decide(a: &mut Attempts, review: &mut Review<'_>, reads: &mut BTreeMap<Vec<u8>, Read>) -> Option<Finding> {
         let node = &mut *review.node;
         let path = a.path.clone();
         let mounts = node.host_mounts().ok()?;
         if !mount_containing(&mounts, &path).is_some_and(is_cgroupfs) {
             return None;
         }
+        let place = cgroup_place(&mounts, &path);
         let mut f = Finding::new(Kind::CgroupBusy, &shown(&path), Severity::Critical, a.first);
         a.stamp(&mut f);
         let rhythm = a.rhythm_words();
         f.evidence("trace", a.trace_words());
         let whose = a.pod.as_ref().map(|p| format!("the cgroup of pod {p}")).unwrap_or_else(|| "the cgroup".into());
         let failed = format!("{}{rhythm}", a.failed_words());
+        let mut read = Read { place, ..Read::default() };
         let state = match node.cgroup(&path) {
             Ok(state) => state,
             Err(why) => {
                 f.evidence("cgroupfs", format!("{}: {why}", shown(&path)));
                 f.summary = format!("{} cannot remove {whose} {}: it is busy. {failed}.", a.actor.description, shown(&path));
-                f.fix = format!("cat {}", word(format!("{}/cgroup.procs", String::from_utf8_lossy(&path)).as_bytes()));
+                f.fix = format!("cat {}", file(&path, "cgroup.procs"));
+                reads.insert(path, read);
                 return Some(f);
             }
         };
+        if state.version == 1 {
+            // A v1 freezer is read in the freezer hierarchy, wherever the
+            // directory that failed is; without one, nothing is frozen.
+            read.freezer = node.v1_freezer(&path).unwrap_or_default();
+        }
         if let Some(populated) = state.populated {
             f.evidence("cgroup.events", format!("populated {}", populated as u8));
         }
-        if state.frozen == Some(true) {
-            f.evidence(if state.version == 2 { "cgroup.freeze" } else { "freezer.state" }, "frozen");
+        if state.version == 2 && state.frozen == Some(true) {
+            f.evidence("cgroup.freeze", "frozen");
+        } else if read.frozen_levels().next().is_some() {
+            for l in read.frozen_levels() {
+                f.evidence("freezer.state", format!("{}: {} (the v1 freezer: its tasks ignore SIGKILL until thawed)", file(&l.dir, "freezer.state"), l.state));
+            }
+        } else if state.frozen == Some(true) {
+            f.evidence("freezer.state", "frozen");
         }
+        let frozen_task = |t: &TaskState| read.frozen_pid(t.pid) || (state.version == 1 && state.frozen == Some(true));
         for t in state.tasks.iter().take(TASKS_NAMED) {
-            f.evidence("cgroup.procs", task_words(t));
+            f.evidence("cgroup.procs", task_words(t, frozen_task(t)));
             if let Some(top) = t.stack.first() {
                 f.evidence(format!("/proc/{}/stack", t.tid), format!("waits in {top}"));
             }
@@ -96,21 +244,23 @@ impl CgroupBusy {
             f.evidence("cgroup.procs", format!("and {} more tasks", state.tasks.len() - TASKS_NAMED));
         }
         if !state.children.is_empty() {
-            f.evidence("cgroupfs", format!("child cgroups: {}", state.children.join(", ")));
+            f.evidence("cgroupfs", format!("child cgroups of {}: {}", shown(&path), state.children.join(", ")));
         }
         f.detail("tasks", state.tasks.len());
         f.detail("children", state.children.len());
         let what = format!("{} cannot remove {whose} {}", a.actor.description, shown(&path));
-        let stuck = state.tasks.iter().filter(|t| t.state == 'D').count();
+        // Newer kernels show a frozen task as D: it waits on the freezer, not on I/O.
+        let stuck = state.tasks.iter().filter(|t| t.state == 'D' && !frozen_task(t)).count();
+        let frozen = state.frozen == Some(true) || read.frozen_levels().next().is_some();
         if !state.tasks.is_empty() {
             f.confidence = Confidence::Confirmed;
-            let named: Vec<String> = state.tasks.iter().take(TASKS_NAMED).map(task_words).collect();
-            let frozen = if state.frozen == Some(true) { ", frozen" } else { "" };
+            let named: Vec<String> = state.tasks.iter().take(TASKS_NAMED).map(|t| task_words(t, frozen_task(t))).collect();
+            let frozen = if frozen { ", frozen" } else { "" };
             f.summary = format!("{what}: {} task(s) still live in it{frozen}: {}. {failed}.", state.tasks.len(), named.join(", "));
             if stuck > 0 {
                 f.advice.push(format!("{stuck} task(s) are in D state: they die only when their I/O returns (see any hung-call finding)"));
             }
-        } else if state.frozen == Some(true) {
+        } else if frozen {
             f.confidence = Confidence::Confirmed;
             f.summary = format!("{what}: it is frozen. {failed}.");
         } else if !state.children.is_empty() {
@@ -120,11 +270,155 @@ impl CgroupBusy {
             f.confidence = Confidence::Possible;
             f.summary = format!("{what}: {failed}, but it is empty now: the next retry should succeed.");
             f.fix = format!("rmdir {}", word(&path));
+            read.state = Some(state);
+            reads.insert(path, read);
             return Some(f);
         }
-        f.fix = fix(&path, &state);
+        f.fix = if state.version == 1 {
+            GroupFacts::of(std::iter::once((path.as_slice(), &Read { state: Some(state.clone()), ..read.clone() }))).fix()
+        } else {
+            fix(&path, &state)
+        };
+        read.state = Some(state);
+        reads.insert(path, read);
         Some(f)
     }
+}
+
+/// How findings are grouped: a v1 cgroup of a known pod by the pod (and
+/// then the pod's v2 directory of a hybrid node with it), a v1 cgroup of
+/// no known pod by its path relative to its hierarchy; a v2-only
+/// directory not at all.
+fn group_key(f: &Finding, reads: &BTreeMap<Vec<u8>, Read>, v1_pods: &BTreeSet<String>) -> Option<String> {
+    let place = f.paths.first().and_then(|p| reads.get(p)).and_then(|r| r.place.as_ref());
+    match (&f.pod_uid, place) {
+        (Some(pod), _) if v1_pods.contains(pod.as_str()) => Some(format!("pod {pod}")),
+        (_, Some(place)) if place.version == 1 => Some(shown(&place.relative)),
+        _ => None,
+    }
+}
+
+/// One finding per pod (or per relative path) on v1, see the module doc.
+fn fold(findings: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>) -> Vec<Finding> {
+    let is_v1 = |f: &Finding| f.paths.first().and_then(|p| reads.get(p)).and_then(|r| r.place.as_ref()).is_some_and(|p| p.version == 1);
+    let v1_pods: BTreeSet<String> = findings.iter().filter(|f| is_v1(f)).filter_map(|f| f.pod_uid.as_ref()).map(|p| p.as_str().to_string()).collect();
+    let mut out = Vec::new();
+    let mut groups: BTreeMap<String, Vec<Finding>> = BTreeMap::new();
+    for f in findings {
+        match group_key(&f, reads, &v1_pods) {
+            Some(key) => groups.entry(key).or_default().push(f),
+            None => out.push(f),
+        }
+    }
+    out.extend(groups.into_iter().map(|(key, members)| merged(&key, members, reads)));
+    out
+}
+
+/// The findings of one group's directories said as one.
+fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>) -> Finding {
+    let place_of = |f: &Finding| f.paths.first().and_then(|p| reads.get(p)).and_then(|r| r.place.clone());
+    // The pod's own directories first, then its containers'; by hierarchy within a level.
+    members.sort_by_key(|f| {
+        let place = place_of(f);
+        (place.as_ref().map(|p| depth(&p.relative)), place.map(|p| p.hierarchy), f.paths.first().cloned())
+    });
+    let first_seen = members.iter().map(|m| m.first_seen).min().unwrap_or(members[0].first_seen);
+    let mut f = Finding::new(Kind::CgroupBusy, key, Severity::Critical, first_seen);
+    let latest = members.iter().max_by_key(|m| m.last_seen).cloned().unwrap_or_else(|| members[0].clone());
+    f.pod_uid = members.iter().find_map(|m| m.pod_uid.clone());
+    f.pods = f.pod_uid.iter().cloned().collect();
+    f.actor = latest.actor.clone();
+    f.syscall = latest.syscall;
+    f.errno = latest.errno.clone();
+    f.last_seen = latest.last_seen;
+    f.rhythm = members.iter().find_map(|m| m.rhythm.clone());
+    f.count = members.iter().map(|m| m.count).sum();
+    let active: Vec<&Finding> = members.iter().filter(|m| m.status == Status::Active).collect();
+    f.status = if active.is_empty() { Status::Resolved } else { Status::Active };
+    f.confidence = active.iter().chain(if active.is_empty() { members.iter().collect::<Vec<_>>() } else { vec![] }.iter()).map(|m| m.confidence).max().unwrap_or(Confidence::Possible);
+    for m in &members {
+        if f.paths.len() < PATHS_KEPT {
+            f.paths.extend(m.paths.first().cloned());
+        }
+    }
+    let mut hierarchies: Vec<String> = Vec::new();
+    let mut relatives: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for m in &members {
+        if let Some(place) = place_of(m) {
+            if !hierarchies.contains(&place.hierarchy) {
+                hierarchies.push(place.hierarchy.clone());
+            }
+            relatives.insert(place.relative);
+        }
+    }
+    hierarchies.sort();
+    // Each directory's own calls first (one trace line each), then what
+    // was read, said once however many hierarchies said it.
+    for m in &members {
+        for e in m.evidence.iter().filter(|e| e.source == "trace") {
+            f.evidence.push(e.clone());
+        }
+    }
+    for m in &members {
+        for e in m.evidence.iter().filter(|e| e.source != "trace") {
+            if !f.evidence.contains(e) {
+                f.evidence.push(e.clone());
+            }
+        }
+        for a in &m.advice {
+            if !f.advice.contains(a) {
+                f.advice.push(a.clone());
+            }
+        }
+    }
+    let facts = GroupFacts::of(members.iter().filter_map(|m| m.paths.first()).filter_map(|p| reads.get(p).map(|r| (p.as_slice(), r))));
+    f.detail("directories", members.len());
+    f.detail("hierarchies", hierarchies.len());
+    f.detail("tasks", facts.tasks.len());
+    f.detail("children", facts.children.len());
+
+    let actor = f.actor.as_ref().map(|a| a.description.clone()).unwrap_or_else(|| "the caller".into());
+    let whose = match &f.pod_uid {
+        Some(pod) => format!("the cgroups of pod {pod}"),
+        None => format!("the cgroup {key}"),
+    };
+    let levels = if relatives.len() > 1 { format!(", {} levels (the pod's and its containers')", relatives.len()) } else { String::new() };
+    let dirs = if members.len() == 1 { "1 directory".to_string() } else { format!("{} directories", members.len()) };
+    let failed = format!(
+        "{} failed with {} {} times in all{}",
+        f.syscall.unwrap_or("rmdir"),
+        f.errno.as_deref().unwrap_or("EBUSY"),
+        f.count,
+        f.rhythm.as_ref().map(|r| format!(", on {r}")).unwrap_or_default()
+    );
+    let what = format!("{actor} cannot remove {whose}: {dirs} in {} hierarch{} ({}){levels}", hierarchies.len(), if hierarchies.len() == 1 { "y" } else { "ies" }, hierarchies.join(", "));
+    let frozen_words = if facts.frozen_levels.is_empty() {
+        String::new()
+    } else {
+        let at: Vec<String> = facts.frozen_levels.iter().map(|d| file(d, "freezer.state")).collect();
+        format!(", frozen by the v1 freezer ({} FROZEN; a frozen task ignores SIGKILL until thawed)", at.join(", "))
+    };
+    if !facts.tasks.is_empty() {
+        let named: Vec<String> = facts.tasks.iter().take(TASKS_NAMED).map(|t| task_words(t, facts.frozen_pids.contains(&t.pid))).collect();
+        f.summary = format!("{what}: {} task(s) still live in them{frozen_words}: {}. {failed}.", facts.tasks.len(), named.join(", "));
+        f.fix = facts.fix();
+    } else if facts.frozen() {
+        f.summary = format!("{what}: they are frozen{frozen_words}. {failed}.");
+        f.fix = facts.fix();
+    } else if !facts.children.is_empty() {
+        let names: Vec<String> = facts.children.iter().map(|c| shown(c)).collect();
+        f.summary = format!("{what}: child cgroups remain: {}. {failed}.", names.join(", "));
+        f.fix = facts.fix();
+    } else {
+        f.summary = format!("{what}: {failed}, but they are empty now: the next retries should succeed.");
+        let mut paths = f.paths.clone();
+        paths.sort_by_key(|p| std::cmp::Reverse(depth(p)));
+        f.fix = format!("rmdir {}", paths.iter().map(|p| word(p)).collect::<Vec<_>>().join(" "));
+    }
+    if !facts.frozen_levels.is_empty() {
+        f.advice.push("a task frozen by the v1 freezer shows in ps and /proc as S (sleeping), or D on kernels 6.1 and later, never as frozen; kill -9 does nothing to it until it is thawed: the fix thaws first".into());
+    }
+    f
 }
 
 impl Detector for CgroupBusy {
@@ -142,7 +436,12 @@ impl Detector for CgroupBusy {
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        self.failures.review(review.now, |a| Self::decide(a, review))
+        let reads = &mut self.read;
+        let findings = self.failures.review(review.now, |a| Self::decide(a, review, reads));
+        // Facts of directories no longer failing go with them.
+        let failures = &self.failures;
+        reads.retain(|path, _| failures.tracks(path) || findings.iter().any(|f| f.paths.first() == Some(path)));
+        fold(findings, reads)
     }
 }
 
@@ -150,6 +449,7 @@ impl Detector for CgroupBusy {
 mod tests {
     use super::super::fake::*;
     use super::*;
+    use crate::inspect::FreezerLevel;
 
     const CG: &str = "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod5f1c2a9e_0000_4000_8000_000000000001.slice";
 
@@ -184,23 +484,143 @@ mod tests {
     }
 
     #[test]
-    fn v1_frozen_tasks_are_thawed_before_the_kill_and_children_are_removed() {
-        let mut d = CgroupBusy::default();
-        let mut node = node_with(CgroupState {
-            version: 1,
-            tasks: vec![task(5, "app", 'D')],
-            children: vec![],
-            populated: None,
-            frozen: Some(true),
-            has_kill: false,
-        });
-        let f = &run(&mut d, &mut node, &housekeeping(), 6.5)[0];
-        assert_eq!(f.fix, format!("echo THAWED > {CG}/freezer.state && kill -9 5"));
-        assert!(f.advice[0].contains("D state"));
+    fn a_v2_frozen_or_parent_cgroup_gets_its_own_fix() {
         let mut d = CgroupBusy::default();
         let mut node = node_with(CgroupState { version: 2, tasks: vec![], children: vec!["c1".into()], populated: Some(false), frozen: Some(false), has_kill: true });
         let f = &run(&mut d, &mut node, &housekeeping(), 6.5)[0];
         assert_eq!(f.fix, format!("rmdir {CG}/c1"));
+        assert_eq!(f.id, format!("cgroup-busy:{CG}"), "v2 keeps one finding per directory");
+    }
+
+    /// The v1 hierarchies of an EKS AL2 or RHEL 8 node, as mounted there.
+    const V1: [(&str, &str); 5] = [("memory", "memory"), ("pids", "pids"), ("freezer", "freezer"), ("cpu,cpuacct", "cpu,cpuacct"), ("systemd", "xattr,name=systemd")];
+    const CID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn v1_node() -> FakeNode {
+        let mut text = String::from("1 0 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n30 1 0:25 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n");
+        for (i, (dir, options)) in V1.iter().enumerate() {
+            text.push_str(&format!("{} 30 0:{} / /sys/fs/cgroup/{dir} rw,nosuid - cgroup cgroup rw,{options}\n", 31 + i, 31 + i));
+        }
+        FakeNode { mountinfo: text, ..Default::default() }
+    }
+
+    fn pod_dir(hierarchy: &str) -> String {
+        format!("/sys/fs/cgroup/{hierarchy}/kubepods/besteffort/pod{POD}")
+    }
+
+    /// The report of issue 27: one task of the pod's container frozen by
+    /// the v1 freezer (`level`: at the container or the pod), kubelet
+    /// failing to remove the pod's cgroups, containers first, hierarchy by
+    /// hierarchy, every 2 s.
+    fn frozen_pod(freeze_pod_level: bool) -> (FakeNode, Vec<Call>) {
+        let mut node = v1_node();
+        let frozen_task = task(5, "app", 'S');
+        for (h, _) in V1 {
+            let pod = pod_dir(h);
+            let container = format!("{pod}/{CID}");
+            let v1 = |tasks: Vec<TaskState>, children: Vec<String>| CgroupState { version: 1, tasks, children, populated: None, frozen: None, has_kill: false };
+            node.cgroups.insert(pod.clone().into_bytes(), v1(vec![frozen_task.clone()], vec![CID.into()]));
+            node.cgroups.insert(container.into_bytes(), v1(vec![frozen_task.clone()], vec![]));
+        }
+        let state = |frozen: bool| if frozen { "FROZEN" } else { "THAWED" }.to_string();
+        node.freezer = vec![
+            FreezerLevel { dir: pod_dir("freezer").into_bytes(), state: state(freeze_pod_level), pids: vec![] },
+            FreezerLevel { dir: format!("{}/{CID}", pod_dir("freezer")).into_bytes(), state: state(true), pids: vec![5] },
+        ];
+        let mut calls = Vec::new();
+        for round in 0..4 {
+            for (i, (h, _)) in V1.iter().enumerate() {
+                let at = round as f64 * 2.0 + i as f64 * 0.01;
+                calls.push(rmdir(at, "kubelet", &format!("{}/{CID}", pod_dir(h)), -libc::EBUSY));
+                calls.push(rmdir(at + 0.005, "kubelet", &pod_dir(h), -libc::EBUSY));
+            }
+        }
+        (node, calls)
+    }
+
+    #[test]
+    fn a_v1_pod_frozen_in_its_container_is_one_finding_that_thaws_kills_and_removes() {
+        let (mut node, calls) = frozen_pod(false);
+        let mut d = CgroupBusy::default();
+        let found = run(&mut d, &mut node, &calls, 6.5);
+        assert_eq!(found.len(), 1, "{:#?}", found.iter().map(|f| &f.id).collect::<Vec<_>>());
+        let f = &found[0];
+        assert_eq!(f.id, format!("cgroup-busy:pod {POD}"));
+        assert_eq!((f.severity, f.confidence, f.count), (Severity::Critical, Confidence::Confirmed, 40));
+        assert_eq!(f.pod_uid, Some(pod()));
+        assert_eq!(f.paths.len(), 10);
+        assert_eq!(f.paths[0], pod_dir("cpu,cpuacct").into_bytes(), "the pod's own directories first");
+        for (h, _) in V1 {
+            for dir in [pod_dir(h), format!("{}/{CID}", pod_dir(h))] {
+                assert!(f.evidence.iter().any(|e| e.source == "trace" && e.fact.contains(&format!("of {dir} failed"))), "{dir} in {:#?}", f.evidence);
+            }
+        }
+        let freezer = format!("{}/{CID}/freezer.state", pod_dir("freezer"));
+        assert!(f.evidence.iter().any(|e| e.source == "freezer.state" && e.fact == format!("{freezer}: FROZEN (the v1 freezer: its tasks ignore SIGKILL until thawed)")), "{:#?}", f.evidence);
+        assert_eq!(f.evidence.iter().filter(|e| e.source == "cgroup.procs").count(), 1, "the task is said once: {:#?}", f.evidence);
+        assert!(f.summary.contains("10 directories in 5 hierarchies (cpu,cpuacct, freezer, memory, name=systemd, pids), 2 levels"), "{}", f.summary);
+        assert!(f.summary.contains("pid 5 (app, S (sleeping), frozen by the v1 freezer)"), "{}", f.summary);
+        assert!(f.summary.contains(&format!("frozen by the v1 freezer ({freezer} FROZEN")), "{}", f.summary);
+        let containers: Vec<String> = ["cpu,cpuacct", "freezer", "memory", "pids", "systemd"].iter().map(|h| format!("{}/{CID}", pod_dir(h))).collect();
+        assert_eq!(f.fix, format!("echo THAWED > {freezer} && kill -9 5 && sleep 1 && rmdir {}", containers.join(" ")));
+        assert!(f.rhythm.as_deref().unwrap().contains("every 2 s"), "{:?}", f.rhythm);
+    }
+
+    #[test]
+    fn a_pod_frozen_at_its_own_level_is_thawed_from_the_top() {
+        let (mut node, calls) = frozen_pod(true);
+        // Kernels from 6.1 show a frozen task as D: waiting on the freezer, not on I/O.
+        node.cgroups.values_mut().flat_map(|c| c.tasks.iter_mut()).for_each(|t| t.state = 'D');
+        let found = run(&mut CgroupBusy::default(), &mut node, &calls, 6.5);
+        assert_eq!(found.len(), 1);
+        assert!(!found[0].advice.iter().any(|a| a.contains("D state")), "{:?}", found[0].advice);
+        assert!(found[0].summary.contains("(app, D (uninterruptible sleep), frozen by the v1 freezer)"), "{}", found[0].summary);
+        let freezer = pod_dir("freezer");
+        assert!(
+            found[0].fix.starts_with(&format!("echo THAWED > {freezer}/freezer.state && echo THAWED > {freezer}/{CID}/freezer.state && kill -9 5 && ")),
+            "{}",
+            found[0].fix
+        );
+    }
+
+    #[test]
+    fn a_v1_cgroup_of_no_pod_folds_by_its_path_in_every_hierarchy() {
+        let mut node = v1_node();
+        let mut calls = Vec::new();
+        for (i, (h, _)) in V1.iter().enumerate() {
+            let dir = format!("/sys/fs/cgroup/{h}/docker/{CID}");
+            node.cgroups.insert(dir.clone().into_bytes(), CgroupState { version: 1, tasks: vec![task(77, "nginx", 'S')], children: vec![], populated: None, frozen: None, has_kill: false });
+            calls.push(rmdir(i as f64 * 0.1, "dockerd", &dir, -libc::EBUSY));
+            calls.push(rmdir(1.0 + i as f64 * 0.1, "dockerd", &dir, -libc::EBUSY));
+        }
+        // Another group elsewhere stays its own finding.
+        let other = "/sys/fs/cgroup/memory/system.slice/x.service";
+        node.cgroups.insert(other.into(), CgroupState { version: 1, tasks: vec![task(78, "x", 'S')], children: vec![], populated: None, frozen: None, has_kill: false });
+        calls.extend([rmdir(0.0, "systemd", other, -libc::EBUSY), rmdir(1.0, "systemd", other, -libc::EBUSY)]);
+        let found = run(&mut CgroupBusy::default(), &mut node, &calls, 3.0);
+        let ids: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(ids, [format!("cgroup-busy:docker/{CID}"), "cgroup-busy:system.slice/x.service".to_string()]);
+        assert_eq!(found[0].paths.len(), 5);
+        assert_eq!(found[0].fix, "kill -9 77");
+        assert_eq!(found[0].pod_uid, None);
+        assert!(found[0].summary.starts_with(&format!("dockerd cannot remove the cgroup docker/{CID}: 5 directories in 5 hierarchies")), "{}", found[0].summary);
+    }
+
+    #[test]
+    fn a_folded_finding_resolves_when_every_directory_went() {
+        let (mut node, mut calls) = frozen_pod(false);
+        let mut d = CgroupBusy::default();
+        assert_eq!(run(&mut d, &mut node, &calls, 6.5).len(), 1);
+        // The fix ran: kubelet's next round removes everything.
+        calls.clear();
+        for (h, _) in V1 {
+            calls.push(rmdir(8.0, "kubelet", &format!("{}/{CID}", pod_dir(h)), 0));
+            calls.push(rmdir(8.0, "kubelet", &pod_dir(h), 0));
+        }
+        let found = run(&mut d, &mut node, &calls, 8.5);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].id.as_str(), found[0].status), (format!("cgroup-busy:pod {POD}").as_str(), Status::Resolved));
+        assert!(run(&mut d, &mut node, &[], 9.0).is_empty());
     }
 
     #[test]

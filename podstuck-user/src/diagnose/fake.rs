@@ -42,6 +42,9 @@ pub struct FakeNode {
     pub remaining: HashMap<Vec<u8>, u64>,
     pub usage: HashMap<Vec<u8>, FsUsage>,
     pub cgroups: HashMap<Vec<u8>, CgroupState>,
+    /// Cgroups of the v1 freezer hierarchy; a v1 cgroup's twin and those
+    /// below it are found through the mount table, as on a node.
+    pub freezer: Vec<FreezerLevel>,
     pub tasks: HashMap<u32, TaskState>,
     pub fuse: Vec<TaskState>,
     pub avoided: Vec<Vec<u8>>,
@@ -144,6 +147,15 @@ impl NodeInspector for FakeNode {
     }
     fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
         self.cgroups.get(path).cloned().ok_or(()).or_else(|_| missing())
+    }
+    fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
+        let twin = mounts::freezer_twin(&self.mounts(), path).ok_or(()).or_else(|_| missing())?;
+        let mut levels: Vec<FreezerLevel> = self.freezer.iter().filter(|l| mounts::is_at_or_below(&l.dir, &twin)).cloned().collect();
+        if !levels.iter().any(|l| l.dir == twin) {
+            return missing();
+        }
+        levels.sort_by_key(|l| l.dir.iter().filter(|b| **b == b'/').count());
+        Ok(levels)
     }
     fn task(&mut self, tid: u32) -> Probe<TaskState> {
         self.tasks.get(&tid).cloned().ok_or(()).or_else(|_| missing())

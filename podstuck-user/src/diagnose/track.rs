@@ -274,6 +274,11 @@ impl FailureLog {
         }
     }
 
+    /// Whether failures on `path` are still being followed.
+    pub fn tracks(&self, path: &[u8]) -> bool {
+        self.by_path.contains_key(path)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_path.is_empty()
     }

@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 use crate::identify::owner::RuntimeState;
 use crate::words::{exact_duration, io_words as words};
 
-use super::mounts::{is_at_or_below, mount_containing, parse_mountinfo};
+use super::mounts::{freezer_twin, is_at_or_below, mount_containing, parse_mountinfo};
 use super::{
-    namespace_gone, CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, HoldKind, InodeFlags, Mount, MountCopy,
-    MountHolder, MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
+    namespace_gone, CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind, InodeFlags, Mount,
+    MountCopy, MountHolder, MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
 };
 
 /// How long a caller waits for one path-touching call by default.
@@ -602,10 +602,41 @@ impl NodeInspector for LiveNode {
             };
             (event("populated"), frozen)
         } else {
-            let state = fs::read_to_string(dir.join("freezer.state")).ok();
+            // freezer.state exists only in the freezer hierarchy: a memory
+            // or pids cgroup is frozen when its freezer twin is.
+            let state = fs::read_to_string(dir.join("freezer.state")).ok().or_else(|| {
+                let twin = freezer_twin(&self.host_table().ok()?, path)?;
+                fs::read_to_string(path_of(&twin).join("freezer.state")).ok()
+            });
             (None, state.map(|s| matches!(s.trim(), "FROZEN" | "FREEZING")))
         };
         Ok(CgroupState { version, tasks, children, populated, frozen, has_kill: has("cgroup.kill") })
+    }
+
+    fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
+        let mounts = self.host_table().map_err(unreadable)?;
+        let Some(twin) = freezer_twin(&mounts, path) else {
+            return Err(Unreadable("no v1 freezer hierarchy mounted, or not a v1 cgroup".into()));
+        };
+        let mut levels = Vec::new();
+        // Parents first: a thaw must start at the top, where a freeze
+        // applied to a parent holds its children.
+        let mut pending = std::collections::VecDeque::from([path_of(&twin).to_path_buf()]);
+        while let Some(dir) = pending.pop_front() {
+            let state = match fs::read_to_string(dir.join("freezer.state")) {
+                Ok(state) => state.trim().to_string(),
+                Err(e) if levels.is_empty() => return Err(Unreadable(format!("{}: {}", dir.display(), words(&e)))),
+                // A child removed meanwhile.
+                Err(_) => continue,
+            };
+            let pids = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect();
+            let mut children: Vec<PathBuf> =
+                fs::read_dir(&dir).into_iter().flatten().flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect();
+            children.sort();
+            pending.extend(children);
+            levels.push(FreezerLevel { dir: dir.into_os_string().into_vec(), state, pids });
+        }
+        Ok(levels)
     }
 
     fn task(&mut self, tid: u32) -> Probe<TaskState> {
@@ -1450,6 +1481,51 @@ mod tests {
         fs::write(cg.join("freezer.state"), "THAWED").unwrap();
         eventually("the freezer to say THAWED", || node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(false)));
         drop(kid);
+    }
+
+    #[test]
+    fn a_v1_cgroup_outside_the_freezer_reads_frozen_from_its_freezer_twin() {
+        if !is_root() {
+            return;
+        }
+        let mut node = LiveNode::new();
+        let (Some(memory), Some(freezer)) = (cgroup_mount(&mut node, "cgroup", Some("memory")), cgroup_mount(&mut node, "cgroup", Some("freezer"))) else {
+            return missing(
+                &this_test(),
+                "cgroup v1 memory and freezer hierarchies",
+                "run it on a cgroup v1 or hybrid node (EKS AL2, RHEL 8; or mount -t cgroup -o memory and -o freezer)",
+            );
+        };
+        let name = format!("podstuck-test-twin-{}", std::process::id());
+        let (pod, pod_f) = (memory.join(&name), freezer.join(&name));
+        let (ctr, ctr_f) = (pod.join("c"), pod_f.join("c"));
+        for dir in [&pod, &ctr, &pod_f, &ctr_f] {
+            fs::create_dir(dir).unwrap();
+        }
+        let _dirs = CgroupDirs(vec![pod.clone(), ctr.clone(), pod_f.clone(), ctr_f.clone()]);
+        let kid = Kid::spawn(Command::new("sleep").arg("30"));
+        let _thaw = Thaw(ctr_f.clone());
+        for dir in [&ctr, &ctr_f] {
+            fs::write(dir.join("cgroup.procs"), kid.pid().to_string()).unwrap();
+        }
+        assert_eq!(node.cgroup(b(&pod)).unwrap().frozen, Some(false));
+        fs::write(ctr_f.join("freezer.state"), "FROZEN").unwrap();
+        let frozen = eventually("the memory twin to read FROZEN", || node.cgroup(b(&ctr)).ok().filter(|s| s.frozen == Some(true)));
+        let task = frozen.tasks.iter().find(|t| t.pid == kid.pid()).expect("the frozen task");
+        // Sleeping on 5.10 (the report of issue 27), D on kernels whose
+        // freezer parks tasks in TASK_FROZEN (6.1+): never "frozen".
+        assert!(matches!(task.state, 'S' | 'D'), "a v1-frozen task reads as {}", task.state);
+        let levels = node.v1_freezer(b(&pod)).unwrap();
+        assert_eq!(
+            levels,
+            vec![
+                FreezerLevel { dir: b(&pod_f).to_vec(), state: "THAWED".into(), pids: vec![] },
+                FreezerLevel { dir: b(&ctr_f).to_vec(), state: "FROZEN".into(), pids: vec![kid.pid()] },
+            ]
+        );
+        assert!(node.v1_freezer(b(&memory.join("no-such-cgroup"))).is_err());
+        // Dropped in reverse: thawed, then killed (a frozen task ignores
+        // SIGKILL, and waiting for it would hang), then removed.
     }
 
     #[test]

@@ -253,6 +253,27 @@ pub struct CgroupState {
     pub has_kill: bool,
 }
 
+/// One cgroup of the v1 freezer hierarchy, as `freezer.state` says it.
+/// On v1 the freezer is a hierarchy of its own: a pod's memory or pids
+/// cgroup has no `freezer.state`, its twin under the freezer mount does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreezerLevel {
+    /// The freezer cgroup's directory.
+    pub dir: Vec<u8>,
+    /// `FROZEN`, `FREEZING` or `THAWED`, as read.
+    pub state: String,
+    /// The processes it holds itself (its `cgroup.procs`): a frozen
+    /// process shows in /proc as sleeping, so only this says it is frozen.
+    pub pids: Vec<u32>,
+}
+
+impl FreezerLevel {
+    /// FROZEN or on its way there: its tasks ignore SIGKILL until thawed.
+    pub fn frozen(&self) -> bool {
+        matches!(self.state.as_str(), "FROZEN" | "FREEZING")
+    }
+}
+
 /// What detectors may ask of the node. Every answer is read when asked.
 /// Paths are absolute, as bytes, in the host's mount namespace.
 pub trait NodeInspector {
@@ -286,6 +307,11 @@ pub trait NodeInspector {
     fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage>;
     /// A cgroup directory (v1 or v2) and the tasks in it.
     fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState>;
+    /// The v1 freezer's view of a v1 cgroup of any hierarchy: its twin
+    /// (the same path relative to the freezer hierarchy's mount) and every
+    /// cgroup below that twin, parents first. Unreadable when no v1
+    /// freezer hierarchy is mounted or the twin does not exist.
+    fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>>;
     /// A task (thread id) by /proc.
     fn task(&mut self, tid: u32) -> Probe<TaskState>;
     /// Processes that have /dev/fuse open: the FUSE servers.

@@ -137,6 +137,63 @@ pub fn mounts_on_same_dir<'a>(mounts: &'a [Mount], path: &[u8]) -> Vec<&'a Mount
         .collect()
 }
 
+/// A cgroup directory placed in its hierarchy: on v1 each controller (or
+/// group of them) is a hierarchy of its own, mounted on its own, and a pod
+/// has one directory in each at the same path relative to the mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupPlace {
+    /// The hierarchy's mount point.
+    pub mount_point: Vec<u8>,
+    /// The path below the mount point, without a leading `/` ("" for the root).
+    pub relative: Vec<u8>,
+    /// 1 or 2.
+    pub version: u8,
+    /// "memory", "cpu,cpuacct", "name=systemd"; "unified" for v2.
+    pub hierarchy: String,
+}
+
+/// Per-superblock options of a v1 cgroup mount that are not controllers.
+const NOT_CONTROLLERS: [&str; 6] = ["rw", "ro", "xattr", "noprefix", "clone_children", "cpuset_v2_mode"];
+
+/// The controllers (or `name=`) a v1 cgroup mount holds, from its
+/// per-superblock options: "rw,cpu,cpuacct" is "cpu,cpuacct".
+pub fn v1_controllers(mount: &Mount) -> String {
+    let names: Vec<&str> =
+        mount.super_options.split(',').filter(|o| !NOT_CONTROLLERS.contains(o) && !o.starts_with("release_agent=") && !o.is_empty()).collect();
+    names.join(",")
+}
+
+/// Which hierarchy `path` is a cgroup of, and where in it; None when it
+/// is on no cgroup filesystem.
+pub fn cgroup_place(mounts: &[Mount], path: &[u8]) -> Option<CgroupPlace> {
+    let m = mount_containing(mounts, path)?;
+    let version = match m.fstype.as_str() {
+        "cgroup" => 1,
+        "cgroup2" => 2,
+        _ => return None,
+    };
+    let rest = if m.mount_point == b"/" { path } else { &path[m.mount_point.len()..] };
+    let relative = rest.strip_prefix(b"/").unwrap_or(rest).to_vec();
+    let hierarchy = if version == 2 { "unified".to_string() } else { v1_controllers(m) };
+    Some(CgroupPlace { mount_point: m.mount_point.clone(), relative, version, hierarchy })
+}
+
+/// The twin of v1 cgroup `path` in the freezer hierarchy: the same
+/// relative path under the mount whose controllers include `freezer`.
+/// None when `path` is no v1 cgroup or no freezer hierarchy is mounted.
+pub fn freezer_twin(mounts: &[Mount], path: &[u8]) -> Option<Vec<u8>> {
+    let place = cgroup_place(mounts, path).filter(|p| p.version == 1)?;
+    let freezer = mounts.iter().rev().find(|m| m.fstype == "cgroup" && v1_controllers(m).split(',').any(|c| c == "freezer"))?;
+    let mut twin = freezer.mount_point.clone();
+    if !place.relative.is_empty() {
+        if twin != b"/" {
+            twin.push(b'/');
+        }
+        twin.extend_from_slice(&place.relative);
+    }
+    Some(twin)
+}
+
 /// The number of a propagation tag ("shared:12" -> 12 for "shared").
 fn peer_group(propagation: &[String], tag: &str) -> Option<u32> {
     propagation.iter().find_map(|p| p.strip_prefix(tag)?.strip_prefix(':')?.parse().ok())
@@ -317,5 +374,28 @@ mod tests {
                 proptest::prop_assert_eq!(&m.super_options, options);
             }
         }
+    }
+
+    #[test]
+    fn a_v1_cgroup_is_placed_in_its_hierarchy_and_has_a_freezer_twin() {
+        let v1 = b"\
+30 22 0:25 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755
+32 30 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+35 30 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+37 30 0:34 / /sys/fs/cgroup/freezer rw - cgroup cgroup rw,freezer
+40 30 0:37 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,release_agent=/x,name=systemd
+";
+        let mounts = parse_mountinfo(v1);
+        let place = cgroup_place(&mounts, b"/sys/fs/cgroup/cpu,cpuacct/kubepods/podX/c1").unwrap();
+        assert_eq!((place.version, place.hierarchy.as_str(), place.relative.as_slice()), (1, "cpu,cpuacct", &b"kubepods/podX/c1"[..]));
+        assert_eq!(cgroup_place(&mounts, b"/sys/fs/cgroup/systemd/kubepods").unwrap().hierarchy, "name=systemd");
+        assert_eq!(freezer_twin(&mounts, b"/sys/fs/cgroup/memory/kubepods/podX").unwrap(), b"/sys/fs/cgroup/freezer/kubepods/podX");
+        assert_eq!(freezer_twin(&mounts, b"/sys/fs/cgroup/freezer/kubepods").unwrap(), b"/sys/fs/cgroup/freezer/kubepods");
+        assert_eq!(freezer_twin(&mounts, b"/sys/fs/cgroup/memory").unwrap(), b"/sys/fs/cgroup/freezer");
+        assert_eq!(cgroup_place(&mounts, b"/sys/fs/cgroup/x"), None, "the tmpfs under the hierarchies is no cgroup");
+        // v2 has no freezer twin: cgroup.freeze sits in every cgroup.
+        let mounts = parse_mountinfo(SAMPLE);
+        assert_eq!(cgroup_place(&mounts, b"/sys/fs/cgroup/unified/a").unwrap().hierarchy, "unified");
+        assert_eq!(freezer_twin(&mounts, b"/sys/fs/cgroup/unified/a"), None);
     }
 }

@@ -4,8 +4,8 @@
 //! another machine, from what was noted.
 
 use crate::inspect::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, InodeFlags, Mount, MountCopy, MountHolder, MountNamespace, NodeInspector, Probe, TaskState,
-    Unreadable,
+    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder, MountNamespace, NodeInspector,
+    Probe, TaskState, Unreadable,
 };
 
 /// One question a detector asked of the node during a review, with the
@@ -23,6 +23,7 @@ pub enum Asked {
     RemainingEntries { path: Vec<u8>, answer: Probe<EntryEstimate> },
     FsUsage { path: Vec<u8>, answer: Probe<FsUsage> },
     Cgroup { path: Vec<u8>, answer: Probe<CgroupState> },
+    V1Freezer { path: Vec<u8>, answer: Probe<Vec<FreezerLevel>> },
     Task { tid: u32, answer: Probe<TaskState> },
     FuseServers { answer: Vec<TaskState> },
     /// Not a question: the detectors telling the node to stay away from a
@@ -102,6 +103,11 @@ impl NodeInspector for RecordingNode<'_> {
     fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
         let answer = self.node.cgroup(path);
         self.asked.push(Asked::Cgroup { path: path.to_vec(), answer: answer.clone() });
+        answer
+    }
+    fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
+        let answer = self.node.v1_freezer(path);
+        self.asked.push(Asked::V1Freezer { path: path.to_vec(), answer: answer.clone() });
         answer
     }
     fn task(&mut self, tid: u32) -> Probe<TaskState> {
@@ -278,6 +284,13 @@ impl NodeInspector for ReplayNode {
             _ => None,
         };
         self.answer(|| format!("cgroup {}", shown(path)), pick).unwrap_or_else(missing)
+    }
+    fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
+        let pick = |a: &Asked| match a {
+            Asked::V1Freezer { path: p, answer } if p == path => Some(answer.clone()),
+            _ => None,
+        };
+        self.answer(|| format!("v1_freezer {}", shown(path)), pick).unwrap_or_else(missing)
     }
     fn task(&mut self, tid: u32) -> Probe<TaskState> {
         let pick = |a: &Asked| match a {

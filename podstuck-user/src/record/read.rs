@@ -14,7 +14,7 @@ use crate::collect::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
 use crate::identify::Identity;
-use crate::inspect::{Mount, MountCopy, MountHolder, Probe, TaskState};
+use crate::inspect::{FreezerLevel, Mount, MountCopy, MountHolder, Probe, TaskState};
 
 /// The header line is a few hundred bytes; anything this long is not one.
 const MAX_HEADER_BYTES: u64 = 1 << 20;
@@ -186,6 +186,9 @@ fn answer_bytes(question: &str, asked: &Asked) -> usize {
         Asked::FsUsage { path, answer } => path.len() + probe(answer, |u| u.fstype.len()),
         Asked::Cgroup { path, answer } => {
             path.len() + probe(answer, |c| c.tasks.iter().map(task).sum::<usize>() + strings(&c.children))
+        }
+        Asked::V1Freezer { path, answer } => {
+            path.len() + probe(answer, |l| l.iter().map(|l| size_of::<FreezerLevel>() + l.dir.len() + l.state.len() + 4 * l.pids.len()).sum())
         }
         Asked::Task { answer, .. } => probe(answer, task),
         Asked::FuseServers { answer } => answer.iter().map(task).sum(),

@@ -539,6 +539,8 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
         Asked::MountCopies { mount: mount.clone(), mntns: 5, answer: vec![MountCopy { mntns: 5, pid: 6, comm: "c".into(), mount_point: odd.clone(), propagation: vec!["master:3".into()], owner: None }] },
         Asked::DirSample { path: odd.clone(), limit: 3, answer: Ok(DirSample { names: vec![b"\xff".to_vec(), b"ok".to_vec()], counted: 2, complete: true }) },
         Asked::FileFacts { path: odd.clone(), answer: Err(Unreadable("timed out after 1 s: the filesystem may be hung".into())) },
+        Asked::V1Freezer { path: odd.clone(), answer: Ok(vec![crate::inspect::FreezerLevel { dir: odd.clone(), state: "FROZEN".into(), pids: vec![5, 6] }]) },
+        Asked::V1Freezer { path: b"/sys/fs/cgroup/memory/x".to_vec(), answer: Err(Unreadable("no v1 freezer hierarchy mounted, or not a v1 cgroup".into())) },
         Asked::Avoid { path: odd.clone() },
     ];
     let mut flight = hung_flight(0.5);

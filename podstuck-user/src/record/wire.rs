@@ -25,7 +25,8 @@ use crate::event::{BaseDir, CallEvent, PathStatus};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::inspect::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FsUsage, HoldKind, InodeFlags, Mount, MountCopy, MountHolder, MountNamespace, Probe, TaskState, Unreadable,
+    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind, InodeFlags, Mount, MountCopy, MountHolder, MountNamespace, Probe,
+    TaskState, Unreadable,
 };
 
 use super::node::Asked;
@@ -863,6 +864,11 @@ pub enum WireAsked<'a> {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<WireProbe<Cow<'a, CgroupState>>>,
     },
+    V1Freezer {
+        path: Bytes<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<WireProbe<Cow<'a, [FreezerLevel]>>>,
+    },
     Task {
         tid: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -909,6 +915,9 @@ impl<'a> WireAsked<'a> {
             }
             Asked::FsUsage { path, answer } => WireAsked::FsUsage { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
             Asked::Cgroup { path, answer } => WireAsked::Cgroup { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
+            Asked::V1Freezer { path, answer } => {
+                WireAsked::V1Freezer { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |l| Cow::Borrowed(l.as_slice()))) }
+            }
             Asked::Task { tid, answer } => WireAsked::Task { tid: *tid, answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
             Asked::FuseServers { answer } => WireAsked::FuseServers { answer: Some(Cow::Borrowed(answer)) },
             Asked::Avoid { path } => WireAsked::Avoid { path: Bytes::of(path) },
@@ -936,6 +945,7 @@ impl<'a> WireAsked<'a> {
             WireAsked::RemainingEntries { path, .. } => format!("remaining_entries {:?}", path.0),
             WireAsked::FsUsage { path, .. } => format!("fs_usage {:?}", path.0),
             WireAsked::Cgroup { path, .. } => format!("cgroup {:?}", path.0),
+            WireAsked::V1Freezer { path, .. } => format!("v1_freezer {:?}", path.0),
             WireAsked::Task { tid, .. } => format!("task {tid}"),
             WireAsked::FuseServers { .. } => "fuse_servers".into(),
             WireAsked::Avoid { path } => format!("avoid {:?}", path.0),
@@ -956,6 +966,7 @@ impl<'a> WireAsked<'a> {
             WireAsked::RemainingEntries { answer, .. } => *answer = None,
             WireAsked::FsUsage { answer, .. } => *answer = None,
             WireAsked::Cgroup { answer, .. } => *answer = None,
+            WireAsked::V1Freezer { answer, .. } => *answer = None,
             WireAsked::Task { answer, .. } => *answer = None,
             WireAsked::FuseServers { answer } => *answer = None,
             WireAsked::Avoid { .. } => {}
@@ -989,6 +1000,9 @@ impl<'a> WireAsked<'a> {
             }
             WireAsked::FsUsage { path, answer: Some(a) } => Asked::FsUsage { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
             WireAsked::Cgroup { path, answer: Some(a) } => Asked::Cgroup { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
+            WireAsked::V1Freezer { path, answer: Some(a) } => {
+                Asked::V1Freezer { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
+            }
             WireAsked::Task { tid, answer: Some(a) } => Asked::Task { tid, answer: a.into_probe(Cow::into_owned) },
             WireAsked::FuseServers { answer: Some(a) } => Asked::FuseServers { answer: a.into_owned() },
             WireAsked::Avoid { path } => Asked::Avoid { path: path.into_vec() },

@@ -19,6 +19,11 @@
 //! Ops (each attempt prints one line: the op and "ok", "errno N" or a count):
 //!   rmdir-at DIR NAME      open DIR, unlinkat(fd, NAME, AT_REMOVEDIR)
 //!   rmdir PATH             rmdir(2), the raw syscall
+//!   rmdirs PATH...         rmdir(2) of each PATH in turn, as kubelet removes a
+//!                          pod's cgroups (containers first, then the pod, in
+//!                          every v1 hierarchy); one word per PATH: "ok",
+//!                          "gone" (ENOENT: already removed, as kubelet takes
+//!                          it) or "errno N", joined by ", "
 //!   umount PATH            umount2(PATH, 0), the raw syscall
 //!   unlink-in DIR NAME     chdir DIR, unlink(NAME) (cwd-relative, like C tools)
 //!   unlink PATH            unlink(2), the raw syscall
@@ -172,6 +177,16 @@ fn attempt(args: &[Vec<u8>]) -> String {
             out
         },
         b"rmdir" => outcome(unsafe { libc::syscall(libc::SYS_rmdir, c(&args[1]).as_ptr()) }),
+        b"rmdirs" => {
+            let words: Vec<String> = args[1..]
+                .iter()
+                .map(|p| match outcome(unsafe { libc::syscall(libc::SYS_rmdir, c(p).as_ptr()) }) {
+                    o if o == format!("errno {}", libc::ENOENT) => "gone".to_string(),
+                    o => o,
+                })
+                .collect();
+            words.join(", ")
+        }
         b"umount" => outcome(unsafe { libc::syscall(libc::SYS_umount2, c(&args[1]).as_ptr(), 0) }),
         b"unlink-in" => unsafe {
             assert_eq!(libc::chdir(c(&args[1]).as_ptr()), 0, "chdir");
