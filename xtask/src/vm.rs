@@ -12,6 +12,11 @@
 //! PODSTUCK-VM RESULT <scenario> PASS|FAIL attach=<a> walk=<w> <detail>
 //! ```
 //!
+//! Each kernel boots twice: the whole suite, then with
+//! `lockdown=confidentiality`; 5.10 a third time with cgroup v1
+//! hierarchies in place of cgroup2 (`Suite::CgroupV1`), the node shape of
+//! EKS's AL2 and RHEL 8.
+//!
 //! The host reads the console, prints a table, saves each kernel's whole
 //! console log as `target/vm/console-<kernel>.log`, and fails if any
 //! scenario failed, went missing, or the guest outlived its watchdog, and
@@ -56,6 +61,12 @@ const SCENARIOS: [&str; 9] =
 /// podstuck says so in one sentence with what to do, not a verifier log.
 const LOCKDOWN_SCENARIOS: [&str; 3] = ["check", "lockdown", "attach"];
 
+/// The scenarios of 5.10's third boot, with cgroup v1 hierarchies and no
+/// cgroup2 (EKS's AL2, RHEL 8): a short-lived process of a pod tied to it by
+/// the cgroup the kernel read, and a pod frozen by the v1 freezer as one
+/// `cgroup-busy` finding whose fix frees all its cgroups.
+const CGROUP_V1_SCENARIOS: [&str; 4] = ["check", "v1-identity", "v1-cgroup-busy", "attach"];
+
 /// The scenarios of `cargo xtask bench`'s boot: check, then the storm's
 /// timings (BENCH lines).
 const BENCH_SCENARIOS: [&str; 2] = ["check", "bench"];
@@ -65,6 +76,8 @@ const BENCH_SCENARIOS: [&str; 2] = ["check", "bench"];
 enum Suite {
     Full,
     Lockdown,
+    /// cgroup v1 instead of cgroup2 (`CGROUP_V1_SCENARIOS`).
+    CgroupV1,
     /// Paired rounds removing `dirs` directories (see `bench_boots`).
     Bench { dirs: usize, rounds: usize },
 }
@@ -74,6 +87,7 @@ impl Suite {
         match self {
             Suite::Full => &SCENARIOS,
             Suite::Lockdown => &LOCKDOWN_SCENARIOS,
+            Suite::CgroupV1 => &CGROUP_V1_SCENARIOS,
             Suite::Bench { .. } => &BENCH_SCENARIOS,
         }
     }
@@ -92,7 +106,7 @@ impl Suite {
     /// collector runs beside it, as on a node's second CPU.
     fn accel(self) -> &'static str {
         match self {
-            Suite::Full | Suite::Lockdown => "tcg,thread=single",
+            Suite::Full | Suite::Lockdown | Suite::CgroupV1 => "tcg,thread=single",
             Suite::Bench { .. } => "tcg,thread=multi",
         }
     }
@@ -102,6 +116,7 @@ impl Suite {
         match self {
             Suite::Full => kernel.to_string(),
             Suite::Lockdown => format!("{kernel}-lockdown"),
+            Suite::CgroupV1 => format!("{kernel}-cgroup-v1"),
             Suite::Bench { .. } => format!("{kernel}-bench"),
         }
     }
@@ -250,6 +265,10 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
         let initrd = kernel_initramfs(kernel, &common)?;
         for suite in &suites {
             runs.push(boot_once_more_if_crashed(kernel, *suite, &initrd, Duration::from_secs(args.timeout))?);
+        }
+        // The v1 node shape on the kernel of the nodes that have it (EKS's AL2).
+        if kernel.spec.choice == KernelChoice::V5_10 && !args.lockdown_only {
+            runs.push(boot_once_more_if_crashed(kernel, Suite::CgroupV1, &initrd, Duration::from_secs(args.timeout))?);
         }
     }
     print_table(&runs);
@@ -981,6 +1000,11 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
             "console=ttyS0 panic=-1 lockdown=confidentiality podstuck_vm.suite=lockdown podstuck_vm.expect_attach=none podstuck_vm.expect_walk=none"
                 .to_string()
         }
+        // Debian's older kernels leave the memory controller off unless asked.
+        Suite::CgroupV1 => format!(
+            "console=ttyS0 panic=-1 cgroup_enable=memory podstuck_vm.suite=cgroup-v1 podstuck_vm.expect_attach={} podstuck_vm.expect_walk={}",
+            kernel.spec.expect_attach, kernel.spec.expect_walk
+        ),
         Suite::Bench { dirs, rounds } => format!(
             "console=ttyS0 panic=-1 podstuck_vm.suite=bench podstuck_vm.bench_dirs={dirs} podstuck_vm.bench_rounds={rounds} podstuck_vm.expect_attach={}",
             kernel.spec.expect_attach

@@ -144,7 +144,18 @@ mkdir -p /tmp /run /var/tmp /dev/pts /dev/shm /root
 mount -t tmpfs -o size=1600m tmpfs /tmp
 mount -t tmpfs tmpfs /run
 mount -t tracefs tracefs /sys/kernel/tracing
-mount -t cgroup2 cgroup2 /sys/fs/cgroup
+SUITE=$(sed -n 's/.*podstuck_vm\.suite=\([^ ]*\).*/\1/p' /proc/cmdline)
+if [ "$SUITE" = cgroup-v1 ]; then
+    # As EKS's AL2 and RHEL 8 nodes have it (cgroupfs driver): v1
+    # hierarchies, one per controller or pair, and systemd's named one; no cgroup2.
+    mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup
+    for c in memory pids freezer cpu,cpuacct; do
+        mkdir -p "/sys/fs/cgroup/$c" && mount -t cgroup -o "$c" cgroup "/sys/fs/cgroup/$c"
+    done
+    mkdir -p /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
+else
+    mount -t cgroup2 cgroup2 /sys/fs/cgroup
+fi
 mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
 hostname podstuck-vm
 
@@ -162,7 +173,6 @@ MODULES=${MODULES#,}
 LOCKDOWN=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/security/lockdown 2>/dev/null)
 [ -e /sys/kernel/btf/vmlinux ] && BTF=yes || BTF=no
 EXPECT=$(sed -n 's/.*podstuck_vm\.expect_attach=\([^ ]*\).*/\1/p' /proc/cmdline)
-SUITE=$(sed -n 's/.*podstuck_vm\.suite=\([^ ]*\).*/\1/p' /proc/cmdline)
 EXPECT_WALK=$(sed -n 's/.*podstuck_vm\.expect_walk=\([^ ]*\).*/\1/p' /proc/cmdline)
 say "INFO kernel=$(uname -r) lockdown=${LOCKDOWN:-unknown} btf_vmlinux=$BTF modules_loaded=${MODULES:-none} cpus=$(nproc) mem_mb=$(free -m | awk '/^Mem:/ { print $2 }') expect_attach=${EXPECT:-any} expect_walk=${EXPECT_WALK:-any}"
 
@@ -313,9 +323,91 @@ if [ "$SUITE" = lockdown ]; then
     say "TIME lockdown $(since "$T0")"
 fi
 
+# --- cgroup v1 (only in the boot with podstuck_vm.suite=cgroup-v1) ------
+# A pod of the cgroupfs driver in every hierarchy: /kubepods/burstable/pod<uid>/<container>.
+if [ "$SUITE" = cgroup-v1 ]; then
+    V1=/sys/fs/cgroup
+    HIERARCHIES="memory pids freezer cpu,cpuacct systemd"
+    V1POD=3c3c3c3c-1111-4222-8333-444444444444
+    V1CID=c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00
+    # kubelet's order: the container's cgroups, then the pod's.
+    V1DIRS=$(for h in $HIERARCHIES; do echo "$V1/$h/kubepods/burstable/pod$V1POD/$V1CID"; done
+             for h in $HIERARCHIES; do echo "$V1/$h/kubepods/burstable/pod$V1POD"; done)
+    for d in $V1DIRS; do mkdir -p "$d"; done
+    V1FREEZER=$V1/freezer/kubepods/burstable/pod$V1POD/$V1CID/freezer.state
+
+    # v1-identity: a process of the pod that exits at once is tied to the
+    # pod by the cgroup the kernel read at its call.
+    T0=$(uptime_s)
+    A=- W=-
+    if start_watch /tmp/v1id --json --pod "$V1POD"; then
+        echo x >/var/tmp/v1-file
+        actor --cgroup "$V1/memory/kubepods/burstable/pod$V1POD/$V1CID" unlink /var/tmp/v1-file >/tmp/v1id.actor 2>&1
+        wait_for /tmp/v1id.json '"abs_path":"/var/tmp/v1-file"' "$WPID" 30
+        stop_watch
+        L=$(grep '"abs_path":"/var/tmp/v1-file"' /tmp/v1id.json | head -n 1)
+        if echo "$L" | grep -q "\"pod_uid\":\"$V1POD\"" && echo "$L" | grep -q '"match":\["cgroup"\]'; then
+            result v1-identity PASS "rm-like actor gone, its unlink tied to pod $V1POD by its v1 memory cgroup: $(echo "$L" | grep -o '"pod_uid":"[^"]*","container_id":"[^"]*"')"
+        else
+            result v1-identity FAIL "event: $(echo "$L" | oneline); actor: $(oneline </tmp/v1id.actor); podstuck: $(oneline </tmp/v1id.err)"
+        fi
+    else
+        result v1-identity FAIL "$WHY"
+    fi
+    say "TIME v1-identity $(since "$T0")"
+
+    # v1-cgroup-busy: the container's task frozen by the v1 freezer, kubelet
+    # removing the pod's cgroups every 2 s: one finding, whose fix, run as
+    # printed, lets kubelet remove every one of them.
+    T0=$(uptime_s)
+    A=- W=-
+    sleep 100000 &
+    TASK=$!
+    for h in $HIERARCHIES; do echo "$TASK" >"$V1/$h/kubepods/burstable/pod$V1POD/$V1CID/cgroup.procs"; done
+    echo FROZEN >"$V1FREEZER"
+    if start_watch /tmp/v1cg --json --findings --pod "$V1POD"; then
+        # shellcheck disable=SC2086
+        actor --comm kubelet --every-ms 2000 --repeat 0 rmdirs $V1DIRS >/tmp/v1cg.kubelet 2>&1 &
+        KPID=$!
+        wait_for /tmp/v1cg.json '"kind":"cgroup-busy"' "$WPID" 60
+        # Two more of kubelet's rounds: a finding per directory would show by then.
+        sleep 5
+        N=$(grep '"kind":"cgroup-busy"' /tmp/v1cg.json | grep -o '"id":"[^"]*"' | sort -u | wc -l)
+        FIX=$(grep '"kind":"cgroup-busy"' /tmp/v1cg.json | tail -n 1 | jstr fix)
+        kill -STOP "$KPID"
+        sh -c "$FIX" >/tmp/v1cg.fix 2>&1
+        FRC=$?
+        kill -CONT "$KPID"
+        LEFT=""
+        n=100
+        while [ "$n" -gt 0 ]; do
+            LEFT=$(for d in $V1DIRS; do [ -d "$d" ] && echo "$d"; done)
+            [ -z "$LEFT" ] && break
+            sleep 0.1
+            n=$((n - 1))
+        done
+        kill "$KPID"
+        wait "$KPID"
+        stop_watch
+        if [ "$N" = 1 ] && [ "$FRC" = 0 ] && [ -z "$LEFT" ]; then
+            result v1-cgroup-busy PASS "1 finding for the pod's $(echo $V1DIRS | wc -w) cgroups; its fix ran (exit 0) and kubelet removed them all: ${FIX}"
+        else
+            result v1-cgroup-busy FAIL "$N finding(s); fix '${FIX}' exit $FRC: $(oneline </tmp/v1cg.fix); left: $(echo $LEFT | oneline); kubelet: $(tail -n 2 /tmp/v1cg.kubelet | oneline); podstuck: $(oneline </tmp/v1cg.err)"
+        fi
+    else
+        result v1-cgroup-busy FAIL "$WHY"
+    fi
+    # Whatever the outcome, nothing of the pod is left behind.
+    [ -e "$V1FREEZER" ] && echo THAWED >"$V1FREEZER"
+    kill -9 "$TASK" 2>/dev/null
+    wait "$TASK" 2>/dev/null
+    for d in $V1DIRS; do rmdir "$d" 2>/dev/null; done
+    say "TIME v1-cgroup-busy $(since "$T0")"
+fi
+
 # --- pod-isolation: --pod follows one pod; kubelet's EBUSY on its still ----
 # --- mounted volume is P1, the other pod's is never said -------------------
-if [ "$SUITE" != lockdown ]; then
+if [ -z "$SUITE" ]; then # the full suite
     T0=$(uptime_s)
     A=- W=-
     UA=1a1a1a1a-2b2b-3c3c-4d4d-5e5e5e5e5e5e
@@ -387,7 +479,7 @@ if [ "$SUITE" != lockdown ]; then
     say "TIME held-in-namespace $(since "$T0")"
 fi
 
-if [ "$SUITE" != lockdown ]; then
+if [ -z "$SUITE" ]; then # the full suite
 # --- demo -----------------------------------------------------------------
 T0=$(uptime_s)
 A=- W=-
