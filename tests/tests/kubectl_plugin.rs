@@ -80,7 +80,9 @@ kernel_test! {
         // One line per finding, straight from podstuck in the debug pod.
         let line = plugin.await_line(secs(90), |l| l.contains("FINDING [") && l.contains("volume-still-mounted"));
         assert!(line.contains(&format!("pod {}", pod.uid())), "{line}");
-        assert!(line.contains(&format!("fix: umount {}", shell_word(&mount))), "{line}");
+        // From the debug pod the fix enters the node's mount namespace first.
+        let unmount = format!("umount {}", shell_word(&mount));
+        assert!(line.contains(&format!("fix: {unmount}")) || line.contains(&format!("fix: nsenter -t 1 -m -- {unmount}")), "{line}");
         let ended = plugin.stop(libc::SIGINT);
         drop(kubelet);
 

@@ -219,8 +219,16 @@ fn exec(state: &Path, call: &Call) -> i32 {
         // SAFETY: dup2 onto standard input.
         unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) };
     }
+    // A real debug pod's podstuck enters PID 1's mount namespace, the
+    // node's. Where even root cannot read PID 1's (a sandboxed test
+    // machine), it is told the node is this run's parent's, which lives
+    // in the node's namespace, as the container tests tell theirs.
+    let mut args: Vec<OsString> = args.iter().map(OsString::from).collect();
+    if std::fs::read_link("/proc/1/ns/mnt").is_err() {
+        args.extend(["--node-pid".into(), std::os::unix::process::parent_id().to_string().into()]);
+    }
     let argv: Vec<CString> = std::iter::once(podstuck)
-        .chain(args.iter().map(OsString::from))
+        .chain(args)
         .map(|a| CString::new(a.into_vec()).unwrap())
         .collect();
     let env: Vec<CString> = std::env::vars_os().map(|(k, v)| CString::new([k.into_vec(), b"=".to_vec(), v.into_vec()].concat()).unwrap()).collect();
