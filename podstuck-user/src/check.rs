@@ -1,9 +1,14 @@
 //! `podstuck check`: can podstuck run on this node, and what will it find
 //! here? One line per question, ok or the problem and what to do:
 //! privileges, what the kernel offers (each probe: ring buffer, bpf_loop,
-//! BTF, fentry, tracefs, lockdown) and the plan made of it, cgroup layout
-//! and driver, kubelet root, container runtime, another podstuck already
-//! tracing, and where podstuck runs (on the node or in a container).
+//! BTF, fentry, tracefs, lockdown) and the plan made of it, the node's
+//! shape (cgroup v2, hybrid or v1, which hierarchies and which of them
+//! hold the pods; kubelet a host process or in a container), cgroup
+//! driver, kubelet root, container runtime, another podstuck already
+//! tracing, and where podstuck runs (on the node or in a container). The
+//! shape decides what a finding can say: on v1 a pod's cgroups are one per
+//! hierarchy, and a kubelet in a container mounts volumes in its own mount
+//! namespace, where fixes must enter.
 //!
 //! Gathering reads the node ([`CheckFacts::gather`]); judging is pure
 //! ([`judge`]) and unit-tested on made-up facts. The tracing prerequisites
@@ -14,6 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::identify::cgroups::cgroup2_mount;
+use crate::inspect::mounts::{parse_mountinfo, v1_controllers};
 use crate::kernel_features::{AttachPoint, BtfSource, Lockdown, PathWalk, Probed};
 use crate::preflight::{plan, privileged, NodeFacts};
 use crate::print::Out;
@@ -64,18 +70,88 @@ pub struct OtherPodstuck {
 #[derive(Clone, Debug)]
 pub struct CheckFacts {
     pub node: NodeFacts,
-    /// The cgroup v2 mount, if any.
-    pub cgroup2: Option<PathBuf>,
-    /// Whether any cgroup v1 hierarchy is mounted.
-    pub cgroup1: bool,
+    /// The cgroup hierarchies mounted.
+    pub cgroups: CgroupShape,
+    /// The hierarchies that hold a kubepods cgroup, by name.
+    pub pods_in: Vec<String>,
     /// "systemd" (kubepods.slice) or "cgroupfs" (kubepods), where found.
     pub cgroup_driver: Option<(&'static str, PathBuf)>,
+    /// Where kubelet runs.
+    pub kubelet: KubeletPlace,
     pub kubelet_root: PathBuf,
     pub kubelet_root_present: bool,
     pub pods_on_node: usize,
     /// Runtimes found: name and how (socket path or pid).
     pub runtimes: Vec<(String, String)>,
     pub others: Vec<OtherPodstuck>,
+}
+
+/// The cgroup hierarchies a node mounts, read from its mount table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupShape {
+    /// The cgroup2 mount, if any.
+    pub v2: Option<PathBuf>,
+    /// Each v1 hierarchy: its controllers ("cpu,cpuacct", "name=systemd")
+    /// and mount point, in mount order.
+    pub v1: Vec<(String, PathBuf)>,
+}
+
+/// The cgroup shape of the node whose mountinfo this is. Pure text work.
+pub fn cgroup_shape(mountinfo: &str) -> CgroupShape {
+    use std::os::unix::ffi::OsStrExt;
+    let v1 = parse_mountinfo(mountinfo.as_bytes())
+        .into_iter()
+        .filter(|m| m.fstype == "cgroup")
+        .map(|m| (v1_controllers(&m), PathBuf::from(std::ffi::OsStr::from_bytes(&m.mount_point))))
+        .collect();
+    CgroupShape { v2: cgroup2_mount(mountinfo), v1 }
+}
+
+impl CgroupShape {
+    /// Every hierarchy's name and mount point: "unified" for v2, first.
+    pub fn hierarchies(&self) -> Vec<(String, PathBuf)> {
+        self.v2.iter().map(|p| ("unified".to_string(), p.clone())).chain(self.v1.iter().cloned()).collect()
+    }
+
+    /// "memory, pids, freezer (under /sys/fs/cgroup)".
+    fn v1_words(&self) -> String {
+        let names: Vec<&str> = self.v1.iter().map(|(n, _)| n.as_str()).collect();
+        let parents: Vec<Option<&Path>> = self.v1.iter().map(|(_, p)| p.parent()).collect();
+        let under = match parents.first() {
+            Some(Some(first)) if parents.iter().all(|p| p == &Some(*first)) => format!(" (under {})", first.display()),
+            _ => String::new(),
+        };
+        format!("{}{under}", names.join(", "))
+    }
+}
+
+/// Where kubelet runs, as seen from its process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KubeletPlace {
+    /// No process named kubelet.
+    NotFound,
+    /// In the node's own mount namespace.
+    Host { pid: u32 },
+    /// In a mount namespace of its own (kind, k3d, minikube, Talos, RKE1):
+    /// the pod or container it belongs to, in words, where known.
+    Container { pid: u32, owner: Option<String> },
+}
+
+impl KubeletPlace {
+    /// The first process named kubelet, placed by its mount namespace
+    /// against the node's.
+    fn find() -> KubeletPlace {
+        let mut kubelets: Vec<u32> = processes().into_iter().filter(|(_, comm)| comm == "kubelet").map(|(pid, _)| pid).collect();
+        kubelets.sort_unstable();
+        let Some(&pid) = kubelets.first() else { return KubeletPlace::NotFound };
+        let node = std::fs::read_link(crate::node_view::view().node_proc_file("ns/mnt")).ok();
+        let own = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+        if node.is_none() || own == node {
+            return KubeletPlace::Host { pid };
+        }
+        let owner = crate::identify::owner::RuntimeState::of_this_node().owner_of(Path::new("/proc"), pid).map(|o| o.words());
+        KubeletPlace::Container { pid, owner }
+    }
 }
 
 /// Runtime sockets, by runtime.
@@ -236,21 +312,23 @@ pub fn pods_under(kubelet_root: &Path) -> Vec<String> {
 impl CheckFacts {
     pub fn gather(kubelet_root: &Path, btf: Option<&Path>) -> CheckFacts {
         let mountinfo = std::fs::read_to_string(crate::node_view::view().mountinfo()).unwrap_or_default();
-        let cgroup2 = cgroup2_mount(&mountinfo);
-        let cgroup1 = mountinfo.lines().any(|l| l.split(" - ").nth(1).is_some_and(|t| t.starts_with("cgroup ")));
-        let mut roots: Vec<PathBuf> = cgroup2.iter().cloned().collect();
-        // v1: the controllers kubelet always uses.
-        roots.extend(["/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/systemd"].map(PathBuf::from));
-        let cgroup_driver = roots.iter().find_map(|root| {
-            let reached = crate::node_view::path(root);
-            if reached.join("kubepods.slice").is_dir() {
+        let cgroups = cgroup_shape(&mountinfo);
+        let mut cgroup_driver = None;
+        let mut pods_in = Vec::new();
+        for (name, root) in cgroups.hierarchies() {
+            let reached = crate::node_view::path(&root);
+            let found = if reached.join("kubepods.slice").is_dir() {
                 Some(("systemd", root.join("kubepods.slice")))
             } else if reached.join("kubepods").is_dir() {
                 Some(("cgroupfs", root.join("kubepods")))
             } else {
                 None
+            };
+            if let Some(found) = found {
+                pods_in.push(name);
+                cgroup_driver.get_or_insert(found);
             }
-        });
+        }
         let mut runtimes: Vec<(String, String)> = RUNTIME_SOCKETS
             .iter()
             .filter(|(_, socket)| crate::node_view::path(socket).exists())
@@ -263,9 +341,10 @@ impl CheckFacts {
         }
         CheckFacts {
             node: NodeFacts::gather(btf),
-            cgroup2,
-            cgroup1,
+            cgroups,
+            pods_in,
             cgroup_driver,
+            kubelet: KubeletPlace::find(),
             kubelet_root: kubelet_root.to_path_buf(),
             kubelet_root_present: crate::node_view::path(kubelet_root).is_dir(),
             pods_on_node: pods_under(kubelet_root).len(),
@@ -283,17 +362,7 @@ fn line(verdict: Verdict, topic: &'static str, says: impl Into<String>, todo: Op
 pub fn judge(facts: &CheckFacts) -> Vec<CheckLine> {
     let mut lines = Vec::new();
     lines.extend(kernel_lines(&facts.node));
-    lines.push(match (&facts.cgroup2, facts.cgroup1) {
-        (Some(v2), false) => line(Verdict::Ok, "cgroup layout", format!("v2 (unified) at {}", v2.display()), None),
-        (Some(v2), true) => line(Verdict::Ok, "cgroup layout", format!("hybrid: v1 controllers, v2 at {}", v2.display()), None),
-        (None, true) => line(
-            Verdict::Warn,
-            "cgroup layout",
-            "v1 only: a caller's pod is read from /proc/<pid>/cgroup, which a short-lived caller may have left",
-            Some("nothing to do; pods named by paths are unaffected".into()),
-        ),
-        (None, false) => line(Verdict::Warn, "cgroup layout", "no cgroup filesystem mounted", Some("pods are recognised by path only".into())),
-    });
+    lines.push(layout_line(facts));
     lines.push(match &facts.cgroup_driver {
         Some((driver, at)) => line(Verdict::Ok, "cgroup driver", format!("{driver} ({})", at.display()), None),
         None => line(
@@ -314,6 +383,7 @@ pub fn judge(facts: &CheckFacts) -> Vec<CheckLine> {
             Some("if kubelet runs with --root-dir, pass the same: --kubelet-root DIR".into()),
         )
     });
+    lines.push(kubelet_line(&facts.kubelet));
     lines.push(if facts.runtimes.is_empty() {
         line(
             Verdict::Warn,
@@ -335,6 +405,50 @@ pub fn judge(facts: &CheckFacts) -> Vec<CheckLine> {
         ),
     });
     lines
+}
+
+/// The node's cgroup shape: v2, hybrid or v1, which hierarchies, and
+/// which of them hold the pods.
+fn layout_line(facts: &CheckFacts) -> CheckLine {
+    let shape = &facts.cgroups;
+    let pods = if facts.pods_in.is_empty() { String::new() } else { format!("; pods' cgroups in {}", facts.pods_in.join(", ")) };
+    match (&shape.v2, shape.v1.is_empty()) {
+        (Some(v2), true) => line(Verdict::Ok, "cgroup layout", format!("v2 (unified) at {}{pods}", v2.display()), None),
+        (Some(v2), false) => line(Verdict::Ok, "cgroup layout", format!("hybrid: v1 hierarchies {}, v2 at {}{pods}", shape.v1_words(), v2.display()), None),
+        (None, false) => line(
+            Verdict::Warn,
+            "cgroup layout",
+            format!(
+                "v1 only: hierarchies {}{pods}; a pod has a cgroup in each, and a caller's pod is read from /proc/<pid>/cgroup, which a short-lived caller may have left",
+                shape.v1_words()
+            ),
+            Some("nothing to do; pods named by paths are unaffected".into()),
+        ),
+        (None, true) => line(Verdict::Warn, "cgroup layout", "no cgroup filesystem mounted", Some("pods are recognised by path only".into())),
+    }
+}
+
+/// Where kubelet runs: a kubelet in a container mounts pod volumes in its
+/// own mount namespace, which the host's mount table does not show.
+fn kubelet_line(place: &KubeletPlace) -> CheckLine {
+    match place {
+        KubeletPlace::Host { pid } => line(Verdict::Ok, "kubelet", format!("kubelet is a host process (pid {pid})"), None),
+        KubeletPlace::Container { pid, owner } => line(
+            Verdict::Ok,
+            "kubelet",
+            format!(
+                "kubelet runs in a container: {} (pid {pid}, mount namespace not the node's: volumes are mounted there, and fixes enter it)",
+                owner.as_deref().unwrap_or("not a pod or container the runtimes here know")
+            ),
+            None,
+        ),
+        KubeletPlace::NotFound => line(
+            Verdict::Warn,
+            "kubelet",
+            "no process named kubelet",
+            Some("run podstuck on the node of the stuck pod (kubectl get pod -o wide); from a container, with the host's PID namespace".into()),
+        ),
+    }
 }
 
 /// The lines about tracing: privileges, then each probe of the kernel,
@@ -436,9 +550,10 @@ mod tests {
                 tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
                 features: crate::kernel_features::KernelFeatures::all_present(),
             },
-            cgroup2: Some(PathBuf::from("/sys/fs/cgroup")),
-            cgroup1: false,
+            cgroups: CgroupShape { v2: Some(PathBuf::from("/sys/fs/cgroup")), v1: vec![] },
+            pods_in: vec!["unified".into()],
             cgroup_driver: Some(("systemd", PathBuf::from("/sys/fs/cgroup/kubepods.slice"))),
+            kubelet: KubeletPlace::Host { pid: 812 },
             kubelet_root: PathBuf::from("/var/lib/kubelet"),
             kubelet_root_present: true,
             pods_on_node: 12,
@@ -460,7 +575,7 @@ mod tests {
             topics,
             [
                 "privileges", "kernel", "ring buffer", "bpf_loop", "BTF", "fentry", "tracefs", "lockdown", "plan", "cgroup layout", "cgroup driver",
-                "kubelet root", "container runtime", "other podstuck"
+                "kubelet root", "kubelet", "container runtime", "other podstuck"
             ]
         );
         assert_eq!(lines[8].says, "attach: fentry, path walk: bpf_loop (up to 64 levels)");
@@ -520,22 +635,84 @@ mod tests {
     #[test]
     fn layouts_drivers_roots_runtimes_and_other_podstucks() {
         let mut f = good();
-        f.cgroup1 = true;
-        f.cgroup2 = Some(PathBuf::from("/sys/fs/cgroup/unified"));
+        f.cgroups = cgroup_shape(HYBRID);
         assert!(judge(&f)[9].says.starts_with("hybrid"));
-        f.cgroup2 = None;
+        f.cgroups.v2 = None;
         assert!(verdicts(&f).contains(&("cgroup layout", Verdict::Warn)));
         let mut f = good();
         f.cgroup_driver = Some(("cgroupfs", PathBuf::from("/sys/fs/cgroup/kubepods")));
         assert!(judge(&f)[10].says.starts_with("cgroupfs"));
         f.cgroup_driver = None;
+        f.kubelet = KubeletPlace::NotFound;
         f.kubelet_root_present = false;
         f.runtimes.clear();
         f.others.push(OtherPodstuck { pid: 77, command: "podstuck watch".into() });
         let v = verdicts(&f);
-        for topic in ["cgroup driver", "kubelet root", "container runtime", "other podstuck"] {
+        for topic in ["cgroup driver", "kubelet root", "kubelet", "container runtime", "other podstuck"] {
             assert!(v.contains(&(topic, Verdict::Warn)), "{topic}: {v:?}");
         }
         assert!(judge(&f).last().unwrap().to_string().contains("kill 77"));
+    }
+
+    /// This project's machine: v1 controllers each mounted alone, v2 at unified.
+    const HYBRID: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    /// EKS AL2 or RHEL 8: v1 only, cpu and cpuacct together, no cgroup2.
+    const V1_ONLY: &str = "\
+25 18 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:6 - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:7 - cgroup cgroup rw,xattr,release_agent=/usr/lib/systemd/systemd-cgroups-agent,name=systemd
+29 25 0:26 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:10 - cgroup cgroup rw,cpu,cpuacct
+30 25 0:27 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,memory
+31 25 0:28 / /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime shared:12 - cgroup cgroup rw,pids
+32 25 0:29 / /sys/fs/cgroup/freezer rw,nosuid,nodev,noexec,relatime shared:13 - cgroup cgroup rw,freezer
+";
+
+    #[test]
+    fn the_node_shape_is_read_from_its_mount_table() {
+        let v2 = cgroup_shape("30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n");
+        assert_eq!(v2, CgroupShape { v2: Some(PathBuf::from("/sys/fs/cgroup")), v1: vec![] });
+        let hybrid = cgroup_shape(HYBRID);
+        assert_eq!(hybrid.v2, Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        assert_eq!(hybrid.v1.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["cpu", "memory", "freezer", "name=systemd"]);
+        let v1 = cgroup_shape(V1_ONLY);
+        assert_eq!(v1.v2, None);
+        assert_eq!(v1.v1[1], ("cpu,cpuacct".to_string(), PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")));
+        assert_eq!(v1.hierarchies().len(), 5);
+
+        let mut f = good();
+        let layout = |f: &CheckFacts| judge(f).into_iter().find(|l| l.topic == "cgroup layout").unwrap();
+        assert_eq!(layout(&f).says, "v2 (unified) at /sys/fs/cgroup; pods' cgroups in unified");
+        f.cgroups = hybrid;
+        f.pods_in = vec!["cpu".into(), "memory".into()];
+        assert_eq!(
+            layout(&f).says,
+            "hybrid: v1 hierarchies cpu, memory, freezer, name=systemd (under /sys/fs/cgroup), v2 at /sys/fs/cgroup/unified; pods' cgroups in cpu, memory"
+        );
+        f.cgroups = v1;
+        f.pods_in = vec!["name=systemd".into(), "cpu,cpuacct".into(), "memory".into(), "pids".into(), "freezer".into()];
+        let l = layout(&f);
+        assert_eq!(l.verdict, Verdict::Warn);
+        assert!(
+            l.says.starts_with("v1 only: hierarchies name=systemd, cpu,cpuacct, memory, pids, freezer (under /sys/fs/cgroup); pods' cgroups in name=systemd, cpu,cpuacct, memory, pids, freezer; a pod has a cgroup in each"),
+            "{l}"
+        );
+    }
+
+    #[test]
+    fn kubelet_is_said_a_host_process_in_a_container_or_missing() {
+        let kubelet = |place: KubeletPlace| kubelet_line(&place).to_string();
+        assert_eq!(kubelet(KubeletPlace::Host { pid: 812 }), "ok    kubelet            kubelet is a host process (pid 812)");
+        let kind = kubelet(KubeletPlace::Container { pid: 4242, owner: Some("docker container kind-control-plane".into()) });
+        assert!(kind.contains("kubelet runs in a container: docker container kind-control-plane (pid 4242, mount namespace not the node's"), "{kind}");
+        assert!(kubelet(KubeletPlace::Container { pid: 7, owner: None }).contains("kubelet runs in a container: not a pod or container the runtimes here know (pid 7"));
+        let none = kubelet_line(&KubeletPlace::NotFound);
+        assert_eq!((none.verdict, none.says.as_str()), (Verdict::Warn, "no process named kubelet"));
     }
 }

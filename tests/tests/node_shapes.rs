@@ -160,6 +160,10 @@ kernel_test! {
         let mut watch = Watch::start(&["--findings", "--hung-after", "2s"]);
         let kind = NodeContainer::start(&node, scratch.path());
         let kubelet = kind.process("kubelet");
+        // `podstuck check` says the node's shape.
+        let check = std::process::Command::new(podstuck_binary()).arg("check").output().expect("podstuck check");
+        let said = String::from_utf8_lossy(&check.stdout);
+        assert!(said.contains("kubelet runs in a container:"), "podstuck check:\n{said}");
         let node_ns = ns_of(kind.init);
         let node_ns = node_ns.trim_start_matches("mnt:");
 
