@@ -416,13 +416,13 @@ fn layout_line(facts: &CheckFacts) -> CheckLine {
         (Some(v2), true) => line(Verdict::Ok, "cgroup layout", format!("v2 (unified) at {}{pods}", v2.display()), None),
         (Some(v2), false) => line(Verdict::Ok, "cgroup layout", format!("hybrid: v1 hierarchies {}, v2 at {}{pods}", shape.v1_words(), v2.display()), None),
         (None, false) => line(
-            Verdict::Warn,
+            Verdict::Ok,
             "cgroup layout",
             format!(
-                "v1 only: hierarchies {}{pods}; a pod has a cgroup in each, and a caller's pod is read from /proc/<pid>/cgroup, which a short-lived caller may have left",
+                "v1 only: hierarchies {}{pods}; a pod has a cgroup in each, and each caller's is read in the kernel at its call (in memory, else pids, cpu or blkio), so a short-lived caller is tied to its pod too",
                 shape.v1_words()
             ),
-            Some("nothing to do; pods named by paths are unaffected".into()),
+            None,
         ),
         (None, true) => line(Verdict::Warn, "cgroup layout", "no cgroup filesystem mounted", Some("pods are recognised by path only".into())),
     }
@@ -638,6 +638,8 @@ mod tests {
         f.cgroups = cgroup_shape(HYBRID);
         assert!(judge(&f)[9].says.starts_with("hybrid"));
         f.cgroups.v2 = None;
+        assert!(verdicts(&f).contains(&("cgroup layout", Verdict::Ok)), "v1 only: callers' cgroups are read in the kernel");
+        f.cgroups.v1.clear();
         assert!(verdicts(&f).contains(&("cgroup layout", Verdict::Warn)));
         let mut f = good();
         f.cgroup_driver = Some(("cgroupfs", PathBuf::from("/sys/fs/cgroup/kubepods")));
@@ -698,7 +700,7 @@ mod tests {
         f.cgroups = v1;
         f.pods_in = vec!["name=systemd".into(), "cpu,cpuacct".into(), "memory".into(), "pids".into(), "freezer".into()];
         let l = layout(&f);
-        assert_eq!(l.verdict, Verdict::Warn);
+        assert_eq!(l.verdict, Verdict::Ok);
         assert!(
             l.says.starts_with("v1 only: hierarchies name=systemd, cpu,cpuacct, memory, pids, freezer (under /sys/fs/cgroup); pods' cgroups in name=systemd, cpu,cpuacct, memory, pids, freezer; a pod has a cgroup in each"),
             "{l}"

@@ -172,6 +172,7 @@ pub struct CallerView {
 }
 
 impl CallerView {
+    /// The caller's namespace's mount table, or why it could not be read.
     pub fn mounts(&self) -> Probe<&[Mount]> {
         self.namespace.as_ref().map(|ns| ns.mounts.as_slice()).map_err(Clone::clone)
     }
