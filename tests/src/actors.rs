@@ -24,6 +24,12 @@ pub fn actor() -> Command {
     Command::new(helper_binary("actor"))
 }
 
+/// The `actor` binary's path, for a harness that is handed its helpers'
+/// paths (the soak, which `cargo xtask soak` runs with release builds).
+pub fn actor_binary() -> PathBuf {
+    helper_binary("actor")
+}
+
 /// `actor ARGS...` started, its lines collected (see [`Process`]).
 pub fn start_actor<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Process {
     Process::spawn(actor().args(args))

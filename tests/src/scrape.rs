@@ -46,7 +46,9 @@ pub fn get(addr: SocketAddr, path: &str) -> Answer {
     try_get(addr, path).unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"))
 }
 
-fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<Answer> {
+/// `GET path`, or why it could not be asked (a harness that reports a
+/// podstuck gone rather than panic).
+pub fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<Answer> {
     // Prometheus keeps a connection open unless told; the answer ends at close.
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: podstuck-tests\r\nAccept: */*\r\nConnection: close\r\n\r\n");
     send(addr, request.as_bytes())
