@@ -22,7 +22,8 @@
 //! - [`runtimes`]: private dockerd and containerd daemons;
 //! - [`scrape`]: what reads `--listen`: raw HTTP requests, a real Prometheus;
 //! - [`container`]: podstuck's own image, run in docker the ways SREs run it;
-//! - [`attacks`]: what another user does to a root process that writes files.
+//! - [`attacks`]: what another user does to a root process that writes files;
+//! - [`soak`]: the always-on mode through a long pod churn, sampled.
 //!
 //! `use podstuck_tests::*` brings what most tests use.
 
@@ -40,6 +41,7 @@ pub mod podstuck;
 pub mod prerequisite;
 pub mod runtimes;
 pub mod scrape;
+pub mod soak;
 pub mod terminal;
 
 pub use actors::{actor, alive, fuse_server, start_actor, task_state, wchan, Process};
