@@ -1,0 +1,51 @@
+//! End-to-end: the soak, short (see podstuck_tests::soak). The DaemonSet's
+//! `podstuck watch --listen ADDR --concurrent` through a minute and a half
+//! of pod churn, a pod about every 0.1 s, sampled every 5 s; then a pod
+//! stuck for real. Asserts what does not depend on the machine's speed:
+//! every scrape within 500 series and 100 KiB, the stuck pod named, memory
+//! under a debug build's ceiling, no fd leaked, podstuck still well.
+//! `cargo xtask soak` runs the long one against the release build.
+//!
+//! Runs as root; see `kernel_test!` for the skip rule.
+
+use std::time::Duration;
+
+use podstuck_tests::actors::actor_binary;
+use podstuck_tests::soak::{self, SoakOptions, FD_MARGIN, MAX_SCRAPE_BYTES, MAX_SERIES};
+use podstuck_tests::*;
+
+/// RSS a debug build may reach: its code and symbols alone are some tens
+/// of MB more than a release build's.
+const DEBUG_RSS_CEILING_MB: f64 = 150.0;
+
+kernel_test! {
+    fn the_always_on_mode_stays_bounded_through_a_pod_churn(test) {
+        let scratch = test.scratch();
+        let mut options = SoakOptions::new(podstuck_binary(), actor_binary(), scratch.path().to_path_buf(), Duration::from_secs(90));
+        options.sample_every = Duration::from_secs(5);
+        let report = soak::run(&options, |s| eprintln!("{}", soak::sample_line(s))).unwrap_or_else(|e| panic!("{e:#}"));
+        let table = report.markdown_table();
+        eprintln!(
+            "{} pods churned in {:.1} s ({:.1} a second), cgroups {}; stuck pod on /findings after {:?}, in podstuck_findings after {:?}\n{table}",
+            report.pods,
+            report.churned_for.as_secs_f64(),
+            report.pods_per_s(),
+            report.cgroups,
+            report.stuck_in_findings,
+            report.stuck_in_metrics
+        );
+        assert!(report.pods > 0, "no pod churned");
+
+        for s in &report.samples {
+            assert!(s.series <= MAX_SERIES, "{} series at {}:\n{table}", s.series, soak::minutes(s.at));
+            assert!(s.bytes <= MAX_SCRAPE_BYTES, "a scrape of {} bytes at {}:\n{table}", s.bytes, soak::minutes(s.at));
+            assert!(s.rss_mb() < DEBUG_RSS_CEILING_MB, "{:.1} MB resident at {}:\n{table}", s.rss_mb(), soak::minutes(s.at));
+        }
+        assert!(report.stuck_in_findings.is_some(), "pod {} not on /findings:\n{}", report.stuck_pod, report.stderr);
+        assert!(report.stuck_in_metrics.is_some(), "pod {} not in podstuck_findings:\n{}", report.stuck_pod, report.stderr);
+        let (first, last) = (report.first().fds, report.last().fds);
+        assert!(last <= first + FD_MARGIN, "{first} fds at the start, {last} at the end:\n{table}");
+        assert_eq!(report.healthz, 200, "GET /healthz at the end");
+        assert!(report.exited_cleanly, "podstuck ended {} on SIGTERM: {}", report.exit, report.stderr);
+    }
+}
