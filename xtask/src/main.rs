@@ -1,4 +1,4 @@
-//! podstuck's developer tasks: `cargo xtask setup | build | image | test | demo | bench`.
+//! podstuck's developer tasks: `cargo xtask setup | build | image | test | demo | bench | soak`.
 //!
 //! Every task first makes sure the eBPF toolchain of docs/building.md is
 //! on the machine (Debian's rustc-web with its prebuilt BPF `core`, LLVM 22,
@@ -15,6 +15,7 @@ use podstuck_tests::prerequisite::{parse_skip_line, skips_allowed, ALLOW_SKIPS};
 
 mod bench;
 mod image;
+mod soak;
 mod vm;
 
 #[derive(Parser)]
@@ -45,6 +46,9 @@ enum Task {
     /// Set up (plus bpftrace, strace and docker.io), build, then measure what tracing costs a removal storm,
     /// against bpftrace and strace, and write BENCHMARKS.md (as root; takes a while).
     Bench(bench::BenchArgs),
+    /// Set up, build, then run the DaemonSet's `podstuck watch --listen --concurrent` through N minutes of
+    /// pod churn, sampling its memory, fds, CPU and /metrics, and write BENCHMARKS.md's Soak section (as root).
+    Soak(soak::SoakArgs),
     /// Set up (plus QEMU), build, then boot Debian's 5.10, 6.1 and 6.12 cloud kernels under QEMU and run
     /// podstuck's kernel-facing scenarios inside each; console logs in target/vm/ (as root; a few minutes a kernel).
     VmTest(vm::VmArgs),
@@ -227,6 +231,19 @@ fn run_bench(args: &bench::BenchArgs) -> Result<()> {
     let actor = workspace_root().join("target/release/actor");
     let out = workspace_root().join(&args.out);
     bench::bench(&podstuck, &actor, &bench::BenchArgs { out, ..args.clone() })
+}
+
+fn run_soak(args: &soak::SoakArgs) -> Result<()> {
+    if !is_root() {
+        bail!("the soak loads eBPF programs, mounts and makes cgroups: run it as root (sudo -E cargo xtask soak)");
+    }
+    setup()?;
+    ensure_tracefs()?;
+    let podstuck = build_release()?;
+    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor"]))?;
+    let actor = workspace_root().join("target/release/actor");
+    let out = workspace_root().join(&args.out);
+    soak::soak(&podstuck, &actor, &soak::SoakArgs { out, ..args.clone() })
 }
 
 fn build_release() -> Result<PathBuf> {
@@ -444,6 +461,7 @@ fn main() -> ExitCode {
         Task::Image(args) => image::image(&args).map(|_| ()),
         Task::Test { args } => test(&args),
         Task::Bench(args) => run_bench(&args),
+        Task::Soak(args) => run_soak(&args),
         Task::VmTest(args) => vm::vm_test(&args),
         Task::Demo => setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| run_demo(&bin)),
     };

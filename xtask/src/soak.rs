@@ -1,0 +1,232 @@
+//! `cargo xtask soak`: podstuck's always-on mode, the DaemonSet's `watch
+//! --listen --concurrent` (the release build), through minutes of pod
+//! churn (the harness is podstuck_tests::soak, which the short soak test
+//! shares), its samples printed as they come. Writes BENCHMARKS.md's Soak
+//! section with the command, the machine, the churn rate reached, the
+//! samples and the verdict against the targets; the rest of the file is
+//! kept, and `cargo xtask bench`, which writes the rest, keeps this
+//! section. Fails when a target is missed (not the 40 MB aim).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use podstuck_tests::soak::{self, SoakOptions, SoakReport, PODS_ALIVE};
+
+/// How long to soak.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SoakArgs {
+    /// Minutes of pod churn (a pod about every 0.1 s: 10,000 pods take about 17).
+    #[arg(long, default_value_t = 6)]
+    pub minutes: u64,
+    /// Seconds between samples.
+    #[arg(long, default_value_t = 15)]
+    pub sample_seconds: u64,
+    /// The file whose Soak section is written.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub out: PathBuf,
+}
+
+/// The section's heading; it runs to the next `## ` heading or the end.
+const HEADING: &str = "## Soak";
+
+fn say(message: &str) {
+    eprintln!("xtask soak: {message}");
+}
+
+/// Runs the soak with these binaries and writes the section to `args.out`.
+pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
+    let scratch = podstuck_tests::ScratchDir::new("soak");
+    let mut options = SoakOptions::new(podstuck.to_path_buf(), actor.to_path_buf(), scratch.path().to_path_buf(), Duration::from_secs(args.minutes * 60));
+    options.sample_every = Duration::from_secs(args.sample_seconds.max(1));
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    say(&format!("{} minutes of pod churn under {}, a sample every {} s", args.minutes, podstuck.display(), args.sample_seconds));
+    let report = soak::run(&options, |s| println!("{}", soak::sample_line(s)))?;
+    say(&format!("{} pods churned in {:.1} s: {:.1} a second", report.pods, report.churned_for.as_secs_f64(), report.pods_per_s()));
+    let command = format!(
+        "cargo xtask soak --minutes {}{}{}",
+        args.minutes,
+        if args.sample_seconds == 15 { String::new() } else { format!(" --sample-seconds {}", args.sample_seconds) },
+        // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
+        if args.out == crate::workspace_root().join("BENCHMARKS.md") { String::new() } else { format!(" --out {}", args.out.display()) }
+    );
+    let section = section(&report, &command, &load)?;
+    let before = std::fs::read_to_string(&args.out).unwrap_or_default();
+    std::fs::write(&args.out, with_section(&before, &section))?;
+    say(&format!("wrote the Soak section of {}", args.out.display()));
+    let missed: Vec<String> = report.verdicts().into_iter().filter(|v| !v.met && !v.aim).map(|v| format!("{} ({})", v.target, v.measured)).collect();
+    if !missed.is_empty() {
+        bail!("targets missed: {}", missed.join("; "));
+    }
+    Ok(())
+}
+
+/// The Soak section, from its heading to its last line.
+fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
+    let mut out = String::new();
+    writeln!(out, "{HEADING}\n")?;
+    let date = Command::new("date").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    writeln!(out, "Written by `{command}` (as root), {date}.\n")?;
+    writeln!(
+        out,
+        "Machine: {}; load average at the start {} (the machine is shared with other builds).\n",
+        machine(),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(", ")
+    )?;
+    writeln!(
+        out,
+        "podstuck's release build as the DaemonSet runs it (deploy/podstuck-daemonset.yaml), its output a pipe: `{}` (a port of loopback, the run's own kubelet root). For {} a pod was made about every 0.1 s, each with an emptyDir of {} files and a memory-backed emptyDir (a tmpfs), and cgroups as kubelet's cgroupfs driver makes them on this node ({}); each was torn down {} pods later as kubelet tears one down, by processes named `kubelet` (the tests' `actor`): rmdir of the tmpfs emptyDir, still mounted (EBUSY), and of the other, still full (ENOTEMPTY); umount of the tmpfs; the real `/bin/rm -rf` of the files, run inside the pod's cgroups as a container cleaning up would be; rmdir of the cgroups; Go's RemoveAll of the pod's directory. Sampled every {} s (and at the churn's end): VmRSS, the entries of /proc/PID/fd, utime + stime, and one scrape of /metrics (series: its sample lines, neither comments nor empty). After the churn a pod was stuck for real (a CSI volume left mounted, kubelet failing to rmdir it on its volume backoff, EBUSY), and had to be named on /findings and in `podstuck_findings`.\n",
+        generic_command(&report.command),
+        soak::minutes(report.churned_for),
+        report.files_per_pod,
+        report.cgroups,
+        PODS_ALIVE,
+        report.sample_every.as_secs(),
+    )?;
+    writeln!(
+        out,
+        "Churn reached: {} pods in {:.1} s, **{:.1} pods a second**; podstuck's CPU {:.1} ms per pod churned. The stuck pod ({}) was on /findings {} and in `podstuck_findings` {}; GET /healthz at the end: {}; on SIGTERM podstuck {}.\n",
+        report.pods,
+        report.churned_for.as_secs_f64(),
+        report.pods_per_s(),
+        report.cpu_ms_per_pod(),
+        report.stuck_pod,
+        after(report.stuck_in_findings),
+        after(report.stuck_in_metrics),
+        report.healthz,
+        if report.exited_cleanly { "exited cleanly".to_string() } else { format!("ended {}", report.exit) },
+    )?;
+    out.push_str(&report.markdown_table());
+    writeln!(out, "\nCPU: podstuck's user + system time since it started; over the interval, its share of one CPU.\n")?;
+    writeln!(out, "| target | met | measured |")?;
+    writeln!(out, "|---|---|---|")?;
+    for v in report.verdicts() {
+        let met = match (v.met, v.aim) {
+            (true, _) => "yes",
+            (false, false) => "**no**",
+            (false, true) => "no (an aim)",
+        };
+        writeln!(out, "| {} | {met} | {} |", v.target, v.measured)?;
+    }
+    let said: Vec<&str> = report.stderr.lines().filter(|l| !l.trim().is_empty()).take(12).collect();
+    if !said.is_empty() {
+        writeln!(out, "\npodstuck's stderr:\n\n```\n{}\n```", said.join("\n"))?;
+    }
+    Ok(out)
+}
+
+/// podstuck's command line with the run's port and kubelet root as words.
+fn generic_command(command: &str) -> String {
+    let mut words: Vec<String> = command.split(' ').map(str::to_string).collect();
+    for i in 1..words.len() {
+        match words[i - 1].as_str() {
+            "--listen" => words[i] = "127.0.0.1:PORT".into(),
+            "--kubelet-root" => words[i] = "ROOT".into(),
+            _ => {}
+        }
+    }
+    words.join(" ")
+}
+
+fn after(at: Option<Duration>) -> String {
+    match at {
+        Some(d) => format!("after {:.1} s", d.as_secs_f64()),
+        None => "**not within the time allowed**".into(),
+    }
+}
+
+/// CPUs, model, memory, kernel, and the cgroup hierarchies mounted.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or_default().split_whitespace().skip(1).collect::<Vec<_>>().join(" ");
+    let kernel = Command::new("uname").arg("-r").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let v1 = mountinfo.lines().filter(|l| l.contains(" - cgroup ")).count();
+    let v2 = mountinfo.lines().any(|l| l.contains(" - cgroup2 "));
+    let cgroups = match (v1 > 0, v2) {
+        (true, true) => format!("hybrid cgroups ({v1} v1 hierarchies, cgroup2 beside them)"),
+        (true, false) => format!("cgroup v1 ({v1} hierarchies)"),
+        (false, true) => "cgroup v2".to_string(),
+        (false, false) => "no cgroups mounted".to_string(),
+    };
+    format!("{cpus} CPUs ({cpu}), {mem}, kernel {kernel}, {cgroups}")
+}
+
+/// `file` with its Soak section replaced by `section`, or `section`
+/// added at the end where it has none; everything else as it was.
+pub fn with_section(file: &str, section: &str) -> String {
+    let (before, after) = split_section(file);
+    let mut out = before.trim_end().to_string();
+    if !out.is_empty() {
+        out.push_str("\n\n");
+    }
+    out.push_str(section.trim_end());
+    out.push('\n');
+    if !after.trim().is_empty() {
+        out.push('\n');
+        out.push_str(after);
+    }
+    out
+}
+
+/// The Soak section of `file` as it stands ("" if none), for a writer of
+/// the rest of the file to keep it.
+pub fn kept_section(file: &Path) -> String {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let (before, after) = split_section(&text);
+    let section = &text[before.len()..text.len() - after.len()];
+    if section.is_empty() {
+        String::new()
+    } else {
+        format!("\n{}\n", section.trim_end())
+    }
+}
+
+/// (what comes before the Soak section, what comes after it); the whole
+/// file and "" where there is none.
+fn split_section(file: &str) -> (&str, &str) {
+    let starts = |at: usize| file[at..].starts_with(HEADING) && file[at + HEADING.len()..].starts_with(['\n', '\r']);
+    let Some(start) = line_starts(file).find(|&at| starts(at)) else {
+        return (file, "");
+    };
+    let end = line_starts(file).find(|&at| at > start && file[at..].starts_with("## ")).unwrap_or(file.len());
+    (&file[..start], &file[end..])
+}
+
+/// Where each line of `text` starts.
+fn line_starts(text: &str) -> impl Iterator<Item = usize> + '_ {
+    std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).filter(move |&i| i < text.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soak_section_is_replaced_or_added_and_the_rest_kept() {
+        let section = "## Soak\n\nnew table\n";
+        let bench = "# podstuck benchmarks\n\n## The storm\n\nrows\n";
+        assert_eq!(with_section(bench, section), "# podstuck benchmarks\n\n## The storm\n\nrows\n\n## Soak\n\nnew table\n");
+        let old = "# podstuck benchmarks\n\n## Soak\n\nold table\n\n## The storm\n\nrows\n";
+        assert_eq!(with_section(old, section), "# podstuck benchmarks\n\n## Soak\n\nnew table\n\n## The storm\n\nrows\n");
+        let last = "# b\n\n## The storm\n\nrows\n\n## Soak\n\nold\n";
+        assert_eq!(with_section(last, section), "# b\n\n## The storm\n\nrows\n\n## Soak\n\nnew table\n");
+        // A heading that only starts with "Soak" is another section.
+        let other = "# b\n\n## Soaked\n\nx\n";
+        assert_eq!(with_section(other, section), "# b\n\n## Soaked\n\nx\n\n## Soak\n\nnew table\n");
+        assert_eq!(with_section("", section), "## Soak\n\nnew table\n");
+    }
+
+    #[test]
+    fn the_command_shows_no_port_or_scratch_path() {
+        let command = "podstuck watch --listen 127.0.0.1:40123 --concurrent --kubelet-root /var/tmp/x/kubelet --node-name soak-node";
+        assert_eq!(generic_command(command), "podstuck watch --listen 127.0.0.1:PORT --concurrent --kubelet-root ROOT --node-name soak-node");
+    }
+}
