@@ -11,7 +11,8 @@
 //! every call exactly, its collector CPU, peak memory, kernel cost per
 //! call, time to attach and to detach; then compares attach mechanisms
 //! alone (`podstuck attach-cost`) and a 10M-call storm's memory. Results
-//! go to BENCHMARKS.md with the command and the machine. Wall-clock only
+//! go to BENCHMARKS.md with the command and the machine (its Soak section,
+//! `cargo xtask soak`'s, is kept). Wall-clock only
 //! in ratios measured side by side, never in a test.
 
 use std::cell::Cell;
@@ -1128,6 +1129,8 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         bail!("unknown VM kernel {unknown} ({}, or none)", crate::vm::KERNEL_NAMES.join(", "));
     }
     let whole_run = Instant::now();
+    // `cargo xtask soak` writes a section of its own into the same file.
+    let soak = crate::soak::kept_section(&args.out);
     let mut scratch = Scratch::new()?;
     let mut report = String::new();
     // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
@@ -1253,7 +1256,7 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
                     col(|r| r.detach_s),
                 )?;
                 rows.push(row);
-                std::fs::write(&args.out, format!("{report}{tables}\n(still running)\n"))?;
+                std::fs::write(&args.out, format!("{report}{tables}\n(still running)\n{soak}"))?;
             }
         }
     }
@@ -1274,12 +1277,12 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
     let fentry = if vm_kernels.is_empty() {
         Vec::new()
     } else {
-        std::fs::write(&args.out, format!("{report}\n(still running: the VM rows)\n"))?;
+        std::fs::write(&args.out, format!("{report}\n(still running: the VM rows)\n{soak}"))?;
         fentry_rows(&vm_kernels, args.vm_dirs, args.vm_rounds, &mut report)?
     };
     notes(&mut report, &rows, floor_ns, started.as_ref(), &fentry)?;
     writeln!(report, "\nThe whole run took {:.1} minutes.", whole_run.elapsed().as_secs_f64() / 60.0)?;
-    std::fs::write(&args.out, &report)?;
+    std::fs::write(&args.out, format!("{report}{soak}"))?;
     say(&format!("wrote {}", args.out.display()));
     Ok(())
 }
