@@ -184,6 +184,9 @@ pub struct SoakReport {
     pub exit: String,
     pub exited_cleanly: bool,
     pub stderr: String,
+    /// What it printed on stdout: a line per finding (the churn should
+    /// make none: each pod's failed calls are followed by successes).
+    pub finding_lines: Vec<String>,
 }
 
 /// One target, met or not, with what was measured.
@@ -389,8 +392,9 @@ pub fn run(options: &SoakOptions, mut on_sample: impl FnMut(&Sample)) -> Result<
         if let Some(status) = podstuck.try_wait() {
             bail!("podstuck exited during the churn ({status}) after {pods} pods: {}", podstuck.stderr());
         }
+        // Not in the churn's last second: its end is sampled anyway.
         let now = Instant::now();
-        if now >= next_sample {
+        if now >= next_sample && now + Duration::from_secs(1) < started + options.churn_for {
             take(Phase::Churn, started.elapsed(), pods, &mut samples)?;
             next_sample += options.sample_every;
         }
@@ -430,6 +434,7 @@ pub fn run(options: &SoakOptions, mut on_sample: impl FnMut(&Sample)) -> Result<
         exit: ended.status.to_string(),
         exited_cleanly: ended.status.success(),
         stderr: ended.stderr,
+        finding_lines: ended.lines,
     })
 }
 
@@ -519,9 +524,18 @@ impl PodCgroups {
         self.qos.iter().map(|q| q.join(format!("pod{uid}"))).collect()
     }
 
+    /// `/sys/fs/cgroup/{memory,pids}/<parent>/kubepods/besteffort/pod<uid>`.
     fn words(&self) -> String {
-        let shown: Vec<String> = self.qos.iter().map(|q| format!("`{}/pod<uid>`", q.display())).collect();
-        shown.join(", ")
+        let hierarchies: Vec<&Path> = self.qos.iter().filter_map(|q| q.ancestors().nth(3)).collect();
+        let below = self.qos[0].strip_prefix(hierarchies[0]).unwrap_or(&self.qos[0]);
+        let parents: Vec<Option<&Path>> = hierarchies.iter().map(|h| h.parent()).collect();
+        let names: Vec<String> = hierarchies.iter().filter_map(|h| h.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+        match parents[0] {
+            Some(parent) if hierarchies.len() > 1 && parents.iter().all(|p| *p == Some(parent)) => {
+                format!("{}/{{{}}}/{}/pod<uid>", parent.display(), names.join(","), below.display())
+            }
+            _ => self.qos.iter().map(|q| format!("{}/pod<uid>", q.display())).collect::<Vec<_>>().join(", "),
+        }
     }
 }
 

@@ -77,7 +77,7 @@ fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
     )?;
     writeln!(
         out,
-        "podstuck's release build as the DaemonSet runs it (deploy/podstuck-daemonset.yaml), its output a pipe: `{}` (a port of loopback, the run's own kubelet root). For {} a pod was made about every 0.1 s, each with an emptyDir of {} files and a memory-backed emptyDir (a tmpfs), and cgroups as kubelet's cgroupfs driver makes them on this node ({}); each was torn down {} pods later as kubelet tears one down, by processes named `kubelet` (the tests' `actor`): rmdir of the tmpfs emptyDir, still mounted (EBUSY), and of the other, still full (ENOTEMPTY); umount of the tmpfs; the real `/bin/rm -rf` of the files, run inside the pod's cgroups as a container cleaning up would be; rmdir of the cgroups; Go's RemoveAll of the pod's directory. Sampled every {} s (and at the churn's end): VmRSS, the entries of /proc/PID/fd, utime + stime, and one scrape of /metrics (series: its sample lines, neither comments nor empty). After the churn a pod was stuck for real (a CSI volume left mounted, kubelet failing to rmdir it on its volume backoff, EBUSY), and had to be named on /findings and in `podstuck_findings`.\n",
+        "podstuck's release build as the DaemonSet runs it (deploy/podstuck-daemonset.yaml), its output a pipe: `{}` (a port of loopback, the run's own kubelet root). For {} a pod was made about every 0.1 s, each with an emptyDir of {} files and a memory-backed emptyDir (a tmpfs), and cgroups as kubelet's cgroupfs driver makes them on this node (`{}`); each was torn down {} pods later as kubelet tears one down, by processes named `kubelet` (the tests' `actor`): rmdir of the tmpfs emptyDir, still mounted (EBUSY), and of the other, still full (ENOTEMPTY); umount of the tmpfs; the real `/bin/rm -rf` of the files, run inside the pod's cgroups as a container cleaning up would be; rmdir of the cgroups; Go's RemoveAll of the pod's directory. Sampled every {} s (and at the churn's end): VmRSS, the entries of /proc/PID/fd, utime + stime, and one scrape of /metrics (series: its sample lines, neither comments nor empty). After the churn a pod was stuck for real (a CSI volume left mounted, kubelet failing to rmdir it on its volume backoff, EBUSY), and had to be named on /findings and in `podstuck_findings`.\n",
         generic_command(&report.command),
         soak::minutes(report.churned_for),
         report.files_per_pod,
@@ -109,6 +109,11 @@ fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
             (false, true) => "no (an aim)",
         };
         writeln!(out, "| {} | {met} | {} |", v.target, v.measured)?;
+    }
+    let printed = &report.finding_lines;
+    writeln!(out, "\nFinding lines podstuck printed (its output a pipe: one a finding): {}.", printed.len())?;
+    if !printed.is_empty() {
+        writeln!(out, "\n```\n{}\n```", printed.iter().take(6).map(String::as_str).collect::<Vec<_>>().join("\n"))?;
     }
     let said: Vec<&str> = report.stderr.lines().filter(|l| !l.trim().is_empty()).take(12).collect();
     if !said.is_empty() {
