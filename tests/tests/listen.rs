@@ -268,6 +268,9 @@ fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
     assert_eq!(annotations["prometheus.io/port"], port);
     assert_eq!(annotations["prometheus.io/scrape"], "true");
     assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    let probe = &container["livenessProbe"]["httpGet"];
+    assert_eq!((probe["path"].as_str(), probe["port"].as_str()), (Some("/healthz"), Some("metrics")), "{probe}");
+    assert_eq!(container["ports"][0]["name"], "metrics");
     let node_name = container["env"].as_array().unwrap().iter().find(|e| e["name"] == "NODE_NAME").expect("NODE_NAME");
     assert_eq!(node_name["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
 
