@@ -215,6 +215,9 @@ pub struct RunTotals {
     /// Calls counted while the series map was full (still in the totals
     /// and histograms, without their process).
     pub calls_outside_series: u64,
+    /// What each kernel program cost so far, with `--kernel-cost` (empty
+    /// without: the kernel counts nothing then).
+    pub programs: Vec<ProgramCost>,
 }
 
 /// The longest a record sent without a wakeup waits in the ring when no
@@ -678,6 +681,7 @@ impl Tracer {
             paths_unreadable: self.counter(counter::PATH_UNREADABLE)?,
             records_undecodable: self.records_undecodable,
             calls_outside_series: self.counter(counter::SERIES_FULL)?,
+            programs: Vec::new(),
         })
     }
 }

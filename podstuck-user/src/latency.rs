@@ -13,6 +13,13 @@
 //! [`MAX_SERIES`] series of their own; the calls of any more are counted,
 //! exactly, in `other` series ([`SeriesKey::is_other`]), and the book says
 //! so once ([`LatencyBook::take_overflow_note`]).
+//!
+//! The always-on run (`--listen` without `--histograms` or the live view)
+//! must not grow with the pods it has seen over weeks: its book is
+//! [`LatencyBook::node_wide`], where only the pods followed (an active
+//! finding, or named by `--pod`; see [`LatencyBook::follow`]) get series of
+//! their own, and a pod no longer followed is merged back into the node's
+//! series after [`POD_SERIES_LINGER`]. Every other call is the node's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -69,6 +76,16 @@ pub const MAX_OTHER_SERIES: usize = 64;
 
 /// Series of the fully folded kind: every syscall, "ok" or "failed".
 const FULLY_FOLDED: usize = Syscall::ALL.len() * 2;
+
+/// How long a pod keeps its own series once it is no longer followed (its
+/// findings resolved): long enough for a dashboard to show how it ended,
+/// then the series end, as Prometheus expects of a stale series.
+pub const POD_SERIES_LINGER: Duration = Duration::from_secs(600);
+
+/// Pods followed at once in a node-wide book: the named ones first, then
+/// those with active findings as they came. A node with more stuck pods
+/// than this has its cause told by the findings already.
+pub const MAX_PODS_FOLLOWED: usize = 64;
 
 /// Where `other` series keep their pod: the nil UUID, which kubelet never
 /// gives a pod (pod UIDs are random, version 4). Its tag and labels say
@@ -145,6 +162,34 @@ pub struct Series {
     pub sum_ns: u128,
     pub first_seen: SystemTime,
     pub last_seen: SystemTime,
+    /// The order the series came in, over the run: what is exported first
+    /// stays exported ([`crate::export::prom`]).
+    pub seq: u64,
+}
+
+impl Series {
+    fn new(time: SystemTime, seq: u64) -> Series {
+        Series { total: new_histogram(), interval: new_histogram(), count: 0, sum_ns: 0, first_seen: time, last_seen: time, seq }
+    }
+
+    /// Adds `other`'s calls to this one (a pod merged into the node).
+    fn absorb(&mut self, other: &Series) {
+        // Both grow as needed: adding cannot fail.
+        let _ = self.total.add(&other.total);
+        let _ = self.interval.add(&other.interval);
+        self.count += other.count;
+        self.sum_ns += other.sum_ns;
+        self.first_seen = self.first_seen.min(other.first_seen);
+        self.last_seen = self.last_seen.max(other.last_seen);
+    }
+}
+
+/// Which pods have series of their own.
+enum PodDetail {
+    /// Every pod, up to [`MAX_PODS`]: an incident run.
+    Every,
+    /// Only the pods followed: the always-on run.
+    Followed,
 }
 
 /// Calls and errors of one closed interval, all series together: the
@@ -169,6 +214,12 @@ pub struct ClosedInterval {
 pub struct LatencyBook {
     pub started: SystemTime,
     series: BTreeMap<SeriesKey, Series>,
+    detail: PodDetail,
+    /// Pods followed now (`None`) or until when they linger (`Some`).
+    followed: BTreeMap<PodUid, Option<SystemTime>>,
+    /// Whether interval histograms are kept (only the files close them).
+    intervals: bool,
+    next_seq: u64,
     /// Pods with series of their own (at most [`MAX_PODS`]).
     pods: BTreeSet<PodUid>,
     /// How many of `series` are `other` ones.
@@ -185,10 +236,16 @@ pub struct LatencyBook {
 }
 
 impl LatencyBook {
+    /// A book of every pod (up to the caps), with interval histograms: an
+    /// incident run's, for the files and the live view.
     pub fn new(started: SystemTime) -> LatencyBook {
         LatencyBook {
             started,
             series: BTreeMap::new(),
+            detail: PodDetail::Every,
+            followed: BTreeMap::new(),
+            intervals: true,
+            next_seq: 0,
             pods: BTreeSet::new(),
             other_series: 0,
             folded_calls: 0,
@@ -201,9 +258,69 @@ impl LatencyBook {
         }
     }
 
+    /// The always-on run's book: the node's series, and series of their
+    /// own only for the pods followed; no interval histograms (no files).
+    pub fn node_wide(started: SystemTime) -> LatencyBook {
+        LatencyBook { detail: PodDetail::Followed, intervals: false, ..LatencyBook::new(started) }
+    }
+
+    /// The pods to follow from now: `named` (by `--pod`) first, then
+    /// `with_findings`, at most [`MAX_PODS_FOLLOWED`]. A pod no longer
+    /// followed lingers [`POD_SERIES_LINGER`]; then, in a node-wide book,
+    /// its series are merged into the node's (no call is lost from the
+    /// node's counts) and it is forgotten.
+    pub fn follow<'a>(&mut self, named: impl IntoIterator<Item = &'a PodUid>, with_findings: impl IntoIterator<Item = &'a PodUid>, now: SystemTime) {
+        let mut now_followed = BTreeSet::new();
+        for pod in named.into_iter().chain(with_findings) {
+            if now_followed.len() >= MAX_PODS_FOLLOWED {
+                break;
+            }
+            now_followed.insert(pod.clone());
+        }
+        for (pod, until) in self.followed.iter_mut() {
+            if !now_followed.contains(pod) && until.is_none() {
+                *until = Some(now + POD_SERIES_LINGER);
+            }
+        }
+        let ended: Vec<PodUid> = self.followed.iter().filter(|(_, until)| until.is_some_and(|t| t <= now)).map(|(p, _)| p.clone()).collect();
+        for pod in ended {
+            self.followed.remove(&pod);
+            if matches!(self.detail, PodDetail::Followed) {
+                self.merge_into_node(&pod);
+            }
+        }
+        for pod in now_followed {
+            self.followed.insert(pod, None);
+        }
+    }
+
+    /// Pods followed now or lingering: those whose series are exported.
+    pub fn followed(&self) -> impl Iterator<Item = &PodUid> {
+        self.followed.keys()
+    }
+
+    /// Moves `pod`'s series into the node's (pod-less) ones.
+    fn merge_into_node(&mut self, pod: &PodUid) {
+        let keys: Vec<SeriesKey> = self.series.keys().filter(|k| k.pod.as_ref() == Some(pod)).cloned().collect();
+        for key in keys {
+            let Some(series) = self.series.remove(&key) else { continue };
+            self.pods.remove(pod);
+            let node_key = SeriesKey { pod: None, ..key };
+            match self.series.get_mut(&node_key) {
+                Some(node) => node.absorb(&series),
+                None => {
+                    self.series.insert(node_key, series);
+                }
+            }
+        }
+    }
+
     /// The key the calls of `key` are counted under: its own, or, past
     /// the caps, an `other` one.
-    fn admit(&mut self, key: SeriesKey) -> SeriesKey {
+    fn admit(&mut self, mut key: SeriesKey) -> SeriesKey {
+        if matches!(self.detail, PodDetail::Followed) && key.pod.as_ref().is_some_and(|p| !self.followed.contains_key(p)) {
+            key.pod = None;
+        }
         if self.series.contains_key(&key) {
             return key;
         }
@@ -250,14 +367,11 @@ impl LatencyBook {
         if key.is_other() {
             self.folded_calls += count;
         }
-        let series = self.series.entry(key).or_insert_with(|| Series {
-            total: new_histogram(),
-            interval: new_histogram(),
-            count: 0,
-            sum_ns: 0,
-            first_seen: time,
-            last_seen: time,
-        });
+        let seq = self.next_seq;
+        let series = self.series.entry(key).or_insert_with(|| Series::new(time, seq));
+        if series.seq == seq {
+            self.next_seq += 1;
+        }
         series.count += count;
         series.sum_ns += sum_ns as u128;
         series.first_seen = series.first_seen.min(time);
@@ -271,9 +385,12 @@ impl LatencyBook {
     }
 
     pub fn record_latency(&mut self, key: SeriesKey, time: SystemTime, latency_ns: u64) {
+        let intervals = self.intervals;
         let series = self.series_at(key, time, 1, latency_ns);
         record_clamped(&mut series.total, latency_ns, 1);
-        record_clamped(&mut series.interval, latency_ns, 1);
+        if intervals {
+            record_clamped(&mut series.interval, latency_ns, 1);
+        }
     }
 
     /// Calls the kernel counted, `count` of them taking `sum_ns` in all,
@@ -282,11 +399,14 @@ impl LatencyBook {
         if count == 0 {
             return;
         }
+        let intervals = self.intervals;
         let series = self.series_at(key, time, count, sum_ns);
         for (bucket, calls) in buckets {
             let value = bucket_middle(*bucket);
             record_clamped(&mut series.total, value, *calls);
-            record_clamped(&mut series.interval, value, *calls);
+            if intervals {
+                record_clamped(&mut series.interval, value, *calls);
+            }
         }
     }
 

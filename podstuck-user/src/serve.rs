@@ -1,7 +1,8 @@
 //! `--listen ADDR`: the run's metrics and findings over HTTP, read-only,
-//! for the cluster's Prometheus and for whoever asks on the node. Two
-//! pages, `GET /metrics` (Prometheus text) and `GET /findings` (JSON);
-//! anything else is 404, any other method 405.
+//! for the cluster's Prometheus and for whoever asks on the node. Three
+//! pages, `GET /metrics` (Prometheus text), `GET /findings` (JSON) and
+//! `GET /healthz` (for a liveness probe); anything else is 404, any other
+//! method 405.
 //!
 //! The pages are rendered by the run (the endpoint printer,
 //! [`crate::print::endpoint`]) and published here whole; serving one is
@@ -77,6 +78,12 @@ impl fmt::Display for CannotListen {
 
 impl std::error::Error for CannotListen {}
 
+/// How old the pages may be before `/healthz` says podstuck is not well:
+/// they are rendered every second while the run goes on, so a run that
+/// has not rendered for this long is stuck (the DaemonSet's liveness probe
+/// then restarts it).
+pub const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
+
 /// The pages as the run last rendered them.
 #[derive(Clone, Debug, Default)]
 pub struct Pages {
@@ -84,6 +91,8 @@ pub struct Pages {
     pub metrics: String,
     /// The findings document, JSON.
     pub findings: String,
+    /// When they were rendered.
+    pub rendered: Option<std::time::Instant>,
 }
 
 /// The latest pages, as the run publishes them and the server reads them.
@@ -203,6 +212,7 @@ fn head_end(bytes: &[u8]) -> Option<usize> {
 pub enum Page {
     Metrics,
     Findings,
+    Health,
 }
 
 /// A request understood: the page and whether the body is wanted (HEAD
@@ -254,6 +264,7 @@ pub fn parse_request(head: &[u8]) -> Result<Request, Refusal> {
     let page = match path {
         "/metrics" => Some(Page::Metrics),
         "/findings" => Some(Page::Findings),
+        "/healthz" => Some(Page::Health),
         _ => None,
     };
     Ok(Request { page, head_only })
@@ -283,7 +294,7 @@ impl Reply {
     fn refusal(refusal: Refusal) -> Reply {
         match refusal {
             Refusal::Malformed => Reply::text("400 Bad Request", "not an HTTP/1 request"),
-            Refusal::Method => Reply { allow: true, ..Reply::text("405 Method Not Allowed", "podstuck serves GET /metrics and GET /findings, read-only") },
+            Refusal::Method => Reply { allow: true, ..Reply::text("405 Method Not Allowed", "podstuck serves GET /metrics, /findings and /healthz, read-only") },
             Refusal::TooLarge => Reply::text("431 Request Header Fields Too Large", "request head too large"),
             Refusal::Version => Reply::text("505 HTTP Version Not Supported", "HTTP/1.1 only"),
         }
@@ -311,7 +322,18 @@ pub fn reply_to(request: &Request, pages: &Pages) -> Reply {
     let (content_type, body) = match request.page {
         Some(Page::Metrics) => (PROMETHEUS_TEXT, pages.metrics.as_bytes()),
         Some(Page::Findings) => (JSON, pages.findings.as_bytes()),
-        None => return Reply { head_only: request.head_only, ..Reply::text("404 Not Found", "podstuck serves /metrics and /findings") },
+        Some(Page::Health) => {
+            let reply = match pages.rendered.map(|at| at.elapsed()) {
+                Some(age) if age <= HEALTHY_WITHIN => Reply::text("200 OK", "ok"),
+                Some(age) => Reply::text(
+                    "503 Service Unavailable",
+                    &format!("podstuck has not rendered its pages for {} s: its run is stuck", age.as_secs()),
+                ),
+                None => Reply::text("503 Service Unavailable", "podstuck has not started tracing yet"),
+            };
+            return Reply { head_only: request.head_only, ..reply };
+        }
+        None => return Reply { head_only: request.head_only, ..Reply::text("404 Not Found", "podstuck serves /metrics, /findings and /healthz") },
     };
     Reply { status: "200 OK", content_type, body: body.to_vec(), head_only: request.head_only, allow: false }
 }
@@ -355,6 +377,20 @@ mod tests {
     }
 
     #[test]
+    fn health_says_whether_the_run_still_renders() {
+        let health = |rendered| reply_to(&Request { page: Some(Page::Health), head_only: false }, &Pages { rendered, ..Pages::default() });
+        assert_eq!(parsed("GET /healthz HTTP/1.1\r\n\r\n"), Ok(Request { page: Some(Page::Health), head_only: false }));
+        assert_eq!(health(Some(std::time::Instant::now())).status, "200 OK");
+        let stale = std::time::Instant::now().checked_sub(HEALTHY_WITHIN + Duration::from_secs(5));
+        if let Some(stale) = stale {
+            let reply = health(Some(stale));
+            assert_eq!(reply.status, "503 Service Unavailable");
+            assert!(String::from_utf8(reply.body).unwrap().contains("its run is stuck"));
+        }
+        assert_eq!(health(None).status, "503 Service Unavailable");
+    }
+
+    #[test]
     fn a_head_ends_at_its_blank_line() {
         assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody"), Some(27));
         assert_eq!(head_end(b"GET / HTTP/1.1\n\n"), Some(16));
@@ -363,7 +399,7 @@ mod tests {
 
     #[test]
     fn replies_say_their_length_and_close() {
-        let pages = Pages { metrics: "podstuck_up 1\n".into(), findings: "{}".into() };
+        let pages = Pages { metrics: "podstuck_up 1\n".into(), findings: "{}".into(), rendered: Some(std::time::Instant::now()) };
         let get = |page| reply_to(&Request { page, head_only: false }, &pages);
         let metrics = String::from_utf8(get(Some(Page::Metrics)).bytes()).unwrap();
         assert_eq!(
@@ -374,6 +410,7 @@ mod tests {
         assert!(String::from_utf8(get(None).bytes()).unwrap().starts_with("HTTP/1.1 404 Not Found\r\n"));
         let head = reply_to(&Request { page: Some(Page::Metrics), head_only: true }, &pages).bytes();
         assert!(String::from_utf8(head).unwrap().ends_with("Content-Length: 14\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"));
+        assert!(String::from_utf8(get(Some(Page::Health)).bytes()).unwrap().ends_with("\r\n\r\nok\n"));
         let refused = String::from_utf8(Reply::refusal(Refusal::Method).bytes()).unwrap();
         assert!(refused.starts_with("HTTP/1.1 405 Method Not Allowed\r\n") && refused.contains("\r\nAllow: GET, HEAD\r\n"), "{refused}");
     }

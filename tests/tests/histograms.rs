@@ -64,20 +64,22 @@ fn other_readers_counts(dir: &Path) -> Vec<(&'static str, HashMap<String, u64>)>
     vec![("java", parse(java)), ("python", parse(py))]
 }
 
-/// metrics.prom through a Prometheus text-format parser: `_count` samples
-/// per (pod, syscall, errno).
+/// metrics.prom through a Prometheus text-format parser: the followed
+/// pods' calls by (pod, syscall, outcome), and the node's histogram counts
+/// by (role, syscall, outcome) under pod "".
 fn prom_counts(dir: &Path) -> HashMap<(String, String, String), f64> {
     let text = std::fs::read_to_string(dir.join("metrics.prom")).expect("metrics.prom");
     let lines = text.lines().map(|l| Ok(l.to_string()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("metrics.prom parses");
     let mut counts = HashMap::new();
     for sample in &scrape.samples {
-        if sample.metric == "podstuck_call_latency_seconds_count" {
-            let key = |k: &str| sample.labels.get(k).unwrap_or("").to_string();
-            if let prometheus_parse::Value::Untyped(v) | prometheus_parse::Value::Counter(v) = sample.value {
-                counts.insert((key("pod"), key("syscall"), key("errno")), v);
-            }
-        }
+        let key = |k: &str| sample.labels.get(k).unwrap_or("").to_string();
+        let (prometheus_parse::Value::Untyped(v) | prometheus_parse::Value::Counter(v)) = sample.value else { continue };
+        match sample.metric.as_str() {
+            "podstuck_pod_calls_total" => counts.insert((key("pod"), key("syscall"), key("outcome")), v),
+            "podstuck_call_duration_seconds_count" => counts.insert((format!("node {}", key("role")), key("syscall"), key("outcome")), v),
+            _ => None,
+        };
     }
     assert!(scrape.samples.iter().any(|s| s.metric == "podstuck_events_lost_total"));
     counts
@@ -139,7 +141,8 @@ kernel_test! {
             assert_eq!(counts.get(&tag), Some(&10_000), "{reader} reader: {counts:?}");
         }
         let prom = prom_counts(&out);
-        assert_eq!(prom[&(uid.to_string(), "unlink".to_string(), "none".to_string())], 10_000.0);
+        assert_eq!(prom[&(uid.to_string(), "unlink".to_string(), "ok".to_string())], 10_000.0, "{prom:?}");
+        assert_eq!(prom[&("node other".to_string(), "unlink".to_string(), "ok".to_string())], 10_000.0, "{prom:?}");
         assert_eq!(svg_curves(&out), series.len());
 
         // podstuck report reads the same back.

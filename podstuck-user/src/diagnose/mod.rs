@@ -384,11 +384,18 @@ struct Shown {
     told_at: SystemTime,
 }
 
+/// Findings remembered at most; past this the longest resolved are
+/// forgotten first (active ones are bounded by their detectors).
+pub const MAX_FINDINGS_KEPT: usize = 2048;
+
 /// All detectors, and what has been told of their findings.
 pub struct Diagnoser {
     detectors: Vec<Box<dyn Detector>>,
     shown: BTreeMap<String, Shown>,
     in_container: bool,
+    /// The always-on run forgets a resolved finding this long after its end
+    /// was told; an incident run keeps them for its closing summary.
+    forget_resolved_after: Option<Duration>,
 }
 
 impl Diagnoser {
@@ -405,7 +412,29 @@ impl Diagnoser {
             Box::new(disk_full::DiskFull::default()),
             Box::new(subpath_left::SubpathLeft::default()),
         ];
-        Diagnoser { detectors, shown: BTreeMap::new(), in_container: options.in_container }
+        Diagnoser { detectors, shown: BTreeMap::new(), in_container: options.in_container, forget_resolved_after: None }
+    }
+
+    /// Resolved findings are forgotten `after` their end was told: a run of
+    /// weeks must not keep every finding it ever told.
+    pub fn forget_resolved_after(&mut self, after: Duration) {
+        self.forget_resolved_after = Some(after);
+    }
+
+    /// Forgets what [`Diagnoser::forget_resolved_after`] and
+    /// [`MAX_FINDINGS_KEPT`] say; never a finding whose end is not told yet.
+    fn forget(&mut self, now: SystemTime) {
+        let done = |s: &Shown| s.told && s.finding.status == Status::Resolved;
+        if let Some(after) = self.forget_resolved_after {
+            self.shown.retain(|_, s| !(done(s) && now.duration_since(s.told_at).unwrap_or_default() >= after));
+        }
+        if self.shown.len() > MAX_FINDINGS_KEPT {
+            let mut resolved: Vec<(SystemTime, String)> = self.shown.iter().filter(|(_, s)| done(s)).map(|(id, s)| (s.told_at, id.clone())).collect();
+            resolved.sort();
+            for (_, id) in resolved.into_iter().take(self.shown.len() - MAX_FINDINGS_KEPT) {
+                self.shown.remove(&id);
+            }
+        }
     }
 
     /// Adds detectors that see no call but bring findings from elsewhere
@@ -485,6 +514,7 @@ impl Diagnoser {
                 }
             }
         }
+        self.forget(review.now);
         reports
     }
 
@@ -550,6 +580,10 @@ mod tests {
         }
     }
 
+    fn scripted(next: &std::rc::Rc<std::cell::RefCell<Vec<Finding>>>) -> Diagnoser {
+        Diagnoser { detectors: vec![Box::new(Scripted { next: next.clone() })], shown: BTreeMap::new(), in_container: false, forget_resolved_after: None }
+    }
+
     fn finding(count: u64, confidence: Confidence, status: Status) -> Finding {
         let mut f = Finding::new(Kind::MountHeld, "/x", Severity::Critical, t(0.0));
         f.count = count;
@@ -561,7 +595,7 @@ mod tests {
     #[test]
     fn a_finding_is_told_once_then_updated_on_change_or_every_ten_seconds() {
         let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-        let mut d = Diagnoser { detectors: vec![Box::new(Scripted { next: next.clone() })], shown: BTreeMap::new(), in_container: false };
+        let mut d = scripted(&next);
         let mut node = FakeNode::default();
         let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
         // Resolved before ever told: nothing.
@@ -588,5 +622,31 @@ mod tests {
         assert!(matches!(&at(&mut d, 14.0)[..], [Report::Update(f)] if f.status == Status::Resolved));
         assert!(at(&mut d, 15.0).is_empty());
         assert_eq!(d.findings().len(), 1);
+    }
+
+    #[test]
+    fn resolved_findings_are_forgotten_when_asked_and_past_the_cap() {
+        let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut d = scripted(&next);
+        d.forget_resolved_after(Duration::from_secs(600));
+        let mut node = FakeNode::default();
+        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let numbered = |n: usize, status| {
+            let mut f = finding(1, Confidence::Likely, status);
+            f.id = format!("f{n}");
+            f
+        };
+        // Many findings come and go, as pods churn; one stays.
+        *next.borrow_mut() = (0..MAX_FINDINGS_KEPT + 100).map(|n| numbered(n, Status::Active)).collect();
+        assert_eq!(at(&mut d, 0.0).len(), MAX_FINDINGS_KEPT + 100);
+        *next.borrow_mut() = (0..MAX_FINDINGS_KEPT + 100).map(|n| numbered(n, if n == 7 { Status::Active } else { Status::Resolved })).collect();
+        assert_eq!(at(&mut d, 10.0).len(), MAX_FINDINGS_KEPT + 99, "every end told");
+        assert_eq!(d.findings().len(), MAX_FINDINGS_KEPT, "past the cap, resolved ones go");
+        assert!(d.findings().iter().any(|f| f.id == "f7"));
+        *next.borrow_mut() = vec![numbered(7, Status::Active)];
+        at(&mut d, 609.0);
+        assert_eq!(d.findings().len(), MAX_FINDINGS_KEPT);
+        at(&mut d, 611.0);
+        assert_eq!(d.findings().iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["f7"], "ten minutes after their end");
     }
 }

@@ -164,6 +164,10 @@ impl VolumeStillMounted {
     }
 }
 
+/// Volumes whose unmounts are remembered at most (a pod's teardown
+/// unmounts each of its volumes once).
+const UNMOUNTS_KEPT: usize = 4096;
+
 impl Detector for VolumeStillMounted {
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
         let Ok(path) = &identity.abs_path else { return };
@@ -192,6 +196,13 @@ impl Detector for VolumeStillMounted {
         let out = self.failures.review(review.now, |a| Self::decide(unmounts, a, review));
         if self.failures.is_empty() {
             self.unmounts.clear();
+        }
+        // While one volume stays stuck, every other volume the node
+        // unmounts would be remembered for weeks: past the cap, only the
+        // unmounts of volumes still failing are kept.
+        if self.unmounts.len() > UNMOUNTS_KEPT {
+            let failures = &self.failures;
+            self.unmounts.retain(|path, _| failures.tracks(path));
         }
         out
     }

@@ -63,6 +63,9 @@ pub struct RunInfo {
     pub events_lost: u64,
     /// Every call, counted in the kernel (exact even when events are lost).
     pub calls_counted: BTreeMap<String, u64>,
+    /// Calls counted while the kernel's series map was full.
+    #[serde(default)]
+    pub calls_outside_series: u64,
     /// False while podstuck runs: the files are of the last interval.
     pub finished: bool,
 }
@@ -85,6 +88,7 @@ impl RunInfo {
             events_seen: totals.events_seen,
             events_lost: totals.events_lost,
             calls_counted: totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect(),
+            calls_outside_series: totals.calls_outside_series,
             finished,
         }
     }

@@ -94,6 +94,7 @@ pub(crate) mod tests {
             events_seen: 101,
             events_lost: 0,
             calls_counted: [("unlinkat".to_string(), 101)].into_iter().collect(),
+            calls_outside_series: 0,
             finished: false,
         }
     }

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use crate::collect::RunTotals;
 use crate::diagnose::{Finding, Report};
 use crate::event::CallEvent;
-use crate::export::prom::render_endpoint;
+use crate::export::prom::{render_endpoint, OwnCost, ProcessStats};
 use crate::export::RunInfo;
 use crate::identify::Identity;
 use crate::latency::LatencyBook;
@@ -61,7 +61,12 @@ impl Endpoint {
         let Some(run) = &self.run else { return };
         let now = SystemTime::now();
         let info = RunInfo::of_run(run, totals, self.interval, now, false);
-        let pages = Pages { metrics: render_endpoint(book, &info, findings), findings: findings_page(&run.node, now, findings) };
+        let cost = OwnCost { process: ProcessStats::now(), programs: totals.programs.clone() };
+        let pages = Pages {
+            metrics: render_endpoint(book, &info, findings, &cost),
+            findings: findings_page(&run.node, now, findings),
+            rendered: Some(std::time::Instant::now()),
+        };
         self.pages.send_replace(Arc::new(pages));
         self.rendered = Some(std::time::Instant::now());
     }

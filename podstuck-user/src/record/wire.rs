@@ -1062,7 +1062,8 @@ pub struct WireTotals {
 
 impl WireTotals {
     pub fn of(t: &RunTotals) -> WireTotals {
-        let RunTotals { events_seen, events_lost, calls, calls_without_entry, entries_not_stored, paths_unreadable, records_undecodable, calls_outside_series } = t;
+        let RunTotals { events_seen, events_lost, calls, calls_without_entry, entries_not_stored, paths_unreadable, records_undecodable, calls_outside_series, programs: _ } = t;
+        // What the programs cost is said at the end of the run, not recorded.
         WireTotals {
             events_seen: *events_seen,
             events_lost: *events_lost,
@@ -1085,6 +1086,7 @@ impl WireTotals {
             paths_unreadable: self.paths_unreadable,
             records_undecodable: self.records_undecodable,
             calls_outside_series: self.calls_outside_series,
+            programs: Vec::new(),
         }
     }
 }

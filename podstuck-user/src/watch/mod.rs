@@ -32,7 +32,7 @@ use crate::identify::process::own_mount_namespace;
 use crate::identify::{Identifier, NodeLayout, PodFilter};
 use crate::inspect::live::LiveNode;
 use crate::kernel_features::{AttachPoint, Lockdown, PathWalk};
-use crate::latency::LatencyBook;
+use crate::latency::{LatencyBook, POD_SERIES_LINGER};
 use crate::preflight::{plan, NodeFacts, Problem};
 use crate::print::endpoint::{Endpoint, WithEndpoint};
 use crate::print::{printer, stderr_line, Ending, Printer};
@@ -194,14 +194,27 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
         degraded: plan.degraded,
     };
     let (printer, keys) = printer(options.asked(), &facts, &warnings);
+    // An incident run (histogram files, the live view) keeps every pod's
+    // latencies, as asked; the always-on run (--listen alone) only the
+    // node's and the followed pods', so that weeks of pods cost nothing.
+    let incident = exporter.is_some() || printer.shows_every().is_some();
+    let always_on = !incident && listener.is_some();
+    let book = match (incident, always_on) {
+        (true, _) => Some(LatencyBook::new(facts.started)),
+        (false, true) => Some(LatencyBook::node_wide(facts.started)),
+        (false, false) => None,
+    };
     let serving = listener.as_ref().and_then(Listener::local_addr);
     let printer = match listener {
         Some(listener) => serve(listener, printer, options),
         None => printer,
     };
-    let book = (exporter.is_some() || printer.shows_every().is_some()).then(|| LatencyBook::new(facts.started));
     let identifier = Identifier::new(layout);
     let mut diagnoser = Diagnoser::new(&diagnose);
+    if always_on {
+        // A resolved finding ends with its pod's series, not weeks later.
+        diagnoser.forget_resolved_after(POD_SERIES_LINGER);
+    }
     if let Some(api) = &api {
         let (first, last) = api.detectors();
         diagnoser.join(first, last);
@@ -308,7 +321,7 @@ async fn trace(run: &mut Run, options: &WatchOptions) -> Result<Stopped> {
             quit = quit_asked(keys) => return Ok(Stopped { by: Some(quit.stopped_by()), quit: Some(quit) }),
             _ = screen.tick(), if shows_every.is_some() => {
                 pipeline.harvest(tracer);
-                let totals = tracer.totals()?;
+                let totals = totals_and_cost(tracer, options)?;
                 let in_flight = pipeline.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
                 pipeline.show(&in_flight, &totals);
             }
@@ -344,20 +357,27 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<()> 
     pipeline.tell(&reports).context("writing findings")?;
     let untold = pipeline.diagnoser.untold();
     pipeline.tell(&untold).context("writing findings")?;
-    let totals = tracer.totals()?;
+    let totals = totals_and_cost(tracer, options)?;
     pipeline.finish_record(&untold, &totals);
     let histograms = last_refresh(exporter.as_mut(), pipeline.book.as_mut(), &RunInfo::of_run(facts, &totals, options.interval, SystemTime::now(), true));
     let printed = last_words(tracer, pipeline, &totals, &stopped);
-    if options.kernel_cost {
-        for cost in tracer.program_costs() {
-            stderr_line(format_args!("podstuck: kernel cost: {cost}"));
-        }
+    for cost in &totals.programs {
+        stderr_line(format_args!("podstuck: kernel cost: {cost}"));
     }
     printed.context("writing the end of the output")?;
     // The last refresh failing (disk full) is said at the very end (exit
     // code 1), after the closing summary or `end` line: those hold the
     // run's totals and events lost, which must not be lost with the files.
     histograms
+}
+
+/// The kernel's totals, and with `--kernel-cost` what its programs cost.
+fn totals_and_cost(tracer: &Tracer, options: &WatchOptions) -> Result<RunTotals> {
+    let mut totals = tracer.totals()?;
+    if options.kernel_cost {
+        totals.programs = tracer.program_costs();
+    }
+    Ok(totals)
 }
 
 /// The histogram files' last refresh, marked finished.

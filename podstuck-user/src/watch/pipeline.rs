@@ -9,7 +9,7 @@ use std::io;
 use std::time::SystemTime;
 
 use crate::collect::{Flight, RunTotals, Tracer};
-use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review};
+use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review, Status};
 use crate::event::{CallEvent, DecodeError};
 use crate::explain::join::ApiJoin;
 use crate::identify::actor::Role;
@@ -51,6 +51,12 @@ impl Pipeline {
         recorder: Option<Recorder<File>>,
         api: Option<ApiJoin>,
     ) -> Pipeline {
+        let mut book = book;
+        if let Some(book) = book.as_mut() {
+            // The pods named are followed from the first call.
+            let started = book.started;
+            book.follow(filter.pods(), [], started);
+        }
         Pipeline {
             out: Out::stdout(),
             printer,
@@ -136,15 +142,28 @@ impl Pipeline {
         }
         let counted = std::mem::take(&mut self.counted);
         self.diagnoser.counted(&counted);
-        let Some(recorder) = self.recorder.as_mut() else {
-            return self.diagnoser.review(&mut Review { now, in_flight, node });
+        let reports = match self.recorder.as_mut() {
+            None => self.diagnoser.review(&mut Review { now, in_flight, node }),
+            Some(recorder) => {
+                let mut recording = RecordingNode::new(node);
+                let reports = self.diagnoser.review(&mut Review { now, in_flight, node: &mut recording });
+                if let Err(e) = recorder.add_review(now, in_flight, &counted, recording.into_asked(), &reports) {
+                    self.printer.say(&e.to_string());
+                }
+                reports
+            }
         };
-        let mut recording = RecordingNode::new(node);
-        let reports = self.diagnoser.review(&mut Review { now, in_flight, node: &mut recording });
-        if let Err(e) = recorder.add_review(now, in_flight, &counted, recording.into_asked(), &reports) {
-            self.printer.say(&e.to_string());
-        }
+        self.follow_pods(now);
         reports
+    }
+
+    /// The pods the book keeps series of their own for: those named, and
+    /// those with an active finding (see [`LatencyBook::follow`]).
+    fn follow_pods(&mut self, now: SystemTime) {
+        let Some(book) = self.book.as_mut() else { return };
+        let findings = self.diagnoser.findings();
+        let stuck = findings.iter().filter(|f| f.status == Status::Active).flat_map(|f| f.pod_uid.iter().chain(&f.pods));
+        book.follow(self.filter.pods(), stuck, now);
     }
 
     /// Calls in flight, identified and filtered like completed ones.
