@@ -184,9 +184,10 @@ pub struct SoakReport {
     pub exit: String,
     pub exited_cleanly: bool,
     pub stderr: String,
-    /// What it printed on stdout: a line per finding (the churn should
-    /// make none: each pod's failed calls are followed by successes).
-    pub finding_lines: Vec<String>,
+    /// What it printed on stdout: a line per finding, told and resolved
+    /// (the churn should make none: each pod's failed calls are followed
+    /// by successes), then its closing line of what it counted.
+    pub stdout: Vec<String>,
 }
 
 /// One target, met or not, with what was measured.
@@ -200,6 +201,12 @@ pub struct Verdict {
 }
 
 impl SoakReport {
+    /// The finding lines podstuck printed: its stdout but for its own
+    /// `podstuck: ` lines.
+    pub fn finding_lines(&self) -> Vec<&str> {
+        self.stdout.iter().map(String::as_str).filter(|l| !l.starts_with("podstuck: ")).collect()
+    }
+
     /// Pods churned a second.
     pub fn pods_per_s(&self) -> f64 {
         self.pods as f64 / self.churned_for.as_secs_f64().max(1e-9)
@@ -434,7 +441,7 @@ pub fn run(options: &SoakOptions, mut on_sample: impl FnMut(&Sample)) -> Result<
         exit: ended.status.to_string(),
         exited_cleanly: ended.status.success(),
         stderr: ended.stderr,
-        finding_lines: ended.lines,
+        stdout: ended.lines,
     })
 }
 

@@ -110,10 +110,18 @@ fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
         };
         writeln!(out, "| {} | {met} | {} |", v.target, v.measured)?;
     }
-    let printed = &report.finding_lines;
-    writeln!(out, "\nFinding lines podstuck printed (its output a pipe: one a finding): {}.", printed.len())?;
+    let printed = report.finding_lines();
+    let ours = printed.iter().filter(|l| l.contains(&report.stuck_pod)).count();
+    writeln!(
+        out,
+        "\nFinding lines podstuck printed (its output a pipe: one a finding told or resolved): {}, {ours} of them the stuck pod's. podstuck traces the whole machine, so the calls of whatever else runs on it are in its figures too, and their findings below.",
+        printed.len()
+    )?;
     if !printed.is_empty() {
-        writeln!(out, "\n```\n{}\n```", printed.iter().take(6).map(String::as_str).collect::<Vec<_>>().join("\n"))?;
+        writeln!(out, "\n```\n{}\n```", printed.iter().take(6).copied().collect::<Vec<_>>().join("\n"))?;
+    }
+    if let Some(closing) = report.stdout.iter().rev().find(|l| l.starts_with("podstuck: ")) {
+        writeln!(out, "\nIts closing line: `{closing}`")?;
     }
     let said: Vec<&str> = report.stderr.lines().filter(|l| !l.trim().is_empty()).take(12).collect();
     if !said.is_empty() {
