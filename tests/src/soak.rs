@@ -174,8 +174,9 @@ pub struct SoakReport {
     pub command: String,
     /// The pod stuck after the churn.
     pub stuck_pod: String,
-    /// How long after kubelet's first failed rmdir it was listed on
-    /// `/findings` and in `podstuck_findings` (None: not within 90 s).
+    /// How long after kubelet started failing to remove its volume it was
+    /// listed on `/findings` and in `podstuck_findings` (None: not within
+    /// 90 s).
     pub stuck_in_findings: Option<Duration>,
     pub stuck_in_metrics: Option<Duration>,
     /// `GET /healthz`'s status at the end (0: no answer).
@@ -364,24 +365,72 @@ pub fn sample_line(s: &Sample) -> String {
 /// Runs the soak: starts podstuck as the DaemonSet runs it, churns pods,
 /// samples it every `sample_every` (each sample handed to `on_sample` as
 /// it is taken), sticks a pod, stops podstuck with SIGTERM, and reports.
-/// Err where podstuck exits early or the churn cannot do what it should.
-pub fn run(options: &SoakOptions, mut on_sample: impl FnMut(&Sample)) -> Result<SoakReport> {
+/// Err where podstuck exits early or the churn cannot do what it should
+/// (with what podstuck said on stderr).
+pub fn run(options: &SoakOptions, on_sample: impl FnMut(&Sample)) -> Result<SoakReport> {
     let root = KubeletRoot::empty(options.scratch.join("kubelet"));
     let cgroups = PodCgroups::of_this_node(&format!("podstuck-soak-{}", std::process::id()))?;
     let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let args = options.podstuck_args(listen, &root);
-    let command = format!("podstuck {}", args.join(" "));
     let mut podstuck = Running::spawn(Command::new(&options.podstuck).args(&args).stdin(Stdio::null()));
     await_serving(&mut podstuck, listen)?;
+    let soaked = churn_then_stick(options, &root, &cgroups, listen, &mut podstuck, on_sample);
+    let soaked = soaked.with_context(|| {
+        let state = match podstuck.try_wait() {
+            Some(status) => format!("exited ({status})"),
+            None => "still running".to_string(),
+        };
+        format!("podstuck {state}, its stderr:\n{}", podstuck.stderr())
+    })?;
+    let ended = podstuck.stop(libc::SIGTERM);
+    Ok(SoakReport {
+        samples: soaked.samples,
+        pods: soaked.pods,
+        churned_for: soaked.churned_for,
+        files_per_pod: options.files_per_pod,
+        sample_every: options.sample_every,
+        cgroups: cgroups.words(),
+        command: format!("podstuck {}", args.join(" ")),
+        stuck_pod: soaked.stuck_pod,
+        stuck_in_findings: soaked.in_findings,
+        stuck_in_metrics: soaked.in_metrics,
+        healthz: soaked.healthz,
+        exit: ended.status.to_string(),
+        exited_cleanly: ended.status.success(),
+        stderr: ended.stderr,
+        stdout: ended.lines,
+    })
+}
+
+/// What the churn and the stuck pod gave, podstuck still running.
+struct Soaked {
+    samples: Vec<Sample>,
+    pods: u64,
+    churned_for: Duration,
+    stuck_pod: String,
+    in_findings: Option<Duration>,
+    in_metrics: Option<Duration>,
+    healthz: u16,
+}
+
+/// The churn, sampled, then the stuck pod, sampled once named.
+fn churn_then_stick(
+    options: &SoakOptions,
+    root: &KubeletRoot,
+    cgroups: &PodCgroups,
+    listen: SocketAddr,
+    podstuck: &mut Running,
+    mut on_sample: impl FnMut(&Sample),
+) -> Result<Soaked> {
     let pid = podstuck.pid();
     let mut samples = Vec::new();
-    let mut take = |phase: Phase, at: Duration, pods: u64, samples: &mut Vec<Sample>| -> Result<()> {
+    let mut take = |phase: Phase, at: Duration, pods: u64| -> Result<()> {
         let sample = sample(pid, listen, phase, at, pods)?;
         on_sample(&sample);
         samples.push(sample);
         Ok(())
     };
-    take(Phase::Start, Duration::ZERO, 0, &mut samples)?;
+    take(Phase::Start, Duration::ZERO, 0)?;
 
     // The churn: a pod made every tick, the one made PODS_ALIVE ticks ago
     // torn down. Ticks are kept to the clock; when a tick runs late the
@@ -391,18 +440,18 @@ pub fn run(options: &SoakOptions, mut on_sample: impl FnMut(&Sample)) -> Result<
     let mut alive: VecDeque<ChurnedPod> = VecDeque::new();
     let mut pods = 0u64;
     while started.elapsed() < options.churn_for {
-        alive.push_back(ChurnedPod::create(&root, &cgroups, options.files_per_pod)?);
+        alive.push_back(ChurnedPod::create(root, cgroups, options.files_per_pod)?);
         if alive.len() > PODS_ALIVE {
             alive.pop_front().expect("alive").tear_down(&options.actor)?;
             pods += 1;
         }
         if let Some(status) = podstuck.try_wait() {
-            bail!("podstuck exited during the churn ({status}) after {pods} pods: {}", podstuck.stderr());
+            bail!("podstuck exited during the churn ({status}) after {pods} pods");
         }
         // Not in the churn's last second: its end is sampled anyway.
         let now = Instant::now();
         if now >= next_sample && now + Duration::from_secs(1) < started + options.churn_for {
-            take(Phase::Churn, started.elapsed(), pods, &mut samples)?;
+            take(Phase::Churn, started.elapsed(), pods)?;
             next_sample += options.sample_every;
         }
         next_pod += options.pod_every;
@@ -416,33 +465,13 @@ pub fn run(options: &SoakOptions, mut on_sample: impl FnMut(&Sample)) -> Result<
         pods += 1;
     }
     let churned_for = started.elapsed();
-    take(Phase::Churn, churned_for, pods, &mut samples)?;
+    take(Phase::Churn, churned_for, pods)?;
 
-    let stuck = StuckPod::start(&root, &options.actor);
-    let (in_findings, in_metrics) = stuck.await_named(listen, &mut podstuck);
-    take(Phase::Stuck, started.elapsed(), pods, &mut samples)?;
+    let stuck = StuckPod::start(root, &options.actor);
+    let (in_findings, in_metrics) = stuck.await_named(listen, podstuck);
+    take(Phase::Stuck, started.elapsed(), pods)?;
     let healthz = try_get(listen, "/healthz").map(|a| a.status).unwrap_or(0);
-    let stuck_pod = stuck.pod.uid().to_string();
-    drop(stuck);
-
-    let ended = podstuck.stop(libc::SIGTERM);
-    Ok(SoakReport {
-        samples,
-        pods,
-        churned_for,
-        files_per_pod: options.files_per_pod,
-        sample_every: options.sample_every,
-        cgroups: cgroups.words(),
-        command,
-        stuck_pod,
-        stuck_in_findings: in_findings,
-        stuck_in_metrics: in_metrics,
-        healthz,
-        exit: ended.status.to_string(),
-        exited_cleanly: ended.status.success(),
-        stderr: ended.stderr,
-        stdout: ended.lines,
-    })
+    Ok(Soaked { samples, pods, churned_for, stuck_pod: stuck.pod.uid().to_string(), in_findings, in_metrics, healthz })
 }
 
 /// Waits until podstuck says it serves (it does once every program is
