@@ -134,9 +134,9 @@ impl Prometheus {
     /// (pending, until its `for:` has passed).
     ///
     /// Scraped the way docs/monitoring.md tells a cluster to: job
-    /// `podstuck`, `honor_labels: true`, and the target labelled as
-    /// Kubernetes service discovery labels a pod's (`namespace`, and a
-    /// `pod` of podstuck's own name, which podstuck's `pod` must win over).
+    /// `podstuck`, and the target labelled as Kubernetes service discovery
+    /// labels a pod's (`namespace`, and a `pod` of podstuck's own name,
+    /// beside podstuck's `pod_uid` of the stuck pod).
     pub fn start_with_rules(dir: &Path, target: SocketAddr, rules: &[&Path]) -> Option<Prometheus> {
         let rule_files: String = rules.iter().map(|r| format!("  - '{}'\n", r.display())).collect();
         let config = [
@@ -148,7 +148,6 @@ impl Prometheus {
             rule_files.trim_end(),
             "scrape_configs:",
             "  - job_name: podstuck",
-            "    honor_labels: true",
             "    static_configs:",
             &format!("      - targets: ['{target}']"),
             "        labels:",

@@ -107,7 +107,6 @@ fn the_pod_monitor_scrapes_the_daemonset_keeping_podstucks_pod_label() {
     let ports = ds["spec"]["template"]["spec"]["containers"][0]["ports"].as_array().unwrap();
     assert!(ports.iter().any(|p| p["name"] == endpoint["port"]), "port {} is not among {ports:?}", endpoint["port"]);
     assert_eq!(endpoint["path"], "/metrics");
-    assert_eq!(endpoint["honorLabels"], true, "the operator's own `pod` label would hide the stuck pod's UID");
 }
 
 #[test]
@@ -175,8 +174,8 @@ const CONTRACT: &[(&str, &[&str])] = &[
     ("podstuck_build_info", &["version", "node", "kernel"]),
     ("podstuck_calls_total", &["syscall"]),
     ("podstuck_call_duration_seconds", &["role", "syscall", "outcome"]),
-    ("podstuck_pod_calls_total", &["pod", "role", "syscall", "outcome"]),
-    ("podstuck_findings", &["node", "kind", "severity", "pod", "fix"]),
+    ("podstuck_pod_calls_total", &["pod_uid", "role", "syscall", "outcome"]),
+    ("podstuck_findings", &["node", "kind", "severity", "pod_uid", "fix"]),
     ("podstuck_events_seen_total", &[]),
     ("podstuck_events_lost_total", &[]),
     ("podstuck_calls_outside_series_total", &[]),
@@ -353,7 +352,7 @@ fn words_not_in_contract(text: &str) -> Vec<String> {
 fn the_contract_check_catches_what_it_should() {
     let mut uses = BTreeSet::new();
     assert!(contract_problems(r#"sum by (le) (rate(podstuck_call_duration_seconds_bucket{outcome="EBUSY"}[5m]))"#, &mut uses).is_empty());
-    assert!(contract_problems(r#"podstuck_findings{job=~"(.*/)?podstuck", severity="critical", pod!=""}"#, &mut uses).is_empty());
+    assert!(contract_problems(r#"podstuck_findings{job=~"(.*/)?podstuck", severity="critical", pod_uid!=""}"#, &mut uses).is_empty());
     let bad = [
         r#"podstuck_call_latency_seconds_count"#,
         r#"podstuck_call_duration_seconds"#,
@@ -473,7 +472,7 @@ fn the_dashboard_is_importable_and_names_only_the_metrics_contract() {
     }
     let table = panels.iter().find(|p| p["type"] == "table" && p["targets"][0]["expr"].as_str().unwrap().contains("podstuck_findings")).expect("a table of findings");
     let expr = table["targets"][0]["expr"].as_str().unwrap();
-    for label in ["node", "pod", "kind", "fix"] {
+    for label in ["node", "pod_uid", "kind", "fix"] {
         assert!(expr.contains(label), "the findings table should show {label}: {expr}");
     }
     let latency: Vec<&str> = panels.iter().flat_map(|p| p["targets"].as_array().unwrap()).filter_map(|t| t["expr"].as_str()).filter(|e| e.contains("histogram_quantile")).collect();
@@ -504,10 +503,10 @@ fn contract_page(node: &str, stuck: &str, n: u64) -> String {
     line(format!("podstuck_build_info{{version=\"0.1.0\",node=\"{node}\",kernel=\"6.1.0\"}} 1"));
     line("# TYPE podstuck_findings gauge".into());
     line(format!(
-        "podstuck_findings{{node=\"{node}\",kind=\"volume-still-mounted\",severity=\"critical\",pod=\"{stuck}\",fix=\"umount /var/lib/kubelet/pods/{stuck}/volumes/kubernetes.io~csi/pvc-1/mount\"}} 1"
+        "podstuck_findings{{node=\"{node}\",kind=\"volume-still-mounted\",severity=\"critical\",pod_uid=\"{stuck}\",fix=\"umount /var/lib/kubelet/pods/{stuck}/volumes/kubernetes.io~csi/pvc-1/mount\"}} 1"
     ));
-    line(format!("podstuck_findings{{node=\"{node}\",kind=\"removal-storm\",severity=\"warning\",pod=\"{WARNED}\",fix=\"wait for it\"}} 1"));
-    line(format!("podstuck_findings{{node=\"{node}\",kind=\"read-only-fs\",severity=\"critical\",pod=\"\",fix=\"mount -o remount,rw /var/lib/kubelet\"}} 1"));
+    line(format!("podstuck_findings{{node=\"{node}\",kind=\"removal-storm\",severity=\"warning\",pod_uid=\"{WARNED}\",fix=\"wait for it\"}} 1"));
+    line(format!("podstuck_findings{{node=\"{node}\",kind=\"read-only-fs\",severity=\"critical\",pod_uid=\"\",fix=\"mount -o remount,rw /var/lib/kubelet\"}} 1"));
     line("# TYPE podstuck_calls_total counter".into());
     line(format!("podstuck_calls_total{{syscall=\"rmdir\"}} {}", 10 * n));
     line("# TYPE podstuck_call_duration_seconds histogram".into());
@@ -518,7 +517,7 @@ fn contract_page(node: &str, stuck: &str, n: u64) -> String {
     line(format!("podstuck_call_duration_seconds_sum{{{labels}}} {}", 0.0002 * n as f64));
     line(format!("podstuck_call_duration_seconds_count{{{labels}}} {}", 10 * n));
     line("# TYPE podstuck_pod_calls_total counter".into());
-    line(format!("podstuck_pod_calls_total{{pod=\"{stuck}\",{labels}}} {}", 10 * n));
+    line(format!("podstuck_pod_calls_total{{pod_uid=\"{stuck}\",{labels}}} {}", 10 * n));
     for (family, value) in [("podstuck_events_seen_total", 10 * n), ("podstuck_events_lost_total", 3 * n), ("podstuck_calls_outside_series_total", n)] {
         line(format!("# TYPE {family} counter"));
         line(format!("{family} {value}"));
@@ -603,11 +602,12 @@ fn a_real_prometheus_alerts_on_a_page_shaped_as_the_contract() {
     let Some(prometheus) = Prometheus::start_with_rules(&scratch.path().join("prometheus"), target, &[&rules]) else { return };
     prometheus.await_value("podstuck_up", 1.0, secs(30));
 
-    // podstuck's pod, not Kubernetes discovery's, names the stuck pod.
+    // pod_uid names the stuck pod, beside discovery's `pod` (podstuck's own).
     let alert = one_alert(&prometheus, r#"ALERTS{alertname="PodStuckOnNode", alertstate="pending"}"#, secs(30));
     let labels = &alert["metric"];
-    assert_eq!(labels["pod"], stuck.as_str(), "{alert}");
-    assert_ne!(labels["pod"], SD_POD);
+    assert_eq!(labels["pod_uid"], stuck.as_str(), "{alert}");
+    let findings = prometheus.query("podstuck_findings");
+    assert!(findings.iter().all(|f| f["metric"]["pod"] == SD_POD), "discovery's pod label is kept, not podstuck's: {findings:?}");
     assert_eq!(labels["node"], node);
     assert_eq!(labels["kind"], "volume-still-mounted");
     assert_eq!(labels["severity"], "critical");
@@ -617,7 +617,7 @@ fn a_real_prometheus_alerts_on_a_page_shaped_as_the_contract() {
     let alert = one_alert(&prometheus, r#"ALERTS{alertname="NodeCauseBlocksPods", alertstate="pending"}"#, secs(10));
     assert_eq!(alert["metric"]["kind"], "read-only-fs", "{alert}");
     assert_eq!(alert["metric"]["node"], node);
-    assert!(alert["metric"]["pod"].is_null(), "{alert}");
+    assert!(alert["metric"]["pod_uid"].is_null(), "{alert}");
     // Events lost fire at once, named by node (joined from build_info).
     let alert = one_alert(&prometheus, r#"ALERTS{alertname="PodstuckLosingEvents", alertstate="firing"}"#, secs(30));
     assert_eq!(alert["metric"]["node"], node, "{alert}");
@@ -652,7 +652,7 @@ fn a_real_prometheus_alerts_on_a_page_shaped_as_the_contract() {
     }
     let table = dashboard["panels"].as_array().unwrap().iter().find(|p| p["type"] == "table").unwrap();
     let rows = prometheus.query(&as_sent(table["targets"][0]["expr"].as_str().unwrap()));
-    assert!(rows.iter().any(|r| r["metric"]["pod"] == stuck.as_str() && r["metric"]["kind"] == "volume-still-mounted"), "{rows:?}");
+    assert!(rows.iter().any(|r| r["metric"]["pod_uid"] == stuck.as_str() && r["metric"]["kind"] == "volume-still-mounted"), "{rows:?}");
 }
 
 kernel_test! {
@@ -677,7 +677,7 @@ kernel_test! {
 
         let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&pv), "mount"]);
         watch.await_finding(secs(60), |f| f["kind"] == "volume-still-mounted", |e| e.eq("/pod_uid", stuck.uid()));
-        let query = format!(r#"ALERTS{{alertname="PodStuckOnNode", alertstate="pending", pod="{}"}}"#, stuck.uid());
+        let query = format!(r#"ALERTS{{alertname="PodStuckOnNode", alertstate="pending", pod_uid="{}"}}"#, stuck.uid());
         let alert = one_alert(&prometheus, &query, secs(30));
         let labels = &alert["metric"];
         assert_eq!(labels["kind"], "volume-still-mounted", "{alert}");
@@ -694,7 +694,7 @@ kernel_test! {
         let retry = actor().args([OsStr::new("--comm"), OsStr::new("kubelet"), OsStr::new("rmdir-at"), pv.as_os_str(), OsStr::new("mount")]).output().unwrap();
         assert_eq!(String::from_utf8_lossy(&retry.stdout).trim(), "rmdir-at ok");
         watch.await_finding(secs(60), |f| f["kind"] == "volume-still-mounted", |e| e.eq("/status", "resolved"));
-        prometheus.await_samples(&format!(r#"ALERTS{{alertname="PodStuckOnNode", pod="{}"}}"#, stuck.uid()), secs(30), |s| s.is_empty());
+        prometheus.await_samples(&format!(r#"ALERTS{{alertname="PodStuckOnNode", pod_uid="{}"}}"#, stuck.uid()), secs(30), |s| s.is_empty());
 
         let finished = watch.stop(libc::SIGINT);
         assert!(finished.status.success(), "{}", finished.stderr);
