@@ -90,7 +90,7 @@ fn the_prometheus_rule_holds_the_plain_files_groups() {
 }
 
 #[test]
-fn the_pod_monitor_scrapes_the_daemonset_keeping_podstucks_pod_label() {
+fn the_pod_monitor_scrapes_the_daemonsets_metrics_port() {
     let Some(monitor) = harness::deploy_manifest("podstuck-podmonitor.yaml") else { return };
     let Some(daemonset) = harness::deploy_manifest("podstuck-daemonset.yaml") else { return };
     let ds = daemonset.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
