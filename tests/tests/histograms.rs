@@ -76,7 +76,7 @@ fn prom_counts(dir: &Path) -> HashMap<(String, String, String), f64> {
         let key = |k: &str| sample.labels.get(k).unwrap_or("").to_string();
         let (prometheus_parse::Value::Untyped(v) | prometheus_parse::Value::Counter(v)) = sample.value else { continue };
         match sample.metric.as_str() {
-            "podstuck_pod_calls_total" => counts.insert((key("pod"), key("syscall"), key("outcome")), v),
+            "podstuck_pod_calls_total" => counts.insert((key("pod_uid"), key("syscall"), key("outcome")), v),
             "podstuck_call_duration_seconds_count" => counts.insert((format!("node {}", key("role")), key("syscall"), key("outcome")), v),
             _ => None,
         };

@@ -77,7 +77,7 @@ kernel_test! {
         // Counted in the kernel, whatever was streamed: exact.
         prometheus.await_value("sum(podstuck_call_duration_seconds_count{syscall=\"unlink\",outcome=\"ok\"})", 10_000.0, secs(60));
         // A pod named by --pod has series of its own from the start.
-        let per_pod = format!("sum(podstuck_pod_calls_total{{pod=\"{}\",syscall=\"unlink\",outcome=\"ok\"}})", storming.uid());
+        let per_pod = format!("sum(podstuck_pod_calls_total{{pod_uid=\"{}\",syscall=\"unlink\",outcome=\"ok\"}})", storming.uid());
         prometheus.await_value(&per_pod, 10_000.0, secs(10));
         let health = get(addr, "/healthz");
         assert_eq!((health.status, health.body.as_str()), (200, "ok\n"), "{health:?}");
@@ -87,7 +87,7 @@ kernel_test! {
             e.eq("/pod_uid", stuck.uid());
             e.eq("/paths/0", text(&mount));
         });
-        let series = format!("podstuck_findings{{kind=\"volume-still-mounted\",pod=\"{}\"}}", stuck.uid());
+        let series = format!("podstuck_findings{{kind=\"volume-still-mounted\",pod_uid=\"{}\"}}", stuck.uid());
         let sample = prometheus.await_value(&series, 1.0, secs(30));
         assert_eq!(sample["metric"]["node"], node, "{sample}");
         assert_eq!(sample["metric"]["severity"], "critical", "{sample}");
@@ -228,7 +228,7 @@ kernel_test! {
             assert!(series <= 500, "{series} series");
             assert!(body.len() <= 100 * 1024, "/metrics is {} bytes", body.len());
             // Only pods with a finding could have series of their own.
-            let pods: BTreeSet<&str> = parsed.samples.iter().filter(|s| s.metric == "podstuck_pod_calls_total").filter_map(|s| s.labels.get("pod")).collect();
+            let pods: BTreeSet<&str> = parsed.samples.iter().filter(|s| s.metric == "podstuck_pod_calls_total").filter_map(|s| s.labels.get("pod_uid")).collect();
             assert!(pods.len() <= 64, "{} pods with series", pods.len());
             if failed(&parsed) >= 3_300.0 {
                 break;

@@ -84,7 +84,8 @@ const APT_PACKAGES: [&str; 17] = [
     "runc",
     "busybox-static",
     // The real Prometheus that scrapes `podstuck watch --listen` in tests/tests/listen.rs
-    // (each test starts its own, on ports of its own).
+    // and alerts.rs (each test starts its own, on ports of its own), and its promtool,
+    // which checks and unit-tests deploy/prometheus-rules.yaml in alerts.rs.
     "prometheus",
     // PyYAML for Debian's python3: the tests that read the manifests under deploy/.
     "python3-yaml",

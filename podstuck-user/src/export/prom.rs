@@ -170,7 +170,7 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
     for ((pod, role, syscall, outcome), count) in pod_rows(book, &run.pods) {
         let _ = writeln!(
             out,
-            "podstuck_pod_calls_total{{pod=\"{}\",role=\"{}\",syscall=\"{}\",outcome=\"{outcome}\"}} {count}",
+            "podstuck_pod_calls_total{{pod_uid=\"{}\",role=\"{}\",syscall=\"{}\",outcome=\"{outcome}\"}} {count}",
             label(&pod),
             role.as_str(),
             syscall_name(syscall)
@@ -254,7 +254,7 @@ pub fn render_endpoint(book: &LatencyBook, run: &RunInfo, findings: &[&Finding],
     for (row, n) in finding_rows(findings) {
         let _ = writeln!(
             out,
-            "podstuck_findings{{node=\"{node}\",kind=\"{}\",severity=\"{}\",pod=\"{}\",fix=\"{}\"}} {n}",
+            "podstuck_findings{{node=\"{node}\",kind=\"{}\",severity=\"{}\",pod_uid=\"{}\",fix=\"{}\"}} {n}",
             row.kind,
             row.severity,
             label(&row.pod),
@@ -407,7 +407,7 @@ mod tests {
             rmdir(&mut book, p);
         }
         let text = render(&book, &run);
-        let row = |p: &PodUid| format!("podstuck_pod_calls_total{{pod=\"{p}\",role=\"kubelet\",syscall=\"rmdir\",outcome=\"EBUSY\"}}");
+        let row = |p: &PodUid| format!("podstuck_pod_calls_total{{pod_uid=\"{p}\",role=\"kubelet\",syscall=\"rmdir\",outcome=\"EBUSY\"}}");
         assert!(text.contains(&format!("{} 2\n", row(&stuck))), "counted from when followed: {text}");
         assert!(text.contains(&format!("{} 1\n", row(&named))));
         assert!(!text.contains(other.as_str()));
@@ -454,12 +454,12 @@ mod tests {
         assert!(text.contains("\npodstuck_build_info{version=\"0.1.0\",node=\"node-\\\"7\","), "{text}");
         let node = "node=\"node-\\\"7\"";
         let fix = "umount /var/lib/kubelet/pods/Some(1)/volumes/\\\"x\\\"; rmdir y";
-        assert!(text.contains(&format!("podstuck_findings{{{node},kind=\"volume-still-mounted\",severity=\"critical\",pod=\"{}\",fix=\"{fix}\"}} 2\n", pod(1))), "{text}");
-        assert!(text.contains(&format!("podstuck_findings{{{node},kind=\"disk-full\",severity=\"critical\",pod=\"\",")));
+        assert!(text.contains(&format!("podstuck_findings{{{node},kind=\"volume-still-mounted\",severity=\"critical\",pod_uid=\"{}\",fix=\"{fix}\"}} 2\n", pod(1))), "{text}");
+        assert!(text.contains(&format!("podstuck_findings{{{node},kind=\"disk-full\",severity=\"critical\",pod_uid=\"\",")));
         assert!(!text.contains("mount-held"), "resolved findings are not current");
         let rows: Vec<&str> = samples(&text).into_iter().filter(|l| l.starts_with("podstuck_findings{")).collect();
         assert_eq!(rows.len(), MAX_FINDING_ROWS + 1, "{rows:#?}");
-        assert!(rows.last().unwrap().contains("kind=\"other\",severity=\"critical\",pod=\"other\""), "{rows:#?}");
+        assert!(rows.last().unwrap().contains("kind=\"other\",severity=\"critical\",pod_uid=\"other\""), "{rows:#?}");
         assert!(rows.last().unwrap().ends_with(" 12"), "{rows:#?}");
         for family in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_start_time_seconds "] {
             assert!(text.contains(&format!("\n{family}")), "{family}: {text}");
