@@ -734,7 +734,7 @@ impl StuckPod {
             }
             if in_metrics.is_none() {
                 let body = try_get(listen, "/metrics").map(|a| a.body).unwrap_or_default();
-                let (kind, pod) = ("kind=\"volume-still-mounted\"", format!("pod=\"{uid}\""));
+                let (kind, pod) = ("kind=\"volume-still-mounted\"", format!("pod_uid=\"{uid}\""));
                 if body.lines().any(|l| l.starts_with("podstuck_findings{") && l.contains(kind) && l.contains(&pod)) {
                     in_metrics = Some(self.started.elapsed());
                 }
