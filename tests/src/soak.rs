@@ -84,6 +84,14 @@ pub struct SoakOptions {
     pub pod_every: Duration,
     /// Files in each pod's emptyDir, removed by `rm -rf`.
     pub files_per_pod: usize,
+    /// Where podstuck serves (a free port of loopback), known before the
+    /// run so that a Prometheus can be told to scrape it.
+    pub listen: SocketAddr,
+    /// A pod stuck from before the churn to its end, as on a node where
+    /// one stays stuck for weeks while others come and go: what podstuck
+    /// keeps of it must not grow with the churn, and it must still be
+    /// named at the end.
+    pub stuck_through_churn: bool,
 }
 
 impl SoakOptions {
@@ -98,6 +106,8 @@ impl SoakOptions {
             sample_every: Duration::from_secs(15),
             pod_every: Duration::from_millis(100),
             files_per_pod: 20,
+            listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            stuck_through_churn: true,
         }
     }
 
@@ -179,6 +189,9 @@ pub struct SoakReport {
     /// 90 s).
     pub stuck_in_findings: Option<Duration>,
     pub stuck_in_metrics: Option<Duration>,
+    /// With [`SoakOptions::stuck_through_churn`]: whether that pod was
+    /// still named on /findings and in podstuck_findings at the end.
+    pub stuck_through_churn_named: Option<bool>,
     /// `GET /healthz`'s status at the end (0: no answer).
     pub healthz: u16,
     /// How podstuck ended on SIGTERM, and what it said on stderr.
@@ -306,6 +319,16 @@ impl SoakReport {
                 measured: format!("/findings {}, podstuck_findings {}", named(self.stuck_in_findings), named(self.stuck_in_metrics)),
                 aim: false,
             },
+            Verdict {
+                target: "a pod stuck through the churn still named at its end".into(),
+                met: self.stuck_through_churn_named != Some(false),
+                measured: match self.stuck_through_churn_named {
+                    Some(true) => "named".into(),
+                    Some(false) => "not named".into(),
+                    None => "no such pod in this run".into(),
+                },
+                aim: false,
+            },
             Verdict { target: "GET /healthz 200 at the end".into(), met: self.healthz == 200, measured: format!("{}", self.healthz), aim: false },
         ]
     }
@@ -367,14 +390,17 @@ pub fn sample_line(s: &Sample) -> String {
 /// it is taken), sticks a pod, stops podstuck with SIGTERM, and reports.
 /// Err where podstuck exits early or the churn cannot do what it should
 /// (with what podstuck said on stderr).
-pub fn run(options: &SoakOptions, on_sample: impl FnMut(&Sample)) -> Result<SoakReport> {
+///
+/// `while_stuck` runs once the stuck pod is named, podstuck still up, with
+/// that pod's UID: a test's last checks (a Prometheus's alerts).
+pub fn run(options: &SoakOptions, on_sample: impl FnMut(&Sample), while_stuck: impl FnOnce(&str) -> Result<()>) -> Result<SoakReport> {
     let root = KubeletRoot::empty(options.scratch.join("kubelet"));
     let cgroups = PodCgroups::of_this_node(&format!("podstuck-soak-{}", std::process::id()))?;
-    let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let listen = options.listen;
     let args = options.podstuck_args(listen, &root);
     let mut podstuck = Running::spawn(Command::new(&options.podstuck).args(&args).stdin(Stdio::null()));
     await_serving(&mut podstuck, listen)?;
-    let soaked = churn_then_stick(options, &root, &cgroups, listen, &mut podstuck, on_sample);
+    let soaked = churn_then_stick(options, &root, &cgroups, listen, &mut podstuck, on_sample, while_stuck);
     let soaked = soaked.with_context(|| {
         let state = match podstuck.try_wait() {
             Some(status) => format!("exited ({status})"),
@@ -394,6 +420,7 @@ pub fn run(options: &SoakOptions, on_sample: impl FnMut(&Sample)) -> Result<Soak
         stuck_pod: soaked.stuck_pod,
         stuck_in_findings: soaked.in_findings,
         stuck_in_metrics: soaked.in_metrics,
+        stuck_through_churn_named: soaked.through_churn_named,
         healthz: soaked.healthz,
         exit: ended.status.to_string(),
         exited_cleanly: ended.status.success(),
@@ -410,6 +437,7 @@ struct Soaked {
     stuck_pod: String,
     in_findings: Option<Duration>,
     in_metrics: Option<Duration>,
+    through_churn_named: Option<bool>,
     healthz: u16,
 }
 
@@ -421,6 +449,7 @@ fn churn_then_stick(
     listen: SocketAddr,
     podstuck: &mut Running,
     mut on_sample: impl FnMut(&Sample),
+    while_stuck: impl FnOnce(&str) -> Result<()>,
 ) -> Result<Soaked> {
     let pid = podstuck.pid();
     let mut samples = Vec::new();
@@ -431,6 +460,7 @@ fn churn_then_stick(
         Ok(())
     };
     take(Phase::Start, Duration::ZERO, 0)?;
+    let stuck_through_churn = options.stuck_through_churn.then(|| StuckPod::start(root, &options.actor));
 
     // The churn: a pod made every tick, the one made PODS_ALIVE ticks ago
     // torn down. Ticks are kept to the clock; when a tick runs late the
@@ -470,8 +500,13 @@ fn churn_then_stick(
     let stuck = StuckPod::start(root, &options.actor);
     let (in_findings, in_metrics) = stuck.await_named(listen, podstuck);
     take(Phase::Stuck, started.elapsed(), pods)?;
+    let through_churn_named = stuck_through_churn.map(|early| {
+        let (in_findings, in_metrics) = early.await_named(listen, podstuck);
+        in_findings.is_some() && in_metrics.is_some()
+    });
+    while_stuck(stuck.pod.uid())?;
     let healthz = try_get(listen, "/healthz").map(|a| a.status).unwrap_or(0);
-    Ok(Soaked { samples, pods, churned_for, stuck_pod: stuck.pod.uid().to_string(), in_findings, in_metrics, healthz })
+    Ok(Soaked { samples, pods, churned_for, stuck_pod: stuck.pod.uid().to_string(), in_findings, in_metrics, through_churn_named, healthz })
 }
 
 /// Waits until podstuck says it serves (it does once every program is
@@ -722,7 +757,9 @@ impl StuckPod {
     fn await_named(&self, listen: SocketAddr, podstuck: &mut Running) -> (Option<Duration>, Option<Duration>) {
         let uid = self.pod.uid();
         let (mut in_findings, mut in_metrics) = (None, None);
-        while (in_findings.is_none() || in_metrics.is_none()) && self.started.elapsed() < STUCK_TIMEOUT && podstuck.try_wait().is_none() {
+        // A pod stuck long ago is given a little time too.
+        let deadline = (self.started + STUCK_TIMEOUT).max(Instant::now() + Duration::from_secs(10));
+        while (in_findings.is_none() || in_metrics.is_none()) && Instant::now() < deadline && podstuck.try_wait().is_none() {
             if in_findings.is_none() {
                 let page: Value = try_get(listen, "/findings").ok().and_then(|a| serde_json::from_str(&a.body).ok()).unwrap_or_default();
                 let listed = page["findings"].as_array().into_iter().flatten().any(|f| {

@@ -2,8 +2,10 @@
 //! `podstuck watch --listen ADDR --concurrent` through a minute and a half
 //! of pod churn, a pod about every 0.1 s, sampled every 5 s; then a pod
 //! stuck for real. Asserts what does not depend on the machine's speed:
-//! every scrape within 500 series and 100 KiB, the stuck pod named, memory
-//! under a debug build's ceiling, no fd leaked, podstuck still well.
+//! every scrape within 500 series and 100 KiB, the stuck pods named (one
+//! stuck through the churn, one after it), memory under a debug build's
+//! ceiling, no fd leaked, podstuck still well; and a real Prometheus with
+//! deploy/'s rules scraping it shows the stuck pod's alert, none of its own.
 //! `cargo xtask soak` runs the long one against the release build.
 //!
 //! Runs as root; see `kernel_test!` for the skip rule.
@@ -11,6 +13,7 @@
 use std::time::Duration;
 
 use podstuck_tests::actors::actor_binary;
+use podstuck_tests::scrape::Prometheus;
 use podstuck_tests::soak::{self, SoakOptions, FD_MARGIN, MAX_SCRAPE_BYTES, MAX_SERIES};
 use podstuck_tests::*;
 
@@ -23,7 +26,19 @@ kernel_test! {
         let scratch = test.scratch();
         let mut options = SoakOptions::new(podstuck_binary(), actor_binary(), scratch.path().to_path_buf(), Duration::from_secs(90));
         options.sample_every = Duration::from_secs(5);
-        let report = soak::run(&options, |s| eprintln!("{}", soak::sample_line(s))).unwrap_or_else(|e| panic!("{e:#}"));
+        // The cluster's Prometheus, with the rules of deploy/, scraping the
+        // soaking podstuck: the stuck pods alert (pending: `for` is 5 min)
+        // and podstuck's own health and cost do not.
+        let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus-rules.yaml");
+        let Some(prometheus) = Prometheus::start_with_rules(&scratch.path().join("prometheus"), options.listen, &[&rules]) else { return };
+        let alerts = |stuck: &str| -> anyhow::Result<()> {
+            let pending = format!(r#"ALERTS{{alertname="PodStuckOnNode", alertstate="pending", pod_uid="{stuck}", kind="volume-still-mounted"}}"#);
+            prometheus.await_samples(&pending, Duration::from_secs(60), |s| s.len() == 1);
+            let others = prometheus.query(r#"ALERTS{alertname=~"Podstuck.*"}"#);
+            anyhow::ensure!(others.is_empty(), "podstuck's own alerts: {others:?}");
+            Ok(())
+        };
+        let report = soak::run(&options, |s| eprintln!("{}", soak::sample_line(s)), alerts).unwrap_or_else(|e| panic!("{e:#}"));
         let table = report.markdown_table();
         eprintln!(
             "{} pods churned in {:.1} s ({:.1} a second), cgroups {}; stuck pod on /findings after {:?}, in podstuck_findings after {:?}\n{table}",
@@ -43,6 +58,7 @@ kernel_test! {
         }
         assert!(report.stuck_in_findings.is_some(), "pod {} not on /findings:\n{}", report.stuck_pod, report.stderr);
         assert!(report.stuck_in_metrics.is_some(), "pod {} not in podstuck_findings:\n{}", report.stuck_pod, report.stderr);
+        assert_eq!(report.stuck_through_churn_named, Some(true), "the pod stuck through the churn, at its end:\n{}", report.stderr);
         let (first, last) = (report.first().fds, report.last().fds);
         assert!(last <= first + FD_MARGIN, "{first} fds at the start, {last} at the end:\n{table}");
         assert_eq!(report.healthz, 200, "GET /healthz at the end");

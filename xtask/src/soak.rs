@@ -43,7 +43,7 @@ pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
     options.sample_every = Duration::from_secs(args.sample_seconds.max(1));
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     say(&format!("{} minutes of pod churn under {}, a sample every {} s", args.minutes, podstuck.display(), args.sample_seconds));
-    let report = soak::run(&options, |s| println!("{}", soak::sample_line(s)))?;
+    let report = soak::run(&options, |s| println!("{}", soak::sample_line(s)), |_| Ok(()))?;
     say(&format!("{} pods churned in {:.1} s: {:.1} a second", report.pods, report.churned_for.as_secs_f64(), report.pods_per_s()));
     let command = format!(
         "cargo xtask soak --minutes {}{}{}",
@@ -77,7 +77,7 @@ fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
     )?;
     writeln!(
         out,
-        "podstuck's release build as the DaemonSet runs it (deploy/podstuck-daemonset.yaml), its output a pipe: `{}` (a port of loopback, the run's own kubelet root). For {} a pod was made about every 0.1 s, each with an emptyDir of {} files and a memory-backed emptyDir (a tmpfs), and cgroups as kubelet's cgroupfs driver makes them on this node (`{}`); each was torn down {} pods later as kubelet tears one down, by processes named `kubelet` (the tests' `actor`): rmdir of the tmpfs emptyDir, still mounted (EBUSY), and of the other, still full (ENOTEMPTY); umount of the tmpfs; the real `/bin/rm -rf` of the files, run inside the pod's cgroups as a container cleaning up would be; rmdir of the cgroups; Go's RemoveAll of the pod's directory. Sampled every {} s (and at the churn's end): VmRSS, the entries of /proc/PID/fd, utime + stime, and one scrape of /metrics (series: its sample lines, neither comments nor empty). After the churn a pod was stuck for real (a CSI volume left mounted, kubelet failing to rmdir it on its volume backoff, EBUSY), and had to be named on /findings and in `podstuck_findings`.\n",
+        "podstuck's release build as the DaemonSet runs it (deploy/podstuck-daemonset.yaml), its output a pipe: `{}` (a port of loopback, the run's own kubelet root). For {} a pod was made about every 0.1 s, each with an emptyDir of {} files and a memory-backed emptyDir (a tmpfs), and cgroups as kubelet's cgroupfs driver makes them on this node (`{}`); each was torn down {} pods later as kubelet tears one down, by processes named `kubelet` (the tests' `actor`): rmdir of the tmpfs emptyDir, still mounted (EBUSY), and of the other, still full (ENOTEMPTY); umount of the tmpfs; the real `/bin/rm -rf` of the files, run inside the pod's cgroups as a container cleaning up would be; rmdir of the cgroups; Go's RemoveAll of the pod's directory. Sampled every {} s (and at the churn's end): VmRSS, the entries of /proc/PID/fd, utime + stime, and one scrape of /metrics (series: its sample lines, neither comments nor empty). One pod was stuck for real from before the churn to its end, and another after it (a CSI volume left mounted, kubelet failing to rmdir it on its volume backoff, EBUSY); both had to be named on /findings and in `podstuck_findings` at the end.\n",
         generic_command(&report.command),
         soak::minutes(report.churned_for),
         report.files_per_pod,
@@ -87,7 +87,7 @@ fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
     )?;
     writeln!(
         out,
-        "Churn reached: {} pods in {:.1} s, **{:.1} pods a second**; podstuck's CPU {:.1} ms per pod churned. The stuck pod ({}) was on /findings {} and in `podstuck_findings` {}; GET /healthz at the end: {}; on SIGTERM podstuck {}.\n",
+        "Churn reached: {} pods in {:.1} s, **{:.1} pods a second**; podstuck's CPU {:.1} ms per pod churned. The pod stuck after the churn ({}) was on /findings {} and in `podstuck_findings` {}; the pod stuck through it {}; GET /healthz at the end: {}; on SIGTERM podstuck {}.\n",
         report.pods,
         report.churned_for.as_secs_f64(),
         report.pods_per_s(),
@@ -95,6 +95,11 @@ fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
         report.stuck_pod,
         after(report.stuck_in_findings),
         after(report.stuck_in_metrics),
+        match report.stuck_through_churn_named {
+            Some(true) => "was still named in both",
+            Some(false) => "was NOT named any more",
+            None => "was not made",
+        },
         report.healthz,
         if report.exited_cleanly { "exited cleanly".to_string() } else { format!("ended {}", report.exit) },
     )?;
