@@ -17,6 +17,7 @@ pub mod limits;
 pub mod repeats;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -50,12 +51,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const TICK: Duration = Duration::from_secs(1);
 
 /// What the watch and the poster share.
-#[derive(Default)]
 struct Shared {
-    queue: Mutex<Option<DropOldest<Finding>>>,
+    queue: Mutex<DropOldest<Finding>>,
     wake: Notify,
     /// Said by the watch's next review, once each.
     messages: Mutex<Vec<String>>,
+    /// The poster has nothing left to post (or cannot post it now).
+    settled: AtomicBool,
 }
 
 impl Shared {
@@ -72,7 +74,12 @@ pub struct EventSink {
 impl EventSink {
     /// Starts posting, through `api`, the findings of node `node`.
     pub fn start(api: Api, node: String) -> EventSink {
-        let shared = Arc::new(Shared { queue: Mutex::new(Some(DropOldest::new(QUEUE))), ..Default::default() });
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(DropOldest::new(QUEUE)),
+            wake: Notify::new(),
+            messages: Mutex::default(),
+            settled: AtomicBool::new(true),
+        });
         let poster = Poster::new(api, node, shared.clone(), SystemTime::now());
         tokio::spawn(poster.run());
         EventSink { shared }
@@ -85,12 +92,27 @@ impl EventSink {
         }
         {
             let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(queue) = queue.as_mut() else { return };
             for report in reports {
                 queue.push(report.finding().clone());
             }
+            self.shared.settled.store(false, Ordering::SeqCst);
         }
         self.shared.wake.notify_one();
+    }
+
+    /// A handle that can wait for the poster to settle after the watch ends.
+    pub fn handle(&self) -> EventSink {
+        EventSink { shared: self.shared.clone() }
+    }
+
+    /// Waits, at most `limit`, for what the run told last (a finding's end
+    /// told at SIGTERM) to be posted; an API server out of reach is not
+    /// waited for past `limit`.
+    pub async fn settle(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !self.shared.settled.load(Ordering::SeqCst) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// What the poster has to say (once each).
@@ -170,6 +192,12 @@ impl Poster {
                 _ = tokio::time::sleep(wait) => {}
             }
             self.round(SystemTime::now()).await;
+            // Settled once nothing waits that could be posted now; a
+            // report offered meanwhile unsettles it again.
+            let queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if queue.is_empty() && (self.ready.is_empty() || self.down.is_some()) {
+                self.shared.settled.store(true, Ordering::SeqCst);
+            }
         }
     }
 
@@ -187,7 +215,6 @@ impl Poster {
     async fn round(&mut self, now: SystemTime) {
         let (findings, dropped) = {
             let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(queue) = queue.as_mut() else { return };
             let mut findings = Vec::with_capacity(queue.len());
             while let Some(f) = queue.pop() {
                 findings.push(f);

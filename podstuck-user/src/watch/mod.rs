@@ -116,8 +116,18 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     }
     on_attached();
     let stopped = trace(&mut run, options).await?;
-    finish(run, options, stopped)
+    let events = run.pipeline.events.as_ref().map(EventSink::handle);
+    let finished = finish(run, options, stopped);
+    // What the last review told (a finding's end) is posted before exit,
+    // within what a pod's termination grace period allows.
+    if let Some(events) = events {
+        events.settle(EVENTS_SETTLE).await;
+    }
+    finished
 }
+
+/// How long the end of a run waits for its last Events to be posted.
+const EVENTS_SETTLE: Duration = Duration::from_secs(3);
 
 /// `--pod NAMESPACE/NAME`: the UIDs asked of the Kubernetes API, and the
 /// API's side of the diagnosis started (not when recording: a replay
