@@ -4,7 +4,8 @@
 //! its repeats patched into the Event's series, one Normal Event once the
 //! volume is unmounted and the removal succeeds. An API server down from
 //! the start: the findings are printed all the same, the failure said
-//! once, the Event posted when it comes back. And the RBAC in deploy/
+//! once, the Event posted when it comes back; down mid-run, the series
+//! patched when it comes back. And the RBAC in deploy/
 //! grants exactly what was asked.
 //!
 //! Runs as root; see `kernel_test!` for the skip rule.
@@ -164,6 +165,37 @@ kernel_test! {
         assert!(done.status.success(), "{}", done.stderr);
         assert_eq!(done.stderr.matches("cannot post Kubernetes Events").count(), 1, "said once: {}", done.stderr);
         assert!(done.stderr.contains(&format!("cannot reach the API server at {}/", api.url())), "{}", done.stderr);
+        assert_eq!(done.stderr.matches("the Kubernetes API takes Events again").count(), 1, "{}", done.stderr);
+    }
+}
+
+kernel_test! {
+    fn an_api_server_down_mid_run_gets_the_series_when_back(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let api = ApiServer::start();
+        serve_pod(&api, &pod);
+        let config = api.kubeconfig(scratch.path());
+        let (pv, _mount, _volume) = volume_left_mounted(&pod);
+        let watch = watch_events(&root, &config, &pod);
+        let _kubelet = kubelet_retrying(&pv);
+        await_requests(&api, secs(60), "the Event POSTed", |r| r.iter().any(|r| r.method == "POST"), &watch);
+        api.go_down();
+        // The series patch, due 30 s after the Event, finds the server down.
+        let deadline = Instant::now() + secs(60);
+        while !watch.stderr_so_far().contains("cannot post Kubernetes Events") {
+            assert!(Instant::now() < deadline, "the failure is said: {}", watch.stderr_so_far());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let before = watch.findings_so_far().len();
+        api.come_back();
+        let requests = await_requests(&api, secs(60), "the series PATCHed once back", |r| r.iter().any(|r| r.method == "PATCH"), &watch);
+        assert_eq!(created(&requests).len(), 1, "the repeats went to the series, not new Events");
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "{}", done.stderr);
+        assert!(done.findings.len() >= before, "the node's output went on");
+        assert_eq!(done.stderr.matches("cannot post Kubernetes Events").count(), 1, "said once: {}", done.stderr);
         assert_eq!(done.stderr.matches("the Kubernetes API takes Events again").count(), 1, "{}", done.stderr);
     }
 }

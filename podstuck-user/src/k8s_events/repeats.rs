@@ -22,8 +22,9 @@ pub const MAX_REMEMBERED: usize = 4096;
 /// What to send the API.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Post {
-    /// A new Event: the finding's first report, or its end.
-    Create(Finding),
+    /// A new Event: the finding's first report, or its end (boxed: a
+    /// finding is large, a series patch small).
+    Create(Box<Finding>),
     /// The Event of finding `id` (in `namespace`, named `name`) happened
     /// `count` times, the last at `last`.
     Series { id: String, namespace: String, name: String, count: i32, last: SystemTime },
@@ -55,7 +56,7 @@ impl Repeats {
         if finding.status == Status::Resolved {
             // Said resolved only where its start was said.
             let told = self.told.remove(&finding.id)?;
-            return (!told.quiet).then(|| Post::Create(finding.clone()));
+            return (!told.quiet).then(|| Post::Create(Box::new(finding.clone())));
         }
         if let Some(told) = self.told.get_mut(&finding.id) {
             told.count = told.count.saturating_add(1);
@@ -68,7 +69,7 @@ impl Repeats {
             oldest.map(|id| self.told.remove(&id));
         }
         self.told.insert(finding.id.clone(), Told { event: None, quiet: false, count: 1, last: now, patched_at: now, unpatched: false });
-        Some(Post::Create(finding.clone()))
+        Some(Post::Create(Box::new(finding.clone())))
     }
 
     /// The Event of finding `id` exists now, named `name` in `namespace`.
@@ -134,7 +135,7 @@ mod tests {
     fn repeats_raise_one_series_patched_at_most_every_30_s() {
         let mut r = Repeats::default();
         let f = finding("/a");
-        assert_eq!(r.report(&f, at(0)), Some(Post::Create(f.clone())));
+        assert_eq!(r.report(&f, at(0)), Some(Post::Create(Box::new(f.clone()))));
         r.created(&f.id, "shop", "web-0.1");
         // Repeats every 10 s, as the diagnosis tells count changes.
         assert_eq!(r.report(&f, at(10)), None);
@@ -161,11 +162,11 @@ mod tests {
         assert_eq!(count(&r.due(at(101))), vec![(2, at(10))]);
         let mut done = f.clone();
         done.status = Status::Resolved;
-        assert_eq!(r.report(&done, at(110)), Some(Post::Create(done.clone())));
+        assert_eq!(r.report(&done, at(110)), Some(Post::Create(Box::new(done.clone()))));
         assert_eq!(r.report(&done, at(111)), None, "said resolved once");
         assert!(r.due(at(200)).is_empty());
         // It comes back: a new Event.
-        assert_eq!(r.report(&f, at(300)), Some(Post::Create(f.clone())));
+        assert_eq!(r.report(&f, at(300)), Some(Post::Create(Box::new(f.clone()))));
     }
 
     #[test]
@@ -180,7 +181,7 @@ mod tests {
         done.status = Status::Resolved;
         assert_eq!(r.report(&done, at(90)), None);
         // An end never started is not told either.
-        assert_eq!(r.report(&finding("/never"), at(0)).is_some(), true);
+        assert!(r.report(&finding("/never"), at(0)).is_some());
         let mut other = finding("/other");
         other.status = Status::Resolved;
         assert_eq!(r.report(&other, at(1)), None);
