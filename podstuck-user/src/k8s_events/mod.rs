@@ -338,3 +338,42 @@ impl Poster {
         Ok(found)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::time::UNIX_EPOCH;
+
+    fn pod(ns: &str, name: &str, uid: &str, mirror: Option<&str>) -> Pod {
+        let annotations = mirror.map(|m| [("kubernetes.io/config.mirror".to_string(), m.to_string())].into_iter().collect());
+        Pod {
+            metadata: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), uid: Some(uid.into()), annotations, ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_nodes_pods_are_found_by_uid_and_a_static_pod_by_its_mirrors_annotation() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut pods = NodePods::default();
+        assert!(pods.stale(t), "never listed");
+        let etcd_hash = "8e9a0b1c2d3e4f5061728394a5b6c7d8";
+        pods.fill(
+            vec![
+                pod("shop", "web-0", "1B2C3D4E-5F60-4A7B-8C9D-0E1F2A3B4C5D", None),
+                pod("kube-system", "etcd-worker-1", "5a6b7c8d-0000-4000-8000-00000000000e", Some(etcd_hash)),
+            ],
+            t,
+        );
+        // kubelet spells UIDs lowercase on disk; the API might not.
+        assert_eq!(pods.by_uid.get("1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d"), Some(&Regarding::pod("shop", "web-0", "1B2C3D4E-5F60-4A7B-8C9D-0E1F2A3B4C5D")));
+        // The static pod's directory is named by its hash; the Event regards the mirror pod.
+        assert_eq!(pods.by_uid.get(etcd_hash).map(|r| r.uid.as_str()), Some("5a6b7c8d-0000-4000-8000-00000000000e"));
+        assert!(!pods.stale(t + Duration::from_secs(9)));
+        assert!(pods.stale(t + PODS_AFTER));
+        // Listed again: a pod gone is forgotten.
+        pods.fill(vec![], t + PODS_AFTER);
+        assert!(pods.by_uid.is_empty());
+    }
+}
