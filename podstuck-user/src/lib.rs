@@ -33,6 +33,7 @@ pub mod explain;
 pub mod export;
 pub mod identify;
 pub mod inspect;
+pub mod k8s_events;
 pub mod latency;
 pub mod node_view;
 pub mod kernel_features;

@@ -212,6 +212,11 @@ struct WatchArgs {
     /// from spec.nodeName). Default: the kernel's node name (uname -n).
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     node_name: Option<String>,
+    /// Also post each finding as a Kubernetes Event on its pod (a node's own findings on the Node),
+    /// for kubectl describe pod: needs --node-name (or NODE_NAME) and the API credentials of
+    /// --kubeconfig, in-cluster or the kubelet's (RBAC: deploy/podstuck-events-rbac.yaml).
+    #[arg(long)]
+    events: bool,
 }
 
 /// How to reach the Kubernetes API.
@@ -287,6 +292,12 @@ impl WatchArgs {
             eprintln!("podstuck: --hung-after must be longer than zero (e.g. 5s)");
             return Err(ExitCode::from(2));
         }
+        let node_name = self.node_name.filter(|name| !name.trim().is_empty());
+        if self.events && node_name.is_none() {
+            // uname in a pod is the pod's name: Events need the node's own.
+            eprintln!("podstuck: --events needs the node's name as Kubernetes knows it: give --node-name NAME (a DaemonSet sets NODE_NAME from spec.nodeName)");
+            return Err(ExitCode::from(2));
+        }
         Ok(WatchOptions {
             json: self.json,
             duration: self.duration,
@@ -323,7 +334,8 @@ impl WatchArgs {
             kernel_cost: self.kernel_cost,
             listen: self.listen,
             // NODE_NAME set but empty (a downward API field missing) is no name.
-            node_name: self.node_name.filter(|name| !name.trim().is_empty()),
+            node_name,
+            events: self.events,
         })
     }
 }

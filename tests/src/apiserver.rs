@@ -1,10 +1,15 @@
-//! A stand-in Kubernetes API server on loopback, for `podstuck explain`
-//! and `watch --pod NS/NAME`: plain HTTP on 127.0.0.1, answering the GETs
-//! the client really makes with objects and lists built from `k8s-openapi`
-//! types (so apiVersion, kind and list shapes are the real ones), a
-//! `Status` body for anything it was not given (404), and any status a
-//! test sets (401, 403). Every request is recorded, with whether it
-//! carried the kubeconfig's token, to assert what was asked.
+//! A stand-in Kubernetes API server on loopback, for `podstuck explain`,
+//! `watch --pod NS/NAME` and `watch --events`: plain HTTP on 127.0.0.1,
+//! answering the GETs the client really makes with objects and lists
+//! built from `k8s-openapi` types (so apiVersion, kind and list shapes are
+//! the real ones), a `Status` body for anything it was not given (404),
+//! and any status a test sets (401, 403). POST creates the object it is
+//! sent (served at its URL after), PATCH merges into it (JSON merge
+//! patch); pods listed with `fieldSelector=spec.nodeName=N` are those
+//! [`ApiServer::node_pods`] put on N. It can go down and come back mid-run
+//! ([`ApiServer::go_down`]). Every request is recorded, with its method,
+//! body and whether it carried the kubeconfig's token, to assert what was
+//! asked.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -24,20 +29,49 @@ pub const TOKEN: &str = "podstuck-test-token";
 /// One request as the server saw it.
 #[derive(Clone, Debug)]
 pub struct Request {
+    /// GET, POST, PATCH...
+    pub method: String,
     /// The path with its query, as sent ("/api/v1/namespaces/shop/events?fieldSelector=...").
     pub target: String,
     /// It carried `Authorization: Bearer TOKEN`.
     pub with_token: bool,
+    /// The body sent (POST, PATCH), as text.
+    pub body: String,
+}
+
+impl Request {
+    /// The body as JSON (`Null` when there is none or it is no JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The path, without the query.
+    pub fn path(&self) -> &str {
+        self.target.split('?').next().unwrap_or("")
+    }
 }
 
 type Routes = Arc<Mutex<HashMap<String, (u16, String)>>>;
 
+/// Pods by the node they are on, for lists by `spec.nodeName`.
+type NodePods = Arc<Mutex<HashMap<String, Vec<Value>>>>;
+
+/// What the answering threads share.
+#[derive(Clone)]
+struct State {
+    routes: Routes,
+    requests: Arc<Mutex<Vec<Request>>>,
+    node_pods: NodePods,
+}
+
 /// The server; stops on drop.
 pub struct ApiServer {
     port: u16,
+    state: State,
     routes: Routes,
     requests: Arc<Mutex<Vec<Request>>>,
     stop: Arc<AtomicBool>,
+    down: Arc<AtomicBool>,
 }
 
 impl ApiServer {
@@ -46,19 +80,50 @@ impl ApiServer {
         let port = listener.local_addr().unwrap().port();
         let routes: Routes = Arc::default();
         let requests: Arc<Mutex<Vec<Request>>> = Arc::default();
+        let state = State { routes: routes.clone(), requests: requests.clone(), node_pods: Arc::default() };
         let stop = Arc::new(AtomicBool::new(false));
-        let (r, q, s) = (routes.clone(), requests.clone(), stop.clone());
+        let down = Arc::new(AtomicBool::new(false));
+        let (st, s, d) = (state.clone(), stop.clone(), down.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 if s.load(Ordering::Relaxed) {
                     return;
                 }
                 let Ok(stream) = stream else { continue };
-                let (r, q) = (r.clone(), q.clone());
-                std::thread::spawn(move || answer(stream, &r, &q));
+                // Down: the connection is closed unanswered, as a server
+                // restarting or a network gone would leave it.
+                if d.load(Ordering::Relaxed) {
+                    let _ = stream.shutdown(std::net::Shutdown::Both);
+                    continue;
+                }
+                let st = st.clone();
+                std::thread::spawn(move || answer(stream, &st));
             }
         });
-        ApiServer { port, routes, requests, stop }
+        ApiServer { port, state, routes, requests, stop, down }
+    }
+
+    /// Stops answering: every connection is closed unanswered (and not
+    /// recorded) until [`ApiServer::come_back`].
+    pub fn go_down(&self) {
+        self.down.store(true, Ordering::Relaxed);
+    }
+
+    /// Answers again.
+    pub fn come_back(&self) {
+        self.down.store(false, Ordering::Relaxed);
+    }
+
+    /// Puts `pods` on node `node`: served as the list of pods with
+    /// `fieldSelector=spec.nodeName=NODE` (and only those).
+    pub fn node_pods(&self, node: &str, pods: &[k8s_openapi::api::core::v1::Pod]) {
+        let values = pods.iter().map(|p| serde_json::to_value(p).unwrap()).collect();
+        self.state.node_pods.lock().unwrap().insert(node.to_string(), values);
+    }
+
+    /// The requests so far with this method.
+    pub fn requests_of(&self, method: &str) -> Vec<Request> {
+        self.requests().into_iter().filter(|r| r.method == method).collect()
     }
 
     pub fn url(&self) -> String {
@@ -140,8 +205,99 @@ impl Drop for ApiServer {
     }
 }
 
-/// Reads one request's head, records it, answers and closes.
-fn answer(stream: TcpStream, routes: &Routes, requests: &Mutex<Vec<Request>>) {
+/// `%3D` and the like, decoded (a field selector's `=` is sent so).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1..i + 3)) {
+            (b'%', Some(hex)) if std::str::from_utf8(hex).ok().and_then(|h| u8::from_str_radix(h, 16).ok()).is_some() => {
+                out.push(u8::from_str_radix(std::str::from_utf8(hex).unwrap(), 16).unwrap());
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The value of `key` in the query of `target`, decoded.
+fn query(target: &str, key: &str) -> Option<String> {
+    let (_, q) = target.split_once('?')?;
+    q.split('&').find_map(|pair| pair.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| percent_decoded(v)))
+}
+
+/// JSON merge patch (RFC 7386).
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let object = target.as_object_mut().unwrap();
+    for (key, value) in patch {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            merge(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+fn not_found(path: &str) -> (u16, String) {
+    let name = path.rsplit('/').next().unwrap_or("");
+    let status: Value = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("\"{name}\" not found"), "reason": "NotFound", "details": {"name": name}, "code": 404});
+    (404, status.to_string())
+}
+
+/// What `method` on `target` answers, given what the server holds.
+fn reply(state: &State, method: &str, target: &str, body: &str) -> (u16, String) {
+    let path = target.split('?').next().unwrap_or("");
+    let mut routes = state.routes.lock().unwrap();
+    // A refusal a test set answers every method.
+    if let Some((status, text)) = routes.get(path).filter(|(status, _)| *status >= 400) {
+        return (*status, text.clone());
+    }
+    match method {
+        "POST" => {
+            let Ok(mut object) = serde_json::from_str::<Value>(body) else { return (400, json!({"kind": "Status", "code": 400}).to_string()) };
+            let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
+            object["metadata"]["uid"] = json!(format!("created-{}", routes.len()));
+            routes.insert(format!("{path}/{name}"), (200, object.to_string()));
+            (201, object.to_string())
+        }
+        "PATCH" => {
+            let Some((200, stored)) = routes.get(path).cloned() else { return not_found(path) };
+            let mut object: Value = serde_json::from_str(&stored).unwrap();
+            merge(&mut object, &serde_json::from_str(body).unwrap_or(Value::Null));
+            routes.insert(path.to_string(), (200, object.to_string()));
+            (200, object.to_string())
+        }
+        _ => {
+            if path == "/api/v1/pods" {
+                if let Some(node) = query(target, "fieldSelector").and_then(|f| f.strip_prefix("spec.nodeName=").map(str::to_string)) {
+                    let items = state.node_pods.lock().unwrap().get(&node).cloned().unwrap_or_default();
+                    return (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}).to_string());
+                }
+            }
+            routes.get(path).cloned().unwrap_or_else(|| not_found(path))
+        }
+    }
+}
+
+/// Reads one request, records it, answers and closes.
+fn answer(stream: TcpStream, state: &State) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut first = String::new();
@@ -149,6 +305,7 @@ fn answer(stream: TcpStream, routes: &Routes, requests: &Mutex<Vec<Request>>) {
         return;
     }
     let mut with_token = false;
+    let mut length = 0usize;
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
@@ -158,21 +315,29 @@ fn answer(stream: TcpStream, routes: &Routes, requests: &Mutex<Vec<Request>>) {
         if lower.starts_with("authorization:") && line.trim_end().ends_with(&format!("Bearer {TOKEN}")) {
             with_token = true;
         }
+        if let Some(value) = lower.strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
     }
-    let target = first.split_whitespace().nth(1).unwrap_or("").to_string();
-    requests.lock().unwrap().push(Request { target: target.clone(), with_token });
-    let path = target.split('?').next().unwrap_or("");
-    let (status, body) = routes.lock().unwrap().get(path).cloned().unwrap_or_else(|| {
-        let name = path.rsplit('/').next().unwrap_or("");
-        let status: Value = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": format!("\"{name}\" not found"), "reason": "NotFound", "details": {"name": name}, "code": 404});
-        (404, status.to_string())
-    });
+    let mut sent = vec![0; length.min(1 << 20)];
+    if std::io::Read::read_exact(&mut reader, &mut sent).is_err() {
+        return;
+    }
+    let body = String::from_utf8_lossy(&sent).into_owned();
+    let mut words = first.split_whitespace();
+    let method = words.next().unwrap_or("").to_string();
+    let target = words.next().unwrap_or("").to_string();
+    state.requests.lock().unwrap().push(Request { method: method.clone(), target: target.clone(), with_token, body: body.clone() });
+    let (status, body) = reply(state, &method, &target, &body);
     let mut stream = stream;
     let _ = write!(
         stream,
         "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        if status == 200 { "OK" } else { "Error" },
+        match status {
+            200 => "OK",
+            201 => "Created",
+            _ => "Error",
+        },
         body.len()
     );
     let _ = stream.flush();

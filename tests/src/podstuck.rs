@@ -181,6 +181,11 @@ impl Watch {
         self.podstuck.pid() as i32
     }
 
+    /// What it said on stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        self.podstuck.stderr()
+    }
+
     /// Events printed so far.
     pub fn events_so_far(&self) -> Vec<Value> {
         parse_events(&self.podstuck.lines())

@@ -294,5 +294,8 @@ fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
             assert_eq!(mount["mountPropagation"], "HostToContainer", "{mount}");
         }
     }
-    assert!(documents.iter().all(|d| d["kind"] != "ClusterRole" && d["kind"] != "Role"), "no RBAC is needed");
+    // --events posts with the pod's token; its RBAC is a file of its own.
+    assert!(args.contains(&"--events"), "{args:?}");
+    assert_eq!(spec["automountServiceAccountToken"], true, "--events needs the token");
+    assert!(documents.iter().all(|d| d["kind"] != "ClusterRole" && d["kind"] != "Role"), "RBAC: deploy/podstuck-events-rbac.yaml");
 }

@@ -202,6 +202,11 @@ impl Api {
     /// Why a request failed, in the user's words: the permission missing
     /// and for what, credentials refused, or the server unreachable.
     fn said(&self, e: kube::Error, verb: &str, resource: &str, scope: &str) -> String {
+        self.said_granted_by(e, verb, resource, scope, "deploy/explain-rbac.yaml lists what podstuck explain needs")
+    }
+
+    /// As [`Api::said`], with where the missing permission is granted.
+    fn said_granted_by(&self, e: kube::Error, verb: &str, resource: &str, scope: &str, granted_by: &str) -> String {
         match e {
             kube::Error::Api(status) => match status.code {
                 401 => format!(
@@ -215,7 +220,7 @@ impl Api {
                     });
                     let what = what.filter(|w| !w.is_empty()).unwrap_or_else(|| resource.to_string());
                     format!(
-                        "permission missing: {verb} {what}{scope} (403 Forbidden: {}); grant it (deploy/explain-rbac.yaml lists what podstuck explain needs) or use another --context",
+                        "permission missing: {verb} {what}{scope} (403 Forbidden: {}); grant it ({granted_by}) or use another --context",
                         status.message
                     )
                 }
@@ -304,6 +309,60 @@ impl Api {
             }
         }
         Ok(s)
+    }
+}
+
+/// Why a request of `watch --events` failed, and what to do next.
+#[derive(Debug)]
+pub enum PostFailed {
+    /// No answer: retried later, with backoff.
+    Unreachable(String),
+    /// The object is not there (an Event expired): start again.
+    NotFound,
+    /// The server answered no (a permission missing, a body refused):
+    /// said, and not retried.
+    Refused(String),
+}
+
+impl PostFailed {
+    fn of(api: &Api, e: kube::Error, verb: &str, resource: &str, scope: &str) -> PostFailed {
+        match &e {
+            kube::Error::Api(s) if s.code == 404 => PostFailed::NotFound,
+            kube::Error::Api(_) => PostFailed::Refused(api.said_granted_by(e, verb, resource, scope, EVENTS_RBAC)),
+            _ => PostFailed::Unreachable(api.said_granted_by(e, verb, resource, scope, EVENTS_RBAC)),
+        }
+    }
+}
+
+/// Where the permissions of `watch --events` are granted.
+const EVENTS_RBAC: &str = "deploy/podstuck-events-rbac.yaml lists what podstuck watch --events needs";
+
+impl Api {
+    /// The pods the API places on `node`: the only ones a node's podstuck
+    /// posts Events about.
+    pub async fn node_pods(&self, node: &str) -> Result<Vec<Pod>, PostFailed> {
+        let api: kube::Api<Pod> = kube::Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        api.list(&params).await.map(|l| l.items).map_err(|e| PostFailed::of(self, e, "list", "pods", " in all namespaces"))
+    }
+
+    /// Creates `event` (events.k8s.io/v1) in its namespace.
+    pub async fn create_event(&self, event: &k8s_openapi::api::events::v1::Event) -> Result<(), PostFailed> {
+        let ns = event.metadata.namespace.as_deref().unwrap_or("default");
+        let api: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(self.client.clone(), ns);
+        api.create(&kube::api::PostParams::default(), event)
+            .await
+            .map(|_| ())
+            .map_err(|e| PostFailed::of(self, e, "create", "events.events.k8s.io", &format!(" in namespace {ns}")))
+    }
+
+    /// Merges `patch` into the Event `name` of namespace `ns`.
+    pub async fn patch_event(&self, ns: &str, name: &str, patch: &serde_json::Value) -> Result<(), PostFailed> {
+        let api: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(self.client.clone(), ns);
+        api.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| PostFailed::of(self, e, "patch", "events.events.k8s.io", &format!(" in namespace {ns}")))
     }
 }
 

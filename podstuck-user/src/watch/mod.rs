@@ -26,11 +26,13 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::check::TracerLock;
 use crate::collect::{RunTotals, Tracer, TracerOptions};
 use crate::diagnose::{DiagnoseOptions, Diagnoser};
+use crate::explain::client::Api;
 use crate::explain::join::ApiJoin;
 use crate::export::{Exporter, RunInfo};
 use crate::identify::process::own_mount_namespace;
 use crate::identify::{Identifier, NodeLayout, PodFilter};
 use crate::inspect::live::LiveNode;
+use crate::k8s_events::EventSink;
 use crate::kernel_features::{AttachPoint, Lockdown, PathWalk};
 use crate::latency::{LatencyBook, POD_SERIES_LINGER};
 use crate::preflight::{plan, NodeFacts, Problem};
@@ -107,11 +109,25 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
 pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> Result<()> {
     let (resolved, api) = resolve_named_pods(options).await;
     let options = resolved.as_ref().unwrap_or(options);
+    let events = events_api(options).await?;
     let mut run = prepare(options, api)?;
+    if let (Some(api), Some(node)) = (events, &options.node_name) {
+        run.pipeline.events = Some(EventSink::start(api, node.clone()));
+    }
     on_attached();
     let stopped = trace(&mut run, options).await?;
-    finish(run, options, stopped)
+    let events = run.pipeline.events.as_ref().map(EventSink::handle);
+    let finished = finish(run, options, stopped);
+    // What the last review told (a finding's end) is posted before exit,
+    // within what a pod's termination grace period allows.
+    if let Some(events) = events {
+        events.settle(EVENTS_SETTLE).await;
+    }
+    finished
 }
+
+/// How long the end of a run waits for its last Events to be posted.
+const EVENTS_SETTLE: Duration = Duration::from_secs(3);
 
 /// `--pod NAMESPACE/NAME`: the UIDs asked of the Kubernetes API, and the
 /// API's side of the diagnosis started (not when recording: a replay
@@ -136,6 +152,18 @@ async fn resolve_named_pods(options: &WatchOptions) -> (Option<WatchOptions>, Op
         (None, _) => None,
     };
     (Some(options), api)
+}
+
+/// `--events`: the API client, made before anything loads. A
+/// configuration that cannot be used (none found, a bad kubeconfig) stops
+/// the run now: the user asked for Events. A server that does not answer
+/// is another matter, said and retried while tracing goes on.
+async fn events_api(options: &WatchOptions) -> Result<Option<Api>> {
+    if !options.events {
+        return Ok(None);
+    }
+    let api = Api::connect(&options.kube).await.context("--events: cannot make a Kubernetes API client")?;
+    Ok(Some(api))
 }
 
 /// Everything before the first call: the node judged, the run's facts

@@ -73,6 +73,9 @@ pub struct WatchOptions {
     /// The node's name as the cluster knows it (`--node-name`, `NODE_NAME`);
     /// default: the kernel's (uname), which in a pod is the pod's.
     pub node_name: Option<String>,
+    /// Post each finding as a Kubernetes Event on its pod (or the node)
+    /// (`--events`); needs `node_name` and the API's credentials in `kube`.
+    pub events: bool,
 }
 
 impl Default for WatchOptions {
@@ -103,6 +106,7 @@ impl Default for WatchOptions {
             kernel_cost: false,
             listen: None,
             node_name: None,
+            events: false,
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::explain::join::ApiJoin;
 use crate::identify::actor::Role;
 use crate::identify::{Identifier, PodFilter};
 use crate::inspect::live::LiveNode;
+use crate::k8s_events::EventSink;
 use crate::latency::LatencyBook;
 use crate::print::{stderr_line, Out, Printer};
 use crate::record::{Recorder, RecordingNode};
@@ -39,6 +40,8 @@ pub(super) struct Pipeline {
     recorder: Option<Recorder<File>>,
     /// `--pod NAMESPACE/NAME`: the Kubernetes API's side, joined.
     api: Option<ApiJoin>,
+    /// `--events`: what is told is posted as Kubernetes Events too.
+    pub(super) events: Option<EventSink>,
 }
 
 impl Pipeline {
@@ -68,6 +71,7 @@ impl Pipeline {
             counted: Vec::new(),
             recorder,
             api,
+            events: None,
         }
     }
 
@@ -140,6 +144,9 @@ impl Pipeline {
         for message in self.api.as_ref().map(ApiJoin::messages).unwrap_or_default() {
             self.printer.say(&message);
         }
+        for message in self.events.as_ref().map(EventSink::messages).unwrap_or_default() {
+            self.printer.say(&message);
+        }
         let counted = std::mem::take(&mut self.counted);
         self.diagnoser.counted(&counted);
         let reports = match self.recorder.as_mut() {
@@ -190,6 +197,9 @@ impl Pipeline {
 
     /// What a review found, printed and flushed.
     pub(super) fn tell(&mut self, reports: &[Report]) -> io::Result<()> {
+        if let Some(events) = &self.events {
+            events.offer(reports);
+        }
         self.printer.findings(&mut self.out, reports)?;
         self.out.flush()
     }
