@@ -730,24 +730,23 @@ fn pct(ratio: f64) -> String {
     format!("{:+.1} %", (ratio - 1.0) * 100.0)
 }
 
-fn machine() -> String {
+/// CPUs, their model, memory and kernel: the machine a figure is of.
+pub fn machine_basics() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
         .unwrap_or_default();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or_default().to_string();
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or_default().split_whitespace().skip(1).collect::<Vec<_>>().join(" ");
     let kernel = sh(Command::new("uname").arg("-r")).unwrap_or_default();
+    format!("{cpus} CPUs ({cpu}), {mem}, kernel {}", kernel.trim())
+}
+
+fn machine() -> String {
     let bpftrace = sh(Command::new("bpftrace").arg("--version")).unwrap_or_default();
     let strace = sh(Command::new("strace").arg("-V")).unwrap_or_default();
-    format!(
-        "{cpus} CPUs ({cpu}), {}, kernel {}, {}, {}",
-        mem.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
-        kernel.trim(),
-        bpftrace.trim(),
-        strace.lines().next().unwrap_or_default().trim()
-    )
+    format!("{}, {}, {}", machine_basics(), bpftrace.trim(), strace.lines().next().unwrap_or_default().trim())
 }
 
 /// The attach-mechanism table; the do-nothing tracepoint pair's program

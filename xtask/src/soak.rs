@@ -157,14 +157,6 @@ fn after(at: Option<Duration>) -> String {
 
 /// CPUs, model, memory, kernel, and the cgroup hierarchies mounted.
 fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
-        .unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or_default().split_whitespace().skip(1).collect::<Vec<_>>().join(" ");
-    let kernel = Command::new("uname").arg("-r").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let v1 = mountinfo.lines().filter(|l| l.contains(" - cgroup ")).count();
     let v2 = mountinfo.lines().any(|l| l.contains(" - cgroup2 "));
@@ -174,7 +166,7 @@ fn machine() -> String {
         (false, true) => "cgroup v2".to_string(),
         (false, false) => "no cgroups mounted".to_string(),
     };
-    format!("{cpus} CPUs ({cpu}), {mem}, kernel {kernel}, {cgroups}")
+    format!("{}, {cgroups}", crate::bench::machine_basics())
 }
 
 /// `file` with its Soak section replaced by `section`, or `section`
