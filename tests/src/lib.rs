@@ -54,5 +54,5 @@ pub use node::{
     cgroup2_root, is_mountpoint, v1_hierarchy, BindMount, CgroupDirs, CreatedDirs, FuseMount, Immutable, OverlayMount, TmpfsMount,
     V1PodCgroups,
 };
-pub use podstuck::{abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, stop_when, Finished, Watch};
+pub use podstuck::{abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, status_kib, stop_when, Finished, Watch};
 pub use runtimes::{Containerd, Dockerd, EventLog, Propagation, RbindView};

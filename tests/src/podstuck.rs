@@ -308,6 +308,13 @@ pub fn podstuck_refuses<S: AsRef<OsStr>>(args: &[S]) -> String {
     stderr
 }
 
+/// A memory figure of process `pid` from /proc/PID/status, in KiB:
+/// `field` is its name there ("VmRSS", "VmHWM").
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// Whether a BPF program with this id is still loaded in the kernel.
 pub fn program_loaded(id: u32) -> bool {
     const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;

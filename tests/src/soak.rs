@@ -36,7 +36,7 @@ use crate::actors::Process;
 use crate::calls::cstring;
 use crate::kubelet::{KubeletRoot, Pod};
 use crate::node::{cgroup2_root, v1_hierarchy, CgroupDirs, TmpfsMount, POD_V1_CONTROLLERS};
-use crate::podstuck::Running;
+use crate::podstuck::{status_kib, Running};
 use crate::scrape::{free_port, try_get};
 
 /// Series one scrape of `/metrics` may hold, at most: what a cluster's
@@ -539,7 +539,7 @@ fn sample(pid: u32, listen: SocketAddr, phase: Phase, at: Duration, pods: u64) -
         at,
         phase,
         pods,
-        rss_kib: rss_kib(pid).context("podstuck's VmRSS")?,
+        rss_kib: status_kib(pid, "VmRSS").context("podstuck's VmRSS")?,
         fds: std::fs::read_dir(format!("/proc/{pid}/fd")).context("podstuck's fds")?.count(),
         cpu_s: cpu_seconds(pid).context("podstuck's CPU time")?,
         series: lines.len(),
@@ -548,11 +548,6 @@ fn sample(pid: u32, listen: SocketAddr, phase: Phase, at: Duration, pods: u64) -
     })
 }
 
-/// VmRSS of `pid`, in KiB.
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
 
 /// utime + stime of `pid`, in seconds.
 fn cpu_seconds(pid: u32) -> Option<f64> {

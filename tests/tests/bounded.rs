@@ -343,9 +343,7 @@ kernel_test! {
 
 /// Kernel pid of podstuck's peak resident memory so far (VmHWM), in bytes.
 fn peak_rss(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmHWM");
-    kb * 1024
+    status_kib(pid as u32, "VmHWM").expect("VmHWM") * 1024
 }
 
 fn made_up_uid(n: u64) -> String {
