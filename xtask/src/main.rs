@@ -228,8 +228,7 @@ fn run_bench(args: &bench::BenchArgs) -> Result<()> {
     install(&BENCH_PACKAGES)?;
     ensure_tracefs()?;
     let podstuck = build_release()?;
-    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor"]))?;
-    let actor = workspace_root().join("target/release/actor");
+    let actor = build_release_actor()?;
     let out = workspace_root().join(&args.out);
     bench::bench(&podstuck, &actor, &bench::BenchArgs { out, ..args.clone() })
 }
@@ -241,8 +240,7 @@ fn run_soak(args: &soak::SoakArgs) -> Result<()> {
     setup()?;
     ensure_tracefs()?;
     let podstuck = build_release()?;
-    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor"]))?;
-    let actor = workspace_root().join("target/release/actor");
+    let actor = build_release_actor()?;
     let out = workspace_root().join(&args.out);
     soak::soak(&podstuck, &actor, &soak::SoakArgs { out, ..args.clone() })
 }
@@ -250,6 +248,12 @@ fn run_soak(args: &soak::SoakArgs) -> Result<()> {
 fn build_release() -> Result<PathBuf> {
     run(cargo().args(["build", "--release", "--package", "podstuck-user", "--bin", "podstuck"]))?;
     Ok(workspace_root().join("target/release/podstuck"))
+}
+
+/// The tests' `actor` (kubelet's stand-in), built as the bench and the soak run it.
+fn build_release_actor() -> Result<PathBuf> {
+    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor"]))?;
+    Ok(workspace_root().join("target/release/actor"))
 }
 
 /// Clippy on the kernel programs, for the target they are built for and
