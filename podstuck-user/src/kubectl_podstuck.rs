@@ -24,10 +24,17 @@ use podstuck::print::stderr_line;
 )]
 struct Cli {
     /// The pod stuck in Terminating.
-    pod: String,
-    /// The pod's namespace (default: the current context's).
+    #[arg(required_unless_present = "all")]
+    pod: Option<String>,
+    /// The pod's namespace (default: the current context's); with --all, this namespace's pods only.
     #[arg(short = 'n', long)]
     namespace: Option<String>,
+    /// Every pod stuck in Terminating past its grace period (all namespaces, or -n's), in one table
+    /// grouped by node and cause: what the API says joined with the findings of the podstuck DaemonSet
+    /// on each pod's node, read through the API server's pod proxy (no debug pod); for nodes without
+    /// it, the kubectl podstuck command to run for each pod. --json: one JSON document.
+    #[arg(long, conflicts_with_all = ["pod", "histograms", "record", "duration", "watch_args"])]
+    all: bool,
     /// The kubeconfig context to use.
     #[arg(long)]
     context: Option<String>,
@@ -62,8 +69,17 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.all {
+        return match podstuck::kubectl_plugin::all(cli.namespace, cli.context, cli.kubeconfig, cli.json) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                stderr_line(format_args!("kubectl podstuck: error: {e:#}"));
+                ExitCode::from(1)
+            }
+        };
+    }
     let options = PluginOptions {
-        pod: cli.pod,
+        pod: cli.pod.unwrap_or_default(),
         namespace: cli.namespace,
         context: cli.context,
         kubeconfig: cli.kubeconfig,
