@@ -52,6 +52,13 @@ pub struct AllOptions {
 
 /// Runs `podstuck explain --all` (and `kubectl podstuck --all`).
 pub async fn explain_all(options: &AllOptions) -> Result<()> {
+    if let Some(ns) = &options.namespace {
+        // A namespace is a DNS label: nothing else reaches a URL.
+        let label = !ns.is_empty() && ns.len() <= 63 && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !label {
+            return Err(anyhow!("-n {}: not a namespace name", crate::words::terminal_safe(ns)));
+        }
+    }
     let api = Api::connect(&options.kube).await?;
     let report = read(&api, options.namespace.as_deref()).await?;
     let mut out = Out::stdout();
@@ -199,4 +206,41 @@ async fn ask_nodes(api: &Api, nodes: &BTreeSet<String>) -> BTreeMap<String, Node
         }
     }
     answers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn daemon(name: &str, node: &str, phase: &str, port: Option<i32>) -> Pod {
+        let ports = port.map(|p| vec![ContainerPort { name: Some(PORT_NAME.into()), container_port: p, ..Default::default() }]);
+        Pod {
+            metadata: ObjectMeta { name: Some(name.into()), namespace: Some(DAEMONSET_NAMESPACE.into()), ..Default::default() },
+            spec: Some(PodSpec { node_name: Some(node.into()), containers: vec![Container { name: "podstuck".into(), ports, ..Default::default() }], ..Default::default() }),
+            status: Some(PodStatus { phase: Some(phase.into()), ..Default::default() }),
+        }
+    }
+
+    #[test]
+    fn each_node_is_asked_on_its_running_podstuck_pod_and_the_port_named_metrics() {
+        let found = podstuck_pods(vec![
+            daemon("podstuck-a", "worker-1", "Running", Some(9500)),
+            daemon("podstuck-old", "worker-1", "Pending", None),
+            daemon("podstuck-b", "worker-2", "Pending", None),
+            daemon("podstuck-c", "worker-3", "Running", None),
+        ]);
+        assert_eq!(found["worker-1"], ("podstuck-a".to_string(), 9500, None));
+        assert_eq!(found["worker-2"], ("podstuck-b".to_string(), DEFAULT_PORT, Some("it is Pending".to_string())));
+        assert_eq!(found["worker-3"], ("podstuck-c".to_string(), DEFAULT_PORT, None));
+    }
+
+    #[test]
+    fn a_namespace_that_is_no_dns_label_is_refused_before_anything_is_asked() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let options = AllOptions { namespace: Some("../kube-system".into()), ..Default::default() };
+        let e = runtime.block_on(explain_all(&options)).unwrap_err().to_string();
+        assert_eq!(e, "-n ../kube-system: not a namespace name");
+    }
 }
