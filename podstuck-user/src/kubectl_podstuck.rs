@@ -20,7 +20,8 @@ use podstuck::print::stderr_line;
     long_about = "Why is this pod stuck in Terminating? Finds the pod's node, starts a privileged debug pod there with the podstuck image \
                   (as kubectl debug node --profile=sysadmin would), traces the pod's teardown and streams the findings here. \
                   Ctrl-C stops: podstuck prints its summary, the files asked for are copied back, the debug pod is deleted.",
-    after_help = "Uses the kubectl on PATH with your current context and kubeconfig. Arguments after -- go to podstuck watch (e.g. -- --hung-after 10s)."
+    after_help = "Uses the kubectl on PATH with your current context and kubeconfig. Arguments after -- go to podstuck watch (e.g. -- --hung-after 10s).\n\
+                  kubectl podstuck --all [-n NS]: every pod stuck in Terminating, in one table, from the API and the podstuck DaemonSet (no debug pod)."
 )]
 struct Cli {
     /// The pod stuck in Terminating.

@@ -197,6 +197,12 @@ kernel_test! {
         node.await_finding(secs(60), |f| f["kind"] == "volume-still-mounted", |e| {
             e.eq("/pod_uid", web_0.uid());
         });
+        // /findings is rendered once a second: wait for the finding there too.
+        let deadline = Instant::now() + secs(10);
+        while !podstuck_tests::scrape::get(listen, "/findings").body.contains("volume-still-mounted") {
+            assert!(Instant::now() < deadline, "the finding is not on /findings after 10 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
         // Accepts, and never answers.
         let silent = TcpListener::bind("127.0.0.1:0").unwrap();
         let api = ApiServer::start();
