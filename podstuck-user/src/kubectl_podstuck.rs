@@ -20,14 +20,22 @@ use podstuck::print::stderr_line;
     long_about = "Why is this pod stuck in Terminating? Finds the pod's node, starts a privileged debug pod there with the podstuck image \
                   (as kubectl debug node --profile=sysadmin would), traces the pod's teardown and streams the findings here. \
                   Ctrl-C stops: podstuck prints its summary, the files asked for are copied back, the debug pod is deleted.",
-    after_help = "Uses the kubectl on PATH with your current context and kubeconfig. Arguments after -- go to podstuck watch (e.g. -- --hung-after 10s)."
+    after_help = "Uses the kubectl on PATH with your current context and kubeconfig. Arguments after -- go to podstuck watch (e.g. -- --hung-after 10s).\n\
+                  kubectl podstuck --all [-n NS]: every pod stuck in Terminating, in one table, from the API and the podstuck DaemonSet (no debug pod)."
 )]
 struct Cli {
     /// The pod stuck in Terminating.
-    pod: String,
-    /// The pod's namespace (default: the current context's).
+    #[arg(required_unless_present = "all")]
+    pod: Option<String>,
+    /// The pod's namespace (default: the current context's); with --all, this namespace's pods only.
     #[arg(short = 'n', long)]
     namespace: Option<String>,
+    /// Every pod stuck in Terminating past its grace period (all namespaces, or -n's), in one table
+    /// grouped by node and cause: what the API says joined with the findings of the podstuck DaemonSet
+    /// on each pod's node, read through the API server's pod proxy (no debug pod); for nodes without
+    /// it, the kubectl podstuck command to run for each pod. --json: one JSON document.
+    #[arg(long, conflicts_with_all = ["pod", "histograms", "record", "duration", "watch_args"])]
+    all: bool,
     /// The kubeconfig context to use.
     #[arg(long)]
     context: Option<String>,
@@ -62,8 +70,17 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.all {
+        return match podstuck::kubectl_plugin::all(cli.namespace, cli.context, cli.kubeconfig, cli.json) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                stderr_line(format_args!("kubectl podstuck: error: {e:#}"));
+                ExitCode::from(1)
+            }
+        };
+    }
     let options = PluginOptions {
-        pod: cli.pod,
+        pod: cli.pod.unwrap_or_default(),
         namespace: cli.namespace,
         context: cli.context,
         kubeconfig: cli.kubeconfig,

@@ -95,15 +95,20 @@ enum Command {
     /// safe fix. Reads through a kubeconfig, in-cluster, or on the node the kubelet's own kubeconfig.
     Explain {
         /// The pod: NAME, NAMESPACE/NAME or its UID (with --from: optional when the files hold one pod).
-        #[arg(required_unless_present = "from")]
+        #[arg(required_unless_present_any = ["from", "all"])]
         pod: Option<String>,
-        /// The pod's namespace (default: the kubeconfig context's).
+        /// The pod's namespace (default: the kubeconfig context's); with --all, this namespace's pods only.
         #[arg(short = 'n', long)]
         namespace: Option<String>,
         /// Read JSON saved with kubectl instead of the API (get pod/events/node/volumeattachment -o json; Lists too).
         #[arg(long, value_name = "FILE", num_args = 1..)]
         from: Vec<PathBuf>,
-        /// The findings as JSON lines, after one line saying what was read.
+        /// Every pod stuck in Terminating past its grace period (all namespaces, or -n's), in one table
+        /// grouped by node and cause: the API's causes joined with the findings of the podstuck DaemonSet
+        /// on each pod's node (read through the API server's pod proxy).
+        #[arg(long, conflicts_with_all = ["pod", "from"])]
+        all: bool,
+        /// The findings as JSON lines, after one line saying what was read; with --all, one JSON document.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -444,8 +449,8 @@ fn main() -> ExitCode {
             Err(code) => return code,
         },
         Command::Replay { file, json } => podstuck::record::replay(&file, json),
-        Command::Explain { pod, namespace, from, json, kube } => {
-            let options = podstuck::explain::ExplainOptions { pod, namespace, from, json, kube: kube.into() };
+        Command::Explain { pod, namespace, from, all, json, kube } => {
+            let options = podstuck::explain::ExplainOptions { pod, namespace, from, json, kube: kube.into(), all };
             runtime.block_on(podstuck::explain::explain(&options))
         }
     };

@@ -6,7 +6,13 @@
 //! and any status a test sets (401, 403). POST creates the object it is
 //! sent (served at its URL after), PATCH merges into it (JSON merge
 //! patch); pods listed with `fieldSelector=spec.nodeName=N` are those
-//! [`ApiServer::node_pods`] put on N. It can go down and come back mid-run
+//! [`ApiServer::node_pods`] put on N; lists are filtered by an equality
+//! `labelSelector`; [`ApiServer::pods`] serves pods across namespaces (a
+//! cluster's worth for `explain --all`). The pod proxy,
+//! `/api/v1/namespaces/NS/pods/NAME:PORT/proxy/PATH`, is passed on to a
+//! real local address ([`ApiServer::proxy_pod`]), as the real server
+//! passes it to the pod through its node's kubelet: a real podstuck
+//! `--listen` answers it. It can go down and come back mid-run
 //! ([`ApiServer::go_down`]). Every request is recorded, with its method,
 //! body and whether it carried the kubeconfig's token, to assert what was
 //! asked.
@@ -56,12 +62,16 @@ type Routes = Arc<Mutex<HashMap<String, (u16, String)>>>;
 /// Pods by the node they are on, for lists by `spec.nodeName`.
 type NodePods = Arc<Mutex<HashMap<String, Vec<Value>>>>;
 
+/// Where the pod proxy reaches a pod: (namespace, name, port) to a local address.
+type Proxied = Arc<Mutex<HashMap<(String, String, u16), std::net::SocketAddr>>>;
+
 /// What the answering threads share.
 #[derive(Clone)]
 struct State {
     routes: Routes,
     requests: Arc<Mutex<Vec<Request>>>,
     node_pods: NodePods,
+    proxied: Proxied,
 }
 
 /// The server; stops on drop.
@@ -80,7 +90,7 @@ impl ApiServer {
         let port = listener.local_addr().unwrap().port();
         let routes: Routes = Arc::default();
         let requests: Arc<Mutex<Vec<Request>>> = Arc::default();
-        let state = State { routes: routes.clone(), requests: requests.clone(), node_pods: Arc::default() };
+        let state = State { routes: routes.clone(), requests: requests.clone(), node_pods: Arc::default(), proxied: Arc::default() };
         let stop = Arc::new(AtomicBool::new(false));
         let down = Arc::new(AtomicBool::new(false));
         let (st, s, d) = (state.clone(), stop.clone(), down.clone());
@@ -119,6 +129,29 @@ impl ApiServer {
     pub fn node_pods(&self, node: &str, pods: &[k8s_openapi::api::core::v1::Pod]) {
         let values = pods.iter().map(|p| serde_json::to_value(p).unwrap()).collect();
         self.state.node_pods.lock().unwrap().insert(node.to_string(), values);
+    }
+
+    /// Serves `pods` as a cluster holds them: each at its own URL, listed
+    /// by namespace and across namespaces (`/api/v1/pods`).
+    pub fn pods(&self, pods: &[k8s_openapi::api::core::v1::Pod]) {
+        let mut by_namespace: HashMap<String, Vec<k8s_openapi::api::core::v1::Pod>> = HashMap::new();
+        for pod in pods {
+            let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+            self.object(pod, Some(&ns), pod.metadata.name.as_deref().unwrap_or(""));
+            by_namespace.entry(ns).or_default().push(pod.clone());
+        }
+        for (ns, pods) in by_namespace {
+            self.list(Some(&ns), &pods);
+        }
+        self.list(None, pods);
+    }
+
+    /// Passes the pod proxy of pod `namespace/name`, port `port`, on to
+    /// `to`: a GET of `/api/v1/namespaces/NS/pods/NAME:PORT/proxy/PATH`
+    /// is answered by `GET /PATH` there. A pod not given, or an address
+    /// that does not answer, is the real server's 503.
+    pub fn proxy_pod(&self, namespace: &str, name: &str, port: u16, to: std::net::SocketAddr) {
+        self.state.proxied.lock().unwrap().insert((namespace.to_string(), name.to_string(), port), to);
     }
 
     /// The requests so far with this method.
@@ -261,14 +294,56 @@ fn not_found(path: &str) -> (u16, String) {
     (404, status.to_string())
 }
 
+/// The real server's answer when the pod behind its proxy cannot be reached.
+fn unreachable(why: &str) -> (u16, String) {
+    let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("error trying to reach service: {why}"), "reason": "ServiceUnavailable", "code": 503});
+    (503, status.to_string())
+}
+
+/// `/api/v1/namespaces/NS/pods/NAME:PORT/proxy/PATH`, passed on to where
+/// [`ApiServer::proxy_pod`] put the pod; `None` for any other path.
+fn proxied(state: &State, target: &str) -> Option<(u16, String)> {
+    let path = target.split('?').next().unwrap_or("");
+    let rest = path.strip_prefix("/api/v1/namespaces/")?;
+    let (ns, rest) = rest.split_once("/pods/")?;
+    let (pod, rest) = rest.split_once("/proxy")?;
+    let (name, port) = pod.split_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let to = state.proxied.lock().unwrap().get(&(ns.to_string(), name.to_string(), port)).copied();
+    let Some(to) = to else { return Some(unreachable(&format!("dial tcp: pod {ns}/{name} has no port {port} here"))) };
+    let forwarded = if rest.is_empty() { "/" } else { rest };
+    match crate::scrape::try_get(to, forwarded) {
+        Ok(answer) if answer.status != 0 => Some((answer.status, answer.body)),
+        Ok(_) => Some(unreachable(&format!("dial tcp {to}: no HTTP answer"))),
+        Err(e) => Some(unreachable(&format!("dial tcp {to}: {e}"))),
+    }
+}
+
+/// `items` of a list whose labels hold every `key=value` of `selector`.
+fn selected(list: &str, selector: &str) -> String {
+    let Ok(mut list) = serde_json::from_str::<Value>(list) else { return list.to_string() };
+    let wanted: Vec<(&str, &str)> = selector.split(',').filter_map(|pair| pair.split_once('=')).collect();
+    if let Some(items) = list["items"].as_array_mut() {
+        items.retain(|item| wanted.iter().all(|(k, v)| item["metadata"]["labels"][k].as_str() == Some(v)));
+    }
+    list.to_string()
+}
+
 /// What `method` on `target` answers, given what the server holds.
 fn reply(state: &State, method: &str, target: &str, body: &str) -> (u16, String) {
     let path = target.split('?').next().unwrap_or("");
-    let mut routes = state.routes.lock().unwrap();
     // A refusal a test set answers every method.
-    if let Some((status, text)) = routes.get(path).filter(|(status, _)| *status >= 400) {
+    if let Some((status, text)) = state.routes.lock().unwrap().get(path).filter(|(status, _)| *status >= 400) {
         return (*status, text.clone());
     }
+    // Passed on without holding the routes: the pod may be slow.
+    if method == "GET" {
+        if let Some(answer) = proxied(state, target) {
+            return answer;
+        }
+    }
+    let mut routes = state.routes.lock().unwrap();
     match method {
         "POST" => {
             let Ok(mut object) = serde_json::from_str::<Value>(body) else { return (400, json!({"kind": "Status", "code": 400}).to_string()) };
@@ -291,7 +366,11 @@ fn reply(state: &State, method: &str, target: &str, body: &str) -> (u16, String)
                     return (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}).to_string());
                 }
             }
-            routes.get(path).cloned().unwrap_or_else(|| not_found(path))
+            let (status, text) = routes.get(path).cloned().unwrap_or_else(|| not_found(path));
+            match query(target, "labelSelector") {
+                Some(selector) if status == 200 => (200, selected(&text, &selector)),
+                _ => (status, text),
+            }
         }
     }
 }

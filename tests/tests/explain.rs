@@ -432,13 +432,19 @@ fn permission(target: &str) -> (String, String, &'static str, Option<String>) {
         rest => (None, rest),
     };
     let verb = if rest.len() > 1 { "get" } else { "list" };
-    (group, rest[0].to_string(), verb, namespace)
+    // A subresource (pods/NAME:PORT/proxy/...) is granted by its own name.
+    let resource = match rest {
+        [resource, _, sub, ..] => format!("{resource}/{sub}"),
+        _ => rest[0].to_string(),
+    };
+    (group, resource, verb, namespace)
 }
 
 #[test]
 fn the_rbac_in_deploy_grants_what_explain_asks_and_nothing_more() {
     let Some(documents) = harness::deploy_manifest("explain-rbac.yaml") else { return };
-    // Every resource read: the pod by name and by UID, events, node, lease, claims, attachments.
+    // Every resource read: the pod by name and by UID, events, node, lease, claims, attachments;
+    // with --all, each listed, and the podstuck DaemonSet's pods and their proxy.
     let scratch = ScratchDir::new("explain-rbac");
     let api = ApiServer::start();
     let cluster = Cluster::healthy(UID).deleted(600).with_claim();
@@ -446,6 +452,15 @@ fn the_rbac_in_deploy_grants_what_explain_asks_and_nothing_more() {
     let config = api.kubeconfig(scratch.path());
     answer(&explain(&["web-0", "--kubeconfig", config.to_str().unwrap()]));
     answer(&explain(&[UID, "-n", "shop", "--kubeconfig", config.to_str().unwrap()]));
+    // explain --all: the pods, claims and DaemonSet pods listed, a node's podstuck asked through the proxy.
+    api.list(Some("shop"), &cluster.claims);
+    let mut daemon = Cluster::healthy("7e1f0c2a-0000-4000-8000-0000000000d5").pod;
+    daemon.metadata.name = Some("podstuck-x".into());
+    daemon.metadata.namespace = Some("podstuck".into());
+    daemon.metadata.labels = Some([("app.kubernetes.io/name".to_string(), "podstuck".to_string())].into());
+    api.list(Some("podstuck"), &[daemon]);
+    let all = explain(&["--all", "-n", "shop", "--kubeconfig", config.to_str().unwrap()]);
+    assert!(all.status.success(), "{}", String::from_utf8_lossy(&all.stderr));
     let asked: std::collections::BTreeSet<_> = api.requests().iter().map(|r| permission(&r.target)).collect();
 
     // (group, resource, verb, the one namespace it is granted in, if only one).

@@ -62,6 +62,7 @@ pub struct KubeOptions {
 }
 
 /// A connection to the API server, and what it was made from.
+#[derive(Clone)]
 pub struct Api {
     client: Client,
     /// "kubeconfig /root/.kube/config (context kind-kind)"...
@@ -309,6 +310,52 @@ impl Api {
             }
         }
         Ok(s)
+    }
+}
+
+/// What `explain --all` reads in bulk, and the DaemonSet's pages.
+impl Api {
+    /// Every `T` of `namespace` (or of the cluster) `params` selects, or
+    /// why not in the user's words (the permission missing, and for what).
+    pub async fn list<T>(&self, namespace: Option<&str>, params: &ListParams, resource: &str) -> Result<Vec<T>, String>
+    where
+        T: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        T: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        let (api, scope) = match namespace {
+            Some(ns) => (kube::Api::<T>::namespaced(self.client.clone(), ns), format!(" in namespace {ns}")),
+            None => (kube::Api::<T>::all(self.client.clone()), " in all namespaces".to_string()),
+        };
+        api.list(params).await.map(|l| l.items).map_err(|e| self.said(e, "list", resource, &scope))
+    }
+
+    /// Every `T` of the cluster (nodes, volume attachments), or why not.
+    pub async fn list_cluster<T>(&self, resource: &str) -> Result<Vec<T>, String>
+    where
+        T: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let api = kube::Api::<T>::all(self.client.clone());
+        api.list(&ListParams::default()).await.map(|l| l.items).map_err(|e| self.said(e, "list", resource, ""))
+    }
+
+    /// GET `path` of pod `namespace/pod` on `port`, through the API
+    /// server's pod proxy (so no route to the node is needed, only RBAC
+    /// `get pods/proxy`), given up after `timeout`: a node that does not
+    /// answer must not hold the others.
+    pub async fn pod_proxy_get(&self, namespace: &str, pod: &str, port: u16, path: &str, timeout: Duration) -> Result<String, String> {
+        let base = format!("/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy");
+        let request = kube::core::Request::new(base).get(path, &Default::default()).map_err(|e| format!("cannot ask for {path}: {e}"))?;
+        let scope = format!(" in namespace {namespace}");
+        match tokio::time::timeout(timeout, self.client.request_text(request)).await {
+            Err(_) => Err(format!("no answer within {}", crate::words::human_duration(timeout))),
+            Ok(Ok(text)) => Ok(text),
+            Ok(Err(kube::Error::Api(status))) if status.code != 401 && status.code != 403 => {
+                // The proxy's own failure (the pod's port refused, the node
+                // unreachable) comes back as a Status with the reason.
+                Err(format!("the API server's proxy answered {} {}: {}", status.code, status.reason, status.message))
+            }
+            Ok(Err(e)) => Err(self.said_granted_by(e, "get", "pods/proxy", &scope, "deploy/explain-rbac.yaml lists what podstuck explain --all needs")),
+        }
     }
 }
 

@@ -9,8 +9,10 @@
 //! through the API (or [`offline`] from files a user saved with kubectl),
 //! one pure detector per cause turns it into findings, and [`order`] puts
 //! the root cause first. `watch --pod NS/NAME` joins the same findings to
-//! the kernel's ([`join`]).
+//! the kernel's ([`join`]); `explain --all` ([`all`]) joins them, for
+//! every stuck pod, to what the podstuck DaemonSet on each pod's node found.
 
+pub mod all;
 pub mod client;
 pub mod finalizer_pending;
 pub mod grace_period_past;
@@ -117,6 +119,9 @@ pub struct ExplainOptions {
     pub from: Vec<PathBuf>,
     pub json: bool,
     pub kube: KubeOptions,
+    /// `--all`: every pod stuck past its grace period (in `-n NAMESPACE`,
+    /// or everywhere), instead of one.
+    pub all: bool,
 }
 
 /// The pod the user named.
@@ -183,6 +188,10 @@ struct ExplainLine<'a> {
 
 /// Runs `podstuck explain`.
 pub async fn explain(options: &ExplainOptions) -> Result<()> {
+    if options.all {
+        let all = all::read::AllOptions { namespace: options.namespace.clone(), json: options.json, kube: options.kube.clone() };
+        return all::read::explain_all(&all).await;
+    }
     let (snapshot, through) = match options.from.is_empty() {
         true => {
             let pod = options.pod.as_deref().ok_or_else(|| anyhow::anyhow!("name the pod: podstuck explain POD [-n NAMESPACE], or --from FILE..."))?;

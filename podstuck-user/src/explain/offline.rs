@@ -27,16 +27,21 @@ pub const MAX_FILE: u64 = 32 << 20;
 /// The most objects read from all files together.
 pub const MAX_OBJECTS: usize = 100_000;
 
-/// What the files held, by kind.
+/// Objects read in bulk, by kind: what the files held, or what
+/// `explain --all` listed once for every stuck pod (so 500 pods cost six
+/// lists, not 500 rounds of reads).
 #[derive(Default)]
-struct Saved {
-    pods: Vec<Pod>,
-    events: Vec<k8s_openapi::api::core::v1::Event>,
-    nodes: Vec<k8s_openapi::api::core::v1::Node>,
-    leases: Vec<k8s_openapi::api::coordination::v1::Lease>,
-    claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
-    attachments: Vec<k8s_openapi::api::storage::v1::VolumeAttachment>,
+pub struct Objects {
+    pub pods: Vec<Pod>,
+    pub events: Vec<k8s_openapi::api::core::v1::Event>,
+    pub nodes: Vec<k8s_openapi::api::core::v1::Node>,
+    pub leases: Vec<k8s_openapi::api::coordination::v1::Lease>,
+    pub claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    pub attachments: Vec<k8s_openapi::api::storage::v1::VolumeAttachment>,
     count: usize,
+    /// Every node was listed: a node not among them is gone, not merely
+    /// unsaved (files a user saved say nothing of the nodes left out).
+    pub all_nodes: bool,
 }
 
 /// One object, typed, or an error naming where it came from.
@@ -44,7 +49,7 @@ fn typed<T: DeserializeOwned>(object: Value, whence: &str) -> Result<T> {
     serde_json::from_value(object).map_err(|e| anyhow!("{whence}: {e}"))
 }
 
-impl Saved {
+impl Objects {
     /// Takes one object (a List's items one by one; `item_kind` is the kind
     /// a typed list's items have when they do not say it).
     fn take(&mut self, object: Value, item_kind: Option<&str>, whence: &str) -> Result<()> {
@@ -89,7 +94,7 @@ impl Saved {
 /// Reads the files and picks the pod: the one `pod` names, or the only
 /// one saved.
 pub fn snapshot(files: &[PathBuf], pod: Option<&PodRef>, now: SystemTime) -> Result<ApiSnapshot> {
-    let mut saved = Saved::default();
+    let mut saved = Objects::default();
     for file in files {
         read_file(file, &mut saved)?;
     }
@@ -105,37 +110,55 @@ pub fn snapshot(files: &[PathBuf], pod: Option<&PodRef>, now: SystemTime) -> Res
         },
     };
     let pod = saved.pods.swap_remove(chosen);
-    let mut s = ApiSnapshot::of(pod, now);
-    let uid = s.pod.metadata.uid.clone().unwrap_or_default();
-    s.events = saved
-        .events
-        .into_iter()
-        .filter(|e| {
+    Ok(saved.snapshot_of(pod, now))
+}
+
+impl Objects {
+    /// A snapshot of `pod` from these objects: the events about it, its
+    /// node and lease, its claims and their volumes' attachments.
+    pub fn snapshot_of(&self, pod: Pod, now: SystemTime) -> ApiSnapshot {
+        let mut s = ApiSnapshot::of(pod, now);
+        let uid = s.pod.metadata.uid.clone().unwrap_or_default();
+        s.events = self
+            .events
+            .iter()
+            .filter(|e| {
             let about = e.involved_object.uid.as_deref() == Some(uid.as_str())
                 || (e.involved_object.kind.as_deref() == Some("Pod")
                     && e.involved_object.name.as_deref() == s.pod.metadata.name.as_deref()
                     && e.involved_object.namespace.as_deref() == s.pod.metadata.namespace.as_deref());
-            // kubelet's orphaned-pod complaints name the UID, on the node's events.
-            about || (!uid.is_empty() && e.message.as_deref().is_some_and(|m| m.contains(&uid)))
-        })
-        .collect();
-    if let Some(node) = s.node_name().map(str::to_string) {
-        s.node = saved.nodes.into_iter().find(|n| n.metadata.name.as_deref() == Some(node.as_str()));
-        s.lease = saved.leases.into_iter().find(|l| l.metadata.name.as_deref() == Some(node.as_str()));
+                // kubelet's orphaned-pod complaints name the UID, on the node's events.
+                about || (!uid.is_empty() && e.message.as_deref().is_some_and(|m| m.contains(&uid)))
+            })
+            .cloned()
+            .collect();
+        if let Some(node) = s.node_name().map(str::to_string) {
+            s.node = self.nodes.iter().find(|n| n.metadata.name.as_deref() == Some(node.as_str())).cloned();
+            s.lease = self.leases.iter().find(|l| l.metadata.name.as_deref() == Some(node.as_str())).cloned();
+            s.node_missing = self.all_nodes && s.node.is_none();
+        }
+        let wanted = claim_names(&s.pod);
+        let ns = s.namespace().to_string();
+        s.claims = self
+            .claims
+            .iter()
+            .filter(|c| c.metadata.namespace.as_deref().unwrap_or(&ns) == ns && c.metadata.name.as_ref().is_some_and(|n| wanted.contains(n)))
+            .cloned()
+            .collect();
+        // Only the attachments of its claims' volumes: the detector looks at no other.
+        let volumes: Vec<&str> = s.claims.iter().filter_map(|c| c.spec.as_ref()?.volume_name.as_deref()).collect();
+        s.attachments = self
+            .attachments
+            .iter()
+            .filter(|a| a.spec.source.persistent_volume_name.as_deref().is_some_and(|pv| volumes.contains(&pv)))
+            .cloned()
+            .collect();
+        s
     }
-    let wanted = claim_names(&s.pod);
-    let ns = s.namespace().to_string();
-    s.claims = saved
-        .claims
-        .into_iter()
-        .filter(|c| c.metadata.namespace.as_deref().unwrap_or(&ns) == ns && c.metadata.name.as_ref().is_some_and(|n| wanted.contains(n)))
-        .collect();
-    s.attachments = saved.attachments;
-    Ok(s)
 }
 
 /// One file's objects, or an error naming the file.
-fn read_file(file: &Path, saved: &mut Saved) -> Result<()> {
+fn read_file(file: &Path, saved: &mut Objects) -> Result<()> {
     let shown = path_words(file);
     let text = read_small(file, MAX_FILE).map_err(|e| anyhow!("cannot read {shown}: {e}"))?;
     // kubectl prints one document; a file of several (a shell's >>) is read whole.

@@ -8,6 +8,9 @@
 //! files back as a tar ([`tar`]), and deletes the debug pod however it
 //! ends (a deadline ends it in the cluster should the plugin die first).
 //!
+//! `kubectl podstuck --all` ([`all`]) starts no debug pod: it is `podstuck
+//! explain --all`, every stuck pod in one table.
+//!
 //! The debug pod is made with `kubectl create -f -` and a manifest rather
 //! than `kubectl debug node/NODE`: the plugin names it (so it can wait
 //! for it, exec into it and delete it without parsing kubectl's words),
@@ -125,6 +128,18 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
         true => Ok(ExitCode::from(1)),
         false => Ok(remote::exit_code(status)),
     }
+}
+
+/// `kubectl podstuck --all`: the report of `podstuck explain --all`, made
+/// by the same code in this process. It reads the API with the kubeconfig
+/// kubectl would use (`--kubeconfig`, `KUBECONFIG`, `~/.kube/config`, and
+/// `--context`; exec credential plugins included) rather than through the
+/// kubectl binary: it starts no pod and needs nothing on the nodes, and
+/// one code path, unit-tested, makes the table for both commands.
+pub fn all(namespace: Option<String>, context: Option<String>, kubeconfig: Option<PathBuf>, json: bool) -> Result<()> {
+    let options = crate::explain::all::read::AllOptions { namespace, json, kube: crate::explain::KubeOptions { kubeconfig, context } };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(crate::explain::all::read::explain_all(&options))
 }
 
 /// `Err(Interrupted)` once a stop signal arrived.
