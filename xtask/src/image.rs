@@ -194,7 +194,7 @@ fn layer(binary: &Path, mtime: u64) -> Result<Vec<u8>> {
 
 /// The shared libraries `binary` loads, as `ldd` lists them, the loader
 /// included; none for a static binary.
-fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
     let out = Command::new("ldd").arg(binary).output().context("run ldd")?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
@@ -254,20 +254,9 @@ fn image_config(diff_id: &str, version: &str, mtime: u64) -> Value {
     })
 }
 
-/// Seconds since the epoch as RFC 3339 UTC (days to a civil date, after
-/// Howard Hinnant's algorithm).
+/// Seconds since the epoch as RFC 3339 UTC, as OCI's `created` wants it.
 fn rfc3339(secs: u64) -> String {
-    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest / 60 % 60, rest % 60)
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)).to_string()
 }
 
 /// The OCI name of this machine's architecture.

@@ -579,29 +579,13 @@ fn modules_to_load(kernel: &Kernel) -> Result<Vec<(String, Vec<u8>)>> {
 
 // --- the initramfs ----------------------------------------------------------
 
-/// The shared libraries a binary loads, from ldd (none for a static one).
-fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
-    let out = Command::new("ldd").arg(binary).output().context("running ldd")?;
-    if !out.status.success() {
-        // "not a dynamic executable"
-        return Ok(Vec::new());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let target = l.split("=>").last()?.split_whitespace().next()?;
-            target.starts_with('/').then(|| PathBuf::from(target))
-        })
-        .collect())
-}
-
 /// Copies `from` to `root` + `at` (following symlinks), with its libraries
 /// at their own paths.
 fn put_binary(root: &Path, from: &Path, at: &str) -> Result<()> {
     let dest = root.join(at.trim_start_matches('/'));
     std::fs::create_dir_all(dest.parent().unwrap())?;
     std::fs::copy(from, &dest).with_context(|| format!("copying {} into the initramfs", from.display()))?;
-    for lib in shared_libraries(from)? {
+    for lib in crate::image::shared_libraries(from)? {
         let dest = root.join(lib.strip_prefix("/").unwrap());
         if !dest.exists() {
             std::fs::create_dir_all(dest.parent().unwrap())?;
