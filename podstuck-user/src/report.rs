@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufRead, BufReader, ErrorKind, Read};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -138,23 +138,6 @@ pub fn report(dir: &Path, json: bool) -> Result<()> {
     out.text_as_is(&text).and_then(|()| out.flush()).context("writing the report")
 }
 
-/// What a file is, in words, when it is not a regular file.
-fn kind_words(kind: std::fs::FileType) -> &'static str {
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else {
-        "not a regular file"
-    }
-}
-
 /// Opens `path` for reading only if it is a regular file (through a
 /// symbolic link or not): a FIFO would block the reader for ever, a device
 /// be read without end. Checked before opening, then opened without
@@ -162,15 +145,15 @@ fn kind_words(kind: std::fs::FileType) -> &'static str {
 /// For every file a user hands podstuck to read (reports, `explain --from`,
 /// kubeconfigs).
 pub fn open_regular(path: &Path) -> std::io::Result<File> {
-    let not_regular = |kind| std::io::Error::new(ErrorKind::InvalidInput, format!("it is {kind}, not a regular file"));
+    let not_regular = |kind| std::io::Error::new(ErrorKind::InvalidInput, format!("it is a {kind}, not a regular file"));
     let kind = std::fs::metadata(path)?.file_type();
     if !kind.is_file() {
-        return Err(not_regular(kind_words(kind)));
+        return Err(not_regular(crate::words::file_kind(&kind)));
     }
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
     let kind = file.metadata()?.file_type();
     if !kind.is_file() {
-        return Err(not_regular(kind_words(kind)));
+        return Err(not_regular(crate::words::file_kind(&kind)));
     }
     Ok(file)
 }

@@ -185,6 +185,30 @@ pub fn call_count(n: u64) -> String {
     }
 }
 
+/// What kind of file `kind` is, as a noun ("symbolic link", "FIFO"): said
+/// when podstuck refuses to read or open something that is not what it
+/// expects.
+pub fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_file() {
+        "regular file"
+    } else if kind.is_dir() {
+        "directory"
+    } else if kind.is_symlink() {
+        "symbolic link"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_block_device() {
+        "block device"
+    } else if kind.is_char_device() {
+        "character device"
+    } else {
+        "special file"
+    }
+}
+
 /// An I/O error in words: "No such file or directory (os error 2)" ->
 /// "no such file or directory".
 pub fn io_words(e: &std::io::Error) -> String {

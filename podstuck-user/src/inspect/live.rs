@@ -20,7 +20,7 @@ use std::ffi::{CString, OsStr};
 use std::fs;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -693,7 +693,7 @@ fn read_inode_flags(p: &Path) -> Probe<InodeFlags> {
     if !kind.is_file() && !kind.is_dir() {
         return Err(Unreadable(format!(
             "a {} has no inode flags podstuck reads (only regular files and directories)",
-            kind_words(&kind)
+            crate::words::file_kind(&kind)
         )));
     }
     // O_NONBLOCK: if the path was swapped for a FIFO since the lstat, the
@@ -991,23 +991,6 @@ fn key_value<'t>(text: &'t str, key: &str) -> Option<&'t str> {
         (k == key).then(|| v.trim())
     })
 }
-
-fn kind_words(kind: &fs::FileType) -> &'static str {
-    if kind.is_symlink() {
-        "symbolic link"
-    } else if kind.is_fifo() {
-        "FIFO"
-    } else if kind.is_socket() {
-        "socket"
-    } else if kind.is_block_device() {
-        "block device"
-    } else if kind.is_char_device() {
-        "character device"
-    } else {
-        "special file"
-    }
-}
-
 
 fn unreadable(e: io::Error) -> Unreadable {
     Unreadable(words(&e))
