@@ -20,7 +20,8 @@
 //! Kubernetes API the same question (`podstuck explain`), and joins its
 //! answer to the kernel's in `watch --pod NS/NAME`. [`words`] is the
 //! ground floor: how times, paths, durations and node-chosen text are
-//! said, for all.
+//! said, for all; [`mountinfo`] is beside it, the one reader of mount
+//! tables.
 
 pub mod attach_cost;
 pub mod btf;
@@ -35,6 +36,7 @@ pub mod identify;
 pub mod inspect;
 pub mod k8s_events;
 pub mod latency;
+pub mod mountinfo;
 pub mod node_view;
 pub mod kernel_features;
 pub mod kubectl_plugin;

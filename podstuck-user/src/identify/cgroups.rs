@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use super::pod::{clues_from_cgroup, ContainerId, PodUid};
 use super::RescanLimit;
+use crate::mountinfo::parse_mountinfo;
 
 /// How deep [`CgroupIndex::rescan`] walks. Kubernetes cgroups are at most
 /// five levels down; the bound only stops a pathological tree.
@@ -29,23 +30,9 @@ const MAX_DEPTH: usize = 32;
 /// bind mount of a sub-tree, whose paths would not be relative to the
 /// hierarchy root.
 pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
-    let mut first = None;
-    for line in mountinfo.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        // Optional fields (shared:N ...) end at a lone "-", then fs type.
-        let Some(dash) = fields.iter().skip(6).position(|f| *f == "-") else {
-            continue;
-        };
-        if fields.get(6 + dash + 1) != Some(&"cgroup2") {
-            continue;
-        }
-        let (root, mount_point) = (fields[3], unescape_mountinfo(fields[4]));
-        if root == "/" {
-            return Some(mount_point);
-        }
-        first.get_or_insert(mount_point);
-    }
-    first
+    let mounts = parse_mountinfo(mountinfo.as_bytes());
+    let cgroup2 = || mounts.iter().filter(|m| m.fstype == "cgroup2");
+    cgroup2().find(|m| m.whole()).or_else(|| cgroup2().next()).map(|m| path_of(&m.mount_point))
 }
 
 /// The v1 controllers whose hierarchy podstuck ties callers to pods by, in
@@ -58,47 +45,17 @@ const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "blkio"];
 /// whole `cgroup` hierarchy, and its mount point. None where cgroup v1 is
 /// not mounted.
 pub fn v1_hierarchy(mountinfo: &str) -> Option<(&'static str, PathBuf)> {
-    let mut mounted: Vec<(&str, PathBuf)> = Vec::new();
-    for line in mountinfo.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let Some(dash) = fields.iter().skip(6).position(|f| *f == "-") else {
-            continue;
-        };
-        let at = 6 + dash;
-        if fields.get(at + 1) != Some(&"cgroup") || fields[3] != "/" {
-            continue;
-        }
-        // The per-superblock options name the controllers: "rw,cpu,cpuacct".
-        mounted.push((fields.get(at + 3).copied().unwrap_or(""), unescape_mountinfo(fields[4])));
-    }
+    let mounts = parse_mountinfo(mountinfo.as_bytes());
     V1_CONTROLLERS.iter().find_map(|controller| {
-        let (_, at) = mounted.iter().find(|(options, _)| options.split(',').any(|o| o == *controller))?;
-        Some((*controller, at.clone()))
+        // The per-superblock options name the controllers: "rw,cpu,cpuacct".
+        let m = mounts.iter().find(|m| m.fstype == "cgroup" && m.whole() && m.super_options.split(',').any(|o| o == *controller))?;
+        Some((*controller, path_of(&m.mount_point)))
     })
 }
 
-/// mountinfo writes space, tab, newline and backslash as `\ooo` octal.
-fn unescape_mountinfo(field: &str) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt;
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| {
-            bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)) && d[0] <= b'3'
-        });
-        match octal {
-            Some(d) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
+fn path_of(bytes: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
 }
 
 /// Maps cgroup v2 ids (the inode number of a cgroup directory, what

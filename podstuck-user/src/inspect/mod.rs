@@ -30,32 +30,7 @@ impl std::fmt::Display for Unreadable {
 
 pub type Probe<T> = Result<T, Unreadable>;
 
-/// One line of a mountinfo file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mount {
-    pub id: u32,
-    pub parent_id: u32,
-    /// st_dev of the filesystem: (major, minor).
-    pub dev: (u32, u32),
-    /// Which directory of the filesystem is mounted (bind mounts: not "/").
-    pub root: Vec<u8>,
-    /// Where, unescaped (`\040` is a space).
-    pub mount_point: Vec<u8>,
-    /// Per-mount options: "rw,nosuid,relatime".
-    pub options: String,
-    /// Optional fields: "shared:12", "master:3".
-    pub propagation: Vec<String>,
-    pub fstype: String,
-    pub source: String,
-    /// Per-superblock options.
-    pub super_options: String,
-}
-
-impl Mount {
-    pub fn read_only(&self) -> bool {
-        self.options.split(',').any(|o| o == "ro")
-    }
-}
+pub use crate::mountinfo::Mount;
 
 /// How a process holds a mount busy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,63 +1,9 @@
-//! Mount tables: parsing `/proc/<pid>/mountinfo` and answering "which mount
-//! is this path on" and "what is mounted below it". Pure text work; the
-//! files are read by the live inspector.
+//! Mount tables: answering "which mount is this path on" and "what is
+//! mounted below it" over a parsed `/proc/<pid>/mountinfo`
+//! ([`crate::mountinfo`]). Pure; the files are read by the live inspector.
 
-use super::Mount;
-
-/// Undoes mountinfo's octal escapes (`\040` space, `\011` tab, `\012`
-/// newline, `\134` backslash).
-fn unescape(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        if field[i] == b'\\' && i + 3 < field.len() && field[i + 1..i + 4].iter().all(|d| (b'0'..=b'7').contains(d)) {
-            let v = (field[i + 1] - b'0') as u32 * 64 + (field[i + 2] - b'0') as u32 * 8 + (field[i + 3] - b'0') as u32;
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(field[i]);
-            i += 1;
-        }
-    }
-    out
-}
-
-fn text(field: &[u8]) -> String {
-    String::from_utf8_lossy(&unescape(field)).into_owned()
-}
-
-/// One mountinfo line; None if it is not one.
-fn parse_line(line: &[u8]) -> Option<Mount> {
-    let fields: Vec<&[u8]> = line.split(|b| *b == b' ').filter(|f| !f.is_empty()).collect();
-    let dash = fields.iter().position(|f| *f == b"-")?;
-    if dash < 6 || fields.len() < dash + 3 {
-        return None;
-    }
-    let number = |f: &[u8]| std::str::from_utf8(f).ok()?.parse::<u32>().ok();
-    let (major, minor) = {
-        let s = std::str::from_utf8(fields[2]).ok()?;
-        let (a, b) = s.split_once(':')?;
-        (a.parse().ok()?, b.parse().ok()?)
-    };
-    Some(Mount {
-        id: number(fields[0])?,
-        parent_id: number(fields[1])?,
-        dev: (major, minor),
-        root: unescape(fields[3]),
-        mount_point: unescape(fields[4]),
-        options: text(fields[5]),
-        propagation: fields[6..dash].iter().map(|f| text(f)).collect(),
-        fstype: text(fields[dash + 1]),
-        source: text(fields[dash + 2]),
-        super_options: fields.get(dash + 3).map(|f| text(f)).unwrap_or_default(),
-    })
-}
-
-/// Every mount in a mountinfo file, in its order (later lines are mounted
-/// on top of earlier ones at the same place).
-pub fn parse_mountinfo(text: &[u8]) -> Vec<Mount> {
-    text.split(|b| *b == b'\n').filter_map(parse_line).collect()
-}
+pub use crate::mountinfo::parse_mountinfo;
+use crate::mountinfo::Mount;
 
 /// Whether `path` is `dir` or lies below it, by whole components.
 pub fn is_at_or_below(path: &[u8], dir: &[u8]) -> bool {
