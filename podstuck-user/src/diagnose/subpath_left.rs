@@ -33,7 +33,7 @@ impl SubpathLeft {
         // kubelet's namespace: its container's on kind, k3d, minikube, Talos, RKE1.
         let view = a.caller_view(review.node);
         let mounts = view.mounts().ok()?;
-        let mut left: Vec<Mount> = mounts_under(&mounts, &root).into_iter().cloned().collect();
+        let mut left: Vec<Mount> = mounts_under(mounts, &root).into_iter().cloned().collect();
         if left.is_empty() {
             // Nothing mounted there: not this (ENOENT of something already gone).
             return None;

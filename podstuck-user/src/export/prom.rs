@@ -123,10 +123,13 @@ fn node_histograms(book: &LatencyBook) -> BTreeMap<HistogramLabels, Latencies> {
     kept
 }
 
-/// The followed pods' calls: pod, role, syscall, outcome.
-fn pod_rows(book: &LatencyBook, named: &[String]) -> Vec<((String, Role, Syscall, &'static str), u64)> {
+/// A row of `podstuck_pod_calls_total`: pod UID, role, syscall, outcome.
+type PodRow = (String, Role, Syscall, &'static str);
+
+/// The followed pods' calls, by [`PodRow`].
+fn pod_rows(book: &LatencyBook, named: &[String]) -> Vec<(PodRow, u64)> {
     let followed: BTreeSet<&str> = book.followed().map(|p| p.as_str()).collect();
-    let mut rows: BTreeMap<(String, Role, Syscall, &'static str), (u64, u64)> = BTreeMap::new();
+    let mut rows: BTreeMap<PodRow, (u64, u64)> = BTreeMap::new();
     for (key, series) in book.series() {
         let Some(pod) = key.pod.as_ref().filter(|p| followed.contains(p.as_str())) else { continue };
         let row = rows.entry((pod.to_string(), key.role, key.syscall, outcome_class(key))).or_insert((u64::MAX, 0));
