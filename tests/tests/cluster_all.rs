@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{Container, ContainerPort, Event, Node, NodeCond
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use podstuck_tests::apiserver::{ApiServer, TOKEN};
 use podstuck_tests::kubectl::kubectl_podstuck_binary;
-use podstuck_tests::scrape::free_port;
+use podstuck_tests::scrape::{self, free_port};
 use podstuck_tests::*;
 use serde_json::Value;
 
@@ -199,7 +199,7 @@ kernel_test! {
         });
         // /findings is rendered once a second: wait for the finding there too.
         let deadline = Instant::now() + secs(10);
-        while !podstuck_tests::scrape::get(listen, "/findings").body.contains("volume-still-mounted") {
+        while !scrape::get(listen, "/findings").body.contains("volume-still-mounted") {
             assert!(Instant::now() < deadline, "the finding is not on /findings after 10 s");
             std::thread::sleep(Duration::from_millis(100));
         }

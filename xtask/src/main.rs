@@ -434,26 +434,6 @@ impl TestTotals {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_skipped_test_is_not_counted_as_passed_and_is_named_once() {
-        let mut totals = TestTotals::default();
-        totals.add("test result: ok. 8 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; finished in 1.00s");
-        totals.add("test foo::bar ... ignored");
-        totals.add("test foo::baz ... ok");
-        let line = format!("{}runtimes::churn: a working dockerd; install docker.io", podstuck_tests::prerequisite::SKIP_MARK);
-        let (test, why) = parse_skip_line(&line).unwrap();
-        totals.skip(test.to_string(), why.to_string());
-        totals.skip(test.to_string(), why.to_string());
-        assert_eq!((totals.ran_and_passed(), totals.failed), (7, 1));
-        assert_eq!(totals.ignored, vec!["foo::bar".to_string()]);
-        assert_eq!(totals.skipped.len(), 1);
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
@@ -476,5 +456,25 @@ fn main() -> ExitCode {
             say(&format!("error: {e:#}"));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skipped_test_is_not_counted_as_passed_and_is_named_once() {
+        let mut totals = TestTotals::default();
+        totals.add("test result: ok. 8 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; finished in 1.00s");
+        totals.add("test foo::bar ... ignored");
+        totals.add("test foo::baz ... ok");
+        let line = format!("{}runtimes::churn: a working dockerd; install docker.io", podstuck_tests::prerequisite::SKIP_MARK);
+        let (test, why) = parse_skip_line(&line).unwrap();
+        totals.skip(test.to_string(), why.to_string());
+        totals.skip(test.to_string(), why.to_string());
+        assert_eq!((totals.ran_and_passed(), totals.failed), (7, 1));
+        assert_eq!(totals.ignored, vec!["foo::bar".to_string()]);
+        assert_eq!(totals.skipped.len(), 1);
     }
 }
