@@ -10,6 +10,7 @@
 //! rules of [`crate::export::files`]: an existing name is refused, never
 //! overwritten nor followed.
 
+use std::cell::Cell;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -21,55 +22,16 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::export::files;
 
-const BLOCK: usize = 512;
-/// The longest name a plain ustar header holds.
-const NAME_MAX: usize = 100;
-/// The largest size eleven octal digits say (8 GiB - 1).
-const SIZE_MAX: u64 = 0o77777777777;
-
-/// A ustar header for a regular file.
-fn header(name: &str, size: u64, mode: u32, mtime: u64) -> io::Result<[u8; BLOCK]> {
-    if name.len() > NAME_MAX || name.is_empty() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: the name does not fit a tar header")));
-    }
-    if size > SIZE_MAX {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: too large for a tar header")));
-    }
-    let mut h = [0u8; BLOCK];
-    h[..name.len()].copy_from_slice(name.as_bytes());
-    octal(&mut h[100..108], u64::from(mode & 0o777));
-    octal(&mut h[108..116], 0);
-    octal(&mut h[116..124], 0);
-    octal(&mut h[124..136], size);
-    octal(&mut h[136..148], mtime);
-    h[156] = b'0';
-    h[257..263].copy_from_slice(b"ustar\0");
-    h[263..265].copy_from_slice(b"00");
-    let sum = checksum(&h);
-    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-    Ok(h)
-}
-
-/// `value` in octal, zero-padded, NUL-terminated, filling `field`.
-fn octal(field: &mut [u8], value: u64) {
-    let digits = format!("{value:0width$o}\0", width = field.len() - 1);
-    field.copy_from_slice(digits.as_bytes());
-}
-
-/// The header's checksum: its bytes summed, the checksum field as spaces.
-fn checksum(h: &[u8; BLOCK]) -> u32 {
-    h.iter().enumerate().map(|(i, b)| if (148..156).contains(&i) { u32::from(b' ') } else { u32::from(*b) }).sum()
-}
-
 /// Writes the regular files at `path` as a tar archive to `out`: `path`
 /// itself by its last name when it is a file, else the regular files
 /// directly in it (what `--histograms` writes). Links are not followed;
 /// anything but a regular file is left out.
 pub fn pack(path: &Path, out: &mut impl Write) -> Result<()> {
     let meta = std::fs::symlink_metadata(path).with_context(|| format!("{}", path.display()))?;
+    let mut archive = ::tar::Builder::new(out);
     if meta.is_file() {
         let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| anyhow!("{}: no plain file name", path.display()))?;
-        pack_file(path, name, out)?;
+        pack_file(path, name, &mut archive)?;
     } else if meta.is_dir() {
         let mut names: Vec<String> = std::fs::read_dir(path)
             .with_context(|| format!("reading {}", path.display()))?
@@ -81,17 +43,16 @@ pub fn pack(path: &Path, out: &mut impl Write) -> Result<()> {
             .collect();
         names.sort();
         for name in names {
-            pack_file(&path.join(&name), &name, out)?;
+            pack_file(&path.join(&name), &name, &mut archive)?;
         }
     } else {
         bail!("{} is neither a file nor a directory", path.display());
     }
-    out.write_all(&[0u8; 2 * BLOCK])?;
-    out.flush()?;
+    archive.into_inner()?.flush()?;
     Ok(())
 }
 
-fn pack_file(path: &Path, name: &str, out: &mut impl Write) -> Result<()> {
+fn pack_file(path: &Path, name: &str, archive: &mut ::tar::Builder<&mut impl Write>) -> Result<()> {
     let c = files::c_path(path)?;
     // O_NOFOLLOW: a link put there since the listing is not followed.
     // SAFETY: a valid C string; the descriptor is owned at once.
@@ -108,11 +69,14 @@ fn pack_file(path: &Path, name: &str, out: &mut impl Write) -> Result<()> {
     // The size read now is the size sent: a file still growing is cut
     // there, one shrinking is padded with zeros, so the archive holds.
     let size = meta.len();
-    out.write_all(&header(name, size, meta.mode(), meta.mtime().max(0) as u64)?)?;
-    let copied = io::copy(&mut file.take(size), out)?;
-    io::copy(&mut io::repeat(0).take(size - copied), out)?;
-    let pad = (BLOCK - (size as usize % BLOCK)) % BLOCK;
-    out.write_all(&vec![0u8; pad])?;
+    let mut header = ::tar::Header::new_ustar();
+    header.set_path(name).with_context(|| format!("{name}: the name does not fit a tar header"))?;
+    header.set_entry_type(::tar::EntryType::Regular);
+    header.set_size(size);
+    header.set_mode(meta.mode() & 0o777);
+    header.set_mtime(meta.mtime().max(0) as u64);
+    header.set_cksum();
+    archive.append(&header, file.take(size).chain(io::repeat(0)).take(size)).with_context(|| format!("packing {}", path.display()))?;
     Ok(())
 }
 
@@ -122,6 +86,25 @@ pub enum Destination<'a> {
     Directory(&'a Path),
     /// Exactly one file, whatever its name in the archive, at this path.
     File(&'a Path),
+}
+
+/// The archive's bytes, noting whether they ran out: the tar crate takes
+/// an end of input at a header's place for the end of the archive, but an
+/// archive cut there has lost files, and the pod's output must end with
+/// the end-of-archive blocks [`pack`] writes.
+struct Input<'a, R> {
+    inner: &'a mut R,
+    ran_out: &'a Cell<bool>,
+}
+
+impl<R: Read> Read for Input<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.ran_out.set(true);
+        }
+        Ok(n)
+    }
 }
 
 /// Unpacks the tar archive `input` at `to`; returns the paths written.
@@ -144,18 +127,16 @@ pub fn unpack(input: &mut impl Read, to: Destination<'_>) -> Result<Vec<std::pat
         }
     };
     let dir = files::open_dir(None, &files::c_path(&dir_path)?, true).with_context(|| format!("opening {}", dir_path.display()))?;
+    let ran_out = Cell::new(false);
+    let mut archive = ::tar::Archive::new(Input { inner: input, ran_out: &ran_out });
     let mut written = Vec::new();
-    let mut block = [0u8; BLOCK];
-    loop {
-        input.read_exact(&mut block).context("the archive ended early")?;
-        if block.iter().all(|b| *b == 0) {
-            return Ok(written);
-        }
-        let entry = Entry::parse(&block)?;
+    for entry in archive.entries().context("not a tar archive")? {
+        let mut entry = entry.map_err(|e| anyhow!("not a tar archive ({e})"))?;
+        let accepted = accepted_name(&entry)?;
         let name = match &only {
-            Some(_) if !written.is_empty() => bail!("the archive holds more than the one file asked for ({})", entry.name),
+            Some(_) if !written.is_empty() => bail!("the archive holds more than the one file asked for ({accepted})"),
             Some(name) => name.clone(),
-            None => entry.name.clone().into(),
+            None => accepted.clone().into(),
         };
         let c_name = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str())).context("a name with a NUL byte")?;
         let path = dir_path.join(&name);
@@ -163,64 +144,39 @@ pub fn unpack(input: &mut impl Read, to: Destination<'_>) -> Result<Vec<std::pat
             io::ErrorKind::AlreadyExists => anyhow!("{} exists: not overwritten", path.display()),
             _ => anyhow!("cannot create {}: {e}", path.display()),
         })?;
-        let copied = io::copy(&mut input.by_ref().take(entry.size), &mut file).with_context(|| format!("writing {}", path.display()))?;
-        if copied < entry.size {
-            bail!("the archive ended inside {} ({copied} of {} bytes; the part is in {})", entry.name, entry.size, path.display());
+        let size = entry.size();
+        let copied = io::copy(&mut entry, &mut file).with_context(|| format!("writing {}", path.display()))?;
+        if copied < size {
+            bail!("the archive ended inside {accepted} ({copied} of {size} bytes; the part is in {})", path.display());
         }
-        let pad = (BLOCK as u64 - entry.size % BLOCK as u64) % BLOCK as u64;
-        io::copy(&mut input.by_ref().take(pad), &mut io::sink())?;
         written.push(path);
     }
+    if ran_out.get() {
+        bail!("the archive ended early (no end-of-archive blocks): files may be missing");
+    }
+    Ok(written)
 }
 
-/// One entry of the archive, accepted.
-struct Entry {
-    name: String,
-    size: u64,
-}
-
-impl Entry {
-    /// The header's entry if it is a regular file with a plain name.
-    fn parse(h: &[u8; BLOCK]) -> Result<Entry> {
-        let field = |range: std::ops::Range<usize>| {
-            let bytes = &h[range];
-            let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
-            &bytes[..end]
-        };
-        let stored: u32 = std::str::from_utf8(field(148..156))
-            .ok()
-            .and_then(|s| u32::from_str_radix(s.trim_matches([' ', '\0']), 8).ok())
-            .ok_or_else(|| anyhow!("not a tar archive (no header checksum)"))?;
-        if stored != checksum(h) {
-            bail!("not a tar archive (a header's checksum is wrong)");
-        }
-        let prefix = field(345..500);
-        let name = field(0..100);
-        let shown = String::from_utf8_lossy(&[prefix, if prefix.is_empty() { b"" } else { b"/" }, name].concat()).into_owned();
-        let shown = crate::words::terminal_safe(&shown).into_owned();
-        match h[156] {
-            b'0' | 0 => {}
-            b'1' => bail!("refused {shown}: a hard link"),
-            b'2' => bail!("refused {shown}: a symbolic link"),
-            other => bail!("refused {shown}: not a regular file (tar type {:?})", char::from(other)),
-        }
-        if !field(257..263).starts_with(b"ustar") {
-            bail!("refused {shown}: not a ustar header");
-        }
-        let plain = prefix.is_empty()
-            && !name.is_empty()
-            && name != b"."
-            && name != b".."
-            && !name.contains(&b'/')
-            && std::str::from_utf8(name).is_ok();
-        if !plain {
-            bail!("refused {shown}: only plain file names are unpacked (no directory, no absolute path, no ..)");
-        }
-        let size = std::str::from_utf8(field(124..136))
-            .ok()
-            .and_then(|s| u64::from_str_radix(s.trim_matches([' ', '\0']), 8).ok())
-            .ok_or_else(|| anyhow!("refused {shown}: its size is not a number"))?;
-        Ok(Entry { name: String::from_utf8_lossy(name).into_owned(), size })
+/// The entry's name if it is a regular file with a plain name (no `/`,
+/// not `.` or `..`, UTF-8), else why it is refused, its name made safe
+/// to print.
+fn accepted_name<R: Read>(entry: &::tar::Entry<'_, R>) -> Result<String> {
+    let header = entry.header();
+    let raw = entry.path_bytes();
+    let shown = crate::words::terminal_safe(&String::from_utf8_lossy(&raw)).into_owned();
+    match header.entry_type() {
+        ::tar::EntryType::Regular => {}
+        ::tar::EntryType::Link => bail!("refused {shown}: a hard link"),
+        ::tar::EntryType::Symlink => bail!("refused {shown}: a symbolic link"),
+        other => bail!("refused {shown}: not a regular file (tar type {:?})", char::from(other.as_byte())),
+    }
+    if header.as_ustar().is_none() && header.as_gnu().is_none() {
+        bail!("refused {shown}: not a ustar header");
+    }
+    let plain = !raw.is_empty() && *raw != *b"." && *raw != *b".." && !raw.contains(&b'/');
+    match std::str::from_utf8(&raw) {
+        Ok(name) if plain => Ok(name.to_string()),
+        _ => bail!("refused {shown}: only plain file names are unpacked (no directory, no absolute path, no ..)"),
     }
 }
 
@@ -229,22 +185,23 @@ mod tests {
     use super::*;
     use crate::test_support::TempDir;
 
-    /// An archive of (name, type, contents) entries as tar writes them.
+    const BLOCK: usize = 512;
+
+    /// An archive of (name, type, contents) entries as tar writes them,
+    /// names written as given (the crate's own setter refuses hostile ones).
     fn archive(entries: &[(&str, u8, &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();
         for (name, kind, data) in entries {
-            let mut h = [0u8; BLOCK];
-            h[..name.len()].copy_from_slice(name.as_bytes());
-            octal(&mut h[100..108], 0o644);
-            octal(&mut h[124..136], data.len() as u64);
-            h[156] = *kind;
+            let mut h = ::tar::Header::new_ustar();
+            h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+            h.set_mode(0o644);
+            h.set_size(data.len() as u64);
+            h.set_entry_type(::tar::EntryType::new(*kind));
             if *kind == b'2' {
-                h[157..157 + 11].copy_from_slice(b"/etc/passwd");
+                h.as_old_mut().linkname[..11].copy_from_slice(b"/etc/passwd");
             }
-            h[257..263].copy_from_slice(b"ustar\0");
-            let sum = checksum(&h);
-            h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-            out.extend_from_slice(&h);
+            h.set_cksum();
+            out.extend_from_slice(h.as_bytes());
             out.extend_from_slice(data);
             out.resize(out.len().div_ceil(BLOCK) * BLOCK, 0);
         }
@@ -333,6 +290,10 @@ mod tests {
         let tar = archive(&[("a", b'0', &[7u8; 2000])]);
         let err = unpack(&mut &tar[..1024], Destination::Directory(&to.0)).unwrap_err().to_string();
         assert!(err.contains("ended inside a"), "{err}");
+        // Cut where a header would be: files may be missing, and it is said.
+        let tar = archive(&[("b", b'0', b"one"), ("c", b'0', b"two")]);
+        let err = unpack(&mut &tar[..2 * BLOCK], Destination::Directory(&to.0)).unwrap_err().to_string();
+        assert!(err.contains("ended early"), "{err}");
     }
 
     #[test]
