@@ -165,20 +165,17 @@ async fn accept(listener: TcpListener, pages: Published) {
 
 /// One request, one answer, closed.
 async fn answer(mut stream: TcpStream, pages: &Published) -> std::io::Result<()> {
-    let reply = match read_head(&mut stream).await? {
-        Some(head) => match parse_request(&head) {
-            Ok(request) => reply_to(&request, &pages.borrow().clone()),
-            Err(refusal) => Reply::refusal(refusal),
-        },
-        None => Reply::refusal(Refusal::TooLarge),
+    let reply = match read_request(&mut stream).await? {
+        Ok(request) => reply_to(&request, &pages.borrow().clone()),
+        Err(refusal) => Reply::refusal(refusal),
     };
     stream.write_all(&reply.bytes()).await?;
     stream.shutdown().await
 }
 
-/// The request's head, up to the blank line; `None` when it is longer than
-/// [`MAX_REQUEST_HEAD`]. A client that closes mid-head gets nothing.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+/// Reads until the request's head is whole (or refused): at most
+/// [`MAX_REQUEST_HEAD`] bytes. A client that closes mid-head gets nothing.
+async fn read_request(stream: &mut TcpStream) -> std::io::Result<Result<Request, Refusal>> {
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     loop {
@@ -187,23 +184,12 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         head.extend_from_slice(&chunk[..n]);
-        if let Some(end) = head_end(&head) {
-            head.truncate(end);
-            return Ok(Some(head));
+        match parse_head(&head) {
+            Ok(None) if head.len() > MAX_REQUEST_HEAD => return Ok(Err(Refusal::TooLarge)),
+            Ok(None) => {}
+            Ok(Some(request)) => return Ok(Ok(request)),
+            Err(refusal) => return Ok(Err(refusal)),
         }
-        if head.len() > MAX_REQUEST_HEAD {
-            return Ok(None);
-        }
-    }
-}
-
-/// Where the head ends: after its blank line (CRLF CRLF, or bare LFs).
-fn head_end(bytes: &[u8]) -> Option<usize> {
-    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    let lf = bytes.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 
@@ -236,22 +222,31 @@ pub enum Refusal {
     Version,
 }
 
-/// Reads a request's head: the request line decides everything; headers
-/// are not needed (no body is read, every connection closes).
-pub fn parse_request(head: &[u8]) -> Result<Request, Refusal> {
-    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
-    let line = std::str::from_utf8(&head[..line_end]).map_err(|_| Refusal::Malformed)?;
-    let line = line.strip_suffix('\r').unwrap_or(line);
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return Err(Refusal::Malformed);
-    };
-    match version {
-        "HTTP/1.1" | "HTTP/1.0" => {}
-        v if v.starts_with("HTTP/") => return Err(Refusal::Version),
-        _ => return Err(Refusal::Malformed),
+/// Headers a request may carry; a scraper sends a handful.
+const MAX_HEADERS: usize = 64;
+
+/// Reads a request's head with httparse: `None` while it is not whole yet.
+/// The request line decides everything; headers are not needed (no body
+/// is read, every connection closes).
+fn parse_head(head: &[u8]) -> Result<Option<Request>, Refusal> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    match parsed.parse(head) {
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Ok(httparse::Status::Complete(_)) => {}
+        Err(httparse::Error::TooManyHeaders) => return Err(Refusal::TooLarge),
+        // HTTP/2's preface and HTTP/3 are no HTTP/1 version; anything else
+        // after the target is not HTTP at all.
+        Err(httparse::Error::Version) => {
+            let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+            let said = line.rsplit(|b| *b == b' ').next().unwrap_or_default();
+            return Err(if said.starts_with(b"HTTP/") && line.iter().filter(|b| **b == b' ').count() == 2 { Refusal::Version } else { Refusal::Malformed });
+        }
+        Err(_) => return Err(Refusal::Malformed),
     }
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+    let (Some(method), Some(target)) = (parsed.method, parsed.path) else { return Err(Refusal::Malformed) };
+    // httparse takes any token for a method; HTTP's are upper case.
+    if !method.bytes().all(|b| b.is_ascii_uppercase()) {
         return Err(Refusal::Malformed);
     }
     let head_only = match method {
@@ -267,7 +262,7 @@ pub fn parse_request(head: &[u8]) -> Result<Request, Refusal> {
         "/healthz" => Some(Page::Health),
         _ => None,
     };
-    Ok(Request { page, head_only })
+    Ok(Some(Request { page, head_only }))
 }
 
 /// An answer, about to be written.
@@ -355,7 +350,7 @@ mod tests {
     }
 
     fn parsed(head: &str) -> Result<Request, Refusal> {
-        parse_request(head.as_bytes())
+        parse_head(head.as_bytes()).and_then(|r| r.ok_or(Refusal::Malformed))
     }
 
     #[test]
@@ -373,7 +368,7 @@ mod tests {
         for bad in ["GET /metrics\r\n\r\n", "GET  /metrics HTTP/1.1\r\n\r\n", "get /metrics HTTP/1.1\r\n\r\n", "\u{16}\u{3}\u{1}", "GET /metrics SMTP\r\n\r\n"] {
             assert_eq!(parsed(bad), Err(Refusal::Malformed), "{bad:?}");
         }
-        assert_eq!(parse_request(b"GET /\xff HTTP/1.1\r\n\r\n"), Err(Refusal::Malformed));
+        assert_eq!(parse_head(b"GET /\xff HTTP/1.1\r\n\r\n"), Err(Refusal::Malformed));
     }
 
     #[test]
@@ -391,10 +386,12 @@ mod tests {
     }
 
     #[test]
-    fn a_head_ends_at_its_blank_line() {
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody"), Some(27));
-        assert_eq!(head_end(b"GET / HTTP/1.1\n\n"), Some(16));
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
+    fn a_head_is_whole_at_its_blank_line_and_bounded() {
+        assert_eq!(parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n"), Ok(None));
+        assert_eq!(parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nbody").map(|r| r.is_some()), Ok(true));
+        assert_eq!(parse_head(b"GET /metrics HTTP/1.1\n\n").map(|r| r.is_some()), Ok(true));
+        let many: String = (0..MAX_HEADERS + 1).map(|i| format!("X-{i}: y\r\n")).collect();
+        assert_eq!(parsed(&format!("GET /metrics HTTP/1.1\r\n{many}\r\n")), Err(Refusal::TooLarge));
     }
 
     #[test]
