@@ -35,6 +35,35 @@ pub struct SeriesSummary {
     pub last_seen: String,
 }
 
+impl SeriesSummary {
+    /// The figures made to agree: min <= mean <= max, and every quantile
+    /// between min and max. The mean is exact (the sum of the latencies),
+    /// while min, max and the quantiles come from a histogram whose values
+    /// are rounded, and for calls the kernel counted, are their bucket's
+    /// middle: one call of 219.5 us would otherwise show a min of 221.1 us.
+    /// One call is its own min, max and every quantile.
+    pub fn consistent(mut self) -> SeriesSummary {
+        if self.count == 0 {
+            return self;
+        }
+        if self.count == 1 {
+            let only = self.mean_ns as u64;
+            self.mean_ns = only as f64;
+            for v in [&mut self.min_ns, &mut self.p50_ns, &mut self.p90_ns, &mut self.p99_ns, &mut self.p99_9_ns, &mut self.max_ns] {
+                *v = only;
+            }
+            return self;
+        }
+        self.min_ns = self.min_ns.min(self.mean_ns.floor() as u64);
+        self.max_ns = self.max_ns.max(self.mean_ns.ceil() as u64);
+        let (min, max) = (self.min_ns, self.max_ns);
+        for q in [&mut self.p50_ns, &mut self.p90_ns, &mut self.p99_ns, &mut self.p99_9_ns] {
+            *q = (*q).clamp(min, max);
+        }
+        self
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     pub run: RunInfo,
@@ -44,23 +73,26 @@ pub struct Summary {
 pub fn summarise(book: &LatencyBook, run: &RunInfo) -> Summary {
     let series = book
         .series()
-        .map(|(key, s)| SeriesSummary {
-            tag: key.tag(),
-            syscall: syscall_name(key.syscall).to_string(),
-            outcome: key.outcome.clone(),
-            role: key.role.as_str().to_string(),
-            pod_uid: key.pod.as_ref().map(|_| key.pod_label().to_string()),
-            count: s.count,
-            errors: if key.is_error() { s.count } else { 0 },
-            min_ns: s.total.min(),
-            mean_ns: if s.count == 0 { 0.0 } else { s.sum_ns as f64 / s.count as f64 },
-            p50_ns: s.total.value_at_quantile(0.5),
-            p90_ns: s.total.value_at_quantile(0.9),
-            p99_ns: s.total.value_at_quantile(0.99),
-            p99_9_ns: s.total.value_at_quantile(0.999),
-            max_ns: s.total.max(),
-            first_seen: rfc3339(s.first_seen),
-            last_seen: rfc3339(s.last_seen),
+        .map(|(key, s)| {
+            let figures = SeriesSummary {
+                tag: key.tag(),
+                syscall: syscall_name(key.syscall).to_string(),
+                outcome: key.outcome.clone(),
+                role: key.role.as_str().to_string(),
+                pod_uid: key.pod.as_ref().map(|_| key.pod_label().to_string()),
+                count: s.count,
+                errors: if key.is_error() { s.count } else { 0 },
+                min_ns: s.total.min(),
+                mean_ns: if s.count == 0 { 0.0 } else { s.sum_ns as f64 / s.count as f64 },
+                p50_ns: s.total.value_at_quantile(0.5),
+                p90_ns: s.total.value_at_quantile(0.9),
+                p99_ns: s.total.value_at_quantile(0.99),
+                p99_9_ns: s.total.value_at_quantile(0.999),
+                max_ns: s.total.max(),
+                first_seen: rfc3339(s.first_seen),
+                last_seen: rfc3339(s.last_seen),
+            };
+            figures.consistent()
         })
         .collect();
     Summary { run: run.clone(), series }
@@ -119,6 +151,28 @@ pub(crate) mod tests {
         assert_eq!((failed.count, failed.errors, failed.role.as_str()), (1, 1, "runtime"));
         assert_eq!(failed.tag, "unlinkat/EPERM/runtime/node");
         assert_eq!(failed.pod_uid, None);
+    }
+
+    #[test]
+    fn the_mean_is_never_below_the_min_nor_above_the_max() {
+        let mut book = LatencyBook::new(SystemTime::now());
+        let key = |outcome: &str| crate::latency::SeriesKey { syscall: Syscall::Unlinkat, outcome: outcome.into(), role: Role::Kubelet, pod: None };
+        // One call the kernel counted: 219.5 us, recorded at its bucket's middle.
+        let bucket = (0..podstuck_common::LATENCY_BUCKETS).find(|b| crate::latency::bucket_middle(*b) > 219_500).unwrap();
+        book.add(key("ok"), SystemTime::now(), 1, 219_500, &[(bucket, 1)]);
+        // Two counted calls in a bucket whose middle is above both of them.
+        book.add(key("EBUSY"), SystemTime::now(), 2, 2 * 200_000, &[(bucket, 2)]);
+        let summary = summarise(&book, &run_info());
+        let one = summary.series.iter().find(|s| s.outcome == "ok").unwrap();
+        assert_eq!((one.min_ns, one.mean_ns, one.p50_ns, one.p99_9_ns, one.max_ns), (219_500, 219_500.0, 219_500, 219_500, 219_500));
+        let two = summary.series.iter().find(|s| s.outcome == "EBUSY").unwrap();
+        assert!(two.min_ns as f64 <= two.mean_ns && two.mean_ns <= two.max_ns as f64, "{two:?}");
+        for q in [two.p50_ns, two.p90_ns, two.p99_ns, two.p99_9_ns] {
+            assert!((two.min_ns..=two.max_ns).contains(&q), "{two:?}");
+        }
+        // Figures from a file written before: made to agree when read.
+        let old = SeriesSummary { min_ns: 221_100, mean_ns: 219_500.0, p50_ns: 221_100, max_ns: 221_100, count: 3, ..one.clone() }.consistent();
+        assert_eq!((old.min_ns, old.p50_ns, old.max_ns), (219_500, 221_100, 221_100));
     }
 
     #[test]
