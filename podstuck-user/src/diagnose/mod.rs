@@ -23,6 +23,7 @@ pub mod shell;
 pub mod subpath_left;
 pub mod track;
 pub mod volume_still_mounted;
+pub mod wording;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -465,12 +466,17 @@ impl Diagnoser {
         if self.in_container {
             current.iter_mut().for_each(shell::from_a_container);
         }
+        current.iter_mut().for_each(wording::settle);
         for (id, root) in consequences::fold(&mut current) {
             // Told on its own before its root cause was known: say where it went.
             if let Some(shown) = self.shown.get_mut(&id).filter(|s| s.last_told.status == Status::Active) {
                 let mut finding = shown.finding.clone();
                 finding.status = Status::Resolved;
                 finding.revision += 1;
+                // Not over, only told elsewhere: its words say where, and the fix is the root's.
+                finding.summary = format!("Told under {root} from now on, as a consequence of it. Seen before that: \"{}\"", finding.summary.trim_end());
+                finding.fix.clear();
+                finding.advice.clear();
                 finding.evidence("consequence", format!("a consequence of {root}, told under it"));
                 shown.finding = finding.clone();
                 shown.last_told = finding.clone();
