@@ -631,6 +631,27 @@ mod tests {
     }
 
     #[test]
+    fn every_finding_told_is_settled_severity_within_confidence_and_no_fix_once_over() {
+        let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut d = scripted(&next);
+        let mut node = FakeNode::default();
+        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let mut unsure = finding(2, Confidence::Possible, Status::Active);
+        unsure.fix = "umount /x".into();
+        unsure.summary = "umount of /x is refused with EBUSY".into();
+        *next.borrow_mut() = vec![unsure.clone()];
+        let told = at(&mut d, 1.0);
+        assert!(matches!(&told[..], [Report::New(f)] if f.severity == Severity::Warning && f.fix == "umount /x"), "{told:?}");
+        unsure.status = Status::Resolved;
+        *next.borrow_mut() = vec![unsure];
+        let over = at(&mut d, 2.0);
+        let [Report::Update(f)] = &over[..] else { panic!("{over:?}") };
+        assert!(f.fix.is_empty() && f.severity == Severity::Warning, "{f:?}");
+        assert!(f.summary.starts_with("A mount was held busy and its unmount refused from ") && f.summary.ends_with("\"umount of /x is refused with EBUSY\""), "{}", f.summary);
+        assert_eq!(d.findings()[0].summary, f.summary, "the closing summary has the same words");
+    }
+
+    #[test]
     fn resolved_findings_are_forgotten_when_asked_and_past_the_cap() {
         let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let mut d = scripted(&next);
