@@ -82,12 +82,6 @@ pub fn finding_block(head: Option<&str>, f: &Finding) -> String {
     block
 }
 
-/// Blocks one after another, one empty line between them.
-pub fn finding_blocks<'a>(findings: impl IntoIterator<Item = (Option<String>, &'a Finding)>) -> String {
-    let blocks: Vec<String> = findings.into_iter().map(|(head, f)| finding_block(head.as_deref(), f)).collect();
-    blocks.join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,10 +157,8 @@ mod tests {
     }
 
     #[test]
-    fn blocks_are_apart_by_one_empty_line() {
-        let (a, b) = (with_evidence(), volume_finding());
-        let text = finding_blocks([(None, &a), (Some("UPDATE".to_string()), &b)]);
-        assert!(text.contains("[/proc]\n  fix:      umount /k/pods/x/mount\n\nUPDATE [critical]"), "{text}");
+    fn the_head_says_what_happened_to_the_finding() {
+        let a = with_evidence();
         assert_eq!(told_word(&Report::New(a.clone())), "FINDING");
         assert_eq!(told_word(&Report::Update(a.clone())), "UPDATE");
         let mut over = a;
