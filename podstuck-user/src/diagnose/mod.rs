@@ -652,6 +652,29 @@ mod tests {
     }
 
     #[test]
+    fn a_finding_folded_under_its_root_cause_says_where_it_went_and_drops_its_fix() {
+        let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut d = scripted(&next);
+        let mut node = FakeNode::default();
+        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let actor = FindingActor { pid: 7, comm: "csi".into(), parent: "kubelet".into(), role: "csi-plugin", description: "csi".into() };
+        let mut retry = Finding::new(Kind::NotMounted, "/v", Severity::Warning, t(0.0));
+        retry.actor = Some(actor.clone());
+        retry.summary = "csi unmounts /v, which is not mounted".into();
+        retry.fix = "rmdir /v".into();
+        *next.borrow_mut() = vec![retry.clone()];
+        assert!(matches!(&at(&mut d, 1.0)[..], [Report::New(f)] if f.fix == "rmdir /v"));
+        let mut root = finding(3, Confidence::Confirmed, Status::Active);
+        root.actor = Some(actor);
+        *next.borrow_mut() = vec![retry, root.clone()];
+        let told = at(&mut d, 2.0);
+        let folded = told.iter().map(Report::finding).find(|f| f.kind == Kind::NotMounted).expect("the folded finding is told");
+        assert_eq!(folded.status, Status::Resolved);
+        assert_eq!(folded.summary, format!("Told under {} from now on, as a consequence of it. Seen before that: \"csi unmounts /v, which is not mounted\"", root.id));
+        assert!(folded.fix.is_empty(), "{folded:?}");
+    }
+
+    #[test]
     fn resolved_findings_are_forgotten_when_asked_and_past_the_cap() {
         let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let mut d = scripted(&next);
