@@ -37,7 +37,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Trace every unlinkat, unlink, rmdir and umount2 on the node and say why pods are stuck:
-    /// a live view on a terminal (q or Ctrl-C: stop and print a summary), one line per finding otherwise.
+    /// a live view on a terminal (q or Ctrl-C: stop and print a summary), a block per finding otherwise.
     Watch(WatchArgs),
     /// Trace like watch, and save what the diagnosis saw to FILE (compressed, never overwritten),
     /// to diagnose it again anywhere, without root, with podstuck replay.

@@ -151,9 +151,16 @@ impl<'a> Expect<'a> {
         self.that(facts_ok, format!("/evidence is {evidence}, want [{{source, fact}}...]"));
         let rhythm = self.at("/rhythm");
         self.that(rhythm.is_null() || rhythm.is_string(), format!("/rhythm is {rhythm}, want text or null"));
-        self.is_string("/fix");
         let advice = self.at("/advice");
         self.that(advice.as_array().is_some_and(|a| a.iter().all(Value::is_string)), format!("/advice is {advice}, want an array of text"));
+        // Something to do while it lasts; nothing once it is over (docs/output.md).
+        if self.at("/status") == "resolved" {
+            let fix = self.at("/fix");
+            self.that(fix == "", format!("/fix is {fix}, want \"\" once resolved"));
+            self.that(advice.as_array().is_some_and(Vec::is_empty), format!("/advice is {advice}, want none once resolved"));
+        } else {
+            self.is_string("/fix");
+        }
         self.is_string("/first_seen");
         self.is_string("/last_seen");
         let count = self.at("/count");

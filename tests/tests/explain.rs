@@ -571,3 +571,40 @@ kernel_test! {
         assert!(done.stderr.contains(&format!("cannot reach the API server at http://127.0.0.1:{port}/")), "{}", done.stderr);
     }
 }
+
+/// Without `--json`: the verdict, then each finding as the block every text
+/// output prints (docs/output.md), its evidence and its whole fix on lines of their own.
+#[test]
+fn the_text_answer_is_a_block_per_finding_with_its_evidence_and_fix() {
+    let mut cluster = Cluster::healthy(UID).deleted(900);
+    let status = cluster.node.status.as_mut().unwrap();
+    status.conditions.as_mut().unwrap()[0] = NodeCondition {
+        type_: "Ready".into(),
+        status: "Unknown".into(),
+        last_heartbeat_time: Some(time(ago(1200))),
+        last_transition_time: Some(time(ago(1150))),
+        reason: Some("NodeStatusUnknown".into()),
+        message: Some("Kubelet stopped posting node status.".into()),
+    };
+    let scratch = ScratchDir::new("explain-text");
+    let saved = cluster.save(scratch.path());
+    let output = Command::new(podstuck_binary())
+        .arg("explain")
+        .arg("--from")
+        .args(&saved)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", "/nonexistent")
+        .output()
+        .expect("run podstuck explain");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    let blocks: Vec<&str> = stdout.split("\n\n").skip(1).collect();
+    let node = blocks.iter().find(|b| b.starts_with("[critical] node-not-ready ")).unwrap_or_else(|| panic!("no node-not-ready block:\n{stdout}"));
+    let lines: Vec<&str> = node.lines().collect();
+    assert!(lines[1].starts_with("  status:   active, "), "{node}");
+    assert!(lines.iter().any(|l| l.starts_with("  cause:    ") && l.contains("has been unreachable")), "{node}");
+    let evidence = lines.iter().position(|l| l.starts_with("  evidence: ")).unwrap_or_else(|| panic!("no evidence:\n{node}"));
+    assert!(lines[evidence + 1].starts_with("            "), "one fact per line:\n{node}");
+    assert!(lines.contains(&"  fix:      kubectl delete pod web-0 -n shop --grace-period=0 --force"), "the fix whole on its own line:\n{node}");
+}

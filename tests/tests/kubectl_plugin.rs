@@ -77,12 +77,13 @@ kernel_test! {
             "--", "--kubelet-root", root.arg(), "--hung-after", "2s",
         ]));
         let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&pv), "mount"]);
-        // One line per finding, straight from podstuck in the debug pod.
+        // A block per finding, straight from podstuck in the debug pod: its head line, then its fix on a line of its own.
         let line = plugin.await_line(secs(90), |l| l.contains("FINDING [") && l.contains("volume-still-mounted"));
         assert!(line.contains(&format!("pod {}", pod.uid())), "{line}");
         // From the debug pod the fix enters the node's mount namespace first.
         let unmount = format!("umount {}", shell_word(&mount));
-        assert!(line.contains(&format!("fix: {unmount}")) || line.contains(&format!("fix: nsenter -t 1 -m -- {unmount}")), "{line}");
+        let fix = plugin.await_line(secs(10), |l| l.starts_with("  fix:      "));
+        assert!(fix == format!("  fix:      {unmount}") || fix == format!("  fix:      nsenter -t 1 -m -- {unmount}"), "{fix}");
         let ended = plugin.stop(libc::SIGINT);
         drop(kubelet);
 

@@ -138,9 +138,11 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     // The summary, as pasted.
     assert!(after.contains(&format!("stopped by {stopped_by}")), "{after}");
     assert!(after.contains("\n1 finding:\n"), "{after}");
-    assert!(after.contains(&format!("- [critical] volume-still-mounted, pod {uid}: active, confirmed, 4 calls")), "{after}");
-    assert!(after.contains("  cause: kubelet cannot remove the CSI volume dir"), "{after}");
-    assert!(after.contains(&format!("\n  fix: umount {}\n", text(&mount))), "{after}");
+    // The finding as a block: head, status, cause, evidence, the fix whole on its own line.
+    assert!(after.contains(&format!("\n[critical] volume-still-mounted  pod {uid}  confirmed\n  status:   active, 4 calls")), "{after}");
+    assert!(after.contains("\n  cause:    kubelet cannot remove the CSI volume dir"), "{after}");
+    assert!(after.contains("\n  evidence: "), "the evidence is in the summary:\n{after}");
+    assert!(after.contains(&format!("\n  fix:      umount {}\n", text(&mount))), "{after}");
     assert!(after.contains(&format!("- unlinkat by kubelet, pod {uid}: 4 calls")) && after.contains("4 failed (EBUSY 4)"), "{after}");
     let totals = after.lines().find(|l| l.starts_with("Totals: ")).unwrap_or_else(|| panic!("no totals:\n{after}"));
     assert!(totals.contains("events seen") && totals.contains(" events lost (ring buffer full)") && totals.contains("unlinkat "), "{totals}");
@@ -168,7 +170,7 @@ kernel_test! {
 }
 
 kernel_test! {
-    fn not_a_terminal_gets_one_line_per_finding_and_no_call_lines(test) {
+    fn not_a_terminal_gets_a_block_per_finding_and_no_call_lines(test) {
         let scratch = test.scratch();
         let P1 { root, pod, pv, mount, _volume } = P1::new(&scratch);
         let uid = pod.uid();
@@ -182,7 +184,7 @@ kernel_test! {
         let mut stderr = BufReader::new(podstuck.stderr.take().unwrap());
         let mut banner = String::new();
         stderr.read_line(&mut banner).unwrap();
-        assert!(banner.contains("findings, one line each; Ctrl-C to stop"), "{banner}");
+        assert!(banner.contains("findings, a block each; Ctrl-C to stop"), "{banner}");
         let kubelet = kubelet_removing(&pv);
         let (_, attempts) = kubelet.finish(Duration::from_secs(30));
         assert_eq!(attempts.len(), 4, "{attempts:?}");
@@ -190,11 +192,16 @@ kernel_test! {
         assert!(out.status.success());
         let stdout = String::from_utf8_lossy(&out.stdout);
         let lines: Vec<&str> = stdout.lines().collect();
-        let first = lines.iter().find(|l| l.contains(" FINDING ")).unwrap_or_else(|| panic!("no finding line:\n{stdout}"));
-        assert!(first.contains(&format!("[critical] volume-still-mounted pod {uid} (confirmed")), "{first}");
-        assert!(first.ends_with(&format!(" | fix: umount {}", text(&mount))), "{first}");
+        let head = lines.iter().position(|l| l.contains(" FINDING ")).unwrap_or_else(|| panic!("no finding block:\n{stdout}"));
+        assert!(lines[head].ends_with(&format!(" FINDING [critical] volume-still-mounted  pod {uid}  confirmed")), "{}", lines[head]);
+        let block: Vec<&str> = lines[head + 1..].iter().take_while(|l| !l.is_empty()).copied().collect();
+        assert!(block.iter().any(|l| l.starts_with("  cause:    kubelet cannot remove the CSI volume dir")), "{stdout}");
+        assert!(block.iter().any(|l| l.starts_with("  evidence: ")), "the evidence is printed:\n{stdout}");
+        assert!(block.contains(&format!("  fix:      umount {}", text(&mount)).as_str()), "the fix whole on its own line:\n{stdout}");
+        // Only findings: each a head line, its indented fields, an empty line after it.
         for line in &lines[..lines.len() - 1] {
-            assert!(line.contains(" FINDING ") || line.contains(" UPDATE ") || line.contains(" RESOLVED "), "only findings, one line each:\n{stdout}");
+            let told = line.contains(" FINDING [") || line.contains(" UPDATE [") || line.contains(" RESOLVED [");
+            assert!(told || line.starts_with("  ") || line.is_empty(), "only finding blocks:\n{stdout}");
         }
         assert!(lines.last().unwrap().starts_with("podstuck: ") && lines.last().unwrap().contains("events seen"), "the closing line last:\n{stdout}");
     }

@@ -23,6 +23,7 @@ pub mod shell;
 pub mod subpath_left;
 pub mod track;
 pub mod volume_still_mounted;
+pub mod wording;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -465,12 +466,17 @@ impl Diagnoser {
         if self.in_container {
             current.iter_mut().for_each(shell::from_a_container);
         }
+        current.iter_mut().for_each(wording::settle);
         for (id, root) in consequences::fold(&mut current) {
             // Told on its own before its root cause was known: say where it went.
             if let Some(shown) = self.shown.get_mut(&id).filter(|s| s.last_told.status == Status::Active) {
                 let mut finding = shown.finding.clone();
                 finding.status = Status::Resolved;
                 finding.revision += 1;
+                // Not over, only told elsewhere: its words say where, and the fix is the root's.
+                finding.summary = format!("Told under {root} from now on, as a consequence of it. Seen before that: \"{}\"", finding.summary.trim_end());
+                finding.fix.clear();
+                finding.advice.clear();
                 finding.evidence("consequence", format!("a consequence of {root}, told under it"));
                 shown.finding = finding.clone();
                 shown.last_told = finding.clone();
@@ -622,6 +628,50 @@ mod tests {
         assert!(matches!(&at(&mut d, 14.0)[..], [Report::Update(f)] if f.status == Status::Resolved));
         assert!(at(&mut d, 15.0).is_empty());
         assert_eq!(d.findings().len(), 1);
+    }
+
+    #[test]
+    fn every_finding_told_is_settled_severity_within_confidence_and_no_fix_once_over() {
+        let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut d = scripted(&next);
+        let mut node = FakeNode::default();
+        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let mut unsure = finding(2, Confidence::Possible, Status::Active);
+        unsure.fix = "umount /x".into();
+        unsure.summary = "umount of /x is refused with EBUSY".into();
+        *next.borrow_mut() = vec![unsure.clone()];
+        let told = at(&mut d, 1.0);
+        assert!(matches!(&told[..], [Report::New(f)] if f.severity == Severity::Warning && f.fix == "umount /x"), "{told:?}");
+        unsure.status = Status::Resolved;
+        *next.borrow_mut() = vec![unsure];
+        let over = at(&mut d, 2.0);
+        let [Report::Update(f)] = &over[..] else { panic!("{over:?}") };
+        assert!(f.fix.is_empty() && f.severity == Severity::Warning, "{f:?}");
+        assert!(f.summary.starts_with("A mount was held busy and its unmount refused from ") && f.summary.ends_with("\"umount of /x is refused with EBUSY\""), "{}", f.summary);
+        assert_eq!(d.findings()[0].summary, f.summary, "the closing summary has the same words");
+    }
+
+    #[test]
+    fn a_finding_folded_under_its_root_cause_says_where_it_went_and_drops_its_fix() {
+        let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut d = scripted(&next);
+        let mut node = FakeNode::default();
+        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let actor = FindingActor { pid: 7, comm: "csi".into(), parent: "kubelet".into(), role: "csi-plugin", description: "csi".into() };
+        let mut retry = Finding::new(Kind::NotMounted, "/v", Severity::Warning, t(0.0));
+        retry.actor = Some(actor.clone());
+        retry.summary = "csi unmounts /v, which is not mounted".into();
+        retry.fix = "rmdir /v".into();
+        *next.borrow_mut() = vec![retry.clone()];
+        assert!(matches!(&at(&mut d, 1.0)[..], [Report::New(f)] if f.fix == "rmdir /v"));
+        let mut root = finding(3, Confidence::Confirmed, Status::Active);
+        root.actor = Some(actor);
+        *next.borrow_mut() = vec![retry, root.clone()];
+        let told = at(&mut d, 2.0);
+        let folded = told.iter().map(Report::finding).find(|f| f.kind == Kind::NotMounted).expect("the folded finding is told");
+        assert_eq!(folded.status, Status::Resolved);
+        assert_eq!(folded.summary, format!("Told under {} from now on, as a consequence of it. Seen before that: \"csi unmounts /v, which is not mounted\"", root.id));
+        assert!(folded.fix.is_empty(), "{folded:?}");
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub fn findings(snapshot: &ApiSnapshot) -> Vec<Finding> {
     found.extend(volume_detach_stuck::detect(snapshot));
     found.extend(finalizer_pending::detect(snapshot));
     found.extend(grace_period_past::detect(snapshot));
+    // Worded as the node's findings are: severity within what is known.
+    found.iter_mut().for_each(crate::diagnose::wording::settle);
     order(&mut found);
     found
 }
@@ -231,9 +233,10 @@ pub async fn explain(options: &ExplainOptions) -> Result<()> {
             stderr_line(format_args!("podstuck: could not read {}: {}", u.what, u.why));
         }
         out.line(&verdict)?;
+        // Each block ends its lines; with the empty line before it, blocks stand one empty line apart.
         for f in found {
             out.line("")?;
-            out.line(&crate::print::call_lines::finding_text(&Report::New(f)))?;
+            out.text(&crate::print::finding_block::finding_block(None, &f))?;
         }
     }
     out.flush()?;

@@ -53,7 +53,7 @@ pub struct PluginOptions {
     pub kubeconfig: Option<PathBuf>,
     /// The podstuck image the debug pod runs.
     pub image: String,
-    /// `--json`: podstuck's JSON lines instead of one line per finding.
+    /// `--json`: podstuck's JSON lines instead of a block per finding.
     pub json: bool,
     /// `--duration`: stop by itself after this long.
     pub duration: Option<Duration>,

@@ -1,18 +1,19 @@
 //! `--calls`: one plain line per call as it completes (unless
-//! `--findings`), each finding as a block when first told and a line when
-//! it changes, a closing line with what was counted and lost. Text output
+//! `--findings`), each finding as a block whenever it is told (new,
+//! changed, resolved), a closing line with what was counted and lost. Text output
 //! escapes control characters, backslashes and non-UTF-8 bytes in paths.
 
 use std::fmt::Write as _;
 use std::io;
 
 use crate::collect::RunTotals;
-use crate::diagnose::{Confidence, Report, Severity, Status};
+use crate::diagnose::Report;
 use crate::event::{errno_name, syscall_name, CallEvent};
 use crate::identify::Identity;
 use crate::run::{RunFacts, Tracing};
 use crate::words::{escape_path, latency_text, rfc3339};
 
+use super::finding_block::{finding_block, told_word};
 use super::{calls_by_name, stderr_line, Ending, Out, Printer};
 
 /// `--calls`: plain lines for people.
@@ -107,31 +108,10 @@ pub fn event_text(event: &CallEvent, identity: &Identity) -> String {
     )
 }
 
-/// A finding for people: a block when new, one line when updated.
+/// A finding for people, as every text output shows one: its block
+/// (ending in a line break), headed by what happened to it.
 pub fn finding_text(report: &Report) -> String {
-    let f = report.finding();
-    let status = match f.status {
-        Status::Active => "",
-        Status::Resolved => " RESOLVED",
-    };
-    let pod = f.pod_uid.as_ref().map(|p| format!(" pod {p}")).unwrap_or_default();
-    let head = format!("[{}] {}{status}{pod} ({})", Severity::as_str(f.severity), f.kind.id(), Confidence::as_str(f.confidence));
-    if let Report::Update(_) = report {
-        return format!("UPDATE {head}: {} calls, last {}; {}", f.count, rfc3339(f.last_seen), f.summary);
-    }
-    let mut text = format!("FINDING {head}\n  {}\n", f.summary);
-    if let Some(rhythm) = &f.rhythm {
-        let _ = writeln!(text, "  rhythm: {rhythm}");
-    }
-    text.push_str("  evidence:\n");
-    for e in &f.evidence {
-        let _ = writeln!(text, "    - {} [{}]", e.fact, e.source);
-    }
-    let _ = write!(text, "  fix: {}", f.fix);
-    for a in &f.advice {
-        let _ = write!(text, "\n  also: {a}");
-    }
-    text
+    finding_block(Some(told_word(report)), report.finding())
 }
 
 /// The closing line: what was seen, what was lost, every call counted.

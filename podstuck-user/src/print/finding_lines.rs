@@ -1,29 +1,32 @@
-//! Standard output is no terminal (a log file, `| tee`, a pager): one
-//! line per finding when it appears, changes or resolves, with its whole
-//! cause and fix, and the closing line. The calls behind the findings are
-//! not printed: `--calls` or `--json` show them.
+//! Standard output is no terminal (a log file, `| tee`, a pager): a block
+//! per finding when it appears, changes or resolves, headed by the time it
+//! was told, with its cause, evidence and fix (see [`super::finding_block`]),
+//! then the closing line. The calls behind the findings are not printed:
+//! `--calls` or `--json` show them.
 
 use std::io;
 use std::time::SystemTime;
 
-use crate::diagnose::{Confidence, Report, Severity, Status};
+use crate::diagnose::Report;
 use crate::run::{RunFacts, Tracing};
-use crate::words::{call_count, rfc3339_seconds};
+use crate::words::rfc3339_seconds;
 
 use super::call_lines::{banner, end_text};
+use super::finding_block::{finding_block, told_word};
 use super::{stderr_line, Ending, Out, Printer};
 
-/// One line per finding; opened and closed as call lines are.
+/// A block per finding as it is told; opened and closed as call lines are.
 pub struct FindingLines;
 
 impl Printer for FindingLines {
     fn start(&mut self, _out: &mut Out, run: &RunFacts, tracing: &Tracing) -> io::Result<()> {
-        stderr_line(format_args!("{}", banner(run, tracing, "; findings, one line each")));
+        stderr_line(format_args!("{}", banner(run, tracing, "; findings, a block each")));
         Ok(())
     }
 
     fn findings(&mut self, out: &mut Out, reports: &[Report]) -> io::Result<()> {
-        reports.iter().try_for_each(|report| out.line(&finding_line(report, SystemTime::now())))
+        // Each block ends its lines; the line after it is the empty one between blocks.
+        reports.iter().try_for_each(|report| out.line(&finding_told(report, SystemTime::now())))
     }
 
     fn finish(&mut self, out: &mut Out, ending: &Ending<'_>) -> io::Result<()> {
@@ -31,46 +34,30 @@ impl Printer for FindingLines {
     }
 }
 
-/// A finding on one line, for a reader that is not a terminal: what
-/// happened to it (new, updated, resolved), its kind, pod and confidence,
-/// the whole cause and the fix.
-pub fn finding_line(report: &Report, now: SystemTime) -> String {
-    let f = report.finding();
-    let what = match (report, f.status) {
-        (_, Status::Resolved) => "RESOLVED",
-        (Report::New(_), _) => "FINDING",
-        (Report::Update(_), _) => "UPDATE",
-    };
-    let pod = f.pod_uid.as_ref().map(|p| format!(" pod {p}")).unwrap_or_default();
-    // A summary is one paragraph; a line must stay one line whatever it quotes.
-    let cause = f.summary.replace(['\n', '\r'], " ");
-    format!(
-        "{} {what} [{}] {}{pod} ({}, {}): {cause} | fix: {}",
-        rfc3339_seconds(now),
-        Severity::as_str(f.severity),
-        f.kind.id(),
-        Confidence::as_str(f.confidence),
-        call_count(f.count),
-        f.fix
-    )
+/// A finding as told in a stream read later: when, what happened to it
+/// (FINDING, UPDATE, RESOLVED), then its block.
+pub fn finding_told(report: &Report, now: SystemTime) -> String {
+    finding_block(Some(&format!("{} {}", rfc3339_seconds(now), told_word(report))), report.finding())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::diagnose::fake::t;
+    use crate::diagnose::Status;
     use crate::view::model::tests::{volume_finding, POD};
 
     #[test]
-    fn a_finding_line_is_one_line_with_cause_and_fix() {
+    fn a_told_finding_is_headed_by_when_and_what_happened() {
         let mut f = volume_finding();
-        f.summary.push_str("\nsecond line");
-        let line = finding_line(&Report::New(f.clone()), t(5.0));
-        assert!(!line.contains('\n'), "{line}");
-        assert!(line.contains(&format!(" FINDING [critical] volume-still-mounted pod {POD} (confirmed, 4 calls): kubelet cannot remove")), "{line}");
-        assert!(line.ends_with("Removal failed with EBUSY 4 times. second line | fix: umount /k/pods/x/mount"), "{line}");
-        assert!(finding_line(&Report::Update(f.clone()), t(5.0)).contains(" UPDATE [critical]"));
+        f.evidence("/proc", "no process has a file, cwd, root or mapping on it");
+        let told = finding_told(&Report::New(f.clone()), t(5.0));
+        assert!(told.starts_with(&format!("2027-01-15T08:00:05Z FINDING [critical] volume-still-mounted  pod {POD}  confirmed\n")), "{told}");
+        assert!(told.contains("\n  evidence: no process has a file, cwd, root or mapping on it [/proc]\n"), "{told}");
+        assert!(told.ends_with("\n  fix:      umount /k/pods/x/mount\n"), "{told}");
+        assert!(finding_told(&Report::Update(f.clone()), t(5.0)).starts_with("2027-01-15T08:00:05Z UPDATE [critical]"));
         f.status = Status::Resolved;
-        assert!(finding_line(&Report::Update(f), t(5.0)).contains(" RESOLVED [critical]"));
+        let over = finding_told(&Report::Update(f), t(5.0));
+        assert!(over.starts_with("2027-01-15T08:00:05Z RESOLVED [critical]") && !over.contains("fix:"), "{over}");
     }
 }

@@ -2,8 +2,9 @@
 //! own file with its own words. [`json_lines`] (`--json`): a start line,
 //! calls, findings, an end line, for machines. [`call_lines`] (`--calls`):
 //! one plain line per call, findings as blocks. [`finding_lines`] (standard
-//! output is no terminal): one line per finding when it appears or
-//! changes. [`live`] (a terminal): the live view, then a summary. `watch`
+//! output is no terminal): a block per finding when it appears, changes
+//! or resolves. [`finding_block`] is the one text form of a finding all
+//! of these, the summary at exit, `replay` and `explain` print. [`live`] (a terminal): the live view, then a summary. `watch`
 //! picks one with [`printer`] and hands it what happens; a new way of
 //! showing a run is a new file here. [`endpoint`] (`--listen`) is one more
 //! output beside the chosen one: the pages of the metrics endpoint.
@@ -14,6 +15,7 @@
 
 pub mod call_lines;
 pub mod endpoint;
+pub mod finding_block;
 pub mod finding_lines;
 pub mod json_lines;
 pub mod live;

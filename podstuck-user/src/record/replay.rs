@@ -345,7 +345,7 @@ pub(super) fn record_json(name: &str, s: &ReplaySummary) -> String {
 }
 
 /// `podstuck replay FILE [--json]`: says what the record is, then prints
-/// the findings as `podstuck watch` printed them, the ones said at exit
+/// the findings as `podstuck watch --calls` printed them (blocks, or JSON lines), the ones said at exit
 /// last. Warnings (cut short, differs from the live run) go to stderr.
 pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
     let name = path.display().to_string();
@@ -368,6 +368,10 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
     let printed = (|| -> std::io::Result<()> {
         // Everything in a record is the node's (or an attacker's) words.
         out.line(&if json { record_json(&name, &summary) } else { record_text(&name, &summary) })?;
+        // Text: each finding a block that ends its lines; the empty line after each sets them apart.
+        if !json && !told.is_empty() {
+            out.line("")?;
+        }
         for line in &told {
             out.line(line)?;
         }

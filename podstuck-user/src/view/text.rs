@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 
 use crate::collect::RunTotals;
-use crate::diagnose::{Confidence, Finding, Severity, Status};
 use crate::event::syscall_name;
+use crate::print::finding_block::finding_block;
 use crate::words::{call_count, human_duration, latency_text, rfc3339_seconds};
 
 use super::model::{busiest_over_run, slowest_in_flight, FlightRow, Moment, RunHeading, SeriesRow, BUSIEST_SHOWN, IN_FLIGHT_SHOWN};
@@ -58,7 +58,7 @@ fn totals_line(totals: &RunTotals) -> String {
 }
 
 /// What a live run found, for people who were not watching: where and
-/// when, every finding with its whole cause and its fix, the busiest
+/// when, every finding as a block (cause, evidence, the whole fix), the busiest
 /// series of the run, calls still waiting, and the totals.
 pub fn summary(run: &RunHeading, moment: &Moment<'_>, stopped_by: Option<&str>) -> String {
     let mut text = String::new();
@@ -86,8 +86,11 @@ pub fn summary(run: &RunHeading, moment: &Moment<'_>, stopped_by: Option<&str>) 
             let _ = writeln!(text, "\n{n} findings:");
         }
     }
+    // The same blocks as every other text output: pasted from here or
+    // from a log, a finding reads the same and its fix copies whole.
     for f in moment.findings {
-        text.push_str(&finding_block(f));
+        text.push('\n');
+        text.push_str(&finding_block(None, f));
     }
 
     let busiest = busiest_over_run(moment.book, moment.now, BUSIEST_SHOWN);
@@ -121,29 +124,6 @@ pub fn summary(run: &RunHeading, moment: &Moment<'_>, stopped_by: Option<&str>) 
     text
 }
 
-fn finding_block(f: &Finding) -> String {
-    let status = match f.status {
-        Status::Active => "active",
-        Status::Resolved => "resolved",
-    };
-    let pod = f.pod_uid.as_ref().map(|p| format!(", pod {p}")).unwrap_or_default();
-    let mut block = format!(
-        "- [{}] {}{pod}: {status}, {}, {} from {} to {}\n",
-        Severity::as_str(f.severity),
-        f.kind.id(),
-        Confidence::as_str(f.confidence),
-        call_count(f.count),
-        rfc3339_seconds(f.first_seen),
-        rfc3339_seconds(f.last_seen)
-    );
-    let _ = writeln!(block, "  cause: {}", f.summary.replace(['\n', '\r'], " "));
-    let _ = writeln!(block, "  fix: {}", f.fix);
-    for advice in &f.advice {
-        let _ = writeln!(block, "  also: {advice}");
-    }
-    block
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +150,7 @@ mod tests {
         }
         let mut f = volume_finding();
         f.advice.push("upgrade the CSI driver".into());
+        f.evidence("mountinfo", "/k/pods/x/mount is mounted (tmpfs)");
         f.last_seen = t(8.0);
         let calls = [flight(77, 1.0, Some(b"/mnt/nfs"))];
         let totals = totals();
@@ -179,10 +160,13 @@ mod tests {
             "podstuck 0.1.0 on node-1 (kernel 6.1.0-test), the whole node: 2027-01-15T08:00:00Z to 2027-01-15T08:00:10Z (10 s), stopped by q
 
 1 finding:
-- [critical] volume-still-mounted, pod {POD}: active, confirmed, 4 calls from 2027-01-15T08:00:02Z to 2027-01-15T08:00:08Z
-  cause: kubelet cannot remove the CSI volume dir of pod x: /k/pods/x/mount is still mounted (tmpfs). Removal failed with EBUSY 4 times.
-  fix: umount /k/pods/x/mount
-  also: upgrade the CSI driver
+
+[critical] volume-still-mounted  pod {POD}  confirmed
+  status:   active, 4 calls from 2027-01-15T08:00:02Z to 2027-01-15T08:00:08Z
+  cause:    kubelet cannot remove the CSI volume dir of pod x: /k/pods/x/mount is still mounted (tmpfs). Removal failed with EBUSY 4 times.
+  evidence: /k/pods/x/mount is mounted (tmpfs) [mountinfo]
+  fix:      umount /k/pods/x/mount
+  also:     upgrade the CSI driver
 
 Busiest series (calls, rate over the run, failures, p50, p99):
 - rmdir by kubelet, pod {POD}: 4 calls, 0.4/s, 4 failed (EBUSY 4), p50 20.0us, p99 20.0us

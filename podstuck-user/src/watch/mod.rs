@@ -1,6 +1,6 @@
 //! `podstuck watch`: trace the node until told to stop, diagnose what it
 //! sees, and say it the way the reader needs (a [`crate::print`] printer:
-//! the live view on a terminal, one line per finding to a pipe, `--json`,
+//! the live view on a terminal, a block per finding to a pipe, `--json`,
 //! `--calls`). With `--histograms DIR`, keep latency histograms and
 //! refresh their files every interval; with `record`, save what the
 //! diagnosis saw; with `--listen`, serve the metrics and findings too. SIGINT, SIGTERM and SIGHUP (and `q` or Ctrl-C in the
