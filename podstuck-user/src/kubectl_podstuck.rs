@@ -49,7 +49,7 @@ struct Cli {
     #[arg(long)]
     json: bool,
     /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true)]
     duration: Option<Duration>,
     /// Keep latency histograms and copy their files into DIR at the end.
     #[arg(long, value_name = "DIR")]
@@ -58,10 +58,10 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// How long the debug pod may take to start, image pull included.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "2m")]
+    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "2m")]
     start_timeout: Duration,
     /// The cluster ends the debug pod after this long, even if this command died (activeDeadlineSeconds).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "1h")]
     deadline: Duration,
     /// More podstuck watch arguments.
     #[arg(last = true, value_name = "WATCH ARGS")]

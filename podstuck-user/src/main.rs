@@ -61,7 +61,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// How long to trace the demo node before printing the diagnosis and cleaning up.
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+        #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "30s")]
         duration: Duration,
     },
     /// What attaching alone costs, per mechanism (run by `cargo xtask bench`).
@@ -143,7 +143,7 @@ struct WatchArgs {
     #[arg(long, conflicts_with = "json")]
     calls: bool,
     /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C or SIGTERM.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true)]
     duration: Option<Duration>,
     /// Follow this pod only: its UID, or NAMESPACE/NAME (resolved through the Kubernetes API, and
     /// what the API says of the pod joined to the findings); repeatable. Default: the whole node.
@@ -172,13 +172,13 @@ struct WatchArgs {
     #[arg(long, requires = "histograms")]
     force: bool,
     /// How often histogram files are refreshed (e.g. 5s, 1m).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "5s")]
     interval: Duration,
     /// With --json or --calls: print findings only (the diagnosis), not every call.
     #[arg(long)]
     findings: bool,
     /// A call that has not returned after this long is reported as hung (e.g. 5s, 1m).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "5s")]
     hung_after: Duration,
     /// Trace even if another podstuck already traces this node (each adds its own cost).
     #[arg(long)]

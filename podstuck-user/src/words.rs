@@ -154,6 +154,31 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 
+/// A duration as a user types it on the command line ("30s", "5m",
+/// "1h30m", "250ms"), for every duration option of both binaries. Said
+/// back in the words the docs use when it is not one: a bare number asks
+/// for its unit (`30s`, never humantime's `30sec`), a negative one or zero
+/// is refused (no option of podstuck means anything by it), anything else
+/// gets an example.
+pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
+    const EXAMPLE: &str = "e.g. 30s, 5m, 1h30m or 250ms";
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(format!("a duration is needed: {EXAMPLE}"));
+    }
+    if text.starts_with('-') {
+        return Err(format!("{text}: a duration cannot be negative; {EXAMPLE}"));
+    }
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{text}: give its unit, e.g. {text}s (also ms, m, h)"));
+    }
+    let d = humantime::parse_duration(text).map_err(|_| format!("{text}: not a duration; use a number and a unit, {EXAMPLE}"))?;
+    if d.is_zero() {
+        return Err(format!("{text}: a duration must be longer than zero; {EXAMPLE}"));
+    }
+    Ok(d)
+}
+
 /// A duration someone set, said exactly as set: whole seconds when it is
 /// whole seconds, else milliseconds ("1 s", "1500 ms"); [`human_duration`]
 /// would round it.
@@ -233,5 +258,17 @@ mod tests {
         assert_eq!(human_duration(secs(200)), "3m20s");
         assert_eq!(human_duration(secs(26 * 3600 + 600)), "26h10m");
         assert_eq!(human_duration(secs(4952 * 3600 + 11 * 60)), "206d08h");
+    }
+
+    #[test]
+    fn durations_typed_are_read_or_refused_with_an_example() {
+        assert_eq!(parse_duration_arg("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration_arg(" 1h30m "), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration_arg("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration_arg("30").unwrap_err(), "30: give its unit, e.g. 30s (also ms, m, h)");
+        assert!(parse_duration_arg("garbage").unwrap_err().starts_with("garbage: not a duration; use a number and a unit, e.g. 30s"));
+        assert!(parse_duration_arg("-5s").unwrap_err().contains("cannot be negative"));
+        assert!(parse_duration_arg("0s").unwrap_err().contains("longer than zero"));
+        assert!(parse_duration_arg("").unwrap_err().contains("a duration is needed"));
     }
 }
