@@ -289,14 +289,6 @@ fn ring_buffer_kib(value: &str) -> Result<u32, String> {
 impl WatchArgs {
     /// The options, or the exit code of a value that makes no sense.
     fn options(self, record: Option<PathBuf>) -> Result<WatchOptions, ExitCode> {
-        if self.interval.is_zero() {
-            eprintln!("podstuck: --interval must be longer than zero (e.g. 5s)");
-            return Err(ExitCode::from(2));
-        }
-        if self.hung_after.is_zero() {
-            eprintln!("podstuck: --hung-after must be longer than zero (e.g. 5s)");
-            return Err(ExitCode::from(2));
-        }
         let node_name = self.node_name.filter(|name| !name.trim().is_empty());
         if self.events && node_name.is_none() {
             // uname in a pod is the pod's name: Events need the node's own.
