@@ -6,33 +6,21 @@
 //! directory follow its function's name.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
-use crate::prerequisite::{missing, this_test};
 
-/// The documents of deploy/FILE, read by PyYAML (Debian's python3-yaml,
-/// which `cargo xtask test` installs) and handed over as JSON; `None`
-/// where it is missing and skips are allowed.
-pub fn deploy_manifest(file: &str) -> Option<Vec<Value>> {
+/// The documents of deploy/FILE, as JSON values (a test compares them
+/// with what podstuck asks of the API and with each other).
+pub fn deploy_manifest(file: &str) -> Vec<Value> {
+    use serde::Deserialize as _;
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(file);
-    let read = "import json, sys, yaml; json.dump(list(yaml.safe_load_all(open(sys.argv[1]))), sys.stdout)";
-    let out = match Command::new("/usr/bin/python3").args(["-c", read]).arg(&manifest).output() {
-        Ok(out) if out.status.success() => out,
-        ran => {
-            let why = match ran {
-                Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
-                Err(e) => e.to_string(),
-            };
-            return missing(
-                &this_test(),
-                &format!("PyYAML for /usr/bin/python3, to read deploy/{file} ({why})"),
-                "apt-get install python3-yaml, or run `cargo xtask test`, which does",
-            );
-        }
-    };
-    Some(serde_json::from_slice(&out.stdout).expect("JSON from python"))
+    let text = std::fs::read_to_string(&manifest).unwrap_or_else(|e| panic!("reading {}: {e}", manifest.display()));
+    yaml_serde::Deserializer::from_str(&text)
+        .map(|document| Value::deserialize(document).unwrap_or_else(|e| panic!("deploy/{file} is not valid YAML: {e}")))
+        // A `---` with nothing after it is no object.
+        .filter(|document| !document.is_null())
+        .collect()
 }
 
 /// True when the kernel-facing tests can run: as root. Without root the

@@ -457,7 +457,7 @@ kernel_test! {
     fn the_manifests_daemonset_reads_the_node_and_shares_the_tracer_lock(test) {
         // The capabilities deploy/podstuck-daemonset.yaml adds, as written
         // there, with the node's / read-only at /host as it mounts it.
-        let Some(manifest) = harness::deploy_manifest("podstuck-daemonset.yaml") else { return };
+        let manifest = harness::deploy_manifest("podstuck-daemonset.yaml");
         let caps = manifest_capabilities(&manifest);
         let caps: Vec<&str> = caps.iter().map(String::as_str).collect();
         let scratch = test.scratch();

@@ -256,7 +256,7 @@ fn permission(request: &Request) -> (String, String, String) {
 
 kernel_test! {
     fn the_rbac_in_deploy_grants_what_events_asks_and_nothing_more(test) {
-        let Some(documents) = harness::deploy_manifest("podstuck-events-rbac.yaml") else { return };
+        let documents = harness::deploy_manifest("podstuck-events-rbac.yaml");
         let scratch = test.scratch();
         let root = KubeletRoot::new(scratch.path().join("kubelet"));
         let pod = root.new_pod();

@@ -243,7 +243,7 @@ kernel_test! {
 
 #[test]
 fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
-    let Some(documents) = harness::deploy_manifest("podstuck-daemonset.yaml") else { return };
+    let documents = harness::deploy_manifest("podstuck-daemonset.yaml");
     let daemonset = documents.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
     let pod = &daemonset["spec"]["template"];
     let spec = &pod["spec"];

@@ -87,8 +87,6 @@ const APT_PACKAGES: [&str; 17] = [
     // and alerts.rs (each test starts its own, on ports of its own), and its promtool,
     // which checks and unit-tests deploy/prometheus-rules.yaml in alerts.rs.
     "prometheus",
-    // PyYAML for Debian's python3: the tests that read the manifests under deploy/.
-    "python3-yaml",
 ];
 /// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
 const PYTHON_READER: &str = "hdrhistogram==0.10.8";
