@@ -65,7 +65,7 @@ const BENCH_PACKAGES: [&str; 3] = ["bpftrace", "strace", "docker.io"];
 /// scenarios (tests/tests/runtimes.rs) run a private daemon of: docker.io
 /// (dockerd and the docker CLI), containerd (and ctr), runc, and
 /// busybox-static, the one binary their test image is made of.
-const APT_PACKAGES: [&str; 17] = [
+const APT_PACKAGES: [&str; 16] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
