@@ -372,6 +372,9 @@ pub enum Action {
 pub struct Selection {
     pub index: usize,
     pub expanded: bool,
+    /// Rows of the open detail scrolled past (Up/Down scroll it: at 80 x 24
+    /// a finding's evidence may not fit).
+    pub scroll: u16,
     /// Said on the status line: "fix copied (42 bytes)".
     pub status: Option<String>,
 }
@@ -390,9 +393,15 @@ impl Selection {
     pub fn apply(&mut self, action: Action, findings: &[FindingRow]) -> Option<String> {
         self.clamp(findings.len());
         match action {
+            Action::Up if self.expanded => self.scroll = self.scroll.saturating_sub(1),
+            // The renderer stops it at the detail's last row.
+            Action::Down if self.expanded => self.scroll = self.scroll.saturating_add(1),
             Action::Up => self.index = self.index.saturating_sub(1),
             Action::Down => self.index = (self.index + 1).min(findings.len().saturating_sub(1)),
-            Action::Toggle => self.expanded = !self.expanded && !findings.is_empty(),
+            Action::Toggle => {
+                self.expanded = !self.expanded && !findings.is_empty();
+                self.scroll = 0;
+            }
             Action::Close => self.expanded = false,
             Action::Copy => {
                 let Some(finding) = findings.get(self.index) else {
@@ -592,7 +601,13 @@ pub(crate) mod tests {
         assert_eq!(selection.index, 1);
         selection.apply(Action::Toggle, &findings);
         assert!(selection.expanded);
+        // Open, Up/Down scroll the detail and leave the selection be.
+        selection.apply(Action::Down, &findings);
+        selection.apply(Action::Down, &findings);
+        selection.apply(Action::Up, &findings);
+        assert_eq!((selection.index, selection.scroll), (1, 1));
         selection.apply(Action::Toggle, &findings);
+        assert_eq!(selection.scroll, 0, "a detail opens at its top");
         assert!(!selection.expanded, "Enter closes what it opened");
         selection.apply(Action::Toggle, &findings);
         selection.apply(Action::Close, &findings);

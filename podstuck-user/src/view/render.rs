@@ -318,13 +318,16 @@ fn detail_lines(findings: &[FindingRow], selected: usize, width: u16) -> Vec<Lin
     let room = width.saturating_sub(indent.len()).max(1);
     let mut lines = vec![Line::from(vec![
         Span::styled(format!(" {} ", severity_label(f.severity)), severity_style(f.severity, f.active)),
-        Span::styled(cut(&format!("{}  (finding {} of {})", f.kind, selected + 1, findings.len()), width.saturating_sub(10)), bold()),
+        Span::styled(cut(&format!("{}  (finding {} of {}; ↑↓ scroll, Esc closes)", f.kind, selected + 1, findings.len()), width.saturating_sub(10)), bold()),
     ])];
     if let Some(pod) = &f.pod {
         lines.push(Line::raw(cut(&format!(" pod {pod}"), width)));
     }
-    lines.push(Line::styled(" summary:", dim()));
-    lines.extend(prose_rows(&f.summary, room).into_iter().map(|row| Line::raw(format!("{indent}{row}"))));
+    // The fix first: it is what the user acts on, and at 24 rows what
+    // comes last may need scrolling to.
+    lines.push(Line::styled(" fix (c copies it whole):", dim()));
+    let fix_style = if f.active { bold().fg(Color::Green) } else { Style::new() };
+    lines.extend(fix_rows(&terminal_safe_lines(&f.fix), room).into_iter().map(|row| Line::from(vec![Span::raw(indent), Span::styled(row, fix_style)])));
     if f.evidence.is_empty() {
         lines.push(Line::styled(" evidence: none recorded", dim()));
     } else {
@@ -336,9 +339,8 @@ fn detail_lines(findings: &[FindingRow], selected: usize, width: u16) -> Vec<Lin
             }
         }
     }
-    lines.push(Line::styled(" fix (c copies it whole):", dim()));
-    let fix_style = if f.active { bold().fg(Color::Green) } else { Style::new() };
-    lines.extend(fix_rows(&terminal_safe_lines(&f.fix), room).into_iter().map(|row| Line::from(vec![Span::raw(indent), Span::styled(row, fix_style)])));
+    lines.push(Line::styled(" summary:", dim()));
+    lines.extend(prose_rows(&f.summary, room).into_iter().map(|row| Line::raw(format!("{indent}{row}"))));
     lines
 }
 
@@ -460,7 +462,10 @@ pub fn draw(frame: &mut Frame<'_>, screen: &Screen, selection: &Selection) {
     if selection.expanded && !screen.findings.is_empty() {
         // The detail takes the screen: it is what the user asked to read.
         let lines = detail_lines(&screen.findings, selected, width);
-        frame.render_widget(Paragraph::new(lines).block(section("Finding".into())), free);
+        // Scrolled no further than its last row at the bottom.
+        let last_top = (lines.len() as u16).saturating_sub(free.height.saturating_sub(1));
+        let scroll = selection.scroll.min(last_top);
+        frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)).block(section("Finding".into())), free);
         return;
     }
 
@@ -685,7 +690,7 @@ mod tests {
         let lines = rendered_with(&screen, &selection, 80, 24);
         let text = lines.join("\n");
         assert_fits(&lines, 80);
-        assert!(text.contains("volume-still-mounted  (finding 1 of 2)") && text.contains(&format!(" pod {UID}")), "{text}");
+        assert!(text.contains("volume-still-mounted  (finding 1 of 2; ↑↓ scroll, Esc closes)") && text.contains(&format!(" pod {UID}")), "{text}");
         assert!(text.contains("Removal failed with EBUSY 4 times."), "the whole summary:\n{text}");
         assert!(text.contains("   - trace: unlinkat(AT_REMOVEDIR) by kubelet failed EBUSY 4 times"), "{text}");
         assert!(text.contains("   - mountinfo: /k/pods/x/mount: tmpfs"), "{text}");
@@ -693,9 +698,17 @@ mod tests {
         assert_eq!(lines[at + 1], "   umount \\");
         assert!(lines[at + 2].ends_with("/mount") && lines[at + 2].contains('…'));
         assert!(!text.contains("Busiest series"), "the detail takes the screen");
+        // Scrolling: the last row of the summary comes up, no further.
+        for _ in 0..40 {
+            selection.apply(Action::Down, &screen.findings);
+        }
+        let lines = rendered_with(&screen, &selection, 80, 12);
+        assert!(lines[lines.len() - 2].ends_with("Removal failed with EBUSY 4 times."), "{}", lines.join("\n"));
+        selection.apply(Action::Close, &screen.findings);
         selection.apply(Action::Down, &screen.findings);
+        selection.apply(Action::Toggle, &screen.findings);
         let lines = rendered_with(&screen, &selection, 80, 24).join("\n");
-        assert!(lines.contains("dir-not-empty  (finding 2 of 2)") && lines.contains("evidence: none recorded"), "{lines}");
+        assert!(lines.contains("dir-not-empty  (finding 2 of 2;") && lines.contains("evidence: none recorded"), "{lines}");
         selection.apply(Action::Copy, &screen.findings);
         let lines = rendered_with(&screen, &selection, 80, 24);
         assert!(lines[22].contains(&format!("fix copied ({} bytes)", screen.findings[1].fix.len())), "{}", lines.join("\n"));
