@@ -128,7 +128,7 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     let ebusy = format!("rmdir-at errno {}", libc::EBUSY);
     assert!(attempts.len() == 4 && attempts.iter().all(|l| *l == ebusy), "the fixture: every attempt EBUSY: {attempts:?}");
     eprintln!("the live view with the finding:\n{screen}");
-    assert_fits_whole(&screen, 200, &text(&mount));
+    assert_fits_whole(&screen, 200, text(&mount));
 
     tmux.keys(keys);
     let after = tmux.wait_for("exit status", Duration::from_secs(30), |s| s.contains("terminal modes after:"));
@@ -217,7 +217,7 @@ kernel_test! {
         assert_eq!(attempts.len(), 4, "{attempts:?}");
         eprintln!("the live view at 80 x 24:\n{screen}");
         let mount_path = text(&mount);
-        assert_fits_whole(&screen, 80, &mount_path);
+        assert_fits_whole(&screen, 80, mount_path);
         let title = screen.lines().find(|l| l.contains("CRITICAL volume-still-mounted")).unwrap();
         assert!(title.contains(&format!("pod {}", &uid[..8])), "the pod, shortened: {title}");
         assert!(screen.contains("cause: kubelet cannot remove the CSI volume dir"), "{screen}");
@@ -240,7 +240,7 @@ kernel_test! {
         tmux.keys("Enter");
         let detail = tmux.wait_for("the detail", Duration::from_secs(10), |s| s.contains("evidence"));
         eprintln!("the finding expanded:\n{detail}");
-        assert_fits_whole(&detail, 80, &mount_path);
+        assert_fits_whole(&detail, 80, mount_path);
         assert!(detail.contains("volume-still-mounted  (finding 1 of 1;") && detail.contains(&format!(" pod {uid}")), "{detail}");
         let rows: Vec<&str> = detail.lines().map(str::trim_end).collect();
         let evidence = rows.iter().position(|r| *r == " evidence:").unwrap_or_else(|| panic!("no evidence:\n{detail}"));
