@@ -18,15 +18,33 @@ pub struct Tmux {
 }
 
 impl Tmux {
+    /// A terminal of 200 x 50: room for everything.
     pub fn start(scratch: &Path, name: &str, command: &str) -> Tmux {
+        Tmux::start_sized(scratch, name, command, 80 + 120, 50)
+    }
+
+    /// A terminal of `width` x `height` running `command`. Its tmux takes
+    /// OSC 52 from the program into a paste buffer (`set-clipboard on`),
+    /// so [`Tmux::buffer`] reads what the program copied.
+    pub fn start_sized(scratch: &Path, name: &str, command: &str, width: u16, height: u16) -> Tmux {
         let tmux = Tmux { socket: scratch.join("tmux.sock"), session: name.to_string(), podstuck: None };
+        let (width, height) = (width.to_string(), height.to_string());
         let status = tmux
             .command()
-            .args(["new-session", "-d", "-s", name, "-x", "200", "-y", "50", command])
+            .args(["new-session", "-d", "-s", name, "-x", &width, "-y", &height, command])
             .status()
             .expect("run tmux: install it (apt-get install tmux; cargo xtask test installs it)");
         assert!(status.success(), "tmux new-session failed: {status}");
+        // Set before any key is sent, so before anything is copied.
+        tmux.output(&["set-option", "-s", "set-clipboard", "on"]);
         tmux
+    }
+
+    /// The newest paste buffer (what the program last copied with OSC 52),
+    /// if there is one.
+    pub fn buffer(&self) -> Option<String> {
+        let out = self.command().args(["show-buffer"]).output().expect("run tmux");
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     pub fn command(&self) -> Command {

@@ -1,5 +1,7 @@
 //! End-to-end: `podstuck watch` on a real terminal. tmux gives the real
-//! binary a terminal of 200 x 50; the test reproduces P1 (a CSI volume left
+//! binary a terminal of 200 x 50 (or 80 x 24, the smallest a user is
+//! likely to have: there the finding is selected, expanded, and its fix
+//! copied with `c` into tmux's paste buffer); the test reproduces P1 (a CSI volume left
 //! mounted under a pod, kubelet's removal failing EBUSY on its backoff),
 //! reads the screen until the live view shows the finding and its fix,
 //! then stops podstuck the way a user would, with `q` or with Ctrl-C (a
@@ -126,6 +128,7 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     let ebusy = format!("rmdir-at errno {}", libc::EBUSY);
     assert!(attempts.len() == 4 && attempts.iter().all(|l| *l == ebusy), "the fixture: every attempt EBUSY: {attempts:?}");
     eprintln!("the live view with the finding:\n{screen}");
+    assert_fits_whole(&screen, 200, text(&mount));
 
     tmux.keys(keys);
     let after = tmux.wait_for("exit status", Duration::from_secs(30), |s| s.contains("terminal modes after:"));
@@ -166,6 +169,93 @@ kernel_test! {
 kernel_test! {
     fn ctrl_c_in_the_live_view_leaves_the_same_summary_even_with_stdin_redirected(test) {
         live_view_shows_p1_then_stops_on(&test, Stdin::Redirected, "C-c", "Ctrl-C");
+    }
+}
+
+/// Words on a screen line that are a piece of `path` without saying they
+/// are one (no `…`): what a terminal wrapping inside the path leaves. A
+/// whole directory above it (the kubelet root in the header) is no piece.
+fn broken_parts<'a>(line: &'a str, path: &str) -> Vec<&'a str> {
+    line.split_whitespace()
+        .map(|w| w.trim_end_matches([',', ':', '.', '\\']))
+        .filter(|w| w.contains('/') && !w.contains('…') && *w != path && path.contains(*w) && !path.starts_with(&format!("{w}/")))
+        .collect()
+}
+
+/// Every row of `screen` fits `width`, and no row holds a broken part of `path`.
+fn assert_fits_whole(screen: &str, width: usize, path: &str) {
+    for line in screen.lines() {
+        assert!(line.chars().count() <= width, "a row wider than {width}:\n{line}\n{screen}");
+        let broken = broken_parts(line, path);
+        assert!(broken.is_empty(), "a broken part of {path} ({broken:?}) in:\n{screen}");
+    }
+}
+
+kernel_test! {
+    /// The measure: in an 80 x 24 tmux, P1's fix copied whole with
+    /// the key, and its evidence one key away.
+    fn at_80_columns_a_finding_is_selected_expanded_and_its_fix_copied_whole(test) {
+        let scratch = test.scratch();
+        let P1 { root, pod, pv, mount, _volume } = P1::new(&scratch);
+        let uid = pod.uid();
+        let script = scratch.path().join("run.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "{} watch --concurrent --kubelet-root {} --pod {uid}\necho \"podstuck exited with status $?\"\nexec sleep 3600\n",
+                quoted(&podstuck_binary()),
+                quoted(root.path())
+            ),
+        )
+        .unwrap();
+        let mut tmux = Tmux::start_sized(scratch.path(), test.name(), &format!("sh {}", quoted(&script)), 80, 24);
+        tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
+        let shell: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
+        tmux.podstuck = child_named(shell, "podstuck");
+
+        let kubelet = kubelet_removing(&pv);
+        let screen = tmux.wait_for("finding", FINDING_TIMEOUT, |s| s.contains("CRITICAL volume-still-mounted") && s.contains("confirmed"));
+        let (_, attempts) = kubelet.finish(Duration::from_secs(30));
+        assert_eq!(attempts.len(), 4, "{attempts:?}");
+        eprintln!("the live view at 80 x 24:\n{screen}");
+        let mount_path = text(&mount);
+        assert_fits_whole(&screen, 80, mount_path);
+        let title = screen.lines().find(|l| l.contains("CRITICAL volume-still-mounted")).unwrap();
+        assert!(title.contains(&format!("pod {}", &uid[..8])), "the pod, shortened: {title}");
+        assert!(screen.contains("cause: kubelet cannot remove the CSI volume dir"), "{screen}");
+        assert!(screen.contains("is still mounted"), "what is wrong is on the screen:\n{screen}");
+        let header = screen.lines().find(|l| l.contains("CALL") && l.contains("ACTOR")).expect("the busiest series' header");
+        assert!(header.contains("FAILED"), "the errno column stays at 80 columns: {header}");
+        assert!(screen.lines().any(|l| l.contains("unlinkat") && l.contains("EBUSY")), "{screen}");
+
+        // Select it (Down then Up: one finding, the selection stays on it), copy.
+        tmux.keys("Down");
+        tmux.keys("Up");
+        assert!(tmux.screen().lines().any(|l| l.starts_with("›CRITICAL volume-still-mounted")), "selected");
+        tmux.keys("c");
+        let fix = format!("umount {mount_path}");
+        let copied = tmux.wait_for("the copy said", Duration::from_secs(10), |s| s.contains("fix copied ("));
+        assert!(copied.contains(&format!("fix copied ({} bytes)", fix.len())), "{copied}");
+        assert_eq!(tmux.buffer().as_deref(), Some(fix.as_str()), "tmux's buffer holds the whole fix");
+
+        // Expanded: the evidence and the whole fix; Esc closes.
+        tmux.keys("Enter");
+        let detail = tmux.wait_for("the detail", Duration::from_secs(10), |s| s.contains("evidence"));
+        eprintln!("the finding expanded:\n{detail}");
+        assert_fits_whole(&detail, 80, mount_path);
+        assert!(detail.contains("volume-still-mounted  (finding 1 of 1;") && detail.contains(&format!(" pod {uid}")), "{detail}");
+        let rows: Vec<&str> = detail.lines().map(str::trim_end).collect();
+        let evidence = rows.iter().position(|r| *r == " evidence:").unwrap_or_else(|| panic!("no evidence:\n{detail}"));
+        assert!(rows[evidence + 1].starts_with("   - trace: kubelet's unlinkat of"), "every piece of evidence:\n{detail}");
+        assert!(rows.iter().any(|r| r.starts_with("   - mountinfo:")), "{detail}");
+        assert!(detail.contains("fix (c copies it whole):"), "{detail}");
+        tmux.keys("Escape");
+        tmux.wait_for("the list again", Duration::from_secs(10), |s| s.contains("Busiest series"));
+
+        tmux.keys("q");
+        let after = tmux.wait_for("exit status", Duration::from_secs(30), |s| s.contains("podstuck exited with status"));
+        assert!(after.contains("podstuck exited with status 0"), "{after}");
+        assert!(is_mountpoint(&mount), "podstuck only reads the node: the volume is still mounted");
     }
 }
 

@@ -92,6 +92,8 @@ mod tests {
 
     fn with_evidence() -> Finding {
         let mut f = volume_finding();
+        // Only the evidence this test says.
+        f.evidence.clear();
         f.evidence("mountinfo", "/k/pods/x/mount is mounted (tmpfs)");
         f.evidence("/proc", "no process has a file, cwd, root or mapping on it");
         f

@@ -50,6 +50,8 @@ mod tests {
     #[test]
     fn a_told_finding_is_headed_by_when_and_what_happened() {
         let mut f = volume_finding();
+        // Only the evidence this test says.
+        f.evidence.clear();
         f.evidence("/proc", "no process has a file, cwd, root or mapping on it");
         let told = finding_told(&Report::New(f.clone()), t(5.0));
         assert!(told.starts_with(&format!("2027-01-15T08:00:05Z FINDING [critical] volume-still-mounted  pod {POD}  confirmed\n")), "{told}");

@@ -19,7 +19,7 @@ use crate::identify::actor::Role;
 use crate::identify::pod::PodUid;
 use crate::latency::{new_histogram, LatencyBook, Series};
 use crate::run::RunFacts;
-use crate::words::escape_path;
+use crate::words::{escape_path, terminal_safe_lines};
 
 /// Rates are measured over about this much of the recent past: long enough
 /// that a call every half second does not flicker between 0/s and 4/s.
@@ -83,7 +83,8 @@ pub struct Header {
     pub calls_counted: u64,
 }
 
-/// One finding on one screen line, plus its cause and fix.
+/// One finding on one screen line, plus its cause and fix, and what its
+/// detail shows when it is expanded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FindingRow {
     pub severity: Severity,
@@ -97,6 +98,12 @@ pub struct FindingRow {
     pub age: Duration,
     /// The first sentence of its summary.
     pub cause: String,
+    /// The whole summary, for the detail.
+    pub summary: String,
+    /// Each piece of evidence as "source: fact", for the detail.
+    pub evidence: Vec<String>,
+    /// As the diagnosis wrote it: what `c` copies. The renderer makes it
+    /// terminal-safe before showing it.
     pub fix: String,
 }
 
@@ -297,7 +304,10 @@ fn finding_row(finding: &Finding, now: SystemTime) -> FindingRow {
         pod: finding.pod_uid.as_ref().map(|p| p.to_string()),
         count: finding.count,
         age: now.duration_since(finding.first_seen).unwrap_or_default(),
-        cause: first_sentence(&finding.summary).to_string(),
+        // Names in them were chosen by the node: safe before they reach a screen.
+        cause: terminal_safe_lines(first_sentence(&finding.summary)).into_owned(),
+        summary: terminal_safe_lines(&finding.summary).into_owned(),
+        evidence: finding.evidence.iter().map(|e| terminal_safe_lines(&format!("{}: {}", e.source, e.fact)).into_owned()).collect(),
         fix: finding.fix.clone(),
     }
 }
@@ -335,6 +345,95 @@ pub(crate) fn slowest_in_flight(calls: &[CallInFlight], now: SystemTime, limit: 
             }
         })
         .collect()
+}
+
+/// The most a fix copied with `c` may be, in bytes: terminals refuse or
+/// cut large OSC 52 payloads (a fix is a few hundred bytes; a fix this
+/// large is better read from `--json`).
+pub const COPY_LIMIT: usize = 8 * 1024;
+
+/// What a key asks of the findings on the live view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Up,
+    Down,
+    /// Open the selected finding's detail, or close it.
+    Toggle,
+    Close,
+    /// Copy the selected finding's fix to the clipboard.
+    Copy,
+}
+
+/// The user's place on the live view: which finding is selected, whether
+/// its detail is open, and what the last key did. Kept by the terminal
+/// thread across screens; a new screen with fewer findings pulls the
+/// selection back onto one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub index: usize,
+    pub expanded: bool,
+    /// Rows of the open detail scrolled past (Up/Down scroll it: at 80 x 24
+    /// a finding's evidence may not fit).
+    pub scroll: u16,
+    /// Said on the status line: "fix copied (42 bytes)".
+    pub status: Option<String>,
+}
+
+impl Selection {
+    /// Keeps the selection on one of `count` findings.
+    pub fn clamp(&mut self, count: usize) {
+        self.index = self.index.min(count.saturating_sub(1));
+        if count == 0 {
+            self.expanded = false;
+        }
+    }
+
+    /// Does `action` over the findings shown; returns what to write to the
+    /// terminal for it (the OSC 52 sequence of a copy), if anything.
+    pub fn apply(&mut self, action: Action, findings: &[FindingRow]) -> Option<String> {
+        self.clamp(findings.len());
+        match action {
+            Action::Up if self.expanded => self.scroll = self.scroll.saturating_sub(1),
+            // The renderer stops it at the detail's last row.
+            Action::Down if self.expanded => self.scroll = self.scroll.saturating_add(1),
+            Action::Up => self.index = self.index.saturating_sub(1),
+            Action::Down => self.index = (self.index + 1).min(findings.len().saturating_sub(1)),
+            Action::Toggle => {
+                self.expanded = !self.expanded && !findings.is_empty();
+                self.scroll = 0;
+            }
+            Action::Close => self.expanded = false,
+            Action::Copy => {
+                let Some(finding) = findings.get(self.index) else {
+                    self.status = Some("no finding to copy a fix from".into());
+                    return None;
+                };
+                return match osc52(&finding.fix) {
+                    Ok(sequence) => {
+                        self.status = Some(format!("fix copied ({} bytes)", finding.fix.len()));
+                        Some(sequence)
+                    }
+                    Err(size) => {
+                        self.status = Some(format!("fix not copied: {size} bytes, more than a terminal takes ({COPY_LIMIT}); --json has it whole"));
+                        None
+                    }
+                };
+            }
+        }
+        None
+    }
+}
+
+/// The OSC 52 sequence that puts `text` on the clipboard of the terminal
+/// (and of tmux with `set-clipboard on`, and through ssh): base64 keeps
+/// whatever the text holds from being read as an escape. Err with the size
+/// when over [`COPY_LIMIT`].
+pub fn osc52(text: &str) -> Result<String, usize> {
+    use base64::Engine as _;
+    if text.len() > COPY_LIMIT {
+        return Err(text.len());
+    }
+    Ok(format!("\x1b]52;c;{}\x07", base64::engine::general_purpose::STANDARD.encode(text)))
 }
 
 /// What podstuck would have said on standard error, kept for the screen
@@ -392,6 +491,10 @@ pub(crate) mod tests {
         f.confidence = Confidence::Confirmed;
         f.pod_uid = Some(PodUid::parse(POD).unwrap());
         f.count = 4;
+        f.evidence = vec![
+            crate::diagnose::Evidence::new("trace", "unlinkat(AT_REMOVEDIR) by kubelet failed EBUSY 4 times"),
+            crate::diagnose::Evidence::new("mountinfo", "/k/pods/x/mount: tmpfs"),
+        ];
         f
     }
 
@@ -466,6 +569,81 @@ pub(crate) mod tests {
         assert_eq!(row.fix, "umount /k/pods/x/mount");
         assert!(!s.findings[1].active);
         assert_eq!(first_sentence("no full stop"), "no full stop");
+    }
+
+    #[test]
+    fn a_finding_row_carries_its_whole_summary_and_evidence_made_safe_for_a_terminal() {
+        let mut hostile = volume_finding();
+        hostile.summary = "kubelet cannot remove /k/\x1b[2Jevil: it is busy. Removal failed 4 times.".into();
+        hostile.evidence.push(crate::diagnose::Evidence::new("trace", "comm \x07bell"));
+        let row = finding_row(&hostile, t(3.0));
+        assert_eq!(row.summary, "kubelet cannot remove /k/\\u{1b}[2Jevil: it is busy. Removal failed 4 times.");
+        assert_eq!(row.cause, "kubelet cannot remove /k/\\u{1b}[2Jevil: it is busy.");
+        assert_eq!(row.evidence[0], "trace: unlinkat(AT_REMOVEDIR) by kubelet failed EBUSY 4 times");
+        assert_eq!(row.evidence[2], "trace: comm \\u{7}bell");
+    }
+
+    fn rows(n: usize) -> Vec<FindingRow> {
+        (0..n).map(|_| finding_row(&volume_finding(), t(3.0))).collect()
+    }
+
+    #[test]
+    fn the_selection_stays_on_a_finding() {
+        let findings = rows(3);
+        let mut selection = Selection::default();
+        selection.apply(Action::Up, &findings);
+        assert_eq!(selection.index, 0, "no row above the first");
+        for _ in 0..5 {
+            selection.apply(Action::Down, &findings);
+        }
+        assert_eq!(selection.index, 2, "no row below the last");
+        selection.apply(Action::Up, &findings);
+        assert_eq!(selection.index, 1);
+        selection.apply(Action::Toggle, &findings);
+        assert!(selection.expanded);
+        // Open, Up/Down scroll the detail and leave the selection be.
+        selection.apply(Action::Down, &findings);
+        selection.apply(Action::Down, &findings);
+        selection.apply(Action::Up, &findings);
+        assert_eq!((selection.index, selection.scroll), (1, 1));
+        selection.apply(Action::Toggle, &findings);
+        assert_eq!(selection.scroll, 0, "a detail opens at its top");
+        assert!(!selection.expanded, "Enter closes what it opened");
+        selection.apply(Action::Toggle, &findings);
+        selection.apply(Action::Close, &findings);
+        assert!(!selection.expanded, "Esc closes");
+        // A newer screen with fewer findings pulls it back.
+        selection.index = 2;
+        selection.expanded = true;
+        selection.clamp(1);
+        assert_eq!((selection.index, selection.expanded), (0, true));
+        selection.clamp(0);
+        assert!(!selection.expanded, "nothing to expand");
+        selection.apply(Action::Toggle, &[]);
+        assert!(!selection.expanded);
+        assert_eq!(selection.apply(Action::Copy, &[]), None);
+        assert_eq!(selection.status.as_deref(), Some("no finding to copy a fix from"));
+    }
+
+    #[test]
+    fn c_copies_the_selected_fix_whole_with_osc_52() {
+        let mut findings = rows(2);
+        findings[1].fix = "umount '/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc 1/mount'\nrmdir /k".into();
+        let mut selection = Selection::default();
+        selection.apply(Action::Down, &findings);
+        let sequence = selection.apply(Action::Copy, &findings).expect("a sequence to write");
+        // printf 'umount ...' | base64 -w0, by hand once.
+        let payload = sequence.strip_prefix("\x1b]52;c;").and_then(|s| s.strip_suffix('\x07')).expect(&sequence);
+        use base64::Engine as _;
+        let decoded = base64::engine::general_purpose::STANDARD.decode(payload).unwrap();
+        assert_eq!(String::from_utf8(decoded).unwrap(), findings[1].fix);
+        assert!(payload.chars().all(|c| c.is_ascii_alphanumeric() || "+/=".contains(c)), "nothing in it a terminal reads as an escape");
+        assert_eq!(selection.status, Some(format!("fix copied ({} bytes)", findings[1].fix.len())));
+        assert_eq!(osc52("umount /k/pods/x/mount").unwrap(), "\x1b]52;c;dW1vdW50IC9rL3BvZHMveC9tb3VudA==\x07");
+        // Too large for a terminal: said, not sent.
+        findings[1].fix = "x".repeat(COPY_LIMIT + 1);
+        assert_eq!(selection.apply(Action::Copy, &findings), None);
+        assert!(selection.status.as_deref().unwrap().starts_with(&format!("fix not copied: {} bytes", COPY_LIMIT + 1)));
     }
 
     #[test]

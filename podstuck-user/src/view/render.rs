@@ -1,8 +1,14 @@
 //! Lays a [`Screen`] out on a terminal with ratatui: the header, then the
-//! findings with their fix (never cut: a fix is meant to be copied), then
-//! the busiest series and the slowest calls in flight in whatever rows are
-//! left, notes at the bottom. Drawing only: every word comes from the
-//! model, so the layout is tested on ratatui's `TestBackend`.
+//! findings with their fix, then the busiest series and the slowest calls
+//! in flight in whatever rows are left, notes and the keys at the bottom;
+//! or, when the user expands the selected finding, its detail (summary,
+//! evidence, whole fix). Every row fits the width: nothing is left for the
+//! terminal to wrap. A fix is broken only between shell words, with a
+//! ` \` continuation, so that what is copied off the screen still pastes
+//! as the same command; a word too long for a row (a path) is shortened
+//! from the middle on screen, and `c` copies it whole. Drawing only: every
+//! word comes from the model, so the layout is tested on ratatui's
+//! `TestBackend`.
 
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -11,12 +17,14 @@ use ratatui::widgets::{Block, Borders, Cell, Padding, Paragraph, Row, Table};
 use ratatui::Frame;
 
 use crate::diagnose::{Confidence, Severity};
-use crate::words::{duration_to_the_second, human_duration, latency_text};
+use crate::words::{duration_to_the_second, human_duration, latency_text, terminal_safe_lines};
 
-use super::model::{FindingRow, Screen};
+use super::model::{FindingRow, Screen, Selection};
 use super::text::rate;
 
 const QUIT_HINT: &str = "q or Ctrl-C: stop and print a summary";
+/// The other keys, said after [`QUIT_HINT`] (which the tests wait for).
+const KEYS: &str = "↑↓ select  Enter details  c copy fix";
 
 fn dim() -> Style {
     Style::new().add_modifier(Modifier::DIM)
@@ -46,9 +54,14 @@ fn severity_label(severity: Severity) -> &'static str {
     }
 }
 
+/// Columns a text takes: one a character, as everywhere in the view.
+fn columns(text: &str) -> usize {
+    text.chars().count()
+}
+
 /// `text` cut to `width` characters, the cut marked.
 fn cut(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
+    if columns(text) <= width {
         return text.to_string();
     }
     let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
@@ -56,13 +69,173 @@ fn cut(text: &str, width: usize) -> String {
     out
 }
 
-/// `text` broken into rows of `width` characters: a fix is shown whole.
-fn wrap(text: &str, width: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    if chars.is_empty() || width == 0 {
-        return vec![text.to_string()];
+/// One word (a path, a UID) in `width` characters: its middle gives way to
+/// `…`, since a path's tail (`pvc-1/mount`) says which one it is and its
+/// head where it lives.
+fn shorten_middle(word: &str, width: usize) -> String {
+    let chars: Vec<char> = word.chars().collect();
+    if chars.len() <= width {
+        return word.to_string();
     }
-    chars.chunks(width).map(|c| c.iter().collect()).collect()
+    if width < 2 {
+        return "…".chars().take(width).collect();
+    }
+    let head = (width - 1) / 3;
+    let tail = width - 1 - head;
+    let mut out: String = chars[..head].iter().collect();
+    out.push('…');
+    out.extend(&chars[chars.len() - tail..]);
+    out
+}
+
+/// Words shorter than this are never shortened: a sentence's verbs and
+/// nouns stay whole; only paths and identifiers give way.
+const SHORTEST_SHORTENED: usize = 12;
+
+/// `text` with its longest words (paths, UIDs) shortened from the middle,
+/// longest first, until it fits `width` or none is left to shorten.
+fn shrink_words(text: &str, width: usize) -> String {
+    let mut words: Vec<String> = text.split(' ').map(str::to_string).collect();
+    let total = |words: &[String]| words.iter().map(|w| columns(w)).sum::<usize>() + words.len().saturating_sub(1);
+    while total(&words) > width {
+        let Some((longest, len)) = words.iter().enumerate().map(|(i, w)| (i, columns(w))).max_by_key(|&(i, len)| (len, usize::MAX - i)) else { break };
+        if len <= SHORTEST_SHORTENED {
+            break;
+        }
+        let excess = total(&words) - width;
+        words[longest] = shorten_middle(&words[longest], len.saturating_sub(excess).max(SHORTEST_SHORTENED));
+    }
+    words.join(" ")
+}
+
+/// A line in `width` characters: its long words give way first, then its end.
+fn fit_words(text: &str, width: usize) -> String {
+    cut(&shrink_words(text, width), width)
+}
+
+/// A cause in one row of `width` characters if its paths can give way
+/// enough, else in two: what is wrong comes after the path in most causes
+/// ("... /x/mount is still mounted"), and it must show.
+fn cause_rows(cause: &str, width: usize) -> Vec<String> {
+    let shrunk = shrink_words(cause, width);
+    if columns(&shrunk) <= width {
+        return vec![shrunk];
+    }
+    // Breaking between words wastes the ends of rows: shrink until two hold it.
+    let mut rows = prose_rows(&shrink_words(cause, 2 * width), width);
+    for target in (width..2 * width).rev() {
+        if rows.len() <= 2 {
+            break;
+        }
+        rows = prose_rows(&shrink_words(cause, target), width);
+    }
+    match rows.as_slice() {
+        [first, second] => vec![first.clone(), second.clone()],
+        [first, rest @ ..] => vec![first.clone(), cut(&rest.join(" "), width)],
+        [] => vec![],
+    }
+}
+
+/// A command line's shell words, split at the spaces a shell splits at
+/// (not those inside quotes or after a backslash), each with its quotes.
+fn shell_words(line: &str) -> Vec<&str> {
+    let mut words = Vec::new();
+    let mut start = None;
+    let (mut single, mut double, mut escaped) = (false, false, false);
+    for (at, c) in line.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if c == '\\' && !single {
+            escaped = true;
+        } else if c == '\'' && !double {
+            single = !single;
+        } else if c == '"' && !single {
+            double = !double;
+        } else if c == ' ' && !single && !double {
+            if let Some(from) = start.take() {
+                words.push(&line[from..at]);
+            }
+            continue;
+        }
+        start.get_or_insert(at);
+    }
+    if let Some(from) = start {
+        words.push(&line[from..]);
+    }
+    words
+}
+
+/// A fix in rows of at most `width` characters that still paste as the
+/// same commands: each of its lines whole if it fits; else broken only
+/// between shell words, every row but a command's last ending in ` \`
+/// (the shell's line continuation). A word wider than a row (a long path)
+/// gets a row of its own, shortened with `…` on screen: `c` copies it whole.
+pub fn fix_rows(fix: &str, width: usize) -> Vec<String> {
+    const GOES_ON: &str = " \\";
+    let mut rows = Vec::new();
+    for line in fix.split('\n') {
+        if columns(line) <= width {
+            rows.push(line.to_string());
+            continue;
+        }
+        let room = width.saturating_sub(GOES_ON.len()).max(1);
+        let mut row = String::new();
+        for word in shell_words(line) {
+            let needed = if row.is_empty() { columns(word) } else { columns(&row) + 1 + columns(word) };
+            if needed <= room {
+                if !row.is_empty() {
+                    row.push(' ');
+                }
+                row.push_str(word);
+                continue;
+            }
+            if !row.is_empty() {
+                rows.push(std::mem::take(&mut row) + GOES_ON);
+            }
+            row = shorten_middle(word, room);
+        }
+        rows.push(row);
+    }
+    rows
+}
+
+/// Prose (a summary, a piece of evidence) in rows of at most `width`
+/// characters, broken between words; a word wider than a row is shortened
+/// from the middle.
+fn prose_rows(text: &str, width: usize) -> Vec<String> {
+    let mut rows = Vec::new();
+    for line in text.split('\n') {
+        let mut row = String::new();
+        for word in line.split(' ').filter(|w| !w.is_empty()) {
+            let word = shorten_middle(word, width);
+            if !row.is_empty() && columns(&row) + 1 + columns(&word) > width {
+                rows.push(std::mem::take(&mut row));
+            }
+            if !row.is_empty() {
+                row.push(' ');
+            }
+            row.push_str(&word);
+        }
+        rows.push(row);
+    }
+    rows
+}
+
+/// How many characters of a pod UID tell the pods on the screen apart: 8
+/// (a UID's first group), more only if two of them share those.
+fn uid_shown(screen: &Screen) -> usize {
+    let mut uids: Vec<&str> = screen.findings.iter().filter_map(|f| f.pod.as_deref()).collect();
+    uids.extend(screen.busiest.iter().filter_map(|r| r.pod.as_deref()));
+    uids.extend(screen.in_flight.iter().filter_map(|r| r.pod.as_deref()));
+    uids.sort_unstable();
+    uids.dedup();
+    let shared = uids.windows(2).map(|w| w[0].chars().zip(w[1].chars()).take_while(|(a, b)| a == b).count()).max().unwrap_or(0);
+    (shared + 1).max(8)
+}
+
+/// A pod UID in `shown` characters (see [`uid_shown`]).
+fn short_uid(uid: &str, shown: usize) -> String {
+    uid.chars().take(shown).collect()
 }
 
 /// A section's rule and title.
@@ -75,59 +248,135 @@ fn table_section(title: String) -> Block<'static> {
     section(title).padding(Padding::left(1))
 }
 
+const CAUSE: &str = "   cause: ";
+const FIX: &str = "   fix:   ";
+const FIX_GOES_ON: &str = "          ";
+
+/// A finding's title: severity, kind, pod, how sure and how long, in
+/// `width` columns; the pod's UID whole when the line has room for it,
+/// else its first characters (`uid_chars`).
+fn finding_title(f: &FindingRow, selected: bool, width: usize, uid_chars: usize) -> Line<'static> {
+    let status = if f.active { "" } else { "resolved, " };
+    let tail = format!("  {status}{}, {} calls, for {}", Confidence::as_str(f.confidence), f.count, human_duration(f.age));
+    let mark = if selected { "›" } else { " " };
+    let severity = format!("{mark}{:<8} ", severity_label(f.severity));
+    let mut pod = f.pod.as_ref().map(|p| format!("  pod {p}")).unwrap_or_default();
+    if columns(&severity) + columns(f.kind) + columns(&pod) + columns(&tail) > width {
+        pod = f.pod.as_ref().map(|p| format!("  pod {}", short_uid(p, uid_chars))).unwrap_or_default();
+    }
+    // What is cut, if anything still is, is the tail: how sure, how long.
+    let mut room = width;
+    let mut spans = Vec::new();
+    for (text, style) in [
+        (severity, severity_style(f.severity, f.active)),
+        (f.kind.to_string(), if f.active { bold() } else { dim() }),
+        (pod, Style::new()),
+        (tail, dim()),
+    ] {
+        let text = cut(&text, room);
+        room -= columns(&text);
+        spans.push(Span::styled(text, style));
+    }
+    let line = Line::from(spans);
+    if selected {
+        line.style(Style::new().add_modifier(Modifier::REVERSED))
+    } else {
+        line
+    }
+}
+
 /// The findings as lines for `width` columns: a title line per finding,
 /// its cause on one line, its fix on as many as it takes.
-fn finding_lines(findings: &[FindingRow], width: u16) -> Vec<Line<'static>> {
-    const CAUSE: &str = "   cause: ";
-    const FIX: &str = "   fix:   ";
-    let room = (width as usize).saturating_sub(CAUSE.len()).max(1);
+fn finding_lines(findings: &[FindingRow], selected: usize, width: u16, uid_chars: usize) -> Vec<Line<'static>> {
+    let width = width as usize;
+    let room = width.saturating_sub(CAUSE.len()).max(1);
     if findings.is_empty() {
-        return vec![Line::styled(" No finding yet: nothing traced so far is stuck.", dim())];
+        return vec![Line::styled(cut(" No finding yet: nothing traced so far is stuck.", width), dim())];
     }
     let mut lines = Vec::new();
-    for f in findings {
-        let mut head = vec![
-            Span::styled(format!(" {:<8} ", severity_label(f.severity)), severity_style(f.severity, f.active)),
-            Span::styled(f.kind.to_string(), if f.active { bold() } else { dim() }),
-        ];
-        if let Some(pod) = &f.pod {
-            head.push(Span::raw(format!("  pod {pod}")));
+    for (i, f) in findings.iter().enumerate() {
+        lines.push(finding_title(f, i == selected, width, uid_chars));
+        for (i, row) in cause_rows(&f.cause, room).into_iter().enumerate() {
+            let lead = if i == 0 { CAUSE } else { FIX_GOES_ON };
+            lines.push(Line::from(vec![Span::styled(lead, dim()), Span::raw(row)]));
         }
-        let status = if f.active { "" } else { "resolved, " };
-        head.push(Span::styled(
-            format!("  {status}{}, {} calls, for {}", Confidence::as_str(f.confidence), f.count, human_duration(f.age)),
-            dim(),
-        ));
-        lines.push(Line::from(head));
-        lines.push(Line::from(vec![Span::styled(CAUSE, dim()), Span::raw(cut(&f.cause, room))]));
         let fix_style = if f.active { bold().fg(Color::Green) } else { dim() };
-        for (i, part) in wrap(&f.fix, room).into_iter().enumerate() {
-            let lead = if i == 0 { FIX } else { "          " };
+        for (i, part) in fix_rows(&terminal_safe_lines(&f.fix), room).into_iter().enumerate() {
+            let lead = if i == 0 { FIX } else { FIX_GOES_ON };
             lines.push(Line::from(vec![Span::styled(lead, dim()), Span::styled(part, fix_style)]));
         }
     }
     lines
 }
 
-fn header_lines(screen: &Screen) -> Vec<Line<'static>> {
-    let h = &screen.header;
-    let lost = if h.events_lost > 0 { bold().fg(Color::Red) } else { Style::new() };
-    vec![
-        Line::from(vec![
-            Span::styled(format!(" podstuck {}", h.version), bold()),
-            Span::raw(format!("  node {}  kernel {}  up {}", h.node, h.kernel, duration_to_the_second(h.uptime))),
-            Span::styled(format!("  {QUIT_HINT}"), dim()),
-        ]),
-        Line::from(vec![
-            Span::raw(format!(" tracing {}", h.filters)),
-            Span::raw(format!("  events {}  {} seen  ", rate(h.events_per_s), h.events_seen)),
-            Span::styled(format!("{} lost", h.events_lost), lost),
-            Span::raw(format!("  calls counted {}", h.calls_counted)),
-        ]),
-    ]
+/// The selected finding expanded: its whole summary, every piece of
+/// evidence, its whole fix (see [`fix_rows`]), in `width` columns.
+fn detail_lines(findings: &[FindingRow], selected: usize, width: u16) -> Vec<Line<'static>> {
+    let width = width as usize;
+    let Some(f) = findings.get(selected) else { return vec![] };
+    let indent = "   ";
+    let room = width.saturating_sub(indent.len()).max(1);
+    let mut lines = vec![Line::from(vec![
+        Span::styled(format!(" {} ", severity_label(f.severity)), severity_style(f.severity, f.active)),
+        Span::styled(cut(&format!("{}  (finding {} of {}; ↑↓ scroll, Esc closes)", f.kind, selected + 1, findings.len()), width.saturating_sub(10)), bold()),
+    ])];
+    if let Some(pod) = &f.pod {
+        lines.push(Line::raw(cut(&format!(" pod {pod}"), width)));
+    }
+    // The fix first: it is what the user acts on, and at 24 rows what
+    // comes last may need scrolling to.
+    lines.push(Line::styled(" fix (c copies it whole):", dim()));
+    let fix_style = if f.active { bold().fg(Color::Green) } else { Style::new() };
+    lines.extend(fix_rows(&terminal_safe_lines(&f.fix), room).into_iter().map(|row| Line::from(vec![Span::raw(indent), Span::styled(row, fix_style)])));
+    if f.evidence.is_empty() {
+        lines.push(Line::styled(" evidence: none recorded", dim()));
+    } else {
+        lines.push(Line::styled(" evidence:", dim()));
+        for item in &f.evidence {
+            for (i, row) in prose_rows(item, room.saturating_sub(2).max(1)).into_iter().enumerate() {
+                let lead = if i == 0 { "   - " } else { "     " };
+                lines.push(Line::raw(format!("{lead}{row}")));
+            }
+        }
+    }
+    lines.push(Line::styled(" summary:", dim()));
+    lines.extend(prose_rows(&f.summary, room).into_iter().map(|row| Line::raw(format!("{indent}{row}"))));
+    lines
 }
 
-fn busiest_table(screen: &Screen) -> Table<'static> {
+fn header_lines(screen: &Screen, width: u16) -> Vec<Line<'static>> {
+    let h = &screen.header;
+    let width = width as usize;
+    let lost = if h.events_lost > 0 { bold().fg(Color::Red) } else { Style::new() };
+    let first = format!(" podstuck {}  node {}  kernel {}  up {}", h.version, h.node, h.kernel, duration_to_the_second(h.uptime));
+    let tracing = format!(" tracing {}", h.filters);
+    let counts = format!("  events {}  {} seen  ", rate(h.events_per_s), h.events_seen);
+    let lost_words = format!("{} lost", h.events_lost);
+    let counted = format!("  calls counted {}", h.calls_counted);
+    // The counts matter more than the whole filter: the filter gives way.
+    let counts_width = columns(&counts) + columns(&lost_words) + columns(&counted);
+    let tracing = fit_words(&tracing, width.saturating_sub(counts_width).max(width / 2));
+    let mut room = width;
+    let mut second = Vec::new();
+    for (text, style) in [(tracing, Style::new()), (counts, Style::new()), (lost_words, lost), (counted, Style::new())] {
+        let text = cut(&text, room);
+        room -= columns(&text);
+        second.push(Span::styled(text, style));
+    }
+    vec![Line::from(Span::styled(cut(&first, width), bold())), Line::from(second)]
+}
+
+/// The keys, on the last row.
+fn legend(width: u16) -> Line<'static> {
+    Line::styled(cut(&format!(" {QUIT_HINT}  {KEYS}"), width as usize), dim())
+}
+
+/// Below this many columns the tables drop their least telling columns
+/// (p50, the whole UID) so that what fails (the errno) stays on screen.
+const NARROW: u16 = 120;
+
+fn busiest_table(screen: &Screen, width: u16, uid_chars: usize) -> Table<'static> {
+    let narrow = width < NARROW;
     let right = |s: String| Cell::from(Line::from(s).right_aligned());
     let rows = screen.busiest.iter().map(|r| {
         let failed = match r.errnos.as_slice() {
@@ -138,60 +387,46 @@ fn busiest_table(screen: &Screen) -> Table<'static> {
             }
         };
         let failed = if r.failed > 0 { Cell::from(Span::styled(failed, Style::new().fg(Color::Red))) } else { Cell::from(failed) };
-        Row::new(vec![
-            Cell::from(r.syscall),
-            Cell::from(r.actor),
-            Cell::from(r.pod.clone().unwrap_or_else(|| "-".to_string())),
-            right(r.count.to_string()),
-            right(rate(r.per_second)),
-            right(latency_text(r.p50_ns)),
-            right(latency_text(r.p99_ns)),
-            failed,
-        ])
+        let pod = r.pod.as_deref().map_or_else(|| "-".to_string(), |p| if narrow { short_uid(p, uid_chars) } else { p.to_string() });
+        let mut cells = vec![Cell::from(r.syscall), Cell::from(r.actor), Cell::from(pod), right(r.count.to_string()), right(rate(r.per_second))];
+        if !narrow {
+            cells.push(right(latency_text(r.p50_ns)));
+        }
+        cells.push(right(latency_text(r.p99_ns)));
+        cells.push(failed);
+        Row::new(cells)
     });
-    let header = Row::new(vec![
-        Cell::from("CALL"),
-        Cell::from("ACTOR"),
-        Cell::from("POD"),
-        right("CALLS".into()),
-        right("RATE".into()),
-        right("P50".into()),
-        right("P99".into()),
-        Cell::from("FAILED"),
-    ])
-    .style(dim());
-    Table::new(
-        rows,
-        [
-            Constraint::Length(8),
-            Constraint::Length(10),
-            Constraint::Length(36),
-            Constraint::Length(9),
-            Constraint::Length(8),
-            Constraint::Length(9),
-            Constraint::Length(9),
-            Constraint::Fill(1),
-        ],
-    )
-    .header(header)
+    let mut header = vec![Cell::from("CALL"), Cell::from("ACTOR"), Cell::from("POD"), right("CALLS".into()), right("RATE".into())];
+    if !narrow {
+        header.push(right("P50".into()));
+    }
+    header.extend([right("P99".into()), Cell::from("FAILED")]);
+    let widths: Vec<Constraint> = if narrow {
+        [8, 10, uid_chars as u16, 7, 7, 8].into_iter().map(Constraint::Length).chain([Constraint::Fill(1)]).collect()
+    } else {
+        [8, 10, 36, 9, 8, 9, 9].into_iter().map(Constraint::Length).chain([Constraint::Fill(1)]).collect()
+    };
+    Table::new(rows, widths).header(Row::new(header).style(dim()))
 }
 
-fn in_flight_table(screen: &Screen) -> Table<'static> {
+fn in_flight_table(screen: &Screen, width: u16, uid_chars: usize) -> Table<'static> {
+    let narrow = width < NARROW;
+    let widths: [u16; 4] = if narrow { [7, 14, 16, uid_chars as u16] } else { [8, 24, 28, 36] };
+    // The path takes what is left (padding and column gaps apart), shortened
+    // from the middle rather than clipped at its telling end.
+    let path_room = (width as usize).saturating_sub(1 + widths.iter().map(|w| *w as usize + 1).sum::<usize>()).max(8);
     let rows = screen.in_flight.iter().map(|r| {
+        let pod = r.pod.as_deref().map_or_else(|| "-".to_string(), |p| if narrow { short_uid(p, uid_chars) } else { p.to_string() });
         Row::new(vec![
             Cell::from(Line::from(human_duration(r.waiting)).right_aligned()),
             Cell::from(r.call.clone()),
             Cell::from(format!("{}[{}]", r.actor, r.pid)),
-            Cell::from(r.pod.clone().unwrap_or_else(|| "-".to_string())),
-            Cell::from(r.path.clone()),
+            Cell::from(pod),
+            Cell::from(shorten_middle(&r.path, path_room)),
         ])
     });
     let header = Row::new(vec![Cell::from(Line::from("WAITING").right_aligned()), "CALL".into(), "ACTOR".into(), "POD".into(), "PATH".into()]).style(dim());
-    Table::new(
-        rows,
-        [Constraint::Length(8), Constraint::Length(24), Constraint::Length(28), Constraint::Length(36), Constraint::Fill(1)],
-    )
-    .header(header)
+    Table::new(rows, widths.into_iter().map(Constraint::Length).chain([Constraint::Fill(1)]).collect::<Vec<_>>()).header(header)
 }
 
 /// Takes up to `want` rows off the top of `free`.
@@ -203,24 +438,39 @@ fn take_rows(free: &mut Rect, want: u16) -> Rect {
     taken
 }
 
-/// Draws `screen` over the whole frame.
-pub fn draw(frame: &mut Frame<'_>, screen: &Screen) {
+/// Draws `screen` over the whole frame, with the `selection` the user made.
+pub fn draw(frame: &mut Frame<'_>, screen: &Screen, selection: &Selection) {
     let mut free = frame.area();
     let width = free.width;
+    let uid_chars = uid_shown(screen);
 
-    frame.render_widget(Paragraph::new(header_lines(screen)), take_rows(&mut free, 2));
+    frame.render_widget(Paragraph::new(header_lines(screen, width)), take_rows(&mut free, 2));
 
-    // Notes sit at the bottom, out of the way, but are never pushed off.
-    if !screen.notes.is_empty() {
-        let height = (screen.notes.len() as u16).min(free.height);
-        let area = Rect { y: free.y + free.height - height, height, ..free };
-        free.height -= height;
-        let lines: Vec<Line> = screen.notes.iter().map(|n| Line::styled(format!(" note: {}", cut(n, width as usize)), Style::new().fg(Color::Yellow))).collect();
-        frame.render_widget(Paragraph::new(lines), area);
+    // From the bottom up: the keys, what the last key did, the notes; out
+    // of the way, but never pushed off.
+    let mut bottom: Vec<Line> = screen.notes.iter().map(|n| Line::styled(cut(&format!(" note: {n}"), width as usize), Style::new().fg(Color::Yellow))).collect();
+    if let Some(status) = &selection.status {
+        bottom.push(Line::styled(cut(&format!(" {status}"), width as usize), bold()));
+    }
+    bottom.push(legend(width));
+    let height = (bottom.len() as u16).min(free.height);
+    let area = Rect { y: free.y + free.height - height, height, ..free };
+    free.height -= height;
+    frame.render_widget(Paragraph::new(bottom), area);
+
+    let selected = selection.index.min(screen.findings.len().saturating_sub(1));
+    if selection.expanded && !screen.findings.is_empty() {
+        // The detail takes the screen: it is what the user asked to read.
+        let lines = detail_lines(&screen.findings, selected, width);
+        // Scrolled no further than its last row at the bottom.
+        let last_top = (lines.len() as u16).saturating_sub(free.height.saturating_sub(1));
+        let scroll = selection.scroll.min(last_top);
+        frame.render_widget(Paragraph::new(lines).scroll((scroll, 0)).block(section("Finding".into())), free);
+        return;
     }
 
     // Findings first, whole; the tables share what is left.
-    let lines = finding_lines(&screen.findings, width);
+    let lines = finding_lines(&screen.findings, selected, width, uid_chars);
     let title = match screen.findings.len() {
         0 => "Findings".to_string(),
         n => format!("Findings ({n})"),
@@ -233,7 +483,7 @@ pub fn draw(frame: &mut Frame<'_>, screen: &Screen) {
     if screen.busiest.is_empty() {
         frame.render_widget(Paragraph::new(Line::styled(" No call traced yet.", dim())).block(section("Busiest series".into())), area);
     } else {
-        frame.render_widget(busiest_table(screen).block(table_section("Busiest series".into())), area);
+        frame.render_widget(busiest_table(screen, width, uid_chars).block(table_section("Busiest series".into())), area);
     }
 
     let area = take_rows(&mut free, 2 + screen.in_flight.len().max(1) as u16);
@@ -241,7 +491,7 @@ pub fn draw(frame: &mut Frame<'_>, screen: &Screen) {
     if screen.in_flight.is_empty() {
         frame.render_widget(Paragraph::new(Line::styled(" None waiting.", dim())).block(section(title)), area);
     } else {
-        frame.render_widget(in_flight_table(screen).block(table_section(title)), area);
+        frame.render_widget(in_flight_table(screen, width, uid_chars).block(table_section(title)), area);
     }
 }
 
@@ -254,7 +504,7 @@ mod tests {
     use crate::collect::RunTotals;
     use crate::identify::actor::Role;
     use crate::view::model::tests::{flight, run, volume_finding, POD};
-    use crate::view::model::{LiveView, Moment, Notes};
+    use crate::view::model::{Action, LiveView, Moment, Notes};
     use podstuck_common::Syscall;
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
@@ -274,8 +524,12 @@ mod tests {
     }
 
     fn rendered(screen: &Screen, width: u16, height: u16) -> Vec<String> {
+        rendered_with(screen, &Selection::default(), width, height)
+    }
+
+    fn rendered_with(screen: &Screen, selection: &Selection, width: u16, height: u16) -> Vec<String> {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-        terminal.draw(|f| draw(f, screen)).unwrap();
+        terminal.draw(|f| draw(f, screen, selection)).unwrap();
         let buffer = terminal.backend().buffer();
         buffer.content().chunks(width as usize).map(|row| row.iter().map(|c| c.symbol()).collect::<String>().trim_end().to_string()).collect()
     }
@@ -305,22 +559,159 @@ mod tests {
         assert!(row("rmdir ") < row("unlink "), "busiest first:\n{text}");
         let waiting = line_with(&lines, "/mnt/nfs/share");
         assert!(waiting.contains("1m01s") && waiting.contains("umount2") && waiting.contains("kubelet[77]"), "{waiting}");
-        assert_eq!(lines.iter().rposition(|l| !l.is_empty()), Some(29), "the note sits on the last row:\n{text}");
-        assert!(lines[29].contains("note: skipped a record: too short"));
+        assert!(lines[28].contains("note: skipped a record: too short"), "the note sits above the keys:\n{text}");
+        assert!(lines[29].starts_with(" q or Ctrl-C: stop and print a summary  ↑↓ select  Enter details  c copy fix"), "{text}");
+    }
+
+    const UID: &str = "5f0e8a7c-93b1-4c1e-9d55-2a1b7c3e4f60";
+
+    fn csi_path() -> String {
+        format!("/var/lib/kubelet/pods/{UID}/volumes/kubernetes.io~csi/pvc-0b6a3f2e-1c4d-4e8f-9a7b-5d2c1e0f3a9b/mount")
+    }
+
+    /// P1 as a real node words it: a long CSI path in the cause and the fix.
+    fn csi_screen(notes: &Notes) -> Screen {
+        let mut screen = screen_with_everything(notes);
+        let f = &mut screen.findings[0];
+        f.pod = Some(UID.into());
+        f.cause = format!("kubelet cannot remove the CSI volume dir of pod {UID}: {} is still mounted (tmpfs).", csi_path());
+        f.summary = format!("{} Removal failed with EBUSY 4 times.", f.cause);
+        f.fix = format!("umount {}", csi_path());
+        screen.busiest[0].pod = Some(UID.into());
+        screen.in_flight[0].pod = Some(UID.into());
+        screen.in_flight[0].path = csi_path();
+        screen
+    }
+
+    fn assert_fits(lines: &[String], width: usize) {
+        for line in lines {
+            assert!(line.chars().count() <= width, "wider than {width}: {line:?}\n{}", lines.join("\n"));
+        }
+    }
+
+    /// The fix as pasted from the screen's rows: continuations joined.
+    fn pasted(rows: &[String]) -> String {
+        rows.iter().map(|r| r.trim().trim_end_matches(" \\")).collect::<Vec<_>>().join(" ")
     }
 
     #[test]
-    fn a_long_fix_wraps_whole_and_a_long_cause_is_cut() {
-        let notes = Notes::default();
-        let mut screen = screen_with_everything(&notes);
-        screen.findings[0].fix = format!("umount /{}", "x".repeat(150));
-        screen.findings[0].cause = "y".repeat(150);
-        let lines = rendered(&screen, 80, 30);
+    fn at_80_columns_every_row_fits_the_cause_says_what_is_wrong_and_the_errno_stays() {
+        let mut notes = Notes::default();
+        notes.add(format!("could not read {}", csi_path()));
+        let screen = csi_screen(&notes);
+        let lines = rendered(&screen, 80, 24);
+        let text = lines.join("\n");
+        assert_fits(&lines, 80);
+        let title = line_with(&lines, "CRITICAL");
+        assert!(title.contains("volume-still-mounted  pod 5f0e8a7c  confirmed"), "the UID's first group:\n{text}");
+        let at = lines.iter().position(|l| l.contains("cause:")).unwrap();
+        assert!(lines[at].starts_with("   cause: kubelet cannot remove the CSI volume dir of pod"), "{text}");
+        assert!(lines[at + 1].ends_with("/mount is still mounted (tmpfs)."), "the path gives way, not what is wrong:\n{text}");
+        // The fix's path is one word: on a row of its own, shortened, after a continuation.
         let at = lines.iter().position(|l| l.contains("fix:")).unwrap();
-        let shown: String = lines[at..at + 3].iter().map(|l| l.trim_start().trim_start_matches("fix:").trim()).collect();
-        assert_eq!(shown, format!("umount /{}", "x".repeat(150)), "{}", lines.join("\n"));
+        assert_eq!(lines[at], "   fix:   umount \\");
+        assert!(lines[at + 1].trim_start().starts_with("/var/") && lines[at + 1].ends_with("/mount") && lines[at + 1].contains('…'), "{text}");
+        let rmdir = line_with(&lines, "rmdir ");
+        assert!(rmdir.contains("4 (EBUSY 4)") && rmdir.contains("5f0e8a7c") && !rmdir.contains(UID), "{rmdir}");
+        assert!(line_with(&lines, "FAILED").contains("P99"), "{text}");
+        let waiting = line_with(&lines, "umount2");
+        assert!(waiting.ends_with("/mount") && waiting.contains('…'), "{waiting}");
+        assert!(lines[23].contains("q or Ctrl-C: stop and print a summary") && lines[23].contains("c copy fix"), "{text}");
+    }
+
+    #[test]
+    fn at_200_columns_the_layout_holds_with_whole_uids_and_the_whole_fix() {
+        let notes = Notes::default();
+        let screen = csi_screen(&notes);
+        let lines = rendered(&screen, 200, 50);
+        assert_fits(&lines, 200);
+        assert!(line_with(&lines, "CRITICAL").contains(&format!("pod {UID}  confirmed")));
         let cause = line_with(&lines, "cause:");
-        assert!(cause.ends_with("y…") && cause.chars().count() <= 80, "{cause}");
+        assert!(cause.contains(&format!("of pod {UID}: /var/lib/kubelet/")) && cause.ends_with("/mount is still mounted (tmpfs)."), "{cause}");
+        assert!(line_with(&lines, "fix:").ends_with(&format!("fix:   umount {}", csi_path())));
+        let rmdir = line_with(&lines, "rmdir ");
+        assert!(rmdir.contains(UID) && rmdir.contains("20.0us"), "{rmdir}");
+        let waiting = line_with(&lines, "umount2");
+        assert!(waiting.contains("kubelet[77]") && waiting.contains(&format!("{UID} /var/lib/kubelet/pods/5f0e")) && waiting.ends_with("/mount"), "{waiting}");
+    }
+
+    #[test]
+    fn a_fix_breaks_only_between_shell_words_with_a_continuation() {
+        let fix = "umount -l '/v/a b/c' && rmdir /var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1\nkill 42";
+        let rows = fix_rows(fix, 30);
+        assert_eq!(rows, vec!["umount -l '/v/a b/c' && \\", "rmdir \\", "/var/lib/…netes.io~csi/pvc-1", "kill 42"]);
+        for row in &rows {
+            assert!(row.chars().count() <= 30, "{row}");
+        }
+        // The rows that are whole paste as the fix's first line, continuations and all.
+        let first = fix.lines().next().unwrap();
+        assert_eq!(pasted(&rows[..2]) + " /var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1", first);
+        assert_eq!(shell_words(r#"a 'b c' "d \" e" f\ g"#), vec!["a", "'b c'", r#""d \" e""#, r"f\ g"]);
+        assert_eq!(fix_rows("umount /short", 30), vec!["umount /short"]);
+    }
+
+    #[test]
+    fn a_sentence_gives_way_in_its_paths_never_in_its_words() {
+        let path = "/var/lib/kubelet/pods/p/volumes/kubernetes.io~csi/pvc-1/mount";
+        let fitted = fit_words(&format!("kubelet cannot remove {path}: it is still mounted (tmpfs)."), 66);
+        assert_eq!(fitted, "kubelet cannot remove /var…c-1/mount: it is still mounted (tmpfs).");
+        // No room even then: two rows, what is wrong on the second.
+        let rows = cause_rows(&format!("kubelet cannot remove the CSI volume dir of pod x: {path} is still mounted (tmpfs)."), 40);
+        assert_eq!(rows, vec!["kubelet cannot remove the CSI volume dir", "of pod x: /va…-1/mount is still mounted…"]);
+        assert_eq!(shorten_middle("abcdefghij", 5), "a…hij");
+        assert_eq!(cut("sentence", 4), "sen…");
+        assert_eq!(prose_rows("one two three", 7), vec!["one two", "three"]);
+    }
+
+    #[test]
+    fn pods_sharing_a_uid_prefix_are_told_apart() {
+        let notes = Notes::default();
+        let mut screen = csi_screen(&notes);
+        assert_eq!(uid_shown(&screen), 8);
+        screen.busiest[1].pod = Some("5f0e8a7c-93b1-4c1e-9d55-000000000000".into());
+        assert_eq!(uid_shown(&screen), 25, "one past the characters they share");
+        let lines = rendered(&screen, 80, 24);
+        assert!(lines.iter().any(|l| l.contains("5f0e8a7c-93b1-4c1e-9d55-2") && l.contains("rmdir")), "{}", lines.join("\n"));
+    }
+
+    #[test]
+    fn the_selected_finding_expands_to_its_summary_evidence_and_whole_fix() {
+        let notes = Notes::default();
+        let mut screen = csi_screen(&notes);
+        let mut second = screen.findings[0].clone();
+        second.kind = "dir-not-empty";
+        second.evidence.clear();
+        screen.findings.push(second);
+        let mut selection = Selection::default();
+        let lines = rendered_with(&screen, &selection, 80, 24);
+        assert!(line_with(&lines, "volume-still-mounted").starts_with("›CRITICAL"), "the first is selected");
+        assert!(line_with(&lines, "dir-not-empty").starts_with(" CRITICAL"));
+        selection.apply(Action::Toggle, &screen.findings);
+        let lines = rendered_with(&screen, &selection, 80, 24);
+        let text = lines.join("\n");
+        assert_fits(&lines, 80);
+        assert!(text.contains("volume-still-mounted  (finding 1 of 2; ↑↓ scroll, Esc closes)") && text.contains(&format!(" pod {UID}")), "{text}");
+        assert!(text.contains("Removal failed with EBUSY 4 times."), "the whole summary:\n{text}");
+        assert!(text.contains("   - trace: unlinkat(AT_REMOVEDIR) by kubelet failed EBUSY 4 times"), "{text}");
+        assert!(text.contains("   - mountinfo: /k/pods/x/mount: tmpfs"), "{text}");
+        let at = lines.iter().position(|l| l.contains("fix (c copies it whole):")).unwrap();
+        assert_eq!(lines[at + 1], "   umount \\");
+        assert!(lines[at + 2].ends_with("/mount") && lines[at + 2].contains('…'));
+        assert!(!text.contains("Busiest series"), "the detail takes the screen");
+        // Scrolling: the last row of the summary comes up, no further.
+        for _ in 0..40 {
+            selection.apply(Action::Down, &screen.findings);
+        }
+        let lines = rendered_with(&screen, &selection, 80, 12);
+        assert!(lines[lines.len() - 2].ends_with("Removal failed with EBUSY 4 times."), "{}", lines.join("\n"));
+        selection.apply(Action::Close, &screen.findings);
+        selection.apply(Action::Down, &screen.findings);
+        selection.apply(Action::Toggle, &screen.findings);
+        let lines = rendered_with(&screen, &selection, 80, 24).join("\n");
+        assert!(lines.contains("dir-not-empty  (finding 2 of 2;") && lines.contains("evidence: none recorded"), "{lines}");
+        selection.apply(Action::Copy, &screen.findings);
+        let lines = rendered_with(&screen, &selection, 80, 24);
+        assert!(lines[22].contains(&format!("fix copied ({} bytes)", screen.findings[1].fix.len())), "{}", lines.join("\n"));
     }
 
     #[test]

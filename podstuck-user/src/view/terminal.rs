@@ -6,9 +6,11 @@
 //! One thread of its own owns the terminal: it draws the latest
 //! [`Screen`] and reads keys, so a slow or stalled terminal (a frozen ssh
 //! session) never holds up tracing; `watch` only swaps in a new screen and
-//! reads the keys that ask to stop.
+//! reads the keys that ask to stop. The keys that move over the findings,
+//! expand one and copy its fix (OSC 52, written between two frames) stay
+//! in that thread with the [`Selection`] they change.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::thread::JoinHandle;
@@ -21,7 +23,7 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 use tokio::sync::mpsc;
 
-use super::model::Screen;
+use super::model::{Action, Screen, Selection};
 use super::render;
 
 /// How long the terminal thread waits for a key before looking for a new
@@ -62,6 +64,22 @@ pub fn quit_key(key: &KeyEvent) -> Option<Quit> {
     match key.code {
         KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => Some(Quit::Key("Ctrl-C")),
         KeyCode::Char('q' | 'Q') if !key.modifiers.contains(KeyModifiers::CONTROL) => Some(Quit::Key("q")),
+        _ => None,
+    }
+}
+
+/// What `key` asks of the findings, if anything (the keys that stop are
+/// [`quit_key`]'s).
+pub fn view_key(key: &KeyEvent) -> Option<Action> {
+    if key.kind != KeyEventKind::Press || key.modifiers.contains(KeyModifiers::CONTROL) {
+        return None;
+    }
+    match key.code {
+        KeyCode::Up | KeyCode::Char('k') => Some(Action::Up),
+        KeyCode::Down | KeyCode::Char('j') => Some(Action::Down),
+        KeyCode::Enter | KeyCode::Char('e') => Some(Action::Toggle),
+        KeyCode::Esc => Some(Action::Close),
+        KeyCode::Char('c') => Some(Action::Copy),
         _ => None,
     }
 }
@@ -199,26 +217,36 @@ impl Drop for LiveTerminal {
 /// The terminal thread: draw each new screen, read keys, until told to stop.
 fn run(mut terminal: Terminal<CrosstermBackend<std::io::Stdout>>, shared: &Shared, quits: &mpsc::UnboundedSender<Quit>) -> std::io::Result<()> {
     let mut drawn: Option<Screen> = None;
+    let mut selection = Selection::default();
     while !shared.stop.load(Ordering::SeqCst) {
+        let mut redraw = false;
         if event::poll(KEY_WAIT)? {
             match event::read()? {
                 Event::Key(key) => {
                     if let Some(quit) = quit_key(&key) {
                         let _ = quits.send(quit);
+                    } else if let (Some(action), Some(screen)) = (view_key(&key), &drawn) {
+                        if let Some(sequence) = selection.apply(action, &screen.findings) {
+                            // Straight to the terminal, between two frames:
+                            // it draws nothing, it sets the clipboard.
+                            terminal.backend_mut().write_all(sequence.as_bytes())?;
+                            terminal.backend_mut().flush()?;
+                        }
+                        redraw = true;
                     }
                 }
-                Event::Resize(..) => {
-                    if let Some(screen) = &drawn {
-                        terminal.draw(|frame| render::draw(frame, screen))?;
-                    }
-                }
+                Event::Resize(..) => redraw = true,
                 _ => {}
             }
         }
         let fresh = shared.next.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(screen) = fresh {
-            terminal.draw(|frame| render::draw(frame, &screen))?;
+            selection.clamp(screen.findings.len());
             drawn = Some(screen);
+            redraw = true;
+        }
+        if let (true, Some(screen)) = (redraw, &drawn) {
+            terminal.draw(|frame| render::draw(frame, screen, &selection))?;
         }
     }
     Ok(())
@@ -240,5 +268,21 @@ mod tests {
         release.kind = KeyEventKind::Release;
         assert_eq!(quit_key(&release), None);
         assert_eq!(Quit::Key("Ctrl-C").stopped_by(), "Ctrl-C");
+    }
+
+    #[test]
+    fn arrows_and_vi_keys_move_enter_and_e_expand_esc_closes_c_copies() {
+        let key = |code| KeyEvent::new(code, KeyModifiers::NONE);
+        assert_eq!(view_key(&key(KeyCode::Up)), Some(Action::Up));
+        assert_eq!(view_key(&key(KeyCode::Char('k'))), Some(Action::Up));
+        assert_eq!(view_key(&key(KeyCode::Down)), Some(Action::Down));
+        assert_eq!(view_key(&key(KeyCode::Char('j'))), Some(Action::Down));
+        assert_eq!(view_key(&key(KeyCode::Enter)), Some(Action::Toggle));
+        assert_eq!(view_key(&key(KeyCode::Char('e'))), Some(Action::Toggle));
+        assert_eq!(view_key(&key(KeyCode::Esc)), Some(Action::Close));
+        assert_eq!(view_key(&key(KeyCode::Char('c'))), Some(Action::Copy));
+        // Ctrl-C stops; it never copies.
+        assert_eq!(view_key(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), None);
+        assert_eq!(view_key(&key(KeyCode::Char('x'))), None);
     }
 }

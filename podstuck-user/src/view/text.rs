@@ -149,6 +149,8 @@ mod tests {
             book.record(&event(Syscall::Rmdir, -16, 20_000), &identity(Role::Kubelet, Some(POD)));
         }
         let mut f = volume_finding();
+        // Only the evidence this test says.
+        f.evidence.clear();
         f.advice.push("upgrade the CSI driver".into());
         f.evidence("mountinfo", "/k/pods/x/mount is mounted (tmpfs)");
         f.last_seen = t(8.0);
