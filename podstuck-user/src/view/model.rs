@@ -408,6 +408,10 @@ impl Selection {
                     self.status = Some("no finding to copy a fix from".into());
                     return None;
                 };
+                if !finding.active || finding.fix.is_empty() {
+                    self.status = Some("no fix to copy: this finding is over".into());
+                    return None;
+                }
                 return match osc52(&finding.fix) {
                     Ok(sequence) => {
                         self.status = Some(format!("fix copied ({} bytes)", finding.fix.len()));
@@ -623,6 +627,12 @@ pub(crate) mod tests {
         assert!(!selection.expanded);
         assert_eq!(selection.apply(Action::Copy, &[]), None);
         assert_eq!(selection.status.as_deref(), Some("no finding to copy a fix from"));
+        // A finding that is over has no fix: nothing is copied, and that is said.
+        let mut over = rows(1);
+        over[0].active = false;
+        over[0].fix.clear();
+        assert_eq!(selection.apply(Action::Copy, &over), None);
+        assert_eq!(selection.status.as_deref(), Some("no fix to copy: this finding is over"));
     }
 
     #[test]

@@ -300,7 +300,11 @@ fn finding_lines(findings: &[FindingRow], selected: usize, width: u16, uid_chars
             let lead = if i == 0 { CAUSE } else { FIX_GOES_ON };
             lines.push(Line::from(vec![Span::styled(lead, dim()), Span::raw(row)]));
         }
-        let fix_style = if f.active { bold().fg(Color::Green) } else { dim() };
+        // A finding that is over has nothing to run: no fix row.
+        if !f.active || f.fix.is_empty() {
+            continue;
+        }
+        let fix_style = bold().fg(Color::Green);
         for (i, part) in fix_rows(&terminal_safe_lines(&f.fix), room).into_iter().enumerate() {
             let lead = if i == 0 { FIX } else { FIX_GOES_ON };
             lines.push(Line::from(vec![Span::styled(lead, dim()), Span::styled(part, fix_style)]));
@@ -325,9 +329,13 @@ fn detail_lines(findings: &[FindingRow], selected: usize, width: u16) -> Vec<Lin
     }
     // The fix first: it is what the user acts on, and at 24 rows what
     // comes last may need scrolling to.
-    lines.push(Line::styled(" fix (c copies it whole):", dim()));
-    let fix_style = if f.active { bold().fg(Color::Green) } else { Style::new() };
-    lines.extend(fix_rows(&terminal_safe_lines(&f.fix), room).into_iter().map(|row| Line::from(vec![Span::raw(indent), Span::styled(row, fix_style)])));
+    if f.active && !f.fix.is_empty() {
+        lines.push(Line::styled(" fix (c copies it whole):", dim()));
+        let fix_style = bold().fg(Color::Green);
+        lines.extend(fix_rows(&terminal_safe_lines(&f.fix), room).into_iter().map(|row| Line::from(vec![Span::raw(indent), Span::styled(row, fix_style)])));
+    } else {
+        lines.push(Line::styled(" over: nothing to run now", dim()));
+    }
     if f.evidence.is_empty() {
         lines.push(Line::styled(" evidence: none recorded", dim()));
     } else {
@@ -536,6 +544,24 @@ mod tests {
 
     fn line_with<'a>(lines: &'a [String], needle: &str) -> &'a str {
         lines.iter().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no line with {needle:?} in\n{}", lines.join("\n")))
+    }
+
+    #[test]
+    fn a_finding_that_is_over_shows_no_fix_and_its_detail_says_so() {
+        let book = LatencyBook::new(t(0.0));
+        let mut finding = volume_finding();
+        finding.status = crate::diagnose::Status::Resolved;
+        crate::diagnose::wording::settle(&mut finding);
+        let mut view = LiveView::new(run());
+        let totals = RunTotals::default();
+        let screen = view.screen(&Moment { now: t(62.0), findings: &[&finding], book: &book, in_flight: &[], totals: &totals }, &Notes::default());
+        let lines = rendered(&screen, 80, 24);
+        assert!(!lines.iter().any(|l| l.contains("fix:") || l.contains("umount")), "{}", lines.join("\n"));
+        let mut selection = Selection::default();
+        selection.apply(crate::view::model::Action::Toggle, &screen.findings);
+        let detail = rendered_with(&screen, &selection, 80, 24);
+        assert!(detail.iter().any(|l| l.contains("over: nothing to run now")), "{}", detail.join("\n"));
+        assert!(!detail.iter().any(|l| l.contains("umount")), "{}", detail.join("\n"));
     }
 
     #[test]
