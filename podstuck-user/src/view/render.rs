@@ -558,7 +558,7 @@ mod tests {
         let lines = rendered(&screen, 80, 24);
         assert!(!lines.iter().any(|l| l.contains("fix:") || l.contains("umount")), "{}", lines.join("\n"));
         let mut selection = Selection::default();
-        selection.apply(crate::view::model::Action::Toggle, &screen.findings);
+        selection.apply(Action::Toggle, &screen.findings);
         let detail = rendered_with(&screen, &selection, 80, 24);
         assert!(detail.iter().any(|l| l.contains("over: nothing to run now")), "{}", detail.join("\n"));
         assert!(!detail.iter().any(|l| l.contains("umount")), "{}", detail.join("\n"));
