@@ -197,6 +197,31 @@ pub fn io_words(e: &std::io::Error) -> String {
     }
 }
 
+/// A duration option as the user typed it (`30s`, `5m`, `1h30m`), for
+/// every duration option of both binaries, so each says a mistake the same
+/// way: with an example, the unit a bare number lacks, and why zero or a
+/// negative length cannot be (`zero_means`: what zero would do, e.g. "it
+/// would stop before tracing anything"). Give the option
+/// `allow_hyphen_values` so `-5s` reaches it instead of being taken for an
+/// option.
+pub fn duration_arg(value: &str, zero_means: &str) -> Result<Duration, String> {
+    const EXAMPLE: &str = "e.g. 30s, 5m, 1h";
+    let text = value.trim();
+    if let Some(rest) = text.strip_prefix('-') {
+        if rest.starts_with(|c: char| c.is_ascii_digit()) {
+            return Err(format!("{value} is negative: give a length of time ({EXAMPLE})"));
+        }
+    }
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{value} has no unit: did you mean {text}s? ({EXAMPLE})"));
+    }
+    let d = humantime::parse_duration(text).map_err(|_| format!("{value:?} is not a duration: give a number and a unit ({EXAMPLE})"))?;
+    if d.is_zero() {
+        return Err(format!("{value}: {zero_means}; give a longer one ({EXAMPLE})"));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +234,18 @@ mod tests {
         assert_eq!(human_duration(secs(200)), "3m20s");
         assert_eq!(human_duration(secs(26 * 3600 + 600)), "26h10m");
         assert_eq!(human_duration(secs(4952 * 3600 + 11 * 60)), "206d08h");
+    }
+
+    #[test]
+    fn a_duration_option_says_each_mistake_with_an_example() {
+        const ZERO: &str = "it would stop at once";
+        assert_eq!(duration_arg("30s", ZERO), Ok(Duration::from_secs(30)));
+        assert_eq!(duration_arg("1h30m", ZERO), Ok(Duration::from_secs(5400)));
+        assert_eq!(duration_arg("garbage", ZERO).unwrap_err(), "\"garbage\" is not a duration: give a number and a unit (e.g. 30s, 5m, 1h)");
+        assert_eq!(duration_arg("", ZERO).unwrap_err(), "\"\" is not a duration: give a number and a unit (e.g. 30s, 5m, 1h)");
+        assert_eq!(duration_arg("30", ZERO).unwrap_err(), "30 has no unit: did you mean 30s? (e.g. 30s, 5m, 1h)");
+        assert_eq!(duration_arg("-5s", ZERO).unwrap_err(), "-5s is negative: give a length of time (e.g. 30s, 5m, 1h)");
+        assert_eq!(duration_arg("0s", ZERO).unwrap_err(), "0s: it would stop at once; give a longer one (e.g. 30s, 5m, 1h)");
+        assert!(duration_arg("0ms", ZERO).unwrap_err().contains(ZERO));
     }
 }
