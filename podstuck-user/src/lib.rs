@@ -20,7 +20,7 @@
 //! Kubernetes API the same question (`podstuck explain`), and joins its
 //! answer to the kernel's in `watch --pod NS/NAME`. [`words`] is the
 //! ground floor: how times, paths, durations and node-chosen text are
-//! said, for all.
+//! said, for all; [`exit`] the codes every command ends with.
 
 pub mod attach_cost;
 pub mod btf;
@@ -29,6 +29,7 @@ pub mod collect;
 pub mod demo;
 pub mod diagnose;
 pub mod event;
+pub mod exit;
 pub mod explain;
 pub mod export;
 pub mod identify;
