@@ -244,6 +244,20 @@ fn a_pod_not_scheduled_has_no_node_to_trace() {
 }
 
 #[test]
+fn no_cluster_is_said_once_in_podstucks_words() {
+    let scratch = ScratchDir::new("plugin-no-cluster");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    cluster.no_cluster();
+    let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--context", "prod-eu"])).finish(secs(30));
+    assert_eq!(ended.status.code(), Some(1), "{}", ended.stderr);
+    assert_eq!(
+        ended.stderr,
+        "kubectl podstuck: error: cannot reach the cluster: kubectl get pod found no API server answering for context prod-eu (kubectl said: \"The connection to the server localhost:8080 was refused - did you specify the right host or port?\"); check that this is the cluster meant (--context NAME, --kubeconfig FILE) and that its API server is up and reachable from here (kubectl cluster-info)\n"
+    );
+    assert_eq!(cluster.verbs(), ["get"]);
+}
+
+#[test]
 fn kubectl_missing_is_said() {
     let scratch = ScratchDir::new("plugin-no-kubectl");
     let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
