@@ -123,6 +123,7 @@ fn header_lines(screen: &Screen) -> Vec<Line<'static>> {
             Span::raw(format!("  events {}  {} seen  ", rate(h.events_per_s), h.events_seen)),
             Span::styled(format!("{} lost", h.events_lost), lost),
             Span::raw(format!("  calls counted {}", h.calls_counted)),
+            Span::raw(h.node_calls.map(|n| format!("  node: {n} calls")).unwrap_or_default()),
         ]),
     ]
 }
@@ -282,6 +283,15 @@ mod tests {
 
     fn line_with<'a>(lines: &'a [String], needle: &str) -> &'a str {
         lines.iter().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no line with {needle:?} in\n{}", lines.join("\n")))
+    }
+
+    #[test]
+    fn with_pod_the_header_says_the_nodes_calls_apart() {
+        let mut screen = screen_with_everything(&Notes::default());
+        assert!(!rendered(&screen, 200, 30).join("\n").contains("node: "));
+        screen.header.node_calls = Some(87_575);
+        let lines = rendered(&screen, 200, 30);
+        assert!(line_with(&lines, "calls counted").contains("calls counted 4  node: 87575 calls"), "{}", lines.join("\n"));
     }
 
     #[test]
