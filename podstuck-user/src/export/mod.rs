@@ -437,8 +437,7 @@ mod tests {
             errors_only: false,
             every_call: false,
         };
-        let mut totals = RunTotals::default();
-        totals.calls = BTreeMap::from([(podstuck_common::Syscall::Unlinkat, 87_571), (podstuck_common::Syscall::Rmdir, 4)]);
+        let mut totals = RunTotals { calls: BTreeMap::from([(podstuck_common::Syscall::Unlinkat, 87_571), (podstuck_common::Syscall::Rmdir, 4)]), ..Default::default() };
         let info = RunInfo::of_run(&facts, &totals, Duration::from_secs(5), SystemTime::UNIX_EPOCH, true);
         assert_eq!((info.calls_counted["unlinkat"], info.node_calls_counted.as_ref()), (87_571, None));
         totals.pods_calls = Some(BTreeMap::from([(podstuck_common::Syscall::Unlinkat, 4)]));
