@@ -206,8 +206,13 @@ pub struct RunTotals {
     pub events_seen: u64,
     /// Records the kernel could not put in the ring buffer.
     pub events_lost: u64,
-    /// Every completed call, counted in the kernel.
+    /// Every completed call of the node, counted in the kernel.
     pub calls: BTreeMap<Syscall, u64>,
+    /// With `--pod`: the calls of the pods followed, by syscall, from the
+    /// kernel's per-process counts (calls counted without their process,
+    /// the series map full, cannot be told apart and are not in it).
+    /// `None` when the whole node is followed: `calls` is then the answer.
+    pub pods_calls: Option<BTreeMap<Syscall, u64>>,
     pub calls_without_entry: u64,
     pub entries_not_stored: u64,
     pub paths_unreadable: u64,
@@ -218,6 +223,24 @@ pub struct RunTotals {
     /// What each kernel program cost so far, with `--kernel-cost` (empty
     /// without: the kernel counts nothing then).
     pub programs: Vec<ProgramCost>,
+}
+
+impl RunTotals {
+    /// The calls the run is about, by syscall: with `--pod` the pods'
+    /// (every syscall the node's totals name, zero where the pods made
+    /// none), else the node's.
+    pub fn shown_calls(&self) -> BTreeMap<Syscall, u64> {
+        match &self.pods_calls {
+            Some(pods) => self.calls.keys().chain(pods.keys()).map(|s| (*s, pods.get(s).copied().unwrap_or(0))).collect(),
+            None => self.calls.clone(),
+        }
+    }
+
+    /// With `--pod`, every call of the node, to be said apart as the
+    /// node's; `None` when the shown calls are the node's already.
+    pub fn node_calls(&self) -> Option<u64> {
+        self.pods_calls.as_ref().map(|_| self.calls.values().sum())
+    }
 }
 
 /// The longest a record sent without a wakeup waits in the ring when no
@@ -676,6 +699,7 @@ impl Tracer {
             events_seen: self.events_seen,
             events_lost: self.counter(counter::RING_BUFFER_DROPS)?,
             calls,
+            pods_calls: None,
             calls_without_entry: self.counter(counter::EXIT_WITHOUT_ENTRY)?,
             entries_not_stored: self.counter(counter::ENTRY_NOT_STORED)?,
             paths_unreadable: self.counter(counter::PATH_UNREADABLE)?,

@@ -45,11 +45,11 @@ struct Cli {
     /// The podstuck image the debug pod runs.
     #[arg(long, default_value = concat!("podstuck:", env!("CARGO_PKG_VERSION")))]
     image: String,
-    /// podstuck's JSON lines (start, findings, end) instead of a block per finding.
+    /// podstuck's JSON lines (start, findings, end) instead of one line per finding.
     #[arg(long)]
     json: bool,
     /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C.
-    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true)]
+    #[arg(long, value_parser = run_length, allow_hyphen_values = true)]
     duration: Option<Duration>,
     /// Keep latency histograms and copy their files into DIR at the end.
     #[arg(long, value_name = "DIR")]
@@ -58,10 +58,10 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// How long the debug pod may take to start, image pull included.
-    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "2m")]
+    #[arg(long, value_parser = start_timeout, default_value = "2m", allow_hyphen_values = true)]
     start_timeout: Duration,
     /// The cluster ends the debug pod after this long, even if this command died (activeDeadlineSeconds).
-    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "1h")]
+    #[arg(long, value_parser = deadline, default_value = "1h", allow_hyphen_values = true)]
     deadline: Duration,
     /// More podstuck watch arguments.
     #[arg(last = true, value_name = "WATCH ARGS")]
@@ -104,4 +104,19 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `--duration`.
+fn run_length(value: &str) -> Result<Duration, String> {
+    podstuck::words::duration_arg(value, "podstuck would stop before tracing anything")
+}
+
+/// `--start-timeout`.
+fn start_timeout(value: &str) -> Result<Duration, String> {
+    podstuck::words::duration_arg(value, "the debug pod would have no time to start")
+}
+
+/// `--deadline`.
+fn deadline(value: &str) -> Result<Duration, String> {
+    podstuck::words::duration_arg(value, "the cluster would end the debug pod as it started")
 }

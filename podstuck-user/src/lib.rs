@@ -21,7 +21,7 @@
 //! answer to the kernel's in `watch --pod NS/NAME`. [`words`] is the
 //! ground floor: how times, paths, durations and node-chosen text are
 //! said, for all; [`mountinfo`] is beside it, the one reader of mount
-//! tables.
+//! tables; [`exit`] the codes every command ends with.
 
 pub mod attach_cost;
 pub mod btf;
@@ -30,6 +30,7 @@ pub mod collect;
 pub mod demo;
 pub mod diagnose;
 pub mod event;
+pub mod exit;
 pub mod explain;
 pub mod export;
 pub mod identify;

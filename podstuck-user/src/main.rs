@@ -38,6 +38,9 @@ struct Cli {
 enum Command {
     /// Trace every unlinkat, unlink, rmdir and umount2 on the node and say why pods are stuck:
     /// a live view on a terminal (q or Ctrl-C: stop and print a summary), a block per finding otherwise.
+    #[command(after_help = "Exit codes: 0 traced (until --duration, Ctrl-C or SIGTERM); 1 podstuck could not trace (kernel, I/O); \
+                            2 the arguments were wrong (a bad duration, a --pod that cannot be resolved, a refused --histograms DIR). \
+                            See docs/exit-codes.md.")]
     Watch(WatchArgs),
     /// Trace like watch, and save what the diagnosis saw to FILE (compressed, never overwritten),
     /// to diagnose it again anywhere, without root, with podstuck replay.
@@ -61,7 +64,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// How long to trace the demo node before printing the diagnosis and cleaning up.
-        #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "30s")]
+        #[arg(long, value_parser = demo_length, default_value = "30s", allow_hyphen_values = true)]
         duration: Duration,
     },
     /// What attaching alone costs, per mechanism (run by `cargo xtask bench`).
@@ -143,12 +146,17 @@ struct WatchArgs {
     #[arg(long, conflicts_with = "json")]
     calls: bool,
     /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C or SIGTERM.
-    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true)]
+    #[arg(long, value_parser = run_length, allow_hyphen_values = true)]
     duration: Option<Duration>,
-    /// Follow this pod only: its UID, or NAMESPACE/NAME (resolved through the Kubernetes API, and
-    /// what the API says of the pod joined to the findings); repeatable. Default: the whole node.
+    /// Follow this pod only: its UID, or NAMESPACE/NAME or NAME with -n (resolved through the
+    /// Kubernetes API, and what the API says of the pod joined to the findings; a pod that cannot
+    /// be resolved stops the run); repeatable. Default: the whole node.
     #[arg(long = "pod", value_name = "UID|NS/NAME", value_parser = pod_arg)]
     pods: Vec<PodArg>,
+    /// The namespace of a --pod given as a bare NAME, as explain's -n (default: the kubeconfig
+    /// context's); NAMESPACE/NAME names its own.
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
     #[command(flatten)]
     kube: KubeArgs,
     /// kubelet's root directory (its --root-dir); a symlink is followed.
@@ -172,13 +180,13 @@ struct WatchArgs {
     #[arg(long, requires = "histograms")]
     force: bool,
     /// How often histogram files are refreshed (e.g. 5s, 1m).
-    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "5s")]
+    #[arg(long, value_parser = interval, default_value = "5s", allow_hyphen_values = true)]
     interval: Duration,
     /// With --json or --calls: print findings only (the diagnosis), not every call.
     #[arg(long)]
     findings: bool,
     /// A call that has not returned after this long is reported as hung (e.g. 5s, 1m).
-    #[arg(long, value_parser = podstuck::words::parse_duration_arg, allow_hyphen_values = true, default_value = "5s")]
+    #[arg(long, value_parser = hung_after, default_value = "5s", allow_hyphen_values = true)]
     hung_after: Duration,
     /// Trace even if another podstuck already traces this node (each adds its own cost).
     #[arg(long)]
@@ -253,9 +261,29 @@ fn pod_arg(value: &str) -> Result<PodArg, String> {
         return Ok(PodArg::Uid(uid));
     }
     match PodRef::parse(value, None) {
-        Ok(named @ PodRef::Name { namespace: Some(_), .. }) => Ok(PodArg::Named(named)),
-        _ => Err(format!("{value}: give a pod UID (kubectl get pod NAME -o jsonpath='{{.metadata.uid}}') or NAMESPACE/NAME")),
+        Ok(named @ PodRef::Name { .. }) => Ok(PodArg::Named(named)),
+        _ => Err(format!("{value}: give a pod UID (kubectl get pod NAME -o jsonpath='{{.metadata.uid}}'), NAMESPACE/NAME, or NAME with -n NAMESPACE")),
     }
+}
+
+/// `--duration` of watch.
+fn run_length(value: &str) -> Result<Duration, String> {
+    podstuck::words::duration_arg(value, "podstuck would stop before tracing anything")
+}
+
+/// `--duration` of demo.
+fn demo_length(value: &str) -> Result<Duration, String> {
+    podstuck::words::duration_arg(value, "the demo would end before its pods got stuck")
+}
+
+/// `--interval`.
+fn interval(value: &str) -> Result<Duration, String> {
+    podstuck::words::duration_arg(value, "the histogram files would be rewritten without a pause")
+}
+
+/// `--hung-after`.
+fn hung_after(value: &str) -> Result<Duration, String> {
+    podstuck::words::duration_arg(value, "every call would be reported hung as it started")
 }
 
 /// An octal file mode that gives no one else write access.
@@ -303,6 +331,7 @@ impl WatchArgs {
                 PodArg::Named(_) => None,
             }).collect(),
             named_pods: self.pods.into_iter().filter_map(|p| match p {
+                PodArg::Named(PodRef::Name { namespace: None, name }) => Some(PodRef::Name { namespace: self.namespace.clone(), name }),
                 PodArg::Named(named) => Some(named),
                 PodArg::Uid(_) => None,
             }).collect(),
@@ -460,9 +489,13 @@ fn main() -> ExitCode {
             stderr_line(format_args!("podstuck: cannot trace on this node:\n{e}"));
             ExitCode::from(2)
         }
+        Err(e) if podstuck::exit::code_of(&e) == podstuck::exit::BAD_INPUT => {
+            stderr_line(format_args!("podstuck: {e:#}"));
+            ExitCode::from(podstuck::exit::BAD_INPUT)
+        }
         Err(e) => {
             stderr_line(format_args!("podstuck: error: {e:#}"));
-            ExitCode::from(1)
+            ExitCode::from(podstuck::exit::FAILED)
         }
     }
 }

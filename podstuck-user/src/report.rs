@@ -465,6 +465,25 @@ mod tests {
         assert!(json["series"][1]["log2_usecs"].as_array().unwrap().iter().any(|r| r["count"] == 1));
     }
 
+    #[test]
+    fn a_summary_with_a_min_above_its_mean_is_shown_possible() {
+        // As older podstucks wrote it: one call of 219.5us, min and max
+        // from the histogram's bucket at 221.1us.
+        let tmp = written_run("report-mean");
+        let path = tmp.0.join("summary.json");
+        let mut summary: Summary = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let umount = summary.series.iter_mut().find(|s| s.outcome == "EBUSY").unwrap();
+        (umount.mean_ns, umount.min_ns, umount.max_ns) = (219_500.0, 221_100, 221_100);
+        std::fs::write(&path, serde_json::to_vec(&summary).unwrap()).unwrap();
+        let text = render(&tmp.0, false).unwrap();
+        assert!(text.contains("min 219.5us  mean 219.5us"), "{text}");
+        // One call is its own max too.
+        assert!(text.contains("max 219.5us"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&render(&tmp.0, true).unwrap()).unwrap();
+        let umount = json["series"].as_array().unwrap().iter().find(|s| s["outcome"] == "EBUSY").unwrap();
+        assert_eq!((umount["min_ns"].as_u64(), umount["max_ns"].as_u64()), (Some(219_500), Some(219_500)));
+    }
+
     /// A run's files in a fresh directory: 300 unlinks, one umount2.
     fn written_run(name: &str) -> TempDir {
         let tmp = TempDir::new(name);

@@ -154,31 +154,6 @@ pub fn human_duration(d: Duration) -> String {
 }
 
 
-/// A duration as a user types it on the command line ("30s", "5m",
-/// "1h30m", "250ms"), for every duration option of both binaries. Said
-/// back in the words the docs use when it is not one: a bare number asks
-/// for its unit (`30s`, never humantime's `30sec`), a negative one or zero
-/// is refused (no option of podstuck means anything by it), anything else
-/// gets an example.
-pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
-    const EXAMPLE: &str = "e.g. 30s, 5m, 1h30m or 250ms";
-    let text = text.trim();
-    if text.is_empty() {
-        return Err(format!("a duration is needed: {EXAMPLE}"));
-    }
-    if text.starts_with('-') {
-        return Err(format!("{text}: a duration cannot be negative; {EXAMPLE}"));
-    }
-    if text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{text}: give its unit, e.g. {text}s (also ms, m, h)"));
-    }
-    let d = humantime::parse_duration(text).map_err(|_| format!("{text}: not a duration; use a number and a unit, {EXAMPLE}"))?;
-    if d.is_zero() {
-        return Err(format!("{text}: a duration must be longer than zero; {EXAMPLE}"));
-    }
-    Ok(d)
-}
-
 /// A duration someone set, said exactly as set: whole seconds when it is
 /// whole seconds, else milliseconds ("1 s", "1500 ms"); [`human_duration`]
 /// would round it.
@@ -246,6 +221,31 @@ pub fn io_words(e: &std::io::Error) -> String {
     }
 }
 
+/// A duration option as the user typed it (`30s`, `5m`, `1h30m`), for
+/// every duration option of both binaries, so each says a mistake the same
+/// way: with an example, the unit a bare number lacks, and why zero or a
+/// negative length cannot be (`zero_means`: what zero would do, e.g. "it
+/// would stop before tracing anything"). Give the option
+/// `allow_hyphen_values` so `-5s` reaches it instead of being taken for an
+/// option.
+pub fn duration_arg(value: &str, zero_means: &str) -> Result<Duration, String> {
+    const EXAMPLE: &str = "e.g. 30s, 5m, 1h";
+    let text = value.trim();
+    if let Some(rest) = text.strip_prefix('-') {
+        if rest.starts_with(|c: char| c.is_ascii_digit()) {
+            return Err(format!("{value} is negative: give a length of time ({EXAMPLE})"));
+        }
+    }
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{value} has no unit: did you mean {text}s? ({EXAMPLE})"));
+    }
+    let d = humantime::parse_duration(text).map_err(|_| format!("{value:?} is not a duration: give a number and a unit ({EXAMPLE})"))?;
+    if d.is_zero() {
+        return Err(format!("{value}: {zero_means}; give a longer one ({EXAMPLE})"));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,14 +261,15 @@ mod tests {
     }
 
     #[test]
-    fn durations_typed_are_read_or_refused_with_an_example() {
-        assert_eq!(parse_duration_arg("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration_arg(" 1h30m "), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration_arg("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration_arg("30").unwrap_err(), "30: give its unit, e.g. 30s (also ms, m, h)");
-        assert!(parse_duration_arg("garbage").unwrap_err().starts_with("garbage: not a duration; use a number and a unit, e.g. 30s"));
-        assert!(parse_duration_arg("-5s").unwrap_err().contains("cannot be negative"));
-        assert!(parse_duration_arg("0s").unwrap_err().contains("longer than zero"));
-        assert!(parse_duration_arg("").unwrap_err().contains("a duration is needed"));
+    fn a_duration_option_says_each_mistake_with_an_example() {
+        const ZERO: &str = "it would stop at once";
+        assert_eq!(duration_arg("30s", ZERO), Ok(Duration::from_secs(30)));
+        assert_eq!(duration_arg("1h30m", ZERO), Ok(Duration::from_secs(5400)));
+        assert_eq!(duration_arg("garbage", ZERO).unwrap_err(), "\"garbage\" is not a duration: give a number and a unit (e.g. 30s, 5m, 1h)");
+        assert_eq!(duration_arg("", ZERO).unwrap_err(), "\"\" is not a duration: give a number and a unit (e.g. 30s, 5m, 1h)");
+        assert_eq!(duration_arg("30", ZERO).unwrap_err(), "30 has no unit: did you mean 30s? (e.g. 30s, 5m, 1h)");
+        assert_eq!(duration_arg("-5s", ZERO).unwrap_err(), "-5s is negative: give a length of time (e.g. 30s, 5m, 1h)");
+        assert_eq!(duration_arg("0s", ZERO).unwrap_err(), "0s: it would stop at once; give a longer one (e.g. 30s, 5m, 1h)");
+        assert!(duration_arg("0ms", ZERO).unwrap_err().contains(ZERO));
     }
 }

@@ -64,6 +64,11 @@ impl KubectlStandIn {
         std::fs::write(self.dir.join("never-ready"), b"").unwrap();
     }
 
+    /// From now on, every call fails as kubectl with no cluster does.
+    pub fn no_cluster(&self) {
+        std::fs::write(self.dir.join("no-cluster"), b"").unwrap();
+    }
+
     /// From now on, `podstuck __pack` in a debug pod prints `tar` instead.
     pub fn pack_gives(&self, tar: &[u8]) {
         std::fs::write(self.dir.join("pack.tar"), tar).unwrap();

@@ -5,7 +5,7 @@
 //! unreachable, 401, 403, pod not found, a pod that is not stuck); and,
 //! as root, `watch --pod NS/NAME` joining a real kernel finding (P1, a
 //! volume still mounted on this host) with a pending finalizer, the root
-//! cause first, and going on without the API when it cannot be reached.
+//! cause first, and stopping (exit 2) when the API cannot be reached.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -364,6 +364,12 @@ fn an_unreachable_api_server_is_a_clear_error() {
     let stderr = refused(&explain(&["web-0", "--kubeconfig", config.to_str().unwrap()]));
     assert!(stderr.contains(&format!("cannot reach the API server at http://127.0.0.1:{port}/")), "{stderr}");
     assert!(stderr.contains("Connection refused"), "{stderr}");
+    assert!(stderr.contains("without a cluster, explain reads the pod saved as JSON: `kubectl get pod web-0 -o json > pod.json`"), "{stderr}");
+    assert!(stderr.contains("`podstuck explain --from pod.json`"), "{stderr}");
+
+    // No kubeconfig at all: the same way out.
+    let stderr = refused(&explain(&["web-0", "-n", "shop"]));
+    assert!(stderr.contains("`kubectl get pod web-0 -n shop -o json > pod.json` where the cluster answers, then `podstuck explain --from pod.json`"), "{stderr}");
 }
 
 #[test]
@@ -553,22 +559,31 @@ kernel_test! {
 }
 
 kernel_test! {
-    fn watch_by_name_goes_on_without_an_unreachable_api(test) {
+    fn watch_by_name_stops_without_an_unreachable_api(test) {
+        // A --pod that cannot be resolved must not widen into tracing the
+        // whole node: the run stops before anything loads, saying how to
+        // name the pod without the API. -n and --namespace name the
+        // namespace of a bare NAME as explain's do.
         let scratch = test.scratch();
         let root = KubeletRoot::new(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let config = kubeconfig_for(scratch.path(), &format!("http://127.0.0.1:{port}"));
-        let (mount, _volume) = volume_left_mounted(&pod);
-        let mut watch = watch_named(&root, &config);
-        let _kubelet = start_actor(vec!["--comm".into(), "kubelet".into(), "--backoff-ms".into(), "500".into(), "--repeat".into(), "0".into(), "rmdir-at".into(), mount.parent().unwrap().as_os_str().to_owned(), "mount".into()]);
-        // The whole node is traced: this pod's finding among any others.
-        watch.await_finding(Duration::from_secs(60), |f| f["kind"] == "volume-still-mounted" && f["pod_uid"] == pod.uid(), |_| {});
-        let done = watch.stop(libc::SIGINT);
-        assert!(done.status.success(), "{}", done.stderr);
-        let said = done.stderr.matches("cannot resolve --pod shop/web-0 through the Kubernetes API").count();
-        assert_eq!(said, 1, "said once: {}", done.stderr);
-        assert!(done.stderr.contains(&format!("cannot reach the API server at http://127.0.0.1:{port}/")), "{}", done.stderr);
+        for pod in [&["--pod", "shop/web-0"][..], &["--pod", "web-0", "-n", "shop"], &["--pod", "web-0", "--namespace", "shop"]] {
+            let out = Command::new(podstuck_binary())
+                .args(["watch", "--json", "--concurrent", "--duration", "30s", "--kubelet-root", root.arg(), "--kubeconfig", config.to_str().unwrap()])
+                .args(pod)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{pod:?}: {stderr}");
+            assert!(out.stdout.is_empty(), "{pod:?}: nothing traced, nothing printed: {}", String::from_utf8_lossy(&out.stdout));
+            assert_eq!(stderr.matches("cannot resolve --pod shop/web-0 through the Kubernetes API").count(), 1, "{pod:?}: said once: {stderr}");
+            assert!(stderr.contains(&format!("cannot reach the API server at http://127.0.0.1:{port}/")), "{pod:?}: {stderr}");
+            assert!(stderr.contains("podstuck stops rather than trace every pod of the node"), "{stderr}");
+            assert!(stderr.contains("--pod UID; `kubectl get pod web-0 -n shop -o jsonpath='{.metadata.uid}'` prints it"), "{stderr}");
+            assert!(stderr.contains("--kubeconfig FILE"), "{stderr}");
+        }
     }
 }
 

@@ -134,7 +134,12 @@ kernel_test! {
         assert!(ours["p50_ns"].as_u64() <= ours["p99_ns"].as_u64());
         assert_eq!(summary["run"]["finished"], true);
         assert_eq!(summary["run"]["pods"], serde_json::json!([uid]));
-        assert!(summary["run"]["calls_counted"]["unlink"].as_u64().unwrap() >= 10_000);
+        // With --pod the run's counts are the pod's calls, the node's apart.
+        assert_eq!(summary["run"]["calls_counted"]["unlink"], 10_000, "{}", summary["run"]);
+        assert!(summary["run"]["node_calls_counted"]["unlink"].as_u64().unwrap() >= 10_000, "{}", summary["run"]);
+        let end = finished.end.as_ref().unwrap();
+        assert_eq!(end["calls"]["unlink"], 10_000, "{end}");
+        assert!(end["node_calls"].as_u64().unwrap() >= 10_000, "{end}");
 
         assert_eq!(hlog_counts(&out)[&tag], 10_000);
         for (reader, counts) in other_readers_counts(&out) {

@@ -90,7 +90,9 @@ kernel_test! {
         assert!(ended.status.success(), "{}\n{}", ended.status, ended.stderr);
         // podstuck stopped cleanly: its closing line, after the findings.
         let last = ended.lines.last().cloned().unwrap_or_default();
-        assert!(last.starts_with("podstuck: calls counted in the kernel") && last.ends_with("stopped by SIGINT"), "{last}");
+        // The pod's calls, the node's apart (--pod UID is how the plugin runs podstuck).
+        assert!(last.starts_with("podstuck: calls of the pods followed, counted in the kernel") && last.contains(" calls);"), "{last}");
+        assert!(last.ends_with("stopped by SIGINT"), "{last}");
         let debug = the_debug_pod(&cluster);
         let name = name_of(&debug);
         assert_eq!(cluster.verbs(), ["get", "create", "get", "exec __session", "exec __pack", "exec __pack", "delete"]);
@@ -242,6 +244,20 @@ fn a_pod_not_scheduled_has_no_node_to_trace() {
     assert_eq!(ended.status.code(), Some(1));
     assert!(ended.stderr.contains("pod shop/report-28571430-q2x9z is not scheduled on a node yet (Pending)"), "{}", ended.stderr);
     assert_eq!(cluster.verbs(), ["get"]);
+}
+
+#[test]
+fn no_cluster_is_said_once_in_podstucks_words() {
+    let scratch = ScratchDir::new("plugin-no-cluster");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    cluster.no_cluster();
+    let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--context", "prod-eu"])).finish(secs(30));
+    assert_eq!(ended.status.code(), Some(1), "{}", ended.stderr);
+    assert_eq!(
+        ended.stderr,
+        "kubectl podstuck: error: cannot reach the cluster: kubectl get pod found no API server answering for context prod-eu (kubectl said: \"The connection to the server localhost:8080 was refused - did you specify the right host or port?\"); check that this is the cluster meant (--context NAME, --kubeconfig FILE) and that its API server is up and reachable from here (kubectl cluster-info)\n"
+    );
+    assert_eq!(cluster.calls().len(), 1, "{:?}", cluster.calls());
 }
 
 #[test]

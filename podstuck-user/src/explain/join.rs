@@ -54,8 +54,9 @@ pub struct Resolved {
     pub join: Option<(Api, Vec<PodRef>)>,
 }
 
-/// Resolves `pods` (NS/NAME) to UIDs through the API. Never fails: what
-/// cannot be resolved is a warning, and watch goes on without it.
+/// Resolves `pods` (NS/NAME) to UIDs through the API. What cannot be
+/// resolved is in `warnings`, said in full: watch stops on it rather than
+/// trace the whole node when the user asked for one pod.
 pub async fn resolve(pods: &[PodRef], options: &KubeOptions) -> Resolved {
     let mut resolved = Resolved { uids: Vec::new(), warnings: Vec::new(), join: None };
     let api = match Api::connect(options).await {
@@ -83,10 +84,21 @@ pub async fn resolve(pods: &[PodRef], options: &KubeOptions) -> Resolved {
 
 fn cannot_resolve(pods: &[PodRef], why: &str) -> String {
     let names: Vec<String> = pods.iter().map(PodRef::words).collect();
+    let asks: Vec<String> = pods.iter().map(uid_command).collect();
     format!(
-        "podstuck: cannot resolve --pod {} through the Kubernetes API: {why}; the node-side diagnosis goes on without it (give the pod's UID: kubectl get pod NAME -o jsonpath='{{.metadata.uid}}')",
-        names.join(", ")
+        "cannot resolve --pod {} through the Kubernetes API: {why}; podstuck stops rather than trace every pod of the node. Give the pod's UID instead (--pod UID; `{}` prints it), or a kubeconfig that reaches the API (--kubeconfig FILE)",
+        names.join(", "),
+        asks.join("`, `")
     )
+}
+
+/// The kubectl command that prints `pod`'s UID.
+fn uid_command(pod: &PodRef) -> String {
+    match pod {
+        PodRef::Name { namespace: Some(ns), name } => format!("kubectl get pod {name} -n {ns} -o jsonpath='{{.metadata.uid}}'"),
+        PodRef::Name { namespace: None, name } => format!("kubectl get pod {name} -o jsonpath='{{.metadata.uid}}'"),
+        PodRef::Uid { uid, .. } => format!("echo {uid}"),
+    }
 }
 
 impl ApiJoin {

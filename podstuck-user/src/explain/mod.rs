@@ -30,6 +30,7 @@ use serde::Serialize;
 
 use crate::diagnose::shell::word;
 use crate::diagnose::{human_duration, Finding, Kind, Report};
+use crate::exit::BadInput;
 use crate::print::{json_lines::finding_json, stderr_line, Out};
 pub use client::KubeOptions;
 pub use snapshot::{ApiSnapshot, Unread};
@@ -188,6 +189,18 @@ struct ExplainLine<'a> {
     verdict: &'a str,
 }
 
+/// Said when no cluster answers: explain also reads what kubectl saved,
+/// so a user away from the cluster (or given the files by someone near
+/// it) still gets the diagnosis.
+fn offline_hint(pod: &PodRef) -> String {
+    let get = match pod {
+        PodRef::Name { namespace: Some(ns), name } => format!("kubectl get pod {name} -n {ns} -o json"),
+        PodRef::Name { namespace: None, name } => format!("kubectl get pod {name} -o json"),
+        PodRef::Uid { .. } => "kubectl get pod NAME -o json".to_string(),
+    };
+    format!("; without a cluster, explain reads the pod saved as JSON: `{get} > pod.json` where the cluster answers, then `podstuck explain --from pod.json`")
+}
+
 /// Runs `podstuck explain`.
 pub async fn explain(options: &ExplainOptions) -> Result<()> {
     if options.all {
@@ -196,14 +209,17 @@ pub async fn explain(options: &ExplainOptions) -> Result<()> {
     }
     let (snapshot, through) = match options.from.is_empty() {
         true => {
-            let pod = options.pod.as_deref().ok_or_else(|| anyhow::anyhow!("name the pod: podstuck explain POD [-n NAMESPACE], or --from FILE..."))?;
-            let pod = PodRef::parse(pod, options.namespace.as_deref()).map_err(anyhow::Error::msg)?;
-            let api = client::Api::connect(&options.kube).await?;
-            let snapshot = api.snapshot(&pod).await?;
+            let pod = options.pod.as_deref().ok_or_else(|| BadInput("name the pod: podstuck explain POD [-n NAMESPACE], or --from FILE...".into()))?;
+            let pod = PodRef::parse(pod, options.namespace.as_deref()).map_err(BadInput)?;
+            let api = client::Api::connect(&options.kube).await.map_err(|e| anyhow::anyhow!("{e:#}{}", offline_hint(&pod)))?;
+            let snapshot = api.snapshot(&pod).await.map_err(|e| match format!("{e:#}") {
+                unreachable if unreachable.contains("cannot reach the API server") => anyhow::anyhow!("{unreachable}{}", offline_hint(&pod)),
+                _ => e,
+            })?;
             (snapshot, api.through)
         }
         false => {
-            let pod = options.pod.as_deref().map(|p| PodRef::parse(p, options.namespace.as_deref())).transpose().map_err(anyhow::Error::msg)?;
+            let pod = options.pod.as_deref().map(|p| PodRef::parse(p, options.namespace.as_deref())).transpose().map_err(BadInput)?;
             let snapshot = offline::snapshot(&options.from, pod.as_ref(), std::time::SystemTime::now())?;
             let names: Vec<String> = options.from.iter().map(|p| crate::node_view::path_words(p)).collect();
             (snapshot, format!("files {}", names.join(", ")))

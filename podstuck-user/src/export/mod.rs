@@ -61,8 +61,12 @@ pub struct RunInfo {
     pub interval_s: f64,
     pub events_seen: u64,
     pub events_lost: u64,
-    /// Every call, counted in the kernel (exact even when events are lost).
+    /// Every call the run is about (with `--pod` the pods'), counted in
+    /// the kernel (exact even when events are lost).
     pub calls_counted: BTreeMap<String, u64>,
+    /// With `--pod`, every call of the node, by syscall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_calls_counted: Option<BTreeMap<String, u64>>,
     /// Calls counted while the kernel's series map was full.
     #[serde(default)]
     pub calls_outside_series: u64,
@@ -87,7 +91,8 @@ impl RunInfo {
             interval_s: interval.as_secs_f64(),
             events_seen: totals.events_seen,
             events_lost: totals.events_lost,
-            calls_counted: totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect(),
+            calls_counted: totals.shown_calls().iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect(),
+            node_calls_counted: totals.pods_calls.as_ref().map(|_| totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect()),
             calls_outside_series: totals.calls_outside_series,
             finished,
         }
@@ -190,8 +195,9 @@ impl Place {
         let st = files::stat(self.dir.as_fd()).map_err(|e| dir_error(dir, "cannot read its owner and mode", e))?;
         if let Some(why) = files::others_can_write(st.st_uid, st.st_mode, files::euid()) {
             bail!(
-                "--histograms {d}: {why}, so another user could plant links in it or read or replace the files podstuck writes there; use a directory only root can write, e.g. create one with `install -d -m 0700 {d}` (and point node exporter's textfile collector at it)",
-                d = dir.display()
+                "--histograms {d}: {why}, so another user could plant links in it or read or replace the files podstuck writes there; use a directory only root can write, e.g. create a new one with `install -d -m 0700 {fresh}` (and point node exporter's textfile collector at it)",
+                d = dir.display(),
+                fresh = fresh_dir(dir, |p| p.symlink_metadata().is_ok()).display()
             );
         }
         Ok(())
@@ -217,6 +223,18 @@ impl Place {
     fn earlier_files(&self) -> Vec<&'static str> {
         FILES.iter().copied().filter(|f| files::stat_at(self.dir.as_fd(), &CString::new(*f).unwrap()).is_ok_and(|s| s.is_some())).collect()
     }
+}
+
+/// A directory to advise creating instead of `refused`, which exists:
+/// one that does not exist yet, so pasting `install -d -m 0700` on it
+/// makes it and never changes the mode or owner of a directory others
+/// use (`--histograms /tmp` must not turn into a locked `/tmp`).
+fn fresh_dir(refused: &Path, exists: impl Fn(&Path) -> bool) -> PathBuf {
+    let base = Path::new("/var/lib/podstuck/histograms");
+    std::iter::once(base.to_path_buf())
+        .chain((2..).map(|n| PathBuf::from(format!("{}-{n}", base.display()))))
+        .find(|p| p != refused && !exists(p))
+        .expect("an unbounded sequence of names holds one that does not exist")
 }
 
 /// The output directory, checked and ready.
@@ -393,7 +411,8 @@ mod tests {
             std::fs::set_permissions(&tmp.0, std::fs::Permissions::from_mode(mode)).unwrap();
             let err = Exporter::open(&tmp.0, false, SystemTime::now()).err().unwrap().to_string();
             assert!(err.contains("writable by"), "{mode:o}: {err}");
-            assert!(err.contains("another user could plant links in it") && err.contains("install -d -m 0700"), "{err}");
+            assert!(err.contains("another user could plant links in it") && err.contains("install -d -m 0700 /var/lib/podstuck/histograms"), "{err}");
+            assert!(!err.contains(&format!("0700 {}", tmp.0.display())), "never advise changing the refused directory: {err}");
             assert!(names(&tmp.0).is_empty(), "nothing written: {:?}", names(&tmp.0));
         }
         std::fs::set_permissions(&tmp.0, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -403,6 +422,43 @@ mod tests {
             let err = Exporter::open(&tmp.0, false, SystemTime::now()).err().unwrap().to_string();
             assert!(err.contains("owned by uid 65534, not by root"), "{err}");
         }
+    }
+
+    #[test]
+    fn with_pod_summary_json_counts_the_pods_calls_and_the_nodes_apart() {
+        let facts = RunFacts {
+            version: crate::run::VERSION,
+            node: "node-1".into(),
+            kernel: "6.1.0-test".into(),
+            started: SystemTime::UNIX_EPOCH,
+            pods: Vec::new(),
+            kubelet_root: PathBuf::from("/var/lib/kubelet"),
+            syscalls: Vec::new(),
+            errors_only: false,
+            every_call: false,
+        };
+        let mut totals = RunTotals { calls: BTreeMap::from([(podstuck_common::Syscall::Unlinkat, 87_571), (podstuck_common::Syscall::Rmdir, 4)]), ..Default::default() };
+        let info = RunInfo::of_run(&facts, &totals, Duration::from_secs(5), SystemTime::UNIX_EPOCH, true);
+        assert_eq!((info.calls_counted["unlinkat"], info.node_calls_counted.as_ref()), (87_571, None));
+        totals.pods_calls = Some(BTreeMap::from([(podstuck_common::Syscall::Unlinkat, 4)]));
+        let info = RunInfo::of_run(&facts, &totals, Duration::from_secs(5), SystemTime::UNIX_EPOCH, true);
+        assert_eq!(info.calls_counted, BTreeMap::from([("unlinkat".to_string(), 4), ("rmdir".to_string(), 0)]));
+        assert_eq!(info.node_calls_counted.as_ref().unwrap()["unlinkat"], 87_571);
+        let json: serde_json::Value = serde_json::to_value(&info).unwrap();
+        assert_eq!((json["calls_counted"]["unlinkat"].as_u64(), json["node_calls_counted"]["unlinkat"].as_u64()), (Some(4), Some(87_571)));
+    }
+
+    #[test]
+    fn advice_for_a_refused_directory_names_one_that_does_not_exist() {
+        // `--histograms /tmp`: advising `install -d -m 0700 /tmp` would lock
+        // every other user out of /tmp.
+        let none = |_: &Path| false;
+        assert_eq!(fresh_dir(Path::new("/tmp"), none), Path::new("/var/lib/podstuck/histograms"));
+        let taken = |p: &Path| p == Path::new("/var/lib/podstuck/histograms") || p == Path::new("/var/lib/podstuck/histograms-2");
+        assert_eq!(fresh_dir(Path::new("/tmp"), taken), Path::new("/var/lib/podstuck/histograms-3"));
+        // The refused directory itself is never the advice, even when it is
+        // the usual name and (as a refused one must) exists.
+        assert_eq!(fresh_dir(Path::new("/var/lib/podstuck/histograms"), none), Path::new("/var/lib/podstuck/histograms-2"));
     }
 
     #[test]

@@ -146,7 +146,8 @@ fn pod_rows(book: &LatencyBook, named: &[String]) -> Vec<(PodRow, u64)> {
 pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
     let mut out = String::new();
     family(&mut out, "podstuck_calls_total", "counter", "Calls completed, counted in the kernel (exact even when events are lost).");
-    for (syscall, count) in &run.calls_counted {
+    // The node's calls even with --pod: the metric has no pod label.
+    for (syscall, count) in run.node_calls_counted.as_ref().unwrap_or(&run.calls_counted) {
         let _ = writeln!(out, "podstuck_calls_total{{syscall=\"{}\"}} {count}", label(syscall));
     }
     family(

@@ -126,6 +126,7 @@ pub(crate) mod tests {
             events_seen: 101,
             events_lost: 0,
             calls_counted: [("unlinkat".to_string(), 101)].into_iter().collect(),
+            node_calls_counted: None,
             calls_outside_series: 0,
             finished: false,
         }
@@ -151,6 +152,45 @@ pub(crate) mod tests {
         assert_eq!((failed.count, failed.errors, failed.role.as_str()), (1, 1, "runtime"));
         assert_eq!(failed.tag, "unlinkat/EPERM/runtime/node");
         assert_eq!(failed.pod_uid, None);
+    }
+
+    /// Whether min <= mean <= max, and every percentile within min and max.
+    fn possible(s: &SeriesSummary) -> bool {
+        let mean = s.mean_ns;
+        (s.min_ns as f64) <= mean
+            && mean <= s.max_ns as f64
+            && [s.p50_ns, s.p90_ns, s.p99_ns, s.p99_9_ns].iter().all(|p| (s.min_ns..=s.max_ns).contains(p))
+    }
+
+    #[test]
+    fn one_call_shows_a_min_and_max_that_hold_its_mean() {
+        // Values inside a histogram bucket, at its edges and at powers of
+        // two (where the buckets double in width), each as the only call.
+        let mut values = vec![1, 7, 2047, 2048, 2049, 219_500, 221_100, 1_000_000_007];
+        for shift in 10..40 {
+            values.extend([(1u64 << shift) - 1, 1 << shift, (1 << shift) + 1]);
+        }
+        for latency in values {
+            let mut book = LatencyBook::new(SystemTime::now());
+            book.record(&event(Syscall::Unlinkat, 0, latency), &identity(Role::Runtime, None));
+            let s = &summarise(&book, &run_info()).series[0];
+            assert_eq!((s.count, s.mean_ns), (1, latency as f64));
+            assert!(possible(s), "{latency}: {s:?}");
+        }
+    }
+
+    #[test]
+    fn the_kernels_bucketed_counts_show_a_possible_min_and_max() {
+        // The kernel sends counts per log2 bucket with the exact sum: the
+        // histogram places them at bucket values the sum does not match.
+        for (count, sum_ns, bucket) in [(1u64, 219_500u64, 17usize), (3, 3 * 131_073, 17), (2, 2 * 262_143, 17), (1, 1, 0)] {
+            let key = crate::latency::SeriesKey { syscall: Syscall::Unlinkat, outcome: "ok".into(), role: Role::Runtime, pod: None };
+            let mut book = LatencyBook::new(SystemTime::now());
+            book.add(key, SystemTime::now(), count, sum_ns, &[(bucket, count)]);
+            let s = &summarise(&book, &run_info()).series[0];
+            assert_eq!(s.count, count);
+            assert!(possible(s), "{count} calls, {sum_ns}ns, bucket {bucket}: {s:?}");
+        }
     }
 
     #[test]

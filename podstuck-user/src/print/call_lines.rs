@@ -117,9 +117,12 @@ pub fn finding_text(report: &Report) -> String {
 /// The closing line: what was seen, what was lost, every call counted.
 pub(super) fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
     let calls: Vec<String> = calls_by_name(totals).iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let whose = match totals.node_calls() {
+        Some(node) => format!("calls of the pods followed, counted in the kernel: {} (node: {node} calls)", calls.join(", ")),
+        None => format!("calls counted in the kernel: {}", calls.join(", ")),
+    };
     let mut text = format!(
-        "podstuck: calls counted in the kernel: {}; {} events seen (calls streamed one by one), {} lost (ring buffer full)",
-        calls.join(", "),
+        "podstuck: {whose}; {} events seen (calls streamed one by one), {} lost (ring buffer full)",
         totals.events_seen,
         totals.events_lost,
     );
@@ -138,6 +141,7 @@ pub(super) fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
     use crate::print::tests::{event, identity};
     use podstuck_common::Syscall;
 
@@ -159,5 +163,15 @@ mod tests {
         let mut totals = RunTotals { events_seen: 3, events_lost: 2, ..Default::default() };
         totals.calls.insert(Syscall::Rmdir, 5);
         assert!(end_text(&totals, None).contains("2 lost"));
+    }
+
+    #[test]
+    fn with_pod_the_closing_line_counts_the_pods_calls_and_the_nodes_apart() {
+        let mut totals = RunTotals { events_seen: 4, ..Default::default() };
+        totals.calls = BTreeMap::from([(Syscall::Unlinkat, 87_570), (Syscall::Rmdir, 5)]);
+        assert!(end_text(&totals, None).starts_with("podstuck: calls counted in the kernel: rmdir 5, unlinkat 87570;"), "{}", end_text(&totals, None));
+        totals.pods_calls = Some(BTreeMap::from([(Syscall::Unlinkat, 4)]));
+        let line = end_text(&totals, None);
+        assert!(line.starts_with("podstuck: calls of the pods followed, counted in the kernel: rmdir 0, unlinkat 4 (node: 87575 calls);"), "{line}");
     }
 }

@@ -218,7 +218,11 @@ struct EndLine<'a> {
     ts: String,
     events_seen: u64,
     events_lost: u64,
+    /// With `--pod`, the pods' calls; else the node's.
     calls: BTreeMap<&'static str, u64>,
+    /// With `--pod`, every call of the node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_calls: Option<u64>,
     calls_without_entry: u64,
     entries_not_stored: u64,
     paths_unreadable: u64,
@@ -264,6 +268,7 @@ pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
         events_seen: totals.events_seen,
         events_lost: totals.events_lost,
         calls: calls_by_name(totals),
+        node_calls: totals.node_calls(),
         calls_without_entry: totals.calls_without_entry,
         entries_not_stored: totals.entries_not_stored,
         paths_unreadable: totals.paths_unreadable,
@@ -352,5 +357,9 @@ mod tests {
         assert_eq!(v["events_lost"], 2);
         assert_eq!(v["calls"]["rmdir"], 5);
         assert_eq!(v["stopped_by"], "SIGINT");
+        assert!(v.get("node_calls").is_none(), "the whole node: its calls are the calls");
+        totals.pods_calls = Some(BTreeMap::from([(Syscall::Rmdir, 1)]));
+        let v: Value = serde_json::from_str(&end_json(&totals, None)).unwrap();
+        assert_eq!((v["calls"]["rmdir"].as_u64(), v["node_calls"].as_u64()), (Some(1), Some(5)));
     }
 }

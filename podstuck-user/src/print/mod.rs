@@ -114,9 +114,10 @@ pub fn printer(asked: Asked, run: &RunFacts, warnings: &[String]) -> (Box<dyn Pr
     }
 }
 
-/// Every call the kernel counted, by syscall name (in name order).
+/// The calls the run is about (with `--pod` the pods', else the node's),
+/// counted in the kernel, by syscall name (in name order).
 fn calls_by_name(totals: &RunTotals) -> BTreeMap<&'static str, u64> {
-    totals.calls.iter().map(|(s, n)| (syscall_name(*s), *n)).collect()
+    totals.shown_calls().iter().map(|(s, n)| (syscall_name(*s), *n)).collect()
 }
 
 /// Whoever read the output is gone: a closed pipe (`podstuck watch | head`),

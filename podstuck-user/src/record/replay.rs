@@ -14,6 +14,8 @@ use anyhow::{anyhow, Context};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::exit::BadInput;
+
 use super::read::{Entry, RecordEnd, RecordError, RecordReader, RecordedCall};
 use super::{RecordHeader, ReplayNode, FORMAT};
 use crate::diagnose::{human_duration, Diagnoser, Report, Review};
@@ -344,13 +346,29 @@ pub(super) fn record_json(name: &str, s: &ReplaySummary) -> String {
     serde_json::to_string(&line).unwrap_or_default()
 }
 
+/// Why `path`, a directory, is no record; pointing to `podstuck report`
+/// when it holds the histogram files `watch --histograms` writes, which
+/// is what a user who gives a directory to replay most likely has.
+fn not_a_record_but_a_directory(path: &Path) -> String {
+    let name = path.display();
+    let histograms = ["summary.json", "latency.hlog"].iter().any(|f| path.join(f).exists());
+    if histograms {
+        format!("{name} is a directory of latency histograms (podstuck watch --histograms), not a record: read it with `podstuck report {name}`")
+    } else {
+        format!("{name} is a directory: podstuck replay reads a file written by `podstuck record FILE`")
+    }
+}
+
 /// `podstuck replay FILE [--json]`: says what the record is, then prints
 /// the findings as `podstuck watch --calls` printed them (blocks, or JSON lines), the ones said at exit
 /// last. Warnings (cut short, differs from the live run) go to stderr.
 pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
     let name = path.display().to_string();
+    if path.is_dir() {
+        return Err(BadInput(not_a_record_but_a_directory(path)).into());
+    }
     let file = File::open(path).map_err(|e| match e.kind() {
-        ErrorKind::NotFound => anyhow!("{name} does not exist"),
+        ErrorKind::NotFound => BadInput(format!("{name} does not exist")).into(),
         _ => anyhow!("cannot open {name}: {e}"),
     })?;
     let mut told = Vec::new();
@@ -402,5 +420,23 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
     match summary.broken {
         Some(e) => Err(e.into()),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histograms_directory_is_pointed_to_report() {
+        let tmp = crate::test_support::TempDir::new("replay-dir");
+        let err = replay(&tmp.0, false).unwrap_err();
+        assert_eq!(crate::exit::code_of(&err), crate::exit::BAD_INPUT);
+        assert!(err.to_string().contains("is a directory: podstuck replay reads a file written by `podstuck record FILE`"), "{err}");
+        std::fs::write(tmp.0.join("summary.json"), "{}").unwrap();
+        let err = replay(&tmp.0, false).unwrap_err();
+        assert_eq!(err.to_string(), format!("{d} is a directory of latency histograms (podstuck watch --histograms), not a record: read it with `podstuck report {d}`", d = tmp.0.display()));
+        let missing = replay(&tmp.0.join("none"), false).unwrap_err();
+        assert_eq!(crate::exit::code_of(&missing), crate::exit::BAD_INPUT);
     }
 }

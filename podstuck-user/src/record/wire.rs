@@ -1062,7 +1062,7 @@ pub struct WireTotals {
 
 impl WireTotals {
     pub fn of(t: &RunTotals) -> WireTotals {
-        let RunTotals { events_seen, events_lost, calls, calls_without_entry, entries_not_stored, paths_unreadable, records_undecodable, calls_outside_series, programs: _ } = t;
+        let RunTotals { events_seen, events_lost, calls, calls_without_entry, entries_not_stored, paths_unreadable, records_undecodable, calls_outside_series, programs: _, pods_calls: _ } = t;
         // What the programs cost is said at the end of the run, not recorded.
         WireTotals {
             events_seen: *events_seen,
@@ -1087,6 +1087,7 @@ impl WireTotals {
             records_undecodable: self.records_undecodable,
             calls_outside_series: self.calls_outside_series,
             programs: Vec::new(),
+            pods_calls: None,
         }
     }
 }

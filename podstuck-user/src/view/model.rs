@@ -78,9 +78,11 @@ pub struct Header {
     pub events_per_s: f64,
     pub events_seen: u64,
     pub events_lost: u64,
-    /// Every completed call, counted in the kernel (exact even when events
-    /// were lost).
+    /// Every completed call the run is about (with `--pod` the pods'),
+    /// counted in the kernel (exact even when events were lost).
     pub calls_counted: u64,
+    /// With `--pod`, every call of the node, said apart as the node's.
+    pub node_calls: Option<u64>,
 }
 
 /// One finding on one screen line, plus its cause and fix, and what its
@@ -202,7 +204,8 @@ impl LiveView {
             events_per_s: per_second(current.events_seen, base.events_seen),
             events_seen: moment.totals.events_seen,
             events_lost: moment.totals.events_lost,
-            calls_counted: moment.totals.calls.values().sum(),
+            calls_counted: moment.totals.shown_calls().values().sum(),
+            node_calls: moment.totals.node_calls(),
         };
         let busiest = busiest(moment.book, &base.calls, elapsed, BUSIEST_SHOWN);
         self.samples.push_back(current);
@@ -542,7 +545,12 @@ pub(crate) mod tests {
         assert_eq!(s.header.uptime, Duration::from_secs(4));
         assert_eq!(s.header.events_seen, 200);
         assert_eq!(s.header.events_lost, 3);
-        assert_eq!(s.header.calls_counted, 203);
+        assert_eq!((s.header.calls_counted, s.header.node_calls), (203, None));
+        // With --pod: the pods' calls, and the node's apart.
+        let mut pod = totals(200, 3);
+        pod.pods_calls = Some([(Syscall::Rmdir, 4)].into_iter().collect());
+        let s = screen(&mut LiveView::new(run()), 4.0, &book, &[], &[], &pod);
+        assert_eq!((s.header.calls_counted, s.header.node_calls), (4, Some(203)));
         // No sample a second old yet: the rate runs from the start.
         assert_eq!(s.header.events_per_s, 50.0);
         // Then over the last second only.

@@ -360,7 +360,8 @@ fn header_lines(screen: &Screen, width: u16) -> Vec<Line<'static>> {
     let tracing = format!(" tracing {}", h.filters);
     let counts = format!("  events {}  {} seen  ", rate(h.events_per_s), h.events_seen);
     let lost_words = format!("{} lost", h.events_lost);
-    let counted = format!("  calls counted {}", h.calls_counted);
+    // With --pod, the pod's calls; the node's are said apart.
+    let counted = format!("  calls counted {}{}", h.calls_counted, h.node_calls.map(|n| format!("  node: {n} calls")).unwrap_or_default());
     // The counts matter more than the whole filter: the filter gives way.
     let counts_width = columns(&counts) + columns(&lost_words) + columns(&counted);
     let tracing = fit_words(&tracing, width.saturating_sub(counts_width).max(width / 2));

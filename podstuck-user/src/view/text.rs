@@ -48,13 +48,12 @@ fn flight_line(row: &FlightRow) -> String {
 /// The totals line: what was seen, what was lost, every call counted in
 /// the kernel.
 fn totals_line(totals: &RunTotals) -> String {
-    let counted: Vec<String> = totals.calls.iter().map(|(s, n)| format!("{} {n}", syscall_name(*s))).collect();
-    format!(
-        "{} events seen, {} events lost (ring buffer full); calls counted in the kernel: {}",
-        totals.events_seen,
-        totals.events_lost,
-        counted.join(", ")
-    )
+    let counted: Vec<String> = totals.shown_calls().iter().map(|(s, n)| format!("{} {n}", syscall_name(*s))).collect();
+    let whose = match totals.node_calls() {
+        Some(node) => format!("calls of the pods followed, counted in the kernel: {} (node: {node} calls)", counted.join(", ")),
+        None => format!("calls counted in the kernel: {}", counted.join(", ")),
+    };
+    format!("{} events seen, {} events lost (ring buffer full); {whose}", totals.events_seen, totals.events_lost)
 }
 
 /// What a live run found, for people who were not watching: where and

@@ -107,7 +107,7 @@ pub async fn watch(options: &WatchOptions) -> Result<()> {
 /// Runs `podstuck watch`, calling `on_attached` once every probe is
 /// attached: what happens after it is traced (the demo starts its actors).
 pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> Result<()> {
-    let (resolved, api) = resolve_named_pods(options).await;
+    let (resolved, api) = resolve_named_pods(options).await?;
     let options = resolved.as_ref().unwrap_or(options);
     let events = events_api(options).await?;
     let mut run = prepare(options, api)?;
@@ -131,15 +131,16 @@ const EVENTS_SETTLE: Duration = Duration::from_secs(3);
 
 /// `--pod NAMESPACE/NAME`: the UIDs asked of the Kubernetes API, and the
 /// API's side of the diagnosis started (not when recording: a replay
-/// could not ask the API again). What cannot be resolved is said, and
-/// the node-side diagnosis goes on without it.
-async fn resolve_named_pods(options: &WatchOptions) -> (Option<WatchOptions>, Option<ApiJoin>) {
+/// could not ask the API again). A pod that cannot be resolved stops the
+/// run before anything loads: tracing the whole node instead would widen
+/// the filter the user asked for without their knowing.
+async fn resolve_named_pods(options: &WatchOptions) -> Result<(Option<WatchOptions>, Option<ApiJoin>)> {
     if options.named_pods.is_empty() {
-        return (None, None);
+        return Ok((None, None));
     }
     let resolved = crate::explain::join::resolve(&options.named_pods, &options.kube).await;
-    for warning in &resolved.warnings {
-        stderr_line(format_args!("{warning}"));
+    if !resolved.warnings.is_empty() {
+        return Err(crate::exit::BadInput(resolved.warnings.join("\n")).into());
     }
     let mut options = options.clone();
     options.pods.extend(resolved.uids);
@@ -151,7 +152,7 @@ async fn resolve_named_pods(options: &WatchOptions) -> (Option<WatchOptions>, Op
         }
         (None, _) => None,
     };
-    (Some(options), api)
+    Ok((Some(options), api))
 }
 
 /// `--events`: the API client, made before anything loads. A
@@ -230,6 +231,8 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     let book = match (incident, always_on) {
         (true, _) => Some(LatencyBook::new(facts.started)),
         (false, true) => Some(LatencyBook::node_wide(facts.started)),
+        // A run with --pod keeps one too: its series are the pods' calls.
+        (false, false) if !filter.is_whole_node() => Some(LatencyBook::new(facts.started)),
         (false, false) => None,
     };
     let serving = listener.as_ref().and_then(Listener::local_addr);
@@ -349,14 +352,15 @@ async fn trace(run: &mut Run, options: &WatchOptions) -> Result<Stopped> {
             quit = quit_asked(keys) => return Ok(Stopped { by: Some(quit.stopped_by()), quit: Some(quit) }),
             _ = screen.tick(), if shows_every.is_some() => {
                 pipeline.harvest(tracer);
-                let totals = totals_and_cost(tracer, options)?;
+                let totals = totals_and_cost(tracer, pipeline, options)?;
                 let in_flight = pipeline.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
                 pipeline.show(&in_flight, &totals);
             }
             _ = refresh.tick(), if exporter.is_some() => {
                 pipeline.harvest(tracer);
+                let totals = pipeline.with_pods_calls(tracer.totals()?);
                 let (Some(exporter), Some(book)) = (exporter.as_mut(), pipeline.book.as_mut()) else { continue };
-                let info = RunInfo::of_run(facts, &tracer.totals()?, options.interval, SystemTime::now(), false);
+                let info = RunInfo::of_run(facts, &totals, options.interval, SystemTime::now(), false);
                 // A failed refresh (disk full, the directory gone) is said
                 // once and retried every interval; tracing goes on, the
                 // book keeps every call.
@@ -385,7 +389,7 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<()> 
     pipeline.tell(&reports).context("writing findings")?;
     let untold = pipeline.diagnoser.untold();
     pipeline.tell(&untold).context("writing findings")?;
-    let totals = totals_and_cost(tracer, options)?;
+    let totals = totals_and_cost(tracer, pipeline, options)?;
     pipeline.finish_record(&untold, &totals);
     let histograms = last_refresh(exporter.as_mut(), pipeline.book.as_mut(), &RunInfo::of_run(facts, &totals, options.interval, SystemTime::now(), true));
     let printed = last_words(tracer, pipeline, &totals, &stopped);
@@ -399,9 +403,10 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<()> 
     histograms
 }
 
-/// The kernel's totals, and with `--kernel-cost` what its programs cost.
-fn totals_and_cost(tracer: &Tracer, options: &WatchOptions) -> Result<RunTotals> {
-    let mut totals = tracer.totals()?;
+/// The kernel's totals (with `--pod` the pods' calls apart), and with
+/// `--kernel-cost` what its programs cost.
+fn totals_and_cost(tracer: &Tracer, pipeline: &Pipeline, options: &WatchOptions) -> Result<RunTotals> {
+    let mut totals = pipeline.with_pods_calls(tracer.totals()?);
     if options.kernel_cost {
         totals.programs = tracer.program_costs();
     }

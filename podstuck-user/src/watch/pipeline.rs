@@ -4,11 +4,13 @@
 //! review does: the kernel's counts harvested, the calls in flight
 //! identified, the detectors asked, what they tell printed and recorded.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::time::SystemTime;
 
 use crate::collect::{Flight, RunTotals, Tracer};
+use podstuck_common::Syscall;
 use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review, Status};
 use crate::event::{CallEvent, DecodeError};
 use crate::explain::join::ApiJoin;
@@ -73,6 +75,17 @@ impl Pipeline {
             api,
             events: None,
         }
+    }
+
+    /// `totals` (the node's, from the kernel) with, under `--pod`, the
+    /// calls of the pods followed: their series in the book, which a run
+    /// with `--pod` always keeps, each call given to its pod as the
+    /// histograms give it.
+    pub(super) fn with_pods_calls(&self, mut totals: RunTotals) -> RunTotals {
+        if !self.filter.is_whole_node() {
+            totals.pods_calls = Some(self.book.as_ref().map(pods_calls).unwrap_or_default());
+        }
+        totals
     }
 
     /// A message for the user, where the printer says them.
@@ -223,5 +236,38 @@ impl Pipeline {
             Ok(_) => {}
             Err(e) => stderr_line(format_args!("podstuck: {e}")),
         }
+    }
+}
+
+/// The calls of every pod's series in `book`, by syscall. Under `--pod`
+/// the book holds the followed pods' series alone (the filter admits no
+/// other call), so this is their calls.
+fn pods_calls(book: &LatencyBook) -> BTreeMap<Syscall, u64> {
+    let mut calls = BTreeMap::new();
+    for (key, series) in book.series() {
+        if key.pod.is_some() {
+            *calls.entry(key.syscall).or_default() += series.count;
+        }
+    }
+    calls
+}
+
+#[cfg(test)]
+mod pods_calls_tests {
+    use super::*;
+    use crate::latency::tests::{event, identity};
+
+    #[test]
+    fn the_pods_calls_are_their_series_and_not_the_nodes() {
+        const POD: &str = "1b2c3d4e-0000-4000-8000-00000000000a";
+        let mut book = LatencyBook::new(SystemTime::now());
+        for _ in 0..3 {
+            book.record(&event(Syscall::Unlinkat, 0, 1000), &identity(Role::Runtime, Some(POD)));
+        }
+        book.record(&event(Syscall::Rmdir, -16, 1000), &identity(Role::Kubelet, Some(POD)));
+        // A node process's call, had one been kept, is not the pod's.
+        book.record(&event(Syscall::Unlinkat, 0, 1000), &identity(Role::Other, None));
+        assert_eq!(pods_calls(&book), BTreeMap::from([(Syscall::Unlinkat, 3), (Syscall::Rmdir, 1)]));
+        assert_eq!(pods_calls(&LatencyBook::new(SystemTime::now())), BTreeMap::new());
     }
 }

@@ -14,6 +14,10 @@
 //!   pack.tar            if present, `exec POD -- podstuck __pack ...`
 //!                       prints it instead of running podstuck
 //!   pod-tmp/NAME/       the debug pod NAME's /tmp
+//!   no-cluster          if present, every call fails as kubectl does
+//!                       with no API server: its discovery error five
+//!                       times (klog lines from memcache.go), then its
+//!                       own line
 //!
 //! `exec POD -- podstuck ARGS` runs the podstuck under test
 //! (`$PODSTUCK_BIN`) here, as root, in a mount namespace of its own where
@@ -42,6 +46,9 @@ fn main() {
         stdin = Some(text);
     }
     log(&state, &argv, stdin.as_deref());
+    if state.join("no-cluster").exists() {
+        std::process::exit(no_cluster());
+    }
     let code = match call.verb() {
         Some("get") => get(&state, &call),
         Some("create") => create(&state, stdin.as_deref().unwrap_or_default()),
@@ -58,6 +65,16 @@ fn log(state: &Path, argv: &[String], stdin: Option<&str>) {
     line.push('\n');
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(state.join("log.jsonl")).expect("open the log");
     file.write_all(line.as_bytes()).expect("write the log");
+}
+
+/// As kubectl 1.30 with no API server at its (default) address.
+fn no_cluster() -> i32 {
+    for i in 0..5 {
+        eprintln!(
+            "E1125 10:00:00.00{i}000    4242 memcache.go:265] couldn't get current server API group list: Get \"http://localhost:8080/api?timeout=32s\": dial tcp 127.0.0.1:8080: connect: connection refused"
+        );
+    }
+    fail("The connection to the server localhost:8080 was refused - did you specify the right host or port?")
 }
 
 fn fail(message: &str) -> i32 {
