@@ -45,7 +45,7 @@ struct Cli {
     /// The podstuck image the debug pod runs.
     #[arg(long, default_value = concat!("podstuck:", env!("CARGO_PKG_VERSION")))]
     image: String,
-    /// podstuck's JSON lines (start, findings, end) instead of one line per finding.
+    /// podstuck's JSON lines (start, findings, end) instead of a block per finding.
     #[arg(long)]
     json: bool,
     /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C.
