@@ -329,7 +329,8 @@ pub async fn demo(options: &DemoOptions) -> Result<()> {
     if let Some(e) = spawn_error {
         return Err(e.context("starting the demo's actors"));
     }
-    result
+    // The lab's critical findings are its design, not a node's problem: exit 0.
+    result.map(|_verdict| ())
 }
 
 /// Sleeps, or returns false when the lab is gone (the demo ended).

@@ -38,9 +38,9 @@ struct Cli {
 enum Command {
     /// Trace every unlinkat, unlink, rmdir and umount2 on the node and say why pods are stuck:
     /// a live view on a terminal (q or Ctrl-C: stop and print a summary), a block per finding otherwise.
-    #[command(after_help = "Exit codes: 0 traced (until --duration, Ctrl-C or SIGTERM); 1 podstuck could not trace (kernel, I/O); \
-                            2 the arguments were wrong (a bad duration, a --pod that cannot be resolved, a refused --histograms DIR). \
-                            See docs/exit-codes.md.")]
+    #[command(after_help = "Exit codes: 0 traced (stopped by Ctrl-C, q or SIGTERM, or --duration ran with no critical finding left); \
+                            1 podstuck could not trace (kernel, I/O); 2 the arguments were wrong (a bad duration, a --pod that cannot be \
+                            resolved, a refused --histograms DIR); 3 --duration ran and a critical finding is still active. See docs/exit-codes.md.")]
     Watch(WatchArgs),
     /// Trace like watch, and save what the diagnosis saw to FILE (compressed, never overwritten),
     /// to diagnose it again anywhere, without root, with podstuck replay.
@@ -461,12 +461,14 @@ fn main() -> ExitCode {
             Ok(false) => return ExitCode::from(2),
             Err(e) => Err(e),
         },
-        Command::Watch(args) => match args.options(None) {
-            Ok(options) => runtime.block_on(watch(&options)),
+        Command::Watch(args) => match args.options(None).map(|options| runtime.block_on(watch(&options))) {
+            Ok(Ok(verdict)) => return ExitCode::from(verdict.exit_code()),
+            Ok(Err(e)) => Err(e),
             Err(code) => return code,
         },
-        Command::Record { file, watch: args } => match args.options(Some(file)) {
-            Ok(options) => runtime.block_on(watch(&options)),
+        Command::Record { file, watch: args } => match args.options(Some(file)).map(|options| runtime.block_on(watch(&options))) {
+            Ok(Ok(verdict)) => return ExitCode::from(verdict.exit_code()),
+            Ok(Err(e)) => Err(e),
             Err(code) => return code,
         },
         Command::Replay { file, json } => podstuck::record::replay(&file, json),

@@ -36,7 +36,10 @@ kernel_test! {
             let said = String::from_utf8_lossy(&hostile.stdout);
             assert!(said.lines().all(|l| l == format!("rmdir errno {}", libc::EBUSY)), "the fixture: EBUSY each time: {said}");
             let out = podstuck.wait_with_output().expect("podstuck ends");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            // The directory is still mounted when --duration ends: exit 3, said.
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(3), "{stderr}");
+            assert!(stderr.contains("critical finding(s) still active at the end of --duration: exit 3"), "{stderr}");
             let all = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
             assert!(!all.contains(&0x1b) && !all.contains(&0x07), "{mode}: a raw escape reached the output:\n{}", String::from_utf8_lossy(&all));
             let text = String::from_utf8_lossy(&out.stdout);

@@ -103,7 +103,9 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     let mut tmux = Tmux::start(scratch.path(), test.name(), &format!("sh {}", quoted(&script)));
 
     let screen = tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
-    assert!(screen.contains(&format!("tracing pod {uid}, kubelet root {}", root.arg())), "header:\n{screen}");
+    // The counts come first; a long kubelet root gives way in its middle.
+    assert!(screen.contains(&format!("tracing pod {uid}, kubelet root /var/tmp/")), "header:\n{screen}");
+    assert!(screen.contains("calls counted 0  node: 0 calls") || screen.contains("  node: "), "the pod's calls, the node's apart:\n{screen}");
     assert_eq!(tmux.pane("#{alternate_on}"), "1", "the live view draws on the alternate screen");
     let shell: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
     let podstuck = child_named(shell, "podstuck").unwrap_or_else(|| panic!("no podstuck under the pane's shell {shell}"));
@@ -279,7 +281,8 @@ kernel_test! {
         let (_, attempts) = kubelet.finish(Duration::from_secs(30));
         assert_eq!(attempts.len(), 4, "{attempts:?}");
         let out = podstuck.wait_with_output().unwrap();
-        assert!(out.status.success());
+        // The volume is still mounted when --duration ends: exit 3.
+        assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
         let lines: Vec<&str> = stdout.lines().collect();
         let head = lines.iter().position(|l| l.contains(" FINDING ")).unwrap_or_else(|| panic!("no finding block:\n{stdout}"));
@@ -317,7 +320,10 @@ kernel_test! {
             std::fs::remove_file(&f).unwrap();
         }
         let after = tmux.wait_for("exit status", Duration::from_secs(30), |s| s.contains("podstuck exited with status"));
-        assert!(after.contains("podstuck exited with status 0"), "{after}");
+        // The whole node is traced, where other tests leave volumes stuck
+        // for a while: 3 (a critical finding active at the end) is a run's
+        // verdict too; what matters here is that it traced and ended.
+        assert!(after.contains("podstuck exited with status 0") || after.contains("podstuck exited with status 3"), "{after}");
         assert!(after.contains("kernel cost:") && after.contains("unlinkat"), "no kernel cost after the live view:\n{after}");
     }
 }

@@ -25,7 +25,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::check::TracerLock;
 use crate::collect::{RunTotals, Tracer, TracerOptions};
-use crate::diagnose::{DiagnoseOptions, Diagnoser};
+use crate::diagnose::{DiagnoseOptions, Diagnoser, Severity, Status};
 use crate::explain::client::Api;
 use crate::explain::join::ApiJoin;
 use crate::export::{Exporter, RunInfo};
@@ -100,13 +100,37 @@ impl Stopped {
 }
 
 /// Runs `podstuck watch` on standard output.
-pub async fn watch(options: &WatchOptions) -> Result<()> {
+pub async fn watch(options: &WatchOptions) -> Result<Verdict> {
     watch_with(options, || {}).await
+}
+
+/// How a run ended, as its exit code tells a script (docs/exit-codes.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Critical findings still active at the end.
+    pub critical_active: usize,
+    /// It ran its whole `--duration` (not stopped by a key, a signal or
+    /// its output going away).
+    pub ran_its_duration: bool,
+}
+
+impl Verdict {
+    /// [`exit::CRITICAL_ACTIVE`] when a run of a set `--duration` (what a
+    /// script runs) ends with a critical finding still active, else
+    /// success. A run someone stopped (a key, Ctrl-C) or a supervisor did
+    /// (SIGTERM to the DaemonSet's pod) exits 0: its findings were shown.
+    pub fn exit_code(&self) -> u8 {
+        if self.ran_its_duration && self.critical_active > 0 {
+            crate::exit::CRITICAL_ACTIVE
+        } else {
+            crate::exit::SUCCESS
+        }
+    }
 }
 
 /// Runs `podstuck watch`, calling `on_attached` once every probe is
 /// attached: what happens after it is traced (the demo starts its actors).
-pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> Result<()> {
+pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> Result<Verdict> {
     let (resolved, api) = resolve_named_pods(options).await?;
     let options = resolved.as_ref().unwrap_or(options);
     let events = events_api(options).await?;
@@ -380,7 +404,7 @@ async fn trace(run: &mut Run, options: &WatchOptions) -> Result<Stopped> {
 /// The last calls and review, what was never told, the record's end, the
 /// histogram files' last refresh, the printer's last words and, in every
 /// mode, the kernel's cost.
-fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<()> {
+fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verdict> {
     let Run { tracer, facts, pipeline, node, exporter, .. } = &mut run;
     tracer.drain(&mut |e| pipeline.take(e)).context("writing events")?;
     pipeline.harvest(tracer);
@@ -400,7 +424,13 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<()> 
     // The last refresh failing (disk full) is said at the very end (exit
     // code 1), after the closing summary or `end` line: those hold the
     // run's totals and events lost, which must not be lost with the files.
-    histograms
+    histograms?;
+    let critical_active = pipeline.diagnoser.findings().iter().filter(|f| f.status == Status::Active && f.severity == Severity::Critical).count();
+    let verdict = Verdict { critical_active, ran_its_duration: stopped.by.is_none() };
+    if verdict.exit_code() == crate::exit::CRITICAL_ACTIVE {
+        stderr_line(format_args!("podstuck: {critical_active} critical finding(s) still active at the end of --duration: exit {}", crate::exit::CRITICAL_ACTIVE));
+    }
+    Ok(verdict)
 }
 
 /// The kernel's totals (with `--pod` the pods' calls apart), and with
@@ -439,4 +469,17 @@ fn last_words(tracer: &mut Tracer, pipeline: &mut Pipeline, totals: &RunTotals, 
     let ending = Ending { totals, stopped_by: stopped.by, quit: stopped.quit.as_ref(), moment };
     pipeline.printer.finish(&mut pipeline.out, &ending)?;
     pipeline.out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Verdict;
+
+    #[test]
+    fn only_a_run_of_its_whole_duration_with_a_critical_finding_left_exits_3() {
+        let verdict = |critical_active, ran_its_duration| Verdict { critical_active, ran_its_duration }.exit_code();
+        assert_eq!(verdict(1, true), 3);
+        assert_eq!(verdict(0, true), 0, "nothing critical left");
+        assert_eq!(verdict(2, false), 0, "stopped by a key or a signal: its findings were shown");
+    }
 }
