@@ -90,10 +90,10 @@ pub struct Tracing {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn run() -> RunFacts {
+    pub(crate) fn run() -> RunFacts {
         RunFacts {
             version: VERSION,
             node: "node-1".into(),

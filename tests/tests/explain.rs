@@ -263,10 +263,9 @@ fn the_api_is_asked_for_the_pod_its_events_node_and_lease() {
     assert_eq!(api.requests()[before].target.split('?').next().unwrap(), "/api/v1/namespaces/shop/pods");
 }
 
-#[test]
-fn an_unreachable_node_is_the_root_cause_and_its_forced_deletion_says_the_risk() {
-    let mut cluster = Cluster::healthy(UID).deleted(900);
-    cluster.pod.metadata.finalizers = Some(vec!["example.com/backup-done".into()]);
+/// The pod's node unreachable: Ready Unknown since kubelet stopped posting
+/// its status 20 minutes ago.
+fn node_stopped_posting(cluster: &mut Cluster) {
     let status = cluster.node.status.as_mut().unwrap();
     status.conditions.as_mut().unwrap()[0] = NodeCondition {
         type_: "Ready".into(),
@@ -276,6 +275,13 @@ fn an_unreachable_node_is_the_root_cause_and_its_forced_deletion_says_the_risk()
         reason: Some("NodeStatusUnknown".into()),
         message: Some("Kubelet stopped posting node status.".into()),
     };
+}
+
+#[test]
+fn an_unreachable_node_is_the_root_cause_and_its_forced_deletion_says_the_risk() {
+    let mut cluster = Cluster::healthy(UID).deleted(900);
+    cluster.pod.metadata.finalizers = Some(vec!["example.com/backup-done".into()]);
+    node_stopped_posting(&mut cluster);
     cluster.node.spec.as_mut().unwrap().taints =
         Some(vec![Taint { key: "node.kubernetes.io/unreachable".into(), effect: "NoExecute".into(), time_added: Some(time(ago(1140))), value: None }]);
     cluster.lease.spec.as_mut().unwrap().renew_time = Some(MicroTime(stamp(ago(1190))));
@@ -592,15 +598,7 @@ kernel_test! {
 #[test]
 fn the_text_answer_is_a_block_per_finding_with_its_evidence_and_fix() {
     let mut cluster = Cluster::healthy(UID).deleted(900);
-    let status = cluster.node.status.as_mut().unwrap();
-    status.conditions.as_mut().unwrap()[0] = NodeCondition {
-        type_: "Ready".into(),
-        status: "Unknown".into(),
-        last_heartbeat_time: Some(time(ago(1200))),
-        last_transition_time: Some(time(ago(1150))),
-        reason: Some("NodeStatusUnknown".into()),
-        message: Some("Kubelet stopped posting node status.".into()),
-    };
+    node_stopped_posting(&mut cluster);
     let scratch = ScratchDir::new("explain-text");
     let saved = cluster.save(scratch.path());
     let output = Command::new(podstuck_binary())

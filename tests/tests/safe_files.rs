@@ -204,7 +204,7 @@ kernel_test! {
                 assert!(stderr.starts_with(&said), "{name}: {stderr}");
                 // The advice names a new directory, never the one refused: pasted, it changes nothing that exists.
                 let advised = stderr.split("install -d -m 0700 ").nth(1).and_then(|rest| rest.split('`').next()).unwrap_or_default();
-                assert!(!advised.is_empty() && !std::path::Path::new(advised).exists() && std::path::Path::new(advised) != dir, "{name}: {stderr}");
+                assert!(!advised.is_empty() && !Path::new(advised).exists() && Path::new(advised) != dir, "{name}: {stderr}");
                 victim.assert_intact();
                 assert_eq!(names_in(&dir), before, "{name}: podstuck wrote in it");
             }

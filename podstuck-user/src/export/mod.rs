@@ -426,17 +426,7 @@ mod tests {
 
     #[test]
     fn with_pod_summary_json_counts_the_pods_calls_and_the_nodes_apart() {
-        let facts = RunFacts {
-            version: crate::run::VERSION,
-            node: "node-1".into(),
-            kernel: "6.1.0-test".into(),
-            started: SystemTime::UNIX_EPOCH,
-            pods: Vec::new(),
-            kubelet_root: PathBuf::from("/var/lib/kubelet"),
-            syscalls: Vec::new(),
-            errors_only: false,
-            every_call: false,
-        };
+        let facts = crate::run::tests::run();
         let mut totals = RunTotals { calls: BTreeMap::from([(podstuck_common::Syscall::Unlinkat, 87_571), (podstuck_common::Syscall::Rmdir, 4)]), ..Default::default() };
         let info = RunInfo::of_run(&facts, &totals, Duration::from_secs(5), SystemTime::UNIX_EPOCH, true);
         assert_eq!((info.calls_counted["unlinkat"], info.node_calls_counted.as_ref()), (87_571, None));
