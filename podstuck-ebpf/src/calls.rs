@@ -13,7 +13,7 @@ use podstuck_common::{counter, CallInFlight, SeriesKey, Syscall, MAX_CALLS_IN_FL
 use crate::{
     accounting::{account, bump},
     args::Args,
-    path_walk::PathWalk,
+    path_walk::WalkLoop,
     record::{self, Ended},
 };
 
@@ -64,7 +64,7 @@ pub fn enter(syscall: Syscall, args: Args) {
 /// streams its record if the series' budget allows. None where it stops
 /// early: no entry for it (counted), counted only, or no scratch buffer.
 #[inline(always)]
-pub fn exit(syscall: Syscall, ret: i64, how: PathWalk) -> Option<()> {
+pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop) -> Option<()> {
     // SAFETY: a helper without arguments; it reads the clock.
     let exit_ns = unsafe { bpf_ktime_get_ns() };
     bump(counter::CALLS + syscall as u32);

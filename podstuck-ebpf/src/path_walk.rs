@@ -15,13 +15,13 @@ use crate::{
     scratch::{Scratch, NAME_MAX},
 };
 
-/// How the base directory of a relative path is walked. A constant in
+/// How the walk of a relative path's base directory loops. A constant in
 /// each exit program, so the other walk is compiled out of it: the `_w`
 /// programs never name `bpf_loop`, which 5.10's verifier refuses outright.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum PathWalk {
+pub enum WalkLoop {
     /// One verified step run by `bpf_loop` (5.17+), up to `BASE_DIR_MAX_DEPTH`.
-    Loop,
+    BpfLoop,
     /// The step called at most `BASE_DIR_UNROLLED_DEPTH` times in a plain
     /// bounded loop, which the verifier unrolls (it walks every
     /// iteration), for kernels without `bpf_loop`.
@@ -146,7 +146,7 @@ extern "C" fn walk_step(_index: u64, ctx: *mut c_void) -> i64 {
 /// crossing mounts up to the caller's root (its chroot, or its namespace's
 /// root). Returns (bytes written, base_status).
 #[inline(always)]
-pub fn walk_base_dir(dfd: i32, how: PathWalk) -> (usize, u8) {
+pub fn walk_base_dir(dfd: i32, how: WalkLoop) -> (usize, u8) {
     if !kernel_reads() {
         return (0, base_status::FORBIDDEN);
     }
@@ -175,12 +175,12 @@ pub fn walk_base_dir(dfd: i32, how: PathWalk) -> (usize, u8) {
     };
     let ctx = &mut walk as *mut Walk as *mut c_void;
     match how {
-        PathWalk::Loop => {
+        WalkLoop::BpfLoop => {
             // SAFETY: walk_step has the callback's signature, and `ctx`
             // points to `walk`, alive until bpf_loop returns after the last step.
             unsafe { bpf_loop(BASE_DIR_MAX_DEPTH, walk_step as *mut c_void, ctx, 0) };
         }
-        PathWalk::Unrolled => {
+        WalkLoop::Unrolled => {
             // A bounded loop over a real call (a BPF subprogram): the
             // verifier walks each iteration, so the bound stays small.
             for index in 0..BASE_DIR_UNROLLED_DEPTH as u64 {

@@ -13,7 +13,7 @@ use podstuck_common::{base_status, counter, path_status, CallInFlight, CallRecor
 
 use crate::{
     accounting::bump,
-    path_walk::{walk_base_dir, PathWalk},
+    path_walk::{walk_base_dir, WalkLoop},
     read_kernel,
     scratch::Scratch,
 };
@@ -43,7 +43,7 @@ const BPF_RB_FORCE_WAKEUP: u64 = 2;
 /// Fills the record of a call in the scratch buffer and sends it. None
 /// when there is no scratch buffer.
 #[inline(always)]
-pub fn stream(call: &Ended, how: PathWalk) -> Option<()> {
+pub fn stream(call: &Ended, how: WalkLoop) -> Option<()> {
     let scratch = Scratch::this_cpu()?;
     // SAFETY: the header's only reference while fill_header runs, which
     // reaches nothing else of the buffer (helpers that read the task).
