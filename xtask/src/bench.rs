@@ -1114,6 +1114,128 @@ fn memory_storm(podstuck: &Path, fs: &Path, calls: u64, report: &mut String) -> 
     Ok(())
 }
 
+/// The command line that reproduces this run, as BENCHMARKS.md shows it.
+fn bench_command(args: &BenchArgs, vm_kernels: &[String]) -> String {
+    // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
+    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
+    format!(
+        "cargo xtask bench --runs {} --large-runs {} --sizes {} --filesystems {} --storm-calls {} --strace-runs {} --removers {} --vm-kernels {} --vm-dirs {} --vm-rounds {}{}",
+        args.runs,
+        args.large_runs,
+        args.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+        args.filesystems.join(","),
+        args.storm_calls,
+        args.strace_runs,
+        args.removers.join(","),
+        if vm_kernels.is_empty() { "none".to_string() } else { vm_kernels.join(",") },
+        args.vm_dirs,
+        args.vm_rounds,
+        if default_out.as_deref() == Some(args.out.as_path()) { String::new() } else { format!(" --out {}", args.out.display()) }
+    )
+}
+
+/// Where one filesystem's cases run: the volume's top, the fake kubelet
+/// root, podstuck's histograms and, for `docker volume rm`, the dockerd.
+struct Place<'a> {
+    fs_kind: &'a str,
+    top: &'a Path,
+    kubelet_root: &'a Path,
+    histograms: &'a Path,
+    dockerd: Option<&'a Dockerd>,
+}
+
+/// Every round of one case, the removal untraced, under podstuck, under
+/// bpftrace and under the floor in rotating order, then `strace_runs`
+/// under strace; with the calls one removal makes.
+fn run_case(place: &Place, tool: &str, dirs: usize, runs: usize, strace_runs: usize, podstuck: &Path, actor: &Path) -> Result<(Case, u64)> {
+    let fs_kind = place.fs_kind;
+    let mut case = Case::default();
+    let mut calls = 0;
+    for round in 0..runs {
+        say(&format!("{fs_kind}, {dirs} dirs, {tool}: round {} of {runs}", round + 1));
+        for variant in (0..4).map(|i| (i + round) % 4) {
+            let prepared = prepare(tool, place.top, dirs, place.dockerd)?;
+            calls = prepared.calls;
+            let removal = || remove_prepared(tool, place.top, actor, place.dockerd, &prepared, false);
+            match variant {
+                0 => case.untraced.push(removal()?),
+                3 => {
+                    let mut floor = start_floor(podstuck)?;
+                    case.floor.push(removal()?);
+                    interrupt(&floor);
+                    floor.wait()?;
+                }
+                1 => {
+                    let tracer = start_podstuck(podstuck, place.kubelet_root, place.histograms)?;
+                    case.podstuck.push(removal()?);
+                    let counts = if tool == DOCKER_RM { runtime_series } else { pod_series };
+                    case.runs.push(stop_podstuck(tracer, prepared.expected, prepared.calls, counts)?);
+                }
+                _ => {
+                    let tracer = start_bpftrace()?;
+                    case.bpftrace.push(removal()?);
+                    case.bpftrace_kernel_ns.push(stop(tracer)?);
+                }
+            }
+        }
+    }
+    for round in 0..strace_runs {
+        say(&format!("{fs_kind}, {dirs} dirs, {tool} under strace: {} of {strace_runs}", round + 1));
+        let prepared = prepare(tool, place.top, dirs, place.dockerd)?;
+        case.strace.push(remove_prepared(tool, place.top, actor, place.dockerd, &prepared, true)?);
+    }
+    Ok((case, calls))
+}
+
+/// One storm case as a row of the table, its figures the medians of its rounds.
+fn storm_row(tables: &mut String, fs_kind: &str, dirs: usize, tool: &str, runs: usize, case: &Case, calls: u64) -> Result<StormRow> {
+    let ratio = |traced: &[f64]| -> f64 {
+        let mut r: Vec<f64> = traced.iter().zip(&case.untraced).map(|(t, u)| t / u).collect();
+        median(&mut r)
+    };
+    let (p, b, floor) = (ratio(&case.podstuck), ratio(&case.bpftrace), ratio(&case.floor));
+    let strace = if case.strace.is_empty() {
+        "not run".to_string()
+    } else {
+        format!("{:.2} s ({:.0}x)", median(&mut case.strace.clone()), median(&mut case.strace.clone()) / median(&mut case.untraced.clone()))
+    };
+    let col = |f: fn(&PodstuckRun) -> f64| median(&mut case.runs.iter().map(f).collect::<Vec<_>>());
+    let row = StormRow {
+        label: format!("{fs_kind}, {dirs} dirs, {tool}"),
+        over_floor: over(p, floor),
+        added_s: median(&mut case.podstuck.clone()) - median(&mut case.floor.clone()),
+        calls,
+        kernel_ns: col(|r| r.kernel_ns_per_call),
+        bpftrace_ns: median(&mut case.bpftrace_kernel_ns.clone()),
+        cpu: col(|r| r.cpu_s),
+    };
+    let exact = case.runs.iter().filter(|r| r.exact).count();
+    let counted: Vec<String> = case.runs.iter().filter(|r| !r.exact).map(|r| format!("{} of {}", r.counted, r.expected)).collect();
+    writeln!(
+        tables,
+        "| {fs_kind} | {dirs} | {tool} | {runs} | {:.3} s | {:.3} s | {:.3} s | {strace} | {} | {} | {} | {} | {} | {exact} of {} runs{} | {:.0} | {:.3} CPU-s | {:.1} MiB | {:.0} | {:.0} | {:.2} | {:.2} s | {:.2} s |",
+        median(&mut case.untraced.clone()),
+        median(&mut case.podstuck.clone()),
+        median(&mut case.bpftrace.clone()),
+        pct(floor),
+        pct(p),
+        pct(b),
+        shown_over(row.over_floor, floor),
+        shown_over(over(p, b), b),
+        case.runs.len(),
+        if counted.is_empty() { String::new() } else { format!(" ({})", counted.join(", ")) },
+        col(|r| r.events_lost as f64),
+        row.cpu,
+        col(|r| r.peak_rss_kib as f64) / 1024.0,
+        row.kernel_ns,
+        row.bpftrace_ns,
+        row.kernel_ns / row.bpftrace_ns,
+        col(|r| r.attach_s),
+        col(|r| r.detach_s),
+    )?;
+    Ok(row)
+}
+
 pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
     let mut tools = Vec::new();
     for name in &args.removers {
@@ -1132,22 +1254,7 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
     let soak = crate::soak::kept_section(&args.out);
     let mut scratch = Scratch::new()?;
     let mut report = String::new();
-    // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
-    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
-    let command = format!(
-        "cargo xtask bench --runs {} --large-runs {} --sizes {} --filesystems {} --storm-calls {} --strace-runs {} --removers {} --vm-kernels {} --vm-dirs {} --vm-rounds {}{}",
-        args.runs,
-        args.large_runs,
-        args.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
-        args.filesystems.join(","),
-        args.storm_calls,
-        args.strace_runs,
-        args.removers.join(","),
-        if vm_kernels.is_empty() { "none".to_string() } else { vm_kernels.join(",") },
-        args.vm_dirs,
-        args.vm_rounds,
-        if default_out.as_deref() == Some(args.out.as_path()) { String::new() } else { format!(" --out {}", args.out.display()) }
-    );
+    let command = bench_command(args, &vm_kernels);
     writeln!(report, "# podstuck benchmarks\n")?;
     writeln!(report, "Written by `{command}` (as root), {}.\n", sh(Command::new("date").arg("-u")).unwrap_or_default().trim())?;
     writeln!(report, "Machine: {}.\n", machine())?;
@@ -1172,88 +1279,11 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         }
         for (size_index, &dirs) in args.sizes.iter().enumerate() {
             for &tool in &tools {
-                let mut case = Case::default();
-                let mut calls = 0;
                 let runs = if dirs >= 1_000_000 { args.large_runs.min(args.runs) } else { args.runs };
-                for round in 0..runs {
-                    say(&format!("{fs_kind}, {dirs} dirs, {tool}: round {} of {runs}", round + 1));
-                    for variant in (0..4).map(|i| (i + round) % 4) {
-                        let prepared = prepare(tool, &top, dirs, dockerd.as_ref())?;
-                        calls = prepared.calls;
-                        let removal = || remove_prepared(tool, &top, actor, dockerd.as_ref(), &prepared, false);
-                        match variant {
-                            0 => case.untraced.push(removal()?),
-                            3 => {
-                                let mut floor = start_floor(podstuck)?;
-                                case.floor.push(removal()?);
-                                interrupt(&floor);
-                                floor.wait()?;
-                            }
-                            1 => {
-                                let tracer = start_podstuck(podstuck, &kubelet_root, &fs.join("histograms"))?;
-                                case.podstuck.push(removal()?);
-                                let counts = if tool == DOCKER_RM { runtime_series } else { pod_series };
-                                case.runs.push(stop_podstuck(tracer, prepared.expected, prepared.calls, counts)?);
-                            }
-                            _ => {
-                                let tracer = start_bpftrace()?;
-                                case.bpftrace.push(removal()?);
-                                case.bpftrace_kernel_ns.push(stop(tracer)?);
-                            }
-                        }
-                    }
-                }
-                if fs_kind == "tmpfs" && size_index == 0 {
-                    for round in 0..args.strace_runs {
-                        say(&format!("{fs_kind}, {dirs} dirs, {tool} under strace: {} of {}", round + 1, args.strace_runs));
-                        let prepared = prepare(tool, &top, dirs, dockerd.as_ref())?;
-                        case.strace.push(remove_prepared(tool, &top, actor, dockerd.as_ref(), &prepared, true)?);
-                    }
-                }
-                let ratio = |traced: &[f64]| -> f64 {
-                    let mut r: Vec<f64> = traced.iter().zip(&case.untraced).map(|(t, u)| t / u).collect();
-                    median(&mut r)
-                };
-                let (p, b, floor) = (ratio(&case.podstuck), ratio(&case.bpftrace), ratio(&case.floor));
-                let strace = if case.strace.is_empty() {
-                    "not run".to_string()
-                } else {
-                    format!("{:.2} s ({:.0}x)", median(&mut case.strace.clone()), median(&mut case.strace.clone()) / median(&mut case.untraced.clone()))
-                };
-                let col = |f: fn(&PodstuckRun) -> f64| median(&mut case.runs.iter().map(f).collect::<Vec<_>>());
-                let row = StormRow {
-                    label: format!("{fs_kind}, {dirs} dirs, {tool}"),
-                    over_floor: over(p, floor),
-                    added_s: median(&mut case.podstuck.clone()) - median(&mut case.floor.clone()),
-                    calls,
-                    kernel_ns: col(|r| r.kernel_ns_per_call),
-                    bpftrace_ns: median(&mut case.bpftrace_kernel_ns.clone()),
-                    cpu: col(|r| r.cpu_s),
-                };
-                let exact = case.runs.iter().filter(|r| r.exact).count();
-                let counted: Vec<String> = case.runs.iter().filter(|r| !r.exact).map(|r| format!("{} of {}", r.counted, r.expected)).collect();
-                writeln!(
-                    tables,
-                    "| {fs_kind} | {dirs} | {tool} | {runs} | {:.3} s | {:.3} s | {:.3} s | {strace} | {} | {} | {} | {} | {} | {exact} of {} runs{} | {:.0} | {:.3} CPU-s | {:.1} MiB | {:.0} | {:.0} | {:.2} | {:.2} s | {:.2} s |",
-                    median(&mut case.untraced.clone()),
-                    median(&mut case.podstuck.clone()),
-                    median(&mut case.bpftrace.clone()),
-                    pct(floor),
-                    pct(p),
-                    pct(b),
-                    shown_over(row.over_floor, floor),
-                    shown_over(over(p, b), b),
-                    case.runs.len(),
-                    if counted.is_empty() { String::new() } else { format!(" ({})", counted.join(", ")) },
-                    col(|r| r.events_lost as f64),
-                    row.cpu,
-                    col(|r| r.peak_rss_kib as f64) / 1024.0,
-                    row.kernel_ns,
-                    row.bpftrace_ns,
-                    row.kernel_ns / row.bpftrace_ns,
-                    col(|r| r.attach_s),
-                    col(|r| r.detach_s),
-                )?;
+                let strace_runs = if fs_kind == "tmpfs" && size_index == 0 { args.strace_runs } else { 0 };
+                let place = Place { fs_kind, top: &top, kubelet_root: &kubelet_root, histograms: &fs.join("histograms"), dockerd: dockerd.as_ref() };
+                let (case, calls) = run_case(&place, tool, dirs, runs, strace_runs, podstuck, actor)?;
+                let row = storm_row(&mut tables, fs_kind, dirs, tool, runs, &case, calls)?;
                 rows.push(row);
                 std::fs::write(&args.out, format!("{report}{tables}\n(still running)\n{soak}"))?;
             }
