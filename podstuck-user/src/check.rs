@@ -23,6 +23,8 @@ use crate::inspect::mounts::{parse_mountinfo, v1_controllers};
 use crate::kernel_features::{AttachPoint, BtfSource, Lockdown, PathWalk, Probed};
 use crate::preflight::{plan, privileged, NodeFacts};
 use crate::print::Out;
+use crate::node_access::Node;
+use crate::tracer_lock::{other_podstucks, OtherPodstuck};
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,13 +59,6 @@ impl std::fmt::Display for CheckLine {
         }
         Ok(())
     }
-}
-
-/// Another podstuck process tracing this node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OtherPodstuck {
-    pub pid: u32,
-    pub command: String,
 }
 
 /// Everything `check` looks at.
@@ -140,16 +135,16 @@ pub enum KubeletPlace {
 impl KubeletPlace {
     /// The first process named kubelet, placed by its mount namespace
     /// against the node's.
-    fn find() -> KubeletPlace {
+    fn find(node: &Node) -> KubeletPlace {
         let mut kubelets: Vec<u32> = processes().into_iter().filter(|(_, comm)| comm == "kubelet").map(|(pid, _)| pid).collect();
         kubelets.sort_unstable();
         let Some(&pid) = kubelets.first() else { return KubeletPlace::NotFound };
-        let node = std::fs::read_link(crate::node_view::view().node_proc_file("ns/mnt")).ok();
+        let nodes = std::fs::read_link(node.node_proc_file("ns/mnt")).ok();
         let own = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
-        if node.is_none() || own == node {
+        if nodes.is_none() || own == nodes {
             return KubeletPlace::Host { pid };
         }
-        let owner = crate::identify::owner::RuntimeState::of_this_node().owner_of(Path::new("/proc"), pid).map(|o| o.words());
+        let owner = crate::identify::owner::RuntimeState::of_this_node(node).owner_of(Path::new("/proc"), pid).map(|o| o.words());
         KubeletPlace::Container { pid, owner }
     }
 }
@@ -164,93 +159,6 @@ const RUNTIME_SOCKETS: [(&str, &str); 4] = [
 /// Runtime processes, by command name.
 const RUNTIME_COMMANDS: [&str; 4] = ["containerd", "crio", "dockerd", "podman"];
 
-/// The lock every tracing podstuck holds while it traces: exclusive for
-/// one that wants to be alone, shared with `--concurrent`. A lock, not a
-/// process name: a process of any user may call itself podstuck, and two
-/// started at once would both find the other missing.
-pub const TRACER_LOCK: &str = "/run/podstuck.lock";
-
-/// The tracer lock, held until dropped (or the process ends, however).
-#[derive(Debug)]
-pub struct TracerLock(#[allow(dead_code, reason = "held for its lock")] std::fs::File);
-
-impl TracerLock {
-    /// Takes the lock: exclusive unless `concurrent`. Refused with the
-    /// holders when another podstuck traces (and this one wants to be
-    /// alone). A lock file that exists is taken read-only where it cannot
-    /// be written (the node's / read-only at /host in a DaemonSet): flock
-    /// needs no write access. Where there is none and it cannot be made,
-    /// no lock is taken: tracing is never refused for that.
-    pub fn take(concurrent: bool) -> Result<Option<TracerLock>, AlreadyTracing> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = crate::node_view::path(TRACER_LOCK);
-        let open = |write: bool| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(write)
-                .create(write)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&path)
-        };
-        let Ok(file) = open(true).or_else(|_| open(false)) else {
-            return Ok(None);
-        };
-        // SAFETY: flock(2) on a file this function opened and owns.
-        let how = if concurrent { libc::LOCK_SH } else { libc::LOCK_EX };
-        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), how | libc::LOCK_NB) } == 0 {
-            return Ok(Some(TracerLock(file)));
-        }
-        match (concurrent, other_podstucks().into_iter().next()) {
-            // Alongside an exclusive one, as asked: without the lock.
-            (true, _) => Ok(None),
-            (false, Some(other)) => Err(AlreadyTracing(other)),
-            (false, None) => Err(AlreadyTracing(OtherPodstuck { pid: 0, command: "a process holding the lock (see /proc/locks)".into() })),
-        }
-    }
-}
-
-/// The processes that hold the tracer lock (from /proc/locks), with their
-/// command lines.
-pub fn other_podstucks() -> Vec<OtherPodstuck> {
-    use std::os::unix::fs::MetadataExt;
-    let me = std::process::id();
-    let Ok(meta) = std::fs::metadata(crate::node_view::path(TRACER_LOCK)) else { return Vec::new() };
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    let mut pids = lock_holders(&locks, libc::major(meta.dev()), libc::minor(meta.dev()), meta.ino());
-    pids.retain(|pid| *pid != me);
-    pids.dedup();
-    pids.into_iter()
-        .map(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let words: Vec<String> = cmdline.split(|b| *b == 0).filter(|w| !w.is_empty()).map(crate::words::safe_text).collect();
-            OtherPodstuck { pid, command: words.join(" ") }
-        })
-        .collect()
-}
-
-/// Pids holding a lock on the file (device, inode) in a /proc/locks text:
-/// "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF".
-fn lock_holders(locks: &str, major: u32, minor: u32, ino: u64) -> Vec<u32> {
-    let mut pids: Vec<u32> = locks
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // A blocked waiter is listed after "->": not a holder.
-            if fields.get(1) == Some(&"->") {
-                return None;
-            }
-            let at = fields.iter().position(|f| *f == "FLOCK")?;
-            let pid: u32 = fields.get(at + 3)?.parse().ok()?;
-            let mut id = fields.get(at + 4)?.split(':');
-            let (maj, min, inode) = (u32::from_str_radix(id.next()?, 16).ok()?, u32::from_str_radix(id.next()?, 16).ok()?, id.next()?.parse::<u64>().ok()?);
-            (maj == major && min == minor && inode == ino).then_some(pid)
-        })
-        .collect();
-    pids.sort_unstable();
-    pids
-}
-
 /// (pid, comm) of every process.
 fn processes() -> Vec<(u32, String)> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
@@ -262,30 +170,12 @@ fn processes() -> Vec<(u32, String)> {
     .collect()
 }
 
-/// `watch` refuses to be a second tracer: on a node already under stress,
-/// two podstucks double the cost of every traced call.
-#[derive(Debug)]
-pub struct AlreadyTracing(pub OtherPodstuck);
-
-impl std::fmt::Display for AlreadyTracing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "another podstuck is already tracing this node (pid {}: {}, holding {TRACER_LOCK}); stop it (kill {}) or watch its output, \
-             or pass --concurrent to run both (each adds its own cost to every traced call)",
-            self.0.pid, self.0.command, self.0.pid
-        )
-    }
-}
-
-impl std::error::Error for AlreadyTracing {}
-
 /// Pods named on the command line shown nowhere here: said, with the pods
 /// this node does have, while watching goes on (the pod may yet appear, or
 /// be known only by its cgroup).
-pub fn pods_not_found(missing: &[crate::identify::pod::PodUid], kubelet_root: &Path) -> String {
+pub fn pods_not_found(node: &Node, missing: &[crate::identify::pod::PodUid], kubelet_root: &Path) -> String {
     let names: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
-    let here = pods_under(kubelet_root);
+    let here = pods_under(node, kubelet_root);
     let shown: Vec<&str> = here.iter().take(20).map(String::as_str).collect();
     let more = if here.len() > shown.len() { format!(" and {} more", here.len() - shown.len()) } else { String::new() };
     let listing = if here.is_empty() {
@@ -301,8 +191,8 @@ pub fn pods_not_found(missing: &[crate::identify::pod::PodUid], kubelet_root: &P
 }
 
 /// The pod directories under a kubelet root, by UID.
-pub fn pods_under(kubelet_root: &Path) -> Vec<String> {
-    let mut pods: Vec<String> = std::fs::read_dir(crate::node_view::path(kubelet_root.join("pods")))
+pub fn pods_under(node: &Node, kubelet_root: &Path) -> Vec<String> {
+    let mut pods: Vec<String> = std::fs::read_dir(node.path(kubelet_root.join("pods")))
         .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
         .unwrap_or_default();
     pods.sort();
@@ -310,13 +200,13 @@ pub fn pods_under(kubelet_root: &Path) -> Vec<String> {
 }
 
 impl CheckFacts {
-    pub fn gather(kubelet_root: &Path, btf: Option<&Path>) -> CheckFacts {
-        let mountinfo = std::fs::read_to_string(crate::node_view::view().mountinfo()).unwrap_or_default();
+    pub fn gather(node: &Node, kubelet_root: &Path, btf: Option<&Path>) -> CheckFacts {
+        let mountinfo = std::fs::read_to_string(node.mountinfo()).unwrap_or_default();
         let cgroups = cgroup_shape(&mountinfo);
         let mut cgroup_driver = None;
         let mut pods_in = Vec::new();
         for (name, root) in cgroups.hierarchies() {
-            let reached = crate::node_view::path(&root);
+            let reached = node.path(&root);
             let found = if reached.join("kubepods.slice").is_dir() {
                 Some(("systemd", root.join("kubepods.slice")))
             } else if reached.join("kubepods").is_dir() {
@@ -331,7 +221,7 @@ impl CheckFacts {
         }
         let mut runtimes: Vec<(String, String)> = RUNTIME_SOCKETS
             .iter()
-            .filter(|(_, socket)| crate::node_view::path(socket).exists())
+            .filter(|(_, socket)| node.path(socket).exists())
             .map(|(name, socket)| (name.to_string(), socket.to_string()))
             .collect();
         for (pid, comm) in processes() {
@@ -340,16 +230,16 @@ impl CheckFacts {
             }
         }
         CheckFacts {
-            node: NodeFacts::gather(btf),
+            node: NodeFacts::gather(node, btf),
             cgroups,
             pods_in,
             cgroup_driver,
-            kubelet: KubeletPlace::find(),
+            kubelet: KubeletPlace::find(node),
             kubelet_root: kubelet_root.to_path_buf(),
-            kubelet_root_present: crate::node_view::path(kubelet_root).is_dir(),
-            pods_on_node: pods_under(kubelet_root).len(),
+            kubelet_root_present: node.path(kubelet_root).is_dir(),
+            pods_on_node: pods_under(node, kubelet_root).len(),
             runtimes,
-            others: other_podstucks(),
+            others: other_podstucks(node),
         }
     }
 }
@@ -489,7 +379,7 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
             if f.fentry.yes() { Verdict::Warn } else { Verdict::Fail },
             "tracefs",
             other.words(),
-            Some(crate::node_view::tracefs_fix("mount it: mount -t tracefs nodev /sys/kernel/tracing (kernels built with CONFIG_FTRACE_SYSCALLS=y)".into())),
+            Some(crate::node_access::tracefs_fix(node.in_container, "mount it: mount -t tracefs nodev /sys/kernel/tracing (kernels built with CONFIG_FTRACE_SYSCALLS=y)".into())),
         ),
     });
     lines.push(match f.lockdown {
@@ -523,10 +413,10 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
 }
 
 /// Runs `podstuck check`: prints the lines; Err when podstuck cannot trace here.
-pub fn check(kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Result<bool> {
+pub fn check(node: &Node, kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Result<bool> {
     // Where podstuck runs comes first: every line after it is read from there.
-    let mut lines = vec![line(Verdict::Ok, "runs", crate::node_view::view().words(), None)];
-    lines.extend(judge(&CheckFacts::gather(kubelet_root, btf)));
+    let mut lines = vec![line(Verdict::Ok, "runs", node.words(), None)];
+    lines.extend(judge(&CheckFacts::gather(node, kubelet_root, btf)));
     // A reader gone (`podstuck check | head -1`) ends the output quietly.
     let mut out = Out::stdout();
     lines
@@ -549,6 +439,7 @@ mod tests {
                 effective_caps: u64::MAX,
                 tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
                 features: crate::kernel_features::KernelFeatures::all_present(),
+                in_container: false,
             },
             cgroups: CgroupShape { v2: Some(PathBuf::from("/sys/fs/cgroup")), v1: vec![] },
             pods_in: vec!["unified".into()],
@@ -607,29 +498,17 @@ mod tests {
     }
 
     #[test]
-    fn lock_holders_are_read_from_proc_locks() {
-        let locks = "1: FLOCK  ADVISORY  WRITE 4242 00:1a:5678 0 EOF\n\
-                     2: FLOCK  ADVISORY  READ  77 fd:01:5678 0 EOF\n\
-                     2: -> FLOCK  ADVISORY  WRITE 99 00:1a:5678 0 EOF\n\
-                     3: POSIX  ADVISORY  WRITE 5 00:1a:5678 0 EOF\n\
-                     4: FLOCK  ADVISORY  READ  66 00:1a:5678 0 EOF\n";
-        assert_eq!(lock_holders(locks, 0, 0x1a, 5678), vec![66, 4242]);
-        assert_eq!(lock_holders(locks, 0xfd, 1, 5678), vec![77]);
-        assert!(lock_holders(locks, 0, 0x1a, 1).is_empty());
-    }
-
-    #[test]
     fn a_missing_pod_is_said_with_the_pods_that_are_here() {
         let tmp = crate::test_support::TempDir::new("check-pods");
         for uid in ["b-pod", "a-pod"] {
             std::fs::create_dir_all(tmp.0.join("pods").join(uid)).unwrap();
         }
         let missing = [crate::identify::pod::PodUid::parse("1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d").unwrap()];
-        let said = pods_not_found(&missing, &tmp.0);
+        let said = pods_not_found(Node::direct(), &missing, &tmp.0);
         assert!(said.contains("pod 1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d not found on this node"), "{said}");
         assert!(said.ends_with("pods on this node: a-pod, b-pod"), "{said}");
         let empty = crate::test_support::TempDir::new("check-nopods");
-        assert!(pods_not_found(&missing, &empty.0).contains("no pod has a directory under"));
+        assert!(pods_not_found(Node::direct(), &missing, &empty.0).contains("no pod has a directory under"));
     }
 
     #[test]

@@ -21,8 +21,10 @@ use podstuck_common::{
 use tokio::io::unix::AsyncFd;
 
 use crate::btf::{Btf, VMLINUX_BTF};
-use crate::event::{decode, CallEvent, DecodeError, WallClock};
+use crate::event::{decode, CallEvent, DecodeError, Flight, WallClock};
 use crate::kernel_features::{AttachPoint, PathWalk};
+use crate::run::{ProgramCost, RunTotals};
+use crate::series::SeriesDelta;
 
 /// The eBPF object built from `podstuck-ebpf` by this crate's build script.
 pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
@@ -74,22 +76,6 @@ pub fn kernel_filter(syscalls: u32, errors_only: bool, every_call: bool) -> Kern
     }
 }
 
-/// What a series counted since it was last read: the kernel keeps the
-/// running totals, user space the difference.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SeriesDelta {
-    /// The process and its cgroup; `None` for calls counted while the
-    /// series map was full (who made them is unknown).
-    pub caller: Option<(u32, u64)>,
-    pub syscall: Syscall,
-    /// 0 for success; for an overflow slot, any failure is `u16::MAX`.
-    pub errno: u16,
-    pub count: u64,
-    pub sum_ns: u64,
-    /// (bucket index, calls), non-zero only.
-    pub buckets: Vec<(usize, u64)>,
-}
-
 /// What a series added since last read: calls, nanoseconds, and the
 /// (bucket index, calls) pairs that changed.
 type Added = (u64, u64, Vec<(usize, u64)>);
@@ -127,22 +113,6 @@ impl SeriesSnapshot {
     }
 }
 
-/// One program's runs and the time spent in them, as the kernel counts
-/// them with BPF run-time statistics on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProgramCost {
-    pub name: String,
-    pub runs: u64,
-    pub run_time_ns: u64,
-}
-
-impl std::fmt::Display for ProgramCost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let per_run = if self.runs == 0 { 0.0 } else { self.run_time_ns as f64 / self.runs as f64 };
-        write!(f, "{} {} runs, {:.0} ns per run", self.name, self.runs, per_run)
-    }
-}
-
 /// What the programs with these ids cost so far, by name.
 pub fn program_costs(ids: &[u32]) -> Vec<ProgramCost> {
     let mut costs: Vec<ProgramCost> = aya::programs::loaded_programs()
@@ -156,19 +126,6 @@ pub fn program_costs(ids: &[u32]) -> Vec<ProgramCost> {
         .collect();
     costs.sort_by(|a, b| a.name.cmp(&b.name));
     costs
-}
-
-/// A call in flight as the kernel keeps it, with its path argument.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Flight {
-    pub tid: u32,
-    pub pid: u32,
-    pub syscall: Syscall,
-    pub flags: u64,
-    pub dfd: i32,
-    pub started: std::time::SystemTime,
-    /// The path argument as passed (may be relative), when readable.
-    pub path: Option<Vec<u8>>,
 }
 
 /// A NUL-terminated string of process `pid` at `addr`, read page by page
@@ -197,50 +154,6 @@ fn read_user_string(pid: u32, addr: u64) -> Option<Vec<u8>> {
         at += got as u64;
     }
     None
-}
-
-/// Totals for a run, as shown in the closing line.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RunTotals {
-    /// Records received and decoded.
-    pub events_seen: u64,
-    /// Records the kernel could not put in the ring buffer.
-    pub events_lost: u64,
-    /// Every completed call of the node, counted in the kernel.
-    pub calls: BTreeMap<Syscall, u64>,
-    /// With `--pod`: the calls of the pods followed, by syscall, from the
-    /// kernel's per-process counts (calls counted without their process,
-    /// the series map full, cannot be told apart and are not in it).
-    /// `None` when the whole node is followed: `calls` is then the answer.
-    pub pods_calls: Option<BTreeMap<Syscall, u64>>,
-    pub calls_without_entry: u64,
-    pub entries_not_stored: u64,
-    pub paths_unreadable: u64,
-    pub records_undecodable: u64,
-    /// Calls counted while the series map was full (still in the totals
-    /// and histograms, without their process).
-    pub calls_outside_series: u64,
-    /// What each kernel program cost so far, with `--kernel-cost` (empty
-    /// without: the kernel counts nothing then).
-    pub programs: Vec<ProgramCost>,
-}
-
-impl RunTotals {
-    /// The calls the run is about, by syscall: with `--pod` the pods'
-    /// (every syscall the node's totals name, zero where the pods made
-    /// none), else the node's.
-    pub fn shown_calls(&self) -> BTreeMap<Syscall, u64> {
-        match &self.pods_calls {
-            Some(pods) => self.calls.keys().chain(pods.keys()).map(|s| (*s, pods.get(s).copied().unwrap_or(0))).collect(),
-            None => self.calls.clone(),
-        }
-    }
-
-    /// With `--pod`, every call of the node, to be said apart as the
-    /// node's; `None` when the shown calls are the node's already.
-    pub fn node_calls(&self) -> Option<u64> {
-        self.pods_calls.as_ref().map(|_| self.calls.values().sum())
-    }
 }
 
 /// The longest a record sent without a wakeup waits in the ring when no

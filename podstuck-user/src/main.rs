@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use podstuck::kernel_features::{AttachPoint, PathWalk};
-use podstuck::explain::PodRef;
+use podstuck::explain::{KubeOptions, PodRef};
+use podstuck::node_access::Node;
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
 use podstuck::print::stderr_line;
@@ -243,9 +244,9 @@ struct KubeArgs {
     context: Option<String>,
 }
 
-impl From<KubeArgs> for podstuck::explain::KubeOptions {
-    fn from(args: KubeArgs) -> podstuck::explain::KubeOptions {
-        podstuck::explain::KubeOptions { kubeconfig: args.kubeconfig, context: args.context }
+impl From<KubeArgs> for KubeOptions {
+    fn from(args: KubeArgs) -> KubeOptions {
+        KubeOptions { kubeconfig: args.kubeconfig, context: args.context, ..Default::default() }
     }
 }
 
@@ -316,7 +317,7 @@ fn ring_buffer_kib(value: &str) -> Result<u32, String> {
 
 impl WatchArgs {
     /// The options, or the exit code of a value that makes no sense.
-    fn options(self, record: Option<PathBuf>) -> Result<WatchOptions, ExitCode> {
+    fn options(self, node: &'static Node, record: Option<PathBuf>) -> Result<WatchOptions, ExitCode> {
         let node_name = self.node_name.filter(|name| !name.trim().is_empty());
         if self.events && node_name.is_none() {
             // uname in a pod is the pod's name: Events need the node's own.
@@ -335,7 +336,7 @@ impl WatchArgs {
                 PodArg::Named(named) => Some(named),
                 PodArg::Uid(_) => None,
             }).collect(),
-            kube: self.kube.into(),
+            kube: KubeOptions { node, ..KubeOptions::from(self.kube) },
             kubelet_root: self.kubelet_root,
             errors_only: self.errors_only,
             syscalls: self.syscalls.into_iter().map(Syscall::from).collect(),
@@ -362,6 +363,7 @@ impl WatchArgs {
             // NODE_NAME set but empty (a downward API field missing) is no name.
             node_name,
             events: self.events,
+            node,
         })
     }
 }
@@ -369,17 +371,16 @@ impl WatchArgs {
 impl Command {
     /// Paths the user named, as podstuck reaches them from where it runs:
     /// node paths in the node's spelling, files to write in the user's place.
-    fn reach_from_here(&mut self) {
-        use podstuck::node_view::{user_file, user_node_path};
+    fn reach_from_here(&mut self, node: &Node) {
         match self {
-            Command::Watch(args) => args.reach_from_here(),
+            Command::Watch(args) => args.reach_from_here(node),
             Command::Record { file, watch } => {
-                *file = user_file(&*file);
-                watch.reach_from_here();
+                *file = node.user_file(&*file);
+                watch.reach_from_here(node);
             }
             Command::Check { kubelet_root, btf } => {
-                *kubelet_root = user_node_path(&*kubelet_root);
-                *btf = btf.as_deref().map(user_file);
+                *kubelet_root = node.user_node_path(&*kubelet_root);
+                *btf = btf.as_deref().map(|b| node.user_file(b));
             }
             _ => {}
         }
@@ -387,10 +388,10 @@ impl Command {
 }
 
 impl WatchArgs {
-    fn reach_from_here(&mut self) {
-        self.kubelet_root = podstuck::node_view::user_node_path(&self.kubelet_root);
-        self.histograms = self.histograms.as_deref().map(podstuck::node_view::user_file);
-        self.btf = self.btf.as_deref().map(podstuck::node_view::user_file);
+    fn reach_from_here(&mut self, node: &Node) {
+        self.kubelet_root = node.user_node_path(&self.kubelet_root);
+        self.histograms = self.histograms.as_deref().map(|h| node.user_file(h));
+        self.btf = self.btf.as_deref().map(|b| node.user_file(b));
     }
 }
 
@@ -427,15 +428,19 @@ fn main() -> ExitCode {
     // Before any thread starts: entering the node's mount namespace needs a process alone.
     // explain reaches the node only for the kubelet's kubeconfig: where it
     // cannot (a laptop, another container), it reads the API as it is.
+    let mut node = Node::direct();
     if matches!(&cli.command, Command::Explain { from, .. } if from.is_empty()) {
-        let _ = podstuck::node_view::discover(cli.host_root.as_deref(), cli.node_pid);
+        node = podstuck::node_access::discover(cli.host_root.as_deref(), cli.node_pid).unwrap_or(node);
     }
     if matches!(cli.command, Command::Watch(_) | Command::Record { .. } | Command::Check { .. }) {
-        if let Err(e) = podstuck::node_view::discover(cli.host_root.as_deref(), cli.node_pid) {
-            stderr_line(format_args!("podstuck: {e}"));
-            return ExitCode::from(2);
+        match podstuck::node_access::discover(cli.host_root.as_deref(), cli.node_pid) {
+            Ok(found) => node = found,
+            Err(e) => {
+                stderr_line(format_args!("podstuck: {e}"));
+                return ExitCode::from(2);
+            }
         }
-        cli.command.reach_from_here();
+        cli.command.reach_from_here(node);
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -456,30 +461,30 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::Pack { path } => podstuck::kubectl_plugin::remote::pack(&path),
-        Command::Check { kubelet_root, btf } => match podstuck::check::check(&kubelet_root, btf.as_deref()) {
+        Command::Check { kubelet_root, btf } => match podstuck::check::check(node, &kubelet_root, btf.as_deref()) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(2),
             Err(e) => Err(e),
         },
-        Command::Watch(args) => match args.options(None).map(|options| runtime.block_on(watch(&options))) {
+        Command::Watch(args) => match args.options(node, None).map(|options| runtime.block_on(watch(&options))) {
             Ok(Ok(verdict)) => return ExitCode::from(verdict.exit_code()),
             Ok(Err(e)) => Err(e),
             Err(code) => return code,
         },
-        Command::Record { file, watch: args } => match args.options(Some(file)).map(|options| runtime.block_on(watch(&options))) {
+        Command::Record { file, watch: args } => match args.options(node, Some(file)).map(|options| runtime.block_on(watch(&options))) {
             Ok(Ok(verdict)) => return ExitCode::from(verdict.exit_code()),
             Ok(Err(e)) => Err(e),
             Err(code) => return code,
         },
         Command::Replay { file, json } => podstuck::record::replay(&file, json),
         Command::Explain { pod, namespace, from, all, json, kube } => {
-            let options = podstuck::explain::ExplainOptions { pod, namespace, from, json, kube: kube.into(), all };
+            let options = podstuck::explain::ExplainOptions { pod, namespace, from, json, kube: KubeOptions { node, ..KubeOptions::from(kube) }, all };
             runtime.block_on(podstuck::explain::explain(&options))
         }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<podstuck::check::AlreadyTracing>().is_some() => {
+        Err(e) if e.downcast_ref::<podstuck::tracer_lock::AlreadyTracing>().is_some() => {
             stderr_line(format_args!("podstuck: {e}"));
             ExitCode::from(2)
         }

@@ -31,6 +31,9 @@ pub struct NodeFacts {
     /// What the kernel offers, probed (probes need the privileges; without
     /// them they say "unknown").
     pub features: KernelFeatures,
+    /// podstuck runs in a container: a fix that mounts tracefs says how
+    /// to bring the node's into it.
+    pub in_container: bool,
 }
 
 /// A reason podstuck cannot run here, and what the user should do.
@@ -77,7 +80,7 @@ pub fn plan(facts: &NodeFacts, asked: AttachPoint) -> Result<Plan, Vec<Problem>>
         }]);
     }
     Plan::choose(&facts.features, asked, &facts.kernel_release)
-        .map_err(|missing| missing.into_iter().map(|m| Problem { what: m.what, fix: crate::node_view::tracefs_fix(m.fix) }).collect())
+        .map_err(|missing| missing.into_iter().map(|m| Problem { what: m.what, fix: crate::node_access::tracefs_fix(facts.in_container, m.fix) }).collect())
 }
 
 /// Everything that stops podstuck from tracing with the default attach point.
@@ -101,7 +104,7 @@ fn tracefs_at(path: &Path) -> bool {
 
 impl NodeFacts {
     /// Reads the node and probes the kernel; `btf` is `--btf`.
-    pub fn gather(btf: Option<&Path>) -> NodeFacts {
+    pub fn gather(node: &crate::node_access::Node, btf: Option<&Path>) -> NodeFacts {
         let (kernel_release, node_name) = nix::sys::utsname::uname()
             .map(|u| (u.release().to_string_lossy().into_owned(), u.nodename().to_string_lossy().into_owned()))
             .unwrap_or_default();
@@ -112,7 +115,7 @@ impl NodeFacts {
         } else {
             KernelFeatures::unprobed(btf)
         };
-        NodeFacts { kernel_release, node_name, effective_caps, tracefs, features }
+        NodeFacts { kernel_release, node_name, effective_caps, tracefs, features, in_container: node.in_container() }
     }
 }
 
@@ -128,6 +131,7 @@ mod tests {
             effective_caps: u64::MAX,
             tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
             features: KernelFeatures { fentry: Probed::No("EPERM".into()), lockdown: Lockdown::Integrity, ..KernelFeatures::all_present() },
+            in_container: false,
         }
     }
 

@@ -5,9 +5,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::fs::File;
 use std::io::{BufRead, BufReader, ErrorKind, Read};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -19,6 +17,7 @@ use serde::Serialize;
 use crate::export::summary::{SeriesSummary, Summary};
 use crate::export::hlog::base64_decode;
 use crate::export::{HLOG, SUMMARY};
+use crate::files::open_regular;
 use crate::print::Out;
 use crate::words::latency_text;
 
@@ -136,26 +135,6 @@ pub fn report(dir: &Path, json: bool) -> Result<()> {
     // A reader gone (`podstuck report DIR | head`) ends the output quietly.
     let mut out = Out::stdout();
     out.text_as_is(&text).and_then(|()| out.flush()).context("writing the report")
-}
-
-/// Opens `path` for reading only if it is a regular file (through a
-/// symbolic link or not): a FIFO would block the reader for ever, a device
-/// be read without end. Checked before opening, then opened without
-/// blocking and checked again on what was opened (it may have changed).
-/// For every file a user hands podstuck to read (reports, `explain --from`,
-/// kubeconfigs).
-pub fn open_regular(path: &Path) -> std::io::Result<File> {
-    let not_regular = |kind| std::io::Error::new(ErrorKind::InvalidInput, format!("it is a {kind}, not a regular file"));
-    let kind = std::fs::metadata(path)?.file_type();
-    if !kind.is_file() {
-        return Err(not_regular(crate::words::file_kind(&kind)));
-    }
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
-    let kind = file.metadata()?.file_type();
-    if !kind.is_file() {
-        return Err(not_regular(crate::words::file_kind(&kind)));
-    }
-    Ok(file)
 }
 
 /// Reads summary.json, within [`MAX_SUMMARY_BYTES`].

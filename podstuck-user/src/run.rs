@@ -4,6 +4,7 @@
 //! metadata of the histogram files and the live view's header are all
 //! made from it, so they never disagree.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -88,6 +89,67 @@ pub struct Tracing {
     /// What works less well on this kernel, in words.
     pub degraded: Vec<String>,
 }
+
+/// One program's runs and the time spent in them, as the kernel counts
+/// them with BPF run-time statistics on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgramCost {
+    pub name: String,
+    pub runs: u64,
+    pub run_time_ns: u64,
+}
+
+impl std::fmt::Display for ProgramCost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per_run = if self.runs == 0 { 0.0 } else { self.run_time_ns as f64 / self.runs as f64 };
+        write!(f, "{} {} runs, {:.0} ns per run", self.name, self.runs, per_run)
+    }
+}
+
+/// Totals for a run, as shown in the closing line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunTotals {
+    /// Records received and decoded.
+    pub events_seen: u64,
+    /// Records the kernel could not put in the ring buffer.
+    pub events_lost: u64,
+    /// Every completed call of the node, counted in the kernel.
+    pub calls: BTreeMap<Syscall, u64>,
+    /// With `--pod`: the calls of the pods followed, by syscall, from the
+    /// kernel's per-process counts (calls counted without their process,
+    /// the series map full, cannot be told apart and are not in it).
+    /// `None` when the whole node is followed: `calls` is then the answer.
+    pub pods_calls: Option<BTreeMap<Syscall, u64>>,
+    pub calls_without_entry: u64,
+    pub entries_not_stored: u64,
+    pub paths_unreadable: u64,
+    pub records_undecodable: u64,
+    /// Calls counted while the series map was full (still in the totals
+    /// and histograms, without their process).
+    pub calls_outside_series: u64,
+    /// What each kernel program cost so far, with `--kernel-cost` (empty
+    /// without: the kernel counts nothing then).
+    pub programs: Vec<ProgramCost>,
+}
+
+impl RunTotals {
+    /// The calls the run is about, by syscall: with `--pod` the pods'
+    /// (every syscall the node's totals name, zero where the pods made
+    /// none), else the node's.
+    pub fn shown_calls(&self) -> BTreeMap<Syscall, u64> {
+        match &self.pods_calls {
+            Some(pods) => self.calls.keys().chain(pods.keys()).map(|s| (*s, pods.get(s).copied().unwrap_or(0))).collect(),
+            None => self.calls.clone(),
+        }
+    }
+
+    /// With `--pod`, every call of the node, to be said apart as the
+    /// node's; `None` when the shown calls are the node's already.
+    pub fn node_calls(&self) -> Option<u64> {
+        self.pods_calls.as_ref().map(|_| self.calls.values().sum())
+    }
+}
+
 
 #[cfg(test)]
 pub(crate) mod tests {

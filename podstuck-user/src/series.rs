@@ -21,7 +21,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use podstuck_common::Syscall;
 
-use crate::collect::SeriesDelta;
 use crate::event::{errno_name, CallEvent};
 use crate::identify::actor::Role;
 use crate::identify::pod::PodUid;
@@ -317,6 +316,23 @@ pub fn split(n: u64, weights: &[u64]) -> Vec<u64> {
     }
     shares
 }
+
+/// What a series counted since it was last read: the kernel keeps the
+/// running totals, user space the difference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeriesDelta {
+    /// The process and its cgroup; `None` for calls counted while the
+    /// series map was full (who made them is unknown).
+    pub caller: Option<(u32, u64)>,
+    pub syscall: Syscall,
+    /// 0 for success; for an overflow slot, any failure is `u16::MAX`.
+    pub errno: u16,
+    pub count: u64,
+    pub sum_ns: u64,
+    /// (bucket index, calls), non-zero only.
+    pub buckets: Vec<(usize, u64)>,
+}
+
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,5 @@
 //! Words every layer shares, on the ground floor: timestamps, paths and
-//! node-chosen text made safe for a terminal, durations and latencies as
+//! node-chosen text made safe for a terminal or a shell, durations and latencies as
 //! people read them. It imports nothing from the crate, so every stage may
 //! use it and none reaches up into another to say a time or a path.
 
@@ -244,6 +244,46 @@ pub fn duration_arg(value: &str, zero_means: &str) -> Result<Duration, String> {
         return Err(format!("{value}: {zero_means}; give a longer one ({EXAMPLE})"));
     }
     Ok(d)
+}
+
+/// `path` as one POSIX shell word: bare when it is made only of characters
+/// no shell treats specially; single-quoted when it is printable text;
+/// otherwise `"$(printf '%b' '...')"` with every other byte written as a
+/// `\0NNN` octal escape (POSIX `printf %b`; `$'...'` is bash's only). A
+/// command substitution drops trailing newlines, so a name that ends in
+/// newlines gets them back as a single-quoted tail: the one case where a
+/// fix holds a raw line break (exact in JSON; shown escaped on a terminal).
+pub fn shell_word(bytes: &[u8]) -> String {
+    let plain = |b: &u8| b.is_ascii_alphanumeric() || b"/._~:@%+=,-".contains(b);
+    if !bytes.is_empty() && bytes.iter().all(plain) {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.chars().any(|c| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')) => {
+            format!("'{}'", text.replace('\'', r"'\''"))
+        }
+        _ => {
+            let body = bytes.len() - bytes.iter().rev().take_while(|b| **b == b'\n').count();
+            let mut out = String::from("\"$(printf '%b' '");
+            for b in &bytes[..body] {
+                match b {
+                    b'\\' => out.push_str(r"\\"),
+                    b'\'' => out.push_str(r"\0047"),
+                    0x20..=0x7e => out.push(*b as char),
+                    _ => {
+                        let _ = write!(out, "\\0{b:03o}");
+                    }
+                }
+            }
+            out.push_str("')\"");
+            if body < bytes.len() {
+                out.push('\'');
+                out.push_str(&"\n".repeat(bytes.len() - body));
+                out.push('\'');
+            }
+            out
+        }
+    }
 }
 
 #[cfg(test)]

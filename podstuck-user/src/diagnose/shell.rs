@@ -5,9 +5,10 @@
 //! bash), run nothing else, and carry no control character to the
 //! terminal it is printed on.
 
-use std::fmt::Write as _;
-
 use super::Finding;
+
+/// Every name in a fix is quoted by the ground floor's one quoter.
+pub use crate::words::shell_word as word;
 
 /// What a fix says first from a container: the node's mount namespace.
 pub const IN_NODE_NAMESPACE: &str = "nsenter -t 1 -m --";
@@ -52,46 +53,6 @@ pub fn from_a_container(finding: &mut Finding) {
         finding.advice.push(format!(
             "podstuck runs in a container, so the fix enters the node's mount namespace first ({IN_NODE_NAMESPACE}): paste it as root on the node, or in a shell with the host's PID namespace (a kubectl debug node pod with a shell image)"
         ));
-    }
-}
-
-/// `path` as one POSIX shell word: bare when it is made only of characters
-/// no shell treats specially; single-quoted when it is printable text;
-/// otherwise `"$(printf '%b' '...')"` with every other byte written as a
-/// `\0NNN` octal escape (POSIX `printf %b`; `$'...'` is bash's only). A
-/// command substitution drops trailing newlines, so a name that ends in
-/// newlines gets them back as a single-quoted tail: the one case where a
-/// fix holds a raw line break (exact in JSON; shown escaped on a terminal).
-pub fn word(bytes: &[u8]) -> String {
-    let plain = |b: &u8| b.is_ascii_alphanumeric() || b"/._~:@%+=,-".contains(b);
-    if !bytes.is_empty() && bytes.iter().all(plain) {
-        return String::from_utf8_lossy(bytes).into_owned();
-    }
-    match std::str::from_utf8(bytes) {
-        Ok(text) if !text.chars().any(|c| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')) => {
-            format!("'{}'", text.replace('\'', r"'\''"))
-        }
-        _ => {
-            let body = bytes.len() - bytes.iter().rev().take_while(|b| **b == b'\n').count();
-            let mut out = String::from("\"$(printf '%b' '");
-            for b in &bytes[..body] {
-                match b {
-                    b'\\' => out.push_str(r"\\"),
-                    b'\'' => out.push_str(r"\0047"),
-                    0x20..=0x7e => out.push(*b as char),
-                    _ => {
-                        let _ = write!(out, "\\0{b:03o}");
-                    }
-                }
-            }
-            out.push_str("')\"");
-            if body < bytes.len() {
-                out.push('\'');
-                out.push_str(&"\n".repeat(bytes.len() - body));
-                out.push('\'');
-            }
-            out
-        }
     }
 }
 

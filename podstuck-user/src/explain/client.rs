@@ -5,9 +5,9 @@
 //! words that name the missing permission and the resource.
 //!
 //! Files a user names (kubeconfigs, the service account's token) are read
-//! where the user is ([`crate::node_view::user_file`]); the kubelet's
-//! kubeconfig and the certificates it names are the node's
-//! ([`crate::node_view::path`]), so both work from a debug pod too.
+//! where the user is ([`crate::node_access::Node::user_file`]); the
+//! kubelet's kubeconfig and the certificates it names are the node's
+//! ([`crate::node_access::Node::path`]), so both work from a debug pod too.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -23,7 +23,7 @@ use kube::{Client, Config};
 use super::snapshot::{ApiSnapshot, Unread};
 use super::PodRef;
 use crate::identify::pod::PodUid;
-use crate::node_view::path_words;
+use crate::node_access::path_words;
 
 /// Where the kubelet keeps its kubeconfig (kubeadm's, then the usual
 /// package and cloud image place).
@@ -53,12 +53,21 @@ impl std::fmt::Display for PodGone {
 impl std::error::Error for PodGone {}
 
 /// What explain and watch are told about the API.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct KubeOptions {
     /// `--kubeconfig FILE`.
     pub kubeconfig: Option<PathBuf>,
     /// `--context NAME`.
     pub context: Option<String>,
+    /// Where the files of a configuration are read from: the user's
+    /// where podstuck runs, the kubelet's on the node.
+    pub node: &'static crate::node_access::Node,
+}
+
+impl Default for KubeOptions {
+    fn default() -> KubeOptions {
+        KubeOptions { kubeconfig: None, context: None, node: crate::node_access::Node::direct() }
+    }
 }
 
 /// A connection to the API server, and what it was made from.
@@ -72,15 +81,7 @@ pub struct Api {
 }
 
 /// A file of a kubeconfig, reached from where podstuck runs.
-type Reach = fn(&Path) -> PathBuf;
-
-fn user_file(path: &Path) -> PathBuf {
-    crate::node_view::user_file(path)
-}
-
-fn node_file(path: &Path) -> PathBuf {
-    crate::node_view::path(path)
-}
+type Reach<'a> = &'a dyn Fn(&Path) -> PathBuf;
 
 /// Reads a kubeconfig at `path` (reached by `reach`), with every file it
 /// names reached the same way (relative ones from its directory).
@@ -108,7 +109,7 @@ fn read_kubeconfig(path: &Path, reach: Reach) -> Result<Kubeconfig> {
 /// A regular file of at most `max` bytes, as text.
 pub fn read_small(path: &Path, max: u64) -> std::io::Result<String> {
     use std::io::Read;
-    let file = crate::report::open_regular(path)?;
+    let file = crate::files::open_regular(path)?;
     let meta = file.metadata()?;
     if meta.len() > max {
         return Err(std::io::Error::other(format!("larger than {} MiB", max >> 20)));
@@ -120,7 +121,7 @@ pub fn read_small(path: &Path, max: u64) -> std::io::Result<String> {
 
 /// The in-cluster configuration as a kubeconfig: the service host from the
 /// environment, the service account's CA and token files.
-fn in_cluster() -> Option<Kubeconfig> {
+fn in_cluster(user_file: Reach) -> Option<Kubeconfig> {
     let host = std::env::var("KUBERNETES_SERVICE_HOST").ok().filter(|h| !h.is_empty())?;
     let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
     let dir = user_file(Path::new(SERVICE_ACCOUNT));
@@ -140,18 +141,20 @@ fn in_cluster() -> Option<Kubeconfig> {
 /// The configuration to use, and its name for the user: `--kubeconfig`,
 /// `KUBECONFIG`, `~/.kube/config`, in-cluster, the kubelet's.
 fn choose(options: &KubeOptions) -> Result<(Kubeconfig, String)> {
+    let user_file = |p: &Path| options.node.user_file(p);
+    let node_file = |p: &Path| options.node.path(p);
     let context = |words: String| match &options.context {
         Some(c) => format!("{words} (context {c})"),
         None => words,
     };
     if let Some(path) = &options.kubeconfig {
-        return Ok((read_kubeconfig(path, user_file)?, context(format!("kubeconfig {}", path_words(path)))));
+        return Ok((read_kubeconfig(path, &user_file)?, context(format!("kubeconfig {}", path_words(path)))));
     }
     if let Some(list) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
         let paths: Vec<PathBuf> = std::env::split_paths(&list).filter(|p| user_file(p).is_file()).collect();
         let mut merged: Option<Kubeconfig> = None;
         for path in &paths {
-            let next = read_kubeconfig(path, user_file)?;
+            let next = read_kubeconfig(path, &user_file)?;
             merged = Some(match merged {
                 None => next,
                 Some(m) => m.merge(next).map_err(|e| anyhow!("KUBECONFIG: {e}"))?,
@@ -165,17 +168,17 @@ fn choose(options: &KubeOptions) -> Result<(Kubeconfig, String)> {
     if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         let path = Path::new(&home).join(".kube/config");
         if user_file(&path).is_file() {
-            return Ok((read_kubeconfig(&path, user_file)?, context(format!("kubeconfig {}", path_words(&path)))));
+            return Ok((read_kubeconfig(&path, &user_file)?, context(format!("kubeconfig {}", path_words(&path)))));
         }
     }
     if options.context.is_none() {
-        if let Some(config) = in_cluster() {
+        if let Some(config) = in_cluster(&user_file) {
             return Ok((config, "the pod's service account (in-cluster)".into()));
         }
     }
     for path in KUBELET_KUBECONFIGS.map(Path::new) {
         if node_file(path).is_file() {
-            return Ok((read_kubeconfig(path, node_file)?, context(format!("the kubelet's kubeconfig {} (the node's own credentials)", path_words(path)))));
+            return Ok((read_kubeconfig(path, &node_file)?, context(format!("the kubelet's kubeconfig {} (the node's own credentials)", path_words(path)))));
         }
     }
     Err(anyhow!(

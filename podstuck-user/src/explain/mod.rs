@@ -221,7 +221,7 @@ pub async fn explain(options: &ExplainOptions) -> Result<()> {
         false => {
             let pod = options.pod.as_deref().map(|p| PodRef::parse(p, options.namespace.as_deref())).transpose().map_err(BadInput)?;
             let snapshot = offline::snapshot(&options.from, pod.as_ref(), std::time::SystemTime::now())?;
-            let names: Vec<String> = options.from.iter().map(|p| crate::node_view::path_words(p)).collect();
+            let names: Vec<String> = options.from.iter().map(|p| crate::node_access::path_words(p)).collect();
             (snapshot, format!("files {}", names.join(", ")))
         }
     };
@@ -252,7 +252,7 @@ pub async fn explain(options: &ExplainOptions) -> Result<()> {
         // Each block ends its lines; with the empty line before it, blocks stand one empty line apart.
         for f in found {
             out.line("")?;
-            out.text(&crate::print::finding_block::finding_block(None, &f))?;
+            out.text(&crate::finding_block::finding_block(None, &f))?;
         }
     }
     out.flush()?;

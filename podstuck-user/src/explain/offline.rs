@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::client::{claim_names, read_small};
 use super::snapshot::ApiSnapshot;
 use super::PodRef;
-use crate::node_view::path_words;
+use crate::node_access::path_words;
 
 /// The largest file read: a busy namespace's events fit many times over.
 pub const MAX_FILE: u64 = 32 << 20;

@@ -16,7 +16,6 @@
 //! is said once and retried every interval; a directory removed while
 //! podstuck runs is made again by the same rules.
 
-pub mod files;
 pub mod hlog;
 pub mod prom;
 pub mod summary;
@@ -32,12 +31,12 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
-use crate::collect::RunTotals;
+use crate::run::RunTotals;
 use crate::event::syscall_name;
 use crate::latency::LatencyBook;
 use crate::run::RunFacts;
 use crate::words::rfc3339;
-use files::AtomicWriter;
+use crate::files::{self, AtomicWriter};
 
 pub const HLOG: &str = "latency.hlog";
 pub const SUMMARY: &str = "summary.json";

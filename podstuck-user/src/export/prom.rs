@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use crate::collect::ProgramCost;
+use crate::run::ProgramCost;
 use crate::diagnose::{Finding, Status};
 use crate::event::syscall_name;
 use crate::export::RunInfo;

@@ -21,8 +21,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::collect::Flight;
-use crate::event::CallEvent;
+use crate::event::Flight;
+use crate::event::{CallEvent, NoPath};
+use crate::node_access::Node;
 use actor::{describe, role_of, Role};
 use cgroups::{cgroup2_mount, v1_cgroup_path, v1_hierarchy, CgroupIndex};
 use docker::{DockerLayers, DEFAULT_DOCKER_ROOT};
@@ -93,7 +94,7 @@ pub enum MatchReason {
 /// What podstuck knows of a call beyond its arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
-    pub abs_path: Result<Vec<u8>, &'static str>,
+    pub abs_path: Result<Vec<u8>, NoPath>,
     pub pod_uid: Option<PodUid>,
     pub path_area: Option<PathArea>,
     pub container_id: Option<ContainerId>,
@@ -114,6 +115,8 @@ pub struct NodeLayout {
     pub cgroup_v1: Option<(&'static str, PathBuf)>,
     /// Where `<pid>/exe` and `<pid>/cgroup` are read.
     pub proc_root: PathBuf,
+    /// How the node is reached from where podstuck runs.
+    pub node: &'static Node,
 }
 
 impl NodeLayout {
@@ -121,14 +124,15 @@ impl NodeLayout {
     /// v2 mount found in the node's mountinfo. Directories are as podstuck
     /// reaches them from where it runs; the kubelet root stays the node's
     /// spelling, as the kernel reports paths in it.
-    pub fn of_this_node(kubelet_root: PathBuf) -> NodeLayout {
-        let mountinfo = std::fs::read_to_string(crate::node_view::view().mountinfo()).unwrap_or_default();
+    pub fn of_this_node(node: &'static Node, kubelet_root: PathBuf) -> NodeLayout {
+        let mountinfo = std::fs::read_to_string(node.mountinfo()).unwrap_or_default();
         NodeLayout {
             kubelet_root,
-            docker_root: crate::node_view::path(DEFAULT_DOCKER_ROOT),
-            cgroup2_root: cgroup2_mount(&mountinfo).map(crate::node_view::path),
-            cgroup_v1: v1_hierarchy(&mountinfo).map(|(controller, at)| (controller, crate::node_view::path(at))),
+            docker_root: node.path(DEFAULT_DOCKER_ROOT),
+            cgroup2_root: cgroup2_mount(&mountinfo).map(|at| node.path(at)),
+            cgroup_v1: v1_hierarchy(&mountinfo).map(|(controller, at)| (controller, node.path(at))),
             proc_root: PathBuf::from("/proc"),
+            node,
         }
     }
 }
@@ -150,7 +154,7 @@ impl Identifier {
         // A symlinked kubelet root is matched in both spellings: callers may
         // use either, and the kernel reports what they passed or walked.
         let mut kubelet_roots = vec![layout.kubelet_root.clone()];
-        if let Ok(real) = std::fs::canonicalize(crate::node_view::path(&layout.kubelet_root)).map(crate::node_view::shown) {
+        if let Ok(real) = std::fs::canonicalize(layout.node.path(&layout.kubelet_root)).map(|p| layout.node.shown(p)) {
             if real != layout.kubelet_root {
                 kubelet_roots.push(real);
             }
@@ -315,8 +319,8 @@ impl PodFilter {
     }
 
     /// Pods asked for that have no directory under the kubelet root.
-    pub fn pods_not_on_node(&self, kubelet_root: &Path) -> Vec<PodUid> {
-        let pods = crate::node_view::path(kubelet_root.join("pods"));
+    pub fn pods_not_on_node(&self, node: &Node, kubelet_root: &Path) -> Vec<PodUid> {
+        let pods = node.path(kubelet_root.join("pods"));
         self.pods.iter().filter(|uid| !pods.join(uid.as_str()).exists()).cloned().collect()
     }
 }
@@ -359,6 +363,7 @@ mod tests {
                 cgroup2_root: Some(self.dir.join("cgroup")),
                 cgroup_v1: None,
                 proc_root: self.dir.join("proc"),
+                node: Node::direct(),
             })
         }
 
@@ -376,6 +381,7 @@ mod tests {
                 cgroup2_root: Some(self.dir.join("unified")),
                 cgroup_v1: Some(("memory", self.dir.join("memory"))),
                 proc_root: self.dir.join("proc"),
+                node: Node::direct(),
             });
             (identifier, std::fs::metadata(container).unwrap().ino())
         }
@@ -485,8 +491,8 @@ mod tests {
         assert!(only_a.admits(&a) && !only_a.admits(&b) && !only_a.admits(&none));
         let node_wide = PodFilter::default();
         assert!(node_wide.admits(&a) && node_wide.admits(&b) && node_wide.admits(&none));
-        assert_eq!(only_a.pods_not_on_node(&node.dir.join("kubelet")), vec![]);
+        assert_eq!(only_a.pods_not_on_node(Node::direct(), &node.dir.join("kubelet")), vec![]);
         let only_b = PodFilter::new([PodUid::parse(POD_B).unwrap()]);
-        assert_eq!(only_b.pods_not_on_node(&node.dir.join("kubelet")), vec![PodUid::parse(POD_B).unwrap()]);
+        assert_eq!(only_b.pods_not_on_node(Node::direct(), &node.dir.join("kubelet")), vec![PodUid::parse(POD_B).unwrap()]);
     }
 }

@@ -65,7 +65,7 @@ impl Owner {
     pub fn delete_pod(&self) -> Option<String> {
         let name = self.pod_name.as_deref()?;
         let ns = self.pod_namespace.as_deref().unwrap_or("default");
-        Some(format!("kubectl delete pod -n {} {}", super::super::diagnose::shell::word(ns.as_bytes()), super::super::diagnose::shell::word(name.as_bytes())))
+        Some(format!("kubectl delete pod -n {} {}", crate::words::shell_word(ns.as_bytes()), crate::words::shell_word(name.as_bytes())))
     }
 }
 
@@ -80,8 +80,8 @@ pub struct RuntimeState {
 
 impl RuntimeState {
     /// This node's runtimes at their default places.
-    pub fn of_this_node() -> RuntimeState {
-        RuntimeState::under(&crate::node_view::path("/"))
+    pub fn of_this_node(node: &crate::node_access::Node) -> RuntimeState {
+        RuntimeState::under(&node.path("/"))
     }
 
     /// The runtimes' default places under `root`.

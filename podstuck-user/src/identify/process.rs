@@ -10,8 +10,8 @@ use std::time::SystemTime;
 
 use podstuck_common::Syscall;
 
-use crate::collect::Flight;
-use crate::event::{BaseDir, CallEvent, PathStatus, AT_FDCWD};
+use crate::event::Flight;
+use crate::event::{BaseDir, CallEvent, NoPath, PathStatus, AT_FDCWD};
 
 /// A call in flight dressed as an event: comm and parent from /proc, a
 /// relative path's base from the caller's cwd or dirfd (readlink of /proc
@@ -29,7 +29,7 @@ pub fn event_of_flight(flight: &Flight, proc_root: &Path) -> CallEvent {
         };
         match std::fs::read_link(link) {
             Ok(dir) => BaseDir::Resolved(dir.as_os_str().as_bytes().to_vec()),
-            Err(_) => BaseDir::Unresolved("the caller's directory could not be read"),
+            Err(_) => BaseDir::Unresolved(NoPath::CallerDirUnreadable),
         }
     };
     CallEvent {
@@ -76,8 +76,8 @@ pub fn process_event(pid: u32, tid: u32, cgroup_id: u64, proc_root: &Path) -> Ca
 
 /// The node's mount namespace inode: podstuck's own, unless it reads the
 /// node from a container's namespace.
-pub fn own_mount_namespace() -> u32 {
-    std::fs::metadata(crate::node_view::view().node_proc_file("ns/mnt")).map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32).unwrap_or(0)
+pub fn own_mount_namespace(node: &crate::node_access::Node) -> u32 {
+    std::fs::metadata(node.node_proc_file("ns/mnt")).map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -113,7 +113,7 @@ mod tests {
         assert_eq!(event.base, BaseDir::Resolved(b"/var/lib/kubelet/pods".to_vec()));
         assert_eq!(event.abs_path().unwrap(), b"/var/lib/kubelet/pods/x/vol");
         assert_eq!(event_of_flight(&flight(7, Some(b"vol")), &proc.0).abs_path().unwrap(), b"/mnt/vol");
-        assert_eq!(event_of_flight(&flight(9, Some(b"vol")), &proc.0).base, BaseDir::Unresolved("the caller's directory could not be read"));
+        assert_eq!(event_of_flight(&flight(9, Some(b"vol")), &proc.0).base, BaseDir::Unresolved(NoPath::CallerDirUnreadable));
         assert_eq!(event_of_flight(&flight(7, Some(b"/abs")), &proc.0).base, BaseDir::NotNeeded);
         let unreadable = event_of_flight(&flight(7, None), &proc.0);
         assert_eq!((unreadable.path_status, unreadable.base), (PathStatus::Unreadable, BaseDir::NotNeeded));

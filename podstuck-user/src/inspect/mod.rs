@@ -5,12 +5,12 @@
 //! states.
 //!
 //! Detectors see the node only through [`NodeInspector`], so they are tested
-//! with a fake node; [`live::LiveNode`] is the real one. Nothing here changes
+//! with a fake node; [`real_node::RealNode`] is the real one. Nothing here changes
 //! the node. Anything that touches a path (open, stat, statfs, readdir) may
 //! block forever on a dead NFS or FUSE server, so the live node does it on a
 //! worker thread with a deadline and then stays away from that mount.
 
-pub mod live;
+pub mod real_node;
 pub mod mounts;
 
 use serde::{Deserialize, Serialize};

@@ -137,7 +137,7 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
 /// kubectl binary: it starts no pod and needs nothing on the nodes, and
 /// one code path, unit-tested, makes the table for both commands.
 pub fn all(namespace: Option<String>, context: Option<String>, kubeconfig: Option<PathBuf>, json: bool) -> Result<()> {
-    let options = crate::explain::all::read::AllOptions { namespace, json, kube: crate::explain::KubeOptions { kubeconfig, context } };
+    let options = crate::explain::all::read::AllOptions { namespace, json, kube: crate::explain::KubeOptions { kubeconfig, context, ..Default::default() } };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(crate::explain::all::read::explain_all(&options))
 }

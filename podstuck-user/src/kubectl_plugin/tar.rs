@@ -7,7 +7,7 @@
 //! with plain names only (no `/`, no `.` or `..`, so no absolute path and
 //! no way out of the destination), refuses links and every other kind of
 //! entry, and creates each file new in a directory opened once, by the
-//! rules of [`crate::export::files`]: an existing name is refused, never
+//! rules of [`crate::files`]: an existing name is refused, never
 //! overwritten nor followed.
 
 use std::cell::Cell;
@@ -20,7 +20,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::export::files;
+use crate::files;
 
 /// Writes the regular files at `path` as a tar archive to `out`: `path`
 /// itself by its last name when it is a file, else the regular files

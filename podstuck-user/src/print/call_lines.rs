@@ -6,14 +6,14 @@
 use std::fmt::Write as _;
 use std::io;
 
-use crate::collect::RunTotals;
+use crate::run::RunTotals;
 use crate::diagnose::Report;
 use crate::event::{errno_name, syscall_name, CallEvent};
 use crate::identify::Identity;
 use crate::run::{RunFacts, Tracing};
 use crate::words::{escape_path, latency_text, rfc3339};
 
-use super::finding_block::{finding_block, told_word};
+use crate::finding_block::{finding_block, told_word};
 use super::{calls_by_name, stderr_line, Ending, Out, Printer};
 
 /// `--calls`: plain lines for people.

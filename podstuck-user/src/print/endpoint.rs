@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::collect::RunTotals;
+use crate::run::RunTotals;
 use crate::diagnose::{Finding, Report};
 use crate::event::CallEvent;
 use crate::export::prom::{render_endpoint, OwnCost, ProcessStats};

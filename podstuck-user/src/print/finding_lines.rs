@@ -1,6 +1,6 @@
 //! Standard output is no terminal (a log file, `| tee`, a pager): a block
 //! per finding when it appears, changes or resolves, headed by the time it
-//! was told, with its cause, evidence and fix (see [`super::finding_block`]),
+//! was told, with its cause, evidence and fix (see [`crate::finding_block`]),
 //! then the closing line. The calls behind the findings are not printed:
 //! `--calls` or `--json` show them.
 
@@ -12,7 +12,7 @@ use crate::run::{RunFacts, Tracing};
 use crate::words::rfc3339_seconds;
 
 use super::call_lines::{banner, end_text};
-use super::finding_block::{finding_block, told_word};
+use crate::finding_block::{finding_block, told_word};
 use super::{stderr_line, Ending, Out, Printer};
 
 /// A block per finding as it is told; opened and closed as call lines are.

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::collect::RunTotals;
+use crate::run::RunTotals;
 use crate::diagnose::{Finding, Report};
 use crate::event::{errno_name, syscall_name, CallEvent, AT_FDCWD};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
@@ -89,7 +89,7 @@ struct EventLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     abs_path_hex: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    abs_path_error: Option<&'static str>,
+    abs_path_error: Option<&'a str>,
     ret: i64,
     errno: Option<String>,
     latency_ns: u64,
@@ -118,7 +118,7 @@ pub fn event_json(event: &CallEvent, identity: &Identity) -> String {
             let (text, hex) = json_path(abs);
             (Some(text), hex, None)
         }
-        Err(why) => (None, None, Some(*why)),
+        Err(why) => (None, None, Some(why.as_str())),
     };
     let line = EventLine {
         r#type: "event",
@@ -253,11 +253,21 @@ impl<'a> FindingLine<'a> {
 /// A finding as one JSON object: `"type":"finding"` when first told,
 /// `"finding-update"` for later revisions of the same `id`.
 pub fn finding_json(report: &Report) -> String {
+    serde_json::to_string(&finding_line(report)).expect("finding serialises")
+}
+
+/// The same object as a JSON value, made without printing it: what a
+/// record keeps of each finding told, and what replay compares.
+pub fn finding_value(report: &Report) -> Value {
+    serde_json::to_value(finding_line(report)).expect("finding serialises")
+}
+
+fn finding_line(report: &Report) -> FindingLine<'_> {
     let r#type = match report {
         Report::New(_) => "finding",
         Report::Update(_) => "finding-update",
     };
-    serde_json::to_string(&FindingLine { r#type, node: None, finding: report.finding() }).expect("finding serialises")
+    FindingLine { r#type, node: None, finding: report.finding() }
 }
 
 /// The closing line: what was seen, what was lost, every call counted.

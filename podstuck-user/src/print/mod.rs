@@ -3,8 +3,8 @@
 //! calls, findings, an end line, for machines. [`call_lines`] (`--calls`):
 //! one plain line per call, findings as blocks. [`finding_lines`] (standard
 //! output is no terminal): a block per finding when it appears, changes
-//! or resolves. [`finding_block`] is the one text form of a finding all
-//! of these, the summary at exit, `replay` and `explain` print. [`live`] (a terminal): the live view, then a summary. `watch`
+//! or resolves. [`crate::finding_block`] is the one text form of a finding all
+//! of these, the summary at exit, `replay` and `explain` print. [`screen`] (a terminal): the live view, then a summary. `watch`
 //! picks one with [`printer`] and hands it what happens; a new way of
 //! showing a run is a new file here. [`endpoint`] (`--listen`) is one more
 //! output beside the chosen one: the pages of the metrics endpoint.
@@ -15,16 +15,15 @@
 
 pub mod call_lines;
 pub mod endpoint;
-pub mod finding_block;
 pub mod finding_lines;
 pub mod json_lines;
-pub mod live;
+pub mod screen;
 
 use std::collections::BTreeMap;
 use std::io::{self, BufWriter, ErrorKind, IsTerminal, Write};
 use std::time::Duration;
 
-use crate::collect::RunTotals;
+use crate::run::RunTotals;
 use crate::diagnose::Report;
 use crate::event::{syscall_name, CallEvent};
 use crate::identify::Identity;
@@ -79,7 +78,7 @@ pub struct Ending<'a> {
 
 /// How the user asked to see the run.
 #[derive(Clone, Copy, Debug)]
-pub struct Asked {
+pub struct OutputOptions {
     /// `--json`.
     pub json: bool,
     /// `--calls`.
@@ -92,12 +91,12 @@ pub struct Asked {
 /// `--json`, `--calls`, the live view on a terminal that can take it,
 /// else finding lines. With the live view come the keys that ask to stop.
 /// `warnings` were said on stderr already; the live view shows them too.
-pub fn printer(asked: Asked, run: &RunFacts, warnings: &[String]) -> (Box<dyn Printer>, Option<QuitKeys>) {
-    if asked.json {
-        return (Box::new(json_lines::JsonLines::new(!asked.findings_only)), None);
+pub fn printer(output: OutputOptions, run: &RunFacts, warnings: &[String]) -> (Box<dyn Printer>, Option<QuitKeys>) {
+    if output.json {
+        return (Box::new(json_lines::JsonLines::new(!output.findings_only)), None);
     }
-    if asked.calls {
-        return (Box::new(call_lines::CallLines::new(!asked.findings_only)), None);
+    if output.calls {
+        return (Box::new(call_lines::CallLines::new(!output.findings_only)), None);
     }
     if !LiveTerminal::possible() {
         if io::stdout().is_terminal() {
@@ -106,7 +105,7 @@ pub fn printer(asked: Asked, run: &RunFacts, warnings: &[String]) -> (Box<dyn Pr
         return (Box::new(finding_lines::FindingLines), None);
     }
     match LiveTerminal::start() {
-        Ok((terminal, keys)) => (Box::new(live::Live::new(terminal, run, warnings)), Some(keys)),
+        Ok((terminal, keys)) => (Box::new(screen::Screen::new(terminal, run, warnings)), Some(keys)),
         Err(e) => {
             stderr_line(format_args!("podstuck: cannot take the terminal for the live view ({e}): printing findings as lines"));
             (Box::new(finding_lines::FindingLines), None)

@@ -68,15 +68,15 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use podstuck_common::Syscall;
 
-use crate::collect::RunTotals;
+use crate::run::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Report};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
 use crate::run::RunFacts;
-use wire::{Bytes, WireAsked, WireCall, WireCounted, WireEnd, WireEntry, WireFlight, WireHeader, WireReview, WireTotals};
+use wire::{Bytes, WireQuestion, WireCall, WireCounted, WireEnd, WireEntry, WireFlight, WireHeader, WireReview, WireTotals};
 
-pub use node::{Asked, RecordingNode, ReplayNode, NOT_IN_THE_RECORD};
+pub use node::{Question, RecordingNode, ReplayNode, NOT_IN_THE_RECORD};
 pub use read::{Entry, RecordEnd, RecordError, RecordReader, RecordedCall, RecordedReview};
 pub use replay::{replay, replay_findings, replay_record, ReplaySummary};
 
@@ -186,18 +186,18 @@ const REVIEWS_PER_GROUP: u64 = 120;
 /// same, counting reviews from the start of the record.
 #[derive(Default)]
 struct LastAnswers {
-    before: HashMap<String, Asked>,
-    this: HashMap<String, Asked>,
+    before: HashMap<String, Question>,
+    this: HashMap<String, Question>,
     reviews: u64,
 }
 
 impl LastAnswers {
-    fn get(&self, question: &str) -> Option<&Asked> {
+    fn get(&self, question: &str) -> Option<&Question> {
         self.this.get(question).or_else(|| self.before.get(question))
     }
 
-    fn note(&mut self, question: String, asked: Asked) {
-        if !matches!(asked, Asked::Avoid { .. }) {
+    fn note(&mut self, question: String, asked: Question) {
+        if !matches!(asked, Question::Avoid { .. }) {
             self.this.insert(question, asked);
         }
     }
@@ -304,15 +304,15 @@ impl Recorder<File> {
             return Err(anyhow!("{} is a directory: give a file name in it, e.g. {}", path.display(), path.join("incident.podstuck").display()));
         }
         let (dir, name) = record_place(path).map_err(|e| create_error(path, e))?;
-        let file = crate::export::files::create_new_at(dir.as_ref().map(AsFd::as_fd), &name, RECORD_MODE).map_err(|e| create_error(path, e))?;
-        let ours = crate::export::files::stat(file.as_fd()).ok();
+        let file = crate::files::create_new_at(dir.as_ref().map(AsFd::as_fd), &name, RECORD_MODE).map_err(|e| create_error(path, e))?;
+        let ours = crate::files::stat(file.as_fd()).ok();
         Recorder::new(file, path.display().to_string(), header).map_err(|e| {
             // Ours and unusable: left behind, it would only make the next
             // try say "exists". Removed only if the name is still ours.
             if let (Some(dir), Some(ours)) = (&dir, ours) {
-                let there = crate::export::files::stat_at(dir.as_fd(), &name).ok().flatten();
+                let there = crate::files::stat_at(dir.as_fd(), &name).ok().flatten();
                 if there.is_some_and(|t| (t.st_dev, t.st_ino) == (ours.st_dev, ours.st_ino)) {
-                    let _ = crate::export::files::unlink_at(dir.as_fd(), &name);
+                    let _ = crate::files::unlink_at(dir.as_fd(), &name);
                 }
             }
             create_error(path, e)
@@ -328,7 +328,7 @@ const RECORD_MODE: u32 = 0o600;
 /// path has no last name to make (then it is opened as given, and refused
 /// as existing).
 fn record_place(path: &Path) -> io::Result<(Option<OwnedFd>, CString)> {
-    use crate::export::files::{c_path, open_dir};
+    use crate::files::{c_path, open_dir};
     match (path.parent(), path.file_name()) {
         (Some(parent), Some(name)) => {
             let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
@@ -409,7 +409,7 @@ impl<W: Write> Recorder<W> {
         now: SystemTime,
         in_flight: &[CallInFlight],
         counted: &[CountedCalls],
-        asked: Vec<Asked>,
+        asked: Vec<Question>,
         told: &[Report],
     ) -> Result<(), RecordStopped> {
         if self.out.is_none() {
@@ -417,7 +417,7 @@ impl<W: Write> Recorder<W> {
         }
         let mut wire_asked = Vec::with_capacity(asked.len());
         for a in &asked {
-            let mut w = WireAsked::of(a);
+            let mut w = WireQuestion::of(a);
             let question = w.question_key();
             if self.answers.get(&question) == Some(a) {
                 w.without_answer();
@@ -484,13 +484,7 @@ impl<W: Write> Recorder<W> {
 
 /// Findings as `--json` prints them, kept as JSON values.
 fn told_json(reports: &[Report]) -> Vec<serde_json::Value> {
-    reports
-        .iter()
-        .map(|r| {
-            let line = crate::print::json_lines::finding_json(r);
-            serde_json::from_str(&line).unwrap_or(serde_json::Value::String(line))
-        })
-        .collect()
+    reports.iter().map(crate::print::json_lines::finding_value).collect()
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use crate::inspect::{
 /// One question a detector asked of the node during a review, with the
 /// answer it got: one variant per [`NodeInspector`] method.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Asked {
+pub enum Question {
     HostMounts { answer: Probe<Vec<Mount>> },
     MountNamespace { mntns: u64, answer: Probe<MountNamespace> },
     ResolvedPath { pid: u32, path: Vec<u8>, answer: Probe<Vec<u8>> },
@@ -35,7 +35,7 @@ pub enum Asked {
 /// for one review, then hand [`RecordingNode::into_asked`] to the recorder.
 pub struct RecordingNode<'a> {
     node: &'a mut dyn NodeInspector,
-    asked: Vec<Asked>,
+    asked: Vec<Question>,
 }
 
 impl<'a> RecordingNode<'a> {
@@ -44,7 +44,7 @@ impl<'a> RecordingNode<'a> {
     }
 
     /// What was asked, in order.
-    pub fn into_asked(self) -> Vec<Asked> {
+    pub fn into_asked(self) -> Vec<Question> {
         self.asked
     }
 }
@@ -52,77 +52,77 @@ impl<'a> RecordingNode<'a> {
 impl NodeInspector for RecordingNode<'_> {
     fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
         let answer = self.node.host_mounts();
-        self.asked.push(Asked::HostMounts { answer: answer.clone() });
+        self.asked.push(Question::HostMounts { answer: answer.clone() });
         answer
     }
     fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
         let answer = self.node.mount_namespace(mntns);
-        self.asked.push(Asked::MountNamespace { mntns, answer: answer.clone() });
+        self.asked.push(Question::MountNamespace { mntns, answer: answer.clone() });
         answer
     }
     fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
         let answer = self.node.resolved_path(pid, path);
-        self.asked.push(Asked::ResolvedPath { pid, path: path.to_vec(), answer: answer.clone() });
+        self.asked.push(Question::ResolvedPath { pid, path: path.to_vec(), answer: answer.clone() });
         answer
     }
     fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder> {
         let answer = self.node.mount_holders(mount, mntns);
-        self.asked.push(Asked::MountHolders { mount: mount.clone(), mntns, answer: answer.clone() });
+        self.asked.push(Question::MountHolders { mount: mount.clone(), mntns, answer: answer.clone() });
         answer
     }
     fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy> {
         let answer = self.node.mount_copies(mount, mntns);
-        self.asked.push(Asked::MountCopies { mount: mount.clone(), mntns, answer: answer.clone() });
+        self.asked.push(Question::MountCopies { mount: mount.clone(), mntns, answer: answer.clone() });
         answer
     }
     fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
         let answer = self.node.inode_flags(path);
-        self.asked.push(Asked::InodeFlags { path: path.to_vec(), answer: answer.clone() });
+        self.asked.push(Question::InodeFlags { path: path.to_vec(), answer: answer.clone() });
         answer
     }
     fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts> {
         let answer = self.node.file_facts(path);
-        self.asked.push(Asked::FileFacts { path: path.to_vec(), answer: answer.clone() });
+        self.asked.push(Question::FileFacts { path: path.to_vec(), answer: answer.clone() });
         answer
     }
     fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample> {
         let answer = self.node.dir_sample(path, limit);
-        self.asked.push(Asked::DirSample { path: path.to_vec(), limit, answer: answer.clone() });
+        self.asked.push(Question::DirSample { path: path.to_vec(), limit, answer: answer.clone() });
         answer
     }
     fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
         let answer = self.node.remaining_entries(path);
-        self.asked.push(Asked::RemainingEntries { path: path.to_vec(), answer: answer.clone() });
+        self.asked.push(Question::RemainingEntries { path: path.to_vec(), answer: answer.clone() });
         answer
     }
     fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage> {
         let answer = self.node.fs_usage(path);
-        self.asked.push(Asked::FsUsage { path: path.to_vec(), answer: answer.clone() });
+        self.asked.push(Question::FsUsage { path: path.to_vec(), answer: answer.clone() });
         answer
     }
     fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
         let answer = self.node.cgroup(path);
-        self.asked.push(Asked::Cgroup { path: path.to_vec(), answer: answer.clone() });
+        self.asked.push(Question::Cgroup { path: path.to_vec(), answer: answer.clone() });
         answer
     }
     fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
         let answer = self.node.v1_freezer(path);
-        self.asked.push(Asked::V1Freezer { path: path.to_vec(), answer: answer.clone() });
+        self.asked.push(Question::V1Freezer { path: path.to_vec(), answer: answer.clone() });
         answer
     }
     fn task(&mut self, tid: u32) -> Probe<TaskState> {
         let answer = self.node.task(tid);
-        self.asked.push(Asked::Task { tid, answer: answer.clone() });
+        self.asked.push(Question::Task { tid, answer: answer.clone() });
         answer
     }
     fn fuse_servers(&mut self) -> Vec<TaskState> {
         let answer = self.node.fuse_servers();
-        self.asked.push(Asked::FuseServers { answer: answer.clone() });
+        self.asked.push(Question::FuseServers { answer: answer.clone() });
         answer
     }
     fn avoid(&mut self, path: &[u8]) {
         self.node.avoid(path);
-        self.asked.push(Asked::Avoid { path: path.to_vec() });
+        self.asked.push(Question::Avoid { path: path.to_vec() });
     }
 }
 
@@ -135,7 +135,7 @@ pub const NOT_IN_THE_RECORD: &str = "not in the record";
 /// among the review's answers; one the live run never asked (a newer
 /// podstuck asks more) is unreadable, "not in the record".
 pub struct ReplayNode {
-    asked: Vec<Asked>,
+    asked: Vec<Question>,
     /// The host's mount namespace, as the record's header says it.
     host_mntns: u64,
     used: Vec<bool>,
@@ -144,7 +144,7 @@ pub struct ReplayNode {
 }
 
 impl ReplayNode {
-    pub fn new(asked: Vec<Asked>) -> ReplayNode {
+    pub fn new(asked: Vec<Question>) -> ReplayNode {
         let used = vec![false; asked.len()];
         ReplayNode { asked, host_mntns: 0, used, next: 0, not_in_record: Vec::new() }
     }
@@ -165,7 +165,7 @@ impl ReplayNode {
     /// The recorded answer `pick` accepts: the next one in order, else an
     /// unused one anywhere in the review, else a used one (a question asked
     /// twice here but once live gets the same answer twice).
-    fn answer<T>(&mut self, question: impl FnOnce() -> String, pick: impl Fn(&Asked) -> Option<T>) -> Option<T> {
+    fn answer<T>(&mut self, question: impl FnOnce() -> String, pick: impl Fn(&Question) -> Option<T>) -> Option<T> {
         if let Some(found) = self.asked.get(self.next).and_then(&pick) {
             self.used[self.next] = true;
             self.next += 1;
@@ -198,24 +198,24 @@ fn shown(path: &[u8]) -> String {
 
 impl NodeInspector for ReplayNode {
     fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
-        let pick = |a: &Asked| match a {
-            Asked::HostMounts { answer } => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::HostMounts { answer } => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| "host_mounts".into(), pick).unwrap_or_else(missing)
     }
     fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
-        let pick = |a: &Asked| match a {
-            Asked::MountNamespace { mntns: n, answer } if *n == mntns => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::MountNamespace { mntns: n, answer } if *n == mntns => Some(answer.clone()),
             _ => None,
         };
-        let recorded_namespaces = self.asked.iter().any(|a| matches!(a, Asked::MountNamespace { .. }));
+        let recorded_namespaces = self.asked.iter().any(|a| matches!(a, Question::MountNamespace { .. }));
         if !recorded_namespaces && (mntns == 0 || mntns == self.host_mntns) {
             let host = |answer: &Probe<Vec<Mount>>| {
                 answer.clone().map(|mounts| MountNamespace { mntns, host: true, member: 1, member_comm: String::new(), owner: None, mounts })
             };
-            let pick = |a: &Asked| match a {
-                Asked::HostMounts { answer } => Some(host(answer)),
+            let pick = |a: &Question| match a {
+                Question::HostMounts { answer } => Some(host(answer)),
                 _ => None,
             };
             return self.answer(|| "host_mounts".into(), pick).unwrap_or_else(missing);
@@ -223,92 +223,92 @@ impl NodeInspector for ReplayNode {
         self.answer(|| format!("mount_namespace mnt:[{mntns}]"), pick).unwrap_or_else(missing)
     }
     fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
-        let pick = |a: &Asked| match a {
-            Asked::ResolvedPath { pid: p, path: q, answer } if *p == pid && q == path => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::ResolvedPath { pid: p, path: q, answer } if *p == pid && q == path => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("resolved_path {pid} {}", shown(path)), pick).unwrap_or_else(missing)
     }
     fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder> {
-        let pick = |a: &Asked| match a {
-            Asked::MountHolders { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::MountHolders { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("mount_holders {}", shown(&mount.mount_point)), pick).unwrap_or_default()
     }
     fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy> {
-        let pick = |a: &Asked| match a {
-            Asked::MountCopies { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::MountCopies { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("mount_copies {}", shown(&mount.mount_point)), pick).unwrap_or_default()
     }
     fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
-        let pick = |a: &Asked| match a {
-            Asked::InodeFlags { path: p, answer } if p == path => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::InodeFlags { path: p, answer } if p == path => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("inode_flags {}", shown(path)), pick).unwrap_or_else(missing)
     }
     fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts> {
-        let pick = |a: &Asked| match a {
-            Asked::FileFacts { path: p, answer } if p == path => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::FileFacts { path: p, answer } if p == path => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("file_facts {}", shown(path)), pick).unwrap_or_else(missing)
     }
     fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample> {
-        let pick = |a: &Asked| match a {
-            Asked::DirSample { path: p, limit: l, answer } if p == path && *l == limit => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::DirSample { path: p, limit: l, answer } if p == path && *l == limit => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("dir_sample {} (limit {limit})", shown(path)), pick).unwrap_or_else(missing)
     }
     fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
-        let pick = |a: &Asked| match a {
-            Asked::RemainingEntries { path: p, answer } if p == path => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::RemainingEntries { path: p, answer } if p == path => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("remaining_entries {}", shown(path)), pick).unwrap_or_else(missing)
     }
     fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage> {
-        let pick = |a: &Asked| match a {
-            Asked::FsUsage { path: p, answer } if p == path => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::FsUsage { path: p, answer } if p == path => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("fs_usage {}", shown(path)), pick).unwrap_or_else(missing)
     }
     fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
-        let pick = |a: &Asked| match a {
-            Asked::Cgroup { path: p, answer } if p == path => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::Cgroup { path: p, answer } if p == path => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("cgroup {}", shown(path)), pick).unwrap_or_else(missing)
     }
     fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
-        let pick = |a: &Asked| match a {
-            Asked::V1Freezer { path: p, answer } if p == path => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::V1Freezer { path: p, answer } if p == path => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("v1_freezer {}", shown(path)), pick).unwrap_or_else(missing)
     }
     fn task(&mut self, tid: u32) -> Probe<TaskState> {
-        let pick = |a: &Asked| match a {
-            Asked::Task { tid: t, answer } if *t == tid => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::Task { tid: t, answer } if *t == tid => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| format!("task {tid}"), pick).unwrap_or_else(missing)
     }
     fn fuse_servers(&mut self) -> Vec<TaskState> {
-        let pick = |a: &Asked| match a {
-            Asked::FuseServers { answer } => Some(answer.clone()),
+        let pick = |a: &Question| match a {
+            Question::FuseServers { answer } => Some(answer.clone()),
             _ => None,
         };
         self.answer(|| "fuse_servers".into(), pick).unwrap_or_default()
     }
     fn avoid(&mut self, path: &[u8]) {
-        let pick = |a: &Asked| match a {
-            Asked::Avoid { path: p } if p == path => Some(()),
+        let pick = |a: &Question| match a {
+            Question::Avoid { path: p } if p == path => Some(()),
             _ => None,
         };
         self.answer(|| format!("avoid {}", shown(path)), pick);
@@ -332,9 +332,9 @@ mod tests {
         recording.avoid(b"/mnt/a");
         let asked = recording.into_asked();
         assert_eq!(asked.len(), 4);
-        assert!(matches!(&asked[0], Asked::HostMounts { answer: Ok(m) } if *m == mounts));
-        assert!(matches!(&asked[2], Asked::FileFacts { path, answer: Err(_) } if path == b"/nope"));
-        assert!(matches!(&asked[3], Asked::Avoid { path } if path == b"/mnt/a"));
+        assert!(matches!(&asked[0], Question::HostMounts { answer: Ok(m) } if *m == mounts));
+        assert!(matches!(&asked[2], Question::FileFacts { path, answer: Err(_) } if path == b"/nope"));
+        assert!(matches!(&asked[3], Question::Avoid { path } if path == b"/mnt/a"));
         assert_eq!(fake.avoided, vec![b"/mnt/a".to_vec()]);
     }
 
@@ -342,9 +342,9 @@ mod tests {
     fn the_replay_node_answers_in_order_then_by_question_then_not_in_the_record() {
         let ok = |uid| Ok(facts(false, 0o644, uid));
         let mut node = ReplayNode::new(vec![
-            Asked::FileFacts { path: b"/a".to_vec(), answer: ok(1) },
-            Asked::FileFacts { path: b"/b".to_vec(), answer: ok(2) },
-            Asked::FileFacts { path: b"/a".to_vec(), answer: ok(3) },
+            Question::FileFacts { path: b"/a".to_vec(), answer: ok(1) },
+            Question::FileFacts { path: b"/b".to_vec(), answer: ok(2) },
+            Question::FileFacts { path: b"/a".to_vec(), answer: ok(3) },
         ]);
         // Out of order: found by its path; the replay goes on in step from there.
         assert_eq!(node.file_facts(b"/b").unwrap().uid, 2);

@@ -9,8 +9,8 @@ use std::time::SystemTime;
 use flate2::bufread::MultiGzDecoder;
 
 use super::wire::{self, WireCounted, WireEntry, WireHeader};
-use super::{Asked, LastAnswers, RecordHeader, FORMAT, MAGIC, REVIEWS_PER_GROUP};
-use crate::collect::RunTotals;
+use super::{Question, LastAnswers, RecordHeader, FORMAT, MAGIC, REVIEWS_PER_GROUP};
+use crate::run::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
 use crate::identify::Identity;
@@ -106,7 +106,7 @@ pub struct RecordedReview {
     pub now: SystemTime,
     pub in_flight: Vec<CallInFlight>,
     /// Every question asked of the node, in order, with its answer.
-    pub asked: Vec<Asked>,
+    pub asked: Vec<Question>,
     /// The findings the live run told after this review, as `--json` prints them.
     pub told: Vec<serde_json::Value>,
     /// What the kernel counted since the review before.
@@ -142,7 +142,7 @@ enum Line {
 }
 
 /// Bytes of memory an answer takes, about: what the reader keeps of it.
-fn answer_bytes(question: &str, asked: &Asked) -> usize {
+fn answer_bytes(question: &str, asked: &Question) -> usize {
     use std::mem::size_of;
     fn strings(list: &[String]) -> usize {
         list.iter().map(|s| size_of::<String>() + s.len()).sum()
@@ -172,30 +172,30 @@ fn answer_bytes(question: &str, asked: &Asked) -> usize {
     let holder = |h: &MountHolder| size_of::<MountHolder>() + h.comm.len() + h.path.len();
     let copy = |c: &MountCopy| size_of::<MountCopy>() + c.comm.len() + c.mount_point.len() + strings(&c.propagation);
     let variable = match asked {
-        Asked::HostMounts { answer } => probe(answer, |m| mounts(m)),
-        Asked::MountNamespace { answer, .. } => probe(answer, |n| n.member_comm.len() + mounts(&n.mounts)),
-        Asked::ResolvedPath { path, answer, .. } => path.len() + probe(answer, Vec::len),
-        Asked::MountHolders { mount: m, answer, .. } => mount(m) + answer.iter().map(holder).sum::<usize>(),
-        Asked::MountCopies { mount: m, answer, .. } => mount(m) + answer.iter().map(copy).sum::<usize>(),
-        Asked::InodeFlags { path, answer } => path.len() + probe(answer, |_| 0),
-        Asked::FileFacts { path, answer } => path.len() + probe(answer, |_| 0),
-        Asked::DirSample { path, answer, .. } => {
+        Question::HostMounts { answer } => probe(answer, |m| mounts(m)),
+        Question::MountNamespace { answer, .. } => probe(answer, |n| n.member_comm.len() + mounts(&n.mounts)),
+        Question::ResolvedPath { path, answer, .. } => path.len() + probe(answer, Vec::len),
+        Question::MountHolders { mount: m, answer, .. } => mount(m) + answer.iter().map(holder).sum::<usize>(),
+        Question::MountCopies { mount: m, answer, .. } => mount(m) + answer.iter().map(copy).sum::<usize>(),
+        Question::InodeFlags { path, answer } => path.len() + probe(answer, |_| 0),
+        Question::FileFacts { path, answer } => path.len() + probe(answer, |_| 0),
+        Question::DirSample { path, answer, .. } => {
             path.len() + probe(answer, |d| d.names.iter().map(|n| size_of::<Vec<u8>>() + n.len()).sum())
         }
-        Asked::RemainingEntries { path, answer } => path.len() + probe(answer, |e| e.method.len()),
-        Asked::FsUsage { path, answer } => path.len() + probe(answer, |u| u.fstype.len()),
-        Asked::Cgroup { path, answer } => {
+        Question::RemainingEntries { path, answer } => path.len() + probe(answer, |e| e.method.len()),
+        Question::FsUsage { path, answer } => path.len() + probe(answer, |u| u.fstype.len()),
+        Question::Cgroup { path, answer } => {
             path.len() + probe(answer, |c| c.tasks.iter().map(task).sum::<usize>() + strings(&c.children))
         }
-        Asked::V1Freezer { path, answer } => {
+        Question::V1Freezer { path, answer } => {
             path.len() + probe(answer, |l| l.iter().map(|l| size_of::<FreezerLevel>() + l.dir.len() + l.state.len() + 4 * l.pids.len()).sum())
         }
-        Asked::Task { answer, .. } => probe(answer, task),
-        Asked::FuseServers { answer } => answer.iter().map(task).sum(),
-        Asked::Avoid { path } => path.len(),
+        Question::Task { answer, .. } => probe(answer, task),
+        Question::FuseServers { answer } => answer.iter().map(task).sum(),
+        Question::Avoid { path } => path.len(),
     };
     // The key, the map's own room, the answer.
-    question.len() + 64 + size_of::<Asked>() + variable
+    question.len() + 64 + size_of::<Question>() + variable
 }
 
 /// Reads a record: the header when opened, then one entry per call.
@@ -367,8 +367,8 @@ impl<R: BufRead> RecordReader<R> {
 
     /// Keeps `asked` for later reviews to refer to, within
     /// [`MAX_ANSWERS_KEPT`].
-    fn keep_answer(&mut self, entry: u64, question: String, asked: Asked) -> Result<(), RecordError> {
-        if matches!(asked, Asked::Avoid { .. }) {
+    fn keep_answer(&mut self, entry: u64, question: String, asked: Question) -> Result<(), RecordError> {
+        if matches!(asked, Question::Avoid { .. }) {
             return Ok(());
         }
         let replaced = self.answers.this.get(&question).map_or(0, |old| answer_bytes(&question, old));

@@ -21,7 +21,7 @@ use super::{RecordHeader, ReplayNode, FORMAT};
 use crate::diagnose::{human_duration, Diagnoser, Report, Review};
 use crate::event::syscall_name;
 use crate::print::call_lines::finding_text;
-use crate::print::json_lines::finding_json;
+use crate::print::json_lines::{finding_json, finding_value};
 use crate::print::{stderr_line, Out};
 use crate::words::rfc3339;
 
@@ -107,7 +107,7 @@ fn comparable(values: impl IntoIterator<Item = Value>) -> Vec<String> {
 }
 
 fn replayed(reports: &[Report]) -> Vec<String> {
-    comparable(reports.iter().map(|r| serde_json::from_str(&finding_json(r)).unwrap_or(Value::Null)))
+    comparable(reports.iter().map(finding_value))
 }
 
 /// "volume-still-mounted:/x revision 2, ..." or "nothing".

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::diagnose::fake::{call_by, csi_mount, pod, rmdir, t, task, umount, Call, FakeNode, POD};
 use crate::diagnose::{CallInFlight, Confidence, Diagnoser, Kind, Review, Status};
-use crate::event::{BaseDir, PathStatus};
+use crate::event::{BaseDir, NoPath, PathStatus};
 use crate::identify::actor::Role;
 use crate::identify::pod::{ContainerId, PathArea};
 use crate::identify::{Actor, MatchReason};
@@ -517,8 +517,8 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
     c.identity.path_area = Some(PathArea::VolumeSubpath);
     c.identity.matched = vec![MatchReason::Path, MatchReason::Container];
     let mut unresolved = rmdir(1.5, "rm", "/y", 0);
-    unresolved.event.base = BaseDir::Unresolved("the dirfd is not an open file of the caller");
-    unresolved.identity.abs_path = Err("the dirfd is not an open file of the caller");
+    unresolved.event.base = BaseDir::Unresolved(NoPath::BadFd);
+    unresolved.identity.abs_path = Err(NoPath::BadFd);
     recorder.add_call(&c.event, &c.identity).unwrap();
     recorder.add_call(&unresolved.event, &unresolved.identity).unwrap();
     let odd = b"/mnt/\x80\x81 space".to_vec();
@@ -535,13 +535,13 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
         super_options: "rw".into(),
     };
     let asked = vec![
-        Asked::HostMounts { answer: Ok(vec![mount.clone()]) },
-        Asked::MountCopies { mount: mount.clone(), mntns: 5, answer: vec![MountCopy { mntns: 5, pid: 6, comm: "c".into(), mount_point: odd.clone(), propagation: vec!["master:3".into()], owner: None }] },
-        Asked::DirSample { path: odd.clone(), limit: 3, answer: Ok(DirSample { names: vec![b"\xff".to_vec(), b"ok".to_vec()], counted: 2, complete: true }) },
-        Asked::FileFacts { path: odd.clone(), answer: Err(Unreadable("timed out after 1 s: the filesystem may be hung".into())) },
-        Asked::V1Freezer { path: odd.clone(), answer: Ok(vec![crate::inspect::FreezerLevel { dir: odd.clone(), state: "FROZEN".into(), pids: vec![5, 6] }]) },
-        Asked::V1Freezer { path: b"/sys/fs/cgroup/memory/x".to_vec(), answer: Err(Unreadable("no v1 freezer hierarchy mounted, or not a v1 cgroup".into())) },
-        Asked::Avoid { path: odd.clone() },
+        Question::HostMounts { answer: Ok(vec![mount.clone()]) },
+        Question::MountCopies { mount: mount.clone(), mntns: 5, answer: vec![MountCopy { mntns: 5, pid: 6, comm: "c".into(), mount_point: odd.clone(), propagation: vec!["master:3".into()], owner: None }] },
+        Question::DirSample { path: odd.clone(), limit: 3, answer: Ok(DirSample { names: vec![b"\xff".to_vec(), b"ok".to_vec()], counted: 2, complete: true }) },
+        Question::FileFacts { path: odd.clone(), answer: Err(Unreadable("timed out after 1 s: the filesystem may be hung".into())) },
+        Question::V1Freezer { path: odd.clone(), answer: Ok(vec![crate::inspect::FreezerLevel { dir: odd.clone(), state: "FROZEN".into(), pids: vec![5, 6] }]) },
+        Question::V1Freezer { path: b"/sys/fs/cgroup/memory/x".to_vec(), answer: Err(Unreadable("no v1 freezer hierarchy mounted, or not a v1 cgroup".into())) },
+        Question::Avoid { path: odd.clone() },
     ];
     let mut flight = hung_flight(0.5);
     flight.path = Some(odd.clone());
@@ -604,7 +604,7 @@ fn a_record_with_an_absurd_estimate_replays_without_a_failure() {
     let last = call_by(6.0, "rm", 300, Syscall::Unlinkat, 0, "/data/tree/d0/last", 0);
     recorder.add_call(&last.event, &last.identity).unwrap();
     let endless = crate::inspect::EntryEstimate { entries: u64::MAX, at_least: false, method: "counted".into() };
-    recorder.add_review(t(6.05), &[], &[], vec![Asked::RemainingEntries { path: b"/data/tree".to_vec(), answer: Ok(endless) }], &[]).unwrap();
+    recorder.add_review(t(6.05), &[], &[], vec![Question::RemainingEntries { path: b"/data/tree".to_vec(), answer: Ok(endless) }], &[]).unwrap();
     // The calls have stopped: the rate is that of the last seconds, 0.5 a second.
     recorder.add_review(t(8.3), &[], &[], vec![], &[]).unwrap();
     recorder.finish(t(9.0), &[], None).unwrap();
@@ -727,10 +727,10 @@ fn arbitrary_call() -> impl Strategy<Value = (CallEvent, Identity)> {
             e.base = match base_kind {
                 0 => BaseDir::NotNeeded,
                 1 => BaseDir::Resolved(base),
-                _ => BaseDir::Unresolved("a kernel structure of the base directory could not be read"),
+                _ => BaseDir::Unresolved(NoPath::BaseUnreadable),
             };
             let i = &mut c.identity;
-            i.abs_path = abs.ok_or_else(|| &*Box::leak(why.into_boxed_str()));
+            i.abs_path = abs.ok_or_else(|| NoPath::from_text(&why));
             i.pod_uid = with_pod.then(pod);
             i.actor.exe = exe;
             i.actor.role = [Role::Kubelet, Role::Runtime, Role::Shim, Role::Runc, Role::CsiPlugin, Role::Systemd, Role::Other][role as usize];
@@ -753,24 +753,24 @@ fn arbitrary_mount() -> impl Strategy<Value = Mount> {
     })
 }
 
-fn arbitrary_asked() -> impl Strategy<Value = Asked> {
+fn arbitrary_asked() -> impl Strategy<Value = Question> {
     prop_oneof![
         (proptest::collection::vec(arbitrary_mount(), 0..3), prop::option::of(".{0,20}"))
-            .prop_map(|(m, why)| Asked::HostMounts { answer: why.map_or(Ok(m), |w| Err(Unreadable(w))) }),
-        (arbitrary_mount(), proptest::collection::vec((any::<u32>(), bytes_strategy()), 0..3)).prop_map(|(mount, h)| Asked::MountHolders {
+            .prop_map(|(m, why)| Question::HostMounts { answer: why.map_or(Ok(m), |w| Err(Unreadable(w))) }),
+        (arbitrary_mount(), proptest::collection::vec((any::<u32>(), bytes_strategy()), 0..3)).prop_map(|(mount, h)| Question::MountHolders {
             mount,
             mntns: 7,
             answer: h.into_iter().map(|(pid, path)| MountHolder { pid, comm: "c".into(), how: HoldKind::OpenFile, path, mntns: 2, other_namespace: true, owner: None }).collect(),
         }),
-        (bytes_strategy(), any::<u32>(), any::<bool>()).prop_map(|(path, raw, immutable)| Asked::InodeFlags {
+        (bytes_strategy(), any::<u32>(), any::<bool>()).prop_map(|(path, raw, immutable)| Question::InodeFlags {
             path,
             answer: Ok(crate::inspect::InodeFlags { immutable, append_only: false, raw })
         }),
         (bytes_strategy(), 0usize..100, proptest::collection::vec(bytes_strategy(), 0..4))
-            .prop_map(|(path, limit, names)| Asked::DirSample { path, limit, answer: Ok(DirSample { counted: names.len() as u64, names, complete: false }) }),
-        (any::<u32>(), any::<char>()).prop_map(|(tid, state)| Asked::Task { tid, answer: Ok(task(tid, "t", state)) }),
-        bytes_strategy().prop_map(|path| Asked::Avoid { path }),
-        Just(Asked::FuseServers { answer: vec![task(1, "f", 'T')] }),
+            .prop_map(|(path, limit, names)| Question::DirSample { path, limit, answer: Ok(DirSample { counted: names.len() as u64, names, complete: false }) }),
+        (any::<u32>(), any::<char>()).prop_map(|(tid, state)| Question::Task { tid, answer: Ok(task(tid, "t", state)) }),
+        bytes_strategy().prop_map(|path| Question::Avoid { path }),
+        Just(Question::FuseServers { answer: vec![task(1, "f", 'T')] }),
     ]
 }
 
@@ -1020,16 +1020,11 @@ fn lists_and_findings_past_what_a_podstuck_writes_are_refused_before_they_are_he
 }
 
 #[test]
-fn reasons_are_kept_once_and_only_so_many() {
-    let mut known = std::collections::HashSet::new();
-    let first = wire::keep_reason(&mut known, "one".into(), 2);
-    assert!(std::ptr::eq(first, wire::keep_reason(&mut known, "one".into(), 2)));
-    assert_eq!(wire::keep_reason(&mut known, "two".into(), 2), "two");
-    assert_eq!(wire::keep_reason(&mut known, "three".into(), 2), wire::UNKNOWN_REASON);
-    assert_eq!(wire::keep_reason(&mut known, "two".into(), 2), "two");
-    let mut known = std::collections::HashSet::new();
-    assert_eq!(wire::keep_reason(&mut known, "x".repeat(10_000).into(), 10), wire::UNKNOWN_REASON);
-    assert!(known.is_empty());
+fn reasons_are_read_back_as_podstucks_own_or_kept_as_bounded_text() {
+    use crate::event::{NoPath, UNKNOWN_REASON};
+    assert_eq!(NoPath::from_text(NoPath::BadFd.as_str()), NoPath::BadFd);
+    assert_eq!(NoPath::from_text("a newer podstuck's reason"), NoPath::Other("a newer podstuck's reason".into()));
+    assert_eq!(NoPath::from_text(&"x".repeat(10_000)).as_str(), UNKNOWN_REASON);
 }
 
 proptest! {

@@ -8,8 +8,7 @@
 //! no copies on the hot path of a removal storm) and owns what it reads.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Mutex, OnceLock};
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use podstuck_common::Syscall;
@@ -17,11 +16,11 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::collect::RunTotals;
+use crate::run::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::identify::owner::Owner;
 use crate::words::hex;
-use crate::event::{BaseDir, CallEvent, PathStatus};
+use crate::event::{BaseDir, CallEvent, NoPath, PathStatus};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::inspect::{
@@ -29,7 +28,7 @@ use crate::inspect::{
     TaskState, Unreadable,
 };
 
-use super::node::Asked;
+use super::node::Question;
 
 /// Bytes as JSON: a string when they are UTF-8, as paths nearly always are,
 /// so the record stays readable; else `{"hex":"2f746d70ff"}`, so every
@@ -119,37 +118,6 @@ pub fn nanos(time: SystemTime) -> u64 {
 
 pub fn time(nanos: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(nanos)
-}
-
-/// Distinct reasons a replay keeps: podstuck has a dozen. (The unit tests
-/// read thousands of made-up records in one process: unbounded there.)
-const MAX_REASONS: usize = if cfg!(test) { usize::MAX } else { 1024 };
-/// The longest reason kept: podstuck's are a line of words.
-const MAX_REASON_BYTES: usize = 512;
-/// What a reason past those limits becomes.
-pub(super) const UNKNOWN_REASON: &str = "a reason this podstuck does not know (the record holds more, or longer, reasons than a podstuck writes)";
-
-/// The live run's reasons (why a path has no absolute form, why a base
-/// directory is unknown) are static strings; a replay learns them from the
-/// record, and keeps each distinct one once. Kept for the whole process, so
-/// bounded: a record that holds more, or longer, ones than podstuck has
-/// cannot make a replay keep them all.
-fn intern(text: Cow<'_, str>) -> &'static str {
-    static KNOWN: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let mut known = KNOWN.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    keep_reason(&mut known, text, MAX_REASONS)
-}
-
-pub(super) fn keep_reason(known: &mut HashSet<&'static str>, text: Cow<'_, str>, max_reasons: usize) -> &'static str {
-    if let Some(same) = known.get(text.as_ref()) {
-        return same;
-    }
-    if text.len() > MAX_REASON_BYTES || known.len() >= max_reasons {
-        return UNKNOWN_REASON;
-    }
-    let kept: &'static str = Box::leak(text.into_owned().into_boxed_str());
-    known.insert(kept);
-    kept
 }
 
 /// The most items a list of a record holds: calls in flight (the kernel
@@ -428,7 +396,7 @@ impl<'a> WireEvent<'a> {
             base: match base {
                 BaseDir::NotNeeded => WireBase::NotNeeded,
                 BaseDir::Resolved(dir) => WireBase::Resolved(Bytes::of(dir)),
-                BaseDir::Unresolved(why) => WireBase::Unresolved(Cow::Borrowed(why)),
+                BaseDir::Unresolved(why) => WireBase::Unresolved(Cow::Borrowed(why.as_str())),
             },
             ret: *ret,
             latency_ns: *latency_ns,
@@ -460,7 +428,7 @@ impl<'a> WireEvent<'a> {
             base: match self.base {
                 WireBase::NotNeeded => BaseDir::NotNeeded,
                 WireBase::Resolved(dir) => BaseDir::Resolved(dir.into_vec()),
-                WireBase::Unresolved(why) => BaseDir::Unresolved(intern(why)),
+                WireBase::Unresolved(why) => BaseDir::Unresolved(NoPath::from_text(&why)),
             },
             ret: self.ret,
             latency_ns: self.latency_ns,
@@ -491,7 +459,7 @@ impl<'a> WireIdentity<'a> {
         let (abs_path, abs_path_error) = match abs_path {
             Ok(path) if path == argument => (None, None),
             Ok(path) => (Some(Bytes::of(path)), None),
-            Err(why) => (None, Some(Cow::Borrowed(*why))),
+            Err(why) => (None, Some(Cow::Borrowed(why.as_str()))),
         };
         WireIdentity {
             abs_path,
@@ -507,7 +475,7 @@ impl<'a> WireIdentity<'a> {
     fn into_identity(self, argument: &[u8]) -> Result<Identity, String> {
         let abs_path = match (self.abs_path, self.abs_path_error) {
             (Some(path), None) => Ok(path.into_vec()),
-            (None, Some(why)) => Err(intern(why)),
+            (None, Some(why)) => Err(NoPath::from_text(&why)),
             (None, None) => Ok(argument.to_vec()),
             (Some(_), Some(_)) => return Err("an identity holds both abs_path and abs_path_error".into()),
         };
@@ -794,7 +762,7 @@ fn into_mounts(mounts: Vec<WireMount<'_>>) -> Vec<Mount> {
 /// seldom changes).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum WireAsked<'a> {
+pub enum WireQuestion<'a> {
     HostMounts {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<WireProbe<Vec<WireMount<'a>>>>,
@@ -883,129 +851,129 @@ pub enum WireAsked<'a> {
     },
 }
 
-impl<'a> WireAsked<'a> {
-    pub fn of(asked: &'a Asked) -> WireAsked<'a> {
+impl<'a> WireQuestion<'a> {
+    pub fn of(asked: &'a Question) -> WireQuestion<'a> {
         match asked {
-            Asked::HostMounts { answer } => WireAsked::HostMounts { answer: Some(WireProbe::of(answer, |m| mounts_of(m))) },
-            Asked::MountNamespace { mntns, answer } => {
-                WireAsked::MountNamespace { mntns: *mntns, answer: Some(WireProbe::of(answer, WireNamespace::of)) }
+            Question::HostMounts { answer } => WireQuestion::HostMounts { answer: Some(WireProbe::of(answer, |m| mounts_of(m))) },
+            Question::MountNamespace { mntns, answer } => {
+                WireQuestion::MountNamespace { mntns: *mntns, answer: Some(WireProbe::of(answer, WireNamespace::of)) }
             }
-            Asked::ResolvedPath { pid, path, answer } => {
-                WireAsked::ResolvedPath { pid: *pid, path: Bytes::of(path), answer: Some(WireProbe::of(answer, |p| Bytes::of(p))) }
+            Question::ResolvedPath { pid, path, answer } => {
+                WireQuestion::ResolvedPath { pid: *pid, path: Bytes::of(path), answer: Some(WireProbe::of(answer, |p| Bytes::of(p))) }
             }
-            Asked::MountHolders { mount, mntns, answer } => WireAsked::MountHolders {
+            Question::MountHolders { mount, mntns, answer } => WireQuestion::MountHolders {
                 mount: WireMount::of(mount),
                 mntns: *mntns,
                 answer: Some(answer.iter().map(WireHolder::of).collect()),
             },
-            Asked::MountCopies { mount, mntns, answer } => WireAsked::MountCopies {
+            Question::MountCopies { mount, mntns, answer } => WireQuestion::MountCopies {
                 mount: WireMount::of(mount),
                 mntns: *mntns,
                 answer: Some(answer.iter().map(WireCopy::of).collect()),
             },
-            Asked::InodeFlags { path, answer } => WireAsked::InodeFlags { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
-            Asked::FileFacts { path, answer } => WireAsked::FileFacts { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
-            Asked::DirSample { path, limit, answer } => WireAsked::DirSample {
+            Question::InodeFlags { path, answer } => WireQuestion::InodeFlags { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
+            Question::FileFacts { path, answer } => WireQuestion::FileFacts { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
+            Question::DirSample { path, limit, answer } => WireQuestion::DirSample {
                 path: Bytes::of(path),
                 limit: *limit as u64,
                 answer: Some(WireProbe::of(answer, WireDirSample::of)),
             },
-            Asked::RemainingEntries { path, answer } => {
-                WireAsked::RemainingEntries { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) }
+            Question::RemainingEntries { path, answer } => {
+                WireQuestion::RemainingEntries { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) }
             }
-            Asked::FsUsage { path, answer } => WireAsked::FsUsage { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
-            Asked::Cgroup { path, answer } => WireAsked::Cgroup { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
-            Asked::V1Freezer { path, answer } => {
-                WireAsked::V1Freezer { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |l| Cow::Borrowed(l.as_slice()))) }
+            Question::FsUsage { path, answer } => WireQuestion::FsUsage { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
+            Question::Cgroup { path, answer } => WireQuestion::Cgroup { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
+            Question::V1Freezer { path, answer } => {
+                WireQuestion::V1Freezer { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |l| Cow::Borrowed(l.as_slice()))) }
             }
-            Asked::Task { tid, answer } => WireAsked::Task { tid: *tid, answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
-            Asked::FuseServers { answer } => WireAsked::FuseServers { answer: Some(Cow::Borrowed(answer)) },
-            Asked::Avoid { path } => WireAsked::Avoid { path: Bytes::of(path) },
+            Question::Task { tid, answer } => WireQuestion::Task { tid: *tid, answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
+            Question::FuseServers { answer } => WireQuestion::FuseServers { answer: Some(Cow::Borrowed(answer)) },
+            Question::Avoid { path } => WireQuestion::Avoid { path: Bytes::of(path) },
         }
     }
 
     /// A question only older records hold, which no podstuck asks now: left out when read.
     pub fn is_retired(&self) -> bool {
-        matches!(self, WireAsked::MountsOfProcess { .. })
+        matches!(self, WireQuestion::MountsOfProcess { .. })
     }
 
     /// The question alone (method and arguments), as a key to find the last
     /// answer to it. Only compared within one run of one podstuck.
     pub fn question_key(&self) -> String {
         match self {
-            WireAsked::HostMounts { .. } => "host_mounts".into(),
-            WireAsked::MountsOfProcess { pid, .. } => format!("mounts_of_process {pid}"),
-            WireAsked::MountNamespace { mntns, .. } => format!("mount_namespace {mntns}"),
-            WireAsked::ResolvedPath { pid, path, .. } => format!("resolved_path {pid} {:?}", path.0),
-            WireAsked::MountHolders { mount, mntns, .. } => format!("mount_holders {mntns} {mount:?}"),
-            WireAsked::MountCopies { mount, mntns, .. } => format!("mount_copies {mntns} {mount:?}"),
-            WireAsked::InodeFlags { path, .. } => format!("inode_flags {:?}", path.0),
-            WireAsked::FileFacts { path, .. } => format!("file_facts {:?}", path.0),
-            WireAsked::DirSample { path, limit, .. } => format!("dir_sample {limit} {:?}", path.0),
-            WireAsked::RemainingEntries { path, .. } => format!("remaining_entries {:?}", path.0),
-            WireAsked::FsUsage { path, .. } => format!("fs_usage {:?}", path.0),
-            WireAsked::Cgroup { path, .. } => format!("cgroup {:?}", path.0),
-            WireAsked::V1Freezer { path, .. } => format!("v1_freezer {:?}", path.0),
-            WireAsked::Task { tid, .. } => format!("task {tid}"),
-            WireAsked::FuseServers { .. } => "fuse_servers".into(),
-            WireAsked::Avoid { path } => format!("avoid {:?}", path.0),
+            WireQuestion::HostMounts { .. } => "host_mounts".into(),
+            WireQuestion::MountsOfProcess { pid, .. } => format!("mounts_of_process {pid}"),
+            WireQuestion::MountNamespace { mntns, .. } => format!("mount_namespace {mntns}"),
+            WireQuestion::ResolvedPath { pid, path, .. } => format!("resolved_path {pid} {:?}", path.0),
+            WireQuestion::MountHolders { mount, mntns, .. } => format!("mount_holders {mntns} {mount:?}"),
+            WireQuestion::MountCopies { mount, mntns, .. } => format!("mount_copies {mntns} {mount:?}"),
+            WireQuestion::InodeFlags { path, .. } => format!("inode_flags {:?}", path.0),
+            WireQuestion::FileFacts { path, .. } => format!("file_facts {:?}", path.0),
+            WireQuestion::DirSample { path, limit, .. } => format!("dir_sample {limit} {:?}", path.0),
+            WireQuestion::RemainingEntries { path, .. } => format!("remaining_entries {:?}", path.0),
+            WireQuestion::FsUsage { path, .. } => format!("fs_usage {:?}", path.0),
+            WireQuestion::Cgroup { path, .. } => format!("cgroup {:?}", path.0),
+            WireQuestion::V1Freezer { path, .. } => format!("v1_freezer {:?}", path.0),
+            WireQuestion::Task { tid, .. } => format!("task {tid}"),
+            WireQuestion::FuseServers { .. } => "fuse_servers".into(),
+            WireQuestion::Avoid { path } => format!("avoid {:?}", path.0),
         }
     }
 
     /// Drops the answer: the reader takes it from the last one to the same question.
     pub fn without_answer(&mut self) {
         match self {
-            WireAsked::HostMounts { answer } | WireAsked::MountsOfProcess { answer, .. } => *answer = None,
-            WireAsked::ResolvedPath { answer, .. } => *answer = None,
-            WireAsked::MountNamespace { answer, .. } => *answer = None,
-            WireAsked::MountHolders { answer, .. } => *answer = None,
-            WireAsked::MountCopies { answer, .. } => *answer = None,
-            WireAsked::InodeFlags { answer, .. } => *answer = None,
-            WireAsked::FileFacts { answer, .. } => *answer = None,
-            WireAsked::DirSample { answer, .. } => *answer = None,
-            WireAsked::RemainingEntries { answer, .. } => *answer = None,
-            WireAsked::FsUsage { answer, .. } => *answer = None,
-            WireAsked::Cgroup { answer, .. } => *answer = None,
-            WireAsked::V1Freezer { answer, .. } => *answer = None,
-            WireAsked::Task { answer, .. } => *answer = None,
-            WireAsked::FuseServers { answer } => *answer = None,
-            WireAsked::Avoid { .. } => {}
+            WireQuestion::HostMounts { answer } | WireQuestion::MountsOfProcess { answer, .. } => *answer = None,
+            WireQuestion::ResolvedPath { answer, .. } => *answer = None,
+            WireQuestion::MountNamespace { answer, .. } => *answer = None,
+            WireQuestion::MountHolders { answer, .. } => *answer = None,
+            WireQuestion::MountCopies { answer, .. } => *answer = None,
+            WireQuestion::InodeFlags { answer, .. } => *answer = None,
+            WireQuestion::FileFacts { answer, .. } => *answer = None,
+            WireQuestion::DirSample { answer, .. } => *answer = None,
+            WireQuestion::RemainingEntries { answer, .. } => *answer = None,
+            WireQuestion::FsUsage { answer, .. } => *answer = None,
+            WireQuestion::Cgroup { answer, .. } => *answer = None,
+            WireQuestion::V1Freezer { answer, .. } => *answer = None,
+            WireQuestion::Task { answer, .. } => *answer = None,
+            WireQuestion::FuseServers { answer } => *answer = None,
+            WireQuestion::Avoid { .. } => {}
         }
     }
 
     /// The question and its answer, or None when the answer was left out
     /// (the caller finds it by `question_key`).
-    pub fn into_asked(self) -> Result<Option<Asked>, String> {
+    pub fn into_asked(self) -> Result<Option<Question>, String> {
         Ok(Some(match self {
-            WireAsked::HostMounts { answer: Some(a) } => Asked::HostMounts { answer: a.into_probe(into_mounts) },
-            WireAsked::MountNamespace { mntns, answer: Some(a) } => Asked::MountNamespace { mntns, answer: a.into_probe(|w| w.into_namespace(mntns)) },
-            WireAsked::ResolvedPath { pid, path, answer: Some(a) } => {
-                Asked::ResolvedPath { pid, path: path.into_vec(), answer: a.into_probe(Bytes::into_vec) }
+            WireQuestion::HostMounts { answer: Some(a) } => Question::HostMounts { answer: a.into_probe(into_mounts) },
+            WireQuestion::MountNamespace { mntns, answer: Some(a) } => Question::MountNamespace { mntns, answer: a.into_probe(|w| w.into_namespace(mntns)) },
+            WireQuestion::ResolvedPath { pid, path, answer: Some(a) } => {
+                Question::ResolvedPath { pid, path: path.into_vec(), answer: a.into_probe(Bytes::into_vec) }
             }
-            WireAsked::MountHolders { mount, mntns, answer: Some(a) } => {
-                Asked::MountHolders { mount: mount.into_mount(), mntns, answer: a.into_iter().map(WireHolder::into_holder).collect() }
+            WireQuestion::MountHolders { mount, mntns, answer: Some(a) } => {
+                Question::MountHolders { mount: mount.into_mount(), mntns, answer: a.into_iter().map(WireHolder::into_holder).collect() }
             }
-            WireAsked::MountCopies { mount, mntns, answer: Some(a) } => {
-                Asked::MountCopies { mount: mount.into_mount(), mntns, answer: a.into_iter().map(WireCopy::into_copy).collect() }
+            WireQuestion::MountCopies { mount, mntns, answer: Some(a) } => {
+                Question::MountCopies { mount: mount.into_mount(), mntns, answer: a.into_iter().map(WireCopy::into_copy).collect() }
             }
-            WireAsked::InodeFlags { path, answer: Some(a) } => Asked::InodeFlags { path: path.into_vec(), answer: a.into_probe(|f| f) },
-            WireAsked::FileFacts { path, answer: Some(a) } => Asked::FileFacts { path: path.into_vec(), answer: a.into_probe(|f| f) },
-            WireAsked::DirSample { path, limit, answer: Some(a) } => Asked::DirSample {
+            WireQuestion::InodeFlags { path, answer: Some(a) } => Question::InodeFlags { path: path.into_vec(), answer: a.into_probe(|f| f) },
+            WireQuestion::FileFacts { path, answer: Some(a) } => Question::FileFacts { path: path.into_vec(), answer: a.into_probe(|f| f) },
+            WireQuestion::DirSample { path, limit, answer: Some(a) } => Question::DirSample {
                 path: path.into_vec(),
                 limit: usize::try_from(limit).map_err(|_| format!("dir_sample limit {limit} is too large"))?,
                 answer: a.into_probe(WireDirSample::into_sample),
             },
-            WireAsked::RemainingEntries { path, answer: Some(a) } => {
-                Asked::RemainingEntries { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
+            WireQuestion::RemainingEntries { path, answer: Some(a) } => {
+                Question::RemainingEntries { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
             }
-            WireAsked::FsUsage { path, answer: Some(a) } => Asked::FsUsage { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
-            WireAsked::Cgroup { path, answer: Some(a) } => Asked::Cgroup { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
-            WireAsked::V1Freezer { path, answer: Some(a) } => {
-                Asked::V1Freezer { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
+            WireQuestion::FsUsage { path, answer: Some(a) } => Question::FsUsage { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
+            WireQuestion::Cgroup { path, answer: Some(a) } => Question::Cgroup { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
+            WireQuestion::V1Freezer { path, answer: Some(a) } => {
+                Question::V1Freezer { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
             }
-            WireAsked::Task { tid, answer: Some(a) } => Asked::Task { tid, answer: a.into_probe(Cow::into_owned) },
-            WireAsked::FuseServers { answer: Some(a) } => Asked::FuseServers { answer: a.into_owned() },
-            WireAsked::Avoid { path } => Asked::Avoid { path: path.into_vec() },
+            WireQuestion::Task { tid, answer: Some(a) } => Question::Task { tid, answer: a.into_probe(Cow::into_owned) },
+            WireQuestion::FuseServers { answer: Some(a) } => Question::FuseServers { answer: a.into_owned() },
+            WireQuestion::Avoid { path } => Question::Avoid { path: path.into_vec() },
             _ => return Ok(None),
         }))
     }
@@ -1020,7 +988,7 @@ pub struct WireReview<'a> {
     #[serde(deserialize_with = "at_most")]
     pub in_flight: Vec<WireFlight<'a>>,
     #[serde(deserialize_with = "at_most")]
-    pub asked: Vec<WireAsked<'a>>,
+    pub asked: Vec<WireQuestion<'a>>,
     #[serde(deserialize_with = "findings")]
     pub told: Vec<serde_json::Value>,
     /// What the kernel counted since the review before (absent from

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use podstuck_common::Syscall;
 
-use crate::collect::RunTotals;
+use crate::run::RunTotals;
 use crate::diagnose::{CallInFlight, Confidence, Finding, Severity, Status};
 use crate::event::{decode_flags, syscall_name};
 use crate::identify::actor::Role;

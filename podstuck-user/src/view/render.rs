@@ -510,7 +510,7 @@ mod tests {
     use crate::diagnose::fake::t;
     use crate::latency::tests::{event, identity};
     use crate::latency::LatencyBook;
-    use crate::collect::RunTotals;
+    use crate::run::RunTotals;
     use crate::identify::actor::Role;
     use crate::view::model::tests::{flight, run, volume_finding, POD};
     use crate::view::model::{Action, LiveView, Moment, Notes};

@@ -5,9 +5,9 @@
 
 use std::fmt::Write as _;
 
-use crate::collect::RunTotals;
+use crate::run::RunTotals;
 use crate::event::syscall_name;
-use crate::print::finding_block::finding_block;
+use crate::finding_block::finding_block;
 use crate::words::{call_count, human_duration, latency_text, rfc3339_seconds};
 
 use super::model::{busiest_over_run, slowest_in_flight, FlightRow, Moment, RunHeading, SeriesRow, BUSIEST_SHOWN, IN_FLIGHT_SHOWN};

@@ -23,15 +23,16 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::check::TracerLock;
-use crate::collect::{RunTotals, Tracer, TracerOptions};
+use crate::tracer_lock::TracerLock;
+use crate::collect::{Tracer, TracerOptions};
+use crate::run::RunTotals;
 use crate::diagnose::{DiagnoseOptions, Diagnoser, Severity, Status};
 use crate::explain::client::Api;
 use crate::explain::join::ApiJoin;
 use crate::export::{Exporter, RunInfo};
 use crate::identify::process::own_mount_namespace;
 use crate::identify::{Identifier, NodeLayout, PodFilter};
-use crate::inspect::live::LiveNode;
+use crate::inspect::real_node::RealNode;
 use crate::k8s_events::EventSink;
 use crate::kernel_features::{AttachPoint, Lockdown, PathWalk};
 use crate::latency::{LatencyBook, POD_SERIES_LINGER};
@@ -75,7 +76,7 @@ struct Run {
     tracer: Tracer,
     facts: RunFacts,
     pipeline: Pipeline,
-    node: LiveNode,
+    node: RealNode,
     exporter: Option<Exporter>,
     /// The live view's keys that ask to stop.
     keys: Option<QuitKeys>,
@@ -196,7 +197,7 @@ async fn events_api(options: &WatchOptions) -> Result<Option<Api>> {
 /// now, not after an hour of tracing), the programs loaded, the printer
 /// picked and started.
 fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
-    let node = NodeFacts::gather(options.btf.as_deref());
+    let node = NodeFacts::gather(options.node, options.btf.as_deref());
     let mut plan = plan(&node, options.attach).map_err(NodeNotReady)?;
     if let Some(walk) = options.walk {
         plan.walk = walk;
@@ -209,7 +210,7 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     // A busy port or a wrong address refuses the run before the lock is
     // taken or anything loads.
     let listener = options.listen.map(Listener::bind).transpose()?;
-    let lock = TracerLock::take(options.concurrent)?;
+    let lock = TracerLock::take(options.node, options.concurrent)?;
     let facts = options.run_facts(&node, SystemTime::now());
     let exporter = match &options.histograms {
         Some(dir) => Some(Exporter::open(dir, options.force, facts.started)?.with_file_mode(options.file_mode)),
@@ -223,8 +224,8 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     let diagnose = DiagnoseOptions {
         hung_after: options.hung_after,
         node_name: facts.node.clone(),
-        host_mntns: own_mount_namespace(),
-        in_container: crate::node_view::in_container(),
+        host_mntns: own_mount_namespace(options.node),
+        in_container: options.node.in_container(),
     };
     // A bad record path fails now too, before the programs load.
     let recorder = match &options.record {
@@ -237,7 +238,7 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     };
     // One layout for both ends: the v1 hierarchy the kernel reads callers'
     // cgroups in is the one identify maps them back in.
-    let layout = NodeLayout::of_this_node(options.kubelet_root.clone());
+    let layout = NodeLayout::of_this_node(options.node, options.kubelet_root.clone());
     let tracer = start_tracer(options, &node, &layout, plan.attach, plan.walk)?;
     let tracing = Tracing {
         program_ids: tracer.program_ids().to_vec(),
@@ -246,7 +247,7 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
         lockdown: node.features.lockdown,
         degraded: plan.degraded,
     };
-    let (printer, keys) = printer(options.asked(), &facts, &warnings);
+    let (printer, keys) = printer(options.output(), &facts, &warnings);
     // An incident run (histogram files, the live view) keeps every pod's
     // latencies, as asked; the always-on run (--listen alone) only the
     // node's and the followed pods', so that weeks of pods cost nothing.
@@ -287,7 +288,7 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     for degraded in &tracing.degraded {
         pipeline.say(&format!("on this kernel: {degraded}"));
     }
-    Ok(Run { tracer, facts, pipeline, node: LiveNode::new(), exporter, keys, _stats: stats, _lock: lock })
+    Ok(Run { tracer, facts, pipeline, node: RealNode::new(options.node), exporter, keys, _stats: stats, _lock: lock })
 }
 
 /// Serves the endpoint's pages from `listener` (once tracing awaits), the
@@ -302,15 +303,15 @@ fn serve(listener: Listener, printer: Box<dyn Printer>, options: &WatchOptions) 
 /// the live view takes the screen (they stay above its summary) and on it.
 fn warnings(options: &WatchOptions, filter: &PodFilter) -> Vec<String> {
     let mut warnings = Vec::new();
-    if !crate::node_view::path(&options.kubelet_root).is_dir() {
+    if !options.node.path(&options.kubelet_root).is_dir() {
         warnings.push(format!(
             "podstuck: kubelet root {} not found: pods are recognised by cgroup and container only (set --kubelet-root if kubelet runs with --root-dir)",
             options.kubelet_root.display()
         ));
     }
-    let missing = filter.pods_not_on_node(&options.kubelet_root);
+    let missing = filter.pods_not_on_node(options.node, &options.kubelet_root);
     if !missing.is_empty() {
-        warnings.push(crate::check::pods_not_found(&missing, &options.kubelet_root));
+        warnings.push(crate::check::pods_not_found(options.node, &missing, &options.kubelet_root));
     }
     warnings
 }

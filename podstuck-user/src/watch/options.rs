@@ -8,10 +8,11 @@ use podstuck_common::{KernelFilter, Syscall};
 use crate::collect::kernel_filter;
 use crate::explain::{KubeOptions, PodRef};
 use crate::kernel_features::{AttachPoint, PathWalk};
+use crate::node_access::Node;
 use crate::identify::pod::PodUid;
 use crate::identify::DEFAULT_KUBELET_ROOT;
 use crate::preflight::NodeFacts;
-use crate::print::Asked;
+use crate::print::OutputOptions;
 use crate::run::{traced, RunFacts, VERSION};
 use crate::serve::ListenAddr;
 
@@ -76,6 +77,8 @@ pub struct WatchOptions {
     /// Post each finding as a Kubernetes Event on its pod (or the node)
     /// (`--events`); needs `node_name` and the API's credentials in `kube`.
     pub events: bool,
+    /// How the node is reached from where podstuck runs.
+    pub node: &'static Node,
 }
 
 impl Default for WatchOptions {
@@ -107,6 +110,7 @@ impl Default for WatchOptions {
             listen: None,
             node_name: None,
             events: false,
+            node: Node::direct(),
         }
     }
 }
@@ -119,8 +123,8 @@ impl WatchOptions {
     }
 
     /// How the run is to be shown.
-    pub(super) fn asked(&self) -> Asked {
-        Asked { json: self.json, calls: self.calls, findings_only: self.findings_only }
+    pub(super) fn output(&self) -> OutputOptions {
+        OutputOptions { json: self.json, calls: self.calls, findings_only: self.findings_only }
     }
 
     /// The facts of a run with these options, started at `started` on the

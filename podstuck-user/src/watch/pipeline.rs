@@ -9,14 +9,16 @@ use std::fs::File;
 use std::io;
 use std::time::SystemTime;
 
-use crate::collect::{Flight, RunTotals, Tracer};
+use crate::collect::Tracer;
+use crate::event::Flight;
+use crate::run::RunTotals;
 use podstuck_common::Syscall;
 use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review, Status};
 use crate::event::{CallEvent, DecodeError};
 use crate::explain::join::ApiJoin;
 use crate::identify::actor::Role;
 use crate::identify::{Identifier, PodFilter};
-use crate::inspect::live::LiveNode;
+use crate::inspect::real_node::RealNode;
 use crate::k8s_events::EventSink;
 use crate::latency::LatencyBook;
 use crate::print::{stderr_line, Out, Printer};
@@ -152,7 +154,7 @@ impl Pipeline {
 
     /// One diagnosis review at `now`; recorded, questions to the node and
     /// all, when recording.
-    pub(super) fn review(&mut self, node: &mut LiveNode, in_flight: &[CallInFlight]) -> Vec<Report> {
+    pub(super) fn review(&mut self, node: &mut RealNode, in_flight: &[CallInFlight]) -> Vec<Report> {
         let now = SystemTime::now();
         for message in self.api.as_ref().map(ApiJoin::messages).unwrap_or_default() {
             self.printer.say(&message);

@@ -1,5 +1,6 @@
-//! Where podstuck runs, and how it reaches the node from there: the one
-//! place the rest asks.
+//! Where podstuck runs, and how it reaches the node from there: a
+//! [`Node`] handle, found once at start and passed to every part that
+//! reads the node, so a signature says which code reads the host.
 //!
 //! podstuck runs on the node itself, or in a container on it: a
 //! `kubectl debug node` pod (privileged, the host's PID namespace, the
@@ -12,15 +13,15 @@
 //! - in a container that may enter PID 1's mount (and cgroup, UTS)
 //!   namespace: it enters them, so every path it reads is the node's own;
 //! - in a container that may not (no CAP_SYS_ADMIN): it reads the node
-//!   through a root prefix ([`path`]): `--host-root DIR`, `/host`, else
+//!   through a root prefix ([`Node::path`]): `--host-root DIR`, `/host`, else
 //!   `/proc/1/root`, and the node's mount table from `/proc/1/mountinfo`.
 //!
-//! Paths shown to the user stay the node's own ([`shown`]); files the
-//! user names to write are the container's ([`user_file`]), where
+//! Paths shown to the user stay the node's own ([`Node::shown`]); files the
+//! user names to write are the container's ([`Node::user_file`]), where
 //! `kubectl cp` finds them. podstuck's own container namespace is never
-//! a holder of anything ([`is_podstuck_namespace`]), and fixes are
+//! a holder of anything ([`Node::podstuck_mntns`]), and fixes are
 //! printed to work pasted in that container or on the node
-//! ([`in_container`]).
+//! ([`Node::in_container`]).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -47,9 +48,10 @@ pub enum Place {
     Through { root: PathBuf, why: String },
 }
 
-/// Where podstuck runs, found once at start.
+/// Where podstuck runs and how it reads the node, found once at start
+/// ([`discover`]), or [`Node::direct`] where podstuck runs on the node.
 #[derive(Debug)]
-pub struct NodeView {
+pub struct Node {
     place: Place,
     /// podstuck's own mount namespace when that is not the node's (its
     /// container's, recorded before entering the node's).
@@ -66,11 +68,22 @@ pub struct NodeView {
     note: Option<String>,
 }
 
-static VIEW: OnceLock<NodeView> = OnceLock::new();
+/// The node as [`discover`] found it: kept for the whole process, as the
+/// container's root it holds must stay open.
+static DISCOVERED: OnceLock<Node> = OnceLock::new();
 
-impl NodeView {
-    fn on_node() -> NodeView {
-        NodeView { place: Place::Node, own_mntns: None, container_root: None, user_prefix: None, node_pid: 1, note: None }
+/// podstuck on the node itself: every path is the node's own.
+static DIRECT: Node = Node::on_node();
+
+impl Node {
+    const fn on_node() -> Node {
+        Node { place: Place::Node, own_mntns: None, container_root: None, user_prefix: None, node_pid: 1, note: None }
+    }
+
+    /// The node podstuck runs on, read directly: what `demo`, the tests and
+    /// a run that never looked (`explain --from`) use.
+    pub fn direct() -> &'static Node {
+        &DIRECT
     }
 
     pub fn place(&self) -> &Place {
@@ -78,7 +91,8 @@ impl NodeView {
     }
 
     /// `node_path` (the node's own spelling) as podstuck reaches it from here.
-    pub fn path(&self, node_path: &Path) -> PathBuf {
+    pub fn path(&self, node_path: impl AsRef<Path>) -> PathBuf {
+        let node_path = node_path.as_ref();
         match &self.place {
             Place::Through { root, .. } => under_root(root, node_path),
             _ => node_path.to_path_buf(),
@@ -86,7 +100,8 @@ impl NodeView {
     }
 
     /// A path podstuck reached, in the node's own spelling.
-    pub fn shown(&self, reached: &Path) -> PathBuf {
+    pub fn shown(&self, reached: impl AsRef<Path>) -> PathBuf {
+        let reached = reached.as_ref();
         match &self.place {
             Place::Through { root, .. } => node_spelling(root, reached),
             _ => reached.to_path_buf(),
@@ -95,7 +110,8 @@ impl NodeView {
 
     /// A node path the user gave, perhaps spelled under the host root
     /// (`--kubelet-root /host/var/lib/kubelet`): the node's own spelling.
-    pub fn user_node_path(&self, given: &Path) -> PathBuf {
+    pub fn user_node_path(&self, given: impl AsRef<Path>) -> PathBuf {
+        let given = given.as_ref();
         match &self.user_prefix {
             Some(prefix) if given.starts_with(prefix) => node_spelling(prefix, given),
             _ => given.to_path_buf(),
@@ -104,7 +120,8 @@ impl NodeView {
 
     /// A file or directory the user names (to write, or `--btf` to read):
     /// the container's, where `kubectl cp` finds it.
-    pub fn user_file(&self, given: &Path) -> PathBuf {
+    pub fn user_file(&self, given: impl AsRef<Path>) -> PathBuf {
+        let given = given.as_ref();
         match (&self.container_root, given.strip_prefix("/")) {
             // Relative paths need nothing: the working directory is the container's again.
             (Some(root), Ok(rest)) => {
@@ -165,52 +182,17 @@ impl NodeView {
     }
 }
 
-/// How podstuck reaches the node (on the node, until [`discover`] says otherwise).
-pub fn view() -> &'static NodeView {
-    VIEW.get_or_init(NodeView::on_node)
-}
-
-/// `node_path` as podstuck reaches it from where it runs.
-pub fn path(node_path: impl AsRef<Path>) -> PathBuf {
-    view().path(node_path.as_ref())
-}
-
-/// A path podstuck reached, in the node's own spelling.
-pub fn shown(reached: impl AsRef<Path>) -> PathBuf {
-    view().shown(reached.as_ref())
-}
-
-/// A file the user names (to write, or `--btf`), where the user means it.
-pub fn user_file(given: impl AsRef<Path>) -> PathBuf {
-    view().user_file(given.as_ref())
-}
-
-/// A node path the user gave, in the node's own spelling.
-pub fn user_node_path(given: impl AsRef<Path>) -> PathBuf {
-    view().user_node_path(given.as_ref())
-}
-
-/// Whether podstuck runs in a container (fixes must then say where they act).
-pub fn in_container() -> bool {
-    view().in_container()
-}
-
 /// What a fix that mounts tracefs says more in a container: the mount
 /// must be made in the container, from the node's.
 pub const TRACEFS_IN_CONTAINER: &str = "; in a container, mount the node's tracefs into it: a hostPath volume /sys/kernel/tracing at /sys/kernel/tracing \
     (docker run -v /sys/kernel/tracing:/sys/kernel/tracing)";
 
 /// `fix` as said where podstuck runs: one that mounts tracefs says how in a container.
-pub fn tracefs_fix(fix: String) -> String {
-    match in_container() && fix.contains("mount -t tracefs") {
+pub fn tracefs_fix(in_container: bool, fix: String) -> String {
+    match in_container && fix.contains("mount -t tracefs") {
         true => fix + TRACEFS_IN_CONTAINER,
         false => fix,
     }
-}
-
-/// Whether `mntns` is podstuck's own container's namespace (never a holder).
-pub fn is_podstuck_namespace(mntns: u64) -> bool {
-    view().is_podstuck_namespace(mntns)
 }
 
 fn under_root(root: &Path, node_path: &Path) -> PathBuf {
@@ -315,7 +297,7 @@ fn node_is_a_container(seen: &Seen) -> String {
          run it on the machine that runs the node's container, as root: `podstuck watch` there (kubelet's mounts inside the container are read from there; \
          kind names the container after the node: `docker ps --filter name={}`)",
         seen.node_signs.join(", "),
-        crate::diagnose::shell::word(seen.hostname.as_bytes()),
+        crate::words::shell_word(seen.hostname.as_bytes()),
     )
 }
 
@@ -451,7 +433,7 @@ fn enter(node_pid: u32) -> Result<OwnedFd, String> {
 /// Finds where podstuck runs and makes the node reachable from there.
 /// Call once, first thing in `main`, before any thread starts; `explicit_root`
 /// is `--host-root`, `node_pid` the process whose namespaces are the node's.
-pub fn discover(explicit_root: Option<&Path>, node_pid: u32) -> Result<&'static NodeView, CannotReachNode> {
+pub fn discover(explicit_root: Option<&Path>, node_pid: u32) -> Result<&'static Node, CannotReachNode> {
     if let Some(root) = explicit_root {
         if !root.is_dir() {
             return Err(CannotReachNode(format!("--host-root {}: no such directory", root.display())));
@@ -465,7 +447,7 @@ pub fn discover(explicit_root: Option<&Path>, node_pid: u32) -> Result<&'static 
     }
     let seen = look(explicit_root, node_pid);
     let user_prefix = seen.host_root();
-    let mut view = NodeView { user_prefix, node_pid, own_mntns: seen.own_mntns, ..NodeView::on_node() };
+    let mut view = Node { user_prefix, node_pid, own_mntns: seen.own_mntns, ..Node::on_node() };
     match decide(&seen) {
         Decision::Refuse(why) => return Err(CannotReachNode(why)),
         Decision::Stay { note } => {
@@ -491,7 +473,7 @@ pub fn discover(explicit_root: Option<&Path>, node_pid: u32) -> Result<&'static 
             }
         },
     }
-    Ok(VIEW.get_or_init(|| view))
+    Ok(DISCOVERED.get_or_init(|| view))
 }
 
 /// `path` as one word, for messages; paths the user gave may not be UTF-8.
@@ -569,8 +551,8 @@ mod tests {
         }
     }
 
-    fn through(root: &str) -> NodeView {
-        NodeView { place: Place::Through { root: root.into(), why: "EPERM".into() }, user_prefix: Some(root.into()), ..NodeView::on_node() }
+    fn through(root: &str) -> Node {
+        Node { place: Place::Through { root: root.into(), why: "EPERM".into() }, user_prefix: Some(root.into()), ..Node::on_node() }
     }
 
     #[test]
@@ -590,7 +572,7 @@ mod tests {
 
     #[test]
     fn on_the_node_paths_are_as_given_and_podstuck_is_no_holder() {
-        let view = NodeView::on_node();
+        let view = Node::on_node();
         assert_eq!(view.path(Path::new("/var/lib/kubelet")), PathBuf::from("/var/lib/kubelet"));
         assert_eq!(view.user_file(Path::new("/tmp/x")), PathBuf::from("/tmp/x"));
         assert_eq!(view.mountinfo(), PathBuf::from("/proc/self/mountinfo"));
@@ -603,7 +585,7 @@ mod tests {
         let tmp = TempDir::new("node-view-out");
         let root = open_path(tmp.0.to_str().unwrap(), libc::O_PATH | libc::O_DIRECTORY).unwrap();
         let n = root.as_raw_fd();
-        let view = NodeView { place: Place::Entered, container_root: Some(root), own_mntns: Some(9), ..NodeView::on_node() };
+        let view = Node { place: Place::Entered, container_root: Some(root), own_mntns: Some(9), ..Node::on_node() };
         assert_eq!(view.user_file(Path::new("/out/run.podstuck")), PathBuf::from(format!("/proc/self/fd/{n}/out/run.podstuck")));
         assert_eq!(view.user_file(Path::new("/")), PathBuf::from(format!("/proc/self/fd/{n}/.")));
         assert_eq!(view.user_file(Path::new("here/h")), PathBuf::from("here/h"));

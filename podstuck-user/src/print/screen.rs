@@ -20,7 +20,7 @@ use super::{stderr_line, Ending, Out, Printer};
 const SCREEN_EVERY: Duration = Duration::from_millis(250);
 
 /// The live view, then its summary.
-pub struct Live {
+pub struct Screen {
     /// Until the run ends.
     terminal: Option<LiveTerminal>,
     view: LiveView,
@@ -31,17 +31,17 @@ pub struct Live {
     warnings: Vec<String>,
 }
 
-impl Live {
-    pub fn new(terminal: LiveTerminal, run: &RunFacts, warnings: &[String]) -> Live {
+impl Screen {
+    pub fn new(terminal: LiveTerminal, run: &RunFacts, warnings: &[String]) -> Screen {
         let mut notes = Notes::default();
         for warning in warnings {
             notes.add(warning.trim_start_matches("podstuck: "));
         }
-        Live { terminal: Some(terminal), view: LiveView::new(RunHeading::of(run)), notes, warnings: warnings.to_vec() }
+        Screen { terminal: Some(terminal), view: LiveView::new(RunHeading::of(run)), notes, warnings: warnings.to_vec() }
     }
 }
 
-impl Printer for Live {
+impl Printer for Screen {
     // The view's header says it.
     fn start(&mut self, _out: &mut Out, _run: &RunFacts, _tracing: &Tracing) -> io::Result<()> {
         Ok(())

@@ -1,5 +1,8 @@
-//! Files podstuck writes as root on a node whose other users are not
-//! trusted: the `--histograms` directory and the record file.
+//! Files podstuck writes or reads as root on a node whose other users are
+//! not trusted: the `--histograms` directory, the record file and the
+//! plugin's copies are written by these rules; a file a user hands podstuck
+//! to read (a report, `explain --from`, a kubeconfig) is opened by
+//! [`open_regular`].
 //!
 //! - A directory is opened once, without following a link at its own name
 //!   (`O_DIRECTORY|O_NOFOLLOW`), and kept open for the run; every file in
@@ -26,6 +29,7 @@ use std::fs::File;
 use std::io::{self, ErrorKind, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// The mode of every file podstuck creates, unless asked otherwise.
@@ -329,6 +333,26 @@ impl AtomicWriter {
         self.unnamed = false;
         self
     }
+}
+
+/// Opens `path` for reading only if it is a regular file (through a
+/// symbolic link or not): a FIFO would block the reader for ever, a device
+/// be read without end. Checked before opening, then opened without
+/// blocking and checked again on what was opened (it may have changed).
+/// For every file a user hands podstuck to read (reports, `explain --from`,
+/// kubeconfigs).
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let not_regular = |kind| io::Error::new(ErrorKind::InvalidInput, format!("it is a {kind}, not a regular file"));
+    let kind = std::fs::metadata(path)?.file_type();
+    if !kind.is_file() {
+        return Err(not_regular(crate::words::file_kind(&kind)));
+    }
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(not_regular(crate::words::file_kind(&kind)));
+    }
+    Ok(file)
 }
 
 #[cfg(test)]

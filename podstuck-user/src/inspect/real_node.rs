@@ -28,6 +28,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::identify::owner::RuntimeState;
+use crate::node_access::Node;
 use crate::words::{exact_duration, io_words as words};
 
 use super::mounts::{freezer_twin, is_at_or_below, mount_containing, parse_mountinfo};
@@ -59,7 +60,9 @@ const FS_APPEND_FL: u32 = 0x20;
 const HUNG_MOUNT: &str = "not touched: an earlier read on this filesystem did not return";
 
 /// The node podstuck runs on, read through /proc and the filesystems.
-pub struct LiveNode {
+pub struct RealNode {
+    /// How the node is reached from where podstuck runs.
+    node: &'static Node,
     proc_root: PathBuf,
     /// Where the runtimes say whose a container is (a holder's pod name).
     runtimes: RuntimeState,
@@ -91,24 +94,19 @@ struct AvoidedMount {
     mount_point: Vec<u8>,
 }
 
-impl Default for LiveNode {
-    fn default() -> Self {
-        LiveNode::new()
-    }
-}
-
-impl LiveNode {
-    /// The node as /proc shows it.
-    pub fn new() -> LiveNode {
-        LiveNode::with_proc_root(PathBuf::from("/proc"))
+impl RealNode {
+    /// The node as /proc shows it, reached as `node` says.
+    pub fn new(node: &'static Node) -> RealNode {
+        RealNode::with_proc_root(node, PathBuf::from("/proc"))
     }
 
     /// A node whose /proc is elsewhere (a recorded or fake /proc in tests).
-    pub fn with_proc_root(proc_root: PathBuf) -> LiveNode {
-        LiveNode {
+    pub fn with_proc_root(node: &'static Node, proc_root: PathBuf) -> RealNode {
+        RealNode {
+            node,
             proc_root,
-            runtimes: RuntimeState::of_this_node(),
-            podstuck_mntns: crate::node_view::view().podstuck_mntns(),
+            runtimes: RuntimeState::of_this_node(node),
+            podstuck_mntns: node.podstuck_mntns(),
             deadline: DEFAULT_DEADLINE,
             max_stuck_workers: DEFAULT_MAX_STUCK_WORKERS,
             running_workers: Arc::new(AtomicUsize::new(0)),
@@ -119,19 +117,19 @@ impl LiveNode {
     }
 
     /// A node seen from a container whose mount namespace is `mntns`.
-    pub fn with_podstuck_namespace(mut self, mntns: u64) -> LiveNode {
+    pub fn with_podstuck_namespace(mut self, mntns: u64) -> RealNode {
         self.podstuck_mntns = Some(mntns);
         self
     }
 
     /// How long to wait for one call that touches a path.
-    pub fn with_deadline(mut self, deadline: Duration) -> LiveNode {
+    pub fn with_deadline(mut self, deadline: Duration) -> RealNode {
         self.deadline = deadline;
         self
     }
 
     /// How many hung workers to tolerate before refusing to touch any path.
-    pub fn with_max_stuck_workers(mut self, max: usize) -> LiveNode {
+    pub fn with_max_stuck_workers(mut self, max: usize) -> RealNode {
         self.max_stuck_workers = max.max(1);
         self
     }
@@ -166,7 +164,7 @@ impl LiveNode {
         let running = Arc::clone(&self.running_workers);
         running.fetch_add(1, Ordering::SeqCst);
         // Node paths, reached from where podstuck runs (under --host-root in a container).
-        let target = crate::node_view::path(path_of(path));
+        let target = self.node.path(path_of(path));
         let spawned = std::thread::Builder::new().name("podstuck-inspect".into()).spawn(move || {
             // Counted as finished before the answer is sent, so the caller's
             // next call never sees this worker as stuck.
@@ -231,7 +229,7 @@ impl LiveNode {
     /// The node's own /proc entry: podstuck's, or PID 1's where podstuck
     /// reads the node from a container's mount namespace.
     fn node_entry(&self) -> PathBuf {
-        self.proc_root.join(crate::node_view::view().node_proc_entry())
+        self.proc_root.join(self.node.node_proc_entry())
     }
 
     fn host_table(&self) -> io::Result<Vec<Mount>> {
@@ -400,7 +398,7 @@ struct NamespaceView {
     dev: (u32, u32),
 }
 
-impl NodeInspector for LiveNode {
+impl NodeInspector for RealNode {
     fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
         self.host_table().map_err(unreadable)
     }
@@ -430,7 +428,7 @@ impl NodeInspector for LiveNode {
         // A short-lived caller (kubelet's umount child) may be gone: its
         // root was the host's, which is podstuck's own.
         let proc_root = self.proc_file(pid, "root");
-        let root = if proc_root.exists() { proc_root } else { crate::node_view::path("/") };
+        let root = if proc_root.exists() { proc_root } else { self.node.path("/") };
         let wait = self.deadline;
         // The path is the caller's, under its own root: never the node's
         // path that on_worker reaches under --host-root.
@@ -643,9 +641,10 @@ impl NodeInspector for LiveNode {
         let stat = fs::read(self.proc_file(tid, "stat")).map_err(|e| self.unreadable_proc(e))?;
         let (comm, state) =
             parse_stat(&stat).ok_or_else(|| Unreadable(format!("cannot parse /proc/{tid}/stat")))?;
-        let pid = fs::read_to_string(self.proc_file(tid, "status"))
+        // Bytes, not text: the Name line above holds what the process chose.
+        let pid = fs::read(self.proc_file(tid, "status"))
             .ok()
-            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok()))
+            .and_then(|s| s.split(|b| *b == b'\n').find_map(|l| std::str::from_utf8(l.strip_prefix(b"Tgid:")?).ok()?.trim().parse().ok()))
             .unwrap_or(tid);
         let wchan = fs::read_to_string(self.proc_file(tid, "wchan"))
             .ok()
@@ -1095,7 +1094,7 @@ mod tests {
         }
     }
 
-    fn host_mount_at(node: &mut LiveNode, at: &Path) -> Mount {
+    fn host_mount_at(node: &mut RealNode, at: &Path) -> Mount {
         let mounts = node.host_mounts().unwrap();
         mount_at(&mounts, b(at)).cloned().expect("the test mount in the host table")
     }
@@ -1120,7 +1119,7 @@ mod tests {
         fs::create_dir(&dir).unwrap();
         let kid = Kid::spawn(Command::new("sleep").arg("30").current_dir(&dir));
 
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let mount = host_mount_at(&mut node, &mnt);
         let holders = eventually("the child as a cwd holder", || {
             let found = node.mount_holders(&mount, 0);
@@ -1152,7 +1151,7 @@ mod tests {
             Kid::spawn(Command::new("sh").args(["-c", "exec 3<\"$0\"; exec sleep 30"]).arg(&file).current_dir("/"));
         let mapper = Kid::spawn(Command::new(&exe).arg("30").current_dir("/"));
 
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let mount = host_mount_at(&mut node, &mnt);
         let holders = eventually("an open-file and a mapped-file holder", || {
             let found = node.mount_holders(&mount, 0);
@@ -1186,7 +1185,7 @@ mod tests {
                 .current_dir("/"),
         );
 
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let own = node.own_mntns().expect("podstuck's own mount namespace");
         let mount = host_mount_at(&mut node, &mnt);
         let holder = eventually("the child as a holder in its own namespace", || {
@@ -1226,7 +1225,7 @@ mod tests {
             );
         };
 
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let flags = node.inode_flags(b(&locked)).unwrap();
         assert!(flags.immutable && !flags.append_only, "{flags:?}");
         assert_ne!(flags.raw & FS_IMMUTABLE_FL, 0);
@@ -1258,7 +1257,7 @@ mod tests {
         fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
         let file = dir.join("f");
         fs::write(&file, b"hello").unwrap();
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let facts = node.file_facts(b(&dir)).unwrap();
         assert!(facts.is_dir && facts.sticky, "{facts:?}");
         let facts = node.file_facts(b(&file)).unwrap();
@@ -1280,7 +1279,7 @@ mod tests {
         let _ro = Tmpfs::mount(&ro, "size=1m", MsFlags::MS_RDONLY);
         fs::write(mnt.join("f"), vec![0u8; 64 * 1024]).unwrap();
 
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let usage = node.fs_usage(b(&mnt)).unwrap();
         assert_eq!(usage.fstype, "tmpfs");
         assert_eq!(usage.total_bytes, 1 << 20);
@@ -1318,7 +1317,7 @@ mod tests {
             fs::write(sub.join(format!("s{i}")), b"").unwrap();
         }
 
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let sample = node.dir_sample(b(&tree), 3).unwrap();
         assert_eq!(sample.names.len(), 3);
         // f0..f9, a, link, sub
@@ -1356,7 +1355,7 @@ mod tests {
     }
 
     /// The cgroup2 mount point, found from the mount table as on any node.
-    fn cgroup_mount(node: &mut LiveNode, fstype: &str, option: Option<&str>) -> Option<PathBuf> {
+    fn cgroup_mount(node: &mut RealNode, fstype: &str, option: Option<&str>) -> Option<PathBuf> {
         node.host_mounts().ok()?.into_iter().find_map(|m| {
             let fits = m.fstype == fstype && option.is_none_or(|o| m.super_options.split(',').any(|x| x == o));
             fits.then(|| PathBuf::from(OsStr::from_bytes(&m.mount_point)))
@@ -1368,7 +1367,7 @@ mod tests {
         if !is_root() {
             return;
         }
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let Some(root) = cgroup_mount(&mut node, "cgroup2", None) else {
             return missing(&this_test(), "a cgroup2 mount", "mount -t cgroup2 none /sys/fs/cgroup/unified (or run on a cgroup v2 node)");
         };
@@ -1428,7 +1427,7 @@ mod tests {
         if !is_root() {
             return;
         }
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let mut own = None;
         let root = match cgroup_mount(&mut node, "cgroup", Some("freezer")) {
             Some(root) => root,
@@ -1471,7 +1470,7 @@ mod tests {
         if !is_root() {
             return;
         }
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let (Some(memory), Some(freezer)) = (cgroup_mount(&mut node, "cgroup", Some("memory")), cgroup_mount(&mut node, "cgroup", Some("freezer"))) else {
             return missing(
                 &this_test(),
@@ -1517,7 +1516,7 @@ mod tests {
             return;
         }
         let kid = Kid::spawn(Command::new("sleep").arg("30"));
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         // Right after exec it may sleep briefly elsewhere (loading, page
         // faults) and run in between, when wchan reads "0".
         let task = eventually("the child asleep in nanosleep with a wchan", || {
@@ -1543,7 +1542,7 @@ mod tests {
             return missing(&this_test(), "/dev/fuse", "modprobe fuse (or run on a machine with FUSE)");
         }
         let kid = Kid::spawn(Command::new("sh").args(["-c", "exec 3<>/dev/fuse; exec sleep 30"]));
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let server = eventually("the child as a FUSE server", || {
             node.fuse_servers().into_iter().find(|t| t.pid == kid.pid() && t.comm == "sleep")
         });
@@ -1552,7 +1551,7 @@ mod tests {
 
     #[test]
     fn the_host_mount_table_is_podstucks_own_namespace() {
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         let host = node.host_mounts().unwrap();
         assert!(host.iter().any(|m| m.mount_point == b"/"));
         let own = node.own_mntns().unwrap();
@@ -1584,7 +1583,7 @@ mod tests {
         let table = "9 8 0:60 / / rw - overlay overlay rw\n90 9 0:61 / /var/lib/kubelet/pods/p/volumes/v rw - tmpfs tmpfs rw\n";
         put("500/mountinfo", table);
         put("600/mountinfo", table);
-        let mut node = LiveNode::with_proc_root(tmp.0.clone());
+        let mut node = RealNode::with_proc_root(Node::direct(), tmp.0.clone());
         let ns = node.mount_namespace(4000).unwrap();
         assert!(!ns.host);
         assert_eq!((ns.member, ns.member_comm.as_str()), (600, "kubelet"));
@@ -1623,7 +1622,7 @@ mod tests {
         let file = mnt.join("f");
         fs::write(&file, b"x").unwrap();
 
-        let mut node = LiveNode::new().with_deadline(Duration::from_millis(100));
+        let mut node = RealNode::new(Node::direct()).with_deadline(Duration::from_millis(100));
         let start = Instant::now();
         let hung: Probe<()> = node.on_worker(b(&file), node.deadline, |_| {
             std::thread::sleep(Duration::from_millis(1500));
@@ -1650,7 +1649,7 @@ mod tests {
         let mnt = tmp.0.join("mnt");
         let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
         fs::write(mnt.join("f"), b"x").unwrap();
-        let mut node = LiveNode::new();
+        let mut node = RealNode::new(Node::direct());
         assert!(node.file_facts(b(&mnt.join("f"))).is_ok());
         node.avoid(b(&mnt.join("f")));
         node.avoid(b(&mnt.join("f")));
@@ -1670,7 +1669,7 @@ mod tests {
         let other = tmp.0.join("other");
         fs::create_dir(&other).unwrap();
 
-        let mut node = LiveNode::new().with_deadline(Duration::from_millis(50)).with_max_stuck_workers(1);
+        let mut node = RealNode::new(Node::direct()).with_deadline(Duration::from_millis(50)).with_max_stuck_workers(1);
         let r: Probe<()> = node.on_worker(b(&hung), node.deadline, |_| {
             std::thread::sleep(Duration::from_millis(700));
             Ok(())
@@ -1733,7 +1732,7 @@ mod tests {
     fn holders_and_copies_from_a_fake_proc() {
         let tmp = TempDir::new("fakeproc");
         fake_proc(&tmp.0);
-        let mut node = LiveNode::with_proc_root(tmp.0.clone());
+        let mut node = RealNode::with_proc_root(Node::direct(), tmp.0.clone());
         let mount = mount_at(&node.host_mounts().unwrap(), b"/vol").cloned().unwrap();
         let holders = node.mount_holders(&mount, 0);
         let seen: Vec<(u32, HoldKind, &[u8], bool, u64)> =
@@ -1759,13 +1758,13 @@ mod tests {
         let tmp = TempDir::new("fakeproc-own");
         fake_proc(&tmp.0);
         // podstuck runs in the container of pid 200, whose copy of /vol is its own.
-        let mut node = LiveNode::with_proc_root(tmp.0.clone()).with_podstuck_namespace(2000);
+        let mut node = RealNode::with_proc_root(Node::direct(), tmp.0.clone()).with_podstuck_namespace(2000);
         let mount = mount_at(&node.host_mounts().unwrap(), b"/vol").cloned().unwrap();
         let holders: Vec<u32> = node.mount_holders(&mount, 0).iter().map(|h| h.pid).collect();
         assert_eq!(holders, [100, 100, 100]);
         assert_eq!(node.mount_copies(&mount, 0), []);
         // Another container's copy is still named.
-        let mut node = LiveNode::with_proc_root(tmp.0.clone()).with_podstuck_namespace(3000);
+        let mut node = RealNode::with_proc_root(Node::direct(), tmp.0.clone()).with_podstuck_namespace(3000);
         assert!(node.mount_holders(&mount, 0).iter().any(|h| h.pid == 200 && h.other_namespace));
         assert_eq!(node.mount_copies(&mount, 0).len(), 1);
     }
@@ -1783,7 +1782,7 @@ mod tests {
             "[<0>] fuse_simple_request+0x1a0/0x2c0 [fuse]\n[<0>] fuse_lookup_name+0xe8/0x200 [fuse]\n",
         )
         .unwrap();
-        let mut node = LiveNode::with_proc_root(tmp.0.clone());
+        let mut node = RealNode::with_proc_root(Node::direct(), tmp.0.clone());
         let task = node.task(4242).unwrap();
         assert_eq!(
             task,
@@ -1796,6 +1795,34 @@ mod tests {
                 stack: vec!["fuse_simple_request".into(), "fuse_lookup_name".into()],
             }
         );
+    }
+
+    /// Why the /proc files of other processes are read here and not with
+    /// the procfs crate. A process chooses its own name, bytes that are
+    /// not UTF-8 included, and the kernel writes them raw into status:
+    /// procfs refuses that status whole (its Tgid with it). And procfs's
+    /// stat reader slices by the parentheses it finds, so a line cut short
+    /// panics it, where a diagnosis must go on; podstuck's readers take
+    /// any bytes (the property tests below).
+    #[test]
+    fn procfs_refuses_a_hostile_status_and_panics_on_a_cut_stat_where_podstuck_reads_both() {
+        use procfs::{FromBufRead, FromRead};
+        let status = b"Name:\tx\xff\nUmask:\t0022\nState:\tD (disk sleep)\nTgid:\t4240\nNgid:\t0\nPid:\t4242\nPPid:\t1\nTracerPid:\t0\n\
+Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
+        assert!(procfs::process::Status::from_buf_read(&status[..]).is_err(), "procfs refuses the whole status");
+        let tmp = TempDir::new("utf8comm");
+        let dir = tmp.0.join("4242");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("stat"), b"4242 (x\xff) D 1 4242 4242 0 -1 4194560 0 0\n").unwrap();
+        fs::write(dir.join("status"), status).unwrap();
+        let task = RealNode::with_proc_root(Node::direct(), tmp.0.clone()).task(4242).unwrap();
+        assert_eq!((task.pid, task.comm.as_str(), task.state), (4240, crate::words::safe_text(b"x\xff").as_str(), 'D'));
+
+        for cut in [&b"4242 (x)"[..], b"(x) R", b"4242 )x( R"] {
+            let _ = parse_stat(cut);
+            let theirs = std::panic::catch_unwind(|| procfs::process::Stat::from_read(cut));
+            assert!(theirs.is_err(), "procfs's stat reader panics on {:?}", String::from_utf8_lossy(cut));
+        }
     }
 
     #[test]
