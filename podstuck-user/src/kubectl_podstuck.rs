@@ -75,7 +75,7 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 stderr_line(format_args!("kubectl podstuck: error: {e:#}"));
-                ExitCode::from(1)
+                ExitCode::from(podstuck::exit::code_of(&e))
             }
         };
     }
@@ -101,7 +101,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             stderr_line(format_args!("kubectl podstuck: error: {e:#}"));
-            ExitCode::from(1)
+            ExitCode::from(podstuck::exit::code_of(&e))
         }
     }
 }

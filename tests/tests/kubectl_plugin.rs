@@ -226,12 +226,13 @@ fn ctrl_c_while_the_debug_pod_starts_deletes_it() {
 }
 
 #[test]
-fn no_such_pod_is_said_in_kubectls_words() {
+fn no_such_pod_is_said_in_kubectls_words_and_exits_as_bad_input() {
     let scratch = ScratchDir::new("plugin-no-pod");
     let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
     let ended = PluginRun::start(cluster.plugin(&["web-9", "-n", "shop"])).finish(secs(30));
-    assert_eq!(ended.status.code(), Some(1));
+    assert_eq!(ended.status.code(), Some(2), "{}", ended.stderr);
     assert!(ended.stderr.contains(r#"kubectl get pod: Error from server (NotFound): pods "web-9" not found"#), "{}", ended.stderr);
+    assert!(ended.stderr.contains("pod web-9 is gone already (not stuck), or in another namespace than shop (-n NAMESPACE)"), "{}", ended.stderr);
     assert_eq!(cluster.verbs(), ["get"]);
 }
 

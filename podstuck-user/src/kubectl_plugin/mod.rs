@@ -182,7 +182,19 @@ fn target_pod(kubectl: &Kubectl, options: &PluginOptions) -> Result<TargetPod> {
     if let Some(namespace) = &options.namespace {
         args.extend(["-n", namespace]);
     }
-    let json = kubectl.run(&args, None, Group::Foreground)?;
+    let json = kubectl.run(&args, None, Group::Foreground).map_err(|e| {
+        // A pod that is not there was asked wrongly (exit 2), where a
+        // cluster that cannot be reached failed podstuck (exit 1).
+        if format!("{e}").contains("(NotFound)") {
+            anyhow::Error::new(crate::exit::BadInput(format!(
+                "{e}: pod {} is gone already (not stuck), or in another namespace than {} (-n NAMESPACE)",
+                options.pod,
+                options.namespace.as_deref().unwrap_or("the context's")
+            )))
+        } else {
+            e
+        }
+    })?;
     TargetPod::parse(&json)
 }
 
