@@ -8,12 +8,15 @@
 //! detaches everything.
 
 use std::collections::BTreeMap;
+use std::io::IoSliceMut;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{FEntry, Program, TracePoint};
 use aya::{Ebpf, EbpfLoader};
+use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+use nix::unistd::Pid;
 use podstuck_common::{
     counter, program, CallInFlight, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
     PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
@@ -137,15 +140,12 @@ fn read_user_string(pid: u32, addr: u64) -> Option<Vec<u8>> {
     while out.len() < PATH_MAX {
         let chunk = ((PAGE - at % PAGE) as usize).min(PATH_MAX - out.len());
         let mut buf = vec![0u8; chunk];
-        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: chunk };
-        let remote = libc::iovec { iov_base: at as *mut libc::c_void, iov_len: chunk };
-        // SAFETY: one local iovec over our own buffer; the remote one is only
-        // read by the kernel, which checks it against the target's mappings.
-        let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if got <= 0 {
+        let remote = RemoteIoVec { base: at as usize, len: chunk };
+        let got = process_vm_readv(Pid::from_raw(pid as i32), &mut [IoSliceMut::new(&mut buf)], &[remote]).ok()?;
+        if got == 0 {
             return None;
         }
-        buf.truncate(got as usize);
+        buf.truncate(got);
         if let Some(end) = buf.iter().position(|b| *b == 0) {
             out.extend_from_slice(&buf[..end]);
             return Some(out);

@@ -14,13 +14,20 @@
 //! dropped ssh session) too; what a SIGKILLed demo left is found and
 //! removed by the next demo.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag, AT_FDCWD};
+use nix::mount::{umount2, MntFlags};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::stat::Mode;
+use nix::unistd::{unlinkat, Pid, UnlinkatFlags};
 
 use crate::identify::cgroups::cgroup2_mount;
 use crate::inspect::mounts::{is_at_or_below, parse_mountinfo};
@@ -72,11 +79,7 @@ fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
     all
 }
 
-fn c(path: &Path) -> CString {
-    CString::new(path.as_os_str().as_bytes()).expect("lab paths have no NUL")
-}
-
-fn run_tool(program: &str, args: &[&std::ffi::OsStr]) -> Result<()> {
+fn run_tool(program: &str, args: &[&OsStr]) -> Result<()> {
     let status = Command::new(program).args(args).status().with_context(|| format!("running {program}"))?;
     if !status.success() {
         bail!("{program} {:?} failed: {status}", args);
@@ -123,14 +126,13 @@ impl Lab {
             let sleeper = args.first().is_some_and(|a| a.ends_with(b"sleep"))
                 && (is_at_or_below(&cwd, &root_bytes) || in_cgroup.contains(&proc_pid));
             if actor || sleeper {
-                // SAFETY: kill(2) on a process this demo's predecessor started.
-                unsafe { libc::kill(proc_pid as i32, libc::SIGKILL) };
+                let _ = kill(Pid::from_raw(proc_pid as i32), Signal::SIGKILL);
             }
         }
         let mounts = parse_mountinfo(mountinfo.as_bytes())
             .into_iter()
             .filter(|m| is_at_or_below(&m.mount_point, &root_bytes))
-            .map(|m| PathBuf::from(std::ffi::OsStr::from_bytes(&m.mount_point)))
+            .map(|m| PathBuf::from(OsStr::from_bytes(&m.mount_point)))
             .collect();
         // Parents before children: dropped in reverse.
         let cgroups = cgroup.iter().flat_map(|c| walk_dirs(c)).collect();
@@ -269,7 +271,7 @@ impl Drop for Lab {
             }
         }
         for mount in self.mounts.iter().rev() {
-            let _ = nix::mount::umount2(mount, nix::mount::MntFlags::MNT_DETACH);
+            let _ = umount2(mount, MntFlags::MNT_DETACH);
         }
         if self.flags_anywhere {
             // What is left is the lab's own disk tree: clear every flag in it.
@@ -291,8 +293,7 @@ impl Drop for Lab {
 
 /// Runs the demo: build the lab, trace it, diagnose, clean up.
 pub async fn demo(options: &DemoOptions) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         bail!("the demo mounts filesystems and loads kernel programs: run it as root (sudo podstuck demo)");
     }
     let podstuck = std::env::current_exe().context("finding the podstuck binary to run the actors")?;
@@ -342,29 +343,22 @@ fn pause(d: Duration, path: &Path) -> bool {
 /// A stand-in daemon: names itself, then makes the calls its real
 /// counterpart makes when stuck, until the lab goes away.
 pub fn actor(comm: &str, op: &str, path: &Path) -> Result<()> {
-    let name = CString::new(comm)?;
-    // SAFETY: PR_SET_NAME with a NUL-terminated string.
-    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
-    let p = c(path);
+    nix::sys::prctl::set_name(&CString::new(comm)?)?;
     match op {
-        // kubelet's volume TearDown: 0.5 s doubling.
+        // kubelet's volume TearDown: 0.5 s doubling (std's remove_dir is
+        // rmdir(2), the call kubelet's fails on).
         "backoff-rmdir" => {
             let mut wait = Duration::from_millis(500);
-            // SAFETY: a valid C string.
-            while unsafe { libc::rmdir(p.as_ptr()) } != 0 && pause(wait, path) {
+            while std::fs::remove_dir(path).is_err() && pause(wait, path) {
                 wait = (wait * 2).min(Duration::from_secs(122));
             }
         }
         // kubelet's housekeeping of pod cgroups: every 2 s.
-        "every-2s-rmdir" => {
-            // SAFETY: as above.
-            while unsafe { libc::rmdir(p.as_ptr()) } != 0 && pause(Duration::from_secs(2), path) {}
-        }
+        "every-2s-rmdir" => while std::fs::remove_dir(path).is_err() && pause(Duration::from_secs(2), path) {},
         // containerd's mount.Unmount: 50 tries 50 ms apart, then a pause.
         "unmount-bursts" => loop {
             for _ in 0..50 {
-                // SAFETY: as above.
-                if unsafe { libc::umount2(p.as_ptr(), 0) } == 0 {
+                if umount2(path, MntFlags::empty()).is_ok() {
                     return Ok(());
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -373,10 +367,7 @@ pub fn actor(comm: &str, op: &str, path: &Path) -> Result<()> {
                 return Ok(());
             }
         },
-        "unlink-every" => {
-            // SAFETY: as above.
-            while unsafe { libc::unlinkat(libc::AT_FDCWD, p.as_ptr(), 0) } != 0 && pause(Duration::from_secs(1), path) {}
-        }
+        "unlink-every" => while unlinkat(AT_FDCWD, path, UnlinkatFlags::NoRemoveDir).is_err() && pause(Duration::from_secs(1), path) {},
         "remove-all" => remove_all(path, STORM_PACE)?,
         _ => bail!("unknown demo actor op {op}"),
     }
@@ -403,33 +394,27 @@ fn remove_all(path: &Path, pace: u64) -> Result<()> {
             }
         }
     }
-    fn remove_at(parent: libc::c_int, name: &CString, pacer: &mut Pacer) {
-        // SAFETY: valid fds and C strings this function owns.
-        unsafe {
-            let gone = libc::unlinkat(parent, name.as_ptr(), 0) == 0;
-            let is_dir = !gone && std::io::Error::last_os_error().raw_os_error() == Some(libc::EISDIR);
-            pacer.call();
-            if !is_dir {
-                return;
-            }
-            let fd = libc::openat(parent, name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC);
-            if fd < 0 {
-                return;
-            }
-            let names: Vec<CString> = std::fs::read_dir(format!("/proc/self/fd/{fd}"))
-                .map(|d| d.filter_map(|e| CString::new(e.ok()?.file_name().as_bytes()).ok()).collect())
-                .unwrap_or_default();
-            for child in &names {
-                remove_at(fd, child, pacer);
-            }
-            libc::close(fd);
-            libc::unlinkat(parent, name.as_ptr(), libc::AT_REMOVEDIR);
-            pacer.call();
+    fn remove_at(parent: BorrowedFd<'_>, name: &OsStr, pacer: &mut Pacer) {
+        let is_dir = unlinkat(parent, name, UnlinkatFlags::NoRemoveDir) == Err(Errno::EISDIR);
+        pacer.call();
+        if !is_dir {
+            return;
         }
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(dir) = openat(parent, name, flags, Mode::empty()) else { return };
+        let names: Vec<OsString> = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+            .map(|d| d.filter_map(|e| Some(e.ok()?.file_name())).collect())
+            .unwrap_or_default();
+        for child in &names {
+            remove_at(dir.as_fd(), child, pacer);
+        }
+        drop(dir);
+        let _ = unlinkat(parent, name, UnlinkatFlags::RemoveDir);
+        pacer.call();
     }
     let parent = std::fs::File::open(path.parent().context("the volume has a parent")?)?;
-    let name = CString::new(path.file_name().context("the volume has a name")?.as_bytes())?;
+    let name = path.file_name().context("the volume has a name")?;
     let mut pacer = Pacer { started: Instant::now(), calls: 0, pace };
-    remove_at(std::os::fd::AsRawFd::as_raw_fd(&parent), &name, &mut pacer);
+    remove_at(parent.as_fd(), name, &mut pacer);
     Ok(())
 }

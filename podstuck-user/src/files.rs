@@ -27,10 +27,15 @@
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, ErrorKind, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{self, AtFlags, OFlag, AT_FDCWD};
+use nix::sys::stat::Mode;
+use nix::unistd::{self, UnlinkatFlags};
 
 /// The mode of every file podstuck creates, unless asked otherwise.
 pub const FILE_MODE: u32 = 0o600;
@@ -39,25 +44,23 @@ pub const DIR_MODE: u32 = 0o700;
 /// How many taken temporary names are skipped before giving up.
 const TEMP_ATTEMPTS: u32 = 1000;
 
-fn retry<T>(mut call: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+/// Runs a system call again when a signal interrupted it.
+fn retry<T>(mut call: impl FnMut() -> nix::Result<T>) -> io::Result<T> {
     loop {
         match call() {
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            other => return other,
+            Err(Errno::EINTR) => continue,
+            other => return other.map_err(io::Error::from),
         }
     }
 }
 
-fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
+/// The directory a call is relative to: `dir`, else the working directory.
+fn at(dir: Option<BorrowedFd<'_>>) -> BorrowedFd<'_> {
+    dir.unwrap_or(AT_FDCWD)
 }
 
-fn raw(dir: Option<BorrowedFd<'_>>) -> libc::c_int {
-    dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd())
+fn mode_bits(mode: u32) -> Mode {
+    Mode::from_bits_truncate(mode as libc::mode_t)
 }
 
 /// A path or name as the kernel takes it.
@@ -70,47 +73,36 @@ fn c_name(name: &str) -> CString {
 }
 
 /// `openat(2)` with `O_CLOEXEC`.
-fn open_at(dir: Option<BorrowedFd<'_>>, path: &CStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
-    retry(|| {
-        // SAFETY: a valid C string; the kernel checks the rest.
-        let fd = check(unsafe { libc::openat(raw(dir), path.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) })?;
-        // SAFETY: the kernel just gave us this descriptor.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    })
+fn open_at(dir: Option<BorrowedFd<'_>>, path: &CStr, flags: OFlag, mode: u32) -> io::Result<OwnedFd> {
+    retry(|| fcntl::openat(at(dir), path, flags | OFlag::O_CLOEXEC, mode_bits(mode)))
 }
 
 /// Opens a directory; with `follow` false, a symbolic link at `path`'s
 /// last component is refused (`ENOTDIR`, or `ELOOP`) instead of followed.
 pub fn open_dir(dir: Option<BorrowedFd<'_>>, path: &CStr, follow: bool) -> io::Result<OwnedFd> {
-    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
-    open_at(dir, path, libc::O_RDONLY | libc::O_DIRECTORY | nofollow, 0)
+    let nofollow = if follow { OFlag::empty() } else { OFlag::O_NOFOLLOW };
+    open_at(dir, path, OFlag::O_RDONLY | OFlag::O_DIRECTORY | nofollow, 0)
 }
 
 /// `fstat(2)`.
 pub fn stat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
-    // SAFETY: stat is plain old data; fstat fills it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-    Ok(st)
+    Ok(nix::sys::stat::fstat(fd)?)
 }
 
 /// What is at `name` in `dir`, a link itself rather than what it points
 /// to; `None` when nothing is.
 pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Option<libc::stat>> {
-    // SAFETY: as in `stat`.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    match check(unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) }) {
-        Ok(_) => Ok(Some(st)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+    match nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// `mkdirat(2)`; true when made, false when something was already there.
 pub fn mkdir_at(dir: Option<BorrowedFd<'_>>, name: &CStr, mode: u32) -> io::Result<bool> {
-    // SAFETY: a valid C string.
-    match retry(|| check(unsafe { libc::mkdirat(raw(dir), name.as_ptr(), mode as libc::mode_t) })) {
-        Ok(_) => Ok(true),
+    match retry(|| nix::sys::stat::mkdirat(at(dir), name, mode_bits(mode))) {
+        Ok(()) => Ok(true),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e),
     }
@@ -118,29 +110,25 @@ pub fn mkdir_at(dir: Option<BorrowedFd<'_>>, name: &CStr, mode: u32) -> io::Resu
 
 /// `unlinkat(2)` of a file.
 pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
-    // SAFETY: a valid C string.
-    retry(|| check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) })).map(drop)
+    retry(|| unistd::unlinkat(dir, name, UnlinkatFlags::NoRemoveDir))
 }
 
 /// `renameat(2)` within one directory: replaces whatever is at `to` (a
 /// link itself, never what it points to).
 pub fn rename_at(dir: BorrowedFd<'_>, from: &CStr, to: &CStr) -> io::Result<()> {
-    let fd = dir.as_raw_fd();
-    // SAFETY: valid C strings.
-    retry(|| check(unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) })).map(drop)
+    retry(|| fcntl::renameat(dir, from, dir, to))
 }
 
 /// Sets a file's mode exactly, whatever the umask took away.
 fn set_mode(file: &File, mode: u32) -> io::Result<()> {
-    // SAFETY: a descriptor we own.
-    retry(|| check(unsafe { libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) })).map(drop)
+    retry(|| nix::sys::stat::fchmod(file, mode_bits(mode)))
 }
 
 /// Creates `name` in `dir` (or relative to the working directory): a new
 /// file or an error, never an existing file opened nor a link followed
 /// (`O_CREAT|O_EXCL|O_NOFOLLOW`); mode `mode` exactly.
 pub fn create_new_at(dir: Option<BorrowedFd<'_>>, name: &CStr, mode: u32) -> io::Result<File> {
-    let fd = open_at(dir, name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, mode)?;
+    let fd = open_at(dir, name, OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW, mode)?;
     let file = File::from(fd);
     if let Err(e) = set_mode(&file, mode) {
         drop(file);
@@ -156,7 +144,7 @@ pub fn create_new_at(dir: Option<BorrowedFd<'_>>, name: &CStr, mode: u32) -> io:
 /// before giving it a name. `Ok(None)` where the filesystem or kernel has
 /// no such files.
 fn create_unnamed(dir: BorrowedFd<'_>, mode: u32) -> io::Result<Option<File>> {
-    match open_at(Some(dir), c".", libc::O_WRONLY | libc::O_TMPFILE, mode) {
+    match open_at(Some(dir), c".", OFlag::O_WRONLY | OFlag::O_TMPFILE, mode) {
         Ok(fd) => {
             let file = File::from(fd);
             set_mode(&file, mode)?;
@@ -170,18 +158,14 @@ fn create_unnamed(dir: BorrowedFd<'_>, mode: u32) -> io::Result<Option<File>> {
 
 /// Gives an unnamed file a name in `dir`; `EEXIST` if it is taken.
 fn link_unnamed(file: &File, dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
-    // SAFETY: valid descriptors and C strings.
-    let direct = retry(|| check(unsafe { libc::linkat(file.as_raw_fd(), c"".as_ptr(), dir.as_raw_fd(), name.as_ptr(), libc::AT_EMPTY_PATH) }));
-    match direct {
+    match retry(|| unistd::linkat(file, c"", dir, name, AtFlags::AT_EMPTY_PATH)) {
         // AT_EMPTY_PATH wants CAP_DAC_READ_SEARCH: without it, through /proc
         // (the way open(2) documents for O_TMPFILE files).
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) => {
             let Ok(proc_link) = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())) else { return Err(e) };
-            // SAFETY: valid descriptors and C strings.
-            retry(|| check(unsafe { libc::linkat(libc::AT_FDCWD, proc_link.as_ptr(), dir.as_raw_fd(), name.as_ptr(), libc::AT_SYMLINK_FOLLOW) }))
-                .map(drop)
+            retry(|| unistd::linkat(AT_FDCWD, proc_link.as_c_str(), dir, name, AtFlags::AT_SYMLINK_FOLLOW))
         }
-        other => other.map(drop),
+        other => other,
     }
 }
 
@@ -209,8 +193,7 @@ pub fn others_can_write(owner: u32, mode: u32, euid: u32) -> Option<String> {
 
 /// The effective uid of this process.
 pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
+    unistd::geteuid().as_raw()
 }
 
 /// Writes whole files into a directory, each replaced atomically.
@@ -321,10 +304,9 @@ impl AtomicWriter {
 
     /// Flushes the directory itself, so the renames last a power cut.
     pub fn sync_dir(dir: BorrowedFd<'_>) -> io::Result<()> {
-        // SAFETY: a descriptor we own.
-        match retry(|| check(unsafe { libc::fsync(dir.as_raw_fd()) })) {
+        match retry(|| unistd::fsync(dir)) {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EROFS)) => Ok(()),
-            other => other.map(drop),
+            other => other,
         }
     }
 

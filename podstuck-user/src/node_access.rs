@@ -23,11 +23,15 @@
 //! printed to work pasted in that container or on the node
 //! ([`Node::in_container`]).
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sched::{setns, CloneFlags};
+use nix::sys::stat::Mode;
 
 /// Where a `kubectl debug node` pod and the usual DaemonSets mount the node's `/`.
 pub const DEFAULT_HOST_ROOT: &str = "/host";
@@ -390,42 +394,31 @@ impl std::fmt::Display for CannotReachNode {
 
 impl std::error::Error for CannotReachNode {}
 
-fn open_path(path: &str, flags: libc::c_int) -> std::io::Result<OwnedFd> {
-    let c = CString::new(path).expect("no NUL in podstuck's own paths");
-    // SAFETY: a valid C string; the kernel checks the rest.
-    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just gave us this descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn open_path(path: &str, flags: OFlag) -> std::io::Result<OwnedFd> {
+    Ok(nix::fcntl::open(path, flags | OFlag::O_CLOEXEC, Mode::empty())?)
 }
 
 /// Enters `node_pid`'s mount namespace (and its cgroup and UTS ones
 /// where allowed); the working directory stays the container's.
 fn enter(node_pid: u32) -> Result<OwnedFd, String> {
-    let root = open_path("/", libc::O_PATH | libc::O_DIRECTORY).map_err(|e| format!("cannot open /: {}", crate::words::io_words(&e)))?;
-    let cwd = open_path(".", libc::O_PATH | libc::O_DIRECTORY).ok();
-    let ns = |kind: &str| open_path(&format!("/proc/{node_pid}/ns/{kind}"), libc::O_RDONLY);
+    let root = open_path("/", OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(|e| format!("cannot open /: {}", crate::words::io_words(&e)))?;
+    let cwd = open_path(".", OFlag::O_PATH | OFlag::O_DIRECTORY).ok();
+    let ns = |kind: &str| open_path(&format!("/proc/{node_pid}/ns/{kind}"), OFlag::O_RDONLY);
     let mnt = ns("mnt").map_err(|e| format!("/proc/{node_pid}/ns/mnt: {}", crate::words::io_words(&e)))?;
     let (cgroup, uts) = (ns("cgroup").ok(), ns("uts").ok());
-    // SAFETY: setns(2) on a namespace descriptor this function owns.
-    if unsafe { libc::setns(mnt.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
-        let e = std::io::Error::last_os_error();
-        let need = if e.raw_os_error() == Some(libc::EPERM) { " (needs CAP_SYS_ADMIN and CAP_SYS_CHROOT)" } else { "" };
-        return Err(format!("{}{need}", crate::words::io_words(&e)));
+    if let Err(e) = setns(&mnt, CloneFlags::CLONE_NEWNS) {
+        let need = if e == Errno::EPERM { " (needs CAP_SYS_ADMIN and CAP_SYS_CHROOT)" } else { "" };
+        return Err(format!("{}{need}", crate::words::io_words(&e.into())));
     }
     // Best effort: /proc/<pid>/cgroup and the node name read as the node's where allowed.
-    for (fd, kind) in [(cgroup, libc::CLONE_NEWCGROUP), (uts, libc::CLONE_NEWUTS)] {
+    for (fd, kind) in [(cgroup, CloneFlags::CLONE_NEWCGROUP), (uts, CloneFlags::CLONE_NEWUTS)] {
         if let Some(fd) = fd {
-            // SAFETY: as above.
-            unsafe { libc::setns(fd.as_raw_fd(), kind) };
+            let _ = setns(&fd, kind);
         }
     }
     if let Some(cwd) = cwd {
-        // SAFETY: fchdir(2) on a descriptor this function owns; relative
-        // paths the user gave keep meaning the container's.
-        unsafe { libc::fchdir(cwd.as_raw_fd()) };
+        // Relative paths the user gave keep meaning the container's.
+        let _ = nix::unistd::fchdir(&cwd);
     }
     Ok(root)
 }
@@ -583,7 +576,7 @@ mod tests {
     #[test]
     fn entered_user_files_stay_the_containers() {
         let tmp = TempDir::new("node-view-out");
-        let root = open_path(tmp.0.to_str().unwrap(), libc::O_PATH | libc::O_DIRECTORY).unwrap();
+        let root = open_path(tmp.0.to_str().unwrap(), OFlag::O_PATH | OFlag::O_DIRECTORY).unwrap();
         let n = root.as_raw_fd();
         let view = Node { place: Place::Entered, container_root: Some(root), own_mntns: Some(9), ..Node::on_node() };
         assert_eq!(view.user_file(Path::new("/out/run.podstuck")), PathBuf::from(format!("/proc/self/fd/{n}/out/run.podstuck")));

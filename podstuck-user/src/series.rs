@@ -437,7 +437,7 @@ mod tests {
         let linked = "1b2c3d4e-0000-4000-8000-0000000000c3";
         std::os::unix::fs::symlink(pods.join(real), pods.join(linked)).unwrap();
         let removed = "1b2c3d4e-0000-4000-8000-0000000000c4";
-        let by_root = unsafe { libc::geteuid() } == 0;
+        let by_root = nix::unistd::geteuid().is_root();
         let nobody = 65534;
         let calls = [
             // Fails: the pod directory does not exist.

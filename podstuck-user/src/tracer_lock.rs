@@ -3,6 +3,8 @@
 //! itself. Two tracers would double the cost of every traced call on a
 //! node that is already in trouble.
 
+use nix::fcntl::{Flock, FlockArg};
+
 use crate::node_access::Node;
 
 /// Another podstuck process tracing this node.
@@ -20,7 +22,7 @@ pub const TRACER_LOCK: &str = "/run/podstuck.lock";
 
 /// The tracer lock, held until dropped (or the process ends, however).
 #[derive(Debug)]
-pub struct TracerLock(#[allow(dead_code, reason = "held for its lock")] std::fs::File);
+pub struct TracerLock(#[allow(dead_code, reason = "held for its lock")] Flock<std::fs::File>);
 
 impl TracerLock {
     /// Takes the lock: exclusive unless `concurrent`. Refused with the
@@ -44,10 +46,9 @@ impl TracerLock {
         let Ok(file) = open(true).or_else(|_| open(false)) else {
             return Ok(None);
         };
-        // SAFETY: flock(2) on a file this function opened and owns.
-        let how = if concurrent { libc::LOCK_SH } else { libc::LOCK_EX };
-        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), how | libc::LOCK_NB) } == 0 {
-            return Ok(Some(TracerLock(file)));
+        let how = if concurrent { FlockArg::LockSharedNonblock } else { FlockArg::LockExclusiveNonblock };
+        if let Ok(locked) = Flock::lock(file, how) {
+            return Ok(Some(TracerLock(locked)));
         }
         match (concurrent, other_podstucks(node).into_iter().next()) {
             // Alongside an exclusive one, as asked: without the lock.

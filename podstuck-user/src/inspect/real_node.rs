@@ -16,7 +16,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -797,27 +797,19 @@ fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
 /// statfs and statvfs of `p`, and its device so the caller can name the
 /// filesystem from the mount table.
 fn read_fs_usage(p: &Path) -> Probe<(FsUsage, (u32, u32))> {
-    let c = CString::new(p.as_os_str().as_bytes()).map_err(|_| Unreadable("path contains a NUL byte".into()))?;
-    // SAFETY: zeroed C structs filled by the kernel; c is NUL-terminated.
-    let mut fs_info: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut fs_info) } != 0 {
-        return Err(unreadable(io::Error::last_os_error()));
-    }
-    let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut vfs) } != 0 {
-        return Err(unreadable(io::Error::last_os_error()));
-    }
+    let fs_info = nix::sys::statfs::statfs(p).map_err(|e| unreadable(e.into()))?;
+    let vfs = nix::sys::statvfs::statvfs(p).map_err(|e| unreadable(e.into()))?;
     let dev = fs::metadata(p).map(|m| (libc::major(m.dev()), libc::minor(m.dev()))).unwrap_or((u32::MAX, u32::MAX));
     // Block counts are in fragment units; f_frsize equals f_bsize on nearly
     // every filesystem, and is the right unit where it does not.
-    let unit = if vfs.f_frsize != 0 { vfs.f_frsize as u64 } else { vfs.f_bsize as u64 };
+    let unit = if vfs.fragment_size() != 0 { vfs.fragment_size() } else { vfs.block_size() };
     let usage = FsUsage {
-        fstype: fstype_name(fs_info.f_type as u32),
-        total_bytes: vfs.f_blocks as u64 * unit,
-        free_bytes: vfs.f_bavail as u64 * unit,
-        total_inodes: vfs.f_files as u64,
-        free_inodes: vfs.f_ffree as u64,
-        read_only: vfs.f_flag & libc::ST_RDONLY != 0,
+        fstype: fstype_name(fs_info.filesystem_type().0 as u32),
+        total_bytes: vfs.blocks() * unit,
+        free_bytes: vfs.blocks_available() * unit,
+        total_inodes: vfs.files(),
+        free_inodes: vfs.files_free(),
+        read_only: vfs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
     };
     Ok((usage, dev))
 }
@@ -1527,8 +1519,7 @@ mod tests {
         assert!(task.wchan.as_deref().is_some_and(|w| w.contains("sleep")), "{task:?}");
         assert!(task.stack.iter().all(|f| !f.is_empty() && !f.contains(['+', '[', ' '])), "{:?}", task.stack);
 
-        // SAFETY: gettid cannot fail.
-        let tid = unsafe { libc::gettid() } as u32;
+        let tid = nix::unistd::gettid().as_raw() as u32;
         assert_eq!(node.task(tid).unwrap().pid, std::process::id());
         assert_eq!(node.task(u32::MAX).unwrap_err().0, "no such process");
     }

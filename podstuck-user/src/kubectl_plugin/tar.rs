@@ -19,6 +19,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 use crate::files;
 
@@ -53,15 +55,9 @@ pub fn pack(path: &Path, out: &mut impl Write) -> Result<()> {
 }
 
 fn pack_file(path: &Path, name: &str, archive: &mut ::tar::Builder<&mut impl Write>) -> Result<()> {
-    let c = files::c_path(path)?;
     // O_NOFOLLOW: a link put there since the listing is not followed.
-    // SAFETY: a valid C string; the descriptor is owned at once.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error()).with_context(|| format!("opening {}", path.display()));
-    }
-    // SAFETY: the kernel just gave us this descriptor.
-    let file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let file = File::from(nix::fcntl::open(path, flags, Mode::empty()).map_err(io::Error::from).with_context(|| format!("opening {}", path.display()))?);
     let meta = file.metadata()?;
     if !meta.is_file() {
         bail!("{} is not a regular file", path.display());
