@@ -179,33 +179,33 @@ impl CgroupIndex {
     }
 }
 
-/// For v1-only hosts: reads `/proc/<pid>/cgroup` text and returns the path of
-/// the most useful hierarchy for [`clues_from_cgroup`]: the `name=systemd`
-/// one (it mirrors the systemd driver's slices), else the first with `pids`
-/// or `memory` (the controllers kubelet always sets up), else the v2 path
-/// (`0::...`) if that is all there is.
-pub fn v1_cgroup_path(proc_pid_cgroup: &str) -> Option<String> {
+/// The cgroup path of process `pid` under `proc_root` that tells the most
+/// about it ([`v1_cgroup_path`]), read from its `/proc/<pid>/cgroup` by
+/// the `procfs` crate.
+pub fn cgroup_path_of_process(proc_root: &Path, pid: u32) -> Option<String> {
+    use procfs::FromRead;
+    let groups = procfs::ProcessCGroups::from_file(proc_root.join(pid.to_string()).join("cgroup")).ok()?;
+    v1_cgroup_path(&groups.0)
+}
+
+/// For v1-only hosts: of a process's cgroups (`/proc/<pid>/cgroup`), the
+/// path of the most useful hierarchy for [`clues_from_cgroup`]: the
+/// `name=systemd` one (it mirrors the systemd driver's slices), else the
+/// first with `pids` or `memory` (the controllers kubelet always sets up),
+/// else the v2 path (`0::...`) if that is all there is.
+pub fn v1_cgroup_path(groups: &[procfs::ProcessCGroup]) -> Option<String> {
     let mut by_controller = None;
     let mut unified = None;
-    for line in proc_pid_cgroup.lines() {
-        // The path is last and may itself contain ':'.
-        let mut parts = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        if path.is_empty() {
-            continue;
+    for group in groups.iter().filter(|g| !g.pathname.is_empty()) {
+        let is = |name: &str| group.controllers.iter().any(|c| c == name);
+        if is("name=systemd") {
+            return Some(group.pathname.clone());
         }
-        let mut names = controllers.split(',');
-        if names.clone().any(|c| c == "name=systemd") {
-            return Some(path.to_string());
+        if by_controller.is_none() && (is("pids") || is("memory")) {
+            by_controller = Some(group.pathname.clone());
         }
-        if by_controller.is_none() && names.any(|c| c == "pids" || c == "memory") {
-            by_controller = Some(path.to_string());
-        }
-        if id == "0" && controllers.is_empty() && unified.is_none() {
-            unified = Some(path.to_string());
+        if group.hierarchy == 0 && group.controllers.is_empty() && unified.is_none() {
+            unified = Some(group.pathname.clone());
         }
     }
     by_controller.or(unified)
@@ -393,32 +393,39 @@ mod tests {
         );
     }
 
+    /// [`v1_cgroup_path`] of a `/proc/<pid>/cgroup` text, as
+    /// [`cgroup_path_of_process`] reads it.
+    fn path_of_text(text: &str) -> Option<String> {
+        use procfs::FromBufRead;
+        v1_cgroup_path(&procfs::ProcessCGroups::from_buf_read(text.as_bytes()).ok()?.0)
+    }
+
     #[test]
     fn v1_cgroup_path_prefers_systemd_then_pids_or_memory() {
         let scope = pod_scope();
         let text = format!(
             "12:cpu,cpuacct:/kubepods/x\n11:memory:/kubepods/mem\n1:name=systemd:{scope}\n0::/\n"
         );
-        assert_eq!(v1_cgroup_path(&text), Some(scope));
+        assert_eq!(path_of_text(&text), Some(scope));
         let text = "12:cpu,cpuacct:/a\n7:pids:/kubepods/pids\n6:memory:/kubepods/mem\n";
-        assert_eq!(v1_cgroup_path(text).as_deref(), Some("/kubepods/pids"));
+        assert_eq!(path_of_text(text).as_deref(), Some("/kubepods/pids"));
         let text = "12:cpu,cpuacct:/a\n6:memory:/kubepods/mem\n";
-        assert_eq!(v1_cgroup_path(text).as_deref(), Some("/kubepods/mem"));
+        assert_eq!(path_of_text(text).as_deref(), Some("/kubepods/mem"));
         // Paths may contain ':'.
         let text = "1:name=systemd:/odd:name\n";
-        assert_eq!(v1_cgroup_path(text).as_deref(), Some("/odd:name"));
+        assert_eq!(path_of_text(text).as_deref(), Some("/odd:name"));
     }
 
     #[test]
     fn v1_cgroup_path_near_misses() {
         // "memory" must be a whole controller name.
-        assert_eq!(v1_cgroup_path("5:memoryx:/a\n4:name=systemdx:/b\n"), None);
-        assert_eq!(v1_cgroup_path("12:cpu:/a\n"), None);
-        assert_eq!(v1_cgroup_path(""), None);
-        assert_eq!(v1_cgroup_path("garbage\n"), None);
+        assert_eq!(path_of_text("5:memoryx:/a\n4:name=systemdx:/b\n"), None);
+        assert_eq!(path_of_text("12:cpu:/a\n"), None);
+        assert_eq!(path_of_text(""), None);
+        assert_eq!(path_of_text("garbage\n"), None);
         // A v2-only host still yields its one path.
         assert_eq!(
-            v1_cgroup_path("0::/kubepods.slice/x\n").as_deref(),
+            path_of_text("0::/kubepods.slice/x\n").as_deref(),
             Some("/kubepods.slice/x")
         );
     }

@@ -25,7 +25,7 @@ use crate::event::Flight;
 use crate::event::{CallEvent, NoPath};
 use crate::node_access::Node;
 use actor::{describe, role_of, Role};
-use cgroups::{cgroup2_mount, v1_cgroup_path, v1_hierarchy, CgroupIndex};
+use cgroups::{cgroup2_mount, cgroup_path_of_process, v1_hierarchy, CgroupIndex};
 use docker::{DockerLayers, DEFAULT_DOCKER_ROOT};
 use pod::{clues_from_cgroup, clues_from_path, ContainerId, PathArea, PodUid};
 
@@ -224,8 +224,7 @@ impl Identifier {
         if v2.is_some() || v1.is_some() {
             return v2.or(v1);
         }
-        let text = std::fs::read_to_string(self.proc_root.join(event.pid.to_string()).join("cgroup")).ok()?;
-        v1_cgroup_path(&text)
+        cgroup_path_of_process(&self.proc_root, event.pid)
     }
 
     pub fn identify(&mut self, event: &CallEvent) -> Identity {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::cgroups::v1_cgroup_path;
+use super::cgroups::cgroup_path_of_process;
 use super::pod::{clues_from_cgroup, ContainerId, PodUid};
 
 /// The pod name `kubectl debug node/<node>` gives its pods.
@@ -101,8 +101,7 @@ impl RuntimeState {
 
     /// What process `pid` (under `proc_root`) belongs to, if a pod or container.
     pub fn owner_of(&self, proc_root: &Path, pid: u32) -> Option<Owner> {
-        let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup")).ok()?;
-        let (pod_uid, container) = clues_from_cgroup(&v1_cgroup_path(&text)?);
+        let (pod_uid, container) = clues_from_cgroup(&cgroup_path_of_process(proc_root, pid)?);
         let mut owner = Owner { pod_uid, ..Owner::default() };
         if let Some(id) = &container {
             self.name(id, &mut owner);

@@ -1816,6 +1816,34 @@ Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
         }
     }
 
+    /// Why mount holders are found without `procfs` (docs/building.md):
+    /// its `maps` reader refuses the whole file for one mapped file whose
+    /// name is not UTF-8, and its `fd` reader passes each link through
+    /// `to_string_lossy`, so such a file is named with U+FFFD instead of
+    /// its bytes (and it reads no `fdinfo`, whose `mnt_id` tells which
+    /// mount an fd is on). A workload chooses those names; podstuck's
+    /// readers keep the bytes.
+    #[test]
+    fn procfs_refuses_a_hostile_maps_and_renames_a_hostile_fd_where_podstuck_keeps_the_bytes() {
+        use procfs::FromBufRead;
+        let line = &b"7f00-7f01 r--s 00000000 fd:01 33   /vol/x\xff"[..];
+        let maps = [line, b"\n"].concat();
+        assert!(procfs::process::MemoryMaps::from_buf_read(&maps[..]).is_err(), "procfs refuses the whole maps");
+        assert_eq!(parse_maps_line(line), Some(((0xfd, 1), &b"/vol/x\xff"[..])));
+
+        let tmp = TempDir::new("procfs-fd");
+        let dir = tmp.0.join("4242");
+        fs::create_dir_all(dir.join("fd")).unwrap();
+        std::os::unix::fs::symlink(OsStr::from_bytes(b"/vol/x\xff"), dir.join("fd/3")).unwrap();
+        let process = procfs::process::Process::new_with_root(dir.clone()).unwrap();
+        let theirs: Vec<_> = process.fd().unwrap().map(|fd| fd.unwrap().target).collect();
+        match &theirs[..] {
+            [procfs::process::FDTarget::Path(named)] => assert_eq!(named.as_os_str().as_bytes(), "/vol/x\u{fffd}".as_bytes()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(read_link(&dir.join("fd/3")).unwrap(), b"/vol/x\xff");
+    }
+
     #[test]
     fn small_parsers() {
         assert_eq!(parse_ns_link(b"mnt:[4026531841]"), Some(4026531841));
