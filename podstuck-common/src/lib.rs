@@ -270,13 +270,14 @@ pub struct CallRecord {
 /// Byte size of the fixed part of a record.
 pub const CALL_RECORD_BYTES: usize = size_of::<CallRecord>();
 
-/// A call that has entered and not yet returned, per thread, in the
-/// `CALLS_IN_FLIGHT` map (key: thread id). User space reads the map to find
+/// A thread's entry in the `CALLS_IN_FLIGHT` map (key: thread id): the
+/// call it has entered and not yet returned from (user space's
+/// `event::Flight`, with the path argument read). User space reads the map to find
 /// calls that hang (a dead NFS or FUSE server). Between two calls a
 /// thread's entry stays, with `syscall` set to [`NOT_IN_A_CALL`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct CallInFlight {
+pub struct CallEntry {
     /// CLOCK_MONOTONIC (bpf_ktime_get_ns) at entry.
     pub enter_ns: u64,
     /// The caller's pointer to the path argument (user memory).
@@ -289,7 +290,7 @@ pub struct CallInFlight {
     pub _pad: [u8; 7],
 }
 
-/// `CallInFlight::syscall` of a thread that is not inside a traced call.
+/// `CallEntry::syscall` of a thread that is not inside a traced call.
 pub const NOT_IN_A_CALL: u8 = 0xff;
 
 /// Indices into the per-CPU `COUNTERS` array. User space sums over CPUs.
@@ -503,7 +504,7 @@ mod user {
     unsafe impl aya::Pod for super::KernelOffsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::KernelFilter {}
-    unsafe impl aya::Pod for super::CallInFlight {}
+    unsafe impl aya::Pod for super::CallEntry {}
     unsafe impl aya::Pod for super::SeriesKey {}
     unsafe impl aya::Pod for super::SeriesValue {}
 }

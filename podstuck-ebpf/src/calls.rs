@@ -8,7 +8,7 @@ use aya_ebpf::{
     macros::map,
     maps::HashMap,
 };
-use podstuck_common::{counter, CallInFlight, SeriesKey, Syscall, MAX_CALLS_IN_FLIGHT, NOT_IN_A_CALL};
+use podstuck_common::{counter, CallEntry, SeriesKey, Syscall, MAX_CALLS_IN_FLIGHT, NOT_IN_A_CALL};
 
 use crate::{
     accounting::{account, bump},
@@ -23,7 +23,7 @@ use crate::{
 /// calls (marked idle at exit), removed by user space once the thread is
 /// gone.
 #[map]
-static CALLS_IN_FLIGHT: HashMap<u32, CallInFlight> = HashMap::with_max_entries(MAX_CALLS_IN_FLIGHT, 0);
+static CALLS_IN_FLIGHT: HashMap<u32, CallEntry> = HashMap::with_max_entries(MAX_CALLS_IN_FLIGHT, 0);
 
 /// Keeps a call's arguments and start time in its thread's entry, for
 /// the exit.
@@ -36,7 +36,7 @@ pub fn enter(syscall: Syscall, args: Args) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let Args { dfd, path_ptr, flags } = args;
-    let entry = CallInFlight {
+    let entry = CallEntry {
         // SAFETY: a helper without arguments; it reads the clock.
         enter_ns: unsafe { bpf_ktime_get_ns() },
         path_ptr,
@@ -93,7 +93,7 @@ pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop) -> Option<()> {
     reason = "the key by reference, as the helper takes it: by value, aya copies it to a second stack slot"
 )]
 #[inline(always)]
-fn take_entry(tid: u32, syscall: Syscall) -> Option<CallInFlight> {
+fn take_entry(tid: u32, syscall: Syscall) -> Option<CallEntry> {
     // SAFETY: as in `enter`: this thread's whole entry, valid for the run.
     let entry = CALLS_IN_FLIGHT.get_ptr_mut(&tid).map(|slot| unsafe {
         let entry = *slot;

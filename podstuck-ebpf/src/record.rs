@@ -9,7 +9,7 @@ use aya_ebpf::{
     macros::map,
     maps::RingBuf,
 };
-use podstuck_common::{base_status, counter, path_status, CallInFlight, CallRecord, SeriesKey, PATH_MAX, RING_BUFFER_BYTES};
+use podstuck_common::{base_status, counter, path_status, CallEntry, CallRecord, SeriesKey, PATH_MAX, RING_BUFFER_BYTES};
 
 use crate::{
     accounting::bump,
@@ -24,7 +24,7 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(RING_BUFFER_BYTES, 0);
 
 /// What the exit knows of a call: all its record's header needs.
 pub struct Ended {
-    pub entry: CallInFlight,
+    pub entry: CallEntry,
     /// The call's process, cgroup and syscall.
     pub key: SeriesKey,
     pub tid: u32,

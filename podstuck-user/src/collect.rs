@@ -18,7 +18,7 @@ use aya::{Ebpf, EbpfLoader};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 use podstuck_common::{
-    counter, program, CallInFlight, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
+    counter, program, CallEntry, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
     PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
 };
 use tokio::io::unix::AsyncFd;
@@ -170,7 +170,7 @@ pub struct Tracer {
     /// of a burst waits for the next wakeup or this.
     unwoken: tokio::time::Interval,
     counters: PerCpuArray<MapData, u64>,
-    in_flight: BpfHashMap<MapData, u32, CallInFlight>,
+    in_flight: BpfHashMap<MapData, u32, CallEntry>,
     series: BpfHashMap<MapData, KernelSeriesKey, SeriesValue>,
     series_overflow: PerCpuArray<MapData, SeriesValue>,
     series_read: std::collections::HashMap<KernelSeriesKey, SeriesSnapshot>,

@@ -51,6 +51,26 @@ pub enum BaseDir {
     Unresolved(NoPath),
 }
 
+impl BaseDir {
+    /// `path` as an absolute path: itself if absolute, else joined to this
+    /// base; cleaned either way. Err says why it is unknown.
+    pub fn absolute(&self, path: &[u8]) -> Result<Vec<u8>, NoPath> {
+        if path.first() == Some(&b'/') {
+            return Ok(clean(path));
+        }
+        match self {
+            BaseDir::Resolved(dir) => {
+                let mut joined = dir.clone();
+                joined.push(b'/');
+                joined.extend_from_slice(path);
+                Ok(clean(&joined))
+            }
+            BaseDir::Unresolved(why) => Err(why.clone()),
+            BaseDir::NotNeeded => Err(NoPath::NoBaseDir),
+        }
+    }
+}
+
 /// Why a call's absolute path is not known. podstuck's own reasons are
 /// variants; a reason read from a record that this podstuck does not write
 /// (a newer podstuck's) is kept as its text, within [`NoPath::MAX_TEXT`].
@@ -164,19 +184,7 @@ impl CallEvent {
         if self.path_status == PathStatus::Unreadable {
             return Err(NoPath::PathUnreadable);
         }
-        if self.path.first() == Some(&b'/') {
-            return Ok(clean(&self.path));
-        }
-        match &self.base {
-            BaseDir::Resolved(dir) => {
-                let mut joined = dir.clone();
-                joined.push(b'/');
-                joined.extend_from_slice(&self.path);
-                Ok(clean(&joined))
-            }
-            BaseDir::Unresolved(why) => Err(why.clone()),
-            BaseDir::NotNeeded => Err(NoPath::NoBaseDir),
-        }
+        self.base.absolute(&self.path)
     }
 
     /// Names of the set flag bits, unknown bits last as one hex number.

@@ -34,39 +34,39 @@ impl HungCall {
 
     fn finding(&self, call: &CallInFlight, review: &mut Review<'_>) -> Finding {
         let node = &mut *review.node;
-        let waited = review.now.duration_since(call.started).unwrap_or_default();
+        let waited = review.now.duration_since(call.flight.started).unwrap_or_default();
         let path = call.path.clone().unwrap_or_default();
-        let key = format!("{}:{}", call.tid, shown(&path));
-        let mut f = Finding::new(Kind::HungCall, &key, Severity::Critical, call.started);
+        let key = format!("{}:{}", call.flight.tid, shown(&path));
+        let mut f = Finding::new(Kind::HungCall, &key, Severity::Critical, call.flight.started);
         f.last_seen = review.now;
         f.count = 1;
         f.pod_uid = call.pod_uid.clone();
         f.pods = call.pod_uid.iter().cloned().collect();
-        f.actor = Some(FindingActor::of(call.pid, &call.actor));
-        f.syscall = Some(syscall_name(call.syscall));
+        f.actor = Some(FindingActor::of(call.flight.pid, &call.actor));
+        f.syscall = Some(syscall_name(call.flight.syscall));
         f.paths = vec![path.clone()];
         f.detail("waiting_s", waited.as_secs_f64().round());
-        f.detail("tid", call.tid);
-        f.evidence("in-flight map", format!("{} of {} entered {} ago and has not returned", syscall_name(call.syscall), shown(&path), human_duration(waited)));
+        f.detail("tid", call.flight.tid);
+        f.evidence("in-flight map", format!("{} of {} entered {} ago and has not returned", syscall_name(call.flight.syscall), shown(&path), human_duration(waited)));
         let mut state_words = String::new();
-        match node.task(call.tid) {
+        match node.task(call.flight.tid) {
             Ok(t) => {
                 let wchan = t.wchan.as_ref().map(|w| format!(", waiting in {w}")).unwrap_or_default();
                 state_words = format!("{}{wchan}", t.state_words());
-                f.evidence(format!("/proc/{}/stat", call.tid), format!("task {} ({}) is {state_words}", call.tid, t.comm));
+                f.evidence(format!("/proc/{}/stat", call.flight.tid), format!("task {} ({}) is {state_words}", call.flight.tid, t.comm));
                 if !t.stack.is_empty() {
                     let frames: Vec<&str> = t.stack.iter().take(FRAMES_QUOTED).map(String::as_str).collect();
-                    f.evidence(format!("/proc/{}/stack", call.tid), frames.join(" <- "));
+                    f.evidence(format!("/proc/{}/stack", call.flight.tid), frames.join(" <- "));
                 }
             }
-            Err(why) => f.evidence(format!("/proc/{}", call.tid), format!("unreadable: {why}")),
+            Err(why) => f.evidence(format!("/proc/{}", call.flight.tid), format!("unreadable: {why}")),
         }
         if !path.is_empty() {
             // Whatever it is, podstuck keeps its own hands off it.
             node.avoid(&path);
         }
         let mount: Option<Mount> = node.host_mounts().ok().and_then(|m| mount_containing(&m, &path).cloned());
-        let who = format!("{}'s {} of {}", call.actor.description, syscall_name(call.syscall), shown(&path));
+        let who = format!("{}'s {} of {}", call.actor.description, syscall_name(call.flight.syscall), shown(&path));
         let since = format!("has not returned for {}", human_duration(waited));
         let task = if state_words.is_empty() { String::new() } else { format!(" (the task is {state_words})") };
         match &mount {
@@ -90,7 +90,7 @@ impl HungCall {
             None => {
                 f.confidence = Confidence::Possible;
                 f.summary = format!("{who} {since}{task}.");
-                f.fix = format!("cat /proc/{}/stack", call.tid);
+                f.fix = format!("cat /proc/{}/stack", call.flight.tid);
             }
         }
         f
@@ -130,7 +130,7 @@ impl Detector for HungCall {
         let in_flight: Vec<CallInFlight> = review.in_flight.to_vec();
         let now = review.now;
         // Calls that returned since: resolved.
-        let still: std::collections::HashSet<(u32, SystemTime)> = in_flight.iter().map(|c| (c.tid, c.started)).collect();
+        let still: std::collections::HashSet<(u32, SystemTime)> = in_flight.iter().map(|c| (c.flight.tid, c.flight.started)).collect();
         let gone: Vec<(u32, SystemTime)> = self.reported.keys().filter(|k| !still.contains(k)).copied().collect();
         for key in gone {
             let mut f = self.reported.remove(&key).expect("listed");
@@ -139,8 +139,8 @@ impl Detector for HungCall {
             f.evidence("in-flight map", "the call has returned");
             out.push(f);
         }
-        for call in in_flight.iter().filter(|c| now.duration_since(c.started).unwrap_or_default() >= self.hung_after) {
-            let key = (call.tid, call.started);
+        for call in in_flight.iter().filter(|c| now.duration_since(c.flight.started).unwrap_or_default() >= self.hung_after) {
+            let key = (call.flight.tid, call.flight.started);
             let recheck = self
                 .reported
                 .get(&key)
@@ -161,15 +161,12 @@ mod tests {
     use super::*;
     use crate::identify::actor::Role;
     use crate::identify::Actor;
+    use crate::event::{Flight, AT_FDCWD};
     use podstuck_common::Syscall;
 
     fn in_flight(path: &str, started: f64) -> CallInFlight {
         CallInFlight {
-            tid: 4321,
-            pid: 4321,
-            syscall: Syscall::Unlinkat,
-            flags: 0,
-            started: t(started),
+            flight: Flight { tid: 4321, pid: 4321, syscall: Syscall::Unlinkat, flags: 0, dfd: AT_FDCWD, started: t(started), path: Some(path.into()) },
             path: Some(path.into()),
             pod_uid: Some(pod()),
             actor: Actor { comm: "kubelet".into(), exe: None, parent: "systemd".into(), role: Role::Kubelet, description: "kubelet".into() },

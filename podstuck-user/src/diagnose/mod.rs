@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime};
 use podstuck_common::Syscall;
 use serde::Serialize;
 
-use crate::event::CallEvent;
+use crate::event::{CallEvent, Flight};
 use crate::identify::pod::PodUid;
 use crate::identify::{Actor, Identity};
 use crate::inspect::NodeInspector;
@@ -290,16 +290,13 @@ impl Finding {
     }
 }
 
-/// A call that entered and has not returned, as read from the kernel's
-/// in-flight map and identified.
+/// A call that entered and has not returned: the kernel's in-flight entry
+/// as user space read it ([`Flight`]), with who made it and on what.
 #[derive(Clone, Debug)]
 pub struct CallInFlight {
-    pub tid: u32,
-    pub pid: u32,
-    pub syscall: Syscall,
-    pub flags: u64,
-    pub started: SystemTime,
-    /// The absolute path when it could be read from the caller's memory.
+    pub flight: Flight,
+    /// The absolute path, when the argument could be read from the
+    /// caller's memory and, if relative, based on its directory.
     pub path: Option<Vec<u8>>,
     pub pod_uid: Option<PodUid>,
     pub actor: Actor,

@@ -21,13 +21,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::Flight;
-use crate::event::{CallEvent, NoPath};
+use crate::event::{CallEvent, Flight, NoPath};
 use crate::node_access::Node;
 use actor::{describe, role_of, Role};
 use cgroups::{cgroup2_mount, cgroup_path_of_process, v1_hierarchy, CgroupIndex};
 use docker::{DockerLayers, DEFAULT_DOCKER_ROOT};
 use pod::{clues_from_cgroup, clues_from_path, ContainerId, PathArea, PodUid};
+use process::ProcessFacts;
 
 /// Where kubelet keeps pods unless told otherwise (`--root-dir`).
 pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
@@ -63,6 +63,25 @@ impl RescanLimit {
     /// Whether a scan is allowed now.
     pub fn due(&self) -> bool {
         self.last_scan.is_none_or(|at| at.elapsed() >= self.min_interval)
+    }
+}
+
+/// The caller of a call, as identify reads it: from the event the kernel
+/// streamed, or from `/proc` for a call known only by its thread.
+struct Caller<'a> {
+    pid: u32,
+    comm: &'a str,
+    pcomm: &'a str,
+    /// The v2 cgroup the kernel recorded; 0 when unknown.
+    cgroup_id: u64,
+    /// The v1 cgroup the kernel recorded; 0 when not read.
+    v1_cgroup_id: u64,
+}
+
+impl ProcessFacts {
+    /// The caller these facts name, in cgroup `cgroup_id` where known.
+    fn caller(&self, cgroup_id: u64) -> Caller<'_> {
+        Caller { pid: self.pid, comm: &self.comm, pcomm: &self.pcomm, cgroup_id, v1_cgroup_id: 0 }
     }
 }
 
@@ -211,9 +230,9 @@ impl Identifier {
     /// hierarchies and the v2 tree is systemd's, so whichever names a pod
     /// or container wins. Only where the kernel gave neither,
     /// `/proc/<pid>/cgroup` (racy: a short-lived caller is gone).
-    fn caller_cgroup(&mut self, event: &CallEvent) -> Option<String> {
-        let v2 = self.cgroups.as_mut().and_then(|index| index.path_of(event.cgroup_id));
-        let v1 = match (event.v1_cgroup_id, self.cgroups_v1.as_mut()) {
+    fn caller_cgroup(&mut self, caller: &Caller<'_>) -> Option<String> {
+        let v2 = self.cgroups.as_mut().and_then(|index| index.path_of(caller.cgroup_id));
+        let v1 = match (caller.v1_cgroup_id, self.cgroups_v1.as_mut()) {
             (0, _) | (_, None) => None,
             (id, Some(index)) => index.path_of(id),
         };
@@ -224,11 +243,18 @@ impl Identifier {
         if v2.is_some() || v1.is_some() {
             return v2.or(v1);
         }
-        cgroup_path_of_process(&self.proc_root, event.pid)
+        cgroup_path_of_process(&self.proc_root, caller.pid)
     }
 
+    /// A call streamed by the kernel.
     pub fn identify(&mut self, event: &CallEvent) -> Identity {
-        let abs_path = event.abs_path();
+        let caller = Caller { pid: event.pid, comm: &event.comm, pcomm: &event.pcomm, cgroup_id: event.cgroup_id, v1_cgroup_id: event.v1_cgroup_id };
+        self.identify_call(&caller, event.abs_path())
+    }
+
+    /// A call by `caller` on `abs_path`: its pod by path, container and
+    /// cgroup, and its actor.
+    fn identify_call(&mut self, caller: &Caller<'_>, abs_path: Result<Vec<u8>, NoPath>) -> Identity {
         let clues = match &abs_path {
             Ok(path) => clues_from_path(path, &self.kubelet_roots),
             Err(_) => Default::default(),
@@ -255,7 +281,7 @@ impl Identifier {
                 }
             }
         }
-        if let Some(cgroup) = self.caller_cgroup(event) {
+        if let Some(cgroup) = self.caller_cgroup(caller) {
             let (caller_pod, caller_container) = clues_from_cgroup(&cgroup);
             if let Some(uid) = caller_pod {
                 if pod_uid.is_none() || pod_uid.as_ref() == Some(&uid) {
@@ -267,13 +293,13 @@ impl Identifier {
                 container_id = caller_container;
             }
         }
-        let exe = self.exe_of(event.pid);
-        let role = role_of(&event.comm, exe.as_deref(), &event.pcomm);
+        let exe = self.exe_of(caller.pid);
+        let role = role_of(caller.comm, exe.as_deref(), caller.pcomm);
         let actor = Actor {
-            description: describe(&event.comm, &event.pcomm, role),
-            comm: event.comm.clone(),
+            description: describe(caller.comm, caller.pcomm, role),
+            comm: caller.comm.to_string(),
             exe,
-            parent: event.pcomm.clone(),
+            parent: caller.pcomm.to_string(),
             role,
         };
         Identity { abs_path, pod_uid, path_area, container_id, actor, matched }
@@ -281,15 +307,16 @@ impl Identifier {
 
     /// A call still in flight, identified from what /proc says of it.
     pub fn identify_flight(&mut self, flight: &Flight) -> Identity {
-        let event = process::event_of_flight(flight, &self.proc_root);
-        self.identify(&event)
+        let facts = ProcessFacts::read(flight.pid, flight.tid, &self.proc_root);
+        let abs_path = process::flight_path(flight, &self.proc_root);
+        self.identify_call(&facts.caller(0), abs_path)
     }
 
     /// Calls of process `pid` the kernel counted without streaming them:
     /// who made them, from /proc and their cgroup.
     pub fn identify_process(&mut self, pid: u32, cgroup_id: u64) -> Identity {
-        let event = process::process_event(pid, pid, cgroup_id, &self.proc_root);
-        self.identify(&event)
+        let facts = ProcessFacts::read(pid, pid, &self.proc_root);
+        self.identify_call(&facts.caller(cgroup_id), Err(NoPath::PathUnreadable))
     }
 }
 

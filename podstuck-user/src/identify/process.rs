@@ -1,25 +1,43 @@
 //! Calls known only by their process: a call still in flight (the kernel
 //! holds its arguments, not an event) and calls the kernel counted without
-//! streaming them. Dressed as events from what `/proc` says of the thread,
-//! so [`super::Identifier::identify`] names their actor and pod the same
-//! way as for any call.
+//! streaming them. What `/proc` says of the thread names the caller, so
+//! [`super::Identifier`] names their actor and pod the same way as for any
+//! call.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::SystemTime;
-
-use podstuck_common::Syscall;
 
 use crate::event::Flight;
-use crate::event::{BaseDir, CallEvent, NoPath, PathStatus, AT_FDCWD};
+use crate::event::{BaseDir, NoPath, AT_FDCWD};
 
-/// A call in flight dressed as an event: comm and parent from /proc, a
-/// relative path's base from the caller's cwd or dirfd (readlink of /proc
-/// links never touches the filesystem behind them, which may be the one
-/// that hangs).
-pub fn event_of_flight(flight: &Flight, proc_root: &Path) -> CallEvent {
-    let path = flight.path.clone().unwrap_or_default();
-    let base = if path.first() == Some(&b'/') || flight.path.is_none() {
+/// What `/proc` says of a thread: its name, its parent and the parent's
+/// name; empty names and parent 0 when the thread is gone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessFacts {
+    pub pid: u32,
+    pub comm: String,
+    pub ppid: u32,
+    pub pcomm: String,
+}
+
+impl ProcessFacts {
+    /// Thread `tid` of process `pid`.
+    pub fn read(pid: u32, tid: u32, proc_root: &Path) -> ProcessFacts {
+        let proc_text = |id: u32, file: &str| {
+            std::fs::read_to_string(proc_root.join(id.to_string()).join(file)).map(|s| s.trim_end().to_string()).unwrap_or_default()
+        };
+        let stat = proc_text(pid, "stat");
+        let ppid: u32 = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
+        ProcessFacts { pid, comm: proc_text(tid, "comm"), ppid, pcomm: proc_text(ppid, "comm") }
+    }
+}
+
+/// The absolute path a call in flight acts on: its argument, based on the
+/// caller's cwd or dirfd when relative (readlink of /proc links never
+/// touches the filesystem behind them, which may be the one that hangs).
+pub fn flight_path(flight: &Flight, proc_root: &Path) -> Result<Vec<u8>, NoPath> {
+    let path = flight.path.as_deref().ok_or(NoPath::PathUnreadable)?;
+    let base = if path.first() == Some(&b'/') {
         BaseDir::NotNeeded
     } else {
         let link = if flight.dfd == AT_FDCWD {
@@ -32,46 +50,7 @@ pub fn event_of_flight(flight: &Flight, proc_root: &Path) -> CallEvent {
             Err(_) => BaseDir::Unresolved(NoPath::CallerDirUnreadable),
         }
     };
-    CallEvent {
-        syscall: flight.syscall,
-        flags: flight.flags,
-        dfd: flight.dfd,
-        path_status: if flight.path.is_some() { PathStatus::Whole } else { PathStatus::Unreadable },
-        path,
-        base,
-        ..process_event(flight.pid, flight.tid, 0, proc_root)
-    }
-}
-
-/// A call with no path, dressed with what /proc says of its thread: enough
-/// for identify to name the actor (and the pod, by cgroup).
-pub fn process_event(pid: u32, tid: u32, cgroup_id: u64, proc_root: &Path) -> CallEvent {
-    let proc_text = |id: u32, file: &str| {
-        std::fs::read_to_string(proc_root.join(id.to_string()).join(file)).map(|s| s.trim_end().to_string()).unwrap_or_default()
-    };
-    let stat = proc_text(pid, "stat");
-    let ppid: u32 = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
-    CallEvent {
-        time: SystemTime::now(),
-        pid,
-        tid,
-        comm: proc_text(tid, "comm"),
-        ppid,
-        pcomm: proc_text(ppid, "comm"),
-        cgroup_id,
-        v1_cgroup_id: 0,
-        mntns: 0,
-        uid: 0,
-        syscall: Syscall::Unlinkat,
-        flags: 0,
-        dfd: AT_FDCWD,
-        path: Vec::new(),
-        path_status: PathStatus::Unreadable,
-        base: BaseDir::NotNeeded,
-        ret: 0,
-        latency_ns: 0,
-        represents: 1,
-    }
+    base.absolute(path)
 }
 
 /// The node's mount namespace inode: podstuck's own, unless it reads the
@@ -84,6 +63,8 @@ pub fn own_mount_namespace(node: &crate::node_access::Node) -> u32 {
 mod tests {
     use super::*;
     use crate::test_support::TempDir;
+    use podstuck_common::Syscall;
+    use std::time::SystemTime;
 
     /// A /proc with one thread 42 of process 40 (child of 1, "kubelet"),
     /// its cwd in /var/lib/kubelet/pods and fd 7 open on /mnt.
@@ -106,23 +87,18 @@ mod tests {
     #[test]
     fn a_call_in_flight_is_named_from_proc_and_its_relative_path_based_there() {
         let proc = fake_proc();
-        let event = event_of_flight(&flight(AT_FDCWD, Some(b"x/vol")), &proc.0);
-        assert_eq!((event.pid, event.tid, event.ppid), (40, 42, 1));
-        assert_eq!((event.comm.as_str(), event.pcomm.as_str()), ("umount-worker", "kubelet"));
-        assert_eq!((event.syscall, event.flags), (Syscall::Umount2, 2));
-        assert_eq!(event.base, BaseDir::Resolved(b"/var/lib/kubelet/pods".to_vec()));
-        assert_eq!(event.abs_path().unwrap(), b"/var/lib/kubelet/pods/x/vol");
-        assert_eq!(event_of_flight(&flight(7, Some(b"vol")), &proc.0).abs_path().unwrap(), b"/mnt/vol");
-        assert_eq!(event_of_flight(&flight(9, Some(b"vol")), &proc.0).base, BaseDir::Unresolved(NoPath::CallerDirUnreadable));
-        assert_eq!(event_of_flight(&flight(7, Some(b"/abs")), &proc.0).base, BaseDir::NotNeeded);
-        let unreadable = event_of_flight(&flight(7, None), &proc.0);
-        assert_eq!((unreadable.path_status, unreadable.base), (PathStatus::Unreadable, BaseDir::NotNeeded));
+        let facts = ProcessFacts::read(40, 42, &proc.0);
+        assert_eq!(facts, ProcessFacts { pid: 40, comm: "umount-worker".into(), ppid: 1, pcomm: "kubelet".into() });
+        assert_eq!(flight_path(&flight(AT_FDCWD, Some(b"x/vol")), &proc.0).unwrap(), b"/var/lib/kubelet/pods/x/vol");
+        assert_eq!(flight_path(&flight(7, Some(b"vol")), &proc.0).unwrap(), b"/mnt/vol");
+        assert_eq!(flight_path(&flight(9, Some(b"vol")), &proc.0), Err(NoPath::CallerDirUnreadable));
+        assert_eq!(flight_path(&flight(9, Some(b"/abs/./x")), &proc.0).unwrap(), b"/abs/x", "absolute: no base read");
+        assert_eq!(flight_path(&flight(7, None), &proc.0), Err(NoPath::PathUnreadable));
     }
 
     #[test]
-    fn a_process_gone_from_proc_is_still_an_event() {
+    fn a_process_gone_from_proc_has_no_names() {
         let proc = fake_proc();
-        let event = process_event(99, 99, 7, &proc.0);
-        assert_eq!((event.comm.as_str(), event.ppid, event.cgroup_id), ("", 0, 7));
+        assert_eq!(ProcessFacts::read(99, 99, &proc.0), ProcessFacts { pid: 99, ..ProcessFacts::default() });
     }
 }

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::diagnose::fake::{call_by, csi_mount, pod, rmdir, t, task, umount, Call, FakeNode, POD};
 use crate::diagnose::{CallInFlight, Confidence, Diagnoser, Kind, Review, Status};
-use crate::event::{BaseDir, NoPath, PathStatus};
+use crate::event::{BaseDir, Flight, NoPath, PathStatus, AT_FDCWD};
 use crate::identify::actor::Role;
 use crate::identify::pod::{ContainerId, PathArea};
 use crate::identify::{Actor, MatchReason};
@@ -118,13 +118,10 @@ impl<W: Write> Live<W> {
 }
 
 fn hung_flight(started: f64) -> CallInFlight {
+    let path = Some(b"/mnt/fuse/a".to_vec());
     CallInFlight {
-        tid: 4321,
-        pid: 4321,
-        syscall: Syscall::Unlinkat,
-        flags: 0,
-        started: t(started),
-        path: Some(b"/mnt/fuse/a".to_vec()),
+        flight: Flight { tid: 4321, pid: 4321, syscall: Syscall::Unlinkat, flags: 0, dfd: AT_FDCWD, started: t(started), path: path.clone() },
+        path,
         pod_uid: Some(pod()),
         actor: Actor { comm: "kubelet".into(), exe: None, parent: "systemd".into(), role: Role::Kubelet, description: "kubelet".into() },
     }
@@ -559,7 +556,7 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
     assert_eq!(review.now, t(2.0));
     assert_eq!(review.in_flight.len(), 1);
     assert_eq!(review.in_flight[0].path.as_deref(), Some(&odd[..]));
-    assert_eq!(review.in_flight[0].started, t(0.5));
+    assert_eq!(review.in_flight[0].flight.started, t(0.5));
     assert!(matches!(reader.next_entry().unwrap(), Some(Entry::End(RecordEnd { entries: 3, .. }))));
     assert!(reader.next_entry().unwrap().is_none());
     assert!(!reader.ends_early());
@@ -856,14 +853,14 @@ proptest! {
                     }
                     Happening::NodeChange(what) => change(&mut live.node, *what),
                     // A thread is in one call at a time.
-                    Happening::Hang(p, true) if hanging.iter().any(|f| f.tid == 4321 + *p as u32) => {}
+                    Happening::Hang(p, true) if hanging.iter().any(|f| f.flight.tid == 4321 + *p as u32) => {}
                     Happening::Hang(p, true) => {
                         let mut f = hung_flight(when);
-                        f.tid = 4321 + *p as u32;
+                        f.flight.tid = 4321 + *p as u32;
                         f.path = Some(paths[*p].clone().into_bytes());
                         hanging.push(f);
                     }
-                    Happening::Hang(p, false) => hanging.retain(|f| f.tid != 4321 + *p as u32),
+                    Happening::Hang(p, false) => hanging.retain(|f| f.flight.tid != 4321 + *p as u32),
                 }
             }
             live.review(at, &hanging);

@@ -20,7 +20,7 @@ use crate::run::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::identify::owner::Owner;
 use crate::words::hex;
-use crate::event::{BaseDir, CallEvent, NoPath, PathStatus};
+use crate::event::{BaseDir, CallEvent, Flight, NoPath, PathStatus, AT_FDCWD};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::inspect::{
@@ -523,27 +523,37 @@ pub struct WireFlight<'a> {
 
 impl<'a> WireFlight<'a> {
     pub fn of(c: &'a CallInFlight) -> WireFlight<'a> {
-        let CallInFlight { tid, pid, syscall, flags, started, path, pod_uid, actor } = c;
+        let CallInFlight { flight, path, pod_uid, actor } = c;
         WireFlight {
-            tid: *tid,
-            pid: *pid,
-            syscall: (*syscall).into(),
-            flags: *flags,
-            started: nanos(*started),
+            tid: flight.tid,
+            pid: flight.pid,
+            syscall: flight.syscall.into(),
+            flags: flight.flags,
+            started: nanos(flight.started),
             path: path.as_deref().map(Bytes::of),
             pod_uid: pod_uid.as_ref().map(Cow::Borrowed),
             actor: Cow::Borrowed(actor),
         }
     }
 
+    /// The call as the live run's diagnosis saw it. The record keeps the
+    /// absolute path, which the detectors read, and not the argument as
+    /// passed: the call is given that path as its argument, which names
+    /// the same file.
     pub fn into_flight(self) -> CallInFlight {
-        CallInFlight {
+        let path = self.path.map(Bytes::into_vec);
+        let flight = Flight {
             tid: self.tid,
             pid: self.pid,
             syscall: self.syscall.into(),
             flags: self.flags,
+            dfd: AT_FDCWD,
             started: time(self.started),
-            path: self.path.map(Bytes::into_vec),
+            path: path.clone(),
+        };
+        CallInFlight {
+            flight,
+            path,
             pod_uid: self.pod_uid.map(Cow::into_owned),
             actor: self.actor.into_owned(),
         }

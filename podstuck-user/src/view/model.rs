@@ -327,22 +327,22 @@ pub fn first_sentence(text: &str) -> &str {
 /// The `limit` calls that have waited longest, longest first.
 pub(crate) fn slowest_in_flight(calls: &[CallInFlight], now: SystemTime, limit: usize) -> Vec<FlightRow> {
     let mut calls: Vec<&CallInFlight> = calls.iter().collect();
-    calls.sort_by(|a, b| a.started.cmp(&b.started).then(a.tid.cmp(&b.tid)));
+    calls.sort_by(|a, b| a.flight.started.cmp(&b.flight.started).then(a.flight.tid.cmp(&b.flight.tid)));
     calls
         .into_iter()
         .take(limit)
         .map(|c| {
-            let flags = decode_flags(c.syscall, c.flags);
+            let flags = decode_flags(c.flight.syscall, c.flight.flags);
             let call = if flags.is_empty() {
-                syscall_name(c.syscall).to_string()
+                syscall_name(c.flight.syscall).to_string()
             } else {
-                format!("{}({})", syscall_name(c.syscall), flags.join("|"))
+                format!("{}({})", syscall_name(c.flight.syscall), flags.join("|"))
             };
             FlightRow {
                 call,
-                waiting: now.duration_since(c.started).unwrap_or_default(),
+                waiting: now.duration_since(c.flight.started).unwrap_or_default(),
                 actor: c.actor.description.clone(),
-                pid: c.pid,
+                pid: c.flight.pid,
                 pod: c.pod_uid.as_ref().map(|p| p.to_string()),
                 path: c.path.as_deref().map(escape_path).unwrap_or_else(|| "(path unreadable)".to_string()),
             }
@@ -476,6 +476,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::diagnose::fake::t;
     use crate::diagnose::Kind;
+    use crate::event::{Flight, AT_FDCWD};
     use crate::identify::Actor;
     use crate::latency::tests::{event, identity};
 
@@ -506,13 +507,10 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn flight(tid: u32, started: f64, path: Option<&[u8]>) -> CallInFlight {
+        let path = path.map(|p| p.to_vec());
         CallInFlight {
-            tid,
-            pid: tid,
-            syscall: Syscall::Umount2,
-            flags: 0,
-            started: t(started),
-            path: path.map(|p| p.to_vec()),
+            flight: Flight { tid, pid: tid, syscall: Syscall::Umount2, flags: 0, dfd: AT_FDCWD, started: t(started), path: path.clone() },
+            path,
             pod_uid: None,
             actor: Actor { comm: "kubelet".into(), exe: None, parent: "systemd".into(), role: Role::Kubelet, description: "kubelet".into() },
         }
@@ -712,7 +710,7 @@ pub(crate) mod tests {
         let book = LatencyBook::new(t(0.0));
         let mut calls: Vec<CallInFlight> = (0..7).map(|i| flight(100 + i, 10.0 + i as f64, Some(b"/mnt/nfs"))).collect();
         calls.push(flight(99, 3.0, None));
-        calls[0].flags = libc::MNT_DETACH as u64;
+        calls[0].flight.flags = libc::MNT_DETACH as u64;
         let s = screen(&mut view, 20.0, &book, &[], &calls, &totals(0, 0));
         assert_eq!(s.in_flight.len(), IN_FLIGHT_SHOWN);
         assert_eq!(s.in_flight[0].pid, 99);

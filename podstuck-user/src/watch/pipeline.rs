@@ -196,16 +196,7 @@ impl Pipeline {
             if !self.filter.admits(&identity) {
                 continue;
             }
-            calls.push(CallInFlight {
-                tid: flight.tid,
-                pid: flight.pid,
-                syscall: flight.syscall,
-                flags: flight.flags,
-                started: flight.started,
-                path: identity.abs_path.ok(),
-                pod_uid: identity.pod_uid,
-                actor: identity.actor,
-            });
+            calls.push(CallInFlight { flight, path: identity.abs_path.ok(), pod_uid: identity.pod_uid, actor: identity.actor });
         }
         calls
     }
