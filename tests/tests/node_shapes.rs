@@ -131,17 +131,26 @@ impl NodeContainer {
 
     /// The host pid of the node's first process named `comm`: the
     /// daemon, not the short-lived children it forks under its name (nor
-    /// the loops' `sleep`s, started after the holder's).
+    /// the loops' `sleep`s, started after the holder's). Waited for: the
+    /// node writes /ready before its daemons' shells have exec'd under
+    /// their names, and a busy machine may take a while to get there.
     fn process(&self, comm: &str) -> u32 {
         let mntns = ns_of(self.init);
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| ns_of(*pid) == mntns)
-            .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == comm))
-            .min()
-            .unwrap_or_else(|| panic!("no {comm} in node container {}", self.name))
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = std::fs::read_dir("/proc")
+                .unwrap()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| ns_of(*pid) == mntns)
+                .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == comm))
+                .min();
+            match found {
+                Some(pid) => return pid,
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                None => panic!("no {comm} in node container {} after 30 s", self.name),
+            }
+        }
     }
 }
 
