@@ -73,7 +73,7 @@ impl ReplaySummary {
 
     /// Counts a difference between what the live run told `when` and what
     /// the replay tells, keeping the first in words.
-    fn compare(&mut self, when: String, live: Vec<String>, here: Vec<String>) {
+    fn compare(&mut self, when: String, live: Vec<Value>, here: Vec<Value>) {
         if live != here {
             self.differences += 1;
             if self.first_difference.is_none() {
@@ -98,41 +98,33 @@ impl ReplaySummary {
     }
 }
 
-/// Findings as comparable text, in an order of their own: detectors walk
+/// Findings in an order of their own (by their JSON text): detectors walk
 /// hash maps, so the order of one review's findings varies between runs.
-fn comparable(values: impl IntoIterator<Item = Value>) -> Vec<String> {
-    let mut all: Vec<String> = values.into_iter().map(|v| v.to_string()).collect();
-    all.sort();
+fn comparable(values: impl IntoIterator<Item = Value>) -> Vec<Value> {
+    let mut all: Vec<Value> = values.into_iter().collect();
+    all.sort_by_cached_key(Value::to_string);
     all
 }
 
-fn replayed(reports: &[Report]) -> Vec<String> {
+fn replayed(reports: &[Report]) -> Vec<Value> {
     comparable(reports.iter().map(finding_value))
 }
 
 /// "volume-still-mounted:/x revision 2, ..." or "nothing".
-fn told_words(told: &[String]) -> String {
+fn told_words(told: &[Value]) -> String {
     if told.is_empty() {
         return "nothing".into();
     }
-    let words: Vec<String> = told
-        .iter()
-        .map(|t| {
-            let v: Value = serde_json::from_str(t).unwrap_or(Value::Null);
-            format!("{} revision {}", v["id"].as_str().unwrap_or("?"), v["revision"])
-        })
-        .collect();
+    let words: Vec<String> = told.iter().map(|v| format!("{} revision {}", v["id"].as_str().unwrap_or("?"), v["revision"])).collect();
     words.join(", ")
 }
 
 /// How two tellings of one review differ: other findings, or the same
 /// findings with other contents (and which fields).
-fn difference_words(live: &[String], here: &[String]) -> String {
-    let parse = |told: &[String]| -> Vec<Value> { told.iter().map(|t| serde_json::from_str(t).unwrap_or(Value::Null)).collect() };
-    let (live_values, here_values) = (parse(live), parse(here));
+fn difference_words(live: &[Value], here: &[Value]) -> String {
     let heading = |v: &Value| (v["type"].clone(), v["id"].clone(), v["revision"].clone());
-    let mut live_sorted = live_values.clone();
-    let mut here_sorted = here_values.clone();
+    let mut live_sorted = live.to_vec();
+    let mut here_sorted = here.to_vec();
     let by_heading = |a: &Value, b: &Value| heading(a).0.to_string().cmp(&heading(b).0.to_string()).then(heading(a).1.to_string().cmp(&heading(b).1.to_string()));
     live_sorted.sort_by(by_heading);
     here_sorted.sort_by(by_heading);
@@ -438,5 +430,16 @@ mod tests {
         assert_eq!(err.to_string(), format!("{d} is a directory of latency histograms (podstuck watch --histograms), not a record: read it with `podstuck report {d}`", d = tmp.0.display()));
         let missing = replay(&tmp.0.join("none"), false).unwrap_err();
         assert_eq!(crate::exit::code_of(&missing), crate::exit::BAD_INPUT);
+    }
+
+    #[test]
+    fn a_difference_names_the_finding_and_its_fields_that_differ() {
+        let finding = |summary: &str, fix: &str| serde_json::json!({"type": "finding", "id": "mount-held:/m", "revision": 1, "summary": summary, "fix": fix});
+        let live = comparable([finding("held by pid 7", "kill 7")]);
+        let here = comparable([finding("held by pid 8", "kill 7")]);
+        assert_eq!(difference_words(&live, &here), "mount-held:/m revision 1 differs in summary");
+        let other = comparable([serde_json::json!({"type": "finding", "id": "hung-call:1:/n", "revision": 1})]);
+        assert_eq!(difference_words(&live, &other), "the live run told mount-held:/m revision 1; this replay told hung-call:1:/n revision 1");
+        assert_eq!(difference_words(&[], &live), "the live run told nothing; this replay told mount-held:/m revision 1");
     }
 }
