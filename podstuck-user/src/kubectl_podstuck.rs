@@ -49,7 +49,7 @@ struct Cli {
     #[arg(long)]
     json: bool,
     /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C.
-    #[arg(long, value_parser = run_length, allow_hyphen_values = true)]
+    #[arg(long, value_parser = podstuck::words::run_length_arg, allow_hyphen_values = true)]
     duration: Option<Duration>,
     /// Keep latency histograms and copy their files into DIR at the end.
     #[arg(long, value_name = "DIR")]
@@ -104,11 +104,6 @@ fn main() -> ExitCode {
             ExitCode::from(podstuck::exit::code_of(&e))
         }
     }
-}
-
-/// `--duration`.
-fn run_length(value: &str) -> Result<Duration, String> {
-    podstuck::words::duration_arg(value, "podstuck would stop before tracing anything")
 }
 
 /// `--start-timeout`.

@@ -147,7 +147,7 @@ struct WatchArgs {
     #[arg(long, conflicts_with = "json")]
     calls: bool,
     /// Stop by itself after this long (e.g. 30s, 5m); default: until Ctrl-C or SIGTERM.
-    #[arg(long, value_parser = run_length, allow_hyphen_values = true)]
+    #[arg(long, value_parser = podstuck::words::run_length_arg, allow_hyphen_values = true)]
     duration: Option<Duration>,
     /// Follow this pod only: its UID, or NAMESPACE/NAME or NAME with -n (resolved through the
     /// Kubernetes API, and what the API says of the pod joined to the findings; a pod that cannot
@@ -265,11 +265,6 @@ fn pod_arg(value: &str) -> Result<PodArg, String> {
         Ok(named @ PodRef::Name { .. }) => Ok(PodArg::Named(named)),
         _ => Err(format!("{value}: give a pod UID (kubectl get pod NAME -o jsonpath='{{.metadata.uid}}'), NAMESPACE/NAME, or NAME with -n NAMESPACE")),
     }
-}
-
-/// `--duration` of watch.
-fn run_length(value: &str) -> Result<Duration, String> {
-    podstuck::words::duration_arg(value, "podstuck would stop before tracing anything")
 }
 
 /// `--duration` of demo.

@@ -246,6 +246,12 @@ pub fn duration_arg(value: &str, zero_means: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A watch's `--duration`, in `podstuck watch` and in `kubectl podstuck`,
+/// which passes it on to the watch it runs on the node.
+pub fn run_length_arg(value: &str) -> Result<Duration, String> {
+    duration_arg(value, "podstuck would stop before tracing anything")
+}
+
 /// `path` as one POSIX shell word: bare when it is made only of characters
 /// no shell treats specially; single-quoted when it is printable text;
 /// otherwise `"$(printf '%b' '...')"` with every other byte written as a
