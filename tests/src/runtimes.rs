@@ -5,7 +5,8 @@
 //! retries, their own error messages, their own spelling of paths.
 //!
 //! - [`Dockerd`]: a private `dockerd` (overlay2, no networking) with its
-//!   data root in the test's scratch directory and its exec root under
+//!   data root in the test's scratch directory (or on the filesystem
+//!   `cargo xtask bench` measures) and its exec root under
 //!   `/var/run` (through the `/var/run -> /run` symlink, as on a default
 //!   install), running its own managed containerd.
 //! - [`Containerd`]: a private standalone `containerd`, driven with `ctr`,
@@ -673,17 +674,19 @@ fn busybox_oci_archive(scratch: &Path) -> PathBuf {
 
 // dockerd --------------------------------------------------------------
 
-/// A private dockerd for one test: overlay2 on the test's scratch
-/// directory (ext4 here, so `chattr +i` works in its layers), its exec
-/// root `/var/run/podstuck-<short>` (through the /var/run symlink, as a
-/// default install's /var/run/docker), no iptables, no bridge, and its own
-/// managed containerd (started by dockerd in `<exec-root>/containerd`).
-/// Containers run with `--network none`.
+/// A private dockerd: its data root where its [`DockerdSetup`] says, its
+/// exec root `/var/run/podstuck-<short>` (through the /var/run symlink, as
+/// a default install's /var/run/docker), no iptables, no bridge, and its
+/// own managed containerd (started by dockerd in `<exec-root>/containerd`).
+/// Containers run with `--network none`. The tests start one each
+/// ([`Dockerd::start`]); `cargo xtask bench` starts one on the filesystem it
+/// measures ([`Dockerd::launch`]) and times `docker volume rm` through it.
 pub struct Dockerd {
     child: Child,
     name: String,
     exec_root: PathBuf,
     data_root: PathBuf,
+    storage_driver: String,
     /// `docker -H unix://<exec-root>/docker.sock`.
     cli: Cli,
     log: PathBuf,
@@ -693,19 +696,80 @@ pub struct Dockerd {
     _cgroups: TopCgroups,
 }
 
+/// What differs between one private dockerd and another.
+pub struct DockerdSetup<'a> {
+    /// Where its daemon.json, its log and the busybox image's tar go.
+    pub scratch: &'a Path,
+    /// Its data root: its layers and volumes are made there.
+    pub data_root: PathBuf,
+    /// `overlay2` as on nodes; `vfs` where a kernel refuses overlay2 on
+    /// the data root's filesystem.
+    pub storage_driver: &'a str,
+    /// A containerd namespace of its own (and one for its plugins), apart
+    /// from a dockerd already using this node's containerd; `moby` if none.
+    pub containerd_namespace: Option<&'a str>,
+}
+
+impl<'a> DockerdSetup<'a> {
+    /// A test's: overlay2 with its data root in the test's scratch
+    /// directory (ext4 here, so `chattr +i` works in its layers).
+    pub fn in_scratch(scratch: &'a Path) -> DockerdSetup<'a> {
+        DockerdSetup { scratch, data_root: scratch.join("docker"), storage_driver: "overlay2", containerd_namespace: None }
+    }
+}
+
+/// Why a private daemon did not come up, with the log that says more.
+#[derive(Debug)]
+pub struct NotStarted {
+    pub why: String,
+    pub log: PathBuf,
+}
+
+impl std::fmt::Display for NotStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; the end of its log {}:\n{}", self.why, self.log.display(), log_tail(&self.log, 10))
+    }
+}
+
+impl std::error::Error for NotStarted {}
+
 impl Dockerd {
-    /// Starts it and waits until `docker info` answers. A dockerd that
+    /// Starts one for a test ([`DockerdSetup::in_scratch`]). A dockerd that
     /// cannot start fails the test; `None` where skips are allowed.
     pub fn start(scratch: &Path, test: &str) -> Option<Dockerd> {
-        let log = scratch.join("dockerd.log");
-        let Some(dockerd) = DOCKERD_CANDIDATES.iter().find(|p| Path::new(p).is_file()) else {
-            cannot_start(test, "dockerd", &format!("none of {DOCKERD_CANDIDATES:?} exists: install docker.io"), &log);
+        if !Path::new(BUSYBOX).is_file() {
+            cannot_start(test, "dockerd", &format!("{BUSYBOX} is missing: install busybox-static"), &scratch.join("dockerd.log"));
             return None;
+        }
+        match Dockerd::launch(&DockerdSetup::in_scratch(scratch)) {
+            Ok(daemon) => {
+                eprintln!(
+                    "{test}: private dockerd {} up: data root {}, exec root {}",
+                    daemon.pid(),
+                    daemon.data_root.display(),
+                    daemon.exec_root.display()
+                );
+                Some(daemon)
+            }
+            Err(e) => {
+                cannot_start(test, "dockerd", &e.why, &e.log);
+                None
+            }
+        }
+    }
+
+    /// Starts one as `setup` says and waits until `docker info` answers
+    /// with the storage driver asked for. Whatever it made is cleaned up
+    /// when it does not come up.
+    pub fn launch(setup: &DockerdSetup) -> Result<Dockerd, NotStarted> {
+        let log = setup.scratch.join(format!("dockerd-{}.log", setup.storage_driver));
+        let not_started = |why: String| NotStarted { why, log: log.clone() };
+        let Some(dockerd) = DOCKERD_CANDIDATES.iter().find(|p| Path::new(p).is_file()) else {
+            return Err(not_started(format!("none of {DOCKERD_CANDIDATES:?} exists: install docker.io")));
         };
-        for needed in [DOCKER, CONTAINERD, BUSYBOX] {
+        for needed in [DOCKER, CONTAINERD] {
             if !Path::new(needed).is_file() {
-                cannot_start(test, "dockerd", &format!("{needed} is missing: install docker.io, containerd, busybox-static"), &log);
-                return None;
+                return Err(not_started(format!("{needed} is missing: install docker.io, containerd")));
             }
         }
         let name = short_name();
@@ -713,17 +777,21 @@ impl Dockerd {
         // The deepest socket: <exec-root>/containerd/containerd.sock.ttrpc.
         let deepest = exec_root.join("containerd/containerd.sock.ttrpc");
         assert!(deepest.as_os_str().len() < 108, "{} is too long for a unix socket", deepest.display());
-        let data_root = scratch.join("docker");
-        std::fs::create_dir_all(&exec_root).expect("create the exec root");
-        std::fs::create_dir_all(&data_root).expect("create the data root");
+        let data_root = setup.data_root.clone();
+        let made = std::fs::create_dir_all(&exec_root).and_then(|()| std::fs::create_dir_all(&data_root));
         // An empty configuration of its own: nothing of /etc/docker/daemon.json.
-        let config = scratch.join("daemon.json");
-        std::fs::write(&config, "{}\n").expect("write daemon.json");
-        let out = std::fs::File::create(&log).expect("create dockerd.log");
+        let config = setup.scratch.join("daemon.json");
+        let made = made.and_then(|()| std::fs::write(&config, "{}\n")).and_then(|()| std::fs::File::create(&log));
+        let out = match made {
+            Ok(out) => out,
+            Err(e) => {
+                remove_run_dir(&exec_root);
+                return Err(not_started(format!("cannot make its directories and files: {e}")));
+            }
+        };
         let host = format!("unix://{}", exec_root.join("docker.sock").display());
-        // Before dockerd may make them.
-        let cgroups = TopCgroups::claim("docker");
-        let child = Command::new(dockerd)
+        let mut command = Command::new(dockerd);
+        command
             .arg("--config-file")
             .arg(&config)
             .arg("--data-root")
@@ -733,17 +801,21 @@ impl Dockerd {
             .arg("--pidfile")
             .arg(exec_root.join("docker.pid"))
             .args(["-H", &host])
-            .args(["--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver", "overlay2"])
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("dup the log"))
-            .stderr(out)
-            .spawn();
-        let child = match child {
+            .args(["--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver", setup.storage_driver]);
+        if let Some(namespace) = setup.containerd_namespace {
+            command.args(["--containerd-namespace", namespace, "--containerd-plugins-namespace", &format!("{namespace}-plugins")]);
+        }
+        // Before dockerd may make them.
+        let cgroups = TopCgroups::claim("docker");
+        let spawned = match out.try_clone() {
+            Ok(err) => command.stdin(Stdio::null()).stdout(out).stderr(err).spawn(),
+            Err(e) => Err(e),
+        };
+        let child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 remove_run_dir(&exec_root);
-                cannot_start(test, "dockerd", &format!("spawn {dockerd}: {e}"), &log);
-                return None;
+                return Err(not_started(format!("spawn {dockerd}: {e}")));
             }
         };
         // From here on, dropping it cleans up.
@@ -752,26 +824,19 @@ impl Dockerd {
             name,
             exec_root,
             data_root,
+            storage_driver: String::new(),
             cli: Cli { program: DOCKER, prefix: vec!["-H".into(), host.into()] },
-            log,
-            scratch: scratch.to_path_buf(),
+            log: log.clone(),
+            scratch: setup.scratch.to_path_buf(),
             imported: Mutex::new(false),
             _cgroups: cgroups,
         };
-        let log = daemon.log.clone();
-        let info = await_daemon(test, "dockerd", &mut daemon, &log, "docker info", |d| &mut d.child, daemon_info)?;
-        let driver = stdout_text(&info);
-        if driver != "overlay2" {
-            cannot_start(test, "dockerd", &format!("it runs storage driver {driver:?}, not overlay2"), &daemon.log);
-            return None;
+        let info = await_daemon(&mut daemon, "docker info", |d| &mut d.child, daemon_info).map_err(not_started)?;
+        daemon.storage_driver = stdout_text(&info);
+        if daemon.storage_driver != setup.storage_driver {
+            return Err(not_started(format!("it runs storage driver {:?}, not {}", daemon.storage_driver, setup.storage_driver)));
         }
-        eprintln!(
-            "{test}: private dockerd {} up: data root {}, exec root {}",
-            daemon.pid(),
-            daemon.data_root.display(),
-            daemon.exec_root.display()
-        );
-        Some(daemon)
+        Ok(daemon)
     }
 
     /// `docker -H <ours> ARGS`; panics with its stderr unless it succeeds.
@@ -782,6 +847,14 @@ impl Dockerd {
     /// `docker -H <ours> ARGS`, whatever comes out.
     pub fn docker_may_fail(&self, args: &[&str]) -> Output {
         self.cli.run(COMMAND_TIMEOUT, args)
+    }
+
+    /// `docker -H <ours> ARGS` as a plain command, for a caller that times
+    /// the client itself (no `timeout` in between).
+    pub fn docker_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(self.cli.program);
+        command.args(self.cli.args(args));
+        command
     }
 
     /// `docker inspect -f FORMAT THING`, trimmed.
@@ -806,6 +879,11 @@ impl Dockerd {
 
     pub fn data_root(&self) -> &Path {
         &self.data_root
+    }
+
+    /// The storage driver it runs with, as `docker info` says.
+    pub fn storage_driver(&self) -> &str {
+        &self.storage_driver
     }
 
     /// `/var/run/podstuck-<short>`, spelled through the symlink.
@@ -1022,7 +1100,10 @@ disabled_plugins = [
             _cgroups: cgroups,
         };
         let log = daemon.log.clone();
-        await_daemon(test, "containerd", &mut daemon, &log, "ctr version", |d| &mut d.child, |d| d.ctr_may_fail(&["version"]))?;
+        if let Err(why) = await_daemon(&mut daemon, "ctr version", |d| &mut d.child, |d| d.ctr_may_fail(&["version"])) {
+            cannot_start(test, "containerd", &why, &log);
+            return None;
+        }
         eprintln!(
             "{test}: private containerd {} up: root {}, state {} ({propagation:?})",
             daemon.pid(),
@@ -1268,29 +1349,20 @@ impl EventLog {
 }
 
 /// Waits until the daemon answers `question` (`ask` succeeds) and returns
-/// the answer; None, said as a loud skip, if it exits first; a panic with
-/// its log's tail if it does not answer within START_TIMEOUT.
-fn await_daemon<D>(
-    test: &str,
-    what: &str,
-    daemon: &mut D,
-    log: &Path,
-    question: &str,
-    child: impl Fn(&mut D) -> &mut Child,
-    ask: impl Fn(&D) -> Output,
-) -> Option<Output> {
+/// the answer; why not if it exits first or does not answer within
+/// START_TIMEOUT.
+fn await_daemon<D>(daemon: &mut D, question: &str, child: impl Fn(&mut D) -> &mut Child, ask: impl Fn(&D) -> Output) -> Result<Output, String> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child(daemon).try_wait() {
-            cannot_start(test, what, &format!("it exited ({status})"), log);
-            return None;
+            return Err(format!("it exited ({status})"));
         }
         let answer = ask(daemon);
         if answer.status.success() {
-            return Some(answer);
+            return Ok(answer);
         }
         if Instant::now() > deadline {
-            panic!("{test}: `{question}` did not reach {what} within {START_TIMEOUT:?}: {}\n{}:\n{}", stderr_text(&answer), log.display(), log_tail(log, 30));
+            return Err(format!("`{question}` did not reach it within {START_TIMEOUT:?}: {}", stderr_text(&answer)));
         }
         std::thread::sleep(Duration::from_millis(100));
     }

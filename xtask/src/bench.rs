@@ -5,8 +5,8 @@
 //! keeping an unlinkat latency histogram per comm, and (on the smallest
 //! case) under `strace -f -c`, in paired rounds whose order rotates, on
 //! tmpfs and on a fresh ext4, by `rm -rf`, by a Go-style RemoveAll and by
-//! the real `docker volume rm` (Debian's docker.io, a private dockerd whose
-//! data root is on the filesystem measured). It
+//! the real `docker volume rm` (Debian's docker.io, the container tests'
+//! private dockerd with its data root on the filesystem measured). It
 //! reports medians and median paired ratios, checks that podstuck counted
 //! every call exactly, its collector CPU, peak memory, kernel cost per
 //! call, time to attach and to detach; then compares attach mechanisms
@@ -24,6 +24,7 @@ use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use podstuck_tests::runtimes::{Dockerd, DockerdSetup, DOCKER};
 
 /// What to measure.
 #[derive(clap::Args, Clone, Debug)]
@@ -71,10 +72,6 @@ pub struct BenchArgs {
 const REMOVERS: [(&str, &str); 3] = [("rm-rf", "rm -rf"), ("RemoveAll", "RemoveAll"), ("docker", DOCKER_RM)];
 
 const DOCKER_RM: &str = "docker volume rm";
-
-/// Debian's docker.io 20.10 (not /usr/local/bin/docker, another client).
-const DOCKERD: &str = "/usr/sbin/dockerd";
-const DOCKER: &str = "/usr/bin/docker";
 
 const BPFTRACE_SCRIPT: &str = "tracepoint:syscalls:sys_enter_unlinkat { @start[tid] = nsecs; } \
 tracepoint:syscalls:sys_exit_unlinkat /@start[tid]/ { @us[comm] = hist((nsecs - @start[tid]) / 1000); delete(@start[tid]); }";
@@ -450,17 +447,14 @@ fn remove(tool: &str, top: &Path, actor: &Path, strace: bool) -> Result<f64> {
     Ok(took)
 }
 
-/// A private dockerd (Debian's docker.io) whose data root is on the bench
-/// filesystem measured, so `docker volume rm` removes trees there. Stopped
-/// (SIGTERM, then SIGKILL), unmounted and removed when dropped.
-struct Dockerd {
-    child: Child,
-    exec_root: PathBuf,
-    data_root: PathBuf,
-    host: String,
-    /// The storage driver it runs with (volumes do not depend on it).
-    driver: String,
-    volumes: Cell<u64>,
+/// The `docker volume rm` remover: a private dockerd (Debian's docker.io,
+/// the container tests' own [`Dockerd`], with their cleanup) whose data
+/// root is on the bench filesystem measured, so `docker volume rm` removes
+/// trees there.
+struct DockerVolumes {
+    dockerd: Dockerd,
+    /// Volumes made so far, for the next one's name.
+    made: Cell<u64>,
 }
 
 /// A docker volume holding a tree.
@@ -472,107 +466,40 @@ struct Volume {
     tree: PathBuf,
 }
 
-impl Dockerd {
-    /// Starts with overlay2, or vfs where this kernel refuses overlay2 on `fs`.
-    fn start(fs: &Path, kind: &str, scratch: &Path) -> Result<Dockerd> {
-        if !Path::new(DOCKERD).is_file() || !Path::new(DOCKER).is_file() {
-            bail!("{DOCKERD} or {DOCKER} is missing: the docker remover needs Debian's docker.io");
-        }
+impl DockerVolumes {
+    /// Starts its dockerd with overlay2, or vfs where this kernel refuses
+    /// overlay2 on `fs`; in a containerd namespace of its own, apart from
+    /// a dockerd already using this node's containerd.
+    fn start(fs: &Path, kind: &str, scratch: &Path) -> Result<DockerVolumes> {
         let mut refused = Vec::new();
-        for driver in ["overlay2", "vfs"] {
-            match Dockerd::start_with(fs, kind, scratch, driver) {
-                Ok(dockerd) => return Ok(dockerd),
+        for storage_driver in ["overlay2", "vfs"] {
+            let setup = DockerdSetup {
+                scratch,
+                data_root: fs.join("docker"),
+                storage_driver,
+                containerd_namespace: Some("podstuck-bench"),
+            };
+            match Dockerd::launch(&setup) {
+                Ok(dockerd) => {
+                    say(&format!("{kind}: private dockerd up (storage driver {storage_driver}, data root {})", dockerd.data_root().display()));
+                    return Ok(DockerVolumes { dockerd, made: Cell::new(0) });
+                }
                 Err(e) => {
-                    say(&format!("{kind}: dockerd with --storage-driver {driver} did not start: {e:#}"));
-                    refused.push(format!("{driver}: {e:#}"));
+                    say(&format!("{kind}: dockerd with --storage-driver {storage_driver} did not start: {e}"));
+                    refused.push(format!("{storage_driver}: {}", e.why));
                 }
             }
         }
         bail!("no private dockerd on {kind}: {}", refused.join("; "))
     }
 
-    fn start_with(fs: &Path, kind: &str, scratch: &Path, driver: &str) -> Result<Dockerd> {
-        // A short exec root: its unix sockets (containerd's nested deepest)
-        // must stay under 108 bytes.
-        let exec_root = PathBuf::from(format!("/run/podstuck-bench-{}-{kind}", std::process::id()));
-        let deepest = exec_root.join("containerd/containerd.sock.ttrpc");
-        if deepest.as_os_str().len() >= 108 {
-            bail!("{} is too long for a unix socket", deepest.display());
-        }
-        let data_root = fs.join("docker");
-        std::fs::create_dir_all(&exec_root)?;
-        // Its own (empty) configuration: nothing of /etc/docker/daemon.json.
-        let config = scratch.join("dockerd.json");
-        std::fs::write(&config, "{}\n")?;
-        let log_path = scratch.join(format!("dockerd-{kind}-{driver}.log"));
-        let log = std::fs::File::create(&log_path)?;
-        let host = format!("unix://{}", exec_root.join("docker.sock").display());
-        let child = Command::new(DOCKERD)
-            .arg("--config-file")
-            .arg(&config)
-            .arg("--data-root")
-            .arg(&data_root)
-            .arg("--exec-root")
-            .arg(&exec_root)
-            .arg("--pidfile")
-            .arg(exec_root.join("docker.pid"))
-            .args(["-H", &host, "--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver", driver])
-            // Apart from a dockerd already using this node's containerd.
-            .args(["--containerd-namespace", "podstuck-bench", "--containerd-plugins-namespace", "podstuck-bench-plugins"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {DOCKERD}"))?;
-        // From here on, dropping it stops and cleans up.
-        let mut dockerd = Dockerd {
-            child,
-            exec_root,
-            data_root,
-            host,
-            driver: String::new(),
-            volumes: Cell::new(0),
-        };
-        let log_tail = || {
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            lines[lines.len().saturating_sub(5)..].join("\n")
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = dockerd.child.try_wait()? {
-                bail!("dockerd exited ({status}); {}:\n{}", log_path.display(), log_tail());
-            }
-            let info = dockerd.docker().args(["info", "--format", "{{.Driver}}"]).output()?;
-            if info.status.success() {
-                dockerd.driver = String::from_utf8_lossy(&info.stdout).trim().to_string();
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("`docker info` did not answer within 60 s; {}:\n{}", log_path.display(), log_tail());
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        if dockerd.driver != driver {
-            bail!("dockerd runs storage driver {:?}, not {driver}", dockerd.driver);
-        }
-        say(&format!("{kind}: private dockerd up (storage driver {driver}, data root {})", dockerd.data_root.display()));
-        Ok(dockerd)
-    }
-
-    fn docker(&self) -> Command {
-        let mut command = Command::new(DOCKER);
-        command.args(["-H", &self.host]);
-        command
-    }
-
     /// A new volume, with its tree's place in its `_data`.
     fn create_volume(&self) -> Result<Volume> {
-        let n = self.volumes.get();
-        self.volumes.set(n + 1);
+        let n = self.made.get();
+        self.made.set(n + 1);
         let name = format!("podstuck-bench-{n}");
-        sh(self.docker().args(["volume", "create", &name]))?;
-        let mountpoint = PathBuf::from(sh(self.docker().args(["volume", "inspect", "-f", "{{.Mountpoint}}", &name]))?.trim());
+        sh(&mut self.dockerd.docker_command(&["volume", "create", &name]))?;
+        let mountpoint = PathBuf::from(sh(&mut self.dockerd.docker_command(&["volume", "inspect", "-f", "{{.Mountpoint}}", &name]))?.trim());
         let dir = mountpoint.parent().context("a volume's mountpoint has a parent")?.to_path_buf();
         Ok(Volume { name, dir, tree: mountpoint.join("leaked") })
     }
@@ -582,7 +509,7 @@ impl Dockerd {
     fn remove_volume(&self, volume: &Volume, strace: bool) -> Result<f64> {
         let tracer = if strace {
             let mut child = Command::new("strace")
-                .args(["-f", "-c", "-o", "/dev/null", "-p", &self.child.id().to_string()])
+                .args(["-f", "-c", "-o", "/dev/null", "-p", &self.dockerd.pid().to_string()])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -602,7 +529,7 @@ impl Dockerd {
             None
         };
         let started = Instant::now();
-        let out = self.docker().args(["volume", "rm", &volume.name]).output();
+        let out = self.dockerd.docker_command(&["volume", "rm", &volume.name]).output();
         let took = started.elapsed().as_secs_f64();
         if let Some(mut child) = tracer {
             interrupt(&child);
@@ -619,62 +546,6 @@ impl Dockerd {
     }
 }
 
-impl Drop for Dockerd {
-    fn drop(&mut self) {
-        // SAFETY: a signal to our own child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while matches!(self.child.try_wait(), Ok(None)) {
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        // The containerd it started stops with it, unless it was killed.
-        let containerd = std::fs::read_to_string(self.exec_root.join("containerd/containerd.pid"))
-            .ok()
-            .and_then(|p| p.trim().parse::<libc::pid_t>().ok());
-        if let Some(pid) = containerd {
-            let ours = || {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-                !zombie && String::from_utf8_lossy(&cmdline).contains(&*self.exec_root.to_string_lossy())
-            };
-            for signal in [libc::SIGTERM, libc::SIGKILL] {
-                if !ours() {
-                    break;
-                }
-                // SAFETY: a signal to the containerd our dockerd started (its cmdline names our exec root).
-                unsafe { libc::kill(pid, signal) };
-                for _ in 0..50 {
-                    if !ours() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        }
-        // dockerd bind-mounts its data root (and may mount under its exec
-        // root); a clean shutdown unmounts them, a killed one does not.
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut mounts: Vec<PathBuf> = mountinfo
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .map(PathBuf::from)
-            .filter(|m| m.starts_with(&self.data_root) || m.starts_with(&self.exec_root))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
-        for at in mounts {
-            let _ = Command::new("umount").arg("-l").arg(&at).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.exec_root);
-        let _ = std::fs::remove_dir_all(&self.data_root);
-    }
-}
-
 /// A freshly built tree for one removal by `tool`.
 struct Prepared {
     /// Successful unlinkat calls podstuck must count.
@@ -684,7 +555,7 @@ struct Prepared {
     volume: Option<Volume>,
 }
 
-fn prepare(tool: &str, top: &Path, dirs: usize, dockerd: Option<&Dockerd>) -> Result<Prepared> {
+fn prepare(tool: &str, top: &Path, dirs: usize, dockerd: Option<&DockerVolumes>) -> Result<Prepared> {
     if tool != DOCKER_RM {
         let expected = build_tree(top, dirs)?;
         // RemoveAll also fails once per directory (EISDIR): those are counted apart.
@@ -706,7 +577,7 @@ fn prepare(tool: &str, top: &Path, dirs: usize, dockerd: Option<&Dockerd>) -> Re
 }
 
 /// Removes what `prepare` built; the wall time.
-fn remove_prepared(tool: &str, top: &Path, actor: &Path, dockerd: Option<&Dockerd>, prepared: &Prepared, strace: bool) -> Result<f64> {
+fn remove_prepared(tool: &str, top: &Path, actor: &Path, dockerd: Option<&DockerVolumes>, prepared: &Prepared, strace: bool) -> Result<f64> {
     match (&prepared.volume, dockerd) {
         (Some(volume), Some(dockerd)) => dockerd.remove_volume(volume, strace),
         _ => remove(tool, top, actor, strace),
@@ -1141,7 +1012,7 @@ struct Place<'a> {
     top: &'a Path,
     kubelet_root: &'a Path,
     histograms: &'a Path,
-    dockerd: Option<&'a Dockerd>,
+    dockerd: Option<&'a DockerVolumes>,
 }
 
 /// Every round of one case, the removal untraced, under podstuck, under
@@ -1273,9 +1144,9 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         }
         let kubelet_root = fs.join("kubelet");
         let top = volume(&fs);
-        let dockerd = if tools.contains(&DOCKER_RM) { Some(Dockerd::start(&fs, fs_kind, &scratch.root)?) } else { None };
+        let dockerd = if tools.contains(&DOCKER_RM) { Some(DockerVolumes::start(&fs, fs_kind, &scratch.root)?) } else { None };
         if let Some(d) = &dockerd {
-            drivers.push(format!("{} on {fs_kind}", d.driver));
+            drivers.push(format!("{} on {fs_kind}", d.dockerd.storage_driver()));
         }
         for (size_index, &dirs) in args.sizes.iter().enumerate() {
             for &tool in &tools {
