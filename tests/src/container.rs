@@ -184,12 +184,7 @@ pub fn daemonset(caps: &[&str]) -> Vec<String> {
 /// Whether `/` is a shared or slave mount here (a systemd node's is
 /// shared), which docker's rslave binds need.
 fn root_propagates() -> bool {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    mountinfo.lines().any(|l| {
-        let fields: Vec<&str> = l.split(' ').collect();
-        let optional = fields.iter().skip(6).take_while(|f| **f != "-");
-        fields.get(4) == Some(&"/") && optional.clone().any(|f| f.starts_with("shared:") || f.starts_with("master:"))
-    })
+    crate::mountinfo::at(Path::new("/")).is_some_and(|root| root.propagates())
 }
 
 /// The capabilities `ctr run` gives a task by default (containerd's

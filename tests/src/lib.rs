@@ -16,6 +16,7 @@
 //! - [`apiserver`]: a stand-in Kubernetes API server on loopback;
 //! - [`kubectl`]: the kubectl plugin and the kubectl stand-in it talks to;
 //! - [`node`]: mounts, flags, cgroups and directories, undone on drop;
+//! - [`mountinfo`]: what is mounted where, read apart from podstuck's parser;
 //! - [`actors`]: the processes a scenario runs;
 //! - [`calls`]: the system calls a test makes itself;
 //! - [`terminal`]: a real terminal (tmux);
@@ -36,6 +37,7 @@ pub mod findings;
 pub mod harness;
 pub mod kubectl;
 pub mod kubelet;
+pub mod mountinfo;
 pub mod node;
 pub mod podstuck;
 pub mod prerequisite;
@@ -50,8 +52,9 @@ pub use findings::{latest_findings, shell_word, Expect};
 pub use harness::{can_touch_the_kernel, text, KernelTest, ScratchDir};
 pub use prerequisite::missing;
 pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};
+pub use mountinfo::is_mountpoint;
 pub use node::{
-    cgroup2_root, is_mountpoint, v1_hierarchy, BindMount, CgroupDirs, CreatedDirs, FuseMount, Immutable, OverlayMount, TmpfsMount,
+    cgroup2_root, v1_hierarchy, BindMount, CgroupDirs, CreatedDirs, FuseMount, Immutable, OverlayMount, TmpfsMount,
     V1PodCgroups,
 };
 pub use podstuck::{abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, status_kib, stop_when, Finished, Watch};

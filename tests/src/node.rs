@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use crate::actors::{fuse_server, task_state, Process};
+use crate::mountinfo::{self, is_mountpoint};
 
 /// A tmpfs mounted at a fresh directory; lazily unmounted on drop.
 pub struct TmpfsMount(pub PathBuf);
@@ -33,13 +34,6 @@ impl Drop for TmpfsMount {
     fn drop(&mut self) {
         let _ = umount2(&self.0, MntFlags::MNT_DETACH);
     }
-}
-
-/// Whether `path` is a mountpoint in this process's mount namespace.
-pub fn is_mountpoint(path: &Path) -> bool {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let wanted = path.to_string_lossy();
-    mounts.lines().any(|l| l.split(' ').nth(4) == Some(wanted.as_ref()))
 }
 
 /// `chattr +i` on a file, undone on drop.
@@ -61,26 +55,6 @@ impl Drop for Immutable {
         }
         let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
     }
-}
-
-/// The mountinfo line whose mount point is `path`, split into fields.
-fn mountinfo_fields(path: &Path) -> Option<Vec<String>> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let wanted = path.to_string_lossy();
-    // The last one: a later mount on the same point hides the earlier.
-    mountinfo
-        .lines()
-        .rev()
-        .find(|l| l.split(' ').nth(4) == Some(wanted.as_ref()))
-        .map(|l| l.split(' ').map(str::to_string).collect())
-}
-
-/// The device number (major, minor) of the filesystem mounted at `path`,
-/// read from mountinfo: stat(2) would ask a stopped FUSE daemon and hang.
-pub fn mount_device(path: &Path) -> Option<(u32, u32)> {
-    let fields = mountinfo_fields(path)?;
-    let (major, minor) = fields.get(2)?.split_once(':')?;
-    Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
 const FUSECTL: &str = "/sys/fs/fuse/connections";
@@ -109,7 +83,7 @@ impl FuseMount {
         let process = Process::spawn(Command::new(fuse_server()).arg(mountpoint));
         let mut fuse = FuseMount { mountpoint: mountpoint.to_path_buf(), minor: 0, server: Some(process), aborted: false };
         fuse.server.as_ref().unwrap().wait_ready(Duration::from_secs(10));
-        let (major, minor) = mount_device(mountpoint).expect("the FUSE mount in mountinfo");
+        let (major, minor) = mountinfo::at(mountpoint).expect("the FUSE mount in mountinfo").device;
         assert_eq!(major, 0, "FUSE mounts get an anonymous device");
         fuse.minor = minor;
         fuse
@@ -280,25 +254,13 @@ impl Drop for CreatedDirs {
 
 /// Where cgroup v2 is mounted on this machine (from mountinfo).
 pub fn cgroup2_root() -> PathBuf {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo
-        .lines()
-        .find(|l| l.contains(" - cgroup2 "))
-        .and_then(|l| l.split(' ').nth(4))
-        .map(PathBuf::from)
-        .expect("cgroup v2 is mounted")
+    mountinfo::here().into_iter().find(|m| m.fstype == "cgroup2").map(|m| m.mount_point).expect("cgroup v2 is mounted")
 }
 
 /// Where the cgroup v1 hierarchy holding `controller` ("memory",
 /// "freezer", "name=systemd") is mounted on this machine (from mountinfo).
 pub fn v1_hierarchy(controller: &str) -> Option<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mountinfo.lines().find_map(|l| {
-        let (mount, fs) = l.split_once(" - ")?;
-        let mut fs = fs.split(' ');
-        let (fstype, super_options) = (fs.next()?, fs.nth(1)?);
-        (fstype == "cgroup" && super_options.split(',').any(|o| o == controller)).then(|| PathBuf::from(mount.split(' ').nth(4).unwrap()))
-    })
+    mountinfo::here().into_iter().find(|m| m.is_v1_hierarchy_of(controller)).map(|m| m.mount_point)
 }
 
 /// The hierarchies a pod has a cgroup in on an EKS AL2 or RHEL 8 node

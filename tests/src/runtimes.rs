@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::mountinfo;
 use crate::podstuck::Watch;
 
 /// Debian's docker.io installs the daemon in /usr/sbin; /usr/bin is where
@@ -359,13 +360,7 @@ static TOP_CGROUPS: Mutex<Vec<(&'static str, usize, Vec<PathBuf>)>> = Mutex::new
 
 /// Where each cgroup hierarchy (v1 and v2) is mounted.
 fn cgroup_hierarchies() -> Vec<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    mountinfo
-        .lines()
-        .filter(|l| l.contains(" - cgroup ") || l.contains(" - cgroup2 "))
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(unescape_mountinfo)
-        .collect()
+    mountinfo::here().into_iter().filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2").map(|m| m.mount_point).collect()
 }
 
 impl TopCgroups {
@@ -417,43 +412,12 @@ impl Drop for TopCgroups {
 
 // Mounts and flags -----------------------------------------------------
 
-/// A mountinfo path field, its octal escapes (`\040` for a space) undone.
-/// The tests' own reader, not podstuck's: a test checks what podstuck left
-/// mounted without trusting podstuck's parser.
-fn unescape_mountinfo(field: &str) -> PathBuf {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1] <= b'3' && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
-            let value = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
-            out.push(value);
-            i += 4;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    PathBuf::from(OsStr::from_bytes(&out))
-}
-
-/// Every mount point of this mount namespace at or below one of `dirs`.
-pub fn mounts_below(dirs: &[PathBuf]) -> Vec<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(unescape_mountinfo)
-        .filter(|m| dirs.iter().any(|d| is_under(m, d)))
-        .collect()
-}
-
 /// Unmounts everything at or below `dirs`, deepest first: a plain
 /// umount2, else a lazy one (a busy mount is detached, not left). A few
 /// passes, for mounts stacked on the same point. For a drop: never panics.
 fn unmount_below(dirs: &[PathBuf]) {
     for _pass in 0..8 {
-        let mut mounts = mounts_below(dirs);
+        let mut mounts = mountinfo::below(dirs);
         if mounts.is_empty() {
             return;
         }
@@ -467,7 +431,7 @@ fn unmount_below(dirs: &[PathBuf]) {
             }
         }
     }
-    let left = mounts_below(dirs);
+    let left = mountinfo::below(dirs);
     if !left.is_empty() {
         eprintln!("cleanup: still mounted after 8 passes: {left:?}");
     }
@@ -1385,13 +1349,6 @@ mod tests {
         assert!(!mentions(b"containerd\0--config\0/var/run/podstuck-abc-c/x.toml\0", b"/var/run/podstuck-abc"));
         assert!(mentions(b"sleep\0/var/run/podstuck-abc", b"/var/run/podstuck-abc"));
         assert!(!mentions(b"", b"/var/run/podstuck-abc"));
-    }
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape_mountinfo(r"/var/tmp/a\040b"), PathBuf::from("/var/tmp/a b"));
-        assert_eq!(unescape_mountinfo(r"/x\134y"), PathBuf::from(r"/x\y"));
-        assert_eq!(unescape_mountinfo("/plain"), PathBuf::from("/plain"));
     }
 
     #[test]

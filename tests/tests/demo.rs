@@ -44,8 +44,8 @@ kernel_test! {
         assert!(first["cgroup-busy"]["fix"].as_str().unwrap().ends_with("/cgroup.kill"));
         // Nothing left: no lab, no mount, no cgroup.
         assert!(!std::path::Path::new(&lab).exists(), "{lab} is still there");
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        assert!(!mountinfo.contains(&lab), "a demo mount is left:\n{mountinfo}");
+        let left = mountinfo::below(&[&lab]);
+        assert!(left.is_empty(), "demo mounts are left: {left:?}");
         let pid = lab.rsplit('-').next().unwrap();
         assert!(!cgroup2_root().join(format!("podstuck-demo-{pid}")).exists(), "the demo cgroup is left");
         assert!(stderr.contains("removed"), "{stderr}");

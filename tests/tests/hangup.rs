@@ -8,7 +8,7 @@
 //! Runs as root; see `kernel_test!` for the skip rule. Each test
 //! has its own tmux server and scratch directory.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,12 +22,6 @@ const LAB_TIMEOUT: Duration = Duration::from_secs(90);
 /// The lab of the demo with this pid.
 fn lab_of(pid: u32) -> PathBuf {
     PathBuf::from(format!("/var/tmp/podstuck-demo-{pid}"))
-}
-
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let dir = format!("{}/", text(dir));
-    mountinfo.lines().filter_map(|l| l.split(' ').nth(4)).filter(|m| m.starts_with(&dir)).map(str::to_string).collect()
 }
 
 /// Waits for `done`, panicking with `what` after `timeout`.
@@ -44,7 +38,7 @@ fn wait_until(what: &str, timeout: Duration, done: impl Fn() -> bool) {
 fn nothing_left_of_demo(pid: u32) {
     let lab = lab_of(pid);
     wait_until(&format!("{} removed", lab.display()), Duration::from_secs(30), || !lab.exists());
-    assert!(mounts_under(&lab).is_empty(), "mounts left: {:?}", mounts_under(&lab));
+    assert!(mountinfo::below(&[&lab]).is_empty(), "mounts left: {:?}", mountinfo::below(&[&lab]));
     assert!(!cgroup2_root().join(format!("podstuck-demo-{pid}")).exists(), "the demo cgroup is left");
     let leftovers: Vec<String> = std::fs::read_dir("/proc")
         .unwrap()
@@ -68,8 +62,8 @@ impl Drop for LabGuard {
             return;
         }
         let _ = Command::new("pkill").arg("-9").arg("-f").arg(text(&lab)).status();
-        for mount in mounts_under(&lab).iter().rev() {
-            let _ = Command::new("umount").args(["-l", mount]).status();
+        for mount in mountinfo::below(&[&lab]).iter().rev() {
+            let _ = Command::new("umount").arg("-l").arg(mount).status();
         }
         let _ = Command::new("chattr").args(["-R", "-f", "-i"]).arg(&lab).stderr(Stdio::null()).status();
         let _ = std::fs::remove_dir_all(&lab);
@@ -96,7 +90,7 @@ kernel_test! {
         let _guard = LabGuard(demo);
         tmux.wait_for("the demo's findings", LAB_TIMEOUT, |s| s.contains("mount-held") && s.contains("immutable-file"));
         let lab = lab_of(demo);
-        assert!(!mounts_under(&lab).is_empty(), "the demo's mounts exist while it runs");
+        assert!(!mountinfo::below(&[&lab]).is_empty(), "the demo's mounts exist while it runs");
         // The terminal goes away: tmux's server dies, the demo gets SIGHUP.
         let _ = tmux.command().arg("kill-server").status();
         wait_until("the demo exiting", Duration::from_secs(60), || !alive(demo));
@@ -126,7 +120,7 @@ kernel_test! {
         }
         let _ = first.kill();
         let _ = first.wait();
-        assert!(lab.exists() && !mounts_under(&lab).is_empty(), "a SIGKILLed demo leaves its lab and mounts");
+        assert!(lab.exists() && !mountinfo::below(&[&lab]).is_empty(), "a SIGKILLed demo leaves its lab and mounts");
 
         let second = Command::new(podstuck_binary()).args(["demo", "--json", "--duration", "3s"]).output().expect("run the second demo");
         let said = String::from_utf8_lossy(&second.stderr);

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use podstuck_tests::node::{is_mountpoint, TmpfsMount};
+use podstuck_tests::mountinfo::is_mountpoint;
+use podstuck_tests::node::TmpfsMount;
 use podstuck_tests::*;
 
 /// What makes a `kubectl debug node` pod's mount namespace and runs the

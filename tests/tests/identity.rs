@@ -275,14 +275,7 @@ kernel_test! {
 /// Where this node mounts the v1 memory hierarchy (v1 and hybrid nodes:
 /// EKS's AL2, RHEL 8, this project's machines).
 fn v1_memory_hierarchy(test: &str) -> Option<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let found = mountinfo.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        let mut right = right.split_whitespace();
-        let at = left.split_whitespace().nth(4)?;
-        (right.next()? == "cgroup" && right.nth(1)?.split(',').any(|o| o == "memory")).then(|| PathBuf::from(at))
-    });
-    found.or_else(|| missing(test, "a cgroup v1 memory hierarchy", "run on a cgroup v1 or hybrid node (cargo xtask vm-test boots 5.10 with cgroup v1)"))
+    v1_hierarchy("memory").or_else(|| missing(test, "a cgroup v1 memory hierarchy", "run on a cgroup v1 or hybrid node (cargo xtask vm-test boots 5.10 with cgroup v1)"))
 }
 
 kernel_test! {

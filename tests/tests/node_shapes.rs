@@ -178,7 +178,7 @@ kernel_test! {
 
         // P1: confirmed in kubelet's namespace, though the host has no such mount.
         let volume = kind.stuck_volume();
-        assert!(!std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&volume), "the host has the volume mounted too");
+        assert!(mountinfo::below(&[&volume]).is_empty(), "the host has the volume mounted too");
         let finding = watch.await_finding(
             FINDING_TIMEOUT,
             |f| f["kind"] == "volume-still-mounted" && f["paths"][0] == volume.as_str(),

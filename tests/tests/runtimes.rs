@@ -195,10 +195,9 @@ fn mount_ns(pid: u32) -> String {
     std::fs::read_link(format!("/proc/{pid}/ns/mnt")).map(|l| l.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// The mountinfo line of `pid`'s namespace whose mount point is `path`.
-fn mountinfo_line(pid: u32, path: &Path) -> Option<String> {
-    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).ok()?;
-    mountinfo.lines().find(|l| l.split(' ').nth(4) == Some(text(path))).map(str::to_string)
+/// The mount of `pid`'s namespace seen at `path`.
+fn mount_in(pid: u32, path: &Path) -> Option<mountinfo::Mount> {
+    mountinfo::of(&pid.to_string())?.into_iter().rev().find(|m| m.mount_point == path)
 }
 
 // a. docker volume rm ------------------------------------------------------
@@ -501,8 +500,8 @@ kernel_test! {
         let pid = holder.pid();
         let namespace = mount_ns(pid);
         assert_ne!(namespace, mount_ns(std::process::id()), "fixture: the holder has a mount namespace of its own");
-        let copy = mountinfo_line(pid, &resolved(&rootfs)).expect("fixture: the holder's namespace has a copy of the rootfs");
-        assert!(copy.contains(" master:"), "fixture: the copy is a slave of the host's mount: {copy}");
+        let copy = mount_in(pid, &resolved(&rootfs)).expect("fixture: the holder's namespace has a copy of the rootfs");
+        assert!(copy.optional.iter().any(|f| f.starts_with("master:")), "fixture: the copy is a slave of the host's mount: {copy:?}");
         held_rootfs_is_named(&test, &scratch, &containerd, "ctr_task_rm_namespace_shared", (&id, &rootfs), holder, |e| {
             e.that(
                 e.mentions("/evidence", &namespace) || e.mentions("/summary", &namespace),
@@ -526,15 +525,15 @@ kernel_test! {
         let (id, rootfs) = task_to_remove(&containerd, "nsp");
         let holder = holder_in_new_namespace(&rootfs);
         let pid = holder.pid();
-        let copy = mountinfo_line(pid, &resolved(&rootfs)).expect("fixture: the holder's namespace has a copy of the rootfs");
-        assert!(!copy.contains(" master:") && !copy.contains(" shared:"), "fixture: the copy is private: {copy}");
+        let copy = mount_in(pid, &resolved(&rootfs)).expect("fixture: the holder's namespace has a copy of the rootfs");
+        assert!(!copy.propagates(), "fixture: the copy is private: {copy:?}");
         kill_task(&containerd, &id);
 
         let trace = EventLog::start("ctr_task_rm_namespace_private", true);
         let watch = podstuck(&scratch);
         let out = containerd.ctr_may_fail(&["task", "rm", &id]);
         assert!(out.status.success(), "fixture: with a private /run, ctr task rm should work: {}", stderr_text(&out));
-        assert!(mountinfo_line(pid, &resolved(&rootfs)).is_none(), "fixture: the holder's copy went with the rootfs dir");
+        assert!(mount_in(pid, &resolved(&rootfs)).is_none(), "fixture: the holder's copy went with the rootfs dir");
         containerd.ctr(&["containers", "rm", &id]);
 
         let done = wind_down(watch, trace, &containerd.dirs(), &[containerd.pid()]);

@@ -157,9 +157,9 @@ fn after(at: Option<Duration>) -> String {
 
 /// CPUs, model, memory, kernel, and the cgroup hierarchies mounted.
 fn machine() -> String {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let v1 = mountinfo.lines().filter(|l| l.contains(" - cgroup ")).count();
-    let v2 = mountinfo.lines().any(|l| l.contains(" - cgroup2 "));
+    let mounts = podstuck_tests::mountinfo::here();
+    let v1 = mounts.iter().filter(|m| m.fstype == "cgroup").count();
+    let v2 = mounts.iter().any(|m| m.fstype == "cgroup2");
     let cgroups = match (v1 > 0, v2) {
         (true, true) => format!("hybrid cgroups ({v1} v1 hierarchies, cgroup2 beside them)"),
         (true, false) => format!("cgroup v1 ({v1} hierarchies)"),
