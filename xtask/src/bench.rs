@@ -487,6 +487,8 @@ impl DockerVolumes {
                 Err(e) => {
                     say(&format!("{kind}: dockerd with --storage-driver {storage_driver} did not start: {e}"));
                     refused.push(format!("{storage_driver}: {}", e.why));
+                    // The next driver starts on an empty data root, not on what this one left.
+                    let _ = std::fs::remove_dir_all(&setup.data_root);
                 }
             }
         }
