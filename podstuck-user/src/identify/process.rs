@@ -2,7 +2,8 @@
 //! holds its arguments, not an event) and calls the kernel counted without
 //! streaming them. What `/proc` says of the thread names the caller, so
 //! [`super::Identifier`] names their actor and pod the same way as for any
-//! call.
+//! call. The one reader of a `/proc/<pid>/stat` line ([`parse_stat`]) is
+//! here too; the node inspector reads a task's state with it.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -21,15 +22,45 @@ pub struct ProcessFacts {
 }
 
 impl ProcessFacts {
-    /// Thread `tid` of process `pid`.
+    /// Thread `tid` of process `pid`. Read as bytes: the names are what
+    /// the processes chose, UTF-8 or not, and a name that is not must not
+    /// cost the parent.
     pub fn read(pid: u32, tid: u32, proc_root: &Path) -> ProcessFacts {
-        let proc_text = |id: u32, file: &str| {
-            std::fs::read_to_string(proc_root.join(id.to_string()).join(file)).map(|s| s.trim_end().to_string()).unwrap_or_default()
+        let read = |id: u32, file: &str| std::fs::read(proc_root.join(id.to_string()).join(file)).unwrap_or_default();
+        let comm = |id: u32| {
+            let line = read(id, "comm");
+            crate::words::safe_text(line.strip_suffix(b"\n").unwrap_or(&line))
         };
-        let stat = proc_text(pid, "stat");
-        let ppid: u32 = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
-        ProcessFacts { pid, comm: proc_text(tid, "comm"), ppid, pcomm: proc_text(ppid, "comm") }
+        let ppid = parse_stat(&read(pid, "stat")).and_then(|stat| stat.ppid).unwrap_or(0);
+        ProcessFacts { pid, comm: comm(tid), ppid, pcomm: comm(ppid) }
     }
+}
+
+/// What podstuck reads of a `/proc/<pid>/stat` line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskStat {
+    /// The name, as safe text.
+    pub comm: String,
+    /// `R`, `S`, `D`...
+    pub state: char,
+    /// The parent, when the line goes on that far.
+    pub ppid: Option<u32>,
+}
+
+/// A `/proc/<pid>/stat` line, any bytes: the name may hold spaces, `)` and
+/// bytes that are not UTF-8 (the process chose it), so it runs from the
+/// first `(` to the last `)`, and the fields after it are split there.
+/// None when there is no name or no state.
+pub fn parse_stat(stat: &[u8]) -> Option<TaskStat> {
+    let open = stat.iter().position(|b| *b == b'(')?;
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    if close < open {
+        return None;
+    }
+    let mut fields = stat[close + 1..].split(|b| *b == b' ').filter(|f| !f.is_empty());
+    let state = *fields.next()?.first()? as char;
+    let ppid = fields.next().and_then(|f| std::str::from_utf8(f).ok()?.parse().ok());
+    Some(TaskStat { comm: crate::words::safe_text(&stat[open + 1..close]), state, ppid })
 }
 
 /// The absolute path a call in flight acts on: its argument, based on the
@@ -94,6 +125,19 @@ mod tests {
         assert_eq!(flight_path(&flight(9, Some(b"vol")), &proc.0), Err(NoPath::CallerDirUnreadable));
         assert_eq!(flight_path(&flight(9, Some(b"/abs/./x")), &proc.0).unwrap(), b"/abs/x", "absolute: no base read");
         assert_eq!(flight_path(&flight(7, None), &proc.0), Err(NoPath::PathUnreadable));
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_is_shown_safely_and_keeps_the_parent() {
+        let proc = fake_proc();
+        std::fs::write(proc.0.join("40/stat"), b"40 (x\xff) y) S 1 40 40 0 -1").unwrap();
+        std::fs::write(proc.0.join("42/comm"), b"x\xff\x1b]0;\n").unwrap();
+        let facts = ProcessFacts::read(40, 42, &proc.0);
+        assert_eq!((facts.ppid, facts.pcomm.as_str()), (1, "kubelet"));
+        assert_eq!(facts.comm, crate::words::safe_text(b"x\xff\x1b]0;"));
+        assert_eq!(parse_stat(b"40 (x\xff) y) S 1 40"), Some(TaskStat { comm: crate::words::safe_text(b"x\xff) y"), state: 'S', ppid: Some(1) }));
+        assert_eq!(parse_stat(b"(x) R").map(|s| (s.state, s.ppid)), Some(('R', None)));
+        assert_eq!(parse_stat(b"4242 (x)"), None);
     }
 
     #[test]

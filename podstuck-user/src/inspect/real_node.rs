@@ -28,6 +28,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::identify::owner::RuntimeState;
+use crate::identify::process::{parse_stat, TaskStat};
 use crate::node_access::Node;
 use crate::words::{exact_duration, io_words as words};
 
@@ -639,7 +640,7 @@ impl NodeInspector for RealNode {
 
     fn task(&mut self, tid: u32) -> Probe<TaskState> {
         let stat = fs::read(self.proc_file(tid, "stat")).map_err(|e| self.unreadable_proc(e))?;
-        let (comm, state) =
+        let TaskStat { comm, state, .. } =
             parse_stat(&stat).ok_or_else(|| Unreadable(format!("cannot parse /proc/{tid}/stat")))?;
         // Bytes, not text: the Name line above holds what the process chose.
         let pid = fs::read(self.proc_file(tid, "status"))
@@ -953,19 +954,6 @@ fn parse_maps_line(line: &[u8]) -> Option<((u32, u32), &[u8])> {
 fn trim_spaces(b: &[u8]) -> &[u8] {
     let start = b.iter().position(|c| *c != b' ').unwrap_or(b.len());
     &b[start..]
-}
-
-/// comm and state from /proc/<tid>/stat. comm may hold spaces and ')', so
-/// it ends at the last ')'.
-fn parse_stat(stat: &[u8]) -> Option<(String, char)> {
-    let open = stat.iter().position(|b| *b == b'(')?;
-    let close = stat.iter().rposition(|b| *b == b')')?;
-    if close < open {
-        return None;
-    }
-    let comm = crate::words::safe_text(&stat[open + 1..close]);
-    let state = *trim_spaces(&stat[close + 1..]).first()?;
-    Some((comm, state as char))
 }
 
 /// "[<0>] fuse_simple_request+0x1a0/0x2c0 [fuse]" -> "fuse_simple_request".
@@ -1894,9 +1882,10 @@ Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
             let mut stat = format!("{pid} (").into_bytes();
             stat.extend_from_slice(&comm);
             stat.extend_from_slice(format!(") {state} 1 2 3 4 0 -1 4194560").as_bytes());
-            let (read, st) = parse_stat(&stat).expect("a stat line");
-            proptest::prop_assert_eq!(read, crate::words::safe_text(&comm));
-            proptest::prop_assert_eq!(st.to_string(), state);
+            let read = parse_stat(&stat).expect("a stat line");
+            proptest::prop_assert_eq!(read.comm, crate::words::safe_text(&comm));
+            proptest::prop_assert_eq!(read.state.to_string(), state);
+            proptest::prop_assert_eq!(read.ppid, Some(1));
         }
 
         /// Map lines as the kernel writes them, any file name in them.
