@@ -139,9 +139,9 @@ impl KubeletPlace {
         let mut kubelets: Vec<u32> = processes().into_iter().filter(|(_, comm)| comm == "kubelet").map(|(pid, _)| pid).collect();
         kubelets.sort_unstable();
         let Some(&pid) = kubelets.first() else { return KubeletPlace::NotFound };
-        let nodes = std::fs::read_link(node.node_proc_file("ns/mnt")).ok();
-        let own = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
-        if nodes.is_none() || own == nodes {
+        let node_ns = std::fs::read_link(node.node_proc_file("ns/mnt")).ok();
+        let kubelet_ns = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+        if node_ns.is_none() || kubelet_ns == node_ns {
             return KubeletPlace::Host { pid };
         }
         let owner = crate::identify::owner::RuntimeState::of_this_node(node).owner_of(Path::new("/proc"), pid).map(|o| o.words());

@@ -31,10 +31,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
-use crate::run::RunTotals;
 use crate::event::syscall_name;
 use crate::latency::LatencyBook;
-use crate::run::RunFacts;
+use crate::run::{RunFacts, RunTotals};
 use crate::words::rfc3339;
 use crate::files::{self, AtomicWriter};
 
