@@ -150,7 +150,6 @@ impl RunTotals {
     }
 }
 
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

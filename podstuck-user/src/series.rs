@@ -333,7 +333,6 @@ pub struct SeriesDelta {
     pub buckets: Vec<(usize, u64)>,
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
