@@ -79,6 +79,12 @@ pub fn kernel_filter(syscalls: u32, errors_only: bool, every_call: bool) -> Kern
     }
 }
 
+/// Whether the kernel streams records of calls of `syscall` ending with
+/// `errno` (0: success) under `filter`: those of the others never come.
+pub fn streams(filter: &KernelFilter, syscall: Syscall, errno: u16) -> bool {
+    filter.syscalls & (1 << syscall as u32) != 0 && (filter.errors_only == 0 || errno != 0)
+}
+
 /// What a series added since last read: calls, nanoseconds, and the
 /// (bucket index, calls) pairs that changed.
 type Added = (u64, u64, Vec<(usize, u64)>);
@@ -176,6 +182,8 @@ pub struct Tracer {
     series_read: std::collections::HashMap<KernelSeriesKey, SeriesSnapshot>,
     overflow_read: Vec<SeriesSnapshot>,
     clock: WallClock,
+    /// What the programs stream, as loaded.
+    filter: KernelFilter,
     program_ids: Vec<u32>,
     attached: AttachPoint,
     /// Why `Auto` fell back to the tracepoints.
@@ -451,6 +459,7 @@ impl Tracer {
             series_read: std::collections::HashMap::new(),
             overflow_read: (0..SERIES_OVERFLOW_SLOTS).map(|_| SeriesSnapshot::empty()).collect(),
             clock: WallClock::now(),
+            filter: options.filter,
             program_ids,
             attached,
             fallback,
@@ -489,7 +498,8 @@ impl Tracer {
             let Some(syscall) = Syscall::from_u8(key.syscall) else { continue };
             let snapshot = self.series_read.entry(*key).or_insert_with(SeriesSnapshot::empty);
             if let Some((count, sum_ns, buckets)) = snapshot.advance(value.count, value.sum_ns, &value.buckets) {
-                deltas.push(SeriesDelta { caller: Some((key.pid, key.cgroup_id)), syscall, errno: key.errno, count, sum_ns, buckets });
+                let streamed = streams(&self.filter, syscall, key.errno);
+                deltas.push(SeriesDelta { caller: Some((key.pid, key.cgroup_id)), syscall, errno: key.errno, streamed, count, sum_ns, buckets });
             }
             // Read after its last call: nothing more can come to it (a
             // reused pid makes a new series from scratch).
@@ -516,7 +526,7 @@ impl Tracer {
             let Some(syscall) = Syscall::from_u8((slot / 2) as u8) else { continue };
             if let Some((count, sum_ns, buckets)) = self.overflow_read[slot as usize].advance(count, sum_ns, &buckets) {
                 let errno = if slot % 2 == 1 { u16::MAX } else { 0 };
-                deltas.push(SeriesDelta { caller: None, syscall, errno, count, sum_ns, buckets });
+                deltas.push(SeriesDelta { caller: None, syscall, errno, streamed: false, count, sum_ns, buckets });
             }
         }
         deltas

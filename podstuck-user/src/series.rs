@@ -3,9 +3,15 @@
 //! syscall, outcome, actor role and pod. A process's role and pods come from
 //! its streamed calls (kubelet, in the host's cgroup, acts on many pods, told
 //! apart by their paths), so a series' calls go to the pods its streamed
-//! records named: all of them when they named one (the usual case, exact);
-//! one by one when every call was streamed (exact); else shared in
-//! proportion to the calls each record carried.
+//! records named: one by one when every call was streamed (exact), else
+//! shared in proportion to the calls each record carried.
+//!
+//! The kernel's counts and its records are read apart: a call that ends
+//! after the ring is drained and before its series is read is counted
+//! before its record comes. Such calls are owed to the records of the next
+//! read, not given to the records at hand (which would give one pod's call
+//! to another and leave a pod without its own); what the next read's
+//! records do not name either goes to the process's latest name.
 //!
 //! A pod named by a call's path is one only if it exists: anyone on the
 //! node can fail to unlink `/var/lib/kubelet/pods/<made-up uid>/x`, and
@@ -19,7 +25,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use podstuck_common::Syscall;
+use podstuck_common::{latency_bucket, Syscall};
 
 use crate::event::{errno_name, CallEvent};
 use crate::identify::actor::Role;
@@ -155,10 +161,73 @@ struct Part {
     latencies: Option<Vec<u64>>,
 }
 
+/// Calls a series counted: how many, their time and their histogram.
+#[derive(Default)]
+struct Counted {
+    calls: u64,
+    sum_ns: u64,
+    /// (bucket index, calls), non-zero only, by bucket.
+    buckets: Vec<(usize, u64)>,
+}
+
+impl Counted {
+    fn of(delta: &SeriesDelta) -> Counted {
+        Counted { calls: delta.count, sum_ns: delta.sum_ns, buckets: delta.buckets.clone() }
+    }
+
+    fn absorb(&mut self, other: Counted) {
+        self.calls += other.calls;
+        self.sum_ns += other.sum_ns;
+        for (bucket, calls) in other.buckets {
+            match self.buckets.binary_search_by_key(&bucket, |(b, _)| *b) {
+                Ok(i) => self.buckets[i].1 += calls,
+                Err(i) => self.buckets.insert(i, (bucket, calls)),
+            }
+        }
+    }
+
+    /// One call of `latency_ns`, named by its record: out of its bucket,
+    /// or the nearest one holding calls (a series read mid-call may have
+    /// its count a bucket ahead of its histogram).
+    fn take_call(&mut self, latency_ns: u64) {
+        self.calls = self.calls.saturating_sub(1);
+        self.sum_ns = self.sum_ns.saturating_sub(latency_ns);
+        let bucket = latency_bucket(latency_ns);
+        let nearest = self.buckets.iter().enumerate().min_by_key(|(_, (b, _))| b.abs_diff(bucket)).map(|(i, _)| i);
+        if let Some(i) = nearest {
+            self.buckets[i].1 -= 1;
+            if self.buckets[i].1 == 0 {
+                self.buckets.remove(i);
+            }
+        }
+    }
+
+    /// Shares of these calls in proportion to `weights`, each with its
+    /// part of the histogram and of the time.
+    fn share(self, weights: &[u64]) -> Vec<Counted> {
+        let mut shares: Vec<Counted> = weights.iter().map(|_| Counted::default()).collect();
+        for (bucket, calls) in &self.buckets {
+            for (share, n) in shares.iter_mut().zip(split(*calls, weights)) {
+                if n > 0 {
+                    share.buckets.push((*bucket, n));
+                }
+            }
+        }
+        for (share, calls) in shares.iter_mut().zip(split(self.calls, weights)) {
+            share.calls = calls;
+            share.sum_ns = (self.sum_ns as u128 * calls as u128 / self.calls.max(1) as u128) as u64;
+        }
+        shares
+    }
+}
+
 /// Names the kernel's series from the calls streamed.
 #[derive(Default)]
 pub struct SeriesNames {
     parts: HashMap<KernelSeries, Vec<Part>>,
+    /// Calls counted before their records came, by series: the records
+    /// of the next read name them first.
+    owed: HashMap<KernelSeries, Counted>,
     /// The latest name of each process in each cgroup, for series read
     /// with no record of their own since (`--errors-only`, a filtered
     /// syscall, records lost).
@@ -215,7 +284,7 @@ impl SeriesNames {
     /// process is unknown (the series map was full) count as `orphans`.
     pub fn apply(
         &mut self,
-        deltas: Vec<SeriesDelta>,
+        mut deltas: Vec<SeriesDelta>,
         book: &mut LatencyBook,
         now: SystemTime,
         mut unknown: impl FnMut(u32, u64) -> Option<Attribution>,
@@ -228,60 +297,97 @@ impl SeriesNames {
                 self.pods.refused_calls
             ));
         }
+        // Calls still owed whose series counted nothing since: their
+        // records may have come all the same.
+        let read: HashSet<KernelSeries> = deltas.iter().filter_map(|d| Some((d.caller?.0, d.caller?.1, d.syscall, d.errno))).collect();
+        for &(pid, cgroup, syscall, errno) in self.owed.keys().filter(|series| !read.contains(*series)) {
+            deltas.push(SeriesDelta { caller: Some((pid, cgroup)), syscall, errno, streamed: true, count: 0, sum_ns: 0, buckets: Vec::new() });
+        }
         for delta in deltas {
-            let parts = match delta.caller {
-                Some((pid, cgroup)) => match self.parts.remove(&(pid, cgroup, delta.syscall, delta.errno)) {
-                    Some(parts) if !parts.is_empty() => parts,
-                    _ => {
-                        let who = self.latest.entry((pid, cgroup)).or_insert_with(|| unknown(pid, cgroup)).clone();
-                        vec![Part { who, calls: 1, latencies: None }]
-                    }
-                },
-                None => vec![Part { who: orphans.clone(), calls: 1, latencies: None }],
-            };
-            let key = |who: &Attribution| SeriesKey {
-                syscall: delta.syscall,
-                outcome: outcome(delta.errno),
-                role: who.role,
-                pod: who.pod.clone(),
-            };
-            if let [part] = parts.as_slice() {
-                if let Some(who) = &part.who {
+            let key = |who: &Attribution| SeriesKey { syscall: delta.syscall, outcome: outcome(delta.errno), role: who.role, pod: who.pod.clone() };
+            let Some((pid, cgroup)) = delta.caller else {
+                if let Some(who) = &orphans {
                     book.add(key(who), now, delta.count, delta.sum_ns, &delta.buckets);
                 }
                 continue;
+            };
+            let series = (pid, cgroup, delta.syscall, delta.errno);
+            let mut calls = Counted::of(&delta);
+            if let Some(owed) = self.owed.remove(&series) {
+                calls.absorb(owed);
             }
-            // Every call streamed alone, with its latency: given out one by one.
-            let streamed: Option<u64> = parts.iter().try_fold(0u64, |n, p| Some(n + p.latencies.as_ref()?.len() as u64));
-            if streamed == Some(delta.count) {
-                for part in &parts {
-                    let Some(who) = &part.who else { continue };
-                    for latency in part.latencies.iter().flatten() {
-                        book.record_latency(key(who), now, *latency);
-                    }
-                }
+            let parts = self.parts.remove(&series).unwrap_or_default();
+            give(parts, &mut calls, book, now, &key);
+            if calls.calls == 0 {
                 continue;
             }
-            let weights: Vec<u64> = parts.iter().map(|p| p.calls).collect();
-            let mut shares: Vec<Vec<(usize, u64)>> = vec![Vec::new(); parts.len()];
-            for (bucket, calls) in &delta.buckets {
-                for (i, n) in split(*calls, &weights).into_iter().enumerate() {
-                    if n > 0 {
-                        shares[i].push((*bucket, n));
-                    }
+            // Records may yet come only for a series the kernel streams, and
+            // only for calls of this read (records name the older ones
+            // first, and those had a whole read for theirs to come): the
+            // others go to the latest name.
+            let waiting = if delta.streamed { delta.count.min(calls.calls) } else { 0 };
+            let unnamed = calls.calls - waiting;
+            let mut shares = calls.share(&[unnamed, waiting]).into_iter();
+            let (to_latest, to_wait) = (shares.next().unwrap_or_default(), shares.next().unwrap_or_default());
+            if to_latest.calls > 0 {
+                let who = self.latest.entry((pid, cgroup)).or_insert_with(|| unknown(pid, cgroup)).clone();
+                if let Some(who) = who {
+                    book.add(key(&who), now, to_latest.calls, to_latest.sum_ns, &to_latest.buckets);
                 }
             }
-            for (part, buckets) in parts.iter().zip(shares) {
-                let Some(who) = &part.who else { continue };
-                let count: u64 = buckets.iter().map(|(_, n)| n).sum();
-                let sum_ns = (delta.sum_ns as u128 * count as u128 / delta.count.max(1) as u128) as u64;
-                book.add(key(who), now, count, sum_ns, &buckets);
+            if to_wait.calls > 0 {
+                self.owed.insert(series, to_wait);
             }
         }
-        // Processes that are gone send nothing more.
+        // Processes that are gone send nothing more (what they are still
+        // owed keeps their name for the next read).
         let alive = |pid: u32| Path::new(&format!("/proc/{pid}")).exists();
         self.parts.retain(|(pid, ..), _| alive(*pid));
-        self.latest.retain(|(pid, _), _| alive(*pid));
+        let owed: HashSet<(u32, u64)> = self.owed.keys().map(|(pid, cgroup, ..)| (*pid, *cgroup)).collect();
+        self.latest.retain(|caller, _| alive(caller.0) || owed.contains(caller));
+    }
+
+    /// At the end of a run: the calls still owed go to their process's
+    /// latest name, so that the book holds every call the kernel counted.
+    pub fn settle(&mut self, book: &mut LatencyBook, now: SystemTime, mut unknown: impl FnMut(u32, u64) -> Option<Attribution>) {
+        for ((pid, cgroup, syscall, errno), owed) in std::mem::take(&mut self.owed) {
+            let Some(who) = self.latest.entry((pid, cgroup)).or_insert_with(|| unknown(pid, cgroup)).clone() else { continue };
+            let key = SeriesKey { syscall, outcome: outcome(errno), role: who.role, pod: who.pod };
+            book.add(key, now, owed.calls, owed.sum_ns, &owed.buckets);
+        }
+    }
+}
+
+/// Gives `calls` to the records' `parts`: one by one when each record
+/// stood for one call (each with its own latency), else in proportion to
+/// the calls each carried. What the records do not cover stays in
+/// `calls`.
+fn give(parts: Vec<Part>, calls: &mut Counted, book: &mut LatencyBook, now: SystemTime, key: &impl Fn(&Attribution) -> SeriesKey) {
+    let carried: u64 = parts.iter().map(|p| p.calls).sum();
+    if carried == 0 {
+        return;
+    }
+    let streamed: Option<u64> = parts.iter().try_fold(0u64, |n, p| Some(n + p.latencies.as_ref()?.len() as u64));
+    if streamed == Some(carried) && carried <= calls.calls {
+        for part in &parts {
+            for latency in part.latencies.iter().flatten() {
+                calls.take_call(*latency);
+                if let Some(who) = &part.who {
+                    book.record_latency(key(who), now, *latency);
+                }
+            }
+        }
+        return;
+    }
+    let mut weights: Vec<u64> = parts.iter().map(|p| p.calls).collect();
+    // Calls the records do not cover stay, as one more share.
+    weights.push(calls.calls.saturating_sub(carried));
+    let mut shares = std::mem::take(calls).share(&weights);
+    *calls = shares.pop().unwrap_or_default();
+    for (part, share) in parts.iter().zip(shares) {
+        if let Some(who) = &part.who {
+            book.add(key(who), now, share.calls, share.sum_ns, &share.buckets);
+        }
     }
 }
 
@@ -327,6 +433,10 @@ pub struct SeriesDelta {
     pub syscall: Syscall,
     /// 0 for success; for an overflow slot, any failure is `u16::MAX`.
     pub errno: u16,
+    /// Whether the kernel streams records of this series' calls (see
+    /// [`crate::collect::streams`]): the calls of one that it does not
+    /// are never named by a record.
+    pub streamed: bool,
     pub count: u64,
     pub sum_ns: u64,
     /// (bucket index, calls), non-zero only.
@@ -359,6 +469,7 @@ mod tests {
             caller: Some((e.pid, e.cgroup_id)),
             syscall: Syscall::Rmdir,
             errno: 0,
+            streamed: true,
             count,
             sum_ns: count * latency,
             buckets: vec![(latency_bucket(latency), count)],
@@ -387,7 +498,68 @@ mod tests {
         names.observe(&sampled, who(POD_A));
         let mut book = LatencyBook::new(SystemTime::now());
         names.apply(vec![delta(100_000, 2_000)], &mut book, SystemTime::now(), |_, _| None, None);
-        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 100_000)]);
+        // The calls counted since that record wait for the next one...
+        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 40_000)]);
+        let mut next = call(Syscall::Rmdir, 2_000);
+        next.represents = 60_001;
+        names.observe(&next, who(POD_A));
+        names.apply(vec![delta(1, 2_000)], &mut book, SystemTime::now(), |_, _| None, None);
+        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 100_001)]);
+        // ...and at the end of the run, with no record to come, go to the
+        // process's latest name.
+        names.apply(vec![delta(500, 2_000)], &mut book, SystemTime::now(), |_, _| None, None);
+        names.settle(&mut book, SystemTime::now(), |_, _| None);
+        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 100_501)]);
+        assert!(names.owed.is_empty());
+    }
+
+    #[test]
+    fn a_call_counted_before_its_record_came_is_its_own_pods() {
+        // Four calls, each on a pod of its own; the series is read after
+        // the third has ended but before its record was taken, then after
+        // the fourth.
+        let pods: Vec<String> = (0..4).map(|n| format!("1b2c3d4e-0000-4000-8000-00000000010{n}")).collect();
+        let mut names = SeriesNames::default();
+        let mut book = LatencyBook::new(SystemTime::now());
+        for (pod, latency) in pods.iter().zip([1_000, 2_000]) {
+            names.observe(&call(Syscall::Rmdir, latency), who(pod));
+        }
+        let mut read = delta(3, 1_000);
+        read.sum_ns = 6_000;
+        read.buckets = vec![(latency_bucket(1_000), 1), (latency_bucket(2_000), 1), (latency_bucket(3_000), 1)];
+        names.apply(vec![read], &mut book, SystemTime::now(), |_, _| None, None);
+        for (pod, latency) in pods[2..].iter().zip([3_000, 4_000]) {
+            names.observe(&call(Syscall::Rmdir, latency), who(pod));
+        }
+        names.apply(vec![delta(1, 4_000)], &mut book, SystemTime::now(), |_, _| None, None);
+        let mut expected: Vec<(String, u64)> = pods.iter().map(|p| (format!("rmdir/ok/kubelet/{p}"), 1)).collect();
+        expected.sort();
+        assert_eq!(counts(&book), expected);
+        let sums: Vec<u128> = book.series().map(|(_, s)| s.sum_ns).collect();
+        assert_eq!(sums, vec![1_000, 2_000, 3_000, 4_000]);
+        assert!(names.owed.is_empty());
+    }
+
+    #[test]
+    fn calls_no_record_named_by_the_next_read_go_to_the_latest_name() {
+        let mut names = SeriesNames::default();
+        let mut book = LatencyBook::new(SystemTime::now());
+        names.observe(&call(Syscall::Rmdir, 1_000), who(POD_A));
+        // Two calls counted, one record (a record lost, say).
+        names.apply(vec![delta(2, 1_000)], &mut book, SystemTime::now(), |_, _| None, None);
+        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 1)]);
+        // The next read names nothing: the calls owed have had their chance.
+        names.apply(Vec::new(), &mut book, SystemTime::now(), |_, _| None, None);
+        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 2)]);
+        assert!(names.owed.is_empty());
+        // A series the kernel does not stream (a filtered syscall, or
+        // successes under --errors-only) has nothing to wait for.
+        let mut filtered = delta(7, 1_000);
+        filtered.syscall = Syscall::Unlink;
+        filtered.streamed = false;
+        names.apply(vec![filtered], &mut book, SystemTime::now(), |_, _| None, None);
+        assert!(counts(&book).contains(&(format!("unlink/ok/kubelet/{POD_A}"), 7)));
+        assert!(names.owed.is_empty());
     }
 
     #[test]
@@ -414,6 +586,13 @@ mod tests {
         names.observe(&b, who(POD_B));
         let mut book = LatencyBook::new(SystemTime::now());
         names.apply(vec![delta(1_000, 1_000)], &mut book, SystemTime::now(), |_, _| None, None);
+        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 300), (format!("rmdir/ok/kubelet/{POD_B}"), 100)]);
+        // The next records carry the 600 counted meanwhile.
+        a.represents = 450;
+        b.represents = 150;
+        names.observe(&a, who(POD_A));
+        names.observe(&b, who(POD_B));
+        names.apply(Vec::new(), &mut book, SystemTime::now(), |_, _| None, None);
         assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 750), (format!("rmdir/ok/kubelet/{POD_B}"), 250)]);
     }
 
@@ -532,7 +711,8 @@ mod tests {
         let mut asked = 0;
         for _ in 0..2 {
             names.apply(
-                vec![delta(5, 1_000)],
+                // A series no record names: one the kernel does not stream.
+                vec![SeriesDelta { streamed: false, ..delta(5, 1_000) }],
                 &mut book,
                 SystemTime::now(),
                 |_, _| {

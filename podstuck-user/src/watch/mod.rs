@@ -408,7 +408,7 @@ async fn trace(run: &mut Run, options: &WatchOptions) -> Result<Stopped> {
 fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verdict> {
     let Run { tracer, facts, pipeline, node, exporter, .. } = &mut run;
     tracer.drain(&mut |e| pipeline.take(e)).context("writing events")?;
-    pipeline.harvest(tracer);
+    pipeline.last_harvest(tracer);
     let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
     let reports = pipeline.review(node, &in_flight);
     pipeline.tell(&reports).context("writing findings")?;

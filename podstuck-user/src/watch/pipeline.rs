@@ -138,18 +138,23 @@ impl Pipeline {
         // Handed to the diagnosis at the next review, with it in a record.
         self.counted.extend(counts);
         let Some(book) = self.book.as_mut() else { return };
-        let (identifier, filter) = (&mut self.identifier, &self.filter);
-        let named = |pid: u32, cgroup_id: u64| {
-            let identity = identifier.identify_process(pid, cgroup_id);
-            filter.admits(&identity).then_some(Attribution { role: identity.actor.role, pod: identity.pod_uid })
-        };
         // Calls counted without their process can only be the node's.
-        let orphans = filter.is_whole_node().then_some(Attribution { role: Role::Other, pod: None });
-        self.names.apply(deltas, book, SystemTime::now(), named, orphans);
+        let orphans = self.filter.is_whole_node().then_some(Attribution { role: Role::Other, pod: None });
+        self.names.apply(deltas, book, SystemTime::now(), process_name(&mut self.identifier, &self.filter), orphans);
         // Pods past the caps, or pods that do not exist: said once each.
         if let Some(note) = book.take_overflow_note() {
             self.printer.say(&note);
         }
+    }
+
+    /// The run's last harvest: once more, for the records of the calls
+    /// the one before counted before they came, then what no record named
+    /// goes to its process's latest name, so the book holds every call.
+    pub(super) fn last_harvest(&mut self, tracer: &mut Tracer) {
+        self.harvest(tracer);
+        self.harvest(tracer);
+        let Some(book) = self.book.as_mut() else { return };
+        self.names.settle(book, SystemTime::now(), process_name(&mut self.identifier, &self.filter));
     }
 
     /// One diagnosis review at `now`; recorded, questions to the node and
@@ -243,6 +248,15 @@ fn pods_calls(book: &LatencyBook) -> BTreeMap<Syscall, u64> {
         }
     }
     calls
+}
+
+/// Who a process is when no record of its names it: itself, as the run
+/// follows it or not.
+fn process_name<'a>(identifier: &'a mut Identifier, filter: &'a PodFilter) -> impl FnMut(u32, u64) -> Option<Attribution> + 'a {
+    move |pid, cgroup_id| {
+        let identity = identifier.identify_process(pid, cgroup_id);
+        filter.admits(&identity).then_some(Attribution { role: identity.actor.role, pod: identity.pod_uid })
+    }
 }
 
 #[cfg(test)]
