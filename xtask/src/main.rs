@@ -305,8 +305,10 @@ fn test(args: &[String]) -> Result<()> {
     if skips_allowed() {
         say(&format!("{ALLOW_SKIPS}=1 is set: a test whose prerequisite is missing skips instead of failing; the skips are named at the end"));
     }
+    // Every test binary runs, whatever one of them says: a failing test
+    // hides no other.
     let mut child = cargo()
-        .args(["test", "--workspace"])
+        .args(["test", "--workspace", "--no-fail-fast"])
         .args(args)
         .env("PODSTUCK_BIN", binary)
         .env("KUBECTL_PODSTUCK_BIN", plugin)
