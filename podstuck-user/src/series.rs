@@ -244,6 +244,11 @@ fn outcome(errno: u16) -> String {
     }
 }
 
+/// The book's series of `who`'s calls of `syscall` ending with `errno`.
+fn book_key(syscall: Syscall, errno: u16, who: &Attribution) -> SeriesKey {
+    SeriesKey { syscall, outcome: outcome(errno), role: who.role, pod: who.pod.clone() }
+}
+
 impl SeriesNames {
     /// A streamed call and who it is (`None`: not followed). A pod its
     /// path names that does not exist is not one: the call is the node's.
@@ -304,7 +309,7 @@ impl SeriesNames {
             deltas.push(SeriesDelta { caller: Some((pid, cgroup)), syscall, errno, streamed: true, count: 0, sum_ns: 0, buckets: Vec::new() });
         }
         for delta in deltas {
-            let key = |who: &Attribution| SeriesKey { syscall: delta.syscall, outcome: outcome(delta.errno), role: who.role, pod: who.pod.clone() };
+            let key = |who: &Attribution| book_key(delta.syscall, delta.errno, who);
             let Some((pid, cgroup)) = delta.caller else {
                 if let Some(who) = &orphans {
                     book.add(key(who), now, delta.count, delta.sum_ns, &delta.buckets);
@@ -330,10 +335,7 @@ impl SeriesNames {
             let mut shares = calls.share(&[unnamed, waiting]).into_iter();
             let (to_latest, to_wait) = (shares.next().unwrap_or_default(), shares.next().unwrap_or_default());
             if to_latest.calls > 0 {
-                let who = self.latest.entry((pid, cgroup)).or_insert_with(|| unknown(pid, cgroup)).clone();
-                if let Some(who) = who {
-                    book.add(key(&who), now, to_latest.calls, to_latest.sum_ns, &to_latest.buckets);
-                }
+                self.give_to_latest(series, to_latest, book, now, &mut unknown);
             }
             if to_wait.calls > 0 {
                 self.owed.insert(series, to_wait);
@@ -350,10 +352,24 @@ impl SeriesNames {
     /// At the end of a run: the calls still owed go to their process's
     /// latest name, so that the book holds every call the kernel counted.
     pub fn settle(&mut self, book: &mut LatencyBook, now: SystemTime, mut unknown: impl FnMut(u32, u64) -> Option<Attribution>) {
-        for ((pid, cgroup, syscall, errno), owed) in std::mem::take(&mut self.owed) {
-            let Some(who) = self.latest.entry((pid, cgroup)).or_insert_with(|| unknown(pid, cgroup)).clone() else { continue };
-            let key = SeriesKey { syscall, outcome: outcome(errno), role: who.role, pod: who.pod };
-            book.add(key, now, owed.calls, owed.sum_ns, &owed.buckets);
+        for (series, owed) in std::mem::take(&mut self.owed) {
+            self.give_to_latest(series, owed, book, now, &mut unknown);
+        }
+    }
+
+    /// Calls of `series` no record named, under its process's latest name
+    /// (`unknown`'s, when none of its records came): nowhere when that is
+    /// a pod the run does not follow.
+    fn give_to_latest(
+        &mut self,
+        (pid, cgroup, syscall, errno): KernelSeries,
+        calls: Counted,
+        book: &mut LatencyBook,
+        now: SystemTime,
+        unknown: &mut impl FnMut(u32, u64) -> Option<Attribution>,
+    ) {
+        if let Some(who) = self.latest.entry((pid, cgroup)).or_insert_with(|| unknown(pid, cgroup)) {
+            book.add(book_key(syscall, errno, who), now, calls.calls, calls.sum_ns, &calls.buckets);
         }
     }
 }
