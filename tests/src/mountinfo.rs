@@ -72,9 +72,15 @@ pub fn here() -> Vec<Mount> {
     of("self").unwrap_or_default()
 }
 
-/// The mount that is seen at `path` here: the last one mounted on it.
+/// The mount that is seen at `path` in `pid`'s mount namespace: the last
+/// one mounted on it.
+pub fn at_in(pid: &str, path: &Path) -> Option<Mount> {
+    of(pid)?.into_iter().rev().find(|m| m.mount_point == path)
+}
+
+/// The mount that is seen at `path` here.
 pub fn at(path: &Path) -> Option<Mount> {
-    here().into_iter().rev().find(|m| m.mount_point == path)
+    at_in("self", path)
 }
 
 /// Whether `path` is a mount point in this process's mount namespace.

@@ -195,11 +195,6 @@ fn mount_ns(pid: u32) -> String {
     std::fs::read_link(format!("/proc/{pid}/ns/mnt")).map(|l| l.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// The mount of `pid`'s namespace seen at `path`.
-fn mount_in(pid: u32, path: &Path) -> Option<mountinfo::Mount> {
-    mountinfo::of(&pid.to_string())?.into_iter().rev().find(|m| m.mount_point == path)
-}
-
 // a. docker volume rm ------------------------------------------------------
 
 kernel_test! {
@@ -500,7 +495,7 @@ kernel_test! {
         let pid = holder.pid();
         let namespace = mount_ns(pid);
         assert_ne!(namespace, mount_ns(std::process::id()), "fixture: the holder has a mount namespace of its own");
-        let copy = mount_in(pid, &resolved(&rootfs)).expect("fixture: the holder's namespace has a copy of the rootfs");
+        let copy = mountinfo::at_in(&pid.to_string(), &resolved(&rootfs)).expect("fixture: the holder's namespace has a copy of the rootfs");
         assert!(copy.optional.iter().any(|f| f.starts_with("master:")), "fixture: the copy is a slave of the host's mount: {copy:?}");
         held_rootfs_is_named(&test, &scratch, &containerd, "ctr_task_rm_namespace_shared", (&id, &rootfs), holder, |e| {
             e.that(
@@ -525,7 +520,7 @@ kernel_test! {
         let (id, rootfs) = task_to_remove(&containerd, "nsp");
         let holder = holder_in_new_namespace(&rootfs);
         let pid = holder.pid();
-        let copy = mount_in(pid, &resolved(&rootfs)).expect("fixture: the holder's namespace has a copy of the rootfs");
+        let copy = mountinfo::at_in(&pid.to_string(), &resolved(&rootfs)).expect("fixture: the holder's namespace has a copy of the rootfs");
         assert!(!copy.propagates(), "fixture: the copy is private: {copy:?}");
         kill_task(&containerd, &id);
 
@@ -533,7 +528,7 @@ kernel_test! {
         let watch = podstuck(&scratch);
         let out = containerd.ctr_may_fail(&["task", "rm", &id]);
         assert!(out.status.success(), "fixture: with a private /run, ctr task rm should work: {}", stderr_text(&out));
-        assert!(mount_in(pid, &resolved(&rootfs)).is_none(), "fixture: the holder's copy went with the rootfs dir");
+        assert!(mountinfo::at_in(&pid.to_string(), &resolved(&rootfs)).is_none(), "fixture: the holder's copy went with the rootfs dir");
         containerd.ctr(&["containers", "rm", &id]);
 
         let done = wind_down(watch, trace, &containerd.dirs(), &[containerd.pid()]);
