@@ -23,9 +23,7 @@ fn bpf_linker_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")));
     let path = env::var_os("PATH").unwrap_or_default();
-    env::split_paths(&path)
-        .chain(cargo_home.map(|h| h.join("bin")))
-        .find(|dir| dir.join("bpf-linker").is_file())
+    env::split_paths(&path).chain(cargo_home.map(|h| h.join("bin"))).find(|dir| dir.join("bpf-linker").is_file())
 }
 
 fn main() {
@@ -84,13 +82,8 @@ fn main() {
     }
     let path = env::var_os("PATH").unwrap_or_default();
     let path = env::join_paths(std::iter::once(linker_dir).chain(env::split_paths(&path))).unwrap();
-    let rustflags = [
-        "--cfg=bpf_target_arch=\"x86_64\"",
-        "-Cdebuginfo=2",
-        "-Clink-arg=--btf",
-        "-Clinker=bpf-linker",
-    ]
-    .join("\x1f");
+    let rustflags =
+        ["--cfg=bpf_target_arch=\"x86_64\"", "-Cdebuginfo=2", "-Clink-arg=--btf", "-Clinker=bpf-linker"].join("\x1f");
     build
         .env("PATH", path)
         .env("RUSTC", &rustc)

@@ -53,12 +53,7 @@ pub enum Syscall {
 }
 
 impl Syscall {
-    pub const ALL: [Syscall; 4] = [
-        Syscall::Unlinkat,
-        Syscall::Unlink,
-        Syscall::Rmdir,
-        Syscall::Umount2,
-    ];
+    pub const ALL: [Syscall; 4] = [Syscall::Unlinkat, Syscall::Unlink, Syscall::Rmdir, Syscall::Umount2];
 
     pub fn from_u8(v: u8) -> Option<Syscall> {
         match v {

@@ -9,7 +9,9 @@ use aya_ebpf::{
     macros::map,
     maps::RingBuf,
 };
-use podstuck_common::{base_status, counter, path_status, CallEntry, CallRecord, SeriesKey, PATH_MAX, RING_BUFFER_BYTES};
+use podstuck_common::{
+    base_status, counter, path_status, CallEntry, CallRecord, SeriesKey, PATH_MAX, RING_BUFFER_BYTES,
+};
 
 use crate::{
     accounting::bump,
@@ -56,8 +58,7 @@ pub fn stream(call: &Ended, how: WalkLoop) -> Option<()> {
     // (volatile reads), so the verifier carries on with one state, not one
     // per way the path read ended.
     let relative = scratch.path_status() != path_status::UNREADABLE && scratch.path_first_byte() != b'/';
-    let (base_len, base) =
-        if relative { walk_base_dir(call.entry.dfd, how) } else { (0, base_status::NOT_NEEDED) };
+    let (base_len, base) = if relative { walk_base_dir(call.entry.dfd, how) } else { (0, base_status::NOT_NEEDED) };
     scratch.set_base(base_len as u16, base);
 
     let data_len = scratch.path_len() as usize + scratch.base_len() as usize;

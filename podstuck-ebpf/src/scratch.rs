@@ -186,9 +186,8 @@ impl Scratch {
         // SAFETY: the start of a valid Buffer: CALL_RECORD_BYTES of header,
         // then at most DATA_MASK bytes of `data`, which is longer. The
         // slice lives for the helper's copy, while nothing writes the buffer.
-        let bytes = unsafe {
-            core::slice::from_raw_parts(self.0 as *const u8, CALL_RECORD_BYTES + (data_len & DATA_MASK))
-        };
+        let bytes =
+            unsafe { core::slice::from_raw_parts(self.0 as *const u8, CALL_RECORD_BYTES + (data_len & DATA_MASK)) };
         ring.output::<[u8]>(bytes, flags)
     }
 }

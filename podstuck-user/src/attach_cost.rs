@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use aya::programs::{BtfTracePoint, FEntry, FExit, RawTracePoint, TracePoint};
 use aya::maps::PerCpuArray;
+use aya::programs::{BtfTracePoint, FEntry, FExit, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use podstuck_common::program;
 use tokio::signal::unix::{signal, SignalKind};
@@ -41,7 +41,9 @@ fn attach(ebpf: &mut Ebpf, mechanism: Mechanism) -> Result<Vec<u32>> {
             ] {
                 let program: &mut TracePoint = ebpf.program_mut(name).context("program missing")?.try_into()?;
                 program.load()?;
-                program.attach("syscalls", tracepoint).with_context(|| format!("attaching to syscalls:{tracepoint}"))?;
+                program
+                    .attach("syscalls", tracepoint)
+                    .with_context(|| format!("attaching to syscalls:{tracepoint}"))?;
                 ids.push(program.info()?.id());
             }
         }
@@ -106,6 +108,9 @@ pub async fn run(mechanism: Mechanism, kernel_cost: bool) -> Result<()> {
         .into_iter()
         .map(|cost| serde_json::json!({"program": cost.name, "runs": cost.runs, "run_time_ns": cost.run_time_ns}))
         .collect();
-    println!("{}", serde_json::json!({"mechanism": format!("{mechanism:?}"), "entries": count(0), "exits": count(1), "programs": costs}));
+    println!(
+        "{}",
+        serde_json::json!({"mechanism": format!("{mechanism:?}"), "entries": count(0), "exits": count(1), "programs": costs})
+    );
     Ok(())
 }

@@ -137,12 +137,10 @@ impl Btf {
         let type_len = u32_at(data, 12)? as usize;
         let str_off = u32_at(data, 16)? as usize;
         let str_len = u32_at(data, 20)? as usize;
-        let types_data = data
-            .get(hdr_len + type_off..hdr_len + type_off + type_len)
-            .context("BTF type section out of bounds")?;
-        let strings = data
-            .get(hdr_len + str_off..hdr_len + str_off + str_len)
-            .context("BTF string section out of bounds")?;
+        let types_data =
+            data.get(hdr_len + type_off..hdr_len + type_off + type_len).context("BTF type section out of bounds")?;
+        let strings =
+            data.get(hdr_len + str_off..hdr_len + str_off + str_len).context("BTF string section out of bounds")?;
 
         let mut types = vec![Type { kind: 0, name: 0, ref_type: 0, first_member: 0, member_count: 0 }];
         let mut members = Vec::new();
@@ -202,7 +200,9 @@ impl Btf {
         let mut structs_by_name: Vec<u32> = (0..types.len() as u32)
             .filter(|&id| {
                 let ty = &types[id as usize];
-                (ty.kind == KIND_STRUCT || ty.kind == KIND_UNION) && ty.member_count > 0 && strings.get(ty.name as usize).is_some_and(|&b| b != 0)
+                (ty.kind == KIND_STRUCT || ty.kind == KIND_UNION)
+                    && ty.member_count > 0
+                    && strings.get(ty.name as usize).is_some_and(|&b| b != 0)
             })
             .collect();
         let strings = strings.to_vec();
@@ -271,9 +271,7 @@ impl Btf {
 
     /// Offset in bytes of `path` (e.g. `["ns", "inum"]`) inside `struct name`.
     pub fn offset_of(&self, name: &str, path: &[&str]) -> Result<u64> {
-        let mut id = self
-            .struct_named(name)
-            .with_context(|| format!("struct {name} not found in kernel BTF"))?;
+        let mut id = self.struct_named(name).with_context(|| format!("struct {name} not found in kernel BTF"))?;
         let mut bits = 0u64;
         for member in path {
             let (offset, type_id) = self
@@ -343,7 +341,11 @@ impl Btf {
     /// Offsets in `struct pt_regs` of a syscall's first three arguments.
     #[cfg(target_arch = "x86_64")]
     fn syscall_arg_registers(&self) -> Result<[u64; 3]> {
-        Ok([self.offset_of("pt_regs", &["di"])?, self.offset_of("pt_regs", &["si"])?, self.offset_of("pt_regs", &["dx"])?])
+        Ok([
+            self.offset_of("pt_regs", &["di"])?,
+            self.offset_of("pt_regs", &["si"])?,
+            self.offset_of("pt_regs", &["dx"])?,
+        ])
     }
 
     #[cfg(target_arch = "aarch64")]

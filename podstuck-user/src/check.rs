@@ -21,9 +21,9 @@ use anyhow::Context;
 use crate::identify::cgroups::cgroup2_mount;
 use crate::inspect::mounts::{parse_mountinfo, v1_controllers};
 use crate::kernel_features::{AttachPoint, BtfSource, Lockdown, PathWalk, Probed};
+use crate::node_access::Node;
 use crate::preflight::{plan, privileged, NodeFacts};
 use crate::print::Out;
-use crate::node_access::Node;
 use crate::tracer_lock::{other_podstucks, OtherPodstuck};
 
 /// How a check came out.
@@ -136,7 +136,8 @@ impl KubeletPlace {
     /// The first process named kubelet, placed by its mount namespace
     /// against the node's.
     fn find(node: &Node) -> KubeletPlace {
-        let mut kubelets: Vec<u32> = processes().into_iter().filter(|(_, comm)| comm == "kubelet").map(|(pid, _)| pid).collect();
+        let mut kubelets: Vec<u32> =
+            processes().into_iter().filter(|(_, comm)| comm == "kubelet").map(|(pid, _)| pid).collect();
         kubelets.sort_unstable();
         let Some(&pid) = kubelets.first() else { return KubeletPlace::NotFound };
         let node_ns = std::fs::read_link(node.node_proc_file("ns/mnt")).ok();
@@ -144,7 +145,9 @@ impl KubeletPlace {
         if node_ns.is_none() || kubelet_ns == node_ns {
             return KubeletPlace::Host { pid };
         }
-        let owner = crate::identify::owner::RuntimeState::of_this_node(node).owner_of(Path::new("/proc"), pid).map(|o| o.words());
+        let owner = crate::identify::owner::RuntimeState::of_this_node(node)
+            .owner_of(Path::new("/proc"), pid)
+            .map(|o| o.words());
         KubeletPlace::Container { pid, owner }
     }
 }
@@ -225,7 +228,8 @@ impl CheckFacts {
             .map(|(name, socket)| (name.to_string(), socket.to_string()))
             .collect();
         for (pid, comm) in processes() {
-            if RUNTIME_COMMANDS.contains(&comm.as_str()) && !runtimes.iter().any(|(n, _)| n.eq_ignore_ascii_case(&comm)) {
+            if RUNTIME_COMMANDS.contains(&comm.as_str()) && !runtimes.iter().any(|(n, _)| n.eq_ignore_ascii_case(&comm))
+            {
                 runtimes.push((comm, format!("pid {pid}")));
             }
         }
@@ -301,7 +305,11 @@ pub fn judge(facts: &CheckFacts) -> Vec<CheckLine> {
 /// which of them hold the pods.
 fn layout_line(facts: &CheckFacts) -> CheckLine {
     let shape = &facts.cgroups;
-    let pods = if facts.pods_in.is_empty() { String::new() } else { format!("; pods' cgroups in {}", facts.pods_in.join(", ")) };
+    let pods = if facts.pods_in.is_empty() {
+        String::new()
+    } else {
+        format!("; pods' cgroups in {}", facts.pods_in.join(", "))
+    };
     match (&shape.v2, shape.v1.is_empty()) {
         (Some(v2), true) => line(Verdict::Ok, "cgroup layout", format!("v2 (unified) at {}{pods}", v2.display()), None),
         (Some(v2), false) => line(Verdict::Ok, "cgroup layout", format!("hybrid: v1 hierarchies {}, v2 at {}{pods}", shape.v1_words(), v2.display()), None),
@@ -354,12 +362,23 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
     }
     lines.push(line(Verdict::Ok, "privileges", "may load kernel programs (root, or CAP_BPF and CAP_PERFMON)", None));
     let f = &node.features;
-    lines.push(line(Verdict::Ok, "kernel", format!("{} (what it can do is probed, not read from the version)", node.kernel_release), None));
+    lines.push(line(
+        Verdict::Ok,
+        "kernel",
+        format!("{} (what it can do is probed, not read from the version)", node.kernel_release),
+        None,
+    ));
     let probe = |topic: &'static str, p: &Probed, yes: &str, no: Verdict, todo: &str| match p {
         Probed::Yes => line(Verdict::Ok, topic, yes.to_string(), None),
         other => line(no, topic, other.words(), Some(todo.to_string())),
     };
-    lines.push(probe("ring buffer", &f.ring_buffer, "BPF ring buffer maps load", Verdict::Fail, "podstuck needs the BPF ring buffer (Linux 5.8, or a backport)"));
+    lines.push(probe(
+        "ring buffer",
+        &f.ring_buffer,
+        "BPF ring buffer maps load",
+        Verdict::Fail,
+        "podstuck needs the BPF ring buffer (Linux 5.8, or a backport)",
+    ));
     lines.push(probe(
         "bpf_loop",
         &f.bpf_loop,
@@ -370,16 +389,33 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
     lines.push(match &f.btf {
         BtfSource::Kernel => line(Verdict::Ok, "BTF", format!("{} present", crate::btf::VMLINUX_BTF), None),
         BtfSource::File(p) => line(Verdict::Ok, "BTF", format!("from {} (--btf)", p.display()), None),
-        BtfSource::Missing => line(Verdict::Fail, "BTF", format!("{} missing", crate::btf::VMLINUX_BTF), Some("pass this kernel's BTF with --btf FILE (BTFHub has files for distribution kernels)".into())),
+        BtfSource::Missing => line(
+            Verdict::Fail,
+            "BTF",
+            format!("{} missing", crate::btf::VMLINUX_BTF),
+            Some("pass this kernel's BTF with --btf FILE (BTFHub has files for distribution kernels)".into()),
+        ),
     });
-    lines.push(probe("fentry", &f.fentry, "BPF tracing programs load and attach", Verdict::Warn, "nothing to do: the syscall tracepoints are used instead (they slow every syscall a little)"));
+    lines.push(probe(
+        "fentry",
+        &f.fentry,
+        "BPF tracing programs load and attach",
+        Verdict::Warn,
+        "nothing to do: the syscall tracepoints are used instead (they slow every syscall a little)",
+    ));
     lines.push(match (&f.syscall_tracepoints, node.tracefs.as_ref()) {
-        (Probed::Yes, Some(at)) => line(Verdict::Ok, "tracefs", format!("mounted at {} with syscall tracepoints", at.display()), None),
+        (Probed::Yes, Some(at)) => {
+            line(Verdict::Ok, "tracefs", format!("mounted at {} with syscall tracepoints", at.display()), None)
+        }
         (other, _) => line(
             if f.fentry.yes() { Verdict::Warn } else { Verdict::Fail },
             "tracefs",
             other.words(),
-            Some(crate::node_access::tracefs_fix(node.in_container, "mount it: mount -t tracefs nodev /sys/kernel/tracing (kernels built with CONFIG_FTRACE_SYSCALLS=y)".into())),
+            Some(crate::node_access::tracefs_fix(
+                node.in_container,
+                "mount it: mount -t tracefs nodev /sys/kernel/tracing (kernels built with CONFIG_FTRACE_SYSCALLS=y)"
+                    .into(),
+            )),
         ),
     });
     lines.push(match f.lockdown {
@@ -419,11 +455,7 @@ pub fn check(node: &Node, kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Re
     lines.extend(judge(&CheckFacts::gather(node, kubelet_root, btf)));
     // A reader gone (`podstuck check | head -1`) ends the output quietly.
     let mut out = Out::stdout();
-    lines
-        .iter()
-        .try_for_each(|l| out.line(&l.to_string()))
-        .and_then(|()| out.flush())
-        .context("writing the check")?;
+    lines.iter().try_for_each(|l| out.line(&l.to_string())).and_then(|()| out.flush()).context("writing the check")?;
     Ok(lines.iter().all(|l| l.verdict != Verdict::Fail))
 }
 
@@ -465,8 +497,21 @@ mod tests {
         assert_eq!(
             topics,
             [
-                "privileges", "kernel", "ring buffer", "bpf_loop", "BTF", "fentry", "tracefs", "lockdown", "plan", "cgroup layout", "cgroup driver",
-                "kubelet root", "kubelet", "container runtime", "other podstuck"
+                "privileges",
+                "kernel",
+                "ring buffer",
+                "bpf_loop",
+                "BTF",
+                "fentry",
+                "tracefs",
+                "lockdown",
+                "plan",
+                "cgroup layout",
+                "cgroup driver",
+                "kubelet root",
+                "kubelet",
+                "container runtime",
+                "other podstuck"
             ]
         );
         assert_eq!(lines[8].says, "attach: fentry, path walk: bpf_loop (up to 64 levels)");
@@ -517,7 +562,10 @@ mod tests {
         f.cgroups = cgroup_shape(HYBRID);
         assert!(judge(&f)[9].says.starts_with("hybrid"));
         f.cgroups.v2 = None;
-        assert!(verdicts(&f).contains(&("cgroup layout", Verdict::Ok)), "v1 only: callers' cgroups are read in the kernel");
+        assert!(
+            verdicts(&f).contains(&("cgroup layout", Verdict::Ok)),
+            "v1 only: callers' cgroups are read in the kernel"
+        );
         f.cgroups.v1.clear();
         assert!(verdicts(&f).contains(&("cgroup layout", Verdict::Warn)));
         let mut f = good();
@@ -561,7 +609,10 @@ mod tests {
         assert_eq!(v2, CgroupShape { v2: Some(PathBuf::from("/sys/fs/cgroup")), v1: vec![] });
         let hybrid = cgroup_shape(HYBRID);
         assert_eq!(hybrid.v2, Some(PathBuf::from("/sys/fs/cgroup/unified")));
-        assert_eq!(hybrid.v1.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["cpu", "memory", "freezer", "name=systemd"]);
+        assert_eq!(
+            hybrid.v1.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["cpu", "memory", "freezer", "name=systemd"]
+        );
         let v1 = cgroup_shape(V1_ONLY);
         assert_eq!(v1.v2, None);
         assert_eq!(v1.v1[1], ("cpu,cpuacct".to_string(), PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")));
@@ -589,10 +640,15 @@ mod tests {
     #[test]
     fn kubelet_is_said_a_host_process_in_a_container_or_missing() {
         let kubelet = |place: KubeletPlace| kubelet_line(&place).to_string();
-        assert_eq!(kubelet(KubeletPlace::Host { pid: 812 }), "ok    kubelet            kubelet is a host process (pid 812)");
-        let kind = kubelet(KubeletPlace::Container { pid: 4242, owner: Some("docker container kind-control-plane".into()) });
+        assert_eq!(
+            kubelet(KubeletPlace::Host { pid: 812 }),
+            "ok    kubelet            kubelet is a host process (pid 812)"
+        );
+        let kind =
+            kubelet(KubeletPlace::Container { pid: 4242, owner: Some("docker container kind-control-plane".into()) });
         assert!(kind.contains("kubelet runs in a container: docker container kind-control-plane (pid 4242, mount namespace not the node's"), "{kind}");
-        assert!(kubelet(KubeletPlace::Container { pid: 7, owner: None }).contains("kubelet runs in a container: not a pod or container the runtimes here know (pid 7"));
+        assert!(kubelet(KubeletPlace::Container { pid: 7, owner: None })
+            .contains("kubelet runs in a container: not a pod or container the runtimes here know (pid 7"));
         let none = kubelet_line(&KubeletPlace::NotFound);
         assert_eq!((none.verdict, none.says.as_str()), (Verdict::Warn, "no process named kubelet"));
     }

@@ -220,7 +220,11 @@ pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &Tr
 }
 
 /// `load_object`, with the maps `sized` given those sizes instead.
-fn load_object_with(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions, sized: &[(&str, u32)]) -> Result<Ebpf> {
+fn load_object_with(
+    offsets: &podstuck_common::KernelOffsets,
+    options: &TracerOptions,
+    sized: &[(&str, u32)],
+) -> Result<Ebpf> {
     let mut loader = EbpfLoader::new();
     for (map, entries) in sized {
         loader.map_max_entries(map, *entries);
@@ -229,10 +233,11 @@ fn load_object_with(offsets: &podstuck_common::KernelOffsets, options: &TracerOp
     // KERNEL_READS at 0 it never visits a kernel-memory read, which
     // lockdown=confidentiality would refuse at load (Linux 5.13+).
     let kernel_reads = u8::from(options.walk.reads_kernel());
-    loader
-        .override_global("OFFSETS", offsets, true)
-        .override_global("FILTER", &options.filter, true)
-        .override_global("KERNEL_READS", &kernel_reads, true);
+    loader.override_global("OFFSETS", offsets, true).override_global("FILTER", &options.filter, true).override_global(
+        "KERNEL_READS",
+        &kernel_reads,
+        true,
+    );
     let default = if options.filter.every_call != 0 { RING_BUFFER_BYTES } else { SAMPLED_RING_BUFFER_BYTES };
     loader.map_max_entries("EVENTS", options.ring_buffer_bytes.unwrap_or(default));
     loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
@@ -289,10 +294,13 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
     let attached = (|| -> Result<()> {
         // Its maps unused: the calls-in-flight map, preallocated, would
         // cost the kernel ~10 ms at full size.
-        let mut ebpf = load_object_with(&podstuck_common::KernelOffsets::default(), &options, &[("CALLS_IN_FLIGHT", 1)])?;
+        let mut ebpf =
+            load_object_with(&podstuck_common::KernelOffsets::default(), &options, &[("CALLS_IN_FLIGHT", 1)])?;
         let btf = kernel_btf()?;
-        let program: &mut FEntry =
-            ebpf.program_mut(program::COST_FENTRY).with_context(|| format!("{} missing", program::COST_FENTRY))?.try_into()?;
+        let program: &mut FEntry = ebpf
+            .program_mut(program::COST_FENTRY)
+            .with_context(|| format!("{} missing", program::COST_FENTRY))?
+            .try_into()?;
         program.load(&format!("{SYSCALL_PREFIX}{}", program::UNLINKAT.function), &btf)?;
         program.attach()?;
         Ok(())
@@ -311,15 +319,19 @@ fn load_side_by_side(
     names: &[&str],
     load: impl Fn(&str, &mut Program) -> Result<()> + Sync,
 ) -> Result<()> {
-    let mut programs: Vec<(&str, &mut Program)> = ebpf.programs_mut().filter(|(name, _)| names.iter().any(|n| n == name)).collect();
+    let mut programs: Vec<(&str, &mut Program)> =
+        ebpf.programs_mut().filter(|(name, _)| names.iter().any(|n| n == name)).collect();
     if let Some(missing) = names.iter().find(|&&n| !programs.iter().any(|&(name, _)| name == n)) {
         bail!("program {missing} missing from the embedded object");
     }
     let load = &load;
     std::thread::scope(|scope| {
-        let loading: Vec<_> = programs.iter_mut().map(|(name, program)| scope.spawn(move || load(name, program))).collect();
+        let loading: Vec<_> =
+            programs.iter_mut().map(|(name, program)| scope.spawn(move || load(name, program))).collect();
         // The scope joins the rest when one fails.
-        loading.into_iter().try_for_each(|l| l.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a program's loader panicked"))))
+        loading
+            .into_iter()
+            .try_for_each(|l| l.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a program's loader panicked"))))
     })
 }
 
@@ -383,8 +395,10 @@ fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     })?;
     let mut ids = Vec::new();
     for (name, tracepoint) in attach {
-        let program: &mut TracePoint =
-            ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?.try_into()?;
+        let program: &mut TracePoint = ebpf
+            .program_mut(name)
+            .with_context(|| format!("program {name} missing from the embedded object"))?
+            .try_into()?;
         program
             .attach("syscalls", tracepoint)
             .with_context(|| format!("attaching to tracepoint syscalls:{tracepoint}"))?;
@@ -440,7 +454,8 @@ impl Tracer {
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
         let series = BpfHashMap::try_from(ebpf.take_map("SERIES").context("SERIES map missing")?)?;
-        let series_overflow = PerCpuArray::try_from(ebpf.take_map("SERIES_OVERFLOW").context("SERIES_OVERFLOW map missing")?)?;
+        let series_overflow =
+            PerCpuArray::try_from(ebpf.take_map("SERIES_OVERFLOW").context("SERIES_OVERFLOW map missing")?)?;
         // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
         // for as long as it lives, which is as long as the AsyncFd.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
@@ -499,7 +514,15 @@ impl Tracer {
             let snapshot = self.series_read.entry(*key).or_insert_with(SeriesSnapshot::empty);
             if let Some((count, sum_ns, buckets)) = snapshot.advance(value.count, value.sum_ns, &value.buckets) {
                 let streamed = streams(&self.filter, syscall, key.errno);
-                deltas.push(SeriesDelta { caller: Some((key.pid, key.cgroup_id)), syscall, errno: key.errno, streamed, count, sum_ns, buckets });
+                deltas.push(SeriesDelta {
+                    caller: Some((key.pid, key.cgroup_id)),
+                    syscall,
+                    errno: key.errno,
+                    streamed,
+                    count,
+                    sum_ns,
+                    buckets,
+                });
             }
             // Read after its last call: nothing more can come to it (a
             // reused pid makes a new series from scratch).

@@ -115,14 +115,26 @@ impl Lab {
         let in_cgroup: Vec<u32> = cgroup
             .iter()
             .flat_map(|c| walk_dirs(c))
-            .flat_map(|dir| std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.parse().ok()).collect::<Vec<u32>>())
+            .flat_map(|dir| {
+                std::fs::read_to_string(dir.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
             .collect();
-        for proc_pid in std::fs::read_dir("/proc").into_iter().flatten().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        for proc_pid in std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        {
             let cmdline = std::fs::read(format!("/proc/{proc_pid}/cmdline")).unwrap_or_default();
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
             let names_lab = args.iter().any(|a| is_at_or_below(a, &root_bytes));
             let actor = args.get(1) == Some(&&b"demo-actor"[..]) && names_lab;
-            let cwd = std::fs::read_link(format!("/proc/{proc_pid}/cwd")).map(|p| p.into_os_string().into_vec()).unwrap_or_default();
+            let cwd = std::fs::read_link(format!("/proc/{proc_pid}/cwd"))
+                .map(|p| p.into_os_string().into_vec())
+                .unwrap_or_default();
             let sleeper = args.first().is_some_and(|a| a.ends_with(b"sleep"))
                 && (is_at_or_below(&cwd, &root_bytes) || in_cgroup.contains(&proc_pid));
             if actor || sleeper {
@@ -145,7 +157,10 @@ impl Lab {
         let Ok(entries) = std::fs::read_dir(Path::new(LAB_PREFIX).parent().expect("has a parent")) else { return };
         for entry in entries.flatten() {
             let path = entry.path();
-            let Some(pid) = path.to_str().and_then(|p| p.strip_prefix(LAB_PREFIX)).and_then(|p| p.parse::<u32>().ok()) else { continue };
+            let Some(pid) = path.to_str().and_then(|p| p.strip_prefix(LAB_PREFIX)).and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             if comm.trim() == "podstuck" {
                 continue;
@@ -201,7 +216,8 @@ impl Lab {
             a
         });
         // P4: a container rootfs that a process still sits in.
-        let rootfs = self.root.join("run/containerd/io.containerd.runtime.v2.task/k8s.io").join(CONTAINER).join("rootfs");
+        let rootfs =
+            self.root.join("run/containerd/io.containerd.runtime.v2.task/k8s.io").join(CONTAINER).join("rootfs");
         self.mount_tmpfs(&rootfs, "size=1m")?;
         self.spawn(Command::new("sleep").arg("infinity").current_dir(&rootfs))?;
         actors.push({
@@ -243,7 +259,8 @@ impl Lab {
             self.cgroups.push(parent);
             self.cgroups.push(slice.clone());
             let pid = self.spawn(Command::new("sleep").arg("infinity"))?;
-            std::fs::write(slice.join("cgroup.procs"), pid.to_string()).context("moving a task into the demo cgroup")?;
+            std::fs::write(slice.join("cgroup.procs"), pid.to_string())
+                .context("moving a task into the demo cgroup")?;
             actors.push({
                 let mut a = actor("kubelet");
                 a.arg("every-2s-rmdir").arg(&slice);
@@ -275,7 +292,8 @@ impl Drop for Lab {
         }
         if self.flags_anywhere {
             // What is left is the lab's own disk tree: clear every flag in it.
-            let _ = Command::new("chattr").args(["-R", "-f", "-i", "-a"]).arg(&self.root).stderr(Stdio::null()).status();
+            let _ =
+                Command::new("chattr").args(["-R", "-f", "-i", "-a"]).arg(&self.root).stderr(Stdio::null()).status();
         }
         // Never delete through a mount: if one is left under the lab, leave the lab.
         let mountinfo = std::fs::read(Path::new("/proc/self/mountinfo")).unwrap_or_default();
@@ -367,7 +385,10 @@ pub fn actor(comm: &str, op: &str, path: &Path) -> Result<()> {
                 return Ok(());
             }
         },
-        "unlink-every" => while unlinkat(AT_FDCWD, path, UnlinkatFlags::NoRemoveDir).is_err() && pause(Duration::from_secs(1), path) {},
+        "unlink-every" => {
+            while unlinkat(AT_FDCWD, path, UnlinkatFlags::NoRemoveDir).is_err() && pause(Duration::from_secs(1), path) {
+            }
+        }
         "remove-all" => remove_all(path, STORM_PACE)?,
         _ => bail!("unknown demo actor op {op}"),
     }

@@ -132,7 +132,8 @@ impl NoPath {
 }
 
 /// What a reason too long to be podstuck's becomes when read from a record.
-pub const UNKNOWN_REASON: &str = "a reason this podstuck does not know (the record holds a longer one than a podstuck writes)";
+pub const UNKNOWN_REASON: &str =
+    "a reason this podstuck does not know (the record holds a longer one than a podstuck writes)";
 
 impl std::fmt::Display for NoPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -340,12 +341,8 @@ pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<CallEvent, DecodeError>
 
 /// The flag names of `unlinkat(2)` and `umount2(2)`.
 const UNLINKAT_FLAGS: &[(u64, &str)] = &[(0x200, "AT_REMOVEDIR")];
-const UMOUNT2_FLAGS: &[(u64, &str)] = &[
-    (0x1, "MNT_FORCE"),
-    (0x2, "MNT_DETACH"),
-    (0x4, "MNT_EXPIRE"),
-    (0x8, "UMOUNT_NOFOLLOW"),
-];
+const UMOUNT2_FLAGS: &[(u64, &str)] =
+    &[(0x1, "MNT_FORCE"), (0x2, "MNT_DETACH"), (0x4, "MNT_EXPIRE"), (0x8, "UMOUNT_NOFOLLOW")];
 
 pub fn decode_flags(syscall: Syscall, flags: u64) -> Vec<String> {
     let known = match syscall {
@@ -478,7 +475,9 @@ pub(crate) mod tests {
     #[test]
     fn joins_relative_paths_to_the_base_directory() {
         let clock = WallClock::now();
-        let e = decode(&relative_record(b"mount", b"pvc-1\0kubernetes.io~csi\0volumes\0", base_status::RESOLVED), &clock).unwrap();
+        let e =
+            decode(&relative_record(b"mount", b"pvc-1\0kubernetes.io~csi\0volumes\0", base_status::RESOLVED), &clock)
+                .unwrap();
         assert_eq!(e.path, b"mount");
         assert_eq!(e.base, BaseDir::Resolved(b"/volumes/kubernetes.io~csi/pvc-1".to_vec()));
         assert_eq!(e.abs_path().unwrap(), b"/volumes/kubernetes.io~csi/pvc-1/mount");
@@ -510,7 +509,10 @@ pub(crate) mod tests {
         assert_eq!(decode_flags(Syscall::Unlinkat, 0x200), vec!["AT_REMOVEDIR"]);
         assert!(decode_flags(Syscall::Unlinkat, 0).is_empty());
         assert_eq!(decode_flags(Syscall::Umount2, 0x2), vec!["MNT_DETACH"]);
-        assert_eq!(decode_flags(Syscall::Umount2, 0xf), vec!["MNT_FORCE", "MNT_DETACH", "MNT_EXPIRE", "UMOUNT_NOFOLLOW"]);
+        assert_eq!(
+            decode_flags(Syscall::Umount2, 0xf),
+            vec!["MNT_FORCE", "MNT_DETACH", "MNT_EXPIRE", "UMOUNT_NOFOLLOW"]
+        );
         assert_eq!(decode_flags(Syscall::Umount2, 0x11), vec!["MNT_FORCE", "0x10"]);
     }
 

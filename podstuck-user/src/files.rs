@@ -65,7 +65,8 @@ fn mode_bits(mode: u32) -> Mode {
 
 /// A path or name as the kernel takes it.
 pub fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::new(ErrorKind::InvalidInput, "the name holds a NUL byte"))
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(ErrorKind::InvalidInput, "the name holds a NUL byte"))
 }
 
 fn c_name(name: &str) -> CString {
@@ -245,7 +246,12 @@ impl AtomicWriter {
 
     /// Runs `make` on fresh temporary names for `name` until one is not
     /// taken.
-    fn on_a_free_name<'d>(&mut self, dir: BorrowedFd<'d>, name: &str, mut make: impl FnMut(&CStr) -> io::Result<()>) -> io::Result<Temporary<'d>> {
+    fn on_a_free_name<'d>(
+        &mut self,
+        dir: BorrowedFd<'d>,
+        name: &str,
+        mut make: impl FnMut(&CStr) -> io::Result<()>,
+    ) -> io::Result<Temporary<'d>> {
         for _ in 0..TEMP_ATTEMPTS {
             let temp = self.temporary_name(name);
             match make(&temp) {
@@ -254,7 +260,10 @@ impl AtomicWriter {
                 Err(e) => return Err(e),
             }
         }
-        Err(io::Error::new(ErrorKind::AlreadyExists, format!("{TEMP_ATTEMPTS} temporary names for {name} are all taken")))
+        Err(io::Error::new(
+            ErrorKind::AlreadyExists,
+            format!("{TEMP_ATTEMPTS} temporary names for {name} are all taken"),
+        ))
     }
 
     /// Checks that files can be made in `dir`, leaving nothing behind.
@@ -266,7 +275,8 @@ impl AtomicWriter {
             }
         }
         let mode = self.mode;
-        let _removed_on_drop = self.on_a_free_name(dir, "podstuck-write-test", |temp| create_new_at(Some(dir), temp, mode).map(drop))?;
+        let _removed_on_drop =
+            self.on_a_free_name(dir, "podstuck-write-test", |temp| create_new_at(Some(dir), temp, mode).map(drop))?;
         Ok(())
     }
 
@@ -345,7 +355,8 @@ mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn entries(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         names.sort();
         names
     }
@@ -359,7 +370,10 @@ mod tests {
         assert_eq!(others_can_write(0, 0o775, 0).unwrap(), "it is writable by its group (mode 0775)");
         assert_eq!(others_can_write(0, 0o41777, 0).unwrap(), "it is writable by everyone (mode 1777, sticky)");
         assert_eq!(others_can_write(0, 0o703, 0).unwrap(), "it is writable by everyone (mode 0703)");
-        assert_eq!(others_can_write(0, 0o700, 1000).unwrap(), "it is owned by uid 0, not by uid 1000, which podstuck runs as");
+        assert_eq!(
+            others_can_write(0, 0o700, 1000).unwrap(),
+            "it is owned by uid 0, not by uid 1000, which podstuck runs as"
+        );
     }
 
     /// Links planted at every temporary name a write will try, and at the
@@ -373,12 +387,14 @@ mod tests {
         std::fs::write(&victim, b"precious\n").unwrap();
         let mut writer = writer;
         for n in 0..5 {
-            std::os::unix::fs::symlink(&victim, dir_path.join(format!(".summary.json.{}.{n}.tmp", writer.pid))).unwrap();
+            std::os::unix::fs::symlink(&victim, dir_path.join(format!(".summary.json.{}.{n}.tmp", writer.pid)))
+                .unwrap();
         }
         std::os::unix::fs::symlink(&victim, dir_path.join("summary.json")).unwrap();
         std::os::unix::fs::symlink(&victim, dir_path.join(".podstuck-write-test")).unwrap();
         for n in 0..5 {
-            std::os::unix::fs::symlink(&victim, dir_path.join(format!(".podstuck-write-test.{}.{n}.tmp", writer.pid))).unwrap();
+            std::os::unix::fs::symlink(&victim, dir_path.join(format!(".podstuck-write-test.{}.{n}.tmp", writer.pid)))
+                .unwrap();
         }
         let dir = open_dir(None, &c_path(&dir_path).unwrap(), false).unwrap();
         writer.probe(dir.as_fd()).unwrap();

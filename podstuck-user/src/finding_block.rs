@@ -57,19 +57,32 @@ pub fn finding_block(head: Option<&str>, f: &Finding) -> String {
         let _ = write!(block, "{} ", terminal_safe(head));
     }
     let pod = f.pod_uid.as_ref().map(|p| format!("  pod {p}")).unwrap_or_default();
-    let _ = writeln!(block, "[{}] {}{pod}  {}", Severity::as_str(f.severity), f.kind.id(), Confidence::as_str(f.confidence));
+    let _ = writeln!(
+        block,
+        "[{}] {}{pod}  {}",
+        Severity::as_str(f.severity),
+        f.kind.id(),
+        Confidence::as_str(f.confidence)
+    );
     let status = match f.status {
         Status::Active => "active",
         Status::Resolved => "resolved",
     };
-    let span = format!("{}, {} from {} to {}", status, call_count(f.count), rfc3339_seconds(f.first_seen), rfc3339_seconds(f.last_seen));
+    let span = format!(
+        "{}, {} from {} to {}",
+        status,
+        call_count(f.count),
+        rfc3339_seconds(f.first_seen),
+        rfc3339_seconds(f.last_seen)
+    );
     field(&mut block, "status", &span);
     // A cause is one paragraph: a break in what it quotes must not start a field.
     field(&mut block, "cause", &f.summary.replace(['\n', '\r'], " "));
     if let Some(rhythm) = &f.rhythm {
         field(&mut block, "rhythm", rhythm);
     }
-    let evidence: Vec<String> = f.evidence.iter().map(|e| format!("{} [{}]", e.fact.replace(['\n', '\r'], " "), e.source)).collect();
+    let evidence: Vec<String> =
+        f.evidence.iter().map(|e| format!("{} [{}]", e.fact.replace(['\n', '\r'], " "), e.source)).collect();
     if !evidence.is_empty() {
         field(&mut block, "evidence", &evidence.join("\n"));
     }
@@ -123,7 +136,10 @@ mod tests {
         f.last_seen = t(9.0);
         settle(&mut f);
         let block = finding_block(None, &f);
-        assert!(block.contains("\n  status:   resolved, 4 calls from 2027-01-15T08:00:02Z to 2027-01-15T08:00:09Z\n"), "{block}");
+        assert!(
+            block.contains("\n  status:   resolved, 4 calls from 2027-01-15T08:00:02Z to 2027-01-15T08:00:09Z\n"),
+            "{block}"
+        );
         assert!(
             block.contains("\n  cause:    A volume was still mounted where kubelet removes its directory from 2027-01-15T08:00:02Z until 2027-01-15T08:00:09Z, then it ended;"),
             "{block}"
@@ -155,7 +171,12 @@ mod tests {
         assert!(block.contains("(x\\u{1b}]0;owned\\u{7}) \\u{202e}gpj"), "{block}");
         assert!(block.contains("  evidence: x\\u{1b}[2J [/proc/7/comm]\n"), "{block}");
         assert!(block.contains(&format!("\n  fix:      umount {long}\n")), "{block}");
-        assert!(block.lines().any(|l| l.ends_with(&format!(" {long} is held by pid 7 (x\\u{{1b}}]0;owned\\u{{7}}) \\u{{202e}}gpj"))), "{block}");
+        assert!(
+            block
+                .lines()
+                .any(|l| l.ends_with(&format!(" {long} is held by pid 7 (x\\u{{1b}}]0;owned\\u{{7}}) \\u{{202e}}gpj"))),
+            "{block}"
+        );
     }
 
     #[test]

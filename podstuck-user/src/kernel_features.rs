@@ -272,7 +272,12 @@ fn missing_basics(features: &KernelFeatures, kernel: &str) -> Vec<Missing> {
 
 /// The attach point for the one asked for, given the probes; what rules
 /// it out goes into `missing` (the asked one is then returned as it is).
-fn choose_attach(features: &KernelFeatures, asked: AttachPoint, kernel: &str, missing: &mut Vec<Missing>) -> AttachPoint {
+fn choose_attach(
+    features: &KernelFeatures,
+    asked: AttachPoint,
+    kernel: &str,
+    missing: &mut Vec<Missing>,
+) -> AttachPoint {
     // Under lockdown=confidentiality no program may read kernel memory:
     // they are loaded with those reads off (no path walk, no parent),
     // and only the tracepoints, which hand a call's arguments over in
@@ -302,14 +307,20 @@ fn choose_attach(features: &KernelFeatures, asked: AttachPoint, kernel: &str, mi
         AttachPoint::Auto if confidential => AttachPoint::Tracepoint,
         AttachPoint::Fentry if !fentry && !matches!(features.fentry, Probed::Unknown(_)) => {
             missing.push(Missing {
-                what: format!("--attach fentry: kernel {kernel} refuses BPF tracing programs{}", paren(&why_of(&features.fentry))),
+                what: format!(
+                    "--attach fentry: kernel {kernel} refuses BPF tracing programs{}",
+                    paren(&why_of(&features.fentry))
+                ),
                 fix: "use --attach tracepoint (or auto)".into(),
             });
             asked
         }
         AttachPoint::Tracepoint if !tracepoints => {
             missing.push(Missing {
-                what: format!("--attach tracepoint: no syscall tracepoints here{}", paren(&why_of(&features.syscall_tracepoints))),
+                what: format!(
+                    "--attach tracepoint: no syscall tracepoints here{}",
+                    paren(&why_of(&features.syscall_tracepoints))
+                ),
                 fix: "mount tracefs (mount -t tracefs nodev /sys/kernel/tracing), or use --attach fentry".into(),
             });
             asked
@@ -343,7 +354,8 @@ fn degraded(features: &KernelFeatures, attach: AttachPoint, walk: PathWalk) -> V
         ));
     }
     if attach == AttachPoint::Tracepoint && !confidential {
-        degraded.push("no BPF trampolines: the syscall tracepoints slow every syscall a little while podstuck runs".into());
+        degraded
+            .push("no BPF trampolines: the syscall tracepoints slow every syscall a little while podstuck runs".into());
     }
     if confidential {
         degraded.push(
@@ -416,8 +428,17 @@ impl KernelFeatures {
             (true, false) => Probed::Unknown("not tried without a ring buffer".into()),
             (false, _) => Probed::No("no kernel BTF (/sys/kernel/btf/vmlinux)".into()),
         };
-        let kernel_read_helper = Probed::of(is_helper_supported(ProgramType::TracePoint, BpfHelper::BPF_FUNC_probe_read_kernel));
-        KernelFeatures { ring_buffer, bpf_loop, btf, fentry, syscall_tracepoints, lockdown: read_lockdown(), kernel_read_helper }
+        let kernel_read_helper =
+            Probed::of(is_helper_supported(ProgramType::TracePoint, BpfHelper::BPF_FUNC_probe_read_kernel));
+        KernelFeatures {
+            ring_buffer,
+            bpf_loop,
+            btf,
+            fentry,
+            syscall_tracepoints,
+            lockdown: read_lockdown(),
+            kernel_read_helper,
+        }
     }
 
     /// A kernel with everything podstuck can use and no lockdown: what
@@ -499,10 +520,18 @@ mod tests {
         let plan = Plan::choose(&al2, AttachPoint::Auto, "5.10.0").unwrap();
         assert_eq!((plan.attach, plan.walk), (AttachPoint::Fentry, PathWalk::Unrolled));
         assert!(plan.degraded[0].contains("24 levels"), "{:?}", plan.degraded);
-        let here = KernelFeatures { fentry: Probed::No("EPERM".into()), lockdown: Lockdown::Confidentiality, ..KernelFeatures::all_present() };
+        let here = KernelFeatures {
+            fentry: Probed::No("EPERM".into()),
+            lockdown: Lockdown::Confidentiality,
+            ..KernelFeatures::all_present()
+        };
         let plan = Plan::choose(&here, AttachPoint::Auto, "6.18.0").unwrap();
         assert_eq!(plan.attach, AttachPoint::Tracepoint);
-        assert!(plan.degraded.iter().any(|d| d.contains("confidentiality") && d.contains("absolute path")), "{:?}", plan.degraded);
+        assert!(
+            plan.degraded.iter().any(|d| d.contains("confidentiality") && d.contains("absolute path")),
+            "{:?}",
+            plan.degraded
+        );
         // Confidentiality where the read helper still loads: tracepoints,
         // nothing reads kernel memory.
         let talos = KernelFeatures { lockdown: Lockdown::Confidentiality, ..KernelFeatures::all_present() };
@@ -512,18 +541,29 @@ mod tests {
         let unprivileged = KernelFeatures { fentry: Probed::Unknown("EPERM".into()), ..talos.clone() };
         assert_eq!(Plan::choose(&unprivileged, AttachPoint::Auto, "6.12.0").unwrap().attach, AttachPoint::Tracepoint);
         let asked = Plan::choose(&talos, AttachPoint::Fentry, "6.12.0").unwrap_err();
-        assert!(asked[0].what.contains("lockdown=confidentiality") && asked[0].fix.contains("--attach tracepoint"), "{asked:?}");
-        let no_tracefs = KernelFeatures { syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..talos.clone() };
+        assert!(
+            asked[0].what.contains("lockdown=confidentiality") && asked[0].fix.contains("--attach tracepoint"),
+            "{asked:?}"
+        );
+        let no_tracefs =
+            KernelFeatures { syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..talos.clone() };
         let missing = Plan::choose(&no_tracefs, AttachPoint::Auto, "6.12.0").unwrap_err();
-        assert!(missing[0].what.contains("lockdown=confidentiality") && missing[0].fix.contains("lockdown=integrity"), "{missing:?}");
+        assert!(
+            missing[0].what.contains("lockdown=confidentiality") && missing[0].fix.contains("lockdown=integrity"),
+            "{missing:?}"
+        );
         // 5.13+ (and 5.10.y) refuse the kernel-read helper at load there:
         // one sentence naming it, the kernel and what to do.
         let refused = KernelFeatures { kernel_read_helper: Probed::No(String::new()), ..talos };
         let missing = Plan::choose(&refused, AttachPoint::Auto, "6.1.0").unwrap_err();
         assert_eq!(missing.len(), 1, "one sentence, not one per consequence: {missing:?}");
-        let closed = KernelFeatures { syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..refused.clone() };
+        let closed =
+            KernelFeatures { syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..refused.clone() };
         assert_eq!(Plan::choose(&closed, AttachPoint::Auto, "6.1.0").unwrap_err(), missing);
-        assert!(missing[0].what.contains("lockdown=confidentiality") && missing[0].what.contains("6.1.0"), "{missing:?}");
+        assert!(
+            missing[0].what.contains("lockdown=confidentiality") && missing[0].what.contains("6.1.0"),
+            "{missing:?}"
+        );
         assert!(missing[0].fix.contains("lockdown=integrity"), "{missing:?}");
         // RHEL 9 reports 5.14 but has everything: no version gate refuses it.
         assert!(Plan::choose(&KernelFeatures::all_present(), AttachPoint::Auto, "5.14.0-284.el9.x86_64").is_ok());
@@ -531,7 +571,11 @@ mod tests {
 
     #[test]
     fn what_is_missing_is_named_with_what_to_do() {
-        let old = KernelFeatures { ring_buffer: Probed::No(String::new()), btf: BtfSource::Missing, ..KernelFeatures::all_present() };
+        let old = KernelFeatures {
+            ring_buffer: Probed::No(String::new()),
+            btf: BtfSource::Missing,
+            ..KernelFeatures::all_present()
+        };
         let missing = Plan::choose(&old, AttachPoint::Auto, "4.18.0").unwrap_err();
         assert_eq!(missing.len(), 2);
         assert!(missing[0].what.contains("ring buffer") && missing[0].what.contains("4.18.0"));
@@ -539,7 +583,11 @@ mod tests {
         let no_fentry = KernelFeatures { fentry: Probed::No("EPERM".into()), ..KernelFeatures::all_present() };
         let refused = Plan::choose(&no_fentry, AttachPoint::Fentry, "6.18.0").unwrap_err();
         assert!(refused[0].what.contains("EPERM") && refused[0].fix.contains("--attach tracepoint"));
-        let nothing = KernelFeatures { fentry: Probed::No(String::new()), syscall_tracepoints: Probed::No("tracefs is not mounted".into()), ..KernelFeatures::all_present() };
+        let nothing = KernelFeatures {
+            fentry: Probed::No(String::new()),
+            syscall_tracepoints: Probed::No("tracefs is not mounted".into()),
+            ..KernelFeatures::all_present()
+        };
         assert!(Plan::choose(&nothing, AttachPoint::Auto, "6.1.0").unwrap_err()[0].fix.contains("mount -t tracefs"));
         // Unprivileged: fentry unknown, tried at attach with the fallback.
         let unknown = KernelFeatures { fentry: Probed::Unknown("EPERM".into()), ..KernelFeatures::all_present() };

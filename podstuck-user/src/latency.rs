@@ -169,7 +169,15 @@ pub struct Series {
 
 impl Series {
     fn new(time: SystemTime, seq: u64) -> Series {
-        Series { total: new_histogram(), interval: new_histogram(), count: 0, sum_ns: 0, first_seen: time, last_seen: time, seq }
+        Series {
+            total: new_histogram(),
+            interval: new_histogram(),
+            count: 0,
+            sum_ns: 0,
+            first_seen: time,
+            last_seen: time,
+            seq,
+        }
     }
 
     /// Adds `other`'s calls to this one (a pod merged into the node).
@@ -269,7 +277,12 @@ impl LatencyBook {
     /// followed lingers [`POD_SERIES_LINGER`]; then, in a node-wide book,
     /// its series are merged into the node's (no call is lost from the
     /// node's counts) and it is forgotten.
-    pub fn follow<'a>(&mut self, named: impl IntoIterator<Item = &'a PodUid>, with_findings: impl IntoIterator<Item = &'a PodUid>, now: SystemTime) {
+    pub fn follow<'a>(
+        &mut self,
+        named: impl IntoIterator<Item = &'a PodUid>,
+        with_findings: impl IntoIterator<Item = &'a PodUid>,
+        now: SystemTime,
+    ) {
         let mut now_followed = BTreeSet::new();
         for pod in named.into_iter().chain(with_findings) {
             if now_followed.len() >= MAX_PODS_FOLLOWED {
@@ -282,7 +295,8 @@ impl LatencyBook {
                 *until = Some(now + POD_SERIES_LINGER);
             }
         }
-        let ended: Vec<PodUid> = self.followed.iter().filter(|(_, until)| until.is_some_and(|t| t <= now)).map(|(p, _)| p.clone()).collect();
+        let ended: Vec<PodUid> =
+            self.followed.iter().filter(|(_, until)| until.is_some_and(|t| t <= now)).map(|(p, _)| p.clone()).collect();
         for pod in ended {
             self.followed.remove(&pod);
             if matches!(self.detail, PodDetail::Followed) {
@@ -318,7 +332,9 @@ impl LatencyBook {
     /// The key the calls of `key` are counted under: its own, or, past
     /// the caps, an `other` one.
     fn admit(&mut self, mut key: SeriesKey) -> SeriesKey {
-        if matches!(self.detail, PodDetail::Followed) && key.pod.as_ref().is_some_and(|p| !self.followed.contains_key(p)) {
+        if matches!(self.detail, PodDetail::Followed)
+            && key.pod.as_ref().is_some_and(|p| !self.followed.contains_key(p))
+        {
             key.pod = None;
         }
         if self.series.contains_key(&key) {
@@ -523,7 +539,10 @@ pub(crate) mod tests {
         assert_eq!(ok.count, 4);
         assert_eq!(ok.total.len(), 4);
         assert_eq!(ok.sum_ns, 100);
-        assert_eq!(book.timeline()[0], IntervalTotals { start: Duration::ZERO, length: Duration::from_secs(5), calls: 4, errors: 1 });
+        assert_eq!(
+            book.timeline()[0],
+            IntervalTotals { start: Duration::ZERO, length: Duration::from_secs(5), calls: 4, errors: 1 }
+        );
         assert_eq!(book.timeline()[1].calls, 1);
     }
 

@@ -7,11 +7,11 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use podstuck::kernel_features::{AttachPoint, PathWalk};
 use podstuck::explain::{KubeOptions, PodRef};
-use podstuck::node_access::Node;
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
+use podstuck::kernel_features::{AttachPoint, PathWalk};
+use podstuck::node_access::Node;
 use podstuck::print::stderr_line;
 use podstuck::watch::{watch, NodeNotReady, WatchOptions};
 use podstuck_common::Syscall;
@@ -39,9 +39,11 @@ struct Cli {
 enum Command {
     /// Trace every unlinkat, unlink, rmdir and umount2 on the node and say why pods are stuck:
     /// a live view on a terminal (q or Ctrl-C: stop and print a summary), a block per finding otherwise.
-    #[command(after_help = "Exit codes: 0 traced (stopped by Ctrl-C, q or SIGTERM, or --duration ran with no critical finding left); \
+    #[command(
+        after_help = "Exit codes: 0 traced (stopped by Ctrl-C, q or SIGTERM, or --duration ran with no critical finding left); \
                             1 podstuck could not trace (kernel, I/O); 2 the arguments were wrong (a bad duration, a --pod that cannot be \
-                            resolved, a refused --histograms DIR); 3 --duration ran and a critical finding is still active. See docs/exit-codes.md.")]
+                            resolved, a refused --histograms DIR); 3 --duration ran and a critical finding is still active. See docs/exit-codes.md."
+    )]
     Watch(WatchArgs),
     /// Trace like watch, and save what the diagnosis saw to FILE (compressed, never overwritten),
     /// to diagnose it again anywhere, without root, with podstuck replay.
@@ -284,7 +286,8 @@ fn hung_after(value: &str) -> Result<Duration, String> {
 
 /// An octal file mode that gives no one else write access.
 fn file_mode(value: &str) -> Result<u32, String> {
-    let mode = u32::from_str_radix(value.trim_start_matches("0o"), 8).map_err(|_| format!("{value} is not an octal file mode (e.g. 600 or 644)"))?;
+    let mode = u32::from_str_radix(value.trim_start_matches("0o"), 8)
+        .map_err(|_| format!("{value} is not an octal file mode (e.g. 600 or 644)"))?;
     if mode > 0o777 || mode & 0o022 != 0 {
         return Err(format!("{value}: histogram files must stay writable by root alone (e.g. 600 or 644)"));
     }
@@ -322,15 +325,25 @@ impl WatchArgs {
         Ok(WatchOptions {
             json: self.json,
             duration: self.duration,
-            pods: self.pods.iter().filter_map(|p| match p {
-                PodArg::Uid(uid) => Some(uid.clone()),
-                PodArg::Named(_) => None,
-            }).collect(),
-            named_pods: self.pods.into_iter().filter_map(|p| match p {
-                PodArg::Named(PodRef::Name { namespace: None, name }) => Some(PodRef::Name { namespace: self.namespace.clone(), name }),
-                PodArg::Named(named) => Some(named),
-                PodArg::Uid(_) => None,
-            }).collect(),
+            pods: self
+                .pods
+                .iter()
+                .filter_map(|p| match p {
+                    PodArg::Uid(uid) => Some(uid.clone()),
+                    PodArg::Named(_) => None,
+                })
+                .collect(),
+            named_pods: self
+                .pods
+                .into_iter()
+                .filter_map(|p| match p {
+                    PodArg::Named(PodRef::Name { namespace: None, name }) => {
+                        Some(PodRef::Name { namespace: self.namespace.clone(), name })
+                    }
+                    PodArg::Named(named) => Some(named),
+                    PodArg::Uid(_) => None,
+                })
+                .collect(),
             kube: KubeOptions { node, ..KubeOptions::from(self.kube) },
             kubelet_root: self.kubelet_root,
             errors_only: self.errors_only,
@@ -447,8 +460,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Report { dir, json } => podstuck::report::report(&dir, json),
         Command::ReadLockdown => podstuck::kernel_features::print_lockdown_in_private_namespace().map_err(Into::into),
-        Command::Demo { json, duration } => runtime.block_on(podstuck::demo::demo(&podstuck::demo::DemoOptions { json, duration })),
-        Command::AttachCost { mechanism, kernel_cost } => runtime.block_on(podstuck::attach_cost::run(mechanism, kernel_cost)),
+        Command::Demo { json, duration } => {
+            runtime.block_on(podstuck::demo::demo(&podstuck::demo::DemoOptions { json, duration }))
+        }
+        Command::AttachCost { mechanism, kernel_cost } => {
+            runtime.block_on(podstuck::attach_cost::run(mechanism, kernel_cost))
+        }
         Command::DemoActor { comm, op, path } => podstuck::demo::actor(&comm, &op, &path),
         Command::Pause => podstuck::kubectl_plugin::remote::pause(),
         Command::Session { args } => match podstuck::kubectl_plugin::remote::session(&args) {
@@ -466,14 +483,23 @@ fn main() -> ExitCode {
             Ok(Err(e)) => Err(e),
             Err(code) => return code,
         },
-        Command::Record { file, watch: args } => match args.options(node, Some(file)).map(|options| runtime.block_on(watch(&options))) {
-            Ok(Ok(verdict)) => return ExitCode::from(verdict.exit_code()),
-            Ok(Err(e)) => Err(e),
-            Err(code) => return code,
-        },
+        Command::Record { file, watch: args } => {
+            match args.options(node, Some(file)).map(|options| runtime.block_on(watch(&options))) {
+                Ok(Ok(verdict)) => return ExitCode::from(verdict.exit_code()),
+                Ok(Err(e)) => Err(e),
+                Err(code) => return code,
+            }
+        }
         Command::Replay { file, json } => podstuck::record::replay(&file, json),
         Command::Explain { pod, namespace, from, all, json, kube } => {
-            let options = podstuck::explain::ExplainOptions { pod, namespace, from, json, kube: KubeOptions { node, ..KubeOptions::from(kube) }, all };
+            let options = podstuck::explain::ExplainOptions {
+                pod,
+                namespace,
+                from,
+                json,
+                kube: KubeOptions { node, ..KubeOptions::from(kube) },
+                all,
+            };
             runtime.block_on(podstuck::explain::explain(&options))
         }
     };

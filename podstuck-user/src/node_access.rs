@@ -177,7 +177,9 @@ impl Node {
         let mut words = match &self.place {
             Place::Node => "on the node".to_string(),
             Place::Entered => "in a container: the node's mount namespace entered".to_string(),
-            Place::Through { root, why } => format!("in a container: reading the node through {} (setns refused: {why})", root.display()),
+            Place::Through { root, why } => {
+                format!("in a container: reading the node through {} (setns refused: {why})", root.display())
+            }
         };
         if let Some(note) = &self.note {
             words.push_str(&format!(" ({note})"));
@@ -188,7 +190,8 @@ impl Node {
 
 /// What a fix that mounts tracefs says more in a container: the mount
 /// must be made in the container, from the node's.
-pub const TRACEFS_IN_CONTAINER: &str = "; in a container, mount the node's tracefs into it: a hostPath volume /sys/kernel/tracing at /sys/kernel/tracing \
+pub const TRACEFS_IN_CONTAINER: &str =
+    "; in a container, mount the node's tracefs into it: a hostPath volume /sys/kernel/tracing at /sys/kernel/tracing \
     (docker run -v /sys/kernel/tracing:/sys/kernel/tracing)";
 
 /// `fix` as said where podstuck runs: one that mounts tracefs says how in a container.
@@ -286,7 +289,9 @@ pub fn decide(seen: &Seen) -> Decision {
         Ok(_) => Decision::Enter { fallback: root },
         Err(why) => match root {
             Some(root) => Decision::Through { root, why: format!("PID 1's mount namespace is unreadable: {why}") },
-            None => Decision::Stay { note: Some(format!("PID 1's mount namespace is unreadable ({why}): taken to be this one")) },
+            None => Decision::Stay {
+                note: Some(format!("PID 1's mount namespace is unreadable ({why}): taken to be this one")),
+            },
         },
     }
 }
@@ -359,7 +364,8 @@ fn container_signs(node_pid: u32) -> Vec<String> {
 /// Reads where podstuck runs, without changing anything.
 fn look(explicit_root: Option<&Path>, node_pid: u32) -> Seen {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let nspid_entries = status.lines().find_map(|l| l.strip_prefix("NSpid:")).map_or(1, |v| v.split_whitespace().count());
+    let nspid_entries =
+        status.lines().find_map(|l| l.strip_prefix("NSpid:")).map_or(1, |v| v.split_whitespace().count());
     let pid_ns = ns_inode("/proc/self/ns/pid").ok();
     let kernels = nspid_entries == 1 && pid_ns.is_none_or(|ns| ns == KERNEL_PID_NS);
     Seen {
@@ -401,7 +407,8 @@ fn open_path(path: &str, flags: OFlag) -> std::io::Result<OwnedFd> {
 /// Enters `node_pid`'s mount namespace (and its cgroup and UTS ones
 /// where allowed); the working directory stays the container's.
 fn enter(node_pid: u32) -> Result<OwnedFd, String> {
-    let root = open_path("/", OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(|e| format!("cannot open /: {}", crate::words::io_words(&e)))?;
+    let root = open_path("/", OFlag::O_PATH | OFlag::O_DIRECTORY)
+        .map_err(|e| format!("cannot open /: {}", crate::words::io_words(&e)))?;
     let cwd = open_path(".", OFlag::O_PATH | OFlag::O_DIRECTORY).ok();
     let ns = |kind: &str| open_path(&format!("/proc/{node_pid}/ns/{kind}"), OFlag::O_RDONLY);
     let mnt = ns("mnt").map_err(|e| format!("/proc/{node_pid}/ns/mnt: {}", crate::words::io_words(&e)))?;
@@ -497,10 +504,15 @@ mod tests {
     fn inside_a_node_that_is_a_container_the_host_is_named_as_the_place_to_run() {
         let signs = vec!["PID 1 is systemd".to_string(), "kubelet runs here (pid 812)".to_string()];
         // docker exec into a kind node: /proc is the node's, so NSpid has one entry; the namespace tells.
-        let Decision::Refuse(why) = decide(&Seen { pid_ns: Some(4026532600), node_signs: signs, ..seen() }) else { panic!("not refused") };
+        let Decision::Refuse(why) = decide(&Seen { pid_ns: Some(4026532600), node_signs: signs, ..seen() }) else {
+            panic!("not refused")
+        };
         assert!(why.contains("inside a node that is itself a container"), "{why}");
         assert!(why.contains("PID 1 is systemd, kubelet runs here (pid 812)"), "{why}");
-        assert!(why.contains("run it on the machine that runs the node's container, as root: `podstuck watch` there"), "{why}");
+        assert!(
+            why.contains("run it on the machine that runs the node's container, as root: `podstuck watch` there"),
+            "{why}"
+        );
         assert!(why.contains("docker ps --filter name=kind-worker"), "{why}");
         assert!(!why.contains("kubectl debug node"), "a debug pod on such a node is in its PID namespace too: {why}");
     }
@@ -512,7 +524,10 @@ mod tests {
 
     #[test]
     fn a_pid_namespace_of_its_own_is_refused() {
-        assert_eq!(decide(&Seen { nspid_entries: 2, node_mntns: Ok(7), ..seen() }), Decision::Refuse(NO_HOST_PID.into()));
+        assert_eq!(
+            decide(&Seen { nspid_entries: 2, node_mntns: Ok(7), ..seen() }),
+            Decision::Refuse(NO_HOST_PID.into())
+        );
         // PID 1 in our own mount namespace, in a container: the container's init.
         let alone = Seen { container_signs: vec!["KUBERNETES_SERVICE_HOST is set".into()], ..seen() };
         assert_eq!(decide(&alone), Decision::Refuse(NO_HOST_PID.into()));
@@ -545,7 +560,11 @@ mod tests {
     }
 
     fn through(root: &str) -> Node {
-        Node { place: Place::Through { root: root.into(), why: "EPERM".into() }, user_prefix: Some(root.into()), ..Node::on_node() }
+        Node {
+            place: Place::Through { root: root.into(), why: "EPERM".into() },
+            user_prefix: Some(root.into()),
+            ..Node::on_node()
+        }
     }
 
     #[test]
@@ -579,7 +598,10 @@ mod tests {
         let root = open_path(tmp.0.to_str().unwrap(), OFlag::O_PATH | OFlag::O_DIRECTORY).unwrap();
         let n = root.as_raw_fd();
         let view = Node { place: Place::Entered, container_root: Some(root), own_mntns: Some(9), ..Node::on_node() };
-        assert_eq!(view.user_file(Path::new("/out/run.podstuck")), PathBuf::from(format!("/proc/self/fd/{n}/out/run.podstuck")));
+        assert_eq!(
+            view.user_file(Path::new("/out/run.podstuck")),
+            PathBuf::from(format!("/proc/self/fd/{n}/out/run.podstuck"))
+        );
         assert_eq!(view.user_file(Path::new("/")), PathBuf::from(format!("/proc/self/fd/{n}/.")));
         assert_eq!(view.user_file(Path::new("here/h")), PathBuf::from("here/h"));
         // Written through the held root, the file lands in the container's tree.

@@ -79,8 +79,12 @@ pub fn plan(facts: &NodeFacts, asked: AttachPoint) -> Result<Plan, Vec<Problem>>
                 .into(),
         }]);
     }
-    Plan::choose(&facts.features, asked, &facts.kernel_release)
-        .map_err(|missing| missing.into_iter().map(|m| Problem { what: m.what, fix: crate::node_access::tracefs_fix(facts.in_container, m.fix) }).collect())
+    Plan::choose(&facts.features, asked, &facts.kernel_release).map_err(|missing| {
+        missing
+            .into_iter()
+            .map(|m| Problem { what: m.what, fix: crate::node_access::tracefs_fix(facts.in_container, m.fix) })
+            .collect()
+    })
 }
 
 /// Everything that stops podstuck from tracing with the default attach point.
@@ -130,7 +134,11 @@ mod tests {
             node_name: "node-1".into(),
             effective_caps: u64::MAX,
             tracefs: Some(PathBuf::from("/sys/kernel/tracing")),
-            features: KernelFeatures { fentry: Probed::No("EPERM".into()), lockdown: Lockdown::Integrity, ..KernelFeatures::all_present() },
+            features: KernelFeatures {
+                fentry: Probed::No("EPERM".into()),
+                lockdown: Lockdown::Integrity,
+                ..KernelFeatures::all_present()
+            },
             in_container: false,
         }
     }

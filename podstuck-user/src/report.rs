@@ -14,8 +14,8 @@ use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::export::summary::{SeriesSummary, Summary};
 use crate::export::hlog::base64_decode;
+use crate::export::summary::{SeriesSummary, Summary};
 use crate::export::{HLOG, SUMMARY};
 use crate::files::open_regular;
 use crate::print::Out;
@@ -83,11 +83,7 @@ fn log2_rows(counts: &[u64; 64]) -> Vec<Log2Row> {
         return Vec::new();
     };
     (first..=last)
-        .map(|k| Log2Row {
-            low: if k == 0 { 0 } else { 1 << k },
-            high: (1u64 << (k + 1)) - 1,
-            count: counts[k],
-        })
+        .map(|k| Log2Row { low: if k == 0 { 0 } else { 1 << k }, high: (1u64 << (k + 1)) - 1, count: counts[k] })
         .collect()
 }
 
@@ -97,18 +93,11 @@ pub fn render_log2(rows: &[Log2Row]) -> String {
     let peak = rows.iter().map(|r| r.count).max().unwrap_or(0).max(1);
     for row in rows {
         let stars = (row.count * 40).div_ceil(peak) as usize;
-        let _ = writeln!(
-            out,
-            "{:>10} -> {:<10} : {:<9} |{:<40}|",
-            row.low,
-            row.high,
-            row.count,
-            "*".repeat(stars.min(40))
-        );
+        let _ =
+            writeln!(out, "{:>10} -> {:<10} : {:<9} |{:<40}|", row.low, row.high, row.count, "*".repeat(stars.min(40)));
     }
     out
 }
-
 
 #[derive(Serialize)]
 struct SeriesReport<'a> {
@@ -148,7 +137,8 @@ fn read_summary(dir: &Path) -> Result<Summary> {
     if text.len() as u64 > MAX_SUMMARY_BYTES {
         bail!("{} is larger than {} MiB: not a summary podstuck wrote", path.display(), MAX_SUMMARY_BYTES >> 20);
     }
-    let mut summary: Summary = serde_json::from_slice(&text).with_context(|| format!("{} is not a podstuck summary", path.display()))?;
+    let mut summary: Summary =
+        serde_json::from_slice(&text).with_context(|| format!("{} is not a podstuck summary", path.display()))?;
     // Files written before the figures were made to agree are shown agreeing too.
     summary.series = summary.series.into_iter().map(SeriesSummary::consistent).collect();
     Ok(summary)
@@ -180,7 +170,10 @@ fn decode_histogram(deserializer: &mut Deserializer, encoded: &[u8]) -> Result<H
                 .read_to_end(&mut plain)
                 .map_err(|e| anyhow!("the histogram does not inflate ({e})"))?;
             if plain.len() > MAX_HISTOGRAM_BYTES {
-                bail!("the histogram inflates to more than {} MiB, more than podstuck writes", MAX_HISTOGRAM_BYTES >> 20);
+                bail!(
+                    "the histogram inflates to more than {} MiB, more than podstuck writes",
+                    MAX_HISTOGRAM_BYTES >> 20
+                );
             }
             plain
         }
@@ -234,7 +227,10 @@ impl Passed {
             ));
         }
         if let Some(first) = &self.first_unreadable {
-            notes.push(format!("{} line(s) of {HLOG} could not be read and were skipped (the first: {first})", self.unreadable));
+            notes.push(format!(
+                "{} line(s) of {HLOG} could not be read and were skipped (the first: {first})",
+                self.unreadable
+            ));
         }
         notes
     }
@@ -363,7 +359,8 @@ fn busiest_series<'a>(summary: &'a Summary, notes: &mut Vec<String>) -> Vec<&'a 
 
 /// The report in words: the run, its notes, then each series.
 fn render_text(run: &crate::export::RunInfo, series: &[SeriesReport<'_>], notes: &[String]) -> String {
-    let scope = if run.pods.is_empty() { "the whole node".to_string() } else { format!("pods {}", run.pods.join(", ")) };
+    let scope =
+        if run.pods.is_empty() { "the whole node".to_string() } else { format!("pods {}", run.pods.join(", ")) };
     let mut out = format!(
         "podstuck {} on {} (kernel {}), {} for {:.1} s, {}: {} events seen, {} lost{}\n",
         run.podstuck_version,
@@ -428,7 +425,10 @@ mod tests {
         assert_eq!(rows.last().unwrap(), &Log2Row { low: 512, high: 1023, count: 1 });
         let text = render_log2(&rows);
         assert!(text.starts_with("     usecs               : count     distribution\n"));
-        assert!(text.contains("         0 -> 1          : 2         |****************************************|"), "{text}");
+        assert!(
+            text.contains("         0 -> 1          : 2         |****************************************|"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -566,7 +566,10 @@ mod tests {
         append(&tmp.0.join(HLOG), b"Tag=unlink/ok/other/node,0.000,5.000,0.0,@@@@\nnot a line at all\n");
         let text = render(&tmp.0, false).unwrap();
         assert!(unlinks(&text), "{text}");
-        assert!(text.contains("note: 6 line(s) of latency.hlog could not be read and were skipped (the first: line "), "{text}");
+        assert!(
+            text.contains("note: 6 line(s) of latency.hlog could not be read and were skipped (the first: line "),
+            "{text}"
+        );
         assert!(text.contains("claims 2147483648 bytes of counts"), "{text}");
         let json: serde_json::Value = serde_json::from_str(&render(&tmp.0, true).unwrap()).unwrap();
         // The range to 2^62 at 3 digits is 53,248 counts: read, its call added.

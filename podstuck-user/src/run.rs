@@ -138,7 +138,9 @@ impl RunTotals {
     /// none), else the node's.
     pub fn shown_calls(&self) -> BTreeMap<Syscall, u64> {
         match &self.pods_calls {
-            Some(pods) => self.calls.keys().chain(pods.keys()).map(|s| (*s, pods.get(s).copied().unwrap_or(0))).collect(),
+            Some(pods) => {
+                self.calls.keys().chain(pods.keys()).map(|s| (*s, pods.get(s).copied().unwrap_or(0))).collect()
+            }
             None => self.calls.clone(),
         }
     }
@@ -175,6 +177,9 @@ pub(crate) mod tests {
         let pod = PodUid::parse("1b2c3d4e-0000-4000-8000-00000000000a").unwrap();
         let narrow = RunFacts { pods: vec![pod], syscalls: vec![Syscall::Rmdir], errors_only: true, ..run() };
         assert_eq!(narrow.scope(), "pod 1b2c3d4e-0000-4000-8000-00000000000a, failed calls only");
-        assert_eq!(narrow.filters(), "pod 1b2c3d4e-0000-4000-8000-00000000000a, failed calls only, rmdir only, kubelet root /var/lib/kubelet");
+        assert_eq!(
+            narrow.filters(),
+            "pod 1b2c3d4e-0000-4000-8000-00000000000a, failed calls only, rmdir only, kubelet root /var/lib/kubelet"
+        );
     }
 }

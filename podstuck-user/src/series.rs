@@ -85,7 +85,13 @@ pub struct PodCheck {
 
 impl Default for PodCheck {
     fn default() -> PodCheck {
-        PodCheck { pods: HashSet::new(), not_pods: HashMap::new(), hasher: RandomState::new(), refused_calls: 0, said: false }
+        PodCheck {
+            pods: HashSet::new(),
+            not_pods: HashMap::new(),
+            hasher: RandomState::new(),
+            refused_calls: 0,
+            said: false,
+        }
     }
 }
 
@@ -94,7 +100,9 @@ impl Default for PodCheck {
 fn pod_directory<'p>(path: &'p [u8], uid: &PodUid) -> Option<&'p [u8]> {
     let plain = uid.as_str().as_bytes();
     let systemd = uid.systemd_form();
-    let holds = |segment: &[u8], needle: &[u8]| segment.len() >= needle.len() && segment.windows(needle.len()).any(|w| w == needle);
+    let holds = |segment: &[u8], needle: &[u8]| {
+        segment.len() >= needle.len() && segment.windows(needle.len()).any(|w| w == needle)
+    };
     let mut start = 0;
     while start < path.len() {
         let end = path[start..].iter().position(|b| *b == b'/').map_or(path.len(), |i| start + i);
@@ -304,9 +312,18 @@ impl SeriesNames {
         }
         // Calls still owed whose series counted nothing since: their
         // records may have come all the same.
-        let read: HashSet<KernelSeries> = deltas.iter().filter_map(|d| Some((d.caller?.0, d.caller?.1, d.syscall, d.errno))).collect();
+        let read: HashSet<KernelSeries> =
+            deltas.iter().filter_map(|d| Some((d.caller?.0, d.caller?.1, d.syscall, d.errno))).collect();
         for &(pid, cgroup, syscall, errno) in self.owed.keys().filter(|series| !read.contains(*series)) {
-            deltas.push(SeriesDelta { caller: Some((pid, cgroup)), syscall, errno, streamed: true, count: 0, sum_ns: 0, buckets: Vec::new() });
+            deltas.push(SeriesDelta {
+                caller: Some((pid, cgroup)),
+                syscall,
+                errno,
+                streamed: true,
+                count: 0,
+                sum_ns: 0,
+                buckets: Vec::new(),
+            });
         }
         for delta in deltas {
             let key = |who: &Attribution| book_key(delta.syscall, delta.errno, who);
@@ -351,7 +368,12 @@ impl SeriesNames {
 
     /// At the end of a run: the calls still owed go to their process's
     /// latest name, so that the book holds every call the kernel counted.
-    pub fn settle(&mut self, book: &mut LatencyBook, now: SystemTime, mut unknown: impl FnMut(u32, u64) -> Option<Attribution>) {
+    pub fn settle(
+        &mut self,
+        book: &mut LatencyBook,
+        now: SystemTime,
+        mut unknown: impl FnMut(u32, u64) -> Option<Attribution>,
+    ) {
         for (series, owed) in std::mem::take(&mut self.owed) {
             self.give_to_latest(series, owed, book, now, &mut unknown);
         }
@@ -378,7 +400,13 @@ impl SeriesNames {
 /// stood for one call (each with its own latency), else in proportion to
 /// the calls each carried. What the records do not cover stays in
 /// `calls`.
-fn give(parts: Vec<Part>, calls: &mut Counted, book: &mut LatencyBook, now: SystemTime, key: &impl Fn(&Attribution) -> SeriesKey) {
+fn give(
+    parts: Vec<Part>,
+    calls: &mut Counted,
+    book: &mut LatencyBook,
+    now: SystemTime,
+    key: &impl Fn(&Attribution) -> SeriesKey,
+) {
     let carried: u64 = parts.iter().map(|p| p.calls).sum();
     if carried == 0 {
         return;
@@ -586,7 +614,10 @@ mod tests {
         }
         let mut book = LatencyBook::new(SystemTime::now());
         names.apply(vec![delta(3, 1_000)], &mut book, SystemTime::now(), |_, _| None, None);
-        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 2), (format!("rmdir/ok/kubelet/{POD_B}"), 1)]);
+        assert_eq!(
+            counts(&book),
+            vec![(format!("rmdir/ok/kubelet/{POD_A}"), 2), (format!("rmdir/ok/kubelet/{POD_B}"), 1)]
+        );
         let (_, b) = book.series().find(|(k, _)| k.tag().ends_with(POD_B)).unwrap();
         assert_eq!(b.sum_ns, 9_000);
     }
@@ -602,14 +633,20 @@ mod tests {
         names.observe(&b, who(POD_B));
         let mut book = LatencyBook::new(SystemTime::now());
         names.apply(vec![delta(1_000, 1_000)], &mut book, SystemTime::now(), |_, _| None, None);
-        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 300), (format!("rmdir/ok/kubelet/{POD_B}"), 100)]);
+        assert_eq!(
+            counts(&book),
+            vec![(format!("rmdir/ok/kubelet/{POD_A}"), 300), (format!("rmdir/ok/kubelet/{POD_B}"), 100)]
+        );
         // The next records carry the 600 counted meanwhile.
         a.represents = 450;
         b.represents = 150;
         names.observe(&a, who(POD_A));
         names.observe(&b, who(POD_B));
         names.apply(Vec::new(), &mut book, SystemTime::now(), |_, _| None, None);
-        assert_eq!(counts(&book), vec![(format!("rmdir/ok/kubelet/{POD_A}"), 750), (format!("rmdir/ok/kubelet/{POD_B}"), 250)]);
+        assert_eq!(
+            counts(&book),
+            vec![(format!("rmdir/ok/kubelet/{POD_A}"), 750), (format!("rmdir/ok/kubelet/{POD_B}"), 250)]
+        );
     }
 
     /// A call of this test process on `path`, by `uid`, returning `ret`.
@@ -656,7 +693,8 @@ mod tests {
         let mut failed = delta(10, 1_000);
         failed.errno = 2;
         names.apply(vec![failed, delta(2, 1_000)], &mut book, SystemTime::now(), |_, _| None, None);
-        let mut expected = vec![(format!("rmdir/ENOENT/kubelet/{POD_B}"), 2), (format!("rmdir/ok/kubelet/{removed}"), 2)];
+        let mut expected =
+            vec![(format!("rmdir/ENOENT/kubelet/{POD_B}"), 2), (format!("rmdir/ok/kubelet/{removed}"), 2)];
         if by_root {
             expected.push((format!("rmdir/ENOENT/kubelet/{real}"), 2));
             expected.push(("rmdir/ENOENT/kubelet/node".to_string(), 6));
@@ -680,10 +718,19 @@ mod tests {
     fn where_a_path_names_its_pod() {
         let uid = PodUid::parse(POD_A).unwrap();
         let dir = |p: &[u8]| pod_directory(p, &uid).map(|d| String::from_utf8_lossy(d).into_owned());
-        assert_eq!(dir(format!("/var/lib/kubelet/pods/{POD_A}/volumes/x").as_bytes()), Some(format!("/var/lib/kubelet/pods/{POD_A}")));
-        assert_eq!(dir(format!("/sys/fs/cgroup/kubepods/besteffort/pod{POD_A}/c").as_bytes()), Some(format!("/sys/fs/cgroup/kubepods/besteffort/pod{POD_A}")));
+        assert_eq!(
+            dir(format!("/var/lib/kubelet/pods/{POD_A}/volumes/x").as_bytes()),
+            Some(format!("/var/lib/kubelet/pods/{POD_A}"))
+        );
+        assert_eq!(
+            dir(format!("/sys/fs/cgroup/kubepods/besteffort/pod{POD_A}/c").as_bytes()),
+            Some(format!("/sys/fs/cgroup/kubepods/besteffort/pod{POD_A}"))
+        );
         let slice = format!("kubepods-burstable-pod{}.slice", uid.systemd_form());
-        assert_eq!(dir(format!("/sys/fs/cgroup/kubepods.slice/{slice}/x").as_bytes()), Some(format!("/sys/fs/cgroup/kubepods.slice/{slice}")));
+        assert_eq!(
+            dir(format!("/sys/fs/cgroup/kubepods.slice/{slice}/x").as_bytes()),
+            Some(format!("/sys/fs/cgroup/kubepods.slice/{slice}"))
+        );
         assert_eq!(dir(b"/var/lib/kubelet/pods/other/volumes"), None);
         assert_eq!(dir(b""), None);
         assert_eq!(dir(b"////"), None);
@@ -695,7 +742,13 @@ mod tests {
         let pods = 2 * MAX_PODS;
         for n in 0..pods {
             // Named by the caller's cgroup (the path is "/x"): taken as they are.
-            names.observe(&call(Syscall::Rmdir, 1_000), Some(Attribution { role: Role::Kubelet, pod: Some(PodUid::parse(&format!("1b2c3d4e-0000-4000-8000-{n:012x}")).unwrap()) }));
+            names.observe(
+                &call(Syscall::Rmdir, 1_000),
+                Some(Attribution {
+                    role: Role::Kubelet,
+                    pod: Some(PodUid::parse(&format!("1b2c3d4e-0000-4000-8000-{n:012x}")).unwrap()),
+                }),
+            );
         }
         let parts: usize = names.parts.values().map(Vec::len).sum();
         assert!(parts <= PARTS_KEPT + 1, "{parts} parts");
@@ -713,7 +766,13 @@ mod tests {
         for n in 0..6 {
             let mut e = call(Syscall::Rmdir, 1_000);
             e.represents = 10;
-            names.observe(&e, Some(Attribution { role: Role::Kubelet, pod: Some(PodUid::parse(&format!("1b2c3d4e-0000-4000-8000-{n:012x}")).unwrap()) }));
+            names.observe(
+                &e,
+                Some(Attribution {
+                    role: Role::Kubelet,
+                    pod: Some(PodUid::parse(&format!("1b2c3d4e-0000-4000-8000-{n:012x}")).unwrap()),
+                }),
+            );
         }
         let mut book = LatencyBook::new(SystemTime::now());
         names.apply(vec![delta(60, 1_000)], &mut book, SystemTime::now(), |_, _| None, None);
@@ -748,7 +807,13 @@ mod tests {
         assert_eq!(book.series().count(), 1);
         // Orphans (series map full) go where the run says.
         let orphans = SeriesDelta { caller: None, errno: u16::MAX, ..delta(7, 1_000) };
-        names.apply(vec![orphans], &mut book, SystemTime::now(), |_, _| None, Some(Attribution { role: Role::Other, pod: None }));
+        names.apply(
+            vec![orphans],
+            &mut book,
+            SystemTime::now(),
+            |_, _| None,
+            Some(Attribution { role: Role::Other, pod: None }),
+        );
         assert!(counts(&book).contains(&("rmdir/failed/other/node".to_string(), 7)));
     }
 }

@@ -55,7 +55,8 @@ impl ListenAddr {
             ));
         }
         value.parse::<SocketAddr>().map(ListenAddr).map_err(|_| {
-            "not a port nor IP:PORT (e.g. 9464 for 127.0.0.1:9464, 0.0.0.0:9464 for every interface, [::1]:9464)".to_string()
+            "not a port nor IP:PORT (e.g. 9464 for 127.0.0.1:9464, 0.0.0.0:9464 for every interface, [::1]:9464)"
+                .to_string()
         })
     }
 }
@@ -240,7 +241,11 @@ fn parse_head(head: &[u8]) -> Result<Option<Request>, Refusal> {
         Err(httparse::Error::Version) => {
             let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
             let said = line.rsplit(|b| *b == b' ').next().unwrap_or_default();
-            return Err(if said.starts_with(b"HTTP/") && line.iter().filter(|b| **b == b' ').count() == 2 { Refusal::Version } else { Refusal::Malformed });
+            return Err(if said.starts_with(b"HTTP/") && line.iter().filter(|b| **b == b' ').count() == 2 {
+                Refusal::Version
+            } else {
+                Refusal::Malformed
+            });
         }
         Err(_) => return Err(Refusal::Malformed),
     }
@@ -289,7 +294,13 @@ impl Reply {
     fn refusal(refusal: Refusal) -> Reply {
         match refusal {
             Refusal::Malformed => Reply::text("400 Bad Request", "not an HTTP/1 request"),
-            Refusal::Method => Reply { allow: true, ..Reply::text("405 Method Not Allowed", "podstuck serves GET /metrics, /findings and /healthz, read-only") },
+            Refusal::Method => Reply {
+                allow: true,
+                ..Reply::text(
+                    "405 Method Not Allowed",
+                    "podstuck serves GET /metrics, /findings and /healthz, read-only",
+                )
+            },
             Refusal::TooLarge => Reply::text("431 Request Header Fields Too Large", "request head too large"),
             Refusal::Version => Reply::text("505 HTTP Version Not Supported", "HTTP/1.1 only"),
         }
@@ -328,7 +339,12 @@ pub fn reply_to(request: &Request, pages: &Pages) -> Reply {
             };
             return Reply { head_only: request.head_only, ..reply };
         }
-        None => return Reply { head_only: request.head_only, ..Reply::text("404 Not Found", "podstuck serves /metrics, /findings and /healthz") },
+        None => {
+            return Reply {
+                head_only: request.head_only,
+                ..Reply::text("404 Not Found", "podstuck serves /metrics, /findings and /healthz")
+            }
+        }
     };
     Reply { status: "200 OK", content_type, body: body.to_vec(), head_only: request.head_only, allow: false }
 }
@@ -357,15 +373,27 @@ mod tests {
     fn requests_are_read_from_their_request_line() {
         let scrape = "GET /metrics HTTP/1.1\r\nHost: 10.0.0.1:9464\r\nAccept: text/plain\r\nUser-Agent: Prometheus/2.42.0\r\n\r\n";
         assert_eq!(parsed(scrape), Ok(Request { page: Some(Page::Metrics), head_only: false }));
-        assert_eq!(parsed("GET /findings?x=1 HTTP/1.0\n\n"), Ok(Request { page: Some(Page::Findings), head_only: false }));
-        assert_eq!(parsed("HEAD /metrics HTTP/1.1\r\n\r\n"), Ok(Request { page: Some(Page::Metrics), head_only: true }));
+        assert_eq!(
+            parsed("GET /findings?x=1 HTTP/1.0\n\n"),
+            Ok(Request { page: Some(Page::Findings), head_only: false })
+        );
+        assert_eq!(
+            parsed("HEAD /metrics HTTP/1.1\r\n\r\n"),
+            Ok(Request { page: Some(Page::Metrics), head_only: true })
+        );
         assert_eq!(parsed("GET / HTTP/1.1\r\n\r\n"), Ok(Request { page: None, head_only: false }));
         assert_eq!(parsed("GET /metrics/../etc HTTP/1.1\r\n\r\n"), Ok(Request { page: None, head_only: false }));
         for method in ["POST", "PUT", "DELETE", "OPTIONS", "PATCH"] {
             assert_eq!(parsed(&format!("{method} /metrics HTTP/1.1\r\n\r\n")), Err(Refusal::Method), "{method}");
         }
         assert_eq!(parsed("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Err(Refusal::Version));
-        for bad in ["GET /metrics\r\n\r\n", "GET  /metrics HTTP/1.1\r\n\r\n", "get /metrics HTTP/1.1\r\n\r\n", "\u{16}\u{3}\u{1}", "GET /metrics SMTP\r\n\r\n"] {
+        for bad in [
+            "GET /metrics\r\n\r\n",
+            "GET  /metrics HTTP/1.1\r\n\r\n",
+            "get /metrics HTTP/1.1\r\n\r\n",
+            "\u{16}\u{3}\u{1}",
+            "GET /metrics SMTP\r\n\r\n",
+        ] {
             assert_eq!(parsed(bad), Err(Refusal::Malformed), "{bad:?}");
         }
         assert_eq!(parse_head(b"GET /\xff HTTP/1.1\r\n\r\n"), Err(Refusal::Malformed));
@@ -373,7 +401,9 @@ mod tests {
 
     #[test]
     fn health_says_whether_the_run_still_renders() {
-        let health = |rendered| reply_to(&Request { page: Some(Page::Health), head_only: false }, &Pages { rendered, ..Pages::default() });
+        let health = |rendered| {
+            reply_to(&Request { page: Some(Page::Health), head_only: false }, &Pages { rendered, ..Pages::default() })
+        };
         assert_eq!(parsed("GET /healthz HTTP/1.1\r\n\r\n"), Ok(Request { page: Some(Page::Health), head_only: false }));
         assert_eq!(health(Some(std::time::Instant::now())).status, "200 OK");
         let stale = std::time::Instant::now().checked_sub(HEALTHY_WITHIN + Duration::from_secs(5));
@@ -396,19 +426,30 @@ mod tests {
 
     #[test]
     fn replies_say_their_length_and_close() {
-        let pages = Pages { metrics: "podstuck_up 1\n".into(), findings: "{}".into(), rendered: Some(std::time::Instant::now()) };
+        let pages = Pages {
+            metrics: "podstuck_up 1\n".into(),
+            findings: "{}".into(),
+            rendered: Some(std::time::Instant::now()),
+        };
         let get = |page| reply_to(&Request { page, head_only: false }, &pages);
         let metrics = String::from_utf8(get(Some(Page::Metrics)).bytes()).unwrap();
         assert_eq!(
             metrics,
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: 14\r\nCache-Control: no-store\r\nConnection: close\r\n\r\npodstuck_up 1\n"
         );
-        assert!(String::from_utf8(get(Some(Page::Findings)).bytes()).unwrap().contains("Content-Type: application/json\r\n"));
+        assert!(String::from_utf8(get(Some(Page::Findings)).bytes())
+            .unwrap()
+            .contains("Content-Type: application/json\r\n"));
         assert!(String::from_utf8(get(None).bytes()).unwrap().starts_with("HTTP/1.1 404 Not Found\r\n"));
         let head = reply_to(&Request { page: Some(Page::Metrics), head_only: true }, &pages).bytes();
-        assert!(String::from_utf8(head).unwrap().ends_with("Content-Length: 14\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"));
+        assert!(String::from_utf8(head)
+            .unwrap()
+            .ends_with("Content-Length: 14\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"));
         assert!(String::from_utf8(get(Some(Page::Health)).bytes()).unwrap().ends_with("\r\n\r\nok\n"));
         let refused = String::from_utf8(Reply::refusal(Refusal::Method).bytes()).unwrap();
-        assert!(refused.starts_with("HTTP/1.1 405 Method Not Allowed\r\n") && refused.contains("\r\nAllow: GET, HEAD\r\n"), "{refused}");
+        assert!(
+            refused.starts_with("HTTP/1.1 405 Method Not Allowed\r\n") && refused.contains("\r\nAllow: GET, HEAD\r\n"),
+            "{refused}"
+        );
     }
 }

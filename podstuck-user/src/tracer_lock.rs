@@ -54,7 +54,10 @@ impl TracerLock {
             // Alongside an exclusive one, as asked: without the lock.
             (true, _) => Ok(None),
             (false, Some(other)) => Err(AlreadyTracing(other)),
-            (false, None) => Err(AlreadyTracing(OtherPodstuck { pid: 0, command: "a process holding the lock (see /proc/locks)".into() })),
+            (false, None) => Err(AlreadyTracing(OtherPodstuck {
+                pid: 0,
+                command: "a process holding the lock (see /proc/locks)".into(),
+            })),
         }
     }
 }
@@ -72,7 +75,8 @@ pub fn other_podstucks(node: &Node) -> Vec<OtherPodstuck> {
     pids.into_iter()
         .map(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let words: Vec<String> = cmdline.split(|b| *b == 0).filter(|w| !w.is_empty()).map(crate::words::safe_text).collect();
+            let words: Vec<String> =
+                cmdline.split(|b| *b == 0).filter(|w| !w.is_empty()).map(crate::words::safe_text).collect();
             OtherPodstuck { pid, command: words.join(" ") }
         })
         .collect()
@@ -92,7 +96,11 @@ fn lock_holders(locks: &str, major: u32, minor: u32, ino: u64) -> Vec<u32> {
             let at = fields.iter().position(|f| *f == "FLOCK")?;
             let pid: u32 = fields.get(at + 3)?.parse().ok()?;
             let mut id = fields.get(at + 4)?.split(':');
-            let (maj, min, inode) = (u32::from_str_radix(id.next()?, 16).ok()?, u32::from_str_radix(id.next()?, 16).ok()?, id.next()?.parse::<u64>().ok()?);
+            let (maj, min, inode) = (
+                u32::from_str_radix(id.next()?, 16).ok()?,
+                u32::from_str_radix(id.next()?, 16).ok()?,
+                id.next()?.parse::<u64>().ok()?,
+            );
             (maj == major && min == minor && inode == ino).then_some(pid)
         })
         .collect();

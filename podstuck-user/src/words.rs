@@ -153,7 +153,6 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
-
 /// A duration someone set, said exactly as set: whole seconds when it is
 /// whole seconds, else milliseconds ("1 s", "1500 ms"); [`human_duration`]
 /// would round it.
@@ -239,7 +238,8 @@ pub fn duration_arg(value: &str, zero_means: &str) -> Result<Duration, String> {
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("{value} has no unit: did you mean {text}s? ({EXAMPLE})"));
     }
-    let d = humantime::parse_duration(text).map_err(|_| format!("{value:?} is not a duration: give a number and a unit ({EXAMPLE})"))?;
+    let d = humantime::parse_duration(text)
+        .map_err(|_| format!("{value:?} is not a duration: give a number and a unit ({EXAMPLE})"))?;
     if d.is_zero() {
         return Err(format!("{value}: {zero_means}; give a longer one ({EXAMPLE})"));
     }
@@ -265,7 +265,11 @@ pub fn shell_word(bytes: &[u8]) -> String {
         return String::from_utf8_lossy(bytes).into_owned();
     }
     match std::str::from_utf8(bytes) {
-        Ok(text) if !text.chars().any(|c| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')) => {
+        Ok(text)
+            if !text
+                .chars()
+                .any(|c| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')) =>
+        {
             format!("'{}'", text.replace('\'', r"'\''"))
         }
         _ => {
@@ -311,11 +315,20 @@ mod tests {
         const ZERO: &str = "it would stop at once";
         assert_eq!(duration_arg("30s", ZERO), Ok(Duration::from_secs(30)));
         assert_eq!(duration_arg("1h30m", ZERO), Ok(Duration::from_secs(5400)));
-        assert_eq!(duration_arg("garbage", ZERO).unwrap_err(), "\"garbage\" is not a duration: give a number and a unit (e.g. 30s, 5m, 1h)");
-        assert_eq!(duration_arg("", ZERO).unwrap_err(), "\"\" is not a duration: give a number and a unit (e.g. 30s, 5m, 1h)");
+        assert_eq!(
+            duration_arg("garbage", ZERO).unwrap_err(),
+            "\"garbage\" is not a duration: give a number and a unit (e.g. 30s, 5m, 1h)"
+        );
+        assert_eq!(
+            duration_arg("", ZERO).unwrap_err(),
+            "\"\" is not a duration: give a number and a unit (e.g. 30s, 5m, 1h)"
+        );
         assert_eq!(duration_arg("30", ZERO).unwrap_err(), "30 has no unit: did you mean 30s? (e.g. 30s, 5m, 1h)");
         assert_eq!(duration_arg("-5s", ZERO).unwrap_err(), "-5s is negative: give a length of time (e.g. 30s, 5m, 1h)");
-        assert_eq!(duration_arg("0s", ZERO).unwrap_err(), "0s: it would stop at once; give a longer one (e.g. 30s, 5m, 1h)");
+        assert_eq!(
+            duration_arg("0s", ZERO).unwrap_err(),
+            "0s: it would stop at once; give a longer one (e.g. 30s, 5m, 1h)"
+        );
         assert!(duration_arg("0ms", ZERO).unwrap_err().contains(ZERO));
     }
 }

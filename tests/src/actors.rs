@@ -16,7 +16,9 @@ use crate::harness::beside_the_tests;
 /// One of this package's binaries (`actor`, `fuse_server`): cargo builds
 /// them for its integration tests.
 fn helper_binary(name: &str) -> PathBuf {
-    beside_the_tests(name).unwrap_or_else(|| panic!("{name} not found beside the test binaries: build them with `cargo test -p podstuck-tests`"))
+    beside_the_tests(name).unwrap_or_else(|| {
+        panic!("{name} not found beside the test binaries: build them with `cargo test -p podstuck-tests`")
+    })
 }
 
 /// `actor`, to run with its arguments (see src/bin/actor.rs).
@@ -175,7 +177,6 @@ pub fn task_state(pid: u32) -> Option<char> {
 pub fn wchan(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default()
 }
-
 
 /// Whether a task is alive: a zombie is dead for our purposes (its parent
 /// reaps it), a pid gone from /proc too.

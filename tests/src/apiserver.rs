@@ -90,7 +90,12 @@ impl ApiServer {
         let port = listener.local_addr().unwrap().port();
         let routes: Routes = Arc::default();
         let requests: Arc<Mutex<Vec<Request>>> = Arc::default();
-        let state = State { routes: routes.clone(), requests: requests.clone(), node_pods: Arc::default(), proxied: Arc::default() };
+        let state = State {
+            routes: routes.clone(),
+            requests: requests.clone(),
+            node_pods: Arc::default(),
+            proxied: Arc::default(),
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let down = Arc::new(AtomicBool::new(false));
         let (st, s, d) = (state.clone(), stop.clone(), down.clone());
@@ -245,7 +250,9 @@ fn percent_decoded(text: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         match (bytes[i], bytes.get(i + 1..i + 3)) {
-            (b'%', Some(hex)) if std::str::from_utf8(hex).ok().and_then(|h| u8::from_str_radix(h, 16).ok()).is_some() => {
+            (b'%', Some(hex))
+                if std::str::from_utf8(hex).ok().and_then(|h| u8::from_str_radix(h, 16).ok()).is_some() =>
+            {
                 out.push(u8::from_str_radix(std::str::from_utf8(hex).unwrap(), 16).unwrap());
                 i += 3;
             }
@@ -346,7 +353,9 @@ fn reply(state: &State, method: &str, target: &str, body: &str) -> (u16, String)
     let mut routes = state.routes.lock().unwrap();
     match method {
         "POST" => {
-            let Ok(mut object) = serde_json::from_str::<Value>(body) else { return (400, json!({"kind": "Status", "code": 400}).to_string()) };
+            let Ok(mut object) = serde_json::from_str::<Value>(body) else {
+                return (400, json!({"kind": "Status", "code": 400}).to_string());
+            };
             let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
             object["metadata"]["uid"] = json!(format!("created-{}", routes.len()));
             routes.insert(format!("{path}/{name}"), (200, object.to_string()));
@@ -361,9 +370,14 @@ fn reply(state: &State, method: &str, target: &str, body: &str) -> (u16, String)
         }
         _ => {
             if path == "/api/v1/pods" {
-                if let Some(node) = query(target, "fieldSelector").and_then(|f| f.strip_prefix("spec.nodeName=").map(str::to_string)) {
+                if let Some(node) =
+                    query(target, "fieldSelector").and_then(|f| f.strip_prefix("spec.nodeName=").map(str::to_string))
+                {
                     let items = state.node_pods.lock().unwrap().get(&node).cloned().unwrap_or_default();
-                    return (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}).to_string());
+                    return (
+                        200,
+                        json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}).to_string(),
+                    );
                 }
             }
             let (status, text) = routes.get(path).cloned().unwrap_or_else(|| not_found(path));
@@ -406,7 +420,12 @@ fn answer(stream: TcpStream, state: &State) {
     let mut words = first.split_whitespace();
     let method = words.next().unwrap_or("").to_string();
     let target = words.next().unwrap_or("").to_string();
-    state.requests.lock().unwrap().push(Request { method: method.clone(), target: target.clone(), with_token, body: body.clone() });
+    state.requests.lock().unwrap().push(Request {
+        method: method.clone(),
+        target: target.clone(),
+        with_token,
+        body: body.clone(),
+    });
     let (status, body) = reply(state, &method, &target, &body);
     let mut stream = stream;
     let _ = write!(

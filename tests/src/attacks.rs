@@ -24,7 +24,8 @@ pub fn as_nobody(program: &str, args: &[&OsStr]) -> Output {
     let mut command = match setpriv {
         Some(setpriv) => {
             let mut c = Command::new(setpriv);
-            c.args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups", "--"]).arg(program);
+            c.args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups", "--"])
+                .arg(program);
             c
         }
         None => {
@@ -39,7 +40,12 @@ pub fn as_nobody(program: &str, args: &[&OsStr]) -> Output {
 /// `ln -s target link`, as `nobody`: the attack itself.
 pub fn plant_link_as_nobody(target: &Path, link: &Path) {
     let out = as_nobody("ln", &[OsStr::new("-s"), target.as_os_str(), link.as_os_str()]);
-    assert!(out.status.success(), "nobody could not plant {}: {}", link.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "nobody could not plant {}: {}",
+        link.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(std::fs::symlink_metadata(link).unwrap().uid(), NOBODY);
 }
 
@@ -70,11 +76,23 @@ impl Victim {
     }
 
     pub fn assert_intact(&self) {
-        let meta = std::fs::symlink_metadata(&self.path).unwrap_or_else(|e| panic!("{} is gone: {e}", self.path.display()));
+        let meta =
+            std::fs::symlink_metadata(&self.path).unwrap_or_else(|e| panic!("{} is gone: {e}", self.path.display()));
         assert!(meta.file_type().is_file(), "{} is no longer a file", self.path.display());
-        assert_eq!((meta.ino(), meta.mode()), (self.ino, self.mode), "{} was replaced or its mode changed", self.path.display());
+        assert_eq!(
+            (meta.ino(), meta.mode()),
+            (self.ino, self.mode),
+            "{} was replaced or its mode changed",
+            self.path.display()
+        );
         let now = std::fs::read(&self.path).unwrap();
-        assert!(now == self.bytes, "{} was written: {} bytes now, {} before", self.path.display(), now.len(), self.bytes.len());
+        assert!(
+            now == self.bytes,
+            "{} was written: {} bytes now, {} before",
+            self.path.display(),
+            now.len(),
+            self.bytes.len()
+        );
     }
 }
 

@@ -58,7 +58,8 @@ pub fn this_thread() -> (i32, String) {
 /// ENOENT. The paths are made before the fork: the child only makes
 /// system calls.
 pub fn unlink_as_nobody(paths: &[CString], pause: Duration) -> usize {
-    let pause = libc::timespec { tv_sec: pause.as_secs() as libc::time_t, tv_nsec: pause.subsec_nanos() as libc::c_long };
+    let pause =
+        libc::timespec { tv_sec: pause.as_secs() as libc::time_t, tv_nsec: pause.subsec_nanos() as libc::c_long };
     let pointers: Vec<*const libc::c_char> = paths.iter().map(|p| p.as_ptr()).collect();
     // SAFETY: the child makes only async-signal-safe calls (setgroups,
     // setgid, setuid, syscall, _exit) on memory made before the fork.

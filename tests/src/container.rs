@@ -59,7 +59,8 @@ pub const DAEMONSET_CAPABILITIES_WITHOUT_SETNS: [&str; 3] = ["BPF", "PERFMON", "
 pub fn manifest_capabilities(documents: &[serde_json::Value]) -> Vec<String> {
     let daemonset = documents.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet in the manifest");
     let added = &daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"];
-    let added = added.as_array().expect("capabilities.add").iter().map(|c| c.as_str().expect("a capability name").to_string());
+    let added =
+        added.as_array().expect("capabilities.add").iter().map(|c| c.as_str().expect("a capability name").to_string());
     let missing = capabilities_not_grantable();
     added
         .filter(|cap| {
@@ -92,11 +93,46 @@ pub fn podstuck_image(test: &str) -> Option<PathBuf> {
 /// of them and fails there ("unable to apply caps").
 fn capabilities_not_grantable() -> Vec<&'static str> {
     const NAMES: [&str; 41] = [
-        "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
-        "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
-        "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
-        "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
-        "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "DAC_READ_SEARCH",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "SETGID",
+        "SETUID",
+        "SETPCAP",
+        "LINUX_IMMUTABLE",
+        "NET_BIND_SERVICE",
+        "NET_BROADCAST",
+        "NET_ADMIN",
+        "NET_RAW",
+        "IPC_LOCK",
+        "IPC_OWNER",
+        "SYS_MODULE",
+        "SYS_RAWIO",
+        "SYS_CHROOT",
+        "SYS_PTRACE",
+        "SYS_PACCT",
+        "SYS_ADMIN",
+        "SYS_BOOT",
+        "SYS_NICE",
+        "SYS_RESOURCE",
+        "SYS_TIME",
+        "SYS_TTY_CONFIG",
+        "MKNOD",
+        "LEASE",
+        "AUDIT_WRITE",
+        "AUDIT_CONTROL",
+        "SETFCAP",
+        "MAC_OVERRIDE",
+        "MAC_ADMIN",
+        "SYSLOG",
+        "WAKE_ALARM",
+        "BLOCK_SUSPEND",
+        "AUDIT_READ",
+        "PERFMON",
+        "BPF",
         "CHECKPOINT_RESTORE",
     ];
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -167,7 +203,10 @@ pub fn daemonset(caps: &[&str]) -> Vec<String> {
         flags.extend(["--cap-add".into(), (*cap).into()]);
     }
     if !caps.contains(&"SYS_ADMIN") {
-        flags.extend(["--security-opt", "seccomp=unconfined", "-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro"].map(String::from));
+        flags.extend(
+            ["--security-opt", "seccomp=unconfined", "-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro"]
+                .map(String::from),
+        );
     }
     let host = if root_propagates() {
         "/:/host:ro,rslave"
@@ -175,9 +214,7 @@ pub fn daemonset(caps: &[&str]) -> Vec<String> {
         eprintln!("note: this machine's / is a private mount, where docker refuses rslave: binding it read-only without propagation");
         "/:/host:ro"
     };
-    flags.extend(
-        ["--read-only", "--tmpfs", "/tmp", "--pid=host", "-v", host].map(String::from),
-    );
+    flags.extend(["--read-only", "--tmpfs", "/tmp", "--pid=host", "-v", host].map(String::from));
     flags
 }
 
@@ -190,8 +227,20 @@ fn root_propagates() -> bool {
 /// The capabilities `ctr run` gives a task by default (containerd's
 /// default spec), each dropped by name: ctr 1.6 takes no `CAP_ALL`.
 const CONTAINERD_DEFAULT_CAPABILITIES: [&str; 14] = [
-    "CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID", "SETFCAP", "SETPCAP",
-    "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FSETID",
+    "FOWNER",
+    "MKNOD",
+    "NET_RAW",
+    "SETGID",
+    "SETUID",
+    "SETFCAP",
+    "SETPCAP",
+    "NET_BIND_SERVICE",
+    "SYS_CHROOT",
+    "KILL",
+    "AUDIT_WRITE",
 ];
 
 /// The DaemonSet shape of [`daemonset`] for `ctr run`, as containerd runs
@@ -207,8 +256,15 @@ pub fn daemonset_in_containerd(caps: &[&str]) -> Vec<String> {
     for cap in caps {
         flags.extend(["--cap-add".into(), format!("CAP_{cap}")]);
     }
-    flags.extend(["--seccomp".into(), "--read-only".into(), "--with-ns".into(), format!("pid:/proc/{}/ns/pid", node_pid())]);
-    for mount in ["src=/,dst=/host,options=rbind:ro", "src=/sys/kernel/tracing,dst=/sys/kernel/tracing,options=rbind:ro"] {
+    flags.extend([
+        "--seccomp".into(),
+        "--read-only".into(),
+        "--with-ns".into(),
+        format!("pid:/proc/{}/ns/pid", node_pid()),
+    ]);
+    for mount in
+        ["src=/,dst=/host,options=rbind:ro", "src=/sys/kernel/tracing,dst=/sys/kernel/tracing,options=rbind:ro"]
+    {
         flags.extend(["--mount".into(), format!("type=bind,{mount}")]);
     }
     flags
@@ -230,7 +286,9 @@ fn node_pid_args() -> Vec<String> {
         return Vec::new();
     }
     let pid = node_pid();
-    eprintln!("note: PID 1's namespaces are out of reach here: podstuck enters this test's (--node-pid {pid}), the node's");
+    eprintln!(
+        "note: PID 1's namespaces are out of reach here: podstuck enters this test's (--node-pid {pid}), the node's"
+    );
     vec!["--node-pid".into(), pid.to_string()]
 }
 
@@ -272,7 +330,13 @@ impl NodeContainerd {
 /// `ctr images import --snapshotter overlayfs ARCHIVE` (unpacked for the
 /// snapshotter tasks run on); the name it imported.
 pub fn import(containerd: &Containerd, archive: &Path) -> String {
-    let out = containerd.ctr(&["images", "import", "--snapshotter", "overlayfs", archive.to_str().expect("a UTF-8 image path")]);
+    let out = containerd.ctr(&[
+        "images",
+        "import",
+        "--snapshotter",
+        "overlayfs",
+        archive.to_str().expect("a UTF-8 image path"),
+    ]);
     let text = stdout_text(&out);
     text.split_whitespace()
         .skip_while(|w| *w != "unpacking")

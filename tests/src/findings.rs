@@ -134,30 +134,44 @@ impl<'a> Expect<'a> {
         let pod = self.at("/pod_uid");
         self.that(pod.is_null() || pod.is_string(), format!("/pod_uid is {pod}, want a string or null"));
         let pods = self.at("/pods");
-        self.that(pods.as_array().is_some_and(|p| p.iter().all(Value::is_string)), format!("/pods is {pods}, want an array of UIDs"));
+        self.that(
+            pods.as_array().is_some_and(|p| p.iter().all(Value::is_string)),
+            format!("/pods is {pods}, want an array of UIDs"),
+        );
         if let Some(uid) = pod.as_str() {
-            self.that(pods.as_array().is_some_and(|p| p.iter().any(|u| u == uid)), format!("/pods {pods} lacks pod_uid {uid}"));
+            self.that(
+                pods.as_array().is_some_and(|p| p.iter().any(|u| u == uid)),
+                format!("/pods {pods} lacks pod_uid {uid}"),
+            );
         }
         self.that(self.at("/actor").is_object(), "no /actor object");
         self.is_string("/syscall");
         let errno = self.at("/errno");
         self.that(errno.is_null() || errno.is_string(), format!("/errno is {errno}, want a name or null"));
         let paths = self.at("/paths");
-        self.that(paths.as_array().is_some_and(|p| !p.is_empty() && p.iter().all(Value::is_string)), format!("/paths is {paths}, want a non-empty array of paths"));
+        self.that(
+            paths.as_array().is_some_and(|p| !p.is_empty() && p.iter().all(Value::is_string)),
+            format!("/paths is {paths}, want a non-empty array of paths"),
+        );
         let evidence = self.at("/evidence");
-        let facts_ok = evidence
-            .as_array()
-            .is_some_and(|e| e.iter().all(|f| f["source"].is_string() && f["fact"].is_string()));
+        let facts_ok =
+            evidence.as_array().is_some_and(|e| e.iter().all(|f| f["source"].is_string() && f["fact"].is_string()));
         self.that(facts_ok, format!("/evidence is {evidence}, want [{{source, fact}}...]"));
         let rhythm = self.at("/rhythm");
         self.that(rhythm.is_null() || rhythm.is_string(), format!("/rhythm is {rhythm}, want text or null"));
         let advice = self.at("/advice");
-        self.that(advice.as_array().is_some_and(|a| a.iter().all(Value::is_string)), format!("/advice is {advice}, want an array of text"));
+        self.that(
+            advice.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+            format!("/advice is {advice}, want an array of text"),
+        );
         // Something to do while it lasts; nothing once it is over (docs/output.md).
         if self.at("/status") == "resolved" {
             let fix = self.at("/fix");
             self.that(fix == "", format!("/fix is {fix}, want \"\" once resolved"));
-            self.that(advice.as_array().is_some_and(Vec::is_empty), format!("/advice is {advice}, want none once resolved"));
+            self.that(
+                advice.as_array().is_some_and(Vec::is_empty),
+                format!("/advice is {advice}, want none once resolved"),
+            );
         } else {
             self.is_string("/fix");
         }
@@ -184,7 +198,12 @@ pub fn assert_told_in_order(finding_lines: &[Value], id: &Value) {
     assert_eq!(lines[0]["revision"], 1, "first emission: {}", lines[0]);
     for pair in lines.windows(2) {
         assert_eq!(pair[1]["type"], "finding-update", "{}", pair[1]);
-        assert!(pair[1]["revision"].as_u64() > pair[0]["revision"].as_u64(), "revisions go up: {} then {}", pair[0], pair[1]);
+        assert!(
+            pair[1]["revision"].as_u64() > pair[0]["revision"].as_u64(),
+            "revisions go up: {} then {}",
+            pair[0],
+            pair[1]
+        );
     }
 }
 
@@ -210,7 +229,10 @@ mod tests {
 
     #[test]
     fn safe_paths_stay_bare_and_others_are_quoted() {
-        assert_eq!(shell_word(Path::new("/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount")), "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount");
+        assert_eq!(
+            shell_word(Path::new("/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount")),
+            "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount"
+        );
         assert_eq!(shell_word(Path::new("/a b")), "'/a b'");
         assert_eq!(shell_word(Path::new("/it's")), r"'/it'\''s'");
     }

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-
 /// The documents of deploy/FILE, as JSON values (a test compares them
 /// with what podstuck asks of the API and with each other).
 pub fn deploy_manifest(file: &str) -> Vec<Value> {

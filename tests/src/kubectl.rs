@@ -39,7 +39,8 @@ impl KubectlStandIn {
     pub fn new(dir: &Path) -> KubectlStandIn {
         let standin = KubectlStandIn { dir: dir.to_path_buf() };
         std::fs::create_dir_all(standin.bin()).unwrap();
-        let kubectl = beside_the_tests("kubectl").expect("the kubectl stand-in beside the test binaries (cargo test -p podstuck-tests builds it)");
+        let kubectl = beside_the_tests("kubectl")
+            .expect("the kubectl stand-in beside the test binaries (cargo test -p podstuck-tests builds it)");
         std::os::unix::fs::symlink(kubectl, standin.bin().join("kubectl")).unwrap();
         standin
     }
@@ -56,7 +57,8 @@ impl KubectlStandIn {
     pub fn add_pod(&self, pod: &Value) {
         let dir = self.dir.join("pods").join(pod["metadata"]["namespace"].as_str().unwrap());
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("{}.json", pod["metadata"]["name"].as_str().unwrap())), pod.to_string()).unwrap();
+        std::fs::write(dir.join(format!("{}.json", pod["metadata"]["name"].as_str().unwrap())), pod.to_string())
+            .unwrap();
     }
 
     /// From now on, debug pods never become ready.
@@ -78,7 +80,11 @@ impl KubectlStandIn {
     /// PATH; not started.
     pub fn plugin<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Command {
         let mut command = Command::new(kubectl_podstuck_binary());
-        command.args(args).env("PATH", self.bin()).env("KUBECTL_STANDIN_DIR", &self.dir).env("PODSTUCK_BIN", podstuck_binary());
+        command
+            .args(args)
+            .env("PATH", self.bin())
+            .env("KUBECTL_STANDIN_DIR", &self.dir)
+            .env("PODSTUCK_BIN", podstuck_binary());
         command
     }
 
@@ -107,7 +113,11 @@ impl KubectlStandIn {
 
     /// The manifests given to `create`.
     pub fn created(&self) -> Vec<Value> {
-        self.calls().iter().filter_map(|c| c["stdin"].as_str()).map(|m| serde_json::from_str(m).expect("a JSON manifest")).collect()
+        self.calls()
+            .iter()
+            .filter_map(|c| c["stdin"].as_str())
+            .map(|m| serde_json::from_str(m).expect("a JSON manifest"))
+            .collect()
     }
 
     /// Names of the debug pods still there (created, not deleted).
@@ -173,7 +183,12 @@ impl PluginRun {
             if let Some(status) = self.0.try_wait() {
                 break status;
             }
-            assert!(Instant::now() < deadline, "the plugin did not end within {timeout:?}:\n{}\n{}", self.0.lines().join("\n"), self.0.stderr());
+            assert!(
+                Instant::now() < deadline,
+                "the plugin did not end within {timeout:?}:\n{}\n{}",
+                self.0.lines().join("\n"),
+                self.0.stderr()
+            );
             std::thread::sleep(Duration::from_millis(50));
         };
         // Let the reader threads reach end of file.

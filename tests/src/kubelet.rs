@@ -105,7 +105,9 @@ impl Pod {
     pub fn create_csi_volume(&self, pv: &str) -> PathBuf {
         let dir = self.csi_volume(pv);
         std::fs::create_dir_all(&dir).unwrap();
-        let data = format!(r#"{{"driverName":"hostpath.csi.k8s.io","volumeHandle":"{pv}","specVolID":"{pv}","nodeName":"node-1"}}"#);
+        let data = format!(
+            r#"{{"driverName":"hostpath.csi.k8s.io","volumeHandle":"{pv}","specVolID":"{pv}","nodeName":"node-1"}}"#
+        );
         std::fs::write(dir.join("vol_data.json"), data).unwrap();
         dir
     }
@@ -138,7 +140,13 @@ pub fn new_pod_uid() -> String {
     static SEQUENCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{nanos:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", std::process::id() & 0xffff, n & 0xfff, n >> 12, 0xfeed_0000_0000u64 + n as u64)
+    format!(
+        "{nanos:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        std::process::id() & 0xffff,
+        n & 0xfff,
+        n >> 12,
+        0xfeed_0000_0000u64 + n as u64
+    )
 }
 
 /// The cgroup of pod `uid` of QoS class `qos` (`besteffort`, `burstable`)

@@ -50,12 +50,15 @@ pub use actors::{actor, alive, fuse_server, start_actor, task_state, wchan, Proc
 pub use calls::{cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread, unlink_as_nobody};
 pub use findings::{latest_findings, shell_word, Expect};
 pub use harness::{can_touch_the_kernel, text, KernelTest, ScratchDir};
-pub use prerequisite::missing;
 pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};
 pub use mountinfo::is_mountpoint;
 pub use node::{
     cgroup2_root, v1_hierarchy, BindMount, CgroupDirs, CreatedDirs, FuseMount, Immutable, OverlayMount, TmpfsMount,
     V1PodCgroups,
 };
-pub use podstuck::{abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, status_kib, stop_when, Finished, Watch};
+pub use podstuck::{
+    abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, status_kib, stop_when, Finished,
+    Watch,
+};
+pub use prerequisite::missing;
 pub use runtimes::{Containerd, Dockerd, EventLog, Propagation, RbindView};

@@ -81,7 +81,8 @@ impl FuseMount {
     pub fn start(mountpoint: &Path) -> FuseMount {
         std::fs::create_dir_all(mountpoint).expect("create FUSE mountpoint");
         let process = Process::spawn(Command::new(fuse_server()).arg(mountpoint));
-        let mut fuse = FuseMount { mountpoint: mountpoint.to_path_buf(), minor: 0, server: Some(process), aborted: false };
+        let mut fuse =
+            FuseMount { mountpoint: mountpoint.to_path_buf(), minor: 0, server: Some(process), aborted: false };
         fuse.server.as_ref().unwrap().wait_ready(Duration::from_secs(10));
         let (major, minor) = mountinfo::at(mountpoint).expect("the FUSE mount in mountinfo").device;
         assert_eq!(major, 0, "FUSE mounts get an anonymous device");
@@ -289,12 +290,24 @@ pub struct V1PodCgroups {
 impl V1PodCgroups {
     /// Err names the hierarchy this machine does not mount.
     pub fn create(parent: &str, uid: &str, cid: &str) -> Result<V1PodCgroups, String> {
-        let mut cg = V1PodCgroups { pods: Vec::new(), containers: Vec::new(), freezer: PathBuf::new(), made: Vec::new(), task: None };
+        let mut cg = V1PodCgroups {
+            pods: Vec::new(),
+            containers: Vec::new(),
+            freezer: PathBuf::new(),
+            made: Vec::new(),
+            task: None,
+        };
         for controller in POD_V1_CONTROLLERS {
             let root = v1_hierarchy(controller).ok_or_else(|| format!("a cgroup v1 hierarchy with {controller}"))?;
             let pod = root.join(parent).join("kubepods/besteffort").join(format!("pod{uid}"));
             let container = pod.join(cid);
-            for dir in container.ancestors().collect::<Vec<_>>().into_iter().rev().filter(|d| d.starts_with(&root) && *d != root) {
+            for dir in container
+                .ancestors()
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .filter(|d| d.starts_with(&root) && *d != root)
+            {
                 if !dir.exists() {
                     std::fs::create_dir(dir).unwrap_or_else(|e| panic!("mkdir cgroup {}: {e}", dir.display()));
                     cg.made.push(dir.to_path_buf());

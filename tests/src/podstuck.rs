@@ -280,10 +280,7 @@ pub fn stop_when(watch: Watch, wanted: impl Fn(&[Value]) -> bool) -> Finished {
 /// `<field>_hex` twin when the bytes are not UTF-8, else the text.
 fn exact_bytes(event: &Value, field: &str) -> Vec<u8> {
     if let Some(hex) = event[format!("{field}_hex")].as_str() {
-        return (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-            .collect();
+        return (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
     }
     event[field].as_str().unwrap_or_default().as_bytes().to_vec()
 }
@@ -301,7 +298,12 @@ pub fn abs_path_bytes(event: &Value) -> Vec<u8> {
 /// `podstuck <args>` that must refuse to start: its stderr.
 pub fn podstuck_refuses<S: AsRef<OsStr>>(args: &[S]) -> String {
     let started = Instant::now();
-    let out = Command::new(podstuck_binary()).args(args).stdin(Stdio::null()).stdout(Stdio::null()).output().expect("run podstuck");
+    let out = Command::new(podstuck_binary())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .expect("run podstuck");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "podstuck started: {stderr}");
     assert!(started.elapsed() < Duration::from_secs(30), "refused only after {:?}", started.elapsed());
@@ -312,7 +314,10 @@ pub fn podstuck_refuses<S: AsRef<OsStr>>(args: &[S]) -> String {
 /// `field` is its name there ("VmRSS", "VmHWM").
 pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// Whether a BPF program with this id is still loaded in the kernel.
@@ -322,9 +327,7 @@ pub fn program_loaded(id: u32) -> bool {
     let mut attr = [0u32; 4];
     attr[0] = id;
     // SAFETY: attr is a valid, sized bpf_attr prefix.
-    let fd = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_PROG_GET_FD_BY_ID, attr.as_mut_ptr(), size_of_val(&attr))
-    };
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_GET_FD_BY_ID, attr.as_mut_ptr(), size_of_val(&attr)) };
     if fd >= 0 {
         // SAFETY: fd was just returned to us.
         unsafe { libc::close(fd as i32) };

@@ -40,7 +40,9 @@ pub fn this_test() -> String {
 #[track_caller]
 pub fn missing<T: Default>(test: &str, what: &str, how: &str) -> T {
     if !skips_allowed() {
-        panic!("{test} cannot run here: {what}; {how}\n(only {ALLOW_SKIPS}=1 turns a missing prerequisite into a skip)");
+        panic!(
+            "{test} cannot run here: {what}; {how}\n(only {ALLOW_SKIPS}=1 turns a missing prerequisite into a skip)"
+        );
     }
     // Straight to the file descriptor: libtest captures `eprintln!` of a
     // passing test and would drop the line.

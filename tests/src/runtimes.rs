@@ -60,7 +60,8 @@ pub const CTR_IMAGE: &str = "docker.io/library/podstuck-busybox:1";
 /// The containerd namespace of every `ctr` call.
 pub const CTR_NAMESPACE: &str = "podstuck";
 /// The applets the image links to busybox.
-const APPLETS: [&str; 13] = ["sh", "sleep", "ls", "touch", "mkdir", "cat", "true", "echo", "rm", "rmdir", "mount", "umount", "mountpoint"];
+const APPLETS: [&str; 13] =
+    ["sh", "sleep", "ls", "touch", "mkdir", "cat", "true", "echo", "rm", "rmdir", "mount", "umount", "mountpoint"];
 /// The daemons of a node, linked to busybox too: `exec -a sh /bin/kubelet
 /// SCRIPT` runs a shell whose process name (the file it was started
 /// from) is kubelet's, as a node container's kubelet is (tests/tests/node_shapes.rs).
@@ -118,9 +119,9 @@ pub fn is_under(path: &Path, dir: &Path) -> bool {
 
 /// Whether any of a finding's paths is under one of `dirs`.
 pub fn finding_is_under(finding: &Value, dirs: &[PathBuf]) -> bool {
-    finding["paths"]
-        .as_array()
-        .is_some_and(|paths| paths.iter().filter_map(Value::as_str).any(|p| dirs.iter().any(|d| is_under(Path::new(p), d))))
+    finding["paths"].as_array().is_some_and(|paths| {
+        paths.iter().filter_map(Value::as_str).any(|p| dirs.iter().any(|d| is_under(Path::new(p), d)))
+    })
 }
 
 /// The last `n` lines of a log file.
@@ -224,7 +225,8 @@ fn cannot_start(test: &str, what: &str, why: &str, log: &Path) {
 /// never by more of a name (`/run/podstuck-x` is not `/run/podstuck-x-c`).
 fn mentions(cmdline: &[u8], dir: &[u8]) -> bool {
     (0..cmdline.len().saturating_sub(dir.len()) + 1).any(|i| {
-        cmdline[i..].starts_with(dir) && matches!(cmdline.get(i + dir.len()), None | Some(b'/' | 0 | b' ' | b'"' | b'\''))
+        cmdline[i..].starts_with(dir)
+            && matches!(cmdline.get(i + dir.len()), None | Some(b'/' | 0 | b' ' | b'"' | b'\''))
     })
 }
 
@@ -360,7 +362,11 @@ static TOP_CGROUPS: Mutex<Vec<(&'static str, usize, Vec<PathBuf>)>> = Mutex::new
 
 /// Where each cgroup hierarchy (v1 and v2) is mounted.
 fn cgroup_hierarchies() -> Vec<PathBuf> {
-    mountinfo::here().into_iter().filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2").map(|m| m.mount_point).collect()
+    mountinfo::here()
+        .into_iter()
+        .filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2")
+        .map(|m| m.mount_point)
+        .collect()
 }
 
 impl TopCgroups {
@@ -487,7 +493,12 @@ pub fn clear_flags_below(top: &Path) -> Vec<PathBuf> {
             let path = entry.path();
             let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
             let kind = meta.file_type();
-            if kind.is_symlink() || kind.is_block_device() || kind.is_char_device() || kind.is_fifo() || kind.is_socket() {
+            if kind.is_symlink()
+                || kind.is_block_device()
+                || kind.is_char_device()
+                || kind.is_fifo()
+                || kind.is_socket()
+            {
                 continue;
             }
             if clear_flags(&path, kind) {
@@ -678,7 +689,12 @@ impl<'a> DockerdSetup<'a> {
     /// A test's: overlay2 with its data root in the test's scratch
     /// directory (ext4 here, so `chattr +i` works in its layers).
     pub fn in_scratch(scratch: &'a Path) -> DockerdSetup<'a> {
-        DockerdSetup { scratch, data_root: scratch.join("docker"), storage_driver: "overlay2", containerd_namespace: None }
+        DockerdSetup {
+            scratch,
+            data_root: scratch.join("docker"),
+            storage_driver: "overlay2",
+            containerd_namespace: None,
+        }
     }
 }
 
@@ -702,7 +718,12 @@ impl Dockerd {
     /// cannot start fails the test; `None` where skips are allowed.
     pub fn start(scratch: &Path, test: &str) -> Option<Dockerd> {
         if !Path::new(BUSYBOX).is_file() {
-            cannot_start(test, "dockerd", &format!("{BUSYBOX} is missing: install busybox-static"), &scratch.join("dockerd.log"));
+            cannot_start(
+                test,
+                "dockerd",
+                &format!("{BUSYBOX} is missing: install busybox-static"),
+                &scratch.join("dockerd.log"),
+            );
             return None;
         }
         match Dockerd::launch(&DockerdSetup::in_scratch(scratch)) {
@@ -767,7 +788,12 @@ impl Dockerd {
             .args(["-H", &host])
             .args(["--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver", setup.storage_driver]);
         if let Some(namespace) = setup.containerd_namespace {
-            command.args(["--containerd-namespace", namespace, "--containerd-plugins-namespace", &format!("{namespace}-plugins")]);
+            command.args([
+                "--containerd-namespace",
+                namespace,
+                "--containerd-plugins-namespace",
+                &format!("{namespace}-plugins"),
+            ]);
         }
         // Before dockerd may make them.
         let cgroups = TopCgroups::claim("docker");
@@ -798,7 +824,10 @@ impl Dockerd {
         let info = await_daemon(&mut daemon, "docker info", |d| &mut d.child, daemon_info).map_err(not_started)?;
         daemon.storage_driver = stdout_text(&info);
         if daemon.storage_driver != setup.storage_driver {
-            return Err(not_started(format!("it runs storage driver {:?}, not {}", daemon.storage_driver, setup.storage_driver)));
+            return Err(not_started(format!(
+                "it runs storage driver {:?}, not {}",
+                daemon.storage_driver, setup.storage_driver
+            )));
         }
         Ok(daemon)
     }
@@ -974,14 +1003,23 @@ impl Containerd {
         let log = scratch.join("containerd.log");
         for needed in [CONTAINERD, CTR, BUSYBOX, "/usr/bin/containerd-shim-runc-v2"] {
             if !Path::new(needed).is_file() {
-                cannot_start(test, "containerd", &format!("{needed} is missing: install containerd, busybox-static"), &log);
+                cannot_start(
+                    test,
+                    "containerd",
+                    &format!("{needed} is missing: install containerd, busybox-static"),
+                    &log,
+                );
                 return None;
             }
         }
         let name = short_name();
         let state = PathBuf::from(format!("/var/run/podstuck-{name}-c"));
         let address = state.join("c.sock");
-        assert!(address.as_os_str().len() + ".ttrpc".len() < 108, "{} is too long for a unix socket", address.display());
+        assert!(
+            address.as_os_str().len() + ".ttrpc".len() < 108,
+            "{} is too long for a unix socket",
+            address.display()
+        );
         let root = scratch.join("containerd");
         std::fs::create_dir_all(&root).expect("create the containerd root");
         std::fs::create_dir_all(&state).expect("create the containerd state");
@@ -1131,7 +1169,13 @@ disabled_plugins = [
         let mut imported = self.imported.lock().unwrap_or_else(|e| e.into_inner());
         if !*imported {
             let archive = busybox_oci_archive(&self.scratch);
-            self.ctr(&["images", "import", "--snapshotter", "overlayfs", archive.to_str().expect("UTF-8 scratch path")]);
+            self.ctr(&[
+                "images",
+                "import",
+                "--snapshotter",
+                "overlayfs",
+                archive.to_str().expect("UTF-8 scratch path"),
+            ]);
             *imported = true;
         }
         CTR_IMAGE
@@ -1221,7 +1265,10 @@ impl Drop for Containerd {
             for container in list(&["containers", "ls", "-q"]) {
                 let _ = ctr(&["containers", "rm", &container]);
             }
-            for snapshot in list(&["snapshots", "--snapshotter", "overlayfs", "ls"]).iter().filter(|s| s.contains(self.name.as_str())) {
+            for snapshot in list(&["snapshots", "--snapshotter", "overlayfs", "ls"])
+                .iter()
+                .filter(|s| s.contains(self.name.as_str()))
+            {
                 let _ = ctr(&["snapshots", "--snapshotter", "overlayfs", "rm", snapshot]);
             }
         }
@@ -1315,7 +1362,12 @@ impl EventLog {
 /// Waits until the daemon answers `question` (`ask` succeeds) and returns
 /// the answer; why not if it exits first or does not answer within
 /// START_TIMEOUT.
-fn await_daemon<D>(daemon: &mut D, question: &str, child: impl Fn(&mut D) -> &mut Child, ask: impl Fn(&D) -> Output) -> Result<Output, String> {
+fn await_daemon<D>(
+    daemon: &mut D,
+    question: &str,
+    child: impl Fn(&mut D) -> &mut Child,
+    ask: impl Fn(&D) -> Output,
+) -> Result<Output, String> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child(daemon).try_wait() {

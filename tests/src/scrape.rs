@@ -61,18 +61,23 @@ pub fn try_get(addr: SocketAddr, path: &str) -> std::io::Result<Answer> {
 
 fn get_request(addr: SocketAddr, path: &str) -> String {
     // Prometheus keeps a connection open unless told; the answer ends at close.
-    format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: podstuck-tests\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: podstuck-tests\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+    )
 }
 
 /// `GET path` of Prometheus' API, whose longer answers (the rules, many
 /// samples) come chunked: the body put back together.
 fn api_get(addr: SocketAddr, path: &str) -> Answer {
-    let bytes = send_bytes(addr, get_request(addr, path).as_bytes()).unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"));
+    let bytes =
+        send_bytes(addr, get_request(addr, path).as_bytes()).unwrap_or_else(|e| panic!("GET http://{addr}{path}: {e}"));
     let split = bytes.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(bytes.len());
     let head = String::from_utf8_lossy(&bytes[..split]).into_owned();
     let mut body = bytes.get(split + 4..).unwrap_or_default().to_vec();
     if head.to_ascii_lowercase().contains("\r\ntransfer-encoding: chunked") {
-        body = unchunked(&body).unwrap_or_else(|| panic!("GET http://{addr}{path}: a broken chunked body: {head}\n{}", String::from_utf8_lossy(&body)));
+        body = unchunked(&body).unwrap_or_else(|| {
+            panic!("GET http://{addr}{path}: a broken chunked body: {head}\n{}", String::from_utf8_lossy(&body))
+        });
     }
     let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     Answer { status, head, body: String::from_utf8_lossy(&body).into_owned() }
@@ -222,7 +227,8 @@ impl Prometheus {
     /// `lastError`.
     pub fn rule_groups(&self) -> Vec<Value> {
         let answer = api_get(self.addr, "/api/v1/rules");
-        let json: Value = serde_json::from_str(&answer.body).unwrap_or_else(|e| panic!("/api/v1/rules: {e}: {answer:?}"));
+        let json: Value =
+            serde_json::from_str(&answer.body).unwrap_or_else(|e| panic!("/api/v1/rules: {e}: {answer:?}"));
         assert_eq!(json["status"], "success", "/api/v1/rules: {json}");
         json["data"]["groups"].as_array().cloned().unwrap_or_default()
     }
@@ -237,7 +243,11 @@ impl Prometheus {
             if !groups.is_empty() && rules().all(|r| r["health"] != "unknown") {
                 return groups;
             }
-            assert!(Instant::now() < deadline, "rules not all evaluated within {timeout:?}: {groups:?}\nprometheus log:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "rules not all evaluated within {timeout:?}: {groups:?}\nprometheus log:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(250));
         }
     }
@@ -253,7 +263,10 @@ impl Prometheus {
             }
             if Instant::now() >= deadline {
                 let targets = get(self.addr, "/api/v1/targets").body;
-                panic!("{query} gave {result:?} within {timeout:?}\ntargets: {targets}\nprometheus log:\n{}", self.log());
+                panic!(
+                    "{query} gave {result:?} within {timeout:?}\ntargets: {targets}\nprometheus log:\n{}",
+                    self.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -272,7 +285,10 @@ impl Prometheus {
             }
             if Instant::now() >= deadline {
                 let targets = get(self.addr, "/api/v1/targets").body;
-                panic!("{query} gave {result:?}, not {want}, within {timeout:?}\ntargets: {targets}\nprometheus log:\n{}", self.log());
+                panic!(
+                    "{query} gave {result:?}, not {want}, within {timeout:?}\ntargets: {targets}\nprometheus log:\n{}",
+                    self.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(250));
         }

@@ -265,7 +265,8 @@ impl SoakReport {
 
     /// Whether RSS stayed flat over the churn's second half (see [`RSS_FLAT_MB`]).
     pub fn rss_flat(&self) -> bool {
-        self.rss_second_half_mb().is_some_and(|(middle, last)| last - middle <= RSS_FLAT_MB.max(middle * RSS_FLAT_SHARE))
+        self.rss_second_half_mb()
+            .is_some_and(|(middle, last)| last - middle <= RSS_FLAT_MB.max(middle * RSS_FLAT_SHARE))
     }
 
     /// Whether the open fds at the end are within [`FD_MARGIN`] of the first sample's.
@@ -285,22 +286,38 @@ impl SoakReport {
     /// The targets of the always-on mode, each met or not.
     pub fn verdicts(&self) -> Vec<Verdict> {
         let (middle, last) = self.rss_second_half_mb().unwrap_or((f64::NAN, f64::NAN));
-        let named = |at: Option<Duration>| at.map(|d| format!("after {:.1} s", d.as_secs_f64())).unwrap_or_else(|| format!("not within {} s", STUCK_TIMEOUT.as_secs()));
+        let named = |at: Option<Duration>| {
+            at.map(|d| format!("after {:.1} s", d.as_secs_f64()))
+                .unwrap_or_else(|| format!("not within {} s", STUCK_TIMEOUT.as_secs()))
+        };
         vec![
             Verdict {
-                target: format!("RSS flat (second half of the churn grows ≤ {RSS_FLAT_MB} MB or {:.0} %)", RSS_FLAT_SHARE * 100.0),
+                target: format!(
+                    "RSS flat (second half of the churn grows ≤ {RSS_FLAT_MB} MB or {:.0} %)",
+                    RSS_FLAT_SHARE * 100.0
+                ),
                 met: self.rss_flat(),
                 measured: format!("{middle:.1} MB at mid-churn, {last:.1} MB at its end"),
                 aim: false,
             },
-            Verdict { target: format!("RSS < {MAX_RSS_MB} MB"), met: self.max_rss_mb() < MAX_RSS_MB, measured: format!("at most {:.1} MB", self.max_rss_mb()), aim: false },
+            Verdict {
+                target: format!("RSS < {MAX_RSS_MB} MB"),
+                met: self.max_rss_mb() < MAX_RSS_MB,
+                measured: format!("at most {:.1} MB", self.max_rss_mb()),
+                aim: false,
+            },
             Verdict {
                 target: format!("RSS < {AIM_RSS_MB} MB steady (the design's aim)"),
                 met: last < AIM_RSS_MB,
                 measured: format!("{last:.1} MB at the churn's end"),
                 aim: true,
             },
-            Verdict { target: format!("≤ {MAX_SERIES} series per scrape"), met: self.max_series() <= MAX_SERIES, measured: format!("at most {}", self.max_series()), aim: false },
+            Verdict {
+                target: format!("≤ {MAX_SERIES} series per scrape"),
+                met: self.max_series() <= MAX_SERIES,
+                measured: format!("at most {}", self.max_series()),
+                aim: false,
+            },
             Verdict {
                 target: format!("≤ {MAX_SCRAPE_BYTES} bytes (100 KiB) per scrape"),
                 met: self.max_bytes() <= MAX_SCRAPE_BYTES,
@@ -310,13 +327,22 @@ impl SoakReport {
             Verdict {
                 target: format!("fds flat (the end ≤ the start + {FD_MARGIN})"),
                 met: self.fds_flat(),
-                measured: format!("{} at the start, {} at the end, {} at most", self.first().fds, self.last().fds, self.max_fds()),
+                measured: format!(
+                    "{} at the start, {} at the end, {} at most",
+                    self.first().fds,
+                    self.last().fds,
+                    self.max_fds()
+                ),
                 aim: false,
             },
             Verdict {
                 target: "the stuck pod named in /findings and podstuck_findings".into(),
                 met: self.stuck_in_findings.is_some() && self.stuck_in_metrics.is_some(),
-                measured: format!("/findings {}, podstuck_findings {}", named(self.stuck_in_findings), named(self.stuck_in_metrics)),
+                measured: format!(
+                    "/findings {}, podstuck_findings {}",
+                    named(self.stuck_in_findings),
+                    named(self.stuck_in_metrics)
+                ),
                 aim: false,
             },
             Verdict {
@@ -329,7 +355,12 @@ impl SoakReport {
                 },
                 aim: false,
             },
-            Verdict { target: "GET /healthz 200 at the end".into(), met: self.healthz == 200, measured: format!("{}", self.healthz), aim: false },
+            Verdict {
+                target: "GET /healthz 200 at the end".into(),
+                met: self.healthz == 200,
+                measured: format!("{}", self.healthz),
+                aim: false,
+            },
         ]
     }
 
@@ -393,7 +424,11 @@ pub fn sample_line(s: &Sample) -> String {
 ///
 /// `while_stuck` runs once the stuck pod is named, podstuck still up, with
 /// that pod's UID: a test's last checks (a Prometheus's alerts).
-pub fn run(options: &SoakOptions, on_sample: impl FnMut(&Sample), while_stuck: impl FnOnce(&str) -> Result<()>) -> Result<SoakReport> {
+pub fn run(
+    options: &SoakOptions,
+    on_sample: impl FnMut(&Sample),
+    while_stuck: impl FnOnce(&str) -> Result<()>,
+) -> Result<SoakReport> {
     let root = KubeletRoot::empty(options.scratch.join("kubelet"));
     let cgroups = PodCgroups::of_this_node(&format!("podstuck-soak-{}", std::process::id()))?;
     let listen = options.listen;
@@ -506,7 +541,16 @@ fn churn_then_stick(
     });
     while_stuck(stuck.pod.uid())?;
     let healthz = try_get(listen, "/healthz").map(|a| a.status).unwrap_or(0);
-    Ok(Soaked { samples, pods, churned_for, stuck_pod: stuck.pod.uid().to_string(), in_findings, in_metrics, through_churn_named, healthz })
+    Ok(Soaked {
+        samples,
+        pods,
+        churned_for,
+        stuck_pod: stuck.pod.uid().to_string(),
+        in_findings,
+        in_metrics,
+        through_churn_named,
+        healthz,
+    })
 }
 
 /// Waits until podstuck says it serves (it does once every program is
@@ -534,7 +578,8 @@ fn sample(pid: u32, listen: SocketAddr, phase: Phase, at: Duration, pods: u64) -
         bail!("GET /metrics: {} {}", metrics.status, metrics.body);
     }
     let lines: Vec<&str> = metrics.body.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
-    let events_lost = lines.iter().find_map(|l| l.strip_prefix("podstuck_events_lost_total ")).and_then(|v| v.trim().parse().ok());
+    let events_lost =
+        lines.iter().find_map(|l| l.strip_prefix("podstuck_events_lost_total ")).and_then(|v| v.trim().parse().ok());
     Ok(Sample {
         at,
         phase,
@@ -547,7 +592,6 @@ fn sample(pid: u32, listen: SocketAddr, phase: Phase, at: Duration, pods: u64) -
         events_lost,
     })
 }
-
 
 /// utime + stime of `pid`, in seconds.
 fn cpu_seconds(pid: u32) -> Option<f64> {
@@ -595,7 +639,8 @@ impl PodCgroups {
         let hierarchies: Vec<&Path> = self.qos.iter().filter_map(|q| q.ancestors().nth(3)).collect();
         let below = self.qos[0].strip_prefix(hierarchies[0]).unwrap_or(&self.qos[0]);
         let parents: Vec<Option<&Path>> = hierarchies.iter().map(|h| h.parent()).collect();
-        let names: Vec<String> = hierarchies.iter().filter_map(|h| h.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+        let names: Vec<String> =
+            hierarchies.iter().filter_map(|h| h.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
         match parents[0] {
             Some(parent) if hierarchies.len() > 1 && parents.iter().all(|p| *p == Some(parent)) => {
                 format!("{}/{{{}}}/{}/pod<uid>", parent.display(), names.join(","), below.display())
@@ -653,7 +698,10 @@ impl ChurnedPod {
     fn tear_down(mut self, actor: &Path) -> Result<()> {
         // kubelet, ahead of the unmount: the memory-backed emptyDir is
         // still mounted, the other still full.
-        expect(kubelet(actor, "rmdirs", &[&self.cache, &self.data])?, &format!("rmdirs errno {}, errno {}", libc::EBUSY, libc::ENOTEMPTY))?;
+        expect(
+            kubelet(actor, "rmdirs", &[&self.cache, &self.data])?,
+            &format!("rmdirs errno {}, errno {}", libc::EBUSY, libc::ENOTEMPTY),
+        )?;
         expect(kubelet(actor, "umount", &[&self.cache])?, "umount ok")?;
         self.mounted = false;
         // The emptyDir's files, by the real rm, from inside the pod's
@@ -709,7 +757,12 @@ impl Drop for ChurnedPod {
 
 /// `actor --comm kubelet OP PATHS...`: what it printed.
 fn kubelet(actor: &Path, op: &str, paths: &[&Path]) -> Result<String> {
-    let out = Command::new(actor).args(["--comm", "kubelet", op]).args(paths).stdin(Stdio::null()).output().context("running the actor")?;
+    let out = Command::new(actor)
+        .args(["--comm", "kubelet", op])
+        .args(paths)
+        .stdin(Stdio::null())
+        .output()
+        .context("running the actor")?;
     if !out.status.success() {
         bail!("actor {op} {paths:?}: {} {}", out.status, String::from_utf8_lossy(&out.stderr));
     }
@@ -741,7 +794,12 @@ impl StuckPod {
         let pv = pod.create_csi_volume("pvc-soak");
         let mount = pv.join("mount");
         let volume = TmpfsMount::new(&mount, "size=1m");
-        let kubelet = Process::spawn(Command::new(actor).args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at"]).arg(&pv).arg("mount"));
+        let kubelet = Process::spawn(
+            Command::new(actor)
+                .args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at"])
+                .arg(&pv)
+                .arg("mount"),
+        );
         StuckPod { pod, mount, started: Instant::now(), _kubelet: kubelet, _volume: volume }
     }
 
@@ -754,11 +812,19 @@ impl StuckPod {
         let (mut in_findings, mut in_metrics) = (None, None);
         // A pod stuck long ago is given a little time too.
         let deadline = (self.started + STUCK_TIMEOUT).max(Instant::now() + Duration::from_secs(10));
-        while (in_findings.is_none() || in_metrics.is_none()) && Instant::now() < deadline && podstuck.try_wait().is_none() {
+        while (in_findings.is_none() || in_metrics.is_none())
+            && Instant::now() < deadline
+            && podstuck.try_wait().is_none()
+        {
             if in_findings.is_none() {
-                let page: Value = try_get(listen, "/findings").ok().and_then(|a| serde_json::from_str(&a.body).ok()).unwrap_or_default();
+                let page: Value = try_get(listen, "/findings")
+                    .ok()
+                    .and_then(|a| serde_json::from_str(&a.body).ok())
+                    .unwrap_or_default();
                 let listed = page["findings"].as_array().into_iter().flatten().any(|f| {
-                    f["kind"] == "volume-still-mounted" && f["pod_uid"] == uid && f["paths"][0] == self.mount.to_string_lossy().as_ref()
+                    f["kind"] == "volume-still-mounted"
+                        && f["pod_uid"] == uid
+                        && f["paths"][0] == self.mount.to_string_lossy().as_ref()
                 });
                 if listed {
                     in_findings = Some(self.started.elapsed());

@@ -86,7 +86,10 @@ fn the_prometheus_rule_holds_the_plain_files_groups() {
     assert_eq!(rule["metadata"]["namespace"], "podstuck", "beside the DaemonSet");
     assert!(rule["metadata"]["labels"].as_object().is_some_and(|l| !l.is_empty()), "labels for a ruleSelector");
     assert!(plain[0]["groups"].as_array().is_some_and(|g| !g.is_empty()));
-    assert_eq!(rule["spec"]["groups"], plain[0]["groups"], "deploy/podstuck-prometheusrule.yaml's spec.groups differ from deploy/prometheus-rules.yaml's groups");
+    assert_eq!(
+        rule["spec"]["groups"], plain[0]["groups"],
+        "deploy/podstuck-prometheusrule.yaml's spec.groups differ from deploy/prometheus-rules.yaml's groups"
+    );
 }
 
 #[test]
@@ -101,7 +104,11 @@ fn the_pod_monitor_scrapes_the_daemonsets_metrics_port() {
     assert_eq!(monitor["metadata"]["name"], "podstuck");
     let pod_labels = ds["spec"]["template"]["metadata"]["labels"].as_object().unwrap();
     for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels") {
-        assert_eq!(pod_labels.get(k), Some(v), "the PodMonitor selects {k}={v}, the DaemonSet's pods are {pod_labels:?}");
+        assert_eq!(
+            pod_labels.get(k),
+            Some(v),
+            "the PodMonitor selects {k}={v}, the DaemonSet's pods are {pod_labels:?}"
+        );
     }
     let [endpoint] = &monitor["spec"]["podMetricsEndpoints"].as_array().unwrap()[..] else { panic!("one endpoint") };
     let ports = ds["spec"]["template"]["spec"]["containers"][0]["ports"].as_array().unwrap();
@@ -117,13 +124,26 @@ fn every_alert_says_its_severity_summary_and_description() {
     for rule in &rules {
         let name = rule["alert"].as_str().unwrap_or_else(|| panic!("an alert rule, not a recording one: {rule}"));
         names.insert(name);
-        assert!(["critical", "warning", "info"].contains(&rule["labels"]["severity"].as_str().unwrap_or("")), "{name}: severity: {rule}");
+        assert!(
+            ["critical", "warning", "info"].contains(&rule["labels"]["severity"].as_str().unwrap_or("")),
+            "{name}: severity: {rule}"
+        );
         for annotation in ["summary", "description"] {
             let text = rule["annotations"][annotation].as_str().unwrap_or("");
-            assert!(text.split_whitespace().count() >= 5, "{name}: {annotation} should be words an SRE can act on: {text:?}");
+            assert!(
+                text.split_whitespace().count() >= 5,
+                "{name}: {annotation} should be words an SRE can act on: {text:?}"
+            );
         }
     }
-    for wanted in ["PodStuckOnNode", "NodeCauseBlocksPods", "PodstuckDown", "PodstuckAbsent", "PodstuckLosingEvents", "PodstuckCostTooHigh"] {
+    for wanted in [
+        "PodStuckOnNode",
+        "NodeCauseBlocksPods",
+        "PodstuckDown",
+        "PodstuckAbsent",
+        "PodstuckLosingEvents",
+        "PodstuckCostTooHigh",
+    ] {
         assert!(names.contains(wanted), "{wanted} is missing: {names:?}");
     }
     // Where the whole evidence is, and the fix, on every finding's alert.
@@ -147,7 +167,10 @@ fn the_cost_alerts_follow_the_daemonsets_budget() {
     let request_cores = request_cpu.strip_suffix('m').expect("a request in m").parse::<f64>().unwrap() / 1000.0;
 
     let cost = |resource: &str| {
-        rules.iter().find(|r| r["alert"] == "PodstuckCostTooHigh" && r["labels"]["resource"] == resource).unwrap_or_else(|| panic!("no {resource} rule"))
+        rules
+            .iter()
+            .find(|r| r["alert"] == "PodstuckCostTooHigh" && r["labels"]["resource"] == resource)
+            .unwrap_or_else(|| panic!("no {resource} rule"))
     };
     let threshold = |rule: &Value| -> f64 {
         let expr = rule["expr"].as_str().unwrap();
@@ -157,11 +180,17 @@ fn the_cost_alerts_follow_the_daemonsets_budget() {
     let memory = cost("memory");
     assert!(threshold(memory) < limit_bytes, "the memory alert must fire before the limit ({limit}) kills podstuck");
     let description = memory["annotations"]["description"].as_str().unwrap();
-    assert!(description.contains(&format!("limit of {limit}")), "the description names the DaemonSet's limit, {limit}: {description}");
+    assert!(
+        description.contains(&format!("limit of {limit}")),
+        "the description names the DaemonSet's limit, {limit}: {description}"
+    );
     let cpu = cost("cpu");
     assert!(threshold(cpu) > request_cores);
     let description = cpu["annotations"]["description"].as_str().unwrap();
-    assert!(description.contains(&format!("it requests {request_cores}")), "the description names the DaemonSet's request, {request_cores}: {description}");
+    assert!(
+        description.contains(&format!("it requests {request_cores}")),
+        "the description names the DaemonSet's request, {request_cores}: {description}"
+    );
     assert!(cost("kernel-programs")["expr"].as_str().unwrap().contains("podstuck_program_run_seconds_total"));
 }
 
@@ -201,8 +230,18 @@ const VALUES: &[(&str, &[&str])] = &[
     (
         "kind",
         &[
-            "volume-still-mounted", "removal-storm", "immutable-file", "permission-denied", "mount-held", "cgroup-busy", "hung-call",
-            "not-mounted", "dir-not-empty", "disk-full", "read-only-fs", "subpath-left",
+            "volume-still-mounted",
+            "removal-storm",
+            "immutable-file",
+            "permission-denied",
+            "mount-held",
+            "cgroup-busy",
+            "hung-call",
+            "not-mounted",
+            "dir-not-empty",
+            "disk-full",
+            "read-only-fs",
+            "subpath-left",
         ],
     ),
 ];
@@ -283,8 +322,12 @@ fn tokens(expr: &str) -> Vec<Token> {
 /// names in matchers and in by/on clauses, listed label values. `uses`
 /// gathers the series it names.
 fn contract_problems(expr: &str, uses: &mut BTreeSet<String>) -> Vec<String> {
-    let every_label: BTreeSet<&str> =
-        CONTRACT.iter().flat_map(|(_, l)| l.iter().copied()).chain(TARGET_LABELS.iter().copied()).chain(["le"]).collect();
+    let every_label: BTreeSet<&str> = CONTRACT
+        .iter()
+        .flat_map(|(_, l)| l.iter().copied())
+        .chain(TARGET_LABELS.iter().copied())
+        .chain(["le"])
+        .collect();
     let tokens = tokens(expr);
     let mut problems = Vec::new();
     let mut i = 0;
@@ -294,7 +337,9 @@ fn contract_problems(expr: &str, uses: &mut BTreeSet<String>) -> Vec<String> {
             continue;
         };
         let opens = |at: usize, what: &str| tokens.get(at) == Some(&Token::Op(what.to_string()));
-        if ["by", "without", "on", "ignoring", "group_left", "group_right"].contains(&name.as_str()) && opens(i + 1, "(") {
+        if ["by", "without", "on", "ignoring", "group_left", "group_right"].contains(&name.as_str())
+            && opens(i + 1, "(")
+        {
             i += 2;
             while i < tokens.len() && !opens(i, ")") {
                 if let Token::Name(label) = &tokens[i] {
@@ -320,7 +365,9 @@ fn contract_problems(expr: &str, uses: &mut BTreeSet<String>) -> Vec<String> {
         }
         i += 1;
         while i + 2 < tokens.len() && !opens(i, "}") {
-            if let (Token::Name(label), Token::Op(op), Token::Text(value)) = (&tokens[i], &tokens[i + 1], &tokens[i + 2]) {
+            if let (Token::Name(label), Token::Op(op), Token::Text(value)) =
+                (&tokens[i], &tokens[i + 1], &tokens[i + 2])
+            {
                 if !labels.contains(&label.as_str()) && !TARGET_LABELS.contains(&label.as_str()) {
                     problems.push(format!("{name}{{{label}{op}...}}: {name} has no label {label} (it has {labels:?})"));
                 }
@@ -351,8 +398,16 @@ fn words_not_in_contract(text: &str) -> Vec<String> {
 #[test]
 fn the_contract_check_catches_what_it_should() {
     let mut uses = BTreeSet::new();
-    assert!(contract_problems(r#"sum by (le) (rate(podstuck_call_duration_seconds_bucket{outcome="EBUSY"}[5m]))"#, &mut uses).is_empty());
-    assert!(contract_problems(r#"podstuck_findings{job=~"(.*/)?podstuck", severity="critical", pod_uid!=""}"#, &mut uses).is_empty());
+    assert!(contract_problems(
+        r#"sum by (le) (rate(podstuck_call_duration_seconds_bucket{outcome="EBUSY"}[5m]))"#,
+        &mut uses
+    )
+    .is_empty());
+    assert!(contract_problems(
+        r#"podstuck_findings{job=~"(.*/)?podstuck", severity="critical", pod_uid!=""}"#,
+        &mut uses
+    )
+    .is_empty());
     let bad = [
         r#"podstuck_call_latency_seconds_count"#,
         r#"podstuck_call_duration_seconds"#,
@@ -380,7 +435,13 @@ fn the_rules_name_only_the_metrics_contract() {
             assert!(words.is_empty(), "{}'s {name} names {words:?}, not in the contract", rule["alert"]);
         }
     }
-    for wanted in ["podstuck_findings", "podstuck_events_lost_total", "process_cpu_seconds_total", "process_resident_memory_bytes", "podstuck_program_run_seconds_total"] {
+    for wanted in [
+        "podstuck_findings",
+        "podstuck_events_lost_total",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "podstuck_program_run_seconds_total",
+    ] {
         assert!(uses.contains(wanted), "no rule looks at {wanted}: {uses:?}");
     }
 }
@@ -426,7 +487,11 @@ fn as_sent(query: &str) -> String {
 #[test]
 fn the_dashboard_is_importable_and_names_only_the_metrics_contract() {
     let dashboard = dashboard();
-    assert!(dashboard["schemaVersion"].as_u64().is_some_and(|v| v >= 36), "schemaVersion {}", dashboard["schemaVersion"]);
+    assert!(
+        dashboard["schemaVersion"].as_u64().is_some_and(|v| v >= 36),
+        "schemaVersion {}",
+        dashboard["schemaVersion"]
+    );
     assert!(dashboard["id"].is_null(), "an imported dashboard gets its id from Grafana");
     assert!(dashboard["uid"].as_str().is_some_and(|u| !u.is_empty() && u.len() <= 40));
     let variables = dashboard["templating"]["list"].as_array().expect("templating.list");
@@ -436,7 +501,11 @@ fn the_dashboard_is_importable_and_names_only_the_metrics_contract() {
     let node = variables.iter().find(|v| v["name"] == "node").expect("a node variable");
     assert_eq!(node["type"], "query");
     let node_query = node["query"].as_str().or(node["query"]["query"].as_str()).unwrap();
-    assert!(node_query.starts_with("label_values(podstuck_build_info") || node_query.starts_with("label_values(podstuck_up"), "{node_query}");
+    assert!(
+        node_query.starts_with("label_values(podstuck_build_info")
+            || node_query.starts_with("label_values(podstuck_up"),
+        "{node_query}"
+    );
 
     let panels = dashboard["panels"].as_array().expect("panels");
     let mut ids = BTreeSet::new();
@@ -445,7 +514,8 @@ fn the_dashboard_is_importable_and_names_only_the_metrics_contract() {
         assert!(ids.insert(panel["id"].as_u64().expect("an id")), "{title}: id {} twice", panel["id"]);
         assert!(!title.is_empty() && panel["gridPos"]["w"].as_u64().is_some(), "{panel}");
         assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}: the data source the user picks");
-        let targets = panel["targets"].as_array().filter(|t| !t.is_empty()).unwrap_or_else(|| panic!("{title}: no query"));
+        let targets =
+            panel["targets"].as_array().filter(|t| !t.is_empty()).unwrap_or_else(|| panic!("{title}: no query"));
         for target in targets {
             assert!(target["expr"].as_str().is_some_and(|e| !e.is_empty()), "{title}: {target}");
             assert_eq!(target["datasource"]["uid"], "${datasource}", "{title}");
@@ -470,13 +540,25 @@ fn the_dashboard_is_importable_and_names_only_the_metrics_contract() {
     ] {
         assert!(uses.contains(wanted), "no panel shows {wanted}: {uses:?}");
     }
-    let table = panels.iter().find(|p| p["type"] == "table" && p["targets"][0]["expr"].as_str().unwrap().contains("podstuck_findings")).expect("a table of findings");
+    let table = panels
+        .iter()
+        .find(|p| p["type"] == "table" && p["targets"][0]["expr"].as_str().unwrap().contains("podstuck_findings"))
+        .expect("a table of findings");
     let expr = table["targets"][0]["expr"].as_str().unwrap();
     for label in ["node", "pod_uid", "kind", "fix"] {
         assert!(expr.contains(label), "the findings table should show {label}: {expr}");
     }
-    let latency: Vec<&str> = panels.iter().flat_map(|p| p["targets"].as_array().unwrap()).filter_map(|t| t["expr"].as_str()).filter(|e| e.contains("histogram_quantile")).collect();
-    assert!(latency.iter().any(|e| e.starts_with("histogram_quantile(0.5,")) && latency.iter().any(|e| e.starts_with("histogram_quantile(0.99,")), "{latency:?}");
+    let latency: Vec<&str> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap())
+        .filter_map(|t| t["expr"].as_str())
+        .filter(|e| e.contains("histogram_quantile"))
+        .collect();
+    assert!(
+        latency.iter().any(|e| e.starts_with("histogram_quantile(0.5,"))
+            && latency.iter().any(|e| e.starts_with("histogram_quantile(0.99,")),
+        "{latency:?}"
+    );
 }
 
 // A real Prometheus ----------------------------------------------------
@@ -511,14 +593,20 @@ fn contract_page(node: &str, stuck: &str, n: u64) -> String {
     line(format!("podstuck_calls_total{{syscall=\"rmdir\"}} {}", 10 * n));
     line("# TYPE podstuck_call_duration_seconds histogram".into());
     let labels = "role=\"kubelet\",syscall=\"rmdir\",outcome=\"EBUSY\"";
-    for (le, share) in [("0.000005", 0), ("0.00002", 2), ("0.0001", 5), ("0.0005", 8), ("0.002", 9), ("0.01", 10), ("+Inf", 10)] {
+    for (le, share) in
+        [("0.000005", 0), ("0.00002", 2), ("0.0001", 5), ("0.0005", 8), ("0.002", 9), ("0.01", 10), ("+Inf", 10)]
+    {
         line(format!("podstuck_call_duration_seconds_bucket{{{labels},le=\"{le}\"}} {}", share * n));
     }
     line(format!("podstuck_call_duration_seconds_sum{{{labels}}} {}", 0.0002 * n as f64));
     line(format!("podstuck_call_duration_seconds_count{{{labels}}} {}", 10 * n));
     line("# TYPE podstuck_pod_calls_total counter".into());
     line(format!("podstuck_pod_calls_total{{pod_uid=\"{stuck}\",{labels}}} {}", 10 * n));
-    for (family, value) in [("podstuck_events_seen_total", 10 * n), ("podstuck_events_lost_total", 3 * n), ("podstuck_calls_outside_series_total", n)] {
+    for (family, value) in [
+        ("podstuck_events_seen_total", 10 * n),
+        ("podstuck_events_lost_total", 3 * n),
+        ("podstuck_calls_outside_series_total", n),
+    ] {
         line(format!("# TYPE {family} counter"));
         line(format!("{family} {value}"));
     }
@@ -599,7 +687,9 @@ fn a_real_prometheus_alerts_on_a_page_shaped_as_the_contract() {
     let page_stuck = stuck.clone();
     let target = serve_pages(move |n| contract_page(node, &page_stuck, n));
     let rules = deploy("prometheus-rules.yaml");
-    let Some(prometheus) = Prometheus::start_with_rules(&scratch.path().join("prometheus"), target, &[&rules]) else { return };
+    let Some(prometheus) = Prometheus::start_with_rules(&scratch.path().join("prometheus"), target, &[&rules]) else {
+        return;
+    };
     prometheus.await_value("podstuck_up", 1.0, secs(30));
 
     // pod_uid names the stuck pod, beside discovery's `pod` (podstuck's own).
@@ -607,7 +697,10 @@ fn a_real_prometheus_alerts_on_a_page_shaped_as_the_contract() {
     let labels = &alert["metric"];
     assert_eq!(labels["pod_uid"], stuck.as_str(), "{alert}");
     let findings = prometheus.query("podstuck_findings");
-    assert!(findings.iter().all(|f| f["metric"]["pod"] == SD_POD), "discovery's pod label is kept, not podstuck's: {findings:?}");
+    assert!(
+        findings.iter().all(|f| f["metric"]["pod"] == SD_POD),
+        "discovery's pod label is kept, not podstuck's: {findings:?}"
+    );
     assert_eq!(labels["node"], node);
     assert_eq!(labels["kind"], "volume-still-mounted");
     assert_eq!(labels["severity"], "critical");
@@ -622,7 +715,10 @@ fn a_real_prometheus_alerts_on_a_page_shaped_as_the_contract() {
     let alert = one_alert(&prometheus, r#"ALERTS{alertname="PodstuckLosingEvents", alertstate="firing"}"#, secs(30));
     assert_eq!(alert["metric"]["node"], node, "{alert}");
     // Over every budget: three pending, one per resource, each on the node.
-    let costs = prometheus.await_samples(r#"ALERTS{alertname="PodstuckCostTooHigh", alertstate="pending"}"#, secs(30), |s| s.len() == 3);
+    let costs =
+        prometheus.await_samples(r#"ALERTS{alertname="PodstuckCostTooHigh", alertstate="pending"}"#, secs(30), |s| {
+            s.len() == 3
+        });
     let resources: BTreeSet<&str> = costs.iter().map(|a| a["metric"]["resource"].as_str().unwrap()).collect();
     assert_eq!(resources, BTreeSet::from(["cpu", "kernel-programs", "memory"]));
     assert!(costs.iter().all(|a| a["metric"]["node"] == node), "{costs:?}");
@@ -637,7 +733,8 @@ fn a_real_prometheus_alerts_on_a_page_shaped_as_the_contract() {
         // Grafana's label_values(SERIES, LABEL): the LABEL values of SERIES.
         if let Some(args) = query.strip_prefix("label_values(").and_then(|a| a.strip_suffix(')')) {
             let (series, label) = args.rsplit_once(',').unwrap_or_else(|| panic!("{query}"));
-            let values: Vec<Value> = prometheus.query(&as_sent(series)).iter().map(|s| s["metric"][label.trim()].clone()).collect();
+            let values: Vec<Value> =
+                prometheus.query(&as_sent(series)).iter().map(|s| s["metric"][label.trim()].clone()).collect();
             assert_eq!(values, [Value::from(node)], "{query}");
             continue;
         }
@@ -652,7 +749,10 @@ fn a_real_prometheus_alerts_on_a_page_shaped_as_the_contract() {
     }
     let table = dashboard["panels"].as_array().unwrap().iter().find(|p| p["type"] == "table").unwrap();
     let rows = prometheus.query(&as_sent(table["targets"][0]["expr"].as_str().unwrap()));
-    assert!(rows.iter().any(|r| r["metric"]["pod_uid"] == stuck.as_str() && r["metric"]["kind"] == "volume-still-mounted"), "{rows:?}");
+    assert!(
+        rows.iter().any(|r| r["metric"]["pod_uid"] == stuck.as_str() && r["metric"]["kind"] == "volume-still-mounted"),
+        "{rows:?}"
+    );
 }
 
 kernel_test! {

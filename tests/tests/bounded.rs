@@ -82,7 +82,13 @@ fn podstuck_in_a_gigabyte(args: &[&OsStr], limit: Duration) -> Ran {
 /// It ended by itself (no signal: no abort), with exit code `code`, and
 /// said no panic and no failed allocation.
 fn finished_cleanly(ran: &Ran, code: i32, what: &str) {
-    let said = format!("{what}: {} after {:?}\nstdout: {}\nstderr: {}", ran.status, ran.took, tail(&ran.stdout), tail(&ran.stderr));
+    let said = format!(
+        "{what}: {} after {:?}\nstdout: {}\nstderr: {}",
+        ran.status,
+        ran.took,
+        tail(&ran.stdout),
+        tail(&ran.stderr)
+    );
     assert_eq!(ran.status.code(), Some(code), "{said}");
     for bad in ["panicked", "memory allocation", "Aborted", "RUST_BACKTRACE"] {
         assert!(!ran.stderr.contains(bad), "{said}");
@@ -97,12 +103,8 @@ fn tail(text: &str) -> &str {
 
 /// A gzip member of what `write` writes, by the system's gzip.
 fn gzip(write: impl FnOnce(&mut dyn Write) + Send + 'static) -> Vec<u8> {
-    let mut child = Command::new("gzip")
-        .args(["-1", "-c"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run gzip");
+    let mut child =
+        Command::new("gzip").args(["-1", "-c"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("run gzip");
     let mut input = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         write(&mut input);
@@ -144,7 +146,11 @@ fn crafted_records_replay_within_a_gigabyte() {
     let calls = record(&scratch, "paths.podstuck", &[(&huge_path, 12)]);
     let ran = podstuck_in_a_gigabyte(&[OsStr::new("replay"), calls.as_os_str()], Duration::from_secs(120));
     finished_cleanly(&ran, 0, "12 calls of 200 MB paths");
-    assert!(ran.stderr.contains("12 entries skipped unread (entry 1 is longer than any entry a podstuck writes"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("12 entries skipped unread (entry 1 is longer than any entry a podstuck writes"),
+        "{}",
+        ran.stderr
+    );
     assert!(ran.stdout.contains("12 entries too long to be any podstuck's were skipped"), "{}", ran.stdout);
 
     // 1 GiB of zeros, no newline anywhere (1 MB on disk).
@@ -163,12 +169,17 @@ fn crafted_records_replay_within_a_gigabyte() {
     let findings = gzip(|out| {
         let inner = format!("[{}]", vec!["{\"a\":0}"; 30].join(","));
         let told = vec![inner.as_str(); 65_000].join(",");
-        writeln!(out, "{{\"review\":{{\"now\":1800000001000000000,\"in_flight\":[],\"asked\":[],\"told\":[{told}]}}}}").unwrap();
+        writeln!(out, "{{\"review\":{{\"now\":1800000001000000000,\"in_flight\":[],\"asked\":[],\"told\":[{told}]}}}}")
+            .unwrap();
     });
     let findings = record(&scratch, "findings.podstuck", &[(&findings, 3)]);
     let ran = podstuck_in_a_gigabyte(&[OsStr::new("replay"), findings.as_os_str()], Duration::from_secs(120));
     finished_cleanly(&ran, 1, "findings of 1 GB in memory");
-    assert!(ran.stderr.contains("entry 1 is corrupt: findings that would take more than 64 MiB of memory"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("entry 1 is corrupt: findings that would take more than 64 MiB of memory"),
+        "{}",
+        ran.stderr
+    );
 
     // The same answers kept for later reviews, ever more of them.
     let answers = gzip(|out| {
@@ -177,13 +188,22 @@ fn crafted_records_replay_within_a_gigabyte() {
             let asked: Vec<String> = (0..60)
                 .map(|q| format!("{{\"dir_sample\":{{\"path\":\"/r{review}q{q}\",\"limit\":5,\"answer\":{{\"ok\":{{\"names\":[{names}],\"counted\":1,\"complete\":true}}}}}}}}"))
                 .collect();
-            writeln!(out, "{{\"review\":{{\"now\":1800000001000000000,\"in_flight\":[],\"asked\":[{}],\"told\":[]}}}}", asked.join(",")).unwrap();
+            writeln!(
+                out,
+                "{{\"review\":{{\"now\":1800000001000000000,\"in_flight\":[],\"asked\":[{}],\"told\":[]}}}}",
+                asked.join(",")
+            )
+            .unwrap();
         }
     });
     let answers = record(&scratch, "answers.podstuck", &[(&answers, 1)]);
     let ran = podstuck_in_a_gigabyte(&[OsStr::new("replay"), answers.as_os_str()], Duration::from_secs(300));
     finished_cleanly(&ran, 1, "answers of GBs kept");
-    assert!(ran.stderr.contains("the answers it keeps for later reviews add up to more than 256 MiB"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("the answers it keeps for later reviews add up to more than 256 MiB"),
+        "{}",
+        ran.stderr
+    );
 }
 
 /// The flood tests watch the whole node, and a pod one of them makes (a

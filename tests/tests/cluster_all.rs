@@ -23,7 +23,9 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Container, ContainerPort, Event, Node, NodeCondition, NodeStatus, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Event, Node, NodeCondition, NodeStatus, Pod, PodSpec, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use podstuck_tests::apiserver::{ApiServer, TOKEN};
 use podstuck_tests::kubectl::kubectl_podstuck_binary;
@@ -43,7 +45,8 @@ fn stamp(t: SystemTime) -> k8s_openapi::jiff::Timestamp {
 /// `secs` from now (negative: ago), as the API says a time.
 fn time(secs: i64) -> Time {
     let now = SystemTime::now();
-    let t = if secs < 0 { now - Duration::from_secs(secs.unsigned_abs()) } else { now + Duration::from_secs(secs as u64) };
+    let t =
+        if secs < 0 { now - Duration::from_secs(secs.unsigned_abs()) } else { now + Duration::from_secs(secs as u64) };
     Time(stamp(t))
 }
 
@@ -95,8 +98,16 @@ fn ready_node(name: &str) -> Node {
 
 fn lease(node: &str) -> Lease {
     Lease {
-        metadata: ObjectMeta { name: Some(node.into()), namespace: Some("kube-node-lease".into()), ..Default::default() },
-        spec: Some(LeaseSpec { holder_identity: Some(node.into()), renew_time: Some(MicroTime(stamp(SystemTime::now()))), ..Default::default() }),
+        metadata: ObjectMeta {
+            name: Some(node.into()),
+            namespace: Some("kube-node-lease".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(node.into()),
+            renew_time: Some(MicroTime(stamp(SystemTime::now()))),
+            ..Default::default()
+        }),
     }
 }
 
@@ -136,7 +147,12 @@ fn explain_all(config: &Path, args: &[&str]) -> Output {
 
 fn run(command: &mut Command) -> Output {
     let started = Instant::now();
-    let out = command.env_remove("KUBECONFIG").env_remove("KUBERNETES_SERVICE_HOST").env("HOME", "/nonexistent").output().expect("run");
+    let out = command
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", "/nonexistent")
+        .output()
+        .expect("run");
     // worker-4's silence costs its 5 s, no more.
     assert!(started.elapsed() < secs(30), "took {:?}", started.elapsed());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -153,7 +169,10 @@ fn row<'a>(table: &'a str, pod: &str) -> Vec<&'a str> {
 
 /// What both commands print: the table, checked.
 fn check_table(table: &str, mount: &Path) {
-    assert!(table.starts_with("5 pods are stuck in Terminating past their grace period, on 4 node(s) (10 pod(s) read at "), "{table}");
+    assert!(
+        table.starts_with("5 pods are stuck in Terminating past their grace period, on 4 node(s) (10 pod(s) read at "),
+        "{table}"
+    );
     // Grouped by node, then cause.
     let nodes: Vec<&str> = table.lines().skip(3).take(5).map(|l| l.split_whitespace().next().unwrap()).collect();
     assert_eq!(nodes, ["worker-1", "worker-1", "worker-2", "worker-3", "worker-4"], "{table}");
@@ -174,7 +193,11 @@ fn check_table(table: &str, mount: &Path) {
     assert!(table.contains("\n  worker-2: podstuck pod podstuck-w2: the API server's proxy answered 503 ServiceUnavailable: error trying to reach service"), "{table}");
     assert!(table.contains("\n  worker-3: no podstuck DaemonSet pod runs there\n"), "{table}");
     assert!(table.contains("\n  worker-4: podstuck pod podstuck-w4: no answer within 5.0 s\n"), "{table}");
-    for (command, node) in [("kubectl podstuck job-7 -n batch", "worker-2"), ("kubectl podstuck api-0 -n shop ", "worker-3"), ("kubectl podstuck job-8 -n batch", "worker-4")] {
+    for (command, node) in [
+        ("kubectl podstuck job-7 -n batch", "worker-2"),
+        ("kubectl podstuck api-0 -n shop ", "worker-3"),
+        ("kubectl podstuck job-8 -n batch", "worker-4"),
+    ] {
         assert!(table.contains(&format!("\n  {command}  # on {node}\n")), "{command}: {table}");
     }
     assert!(!table.contains("could not read"), "{table}");
@@ -259,7 +282,10 @@ kernel_test! {
 fn no_stuck_pod_is_said_in_one_line_and_nothing_else_is_asked() {
     let scratch = ScratchDir::new("cluster-all-none");
     let api = ApiServer::start();
-    api.pods(&[pod("shop", "web-0", &new_pod_uid(), "worker-1", None), pod("shop", "fresh-0", &new_pod_uid(), "worker-1", Some(30))]);
+    api.pods(&[
+        pod("shop", "web-0", &new_pod_uid(), "worker-1", None),
+        pod("shop", "fresh-0", &new_pod_uid(), "worker-1", Some(30)),
+    ]);
     let config = api.kubeconfig(scratch.path());
     let out = explain_all(&config, &[]);
     let said = String::from_utf8_lossy(&out.stdout);

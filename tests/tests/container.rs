@@ -27,8 +27,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use podstuck_tests::container::{
-    daemonset, daemonset_in_containerd, kubectl_debug_node, manifest_capabilities, pid1_out_of_reach, privileged, NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES,
-    DAEMONSET_CAPABILITIES_WITHOUT_SETNS,
+    daemonset, daemonset_in_containerd, kubectl_debug_node, manifest_capabilities, pid1_out_of_reach, privileged,
+    NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES, DAEMONSET_CAPABILITIES_WITHOUT_SETNS,
 };
 use podstuck_tests::findings::apply_fix;
 use podstuck_tests::runtimes::{stderr_text, stdout_text};
@@ -84,7 +84,10 @@ fn stop(watch: Watch) -> Finished {
 
 /// Every attempt printed `want` (and there was one).
 fn all_say(lines: &[String], want: &str) {
-    assert!(!lines.is_empty() && lines.iter().all(|l| l == want), "want every attempt to print {want:?}, got {lines:?}");
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l == want),
+        "want every attempt to print {want:?}, got {lines:?}"
+    );
 }
 
 /// Runs a finding's fix on the node, as pasted into a shell. A fix printed
@@ -142,7 +145,17 @@ impl LeftMounted {
 
     /// kubelet's retries, once the first three failed with EBUSY.
     fn kubelet(&self) -> Process {
-        let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&self.pv), "mount"]);
+        let kubelet = start_actor([
+            "--comm",
+            "kubelet",
+            "--backoff-ms",
+            "500",
+            "--repeat",
+            "0",
+            "rmdir-at",
+            text(&self.pv),
+            "mount",
+        ]);
         all_say(&kubelet.wait_for_lines(3, secs(10)), &format!("rmdir-at errno {}", libc::EBUSY));
         kubelet
     }
@@ -161,7 +174,8 @@ impl LeftMounted {
 
     /// Waits for the finding, runs its fix, and checks the volume is unmounted.
     fn finding_and_fix(&self, watch: &mut Watch, kubelet: &Process) -> Value {
-        let finding = watch.await_finding(FINDING_TIMEOUT, |f| f["kind"] == "volume-still-mounted", |e| self.expect(e, kubelet));
+        let finding =
+            watch.await_finding(FINDING_TIMEOUT, |f| f["kind"] == "volume-still-mounted", |e| self.expect(e, kubelet));
         apply_node_fix(&finding);
         assert!(!is_mountpoint(&self.mount), "the fix should unmount {}", self.mount.display());
         finding
@@ -191,7 +205,8 @@ impl HeldOpen {
 
     /// containerd's unmount retries, once the first three failed with EBUSY.
     fn containerd_retries(&self) -> Process {
-        let containerd = start_actor(["--comm", "containerd", "--repeat", "0", "--every-ms", "50", "umount", text(&self.rootfs)]);
+        let containerd =
+            start_actor(["--comm", "containerd", "--repeat", "0", "--every-ms", "50", "umount", text(&self.rootfs)]);
         all_say(&containerd.wait_for_lines(3, secs(10)), &format!("umount errno {}", libc::EBUSY));
         containerd
     }
@@ -430,7 +445,9 @@ fn tracer_lock_holders(word: &str) -> Vec<u32> {
         .lines()
         .filter(|l| l.contains(" FLOCK ") && !l.contains("->") && l.split_whitespace().any(|f| f == id))
         .filter_map(|l| l.split_whitespace().nth(4)?.parse().ok())
-        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(word)))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(word))
+        })
         .collect()
 }
 

@@ -94,7 +94,10 @@ fn succeeds_soon(call: impl Fn() -> i32) -> i32 {
 
 /// Asserts that every attempt printed `want` (and there was one).
 fn all_say(lines: &[String], want: &str) {
-    assert!(!lines.is_empty() && lines.iter().all(|l| l == want), "want every attempt to print {want:?}, got {lines:?}");
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l == want),
+        "want every attempt to print {want:?}, got {lines:?}"
+    );
 }
 
 /// A container or layer id: 64 hex digits, unique to this run.

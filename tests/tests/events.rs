@@ -28,7 +28,12 @@ fn secs(n: u64) -> Duration {
 /// The API's view of `pod`: shop/web-0 on [`NODE`], and another pod elsewhere.
 fn serve_pod(api: &ApiServer, pod: &Pod) {
     let named = |ns: &str, name: &str, uid: &str| ApiPod {
-        metadata: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), uid: Some(uid.into()), ..Default::default() },
+        metadata: ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     api.node_pods(NODE, &[named("shop", "web-0", pod.uid())]);
@@ -38,7 +43,16 @@ fn serve_pod(api: &ApiServer, pod: &Pod) {
 /// `podstuck watch --events` on [`NODE`] with the stand-in's kubeconfig.
 fn watch_events(root: &KubeletRoot, config: &Path, pod: &Pod) -> Watch {
     Watch::start(&[
-        "--findings", "--events", "--kubeconfig", config.to_str().unwrap(), "--node-name", NODE, "--kubelet-root", root.arg(), "--pod", pod.uid(),
+        "--findings",
+        "--events",
+        "--kubeconfig",
+        config.to_str().unwrap(),
+        "--node-name",
+        NODE,
+        "--kubelet-root",
+        root.arg(),
+        "--pod",
+        pod.uid(),
     ])
 }
 
@@ -56,7 +70,13 @@ fn kubelet_retrying(pv: &Path) -> Process {
 }
 
 /// Waits until `wanted` holds of the requests, or panics with them.
-fn await_requests(api: &ApiServer, timeout: Duration, what: &str, wanted: impl Fn(&[Request]) -> bool, watch: &Watch) -> Vec<Request> {
+fn await_requests(
+    api: &ApiServer,
+    timeout: Duration,
+    what: &str,
+    wanted: impl Fn(&[Request]) -> bool,
+    watch: &Watch,
+) -> Vec<Request> {
     let deadline = Instant::now() + timeout;
     loop {
         let requests = api.requests();
@@ -65,7 +85,11 @@ fn await_requests(api: &ApiServer, timeout: Duration, what: &str, wanted: impl F
         }
         if Instant::now() > deadline {
             let seen: Vec<String> = requests.iter().map(|r| format!("{} {} {}", r.method, r.target, r.body)).collect();
-            panic!("{what}: not within {timeout:?}\nrequests:\n{}\npodstuck stderr:\n{}", seen.join("\n"), watch.stderr_so_far());
+            panic!(
+                "{what}: not within {timeout:?}\nrequests:\n{}\npodstuck stderr:\n{}",
+                seen.join("\n"),
+                watch.stderr_so_far()
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -73,7 +97,11 @@ fn await_requests(api: &ApiServer, timeout: Duration, what: &str, wanted: impl F
 
 /// The Events created, as the real type.
 fn created(requests: &[Request]) -> Vec<Event> {
-    requests.iter().filter(|r| r.method == "POST").map(|r| serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.body))).collect()
+    requests
+        .iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.body)))
+        .collect()
 }
 
 kernel_test! {
@@ -231,7 +259,11 @@ fn events_need_the_nodes_name() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--events needs the node's name"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--events needs the node's name"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// What a request asks, in RBAC's words: (API group, resource, verb).

@@ -13,10 +13,12 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    Event, EventSource, Node, NodeCondition, NodeSpec, NodeStatus, ObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodStatus, Taint, Volume,
+    Event, EventSource, Node, NodeCondition, NodeSpec, NodeStatus, ObjectReference, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodStatus, Taint, Volume,
 };
-use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus, VolumeError};
+use k8s_openapi::api::storage::v1::{
+    VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus, VolumeError,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use podstuck_tests::apiserver::{kubeconfig_for, ApiServer};
 use podstuck_tests::*;
@@ -52,7 +54,12 @@ impl Cluster {
     /// A running pod on a Ready node: nothing stuck.
     fn healthy(uid: &str) -> Cluster {
         let pod = Pod {
-            metadata: ObjectMeta { name: Some("web-0".into()), namespace: Some("shop".into()), uid: Some(uid.into()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some("web-0".into()),
+                namespace: Some("shop".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
             spec: Some(PodSpec { node_name: Some("worker-1".into()), ..Default::default() }),
             status: Some(PodStatus { phase: Some("Running".into()), ..Default::default() }),
         };
@@ -72,8 +79,16 @@ impl Cluster {
             }),
         };
         let lease = Lease {
-            metadata: ObjectMeta { name: Some("worker-1".into()), namespace: Some("kube-node-lease".into()), ..Default::default() },
-            spec: Some(LeaseSpec { holder_identity: Some("worker-1".into()), renew_time: Some(MicroTime(stamp(ago(3)))), ..Default::default() }),
+            metadata: ObjectMeta {
+                name: Some("worker-1".into()),
+                namespace: Some("kube-node-lease".into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("worker-1".into()),
+                renew_time: Some(MicroTime(stamp(ago(3)))),
+                ..Default::default()
+            }),
         };
         Cluster { pod, node, lease, events: Vec::new(), claims: Vec::new(), attachments: Vec::new() }
     }
@@ -89,11 +104,18 @@ impl Cluster {
     fn with_claim(mut self) -> Cluster {
         self.pod.spec.as_mut().unwrap().volumes = Some(vec![Volume {
             name: "data".into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource { claim_name: "data-web-0".into(), read_only: None }),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: "data-web-0".into(),
+                read_only: None,
+            }),
             ..Default::default()
         }]);
         self.claims.push(PersistentVolumeClaim {
-            metadata: ObjectMeta { name: Some("data-web-0".into()), namespace: Some("shop".into()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some("data-web-0".into()),
+                namespace: Some("shop".into()),
+                ..Default::default()
+            },
             spec: Some(PersistentVolumeClaimSpec { volume_name: Some("pv-7".into()), ..Default::default() }),
             status: None,
         });
@@ -116,7 +138,8 @@ impl Cluster {
     /// and claims as a List, the node and lease alone, the attachments as
     /// a typed list.
     fn save(&self, dir: &Path) -> Vec<String> {
-        let list = |items: Vec<Value>| serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items});
+        let list =
+            |items: Vec<Value>| serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items});
         let value = |v: &dyn erased::Json| v.json();
         let files = [
             ("pod.json", value(&self.pod)),
@@ -126,7 +149,11 @@ impl Cluster {
             ("claims.json", list(self.claims.iter().map(|c| value(c)).collect())),
             (
                 "attachments.json",
-                serde_json::to_value(k8s_openapi::List::<VolumeAttachment> { items: self.attachments.clone(), metadata: Default::default() }).unwrap(),
+                serde_json::to_value(k8s_openapi::List::<VolumeAttachment> {
+                    items: self.attachments.clone(),
+                    metadata: Default::default(),
+                })
+                .unwrap(),
             ),
         ];
         files
@@ -154,8 +181,18 @@ mod erased {
 
 fn warning(reason: &str, message: &str, count: i32) -> Event {
     Event {
-        metadata: ObjectMeta { name: Some(format!("web-0.{}", reason.to_lowercase())), namespace: Some("shop".into()), ..Default::default() },
-        involved_object: ObjectReference { kind: Some("Pod".into()), name: Some("web-0".into()), namespace: Some("shop".into()), uid: Some(UID.into()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some(format!("web-0.{}", reason.to_lowercase())),
+            namespace: Some("shop".into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("Pod".into()),
+            name: Some("web-0".into()),
+            namespace: Some("shop".into()),
+            uid: Some(UID.into()),
+            ..Default::default()
+        },
         reason: Some(reason.into()),
         message: Some(message.into()),
         type_: Some("Warning".into()),
@@ -199,12 +236,21 @@ fn both_ways(cluster: &Cluster) -> (Value, Vec<Value>) {
     cluster.serve(&api);
     let config = api.kubeconfig(scratch.path());
     let online = answer(&explain(&["web-0", "-n", "shop", "--kubeconfig", config.to_str().unwrap()]));
-    assert!(api.requests().iter().all(|r| r.with_token), "every request carries the kubeconfig's token: {:?}", api.requests());
+    assert!(
+        api.requests().iter().all(|r| r.with_token),
+        "every request carries the kubeconfig's token: {:?}",
+        api.requests()
+    );
     let mut args = vec!["--from".to_string()];
     args.extend(cluster.save(scratch.path()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let offline = answer(&explain(&args));
-    let essence = |findings: &[Value]| findings.iter().map(|f| (f["id"].clone(), f["fix"].clone(), f["evidence"].as_array().unwrap().len())).collect::<Vec<_>>();
+    let essence = |findings: &[Value]| {
+        findings
+            .iter()
+            .map(|f| (f["id"].clone(), f["fix"].clone(), f["evidence"].as_array().unwrap().len()))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(essence(&online.1), essence(&offline.1), "online and offline disagree");
     assert_eq!(online.0["stuck"], offline.0["stuck"]);
     online
@@ -237,7 +283,13 @@ fn a_pending_finalizer_is_named_with_its_owner_and_a_patch_that_removes_only_it(
         r#"kubectl patch pod web-0 -n shop --type=json -p '[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/backup-done"},{"op":"remove","path":"/metadata/finalizers/0"}]'"#
     );
     assert!(f["summary"].as_str().unwrap().contains("finalizer example.com/backup-done is still on it"), "{f}");
-    assert!(f["advice"][0].as_str().unwrap().starts_with("risk: removing it skips what the controller of example.com that added it"), "{f}");
+    assert!(
+        f["advice"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("risk: removing it skips what the controller of example.com that added it"),
+        "{f}"
+    );
 }
 
 #[test]
@@ -254,7 +306,10 @@ fn the_api_is_asked_for_the_pod_its_events_node_and_lease() {
         "/api/v1/nodes/worker-1".to_string(),
         "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/worker-1".to_string(),
     ] {
-        assert!(asked.iter().any(|a| a == &wanted || a.replace("?&", "?") == wanted.replace("?&", "?")), "{wanted} not asked: {asked:?}");
+        assert!(
+            asked.iter().any(|a| a == &wanted || a.replace("?&", "?") == wanted.replace("?&", "?")),
+            "{wanted} not asked: {asked:?}"
+        );
     }
     // By UID: the pods are listed and the one with that UID picked.
     let before = api.requests().len();
@@ -282,8 +337,12 @@ fn an_unreachable_node_is_the_root_cause_and_its_forced_deletion_says_the_risk()
     let mut cluster = Cluster::healthy(UID).deleted(900);
     cluster.pod.metadata.finalizers = Some(vec!["example.com/backup-done".into()]);
     node_stopped_posting(&mut cluster);
-    cluster.node.spec.as_mut().unwrap().taints =
-        Some(vec![Taint { key: "node.kubernetes.io/unreachable".into(), effect: "NoExecute".into(), time_added: Some(time(ago(1140))), value: None }]);
+    cluster.node.spec.as_mut().unwrap().taints = Some(vec![Taint {
+        key: "node.kubernetes.io/unreachable".into(),
+        effect: "NoExecute".into(),
+        time_added: Some(time(ago(1140))),
+        value: None,
+    }]);
     cluster.lease.spec.as_mut().unwrap().renew_time = Some(MicroTime(stamp(ago(1190))));
     let (_, findings) = both_ways(&cluster);
     assert_eq!(kinds(&findings), ["node-not-ready", "finalizer-pending", "grace-period-past"]);
@@ -308,16 +367,27 @@ fn a_volume_that_does_not_detach_is_quoted_from_its_volume_attachment() {
         },
         status: Some(VolumeAttachmentStatus {
             attached: true,
-            detach_error: error.map(|m| VolumeError { message: Some(m.into()), time: Some(time(ago(100))), ..Default::default() }),
+            detach_error: error.map(|m| VolumeError {
+                message: Some(m.into()),
+                time: Some(time(ago(100))),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
     };
-    cluster.attachments.push(attachment("csi-aaa", "pv-7", Some("rpc error: code = Internal desc = volume vol-1 is busy")));
+    cluster.attachments.push(attachment(
+        "csi-aaa",
+        "pv-7",
+        Some("rpc error: code = Internal desc = volume vol-1 is busy"),
+    ));
     cluster.attachments.push(attachment("csi-bbb", "pv-other", Some("not this pod's")));
     let (_, findings) = both_ways(&cluster);
     assert_eq!(kinds(&findings), ["volume-detach-stuck", "grace-period-past"]);
     let f = &findings[0];
-    assert!(f["summary"].as_str().unwrap().contains("\"rpc error: code = Internal desc = volume vol-1 is busy\""), "{f}");
+    assert!(
+        f["summary"].as_str().unwrap().contains("\"rpc error: code = Internal desc = volume vol-1 is busy\""),
+        "{f}"
+    );
     assert_eq!(f["fix"], "kubectl get volumeattachment csi-aaa -o yaml");
 }
 
@@ -325,13 +395,23 @@ fn a_volume_that_does_not_detach_is_quoted_from_its_volume_attachment() {
 fn kubelet_warnings_are_quoted_after_the_node_and_before_the_holds() {
     let mut cluster = Cluster::healthy(UID).deleted(600);
     cluster.events.push(warning("FailedUnmount", "UnmountVolume.TearDown failed for volume \"data\" : unmount failed: exit status 32: umount: /var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-7/mount: target is busy (device or resource busy)", 9));
-    cluster.events.push(warning("FailedKillPod", "error killing pod: failed to \"KillPodSandbox\" for \"web-0\" with KillPodSandboxError", 3));
+    cluster.events.push(warning(
+        "FailedKillPod",
+        "error killing pod: failed to \"KillPodSandbox\" for \"web-0\" with KillPodSandboxError",
+        3,
+    ));
     cluster.pod.metadata.finalizers = Some(vec!["foregroundDeletion".into()]);
     let (_, findings) = both_ways(&cluster);
     assert_eq!(kinds(&findings), ["kubelet-warning", "kubelet-warning", "finalizer-pending", "grace-period-past"]);
     let unmount = findings.iter().find(|f| f["details"]["reason"] == "FailedUnmount").unwrap();
     assert_eq!(unmount["count"], 9);
-    assert!(unmount["summary"].as_str().unwrap().starts_with("kubelet on worker-1 warns about pod shop/web-0 (FailedUnmount, 9 time(s)"), "{unmount}");
+    assert!(
+        unmount["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("kubelet on worker-1 warns about pod shop/web-0 (FailedUnmount, 9 time(s)"),
+        "{unmount}"
+    );
     assert!(unmount["summary"].as_str().unwrap().contains("target is busy (device or resource busy)"), "{unmount}");
     assert_eq!(unmount["fix"], "kubectl podstuck web-0 -n shop");
     assert!(findings[2]["advice"][0].as_str().unwrap().contains("blockOwnerDeletion"));
@@ -342,7 +422,13 @@ fn a_grace_period_long_past_with_no_api_cause_points_at_the_node() {
     let (head, findings) = both_ways(&Cluster::healthy(UID).deleted(400));
     assert_eq!(kinds(&findings), ["grace-period-past"]);
     assert_eq!(head["stuck"], true);
-    assert!(head["verdict"].as_str().unwrap().ends_with("the API shows no cause: it is on the node (kubectl podstuck web-0 -n shop)"), "{head}");
+    assert!(
+        head["verdict"]
+            .as_str()
+            .unwrap()
+            .ends_with("the API shows no cause: it is on the node (kubectl podstuck web-0 -n shop)"),
+        "{head}"
+    );
 }
 
 #[test]
@@ -370,7 +456,12 @@ fn an_unreachable_api_server_is_a_clear_error() {
     let stderr = refused(&explain(&["web-0", "--kubeconfig", config.to_str().unwrap()]));
     assert!(stderr.contains(&format!("cannot reach the API server at http://127.0.0.1:{port}/")), "{stderr}");
     assert!(stderr.contains("Connection refused"), "{stderr}");
-    assert!(stderr.contains("without a cluster, explain reads the pod saved as JSON: `kubectl get pod web-0 -o json > pod.json`"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "without a cluster, explain reads the pod saved as JSON: `kubectl get pod web-0 -o json > pod.json`"
+        ),
+        "{stderr}"
+    );
     assert!(stderr.contains("`podstuck explain --from pod.json`"), "{stderr}");
 
     // No kubeconfig at all: the same way out.
@@ -391,7 +482,10 @@ fn refused_credentials_and_missing_permissions_are_named() {
 
     api.refuse("/api/v1/namespaces/shop/pods/web-0", 403, "get", "pods", "shop");
     let stderr = refused(&explain(&["web-0", "--kubeconfig", config]));
-    assert!(stderr.contains("cannot read pod shop/web-0: permission missing: get pods in namespace shop (403 Forbidden"), "{stderr}");
+    assert!(
+        stderr.contains("cannot read pod shop/web-0: permission missing: get pods in namespace shop (403 Forbidden"),
+        "{stderr}"
+    );
     assert!(stderr.contains("cannot get resource \"pods\""), "{stderr}");
 
     // The pod readable, its node not: said as unread, the rest diagnosed.
@@ -484,10 +578,16 @@ fn the_rbac_in_deploy_grants_what_explain_asks_and_nothing_more() {
     let mut granted = Vec::new();
     for role in documents.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role") {
         let kind = role["kind"].as_str().unwrap();
-        assert!(bound.contains(&(kind, role["metadata"]["name"].as_str().unwrap())), "{kind} {} is bound", role["metadata"]["name"]);
+        assert!(
+            bound.contains(&(kind, role["metadata"]["name"].as_str().unwrap())),
+            "{kind} {} is bound",
+            role["metadata"]["name"]
+        );
         let namespace = role["metadata"]["namespace"].as_str().map(str::to_string);
         for rule in role["rules"].as_array().unwrap() {
-            let words = |key: &str| rule[key].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect::<Vec<_>>();
+            let words = |key: &str| {
+                rule[key].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect::<Vec<_>>()
+            };
             for group in words("apiGroups") {
                 for resource in words("resources") {
                     for verb in words("verbs") {
@@ -497,7 +597,8 @@ fn the_rbac_in_deploy_grants_what_explain_asks_and_nothing_more() {
             }
         }
     }
-    let allows = |(group, resource, verb, ns): &(String, String, &str, Option<String>), (g, r, v, only): &(String, String, String, Option<String>)| {
+    let allows = |(group, resource, verb, ns): &(String, String, &str, Option<String>),
+                  (g, r, v, only): &(String, String, String, Option<String>)| {
         g == group && r == resource && v == verb && only.as_ref().is_none_or(|only| ns.as_ref() == Some(only))
     };
     for want in &asked {
@@ -512,7 +613,17 @@ fn the_rbac_in_deploy_grants_what_explain_asks_and_nothing_more() {
 
 /// `podstuck watch --json --findings --pod shop/web-0 --kubeconfig CONFIG`, for this pod's kubelet root.
 fn watch_named(root: &KubeletRoot, config: &Path) -> Watch {
-    Watch::start(&["--findings", "--hung-after", "2s", "--kubelet-root", root.arg(), "--pod", "shop/web-0", "--kubeconfig", config.to_str().unwrap()])
+    Watch::start(&[
+        "--findings",
+        "--hung-after",
+        "2s",
+        "--kubelet-root",
+        root.arg(),
+        "--pod",
+        "shop/web-0",
+        "--kubeconfig",
+        config.to_str().unwrap(),
+    ])
 }
 
 /// A pod with a CSI volume left mounted (P1), kubelet failing to remove
@@ -613,11 +724,18 @@ fn the_text_answer_is_a_block_per_finding_with_its_evidence_and_fix() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&output.stderr));
     let blocks: Vec<&str> = stdout.split("\n\n").skip(1).collect();
-    let node = blocks.iter().find(|b| b.starts_with("[critical] node-not-ready ")).unwrap_or_else(|| panic!("no node-not-ready block:\n{stdout}"));
+    let node = blocks
+        .iter()
+        .find(|b| b.starts_with("[critical] node-not-ready "))
+        .unwrap_or_else(|| panic!("no node-not-ready block:\n{stdout}"));
     let lines: Vec<&str> = node.lines().collect();
     assert!(lines[1].starts_with("  status:   active, "), "{node}");
     assert!(lines.iter().any(|l| l.starts_with("  cause:    ") && l.contains("has been unreachable")), "{node}");
-    let evidence = lines.iter().position(|l| l.starts_with("  evidence: ")).unwrap_or_else(|| panic!("no evidence:\n{node}"));
+    let evidence =
+        lines.iter().position(|l| l.starts_with("  evidence: ")).unwrap_or_else(|| panic!("no evidence:\n{node}"));
     assert!(lines[evidence + 1].starts_with("            "), "one fact per line:\n{node}");
-    assert!(lines.contains(&"  fix:      kubectl delete pod web-0 -n shop --grace-period=0 --force"), "the fix whole on its own line:\n{node}");
+    assert!(
+        lines.contains(&"  fix:      kubectl delete pod web-0 -n shop --grace-period=0 --force"),
+        "the fix whole on its own line:\n{node}"
+    );
 }

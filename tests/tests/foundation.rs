@@ -349,4 +349,3 @@ kernel_test! {
         assert!(done.status.success(), "{}", done.stderr);
     }
 }
-

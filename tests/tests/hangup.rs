@@ -45,7 +45,9 @@ fn nothing_left_of_demo(pid: u32) {
         .flatten()
         .filter_map(|e| {
             let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            String::from_utf8_lossy(&cmdline).contains(text(&lab)).then(|| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+            String::from_utf8_lossy(&cmdline)
+                .contains(text(&lab))
+                .then(|| String::from_utf8_lossy(&cmdline).replace('\0', " "))
         })
         .collect();
     assert!(leftovers.is_empty(), "processes of the demo left: {leftovers:?}");

@@ -59,7 +59,13 @@ fn other_readers_counts(dir: &Path) -> Vec<(&'static str, HashMap<String, u64>)>
             .filter_map(|l| l.rsplit_once(' ').map(|(tag, n)| (tag.to_string(), n.parse().unwrap())))
             .collect()
     };
-    let java = Command::new("java").arg("-cp").arg(java_jar).arg(readers.join("ReadHlog.java")).arg(&log).output().expect("run java");
+    let java = Command::new("java")
+        .arg("-cp")
+        .arg(java_jar)
+        .arg(readers.join("ReadHlog.java"))
+        .arg(&log)
+        .output()
+        .expect("run java");
     let py = Command::new(python.unwrap()).arg(readers.join("read_hlog.py")).arg(&log).output().expect("run python");
     vec![("java", parse(java)), ("python", parse(py))]
 }
@@ -74,10 +80,14 @@ fn prom_counts(dir: &Path) -> HashMap<(String, String, String), f64> {
     let mut counts = HashMap::new();
     for sample in &scrape.samples {
         let key = |k: &str| sample.labels.get(k).unwrap_or("").to_string();
-        let (prometheus_parse::Value::Untyped(v) | prometheus_parse::Value::Counter(v)) = sample.value else { continue };
+        let (prometheus_parse::Value::Untyped(v) | prometheus_parse::Value::Counter(v)) = sample.value else {
+            continue;
+        };
         match sample.metric.as_str() {
             "podstuck_pod_calls_total" => counts.insert((key("pod_uid"), key("syscall"), key("outcome")), v),
-            "podstuck_call_duration_seconds_count" => counts.insert((format!("node {}", key("role")), key("syscall"), key("outcome")), v),
+            "podstuck_call_duration_seconds_count" => {
+                counts.insert((format!("node {}", key("role")), key("syscall"), key("outcome")), v)
+            }
             _ => None,
         };
     }
@@ -97,7 +107,13 @@ fn svg_curves(dir: &Path) -> usize {
 fn series_count(dir: &Path, tag: &str) -> u64 {
     let Ok(text) = std::fs::read_to_string(dir.join("summary.json")) else { return 0 };
     let Ok(summary) = serde_json::from_str::<Value>(&text) else { return 0 };
-    summary["series"].as_array().into_iter().flatten().filter(|s| s["tag"] == tag).map(|s| s["count"].as_u64().unwrap_or(0)).sum()
+    summary["series"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["tag"] == tag)
+        .map(|s| s["count"].as_u64().unwrap_or(0))
+        .sum()
 }
 
 fn summary(dir: &Path) -> Value {

@@ -77,7 +77,8 @@ fn wait_for_file(path: &Path) -> String {
 /// mount namespace: its path there, ending the same).
 fn wait_for_cwd(pid: u32, dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.ends_with(dir.strip_prefix("/").unwrap())) {
+    while !std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.ends_with(dir.strip_prefix("/").unwrap()))
+    {
         assert!(Instant::now() < deadline, "pid {pid} never settled in {}", dir.display());
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -14,8 +14,14 @@ use std::path::{Path, PathBuf};
 /// or above. A new module takes its place here, and an import that runs
 /// up is a design change to make here on purpose, not by accident.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("ground floor: words, formats and codes every layer shares", &["words", "mountinfo", "exit", "btf", "serve", "kubectl_podstuck", "test_support"]),
-    ("what the kernel sends, where the node is, files made safely", &["event", "kernel_features", "node_access", "files"]),
+    (
+        "ground floor: words, formats and codes every layer shares",
+        &["words", "mountinfo", "exit", "btf", "serve", "kubectl_podstuck", "test_support"],
+    ),
+    (
+        "what the kernel sends, where the node is, files made safely",
+        &["event", "kernel_features", "node_access", "files"],
+    ),
     ("who made a call (process, pod, owner); the one-tracer lock", &["identify", "tracer_lock"]),
     ("the node's state, the run's facts, latency books", &["inspect", "run", "latency"]),
     ("the detectors and the series", &["diagnose", "series"]),
@@ -58,7 +64,14 @@ fn code_outside_tests(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let end = lines
         .windows(2)
-        .position(|w| w[0].trim() == "#[cfg(test)]" && w[1].trim_start().trim_start_matches("pub(crate) ").trim_start_matches("pub ").starts_with("mod tests"))
+        .position(|w| {
+            w[0].trim() == "#[cfg(test)]"
+                && w[1]
+                    .trim_start()
+                    .trim_start_matches("pub(crate) ")
+                    .trim_start_matches("pub ")
+                    .starts_with("mod tests")
+        })
         .unwrap_or(lines.len());
     lines[..end].iter().filter(|l| !l.trim_start().starts_with("//")).copied().collect::<Vec<_>>().join("\n")
 }
@@ -130,13 +143,18 @@ fn every_module_imports_only_the_layers_below_its_own() {
     let mut seen = BTreeSet::new();
     for file in rust_files(&src) {
         let relative = file.strip_prefix(&src).unwrap().to_path_buf();
-        let first = relative.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
-        if first == "main" || first == "lib" || first == "bin" || relative.file_name().is_some_and(|n| n == "tests.rs") {
+        let first =
+            relative.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+        if first == "main" || first == "lib" || first == "bin" || relative.file_name().is_some_and(|n| n == "tests.rs")
+        {
             continue;
         }
         seen.insert(first.clone());
         let Some(own) = layer_of(&first) else {
-            wrong.push(format!("{}: module {first} is in no layer of LAYERS (tests/tests/house.rs): give it its place", relative.display()));
+            wrong.push(format!(
+                "{}: module {first} is in no layer of LAYERS (tests/tests/house.rs): give it its place",
+                relative.display()
+            ));
             continue;
         };
         let text = fs::read_to_string(&file).unwrap();
@@ -146,7 +164,12 @@ fn every_module_imports_only_the_layers_below_its_own() {
             }
             if let Some(theirs) = layer_of(&named) {
                 if theirs >= own {
-                    wrong.push(format!("{}: {first} (layer {own}, {}) imports {named} (layer {theirs}, {})", relative.display(), LAYERS[own].0, LAYERS[theirs].0));
+                    wrong.push(format!(
+                        "{}: {first} (layer {own}, {}) imports {named} (layer {theirs}, {})",
+                        relative.display(),
+                        LAYERS[own].0,
+                        LAYERS[theirs].0
+                    ));
                 }
             }
         }
@@ -164,7 +187,10 @@ fn the_layer_check_sees_every_way_of_naming_a_module() {
     let code = "use crate::a::X;\nuse crate::{b, c::{D, E}, f::g};\nlet x = crate::h::y();\nlet y = super::super::i::j;\nmacro_crate::k;";
     let named: Vec<String> = modules_named(code, 2).into_iter().collect();
     assert_eq!(named, ["a", "b", "c", "f", "h", "i"]);
-    assert_eq!(code_outside_tests("use crate::a;\n// crate::b\n#[cfg(test)]\nmod tests {\n use crate::c;\n}"), "use crate::a;");
+    assert_eq!(
+        code_outside_tests("use crate::a;\n// crate::b\n#[cfg(test)]\nmod tests {\n use crate::c;\n}"),
+        "use crate::a;"
+    );
 }
 
 /// Every function of `text` longer than `limit` lines, as (name, first
@@ -188,7 +214,9 @@ fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
             continue;
         }
         let name = words.next().map(identifier_at).unwrap_or("").to_string();
-        let Some(open) = lines[i..].iter().position(|l| l.contains('{') || l.trim_end().ends_with(';')) else { continue };
+        let Some(open) = lines[i..].iter().position(|l| l.contains('{') || l.trim_end().ends_with(';')) else {
+            continue;
+        };
         if !lines[i + open].trim_end().ends_with('{') {
             // A declaration, or a body on one line.
             continue;
@@ -208,10 +236,15 @@ fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
 fn no_function_is_longer_than_120_lines() {
     let root = workspace();
     let mut long = Vec::new();
-    for dir in ["podstuck-user/src", "podstuck-common/src", "podstuck-ebpf/src", "xtask/src", "tests/src", "tests/tests"] {
+    for dir in
+        ["podstuck-user/src", "podstuck-common/src", "podstuck-ebpf/src", "xtask/src", "tests/src", "tests/tests"]
+    {
         for file in rust_files(&root.join(dir)) {
             for (name, line, length) in long_functions(&fs::read_to_string(&file).unwrap(), 120) {
-                long.push(format!("{}:{line}: fn {name} is {length} lines", file.strip_prefix(&root).unwrap().display()));
+                long.push(format!(
+                    "{}:{line}: fn {name} is {length} lines",
+                    file.strip_prefix(&root).unwrap().display()
+                ));
             }
         }
     }
@@ -232,7 +265,10 @@ fn the_readme_is_a_quick_start_whose_links_to_docs_lead_somewhere() {
     let root = workspace();
     let readme = fs::read_to_string(root.join("README.md")).unwrap();
     let lines = readme.lines().count();
-    assert!(lines <= 300, "README.md is {lines} lines: it is a quick start of at most 300; move the rest to a page in docs/ and link it");
+    assert!(
+        lines <= 300,
+        "README.md is {lines} lines: it is a quick start of at most 300; move the rest to a page in docs/ and link it"
+    );
     let mut linked = 0;
     for (at, _) in readme.match_indices("](docs/") {
         let target = &readme[at + 2..];

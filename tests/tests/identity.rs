@@ -34,13 +34,8 @@ fn kubelet_removal_of_a_mounted_volume_is_tied_to_the_pod(root: &Path, extra: &[
     args.extend_from_slice(extra);
     let watch = Watch::start(&args);
 
-    let (pid, said) = run_actor(&[
-        "--comm".as_ref(),
-        "kubelet".as_ref(),
-        "rmdir-at".as_ref(),
-        volume.as_os_str(),
-        "mount".as_ref(),
-    ]);
+    let (pid, said) =
+        run_actor(&["--comm".as_ref(), "kubelet".as_ref(), "rmdir-at".as_ref(), volume.as_os_str(), "mount".as_ref()]);
     assert!(said.contains(&format!("errno {}", libc::EBUSY)), "{said}");
 
     let done = stop_when(watch, |e| !of_pid(e, pid).is_empty());
@@ -275,7 +270,13 @@ kernel_test! {
 /// Where this node mounts the v1 memory hierarchy (v1 and hybrid nodes:
 /// EKS's AL2, RHEL 8, this project's machines).
 fn v1_memory_hierarchy(test: &str) -> Option<PathBuf> {
-    v1_hierarchy("memory").or_else(|| missing(test, "a cgroup v1 memory hierarchy", "run on a cgroup v1 or hybrid node (cargo xtask vm-test boots 5.10 with cgroup v1)"))
+    v1_hierarchy("memory").or_else(|| {
+        missing(
+            test,
+            "a cgroup v1 memory hierarchy",
+            "run on a cgroup v1 or hybrid node (cargo xtask vm-test boots 5.10 with cgroup v1)",
+        )
+    })
 }
 
 kernel_test! {

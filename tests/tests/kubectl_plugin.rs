@@ -203,7 +203,11 @@ fn a_debug_pod_that_never_starts_is_deleted() {
     cluster.never_ready();
     let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--start-timeout", "2s"])).finish(secs(30));
     assert_eq!(ended.status.code(), Some(1), "{}", ended.stderr);
-    assert!(ended.stderr.contains(r#"not ready after 2s (ImagePullBackOff: Back-off pulling image "podstuck:0.1.0")"#), "{}", ended.stderr);
+    assert!(
+        ended.stderr.contains(r#"not ready after 2s (ImagePullBackOff: Back-off pulling image "podstuck:0.1.0")"#),
+        "{}",
+        ended.stderr
+    );
     assert!(!cluster.verbs().iter().any(|v| v.starts_with("exec")), "{:?}", cluster.verbs());
     assert_deleted(&cluster, &ended.stderr);
 }
@@ -231,8 +235,18 @@ fn no_such_pod_is_said_in_kubectls_words_and_exits_as_bad_input() {
     let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
     let ended = PluginRun::start(cluster.plugin(&["web-9", "-n", "shop"])).finish(secs(30));
     assert_eq!(ended.status.code(), Some(2), "{}", ended.stderr);
-    assert!(ended.stderr.contains(r#"kubectl get pod: Error from server (NotFound): pods "web-9" not found"#), "{}", ended.stderr);
-    assert!(ended.stderr.contains("pod web-9 is gone already (not stuck), or in another namespace than shop (-n NAMESPACE)"), "{}", ended.stderr);
+    assert!(
+        ended.stderr.contains(r#"kubectl get pod: Error from server (NotFound): pods "web-9" not found"#),
+        "{}",
+        ended.stderr
+    );
+    assert!(
+        ended
+            .stderr
+            .contains("pod web-9 is gone already (not stuck), or in another namespace than shop (-n NAMESPACE)"),
+        "{}",
+        ended.stderr
+    );
     assert_eq!(cluster.verbs(), ["get"]);
 }
 
@@ -243,7 +257,11 @@ fn a_pod_not_scheduled_has_no_node_to_trace() {
     cluster.add_pod(&pod_fixture("unscheduled-pod.json"));
     let ended = PluginRun::start(cluster.plugin(&["report-28571430-q2x9z", "-n", "shop"])).finish(secs(30));
     assert_eq!(ended.status.code(), Some(1));
-    assert!(ended.stderr.contains("pod shop/report-28571430-q2x9z is not scheduled on a node yet (Pending)"), "{}", ended.stderr);
+    assert!(
+        ended.stderr.contains("pod shop/report-28571430-q2x9z is not scheduled on a node yet (Pending)"),
+        "{}",
+        ended.stderr
+    );
     assert_eq!(cluster.verbs(), ["get"]);
 }
 
@@ -275,7 +293,17 @@ fn context_and_kubeconfig_reach_every_kubectl_call() {
     let scratch = ScratchDir::new("plugin-context");
     let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
     cluster.never_ready();
-    let args = ["web-0", "--namespace", "shop", "--context", "prod-eu", "--kubeconfig", "/etc/kube/prod.yaml", "--start-timeout", "1s"];
+    let args = [
+        "web-0",
+        "--namespace",
+        "shop",
+        "--context",
+        "prod-eu",
+        "--kubeconfig",
+        "/etc/kube/prod.yaml",
+        "--start-timeout",
+        "1s",
+    ];
     PluginRun::start(cluster.plugin(&args)).finish(secs(30));
     let calls = cluster.calls();
     assert!(calls.len() >= 3, "{calls:?}");

@@ -35,13 +35,16 @@ fn scrape(addr: SocketAddr) -> (String, prometheus_parse::Scrape) {
     let answer = get(addr, "/metrics");
     assert_eq!(answer.status, 200, "{answer:?}");
     assert!(answer.head.contains("Content-Type: text/plain; version=0.0.4"), "{}", answer.head);
-    let parsed = prometheus_parse::Scrape::parse(answer.body.lines().map(|l| Ok(l.to_string()))).expect("/metrics parses");
+    let parsed =
+        prometheus_parse::Scrape::parse(answer.body.lines().map(|l| Ok(l.to_string()))).expect("/metrics parses");
     (answer.body, parsed)
 }
 
 fn value(sample: &prometheus_parse::Sample) -> f64 {
     match sample.value {
-        prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => v,
         _ => f64::NAN,
     }
 }
@@ -256,9 +259,13 @@ fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
 
     // The arguments are podstuck's: the command line takes them all (an
     // --interval of zero then stops it before it does anything).
-    let out = Command::new(podstuck_binary()).args(&args).args(["--interval", "0s"]).stdin(Stdio::null()).output().unwrap();
+    let out =
+        Command::new(podstuck_binary()).args(&args).args(["--interval", "0s"]).stdin(Stdio::null()).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("'--interval <INTERVAL>': 0s: the histogram files would be rewritten without a pause"), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains("'--interval <INTERVAL>': 0s: the histogram files would be rewritten without a pause"),
+        "{args:?}: {stderr}"
+    );
     assert_eq!(out.status.code(), Some(2));
 
     // Served where Prometheus is told to scrape, on every interface.
@@ -281,15 +288,23 @@ fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
     assert_ne!(spec["securityContext"]["privileged"], true);
     assert_eq!(security["readOnlyRootFilesystem"], true);
     assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
-    let added: Vec<&str> = security["capabilities"]["add"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    let added: Vec<&str> =
+        security["capabilities"]["add"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
     assert!(added.contains(&"BPF") && added.contains(&"PERFMON"), "{added:?}");
-    assert!(!added.iter().any(|c| c.trim_start_matches("CAP_") == "SYS_ADMIN") || security["allowPrivilegeEscalation"] != false);
-    assert_eq!(security["seccompProfile"]["type"], "Unconfined", "docker's and older runtimes' default profiles refuse bpf(2)");
+    assert!(
+        !added.iter().any(|c| c.trim_start_matches("CAP_") == "SYS_ADMIN")
+            || security["allowPrivilegeEscalation"] != false
+    );
+    assert_eq!(
+        security["seccompProfile"]["type"], "Unconfined",
+        "docker's and older runtimes' default profiles refuse bpf(2)"
+    );
 
     // The node's / only read-only, and following the node's unmounts.
     let volumes = spec["volumes"].as_array().unwrap();
     for mount in container["volumeMounts"].as_array().unwrap() {
-        let volume = volumes.iter().find(|v| v["name"] == mount["name"]).unwrap_or_else(|| panic!("no volume for {mount}"));
+        let volume =
+            volumes.iter().find(|v| v["name"] == mount["name"]).unwrap_or_else(|| panic!("no volume for {mount}"));
         if volume["hostPath"]["path"] == "/" {
             assert_eq!(mount["readOnly"], true, "{mount}");
             assert_eq!(mount["mountPropagation"], "HostToContainer", "{mount}");
@@ -298,5 +313,8 @@ fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
     // --events posts with the pod's token; its RBAC is a file of its own.
     assert!(args.contains(&"--events"), "{args:?}");
     assert_eq!(spec["automountServiceAccountToken"], true, "--events needs the token");
-    assert!(documents.iter().all(|d| d["kind"] != "ClusterRole" && d["kind"] != "Role"), "RBAC: deploy/podstuck-events-rbac.yaml");
+    assert!(
+        documents.iter().all(|d| d["kind"] != "ClusterRole" && d["kind"] != "Role"),
+        "RBAC: deploy/podstuck-events-rbac.yaml"
+    );
 }

@@ -62,7 +62,9 @@ impl P1 {
 
 /// kubelet removing the volume's `mount` dir: 4 attempts on its backoff.
 fn kubelet_removing(pv: &Path) -> Process {
-    Process::spawn(actor().args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"]).arg(pv).arg("mount"))
+    Process::spawn(
+        actor().args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"]).arg(pv).arg("mount"),
+    )
 }
 
 /// Where podstuck's standard input comes from.
@@ -105,10 +107,14 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     let screen = tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
     // The counts come first; a long kubelet root gives way in its middle.
     assert!(screen.contains(&format!("tracing pod {uid}, kubelet root /var/tmp/")), "header:\n{screen}");
-    assert!(screen.contains("calls counted 0  node: 0 calls") || screen.contains("  node: "), "the pod's calls, the node's apart:\n{screen}");
+    assert!(
+        screen.contains("calls counted 0  node: 0 calls") || screen.contains("  node: "),
+        "the pod's calls, the node's apart:\n{screen}"
+    );
     assert_eq!(tmux.pane("#{alternate_on}"), "1", "the live view draws on the alternate screen");
     let shell: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
-    let podstuck = child_named(shell, "podstuck").unwrap_or_else(|| panic!("no podstuck under the pane's shell {shell}"));
+    let podstuck =
+        child_named(shell, "podstuck").unwrap_or_else(|| panic!("no podstuck under the pane's shell {shell}"));
     tmux.podstuck = Some(podstuck);
     let programs = programs_held(podstuck);
     assert_eq!(programs.len(), 8, "four syscalls, enter and exit each: {programs:?}");
@@ -128,7 +134,10 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     assert!(findings_at < screen.find("Busiest series").expect("series section"), "findings come first:\n{screen}");
     let (_, attempts) = kubelet.finish(Duration::from_secs(30));
     let ebusy = format!("rmdir-at errno {}", libc::EBUSY);
-    assert!(attempts.len() == 4 && attempts.iter().all(|l| *l == ebusy), "the fixture: every attempt EBUSY: {attempts:?}");
+    assert!(
+        attempts.len() == 4 && attempts.iter().all(|l| *l == ebusy),
+        "the fixture: every attempt EBUSY: {attempts:?}"
+    );
     eprintln!("the live view with the finding:\n{screen}");
     assert_fits_whole(&screen, 200, text(&mount));
 
@@ -144,14 +153,30 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     assert!(after.contains(&format!("stopped by {stopped_by}")), "{after}");
     assert!(after.contains("\n1 finding:\n"), "{after}");
     // The finding as a block: head, status, cause, evidence, the fix whole on its own line.
-    assert!(after.contains(&format!("\n[critical] volume-still-mounted  pod {uid}  confirmed\n  status:   active, 4 calls")), "{after}");
+    assert!(
+        after
+            .contains(&format!("\n[critical] volume-still-mounted  pod {uid}  confirmed\n  status:   active, 4 calls")),
+        "{after}"
+    );
     assert!(after.contains("\n  cause:    kubelet cannot remove the CSI volume dir"), "{after}");
     assert!(after.contains("\n  evidence: "), "the evidence is in the summary:\n{after}");
     assert!(after.contains(&format!("\n  fix:      umount {}\n", text(&mount))), "{after}");
-    assert!(after.contains(&format!("- unlinkat by kubelet, pod {uid}: 4 calls")) && after.contains("4 failed (EBUSY 4)"), "{after}");
+    assert!(
+        after.contains(&format!("- unlinkat by kubelet, pod {uid}: 4 calls")) && after.contains("4 failed (EBUSY 4)"),
+        "{after}"
+    );
     let totals = after.lines().find(|l| l.starts_with("Totals: ")).unwrap_or_else(|| panic!("no totals:\n{after}"));
-    assert!(totals.contains("events seen") && totals.contains(" events lost (ring buffer full)") && totals.contains("unlinkat "), "{totals}");
-    assert!(after.find("1 finding:") < after.find("Busiest series") && after.find("Busiest series") < after.find("Totals: "), "{after}");
+    assert!(
+        totals.contains("events seen")
+            && totals.contains(" events lost (ring buffer full)")
+            && totals.contains("unlinkat "),
+        "{totals}"
+    );
+    assert!(
+        after.find("1 finding:") < after.find("Busiest series")
+            && after.find("Busiest series") < after.find("Totals: "),
+        "{after}"
+    );
 
     // Nothing left behind in the kernel.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -180,7 +205,13 @@ kernel_test! {
 fn broken_parts<'a>(line: &'a str, path: &str) -> Vec<&'a str> {
     line.split_whitespace()
         .map(|w| w.trim_end_matches([',', ':', '.', '\\']))
-        .filter(|w| w.contains('/') && !w.contains('…') && *w != path && path.contains(*w) && !path.starts_with(&format!("{w}/")))
+        .filter(|w| {
+            w.contains('/')
+                && !w.contains('…')
+                && *w != path
+                && path.contains(*w)
+                && !path.starts_with(&format!("{w}/"))
+        })
         .collect()
 }
 

@@ -96,7 +96,8 @@ impl NodeContainer {
         let env = [format!("STUCK={stuck}"), format!("CLEAN={clean}"), format!("CID={cid}")];
         let privileged = privileged();
         let mut args: Vec<&str> = privileged.iter().map(String::as_str).collect();
-        args = [&["run", "-d"][..], &args, &["--network", "none", "--name", &name, "--hostname", &name, "-v", &mount]].concat();
+        args = [&["run", "-d"][..], &args, &["--network", "none", "--name", &name, "--hostname", &name, "-v", &mount]]
+            .concat();
         for e in &env {
             args.extend(["-e", e]);
         }

@@ -115,7 +115,13 @@ fn findings_about(done: &Finished, dirs: &[PathBuf], pids: &[u32]) -> Vec<Value>
 fn describe(f: &Value) -> String {
     let facts: Vec<String> = f["evidence"]
         .as_array()
-        .map(|e| e.iter().map(|x| format!("      [{}] {}", x["source"].as_str().unwrap_or("?"), x["fact"].as_str().unwrap_or("?"))).collect())
+        .map(|e| {
+            e.iter()
+                .map(|x| {
+                    format!("      [{}] {}", x["source"].as_str().unwrap_or("?"), x["fact"].as_str().unwrap_or("?"))
+                })
+                .collect()
+        })
         .unwrap_or_default();
     format!(
         "  {} ({}, {}, confidence {}, revision {})\n    paths: {}\n    actor: {}\n    syscall {} errno {}\n    summary: {}\n    fix: {}\n    rhythm: {}\n    details: {}\n    evidence:\n{}",
@@ -173,7 +179,9 @@ fn failed_with(out: &std::process::Output, what: &str, needles: &[&str]) {
 
 /// A host process whose cwd is `dir` (a debugging shell left there).
 fn holder_in(dir: &Path) -> Process {
-    let process = Process::spawn(Command::new("sh").args(["-c", r#"cd "$1" && echo ready && exec sleep 1000"#, "holder"]).arg(dir));
+    let process = Process::spawn(
+        Command::new("sh").args(["-c", r#"cd "$1" && echo ready && exec sleep 1000"#, "holder"]).arg(dir),
+    );
     process.wait_ready(secs(10));
     process
 }
@@ -443,7 +451,10 @@ fn held_rootfs_is_named(
         FINDING_TIMEOUT,
         |f| f["kind"] == "mount-held" && finding_is_under(f, &dirs),
         |e| {
-            e.that(key_is(e, rootfs), format!("/paths/0 ({}) should be the rootfs {}", e.text("/paths/0"), rootfs.display()));
+            e.that(
+                key_is(e, rootfs),
+                format!("/paths/0 ({}) should be the rootfs {}", e.text("/paths/0"), rootfs.display()),
+            );
             e.eq("/confidence", "confirmed");
             e.eq("/syscall", "umount2");
             e.eq("/errno", "EBUSY");

@@ -37,7 +37,8 @@ const FILES: [&str; 4] = ["latency.hlog", "latency.svg", "metrics.prom", "summar
 
 /// `n` unlink(2) calls in `volume`, made by the actor.
 fn unlink_many(volume: &Path, n: u32) {
-    let done = actor().args([OsStr::new("unlink-many"), volume.as_os_str(), OsStr::new(&n.to_string())]).output().unwrap();
+    let done =
+        actor().args([OsStr::new("unlink-many"), volume.as_os_str(), OsStr::new(&n.to_string())]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&done.stdout).trim(), format!("unlink-many {n} unlinked, 0 failed"));
 }
 
@@ -48,7 +49,13 @@ fn summary(dir: &Path) -> Option<Value> {
 /// The count of one series in summary.json, 0 while there is none.
 fn series_count(dir: &Path, tag: &str) -> u64 {
     let Some(summary) = summary(dir) else { return 0 };
-    summary["series"].as_array().into_iter().flatten().filter(|s| s["tag"] == tag).map(|s| s["count"].as_u64().unwrap_or(0)).sum()
+    summary["series"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["tag"] == tag)
+        .map(|s| s["count"].as_u64().unwrap_or(0))
+        .sum()
 }
 
 fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
@@ -65,7 +72,13 @@ fn logged_count(dir: &Path, tag: &str) -> u64 {
     let out = Command::new(podstuck_binary()).arg("report").arg(dir).arg("--json").output().unwrap();
     assert!(out.status.success(), "podstuck report: {}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).expect("report --json is JSON");
-    report["series"].as_array().unwrap().iter().filter(|s| s["tag"] == tag).map(|s| s["count_in_log"].as_u64().unwrap()).sum()
+    report["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["tag"] == tag)
+        .map(|s| s["count_in_log"].as_u64().unwrap())
+        .sum()
 }
 
 /// Each of the four files is whole: summary.json and the report parse,

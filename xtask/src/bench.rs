@@ -125,7 +125,9 @@ impl Scratch {
         std::fs::create_dir_all(&at)?;
         match kind {
             "tmpfs" => {
-                sh(Command::new("mount").args(["-t", "tmpfs", "-o", "size=8g,nr_inodes=0", "podstuck-bench"]).arg(&at))?;
+                sh(Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", "size=8g,nr_inodes=0", "podstuck-bench"])
+                    .arg(&at))?;
             }
             "ext4" => {
                 let image = self.root.join("ext4.img");
@@ -239,9 +241,12 @@ fn kernel_ns_per_call_of(pid: u32) -> f64 {
     let mut total = 0.0;
     for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten() {
         if std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf-prog") {
-            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy())).unwrap_or_default();
+            let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy()))
+                .unwrap_or_default();
             let field = |name: &str| -> f64 {
-                info.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim_start_matches(':').trim().parse().ok())).unwrap_or(0.0)
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim_start_matches(':').trim().parse().ok()))
+                    .unwrap_or(0.0)
             };
             let runs = field("run_cnt");
             if runs > 0.0 {
@@ -339,8 +344,9 @@ fn stop_podstuck(mut tracer: Tracer, expected: u64, calls: u64, counts: fn(&str)
     tracer.child.stderr.take().expect("piped").read_to_string(&mut err)?;
     tracer.child.wait()?;
     let detach_s = stopping.elapsed().as_secs_f64();
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(tracer.histograms.as_ref().expect("podstuck").join("summary.json"))?)?;
+    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        tracer.histograms.as_ref().expect("podstuck").join("summary.json"),
+    )?)?;
     let counted: u64 = summary["series"]
         .as_array()
         .into_iter()
@@ -380,7 +386,12 @@ fn stop(mut tracer: Tracer) -> Result<f64> {
 
 /// Starts `podstuck attach-cost MECHANISM ARGS`: once attached, the child
 /// and its stderr past the "attached" line; else what it said.
-fn attach_cost(podstuck: &Path, mechanism: &str, args: &[&str], stdout: Stdio) -> Result<Result<(Child, BufReader<ChildStderr>), String>> {
+fn attach_cost(
+    podstuck: &Path,
+    mechanism: &str,
+    args: &[&str],
+    stdout: Stdio,
+) -> Result<Result<(Child, BufReader<ChildStderr>), String>> {
     let mut child = Command::new(podstuck)
         .args(["attach-cost", mechanism])
         .args(args)
@@ -481,7 +492,10 @@ impl DockerVolumes {
             };
             match Dockerd::launch(&setup) {
                 Ok(dockerd) => {
-                    say(&format!("{kind}: private dockerd up (storage driver {storage_driver}, data root {})", dockerd.data_root().display()));
+                    say(&format!(
+                        "{kind}: private dockerd up (storage driver {storage_driver}, data root {})",
+                        dockerd.data_root().display()
+                    ));
                     return Ok(DockerVolumes { dockerd, made: Cell::new(0) });
                 }
                 Err(e) => {
@@ -501,7 +515,9 @@ impl DockerVolumes {
         self.made.set(n + 1);
         let name = format!("podstuck-bench-{n}");
         sh(&mut self.dockerd.docker_command(&["volume", "create", &name]))?;
-        let mountpoint = PathBuf::from(sh(&mut self.dockerd.docker_command(&["volume", "inspect", "-f", "{{.Mountpoint}}", &name]))?.trim());
+        let mountpoint = PathBuf::from(
+            sh(&mut self.dockerd.docker_command(&["volume", "inspect", "-f", "{{.Mountpoint}}", &name]))?.trim(),
+        );
         let dir = mountpoint.parent().context("a volume's mountpoint has a parent")?.to_path_buf();
         Ok(Volume { name, dir, tree: mountpoint.join("leaked") })
     }
@@ -579,7 +595,14 @@ fn prepare(tool: &str, top: &Path, dirs: usize, dockerd: Option<&DockerVolumes>)
 }
 
 /// Removes what `prepare` built; the wall time.
-fn remove_prepared(tool: &str, top: &Path, actor: &Path, dockerd: Option<&DockerVolumes>, prepared: &Prepared, strace: bool) -> Result<f64> {
+fn remove_prepared(
+    tool: &str,
+    top: &Path,
+    actor: &Path,
+    dockerd: Option<&DockerVolumes>,
+    prepared: &Prepared,
+    strace: bool,
+) -> Result<f64> {
     match (&prepared.volume, dockerd) {
         (Some(volume), Some(dockerd)) => dockerd.remove_volume(volume, strace),
         _ => remove(tool, top, actor, strace),
@@ -611,7 +634,15 @@ pub fn machine_basics() -> String {
         .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
         .unwrap_or_default();
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default().lines().next().unwrap_or_default().split_whitespace().skip(1).collect::<Vec<_>>().join(" ");
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join(" ");
     let kernel = sh(Command::new("uname").arg("-r")).unwrap_or_default();
     format!("{cpus} CPUs ({cpu}), {mem}, kernel {}", kernel.trim())
 }
@@ -675,7 +706,11 @@ fn attach_mechanisms(podstuck: &Path, fs: &Path, runs: usize, report: &mut Strin
                 let ns = median(program_ns.get_mut(mechanism).map(|v| v.as_mut_slice()).unwrap_or(&mut []));
                 writeln!(report, "| {mechanism} | {m:.3} s | {} | {ns:.0} ns |", pct(m / base))?;
             }
-            (None, Some(why)) => writeln!(report, "| {mechanism} | refused by this kernel | | `{}` |", why.replace('|', "/").lines().last().unwrap_or_default())?,
+            (None, Some(why)) => writeln!(
+                report,
+                "| {mechanism} | refused by this kernel | | `{}` |",
+                why.replace('|', "/").lines().last().unwrap_or_default()
+            )?,
             _ => {}
         }
     }
@@ -729,7 +764,10 @@ fn start_and_stop(podstuck: &Path, fs: &Path, rounds: usize, report: &mut String
         std::thread::sleep(Duration::from_secs(2));
         let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
         let kib = |key: &str| -> f64 {
-            status.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())).unwrap_or(0.0)
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()))
+                .unwrap_or(0.0)
         };
         idle_rss.push(kib("VmRSS:") / 1024.0);
         idle_anon.push(kib("RssAnon:") / 1024.0);
@@ -824,16 +862,23 @@ fn fentry_rows(kernels: &[String], dirs: usize, rounds: usize, report: &mut Stri
     let mut failures = Vec::new();
     for boot in &boots {
         failures.extend(boot.failures.iter().map(|f| format!("{} ({}): {f}", boot.kernel, boot.release)));
-        let untraced: BTreeMap<usize, f64> = boot.lines.iter().filter(|l| l.variant == "untraced").map(|l| (l.round, l.seconds)).collect();
+        let untraced: BTreeMap<usize, f64> =
+            boot.lines.iter().filter(|l| l.variant == "untraced").map(|l| (l.round, l.seconds)).collect();
         let of = |variant: &'static str| boot.lines.iter().filter(move |l| l.variant == variant);
         // Median of the rounds' variant/untraced ratios.
         let slowdown = |variant: &'static str| {
-            let mut r: Vec<f64> = of(variant).filter_map(|l| untraced.get(&l.round).filter(|u| **u > 0.0).map(|u| l.seconds / u)).collect();
+            let mut r: Vec<f64> = of(variant)
+                .filter_map(|l| untraced.get(&l.round).filter(|u| **u > 0.0).map(|u| l.seconds / u))
+                .collect();
             median(&mut r)
         };
         let ns = |variant: &'static str| median(&mut of(variant).map(|l| l.kernel_ns).collect::<Vec<_>>());
         if untraced.is_empty() || VARIANTS.iter().any(|v| of(v).next().is_none()) {
-            writeln!(report, "| {} ({}) | not measured: see below | | | | | | | | | | | | |", boot.kernel, boot.release)?;
+            writeln!(
+                report,
+                "| {} ({}) | not measured: see below | | | | | | | | | | | | |",
+                boot.kernel, boot.release
+            )?;
             continue;
         }
         let [ft, ff, pt, pf] = VARIANTS.map(slowdown);
@@ -885,7 +930,10 @@ fn notes(
     let mut lines = Vec::new();
     for row in rows {
         let mut line = match row.over_floor {
-            None => format!("- Wall slowdown over the floor, {}: not measurable, the floor's own slowdown was within the noise", row.label),
+            None => format!(
+                "- Wall slowdown over the floor, {}: not measurable, the floor's own slowdown was within the noise",
+                row.label
+            ),
             Some(r) if r > 1.07 => format!("- Wall slowdown over the floor, {}: {r:.2}", row.label),
             Some(_) => continue,
         };
@@ -971,7 +1019,10 @@ fn memory_storm(podstuck: &Path, fs: &Path, calls: u64, report: &mut String) -> 
     let run = stop_podstuck(tracer, calls, calls, pod_series)?;
     writeln!(report, "\n## A {calls}-call storm\n")?;
     writeln!(report, "One process creating and removing a directory of the fake pod {calls} times ({took:.1} s, {:.0} calls/s), `podstuck watch` as above.\n", calls as f64 / took)?;
-    writeln!(report, "| counted (exact?) | events lost | collector CPU per million calls | peak RSS | kernel time per call |")?;
+    writeln!(
+        report,
+        "| counted (exact?) | events lost | collector CPU per million calls | peak RSS | kernel time per call |"
+    )?;
     writeln!(report, "|---|---|---|---|---|")?;
     writeln!(
         report,
@@ -1020,7 +1071,15 @@ struct Place<'a> {
 /// Every round of one case, the removal untraced, under podstuck, under
 /// bpftrace and under the floor in rotating order, then `strace_runs`
 /// under strace; with the calls one removal makes.
-fn run_case(place: &Place, tool: &str, dirs: usize, runs: usize, strace_runs: usize, podstuck: &Path, actor: &Path) -> Result<(Case, u64)> {
+fn run_case(
+    place: &Place,
+    tool: &str,
+    dirs: usize,
+    runs: usize,
+    strace_runs: usize,
+    podstuck: &Path,
+    actor: &Path,
+) -> Result<(Case, u64)> {
     let fs_kind = place.fs_kind;
     let mut case = Case::default();
     let mut calls = 0;
@@ -1061,7 +1120,15 @@ fn run_case(place: &Place, tool: &str, dirs: usize, runs: usize, strace_runs: us
 }
 
 /// One storm case as a row of the table, its figures the medians of its rounds.
-fn storm_row(tables: &mut String, fs_kind: &str, dirs: usize, tool: &str, runs: usize, case: &Case, calls: u64) -> Result<StormRow> {
+fn storm_row(
+    tables: &mut String,
+    fs_kind: &str,
+    dirs: usize,
+    tool: &str,
+    runs: usize,
+    case: &Case,
+    calls: u64,
+) -> Result<StormRow> {
     let ratio = |traced: &[f64]| -> f64 {
         let mut r: Vec<f64> = traced.iter().zip(&case.untraced).map(|(t, u)| t / u).collect();
         median(&mut r)
@@ -1070,7 +1137,11 @@ fn storm_row(tables: &mut String, fs_kind: &str, dirs: usize, tool: &str, runs: 
     let strace = if case.strace.is_empty() {
         "not run".to_string()
     } else {
-        format!("{:.2} s ({:.0}x)", median(&mut case.strace.clone()), median(&mut case.strace.clone()) / median(&mut case.untraced.clone()))
+        format!(
+            "{:.2} s ({:.0}x)",
+            median(&mut case.strace.clone()),
+            median(&mut case.strace.clone()) / median(&mut case.untraced.clone())
+        )
     };
     let col = |f: fn(&PodstuckRun) -> f64| median(&mut case.runs.iter().map(f).collect::<Vec<_>>());
     let row = StormRow {
@@ -1083,7 +1154,8 @@ fn storm_row(tables: &mut String, fs_kind: &str, dirs: usize, tool: &str, runs: 
         cpu: col(|r| r.cpu_s),
     };
     let exact = case.runs.iter().filter(|r| r.exact).count();
-    let counted: Vec<String> = case.runs.iter().filter(|r| !r.exact).map(|r| format!("{} of {}", r.counted, r.expected)).collect();
+    let counted: Vec<String> =
+        case.runs.iter().filter(|r| !r.exact).map(|r| format!("{} of {}", r.counted, r.expected)).collect();
     writeln!(
         tables,
         "| {fs_kind} | {dirs} | {tool} | {runs} | {:.3} s | {:.3} s | {:.3} s | {strace} | {} | {} | {} | {} | {} | {exact} of {} runs{} | {:.0} | {:.3} CPU-s | {:.1} MiB | {:.0} | {:.0} | {:.2} | {:.2} s | {:.2} s |",
@@ -1129,7 +1201,11 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
     let mut report = String::new();
     let command = bench_command(args, &vm_kernels);
     writeln!(report, "# podstuck benchmarks\n")?;
-    writeln!(report, "Written by `{command}` (as root), {}.\n", sh(Command::new("date").arg("-u")).unwrap_or_default().trim())?;
+    writeln!(
+        report,
+        "Written by `{command}` (as root), {}.\n",
+        sh(Command::new("date").arg("-u")).unwrap_or_default().trim()
+    )?;
     writeln!(report, "Machine: {}.\n", machine())?;
     writeln!(report, "Every figure is a median over paired rounds run side by side in this one run (each round runs every variant on a freshly built, identical tree, in rotating order); slowdowns are medians of each round's traced/untraced ratio. The trees are leaked emptyDir volumes of a fake pod (rows of 1000 empty directories) under a fake kubelet root. podstuck runs as `podstuck watch --json --findings --kernel-cost --histograms DIR --kubelet-root ROOT` on the whole node (histograms on); bpftrace runs `{BPFTRACE_SCRIPT}`; strace runs `strace -f -c`.\n")?;
     let mut drivers: Vec<String> = Vec::new();
@@ -1146,7 +1222,8 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         }
         let kubelet_root = fs.join("kubelet");
         let top = volume(&fs);
-        let dockerd = if tools.contains(&DOCKER_RM) { Some(DockerVolumes::start(&fs, fs_kind, &scratch.root)?) } else { None };
+        let dockerd =
+            if tools.contains(&DOCKER_RM) { Some(DockerVolumes::start(&fs, fs_kind, &scratch.root)?) } else { None };
         if let Some(d) = &dockerd {
             drivers.push(format!("{} on {fs_kind}", d.dockerd.storage_driver()));
         }
@@ -1154,7 +1231,13 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
             for &tool in &tools {
                 let runs = if dirs >= 1_000_000 { args.large_runs.min(args.runs) } else { args.runs };
                 let strace_runs = if fs_kind == "tmpfs" && size_index == 0 { args.strace_runs } else { 0 };
-                let place = Place { fs_kind, top: &top, kubelet_root: &kubelet_root, histograms: &fs.join("histograms"), dockerd: dockerd.as_ref() };
+                let place = Place {
+                    fs_kind,
+                    top: &top,
+                    kubelet_root: &kubelet_root,
+                    histograms: &fs.join("histograms"),
+                    dockerd: dockerd.as_ref(),
+                };
                 let (case, calls) = run_case(&place, tool, dirs, runs, strace_runs, podstuck, actor)?;
                 let row = storm_row(&mut tables, fs_kind, dirs, tool, runs, &case, calls)?;
                 rows.push(row);

@@ -94,7 +94,8 @@ pub fn write_image(binary: &Path, tag: &str, version: &str, out: &Path) -> Resul
         "org.opencontainers.image.ref.name": reference,
     });
     entry["platform"] = json!({"architecture": oci_arch(), "os": "linux"});
-    let index = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [entry]});
+    let index =
+        json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [entry]});
     let docker_manifest = json!([{
         "Config": config.path(),
         "RepoTags": [format!("{name}:{reference}")],
@@ -141,7 +142,8 @@ pub fn workspace_version() -> Result<String> {
     for line in text.lines().map(str::trim) {
         if line.starts_with('[') {
             in_section = line == "[workspace.package]";
-        } else if let Some(value) = line.strip_prefix("version").map(str::trim_start).and_then(|l| l.strip_prefix('=')) {
+        } else if let Some(value) = line.strip_prefix("version").map(str::trim_start).and_then(|l| l.strip_prefix('='))
+        {
             if in_section {
                 return Ok(value.trim().trim_matches('"').to_string());
             }
@@ -154,7 +156,9 @@ pub fn workspace_version() -> Result<String> {
 /// convention), else 0.
 fn source_date_epoch() -> Result<u64> {
     match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(text) => text.trim().parse().with_context(|| format!("SOURCE_DATE_EPOCH={text:?} is not a number of seconds")),
+        Ok(text) => {
+            text.trim().parse().with_context(|| format!("SOURCE_DATE_EPOCH={text:?} is not a number of seconds"))
+        }
         Err(_) => Ok(0),
     }
 }
@@ -165,7 +169,12 @@ fn layer(binary: &Path, mtime: u64) -> Result<Vec<u8>> {
     let mut files: Vec<(String, u32, Vec<u8>)> = vec![(BINARY_IN_IMAGE.to_string(), 0o755, program)];
     for library in shared_libraries(binary)? {
         let bytes = std::fs::read(&library).with_context(|| format!("read {}", library.display()))?;
-        let path = library.strip_prefix("/").unwrap_or(&library).to_str().context("a library path that is not UTF-8")?.to_string();
+        let path = library
+            .strip_prefix("/")
+            .unwrap_or(&library)
+            .to_str()
+            .context("a library path that is not UTF-8")?
+            .to_string();
         // The loader is run by the kernel (PT_INTERP): it must be executable.
         files.push((path, 0o755, bytes));
     }
@@ -198,7 +207,9 @@ pub(crate) fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
     let out = Command::new("ldd").arg(binary).output().context("run ldd")?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        if String::from_utf8_lossy(&out.stderr).contains("not a dynamic executable") || text.contains("statically linked") {
+        if String::from_utf8_lossy(&out.stderr).contains("not a dynamic executable")
+            || text.contains("statically linked")
+        {
             return Ok(Vec::new());
         }
         bail!("ldd {} failed: {}", binary.display(), String::from_utf8_lossy(&out.stderr).trim());
@@ -225,7 +236,10 @@ fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
         let path = path.split(" (").next().unwrap_or_default().trim();
         if path.starts_with('/') {
             libraries.push(PathBuf::from(path));
-        } else if !line.starts_with("linux-vdso") && !line.starts_with("linux-gate") && !line.contains("statically linked") {
+        } else if !line.starts_with("linux-vdso")
+            && !line.starts_with("linux-gate")
+            && !line.contains("statically linked")
+        {
             bail!("ldd printed a line not understood: {line}");
         }
     }
@@ -354,7 +368,9 @@ impl Archive {
 
     fn dir_with_mode(&mut self, path: &str, mode: u32) -> Result<()> {
         let mut header = self.header(tar::EntryType::Directory, mode, 0);
-        self.builder.append_data(&mut header, format!("{path}/"), std::io::empty()).with_context(|| format!("tar {path}/"))
+        self.builder
+            .append_data(&mut header, format!("{path}/"), std::io::empty())
+            .with_context(|| format!("tar {path}/"))
     }
 
     fn file(&mut self, path: &str, mode: u32, bytes: &[u8]) -> Result<()> {

@@ -39,24 +39,48 @@ fn say(message: &str) {
 /// Runs the soak with these binaries and writes the section to `args.out`.
 pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
     let scratch = podstuck_tests::ScratchDir::new("soak");
-    let mut options = SoakOptions::new(podstuck.to_path_buf(), actor.to_path_buf(), scratch.path().to_path_buf(), Duration::from_secs(args.minutes * 60));
+    let mut options = SoakOptions::new(
+        podstuck.to_path_buf(),
+        actor.to_path_buf(),
+        scratch.path().to_path_buf(),
+        Duration::from_secs(args.minutes * 60),
+    );
     options.sample_every = Duration::from_secs(args.sample_seconds.max(1));
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    say(&format!("{} minutes of pod churn under {}, a sample every {} s", args.minutes, podstuck.display(), args.sample_seconds));
+    say(&format!(
+        "{} minutes of pod churn under {}, a sample every {} s",
+        args.minutes,
+        podstuck.display(),
+        args.sample_seconds
+    ));
     let report = soak::run(&options, |s| println!("{}", soak::sample_line(s)), |_| Ok(()))?;
-    say(&format!("{} pods churned in {:.1} s: {:.1} a second", report.pods, report.churned_for.as_secs_f64(), report.pods_per_s()));
+    say(&format!(
+        "{} pods churned in {:.1} s: {:.1} a second",
+        report.pods,
+        report.churned_for.as_secs_f64(),
+        report.pods_per_s()
+    ));
     let command = format!(
         "cargo xtask soak --minutes {}{}{}",
         args.minutes,
         if args.sample_seconds == 15 { String::new() } else { format!(" --sample-seconds {}", args.sample_seconds) },
         // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
-        if args.out == crate::workspace_root().join("BENCHMARKS.md") { String::new() } else { format!(" --out {}", args.out.display()) }
+        if args.out == crate::workspace_root().join("BENCHMARKS.md") {
+            String::new()
+        } else {
+            format!(" --out {}", args.out.display())
+        }
     );
     let section = section(&report, &command, &load)?;
     let before = std::fs::read_to_string(&args.out).unwrap_or_default();
     std::fs::write(&args.out, with_section(&before, &section))?;
     say(&format!("wrote the Soak section of {}", args.out.display()));
-    let missed: Vec<String> = report.verdicts().into_iter().filter(|v| !v.met && !v.aim).map(|v| format!("{} ({})", v.target, v.measured)).collect();
+    let missed: Vec<String> = report
+        .verdicts()
+        .into_iter()
+        .filter(|v| !v.met && !v.aim)
+        .map(|v| format!("{} ({})", v.target, v.measured))
+        .collect();
     if !missed.is_empty() {
         bail!("targets missed: {}", missed.join("; "));
     }
@@ -67,7 +91,11 @@ pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
 fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
     let mut out = String::new();
     writeln!(out, "{HEADING}\n")?;
-    let date = Command::new("date").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let date = Command::new("date")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
     writeln!(out, "Written by `{command}` (as root), {date}.\n")?;
     writeln!(
         out,
@@ -223,9 +251,15 @@ mod tests {
     fn the_soak_section_is_replaced_or_added_and_the_rest_kept() {
         let section = "## Soak\n\nnew table\n";
         let bench = "# podstuck benchmarks\n\n## The storm\n\nrows\n";
-        assert_eq!(with_section(bench, section), "# podstuck benchmarks\n\n## The storm\n\nrows\n\n## Soak\n\nnew table\n");
+        assert_eq!(
+            with_section(bench, section),
+            "# podstuck benchmarks\n\n## The storm\n\nrows\n\n## Soak\n\nnew table\n"
+        );
         let old = "# podstuck benchmarks\n\n## Soak\n\nold table\n\n## The storm\n\nrows\n";
-        assert_eq!(with_section(old, section), "# podstuck benchmarks\n\n## Soak\n\nnew table\n\n## The storm\n\nrows\n");
+        assert_eq!(
+            with_section(old, section),
+            "# podstuck benchmarks\n\n## Soak\n\nnew table\n\n## The storm\n\nrows\n"
+        );
         let last = "# b\n\n## The storm\n\nrows\n\n## Soak\n\nold\n";
         assert_eq!(with_section(last, section), "# b\n\n## The storm\n\nrows\n\n## Soak\n\nnew table\n");
         // A heading that only starts with "Soak" is another section.
@@ -237,6 +271,9 @@ mod tests {
     #[test]
     fn the_command_shows_no_port_or_scratch_path() {
         let command = "podstuck watch --listen 127.0.0.1:40123 --concurrent --kubelet-root /var/tmp/x/kubelet --node-name soak-node";
-        assert_eq!(generic_command(command), "podstuck watch --listen 127.0.0.1:PORT --concurrent --kubelet-root ROOT --node-name soak-node");
+        assert_eq!(
+            generic_command(command),
+            "podstuck watch --listen 127.0.0.1:PORT --concurrent --kubelet-root ROOT --node-name soak-node"
+        );
     }
 }

@@ -53,8 +53,17 @@ const VM_PACKAGES: [&str; 6] = ["qemu-system-x86", "cpio", "busybox-static", "e2
 const INIT: &str = include_str!("../vm/init.sh");
 
 /// Every scenario /init reports in a kernel's full boot, in its order.
-const SCENARIOS: [&str; 9] =
-    ["check", "pod-isolation", "held-in-namespace", "demo", "hung-call", "relative-paths", "storm-count", "sigkill", "attach"];
+const SCENARIOS: [&str; 9] = [
+    "check",
+    "pod-isolation",
+    "held-in-namespace",
+    "demo",
+    "hung-call",
+    "relative-paths",
+    "storm-count",
+    "sigkill",
+    "attach",
+];
 
 /// The scenarios of the second, short boot with `lockdown=confidentiality`
 /// (Talos with Secure Boot): the kernel refuses podstuck's programs, and
@@ -79,7 +88,10 @@ enum Suite {
     /// cgroup v1 instead of cgroup2 (`CGROUP_V1_SCENARIOS`).
     CgroupV1,
     /// Paired rounds removing `dirs` directories (see `bench_boots`).
-    Bench { dirs: usize, rounds: usize },
+    Bench {
+        dirs: usize,
+        rounds: usize,
+    },
 }
 
 impl Suite {
@@ -251,7 +263,11 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
         KERNELS.iter().filter(|k| args.kernel == KernelChoice::All || k.choice == args.kernel).collect();
     let started = Instant::now();
     let (kernels, common) = prepare(&specs)?;
-    say(&format!("prepared in {:.0} s; booting {}", started.elapsed().as_secs_f64(), specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")));
+    say(&format!(
+        "prepared in {:.0} s; booting {}",
+        started.elapsed().as_secs_f64(),
+        specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+    ));
 
     let mut suites = Vec::new();
     if !args.lockdown_only {
@@ -275,7 +291,9 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
     let (passed, failed, retried) = totals(&runs);
     let again = match retried {
         0 => String::new(),
-        n => format!("; {n} first boot(s) crashed as emulation does and were booted once more (RETRY rows, not counted)"),
+        n => {
+            format!("; {n} first boot(s) crashed as emulation does and were booted once more (RETRY rows, not counted)")
+        }
     };
     println!("vm-test: {passed} passed, {failed} failed{again}");
     say(&format!("whole run {:.0} s; console logs in {}", started.elapsed().as_secs_f64(), vm_dir().display()));
@@ -357,8 +375,14 @@ pub fn bench_boots(kernels: &[String], dirs: usize, rounds: usize) -> Result<Vec
         let initrd = kernel_initramfs(kernel, &common)?;
         let run = boot_once_more_if_crashed(kernel, suite, &initrd, timeout)?;
         // A retried first boot's timings are not used: only the second's.
-        let said: Vec<String> = run.results.iter().filter(|o| !o.passed()).map(|o| format!("{}: {}", o.scenario, o.detail)).collect();
-        out.push(KernelBench { kernel: kernel.spec.name, release: kernel.release.clone(), lines: run.bench, failures: said });
+        let said: Vec<String> =
+            run.results.iter().filter(|o| !o.passed()).map(|o| format!("{}: {}", o.scenario, o.detail)).collect();
+        out.push(KernelBench {
+            kernel: kernel.spec.name,
+            release: kernel.release.clone(),
+            lines: run.bench,
+            failures: said,
+        });
     }
     Ok(out)
 }
@@ -437,7 +461,11 @@ fn fetch_kernel(spec: &'static KernelSpec) -> Result<Kernel> {
     }
     std::fs::write(
         apt.join("sources.list"),
-        format!("deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {} {} main\n", debian_mirror(), spec.suite),
+        format!(
+            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {} {} main\n",
+            debian_mirror(),
+            spec.suite
+        ),
     )?;
     let options = apt_options(&apt);
     say(&format!("kernel {}: reading Debian {}'s package list", spec.name, spec.suite));
@@ -457,7 +485,11 @@ fn fetch_kernel(spec: &'static KernelSpec) -> Result<Kernel> {
     let _ = std::fs::remove_dir_all(&download);
     std::fs::create_dir_all(&download)?;
     say(&format!("kernel {}: downloading {name}", spec.name));
-    run(Command::new("apt-get").args(&options).args(["download", "-q", name]).current_dir(&download).stdout(Stdio::null()))?;
+    run(Command::new("apt-get")
+        .args(&options)
+        .args(["download", "-q", name])
+        .current_dir(&download)
+        .stdout(Stdio::null()))?;
     let deb = std::fs::read_dir(&download)?
         .flatten()
         .map(|e| e.path())
@@ -552,7 +584,12 @@ fn module_depends(ko: &[u8]) -> Vec<String> {
 fn modules_to_load(kernel: &Kernel) -> Result<Vec<(String, Vec<u8>)>> {
     let files = module_files(&kernel.modules);
     let mut order: Vec<(String, Vec<u8>)> = Vec::new();
-    fn add(name: &str, files: &std::collections::BTreeMap<String, PathBuf>, order: &mut Vec<(String, Vec<u8>)>, depth: usize) -> Result<()> {
+    fn add(
+        name: &str,
+        files: &std::collections::BTreeMap<String, PathBuf>,
+        order: &mut Vec<(String, Vec<u8>)>,
+        depth: usize,
+    ) -> Result<()> {
         if order.iter().any(|(n, _)| n == name) {
             return Ok(());
         }
@@ -891,7 +928,8 @@ impl Console {
             }
         }
         if let Some(outcome) = parse_result(line) {
-            let text = format!("{:<17} {} ({}) {}", outcome.scenario, outcome.verdict.word(), outcome.attach, outcome.detail);
+            let text =
+                format!("{:<17} {} ({}) {}", outcome.scenario, outcome.verdict.word(), outcome.attach, outcome.detail);
             self.results.push(outcome);
             return Some(text);
         }
@@ -919,7 +957,10 @@ impl Console {
     /// report, wherever it came (after DONE too).
     fn kernel_log(&self) -> Outcome {
         let (verdict, detail) = match self.reports.first() {
-            None => (Verdict::Pass, format!("no Oops, BUG, WARNING, panic or stack trace from the kernel in {} console lines", self.lines)),
+            None => (
+                Verdict::Pass,
+                format!("no Oops, BUG, WARNING, panic or stack trace from the kernel in {} console lines", self.lines),
+            ),
             Some(first) => {
                 let when = if first.after_done {
                     "after DONE"
@@ -1006,12 +1047,20 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    say(&format!("kernel {label}: booting {} under QEMU (TCG), watchdog {} s; console in {}", kernel.release, timeout.as_secs(), log_path.display()));
+    say(&format!(
+        "kernel {label}: booting {} under QEMU (TCG), watchdog {} s; console in {}",
+        kernel.release,
+        timeout.as_secs(),
+        log_path.display()
+    ));
     let started = Instant::now();
     let mut child = command.spawn().context("starting qemu-system-x86_64")?;
     let (tx, rx) = mpsc::channel::<String>();
     let mut readers = Vec::new();
-    for stream in [Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, Box::new(child.stderr.take().unwrap())] {
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
         let tx = tx.clone();
         readers.push(std::thread::spawn(move || {
             let mut reader = BufReader::new(stream);
@@ -1096,7 +1145,10 @@ fn boot_once_more_if_crashed(kernel: &Kernel, suite: Suite, initrd: &Path, timeo
     let first = boot(kernel, suite, initrd, timeout)?;
     let Some(reason) = &first.retry else { return Ok(first) };
     std::fs::rename(&first.console, &kept)?;
-    say(&format!("kernel {label}: the guest kernel {reason}; booting it once more (first console in {})", kept.display()));
+    say(&format!(
+        "kernel {label}: the guest kernel {reason}; booting it once more (first console in {})",
+        kept.display()
+    ));
     let again = boot(kernel, suite, initrd, timeout)?;
     Ok(merged(first, again, &kept))
 }
@@ -1162,14 +1214,27 @@ fn print_table(runs: &[BootRun]) {
     for run in runs {
         for o in &run.results {
             let detail: String = o.detail.chars().take(200).collect();
-            println!("{:<13} {:<10} {:<9} {:<17} {:<6} {detail}", run.kernel, o.attach, o.walk, o.scenario, o.verdict.word());
+            println!(
+                "{:<13} {:<10} {:<9} {:<17} {:<6} {detail}",
+                run.kernel,
+                o.attach,
+                o.walk,
+                o.scenario,
+                o.verdict.word()
+            );
         }
     }
     println!();
     for run in runs {
         let (passed, failed, retried) = totals(std::slice::from_ref(run));
         let again = if retried > 0 { ", booted twice (its first boot crashed: RETRY above)" } else { "" };
-        println!("kernel {} ({}): {passed}/{} passed, {:.0} s{again}", run.kernel, run.release, passed + failed, run.wall.as_secs_f64());
+        println!(
+            "kernel {} ({}): {passed}/{} passed, {:.0} s{again}",
+            run.kernel,
+            run.release,
+            passed + failed,
+            run.wall.as_secs_f64()
+        );
     }
 }
 
@@ -1193,8 +1258,14 @@ mod tests {
 
     #[test]
     fn result_lines_parse_with_console_noise_before_them() {
-        let o = parse_result("\u{1b}[0mPODSTUCK-VM RESULT storm-count PASS attach=fentry walk=bpf_loop rm -rf of 100001 dirs").unwrap();
-        assert_eq!((o.scenario.as_str(), o.passed(), o.attach.as_str(), o.walk.as_str()), ("storm-count", true, "fentry", "bpf_loop"));
+        let o = parse_result(
+            "\u{1b}[0mPODSTUCK-VM RESULT storm-count PASS attach=fentry walk=bpf_loop rm -rf of 100001 dirs",
+        )
+        .unwrap();
+        assert_eq!(
+            (o.scenario.as_str(), o.passed(), o.attach.as_str(), o.walk.as_str()),
+            ("storm-count", true, "fentry", "bpf_loop")
+        );
         assert_eq!(o.detail, "rm -rf of 100001 dirs");
         assert!(!parse_result("PODSTUCK-VM RESULT demo FAIL attach=- walk=- exit 2").unwrap().passed());
         assert!(parse_result("PODSTUCK-VM INFO kernel=6.1").is_none());
@@ -1202,16 +1273,26 @@ mod tests {
 
     #[test]
     fn module_dependencies_come_from_modinfo() {
-        assert_eq!(module_depends(b"\0license=GPL\0depends=libcrc32c,crc-t10dif\0name=x\0"), vec!["libcrc32c", "crc_t10dif"]);
+        assert_eq!(
+            module_depends(b"\0license=GPL\0depends=libcrc32c,crc-t10dif\0name=x\0"),
+            vec!["libcrc32c", "crc_t10dif"]
+        );
         assert!(module_depends(b"\0depends=\0").is_empty());
     }
 
     #[test]
     fn bench_lines_parse_with_console_noise_before_them() {
-        let line = "[   12.3] x PODSTUCK-VM BENCH variant=podstuck-fentry round=2 seconds=3.41 kernel_ns=512 calls=20001";
+        let line =
+            "[   12.3] x PODSTUCK-VM BENCH variant=podstuck-fentry round=2 seconds=3.41 kernel_ns=512 calls=20001";
         assert_eq!(
             parse_bench(line),
-            Some(BenchLine { variant: "podstuck-fentry".into(), round: 2, seconds: 3.41, kernel_ns: 512.0, calls: 20001 })
+            Some(BenchLine {
+                variant: "podstuck-fentry".into(),
+                round: 2,
+                seconds: 3.41,
+                kernel_ns: 512.0,
+                calls: 20001
+            })
         );
         assert_eq!(parse_bench("PODSTUCK-VM BENCH variant=untraced round=1 seconds= kernel_ns=0 calls=0"), None);
     }
@@ -1309,7 +1390,10 @@ mod tests {
         let console = read_console(&recorded_until_done());
         assert!(console.done && console.reports.is_empty(), "{:?}", console.reports);
         let results = boot_outcomes(&console, Suite::Lockdown, None);
-        assert_eq!(verdicts(&results), [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "PASS")]);
+        assert_eq!(
+            verdicts(&results),
+            [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "PASS")]
+        );
         assert_eq!(counted(&console, Suite::Lockdown), (4, 0, 0));
     }
 
@@ -1318,7 +1402,10 @@ mod tests {
         let console = read_console(RECORDED);
         assert!(console.done);
         let results = boot_outcomes(&console, Suite::Lockdown, None);
-        assert_eq!(verdicts(&results), [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "FAIL")]);
+        assert_eq!(
+            verdicts(&results),
+            [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "FAIL")]
+        );
         assert_eq!(
             results[3].detail,
             "after DONE: [    4.806309] Kernel panic - not syncing: sysrq triggered crash (and 1 more kernel error line(s), in the console log)"
@@ -1361,17 +1448,25 @@ mod tests {
 
     #[test]
     fn a_warning_on_the_console_and_in_the_dmesg_dump_fails_the_boot_once() {
-        let warning = "[    3.500000] WARNING: CPU: 1 PID: 236 at kernel/bpf/trampoline.c:214 bpf_trampoline_update+0x3b0/0x420";
+        let warning =
+            "[    3.500000] WARNING: CPU: 1 PID: 236 at kernel/bpf/trampoline.c:214 bpf_trampoline_update+0x3b0/0x420";
         let trace = "[    3.500100] Call Trace:";
         // As it happened (console level 5), then again in the_end's dump.
         let with = recorded_until_done()
             .replacen("PODSTUCK-VM RESULT lockdown", &format!("{warning}\n{trace}\nPODSTUCK-VM RESULT lockdown"), 1)
-            .replacen("PODSTUCK-VM DONE", &format!("PODSTUCK-VM dmesg| {warning}\nPODSTUCK-VM dmesg| {trace}\nPODSTUCK-VM DONE"), 1);
+            .replacen(
+                "PODSTUCK-VM DONE",
+                &format!("PODSTUCK-VM dmesg| {warning}\nPODSTUCK-VM dmesg| {trace}\nPODSTUCK-VM DONE"),
+                1,
+            );
         let console = read_console(&with);
         assert_eq!(console.reports.len(), 2, "{:?}", console.reports);
         let log = console.kernel_log();
         assert_eq!(log.verdict, Verdict::Fail);
-        assert_eq!(log.detail, format!("during the scenarios: {warning} (and 1 more kernel error line(s), in the console log)"));
+        assert_eq!(
+            log.detail,
+            format!("during the scenarios: {warning} (and 1 more kernel error line(s), in the console log)")
+        );
         assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
     }
 
@@ -1434,8 +1529,16 @@ mod tests {
             verdicts(&run.results),
             [(KERNEL_LOG, "RETRY"), ("check", "PASS"), ("lockdown", "FAIL"), ("attach", "PASS"), (KERNEL_LOG, "PASS")]
         );
-        assert!(run.results[2].detail.starts_with("first boot: exit 0, 40 lines; second boot: PASS"), "{}", run.results[2].detail);
-        assert!(run.results[0].detail.contains("Oops: int3") && run.results[0].detail.contains("crashed.log"), "{}", run.results[0].detail);
+        assert!(
+            run.results[2].detail.starts_with("first boot: exit 0, 40 lines; second boot: PASS"),
+            "{}",
+            run.results[2].detail
+        );
+        assert!(
+            run.results[0].detail.contains("Oops: int3") && run.results[0].detail.contains("crashed.log"),
+            "{}",
+            run.results[0].detail
+        );
         // Five rows, three scenarios and a clean log counted once each, the
         // first boot's failure among them; the crash shown, not counted.
         assert_eq!(totals(&[run]), (3, 1, 1));
@@ -1443,16 +1546,30 @@ mod tests {
 
     #[test]
     fn a_crash_that_is_not_retried_fails_the_log_and_the_scenarios_it_cut_off() {
-        let console = console_of(&["PODSTUCK-VM BEGIN 3.1", "PODSTUCK-VM RESULT check PASS attach=fentry walk=bpf_loop exit 0", NULL]);
+        let console = console_of(&[
+            "PODSTUCK-VM BEGIN 3.1",
+            "PODSTUCK-VM RESULT check PASS attach=fentry walk=bpf_loop exit 0",
+            NULL,
+        ]);
         let run = run_of(&console, Suite::Lockdown);
         assert_eq!(run.retry, None);
-        assert_eq!(verdicts(&run.results), [("check", "PASS"), ("lockdown", "FAIL"), ("attach", "FAIL"), (KERNEL_LOG, "FAIL")]);
-        assert!(run.results[3].detail.starts_with("during the scenarios: [   43.419986] BUG: kernel NULL"), "{}", run.results[3].detail);
+        assert_eq!(
+            verdicts(&run.results),
+            [("check", "PASS"), ("lockdown", "FAIL"), ("attach", "FAIL"), (KERNEL_LOG, "FAIL")]
+        );
+        assert!(
+            run.results[3].detail.starts_with("during the scenarios: [   43.419986] BUG: kernel NULL"),
+            "{}",
+            run.results[3].detail
+        );
     }
 
     #[test]
     fn crash_lines_lose_their_timestamp() {
-        assert_eq!(crash_words("[   43.419986] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI"), "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI");
+        assert_eq!(
+            crash_words("[   43.419986] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI"),
+            "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI"
+        );
         assert_eq!(crash_words("Kernel panic - not syncing: x"), "Kernel panic - not syncing: x");
     }
 

@@ -21,9 +21,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::mount_held::is_cgroupfs;
 use super::shell::word;
 use super::track::{Attempts, FailureLog};
-use super::mount_held::is_cgroupfs;
 use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::identify::Identity;
@@ -169,7 +169,8 @@ impl GroupFacts {
     /// first, in every hierarchy. The killed tasks leave their cgroups as
     /// they exit, a moment after kill returns: hence the pause.
     fn fix(&self) -> String {
-        let mut steps: Vec<String> = self.frozen_levels.iter().map(|d| format!("echo THAWED > {}", file(d, "freezer.state"))).collect();
+        let mut steps: Vec<String> =
+            self.frozen_levels.iter().map(|d| format!("echo THAWED > {}", file(d, "freezer.state"))).collect();
         steps.extend(self.frozen_v2.iter().map(|d| format!("echo 0 > {}", file(d, "cgroup.freeze"))));
         if !self.tasks.is_empty() {
             let mut pids: Vec<u32> = self.tasks.iter().map(|t| t.pid).collect();
@@ -210,7 +211,8 @@ impl CgroupBusy {
             Ok(state) => state,
             Err(why) => {
                 f.evidence("cgroupfs", format!("{}: {why}", shown(&path)));
-                f.summary = format!("{} cannot remove {whose} {}: it is busy. {failed}.", a.actor.description, shown(&path));
+                f.summary =
+                    format!("{} cannot remove {whose} {}: it is busy. {failed}.", a.actor.description, shown(&path));
                 f.fix = format!("cat {}", file(&path, "cgroup.procs"));
                 reads.insert(path, read);
                 return Some(f);
@@ -228,7 +230,14 @@ impl CgroupBusy {
             f.evidence("cgroup.freeze", "frozen");
         } else if read.frozen_levels().next().is_some() {
             for l in read.frozen_levels() {
-                f.evidence("freezer.state", format!("{}: {} (the v1 freezer: its tasks ignore SIGKILL until thawed)", file(&l.dir, "freezer.state"), l.state));
+                f.evidence(
+                    "freezer.state",
+                    format!(
+                        "{}: {} (the v1 freezer: its tasks ignore SIGKILL until thawed)",
+                        file(&l.dir, "freezer.state"),
+                        l.state
+                    ),
+                );
             }
         } else if state.frozen == Some(true) {
             f.evidence("freezer.state", "frozen");
@@ -254,11 +263,18 @@ impl CgroupBusy {
         let frozen = state.frozen == Some(true) || read.frozen_levels().next().is_some();
         if !state.tasks.is_empty() {
             f.confidence = Confidence::Confirmed;
-            let named: Vec<String> = state.tasks.iter().take(TASKS_NAMED).map(|t| task_words(t, frozen_task(t))).collect();
+            let named: Vec<String> =
+                state.tasks.iter().take(TASKS_NAMED).map(|t| task_words(t, frozen_task(t))).collect();
             let frozen = if frozen { ", frozen" } else { "" };
-            f.summary = format!("{what}: {} task(s) still live in it{frozen}: {}. {failed}.", state.tasks.len(), named.join(", "));
+            f.summary = format!(
+                "{what}: {} task(s) still live in it{frozen}: {}. {failed}.",
+                state.tasks.len(),
+                named.join(", ")
+            );
             if stuck > 0 {
-                f.advice.push(format!("{stuck} task(s) are in D state: they die only when their I/O returns (see any hung-call finding)"));
+                f.advice.push(format!(
+                    "{stuck} task(s) are in D state: they die only when their I/O returns (see any hung-call finding)"
+                ));
             }
         } else if frozen {
             f.confidence = Confidence::Confirmed;
@@ -275,7 +291,8 @@ impl CgroupBusy {
             return Some(f);
         }
         f.fix = if state.version == 1 {
-            GroupFacts::of(std::iter::once((path.as_slice(), &Read { state: Some(state.clone()), ..read.clone() }))).fix()
+            GroupFacts::of(std::iter::once((path.as_slice(), &Read { state: Some(state.clone()), ..read.clone() })))
+                .fix()
         } else {
             fix(&path, &state)
         };
@@ -300,8 +317,15 @@ fn group_key(f: &Finding, reads: &BTreeMap<Vec<u8>, Read>, v1_pods: &BTreeSet<St
 
 /// One finding per pod (or per relative path) on v1, see the module doc.
 fn fold(findings: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>) -> Vec<Finding> {
-    let is_v1 = |f: &Finding| f.paths.first().and_then(|p| reads.get(p)).and_then(|r| r.place.as_ref()).is_some_and(|p| p.version == 1);
-    let v1_pods: BTreeSet<String> = findings.iter().filter(|f| is_v1(f)).filter_map(|f| f.pod_uid.as_ref()).map(|p| p.as_str().to_string()).collect();
+    let is_v1 = |f: &Finding| {
+        f.paths.first().and_then(|p| reads.get(p)).and_then(|r| r.place.as_ref()).is_some_and(|p| p.version == 1)
+    };
+    let v1_pods: BTreeSet<String> = findings
+        .iter()
+        .filter(|f| is_v1(f))
+        .filter_map(|f| f.pod_uid.as_ref())
+        .map(|p| p.as_str().to_string())
+        .collect();
     let mut out = Vec::new();
     let mut groups: BTreeMap<String, Vec<Finding>> = BTreeMap::new();
     for f in findings {
@@ -335,7 +359,12 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
     f.count = members.iter().map(|m| m.count).sum();
     let active: Vec<&Finding> = members.iter().filter(|m| m.status == Status::Active).collect();
     f.status = if active.is_empty() { Status::Resolved } else { Status::Active };
-    f.confidence = active.iter().chain(if active.is_empty() { members.iter().collect::<Vec<_>>() } else { vec![] }.iter()).map(|m| m.confidence).max().unwrap_or(Confidence::Possible);
+    f.confidence = active
+        .iter()
+        .chain(if active.is_empty() { members.iter().collect::<Vec<_>>() } else { vec![] }.iter())
+        .map(|m| m.confidence)
+        .max()
+        .unwrap_or(Confidence::Possible);
     for m in &members {
         if f.paths.len() < PATHS_KEPT {
             f.paths.extend(m.paths.first().cloned());
@@ -371,7 +400,9 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
             }
         }
     }
-    let facts = GroupFacts::of(members.iter().filter_map(|m| m.paths.first()).filter_map(|p| reads.get(p).map(|r| (p.as_slice(), r))));
+    let facts = GroupFacts::of(
+        members.iter().filter_map(|m| m.paths.first()).filter_map(|p| reads.get(p).map(|r| (p.as_slice(), r))),
+    );
     f.detail("directories", members.len());
     f.detail("hierarchies", hierarchies.len());
     f.detail("tasks", facts.tasks.len());
@@ -382,7 +413,11 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
         Some(pod) => format!("the cgroups of pod {pod}"),
         None => format!("the cgroup {key}"),
     };
-    let levels = if relatives.len() > 1 { format!(", {} levels (the pod's and its containers')", relatives.len()) } else { String::new() };
+    let levels = if relatives.len() > 1 {
+        format!(", {} levels (the pod's and its containers')", relatives.len())
+    } else {
+        String::new()
+    };
     let dirs = if members.len() == 1 { "1 directory".to_string() } else { format!("{} directories", members.len()) };
     let failed = format!(
         "{} failed with {} {} times in all{}",
@@ -391,7 +426,12 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
         f.count,
         f.rhythm.as_ref().map(|r| format!(", on {r}")).unwrap_or_default()
     );
-    let what = format!("{actor} cannot remove {whose}: {dirs} in {} hierarch{} ({}){levels}", hierarchies.len(), if hierarchies.len() == 1 { "y" } else { "ies" }, hierarchies.join(", "));
+    let what = format!(
+        "{actor} cannot remove {whose}: {dirs} in {} hierarch{} ({}){levels}",
+        hierarchies.len(),
+        if hierarchies.len() == 1 { "y" } else { "ies" },
+        hierarchies.join(", ")
+    );
     let frozen_words = if facts.frozen_levels.is_empty() {
         String::new()
     } else {
@@ -399,8 +439,13 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
         format!(", frozen by the v1 freezer ({} FROZEN; a frozen task ignores SIGKILL until thawed)", at.join(", "))
     };
     if !facts.tasks.is_empty() {
-        let named: Vec<String> = facts.tasks.iter().take(TASKS_NAMED).map(|t| task_words(t, facts.frozen_pids.contains(&t.pid))).collect();
-        f.summary = format!("{what}: {} task(s) still live in them{frozen_words}: {}. {failed}.", facts.tasks.len(), named.join(", "));
+        let named: Vec<String> =
+            facts.tasks.iter().take(TASKS_NAMED).map(|t| task_words(t, facts.frozen_pids.contains(&t.pid))).collect();
+        f.summary = format!(
+            "{what}: {} task(s) still live in them{frozen_words}: {}. {failed}.",
+            facts.tasks.len(),
+            named.join(", ")
+        );
         f.fix = facts.fix();
     } else if facts.frozen() {
         f.summary = format!("{what}: they are frozen{frozen_words}. {failed}.");
@@ -486,20 +531,37 @@ mod tests {
     #[test]
     fn a_v2_frozen_or_parent_cgroup_gets_its_own_fix() {
         let mut d = CgroupBusy::default();
-        let mut node = node_with(CgroupState { version: 2, tasks: vec![], children: vec!["c1".into()], populated: Some(false), frozen: Some(false), has_kill: true });
+        let mut node = node_with(CgroupState {
+            version: 2,
+            tasks: vec![],
+            children: vec!["c1".into()],
+            populated: Some(false),
+            frozen: Some(false),
+            has_kill: true,
+        });
         let f = &run(&mut d, &mut node, &housekeeping(), 6.5)[0];
         assert_eq!(f.fix, format!("rmdir {CG}/c1"));
         assert_eq!(f.id, format!("cgroup-busy:{CG}"), "v2 keeps one finding per directory");
     }
 
     /// The v1 hierarchies of an EKS AL2 or RHEL 8 node, as mounted there.
-    const V1: [(&str, &str); 5] = [("memory", "memory"), ("pids", "pids"), ("freezer", "freezer"), ("cpu,cpuacct", "cpu,cpuacct"), ("systemd", "xattr,name=systemd")];
+    const V1: [(&str, &str); 5] = [
+        ("memory", "memory"),
+        ("pids", "pids"),
+        ("freezer", "freezer"),
+        ("cpu,cpuacct", "cpu,cpuacct"),
+        ("systemd", "xattr,name=systemd"),
+    ];
     const CID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
     fn v1_node() -> FakeNode {
         let mut text = String::from("1 0 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n30 1 0:25 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n");
         for (i, (dir, options)) in V1.iter().enumerate() {
-            text.push_str(&format!("{} 30 0:{} / /sys/fs/cgroup/{dir} rw,nosuid - cgroup cgroup rw,{options}\n", 31 + i, 31 + i));
+            text.push_str(&format!(
+                "{} 30 0:{} / /sys/fs/cgroup/{dir} rw,nosuid - cgroup cgroup rw,{options}\n",
+                31 + i,
+                31 + i
+            ));
         }
         FakeNode { mountinfo: text, ..Default::default() }
     }
@@ -518,14 +580,25 @@ mod tests {
         for (h, _) in V1 {
             let pod = pod_dir(h);
             let container = format!("{pod}/{CID}");
-            let v1 = |tasks: Vec<TaskState>, children: Vec<String>| CgroupState { version: 1, tasks, children, populated: None, frozen: None, has_kill: false };
+            let v1 = |tasks: Vec<TaskState>, children: Vec<String>| CgroupState {
+                version: 1,
+                tasks,
+                children,
+                populated: None,
+                frozen: None,
+                has_kill: false,
+            };
             node.cgroups.insert(pod.clone().into_bytes(), v1(vec![frozen_task.clone()], vec![CID.into()]));
             node.cgroups.insert(container.into_bytes(), v1(vec![frozen_task.clone()], vec![]));
         }
         let state = |frozen: bool| if frozen { "FROZEN" } else { "THAWED" }.to_string();
         node.freezer = vec![
             FreezerLevel { dir: pod_dir("freezer").into_bytes(), state: state(freeze_pod_level), pids: vec![] },
-            FreezerLevel { dir: format!("{}/{CID}", pod_dir("freezer")).into_bytes(), state: state(true), pids: vec![5] },
+            FreezerLevel {
+                dir: format!("{}/{CID}", pod_dir("freezer")).into_bytes(),
+                state: state(true),
+                pids: vec![5],
+            },
         ];
         let mut calls = Vec::new();
         for round in 0..4 {
@@ -552,16 +625,39 @@ mod tests {
         assert_eq!(f.paths[0], pod_dir("cpu,cpuacct").into_bytes(), "the pod's own directories first");
         for (h, _) in V1 {
             for dir in [pod_dir(h), format!("{}/{CID}", pod_dir(h))] {
-                assert!(f.evidence.iter().any(|e| e.source == "trace" && e.fact.contains(&format!("of {dir} failed"))), "{dir} in {:#?}", f.evidence);
+                assert!(
+                    f.evidence.iter().any(|e| e.source == "trace" && e.fact.contains(&format!("of {dir} failed"))),
+                    "{dir} in {:#?}",
+                    f.evidence
+                );
             }
         }
         let freezer = format!("{}/{CID}/freezer.state", pod_dir("freezer"));
-        assert!(f.evidence.iter().any(|e| e.source == "freezer.state" && e.fact == format!("{freezer}: FROZEN (the v1 freezer: its tasks ignore SIGKILL until thawed)")), "{:#?}", f.evidence);
-        assert_eq!(f.evidence.iter().filter(|e| e.source == "cgroup.procs").count(), 1, "the task is said once: {:#?}", f.evidence);
-        assert!(f.summary.contains("10 directories in 5 hierarchies (cpu,cpuacct, freezer, memory, name=systemd, pids), 2 levels"), "{}", f.summary);
+        assert!(
+            f.evidence.iter().any(|e| e.source == "freezer.state"
+                && e.fact == format!("{freezer}: FROZEN (the v1 freezer: its tasks ignore SIGKILL until thawed)")),
+            "{:#?}",
+            f.evidence
+        );
+        assert_eq!(
+            f.evidence.iter().filter(|e| e.source == "cgroup.procs").count(),
+            1,
+            "the task is said once: {:#?}",
+            f.evidence
+        );
+        assert!(
+            f.summary.contains(
+                "10 directories in 5 hierarchies (cpu,cpuacct, freezer, memory, name=systemd, pids), 2 levels"
+            ),
+            "{}",
+            f.summary
+        );
         assert!(f.summary.contains("pid 5 (app, S (sleeping), frozen by the v1 freezer)"), "{}", f.summary);
         assert!(f.summary.contains(&format!("frozen by the v1 freezer ({freezer} FROZEN")), "{}", f.summary);
-        let containers: Vec<String> = ["cpu,cpuacct", "freezer", "memory", "pids", "systemd"].iter().map(|h| format!("{}/{CID}", pod_dir(h))).collect();
+        let containers: Vec<String> = ["cpu,cpuacct", "freezer", "memory", "pids", "systemd"]
+            .iter()
+            .map(|h| format!("{}/{CID}", pod_dir(h)))
+            .collect();
         assert_eq!(f.fix, format!("echo THAWED > {freezer} && kill -9 5 && sleep 1 && rmdir {}", containers.join(" ")));
         assert!(f.rhythm.as_deref().unwrap().contains("every 2 s"), "{:?}", f.rhythm);
     }
@@ -574,10 +670,16 @@ mod tests {
         let found = run(&mut CgroupBusy::default(), &mut node, &calls, 6.5);
         assert_eq!(found.len(), 1);
         assert!(!found[0].advice.iter().any(|a| a.contains("D state")), "{:?}", found[0].advice);
-        assert!(found[0].summary.contains("(app, D (uninterruptible sleep), frozen by the v1 freezer)"), "{}", found[0].summary);
+        assert!(
+            found[0].summary.contains("(app, D (uninterruptible sleep), frozen by the v1 freezer)"),
+            "{}",
+            found[0].summary
+        );
         let freezer = pod_dir("freezer");
         assert!(
-            found[0].fix.starts_with(&format!("echo THAWED > {freezer}/freezer.state && echo THAWED > {freezer}/{CID}/freezer.state && kill -9 5 && ")),
+            found[0].fix.starts_with(&format!(
+                "echo THAWED > {freezer}/freezer.state && echo THAWED > {freezer}/{CID}/freezer.state && kill -9 5 && "
+            )),
             "{}",
             found[0].fix
         );
@@ -589,13 +691,33 @@ mod tests {
         let mut calls = Vec::new();
         for (i, (h, _)) in V1.iter().enumerate() {
             let dir = format!("/sys/fs/cgroup/{h}/docker/{CID}");
-            node.cgroups.insert(dir.clone().into_bytes(), CgroupState { version: 1, tasks: vec![task(77, "nginx", 'S')], children: vec![], populated: None, frozen: None, has_kill: false });
+            node.cgroups.insert(
+                dir.clone().into_bytes(),
+                CgroupState {
+                    version: 1,
+                    tasks: vec![task(77, "nginx", 'S')],
+                    children: vec![],
+                    populated: None,
+                    frozen: None,
+                    has_kill: false,
+                },
+            );
             calls.push(rmdir(i as f64 * 0.1, "dockerd", &dir, -libc::EBUSY));
             calls.push(rmdir(1.0 + i as f64 * 0.1, "dockerd", &dir, -libc::EBUSY));
         }
         // Another group elsewhere stays its own finding.
         let other = "/sys/fs/cgroup/memory/system.slice/x.service";
-        node.cgroups.insert(other.into(), CgroupState { version: 1, tasks: vec![task(78, "x", 'S')], children: vec![], populated: None, frozen: None, has_kill: false });
+        node.cgroups.insert(
+            other.into(),
+            CgroupState {
+                version: 1,
+                tasks: vec![task(78, "x", 'S')],
+                children: vec![],
+                populated: None,
+                frozen: None,
+                has_kill: false,
+            },
+        );
         calls.extend([rmdir(0.0, "systemd", other, -libc::EBUSY), rmdir(1.0, "systemd", other, -libc::EBUSY)]);
         let found = run(&mut CgroupBusy::default(), &mut node, &calls, 3.0);
         let ids: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
@@ -603,7 +725,13 @@ mod tests {
         assert_eq!(found[0].paths.len(), 5);
         assert_eq!(found[0].fix, "kill -9 77");
         assert_eq!(found[0].pod_uid, None);
-        assert!(found[0].summary.starts_with(&format!("dockerd cannot remove the cgroup docker/{CID}: 5 directories in 5 hierarchies")), "{}", found[0].summary);
+        assert!(
+            found[0]
+                .summary
+                .starts_with(&format!("dockerd cannot remove the cgroup docker/{CID}: 5 directories in 5 hierarchies")),
+            "{}",
+            found[0].summary
+        );
     }
 
     #[test]
@@ -619,7 +747,10 @@ mod tests {
         }
         let found = run(&mut d, &mut node, &calls, 8.5);
         assert_eq!(found.len(), 1);
-        assert_eq!((found[0].id.as_str(), found[0].status), (format!("cgroup-busy:pod {POD}").as_str(), Status::Resolved));
+        assert_eq!(
+            (found[0].id.as_str(), found[0].status),
+            (format!("cgroup-busy:pod {POD}").as_str(), Status::Resolved)
+        );
         assert!(run(&mut d, &mut node, &[], 9.0).is_empty());
     }
 
@@ -627,7 +758,10 @@ mod tests {
     fn ebusy_outside_a_cgroup_filesystem_is_not_cgroup_busy() {
         let mut d = CgroupBusy::default();
         let mut node = FakeNode::with_mounts(&["70 /sys/fs/cgroup cgroup2"]);
-        let calls = [rmdir(0.0, "containerd", "/run/x/rootfs", -libc::EBUSY), rmdir(1.0, "containerd", "/run/x/rootfs", -libc::EBUSY)];
+        let calls = [
+            rmdir(0.0, "containerd", "/run/x/rootfs", -libc::EBUSY),
+            rmdir(1.0, "containerd", "/run/x/rootfs", -libc::EBUSY),
+        ];
         assert!(run(&mut d, &mut node, &calls, 5.0).is_empty());
     }
 }

@@ -30,7 +30,10 @@ pub fn fold(findings: &mut Vec<Finding>) -> Vec<(String, String)> {
         let root = (candidate.status == Status::Active && follows_from_others(candidate.kind))
             .then(|| {
                 findings.iter().position(|r| {
-                    r.status == Status::Active && !follows_from_others(r.kind) && r.kind != candidate.kind && same_actor(r, candidate)
+                    r.status == Status::Active
+                        && !follows_from_others(r.kind)
+                        && r.kind != candidate.kind
+                        && same_actor(r, candidate)
                 })
             })
             .flatten();
@@ -65,7 +68,13 @@ mod tests {
 
     fn by(kind: Kind, key: &str, pid: u32, comm: &str) -> Finding {
         let mut f = Finding::new(kind, key, Severity::Critical, t(0.0));
-        f.actor = Some(FindingActor { pid, comm: comm.into(), parent: "systemd".into(), role: "other", description: comm.into() });
+        f.actor = Some(FindingActor {
+            pid,
+            comm: comm.into(),
+            parent: "systemd".into(),
+            role: "other",
+            description: comm.into(),
+        });
         f.paths = vec![key.as_bytes().to_vec()];
         f.syscall = Some("umount2");
         f.errno = Some("EINVAL".into());
@@ -75,11 +84,18 @@ mod tests {
 
     #[test]
     fn an_unmount_retried_by_an_actor_stuck_on_another_cause_is_told_under_it() {
-        let mut all = vec![by(Kind::NotMounted, "/x/merged", 7, "agent"), by(Kind::ImmutableFile, "/x/diff/f", 7, "agent"), by(Kind::NotMounted, "/y", 8, "other")];
+        let mut all = vec![
+            by(Kind::NotMounted, "/x/merged", 7, "agent"),
+            by(Kind::ImmutableFile, "/x/diff/f", 7, "agent"),
+            by(Kind::NotMounted, "/y", 8, "other"),
+        ];
         let folded = fold(&mut all);
         assert_eq!(folded, vec![("not-mounted:/x/merged".to_string(), "immutable-file:/x/diff/f".to_string())]);
         assert_eq!(all.len(), 2);
-        assert!(all[0].evidence.iter().any(|e| e.source == "consequence" && e.fact.contains("/x/merged") && e.fact.contains("EINVAL 3 times")));
+        assert!(all[0]
+            .evidence
+            .iter()
+            .any(|e| e.source == "consequence" && e.fact.contains("/x/merged") && e.fact.contains("EINVAL 3 times")));
         // Another actor's not-mounted stands on its own.
         assert_eq!(all[1].kind, Kind::NotMounted);
     }

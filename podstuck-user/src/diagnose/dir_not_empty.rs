@@ -41,7 +41,10 @@ impl DirNotEmpty {
             for m in &below {
                 f.evidence("mountinfo", format!("{} is mounted inside it", shown(m)));
             }
-            f.summary = format!("{what}: it is not empty because something is still mounted inside it. {}{rhythm}.", a.failed_words());
+            f.summary = format!(
+                "{what}: it is not empty because something is still mounted inside it. {}{rhythm}.",
+                a.failed_words()
+            );
             f.fix = below.iter().rev().map(|m| format!("umount {}", word(m))).collect::<Vec<_>>().join(" && ");
             return Some(f);
         }
@@ -63,8 +66,21 @@ impl DirNotEmpty {
         }
         f.confidence = Confidence::Confirmed;
         let names: Vec<String> = sample.names.iter().map(|n| shown(n)).collect();
-        let more = if sample.counted as usize > names.len() { format!(" and {} more", sample.counted as usize - names.len()) } else { String::new() };
-        f.evidence("readdir", format!("{} holds {} entr{}: {}{more}", shown(&path), sample.counted, if sample.counted == 1 { "y" } else { "ies" }, names.join(", ")));
+        let more = if sample.counted as usize > names.len() {
+            format!(" and {} more", sample.counted as usize - names.len())
+        } else {
+            String::new()
+        };
+        f.evidence(
+            "readdir",
+            format!(
+                "{} holds {} entr{}: {}{more}",
+                shown(&path),
+                sample.counted,
+                if sample.counted == 1 { "y" } else { "ies" },
+                names.join(", ")
+            ),
+        );
         f.detail("entries", sample.counted);
         f.summary = format!(
             "{what}: it is not empty ({}{more}), files written into the volume directory while nothing was mounted there. {}{rhythm}.",
@@ -135,7 +151,11 @@ mod tests {
         let mut d = DirNotEmpty::default();
         let mut node = FakeNode::with_mounts(&[]);
         let dir = format!("{KUBELET}/pods/{POD}/volumes/kubernetes.io~empty-dir/cache");
-        let calls = [rmdir(0.0, "kubelet", &dir, -libc::ENOTEMPTY), unlink(0.01, "kubelet", &format!("{dir}/f"), 0), rmdir(0.02, "kubelet", &dir, 0)];
+        let calls = [
+            rmdir(0.0, "kubelet", &dir, -libc::ENOTEMPTY),
+            unlink(0.01, "kubelet", &format!("{dir}/f"), 0),
+            rmdir(0.02, "kubelet", &dir, 0),
+        ];
         assert!(run(&mut d, &mut node, &calls, 10.0).is_empty());
         // A lone ENOTEMPTY that is never retried is not told either.
         let calls = [rmdir(20.0, "kubelet", &dir, -libc::ENOTEMPTY)];

@@ -33,10 +33,7 @@ fn overlay_upper(mount: &Mount) -> Option<Vec<u8>> {
 }
 
 fn usage_words(u: &FsUsage) -> String {
-    format!(
-        "{} free of {} bytes, {} free of {} inodes",
-        u.free_bytes, u.total_bytes, u.free_inodes, u.total_inodes
-    )
+    format!("{} free of {} bytes, {} free of {} inodes", u.free_bytes, u.total_bytes, u.free_inodes, u.total_inodes)
 }
 
 /// The mount that actually ran out: for overlay, the one holding its upper layer.
@@ -73,7 +70,15 @@ impl DiskFull {
     fn full(f: &mut Finding, a: &Attempts, node: &mut dyn NodeInspector, mounts: &[Mount], mount: &Mount, what: &str) {
         let target = full_mount(mounts, mount);
         if target.mount_point != mount.mount_point {
-            f.evidence("mountinfo", format!("{} is an overlay whose upper layer is on {} ({})", shown(&mount.mount_point), shown(&target.mount_point), target.fstype));
+            f.evidence(
+                "mountinfo",
+                format!(
+                    "{} is an overlay whose upper layer is on {} ({})",
+                    shown(&mount.mount_point),
+                    shown(&target.mount_point),
+                    target.fstype
+                ),
+            );
             f.paths.push(target.mount_point.clone());
         }
         let quota = a.errno == libc::EDQUOT;
@@ -85,7 +90,8 @@ impl DiskFull {
                 f.detail("free_inodes", u.free_inodes);
                 let no_inodes = u.total_inodes > 0 && u.free_inodes == 0;
                 let no_space = u.free_bytes == 0 || (u.total_bytes > 0 && u.free_bytes * 100 < u.total_bytes);
-                f.confidence = if no_inodes || no_space || quota { Confidence::Confirmed } else { Confidence::Possible };
+                f.confidence =
+                    if no_inodes || no_space || quota { Confidence::Confirmed } else { Confidence::Possible };
                 let mp = word(&target.mount_point);
                 let fix = match (target.fstype.as_str(), no_inodes) {
                     ("tmpfs", true) => format!("mount -o remount,nr_inodes={} {mp}", u.total_inodes.max(1) * 2),
@@ -133,7 +139,13 @@ impl DiskFull {
         let statfs_ro = usage.as_ref().map(|u| u.read_only).unwrap_or(false);
         f.evidence(
             "mountinfo",
-            format!("{} ({}) mount options {}; filesystem options {}", shown(&mount.mount_point), mount.fstype, mount.options, mount.super_options),
+            format!(
+                "{} ({}) mount options {}; filesystem options {}",
+                shown(&mount.mount_point),
+                mount.fstype,
+                mount.options,
+                mount.super_options
+            ),
         );
         if let Ok(u) = &usage {
             f.evidence("statfs", format!("ST_RDONLY {}", if u.read_only { "set" } else { "not set" }));
@@ -221,8 +233,21 @@ mod tests {
         let mut d = DiskFull::default();
         let mut node = FakeNode::with_mounts(&["80 /scratch/upper tmpfs"]);
         node.mountinfo.push_str("81 1 0:81 / /scratch/merged rw,relatime - overlay overlay rw,lowerdir=/scratch/lower,upperdir=/scratch/upper/u,workdir=/scratch/upper/w\n");
-        node.usage.insert(b"/scratch/upper".to_vec(), FsUsage { fstype: "tmpfs".into(), total_bytes: 1 << 20, free_bytes: 1 << 20, total_inodes: 16, free_inodes: 0, read_only: false });
-        let calls = [unlink(0.0, "kubelet", "/scratch/merged/a", -libc::ENOSPC), unlink(1.0, "kubelet", "/scratch/merged/b", -libc::ENOSPC)];
+        node.usage.insert(
+            b"/scratch/upper".to_vec(),
+            FsUsage {
+                fstype: "tmpfs".into(),
+                total_bytes: 1 << 20,
+                free_bytes: 1 << 20,
+                total_inodes: 16,
+                free_inodes: 0,
+                read_only: false,
+            },
+        );
+        let calls = [
+            unlink(0.0, "kubelet", "/scratch/merged/a", -libc::ENOSPC),
+            unlink(1.0, "kubelet", "/scratch/merged/b", -libc::ENOSPC),
+        ];
         let found = run(&mut d, &mut node, &calls, 3.0);
         assert_eq!(found.len(), 1, "{found:?}");
         let f = &found[0];
@@ -244,7 +269,10 @@ mod tests {
         assert_eq!(f.kind, Kind::ReadOnlyFs);
         assert_eq!(f.fix, "mount -o remount,bind,rw /scratch/ro");
         let mut d = DiskFull::default();
-        let mut node = FakeNode { mountinfo: "1 0 8:1 / / ro,relatime - ext4 /dev/sda1 ro,errors=remount-ro\n".into(), ..Default::default() };
+        let mut node = FakeNode {
+            mountinfo: "1 0 8:1 / / ro,relatime - ext4 /dev/sda1 ro,errors=remount-ro\n".into(),
+            ..Default::default()
+        };
         let f = &run(&mut d, &mut node, &[unlink(0.0, "kubelet", "/var/x", -libc::EROFS)], 3.0)[0];
         assert_eq!(f.fix, "mount -o remount,rw /");
         assert!(f.summary.contains("after errors"));

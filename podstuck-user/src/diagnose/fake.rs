@@ -81,7 +81,14 @@ impl FakeNode {
     /// [`FakeNode::with_mounts`] makes the host's.
     pub fn with_namespace(mut self, mntns: u64, member: u32, comm: &str, lines: &[&str]) -> FakeNode {
         let mounts = FakeNode::with_mounts(lines).mounts();
-        self.namespaces.push(MountNamespace { mntns, host: false, member, member_comm: comm.into(), owner: None, mounts });
+        self.namespaces.push(MountNamespace {
+            mntns,
+            host: false,
+            member,
+            member_comm: comm.into(),
+            owner: None,
+            mounts,
+        });
         self
     }
 }
@@ -100,7 +107,14 @@ impl NodeInspector for FakeNode {
     }
     fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
         if mntns == 0 || mntns == HOST_MNTNS {
-            return Ok(MountNamespace { mntns, host: true, member: 1, member_comm: "systemd".into(), owner: None, mounts: self.mounts() });
+            return Ok(MountNamespace {
+                mntns,
+                host: true,
+                member: 1,
+                member_comm: "systemd".into(),
+                owner: None,
+                mounts: self.mounts(),
+            });
         }
         self.namespaces.iter().find(|n| n.mntns == mntns).cloned().ok_or_else(|| namespace_gone(mntns))
     }
@@ -150,7 +164,8 @@ impl NodeInspector for FakeNode {
     }
     fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
         let twin = mounts::freezer_twin(&self.mounts(), path).ok_or(()).or_else(|_| missing())?;
-        let mut levels: Vec<FreezerLevel> = self.freezer.iter().filter(|l| mounts::is_at_or_below(&l.dir, &twin)).cloned().collect();
+        let mut levels: Vec<FreezerLevel> =
+            self.freezer.iter().filter(|l| mounts::is_at_or_below(&l.dir, &twin)).cloned().collect();
         if !levels.iter().any(|l| l.dir == twin) {
             return missing();
         }
@@ -223,7 +238,13 @@ pub fn call_by(at: f64, comm: &str, pid: u32, syscall: Syscall, flags: u64, path
         pod_uid,
         path_area,
         container_id: clues.container,
-        actor: Actor { comm: comm.into(), exe: None, parent: "systemd".into(), role, description: describe(comm, "systemd", role) },
+        actor: Actor {
+            comm: comm.into(),
+            exe: None,
+            parent: "systemd".into(),
+            role,
+            description: describe(comm, "systemd", role),
+        },
     };
     Call { event, identity }
 }
@@ -245,7 +266,13 @@ pub fn run(detector: &mut dyn Detector, node: &mut FakeNode, calls: &[Call], now
     run_with(detector, node, calls, &[], now)
 }
 
-pub fn run_with(detector: &mut dyn Detector, node: &mut FakeNode, calls: &[Call], in_flight: &[CallInFlight], now: f64) -> Vec<Finding> {
+pub fn run_with(
+    detector: &mut dyn Detector,
+    node: &mut FakeNode,
+    calls: &[Call],
+    in_flight: &[CallInFlight],
+    now: f64,
+) -> Vec<Finding> {
     for c in calls {
         detector.observe(&c.event, &c.identity);
     }

@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use super::shell::word;
-use super::{human_duration, shown, CallInFlight, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
+use super::{
+    human_duration, shown, CallInFlight, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status,
+};
 use crate::event::{syscall_name, CallEvent};
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_containing;
@@ -47,13 +49,24 @@ impl HungCall {
         f.paths = vec![path.clone()];
         f.detail("waiting_s", waited.as_secs_f64().round());
         f.detail("tid", call.flight.tid);
-        f.evidence("in-flight map", format!("{} of {} entered {} ago and has not returned", syscall_name(call.flight.syscall), shown(&path), human_duration(waited)));
+        f.evidence(
+            "in-flight map",
+            format!(
+                "{} of {} entered {} ago and has not returned",
+                syscall_name(call.flight.syscall),
+                shown(&path),
+                human_duration(waited)
+            ),
+        );
         let mut state_words = String::new();
         match node.task(call.flight.tid) {
             Ok(t) => {
                 let wchan = t.wchan.as_ref().map(|w| format!(", waiting in {w}")).unwrap_or_default();
                 state_words = format!("{}{wchan}", t.state_words());
-                f.evidence(format!("/proc/{}/stat", call.flight.tid), format!("task {} ({}) is {state_words}", call.flight.tid, t.comm));
+                f.evidence(
+                    format!("/proc/{}/stat", call.flight.tid),
+                    format!("task {} ({}) is {state_words}", call.flight.tid, t.comm),
+                );
                 if !t.stack.is_empty() {
                     let frames: Vec<&str> = t.stack.iter().take(FRAMES_QUOTED).map(String::as_str).collect();
                     f.evidence(format!("/proc/{}/stack", call.flight.tid), frames.join(" <- "));
@@ -73,17 +86,35 @@ impl HungCall {
             Some(m) if m.fstype == "fuse" || m.fstype.starts_with("fuse.") || m.fstype == "fuseblk" => {
                 Self::on_fuse(&mut f, node, m, &path, &format!("{who} {since}{task}"));
             }
-            Some(m) if m.fstype.starts_with("nfs") || m.fstype == "cifs" || m.fstype == "smb3" || m.fstype == "ceph" => {
+            Some(m)
+                if m.fstype.starts_with("nfs") || m.fstype == "cifs" || m.fstype == "smb3" || m.fstype == "ceph" =>
+            {
                 f.confidence = Confidence::Confirmed;
-                f.evidence("mountinfo", format!("{} is on a {} mount of {} at {} ({})", shown(&path), m.fstype, m.source, shown(&m.mount_point), m.super_options));
+                f.evidence(
+                    "mountinfo",
+                    format!(
+                        "{} is on a {} mount of {} at {} ({})",
+                        shown(&path),
+                        m.fstype,
+                        m.source,
+                        shown(&m.mount_point),
+                        m.super_options
+                    ),
+                );
                 f.summary = format!("{who} {since}{task}: the {} server {} does not answer.", m.fstype, m.source);
                 f.fix = format!("umount -f -l {}", word(&m.mount_point));
                 f.advice.push(format!("better: bring {} back; the calls then complete by themselves", m.source));
             }
             Some(m) => {
                 f.confidence = Confidence::Likely;
-                f.evidence("mountinfo", format!("{} is on a {} mount at {}", shown(&path), m.fstype, shown(&m.mount_point)));
-                f.summary = format!("{who} {since}{task}, on a local {} filesystem: a storage device or a kernel lock is stuck.", m.fstype);
+                f.evidence(
+                    "mountinfo",
+                    format!("{} is on a {} mount at {}", shown(&path), m.fstype, shown(&m.mount_point)),
+                );
+                f.summary = format!(
+                    "{who} {since}{task}, on a local {} filesystem: a storage device or a kernel lock is stuck.",
+                    m.fstype
+                );
                 f.fix = format!("umount -f -l {}", word(&m.mount_point));
                 f.advice.push("check the device: dmesg | tail -n 50 (I/O errors, hung task warnings)".into());
             }
@@ -100,7 +131,15 @@ impl HungCall {
     fn on_fuse(f: &mut Finding, node: &mut dyn NodeInspector, m: &Mount, path: &[u8], waiting: &str) {
         let connection = m.dev.1;
         f.confidence = Confidence::Confirmed;
-        f.evidence("mountinfo", format!("{} is on a FUSE mount at {} ({}, connection {connection})", shown(path), shown(&m.mount_point), m.fstype));
+        f.evidence(
+            "mountinfo",
+            format!(
+                "{} is on a FUSE mount at {} ({}, connection {connection})",
+                shown(path),
+                shown(&m.mount_point),
+                m.fstype
+            ),
+        );
         let servers = node.fuse_servers();
         let stopped: Vec<_> = servers.iter().filter(|s| s.state == 'T' || s.state == 't').collect();
         for s in &servers {
@@ -130,7 +169,8 @@ impl Detector for HungCall {
         let in_flight: Vec<CallInFlight> = review.in_flight.to_vec();
         let now = review.now;
         // Calls that returned since: resolved.
-        let still: std::collections::HashSet<(u32, SystemTime)> = in_flight.iter().map(|c| (c.flight.tid, c.flight.started)).collect();
+        let still: std::collections::HashSet<(u32, SystemTime)> =
+            in_flight.iter().map(|c| (c.flight.tid, c.flight.started)).collect();
         let gone: Vec<(u32, SystemTime)> = self.reported.keys().filter(|k| !still.contains(k)).copied().collect();
         for key in gone {
             let mut f = self.reported.remove(&key).expect("listed");
@@ -139,7 +179,9 @@ impl Detector for HungCall {
             f.evidence("in-flight map", "the call has returned");
             out.push(f);
         }
-        for call in in_flight.iter().filter(|c| now.duration_since(c.flight.started).unwrap_or_default() >= self.hung_after) {
+        for call in
+            in_flight.iter().filter(|c| now.duration_since(c.flight.started).unwrap_or_default() >= self.hung_after)
+        {
             let key = (call.flight.tid, call.flight.started);
             let recheck = self
                 .reported
@@ -159,17 +201,31 @@ impl Detector for HungCall {
 mod tests {
     use super::super::fake::*;
     use super::*;
+    use crate::event::{Flight, AT_FDCWD};
     use crate::identify::actor::Role;
     use crate::identify::Actor;
-    use crate::event::{Flight, AT_FDCWD};
     use podstuck_common::Syscall;
 
     fn in_flight(path: &str, started: f64) -> CallInFlight {
         CallInFlight {
-            flight: Flight { tid: 4321, pid: 4321, syscall: Syscall::Unlinkat, flags: 0, dfd: AT_FDCWD, started: t(started), path: Some(path.into()) },
+            flight: Flight {
+                tid: 4321,
+                pid: 4321,
+                syscall: Syscall::Unlinkat,
+                flags: 0,
+                dfd: AT_FDCWD,
+                started: t(started),
+                path: Some(path.into()),
+            },
             path: Some(path.into()),
             pod_uid: Some(pod()),
-            actor: Actor { comm: "kubelet".into(), exe: None, parent: "systemd".into(), role: Role::Kubelet, description: "kubelet".into() },
+            actor: Actor {
+                comm: "kubelet".into(),
+                exe: None,
+                parent: "systemd".into(),
+                role: Role::Kubelet,
+                description: "kubelet".into(),
+            },
         }
     }
 
@@ -196,7 +252,10 @@ mod tests {
         // Where fusectl is not mounted, the fix mounts it first.
         let mut bare = FakeNode::with_mounts(&["77 /mnt/fuse fuse.sshfs"]);
         let f = &run_with(&mut HungCall::new(Duration::from_secs(5)), &mut bare, &[], &calls, 6.0)[0];
-        assert_eq!(f.fix, "mount -t fusectl fusectl /sys/fs/fuse/connections && echo 1 > /sys/fs/fuse/connections/77/abort");
+        assert_eq!(
+            f.fix,
+            "mount -t fusectl fusectl /sys/fs/fuse/connections && echo 1 > /sys/fs/fuse/connections/77/abort"
+        );
         // It returns: resolved once.
         let after = run_with(&mut d, &mut node, &[], &[], 8.0);
         assert_eq!(after[0].status, Status::Resolved);

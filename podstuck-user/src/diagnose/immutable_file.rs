@@ -76,7 +76,10 @@ impl ImmutableFile {
         match &own {
             Ok(flags) if flags.immutable || flags.append_only => {
                 f.confidence = Confidence::Confirmed;
-                f.evidence("FS_IOC_GETFLAGS", format!("{} is {} (flags {:#x})", shown(&path), flag_words(flags), flags.raw));
+                f.evidence(
+                    "FS_IOC_GETFLAGS",
+                    format!("{} is {} (flags {:#x})", shown(&path), flag_words(flags), flags.raw),
+                );
                 f.summary = format!(
                     "{} cannot delete {} {}: the file is {}, so removal fails with EPERM for everyone, root included, and the pod's teardown retries forever.",
                     a.actor.description,
@@ -88,7 +91,10 @@ impl ImmutableFile {
                 f.advice.push("then let kubelet or the runtime retry; find who set the flag (an image build step or an agent running chattr) so it does not return".into());
                 return Some(f);
             }
-            Ok(_) => f.evidence("FS_IOC_GETFLAGS", format!("{} has neither the immutable nor the append-only flag", shown(&path))),
+            Ok(_) => f.evidence(
+                "FS_IOC_GETFLAGS",
+                format!("{} has neither the immutable nor the append-only flag", shown(&path)),
+            ),
             Err(why) => f.evidence("FS_IOC_GETFLAGS", format!("{}: {why}", shown(&path))),
         }
         // Entries of an immutable or append-only directory cannot be removed either.
@@ -96,7 +102,10 @@ impl ImmutableFile {
             if flags.immutable || flags.append_only {
                 f.confidence = Confidence::Confirmed;
                 f.paths.push(dir.clone());
-                f.evidence("FS_IOC_GETFLAGS", format!("its directory {} is {} (flags {:#x})", shown(&dir), flag_words(&flags), flags.raw));
+                f.evidence(
+                    "FS_IOC_GETFLAGS",
+                    format!("its directory {} is {} (flags {:#x})", shown(&dir), flag_words(&flags), flags.raw),
+                );
                 f.summary = format!(
                     "{} cannot delete {} {}: its directory is {}, so nothing in it can be removed, by root either.",
                     a.actor.description,
@@ -111,7 +120,12 @@ impl ImmutableFile {
         if own.is_err() {
             // Gone (removed meanwhile) or unreadable: nothing more to say yet.
             f.confidence = Confidence::Possible;
-            f.summary = format!("{} got EPERM deleting {} {}; its flags could not be read.", a.actor.description, shown(&path), place(a));
+            f.summary = format!(
+                "{} got EPERM deleting {} {}; its flags could not be read.",
+                a.actor.description,
+                shown(&path),
+                place(a)
+            );
             f.fix = format!("lsattr -d {}", word(&path));
             return Some(f);
         }
@@ -149,7 +163,9 @@ impl ImmutableFile {
                     directory.uid
                 );
                 f.fix = format!("rm -- {}", word(path));
-                f.advice.push("run that removal as root or as the file's owner; or make the remover run as the owner".into());
+                f.advice.push(
+                    "run that removal as root or as the file's owner; or make the remover run as the owner".into(),
+                );
                 return f;
             }
             f.evidence(
@@ -206,7 +222,12 @@ mod tests {
         let mut d = ImmutableFile::default();
         let mut node = FakeNode::default();
         node.flags.insert(LAYER.into(), InodeFlags { immutable: true, append_only: false, raw: 0x10 });
-        let found = run(&mut d, &mut node, &[unlink(0.0, "dockerd", LAYER, -libc::EPERM), unlink(1.0, "dockerd", LAYER, -libc::EPERM)], 1.0);
+        let found = run(
+            &mut d,
+            &mut node,
+            &[unlink(0.0, "dockerd", LAYER, -libc::EPERM), unlink(1.0, "dockerd", LAYER, -libc::EPERM)],
+            1.0,
+        );
         let f = &found[0];
         assert_eq!(f.kind, Kind::ImmutableFile);
         assert_eq!(f.confidence, Confidence::Confirmed);

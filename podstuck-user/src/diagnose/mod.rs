@@ -326,7 +326,12 @@ pub struct DiagnoseOptions {
 
 impl Default for DiagnoseOptions {
     fn default() -> DiagnoseOptions {
-        DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "<node>".into(), host_mntns: 0, in_container: false }
+        DiagnoseOptions {
+            hung_after: Duration::from_secs(5),
+            node_name: "<node>".into(),
+            host_mntns: 0,
+            in_container: false,
+        }
     }
 }
 
@@ -427,7 +432,8 @@ impl Diagnoser {
             self.shown.retain(|_, s| !(done(s) && now.duration_since(s.told_at).unwrap_or_default() >= after));
         }
         if self.shown.len() > MAX_FINDINGS_KEPT {
-            let mut resolved: Vec<(SystemTime, String)> = self.shown.iter().filter(|(_, s)| done(s)).map(|(id, s)| (s.told_at, id.clone())).collect();
+            let mut resolved: Vec<(SystemTime, String)> =
+                self.shown.iter().filter(|(_, s)| done(s)).map(|(id, s)| (s.told_at, id.clone())).collect();
             resolved.sort();
             for (_, id) in resolved.into_iter().take(self.shown.len() - MAX_FINDINGS_KEPT) {
                 self.shown.remove(&id);
@@ -471,7 +477,10 @@ impl Diagnoser {
                 finding.status = Status::Resolved;
                 finding.revision += 1;
                 // Not over, only told elsewhere: its words say where, and the fix is the root's.
-                finding.summary = format!("Told under {root} from now on, as a consequence of it. Seen before that: \"{}\"", finding.summary.trim_end());
+                finding.summary = format!(
+                    "Told under {root} from now on, as a consequence of it. Seen before that: \"{}\"",
+                    finding.summary.trim_end()
+                );
                 finding.fix.clear();
                 finding.advice.clear();
                 finding.evidence("consequence", format!("a consequence of {root}, told under it"));
@@ -490,7 +499,8 @@ impl Diagnoser {
                         continue;
                     }
                     finding.revision = 1;
-                    let shown = Shown { finding: finding.clone(), last_told: finding.clone(), told: true, told_at: review.now };
+                    let shown =
+                        Shown { finding: finding.clone(), last_told: finding.clone(), told: true, told_at: review.now };
                     self.shown.insert(finding.id.clone(), shown);
                     reports.push(Report::New(finding));
                 }
@@ -537,7 +547,11 @@ impl Diagnoser {
     /// Every finding told so far, in its latest state, most severe first.
     pub fn findings(&self) -> Vec<&Finding> {
         let mut all: Vec<&Finding> = self.shown.values().map(|s| &s.finding).collect();
-        all.sort_by(|a, b| (b.status == Status::Active, b.severity).cmp(&(a.status == Status::Active, a.severity)).then(a.first_seen.cmp(&b.first_seen)));
+        all.sort_by(|a, b| {
+            (b.status == Status::Active, b.severity)
+                .cmp(&(a.status == Status::Active, a.severity))
+                .then(a.first_seen.cmp(&b.first_seen))
+        });
         all
     }
 }
@@ -584,7 +598,12 @@ mod tests {
     }
 
     fn scripted(next: &std::rc::Rc<std::cell::RefCell<Vec<Finding>>>) -> Diagnoser {
-        Diagnoser { detectors: vec![Box::new(Scripted { next: next.clone() })], shown: BTreeMap::new(), in_container: false, forget_resolved_after: None }
+        Diagnoser {
+            detectors: vec![Box::new(Scripted { next: next.clone() })],
+            shown: BTreeMap::new(),
+            in_container: false,
+            forget_resolved_after: None,
+        }
     }
 
     fn finding(count: u64, confidence: Confidence, status: Status) -> Finding {
@@ -600,7 +619,8 @@ mod tests {
         let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let mut d = scripted(&next);
         let mut node = FakeNode::default();
-        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let mut at =
+            |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
         // Resolved before ever told: nothing.
         *next.borrow_mut() = vec![finding(1, Confidence::Likely, Status::Resolved)];
         assert!(at(&mut d, 0.0).is_empty());
@@ -632,19 +652,28 @@ mod tests {
         let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let mut d = scripted(&next);
         let mut node = FakeNode::default();
-        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let mut at =
+            |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
         let mut unsure = finding(2, Confidence::Possible, Status::Active);
         unsure.fix = "umount /x".into();
         unsure.summary = "umount of /x is refused with EBUSY".into();
         *next.borrow_mut() = vec![unsure.clone()];
         let told = at(&mut d, 1.0);
-        assert!(matches!(&told[..], [Report::New(f)] if f.severity == Severity::Warning && f.fix == "umount /x"), "{told:?}");
+        assert!(
+            matches!(&told[..], [Report::New(f)] if f.severity == Severity::Warning && f.fix == "umount /x"),
+            "{told:?}"
+        );
         unsure.status = Status::Resolved;
         *next.borrow_mut() = vec![unsure];
         let over = at(&mut d, 2.0);
         let [Report::Update(f)] = &over[..] else { panic!("{over:?}") };
         assert!(f.fix.is_empty() && f.severity == Severity::Warning, "{f:?}");
-        assert!(f.summary.starts_with("A mount was held busy and its unmount refused from ") && f.summary.ends_with("\"umount of /x is refused with EBUSY\""), "{}", f.summary);
+        assert!(
+            f.summary.starts_with("A mount was held busy and its unmount refused from ")
+                && f.summary.ends_with("\"umount of /x is refused with EBUSY\""),
+            "{}",
+            f.summary
+        );
         assert_eq!(d.findings()[0].summary, f.summary, "the closing summary has the same words");
     }
 
@@ -653,8 +682,15 @@ mod tests {
         let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let mut d = scripted(&next);
         let mut node = FakeNode::default();
-        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
-        let actor = FindingActor { pid: 7, comm: "csi".into(), parent: "kubelet".into(), role: "csi-plugin", description: "csi".into() };
+        let mut at =
+            |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let actor = FindingActor {
+            pid: 7,
+            comm: "csi".into(),
+            parent: "kubelet".into(),
+            role: "csi-plugin",
+            description: "csi".into(),
+        };
         let mut retry = Finding::new(Kind::NotMounted, "/v", Severity::Warning, t(0.0));
         retry.actor = Some(actor.clone());
         retry.summary = "csi unmounts /v, which is not mounted".into();
@@ -665,7 +701,8 @@ mod tests {
         root.actor = Some(actor);
         *next.borrow_mut() = vec![retry, root.clone()];
         let told = at(&mut d, 2.0);
-        let folded = told.iter().map(Report::finding).find(|f| f.kind == Kind::NotMounted).expect("the folded finding is told");
+        let folded =
+            told.iter().map(Report::finding).find(|f| f.kind == Kind::NotMounted).expect("the folded finding is told");
         assert_eq!(folded.status, Status::Resolved);
         assert_eq!(folded.summary, format!("Told under {} from now on, as a consequence of it. Seen before that: \"csi unmounts /v, which is not mounted\"", root.id));
         assert!(folded.fix.is_empty(), "{folded:?}");
@@ -677,7 +714,8 @@ mod tests {
         let mut d = scripted(&next);
         d.forget_resolved_after(Duration::from_secs(600));
         let mut node = FakeNode::default();
-        let mut at = |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let mut at =
+            |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
         let numbered = |n: usize, status| {
             let mut f = finding(1, Confidence::Likely, status);
             f.id = format!("f{n}");
@@ -686,7 +724,9 @@ mod tests {
         // Many findings come and go, as pods churn; one stays.
         *next.borrow_mut() = (0..MAX_FINDINGS_KEPT + 100).map(|n| numbered(n, Status::Active)).collect();
         assert_eq!(at(&mut d, 0.0).len(), MAX_FINDINGS_KEPT + 100);
-        *next.borrow_mut() = (0..MAX_FINDINGS_KEPT + 100).map(|n| numbered(n, if n == 7 { Status::Active } else { Status::Resolved })).collect();
+        *next.borrow_mut() = (0..MAX_FINDINGS_KEPT + 100)
+            .map(|n| numbered(n, if n == 7 { Status::Active } else { Status::Resolved }))
+            .collect();
         assert_eq!(at(&mut d, 10.0).len(), MAX_FINDINGS_KEPT + 99, "every end told");
         assert_eq!(d.findings().len(), MAX_FINDINGS_KEPT, "past the cap, resolved ones go");
         assert!(d.findings().iter().any(|f| f.id == "f7"));
@@ -694,6 +734,10 @@ mod tests {
         at(&mut d, 609.0);
         assert_eq!(d.findings().len(), MAX_FINDINGS_KEPT);
         at(&mut d, 611.0);
-        assert_eq!(d.findings().iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["f7"], "ten minutes after their end");
+        assert_eq!(
+            d.findings().iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+            ["f7"],
+            "ten minutes after their end"
+        );
     }
 }

@@ -61,20 +61,36 @@ impl MountHeld {
     }
 
     /// The path is a mountpoint: who or what keeps it busy.
-    fn mounted(a: &Attempts, f: &mut Finding, node: &mut dyn NodeInspector, view: &CallerView, mounts: &[Mount], mount: &Mount) {
+    fn mounted(
+        a: &Attempts,
+        f: &mut Finding,
+        node: &mut dyn NodeInspector,
+        view: &CallerView,
+        mounts: &[Mount],
+        mount: &Mount,
+    ) {
         let path = view.path.as_slice();
         let rhythm = a.rhythm_words();
         let unmounting = a.syscall == podstuck_common::Syscall::Umount2;
-        f.evidence("mountinfo", format!("{} is a {} mount of {} (mount id {})", shown(path), mount.fstype, mount.source, mount.id));
+        f.evidence(
+            "mountinfo",
+            format!("{} is a {} mount of {} (mount id {})", shown(path), mount.fstype, mount.source, mount.id),
+        );
         // Another namespace's copy can only refuse an unmount that reaches
         // it; removing a directory is never blocked from another namespace.
         let copies: Vec<MountCopy> = if unmounting {
-            node.mount_copies(mount, view.mntns).into_iter().filter(|c| copy_can_block_unmount(mount, &c.propagation)).collect()
+            node.mount_copies(mount, view.mntns)
+                .into_iter()
+                .filter(|c| copy_can_block_unmount(mount, &c.propagation))
+                .collect()
         } else {
             Vec::new()
         };
-        let holders: Vec<MountHolder> =
-            node.mount_holders(mount, view.mntns).into_iter().filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns)).collect();
+        let holders: Vec<MountHolder> = node
+            .mount_holders(mount, view.mntns)
+            .into_iter()
+            .filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns))
+            .collect();
         let below: Vec<Mount> = mounts_under(mounts, path).into_iter().cloned().collect();
         Self::busy_evidence(f, &holders, &copies, &below);
         let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(path), mount.fstype);
@@ -91,7 +107,8 @@ impl MountHeld {
             // A leftover debug pod is no workload: deleting it is the fix.
             match h.owner.as_ref().filter(|o| o.is_debug_pod()).and_then(|o| Some((o.words(), o.delete_pod()?))) {
                 Some((pod, delete)) => {
-                    f.summary = format!("{what}: {pod} holds a copy of the mount: {holder}. Delete it: {delete}. {failed}.");
+                    f.summary =
+                        format!("{what}: {pod} holds a copy of the mount: {holder}. Delete it: {delete}. {failed}.");
                     f.fix = delete;
                     f.advice.push(format!("or, keeping the pod: {unmount}"));
                 }
@@ -106,7 +123,16 @@ impl MountHeld {
             let mut pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
             pids.dedup();
             let h = &holders[0];
-            let verb = if unmounting { what.clone() } else { format!("{} cannot remove {}: it is still mounted ({}) and", a.actor.description, shown(path), mount.fstype) };
+            let verb = if unmounting {
+                what.clone()
+            } else {
+                format!(
+                    "{} cannot remove {}: it is still mounted ({}) and",
+                    a.actor.description,
+                    shown(path),
+                    mount.fstype
+                )
+            };
             f.summary = format!("{verb}: pid {} ({}) {}. {failed}.", h.pid, h.comm, hold_words(h.how));
             f.fix = format!("kill {}", pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "));
             f.advice.push(format!(
@@ -124,7 +150,8 @@ impl MountHeld {
                 mount.source
             );
             f.fix = format!("umount {}", word(path));
-            f.advice.push("never rm -rf a directory that is still a mountpoint: it deletes what is mounted there".into());
+            f.advice
+                .push("never rm -rf a directory that is still a mountpoint: it deletes what is mounted there".into());
         } else if !below.is_empty() {
             f.confidence = Confidence::Confirmed;
             let mut subs: Vec<&Mount> = below.iter().collect();
@@ -174,15 +201,31 @@ impl MountHeld {
     /// Nothing is mounted at the path in the caller's table: the directory
     /// may still carry a mount reached by another path (a bind view of a
     /// parent), or it was unmounted since the call.
-    fn not_mounted_there(a: &Attempts, f: &mut Finding, node: &mut dyn NodeInspector, view: &CallerView, mounts: &[Mount]) {
+    fn not_mounted_there(
+        a: &Attempts,
+        f: &mut Finding,
+        node: &mut dyn NodeInspector,
+        view: &CallerView,
+        mounts: &[Mount],
+    ) {
         let path = view.path.as_slice();
         let whose = view.whose();
         let failed = format!("{}{}", a.failed_words(), a.rhythm_words());
         let mut twins: Vec<Mount> = mounts_on_same_dir(mounts, path).into_iter().cloned().collect();
         if twins.is_empty() {
             f.confidence = Confidence::Possible;
-            f.evidence("mountinfo", format!("{} is not a mountpoint now in {whose}, and no mount sits on its directory by another path", shown(path)));
-            f.summary = format!("{} got EBUSY on {}, which is not mounted now: the next retry should succeed. {failed}.", a.actor.description, shown(path));
+            f.evidence(
+                "mountinfo",
+                format!(
+                    "{} is not a mountpoint now in {whose}, and no mount sits on its directory by another path",
+                    shown(path)
+                ),
+            );
+            f.summary = format!(
+                "{} got EBUSY on {}, which is not mounted now: the next retry should succeed. {failed}.",
+                a.actor.description,
+                shown(path)
+            );
             f.fix = format!("findmnt {}", word(path));
             return;
         }
@@ -208,7 +251,12 @@ impl MountHeld {
         }
         let views = twins.iter().map(|m| shown(&m.mount_point)).collect::<Vec<_>>().join(", ");
         let held = match holders.first() {
-            Some(h) => format!(" pid {} ({}) {}, so a plain umount of it would be refused too.", h.pid, h.comm, hold_words(h.how)),
+            Some(h) => format!(
+                " pid {} ({}) {}, so a plain umount of it would be refused too.",
+                h.pid,
+                h.comm,
+                hold_words(h.how)
+            ),
             None => String::new(),
         };
         f.summary = format!(
@@ -217,9 +265,14 @@ impl MountHeld {
             shown(path),
         );
         f.fix = twins.iter().map(|m| format!("umount -l {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && ");
-        f.advice.push("umount -l detaches the view's copy at once, even while a process sits in it; then the next retry succeeds".into());
+        f.advice.push(
+            "umount -l detaches the view's copy at once, even while a process sits in it; then the next retry succeeds"
+                .into(),
+        );
         f.advice.push("find what made the view (findmnt -o TARGET,SOURCE,PROPAGATION) so it is not made again".into());
-        if let Some(pids) = (!holders.is_empty()).then(|| holders.iter().map(|h| h.pid.to_string()).collect::<Vec<_>>().join(" ")) {
+        if let Some(pids) =
+            (!holders.is_empty()).then(|| holders.iter().map(|h| h.pid.to_string()).collect::<Vec<_>>().join(" "))
+        {
             f.advice.push(format!("the processes in the view ({pids}) keep its files open; stop them once the view is gone if they belong to nothing"));
         }
     }
@@ -235,7 +288,10 @@ impl Detector for MountHeld {
             // Pod volumes, subpaths and cgroups have their own detectors.
             Some(libc::EBUSY)
                 if removes_dir(event)
-                    && !matches!(identity.path_area, Some(PathArea::Volume | PathArea::VolumeSubpath | PathArea::PodCgroup)) =>
+                    && !matches!(
+                        identity.path_area,
+                        Some(PathArea::Volume | PathArea::VolumeSubpath | PathArea::PodCgroup)
+                    ) =>
             {
                 self.failures.failed(path, event, identity)
             }
@@ -261,7 +317,15 @@ mod tests {
     }
 
     fn holder(other_namespace: bool, how: HoldKind) -> MountHolder {
-        MountHolder { pid: 3131, comm: "sleep".into(), how, path: ROOTFS.into(), mntns: 4026532999, other_namespace, owner: None }
+        MountHolder {
+            pid: 3131,
+            comm: "sleep".into(),
+            how,
+            path: ROOTFS.into(),
+            mntns: 4026532999,
+            other_namespace,
+            owner: None,
+        }
     }
 
     #[test]
@@ -270,13 +334,18 @@ mod tests {
         // its systemd, pid 700) cannot unmount a rootfs a process of the
         // same node container still sits in.
         const NODE_NS: u64 = 4026532500;
-        let mut node = FakeNode::with_mounts(&[]).with_namespace(NODE_NS, 700, "systemd", &[&format!("60 {ROOTFS} overlay")]);
+        let mut node =
+            FakeNode::with_mounts(&[]).with_namespace(NODE_NS, 700, "systemd", &[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![MountHolder { mntns: NODE_NS, ..holder(false, HoldKind::Cwd) }];
         let calls: Vec<Call> = bursts().into_iter().map(|c| c.in_namespace(NODE_NS)).collect();
         let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.fix, "kill 3131");
-        assert!(f.advice.iter().any(|a| a.contains(&format!("nsenter -t 700 -m -- umount -l {ROOTFS}"))), "{:?}", f.advice);
+        assert!(
+            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 700 -m -- umount -l {ROOTFS}"))),
+            "{:?}",
+            f.advice
+        );
         // No holder: the lazy unmount is the fix, run in that namespace.
         node.holders.clear();
         let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
@@ -288,7 +357,14 @@ mod tests {
         let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(true, HoldKind::Cwd)];
-        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec!["master:60".into()], owner: None }];
+        node.copies = vec![MountCopy {
+            mntns: 4026532999,
+            pid: 3131,
+            comm: "sleep".into(),
+            mount_point: ROOTFS.into(),
+            propagation: vec!["master:60".into()],
+            owner: None,
+        }];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
@@ -307,25 +383,45 @@ mod tests {
             container: Some(container.into()),
             ..Owner::default()
         };
-        let copy = MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec!["master:60".into()], owner: None };
+        let copy = MountCopy {
+            mntns: 4026532999,
+            pid: 3131,
+            comm: "sleep".into(),
+            mount_point: ROOTFS.into(),
+            propagation: vec!["master:60".into()],
+            owner: None,
+        };
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![MountHolder { owner: Some(pod("web-0", "app")), ..holder(true, HoldKind::Cwd) }];
         node.copies = vec![copy.clone()];
         let f = &run(&mut MountHeld::default(), &mut node, &bursts(), 1.0)[0];
-        assert!(f.summary.contains("pid 3131 (sleep) of pod default/web-0 (container app) in another mount namespace"), "{}", f.summary);
+        assert!(
+            f.summary.contains("pid 3131 (sleep) of pod default/web-0 (container app) in another mount namespace"),
+            "{}",
+            f.summary
+        );
         assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"));
 
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
-        node.holders = vec![MountHolder { owner: Some(pod("node-debugger-node-1-abcde", "debugger")), ..holder(true, HoldKind::Cwd) }];
+        node.holders = vec![MountHolder {
+            owner: Some(pod("node-debugger-node-1-abcde", "debugger")),
+            ..holder(true, HoldKind::Cwd)
+        }];
         node.copies = vec![copy];
         let f = &run(&mut MountHeld::default(), &mut node, &bursts(), 1.0)[0];
         assert!(
-            f.summary.contains("the leftover kubectl debug pod default/node-debugger-node-1-abcde holds a copy of the mount"),
+            f.summary.contains(
+                "the leftover kubectl debug pod default/node-debugger-node-1-abcde holds a copy of the mount"
+            ),
             "{}",
             f.summary
         );
         assert_eq!(f.fix, "kubectl delete pod -n default node-debugger-node-1-abcde");
-        assert!(f.advice.iter().any(|a| a.contains(&format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"))), "{:?}", f.advice);
+        assert!(
+            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"))),
+            "{:?}",
+            f.advice
+        );
         assert!(f.evidence.iter().any(|e| e.fact.contains("of the leftover kubectl debug pod")), "{:?}", f.evidence);
     }
 
@@ -353,7 +449,11 @@ mod tests {
     #[test]
     fn submounts_are_unmounted_deepest_first() {
         let mut d = MountHeld::default();
-        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay"), &format!("61 {ROOTFS}/proc proc"), &format!("62 {ROOTFS}/proc/sys/fs/binfmt_misc binfmt_misc")]);
+        let mut node = FakeNode::with_mounts(&[
+            &format!("60 {ROOTFS} overlay"),
+            &format!("61 {ROOTFS}/proc proc"),
+            &format!("62 {ROOTFS}/proc/sys/fs/binfmt_misc binfmt_misc"),
+        ]);
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.fix, format!("umount {ROOTFS}/proc/sys/fs/binfmt_misc && umount {ROOTFS}/proc"));
     }
@@ -378,7 +478,8 @@ mod tests {
         node.symlinks.push(("/var/run".into(), "/run".into()));
         node.holders = vec![holder(false, HoldKind::Cwd)];
         let spelled = ROOTFS.replacen("/run/", "/var/run/", 1);
-        let calls: Vec<Call> = (0..10).map(|i| umount(i as f64 * 0.05, "containerd-shim", &spelled, -libc::EBUSY)).collect();
+        let calls: Vec<Call> =
+            (0..10).map(|i| umount(i as f64 * 0.05, "containerd-shim", &spelled, -libc::EBUSY)).collect();
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.confidence, Confidence::Confirmed, "{}", f.summary);
         assert_eq!(f.fix, "kill 3131");
@@ -392,7 +493,14 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         // unshare -m: a private copy, its holder sitting in it.
         node.holders = vec![holder(true, HoldKind::Cwd)];
-        node.copies = vec![MountCopy { mntns: 4026532999, pid: 3131, comm: "sleep".into(), mount_point: ROOTFS.into(), propagation: vec![], owner: None }];
+        node.copies = vec![MountCopy {
+            mntns: 4026532999,
+            pid: 3131,
+            comm: "sleep".into(),
+            mount_point: ROOTFS.into(),
+            propagation: vec![],
+            owner: None,
+        }];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert!(!f.summary.contains("another mount namespace"), "{}", f.summary);
         assert!(!f.evidence.iter().any(|e| e.fact.contains("3131")), "{:?}", f.evidence);
@@ -413,7 +521,15 @@ mod tests {
                 .into(),
             ..Default::default()
         };
-        node.holders = vec![MountHolder { pid: 4444, comm: "backup".into(), how: HoldKind::Cwd, path: b"/backup/view/merged".to_vec(), mntns: 4026531840, other_namespace: false, owner: None }];
+        node.holders = vec![MountHolder {
+            pid: 4444,
+            comm: "backup".into(),
+            how: HoldKind::Cwd,
+            path: b"/backup/view/merged".to_vec(),
+            mntns: 4026531840,
+            other_namespace: false,
+            owner: None,
+        }];
         let calls: Vec<Call> = (0..5).map(|i| rmdir(i as f64 * 0.1, "dockerd", merged, -libc::EBUSY)).collect();
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);

@@ -65,7 +65,9 @@ impl NotMounted {
                     return Some(f);
                 }
                 f.confidence = Confidence::Confirmed;
-                let on = mount_containing(mounts, &path).map(|m| format!(" (it is a plain directory on {})", m.fstype)).unwrap_or_default();
+                let on = mount_containing(mounts, &path)
+                    .map(|m| format!(" (it is a plain directory on {})", m.fstype))
+                    .unwrap_or_default();
                 f.evidence("mountinfo", format!("{} is not a mountpoint in {whose}{on}", shown(&path)));
             }
             Err(why) => f.evidence("mountinfo", format!("unreadable: {why}")),
@@ -91,13 +93,16 @@ impl NotMounted {
             Ok(false) => {
                 f.evidence("directory", format!("{} is not empty", shown(&path)));
                 f.fix = format!("ls -la {}", word(&path));
-                f.advice.push("look at what is left there before removing it: it may be data that was never on the volume".into());
+                f.advice.push(
+                    "look at what is left there before removing it: it may be data that was never on the volume".into(),
+                );
             }
             _ => f.fix = format!("rmdir {}", word(&path)),
         }
         f.fix = view.fix(std::mem::take(&mut f.fix));
         if volume || a.actor.role == Role::CsiPlugin.as_str() {
-            f.advice.push("upgrade the CSI driver: NodeUnpublishVolume must succeed when the target is not mounted".into());
+            f.advice
+                .push("upgrade the CSI driver: NodeUnpublishVolume must succeed when the target is not mounted".into());
         }
         Some(f)
     }
@@ -108,7 +113,9 @@ impl Detector for NotMounted {
         let Ok(path) = &identity.abs_path else { return };
         match event.errno() {
             None if unmounts(event) || removes(event) => self.failures.succeeded(path, event.time),
-            Some(libc::EINVAL) if unmounts(event) && !unmounts_idempotently(identity.actor.role) => self.failures.failed(path, event, identity),
+            Some(libc::EINVAL) if unmounts(event) && !unmounts_idempotently(identity.actor.role) => {
+                self.failures.failed(path, event, identity)
+            }
             _ => {}
         }
     }
@@ -128,7 +135,11 @@ mod tests {
         let mut d = NotMounted::default();
         let mut node = FakeNode::with_mounts(&[]);
         let m = csi_mount();
-        let calls = [umount(0.0, "umount", &m, -libc::EINVAL), umount(0.5, "umount", &m, -libc::EINVAL), umount(1.5, "umount", &m, -libc::EINVAL)];
+        let calls = [
+            umount(0.0, "umount", &m, -libc::EINVAL),
+            umount(0.5, "umount", &m, -libc::EINVAL),
+            umount(1.5, "umount", &m, -libc::EINVAL),
+        ];
         let f = &run(&mut d, &mut node, &calls, 2.0)[0];
         assert_eq!(f.kind, Kind::NotMounted);
         assert_eq!(f.confidence, Confidence::Confirmed);
@@ -151,7 +162,11 @@ mod tests {
         let dir = "/var/lib/docker/containers/0123abcd";
         let calls: Vec<Call> = ["dockerd", "containerd", "containerd-shim", "runc"]
             .iter()
-            .flat_map(|comm| (0..5).map(move |i| call(i as f64, comm, podstuck_common::Syscall::Umount2, libc::MNT_DETACH as u64, dir, -libc::EINVAL)))
+            .flat_map(|comm| {
+                (0..5).map(move |i| {
+                    call(i as f64, comm, podstuck_common::Syscall::Umount2, libc::MNT_DETACH as u64, dir, -libc::EINVAL)
+                })
+            })
             .collect();
         assert!(run(&mut d, &mut node, &calls, 10.0).is_empty());
     }
@@ -161,7 +176,10 @@ mod tests {
         let mut d = NotMounted::default();
         let mut node = FakeNode::with_mounts(&["60 /run/x/rootfs overlay"]);
         node.symlinks.push(("/var/run".into(), "/run".into()));
-        let calls = [umount(0.0, "umount", "/var/run/x/rootfs", -libc::EINVAL), umount(0.5, "umount", "/var/run/x/rootfs", -libc::EINVAL)];
+        let calls = [
+            umount(0.0, "umount", "/var/run/x/rootfs", -libc::EINVAL),
+            umount(0.5, "umount", "/var/run/x/rootfs", -libc::EINVAL),
+        ];
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.confidence, Confidence::Possible, "it is mounted: {}", f.summary);
         assert!(f.evidence.iter().any(|e| e.fact.contains("/var/run/x/rootfs is /run/x/rootfs")), "{:?}", f.evidence);
@@ -172,7 +190,10 @@ mod tests {
         let mut d = NotMounted::default();
         let mut node = FakeNode::with_mounts(&[]);
         node.dirs.insert(b"/srv/app/data".to_vec(), vec!["keep.db"]);
-        let calls = [umount(0.0, "backup-agent", "/srv/app/data", -libc::EINVAL), umount(5.0, "backup-agent", "/srv/app/data", -libc::EINVAL)];
+        let calls = [
+            umount(0.0, "backup-agent", "/srv/app/data", -libc::EINVAL),
+            umount(5.0, "backup-agent", "/srv/app/data", -libc::EINVAL),
+        ];
         let f = &run(&mut d, &mut node, &calls, 6.0)[0];
         assert!(!f.summary.contains("CSI"), "{}", f.summary);
         assert_eq!(f.fix, "ls -la /srv/app/data");

@@ -21,14 +21,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 
 use super::track::RECHECK;
-use crate::words::latency_in_microseconds;
-use super::{human_duration, removes, shown, Confidence, CountedCalls, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
-use podstuck_common::Syscall;
+use super::{
+    human_duration, removes, shown, Confidence, CountedCalls, Detector, Finding, FindingActor, Kind, Review, Severity,
+    Status,
+};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
 use crate::inspect::mounts::is_at_or_below;
 use crate::inspect::{EntryEstimate, NodeInspector};
+use crate::words::latency_in_microseconds;
+use podstuck_common::Syscall;
 
 /// A storm has at least this many calls...
 const STORM_CALLS: u64 = 20_000;
@@ -89,7 +92,9 @@ fn depth(path: &[u8]) -> usize {
 /// `prefix`: below it, one of its parents (the climb back up), or a sibling
 /// a level up (the tree was first seen from one of its subdirectories).
 fn joins(prefix: &[u8], path: &[u8]) -> bool {
-    is_at_or_below(path, prefix) || is_at_or_below(prefix, path) || depth(&common_dir(prefix, path)) + 1 >= depth(prefix)
+    is_at_or_below(path, prefix)
+        || is_at_or_below(prefix, path)
+        || depth(&common_dir(prefix, path)) + 1 >= depth(prefix)
 }
 
 /// Whether two paths removed by one process elsewhere than its storm are
@@ -142,7 +147,8 @@ impl Storm {
             Some(i) => i,
             None => {
                 if self.others.len() >= OTHER_TREES_KEPT {
-                    let smallest = self.others.iter().enumerate().min_by_key(|(_, (_, n))| *n).map(|(i, _)| i).unwrap_or(0);
+                    let smallest =
+                        self.others.iter().enumerate().min_by_key(|(_, (_, n))| *n).map(|(i, _)| i).unwrap_or(0);
                     self.others.swap_remove(smallest);
                 }
                 self.others.push((path.to_vec(), 0));
@@ -175,7 +181,8 @@ impl Storm {
     /// Calls per second over the last complete seconds before `now`.
     fn current_rate(&self, now: SystemTime) -> f64 {
         let now_s = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-        let window: Vec<&(u64, u64)> = self.per_second.iter().filter(|(s, _)| *s + RATE_WINDOW as u64 >= now_s && *s < now_s).collect();
+        let window: Vec<&(u64, u64)> =
+            self.per_second.iter().filter(|(s, _)| *s + RATE_WINDOW as u64 >= now_s && *s < now_s).collect();
         if window.is_empty() {
             // Younger than a second, or the calls are all in this second.
             return self.mean_rate();
@@ -255,7 +262,14 @@ impl RemovalStorm {
             f.evidence("trace", format!("{others} more removal calls by the same process elsewhere, not counted here"));
         }
         if s.latency.is_some() {
-            f.evidence("trace", format!("latency per call: p50 {}, p99 {}", latency_in_microseconds(p50, 1), latency_in_microseconds(p99, 1)));
+            f.evidence(
+                "trace",
+                format!(
+                    "latency per call: p50 {}, p99 {}",
+                    latency_in_microseconds(p50, 1),
+                    latency_in_microseconds(p99, 1)
+                ),
+            );
         }
         f.detail("calls", counts.calls);
         f.detail("failed", counts.failed);
@@ -286,12 +300,18 @@ impl RemovalStorm {
             );
         }
         f.fix = format!("kubectl drain {} --ignore-daemonsets --delete-emptydir-data", self.node_name);
-        f.advice.push("drain the node so no new pods wait behind the removal, and let it finish; it cannot be sped up safely".into());
+        f.advice.push(
+            "drain the node so no new pods wait behind the removal, and let it finish; it cannot be sped up safely"
+                .into(),
+        );
         f.advice.push(format!(
             "to pause the writer while you decide: kill -STOP {pid} (resume with kill -CONT {pid})",
             pid = s.actor.pid
         ));
-        f.advice.push("then find who filled it (a container writing millions of small files into a volume) before it comes back".into());
+        f.advice.push(
+            "then find who filled it (a container writing millions of small files into a volume) before it comes back"
+                .into(),
+        );
         f
     }
 }
@@ -314,7 +334,10 @@ fn remaining(f: &mut Finding, s: &Storm, gone: bool, rate: f64) -> String {
                 (false, "counted") => ("", String::new()),
                 (false, method) => ("About ", format!(" (estimated from the {method})")),
             };
-            f.evidence("directory", format!("{}{} entries left under {} ({})", bound.to_lowercase(), e.entries, shown(&s.prefix), e.method));
+            f.evidence(
+                "directory",
+                format!("{}{} entries left under {} ({})", bound.to_lowercase(), e.entries, shown(&s.prefix), e.method),
+            );
             f.detail("remaining", e.entries);
             f.detail("remaining_at_least", e.at_least);
             f.confidence = Confidence::Confirmed;
@@ -323,7 +346,10 @@ fn remaining(f: &mut Finding, s: &Storm, gone: bool, rate: f64) -> String {
                 let eta = e.entries as f64 / rate;
                 f.detail("eta_s", eta.round());
                 let more = if e.at_least { " or more" } else { "" };
-                format!("{left}: {}{more} at this rate.", human_duration(Duration::try_from_secs_f64(eta).unwrap_or(Duration::MAX)))
+                format!(
+                    "{left}: {}{more} at this rate.",
+                    human_duration(Duration::try_from_secs_f64(eta).unwrap_or(Duration::MAX))
+                )
             } else {
                 f.detail("eta_s", serde_json::Value::Null);
                 format!("{left}.")
@@ -365,7 +391,9 @@ const GONE: &str = "the directory is gone";
 /// How many entries are left under `prefix`, "gone" when it no longer exists.
 fn estimate(node: &mut dyn NodeInspector, prefix: &[u8]) -> Result<EntryEstimate, String> {
     match node.remaining_entries(prefix) {
-        Err(e) if e.0.contains("no such file") => Ok(EntryEstimate { entries: 0, at_least: false, method: GONE.into() }),
+        Err(e) if e.0.contains("no such file") => {
+            Ok(EntryEstimate { entries: 0, at_least: false, method: GONE.into() })
+        }
         other => other.map_err(|e| e.0),
     }
 }
@@ -393,7 +421,9 @@ impl Detector for RemovalStorm {
         self.latest = self.latest.max(Some(event.time));
         self.fresh = true;
         if !self.by_pid.contains_key(&event.pid) && self.by_pid.len() >= ACTORS_KEPT {
-            if let Some(stalest) = self.by_pid.iter().filter(|(_, s)| !s.reported).min_by_key(|(_, s)| s.last).map(|(p, _)| *p) {
+            if let Some(stalest) =
+                self.by_pid.iter().filter(|(_, s)| !s.reported).min_by_key(|(_, s)| s.last).map(|(p, _)| *p)
+            {
                 self.by_pid.remove(&stalest);
             } else {
                 return;
@@ -434,7 +464,9 @@ impl Detector for RemovalStorm {
         }
         // Latency of the calls streamed: a sample of the storm's.
         if storm.calls >= LATENCY_FROM {
-            let h = storm.latency.get_or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000_000, 2).expect("valid bounds"));
+            let h = storm
+                .latency
+                .get_or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000_000, 2).expect("valid bounds"));
             h.saturating_record(event.latency_ns.max(1));
         }
     }
@@ -508,7 +540,15 @@ mod tests {
         let mut node = FakeNode::default();
         node.remaining.insert(dir.as_bytes().to_vec(), 150_000);
         for i in 0..2_500u64 {
-            let mut c = call_by(i as f64 / 500.0, "dockerd", 77, Syscall::Unlinkat, libc::AT_REMOVEDIR as u64, &format!("{dir}/d{i:07}"), 0);
+            let mut c = call_by(
+                i as f64 / 500.0,
+                "dockerd",
+                77,
+                Syscall::Unlinkat,
+                libc::AT_REMOVEDIR as u64,
+                &format!("{dir}/d{i:07}"),
+                0,
+            );
             c.event.represents = 20;
             d.observe(&c.event, &c.identity);
         }
@@ -639,7 +679,11 @@ mod tests {
         let done = &run(&mut d, &mut node, &[], 8.5)[0];
         assert_eq!(done.status, Status::Resolved);
         assert!(done.summary.contains("it is done: the tree is gone"), "{}", done.summary);
-        assert!(!done.summary.contains("entries are left") && !done.summary.contains("wait meanwhile"), "{}", done.summary);
+        assert!(
+            !done.summary.contains("entries are left") && !done.summary.contains("wait meanwhile"),
+            "{}",
+            done.summary
+        );
         assert!(run(&mut d, &mut node, &[], 9.0).is_empty());
     }
 
@@ -652,13 +696,25 @@ mod tests {
         remove_all(&mut d, dir, 9, 25_000, 0.0, 10_000.0);
         // dockerd removes a container meanwhile.
         for i in 0..500 {
-            let c = call_by(1.0 + i as f64 / 1000.0, "dockerd", 9, Syscall::Unlinkat, 0, &format!("/var/lib/docker/containers/c1/f{i}"), 0);
+            let c = call_by(
+                1.0 + i as f64 / 1000.0,
+                "dockerd",
+                9,
+                Syscall::Unlinkat,
+                0,
+                &format!("/var/lib/docker/containers/c1/f{i}"),
+                0,
+            );
             d.observe(&c.event, &c.identity);
         }
         let f = &run(&mut d, &mut node, &[], 2.5)[0];
         assert_eq!(f.paths, vec![dir.as_bytes().to_vec()]);
         assert_eq!(f.details["calls"], 50_000);
-        assert!(f.evidence.iter().any(|e| e.fact.contains("500 more removal calls by the same process elsewhere")), "{:?}", f.evidence);
+        assert!(
+            f.evidence.iter().any(|e| e.fact.contains("500 more removal calls by the same process elsewhere")),
+            "{:?}",
+            f.evidence
+        );
     }
 
     #[test]

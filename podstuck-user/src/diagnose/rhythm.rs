@@ -23,7 +23,9 @@ impl Rhythm {
             Rhythm::KubeletHousekeeping => "kubelet housekeeping (every 2 s, no backoff)".into(),
             Rhythm::ContainerdUnmount => "containerd unmount retries (up to 50 tries, 50 ms apart)".into(),
             Rhythm::RuncBurst => "runc cgroup removal burst (5 tries within about 150 ms)".into(),
-            Rhythm::Steady(s) => format!("steady retries every {}", super::human_duration(std::time::Duration::from_secs_f64(s))),
+            Rhythm::Steady(s) => {
+                format!("steady retries every {}", super::human_duration(std::time::Duration::from_secs_f64(s)))
+            }
         }
     }
 }
@@ -54,7 +56,8 @@ pub fn recognise(times: &[SystemTime]) -> Option<Rhythm> {
     if times.len() < 2 {
         return None;
     }
-    let gaps: Vec<f64> = times.windows(2).map(|w| w[1].duration_since(w[0]).unwrap_or_default().as_secs_f64()).collect();
+    let gaps: Vec<f64> =
+        times.windows(2).map(|w| w[1].duration_since(w[0]).unwrap_or_default().as_secs_f64()).collect();
     let fast = gaps.iter().filter(|g| **g < 0.1).count();
     // containerd: most gaps about 50 ms (its bursts may repeat later).
     let fifty = gaps.iter().filter(|g| (0.035..=0.09).contains(*g)).count();
@@ -66,7 +69,9 @@ pub fn recognise(times: &[SystemTime]) -> Option<Rhythm> {
         return Some(Rhythm::RuncBurst);
     }
     // kubelet backoff: each gap about twice the one before, or at the cap.
-    let doubling = gaps.windows(2).all(|w| (w[1] / w[0] >= 1.5 && w[1] / w[0] <= 2.6) || (near(w[0], BACKOFF_CAP, 0.15) && near(w[1], BACKOFF_CAP, 0.15)));
+    let doubling = gaps.windows(2).all(|w| {
+        (w[1] / w[0] >= 1.5 && w[1] / w[0] <= 2.6) || (near(w[0], BACKOFF_CAP, 0.15) && near(w[1], BACKOFF_CAP, 0.15))
+    });
     if gaps.len() >= 2 && doubling && gaps[0] >= 0.3 {
         return Some(Rhythm::KubeletBackoff);
     }

@@ -64,10 +64,19 @@ mod tests {
     #[test]
     fn fixes_from_a_container_act_in_the_nodes_mount_namespace() {
         use super::in_node_namespace;
-        assert_eq!(in_node_namespace("umount /var/lib/kubelet/pods/x/volumes/v"), "nsenter -t 1 -m -- umount /var/lib/kubelet/pods/x/volumes/v");
+        assert_eq!(
+            in_node_namespace("umount /var/lib/kubelet/pods/x/volumes/v"),
+            "nsenter -t 1 -m -- umount /var/lib/kubelet/pods/x/volumes/v"
+        );
         assert_eq!(in_node_namespace("umount -l '/v/a b'"), "nsenter -t 1 -m -- umount -l '/v/a b'");
         assert_eq!(in_node_namespace("umount /a && umount /b"), "nsenter -t 1 -m -- sh -c 'umount /a && umount /b'");
-        for anywhere in ["kill 42 43", "nsenter -t 42 -m -- umount -l /v", "cat /proc/42/stack", "kubectl delete pod -n default node-debugger-x", ""] {
+        for anywhere in [
+            "kill 42 43",
+            "nsenter -t 42 -m -- umount -l /v",
+            "cat /proc/42/stack",
+            "kubectl delete pod -n default node-debugger-x",
+            "",
+        ] {
             assert_eq!(in_node_namespace(anywhere), anywhere);
         }
         // A hostile name inside a joined fix: sh -c gets the fix back byte for byte.
@@ -85,7 +94,11 @@ mod tests {
         f.fix = "umount /v".into();
         super::from_a_container(&mut f);
         assert_eq!(f.fix, "nsenter -t 1 -m -- umount /v");
-        assert!(f.advice.iter().any(|a| a.contains("podstuck runs in a container") && a.contains("on the node")), "{:?}", f.advice);
+        assert!(
+            f.advice.iter().any(|a| a.contains("podstuck runs in a container") && a.contains("on the node")),
+            "{:?}",
+            f.advice
+        );
         f.fix = "kill 42".into();
         let advice = f.advice.len();
         super::from_a_container(&mut f);
@@ -94,7 +107,10 @@ mod tests {
 
     #[test]
     fn paths_become_one_exact_shell_word() {
-        assert_eq!(word(b"/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount"), "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount");
+        assert_eq!(
+            word(b"/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount"),
+            "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount"
+        );
         assert_eq!(word(b"/tmp/a b"), "'/tmp/a b'");
         assert_eq!(word(b"/tmp/it's"), r"'/tmp/it'\''s'");
         assert_eq!(word(b"/tmp/$HOME;rm"), "'/tmp/$HOME;rm'");
@@ -126,7 +142,9 @@ mod tests {
     fn shells() -> Vec<Vec<&'static str>> {
         let mut found = Vec::new();
         for shell in [vec!["dash"], vec!["bash"], vec!["busybox", "sh"]] {
-            if Command::new(shell[0]).arg("-c").arg("true").status().is_ok() || Command::new(shell[0]).args(["sh", "-c", "true"]).status().is_ok() {
+            if Command::new(shell[0]).arg("-c").arg("true").status().is_ok()
+                || Command::new(shell[0]).args(["sh", "-c", "true"]).status().is_ok()
+            {
                 found.push(shell);
             } else {
                 crate::test_support::missing::<()>(
@@ -156,7 +174,8 @@ mod tests {
                 command.args(&shell[1..]).arg("-c").arg(&script).current_dir(&dir.0);
                 let status = command.status().expect("run the shell");
                 assert!(status.success(), "{shell:?} failed on {:?}: {script}", String::from_utf8_lossy(name));
-                let written = std::fs::read(&out).unwrap_or_else(|_| panic!("{shell:?} did not run the stand-in for {name:?}: {script}"));
+                let written = std::fs::read(&out)
+                    .unwrap_or_else(|_| panic!("{shell:?} did not run the stand-in for {name:?}: {script}"));
                 let mut expected = b"1\n".to_vec();
                 expected.extend_from_slice(name);
                 expected.push(0);

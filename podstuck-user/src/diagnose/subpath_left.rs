@@ -39,7 +39,11 @@ impl SubpathLeft {
             return None;
         }
         left.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
-        let key_mount = left.iter().find(|m| is_at_or_below(&m.mount_point, &a.path) || is_at_or_below(&a.path, &m.mount_point)).unwrap_or(&left[0]).clone();
+        let key_mount = left
+            .iter()
+            .find(|m| is_at_or_below(&m.mount_point, &a.path) || is_at_or_below(&a.path, &m.mount_point))
+            .unwrap_or(&left[0])
+            .clone();
         let mut f = Finding::new(Kind::SubpathLeft, &shown(&root), Severity::Critical, a.first);
         a.stamp(&mut f);
         f.paths = vec![key_mount.mount_point.clone()];
@@ -48,7 +52,16 @@ impl SubpathLeft {
         let rhythm = a.rhythm_words();
         f.evidence("trace", a.trace_words());
         for m in &left {
-            f.evidence("mountinfo", format!("{} is still mounted ({} {}, from {})", shown(&m.mount_point), m.fstype, m.source, shown(&m.root)));
+            f.evidence(
+                "mountinfo",
+                format!(
+                    "{} is still mounted ({} {}, from {})",
+                    shown(&m.mount_point),
+                    m.fstype,
+                    m.source,
+                    shown(&m.root)
+                ),
+            );
         }
         let pod = a.pod.as_ref().map(|p| format!(" of pod {p}")).unwrap_or_default();
         f.summary = format!(
@@ -58,7 +71,8 @@ impl SubpathLeft {
             a.actor.description,
             a.failed_words()
         );
-        f.fix = view.fix(left.iter().map(|m| format!("umount {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && "));
+        f.fix =
+            view.fix(left.iter().map(|m| format!("umount {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && "));
         f.advice.push("kubelet removes the directories itself on its next retry".into());
         Some(f)
     }
@@ -103,8 +117,10 @@ mod tests {
     #[test]
     fn in_kubelets_container_the_subpath_is_found_there_and_unmounted_there() {
         let index = format!("{KUBELET}/pods/{POD}/volume-subpaths/config/app/0");
-        let mut node = FakeNode::with_mounts(&[]).with_namespace(4026532500, 812, "kubelet", &[&format!("95 {index} ext4")]);
-        let calls: Vec<Call> = [0.0, 0.5].iter().map(|at| rmdir(*at, "kubelet", &index, -libc::EBUSY).in_namespace(4026532500)).collect();
+        let mut node =
+            FakeNode::with_mounts(&[]).with_namespace(4026532500, 812, "kubelet", &[&format!("95 {index} ext4")]);
+        let calls: Vec<Call> =
+            [0.0, 0.5].iter().map(|at| rmdir(*at, "kubelet", &index, -libc::EBUSY).in_namespace(4026532500)).collect();
         let f = &run(&mut SubpathLeft::default(), &mut node, &calls, 1.0)[0];
         assert_eq!(f.fix, format!("nsenter -t 812 -m -- umount {index}"));
     }

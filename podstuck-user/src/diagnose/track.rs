@@ -104,7 +104,11 @@ impl Attempts {
         if view.path != self.path {
             finding.evidence(
                 "path",
-                format!("{} is {} once symlinks are followed in the caller's root", super::shown(&self.path), super::shown(&view.path)),
+                format!(
+                    "{} is {} once symlinks are followed in the caller's root",
+                    super::shown(&self.path),
+                    super::shown(&view.path)
+                ),
             );
         }
     }
@@ -201,7 +205,11 @@ impl CallerView {
         let ns = self.namespace.as_ref().ok().filter(|ns| !ns.host)?;
         let owner = ns.owner.as_ref().filter(|o| o.pod_uid.is_none())?;
         let name = owner.container.as_deref()?;
-        Some(format!("or through docker: docker exec {} sh -c {}", super::shell::word(name.as_bytes()), super::shell::word(fix.as_bytes())))
+        Some(format!(
+            "or through docker: docker exec {} sh -c {}",
+            super::shell::word(name.as_bytes()),
+            super::shell::word(fix.as_bytes())
+        ))
     }
 }
 
@@ -293,7 +301,11 @@ impl FailureLog {
     /// Walks the tracked paths: `decide` returns the finding for a path, or
     /// None when it is not (yet) one. Succeeded paths are resolved (when a
     /// finding was made of them) and forgotten.
-    pub fn review(&mut self, now: SystemTime, mut decide: impl FnMut(&mut Attempts) -> Option<Finding>) -> Vec<Finding> {
+    pub fn review(
+        &mut self,
+        now: SystemTime,
+        mut decide: impl FnMut(&mut Attempts) -> Option<Finding>,
+    ) -> Vec<Finding> {
         let mut out = Vec::new();
         let mut done = Vec::new();
         for (path, a) in self.by_path.iter_mut() {

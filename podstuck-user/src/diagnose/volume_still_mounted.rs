@@ -15,10 +15,10 @@ use super::shell::word;
 use super::track::{Attempts, FailureLog};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::{errno_name, CallEvent};
+use crate::identify::owner::Owner;
 use crate::identify::pod::PathArea;
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_at;
-use crate::identify::owner::Owner;
 use crate::inspect::MountHolder;
 
 /// What umount2 calls on a path were seen: how many, and the last errno (0 = success).
@@ -73,7 +73,11 @@ pub fn holder_facts(holders: &[MountHolder]) -> Vec<String> {
     holders
         .iter()
         .map(|h| {
-            let ns = if h.other_namespace { format!(", in another mount namespace (mnt:[{}])", h.mntns) } else { String::new() };
+            let ns = if h.other_namespace {
+                format!(", in another mount namespace (mnt:[{}])", h.mntns)
+            } else {
+                String::new()
+            };
             let how = match h.how {
                 crate::inspect::HoldKind::Cwd => "has its current directory at",
                 crate::inspect::HoldKind::Root => "has its root directory at",
@@ -93,7 +97,11 @@ impl UnmountTries {
         } else if self.last_errno == 0 {
             format!("it was unmounted {} time(s) and mounted again", self.count)
         } else {
-            format!("umount was tried {} time(s) and failed with {} (see mount-held)", self.count, errno_name(self.last_errno))
+            format!(
+                "umount was tried {} time(s) and failed with {} (see mount-held)",
+                self.count,
+                errno_name(self.last_errno)
+            )
         }
     }
 }
@@ -119,7 +127,16 @@ impl VolumeStillMounted {
         match view.mounts().map(|m| mount_at(m, &resolved).cloned()) {
             Ok(Some(m)) => {
                 f.confidence = Confidence::Confirmed;
-                f.evidence("mountinfo", format!("{} is a mountpoint in {whose}: {} from {} (mount id {})", shown(&resolved), m.fstype, m.source, m.id));
+                f.evidence(
+                    "mountinfo",
+                    format!(
+                        "{} is a mountpoint in {whose}: {} from {} (mount id {})",
+                        shown(&resolved),
+                        m.fstype,
+                        m.source,
+                        m.id
+                    ),
+                );
                 let holders = review.node.mount_holders(&m, view.mntns);
                 if holders.is_empty() {
                     f.evidence("/proc", "no process has a file, cwd, root or mapping on it");
@@ -159,7 +176,10 @@ impl VolumeStillMounted {
         if volume.starts_with("CSI") && tried.count == 0 {
             f.advice.push("upgrade the CSI driver: its NodeUnpublishVolume returned success without unmounting (see csi-driver-host-path #457)".into());
         }
-        f.advice.push("never rm -rf a directory that is still a mountpoint: it deletes the volume's data (kubernetes #60987)".into());
+        f.advice.push(
+            "never rm -rf a directory that is still a mountpoint: it deletes the volume's data (kubernetes #60987)"
+                .into(),
+        );
         Some(f)
     }
 }
@@ -223,7 +243,8 @@ mod tests {
         let mut d = VolumeStillMounted::default();
         let mut node = mounted();
         let m = csi_mount();
-        let calls: Vec<Call> = [0.0, 0.5, 1.5, 3.5, 7.5, 15.5, 31.5].iter().map(|s| rmdir(*s, "kubelet", &m, -libc::EBUSY)).collect();
+        let calls: Vec<Call> =
+            [0.0, 0.5, 1.5, 3.5, 7.5, 15.5, 31.5].iter().map(|s| rmdir(*s, "kubelet", &m, -libc::EBUSY)).collect();
         let found = run(&mut d, &mut node, &calls, 32.0);
         assert_eq!(found.len(), 1);
         let f = &found[0];
@@ -252,7 +273,10 @@ mod tests {
 
     /// kubelet's short-lived children (pid 100, gone) failing with EBUSY on its backoff.
     fn children_of_kubelet_in_its_namespace() -> Vec<Call> {
-        [0.0, 0.5, 1.5, 3.5].iter().map(|s| rmdir(*s, "kubelet", &csi_mount(), -libc::EBUSY).in_namespace(KUBELET_NS)).collect()
+        [0.0, 0.5, 1.5, 3.5]
+            .iter()
+            .map(|s| rmdir(*s, "kubelet", &csi_mount(), -libc::EBUSY).in_namespace(KUBELET_NS))
+            .collect()
     }
 
     #[test]
@@ -262,8 +286,16 @@ mod tests {
         let m = csi_mount();
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.fix, format!("nsenter -t 900 -m -- umount {m}"));
-        assert!(f.summary.contains(&format!("is still mounted (tmpfs, in kubelet's mount namespace mnt:[{KUBELET_NS}])")), "{}", f.summary);
-        assert!(f.evidence.iter().any(|e| e.fact.starts_with(&format!("{m} is a mountpoint in kubelet's mount namespace"))), "{:?}", f.evidence);
+        assert!(
+            f.summary.contains(&format!("is still mounted (tmpfs, in kubelet's mount namespace mnt:[{KUBELET_NS}])")),
+            "{}",
+            f.summary
+        );
+        assert!(
+            f.evidence.iter().any(|e| e.fact.starts_with(&format!("{m} is a mountpoint in kubelet's mount namespace"))),
+            "{:?}",
+            f.evidence
+        );
     }
 
     #[test]
@@ -273,7 +305,11 @@ mod tests {
         let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
         assert!(f.summary.contains("(docker container kind-control-plane)"), "{}", f.summary);
         let m = csi_mount();
-        assert!(f.advice.contains(&format!("or through docker: docker exec kind-control-plane sh -c 'umount {m}'")), "{:?}", f.advice);
+        assert!(
+            f.advice.contains(&format!("or through docker: docker exec kind-control-plane sh -c 'umount {m}'")),
+            "{:?}",
+            f.advice
+        );
     }
 
     #[test]
@@ -290,7 +326,13 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("50 {m} tmpfs")]);
         let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
         assert_ne!(f.confidence, Confidence::Confirmed);
-        assert!(f.evidence.iter().any(|e| e.fact.contains(&format!("no process is left in mount namespace mnt:[{KUBELET_NS}]"))), "{:?}", f.evidence);
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.fact.contains(&format!("no process is left in mount namespace mnt:[{KUBELET_NS}]"))),
+            "{:?}",
+            f.evidence
+        );
     }
 
     #[test]
@@ -298,7 +340,12 @@ mod tests {
         let mut d = VolumeStillMounted::default();
         let mut node = mounted();
         let m = csi_mount();
-        let first = run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)], 0.6);
+        let first = run(
+            &mut d,
+            &mut node,
+            &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)],
+            0.6,
+        );
         assert!(first[0].summary.contains("EBUSY 2 times"));
         let later = run(&mut d, &mut node, &[rmdir(1.5, "kubelet", &m, -libc::EBUSY)], 1.6);
         assert_eq!(later[0].count, 3);
@@ -311,7 +358,8 @@ mod tests {
         let mut d = VolumeStillMounted::default();
         let mut node = mounted();
         let m = csi_mount();
-        let found = run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, 0)], 10.0);
+        let found =
+            run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, 0)], 10.0);
         assert!(found.is_empty(), "{found:?}");
     }
 
@@ -329,7 +377,12 @@ mod tests {
         let mut d = VolumeStillMounted::default();
         let mut node = mounted();
         let m = csi_mount();
-        let first = run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)], 1.0);
+        let first = run(
+            &mut d,
+            &mut node,
+            &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)],
+            1.0,
+        );
         assert_eq!(first[0].status, super::super::Status::Active);
         let then = run(&mut d, &mut node, &[rmdir(1.5, "kubelet", &m, 0)], 2.0);
         assert_eq!(then.len(), 1);
@@ -351,9 +404,17 @@ mod tests {
             owner: None,
         }];
         let m = csi_mount();
-        let calls = [umount(0.0, "umount", &m, -libc::EBUSY), rmdir(0.1, "kubelet", &m, -libc::EBUSY), rmdir(0.6, "kubelet", &m, -libc::EBUSY)];
+        let calls = [
+            umount(0.0, "umount", &m, -libc::EBUSY),
+            rmdir(0.1, "kubelet", &m, -libc::EBUSY),
+            rmdir(0.6, "kubelet", &m, -libc::EBUSY),
+        ];
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
-        assert!(f.evidence.iter().any(|e| e.fact.contains("pid 4242 (backup) has its current directory at")), "{:?}", f.evidence);
+        assert!(
+            f.evidence.iter().any(|e| e.fact.contains("pid 4242 (backup) has its current directory at")),
+            "{:?}",
+            f.evidence
+        );
         assert!(f.summary.contains("umount was tried 1 time(s) and failed with EBUSY"), "{}", f.summary);
     }
 
@@ -362,10 +423,16 @@ mod tests {
         let mut d = VolumeStillMounted::default();
         let mut node = FakeNode::with_mounts(&[]);
         let m = csi_mount();
-        let f = &run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)], 1.0)[0];
+        let f = &run(
+            &mut d,
+            &mut node,
+            &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)],
+            1.0,
+        )[0];
         assert_eq!(f.confidence, Confidence::Possible);
         let mut other = VolumeStillMounted::default();
-        let calls = [rmdir(0.0, "kubelet", "/mnt/data", -libc::EBUSY), rmdir(0.5, "kubelet", "/mnt/data", -libc::EBUSY)];
+        let calls =
+            [rmdir(0.0, "kubelet", "/mnt/data", -libc::EBUSY), rmdir(0.5, "kubelet", "/mnt/data", -libc::EBUSY)];
         assert!(run(&mut other, &mut node, &calls, 5.0).is_empty());
     }
 }

@@ -108,6 +108,9 @@ mod tests {
         f.summary = "still mounted".into();
         f.fix = "umount /x".into();
         settle(&mut f);
-        assert_eq!((f.severity, f.summary.as_str(), f.fix.as_str()), (Severity::Critical, "still mounted", "umount /x"));
+        assert_eq!(
+            (f.severity, f.summary.as_str(), f.fix.as_str()),
+            (Severity::Critical, "still mounted", "umount /x")
+        );
     }
 }

@@ -87,7 +87,8 @@ type Reach<'a> = &'a dyn Fn(&Path) -> PathBuf;
 /// names reached the same way (relative ones from its directory).
 fn read_kubeconfig(path: &Path, reach: Reach) -> Result<Kubeconfig> {
     let reached = reach(path);
-    let text = read_small(&reached, MAX_KUBECONFIG).map_err(|e| anyhow!("cannot read kubeconfig {}: {e}", path_words(path)))?;
+    let text = read_small(&reached, MAX_KUBECONFIG)
+        .map_err(|e| anyhow!("cannot read kubeconfig {}: {e}", path_words(path)))?;
     let mut config = Kubeconfig::from_yaml(&text).map_err(|e| anyhow!("kubeconfig {}: {e}", path_words(path)))?;
     let dir = path.parent().unwrap_or(Path::new("/"));
     let fix = |file: &mut Option<String>| {
@@ -178,7 +179,10 @@ fn choose(options: &KubeOptions) -> Result<(Kubeconfig, String)> {
     }
     for path in KUBELET_KUBECONFIGS.map(Path::new) {
         if node_file(path).is_file() {
-            return Ok((read_kubeconfig(path, &node_file)?, context(format!("the kubelet's kubeconfig {} (the node's own credentials)", path_words(path)))));
+            return Ok((
+                read_kubeconfig(path, &node_file)?,
+                context(format!("the kubelet's kubeconfig {} (the node's own credentials)", path_words(path))),
+            ));
         }
     }
     Err(anyhow!(
@@ -193,7 +197,8 @@ impl Api {
     pub async fn connect(options: &KubeOptions) -> Result<Api> {
         let (kubeconfig, through) = choose(options)?;
         let kube_options = KubeConfigOptions { context: options.context.clone(), ..Default::default() };
-        let mut config = Config::from_custom_kubeconfig(kubeconfig, &kube_options).await.map_err(|e| anyhow!("{through}: {e}"))?;
+        let mut config =
+            Config::from_custom_kubeconfig(kubeconfig, &kube_options).await.map_err(|e| anyhow!("{through}: {e}"))?;
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(REQUEST_TIMEOUT);
         // One answer now beats retries: a person waits, and watch goes on without.
@@ -254,11 +259,12 @@ impl Api {
                     Some(ns) => (kube::Api::<Pod>::namespaced(self.client.clone(), ns), format!(" in namespace {ns}")),
                     None => (kube::Api::<Pod>::all(self.client.clone()), " in all namespaces".to_string()),
                 };
-                let list = api.list(&ListParams::default()).await.map_err(|e| anyhow!("cannot list pods to find UID {uid}: {}", self.said(e, "list", "pods", &scope)))?;
-                list.items
-                    .into_iter()
-                    .find(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
-                    .ok_or_else(|| PodGone(format!("no pod has UID {uid}{scope}: it is gone already (not stuck)")).into())
+                let list = api.list(&ListParams::default()).await.map_err(|e| {
+                    anyhow!("cannot list pods to find UID {uid}: {}", self.said(e, "list", "pods", &scope))
+                })?;
+                list.items.into_iter().find(|p| p.metadata.uid.as_deref() == Some(uid.as_str())).ok_or_else(|| {
+                    PodGone(format!("no pod has UID {uid}{scope}: it is gone already (not stuck)")).into()
+                })
             }
         }
     }
@@ -266,7 +272,12 @@ impl Api {
     /// The UID of the pod `pod` names.
     pub async fn uid(&self, pod: &PodRef) -> Result<PodUid> {
         let found = self.pod(pod).await?;
-        found.metadata.uid.as_deref().and_then(|u| PodUid::parse(u).ok()).ok_or_else(|| anyhow!("pod {} has no UID in the API's answer", pod.words()))
+        found
+            .metadata
+            .uid
+            .as_deref()
+            .and_then(|u| PodUid::parse(u).ok())
+            .ok_or_else(|| anyhow!("pod {} has no UID in the API's answer", pod.words()))
     }
 
     /// Everything about `pod` the detectors look at; only the pod itself
@@ -279,7 +290,10 @@ impl Api {
             let events: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &ns);
             match events.list(&ListParams::default().fields(&format!("involvedObject.uid={uid}"))).await {
                 Ok(list) => s.events = list.items,
-                Err(e) => s.unread.push(Unread { what: format!("the events of pod {}", s.pod_words()), why: self.said(e, "list", "events", &format!(" in namespace {ns}")) }),
+                Err(e) => s.unread.push(Unread {
+                    what: format!("the events of pod {}", s.pod_words()),
+                    why: self.said(e, "list", "events", &format!(" in namespace {ns}")),
+                }),
             }
         }
         if let Some(node) = s.node_name().map(str::to_string) {
@@ -293,7 +307,10 @@ impl Api {
             match leases.get(&node).await {
                 Ok(l) => s.lease = Some(l),
                 Err(kube::Error::Api(st)) if st.code == 404 => {}
-                Err(e) => s.unread.push(Unread { what: format!("the lease of node {node}"), why: self.said(e, "get", "leases.coordination.k8s.io", " in namespace kube-node-lease") }),
+                Err(e) => s.unread.push(Unread {
+                    what: format!("the lease of node {node}"),
+                    why: self.said(e, "get", "leases.coordination.k8s.io", " in namespace kube-node-lease"),
+                }),
             }
         }
         let claims = claim_names(&s.pod);
@@ -302,14 +319,20 @@ impl Api {
             match pvcs.get(claim).await {
                 Ok(c) => s.claims.push(c),
                 Err(kube::Error::Api(st)) if st.code == 404 => {}
-                Err(e) => s.unread.push(Unread { what: format!("claim {claim}"), why: self.said(e, "get", "persistentvolumeclaims", &format!(" in namespace {ns}")) }),
+                Err(e) => s.unread.push(Unread {
+                    what: format!("claim {claim}"),
+                    why: self.said(e, "get", "persistentvolumeclaims", &format!(" in namespace {ns}")),
+                }),
             }
         }
         if s.claims.iter().any(|c| c.spec.as_ref().is_some_and(|sp| sp.volume_name.is_some())) {
             let vas: kube::Api<VolumeAttachment> = kube::Api::all(self.client.clone());
             match vas.list(&ListParams::default()).await {
                 Ok(list) => s.attachments = list.items,
-                Err(e) => s.unread.push(Unread { what: "volume attachments".into(), why: self.said(e, "list", "volumeattachments.storage.k8s.io", "") }),
+                Err(e) => s.unread.push(Unread {
+                    what: "volume attachments".into(),
+                    why: self.said(e, "list", "volumeattachments.storage.k8s.io", ""),
+                }),
             }
         }
         Ok(s)
@@ -345,9 +368,18 @@ impl Api {
     /// server's pod proxy (so no route to the node is needed, only RBAC
     /// `get pods/proxy`), given up after `timeout`: a node that does not
     /// answer must not hold the others.
-    pub async fn pod_proxy_get(&self, namespace: &str, pod: &str, port: u16, path: &str, timeout: Duration) -> Result<String, String> {
+    pub async fn pod_proxy_get(
+        &self,
+        namespace: &str,
+        pod: &str,
+        port: u16,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<String, String> {
         let base = format!("/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy");
-        let request = kube::core::Request::new(base).get(path, &Default::default()).map_err(|e| format!("cannot ask for {path}: {e}"))?;
+        let request = kube::core::Request::new(base)
+            .get(path, &Default::default())
+            .map_err(|e| format!("cannot ask for {path}: {e}"))?;
         let scope = format!(" in namespace {namespace}");
         match tokio::time::timeout(timeout, self.client.request_text(request)).await {
             Err(_) => Err(format!("no answer within {}", crate::words::human_duration(timeout))),
@@ -357,7 +389,13 @@ impl Api {
                 // unreachable) comes back as a Status with the reason.
                 Err(format!("the API server's proxy answered {} {}: {}", status.code, status.reason, status.message))
             }
-            Ok(Err(e)) => Err(self.said_granted_by(e, "get", "pods/proxy", &scope, "deploy/explain-rbac.yaml lists what podstuck explain --all needs")),
+            Ok(Err(e)) => Err(self.said_granted_by(
+                e,
+                "get",
+                "pods/proxy",
+                &scope,
+                "deploy/explain-rbac.yaml lists what podstuck explain --all needs",
+            )),
         }
     }
 }
@@ -393,7 +431,10 @@ impl Api {
     pub async fn node_pods(&self, node: &str) -> Result<Vec<Pod>, PostFailed> {
         let api: kube::Api<Pod> = kube::Api::all(self.client.clone());
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        api.list(&params).await.map(|l| l.items).map_err(|e| PostFailed::of(self, e, "list", "pods", " in all namespaces"))
+        api.list(&params)
+            .await
+            .map(|l| l.items)
+            .map_err(|e| PostFailed::of(self, e, "list", "pods", " in all namespaces"))
     }
 
     /// Creates `event` (events.k8s.io/v1) in its namespace.

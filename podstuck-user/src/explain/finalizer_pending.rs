@@ -25,16 +25,26 @@ pub fn owner(finalizer: &str) -> Owner {
             "the garbage collector (kube-controller-manager)",
             "deleted every dependent whose ownerReference to this object has blockOwnerDeletion first",
         ),
-        "orphan" => ("the garbage collector (kube-controller-manager)", "removed this object's ownerReferences from its dependents, leaving them behind"),
-        "batch.kubernetes.io/job-tracking" => ("the Job controller (kube-controller-manager)", "counted the pod in its Job's status (succeeded/failed)"),
-        "kubernetes.io/pvc-protection" => ("the PVC protection controller (kube-controller-manager)", "waited until no pod uses the claim"),
-        "kubernetes.io/pv-protection" => ("the PV protection controller (kube-controller-manager)", "waited until no claim is bound to the volume"),
+        "orphan" => (
+            "the garbage collector (kube-controller-manager)",
+            "removed this object's ownerReferences from its dependents, leaving them behind",
+        ),
+        "batch.kubernetes.io/job-tracking" => {
+            ("the Job controller (kube-controller-manager)", "counted the pod in its Job's status (succeeded/failed)")
+        }
+        "kubernetes.io/pvc-protection" => {
+            ("the PVC protection controller (kube-controller-manager)", "waited until no pod uses the claim")
+        }
+        "kubernetes.io/pv-protection" => {
+            ("the PV protection controller (kube-controller-manager)", "waited until no claim is bound to the volume")
+        }
         "external-attacher" => ("the CSI external-attacher", "detached the volume from the node"),
         other => {
             let domain = other.split_once('/').map(|(d, _)| d).unwrap_or(other);
             return Owner {
                 who: format!("the controller of {domain} that added it (not part of Kubernetes)"),
-                would: "its own cleanup for this pod (whatever that controller does: see its documentation or logs)".to_string(),
+                would: "its own cleanup for this pod (whatever that controller does: see its documentation or logs)"
+                    .to_string(),
             };
         }
     };
@@ -80,7 +90,11 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
         }
     }
     for claim in &snapshot.claims {
-        let (Some(deleted), Some(name)) = (claim.metadata.deletion_timestamp.as_ref().map(time), claim.metadata.name.as_deref()) else { continue };
+        let (Some(deleted), Some(name)) =
+            (claim.metadata.deletion_timestamp.as_ref().map(time), claim.metadata.name.as_deref())
+        else {
+            continue;
+        };
         let held = claim.metadata.finalizers.iter().flatten().any(|f| f == "kubernetes.io/pvc-protection");
         if !held {
             continue;
@@ -91,10 +105,15 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
             snapshot.pod_words(),
             crate::diagnose::human_duration(snapshot.ago(deleted))
         );
-        f.evidence(SOURCE, format!("persistentvolumeclaim {name}: metadata.deletionTimestamp {}", snapshot.when_words(deleted)));
+        f.evidence(
+            SOURCE,
+            format!("persistentvolumeclaim {name}: metadata.deletionTimestamp {}", snapshot.when_words(deleted)),
+        );
         f.evidence(SOURCE, format!("persistentvolumeclaim {name}: finalizer kubernetes.io/pvc-protection"));
         f.fix = "none needed: resolve why the pod is stuck; the claim follows".to_string();
-        f.advice.push("risk: removing pvc-protection while the pod still runs lets the volume be deleted under it".to_string());
+        f.advice.push(
+            "risk: removing pvc-protection while the pod still runs lets the volume be deleted under it".to_string(),
+        );
         f.detail("claim", name);
         found.push(f);
     }
@@ -121,7 +140,14 @@ mod tests {
             r#"kubectl patch pod web-0 -n shop --type=json -p '[{"op":"test","path":"/metadata/finalizers/1","value":"foregroundDeletion"},{"op":"remove","path":"/metadata/finalizers/1"}]'"#
         );
         assert!(f.advice[0].contains("blockOwnerDeletion"), "{:?}", f.advice);
-        assert!(found[0].evidence.iter().any(|e| e.source == "api" && e.fact.contains("the controller of example.com that added it")), "{:?}", found[0].evidence);
+        assert!(
+            found[0]
+                .evidence
+                .iter()
+                .any(|e| e.source == "api" && e.fact.contains("the controller of example.com that added it")),
+            "{:?}",
+            found[0].evidence
+        );
         assert_eq!(f.first_seen, at(100.0));
     }
 
@@ -137,7 +163,8 @@ mod tests {
     fn a_deleted_claim_held_by_pvc_protection_is_said_not_to_hold_the_pod() {
         let mut s = snapshot(deleted_pod(at(100.0)), at(400.0));
         let mut c = claim("data-web-0", "pv-1");
-        c.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(200.0).try_into().unwrap()));
+        c.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(200.0).try_into().unwrap()));
         c.metadata.finalizers = Some(vec!["kubernetes.io/pvc-protection".into()]);
         s.claims.push(c);
         let found = detect(&s);

@@ -24,7 +24,11 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
     let mut f = snapshot.finding(Kind::GracePeriodPast, "grace-period", Severity::Warning, due);
     let grace = snapshot.pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
     let statuses: Vec<_> = snapshot.pod.status.iter().flat_map(|s| s.container_statuses.iter().flatten()).collect();
-    let running: Vec<String> = statuses.iter().filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some())).map(|c| c.name.clone()).collect();
+    let running: Vec<String> = statuses
+        .iter()
+        .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        .map(|c| c.name.clone())
+        .collect();
     f.summary = format!(
         "pod {} should have been gone {} ago: its grace period of {grace} s ended {}; {}.",
         snapshot.pod_words(),
@@ -33,8 +37,11 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
         // Without statuses (saved by hand, or never reported) nothing is
         // known of the containers: say so rather than guess.
         match (statuses.is_empty(), running.is_empty()) {
-            (true, _) => "the pod has no container status, so whether its containers stopped is not known here".to_string(),
-            (false, true) => "kubelet reports no container running, so what is left is teardown (volumes, cgroup) or the API".to_string(),
+            (true, _) =>
+                "the pod has no container status, so whether its containers stopped is not known here".to_string(),
+            (false, true) =>
+                "kubelet reports no container running, so what is left is teardown (volumes, cgroup) or the API"
+                    .to_string(),
             (false, false) => format!("kubelet last reported container(s) {} still running", running.join(", ")),
         }
     );
@@ -77,6 +84,10 @@ mod tests {
         assert!(detect(&snapshot(pod, at(130.0))).is_empty());
         // No status at all (a pod saved without it): nothing is claimed of its containers.
         let found = detect(&snapshot(deleted_pod(at(100.0)), at(400.0)));
-        assert!(found[0].summary.contains("no container status, so whether its containers stopped is not known"), "{}", found[0].summary);
+        assert!(
+            found[0].summary.contains("no container status, so whether its containers stopped is not known"),
+            "{}",
+            found[0].summary
+        );
     }
 }

@@ -95,7 +95,9 @@ fn cannot_resolve(pods: &[PodRef], why: &str) -> String {
 /// The kubectl command that prints `pod`'s UID.
 fn uid_command(pod: &PodRef) -> String {
     match pod {
-        PodRef::Name { namespace: Some(ns), name } => format!("kubectl get pod {name} -n {ns} -o jsonpath='{{.metadata.uid}}'"),
+        PodRef::Name { namespace: Some(ns), name } => {
+            format!("kubectl get pod {name} -n {ns} -o jsonpath='{{.metadata.uid}}'")
+        }
         PodRef::Name { namespace: None, name } => format!("kubectl get pod {name} -o jsonpath='{{.metadata.uid}}'"),
         PodRef::Uid { uid, .. } => format!("echo {uid}"),
     }
@@ -123,7 +125,9 @@ impl ApiJoin {
                     match failure {
                         Some(why) if !shared.failing => {
                             shared.failing = true;
-                            shared.messages.push(format!("the Kubernetes API cannot be read ({why}); the node-side diagnosis goes on without it"));
+                            shared.messages.push(format!(
+                                "the Kubernetes API cannot be read ({why}); the node-side diagnosis goes on without it"
+                            ));
                         }
                         Some(_) => {}
                         None => {
@@ -171,7 +175,15 @@ impl Told {
     }
 
     fn review(&mut self, now: SystemTime, wanted: impl Fn(Kind) -> bool) -> Vec<Finding> {
-        let current: Vec<Finding> = self.shared.lock().unwrap_or_else(|p| p.into_inner()).findings.iter().filter(|f| wanted(f.kind)).cloned().collect();
+        let current: Vec<Finding> = self
+            .shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .findings
+            .iter()
+            .filter(|f| wanted(f.kind))
+            .cloned()
+            .collect();
         let mut out = current.clone();
         for (id, old) in &self.before {
             if !current.iter().any(|f| &f.id == id) {

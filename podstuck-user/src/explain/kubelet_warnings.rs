@@ -14,7 +14,8 @@ use super::snapshot::{micro_time, time, ApiSnapshot, SOURCE};
 use crate::diagnose::{Finding, Kind, Severity};
 
 /// Reasons worth telling even when not posted by kubelet itself.
-const TEARDOWN_REASONS: [&str; 5] = ["FailedKillPod", "FailedUnmount", "FailedDetachVolume", "FailedPreStopHook", "FailedSync"];
+const TEARDOWN_REASONS: [&str; 5] =
+    ["FailedKillPod", "FailedUnmount", "FailedDetachVolume", "FailedPreStopHook", "FailedSync"];
 
 /// Whether an event says a teardown on the node failed.
 fn about_teardown(event: &Event) -> bool {
@@ -64,11 +65,22 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
         let mut f = snapshot.finding(Kind::KubeletWarning, &reason, Severity::Warning, first);
         f.count = count;
         f.last_seen = last;
-        f.summary = format!("{from}{on} warns about pod {} ({reason}, {count} time(s), last {} ago): \"{message}\"", snapshot.pod_words(), crate::diagnose::human_duration(snapshot.ago(last)));
+        f.summary = format!(
+            "{from}{on} warns about pod {} ({reason}, {count} time(s), last {} ago): \"{message}\"",
+            snapshot.pod_words(),
+            crate::diagnose::human_duration(snapshot.ago(last))
+        );
         for e in &events {
             let (_, at) = times(e);
             let at = at.map(|t| snapshot.when_words(t)).unwrap_or_else(|| "at an unknown time".into());
-            f.evidence(SOURCE, format!("event {reason} x{} from {from}{on}, last {at}: {}", e.count.unwrap_or(1), e.message.as_deref().unwrap_or("").trim()));
+            f.evidence(
+                SOURCE,
+                format!(
+                    "event {reason} x{} from {from}{on}, last {at}: {}",
+                    e.count.unwrap_or(1),
+                    e.message.as_deref().unwrap_or("").trim()
+                ),
+            );
         }
         f.fix = command(&["kubectl", "podstuck", snapshot.name(), "-n", snapshot.namespace()]);
         let busy = message.contains("device or resource busy") || message.contains("still present on disk");
@@ -90,13 +102,21 @@ mod tests {
     #[test]
     fn teardown_warnings_are_quoted_one_finding_per_reason() {
         let mut s = snapshot(deleted_pod(at(100.0)), at(400.0));
-        s.events.push(warning("FailedUnmount", "UnmountVolume.TearDown failed for volume \"data\" : unmount failed: device or resource busy", 7, at(390.0)));
+        s.events.push(warning(
+            "FailedUnmount",
+            "UnmountVolume.TearDown failed for volume \"data\" : unmount failed: device or resource busy",
+            7,
+            at(390.0),
+        ));
         s.events.push(warning("FailedKillPod", "error killing pod: failed to \"KillPodSandbox\"", 2, at(300.0)));
         let mut normal = warning("Killing", "Stopping container app", 1, at(101.0));
         normal.type_ = Some("Normal".into());
         s.events.push(normal);
         let found = detect(&s);
-        assert_eq!(found.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["kubelet-warning:shop/web-0:FailedKillPod", "kubelet-warning:shop/web-0:FailedUnmount"]);
+        assert_eq!(
+            found.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+            ["kubelet-warning:shop/web-0:FailedKillPod", "kubelet-warning:shop/web-0:FailedUnmount"]
+        );
         let unmount = &found[1];
         assert_eq!(unmount.count, 7);
         assert!(unmount.summary.starts_with("kubelet on worker-1 warns about pod shop/web-0 (FailedUnmount, 7 time(s), last 10 s ago): \"UnmountVolume.TearDown failed"), "{}", unmount.summary);

@@ -104,7 +104,10 @@ pub fn verdict(snapshot: &ApiSnapshot, findings: &[Finding]) -> (bool, String) {
     if findings.iter().all(|f| f.kind == Kind::GracePeriodPast) {
         return (
             true,
-            format!("pod {pod} is stuck in Terminating and the API shows no cause: it is on the node ({})", findings[0].fix),
+            format!(
+                "pod {pod} is stuck in Terminating and the API shows no cause: it is on the node ({})",
+                findings[0].fix
+            ),
         );
     }
     (true, format!("pod {pod} is stuck in Terminating: {} finding(s), the root cause first", findings.len()))
@@ -148,7 +151,11 @@ impl PodRef {
         // A name is a DNS subdomain, a namespace a DNS label: nothing else
         // reaches a URL or a shell word.
         let valid = |s: &str, dots: bool| {
-            !s.is_empty() && s.len() <= 253 && s != "." && s != ".." && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.'))
+            !s.is_empty()
+                && s.len() <= 253
+                && s != "."
+                && s != ".."
+                && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.'))
         };
         if !valid(name, true) || ns.as_deref().is_some_and(|n| !valid(n, false)) {
             return Err(format!("{given}: not a pod name, NAMESPACE/NAME or pod UID"));
@@ -159,7 +166,8 @@ impl PodRef {
     /// Whether `snapshot`'s pod is the one meant.
     pub fn matches(&self, pod: &k8s_openapi::api::core::v1::Pod) -> bool {
         let meta = &pod.metadata;
-        let ns_ok = |ns: &Option<String>| ns.as_deref().is_none_or(|ns| meta.namespace.as_deref().unwrap_or("default") == ns);
+        let ns_ok =
+            |ns: &Option<String>| ns.as_deref().is_none_or(|ns| meta.namespace.as_deref().unwrap_or("default") == ns);
         match self {
             PodRef::Name { namespace, name } => meta.name.as_deref() == Some(name) && ns_ok(namespace),
             PodRef::Uid { namespace, uid } => meta.uid.as_deref() == Some(uid) && ns_ok(namespace),
@@ -204,22 +212,37 @@ fn offline_hint(pod: &PodRef) -> String {
 /// Runs `podstuck explain`.
 pub async fn explain(options: &ExplainOptions) -> Result<()> {
     if options.all {
-        let all = all::read::AllOptions { namespace: options.namespace.clone(), json: options.json, kube: options.kube.clone() };
+        let all = all::read::AllOptions {
+            namespace: options.namespace.clone(),
+            json: options.json,
+            kube: options.kube.clone(),
+        };
         return all::read::explain_all(&all).await;
     }
     let (snapshot, through) = match options.from.is_empty() {
         true => {
-            let pod = options.pod.as_deref().ok_or_else(|| BadInput("name the pod: podstuck explain POD [-n NAMESPACE], or --from FILE...".into()))?;
+            let pod = options.pod.as_deref().ok_or_else(|| {
+                BadInput("name the pod: podstuck explain POD [-n NAMESPACE], or --from FILE...".into())
+            })?;
             let pod = PodRef::parse(pod, options.namespace.as_deref()).map_err(BadInput)?;
-            let api = client::Api::connect(&options.kube).await.map_err(|e| anyhow::anyhow!("{e:#}{}", offline_hint(&pod)))?;
+            let api = client::Api::connect(&options.kube)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e:#}{}", offline_hint(&pod)))?;
             let snapshot = api.snapshot(&pod).await.map_err(|e| match format!("{e:#}") {
-                unreachable if unreachable.contains("cannot reach the API server") => anyhow::anyhow!("{unreachable}{}", offline_hint(&pod)),
+                unreachable if unreachable.contains("cannot reach the API server") => {
+                    anyhow::anyhow!("{unreachable}{}", offline_hint(&pod))
+                }
                 _ => e,
             })?;
             (snapshot, api.through)
         }
         false => {
-            let pod = options.pod.as_deref().map(|p| PodRef::parse(p, options.namespace.as_deref())).transpose().map_err(BadInput)?;
+            let pod = options
+                .pod
+                .as_deref()
+                .map(|p| PodRef::parse(p, options.namespace.as_deref()))
+                .transpose()
+                .map_err(BadInput)?;
             let snapshot = offline::snapshot(&options.from, pod.as_ref(), std::time::SystemTime::now())?;
             let names: Vec<String> = options.from.iter().map(|p| crate::node_access::path_words(p)).collect();
             (snapshot, format!("files {}", names.join(", ")))
@@ -265,9 +288,12 @@ pub(crate) mod tests {
 
     use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
     use k8s_openapi::api::core::v1::{
-        Event, EventSource, Node, NodeCondition, NodeSpec, NodeStatus, ObjectReference, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodSpec, Taint,
+        Event, EventSource, Node, NodeCondition, NodeSpec, NodeStatus, ObjectReference, PersistentVolumeClaim,
+        PersistentVolumeClaimSpec, Pod, PodSpec, Taint,
     };
-    use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus};
+    use k8s_openapi::api::storage::v1::{
+        VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 
     use super::*;
@@ -303,7 +329,14 @@ pub(crate) mod tests {
     }
 
     pub fn node(name: &str, ready: &str, since: SystemTime) -> Node {
-        let taints = (ready == "Unknown").then(|| vec![Taint { key: "node.kubernetes.io/unreachable".into(), effect: "NoExecute".into(), time_added: Some(ts(since)), value: None }]);
+        let taints = (ready == "Unknown").then(|| {
+            vec![Taint {
+                key: "node.kubernetes.io/unreachable".into(),
+                effect: "NoExecute".into(),
+                time_added: Some(ts(since)),
+                value: None,
+            }]
+        });
         Node {
             metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
             spec: Some(NodeSpec { taints, ..Default::default() }),
@@ -323,8 +356,16 @@ pub(crate) mod tests {
 
     pub fn lease(node: &str, renewed: SystemTime) -> Lease {
         Lease {
-            metadata: ObjectMeta { name: Some(node.into()), namespace: Some("kube-node-lease".into()), ..Default::default() },
-            spec: Some(LeaseSpec { renew_time: Some(MicroTime(renewed.try_into().unwrap())), holder_identity: Some(node.into()), ..Default::default() }),
+            metadata: ObjectMeta {
+                name: Some(node.into()),
+                namespace: Some("kube-node-lease".into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(renewed.try_into().unwrap())),
+                holder_identity: Some(node.into()),
+                ..Default::default()
+            }),
         }
     }
 
@@ -351,8 +392,18 @@ pub(crate) mod tests {
     /// A Warning event from kubelet on worker-1 about shop/web-0.
     pub fn warning(reason: &str, message: &str, count: i32, last: SystemTime) -> Event {
         Event {
-            metadata: ObjectMeta { name: Some(format!("web-0.{reason}")), namespace: Some("shop".into()), ..Default::default() },
-            involved_object: ObjectReference { kind: Some("Pod".into()), name: Some("web-0".into()), namespace: Some("shop".into()), uid: Some(UID.into()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(format!("web-0.{reason}")),
+                namespace: Some("shop".into()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some("web-0".into()),
+                namespace: Some("shop".into()),
+                uid: Some(UID.into()),
+                ..Default::default()
+            },
             reason: Some(reason.into()),
             message: Some(message.into()),
             type_: Some("Warning".into()),
@@ -394,13 +445,22 @@ pub(crate) mod tests {
         let s = snapshot(deleted_pod(at(100.0)), at(1000.0));
         let (stuck, words) = verdict(&s, &findings(&s));
         assert!(stuck);
-        assert!(words.ends_with("the API shows no cause: it is on the node (kubectl podstuck web-0 -n shop)"), "{words}");
+        assert!(
+            words.ends_with("the API shows no cause: it is on the node (kubectl podstuck web-0 -n shop)"),
+            "{words}"
+        );
     }
 
     #[test]
     fn a_pod_is_named_by_name_namespace_and_name_or_uid() {
-        assert_eq!(PodRef::parse("web-0", Some("shop")), Ok(PodRef::Name { namespace: Some("shop".into()), name: "web-0".into() }));
-        assert_eq!(PodRef::parse("shop/web-0", None), Ok(PodRef::Name { namespace: Some("shop".into()), name: "web-0".into() }));
+        assert_eq!(
+            PodRef::parse("web-0", Some("shop")),
+            Ok(PodRef::Name { namespace: Some("shop".into()), name: "web-0".into() })
+        );
+        assert_eq!(
+            PodRef::parse("shop/web-0", None),
+            Ok(PodRef::Name { namespace: Some("shop".into()), name: "web-0".into() })
+        );
         assert!(matches!(PodRef::parse(UID, None), Ok(PodRef::Uid { .. })));
         assert!(PodRef::parse("../etc", None).is_err());
         assert!(PodRef::parse("a/b/c", None).is_err());

@@ -38,7 +38,8 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
     }
     let since = ready.last_transition_time.as_ref().map(time).unwrap_or(snapshot.now);
     let heartbeat = ready.last_heartbeat_time.as_ref().map(time);
-    let renewed = snapshot.lease.as_ref().and_then(|l| l.spec.as_ref()).and_then(|s| s.renew_time.as_ref()).map(micro_time);
+    let renewed =
+        snapshot.lease.as_ref().and_then(|l| l.spec.as_ref()).and_then(|s| s.renew_time.as_ref()).map(micro_time);
     let unreachable = ready.status == "Unknown";
     let mut f = snapshot.finding(Kind::NodeNotReady, node, severity, since);
     let state = match unreachable {
@@ -58,7 +59,14 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
     );
     let reason = ready.reason.as_deref().unwrap_or("");
     let message = ready.message.as_deref().unwrap_or("");
-    f.evidence(SOURCE, format!("node {node}: condition Ready={} since {} ({reason}: {message})", ready.status, snapshot.when_words(since)));
+    f.evidence(
+        SOURCE,
+        format!(
+            "node {node}: condition Ready={} since {} ({reason}: {message})",
+            ready.status,
+            snapshot.when_words(since)
+        ),
+    );
     if let Some(t) = heartbeat {
         f.evidence(SOURCE, format!("node {node}: last status heartbeat {}", snapshot.when_words(t)));
     }
@@ -69,7 +77,11 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
     }
     for taint in n.spec.iter().flat_map(|s| s.taints.iter().flatten()) {
         if taint.key.starts_with("node.kubernetes.io/") {
-            let added = taint.time_added.as_ref().map(|t| format!(" since {}", snapshot.when_words(time(t)))).unwrap_or_default();
+            let added = taint
+                .time_added
+                .as_ref()
+                .map(|t| format!(" since {}", snapshot.when_words(time(t))))
+                .unwrap_or_default();
             f.evidence(SOURCE, format!("node {node}: taint {}:{}{added}", taint.key, taint.effect));
         }
     }
@@ -104,8 +116,16 @@ mod tests {
         assert_eq!((f.kind, f.severity), (Kind::NodeNotReady, Severity::Critical));
         assert!(f.summary.contains("node worker-1 of pod shop/web-0 has been unreachable"), "{}", f.summary);
         assert!(f.summary.contains("for 16m00s, last heard from 16m00s ago"), "{}", f.summary);
-        assert!(f.evidence.iter().any(|e| e.fact.starts_with("lease kube-node-lease/worker-1: renewTime")), "{:?}", f.evidence);
-        assert!(f.evidence.iter().any(|e| e.fact.contains("taint node.kubernetes.io/unreachable:NoExecute")), "{:?}", f.evidence);
+        assert!(
+            f.evidence.iter().any(|e| e.fact.starts_with("lease kube-node-lease/worker-1: renewTime")),
+            "{:?}",
+            f.evidence
+        );
+        assert!(
+            f.evidence.iter().any(|e| e.fact.contains("taint node.kubernetes.io/unreachable:NoExecute")),
+            "{:?}",
+            f.evidence
+        );
         assert_eq!(f.fix, "kubectl delete pod web-0 -n shop --grace-period=0 --force");
         assert!(f.advice[0].contains("may still run on worker-1"), "{:?}", f.advice);
     }

@@ -73,7 +73,8 @@ impl Objects {
             bail!("{whence}: more than {MAX_OBJECTS} objects in all: save only what concerns the pod");
         }
         // A typed list's items carry no apiVersion: the group follows from the kind.
-        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or(if api_version.is_empty() { "?" } else { "" });
+        let group =
+            api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or(if api_version.is_empty() { "?" } else { "" });
         match (group, kind.as_str()) {
             ("" | "?", "Pod") => self.pods.push(typed(object, whence)?),
             ("" | "?", "Event") => self.events.push(typed(object, whence)?),
@@ -98,15 +99,35 @@ pub fn snapshot(files: &[PathBuf], pod: Option<&PodRef>, now: SystemTime) -> Res
     for file in files {
         read_file(file, &mut saved)?;
     }
-    let names = |pods: &[Pod]| pods.iter().map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), p.metadata.name.as_deref().unwrap_or("?"))).collect::<Vec<_>>().join(", ");
+    let names = |pods: &[Pod]| {
+        pods.iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.metadata.name.as_deref().unwrap_or("?")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let chosen = match pod {
         Some(wanted) => saved.pods.iter().position(|p| wanted.matches(p)).ok_or_else(|| {
-            anyhow!("{} is not in the files (they hold: {})", wanted.words(), if saved.pods.is_empty() { "no pod".into() } else { names(&saved.pods) })
+            anyhow!(
+                "{} is not in the files (they hold: {})",
+                wanted.words(),
+                if saved.pods.is_empty() { "no pod".into() } else { names(&saved.pods) }
+            )
         })?,
         None => match saved.pods.len() {
-            0 => bail!("the files hold no pod: add the pod's JSON (kubectl get pod NAME -n NAMESPACE -o json > pod.json)"),
+            0 => bail!(
+                "the files hold no pod: add the pod's JSON (kubectl get pod NAME -n NAMESPACE -o json > pod.json)"
+            ),
             1 => 0,
-            _ => bail!("the files hold several pods ({}): name one: podstuck explain NAMESPACE/NAME --from ...", names(&saved.pods)),
+            _ => bail!(
+                "the files hold several pods ({}): name one: podstuck explain NAMESPACE/NAME --from ...",
+                names(&saved.pods)
+            ),
         },
     };
     let pod = saved.pods.swap_remove(chosen);
@@ -123,10 +144,10 @@ impl Objects {
             .events
             .iter()
             .filter(|e| {
-            let about = e.involved_object.uid.as_deref() == Some(uid.as_str())
-                || (e.involved_object.kind.as_deref() == Some("Pod")
-                    && e.involved_object.name.as_deref() == s.pod.metadata.name.as_deref()
-                    && e.involved_object.namespace.as_deref() == s.pod.metadata.namespace.as_deref());
+                let about = e.involved_object.uid.as_deref() == Some(uid.as_str())
+                    || (e.involved_object.kind.as_deref() == Some("Pod")
+                        && e.involved_object.name.as_deref() == s.pod.metadata.name.as_deref()
+                        && e.involved_object.namespace.as_deref() == s.pod.metadata.namespace.as_deref());
                 // kubelet's orphaned-pod complaints name the UID, on the node's events.
                 about || (!uid.is_empty() && e.message.as_deref().is_some_and(|m| m.contains(&uid)))
             })
@@ -142,7 +163,10 @@ impl Objects {
         s.claims = self
             .claims
             .iter()
-            .filter(|c| c.metadata.namespace.as_deref().unwrap_or(&ns) == ns && c.metadata.name.as_ref().is_some_and(|n| wanted.contains(n)))
+            .filter(|c| {
+                c.metadata.namespace.as_deref().unwrap_or(&ns) == ns
+                    && c.metadata.name.as_ref().is_some_and(|n| wanted.contains(n))
+            })
             .cloned()
             .collect();
         // Only the attachments of its claims' volumes: the detector looks at no other.

@@ -27,7 +27,8 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
         let since = detach_error.and_then(|e| e.time.as_ref()).map(time).or(deleted).unwrap_or(snapshot.now);
         let node = va.spec.node_name.as_str();
         let driver = va.spec.attacher.as_str();
-        let mut f = snapshot.finding(Kind::VolumeDetachStuck, &format!("volumeattachment/{name}"), Severity::Warning, since);
+        let mut f =
+            snapshot.finding(Kind::VolumeDetachStuck, &format!("volumeattachment/{name}"), Severity::Warning, since);
         let error = detach_error.and_then(|e| e.message.as_deref()).unwrap_or("");
         f.summary = format!(
             "volume {pv} of pod {} does not detach from node {node}: {}; it cannot attach to another node until it does.",
@@ -37,18 +38,32 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
                 None => format!("its VolumeAttachment {name} was deleted and {driver} has not confirmed the detach"),
             }
         );
-        f.evidence(SOURCE, format!("volumeattachment {name}: attacher {driver}, node {node}, volume {pv}, attached {attached}"));
+        f.evidence(
+            SOURCE,
+            format!("volumeattachment {name}: attacher {driver}, node {node}, volume {pv}, attached {attached}"),
+        );
         if let Some(e) = detach_error {
             let at = e.time.as_ref().map(|t| format!(" at {}", snapshot.when_words(time(t)))).unwrap_or_default();
             f.evidence(SOURCE, format!("volumeattachment {name}: status.detachError{at}: {error}"));
         }
         if let Some(d) = deleted {
-            f.evidence(SOURCE, format!("volumeattachment {name}: metadata.deletionTimestamp {}", snapshot.when_words(d)));
+            f.evidence(
+                SOURCE,
+                format!("volumeattachment {name}: metadata.deletionTimestamp {}", snapshot.when_words(d)),
+            );
         }
         let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
         match (deleted, finalizers.iter().position(|f| f.starts_with("external-attacher/"))) {
             (Some(_), Some(index)) => {
-                f.fix = command(&["kubectl", "patch", "volumeattachment", name, "--type=json", "-p", &json_patch_removing("/metadata/finalizers", index, &finalizers[index])]);
+                f.fix = command(&[
+                    "kubectl",
+                    "patch",
+                    "volumeattachment",
+                    name,
+                    "--type=json",
+                    "-p",
+                    &json_patch_removing("/metadata/finalizers", index, &finalizers[index]),
+                ]);
                 f.advice.push(format!(
                     "risk: removing {} skips the detach the CSI attacher would have done (ControllerUnpublishVolume): detach {pv} in the storage first, or the volume stays attached to {node} and may be written from two nodes",
                     finalizers[index]
@@ -76,7 +91,11 @@ mod tests {
         let mut s = snapshot(deleted_pod(at(100.0)), at(400.0));
         s.claims.push(claim("data-web-0", "pv-1"));
         let mut va = attachment("csi-123", "pv-1", "worker-1");
-        va.status.as_mut().unwrap().detach_error = Some(VolumeError { message: Some("rpc error: volume is busy".into()), time: Some(ts(at(200.0))), ..Default::default() });
+        va.status.as_mut().unwrap().detach_error = Some(VolumeError {
+            message: Some("rpc error: volume is busy".into()),
+            time: Some(ts(at(200.0))),
+            ..Default::default()
+        });
         s.attachments.push(va);
         s.attachments.push(attachment("csi-other", "pv-9", "worker-1"));
         let found = detect(&s);
@@ -94,7 +113,11 @@ mod tests {
         va.metadata.finalizers = Some(vec!["external-attacher/hostpath-csi-k8s-io".into()]);
         s.attachments.push(va);
         let f = &detect(&s)[0];
-        assert!(f.fix.starts_with("kubectl patch volumeattachment csi-123 --type=json -p '[{\"op\":\"test\""), "{}", f.fix);
+        assert!(
+            f.fix.starts_with("kubectl patch volumeattachment csi-123 --type=json -p '[{\"op\":\"test\""),
+            "{}",
+            f.fix
+        );
         assert!(f.advice[0].contains("ControllerUnpublishVolume"));
     }
 }

@@ -25,7 +25,9 @@ pub fn header(started: SystemTime) -> Vec<u8> {
         .with_base_time(started)
         .begin_log_with(&mut out, &mut serializer)
         .expect("writing to memory cannot fail");
-    out.extend_from_slice(b"\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n");
+    out.extend_from_slice(
+        b"\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n",
+    );
     out
 }
 
@@ -61,7 +63,8 @@ pub fn read(bytes: &[u8]) -> Result<Vec<LoggedInterval>> {
     for entry in IntervalLogIterator::new(bytes) {
         let entry = entry.map_err(|e| anyhow!("malformed interval log line: {e:?}"))?;
         if let LogEntry::Interval(line) = entry {
-            let payload = base64_decode(line.encoded_histogram().as_bytes()).context("interval payload is not base64")?;
+            let payload =
+                base64_decode(line.encoded_histogram().as_bytes()).context("interval payload is not base64")?;
             let histogram: Histogram<u64> =
                 deserializer.deserialize(&mut &payload[..]).map_err(|e| anyhow!("bad histogram payload: {e:?}"))?;
             intervals.push(LoggedInterval {

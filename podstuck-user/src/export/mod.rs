@@ -32,10 +32,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
 use crate::event::syscall_name;
+use crate::files::{self, AtomicWriter};
 use crate::latency::LatencyBook;
 use crate::run::{RunFacts, RunTotals};
 use crate::words::rfc3339;
-use crate::files::{self, AtomicWriter};
 
 pub const HLOG: &str = "latency.hlog";
 pub const SUMMARY: &str = "summary.json";
@@ -90,7 +90,10 @@ impl RunInfo {
             events_seen: totals.events_seen,
             events_lost: totals.events_lost,
             calls_counted: totals.shown_calls().iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect(),
-            node_calls_counted: totals.pods_calls.as_ref().map(|_| totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect()),
+            node_calls_counted: totals
+                .pods_calls
+                .as_ref()
+                .map(|_| totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect()),
             calls_outside_series: totals.calls_outside_series,
             finished,
         }
@@ -132,7 +135,8 @@ impl Place {
         let parent_fd = match files::open_dir(None, &files::c_path(parent)?, true) {
             Ok(fd) => fd,
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                std::fs::create_dir_all(parent).map_err(|e| dir_error(dir, "cannot create it; choose a writable directory", e))?;
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| dir_error(dir, "cannot create it; choose a writable directory", e))?;
                 files::open_dir(None, &files::c_path(parent)?, true)
                     .map_err(|e| dir_error(dir, "cannot create it; choose a writable directory", e))?
             }
@@ -154,7 +158,10 @@ impl Place {
             Ok(fd) => fd,
             // O_DIRECTORY|O_NOFOLLOW on a link: ENOTDIR (or ELOOP).
             Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
-                let link = files::stat_at(parent.as_fd(), &leaf).ok().flatten().is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
+                let link = files::stat_at(parent.as_fd(), &leaf)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
                 if link {
                     bail!(
                         "--histograms {}: is a symbolic link, which podstuck does not follow there; give the directory it points to",
@@ -219,7 +226,11 @@ impl Place {
 
     /// podstuck files already there (anything at their names, links too).
     fn earlier_files(&self) -> Vec<&'static str> {
-        FILES.iter().copied().filter(|f| files::stat_at(self.dir.as_fd(), &CString::new(*f).unwrap()).is_ok_and(|s| s.is_some())).collect()
+        FILES
+            .iter()
+            .copied()
+            .filter(|f| files::stat_at(self.dir.as_fd(), &CString::new(*f).unwrap()).is_ok_and(|s| s.is_some()))
+            .collect()
     }
 }
 
@@ -347,7 +358,6 @@ impl Exporter {
         self.place = place;
         Ok(())
     }
-
 }
 
 /// Replaces each file in `place`, in order, and flushes the directory.
@@ -391,7 +401,8 @@ mod tests {
     }
 
     fn names(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         names.sort();
         names
     }
@@ -409,8 +420,15 @@ mod tests {
             std::fs::set_permissions(&tmp.0, std::fs::Permissions::from_mode(mode)).unwrap();
             let err = Exporter::open(&tmp.0, false, SystemTime::now()).err().unwrap().to_string();
             assert!(err.contains("writable by"), "{mode:o}: {err}");
-            assert!(err.contains("another user could plant links in it") && err.contains("install -d -m 0700 /var/lib/podstuck/histograms"), "{err}");
-            assert!(!err.contains(&format!("0700 {}", tmp.0.display())), "never advise changing the refused directory: {err}");
+            assert!(
+                err.contains("another user could plant links in it")
+                    && err.contains("install -d -m 0700 /var/lib/podstuck/histograms"),
+                "{err}"
+            );
+            assert!(
+                !err.contains(&format!("0700 {}", tmp.0.display())),
+                "never advise changing the refused directory: {err}"
+            );
             assert!(names(&tmp.0).is_empty(), "nothing written: {:?}", names(&tmp.0));
         }
         std::fs::set_permissions(&tmp.0, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -425,7 +443,10 @@ mod tests {
     #[test]
     fn with_pod_summary_json_counts_the_pods_calls_and_the_nodes_apart() {
         let facts = crate::run::tests::run();
-        let mut totals = RunTotals { calls: BTreeMap::from([(podstuck_common::Syscall::Unlinkat, 87_571), (podstuck_common::Syscall::Rmdir, 4)]), ..Default::default() };
+        let mut totals = RunTotals {
+            calls: BTreeMap::from([(podstuck_common::Syscall::Unlinkat, 87_571), (podstuck_common::Syscall::Rmdir, 4)]),
+            ..Default::default()
+        };
         let info = RunInfo::of_run(&facts, &totals, Duration::from_secs(5), SystemTime::UNIX_EPOCH, true);
         assert_eq!((info.calls_counted["unlinkat"], info.node_calls_counted.as_ref()), (87_571, None));
         totals.pods_calls = Some(BTreeMap::from([(podstuck_common::Syscall::Unlinkat, 4)]));
@@ -433,7 +454,10 @@ mod tests {
         assert_eq!(info.calls_counted, BTreeMap::from([("unlinkat".to_string(), 4), ("rmdir".to_string(), 0)]));
         assert_eq!(info.node_calls_counted.as_ref().unwrap()["unlinkat"], 87_571);
         let json: serde_json::Value = serde_json::to_value(&info).unwrap();
-        assert_eq!((json["calls_counted"]["unlinkat"].as_u64(), json["node_calls_counted"]["unlinkat"].as_u64()), (Some(4), Some(87_571)));
+        assert_eq!(
+            (json["calls_counted"]["unlinkat"].as_u64(), json["node_calls_counted"]["unlinkat"].as_u64()),
+            (Some(4), Some(87_571))
+        );
     }
 
     #[test]
@@ -442,11 +466,16 @@ mod tests {
         // every other user out of /tmp.
         let none = |_: &Path| false;
         assert_eq!(fresh_dir(Path::new("/tmp"), none), Path::new("/var/lib/podstuck/histograms"));
-        let taken = |p: &Path| p == Path::new("/var/lib/podstuck/histograms") || p == Path::new("/var/lib/podstuck/histograms-2");
+        let taken = |p: &Path| {
+            p == Path::new("/var/lib/podstuck/histograms") || p == Path::new("/var/lib/podstuck/histograms-2")
+        };
         assert_eq!(fresh_dir(Path::new("/tmp"), taken), Path::new("/var/lib/podstuck/histograms-3"));
         // The refused directory itself is never the advice, even when it is
         // the usual name and (as a refused one must) exists.
-        assert_eq!(fresh_dir(Path::new("/var/lib/podstuck/histograms"), none), Path::new("/var/lib/podstuck/histograms-2"));
+        assert_eq!(
+            fresh_dir(Path::new("/var/lib/podstuck/histograms"), none),
+            Path::new("/var/lib/podstuck/histograms-2")
+        );
     }
 
     #[test]
@@ -554,10 +583,17 @@ mod tests {
         // A directory at a final name: every refresh fails at it.
         std::fs::create_dir(tmp.0.join(SVG)).unwrap();
         let said = exporter.refresh_and_tell(&mut book, &run, SystemTime::now()).unwrap();
-        assert!(said.starts_with(&format!("cannot refresh histogram files in {}: writing latency.svg", tmp.0.display())), "{said}");
+        assert!(
+            said.starts_with(&format!("cannot refresh histogram files in {}: writing latency.svg", tmp.0.display())),
+            "{said}"
+        );
         assert!(said.contains("tracing goes on") && said.contains("(said once)"), "{said}");
         for _ in 0..3 {
-            assert_eq!(exporter.refresh_and_tell(&mut book, &run, SystemTime::now()), None, "said once, not every interval");
+            assert_eq!(
+                exporter.refresh_and_tell(&mut book, &run, SystemTime::now()),
+                None,
+                "said once, not every interval"
+            );
         }
         assert_eq!(names(&tmp.0), ["latency.hlog", "latency.svg", "metrics.prom"], "no temporary file left");
         std::fs::remove_dir(tmp.0.join(SVG)).unwrap();

@@ -16,12 +16,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use crate::run::ProgramCost;
 use crate::diagnose::{Finding, Status};
 use crate::event::syscall_name;
 use crate::export::RunInfo;
 use crate::identify::actor::Role;
 use crate::latency::{LatencyBook, Series, SeriesKey};
+use crate::run::ProgramCost;
 use podstuck_common::Syscall;
 
 /// Upper bounds of the latency buckets, in seconds: from a quick unlink
@@ -106,7 +106,9 @@ type HistogramLabels = (Role, Syscall, &'static str);
 fn node_histograms(book: &LatencyBook) -> BTreeMap<HistogramLabels, Latencies> {
     let mut sets: BTreeMap<HistogramLabels, Latencies> = BTreeMap::new();
     for (key, series) in book.series() {
-        let set = sets.entry((key.role, key.syscall, outcome_class(key))).or_insert_with(|| Latencies { seq: series.seq, ..Latencies::default() });
+        let set = sets
+            .entry((key.role, key.syscall, outcome_class(key)))
+            .or_insert_with(|| Latencies { seq: series.seq, ..Latencies::default() });
         set.seq = set.seq.min(series.seq);
         set.add_series(series);
     }
@@ -145,7 +147,12 @@ fn pod_rows(book: &LatencyBook, named: &[String]) -> Vec<(PodRow, u64)> {
 /// The calls and latencies of the run: what `metrics.prom` holds.
 pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
     let mut out = String::new();
-    family(&mut out, "podstuck_calls_total", "counter", "Calls completed, counted in the kernel (exact even when events are lost).");
+    family(
+        &mut out,
+        "podstuck_calls_total",
+        "counter",
+        "Calls completed, counted in the kernel (exact even when events are lost).",
+    );
     // The node's calls even with --pod: the metric has no pod label.
     for (syscall, count) in run.node_calls_counted.as_ref().unwrap_or(&run.calls_counted) {
         let _ = writeln!(out, "podstuck_calls_total{{syscall=\"{}\"}} {count}", label(syscall));
@@ -182,7 +189,12 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
     }
     family(&mut out, "podstuck_events_seen_total", "counter", "Call events received by podstuck.");
     let _ = writeln!(out, "podstuck_events_seen_total {}", run.events_seen);
-    family(&mut out, "podstuck_events_lost_total", "counter", "Call events the kernel could not hand over (ring buffer full).");
+    family(
+        &mut out,
+        "podstuck_events_lost_total",
+        "counter",
+        "Call events the kernel could not hand over (ring buffer full).",
+    );
     let _ = writeln!(out, "podstuck_events_lost_total {}", run.events_lost);
     family(
         &mut out,
@@ -294,9 +306,19 @@ fn render_cost(out: &mut String, cost: &OwnCost) {
     for p in &cost.programs {
         let _ = writeln!(out, "podstuck_program_runs_total{{program=\"{}\"}} {}", label(&p.name), p.runs);
     }
-    family(out, "podstuck_program_run_seconds_total", "counter", "Time spent in podstuck's kernel programs (--kernel-cost).");
+    family(
+        out,
+        "podstuck_program_run_seconds_total",
+        "counter",
+        "Time spent in podstuck's kernel programs (--kernel-cost).",
+    );
     for p in &cost.programs {
-        let _ = writeln!(out, "podstuck_program_run_seconds_total{{program=\"{}\"}} {}", label(&p.name), p.run_time_ns as f64 / 1e9);
+        let _ = writeln!(
+            out,
+            "podstuck_program_run_seconds_total{{program=\"{}\"}} {}",
+            label(&p.name),
+            p.run_time_ns as f64 / 1e9
+        );
     }
 }
 
@@ -336,7 +358,15 @@ fn finding_rows(findings: &[&Finding]) -> Vec<(FindingRow, u64)> {
         }
     }
     for (severity, n) in folded {
-        rows.push((FindingRow { kind: "other", severity, pod: "other".into(), fix: "more findings than /metrics lists: see /findings".into() }, n));
+        rows.push((
+            FindingRow {
+                kind: "other",
+                severity,
+                pod: "other".into(),
+                fix: "more findings than /metrics lists: see /findings".into(),
+            },
+            n,
+        ));
     }
     rows
 }
@@ -368,13 +398,19 @@ mod tests {
         let text = render(&book, &run_info());
         let labels = "role=\"kubelet\",syscall=\"rmdir\",outcome=\"EBUSY\"";
         for (le, n) in [("0.000005", 2), ("0.00002", 2), ("0.0001", 3), ("0.01", 4), ("1", 4), ("5", 5), ("+Inf", 5)] {
-            assert!(text.contains(&format!("podstuck_call_duration_seconds_bucket{{{labels},le=\"{le}\"}} {n}\n")), "{le}: {text}");
+            assert!(
+                text.contains(&format!("podstuck_call_duration_seconds_bucket{{{labels},le=\"{le}\"}} {n}\n")),
+                "{le}: {text}"
+            );
         }
         assert!(text.contains(&format!("podstuck_call_duration_seconds_count{{{labels}}} 5\n")));
         assert!(text.contains(&format!("podstuck_call_duration_seconds_sum{{{labels}}} 2.007057\n")), "{text}");
         assert!(text.contains("podstuck_calls_total{syscall=\"unlinkat\"} 101\n"));
         assert!(text.contains("podstuck_events_lost_total 0\n"));
-        assert_eq!(samples(&text).iter().filter(|l| l.starts_with("podstuck_call_duration_seconds_bucket")).count(), 13);
+        assert_eq!(
+            samples(&text).iter().filter(|l| l.starts_with("podstuck_call_duration_seconds_bucket")).count(),
+            13
+        );
         // No pod is followed: no pod in the page.
         assert!(!text.contains(pod(1).as_str()), "{text}");
     }
@@ -386,7 +422,9 @@ mod tests {
             book.record(&event(Syscall::Unlink, errno, 1_000), &identity(Role::Runtime, None));
         }
         let text = render(&book, &run_info());
-        let count = |outcome: &str| format!("podstuck_call_duration_seconds_count{{role=\"runtime\",syscall=\"unlink\",outcome=\"{outcome}\"}}");
+        let count = |outcome: &str| {
+            format!("podstuck_call_duration_seconds_count{{role=\"runtime\",syscall=\"unlink\",outcome=\"{outcome}\"}}")
+        };
         assert!(text.contains(&format!("{} 2\n", count("ok"))), "{text}");
         assert!(text.contains(&format!("{} 1\n", count("EBUSY"))));
         assert!(text.contains(&format!("{} 1\n", count("ENOENT"))));
@@ -401,7 +439,9 @@ mod tests {
         let (stuck, named, other) = (pod(1), pod(2), pod(3));
         let mut run = run_info();
         run.pods = vec![named.to_string()];
-        let rmdir = |book: &mut LatencyBook, p: &PodUid| book.record(&event(Syscall::Rmdir, -16, 1_000), &identity(Role::Kubelet, Some(p.as_str())));
+        let rmdir = |book: &mut LatencyBook, p: &PodUid| {
+            book.record(&event(Syscall::Rmdir, -16, 1_000), &identity(Role::Kubelet, Some(p.as_str())))
+        };
         for p in [&stuck, &named, &other] {
             rmdir(&mut book, p);
         }
@@ -411,11 +451,14 @@ mod tests {
             rmdir(&mut book, p);
         }
         let text = render(&book, &run);
-        let row = |p: &PodUid| format!("podstuck_pod_calls_total{{pod_uid=\"{p}\",role=\"kubelet\",syscall=\"rmdir\",outcome=\"EBUSY\"}}");
+        let row = |p: &PodUid| {
+            format!("podstuck_pod_calls_total{{pod_uid=\"{p}\",role=\"kubelet\",syscall=\"rmdir\",outcome=\"EBUSY\"}}")
+        };
         assert!(text.contains(&format!("{} 2\n", row(&stuck))), "counted from when followed: {text}");
         assert!(text.contains(&format!("{} 1\n", row(&named))));
         assert!(!text.contains(other.as_str()));
-        let node_count = "podstuck_call_duration_seconds_count{role=\"kubelet\",syscall=\"rmdir\",outcome=\"EBUSY\"} 7\n";
+        let node_count =
+            "podstuck_call_duration_seconds_count{role=\"kubelet\",syscall=\"rmdir\",outcome=\"EBUSY\"} 7\n";
         assert!(text.contains(node_count), "every call in the node's: {text}");
         // Resolved: kept a while, then gone, its calls still the node's.
         book.follow([&named], [], t0 + Duration::from_secs(5));
@@ -459,13 +502,20 @@ mod tests {
         let node = "node=\"node-\\\"7\"";
         let fix = "umount /var/lib/kubelet/pods/Some(1)/volumes/\\\"x\\\"; rmdir y";
         assert!(text.contains(&format!("podstuck_findings{{{node},kind=\"volume-still-mounted\",severity=\"critical\",pod_uid=\"{}\",fix=\"{fix}\"}} 2\n", pod(1))), "{text}");
-        assert!(text.contains(&format!("podstuck_findings{{{node},kind=\"disk-full\",severity=\"critical\",pod_uid=\"\",")));
+        assert!(
+            text.contains(&format!("podstuck_findings{{{node},kind=\"disk-full\",severity=\"critical\",pod_uid=\"\","))
+        );
         assert!(!text.contains("mount-held"), "resolved findings are not current");
         let rows: Vec<&str> = samples(&text).into_iter().filter(|l| l.starts_with("podstuck_findings{")).collect();
         assert_eq!(rows.len(), MAX_FINDING_ROWS + 1, "{rows:#?}");
         assert!(rows.last().unwrap().contains("kind=\"other\",severity=\"critical\",pod_uid=\"other\""), "{rows:#?}");
         assert!(rows.last().unwrap().ends_with(" 12"), "{rows:#?}");
-        for family in ["process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ", "process_start_time_seconds "] {
+        for family in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_start_time_seconds ",
+        ] {
             assert!(text.contains(&format!("\n{family}")), "{family}: {text}");
         }
         assert!(text.contains("podstuck_program_runs_total{program=\"unlink_exit\"} 10\n"));
@@ -502,7 +552,11 @@ mod tests {
         }
         let findings: Vec<Finding> = (0..2_000)
             .map(|n| {
-                let mut f = finding([Kind::VolumeStillMounted, Kind::HungCall, Kind::CgroupBusy][n % 3], Some(n), Status::Active);
+                let mut f = finding(
+                    [Kind::VolumeStillMounted, Kind::HungCall, Kind::CgroupBusy][n % 3],
+                    Some(n),
+                    Status::Active,
+                );
                 f.severity = [Severity::Critical, Severity::Warning, Severity::Info][n % 3];
                 f.fix = "\"".repeat(1000);
                 f
@@ -511,7 +565,10 @@ mod tests {
         let refs: Vec<&Finding> = findings.iter().collect();
         let mut run = run_info();
         run.node = "n".repeat(253);
-        let cost = OwnCost { process: ProcessStats::now(), programs: (0..12).map(|n| ProgramCost { name: format!("p{n}"), runs: 1, run_time_ns: 1 }).collect() };
+        let cost = OwnCost {
+            process: ProcessStats::now(),
+            programs: (0..12).map(|n| ProgramCost { name: format!("p{n}"), runs: 1, run_time_ns: 1 }).collect(),
+        };
         let text = render_endpoint(&book, &run, &refs, &cost);
         let series = samples(&text).len();
         assert!(series <= MAX_SERIES, "{series} series");
@@ -523,7 +580,8 @@ mod tests {
             .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
             .sum();
         assert_eq!(counted, book.series().map(|(_, s)| s.count).sum::<u64>());
-        let histograms = samples(&text).iter().filter(|l| l.starts_with("podstuck_call_duration_seconds_count")).count();
+        let histograms =
+            samples(&text).iter().filter(|l| l.starts_with("podstuck_call_duration_seconds_count")).count();
         assert!(histograms <= MAX_HISTOGRAMS + 2 * Syscall::ALL.len(), "{histograms}");
     }
 

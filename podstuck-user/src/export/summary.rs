@@ -49,7 +49,14 @@ impl SeriesSummary {
         if self.count == 1 {
             let only = self.mean_ns as u64;
             self.mean_ns = only as f64;
-            for v in [&mut self.min_ns, &mut self.p50_ns, &mut self.p90_ns, &mut self.p99_ns, &mut self.p99_9_ns, &mut self.max_ns] {
+            for v in [
+                &mut self.min_ns,
+                &mut self.p50_ns,
+                &mut self.p90_ns,
+                &mut self.p99_ns,
+                &mut self.p99_9_ns,
+                &mut self.max_ns,
+            ] {
                 *v = only;
             }
             return self;
@@ -183,8 +190,15 @@ pub(crate) mod tests {
     fn the_kernels_bucketed_counts_show_a_possible_min_and_max() {
         // The kernel sends counts per log2 bucket with the exact sum: the
         // histogram places them at bucket values the sum does not match.
-        for (count, sum_ns, bucket) in [(1u64, 219_500u64, 17usize), (3, 3 * 131_073, 17), (2, 2 * 262_143, 17), (1, 1, 0)] {
-            let key = crate::latency::SeriesKey { syscall: Syscall::Unlinkat, outcome: "ok".into(), role: Role::Runtime, pod: None };
+        for (count, sum_ns, bucket) in
+            [(1u64, 219_500u64, 17usize), (3, 3 * 131_073, 17), (2, 2 * 262_143, 17), (1, 1, 0)]
+        {
+            let key = crate::latency::SeriesKey {
+                syscall: Syscall::Unlinkat,
+                outcome: "ok".into(),
+                role: Role::Runtime,
+                pod: None,
+            };
             let mut book = LatencyBook::new(SystemTime::now());
             book.add(key, SystemTime::now(), count, sum_ns, &[(bucket, count)]);
             let s = &summarise(&book, &run_info()).series[0];
@@ -196,22 +210,39 @@ pub(crate) mod tests {
     #[test]
     fn the_mean_is_never_below_the_min_nor_above_the_max() {
         let mut book = LatencyBook::new(SystemTime::now());
-        let key = |outcome: &str| crate::latency::SeriesKey { syscall: Syscall::Unlinkat, outcome: outcome.into(), role: Role::Kubelet, pod: None };
+        let key = |outcome: &str| crate::latency::SeriesKey {
+            syscall: Syscall::Unlinkat,
+            outcome: outcome.into(),
+            role: Role::Kubelet,
+            pod: None,
+        };
         // One call the kernel counted: 219.5 us, recorded at its bucket's middle.
-        let bucket = (0..podstuck_common::LATENCY_BUCKETS).find(|b| crate::latency::bucket_middle(*b) > 219_500).unwrap();
+        let bucket =
+            (0..podstuck_common::LATENCY_BUCKETS).find(|b| crate::latency::bucket_middle(*b) > 219_500).unwrap();
         book.add(key("ok"), SystemTime::now(), 1, 219_500, &[(bucket, 1)]);
         // Two counted calls in a bucket whose middle is above both of them.
         book.add(key("EBUSY"), SystemTime::now(), 2, 2 * 200_000, &[(bucket, 2)]);
         let summary = summarise(&book, &run_info());
         let one = summary.series.iter().find(|s| s.outcome == "ok").unwrap();
-        assert_eq!((one.min_ns, one.mean_ns, one.p50_ns, one.p99_9_ns, one.max_ns), (219_500, 219_500.0, 219_500, 219_500, 219_500));
+        assert_eq!(
+            (one.min_ns, one.mean_ns, one.p50_ns, one.p99_9_ns, one.max_ns),
+            (219_500, 219_500.0, 219_500, 219_500, 219_500)
+        );
         let two = summary.series.iter().find(|s| s.outcome == "EBUSY").unwrap();
         assert!(two.min_ns as f64 <= two.mean_ns && two.mean_ns <= two.max_ns as f64, "{two:?}");
         for q in [two.p50_ns, two.p90_ns, two.p99_ns, two.p99_9_ns] {
             assert!((two.min_ns..=two.max_ns).contains(&q), "{two:?}");
         }
         // Figures from a file written before: made to agree when read.
-        let old = SeriesSummary { min_ns: 221_100, mean_ns: 219_500.0, p50_ns: 221_100, max_ns: 221_100, count: 3, ..one.clone() }.consistent();
+        let old = SeriesSummary {
+            min_ns: 221_100,
+            mean_ns: 219_500.0,
+            p50_ns: 221_100,
+            max_ns: 221_100,
+            count: 3,
+            ..one.clone()
+        }
+        .consistent();
         assert_eq!((old.min_ns, old.p50_ns, old.max_ns), (219_500, 221_100, 221_100));
     }
 

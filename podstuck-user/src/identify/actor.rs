@@ -124,15 +124,8 @@ mod tests {
 
     #[test]
     fn role_names_match_their_json_form() {
-        for role in [
-            Role::Kubelet,
-            Role::Runtime,
-            Role::Shim,
-            Role::Runc,
-            Role::CsiPlugin,
-            Role::Systemd,
-            Role::Other,
-        ] {
+        for role in [Role::Kubelet, Role::Runtime, Role::Shim, Role::Runc, Role::CsiPlugin, Role::Systemd, Role::Other]
+        {
             let json = serde_json::to_string(&role).unwrap();
             assert_eq!(json, format!("\"{}\"", role.as_str()));
         }
@@ -187,10 +180,7 @@ mod tests {
     #[test]
     fn helpers_take_the_role_of_their_parent() {
         assert_eq!(role_of("umount", None, "kubelet"), Role::Kubelet);
-        assert_eq!(
-            role_of("mount", Some("/usr/bin/mount"), "kubelet"),
-            Role::Kubelet
-        );
+        assert_eq!(role_of("mount", Some("/usr/bin/mount"), "kubelet"), Role::Kubelet);
         assert_eq!(role_of("nsenter", None, "kubelet"), Role::Kubelet);
         assert_eq!(role_of("rm", None, "containerd"), Role::Runtime);
         assert_eq!(role_of("sh", None, "containerd-shim"), Role::Shim);
@@ -205,67 +195,30 @@ mod tests {
 
     #[test]
     fn the_executable_wins_over_a_truncated_or_renamed_comm() {
-        assert_eq!(
-            role_of(
-                "containerd-shim",
-                Some("/usr/bin/containerd-shim-runc-v2"),
-                "systemd"
-            ),
-            Role::Shim
-        );
-        assert_eq!(
-            role_of("worker", Some("/usr/bin/kubelet"), "systemd"),
-            Role::Kubelet
-        );
+        assert_eq!(role_of("containerd-shim", Some("/usr/bin/containerd-shim-runc-v2"), "systemd"), Role::Shim);
+        assert_eq!(role_of("worker", Some("/usr/bin/kubelet"), "systemd"), Role::Kubelet);
         // A script runs as its interpreter; its name is in comm.
-        assert_eq!(
-            role_of("kubelet", Some("/usr/bin/bash"), "systemd"),
-            Role::Kubelet
-        );
-        assert_eq!(
-            role_of("csi-wrapper.sh", Some("/bin/sh"), "containerd-shim"),
-            Role::CsiPlugin
-        );
-        assert_eq!(
-            role_of("kubelet", Some("/usr/bin/nginx"), "systemd"),
-            Role::Kubelet
-        );
-        assert_eq!(
-            role_of("x", Some("/usr/local/bin/kubelet (deleted)"), "systemd"),
-            Role::Kubelet
-        );
+        assert_eq!(role_of("kubelet", Some("/usr/bin/bash"), "systemd"), Role::Kubelet);
+        assert_eq!(role_of("csi-wrapper.sh", Some("/bin/sh"), "containerd-shim"), Role::CsiPlugin);
+        assert_eq!(role_of("kubelet", Some("/usr/bin/nginx"), "systemd"), Role::Kubelet);
+        assert_eq!(role_of("x", Some("/usr/local/bin/kubelet (deleted)"), "systemd"), Role::Kubelet);
         assert_eq!(role_of("kubelet", Some(""), "systemd"), Role::Kubelet);
     }
 
     #[test]
     fn multi_call_binaries_fall_back_to_comm() {
-        assert_eq!(
-            role_of("umount", Some("/bin/busybox"), "kubelet"),
-            Role::Kubelet
-        );
-        assert_eq!(
-            role_of("containerd", Some("/usr/local/bin/k3s"), "k3s"),
-            Role::Runtime
-        );
-        assert_eq!(
-            role_of("k3s-agent", Some("/usr/local/bin/k3s"), "systemd"),
-            Role::Other
-        );
+        assert_eq!(role_of("umount", Some("/bin/busybox"), "kubelet"), Role::Kubelet);
+        assert_eq!(role_of("containerd", Some("/usr/local/bin/k3s"), "k3s"), Role::Runtime);
+        assert_eq!(role_of("k3s-agent", Some("/usr/local/bin/k3s"), "systemd"), Role::Other);
     }
 
     #[test]
     fn helpers_are_described_with_who_ran_them() {
         assert_eq!(describe("kubelet", "systemd", Role::Kubelet), "kubelet");
-        assert_eq!(
-            describe("umount", "kubelet", Role::Kubelet),
-            "umount (child of kubelet)"
-        );
+        assert_eq!(describe("umount", "kubelet", Role::Kubelet), "umount (child of kubelet)");
         assert_eq!(describe("rm", "bash", Role::Other), "rm (child of bash)");
         assert_eq!(describe("umount", "", Role::Other), "umount");
-        assert_eq!(
-            describe("containerd", "systemd", Role::Runtime),
-            "containerd"
-        );
+        assert_eq!(describe("containerd", "systemd", Role::Runtime), "containerd");
         // A non-helper is itself the actor, whoever started it.
         assert_eq!(describe("runc", "containerd-shim", Role::Runc), "runc");
         assert_eq!(describe("", "kubelet", Role::Kubelet), "kubelet");

@@ -48,7 +48,9 @@ pub fn v1_hierarchy(mountinfo: &str) -> Option<(&'static str, PathBuf)> {
     let mounts = parse_mountinfo(mountinfo.as_bytes());
     V1_CONTROLLERS.iter().find_map(|controller| {
         // The per-superblock options name the controllers: "rw,cpu,cpuacct".
-        let m = mounts.iter().find(|m| m.fstype == "cgroup" && m.whole() && m.super_options.split(',').any(|o| o == *controller))?;
+        let m = mounts
+            .iter()
+            .find(|m| m.fstype == "cgroup" && m.whole() && m.super_options.split(',').any(|o| o == *controller))?;
         Some((*controller, path_of(&m.mount_point)))
     })
 }
@@ -72,11 +74,7 @@ impl CgroupIndex {
     /// An empty index over the hierarchy mounted at `root`; the first lookup
     /// fills it.
     pub fn new(root: PathBuf) -> CgroupIndex {
-        CgroupIndex {
-            root,
-            by_id: HashMap::new(),
-            rescans: RescanLimit::default(),
-        }
+        CgroupIndex { root, by_id: HashMap::new(), rescans: RescanLimit::default() }
     }
 
     /// How often a lookup miss may rescan: a miss for a task that has
@@ -99,8 +97,7 @@ impl CgroupIndex {
         // Inode numbers are only unique within one filesystem.
         let dev = meta.dev();
         self.by_id.insert(meta.ino(), "/".to_string());
-        let mut pending: Vec<(PathBuf, String, usize)> =
-            vec![(self.root.clone(), String::new(), 0)];
+        let mut pending: Vec<(PathBuf, String, usize)> = vec![(self.root.clone(), String::new(), 0)];
         while let Some((dir, rel, depth)) = pending.pop() {
             if depth >= MAX_DEPTH {
                 continue;
@@ -247,7 +244,8 @@ mod tests {
         assert_eq!(v1_hierarchy(al2), Some(("memory", PathBuf::from("/sys/fs/cgroup/memory"))));
         let no_memory: String = al2.lines().filter(|l| !l.ends_with("memory")).map(|l| format!("{l}\n")).collect();
         assert_eq!(v1_hierarchy(&no_memory), Some(("pids", PathBuf::from("/sys/fs/cgroup/pids"))));
-        let v2 = "35 25 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n";
+        let v2 =
+            "35 25 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n";
         assert_eq!(v1_hierarchy(v2), None);
         // A bind of a sub-tree (a container's view) names no hierarchy root.
         let bound = "40 25 0:33 /kubepods /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
@@ -267,10 +265,7 @@ mod tests {
 36 35 0:31 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
 37 35 0:32 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
 ";
-        assert_eq!(
-            cgroup2_mount(hybrid),
-            Some(PathBuf::from("/sys/fs/cgroup/unified"))
-        );
+        assert_eq!(cgroup2_mount(hybrid), Some(PathBuf::from("/sys/fs/cgroup/unified")));
 
         let v1_only = "\
 35 25 0:30 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
@@ -290,10 +285,7 @@ mod tests {
 ";
         assert_eq!(cgroup2_mount(text), Some(PathBuf::from("/host/cgroup v2")));
         let only_sub_tree = "90 80 0:30 /kubepods.slice /host/pods rw - cgroup2 cgroup2 rw\n";
-        assert_eq!(
-            cgroup2_mount(only_sub_tree),
-            Some(PathBuf::from("/host/pods"))
-        );
+        assert_eq!(cgroup2_mount(only_sub_tree), Some(PathBuf::from("/host/pods")));
         // "cgroup2" as a source or option is not the fs type.
         let not_v2 = "91 80 0:30 / /x rw - tmpfs cgroup2 rw\n";
         assert_eq!(cgroup2_mount(not_v2), None);
@@ -328,10 +320,7 @@ mod tests {
         let new_id = mkdir(&tmp, "/kubepods.slice/new.slice");
         assert_eq!(index.path_of(new_id), None, "rescanned too soon");
         index.set_min_rescan_interval(Duration::ZERO);
-        assert_eq!(
-            index.path_of(new_id).as_deref(),
-            Some("/kubepods.slice/new.slice")
-        );
+        assert_eq!(index.path_of(new_id).as_deref(), Some("/kubepods.slice/new.slice"));
         // An explicit rescan ignores the interval and drops what is gone.
         index.set_min_rescan_interval(Duration::from_secs(3600));
         std::fs::remove_dir(tmp.0.join("kubepods.slice/new.slice")).unwrap();
@@ -382,15 +371,10 @@ mod tests {
         assert_eq!(index.pod_of_container(&other), None);
 
         // A container that appears later is found once a rescan is allowed.
-        mkdir(&tmp, &format!(
-            "/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{OTHER_CID}.scope"
-        ));
+        mkdir(&tmp, &format!("/kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{OTHER_CID}.scope"));
         assert_eq!(index.pod_of_container(&other), None, "rescanned too soon");
         index.set_min_rescan_interval(Duration::ZERO);
-        assert_eq!(
-            index.pod_of_container(&other),
-            Some(PodUid::parse(UID).unwrap())
-        );
+        assert_eq!(index.pod_of_container(&other), Some(PodUid::parse(UID).unwrap()));
     }
 
     /// [`v1_cgroup_path`] of a `/proc/<pid>/cgroup` text, as
@@ -403,9 +387,7 @@ mod tests {
     #[test]
     fn v1_cgroup_path_prefers_systemd_then_pids_or_memory() {
         let scope = pod_scope();
-        let text = format!(
-            "12:cpu,cpuacct:/kubepods/x\n11:memory:/kubepods/mem\n1:name=systemd:{scope}\n0::/\n"
-        );
+        let text = format!("12:cpu,cpuacct:/kubepods/x\n11:memory:/kubepods/mem\n1:name=systemd:{scope}\n0::/\n");
         assert_eq!(path_of_text(&text), Some(scope));
         let text = "12:cpu,cpuacct:/a\n7:pids:/kubepods/pids\n6:memory:/kubepods/mem\n";
         assert_eq!(path_of_text(text).as_deref(), Some("/kubepods/pids"));
@@ -424,9 +406,6 @@ mod tests {
         assert_eq!(path_of_text(""), None);
         assert_eq!(path_of_text("garbage\n"), None);
         // A v2-only host still yields its one path.
-        assert_eq!(
-            path_of_text("0::/kubepods.slice/x\n").as_deref(),
-            Some("/kubepods.slice/x")
-        );
+        assert_eq!(path_of_text("0::/kubepods.slice/x\n").as_deref(), Some("/kubepods.slice/x"));
     }
 }

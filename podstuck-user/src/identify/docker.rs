@@ -34,11 +34,7 @@ impl DockerLayers {
     /// An empty map over docker's state at `docker_root` (usually
     /// [`DEFAULT_DOCKER_ROOT`]); the first lookup fills it.
     pub fn new(docker_root: PathBuf) -> DockerLayers {
-        DockerLayers {
-            docker_root,
-            by_layer: HashMap::new(),
-            rescans: RescanLimit::default(),
-        }
+        DockerLayers { docker_root, by_layer: HashMap::new(), rescans: RescanLimit::default() }
     }
 
     /// How often a lookup miss may rescan (default 1 s): layers of removed
@@ -90,10 +86,7 @@ impl DockerLayers {
 fn read_layer_id(path: &Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
     let id = text.trim();
-    let ok = id.len() == 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let ok = id.len() == 64 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     ok.then(|| id.to_string())
 }
 
@@ -124,10 +117,7 @@ mod tests {
         let mut layers = DockerLayers::new(root.0.clone());
         let cid = ContainerId::parse(CID).unwrap();
         assert_eq!(layers.container_of_layer(LAYER), Some(cid.clone()));
-        assert_eq!(
-            layers.container_of_layer(&format!("{LAYER}-init")),
-            Some(cid)
-        );
+        assert_eq!(layers.container_of_layer(&format!("{LAYER}-init")), Some(cid));
     }
 
     #[test]
@@ -138,14 +128,7 @@ mod tests {
         add_mount(&root, CID, "garbage");
         add_mount(&root, CID2, &LAYER2.to_uppercase());
         let mut layers = DockerLayers::new(root.0.clone());
-        for layer in [
-            LAYER,
-            LAYER2,
-            "garbage",
-            "",
-            &LAYER[1..],
-            &format!("{LAYER}-old"),
-        ] {
+        for layer in [LAYER, LAYER2, "garbage", "", &LAYER[1..], &format!("{LAYER}-old")] {
             assert_eq!(layers.container_of_layer(layer), None, "{layer}");
         }
         let mut nothing = DockerLayers::new(root.0.join("no-such-root"));

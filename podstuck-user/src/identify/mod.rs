@@ -248,7 +248,13 @@ impl Identifier {
 
     /// A call streamed by the kernel.
     pub fn identify(&mut self, event: &CallEvent) -> Identity {
-        let caller = Caller { pid: event.pid, comm: &event.comm, pcomm: &event.pcomm, cgroup_id: event.cgroup_id, v1_cgroup_id: event.v1_cgroup_id };
+        let caller = Caller {
+            pid: event.pid,
+            comm: &event.comm,
+            pcomm: &event.pcomm,
+            cgroup_id: event.cgroup_id,
+            v1_cgroup_id: event.v1_cgroup_id,
+        };
         self.identify_call(&caller, event.abs_path())
     }
 
@@ -373,8 +379,14 @@ mod tests {
         fn new(name: &str) -> FakeNode {
             let tmp = TempDir::new(name);
             let dir = tmp.0.clone();
-            let slice_b = format!("cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice", POD_B.replace('-', "_"));
-            let scope_a = format!("cgroup/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{CID}.scope", POD_A.replace('-', "_"));
+            let slice_b = format!(
+                "cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+                POD_B.replace('-', "_")
+            );
+            let scope_a = format!(
+                "cgroup/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{CID}.scope",
+                POD_A.replace('-', "_")
+            );
             std::fs::create_dir_all(dir.join(slice_b)).unwrap();
             std::fs::create_dir_all(dir.join(scope_a)).unwrap();
             std::fs::create_dir_all(dir.join("kubelet/pods").join(POD_A)).unwrap();
@@ -519,6 +531,9 @@ mod tests {
         assert!(node_wide.admits(&a) && node_wide.admits(&b) && node_wide.admits(&none));
         assert_eq!(only_a.pods_not_on_node(Node::direct(), &node.dir.join("kubelet")), vec![]);
         let only_b = PodFilter::new([PodUid::parse(POD_B).unwrap()]);
-        assert_eq!(only_b.pods_not_on_node(Node::direct(), &node.dir.join("kubelet")), vec![PodUid::parse(POD_B).unwrap()]);
+        assert_eq!(
+            only_b.pods_not_on_node(Node::direct(), &node.dir.join("kubelet")),
+            vec![PodUid::parse(POD_B).unwrap()]
+        );
     }
 }

@@ -65,7 +65,11 @@ impl Owner {
     pub fn delete_pod(&self) -> Option<String> {
         let name = self.pod_name.as_deref()?;
         let ns = self.pod_namespace.as_deref().unwrap_or("default");
-        Some(format!("kubectl delete pod -n {} {}", crate::words::shell_word(ns.as_bytes()), crate::words::shell_word(name.as_bytes())))
+        Some(format!(
+            "kubectl delete pod -n {} {}",
+            crate::words::shell_word(ns.as_bytes()),
+            crate::words::shell_word(name.as_bytes())
+        ))
     }
 }
 
@@ -113,7 +117,8 @@ impl RuntimeState {
     fn name(&self, id: &ContainerId, owner: &mut Owner) {
         for dir in &self.bundles {
             // CRI-O keeps its config under userdata/.
-            for file in [dir.join(id.as_str()).join("config.json"), dir.join(id.as_str()).join("userdata/config.json")] {
+            for file in [dir.join(id.as_str()).join("config.json"), dir.join(id.as_str()).join("userdata/config.json")]
+            {
                 if let Some(config) = read_json(&file) {
                     let notes = &config["annotations"];
                     let pick = |keys: &[&str]| keys.iter().find_map(|k| notes[*k].as_str().map(str::to_string));
@@ -129,7 +134,8 @@ impl RuntimeState {
             let label = |k: &str| labels[k].as_str().map(str::to_string);
             owner.pod_name = label("io.kubernetes.pod.name");
             owner.pod_namespace = label("io.kubernetes.pod.namespace");
-            owner.container = label("io.kubernetes.container.name").or_else(|| config["Name"].as_str().map(|n| n.trim_start_matches('/').to_string()));
+            owner.container = label("io.kubernetes.container.name")
+                .or_else(|| config["Name"].as_str().map(|n| n.trim_start_matches('/').to_string()));
         }
     }
 }
@@ -184,7 +190,10 @@ mod tests {
     fn a_leftover_debug_pod_is_named_from_containerds_bundle() {
         let (tmp, proc) = node("owner-debug", 42);
         let config = r#"{"annotations":{"io.kubernetes.cri.sandbox-name":"node-debugger-node-1-x7k2p","io.kubernetes.cri.sandbox-namespace":"default","io.kubernetes.cri.container-name":"debugger"}}"#;
-        write(tmp.0.join("root/run/containerd/io.containerd.runtime.v2.task/k8s.io").join(CID).join("config.json"), config);
+        write(
+            tmp.0.join("root/run/containerd/io.containerd.runtime.v2.task/k8s.io").join(CID).join("config.json"),
+            config,
+        );
         let owner = RuntimeState::under(&tmp.0.join("root")).owner_of(&proc, 42).unwrap();
         assert_eq!(owner.pod_uid.as_ref().map(|u| u.to_string()).as_deref(), Some(UID));
         assert!(owner.is_debug_pod());

@@ -91,7 +91,9 @@ impl ContainerId {
 impl<'de> serde::Deserialize<'de> for ContainerId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ContainerId, D::Error> {
         let text = String::deserialize(d)?;
-        ContainerId::parse(&text).ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not a container id (64 lowercase hex digits)")))
+        ContainerId::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!("{text:?} is not a container id (64 lowercase hex digits)"))
+        })
     }
 }
 
@@ -143,11 +145,7 @@ pub fn clues_from_path(path: &[u8], kubelet_roots: &[PathBuf]) -> PathClues {
         .iter()
         .find_map(|root| kubelet_clue(&segs, root))
         .or_else(|| cgroup_pod.map(|uid| (uid, PathArea::PodCgroup)));
-    PathClues {
-        pod,
-        container: runtime_container(&segs).or(cgroup_container),
-        docker_layer: docker_layer(&segs),
-    }
+    PathClues { pod, container: runtime_container(&segs).or(cgroup_container), docker_layer: docker_layer(&segs) }
 }
 
 /// Pod and container named by a cgroup path relative to the hierarchy root,
@@ -160,9 +158,7 @@ pub fn clues_from_cgroup(cgroup_path: &str) -> (Option<PodUid>, Option<Container
 /// Empty and `.` segments carry no meaning (`//` and `/./` appear when paths
 /// are joined by hand), so they are dropped.
 fn segments(path: &[u8]) -> Vec<&[u8]> {
-    path.split(|&b| b == b'/')
-        .filter(|s| !s.is_empty() && *s != b".")
-        .collect()
+    path.split(|&b| b == b'/').filter(|s| !s.is_empty() && *s != b".").collect()
 }
 
 fn is_lower_hex(b: u8) -> bool {
@@ -243,11 +239,7 @@ fn kubelet_clue(segs: &[&[u8]], root: &Path) -> Option<(PodUid, PathArea)> {
         // (`volumeDevices/<pv>/dev/<uid>`, `volumeDevices/publish/<pv>/<uid>`),
         // so the last UID-shaped segment is the pod's even if a volume
         // happens to be named by a bare UUID.
-        [b"plugins", rest @ ..] => rest
-            .iter()
-            .rev()
-            .find_map(|s| kubelet_uid(s))
-            .map(|uid| (uid, PathArea::PluginDir)),
+        [b"plugins", rest @ ..] => rest.iter().rev().find_map(|s| kubelet_uid(s)).map(|uid| (uid, PathArea::PluginDir)),
         _ => None,
     }
 }
@@ -267,10 +259,7 @@ fn cgroup_clues(segs: &[&[u8]]) -> (Option<PodUid>, Option<ContainerId>) {
                 if segs.get(at).is_some_and(|s| QOS_CLASSES.contains(s)) {
                     at += 1;
                 }
-                let uid = segs
-                    .get(at)
-                    .and_then(|s| s.strip_prefix(b"pod"))
-                    .and_then(kubelet_uid);
+                let uid = segs.get(at).and_then(|s| s.strip_prefix(b"pod")).and_then(kubelet_uid);
                 if let Some(uid) = uid {
                     pod = Some(uid);
                     if container.is_none() {
@@ -292,9 +281,7 @@ fn systemd_pod_slice(seg: &[u8]) -> Option<PodUid> {
     let name = seg.strip_suffix(b".slice")?.strip_prefix(b"kubepods-")?;
     let uid = match name.strip_prefix(b"pod") {
         Some(uid) => uid,
-        None => QOS_CLASSES
-            .iter()
-            .find_map(|qos| name.strip_prefix(*qos)?.strip_prefix(b"-pod"))?,
+        None => QOS_CLASSES.iter().find_map(|qos| name.strip_prefix(*qos)?.strip_prefix(b"-pod"))?,
     };
     systemd_uid(uid)
 }
@@ -304,9 +291,7 @@ fn systemd_pod_slice(seg: &[u8]) -> Option<PodUid> {
 fn container_scope(seg: &[u8]) -> Option<ContainerId> {
     let name = seg.strip_suffix(b".scope")?;
     const PREFIXES: [&[u8]; 4] = [b"cri-containerd-", b"crio-conmon-", b"crio-", b"docker-"];
-    PREFIXES
-        .iter()
-        .find_map(|p| name.strip_prefix(*p).and_then(container_id))
+    PREFIXES.iter().find_map(|p| name.strip_prefix(*p).and_then(container_id))
 }
 
 /// The runtimes' per-container directories, at their default locations.
@@ -376,10 +361,7 @@ mod tests {
         assert_eq!(PodUid::parse(UID).unwrap().as_str(), UID);
         assert_eq!(PodUid::parse(&UID.to_uppercase()).unwrap().as_str(), UID);
         assert_eq!(PodUid::parse(STATIC_UID).unwrap().as_str(), STATIC_UID);
-        assert_eq!(
-            PodUid::parse(&STATIC_UID.to_uppercase()).unwrap().as_str(),
-            STATIC_UID
-        );
+        assert_eq!(PodUid::parse(&STATIC_UID.to_uppercase()).unwrap().as_str(), STATIC_UID);
         assert_eq!(PodUid::parse(&format!("  {UID}\n")).unwrap().as_str(), UID);
     }
 
@@ -397,24 +379,15 @@ mod tests {
             "pod1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d",
         ] {
             let err = PodUid::parse(bad).unwrap_err();
-            assert!(
-                err.contains("kubectl get pod <name> -o jsonpath='{.metadata.uid}'"),
-                "{err}"
-            );
-            assert!(
-                err.contains("1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d"),
-                "{err}"
-            );
+            assert!(err.contains("kubectl get pod <name> -o jsonpath='{.metadata.uid}'"), "{err}");
+            assert!(err.contains("1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d"), "{err}");
         }
     }
 
     #[test]
     fn pod_uid_has_a_systemd_form() {
         assert_eq!(uid().systemd_form(), UID_);
-        assert_eq!(
-            PodUid::parse(STATIC_UID).unwrap().systemd_form(),
-            STATIC_UID
-        );
+        assert_eq!(PodUid::parse(STATIC_UID).unwrap().systemd_form(), STATIC_UID);
     }
 
     #[test]
@@ -469,44 +442,20 @@ mod tests {
     #[test]
     fn kubelet_pod_directories_are_tied_to_the_pod() {
         let cases = [
-            (
-                format!("/var/lib/kubelet/pods/{UID}/volumes/kubernetes.io~csi/pvc-1/mount"),
-                PathArea::Volume,
-            ),
-            (
-                format!("/var/lib/kubelet/pods/{UID}/volumes"),
-                PathArea::Volume,
-            ),
-            (
-                format!("/var/lib/kubelet/pods/{UID}/volume-subpaths/data/app/0"),
-                PathArea::VolumeSubpath,
-            ),
-            (
-                format!("/var/lib/kubelet/pods/{UID}/volumeDevices/kubernetes.io~csi/pvc-1"),
-                PathArea::VolumeDevice,
-            ),
+            (format!("/var/lib/kubelet/pods/{UID}/volumes/kubernetes.io~csi/pvc-1/mount"), PathArea::Volume),
+            (format!("/var/lib/kubelet/pods/{UID}/volumes"), PathArea::Volume),
+            (format!("/var/lib/kubelet/pods/{UID}/volume-subpaths/data/app/0"), PathArea::VolumeSubpath),
+            (format!("/var/lib/kubelet/pods/{UID}/volumeDevices/kubernetes.io~csi/pvc-1"), PathArea::VolumeDevice),
             (format!("/var/lib/kubelet/pods/{UID}"), PathArea::PodDir),
-            (
-                format!("/var/lib/kubelet/pods/{UID}/containers/app/0a1b"),
-                PathArea::PodDir,
-            ),
-            (
-                format!("/var/lib/kubelet/pods/{UID}/etc-hosts"),
-                PathArea::PodDir,
-            ),
-            (
-                format!("/var/lib/kubelet//pods/./{UID}/volumes/x"),
-                PathArea::Volume,
-            ),
+            (format!("/var/lib/kubelet/pods/{UID}/containers/app/0a1b"), PathArea::PodDir),
+            (format!("/var/lib/kubelet/pods/{UID}/etc-hosts"), PathArea::PodDir),
+            (format!("/var/lib/kubelet//pods/./{UID}/volumes/x"), PathArea::Volume),
         ];
         for (path, area) in cases {
             assert_eq!(pod_of(&path), Some((uid(), area)), "{path}");
         }
         let path = format!("/var/lib/kubelet/pods/{STATIC_UID}/volumes/x");
-        assert_eq!(
-            pod_of(&path),
-            Some((PodUid::parse(STATIC_UID).unwrap(), PathArea::Volume))
-        );
+        assert_eq!(pod_of(&path), Some((PodUid::parse(STATIC_UID).unwrap(), PathArea::Volume)));
     }
 
     #[test]
@@ -532,33 +481,21 @@ mod tests {
 
     #[test]
     fn any_of_several_kubelet_roots_matches_and_trailing_slashes_do_not_matter() {
-        let roots = [
-            PathBuf::from("/var/lib/kubelet"),
-            PathBuf::from("/data/kubelet/"),
-        ];
+        let roots = [PathBuf::from("/var/lib/kubelet"), PathBuf::from("/data/kubelet/")];
         let path = format!("/data/kubelet/pods/{UID}/volumes/x");
-        assert_eq!(
-            clues_from_path(path.as_bytes(), &roots).pod,
-            Some((uid(), PathArea::Volume))
-        );
+        assert_eq!(clues_from_path(path.as_bytes(), &roots).pod, Some((uid(), PathArea::Volume)));
         // A relative root could match anywhere, so it matches nowhere.
         let path = format!("/kubelet/pods/{UID}/volumes/x");
-        assert_eq!(
-            clues_from_path(path.as_bytes(), &[PathBuf::from("kubelet")]).pod,
-            None
-        );
+        assert_eq!(clues_from_path(path.as_bytes(), &[PathBuf::from("kubelet")]).pod, None);
         assert_eq!(clues_from_path(path.as_bytes(), &[]).pod, None);
     }
 
     #[test]
     fn plugin_directories_with_a_pod_uid_segment_are_tied() {
-        let path =
-            format!("/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/pvc-9/dev/{UID}");
+        let path = format!("/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/pvc-9/dev/{UID}");
         assert_eq!(pod_of(&path), Some((uid(), PathArea::PluginDir)));
         // A volume named by a bare UUID comes before the pod UID.
-        let path = format!(
-            "/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/{STATIC_UID}/{UID}"
-        );
+        let path = format!("/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/publish/{STATIC_UID}/{UID}");
         assert_eq!(pod_of(&path), Some((uid(), PathArea::PluginDir)));
     }
 
@@ -594,10 +531,7 @@ mod tests {
         assert_eq!(clues.pod, Some((uid(), PathArea::PodCgroup)));
         assert_eq!(clues.container, None);
         let path = format!("/sys/fs/cgroup/kubepods.slice/kubepods-pod{STATIC_UID}.slice");
-        assert_eq!(
-            pod_of(&path),
-            Some((PodUid::parse(STATIC_UID).unwrap(), PathArea::PodCgroup))
-        );
+        assert_eq!(pod_of(&path), Some((PodUid::parse(STATIC_UID).unwrap(), PathArea::PodCgroup)));
     }
 
     #[test]
@@ -613,10 +547,7 @@ mod tests {
         }
         let path = format!("/sys/fs/cgroup/kubepods/pod{STATIC_UID}/cgroup.procs");
         let clues = clues_from_path(path.as_bytes(), &roots());
-        assert_eq!(
-            clues.pod,
-            Some((PodUid::parse(STATIC_UID).unwrap(), PathArea::PodCgroup))
-        );
+        assert_eq!(clues.pod, Some((PodUid::parse(STATIC_UID).unwrap(), PathArea::PodCgroup)));
         assert_eq!(clues.container, None);
     }
 
@@ -638,37 +569,26 @@ mod tests {
         for path in [
             format!("/sys/fs/cgroup/system.slice/cri-containerd-{CID}.scopex"),
             format!("/sys/fs/cgroup/system.slice/containerd-{CID}.scope"),
-            format!(
-                "/sys/fs/cgroup/system.slice/cri-containerd-{}.scope",
-                &CID[1..]
-            ),
+            format!("/sys/fs/cgroup/system.slice/cri-containerd-{}.scope", &CID[1..]),
             format!("/sys/fs/cgroup/kubepods/pod{UID}/{}", CID.to_uppercase()),
         ] {
-            assert_eq!(
-                clues_from_path(path.as_bytes(), &roots()).container,
-                None,
-                "{path}"
-            );
+            assert_eq!(clues_from_path(path.as_bytes(), &roots()).container, None, "{path}");
         }
     }
 
     #[test]
     fn clues_from_cgroup_reads_paths_relative_to_the_hierarchy() {
-        let p = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope");
+        let p = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{CID}.scope"
+        );
         assert_eq!(clues_from_cgroup(&p), (Some(uid()), Some(cid())));
         let p = format!("/kubepods/besteffort/pod{UID}/{CID}");
         assert_eq!(clues_from_cgroup(&p), (Some(uid()), Some(cid())));
         let p = format!("/system.slice/docker-{CID}.scope");
         assert_eq!(clues_from_cgroup(&p), (None, Some(cid())));
         assert_eq!(clues_from_cgroup("/"), (None, None));
-        assert_eq!(
-            clues_from_cgroup("/system.slice/containerd.service"),
-            (None, None)
-        );
-        assert_eq!(
-            clues_from_cgroup(&format!("/kubepods/burstable/pod{UID_}/{CID}")),
-            (None, None)
-        );
+        assert_eq!(clues_from_cgroup("/system.slice/containerd.service"), (None, None));
+        assert_eq!(clues_from_cgroup(&format!("/kubepods/burstable/pod{UID_}/{CID}")), (None, None));
     }
 
     // --- runtimes ---
@@ -699,40 +619,24 @@ mod tests {
             format!("/var/lib/docker2/containers/{CID}/shm"),
             format!("/var/lib/docker/volumes/{CID}/_data"),
         ] {
-            assert_eq!(
-                clues_from_path(path.as_bytes(), &roots()).container,
-                None,
-                "{path}"
-            );
+            assert_eq!(clues_from_path(path.as_bytes(), &roots()).container, None, "{path}");
         }
     }
 
     #[test]
     fn docker_overlay_layers_are_kept_as_text() {
         let path = format!("/var/lib/docker/overlay2/{LAYER}/merged");
-        assert_eq!(
-            clues_from_path(path.as_bytes(), &roots())
-                .docker_layer
-                .as_deref(),
-            Some(LAYER)
-        );
+        assert_eq!(clues_from_path(path.as_bytes(), &roots()).docker_layer.as_deref(), Some(LAYER));
         let path = format!("/var/lib/docker/overlay2/{LAYER}-init/diff/etc");
         let want = format!("{LAYER}-init");
-        assert_eq!(
-            clues_from_path(path.as_bytes(), &roots()).docker_layer,
-            Some(want)
-        );
+        assert_eq!(clues_from_path(path.as_bytes(), &roots()).docker_layer, Some(want));
         for path in [
             "/var/lib/docker/overlay2/l/ABCDEFGHIJKLMNOPQRSTUVWXYZ".to_string(),
             format!("/var/lib/docker/overlay2/{LAYER}-old/diff"),
             format!("/var/lib/docker/overlay2/{}/diff", &LAYER[1..]),
             format!("/var/lib/docker/image/overlay2/{LAYER}"),
         ] {
-            assert_eq!(
-                clues_from_path(path.as_bytes(), &roots()).docker_layer,
-                None,
-                "{path}"
-            );
+            assert_eq!(clues_from_path(path.as_bytes(), &roots()).docker_layer, None, "{path}");
         }
     }
 
@@ -740,10 +644,7 @@ mod tests {
     fn non_utf8_paths_never_panic_and_only_their_readable_segments_count() {
         let mut path = format!("/var/lib/kubelet/pods/{UID}/volumes/").into_bytes();
         path.extend_from_slice(b"\xff\xfe/mount");
-        assert_eq!(
-            clues_from_path(&path, &roots()).pod,
-            Some((uid(), PathArea::Volume))
-        );
+        assert_eq!(clues_from_path(&path, &roots()).pod, Some((uid(), PathArea::Volume)));
 
         let mut path = b"/var/lib/kubelet/pods/".to_vec();
         path.extend_from_slice(UID.as_bytes());

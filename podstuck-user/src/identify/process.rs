@@ -87,7 +87,9 @@ pub fn flight_path(flight: &Flight, proc_root: &Path) -> Result<Vec<u8>, NoPath>
 /// The node's mount namespace inode: podstuck's own, unless it reads the
 /// node from a container's namespace.
 pub fn own_mount_namespace(node: &crate::node_access::Node) -> u32 {
-    std::fs::metadata(node.node_proc_file("ns/mnt")).map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32).unwrap_or(0)
+    std::fs::metadata(node.node_proc_file("ns/mnt"))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m) as u32)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -112,7 +114,15 @@ mod tests {
     }
 
     fn flight(dfd: i32, path: Option<&[u8]>) -> Flight {
-        Flight { tid: 42, pid: 40, syscall: Syscall::Umount2, flags: 2, dfd, started: SystemTime::UNIX_EPOCH, path: path.map(<[u8]>::to_vec) }
+        Flight {
+            tid: 42,
+            pid: 40,
+            syscall: Syscall::Umount2,
+            flags: 2,
+            dfd,
+            started: SystemTime::UNIX_EPOCH,
+            path: path.map(<[u8]>::to_vec),
+        }
     }
 
     #[test]
@@ -135,7 +145,10 @@ mod tests {
         let facts = ProcessFacts::read(40, 42, &proc.0);
         assert_eq!((facts.ppid, facts.pcomm.as_str()), (1, "kubelet"));
         assert_eq!(facts.comm, crate::words::safe_text(b"x\xff\x1b]0;"));
-        assert_eq!(parse_stat(b"40 (x\xff) y) S 1 40"), Some(TaskStat { comm: crate::words::safe_text(b"x\xff) y"), state: 'S', ppid: Some(1) }));
+        assert_eq!(
+            parse_stat(b"40 (x\xff) y) S 1 40"),
+            Some(TaskStat { comm: crate::words::safe_text(b"x\xff) y"), state: 'S', ppid: Some(1) })
+        );
         assert_eq!(parse_stat(b"(x) R").map(|s| (s.state, s.ppid)), Some(('R', None)));
         assert_eq!(parse_stat(b"4242 (x)"), None);
     }

@@ -10,8 +10,8 @@
 //! block forever on a dead NFS or FUSE server, so the live node does it on a
 //! worker thread with a deadline and then stays away from that mount.
 
-pub mod real_node;
 pub mod mounts;
+pub mod real_node;
 
 use serde::{Deserialize, Serialize};
 

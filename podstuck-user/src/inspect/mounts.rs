@@ -55,7 +55,10 @@ fn rebase(base: &[u8], path: &[u8], dir: &[u8]) -> Vec<u8> {
 /// ignoring anything mounted on `path` itself: the dentry that a mount on
 /// it would sit on.
 pub fn location_under(mounts: &[Mount], path: &[u8]) -> Option<DirLocation> {
-    let beneath = mounts.iter().filter(|m| m.mount_point != path && is_at_or_below(path, &m.mount_point)).max_by_key(|m| m.mount_point.len())?;
+    let beneath = mounts
+        .iter()
+        .filter(|m| m.mount_point != path && is_at_or_below(path, &m.mount_point))
+        .max_by_key(|m| m.mount_point.len())?;
     Some(DirLocation { dev: beneath.dev, path_in_fs: rebase(&beneath.root, path, &beneath.mount_point) })
 }
 
@@ -104,8 +107,11 @@ const NOT_CONTROLLERS: [&str; 6] = ["rw", "ro", "xattr", "noprefix", "clone_chil
 /// The controllers (or `name=`) a v1 cgroup mount holds, from its
 /// per-superblock options: "rw,cpu,cpuacct" is "cpu,cpuacct".
 pub fn v1_controllers(mount: &Mount) -> String {
-    let names: Vec<&str> =
-        mount.super_options.split(',').filter(|o| !NOT_CONTROLLERS.contains(o) && !o.starts_with("release_agent=") && !o.is_empty()).collect();
+    let names: Vec<&str> = mount
+        .super_options
+        .split(',')
+        .filter(|o| !NOT_CONTROLLERS.contains(o) && !o.starts_with("release_agent=") && !o.is_empty())
+        .collect();
     names.join(",")
 }
 
@@ -129,7 +135,8 @@ pub fn cgroup_place(mounts: &[Mount], path: &[u8]) -> Option<CgroupPlace> {
 /// None when `path` is no v1 cgroup or no freezer hierarchy is mounted.
 pub fn freezer_twin(mounts: &[Mount], path: &[u8]) -> Option<Vec<u8>> {
     let place = cgroup_place(mounts, path).filter(|p| p.version == 1)?;
-    let freezer = mounts.iter().rev().find(|m| m.fstype == "cgroup" && v1_controllers(m).split(',').any(|c| c == "freezer"))?;
+    let freezer =
+        mounts.iter().rev().find(|m| m.fstype == "cgroup" && v1_controllers(m).split(',').any(|c| c == "freezer"))?;
     let mut twin = freezer.mount_point.clone();
     if !place.relative.is_empty() {
         if twin != b"/" {
@@ -193,8 +200,14 @@ mod tests {
         let mounts = parse_mountinfo(SAMPLE);
         let vol = b"/var/lib/kubelet/pods/p/volumes/kubernetes.io~csi/pv one/mount";
         assert_eq!(mount_at(&mounts, vol).unwrap().id, 40);
-        assert_eq!(mount_containing(&mounts, b"/var/lib/kubelet/pods/p/volumes/kubernetes.io~csi/pv one/mount/f").unwrap().id, 40);
-        assert_eq!(mount_containing(&mounts, b"/var/lib/kubelet/pods/p/volumes/kubernetes.io~csi/pv one/mountain").unwrap().id, 22);
+        assert_eq!(
+            mount_containing(&mounts, b"/var/lib/kubelet/pods/p/volumes/kubernetes.io~csi/pv one/mount/f").unwrap().id,
+            40
+        );
+        assert_eq!(
+            mount_containing(&mounts, b"/var/lib/kubelet/pods/p/volumes/kubernetes.io~csi/pv one/mountain").unwrap().id,
+            22
+        );
         assert_eq!(mount_at(&mounts, b"/mnt/bind").unwrap().id, 43);
         assert_eq!(mount_containing(&mounts, b"/mnt/bind/x").unwrap().id, 43);
         assert!(mount_at(&mounts, b"/var/lib/kubelet").is_none());
@@ -220,7 +233,10 @@ mod tests {
         let mounts = parse_mountinfo(table);
         let twins: Vec<u32> = mounts_on_same_dir(&mounts, b"/data/layer/merged").iter().map(|m| m.id).collect();
         assert_eq!(twins, vec![51]);
-        assert_eq!(location_under(&mounts, b"/data/layer/merged"), Some(DirLocation { dev: (8, 1), path_in_fs: b"/data/layer/merged".to_vec() }));
+        assert_eq!(
+            location_under(&mounts, b"/data/layer/merged"),
+            Some(DirLocation { dev: (8, 1), path_in_fs: b"/data/layer/merged".to_vec() })
+        );
         // The view itself is not a twin of anything at /data/layer.
         assert!(mounts_on_same_dir(&mounts, b"/data/other").is_empty());
         // A bind of a subdirectory: /srv/sub/x is the directory /sub/x of
@@ -263,8 +279,17 @@ mod tests {
                 p.insert(0, b'/');
                 p
             }),
-            proptest::collection::vec(prop_oneof![Just(b"/".to_vec()), Just(b"a".to_vec()), Just(b" ".to_vec()), Just(b"\\".to_vec()), Just(b"\\040".to_vec())], 1..8)
-                .prop_map(|parts| parts.concat()),
+            proptest::collection::vec(
+                prop_oneof![
+                    Just(b"/".to_vec()),
+                    Just(b"a".to_vec()),
+                    Just(b" ".to_vec()),
+                    Just(b"\\".to_vec()),
+                    Just(b"\\040".to_vec())
+                ],
+                1..8
+            )
+            .prop_map(|parts| parts.concat()),
         ]
     }
 
@@ -333,10 +358,19 @@ mod tests {
 ";
         let mounts = parse_mountinfo(v1);
         let place = cgroup_place(&mounts, b"/sys/fs/cgroup/cpu,cpuacct/kubepods/podX/c1").unwrap();
-        assert_eq!((place.version, place.hierarchy.as_str(), place.relative.as_slice()), (1, "cpu,cpuacct", &b"kubepods/podX/c1"[..]));
+        assert_eq!(
+            (place.version, place.hierarchy.as_str(), place.relative.as_slice()),
+            (1, "cpu,cpuacct", &b"kubepods/podX/c1"[..])
+        );
         assert_eq!(cgroup_place(&mounts, b"/sys/fs/cgroup/systemd/kubepods").unwrap().hierarchy, "name=systemd");
-        assert_eq!(freezer_twin(&mounts, b"/sys/fs/cgroup/memory/kubepods/podX").unwrap(), b"/sys/fs/cgroup/freezer/kubepods/podX");
-        assert_eq!(freezer_twin(&mounts, b"/sys/fs/cgroup/freezer/kubepods").unwrap(), b"/sys/fs/cgroup/freezer/kubepods");
+        assert_eq!(
+            freezer_twin(&mounts, b"/sys/fs/cgroup/memory/kubepods/podX").unwrap(),
+            b"/sys/fs/cgroup/freezer/kubepods/podX"
+        );
+        assert_eq!(
+            freezer_twin(&mounts, b"/sys/fs/cgroup/freezer/kubepods").unwrap(),
+            b"/sys/fs/cgroup/freezer/kubepods"
+        );
         assert_eq!(freezer_twin(&mounts, b"/sys/fs/cgroup/memory").unwrap(), b"/sys/fs/cgroup/freezer");
         assert_eq!(cgroup_place(&mounts, b"/sys/fs/cgroup/x"), None, "the tmpfs under the hierarchies is no cgroup");
         // v2 has no freezer twin: cgroup.freeze sits in every cgroup.

@@ -34,8 +34,8 @@ use crate::words::{exact_duration, io_words as words};
 
 use super::mounts::{freezer_twin, is_at_or_below, mount_containing, parse_mountinfo};
 use super::{
-    namespace_gone, CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind, InodeFlags, Mount,
-    MountCopy, MountHolder, MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
+    namespace_gone, CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind, InodeFlags,
+    Mount, MountCopy, MountHolder, MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
 };
 
 /// How long a caller waits for one path-touching call by default.
@@ -182,10 +182,7 @@ impl RealNode {
             Ok(answer) => answer,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 self.avoid(path);
-                Err(Unreadable(format!(
-                    "timed out after {}: the filesystem may be hung",
-                    exact_duration(wait)
-                )))
+                Err(Unreadable(format!("timed out after {}: the filesystem may be hung", exact_duration(wait))))
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(Unreadable("the reader thread failed".into())),
         }
@@ -281,7 +278,8 @@ impl RealNode {
             }
         }
         let members: Vec<u32> = self.pids().into_iter().filter(|pid| self.mntns_of(*pid) == Some(ns)).collect();
-        let pid = members.iter().copied().find(|pid| self.comm_of(*pid) == "kubelet").or_else(|| members.first().copied())?;
+        let pid =
+            members.iter().copied().find(|pid| self.comm_of(*pid) == "kubelet").or_else(|| members.first().copied())?;
         if self.members.len() >= MEMBERS_KEPT {
             self.members.clear();
         }
@@ -290,7 +288,9 @@ impl RealNode {
     }
 
     fn comm_of(&self, pid: u32) -> String {
-        fs::read(self.proc_file(pid, "comm")).map(|b| crate::words::safe_text(b.strip_suffix(b"\n").unwrap_or(&b))).unwrap_or_default()
+        fs::read(self.proc_file(pid, "comm"))
+            .map(|b| crate::words::safe_text(b.strip_suffix(b"\n").unwrap_or(&b)))
+            .unwrap_or_default()
     }
 
     /// What the mount table of one namespace says about `mount`.
@@ -407,7 +407,14 @@ impl NodeInspector for RealNode {
     fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
         if mntns == 0 || Some(mntns) == self.own_mntns() {
             let mounts = self.host_table().map_err(unreadable)?;
-            return Ok(MountNamespace { mntns, host: true, member: self.self_pid, member_comm: self.comm_of(self.self_pid), owner: None, mounts });
+            return Ok(MountNamespace {
+                mntns,
+                host: true,
+                member: self.self_pid,
+                member_comm: self.comm_of(self.self_pid),
+                owner: None,
+                mounts,
+            });
         }
         // The member may leave between being found and being read: one more try.
         for _ in 0..2 {
@@ -415,7 +422,14 @@ impl NodeInspector for RealNode {
             match self.table_of(member) {
                 Ok(mounts) if self.mntns_of(member) == Some(mntns) => {
                     let owner = self.runtimes.owner_of(&self.proc_root, member);
-                    return Ok(MountNamespace { mntns, host: false, member, member_comm: self.comm_of(member), owner, mounts });
+                    return Ok(MountNamespace {
+                        mntns,
+                        host: false,
+                        member,
+                        member_comm: self.comm_of(member),
+                        owner,
+                        mounts,
+                    });
                 }
                 _ => {
                     self.members.remove(&mntns);
@@ -628,9 +642,18 @@ impl NodeInspector for RealNode {
                 // A child removed meanwhile.
                 Err(_) => continue,
             };
-            let pids = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect();
-            let mut children: Vec<PathBuf> =
-                fs::read_dir(&dir).into_iter().flatten().flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect();
+            let pids = fs::read_to_string(dir.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            let mut children: Vec<PathBuf> = fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect();
             children.sort();
             pending.extend(children);
             levels.push(FreezerLevel { dir: dir.into_os_string().into_vec(), state, pids });
@@ -645,7 +668,10 @@ impl NodeInspector for RealNode {
         // Bytes, not text: the Name line above holds what the process chose.
         let pid = fs::read(self.proc_file(tid, "status"))
             .ok()
-            .and_then(|s| s.split(|b| *b == b'\n').find_map(|l| std::str::from_utf8(l.strip_prefix(b"Tgid:")?).ok()?.trim().parse().ok()))
+            .and_then(|s| {
+                s.split(|b| *b == b'\n')
+                    .find_map(|l| std::str::from_utf8(l.strip_prefix(b"Tgid:")?).ok()?.trim().parse().ok())
+            })
             .unwrap_or(tid);
         let wchan = fs::read_to_string(self.proc_file(tid, "wchan"))
             .ok()
@@ -777,7 +803,10 @@ fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
         if many > WALK_DIRS_PER_LEVEL {
             sampled = true;
             let scale = many as f64 / WALK_DIRS_PER_LEVEL as f64;
-            below = (0..WALK_DIRS_PER_LEVEL).map(|i| below[i * many / WALK_DIRS_PER_LEVEL].clone()).map(|(p, w)| (p, w * scale)).collect();
+            below = (0..WALK_DIRS_PER_LEVEL)
+                .map(|i| below[i * many / WALK_DIRS_PER_LEVEL].clone())
+                .map(|(p, w)| (p, w * scale))
+                .collect();
         }
         // lstat, so a mount point shows the mounted filesystem's device.
         below.retain(|(p, _)| fs::symlink_metadata(p).is_ok_and(|m| m.dev() == dev));
@@ -1349,7 +1378,11 @@ mod tests {
         }
         let mut node = RealNode::new(Node::direct());
         let Some(root) = cgroup_mount(&mut node, "cgroup2", None) else {
-            return missing(&this_test(), "a cgroup2 mount", "mount -t cgroup2 none /sys/fs/cgroup/unified (or run on a cgroup v2 node)");
+            return missing(
+                &this_test(),
+                "a cgroup2 mount",
+                "mount -t cgroup2 none /sys/fs/cgroup/unified (or run on a cgroup v2 node)",
+            );
         };
         let cg = root.join(format!("podstuck-test-{}", std::process::id()));
         let sub = cg.join("sub");
@@ -1375,9 +1408,8 @@ mod tests {
         let err = node.cgroup(b(&std::env::temp_dir())).unwrap_err();
         assert!(err.0.starts_with("not a cgroup directory"), "{err}");
         drop(kid);
-        let empty = eventually("the cgroup to empty", || {
-            node.cgroup(b(&cg)).ok().filter(|s| s.populated == Some(false))
-        });
+        let empty =
+            eventually("the cgroup to empty", || node.cgroup(b(&cg)).ok().filter(|s| s.populated == Some(false)));
         assert!(empty.tasks.is_empty());
     }
 
@@ -1413,7 +1445,8 @@ mod tests {
             Some(root) => root,
             None => {
                 let dir = TempDir::new("freezer-v1");
-                if let Err(e) = mount(Some("podstuck-test"), &dir.0, Some("cgroup"), MsFlags::empty(), Some("freezer")) {
+                if let Err(e) = mount(Some("podstuck-test"), &dir.0, Some("cgroup"), MsFlags::empty(), Some("freezer"))
+                {
                     return missing(
                         &this_test(),
                         &format!("a cgroup v1 freezer hierarchy (none mounted, and mounting one failed: {e})"),
@@ -1438,7 +1471,8 @@ mod tests {
         assert!(!state.has_kill);
 
         fs::write(cg.join("freezer.state"), "FROZEN").unwrap();
-        let frozen = eventually("the freezer to say FROZEN", || node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(true)));
+        let frozen =
+            eventually("the freezer to say FROZEN", || node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(true)));
         assert!(frozen.tasks.iter().any(|t| t.tid == kid.pid()), "a frozen task is still a member");
         fs::write(cg.join("freezer.state"), "THAWED").unwrap();
         eventually("the freezer to say THAWED", || node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(false)));
@@ -1451,7 +1485,9 @@ mod tests {
             return;
         }
         let mut node = RealNode::new(Node::direct());
-        let (Some(memory), Some(freezer)) = (cgroup_mount(&mut node, "cgroup", Some("memory")), cgroup_mount(&mut node, "cgroup", Some("freezer"))) else {
+        let (Some(memory), Some(freezer)) =
+            (cgroup_mount(&mut node, "cgroup", Some("memory")), cgroup_mount(&mut node, "cgroup", Some("freezer")))
+        else {
             return missing(
                 &this_test(),
                 "cgroup v1 memory and freezer hierarchies",
@@ -1472,7 +1508,9 @@ mod tests {
         }
         assert_eq!(node.cgroup(b(&pod)).unwrap().frozen, Some(false));
         fs::write(ctr_f.join("freezer.state"), "FROZEN").unwrap();
-        let frozen = eventually("the memory twin to read FROZEN", || node.cgroup(b(&ctr)).ok().filter(|s| s.frozen == Some(true)));
+        let frozen = eventually("the memory twin to read FROZEN", || {
+            node.cgroup(b(&ctr)).ok().filter(|s| s.frozen == Some(true))
+        });
         let task = frozen.tasks.iter().find(|t| t.pid == kid.pid()).expect("the frozen task");
         // Sleeping on 5.10 (the report of issue 27), D on kernels whose
         // freezer parks tasks in TASK_FROZEN (6.1+): never "frozen".
@@ -1559,7 +1597,8 @@ mod tests {
             symlink("mnt:[4000]", tmp.0.join(format!("{pid}/ns/mnt"))).unwrap();
             put(&format!("{pid}/comm"), &format!("{comm}\n"));
         }
-        let table = "9 8 0:60 / / rw - overlay overlay rw\n90 9 0:61 / /var/lib/kubelet/pods/p/volumes/v rw - tmpfs tmpfs rw\n";
+        let table =
+            "9 8 0:60 / / rw - overlay overlay rw\n90 9 0:61 / /var/lib/kubelet/pods/p/volumes/v rw - tmpfs tmpfs rw\n";
         put("500/mountinfo", table);
         put("600/mountinfo", table);
         let mut node = RealNode::with_proc_root(Node::direct(), tmp.0.clone());
@@ -1580,7 +1619,10 @@ mod tests {
         // Nobody left: said as such, not the host's table.
         fs::remove_dir_all(tmp.0.join("500")).unwrap();
         assert_eq!(node.mount_namespace(4000), Err(namespace_gone(4000)));
-        assert_eq!(node.mount_namespace(4242).unwrap_err().0, "no process is left in mount namespace mnt:[4242], so its mounts cannot be read");
+        assert_eq!(
+            node.mount_namespace(4242).unwrap_err().0,
+            "no process is left in mount namespace mnt:[4242], so its mounts cannot be read"
+        );
     }
 
     fn link_cwd(proc: &Path, pid: u32, to: &str) {
@@ -1728,7 +1770,14 @@ mod tests {
         assert_eq!(holders[0].comm, "holder");
         assert_eq!(
             node.mount_copies(&mount, 0),
-            vec![MountCopy { mntns: 2000, pid: 200, comm: "other".into(), mount_point: b"/vol".to_vec(), propagation: vec!["master:5".into()], owner: None }]
+            vec![MountCopy {
+                mntns: 2000,
+                pid: 200,
+                comm: "other".into(),
+                mount_point: b"/vol".to_vec(),
+                propagation: vec!["master:5".into()],
+                owner: None
+            }]
         );
     }
 
@@ -1826,7 +1875,9 @@ Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
         let process = procfs::process::Process::new_with_root(dir.clone()).unwrap();
         let theirs: Vec<_> = process.fd().unwrap().map(|fd| fd.unwrap().target).collect();
         match &theirs[..] {
-            [procfs::process::FDTarget::Path(named)] => assert_eq!(named.as_os_str().as_bytes(), "/vol/x\u{fffd}".as_bytes()),
+            [procfs::process::FDTarget::Path(named)] => {
+                assert_eq!(named.as_os_str().as_bytes(), "/vol/x\u{fffd}".as_bytes())
+            }
             other => panic!("{other:?}"),
         }
         assert_eq!(read_link(&dir.join("fd/3")).unwrap(), b"/vol/x\xff");
@@ -1837,7 +1888,10 @@ Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
         assert_eq!(parse_ns_link(b"mnt:[4026531841]"), Some(4026531841));
         assert_eq!(parse_ns_link(b"net:[1]"), None);
         assert_eq!(strip_deleted(b"/a/b (deleted)"), b"/a/b");
-        assert_eq!(parse_maps_line(b"7f00-7f01 r-xp 00000000 fd:01 33   /usr/lib/x y.so"), Some(((0xfd, 1), &b"/usr/lib/x y.so"[..])));
+        assert_eq!(
+            parse_maps_line(b"7f00-7f01 r-xp 00000000 fd:01 33   /usr/lib/x y.so"),
+            Some(((0xfd, 1), &b"/usr/lib/x y.so"[..]))
+        );
         assert_eq!(parse_maps_line(b"7f00-7f01 rw-p 00000000 00:00 0"), None);
         assert_eq!(frame_name("[<0>] do_nanosleep+0x67/0x190"), Some("do_nanosleep".into()));
         assert_eq!(key_value("populated 1\nfrozen 0\n", "frozen"), Some("0"));

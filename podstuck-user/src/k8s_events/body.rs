@@ -113,7 +113,9 @@ pub fn cut(text: &str, max: usize) -> String {
 /// A time as the API's MicroTime (it keeps microseconds).
 pub fn micro_time(time: SystemTime) -> MicroTime {
     let micros = time.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros() as i64;
-    MicroTime(k8s_openapi::jiff::Timestamp::from_microsecond(micros).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))
+    MicroTime(
+        k8s_openapi::jiff::Timestamp::from_microsecond(micros).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
 }
 
 /// The Event's name: the object's and the time, as client-go names them.
@@ -164,10 +166,18 @@ mod tests {
 
     fn stuck_volume() -> Finding {
         let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let mut f = Finding::new(Kind::VolumeStillMounted, "/var/lib/kubelet/pods/x/volumes/v/mount", Severity::Critical, t);
-        f.summary = "The volume pvc-1 of pod 1b2c3d4e is still mounted: kubelet cannot remove its directory (EBUSY).".into();
+        let mut f =
+            Finding::new(Kind::VolumeStillMounted, "/var/lib/kubelet/pods/x/volumes/v/mount", Severity::Critical, t);
+        f.summary =
+            "The volume pvc-1 of pod 1b2c3d4e is still mounted: kubelet cannot remove its directory (EBUSY).".into();
         f.pod_uid = Some(PodUid::parse(UID).unwrap());
-        f.actor = Some(FindingActor { pid: 812, comm: "kubelet".into(), parent: "systemd".into(), role: "kubelet", description: "kubelet".into() });
+        f.actor = Some(FindingActor {
+            pid: 812,
+            comm: "kubelet".into(),
+            parent: "systemd".into(),
+            role: "kubelet",
+            description: "kubelet".into(),
+        });
         f.fix = "umount /var/lib/kubelet/pods/x/volumes/v/mount".into();
         f
     }
@@ -189,7 +199,10 @@ mod tests {
         assert_eq!(e.metadata.namespace.as_deref(), Some("shop"));
         assert_eq!(e.metadata.name.as_deref(), Some(format!("web-0.{:x}", 1_700_000_100_123_456_789u128).as_str()));
         let r = e.regarding.unwrap();
-        assert_eq!((r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref(), r.uid.as_deref()), (Some("Pod"), Some("shop"), Some("web-0"), Some(UID)));
+        assert_eq!(
+            (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref(), r.uid.as_deref()),
+            (Some("Pod"), Some("shop"), Some("web-0"), Some(UID))
+        );
         assert_eq!(r.api_version.as_deref(), Some("v1"));
         assert_eq!(e.reporting_controller.as_deref(), Some("podstuck.dev/podstuck"));
         assert_eq!(e.reporting_instance.as_deref(), Some("worker-1"));
@@ -222,7 +235,10 @@ mod tests {
         let (_, e) = as_posted(&event(&f, &Regarding::node("worker-1"), "worker-1", UNIX_EPOCH));
         assert_eq!(e.metadata.namespace.as_deref(), Some("default"));
         let r = e.regarding.unwrap();
-        assert_eq!((r.kind.as_deref(), r.namespace, r.name.as_deref(), r.uid.as_deref()), (Some("Node"), None, Some("worker-1"), Some("worker-1")));
+        assert_eq!(
+            (r.kind.as_deref(), r.namespace, r.name.as_deref(), r.uid.as_deref()),
+            (Some("Node"), None, Some("worker-1"), Some("worker-1"))
+        );
         assert_eq!(e.reason.as_deref(), Some("DiskFull"));
     }
 
@@ -230,11 +246,23 @@ mod tests {
     fn every_kind_has_an_events_style_reason() {
         use Kind::*;
         let all = [
-            (VolumeStillMounted, "VolumeStillMounted"), (RemovalStorm, "RemovalStorm"), (ImmutableFile, "ImmutableFile"),
-            (PermissionDenied, "PermissionDenied"), (MountHeld, "MountHeld"), (CgroupBusy, "CgroupBusy"), (HungCall, "HungCall"),
-            (NotMounted, "NotMounted"), (DirNotEmpty, "DirNotEmpty"), (DiskFull, "DiskFull"), (ReadOnlyFs, "ReadOnlyFs"),
-            (SubpathLeft, "SubpathLeft"), (FinalizerPending, "FinalizerPending"), (NodeNotReady, "NodeNotReady"),
-            (VolumeDetachStuck, "VolumeDetachStuck"), (KubeletWarning, "KubeletWarning"), (GracePeriodPast, "GracePeriodPast"),
+            (VolumeStillMounted, "VolumeStillMounted"),
+            (RemovalStorm, "RemovalStorm"),
+            (ImmutableFile, "ImmutableFile"),
+            (PermissionDenied, "PermissionDenied"),
+            (MountHeld, "MountHeld"),
+            (CgroupBusy, "CgroupBusy"),
+            (HungCall, "HungCall"),
+            (NotMounted, "NotMounted"),
+            (DirNotEmpty, "DirNotEmpty"),
+            (DiskFull, "DiskFull"),
+            (ReadOnlyFs, "ReadOnlyFs"),
+            (SubpathLeft, "SubpathLeft"),
+            (FinalizerPending, "FinalizerPending"),
+            (NodeNotReady, "NodeNotReady"),
+            (VolumeDetachStuck, "VolumeDetachStuck"),
+            (KubeletWarning, "KubeletWarning"),
+            (GracePeriodPast, "GracePeriodPast"),
         ];
         for (kind, want) in all {
             assert_eq!(reason(kind), want);
@@ -264,6 +292,9 @@ mod tests {
     #[test]
     fn the_series_patch_counts_with_microseconds() {
         let patch = series_patch(4, UNIX_EPOCH + Duration::from_micros(1_700_000_000_000_007));
-        assert_eq!(patch, serde_json::json!({"series": {"count": 4, "lastObservedTime": "2023-11-14T22:13:20.000007Z"}}));
+        assert_eq!(
+            patch,
+            serde_json::json!({"series": {"count": 4, "lastObservedTime": "2023-11-14T22:13:20.000007Z"}})
+        );
     }
 }

@@ -293,7 +293,9 @@ impl Poster {
 
     async fn send(&mut self, post: &Post, now: SystemTime) -> Result<(), PostFailed> {
         match post {
-            Post::Series { namespace, name, count, last, .. } => self.api.patch_event(namespace, name, &body::series_patch(*count, *last)).await,
+            Post::Series { namespace, name, count, last, .. } => {
+                self.api.patch_event(namespace, name, &body::series_patch(*count, *last)).await
+            }
             Post::Create(finding) => {
                 let Some(regarding) = self.regarding(finding, now).await? else {
                     self.repeats.quiet(&finding.id);
@@ -321,7 +323,13 @@ impl Poster {
             match self.api.node_pods(&self.node).await {
                 Ok(pods) => self.pods.fill(pods, now),
                 Err(PostFailed::Refused(why)) => {
-                    self.say_once(why.clone(), format!("cannot find the pods of node {} in the Kubernetes API to post Events on: {why}", self.node));
+                    self.say_once(
+                        why.clone(),
+                        format!(
+                            "cannot find the pods of node {} in the Kubernetes API to post Events on: {why}",
+                            self.node
+                        ),
+                    );
                     self.pods.listed_at = Some(now);
                     return Ok(None);
                 }
@@ -346,9 +354,16 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     fn pod(ns: &str, name: &str, uid: &str, mirror: Option<&str>) -> Pod {
-        let annotations = mirror.map(|m| [("kubernetes.io/config.mirror".to_string(), m.to_string())].into_iter().collect());
+        let annotations =
+            mirror.map(|m| [("kubernetes.io/config.mirror".to_string(), m.to_string())].into_iter().collect());
         Pod {
-            metadata: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), uid: Some(uid.into()), annotations, ..Default::default() },
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                annotations,
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
@@ -367,7 +382,10 @@ mod tests {
             t,
         );
         // kubelet spells UIDs lowercase on disk; the API might not.
-        assert_eq!(pods.by_uid.get("1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d"), Some(&Regarding::pod("shop", "web-0", "1B2C3D4E-5F60-4A7B-8C9D-0E1F2A3B4C5D")));
+        assert_eq!(
+            pods.by_uid.get("1b2c3d4e-5f60-4a7b-8c9d-0e1f2a3b4c5d"),
+            Some(&Regarding::pod("shop", "web-0", "1B2C3D4E-5F60-4A7B-8C9D-0E1F2A3B4C5D"))
+        );
         // The static pod's directory is named by its hash; the Event regards the mirror pod.
         assert_eq!(pods.by_uid.get(etcd_hash).map(|r| r.uid.as_str()), Some("5a6b7c8d-0000-4000-8000-00000000000e"));
         assert!(!pods.stale(t + Duration::from_secs(9)));

@@ -68,7 +68,10 @@ impl Repeats {
             let oldest = self.told.iter().min_by_key(|(_, t)| t.last).map(|(id, _)| id.clone());
             oldest.map(|id| self.told.remove(&id));
         }
-        self.told.insert(finding.id.clone(), Told { event: None, quiet: false, count: 1, last: now, patched_at: now, unpatched: false });
+        self.told.insert(
+            finding.id.clone(),
+            Told { event: None, quiet: false, count: 1, last: now, patched_at: now, unpatched: false },
+        );
         Some(Post::Create(Box::new(finding.clone())))
     }
 
@@ -103,7 +106,13 @@ impl Repeats {
             }
             told.unpatched = false;
             told.patched_at = now;
-            due.push(Post::Series { id: id.clone(), namespace: namespace.clone(), name: name.clone(), count: told.count, last: told.last });
+            due.push(Post::Series {
+                id: id.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+                count: told.count,
+                last: told.last,
+            });
         }
         due.sort_by(|a, b| match (a, b) {
             (Post::Series { id: a, .. }, Post::Series { id: b, .. }) => a.cmp(b),
@@ -128,7 +137,13 @@ mod tests {
     }
 
     fn count(posts: &[Post]) -> Vec<(i32, SystemTime)> {
-        posts.iter().map(|p| match p { Post::Series { count, last, .. } => (*count, *last), other => panic!("{other:?}") }).collect()
+        posts
+            .iter()
+            .map(|p| match p {
+                Post::Series { count, last, .. } => (*count, *last),
+                other => panic!("{other:?}"),
+            })
+            .collect()
     }
 
     #[test]

@@ -60,10 +60,18 @@ impl Kubectl {
 
     /// Runs `kubectl ARGS...` to its end with `input` on its standard
     /// input; its standard output, or an error in kubectl's own words.
-    pub fn run<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>, input: Option<&[u8]>, group: Group) -> Result<String> {
+    pub fn run<S: AsRef<std::ffi::OsStr>>(
+        &self,
+        args: impl IntoIterator<Item = S>,
+        input: Option<&[u8]>,
+        group: Group,
+    ) -> Result<String> {
         let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
         let mut command = self.command(&args, group);
-        command.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = spawn(&mut command)?;
         if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
             stdin.write_all(input).context("writing to kubectl")?;
@@ -76,7 +84,10 @@ impl Kubectl {
             if let Some(unreachable) = no_cluster(&verb, said, self.context.as_deref()) {
                 return Err(anyhow!("{}", terminal_safe_lines(&unreachable)));
             }
-            return Err(anyhow!("kubectl {verb}: {}", if said.is_empty() { format!("failed ({status})") } else { terminal_safe_lines(said).into_owned() }));
+            return Err(anyhow!(
+                "kubectl {verb}: {}",
+                if said.is_empty() { format!("failed ({status})") } else { terminal_safe_lines(said).into_owned() }
+            ));
         }
         String::from_utf8(stdout).context("kubectl printed text that is not UTF-8")
     }
@@ -89,7 +100,12 @@ impl Kubectl {
 /// before saying it in a line of its own: passed through, that is the
 /// same failure five times over.
 fn no_cluster(verb: &str, stderr: &str, context: Option<&str>) -> Option<String> {
-    const SIGNS: [&str; 4] = ["memcache.go", "couldn't get current server API group list", "The connection to the server", "Unable to connect to the server"];
+    const SIGNS: [&str; 4] = [
+        "memcache.go",
+        "couldn't get current server API group list",
+        "The connection to the server",
+        "Unable to connect to the server",
+    ];
     if !SIGNS.iter().any(|sign| stderr.contains(sign)) {
         return None;
     }
@@ -97,7 +113,10 @@ fn no_cluster(verb: &str, stderr: &str, context: Option<&str>) -> Option<String>
     // A klog line: severity letter, MMDD, a space, the time.
     let klog = |line: &str| {
         let b = line.as_bytes();
-        b.len() > 6 && matches!(b[0], b'E' | b'W' | b'I' | b'F') && b[1..5].iter().all(u8::is_ascii_digit) && b[5] == b' '
+        b.len() > 6
+            && matches!(b[0], b'E' | b'W' | b'I' | b'F')
+            && b[1..5].iter().all(u8::is_ascii_digit)
+            && b[5] == b' '
     };
     let reason = match lines.iter().rev().find(|l| !klog(l)) {
         Some(line) => line.to_string(),

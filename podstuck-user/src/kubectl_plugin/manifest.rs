@@ -37,7 +37,8 @@ pub struct DebugPod {
 /// A debug pod's name: `podstuck-` and the first 8 characters of the
 /// traced pod's UID, then `salt` to keep two sessions apart.
 pub fn debug_pod_name(target_uid: &str, salt: &str) -> String {
-    let short: String = target_uid.chars().filter(char::is_ascii_alphanumeric).take(8).collect::<String>().to_ascii_lowercase();
+    let short: String =
+        target_uid.chars().filter(char::is_ascii_alphanumeric).take(8).collect::<String>().to_ascii_lowercase();
     format!("podstuck-{short}-{salt}")
 }
 

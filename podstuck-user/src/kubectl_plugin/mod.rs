@@ -116,7 +116,12 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
         deadline: deadline(options),
     };
     let created = Created::create(&kubectl, &debug)?;
-    say(&format!("debug pod {} on node {} (image {}); waiting for it to start", created.full_name(), debug.node, debug.image));
+    say(&format!(
+        "debug pod {} on node {} (image {}); waiting for it to start",
+        created.full_name(),
+        debug.node,
+        debug.image
+    ));
     wait_ready(&kubectl, &created, options, &stops)?;
     let status = trace(&created, &target, options, &stops)?;
     let copied = stops.count() < 2 && copy_back(&created, options);
@@ -137,8 +142,13 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
 /// kubectl binary: it starts no pod and needs nothing on the nodes, and
 /// one code path, unit-tested, makes the table for both commands.
 pub fn all(namespace: Option<String>, context: Option<String>, kubeconfig: Option<PathBuf>, json: bool) -> Result<()> {
-    let options = crate::explain::all::read::AllOptions { namespace, json, kube: crate::explain::KubeOptions { kubeconfig, context, ..Default::default() } };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    let options = crate::explain::all::read::AllOptions {
+        namespace,
+        json,
+        kube: crate::explain::KubeOptions { kubeconfig, context, ..Default::default() },
+    };
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(crate::explain::all::read::explain_all(&options))
 }
 
@@ -167,7 +177,10 @@ fn check_destinations(options: &PluginOptions) -> Result<()> {
             Ok(meta) if !meta.is_dir() => bail!("--histograms {}: exists and is not a directory", dir.display()),
             Ok(_) => {
                 if let Some(taken) = FILES.iter().find(|name| std::fs::symlink_metadata(dir.join(name)).is_ok()) {
-                    bail!("--histograms {}: already holds {taken} (an earlier run's?); choose an empty or new directory", dir.display());
+                    bail!(
+                        "--histograms {}: already holds {taken} (an earlier run's?); choose an empty or new directory",
+                        dir.display()
+                    );
                 }
             }
             Err(_) => {}
@@ -214,8 +227,15 @@ fn salt() -> String {
     // SAFETY: getrandom fills the buffer it is given.
     let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
     if got != bytes.len() as isize {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
-        bytes = (nanos ^ std::process::id()).to_le_bytes().into_iter().chain([0]).collect::<Vec<_>>().try_into().unwrap_or_default();
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+        bytes = (nanos ^ std::process::id())
+            .to_le_bytes()
+            .into_iter()
+            .chain([0])
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap_or_default();
     }
     bytes.iter().map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()])).collect()
 }
@@ -231,7 +251,9 @@ struct Created<'a> {
 impl<'a> Created<'a> {
     fn create(kubectl: &'a Kubectl, debug: &DebugPod) -> Result<Created<'a>> {
         let manifest = serde_json::to_vec_pretty(&debug.manifest())?;
-        kubectl.run(["create", "-f", "-", "-o", "name"], Some(&manifest), Group::Own).context("creating the debug pod")?;
+        kubectl
+            .run(["create", "-f", "-", "-o", "name"], Some(&manifest), Group::Own)
+            .context("creating the debug pod")?;
         Ok(Created { kubectl, name: debug.name.clone(), namespace: debug.namespace.clone() })
     }
 
@@ -253,7 +275,11 @@ impl<'a> Created<'a> {
 
 impl Drop for Created<'_> {
     fn drop(&mut self) {
-        let deleted = self.kubectl.run(["delete", "pod", &self.name, "-n", &self.namespace, "--wait=false", "--ignore-not-found"], None, Group::Own);
+        let deleted = self.kubectl.run(
+            ["delete", "pod", &self.name, "-n", &self.namespace, "--wait=false", "--ignore-not-found"],
+            None,
+            Group::Own,
+        );
         match deleted {
             Ok(_) => say(&format!("deleted debug pod {}", self.full_name())),
             Err(e) => say(&format!(
@@ -352,7 +378,10 @@ fn trace(pod: &Created<'_>, target: &TargetPod, options: &PluginOptions, stops: 
 /// fails is said, the rest still copied. True when all came back.
 fn copy_back(pod: &Created<'_>, options: &PluginOptions) -> bool {
     let wanted = [
-        options.histograms.as_deref().map(|dir| (REMOTE_HISTOGRAMS, tar::Destination::Directory(dir), "histogram files")),
+        options
+            .histograms
+            .as_deref()
+            .map(|dir| (REMOTE_HISTOGRAMS, tar::Destination::Directory(dir), "histogram files")),
         options.record.as_deref().map(|file| (REMOTE_RECORD, tar::Destination::File(file), "record")),
     ];
     let mut all = true;
@@ -435,8 +464,20 @@ mod tests {
         };
         let args = podstuck_args(UID, &asked);
         let want = [
-            "__session", "--", "record", REMOTE_RECORD, "--pod", UID, "--concurrent", "--json", "--duration", "1m 30s", "--histograms",
-            REMOTE_HISTOGRAMS, "--hung-after", "2s",
+            "__session",
+            "--",
+            "record",
+            REMOTE_RECORD,
+            "--pod",
+            UID,
+            "--concurrent",
+            "--json",
+            "--duration",
+            "1m 30s",
+            "--histograms",
+            REMOTE_HISTOGRAMS,
+            "--hung-after",
+            "2s",
         ];
         assert_eq!(args, want);
     }
@@ -456,9 +497,15 @@ mod tests {
         let err = check_destinations(&PluginOptions { record: Some(record), ..options() }).unwrap_err().to_string();
         assert!(err.contains("exists"), "{err}");
         std::fs::write(dir.0.join("summary.json"), b"{}").unwrap();
-        let err = check_destinations(&PluginOptions { histograms: Some(dir.0.clone()), ..options() }).unwrap_err().to_string();
+        let err = check_destinations(&PluginOptions { histograms: Some(dir.0.clone()), ..options() })
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("already holds summary.json"), "{err}");
-        let fresh = PluginOptions { histograms: Some(dir.0.join("new")), record: Some(dir.0.join("new.podstuck")), ..options() };
+        let fresh = PluginOptions {
+            histograms: Some(dir.0.join("new")),
+            record: Some(dir.0.join("new.podstuck")),
+            ..options()
+        };
         check_destinations(&fresh).unwrap();
     }
 

@@ -31,7 +31,10 @@ impl TargetPod {
     pub fn parse(json: &str) -> Result<TargetPod> {
         let pod: Value = serde_json::from_str(json).context("kubectl printed no JSON pod")?;
         if pod["kind"] != "Pod" {
-            bail!("kubectl printed a {} where a Pod was expected", pod["kind"].as_str().unwrap_or("document without a kind"));
+            bail!(
+                "kubectl printed a {} where a Pod was expected",
+                pod["kind"].as_str().unwrap_or("document without a kind")
+            );
         }
         let need = |pointer: &str| text(&pod, pointer).ok_or_else(|| anyhow!("the pod has no {pointer}"));
         Ok(TargetPod {
@@ -87,12 +90,16 @@ impl DebugPodState {
         let pod: Value = serde_json::from_str(json).context("kubectl printed no JSON pod")?;
         let phase = text(&pod, "/status/phase").unwrap_or_default();
         let reason = || {
-            let said: Vec<String> = [text(&pod, "/status/reason"), text(&pod, "/status/message")].into_iter().flatten().collect();
+            let said: Vec<String> =
+                [text(&pod, "/status/reason"), text(&pod, "/status/message")].into_iter().flatten().collect();
             said.join(": ")
         };
         if phase == "Failed" || phase == "Succeeded" {
             let why = container_words(&pod).unwrap_or_else(reason);
-            return Ok(DebugPodState::Ended(format!("{phase}{}", if why.is_empty() { String::new() } else { format!(" ({why})") })));
+            return Ok(DebugPodState::Ended(format!(
+                "{phase}{}",
+                if why.is_empty() { String::new() } else { format!(" ({why})") }
+            )));
         }
         let ready = pod
             .pointer("/status/conditions")
@@ -105,7 +112,9 @@ impl DebugPodState {
             .pointer("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|c| c.iter().find(|c| c["type"] == "PodScheduled" && c["status"] == "False"))
-            .map(|c| [c["reason"].as_str(), c["message"].as_str()].into_iter().flatten().collect::<Vec<_>>().join(": "));
+            .map(|c| {
+                [c["reason"].as_str(), c["message"].as_str()].into_iter().flatten().collect::<Vec<_>>().join(": ")
+            });
         Ok(DebugPodState::Starting(container_words(&pod).or(scheduling)))
     }
 }
@@ -175,11 +184,16 @@ mod tests {
             DebugPodState::Starting(Some("ImagePullBackOff: Back-off pulling image \"podstuck:0.1.0\"".into()))
         );
         let unschedulable = r#"{"kind":"Pod","status":{"phase":"Pending","conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable","message":"0/3 nodes are available"}]}}"#;
-        assert_eq!(DebugPodState::parse(unschedulable).unwrap(), DebugPodState::Starting(Some("Unschedulable: 0/3 nodes are available".into())));
+        assert_eq!(
+            DebugPodState::parse(unschedulable).unwrap(),
+            DebugPodState::Starting(Some("Unschedulable: 0/3 nodes are available".into()))
+        );
         let deadline = r#"{"kind":"Pod","status":{"phase":"Failed","reason":"DeadlineExceeded","message":"Pod was active on the node longer than the specified deadline"}}"#;
         assert_eq!(
             DebugPodState::parse(deadline).unwrap(),
-            DebugPodState::Ended("Failed (DeadlineExceeded: Pod was active on the node longer than the specified deadline)".into())
+            DebugPodState::Ended(
+                "Failed (DeadlineExceeded: Pod was active on the node longer than the specified deadline)".into()
+            )
         );
     }
 }

@@ -90,4 +90,3 @@ pub fn pack(path: &Path) -> Result<()> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     super::tar::pack(path, &mut out)
 }
-

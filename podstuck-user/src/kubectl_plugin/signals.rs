@@ -2,7 +2,7 @@
 //! must first stop the trace cleanly, copy its files and delete the debug
 //! pod; a second signal means "now".
 
-use std::sync::atomic::{AtomicU32, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use anyhow::{Context, Result};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};

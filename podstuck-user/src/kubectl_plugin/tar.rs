@@ -32,7 +32,10 @@ pub fn pack(path: &Path, out: &mut impl Write) -> Result<()> {
     let meta = std::fs::symlink_metadata(path).with_context(|| format!("{}", path.display()))?;
     let mut archive = ::tar::Builder::new(out);
     if meta.is_file() {
-        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| anyhow!("{}: no plain file name", path.display()))?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| anyhow!("{}: no plain file name", path.display()))?;
         pack_file(path, name, &mut archive)?;
     } else if meta.is_dir() {
         let mut names: Vec<String> = std::fs::read_dir(path)
@@ -57,7 +60,11 @@ pub fn pack(path: &Path, out: &mut impl Write) -> Result<()> {
 fn pack_file(path: &Path, name: &str, archive: &mut ::tar::Builder<&mut impl Write>) -> Result<()> {
     // O_NOFOLLOW: a link put there since the listing is not followed.
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let file = File::from(nix::fcntl::open(path, flags, Mode::empty()).map_err(io::Error::from).with_context(|| format!("opening {}", path.display()))?);
+    let file = File::from(
+        nix::fcntl::open(path, flags, Mode::empty())
+            .map_err(io::Error::from)
+            .with_context(|| format!("opening {}", path.display()))?,
+    );
     let meta = file.metadata()?;
     if !meta.is_file() {
         bail!("{} is not a regular file", path.display());
@@ -72,7 +79,9 @@ fn pack_file(path: &Path, name: &str, archive: &mut ::tar::Builder<&mut impl Wri
     header.set_mode(meta.mode() & 0o777);
     header.set_mtime(meta.mtime().max(0) as u64);
     header.set_cksum();
-    archive.append(&header, file.take(size).chain(io::repeat(0)).take(size)).with_context(|| format!("packing {}", path.display()))?;
+    archive
+        .append(&header, file.take(size).chain(io::repeat(0)).take(size))
+        .with_context(|| format!("packing {}", path.display()))?;
     Ok(())
 }
 
@@ -122,7 +131,8 @@ pub fn unpack(input: &mut impl Read, to: Destination<'_>) -> Result<Vec<std::pat
             (parent.to_path_buf(), Some(name.to_os_string()))
         }
     };
-    let dir = files::open_dir(None, &files::c_path(&dir_path)?, true).with_context(|| format!("opening {}", dir_path.display()))?;
+    let dir = files::open_dir(None, &files::c_path(&dir_path)?, true)
+        .with_context(|| format!("opening {}", dir_path.display()))?;
     let ran_out = Cell::new(false);
     let mut archive = ::tar::Archive::new(Input { inner: input, ran_out: &ran_out });
     let mut written = Vec::new();
@@ -134,12 +144,14 @@ pub fn unpack(input: &mut impl Read, to: Destination<'_>) -> Result<Vec<std::pat
             Some(name) => name.clone(),
             None => accepted.clone().into(),
         };
-        let c_name = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str())).context("a name with a NUL byte")?;
+        let c_name =
+            CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str())).context("a name with a NUL byte")?;
         let path = dir_path.join(&name);
-        let mut file = files::create_new_at(Some(dir.as_fd()), &c_name, files::FILE_MODE).map_err(|e| match e.kind() {
-            io::ErrorKind::AlreadyExists => anyhow!("{} exists: not overwritten", path.display()),
-            _ => anyhow!("cannot create {}: {e}", path.display()),
-        })?;
+        let mut file =
+            files::create_new_at(Some(dir.as_fd()), &c_name, files::FILE_MODE).map_err(|e| match e.kind() {
+                io::ErrorKind::AlreadyExists => anyhow!("{} exists: not overwritten", path.display()),
+                _ => anyhow!("cannot create {}: {e}", path.display()),
+            })?;
         let size = entry.size();
         let copied = io::copy(&mut entry, &mut file).with_context(|| format!("writing {}", path.display()))?;
         if copied < size {

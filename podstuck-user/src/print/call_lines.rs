@@ -6,15 +6,15 @@
 use std::fmt::Write as _;
 use std::io;
 
-use crate::run::RunTotals;
 use crate::diagnose::Report;
 use crate::event::{errno_name, syscall_name, CallEvent};
 use crate::identify::Identity;
+use crate::run::RunTotals;
 use crate::run::{RunFacts, Tracing};
 use crate::words::{escape_path, latency_text, rfc3339};
 
-use crate::finding_block::{finding_block, told_word};
 use super::{calls_by_name, stderr_line, Ending, Out, Printer};
+use crate::finding_block::{finding_block, told_word};
 
 /// `--calls`: plain lines for people.
 pub struct CallLines {
@@ -118,13 +118,14 @@ pub fn finding_text(report: &Report) -> String {
 pub(super) fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
     let calls: Vec<String> = calls_by_name(totals).iter().map(|(k, v)| format!("{k} {v}")).collect();
     let whose = match totals.node_calls() {
-        Some(node) => format!("calls of the pods followed, counted in the kernel: {} (node: {node} calls)", calls.join(", ")),
+        Some(node) => {
+            format!("calls of the pods followed, counted in the kernel: {} (node: {node} calls)", calls.join(", "))
+        }
         None => format!("calls counted in the kernel: {}", calls.join(", ")),
     };
     let mut text = format!(
         "podstuck: {whose}; {} events seen (calls streamed one by one), {} lost (ring buffer full)",
-        totals.events_seen,
-        totals.events_lost,
+        totals.events_seen, totals.events_lost,
     );
     if totals.calls_outside_series > 0 {
         let _ = write!(text, "; {} counted without their process (series map full)", totals.calls_outside_series);
@@ -141,9 +142,9 @@ pub(super) fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
     use crate::print::tests::{event, identity};
     use podstuck_common::Syscall;
+    use std::collections::BTreeMap;
 
     #[test]
     fn text_line_reads_plainly() {
@@ -157,7 +158,6 @@ mod tests {
         assert_eq!(latency_text(2_500_000_000), "2.5s");
     }
 
-
     #[test]
     fn the_closing_line_says_what_was_lost() {
         let mut totals = RunTotals { events_seen: 3, events_lost: 2, ..Default::default() };
@@ -169,9 +169,18 @@ mod tests {
     fn with_pod_the_closing_line_counts_the_pods_calls_and_the_nodes_apart() {
         let mut totals = RunTotals { events_seen: 4, ..Default::default() };
         totals.calls = BTreeMap::from([(Syscall::Unlinkat, 87_570), (Syscall::Rmdir, 5)]);
-        assert!(end_text(&totals, None).starts_with("podstuck: calls counted in the kernel: rmdir 5, unlinkat 87570;"), "{}", end_text(&totals, None));
+        assert!(
+            end_text(&totals, None).starts_with("podstuck: calls counted in the kernel: rmdir 5, unlinkat 87570;"),
+            "{}",
+            end_text(&totals, None)
+        );
         totals.pods_calls = Some(BTreeMap::from([(Syscall::Unlinkat, 4)]));
         let line = end_text(&totals, None);
-        assert!(line.starts_with("podstuck: calls of the pods followed, counted in the kernel: rmdir 0, unlinkat 4 (node: 87575 calls);"), "{line}");
+        assert!(
+            line.starts_with(
+                "podstuck: calls of the pods followed, counted in the kernel: rmdir 0, unlinkat 4 (node: 87575 calls);"
+            ),
+            "{line}"
+        );
     }
 }

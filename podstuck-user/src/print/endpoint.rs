@@ -15,13 +15,13 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::run::RunTotals;
 use crate::diagnose::{Finding, Report};
 use crate::event::CallEvent;
 use crate::export::prom::{render_endpoint, OwnCost, ProcessStats};
 use crate::export::RunInfo;
 use crate::identify::Identity;
 use crate::latency::LatencyBook;
+use crate::run::RunTotals;
 use crate::run::{RunFacts, Tracing};
 use crate::serve::{Pages, Published};
 use crate::view::Moment;
@@ -187,7 +187,8 @@ mod tests {
         let mut resolved = volume_finding();
         resolved.status = Status::Resolved;
         let active = volume_finding();
-        let page: Value = serde_json::from_str(&findings_page("node-7", SystemTime::UNIX_EPOCH, &[&active, &resolved])).unwrap();
+        let page: Value =
+            serde_json::from_str(&findings_page("node-7", SystemTime::UNIX_EPOCH, &[&active, &resolved])).unwrap();
         assert_eq!(page["node"], "node-7");
         assert_eq!(page["updated"], "1970-01-01T00:00:00.000000000Z");
         assert_eq!(page["omitted"], 0);
@@ -198,7 +199,8 @@ mod tests {
         assert_eq!(first["pod_uid"], POD);
         assert_eq!(page["findings"][1]["status"], "resolved");
         // The same fields as a --json finding line, and the node.
-        let line: Value = serde_json::from_str(&super::super::json_lines::finding_json(&Report::New(active.clone()))).unwrap();
+        let line: Value =
+            serde_json::from_str(&super::super::json_lines::finding_json(&Report::New(active.clone()))).unwrap();
         for key in line.as_object().unwrap().keys() {
             assert_eq!(first[key], line[key], "{key}");
         }

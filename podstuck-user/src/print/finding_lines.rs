@@ -12,8 +12,8 @@ use crate::run::{RunFacts, Tracing};
 use crate::words::rfc3339_seconds;
 
 use super::call_lines::{banner, end_text};
-use crate::finding_block::{finding_block, told_word};
 use super::{stderr_line, Ending, Out, Printer};
+use crate::finding_block::{finding_block, told_word};
 
 /// A block per finding as it is told; opened and closed as call lines are.
 pub struct FindingLines;
@@ -54,7 +54,12 @@ mod tests {
         f.evidence.clear();
         f.evidence("/proc", "no process has a file, cwd, root or mapping on it");
         let told = finding_told(&Report::New(f.clone()), t(5.0));
-        assert!(told.starts_with(&format!("2027-01-15T08:00:05Z FINDING [critical] volume-still-mounted  pod {POD}  confirmed\n")), "{told}");
+        assert!(
+            told.starts_with(&format!(
+                "2027-01-15T08:00:05Z FINDING [critical] volume-still-mounted  pod {POD}  confirmed\n"
+            )),
+            "{told}"
+        );
         assert!(told.contains("\n  evidence: no process has a file, cwd, root or mapping on it [/proc]\n"), "{told}");
         assert!(told.ends_with("\n  fix:      umount /k/pods/x/mount\n"), "{told}");
         assert!(finding_told(&Report::Update(f.clone()), t(5.0)).starts_with("2027-01-15T08:00:05Z UPDATE [critical]"));

@@ -13,11 +13,11 @@ use std::time::SystemTime;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::run::RunTotals;
 use crate::diagnose::{Finding, Report};
 use crate::event::{errno_name, syscall_name, CallEvent, AT_FDCWD};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
+use crate::run::RunTotals;
 use crate::run::{RunFacts, Tracing};
 use crate::words::{hex, rfc3339};
 
@@ -296,7 +296,6 @@ mod tests {
     use crate::words::escape_path;
     use podstuck_common::Syscall;
 
-
     fn json(event: &CallEvent) -> String {
         event_json(event, &identity(event))
     }
@@ -306,8 +305,29 @@ mod tests {
         let line = json(&event(Syscall::Unlinkat, -16, 0x200, b"/var/lib/kubelet/pods/x"));
         let v: Value = serde_json::from_str(&line).unwrap();
         for key in [
-            "type", "ts", "pid", "tid", "comm", "ppid", "pcomm", "cgroup_id", "mntns", "uid", "syscall", "flags", "dfd",
-            "path", "ret", "errno", "latency_ns", "represents", "abs_path", "pod_uid", "container_id", "actor", "match",
+            "type",
+            "ts",
+            "pid",
+            "tid",
+            "comm",
+            "ppid",
+            "pcomm",
+            "cgroup_id",
+            "mntns",
+            "uid",
+            "syscall",
+            "flags",
+            "dfd",
+            "path",
+            "ret",
+            "errno",
+            "latency_ns",
+            "represents",
+            "abs_path",
+            "pod_uid",
+            "container_id",
+            "actor",
+            "match",
         ] {
             assert!(v.get(key).is_some(), "missing {key} in {line}");
         }

@@ -23,10 +23,10 @@ use std::collections::BTreeMap;
 use std::io::{self, BufWriter, ErrorKind, IsTerminal, Write};
 use std::time::Duration;
 
-use crate::run::RunTotals;
 use crate::diagnose::Report;
 use crate::event::{syscall_name, CallEvent};
 use crate::identify::Identity;
+use crate::run::RunTotals;
 use crate::run::{RunFacts, Tracing};
 use crate::view::{LiveTerminal, Moment, Quit, QuitKeys};
 use crate::words::terminal_safe_lines;
@@ -107,7 +107,9 @@ pub fn printer(output: OutputOptions, run: &RunFacts, warnings: &[String]) -> (B
     match LiveTerminal::start() {
         Ok((terminal, keys)) => (Box::new(screen::Screen::new(terminal, run, warnings)), Some(keys)),
         Err(e) => {
-            stderr_line(format_args!("podstuck: cannot take the terminal for the live view ({e}): printing findings as lines"));
+            stderr_line(format_args!(
+                "podstuck: cannot take the terminal for the live view ({e}): printing findings as lines"
+            ));
             (Box::new(finding_lines::FindingLines), None)
         }
     }

@@ -37,7 +37,12 @@ impl Screen {
         for warning in warnings {
             notes.add(warning.trim_start_matches("podstuck: "));
         }
-        Screen { terminal: Some(terminal), view: LiveView::new(RunHeading::of(run)), notes, warnings: warnings.to_vec() }
+        Screen {
+            terminal: Some(terminal),
+            view: LiveView::new(RunHeading::of(run)),
+            notes,
+            warnings: warnings.to_vec(),
+        }
     }
 }
 

@@ -68,13 +68,15 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use podstuck_common::Syscall;
 
-use crate::run::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Report};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
 use crate::run::RunFacts;
-use wire::{Bytes, WireQuestion, WireCall, WireCounted, WireEnd, WireEntry, WireFlight, WireHeader, WireReview, WireTotals};
+use crate::run::RunTotals;
+use wire::{
+    Bytes, WireCall, WireCounted, WireEnd, WireEntry, WireFlight, WireHeader, WireQuestion, WireReview, WireTotals,
+};
 
 pub use node::{Question, RecordingNode, ReplayNode, NOT_IN_THE_RECORD};
 pub use read::{Entry, RecordEnd, RecordError, RecordReader, RecordedCall, RecordedReview};
@@ -160,17 +162,25 @@ impl RecordHeader {
 
     fn from_wire(w: WireHeader<'_>) -> Result<RecordHeader, String> {
         let started = humantime::parse_rfc3339(&w.started).map_err(|e| format!("started {:?}: {e}", w.started))?;
-        let hung_after: Duration = humantime::parse_duration(&w.hung_after).map_err(|e| format!("hung_after {:?}: {e}", w.hung_after))?;
+        let hung_after: Duration =
+            humantime::parse_duration(&w.hung_after).map_err(|e| format!("hung_after {:?}: {e}", w.hung_after))?;
         Ok(RecordHeader {
             podstuck_version: w.podstuck.into_owned(),
             node: w.node.into_owned(),
             kernel: w.kernel.into_owned(),
             started,
             pods: w.pods.into_owned(),
-            kubelet_root: PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(w.kubelet_root.into_vec())),
+            kubelet_root: PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(
+                w.kubelet_root.into_vec(),
+            )),
             errors_only: w.errors_only,
             syscalls: w.syscalls.into_iter().map(Syscall::from).collect(),
-            diagnose: DiagnoseOptions { hung_after, node_name: w.node_name.into_owned(), host_mntns: w.host_mntns, in_container: w.in_container },
+            diagnose: DiagnoseOptions {
+                hung_after,
+                node_name: w.node_name.into_owned(),
+                host_mntns: w.host_mntns,
+                in_container: w.in_container,
+            },
         })
     }
 }
@@ -301,10 +311,15 @@ impl Recorder<File> {
     /// name is refused, never followed, opened or truncated.
     pub fn create(path: &Path, header: &RecordHeader) -> anyhow::Result<Recorder<File>> {
         if path.is_dir() {
-            return Err(anyhow!("{} is a directory: give a file name in it, e.g. {}", path.display(), path.join("incident.podstuck").display()));
+            return Err(anyhow!(
+                "{} is a directory: give a file name in it, e.g. {}",
+                path.display(),
+                path.join("incident.podstuck").display()
+            ));
         }
         let (dir, name) = record_place(path).map_err(|e| create_error(path, e))?;
-        let file = crate::files::create_new_at(dir.as_ref().map(AsFd::as_fd), &name, RECORD_MODE).map_err(|e| create_error(path, e))?;
+        let file = crate::files::create_new_at(dir.as_ref().map(AsFd::as_fd), &name, RECORD_MODE)
+            .map_err(|e| create_error(path, e))?;
         let ours = crate::files::stat(file.as_fd()).ok();
         Recorder::new(file, path.display().to_string(), header).map_err(|e| {
             // Ours and unusable: left behind, it would only make the next
@@ -438,11 +453,21 @@ impl<W: Write> Recorder<W> {
 
     /// The closing entry: when the run ended, the findings said at exit
     /// (`Diagnoser::untold`), the run's totals if known. Finishes the file.
-    pub fn finish(mut self, ended: SystemTime, untold: &[Report], totals: Option<&RunTotals>) -> Result<Saved, RecordStopped> {
+    pub fn finish(
+        mut self,
+        ended: SystemTime,
+        untold: &[Report],
+        totals: Option<&RunTotals>,
+    ) -> Result<Saved, RecordStopped> {
         if self.out.is_none() {
             return Ok(Saved { entries: self.held, complete: false });
         }
-        let end = WireEnd { ended: wire::nanos(ended), entries: self.entries, totals: totals.map(WireTotals::of), untold: told_json(untold) };
+        let end = WireEnd {
+            ended: wire::nanos(ended),
+            entries: self.entries,
+            totals: totals.map(WireTotals::of),
+            untold: told_json(untold),
+        };
         self.write(&WireEntry::End(end), ended, false)?;
         let Some(out) = self.out.take() else { return Ok(Saved { entries: self.held, complete: false }) };
         let entries = self.entries - 1;
@@ -494,7 +519,15 @@ mod create_tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn header() -> RecordHeader {
-        RecordHeader::new("6.1.0", &DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "node-1".into(), host_mntns: 1, in_container: false })
+        RecordHeader::new(
+            "6.1.0",
+            &DiagnoseOptions {
+                hung_after: Duration::from_secs(5),
+                node_name: "node-1".into(),
+                host_mntns: 1,
+                in_container: false,
+            },
+        )
     }
 
     /// A link planted at the record's name, dangling or not, is refused and
@@ -504,7 +537,8 @@ mod create_tests {
         let dir = TempDir::new("record-create");
         let victim = dir.0.join("victim");
         std::fs::write(&victim, b"precious\n").unwrap();
-        for (name, target) in [("to-victim.podstuck", victim.clone()), ("dangling.podstuck", dir.0.join("nothing-yet"))] {
+        for (name, target) in [("to-victim.podstuck", victim.clone()), ("dangling.podstuck", dir.0.join("nothing-yet"))]
+        {
             let path = dir.0.join(name);
             std::os::unix::fs::symlink(&target, &path).unwrap();
             let said = Recorder::create(&path, &header()).err().unwrap().to_string();

@@ -4,31 +4,77 @@
 //! another machine, from what was noted.
 
 use crate::inspect::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder, MountNamespace, NodeInspector,
-    Probe, TaskState, Unreadable,
+    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder,
+    MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
 };
 
 /// One question a detector asked of the node during a review, with the
 /// answer it got: one variant per [`NodeInspector`] method.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Question {
-    HostMounts { answer: Probe<Vec<Mount>> },
-    MountNamespace { mntns: u64, answer: Probe<MountNamespace> },
-    ResolvedPath { pid: u32, path: Vec<u8>, answer: Probe<Vec<u8>> },
-    MountHolders { mount: Mount, mntns: u64, answer: Vec<MountHolder> },
-    MountCopies { mount: Mount, mntns: u64, answer: Vec<MountCopy> },
-    InodeFlags { path: Vec<u8>, answer: Probe<InodeFlags> },
-    FileFacts { path: Vec<u8>, answer: Probe<FileFacts> },
-    DirSample { path: Vec<u8>, limit: usize, answer: Probe<DirSample> },
-    RemainingEntries { path: Vec<u8>, answer: Probe<EntryEstimate> },
-    FsUsage { path: Vec<u8>, answer: Probe<FsUsage> },
-    Cgroup { path: Vec<u8>, answer: Probe<CgroupState> },
-    V1Freezer { path: Vec<u8>, answer: Probe<Vec<FreezerLevel>> },
-    Task { tid: u32, answer: Probe<TaskState> },
-    FuseServers { answer: Vec<TaskState> },
+    HostMounts {
+        answer: Probe<Vec<Mount>>,
+    },
+    MountNamespace {
+        mntns: u64,
+        answer: Probe<MountNamespace>,
+    },
+    ResolvedPath {
+        pid: u32,
+        path: Vec<u8>,
+        answer: Probe<Vec<u8>>,
+    },
+    MountHolders {
+        mount: Mount,
+        mntns: u64,
+        answer: Vec<MountHolder>,
+    },
+    MountCopies {
+        mount: Mount,
+        mntns: u64,
+        answer: Vec<MountCopy>,
+    },
+    InodeFlags {
+        path: Vec<u8>,
+        answer: Probe<InodeFlags>,
+    },
+    FileFacts {
+        path: Vec<u8>,
+        answer: Probe<FileFacts>,
+    },
+    DirSample {
+        path: Vec<u8>,
+        limit: usize,
+        answer: Probe<DirSample>,
+    },
+    RemainingEntries {
+        path: Vec<u8>,
+        answer: Probe<EntryEstimate>,
+    },
+    FsUsage {
+        path: Vec<u8>,
+        answer: Probe<FsUsage>,
+    },
+    Cgroup {
+        path: Vec<u8>,
+        answer: Probe<CgroupState>,
+    },
+    V1Freezer {
+        path: Vec<u8>,
+        answer: Probe<Vec<FreezerLevel>>,
+    },
+    Task {
+        tid: u32,
+        answer: Probe<TaskState>,
+    },
+    FuseServers {
+        answer: Vec<TaskState>,
+    },
     /// Not a question: the detectors telling the node to stay away from a
     /// hung mount. Kept so the order of a review reads as it happened.
-    Avoid { path: Vec<u8> },
+    Avoid {
+        path: Vec<u8>,
+    },
 }
 
 /// The live node, with a note of every question and answer. Wrap the node
@@ -212,7 +258,14 @@ impl NodeInspector for ReplayNode {
         let recorded_namespaces = self.asked.iter().any(|a| matches!(a, Question::MountNamespace { .. }));
         if !recorded_namespaces && (mntns == 0 || mntns == self.host_mntns) {
             let host = |answer: &Probe<Vec<Mount>>| {
-                answer.clone().map(|mounts| MountNamespace { mntns, host: true, member: 1, member_comm: String::new(), owner: None, mounts })
+                answer.clone().map(|mounts| MountNamespace {
+                    mntns,
+                    host: true,
+                    member: 1,
+                    member_comm: String::new(),
+                    owner: None,
+                    mounts,
+                })
             };
             let pick = |a: &Question| match a {
                 Question::HostMounts { answer } => Some(host(answer)),
@@ -231,14 +284,18 @@ impl NodeInspector for ReplayNode {
     }
     fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder> {
         let pick = |a: &Question| match a {
-            Question::MountHolders { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => Some(answer.clone()),
+            Question::MountHolders { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => {
+                Some(answer.clone())
+            }
             _ => None,
         };
         self.answer(|| format!("mount_holders {}", shown(&mount.mount_point)), pick).unwrap_or_default()
     }
     fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy> {
         let pick = |a: &Question| match a {
-            Question::MountCopies { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => Some(answer.clone()),
+            Question::MountCopies { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => {
+                Some(answer.clone())
+            }
             _ => None,
         };
         self.answer(|| format!("mount_copies {}", shown(&mount.mount_point)), pick).unwrap_or_default()

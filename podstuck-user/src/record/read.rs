@@ -9,12 +9,12 @@ use std::time::SystemTime;
 use flate2::bufread::MultiGzDecoder;
 
 use super::wire::{self, WireCounted, WireEntry, WireHeader};
-use super::{Question, LastAnswers, RecordHeader, FORMAT, MAGIC, REVIEWS_PER_GROUP};
-use crate::run::RunTotals;
+use super::{LastAnswers, Question, RecordHeader, FORMAT, MAGIC, REVIEWS_PER_GROUP};
 use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
 use crate::identify::Identity;
 use crate::inspect::{FreezerLevel, Mount, MountCopy, MountHolder, Probe, TaskState};
+use crate::run::RunTotals;
 
 /// The header line is a few hundred bytes; anything this long is not one.
 const MAX_HEADER_BYTES: u64 = 1 << 20;
@@ -45,17 +45,41 @@ const CALL_PREFIX: &[u8] = b"{\"call\"";
 /// Why a record cannot be read, or read further.
 #[derive(Debug)]
 pub enum RecordError {
-    NotARecord { name: String, why: String },
-    Newer { name: String, format: u64, podstuck: Option<String> },
-    Header { name: String, why: String },
+    NotARecord {
+        name: String,
+        why: String,
+    },
+    Newer {
+        name: String,
+        format: u64,
+        podstuck: Option<String>,
+    },
+    Header {
+        name: String,
+        why: String,
+    },
     /// Entry `entry` (1 is the first after the header) is damaged.
-    Corrupt { name: String, entry: u64, why: String },
+    Corrupt {
+        name: String,
+        entry: u64,
+        why: String,
+    },
     /// Every entry read, but the stream's checksum says some were altered.
-    Damaged { name: String, why: String },
+    Damaged {
+        name: String,
+        why: String,
+    },
     /// podstuck's own diagnosis failed on an entry: a bug, told with the
     /// entry so the record can go in the bug report.
-    Diagnosis { name: String, entry: u64, why: String },
-    Io { name: String, error: io::Error },
+    Diagnosis {
+        name: String,
+        entry: u64,
+        why: String,
+    },
+    Io {
+        name: String,
+        error: io::Error,
+    },
 }
 
 impl std::fmt::Display for RecordError {
@@ -188,7 +212,10 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
             path.len() + probe(answer, |c| c.tasks.iter().map(task).sum::<usize>() + strings(&c.children))
         }
         Question::V1Freezer { path, answer } => {
-            path.len() + probe(answer, |l| l.iter().map(|l| size_of::<FreezerLevel>() + l.dir.len() + l.state.len() + 4 * l.pids.len()).sum())
+            path.len()
+                + probe(answer, |l| {
+                    l.iter().map(|l| size_of::<FreezerLevel>() + l.dir.len() + l.state.len() + 4 * l.pids.len()).sum()
+                })
         }
         Question::Task { answer, .. } => probe(answer, task),
         Question::FuseServers { answer } => answer.iter().map(task).sum(),
@@ -253,7 +280,11 @@ impl<R: BufRead> RecordReader<R> {
         }
         let header_error = |why: String| RecordError::Header { name: name.to_string(), why };
         let Some(head) = head.strip_suffix(b"\n") else {
-            return Err(header_error(if head.is_empty() { "the record ends before it".into() } else { "it is cut short or too long".into() }));
+            return Err(header_error(if head.is_empty() {
+                "the record ends before it".into()
+            } else {
+                "it is cut short or too long".into()
+            }));
         };
         let wire: WireHeader = serde_json::from_slice(head).map_err(|e| header_error(e.to_string()))?;
         let header = RecordHeader::from_wire(wire).map_err(header_error)?;
@@ -305,7 +336,11 @@ impl<R: BufRead> RecordReader<R> {
     /// what it was passed over for.
     pub fn first_skipped(&self) -> Option<String> {
         self.first_skipped.map(|n| {
-            format!("entry {n} is longer than any entry a podstuck writes ({} KiB for a call, {} MiB for a review)", MAX_CALL_BYTES >> 10, MAX_ENTRY_BYTES >> 20)
+            format!(
+                "entry {n} is longer than any entry a podstuck writes ({} KiB for a call, {} MiB for a review)",
+                MAX_CALL_BYTES >> 10,
+                MAX_ENTRY_BYTES >> 20
+            )
         })
     }
 
@@ -451,7 +486,14 @@ impl<R: BufRead> RecordReader<R> {
                         Ok(Some(a)) => a,
                         Ok(None) => match self.answers.get(&question) {
                             Some(earlier) => earlier.clone(),
-                            None => return Err(self.corrupt(n, format!("the answer to {question} refers to an earlier one the record does not hold"))),
+                            None => {
+                                return Err(self.corrupt(
+                                    n,
+                                    format!(
+                                        "the answer to {question} refers to an earlier one the record does not hold"
+                                    ),
+                                ))
+                            }
                         },
                         Err(why) => return Err(self.corrupt(n, why)),
                     };
@@ -472,7 +514,10 @@ impl<R: BufRead> RecordReader<R> {
             }
             WireEntry::End(end) => {
                 if end.entries != n - 1 {
-                    return Err(self.corrupt(n, format!("the record's end counts {} entries before it, but {} were read", end.entries, n - 1)));
+                    return Err(self.corrupt(
+                        n,
+                        format!("the record's end counts {} entries before it, but {} were read", end.entries, n - 1),
+                    ));
                 }
                 self.check_nothing_follows()?;
                 Entry::End(RecordEnd {

@@ -115,7 +115,8 @@ fn told_words(told: &[Value]) -> String {
     if told.is_empty() {
         return "nothing".into();
     }
-    let words: Vec<String> = told.iter().map(|v| format!("{} revision {}", v["id"].as_str().unwrap_or("?"), v["revision"])).collect();
+    let words: Vec<String> =
+        told.iter().map(|v| format!("{} revision {}", v["id"].as_str().unwrap_or("?"), v["revision"])).collect();
     words.join(", ")
 }
 
@@ -125,17 +126,34 @@ fn difference_words(live: &[Value], here: &[Value]) -> String {
     let heading = |v: &Value| (v["type"].clone(), v["id"].clone(), v["revision"].clone());
     let mut live_sorted = live.to_vec();
     let mut here_sorted = here.to_vec();
-    let by_heading = |a: &Value, b: &Value| heading(a).0.to_string().cmp(&heading(b).0.to_string()).then(heading(a).1.to_string().cmp(&heading(b).1.to_string()));
+    let by_heading = |a: &Value, b: &Value| {
+        heading(a)
+            .0
+            .to_string()
+            .cmp(&heading(b).0.to_string())
+            .then(heading(a).1.to_string().cmp(&heading(b).1.to_string()))
+    };
     live_sorted.sort_by(by_heading);
     here_sorted.sort_by(by_heading);
-    let same_findings = live_sorted.len() == here_sorted.len() && live_sorted.iter().zip(&here_sorted).all(|(a, b)| heading(a) == heading(b));
+    let same_findings = live_sorted.len() == here_sorted.len()
+        && live_sorted.iter().zip(&here_sorted).all(|(a, b)| heading(a) == heading(b));
     if same_findings {
         if let Some((a, b)) = live_sorted.iter().zip(&here_sorted).find(|(a, b)| a != b) {
             let keys: Vec<&str> = match (a.as_object(), b.as_object()) {
-                (Some(a), Some(b)) => a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))).filter(|k| a.get(*k) != b.get(*k)).map(String::as_str).collect(),
+                (Some(a), Some(b)) => a
+                    .keys()
+                    .chain(b.keys().filter(|k| !a.contains_key(*k)))
+                    .filter(|k| a.get(*k) != b.get(*k))
+                    .map(String::as_str)
+                    .collect(),
                 _ => Vec::new(),
             };
-            return format!("{} revision {} differs in {}", a["id"].as_str().unwrap_or("?"), a["revision"], keys.join(", "));
+            return format!(
+                "{} revision {} differs in {}",
+                a["id"].as_str().unwrap_or("?"),
+                a["revision"],
+                keys.join(", ")
+            );
         }
     }
     format!("the live run told {}; this replay told {}", told_words(live), told_words(here))
@@ -153,7 +171,11 @@ fn panic_words(payload: Box<dyn std::any::Any + Send>) -> String {
 /// handing each finding as it is told to `tell`. Err only when not even
 /// the header can be read; a record cut short or broken further on is
 /// replayed up to there, and the summary says so.
-pub fn replay_record(reader: impl Read, name: &str, tell: &mut dyn FnMut(&Report)) -> Result<ReplaySummary, RecordError> {
+pub fn replay_record(
+    reader: impl Read,
+    name: &str,
+    tell: &mut dyn FnMut(&Report),
+) -> Result<ReplaySummary, RecordError> {
     let mut record = RecordReader::open(BufReader::with_capacity(64 << 10, reader), name)?;
     let header = record.header().clone();
     let mut diagnoser = Diagnoser::new(&header.diagnose);
@@ -204,7 +226,11 @@ pub fn replay_record(reader: impl Read, name: &str, tell: &mut dyn FnMut(&Report
                 if summary.first_not_in_record.is_none() {
                     summary.first_not_in_record = node.not_in_record().first().cloned();
                 }
-                summary.compare(format!("at the review of {}", rfc3339(review.now)), comparable(review.told), replayed(&reports));
+                summary.compare(
+                    format!("at the review of {}", rfc3339(review.now)),
+                    comparable(review.told),
+                    replayed(&reports),
+                );
                 reports.iter().for_each(&mut *tell);
             }
             Entry::End(end) => {
@@ -372,7 +398,10 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
         ));
     }
     if summary.ends_early() {
-        stderr_line(format_args!("podstuck: {name}: the record ends early, after {} entries: replaying what is there", summary.entries()));
+        stderr_line(format_args!(
+            "podstuck: {name}: the record ends early, after {} entries: replaying what is there",
+            summary.entries()
+        ));
     }
     let mut out = Out::stdout();
     let printed = (|| -> std::io::Result<()> {
@@ -424,7 +453,10 @@ mod tests {
         let tmp = crate::test_support::TempDir::new("replay-dir");
         let err = replay(&tmp.0, false).unwrap_err();
         assert_eq!(crate::exit::code_of(&err), crate::exit::BAD_INPUT);
-        assert!(err.to_string().contains("is a directory: podstuck replay reads a file written by `podstuck record FILE`"), "{err}");
+        assert!(
+            err.to_string().contains("is a directory: podstuck replay reads a file written by `podstuck record FILE`"),
+            "{err}"
+        );
         std::fs::write(tmp.0.join("summary.json"), "{}").unwrap();
         let err = replay(&tmp.0, false).unwrap_err();
         assert_eq!(err.to_string(), format!("{d} is a directory of latency histograms (podstuck watch --histograms), not a record: read it with `podstuck report {d}`", d = tmp.0.display()));
@@ -439,7 +471,13 @@ mod tests {
         let here = comparable([finding("held by pid 8", "kill 7")]);
         assert_eq!(difference_words(&live, &here), "mount-held:/m revision 1 differs in summary");
         let other = comparable([serde_json::json!({"type": "finding", "id": "hung-call:1:/n", "revision": 1})]);
-        assert_eq!(difference_words(&live, &other), "the live run told mount-held:/m revision 1; this replay told hung-call:1:/n revision 1");
-        assert_eq!(difference_words(&[], &live), "the live run told nothing; this replay told mount-held:/m revision 1");
+        assert_eq!(
+            difference_words(&live, &other),
+            "the live run told mount-held:/m revision 1; this replay told hung-call:1:/n revision 1"
+        );
+        assert_eq!(
+            difference_words(&[], &live),
+            "the live run told nothing; this replay told mount-held:/m revision 1"
+        );
     }
 }

@@ -63,7 +63,12 @@ impl Write for FillsUp {
 const CG: &str = "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod5f1c2a9e_0000_4000_8000_000000000001.slice";
 
 fn header() -> RecordHeader {
-    let options = DiagnoseOptions { hung_after: Duration::from_secs(5), node_name: "node-1".into(), host_mntns: 4026531840, in_container: false };
+    let options = DiagnoseOptions {
+        hung_after: Duration::from_secs(5),
+        node_name: "node-1".into(),
+        host_mntns: 4026531840,
+        in_container: false,
+    };
     let mut header = RecordHeader::new("6.1.0-test", &options);
     header.started = t(0.0);
     header
@@ -120,10 +125,24 @@ impl<W: Write> Live<W> {
 fn hung_flight(started: f64) -> CallInFlight {
     let path = Some(b"/mnt/fuse/a".to_vec());
     CallInFlight {
-        flight: Flight { tid: 4321, pid: 4321, syscall: Syscall::Unlinkat, flags: 0, dfd: AT_FDCWD, started: t(started), path: path.clone() },
+        flight: Flight {
+            tid: 4321,
+            pid: 4321,
+            syscall: Syscall::Unlinkat,
+            flags: 0,
+            dfd: AT_FDCWD,
+            started: t(started),
+            path: path.clone(),
+        },
         path,
         pod_uid: Some(pod()),
-        actor: Actor { comm: "kubelet".into(), exe: None, parent: "systemd".into(), role: Role::Kubelet, description: "kubelet".into() },
+        actor: Actor {
+            comm: "kubelet".into(),
+            exe: None,
+            parent: "systemd".into(),
+            role: Role::Kubelet,
+            description: "kubelet".into(),
+        },
     }
 }
 
@@ -134,10 +153,25 @@ fn incident_node() -> FakeNode {
         "77 /mnt/fuse fuse.sshfs",
         "20 /sys/fs/fuse/connections fusectl",
     ]);
-    node.holders = vec![MountHolder { pid: 4242, comm: "backup".into(), how: HoldKind::Cwd, path: csi_mount().into_bytes(), mntns: 1, other_namespace: false, owner: None }];
+    node.holders = vec![MountHolder {
+        pid: 4242,
+        comm: "backup".into(),
+        how: HoldKind::Cwd,
+        path: csi_mount().into_bytes(),
+        mntns: 1,
+        other_namespace: false,
+        owner: None,
+    }];
     node.cgroups.insert(
         CG.into(),
-        CgroupState { version: 2, tasks: vec![task(999, "sleep", 'S')], children: vec![], populated: Some(true), frozen: Some(false), has_kill: true },
+        CgroupState {
+            version: 2,
+            tasks: vec![task(999, "sleep", 'S')],
+            children: vec![],
+            populated: Some(true),
+            frozen: Some(false),
+            has_kill: true,
+        },
     );
     let mut stuck = task(4321, "kubelet", 'S');
     stuck.wchan = Some("request_wait_answer".into());
@@ -153,7 +187,8 @@ fn incident_node() -> FakeNode {
 fn incident<W: Write>(writer: W) -> (Vec<Report>, Result<Saved, RecordStopped>) {
     let mut live = Live::new(incident_node(), writer);
     let m = csi_mount();
-    let mut calls: Vec<Call> = [0.0, 0.5, 1.5, 3.5, 7.5, 15.5, 31.5].iter().map(|s| rmdir(*s, "kubelet", &m, -libc::EBUSY)).collect();
+    let mut calls: Vec<Call> =
+        [0.0, 0.5, 1.5, 3.5, 7.5, 15.5, 31.5].iter().map(|s| rmdir(*s, "kubelet", &m, -libc::EBUSY)).collect();
     calls.push(umount(0.2, "umount", &m, -libc::EBUSY));
     calls.extend([1.0, 3.0, 5.0, 7.0, 9.0].iter().map(|s| rmdir(*s, "kubelet", CG, -libc::EBUSY)));
     calls.push(rmdir(36.0, "kubelet", &m, 0));
@@ -190,7 +225,11 @@ fn a_recorded_incident_replays_to_the_same_findings() {
     let (live, bytes) = recorded_incident();
     // The incident is what it means to be: P1, P5 and P6, with updates.
     for kind in [Kind::VolumeStillMounted, Kind::CgroupBusy, Kind::HungCall] {
-        assert!(live.iter().any(|r| r.finding().kind == kind && r.finding().confidence == Confidence::Confirmed), "{kind:?} in {:?}", kinds(&live));
+        assert!(
+            live.iter().any(|r| r.finding().kind == kind && r.finding().confidence == Confidence::Confirmed),
+            "{kind:?} in {:?}",
+            kinds(&live)
+        );
     }
     assert!(live.iter().any(|r| matches!(r, Report::Update(f) if f.status == Status::Resolved)), "{:?}", kinds(&live));
     let replayed = replay_findings(&bytes[..]).unwrap();
@@ -202,7 +241,11 @@ fn a_recorded_incident_replays_to_the_same_findings() {
     assert_eq!(replayed, live);
     let p1 = replayed.iter().find(|r| r.finding().kind == Kind::VolumeStillMounted).unwrap().finding();
     assert_eq!(p1.fix, format!("umount {}", csi_mount()));
-    assert!(p1.evidence.iter().any(|e| e.fact.contains("pid 4242 (backup) has its current directory at")), "{:?}", p1.evidence);
+    assert!(
+        p1.evidence.iter().any(|e| e.fact.contains("pid 4242 (backup) has its current directory at")),
+        "{:?}",
+        p1.evidence
+    );
     let p5 = replayed.iter().find(|r| r.finding().kind == Kind::CgroupBusy).unwrap().finding();
     assert_eq!(p5.fix, format!("echo 1 > {CG}/cgroup.kill"));
 }
@@ -222,7 +265,10 @@ fn the_replay_checks_itself_against_what_the_live_run_told() {
     assert_eq!(summary.header.diagnose.host_mntns, 4026531840);
     assert!(told > 0);
     let json: serde_json::Value = serde_json::from_str(&replay::record_json("incident.podstuck", &summary)).unwrap();
-    assert_eq!((json["type"].as_str(), json["complete"].as_bool(), json["calls"].as_u64(), json["events_lost"].as_u64()), (Some("record"), Some(true), Some(14), Some(3)));
+    assert_eq!(
+        (json["type"].as_str(), json["complete"].as_bool(), json["calls"].as_u64(), json["events_lost"].as_u64()),
+        (Some("record"), Some(true), Some(14), Some(3))
+    );
     let text = replay::record_text("incident.podstuck", &summary);
     assert!(text.starts_with("podstuck record incident.podstuck: node node-1, kernel 6.1.0-test, podstuck "), "{text}");
     assert!(text.contains("14 calls, 80 reviews; the whole node; the live run lost 3 events"), "{text}");
@@ -246,7 +292,11 @@ fn a_replay_with_other_detectors_says_what_the_record_lacks() {
     assert_eq!(summary.first_not_in_record.as_deref(), Some("host_mounts"));
     // Unreadable mounts: P1 is told as unconfirmed, which the live run did not tell.
     assert_eq!(told.len(), 1);
-    assert!(told[0].finding().evidence.iter().any(|e| e.fact.contains(NOT_IN_THE_RECORD)), "{:?}", told[0].finding().evidence);
+    assert!(
+        told[0].finding().evidence.iter().any(|e| e.fact.contains(NOT_IN_THE_RECORD)),
+        "{:?}",
+        told[0].finding().evidence
+    );
     assert_eq!(summary.differences, 1);
     let first = summary.first_difference.unwrap();
     assert!(first.contains("the live run told nothing; this replay told volume-still-mounted:"), "{first}");
@@ -266,7 +316,11 @@ fn unchanged_answers_are_written_once() {
         }
     }
     let (times, written) = &asked["host_mounts"];
-    assert!(*times > 10 && written.len() == 1, "the mount table never changed: asked {times} times, written {}", written.len());
+    assert!(
+        *times > 10 && written.len() == 1,
+        "the mount table never changed: asked {times} times, written {}",
+        written.len()
+    );
     // The holder left at 20 s: the answer is written again then, once.
     let (times, written) = &asked["mount_holders"];
     assert!(*times > 2, "{times}");
@@ -318,7 +372,14 @@ fn a_format_1_record_written_by_hand_still_replays() {
         r#"{{"review":{{"now":1800000001000000000,"in_flight":[],"asked":[{{"host_mounts":{{"answer":{{"ok":[{mount}]}}}}}},{{"mount_holders":{{"mount":{mount},"answer":[{{"pid":7,"comm":"sh","how":"cwd","path":{{"hex":"2f6dff"}},"mntns":1,"other_namespace":false}}]}}}}],"told":[]}}}}"#
     );
     let end = r#"{"end":{"ended":1800000002000000000,"entries":3,"totals":null,"untold":[]}}"#;
-    let body = [call(1_800_000_000_000_000_000, &format!("\"abs_path\":\"{m}\",")), call(1_800_000_000_500_000_000, ""), review, end.to_string()].join("\n") + "\n";
+    let body = [
+        call(1_800_000_000_000_000_000, &format!("\"abs_path\":\"{m}\",")),
+        call(1_800_000_000_500_000_000, ""),
+        review,
+        end.to_string(),
+    ]
+    .join("\n")
+        + "\n";
     let head = r#"{"podstuck":"0.1.0","node":"n","kernel":"k","started":"2027-01-15T08:00:00Z","kubelet_root":"/var/lib/kubelet","hung_after":"5s","node_name":"n","host_mntns":4026531840}"#;
     let record = written_by_hand(head, &body);
     let mut told = Vec::new();
@@ -326,7 +387,11 @@ fn a_format_1_record_written_by_hand_still_replays() {
     assert!(summary.broken.is_none() && summary.end.is_some(), "{:?}", summary.broken);
     // Only what a newer podstuck asks besides: P1 resolves the path it is given.
     assert_eq!(summary.not_in_record, 1, "{:?}", summary.first_not_in_record);
-    assert!(summary.first_not_in_record.as_deref().is_some_and(|q| q.starts_with("resolved_path 100 ")), "{:?}", summary.first_not_in_record);
+    assert!(
+        summary.first_not_in_record.as_deref().is_some_and(|q| q.starts_with("resolved_path 100 ")),
+        "{:?}",
+        summary.first_not_in_record
+    );
     assert_eq!(told.len(), 1);
     let f = told[0].finding();
     assert_eq!((f.kind, f.confidence), (Kind::VolumeStillMounted, Confidence::Confirmed));
@@ -355,9 +420,18 @@ fn error_of(record: &[u8]) -> String {
 #[test]
 fn what_is_not_a_record_is_said_so() {
     assert_eq!(error_of(b""), "the record is not a podstuck record: it is empty");
-    assert_eq!(error_of(b"hello\nworld\n"), "the record is not a podstuck record: it does not begin with \"podstuck-record\"");
-    assert_eq!(error_of(b"\x1f\x8b\x08\x00"), "the record is not a podstuck record: it does not begin with \"podstuck-record\"");
-    assert_eq!(error_of(b"podstuck-record one\n"), "the record is not a podstuck record: its first line is not \"podstuck-record <format>\"");
+    assert_eq!(
+        error_of(b"hello\nworld\n"),
+        "the record is not a podstuck record: it does not begin with \"podstuck-record\""
+    );
+    assert_eq!(
+        error_of(b"\x1f\x8b\x08\x00"),
+        "the record is not a podstuck record: it does not begin with \"podstuck-record\""
+    );
+    assert_eq!(
+        error_of(b"podstuck-record one\n"),
+        "the record is not a podstuck record: its first line is not \"podstuck-record <format>\""
+    );
     assert_eq!(error_of(b"podstuck-record 0\n{}\n"), "the record is not a podstuck record: format 0 does not exist");
     let newer = error_of(b"podstuck-record 2\n{\"podstuck\":\"9.1.0\",\"whatever\":1}\n\x00\x01");
     assert_eq!(
@@ -370,7 +444,8 @@ fn what_is_not_a_record_is_said_so() {
     assert!(error_of(b"podstuck-record 7\n").contains("newer podstuck (format 7)"));
     assert!(error_of(b"podstuck-record 1\n").contains("header is corrupt: the record ends before it"));
     assert!(error_of(b"podstuck-record 1\n{\"podstuck\":\"0.1.0\"}\n").contains("header is corrupt: missing field"));
-    assert!(error_of(format!("podstuck-record 1\n{}\n", HEAD.replace("5s", "soon")).as_bytes()).contains("header is corrupt: hung_after \"soon\""));
+    assert!(error_of(format!("podstuck-record 1\n{}\n", HEAD.replace("5s", "soon")).as_bytes())
+        .contains("header is corrupt: hung_after \"soon\""));
 }
 
 #[test]
@@ -492,12 +567,27 @@ fn a_full_disk_stops_the_record_once_and_it_replays_up_to_there() {
         assert!(!complete);
         let said = stopped[0].to_string();
         assert!(said.starts_with("recording to incident.podstuck stopped: the disk is full; "), "{said}");
-        assert!(said.contains(&format!("incident.podstuck holds its first {} entries, up to 2027-01-15T08:", stopped[0].entries_held)), "{said}");
+        assert!(
+            said.contains(&format!(
+                "incident.podstuck holds its first {} entries, up to 2027-01-15T08:",
+                stopped[0].entries_held
+            )),
+            "{said}"
+        );
         assert!(said.ends_with("and `podstuck replay incident.podstuck` reads them"), "{said}");
         let summary = replay_record(&kept[..], "incident.podstuck", &mut |_| {}).unwrap();
         // Cut in the gzip trailer, after the closing entry: whole all the same.
-        assert!(summary.broken.is_none() && (summary.ends_early() || room + 8 >= whole.len()), "room {room}: {:?}", summary.broken);
-        assert!(summary.entries() >= stopped[0].entries_held, "room {room}: {} < {}", summary.entries(), stopped[0].entries_held);
+        assert!(
+            summary.broken.is_none() && (summary.ends_early() || room + 8 >= whole.len()),
+            "room {room}: {:?}",
+            summary.broken
+        );
+        assert!(
+            summary.entries() >= stopped[0].entries_held,
+            "room {room}: {} < {}",
+            summary.entries(),
+            stopped[0].entries_held
+        );
     }
 }
 
@@ -533,11 +623,39 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
     };
     let asked = vec![
         Question::HostMounts { answer: Ok(vec![mount.clone()]) },
-        Question::MountCopies { mount: mount.clone(), mntns: 5, answer: vec![MountCopy { mntns: 5, pid: 6, comm: "c".into(), mount_point: odd.clone(), propagation: vec!["master:3".into()], owner: None }] },
-        Question::DirSample { path: odd.clone(), limit: 3, answer: Ok(DirSample { names: vec![b"\xff".to_vec(), b"ok".to_vec()], counted: 2, complete: true }) },
-        Question::FileFacts { path: odd.clone(), answer: Err(Unreadable("timed out after 1 s: the filesystem may be hung".into())) },
-        Question::V1Freezer { path: odd.clone(), answer: Ok(vec![crate::inspect::FreezerLevel { dir: odd.clone(), state: "FROZEN".into(), pids: vec![5, 6] }]) },
-        Question::V1Freezer { path: b"/sys/fs/cgroup/memory/x".to_vec(), answer: Err(Unreadable("no v1 freezer hierarchy mounted, or not a v1 cgroup".into())) },
+        Question::MountCopies {
+            mount: mount.clone(),
+            mntns: 5,
+            answer: vec![MountCopy {
+                mntns: 5,
+                pid: 6,
+                comm: "c".into(),
+                mount_point: odd.clone(),
+                propagation: vec!["master:3".into()],
+                owner: None,
+            }],
+        },
+        Question::DirSample {
+            path: odd.clone(),
+            limit: 3,
+            answer: Ok(DirSample { names: vec![b"\xff".to_vec(), b"ok".to_vec()], counted: 2, complete: true }),
+        },
+        Question::FileFacts {
+            path: odd.clone(),
+            answer: Err(Unreadable("timed out after 1 s: the filesystem may be hung".into())),
+        },
+        Question::V1Freezer {
+            path: odd.clone(),
+            answer: Ok(vec![crate::inspect::FreezerLevel {
+                dir: odd.clone(),
+                state: "FROZEN".into(),
+                pids: vec![5, 6],
+            }]),
+        },
+        Question::V1Freezer {
+            path: b"/sys/fs/cgroup/memory/x".to_vec(),
+            answer: Err(Unreadable("no v1 freezer hierarchy mounted, or not a v1 cgroup".into())),
+        },
         Question::Avoid { path: odd.clone() },
     ];
     let mut flight = hung_flight(0.5);
@@ -572,11 +690,20 @@ fn a_record_file_is_never_overwritten_and_says_where_it_cannot_go() {
     assert_eq!(again, format!("{} exists: choose another name or remove it", path.display()));
     let nowhere = dir.0.join("no/such/dir/x.podstuck");
     let said = Recorder::create(&nowhere, &header()).err().unwrap().to_string();
-    assert!(said.ends_with(&format!("directory {} does not exist: create it or choose another place", dir.0.join("no/such/dir").display())), "{said}");
+    assert!(
+        said.ends_with(&format!(
+            "directory {} does not exist: create it or choose another place",
+            dir.0.join("no/such/dir").display()
+        )),
+        "{said}"
+    );
     let said = Recorder::create(&dir.0, &header()).err().unwrap().to_string();
     assert!(said.contains("is a directory: give a file name in it"), "{said}");
     let denied = create_error(&path, io::Error::from_raw_os_error(libc::EACCES)).to_string();
-    assert!(denied.contains("is not writable for podstuck") && denied.contains("choose a directory you can write"), "{denied}");
+    assert!(
+        denied.contains("is not writable for podstuck") && denied.contains("choose a directory you can write"),
+        "{denied}"
+    );
     let full = create_error(&path, io::Error::from_raw_os_error(libc::ENOSPC)).to_string();
     assert!(full.ends_with("is full: free some space or choose another place"), "{full}");
     let read_only = create_error(&path, io::Error::from_raw_os_error(libc::EROFS)).to_string();
@@ -601,7 +728,15 @@ fn a_record_with_an_absurd_estimate_replays_without_a_failure() {
     let last = call_by(6.0, "rm", 300, Syscall::Unlinkat, 0, "/data/tree/d0/last", 0);
     recorder.add_call(&last.event, &last.identity).unwrap();
     let endless = crate::inspect::EntryEstimate { entries: u64::MAX, at_least: false, method: "counted".into() };
-    recorder.add_review(t(6.05), &[], &[], vec![Question::RemainingEntries { path: b"/data/tree".to_vec(), answer: Ok(endless) }], &[]).unwrap();
+    recorder
+        .add_review(
+            t(6.05),
+            &[],
+            &[],
+            vec![Question::RemainingEntries { path: b"/data/tree".to_vec(), answer: Ok(endless) }],
+            &[],
+        )
+        .unwrap();
     // The calls have stopped: the rate is that of the last seconds, 0.5 a second.
     recorder.add_review(t(8.3), &[], &[], vec![], &[]).unwrap();
     recorder.finish(t(9.0), &[], None).unwrap();
@@ -615,7 +750,9 @@ fn a_record_with_an_absurd_estimate_replays_without_a_failure() {
 
 fn said_clearly(e: &RecordError) -> bool {
     let said = e.to_string();
-    ["is not a podstuck record", "newer podstuck", "header is corrupt", "is corrupt: ", "is damaged (", "cannot read"].iter().any(|p| said.contains(p))
+    ["is not a podstuck record", "newer podstuck", "header is corrupt", "is corrupt: ", "is damaged (", "cannot read"]
+        .iter()
+        .any(|p| said.contains(p))
 }
 
 fn small_record() -> Vec<u8> {
@@ -697,10 +834,7 @@ proptest! {
 }
 
 fn bytes_strategy() -> impl Strategy<Value = Vec<u8>> {
-    prop_oneof![
-        proptest::collection::vec(any::<u8>(), 0..40),
-        "[/a-z~.-]{0,40}".prop_map(String::into_bytes),
-    ]
+    prop_oneof![proptest::collection::vec(any::<u8>(), 0..40), "[/a-z~.-]{0,40}".prop_map(String::into_bytes),]
 }
 
 fn arbitrary_call() -> impl Strategy<Value = (CallEvent, Identity)> {
@@ -709,30 +843,38 @@ fn arbitrary_call() -> impl Strategy<Value = (CallEvent, Identity)> {
         (bytes_strategy(), bytes_strategy(), 0u8..4, 0u8..3, 0u8..3, any::<u64>(), any::<i32>()),
         (prop::option::of(bytes_strategy()), ".{0,30}", any::<bool>(), prop::option::of(".{0,20}"), 0u8..7),
     )
-        .prop_map(|((time, pid, tid, comm, pcomm, cgroup_id, ret, latency_ns), (path, base, syscall, status, base_kind, flags, dfd), (abs, why, with_pod, exe, role))| {
-            let mut c = call_by(0.0, &comm, pid, Syscall::from_u8(syscall).unwrap(), flags, "/", 0);
-            let e = &mut c.event;
-            e.time = wire::time(time);
-            e.tid = tid;
-            e.pcomm = pcomm.clone();
-            e.cgroup_id = cgroup_id;
-            e.ret = ret;
-            e.latency_ns = latency_ns;
-            e.dfd = dfd;
-            e.path = path;
-            e.path_status = [PathStatus::Whole, PathStatus::TooLong, PathStatus::Unreadable][status as usize];
-            e.base = match base_kind {
-                0 => BaseDir::NotNeeded,
-                1 => BaseDir::Resolved(base),
-                _ => BaseDir::Unresolved(NoPath::BaseUnreadable),
-            };
-            let i = &mut c.identity;
-            i.abs_path = abs.ok_or_else(|| NoPath::from_text(&why));
-            i.pod_uid = with_pod.then(pod);
-            i.actor.exe = exe;
-            i.actor.role = [Role::Kubelet, Role::Runtime, Role::Shim, Role::Runc, Role::CsiPlugin, Role::Systemd, Role::Other][role as usize];
-            (c.event, c.identity)
-        })
+        .prop_map(
+            |(
+                (time, pid, tid, comm, pcomm, cgroup_id, ret, latency_ns),
+                (path, base, syscall, status, base_kind, flags, dfd),
+                (abs, why, with_pod, exe, role),
+            )| {
+                let mut c = call_by(0.0, &comm, pid, Syscall::from_u8(syscall).unwrap(), flags, "/", 0);
+                let e = &mut c.event;
+                e.time = wire::time(time);
+                e.tid = tid;
+                e.pcomm = pcomm.clone();
+                e.cgroup_id = cgroup_id;
+                e.ret = ret;
+                e.latency_ns = latency_ns;
+                e.dfd = dfd;
+                e.path = path;
+                e.path_status = [PathStatus::Whole, PathStatus::TooLong, PathStatus::Unreadable][status as usize];
+                e.base = match base_kind {
+                    0 => BaseDir::NotNeeded,
+                    1 => BaseDir::Resolved(base),
+                    _ => BaseDir::Unresolved(NoPath::BaseUnreadable),
+                };
+                let i = &mut c.identity;
+                i.abs_path = abs.ok_or_else(|| NoPath::from_text(&why));
+                i.pod_uid = with_pod.then(pod);
+                i.actor.exe = exe;
+                i.actor.role =
+                    [Role::Kubelet, Role::Runtime, Role::Shim, Role::Runc, Role::CsiPlugin, Role::Systemd, Role::Other]
+                        [role as usize];
+                (c.event, c.identity)
+            },
+        )
 }
 
 fn arbitrary_mount() -> impl Strategy<Value = Mount> {
@@ -754,18 +896,37 @@ fn arbitrary_asked() -> impl Strategy<Value = Question> {
     prop_oneof![
         (proptest::collection::vec(arbitrary_mount(), 0..3), prop::option::of(".{0,20}"))
             .prop_map(|(m, why)| Question::HostMounts { answer: why.map_or(Ok(m), |w| Err(Unreadable(w))) }),
-        (arbitrary_mount(), proptest::collection::vec((any::<u32>(), bytes_strategy()), 0..3)).prop_map(|(mount, h)| Question::MountHolders {
-            mount,
-            mntns: 7,
-            answer: h.into_iter().map(|(pid, path)| MountHolder { pid, comm: "c".into(), how: HoldKind::OpenFile, path, mntns: 2, other_namespace: true, owner: None }).collect(),
-        }),
+        (arbitrary_mount(), proptest::collection::vec((any::<u32>(), bytes_strategy()), 0..3)).prop_map(
+            |(mount, h)| Question::MountHolders {
+                mount,
+                mntns: 7,
+                answer: h
+                    .into_iter()
+                    .map(|(pid, path)| MountHolder {
+                        pid,
+                        comm: "c".into(),
+                        how: HoldKind::OpenFile,
+                        path,
+                        mntns: 2,
+                        other_namespace: true,
+                        owner: None
+                    })
+                    .collect(),
+            }
+        ),
         (bytes_strategy(), any::<u32>(), any::<bool>()).prop_map(|(path, raw, immutable)| Question::InodeFlags {
             path,
             answer: Ok(crate::inspect::InodeFlags { immutable, append_only: false, raw })
         }),
-        (bytes_strategy(), 0usize..100, proptest::collection::vec(bytes_strategy(), 0..4))
-            .prop_map(|(path, limit, names)| Question::DirSample { path, limit, answer: Ok(DirSample { counted: names.len() as u64, names, complete: false }) }),
-        (any::<u32>(), any::<char>()).prop_map(|(tid, state)| Question::Task { tid, answer: Ok(task(tid, "t", state)) }),
+        (bytes_strategy(), 0usize..100, proptest::collection::vec(bytes_strategy(), 0..4)).prop_map(
+            |(path, limit, names)| Question::DirSample {
+                path,
+                limit,
+                answer: Ok(DirSample { counted: names.len() as u64, names, complete: false })
+            }
+        ),
+        (any::<u32>(), any::<char>())
+            .prop_map(|(tid, state)| Question::Task { tid, answer: Ok(task(tid, "t", state)) }),
         bytes_strategy().prop_map(|path| Question::Avoid { path }),
         Just(Question::FuseServers { answer: vec![task(1, "f", 'T')] }),
     ]
@@ -812,14 +973,25 @@ fn change(node: &mut FakeNode, what: u8) {
     let paths = incident_paths();
     match what % 6 {
         0 => node.holders.clear(),
-        1 => node.holders.push(MountHolder { pid: 4000 + what as u32, comm: "app".into(), how: HoldKind::OpenFile, path: csi_mount().into_bytes(), mntns: 9, other_namespace: what.is_multiple_of(2), owner: None }),
+        1 => node.holders.push(MountHolder {
+            pid: 4000 + what as u32,
+            comm: "app".into(),
+            how: HoldKind::OpenFile,
+            path: csi_mount().into_bytes(),
+            mntns: 9,
+            other_namespace: what.is_multiple_of(2),
+            owner: None,
+        }),
         2 => {
             if let Some(c) = node.cgroups.get_mut(CG.as_bytes()) {
                 c.tasks.clear();
             }
         }
         3 => {
-            node.flags.insert(paths[what as usize % paths.len()].clone().into_bytes(), crate::inspect::InodeFlags { immutable: true, append_only: false, raw: 0x10 });
+            node.flags.insert(
+                paths[what as usize % paths.len()].clone().into_bytes(),
+                crate::inspect::InodeFlags { immutable: true, append_only: false, raw: 0x10 },
+            );
         }
         4 => {
             node.dirs.insert(paths[what as usize % paths.len()].clone().into_bytes(), vec!["stray.log", "core"]);
@@ -884,7 +1056,10 @@ proptest! {
 #[test]
 fn a_removal_storm_of_two_processes_replays_the_same() {
     let mut node = FakeNode::with_mounts(&[]);
-    let trees = [format!("/var/lib/kubelet/pods/{POD}/volumes/kubernetes.io~empty-dir/cache"), "/var/lib/containerd/tmpmounts/x".to_string()];
+    let trees = [
+        format!("/var/lib/kubelet/pods/{POD}/volumes/kubernetes.io~empty-dir/cache"),
+        "/var/lib/containerd/tmpmounts/x".to_string(),
+    ];
     for tree in &trees {
         node.remaining.insert(tree.clone().into_bytes(), 150_000);
     }
@@ -992,11 +1167,15 @@ fn a_stream_of_zeros_is_passed_over_in_bounded_memory() {
 fn lists_and_findings_past_what_a_podstuck_writes_are_refused_before_they_are_held() {
     let items = wire::MAX_LIST_ITEMS + 1;
     let counted = vec!["{\"pid\":1,\"syscall\":\"rmdir\",\"errno\":0,\"count\":1}"; items].join(",");
-    let error = error_of(&record_of(&[format!("{{\"review\":{{\"now\":1,\"in_flight\":[],\"asked\":[],\"told\":[],\"counted\":[{counted}]}}}}")]));
+    let error = error_of(&record_of(&[format!(
+        "{{\"review\":{{\"now\":1,\"in_flight\":[],\"asked\":[],\"told\":[],\"counted\":[{counted}]}}}}"
+    )]));
     assert!(error.contains("entry 1 is corrupt: a list of more than 65536 items"), "{error}");
     // {"a":0} takes some 80 times its bytes as a JSON value.
     let objects = vec!["{\"a\":0}"; 200_000].join(",");
-    let error = error_of(&record_of(&[format!("{{\"review\":{{\"now\":1,\"in_flight\":[],\"asked\":[],\"told\":[[{objects}]]}}}}")]));
+    let error = error_of(&record_of(&[format!(
+        "{{\"review\":{{\"now\":1,\"in_flight\":[],\"asked\":[],\"told\":[[{objects}]]}}}}"
+    )]));
     assert!(error.contains("entry 1 is corrupt: findings that would take more than 64 MiB of memory"), "{error}");
     let error = error_of(&record_of(&[format!("{{\"end\":{{\"ended\":1,\"entries\":0,\"untold\":[[{objects}]]}}}}")]));
     assert!(error.contains("findings that would take more than 64 MiB"), "{error}");

@@ -16,17 +16,17 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::run::RunTotals;
 use crate::diagnose::{CallInFlight, CountedCalls};
-use crate::identify::owner::Owner;
-use crate::words::hex;
 use crate::event::{BaseDir, CallEvent, Flight, NoPath, PathStatus, AT_FDCWD};
+use crate::identify::owner::Owner;
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::inspect::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind, InodeFlags, Mount, MountCopy, MountHolder, MountNamespace, Probe,
-    TaskState, Unreadable,
+    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind, InodeFlags, Mount, MountCopy,
+    MountHolder, MountNamespace, Probe, TaskState, Unreadable,
 };
+use crate::run::RunTotals;
+use crate::words::hex;
 
 use super::node::Question;
 
@@ -94,10 +94,12 @@ impl<'de> Deserialize<'de> for Bytes<'_> {
     }
 }
 
-
 fn within_bytes_field<E: de::Error>(len: usize) -> Result<(), E> {
     if len > MAX_BYTES_FIELD {
-        return Err(de::Error::custom(format!("a path of {len} bytes, longer than any a podstuck writes ({} KiB)", MAX_BYTES_FIELD >> 10)));
+        return Err(de::Error::custom(format!(
+            "a path of {len} bytes, longer than any a podstuck writes ({} KiB)",
+            MAX_BYTES_FIELD >> 10
+        )));
     }
     Ok(())
 }
@@ -143,7 +145,9 @@ where
             let mut items = Vec::new();
             while let Some(item) = seq.next_element()? {
                 if items.len() >= MAX_LIST_ITEMS {
-                    return Err(de::Error::custom(format!("a list of more than {MAX_LIST_ITEMS} items, more than a podstuck writes")));
+                    return Err(de::Error::custom(format!(
+                        "a list of more than {MAX_LIST_ITEMS} items, more than a podstuck writes"
+                    )));
                 }
                 items.push(item);
             }
@@ -266,7 +270,9 @@ fn findings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<serde_json::Value>, D
             let mut items = Vec::new();
             while let Some(item) = seq.next_element_seed(BoundedValue(&budget))? {
                 if items.len() >= MAX_LIST_ITEMS {
-                    return Err(de::Error::custom(format!("a list of more than {MAX_LIST_ITEMS} findings, more than a podstuck writes")));
+                    return Err(de::Error::custom(format!(
+                        "a list of more than {MAX_LIST_ITEMS} findings, more than a podstuck writes"
+                    )));
                 }
                 items.push(item);
             }
@@ -371,8 +377,27 @@ impl<'a> WireEvent<'a> {
     fn of(e: &'a CallEvent) -> WireEvent<'a> {
         // Destructured so that a field added to CallEvent fails to compile
         // here until the record format says what to do with it.
-        let CallEvent { time, pid, tid, comm, ppid, pcomm, cgroup_id, v1_cgroup_id, mntns, uid, syscall, flags, dfd, path, path_status, base, ret, latency_ns, represents } =
-            e;
+        let CallEvent {
+            time,
+            pid,
+            tid,
+            comm,
+            ppid,
+            pcomm,
+            cgroup_id,
+            v1_cgroup_id,
+            mntns,
+            uid,
+            syscall,
+            flags,
+            dfd,
+            path,
+            path_status,
+            base,
+            ret,
+            latency_ns,
+            represents,
+        } = e;
         WireEvent {
             time: nanos(*time),
             pid: *pid,
@@ -551,12 +576,7 @@ impl<'a> WireFlight<'a> {
             started: time(self.started),
             path: path.clone(),
         };
-        CallInFlight {
-            flight,
-            path,
-            pod_uid: self.pod_uid.map(Cow::into_owned),
-            actor: self.actor.into_owned(),
-        }
+        CallInFlight { flight, path, pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_owned() }
     }
 }
 
@@ -660,7 +680,13 @@ pub struct WireNamespace<'a> {
 impl<'a> WireNamespace<'a> {
     fn of(ns: &'a MountNamespace) -> WireNamespace<'a> {
         let MountNamespace { mntns: _, host, member, member_comm, owner, mounts } = ns;
-        WireNamespace { host: *host, member: *member, member_comm: Cow::Borrowed(member_comm), owner: owner.clone(), mounts: mounts_of(mounts) }
+        WireNamespace {
+            host: *host,
+            member: *member,
+            member_comm: Cow::Borrowed(member_comm),
+            owner: owner.clone(),
+            mounts: mounts_of(mounts),
+        }
     }
 }
 
@@ -730,7 +756,11 @@ impl<'a> WireDirSample<'a> {
     }
 
     fn into_sample(self) -> DirSample {
-        DirSample { names: self.names.into_iter().map(Bytes::into_vec).collect(), counted: self.counted, complete: self.complete }
+        DirSample {
+            names: self.names.into_iter().map(Bytes::into_vec).collect(),
+            counted: self.counted,
+            complete: self.complete,
+        }
     }
 }
 
@@ -864,13 +894,17 @@ pub enum WireQuestion<'a> {
 impl<'a> WireQuestion<'a> {
     pub fn of(asked: &'a Question) -> WireQuestion<'a> {
         match asked {
-            Question::HostMounts { answer } => WireQuestion::HostMounts { answer: Some(WireProbe::of(answer, |m| mounts_of(m))) },
+            Question::HostMounts { answer } => {
+                WireQuestion::HostMounts { answer: Some(WireProbe::of(answer, |m| mounts_of(m))) }
+            }
             Question::MountNamespace { mntns, answer } => {
                 WireQuestion::MountNamespace { mntns: *mntns, answer: Some(WireProbe::of(answer, WireNamespace::of)) }
             }
-            Question::ResolvedPath { pid, path, answer } => {
-                WireQuestion::ResolvedPath { pid: *pid, path: Bytes::of(path), answer: Some(WireProbe::of(answer, |p| Bytes::of(p))) }
-            }
+            Question::ResolvedPath { pid, path, answer } => WireQuestion::ResolvedPath {
+                pid: *pid,
+                path: Bytes::of(path),
+                answer: Some(WireProbe::of(answer, |p| Bytes::of(p))),
+            },
             Question::MountHolders { mount, mntns, answer } => WireQuestion::MountHolders {
                 mount: WireMount::of(mount),
                 mntns: *mntns,
@@ -881,22 +915,34 @@ impl<'a> WireQuestion<'a> {
                 mntns: *mntns,
                 answer: Some(answer.iter().map(WireCopy::of).collect()),
             },
-            Question::InodeFlags { path, answer } => WireQuestion::InodeFlags { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
-            Question::FileFacts { path, answer } => WireQuestion::FileFacts { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) },
+            Question::InodeFlags { path, answer } => {
+                WireQuestion::InodeFlags { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) }
+            }
+            Question::FileFacts { path, answer } => {
+                WireQuestion::FileFacts { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |f| *f)) }
+            }
             Question::DirSample { path, limit, answer } => WireQuestion::DirSample {
                 path: Bytes::of(path),
                 limit: *limit as u64,
                 answer: Some(WireProbe::of(answer, WireDirSample::of)),
             },
-            Question::RemainingEntries { path, answer } => {
-                WireQuestion::RemainingEntries { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) }
+            Question::RemainingEntries { path, answer } => WireQuestion::RemainingEntries {
+                path: Bytes::of(path),
+                answer: Some(WireProbe::of(answer, Cow::Borrowed)),
+            },
+            Question::FsUsage { path, answer } => {
+                WireQuestion::FsUsage { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) }
             }
-            Question::FsUsage { path, answer } => WireQuestion::FsUsage { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
-            Question::Cgroup { path, answer } => WireQuestion::Cgroup { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
-            Question::V1Freezer { path, answer } => {
-                WireQuestion::V1Freezer { path: Bytes::of(path), answer: Some(WireProbe::of(answer, |l| Cow::Borrowed(l.as_slice()))) }
+            Question::Cgroup { path, answer } => {
+                WireQuestion::Cgroup { path: Bytes::of(path), answer: Some(WireProbe::of(answer, Cow::Borrowed)) }
             }
-            Question::Task { tid, answer } => WireQuestion::Task { tid: *tid, answer: Some(WireProbe::of(answer, Cow::Borrowed)) },
+            Question::V1Freezer { path, answer } => WireQuestion::V1Freezer {
+                path: Bytes::of(path),
+                answer: Some(WireProbe::of(answer, |l| Cow::Borrowed(l.as_slice()))),
+            },
+            Question::Task { tid, answer } => {
+                WireQuestion::Task { tid: *tid, answer: Some(WireProbe::of(answer, Cow::Borrowed)) }
+            }
             Question::FuseServers { answer } => WireQuestion::FuseServers { answer: Some(Cow::Borrowed(answer)) },
             Question::Avoid { path } => WireQuestion::Avoid { path: Bytes::of(path) },
         }
@@ -956,18 +1002,28 @@ impl<'a> WireQuestion<'a> {
     pub fn into_asked(self) -> Result<Option<Question>, String> {
         Ok(Some(match self {
             WireQuestion::HostMounts { answer: Some(a) } => Question::HostMounts { answer: a.into_probe(into_mounts) },
-            WireQuestion::MountNamespace { mntns, answer: Some(a) } => Question::MountNamespace { mntns, answer: a.into_probe(|w| w.into_namespace(mntns)) },
+            WireQuestion::MountNamespace { mntns, answer: Some(a) } => {
+                Question::MountNamespace { mntns, answer: a.into_probe(|w| w.into_namespace(mntns)) }
+            }
             WireQuestion::ResolvedPath { pid, path, answer: Some(a) } => {
                 Question::ResolvedPath { pid, path: path.into_vec(), answer: a.into_probe(Bytes::into_vec) }
             }
-            WireQuestion::MountHolders { mount, mntns, answer: Some(a) } => {
-                Question::MountHolders { mount: mount.into_mount(), mntns, answer: a.into_iter().map(WireHolder::into_holder).collect() }
+            WireQuestion::MountHolders { mount, mntns, answer: Some(a) } => Question::MountHolders {
+                mount: mount.into_mount(),
+                mntns,
+                answer: a.into_iter().map(WireHolder::into_holder).collect(),
+            },
+            WireQuestion::MountCopies { mount, mntns, answer: Some(a) } => Question::MountCopies {
+                mount: mount.into_mount(),
+                mntns,
+                answer: a.into_iter().map(WireCopy::into_copy).collect(),
+            },
+            WireQuestion::InodeFlags { path, answer: Some(a) } => {
+                Question::InodeFlags { path: path.into_vec(), answer: a.into_probe(|f| f) }
             }
-            WireQuestion::MountCopies { mount, mntns, answer: Some(a) } => {
-                Question::MountCopies { mount: mount.into_mount(), mntns, answer: a.into_iter().map(WireCopy::into_copy).collect() }
+            WireQuestion::FileFacts { path, answer: Some(a) } => {
+                Question::FileFacts { path: path.into_vec(), answer: a.into_probe(|f| f) }
             }
-            WireQuestion::InodeFlags { path, answer: Some(a) } => Question::InodeFlags { path: path.into_vec(), answer: a.into_probe(|f| f) },
-            WireQuestion::FileFacts { path, answer: Some(a) } => Question::FileFacts { path: path.into_vec(), answer: a.into_probe(|f| f) },
             WireQuestion::DirSample { path, limit, answer: Some(a) } => Question::DirSample {
                 path: path.into_vec(),
                 limit: usize::try_from(limit).map_err(|_| format!("dir_sample limit {limit} is too large"))?,
@@ -976,12 +1032,18 @@ impl<'a> WireQuestion<'a> {
             WireQuestion::RemainingEntries { path, answer: Some(a) } => {
                 Question::RemainingEntries { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
             }
-            WireQuestion::FsUsage { path, answer: Some(a) } => Question::FsUsage { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
-            WireQuestion::Cgroup { path, answer: Some(a) } => Question::Cgroup { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) },
+            WireQuestion::FsUsage { path, answer: Some(a) } => {
+                Question::FsUsage { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
+            }
+            WireQuestion::Cgroup { path, answer: Some(a) } => {
+                Question::Cgroup { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
+            }
             WireQuestion::V1Freezer { path, answer: Some(a) } => {
                 Question::V1Freezer { path: path.into_vec(), answer: a.into_probe(Cow::into_owned) }
             }
-            WireQuestion::Task { tid, answer: Some(a) } => Question::Task { tid, answer: a.into_probe(Cow::into_owned) },
+            WireQuestion::Task { tid, answer: Some(a) } => {
+                Question::Task { tid, answer: a.into_probe(Cow::into_owned) }
+            }
             WireQuestion::FuseServers { answer: Some(a) } => Question::FuseServers { answer: a.into_owned() },
             WireQuestion::Avoid { path } => Question::Avoid { path: path.into_vec() },
             _ => return Ok(None),
@@ -1040,7 +1102,18 @@ pub struct WireTotals {
 
 impl WireTotals {
     pub fn of(t: &RunTotals) -> WireTotals {
-        let RunTotals { events_seen, events_lost, calls, calls_without_entry, entries_not_stored, paths_unreadable, records_undecodable, calls_outside_series, programs: _, pods_calls: _ } = t;
+        let RunTotals {
+            events_seen,
+            events_lost,
+            calls,
+            calls_without_entry,
+            entries_not_stored,
+            paths_unreadable,
+            records_undecodable,
+            calls_outside_series,
+            programs: _,
+            pods_calls: _,
+        } = t;
         // What the programs cost is said at the end of the run, not recorded.
         WireTotals {
             events_seen: *events_seen,

@@ -12,13 +12,13 @@ use std::time::{Duration, SystemTime};
 
 use podstuck_common::Syscall;
 
-use crate::run::RunTotals;
 use crate::diagnose::{CallInFlight, Confidence, Finding, Severity, Status};
 use crate::event::{decode_flags, syscall_name};
 use crate::identify::actor::Role;
 use crate::identify::pod::PodUid;
 use crate::latency::{new_histogram, LatencyBook, Series};
 use crate::run::RunFacts;
+use crate::run::RunTotals;
 use crate::words::{escape_path, terminal_safe_lines};
 
 /// Rates are measured over about this much of the recent past: long enough
@@ -194,7 +194,8 @@ impl LiveView {
         let current = Sample { at: now, events_seen: moment.totals.events_seen, calls: series_counts(moment.book) };
         let base = self.samples.front().expect("the start sample is never dropped alone");
         let elapsed = now.duration_since(base.at).unwrap_or_default().as_secs_f64();
-        let per_second = |now: u64, then: u64| if elapsed > 0.0 { now.saturating_sub(then) as f64 / elapsed } else { 0.0 };
+        let per_second =
+            |now: u64, then: u64| if elapsed > 0.0 { now.saturating_sub(then) as f64 / elapsed } else { 0.0 };
         let header = Header {
             version: self.run.version.clone(),
             node: self.run.node.clone(),
@@ -261,13 +262,19 @@ fn busiest(book: &LatencyBook, before: &BTreeMap<CallSeries, u64>, elapsed: f64,
             Busy { series, outcomes, count, per_second }
         })
         .collect();
-    ranked.sort_by(|a, b| b.per_second.total_cmp(&a.per_second).then(b.count.cmp(&a.count)).then(a.series.cmp(&b.series)));
+    ranked.sort_by(|a, b| {
+        b.per_second.total_cmp(&a.per_second).then(b.count.cmp(&a.count)).then(a.series.cmp(&b.series))
+    });
     ranked.truncate(limit);
     ranked
         .into_iter()
         .map(|busy| {
-            let mut errnos: Vec<(String, u64)> =
-                busy.outcomes.iter().filter(|(outcome, _)| *outcome != "ok").map(|(outcome, s)| (outcome.to_string(), s.count)).collect();
+            let mut errnos: Vec<(String, u64)> = busy
+                .outcomes
+                .iter()
+                .filter(|(outcome, _)| *outcome != "ok")
+                .map(|(outcome, s)| (outcome.to_string(), s.count))
+                .collect();
             errnos.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let (p50_ns, p99_ns) = percentiles(&busy.outcomes);
             SeriesRow {
@@ -310,7 +317,11 @@ fn finding_row(finding: &Finding, now: SystemTime) -> FindingRow {
         // Names in them were chosen by the node: safe before they reach a screen.
         cause: terminal_safe_lines(first_sentence(&finding.summary)).into_owned(),
         summary: terminal_safe_lines(&finding.summary).into_owned(),
-        evidence: finding.evidence.iter().map(|e| terminal_safe_lines(&format!("{}: {}", e.source, e.fact)).into_owned()).collect(),
+        evidence: finding
+            .evidence
+            .iter()
+            .map(|e| terminal_safe_lines(&format!("{}: {}", e.source, e.fact)).into_owned())
+            .collect(),
         fix: finding.fix.clone(),
     }
 }
@@ -467,7 +478,10 @@ impl Notes {
 
     /// Oldest first, with how often each was said.
     pub fn lines(&self) -> Vec<String> {
-        self.kept.iter().map(|(note, times)| if *times > 1 { format!("{note} (x{times})") } else { note.clone() }).collect()
+        self.kept
+            .iter()
+            .map(|(note, times)| if *times > 1 { format!("{note} (x{times})") } else { note.clone() })
+            .collect()
     }
 }
 
@@ -509,14 +523,36 @@ pub(crate) mod tests {
     pub(crate) fn flight(tid: u32, started: f64, path: Option<&[u8]>) -> CallInFlight {
         let path = path.map(|p| p.to_vec());
         CallInFlight {
-            flight: Flight { tid, pid: tid, syscall: Syscall::Umount2, flags: 0, dfd: AT_FDCWD, started: t(started), path: path.clone() },
+            flight: Flight {
+                tid,
+                pid: tid,
+                syscall: Syscall::Umount2,
+                flags: 0,
+                dfd: AT_FDCWD,
+                started: t(started),
+                path: path.clone(),
+            },
             path,
             pod_uid: None,
-            actor: Actor { comm: "kubelet".into(), exe: None, parent: "systemd".into(), role: Role::Kubelet, description: "kubelet".into() },
+            actor: Actor {
+                comm: "kubelet".into(),
+                exe: None,
+                parent: "systemd".into(),
+                role: Role::Kubelet,
+                description: "kubelet".into(),
+            },
         }
     }
 
-    fn record(book: &mut LatencyBook, syscall: Syscall, ret: i64, latency_ns: u64, role: Role, pod: Option<&str>, times: usize) {
+    fn record(
+        book: &mut LatencyBook,
+        syscall: Syscall,
+        ret: i64,
+        latency_ns: u64,
+        role: Role,
+        pod: Option<&str>,
+        times: usize,
+    ) {
         for _ in 0..times {
             book.record(&event(syscall, ret, latency_ns), &identity(role, pod));
         }
@@ -528,7 +564,14 @@ pub(crate) mod tests {
         totals
     }
 
-    fn screen(view: &mut LiveView, at: f64, book: &LatencyBook, findings: &[&Finding], in_flight: &[CallInFlight], totals: &RunTotals) -> Screen {
+    fn screen(
+        view: &mut LiveView,
+        at: f64,
+        book: &LatencyBook,
+        findings: &[&Finding],
+        in_flight: &[CallInFlight],
+        totals: &RunTotals,
+    ) -> Screen {
         let notes = Notes::default();
         view.screen(&Moment { now: t(at), findings, book, in_flight, totals }, &notes)
     }
@@ -575,7 +618,10 @@ pub(crate) mod tests {
         assert!(row.active);
         assert_eq!(row.pod.as_deref(), Some(POD));
         assert_eq!(row.age, Duration::from_secs(12));
-        assert_eq!(row.cause, "kubelet cannot remove the CSI volume dir of pod x: /k/pods/x/mount is still mounted (tmpfs).");
+        assert_eq!(
+            row.cause,
+            "kubelet cannot remove the CSI volume dir of pod x: /k/pods/x/mount is still mounted (tmpfs)."
+        );
         assert_eq!(row.fix, "umount /k/pods/x/mount");
         assert!(!s.findings[1].active);
         assert_eq!(first_sentence("no full stop"), "no full stop");
@@ -653,7 +699,10 @@ pub(crate) mod tests {
         use base64::Engine as _;
         let decoded = base64::engine::general_purpose::STANDARD.decode(payload).unwrap();
         assert_eq!(String::from_utf8(decoded).unwrap(), findings[1].fix);
-        assert!(payload.chars().all(|c| c.is_ascii_alphanumeric() || "+/=".contains(c)), "nothing in it a terminal reads as an escape");
+        assert!(
+            payload.chars().all(|c| c.is_ascii_alphanumeric() || "+/=".contains(c)),
+            "nothing in it a terminal reads as an escape"
+        );
         assert_eq!(selection.status, Some(format!("fix copied ({} bytes)", findings[1].fix.len())));
         assert_eq!(osc52("umount /k/pods/x/mount").unwrap(), "\x1b]52;c;dW1vdW50IC9rL3BvZHMveC9tb3VudA==\x07");
         // Too large for a terminal: said, not sent.
@@ -708,7 +757,8 @@ pub(crate) mod tests {
     fn the_slowest_calls_in_flight_come_longest_first() {
         let mut view = LiveView::new(run());
         let book = LatencyBook::new(t(0.0));
-        let mut calls: Vec<CallInFlight> = (0..7).map(|i| flight(100 + i, 10.0 + i as f64, Some(b"/mnt/nfs"))).collect();
+        let mut calls: Vec<CallInFlight> =
+            (0..7).map(|i| flight(100 + i, 10.0 + i as f64, Some(b"/mnt/nfs"))).collect();
         calls.push(flight(99, 3.0, None));
         calls[0].flight.flags = libc::MNT_DETACH as u64;
         let s = screen(&mut view, 20.0, &book, &[], &calls, &totals(0, 0));

@@ -98,7 +98,11 @@ fn shrink_words(text: &str, width: usize) -> String {
     let mut words: Vec<String> = text.split(' ').map(str::to_string).collect();
     let total = |words: &[String]| words.iter().map(|w| columns(w)).sum::<usize>() + words.len().saturating_sub(1);
     while total(&words) > width {
-        let Some((longest, len)) = words.iter().enumerate().map(|(i, w)| (i, columns(w))).max_by_key(|&(i, len)| (len, usize::MAX - i)) else { break };
+        let Some((longest, len)) =
+            words.iter().enumerate().map(|(i, w)| (i, columns(w))).max_by_key(|&(i, len)| (len, usize::MAX - i))
+        else {
+            break;
+        };
         if len <= SHORTEST_SHORTENED {
             break;
         }
@@ -229,7 +233,8 @@ fn uid_shown(screen: &Screen) -> usize {
     uids.extend(screen.in_flight.iter().filter_map(|r| r.pod.as_deref()));
     uids.sort_unstable();
     uids.dedup();
-    let shared = uids.windows(2).map(|w| w[0].chars().zip(w[1].chars()).take_while(|(a, b)| a == b).count()).max().unwrap_or(0);
+    let shared =
+        uids.windows(2).map(|w| w[0].chars().zip(w[1].chars()).take_while(|(a, b)| a == b).count()).max().unwrap_or(0);
     (shared + 1).max(8)
 }
 
@@ -257,7 +262,8 @@ const FIX_GOES_ON: &str = "          ";
 /// else its first characters (`uid_chars`).
 fn finding_title(f: &FindingRow, selected: bool, width: usize, uid_chars: usize) -> Line<'static> {
     let status = if f.active { "" } else { "resolved, " };
-    let tail = format!("  {status}{}, {} calls, for {}", Confidence::as_str(f.confidence), f.count, human_duration(f.age));
+    let tail =
+        format!("  {status}{}, {} calls, for {}", Confidence::as_str(f.confidence), f.count, human_duration(f.age));
     let mark = if selected { "›" } else { " " };
     let severity = format!("{mark}{:<8} ", severity_label(f.severity));
     let mut pod = f.pod.as_ref().map(|p| format!("  pod {p}")).unwrap_or_default();
@@ -322,7 +328,13 @@ fn detail_lines(findings: &[FindingRow], selected: usize, width: u16) -> Vec<Lin
     let room = width.saturating_sub(indent.len()).max(1);
     let mut lines = vec![Line::from(vec![
         Span::styled(format!(" {} ", severity_label(f.severity)), severity_style(f.severity, f.active)),
-        Span::styled(cut(&format!("{}  (finding {} of {}; ↑↓ scroll, Esc closes)", f.kind, selected + 1, findings.len()), width.saturating_sub(10)), bold()),
+        Span::styled(
+            cut(
+                &format!("{}  (finding {} of {}; ↑↓ scroll, Esc closes)", f.kind, selected + 1, findings.len()),
+                width.saturating_sub(10),
+            ),
+            bold(),
+        ),
     ])];
     if let Some(pod) = &f.pod {
         lines.push(Line::raw(cut(&format!(" pod {pod}"), width)));
@@ -332,7 +344,11 @@ fn detail_lines(findings: &[FindingRow], selected: usize, width: u16) -> Vec<Lin
     if f.active && !f.fix.is_empty() {
         lines.push(Line::styled(" fix (c copies it whole):", dim()));
         let fix_style = bold().fg(Color::Green);
-        lines.extend(fix_rows(&terminal_safe_lines(&f.fix), room).into_iter().map(|row| Line::from(vec![Span::raw(indent), Span::styled(row, fix_style)])));
+        lines.extend(
+            fix_rows(&terminal_safe_lines(&f.fix), room)
+                .into_iter()
+                .map(|row| Line::from(vec![Span::raw(indent), Span::styled(row, fix_style)])),
+        );
     } else {
         lines.push(Line::styled(" over: nothing to run now", dim()));
     }
@@ -356,18 +372,29 @@ fn header_lines(screen: &Screen, width: u16) -> Vec<Line<'static>> {
     let h = &screen.header;
     let width = width as usize;
     let lost = if h.events_lost > 0 { bold().fg(Color::Red) } else { Style::new() };
-    let first = format!(" podstuck {}  node {}  kernel {}  up {}", h.version, h.node, h.kernel, duration_to_the_second(h.uptime));
+    let first = format!(
+        " podstuck {}  node {}  kernel {}  up {}",
+        h.version,
+        h.node,
+        h.kernel,
+        duration_to_the_second(h.uptime)
+    );
     let tracing = format!(" tracing {}", h.filters);
     let counts = format!("  events {}  {} seen  ", rate(h.events_per_s), h.events_seen);
     let lost_words = format!("{} lost", h.events_lost);
     // With --pod, the pod's calls; the node's are said apart.
-    let counted = format!("  calls counted {}{}", h.calls_counted, h.node_calls.map(|n| format!("  node: {n} calls")).unwrap_or_default());
+    let counted = format!(
+        "  calls counted {}{}",
+        h.calls_counted,
+        h.node_calls.map(|n| format!("  node: {n} calls")).unwrap_or_default()
+    );
     // The counts matter more than the whole filter: the filter gives way.
     let counts_width = columns(&counts) + columns(&lost_words) + columns(&counted);
     let tracing = fit_words(&tracing, width.saturating_sub(counts_width).max(width / 2));
     let mut room = width;
     let mut second = Vec::new();
-    for (text, style) in [(tracing, Style::new()), (counts, Style::new()), (lost_words, lost), (counted, Style::new())] {
+    for (text, style) in [(tracing, Style::new()), (counts, Style::new()), (lost_words, lost), (counted, Style::new())]
+    {
         let text = cut(&text, room);
         room -= columns(&text);
         second.push(Span::styled(text, style));
@@ -395,9 +422,22 @@ fn busiest_table(screen: &Screen, width: u16, uid_chars: usize) -> Table<'static
                 format!("{} ({})", r.failed, names.join(", "))
             }
         };
-        let failed = if r.failed > 0 { Cell::from(Span::styled(failed, Style::new().fg(Color::Red))) } else { Cell::from(failed) };
-        let pod = r.pod.as_deref().map_or_else(|| "-".to_string(), |p| if narrow { short_uid(p, uid_chars) } else { p.to_string() });
-        let mut cells = vec![Cell::from(r.syscall), Cell::from(r.actor), Cell::from(pod), right(r.count.to_string()), right(rate(r.per_second))];
+        let failed = if r.failed > 0 {
+            Cell::from(Span::styled(failed, Style::new().fg(Color::Red)))
+        } else {
+            Cell::from(failed)
+        };
+        let pod = r
+            .pod
+            .as_deref()
+            .map_or_else(|| "-".to_string(), |p| if narrow { short_uid(p, uid_chars) } else { p.to_string() });
+        let mut cells = vec![
+            Cell::from(r.syscall),
+            Cell::from(r.actor),
+            Cell::from(pod),
+            right(r.count.to_string()),
+            right(rate(r.per_second)),
+        ];
         if !narrow {
             cells.push(right(latency_text(r.p50_ns)));
         }
@@ -405,7 +445,8 @@ fn busiest_table(screen: &Screen, width: u16, uid_chars: usize) -> Table<'static
         cells.push(failed);
         Row::new(cells)
     });
-    let mut header = vec![Cell::from("CALL"), Cell::from("ACTOR"), Cell::from("POD"), right("CALLS".into()), right("RATE".into())];
+    let mut header =
+        vec![Cell::from("CALL"), Cell::from("ACTOR"), Cell::from("POD"), right("CALLS".into()), right("RATE".into())];
     if !narrow {
         header.push(right("P50".into()));
     }
@@ -425,7 +466,10 @@ fn in_flight_table(screen: &Screen, width: u16, uid_chars: usize) -> Table<'stat
     // from the middle rather than clipped at its telling end.
     let path_room = (width as usize).saturating_sub(1 + widths.iter().map(|w| *w as usize + 1).sum::<usize>()).max(8);
     let rows = screen.in_flight.iter().map(|r| {
-        let pod = r.pod.as_deref().map_or_else(|| "-".to_string(), |p| if narrow { short_uid(p, uid_chars) } else { p.to_string() });
+        let pod = r
+            .pod
+            .as_deref()
+            .map_or_else(|| "-".to_string(), |p| if narrow { short_uid(p, uid_chars) } else { p.to_string() });
         Row::new(vec![
             Cell::from(Line::from(human_duration(r.waiting)).right_aligned()),
             Cell::from(r.call.clone()),
@@ -434,8 +478,16 @@ fn in_flight_table(screen: &Screen, width: u16, uid_chars: usize) -> Table<'stat
             Cell::from(shorten_middle(&r.path, path_room)),
         ])
     });
-    let header = Row::new(vec![Cell::from(Line::from("WAITING").right_aligned()), "CALL".into(), "ACTOR".into(), "POD".into(), "PATH".into()]).style(dim());
-    Table::new(rows, widths.into_iter().map(Constraint::Length).chain([Constraint::Fill(1)]).collect::<Vec<_>>()).header(header)
+    let header = Row::new(vec![
+        Cell::from(Line::from("WAITING").right_aligned()),
+        "CALL".into(),
+        "ACTOR".into(),
+        "POD".into(),
+        "PATH".into(),
+    ])
+    .style(dim());
+    Table::new(rows, widths.into_iter().map(Constraint::Length).chain([Constraint::Fill(1)]).collect::<Vec<_>>())
+        .header(header)
 }
 
 /// Takes up to `want` rows off the top of `free`.
@@ -457,7 +509,11 @@ pub fn draw(frame: &mut Frame<'_>, screen: &Screen, selection: &Selection) {
 
     // From the bottom up: the keys, what the last key did, the notes; out
     // of the way, but never pushed off.
-    let mut bottom: Vec<Line> = screen.notes.iter().map(|n| Line::styled(cut(&format!(" note: {n}"), width as usize), Style::new().fg(Color::Yellow))).collect();
+    let mut bottom: Vec<Line> = screen
+        .notes
+        .iter()
+        .map(|n| Line::styled(cut(&format!(" note: {n}"), width as usize), Style::new().fg(Color::Yellow)))
+        .collect();
     if let Some(status) = &selection.status {
         bottom.push(Line::styled(cut(&format!(" {status}"), width as usize), bold()));
     }
@@ -490,9 +546,13 @@ pub fn draw(frame: &mut Frame<'_>, screen: &Screen, selection: &Selection) {
     let busiest_rows = 2 + screen.busiest.len().max(1) as u16;
     let area = take_rows(&mut free, busiest_rows);
     if screen.busiest.is_empty() {
-        frame.render_widget(Paragraph::new(Line::styled(" No call traced yet.", dim())).block(section("Busiest series".into())), area);
+        frame.render_widget(
+            Paragraph::new(Line::styled(" No call traced yet.", dim())).block(section("Busiest series".into())),
+            area,
+        );
     } else {
-        frame.render_widget(busiest_table(screen, width, uid_chars).block(table_section("Busiest series".into())), area);
+        frame
+            .render_widget(busiest_table(screen, width, uid_chars).block(table_section("Busiest series".into())), area);
     }
 
     let area = take_rows(&mut free, 2 + screen.in_flight.len().max(1) as u16);
@@ -508,10 +568,10 @@ pub fn draw(frame: &mut Frame<'_>, screen: &Screen, selection: &Selection) {
 mod tests {
     use super::*;
     use crate::diagnose::fake::t;
+    use crate::identify::actor::Role;
     use crate::latency::tests::{event, identity};
     use crate::latency::LatencyBook;
     use crate::run::RunTotals;
-    use crate::identify::actor::Role;
     use crate::view::model::tests::{flight, run, volume_finding, POD};
     use crate::view::model::{Action, LiveView, Moment, Notes};
     use podstuck_common::Syscall;
@@ -529,7 +589,10 @@ mod tests {
         let mut totals = RunTotals { events_seen: 5, events_lost: 2, ..Default::default() };
         totals.calls.insert(Syscall::Rmdir, 4);
         let mut view = LiveView::new(run());
-        view.screen(&Moment { now: t(62.0), findings: &[&finding], book: &book, in_flight: &calls, totals: &totals }, notes)
+        view.screen(
+            &Moment { now: t(62.0), findings: &[&finding], book: &book, in_flight: &calls, totals: &totals },
+            notes,
+        )
     }
 
     fn rendered(screen: &Screen, width: u16, height: u16) -> Vec<String> {
@@ -540,11 +603,18 @@ mod tests {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
         terminal.draw(|f| draw(f, screen, selection)).unwrap();
         let buffer = terminal.backend().buffer();
-        buffer.content().chunks(width as usize).map(|row| row.iter().map(|c| c.symbol()).collect::<String>().trim_end().to_string()).collect()
+        buffer
+            .content()
+            .chunks(width as usize)
+            .map(|row| row.iter().map(|c| c.symbol()).collect::<String>().trim_end().to_string())
+            .collect()
     }
 
     fn line_with<'a>(lines: &'a [String], needle: &str) -> &'a str {
-        lines.iter().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no line with {needle:?} in\n{}", lines.join("\n")))
+        lines
+            .iter()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in\n{}", lines.join("\n")))
     }
 
     #[test]
@@ -555,7 +625,10 @@ mod tests {
         crate::diagnose::wording::settle(&mut finding);
         let mut view = LiveView::new(run());
         let totals = RunTotals::default();
-        let screen = view.screen(&Moment { now: t(62.0), findings: &[&finding], book: &book, in_flight: &[], totals: &totals }, &Notes::default());
+        let screen = view.screen(
+            &Moment { now: t(62.0), findings: &[&finding], book: &book, in_flight: &[], totals: &totals },
+            &Notes::default(),
+        );
         let lines = rendered(&screen, 80, 24);
         assert!(!lines.iter().any(|l| l.contains("fix:") || l.contains("umount")), "{}", lines.join("\n"));
         let mut selection = Selection::default();
@@ -571,12 +644,16 @@ mod tests {
         notes.add("skipped a record: too short");
         let lines = rendered(&screen_with_everything(&notes), 200, 30);
         let text = lines.join("\n");
-        let row = |needle: &str| lines.iter().position(|l| l.contains(needle)).unwrap_or_else(|| panic!("no {needle:?} in\n{text}"));
+        let row = |needle: &str| {
+            lines.iter().position(|l| l.contains(needle)).unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+        };
         assert!(lines[0].starts_with(" podstuck 0.1.0  node node-1  kernel 6.1.0-test  up 1m02s"), "{text}");
         assert!(line_with(&lines, "tracing the whole node").contains("5 seen  2 lost  calls counted 4"), "{text}");
         assert!(row("Findings (1)") < row("CRITICAL volume-still-mounted"));
         assert!(line_with(&lines, "CRITICAL").contains(&format!("pod {POD}  confirmed, 4 calls, for 1m00s")), "{text}");
-        assert!(line_with(&lines, "cause:").ends_with("cause: kubelet cannot remove the CSI volume dir of pod x: /k/pods/x/mount is still mounted (tmpfs)."));
+        assert!(line_with(&lines, "cause:").ends_with(
+            "cause: kubelet cannot remove the CSI volume dir of pod x: /k/pods/x/mount is still mounted (tmpfs)."
+        ));
         assert!(line_with(&lines, "fix:").ends_with("fix:   umount /k/pods/x/mount"));
         assert!(row("fix:") < row("Busiest series") && row("Busiest series") < row("Slowest calls in flight"));
         let rmdir = line_with(&lines, "rmdir ");
@@ -585,9 +662,15 @@ mod tests {
         }
         assert!(row("rmdir ") < row("unlink "), "busiest first:\n{text}");
         let waiting = line_with(&lines, "/mnt/nfs/share");
-        assert!(waiting.contains("1m01s") && waiting.contains("umount2") && waiting.contains("kubelet[77]"), "{waiting}");
+        assert!(
+            waiting.contains("1m01s") && waiting.contains("umount2") && waiting.contains("kubelet[77]"),
+            "{waiting}"
+        );
         assert!(lines[28].contains("note: skipped a record: too short"), "the note sits above the keys:\n{text}");
-        assert!(lines[29].starts_with(" q or Ctrl-C: stop and print a summary  ↑↓ select  Enter details  c copy fix"), "{text}");
+        assert!(
+            lines[29].starts_with(" q or Ctrl-C: stop and print a summary  ↑↓ select  Enter details  c copy fix"),
+            "{text}"
+        );
     }
 
     const UID: &str = "5f0e8a7c-93b1-4c1e-9d55-2a1b7c3e4f60";
@@ -601,7 +684,8 @@ mod tests {
         let mut screen = screen_with_everything(notes);
         let f = &mut screen.findings[0];
         f.pod = Some(UID.into());
-        f.cause = format!("kubelet cannot remove the CSI volume dir of pod {UID}: {} is still mounted (tmpfs).", csi_path());
+        f.cause =
+            format!("kubelet cannot remove the CSI volume dir of pod {UID}: {} is still mounted (tmpfs).", csi_path());
         f.summary = format!("{} Removal failed with EBUSY 4 times.", f.cause);
         f.fix = format!("umount {}", csi_path());
         screen.busiest[0].pod = Some(UID.into());
@@ -633,17 +717,28 @@ mod tests {
         assert!(title.contains("volume-still-mounted  pod 5f0e8a7c  confirmed"), "the UID's first group:\n{text}");
         let at = lines.iter().position(|l| l.contains("cause:")).unwrap();
         assert!(lines[at].starts_with("   cause: kubelet cannot remove the CSI volume dir of pod"), "{text}");
-        assert!(lines[at + 1].ends_with("/mount is still mounted (tmpfs)."), "the path gives way, not what is wrong:\n{text}");
+        assert!(
+            lines[at + 1].ends_with("/mount is still mounted (tmpfs)."),
+            "the path gives way, not what is wrong:\n{text}"
+        );
         // The fix's path is one word: on a row of its own, shortened, after a continuation.
         let at = lines.iter().position(|l| l.contains("fix:")).unwrap();
         assert_eq!(lines[at], "   fix:   umount \\");
-        assert!(lines[at + 1].trim_start().starts_with("/var/") && lines[at + 1].ends_with("/mount") && lines[at + 1].contains('…'), "{text}");
+        assert!(
+            lines[at + 1].trim_start().starts_with("/var/")
+                && lines[at + 1].ends_with("/mount")
+                && lines[at + 1].contains('…'),
+            "{text}"
+        );
         let rmdir = line_with(&lines, "rmdir ");
         assert!(rmdir.contains("4 (EBUSY 4)") && rmdir.contains("5f0e8a7c") && !rmdir.contains(UID), "{rmdir}");
         assert!(line_with(&lines, "FAILED").contains("P99"), "{text}");
         let waiting = line_with(&lines, "umount2");
         assert!(waiting.ends_with("/mount") && waiting.contains('…'), "{waiting}");
-        assert!(lines[23].contains("q or Ctrl-C: stop and print a summary") && lines[23].contains("c copy fix"), "{text}");
+        assert!(
+            lines[23].contains("q or Ctrl-C: stop and print a summary") && lines[23].contains("c copy fix"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -654,12 +749,21 @@ mod tests {
         assert_fits(&lines, 200);
         assert!(line_with(&lines, "CRITICAL").contains(&format!("pod {UID}  confirmed")));
         let cause = line_with(&lines, "cause:");
-        assert!(cause.contains(&format!("of pod {UID}: /var/lib/kubelet/")) && cause.ends_with("/mount is still mounted (tmpfs)."), "{cause}");
+        assert!(
+            cause.contains(&format!("of pod {UID}: /var/lib/kubelet/"))
+                && cause.ends_with("/mount is still mounted (tmpfs)."),
+            "{cause}"
+        );
         assert!(line_with(&lines, "fix:").ends_with(&format!("fix:   umount {}", csi_path())));
         let rmdir = line_with(&lines, "rmdir ");
         assert!(rmdir.contains(UID) && rmdir.contains("20.0us"), "{rmdir}");
         let waiting = line_with(&lines, "umount2");
-        assert!(waiting.contains("kubelet[77]") && waiting.contains(&format!("{UID} /var/lib/kubelet/pods/5f0e")) && waiting.ends_with("/mount"), "{waiting}");
+        assert!(
+            waiting.contains("kubelet[77]")
+                && waiting.contains(&format!("{UID} /var/lib/kubelet/pods/5f0e"))
+                && waiting.ends_with("/mount"),
+            "{waiting}"
+        );
     }
 
     #[test]
@@ -683,7 +787,10 @@ mod tests {
         let fitted = fit_words(&format!("kubelet cannot remove {path}: it is still mounted (tmpfs)."), 66);
         assert_eq!(fitted, "kubelet cannot remove /var…c-1/mount: it is still mounted (tmpfs).");
         // No room even then: two rows, what is wrong on the second.
-        let rows = cause_rows(&format!("kubelet cannot remove the CSI volume dir of pod x: {path} is still mounted (tmpfs)."), 40);
+        let rows = cause_rows(
+            &format!("kubelet cannot remove the CSI volume dir of pod x: {path} is still mounted (tmpfs)."),
+            40,
+        );
         assert_eq!(rows, vec!["kubelet cannot remove the CSI volume dir", "of pod x: /va…-1/mount is still mounted…"]);
         assert_eq!(shorten_middle("abcdefghij", 5), "a…hij");
         assert_eq!(cut("sentence", 4), "sen…");
@@ -698,7 +805,11 @@ mod tests {
         screen.busiest[1].pod = Some("5f0e8a7c-93b1-4c1e-9d55-000000000000".into());
         assert_eq!(uid_shown(&screen), 25, "one past the characters they share");
         let lines = rendered(&screen, 80, 24);
-        assert!(lines.iter().any(|l| l.contains("5f0e8a7c-93b1-4c1e-9d55-2") && l.contains("rmdir")), "{}", lines.join("\n"));
+        assert!(
+            lines.iter().any(|l| l.contains("5f0e8a7c-93b1-4c1e-9d55-2") && l.contains("rmdir")),
+            "{}",
+            lines.join("\n")
+        );
     }
 
     #[test]
@@ -717,7 +828,11 @@ mod tests {
         let lines = rendered_with(&screen, &selection, 80, 24);
         let text = lines.join("\n");
         assert_fits(&lines, 80);
-        assert!(text.contains("volume-still-mounted  (finding 1 of 2; ↑↓ scroll, Esc closes)") && text.contains(&format!(" pod {UID}")), "{text}");
+        assert!(
+            text.contains("volume-still-mounted  (finding 1 of 2; ↑↓ scroll, Esc closes)")
+                && text.contains(&format!(" pod {UID}")),
+            "{text}"
+        );
         assert!(text.contains("Removal failed with EBUSY 4 times."), "the whole summary:\n{text}");
         assert!(text.contains("   - trace: unlinkat(AT_REMOVEDIR) by kubelet failed EBUSY 4 times"), "{text}");
         assert!(text.contains("   - mountinfo: /k/pods/x/mount: tmpfs"), "{text}");
@@ -735,10 +850,17 @@ mod tests {
         selection.apply(Action::Down, &screen.findings);
         selection.apply(Action::Toggle, &screen.findings);
         let lines = rendered_with(&screen, &selection, 80, 24).join("\n");
-        assert!(lines.contains("dir-not-empty  (finding 2 of 2;") && lines.contains("evidence: none recorded"), "{lines}");
+        assert!(
+            lines.contains("dir-not-empty  (finding 2 of 2;") && lines.contains("evidence: none recorded"),
+            "{lines}"
+        );
         selection.apply(Action::Copy, &screen.findings);
         let lines = rendered_with(&screen, &selection, 80, 24);
-        assert!(lines[22].contains(&format!("fix copied ({} bytes)", screen.findings[1].fix.len())), "{}", lines.join("\n"));
+        assert!(
+            lines[22].contains(&format!("fix copied ({} bytes)", screen.findings[1].fix.len())),
+            "{}",
+            lines.join("\n")
+        );
     }
 
     #[test]

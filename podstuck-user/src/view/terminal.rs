@@ -129,7 +129,8 @@ impl LiveTerminal {
     pub fn possible() -> bool {
         std::io::stdout().is_terminal()
             && std::env::var("TERM").map_or(true, |t| t != "dumb")
-            && (std::io::stdin().is_terminal() || std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok())
+            && (std::io::stdin().is_terminal()
+                || std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok())
     }
 
     /// Takes the terminal: raw mode, alternate screen, hidden cursor; with
@@ -215,7 +216,11 @@ impl Drop for LiveTerminal {
 }
 
 /// The terminal thread: draw each new screen, read keys, until told to stop.
-fn run(mut terminal: Terminal<CrosstermBackend<std::io::Stdout>>, shared: &Shared, quits: &mpsc::UnboundedSender<Quit>) -> std::io::Result<()> {
+fn run(
+    mut terminal: Terminal<CrosstermBackend<std::io::Stdout>>,
+    shared: &Shared,
+    quits: &mpsc::UnboundedSender<Quit>,
+) -> std::io::Result<()> {
     let mut drawn: Option<Screen> = None;
     let mut selection = Selection::default();
     while !shared.stop.load(Ordering::SeqCst) {

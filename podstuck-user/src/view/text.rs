@@ -5,12 +5,14 @@
 
 use std::fmt::Write as _;
 
-use crate::run::RunTotals;
 use crate::event::syscall_name;
 use crate::finding_block::finding_block;
+use crate::run::RunTotals;
 use crate::words::{call_count, human_duration, latency_text, rfc3339_seconds};
 
-use super::model::{busiest_over_run, slowest_in_flight, FlightRow, Moment, RunHeading, SeriesRow, BUSIEST_SHOWN, IN_FLIGHT_SHOWN};
+use super::model::{
+    busiest_over_run, slowest_in_flight, FlightRow, Moment, RunHeading, SeriesRow, BUSIEST_SHOWN, IN_FLIGHT_SHOWN,
+};
 
 /// "rmdir by kubelet, pod <uid>" or "unlink by other, no pod".
 fn series_name(row: &SeriesRow) -> String {
@@ -50,7 +52,9 @@ fn flight_line(row: &FlightRow) -> String {
 fn totals_line(totals: &RunTotals) -> String {
     let counted: Vec<String> = totals.shown_calls().iter().map(|(s, n)| format!("{} {n}", syscall_name(*s))).collect();
     let whose = match totals.node_calls() {
-        Some(node) => format!("calls of the pods followed, counted in the kernel: {} (node: {node} calls)", counted.join(", ")),
+        Some(node) => {
+            format!("calls of the pods followed, counted in the kernel: {} (node: {node} calls)", counted.join(", "))
+        }
         None => format!("calls counted in the kernel: {}", counted.join(", ")),
     };
     format!("{} events seen, {} events lost (ring buffer full); {whose}", totals.events_seen, totals.events_lost)
@@ -127,10 +131,10 @@ pub fn summary(run: &RunHeading, moment: &Moment<'_>, stopped_by: Option<&str>) 
 mod tests {
     use super::*;
     use crate::diagnose::fake::t;
+    use crate::identify::actor::Role;
     use crate::latency::tests::{event, identity};
     use crate::latency::LatencyBook;
     use crate::view::model::tests::{flight, run, volume_finding, POD};
-    use crate::identify::actor::Role;
     use podstuck_common::Syscall;
 
     fn totals() -> RunTotals {

@@ -23,9 +23,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::tracer_lock::TracerLock;
 use crate::collect::{Tracer, TracerOptions};
-use crate::run::RunTotals;
 use crate::diagnose::{DiagnoseOptions, Diagnoser, Severity, Status};
 use crate::explain::client::Api;
 use crate::explain::join::ApiJoin;
@@ -40,8 +38,10 @@ use crate::preflight::{plan, NodeFacts, Problem};
 use crate::print::endpoint::{Endpoint, WithEndpoint};
 use crate::print::{printer, stderr_line, Ending, Printer};
 use crate::record::{RecordHeader, Recorder};
+use crate::run::RunTotals;
 use crate::run::{RunFacts, Tracing};
 use crate::serve::Listener;
+use crate::tracer_lock::TracerLock;
 use crate::view::{Moment, Quit, QuitKeys};
 
 pub use options::WatchOptions;
@@ -233,7 +233,10 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
         None => None,
     };
     let stats = match options.kernel_cost {
-        true => Some(aya::sys::enable_stats(aya::sys::Stats::RunTime).context("turning on BPF run-time statistics (--kernel-cost)")?),
+        true => Some(
+            aya::sys::enable_stats(aya::sys::Stats::RunTime)
+                .context("turning on BPF run-time statistics (--kernel-cost)")?,
+        ),
         false => None,
     };
     // One layout for both ends: the v1 hierarchy the kernel reads callers'
@@ -317,7 +320,13 @@ fn warnings(options: &WatchOptions, filter: &PodFilter) -> Vec<String> {
 }
 
 /// Loads and attaches the programs as planned.
-fn start_tracer(options: &WatchOptions, node: &NodeFacts, layout: &NodeLayout, attach: AttachPoint, walk: PathWalk) -> Result<Tracer> {
+fn start_tracer(
+    options: &WatchOptions,
+    node: &NodeFacts,
+    layout: &NodeLayout,
+    attach: AttachPoint,
+    walk: PathWalk,
+) -> Result<Tracer> {
     Tracer::start(TracerOptions {
         cgroup_v1: layout.cgroup_v1.as_ref().map(|(controller, _)| *controller),
         filter: options.kernel_filter(),
@@ -416,7 +425,11 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verd
     pipeline.tell(&untold).context("writing findings")?;
     let totals = totals_and_cost(tracer, pipeline, options)?;
     pipeline.finish_record(&untold, &totals);
-    let histograms = last_refresh(exporter.as_mut(), pipeline.book.as_mut(), &RunInfo::of_run(facts, &totals, options.interval, SystemTime::now(), true));
+    let histograms = last_refresh(
+        exporter.as_mut(),
+        pipeline.book.as_mut(),
+        &RunInfo::of_run(facts, &totals, options.interval, SystemTime::now(), true),
+    );
     let printed = last_words(tracer, pipeline, &totals, &stopped);
     for cost in &totals.programs {
         stderr_line(format_args!("podstuck: kernel cost: {cost}"));
@@ -426,10 +439,18 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verd
     // code 1), after the closing summary or `end` line: those hold the
     // run's totals and events lost, which must not be lost with the files.
     histograms?;
-    let critical_active = pipeline.diagnoser.findings().iter().filter(|f| f.status == Status::Active && f.severity == Severity::Critical).count();
+    let critical_active = pipeline
+        .diagnoser
+        .findings()
+        .iter()
+        .filter(|f| f.status == Status::Active && f.severity == Severity::Critical)
+        .count();
     let verdict = Verdict { critical_active, ran_its_duration: stopped.by.is_none() };
     if verdict.exit_code() == crate::exit::CRITICAL_ACTIVE {
-        stderr_line(format_args!("podstuck: {critical_active} critical finding(s) still active at the end of --duration: exit {}", crate::exit::CRITICAL_ACTIVE));
+        stderr_line(format_args!(
+            "podstuck: {critical_active} critical finding(s) still active at the end of --duration: exit {}",
+            crate::exit::CRITICAL_ACTIVE
+        ));
     }
     Ok(verdict)
 }
@@ -448,13 +469,21 @@ fn totals_and_cost(tracer: &Tracer, pipeline: &Pipeline, options: &WatchOptions)
 fn last_refresh(exporter: Option<&mut Exporter>, book: Option<&mut LatencyBook>, info: &RunInfo) -> Result<()> {
     let (Some(exporter), Some(book)) = (exporter, book) else { return Ok(()) };
     exporter.refresh(book, info, SystemTime::now()).map(|_| ()).map_err(|e| {
-        anyhow::anyhow!("cannot write the final histogram files in {}: {e:#}; they hold the last interval written before", exporter.dir().display())
+        anyhow::anyhow!(
+            "cannot write the final histogram files in {}: {e:#}; they hold the last interval written before",
+            exporter.dir().display()
+        )
     })
 }
 
 /// The printer's last words: the closing line, or the live view's summary
 /// with the run as it stands at the end.
-fn last_words(tracer: &mut Tracer, pipeline: &mut Pipeline, totals: &RunTotals, stopped: &Stopped) -> std::io::Result<()> {
+fn last_words(
+    tracer: &mut Tracer,
+    pipeline: &mut Pipeline,
+    totals: &RunTotals,
+    stopped: &Stopped,
+) -> std::io::Result<()> {
     let in_flight = match pipeline.printer.shows_every() {
         Some(_) => pipeline.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER)),
         None => Vec::new(),

@@ -7,10 +7,10 @@ use podstuck_common::{KernelFilter, Syscall};
 
 use crate::collect::kernel_filter;
 use crate::explain::{KubeOptions, PodRef};
-use crate::kernel_features::{AttachPoint, PathWalk};
-use crate::node_access::Node;
 use crate::identify::pod::PodUid;
 use crate::identify::DEFAULT_KUBELET_ROOT;
+use crate::kernel_features::{AttachPoint, PathWalk};
+use crate::node_access::Node;
 use crate::preflight::NodeFacts;
 use crate::print::OutputOptions;
 use crate::run::{traced, RunFacts, VERSION};

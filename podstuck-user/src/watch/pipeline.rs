@@ -10,10 +10,8 @@ use std::io;
 use std::time::SystemTime;
 
 use crate::collect::Tracer;
-use crate::event::Flight;
-use crate::run::RunTotals;
-use podstuck_common::Syscall;
 use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review, Status};
+use crate::event::Flight;
 use crate::event::{CallEvent, DecodeError};
 use crate::explain::join::ApiJoin;
 use crate::identify::actor::Role;
@@ -23,8 +21,10 @@ use crate::k8s_events::EventSink;
 use crate::latency::LatencyBook;
 use crate::print::{stderr_line, Out, Printer};
 use crate::record::{Recorder, RecordingNode};
+use crate::run::RunTotals;
 use crate::series::{Attribution, SeriesNames};
 use crate::view::Moment;
+use podstuck_common::Syscall;
 
 /// The stages a call goes through, and where they print.
 pub(super) struct Pipeline {
@@ -133,7 +133,9 @@ impl Pipeline {
         let deltas = tracer.series_deltas();
         let counts: Vec<CountedCalls> = deltas
             .iter()
-            .filter_map(|d| d.caller.map(|(pid, _)| CountedCalls { pid, syscall: d.syscall, errno: d.errno, count: d.count }))
+            .filter_map(|d| {
+                d.caller.map(|(pid, _)| CountedCalls { pid, syscall: d.syscall, errno: d.errno, count: d.count })
+            })
             .collect();
         // Handed to the diagnosis at the next review, with it in a record.
         self.counted.extend(counts);
@@ -189,7 +191,8 @@ impl Pipeline {
     fn follow_pods(&mut self, now: SystemTime) {
         let Some(book) = self.book.as_mut() else { return };
         let findings = self.diagnoser.findings();
-        let stuck = findings.iter().filter(|f| f.status == Status::Active).flat_map(|f| f.pod_uid.iter().chain(&f.pods));
+        let stuck =
+            findings.iter().filter(|f| f.status == Status::Active).flat_map(|f| f.pod_uid.iter().chain(&f.pods));
         book.follow(self.filter.pods(), stuck, now);
     }
 
@@ -201,7 +204,12 @@ impl Pipeline {
             if !self.filter.admits(&identity) {
                 continue;
             }
-            calls.push(CallInFlight { flight, path: identity.abs_path.ok(), pod_uid: identity.pod_uid, actor: identity.actor });
+            calls.push(CallInFlight {
+                flight,
+                path: identity.abs_path.ok(),
+                pod_uid: identity.pod_uid,
+                actor: identity.actor,
+            });
         }
         calls
     }
@@ -229,7 +237,10 @@ impl Pipeline {
         let name = recorder.name().to_string();
         match recorder.finish(SystemTime::now(), untold, Some(totals)) {
             Ok(saved) if saved.complete => {
-                self.say(&format!("recorded {} entries to {name} (podstuck replay {name} diagnoses them again)", saved.entries));
+                self.say(&format!(
+                    "recorded {} entries to {name} (podstuck replay {name} diagnoses them again)",
+                    saved.entries
+                ));
             }
             Ok(_) => {}
             Err(e) => stderr_line(format_args!("podstuck: {e}")),
@@ -252,7 +263,10 @@ fn pods_calls(book: &LatencyBook) -> BTreeMap<Syscall, u64> {
 
 /// Who a process is when no record of its names it: itself, as the run
 /// follows it or not.
-fn process_name<'a>(identifier: &'a mut Identifier, filter: &'a PodFilter) -> impl FnMut(u32, u64) -> Option<Attribution> + 'a {
+fn process_name<'a>(
+    identifier: &'a mut Identifier,
+    filter: &'a PodFilter,
+) -> impl FnMut(u32, u64) -> Option<Attribution> + 'a {
     move |pid, cgroup_id| {
         let identity = identifier.identify_process(pid, cgroup_id);
         filter.admits(&identity).then_some(Attribution { role: identity.actor.role, pod: identity.pod_uid })

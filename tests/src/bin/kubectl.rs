@@ -63,7 +63,8 @@ fn main() {
 fn log(state: &Path, argv: &[String], stdin: Option<&str>) {
     let mut line = json!({"argv": argv, "stdin": stdin}).to_string();
     line.push('\n');
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(state.join("log.jsonl")).expect("open the log");
+    let mut file =
+        std::fs::OpenOptions::new().create(true).append(true).open(state.join("log.jsonl")).expect("open the log");
     file.write_all(line.as_bytes()).expect("write the log");
 }
 
@@ -98,7 +99,13 @@ struct Call {
 
 impl Call {
     fn parse(argv: &[String]) -> Call {
-        let mut call = Call { words: Vec::new(), namespace: "default".into(), interactive: false, command: Vec::new(), ignore_not_found: false };
+        let mut call = Call {
+            words: Vec::new(),
+            namespace: "default".into(),
+            interactive: false,
+            command: Vec::new(),
+            ignore_not_found: false,
+        };
         let mut args = argv.iter();
         while let Some(arg) = args.next() {
             match arg.as_str() {
@@ -191,7 +198,9 @@ fn create(state: &Path, manifest: &str) -> i32 {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{name}.json"));
     if path.exists() {
-        return fail(&format!("Error from server (AlreadyExists): error when creating \"STDIN\": pods \"{name}\" already exists"));
+        return fail(&format!(
+            "Error from server (AlreadyExists): error when creating \"STDIN\": pods \"{name}\" already exists"
+        ));
     }
     std::fs::write(path, manifest).unwrap();
     println!("pod/{name}");
@@ -227,7 +236,8 @@ fn exec(state: &Path, call: &Call) -> i32 {
     }
     // Opened before /tmp is the pod's: a checkout under /tmp is out of sight then.
     let podstuck = std::env::var_os("PODSTUCK_BIN").expect("PODSTUCK_BIN");
-    let binary = std::fs::File::open(&podstuck).unwrap_or_else(|e| panic!("PODSTUCK_BIN {}: {e}", Path::new(&podstuck).display()));
+    let binary = std::fs::File::open(&podstuck)
+        .unwrap_or_else(|e| panic!("PODSTUCK_BIN {}: {e}", Path::new(&podstuck).display()));
     let tmp = state.join("pod-tmp").join(name);
     std::fs::create_dir_all(&tmp).unwrap();
     in_pods_tmp(&tmp);
@@ -244,11 +254,11 @@ fn exec(state: &Path, call: &Call) -> i32 {
     if std::fs::read_link("/proc/1/ns/mnt").is_err() {
         args.extend(["--node-pid".into(), std::os::unix::process::parent_id().to_string().into()]);
     }
-    let argv: Vec<CString> = std::iter::once(podstuck)
-        .chain(args)
-        .map(|a| CString::new(a.into_vec()).unwrap())
+    let argv: Vec<CString> =
+        std::iter::once(podstuck).chain(args).map(|a| CString::new(a.into_vec()).unwrap()).collect();
+    let env: Vec<CString> = std::env::vars_os()
+        .map(|(k, v)| CString::new([k.into_vec(), b"=".to_vec(), v.into_vec()].concat()).unwrap())
         .collect();
-    let env: Vec<CString> = std::env::vars_os().map(|(k, v)| CString::new([k.into_vec(), b"=".to_vec(), v.into_vec()].concat()).unwrap()).collect();
     let err = nix::unistd::fexecve(&binary, &argv, &env).unwrap_err();
     fail(&format!("cannot run podstuck: {err}"))
 }

@@ -119,7 +119,8 @@ impl FindingsPage {
     /// (paths, process names): made terminal-safe here, where they are
     /// read, so they are safe wherever they are shown.
     pub fn parse(text: &str) -> Result<FindingsPage, String> {
-        let mut page: FindingsPage = serde_json::from_str(text).map_err(|e| format!("its /findings is not podstuck's JSON ({e})"))?;
+        let mut page: FindingsPage =
+            serde_json::from_str(text).map_err(|e| format!("its /findings is not podstuck's JSON ({e})"))?;
         let safe = |s: &mut String| *s = terminal_safe(s).into_owned();
         safe(&mut page.node);
         safe(&mut page.updated);
@@ -137,9 +138,9 @@ impl FindingsPage {
 
     /// The findings still active about the pod with UID `uid`.
     fn about<'a>(&'a self, uid: &'a str) -> impl Iterator<Item = &'a NodeFinding> + 'a {
-        self.findings
-            .iter()
-            .filter(move |f| f.status != "resolved" && (f.pod_uid.as_deref() == Some(uid) || f.pods.iter().any(|p| p == uid)))
+        self.findings.iter().filter(move |f| {
+            f.status != "resolved" && (f.pod_uid.as_deref() == Some(uid) || f.pods.iter().any(|p| p == uid))
+        })
     }
 }
 
@@ -261,7 +262,14 @@ fn at<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
 /// The join: each stuck pod's causes from its node's podstuck and from
 /// the API, one row each (the symptom, its grace period past, only when
 /// nothing else explains it), grouped by node and then cause.
-pub fn report(now: SystemTime, pods_read: usize, stuck_in_all: usize, pods: &[StuckPod], answers: &BTreeMap<String, NodeAnswer>, unread: &[Unread]) -> AllReport {
+pub fn report(
+    now: SystemTime,
+    pods_read: usize,
+    stuck_in_all: usize,
+    pods: &[StuckPod],
+    answers: &BTreeMap<String, NodeAnswer>,
+    unread: &[Unread],
+) -> AllReport {
     let mut rows = Vec::new();
     let mut run_on_node = Vec::new();
     for pod in pods {
@@ -299,19 +307,38 @@ pub fn report(now: SystemTime, pods_read: usize, stuck_in_all: usize, pods: &[St
             let (summary, fix) = match pod.api.iter().find(|f| f.kind == Kind::GracePeriodPast) {
                 Some(f) => (f.summary.clone(), f.fix.clone()),
                 None => (
-                    format!("pod {}/{} should have been gone {} ago; nothing in the API says why.", pod.namespace, pod.name, human_duration(past_grace)),
+                    format!(
+                        "pod {}/{} should have been gone {} ago; nothing in the API says why.",
+                        pod.namespace,
+                        pod.name,
+                        human_duration(past_grace)
+                    ),
                     pod.trace_command(),
                 ),
             };
             let said = match answer {
-                Some(NodeAnswer::Answered { .. }) => format!("{summary} The podstuck DaemonSet on its node has no finding about it (yet)."),
+                Some(NodeAnswer::Answered { .. }) => {
+                    format!("{summary} The podstuck DaemonSet on its node has no finding about it (yet).")
+                }
                 _ => summary,
             };
-            mine.push(row(Kind::GracePeriodPast.id(), rank(Kind::GracePeriodPast), Source::Api, "warning", &said, &fix));
+            mine.push(row(
+                Kind::GracePeriodPast.id(),
+                rank(Kind::GracePeriodPast),
+                Source::Api,
+                "warning",
+                &said,
+                &fix,
+            ));
         }
         rows.extend(mine);
         if let (Some(node), None | Some(NodeAnswer::NoDaemonSet | NodeAnswer::NotHeard { .. })) = (&pod.node, answer) {
-            run_on_node.push(RunOnNode { node: node.clone(), namespace: pod.namespace.clone(), name: pod.name.clone(), command: pod.trace_command() });
+            run_on_node.push(RunOnNode {
+                node: node.clone(),
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                command: pod.trace_command(),
+            });
         }
     }
     // Pods never scheduled last: they have no node to look on.
@@ -334,7 +361,15 @@ pub fn report(now: SystemTime, pods_read: usize, stuck_in_all: usize, pods: &[St
     let nodes = per_node
         .into_iter()
         .map(|(node, stuck_pods)| {
-            let mut line = NodeLine { node: node.to_string(), stuck_pods, podstuck: "no-daemonset", podstuck_pod: None, updated: None, why: None, omitted: 0 };
+            let mut line = NodeLine {
+                node: node.to_string(),
+                stuck_pods,
+                podstuck: "no-daemonset",
+                podstuck_pod: None,
+                updated: None,
+                why: None,
+                omitted: 0,
+            };
             match answers.get(node) {
                 Some(NodeAnswer::Answered { podstuck_pod, page }) => {
                     line.podstuck = "answered";
@@ -394,7 +429,11 @@ pub fn text(report: &AllReport) -> String {
         n => format!("{n} pods are stuck in Terminating past their grace period"),
     };
     let nodes = report.nodes.len();
-    out.push_str(&format!("{scope}, on {nodes} node(s) ({} pod(s) read at {}):\n\n", report.pods_read, rfc3339_seconds(report.at)));
+    out.push_str(&format!(
+        "{scope}, on {nodes} node(s) ({} pod(s) read at {}):\n\n",
+        report.pods_read,
+        rfc3339_seconds(report.at)
+    ));
     let header = ["NODE", "CAUSE", "POD", "TERMINATING", "FROM", "FIX"].map(String::from);
     let mut table: Vec<[String; 6]> = vec![header];
     for r in &report.rows {
@@ -409,7 +448,8 @@ pub fn text(report: &AllReport) -> String {
             format!("{fix}{more}"),
         ]);
     }
-    let table: Vec<[String; 6]> = table.into_iter().map(|cells| cells.map(|c| terminal_safe(&c).into_owned())).collect();
+    let table: Vec<[String; 6]> =
+        table.into_iter().map(|cells| cells.map(|c| terminal_safe(&c).into_owned())).collect();
     let mut widths = [0usize; 6];
     for cells in &table {
         for (w, c) in widths.iter_mut().zip(cells) {
@@ -434,11 +474,19 @@ pub fn text(report: &AllReport) -> String {
     }
     let unheard: Vec<&NodeLine> = report.nodes.iter().filter(|n| n.podstuck != "answered").collect();
     if !unheard.is_empty() {
-        out.push_str("\nThe podstuck DaemonSet was not heard on these nodes, so what their kernel shows is not in the table:\n");
+        out.push_str(
+            "\nThe podstuck DaemonSet was not heard on these nodes, so what their kernel shows is not in the table:\n",
+        );
         for n in &unheard {
             let why = match (n.podstuck, &n.why) {
                 ("no-daemonset", _) => "no podstuck DaemonSet pod runs there".to_string(),
-                (_, Some(why)) => format!("{}: {why}", n.podstuck_pod.as_deref().map(|p| format!("podstuck pod {p}")).unwrap_or_else(|| "the DaemonSet".into())),
+                (_, Some(why)) => format!(
+                    "{}: {why}",
+                    n.podstuck_pod
+                        .as_deref()
+                        .map(|p| format!("podstuck pod {p}"))
+                        .unwrap_or_else(|| "the DaemonSet".into())
+                ),
                 _ => "not heard".to_string(),
             };
             out.push_str(&format!("  {}: {}\n", n.node, terminal_safe(&why)));
@@ -446,11 +494,19 @@ pub fn text(report: &AllReport) -> String {
         out.push_str("Run on each of their pods (a debug pod on its node traces its teardown):\n");
         let width = report.run_on_node.iter().map(|r| r.command.chars().count()).max().unwrap_or(0);
         for r in &report.run_on_node {
-            out.push_str(&format!("  {}{}  # on {}\n", r.command, " ".repeat(width - r.command.chars().count()), r.node));
+            out.push_str(&format!(
+                "  {}{}  # on {}\n",
+                r.command,
+                " ".repeat(width - r.command.chars().count()),
+                r.node
+            ));
         }
     }
     for n in report.nodes.iter().filter(|n| n.omitted > 0) {
-        out.push_str(&format!("\nnode {}: its podstuck lists its most pressing findings only, {} more not read\n", n.node, n.omitted));
+        out.push_str(&format!(
+            "\nnode {}: its podstuck lists its most pressing findings only, {} more not read\n",
+            n.node, n.omitted
+        ));
     }
     for u in &report.unread {
         out.push_str(&format!("\ncould not read {}: {}\n", u.what, terminal_safe(&u.why)));
@@ -460,8 +516,8 @@ pub fn text(report: &AllReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{at, deleted_pod, snapshot};
     use super::super::findings;
+    use super::super::tests::{at, deleted_pod, snapshot};
     use super::*;
 
     /// Pod `ns/name` with UID `uid` on `node`, due at `due`, its API findings as explain finds them at `now`.
@@ -522,9 +578,20 @@ mod tests {
         let mut answers = BTreeMap::new();
         // A finding about another pod, and one resolved, are left out.
         let other = volume_finding("99999999-0000-4000-8000-000000000009", "active");
-        answers.insert("worker-1".to_string(), NodeAnswer::Answered { podstuck_pod: "podstuck-abcde".into(), page: page(serde_json::json!([volume_finding(MOUNTED, "active"), other, volume_finding(HELD, "resolved")])) });
+        answers.insert(
+            "worker-1".to_string(),
+            NodeAnswer::Answered {
+                podstuck_pod: "podstuck-abcde".into(),
+                page: page(serde_json::json!([
+                    volume_finding(MOUNTED, "active"),
+                    other,
+                    volume_finding(HELD, "resolved")
+                ])),
+            },
+        );
         let r = report(at(now), 40, 3, &pods, &answers, &[]);
-        let lines: Vec<(Option<&str>, &str, &str, Source)> = r.rows.iter().map(|r| (r.node.as_deref(), r.cause.as_str(), r.name.as_str(), r.from)).collect();
+        let lines: Vec<(Option<&str>, &str, &str, Source)> =
+            r.rows.iter().map(|r| (r.node.as_deref(), r.cause.as_str(), r.name.as_str(), r.from)).collect();
         assert_eq!(
             lines,
             [
@@ -538,13 +605,22 @@ mod tests {
         assert_eq!(r.rows[2].fix, "kubectl podstuck api-0 -n shop");
         // worker-3 has no DaemonSet pod: its pod is to be traced there.
         assert_eq!(r.run_on_node.len(), 1);
-        assert_eq!((r.run_on_node[0].node.as_str(), r.run_on_node[0].command.as_str()), ("worker-3", "kubectl podstuck api-0 -n shop"));
-        assert_eq!(r.nodes.iter().map(|n| (n.node.as_str(), n.podstuck, n.stuck_pods)).collect::<Vec<_>>(), [("worker-1", "answered", 2), ("worker-3", "no-daemonset", 1)]);
+        assert_eq!(
+            (r.run_on_node[0].node.as_str(), r.run_on_node[0].command.as_str()),
+            ("worker-3", "kubectl podstuck api-0 -n shop")
+        );
+        assert_eq!(
+            r.nodes.iter().map(|n| (n.node.as_str(), n.podstuck, n.stuck_pods)).collect::<Vec<_>>(),
+            [("worker-1", "answered", 2), ("worker-3", "no-daemonset", 1)]
+        );
 
         let words = text(&r);
         assert!(words.starts_with("3 pods are stuck in Terminating past their grace period, on 2 node(s) (40 pod(s) read at 2023-11-14T22:30:00Z):\n\n"), "{words}");
         let table: Vec<&str> = words.lines().skip(2).take(4).collect();
-        assert_eq!(table[0].split_whitespace().collect::<Vec<_>>(), ["NODE", "CAUSE", "POD", "TERMINATING", "FROM", "FIX"]);
+        assert_eq!(
+            table[0].split_whitespace().collect::<Vec<_>>(),
+            ["NODE", "CAUSE", "POD", "TERMINATING", "FROM", "FIX"]
+        );
         assert!(table[1].starts_with("worker-1  volume-still-mounted  shop/web-0  10m30s       podstuck DaemonSet  umount /var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1/mount ..."), "{words}");
         assert!(table[2].contains("shop/db-0   15m30s       API                 kubectl patch pod db-0 -n shop --type=json -p '[{\"op\":\"test\""), "{words}");
         assert!(words.contains("\n  worker-3: no podstuck DaemonSet pod runs there\n"), "{words}");
@@ -553,27 +629,54 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(&json(&r, "kubeconfig k")).unwrap();
         assert_eq!(doc["type"], "explain-all");
         assert_eq!(doc["rows"][0]["from"], "podstuck-daemonset");
-        assert_eq!(doc["rows"][0]["fix"], "umount /var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1/mount\nthen more");
+        assert_eq!(
+            doc["rows"][0]["fix"],
+            "umount /var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1/mount\nthen more"
+        );
         assert_eq!(doc["rows"][1]["terminating_seconds"], 930);
         assert_eq!(doc["run_on_node"][0]["command"], "kubectl podstuck api-0 -n shop");
-        assert_eq!((doc["stuck"].as_u64(), doc["listed"].as_u64(), doc["not_listed"].as_u64()), (Some(3), Some(3), Some(0)));
+        assert_eq!(
+            (doc["stuck"].as_u64(), doc["listed"].as_u64(), doc["not_listed"].as_u64()),
+            (Some(3), Some(3), Some(0))
+        );
     }
 
     #[test]
     fn a_node_not_heard_names_why_and_a_node_with_nothing_says_so() {
         let now = 1000.0;
-        let pods = [stuck("web-0", MOUNTED, Some("worker-1"), 400.0, false, now), stuck("api-0", ELSEWHERE, Some("worker-2"), 400.0, false, now)];
+        let pods = [
+            stuck("web-0", MOUNTED, Some("worker-1"), 400.0, false, now),
+            stuck("api-0", ELSEWHERE, Some("worker-2"), 400.0, false, now),
+        ];
         let mut answers = BTreeMap::new();
-        answers.insert("worker-1".to_string(), NodeAnswer::Answered { podstuck_pod: "podstuck-a".into(), page: page(serde_json::json!([])) });
-        answers.insert("worker-2".to_string(), NodeAnswer::NotHeard { podstuck_pod: Some("podstuck-b".into()), why: "no answer within 5.0 s".into() });
-        let r = report(at(now), 2, 5, &pods, &answers, &[Unread { what: "volume attachments".into(), why: "permission missing".into() }]);
-        assert!(r.rows[0].summary.ends_with("The podstuck DaemonSet on its node has no finding about it (yet)."), "{}", r.rows[0].summary);
+        answers.insert(
+            "worker-1".to_string(),
+            NodeAnswer::Answered { podstuck_pod: "podstuck-a".into(), page: page(serde_json::json!([])) },
+        );
+        answers.insert(
+            "worker-2".to_string(),
+            NodeAnswer::NotHeard { podstuck_pod: Some("podstuck-b".into()), why: "no answer within 5.0 s".into() },
+        );
+        let r = report(
+            at(now),
+            2,
+            5,
+            &pods,
+            &answers,
+            &[Unread { what: "volume attachments".into(), why: "permission missing".into() }],
+        );
+        assert!(
+            r.rows[0].summary.ends_with("The podstuck DaemonSet on its node has no finding about it (yet)."),
+            "{}",
+            r.rows[0].summary
+        );
         assert_eq!(r.run_on_node.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["api-0"]);
         let words = text(&r);
         assert!(words.contains("\n  worker-2: podstuck pod podstuck-b: no answer within 5.0 s\n"), "{words}");
         assert!(words.contains("\n... and 3 more pod(s) stuck, not listed (at most 500"), "{words}");
         assert!(words.contains("\ncould not read volume attachments: permission missing\n"), "{words}");
-        assert!(text(&report(at(now), 7, 0, &[], &answers, &[])).starts_with("no pod is stuck in Terminating past its grace period (7 pod(s) read at"));
+        assert!(text(&report(at(now), 7, 0, &[], &answers, &[]))
+            .starts_with("no pod is stuck in Terminating past its grace period (7 pod(s) read at"));
     }
 
     #[test]

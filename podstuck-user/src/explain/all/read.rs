@@ -54,7 +54,9 @@ pub struct AllOptions {
 pub async fn explain_all(options: &AllOptions) -> Result<()> {
     if let Some(ns) = &options.namespace {
         // A namespace is a DNS label: nothing else reaches a URL.
-        let label = !ns.is_empty() && ns.len() <= 63 && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        let label = !ns.is_empty()
+            && ns.len() <= 63
+            && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !label {
             return Err(anyhow!("-n {}: not a namespace name", crate::words::terminal_safe(ns)));
         }
@@ -65,7 +67,8 @@ pub async fn explain_all(options: &AllOptions) -> Result<()> {
     if options.json {
         out.line_as_is(&super::json(&report, &api.through))?;
     } else {
-        let scope = options.namespace.as_deref().map(|ns| format!("namespace {ns}")).unwrap_or_else(|| "all namespaces".into());
+        let scope =
+            options.namespace.as_deref().map(|ns| format!("namespace {ns}")).unwrap_or_else(|| "all namespaces".into());
         stderr_line(format_args!("podstuck: read the pods of {scope} through {}", api.through));
         out.text(&super::text(&report))?;
     }
@@ -76,7 +79,10 @@ pub async fn explain_all(options: &AllOptions) -> Result<()> {
 /// Reads everything the report needs and makes it.
 pub async fn read(api: &Api, namespace: Option<&str>) -> Result<AllReport> {
     let scope = namespace.map(|ns| format!(" in namespace {ns}")).unwrap_or_else(|| " in all namespaces".into());
-    let pods: Vec<Pod> = api.list(namespace, &ListParams::default(), "pods").await.map_err(|why| anyhow!("cannot list the pods{scope}: {why}"))?;
+    let pods: Vec<Pod> = api
+        .list(namespace, &ListParams::default(), "pods")
+        .await
+        .map_err(|why| anyhow!("cannot list the pods{scope}: {why}"))?;
     let now = SystemTime::now();
     let pods_read = pods.len();
     let (stuck, stuck_in_all) = stuck_pods(pods, now, MAX_PODS_LISTED);
@@ -111,20 +117,33 @@ async fn objects(api: &Api, namespace: Option<&str>, stuck: &[Pod], unread: &mut
     }
     let mut objects = Objects::default();
     let warnings = ListParams::default().fields("type=Warning");
-    objects.events = said(unread, "the warning events", api.list::<Event>(namespace, &warnings, "events").await).unwrap_or_default();
+    objects.events =
+        said(unread, "the warning events", api.list::<Event>(namespace, &warnings, "events").await).unwrap_or_default();
     if let Some(nodes) = said(unread, "the nodes", api.list_cluster::<Node>("nodes").await) {
         objects.nodes = nodes;
         objects.all_nodes = true;
     }
-    objects.leases = said(unread, "the nodes' leases", api.list::<Lease>(Some("kube-node-lease"), &ListParams::default(), "leases.coordination.k8s.io").await)
-        .unwrap_or_default();
+    objects.leases = said(
+        unread,
+        "the nodes' leases",
+        api.list::<Lease>(Some("kube-node-lease"), &ListParams::default(), "leases.coordination.k8s.io").await,
+    )
+    .unwrap_or_default();
     if stuck.iter().any(|p| !claim_names(p).is_empty()) {
-        objects.claims = said(unread, "the claims", api.list::<PersistentVolumeClaim>(namespace, &ListParams::default(), "persistentvolumeclaims").await)
-            .unwrap_or_default();
+        objects.claims = said(
+            unread,
+            "the claims",
+            api.list::<PersistentVolumeClaim>(namespace, &ListParams::default(), "persistentvolumeclaims").await,
+        )
+        .unwrap_or_default();
     }
     if objects.claims.iter().any(|c| c.spec.as_ref().is_some_and(|s| s.volume_name.is_some())) {
-        objects.attachments = said(unread, "the volume attachments", api.list_cluster::<VolumeAttachment>("volumeattachments.storage.k8s.io").await)
-            .unwrap_or_default();
+        objects.attachments = said(
+            unread,
+            "the volume attachments",
+            api.list_cluster::<VolumeAttachment>("volumeattachments.storage.k8s.io").await,
+        )
+        .unwrap_or_default();
     }
     objects
 }
@@ -133,7 +152,10 @@ async fn objects(api: &Api, namespace: Option<&str>, stuck: &[Pod], unread: &mut
 fn podstuck_pods(pods: Vec<Pod>) -> BTreeMap<String, (String, u16, Option<String>)> {
     let mut by_node = BTreeMap::new();
     for pod in pods {
-        let (Some(name), Some(node)) = (pod.metadata.name.clone(), pod.spec.as_ref().and_then(|s| s.node_name.clone())) else { continue };
+        let (Some(name), Some(node)) = (pod.metadata.name.clone(), pod.spec.as_ref().and_then(|s| s.node_name.clone()))
+        else {
+            continue;
+        };
         let port = pod
             .spec
             .iter()
@@ -163,7 +185,10 @@ async fn ask_nodes(api: &Api, nodes: &BTreeSet<String>) -> BTreeMap<String, Node
         Ok(pods) => podstuck_pods(pods),
         Err(why) => {
             let why = format!("cannot list the podstuck DaemonSet's pods (namespace {DAEMONSET_NAMESPACE}, label {DAEMONSET_LABEL}): {why}");
-            return nodes.iter().map(|n| (n.clone(), NodeAnswer::NotHeard { podstuck_pod: None, why: why.clone() })).collect();
+            return nodes
+                .iter()
+                .map(|n| (n.clone(), NodeAnswer::NotHeard { podstuck_pod: None, why: why.clone() }))
+                .collect();
         }
     };
     let mut answers = BTreeMap::new();
@@ -174,7 +199,8 @@ async fn ask_nodes(api: &Api, nodes: &BTreeSet<String>) -> BTreeMap<String, Node
                 answers.insert(node.clone(), NodeAnswer::NoDaemonSet);
             }
             Some((pod, _, Some(why))) => {
-                answers.insert(node.clone(), NodeAnswer::NotHeard { podstuck_pod: Some(pod.clone()), why: why.clone() });
+                answers
+                    .insert(node.clone(), NodeAnswer::NotHeard { podstuck_pod: Some(pod.clone()), why: why.clone() });
             }
             Some((pod, port, None)) => to_ask.push((node.clone(), pod.clone(), *port)),
         }
@@ -192,7 +218,11 @@ async fn ask_nodes(api: &Api, nodes: &BTreeSet<String>) -> BTreeMap<String, Node
                     podstuck_pod: Some(pod),
                     why: format!("not asked: {} for all nodes ran out", crate::words::human_duration(NODES_BUDGET)),
                 },
-                true => match client.pod_proxy_get(DAEMONSET_NAMESPACE, &pod, port, "findings", PROXY_TIMEOUT).await.and_then(|t| FindingsPage::parse(&t)) {
+                true => match client
+                    .pod_proxy_get(DAEMONSET_NAMESPACE, &pod, port, "findings", PROXY_TIMEOUT)
+                    .await
+                    .and_then(|t| FindingsPage::parse(&t))
+                {
                     Ok(page) => NodeAnswer::Answered { podstuck_pod: pod, page },
                     Err(why) => NodeAnswer::NotHeard { podstuck_pod: Some(pod), why },
                 },
@@ -215,10 +245,19 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn daemon(name: &str, node: &str, phase: &str, port: Option<i32>) -> Pod {
-        let ports = port.map(|p| vec![ContainerPort { name: Some(PORT_NAME.into()), container_port: p, ..Default::default() }]);
+        let ports =
+            port.map(|p| vec![ContainerPort { name: Some(PORT_NAME.into()), container_port: p, ..Default::default() }]);
         Pod {
-            metadata: ObjectMeta { name: Some(name.into()), namespace: Some(DAEMONSET_NAMESPACE.into()), ..Default::default() },
-            spec: Some(PodSpec { node_name: Some(node.into()), containers: vec![Container { name: "podstuck".into(), ports, ..Default::default() }], ..Default::default() }),
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(DAEMONSET_NAMESPACE.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                containers: vec![Container { name: "podstuck".into(), ports, ..Default::default() }],
+                ..Default::default()
+            }),
             status: Some(PodStatus { phase: Some(phase.into()), ..Default::default() }),
         }
     }
