@@ -5,8 +5,8 @@
 //! bpf-linker), installing what is missing and saying so, so that a fresh
 //! machine needs nothing but these commands.
 
-use std::path::{Path, PathBuf};
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
@@ -151,7 +151,15 @@ fn setup() -> Result<()> {
                 std::iter::once(Path::new(LLVM_PREFIX).join("bin")).chain(std::env::split_paths(&path)),
             )?;
             run(Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-                .args(["install", "bpf-linker", "--locked", "--force", "--no-default-features", "--features", "llvm-22"])
+                .args([
+                    "install",
+                    "bpf-linker",
+                    "--locked",
+                    "--force",
+                    "--no-default-features",
+                    "--features",
+                    "llvm-22",
+                ])
                 .args(["--version", &format!("~{BPF_LINKER_VERSION}")])
                 .env("LLVM_PREFIX", LLVM_PREFIX)
                 .env("PATH", path))?;
@@ -208,7 +216,10 @@ fn install(packages: &[&str]) -> Result<()> {
         return Ok(());
     }
     if !is_root() {
-        bail!("missing Debian packages {}: run this task as root (sudo -E cargo xtask ...) so it can install them", missing.join(" "));
+        bail!(
+            "missing Debian packages {}: run this task as root (sudo -E cargo xtask ...) so it can install them",
+            missing.join(" ")
+        );
     }
     say(&format!("installing Debian packages {} (apt-get)", missing.join(" ")));
     run(Command::new("apt-get").arg("update").arg("-q"))?;
@@ -220,7 +231,9 @@ fn install(packages: &[&str]) -> Result<()> {
 
 fn run_bench(args: &bench::BenchArgs) -> Result<()> {
     if !is_root() {
-        bail!("the benchmark loads eBPF programs and mounts its filesystems: run it as root (sudo -E cargo xtask bench)");
+        bail!(
+            "the benchmark loads eBPF programs and mounts its filesystems: run it as root (sudo -E cargo xtask bench)"
+        );
     }
     setup()?;
     install(&BENCH_PACKAGES)?;
@@ -287,7 +300,18 @@ fn lint_ebpf() -> Result<()> {
     run(&mut clippy).context("clippy found something in podstuck-ebpf")
 }
 
+/// Fails on code rustfmt would change (rustfmt.toml has the house style),
+/// the kernel programs included: they are outside the workspace, so
+/// `cargo fmt --all` alone does not see them.
+fn check_format() -> Result<()> {
+    say("rustfmt --check on the workspace and the kernel programs");
+    run(cargo().args(["fmt", "--all", "--", "--check"])).context("code is not formatted: run `cargo fmt --all`")?;
+    run(cargo().current_dir(workspace_root().join("podstuck-ebpf")).args(["fmt", "--", "--check"]))
+        .context("the kernel programs are not formatted: run `cargo fmt` in podstuck-ebpf")
+}
+
 fn test(args: &[String]) -> Result<()> {
+    check_format()?;
     setup()?;
     ensure_tracefs()?;
     lint_ebpf()?;
@@ -440,7 +464,11 @@ fn main() -> ExitCode {
         Task::Setup => setup(),
         Task::Build => setup().and_then(|()| build_release()).and_then(|bin| {
             run(cargo().args(["build", "--release", "--package", "podstuck-user", "--bin", "kubectl-podstuck"]))?;
-            say(&format!("built {} and {}", bin.display(), workspace_root().join("target/release/kubectl-podstuck").display()));
+            say(&format!(
+                "built {} and {}",
+                bin.display(),
+                workspace_root().join("target/release/kubectl-podstuck").display()
+            ));
             Ok(())
         }),
         Task::Image(args) => image::image(&args).map(|_| ()),
@@ -448,7 +476,9 @@ fn main() -> ExitCode {
         Task::Bench(args) => run_bench(&args),
         Task::Soak(args) => run_soak(&args),
         Task::VmTest(args) => vm::vm_test(&args),
-        Task::Demo => setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| run_demo(&bin)),
+        Task::Demo => {
+            setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| run_demo(&bin))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -469,7 +499,8 @@ mod tests {
         totals.add("test result: ok. 8 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; finished in 1.00s");
         totals.add("test foo::bar ... ignored");
         totals.add("test foo::baz ... ok");
-        let line = format!("{}runtimes::churn: a working dockerd; install docker.io", podstuck_tests::prerequisite::SKIP_MARK);
+        let line =
+            format!("{}runtimes::churn: a working dockerd; install docker.io", podstuck_tests::prerequisite::SKIP_MARK);
         let (test, why) = parse_skip_line(&line).unwrap();
         totals.skip(test.to_string(), why.to_string());
         totals.skip(test.to_string(), why.to_string());
