@@ -19,14 +19,41 @@ use podstuck_common::{
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::LEN, 0);
 
-/// Allocated as series appear (no prealloc): a quiet node costs a few KB.
 const BPF_F_NO_PREALLOC: u32 = 1;
 const BPF_NOEXIST: u64 = 1;
 
+/// The series of the fentry/fexit plan, allocated as series appear (no
+/// prealloc): a quiet node costs a few KB.
 #[map]
 static SERIES: HashMap<SeriesKey, SeriesValue> = HashMap::with_max_entries(MAX_SERIES, BPF_F_NO_PREALLOC);
 
-/// Where calls go whose series found `SERIES` full.
+/// The series of the tracepoint plan, preallocated: kernels 5.7 to 6.0
+/// print a `WARNING` (and a `panic_on_warn` node panics) when a tracepoint
+/// program uses a hash map without prealloc; fentry programs are exempt.
+/// User space shrinks the twin its plan does not use to one entry.
+#[map]
+static SERIES_PREALLOCATED: HashMap<SeriesKey, SeriesValue> = HashMap::with_max_entries(MAX_SERIES, 0);
+
+/// Which of the two series maps a program counts in.
+#[derive(Clone, Copy)]
+pub enum SeriesMap {
+    /// `SERIES`, for fentry/fexit.
+    Allocated,
+    /// `SERIES_PREALLOCATED`, for the tracepoints.
+    Preallocated,
+}
+
+impl SeriesMap {
+    #[inline(always)]
+    fn map(self) -> &'static HashMap<SeriesKey, SeriesValue> {
+        match self {
+            SeriesMap::Allocated => &SERIES,
+            SeriesMap::Preallocated => &SERIES_PREALLOCATED,
+        }
+    }
+}
+
+/// Where calls go whose series found its series map full.
 #[map]
 static SERIES_OVERFLOW: PerCpuArray<SeriesValue> = PerCpuArray::with_max_entries(SERIES_OVERFLOW_SLOTS, 0);
 
@@ -69,16 +96,17 @@ unsafe fn add(counter: *mut u64, n: u64) {
 /// The series of a call, created if new; the overflow slot of its syscall
 /// and outcome when `SERIES` is full.
 #[inline(always)]
-fn series_of(key: &SeriesKey) -> Option<*mut SeriesValue> {
-    if let Some(value) = SERIES.get_ptr_mut(key) {
+fn series_of(map: SeriesMap, key: &SeriesKey) -> Option<*mut SeriesValue> {
+    let series = map.map();
+    if let Some(value) = series.get_ptr_mut(key) {
         return Some(value);
     }
     if let Some(empty) = EMPTY_SERIES.get(0) {
         // Another CPU may create it first: then this insert fails and the
         // lookup below finds theirs.
-        let _ = SERIES.insert(key, empty, BPF_NOEXIST);
+        let _ = series.insert(key, empty, BPF_NOEXIST);
     }
-    if let Some(value) = SERIES.get_ptr_mut(key) {
+    if let Some(value) = series.get_ptr_mut(key) {
         return Some(value);
     }
     bump(counter::SERIES_FULL);
@@ -100,8 +128,8 @@ pub struct Streamed {
 /// Counts a call in its series and decides whether to stream it: None to
 /// only count it.
 #[inline(always)]
-pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool) -> Option<Streamed> {
-    let value = series_of(key)?;
+pub fn account(map: SeriesMap, key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool) -> Option<Streamed> {
+    let value = series_of(map, key)?;
     let bucket = latency_bucket(latency_ns);
     // SAFETY: `value` is a whole SeriesValue from a map lookup, valid for
     // the run: its fields are aligned u64s, and the bound on `bucket` keeps

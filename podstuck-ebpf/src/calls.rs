@@ -11,7 +11,7 @@ use aya_ebpf::{
 use podstuck_common::{counter, CallEntry, SeriesKey, Syscall, MAX_CALLS_IN_FLIGHT, NOT_IN_A_CALL};
 
 use crate::{
-    accounting::{account, bump},
+    accounting::{account, bump, SeriesMap},
     args::Args,
     path_walk::WalkLoop,
     record::{self, Ended},
@@ -64,7 +64,7 @@ pub fn enter(syscall: Syscall, args: Args) {
 /// streams its record if the series' budget allows. None where it stops
 /// early: no entry for it (counted), counted only, or no scratch buffer.
 #[inline(always)]
-pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop) -> Option<()> {
+pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop, series: SeriesMap) -> Option<()> {
     // SAFETY: a helper without arguments; it reads the clock.
     let exit_ns = unsafe { bpf_ktime_get_ns() };
     bump(counter::CALLS + syscall as u32);
@@ -82,7 +82,7 @@ pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop) -> Option<()> {
     let streamable =
         patched!(FILTER.syscalls) & (1 << syscall as u32) != 0 && (patched!(FILTER.errors_only) == 0 || ret < 0);
     let latency_ns = exit_ns.saturating_sub(entry.enter_ns);
-    let streamed = account(&key, latency_ns, exit_ns, streamable)?;
+    let streamed = account(series, &key, latency_ns, exit_ns, streamable)?;
     record::stream(&Ended { entry, key, tid, ret, exit_ns, represents: streamed.represents, wake: streamed.wake }, how)
 }
 

@@ -13,6 +13,7 @@ use aya_ebpf::{
 use podstuck_common::program;
 
 use crate::{
+    accounting::SeriesMap,
     args::{tracepoint_ret, RMDIR, UMOUNT, UNLINK, UNLINKAT},
     calls::{enter, exit},
     path_walk::WalkLoop,
@@ -31,14 +32,14 @@ macro_rules! tracepoint_programs {
 
         #[tracepoint]
         pub fn $exit(ctx: TracePointContext) -> u32 {
-            let _ = exit($names.syscall, tracepoint_ret(&ctx), WalkLoop::BpfLoop);
+            let _ = exit($names.syscall, tracepoint_ret(&ctx), WalkLoop::BpfLoop, SeriesMap::Preallocated);
             0
         }
         named_as!($exit, $names.exit);
 
         #[tracepoint]
         pub fn $exit_w(ctx: TracePointContext) -> u32 {
-            let _ = exit($names.syscall, tracepoint_ret(&ctx), WalkLoop::Unrolled);
+            let _ = exit($names.syscall, tracepoint_ret(&ctx), WalkLoop::Unrolled, SeriesMap::Preallocated);
             0
         }
         named_as!($exit_w, $names.exit_w);
@@ -68,14 +69,14 @@ macro_rules! trampoline_programs {
 
         #[fexit]
         pub fn $fexit(ctx: FExitContext) -> u32 {
-            let _ = exit($names.syscall, ctx.arg(1), WalkLoop::BpfLoop);
+            let _ = exit($names.syscall, ctx.arg(1), WalkLoop::BpfLoop, SeriesMap::Allocated);
             0
         }
         named_as!($fexit, $names.fexit);
 
         #[fexit]
         pub fn $fexit_w(ctx: FExitContext) -> u32 {
-            let _ = exit($names.syscall, ctx.arg(1), WalkLoop::Unrolled);
+            let _ = exit($names.syscall, ctx.arg(1), WalkLoop::Unrolled, SeriesMap::Allocated);
             0
         }
         named_as!($fexit_w, $names.fexit_w);

@@ -214,9 +214,22 @@ impl Drop for Tracer {
     }
 }
 
-/// Loads the embedded object with the node's offsets and the filter.
-pub(crate) fn load_object(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions) -> Result<Ebpf> {
-    load_object_with(offsets, options, &[])
+/// The series map the programs of `plan` count in, and its twin they leave
+/// unused (podstuck-ebpf's `accounting`): the tracepoints' is preallocated,
+/// as kernels 5.7 to 6.0 WARN when a tracepoint program uses a hash map
+/// without prealloc; the trampolines' grows with the series.
+fn series_maps(plan: AttachPoint) -> (&'static str, &'static str) {
+    match plan {
+        AttachPoint::Tracepoint => ("SERIES_PREALLOCATED", "SERIES"),
+        AttachPoint::Fentry | AttachPoint::Auto => ("SERIES", "SERIES_PREALLOCATED"),
+    }
+}
+
+/// Loads the embedded object with the node's offsets and the filter, for
+/// the programs of `plan`: the series map they do not use shrunk to one
+/// entry, so the preallocated one costs its memory only where it is used.
+fn load_object(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions, plan: AttachPoint) -> Result<Ebpf> {
+    load_object_with(offsets, options, &[(series_maps(plan).1, 1)])
 }
 
 /// `load_object`, with the maps `sized` given those sizes instead.
@@ -292,10 +305,13 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
         cgroup_v1: None,
     };
     let attached = (|| -> Result<()> {
-        // Its maps unused: the calls-in-flight map, preallocated, would
-        // cost the kernel ~10 ms at full size.
-        let mut ebpf =
-            load_object_with(&podstuck_common::KernelOffsets::default(), &options, &[("CALLS_IN_FLIGHT", 1)])?;
+        // Its maps unused: the calls-in-flight and tracepoint series maps,
+        // preallocated, would cost the kernel time and memory at full size.
+        let mut ebpf = load_object_with(
+            &podstuck_common::KernelOffsets::default(),
+            &options,
+            &[("CALLS_IN_FLIGHT", 1), ("SERIES_PREALLOCATED", 1)],
+        )?;
         let btf = kernel_btf()?;
         let program: &mut FEntry = ebpf
             .program_mut(program::COST_FENTRY)
@@ -421,24 +437,24 @@ impl Tracer {
         let mut fallback = None;
         let (mut ebpf, program_ids, attached) = match options.attach {
             AttachPoint::Tracepoint => {
-                let mut ebpf = load_object(&offsets, &options)?;
+                let mut ebpf = load_object(&offsets, &options, AttachPoint::Tracepoint)?;
                 let ids = attach_tracepoints(&mut ebpf, walk)?;
                 (ebpf, ids, AttachPoint::Tracepoint)
             }
             AttachPoint::Fentry => {
-                let mut ebpf = load_object(&offsets, &options)?;
+                let mut ebpf = load_object(&offsets, &options, AttachPoint::Fentry)?;
                 let ids = attach_trampolines(&mut ebpf, walk)?;
                 (ebpf, ids, AttachPoint::Fentry)
             }
             AttachPoint::Auto => {
-                let mut ebpf = load_object(&offsets, &options)?;
+                let mut ebpf = load_object(&offsets, &options, AttachPoint::Fentry)?;
                 match attach_trampolines(&mut ebpf, walk) {
                     Ok(ids) => (ebpf, ids, AttachPoint::Fentry),
                     Err(e) => {
                         fallback = Some(format!("fentry/fexit refused here ({e:#}): attached to the syscall tracepoints, which slow every syscall a little"));
                         // A fresh object: the half-attached one goes with its links.
                         drop(ebpf);
-                        let mut ebpf = load_object(&offsets, &options)?;
+                        let mut ebpf = load_object(&offsets, &options, AttachPoint::Tracepoint)?;
                         let ids = attach_tracepoints(&mut ebpf, walk)?;
                         (ebpf, ids, AttachPoint::Tracepoint)
                     }
@@ -453,7 +469,9 @@ impl Tracer {
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
-        let series = BpfHashMap::try_from(ebpf.take_map("SERIES").context("SERIES map missing")?)?;
+        let series_map = series_maps(attached).0;
+        let series =
+            BpfHashMap::try_from(ebpf.take_map(series_map).with_context(|| format!("{series_map} map missing"))?)?;
         let series_overflow =
             PerCpuArray::try_from(ebpf.take_map("SERIES_OVERFLOW").context("SERIES_OVERFLOW map missing")?)?;
         // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
