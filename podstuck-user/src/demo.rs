@@ -48,6 +48,8 @@ const STORM_PACE: u64 = 25_000;
 pub struct DemoOptions {
     pub json: bool,
     pub duration: Duration,
+    /// Where the kernel programs attach, as `watch --attach`.
+    pub attach: crate::kernel_features::AttachPoint,
 }
 
 /// The lab's node state; dropping it undoes all of it, children first.
@@ -332,6 +334,7 @@ pub async fn demo(options: &DemoOptions) -> Result<()> {
         findings_only: true,
         // The demo's own tracer; a podstuck elsewhere on the node does not matter here.
         concurrent: true,
+        attach: options.attach,
         ..WatchOptions::default()
     };
     let mut spawn_error = None;

@@ -69,6 +69,10 @@ enum Command {
         /// How long to trace the demo node before printing the diagnosis and cleaning up.
         #[arg(long, value_parser = demo_length, default_value = "30s", allow_hyphen_values = true)]
         duration: Duration,
+        /// Where the kernel programs attach, as for `watch`: the tracepoint plan is the one arm64 nodes
+        /// before 6.4 and kernels without BPF trampolines take.
+        #[arg(long, value_enum, default_value = "auto")]
+        attach: AttachPoint,
     },
     /// What attaching alone costs, per mechanism (run by `cargo xtask bench`).
     #[command(hide = true)]
@@ -460,8 +464,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Report { dir, json } => podstuck::report::report(&dir, json),
         Command::ReadLockdown => podstuck::kernel_features::print_lockdown_in_private_namespace().map_err(Into::into),
-        Command::Demo { json, duration } => {
-            runtime.block_on(podstuck::demo::demo(&podstuck::demo::DemoOptions { json, duration }))
+        Command::Demo { json, duration, attach } => {
+            runtime.block_on(podstuck::demo::demo(&podstuck::demo::DemoOptions { json, duration, attach }))
         }
         Command::AttachCost { mechanism, kernel_cost } => {
             runtime.block_on(podstuck::attach_cost::run(mechanism, kernel_cost))
