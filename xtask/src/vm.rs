@@ -13,9 +13,11 @@
 //! ```
 //!
 //! Each kernel boots twice: the whole suite, then with
-//! `lockdown=confidentiality`; 5.10 a third time with cgroup v1
-//! hierarchies in place of cgroup2 (`Suite::CgroupV1`), the node shape of
-//! EKS's AL2 and RHEL 8.
+//! `lockdown=confidentiality`; 5.10 and 6.1 once more with the whole suite
+//! on the syscall tracepoints (`Suite::Tracepoint`), where the `kernel-log`
+//! row fails on the WARNING a map without prealloc would print; 5.10 once
+//! more with cgroup v1 hierarchies in place of cgroup2 (`Suite::CgroupV1`),
+//! the node shape of EKS's AL2 and RHEL 8.
 //!
 //! The host reads the console, prints a table, saves each kernel's whole
 //! console log as `target/vm/console-<kernel>.log`, and fails if any
@@ -72,9 +74,9 @@ const LOCKDOWN_SCENARIOS: [&str; 3] = ["check", "lockdown", "attach"];
 
 /// The scenarios of 5.10's third boot, with cgroup v1 hierarchies and no
 /// cgroup2 (EKS's AL2, RHEL 8): a short-lived process of a pod tied to it by
-/// the cgroup the kernel read, and a pod frozen by the v1 freezer as one
+/// the cgroup the kernel read, with `--pod` and node-wide, and a pod frozen by the v1 freezer as one
 /// `cgroup-busy` finding whose fix frees all its cgroups.
-const CGROUP_V1_SCENARIOS: [&str; 4] = ["check", "v1-identity", "v1-cgroup-busy", "attach"];
+const CGROUP_V1_SCENARIOS: [&str; 5] = ["check", "v1-identity", "v1-identity-node", "v1-cgroup-busy", "attach"];
 
 /// The scenarios of `cargo xtask bench`'s boot: check, then the storm's
 /// timings (BENCH lines).
@@ -84,6 +86,11 @@ const BENCH_SCENARIOS: [&str; 2] = ["check", "bench"];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Suite {
     Full,
+    /// The whole suite again with every watch held to the syscall
+    /// tracepoints: the plan of arm64 nodes before 6.4 and of kernels that
+    /// refuse trampolines, on the kernels (5.7 to 6.0) that print a WARNING
+    /// for a tracepoint program's map without prealloc.
+    Tracepoint,
     Lockdown,
     /// cgroup v1 instead of cgroup2 (`CGROUP_V1_SCENARIOS`).
     CgroupV1,
@@ -97,7 +104,7 @@ enum Suite {
 impl Suite {
     fn scenarios(self) -> &'static [&'static str] {
         match self {
-            Suite::Full => &SCENARIOS,
+            Suite::Full | Suite::Tracepoint => &SCENARIOS,
             Suite::Lockdown => &LOCKDOWN_SCENARIOS,
             Suite::CgroupV1 => &CGROUP_V1_SCENARIOS,
             Suite::Bench { .. } => &BENCH_SCENARIOS,
@@ -118,7 +125,7 @@ impl Suite {
     /// collector runs beside it, as on a node's second CPU.
     fn accel(self) -> &'static str {
         match self {
-            Suite::Full | Suite::Lockdown | Suite::CgroupV1 => "tcg,thread=single",
+            Suite::Full | Suite::Tracepoint | Suite::Lockdown | Suite::CgroupV1 => "tcg,thread=single",
             Suite::Bench { .. } => "tcg,thread=multi",
         }
     }
@@ -127,6 +134,7 @@ impl Suite {
     fn label(self, kernel: &str) -> String {
         match self {
             Suite::Full => kernel.to_string(),
+            Suite::Tracepoint => format!("{kernel}-tracepoint"),
             Suite::Lockdown => format!("{kernel}-lockdown"),
             Suite::CgroupV1 => format!("{kernel}-cgroup-v1"),
             Suite::Bench { .. } => format!("{kernel}-bench"),
@@ -158,12 +166,19 @@ pub struct VmArgs {
     /// Seconds one kernel's boot and scenarios may take before QEMU is killed.
     #[arg(long, default_value_t = 420)]
     timeout: u64,
-    /// Skip the second, short boot of each kernel with lockdown=confidentiality.
-    #[arg(long)]
-    no_lockdown: bool,
-    /// Only the lockdown=confidentiality boot of each kernel.
-    #[arg(long, conflicts_with = "no_lockdown")]
-    lockdown_only: bool,
+    /// Which boots of each kernel (repeatable; default: every boot the kernel has): the whole suite,
+    /// the whole suite on the syscall tracepoints (5.10, 6.1), lockdown=confidentiality, cgroup v1 (5.10).
+    #[arg(long, value_enum)]
+    boot: Vec<Boot>,
+}
+
+/// A boot of `--boot`, by the name of its console log's suffix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Boot {
+    Full,
+    Tracepoint,
+    Lockdown,
+    CgroupV1,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -249,7 +264,7 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
 impl VmArgs {
     /// Every kernel, the default timeout: what `cargo xtask test` runs.
     pub fn all() -> VmArgs {
-        VmArgs { kernel: KernelChoice::All, timeout: 420, no_lockdown: false, lockdown_only: false }
+        VmArgs { kernel: KernelChoice::All, timeout: 420, boot: Vec::new() }
     }
 }
 
@@ -269,22 +284,24 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
         specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
     ));
 
-    let mut suites = Vec::new();
-    if !args.lockdown_only {
-        suites.push(Suite::Full);
-    }
-    if !args.no_lockdown {
-        suites.push(Suite::Lockdown);
-    }
+    let wanted = |boot: Boot| args.boot.is_empty() || args.boot.contains(&boot);
     let mut runs = Vec::new();
     for kernel in &kernels {
         let initrd = kernel_initramfs(kernel, &common)?;
-        for suite in &suites {
-            runs.push(boot_once_more_if_crashed(kernel, *suite, &initrd, Duration::from_secs(args.timeout))?);
-        }
-        // The v1 node shape on the kernel of the nodes that have it (EKS's AL2).
-        if kernel.spec.choice == KernelChoice::V5_10 && !args.lockdown_only {
-            runs.push(boot_once_more_if_crashed(kernel, Suite::CgroupV1, &initrd, Duration::from_secs(args.timeout))?);
+        let old = kernel.spec.choice == KernelChoice::V5_10;
+        let suites = [
+            (Boot::Full, Suite::Full, true),
+            // The tracepoint plan where its maps could make the kernel WARN
+            // (5.7 to 6.0), and on the first kernel without that check.
+            (Boot::Tracepoint, Suite::Tracepoint, old || kernel.spec.choice == KernelChoice::V6_1),
+            (Boot::Lockdown, Suite::Lockdown, true),
+            // The v1 node shape on the kernel of the nodes that have it (EKS's AL2).
+            (Boot::CgroupV1, Suite::CgroupV1, old),
+        ];
+        for (boot, suite, here) in suites {
+            if here && wanted(boot) {
+                runs.push(boot_once_more_if_crashed(kernel, suite, &initrd, Duration::from_secs(args.timeout))?);
+            }
         }
     }
     print_table(&runs);
@@ -1018,6 +1035,10 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
         Suite::Full => format!(
             "console=ttyS0 panic=-1 podstuck_vm.expect_attach={} podstuck_vm.expect_walk={}",
             kernel.spec.expect_attach, kernel.spec.expect_walk
+        ),
+        Suite::Tracepoint => format!(
+            "console=ttyS0 panic=-1 podstuck_vm.attach=tracepoint podstuck_vm.expect_attach=tracepoint podstuck_vm.expect_walk={}",
+            kernel.spec.expect_walk
         ),
         // Each of these kernels refuses, at load, programs that may read
         // kernel memory: podstuck must say so in one sentence.

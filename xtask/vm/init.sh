@@ -103,7 +103,8 @@ wait_gone() {
 start_watch() {
     OUT=$1
     shift
-    podstuck watch "$@" >"$OUT.json" 2>"$OUT.err" &
+    # shellcheck disable=SC2086 # ATTACH_ARGS is empty or two words.
+    podstuck watch $ATTACH_ARGS "$@" >"$OUT.json" 2>"$OUT.err" &
     WPID=$!
     wait_for "$OUT.json" '"type":"start"' "$WPID" 90
     case $? in
@@ -177,7 +178,12 @@ LOCKDOWN=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/security/lockdown 2>/dev/n
 [ -e /sys/kernel/btf/vmlinux ] && BTF=yes || BTF=no
 EXPECT=$(sed -n 's/.*podstuck_vm\.expect_attach=\([^ ]*\).*/\1/p' /proc/cmdline)
 EXPECT_WALK=$(sed -n 's/.*podstuck_vm\.expect_walk=\([^ ]*\).*/\1/p' /proc/cmdline)
-say "INFO kernel=$(uname -r) lockdown=${LOCKDOWN:-unknown} btf_vmlinux=$BTF modules_loaded=${MODULES:-none} cpus=$(nproc) mem_mb=$(free -m | awk '/^Mem:/ { print $2 }') expect_attach=${EXPECT:-any} expect_walk=${EXPECT_WALK:-any}"
+# The plan every watch and the demo are held to (podstuck_vm.attach=tracepoint:
+# the tracepoint boots of 5.10 and 6.1, as arm64 nodes before 6.4 run);
+# unset, podstuck chooses.
+ATTACH=$(sed -n 's/.*podstuck_vm\.attach=\([^ ]*\).*/\1/p' /proc/cmdline)
+ATTACH_ARGS=${ATTACH:+--attach $ATTACH}
+say "INFO kernel=$(uname -r) attach_asked=${ATTACH:-auto} lockdown=${LOCKDOWN:-unknown} btf_vmlinux=$BTF modules_loaded=${MODULES:-none} cpus=$(nproc) mem_mb=$(free -m | awk '/^Mem:/ { print $2 }') expect_attach=${EXPECT:-any} expect_walk=${EXPECT_WALK:-any}"
 
 # /var/tmp: ext4 (chattr +i needs a filesystem with inode flags; tmpfs has
 # none), from an image on the tmpfs, loop-mounted. 1 KiB blocks and enough
@@ -359,6 +365,29 @@ if [ "$SUITE" = cgroup-v1 ]; then
     fi
     say "TIME v1-identity $(since "$T0")"
 
+    # v1-identity-node: the same without --pod, as the DaemonSet watches:
+    # a short-lived GNU rm that joined the pod's cgroups in every hierarchy
+    # (as runc puts a container's process) is tied to the pod by cgroup.
+    T0=$(uptime_s)
+    A=- W=-
+    if start_watch /tmp/v1node --json --every-call --concurrent; then
+        echo x >/var/tmp/v1-node-file
+        # shellcheck disable=SC2016 # $$ and $h are the child shell's
+        sh -c 'for h in $0; do echo $$ >"'"$V1"'/$h/kubepods/burstable/pod'"$V1POD/$V1CID"'/cgroup.procs" || exit 1; done; exec rm -f /var/tmp/v1-node-file' "$HIERARCHIES" >/tmp/v1node.rm 2>&1
+        RRC=$?
+        wait_for /tmp/v1node.json '"abs_path":"/var/tmp/v1-node-file"' "$WPID" 30
+        stop_watch
+        L=$(grep '"abs_path":"/var/tmp/v1-node-file"' /tmp/v1node.json | head -n 1)
+        if echo "$L" | grep -q "\"pod_uid\":\"$V1POD\"" && echo "$L" | grep -q '"match":\["cgroup"\]'; then
+            result v1-identity-node PASS "node-wide: rm gone, its unlink tied to pod $V1POD by its v1 cgroup: $(echo "$L" | grep -o '"pod_uid":"[^"]*","container_id":"[^"]*"')"
+        else
+            result v1-identity-node FAIL "rm exit $RRC: $(oneline </tmp/v1node.rm); event: $(echo "$L" | oneline); podstuck: $(oneline </tmp/v1node.err)"
+        fi
+    else
+        result v1-identity-node FAIL "$WHY"
+    fi
+    say "TIME v1-identity-node $(since "$T0")"
+
     # v1-cgroup-busy: the container's task frozen by the v1 freezer, kubelet
     # removing the pod's cgroups every 2 s: one finding, whose fix, run as
     # printed, lets kubelet remove every one of them.
@@ -486,7 +515,8 @@ if [ -z "$SUITE" ]; then # the full suite
 # --- demo -----------------------------------------------------------------
 T0=$(uptime_s)
 A=- W=-
-timeout -s INT 240 podstuck demo --json --duration 25s >/tmp/demo.json 2>/tmp/demo.err
+# shellcheck disable=SC2086 # as in start_watch
+timeout -s INT 240 podstuck demo $ATTACH_ARGS --json --duration 25s >/tmp/demo.json 2>/tmp/demo.err
 RC=$?
 facts /tmp/demo.json
 show demo-stderr /tmp/demo.err 40
@@ -658,6 +688,9 @@ A=- W=-
 if start_watch /tmp/kill --json; then
     IDS=$(grep -m1 '"type":"start"' /tmp/kill.json | sed -n 's/.*"program_ids":\[\([0-9,]*\)\].*/\1/p' | tr ',' ' ')
     [ -e "/proc/$WPID/fdinfo" ] && HELD=$(grep -l '^prog_id:' /proc/"$WPID"/fdinfo/* 2>/dev/null | wc -l)
+    # What the series maps cost the kernel on this plan (bpftool reads
+    # memlock from the maps' fdinfo), for docs/kernels.md.
+    say "INFO series maps: $(bpftool map show 2>/dev/null | grep -A1 'name SERIES' | grep -v '^--' | oneline)"
     kill -9 "$WPID"
     wait "$WPID"
     LEFT=""
