@@ -90,6 +90,19 @@ impl Node {
         &DIRECT
     }
 
+    /// A container's view of a node whose `/` is at `root` and whose
+    /// namespaces are `node_pid`'s, setns refused: what the unit tests of
+    /// the readers give them to show they read under the root.
+    #[cfg(test)]
+    pub(crate) fn through(root: &Path, node_pid: u32) -> Node {
+        Node {
+            place: Place::Through { root: root.to_path_buf(), why: "a test".into() },
+            user_prefix: Some(root.to_path_buf()),
+            node_pid,
+            ..Node::on_node()
+        }
+    }
+
     pub fn place(&self) -> &Place {
         &self.place
     }

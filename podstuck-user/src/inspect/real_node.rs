@@ -567,7 +567,11 @@ impl NodeInspector for RealNode {
     }
 
     fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
-        let dir = path_of(path);
+        // The node's cgroupfs, reached from here: in a container read
+        // through --host-root, its own /sys/fs/cgroup is its cgroup
+        // namespace's, which holds none of the pods' cgroups.
+        let reached = self.node.path(path_of(path));
+        let dir = reached.as_path();
         let meta = fs::metadata(dir).map_err(unreadable)?;
         if !meta.is_dir() {
             return Err(Unreadable("not a directory".into()));
@@ -619,7 +623,7 @@ impl NodeInspector for RealNode {
             // or pids cgroup is frozen when its freezer twin is.
             let state = fs::read_to_string(dir.join("freezer.state")).ok().or_else(|| {
                 let twin = freezer_twin(&self.host_table().ok()?, path)?;
-                fs::read_to_string(path_of(&twin).join("freezer.state")).ok()
+                fs::read_to_string(self.node.path(path_of(&twin)).join("freezer.state")).ok()
             });
             (None, state.map(|s| matches!(s.trim(), "FROZEN" | "FREEZING")))
         };
@@ -633,12 +637,15 @@ impl NodeInspector for RealNode {
         };
         let mut levels = Vec::new();
         // Parents first: a thaw must start at the top, where a freeze
-        // applied to a parent holds its children.
-        let mut pending = std::collections::VecDeque::from([path_of(&twin).to_path_buf()]);
+        // applied to a parent holds its children. Read where podstuck
+        // reaches the node's freezer, named as the node spells it: the
+        // fix that thaws them runs there.
+        let mut pending = std::collections::VecDeque::from([self.node.path(path_of(&twin))]);
         while let Some(dir) = pending.pop_front() {
+            let shown = self.node.shown(&dir);
             let state = match fs::read_to_string(dir.join("freezer.state")) {
                 Ok(state) => state.trim().to_string(),
-                Err(e) if levels.is_empty() => return Err(Unreadable(format!("{}: {}", dir.display(), words(&e)))),
+                Err(e) if levels.is_empty() => return Err(Unreadable(format!("{}: {}", shown.display(), words(&e)))),
                 // A child removed meanwhile.
                 Err(_) => continue,
             };
@@ -656,7 +663,7 @@ impl NodeInspector for RealNode {
                 .collect();
             children.sort();
             pending.extend(children);
-            levels.push(FreezerLevel { dir: dir.into_os_string().into_vec(), state, pids });
+            levels.push(FreezerLevel { dir: shown.into_os_string().into_vec(), state, pids });
         }
         Ok(levels)
     }
@@ -1526,6 +1533,82 @@ mod tests {
         assert!(node.v1_freezer(b(&memory.join("no-such-cgroup"))).is_err());
         // Dropped in reverse: thawed, then killed (a frozen task ignores
         // SIGKILL, and waiting for it would hang), then removed.
+    }
+
+    /// The node as a container sees it through `--host-root` (setns
+    /// refused): its `/` at a directory of its own. Its cgroups and v1
+    /// freezer are read under that root, never in podstuck's own
+    /// /sys/fs/cgroup (its cgroup namespace's, which holds none of the
+    /// pods'), and the freezer's directories are named as the node spells
+    /// them, where the fix that thaws them runs. Plain files stand for
+    /// cgroupfs: the readers only read.
+    #[test]
+    fn through_a_host_root_cgroups_and_the_v1_freezer_are_read_under_it() {
+        let host = TempDir::new("host-root-cgroups");
+        let proc = TempDir::new("host-root-proc");
+        let own = std::process::id();
+        // The node's mount table, read as PID 1's; this process's entry as itself.
+        fs::create_dir_all(proc.0.join("1")).unwrap();
+        fs::write(
+            proc.0.join("1/mountinfo"),
+            "25 1 0:20 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
+             26 25 0:21 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n\
+             27 25 0:22 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n\
+             28 25 0:23 / /sys/fs/cgroup/freezer rw,nosuid - cgroup cgroup rw,freezer\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(format!("/proc/{own}"), proc.0.join(own.to_string())).unwrap();
+        let files = |dir: &str, entries: &[(&str, String)]| {
+            let dir = host.0.join(dir.trim_start_matches('/'));
+            fs::create_dir_all(&dir).unwrap();
+            for (name, text) in entries {
+                fs::write(dir.join(name), text).unwrap();
+            }
+        };
+        let pod = format!("kubepods/podstuck-test-{own}");
+        let v2 = format!("/sys/fs/cgroup/unified/{pod}");
+        files(
+            &v2,
+            &[
+                ("cgroup.procs", format!("{own}\n")),
+                ("cgroup.controllers", String::new()),
+                ("cgroup.events", "populated 1\nfrozen 0\n".into()),
+                ("cgroup.freeze", "0\n".into()),
+                ("cgroup.kill", String::new()),
+            ],
+        );
+        files(&format!("{v2}/c1"), &[("cgroup.procs", String::new()), ("cgroup.controllers", String::new())]);
+        let memory = format!("/sys/fs/cgroup/memory/{pod}");
+        files(&memory, &[("tasks", format!("{own}\n")), ("cgroup.procs", format!("{own}\n"))]);
+        let freezer = format!("/sys/fs/cgroup/freezer/{pod}");
+        files(&freezer, &[("freezer.state", "FROZEN\n".into()), ("cgroup.procs", format!("{own}\n"))]);
+        files(&format!("{freezer}/c1"), &[("freezer.state", "FROZEN\n".into()), ("cgroup.procs", String::new())]);
+        for raw in [&v2, &memory, &freezer] {
+            assert!(!Path::new(raw).exists(), "{raw} must exist only under the host root");
+        }
+        let view: &'static Node = Box::leak(Box::new(Node::through(&host.0, 1)));
+        let mut node = RealNode::with_proc_root(view, proc.0.clone());
+
+        let state = node.cgroup(v2.as_bytes()).unwrap();
+        assert_eq!(state.version, 2);
+        assert_eq!(state.tasks.iter().map(|t| t.pid).collect::<Vec<_>>(), vec![own]);
+        assert_eq!(state.children, vec!["c1".to_string()]);
+        assert_eq!((state.populated, state.frozen, state.has_kill), (Some(true), Some(false), true));
+
+        // A v1 memory cgroup is frozen when its freezer twin is, read under the root too.
+        let state = node.cgroup(memory.as_bytes()).unwrap();
+        assert_eq!((state.version, state.frozen), (1, Some(true)));
+        assert_eq!(state.tasks.iter().map(|t| t.tid).collect::<Vec<_>>(), vec![own]);
+        let levels = node.v1_freezer(memory.as_bytes()).unwrap();
+        assert_eq!(
+            levels,
+            vec![
+                FreezerLevel { dir: freezer.clone().into_bytes(), state: "FROZEN".into(), pids: vec![own] },
+                FreezerLevel { dir: format!("{freezer}/c1").into_bytes(), state: "FROZEN".into(), pids: vec![] },
+            ]
+        );
+        let gone = node.v1_freezer(b"/sys/fs/cgroup/memory/kubepods/no-such-pod").unwrap_err();
+        assert!(gone.0.starts_with("/sys/fs/cgroup/freezer/kubepods/no-such-pod: "), "the node's spelling: {gone}");
     }
 
     #[test]
