@@ -180,3 +180,103 @@ kernel_test! {
         assert!(stderr.contains("--host-root") && stderr.contains("not the node's root"), "{stderr}");
     }
 }
+
+/// What makes a container that reads the node through `--host-root`, as a
+/// DaemonSet without CAP_SYS_ADMIN does: a mount namespace of its own
+/// whose root is a new tmpfs, with the node's `/` rbound at `/host`, and a
+/// cgroupfs of its own at /sys/fs/cgroup, here an empty tmpfs (a
+/// container's cgroup namespace shows its own cgroup alone, none of the
+/// pods'). The command it is given last runs chrooted there without
+/// CAP_SYS_ADMIN, so entering the node's mount namespace is refused.
+const HOST_ROOT_CONTAINER: &str = r#"set -e
+new="$CONTAINER_ROOT"
+mount -t tmpfs container-root "$new"
+mkdir "$new/usr" "$new/host" "$new/proc" "$new/dev" "$new/sys" "$new/tmp"
+mount --rbind /usr "$new/usr"
+for d in bin lib lib64 sbin; do ln -s "usr/$d" "$new/$d"; done
+mount --rbind / "$new/host"
+mount -t proc proc "$new/proc"
+mount --rbind /dev "$new/dev"
+mount --rbind /sys "$new/sys"
+mount -t tmpfs container-cgroups "$new/sys/fs/cgroup"
+program="$1"; shift
+exec chroot "$new" setpriv --bounding-set -sys_admin --inh-caps -sys_admin "/host$program" "$@"
+"#;
+
+/// CAP_SYS_ADMIN, as numbered in /proc/PID/status's capability masks.
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Whether process `pid` holds the capability numbered `cap` now.
+fn has_capability(pid: i32, cap: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let effective = status.lines().find_map(|l| l.strip_prefix("CapEff:")).expect("a CapEff line");
+    u64::from_str_radix(effective.trim(), 16).unwrap() & (1 << cap) != 0
+}
+
+kernel_test! {
+    /// Issue 38: read through `--host-root`, a pod cgroup kubelet cannot
+    /// remove is read in the node's cgroupfs, under the root, and its live
+    /// task named; podstuck's own /sys/fs/cgroup has none of it.
+    fn through_a_host_root_a_busy_pod_cgroup_is_read_in_the_nodes_cgroupfs(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let uid = new_pod_uid();
+        let uid = uid.as_str();
+        // As in diagnosis.rs's cgroup-busy test: a BestEffort pod's slice
+        // under a parent of this test's own.
+        let cgroup = pod_slice(&cgroup2_root().join(scratch.path().file_name().unwrap()), "besteffort", uid);
+        let _cgroups = CgroupDirs::create(&cgroup);
+        let task = start_actor([std::ffi::OsStr::new("--comm"), "pause".as_ref(), "--cgroup".as_ref(), cgroup.as_os_str(), "sleep".as_ref()]);
+        task.wait_ready(Duration::from_secs(10));
+
+        let container_root = scratch.path().join("container-root");
+        std::fs::create_dir_all(&container_root).unwrap();
+        let node_pid = std::process::id().to_string();
+        let wrapper: Vec<std::ffi::OsString> = vec![
+            "env".into(),
+            format!("CONTAINER_ROOT={}", container_root.display()).into(),
+            "unshare".into(),
+            "-m".into(),
+            "--propagation".into(),
+            "private".into(),
+            "sh".into(),
+            "-c".into(),
+            HOST_ROOT_CONTAINER.into(),
+            "sh".into(),
+        ];
+        let mut watch = Watch::start_wrapped(
+            &wrapper,
+            &["--findings", "--hung-after", "2s", "--kubelet-root", root.arg(), "--pod", uid, "--host-root", "/host", "--node-pid", &node_pid],
+        );
+        // The shape is the one asked for: another mount namespace, no
+        // CAP_SYS_ADMIN to leave it, and no pod cgroup in its own cgroupfs.
+        let pid = watch.pid();
+        assert_ne!(std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap(), std::fs::read_link("/proc/self/ns/mnt").unwrap(), "podstuck stays in its container's mount namespace");
+        assert!(!has_capability(pid, CAP_SYS_ADMIN), "podstuck runs without CAP_SYS_ADMIN");
+        let own_view = Path::new(&format!("/proc/{pid}/root")).join(cgroup.strip_prefix("/").unwrap());
+        assert!(!own_view.exists(), "{} is in podstuck's own cgroupfs", cgroup.display());
+
+        // kubelet's pod cgroup cleanup, every 2 s.
+        let kubelet = start_actor([std::ffi::OsStr::new("--comm"), "kubelet".as_ref(), "--every-ms".as_ref(), "2000".as_ref(), "--repeat".as_ref(), "0".as_ref(), "rmdir".as_ref(), cgroup.as_os_str()]);
+        let ebusy = format!("rmdir errno {}", libc::EBUSY);
+        let first = kubelet.wait_for_lines(1, Duration::from_secs(10));
+        assert_eq!(first, vec![ebusy], "kubelet's first rmdir");
+        let pause = task.pid();
+        let finding = watch.await_finding(
+            Duration::from_secs(60),
+            |f| f["kind"] == "cgroup-busy",
+            |e| {
+                e.eq("/pod_uid", uid);
+                e.eq("/paths/0", text(&cgroup));
+                e.eq("/confidence", "confirmed");
+                e.that(e.mentions_number("/evidence", pause.into()), format!("evidence should name the live task, pid {pause}"));
+                e.contains("/fix", &format!("echo 1 > {}", shell_word(&cgroup.join("cgroup.kill"))));
+            },
+        );
+        let evidence = finding["evidence"].to_string();
+        assert!(!evidence.contains("/host/"), "paths are the node's: {evidence}");
+        drop(kubelet);
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+    }
+}
