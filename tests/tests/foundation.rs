@@ -276,8 +276,27 @@ fn podstuck_in_private_namespace(setup: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// A copy of `binary` in `dir` that nobody may run: the binary under test
+/// may lie where only root can enter (a clone under /root, which is
+/// 0700), and exec as nobody would fail there with "permission denied"
+/// before podstuck says anything. `dir` and the copy are made 0755, and
+/// every directory above `dir` must let others through.
+fn copy_for_nobody(binary: &Path, dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let everyone = std::fs::Permissions::from_mode(0o755);
+    std::fs::set_permissions(dir, everyone.clone()).unwrap();
+    for above in dir.ancestors().skip(1) {
+        let mode = std::fs::metadata(above).unwrap().mode();
+        assert!(mode & 0o001 != 0, "{} (mode {mode:o}) keeps nobody out of {}", above.display(), dir.display());
+    }
+    let copy = dir.join("podstuck");
+    std::fs::copy(binary, &copy).unwrap_or_else(|e| panic!("copy {} to {}: {e}", binary.display(), copy.display()));
+    std::fs::set_permissions(&copy, everyone).unwrap();
+    copy
+}
+
 kernel_test! {
-    fn missing_tracefs_btf_or_privileges_are_explained() {
+    fn missing_tracefs_btf_or_privileges_are_explained(test) {
         let (code, stderr) =
             podstuck_in_private_namespace("umount /sys/kernel/tracing 2>/dev/null; umount /sys/kernel/debug 2>/dev/null; true");
         assert_eq!(code, 2, "{stderr}");
@@ -288,10 +307,13 @@ kernel_test! {
         assert_eq!(code, 2, "{stderr}");
         assert!(stderr.contains("no BTF"), "{stderr}");
 
-        // Without root: setuid to nobody drops every capability.
-        let binary = podstuck_binary();
+        // Without root: setuid to nobody drops every capability. nobody
+        // runs a copy it can reach, from where it can reach it.
+        let scratch = test.scratch();
+        let binary = copy_for_nobody(&podstuck_binary(), scratch.path());
         let out = Command::new(&binary)
             .args(["watch", "--json"])
+            .current_dir(scratch.path())
             .uid(65534)
             .gid(65534)
             .output()
