@@ -292,6 +292,40 @@ kernel_test! {
     }
 }
 
+kernel_test! {
+    /// Node-wide, as the DaemonSet watches a v1 node: a pod whose cgroups
+    /// appear while podstuck runs, right after a call from another cgroup
+    /// it did not know either, has its short-lived process tied to it. The
+    /// index of cgroups once waited a second between rescans, and this
+    /// call went unnamed.
+    fn node_wide_a_new_v1_pods_short_lived_task_is_tied_to_it_after_another_unknown_cgroup(test) {
+        let Some(memory) = v1_memory_hierarchy(test.name()) else { return };
+        let scratch = test.scratch();
+        let (elsewhere, inside) = (scratch.path().join("elsewhere"), scratch.path().join("inside-the-pod"));
+        std::fs::write(&elsewhere, b"x").unwrap();
+        std::fs::write(&inside, b"x").unwrap();
+        let other = memory.join(format!("podstuck-test-other-{}", std::process::id()));
+        let _other = CgroupDirs::create(&other);
+        let watch = Watch::start(&["--every-call"]);
+
+        let (first, said) =
+            run_actor(&["--cgroup".as_ref(), other.as_os_str(), "unlink".as_ref(), elsewhere.as_os_str()]);
+        assert!(said.contains("ok"), "{said}");
+        let uid = new_pod_uid();
+        let container = memory.join(format!("kubepods/burstable/pod{uid}/{:0>64}", std::process::id()));
+        let _pod = CgroupDirs::create(&container);
+        let (pid, said) = run_actor(&["--cgroup".as_ref(), container.as_os_str(), "unlink".as_ref(), inside.as_os_str()]);
+        assert!(said.contains("ok"), "{said}");
+
+        let done = stop_when(watch, |e| !of_pid(e, pid).is_empty() && !of_pid(e, first).is_empty());
+        let events = of_pid(&done.events, pid);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["pod_uid"], uid, "{}", events[0]);
+        assert_eq!(events[0]["match"], serde_json::json!(["cgroup"]));
+        assert_eq!(of_pid(&done.events, first)[0]["pod_uid"], Value::Null);
+    }
+}
+
 fn busy(args: &[&OsStr]) -> Child {
     actor().args(args).stdout(Stdio::null()).spawn().expect("spawn actor")
 }

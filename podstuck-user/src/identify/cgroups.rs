@@ -8,10 +8,10 @@
 //! it is read from mountinfo, never assumed. This module reads the cgroup
 //! tree but never changes it; what a path means is `pod`'s business.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::pod::{clues_from_cgroup, ContainerId, PodUid};
 use super::RescanLimit;
@@ -68,13 +68,63 @@ pub struct CgroupIndex {
     root: PathBuf,
     by_id: HashMap<u64, String>,
     rescans: RescanLimit,
+    /// Ids looked up and not found: a second miss of one waits for
+    /// `rescans`' interval.
+    missed: HashSet<u64>,
+    /// Rescans a first miss may take at once (`FirstMisses`).
+    first_misses: FirstMisses,
+}
+
+/// Ids remembered as missed; past this many the memory starts over (a
+/// bound, whatever ids the kernel reports).
+const MISSED_KEPT: usize = 4096;
+
+/// Rescans for ids missed for the first time: up to `BURST` at once, then
+/// `PER_SECOND` on average. A new pod's cgroup is missed right after it
+/// appears, by the first call made in it, and must be found then: with
+/// only the interval, a first miss within a second of another found
+/// nothing, and a short-lived process of a new pod went unnamed on a busy
+/// node. An id that stays unknown (a cgroup already gone) is not rescanned
+/// for more than once per interval.
+#[derive(Debug)]
+struct FirstMisses {
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl FirstMisses {
+    const BURST: f64 = 32.0;
+    const PER_SECOND: f64 = 8.0;
+
+    fn new() -> FirstMisses {
+        FirstMisses { tokens: Self::BURST, refilled: Instant::now() }
+    }
+
+    /// Whether a first miss may rescan now; takes its token if so.
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let earned = now.duration_since(self.refilled).as_secs_f64() * Self::PER_SECOND;
+        self.tokens = (self.tokens + earned).min(Self::BURST);
+        self.refilled = now;
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
 }
 
 impl CgroupIndex {
     /// An empty index over the hierarchy mounted at `root`; the first lookup
     /// fills it.
     pub fn new(root: PathBuf) -> CgroupIndex {
-        CgroupIndex { root, by_id: HashMap::new(), rescans: RescanLimit::default() }
+        CgroupIndex {
+            root,
+            by_id: HashMap::new(),
+            rescans: RescanLimit::default(),
+            missed: HashSet::new(),
+            first_misses: FirstMisses::new(),
+        }
     }
 
     /// How often a lookup miss may rescan: a miss for a task that has
@@ -121,14 +171,19 @@ impl CgroupIndex {
         }
     }
 
-    /// The path of a cgroup id; on a miss, rescans at most once per
-    /// `min_rescan_interval` (default 1 s) and looks again: new pods
-    /// create cgroups all the time.
+    /// The path of a cgroup id; on a miss, rescans and looks again: at
+    /// once for an id missed for the first time (within `FirstMisses`'
+    /// budget), else at most once per `min_rescan_interval` (default 1 s).
+    /// New pods create cgroups all the time.
     pub fn path_of(&mut self, id: u64) -> Option<String> {
         if let Some(path) = self.by_id.get(&id) {
             return Some(path.clone());
         }
-        if !self.rescan_due() {
+        if self.missed.len() >= MISSED_KEPT {
+            self.missed.clear();
+        }
+        let first_miss = self.missed.insert(id);
+        if !self.rescan_due() && !(first_miss && self.first_misses.take()) {
             return None;
         }
         self.rescan();
@@ -317,15 +372,42 @@ mod tests {
         let mut index = CgroupIndex::new(tmp.0.clone());
         index.set_min_rescan_interval(Duration::from_secs(3600));
         assert_eq!(index.path_of(u64::MAX), None); // first scan happens here
-        let new_id = mkdir(&tmp, "/kubepods.slice/new.slice");
-        assert_eq!(index.path_of(new_id), None, "rescanned too soon");
+        let late = mkdir(&tmp, "/kubepods.slice/late.slice");
+        // A second miss of an id waits for the interval.
+        assert_eq!(index.path_of(u64::MAX), None);
+        assert!(!index.by_id.contains_key(&late), "rescanned too soon for an id missed before");
         index.set_min_rescan_interval(Duration::ZERO);
-        assert_eq!(index.path_of(new_id).as_deref(), Some("/kubepods.slice/new.slice"));
+        assert_eq!(index.path_of(late).as_deref(), Some("/kubepods.slice/late.slice"));
         // An explicit rescan ignores the interval and drops what is gone.
         index.set_min_rescan_interval(Duration::from_secs(3600));
-        std::fs::remove_dir(tmp.0.join("kubepods.slice/new.slice")).unwrap();
+        std::fs::remove_dir(tmp.0.join("kubepods.slice/late.slice")).unwrap();
         index.rescan();
-        assert_eq!(index.path_of(new_id), None);
+        assert_eq!(index.path_of(late), None);
+    }
+
+    /// A new pod's cgroup, missed by the first call made in it, is found at
+    /// once, even right after another miss: the id's first miss rescans.
+    #[test]
+    fn a_cgroup_missed_for_the_first_time_is_found_at_once() {
+        let tmp = TempDir::new("first");
+        let mut index = CgroupIndex::new(tmp.0.clone());
+        index.set_min_rescan_interval(Duration::from_secs(3600));
+        assert_eq!(index.path_of(u64::MAX), None);
+        let mut ids = Vec::new();
+        for n in 0..FirstMisses::BURST as usize {
+            let id = mkdir(&tmp, &format!("/kubepods/besteffort/pod{n}"));
+            assert_eq!(index.path_of(id), Some(format!("/kubepods/besteffort/pod{n}")), "pod {n}");
+            ids.push(id);
+        }
+        // Past the budget, first misses wait for tokens or the interval.
+        let over = mkdir(&tmp, "/kubepods/besteffort/over");
+        index.first_misses = FirstMisses { tokens: 0.0, refilled: Instant::now() };
+        assert_eq!(index.path_of(over), None, "a first miss beyond the budget rescans");
+        // The memory of missed ids is bounded.
+        for id in 0..(MISSED_KEPT as u64 + 10) {
+            let _ = index.path_of(u64::MAX - 2 - id);
+        }
+        assert!(index.missed.len() <= MISSED_KEPT);
     }
 
     #[test]
