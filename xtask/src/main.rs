@@ -54,9 +54,10 @@ enum Task {
     VmTest(vm::VmArgs),
 }
 
-/// What the benchmark compares podstuck with, and Debian's docker.io whose
-/// `docker volume rm` it measures.
-const BENCH_PACKAGES: [&str; 3] = ["bpftrace", "strace", "docker.io"];
+/// What the benchmark compares podstuck with, Debian's docker.io whose
+/// `docker volume rm` it measures, and bpftool, which names podstuck's maps
+/// whose kernel memory it reports.
+const BENCH_PACKAGES: [&str; 4] = ["bpftrace", "strace", "docker.io", "bpftool"];
 
 /// Debian packages of the eBPF build chain (docs/building.md), the tools the
 /// end-to-end tests drive (chattr, unshare, mount; tmux, the terminal the
