@@ -365,27 +365,37 @@ if [ "$SUITE" = cgroup-v1 ]; then
     fi
     say "TIME v1-identity $(since "$T0")"
 
-    # v1-identity-node: the same without --pod, as the DaemonSet watches:
-    # a short-lived GNU rm that joined the pod's cgroups in every hierarchy
-    # (as runc puts a container's process) is tied to the pod by cgroup.
+    # v1-identity-node: without --pod, as the DaemonSet watches: a pod whose
+    # cgroups appear while podstuck runs, right after a call from another
+    # cgroup podstuck did not know either; its short-lived GNU rm, which
+    # joined the pod's cgroups in every hierarchy (as runc puts a
+    # container's process), is tied to the pod by cgroup.
     T0=$(uptime_s)
     A=- W=-
+    NEWPOD=4d4d4d4d-1111-4222-8333-555555555555
+    NEWDIRS=$(for h in $HIERARCHIES; do echo "$V1/$h/kubepods/burstable/pod$NEWPOD/$V1CID"; done)
     if start_watch /tmp/v1node --json --every-call --concurrent; then
+        echo x >/var/tmp/v1-other-file
         echo x >/var/tmp/v1-node-file
-        # shellcheck disable=SC2016 # $$ and $h are the child shell's
-        sh -c 'for h in $0; do echo $$ >"'"$V1"'/$h/kubepods/burstable/pod'"$V1POD/$V1CID"'/cgroup.procs" || exit 1; done; exec rm -f /var/tmp/v1-node-file' "$HIERARCHIES" >/tmp/v1node.rm 2>&1
+        mkdir -p "$V1/memory/v1-other"
+        sh -c 'echo $$ >"$0/cgroup.procs" && exec rm -f /var/tmp/v1-other-file' "$V1/memory/v1-other"
+        for d in $NEWDIRS; do mkdir -p "$d"; done
+        # shellcheck disable=SC2016 # $$ and $d are the child shell's
+        sh -c 'for d in $0; do echo $$ >"$d/cgroup.procs" || exit 1; done; exec rm -f /var/tmp/v1-node-file' "$NEWDIRS" >/tmp/v1node.rm 2>&1
         RRC=$?
         wait_for /tmp/v1node.json '"abs_path":"/var/tmp/v1-node-file"' "$WPID" 30
         stop_watch
         L=$(grep '"abs_path":"/var/tmp/v1-node-file"' /tmp/v1node.json | head -n 1)
-        if echo "$L" | grep -q "\"pod_uid\":\"$V1POD\"" && echo "$L" | grep -q '"match":\["cgroup"\]'; then
-            result v1-identity-node PASS "node-wide: rm gone, its unlink tied to pod $V1POD by its v1 cgroup: $(echo "$L" | grep -o '"pod_uid":"[^"]*","container_id":"[^"]*"')"
+        if echo "$L" | grep -q "\"pod_uid\":\"$NEWPOD\"" && echo "$L" | grep -q '"match":\["cgroup"\]'; then
+            result v1-identity-node PASS "node-wide: a pod made after the start, its rm gone, its unlink tied to pod $NEWPOD by its v1 cgroup: $(echo "$L" | grep -o '"pod_uid":"[^"]*","container_id":"[^"]*"')"
         else
             result v1-identity-node FAIL "rm exit $RRC: $(oneline </tmp/v1node.rm); event: $(echo "$L" | oneline); podstuck: $(oneline </tmp/v1node.err)"
         fi
     else
         result v1-identity-node FAIL "$WHY"
     fi
+    for d in $NEWDIRS; do rmdir "$d" "${d%/*}" 2>/dev/null; done
+    rmdir "$V1/memory/v1-other" 2>/dev/null
     say "TIME v1-identity-node $(since "$T0")"
 
     # v1-cgroup-busy: the container's task frozen by the v1 freezer, kubelet
