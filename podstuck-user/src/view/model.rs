@@ -389,7 +389,7 @@ pub struct Selection {
     /// Rows of the open detail scrolled past (Up/Down scroll it: at 80 x 24
     /// a finding's evidence may not fit).
     pub scroll: u16,
-    /// Said on the status line: "fix copied (42 bytes)".
+    /// Said on the status line: "fix sent as OSC 52 (42 bytes): ...".
     pub status: Option<String>,
 }
 
@@ -428,7 +428,13 @@ impl Selection {
                 }
                 return match osc52(&finding.fix) {
                     Ok(sequence) => {
-                        self.status = Some(format!("fix copied ({} bytes)", finding.fix.len()));
+                        // Written, not known to be copied: tmux's default
+                        // `set-clipboard external` drops OSC 52. Say what was
+                        // done, and where the fix is whole anyway.
+                        self.status = Some(format!(
+                            "fix sent as OSC 52 ({} bytes): tmux needs set-clipboard on; q prints it",
+                            finding.fix.len()
+                        ));
                         Some(sequence)
                     }
                     Err(size) => {
@@ -703,7 +709,13 @@ pub(crate) mod tests {
             payload.chars().all(|c| c.is_ascii_alphanumeric() || "+/=".contains(c)),
             "nothing in it a terminal reads as an escape"
         );
-        assert_eq!(selection.status, Some(format!("fix copied ({} bytes)", findings[1].fix.len())));
+        assert_eq!(
+            selection.status,
+            Some(format!(
+                "fix sent as OSC 52 ({} bytes): tmux needs set-clipboard on; q prints it",
+                findings[1].fix.len()
+            ))
+        );
         assert_eq!(osc52("umount /k/pods/x/mount").unwrap(), "\x1b]52;c;dW1vdW50IC9rL3BvZHMveC9tb3VudA==\x07");
         // Too large for a terminal: said, not sent.
         findings[1].fix = "x".repeat(COPY_LIMIT + 1);

@@ -203,6 +203,112 @@ pub fn fix_rows(fix: &str, width: usize) -> Vec<String> {
     rows
 }
 
+/// A word in pieces of at most `width` characters, each broken after the
+/// last `/` that falls in it (a path reads by its directories), else at
+/// `width`: nothing of it is left out.
+fn word_pieces(word: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let chars: Vec<char> = word.chars().collect();
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    while chars.len() - at > width {
+        let window = &chars[at..at + width];
+        let take = window.iter().rposition(|&c| c == '/').filter(|&p| p > 0).map_or(width, |p| p + 1);
+        pieces.push(chars[at..at + take].iter().collect());
+        at += take;
+    }
+    pieces.push(chars[at..].iter().collect());
+    pieces
+}
+
+/// A row of a fix shown whole (see [`whole_fix_rows`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FixRow {
+    /// The row goes on with a word the row above broke: it must start in
+    /// the terminal's first column, or a paste would split the word.
+    pub joins_word: bool,
+    pub text: String,
+}
+
+/// A fix in rows of at most `width` characters, whole: as [`fix_rows`],
+/// but a word wider than a row (a long path) is broken after a `/` with a
+/// `\` and no space at the row's end, which a shell removes with the line
+/// break, joining the word back (the row after it starts in the first
+/// column, see [`FixRow::joins_word`]). Nothing is elided: read from the
+/// screen, or pasted, the rows are the fix. A quoted word is broken
+/// without the `\` (inside quotes it would be kept): `c` copies it whole.
+pub fn whole_fix_rows(fix: &str, width: usize) -> Vec<FixRow> {
+    const GOES_ON: &str = " \\";
+    let row_of = |joins_word: bool, text: String| FixRow { joins_word, text };
+    let mut rows = Vec::new();
+    for line in fix.split('\n') {
+        if columns(line) <= width {
+            rows.push(row_of(false, line.to_string()));
+            continue;
+        }
+        let room = width.saturating_sub(GOES_ON.len()).max(1);
+        let mut row = String::new();
+        let mut joins = false;
+        for word in shell_words(line) {
+            let needed = if row.is_empty() { columns(word) } else { columns(&row) + 1 + columns(word) };
+            if needed <= room {
+                if !row.is_empty() {
+                    row.push(' ');
+                }
+                row.push_str(word);
+                continue;
+            }
+            if !row.is_empty() {
+                rows.push(row_of(joins, std::mem::take(&mut row) + GOES_ON));
+                joins = false;
+            }
+            if columns(word) <= room {
+                row = word.to_string();
+                continue;
+            }
+            let quoted = word.contains(['\'', '"']);
+            let pieces = word_pieces(word, room);
+            let last = pieces.len() - 1;
+            for (i, piece) in pieces.into_iter().enumerate() {
+                if i < last {
+                    let end = if quoted { "" } else { "\\" };
+                    rows.push(row_of(i > 0 && !quoted, piece + end));
+                } else {
+                    row = piece;
+                    joins = i > 0 && !quoted;
+                }
+            }
+        }
+        rows.push(row_of(joins, row));
+    }
+    rows
+}
+
+/// Prose in rows of at most `width` characters, broken between words; a
+/// word wider than a row is broken after a `/` (see [`word_pieces`]), never
+/// shortened: the detail pane is where the whole text is.
+fn whole_prose_rows(text: &str, width: usize) -> Vec<String> {
+    let mut rows = Vec::new();
+    for line in text.split('\n') {
+        let mut row = String::new();
+        for word in line.split(' ').filter(|w| !w.is_empty()) {
+            if !row.is_empty() && columns(&row) + 1 + columns(word) <= width {
+                row.push(' ');
+                row.push_str(word);
+                continue;
+            }
+            if !row.is_empty() {
+                rows.push(std::mem::take(&mut row));
+            }
+            let mut pieces = word_pieces(word, width);
+            row = pieces.pop().unwrap_or_default();
+            rows.extend(pieces);
+        }
+        rows.push(row);
+    }
+    rows
+}
+
 /// Prose (a summary, a piece of evidence) in rows of at most `width`
 /// characters, broken between words; a word wider than a row is shortened
 /// from the middle.
@@ -337,18 +443,19 @@ fn detail_lines(findings: &[FindingRow], selected: usize, width: u16) -> Vec<Lin
         ),
     ])];
     if let Some(pod) = &f.pod {
-        lines.push(Line::raw(cut(&format!(" pod {pod}"), width)));
+        lines.extend(whole_prose_rows(&format!("pod {pod}"), room).into_iter().map(|row| Line::raw(format!(" {row}"))));
     }
     // The fix first: it is what the user acts on, and at 24 rows what
     // comes last may need scrolling to.
     if f.active && !f.fix.is_empty() {
-        lines.push(Line::styled(" fix (c copies it whole):", dim()));
+        lines.push(Line::styled(" fix (whole; c copies it, q prints it):", dim()));
         let fix_style = bold().fg(Color::Green);
-        lines.extend(
-            fix_rows(&terminal_safe_lines(&f.fix), room)
-                .into_iter()
-                .map(|row| Line::from(vec![Span::raw(indent), Span::styled(row, fix_style)])),
-        );
+        // A row that goes on with a broken word starts in the first column,
+        // so that the rows pasted into a shell are the fix.
+        lines.extend(whole_fix_rows(&terminal_safe_lines(&f.fix), room).into_iter().map(|row| {
+            let lead = if row.joins_word { "" } else { indent };
+            Line::from(vec![Span::raw(lead), Span::styled(row.text, fix_style)])
+        }));
     } else {
         lines.push(Line::styled(" over: nothing to run now", dim()));
     }
@@ -357,14 +464,14 @@ fn detail_lines(findings: &[FindingRow], selected: usize, width: u16) -> Vec<Lin
     } else {
         lines.push(Line::styled(" evidence:", dim()));
         for item in &f.evidence {
-            for (i, row) in prose_rows(item, room.saturating_sub(2).max(1)).into_iter().enumerate() {
+            for (i, row) in whole_prose_rows(item, room.saturating_sub(2).max(1)).into_iter().enumerate() {
                 let lead = if i == 0 { "   - " } else { "     " };
                 lines.push(Line::raw(format!("{lead}{row}")));
             }
         }
     }
     lines.push(Line::styled(" summary:", dim()));
-    lines.extend(prose_rows(&f.summary, room).into_iter().map(|row| Line::raw(format!("{indent}{row}"))));
+    lines.extend(whole_prose_rows(&f.summary, room).into_iter().map(|row| Line::raw(format!("{indent}{row}"))));
     lines
 }
 
@@ -700,6 +807,34 @@ mod tests {
         }
     }
 
+    /// What a shell reads from rows pasted into it: a `\\` at a row's end
+    /// and the line break after it are removed.
+    fn shell_pasted(rows: &[String]) -> String {
+        rows.join("\n").replace("\\\n", "").split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn the_whole_fix_breaks_a_long_path_after_a_slash_and_pastes_back() {
+        let path = "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1/mount";
+        let fix = format!("umount {path} && rmdir {path}\nkill 42");
+        let rows = whole_fix_rows(&fix, 30);
+        let texts: Vec<String> =
+            rows.iter().map(|r| if r.joins_word { r.text.clone() } else { format!("   {}", r.text) }).collect();
+        for row in &rows {
+            assert!(row.text.chars().count() <= 30, "{row:?}");
+            assert!(!row.text.contains('…'), "{row:?}");
+        }
+        assert_eq!(rows[0], FixRow { joins_word: false, text: "umount \\".into() });
+        assert_eq!(rows[1], FixRow { joins_word: false, text: "/var/lib/kubelet/pods/x/\\".into() });
+        assert!(rows[2].joins_word, "{rows:?}");
+        assert_eq!(shell_pasted(&texts), fix.replace('\n', " "));
+        assert_eq!(word_pieces("abcdefgh", 3), vec!["abc", "def", "gh"]);
+        assert_eq!(
+            whole_prose_rows(&format!("still mounted: {path}."), 30).concat().replace("mounted:", "mounted: "),
+            format!("still mounted: {path}.")
+        );
+    }
+
     /// The fix as pasted from the screen's rows: continuations joined.
     fn pasted(rows: &[String]) -> String {
         rows.iter().map(|r| r.trim().trim_end_matches(" \\")).collect::<Vec<_>>().join(" ")
@@ -836,9 +971,15 @@ mod tests {
         assert!(text.contains("Removal failed with EBUSY 4 times."), "the whole summary:\n{text}");
         assert!(text.contains("   - trace: unlinkat(AT_REMOVEDIR) by kubelet failed EBUSY 4 times"), "{text}");
         assert!(text.contains("   - mountinfo: /k/pods/x/mount: tmpfs"), "{text}");
-        let at = lines.iter().position(|l| l.contains("fix (c copies it whole):")).unwrap();
+        // The fix whole, at 80 columns: its path broken after a `/`, never
+        // elided; the rows pasted into a shell are the fix.
+        let at = lines.iter().position(|l| l.contains("fix (whole; c copies it, q prints it):")).unwrap();
         assert_eq!(lines[at + 1], "   umount \\");
-        assert!(lines[at + 2].ends_with("/mount") && lines[at + 2].contains('…'));
+        assert!(lines[at + 2].starts_with("   /var/lib/") && lines[at + 2].ends_with("/\\"), "{text}");
+        assert!(lines[at + 3].ends_with("/mount") && !lines[at + 3].starts_with(' '), "{text}");
+        assert!(!text.contains('…'), "nothing elided in the detail:\n{text}");
+        assert_eq!(shell_pasted(&lines[at + 1..at + 4]), screen.findings[0].fix);
+        assert!(text.contains(&csi_path()[..40]) || text.contains("kubernetes.io~csi/"), "{text}");
         assert!(!text.contains("Busiest series"), "the detail takes the screen");
         // Scrolling: the last row of the summary comes up, no further.
         for _ in 0..40 {
@@ -857,7 +998,7 @@ mod tests {
         selection.apply(Action::Copy, &screen.findings);
         let lines = rendered_with(&screen, &selection, 80, 24);
         assert!(
-            lines[22].contains(&format!("fix copied ({} bytes)", screen.findings[1].fix.len())),
+            lines[22].contains(&format!("fix sent as OSC 52 ({} bytes)", screen.findings[1].fix.len())),
             "{}",
             lines.join("\n")
         );
