@@ -323,7 +323,7 @@ impl WatchArgs {
         let node_name = self.node_name.filter(|name| !name.trim().is_empty());
         if self.events && node_name.is_none() {
             // uname in a pod is the pod's name: Events need the node's own.
-            eprintln!("podstuck: --events needs the node's name as Kubernetes knows it: give --node-name NAME (a DaemonSet sets NODE_NAME from spec.nodeName)");
+            eprintln!("podstuck: error: --events needs the node's name as Kubernetes knows it: give --node-name NAME (a DaemonSet sets NODE_NAME from spec.nodeName)");
             return Err(ExitCode::from(2));
         }
         Ok(WatchOptions {
@@ -448,7 +448,7 @@ fn main() -> ExitCode {
         match podstuck::node_access::discover(cli.host_root.as_deref(), cli.node_pid) {
             Ok(found) => node = found,
             Err(e) => {
-                stderr_line(format_args!("podstuck: {e}"));
+                stderr_line(format_args!("podstuck: error: {e}"));
                 return ExitCode::from(2);
             }
         }
@@ -457,7 +457,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("podstuck: cannot start the async runtime: {e}");
+            eprintln!("podstuck: error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -510,19 +510,19 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<podstuck::tracer_lock::AlreadyTracing>().is_some() => {
-            stderr_line(format_args!("podstuck: {e}"));
+            stderr_line(format_args!("podstuck: error: {e}"));
             ExitCode::from(2)
         }
         Err(e) if e.downcast_ref::<podstuck::serve::CannotListen>().is_some() => {
-            stderr_line(format_args!("podstuck: {e}"));
+            stderr_line(format_args!("podstuck: error: {e}"));
             ExitCode::from(2)
         }
         Err(e) if e.downcast_ref::<NodeNotReady>().is_some() => {
-            stderr_line(format_args!("podstuck: cannot trace on this node:\n{e}"));
+            stderr_line(format_args!("podstuck: error: cannot trace on this node:\n{e}"));
             ExitCode::from(2)
         }
         Err(e) if podstuck::exit::code_of(&e) == podstuck::exit::BAD_INPUT => {
-            stderr_line(format_args!("podstuck: {e:#}"));
+            stderr_line(format_args!("podstuck: error: {e:#}"));
             ExitCode::from(podstuck::exit::BAD_INPUT)
         }
         Err(e) => {

@@ -464,8 +464,11 @@ fn an_unreachable_api_server_is_a_clear_error() {
     );
     assert!(stderr.contains("`podstuck explain --from pod.json`"), "{stderr}");
 
-    // No kubeconfig at all: the same way out.
-    let stderr = refused(&explain(&["web-0", "-n", "shop"]));
+    // No kubeconfig at all: the same way out, and exit 2 as `watch --pod`
+    // without one (where podstuck cannot work as run; issue 42).
+    let output = explain(&["web-0", "-n", "shop"]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("`kubectl get pod web-0 -n shop -o json > pod.json` where the cluster answers, then `podstuck explain --from pod.json`"), "{stderr}");
 }
 

@@ -76,7 +76,8 @@ kernel_test! {
         let junk = scratch.path().join("junk.podstuck");
         std::fs::write(&junk, b"not a record at all\n").unwrap();
         let out = Command::new(podstuck_binary()).arg("replay").arg(&junk).output().unwrap();
-        assert_eq!(out.status.code(), Some(1));
+        // Not a record: asked wrongly, exit 2 (issue 42).
+        assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("not a podstuck record"), "{}", String::from_utf8_lossy(&out.stderr));
     }
 }

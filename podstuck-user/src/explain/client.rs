@@ -185,10 +185,12 @@ fn choose(options: &KubeOptions) -> Result<(Kubeconfig, String)> {
             ));
         }
     }
-    Err(anyhow!(
+    // Where podstuck cannot work as run: exit 2 (docs/exit-codes.md).
+    Err(crate::exit::BadInput(format!(
         "no Kubernetes API configuration found: give --kubeconfig FILE, set KUBECONFIG, or run where ~/.kube/config, a service account (in-cluster) or the kubelet's kubeconfig ({}) is",
         KUBELET_KUBECONFIGS.join(", ")
     ))
+    .into())
 }
 
 impl Api {

@@ -225,9 +225,14 @@ pub async fn explain(options: &ExplainOptions) -> Result<()> {
                 BadInput("name the pod: podstuck explain POD [-n NAMESPACE], or --from FILE...".into())
             })?;
             let pod = PodRef::parse(pod, options.namespace.as_deref()).map_err(BadInput)?;
-            let api = client::Api::connect(&options.kube)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e:#}{}", offline_hint(&pod)))?;
+            let api = client::Api::connect(&options.kube).await.map_err(|e| {
+                // No configuration at all stays a refusal (exit 2), as for `watch --pod`.
+                let said = format!("{e:#}{}", offline_hint(&pod));
+                match crate::exit::code_of(&e) {
+                    crate::exit::BAD_INPUT => anyhow::Error::from(BadInput(said)),
+                    _ => anyhow::anyhow!(said),
+                }
+            })?;
             let snapshot = api.snapshot(&pod).await.map_err(|e| match format!("{e:#}") {
                 unreachable if unreachable.contains("cannot reach the API server") => {
                     anyhow::anyhow!("{unreachable}{}", offline_hint(&pod))

@@ -32,6 +32,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 
 use crate::event::syscall_name;
+use crate::exit::BadInput;
 use crate::files::{self, AtomicWriter};
 use crate::latency::LatencyBook;
 use crate::run::{RunFacts, RunTotals};
@@ -162,13 +163,19 @@ impl Place {
                     .ok()
                     .flatten()
                     .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK);
+                // Refusals of the path asked for: exit 2 (docs/exit-codes.md).
                 if link {
-                    bail!(
+                    return Err(BadInput(format!(
                         "--histograms {}: is a symbolic link, which podstuck does not follow there; give the directory it points to",
                         dir.display()
-                    );
+                    ))
+                    .into());
                 }
-                bail!("--histograms {}: exists and is not a directory; choose a directory", dir.display())
+                return Err(BadInput(format!(
+                    "--histograms {}: exists and is not a directory; choose a directory",
+                    dir.display()
+                ))
+                .into());
             }
             Err(e) => return Err(dir_error(dir, "cannot open it", e)),
         };
@@ -199,11 +206,12 @@ impl Place {
     fn check_owner(&self, dir: &Path) -> Result<()> {
         let st = files::stat(self.dir.as_fd()).map_err(|e| dir_error(dir, "cannot read its owner and mode", e))?;
         if let Some(why) = files::others_can_write(st.st_uid, st.st_mode, files::euid()) {
-            bail!(
+            return Err(BadInput(format!(
                 "--histograms {d}: {why}, so another user could plant links in it or read or replace the files podstuck writes there; use a directory only root can write, e.g. create a new one with `install -d -m 0700 {fresh}` (and point node exporter's textfile collector at it)",
                 d = dir.display(),
                 fresh = fresh_dir(dir, |p| p.symlink_metadata().is_ok()).display()
-            );
+            ))
+            .into());
         }
         Ok(())
     }
@@ -215,11 +223,12 @@ impl Place {
         self.check_owner(dir)?;
         let earlier = self.earlier_files();
         if found == Found::Existing && !earlier.is_empty() && !force {
-            bail!(
+            return Err(BadInput(format!(
                 "--histograms {}: already holds podstuck files ({}); pass --force to overwrite them, or choose a new directory",
                 dir.display(),
                 earlier.join(", ")
-            );
+            ))
+            .into());
         }
         writer.probe(self.dir.as_fd()).map_err(|e| dir_error(dir, "not writable; choose a writable directory", e))
     }

@@ -361,11 +361,13 @@ fn create_error(path: &Path, e: io::Error) -> anyhow::Error {
         _ => ".".to_string(),
     };
     let path = path.display();
+    // A path that cannot be a record is asked wrongly: exit 2 (docs/exit-codes.md).
+    let refused = |text: String| anyhow::Error::from(crate::exit::BadInput(text));
     match e.kind() {
-        ErrorKind::AlreadyExists => anyhow!("{path} exists: choose another name or remove it"),
-        ErrorKind::NotFound => anyhow!("cannot create {path}: directory {dir} does not exist: create it or choose another place"),
-        ErrorKind::PermissionDenied => anyhow!("cannot create {path}: {dir} is not writable for podstuck ({e}): choose a directory you can write, e.g. /var/tmp"),
-        ErrorKind::ReadOnlyFilesystem => anyhow!("cannot create {path}: {dir} is on a read-only filesystem: choose a writable directory, e.g. /var/tmp"),
+        ErrorKind::AlreadyExists => refused(format!("{path} exists: choose another name or remove it")),
+        ErrorKind::NotFound => refused(format!("cannot create {path}: directory {dir} does not exist: create it or choose another place")),
+        ErrorKind::PermissionDenied => refused(format!("cannot create {path}: {dir} is not writable for podstuck ({e}): choose a directory you can write, e.g. /var/tmp")),
+        ErrorKind::ReadOnlyFilesystem => refused(format!("cannot create {path}: {dir} is on a read-only filesystem: choose a writable directory, e.g. /var/tmp")),
         ErrorKind::StorageFull | ErrorKind::QuotaExceeded => anyhow!("cannot write {path}: {dir} is full: free some space or choose another place"),
         _ => anyhow!("cannot create {path}: {e}"),
     }

@@ -109,6 +109,15 @@ impl std::fmt::Display for RecordError {
 
 impl std::error::Error for RecordError {}
 
+impl RecordError {
+    /// The file given is no record this podstuck reads (not a record, a
+    /// newer format, a header it cannot read): asked wrongly, exit 2; a
+    /// record damaged further in, or unreadable, fails the replay (1).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, RecordError::NotARecord { .. } | RecordError::Newer { .. } | RecordError::Header { .. })
+    }
+}
+
 /// One entry of a record.
 #[derive(Debug)]
 pub enum Entry {
