@@ -9,9 +9,10 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::beside_the_tests;
+use crate::wait::{poll_until, poll_until_else, within};
 
 /// One of this package's binaries (`actor`, `fuse_server`): cargo builds
 /// them for its integration tests.
@@ -82,53 +83,35 @@ impl Process {
 
     /// Waits until it has printed at least `n` lines; returns them all.
     pub fn wait_for_lines(&self, n: usize, timeout: Duration) -> Vec<String> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        poll_until_else(&format!("{} to print {n} lines", self.what), timeout, || {
             let lines = self.lines();
-            if lines.len() >= n {
-                return lines;
+            match lines.len() >= n {
+                true => Ok(lines),
+                false => Err(format!("it printed: {lines:?}")),
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} printed {} of {n} lines within {timeout:?}: {lines:?}",
-                self.what,
-                lines.len()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
     }
 
     /// Waits until it prints `want`; false if it has not within `timeout`.
     pub fn wait_for_line(&self, want: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while !self.lines().iter().any(|l| l == want) {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        true
+        within(timeout, || self.lines().iter().any(|l| l == want).then_some(())).is_some()
     }
 
     /// Waits for "ready": the helper's hold is in place.
     pub fn wait_ready(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while !self.lines().iter().any(|l| l == "ready") {
-            assert!(Instant::now() < deadline, "{} not ready within {timeout:?}: {:?}", self.what, self.lines());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        poll_until_else(&format!("{} to be ready", self.what), timeout, || {
+            let lines = self.lines();
+            match lines.iter().any(|l| l == "ready") {
+                true => Ok(()),
+                false => Err(format!("it printed: {lines:?}")),
+            }
+        });
     }
 
     /// Waits for it to exit by itself; returns its status and every line.
     pub fn finish(mut self, timeout: Duration) -> (ExitStatus, Vec<String>) {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "{} did not finish within {timeout:?}", self.what);
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let what = format!("{} to finish", self.what);
+        let status = poll_until(&what, timeout, || self.child.try_wait().expect("wait"));
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
@@ -154,12 +137,8 @@ impl Drop for Process {
         // A task stuck in an uninterruptible wait ignores SIGKILL: give up
         // after a while rather than hang the whole test run. The FUSE guard
         // (or whatever held it) releases it later, and init reaps it.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if within(Duration::from_secs(10), || (!matches!(self.child.try_wait(), Ok(None))).then_some(())).is_some() {
+            return;
         }
         eprintln!("warning: {} did not die within 10 s of SIGKILL; leaving it", self.what);
     }

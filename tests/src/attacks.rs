@@ -209,7 +209,7 @@ impl Held {
 
     /// Sends `signal`, waits for the exit and collects what was printed.
     pub fn stop(mut self, signal: i32) -> Stopped {
-        let Exited { status, lines, stderr } = self.podstuck.stop(signal);
+        let Exited { status, lines, stderr, .. } = self.podstuck.stop(signal);
         let json = parse_json(&lines);
         let end = json.last().filter(|v| v["type"] == "end").cloned();
         Stopped { status, json, end, stderr }

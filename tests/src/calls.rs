@@ -6,7 +6,9 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::wait::within;
 
 /// A path as the C string a system call takes.
 pub fn cstring(path: &Path) -> CString {
@@ -81,20 +83,15 @@ pub fn unlink_as_nobody(paths: &[CString], pause: Duration) -> usize {
             libc::_exit((pointers.len() - enoent).min(254) as i32);
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
     let mut status = 0;
-    loop {
+    // SAFETY: our own child.
+    let done = within(Duration::from_secs(120), || {
+        (unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid).then_some(())
+    });
+    if done.is_none() {
         // SAFETY: our own child.
-        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if done == pid {
-            break;
-        }
-        if Instant::now() > deadline {
-            // SAFETY: our own child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the unlinking child did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        panic!("the unlinking child did not finish within 120 s");
     }
     assert!(libc::WIFEXITED(status), "the child did not exit: {status}");
     let other = libc::WEXITSTATUS(status);

@@ -5,12 +5,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::harness::beside_the_tests;
 use crate::podstuck::{podstuck_binary, Exited, Running};
+use crate::wait::within;
 
 /// The plugin under test: `$KUBECTL_PODSTUCK_BIN` (set by `cargo xtask
 /// test`), else the one beside this test binary's target directory.
@@ -151,48 +152,36 @@ impl PluginRun {
     /// Waits for a stdout line that `wanted` picks; panics after `timeout`
     /// or if the plugin exits first, with what it said.
     pub fn await_line(&mut self, timeout: Duration, wanted: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(line) = self.0.lines().into_iter().find(|l| wanted(l)) {
-                return line;
-            }
-            let exited = self.0.try_wait();
-            if exited.is_some() || Instant::now() >= deadline {
-                std::thread::sleep(Duration::from_millis(200));
-                panic!(
-                    "no such line within {timeout:?}{}\nstdout:\n{}\nstderr:\n{}",
-                    exited.map(|s| format!(" (exited: {s})")).unwrap_or_default(),
-                    self.0.lines().join("\n"),
-                    self.0.stderr()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let seen = within(timeout, || {
+            let line = self.0.lines().into_iter().find(|l| wanted(l));
+            line.map(Ok).or_else(|| self.0.try_wait().map(Err))
+        });
+        let exited = match seen {
+            Some(Ok(line)) => return line,
+            Some(Err(status)) => Some(status),
+            None => None,
+        };
+        // Exited: what it said last is on its way through the pipes.
+        if exited.is_some() {
+            let _ = self.0.finish(Duration::from_secs(5));
         }
+        panic!(
+            "no such line within {timeout:?}{}\nstdout:\n{}\nstderr:\n{}",
+            exited.map(|s| format!(" (exited: {s})")).unwrap_or_default(),
+            self.0.lines().join("\n"),
+            self.0.stderr()
+        );
     }
 
     /// Sends `signal` and collects everything until exit.
     pub fn stop(mut self, signal: i32) -> PluginEnded {
-        let Exited { status, lines, stderr } = self.0.stop(signal);
+        let Exited { status, lines, stderr, .. } = self.0.stop(signal);
         PluginEnded { status, lines, stderr }
     }
 
     /// Waits for the exit (panics after `timeout`).
     pub fn finish(mut self, timeout: Duration) -> PluginEnded {
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(status) = self.0.try_wait() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the plugin did not end within {timeout:?}:\n{}\n{}",
-                self.0.lines().join("\n"),
-                self.0.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        // Let the reader threads reach end of file.
-        std::thread::sleep(Duration::from_millis(300));
-        PluginEnded { status, lines: self.0.lines(), stderr: self.0.stderr() }
+        let Exited { status, lines, stderr, .. } = self.0.finish(timeout);
+        PluginEnded { status, lines, stderr }
     }
 }

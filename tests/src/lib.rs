@@ -24,7 +24,8 @@
 //! - [`scrape`]: what reads `--listen`: raw HTTP requests, a real Prometheus;
 //! - [`container`]: podstuck's own image, run in docker the ways SREs run it;
 //! - [`attacks`]: what another user does to a root process that writes files;
-//! - [`soak`]: the always-on mode through a long pod churn, sampled.
+//! - [`soak`]: the always-on mode through a long pod churn, sampled;
+//! - [`wait`]: how a test waits for what it waits for (never a fixed sleep).
 //!
 //! `use podstuck_tests::*` brings what most tests use.
 
@@ -45,6 +46,7 @@ pub mod runtimes;
 pub mod scrape;
 pub mod soak;
 pub mod terminal;
+pub mod wait;
 
 pub use actors::{actor, alive, fuse_server, start_actor, task_state, wchan, Process};
 pub use calls::{cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread, unlink_as_nobody};
@@ -57,8 +59,9 @@ pub use node::{
     V1PodCgroups,
 };
 pub use podstuck::{
-    abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, status_kib, stop_when, Finished,
-    Watch,
+    abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, status_kib, stop_when, Attached,
+    Finished, Watch,
 };
 pub use prerequisite::missing;
 pub use runtimes::{Containerd, Dockerd, EventLog, Propagation, RbindView};
+pub use wait::{poll_until, poll_until_else, wait_until, within};

@@ -11,12 +11,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use crate::actors::{fuse_server, task_state, Process};
 use crate::mountinfo::{self, is_mountpoint};
+use crate::wait::{wait_until, within};
 
 /// A tmpfs mounted at a fresh directory; lazily unmounted on drop.
 pub struct TmpfsMount(pub PathBuf);
@@ -104,11 +105,7 @@ impl FuseMount {
     pub fn stop_server(&self) {
         self.server.as_ref().unwrap().signal(libc::SIGSTOP);
         let pid = self.server_pid();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while task_state(pid) != Some('T') {
-            assert!(Instant::now() < deadline, "FUSE server {pid} did not stop");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(&format!("FUSE server {pid} to stop"), Duration::from_secs(5), || task_state(pid) == Some('T'));
     }
 
     /// Aborts the connection, as `echo 1 > /sys/fs/fuse/connections/N/abort`
@@ -340,11 +337,10 @@ impl V1PodCgroups {
     /// Freezes the container with the v1 freezer and waits for FROZEN.
     pub fn freeze_container(&self) {
         std::fs::write(self.freezer.join("freezer.state"), "FROZEN").expect("freeze the container");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::read_to_string(self.freezer.join("freezer.state")).unwrap_or_default().trim() != "FROZEN" {
-            assert!(Instant::now() < deadline, "the v1 freezer did not reach FROZEN");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let state = self.freezer.join("freezer.state");
+        wait_until("the v1 freezer to reach FROZEN", Duration::from_secs(10), || {
+            std::fs::read_to_string(&state).unwrap_or_default().trim() == "FROZEN"
+        });
     }
 
     /// Every directory of the pod, containers first, as kubelet removes them.
@@ -360,12 +356,16 @@ impl Drop for V1PodCgroups {
         }
         drop(self.task.take());
         for dir in self.made.iter().rev() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            remove_cgroup(dir);
         }
     }
+}
+
+/// Removes cgroup `dir`, retrying for a few seconds: a cgroup whose last
+/// task just died stays busy a moment. Left behind (by a drop, which must
+/// not panic) if it will not go.
+fn remove_cgroup(dir: &Path) {
+    within(Duration::from_secs(5), || (std::fs::remove_dir(dir).is_ok() || !dir.exists()).then_some(()));
 }
 
 /// Nested cgroups created for a test, removed deepest first on drop (after
@@ -388,10 +388,7 @@ impl CgroupDirs {
 impl Drop for CgroupDirs {
     fn drop(&mut self) {
         for dir in self.0.iter().rev() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            remove_cgroup(dir);
         }
     }
 }

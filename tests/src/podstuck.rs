@@ -6,7 +6,7 @@
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::findings::{self, latest_findings, Expect};
 use crate::harness::beside_the_tests;
+use crate::wait::{poll_until, poll_until_else, within};
 
 /// The podstuck binary under test: `$PODSTUCK_BIN` (set by `cargo xtask
 /// test`), else the one beside this test binary's target directory.
@@ -26,13 +27,51 @@ pub fn podstuck_binary() -> PathBuf {
     })
 }
 
+/// How long podstuck may take to attach: loading and attaching its
+/// programs is quick on an idle machine, slow on a loaded one.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How its banner on stderr ends, in the modes that print no JSON `start`
+/// line (call lines, finding lines): printed once its programs are
+/// attached, before anything it traced.
+const BANNER_END: &str = "; Ctrl-C to stop";
+
+/// What a reader thread has collected of one of podstuck's outputs: the
+/// exact bytes, the lines (as text, a byte that is not UTF-8 replaced),
+/// and whether the pipe is at its end.
+#[derive(Default)]
+struct Collected {
+    bytes: Vec<u8>,
+    lines: Vec<String>,
+    ended: bool,
+}
+
+/// Reads `from` line by line on a thread of its own into what it returns.
+fn collect(from: impl std::io::Read + Send + 'static) -> Arc<Mutex<Collected>> {
+    let collected = Arc::new(Mutex::new(Collected::default()));
+    let sink = collected.clone();
+    std::thread::spawn(move || {
+        let mut from = BufReader::new(from);
+        let mut line = Vec::new();
+        while from.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            let mut sink = sink.lock().unwrap();
+            sink.bytes.extend_from_slice(&line);
+            let text = line.strip_suffix(b"\n").unwrap_or(&line);
+            sink.lines.push(String::from_utf8_lossy(text).into_owned());
+            line.clear();
+        }
+        sink.lock().unwrap().ended = true;
+    });
+    collected
+}
+
 /// A podstuck child whose stdout lines and stderr text are collected as
 /// they come; killed and reaped on drop, so that a test that panicked
 /// before stopping it leaves no tracer behind.
 pub(crate) struct Running {
     pub(crate) child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<String>>,
+    stdout: Arc<Mutex<Collected>>,
+    stderr: Arc<Mutex<Collected>>,
 }
 
 /// What a stopped podstuck printed, as it printed it.
@@ -40,6 +79,8 @@ pub(crate) struct Exited {
     pub(crate) status: ExitStatus,
     pub(crate) lines: Vec<String>,
     pub(crate) stderr: String,
+    /// The exact bytes of stdout and stderr.
+    pub(crate) bytes: (Vec<u8>, Vec<u8>),
 }
 
 impl Running {
@@ -47,23 +88,9 @@ impl Running {
     /// stderr piped and read.
     pub(crate) fn spawn(command: &mut Command) -> Running {
         let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn podstuck");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (out, sink) = (child.stdout.take().unwrap(), lines.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let (err, sink) = (child.stderr.take().unwrap(), stderr.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        Running { child, lines, stderr }
+        let stdout = collect(child.stdout.take().unwrap());
+        let stderr = collect(child.stderr.take().unwrap());
+        Running { child, stdout, stderr }
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -72,12 +99,12 @@ impl Running {
 
     /// The lines printed on stdout so far.
     pub(crate) fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
+        self.stdout.lock().unwrap().lines.clone()
     }
 
     /// What it said on stderr so far.
     pub(crate) fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        text_of(&self.stderr)
     }
 
     /// Its exit status, if it has exited.
@@ -85,24 +112,59 @@ impl Running {
         self.child.try_wait().ok().flatten()
     }
 
-    /// Waits for its first line, the `start` line that says it is attached;
-    /// panics if it exits first or is not attached within 60 s.
-    pub(crate) fn await_start(&mut self) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let first = self.lines.lock().unwrap().first().cloned();
-            if let Some(first) = first {
-                let start: Value = serde_json::from_str(&first).expect("the first line is JSON");
-                assert_eq!(start["type"], "start", "first line: {first}");
-                return start;
+    /// Waits until it says it is attached: its `start` line (returned) in
+    /// JSON, else its banner on stderr (`None`). Panics if it exits first
+    /// or is not attached within [`ATTACH_TIMEOUT`].
+    pub(crate) fn await_attached(&mut self) -> Option<Value> {
+        let (stdout, stderr) = (&self.stdout, &self.stderr);
+        let said = poll_until_else("podstuck to attach (its start line, or its banner)", ATTACH_TIMEOUT, || {
+            let first = stdout.lock().unwrap().lines.first().cloned();
+            if let Some(start) = first.and_then(|l| serde_json::from_str::<Value>(&l).ok()) {
+                assert_eq!(start["type"], "start", "first line: {start}");
+                return Ok(Ok(Some(start)));
             }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                std::thread::sleep(Duration::from_millis(200));
-                panic!("podstuck exited before attaching ({status}): {}", self.stderr());
+            let said = text_of(stderr);
+            if said.contains(BANNER_END) {
+                return Ok(Ok(None));
             }
-            assert!(Instant::now() < deadline, "podstuck did not attach within 60 s");
-            std::thread::sleep(Duration::from_millis(20));
+            match self.child.try_wait().expect("wait") {
+                Some(status) => Ok(Err(status)),
+                None => Err(format!("podstuck's stderr so far:\n{said}")),
+            }
+        });
+        match said {
+            Ok(start) => start,
+            Err(status) => {
+                self.await_end_of_output();
+                panic!("podstuck exited before attaching ({status}): {}", self.stderr())
+            }
         }
+    }
+
+    /// Waits for its first line, the JSON `start` line that says it is
+    /// attached (see [`Running::await_attached`]).
+    pub(crate) fn await_start(&mut self) -> Value {
+        self.await_attached()
+            .unwrap_or_else(|| panic!("podstuck printed a banner, not a JSON start line: {}", self.stderr()))
+    }
+
+    /// Waits, once it has exited, for the reader threads to reach the end
+    /// of its output (a few seconds at most: a child of its own could
+    /// hold the pipes open).
+    fn await_end_of_output(&self) {
+        within(Duration::from_secs(5), || {
+            (self.stdout.lock().unwrap().ended && self.stderr.lock().unwrap().ended).then_some(())
+        });
+    }
+
+    /// Waits for it to exit by itself (`timeout` at most) and returns
+    /// everything it printed.
+    pub(crate) fn finish(&mut self, timeout: Duration) -> Exited {
+        let status = poll_until_else("it to exit by itself", timeout, || match self.child.try_wait().expect("wait") {
+            Some(status) => Ok(status),
+            None => Err(format!("stdout so far:\n{}stderr so far:\n{}", text_of(&self.stdout), text_of(&self.stderr))),
+        });
+        self.exited(status)
     }
 
     /// Sends `signal`, waits for the exit (60 s at most) and returns
@@ -110,18 +172,22 @@ impl Running {
     pub(crate) fn stop(&mut self, signal: i32) -> Exited {
         // SAFETY: plain kill(2) on our own child.
         unsafe { libc::kill(self.pid() as i32, signal) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "podstuck did not exit within 60 s of signal {signal}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        // Let the reader threads reach end of file.
-        std::thread::sleep(Duration::from_millis(300));
-        Exited { status, lines: self.lines(), stderr: self.stderr() }
+        let status = poll_until(&format!("podstuck to exit after signal {signal}"), Duration::from_secs(60), || {
+            self.child.try_wait().expect("wait")
+        });
+        self.exited(status)
     }
+
+    fn exited(&mut self, status: ExitStatus) -> Exited {
+        self.await_end_of_output();
+        let bytes = (self.stdout.lock().unwrap().bytes.clone(), self.stderr.lock().unwrap().bytes.clone());
+        Exited { status, lines: self.lines(), stderr: self.stderr(), bytes }
+    }
+}
+
+/// The text of what a reader collected, a line ending each line.
+fn text_of(collected: &Mutex<Collected>) -> String {
+    collected.lock().unwrap().lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 impl Drop for Running {
@@ -212,38 +278,52 @@ impl Watch {
         select: impl Fn(&Value) -> bool,
         check: impl Fn(&mut Expect),
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let findings = self.findings_so_far();
-            let mut unmet = Vec::new();
+        let (mut findings, mut unmet) = (Vec::new(), Vec::new());
+        let found = within(timeout, || {
+            findings = self.findings_so_far();
+            unmet.clear();
             for finding in findings.iter().filter(|f| select(f)) {
                 let mut expect = Expect::new(finding);
                 expect.shape();
                 check(&mut expect);
                 if expect.failures().is_empty() {
-                    return finding.clone();
+                    return Some(Ok(finding.clone()));
                 }
                 unmet.push(format!("{finding}\n  unmet: {}", expect.failures().join("\n         ")));
             }
-            let exited = self.podstuck.try_wait();
-            if exited.is_some() || Instant::now() >= deadline {
-                std::thread::sleep(Duration::from_millis(200));
-                let all: Vec<String> = findings.iter().map(Value::to_string).collect();
-                panic!(
-                    "no finding as expected within {timeout:?}{}\ncandidates:\n{}\nall findings:\n{}\npodstuck stderr:\n{}",
-                    exited.map(|s| format!(" (podstuck exited: {s})")).unwrap_or_default(),
-                    if unmet.is_empty() { "(none selected)".to_string() } else { unmet.join("\n") },
-                    if all.is_empty() { "(none)".to_string() } else { all.join("\n") },
-                    self.podstuck.stderr()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            self.podstuck.try_wait().map(Err)
+        });
+        let exited = match found {
+            Some(Ok(finding)) => return finding,
+            Some(Err(status)) => Some(status),
+            None => None,
+        };
+        self.podstuck.await_end_of_output();
+        let all: Vec<String> = findings.iter().map(Value::to_string).collect();
+        panic!(
+            "no finding as expected within {timeout:?}{}\ncandidates:\n{}\nall findings:\n{}\npodstuck stderr:\n{}",
+            exited.map(|s| format!(" (podstuck exited: {s})")).unwrap_or_default(),
+            if unmet.is_empty() { "(none selected)".to_string() } else { unmet.join("\n") },
+            if all.is_empty() { "(none)".to_string() } else { all.join("\n") },
+            self.podstuck.stderr()
+        );
     }
 
     /// Sends `signal` and collects everything printed until exit.
     pub fn stop(mut self, signal: i32) -> Finished {
-        let Exited { status, lines, stderr } = self.podstuck.stop(signal);
+        let exited = self.podstuck.stop(signal);
+        self.finished(exited)
+    }
+
+    /// Waits for it to end by itself (`--duration`), `timeout` at most,
+    /// and collects everything it printed.
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let exited = self.podstuck.finish(timeout);
+        self.finished(exited)
+    }
+
+    fn finished(&self, exited: Exited) -> Finished {
+        let Exited { status, lines, stderr, .. } = exited;
         let end = lines.last().and_then(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v["type"] == "end");
         let json = parse_json(&lines);
         Finished {
@@ -258,6 +338,35 @@ impl Watch {
     }
 }
 
+/// A podstuck run however a test needs it (`watch` printing text,
+/// `record`...), started and waited for until it says it is attached: its
+/// JSON `start` line, or in the modes without one its banner on stderr.
+/// Then left to end by itself (`--duration`); killed on drop.
+pub struct Attached {
+    podstuck: Running,
+}
+
+impl Attached {
+    /// Spawns `command` (stdout and stderr piped) and waits until it is
+    /// attached; panics if it exits first.
+    pub fn spawn(command: &mut Command) -> Attached {
+        let mut podstuck = Running::spawn(command);
+        podstuck.await_attached();
+        Attached { podstuck }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.podstuck.pid() as i32
+    }
+
+    /// Waits for it to exit by itself, `timeout` at most: its status and
+    /// the exact bytes of its stdout and stderr.
+    pub fn finish(mut self, timeout: Duration) -> Output {
+        let Exited { status, bytes: (stdout, stderr), .. } = self.podstuck.finish(timeout);
+        Output { status, stdout, stderr }
+    }
+}
+
 fn parse_events(lines: &[String]) -> Vec<Value> {
     parse_json(lines).into_iter().filter(|v| v["type"] == "event").collect()
 }
@@ -269,10 +378,7 @@ pub(crate) fn parse_json(lines: &[String]) -> Vec<Value> {
 /// Stops `watch` once events matching `wanted` have all arrived (or 20 s
 /// passed), so a test never races the ring buffer.
 pub fn stop_when(watch: Watch, wanted: impl Fn(&[Value]) -> bool) -> Finished {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !wanted(&watch.events_so_far()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    within(Duration::from_secs(20), || wanted(&watch.events_so_far()).then_some(()));
     watch.stop(libc::SIGINT)
 }
 

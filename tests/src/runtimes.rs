@@ -37,12 +37,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::mountinfo;
 use crate::podstuck::Watch;
+use crate::wait::{poll_until_else, within};
 
 /// Debian's docker.io installs the daemon in /usr/sbin; /usr/bin is where
 /// some other packagings put it.
@@ -305,10 +306,7 @@ fn kill_mentioning(markers: &[PathBuf]) {
         // SAFETY: kill(2); these processes name our own daemon's directories (or are their children).
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while victims.iter().any(|&p| crate::actors::alive(p as u32)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    within(Duration::from_secs(10), || (!victims.iter().any(|&p| crate::actors::alive(p as u32))).then_some(()));
     for socket in sockets {
         let _ = std::fs::remove_file(socket);
     }
@@ -321,15 +319,10 @@ fn stop_child(child: &mut Child, grace: Duration) {
     }
     // SAFETY: a signal to our own child, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + grace;
-    while matches!(child.try_wait(), Ok(None)) {
-        if Instant::now() > deadline {
-            eprintln!("cleanup: pid {} ignored SIGTERM for {grace:?}; SIGKILL", child.id());
-            let _ = child.kill();
-            let _ = child.wait();
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if within(grace, || (!matches!(child.try_wait(), Ok(None))).then_some(())).is_none() {
+        eprintln!("cleanup: pid {} ignored SIGTERM for {grace:?}; SIGKILL", child.id());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -401,16 +394,16 @@ impl Drop for TopCgroups {
         let (_, _, made) = all.remove(at);
         for cgroup in made.iter().filter(|c| c.exists()) {
             // A cgroup whose last task just exited can refuse rmdir for a moment.
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while let Err(e) = std::fs::remove_dir(cgroup) {
-                if !cgroup.exists() {
-                    break;
+            let mut error = None;
+            let removed = within(Duration::from_secs(2), || match std::fs::remove_dir(cgroup) {
+                Err(e) if cgroup.exists() => {
+                    error = Some(e);
+                    None
                 }
-                if Instant::now() > deadline {
-                    eprintln!("cleanup: cannot remove cgroup {}: {e}", cgroup.display());
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
+                _ => Some(()),
+            });
+            if removed.is_none() {
+                eprintln!("cleanup: cannot remove cgroup {}: {}", cgroup.display(), error.unwrap());
             }
         }
     }
@@ -1234,15 +1227,13 @@ disabled_plugins = [
 
     /// Waits until the task's status is `want`; panics after `timeout`.
     pub fn wait_task_status(&self, id: &str, want: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
+        poll_until_else(&format!("task {id} to be {want}"), timeout, || {
             let status = self.task_status(id);
-            if status.as_deref() == Some(want) {
-                return;
+            match status.as_deref() == Some(want) {
+                true => Ok(()),
+                false => Err(format!("it is {status:?}")),
             }
-            assert!(Instant::now() < deadline, "task {id} is {status:?}, not {want}, after {timeout:?}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        });
     }
 }
 
@@ -1368,20 +1359,22 @@ fn await_daemon<D>(
     child: impl Fn(&mut D) -> &mut Child,
     ask: impl Fn(&D) -> Output,
 ) -> Result<Output, String> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
+    let mut answer = None;
+    let outcome = within(START_TIMEOUT, || {
         if let Ok(Some(status)) = child(daemon).try_wait() {
-            return Err(format!("it exited ({status})"));
+            return Some(Err(format!("it exited ({status})")));
         }
-        let answer = ask(daemon);
-        if answer.status.success() {
-            return Ok(answer);
+        let said = ask(daemon);
+        if said.status.success() {
+            return Some(Ok(said));
         }
-        if Instant::now() > deadline {
-            return Err(format!("`{question}` did not reach it within {START_TIMEOUT:?}: {}", stderr_text(&answer)));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        answer = Some(said);
+        None
+    });
+    outcome.unwrap_or_else(|| {
+        let said = answer.as_ref().map(stderr_text).unwrap_or_default();
+        Err(format!("`{question}` did not reach it within {START_TIMEOUT:?}: {said}"))
+    })
 }
 
 /// The storage driver a dockerd runs, asked the way that also says it answers.

@@ -9,11 +9,12 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::prerequisite::{missing, this_test};
+use crate::wait::{poll_until_else, timed_out, within};
 
 /// A port nothing listens on now, on 127.0.0.1.
 pub fn free_port() -> u16 {
@@ -190,17 +191,19 @@ impl Prometheus {
             .spawn()
             .expect("start prometheus");
         let mut prometheus = Prometheus { child, addr, log };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        let ready = poll_until_else("prometheus to be ready", Duration::from_secs(60), || {
             if try_get(addr, "/-/ready").is_ok_and(|a| a.status == 200) {
-                return Some(prometheus);
+                return Ok(Ok(()));
             }
-            if let Ok(Some(status)) = prometheus.child.try_wait() {
-                panic!("prometheus exited ({status}): {}", prometheus.log());
+            match prometheus.child.try_wait().ok().flatten() {
+                Some(status) => Ok(Err(status)),
+                None => Err(format!("prometheus log:\n{}", prometheus.log())),
             }
-            assert!(Instant::now() < deadline, "prometheus not ready within 60 s: {}", prometheus.log());
-            std::thread::sleep(Duration::from_millis(200));
+        });
+        if let Err(status) = ready {
+            panic!("prometheus exited ({status}): {}", prometheus.log());
         }
+        Some(prometheus)
     }
 
     /// What Prometheus said on stderr.
@@ -236,62 +239,58 @@ impl Prometheus {
     /// The rule groups, once every rule has been evaluated at least once
     /// (no `health` "unknown" left); panics after `timeout`.
     pub fn await_rules_evaluated(&self, timeout: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        poll_until_else("every rule to be evaluated", timeout, || {
             let groups = self.rule_groups();
-            let rules = || groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default());
-            if !groups.is_empty() && rules().all(|r| r["health"] != "unknown") {
-                return groups;
+            let mut rules = groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default());
+            match !groups.is_empty() && rules.all(|r| r["health"] != "unknown") {
+                true => Ok(groups),
+                false => Err(format!("rules: {groups:?}\nprometheus log:\n{}", self.log())),
             }
-            assert!(
-                Instant::now() < deadline,
-                "rules not all evaluated within {timeout:?}: {groups:?}\nprometheus log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        })
     }
 
     /// Waits until the samples of `query` satisfy `done`, and returns them;
     /// panics after `timeout` with what it gave last.
     pub fn await_samples(&self, query: &str, timeout: Duration, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let result = self.query(query);
-            if done(&result) {
-                return result;
-            }
-            if Instant::now() >= deadline {
-                let targets = get(self.addr, "/api/v1/targets").body;
-                panic!(
-                    "{query} gave {result:?} within {timeout:?}\ntargets: {targets}\nprometheus log:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(250));
+        let mut result = Vec::new();
+        let reached = within(timeout, || {
+            result = self.query(query);
+            done(&result).then_some(())
+        });
+        if reached.is_none() {
+            panic!(
+                "{}\n{}",
+                timed_out(&format!("the samples {query} gives"), timeout),
+                self.last_said(&format!("{result:?}"))
+            );
         }
+        result
     }
 
     /// Waits until `query` gives one sample whose value is `want`, and
     /// returns it; panics after `timeout` with what it gave last.
     pub fn await_value(&self, query: &str, want: f64, timeout: Duration) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let result = self.query(query);
-            if let [sample] = &result[..] {
-                if sample["value"][1].as_str().and_then(|v| v.parse::<f64>().ok()) == Some(want) {
-                    return sample.clone();
+        let mut result = Vec::new();
+        let sample = within(timeout, || {
+            result = self.query(query);
+            match &result[..] {
+                [sample] if sample["value"][1].as_str().and_then(|v| v.parse::<f64>().ok()) == Some(want) => {
+                    Some(sample.clone())
                 }
+                _ => None,
             }
-            if Instant::now() >= deadline {
-                let targets = get(self.addr, "/api/v1/targets").body;
-                panic!(
-                    "{query} gave {result:?}, not {want}, within {timeout:?}\ntargets: {targets}\nprometheus log:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        });
+        sample.unwrap_or_else(|| {
+            let what = format!("{query} to give one sample of {want}");
+            panic!("{}\n{}", timed_out(&what, timeout), self.last_said(&format!("{result:?}")))
+        })
+    }
+
+    /// What a timed-out wait saw last (`gave`, the samples), the targets
+    /// and the log.
+    fn last_said(&self, gave: &str) -> String {
+        let targets = get(self.addr, "/api/v1/targets").body;
+        format!("it gave {gave}\ntargets: {targets}\nprometheus log:\n{}", self.log())
     }
 }
 

@@ -38,6 +38,7 @@ use crate::kubelet::{KubeletRoot, Pod};
 use crate::node::{cgroup2_root, v1_hierarchy, CgroupDirs, TmpfsMount, POD_V1_CONTROLLERS};
 use crate::podstuck::{status_kib, Running};
 use crate::scrape::{free_port, try_get};
+use crate::wait::within;
 
 /// Series one scrape of `/metrics` may hold, at most: what a cluster's
 /// Prometheus keeps from every node for weeks.
@@ -556,19 +557,22 @@ fn churn_then_stick(
 /// Waits until podstuck says it serves (it does once every program is
 /// attached); Err if it exits first or takes over 60 s.
 fn await_serving(podstuck: &mut Running, listen: SocketAddr) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
     let said = format!("serving http://{listen}/metrics");
-    while !podstuck.stderr().contains(&said) {
-        if let Some(status) = podstuck.try_wait() {
-            std::thread::sleep(Duration::from_millis(200));
-            bail!("podstuck exited before serving ({status}): {}", podstuck.stderr());
+    let serving = within(Duration::from_secs(60), || {
+        if podstuck.stderr().contains(&said) {
+            return Some(Ok(()));
         }
-        if Instant::now() > deadline {
-            bail!("podstuck did not serve {listen} within 60 s: {}", podstuck.stderr());
+        podstuck.try_wait().map(Err)
+    });
+    match serving {
+        Some(Ok(())) => Ok(()),
+        Some(Err(status)) => {
+            // What it said last is on its way through the pipe.
+            let stderr = podstuck.finish(Duration::from_secs(5)).stderr;
+            bail!("podstuck exited before serving ({status}): {stderr}")
         }
-        std::thread::sleep(Duration::from_millis(50));
+        None => bail!("podstuck did not serve {listen} within 60 s: {}", podstuck.stderr()),
     }
-    Ok(())
 }
 
 /// podstuck `pid` now, and a scrape of its `/metrics`.
@@ -812,10 +816,10 @@ impl StuckPod {
         let (mut in_findings, mut in_metrics) = (None, None);
         // A pod stuck long ago is given a little time too.
         let deadline = (self.started + STUCK_TIMEOUT).max(Instant::now() + Duration::from_secs(10));
-        while (in_findings.is_none() || in_metrics.is_none())
-            && Instant::now() < deadline
-            && podstuck.try_wait().is_none()
-        {
+        within(deadline.saturating_duration_since(Instant::now()), || {
+            if podstuck.try_wait().is_some() {
+                return Some(());
+            }
             if in_findings.is_none() {
                 let page: Value = try_get(listen, "/findings")
                     .ok()
@@ -837,8 +841,8 @@ impl StuckPod {
                     in_metrics = Some(self.started.elapsed());
                 }
             }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+            (in_findings.is_some() && in_metrics.is_some()).then_some(())
+        });
         (in_findings, in_metrics)
     }
 }

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::wait::poll_until_else;
 
 /// A tmux server of the test's own (its own socket, in the test's scratch
 /// directory: a user's tmux, or the other test's, is never touched),
@@ -76,15 +78,13 @@ impl Tmux {
     /// Waits until the screen satisfies `ready`; returns it. Panics after
     /// `timeout` with the last screen and what was awaited.
     pub fn wait_for(&self, what: &str, timeout: Duration, ready: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
+        poll_until_else(what, timeout, || {
             let screen = self.screen();
-            if ready(&screen) {
-                return screen;
+            match ready(&screen) {
+                true => Ok(screen),
+                false => Err(format!("the screen:\n{screen}")),
             }
-            assert!(Instant::now() < deadline, "no {what} within {timeout:?}; the screen:\n{screen}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
     }
 }
 
