@@ -59,16 +59,10 @@ fn podstuck_in_a_gigabyte(args: &[&OsStr], limit: Duration) -> Ran {
         let _ = err.read_to_end(&mut text);
         text
     });
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("podstuck {:?} did not finish within {limit:?}", args);
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = within(limit, || child.try_wait().expect("wait")) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("podstuck {:?} did not finish within {limit:?}", args);
     };
     let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
     Ran {
@@ -224,11 +218,9 @@ fn a_real_run(scratch: &ScratchDir) -> PathBuf {
     let watch = Watch::start(&["--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
     let ran = actor().args([OsStr::new("unlink-many"), work.as_os_str(), OsStr::new("300")]).output().unwrap();
     assert!(ran.status.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while series(&out).iter().map(|s| s["count"].as_u64().unwrap_or(0)).sum::<u64>() < 300 {
-        assert!(Instant::now() < deadline, "the run wrote no series within 30 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until("the run's 300 calls in its series", Duration::from_secs(30), || {
+        series(&out).iter().map(|s| s["count"].as_u64().unwrap_or(0)).sum::<u64>() >= 300
+    });
     let finished = watch.stop(libc::SIGINT);
     assert!(finished.status.success(), "{}", finished.stderr);
     out
@@ -402,17 +394,15 @@ kernel_test! {
                 .map(|s| s["count"].as_u64().unwrap())
                 .sum()
         };
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
+        poll_until_else("every call counted", Duration::from_secs(90), || {
             let all = series(&out);
             // Counted, wherever (a podstuck that kept made-up pods apart too).
             let failed: u64 = all.iter().filter(|s| s["syscall"] == "unlink" && s["outcome"] == "ENOENT").map(|s| s["count"].as_u64().unwrap()).sum();
-            if failed >= 5_010 && count(&all, "ok", Some(real)) >= 100 {
-                break;
+            match failed >= 5_010 && count(&all, "ok", Some(real)) >= 100 {
+                true => Ok(()),
+                false => Err(format!("{} series, {failed} failed calls counted", all.len())),
             }
-            assert!(Instant::now() < deadline, "the calls were not all counted within 90 s ({} series)", all.len());
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        });
         let peak = peak_rss(watch.pid());
         let finished = watch.stop(libc::SIGINT);
         assert!(finished.status.success(), "{}", finished.stderr);
@@ -451,11 +441,10 @@ kernel_test! {
                 .map(|s| s["count"].as_u64().unwrap())
                 .sum()
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while ours(&series(&out)) < 300 {
-            assert!(Instant::now() < deadline, "not all 300 calls counted within 30 s");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        poll_until_else("all 300 calls counted", Duration::from_secs(30), || match ours(&series(&out)) {
+            300.. => Ok(()),
+            counted => Err(format!("{counted} counted")),
+        });
         let finished = watch.stop(libc::SIGINT);
         assert!(finished.status.success(), "{}", finished.stderr);
         let all = series(&out);

@@ -221,11 +221,7 @@ kernel_test! {
             e.eq("/pod_uid", web_0.uid());
         });
         // /findings is rendered once a second: wait for the finding there too.
-        let deadline = Instant::now() + secs(10);
-        while !scrape::get(listen, "/findings").body.contains("volume-still-mounted") {
-            assert!(Instant::now() < deadline, "the finding is not on /findings after 10 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until("the finding on /findings", secs(10), || scrape::get(listen, "/findings").body.contains("volume-still-mounted"));
         // Accepts, and never answers.
         let silent = TcpListener::bind("127.0.0.1:0").unwrap();
         let api = ApiServer::start();

@@ -370,11 +370,7 @@ kernel_test! {
         drop(containerd);
         apply_node_fix(&finding);
         // containerd's next try goes through.
-        let deadline = Instant::now() + secs(5);
-        while sys_umount2(&cstring(&held.rootfs), 0) != 0 {
-            assert!(Instant::now() < deadline, "umount2 still fails 5 s after the fix");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until("umount2 to work after the fix", secs(5), || sys_umount2(&cstring(&held.rootfs), 0) == 0);
         stop(watch);
     }
 }

@@ -82,14 +82,12 @@ fn stop(watch: Watch, finding: &Value) -> Finished {
 /// Retries `call` (an errno-returning syscall) until it succeeds, for up to
 /// 5 s: what the stuck actor's next attempt would get once the fix is in.
 fn succeeds_soon(call: impl Fn() -> i32) -> i32 {
-    let deadline = Instant::now() + secs(5);
-    loop {
-        let errno = call();
-        if errno == 0 || Instant::now() >= deadline {
-            return errno;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut errno = 0;
+    within(secs(5), || {
+        errno = call();
+        (errno == 0).then_some(())
+    });
+    errno
 }
 
 /// Asserts that every attempt printed `want` (and there was one).
@@ -126,6 +124,7 @@ impl Bursts {
                 if flag.load(Ordering::SeqCst) || fixtures_only() {
                     return all;
                 }
+                // The runtime's rhythm: its next burst comes `gap` later.
                 std::thread::sleep(gap);
             }
         });
@@ -605,9 +604,11 @@ kernel_test! {
         let kubelet = start_actor(os!["--comm", "kubelet", "unlink", victim]);
         // The unlink waits for the daemon's answer to LOOKUP: no line, and the
         // task sleeps in the FUSE request wait (interruptible, so state S).
-        std::thread::sleep(secs(3));
+        poll_until_else("the unlink to wait in request_wait_answer", secs(10), || match wchan(kubelet.pid()) {
+            wchan if wchan == "request_wait_answer" => Ok(()),
+            wchan => Err(format!("wchan {wchan:?}, lines {:?}", kubelet.lines())),
+        });
         assert!(kubelet.lines().is_empty(), "the unlink returned: {:?}", kubelet.lines());
-        assert_eq!(wchan(kubelet.pid()), "request_wait_answer");
 
         if let Some(mut watch) = watch.take() {
             let server = fuse.server_pid();
@@ -933,8 +934,9 @@ kernel_test! {
         }
 
         if let Some(watch) = watch.take() {
-            // Longer than --hung-after and a few backoff steps: time for any
-            // detector that would fire to do so.
+            // Nothing is awaited here but time itself: longer than
+            // --hung-after and a few backoff steps, for any detector that
+            // would fire (wrongly) to do so.
             std::thread::sleep(secs(6));
             let done = watch.stop(libc::SIGINT);
             assert!(done.status.success(), "podstuck failed: {}", done.stderr);

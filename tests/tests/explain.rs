@@ -655,14 +655,10 @@ kernel_test! {
             e.eq("/pod_uid", pod.uid());
         });
         // An API finding has no actor, call or path: not the kernel's shape.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        let finalizer = loop {
-            if let Some(f) = watch.findings_so_far().into_iter().find(|f| f["kind"] == "finalizer-pending") {
-                break f;
-            }
-            assert!(std::time::Instant::now() < deadline, "no finalizer-pending within 60 s: {:?}", watch.findings_so_far());
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let finalizer = poll_until_else("a finalizer-pending finding", Duration::from_secs(60), || {
+            let findings = watch.findings_so_far();
+            findings.iter().find(|f| f["kind"] == "finalizer-pending").cloned().ok_or_else(|| format!("findings: {findings:?}"))
+        });
         assert_eq!(finalizer["pod_uid"], pod.uid());
         assert_eq!(finalizer["evidence"][0]["source"], "api");
         let done = watch.stop(libc::SIGINT);

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use podstuck_tests::*;
 use serde_json::Value;
@@ -202,11 +202,9 @@ kernel_test! {
 
 fn assert_programs_unloaded(ids: &[u32]) {
     // Program memory is freed after an RCU grace period: allow a moment.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while ids.iter().any(|&id| program_loaded(id)) {
-        assert!(Instant::now() < deadline, "programs {ids:?} still loaded after podstuck exited");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(&format!("programs {ids:?} to be unloaded once podstuck exited"), Duration::from_secs(10), || {
+        !ids.iter().any(|&id| program_loaded(id))
+    });
 }
 
 fn program_ids(start: &Value) -> Vec<u32> {
@@ -241,18 +239,17 @@ kernel_test! {
         let dir = test.scratch();
         let mountpoint = dir.path().join("vol");
         let _mount = TmpfsMount::new(&mountpoint, "size=1m");
-        let child = Command::new(podstuck_binary())
-            .args(["watch", "--calls", "--concurrent", "--duration", "4s"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Text mode has no start line on stdout; its banner goes to stderr.
-        std::thread::sleep(Duration::from_millis(2500));
+        // Text mode has no start line on stdout: attached once its banner,
+        // on stderr, says "Ctrl-C to stop".
+        let podstuck = Attached::spawn(Command::new(podstuck_binary()).args(["watch", "--calls", "--concurrent", "--duration", "4s"]));
         assert_eq!(sys_rmdir(&cstring(&mountpoint)), libc::EBUSY);
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = podstuck.finish(Duration::from_secs(60));
+        // The directory is still mounted when --duration ends, its failed
+        // rmdir seen: a critical finding still active, exit 3, and the
+        // finding's block among the call lines.
+        assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(&format!("  fix:      umount {}\n", text(&mountpoint))), "{stdout}");
         let line = stdout
             .lines()
             .find(|l| l.ends_with(mountpoint.to_str().unwrap()) && l.contains(" rmdir "))
@@ -369,5 +366,100 @@ kernel_test! {
         );
         let done = watch.stop(libc::SIGINT);
         assert!(done.status.success(), "{}", done.stderr);
+    }
+}
+
+/// Polls `probe` until it gives a value or `timeout` passes.
+fn poll_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The tasks that read for podstuck `pid`, with their states: its own
+/// threads and its children (its readers, named podstuck-read).
+fn readers_of(pid: i32) -> Vec<(u32, char)> {
+    let mut readers = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().map(|e| e.path());
+    let processes = std::fs::read_dir("/proc").unwrap().flatten().map(|e| e.path());
+    for dir in tasks.chain(processes) {
+        let Some(id) = dir.file_name().and_then(|n| n.to_str()?.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else { continue };
+        // "pid (comm) state ppid ...": the name may hold spaces and parentheses.
+        let Some((head, rest)) = stat.rsplit_once(") ") else { continue };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let parent: i32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let thread = dir.parent().is_some_and(|p| p.ends_with("task"));
+        if thread || (parent == pid && head.ends_with("(podstuck-read")) {
+            readers.push((id, state));
+        }
+    }
+    readers
+}
+
+kernel_test! {
+    /// Issue 38: a stop while a read of the node is stuck in the kernel
+    /// ends, within 20 s on a loaded machine, and says which read it left.
+    /// The read is a lookup in a FUSE directory that a call hung on the
+    /// stopped daemon holds locked: it sleeps uninterruptibly (D), and a
+    /// process is not reaped while a thread of its own sleeps so, so
+    /// podstuck reads in processes of their own. Both cores are kept busy.
+    fn a_stop_with_a_read_of_the_node_stuck_in_the_kernel_ends_and_says_what_it_left(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid();
+        let mount = pod.create_csi_volume("pvc-fuse").join("mount");
+        let fuse = FuseMount::start(&mount);
+        let dir = mount.join("d");
+        // The same directory by a path outside the pod, which podstuck (--pod) does not follow.
+        let alias = scratch.path().join("alias");
+        std::os::unix::fs::symlink(&mount, &alias).unwrap();
+        // --hung-after 60s: no hung call is named, which would keep podstuck
+        // away from the mount, before its next check reads there.
+        let mut watch = Watch::start(&["--findings", "--hung-after", "60s", "--kubelet-root", root.arg(), "--pod", uid]);
+        // A driver unmounting what is no mount: each check of it (every 5 s) reads the directory.
+        let driver = start_actor(["--comm", "hostpathplugin", "--backoff-ms", "500", "--repeat", "0", "umount", text(&dir)]);
+        watch.await_finding(Duration::from_secs(60), |f| f["kind"] == "not-mounted", |e| e.eq("/paths/0", text(&dir)));
+        drop(driver);
+        // Removed once while the daemon answers (it keeps the directory), the
+        // kernel forgets `d`: the next lookup of it asks the daemon afresh.
+        let (_, removed) = start_actor(["rmdir", text(&alias.join("d"))]).finish(Duration::from_secs(10));
+        assert_eq!(removed, vec!["rmdir ok".to_string()]);
+        // The daemon stops; kubelet's removal then waits for its lookup of
+        // `d` with the mount's root locked, and every other lookup there
+        // waits for that lock, uninterruptibly.
+        fuse.stop_server();
+        let kubelet = start_actor(["--comm", "kubelet", "rmdir", text(&alias.join("d"))]);
+        poll_for("kubelet's rmdir to wait for the daemon", Duration::from_secs(10), || {
+            (wchan(kubelet.pid()) == "request_wait_answer").then_some(())
+        });
+        // podstuck's next check of the driver's unmounts reads the directory:
+        // that read sleeps uninterruptibly.
+        let mut seen = std::collections::BTreeSet::new();
+        let reader = poll_for("a read of podstuck's to sleep uninterruptibly in the kernel", Duration::from_secs(30), || {
+            let readers = readers_of(watch.pid());
+            seen.extend(readers.iter().copied());
+            readers.into_iter().find(|(_, state)| *state == 'D').map(|(pid, _)| pid)
+        });
+        let hogs: Vec<Process> = (0..2).map(|_| Process::spawn(Command::new("sh").args(["-c", "while :; do :; done"]))).collect();
+        let asked = std::time::Instant::now();
+        let done = watch.stop(libc::SIGINT);
+        let took = asked.elapsed();
+        drop(hogs);
+        assert!(done.status.success(), "{:?} {}", done.status, done.stderr);
+        assert!(took < Duration::from_secs(20), "podstuck took {took:?} to stop: {}", done.stderr);
+        let left = format!("left its read of {} unanswered, in reader process {reader}", dir.display());
+        assert!(done.stderr.contains(&left), "podstuck should say it left the read ({left}): {}", done.stderr);
+        assert_eq!(task_state(reader), Some('D'), "the reader outlives podstuck, asleep in the kernel (readers seen: {seen:?})");
+        // kubelet's rmdir killed, the lock is free: the reader ends, and the connection is aborted.
+        drop(kubelet);
+        drop(fuse);
     }
 }

@@ -24,20 +24,18 @@ fn lab_of(pid: u32) -> PathBuf {
     PathBuf::from(format!("/var/tmp/podstuck-demo-{pid}"))
 }
 
-/// Waits for `done`, panicking with `what` after `timeout`.
-fn wait_until(what: &str, timeout: Duration, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// The calls the live view's header says were counted in the kernel
+/// ("calls counted 1234"), if it is on the screen.
+fn calls_counted(screen: &str) -> Option<u64> {
+    let rest = &screen[screen.find("calls counted ")? + "calls counted ".len()..];
+    rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 /// Nothing of the demo with this pid is left: no lab, no mount under it,
 /// no cgroup, and no process of its own.
 fn nothing_left_of_demo(pid: u32) {
     let lab = lab_of(pid);
-    wait_until(&format!("{} removed", lab.display()), Duration::from_secs(30), || !lab.exists());
+    wait_until(&format!("{} to be removed", lab.display()), Duration::from_secs(30), || !lab.exists());
     assert!(mountinfo::below(&[&lab]).is_empty(), "mounts left: {:?}", mountinfo::below(&[&lab]));
     assert!(!cgroup2_root().join(format!("podstuck-demo-{pid}")).exists(), "the demo cgroup is left");
     let leftovers: Vec<String> = std::fs::read_dir("/proc")
@@ -95,7 +93,7 @@ kernel_test! {
         assert!(!mountinfo::below(&[&lab]).is_empty(), "the demo's mounts exist while it runs");
         // The terminal goes away: tmux's server dies, the demo gets SIGHUP.
         let _ = tmux.command().arg("kill-server").status();
-        wait_until("the demo exiting", Duration::from_secs(60), || !alive(demo));
+        wait_until("the demo to exit", Duration::from_secs(60), || !alive(demo));
         nothing_left_of_demo(demo);
     }
 }
@@ -141,7 +139,8 @@ kernel_test! {
             test.name(),
             &format!("exec '{}' record --concurrent '{}'", text(&podstuck_binary()), text(&file)),
         );
-        tmux.wait_for("the live view", Duration::from_secs(60), |s| s.contains("q or Ctrl-C: stop and print a summary"));
+        let screen = tmux.wait_for("the live view", Duration::from_secs(60), |s| s.contains("q or Ctrl-C: stop and print a summary"));
+        let before = calls_counted(&screen).unwrap_or_else(|| panic!("no count of calls in the header:\n{screen}"));
         let pid: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
         tmux.podstuck = Some(pid);
         // Some calls to record.
@@ -151,9 +150,10 @@ kernel_test! {
             std::fs::write(dir.join(format!("f{i}")), b"x").unwrap();
             std::fs::remove_file(dir.join(format!("f{i}"))).unwrap();
         }
-        std::thread::sleep(Duration::from_secs(1));
+        // Recorded once the view counts them (it counts every call of the node).
+        tmux.wait_for("the 20 unlinks counted", Duration::from_secs(30), |s| calls_counted(s).is_some_and(|n| n >= before + 20));
         let _ = tmux.command().arg("kill-server").status();
-        wait_until("podstuck record exiting", Duration::from_secs(30), || !alive(pid));
+        wait_until("podstuck record to exit", Duration::from_secs(30), || !alive(pid));
         let replay = Command::new(podstuck_binary()).arg("replay").arg(&file).output().expect("run podstuck replay");
         let said = format!("{}{}", String::from_utf8_lossy(&replay.stdout), String::from_utf8_lossy(&replay.stderr));
         assert!(replay.status.success(), "{said}");

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
@@ -213,12 +213,14 @@ kernel_test! {
         let watch = Watch::start(&["--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
         let ran = actor().args([OsStr::new("unlink-many"), work.as_os_str(), OsStr::new("500")]).output().unwrap();
         assert!(ran.status.success());
-        // Wait until an interval with calls has been written, then kill.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !(out.join("summary.json").exists() && summary(&out)["series"].as_array().is_some_and(|s| !s.is_empty())) {
-            assert!(Instant::now() < deadline, "no interval written within 20 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        // Wait until the files hold all 500 calls (an interval can close
+        // halfway through them), then kill.
+        wait_until("the 500 calls written", Duration::from_secs(20), || {
+            out.join("summary.json").exists()
+                && summary(&out)["series"].as_array().is_some_and(|all| {
+                    all.iter().filter(|s| s["syscall"] == "unlink").filter_map(|s| s["count"].as_u64()).sum::<u64>() >= 500
+                })
+        });
         let killed = watch.stop(libc::SIGKILL);
         assert!(!killed.status.success());
 

@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use podstuck_tests::mountinfo::is_mountpoint;
 use podstuck_tests::node::TmpfsMount;
@@ -60,28 +60,19 @@ impl Drop for KilledPid {
     }
 }
 
+/// Waits until a line is written whole to `path`; returns it.
 fn wait_for_file(path: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if text.ends_with('\n') {
-                return text.trim().to_string();
-            }
-        }
-        assert!(Instant::now() < deadline, "{} never written", path.display());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(&format!("a line in {}", path.display()), Duration::from_secs(10), || {
+        std::fs::read_to_string(path).ok().filter(|text| text.ends_with('\n')).map(|text| text.trim().to_string())
+    })
 }
 
 /// Waits until `pid`'s cwd is `dir` (as /proc shows a cwd in another
 /// mount namespace: its path there, ending the same).
 fn wait_for_cwd(pid: u32, dir: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.ends_with(dir.strip_prefix("/").unwrap()))
-    {
-        assert!(Instant::now() < deadline, "pid {pid} never settled in {}", dir.display());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(&format!("pid {pid} to settle in {}", dir.display()), Duration::from_secs(10), || {
+        std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.ends_with(dir.strip_prefix("/").unwrap()))
+    });
 }
 
 kernel_test! {

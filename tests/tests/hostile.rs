@@ -7,7 +7,7 @@
 //!
 //! Runs as root; see `kernel_test!` for the skip rule.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use podstuck_tests::*;
@@ -25,9 +25,9 @@ kernel_test! {
             if mode == "--calls" {
                 args.push("--calls");
             }
-            // Not a terminal: FINDING lines (or call lines with --calls).
-            let podstuck = Command::new(podstuck_binary()).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn podstuck");
-            std::thread::sleep(Duration::from_secs(2));
+            // Not a terminal: FINDING lines (or call lines with --calls),
+            // after a banner on stderr once it is attached.
+            let podstuck = Attached::spawn(Command::new(podstuck_binary()).args(&args));
             let hostile = actor()
                 .args(["--comm", HOSTILE_COMM, "--every-ms", "300", "--repeat", "8", "rmdir"])
                 .arg(&dir)
@@ -35,7 +35,7 @@ kernel_test! {
                 .expect("run the actor");
             let said = String::from_utf8_lossy(&hostile.stdout);
             assert!(said.lines().all(|l| l == format!("rmdir errno {}", libc::EBUSY)), "the fixture: EBUSY each time: {said}");
-            let out = podstuck.wait_with_output().expect("podstuck ends");
+            let out = podstuck.finish(Duration::from_secs(60));
             // The directory is still mounted when --duration ends: exit 3, said.
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(3), "{stderr}");
@@ -50,9 +50,10 @@ kernel_test! {
 
 kernel_test! {
     fn a_process_of_another_user_named_podstuck_is_never_taken_for_a_tracer() {
-        let mut fake = actor().args(["--as-uid", "65534", "--comm", "podstuck", "sleep"]).stdout(Stdio::piped()).spawn().expect("spawn the impostor");
-        std::thread::sleep(Duration::from_millis(300));
-        let fake_pid = fake.id();
+        // "ready" once it has its name and its user.
+        let fake = start_actor(["--as-uid", "65534", "--comm", "podstuck", "sleep"]);
+        fake.wait_ready(Duration::from_secs(10));
+        let fake_pid = fake.pid();
         assert_eq!(std::fs::read_to_string(format!("/proc/{fake_pid}/comm")).unwrap().trim(), "podstuck");
         // Other tests' tracers may hold the lock (shared, --concurrent): a
         // refusal may happen, but must name a real holder, never the impostor.
@@ -63,7 +64,5 @@ kernel_test! {
         let check = Command::new(podstuck_binary()).arg("check").output().expect("run podstuck check");
         let said = String::from_utf8_lossy(&check.stdout);
         assert!(!said.contains(&format!("pid {fake_pid}")), "check names the impostor: {said}");
-        let _ = fake.kill();
-        let _ = fake.wait();
     }
 }

@@ -218,11 +218,7 @@ fn ctrl_c_while_the_debug_pod_starts_deletes_it() {
     let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
     cluster.never_ready();
     let plugin = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop"]));
-    let deadline = std::time::Instant::now() + secs(30);
-    while cluster.created().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no debug pod created");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("the debug pod to be created", secs(30), || !cluster.created().is_empty());
     let ended = plugin.stop(libc::SIGINT);
     assert_eq!(ended.status.code(), Some(130), "{}", ended.stderr);
     assert!(ended.stderr.contains("stopped by SIGINT"), "{}", ended.stderr);

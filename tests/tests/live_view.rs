@@ -16,10 +16,9 @@
 //! by side; every mount, directory, process and tmux server is removed
 //! even when an assertion fails.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use podstuck_tests::terminal::{child_named, programs_held, Tmux};
 use podstuck_tests::*;
@@ -178,12 +177,10 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
         "{after}"
     );
 
-    // Nothing left behind in the kernel.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while programs.iter().any(|&id| program_loaded(id)) {
-        assert!(Instant::now() < deadline, "programs {programs:?} still loaded after podstuck exited");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Nothing left behind in the kernel (freed after an RCU grace period).
+    wait_until(&format!("programs {programs:?} to be unloaded once podstuck exited"), Duration::from_secs(10), || {
+        !programs.iter().any(|&id| program_loaded(id))
+    });
     assert!(is_mountpoint(&mount), "podstuck only reads the node: the volume is still mounted");
 }
 
@@ -323,21 +320,14 @@ kernel_test! {
         let scratch = test.scratch();
         let P1 { root, pod, pv, mount, _volume } = P1::new(&scratch);
         let uid = pod.uid();
-        let mut podstuck = Command::new(podstuck_binary())
-            .args(["watch", "--concurrent", "--duration", "8s", "--kubelet-root", root.arg(), "--pod", uid])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn podstuck");
         // Its banner on stderr says it is attached.
-        let mut stderr = BufReader::new(podstuck.stderr.take().unwrap());
-        let mut banner = String::new();
-        stderr.read_line(&mut banner).unwrap();
-        assert!(banner.contains("findings, a block each; Ctrl-C to stop"), "{banner}");
+        let podstuck = Attached::spawn(Command::new(podstuck_binary()).args(["watch", "--concurrent", "--duration", "8s", "--kubelet-root", root.arg(), "--pod", uid]));
         let kubelet = kubelet_removing(&pv);
         let (_, attempts) = kubelet.finish(Duration::from_secs(30));
         assert_eq!(attempts.len(), 4, "{attempts:?}");
-        let out = podstuck.wait_with_output().unwrap();
+        let out = podstuck.finish(Duration::from_secs(60));
+        let banner = String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or_default().to_string();
+        assert!(banner.contains("findings, a block each; Ctrl-C to stop"), "{banner}");
         // The volume is still mounted when --duration ends: exit 3.
         assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);

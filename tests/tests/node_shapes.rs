@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use podstuck_tests::container::{privileged, NodeDocker};
 use podstuck_tests::findings::apply_fix;
@@ -36,10 +36,12 @@ mkdir -p "$STUCK_VOL" "$ROOTFS"
 mount -t tmpfs -o size=1m csi-left "$STUCK_VOL" || exit 1
 # A container's rootfs that a process of the node still sits in (P4).
 mount -t tmpfs -o size=1m rootfs "$ROOTFS" || exit 1
+# The holder: a process whose cwd is the rootfs, asleep for good.
 (cd "$ROOTFS" && exec sleep 1000000) &
 echo ready > /ready
 (exec -a sh /bin/kubelet /node/kubelet.sh) &
 (exec -a sh /bin/containerd /node/containerd.sh) &
+# PID 1 stays, doing nothing, as the node's systemd does for the test.
 while :; do sleep 3600; done
 "#;
 
@@ -56,6 +58,7 @@ done
 echo done > /churned
 while :; do
     if rmdir "$STUCK_VOL" 2>/dev/null; then echo removed > /removed; exit 0; fi
+    # kubelet's retry rhythm, a stand-in for its backoff.
     sleep 0.5
 done
 "#;
@@ -65,6 +68,7 @@ const CONTAINERD: &str = r#"
 ROOTFS=/run/containerd/io.containerd.runtime.v2.task/k8s.io/$CID/rootfs
 while :; do
     if umount "$ROOTFS" 2>/dev/null; then echo unmounted > /unmounted; exit 0; fi
+    # containerd's retry rhythm.
     sleep 0.05
 done
 "#;
@@ -115,11 +119,7 @@ impl NodeContainer {
     }
 
     fn wait_for(&self, name: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while !self.file(name).exists() {
-            assert!(Instant::now() < deadline, "the node container never wrote /{name}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until(&format!("the node container to write /{name}"), timeout, || self.file(name).exists());
     }
 
     fn stuck_volume(&self) -> String {
@@ -137,21 +137,15 @@ impl NodeContainer {
     /// their names, and a busy machine may take a while to get there.
     fn process(&self, comm: &str) -> u32 {
         let mntns = ns_of(self.init);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let found = std::fs::read_dir("/proc")
+        poll_until(&format!("{comm} in node container {}", self.name), Duration::from_secs(30), || {
+            std::fs::read_dir("/proc")
                 .unwrap()
                 .flatten()
                 .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
                 .filter(|pid| ns_of(*pid) == mntns)
                 .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == comm))
-                .min();
-            match found {
-                Some(pid) => return pid,
-                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-                None => panic!("no {comm} in node container {} after 30 s", self.name),
-            }
-        }
+                .min()
+        })
     }
 }
 

@@ -3,21 +3,28 @@
 //! from the file alone, with the same findings; a cut or damaged file is
 //! said clearly, never a panic.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
 
 use podstuck_tests::*;
 use serde_json::Value;
 
-fn findings(stdout: &[u8]) -> Vec<(String, String, String, u64, String)> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+/// Every finding line (`finding`, `finding-update`) of `lines`: type, id,
+/// kind, revision, fix.
+fn findings<'a>(lines: impl IntoIterator<Item = &'a Value>) -> Vec<(String, String, String, u64, String)> {
+    lines
+        .into_iter()
         .filter(|v| v["type"] == "finding" || v["type"] == "finding-update")
         .map(|v| {
             let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
             (text("type"), text("id"), text("kind"), v["revision"].as_u64().unwrap_or(0), text("fix"))
         })
         .collect()
+}
+
+/// The JSON lines of an output.
+fn json_lines(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout).lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect()
 }
 
 kernel_test! {
@@ -29,17 +36,14 @@ kernel_test! {
         let _tree = CreatedDirs::create(&volume);
         let _mount = TmpfsMount::new(&volume.join("mount"), "size=1m");
         let file = scratch.path().join("incident.podstuck");
-        let podstuck = Command::new(podstuck_binary())
-            .arg("record")
-            .arg(&file)
-            .args(["--json", "--findings", "--concurrent", "--duration", "6s", "--pod", pod.uid(), "--kubelet-root"])
-            .arg(root.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run podstuck record");
-        // Attached once the programs load; the actor then fails on kubelet's backoff.
-        std::thread::sleep(std::time::Duration::from_secs(2));
+        // Attached once it prints its start line; the actor then fails on kubelet's backoff.
+        let podstuck = Watch::spawn(
+            Command::new(podstuck_binary())
+                .arg("record")
+                .arg(&file)
+                .args(["--json", "--findings", "--concurrent", "--duration", "6s", "--pod", pod.uid(), "--kubelet-root"])
+                .arg(root.path()),
+        );
         let actor = actor()
             .args(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "4", "rmdir-at"])
             .arg(&volume)
@@ -47,18 +51,18 @@ kernel_test! {
             .output()
             .expect("run the actor");
         assert!(String::from_utf8_lossy(&actor.stdout).contains(&format!("errno {}", libc::EBUSY)));
-        let live = podstuck.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&live.stderr);
+        let live = podstuck.finish(Duration::from_secs(60));
+        let stderr = &live.stderr;
         // The volume is still mounted when --duration ends: exit 3, and the record is whole.
         assert_eq!(live.status.code(), Some(3), "{stderr}");
         assert!(stderr.contains("recorded"), "{stderr}");
-        let live_findings = findings(&live.stdout);
+        let live_findings = findings(&live.finding_lines);
         assert!(live_findings.iter().any(|f| f.2 == "volume-still-mounted"), "{live_findings:?}\n{stderr}");
 
         let replay = Command::new(podstuck_binary()).arg("replay").arg(&file).arg("--json").output().expect("run podstuck replay");
         let replay_err = String::from_utf8_lossy(&replay.stderr);
         assert!(replay.status.success(), "{replay_err}");
-        assert_eq!(findings(&replay.stdout), live_findings, "replay differs from the live run\n{replay_err}");
+        assert_eq!(findings(&json_lines(&replay.stdout)), live_findings, "replay differs from the live run\n{replay_err}");
 
         // The file is not overwritten by a second record.
         let again = Command::new(podstuck_binary()).arg("record").arg(&file).args(["--concurrent", "--duration", "1s"]).output().unwrap();

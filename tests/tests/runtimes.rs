@@ -81,6 +81,7 @@ fn podstuck(scratch: &ScratchDir) -> Watch {
 /// Lets the last calls arrive, stops podstuck (and the trace, if one is
 /// kept) and returns what podstuck said.
 fn wind_down(watch: Watch, trace: Option<EventLog>, dirs: &[PathBuf], pids: &[u32]) -> Finished {
+    // Nothing is awaited but time: for findings that must not come.
     std::thread::sleep(SETTLE);
     let done = stop(watch);
     if let Some(trace) = trace {
@@ -156,15 +157,13 @@ fn only(done: &Finished, ours: &[Value], wanted: &Value, what: &str) {
 /// Retries a runtime command until it succeeds, for up to `limit`: what
 /// the runtime's next attempt (kubelet's next sync) gets once the fix is in.
 fn works_soon(limit: Duration, what: &str, attempt: impl Fn() -> std::process::Output) {
-    let deadline = Instant::now() + limit;
-    loop {
+    poll_until_else(&format!("`{what}` to work after the fix"), limit, || {
         let out = attempt();
-        if out.status.success() {
-            return;
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(format!("it still fails: {}", stderr_text(&out))),
         }
-        assert!(Instant::now() < deadline, "after the fix, `{what}` still fails: {}", stderr_text(&out));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 /// Asserts that a runtime command failed with `needles` in its message.
@@ -591,6 +590,8 @@ kernel_test! {
         assert_eq!(stdout_text(&containerd.ctr(&["containers", "ls", "-q"])), "", "fixture: no ctr container left");
         eprintln!("{}: the churn took {:.1?}", test.name(), started.elapsed());
 
+        // Nothing is awaited but time: for findings that must not come
+        // (2 s more than a scenario's, after a churn of many containers).
         std::thread::sleep(SETTLE + secs(2));
         let done = stop(watch);
         let mut dirs = docker.dirs();

@@ -27,7 +27,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use podstuck_tests::attacks::*;
 use podstuck_tests::*;
@@ -58,12 +58,18 @@ fn series_count(dir: &Path, tag: &str) -> u64 {
         .sum()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Waits until podstuck has refreshed the files in `dir` `n` times more:
+/// each refresh writes summary.json last, a new file renamed over the old.
+fn await_refreshes(dir: &Path, n: usize) {
+    let stamp = || std::fs::metadata(dir.join("summary.json")).ok().map(|m| (m.ino(), m.mtime(), m.mtime_nsec()));
+    let (mut last, mut seen) = (stamp(), 0);
+    wait_until(&format!("{n} more refreshes of {}", dir.display()), Duration::from_secs(30), || {
+        let now = stamp();
+        if now.is_some() && now != last {
+            (last, seen) = (now, seen + 1);
+        }
+        seen >= n
+    });
 }
 
 /// The calls of `tag` in latency.hlog, every interval added up, as
@@ -137,9 +143,9 @@ kernel_test! {
 
         unlink_many(&volume, 100);
         let tag = format!("unlink/ok/other/{uid}");
-        wait_for("summary.json counting the 100 calls", Duration::from_secs(20), || series_count(&out, &tag) >= 100);
+        wait_until("summary.json counting the 100 calls", Duration::from_secs(20), || series_count(&out, &tag) >= 100);
         // A few more refreshes over the same names.
-        std::thread::sleep(Duration::from_millis(2500));
+        await_refreshes(&out, 2);
         let stopped = podstuck.stop(libc::SIGINT);
         assert!(stopped.status.success(), "{}", stopped.stderr);
         assert!(stopped.end.is_some(), "no end line: {}", stopped.stderr);
@@ -287,16 +293,17 @@ kernel_test! {
         podstuck.release();
         let tag = format!("unlink/ok/other/{uid}");
         unlink_many(&volume, 300);
-        wait_for("the first 300 calls in summary.json", Duration::from_secs(20), || series_count(&out, &tag) >= 300);
+        wait_until("the first 300 calls in summary.json", Duration::from_secs(20), || series_count(&out, &tag) >= 300);
 
         // rm -rf, again if a refresh put a file in it meanwhile.
-        wait_for("the directory removed", Duration::from_secs(10), || {
+        wait_until("the directory removed", Duration::from_secs(10), || {
             let _ = std::fs::remove_dir_all(&out);
             !out.exists()
         });
         unlink_many(&volume, 300);
-        wait_for("the directory made again with all 600 calls", Duration::from_secs(20), || series_count(&out, &tag) >= 600);
-        std::thread::sleep(Duration::from_millis(1500));
+        wait_until("the directory made again with all 600 calls", Duration::from_secs(20), || series_count(&out, &tag) >= 600);
+        // Refreshes into the directory made again say nothing more.
+        await_refreshes(&out, 2);
         let said = podstuck.stderr_so_far();
         let stopped = podstuck.stop(libc::SIGINT);
 
@@ -328,15 +335,21 @@ kernel_test! {
         let out = tiny.join("histograms");
         let mut podstuck = Held::spawn(&["--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
         podstuck.release();
-        wait_for("the first summary.json", Duration::from_secs(20), || summary(&out).is_some());
+        wait_until("the first summary.json", Duration::from_secs(20), || summary(&out).is_some());
 
         // Fill the filesystem to its last byte.
         let mut filler = std::fs::File::create(tiny.join("filler")).unwrap();
         let page = [0x5au8; 4096];
         while filler.write_all(&page).is_ok() {}
         drop(filler);
-        // Several refreshes fail.
-        std::thread::sleep(Duration::from_millis(4500));
+        // The first refresh that fails says so.
+        wait_until("the failure said", Duration::from_secs(30), || {
+            podstuck.stderr_so_far().contains("cannot refresh histogram files")
+        });
+        // Then nothing to wait on but time: a refresh that fails leaves no
+        // trace to see (its file is unnamed, O_TMPFILE, until written), and
+        // "said once, not every interval" needs a few 1 s intervals.
+        std::thread::sleep(Duration::from_millis(3500));
         let said = podstuck.stderr_so_far();
         let stopped = podstuck.stop(libc::SIGINT);
 
