@@ -66,6 +66,15 @@ fn kubelet_removing(pv: &Path) -> Process {
     )
 }
 
+/// The counts of the view's header with `--pod`, "calls counted 4  node:
+/// 912 calls": the pod's calls and the node's, if the header says both.
+fn header_counts(screen: &str) -> Option<(u64, u64)> {
+    let rest = &screen[screen.find("calls counted ")? + "calls counted ".len()..];
+    let (pod, rest) = rest.split_once("  node: ")?;
+    let (node, _) = rest.split_once(" calls")?;
+    Some((pod.parse().ok()?, node.parse().ok()?))
+}
+
 /// Where podstuck's standard input comes from.
 enum Stdin {
     /// The terminal, as when a user types the command.
@@ -106,9 +115,12 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     let screen = tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
     // The counts come first; a long kubelet root gives way in its middle.
     assert!(screen.contains(&format!("tracing pod {uid}, kubelet root /var/tmp/")), "header:\n{screen}");
+    // The pod's calls, none yet, and the node's apart (what the rest of the
+    // node does meanwhile, other tests included: any number).
+    let counts = header_counts(&screen);
     assert!(
-        screen.contains("calls counted 0  node: 0 calls") || screen.contains("  node: "),
-        "the pod's calls, the node's apart:\n{screen}"
+        counts.is_some_and(|(pod, _)| pod == 0),
+        "the pod's calls (none yet), the node's apart: {counts:?}\n{screen}"
     );
     assert_eq!(tmux.pane("#{alternate_on}"), "1", "the live view draws on the alternate screen");
     let shell: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
@@ -137,6 +149,10 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
         attempts.len() == 4 && attempts.iter().all(|l| *l == ebusy),
         "the fixture: every attempt EBUSY: {attempts:?}"
     );
+    // kubelet's 4 calls are the pod's, and the node's too.
+    tmux.wait_for("the pod's 4 calls counted, the node's apart", Duration::from_secs(10), |s| {
+        header_counts(s).is_some_and(|(pod, node)| pod == 4 && node >= 4)
+    });
     eprintln!("the live view with the finding:\n{screen}");
     assert_fits_whole(&screen, 200, text(&mount));
 
