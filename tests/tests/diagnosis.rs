@@ -9,7 +9,11 @@
 //! Every test also checks the fixture itself (the errno each attempt of the
 //! actor printed), so a wrong finding is never blamed on a wrong fixture.
 //! `PODSTUCK_FIXTURES_ONLY=1` runs just that half, without podstuck: the
-//! way to check the fixtures on a new kernel or machine.
+//! way to check the fixtures on a new kernel or machine. podstuck's half
+//! not run is a missing part like any other (see `prerequisite`): each
+//! test fails saying so, unless `PODSTUCK_ALLOW_SKIPS=1`, and then counts
+//! as a skip, named in `cargo xtask test`'s closing lines; a run with it
+//! never passes as a whole run of the diagnosis.
 //!
 //! Runs as root; see `kernel_test!` for the skip rule. Scenarios
 //! are isolated by path, pod UID and cgroup, so they may run in parallel
@@ -57,10 +61,15 @@ fn fixtures_only() -> bool {
 }
 
 /// `podstuck watch --json --findings --hung-after 2s --kubelet-root ROOT EXTRA...`,
-/// or nothing when only the fixtures are checked.
+/// or nothing when only the fixtures are checked: podstuck's half of the
+/// test is then a skip (a failure unless skips are allowed).
 fn podstuck(root: &KubeletRoot, extra: &[&str]) -> Option<Watch> {
     if fixtures_only() {
-        return None;
+        return missing(
+            &prerequisite::this_test(),
+            "podstuck's half of the test: PODSTUCK_FIXTURES_ONLY=1 checks the fixtures alone",
+            "unset PODSTUCK_FIXTURES_ONLY to run podstuck too (to check the fixtures alone, set PODSTUCK_ALLOW_SKIPS=1 with it)",
+        );
     }
     let mut args = vec!["--findings", "--hung-after", "2s", "--kubelet-root", root.arg()];
     args.extend_from_slice(extra);
