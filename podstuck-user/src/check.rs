@@ -193,6 +193,29 @@ pub fn pods_not_found(node: &Node, missing: &[crate::identify::pod::PodUid], kub
     )
 }
 
+/// Whether a cgroup on the node names pod `uid` (`...pod<uid>...`, in the
+/// cgroupfs or the systemd spelling), looked for under the kubepods trees.
+pub fn cgroup_names_pod(node: &Node, uid: &crate::identify::pod::PodUid) -> bool {
+    let wanted = [format!("pod{}", uid.as_str()), format!("pod{}", uid.systemd_form())];
+    let mut dirs = vec![(node.path("/sys/fs/cgroup"), 0)];
+    while let Some((dir, depth)) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if wanted.iter().any(|w| name.contains(w.as_str())) {
+                return true;
+            }
+            // Depth 0 holds v1's controllers; below, only kubepods' own levels.
+            let kube = depth == 0 || name.starts_with("kubepods") || name == "burstable" || name == "besteffort";
+            if depth < 4 && kube && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    false
+}
+
 /// The pod directories under a kubelet root, by UID.
 pub fn pods_under(node: &Node, kubelet_root: &Path) -> Vec<String> {
     let mut pods: Vec<String> = std::fs::read_dir(node.path(kubelet_root.join("pods")))

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use podstuck::explain::{KubeOptions, PodRef};
@@ -273,6 +273,71 @@ fn pod_arg(value: &str) -> Result<PodArg, String> {
     }
 }
 
+/// The `--pod` values checked against this node (issue 42), before any
+/// tracing: a UID of 32 hex digits without dashes is a static pod's only if
+/// the kubelet tree or a cgroup names it (else it is the dashes left out of
+/// one: the UID with them if that pod is here, said; else refused, not
+/// watched for "anyway"); a name of hex digits only, with no namespace, is
+/// taken for a shortened UID (the live view's `pod 81f52ff3`) when one pod
+/// here has a UID that starts with it, said, and refused when several do.
+fn settle_pods(node: &Node, kubelet_root: &Path, pods: Vec<PodArg>, namespaced: bool) -> Result<Vec<PodArg>, String> {
+    let here = podstuck::check::pods_under(node, kubelet_root);
+    let mut settled = Vec::with_capacity(pods.len());
+    for pod in pods {
+        match pod {
+            PodArg::Uid(uid) if !uid.as_str().contains('-') => {
+                let hex = uid.as_str();
+                if here.iter().any(|p| p == hex) || podstuck::check::cgroup_names_pod(node, &uid) {
+                    settled.push(PodArg::Uid(uid));
+                    continue;
+                }
+                let dashed = format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]);
+                if let Some(found) = PodUid::parse(&dashed).ok().filter(|d| here.iter().any(|p| p == d.as_str())) {
+                    eprintln!("podstuck: --pod {hex}: taken as pod UID {found} (the same digits with their dashes)");
+                    settled.push(PodArg::Uid(found));
+                    continue;
+                }
+                return Err(format!(
+                    "--pod {hex}: no pod with this UID on this node: no {}/pods/{hex} and no cgroup names it. 32 hex digits without dashes are a static pod's UID; any other pod's has dashes (8-4-4-4-12): kubectl get pod NAME -n NAMESPACE -o jsonpath='{{.metadata.uid}}', or give NAMESPACE/NAME",
+                    kubelet_root.display()
+                ));
+            }
+            PodArg::Named(PodRef::Name { namespace: None, name })
+                if !namespaced
+                    && (4..32).contains(&name.len())
+                    && name.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') =>
+            {
+                let prefix = name.to_ascii_lowercase();
+                let matching: Vec<&String> = here.iter().filter(|p| p.starts_with(&prefix)).collect();
+                match matching.as_slice() {
+                    [one] => {
+                        let uid = PodUid::parse(one).map_err(|e| format!("--pod {name}: {e}"))?;
+                        eprintln!("podstuck: --pod {name}: a shortened UID: taken as pod {uid}, the one pod on this node whose UID starts with it");
+                        settled.push(PodArg::Uid(uid));
+                    }
+                    // As long as the view shows one: said as what it looks like.
+                    [] if name.len() >= 8 => {
+                        return Err(format!(
+                            "--pod {name}: no pod on this node has a UID that starts with it, as a shortened UID from the live view would; give the whole UID, or for a pod named so, NAMESPACE/NAME (or -n NAMESPACE)"
+                        ))
+                    }
+                    [] => settled.push(PodArg::Named(PodRef::Name { namespace: None, name })),
+                    several => {
+                        let several: Vec<&str> = several.iter().map(|s| s.as_str()).collect();
+                        return Err(format!(
+                            "--pod {name}: a shortened UID that names {} pods on this node ({}): give more of it",
+                            several.len(),
+                            several.join(", ")
+                        ));
+                    }
+                }
+            }
+            other => settled.push(other),
+        }
+    }
+    Ok(settled)
+}
+
 /// `--duration` of demo.
 fn demo_length(value: &str) -> Result<Duration, String> {
     podstuck::words::duration_arg(value, "the demo would end before its pods got stuck")
@@ -319,7 +384,15 @@ fn ring_buffer_kib(value: &str) -> Result<u32, String> {
 
 impl WatchArgs {
     /// The options, or the exit code of a value that makes no sense.
-    fn options(self, node: &'static Node, record: Option<PathBuf>) -> Result<WatchOptions, ExitCode> {
+    fn options(mut self, node: &'static Node, record: Option<PathBuf>) -> Result<WatchOptions, ExitCode> {
+        let pods = std::mem::take(&mut self.pods);
+        self.pods = match settle_pods(node, &self.kubelet_root, pods, self.namespace.is_some()) {
+            Ok(pods) => pods,
+            Err(e) => {
+                stderr_line(format_args!("podstuck: error: {e}"));
+                return Err(ExitCode::from(podstuck::exit::BAD_INPUT));
+            }
+        };
         let node_name = self.node_name.filter(|name| !name.trim().is_empty());
         if self.events && node_name.is_none() {
             // uname in a pod is the pod's name: Events need the node's own.

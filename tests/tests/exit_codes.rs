@@ -121,3 +121,28 @@ kernel_test! {
         assert!(said.contains("exists: choose another name or remove it"), "{said}");
     }
 }
+
+kernel_test! {
+    /// `--pod` checked against the node (issue 42): 32 hex digits that no
+    /// pod here has are refused (2), not watched for "anyway"; the same
+    /// digits as a pod's dashed UID, and the live view's shortened UID, are
+    /// that pod, and said so.
+    fn two_a_dashless_uid_no_pod_has_and_a_shortened_uid_resolves(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid().to_string();
+        std::fs::create_dir_all(pod.dir().join("volumes")).unwrap();
+        let watch = |value: &str, code: i32| {
+            exits(&["watch", "--concurrent", "--duration", "1s", "--json", "--kubelet-root", root.arg(), "--pod", value], code)
+        };
+        let said = watch("81f52ff39aee4d5b9ab759c75316201d", 2);
+        assert!(said.contains("no pod with this UID on this node") && !said.contains("anyway"), "{said}");
+        let said = watch(&uid.replace('-', ""), 0);
+        assert!(said.contains(&format!("taken as pod UID {uid}")), "{said}");
+        let said = watch(&uid[..8], 0);
+        assert!(said.contains(&format!("a shortened UID: taken as pod {uid}")), "{said}");
+        let said = watch("0badc0de", 2);
+        assert!(said.contains("no pod on this node has a UID that starts with it"), "{said}");
+    }
+}
