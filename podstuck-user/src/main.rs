@@ -448,6 +448,7 @@ impl WatchArgs {
             // NODE_NAME set but empty (a downward API field missing) is no name.
             node_name,
             events: self.events,
+            says_verdict: true,
             node,
         })
     }
