@@ -7,8 +7,8 @@
 //! Detectors see the node only through [`NodeInspector`], so they are tested
 //! with a fake node; [`real_node::RealNode`] is the real one. Nothing here changes
 //! the node. Anything that touches a path (open, stat, statfs, readdir) may
-//! block forever on a dead NFS or FUSE server, so the live node does it on a
-//! worker thread with a deadline and then stays away from that mount.
+//! block forever on a dead NFS or FUSE server, so the live node does it in a
+//! reader process with a deadline and then stays away from that mount.
 
 pub mod mounts;
 pub mod real_node;
@@ -19,7 +19,7 @@ use crate::identify::owner::Owner;
 
 /// A fact that could not be read, and why, in words ("timed out after 1 s:
 /// the filesystem may be hung", "no such file", "permission denied").
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unreadable(pub String);
 
 impl std::fmt::Display for Unreadable {
@@ -147,7 +147,7 @@ pub struct FileFacts {
 }
 
 /// Some of a directory's entries.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirSample {
     /// The first entries read ("." and ".." left out), at most the limit asked.
     pub names: Vec<Vec<u8>>,

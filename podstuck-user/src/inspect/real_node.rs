@@ -5,11 +5,16 @@
 //! gone (hard NFS mount, dead FUSE daemon): any open, stat, statfs or
 //! readdir there sleeps in the kernel forever, and a diagnosis tool that
 //! hangs on exactly the fault it should report is worse than none. So every
-//! call that touches a path runs on a worker thread; the caller waits up to
-//! a deadline, then reports the filesystem as possibly hung and never
-//! touches that mount again. Reading /proc text files and the /proc magic
-//! links (cwd, root, fd/N) never calls into the target filesystem, so those
-//! run inline.
+//! call that touches a path runs in a reader process of its own (forked,
+//! [`RealNode::on_worker`]); the caller waits up to a deadline, then reports
+//! the filesystem as possibly hung and never touches that mount again.
+//! Not a thread: a lookup that waits on a directory lock held by a hung call
+//! sleeps uninterruptibly, SIGKILL cannot end it, and a process is not
+//! reaped until its every thread has left the kernel, so one such thread
+//! would keep podstuck from ever exiting. A reader process is left behind
+//! instead, and ends when the kernel lets it. Reading /proc text files and
+//! the /proc magic links (cwd, root, fd/N) never calls into the target
+//! filesystem, so those run inline.
 //!
 //! It is not a parser of mount tables (that is [`super::mounts`]) and it
 //! draws no conclusions (that is the diagnose stage).
@@ -19,13 +24,17 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, ForkResult, Pid};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::identify::owner::RuntimeState;
 use crate::identify::process::{parse_stat, TaskStat};
@@ -40,8 +49,8 @@ use super::{
 
 /// How long a caller waits for one path-touching call by default.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
-/// How many workers may be stuck in the kernel at once before podstuck stops
-/// starting new ones: each is a thread it can never get back.
+/// How many readers may be stuck in the kernel at once before podstuck stops
+/// starting new ones: each is a process left until its filesystem answers.
 pub const DEFAULT_MAX_STUCK_WORKERS: usize = 8;
 
 /// Past this many entries a directory is "huge" and counting more says nothing new.
@@ -72,9 +81,10 @@ pub struct RealNode {
     podstuck_mntns: Option<u64>,
     deadline: Duration,
     max_stuck_workers: usize,
-    /// Workers that have not returned yet. Between calls every one of them
-    /// is a call the caller gave up on.
-    running_workers: Arc<AtomicUsize>,
+    /// Readers the caller gave up on that have not ended yet.
+    stuck: Vec<StuckReader>,
+    /// Once podstuck is stopping: when its reads must be over by.
+    stop_by: Option<Instant>,
     avoided: Vec<AvoidedMount>,
     self_pid: u32,
     /// A member found for each mount namespace asked about, tried first
@@ -110,7 +120,8 @@ impl RealNode {
             podstuck_mntns: node.podstuck_mntns(),
             deadline: DEFAULT_DEADLINE,
             max_stuck_workers: DEFAULT_MAX_STUCK_WORKERS,
-            running_workers: Arc::new(AtomicUsize::new(0)),
+            stuck: Vec::new(),
+            stop_by: None,
             avoided: Vec::new(),
             self_pid: std::process::id(),
             members: HashMap::new(),
@@ -141,51 +152,79 @@ impl RealNode {
         self.avoided.iter().map(|a| a.mount_point.clone()).collect()
     }
 
-    // ---- the worker with a deadline ----
+    /// podstuck is stopping: every read must be over by `by`. Reads wait
+    /// no later than that, and none starts after it.
+    pub fn stopping(&mut self, by: Instant) {
+        self.stop_by = Some(by);
+    }
 
-    /// Runs `op` on `path` in a worker thread and waits at most `wait`.
-    fn on_worker<T: Send + 'static>(
+    /// Readers still in the kernel on a path that did not answer (for the
+    /// last words: what podstuck leaves behind, and where).
+    pub fn readers_left(&mut self) -> Vec<(u32, Vec<u8>)> {
+        self.reap();
+        self.stuck.iter().map(|r| (r.pid.as_raw() as u32, r.path.clone())).collect()
+    }
+
+    // ---- the reader with a deadline ----
+
+    /// Runs `op` on `path` in a reader process of its own and waits at most
+    /// `wait` for its answer. Past that the reader is left to end when its
+    /// call returns (or with podstuck), and the mount is avoided.
+    fn on_worker<T: Serialize + DeserializeOwned>(
         &mut self,
         path: &[u8],
         wait: Duration,
-        op: impl FnOnce(PathBuf) -> Probe<T> + Send + 'static,
+        op: impl FnOnce(PathBuf) -> Probe<T>,
     ) -> Probe<T> {
         if self.is_avoided(path) {
             return Err(Unreadable(HUNG_MOUNT.into()));
         }
-        let stuck = self.running_workers.load(Ordering::SeqCst);
+        let wait = match self.stop_by {
+            None => wait,
+            Some(by) => match by.checked_duration_since(Instant::now()).filter(|left| !left.is_zero()) {
+                Some(left) => wait.min(left),
+                None => return Err(Unreadable(NOT_READ_STOPPING.into())),
+            },
+        };
+        self.reap();
+        let stuck = self.stuck.len();
         if stuck >= self.max_stuck_workers {
             return Err(Unreadable(format!(
                 "not touched: too many earlier reads ({stuck}) are still hung; podstuck starts no more until one returns"
             )));
         }
-        // A buffer of one so that a worker finishing after the caller gave up
-        // never blocks on its send.
-        let (tx, rx) = mpsc::sync_channel(1);
-        let running = Arc::clone(&self.running_workers);
-        running.fetch_add(1, Ordering::SeqCst);
         // Node paths, reached from where podstuck runs (under --host-root in a container).
         let target = self.node.path(path_of(path));
-        let spawned = std::thread::Builder::new().name("podstuck-inspect".into()).spawn(move || {
-            // Counted as finished before the answer is sent, so the caller's
-            // next call never sees this worker as stuck.
-            let done = Finished(running);
-            let answer = op(target);
-            drop(done);
-            let _ = tx.send(answer);
-        });
-        if let Err(e) = spawned {
-            self.running_workers.fetch_sub(1, Ordering::SeqCst);
-            return Err(Unreadable(format!("cannot start a reader thread: {}", words(&e))));
-        }
-        match rx.recv_timeout(wait) {
-            Ok(answer) => answer,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                self.avoid(path);
-                Err(Unreadable(format!("timed out after {}: the filesystem may be hung", exact_duration(wait))))
+        let (answer, written) = io::pipe().map_err(|e| Unreadable(format!("cannot start a reader: {}", words(&e))))?;
+        // SAFETY: the child only reads (the op), writes its answer to the
+        // pipe and leaves with _exit, closing podstuck's files first: it
+        // touches no lock another thread may have held at the fork but the
+        // allocator's, which glibc and musl make whole again in the child.
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => reader(OwnedFd::from(written), move || op(target)),
+            Ok(ForkResult::Parent { child }) => {
+                drop(written);
+                match answer_within(OwnedFd::from(answer), wait) {
+                    Some(bytes) => {
+                        // It has closed its end: it is exiting, or gone.
+                        let _ = waitpid(child, None);
+                        serde_json::from_slice(&bytes)
+                            .unwrap_or_else(|_| Err(Unreadable("the reader ended without an answer".into())))
+                    }
+                    None => {
+                        self.stuck.push(StuckReader { pid: child, path: path.to_vec() });
+                        self.avoid(path);
+                        Err(Unreadable(format!("timed out after {}: the filesystem may be hung", exact_duration(wait))))
+                    }
+                }
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Unreadable("the reader thread failed".into())),
+            Err(e) => Err(Unreadable(format!("cannot start a reader: {}", words(&io::Error::from(e))))),
         }
+    }
+
+    /// Forgets the stuck readers that have ended.
+    fn reap(&mut self) {
+        self.stuck.retain(|r| matches!(waitpid(r.pid, Some(WaitPidFlag::WNOHANG)), Ok(WaitStatus::StillAlive)));
     }
 
     /// Whether reaching `path` means walking through an avoided mount: the
@@ -382,12 +421,94 @@ impl RealNode {
     }
 }
 
-/// Decrements the running-worker count however the worker ends.
-struct Finished(Arc<AtomicUsize>);
+/// What a read refused while podstuck stops says.
+pub const NOT_READ_STOPPING: &str = "not read: podstuck is stopping";
 
-impl Drop for Finished {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+/// A reader the caller gave up on, not ended yet.
+#[derive(Debug)]
+struct StuckReader {
+    pid: Pid,
+    /// The node path it was reading.
+    path: Vec<u8>,
+}
+
+/// The reader process: runs `op`, writes its answer to `out` and exits.
+/// It first lets go of every file podstuck holds: a reader stuck in the
+/// kernel must keep neither its programs attached nor its output open
+/// after podstuck ends. It dies with podstuck, as soon as the kernel lets
+/// it, and is named for `ps`.
+fn reader<T: Serialize>(out: OwnedFd, op: impl FnOnce() -> Probe<T>) -> ! {
+    let keep = out.as_raw_fd();
+    close_all_but(keep);
+    // SAFETY: prctl and sigaction on this process alone, no memory shared.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        libc::prctl(libc::PR_SET_NAME, c"podstuck-read".as_ptr());
+        // podstuck's handlers would write to its event pipe, closed here.
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+    let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(op))
+        .unwrap_or_else(|_| Err(Unreadable("the reader failed".into())));
+    let bytes = serde_json::to_vec(&answer).unwrap_or_default();
+    let mut file = fs::File::from(out);
+    let _ = io::Write::write_all(&mut file, &bytes);
+    // SAFETY: leaves at once, running none of podstuck's exit handlers.
+    unsafe { libc::_exit(0) }
+}
+
+/// Closes every file descriptor but `keep`.
+fn close_all_but(keep: i32) {
+    let range = |first: u32, last: u32| {
+        // SAFETY: close_range(2) closes descriptors only.
+        unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) == 0 }
+    };
+    let keep = keep as u32;
+    let closed = (keep == 0 || range(0, keep - 1)) && range(keep + 1, u32::MAX);
+    if !closed {
+        // Kernels before 5.9: those /proc lists.
+        let open: Vec<i32> = fs::read_dir("/proc/self/fd")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        for fd in open.into_iter().filter(|fd| *fd as u32 != keep) {
+            // SAFETY: closes a descriptor of this process alone.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Everything the reader wrote to `answer` until it closed it, if that
+/// came within `wait`.
+fn answer_within(answer: OwnedFd, wait: Duration) -> Option<Vec<u8>> {
+    let until = Instant::now() + wait;
+    let mut got = Vec::new();
+    let mut file = fs::File::from(answer);
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let mut poll = libc::pollfd { fd: file.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one pollfd, valid for the call.
+        let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+        if ready < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return None;
+        }
+        if ready == 0 {
+            return None;
+        }
+        let mut buf = [0u8; 4096];
+        match io::Read::read(&mut file, &mut buf) {
+            Ok(0) => return Some(got),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
     }
 }
 
@@ -1783,6 +1904,71 @@ mod tests {
         assert!(refused.0.starts_with("not touched: too many earlier reads (1) are still hung"), "{refused}");
         // Once the stuck call returns, its thread is free again.
         eventually("the stuck worker to return", || node.file_facts(b(&other)).ok());
+    }
+
+    /// A reader podstuck gave up on, killed and reaped when the test ends.
+    struct Abandoned(u32);
+
+    impl Drop for Abandoned {
+        fn drop(&mut self) {
+            let pid = Pid::from_raw(self.0 as i32);
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, None);
+        }
+    }
+
+    /// A read past its deadline is left in a process of its own, not in a
+    /// thread of podstuck's: a thread asleep uninterruptibly in the kernel
+    /// (a lookup behind a directory lock a hung call holds) would keep
+    /// podstuck from ever exiting. The reader holds nothing of podstuck's
+    /// but its answer's pipe, and is named for `ps`.
+    #[test]
+    fn a_read_past_its_deadline_is_left_in_a_reader_process_holding_nothing_of_podstucks() {
+        let tmp = TempDir::new("reader");
+        let mut node = RealNode::new(Node::direct()).with_deadline(Duration::from_millis(200));
+        let hung: Probe<()> = node.on_worker(b(&tmp.0), node.deadline, |_| {
+            std::thread::sleep(Duration::from_secs(30));
+            Ok(())
+        });
+        assert_eq!(hung.unwrap_err().0, "timed out after 200 ms: the filesystem may be hung");
+        let left = node.readers_left();
+        assert_eq!(left.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(), vec![b(&tmp.0).to_vec()]);
+        let pid = left[0].0;
+        let _reader = Abandoned(pid);
+        let own = std::process::id();
+        assert!(!Path::new(&format!("/proc/self/task/{pid}")).exists(), "the reader is a thread of podstuck's");
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_default();
+        assert_eq!((field("Name:"), field("PPid:")), ("podstuck-read", own.to_string().as_str()), "{status}");
+        let fds = fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+        assert_eq!(fds, 1, "the reader keeps its answer's pipe alone");
+        // Once it ends, it is no longer said to be left.
+        drop(_reader);
+        assert!(node.readers_left().is_empty());
+        assert_eq!(node.file_facts(b(&tmp.0)).unwrap_err().0, HUNG_MOUNT);
+    }
+
+    /// Once podstuck stops, reads wait no later than it said, and none
+    /// starts after.
+    #[test]
+    fn reads_end_by_the_stop() {
+        let tmp = TempDir::new("stopping");
+        let mut node = RealNode::new(Node::direct()).with_deadline(Duration::from_secs(10));
+        node.stopping(Instant::now() + Duration::from_millis(300));
+        let start = Instant::now();
+        let hung: Probe<()> = node.on_worker(b(&tmp.0), node.deadline, |_| {
+            std::thread::sleep(Duration::from_secs(30));
+            Ok(())
+        });
+        assert!(start.elapsed() < Duration::from_secs(5), "the read waited {:?}", start.elapsed());
+        assert!(hung.unwrap_err().0.starts_with("timed out after"));
+        for (pid, _) in node.readers_left() {
+            drop(Abandoned(pid));
+        }
+        // Past the stop, a filesystem never avoided is not read either.
+        let mut stopped = RealNode::new(Node::direct());
+        stopped.stopping(Instant::now());
+        assert_eq!(stopped.file_facts(b(&tmp.0)).unwrap_err().0, NOT_READ_STOPPING);
     }
 
     /// A /proc made of plain files and symlinks: two namespaces, one with a
