@@ -18,10 +18,10 @@ mod options;
 mod pipeline;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::collect::{Tracer, TracerOptions};
 use crate::diagnose::{DiagnoseOptions, Diagnoser, Severity, Status};
@@ -45,7 +45,7 @@ use crate::tracer_lock::TracerLock;
 use crate::view::{Moment, Quit, QuitKeys};
 
 pub use options::WatchOptions;
-use pipeline::Pipeline;
+use pipeline::{finished, for_at_most, Pipeline};
 
 /// Calls in flight at least this long are shown: shorter ones are just
 /// calls, not waits.
@@ -56,6 +56,19 @@ const REVIEW_EVERY: Duration = Duration::from_millis(500);
 
 /// What stopped a run whose reader went away.
 const OUTPUT_GONE: &str = "its output closing";
+
+/// How long records are taken in one go before the loop turns to its other
+/// work, a signal above all: a storm can write them as fast as they are
+/// taken, and a batch that waited for the ring to empty would never end.
+const BATCH_FOR: Duration = Duration::from_millis(200);
+
+/// How long a stop gives podstuck's own last work: the last records and
+/// review, the node's reads among them. A stop that waits a minute in an
+/// incident is a defect: past this, what is not done is said and left.
+const STOP_WITHIN: Duration = Duration::from_secs(10);
+
+/// How long the stop takes records still coming from the kernel, each time.
+const DRAIN_AT_STOP: Duration = Duration::from_secs(2);
 
 /// The node cannot run podstuck; each problem says what to do.
 #[derive(Debug)]
@@ -135,12 +148,16 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     let (resolved, api) = resolve_named_pods(options).await?;
     let options = resolved.as_ref().unwrap_or(options);
     let events = events_api(options).await?;
+    // Caught before the start line says it is attached: a SIGINT right
+    // after it would otherwise end podstuck as the default action does,
+    // its last words unsaid.
+    let mut signals = StopSignals::catch()?;
     let mut run = prepare(options, api)?;
     if let (Some(api), Some(node)) = (events, &options.node_name) {
         run.pipeline.events = Some(EventSink::start(api, node.clone()));
     }
     on_attached();
-    let stopped = trace(&mut run, options).await?;
+    let stopped = trace(&mut run, options, &mut signals).await?;
     let events = run.pipeline.events.as_ref().map(EventSink::handle);
     let finished = finish(run, options, stopped);
     // What the last review told (a finding's end) is posted before exit,
@@ -352,13 +369,28 @@ async fn quit_asked(keys: &mut Option<QuitKeys>) -> Quit {
     }
 }
 
+/// The signals that stop a run.
+struct StopSignals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl StopSignals {
+    fn catch() -> Result<StopSignals> {
+        Ok(StopSignals {
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+        })
+    }
+}
+
 /// Hands each call and each review down the pipeline until a signal, a
 /// key, the end of `--duration` or the reader going away says stop.
-async fn trace(run: &mut Run, options: &WatchOptions) -> Result<Stopped> {
+async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals) -> Result<Stopped> {
     let Run { tracer, facts, pipeline, node, exporter, keys, .. } = run;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let StopSignals { int: sigint, term: sigterm, hup: sighup } = signals;
     let deadline = tokio::time::sleep(options.duration.unwrap_or(Duration::MAX / 4));
     tokio::pin!(deadline);
     let mut refresh = tokio::time::interval_at(tokio::time::Instant::now() + options.interval, options.interval);
@@ -369,11 +401,11 @@ async fn trace(run: &mut Run, options: &WatchOptions) -> Result<Stopped> {
     screen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            batch = tracer.next_batch(|e| pipeline.take(e)) => {
-                batch.and_then(|()| pipeline.out.flush()).context("writing events")?;
+            batch = tracer.next_batch(for_at_most(BATCH_FOR, |e| pipeline.take(e))) => {
+                finished(batch).and_then(|_| pipeline.out.flush()).context("writing events")?;
             }
             _ = review.tick() => {
-                pipeline.harvest(tracer);
+                pipeline.harvest(tracer, BATCH_FOR);
                 let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
                 let reports = pipeline.review(node, &in_flight);
                 pipeline.tell(&reports).context("writing findings")?;
@@ -385,13 +417,13 @@ async fn trace(run: &mut Run, options: &WatchOptions) -> Result<Stopped> {
             _ = &mut deadline => return Ok(Stopped { by: None, quit: None }),
             quit = quit_asked(keys) => return Ok(Stopped { by: Some(quit.stopped_by()), quit: Some(quit) }),
             _ = screen.tick(), if shows_every.is_some() => {
-                pipeline.harvest(tracer);
+                pipeline.harvest(tracer, BATCH_FOR);
                 let totals = totals_and_cost(tracer, pipeline, options)?;
                 let in_flight = pipeline.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
                 pipeline.show(&in_flight, &totals);
             }
             _ = refresh.tick(), if exporter.is_some() => {
-                pipeline.harvest(tracer);
+                pipeline.harvest(tracer, BATCH_FOR);
                 let totals = pipeline.with_pods_calls(tracer.totals()?);
                 let (Some(exporter), Some(book)) = (exporter.as_mut(), pipeline.book.as_mut()) else { continue };
                 let info = RunInfo::of_run(facts, &totals, options.interval, SystemTime::now(), false);
@@ -413,11 +445,15 @@ async fn trace(run: &mut Run, options: &WatchOptions) -> Result<Stopped> {
 
 /// The last calls and review, what was never told, the record's end, the
 /// histogram files' last refresh, the printer's last words and, in every
-/// mode, the kernel's cost.
+/// mode, the kernel's cost. Within [`STOP_WITHIN`], whatever the node
+/// does: what could not be done in it is said, not waited for.
 fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verdict> {
     let Run { tracer, facts, pipeline, node, exporter, .. } = &mut run;
-    tracer.drain(&mut |e| pipeline.take(e)).context("writing events")?;
-    pipeline.last_harvest(tracer);
+    let stop_by = Instant::now() + STOP_WITHIN;
+    node.stopping(stop_by);
+    let drain_for = || DRAIN_AT_STOP.min(stop_by.saturating_duration_since(Instant::now()));
+    let emptied = pipeline.drain(tracer, drain_for()).context("writing events")?;
+    pipeline.last_harvest(tracer, drain_for());
     let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
     let reports = pipeline.review(node, &in_flight);
     pipeline.tell(&reports).context("writing findings")?;
@@ -433,6 +469,18 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verd
     let printed = last_words(tracer, pipeline, &totals, &stopped);
     for cost in &totals.programs {
         stderr_line(format_args!("podstuck: kernel cost: {cost}"));
+    }
+    if !emptied {
+        stderr_line(format_args!(
+            "podstuck: stopped while the kernel still sent calls: those after the first {} of the stop were not read (the totals count them)",
+            crate::words::exact_duration(DRAIN_AT_STOP)
+        ));
+    }
+    for (pid, path) in node.readers_left() {
+        stderr_line(format_args!(
+            "podstuck: left its read of {} unanswered, in reader process {pid}: it ends when that filesystem answers or its connection is aborted, and podstuck does not wait for it",
+            crate::words::safe_text(&path)
+        ));
     }
     printed.context("writing the end of the output")?;
     // The last refresh failing (disk full) is said at the very end (exit

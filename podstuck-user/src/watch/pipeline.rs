@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::collect::Tracer;
 use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review, Status};
@@ -122,14 +122,24 @@ impl Pipeline {
         self.printer.call(&mut self.out, &event, &identity)
     }
 
+    /// Takes the records waiting in the ring, for `budget` at most: a
+    /// storm can write them as fast as they are taken, and a drain that
+    /// waits for the ring to empty would then never end (nor would the
+    /// loop see a signal, nor a stop end). Whether the ring was emptied;
+    /// a record left is counted in the kernel's totals all the same.
+    pub(super) fn drain(&mut self, tracer: &mut Tracer, budget: Duration) -> io::Result<bool> {
+        let mut take = for_at_most(budget, |e| self.take(e));
+        finished(tracer.drain(&mut take))
+    }
+
     /// Reads what the kernel counted since last time into the latency book
     /// (exact, whatever was streamed). Done even without a book: reading
     /// is what frees the series of exited processes in the kernel.
-    pub(super) fn harvest(&mut self, tracer: &mut Tracer) {
+    pub(super) fn harvest(&mut self, tracer: &mut Tracer, budget: Duration) {
         // Records the kernel sent without waking us wait in the ring: their
         // paths name the pods the counts below go to, so they come first.
         // A failed write shows again at the next batch.
-        let _ = tracer.drain(&mut |e| self.take(e));
+        let _ = self.drain(tracer, budget);
         let deltas = tracer.series_deltas();
         let counts: Vec<CountedCalls> = deltas
             .iter()
@@ -152,9 +162,9 @@ impl Pipeline {
     /// The run's last harvest: once more, for the records of the calls
     /// the one before counted before they came, then what no record named
     /// goes to its process's latest name, so the book holds every call.
-    pub(super) fn last_harvest(&mut self, tracer: &mut Tracer) {
-        self.harvest(tracer);
-        self.harvest(tracer);
+    pub(super) fn last_harvest(&mut self, tracer: &mut Tracer, budget: Duration) {
+        self.harvest(tracer, budget);
+        self.harvest(tracer, budget);
         let Some(book) = self.book.as_mut() else { return };
         self.names.settle(book, SystemTime::now(), process_name(&mut self.identifier, &self.filter));
     }
@@ -245,6 +255,48 @@ impl Pipeline {
             Ok(_) => {}
             Err(e) => stderr_line(format_args!("podstuck: {e}")),
         }
+    }
+}
+
+/// What a drain made to stop early is told: not an error, "enough for now".
+#[derive(Debug)]
+struct Enough;
+
+impl std::fmt::Display for Enough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("enough records for now")
+    }
+}
+
+impl std::error::Error for Enough {}
+
+/// `take`, made to say [`Enough`] once `budget` has passed since its first
+/// record, so that a drain ends with records left in the ring. The record
+/// it was handed is taken first.
+pub(super) fn for_at_most<F>(
+    budget: Duration,
+    mut take: F,
+) -> impl FnMut(Result<CallEvent, DecodeError>) -> io::Result<()>
+where
+    F: FnMut(Result<CallEvent, DecodeError>) -> io::Result<()>,
+{
+    let mut first: Option<Instant> = None;
+    move |record| {
+        take(record)?;
+        if first.get_or_insert_with(Instant::now).elapsed() >= budget {
+            return Err(io::Error::other(Enough));
+        }
+        Ok(())
+    }
+}
+
+/// A drain's end through [`for_at_most`]: whether the ring was emptied
+/// (false: the budget ran out first), or the error that stopped it.
+pub(super) fn finished(drained: io::Result<()>) -> io::Result<bool> {
+    match drained {
+        Ok(()) => Ok(true),
+        Err(e) if e.get_ref().is_some_and(|inner| inner.is::<Enough>()) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
