@@ -369,18 +369,6 @@ kernel_test! {
     }
 }
 
-/// Polls `probe` until it gives a value or `timeout` passes.
-fn poll_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(std::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The tasks that read for podstuck `pid`, with their states: its own
 /// threads and its children (its readers, named podstuck-read).
 fn readers_of(pid: i32) -> Vec<(u32, char)> {
@@ -401,6 +389,14 @@ fn readers_of(pid: i32) -> Vec<(u32, char)> {
         }
     }
     readers
+}
+
+/// Whether process `pid` has exited, every thread of it, its status not yet
+/// collected: a leader that has exited shows as a zombie while a thread of
+/// its own still sleeps in the kernel.
+fn exited(pid: i32) -> bool {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|t| t.count()).unwrap_or(0);
+    tasks <= 1 && task_state(pid as u32).is_none_or(|state| state == 'Z')
 }
 
 kernel_test! {
@@ -437,24 +433,27 @@ kernel_test! {
         // waits for that lock, uninterruptibly.
         fuse.stop_server();
         let kubelet = start_actor(["--comm", "kubelet", "rmdir", text(&alias.join("d"))]);
-        poll_for("kubelet's rmdir to wait for the daemon", Duration::from_secs(10), || {
+        poll_until("kubelet's rmdir to wait for the daemon", Duration::from_secs(10), || {
             (wchan(kubelet.pid()) == "request_wait_answer").then_some(())
         });
         // podstuck's next check of the driver's unmounts reads the directory:
         // that read sleeps uninterruptibly.
         let mut seen = std::collections::BTreeSet::new();
-        let reader = poll_for("a read of podstuck's to sleep uninterruptibly in the kernel", Duration::from_secs(30), || {
+        let reader = poll_until("a read of podstuck's to sleep uninterruptibly in the kernel", Duration::from_secs(30), || {
             let readers = readers_of(watch.pid());
             seen.extend(readers.iter().copied());
             readers.into_iter().find(|(_, state)| *state == 'D').map(|(pid, _)| pid)
         });
         let hogs: Vec<Process> = (0..2).map(|_| Process::spawn(Command::new("sh").args(["-c", "while :; do :; done"]))).collect();
-        let asked = std::time::Instant::now();
-        let done = watch.stop(libc::SIGINT);
-        let took = asked.elapsed();
+        // Waited for here, not in watch.stop: if podstuck cannot exit, the
+        // panic drops kubelet (declared after watch) first, which frees the
+        // lock and lets podstuck be reaped.
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(watch.pid(), libc::SIGINT) };
+        wait_until("podstuck to exit within 20 s of SIGINT", Duration::from_secs(20), || exited(watch.pid()));
         drop(hogs);
+        let done = watch.stop(libc::SIGINT);
         assert!(done.status.success(), "{:?} {}", done.status, done.stderr);
-        assert!(took < Duration::from_secs(20), "podstuck took {took:?} to stop: {}", done.stderr);
         let left = format!("left its read of {} unanswered, in reader process {reader}", dir.display());
         assert!(done.stderr.contains(&left), "podstuck should say it left the read ({left}): {}", done.stderr);
         assert_eq!(task_state(reader), Some('D'), "the reader outlives podstuck, asleep in the kernel (readers seen: {seen:?})");
