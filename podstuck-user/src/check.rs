@@ -474,7 +474,8 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
 /// Runs `podstuck check`: prints the lines; Err when podstuck cannot trace here.
 pub fn check(node: &Node, kubelet_root: &Path, btf: Option<&Path>) -> anyhow::Result<bool> {
     // Where podstuck runs comes first: every line after it is read from there.
-    let mut lines = vec![line(Verdict::Ok, "runs", node.words(), None)];
+    let runs = if node.assumed() { Verdict::Warn } else { Verdict::Ok };
+    let mut lines = vec![line(runs, "runs", node.words(), None)];
     lines.extend(judge(&CheckFacts::gather(node, kubelet_root, btf)));
     // A reader gone (`podstuck check | head -1`) ends the output quietly.
     let mut out = Out::stdout();

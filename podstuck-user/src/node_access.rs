@@ -185,6 +185,12 @@ impl Node {
         self.place != Place::Node
     }
 
+    /// Whether where podstuck runs was assumed, not seen (PID 1's mount
+    /// namespace unreadable): `check` says it as a warning.
+    pub fn assumed(&self) -> bool {
+        self.note.is_some()
+    }
+
     /// Where podstuck runs, for `check`.
     pub fn words(&self) -> String {
         let mut words = match &self.place {

@@ -553,7 +553,7 @@ fn busiest_table(screen: &Screen, width: u16, uid_chars: usize) -> Table<'static
         Row::new(cells)
     });
     let mut header =
-        vec![Cell::from("CALL"), Cell::from("ACTOR"), Cell::from("POD"), right("CALLS".into()), right("RATE".into())];
+        vec![Cell::from("CALL"), Cell::from("ACTOR"), Cell::from("POD"), right("CALLS".into()), right("NOW/s".into())];
     if !narrow {
         header.push(right("P50".into()));
     }
