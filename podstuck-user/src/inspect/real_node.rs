@@ -1848,13 +1848,13 @@ mod tests {
         fs::write(&file, b"x").unwrap();
 
         let mut node = RealNode::new(Node::direct()).with_deadline(Duration::from_millis(100));
-        let start = Instant::now();
-        let hung: Probe<()> = node.on_worker(b(&file), node.deadline, |_| {
-            std::thread::sleep(Duration::from_millis(1500));
-            Ok(())
-        });
-        assert!(start.elapsed() < Duration::from_millis(1000), "the caller waited {:?}", start.elapsed());
+        // The read hangs until the test releases it: the caller's answer
+        // comes while it still hangs, however slow the machine.
+        let release = Release::new(&tmp);
+        let hung: Probe<()> = node.on_worker(b(&file), node.deadline, |_| release.wait());
+        assert!(!release.released(), "the caller waited for the hung read");
         assert_eq!(hung.unwrap_err().0, "timed out after 100 ms: the filesystem may be hung");
+        release.now();
         assert_eq!(node.avoided_mount_points(), vec![b(&mnt).to_vec()]);
 
         assert_eq!(node.file_facts(b(&file)).unwrap_err().0, HUNG_MOUNT);
@@ -1895,15 +1895,48 @@ mod tests {
         fs::create_dir(&other).unwrap();
 
         let mut node = RealNode::new(Node::direct()).with_deadline(Duration::from_millis(50)).with_max_stuck_workers(1);
-        let r: Probe<()> = node.on_worker(b(&hung), node.deadline, |_| {
-            std::thread::sleep(Duration::from_millis(700));
-            Ok(())
-        });
+        // Stuck until the test releases it, not for a time the test hopes
+        // is long enough.
+        let release = Release::new(&tmp);
+        let r: Probe<()> = node.on_worker(b(&hung), node.deadline, |_| release.wait());
         assert!(r.unwrap_err().0.starts_with("timed out"));
         let refused = node.file_facts(b(&other)).unwrap_err();
         assert!(refused.0.starts_with("not touched: too many earlier reads (1) are still hung"), "{refused}");
-        // Once the stuck call returns, its thread is free again.
-        eventually("the stuck worker to return", || node.file_facts(b(&other)).ok());
+        // Once the stuck read returns, a new one may start.
+        release.now();
+        eventually("the stuck reader to return", || node.file_facts(b(&other)).ok());
+    }
+
+    /// A read that hangs until the test says: the reader (a process of its
+    /// own) waits for a file to appear. Released when dropped too.
+    struct Release(PathBuf);
+
+    impl Release {
+        fn new(tmp: &TempDir) -> Release {
+            Release(tmp.0.join("release-the-read"))
+        }
+
+        /// The hung read: returns once released.
+        fn wait(&self) -> Probe<()> {
+            while !self.0.exists() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(())
+        }
+
+        fn released(&self) -> bool {
+            self.0.exists()
+        }
+
+        fn now(&self) {
+            fs::write(&self.0, b"").unwrap();
+        }
+    }
+
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let _ = fs::write(&self.0, b"");
+        }
     }
 
     /// A reader podstuck gave up on, killed and reaped when the test ends.
