@@ -30,10 +30,7 @@ impl std::error::Error for BadInput {}
 /// The code an error ends a run with: [`BAD_INPUT`] if it (or what it was
 /// caused by) is a [`BadInput`], else [`FAILED`].
 pub fn code_of(error: &anyhow::Error) -> u8 {
-    let bad_record = |e: &(dyn std::error::Error + 'static)| {
-        e.downcast_ref::<crate::record::RecordError>().is_some_and(|r| r.is_bad_input())
-    };
-    if error.chain().any(|e| e.is::<BadInput>() || bad_record(e)) {
+    if error.chain().any(|e| e.is::<BadInput>()) {
         BAD_INPUT
     } else {
         FAILED

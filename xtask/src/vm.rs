@@ -130,6 +130,36 @@ impl Suite {
         }
     }
 
+    /// The guest kernel's command line: the console, and what /init is to
+    /// run and expect there (`podstuck_vm.*`).
+    fn kernel_command_line(self, spec: &KernelSpec) -> String {
+        match self {
+            Suite::Full => format!(
+                "console=ttyS0 panic=-1 podstuck_vm.expect_attach={} podstuck_vm.expect_walk={}",
+                spec.expect_attach, spec.expect_walk
+            ),
+            Suite::Tracepoint => format!(
+                "console=ttyS0 panic=-1 podstuck_vm.attach=tracepoint podstuck_vm.expect_attach=tracepoint podstuck_vm.expect_walk={}",
+                spec.expect_walk
+            ),
+            // Each of these kernels refuses, at load, programs that may read
+            // kernel memory: podstuck must say so in one sentence.
+            Suite::Lockdown => {
+                "console=ttyS0 panic=-1 lockdown=confidentiality podstuck_vm.suite=lockdown podstuck_vm.expect_attach=none podstuck_vm.expect_walk=none"
+                    .to_string()
+            }
+            // Debian's older kernels leave the memory controller off unless asked.
+            Suite::CgroupV1 => format!(
+                "console=ttyS0 panic=-1 cgroup_enable=memory podstuck_vm.suite=cgroup-v1 podstuck_vm.expect_attach={} podstuck_vm.expect_walk={}",
+                spec.expect_attach, spec.expect_walk
+            ),
+            Suite::Bench { dirs, rounds } => format!(
+                "console=ttyS0 panic=-1 podstuck_vm.suite=bench podstuck_vm.bench_dirs={dirs} podstuck_vm.bench_rounds={rounds} podstuck_vm.expect_attach={}",
+                spec.expect_attach
+            ),
+        }
+    }
+
     /// Its name in the table and the console log's file name.
     fn label(self, kernel: &str) -> String {
         match self {
@@ -1031,31 +1061,7 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
     let label = suite.label(kernel.spec.name);
     let log_path = vm_dir().join(format!("console-{label}.log"));
     let mut log = std::fs::File::create(&log_path)?;
-    let append = match suite {
-        Suite::Full => format!(
-            "console=ttyS0 panic=-1 podstuck_vm.expect_attach={} podstuck_vm.expect_walk={}",
-            kernel.spec.expect_attach, kernel.spec.expect_walk
-        ),
-        Suite::Tracepoint => format!(
-            "console=ttyS0 panic=-1 podstuck_vm.attach=tracepoint podstuck_vm.expect_attach=tracepoint podstuck_vm.expect_walk={}",
-            kernel.spec.expect_walk
-        ),
-        // Each of these kernels refuses, at load, programs that may read
-        // kernel memory: podstuck must say so in one sentence.
-        Suite::Lockdown => {
-            "console=ttyS0 panic=-1 lockdown=confidentiality podstuck_vm.suite=lockdown podstuck_vm.expect_attach=none podstuck_vm.expect_walk=none"
-                .to_string()
-        }
-        // Debian's older kernels leave the memory controller off unless asked.
-        Suite::CgroupV1 => format!(
-            "console=ttyS0 panic=-1 cgroup_enable=memory podstuck_vm.suite=cgroup-v1 podstuck_vm.expect_attach={} podstuck_vm.expect_walk={}",
-            kernel.spec.expect_attach, kernel.spec.expect_walk
-        ),
-        Suite::Bench { dirs, rounds } => format!(
-            "console=ttyS0 panic=-1 podstuck_vm.suite=bench podstuck_vm.bench_dirs={dirs} podstuck_vm.bench_rounds={rounds} podstuck_vm.expect_attach={}",
-            kernel.spec.expect_attach
-        ),
-    };
+    let append = suite.kernel_command_line(kernel.spec);
     let mut command = Command::new("qemu-system-x86_64");
     command
         .args(["-accel", suite.accel(), "-cpu", QEMU_CPU, "-m", "2048", "-smp", "2"])

@@ -338,6 +338,29 @@ fn fold(findings: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>) -> Vec<Finding>
     out
 }
 
+/// The members' evidence and advice in `f`: each directory's own calls
+/// first (one trace line each), then what was read, said once however many
+/// hierarchies said it.
+fn merge_evidence(f: &mut Finding, members: &[Finding]) {
+    for m in members {
+        for e in m.evidence.iter().filter(|e| e.source == "trace") {
+            f.evidence.push(e.clone());
+        }
+    }
+    for m in members {
+        for e in m.evidence.iter().filter(|e| e.source != "trace") {
+            if !f.evidence.contains(e) {
+                f.evidence.push(e.clone());
+            }
+        }
+        for a in &m.advice {
+            if !f.advice.contains(a) {
+                f.advice.push(a.clone());
+            }
+        }
+    }
+}
+
 /// The findings of one group's directories said as one.
 fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>) -> Finding {
     let place_of = |f: &Finding| f.paths.first().and_then(|p| reads.get(p)).and_then(|r| r.place.clone());
@@ -381,25 +404,7 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
         }
     }
     hierarchies.sort();
-    // Each directory's own calls first (one trace line each), then what
-    // was read, said once however many hierarchies said it.
-    for m in &members {
-        for e in m.evidence.iter().filter(|e| e.source == "trace") {
-            f.evidence.push(e.clone());
-        }
-    }
-    for m in &members {
-        for e in m.evidence.iter().filter(|e| e.source != "trace") {
-            if !f.evidence.contains(e) {
-                f.evidence.push(e.clone());
-            }
-        }
-        for a in &m.advice {
-            if !f.advice.contains(a) {
-                f.advice.push(a.clone());
-            }
-        }
-    }
+    merge_evidence(&mut f, &members);
     let facts = GroupFacts::of(
         members.iter().filter_map(|m| m.paths.first()).filter_map(|p| reads.get(p).map(|r| (p.as_slice(), r))),
     );

@@ -390,7 +390,12 @@ pub fn replay(path: &Path, json: bool) -> anyhow::Result<()> {
         _ => anyhow!("cannot open {name}: {e}"),
     })?;
     let mut told = Vec::new();
-    let summary = replay_record(file, &name, &mut |r| told.push(if json { finding_json(r) } else { finding_text(r) }))?;
+    let summary = replay_record(file, &name, &mut |r| told.push(if json { finding_json(r) } else { finding_text(r) }))
+        .map_err(|e| match e.is_bad_input() {
+            // A file that is no record this podstuck reads: asked wrongly (exit 2).
+            true => anyhow::Error::new(BadInput(e.to_string())),
+            false => e.into(),
+        })?;
     if let Some(first) = &summary.first_skipped {
         stderr_line(format_args!(
             "podstuck: {name}: {} entries skipped unread ({first}): the findings may lack what they held",

@@ -352,13 +352,29 @@ pub fn report(
             .then_with(|| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)))
     });
     run_on_node.sort_by(|a, b| (&a.node, &a.namespace, &a.name).cmp(&(&b.node, &b.namespace, &b.name)));
+    let nodes = node_lines(pods, answers);
+    AllReport {
+        at: now,
+        pods_read,
+        stuck: stuck_in_all,
+        listed: pods.len(),
+        not_listed: stuck_in_all.saturating_sub(pods.len()),
+        rows,
+        nodes,
+        run_on_node,
+        unread: unread.iter().map(|u| UnreadLine { what: u.what.clone(), why: u.why.clone() }).collect(),
+    }
+}
+
+/// One line per node with stuck pods: how many, and what its podstuck said.
+fn node_lines(pods: &[StuckPod], answers: &BTreeMap<String, NodeAnswer>) -> Vec<NodeLine> {
     let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
     for pod in pods {
         if let Some(node) = &pod.node {
             *per_node.entry(node).or_default() += 1;
         }
     }
-    let nodes = per_node
+    per_node
         .into_iter()
         .map(|(node, stuck_pods)| {
             let mut line = NodeLine {
@@ -386,18 +402,7 @@ pub fn report(
             }
             line
         })
-        .collect();
-    AllReport {
-        at: now,
-        pods_read,
-        stuck: stuck_in_all,
-        listed: pods.len(),
-        not_listed: stuck_in_all.saturating_sub(pods.len()),
-        rows,
-        nodes,
-        run_on_node,
-        unread: unread.iter().map(|u| UnreadLine { what: u.what.clone(), why: u.why.clone() }).collect(),
-    }
+        .collect()
 }
 
 /// The report as one JSON document (`--json`): a script reads it whole,
