@@ -132,7 +132,7 @@ kernel_test! {
                 .unwrap();
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{listen}: {stderr}");
-            assert!(stderr.contains(&format!("podstuck: --listen {listen}: {said}")), "{listen}: {stderr}");
+            assert!(stderr.contains(&format!("podstuck: error: --listen {listen}: {said}")), "{listen}: {stderr}");
             assert!(out.stdout.is_empty(), "{listen}: traced before refusing: {}", String::from_utf8_lossy(&out.stdout));
             assert!(started.elapsed() < secs(30), "{listen}: refused only after {:?}", started.elapsed());
         }
