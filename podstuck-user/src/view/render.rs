@@ -288,39 +288,31 @@ pub fn whole_fix_rows(fix: &str, width: usize) -> Vec<FixRow> {
 /// word wider than a row is broken after a `/` (see [`word_pieces`]), never
 /// shortened: the detail pane is where the whole text is.
 fn whole_prose_rows(text: &str, width: usize) -> Vec<String> {
-    let mut rows = Vec::new();
-    for line in text.split('\n') {
-        let mut row = String::new();
-        for word in line.split(' ').filter(|w| !w.is_empty()) {
-            if !row.is_empty() && columns(&row) + 1 + columns(word) <= width {
-                row.push(' ');
-                row.push_str(word);
-                continue;
-            }
-            if !row.is_empty() {
-                rows.push(std::mem::take(&mut row));
-            }
-            let mut pieces = word_pieces(word, width);
-            row = pieces.pop().unwrap_or_default();
-            rows.extend(pieces);
-        }
-        rows.push(row);
-    }
-    rows
+    rows_of_prose(text, width, word_pieces)
 }
 
 /// Prose (a summary, a piece of evidence) in rows of at most `width`
 /// characters, broken between words; a word wider than a row is shortened
 /// from the middle.
 fn prose_rows(text: &str, width: usize) -> Vec<String> {
+    rows_of_prose(text, width, |word, width| vec![shorten_middle(word, width)])
+}
+
+/// Prose in rows of at most `width` characters, broken between words; a
+/// word wider than a row is made into the pieces `long` gives (each at most
+/// a row), the last of which the next words may follow.
+fn rows_of_prose(text: &str, width: usize, long: impl Fn(&str, usize) -> Vec<String>) -> Vec<String> {
     let mut rows = Vec::new();
     for line in text.split('\n') {
         let mut row = String::new();
         for word in line.split(' ').filter(|w| !w.is_empty()) {
-            let word = shorten_middle(word, width);
-            if !row.is_empty() && columns(&row) + 1 + columns(&word) > width {
+            let mut pieces = long(word, width);
+            let word = pieces.pop().unwrap_or_default();
+            let fits = columns(&row) + 1 + columns(&word) <= width;
+            if !row.is_empty() && (!pieces.is_empty() || !fits) {
                 rows.push(std::mem::take(&mut row));
             }
+            rows.extend(pieces);
             if !row.is_empty() {
                 row.push(' ');
             }
