@@ -442,3 +442,21 @@ pub fn program_loaded(id: u32) -> bool {
         false
     }
 }
+
+/// The `summary.json` of a `--histograms` directory, while it is whole JSON.
+pub fn summary_json(dir: &std::path::Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).ok()?).ok()
+}
+
+/// The count of one series in a `--histograms` directory's summary.json, 0
+/// while there is none.
+pub fn series_count(dir: &std::path::Path, tag: &str) -> u64 {
+    let Some(summary) = summary_json(dir) else { return 0 };
+    summary["series"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["tag"] == tag)
+        .map(|s| s["count"].as_u64().unwrap_or(0))
+        .sum()
+}

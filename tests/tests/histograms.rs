@@ -103,21 +103,8 @@ fn svg_curves(dir: &Path) -> usize {
     doc.descendants().filter(|n| n.has_tag_name("polyline") && n.attribute("class") == Some("curve")).count()
 }
 
-/// The count of one series in summary.json, 0 while there is none.
-fn series_count(dir: &Path, tag: &str) -> u64 {
-    let Ok(text) = std::fs::read_to_string(dir.join("summary.json")) else { return 0 };
-    let Ok(summary) = serde_json::from_str::<Value>(&text) else { return 0 };
-    summary["series"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["tag"] == tag)
-        .map(|s| s["count"].as_u64().unwrap_or(0))
-        .sum()
-}
-
 fn summary(dir: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary.json")).expect("JSON")
+    summary_json(dir).expect("summary.json, whole JSON")
 }
 
 kernel_test! {

@@ -42,22 +42,6 @@ fn unlink_many(volume: &Path, n: u32) {
     assert_eq!(String::from_utf8_lossy(&done.stdout).trim(), format!("unlink-many {n} unlinked, 0 failed"));
 }
 
-fn summary(dir: &Path) -> Option<Value> {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).ok()?).ok()
-}
-
-/// The count of one series in summary.json, 0 while there is none.
-fn series_count(dir: &Path, tag: &str) -> u64 {
-    let Some(summary) = summary(dir) else { return 0 };
-    summary["series"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["tag"] == tag)
-        .map(|s| s["count"].as_u64().unwrap_or(0))
-        .sum()
-}
-
 /// Waits until podstuck has refreshed the files in `dir` `n` times more:
 /// each refresh writes summary.json last, a new file renamed over the old.
 fn await_refreshes(dir: &Path, n: usize) {
@@ -90,7 +74,7 @@ fn logged_count(dir: &Path, tag: &str) -> u64 {
 /// Each of the four files is whole: summary.json and the report parse,
 /// metrics.prom has its counters, latency.svg is a closed SVG.
 fn assert_whole(dir: &Path) {
-    assert!(summary(dir).is_some(), "summary.json is whole JSON");
+    assert!(summary_json(dir).is_some(), "summary.json is whole JSON");
     let prom = std::fs::read_to_string(dir.join("metrics.prom")).unwrap();
     assert!(prom.contains("podstuck_events_lost_total"), "{prom}");
     let svg = std::fs::read_to_string(dir.join("latency.svg")).unwrap();
@@ -163,7 +147,7 @@ kernel_test! {
             assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o600), "{f}");
         }
         assert_eq!(series_count(&out, &tag), 100);
-        assert_eq!(summary(&out).unwrap()["run"]["finished"], true);
+        assert_eq!(summary_json(&out).unwrap()["run"]["finished"], true);
         assert_eq!(logged_count(&out, &tag), 100);
         assert_whole(&out);
         // Nothing else left: the four files and what was planted.
@@ -322,7 +306,7 @@ kernel_test! {
         assert_eq!(names_in(&out), FILES, "a temporary file was left behind");
         assert_eq!(series_count(&out, &tag), 600, "every call of the run, before and after the removal");
         assert_eq!(logged_count(&out, &tag), 600, "every interval since the start in latency.hlog");
-        assert_eq!(summary(&out).unwrap()["run"]["finished"], true);
+        assert_eq!(summary_json(&out).unwrap()["run"]["finished"], true);
         assert_whole(&out);
     }
 }
@@ -335,7 +319,7 @@ kernel_test! {
         let out = tiny.join("histograms");
         let mut podstuck = Held::spawn(&["--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
         podstuck.release();
-        wait_until("the first summary.json", Duration::from_secs(20), || summary(&out).is_some());
+        wait_until("the first summary.json", Duration::from_secs(20), || summary_json(&out).is_some());
 
         // Fill the filesystem to its last byte.
         let mut filler = std::fs::File::create(tiny.join("filler")).unwrap();
@@ -366,7 +350,7 @@ kernel_test! {
         assert!(last[0].contains("No space left on device"), "{}", stopped.stderr);
         // The files of the last interval written, whole; no temporary file.
         assert_eq!(names_in(&out), FILES, "a temporary file was left behind");
-        assert_eq!(summary(&out).unwrap()["run"]["finished"], false);
+        assert_eq!(summary_json(&out).unwrap()["run"]["finished"], false);
         assert_whole(&out);
     }
 }
