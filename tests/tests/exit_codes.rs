@@ -43,7 +43,9 @@ kernel_test! {
     fn zero_a_watch_that_ran_its_duration_with_nothing_critical(test) {
         let scratch = test.scratch();
         let root = KubeletRoot::new(scratch.path().join("kubelet"));
-        exits(&["watch", "--concurrent", "--duration", "1s", "--json", "--kubelet-root", root.arg()], 0);
+        // One quiet pod: the whole node may hold other tests' stuck mounts.
+        let pod = root.new_pod();
+        exits(&["watch", "--concurrent", "--duration", "1s", "--json", "--kubelet-root", root.arg(), "--pod", pod.uid()], 0);
     }
 }
 

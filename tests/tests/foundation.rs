@@ -336,7 +336,10 @@ kernel_test! {
         // The pid of one podstuck already tracing is named (tests run side by side: any of them).
         assert!(stderr.contains("(pid "), "{stderr}");
         let both = Command::new(podstuck_binary()).args(["watch", "--json", "--concurrent", "--duration", "1s"]).output().expect("run podstuck");
-        assert!(both.status.success(), "{}", String::from_utf8_lossy(&both.stderr));
+        // The whole node: another test's still-mounted volume may be active
+        // at the end (exit 3); refusing to run would be exit 2.
+        let ran = both.status.success() || both.status.code() == Some(3);
+        assert!(ran, "{:?}: {}", both.status, String::from_utf8_lossy(&both.stderr));
         first.stop(libc::SIGTERM);
     }
 }

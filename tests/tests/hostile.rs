@@ -57,10 +57,13 @@ kernel_test! {
         assert_eq!(std::fs::read_to_string(format!("/proc/{fake_pid}/comm")).unwrap().trim(), "podstuck");
         // Other tests' tracers may hold the lock (shared, --concurrent): a
         // refusal may happen, but must name a real holder, never the impostor.
+        // This run watches the whole node, so another test's still-mounted
+        // volume may be active when --duration ends: exit 3, which is fine.
         let out = Command::new(podstuck_binary()).args(["watch", "--json", "--duration", "1s"]).output().expect("run podstuck");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains(&format!("pid {fake_pid}")), "the impostor was taken for a tracer: {stderr}");
-        assert!(out.status.success() || stderr.contains("/run/podstuck.lock"), "{stderr}");
+        let ran = out.status.success() || out.status.code() == Some(3);
+        assert!(ran || stderr.contains("/run/podstuck.lock"), "{:?}: {stderr}", out.status);
         let check = Command::new(podstuck_binary()).arg("check").output().expect("run podstuck check");
         let said = String::from_utf8_lossy(&check.stdout);
         assert!(!said.contains(&format!("pid {fake_pid}")), "check names the impostor: {said}");
