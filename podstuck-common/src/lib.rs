@@ -48,7 +48,7 @@ pub enum Syscall {
     Unlinkat = 0,
     Unlink = 1,
     Rmdir = 2,
-    /// `umount2(2)`; its x86_64 tracepoints are named `umount`.
+    /// `umount2(2)`; its tracepoints are named `umount`.
     Umount2 = 3,
 }
 
@@ -134,8 +134,8 @@ pub mod program {
         function: "sys_rmdir",
     };
 
-    /// umount2: its x86_64 tracepoints and syscall function are named
-    /// `umount`.
+    /// umount2: its tracepoints and syscall function are named `umount`
+    /// (x86_64 and arm64 alike).
     pub const UMOUNT: SyscallPrograms = SyscallPrograms {
         syscall: Syscall::Umount2,
         enter: "enter_umount",
@@ -149,8 +149,84 @@ pub mod program {
         function: "sys_umount",
     };
 
-    /// Every traced syscall's programs, in `Syscall` order.
+    /// Every traced syscall's programs, in `Syscall` order: the object holds
+    /// them all; user space loads those of its architecture ([`Arch`]).
     pub const SYSCALLS: [SyscallPrograms; 4] = [UNLINKAT, UNLINK, RMDIR, UMOUNT];
+
+    /// A CPU architecture podstuck runs on, with what differs between them:
+    /// which of the traced syscalls exist there, and the prefix of the
+    /// syscall functions the fentry programs attach to.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Arch {
+        X86_64,
+        /// arm64 (Graviton, Ampere). Its syscall table is the generic one
+        /// (asm-generic/unistd.h): there is no `unlink` and no `rmdir`;
+        /// libc and Go remove through `unlinkat` (`AT_REMOVEDIR` for a
+        /// directory), so nothing a node does escapes the two it has.
+        Aarch64,
+    }
+
+    impl Arch {
+        /// The architecture user space is built for (none in the BPF build:
+        /// the bytecode is the same on every architecture).
+        #[cfg(target_arch = "x86_64")]
+        pub const HOST: Arch = Arch::X86_64;
+        #[cfg(target_arch = "aarch64")]
+        pub const HOST: Arch = Arch::Aarch64;
+
+        /// The syscalls this architecture has, of those podstuck traces.
+        pub const fn programs(self) -> &'static [SyscallPrograms] {
+            match self {
+                Arch::X86_64 => &SYSCALLS,
+                Arch::Aarch64 => &[UNLINKAT, UMOUNT],
+            }
+        }
+
+        /// The same, as syscalls.
+        pub const fn syscalls(self) -> &'static [Syscall] {
+            match self {
+                Arch::X86_64 => &Syscall::ALL,
+                Arch::Aarch64 => &[Syscall::Unlinkat, Syscall::Umount2],
+            }
+        }
+
+        /// Whether this architecture has `syscall`.
+        pub fn has(self, syscall: Syscall) -> bool {
+            self.syscalls().contains(&syscall)
+        }
+
+        /// The prefix of its syscall functions (`__x64_sys_unlinkat`).
+        pub const fn syscall_prefix(self) -> &'static str {
+            match self {
+                Arch::X86_64 => "__x64_",
+                Arch::Aarch64 => "__arm64_",
+            }
+        }
+
+        /// Its name as `uname -m` says it.
+        pub const fn name(self) -> &'static str {
+            match self {
+                Arch::X86_64 => "x86_64",
+                Arch::Aarch64 => "aarch64",
+            }
+        }
+
+        /// Its name as Debian and OCI images say it.
+        pub const fn debian_name(self) -> &'static str {
+            match self {
+                Arch::X86_64 => "amd64",
+                Arch::Aarch64 => "arm64",
+            }
+        }
+
+        /// Its directory in BTFHub's archive (`<distro>/<version>/<dir>/`).
+        pub const fn btfhub_dir(self) -> &'static str {
+            match self {
+                Arch::X86_64 => "x86_64",
+                Arch::Aarch64 => "arm64",
+            }
+        }
+    }
 
     /// `podstuck attach-cost`'s do-nothing pairs, each only counting
     /// unlinkat calls: on `syscalls:sys_enter_unlinkat`/`sys_exit_unlinkat`,

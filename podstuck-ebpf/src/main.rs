@@ -1,8 +1,11 @@
 //! podstuck's kernel programs on `unlinkat`, `unlink`, `rmdir` and
-//! `umount2`: fentry/fexit on the syscall functions (`__x64_sys_unlinkat`...),
-//! or the syscall enter/exit tracepoints where trampolines are missing (the
-//! x86_64 umount2 tracepoints are named `umount`). Never kprobes: hardened
-//! nodes have none. BENCHMARKS.md has the figures behind the choice.
+//! `umount2`: fentry/fexit on the syscall functions (`__x64_sys_unlinkat`,
+//! `__arm64_sys_unlinkat`...), or the syscall enter/exit tracepoints where
+//! trampolines are missing (the umount2 tracepoints are named `umount`).
+//! The bytecode is the same on x86_64 and arm64; arm64 has no `unlink` and
+//! no `rmdir`, so user space loads only its `unlinkat` and `umount2`
+//! programs there (`program::Arch`). Never kprobes: hardened nodes have
+//! none. BENCHMARKS.md has the figures behind the choice.
 //!
 //! At entry the arguments and the time are kept per thread. At exit every
 //! call is counted in its series (process, cgroup, syscall, outcome) with an

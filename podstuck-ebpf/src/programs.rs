@@ -20,7 +20,7 @@ use crate::{
 };
 
 /// The syscall enter/exit tracepoints: the fallback where BPF trampolines
-/// are missing (the x86_64 umount2 tracepoints are named `umount`).
+/// are missing (the umount2 tracepoints are named `umount`).
 macro_rules! tracepoint_programs {
     ($($names:expr, $layout:expr => $enter:ident, $exit:ident, $exit_w:ident;)*) => {$(
         #[tracepoint]

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use crate::event::syscall_name;
 use crate::identify::cgroups::cgroup2_mount;
 use crate::inspect::mounts::{parse_mountinfo, v1_controllers};
 use crate::kernel_features::{AttachPoint, BtfSource, Lockdown, PathWalk, Probed};
@@ -25,6 +26,7 @@ use crate::node_access::Node;
 use crate::preflight::{plan, privileged, NodeFacts};
 use crate::print::Out;
 use crate::tracer_lock::{other_podstucks, OtherPodstuck};
+use podstuck_common::program::Arch;
 
 /// How a check came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -388,7 +390,11 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
     lines.push(line(
         Verdict::Ok,
         "kernel",
-        format!("{} (what it can do is probed, not read from the version)", node.kernel_release),
+        format!(
+            "{} on {} (what it can do is probed, not read from the version)",
+            node.kernel_release,
+            Arch::HOST.name()
+        ),
         None,
     ));
     let probe = |topic: &'static str, p: &Probed, yes: &str, no: Verdict, todo: &str| match p {
@@ -456,13 +462,16 @@ fn kernel_lines(node: &NodeFacts) -> Vec<CheckLine> {
         ),
         mode => line(Verdict::Ok, "lockdown", mode.as_str(), None),
     });
+    // The calls this architecture has, each attached: arm64 has no unlink
+    // and no rmdir, and its removals all go through unlinkat.
+    let calls = Arch::HOST.syscalls().iter().map(|&s| syscall_name(s)).collect::<Vec<_>>().join(", ");
     match planned {
         Ok(p) => {
             let degraded = if p.degraded.is_empty() { String::new() } else { format!("; {}", p.degraded.join("; ")) };
             lines.push(line(
                 Verdict::Ok,
                 "plan",
-                format!("attach: {}, path walk: {}{degraded}", p.attach.as_str(), p.walk.words()),
+                format!("attach: {}, path walk: {}, calls: {}{degraded}", p.attach.as_str(), p.walk.words(), calls),
                 None,
             ));
         }
@@ -538,7 +547,9 @@ mod tests {
                 "other podstuck"
             ]
         );
-        assert_eq!(lines[8].says, "attach: fentry, path walk: bpf_loop (up to 64 levels)");
+        let calls =
+            if cfg!(target_arch = "aarch64") { "unlinkat, umount2" } else { "unlinkat, unlink, rmdir, umount2" };
+        assert_eq!(lines[8].says, format!("attach: fentry, path walk: bpf_loop (up to 64 levels), calls: {calls}"));
         assert_eq!(lines[11].to_string(), "ok    kubelet root       /var/lib/kubelet: 12 pod directories");
     }
 

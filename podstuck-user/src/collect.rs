@@ -17,6 +17,7 @@ use aya::programs::{FEntry, Program, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
+use podstuck_common::program::Arch;
 use podstuck_common::{
     counter, program, CallEntry, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
     PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
@@ -32,11 +33,12 @@ use crate::series::SeriesDelta;
 /// The eBPF object built from `podstuck-ebpf` by this crate's build script.
 pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
 
+/// The architecture podstuck is built for: its syscalls are the ones
+/// attached, its syscall functions the fentry targets.
+const ARCH: Arch = Arch::HOST;
+
 /// The prefix of this architecture's syscall functions.
-#[cfg(target_arch = "x86_64")]
-pub const SYSCALL_PREFIX: &str = "__x64_";
-#[cfg(target_arch = "aarch64")]
-pub const SYSCALL_PREFIX: &str = "__arm64_";
+pub const SYSCALL_PREFIX: &str = ARCH.syscall_prefix();
 
 /// How the tracer is set up.
 #[derive(Clone, Debug)]
@@ -351,20 +353,22 @@ fn load_side_by_side(
     })
 }
 
-/// Attaches the fentry/fexit pair of every syscall; the ids of the programs.
+/// Attaches the fentry/fexit pair of every syscall of this architecture; the
+/// ids of the programs.
 fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     let btf = kernel_btf().context("reading the kernel's BTF for fentry")?;
     let function_of = |name: &str| {
-        program::SYSCALLS.iter().find_map(|p| {
+        ARCH.programs().iter().find_map(|p| {
             (exit_program(p.fexit, p.fexit_w, walk) == name || p.fentry == name)
                 .then(|| format!("{SYSCALL_PREFIX}{}", p.function))
         })
     };
     // Exits first, as with the tracepoints.
-    let names: Vec<&str> = program::SYSCALLS
+    let names: Vec<&str> = ARCH
+        .programs()
         .iter()
         .map(|p| exit_program(p.fexit, p.fexit_w, walk))
-        .chain(program::SYSCALLS.iter().map(|p| p.fentry))
+        .chain(ARCH.programs().iter().map(|p| p.fentry))
         .collect();
     load_side_by_side(ebpf, &names, |name, program| {
         let function = function_of(name).expect("a trampoline program");
@@ -393,16 +397,17 @@ fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-/// Attaches each syscall's programs to its `syscalls` tracepoints; the ids
-/// of the programs.
+/// Attaches each syscall's programs (this architecture's) to its `syscalls`
+/// tracepoints; the ids of the programs.
 fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     // (program, tracepoint). Exits come first so that a call entered
     // before attaching is counted as such at its exit, rather than leaving
     // an entry with no exit.
-    let attach: Vec<(&str, &str)> = program::SYSCALLS
+    let attach: Vec<(&str, &str)> = ARCH
+        .programs()
         .iter()
         .map(|p| (exit_program(p.exit, p.exit_w, walk), p.tracepoint_exit))
-        .chain(program::SYSCALLS.iter().map(|p| (p.enter, p.tracepoint_enter)))
+        .chain(ARCH.programs().iter().map(|p| (p.enter, p.tracepoint_enter)))
         .collect();
     let names: Vec<&str> = attach.iter().map(|(name, _)| *name).collect();
     load_side_by_side(ebpf, &names, |name, program| {

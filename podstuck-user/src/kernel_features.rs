@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use aya::maps::MapType;
 use aya::programs::ProgramType;
 use aya::sys::{is_helper_supported, is_map_supported, BpfHelper};
+use podstuck_common::program::Arch;
 use serde::Serialize;
 
 /// Where the programs attach.
@@ -255,7 +256,8 @@ fn missing_basics(features: &KernelFeatures, kernel: &str) -> Vec<Missing> {
         missing.push(Missing {
             what: format!("kernel {kernel} publishes no BTF (/sys/kernel/btf/vmlinux is missing) and no --btf file was given"),
             fix: format!(
-                "give podstuck this kernel's BTF: --btf FILE, e.g. {kernel}.btf from BTFHub's archive (the aquasecurity/btfhub-archive repository: <distro>/<version>/x86_64/{kernel}.btf.tar.xz, unpacked)"
+                "give podstuck this kernel's BTF: --btf FILE, e.g. {kernel}.btf from BTFHub's archive (the aquasecurity/btfhub-archive repository: <distro>/<version>/{}/{kernel}.btf.tar.xz, unpacked)",
+                Arch::HOST.btfhub_dir()
             ),
         });
     }
@@ -384,6 +386,24 @@ fn why_of(p: &Probed) -> String {
     }
 }
 
+/// Whether tracefs at `tracefs` has every syscall tracepoint the plan
+/// attaches on `arch`, entries and exits: one missing fails the attach of
+/// them all, so `check` must not say ok on the first alone.
+fn syscall_tracepoints_in(tracefs: &Path, arch: Arch) -> Probed {
+    let events = tracefs.join("events/syscalls");
+    let missing: Vec<&str> = arch
+        .programs()
+        .iter()
+        .flat_map(|p| [p.tracepoint_enter, p.tracepoint_exit])
+        .filter(|name| !events.join(name).is_dir())
+        .collect();
+    match missing.len() {
+        0 => Probed::Yes,
+        n if n == 2 * arch.programs().len() => Probed::No(format!("{} has no syscall tracepoints", events.display())),
+        _ => Probed::No(format!("{} lacks {}", events.display(), missing.join(", "))),
+    }
+}
+
 impl KernelFeatures {
     /// What can be said without the privileges to probe.
     pub fn unprobed(btf_file: Option<&Path>) -> KernelFeatures {
@@ -415,10 +435,7 @@ impl KernelFeatures {
         let ring_buffer = Probed::of(is_map_supported(MapType::RingBuf));
         let bpf_loop = Probed::of(is_helper_supported(ProgramType::TracePoint, BpfHelper::BPF_FUNC_loop));
         let syscall_tracepoints = match tracefs {
-            Some(t) if t.join("events/syscalls").join(podstuck_common::program::UNLINKAT.tracepoint_enter).is_dir() => {
-                Probed::Yes
-            }
-            Some(t) => Probed::No(format!("{} has no events/syscalls", t.display())),
+            Some(t) => syscall_tracepoints_in(t, Arch::HOST),
             None => Probed::No("tracefs is not mounted".into()),
         };
         // fentry needs the kernel's own BTF to name its target, whatever
@@ -511,6 +528,22 @@ mod tests {
         let plan = Plan::choose(&KernelFeatures::all_present(), AttachPoint::Auto, "6.12.0").unwrap();
         assert_eq!((plan.attach, plan.walk), (AttachPoint::Fentry, PathWalk::BpfLoop));
         assert!(plan.degraded.is_empty());
+    }
+
+    /// An arm64 kernel's tracefs (Debian's 5.10 and 6.1) has no unlink and
+    /// no rmdir tracepoints: x86_64's plan fails there, arm64's does not.
+    #[test]
+    fn the_syscall_tracepoints_are_those_of_every_call_the_plan_attaches() {
+        let tracefs = crate::test_support::TempDir::new("arm64-tracefs");
+        for name in ["sys_enter_unlinkat", "sys_exit_unlinkat", "sys_enter_umount", "sys_exit_umount"] {
+            std::fs::create_dir_all(tracefs.0.join("events/syscalls").join(name)).unwrap();
+        }
+        assert!(syscall_tracepoints_in(&tracefs.0, Arch::Aarch64).yes());
+        let Probed::No(why) = syscall_tracepoints_in(&tracefs.0, Arch::X86_64) else { panic!("x86_64 ok on arm64's") };
+        assert!(why.ends_with("lacks sys_enter_unlink, sys_exit_unlink, sys_enter_rmdir, sys_exit_rmdir"), "{why}");
+        let empty = crate::test_support::TempDir::new("no-tracepoints");
+        let Probed::No(why) = syscall_tracepoints_in(&empty.0, Arch::Aarch64) else { panic!("ok with none") };
+        assert!(why.ends_with("has no syscall tracepoints"), "{why}");
     }
 
     #[test]

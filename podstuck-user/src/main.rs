@@ -14,6 +14,7 @@ use podstuck::kernel_features::{AttachPoint, PathWalk};
 use podstuck::node_access::Node;
 use podstuck::print::stderr_line;
 use podstuck::watch::{watch, NodeNotReady, WatchOptions};
+use podstuck_common::program::Arch;
 use podstuck_common::Syscall;
 
 #[derive(Parser)]
@@ -172,7 +173,8 @@ struct WatchArgs {
     /// Failed calls only (filtered in the kernel; every call is still counted).
     #[arg(short = 'x', long)]
     errors_only: bool,
-    /// These syscalls only (filtered in the kernel); repeatable. Default: all four.
+    /// These syscalls only (filtered in the kernel); repeatable. Default: all of them (arm64 has
+    /// only unlinkat and umount2).
     #[arg(long = "syscall", value_name = "NAME")]
     syscalls: Vec<SyscallArg>,
     /// Keep latency histograms and write them to DIR, refreshed every interval:
@@ -393,6 +395,15 @@ impl WatchArgs {
                 return Err(ExitCode::from(podstuck::exit::BAD_INPUT));
             }
         };
+        if let Some(absent) = self.syscalls.iter().map(|&s| Syscall::from(s)).find(|&s| !Arch::HOST.has(s)) {
+            // Nothing to attach to: asked for, it would watch nothing at all.
+            stderr_line(format_args!(
+                "podstuck: error: --syscall {}: {} has no such system call (its removals, of files and directories alike, are unlinkat, with AT_REMOVEDIR for a directory): use --syscall unlinkat",
+                podstuck::event::syscall_name(absent),
+                Arch::HOST.name()
+            ));
+            return Err(ExitCode::from(podstuck::exit::BAD_INPUT));
+        }
         let node_name = self.node_name.filter(|name| !name.trim().is_empty());
         if self.events && node_name.is_none() {
             // uname in a pod is the pod's name: Events need the node's own.

@@ -38,10 +38,11 @@ pub struct RunFacts {
     pub every_call: bool,
 }
 
-/// The syscalls traced when `asked` are asked for: those, or all four.
+/// The syscalls traced when `asked` are asked for: those, or all those of
+/// this architecture.
 pub fn traced(asked: &[Syscall]) -> &[Syscall] {
     if asked.is_empty() {
-        &Syscall::ALL
+        podstuck_common::program::Arch::HOST.syscalls()
     } else {
         asked
     }
