@@ -82,8 +82,14 @@ fn main() {
     }
     let path = env::var_os("PATH").unwrap_or_default();
     let path = env::join_paths(std::iter::once(linker_dir).chain(env::split_paths(&path))).unwrap();
-    let rustflags =
-        ["--cfg=bpf_target_arch=\"x86_64\"", "-Cdebuginfo=2", "-Clink-arg=--btf", "-Clinker=bpf-linker"].join("\x1f");
+    // The bytecode is the same on every architecture; aya's macros read
+    // `pt_regs` by the layout of the one podstuck runs on.
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap();
+    if !["x86_64", "aarch64"].contains(&arch.as_str()) {
+        fail(&format!("podstuck runs on x86_64 and aarch64 nodes, not {arch}"));
+    }
+    let arch_cfg = format!("--cfg=bpf_target_arch=\"{arch}\"");
+    let rustflags = [arch_cfg.as_str(), "-Cdebuginfo=2", "-Clink-arg=--btf", "-Clinker=bpf-linker"].join("\x1f");
     build
         .env("PATH", path)
         .env("RUSTC", &rustc)
