@@ -20,17 +20,49 @@ pub fn sys_unlinkat(dirfd: i32, path: &CString, flags: i32) -> i32 {
     errno_of(unsafe { libc::syscall(libc::SYS_unlinkat, dirfd, path.as_ptr(), flags) })
 }
 
+/// What podstuck names the calls of [`raw_unlink`] and [`raw_rmdir`]: arm64
+/// has no unlink and no rmdir system call, so there they are `unlinkat`, as
+/// every removal of libc and Go is.
+pub const UNLINK_CALL: &str = if cfg!(target_arch = "aarch64") { "unlinkat" } else { "unlink" };
+pub const RMDIR_CALL: &str = if cfg!(target_arch = "aarch64") { "unlinkat" } else { "rmdir" };
+
+/// unlink(2) as the raw system call (-1 and errno on failure); on arm64,
+/// which has none, `unlinkat(AT_FDCWD, path, 0)`.
+///
+/// # Safety
+/// `path` is given to the kernel as is: a bad pointer yields EFAULT.
+pub unsafe fn raw_unlink(path: *const libc::c_char) -> libc::c_long {
+    // SAFETY: the caller's; the kernel reads the pointer.
+    #[cfg(target_arch = "aarch64")]
+    return unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, path, 0) };
+    #[cfg(not(target_arch = "aarch64"))]
+    return unsafe { libc::syscall(libc::SYS_unlink, path) };
+}
+
+/// rmdir(2) as the raw system call; on arm64
+/// `unlinkat(AT_FDCWD, path, AT_REMOVEDIR)`, as kubelet's Go makes it.
+///
+/// # Safety
+/// As [`raw_unlink`].
+pub unsafe fn raw_rmdir(path: *const libc::c_char) -> libc::c_long {
+    // SAFETY: the caller's; the kernel reads the pointer.
+    #[cfg(target_arch = "aarch64")]
+    return unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, path, libc::AT_REMOVEDIR) };
+    #[cfg(not(target_arch = "aarch64"))]
+    return unsafe { libc::syscall(libc::SYS_rmdir, path) };
+}
+
 // The kernel, not this process, reads the pointer: a bad one is the point
 // of some tests and yields EFAULT, never a crash.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn sys_unlink(path: *const libc::c_char) -> i32 {
     // SAFETY: the kernel validates the pointer (tests pass bad ones on purpose).
-    errno_of(unsafe { libc::syscall(libc::SYS_unlink, path) })
+    errno_of(unsafe { raw_unlink(path) })
 }
 
 pub fn sys_rmdir(path: &CString) -> i32 {
     // SAFETY: valid C string.
-    errno_of(unsafe { libc::syscall(libc::SYS_rmdir, path.as_ptr()) })
+    errno_of(unsafe { raw_rmdir(path.as_ptr()) })
 }
 
 pub fn sys_umount2(path: &CString, flags: i32) -> i32 {
@@ -74,7 +106,7 @@ pub fn unlink_as_nobody(paths: &[CString], pause: Duration) -> usize {
             }
             let mut enoent = 0usize;
             for p in &pointers {
-                if libc::syscall(libc::SYS_unlink, *p) < 0 && *libc::__errno_location() == libc::ENOENT {
+                if raw_unlink(*p) < 0 && *libc::__errno_location() == libc::ENOENT {
                     enoent += 1;
                 }
                 libc::nanosleep(&pause, std::ptr::null_mut());

@@ -18,7 +18,8 @@
 //!                          tree sits on a much faster tmpfs
 //! Ops (each attempt prints one line: the op and "ok", "errno N" or a count):
 //!   rmdir-at DIR NAME      open DIR, unlinkat(fd, NAME, AT_REMOVEDIR)
-//!   rmdir PATH             rmdir(2), the raw syscall
+//!   rmdir PATH             rmdir(2), the raw syscall (arm64 has none: unlinkat
+//!                          with AT_REMOVEDIR, as kubelet's Go removes there)
 //!   rmdirs PATH...         rmdir(2) of each PATH in turn, as kubelet removes a
 //!                          pod's cgroups (containers first, then the pod, in
 //!                          every v1 hierarchy); one word per PATH: "ok",
@@ -26,7 +27,7 @@
 //!                          it) or "errno N", joined by ", "
 //!   umount PATH            umount2(PATH, 0), the raw syscall
 //!   unlink-in DIR NAME     chdir DIR, unlink(NAME) (cwd-relative, like C tools)
-//!   unlink PATH            unlink(2), the raw syscall
+//!   unlink PATH            unlink(2), the raw syscall (arm64: unlinkat)
 //!   remove-all DIR         Go's os.RemoveAll: openat each directory, unlinkat
 //!                          children relative to it, then the directory itself;
 //!                          prints "done" or "left: errno N at PATH" (the first
@@ -49,6 +50,8 @@ use std::ffi::{CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
+
+use podstuck_tests::calls::{raw_rmdir, raw_unlink};
 
 /// kubelet's exponential backoff stops doubling here (2m2s).
 const BACKOFF_CAP: Duration = Duration::from_millis(122_000);
@@ -176,11 +179,11 @@ fn attempt(args: &[Vec<u8>]) -> String {
             libc::close(fd);
             out
         },
-        b"rmdir" => outcome(unsafe { libc::syscall(libc::SYS_rmdir, c(&args[1]).as_ptr()) }),
+        b"rmdir" => outcome(unsafe { raw_rmdir(c(&args[1]).as_ptr()) }),
         b"rmdirs" => {
             let words: Vec<String> = args[1..]
                 .iter()
-                .map(|p| match outcome(unsafe { libc::syscall(libc::SYS_rmdir, c(p).as_ptr()) }) {
+                .map(|p| match outcome(unsafe { raw_rmdir(c(p).as_ptr()) }) {
                     o if o == format!("errno {}", libc::ENOENT) => "gone".to_string(),
                     o => o,
                 })
@@ -192,7 +195,7 @@ fn attempt(args: &[Vec<u8>]) -> String {
             assert_eq!(libc::chdir(c(&args[1]).as_ptr()), 0, "chdir");
             outcome(libc::unlink(c(&args[2]).as_ptr()).into())
         },
-        b"unlink" => outcome(unsafe { libc::syscall(libc::SYS_unlink, c(&args[1]).as_ptr()) }),
+        b"unlink" => outcome(unsafe { raw_unlink(c(&args[1]).as_ptr()) }),
         b"remove-all" => {
             let target = path(&args[1]);
             let parent = c(target.parent().unwrap().as_os_str().as_bytes());
@@ -220,8 +223,8 @@ fn attempt(args: &[Vec<u8>]) -> String {
                 .collect();
             let failed = paths
                 .iter()
-                // The raw syscall, so it is unlink(2) for sure.
-                .filter(|p| unsafe { libc::syscall(libc::SYS_unlink, p.as_ptr()) } != 0)
+                // The raw syscall, so it is unlink(2) for sure (unlinkat on arm64).
+                .filter(|p| unsafe { raw_unlink(p.as_ptr()) } != 0)
                 .count();
             format!("{} unlinked, {failed} failed", n - failed)
         }
