@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 use podstuck_tests::prerequisite::{parse_skip_line, skips_allowed, ALLOW_SKIPS};
 
 mod bench;
+mod cross;
 mod image;
 mod soak;
 mod vm;
@@ -29,8 +30,13 @@ struct Cli {
 enum Task {
     /// Install what building the eBPF programs needs (apt packages, bpf-linker), if missing.
     Setup,
-    /// Set up, then build the self-contained `podstuck` binary and the `kubectl-podstuck` plugin (release).
-    Build,
+    /// Set up, then build the self-contained `podstuck` binary and the `kubectl-podstuck` plugin (release),
+    /// for this machine or, with --target, for the other architecture (installing its cross toolchain).
+    Build {
+        /// The architecture to build for [default: this machine's].
+        #[arg(long, value_enum)]
+        target: Option<cross::Target>,
+    },
     /// Write podstuck's container image (the release build, or --binary) as one tarball that both
     /// `docker load` and `ctr images import` take: no registry, no container engine needed.
     Image(image::ImageArgs),
@@ -257,6 +263,18 @@ fn run_soak(args: &soak::SoakArgs) -> Result<()> {
     soak::soak(&podstuck, &actor, &soak::SoakArgs { out, ..args.clone() })
 }
 
+/// `cargo xtask build`: both binaries, for `target` or this machine.
+fn build(target: Option<cross::Target>) -> Result<()> {
+    setup()?;
+    let target = match target {
+        Some(target) => target,
+        None => cross::Target::host()?,
+    };
+    let built = cross::build_release_for(target, "podstuck-user", &["podstuck", "kubectl-podstuck"])?;
+    say(&format!("built {} and {} for {}", built[0].display(), built[1].display(), target.triple()));
+    Ok(())
+}
+
 fn build_release() -> Result<PathBuf> {
     run(cargo().args(["build", "--release", "--package", "podstuck-user", "--bin", "podstuck"]))?;
     Ok(workspace_root().join("target/release/podstuck"))
@@ -274,27 +292,16 @@ fn build_release_actor() -> Result<PathBuf> {
 /// warning fails. Its own target directory, so the real build is not
 /// rebuilt after it.
 fn lint_ebpf() -> Result<()> {
-    let mut clippy = Command::new("/usr/bin/cargo");
+    // As in podstuck-user/build.rs: nothing of this cargo's run (rustup's
+    // toolchain, its flags) may leak into Debian's, whose cargo-clippy and
+    // clippy-driver come before rustup's proxies of the same names.
+    let mut clippy = cross::debian_cargo()?;
     clippy
         .current_dir(workspace_root().join("podstuck-ebpf"))
         .args(["clippy", "--locked", "--release", "--target", "bpfel-unknown-none", "--target-dir"])
         .arg(workspace_root().join("target/ebpf-clippy"))
         .args(["--", "--deny", "warnings"]);
-    // As in podstuck-user/build.rs: nothing of this cargo's run (rustup's
-    // toolchain, its flags) may leak into Debian's.
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if (key.starts_with("CARGO") && key != "CARGO_HOME") || key.starts_with("RUST") {
-            clippy.env_remove(key.as_ref());
-        }
-    }
-    // Debian's cargo-clippy and clippy-driver before rustup's proxies of
-    // the same names in ~/.cargo/bin.
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let path = std::env::join_paths(std::iter::once(PathBuf::from("/usr/bin")).chain(std::env::split_paths(&path)))?;
     clippy
-        .env("PATH", path)
-        .env("RUSTC", "/usr/bin/rustc")
         .env("RUSTC_BOOTSTRAP", "aya_ebpf,podstuck")
         .env("CARGO_ENCODED_RUSTFLAGS", "--cfg=bpf_target_arch=\"x86_64\"");
     say("clippy on the kernel programs (podstuck-ebpf), for bpfel-unknown-none");
@@ -463,15 +470,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup(),
-        Task::Build => setup().and_then(|()| build_release()).and_then(|bin| {
-            run(cargo().args(["build", "--release", "--package", "podstuck-user", "--bin", "kubectl-podstuck"]))?;
-            say(&format!(
-                "built {} and {}",
-                bin.display(),
-                workspace_root().join("target/release/kubectl-podstuck").display()
-            ));
-            Ok(())
-        }),
+        Task::Build { target } => build(target),
         Task::Image(args) => image::image(&args).map(|_| ()),
         Task::Test { args } => test(&args),
         Task::Bench(args) => run_bench(&args),
