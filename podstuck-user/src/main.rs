@@ -395,13 +395,9 @@ impl WatchArgs {
                 return Err(ExitCode::from(podstuck::exit::BAD_INPUT));
             }
         };
-        if let Some(absent) = self.syscalls.iter().map(|&s| Syscall::from(s)).find(|&s| !Arch::HOST.has(s)) {
-            // Nothing to attach to: asked for, it would watch nothing at all.
-            stderr_line(format_args!(
-                "podstuck: error: --syscall {}: {} has no such system call (its removals, of files and directories alike, are unlinkat, with AT_REMOVEDIR for a directory): use --syscall unlinkat",
-                podstuck::event::syscall_name(absent),
-                Arch::HOST.name()
-            ));
+        let syscalls: Vec<Syscall> = self.syscalls.iter().map(|&s| Syscall::from(s)).collect();
+        if let Some(why) = podstuck::run::refuse_absent(Arch::HOST, &syscalls) {
+            stderr_line(format_args!("podstuck: error: {why}"));
             return Err(ExitCode::from(podstuck::exit::BAD_INPUT));
         }
         let node_name = self.node_name.filter(|name| !name.trim().is_empty());
@@ -435,7 +431,7 @@ impl WatchArgs {
             kube: KubeOptions { node, ..KubeOptions::from(self.kube) },
             kubelet_root: self.kubelet_root,
             errors_only: self.errors_only,
-            syscalls: self.syscalls.into_iter().map(Syscall::from).collect(),
+            syscalls,
             histograms: self.histograms,
             force: self.force,
             interval: self.interval,

@@ -13,6 +13,7 @@ use podstuck_common::Syscall;
 use crate::event::syscall_name;
 use crate::identify::pod::PodUid;
 use crate::kernel_features::{AttachPoint, Lockdown, PathWalk};
+use podstuck_common::program::Arch;
 
 /// This podstuck's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -42,10 +43,21 @@ pub struct RunFacts {
 /// this architecture.
 pub fn traced(asked: &[Syscall]) -> &[Syscall] {
     if asked.is_empty() {
-        podstuck_common::program::Arch::HOST.syscalls()
+        Arch::HOST.syscalls()
     } else {
         asked
     }
+}
+
+/// Why `asked` cannot be traced on `arch`, if it cannot: a syscall the
+/// architecture lacks would watch nothing at all.
+pub fn refuse_absent(arch: Arch, asked: &[Syscall]) -> Option<String> {
+    let absent = asked.iter().find(|&&s| !arch.has(s))?;
+    Some(format!(
+        "--syscall {}: {} has no such system call (its removals, of files and directories alike, are unlinkat, with AT_REMOVEDIR for a directory): use --syscall unlinkat",
+        syscall_name(*absent),
+        arch.name()
+    ))
 }
 
 impl RunFacts {
@@ -174,7 +186,12 @@ pub(crate) mod tests {
     #[test]
     fn the_filters_are_said_as_a_user_gave_them() {
         assert_eq!(run().filters(), "the whole node, kubelet root /var/lib/kubelet");
-        assert_eq!(run().syscall_names(), ["unlinkat", "unlink", "rmdir", "umount2"]);
+        let all: &[&str] = if cfg!(target_arch = "aarch64") {
+            &["unlinkat", "umount2"]
+        } else {
+            &["unlinkat", "unlink", "rmdir", "umount2"]
+        };
+        assert_eq!(run().syscall_names(), all);
         let pod = PodUid::parse("1b2c3d4e-0000-4000-8000-00000000000a").unwrap();
         let narrow = RunFacts { pods: vec![pod], syscalls: vec![Syscall::Rmdir], errors_only: true, ..run() };
         assert_eq!(narrow.scope(), "pod 1b2c3d4e-0000-4000-8000-00000000000a, failed calls only");
@@ -182,5 +199,14 @@ pub(crate) mod tests {
             narrow.filters(),
             "pod 1b2c3d4e-0000-4000-8000-00000000000a, failed calls only, rmdir only, kubelet root /var/lib/kubelet"
         );
+    }
+
+    #[test]
+    fn a_syscall_the_architecture_lacks_is_refused_with_the_one_it_has() {
+        assert_eq!(refuse_absent(Arch::X86_64, &[Syscall::Rmdir, Syscall::Unlink]), None);
+        assert_eq!(refuse_absent(Arch::Aarch64, &[Syscall::Unlinkat, Syscall::Umount2]), None);
+        let why = refuse_absent(Arch::Aarch64, &[Syscall::Unlinkat, Syscall::Rmdir]).unwrap();
+        assert!(why.starts_with("--syscall rmdir: aarch64 has no such system call"), "{why}");
+        assert!(why.ends_with("use --syscall unlinkat"), "{why}");
     }
 }

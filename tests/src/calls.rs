@@ -20,11 +20,10 @@ pub fn sys_unlinkat(dirfd: i32, path: &CString, flags: i32) -> i32 {
     errno_of(unsafe { libc::syscall(libc::SYS_unlinkat, dirfd, path.as_ptr(), flags) })
 }
 
-/// What podstuck names the calls of [`raw_unlink`] and [`raw_rmdir`]: arm64
-/// has no unlink and no rmdir system call, so there they are `unlinkat`, as
-/// every removal of libc and Go is.
+/// What podstuck names the calls of [`raw_unlink`]: arm64 has no unlink
+/// system call, so there they are `unlinkat`, as every removal of libc and
+/// Go is.
 pub const UNLINK_CALL: &str = if cfg!(target_arch = "aarch64") { "unlinkat" } else { "unlink" };
-pub const RMDIR_CALL: &str = if cfg!(target_arch = "aarch64") { "unlinkat" } else { "rmdir" };
 
 /// unlink(2) as the raw system call (-1 and errno on failure); on arm64,
 /// which has none, `unlinkat(AT_FDCWD, path, 0)`.

@@ -49,7 +49,9 @@ pub mod terminal;
 pub mod wait;
 
 pub use actors::{actor, alive, fuse_server, start_actor, task_state, wchan, Process};
-pub use calls::{cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread, unlink_as_nobody};
+pub use calls::{
+    cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread, unlink_as_nobody, UNLINK_CALL,
+};
 pub use findings::{latest_findings, shell_word, Expect};
 pub use harness::{can_touch_the_kernel, text, KernelTest, ScratchDir};
 pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};

@@ -215,7 +215,7 @@ fn a_real_run(scratch: &ScratchDir) -> PathBuf {
     let work = scratch.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     let out = scratch.path().join("histograms");
-    let watch = Watch::start(&["--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
+    let watch = Watch::start(&["--histograms", text(&out), "--interval", "1s", "--syscall", UNLINK_CALL]);
     let ran = actor().args([OsStr::new("unlink-many"), work.as_os_str(), OsStr::new("300")]).output().unwrap();
     assert!(ran.status.success());
     wait_until("the run's 300 calls in its series", Duration::from_secs(30), || {
@@ -390,14 +390,14 @@ kernel_test! {
 
         let count = |all: &[Value], outcome: &str, pod: Option<&str>| -> u64 {
             all.iter()
-                .filter(|s| s["syscall"] == "unlink" && s["outcome"] == outcome && s["pod_uid"].as_str() == pod)
+                .filter(|s| s["syscall"] == UNLINK_CALL && s["outcome"] == outcome && s["pod_uid"].as_str() == pod)
                 .map(|s| s["count"].as_u64().unwrap())
                 .sum()
         };
         poll_until_else("every call counted", Duration::from_secs(90), || {
             let all = series(&out);
             // Counted, wherever (a podstuck that kept made-up pods apart too).
-            let failed: u64 = all.iter().filter(|s| s["syscall"] == "unlink" && s["outcome"] == "ENOENT").map(|s| s["count"].as_u64().unwrap()).sum();
+            let failed: u64 = all.iter().filter(|s| s["syscall"] == UNLINK_CALL && s["outcome"] == "ENOENT").map(|s| s["count"].as_u64().unwrap()).sum();
             match failed >= 5_010 && count(&all, "ok", Some(real)) >= 100 {
                 true => Ok(()),
                 false => Err(format!("{} series, {failed} failed calls counted", all.len())),
@@ -430,7 +430,7 @@ kernel_test! {
         // 300 real pods (directories of root's), one failed unlink in each.
         let (pods, paths) = root.pods_missing_a_file(300);
         let out = scratch.path().join("histograms");
-        let watch = Watch::start(&["--kubelet-root", root.arg(), "--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
+        let watch = Watch::start(&["--kubelet-root", root.arg(), "--histograms", text(&out), "--interval", "1s", "--syscall", UNLINK_CALL]);
         // One process of their own, pausing so that each call is streamed
         // with its path: not this test binary, whose other threads' calls
         // (another test's clean-up) podstuck would give to its latest pod.

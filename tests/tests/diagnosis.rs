@@ -630,7 +630,7 @@ kernel_test! {
                     e.eq("/pod_uid", uid);
                     e.eq("/actor/comm", "kubelet");
                     e.eq("/actor/pid", kubelet.pid());
-                    e.eq("/syscall", "unlink");
+                    e.eq("/syscall", UNLINK_CALL);
                     e.that(e.mentions_number("/evidence", server.into()), format!("evidence should name the FUSE daemon, pid {server}"));
                     e.that(e.mentions("/evidence", "stopped"), "evidence should say the daemon is stopped");
                     // Preceded by mounting fusectl when the node has not (this one has not).

@@ -122,9 +122,9 @@ kernel_test! {
         let finished = stop_when(watch, |_| series_count(&out, &tag) >= 10_000);
         assert!(finished.status.success(), "{}", finished.stderr);
         assert_eq!(finished.end.as_ref().unwrap()["events_lost"], 0, "no loss expected for 10k calls");
-        let streamed: u64 = finished.events.iter().filter(|e| e["syscall"] == "unlink").map(|e| e["represents"].as_u64().unwrap()).sum();
+        let streamed: u64 = finished.events.iter().filter(|e| e["syscall"] == UNLINK_CALL).map(|e| e["represents"].as_u64().unwrap()).sum();
         assert!(streamed <= 10_000, "records carry no more calls than were made");
-        assert!(finished.events.iter().filter(|e| e["syscall"] == "unlink").count() < 10_000, "a storm is not streamed call by call");
+        assert!(finished.events.iter().filter(|e| e["syscall"] == UNLINK_CALL).count() < 10_000, "a storm is not streamed call by call");
 
         let summary = summary(&out);
         let series: Vec<&Value> = summary["series"].as_array().unwrap().iter().collect();
@@ -197,7 +197,7 @@ kernel_test! {
         let work = scratch.path().join("work");
         std::fs::create_dir(&work).unwrap();
         let out = scratch.path().join("histograms");
-        let watch = Watch::start(&["--histograms", text(&out), "--interval", "1s", "--syscall", "unlink"]);
+        let watch = Watch::start(&["--histograms", text(&out), "--interval", "1s", "--syscall", UNLINK_CALL]);
         let ran = actor().args([OsStr::new("unlink-many"), work.as_os_str(), OsStr::new("500")]).output().unwrap();
         assert!(ran.status.success());
         // Wait until the files hold all 500 calls (an interval can close
@@ -205,7 +205,7 @@ kernel_test! {
         wait_until("the 500 calls written", Duration::from_secs(20), || {
             out.join("summary.json").exists()
                 && summary(&out)["series"].as_array().is_some_and(|all| {
-                    all.iter().filter(|s| s["syscall"] == "unlink").filter_map(|s| s["count"].as_u64()).sum::<u64>() >= 500
+                    all.iter().filter(|s| s["syscall"] == UNLINK_CALL).filter_map(|s| s["count"].as_u64()).sum::<u64>() >= 500
                 })
         });
         let killed = watch.stop(libc::SIGKILL);
