@@ -87,6 +87,74 @@ pub fn podstuck_image(test: &str) -> Option<PathBuf> {
     crate::missing(test, &format!("podstuck's image ({why})"), how)
 }
 
+/// An image tarball unpacked by the system's `tar` (a user's reader, not
+/// the writer's library): its OCI layout and docker's `manifest.json`.
+pub struct ImageLayout {
+    dir: PathBuf,
+}
+
+impl ImageLayout {
+    pub fn unpack(archive: &Path, dir: &Path) -> ImageLayout {
+        untar(archive, dir);
+        ImageLayout { dir: dir.to_path_buf() }
+    }
+
+    /// A JSON file of the layout (`index.json`, `manifest.json`).
+    pub fn json(&self, file: &str) -> serde_json::Value {
+        read_json(&self.dir.join(file))
+    }
+
+    /// The blob of a digest (`sha256:HEX`), where the layout keeps it.
+    pub fn blob_path(&self, digest: &serde_json::Value) -> PathBuf {
+        let digest = digest.as_str().unwrap_or_else(|| panic!("a digest, not {digest}"));
+        let hex = digest.strip_prefix("sha256:").unwrap_or_else(|| panic!("a sha256 digest, not {digest}"));
+        self.dir.join("blobs/sha256").join(hex)
+    }
+
+    /// A JSON blob (an index, a manifest, a config) by its digest.
+    pub fn blob(&self, digest: &serde_json::Value) -> serde_json::Value {
+        read_json(&self.blob_path(digest))
+    }
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+/// `tar -xf ARCHIVE -C DIR` (gzip or not: GNU tar tells by itself).
+pub fn untar(archive: &Path, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let out = Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(dir).output().expect("run tar");
+    assert!(out.status.success(), "tar -xf {}: {}", archive.display(), String::from_utf8_lossy(&out.stderr));
+}
+
+/// Every ELF file below `dir` (symbolic links not followed), with its
+/// header's `e_machine` (62 x86_64, 183 aarch64), by path from `dir`.
+pub fn elf_files(dir: &Path) -> Vec<(String, u16)> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("read {}: {e}", d.display())) {
+            let entry = entry.unwrap();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() {
+                let mut header = [0u8; 20];
+                let read = std::fs::File::open(entry.path()).and_then(|mut f| std::io::Read::read(&mut f, &mut header));
+                if read.is_ok_and(|n| n == header.len()) && header.starts_with(b"\x7fELF") {
+                    let path = entry.path().strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                    // e_machine, little-endian on both architectures.
+                    found.push((path, u16::from_le_bytes([header[18], header[19]])));
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 /// The capabilities this machine may not grant at all: those below
 /// `cap_last_cap` missing from our bounding set (a sandboxed test machine
 /// may lack CAP_SYS_RESOURCE). `docker run --privileged` asks runc for all

@@ -14,7 +14,10 @@
 //!   sets of [`DAEMONSET_CAPABILITIES`] and
 //!   [`DAEMONSET_CAPABILITIES_WITHOUT_SETNS`] (why each is needed is said
 //!   there), each getting P1, the second P4 as well;
-//! - the same tarball imported by `ctr images import` into containerd.
+//! - the same tarball imported by `ctr images import` into containerd;
+//! - the tarball itself: one index of linux/amd64 and linux/arm64, each
+//!   image all of its own architecture and runnable from its layer alone,
+//!   read by skopeo and by ctr with every platform.
 //!
 //! Each test runs a private dockerd (or containerd) of its own, loads the
 //! image of the binary under test (`$PODSTUCK_IMAGE`, made by `cargo xtask
@@ -27,8 +30,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use podstuck_tests::container::{
-    daemonset, daemonset_in_containerd, kubectl_debug_node, manifest_capabilities, pid1_out_of_reach, privileged,
-    NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES, DAEMONSET_CAPABILITIES_WITHOUT_SETNS,
+    daemonset, daemonset_in_containerd, elf_files, kubectl_debug_node, manifest_capabilities, pid1_out_of_reach,
+    podstuck_image, privileged, untar, ImageLayout, NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES,
+    DAEMONSET_CAPABILITIES_WITHOUT_SETNS,
 };
 use podstuck_tests::findings::apply_fix;
 use podstuck_tests::runtimes::{stderr_text, stdout_text};
@@ -258,6 +262,142 @@ kernel_test! {
         let out = node.containerd.run_command(&[], &node.image, &id, &["/usr/local/bin/podstuck", "--version"]).stdin(Stdio::null()).output().unwrap();
         assert!(out.status.success(), "ctr run podstuck --version: {}", stderr_text(&out));
         assert!(stdout_text(&out).starts_with("podstuck "), "{}", stdout_text(&out));
+    }
+}
+
+/// The image's architectures as its index lists them, each with its ELF
+/// `e_machine`, the loader its binary asks for, and QEMU's name of it
+/// (`qemu-NAME-static` runs its binaries on a machine of the other).
+const PLATFORMS: [(&str, u16, &str, &str); 2] =
+    [("amd64", 62, "lib64/ld-linux-x86-64.so.2", "x86_64"), ("arm64", 183, "lib/ld-linux-aarch64.so.1", "aarch64")];
+
+/// `podstuck --version` run from an unpacked layer alone (chroot), through
+/// QEMU's user emulator when the layer is of the other architecture; None
+/// where that emulator is missing and skips are allowed.
+fn version_in_rootfs(test: &str, rootfs: &Path, qemu: &str) -> Option<String> {
+    let mut command = std::process::Command::new("chroot");
+    command.arg(rootfs);
+    if qemu != std::env::consts::ARCH {
+        let emulator = PathBuf::from(format!("/usr/bin/qemu-{qemu}-static"));
+        if !emulator.is_file() {
+            return missing(
+                test,
+                &format!("{} (to run the {qemu} image's binary)", emulator.display()),
+                "install qemu-user-static (cargo xtask setup does)",
+            );
+        }
+        std::fs::copy(&emulator, rootfs.join("qemu")).expect("copy QEMU into the layer");
+        command.arg("/qemu");
+    }
+    let out = command.args(["/usr/local/bin/podstuck", "--version"]).stdin(Stdio::null()).output().expect("run chroot");
+    assert!(out.status.success(), "podstuck --version in its {qemu} layer alone: {}", stderr_text(&out));
+    Some(stdout_text(&out))
+}
+
+kernel_test! {
+    fn the_image_is_one_index_of_linux_amd64_and_linux_arm64_each_all_of_its_own_architecture(test) {
+        let Some(archive) = podstuck_image(test.name()) else { return };
+        let scratch = test.scratch();
+        let layout = ImageLayout::unpack(&archive, &scratch.path().join("layout"));
+        // One image, an index of platforms, as a registry's multi-architecture image is.
+        let index = layout.json("index.json");
+        let entries = index["manifests"].as_array().expect("index.json lists manifests");
+        assert_eq!(entries.len(), 1, "index.json names one image: {index}");
+        assert_eq!(entries[0]["mediaType"], "application/vnd.oci.image.index.v1+json", "{index}");
+        let name = format!("docker.io/library/podstuck:{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(entries[0]["annotations"]["io.containerd.image.name"], name.as_str(), "{index}");
+        let image_index = layout.blob(&entries[0]["digest"]);
+        let manifests = image_index["manifests"].as_array().expect("the image index lists manifests");
+        let platform = |m: &Value| format!("{}/{}", m["platform"]["os"].as_str().unwrap_or("?"), m["platform"]["architecture"].as_str().unwrap_or("?"));
+        assert_eq!(manifests.iter().map(platform).collect::<Vec<_>>(), ["linux/amd64", "linux/arm64"]);
+        let mut configs = Vec::new();
+        for (entry, (arch, machine, loader, qemu)) in manifests.iter().zip(PLATFORMS) {
+            let manifest = layout.blob(&entry["digest"]);
+            assert_eq!(layout.blob(&manifest["config"]["digest"])["architecture"], arch);
+            configs.push(manifest["config"]["digest"].as_str().unwrap().replacen("sha256:", "blobs/sha256/", 1));
+            let rootfs = scratch.path().join(arch);
+            untar(&layout.blob_path(&manifest["layers"][0]["digest"]), &rootfs);
+            // The binary, its loader and each library: all of this architecture.
+            let elves = elf_files(&rootfs);
+            let foreign: Vec<_> = elves.iter().filter(|(_, m)| *m != machine).collect();
+            assert!(foreign.is_empty(), "linux/{arch} holds files of another architecture than e_machine {machine}: {foreign:?}");
+            let paths: Vec<&str> = elves.iter().map(|(p, _)| p.as_str()).collect();
+            assert!(paths.contains(&"usr/local/bin/podstuck") && paths.contains(&loader), "linux/{arch}: {paths:?}");
+            assert!(paths.iter().any(|p| p.ends_with("/libc.so.6")), "linux/{arch} has no libc: {paths:?}");
+            // And that layer alone runs it: nothing of this machine's is borrowed.
+            let Some(version) = version_in_rootfs(test.name(), &rootfs, qemu) else { return };
+            assert!(version.starts_with("podstuck "), "linux/{arch}: {version}");
+        }
+        // docker load reads manifest.json alone, which has no platforms: it names this machine's image.
+        let docker = layout.json("manifest.json");
+        let here = PLATFORMS.iter().position(|p| p.3 == std::env::consts::ARCH).expect("a machine of either architecture");
+        assert_eq!(docker[0]["Config"], configs[here].as_str(), "manifest.json: {docker}");
+        assert_eq!(docker[0]["RepoTags"][0], format!("podstuck:{}", env!("CARGO_PKG_VERSION")), "{docker}");
+    }
+}
+
+/// The node's runtime picks its architecture's image from the index: the
+/// DaemonSet names one image and selects no architecture.
+#[test]
+fn the_daemonset_names_one_image_for_every_architecture() {
+    let manifest = harness::deploy_manifest("podstuck-daemonset.yaml");
+    let daemonset = manifest.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet in the manifest");
+    let spec = &daemonset["spec"]["template"]["spec"];
+    let containers = ["containers", "initContainers"].iter().filter_map(|k| spec[k].as_array()).flatten();
+    let mut images: Vec<&str> = containers.map(|c| c["image"].as_str().expect("a container's image")).collect();
+    images.sort();
+    images.dedup();
+    assert_eq!(images.len(), 1, "one image for every container: {images:?}");
+    assert!(!spec.to_string().contains("kubernetes.io/arch"), "the DaemonSet selects an architecture: {spec}");
+}
+
+kernel_test! {
+    fn skopeo_reads_the_index_and_copies_both_platforms(test) {
+        let Some(archive) = podstuck_image(test.name()) else { return };
+        if !Path::new("/usr/bin/skopeo").is_file() {
+            return missing(test.name(), "/usr/bin/skopeo", "install skopeo (cargo xtask setup does)");
+        }
+        let scratch = test.scratch();
+        let source = format!("oci-archive:{}", text(&archive));
+        let skopeo = |args: &[&str]| {
+            let out = std::process::Command::new("skopeo").args(args).stdin(Stdio::null()).output().expect("run skopeo");
+            assert!(out.status.success(), "skopeo {}: {}", args.join(" "), stderr_text(&out));
+            stdout_text(&out)
+        };
+        let raw: Value = serde_json::from_str(&skopeo(&["inspect", "--raw", &source])).expect("skopeo inspect --raw: JSON");
+        assert_eq!(raw["mediaType"], "application/vnd.oci.image.index.v1+json", "{raw}");
+        let arches: Vec<&str> = raw["manifests"].as_array().unwrap().iter().map(|m| m["platform"]["architecture"].as_str().unwrap()).collect();
+        assert_eq!(arches, ["amd64", "arm64"], "{raw}");
+        for (arch, ..) in PLATFORMS {
+            let inspected: Value = serde_json::from_str(&skopeo(&["inspect", "--override-arch", arch, &source])).unwrap();
+            assert_eq!((inspected["Os"].as_str(), inspected["Architecture"].as_str()), (Some("linux"), Some(arch)), "{inspected}");
+        }
+        // Every blob of both images, its digest and size checked on the way,
+        // as a push of both to a registry would (`docker://` for `dir:`).
+        let copy = scratch.path().join("copy");
+        skopeo(&["copy", "--all", &source, &format!("dir:{}", text(&copy))]);
+        let instances = std::fs::read_dir(&copy).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".manifest.json")).count();
+        assert_eq!(instances, 2, "skopeo copy --all wrote {instances} platform manifests");
+    }
+}
+
+kernel_test! {
+    fn ctr_imports_both_platforms(test) {
+        let Some(archive) = podstuck_image(test.name()) else { return };
+        let scratch = test.scratch();
+        let Some(containerd) = Containerd::start(scratch.path(), test.name()) else { return };
+        containerd.ctr(&["images", "import", "--all-platforms", "--snapshotter", "overlayfs", text(&archive)]);
+        let name = format!("docker.io/library/podstuck:{}", env!("CARGO_PKG_VERSION"));
+        let listed = stdout_text(&containerd.ctr(&["images", "ls"]));
+        let row = listed.lines().find(|l| l.starts_with(&name)).unwrap_or_else(|| panic!("ctr images ls: {listed}"));
+        assert!(row.contains("linux/amd64,linux/arm64"), "ctr images ls names both platforms: {row}");
+        // Every blob of the tarball, both images', is in containerd's store.
+        untar(&archive, &scratch.path().join("layout"));
+        let content = stdout_text(&containerd.ctr(&["content", "ls", "-q"]));
+        let blobs = std::fs::read_dir(scratch.path().join("layout/blobs/sha256")).unwrap();
+        for blob in blobs.map(|b| b.unwrap().file_name().to_string_lossy().into_owned()) {
+            assert!(content.lines().any(|l| l == format!("sha256:{blob}")), "sha256:{blob} not imported: {content}");
+        }
     }
 }
 

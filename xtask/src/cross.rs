@@ -31,6 +31,9 @@ pub enum Target {
 }
 
 impl Target {
+    /// Both, in the order the image index lists them.
+    pub const ALL: [Target; 2] = [Target::X86_64, Target::Aarch64];
+
     /// The architecture xtask itself was built for, the one `cargo()` builds.
     pub fn host() -> Result<Target> {
         match std::env::consts::ARCH {
@@ -65,6 +68,19 @@ impl Target {
         }
     }
 
+    /// The ELF header's `e_machine` of its binaries.
+    pub fn elf_machine(self) -> u16 {
+        match self {
+            Target::X86_64 => object::elf::EM_X86_64,
+            Target::Aarch64 => object::elf::EM_AARCH64,
+        }
+    }
+
+    /// The target whose binaries have this `e_machine`.
+    pub fn of_elf_machine(machine: u16) -> Option<Target> {
+        Target::ALL.into_iter().find(|t| t.elf_machine() == machine)
+    }
+
     /// Where a release build for it lands.
     pub fn release_dir(self) -> Result<PathBuf> {
         Ok(if self == Target::host()? {
@@ -76,13 +92,18 @@ impl Target {
 
     /// The Debian packages a cross build for it needs: Debian rustc's
     /// standard library of that architecture, the linker and the C library
-    /// it links against.
+    /// it links against; and the C runtime the image ships for it
+    /// (`image.rs`), the architecture's own libc6 and libgcc-s1, in the
+    /// multiarch directory its loader searches and with Debian's security
+    /// updates (the `-cross` copy is for linking, and is not updated).
     fn cross_packages(self) -> Vec<String> {
         let arch = self.debian_arch();
         vec![
             format!("libstd-rust-web-dev:{arch}"),
             format!("gcc-{}", self.gnu_triple().replace('_', "-")),
             format!("libc6-dev-{arch}-cross"),
+            format!("libc6:{arch}"),
+            format!("libgcc-s1:{arch}"),
         ]
     }
 }

@@ -1,36 +1,54 @@
-//! `cargo xtask image`: podstuck's container image, written here as one
-//! tarball that both `docker load` and `ctr images import` accept, with no
-//! registry, no Dockerfile and no container engine at build time.
+//! `cargo xtask image`: podstuck's container image for x86_64 and arm64
+//! nodes, written here as one tarball that `ctr images import`, `skopeo`
+//! and `docker load` accept, with no registry, no Dockerfile and no
+//! container engine at build time.
 //!
-//! The image is one layer: the podstuck binary at /usr/local/bin/podstuck,
-//! exactly the shared libraries `ldd` says it loads (at the paths the
-//! loader looks them up, the loader itself at its own), an empty /tmp
-//! (1777), /run, and /host, where the node's root is mounted. No shell, no
-//! package manager: nothing in it but what podstuck runs on.
+//! Each architecture's image is one layer: its podstuck binary at
+//! /usr/local/bin/podstuck, exactly the shared libraries it loads (at the
+//! paths its loader looks them up, the loader itself at its own), an empty
+//! /tmp (1777), /run, and /host, where the node's root is mounted. No
+//! shell, no package manager: nothing in it but what podstuck runs on. For
+//! this machine's architecture the libraries are those `ldd` lists. `ldd`
+//! cannot run the other architecture's loader ("not a dynamic
+//! executable"), so there they are found by following the binary's ELF
+//! `DT_NEEDED` entries through Debian's multiarch directory of that
+//! architecture (`/lib/aarch64-linux-gnu/`, libc6:arm64, which the cross
+//! build installs), the loader taken at the binary's `PT_INTERP`.
 //!
 //! The tarball holds one set of blobs under two indexes:
 //!
-//! - the OCI image layout (`oci-layout`, `index.json`, `blobs/sha256/...`),
-//!   what `ctr images import` (containerd 1.6) reads; the index entry
-//!   carries the `io.containerd.image.name` annotation (the image's full
-//!   name) and the platform, which ctr's default platform filter needs;
+//! - the OCI image layout (`oci-layout`, `index.json`, `blobs/sha256/...`).
+//!   `index.json` names one image index, as a registry's multi-architecture
+//!   image is: its entry carries the `io.containerd.image.name` annotation
+//!   (the image's full name) and `org.opencontainers.image.ref.name` (the
+//!   tag), and the index lists one manifest for linux/amd64 and one for
+//!   linux/arm64. `ctr images import` (containerd 1.6) unpacks the node's
+//!   platform of it (`--all-platforms` keeps both) and `skopeo` reads it as
+//!   `oci-archive:`. Two manifests side by side in `index.json` would not
+//!   do: skopeo takes the first entry of a name and never sees the second;
 //! - docker's `manifest.json` (Config, Layers, RepoTags), the only index
-//!   `docker load` of Debian's docker.io 20.10 reads, pointing at the same
-//!   config and layer blobs.
+//!   `docker load` of Debian's docker.io 20.10 reads. It has no platforms,
+//!   so it names the image of the architecture this tarball was built on
+//!   (linux/amd64 here); docker on an arm64 node gets its image through a
+//!   registry (`skopeo copy --all oci-archive:TARBALL docker://REGISTRY/...`
+//!   pushes both), or from `ctr` as containerd's nodes do.
 //!
-//! It is reproducible: the same binary (and the same libraries on the
-//! machine) gives a byte-identical tarball. Entries are sorted, owned by
+//! It is reproducible: the same binaries (and the same libraries on the
+//! machine) give a byte-identical tarball. Entries are sorted, owned by
 //! 0:0 with fixed modes, their mtime `$SOURCE_DATE_EPOCH` (else 0), and the
-//! layer's gzip header has no timestamp or file name.
+//! layers' gzip headers have no timestamp or file name.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use object::read::elf::{FileHeader, ProgramHeader};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::cross::Target;
 use crate::{say, workspace_root};
 
 /// Where the binary goes in the image.
@@ -40,80 +58,139 @@ const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 /// What the image is, for its description label.
 const DESCRIPTION: &str =
     "podstuck: explains why a Kubernetes pod is stuck in Terminating, from eBPF probes on the node's unmounts and removals";
+const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ImageArgs {
     /// Where to write the image tarball [default: target/image/podstuck-<version>.tar].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// The podstuck binary to put in the image [default: the release build, built now].
+    /// The x86_64 podstuck binary, for linux/amd64 [default: the release build, built now].
     #[arg(long)]
     pub binary: Option<PathBuf>,
+    /// The aarch64 podstuck binary, for linux/arm64 [default: the release build for
+    /// aarch64-unknown-linux-gnu, cross-built now as `cargo xtask build --target` does].
+    #[arg(long)]
+    pub arm64_binary: Option<PathBuf>,
     /// The image's name and tag [default: podstuck:<workspace version>].
     #[arg(long)]
     pub tag: Option<String>,
 }
 
-/// Builds the image of `binary` (or of the release build) and returns the
-/// tarball's path.
+/// Builds the image of the given binaries (the release builds of those
+/// not given) and returns the tarball's path.
 pub fn image(args: &ImageArgs) -> Result<PathBuf> {
-    let binary = match &args.binary {
-        Some(binary) => binary.clone(),
-        None => crate::build_release()?,
-    };
+    let mut binaries = Vec::new();
+    for target in Target::ALL {
+        let given = match target {
+            Target::X86_64 => &args.binary,
+            Target::Aarch64 => &args.arm64_binary,
+        };
+        let binary = match given {
+            Some(binary) => binary.clone(),
+            None => crate::cross::build_release_for(target, "podstuck-user", &["podstuck"])?.remove(0),
+        };
+        binaries.push((target, binary));
+    }
     let version = workspace_version()?;
     let tag = args.tag.clone().unwrap_or_else(|| format!("podstuck:{version}"));
     let out = args.out.clone().unwrap_or_else(|| workspace_root().join(format!("target/image/podstuck-{version}.tar")));
-    write_image(&binary, &tag, &version, &out)?;
+    write_image(&binaries, &tag, &version, &out)?;
     Ok(out)
 }
 
-/// Writes the image tarball of `binary`, named `tag`, to `out`.
-pub fn write_image(binary: &Path, tag: &str, version: &str, out: &Path) -> Result<()> {
-    let mtime = source_date_epoch()?;
+/// One architecture's image: its manifest and the blobs it names.
+struct PlatformImage {
+    target: Target,
+    layer: Blob,
+    config: Blob,
+    manifest: Blob,
+}
+
+/// The image of `binary`, built for `target`.
+fn platform_image(target: Target, binary: &Path, version: &str, mtime: u64) -> Result<PlatformImage> {
+    let machine = elf_links(&std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?)
+        .with_context(|| format!("reading {} as an ELF binary", binary.display()))?
+        .machine;
+    if machine != target.elf_machine() {
+        let built_for = Target::of_elf_machine(machine).map_or(format!("e_machine {machine}"), |t| t.triple().into());
+        bail!(
+            "{} is built for {built_for}, not for {} (linux/{})",
+            binary.display(),
+            target.triple(),
+            target.debian_arch()
+        );
+    }
     let layer_tar = layer(binary, mtime)?;
     let diff_id = sha256(&layer_tar);
-    let layer_gz = gzip(&layer_tar)?;
-    let config = image_config(&diff_id, version, mtime);
-    let config = serde_json::to_vec(&config)?;
-
-    let layer = Blob::new("application/vnd.oci.image.layer.v1.tar+gzip", layer_gz);
-    let config = Blob::new("application/vnd.oci.image.config.v1+json", config);
+    let layer = Blob::new("application/vnd.oci.image.layer.v1.tar+gzip", gzip(&layer_tar)?);
+    let config = image_config(&diff_id, version, mtime, target);
+    let config = Blob::new("application/vnd.oci.image.config.v1+json", serde_json::to_vec(&config)?);
     let manifest = json!({
         "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "mediaType": MANIFEST_TYPE,
         "config": config.descriptor(),
         "layers": [layer.descriptor()],
     });
-    let manifest = Blob::new("application/vnd.oci.image.manifest.v1+json", serde_json::to_vec(&manifest)?);
+    let manifest = Blob::new(MANIFEST_TYPE, serde_json::to_vec(&manifest)?);
+    Ok(PlatformImage { target, layer, config, manifest })
+}
+
+/// Writes the image tarball of `binaries` (one for each architecture of
+/// the index, in its order), named `tag`, to `out`.
+pub fn write_image(binaries: &[(Target, PathBuf)], tag: &str, version: &str, out: &Path) -> Result<()> {
+    let mtime = source_date_epoch()?;
+    let images: Vec<PlatformImage> = binaries
+        .iter()
+        .map(|(target, binary)| platform_image(*target, binary, version, mtime))
+        .collect::<Result<_>>()?;
+    let manifests: Vec<Value> = images
+        .iter()
+        .map(|image| {
+            let mut entry = image.manifest.descriptor();
+            entry["platform"] = json!({"architecture": image.target.debian_arch(), "os": "linux"});
+            entry
+        })
+        .collect();
+    let image_index = json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": manifests});
+    let image_index = Blob::new(INDEX_TYPE, serde_json::to_vec(&image_index)?);
     let (name, reference) = split_tag(tag);
-    let mut entry = manifest.descriptor();
+    let mut entry = image_index.descriptor();
     entry["annotations"] = json!({
         // containerd names the image from this, docker.io/library/ and all.
         "io.containerd.image.name": full_name(tag),
         "org.opencontainers.image.ref.name": reference,
     });
-    entry["platform"] = json!({"architecture": oci_arch(), "os": "linux"});
-    let index =
-        json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [entry]});
+    let index = json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": [entry]});
+    let host = Target::host()?;
+    let docker_image = images.iter().find(|image| image.target == host).with_context(|| {
+        format!("docker's manifest.json names this machine's image, and there is none for {}", host.triple())
+    })?;
     let docker_manifest = json!([{
-        "Config": config.path(),
+        "Config": docker_image.config.path(),
         "RepoTags": [format!("{name}:{reference}")],
-        "Layers": [layer.path()],
+        "Layers": [docker_image.layer.path()],
     }]);
 
-    let mut files: Vec<(String, Vec<u8>)> = vec![
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::from([
         ("oci-layout".into(), br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec()),
         ("index.json".into(), serde_json::to_vec(&index)?),
         ("manifest.json".into(), serde_json::to_vec(&docker_manifest)?),
-    ];
-    for blob in [layer, config, manifest] {
-        files.push((blob.path(), blob.bytes));
+    ]);
+    let sizes: Vec<String> = images
+        .iter()
+        .map(|image| format!("linux/{} {} bytes gzipped", image.target.debian_arch(), image.layer.bytes.len()))
+        .collect();
+    for image in images {
+        for blob in [image.layer, image.config, image.manifest] {
+            files.insert(blob.path(), blob.bytes);
+        }
     }
+    files.insert(image_index.path(), image_index.bytes);
     let mut archive = Archive::new(mtime);
     archive.dir("blobs")?;
     archive.dir("blobs/sha256")?;
-    files.sort();
     for (path, bytes) in &files {
         archive.file(path, 0o644, bytes)?;
     }
@@ -127,9 +204,12 @@ pub fn write_image(binary: &Path, tag: &str, version: &str, out: &Path) -> Resul
     std::fs::write(&partial, &bytes).with_context(|| format!("write {}", partial.display()))?;
     std::fs::rename(&partial, out).with_context(|| format!("rename to {}", out.display()))?;
     say(&format!(
-        "image {tag} ({} bytes, layer sha256:{diff_id}) written to {}; `docker load -i` or `ctr images import` it",
+        "image {tag} ({} bytes: {}) written to {}; `ctr images import` or `skopeo copy --all oci-archive:...` it, \
+         or `docker load -i` it for linux/{}",
         bytes.len(),
-        out.display()
+        sizes.join(", "),
+        out.display(),
+        host.debian_arch()
     ));
     Ok(())
 }
@@ -201,9 +281,17 @@ fn layer(binary: &Path, mtime: u64) -> Result<Vec<u8>> {
     archive.finish()
 }
 
-/// The shared libraries `binary` loads, as `ldd` lists them, the loader
-/// included; none for a static binary.
+/// The shared libraries `binary` loads, the loader included; none for a
+/// static binary. `ldd` lists them for a binary of this machine's
+/// architecture; for the other, [`elf_libraries`] finds them.
 pub(crate) fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
+    let bytes = std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?;
+    let machine = elf_links(&bytes).with_context(|| format!("reading {} as an ELF binary", binary.display()))?.machine;
+    match Target::of_elf_machine(machine) {
+        Some(target) if target != Target::host()? => return elf_libraries(binary, target),
+        Some(_) => {}
+        None => bail!("{} is built for e_machine {machine}, neither x86_64 nor aarch64", binary.display()),
+    }
     let out = Command::new("ldd").arg(binary).output().context("run ldd")?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
@@ -215,6 +303,78 @@ pub(crate) fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
         bail!("ldd {} failed: {}", binary.display(), String::from_utf8_lossy(&out.stderr).trim());
     }
     parse_ldd(&text)
+}
+
+/// What the loader reads of an ELF file: its machine, the loader it asks
+/// for (`PT_INTERP`) and the libraries it needs (`DT_NEEDED`), in order.
+pub(crate) struct ElfLinks {
+    pub machine: u16,
+    pub interpreter: Option<String>,
+    pub needed: Vec<String>,
+}
+
+/// Reads [`ElfLinks`] from a 64-bit ELF file (both architectures are).
+pub(crate) fn elf_links(bytes: &[u8]) -> Result<ElfLinks> {
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(bytes).context("not a 64-bit ELF file")?;
+    let endian = header.endian()?;
+    let mut interpreter = None;
+    for segment in header.program_headers(endian, bytes)? {
+        if let Some(path) = segment.interpreter(endian, bytes)? {
+            interpreter = Some(String::from_utf8(path.to_vec()).context("a loader path that is not UTF-8")?);
+        }
+    }
+    let dynamic = header.sections(endian, bytes)?.dynamic_table(endian, bytes)?;
+    let mut needed = Vec::new();
+    for entry in &dynamic {
+        if entry.tag == object::elf::DT_NEEDED {
+            let name = dynamic.string(entry)?;
+            needed.push(String::from_utf8(name.to_vec()).context("a library name that is not UTF-8")?);
+        }
+    }
+    Ok(ElfLinks { machine: header.e_machine(endian), interpreter, needed })
+}
+
+/// The shared libraries of a binary built for `target`, read from its ELF
+/// where `ldd` cannot run it (the other architecture): its loader at its
+/// `PT_INTERP` path, then every library it needs and they need in turn,
+/// where the loader searches them with no `ld.so.cache` (the image has
+/// none): Debian's multiarch directories of the architecture, in its
+/// order. A library named as the loader is (`libc.so.6` needs it) is the
+/// loader, already mapped.
+fn elf_libraries(binary: &Path, target: Target) -> Result<Vec<PathBuf>> {
+    let gnu = target.gnu_triple();
+    let search = [PathBuf::from(format!("/lib/{gnu}")), PathBuf::from(format!("/usr/lib/{gnu}"))];
+    let bytes = std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?;
+    let links = elf_links(&bytes)?;
+    let Some(loader) = links.interpreter else { return Ok(Vec::new()) };
+    if !Path::new(&loader).is_file() {
+        bail!("{}'s loader {loader} is missing: install libc6:{}", binary.display(), target.debian_arch());
+    }
+    let loader_name = Path::new(&loader).file_name().context("a loader path without a file name")?.to_owned();
+    let mut libraries = vec![PathBuf::from(&loader)];
+    let mut wanted: std::collections::VecDeque<String> = links.needed.into();
+    while let Some(name) = wanted.pop_front() {
+        if name.as_str() == loader_name || libraries.iter().any(|l| l.file_name() == Some(name.as_ref())) {
+            continue;
+        }
+        let Some(found) = search.iter().map(|dir| dir.join(&name)).find(|p| p.is_file()) else {
+            bail!(
+                "{} needs {name}, which is in none of {}: install the {arch} package that has it \
+                 (the cross build installs libc6:{arch} and libgcc-s1:{arch})",
+                binary.display(),
+                search.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+                arch = target.debian_arch()
+            );
+        };
+        let bytes = std::fs::read(&found).with_context(|| format!("read {}", found.display()))?;
+        let links = elf_links(&bytes).with_context(|| format!("reading {}", found.display()))?;
+        if links.machine != target.elf_machine() {
+            bail!("{} is not a {} library (e_machine {})", found.display(), target.triple(), links.machine);
+        }
+        wanted.extend(links.needed);
+        libraries.push(found);
+    }
+    Ok(libraries)
 }
 
 /// The library paths of `ldd`'s lines: `libc.so.6 => /lib/.../libc.so.6
@@ -247,11 +407,11 @@ fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
 }
 
 /// The image config: how to run it, and the layer's uncompressed digest.
-fn image_config(diff_id: &str, version: &str, mtime: u64) -> Value {
+fn image_config(diff_id: &str, version: &str, mtime: u64, target: Target) -> Value {
     let created = rfc3339(mtime);
     json!({
         "created": created,
-        "architecture": oci_arch(),
+        "architecture": target.debian_arch(),
         "os": "linux",
         "config": {
             "Entrypoint": [format!("/{BINARY_IN_IMAGE}")],
@@ -271,17 +431,6 @@ fn image_config(diff_id: &str, version: &str, mtime: u64) -> Value {
 /// Seconds since the epoch as RFC 3339 UTC, as OCI's `created` wants it.
 fn rfc3339(secs: u64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)).to_string()
-}
-
-/// The OCI name of this machine's architecture.
-fn oci_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        "powerpc64" => "ppc64le",
-        other => other,
-    }
 }
 
 /// `name:tag` split at the tag's colon (a registry's port is not a tag);
@@ -400,6 +549,19 @@ mod tests {
             ]
         );
         assert!(parse_ldd("\tlibfoo.so.1 => not found\n").is_err());
+    }
+
+    /// The ELF walk, which finds the other architecture's libraries, finds
+    /// on a binary of this machine exactly what `ldd` lists for it.
+    #[test]
+    fn following_dt_needed_finds_what_ldd_lists() {
+        let binary = std::env::current_exe().unwrap();
+        let mut by_ldd = shared_libraries(&binary).unwrap();
+        let mut by_elf = elf_libraries(&binary, Target::host().unwrap()).unwrap();
+        by_ldd.sort();
+        by_elf.sort();
+        assert!(by_elf.iter().any(|l| l.ends_with("libc.so.6")), "{by_elf:?}");
+        assert_eq!(by_elf, by_ldd);
     }
 
     #[test]

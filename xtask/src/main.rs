@@ -37,8 +37,9 @@ enum Task {
         #[arg(long, value_enum)]
         target: Option<cross::Target>,
     },
-    /// Write podstuck's container image (the release build, or --binary) as one tarball that both
-    /// `docker load` and `ctr images import` take: no registry, no container engine needed.
+    /// Write podstuck's container image for linux/amd64 and linux/arm64 (the release builds, or --binary and
+    /// --arm64-binary) as one tarball that `ctr images import`, `skopeo` and `docker load` take: no registry,
+    /// no container engine needed.
     Image(image::ImageArgs),
     /// Set up, then run every test: unit tests, the end-to-end tests on the real kernel, and the
     /// kernel-facing scenarios on Debian's 5.10, 6.1 and 6.12 booted under QEMU (as root).
@@ -68,11 +69,12 @@ const BENCH_PACKAGES: [&str; 4] = ["bpftrace", "strace", "docker.io", "bpftool"]
 /// Debian packages of the eBPF build chain (docs/building.md), the tools the
 /// end-to-end tests drive (chattr, unshare, mount; tmux, the terminal the
 /// live view is tested in), the Java HdrHistogram reader the tests
-/// check latency.hlog with, and the real container runtimes the runtime
+/// check latency.hlog with, the real container runtimes the runtime
 /// scenarios (tests/tests/runtimes.rs) run a private daemon of: docker.io
 /// (dockerd and the docker CLI), containerd (and ctr), runc, and
-/// busybox-static, the one binary their test image is made of.
-const APT_PACKAGES: [&str; 16] = [
+/// busybox-static, the one binary their test image is made of; and the
+/// image tests' other readers.
+const APT_PACKAGES: [&str; 18] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
@@ -94,6 +96,11 @@ const APT_PACKAGES: [&str; 16] = [
     // and alerts.rs (each test starts its own, on ports of its own), and its promtool,
     // which checks and unit-tests deploy/prometheus-rules.yaml in alerts.rs.
     "prometheus",
+    // Readers of the image's multi-architecture index in tests/tests/container.rs:
+    // skopeo inspects and copies both platforms; qemu-user-static runs the
+    // other architecture's binary from its layer alone (qemu-aarch64-static here).
+    "skopeo",
+    "qemu-user-static",
 ];
 /// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
 const PYTHON_READER: &str = "hdrhistogram==0.10.8";
@@ -327,10 +334,13 @@ fn test(args: &[String]) -> Result<()> {
     run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck", "--bin", "kubectl-podstuck"]))?;
     let binary = workspace_root().join("target/debug/podstuck");
     let plugin = workspace_root().join("target/debug/kubectl-podstuck");
-    // The container tests run the image of the very binary the other tests run.
+    // The container tests run the image of the very binary the other tests
+    // run; its linux/arm64 half is the release build for aarch64, which the
+    // VM matrix cross-builds and boots anyway.
     let image = image::image(&image::ImageArgs {
         out: Some(workspace_root().join("target/image/podstuck-test.tar")),
         binary: Some(binary.clone()),
+        arm64_binary: None,
         tag: None,
     })?;
     let python = python_reader()?;
