@@ -25,6 +25,13 @@
 //! if the guest kernel reported an Oops, BUG, WARNING, panic or stack trace
 //! anywhere in the boot, after the last scenario too (the `kernel-log` row).
 //!
+//! `--arch arm64` boots Debian's arm64 builds of the same three kernels
+//! in qemu-system-aarch64 (the `virt` board), with podstuck and the
+//! helpers cross-built (`cross::build_release_for`) and the tools from
+//! Debian's arm64 packages (see `guest`), the whole suite once each: on
+//! 5.10 and 6.1, which have no BPF trampolines on arm64, that is the
+//! syscall tracepoint plan; 6.12 has fentry.
+//!
 //! `cargo xtask bench` boots the same kernels once more each (`bench_boots`,
 //! `podstuck_vm.suite=bench`) for what this machine cannot measure: the
 //! storm's cost on fentry beside the tracepoints', one BENCH line per timed
@@ -32,8 +39,9 @@
 //!
 //! The kernels come from Debian's archive through apt with a private
 //! sources list and lists directory (the machine's own apt state is left
-//! alone), unpacked once under `target/vm/kernels/<kernel>/`: a second run
-//! downloads nothing (remove that directory to take a newer kernel).
+//! alone, see `debian`), unpacked once under `target/vm/kernels/<kernel>/`
+//! (`arm64-<kernel>` for arm64): a second run downloads nothing (remove
+//! that directory to take a newer kernel).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -44,12 +52,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
-use crate::{build_release, cargo, install, is_root, run, say, setup, workspace_root};
+use crate::cross::{build_release_for, Target};
+use crate::{install, is_root, run, say, setup, workspace_root};
 
-/// Debian packages the VM test needs on the host: QEMU, cpio for the
-/// initramfs, and what goes into it (busybox, mkfs.ext4 and chattr,
-/// bpftool to list the kernel's programs, xz to unpack compressed modules).
-const VM_PACKAGES: [&str; 6] = ["qemu-system-x86", "cpio", "busybox-static", "e2fsprogs", "bpftool", "xz-utils"];
+mod debian;
+mod guest;
 
 /// The guest's /init.
 const INIT: &str = include_str!("../vm/init.sh");
@@ -132,30 +139,25 @@ impl Suite {
 
     /// The guest kernel's command line: the console, and what /init is to
     /// run and expect there (`podstuck_vm.*`).
-    fn kernel_command_line(self, spec: &KernelSpec) -> String {
+    fn kernel_command_line(self, kernel: &Kernel) -> String {
+        let console = format!("console={} panic=-1", guest::console(kernel.target));
+        let (attach, walk) = (guest::expect_attach(kernel.spec, kernel.target), kernel.spec.expect_walk);
         match self {
-            Suite::Full => format!(
-                "console=ttyS0 panic=-1 podstuck_vm.expect_attach={} podstuck_vm.expect_walk={}",
-                spec.expect_attach, spec.expect_walk
-            ),
+            Suite::Full => format!("{console} podstuck_vm.expect_attach={attach} podstuck_vm.expect_walk={walk}"),
             Suite::Tracepoint => format!(
-                "console=ttyS0 panic=-1 podstuck_vm.attach=tracepoint podstuck_vm.expect_attach=tracepoint podstuck_vm.expect_walk={}",
-                spec.expect_walk
+                "{console} podstuck_vm.attach=tracepoint podstuck_vm.expect_attach=tracepoint podstuck_vm.expect_walk={walk}"
             ),
             // Each of these kernels refuses, at load, programs that may read
             // kernel memory: podstuck must say so in one sentence.
-            Suite::Lockdown => {
-                "console=ttyS0 panic=-1 lockdown=confidentiality podstuck_vm.suite=lockdown podstuck_vm.expect_attach=none podstuck_vm.expect_walk=none"
-                    .to_string()
-            }
+            Suite::Lockdown => format!(
+                "{console} lockdown=confidentiality podstuck_vm.suite=lockdown podstuck_vm.expect_attach=none podstuck_vm.expect_walk=none"
+            ),
             // Debian's older kernels leave the memory controller off unless asked.
             Suite::CgroupV1 => format!(
-                "console=ttyS0 panic=-1 cgroup_enable=memory podstuck_vm.suite=cgroup-v1 podstuck_vm.expect_attach={} podstuck_vm.expect_walk={}",
-                spec.expect_attach, spec.expect_walk
+                "{console} cgroup_enable=memory podstuck_vm.suite=cgroup-v1 podstuck_vm.expect_attach={attach} podstuck_vm.expect_walk={walk}"
             ),
             Suite::Bench { dirs, rounds } => format!(
-                "console=ttyS0 panic=-1 podstuck_vm.suite=bench podstuck_vm.bench_dirs={dirs} podstuck_vm.bench_rounds={rounds} podstuck_vm.expect_attach={}",
-                spec.expect_attach
+                "{console} podstuck_vm.suite=bench podstuck_vm.bench_dirs={dirs} podstuck_vm.bench_rounds={rounds} podstuck_vm.expect_attach={attach}"
             ),
         }
     }
@@ -197,9 +199,14 @@ pub struct VmArgs {
     #[arg(long, default_value_t = 420)]
     timeout: u64,
     /// Which boots of each kernel (repeatable; default: every boot the kernel has): the whole suite,
-    /// the whole suite on the syscall tracepoints (5.10, 6.1), lockdown=confidentiality, cgroup v1 (5.10).
+    /// the whole suite on the syscall tracepoints (5.10, 6.1), lockdown=confidentiality, cgroup v1 (5.10);
+    /// arm64 guests boot the whole suite only.
     #[arg(long, value_enum)]
     boot: Vec<Boot>,
+    /// The guests' architecture: amd64 (qemu-system-x86_64) or arm64 (qemu-system-aarch64, podstuck
+    /// and the test helpers cross-built) [default: this machine's].
+    #[arg(long, value_enum)]
+    arch: Option<Target>,
 }
 
 /// A boot of `--boot`, by the name of its console log's suffix.
@@ -229,39 +236,46 @@ struct KernelSpec {
     choice: KernelChoice,
     /// The Debian suite whose newest cloud kernel of the series is taken.
     suite: &'static str,
-    /// `apt-cache search --names-only` pattern of its packages.
-    pattern: &'static str,
+    /// Its version in `apt-cache search` patterns (`guest::kernel_pattern`).
+    series: &'static str,
     /// Where podstuck should attach there ("any": no expectation yet).
     expect_attach: &'static str,
+    /// The same on Debian's arm64 build of the series.
+    expect_attach_arm64: &'static str,
     /// How it should walk a relative path's base directory: bpf_loop
     /// arrived in 5.17.
     expect_walk: &'static str,
 }
 
 const KERNELS: [KernelSpec; 3] = [
-    // 5.10 has fentry (BPF trampolines) but no bpf_loop.
+    // 5.10 has fentry (BPF trampolines) but no bpf_loop. On arm64,
+    // trampolines need direct calls (6.4): 5.10 and 6.1 run on the
+    // syscall tracepoints there.
     KernelSpec {
         name: "5.10",
         choice: KernelChoice::V5_10,
         suite: "bullseye",
-        pattern: r"^linux-image-5\.10\.[0-9.+~a-z-]*-cloud-amd64-unsigned$",
+        series: r"5\.10",
         expect_attach: "fentry",
+        expect_attach_arm64: "tracepoint",
         expect_walk: "unrolled",
     },
     KernelSpec {
         name: "6.1",
         choice: KernelChoice::V6_1,
         suite: "bookworm",
-        pattern: r"^linux-image-6\.1\.[0-9.+~a-z-]*-cloud-amd64-unsigned$",
+        series: r"6\.1",
         expect_attach: "fentry",
+        expect_attach_arm64: "tracepoint",
         expect_walk: "bpf_loop",
     },
     KernelSpec {
         name: "6.12",
         choice: KernelChoice::V6_12,
         suite: "trixie",
-        pattern: r"^linux-image-6\.12\.[0-9.+~a-z-]*-cloud-amd64-unsigned$",
+        series: r"6\.12",
         expect_attach: "fentry",
+        expect_attach_arm64: "fentry",
         expect_walk: "bpf_loop",
     },
 ];
@@ -269,6 +283,10 @@ const KERNELS: [KernelSpec; 3] = [
 /// A kernel package unpacked on the host.
 struct Kernel {
     spec: &'static KernelSpec,
+    /// The architecture it was built for.
+    target: Target,
+    /// Its name under target/vm and in the table (`guest::tag`).
+    tag: String,
     /// The package it came from (name and version).
     package: String,
     /// `uname -r`.
@@ -292,9 +310,10 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
 }
 
 impl VmArgs {
-    /// Every kernel, the default timeout: what `cargo xtask test` runs.
+    /// Every kernel, the default timeout, this machine's architecture: what
+    /// `cargo xtask test` runs.
     pub fn all() -> VmArgs {
-        VmArgs { kernel: KernelChoice::All, timeout: 420, boot: Vec::new() }
+        VmArgs { kernel: KernelChoice::All, timeout: 420, boot: Vec::new(), arch: None }
     }
 }
 
@@ -304,14 +323,26 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
     if !is_root() {
         bail!("the VM test installs Debian packages and builds an initramfs with device nodes: run it as root (sudo -E cargo xtask vm-test)");
     }
+    let target = match args.arch {
+        Some(target) => target,
+        None => Target::host()?,
+    };
+    // The amd64 guests' other boots (tracepoint, lockdown, cgroup v1) are
+    // about the kernel, not the architecture; on arm64 5.10 and 6.1 the
+    // whole suite already runs on the tracepoints.
+    let amd64 = target == Target::X86_64;
+    if !amd64 && args.boot.iter().any(|b| *b != Boot::Full) {
+        bail!("arm64 guests boot the whole suite only (--boot full)");
+    }
     let specs: Vec<&'static KernelSpec> =
         KERNELS.iter().filter(|k| args.kernel == KernelChoice::All || k.choice == args.kernel).collect();
     let started = Instant::now();
-    let (kernels, common) = prepare(&specs)?;
+    let (kernels, common) = prepare(&specs, target)?;
     say(&format!(
-        "prepared in {:.0} s; booting {}",
+        "prepared in {:.0} s; booting {} ({})",
         started.elapsed().as_secs_f64(),
-        specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+        specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
+        target.debian_arch()
     ));
 
     let wanted = |boot: Boot| args.boot.is_empty() || args.boot.contains(&boot);
@@ -323,10 +354,10 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
             (Boot::Full, Suite::Full, true),
             // The tracepoint plan where its maps could make the kernel WARN
             // (5.7 to 6.0), and on the first kernel without that check.
-            (Boot::Tracepoint, Suite::Tracepoint, old || kernel.spec.choice == KernelChoice::V6_1),
-            (Boot::Lockdown, Suite::Lockdown, true),
+            (Boot::Tracepoint, Suite::Tracepoint, amd64 && (old || kernel.spec.choice == KernelChoice::V6_1)),
+            (Boot::Lockdown, Suite::Lockdown, amd64),
             // The v1 node shape on the kernel of the nodes that have it (EKS's AL2).
-            (Boot::CgroupV1, Suite::CgroupV1, old),
+            (Boot::CgroupV1, Suite::CgroupV1, amd64 && old),
         ];
         for (boot, suite, here) in suites {
             if here && wanted(boot) {
@@ -348,15 +379,15 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
 }
 
 /// Installs what the host needs, fetches the kernels, builds podstuck and
-/// the helpers in release and the initramfs they share.
-fn prepare(specs: &[&'static KernelSpec]) -> Result<(Vec<Kernel>, PathBuf)> {
+/// the helpers in release for `target` and the initramfs they share.
+fn prepare(specs: &[&'static KernelSpec], target: Target) -> Result<(Vec<Kernel>, PathBuf)> {
     setup()?;
-    install(&VM_PACKAGES)?;
-    let kernels = specs.iter().map(|spec| fetch_kernel(spec)).collect::<Result<Vec<_>>>()?;
-    let podstuck = build_release()?;
-    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor", "--bin", "fuse_server"]))?;
-    let release = workspace_root().join("target/release");
-    let common = build_common_initramfs(&podstuck, &release.join("actor"), &release.join("fuse_server"))?;
+    install(guest::host_packages(target))?;
+    let kernels = specs.iter().map(|spec| fetch_kernel(spec, target)).collect::<Result<Vec<_>>>()?;
+    let podstuck = build_release_for(target, "podstuck-user", &["podstuck"])?;
+    let helpers = build_release_for(target, "podstuck-tests", &["actor", "fuse_server"])?;
+    let userland = guest::Userland::prepare(target)?;
+    let common = build_common_initramfs(&userland, target, &podstuck[0], &helpers[0], &helpers[1])?;
     Ok((kernels, common))
 }
 
@@ -412,7 +443,7 @@ pub fn bench_boots(kernels: &[String], dirs: usize, rounds: usize) -> Result<Vec
         bail!("the VM rows of the bench build an initramfs with device nodes: run it as root");
     }
     let specs: Vec<&'static KernelSpec> = KERNELS.iter().filter(|k| kernels.iter().any(|n| n == k.name)).collect();
-    let (fetched, common) = prepare(&specs)?;
+    let (fetched, common) = prepare(&specs, Target::host()?)?;
     let suite = Suite::Bench { dirs, rounds };
     // Under TCG a removal of 20,000 directories takes seconds and a start
     // of podstuck several: five a round, plus the boot.
@@ -436,127 +467,54 @@ pub fn bench_boots(kernels: &[String], dirs: usize, rounds: usize) -> Result<Vec
 
 // --- kernels ----------------------------------------------------------------
 
-/// The Debian mirror this machine's apt uses (its `.../debian` URI), so the
-/// private sources list goes where the system's does.
-fn debian_mirror() -> String {
-    let mut texts = Vec::new();
-    texts.extend(std::fs::read_to_string("/etc/apt/sources.list").ok());
-    if let Ok(dir) = std::fs::read_dir("/etc/apt/sources.list.d") {
-        let mut files: Vec<PathBuf> = dir
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "sources" || e == "list"))
-            .collect();
-        files.sort();
-        texts.extend(files.iter().filter_map(|p| std::fs::read_to_string(p).ok()));
-    }
-    for text in &texts {
-        for line in text.lines().map(str::trim).filter(|l| !l.starts_with('#')) {
-            // deb822 ("URIs: a b") or one-line ("deb [opts] URI suite ...").
-            let uris: Vec<&str> = if let Some(rest) = line.strip_prefix("URIs:") {
-                rest.split_whitespace().collect()
-            } else if line.starts_with("deb ") {
-                line.split_whitespace().filter(|w| w.contains("://")).take(1).collect()
-            } else {
-                Vec::new()
-            };
-            if let Some(uri) = uris.into_iter().find(|u| u.trim_end_matches('/').ends_with("/debian")) {
-                return uri.trim_end_matches('/').to_string();
-            }
-        }
-    }
-    "http://deb.debian.org/debian".to_string()
-}
-
-/// apt's options for a private view of one suite: its own sources list,
-/// lists and cache, no translations or AppStream metadata.
-fn apt_options(dir: &Path) -> Vec<String> {
-    [
-        format!("Dir::Etc::sourcelist={}", dir.join("sources.list").display()),
-        "Dir::Etc::sourceparts=-".into(),
-        format!("Dir::State::Lists={}", dir.join("lists").display()),
-        format!("Dir::Cache={}", dir.join("cache").display()),
-        "APT::Sandbox::User=root".into(),
-        "Acquire::Languages=none".into(),
-        "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false".into(),
-        "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false".into(),
-        "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false".into(),
-        "Acquire::IndexTargets::deb::DEP-11-icons-hidpi::DefaultEnabled=false".into(),
-    ]
-    .into_iter()
-    .flat_map(|o| ["-o".to_string(), o])
-    .collect()
-}
-
 /// The digit runs of a package name, to compare kernel ABIs
 /// (5.10.0-32 > 5.10.0-30, 6.12.107+deb13 > 6.12.94+deb13).
 fn version_key(name: &str) -> Vec<u64> {
     name.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse().unwrap_or(0)).collect()
 }
 
-/// The kernel of this series, from the cache or downloaded and unpacked.
-fn fetch_kernel(spec: &'static KernelSpec) -> Result<Kernel> {
-    let dir = vm_dir().join("kernels").join(spec.name);
+/// The kernel of this series for `target`, from the cache or downloaded
+/// and unpacked.
+fn fetch_kernel(spec: &'static KernelSpec, target: Target) -> Result<Kernel> {
+    let tag = guest::tag(target, spec.name);
+    let dir = vm_dir().join("kernels").join(&tag);
     let pkg = dir.join("pkg");
-    if let Ok(kernel) = unpacked_kernel(spec, &dir) {
-        say(&format!("kernel {}: {} (cached in {})", spec.name, kernel.package, dir.display()));
+    if let Ok(kernel) = unpacked_kernel(spec, target, &dir) {
+        say(&format!("kernel {tag}: {} (cached in {})", kernel.package, dir.display()));
         return Ok(kernel);
     }
-    let apt = vm_dir().join("apt").join(spec.suite);
-    for sub in ["lists/partial", "cache/archives/partial"] {
-        std::fs::create_dir_all(apt.join(sub))?;
-    }
-    std::fs::write(
-        apt.join("sources.list"),
-        format!(
-            "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {} {} main\n",
-            debian_mirror(),
-            spec.suite
-        ),
-    )?;
-    let options = apt_options(&apt);
-    say(&format!("kernel {}: reading Debian {}'s package list", spec.name, spec.suite));
-    run(Command::new("apt-get").args(&options).args(["update", "-q"]).stdout(Stdio::null()))?;
-    let found = Command::new("apt-cache").args(&options).args(["search", "--names-only", spec.pattern]).output()?;
+    let options = debian::suite_view(spec.suite, target)?;
+    let pattern = guest::kernel_pattern(spec, target);
+    let found = Command::new("apt-cache").args(&options).args(["search", "--names-only", &pattern]).output()?;
     let mut names: Vec<String> = String::from_utf8_lossy(&found.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.ends_with("-cloud-amd64-unsigned"))
+        .filter(|n| n.ends_with(&guest::kernel_suffix(target)))
         .map(str::to_string)
         .collect();
     names.sort_by_key(|n| version_key(n));
     let Some(name) = names.last() else {
-        bail!("no {} package in Debian {}", spec.pattern, spec.suite);
+        bail!("no {pattern} package in Debian {}", spec.suite);
     };
     let download = dir.join("download");
-    let _ = std::fs::remove_dir_all(&download);
-    std::fs::create_dir_all(&download)?;
-    say(&format!("kernel {}: downloading {name}", spec.name));
-    run(Command::new("apt-get")
-        .args(&options)
-        .args(["download", "-q", name])
-        .current_dir(&download)
-        .stdout(Stdio::null()))?;
-    let deb = std::fs::read_dir(&download)?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .with_context(|| format!("apt-get download {name} left no .deb in {}", download.display()))?;
+    say(&format!("kernel {tag}: downloading {name}"));
+    let debs = debian::download(&options, std::slice::from_ref(name), &download)?;
+    let deb = &debs[0];
     let unpacking = dir.join("pkg.partial");
     let _ = std::fs::remove_dir_all(&unpacking);
-    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacking))?;
+    run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&unpacking))?;
     let _ = std::fs::remove_dir_all(&pkg);
     std::fs::rename(&unpacking, &pkg)?;
     let version = deb.file_name().and_then(|f| f.to_str()).and_then(|f| f.split('_').nth(1)).unwrap_or("?").to_string();
     std::fs::write(dir.join("package"), format!("{name} {version}\n"))?;
     std::fs::remove_dir_all(&download)?;
-    let kernel = unpacked_kernel(spec, &dir)?;
-    say(&format!("kernel {}: {} unpacked in {}", spec.name, kernel.package, dir.display()));
+    let kernel = unpacked_kernel(spec, target, &dir)?;
+    say(&format!("kernel {tag}: {} unpacked in {}", kernel.package, dir.display()));
     Ok(kernel)
 }
 
 /// The kernel unpacked under `dir` (its pkg/ and package files).
-fn unpacked_kernel(spec: &'static KernelSpec, dir: &Path) -> Result<Kernel> {
+fn unpacked_kernel(spec: &'static KernelSpec, target: Target, dir: &Path) -> Result<Kernel> {
     let package = std::fs::read_to_string(dir.join("package"))?.trim().to_string();
     let pkg = dir.join("pkg");
     let vmlinuz = std::fs::read_dir(pkg.join("boot"))?
@@ -571,7 +529,7 @@ fn unpacked_kernel(spec: &'static KernelSpec, dir: &Path) -> Result<Kernel> {
         .map(|m| pkg.join(m).join(&release))
         .find(|m| m.is_dir())
         .context("no lib/modules/<release> in the package")?;
-    Ok(Kernel { spec, package, release, vmlinuz, config, modules })
+    Ok(Kernel { spec, target, tag: guest::tag(target, spec.name), package, release, vmlinuz, config, modules })
 }
 
 /// `CONFIG_X`'s value in a kernel config ("y", "m"), if set.
@@ -664,29 +622,19 @@ fn modules_to_load(kernel: &Kernel) -> Result<Vec<(String, Vec<u8>)>> {
 // --- the initramfs ----------------------------------------------------------
 
 /// Copies `from` to `root` + `at` (following symlinks), with its libraries
-/// at their own paths.
-fn put_binary(root: &Path, from: &Path, at: &str) -> Result<()> {
+/// where the guest's loader finds them.
+fn put_binary(userland: &guest::Userland, root: &Path, from: &Path, at: &str) -> Result<()> {
     let dest = root.join(at.trim_start_matches('/'));
     std::fs::create_dir_all(dest.parent().unwrap())?;
     std::fs::copy(from, &dest).with_context(|| format!("copying {} into the initramfs", from.display()))?;
-    for lib in crate::image::shared_libraries(from)? {
-        let dest = root.join(lib.strip_prefix("/").unwrap());
+    for (lib, at) in userland.libraries(from)? {
+        let dest = root.join(at.strip_prefix("/").unwrap());
         if !dest.exists() {
             std::fs::create_dir_all(dest.parent().unwrap())?;
             std::fs::copy(&lib, &dest).with_context(|| format!("copying {} into the initramfs", lib.display()))?;
         }
     }
     Ok(())
-}
-
-/// Finds a program on the host's PATH (plus the sbin directories).
-fn host_program(name: &str) -> Result<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .with_context(|| format!("{name} not found on this machine"))
 }
 
 /// `find . | cpio -o -H newc | gzip` of a directory, as root-owned files.
@@ -696,12 +644,22 @@ fn cpio_gz(dir: &Path, out: &Path) -> Result<()> {
     run(Command::new("sh").args(["-c", script]).current_dir(dir).stdout(file))
 }
 
-/// The initramfs every kernel shares: busybox and its applets, the
-/// binaries under test with their libraries, the tools, /init.
-fn build_common_initramfs(podstuck: &Path, actor: &Path, fuse_server: &Path) -> Result<PathBuf> {
-    let root = vm_dir().join("initramfs/common");
+/// The initramfs every kernel of an architecture shares: busybox (its
+/// applets linked by /init), the binaries under test with their libraries,
+/// the tools, /init.
+fn build_common_initramfs(
+    userland: &guest::Userland,
+    target: Target,
+    podstuck: &Path,
+    actor: &Path,
+    fuse_server: &Path,
+) -> Result<PathBuf> {
+    let name = guest::tag(target, "common");
+    let root = vm_dir().join("initramfs").join(&name);
     let _ = std::fs::remove_dir_all(&root);
-    for d in ["proc", "sys", "dev", "tmp", "run", "var/tmp", "root", "etc", "mnt"] {
+    let dirs =
+        ["proc", "sys", "dev", "tmp", "run", "var/tmp", "root", "etc", "mnt", "bin", "sbin", "usr/bin", "usr/sbin"];
+    for d in dirs {
         std::fs::create_dir_all(root.join(d))?;
     }
     // The console the kernel opens for /init before /dev is mounted.
@@ -710,34 +668,30 @@ fn build_common_initramfs(podstuck: &Path, actor: &Path, fuse_server: &Path) -> 
     if unsafe { libc::mknod(console.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(5, 1)) } != 0 {
         bail!("mknod dev/console: {}", std::io::Error::last_os_error());
     }
-    put_binary(&root, Path::new("/bin/busybox"), "/bin/busybox")?;
-    let applets = Command::new(root.join("bin/busybox")).arg("--list-full").output()?;
-    for applet in String::from_utf8_lossy(&applets.stdout).lines().map(str::trim).filter(|a| !a.is_empty()) {
-        let link = root.join(applet);
-        if link.symlink_metadata().is_err() {
-            std::fs::create_dir_all(link.parent().unwrap())?;
-            std::os::unix::fs::symlink("/bin/busybox", &link)?;
-        }
-    }
-    put_binary(&root, podstuck, "/usr/bin/podstuck")?;
-    put_binary(&root, actor, "/usr/bin/actor")?;
-    put_binary(&root, fuse_server, "/usr/bin/fuse_server")?;
-    put_binary(&root, &host_program("mkfs.ext4")?, "/sbin/mkfs.ext4")?;
-    put_binary(&root, &host_program("chattr")?, "/usr/bin/chattr")?;
-    put_binary(&root, &host_program("lsattr")?, "/usr/bin/lsattr")?;
-    put_binary(&root, &host_program("bpftool")?, "/usr/sbin/bpftool")?;
+    // busybox and the shell /init is run by; /init links the other applets
+    // (`busybox --install -s`): busybox lists them itself, and a foreign
+    // one cannot run here.
+    put_binary(userland, &root, &userland.program("busybox")?, "/bin/busybox")?;
+    std::os::unix::fs::symlink("/bin/busybox", root.join("bin/sh"))?;
+    put_binary(userland, &root, podstuck, "/usr/bin/podstuck")?;
+    put_binary(userland, &root, actor, "/usr/bin/actor")?;
+    put_binary(userland, &root, fuse_server, "/usr/bin/fuse_server")?;
+    put_binary(userland, &root, &userland.program("mkfs.ext4")?, "/sbin/mkfs.ext4")?;
+    put_binary(userland, &root, &userland.program("chattr")?, "/usr/bin/chattr")?;
+    put_binary(userland, &root, &userland.program("lsattr")?, "/usr/bin/lsattr")?;
+    put_binary(userland, &root, &userland.program("bpftool")?, "/usr/sbin/bpftool")?;
     // GNU rm: rm -rf removes with unlinkat(dirfd, name, AT_REMOVEDIR), as on
     // a real node (busybox rm calls rmdir).
-    put_binary(&root, &host_program("rm")?, "/usr/local/bin/gnu-rm")?;
-    if Path::new("/etc/mke2fs.conf").is_file() {
-        std::fs::copy("/etc/mke2fs.conf", root.join("etc/mke2fs.conf"))?;
+    put_binary(userland, &root, &userland.program("rm")?, "/usr/local/bin/gnu-rm")?;
+    if let Some(conf) = userland.config_file("/etc/mke2fs.conf") {
+        std::fs::copy(conf, root.join("etc/mke2fs.conf"))?;
     }
     std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n")?;
     std::fs::write(root.join("etc/group"), "root:x:0:\n")?;
     let init = root.join("init");
     std::fs::write(&init, INIT)?;
     std::fs::set_permissions(&init, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    let out = vm_dir().join("initramfs/common.cpio.gz");
+    let out = vm_dir().join("initramfs").join(format!("{name}.cpio.gz"));
     cpio_gz(&root, &out)?;
     say(&format!("initramfs: {} ({} KiB)", out.display(), std::fs::metadata(&out)?.len() / 1024));
     Ok(out)
@@ -746,7 +700,7 @@ fn build_common_initramfs(podstuck: &Path, actor: &Path, fuse_server: &Path) -> 
 /// The common initramfs followed by this kernel's modules (the kernel
 /// unpacks concatenated archives in order).
 fn kernel_initramfs(kernel: &Kernel, common: &Path) -> Result<PathBuf> {
-    let root = vm_dir().join("initramfs").join(format!("modules-{}", kernel.spec.name));
+    let root = vm_dir().join("initramfs").join(format!("modules-{}", kernel.tag));
     let _ = std::fs::remove_dir_all(&root);
     let dir = root.join("lib/modules/podstuck-vm");
     std::fs::create_dir_all(&dir)?;
@@ -758,16 +712,16 @@ fn kernel_initramfs(kernel: &Kernel, common: &Path) -> Result<PathBuf> {
         order.push('\n');
     }
     std::fs::write(dir.join("order"), order)?;
-    let part = vm_dir().join("initramfs").join(format!("modules-{}.cpio.gz", kernel.spec.name));
+    let part = vm_dir().join("initramfs").join(format!("modules-{}.cpio.gz", kernel.tag));
     cpio_gz(&root, &part)?;
-    let initrd = vm_dir().join(format!("initrd-{}.gz", kernel.spec.name));
+    let initrd = vm_dir().join(format!("initrd-{}.gz", kernel.tag));
     let mut all = std::fs::read(common)?;
     all.extend(std::fs::read(&part)?);
     std::fs::write(&initrd, all)?;
     let names: Vec<&str> = modules.iter().map(|(n, _)| n.as_str()).collect();
     say(&format!(
         "kernel {}: {}, modules to load: {}",
-        kernel.spec.name,
+        kernel.tag,
         kernel.release,
         if names.is_empty() { "none (built in)".to_string() } else { names.join(", ") }
     ));
@@ -873,7 +827,7 @@ fn after_timestamp(s: &str) -> Option<&str> {
 }
 
 /// How the kernel begins the lines of its reports of something wrong.
-const KERNEL_ERROR_STARTS: [&str; 14] = [
+const KERNEL_ERROR_STARTS: [&str; 17] = [
     // "Oops: 0000 [#1] ..." (6.x puts "Oops: " before every die header).
     "Oops",
     // "BUG: unable to handle page fault", "BUG: KASAN: ...", "BUG: scheduling while atomic".
@@ -895,6 +849,11 @@ const KERNEL_ERROR_STARTS: [&str; 14] = [
     "rcu: INFO: ",
     "list_add corruption",
     "list_del corruption",
+    // arm64's die() header ("Internal error: Oops: 0000000096000005 [#1] SMP"),
+    // its faults, and its stack dumps (lower-case "trace").
+    "Internal error: ",
+    "Unable to handle kernel ",
+    "Call trace:",
 ];
 
 /// Whether the text after a timestamp is the kernel saying something went
@@ -1058,14 +1017,12 @@ fn boot_outcomes(console: &Console, suite: Suite, unfinished: Option<&str>) -> V
 /// Boots the kernel with the initramfs, relays the console to a log file
 /// and the interesting lines to the terminal, and collects the results.
 fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Result<BootRun> {
-    let label = suite.label(kernel.spec.name);
+    let label = suite.label(&kernel.tag);
     let log_path = vm_dir().join(format!("console-{label}.log"));
     let mut log = std::fs::File::create(&log_path)?;
-    let append = suite.kernel_command_line(kernel.spec);
-    let mut command = Command::new("qemu-system-x86_64");
+    let append = suite.kernel_command_line(kernel);
+    let mut command = guest::qemu(kernel.target, suite.accel());
     command
-        .args(["-accel", suite.accel(), "-cpu", QEMU_CPU, "-m", "2048", "-smp", "2"])
-        .args(["-nographic", "-no-reboot", "-nic", "none"])
         .arg("-kernel")
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
@@ -1081,7 +1038,7 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
         log_path.display()
     ));
     let started = Instant::now();
-    let mut child = command.spawn().context("starting qemu-system-x86_64")?;
+    let mut child = command.spawn().with_context(|| format!("starting {}", guest::qemu_binary(kernel.target)))?;
     let (tx, rx) = mpsc::channel::<String>();
     let mut readers = Vec::new();
     for stream in [
@@ -1165,7 +1122,7 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
 /// first boot reported failed. The first boot's console is kept beside the
 /// second's.
 fn boot_once_more_if_crashed(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Result<BootRun> {
-    let label = suite.label(kernel.spec.name);
+    let label = suite.label(&kernel.tag);
     let kept = vm_dir().join(format!("console-{label}-crashed.log"));
     // An earlier run's, which would read as this one's.
     let _ = std::fs::remove_file(&kept);
@@ -1372,6 +1329,10 @@ mod tests {
             // Cut into one of the guest's lines, and in the_end's dump.
             "PODSTUCK-VM RESULT demo PA[   50.000001] BUG: scheduling while atomic: podstuck/230/0x00000002",
             "PODSTUCK-VM dmesg| [   64.123456] WARNING: CPU: 1 PID: 311 at kernel/bpf/trampoline.c:214 bpf_trampoline_update+0x3b0/0x420",
+            // arm64's forms.
+            "[   30.100000] Unable to handle kernel NULL pointer dereference at virtual address 0000000000000008",
+            "[   30.100500] Internal error: Oops: 0000000096000005 [#1] SMP",
+            "[   30.101000] Call trace:",
         ] {
             assert!(kernel_report(line).is_some(), "{line}");
         }

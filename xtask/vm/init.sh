@@ -17,6 +17,11 @@
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root TERM=dumb
 
+# busybox's applets, linked where they belong (an existing file, such as
+# e2fsprogs' chattr, is left alone): the initramfs holds busybox and /bin/sh
+# only, as busybox alone knows its applets and the host may not run it.
+/bin/busybox --install -s
+
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
@@ -163,6 +168,14 @@ fi
 mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
 hostname podstuck-vm
 
+# The system calls the actor's `rmdir` and `unlink` make, as podstuck names
+# them: arm64 (asm-generic) has no rmdir or unlink system call, so there
+# they are unlinkat, as glibc's rmdir() and unlink() are.
+case $(uname -m) in
+    aarch64) RMDIR_CALL=unlinkat UNLINK_CALL=unlinkat ;;
+    *) RMDIR_CALL=rmdir UNLINK_CALL=unlink ;;
+esac
+
 MODULES=""
 if [ -f /lib/modules/podstuck-vm/order ]; then
     for m in $(cat /lib/modules/podstuck-vm/order); do
@@ -183,7 +196,7 @@ EXPECT_WALK=$(sed -n 's/.*podstuck_vm\.expect_walk=\([^ ]*\).*/\1/p' /proc/cmdli
 # unset, podstuck chooses.
 ATTACH=$(sed -n 's/.*podstuck_vm\.attach=\([^ ]*\).*/\1/p' /proc/cmdline)
 ATTACH_ARGS=${ATTACH:+--attach $ATTACH}
-say "INFO kernel=$(uname -r) attach_asked=${ATTACH:-auto} lockdown=${LOCKDOWN:-unknown} btf_vmlinux=$BTF modules_loaded=${MODULES:-none} cpus=$(nproc) mem_mb=$(free -m | awk '/^Mem:/ { print $2 }') expect_attach=${EXPECT:-any} expect_walk=${EXPECT_WALK:-any}"
+say "INFO kernel=$(uname -r) arch=$(uname -m) attach_asked=${ATTACH:-auto} lockdown=${LOCKDOWN:-unknown} btf_vmlinux=$BTF modules_loaded=${MODULES:-none} cpus=$(nproc) mem_mb=$(free -m | awk '/^Mem:/ { print $2 }') expect_attach=${EXPECT:-any} expect_walk=${EXPECT_WALK:-any}"
 
 # /var/tmp: ext4 (chattr +i needs a filesystem with inode flags; tmpfs has
 # none), from an image on the tmpfs, loop-mounted. 1 KiB blocks and enough
@@ -586,10 +599,10 @@ else
         HA=$(echo "$line" | sed -n 's/.*"actor":{"pid":\([0-9]*\),"comm":"\([^"]*\)".*/\2 pid \1/p')
         HS=$(echo "$line" | jstr syscall)
         FIX=$(echo "$line" | jstr fix)
-        WANT="unlink of /tmp/fuse/a by kubelet pid $APID on the FUSE mount /tmp/fuse, fix: abort connection $CONN"
+        WANT="$UNLINK_CALL of /tmp/fuse/a by kubelet pid $APID on the FUSE mount /tmp/fuse, fix: abort connection $CONN"
         if [ -z "$line" ]; then
             result hung-call FAIL "exit $WRC; no hung-call finding in $(grep -c . /tmp/hung.json) lines: $(grep -o '"kind":"[^"]*"' /tmp/hung.json | sort -u | oneline) $(oneline </tmp/hung.err)"
-        elif [ "$WRC" = 3 ] && [ -n "$CONN" ] && [ "$HS" = unlink ] && [ "$HP" = /tmp/fuse/a ] && [ "$HA" = "kubelet pid $APID" ] \
+        elif [ "$WRC" = 3 ] && [ -n "$CONN" ] && [ "$HS" = "$UNLINK_CALL" ] && [ "$HP" = /tmp/fuse/a ] && [ "$HA" = "kubelet pid $APID" ] \
             && echo "$line" | grep -q 'on a FUSE mount at /tmp/fuse (' \
             && echo "$FIX" | grep -q "/sys/fs/fuse/connections/$CONN/abort\$"; then
             result hung-call PASS "$HS of $HP by $HA on the FUSE mount /tmp/fuse; fix: $FIX (healthy unlink first: $HEALTHY)"
@@ -632,13 +645,13 @@ if start_watch /tmp/rel --json --every-call --duration 8s; then
     grep '"comm":"kubelet"' /tmp/rel.json | cut -c1-700 >/tmp/rel.short
     show rel-json /tmp/rel.short 10
     MISSING=""
-    for want in "rmdir cwd-dir" "unlink cwd-file" "unlinkat fd-dir"; do
+    for want in "$RMDIR_CALL cwd-dir" "$UNLINK_CALL cwd-file" "unlinkat fd-dir"; do
         sc=${want% *} name=${want#* }
         grep '"type":"event"' /tmp/rel.json | grep "\"syscall\":\"$sc\"" | grep -q "\"abs_path\":\"$BASE/$name\"" ||
             MISSING="$MISSING; $sc $name: $(grep '"type":"event"' /tmp/rel.json | grep "\"syscall\":\"$sc\"" | grep "$name" | head -n 1 | sed -n 's/.*\("abs_path[^,]*\).*/\1/p')"
     done
     if [ -z "$MISSING" ] && [ "$WRC" = 0 ]; then
-        result relative-paths PASS "abs_path $BASE/{cwd-dir,cwd-file,fd-dir} for rmdir (cwd), unlink (cwd), unlinkat (dirfd)"
+        result relative-paths PASS "abs_path $BASE/{cwd-dir,cwd-file,fd-dir} for $RMDIR_CALL (cwd), $UNLINK_CALL (cwd), unlinkat (dirfd)"
     else
         result relative-paths FAIL "exit $WRC; calls: $R1 / $R2 / $R3; missing or wrong${MISSING}"
     fi
