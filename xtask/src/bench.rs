@@ -54,8 +54,9 @@ pub struct BenchArgs {
           value_parser = clap::builder::PossibleValuesParser::new(REMOVERS.map(|(arg, _)| arg)))]
     pub removers: Vec<String>,
     /// Debian kernels to boot in QEMU for the fentry rows (5.10, 6.1,
-    /// 6.12), comma-separated, or none: this machine's kernel refuses fentry.
-    #[arg(long, value_delimiter = ',', default_value = "5.10,6.1,6.12")]
+    /// 6.12; arm64's as arm64-5.10...), comma-separated, or none: this
+    /// machine's kernel refuses fentry.
+    #[arg(long, value_delimiter = ',', default_value = "5.10,6.1,6.12,arm64-5.10,arm64-6.1,arm64-6.12")]
     pub vm_kernels: Vec<String>,
     /// Directories each removal in the VM takes (GNU rm -rf, tmpfs).
     #[arg(long, default_value_t = 20_000)]
@@ -831,7 +832,7 @@ fn map_memory(pid: u32) -> Result<Vec<(String, u64)>> {
     if maps.is_empty() {
         bail!("no map among podstuck's open files (pid {pid})");
     }
-    maps.sort_by(|a, b| b.1.cmp(&a.1));
+    maps.sort_by_key(|m| std::cmp::Reverse(m.1));
     Ok(maps)
 }
 
@@ -883,7 +884,7 @@ fn shown_over(ratio: Option<f64>, base: f64) -> String {
 /// One VM kernel's medians: podstuck's slowdown over the do-nothing
 /// pair's on fentry, kernel ns per call on fentry and on the tracepoints.
 struct FentryRow {
-    kernel: &'static str,
+    kernel: String,
     /// None where the do-nothing pair's slowdown is within the noise.
     over_floor: Option<f64>,
     fentry_ns: f64,
@@ -896,7 +897,7 @@ fn fentry_rows(kernels: &[String], dirs: usize, rounds: usize, report: &mut Stri
     let boots = crate::vm::bench_boots(kernels, dirs, rounds)?;
     const VARIANTS: [&str; 4] = ["floor-tracepoint", "floor-fentry", "podstuck-tracepoint", "podstuck-fentry"];
     writeln!(report, "\n## fentry, tracepoints, untraced: Debian's kernels in QEMU (emulated)\n")?;
-    writeln!(report, "This machine's kernel refuses fentry, so each of Debian's cloud kernels boots once under QEMU without KVM (TCG: software emulation, 2 vCPUs, `cargo xtask vm-test`'s initramfs) and times GNU `rm -rf` of {dirs} empty directories on the guest's tmpfs, {rounds} paired rounds, the order rotating: untraced; the do-nothing pair (`podstuck attach-cost MECHANISM --kernel-cost`) on the syscall tracepoints and on fentry/fexit; `podstuck watch --json --findings --kernel-cost --histograms DIR --attach tracepoint|fentry`. Emulation makes every instruction slower, not alike: absolute times mean nothing here, and ratios only within one boot. Slowdowns are medians of each round's traced/untraced ratio (the guest's clock, 10 ms steps); kernel time per call is the unlinkat programs' BPF run-time statistics.\n")?;
+    writeln!(report, "This machine's kernel refuses fentry, so each of Debian's cloud kernels boots once under QEMU without KVM (TCG: software emulation, 2 vCPUs, `cargo xtask vm-test`'s initramfs) and times GNU `rm -rf` of {dirs} empty directories on the guest's tmpfs, {rounds} paired rounds, the order rotating: untraced; the do-nothing pair (`podstuck attach-cost MECHANISM --kernel-cost`) on the syscall tracepoints and on fentry/fexit; `podstuck watch --json --findings --kernel-cost --histograms DIR --attach tracepoint|fentry`. The arm64 kernels (arm64-5.10...) boot in qemu-system-aarch64, an arm64 machine emulated on this x86_64 one, with podstuck cross-built; arm64 has BPF trampolines only from 6.4, so its 5.10 and 6.1 rows time the tracepoints against untraced alone. Emulation makes every instruction slower, not alike: absolute times mean nothing here, and ratios only within one boot. Slowdowns are medians of each round's traced/untraced ratio (the guest's clock, 10 ms steps); kernel time per call is the unlinkat programs' BPF run-time statistics.\n")?;
     writeln!(report, "| kernel | rounds | untraced | floor slowdown: tracepoint | fentry | podstuck slowdown: tracepoint | fentry | podstuck fentry / tracepoint | podstuck / floor on fentry (target ≤ 1.07) | kernel ns per call, podstuck: tracepoint | fentry | fentry / tracepoint | do-nothing pair on fentry | calls seen (expected {}) |", dirs + 1)?;
     writeln!(report, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     let mut rows = Vec::new();
@@ -914,6 +915,29 @@ fn fentry_rows(kernels: &[String], dirs: usize, rounds: usize, report: &mut Stri
             median(&mut r)
         };
         let ns = |variant: &'static str| median(&mut of(variant).map(|l| l.kernel_ns).collect::<Vec<_>>());
+        // A kernel without fentry (arm64 before 6.4) times the tracepoints only.
+        let ft_only = "podstuck-tracepoint";
+        let fentry_timed = of("floor-fentry").next().is_some() || of("podstuck-fentry").next().is_some();
+        if !untraced.is_empty() && !fentry_timed && boot.failures.is_empty() && of(ft_only).next().is_some() {
+            writeln!(
+                report,
+                "| {} ({}) | {} | {:.2} s | {} | no fentry on this kernel | {} | no fentry | | | {:.0} | | | | {} |",
+                boot.kernel,
+                boot.release,
+                untraced.len(),
+                median(&mut untraced.values().copied().collect::<Vec<_>>()),
+                pct(slowdown("floor-tracepoint")),
+                pct(slowdown(ft_only)),
+                ns(ft_only),
+                of(ft_only)
+                    .map(|l| l.calls.to_string())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )?;
+            continue;
+        }
         if untraced.is_empty() || VARIANTS.iter().any(|v| of(v).next().is_none()) {
             writeln!(
                 report,
@@ -930,7 +954,7 @@ fn fentry_rows(kernels: &[String], dirs: usize, rounds: usize, report: &mut Stri
             seen.dedup();
             seen.iter().map(|c| c.to_string()).collect()
         };
-        let row = FentryRow { kernel: boot.kernel, over_floor: over(pf, ff), fentry_ns, tracepoint_ns };
+        let row = FentryRow { kernel: boot.kernel.clone(), over_floor: over(pf, ff), fentry_ns, tracepoint_ns };
         writeln!(
             report,
             "| {} ({}) | {} | {:.2} s | {} | {} | {} | {} | {} | {} | {tracepoint_ns:.0} | {fentry_ns:.0} | {:.2} | {:.0} | {} |",
@@ -1232,8 +1256,9 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         }
     }
     let vm_kernels: Vec<String> = args.vm_kernels.iter().filter(|k| k.as_str() != "none").cloned().collect();
-    if let Some(unknown) = vm_kernels.iter().find(|k| !crate::vm::KERNEL_NAMES.contains(&k.as_str())) {
-        bail!("unknown VM kernel {unknown} ({}, or none)", crate::vm::KERNEL_NAMES.join(", "));
+    let known = crate::vm::bench_kernel_names();
+    if let Some(unknown) = vm_kernels.iter().find(|k| !known.contains(k)) {
+        bail!("unknown VM kernel {unknown} ({}, or none)", known.join(", "));
     }
     let whole_run = Instant::now();
     // `cargo xtask soak` writes a section of its own into the same file.

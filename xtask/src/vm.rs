@@ -402,8 +402,11 @@ fn prepare(specs: &[&'static KernelSpec], target: Target) -> Result<(Vec<Kernel>
     Ok((kernels, common))
 }
 
-/// The kernels `cargo xtask bench --vm-kernels` may name.
-pub const KERNEL_NAMES: [&str; 3] = [KERNELS[0].name, KERNELS[1].name, KERNELS[2].name];
+/// The kernels `cargo xtask bench --vm-kernels` may name: amd64's by
+/// their series, arm64's as `arm64-<series>` (`guest::tag`).
+pub fn bench_kernel_names() -> Vec<String> {
+    Target::ALL.iter().flat_map(|&t| KERNELS.iter().map(move |k| guest::tag(t, k.name))).collect()
+}
 
 /// One removal the guest timed in `cargo xtask bench`'s boot.
 #[derive(Clone, Debug, PartialEq)]
@@ -434,8 +437,8 @@ fn parse_bench(line: &str) -> Option<BenchLine> {
 
 /// What one kernel's bench boot measured.
 pub struct KernelBench {
-    /// `--kernel`'s name of it (5.10, 6.1, 6.12).
-    pub kernel: &'static str,
+    /// `--vm-kernels`' name of it (5.10, 6.1, 6.12, arm64-6.12...).
+    pub kernel: String,
     /// `uname -r`.
     pub release: String,
     /// The removals timed, in the guest's order.
@@ -448,30 +451,38 @@ pub struct KernelBench {
 /// QEMU (TCG: emulated, so only ratios within one boot mean anything) and
 /// times `rounds` paired rounds of GNU `rm -rf` of `dirs` directories on
 /// the guest's tmpfs: untraced, under the do-nothing pairs on the syscall
-/// tracepoints and on fentry, under `podstuck watch` attached each way.
+/// tracepoints and on fentry, under `podstuck watch` attached each way
+/// (the tracepoints only, on a kernel without fentry: arm64 before 6.4).
 pub fn bench_boots(kernels: &[String], dirs: usize, rounds: usize) -> Result<Vec<KernelBench>> {
     if !is_root() {
         bail!("the VM rows of the bench build an initramfs with device nodes: run it as root");
     }
-    let specs: Vec<&'static KernelSpec> = KERNELS.iter().filter(|k| kernels.iter().any(|n| n == k.name)).collect();
-    let (fetched, common) = prepare(&specs, Target::host()?)?;
     let suite = Suite::Bench { dirs, rounds };
     // Under TCG a removal of 20,000 directories takes seconds and a start
     // of podstuck several: five a round, plus the boot.
     let timeout = Duration::from_secs(120 + (rounds * 5) as u64 * (30 + dirs as u64 / 500));
     let mut out = Vec::new();
-    for kernel in &fetched {
-        let initrd = kernel_initramfs(kernel, &common)?;
-        let run = boot_once_more_if_crashed(kernel, suite, &initrd, timeout)?;
-        // A retried first boot's timings are not used: only the second's.
-        let said: Vec<String> =
-            run.results.iter().filter(|o| !o.passed()).map(|o| format!("{}: {}", o.scenario, o.detail)).collect();
-        out.push(KernelBench {
-            kernel: kernel.spec.name,
-            release: kernel.release.clone(),
-            lines: run.bench,
-            failures: said,
-        });
+    // amd64's kernels, then arm64's, each architecture's userland built once.
+    for target in Target::ALL {
+        let specs: Vec<&'static KernelSpec> =
+            KERNELS.iter().filter(|k| kernels.contains(&guest::tag(target, k.name))).collect();
+        if specs.is_empty() {
+            continue;
+        }
+        let (fetched, common) = prepare(&specs, target)?;
+        for kernel in &fetched {
+            let initrd = kernel_initramfs(kernel, &common)?;
+            let run = boot_once_more_if_crashed(kernel, suite, &initrd, timeout)?;
+            // A retried first boot's timings are not used: only the second's.
+            let said: Vec<String> =
+                run.results.iter().filter(|o| !o.passed()).map(|o| format!("{}: {}", o.scenario, o.detail)).collect();
+            out.push(KernelBench {
+                kernel: guest::tag(target, kernel.spec.name),
+                release: kernel.release.clone(),
+                lines: run.bench,
+                failures: said,
+            });
+        }
     }
     Ok(out)
 }
