@@ -44,11 +44,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use object::read::elf::{FileHeader, ProgramHeader};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::cross::Target;
+use crate::elf::{elf_links, libraries};
 use crate::{say, workspace_root};
 
 /// Where the binary goes in the image.
@@ -283,12 +283,15 @@ fn layer(binary: &Path, mtime: u64) -> Result<Vec<u8>> {
 
 /// The shared libraries `binary` loads, the loader included; none for a
 /// static binary. `ldd` lists them for a binary of this machine's
-/// architecture; for the other, [`elf_libraries`] finds them.
+/// architecture; for the other, [`crate::elf::libraries`] finds them by
+/// following the ELF's own links, where the image's loader will look.
 pub(crate) fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
     let bytes = std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?;
     let machine = elf_links(&bytes).with_context(|| format!("reading {} as an ELF binary", binary.display()))?.machine;
     match Target::of_elf_machine(machine) {
-        Some(target) if target != Target::host()? => return elf_libraries(binary, target),
+        Some(target) if target != Target::host()? => {
+            return Ok(libraries(target, &[Path::new("/")], binary)?.into_iter().map(|(here, _)| here).collect())
+        }
         Some(_) => {}
         None => bail!("{} is built for e_machine {machine}, neither x86_64 nor aarch64", binary.display()),
     }
@@ -303,78 +306,6 @@ pub(crate) fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
         bail!("ldd {} failed: {}", binary.display(), String::from_utf8_lossy(&out.stderr).trim());
     }
     parse_ldd(&text)
-}
-
-/// What the loader reads of an ELF file: its machine, the loader it asks
-/// for (`PT_INTERP`) and the libraries it needs (`DT_NEEDED`), in order.
-pub(crate) struct ElfLinks {
-    pub machine: u16,
-    pub interpreter: Option<String>,
-    pub needed: Vec<String>,
-}
-
-/// Reads [`ElfLinks`] from a 64-bit ELF file (both architectures are).
-pub(crate) fn elf_links(bytes: &[u8]) -> Result<ElfLinks> {
-    let header = object::elf::FileHeader64::<object::Endianness>::parse(bytes).context("not a 64-bit ELF file")?;
-    let endian = header.endian()?;
-    let mut interpreter = None;
-    for segment in header.program_headers(endian, bytes)? {
-        if let Some(path) = segment.interpreter(endian, bytes)? {
-            interpreter = Some(String::from_utf8(path.to_vec()).context("a loader path that is not UTF-8")?);
-        }
-    }
-    let dynamic = header.sections(endian, bytes)?.dynamic_table(endian, bytes)?;
-    let mut needed = Vec::new();
-    for entry in &dynamic {
-        if entry.tag == object::elf::DT_NEEDED {
-            let name = dynamic.string(entry)?;
-            needed.push(String::from_utf8(name.to_vec()).context("a library name that is not UTF-8")?);
-        }
-    }
-    Ok(ElfLinks { machine: header.e_machine(endian), interpreter, needed })
-}
-
-/// The shared libraries of a binary built for `target`, read from its ELF
-/// where `ldd` cannot run it (the other architecture): its loader at its
-/// `PT_INTERP` path, then every library it needs and they need in turn,
-/// where the loader searches them with no `ld.so.cache` (the image has
-/// none): Debian's multiarch directories of the architecture, in its
-/// order. A library named as the loader is (`libc.so.6` needs it) is the
-/// loader, already mapped.
-fn elf_libraries(binary: &Path, target: Target) -> Result<Vec<PathBuf>> {
-    let gnu = target.gnu_triple();
-    let search = [PathBuf::from(format!("/lib/{gnu}")), PathBuf::from(format!("/usr/lib/{gnu}"))];
-    let bytes = std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?;
-    let links = elf_links(&bytes)?;
-    let Some(loader) = links.interpreter else { return Ok(Vec::new()) };
-    if !Path::new(&loader).is_file() {
-        bail!("{}'s loader {loader} is missing: install libc6:{}", binary.display(), target.debian_arch());
-    }
-    let loader_name = Path::new(&loader).file_name().context("a loader path without a file name")?.to_owned();
-    let mut libraries = vec![PathBuf::from(&loader)];
-    let mut wanted: std::collections::VecDeque<String> = links.needed.into();
-    while let Some(name) = wanted.pop_front() {
-        if name.as_str() == loader_name || libraries.iter().any(|l| l.file_name() == Some(name.as_ref())) {
-            continue;
-        }
-        let Some(found) = search.iter().map(|dir| dir.join(&name)).find(|p| p.is_file()) else {
-            bail!(
-                "{} needs {name}, which is in none of {}: install the {arch} package that has it \
-                 (the cross build installs libc6:{arch} and libgcc-s1:{arch})",
-                binary.display(),
-                search.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
-                arch = target.debian_arch()
-            );
-        };
-        let bytes = std::fs::read(&found).with_context(|| format!("read {}", found.display()))?;
-        let links = elf_links(&bytes).with_context(|| format!("reading {}", found.display()))?;
-        if links.machine != target.elf_machine() {
-            bail!("{} is not a {} library (e_machine {})", found.display(), target.triple(), links.machine);
-        }
-        wanted.extend(links.needed);
-        libraries.push(found);
-    }
-    Ok(libraries)
 }
 
 /// The library paths of `ldd`'s lines: `libc.so.6 => /lib/.../libc.so.6
@@ -557,7 +488,11 @@ mod tests {
     fn following_dt_needed_finds_what_ldd_lists() {
         let binary = std::env::current_exe().unwrap();
         let mut by_ldd = shared_libraries(&binary).unwrap();
-        let mut by_elf = elf_libraries(&binary, Target::host().unwrap()).unwrap();
+        let mut by_elf: Vec<PathBuf> = libraries(Target::host().unwrap(), &[Path::new("/")], &binary)
+            .unwrap()
+            .into_iter()
+            .map(|(l, _)| l)
+            .collect();
         by_ldd.sort();
         by_elf.sort();
         assert!(by_elf.iter().any(|l| l.ends_with("libc.so.6")), "{by_elf:?}");

@@ -15,6 +15,7 @@ use podstuck_tests::prerequisite::{parse_skip_line, skips_allowed, ALLOW_SKIPS};
 
 mod bench;
 mod cross;
+mod elf;
 mod image;
 mod soak;
 mod vm;

@@ -167,7 +167,9 @@ impl Userland {
     pub(super) fn libraries(&self, binary: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
         match self {
             Userland::Host => Ok(crate::image::shared_libraries(binary)?.into_iter().map(|l| (l.clone(), l)).collect()),
-            Userland::Foreign { target, root } => foreign_libraries(*target, root, binary),
+            // The C runtime the cross build installed here first (the
+            // image's too), then the unpacked packages': one libc for all.
+            Userland::Foreign { target, root } => crate::elf::libraries(*target, &[Path::new("/"), root], binary),
         }
     }
 }
@@ -224,59 +226,6 @@ fn depends_closure(text: &str) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .collect();
     names.into_iter().map(str::to_string).collect()
-}
-
-/// A foreign binary's loader and libraries, from its ELF (`PT_INTERP`,
-/// `DT_NEEDED`, recursively): (the file here, its path in the guest).
-/// Looked up first in this machine's multiarch directories of the
-/// architecture, where the cross build installed the C runtime the Rust
-/// binaries were linked against and the image ships (libc6, libgcc-s1),
-/// then in the sysroot's: the guest's one libc serves every program. Each
-/// keeps its multiarch directory in the guest, where the loader looks
-/// (there is no ld.so.cache). A library found nowhere, or of another
-/// architecture, is an error naming it.
-fn foreign_libraries(target: Target, root: &Path, binary: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
-    let gnu = target.gnu_triple();
-    let multiarch = [PathBuf::from(format!("lib/{gnu}")), PathBuf::from(format!("usr/lib/{gnu}"))];
-    let bases = [PathBuf::from("/"), root.to_path_buf()];
-    let links = |file: &Path| -> Result<crate::image::ElfLinks> {
-        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-        let links = crate::image::elf_links(&bytes).with_context(|| format!("reading {} as ELF", file.display()))?;
-        if links.machine != target.elf_machine() {
-            bail!("{} is not built for {} (e_machine {})", file.display(), target.triple(), links.machine);
-        }
-        Ok(links)
-    };
-    let first = links(binary)?;
-    let Some(loader) = first.interpreter else { return Ok(Vec::new()) };
-    if !Path::new(&loader).is_file() {
-        bail!("{}'s loader {loader} is missing here: install libc6:{}", binary.display(), target.debian_arch());
-    }
-    let loader_name = Path::new(&loader).file_name().context("a loader path without a file name")?.to_owned();
-    let mut out = vec![(PathBuf::from(&loader), PathBuf::from(&loader))];
-    let mut seen = BTreeSet::new();
-    let mut wanted: Vec<(String, PathBuf)> = first.needed.into_iter().map(|n| (n, binary.to_path_buf())).collect();
-    while let Some((name, by)) = wanted.pop() {
-        // libc.so.6 names the loader, which is in place already.
-        if name.as_str() == loader_name || !seen.insert(name.clone()) {
-            continue;
-        }
-        let found = bases
-            .iter()
-            .flat_map(|base| multiarch.iter().map(|dir| (base, dir.join(&name))).collect::<Vec<_>>())
-            .find(|(base, at)| base.join(at).is_file());
-        let Some((base, at)) = found else {
-            let places: Vec<String> = bases
-                .iter()
-                .flat_map(|base| multiarch.iter().map(move |dir| base.join(dir).display().to_string()))
-                .collect();
-            bail!("{} needs {name}, which is in none of {}", by.display(), places.join(", "));
-        };
-        let file = base.join(&at);
-        wanted.extend(links(&file)?.needed.into_iter().map(|n| (n, file.clone())));
-        out.push((file, Path::new("/").join(at)));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
