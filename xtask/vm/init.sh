@@ -242,7 +242,8 @@ say "TIME check $(since "$T0")"
 # of DIRS empty directories on tmpfs, untraced, under the do-nothing pair
 # (`podstuck attach-cost`) on the tracepoints and on fentry, and under
 # `podstuck watch` attached each way (the tracepoints only, where the
-# kernel has no fentry); ROUNDS paired rounds, the order rotating. One line per removal, for the host to take medians of:
+# kernel has no fentry); ROUNDS paired rounds, the order rotating. One
+# line per removal, for the host to take medians of:
 #   PODSTUCK-VM BENCH variant=<v> round=<r> seconds=<s> kernel_ns=<n> calls=<c>
 # Under emulation: the host reports ratios only, and says so.
 if [ "$SUITE" = bench ]; then
