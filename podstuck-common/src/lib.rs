@@ -211,14 +211,6 @@ pub mod program {
             }
         }
 
-        /// Its name as Debian and OCI images say it.
-        pub const fn debian_name(self) -> &'static str {
-            match self {
-                Arch::X86_64 => "amd64",
-                Arch::Aarch64 => "arm64",
-            }
-        }
-
         /// Its directory in BTFHub's archive (`<distro>/<version>/<dir>/`).
         pub const fn btfhub_dir(self) -> &'static str {
             match self {
