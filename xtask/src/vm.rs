@@ -518,18 +518,10 @@ fn fetch_kernel(spec: &'static KernelSpec, target: Target) -> Result<Kernel> {
     let Some(name) = names.last() else {
         bail!("no {pattern} package in Debian {}", spec.suite);
     };
-    let download = dir.join("download");
     say(&format!("kernel {tag}: downloading {name}"));
-    let debs = debian::download(&options, std::slice::from_ref(name), &download)?;
-    let deb = &debs[0];
-    let unpacking = dir.join("pkg.partial");
-    let _ = std::fs::remove_dir_all(&unpacking);
-    run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&unpacking))?;
-    let _ = std::fs::remove_dir_all(&pkg);
-    std::fs::rename(&unpacking, &pkg)?;
-    let version = deb.file_name().and_then(|f| f.to_str()).and_then(|f| f.split('_').nth(1)).unwrap_or("?").to_string();
+    let debs = debian::unpack(&options, std::slice::from_ref(name), &dir, &pkg)?;
+    let version = debs[0].split('_').nth(1).unwrap_or("?").to_string();
     std::fs::write(dir.join("package"), format!("{name} {version}\n"))?;
-    std::fs::remove_dir_all(&download)?;
     let kernel = unpacked_kernel(spec, target, &dir)?;
     say(&format!("kernel {tag}: {} unpacked in {}", kernel.package, dir.display()));
     Ok(kernel)

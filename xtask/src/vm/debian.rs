@@ -91,7 +91,7 @@ pub(super) fn suite_view(suite: &str, target: Target) -> Result<Vec<String>> {
 }
 
 /// Downloads `packages` into a fresh `dir`; returns the .deb files.
-pub(super) fn download(options: &[String], packages: &[String], dir: &Path) -> Result<Vec<PathBuf>> {
+fn download(options: &[String], packages: &[String], dir: &Path) -> Result<Vec<PathBuf>> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
     run(Command::new("apt-get")
@@ -127,4 +127,23 @@ pub(super) fn host_release() -> Result<String> {
         .map(|v| v.trim_matches('"').to_string())
         .filter(|v| !v.is_empty())
         .context("/etc/os-release names no VERSION_CODENAME: which Debian release is this?")
+}
+
+/// Downloads `packages` and unpacks them all into `root` (replacing it,
+/// only once every one is unpacked, so an interrupted run leaves no half
+/// tree where a cache is expected), working in `dir`; returns the .deb
+/// files' names (`name_version_arch.deb`).
+pub(super) fn unpack(options: &[String], packages: &[String], dir: &Path, root: &Path) -> Result<Vec<String>> {
+    let downloads = dir.join("download");
+    let debs = download(options, packages, &downloads)?;
+    let unpacking = root.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&unpacking);
+    for deb in &debs {
+        run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&unpacking))?;
+    }
+    let _ = std::fs::remove_dir_all(root);
+    std::fs::rename(&unpacking, root)?;
+    let names = debs.iter().filter_map(|d| Some(d.file_name()?.to_str()?.to_string())).collect();
+    std::fs::remove_dir_all(&downloads)?;
+    Ok(names)
 }

@@ -201,17 +201,8 @@ fn foreign_sysroot(target: Target) -> Result<PathBuf> {
     }
     let packages = depends_closure(&String::from_utf8_lossy(&found.stdout));
     say(&format!("{arch} userland: downloading {} packages of Debian {suite}: {}", packages.len(), packages.join(" ")));
-    let unpacking = dir.join("root.partial");
-    let _ = std::fs::remove_dir_all(&unpacking);
-    let debs = debian::download(&options, &packages, &dir.join("download"))?;
-    for deb in &debs {
-        crate::run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&unpacking))?;
-    }
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::rename(&unpacking, &root)?;
-    let names: Vec<String> = debs.iter().filter_map(|d| Some(d.file_name()?.to_str()?.to_string())).collect();
+    let names = debian::unpack(&options, &packages, &dir, &root)?;
     std::fs::write(&list, names.join("\n") + "\n")?;
-    std::fs::remove_dir_all(dir.join("download"))?;
     say(&format!("{arch} userland: unpacked in {}", root.display()));
     Ok(root)
 }
