@@ -190,13 +190,17 @@ const QEMU_CPU: &str = "max,cx16=off";
 /// the kernel has them as modules.
 const MODULES: [(&str, &str); 2] = [("loop", "CONFIG_BLK_DEV_LOOP"), ("fuse", "CONFIG_FUSE_FS")];
 
+/// Seconds one kernel's boot and scenarios may take before QEMU is
+/// killed: some three times what a whole-suite boot takes here.
+const BOOT_TIMEOUT_S: u64 = 420;
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct VmArgs {
     /// Which kernel to boot: 5.10 (bullseye), 6.1 (bookworm), 6.12 (trixie), or all three.
     #[arg(long, value_enum, default_value = "all")]
     kernel: KernelChoice,
     /// Seconds one kernel's boot and scenarios may take before QEMU is killed.
-    #[arg(long, default_value_t = 420)]
+    #[arg(long, default_value_t = BOOT_TIMEOUT_S)]
     timeout: u64,
     /// Which boots of each kernel (repeatable; default: every boot the kernel has): the whole suite,
     /// the whole suite on the syscall tracepoints (5.10, 6.1), lockdown=confidentiality, cgroup v1 (5.10);
@@ -316,7 +320,7 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
 pub fn run_every_matrix() -> (usize, usize) {
     let (mut passed, mut failed) = (0, 0);
     for target in Target::ALL {
-        let args = VmArgs { kernel: KernelChoice::All, timeout: 420, boot: Vec::new(), arch: Some(target) };
+        let args = VmArgs { kernel: KernelChoice::All, timeout: BOOT_TIMEOUT_S, boot: Vec::new(), arch: Some(target) };
         match run_matrix(&args) {
             Ok((p, f)) => (passed, failed) = (passed + p, failed + f),
             Err(e) => {
