@@ -232,6 +232,11 @@ pub mod program {
     pub const COST_BTF_ENTER: &str = "cost_btf_enter";
     pub const COST_BTF_EXIT: &str = "cost_btf_exit";
     pub const COST_FENTRY: &str = "cost_fentry";
+    /// The lifecycle programs, on `sched:sched_process_exec`,
+    /// `sched:sched_process_exit` and `signal:signal_generate`.
+    pub const LIFECYCLE_EXEC: &str = "lifecycle_exec";
+    pub const LIFECYCLE_EXIT: &str = "lifecycle_exit";
+    pub const LIFECYCLE_SIGNAL: &str = "lifecycle_signal";
     pub const COST_FEXIT: &str = "cost_fexit";
 
     /// `a == b`, in a constant: `str`'s `==` is not `const`.
@@ -538,7 +543,85 @@ pub struct KernelOffsets {
     pub kernfs_node_id: u64,
     /// Which v1 hierarchy: its `cgroup_subsys_id` plus one; 0 reads none.
     pub v1_subsys: u64,
+    /// `task_struct.mm`; `mm_struct.env_start`, `.env_end`: an exec'd
+    /// program's environment (a CNI plugin's `CNI_COMMAND`, `CNI_ARGS`).
+    pub task_mm: u64,
+    pub mm_env_start: u64,
+    pub mm_env_end: u64,
+    /// `task_struct.exit_code`: the wait status a process exits with.
+    pub task_exit_code: u64,
 }
+
+/// The process lifecycle the kernel streams beside the calls (its own
+/// ring buffer, `LIFECYCLE`): the causes of a stuck pod that never fail a
+/// removal. Filtered in the kernel so a fork or exec storm costs next to
+/// nothing: execs of programs under the `LifecycleFilter` prefixes (the
+/// CNI plugin directories), SIGTERM and SIGKILL as they are generated,
+/// and the exits of the processes either named.
+pub mod lifecycle {
+    /// `LifecycleRecord::kind`.
+    pub const EXEC: u8 = 0;
+    pub const EXIT: u8 = 1;
+    pub const SIGNAL: u8 = 2;
+    /// Bytes of the ring buffer: these events come a few a second.
+    pub const RING_BUFFER_BYTES: u32 = 256 * 1024;
+    /// The exec'd file's path kept, and the environment bytes kept.
+    pub const FILENAME_MAX: usize = 256;
+    pub const ENV_MAX: usize = 4096;
+    /// Processes whose exit is reported at once (LRU: the oldest go).
+    pub const WATCHED_MAX: u32 = 4096;
+    /// Prefixes an exec'd path must start with to be streamed.
+    pub const PREFIXES: usize = 4;
+    pub const PREFIX_MAX: usize = 64;
+    /// `signal_generate`'s `result` (`enum trace_signal_result`).
+    pub const SIGNAL_DELIVERED: i32 = 0;
+    pub const SIGNAL_IGNORED: i32 = 1;
+    pub const SIGNAL_ALREADY_PENDING: i32 = 2;
+}
+
+/// Set by user space before load: which exec'd paths are streamed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct LifecycleFilter {
+    pub prefixes: [[u8; lifecycle::PREFIX_MAX]; lifecycle::PREFIXES],
+    /// Each prefix's length; 0: unused.
+    pub prefix_lens: [u32; lifecycle::PREFIXES],
+}
+
+/// One lifecycle event: its header, then (exec only) `filename_len` bytes
+/// of the path and `env_len` bytes of the environment (NUL-separated).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct LifecycleRecord {
+    /// `bpf_ktime_get_ns()`.
+    pub ns: u64,
+    /// cgroup v2 id of the current task: exec'd or exiting; for a signal,
+    /// the sender.
+    pub cgroup_id: u64,
+    /// The process (tgid) exec'd or exiting; for a signal, the sender.
+    pub pid: u32,
+    /// Its parent's process id.
+    pub ppid: u32,
+    /// A signal's target process, as `signal_generate` names it.
+    pub target_pid: u32,
+    pub sig: i32,
+    /// `lifecycle::SIGNAL_*`.
+    pub result: i32,
+    /// Whether the signal is for the whole thread group.
+    pub group: i32,
+    /// The exit's wait status (`task_struct.exit_code`).
+    pub exit_code: i32,
+    pub filename_len: u16,
+    pub env_len: u16,
+    pub kind: u8,
+    pub _pad: [u8; 7],
+    /// The current task's command; a signal's target's in `target_comm`.
+    pub comm: [u8; 16],
+    pub target_comm: [u8; 16],
+}
+
+/// Byte size of a lifecycle record's header.
+pub const LIFECYCLE_RECORD_BYTES: usize = size_of::<LifecycleRecord>();
 
 /// What the kernel programs stream and count, set by user space before
 /// load (the `FILTER` global). Decided in the kernel so that an unrelated
@@ -567,6 +650,7 @@ mod user {
     unsafe impl aya::Pod for super::KernelOffsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::KernelFilter {}
+    unsafe impl aya::Pod for super::LifecycleFilter {}
     unsafe impl aya::Pod for super::CallEntry {}
     unsafe impl aya::Pod for super::SeriesKey {}
     unsafe impl aya::Pod for super::SeriesValue {}

@@ -71,13 +71,14 @@ mod accounting;
 mod args;
 mod calls;
 mod cost;
+mod lifecycle;
 mod path_walk;
 mod programs;
 mod record;
 mod scratch;
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
-use podstuck_common::{KernelFilter, KernelOffsets};
+use podstuck_common::{KernelFilter, KernelOffsets, LifecycleFilter};
 
 /// Filled in by user space from the kernel's BTF before load.
 #[no_mangle]
@@ -113,6 +114,10 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     cgroup_kn: 0,
     kernfs_node_id: 0,
     v1_subsys: 0,
+    task_mm: 0,
+    mm_env_start: 0,
+    mm_env_end: 0,
+    task_exit_code: 0,
 };
 
 /// Filled in by user space before load; the default streams everything.
@@ -124,6 +129,14 @@ static FILTER: KernelFilter = KernelFilter {
     window_budget: 50,
     window_ns: 100_000_000,
     slow_ns: 10_000_000,
+};
+
+/// Which exec'd paths the lifecycle programs stream (set by user space
+/// before load); all zero streams none.
+#[no_mangle]
+static LIFECYCLE_FILTER: LifecycleFilter = LifecycleFilter {
+    prefixes: [[0; podstuck_common::lifecycle::PREFIX_MAX]; podstuck_common::lifecycle::PREFIXES],
+    prefix_lens: [0; podstuck_common::lifecycle::PREFIXES],
 };
 
 /// 1 where BPF may read kernel memory, 0 under lockdown=confidentiality

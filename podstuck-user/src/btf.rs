@@ -321,6 +321,10 @@ impl Btf {
             kernfs_node_id: self.offset_of("kernfs_node", &["id"])?,
             // Which hierarchy is the node's to say: see `with_v1_hierarchy`.
             v1_subsys: 0,
+            task_mm: self.offset_of("task_struct", &["mm"])?,
+            mm_env_start: self.offset_of("mm_struct", &["env_start"])?,
+            mm_env_end: self.offset_of("mm_struct", &["env_end"])?,
+            task_exit_code: self.offset_of("task_struct", &["exit_code"])?,
         })
     }
 

@@ -19,14 +19,15 @@ use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 use podstuck_common::program::Arch;
 use podstuck_common::{
-    counter, program, CallEntry, KernelFilter, SeriesKey as KernelSeriesKey, SeriesValue, Syscall, LATENCY_BUCKETS,
-    PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
+    counter, lifecycle, program, CallEntry, KernelFilter, LifecycleFilter, SeriesKey as KernelSeriesKey, SeriesValue,
+    Syscall, LATENCY_BUCKETS, PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
 };
 use tokio::io::unix::AsyncFd;
 
 use crate::btf::{Btf, VMLINUX_BTF};
 use crate::event::{decode, CallEvent, DecodeError, Flight, WallClock};
 use crate::kernel_features::{AttachPoint, PathWalk};
+use crate::lifecycle::LifecycleEvent;
 use crate::run::{ProgramCost, RunTotals};
 use crate::series::SeriesDelta;
 
@@ -39,6 +40,32 @@ const ARCH: Arch = Arch::HOST;
 
 /// The prefix of this architecture's syscall functions.
 pub const SYSCALL_PREFIX: &str = ARCH.syscall_prefix();
+
+/// Where CNI plugins live: Debian's and the CNI project's directories,
+/// k3s' bundled multi-call binary, GKE's. A program exec'd under one of
+/// these is streamed with its environment (its `CNI_COMMAND`, `CNI_ARGS`);
+/// every other exec costs the kernel a compare.
+pub const CNI_PLUGIN_DIRS: [&str; lifecycle::PREFIXES] =
+    ["/usr/lib/cni/", "/opt/cni/bin/", "/var/lib/rancher/k3s/data/", "/home/kubernetes/bin/"];
+
+/// The lifecycle programs' filter: [`CNI_PLUGIN_DIRS`].
+pub fn lifecycle_filter() -> LifecycleFilter {
+    let mut filter = LifecycleFilter {
+        prefixes: [[0; lifecycle::PREFIX_MAX]; lifecycle::PREFIXES],
+        prefix_lens: [0; lifecycle::PREFIXES],
+    };
+    for (i, dir) in CNI_PLUGIN_DIRS.iter().enumerate() {
+        filter.prefixes[i][..dir.len()].copy_from_slice(dir.as_bytes());
+        filter.prefix_lens[i] = dir.len() as u32;
+    }
+    filter
+}
+
+/// One record from either ring buffer, decoded.
+pub enum Received {
+    Call(Result<CallEvent, DecodeError>),
+    Lifecycle(Result<LifecycleEvent, DecodeError>),
+}
 
 /// How the tracer is set up.
 #[derive(Clone, Debug)]
@@ -173,6 +200,11 @@ pub struct Tracer {
     // Keeps programs and links alive; detached in `drop`.
     ebpf: Ebpf,
     ring: AsyncFd<RingBuf<MapData>>,
+    /// The lifecycle programs' ring; None when they could not be attached
+    /// (`lifecycle_missing` says why).
+    lifecycle: Option<AsyncFd<RingBuf<MapData>>>,
+    lifecycle_lost: Option<PerCpuArray<MapData, u64>>,
+    lifecycle_missing: Option<String>,
     /// When to read the ring unwoken: the kernel wakes user space for the
     /// first record of a series' window and for slow calls only, the rest
     /// of a burst waits for the next wakeup or this.
@@ -248,11 +280,12 @@ fn load_object_with(
     // KERNEL_READS at 0 it never visits a kernel-memory read, which
     // lockdown=confidentiality would refuse at load (Linux 5.13+).
     let kernel_reads = u8::from(options.walk.reads_kernel());
-    loader.override_global("OFFSETS", offsets, true).override_global("FILTER", &options.filter, true).override_global(
-        "KERNEL_READS",
-        &kernel_reads,
-        true,
-    );
+    let lifecycle = lifecycle_filter();
+    loader
+        .override_global("OFFSETS", offsets, true)
+        .override_global("FILTER", &options.filter, true)
+        .override_global("KERNEL_READS", &kernel_reads, true)
+        .override_global("LIFECYCLE_FILTER", &lifecycle, true);
     let default = if options.filter.every_call != 0 { RING_BUFFER_BYTES } else { SAMPLED_RING_BUFFER_BYTES };
     loader.map_max_entries("EVENTS", options.ring_buffer_bytes.unwrap_or(default));
     loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
@@ -428,6 +461,42 @@ fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// The lifecycle programs and their tracepoints, present on every kernel
+/// podstuck supports (5.10 on) and on every architecture.
+const LIFECYCLE_PROGRAMS: [(&str, &str, &str); 3] = [
+    (program::LIFECYCLE_EXIT, "sched", "sched_process_exit"),
+    (program::LIFECYCLE_SIGNAL, "signal", "signal_generate"),
+    (program::LIFECYCLE_EXEC, "sched", "sched_process_exec"),
+];
+
+/// Attaches the lifecycle programs (exits first, so an exit of a process
+/// named after attaching is never missed); their ids.
+fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for (name, category, tracepoint) in LIFECYCLE_PROGRAMS {
+        let program: &mut TracePoint = ebpf
+            .program_mut(name)
+            .with_context(|| format!("program {name} missing from the embedded object"))?
+            .try_into()?;
+        program.load().with_context(|| format!("loading program {name}"))?;
+        program
+            .attach(category, tracepoint)
+            .with_context(|| format!("attaching to tracepoint {category}:{tracepoint}"))?;
+        ids.push(program.info()?.id());
+    }
+    Ok(ids)
+}
+
+/// A ring buffer map of `ebpf`, registered with tokio.
+fn async_ring(ebpf: &mut Ebpf, name: &str) -> Result<AsyncFd<RingBuf<MapData>>> {
+    let ring = RingBuf::try_from(ebpf.take_map(name).with_context(|| format!("{name} map missing"))?)?;
+    // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
+    // for as long as it lives, which is as long as the AsyncFd.
+    unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+        .with_context(|| format!("registering the ring buffer {name} with tokio"))
+}
+
 impl Tracer {
     /// Loads and attaches every program, streaming what the filter lets
     /// through (every call is counted regardless). Must run inside a tokio
@@ -471,7 +540,21 @@ impl Tracer {
         // pages back, or the heap keeps them for the whole run.
         KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner()).take();
         give_back_freed_memory();
-        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
+        // The causes beyond the calls: missing them is said, never fatal,
+        // as the calls are what most stuck pods show.
+        let (mut program_ids, mut lifecycle, mut lifecycle_lost, mut lifecycle_missing) =
+            (program_ids, None, None, None);
+        match attach_lifecycle(&mut ebpf) {
+            Ok(ids) => {
+                program_ids.extend(ids);
+                lifecycle = Some(async_ring(&mut ebpf, "LIFECYCLE")?);
+                lifecycle_lost = Some(PerCpuArray::try_from(
+                    ebpf.take_map("LIFECYCLE_LOST").context("LIFECYCLE_LOST map missing")?,
+                )?);
+            }
+            Err(e) => lifecycle_missing = Some(format!("{e:#}")),
+        }
+        let ring = async_ring(&mut ebpf, "EVENTS")?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
         let series_map = series_maps(attached).0;
@@ -479,16 +562,14 @@ impl Tracer {
             BpfHashMap::try_from(ebpf.take_map(series_map).with_context(|| format!("{series_map} map missing"))?)?;
         let series_overflow =
             PerCpuArray::try_from(ebpf.take_map("SERIES_OVERFLOW").context("SERIES_OVERFLOW map missing")?)?;
-        // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
-        // for as long as it lives, which is as long as the AsyncFd.
-        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)
-            .context("registering the ring buffer with tokio")?;
         let mut unwoken = tokio::time::interval(UNWOKEN_READ_EVERY);
         unwoken.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Ok(Tracer {
             ebpf,
             ring,
+            lifecycle,
+            lifecycle_lost,
+            lifecycle_missing,
             unwoken,
             counters,
             in_flight,
@@ -509,6 +590,11 @@ impl Tracer {
     /// What each program cost so far, when BPF run-time statistics are on.
     pub fn program_costs(&self) -> Vec<ProgramCost> {
         program_costs(&self.program_ids)
+    }
+
+    /// Why the lifecycle programs (exec, exit, signals) are not attached.
+    pub fn lifecycle_missing(&self) -> Option<&str> {
+        self.lifecycle_missing.as_deref()
     }
 
     /// Why the programs are on the tracepoints though fentry was preferred.
@@ -588,10 +674,17 @@ impl Tracer {
     /// Cancel-safe: the interval keeps its ticks when the wait is dropped.
     pub async fn next_batch<F>(&mut self, mut each: F) -> std::io::Result<()>
     where
-        F: FnMut(Result<CallEvent, DecodeError>) -> std::io::Result<()>,
+        F: FnMut(Received) -> std::io::Result<()>,
     {
+        let lifecycle = async {
+            match self.lifecycle.as_mut() {
+                Some(ring) => ring.readable_mut().await.map(|mut guard| guard.clear_ready()),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             guard = self.ring.readable_mut() => guard?.clear_ready(),
+            ready = lifecycle => ready?,
             _ = self.unwoken.tick() => {}
         }
         self.drain(&mut each)
@@ -601,18 +694,31 @@ impl Tracer {
     /// waiting: used once more at shutdown so nothing received is dropped.
     pub fn drain<F>(&mut self, each: &mut F) -> std::io::Result<()>
     where
-        F: FnMut(Result<CallEvent, DecodeError>) -> std::io::Result<()>,
+        F: FnMut(Received) -> std::io::Result<()>,
     {
+        // The lifecycle first: a few records a second, never a storm.
+        while let Some(ring) = self.lifecycle.as_mut() {
+            let decoded = match ring.get_mut().next() {
+                Some(item) => crate::lifecycle::decode(&item, &self.clock),
+                None => break,
+            };
+            self.count(decoded.is_ok());
+            each(Received::Lifecycle(decoded))?;
+        }
         loop {
             let decoded = match self.ring.get_mut().next() {
                 Some(item) => decode(&item, &self.clock),
                 None => return Ok(()),
             };
-            match decoded {
-                Ok(_) => self.events_seen += 1,
-                Err(_) => self.records_undecodable += 1,
-            }
-            each(decoded)?;
+            self.count(decoded.is_ok());
+            each(Received::Call(decoded))?;
+        }
+    }
+
+    fn count(&mut self, decoded: bool) {
+        match decoded {
+            true => self.events_seen += 1,
+            false => self.records_undecodable += 1,
         }
     }
 
@@ -653,6 +759,12 @@ impl Tracer {
         found
     }
 
+    /// Lifecycle records that did not fit in their ring.
+    fn lifecycle_lost(&self) -> Result<u64> {
+        let Some(lost) = self.lifecycle_lost.as_ref() else { return Ok(0) };
+        Ok(lost.get(&0, 0).context("reading LIFECYCLE_LOST")?.iter().sum())
+    }
+
     fn counter(&self, index: u32) -> Result<u64> {
         let per_cpu = self.counters.get(&index, 0).with_context(|| format!("reading counter {index}"))?;
         Ok(per_cpu.iter().sum())
@@ -666,7 +778,7 @@ impl Tracer {
         }
         Ok(RunTotals {
             events_seen: self.events_seen,
-            events_lost: self.counter(counter::RING_BUFFER_DROPS)?,
+            events_lost: self.counter(counter::RING_BUFFER_DROPS)? + self.lifecycle_lost()?,
             calls,
             pods_calls: None,
             calls_without_entry: self.counter(counter::EXIT_WITHOUT_ENTRY)?,

@@ -200,7 +200,12 @@ impl CallEvent {
 pub enum DecodeError {
     TooShort(usize),
     UnknownSyscall(u8),
-    PathLengthMismatch { declared: usize, present: usize },
+    PathLengthMismatch {
+        declared: usize,
+        present: usize,
+    },
+    /// A lifecycle record of a kind this podstuck does not know.
+    UnknownLifecycle(u8),
 }
 
 impl std::fmt::Display for DecodeError {
@@ -211,6 +216,7 @@ impl std::fmt::Display for DecodeError {
             DecodeError::PathLengthMismatch { declared, present } => {
                 write!(f, "record declares a {declared}-byte path but carries {present} bytes")
             }
+            DecodeError::UnknownLifecycle(k) => write!(f, "lifecycle record of unknown kind {k}"),
         }
     }
 }

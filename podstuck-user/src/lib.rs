@@ -41,6 +41,7 @@ pub mod k8s_events;
 pub mod kernel_features;
 pub mod kubectl_plugin;
 pub mod latency;
+pub mod lifecycle;
 pub mod mountinfo;
 pub mod node_access;
 pub mod preflight;

@@ -128,7 +128,7 @@ impl HungCall {
     }
     /// A call hung on a FUSE mount: whether its server is stopped or gone,
     /// and how to abort the connection. `waiting` says who waits since when.
-    fn on_fuse(f: &mut Finding, node: &mut dyn NodeInspector, m: &Mount, path: &[u8], waiting: &str) {
+    pub(super) fn on_fuse(f: &mut Finding, node: &mut dyn NodeInspector, m: &Mount, path: &[u8], waiting: &str) {
         let connection = m.dev.1;
         f.confidence = Confidence::Confirmed;
         f.evidence(

@@ -16,12 +16,16 @@ pub mod disk_full;
 pub mod hung_call;
 pub mod immutable_file;
 pub mod mount_held;
+pub mod no_teardown_seen;
 pub mod not_mounted;
 pub mod removal_storm;
 pub mod rhythm;
+pub mod sandbox_teardown_failing;
 pub mod shell;
+pub mod sigterm_ignored;
 pub mod subpath_left;
 pub mod track;
+pub mod unkillable_task;
 pub mod volume_still_mounted;
 pub mod wording;
 
@@ -38,6 +42,7 @@ use crate::event::{CallEvent, Flight};
 use crate::identify::pod::PodUid;
 use crate::identify::{Actor, Identity};
 use crate::inspect::NodeInspector;
+use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
 pub use crate::words::human_duration;
 
 /// The stable name of a pathology, as in docs/pathologies.md: what users grep
@@ -81,6 +86,15 @@ pub enum Kind {
     KubeletWarning,
     /// P11: the pod's grace period ended long ago (the symptom, and since when).
     GracePeriodPast,
+    /// P12: the CNI plugin's DEL fails, so the sandbox's network (and the
+    /// sandbox) is never torn down.
+    SandboxTeardownFailing,
+    /// P13: a container's main process got SIGTERM and did not exit.
+    SigtermIgnored,
+    /// P14: SIGKILL sent, and the task is still there.
+    UnkillableTask,
+    /// P15: nothing on the node has worked on the pod's teardown for a while.
+    NoTeardownSeen,
 }
 
 impl Kind {
@@ -103,6 +117,10 @@ impl Kind {
             Kind::VolumeDetachStuck => "volume-detach-stuck",
             Kind::KubeletWarning => "kubelet-warning",
             Kind::GracePeriodPast => "grace-period-past",
+            Kind::SandboxTeardownFailing => "sandbox-teardown-failing",
+            Kind::SigtermIgnored => "sigterm-ignored",
+            Kind::UnkillableTask => "unkillable-task",
+            Kind::NoTeardownSeen => "no-teardown-seen",
         }
     }
 }
@@ -322,6 +340,9 @@ pub struct DiagnoseOptions {
     /// podstuck runs in a container: fixes are printed to act in the
     /// node's mount namespace (`nsenter -t 1 -m -- ...`).
     pub in_container: bool,
+    /// The pods `--pod` follows (empty: the whole node), whose teardown
+    /// podstuck says it does not see anyone working on.
+    pub pods: Vec<PodUid>,
 }
 
 impl Default for DiagnoseOptions {
@@ -331,6 +352,7 @@ impl Default for DiagnoseOptions {
             node_name: "<node>".into(),
             host_mntns: 0,
             in_container: false,
+            pods: Vec::new(),
         }
     }
 }
@@ -354,6 +376,11 @@ pub trait Detector {
     /// Sees every completed call in scope, in order. Must be cheap: a
     /// removal storm sends hundreds of thousands per second.
     fn observe(&mut self, event: &CallEvent, identity: &Identity);
+    /// Sees every lifecycle event in scope (an exec of a CNI plugin, a
+    /// SIGTERM or SIGKILL, an exit of a process either named), in order.
+    fn lifecycle(&mut self, _event: &LifecycleEvent, _identity: &LifecycleIdentity) {}
+    /// Told before the run's last review: what it returns is the last word.
+    fn closing(&mut self) {}
     /// Decides, confirms against the node, and returns the current state of
     /// every finding it holds (active or just resolved).
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding>;
@@ -414,6 +441,10 @@ impl Diagnoser {
             Box::new(dir_not_empty::DirNotEmpty::default()),
             Box::new(disk_full::DiskFull::default()),
             Box::new(subpath_left::SubpathLeft::default()),
+            Box::new(sandbox_teardown_failing::SandboxTeardownFailing::new(options.node_name.clone())),
+            Box::new(sigterm_ignored::SigtermIgnored::default()),
+            Box::new(unkillable_task::UnkillableTask::default()),
+            Box::new(no_teardown_seen::NoTeardownSeen::new(options.pods.clone())),
         ];
         Diagnoser { detectors, shown: BTreeMap::new(), in_container: options.in_container, forget_resolved_after: None }
     }
@@ -452,6 +483,19 @@ impl Diagnoser {
     pub fn observe(&mut self, event: &CallEvent, identity: &Identity) {
         for detector in &mut self.detectors {
             detector.observe(event, identity);
+        }
+    }
+
+    pub fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
+        for detector in &mut self.detectors {
+            detector.lifecycle(event, identity);
+        }
+    }
+
+    /// The next review is the run's last.
+    pub fn closing(&mut self) {
+        for detector in &mut self.detectors {
+            detector.closing();
         }
     }
 

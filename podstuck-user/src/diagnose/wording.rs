@@ -29,6 +29,10 @@ impl Kind {
             Kind::VolumeDetachStuck => "a volume did not detach",
             Kind::KubeletWarning => "kubelet warned about the pod",
             Kind::GracePeriodPast => "the pod's grace period was long past",
+            Kind::SandboxTeardownFailing => "the pod's sandbox network could not be torn down",
+            Kind::SigtermIgnored => "a container's process did not exit on SIGTERM",
+            Kind::UnkillableTask => "a task outlived its SIGKILL",
+            Kind::NoTeardownSeen => "nothing on the node was working on the pod's teardown",
         }
     }
 }

@@ -324,6 +324,15 @@ impl Identifier {
         let facts = ProcessFacts::read(pid, pid, &self.proc_root);
         self.identify_call(&facts.caller(cgroup_id), Err(NoPath::PathUnreadable))
     }
+
+    /// A process a lifecycle event names, by the name the kernel recorded
+    /// (it may be gone from /proc by now: a CNI plugin lives milliseconds)
+    /// and its parent's from /proc. `cgroup_id` 0: read from /proc.
+    pub fn identify_task(&mut self, pid: u32, comm: &str, ppid: u32, cgroup_id: u64) -> Identity {
+        let parent = ProcessFacts::read(ppid, ppid, &self.proc_root);
+        let caller = Caller { pid, comm, pcomm: &parent.comm, cgroup_id, v1_cgroup_id: 0 };
+        self.identify_call(&caller, Err(NoPath::PathUnreadable))
+    }
 }
 
 /// Which pods a watch follows: `--pod`, repeatable; none means the node.

@@ -263,6 +263,10 @@ mod tests {
             (VolumeDetachStuck, "VolumeDetachStuck"),
             (KubeletWarning, "KubeletWarning"),
             (GracePeriodPast, "GracePeriodPast"),
+            (SandboxTeardownFailing, "SandboxTeardownFailing"),
+            (SigtermIgnored, "SigtermIgnored"),
+            (UnkillableTask, "UnkillableTask"),
+            (NoTeardownSeen, "NoTeardownSeen"),
         ];
         for (kind, want) in all {
             assert_eq!(reason(kind), want);

@@ -72,10 +72,12 @@ use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Report};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
+use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
 use crate::run::RunFacts;
 use crate::run::RunTotals;
 use wire::{
-    Bytes, WireCall, WireCounted, WireEnd, WireEntry, WireFlight, WireHeader, WireQuestion, WireReview, WireTotals,
+    Bytes, WireCall, WireCounted, WireEnd, WireEntry, WireFlight, WireHeader, WireLifecycle, WireQuestion, WireReview,
+    WireTotals,
 };
 
 pub use node::{Question, RecordingNode, ReplayNode, NOT_IN_THE_RECORD};
@@ -169,7 +171,7 @@ impl RecordHeader {
             node: w.node.into_owned(),
             kernel: w.kernel.into_owned(),
             started,
-            pods: w.pods.into_owned(),
+            pods: w.pods.clone().into_owned(),
             kubelet_root: PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(
                 w.kubelet_root.into_vec(),
             )),
@@ -180,6 +182,7 @@ impl RecordHeader {
                 node_name: w.node_name.into_owned(),
                 host_mntns: w.host_mntns,
                 in_container: w.in_container,
+                pods: w.pods.into_owned(),
             },
         })
     }
@@ -418,6 +421,11 @@ impl<W: Write> Recorder<W> {
         self.write(&WireEntry::Call(Box::new(WireCall::of(event, identity))), event.time, false)
     }
 
+    /// A lifecycle event the diagnosis saw.
+    pub fn add_lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) -> Result<(), RecordStopped> {
+        self.write(&WireEntry::Lifecycle(Box::new(WireLifecycle::of(event, identity))), event.time, false)
+    }
+
     /// A review: its clock, the calls in flight it was given, what it asked
     /// of the node (from a [`RecordingNode`]) and the findings it returned.
     /// Flushes, so a record cut short later holds everything up to here.
@@ -428,6 +436,7 @@ impl<W: Write> Recorder<W> {
         counted: &[CountedCalls],
         asked: Vec<Question>,
         told: &[Report],
+        closing: bool,
     ) -> Result<(), RecordStopped> {
         if self.out.is_none() {
             return Ok(());
@@ -449,6 +458,7 @@ impl<W: Write> Recorder<W> {
             asked: wire_asked,
             told: told_json(told),
             counted: counted.iter().map(WireCounted::of).collect(),
+            closing,
         };
         self.write(&WireEntry::Review(review), now, true)
     }
@@ -528,6 +538,7 @@ mod create_tests {
                 node_name: "node-1".into(),
                 host_mntns: 1,
                 in_container: false,
+                pods: Vec::new(),
             },
         )
     }

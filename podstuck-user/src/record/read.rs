@@ -14,6 +14,7 @@ use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
 use crate::identify::Identity;
 use crate::inspect::{FreezerLevel, Mount, MountCopy, MountHolder, Probe, TaskState};
+use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
 use crate::run::RunTotals;
 
 /// The header line is a few hundred bytes; anything this long is not one.
@@ -123,6 +124,8 @@ impl RecordError {
 pub enum Entry {
     Call(Box<RecordedCall>),
     Review(RecordedReview),
+    /// A lifecycle event the diagnosis saw.
+    Lifecycle(Box<(LifecycleEvent, LifecycleIdentity)>),
     /// The last entry of a record written to its end.
     End(RecordEnd),
 }
@@ -144,6 +147,8 @@ pub struct RecordedReview {
     pub told: Vec<serde_json::Value>,
     /// What the kernel counted since the review before.
     pub counted: Vec<CountedCalls>,
+    /// The run's last review.
+    pub closing: bool,
 }
 
 #[derive(Debug)]
@@ -519,8 +524,10 @@ impl<R: BufRead> RecordReader<R> {
                     asked,
                     told: review.told,
                     counted: review.counted.into_iter().map(WireCounted::into_counted).collect(),
+                    closing: review.closing,
                 })
             }
+            WireEntry::Lifecycle(lifecycle) => Entry::Lifecycle(Box::new(lifecycle.into_lifecycle())),
             WireEntry::End(end) => {
                 if end.entries != n - 1 {
                     return Err(self.corrupt(

@@ -208,11 +208,22 @@ pub fn replay_record(
                     return Ok(summary);
                 }
             }
+            Entry::Lifecycle(lifecycle) => {
+                let (event, identity) = *lifecycle;
+                summary.last_time = Some(summary.last_time.map_or(event.time, |t| t.max(event.time)));
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| diagnoser.lifecycle(&event, &identity))) {
+                    summary.broken = Some(failed(panic_words(panic)));
+                    return Ok(summary);
+                }
+            }
             Entry::Review(review) => {
                 summary.reviews += 1;
                 summary.last_time = Some(summary.last_time.map_or(review.now, |t| t.max(review.now)));
                 let mut node = ReplayNode::new(review.asked).with_host_mntns(summary.header.diagnose.host_mntns);
                 let reports = match catch_unwind(AssertUnwindSafe(|| {
+                    if review.closing {
+                        diagnoser.closing();
+                    }
                     diagnoser.counted(&review.counted);
                     diagnoser.review(&mut Review { now: review.now, in_flight: &review.in_flight, node: &mut node })
                 })) {

@@ -68,6 +68,7 @@ fn header() -> RecordHeader {
         node_name: "node-1".into(),
         host_mntns: 4026531840,
         in_container: false,
+        pods: Vec::new(),
     };
     let mut header = RecordHeader::new("6.1.0-test", &options);
     header.started = t(0.0);
@@ -107,7 +108,7 @@ impl<W: Write> Live<W> {
         let mut recording = RecordingNode::new(&mut self.node);
         let reports = self.diagnoser.review(&mut Review { now: t(at), in_flight, node: &mut recording });
         let asked = recording.into_asked();
-        if let Err(e) = self.recorder.add_review(t(at), in_flight, &[], asked, &reports) {
+        if let Err(e) = self.recorder.add_review(t(at), in_flight, &[], asked, &reports, false) {
             self.stopped.push(e);
         }
         self.told.extend(reports);
@@ -283,7 +284,7 @@ fn a_replay_with_other_detectors_says_what_the_record_lacks() {
     for c in [rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)] {
         recorder.add_call(&c.event, &c.identity).unwrap();
     }
-    recorder.add_review(t(1.0), &[], &[], Vec::new(), &[]).unwrap();
+    recorder.add_review(t(1.0), &[], &[], Vec::new(), &[], false).unwrap();
     recorder.finish(t(1.5), &[], None).unwrap();
     let mut told = Vec::new();
     let summary = replay_record(&out.bytes()[..], "old.podstuck", &mut |r| told.push(r.clone())).unwrap();
@@ -660,7 +661,7 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
     ];
     let mut flight = hung_flight(0.5);
     flight.path = Some(odd.clone());
-    recorder.add_review(t(2.0), std::slice::from_ref(&flight), &[], asked.clone(), &[]).unwrap();
+    recorder.add_review(t(2.0), std::slice::from_ref(&flight), &[], asked.clone(), &[], false).unwrap();
     recorder.finish(t(3.0), &[], None).unwrap();
 
     let bytes = out.bytes();
@@ -735,10 +736,11 @@ fn a_record_with_an_absurd_estimate_replays_without_a_failure() {
             &[],
             vec![Question::RemainingEntries { path: b"/data/tree".to_vec(), answer: Ok(endless) }],
             &[],
+            false,
         )
         .unwrap();
     // The calls have stopped: the rate is that of the last seconds, 0.5 a second.
-    recorder.add_review(t(8.3), &[], &[], vec![], &[]).unwrap();
+    recorder.add_review(t(8.3), &[], &[], vec![], &[], false).unwrap();
     recorder.finish(t(9.0), &[], None).unwrap();
     let mut kinds = Vec::new();
     let summary = replay_record(&out.bytes()[..], "odd.podstuck", &mut |r| kinds.push(r.finding().kind)).unwrap();
@@ -808,8 +810,8 @@ proptest! {
             recorder.add_call(event, identity).unwrap();
         }
         // Twice: the second review leaves out the answers that did not change.
-        recorder.add_review(t(1.0), &[], &[], answers.clone(), &[]).unwrap();
-        recorder.add_review(t(2.0), &[], &[], answers.clone(), &[]).unwrap();
+        recorder.add_review(t(1.0), &[], &[], answers.clone(), &[], false).unwrap();
+        recorder.add_review(t(2.0), &[], &[], answers.clone(), &[], false).unwrap();
         recorder.finish(t(3.0), &[], None).unwrap();
         let bytes = out.bytes();
         let mut reader = RecordReader::open(&bytes[..], "p.podstuck").unwrap();

@@ -25,6 +25,7 @@ use crate::inspect::{
     CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind, InodeFlags, Mount, MountCopy,
     MountHolder, MountNamespace, Probe, TaskState, Unreadable,
 };
+use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult, SignalSent};
 use crate::run::RunTotals;
 use crate::words::hex;
 
@@ -1067,6 +1068,10 @@ pub struct WireReview<'a> {
     /// records made before podstuck passed counts to the diagnosis).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "at_most")]
     pub counted: Vec<WireCounted>,
+    /// The run's last review (absent, false, from records made before
+    /// detectors were told).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closing: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -1163,6 +1168,110 @@ pub enum WireEntry<'a> {
     Call(Box<WireCall<'a>>),
     Review(WireReview<'a>),
     End(WireEnd),
+    Lifecycle(Box<WireLifecycle<'a>>),
+}
+
+/// A lifecycle event the diagnosis saw, with who and which pod it is about.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireLifecycle<'a> {
+    time: u64,
+    pid: u32,
+    ppid: u32,
+    comm: Cow<'a, str>,
+    cgroup_id: u64,
+    what: WireWhat<'a>,
+    pod_uid: Option<Cow<'a, PodUid>>,
+    actor: Cow<'a, Actor>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WireWhat<'a> {
+    Exec { filename: Bytes<'a>, cni: Option<WireCni<'a>> },
+    Exit { status: i32 },
+    Signal { sig: i32, result: i32, target_pid: u32, target_comm: Cow<'a, str>, group: bool },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireCni<'a> {
+    command: Cow<'a, str>,
+    container_id: Cow<'a, str>,
+    netns: Cow<'a, str>,
+    ifname: Cow<'a, str>,
+    pod_uid: Option<Cow<'a, PodUid>>,
+    pod_namespace: Cow<'a, str>,
+    pod_name: Cow<'a, str>,
+}
+
+impl<'a> WireLifecycle<'a> {
+    pub fn of(e: &'a LifecycleEvent, identity: &'a LifecycleIdentity) -> WireLifecycle<'a> {
+        let what = match &e.what {
+            Lifecycle::Exec { filename, cni } => WireWhat::Exec {
+                filename: Bytes::of(filename),
+                cni: cni.as_ref().map(|c| WireCni {
+                    command: Cow::Borrowed(&c.command),
+                    container_id: Cow::Borrowed(&c.container_id),
+                    netns: Cow::Borrowed(&c.netns),
+                    ifname: Cow::Borrowed(&c.ifname),
+                    pod_uid: c.pod_uid.as_ref().map(Cow::Borrowed),
+                    pod_namespace: Cow::Borrowed(&c.pod_namespace),
+                    pod_name: Cow::Borrowed(&c.pod_name),
+                }),
+            },
+            Lifecycle::Exit { status } => WireWhat::Exit { status: *status },
+            Lifecycle::Signal(s) => WireWhat::Signal {
+                sig: s.sig,
+                result: s.result.code(),
+                target_pid: s.target_pid,
+                target_comm: Cow::Borrowed(&s.target_comm),
+                group: s.group,
+            },
+        };
+        WireLifecycle {
+            time: nanos(e.time),
+            pid: e.pid,
+            ppid: e.ppid,
+            comm: Cow::Borrowed(&e.comm),
+            cgroup_id: e.cgroup_id,
+            what,
+            pod_uid: identity.pod_uid.as_ref().map(Cow::Borrowed),
+            actor: Cow::Borrowed(&identity.actor),
+        }
+    }
+
+    pub fn into_lifecycle(self) -> (LifecycleEvent, LifecycleIdentity) {
+        let what = match self.what {
+            WireWhat::Exec { filename, cni } => Lifecycle::Exec {
+                filename: filename.into_vec(),
+                cni: cni.map(|c| CniRun {
+                    command: c.command.into_owned(),
+                    container_id: c.container_id.into_owned(),
+                    netns: c.netns.into_owned(),
+                    ifname: c.ifname.into_owned(),
+                    pod_uid: c.pod_uid.map(Cow::into_owned),
+                    pod_namespace: c.pod_namespace.into_owned(),
+                    pod_name: c.pod_name.into_owned(),
+                }),
+            },
+            WireWhat::Exit { status } => Lifecycle::Exit { status },
+            WireWhat::Signal { sig, result, target_pid, target_comm, group } => Lifecycle::Signal(SignalSent {
+                sig,
+                result: SignalResult::of(result),
+                target_pid,
+                target_comm: target_comm.into_owned(),
+                group,
+            }),
+        };
+        let event = LifecycleEvent {
+            time: time(self.time),
+            pid: self.pid,
+            ppid: self.ppid,
+            comm: self.comm.into_owned(),
+            cgroup_id: self.cgroup_id,
+            what,
+        };
+        (event, LifecycleIdentity { pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_owned() })
+    }
 }
 
 /// The plain-text second line: what the record is, readable with `head -2`.

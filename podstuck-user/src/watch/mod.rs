@@ -243,6 +243,7 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
         node_name: facts.node.clone(),
         host_mntns: own_mount_namespace(options.node),
         in_container: options.node.in_container(),
+        pods: options.pods.clone(),
     };
     // A bad record path fails now too, before the programs load.
     let recorder = match &options.record {
@@ -303,6 +304,9 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     }
     if let Some(why) = tracer.fallback() {
         pipeline.say(why);
+    }
+    if let Some(why) = tracer.lifecycle_missing() {
+        pipeline.say(&format!("no process lifecycle on this kernel ({why}): a failing CNI teardown, a SIGTERM ignored and a task SIGKILL does not end go unseen; the removals are traced as ever"));
     }
     // After the banner, as the fallback is: what this kernel does less well.
     for degraded in &tracing.degraded {
@@ -407,7 +411,7 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
             _ = review.tick() => {
                 pipeline.harvest(tracer, BATCH_FOR);
                 let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
-                let reports = pipeline.review(node, &in_flight);
+                let reports = pipeline.review(node, &in_flight, false);
                 pipeline.tell(&reports).context("writing findings")?;
             }
             _ = sigint.recv() => return Ok(Stopped::by("SIGINT")),
@@ -455,7 +459,7 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verd
     let emptied = pipeline.drain(tracer, drain_for()).context("writing events")?;
     pipeline.last_harvest(tracer, drain_for());
     let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
-    let reports = pipeline.review(node, &in_flight);
+    let reports = pipeline.review(node, &in_flight, true);
     pipeline.tell(&reports).context("writing findings")?;
     let untold = pipeline.diagnoser.untold();
     pipeline.tell(&untold).context("writing findings")?;

@@ -9,16 +9,18 @@ use std::fs::File;
 use std::io;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::collect::Tracer;
+use crate::collect::{Received, Tracer};
 use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review, Status};
 use crate::event::Flight;
 use crate::event::{CallEvent, DecodeError};
 use crate::explain::join::ApiJoin;
 use crate::identify::actor::Role;
+use crate::identify::pod::PodUid;
 use crate::identify::{Identifier, PodFilter};
 use crate::inspect::real_node::RealNode;
 use crate::k8s_events::EventSink;
 use crate::latency::LatencyBook;
+use crate::lifecycle::{Lifecycle, LifecycleEvent, LifecycleIdentity};
 use crate::print::{stderr_line, Out, Printer};
 use crate::record::{Recorder, RecordingNode};
 use crate::run::RunTotals;
@@ -46,7 +48,16 @@ pub(super) struct Pipeline {
     api: Option<ApiJoin>,
     /// `--events`: what is told is posted as Kubernetes Events too.
     pub(super) events: Option<EventSink>,
+    /// Processes an admitted exec or signal named, and their pod: their
+    /// exit is admitted as theirs (a CNI plugin runs in the runtime's
+    /// cgroup, so only its exec says which pod it works for).
+    named: BTreeMap<u32, Option<PodUid>>,
 }
+
+/// Processes [`Pipeline`] remembers between their exec or signal and their
+/// exit, at most: past this the lowest pids are forgotten (the kernel's
+/// own map of them is as large, and LRU).
+const NAMED_MAX: usize = 4096;
 
 impl Pipeline {
     pub(super) fn new(
@@ -76,6 +87,7 @@ impl Pipeline {
             recorder,
             api,
             events: None,
+            named: BTreeMap::new(),
         }
     }
 
@@ -95,8 +107,69 @@ impl Pipeline {
         self.printer.say(message);
     }
 
-    /// One record from the kernel.
-    pub(super) fn take(&mut self, decoded: Result<CallEvent, DecodeError>) -> io::Result<()> {
+    /// One record from the kernel, of either ring.
+    pub(super) fn take(&mut self, received: Received) -> io::Result<()> {
+        match received {
+            Received::Call(decoded) => self.take_call(decoded),
+            Received::Lifecycle(decoded) => {
+                match decoded {
+                    Ok(event) => self.take_lifecycle(&event),
+                    Err(e) => self.say(&format!("skipped a lifecycle record: {e}")),
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Who a lifecycle event is about, and whether it is in scope.
+    fn identify_lifecycle(&mut self, event: &LifecycleEvent) -> LifecycleIdentity {
+        let who = self.identifier.identify_task(event.pid, &event.comm, event.ppid, event.cgroup_id);
+        let pod_uid = match &event.what {
+            Lifecycle::Exec { cni: Some(cni), .. } => cni.pod_uid.clone().or(who.pod_uid),
+            Lifecycle::Exec { cni: None, .. } => who.pod_uid,
+            // The target's pod, from its cgroup: it is alive, it was just signalled.
+            Lifecycle::Signal(sent) => self.identifier.identify_process(sent.target_pid, 0).pod_uid,
+            Lifecycle::Exit { .. } => self.named.remove(&event.pid).flatten(),
+        };
+        LifecycleIdentity { pod_uid, actor: who.actor }
+    }
+
+    /// One lifecycle event: identified, filtered, seen by the detectors, recorded.
+    fn take_lifecycle(&mut self, event: &LifecycleEvent) {
+        // An exit of a process nothing named before is none of ours.
+        if matches!(event.what, Lifecycle::Exit { .. }) && !self.named.contains_key(&event.pid) {
+            return;
+        }
+        let identity = self.identify_lifecycle(event);
+        let admitted = match &identity.pod_uid {
+            Some(uid) => self.filter.is_whole_node() || self.filter.pods().any(|p| p == uid),
+            // A CNI run for no pod (a runtime's own test, `cnitool`) and a
+            // signal to a process in no pod: not a pod's teardown.
+            None => false,
+        };
+        if !admitted {
+            return;
+        }
+        let named = match &event.what {
+            Lifecycle::Exec { .. } => Some(event.pid),
+            Lifecycle::Signal(sent) => Some(sent.target_pid),
+            Lifecycle::Exit { .. } => None,
+        };
+        if let Some(pid) = named {
+            if self.named.len() >= NAMED_MAX {
+                self.named.pop_first();
+            }
+            self.named.insert(pid, identity.pod_uid.clone());
+        }
+        self.diagnoser.lifecycle(event, &identity);
+        let stopped = self.recorder.as_mut().and_then(|r| r.add_lifecycle(event, &identity).err());
+        if let Some(e) = stopped {
+            self.say(&e.to_string());
+        }
+    }
+
+    /// One call from the kernel.
+    fn take_call(&mut self, decoded: Result<CallEvent, DecodeError>) -> io::Result<()> {
         let event = match decoded {
             Ok(event) => event,
             // Counted in the totals; said here so it is never silent.
@@ -170,8 +243,8 @@ impl Pipeline {
     }
 
     /// One diagnosis review at `now`; recorded, questions to the node and
-    /// all, when recording.
-    pub(super) fn review(&mut self, node: &mut RealNode, in_flight: &[CallInFlight]) -> Vec<Report> {
+    /// all, when recording. `closing`: the run's last.
+    pub(super) fn review(&mut self, node: &mut RealNode, in_flight: &[CallInFlight], closing: bool) -> Vec<Report> {
         let now = SystemTime::now();
         for message in self.api.as_ref().map(ApiJoin::messages).unwrap_or_default() {
             self.printer.say(&message);
@@ -180,13 +253,17 @@ impl Pipeline {
             self.printer.say(&message);
         }
         let counted = std::mem::take(&mut self.counted);
+        if closing {
+            self.diagnoser.closing();
+        }
         self.diagnoser.counted(&counted);
         let reports = match self.recorder.as_mut() {
             None => self.diagnoser.review(&mut Review { now, in_flight, node }),
             Some(recorder) => {
                 let mut recording = RecordingNode::new(node);
                 let reports = self.diagnoser.review(&mut Review { now, in_flight, node: &mut recording });
-                if let Err(e) = recorder.add_review(now, in_flight, &counted, recording.into_asked(), &reports) {
+                if let Err(e) = recorder.add_review(now, in_flight, &counted, recording.into_asked(), &reports, closing)
+                {
                     self.printer.say(&e.to_string());
                 }
                 reports
@@ -273,12 +350,9 @@ impl std::error::Error for Enough {}
 /// `take`, made to say [`Enough`] once `budget` has passed since its first
 /// record, so that a drain ends with records left in the ring. The record
 /// it was handed is taken first.
-pub(super) fn for_at_most<F>(
-    budget: Duration,
-    mut take: F,
-) -> impl FnMut(Result<CallEvent, DecodeError>) -> io::Result<()>
+pub(super) fn for_at_most<F>(budget: Duration, mut take: F) -> impl FnMut(Received) -> io::Result<()>
 where
-    F: FnMut(Result<CallEvent, DecodeError>) -> io::Result<()>,
+    F: FnMut(Received) -> io::Result<()>,
 {
     let mut first: Option<Instant> = None;
     move |record| {

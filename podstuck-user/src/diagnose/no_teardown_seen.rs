@@ -1,0 +1,160 @@
+//! P15, no-teardown-seen: with `--pod`, nothing on this node has worked on
+//! the pod for a while: no removal, unmount or cgroup call concerning it,
+//! no call in flight, no exec, signal or exit. A pod stuck in Terminating
+//! while its node is silent is stuck elsewhere: kubelet never learnt of
+//! the deletion, or the node's side is done and the API holds the pod (a
+//! finalizer, a NotReady node). Said once in plain words, so that silence
+//! never reads as "the node is fine", and at the run's end even when the
+//! run was shorter than the wait: nothing seen at all is worth saying.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::{human_duration, Confidence, Detector, Finding, Kind, Review, Severity, Status};
+use crate::event::CallEvent;
+use crate::identify::pod::PodUid;
+use crate::identify::Identity;
+use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
+
+/// Quiet for this long, a pod's teardown is said to be not under way.
+pub const QUIET_FOR: Duration = Duration::from_secs(30);
+
+struct Pod {
+    /// The latest call, call in flight or lifecycle event concerning it.
+    last_seen: Option<SystemTime>,
+    /// Whether its finding is active (told), to tell its end once.
+    active: bool,
+}
+
+pub struct NoTeardownSeen {
+    pods: BTreeMap<PodUid, Pod>,
+    /// The first review: when watching began.
+    started: Option<SystemTime>,
+    closing: bool,
+}
+
+impl NoTeardownSeen {
+    /// The pods `--pod` names; none (the whole node): never says anything.
+    pub fn new(pods: Vec<PodUid>) -> NoTeardownSeen {
+        let pods = pods.into_iter().map(|uid| (uid, Pod { last_seen: None, active: false })).collect();
+        NoTeardownSeen { pods, started: None, closing: false }
+    }
+
+    fn seen(&mut self, pod: Option<&PodUid>, at: SystemTime) {
+        if let Some(p) = pod.and_then(|uid| self.pods.get_mut(uid)) {
+            p.last_seen = Some(p.last_seen.map_or(at, |t| t.max(at)));
+        }
+    }
+
+    fn finding(uid: &PodUid, since: SystemTime, quiet: Duration, seen_any: bool) -> Finding {
+        let mut f = Finding::new(Kind::NoTeardownSeen, uid.as_str(), Severity::Warning, since);
+        f.pod_uid = Some(uid.clone());
+        f.pods = vec![uid.clone()];
+        f.confidence = Confidence::Likely;
+        let what = "no removal, unmount or cgroup call concerning it, no CNI plugin run for it, no signal to its processes and no exit of them";
+        let when = match seen_any {
+            true => format!("for the last {}", human_duration(quiet)),
+            false => format!("in the {} podstuck watched", human_duration(quiet)),
+        };
+        f.summary = format!(
+            "Nothing on this node is working on pod {}'s teardown: {what} {when}. If the pod is stuck in Terminating, the cause is not on this node's side: kubelet may never have learnt of the deletion, or the node's part is done and the API holds the pod (a finalizer, a NotReady node).",
+            uid.as_str()
+        );
+        f.evidence("trace", format!("nothing concerning pod {} {when}", uid.as_str()));
+        f.fix = format!("podstuck explain {}", uid.as_str());
+        f.advice.push("explain reads the API side (finalizers, the node's readiness, volumes that do not detach, kubelet's warnings); run it where a kubeconfig reaches the cluster, or give watch --pod NAMESPACE/NAME to have it joined here".into());
+        f.advice.push("if kubelet never acted: its log says whether it saw the deletion (journalctl -u kubelet --since -15min | grep <pod name>)".into());
+        f
+    }
+}
+
+impl Detector for NoTeardownSeen {
+    fn observe(&mut self, event: &CallEvent, identity: &Identity) {
+        self.seen(identity.pod_uid.as_ref(), event.time);
+    }
+
+    fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
+        self.seen(identity.pod_uid.as_ref(), event.time);
+    }
+
+    fn closing(&mut self) {
+        self.closing = true;
+    }
+
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
+        let now = review.now;
+        let started = *self.started.get_or_insert(now);
+        for call in review.in_flight {
+            // A call still in flight is work under way, however long it hangs.
+            if let Some(p) = call.pod_uid.as_ref().and_then(|uid| self.pods.get_mut(uid)) {
+                p.last_seen = Some(now);
+            }
+        }
+        let mut out = Vec::new();
+        for (uid, pod) in self.pods.iter_mut() {
+            let since = pod.last_seen.unwrap_or(started).max(started);
+            let quiet = now.duration_since(since).unwrap_or_default();
+            // At the end, a run that saw nothing of the pod says so, however short.
+            let nothing_at_all = self.closing && pod.last_seen.is_none() && quiet > Duration::ZERO;
+            if quiet >= QUIET_FOR || nothing_at_all {
+                pod.active = true;
+                out.push(Self::finding(uid, since, quiet, pod.last_seen.is_some()));
+            } else if pod.active {
+                pod.active = false;
+                let mut f = Self::finding(uid, since, quiet, true);
+                f.status = Status::Resolved;
+                f.summary = format!("Work on pod {}'s teardown was seen again on this node.", uid.as_str());
+                out.push(f);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::fake::{pod, rmdir, t, FakeNode};
+
+    fn review(d: &mut NoTeardownSeen, at: f64) -> Vec<Finding> {
+        d.review(&mut Review { now: t(at), in_flight: &[], node: &mut FakeNode::default() })
+    }
+
+    #[test]
+    fn a_pod_nobody_touches_is_said_after_thirty_seconds_and_its_end_when_work_shows() {
+        let mut d = NoTeardownSeen::new(vec![pod()]);
+        assert!(review(&mut d, 0.0).is_empty());
+        assert!(review(&mut d, 29.0).is_empty());
+        let told = review(&mut d, 30.5);
+        let [f] = &told[..] else { panic!("{told:?}") };
+        assert_eq!((f.kind, f.status), (Kind::NoTeardownSeen, Status::Active));
+        assert!(f
+            .summary
+            .starts_with(&format!("Nothing on this node is working on pod {}'s teardown", pod().as_str())));
+        assert_eq!(f.fix, format!("podstuck explain {}", pod().as_str()));
+        let call = rmdir(31.0, "kubelet", &format!("/var/lib/kubelet/pods/{}/volumes/x", pod().as_str()), -16);
+        d.observe(&call.event, &call.identity);
+        let back = review(&mut d, 31.5);
+        assert!(matches!(&back[..], [f] if f.status == Status::Resolved), "{back:?}");
+        assert!(review(&mut d, 40.0).is_empty(), "work seen 9 s ago");
+    }
+
+    #[test]
+    fn a_short_run_says_it_at_its_end_only_when_it_saw_nothing_and_the_whole_node_never() {
+        let mut d = NoTeardownSeen::new(vec![pod()]);
+        review(&mut d, 0.0);
+        d.closing();
+        let told = review(&mut d, 5.0);
+        assert!(matches!(&told[..], [f] if f.summary.contains("in the 5.0 s podstuck watched")), "{told:?}");
+        let mut d = NoTeardownSeen::new(vec![pod()]);
+        review(&mut d, 0.0);
+        let call = rmdir(1.0, "kubelet", &format!("/var/lib/kubelet/pods/{}/volumes/x", pod().as_str()), 0);
+        d.observe(&call.event, &call.identity);
+        d.closing();
+        assert!(review(&mut d, 5.0).is_empty(), "work was seen 4 s before the end");
+        let mut whole = NoTeardownSeen::new(Vec::new());
+        review(&mut whole, 0.0);
+        whole.closing();
+        assert!(review(&mut whole, 100.0).is_empty());
+    }
+}

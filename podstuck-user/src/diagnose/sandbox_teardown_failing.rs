@@ -1,0 +1,322 @@
+//! P12, sandbox-teardown-failing: the runtime runs the pod's CNI plugin
+//! with `CNI_COMMAND=DEL` to tear its network down, the plugin fails, and
+//! the runtime (for kubelet's `KillPodSandbox`) tries again on its sync
+//! rhythm, for as long as it takes. No removal ever fails, so nothing else
+//! in podstuck sees it. Seen here as the plugin's exec (its `CNI_*`
+//! variables name the sandbox and the pod) and its exit status; a plugin
+//! run by a plugin (an IPAM plugin such as host-local, a chained one) is
+//! told as the outer one's cause. `ADD` and `CHECK` runs are not this.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::{human_duration, rhythm, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
+use crate::event::CallEvent;
+use crate::explain::command;
+use crate::identify::pod::PodUid;
+use crate::identify::{Actor, Identity};
+use crate::lifecycle::{status_words, CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity};
+
+/// DEL runs waiting for their exit, at most (a plugin lives milliseconds).
+const RUNS_MAX: usize = 1024;
+/// Sandboxes followed at most; past this the quietest are forgotten.
+const SANDBOXES_MAX: usize = 256;
+/// Failed runs in a row before it is told: one failure may be a restart.
+const FAILURES_TOLD: u64 = 2;
+/// Attempt times kept per sandbox, for the rhythm.
+const TIMES_KEPT: usize = 16;
+/// A sandbox nobody has tried to tear down for this long is forgotten
+/// (the pod was force-deleted, or the node's runtime gave up).
+const FORGET_AFTER: Duration = Duration::from_secs(30 * 60);
+
+/// A DEL run between its exec and its exit.
+struct Run {
+    plugin: String,
+    path: Vec<u8>,
+    cni: CniRun,
+    pod: Option<PodUid>,
+    actor: Actor,
+    /// The run of the plugin that exec'd this one (its IPAM or chained
+    /// plugin), if any.
+    outer: Option<u32>,
+    /// The plugins this run ran that failed, with their status.
+    inner: BTreeMap<String, i32>,
+}
+
+/// One sandbox's teardown, as its DEL runs went.
+struct Sandbox {
+    pod: Option<PodUid>,
+    cni: CniRun,
+    plugin: String,
+    path: Vec<u8>,
+    actor: Actor,
+    pid: u32,
+    /// Failed runs since the last success.
+    failures: u64,
+    last_status: i32,
+    /// Plugins run by the outer one that failed too, with their status.
+    inner: BTreeMap<String, i32>,
+    times: Vec<SystemTime>,
+    first_seen: SystemTime,
+    last_seen: SystemTime,
+    /// A DEL succeeded after the failures: told once as resolved.
+    succeeded: bool,
+    told_resolved: bool,
+}
+
+pub struct SandboxTeardownFailing {
+    runs: BTreeMap<u32, Run>,
+    sandboxes: BTreeMap<String, Sandbox>,
+    /// This node's name, for the daemon pod to restart.
+    node_name: String,
+}
+
+impl SandboxTeardownFailing {
+    pub fn new(node_name: String) -> SandboxTeardownFailing {
+        SandboxTeardownFailing { runs: BTreeMap::new(), sandboxes: BTreeMap::new(), node_name }
+    }
+}
+
+/// The daemon behind a CNI plugin that has one, and how to restart the
+/// node's: (plugin, namespace, label selector, what it is).
+const DAEMONS: [(&str, &str, &str, &str); 6] = [
+    ("calico", "kube-system", "k8s-app=calico-node", "calico-node"),
+    ("cilium-cni", "kube-system", "k8s-app=cilium", "the cilium agent"),
+    ("flannel", "kube-flannel", "app=flannel", "flanneld"),
+    ("aws-cni", "kube-system", "k8s-app=aws-node", "aws-node (ipamd)"),
+    ("weave-net", "kube-system", "name=weave-net", "weave"),
+    ("azure-vnet", "kube-system", "k8s-app=azure-cns", "azure-cns"),
+];
+
+fn base_name(path: &[u8]) -> String {
+    let name = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
+    crate::words::safe_text(name)
+}
+
+impl SandboxTeardownFailing {
+    fn exec(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity, filename: &[u8], cni: &CniRun) {
+        if cni.command != "DEL" {
+            return;
+        }
+        if self.runs.len() >= RUNS_MAX {
+            self.runs.pop_first();
+        }
+        let outer = self.runs.contains_key(&event.ppid).then_some(event.ppid);
+        self.runs.insert(
+            event.pid,
+            Run {
+                plugin: base_name(filename),
+                path: filename.to_vec(),
+                cni: cni.clone(),
+                pod: identity.pod_uid.clone(),
+                actor: identity.actor.clone(),
+                outer,
+                inner: BTreeMap::new(),
+            },
+        );
+    }
+
+    fn exit(&mut self, event: &LifecycleEvent, status: i32) {
+        let Some(run) = self.runs.remove(&event.pid) else { return };
+        if let Some(outer) = run.outer {
+            // An IPAM or chained plugin, which exits before the plugin that
+            // ran it: its failure is told as the outer run's cause.
+            if let Some(outer) = self.runs.get_mut(&outer).filter(|_| status != 0) {
+                outer.inner.insert(run.plugin, status);
+            }
+            return;
+        }
+        let key = run.cni.container_id.clone();
+        if status == 0 {
+            if let Some(sandbox) = self.sandboxes.get_mut(&key) {
+                sandbox.succeeded = sandbox.failures >= FAILURES_TOLD;
+                sandbox.last_seen = event.time;
+                if !sandbox.succeeded {
+                    self.sandboxes.remove(&key);
+                }
+            }
+            return;
+        }
+        if !self.sandboxes.contains_key(&key) && self.sandboxes.len() >= SANDBOXES_MAX {
+            let quietest = self.sandboxes.iter().min_by_key(|(_, s)| s.last_seen).map(|(k, _)| k.clone());
+            quietest.map(|k| self.sandboxes.remove(&k));
+        }
+        let sandbox = self.sandboxes.entry(key).or_insert_with(|| Sandbox {
+            pod: run.pod.clone(),
+            cni: run.cni.clone(),
+            plugin: run.plugin.clone(),
+            path: run.path.clone(),
+            actor: run.actor.clone(),
+            pid: event.pid,
+            failures: 0,
+            last_status: status,
+            inner: BTreeMap::new(),
+            times: Vec::new(),
+            first_seen: event.time,
+            last_seen: event.time,
+            succeeded: false,
+            told_resolved: false,
+        });
+        if sandbox.succeeded {
+            // A new round of failures after a success: counted afresh.
+            sandbox.failures = 0;
+            sandbox.first_seen = event.time;
+            sandbox.times.clear();
+        }
+        sandbox.failures += 1;
+        sandbox.last_status = status;
+        sandbox.pid = event.pid;
+        sandbox.last_seen = event.time;
+        sandbox.succeeded = false;
+        sandbox.told_resolved = false;
+        sandbox.inner.extend(run.inner);
+        if sandbox.times.len() >= TIMES_KEPT {
+            sandbox.times.remove(0);
+        }
+        sandbox.times.push(event.time);
+    }
+
+    fn finding(&self, sandbox: &Sandbox, key: &str, node: &mut dyn crate::inspect::NodeInspector) -> Finding {
+        let mut f = Finding::new(Kind::SandboxTeardownFailing, key, Severity::Critical, sandbox.first_seen);
+        f.last_seen = sandbox.last_seen;
+        f.pod_uid = sandbox.pod.clone();
+        f.pods = sandbox.pod.iter().cloned().collect();
+        f.actor = Some(FindingActor::of(sandbox.pid, &sandbox.actor));
+        f.count = sandbox.failures;
+        f.paths = vec![sandbox.path.clone()];
+        let pod = match sandbox.cni.pod_words() {
+            words if words.is_empty() => "a pod".to_string(),
+            words => format!("pod {words}"),
+        };
+        let runtime = if sandbox.actor.parent.is_empty() { "the runtime".into() } else { sandbox.actor.parent.clone() };
+        let inner: Vec<String> =
+            sandbox.inner.iter().map(|(plugin, status)| format!("{plugin} ({})", status_words(*status))).collect();
+        let cause = match inner.is_empty() {
+            true => String::new(),
+            false => format!(", failing in the plugin it runs, {}", inner.join(", ")),
+        };
+        let rhythm = rhythm::recognise(&sandbox.times);
+        f.rhythm = rhythm.map(|r| r.describe());
+        let spread = sandbox.last_seen.duration_since(sandbox.first_seen).unwrap_or_default();
+        f.summary = format!(
+            "The network of {pod}'s sandbox cannot be torn down: {runtime} ran the CNI plugin {} with DEL {} times in {}, and it failed each time ({}{cause}). Until a DEL succeeds, the sandbox stays and the pod stays Terminating.",
+            sandbox.plugin,
+            sandbox.failures,
+            human_duration(spread),
+            status_words(sandbox.last_status),
+        );
+        f.evidence(
+            "exec",
+            format!(
+                "{} CNI_COMMAND=DEL CNI_CONTAINERID={} CNI_NETNS={} CNI_IFNAME={}",
+                crate::words::escape_path(&sandbox.path),
+                sandbox.cni.container_id,
+                sandbox.cni.netns,
+                sandbox.cni.ifname
+            ),
+        );
+        f.evidence(
+            "exit",
+            format!(
+                "{} {} time(s) in a row, the last {}",
+                sandbox.plugin,
+                sandbox.failures,
+                status_words(sandbox.last_status)
+            ),
+        );
+        for line in &inner {
+            f.evidence("exit", format!("run by {}: {line}", sandbox.plugin));
+        }
+        f.confidence = Confidence::Likely;
+        if !sandbox.cni.netns.is_empty() {
+            match node.file_facts(sandbox.cni.netns.as_bytes()) {
+                Ok(_) => {
+                    f.confidence = Confidence::Confirmed;
+                    f.evidence(
+                        "lstat",
+                        format!("the sandbox's network namespace {} is still there", sandbox.cni.netns),
+                    );
+                }
+                Err(why) => {
+                    f.evidence("lstat", format!("the sandbox's network namespace {} is gone ({why}): a plugin that fails DEL on a missing namespace breaks the CNI spec, which asks DEL to succeed then", sandbox.cni.netns));
+                }
+            }
+        }
+        f.detail("plugin", sandbox.plugin.clone());
+        f.detail("sandbox", sandbox.cni.container_id.clone());
+        f.detail("exit_code", (sandbox.last_status >> 8) & 0xff);
+        f.detail("failures", sandbox.failures);
+        let logs = command(&[
+            "journalctl",
+            "-u",
+            "containerd",
+            "-u",
+            "crio",
+            "--since",
+            "-15min",
+            "--grep",
+            &sandbox.cni.container_id,
+        ]);
+        match DAEMONS.iter().find(|(plugin, ..)| *plugin == sandbox.plugin) {
+            Some((_, namespace, selector, what)) => {
+                f.fix = command(&[
+                    "kubectl",
+                    "-n",
+                    namespace,
+                    "delete",
+                    "pod",
+                    "-l",
+                    selector,
+                    "--field-selector",
+                    &format!("spec.nodeName={}", self.node_name),
+                ]);
+                f.advice.push(format!("{} answers the plugin's DEL: check it is running and ready on this node (kubectl -n {namespace} get pods -l {selector} -o wide); the command restarts this node's", what));
+                f.advice.push(format!("the plugin's own error is in the runtime's log: {logs}"));
+            }
+            None => {
+                f.fix = logs;
+                f.advice.push("the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into());
+                if sandbox.inner.contains_key("host-local") {
+                    f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release, and the directory must be a writable directory", sandbox.cni.container_id));
+                }
+            }
+        }
+        f.advice.push(format!(
+            "last resort, once the network is known gone: crictl rmp --force {}",
+            sandbox.cni.container_id
+        ));
+        f
+    }
+}
+
+impl Detector for SandboxTeardownFailing {
+    fn observe(&mut self, _event: &CallEvent, _identity: &Identity) {}
+
+    fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
+        match &event.what {
+            Lifecycle::Exec { filename, cni: Some(cni) } => self.exec(event, identity, filename, cni),
+            Lifecycle::Exit { status } => self.exit(event, *status),
+            _ => {}
+        }
+    }
+
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let now = review.now;
+        self.sandboxes.retain(|_, s| {
+            let quiet = now.duration_since(s.last_seen).unwrap_or_default() >= FORGET_AFTER;
+            !(quiet || s.told_resolved)
+        });
+        for (key, sandbox) in &self.sandboxes {
+            if sandbox.succeeded {
+                let mut f = self.finding(sandbox, key, review.node);
+                f.status = Status::Resolved;
+                out.push(f);
+            } else if sandbox.failures >= FAILURES_TOLD {
+                out.push(self.finding(sandbox, key, review.node));
+            }
+        }
+        self.sandboxes.values_mut().filter(|s| s.succeeded).for_each(|s| s.told_resolved = true);
+        out
+    }
+}

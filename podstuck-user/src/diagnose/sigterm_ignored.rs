@@ -1,0 +1,274 @@
+//! P13, sigterm-ignored: the runtime sent a container's process SIGTERM
+//! and it did not exit, so the pod waits out its whole grace period
+//! (minutes, sometimes an hour) before the runtime's SIGKILL. Most often a
+//! container's PID 1 with no handler: the kernel drops SIGTERM for a PID
+//! namespace's init whose action is the default, which `signal_generate`
+//! reports as "ignored" the moment it is sent. A process that handles
+//! SIGTERM and is still running a second later is told too, as slow.
+//! A process that exits within a second of SIGTERM gives nothing.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::{human_duration, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
+use crate::event::CallEvent;
+use crate::identify::pod::PodUid;
+use crate::identify::{Actor, Identity};
+use crate::lifecycle::{Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult};
+
+/// How long a process may take to exit after SIGTERM before it is told.
+pub const EXIT_WITHIN: Duration = Duration::from_secs(1);
+/// Processes followed at most; past this the lowest pids are forgotten.
+const FOLLOWED_MAX: usize = 1024;
+
+/// A SIGTERM sent, its process not yet seen to exit.
+struct Sent {
+    at: SystemTime,
+    pod: PodUid,
+    comm: String,
+    sender: Actor,
+    sender_pid: u32,
+    result: SignalResult,
+    /// SIGTERMs sent to it so far.
+    times: u64,
+    /// When SIGKILL followed, if it did.
+    killed_at: Option<SystemTime>,
+    /// Seen to exit (or found gone) after it was told: told once resolved.
+    ended: Option<SystemTime>,
+    told: bool,
+}
+
+#[derive(Default)]
+pub struct SigtermIgnored {
+    sent: BTreeMap<u32, Sent>,
+}
+
+impl SigtermIgnored {
+    fn finding(pid: u32, s: &Sent, now: SystemTime, state: Option<String>) -> Finding {
+        let mut f = Finding::new(Kind::SigtermIgnored, &pid.to_string(), Severity::Warning, s.at);
+        f.last_seen = now;
+        f.pod_uid = Some(s.pod.clone());
+        f.pods = vec![s.pod.clone()];
+        f.actor = Some(FindingActor::of(s.sender_pid, &s.sender));
+        f.count = s.times;
+        let waited = human_duration(now.duration_since(s.at).unwrap_or_default());
+        let who = format!("{} (pid {pid})", s.comm);
+        let from = format!("SIGTERM from {} (pid {})", s.sender.description, s.sender_pid);
+        let state = state.map(|s| format!(" It is {s}.")).unwrap_or_default();
+        f.evidence("signal_generate", format!("{from} to {who}: {}", result_words(s.result)));
+        match s.result {
+            SignalResult::Ignored => {
+                f.confidence = Confidence::Confirmed;
+                f.summary = format!(
+                    "{who} got {from} {waited} ago and the kernel dropped it: it is the init (PID 1) of its PID namespace with no SIGTERM handler, so SIGTERM does nothing and the pod waits out its grace period until SIGKILL.{state}"
+                );
+            }
+            _ => {
+                f.confidence = Confidence::Likely;
+                f.summary = format!(
+                    "{who} got {from} {waited} ago and is still running: it handles or blocks SIGTERM and its shutdown has not finished, so the pod waits until it exits or its grace period ends in SIGKILL.{state}"
+                );
+            }
+        }
+        if let Some(killed) = s.killed_at {
+            f.evidence(
+                "signal_generate",
+                format!(
+                    "SIGKILL followed {} after SIGTERM",
+                    human_duration(killed.duration_since(s.at).unwrap_or_default())
+                ),
+            );
+        }
+        f.detail("pid", pid);
+        f.detail("ignored_by_kernel", s.result == SignalResult::Ignored);
+        f.fix = format!("kill -KILL {pid}");
+        f.advice.push("for good: handle SIGTERM in the program (exit when it comes), or run it under an init that forwards signals: tini or dumb-init as the entrypoint, `shareProcessNamespace: true` in the pod spec (the pause container is PID 1 then), docker run --init".into());
+        f.advice.push(
+            "the kill ends the wait now; a lower terminationGracePeriodSeconds shortens it for every later deletion"
+                .into(),
+        );
+        if let Some(ended) = s.ended {
+            f.status = Status::Resolved;
+            f.last_seen = ended;
+        }
+        f
+    }
+}
+
+fn result_words(result: SignalResult) -> String {
+    match result {
+        SignalResult::Delivered => "delivered".into(),
+        SignalResult::Ignored => "ignored by the kernel (result 1)".into(),
+        SignalResult::AlreadyPending => "already pending (it blocks SIGTERM)".into(),
+        SignalResult::Other(code) => format!("not delivered (result {code})"),
+    }
+}
+
+impl Detector for SigtermIgnored {
+    fn observe(&mut self, _event: &CallEvent, _identity: &Identity) {}
+
+    fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
+        match &event.what {
+            Lifecycle::Signal(sent) if sent.sig == libc::SIGTERM => {
+                let Some(pod) = identity.pod_uid.clone() else { return };
+                if let Some(s) = self.sent.get_mut(&sent.target_pid).filter(|s| s.ended.is_none()) {
+                    s.times += 1;
+                    // The kernel's verdict on the latest says most.
+                    s.result = sent.result;
+                    return;
+                }
+                if self.sent.len() >= FOLLOWED_MAX {
+                    self.sent.pop_first();
+                }
+                let s = Sent {
+                    at: event.time,
+                    pod,
+                    comm: sent.target_comm.clone(),
+                    sender: identity.actor.clone(),
+                    sender_pid: event.pid,
+                    result: sent.result,
+                    times: 1,
+                    killed_at: None,
+                    ended: None,
+                    told: false,
+                };
+                self.sent.insert(sent.target_pid, s);
+            }
+            Lifecycle::Signal(sent) if sent.sig == libc::SIGKILL => {
+                if let Some(s) = self.sent.get_mut(&sent.target_pid) {
+                    s.killed_at.get_or_insert(event.time);
+                }
+            }
+            Lifecycle::Exit { .. } => {
+                if let Some(s) = self.sent.get_mut(&event.pid) {
+                    s.ended.get_or_insert(event.time);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
+        let now = review.now;
+        let mut out = Vec::new();
+        for (pid, s) in self.sent.iter_mut() {
+            if s.ended.is_none() && now.duration_since(s.at).unwrap_or_default() < EXIT_WITHIN {
+                continue;
+            }
+            let mut state = None;
+            if s.ended.is_none() {
+                match review.node.task(*pid) {
+                    // A zombie has exited: its parent has yet to reap it.
+                    Ok(task) if task.state != 'Z' && task.state != 'X' => state = Some(task.state_words().to_string()),
+                    _ => s.ended = Some(now),
+                }
+            }
+            if s.ended.is_some() && !s.told {
+                continue;
+            }
+            s.told = true;
+            out.push(Self::finding(*pid, s, now, state));
+        }
+        self.sent.retain(|_, s| s.ended.is_none());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::fake::{pod, t, task, FakeNode};
+    use crate::identify::actor::Role;
+    use crate::lifecycle::SignalSent;
+
+    fn shim() -> LifecycleIdentity {
+        let actor = Actor {
+            comm: "containerd-shim".into(),
+            exe: None,
+            parent: "systemd".into(),
+            role: Role::Shim,
+            description: "containerd-shim".into(),
+        };
+        LifecycleIdentity { pod_uid: Some(pod()), actor }
+    }
+
+    fn signal(at: f64, sig: i32, target: u32, result: SignalResult) -> LifecycleEvent {
+        LifecycleEvent {
+            time: t(at),
+            pid: 50,
+            ppid: 1,
+            comm: "containerd-shim".into(),
+            cgroup_id: 0,
+            what: Lifecycle::Signal(SignalSent {
+                sig,
+                result,
+                target_pid: target,
+                target_comm: "app".into(),
+                group: true,
+            }),
+        }
+    }
+
+    fn exit(at: f64, pid: u32) -> LifecycleEvent {
+        LifecycleEvent {
+            time: t(at),
+            pid,
+            ppid: 50,
+            comm: "app".into(),
+            cgroup_id: 0,
+            what: Lifecycle::Exit { status: 9 },
+        }
+    }
+
+    fn review(d: &mut SigtermIgnored, node: &mut FakeNode, at: f64) -> Vec<Finding> {
+        d.review(&mut Review { now: t(at), in_flight: &[], node })
+    }
+
+    #[test]
+    fn an_init_that_drops_sigterm_is_told_at_once_and_resolved_when_it_dies() {
+        let mut d = SigtermIgnored::default();
+        let mut node = FakeNode::default();
+        node.tasks.insert(700, task(700, "app", 'S'));
+        d.lifecycle(&signal(0.0, libc::SIGTERM, 700, SignalResult::Ignored), &shim());
+        assert!(review(&mut d, &mut node, 0.5).is_empty(), "it may still exit within a second");
+        let told = review(&mut d, &mut node, 2.0);
+        let [f] = &told[..] else { panic!("{told:?}") };
+        assert_eq!((f.kind, f.confidence, f.status), (Kind::SigtermIgnored, Confidence::Confirmed, Status::Active));
+        assert!(f.summary.contains("init (PID 1) of its PID namespace with no SIGTERM handler"), "{}", f.summary);
+        assert!(f.summary.contains("from containerd-shim (pid 50)"), "{}", f.summary);
+        assert_eq!(f.fix, "kill -KILL 700");
+        assert_eq!(f.pod_uid, Some(pod()));
+        d.lifecycle(&signal(20.0, libc::SIGKILL, 700, SignalResult::Delivered), &shim());
+        d.lifecycle(&exit(20.0, 700), &shim());
+        let over = review(&mut d, &mut node, 20.5);
+        let [f] = &over[..] else { panic!("{over:?}") };
+        assert_eq!(f.status, Status::Resolved);
+        assert!(f.evidence.iter().any(|e| e.fact.starts_with("SIGKILL followed 20")), "{:?}", f.evidence);
+        assert!(review(&mut d, &mut node, 21.0).is_empty(), "told once, then forgotten");
+    }
+
+    #[test]
+    fn a_process_that_exits_on_sigterm_gives_nothing_and_one_that_lingers_is_likely() {
+        let mut d = SigtermIgnored::default();
+        let mut node = FakeNode::default();
+        d.lifecycle(&signal(0.0, libc::SIGTERM, 701, SignalResult::Delivered), &shim());
+        d.lifecycle(&exit(0.2, 701), &shim());
+        assert!(review(&mut d, &mut node, 2.0).is_empty());
+        // Gone from /proc without its exit seen (it was reaped between reviews): nothing.
+        d.lifecycle(&signal(3.0, libc::SIGTERM, 702, SignalResult::Delivered), &shim());
+        assert!(review(&mut d, &mut node, 5.0).is_empty());
+        node.tasks.insert(703, task(703, "app", 'S'));
+        d.lifecycle(&signal(6.0, libc::SIGTERM, 703, SignalResult::Delivered), &shim());
+        let told = review(&mut d, &mut node, 8.0);
+        assert!(
+            matches!(&told[..], [f] if f.confidence == Confidence::Likely && f.summary.contains("handles or blocks SIGTERM")),
+            "{told:?}"
+        );
+        // A signal to a process in no pod is none of this detector's.
+        let mut nobody = shim();
+        nobody.pod_uid = None;
+        d.lifecycle(&signal(9.0, libc::SIGTERM, 704, SignalResult::Ignored), &nobody);
+        node.tasks.insert(704, task(704, "x", 'S'));
+        assert!(review(&mut d, &mut node, 12.0).iter().all(|f| f.id != "sigterm-ignored:704"));
+    }
+}

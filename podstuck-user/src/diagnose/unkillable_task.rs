@@ -1,0 +1,289 @@
+//! P14, unkillable-task: SIGKILL was sent to a pod's process and the task
+//! is still there seconds later. A task in uninterruptible sleep (D) takes
+//! no signal until the kernel call it waits in returns: a FUSE request its
+//! server read and never answered, a dead NFS server, a stuck disk. Another
+//! kill does nothing; what ends it is the wait's end (the FUSE connection
+//! aborted, the NFS mount forced off). Before this, cgroup-busy saw it only
+//! once kubelet tried the pod cgroup's rmdir.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::hung_call::HungCall;
+use super::{human_duration, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
+use crate::event::CallEvent;
+use crate::identify::pod::PodUid;
+use crate::identify::{Actor, Identity};
+use crate::inspect::{Mount, NodeInspector, TaskState};
+use crate::lifecycle::{Lifecycle, LifecycleEvent, LifecycleIdentity};
+use crate::words::shell_word;
+
+/// How long a task may outlive its SIGKILL before it is told: dying takes
+/// a task a few milliseconds, unless it waits in the kernel.
+pub const DEAD_WITHIN: Duration = Duration::from_secs(3);
+/// Tasks followed at most; past this the lowest pids are forgotten.
+const FOLLOWED_MAX: usize = 1024;
+/// Stack frames quoted.
+const FRAMES_QUOTED: usize = 6;
+
+struct Killed {
+    at: SystemTime,
+    pod: PodUid,
+    comm: String,
+    sender: Actor,
+    sender_pid: u32,
+    ended: Option<SystemTime>,
+    told: bool,
+}
+
+#[derive(Default)]
+pub struct UnkillableTask {
+    killed: BTreeMap<u32, Killed>,
+}
+
+fn is_fuse(m: &Mount) -> bool {
+    m.fstype == "fuse" || m.fstype.starts_with("fuse.") || m.fstype == "fuseblk"
+}
+
+fn is_network_fs(m: &Mount) -> bool {
+    m.fstype.starts_with("nfs") || m.fstype == "cifs" || m.fstype == "smb3" || m.fstype == "ceph"
+}
+
+/// Whether the task's kernel stack or wait channel names `what`.
+fn waits_in(task: &TaskState, what: &[&str]) -> bool {
+    task.stack.iter().chain(task.wchan.iter()).any(|frame| what.iter().any(|w| frame.contains(w)))
+}
+
+impl UnkillableTask {
+    fn finding(pid: u32, k: &Killed, now: SystemTime, node: &mut dyn NodeInspector) -> Finding {
+        let mut f = Finding::new(Kind::UnkillableTask, &pid.to_string(), Severity::Critical, k.at);
+        f.last_seen = now;
+        f.pod_uid = Some(k.pod.clone());
+        f.pods = vec![k.pod.clone()];
+        f.actor = Some(FindingActor::of(k.sender_pid, &k.sender));
+        f.count = 1;
+        f.detail("pid", pid);
+        let waited = human_duration(now.duration_since(k.at).unwrap_or_default());
+        let who = format!("{} (pid {pid})", k.comm);
+        f.evidence(
+            "signal_generate",
+            format!("SIGKILL from {} (pid {}) to {who}, {waited} ago", k.sender.description, k.sender_pid),
+        );
+        if k.ended.is_some() {
+            f.status = Status::Resolved;
+            f.summary = format!("{who} outlived its SIGKILL, then ended.");
+            return f;
+        }
+        let task = match node.task(pid) {
+            Ok(task) => task,
+            Err(why) => {
+                f.confidence = Confidence::Possible;
+                f.summary = format!("{who} got SIGKILL {waited} ago and has not been seen to exit, but /proc/{pid} is unreadable ({why}).");
+                f.fix = format!("cat /proc/{pid}/stack");
+                return f;
+            }
+        };
+        let wchan = task.wchan.as_ref().map(|w| format!(", waiting in {w}")).unwrap_or_default();
+        f.evidence(format!("/proc/{pid}/stat"), format!("task {pid} ({}) is {}{wchan}", task.comm, task.state_words()));
+        if !task.stack.is_empty() {
+            let frames: Vec<&str> = task.stack.iter().take(FRAMES_QUOTED).map(String::as_str).collect();
+            f.evidence(format!("/proc/{pid}/stack"), frames.join(" <- "));
+        }
+        let waiting = format!("{who} got SIGKILL {waited} ago and is still there, {}{wchan}", task.state_words());
+        let mounts = node.host_mounts().unwrap_or_default();
+        let fuse: Vec<&Mount> = mounts.iter().filter(|m| is_fuse(m)).collect();
+        let network: Vec<&Mount> = mounts.iter().filter(|m| is_network_fs(m)).collect();
+        if waits_in(&task, &["fuse"]) && !fuse.is_empty() {
+            // The mount it waits on: one it holds (cwd, files), else the only one.
+            let held = fuse.iter().find(|m| node.mount_holders(m, 0).iter().any(|h| h.pid == pid));
+            match held.or((fuse.len() == 1).then(|| &fuse[0])) {
+                Some(m) => {
+                    HungCall::on_fuse(&mut f, node, m, &m.mount_point, &waiting);
+                    f.summary
+                        .push_str(" SIGKILL cannot end it until the request is answered or the connection aborted.");
+                }
+                None => {
+                    f.confidence = Confidence::Likely;
+                    let points: Vec<String> = fuse.iter().map(|m| shell_word(&m.mount_point)).collect();
+                    f.summary = format!("{waiting}: it waits on a FUSE server, on one of {}.", points.join(", "));
+                    f.fix = format!("cat /sys/fs/fuse/connections/*/waiting; cat /proc/{pid}/stack");
+                    f.advice.push(
+                        "abort the connection whose waiting count is not 0: echo 1 > /sys/fs/fuse/connections/N/abort"
+                            .into(),
+                    );
+                }
+            }
+        } else if waits_in(&task, &["nfs", "rpc_", "cifs", "ceph"]) && network.len() == 1 {
+            let m = network[0];
+            f.confidence = Confidence::Confirmed;
+            f.summary = format!(
+                "{waiting}: it waits on the {} server {}, which does not answer; SIGKILL cannot end it until it does.",
+                m.fstype, m.source
+            );
+            f.evidence("mountinfo", format!("{} mount of {} at {}", m.fstype, m.source, shell_word(&m.mount_point)));
+            f.fix = format!("umount -f -l {}", shell_word(&m.mount_point));
+            f.advice.push(format!("better: bring {} back; the task then ends by itself", m.source));
+        } else if task.state == 'D' {
+            f.confidence = Confidence::Likely;
+            f.summary = format!("{waiting}: it waits in the kernel (a storage device, a network filesystem or a kernel lock), and SIGKILL cannot end it until that wait ends.");
+            f.fix = format!("cat /proc/{pid}/stack");
+            f.advice.push(
+                "check the device and the kernel's log: dmesg | tail -n 50 (I/O errors, hung task warnings)".into(),
+            );
+        } else {
+            f.confidence = Confidence::Possible;
+            f.severity = Severity::Warning;
+            f.summary = format!(
+                "{waiting}; a task in that state dies at its next return from the kernel, so it may be on its way out."
+            );
+            f.fix = format!("cat /proc/{pid}/stack");
+        }
+        f
+    }
+}
+
+impl Detector for UnkillableTask {
+    fn observe(&mut self, _event: &CallEvent, _identity: &Identity) {}
+
+    fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
+        match &event.what {
+            Lifecycle::Signal(sent) if sent.sig == libc::SIGKILL => {
+                let Some(pod) = identity.pod_uid.clone() else { return };
+                if self.killed.get(&sent.target_pid).is_some_and(|k| k.ended.is_none()) {
+                    return;
+                }
+                if self.killed.len() >= FOLLOWED_MAX {
+                    self.killed.pop_first();
+                }
+                let k = Killed {
+                    at: event.time,
+                    pod,
+                    comm: sent.target_comm.clone(),
+                    sender: identity.actor.clone(),
+                    sender_pid: event.pid,
+                    ended: None,
+                    told: false,
+                };
+                self.killed.insert(sent.target_pid, k);
+            }
+            Lifecycle::Exit { .. } => {
+                if let Some(k) = self.killed.get_mut(&event.pid) {
+                    k.ended.get_or_insert(event.time);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
+        let now = review.now;
+        let mut out = Vec::new();
+        for (pid, k) in self.killed.iter_mut() {
+            if k.ended.is_none() && now.duration_since(k.at).unwrap_or_default() < DEAD_WITHIN {
+                continue;
+            }
+            if k.ended.is_none() {
+                match review.node.task(*pid) {
+                    Ok(task) if task.state != 'Z' && task.state != 'X' => {}
+                    _ => k.ended = Some(now),
+                }
+            }
+            if k.ended.is_some() && !k.told {
+                continue;
+            }
+            k.told = true;
+            out.push(Self::finding(*pid, k, now, review.node));
+        }
+        self.killed.retain(|_, k| k.ended.is_none());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::fake::{pod, t, task, FakeNode};
+    use crate::identify::actor::Role;
+    use crate::lifecycle::{SignalResult, SignalSent};
+
+    fn runc() -> LifecycleIdentity {
+        let actor = Actor {
+            comm: "runc".into(),
+            exe: None,
+            parent: "containerd-shim".into(),
+            role: Role::Runc,
+            description: "runc".into(),
+        };
+        LifecycleIdentity { pod_uid: Some(pod()), actor }
+    }
+
+    fn kill(at: f64, target: u32) -> LifecycleEvent {
+        LifecycleEvent {
+            time: t(at),
+            pid: 60,
+            ppid: 50,
+            comm: "runc".into(),
+            cgroup_id: 0,
+            what: Lifecycle::Signal(SignalSent {
+                sig: libc::SIGKILL,
+                result: SignalResult::Delivered,
+                target_pid: target,
+                target_comm: "cat".into(),
+                group: true,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_task_stuck_on_fuse_after_sigkill_is_told_with_the_connection_to_abort() {
+        let mut d = UnkillableTask::default();
+        let mut node = FakeNode::with_mounts(&["77 /mnt/fuse fuse.sshfs", "20 /sys/fs/fuse/connections fusectl"]);
+        let mut stuck = task(800, "cat", 'D');
+        stuck.wchan = Some("request_wait_answer".into());
+        stuck.stack = vec!["request_wait_answer".into(), "fuse_simple_request".into(), "fuse_lookup_name".into()];
+        node.tasks.insert(800, stuck);
+        node.fuse.push(task(900, "sshfs", 'S'));
+        d.lifecycle(&kill(0.0, 800), &runc());
+        assert!(d.review(&mut Review { now: t(1.0), in_flight: &[], node: &mut node }).is_empty());
+        let told = d.review(&mut Review { now: t(4.0), in_flight: &[], node: &mut node });
+        let [f] = &told[..] else { panic!("{told:?}") };
+        assert_eq!(
+            (f.kind, f.severity, f.confidence),
+            (Kind::UnkillableTask, Severity::Critical, Confidence::Confirmed)
+        );
+        assert_eq!(f.fix, "echo 1 > /sys/fs/fuse/connections/77/abort");
+        assert!(
+            f.summary.starts_with("cat (pid 800) got SIGKILL 4.0 s ago and is still there, D (uninterruptible sleep)"),
+            "{}",
+            f.summary
+        );
+        assert!(f.evidence.iter().any(|e| e.fact.contains("request_wait_answer <- fuse_simple_request")));
+        // The abort ends it: its exit is seen, told once as resolved.
+        d.lifecycle(
+            &LifecycleEvent {
+                time: t(5.0),
+                pid: 800,
+                ppid: 1,
+                comm: "cat".into(),
+                cgroup_id: 0,
+                what: Lifecycle::Exit { status: 9 },
+            },
+            &runc(),
+        );
+        let over = d.review(&mut Review { now: t(5.5), in_flight: &[], node: &mut node });
+        assert!(matches!(&over[..], [f] if f.status == Status::Resolved), "{over:?}");
+        assert!(d.review(&mut Review { now: t(6.0), in_flight: &[], node: &mut node }).is_empty());
+    }
+
+    #[test]
+    fn a_task_that_dies_of_sigkill_gives_nothing() {
+        let mut d = UnkillableTask::default();
+        let mut node = FakeNode::default();
+        d.lifecycle(&kill(0.0, 801), &runc());
+        // Gone from /proc by the first review past the wait.
+        assert!(d.review(&mut Review { now: t(4.0), in_flight: &[], node: &mut node }).is_empty());
+        node.tasks.insert(802, task(802, "cat", 'Z'));
+        d.lifecycle(&kill(5.0, 802), &runc());
+        assert!(d.review(&mut Review { now: t(9.0), in_flight: &[], node: &mut node }).is_empty(), "a zombie is dead");
+    }
+}

@@ -1,0 +1,330 @@
+//! The process lifecycle the kernel streams beside the calls, decoded: a
+//! CNI plugin exec'd (with the `CNI_*` variables of its environment), a
+//! process's exit and its wait status, a SIGTERM or SIGKILL generated and
+//! what the kernel did with it. These are the causes of a stuck pod that
+//! never fail a removal (docs/pathologies.md: sandbox-teardown-failing,
+//! sigterm-ignored, unkillable-task). Pure: tested on hand-made records.
+//!
+//! Everything here but the numbers is chosen by a workload (a process's
+//! name, a plugin's environment): kept as safe text, each value bounded.
+
+use std::time::SystemTime;
+
+use podstuck_common::{lifecycle, LifecycleRecord, LIFECYCLE_RECORD_BYTES};
+
+use crate::event::{DecodeError, WallClock};
+use crate::identify::pod::PodUid;
+use crate::identify::Actor;
+use crate::words::safe_text;
+
+/// The longest `CNI_*` value kept (a netns path, a container id, the pod's
+/// name): longer ones are cut, as the kernel cuts the environment anyway.
+pub const CNI_VALUE_MAX: usize = 256;
+
+/// One lifecycle event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LifecycleEvent {
+    pub time: SystemTime,
+    /// The process exec'd or exiting; for a signal, its sender.
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    /// The cgroup v2 id of `pid` when it happened.
+    pub cgroup_id: u64,
+    pub what: Lifecycle,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// A program started under one of the CNI plugin directories.
+    Exec {
+        filename: Vec<u8>,
+        cni: Option<CniRun>,
+    },
+    /// The process ended with this wait status (`WEXITSTATUS`, `WTERMSIG`).
+    Exit {
+        status: i32,
+    },
+    Signal(SignalSent),
+}
+
+/// A SIGTERM or SIGKILL as the kernel generated it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalSent {
+    pub sig: i32,
+    pub result: SignalResult,
+    pub target_pid: u32,
+    pub target_comm: String,
+    /// Sent to the whole thread group (kill(2)), not one thread.
+    pub group: bool,
+}
+
+/// What `signal_generate` says the kernel did with a signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalResult {
+    Delivered,
+    /// Dropped: the target ignores it, or is its PID namespace's init
+    /// with no handler for it (a container's PID 1).
+    Ignored,
+    /// The same signal was already pending.
+    AlreadyPending,
+    /// Another of the kernel's codes (queue overflow, lost info).
+    Other(i32),
+}
+
+impl SignalResult {
+    pub fn of(code: i32) -> SignalResult {
+        match code {
+            lifecycle::SIGNAL_DELIVERED => SignalResult::Delivered,
+            lifecycle::SIGNAL_IGNORED => SignalResult::Ignored,
+            lifecycle::SIGNAL_ALREADY_PENDING => SignalResult::AlreadyPending,
+            other => SignalResult::Other(other),
+        }
+    }
+
+    pub fn code(self) -> i32 {
+        match self {
+            SignalResult::Delivered => lifecycle::SIGNAL_DELIVERED,
+            SignalResult::Ignored => lifecycle::SIGNAL_IGNORED,
+            SignalResult::AlreadyPending => lifecycle::SIGNAL_ALREADY_PENDING,
+            SignalResult::Other(code) => code,
+        }
+    }
+}
+
+/// A signal's name as `kill -l` says it.
+pub fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        other => format!("signal {other}"),
+    }
+}
+
+/// A wait status in words: "exit code 1", "killed by signal 9 (SIGKILL)".
+pub fn status_words(status: i32) -> String {
+    let signal = status & 0x7f;
+    if signal == 0 {
+        format!("exit code {}", (status >> 8) & 0xff)
+    } else {
+        format!("killed by signal {signal} ({})", signal_name(signal))
+    }
+}
+
+/// A CNI plugin's run, from its `CNI_*` variables (the CNI spec's
+/// protocol: the runtime passes the command and the sandbox this way).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CniRun {
+    /// `ADD`, `DEL`, `CHECK`, `VERSION`, `GC`, `STATUS`.
+    pub command: String,
+    /// The sandbox (pause container) id.
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    /// From `CNI_ARGS`' `K8S_POD_UID`, when it is a pod UID.
+    pub pod_uid: Option<PodUid>,
+    pub pod_namespace: String,
+    pub pod_name: String,
+}
+
+impl CniRun {
+    /// The `CNI_*` variables of an environment (NUL-separated
+    /// `NAME=value`); None when it holds no `CNI_COMMAND`.
+    pub fn from_env(env: &[u8]) -> Option<CniRun> {
+        let mut run = CniRun::default();
+        let mut args: &[u8] = &[];
+        for var in env.split(|b| *b == 0) {
+            let Some(eq) = var.iter().position(|b| *b == b'=') else { continue };
+            let (name, value) = (&var[..eq], &var[eq + 1..]);
+            match name {
+                b"CNI_COMMAND" => run.command = bounded(value),
+                b"CNI_CONTAINERID" => run.container_id = bounded(value),
+                b"CNI_NETNS" => run.netns = bounded(value),
+                b"CNI_IFNAME" => run.ifname = bounded(value),
+                b"CNI_ARGS" => args = value,
+                _ => {}
+            }
+        }
+        if run.command.is_empty() {
+            return None;
+        }
+        for pair in args.split(|b| *b == b';') {
+            let Some(eq) = pair.iter().position(|b| *b == b'=') else { continue };
+            let (name, value) = (&pair[..eq], &pair[eq + 1..]);
+            match name {
+                b"K8S_POD_UID" => run.pod_uid = std::str::from_utf8(value).ok().and_then(|v| PodUid::parse(v).ok()),
+                b"K8S_POD_NAMESPACE" => run.pod_namespace = bounded(value),
+                b"K8S_POD_NAME" => run.pod_name = bounded(value),
+                _ => {}
+            }
+        }
+        Some(run)
+    }
+
+    /// "shop/web-0", or the pod's UID, or "".
+    pub fn pod_words(&self) -> String {
+        match (&self.pod_namespace[..], &self.pod_name[..], &self.pod_uid) {
+            ("", "", Some(uid)) => uid.as_str().to_string(),
+            ("", "", None) => String::new(),
+            (ns, name, _) => format!("{ns}/{name}"),
+        }
+    }
+}
+
+fn bounded(value: &[u8]) -> String {
+    safe_text(&value[..value.len().min(CNI_VALUE_MAX)])
+}
+
+/// A NUL-terminated name field.
+fn comm_of(bytes: &[u8]) -> String {
+    safe_text(bytes.split(|b| *b == 0).next().unwrap_or(&[]))
+}
+
+/// One ring-buffer record of the `LIFECYCLE` ring.
+pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<LifecycleEvent, DecodeError> {
+    if bytes.len() < LIFECYCLE_RECORD_BYTES {
+        return Err(DecodeError::TooShort(bytes.len()));
+    }
+    // SAFETY: length checked; plain repr(C) data, read unaligned as the
+    // ring buffer promises no alignment.
+    let r: LifecycleRecord = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const LifecycleRecord) };
+    let rest = &bytes[LIFECYCLE_RECORD_BYTES..];
+    let what = match r.kind {
+        lifecycle::EXEC => {
+            let filename_len = (r.filename_len as usize).min(lifecycle::FILENAME_MAX);
+            let env_len = (r.env_len as usize).min(lifecycle::ENV_MAX);
+            if rest.len() < lifecycle::FILENAME_MAX + env_len {
+                return Err(DecodeError::TooShort(bytes.len()));
+            }
+            let env = &rest[lifecycle::FILENAME_MAX..lifecycle::FILENAME_MAX + env_len];
+            Lifecycle::Exec { filename: rest[..filename_len].to_vec(), cni: CniRun::from_env(env) }
+        }
+        lifecycle::EXIT => Lifecycle::Exit { status: r.exit_code },
+        lifecycle::SIGNAL => Lifecycle::Signal(SignalSent {
+            sig: r.sig,
+            result: SignalResult::of(r.result),
+            target_pid: r.target_pid,
+            target_comm: comm_of(&r.target_comm),
+            group: r.group != 0,
+        }),
+        other => return Err(DecodeError::UnknownLifecycle(other)),
+    };
+    Ok(LifecycleEvent {
+        time: clock.to_wall(r.ns),
+        pid: r.pid,
+        ppid: r.ppid,
+        comm: comm_of(&r.comm),
+        cgroup_id: r.cgroup_id,
+        what,
+    })
+}
+
+/// Who an event is about, as the pipeline identified it: the pod it
+/// concerns (a signal's target's, a CNI run's `K8S_POD_UID`, an exit's as
+/// its exec or signal said) and the process behind it (a signal's sender).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LifecycleIdentity {
+    pub pod_uid: Option<PodUid>,
+    pub actor: Actor,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: u8) -> LifecycleRecord {
+        LifecycleRecord {
+            ns: 5_000_000_000,
+            cgroup_id: 77,
+            pid: 4242,
+            ppid: 1,
+            target_pid: 0,
+            sig: 0,
+            result: 0,
+            group: 0,
+            exit_code: 0,
+            filename_len: 0,
+            env_len: 0,
+            kind,
+            _pad: [0; 7],
+            comm: *b"containerd\0\0\0\0\0\0",
+            target_comm: [0; 16],
+        }
+    }
+
+    fn bytes(r: &LifecycleRecord, extra: &[u8]) -> Vec<u8> {
+        // SAFETY: plain repr(C) data viewed as bytes.
+        let header =
+            unsafe { std::slice::from_raw_parts(r as *const LifecycleRecord as *const u8, LIFECYCLE_RECORD_BYTES) };
+        [header, extra].concat()
+    }
+
+    fn clock() -> WallClock {
+        WallClock::new(SystemTime::UNIX_EPOCH, 0)
+    }
+
+    #[test]
+    fn an_exec_of_a_cni_plugin_names_its_command_its_sandbox_and_its_pod() {
+        let env = b"PATH=/usr/bin\0CNI_COMMAND=DEL\0CNI_CONTAINERID=abc123\0CNI_NETNS=/var/run/netns/cni-1\0CNI_IFNAME=eth0\0CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=1b2c3d4e-0000-4000-8000-00000000000a\0";
+        let mut r = record(lifecycle::EXEC);
+        let file = b"/usr/lib/cni/bridge";
+        r.filename_len = file.len() as u16;
+        r.env_len = env.len() as u16;
+        let mut extra = vec![0u8; lifecycle::FILENAME_MAX];
+        extra[..file.len()].copy_from_slice(file);
+        extra.extend_from_slice(env);
+        let e = decode(&bytes(&r, &extra), &clock()).unwrap();
+        assert_eq!(e.comm, "containerd");
+        let Lifecycle::Exec { filename, cni: Some(cni) } = e.what else { panic!("{e:?}") };
+        assert_eq!(filename, file);
+        assert_eq!(cni.command, "DEL");
+        assert_eq!(cni.container_id, "abc123");
+        assert_eq!(cni.netns, "/var/run/netns/cni-1");
+        assert_eq!(cni.pod_uid.unwrap().as_str(), "1b2c3d4e-0000-4000-8000-00000000000a");
+        assert_eq!(cni.pod_name, "web-0");
+    }
+
+    #[test]
+    fn hostile_environments_are_bounded_escaped_and_never_a_pod_they_do_not_name() {
+        let long = "x".repeat(5000);
+        let env =
+            format!("CNI_COMMAND=DEL\u{1b}[2J\0CNI_NETNS={long}\0CNI_ARGS=K8S_POD_UID=../../etc;K8S_POD_NAME=a\nb\0");
+        let run = CniRun::from_env(env.as_bytes()).unwrap();
+        assert!(!run.command.contains('\u{1b}'), "{:?}", run.command);
+        assert!(run.netns.len() <= CNI_VALUE_MAX);
+        assert_eq!(run.pod_uid, None);
+        assert!(!run.pod_name.contains('\n'));
+        assert_eq!(CniRun::from_env(b"PATH=/bin\0HOME=/\0"), None, "not a CNI run");
+        // A record that claims more environment than it carries is refused.
+        let mut r = record(lifecycle::EXEC);
+        r.env_len = 100;
+        assert!(decode(&bytes(&r, &[0; 10]), &clock()).is_err());
+    }
+
+    #[test]
+    fn signals_and_exits_decode_with_their_result_and_status() {
+        let mut r = record(lifecycle::SIGNAL);
+        r.sig = libc::SIGTERM;
+        r.result = lifecycle::SIGNAL_IGNORED;
+        r.target_pid = 99;
+        r.target_comm = *b"sleep\0\0\0\0\0\0\0\0\0\0\0";
+        r.group = 1;
+        let e = decode(&bytes(&r, &[]), &clock()).unwrap();
+        assert_eq!(
+            e.what,
+            Lifecycle::Signal(SignalSent {
+                sig: libc::SIGTERM,
+                result: SignalResult::Ignored,
+                target_pid: 99,
+                target_comm: "sleep".into(),
+                group: true
+            })
+        );
+        let mut r = record(lifecycle::EXIT);
+        r.exit_code = 0x100;
+        assert_eq!(decode(&bytes(&r, &[]), &clock()).unwrap().what, Lifecycle::Exit { status: 0x100 });
+        assert_eq!(status_words(0x100), "exit code 1");
+        assert_eq!(status_words(9), "killed by signal 9 (SIGKILL)");
+        assert!(decode(&bytes(&record(9), &[]), &clock()).is_err());
+    }
+}
