@@ -320,3 +320,113 @@ impl Detector for SandboxTeardownFailing {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnose::fake::{facts, pod, t, FakeNode};
+    use crate::identify::actor::Role;
+
+    const NETNS: &str = "/var/run/netns/cni-1";
+
+    fn plugin(comm: &str) -> LifecycleIdentity {
+        let actor = Actor {
+            comm: comm.into(),
+            exe: None,
+            parent: "containerd".into(),
+            role: Role::Other,
+            description: format!("{comm} (child of containerd)"),
+        };
+        LifecycleIdentity { pod_uid: Some(pod()), actor }
+    }
+
+    fn exec(at: f64, pid: u32, ppid: u32, name: &str, command: &str) -> LifecycleEvent {
+        let cni = CniRun {
+            command: command.into(),
+            container_id: "abc123".into(),
+            netns: NETNS.into(),
+            ifname: "eth0".into(),
+            pod_uid: Some(pod()),
+            pod_namespace: "shop".into(),
+            pod_name: "web-0".into(),
+        };
+        LifecycleEvent {
+            time: t(at),
+            pid,
+            ppid,
+            comm: name.into(),
+            cgroup_id: 0,
+            what: Lifecycle::Exec { filename: format!("/usr/lib/cni/{name}").into_bytes(), cni: Some(cni) },
+        }
+    }
+
+    fn exit(at: f64, pid: u32, status: i32) -> LifecycleEvent {
+        LifecycleEvent { time: t(at), pid, ppid: 1, comm: "x".into(), cgroup_id: 0, what: Lifecycle::Exit { status } }
+    }
+
+    /// bridge runs host-local; host-local fails, then bridge.
+    fn failing_del(d: &mut SandboxTeardownFailing, at: f64, pid: u32) {
+        d.lifecycle(&exec(at, pid, 10, "bridge", "DEL"), &plugin("bridge"));
+        d.lifecycle(&exec(at + 0.01, pid + 1, pid, "host-local", "DEL"), &plugin("host-local"));
+        d.lifecycle(&exit(at + 0.02, pid + 1, 0x100), &plugin("host-local"));
+        d.lifecycle(&exit(at + 0.03, pid, 0x100), &plugin("bridge"));
+    }
+
+    fn review(d: &mut SandboxTeardownFailing, node: &mut FakeNode, at: f64) -> Vec<Finding> {
+        d.review(&mut Review { now: t(at), in_flight: &[], node })
+    }
+
+    #[test]
+    fn a_del_that_keeps_failing_names_the_plugin_its_ipam_and_the_pod_and_ends_when_one_succeeds() {
+        let mut d = SandboxTeardownFailing::new("node-1".into());
+        let mut node = FakeNode::default();
+        node.facts.insert(NETNS.as_bytes().to_vec(), facts(false, 0o444, 0));
+        failing_del(&mut d, 0.0, 100);
+        assert!(review(&mut d, &mut node, 0.5).is_empty(), "one failure may be a restart");
+        failing_del(&mut d, 2.0, 200);
+        failing_del(&mut d, 4.0, 300);
+        let told = review(&mut d, &mut node, 4.5);
+        let [f] = &told[..] else { panic!("{told:?}") };
+        assert_eq!(
+            (f.kind, f.severity, f.confidence),
+            (Kind::SandboxTeardownFailing, Severity::Critical, Confidence::Confirmed)
+        );
+        assert_eq!(f.pod_uid, Some(pod()));
+        assert_eq!(f.count, 3);
+        assert!(f.summary.starts_with("The network of pod shop/web-0's sandbox cannot be torn down: containerd ran the CNI plugin bridge with DEL 3 times"), "{}", f.summary);
+        assert!(f.summary.contains("failing in the plugin it runs, host-local (exit code 1)"), "{}", f.summary);
+        assert!(f.evidence.iter().any(|e| e.fact.contains("network namespace /var/run/netns/cni-1 is still there")));
+        assert!(f.fix.starts_with("journalctl -u containerd"), "{}", f.fix);
+        assert!(f.advice.iter().any(|a| a.contains("/var/lib/cni/networks")));
+        // A DEL that succeeds ends it, told once.
+        d.lifecycle(&exec(6.0, 400, 10, "bridge", "DEL"), &plugin("bridge"));
+        d.lifecycle(&exit(6.1, 400, 0), &plugin("bridge"));
+        let over = review(&mut d, &mut node, 6.5);
+        assert!(matches!(&over[..], [f] if f.status == Status::Resolved), "{over:?}");
+        assert!(review(&mut d, &mut node, 7.0).is_empty());
+    }
+
+    #[test]
+    fn adds_that_fail_and_dels_that_succeed_give_nothing_and_a_known_daemon_is_restarted() {
+        let mut d = SandboxTeardownFailing::new("node-1".into());
+        let mut node = FakeNode::default();
+        for (i, at) in [0.0, 1.0, 2.0].into_iter().enumerate() {
+            d.lifecycle(&exec(at, 100 + i as u32, 10, "bridge", "ADD"), &plugin("bridge"));
+            d.lifecycle(&exit(at + 0.1, 100 + i as u32, 0x100), &plugin("bridge"));
+            d.lifecycle(&exec(at + 0.2, 200 + i as u32, 10, "bridge", "DEL"), &plugin("bridge"));
+            d.lifecycle(&exit(at + 0.3, 200 + i as u32, 0), &plugin("bridge"));
+        }
+        assert!(review(&mut d, &mut node, 3.0).is_empty());
+        for (i, at) in [4.0, 6.0].into_iter().enumerate() {
+            d.lifecycle(&exec(at, 300 + i as u32, 10, "calico", "DEL"), &plugin("calico"));
+            d.lifecycle(&exit(at + 0.1, 300 + i as u32, 0x100), &plugin("calico"));
+        }
+        let told = review(&mut d, &mut node, 7.0);
+        let [f] = &told[..] else { panic!("{told:?}") };
+        assert_eq!(
+            f.fix,
+            "kubectl -n kube-system delete pod -l k8s-app=calico-node --field-selector spec.nodeName=node-1"
+        );
+        assert_eq!(f.confidence, Confidence::Likely, "the netns is gone");
+    }
+}

@@ -1269,3 +1269,82 @@ proptest! {
         }
     }
 }
+
+/// A pod whose init drops SIGTERM, a CNI DEL that keeps failing and, with
+/// `--pod`, a closing review: lifecycle lines and the last review's mark
+/// replay to what the live run told.
+#[test]
+fn lifecycle_events_and_the_closing_review_replay_to_the_same_findings() {
+    use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult, SignalSent};
+    let mut header = header();
+    // A second pod nothing touches: said at the closing review only.
+    let quiet = PodUid::parse("5f1c2a9e-0000-4000-8000-000000000002").unwrap();
+    header.pods = vec![pod(), quiet.clone()];
+    header.diagnose.pods = header.pods.clone();
+    let mut node = FakeNode::default();
+    node.tasks.insert(700, task(700, "app", 'S'));
+    let mut bytes = Vec::new();
+    let mut recorder = Recorder::new(&mut bytes, "incident.podstuck", &header).unwrap();
+    let mut diagnoser = Diagnoser::new(&header.diagnose);
+    let actor = |comm: &str| Actor {
+        comm: comm.into(),
+        exe: None,
+        parent: "containerd".into(),
+        role: Role::Other,
+        description: comm.into(),
+    };
+    let who = |comm: &str| LifecycleIdentity { pod_uid: Some(pod()), actor: actor(comm) };
+    let event = |at: f64, pid: u32, what: Lifecycle| LifecycleEvent {
+        time: t(at),
+        pid,
+        ppid: 10,
+        comm: "x".into(),
+        cgroup_id: 0,
+        what,
+    };
+    let cni = CniRun { command: "DEL".into(), container_id: "abc".into(), pod_uid: Some(pod()), ..Default::default() };
+    let mut events = vec![(
+        event(
+            0.1,
+            50,
+            Lifecycle::Signal(SignalSent {
+                sig: libc::SIGTERM,
+                result: SignalResult::Ignored,
+                target_pid: 700,
+                target_comm: "app".into(),
+                group: true,
+            }),
+        ),
+        who("containerd-shim"),
+    )];
+    for (i, at) in [0.2, 1.2].into_iter().enumerate() {
+        let pid = 100 + i as u32;
+        let exec = Lifecycle::Exec { filename: b"/usr/lib/cni/bridge".to_vec(), cni: Some(cni.clone()) };
+        events.push((event(at, pid, exec), who("bridge")));
+        events.push((event(at + 0.05, pid, Lifecycle::Exit { status: 0x100 }), who("bridge")));
+    }
+    let mut live = Vec::new();
+    for (e, identity) in &events {
+        diagnoser.lifecycle(e, identity);
+        recorder.add_lifecycle(e, identity).unwrap();
+    }
+    for (at, closing) in [(0.5, false), (2.0, false), (3.0, true)] {
+        if closing {
+            diagnoser.closing();
+        }
+        let mut recording = RecordingNode::new(&mut node);
+        let reports = diagnoser.review(&mut Review { now: t(at), in_flight: &[], node: &mut recording });
+        recorder.add_review(t(at), &[], &[], recording.into_asked(), &reports, closing).unwrap();
+        live.extend(reports);
+    }
+    let untold = diagnoser.untold();
+    recorder.finish(t(3.5), &untold, None).unwrap();
+    live.extend(untold);
+    let found: Vec<Kind> = live.iter().map(|r| r.finding().kind).collect();
+    for kind in [Kind::SigtermIgnored, Kind::SandboxTeardownFailing, Kind::NoTeardownSeen] {
+        assert!(found.contains(&kind), "{kind:?} in {found:?}");
+    }
+    let silent: Vec<_> = live.iter().filter(|r| r.finding().kind == Kind::NoTeardownSeen).collect();
+    assert!(matches!(&silent[..], [r] if r.finding().pod_uid.as_ref() == Some(&quiet)), "{silent:?}");
+    assert_eq!(replay_findings(&bytes[..]).unwrap(), live);
+}
