@@ -12,6 +12,14 @@
 //! UNLINK and RMDIR of those succeed and they are still there afterwards,
 //! so a test may remove the same name as often as it likes.
 //!
+//! A LOOKUP of `never` in the root is read and never answered (the server
+//! keeps serving everything else): the caller waits for the answer, and
+//! once a request is read by the daemon even SIGKILL cannot end that wait
+//! (fuse's request_wait_answer waits uninterruptibly for a request already
+//! in userspace); only an abort of the connection frees it. A daemon stopped
+//! with SIGSTOP is not the same: its requests are still pending, and a
+//! killed caller takes its own back.
+//!
 //! Entry and attribute timeouts are 0, so every path walk into the mount
 //! asks this server again (LOOKUP, GETATTR): once it is stopped, the next
 //! call through the mount waits for it.
@@ -47,6 +55,9 @@ const OUT_HEADER: usize = 16;
 
 /// The whole filesystem: (node id, name, is a directory).
 const NODES: [(u64, &[u8], bool); 4] = [(2, b"a", false), (3, b"b", false), (4, b"c", false), (5, b"d", true)];
+
+/// The name in the root whose LOOKUP is read and never answered.
+const NEVER: &[u8] = b"never";
 
 /// Little-endian field writer for the kernel's C structs.
 #[derive(Default)]
@@ -157,6 +168,7 @@ fn answer(opcode: u32, node: u64, body: &[u8]) -> Option<Result<Out, i32>> {
             Ok(out)
         }
         FUSE_GETATTR => Err(libc::ENOENT),
+        FUSE_LOOKUP if node == FUSE_ROOT_ID && name_arg(body) == NEVER => return None,
         FUSE_LOOKUP => child(node, name_arg(body)).map(entry).ok_or(libc::ENOENT),
         FUSE_OPENDIR if is_dir(node) => {
             let mut out = Out::default();
