@@ -35,6 +35,14 @@ use crate::watch::{watch_with, WatchOptions};
 
 const POD_VOLUME: &str = "5f1c2a9e-7d3b-4c1a-9e8f-0a1b2c3d4e5f";
 const POD_CGROUP: &str = "8a2b4c6d-1e3f-4a5b-8c7d-9e0f1a2b3c4d";
+/// The pod whose PID 1 drops SIGTERM, and the pod whose network DEL fails.
+const POD_SIGTERM: &str = "2c4e6a8b-3d5f-4b7c-9e1a-2b3c4d5e6f70";
+const POD_SANDBOX: &str = "6b8d0f2a-4c6e-4d8a-8b0c-1d2e3f4a5b6c";
+/// The sandbox (pause container) whose network DEL fails.
+const SANDBOX: &str = "9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a19080706";
+/// Debian's bridge plugin (containernetworking-plugins), the one the
+/// sandbox scenario runs as containerd runs it.
+const CNI_BRIDGE: &str = "/usr/lib/cni/bridge";
 const CONTAINER: &str = "3f2a9c41d7e8b6a5f4c3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2918070605";
 const LAYER: &str = "7c1e0d9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d";
 /// The leaked volume: enough for a storm podstuck can time.
@@ -258,7 +266,7 @@ impl Lab {
             let parent = lab_cgroup(&cgroup2, std::process::id());
             let slice = parent.join(format!("kubepods-besteffort-pod{}.slice", POD_CGROUP.replace('-', "_")));
             std::fs::create_dir_all(&slice).with_context(|| format!("creating the demo cgroup {}", slice.display()))?;
-            self.cgroups.push(parent);
+            self.cgroups.push(parent.clone());
             self.cgroups.push(slice.clone());
             let pid = self.spawn(Command::new("sleep").arg("infinity"))?;
             std::fs::write(slice.join("cgroup.procs"), pid.to_string())
@@ -268,6 +276,39 @@ impl Lab {
                 a.arg("every-2s-rmdir").arg(&slice);
                 a
             });
+            // P13: a container whose PID 1 has no SIGTERM handler: the
+            // kernel drops the shim's SIGTERM. The shell moves itself into
+            // the pod cgroup first, so the init unshare forks is born there.
+            let app = parent.join(format!("kubepods-besteffort-pod{}.slice", POD_SIGTERM.replace('-', "_")));
+            std::fs::create_dir_all(&app).with_context(|| format!("creating the demo cgroup {}", app.display()))?;
+            self.cgroups.push(app.clone());
+            let procs = app.join("cgroup.procs");
+            self.spawn(
+                Command::new("sh")
+                    .arg("-c")
+                    .arg("echo $$ > \"$1\" && exec unshare --pid --fork sleep infinity")
+                    .arg("sh")
+                    .arg(&procs),
+            )?;
+            actors.push({
+                let mut a = actor("containerd-shim");
+                a.arg("sigterm-once").arg(&procs);
+                a
+            });
+        }
+        // P12: the pod network's DEL fails in the IPAM plugin (its store is
+        // a file, not a directory), and containerd runs it again every 2 s.
+        if Path::new(CNI_BRIDGE).is_file() {
+            let cni = self.root.join("cni");
+            std::fs::create_dir_all(&cni)?;
+            std::fs::write(cni.join("store"), b"not a directory\n")?;
+            actors.push({
+                let mut a = actor("containerd");
+                a.arg("cni-del-every-2s").arg(&cni);
+                a
+            });
+        } else {
+            say(&format!("{CNI_BRIDGE} is not installed (Debian's containernetworking-plugins): the failing network teardown is left out"));
         }
         Ok(actors)
     }
@@ -283,6 +324,13 @@ impl Drop for Lab {
             let _ = Command::new("chattr").arg("-i").arg(file).status();
         }
         for cgroup in self.cgroups.iter().rev() {
+            // What a scenario started in its own namespace outlives its
+            // parent (the unshare'd init): killed by its cgroup.
+            for pid in std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default().lines() {
+                if let Ok(pid) = pid.parse::<i32>() {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
+            }
             // A killed task leaves its cgroup a moment later.
             let deadline = Instant::now() + Duration::from_secs(5);
             while std::fs::remove_dir(cgroup).is_err() && cgroup.exists() && Instant::now() < deadline {
@@ -322,7 +370,8 @@ pub async fn demo(options: &DemoOptions) -> Result<()> {
     let mut actors = lab.build(&podstuck).context("building the demo lab")?;
     say(&format!(
         "a throwaway node under {}: a CSI volume still mounted, a container rootfs held open, \
-         an immutable file in an image layer, a leaked volume of {LEAKED_DIRS} directories, a pod cgroup with a live task",
+         an immutable file in an image layer, a leaked volume of {LEAKED_DIRS} directories, a pod cgroup with a live task, \
+         a container whose PID 1 ignores SIGTERM, a pod network whose teardown fails",
         lab.root.display()
     ));
     let watch_options = WatchOptions {
@@ -403,8 +452,64 @@ pub fn actor(comm: &str, op: &str, path: &Path) -> Result<()> {
             }
         }
         "remove-all" => remove_all(path, STORM_PACE)?,
+        // A shim stopping its container: SIGTERM to the container's init
+        // (of the cgroup's processes, `path` its cgroup.procs, the one that
+        // is PID 1 of its own PID namespace), once; then it waits.
+        "sigterm-once" => {
+            for pid in std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| l.parse().ok()) {
+                if is_namespace_init(pid) {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+                }
+            }
+            while pause(Duration::from_secs(1), path) {}
+        }
+        "cni-del-every-2s" => loop {
+            cni_del(path)?;
+            if !pause(Duration::from_secs(2), &path.join("store")) {
+                return Ok(());
+            }
+        },
         _ => bail!("unknown demo actor op {op}"),
     }
+    Ok(())
+}
+
+/// Whether process `pid` is PID 1 of a PID namespace of its own (its
+/// `NSpid` line names more than one pid, the innermost 1).
+fn is_namespace_init(pid: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let ids: Vec<&str> =
+        status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap_or("").split_whitespace().collect();
+    ids.len() > 1 && ids.last() == Some(&"1")
+}
+
+/// containerd tearing down a pod's network: Debian's bridge plugin run with
+/// `CNI_COMMAND=DEL` and the pod in `CNI_ARGS`, its config on stdin. Its
+/// host-local IPAM store is under `dir/store`, a file: host-local fails,
+/// and so does bridge, before either touches any network.
+fn cni_del(dir: &Path) -> Result<()> {
+    use std::io::Write;
+    let config = format!(
+        r#"{{"cniVersion":"1.0.0","name":"podstuck-demo","type":"bridge","bridge":"podstuck-demo0","ipam":{{"type":"host-local","subnet":"10.254.0.0/24","dataDir":"{}"}}}}"#,
+        dir.join("store/networks").display()
+    );
+    let mut plugin = Command::new(CNI_BRIDGE)
+        .env_clear()
+        .env("CNI_COMMAND", "DEL")
+        .env("CNI_CONTAINERID", SANDBOX)
+        .env("CNI_NETNS", format!("/var/run/netns/cni-{}", &SANDBOX[..8]))
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/usr/lib/cni")
+        .env("CNI_ARGS", format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID={POD_SANDBOX}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("running {CNI_BRIDGE}"))?;
+    if let Some(mut stdin) = plugin.stdin.take() {
+        let _ = stdin.write_all(config.as_bytes());
+    }
+    plugin.wait()?;
     Ok(())
 }
 

@@ -37,6 +37,16 @@ kernel_test! {
             assert!(f["fix"].as_str().unwrap().starts_with(fix), "{kind}: {f}");
             assert!(f["paths"][0].as_str().unwrap().contains("podstuck-demo-"), "{kind}: {f}");
         }
+        // The causes that fail no removal: the kernel dropped the shim's
+        // SIGTERM to the container's init, and the network DEL fails in
+        // Debian's real bridge and host-local plugins.
+        let ignored = first.get("sigterm-ignored").unwrap_or_else(|| panic!("no sigterm-ignored finding; findings: {first:?}\n{stderr}"));
+        assert_eq!((&ignored["actor"]["comm"], &ignored["confidence"]), (&"containerd-shim".into(), &"confirmed".into()), "{ignored}");
+        assert!(ignored["fix"].as_str().unwrap().starts_with("kill -KILL "), "{ignored}");
+        let sandbox = first.get("sandbox-teardown-failing").unwrap_or_else(|| panic!("no sandbox-teardown-failing finding; findings: {first:?}\n{stderr}"));
+        assert_eq!(sandbox["actor"]["comm"], "bridge", "{sandbox}");
+        assert!(sandbox["summary"].as_str().unwrap().contains("host-local (exit code 1)"), "{sandbox}");
+        assert_eq!(sandbox["pod_uid"], "6b8d0f2a-4c6e-4d8a-8b0c-1d2e3f4a5b6c", "{sandbox}");
         let storm = first["removal-storm"];
         assert!(storm["details"]["calls"].as_u64().unwrap() >= 20_000, "{storm}");
         assert!(storm["details"]["remaining"].is_u64(), "{storm}");

@@ -74,9 +74,9 @@ const BENCH_PACKAGES: [&str; 4] = ["bpftrace", "strace", "docker.io", "bpftool"]
 /// check latency.hlog with, the real container runtimes the runtime
 /// scenarios (tests/tests/runtimes.rs) run a private daemon of: docker.io
 /// (dockerd and the docker CLI), containerd (and ctr), runc, and
-/// busybox-static, the one binary their test image is made of; and the
-/// image tests' other readers.
-const APT_PACKAGES: [&str; 18] = [
+/// busybox-static, the one binary their test image is made of; the
+/// image tests' other readers; and the CNI plugins.
+const APT_PACKAGES: [&str; 20] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
@@ -103,6 +103,10 @@ const APT_PACKAGES: [&str; 18] = [
     // other architecture's binary from its layer alone (qemu-aarch64-static here).
     "skopeo",
     "qemu-user-static",
+    // Debian's real CNI plugins (bridge, host-local) that tests/tests/lifecycle.rs and the
+    // demo run as containerd runs them, and iproute2's `ip netns` for the sandbox's netns.
+    "containernetworking-plugins",
+    "iproute2",
 ];
 /// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
 const PYTHON_READER: &str = "hdrhistogram==0.10.8";

@@ -325,6 +325,16 @@ impl Identifier {
         self.identify_call(&facts.caller(cgroup_id), Err(NoPath::PathUnreadable))
     }
 
+    /// The pod process `pid` runs in, by any of its cgroups: on a hybrid
+    /// node (v1 hierarchies and a v2 one) a runtime may put a pod in
+    /// either, and one naming the pod is enough.
+    pub fn pod_of_process(&self, pid: u32) -> Option<PodUid> {
+        use procfs::FromRead;
+        let file = self.proc_root.join(pid.to_string()).join("cgroup");
+        let groups = procfs::ProcessCGroups::from_file(file).ok()?;
+        groups.0.iter().find_map(|g| clues_from_cgroup(&g.pathname).0)
+    }
+
     /// A process a lifecycle event names, by the name the kernel recorded
     /// (it may be gone from /proc by now: a CNI plugin lives milliseconds)
     /// and its parent's from /proc. `cgroup_id` 0: read from /proc.

@@ -128,7 +128,7 @@ impl Pipeline {
             Lifecycle::Exec { cni: Some(cni), .. } => cni.pod_uid.clone().or(who.pod_uid),
             Lifecycle::Exec { cni: None, .. } => who.pod_uid,
             // The target's pod, from its cgroup: it is alive, it was just signalled.
-            Lifecycle::Signal(sent) => self.identifier.identify_process(sent.target_pid, 0).pod_uid,
+            Lifecycle::Signal(sent) => self.identifier.pod_of_process(sent.target_pid),
             Lifecycle::Exit { .. } => self.named.remove(&event.pid).flatten(),
         };
         LifecycleIdentity { pod_uid, actor: who.actor }
