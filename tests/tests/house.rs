@@ -23,7 +23,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["event", "kernel_features", "node_access", "files"],
     ),
     ("who made a call (process, pod, owner); the one-tracer lock", &["identify", "tracer_lock"]),
-    ("the node's state, the run's facts, latency books", &["inspect", "run", "latency"]),
+    (
+        "the node's state, the run's facts, latency books, the process lifecycle's events",
+        &["inspect", "run", "latency", "lifecycle"],
+    ),
     ("the detectors and the series", &["diagnose", "series"]),
     ("the loader, the exported files, a finding's text", &["collect", "export", "finding_block"]),
     ("before loading, the live view's model", &["attach_cost", "preflight", "view"]),

@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use super::shell::command;
 use super::{human_duration, rhythm, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
-use crate::explain::command;
 use crate::identify::pod::PodUid;
 use crate::identify::{Actor, Identity};
 use crate::lifecycle::{status_words, CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity};
@@ -277,13 +277,13 @@ impl SandboxTeardownFailing {
                 f.fix = logs;
                 f.advice.push("the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into());
                 if sandbox.inner.contains_key("host-local") {
-                    f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release, and the directory must be a writable directory", sandbox.cni.container_id));
+                    f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release (grep -rl {} /var/lib/cni/networks), and the directory must be a writable directory", command(&[&sandbox.cni.container_id]), command(&[&sandbox.cni.container_id])));
                 }
             }
         }
         f.advice.push(format!(
-            "last resort, once the network is known gone: crictl rmp --force {}",
-            sandbox.cni.container_id
+            "last resort, once the network is known gone: {}",
+            command(&["crictl", "rmp", "--force", &sandbox.cni.container_id])
         ));
         f
     }

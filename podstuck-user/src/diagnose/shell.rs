@@ -56,6 +56,11 @@ pub fn from_a_container(finding: &mut Finding) {
     }
 }
 
+/// A command line of shell words, each quoted by the rule fixes follow.
+pub fn command(words: &[&str]) -> String {
+    words.iter().map(|w| word(w.as_bytes())).collect::<Vec<_>>().join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::word;

@@ -28,7 +28,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::diagnose::shell::word;
 use crate::diagnose::{human_duration, Finding, Kind, Report};
 use crate::exit::BadInput;
 use crate::print::{json_lines::finding_json, stderr_line, Out};
@@ -71,10 +70,7 @@ pub fn order(findings: &mut [Finding]) {
     findings.sort_by_key(|f| rank(f.kind));
 }
 
-/// A command line of shell words, each quoted by the rule fixes follow.
-pub fn command(words: &[&str]) -> String {
-    words.iter().map(|w| word(w.as_bytes())).collect::<Vec<_>>().join(" ")
-}
+pub use crate::diagnose::shell::command;
 
 /// A JSON patch that removes entry `index` of the list at `list`, only if
 /// it still is `value` (the `test` operation fails the patch otherwise).
