@@ -238,6 +238,13 @@ pub mod program {
     pub const LIFECYCLE_EXIT: &str = "lifecycle_exit";
     pub const LIFECYCLE_SIGNAL: &str = "lifecycle_signal";
     pub const COST_FEXIT: &str = "cost_fexit";
+    /// `podstuck attach-cost lifecycle`'s do-nothing programs, on the
+    /// lifecycle programs' tracepoints (`sched:sched_process_exec`,
+    /// `sched:sched_process_exit`, `signal:signal_generate`), each only
+    /// counting its calls.
+    pub const COST_EXEC: &str = "cost_exec";
+    pub const COST_EXIT: &str = "cost_exit";
+    pub const COST_SIGNAL: &str = "cost_signal";
 
     /// `a == b`, in a constant: `str`'s `==` is not `const`.
     pub const fn same_name(a: &str, b: &str) -> bool {
