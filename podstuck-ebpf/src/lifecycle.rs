@@ -5,8 +5,8 @@
 //!
 //! Filtered here so a fork or exec storm costs a compare: an exec is
 //! streamed only under one of the `LIFECYCLE_FILTER` prefixes; a signal
-//! only if it is SIGTERM or SIGKILL; an exit only of a process one of
-//! those named (`WATCHED`). Records go to a ring buffer of their own, so a
+//! only if it is SIGTERM or SIGKILL, at most once a second per process
+//! (`SIGNALLED`); an exit only of a process one of those named (`WATCHED`). Records go to a ring buffer of their own, so a
 //! storm of calls never crowds them out; a record that does not fit is
 //! counted in `LIFECYCLE_LOST`.
 
@@ -36,6 +36,15 @@ static LIFECYCLE_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// SIGTERM or SIGKILL. LRU, so a flood of signals evicts the oldest.
 #[map]
 static WATCHED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(lifecycle::WATCHED_MAX, 0);
+
+/// When a signal was last streamed, by target and signal (`pid << 8 | sig`):
+/// a flood of kills (a loop, a buggy supervisor) streams one a second per
+/// process and signal, so it crowds out neither the ring nor user space.
+#[map]
+static SIGNALLED: LruHashMap<u64, u64> = LruHashMap::with_max_entries(lifecycle::WATCHED_MAX, 0);
+
+/// The shortest gap between two records of one signal to one process.
+const SIGNAL_EVERY_NS: u64 = 1_000_000_000;
 
 /// A record with its path and environment, made here: past the stack.
 #[repr(C)]
@@ -252,8 +261,17 @@ fn signal(ctx: &TracePointContext) -> Option<()> {
     if sig != SIGTERM && sig != SIGKILL {
         return None;
     }
-    let buffer = start(lifecycle::SIGNAL)?;
     let target = ctx_i32(ctx, at::SIG_PID) as u32;
+    let key = (target as u64) << 8 | sig as u64;
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: a plain u64 read from the map's value.
+    if let Some(last) = unsafe { SIGNALLED.get(&key) } {
+        if now.wrapping_sub(*last) < SIGNAL_EVERY_NS {
+            return None;
+        }
+    }
+    let _ = SIGNALLED.insert(&key, &now, 0);
+    let buffer = start(lifecycle::SIGNAL)?;
     buffer.record.sig = sig;
     buffer.record.target_pid = target;
     buffer.record.group = ctx_i32(ctx, at::SIG_GROUP);
