@@ -1,6 +1,7 @@
 //! What attaching alone costs: do-nothing programs for `podstuck
 //! attach-cost` (the benchmark's comparison of attach points), each pair
-//! only counting unlinkat calls in `ATTACH_COST`, at entry and at exit.
+//! only counting unlinkat calls in `ATTACH_COST`, at entry and at exit;
+//! and the process lifecycle's trio, counting every exec, exit and signal.
 //! `cost_fentry` also serves as the probe of whether fentry attaches here.
 
 use aya_ebpf::{
@@ -13,11 +14,13 @@ use podstuck_common::program;
 
 use crate::{accounting::increment, patched, read_kernel};
 
-/// Calls seen at entry and at exit, per CPU.
+/// Calls seen at entry and at exit, per CPU; the lifecycle trio counts
+/// execs at entry, exits at exit and signals in the third slot.
 #[map]
-static ATTACH_COST: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+static ATTACH_COST: PerCpuArray<u64> = PerCpuArray::with_max_entries(3, 0);
 const AT_ENTRY: u32 = 0;
 const AT_EXIT: u32 = 1;
+const AT_SIGNAL: u32 = 2;
 
 /// The syscall number the raw and BTF `sys_enter`/`sys_exit` programs keep
 /// (set by user space: it is the architecture's).
@@ -100,3 +103,26 @@ pub fn cost_fexit(_ctx: FExitContext) -> u32 {
     0
 }
 named_as!(cost_fexit, program::COST_FEXIT);
+
+/// The do-nothing trio on the lifecycle programs' tracepoints: each counts
+/// every call, of any process, and tests nothing.
+#[tracepoint]
+pub fn cost_exec(_ctx: TracePointContext) -> u32 {
+    count_attach(AT_ENTRY);
+    0
+}
+named_as!(cost_exec, program::COST_EXEC);
+
+#[tracepoint]
+pub fn cost_exit(_ctx: TracePointContext) -> u32 {
+    count_attach(AT_EXIT);
+    0
+}
+named_as!(cost_exit, program::COST_EXIT);
+
+#[tracepoint]
+pub fn cost_signal(_ctx: TracePointContext) -> u32 {
+    count_attach(AT_SIGNAL);
+    0
+}
+named_as!(cost_signal, program::COST_SIGNAL);

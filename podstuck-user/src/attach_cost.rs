@@ -5,6 +5,8 @@
 //! tracepoints, and fentry/fexit on the syscall function. Each pair of
 //! programs only counts calls, so the benchmark compares the mechanisms, not
 //! podstuck's work; BENCHMARKS.md keeps the figures behind podstuck's choice.
+//! `lifecycle` attaches a trio that counts every exec, exit and signal on
+//! the lifecycle programs' tracepoints: the floor of a fork/exec storm.
 
 use std::path::Path;
 
@@ -28,6 +30,9 @@ pub enum Mechanism {
     BtfTracepoint,
     /// fentry and fexit on the unlinkat syscall function.
     Fentry,
+    /// sched:sched_process_exec, sched:sched_process_exit and
+    /// signal:signal_generate, counting every call.
+    Lifecycle,
 }
 
 fn attach(ebpf: &mut Ebpf, mechanism: Mechanism) -> Result<Vec<u32>> {
@@ -76,13 +81,28 @@ fn attach(ebpf: &mut Ebpf, mechanism: Mechanism) -> Result<Vec<u32>> {
             program.attach()?;
             ids.push(program.info()?.id());
         }
+        Mechanism::Lifecycle => {
+            for (name, category, tracepoint) in [
+                (program::COST_EXIT, "sched", "sched_process_exit"),
+                (program::COST_SIGNAL, "signal", "signal_generate"),
+                (program::COST_EXEC, "sched", "sched_process_exec"),
+            ] {
+                let program: &mut TracePoint = ebpf.program_mut(name).context("program missing")?.try_into()?;
+                program.load()?;
+                program
+                    .attach(category, tracepoint)
+                    .with_context(|| format!("attaching to {category}:{tracepoint}"))?;
+                ids.push(program.info()?.id());
+            }
+        }
     }
     Ok(ids)
 }
 
 /// Attaches the counting pair of `mechanism`, says so on stderr, and on
 /// SIGINT or SIGTERM prints one JSON line: the calls counted at entry and
-/// exit and, with `kernel_cost`, each program's run time.
+/// exit (execs and exits for `lifecycle`, and its signals) and, with
+/// `kernel_cost`, each program's run time.
 pub async fn run(mechanism: Mechanism, kernel_cost: bool) -> Result<()> {
     let offsets = Btf::from_file(Path::new(VMLINUX_BTF))?.kernel_offsets()?;
     let _stats = match kernel_cost {
@@ -112,7 +132,7 @@ pub async fn run(mechanism: Mechanism, kernel_cost: bool) -> Result<()> {
         .collect();
     println!(
         "{}",
-        serde_json::json!({"mechanism": format!("{mechanism:?}"), "entries": count(0), "exits": count(1), "programs": costs})
+        serde_json::json!({"mechanism": format!("{mechanism:?}"), "entries": count(0), "exits": count(1), "signals": count(2), "programs": costs})
     );
     Ok(())
 }
