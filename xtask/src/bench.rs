@@ -10,9 +10,10 @@
 //! reports medians and median paired ratios, checks that podstuck counted
 //! every call exactly, its collector CPU, peak memory, kernel cost per
 //! call, time to attach and to detach; then compares attach mechanisms
-//! alone (`podstuck attach-cost`) and a 10M-call storm's memory. Results
-//! go to BENCHMARKS.md with the command and the machine (its Soak section,
-//! `cargo xtask soak`'s, is kept). Wall-clock only
+//! alone (`podstuck attach-cost`), a 10M-call storm's memory and a
+//! fork/exec storm (`--only fork-exec` runs that section alone and replaces
+//! only it). Results go to BENCHMARKS.md with the command and the machine
+//! (its Soak section, `cargo xtask soak`'s, is kept). Wall-clock only
 //! in ratios measured side by side, never in a test.
 
 use std::cell::Cell;
@@ -64,9 +65,23 @@ pub struct BenchArgs {
     /// Paired rounds per VM kernel (five removals each).
     #[arg(long, default_value_t = 5)]
     pub vm_rounds: usize,
+    /// Spawns in the fork/exec storm (each a fork, an exec of /bin/true, its exit); 0: none.
+    #[arg(long, default_value_t = 20_000)]
+    pub fork_calls: usize,
+    /// Run this section alone (with `--runs` rounds), replacing only it in
+    /// `--out` (added where a full run puts it if absent).
+    #[arg(long, value_enum)]
+    pub only: Option<Only>,
     /// Where to write the results.
     #[arg(long, default_value = "BENCHMARKS.md")]
     pub out: PathBuf,
+}
+
+/// The sections `--only` runs alone.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Only {
+    /// "A fork/exec storm": untraced, the lifecycle's do-nothing trio, podstuck.
+    ForkExec,
 }
 
 /// The removers: the name `--removers` takes, the name in the table.
@@ -1103,17 +1118,265 @@ fn memory_storm(podstuck: &Path, fs: &Path, calls: u64, report: &mut String) -> 
     Ok(())
 }
 
+const FORK_EXEC_HEADING: &str = "## A fork/exec storm";
+
+/// `n` spawns of /bin/true, one after the other, each waited for: the wall
+/// time. posix_spawn (glibc's clone(CLONE_VM|CLONE_VFORK), then execve in
+/// the child) and waitpid, with argv made once and an empty environment:
+/// next to nothing of its own beside the fork, exec and exit measured.
+fn spawn_storm(n: usize) -> Result<f64> {
+    let program = std::ffi::CString::new("/bin/true")?;
+    let argv = [program.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
+    let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+    let started = Instant::now();
+    for _ in 0..n {
+        let mut pid: libc::pid_t = 0;
+        // SAFETY: a C string we own, argv and envp NULL-terminated; no
+        // file actions or attributes.
+        let rc = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                program.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                argv.as_ptr(),
+                envp.as_ptr(),
+            )
+        };
+        if rc != 0 {
+            bail!("posix_spawn /bin/true: {}", std::io::Error::from_raw_os_error(rc));
+        }
+        let mut status = 0;
+        // SAFETY: our own child.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } != pid
+            || !libc::WIFEXITED(status)
+            || libc::WEXITSTATUS(status) != 0
+        {
+            bail!("/bin/true (pid {pid}) did not exit 0 (status {status:#x})");
+        }
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// The same spawns by dash's loop (`sh -c 'while ...; do /bin/true; ...'`),
+/// whose fork copies the shell: the wall time, to show the loop's own share.
+fn shell_storm(n: usize) -> Result<f64> {
+    let script = format!("i=0; while [ $i -lt {n} ]; do /bin/true; i=$((i+1)); done");
+    let started = Instant::now();
+    sh(Command::new("sh").args(["-c", &script]))?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// The fork/exec storm's rounds.
+#[derive(Default)]
+struct ForkExec {
+    untraced: Vec<f64>,
+    /// `podstuck attach-cost lifecycle` attached.
+    floor: Vec<f64>,
+    /// The trio and the unlinkat tracepoint pair (`attach-cost tracepoint`):
+    /// do-nothing programs where podstuck has its own, the syscall
+    /// tracepoints' slow path included.
+    floors: Vec<f64>,
+    podstuck: Vec<f64>,
+    /// Kernel ns per spawn, all the programs on the lifecycle's tracepoints together.
+    floor_ns: Vec<f64>,
+    podstuck_ns: Vec<f64>,
+    /// podstuck's ns per run of each lifecycle program, by name.
+    programs: BTreeMap<String, Vec<f64>>,
+}
+
+/// The do-nothing trio's kernel time, over `n` spawns, from attach-cost's JSON line.
+fn floor_ns_per_spawn(line: &str, n: usize) -> f64 {
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_default();
+    let ns: f64 =
+        v["programs"].as_array().into_iter().flatten().map(|p| p["run_time_ns"].as_f64().unwrap_or(0.0)).sum();
+    ns / n as f64
+}
+
+/// Stops `podstuck watch`; its lifecycle programs' "kernel cost: NAME N
+/// runs, X ns per run" lines, as (name, runs, ns per run).
+fn stop_for_lifecycle_costs(mut tracer: Tracer) -> Result<Vec<(String, f64, f64)>> {
+    interrupt(&tracer.child);
+    let mut err = String::new();
+    tracer.child.stderr.take().expect("piped").read_to_string(&mut err)?;
+    tracer.child.wait()?;
+    let mut costs = Vec::new();
+    for line in err.lines().filter(|l| l.contains("kernel cost:") && l.contains("lifecycle")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (Some(name), Some(per)) =
+            (words.iter().position(|w| *w == "cost:"), words.iter().position(|w| *w == "per"))
+        else {
+            continue;
+        };
+        let number = |at: usize| words.get(at).and_then(|w| w.parse::<f64>().ok()).unwrap_or(0.0);
+        costs.push((words.get(name + 1).unwrap_or(&"?").to_string(), number(name + 2), number(per - 2)));
+    }
+    Ok(costs)
+}
+
+/// The rounds of the fork/exec storm: untraced, the do-nothing trio,
+/// podstuck, and the trio with the unlinkat pair, in rotating order.
+fn fork_exec_rounds(podstuck: &Path, dir: &Path, runs: usize, n: usize) -> Result<ForkExec> {
+    let kubelet_root = dir.join("kubelet");
+    std::fs::create_dir_all(kubelet_root.join("pods"))?;
+    let mut storm = ForkExec::default();
+    for round in 0..runs {
+        say(&format!("fork/exec storm, {n} spawns: round {} of {runs}", round + 1));
+        for variant in (0..4).map(|i| (i + round) % 4) {
+            match variant {
+                0 => storm.untraced.push(spawn_storm(n)?),
+                1 => {
+                    let (mut child, _stderr) =
+                        match attach_cost(podstuck, "lifecycle", &["--kernel-cost"], Stdio::piped())? {
+                            Ok(attached) => attached,
+                            Err(said) => bail!("podstuck attach-cost lifecycle did not attach: {said}"),
+                        };
+                    storm.floor.push(spawn_storm(n)?);
+                    interrupt(&child);
+                    let mut out = String::new();
+                    child.stdout.take().expect("piped").read_to_string(&mut out)?;
+                    child.wait()?;
+                    storm.floor_ns.push(floor_ns_per_spawn(&out, n));
+                }
+                3 => {
+                    let mut pair = start_floor(podstuck)?;
+                    let took = match attach_cost(podstuck, "lifecycle", &[], Stdio::null())? {
+                        Ok((mut trio, _stderr)) => {
+                            let took = spawn_storm(n);
+                            interrupt(&trio);
+                            trio.wait()?;
+                            took
+                        }
+                        Err(said) => Err(anyhow::anyhow!("podstuck attach-cost lifecycle did not attach: {said}")),
+                    };
+                    interrupt(&pair);
+                    pair.wait()?;
+                    storm.floors.push(took?);
+                }
+                _ => {
+                    let tracer = start_podstuck(podstuck, &kubelet_root, &dir.join("histograms"))?;
+                    storm.podstuck.push(spawn_storm(n)?);
+                    let costs = stop_for_lifecycle_costs(tracer)?;
+                    if costs.is_empty() {
+                        bail!("podstuck watch printed no kernel cost of a lifecycle program: were they attached?");
+                    }
+                    storm.podstuck_ns.push(costs.iter().map(|(_, runs, ns)| runs * ns).sum::<f64>() / n as f64);
+                    for (name, _, ns) in costs {
+                        storm.programs.entry(name).or_default().push(ns);
+                    }
+                }
+            }
+        }
+    }
+    Ok(storm)
+}
+
+/// The fork/exec storm's section; with `own_command`, the line that wrote
+/// it and when (`--only fork-exec`).
+fn fork_exec_section(podstuck: &Path, dir: &Path, runs: usize, n: usize, own_command: Option<&str>) -> Result<String> {
+    let shell_s = shell_storm(n)?;
+    let mut storm = fork_exec_rounds(podstuck, dir, runs, n)?;
+    let ratio = |traced: &[f64]| -> f64 {
+        let mut r: Vec<f64> = traced.iter().zip(&storm.untraced).map(|(t, u)| t / u).collect();
+        median(&mut r)
+    };
+    let (floor, floors, p) = (ratio(&storm.floor), ratio(&storm.floors), ratio(&storm.podstuck));
+    let base = median(&mut storm.untraced);
+    let mut out = String::new();
+    writeln!(out, "{FORK_EXEC_HEADING}\n")?;
+    if let Some(command) = own_command {
+        let date = sh(Command::new("date").arg("-u")).unwrap_or_default();
+        writeln!(out, "Written by `{command}` (as root), {}, alone; the rest of this file is from the run named at its top. Machine: {}.\n", date.trim(), machine_basics())?;
+    }
+    writeln!(out, "{n} spawns of `/bin/true`, one after the other, each waited for, by a loop in the benchmark itself: `posix_spawn` (glibc's clone(CLONE_VM|CLONE_VFORK), then execve) and `waitpid`, argv made once, an empty environment, {:.0} µs per spawn untraced. That is the loop with the least overhead of its own: dash's `sh -c 'i=0; while [ $i -lt {n} ]; do /bin/true; i=$((i+1)); done'`, which forks a copy of the shell for each, took {shell_s:.2} s for the same spawns, untraced, once. Each spawn passes each of the lifecycle's tracepoints once: `sched:sched_process_exec` (podstuck reads the filename and compares it with the CNI plugin prefixes; `/bin/true` is under none), `sched:sched_process_exit` (the leader's; podstuck looks its pid up in `WATCHED`, where it is not) and `signal:signal_generate` (the parent's SIGCHLD, which podstuck drops first thing). {runs} paired rounds, the order rotating: untraced; the do-nothing trio (`podstuck attach-cost lifecycle --kernel-cost`: three programs on the same tracepoints that only count their calls); `podstuck watch` as the storm rows run it (every program attached, the lifecycle's included); the trio with the unlinkat do-nothing pair (`podstuck attach-cost tracepoint`) beside it, the floor of do-nothing programs where podstuck attaches its own: an enabled syscall tracepoint sends every syscall of every process (some 30 in each spawn) through the kernel's slow path, which the trio alone does not. Slowdowns are medians of each round's traced/untraced ratio; podstuck / floor is (podstuck - untraced) / (floor - untraced), left out where the floor's slowdown is under {:.0} %; kernel ns per spawn is the BPF run-time statistics of the programs on those three tracepoints (podstuck's from `--kernel-cost`'s lines at exit), over the {n} spawns (the node's other processes' execs, exits and signals meanwhile included).\n", base / n as f64 * 1e6, NOISE * 100.0)?;
+    writeln!(out, "| spawns | rounds | untraced | do-nothing trio | trio + unlinkat pair | podstuck | trio slowdown | trio + pair slowdown | podstuck slowdown | podstuck / trio | podstuck / (trio + pair) | kernel ns per spawn: trio | podstuck | podstuck's ns per run, each program |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let each: Vec<String> = storm.programs.iter_mut().map(|(name, ns)| format!("{name} {:.0}", median(ns))).collect();
+    writeln!(
+        out,
+        "| {n} | {runs} | {base:.3} s | {:.3} s | {:.3} s | {:.3} s | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} |",
+        median(&mut storm.floor),
+        median(&mut storm.floors),
+        median(&mut storm.podstuck),
+        pct(floor),
+        pct(floors),
+        pct(p),
+        shown_over(over(p, floor), floor),
+        shown_over(over(p, floors), floors),
+        median(&mut storm.floor_ns),
+        median(&mut storm.podstuck_ns),
+        each.join(", ")
+    )?;
+    Ok(out)
+}
+
+/// `file` with its fork/exec section replaced by `section`, or, where it
+/// has none, `section` put where a full run puts it (before the fentry
+/// rows, the targets not met or the Soak, whichever comes first; else at
+/// the end); everything else as it was.
+fn with_fork_exec_section(file: &str, section: &str) -> String {
+    let starts: Vec<usize> =
+        std::iter::once(0).chain(file.match_indices('\n').map(|(i, _)| i + 1)).filter(|&i| i < file.len()).collect();
+    let heading = |at: usize| file[at..].lines().next().unwrap_or_default().trim_end();
+    let (from, to) = match starts.iter().find(|&&at| heading(at) == FORK_EXEC_HEADING) {
+        Some(&start) => {
+            let end = starts.iter().find(|&&at| at > start && file[at..].starts_with("## ")).copied();
+            (start, end.unwrap_or(file.len()))
+        }
+        None => {
+            let next = ["## fentry, tracepoints", "## Targets not met", "## Soak"];
+            let at = starts.iter().find(|&&at| next.iter().any(|n| file[at..].starts_with(n))).copied();
+            (at.unwrap_or(file.len()), at.unwrap_or(file.len()))
+        }
+    };
+    let before = file[..from].trim_end();
+    let after = &file[to..];
+    let mut out = String::from(before);
+    if !out.is_empty() {
+        out.push_str("\n\n");
+    }
+    out.push_str(section.trim_end());
+    out.push('\n');
+    if !after.trim().is_empty() {
+        out.push('\n');
+        out.push_str(after);
+    }
+    out
+}
+
+/// `--only fork-exec`: the fork/exec storm alone, replacing its section of `--out`.
+fn only_fork_exec(podstuck: &Path, args: &BenchArgs) -> Result<()> {
+    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
+    let command = format!(
+        "cargo xtask bench --only fork-exec --runs {} --fork-calls {}{}",
+        args.runs,
+        args.fork_calls,
+        if default_out.as_deref() == Some(args.out.as_path()) {
+            String::new()
+        } else {
+            format!(" --out {}", args.out.display())
+        }
+    );
+    let scratch = Scratch::new()?;
+    let section = fork_exec_section(podstuck, &scratch.root, args.runs, args.fork_calls, Some(&command))?;
+    let file = std::fs::read_to_string(&args.out).unwrap_or_default();
+    std::fs::write(&args.out, with_fork_exec_section(&file, &section))?;
+    say(&format!("wrote its fork/exec section into {}", args.out.display()));
+    Ok(())
+}
+
 /// The command line that reproduces this run, as BENCHMARKS.md shows it.
 fn bench_command(args: &BenchArgs, vm_kernels: &[String]) -> String {
     // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
     let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
     format!(
-        "cargo xtask bench --runs {} --large-runs {} --sizes {} --filesystems {} --storm-calls {} --strace-runs {} --removers {} --vm-kernels {} --vm-dirs {} --vm-rounds {}{}",
+        "cargo xtask bench --runs {} --large-runs {} --sizes {} --filesystems {} --storm-calls {} --fork-calls {} --strace-runs {} --removers {} --vm-kernels {} --vm-dirs {} --vm-rounds {}{}",
         args.runs,
         args.large_runs,
         args.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
         args.filesystems.join(","),
         args.storm_calls,
+        args.fork_calls,
         args.strace_runs,
         args.removers.join(","),
         if vm_kernels.is_empty() { "none".to_string() } else { vm_kernels.join(",") },
@@ -1247,6 +1510,9 @@ fn storm_row(
 }
 
 pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
+    if args.only == Some(Only::ForkExec) {
+        return only_fork_exec(podstuck, args);
+    }
     let mut tools = Vec::new();
     for name in &args.removers {
         match REMOVERS.iter().find(|(arg, _)| arg == name) {
@@ -1325,6 +1591,10 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
             memory_storm(podstuck, &fs, args.storm_calls, &mut report)?;
         }
     }
+    if args.fork_calls > 0 {
+        let section = fork_exec_section(podstuck, &scratch.root.join("fork-exec"), args.runs, args.fork_calls, None)?;
+        write!(report, "\n{section}")?;
+    }
     let fentry = if vm_kernels.is_empty() {
         Vec::new()
     } else {
@@ -1336,4 +1606,32 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
     std::fs::write(&args.out, format!("{report}{soak}"))?;
     say(&format!("wrote {}", args.out.display()));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECTION: &str = "## A fork/exec storm\n\nnew figures\n";
+
+    #[test]
+    fn the_fork_exec_section_is_replaced_alone() {
+        let file =
+            "# podstuck benchmarks\n\n## The storm\n\nrows\n\n## A fork/exec storm\n\nold figures\n\n## Soak\n\nsoak\n";
+        assert_eq!(
+            with_fork_exec_section(file, SECTION),
+            "# podstuck benchmarks\n\n## The storm\n\nrows\n\n## A fork/exec storm\n\nnew figures\n\n## Soak\n\nsoak\n"
+        );
+    }
+
+    #[test]
+    fn an_absent_fork_exec_section_goes_where_a_full_run_puts_it() {
+        let file = "# b\n\n## A 10-call storm\n\nx\n\n## Targets not met, and why\n\n- y\n\n## Soak\n\nsoak\n";
+        assert_eq!(
+            with_fork_exec_section(file, SECTION),
+            "# b\n\n## A 10-call storm\n\nx\n\n## A fork/exec storm\n\nnew figures\n\n## Targets not met, and why\n\n- y\n\n## Soak\n\nsoak\n"
+        );
+        assert_eq!(with_fork_exec_section("# b\n\nx\n", SECTION), "# b\n\nx\n\n## A fork/exec storm\n\nnew figures\n");
+        assert_eq!(with_fork_exec_section("", SECTION), SECTION);
+    }
 }
