@@ -76,18 +76,34 @@ mod at {
 #[inline(always)]
 fn ctx_i32(ctx: &TracePointContext, offset: usize) -> i32 {
     // SAFETY: the verifier checks each load against the tracepoint's
-    // record; `offset` is one of `at`'s constants, 4-byte aligned.
-    unsafe { core::ptr::read_unaligned((ctx.as_ptr() as *const u8).add(offset) as *const i32) }
+    // record; `offset` is one of `at`'s constants, 4-byte aligned, as the
+    // record is 8-byte aligned. One aligned load, not four byte loads and
+    // their shifts, whose bounds 5.10's verifier loses ("math between ctx
+    // pointer and register with unbounded min value").
+    unsafe { core::ptr::read_volatile((ctx.as_ptr() as *const u8).add(offset) as *const i32) }
 }
 
 /// This CPU's buffer, its header zeroed and filled with what every record
 /// says of the current task.
 #[inline(always)]
 fn start(kind: u8) -> Option<&'static mut Buffer> {
+    let buffer = scratch()?;
+    fill(buffer, kind);
+    Some(buffer)
+}
+
+/// This CPU's buffer, as the last program left it.
+#[inline(always)]
+fn scratch() -> Option<&'static mut Buffer> {
     let buffer = LIFECYCLE_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: this CPU's element of a per-CPU array, valid for the whole
     // run; a tracepoint program is never nested on its CPU.
-    let buffer = unsafe { &mut *buffer };
+    Some(unsafe { &mut *buffer })
+}
+
+/// The header of a record of `kind`: what every record says of the current task.
+#[inline(always)]
+fn fill(buffer: &mut Buffer, kind: u8) {
     let r = &mut buffer.record;
     let pid_tgid = bpf_get_current_pid_tgid();
     r.ns = unsafe { bpf_ktime_get_ns() };
@@ -104,7 +120,6 @@ fn start(kind: u8) -> Option<&'static mut Buffer> {
     r.kind = kind;
     r.comm = bpf_get_current_comm().unwrap_or([0; 16]);
     r.target_comm = [0; 16];
-    Some(buffer)
 }
 
 #[inline(always)]
@@ -168,7 +183,9 @@ fn exec(ctx: &TracePointContext) -> Option<()> {
     if !kernel_reads() {
         return None;
     }
-    let buffer = start(lifecycle::EXEC)?;
+    // The filename first: every exec on the node passes here, and only
+    // those under a prefix are worth a header.
+    let buffer = scratch()?;
     let loc = ctx_i32(ctx, at::EXEC_FILENAME) as u32;
     let from = (ctx.as_ptr() as *const u8).wrapping_add((loc & 0xffff) as usize);
     // SAFETY: the helper copies at most the buffer's size through the
@@ -183,6 +200,7 @@ fn exec(ctx: &TracePointContext) -> Option<()> {
     if read <= 0 || !under_a_prefix(&buffer.filename) {
         return None;
     }
+    fill(buffer, lifecycle::EXEC);
     let filename_len = (read as usize - 1) & (lifecycle::FILENAME_MAX - 1);
     buffer.record.filename_len = filename_len as u16;
     buffer.record.env_len = read_env(&mut buffer.env) as u16;

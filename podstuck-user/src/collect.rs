@@ -487,6 +487,27 @@ fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// An error as one line: a verifier's log (dozens of lines of bytecode)
+/// keeps its first line and the line that says what was refused (the last
+/// but the verifier's totals and the error's own repeat).
+fn one_line(error: &str) -> String {
+    let tally = |l: &&str| {
+        l.starts_with(':')
+            || l.starts_with("processed ")
+            || l.starts_with("verification time")
+            || l.starts_with("stack depth")
+    };
+    let mut lines: Vec<&str> = error.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    while lines.len() > 1 && lines.last().is_some_and(tally) {
+        lines.pop();
+    }
+    match lines.as_slice() {
+        [] => String::new(),
+        [only] => only.to_string(),
+        [first, .., last] => format!("{first} ... {last}"),
+    }
+}
+
 /// A ring buffer map of `ebpf`, registered with tokio.
 fn async_ring(ebpf: &mut Ebpf, name: &str) -> Result<AsyncFd<RingBuf<MapData>>> {
     let ring = RingBuf::try_from(ebpf.take_map(name).with_context(|| format!("{name} map missing"))?)?;
@@ -552,7 +573,7 @@ impl Tracer {
                     ebpf.take_map("LIFECYCLE_LOST").context("LIFECYCLE_LOST map missing")?,
                 )?);
             }
-            Err(e) => lifecycle_missing = Some(format!("{e:#}")),
+            Err(e) => lifecycle_missing = Some(one_line(&format!("{e:#}"))),
         }
         let ring = async_ring(&mut ebpf, "EVENTS")?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;

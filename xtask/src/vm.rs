@@ -62,12 +62,13 @@ mod guest;
 const INIT: &str = include_str!("../vm/init.sh");
 
 /// Every scenario /init reports in a kernel's full boot, in its order.
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "check",
     "pod-isolation",
     "held-in-namespace",
     "demo",
     "hung-call",
+    "lifecycle",
     "relative-paths",
     "storm-count",
     "sigkill",

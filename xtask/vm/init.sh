@@ -638,6 +638,60 @@ wait "$FPID" 2>/dev/null
 umount -l /tmp/fuse 2>/dev/null
 say "TIME hung-call $(since "$T0")"
 
+# --- lifecycle: a pod's PID-namespace init drops the SIGTERM sent to it ----
+# --- (sigterm-ignored, from signal_generate's verdict), then dies of -------
+# --- SIGKILL (resolved, from sched_process_exit) ---------------------------
+T0=$(uptime_s)
+A=- W=-
+LU=4c4c4c4c-5d5d-4e6e-8f7f-808080808080
+LPOD=/sys/fs/cgroup/kubepods-besteffort-pod$(echo "$LU" | tr - _).slice
+INIT=""
+SPID=""
+if ! mkdir -p "$LPOD"; then
+    result lifecycle FAIL "could not make the pod cgroup $LPOD"
+elif start_watch /tmp/life --json --findings --pod "$LU" --duration 30s; then
+    # The shell moves itself into the pod cgroup, so the init is born there.
+    sh -c 'echo $$ >"$1/cgroup.procs" && exec unshare -p -f sleep 1000' sh "$LPOD" >/tmp/life-init.out 2>&1 &
+    SPID=$!
+    n=50
+    while [ "$n" -gt 0 ] && [ -z "$INIT" ]; do
+        INIT=$(grep -v "^$SPID\$" "$LPOD/cgroup.procs" | head -n 1)
+        [ -z "$INIT" ] && sleep 0.1
+        n=$((n - 1))
+    done
+    if [ -z "$INIT" ]; then
+        result lifecycle FAIL "no init in the pod cgroup: $(oneline </tmp/life-init.out)"
+    else
+        kill -TERM "$INIT"
+        wait_for /tmp/life.json '"kind":"sigterm-ignored"' "$WPID" 20
+        IGNORED=$(grep '"type":"finding"' /tmp/life.json | grep '"kind":"sigterm-ignored"' | head -n 1)
+        ALIVE=no
+        alive "$INIT" && ALIVE=yes
+        kill -KILL "$INIT"
+        wait_for /tmp/life.json '"kind":"sigterm-ignored".*"status":"resolved"' "$WPID" 20
+        RESOLVED=$(grep '"kind":"sigterm-ignored"' /tmp/life.json | grep -c '"status":"resolved"')
+        stop_watch
+        show life /tmp/life.err 10
+        if echo "$IGNORED" | grep -q '"confidence":"confirmed"' && [ "$ALIVE" = yes ] && [ "$RESOLVED" -ge 1 ] \
+            && echo "$IGNORED" | grep -q "\"fix\":\"kill -KILL $INIT\""; then
+            result lifecycle PASS "SIGTERM to the pod's init $INIT dropped by the kernel: sigterm-ignored confirmed, fix $(echo "$IGNORED" | jstr fix); resolved once SIGKILL ended it"
+        else
+            result lifecycle FAIL "init $INIT alive after SIGTERM: $ALIVE; finding: $(echo "$IGNORED" | cut -c1-300 | oneline); resolved lines: $RESOLVED; $(grep -o '"kind":"[^"]*"' /tmp/life.json | sort -u | oneline) $(oneline </tmp/life.err)"
+        fi
+    fi
+    alive "$WPID" && stop_watch
+else
+    result lifecycle FAIL "$WHY"
+fi
+[ -n "$INIT" ] && kill -9 "$INIT" 2>/dev/null
+[ -n "$SPID" ] && wait "$SPID" 2>/dev/null
+n=50
+while [ "$n" -gt 0 ] && ! rmdir "$LPOD" 2>/dev/null; do
+    sleep 0.1
+    n=$((n - 1))
+done
+say "TIME lifecycle $(since "$T0")"
+
 # --- relative-paths: cwd- and dirfd-relative removals get absolute paths ---
 T0=$(uptime_s)
 A=- W=-
