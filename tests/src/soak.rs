@@ -13,7 +13,8 @@
 //! Every pod is torn down the way kubelet tears one down, by processes
 //! named `kubelet` (the `actor` binary) where podstuck tells callers apart:
 //! rmdir of a volume still mounted (EBUSY) and of an emptyDir still full
-//! (ENOTEMPTY), the unmount of its memory-backed emptyDir, the real
+//! (ENOTEMPTY), the unmount of its memory-backed emptyDir, its container's
+//! process stopped by SIGTERM (the lifecycle podstuck follows), the real
 //! `/bin/rm -rf` of its files from inside the pod's cgroups (a container
 //! cleaning up), the pod's cgroups removed, then its directory, as Go's
 //! RemoveAll removes it. Whatever the churn made (mounts, cgroups,
@@ -697,26 +698,13 @@ impl ChurnedPod {
         Ok(made)
     }
 
-    /// Tears the pod down as kubelet does once its containers are gone,
-    /// and checks each step did what it should.
-    fn tear_down(mut self, actor: &Path) -> Result<()> {
-        // kubelet, ahead of the unmount: the memory-backed emptyDir is
-        // still mounted, the other still full.
-        expect(
-            kubelet(actor, "rmdirs", &[&self.cache, &self.data])?,
-            &format!("rmdirs errno {}, errno {}", libc::EBUSY, libc::ENOTEMPTY),
-        )?;
-        expect(kubelet(actor, "umount", &[&self.cache])?, "umount ok")?;
-        self.mounted = false;
-        // The emptyDir's files, by the real rm, from inside the pod's
-        // cgroups: podstuck finds a caller's pod by its cgroup too.
+    /// `command`'s process starts in the pod's cgroups (every hierarchy's).
+    fn in_pod_cgroups(&self, command: &mut Command) {
         let procs: Vec<CString> = self.cgroups.iter().map(|c| cstring(&c.join("cgroup.procs"))).collect();
-        let mut rm = Command::new("/bin/rm");
-        rm.arg("-rf").arg(&self.data);
         // SAFETY: only open, write and close between fork and exec, on
         // strings made before the fork.
         unsafe {
-            rm.pre_exec(move || {
+            command.pre_exec(move || {
                 for procs in &procs {
                     let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
                     // "0": the writing process itself, in v1 as in v2.
@@ -732,6 +720,37 @@ impl ChurnedPod {
                 Ok(())
             });
         }
+    }
+
+    /// Tears the pod down as kubelet does once its containers are gone,
+    /// and checks each step did what it should.
+    fn tear_down(mut self, actor: &Path) -> Result<()> {
+        // kubelet, ahead of the unmount: the memory-backed emptyDir is
+        // still mounted, the other still full.
+        expect(
+            kubelet(actor, "rmdirs", &[&self.cache, &self.data])?,
+            &format!("rmdirs errno {}, errno {}", libc::EBUSY, libc::ENOTEMPTY),
+        )?;
+        expect(kubelet(actor, "umount", &[&self.cache])?, "umount ok")?;
+        self.mounted = false;
+        // The container's process, stopped as its runtime stops it:
+        // SIGTERM, and it exits. podstuck follows that lifecycle for every
+        // pod (signal, exit) and keeps nothing of it once it is over.
+        let mut container = Command::new("sleep");
+        container.arg("60");
+        self.in_pod_cgroups(&mut container);
+        let mut container = container.spawn().context("starting the pod's container process")?;
+        // SAFETY: kill(2) of our own child, not yet reaped.
+        unsafe { libc::kill(container.id() as i32, libc::SIGTERM) };
+        let stopped = container.wait().context("waiting for the pod's container process")?;
+        if std::os::unix::process::ExitStatusExt::signal(&stopped) != Some(libc::SIGTERM) {
+            bail!("the pod's container process ended {stopped}, not by SIGTERM");
+        }
+        // The emptyDir's files, by the real rm, from inside the pod's
+        // cgroups: podstuck finds a caller's pod by its cgroup too.
+        let mut rm = Command::new("/bin/rm");
+        rm.arg("-rf").arg(&self.data);
+        self.in_pod_cgroups(&mut rm);
         let out = rm.output().context("running /bin/rm")?;
         if !out.status.success() {
             bail!("rm -rf {}: {} {}", self.data.display(), out.status, String::from_utf8_lossy(&out.stderr));
