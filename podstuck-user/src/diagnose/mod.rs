@@ -22,6 +22,7 @@ pub mod removal_storm;
 pub mod rhythm;
 pub mod sandbox_teardown_failing;
 pub mod shell;
+pub mod signalled;
 pub mod sigterm_ignored;
 pub mod subpath_left;
 pub mod track;

@@ -7,53 +7,43 @@
 //! SIGTERM and is still running a second later is told too, as slow.
 //! A process that exits within a second of SIGTERM gives nothing.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use super::signalled::{Followed, Signalled};
 use super::{human_duration, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
-use crate::identify::pod::PodUid;
-use crate::identify::{Actor, Identity};
+use crate::identify::Identity;
 use crate::lifecycle::{Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult};
 
 /// How long a process may take to exit after SIGTERM before it is told.
 pub const EXIT_WITHIN: Duration = Duration::from_secs(1);
-/// Processes followed at most; past this the lowest pids are forgotten.
-const FOLLOWED_MAX: usize = 1024;
 
-/// A SIGTERM sent, its process not yet seen to exit.
+/// What is kept of a SIGTERM beside its process.
 struct Sent {
-    at: SystemTime,
-    pod: PodUid,
-    comm: String,
-    sender: Actor,
-    sender_pid: u32,
     result: SignalResult,
-    /// SIGTERMs sent to it so far.
+    /// SIGTERMs sent to it so far (at most one a second is streamed).
     times: u64,
     /// When SIGKILL followed, if it did.
     killed_at: Option<SystemTime>,
-    /// Seen to exit (or found gone) after it was told: told once resolved.
-    ended: Option<SystemTime>,
-    told: bool,
 }
 
 #[derive(Default)]
 pub struct SigtermIgnored {
-    sent: BTreeMap<u32, Sent>,
+    sent: Signalled<Sent>,
 }
 
 impl SigtermIgnored {
-    fn finding(pid: u32, s: &Sent, now: SystemTime, state: Option<String>) -> Finding {
-        let mut f = Finding::new(Kind::SigtermIgnored, &pid.to_string(), Severity::Warning, s.at);
+    fn finding(pid: u32, sent: &Followed<Sent>, now: SystemTime, state: Option<String>) -> Finding {
+        let s = &sent.more;
+        let mut f = Finding::new(Kind::SigtermIgnored, &pid.to_string(), Severity::Warning, sent.at);
         f.last_seen = now;
-        f.pod_uid = Some(s.pod.clone());
-        f.pods = vec![s.pod.clone()];
-        f.actor = Some(FindingActor::of(s.sender_pid, &s.sender));
+        f.pod_uid = Some(sent.pod.clone());
+        f.pods = vec![sent.pod.clone()];
+        f.actor = Some(FindingActor::of(sent.sender_pid, &sent.sender));
         f.count = s.times;
-        let waited = human_duration(now.duration_since(s.at).unwrap_or_default());
-        let who = format!("{} (pid {pid})", s.comm);
-        let from = format!("SIGTERM from {} (pid {})", s.sender.description, s.sender_pid);
+        let waited = human_duration(now.duration_since(sent.at).unwrap_or_default());
+        let who = format!("{} (pid {pid})", sent.comm);
+        let from = format!("SIGTERM from {} (pid {})", sent.sender.description, sent.sender_pid);
         let state = state.map(|s| format!(" It is {s}.")).unwrap_or_default();
         f.evidence("signal_generate", format!("{from} to {who}: {}", result_words(s.result)));
         match s.result {
@@ -75,7 +65,7 @@ impl SigtermIgnored {
                 "signal_generate",
                 format!(
                     "SIGKILL followed {} after SIGTERM",
-                    human_duration(killed.duration_since(s.at).unwrap_or_default())
+                    human_duration(killed.duration_since(sent.at).unwrap_or_default())
                 ),
             );
         }
@@ -87,7 +77,8 @@ impl SigtermIgnored {
             "the kill ends the wait now; a lower terminationGracePeriodSeconds shortens it for every later deletion"
                 .into(),
         );
-        if let Some(ended) = s.ended {
+        f.advice.push("how much of the grace period is left is the API's to say: watch --pod NAMESPACE/NAME joins it (grace-period-past once it is over), or kubectl get pod -o jsonpath='{.metadata.deletionTimestamp}'".into());
+        if let Some(ended) = sent.ended {
             f.status = Status::Resolved;
             f.last_seen = ended;
         }
@@ -110,67 +101,28 @@ impl Detector for SigtermIgnored {
     fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         match &event.what {
             Lifecycle::Signal(sent) if sent.sig == libc::SIGTERM => {
-                let Some(pod) = identity.pod_uid.clone() else { return };
-                if let Some(s) = self.sent.get_mut(&sent.target_pid).filter(|s| s.ended.is_none()) {
-                    s.times += 1;
+                let new = || Sent { result: sent.result, times: 0, killed_at: None };
+                if let Some((f, _)) = self.sent.sent(event, identity, sent, new) {
+                    f.more.times += 1;
                     // The kernel's verdict on the latest says most.
-                    s.result = sent.result;
-                    return;
+                    f.more.result = sent.result;
                 }
-                if self.sent.len() >= FOLLOWED_MAX {
-                    self.sent.pop_first();
-                }
-                let s = Sent {
-                    at: event.time,
-                    pod,
-                    comm: sent.target_comm.clone(),
-                    sender: identity.actor.clone(),
-                    sender_pid: event.pid,
-                    result: sent.result,
-                    times: 1,
-                    killed_at: None,
-                    ended: None,
-                    told: false,
-                };
-                self.sent.insert(sent.target_pid, s);
             }
             Lifecycle::Signal(sent) if sent.sig == libc::SIGKILL => {
-                if let Some(s) = self.sent.get_mut(&sent.target_pid) {
-                    s.killed_at.get_or_insert(event.time);
+                if let Some(f) = self.sent.get_mut(sent.target_pid) {
+                    f.more.killed_at.get_or_insert(event.time);
                 }
             }
-            Lifecycle::Exit { .. } => {
-                if let Some(s) = self.sent.get_mut(&event.pid) {
-                    s.ended.get_or_insert(event.time);
-                }
-            }
+            Lifecycle::Exit { .. } => self.sent.exited(event.pid, event.time),
             _ => {}
         }
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
         let now = review.now;
-        let mut out = Vec::new();
-        for (pid, s) in self.sent.iter_mut() {
-            if s.ended.is_none() && now.duration_since(s.at).unwrap_or_default() < EXIT_WITHIN {
-                continue;
-            }
-            let mut state = None;
-            if s.ended.is_none() {
-                match review.node.task(*pid) {
-                    // A zombie has exited: its parent has yet to reap it.
-                    Ok(task) if task.state != 'Z' && task.state != 'X' => state = Some(task.state_words().to_string()),
-                    _ => s.ended = Some(now),
-                }
-            }
-            if s.ended.is_some() && !s.told {
-                continue;
-            }
-            s.told = true;
-            out.push(Self::finding(*pid, s, now, state));
-        }
-        self.sent.retain(|_, s| s.ended.is_none());
-        out
+        self.sent.review(now, EXIT_WITHIN, review.node, |pid, f, task, _| {
+            Self::finding(pid, f, now, task.map(|t| t.state_words().to_string()))
+        })
     }
 }
 
@@ -179,6 +131,7 @@ mod tests {
     use super::*;
     use crate::diagnose::fake::{pod, t, task, FakeNode};
     use crate::identify::actor::Role;
+    use crate::identify::Actor;
     use crate::lifecycle::SignalSent;
 
     fn shim() -> LifecycleIdentity {

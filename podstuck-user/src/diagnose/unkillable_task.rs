@@ -6,14 +6,13 @@
 //! aborted, the NFS mount forced off). Before this, cgroup-busy saw it only
 //! once kubelet tried the pod cgroup's rmdir.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::hung_call::HungCall;
+use super::signalled::{Followed, Signalled};
 use super::{human_duration, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
-use crate::identify::pod::PodUid;
-use crate::identify::{Actor, Identity};
+use crate::identify::Identity;
 use crate::inspect::{Mount, NodeInspector, TaskState};
 use crate::lifecycle::{Lifecycle, LifecycleEvent, LifecycleIdentity};
 use crate::words::shell_word;
@@ -21,24 +20,12 @@ use crate::words::shell_word;
 /// How long a task may outlive its SIGKILL before it is told: dying takes
 /// a task a few milliseconds, unless it waits in the kernel.
 pub const DEAD_WITHIN: Duration = Duration::from_secs(3);
-/// Tasks followed at most; past this the lowest pids are forgotten.
-const FOLLOWED_MAX: usize = 1024;
 /// Stack frames quoted.
 const FRAMES_QUOTED: usize = 6;
 
-struct Killed {
-    at: SystemTime,
-    pod: PodUid,
-    comm: String,
-    sender: Actor,
-    sender_pid: u32,
-    ended: Option<SystemTime>,
-    told: bool,
-}
-
 #[derive(Default)]
 pub struct UnkillableTask {
-    killed: BTreeMap<u32, Killed>,
+    killed: Signalled<()>,
 }
 
 fn is_fuse(m: &Mount) -> bool {
@@ -55,7 +42,14 @@ fn waits_in(task: &TaskState, what: &[&str]) -> bool {
 }
 
 impl UnkillableTask {
-    fn finding(pid: u32, k: &Killed, now: SystemTime, node: &mut dyn NodeInspector) -> Finding {
+    /// `task` is None once the task has ended (a finding told before).
+    fn finding(
+        pid: u32,
+        k: &Followed<()>,
+        task: Option<TaskState>,
+        now: SystemTime,
+        node: &mut dyn NodeInspector,
+    ) -> Finding {
         let mut f = Finding::new(Kind::UnkillableTask, &pid.to_string(), Severity::Critical, k.at);
         f.last_seen = now;
         f.pod_uid = Some(k.pod.clone());
@@ -69,19 +63,10 @@ impl UnkillableTask {
             "signal_generate",
             format!("SIGKILL from {} (pid {}) to {who}, {waited} ago", k.sender.description, k.sender_pid),
         );
-        if k.ended.is_some() {
+        let Some(task) = task else {
             f.status = Status::Resolved;
             f.summary = format!("{who} outlived its SIGKILL, then ended.");
             return f;
-        }
-        let task = match node.task(pid) {
-            Ok(task) => task,
-            Err(why) => {
-                f.confidence = Confidence::Possible;
-                f.summary = format!("{who} got SIGKILL {waited} ago and has not been seen to exit, but /proc/{pid} is unreadable ({why}).");
-                f.fix = format!("cat /proc/{pid}/stack");
-                return f;
-            }
         };
         let wchan = task.wchan.as_ref().map(|w| format!(", waiting in {w}")).unwrap_or_default();
         f.evidence(format!("/proc/{pid}/stat"), format!("task {pid} ({}) is {}{wchan}", task.comm, task.state_words()));
@@ -148,54 +133,16 @@ impl Detector for UnkillableTask {
     fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         match &event.what {
             Lifecycle::Signal(sent) if sent.sig == libc::SIGKILL => {
-                let Some(pod) = identity.pod_uid.clone() else { return };
-                if self.killed.get(&sent.target_pid).is_some_and(|k| k.ended.is_none()) {
-                    return;
-                }
-                if self.killed.len() >= FOLLOWED_MAX {
-                    self.killed.pop_first();
-                }
-                let k = Killed {
-                    at: event.time,
-                    pod,
-                    comm: sent.target_comm.clone(),
-                    sender: identity.actor.clone(),
-                    sender_pid: event.pid,
-                    ended: None,
-                    told: false,
-                };
-                self.killed.insert(sent.target_pid, k);
+                self.killed.sent(event, identity, sent, || ());
             }
-            Lifecycle::Exit { .. } => {
-                if let Some(k) = self.killed.get_mut(&event.pid) {
-                    k.ended.get_or_insert(event.time);
-                }
-            }
+            Lifecycle::Exit { .. } => self.killed.exited(event.pid, event.time),
             _ => {}
         }
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
         let now = review.now;
-        let mut out = Vec::new();
-        for (pid, k) in self.killed.iter_mut() {
-            if k.ended.is_none() && now.duration_since(k.at).unwrap_or_default() < DEAD_WITHIN {
-                continue;
-            }
-            if k.ended.is_none() {
-                match review.node.task(*pid) {
-                    Ok(task) if task.state != 'Z' && task.state != 'X' => {}
-                    _ => k.ended = Some(now),
-                }
-            }
-            if k.ended.is_some() && !k.told {
-                continue;
-            }
-            k.told = true;
-            out.push(Self::finding(*pid, k, now, review.node));
-        }
-        self.killed.retain(|_, k| k.ended.is_none());
-        out
+        self.killed.review(now, DEAD_WITHIN, review.node, |pid, k, task, node| Self::finding(pid, k, task, now, node))
     }
 }
 
@@ -204,6 +151,7 @@ mod tests {
     use super::*;
     use crate::diagnose::fake::{pod, t, task, FakeNode};
     use crate::identify::actor::Role;
+    use crate::identify::Actor;
     use crate::lifecycle::{SignalResult, SignalSent};
 
     fn runc() -> LifecycleIdentity {
