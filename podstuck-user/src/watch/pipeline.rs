@@ -127,8 +127,13 @@ impl Pipeline {
         let pod_uid = match &event.what {
             Lifecycle::Exec { cni: Some(cni), .. } => cni.pod_uid.clone().or(who.pod_uid),
             Lifecycle::Exec { cni: None, .. } => who.pod_uid,
-            // The target's pod, from its cgroup: it is alive, it was just signalled.
-            Lifecycle::Signal(sent) => self.identifier.pod_of_process(sent.target_pid),
+            // The target's pod: as an earlier signal named it (a SIGKILL's
+            // target is gone from /proc by the time its record is read),
+            // else from its cgroups.
+            Lifecycle::Signal(sent) => match self.named.get(&sent.target_pid).cloned().flatten() {
+                Some(pod) => Some(pod),
+                None => self.identifier.pod_of_process(sent.target_pid),
+            },
             Lifecycle::Exit { .. } => self.named.remove(&event.pid).flatten(),
         };
         LifecycleIdentity { pod_uid, actor: who.actor }
