@@ -1329,9 +1329,13 @@ fn with_fork_exec_section(file: &str, section: &str) -> String {
             (at.unwrap_or(file.len()), at.unwrap_or(file.len()))
         }
     };
-    let before = file[..from].trim_end();
-    let after = &file[to..];
-    let mut out = String::from(before);
+    splice(&file[..from], section, &file[to..])
+}
+
+/// `section` between `before` and `after`, one blank line either side:
+/// how a section of BENCHMARKS.md is put in place of its old self.
+pub fn splice(before: &str, section: &str, after: &str) -> String {
+    let mut out = before.trim_end().to_string();
     if !out.is_empty() {
         out.push_str("\n\n");
     }

@@ -201,17 +201,7 @@ fn machine() -> String {
 /// added at the end where it has none; everything else as it was.
 pub fn with_section(file: &str, section: &str) -> String {
     let (before, after) = split_section(file);
-    let mut out = before.trim_end().to_string();
-    if !out.is_empty() {
-        out.push_str("\n\n");
-    }
-    out.push_str(section.trim_end());
-    out.push('\n');
-    if !after.trim().is_empty() {
-        out.push('\n');
-        out.push_str(after);
-    }
-    out
+    crate::bench::splice(before, section, after)
 }
 
 /// The Soak section of `file` as it stands ("" if none), for a writer of
