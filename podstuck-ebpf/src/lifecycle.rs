@@ -205,7 +205,7 @@ fn exec(ctx: &TracePointContext) -> Option<()> {
     buffer.record.filename_len = filename_len as u16;
     buffer.record.env_len = read_env(&mut buffer.env) as u16;
     let pid = buffer.record.pid;
-    let _ = WATCHED.insert(&pid, &1, 0);
+    let _ = WATCHED.insert(pid, 1, 0);
     // The environment follows the whole filename buffer, so its offset is
     // a constant: user space reads `filename_len` bytes of the one and
     // `env_len` of the other.
@@ -257,8 +257,8 @@ fn exit() -> Option<()> {
         return None;
     }
     // SAFETY: a lookup whose value is only tested for presence.
-    unsafe { WATCHED.get(&pid) }?;
-    let _ = WATCHED.remove(&pid);
+    unsafe { WATCHED.get(pid) }?;
+    let _ = WATCHED.remove(pid);
     let buffer = start(lifecycle::EXIT)?;
     let task = unsafe { bpf_get_current_task() } as *const u8;
     buffer.record.exit_code = read_kernel::<i32>(task, patched!(OFFSETS.task_exit_code)).unwrap_or(-1);
@@ -283,12 +283,12 @@ fn signal(ctx: &TracePointContext) -> Option<()> {
     let key = (target as u64) << 8 | sig as u64;
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: a plain u64 read from the map's value.
-    if let Some(last) = unsafe { SIGNALLED.get(&key) } {
+    if let Some(last) = unsafe { SIGNALLED.get(key) } {
         if now.wrapping_sub(*last) < SIGNAL_EVERY_NS {
             return None;
         }
     }
-    let _ = SIGNALLED.insert(&key, &now, 0);
+    let _ = SIGNALLED.insert(key, now, 0);
     let buffer = start(lifecycle::SIGNAL)?;
     buffer.record.sig = sig;
     buffer.record.target_pid = target;
@@ -302,7 +302,7 @@ fn signal(ctx: &TracePointContext) -> Option<()> {
         comm[i * 4..i * 4 + 4].copy_from_slice(&v);
     }
     buffer.record.target_comm = comm;
-    let _ = WATCHED.insert(&target, &1, 0);
+    let _ = WATCHED.insert(target, 1, 0);
     send(buffer, 0);
     Some(())
 }
