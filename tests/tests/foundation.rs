@@ -209,7 +209,7 @@ fn assert_programs_unloaded(ids: &[u32]) {
 
 fn program_ids(start: &Value) -> Vec<u32> {
     let ids: Vec<u32> = start["program_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-    assert_eq!(ids.len(), 8, "four syscalls, enter and exit each");
+    assert_eq!(ids.len(), 11, "four syscalls, enter and exit each, and the lifecycle's three (exec, exit, signal)");
     ids
 }
 
