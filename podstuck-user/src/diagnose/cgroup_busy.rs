@@ -473,21 +473,15 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
 
 impl Detector for CgroupBusy {
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        if !removes(event) {
-            return;
-        }
-        let Ok(path) = &identity.abs_path else { return };
-        match event.errno() {
-            None => self.failures.succeeded(path, event.time),
+        if removes(event) {
             // Whether the path is on a cgroup filesystem is read at review.
-            Some(libc::EBUSY) if removes_dir(event) => self.failures.failed(path, event, identity),
-            Some(_) => {}
+            self.failures.observe(event, identity, |errno| errno == libc::EBUSY && removes_dir(event));
         }
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
         let reads = &mut self.read;
-        let findings = self.failures.review(review.now, |a| Self::decide(a, review, reads));
+        let findings = self.failures.review(review, |a, review| Self::decide(a, review, reads));
         // Facts of directories no longer failing go with them.
         let failures = &self.failures;
         reads.retain(|path, _| failures.tracks(path) || findings.iter().any(|f| f.paths.first() == Some(path)));

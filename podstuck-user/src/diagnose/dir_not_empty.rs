@@ -106,19 +106,13 @@ impl DirNotEmpty {
 
 impl Detector for DirNotEmpty {
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        if !removes(event) || identity.pod_uid.is_none() {
-            return;
-        }
-        let Ok(path) = &identity.abs_path else { return };
-        match event.errno() {
-            None => self.failures.succeeded(path, event.time),
-            Some(libc::ENOTEMPTY) if removes_dir(event) => self.failures.failed(path, event, identity),
-            Some(_) => {}
+        if removes(event) && identity.pod_uid.is_some() {
+            self.failures.observe(event, identity, |errno| errno == libc::ENOTEMPTY && removes_dir(event));
         }
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        self.failures.review(review.now, |a| {
+        self.failures.review(review, |a, review| {
             // A single ENOTEMPTY is how RemoveAll starts; wait for a retry.
             if a.failures < 2 {
                 return None;

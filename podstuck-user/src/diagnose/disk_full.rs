@@ -216,9 +216,8 @@ impl Detector for DiskFull {
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        let now = review.now;
-        let mut all = self.full.review(now, |a| Self::decide(Kind::DiskFull, a, review));
-        all.extend(self.read_only.review(now, |a| Self::decide(Kind::ReadOnlyFs, a, review)));
+        let mut all = self.full.review(review, |a, review| Self::decide(Kind::DiskFull, a, review));
+        all.extend(self.read_only.review(review, |a, review| Self::decide(Kind::ReadOnlyFs, a, review)));
         Self::merge(all)
     }
 }

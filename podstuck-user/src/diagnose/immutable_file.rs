@@ -194,19 +194,13 @@ impl ImmutableFile {
 
 impl Detector for ImmutableFile {
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        if !removes(event) {
-            return;
-        }
-        let Ok(path) = &identity.abs_path else { return };
-        match event.errno() {
-            None => self.failures.succeeded(path, event.time),
-            Some(libc::EPERM) => self.failures.failed(path, event, identity),
-            Some(_) => {}
+        if removes(event) {
+            self.failures.observe(event, identity, |errno| errno == libc::EPERM);
         }
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        self.failures.review(review.now, |a| Self::decide(a, review))
+        self.failures.review(review, Self::decide)
     }
 }
 

@@ -280,27 +280,20 @@ impl MountHeld {
 
 impl Detector for MountHeld {
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        let Ok(path) = &identity.abs_path else { return };
-        let lazy = event.flags & libc::MNT_DETACH as u64 != 0;
-        match event.errno() {
-            None if unmounts(event) || removes(event) => self.failures.succeeded(path, event.time),
-            Some(libc::EBUSY) if unmounts(event) && !lazy => self.failures.failed(path, event, identity),
-            // Pod volumes, subpaths and cgroups have their own detectors.
-            Some(libc::EBUSY)
-                if removes_dir(event)
-                    && !matches!(
-                        identity.path_area,
-                        Some(PathArea::Volume | PathArea::VolumeSubpath | PathArea::PodCgroup)
-                    ) =>
-            {
-                self.failures.failed(path, event, identity)
-            }
-            _ => {}
+        if !(unmounts(event) || removes(event)) {
+            return;
         }
+        let lazy = event.flags & libc::MNT_DETACH as u64 != 0;
+        // Pod volumes, subpaths and cgroups have their own detectors.
+        let elsewhere =
+            matches!(identity.path_area, Some(PathArea::Volume | PathArea::VolumeSubpath | PathArea::PodCgroup));
+        self.failures.observe(event, identity, |errno| {
+            errno == libc::EBUSY && ((unmounts(event) && !lazy) || (removes_dir(event) && !elsewhere))
+        });
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        self.failures.review(review.now, |a| Self::decide(a, review))
+        self.failures.review(review, Self::decide)
     }
 }
 

@@ -110,18 +110,15 @@ impl NotMounted {
 
 impl Detector for NotMounted {
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        let Ok(path) = &identity.abs_path else { return };
-        match event.errno() {
-            None if unmounts(event) || removes(event) => self.failures.succeeded(path, event.time),
-            Some(libc::EINVAL) if unmounts(event) && !unmounts_idempotently(identity.actor.role) => {
-                self.failures.failed(path, event, identity)
-            }
-            _ => {}
+        if unmounts(event) || removes(event) {
+            self.failures.observe(event, identity, |errno| {
+                errno == libc::EINVAL && unmounts(event) && !unmounts_idempotently(identity.actor.role)
+            });
         }
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        self.failures.review(review.now, |a| Self::decide(a, review))
+        self.failures.review(review, Self::decide)
     }
 }
 

@@ -80,19 +80,14 @@ impl SubpathLeft {
 
 impl Detector for SubpathLeft {
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        if identity.path_area != Some(PathArea::VolumeSubpath) || !(removes(event) || unmounts(event)) {
-            return;
-        }
-        let Ok(path) = &identity.abs_path else { return };
-        match event.errno() {
-            None => self.failures.succeeded(path, event.time),
-            Some(libc::EBUSY | libc::ENOENT | libc::ENOTEMPTY) => self.failures.failed(path, event, identity),
-            Some(_) => {}
+        if identity.path_area == Some(PathArea::VolumeSubpath) && (removes(event) || unmounts(event)) {
+            self.failures
+                .observe(event, identity, |errno| matches!(errno, libc::EBUSY | libc::ENOENT | libc::ENOTEMPTY));
         }
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
-        self.failures.review(review.now, |a| Self::decide(a, review))
+        self.failures.review(review, Self::decide)
     }
 }
 

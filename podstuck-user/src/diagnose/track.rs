@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use podstuck_common::Syscall;
 
 use super::rhythm::Rhythm;
-use super::{Finding, FindingActor};
+use super::{Finding, FindingActor, Review};
 use crate::event::{errno_name, syscall_name, CallEvent};
 use crate::identify::pod::{PathArea, PodUid};
 use crate::identify::Identity;
@@ -222,6 +222,19 @@ pub struct FailureLog {
 }
 
 impl FailureLog {
+    /// Follows a call a detector watches, on the path it names: a success
+    /// ends what failed there, a failure whose errno `counts` (the errno
+    /// the detector is about) is one more, any other failure is not its
+    /// concern. Calls the detector does not watch never reach here.
+    pub fn observe(&mut self, event: &CallEvent, identity: &Identity, counts: impl FnOnce(i32) -> bool) {
+        let Ok(path) = &identity.abs_path else { return };
+        match event.errno() {
+            None => self.succeeded(path, event.time),
+            Some(errno) if counts(errno) => self.failed(path, event, identity),
+            Some(_) => {}
+        }
+    }
+
     /// Records a failed call on `path`.
     pub fn failed(&mut self, path: &[u8], event: &CallEvent, identity: &Identity) {
         let errno = event.errno().unwrap_or(0);
@@ -303,9 +316,10 @@ impl FailureLog {
     /// finding was made of them) and forgotten.
     pub fn review(
         &mut self,
-        now: SystemTime,
-        mut decide: impl FnMut(&mut Attempts) -> Option<Finding>,
+        review: &mut Review<'_>,
+        mut decide: impl FnMut(&mut Attempts, &mut Review<'_>) -> Option<Finding>,
     ) -> Vec<Finding> {
+        let now = review.now;
         let mut out = Vec::new();
         let mut done = Vec::new();
         for (path, a) in self.by_path.iter_mut() {
@@ -331,7 +345,7 @@ impl FailureLog {
                 continue;
             }
             a.mark_checked(now);
-            a.finding = decide(a);
+            a.finding = decide(a, review);
             if let Some(finding) = &a.finding {
                 a.reported = true;
                 out.push(finding.clone());

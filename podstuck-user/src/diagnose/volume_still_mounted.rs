@@ -199,21 +199,16 @@ impl Detector for VolumeStillMounted {
             }
             return;
         }
-        if !removes(event) {
-            return;
-        }
-        match event.errno() {
-            None => self.failures.succeeded(path, event.time),
-            Some(libc::EBUSY) if removes_dir(event) && identity.path_area == Some(PathArea::Volume) => {
-                self.failures.failed(path, event, identity)
-            }
-            Some(_) => {}
+        if removes(event) {
+            self.failures.observe(event, identity, |errno| {
+                errno == libc::EBUSY && removes_dir(event) && identity.path_area == Some(PathArea::Volume)
+            });
         }
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
         let unmounts = &self.unmounts;
-        let out = self.failures.review(review.now, |a| Self::decide(unmounts, a, review));
+        let out = self.failures.review(review, |a, review| Self::decide(unmounts, a, review));
         if self.failures.is_empty() {
             self.unmounts.clear();
         }
