@@ -2,13 +2,9 @@
 //! findings with their fix, then the busiest series and the slowest calls
 //! in flight in whatever rows are left, notes and the keys at the bottom;
 //! or, when the user expands the selected finding, its detail (summary,
-//! evidence, whole fix). Every row fits the width: nothing is left for the
-//! terminal to wrap. A fix is broken only between shell words, with a
-//! ` \` continuation, so that what is copied off the screen still pastes
-//! as the same command; a word too long for a row (a path) is shortened
-//! from the middle on screen, and `c` copies it whole. Drawing only: every
-//! word comes from the model, so the layout is tested on ratatui's
-//! `TestBackend`.
+//! evidence, whole fix). Each row's words are fitted to the width by
+//! [`super::fit`]. Drawing only: every word comes from the model, so the
+//! layout is tested on ratatui's `TestBackend`.
 
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -19,6 +15,7 @@ use ratatui::Frame;
 use crate::diagnose::{Confidence, Severity};
 use crate::words::{duration_to_the_second, human_duration, latency_text, terminal_safe_lines};
 
+use super::fit::{cause_rows, columns, cut, fit_words, fix_rows, shorten_middle, whole_fix_rows, whole_prose_rows};
 use super::model::{FindingRow, Screen, Selection};
 use super::text::rate;
 
@@ -52,275 +49,6 @@ fn severity_label(severity: Severity) -> &'static str {
         Severity::Warning => "WARNING",
         Severity::Info => "INFO",
     }
-}
-
-/// Columns a text takes: one a character, as everywhere in the view.
-fn columns(text: &str) -> usize {
-    text.chars().count()
-}
-
-/// `text` cut to `width` characters, the cut marked.
-fn cut(text: &str, width: usize) -> String {
-    if columns(text) <= width {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
-/// One word (a path, a UID) in `width` characters: its middle gives way to
-/// `…`, since a path's tail (`pvc-1/mount`) says which one it is and its
-/// head where it lives.
-fn shorten_middle(word: &str, width: usize) -> String {
-    let chars: Vec<char> = word.chars().collect();
-    if chars.len() <= width {
-        return word.to_string();
-    }
-    if width < 2 {
-        return "…".chars().take(width).collect();
-    }
-    let head = (width - 1) / 3;
-    let tail = width - 1 - head;
-    let mut out: String = chars[..head].iter().collect();
-    out.push('…');
-    out.extend(&chars[chars.len() - tail..]);
-    out
-}
-
-/// Words shorter than this are never shortened: a sentence's verbs and
-/// nouns stay whole; only paths and identifiers give way.
-const SHORTEST_SHORTENED: usize = 12;
-
-/// `text` with its longest words (paths, UIDs) shortened from the middle,
-/// longest first, until it fits `width` or none is left to shorten.
-fn shrink_words(text: &str, width: usize) -> String {
-    let mut words: Vec<String> = text.split(' ').map(str::to_string).collect();
-    let total = |words: &[String]| words.iter().map(|w| columns(w)).sum::<usize>() + words.len().saturating_sub(1);
-    while total(&words) > width {
-        let Some((longest, len)) =
-            words.iter().enumerate().map(|(i, w)| (i, columns(w))).max_by_key(|&(i, len)| (len, usize::MAX - i))
-        else {
-            break;
-        };
-        if len <= SHORTEST_SHORTENED {
-            break;
-        }
-        let excess = total(&words) - width;
-        words[longest] = shorten_middle(&words[longest], len.saturating_sub(excess).max(SHORTEST_SHORTENED));
-    }
-    words.join(" ")
-}
-
-/// A line in `width` characters: its long words give way first, then its end.
-fn fit_words(text: &str, width: usize) -> String {
-    cut(&shrink_words(text, width), width)
-}
-
-/// A cause in one row of `width` characters if its paths can give way
-/// enough, else in two: what is wrong comes after the path in most causes
-/// ("... /x/mount is still mounted"), and it must show.
-fn cause_rows(cause: &str, width: usize) -> Vec<String> {
-    let shrunk = shrink_words(cause, width);
-    if columns(&shrunk) <= width {
-        return vec![shrunk];
-    }
-    // Breaking between words wastes the ends of rows: shrink until two hold it.
-    let mut rows = prose_rows(&shrink_words(cause, 2 * width), width);
-    for target in (width..2 * width).rev() {
-        if rows.len() <= 2 {
-            break;
-        }
-        rows = prose_rows(&shrink_words(cause, target), width);
-    }
-    match rows.as_slice() {
-        [first, second] => vec![first.clone(), second.clone()],
-        [first, rest @ ..] => vec![first.clone(), cut(&rest.join(" "), width)],
-        [] => vec![],
-    }
-}
-
-/// A command line's shell words, split at the spaces a shell splits at
-/// (not those inside quotes or after a backslash), each with its quotes.
-fn shell_words(line: &str) -> Vec<&str> {
-    let mut words = Vec::new();
-    let mut start = None;
-    let (mut single, mut double, mut escaped) = (false, false, false);
-    for (at, c) in line.char_indices() {
-        if escaped {
-            escaped = false;
-        } else if c == '\\' && !single {
-            escaped = true;
-        } else if c == '\'' && !double {
-            single = !single;
-        } else if c == '"' && !single {
-            double = !double;
-        } else if c == ' ' && !single && !double {
-            if let Some(from) = start.take() {
-                words.push(&line[from..at]);
-            }
-            continue;
-        }
-        start.get_or_insert(at);
-    }
-    if let Some(from) = start {
-        words.push(&line[from..]);
-    }
-    words
-}
-
-/// A fix in rows of at most `width` characters that still paste as the
-/// same commands: each of its lines whole if it fits; else broken only
-/// between shell words, every row but a command's last ending in ` \`
-/// (the shell's line continuation). A word wider than a row (a long path)
-/// gets a row of its own, shortened with `…` on screen: `c` copies it whole.
-pub fn fix_rows(fix: &str, width: usize) -> Vec<String> {
-    const GOES_ON: &str = " \\";
-    let mut rows = Vec::new();
-    for line in fix.split('\n') {
-        if columns(line) <= width {
-            rows.push(line.to_string());
-            continue;
-        }
-        let room = width.saturating_sub(GOES_ON.len()).max(1);
-        let mut row = String::new();
-        for word in shell_words(line) {
-            let needed = if row.is_empty() { columns(word) } else { columns(&row) + 1 + columns(word) };
-            if needed <= room {
-                if !row.is_empty() {
-                    row.push(' ');
-                }
-                row.push_str(word);
-                continue;
-            }
-            if !row.is_empty() {
-                rows.push(std::mem::take(&mut row) + GOES_ON);
-            }
-            row = shorten_middle(word, room);
-        }
-        rows.push(row);
-    }
-    rows
-}
-
-/// A word in pieces of at most `width` characters, each broken after the
-/// last `/` that falls in it (a path reads by its directories), else at
-/// `width`: nothing of it is left out.
-fn word_pieces(word: &str, width: usize) -> Vec<String> {
-    let width = width.max(1);
-    let chars: Vec<char> = word.chars().collect();
-    let mut pieces = Vec::new();
-    let mut at = 0;
-    while chars.len() - at > width {
-        let window = &chars[at..at + width];
-        let take = window.iter().rposition(|&c| c == '/').filter(|&p| p > 0).map_or(width, |p| p + 1);
-        pieces.push(chars[at..at + take].iter().collect());
-        at += take;
-    }
-    pieces.push(chars[at..].iter().collect());
-    pieces
-}
-
-/// A row of a fix shown whole (see [`whole_fix_rows`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FixRow {
-    /// The row goes on with a word the row above broke: it must start in
-    /// the terminal's first column, or a paste would split the word.
-    pub joins_word: bool,
-    pub text: String,
-}
-
-/// A fix in rows of at most `width` characters, whole: as [`fix_rows`],
-/// but a word wider than a row (a long path) is broken after a `/` with a
-/// `\` and no space at the row's end, which a shell removes with the line
-/// break, joining the word back (the row after it starts in the first
-/// column, see [`FixRow::joins_word`]). Nothing is elided: read from the
-/// screen, or pasted, the rows are the fix. A quoted word is broken
-/// without the `\` (inside quotes it would be kept): `c` copies it whole.
-pub fn whole_fix_rows(fix: &str, width: usize) -> Vec<FixRow> {
-    const GOES_ON: &str = " \\";
-    let row_of = |joins_word: bool, text: String| FixRow { joins_word, text };
-    let mut rows = Vec::new();
-    for line in fix.split('\n') {
-        if columns(line) <= width {
-            rows.push(row_of(false, line.to_string()));
-            continue;
-        }
-        let room = width.saturating_sub(GOES_ON.len()).max(1);
-        let mut row = String::new();
-        let mut joins = false;
-        for word in shell_words(line) {
-            let needed = if row.is_empty() { columns(word) } else { columns(&row) + 1 + columns(word) };
-            if needed <= room {
-                if !row.is_empty() {
-                    row.push(' ');
-                }
-                row.push_str(word);
-                continue;
-            }
-            if !row.is_empty() {
-                rows.push(row_of(joins, std::mem::take(&mut row) + GOES_ON));
-                joins = false;
-            }
-            if columns(word) <= room {
-                row = word.to_string();
-                continue;
-            }
-            let quoted = word.contains(['\'', '"']);
-            let pieces = word_pieces(word, room);
-            let last = pieces.len() - 1;
-            for (i, piece) in pieces.into_iter().enumerate() {
-                if i < last {
-                    let end = if quoted { "" } else { "\\" };
-                    rows.push(row_of(i > 0 && !quoted, piece + end));
-                } else {
-                    row = piece;
-                    joins = i > 0 && !quoted;
-                }
-            }
-        }
-        rows.push(row_of(joins, row));
-    }
-    rows
-}
-
-/// Prose in rows of at most `width` characters, broken between words; a
-/// word wider than a row is broken after a `/` (see [`word_pieces`]), never
-/// shortened: the detail pane is where the whole text is.
-fn whole_prose_rows(text: &str, width: usize) -> Vec<String> {
-    rows_of_prose(text, width, word_pieces)
-}
-
-/// Prose (a summary, a piece of evidence) in rows of at most `width`
-/// characters, broken between words; a word wider than a row is shortened
-/// from the middle.
-fn prose_rows(text: &str, width: usize) -> Vec<String> {
-    rows_of_prose(text, width, |word, width| vec![shorten_middle(word, width)])
-}
-
-/// Prose in rows of at most `width` characters, broken between words; a
-/// word wider than a row is made into the pieces `long` gives (each at most
-/// a row), the last of which the next words may follow.
-fn rows_of_prose(text: &str, width: usize, long: impl Fn(&str, usize) -> Vec<String>) -> Vec<String> {
-    let mut rows = Vec::new();
-    for line in text.split('\n') {
-        let mut row = String::new();
-        for word in line.split(' ').filter(|w| !w.is_empty()) {
-            let mut pieces = long(word, width);
-            let word = pieces.pop().unwrap_or_default();
-            let fits = columns(&row) + 1 + columns(&word) <= width;
-            if !row.is_empty() && (!pieces.is_empty() || !fits) {
-                rows.push(std::mem::take(&mut row));
-            }
-            rows.extend(pieces);
-            if !row.is_empty() {
-                row.push(' ');
-            }
-            row.push_str(&word);
-        }
-        rows.push(row);
-    }
-    rows
 }
 
 /// How many characters of a pod UID tell the pods on the screen apart: 8
@@ -418,7 +146,7 @@ fn finding_lines(findings: &[FindingRow], selected: usize, width: u16, uid_chars
 }
 
 /// The selected finding expanded: its whole summary, every piece of
-/// evidence, its whole fix (see [`fix_rows`]), in `width` columns.
+/// evidence, its whole fix (see [`whole_fix_rows`]), in `width` columns.
 fn detail_lines(findings: &[FindingRow], selected: usize, width: u16) -> Vec<Line<'static>> {
     let width = width as usize;
     let Some(f) = findings.get(selected) else { return vec![] };
@@ -671,6 +399,7 @@ mod tests {
     use crate::latency::tests::{event, identity};
     use crate::latency::LatencyBook;
     use crate::run::RunTotals;
+    use crate::view::fit::tests::shell_pasted;
     use crate::view::model::tests::{flight, run, volume_finding, POD};
     use crate::view::model::{Action, LiveView, Moment, Notes};
     use podstuck_common::Syscall;
@@ -799,39 +528,6 @@ mod tests {
         }
     }
 
-    /// What a shell reads from rows pasted into it: a `\\` at a row's end
-    /// and the line break after it are removed.
-    fn shell_pasted(rows: &[String]) -> String {
-        rows.join("\n").replace("\\\n", "").split_whitespace().collect::<Vec<_>>().join(" ")
-    }
-
-    #[test]
-    fn the_whole_fix_breaks_a_long_path_after_a_slash_and_pastes_back() {
-        let path = "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1/mount";
-        let fix = format!("umount {path} && rmdir {path}\nkill 42");
-        let rows = whole_fix_rows(&fix, 30);
-        let texts: Vec<String> =
-            rows.iter().map(|r| if r.joins_word { r.text.clone() } else { format!("   {}", r.text) }).collect();
-        for row in &rows {
-            assert!(row.text.chars().count() <= 30, "{row:?}");
-            assert!(!row.text.contains('…'), "{row:?}");
-        }
-        assert_eq!(rows[0], FixRow { joins_word: false, text: "umount \\".into() });
-        assert_eq!(rows[1], FixRow { joins_word: false, text: "/var/lib/kubelet/pods/x/\\".into() });
-        assert!(rows[2].joins_word, "{rows:?}");
-        assert_eq!(shell_pasted(&texts), fix.replace('\n', " "));
-        assert_eq!(word_pieces("abcdefgh", 3), vec!["abc", "def", "gh"]);
-        assert_eq!(
-            whole_prose_rows(&format!("still mounted: {path}."), 30).concat().replace("mounted:", "mounted: "),
-            format!("still mounted: {path}.")
-        );
-    }
-
-    /// The fix as pasted from the screen's rows: continuations joined.
-    fn pasted(rows: &[String]) -> String {
-        rows.iter().map(|r| r.trim().trim_end_matches(" \\")).collect::<Vec<_>>().join(" ")
-    }
-
     #[test]
     fn at_80_columns_every_row_fits_the_cause_says_what_is_wrong_and_the_errno_stays() {
         let mut notes = Notes::default();
@@ -891,37 +587,6 @@ mod tests {
                 && waiting.ends_with("/mount"),
             "{waiting}"
         );
-    }
-
-    #[test]
-    fn a_fix_breaks_only_between_shell_words_with_a_continuation() {
-        let fix = "umount -l '/v/a b/c' && rmdir /var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1\nkill 42";
-        let rows = fix_rows(fix, 30);
-        assert_eq!(rows, vec!["umount -l '/v/a b/c' && \\", "rmdir \\", "/var/lib/…netes.io~csi/pvc-1", "kill 42"]);
-        for row in &rows {
-            assert!(row.chars().count() <= 30, "{row}");
-        }
-        // The rows that are whole paste as the fix's first line, continuations and all.
-        let first = fix.lines().next().unwrap();
-        assert_eq!(pasted(&rows[..2]) + " /var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1", first);
-        assert_eq!(shell_words(r#"a 'b c' "d \" e" f\ g"#), vec!["a", "'b c'", r#""d \" e""#, r"f\ g"]);
-        assert_eq!(fix_rows("umount /short", 30), vec!["umount /short"]);
-    }
-
-    #[test]
-    fn a_sentence_gives_way_in_its_paths_never_in_its_words() {
-        let path = "/var/lib/kubelet/pods/p/volumes/kubernetes.io~csi/pvc-1/mount";
-        let fitted = fit_words(&format!("kubelet cannot remove {path}: it is still mounted (tmpfs)."), 66);
-        assert_eq!(fitted, "kubelet cannot remove /var…c-1/mount: it is still mounted (tmpfs).");
-        // No room even then: two rows, what is wrong on the second.
-        let rows = cause_rows(
-            &format!("kubelet cannot remove the CSI volume dir of pod x: {path} is still mounted (tmpfs)."),
-            40,
-        );
-        assert_eq!(rows, vec!["kubelet cannot remove the CSI volume dir", "of pod x: /va…-1/mount is still mounted…"]);
-        assert_eq!(shorten_middle("abcdefghij", 5), "a…hij");
-        assert_eq!(cut("sentence", 4), "sen…");
-        assert_eq!(prose_rows("one two three", 7), vec!["one two", "three"]);
     }
 
     #[test]
