@@ -1,9 +1,9 @@
 //! The house rules that a reader of the code relies on, checked on the
 //! sources themselves so they hold after every change: the collector's
 //! modules import only the layers below them (data flows one way, no
-//! circle), no function is longer than 120 lines, and README.md stays a
-//! quick start of at most 300 lines whose links to docs/ all lead
-//! somewhere.
+//! circle), docs/development.md lists the same layers, no function is
+//! longer than 120 lines, and README.md stays a quick start of at most 300
+//! lines whose links to docs/ all lead somewhere.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 
 /// podstuck-user's top-level modules, bottom layer first. A module may
 /// import any module of a layer below its own and none of its own layer
-/// or above. A new module takes its place here, and an import that runs
-/// up is a design change to make here on purpose, not by accident.
+/// or above. A new module takes its place here (and in docs/development.md's
+/// list, which is checked against this), and an import that runs up is a
+/// design change to make here on purpose, not by accident.
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "ground floor: words, formats and codes every layer shares",
@@ -280,4 +281,79 @@ fn the_readme_is_a_quick_start_whose_links_to_docs_lead_somewhere() {
         linked += 1;
     }
     assert!(linked >= 5, "README.md links to {linked} docs/ pages: the rest of the documentation lives there");
+}
+
+/// Where docs/development.md lists the layers, one numbered item a layer.
+const LAYER_LIST: &str = "The collector's modules are layered, bottom first";
+
+/// The layers docs/development.md lists after [`LAYER_LIST`], bottom first:
+/// the modules named (in backticks) by each numbered item, an item going on
+/// over its indented lines, the list ending at the first other line.
+fn documented_layers(doc: &str) -> Vec<Vec<String>> {
+    let Some(at) = doc.find(LAYER_LIST) else { return vec![] };
+    let mut layers: Vec<String> = Vec::new();
+    let items = doc[at..].lines().skip_while(|l| !starts_an_item(l));
+    for line in items {
+        if starts_an_item(line) {
+            layers.push(line.to_string());
+        } else if line.starts_with(' ') && !line.trim().is_empty() {
+            layers.last_mut().expect("an item began the list").push_str(line);
+        } else {
+            break;
+        }
+    }
+    layers.iter().map(|item| item.split('`').skip(1).step_by(2).map(str::to_string).collect()).collect()
+}
+
+/// "12. the run: `watch`" starts an item.
+fn starts_an_item(line: &str) -> bool {
+    let digits = line.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && line[digits..].starts_with(". ")
+}
+
+/// Where `documented` and `layers` differ, one line each: a layer whose
+/// modules differ, a layer one has and the other has not.
+fn layer_differences(documented: &[Vec<String>], layers: &[(&str, &[&str])]) -> Vec<String> {
+    let mut differences = Vec::new();
+    for i in 0..documented.len().max(layers.len()) {
+        let said = documented.get(i).map(|modules| modules.join(", "));
+        let meant = layers.get(i).map(|(_, modules)| modules.join(", "));
+        if said == meant {
+            continue;
+        }
+        let title = layers.get(i).map_or("beyond LAYERS", |(title, _)| title);
+        let said = said.unwrap_or_else(|| "nothing".into());
+        let meant = meant.unwrap_or_else(|| "nothing".into());
+        differences.push(format!("layer {} ({title}): the docs say {said}; LAYERS says {meant}", i + 1));
+    }
+    differences
+}
+
+#[test]
+fn the_development_guide_lists_the_layers_of_this_test_in_its_order() {
+    let doc = fs::read_to_string(workspace().join("docs/development.md")).unwrap();
+    let documented = documented_layers(&doc);
+    assert!(!documented.is_empty(), "docs/development.md has no numbered list of layers after {LAYER_LIST:?}");
+    let differences = layer_differences(&documented, LAYERS);
+    assert!(
+        differences.is_empty(),
+        "docs/development.md's layers differ from LAYERS in tests/tests/house.rs:\n{}",
+        differences.join("\n")
+    );
+}
+
+#[test]
+fn the_layer_list_check_names_a_layer_the_docs_tell_otherwise() {
+    let doc =
+        format!("{LAYER_LIST}:\n\n1. words: `words`, `exit`\n2. the rest: `run`,\n   `view`\n\nA module imports.\n");
+    assert_eq!(documented_layers(&doc), [vec!["words", "exit"], vec!["run", "view"]]);
+    let layers: &[(&str, &[&str])] = &[("words", &["words", "exit"]), ("the rest", &["run", "attach_cost", "view"])];
+    assert_eq!(
+        layer_differences(&documented_layers(&doc), layers),
+        ["layer 2 (the rest): the docs say run, view; LAYERS says run, attach_cost, view"]
+    );
+    assert_eq!(
+        layer_differences(&documented_layers(&doc), &layers[..1]),
+        ["layer 2 (beyond LAYERS): the docs say run, view; LAYERS says nothing"]
+    );
 }
