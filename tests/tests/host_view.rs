@@ -11,7 +11,7 @@
 //!
 //! Runs as root; see `kernel_test!` for the skip rule.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -19,26 +19,46 @@ use podstuck_tests::mountinfo::is_mountpoint;
 use podstuck_tests::node::TmpfsMount;
 use podstuck_tests::*;
 
-/// What makes a `kubectl debug node` pod's mount namespace and runs the
-/// command it is given last in it, chrooted; before that it starts another
-/// process of the same namespace (a `sleep`, the debug pod's shell) whose
-/// cwd is `$HOLD` in its private copy, and writes its pid to `$HOLD_PID`.
-const DEBUG_POD: &str = r#"set -e
-new="$DEBUG_ROOT"
-mount -t tmpfs debug-root "$new"
+/// What makes a container's mount namespace shaped after the node, as a
+/// `kubectl debug node` pod's or a DaemonSet's is: its root a new tmpfs
+/// at `$CONTAINER_ROOT`, the node's `/` rbound at `/host`, and /usr,
+/// /proc, /dev and /sys of its own. What each container adds follows.
+const CONTAINER_OF_THE_NODE: &str = r#"set -e
+new="$CONTAINER_ROOT"
+mount -t tmpfs container-root "$new"
 mkdir "$new/usr" "$new/host" "$new/proc" "$new/dev" "$new/sys" "$new/tmp"
 mount --rbind /usr "$new/usr"
 for d in bin lib lib64 sbin; do ln -s "usr/$d" "$new/$d"; done
 mount --rbind / "$new/host"
-mount --make-rprivate "$new/host"
 mount -t proc proc "$new/proc"
 mount --rbind /dev "$new/dev"
 mount --rbind /sys "$new/sys"
+"#;
+
+/// A `kubectl debug node` pod: its copy of the node private, and the
+/// command it is given last run in it, chrooted; before that it starts
+/// another process of the same namespace (a `sleep`, the debug pod's
+/// shell) whose cwd is `$HOLD` in its private copy, and writes its pid to
+/// `$HOLD_PID`.
+const DEBUG_POD: &str = r#"mount --make-rprivate "$new/host"
 (cd "$HOLD" && exec sleep 600) </dev/null >/dev/null 2>&1 &
 echo $! > "$HOLD_PID"
 program="$1"; shift
 exec chroot "$new" "/host$program" "$@"
 "#;
+
+/// The command line that runs a command given after it in a container of
+/// the node rooted at `root` (see [`CONTAINER_OF_THE_NODE`]), made
+/// particular by `script`, with `env` (`NAME=value`) set.
+fn in_a_container(root: &Path, env: &[String], script: &str) -> Vec<std::ffi::OsString> {
+    std::fs::create_dir_all(root).unwrap();
+    let mut line: Vec<std::ffi::OsString> = vec!["env".into(), format!("CONTAINER_ROOT={}", root.display()).into()];
+    line.extend(env.iter().map(Into::into));
+    line.extend(["unshare", "-m", "--propagation", "private", "sh", "-c"].map(Into::into));
+    line.push(format!("{CONTAINER_OF_THE_NODE}{script}").into());
+    line.push("sh".into());
+    line
+}
 
 /// A process killed and reaped on drop.
 struct Killed(Child);
@@ -97,24 +117,10 @@ kernel_test! {
         let other_pid = other.0.id();
         wait_for_cwd(other_pid, &mount);
 
-        let debug_root: PathBuf = scratch.path().join("debug-root");
-        std::fs::create_dir_all(&debug_root).unwrap();
         let hold_pid_file = scratch.path().join("debug-shell.pid");
         let node_pid = std::process::id().to_string();
-        let wrapper: Vec<std::ffi::OsString> = vec![
-            "env".into(),
-            format!("DEBUG_ROOT={}", debug_root.display()).into(),
-            format!("HOLD={}", mount.display()).into(),
-            format!("HOLD_PID={}", hold_pid_file.display()).into(),
-            "unshare".into(),
-            "-m".into(),
-            "--propagation".into(),
-            "private".into(),
-            "sh".into(),
-            "-c".into(),
-            DEBUG_POD.into(),
-            "sh".into(),
-        ];
+        let hold = [format!("HOLD={}", mount.display()), format!("HOLD_PID={}", hold_pid_file.display())];
+        let wrapper = in_a_container(&scratch.path().join("debug-root"), &hold, DEBUG_POD);
         let mut watch = Watch::start_wrapped(&wrapper, &["--findings", "--kubelet-root", root.arg(), "--pod", uid, "--node-pid", &node_pid]);
         let own_pid: i32 = wait_for_file(&hold_pid_file).parse().unwrap();
         let _own = KilledPid(own_pid);
@@ -172,24 +178,13 @@ kernel_test! {
     }
 }
 
-/// What makes a container that reads the node through `--host-root`, as a
-/// DaemonSet without CAP_SYS_ADMIN does: a mount namespace of its own
-/// whose root is a new tmpfs, with the node's `/` rbound at `/host`, and a
-/// cgroupfs of its own at /sys/fs/cgroup, here an empty tmpfs (a
-/// container's cgroup namespace shows its own cgroup alone, none of the
-/// pods'). The command it is given last runs chrooted there without
-/// CAP_SYS_ADMIN, so entering the node's mount namespace is refused.
-const HOST_ROOT_CONTAINER: &str = r#"set -e
-new="$CONTAINER_ROOT"
-mount -t tmpfs container-root "$new"
-mkdir "$new/usr" "$new/host" "$new/proc" "$new/dev" "$new/sys" "$new/tmp"
-mount --rbind /usr "$new/usr"
-for d in bin lib lib64 sbin; do ln -s "usr/$d" "$new/$d"; done
-mount --rbind / "$new/host"
-mount -t proc proc "$new/proc"
-mount --rbind /dev "$new/dev"
-mount --rbind /sys "$new/sys"
-mount -t tmpfs container-cgroups "$new/sys/fs/cgroup"
+/// A container that reads the node through `--host-root`, as a DaemonSet
+/// without CAP_SYS_ADMIN does: a cgroupfs of its own at /sys/fs/cgroup,
+/// here an empty tmpfs (a container's cgroup namespace shows its own
+/// cgroup alone, none of the pods'). The command it is given last runs
+/// chrooted there without CAP_SYS_ADMIN, so entering the node's mount
+/// namespace is refused.
+const HOST_ROOT_CONTAINER: &str = r#"mount -t tmpfs container-cgroups "$new/sys/fs/cgroup"
 program="$1"; shift
 exec chroot "$new" setpriv --bounding-set -sys_admin --inh-caps -sys_admin "/host$program" "$@"
 "#;
@@ -220,21 +215,8 @@ kernel_test! {
         let task = start_actor([std::ffi::OsStr::new("--comm"), "pause".as_ref(), "--cgroup".as_ref(), cgroup.as_os_str(), "sleep".as_ref()]);
         task.wait_ready(Duration::from_secs(10));
 
-        let container_root = scratch.path().join("container-root");
-        std::fs::create_dir_all(&container_root).unwrap();
         let node_pid = std::process::id().to_string();
-        let wrapper: Vec<std::ffi::OsString> = vec![
-            "env".into(),
-            format!("CONTAINER_ROOT={}", container_root.display()).into(),
-            "unshare".into(),
-            "-m".into(),
-            "--propagation".into(),
-            "private".into(),
-            "sh".into(),
-            "-c".into(),
-            HOST_ROOT_CONTAINER.into(),
-            "sh".into(),
-        ];
+        let wrapper = in_a_container(&scratch.path().join("container-root"), &[], HOST_ROOT_CONTAINER);
         let mut watch = Watch::start_wrapped(
             &wrapper,
             &["--findings", "--hung-after", "2s", "--kubelet-root", root.arg(), "--pod", uid, "--host-root", "/host", "--node-pid", &node_pid],
