@@ -203,7 +203,7 @@ mod tests {
     use super::*;
     use crate::event::{Flight, AT_FDCWD};
     use crate::identify::actor::Role;
-    use crate::identify::Actor;
+    use crate::identify::tests::actor;
     use podstuck_common::Syscall;
 
     fn in_flight(path: &str, started: f64) -> CallInFlight {
@@ -219,13 +219,7 @@ mod tests {
             },
             path: Some(path.into()),
             pod_uid: Some(pod()),
-            actor: Actor {
-                comm: "kubelet".into(),
-                exe: None,
-                parent: "systemd".into(),
-                role: Role::Kubelet,
-                description: "kubelet".into(),
-            },
+            actor: actor("kubelet", "systemd", Role::Kubelet),
         }
     }
 

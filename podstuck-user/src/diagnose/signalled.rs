@@ -117,3 +117,44 @@ impl<T> Signalled<T> {
         out
     }
 }
+
+/// Fixtures for the detectors that follow signals: a pod's process that
+/// sends one, the signal, the exit of its target.
+#[cfg(test)]
+pub mod tests {
+    use super::super::fake::{pod, t};
+    use crate::identify::actor::Role;
+    use crate::identify::tests::actor;
+    use crate::lifecycle::{Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult, SignalSent};
+
+    /// A process of the pod named `comm`, the `role` it plays, child of `parent`.
+    pub fn sender(comm: &str, parent: &str, role: Role) -> LifecycleIdentity {
+        LifecycleIdentity { pod_uid: Some(pod()), actor: actor(comm, parent, role) }
+    }
+
+    /// Process `from` (pid, name) sends `sig` to the group of `to` (pid,
+    /// name) at `at` seconds, and the kernel's verdict is `result`.
+    pub fn signal(at: f64, from: (u32, &str), sig: i32, result: SignalResult, to: (u32, &str)) -> LifecycleEvent {
+        let sent = SignalSent { sig, result, target_pid: to.0, target_comm: to.1.into(), group: true };
+        LifecycleEvent {
+            time: t(at),
+            pid: from.0,
+            ppid: 1,
+            comm: from.1.into(),
+            cgroup_id: 0,
+            what: Lifecycle::Signal(sent),
+        }
+    }
+
+    /// Process `pid` (`comm`) exits at `at` seconds, killed.
+    pub fn exit(at: f64, pid: u32, comm: &str) -> LifecycleEvent {
+        LifecycleEvent {
+            time: t(at),
+            pid,
+            ppid: 1,
+            comm: comm.into(),
+            cgroup_id: 0,
+            what: Lifecycle::Exit { status: 9 },
+        }
+    }
+}

@@ -130,47 +130,19 @@ impl Detector for SigtermIgnored {
 mod tests {
     use super::*;
     use crate::diagnose::fake::{pod, t, task, FakeNode};
+    use crate::diagnose::signalled::tests::{self as fixtures, sender};
     use crate::identify::actor::Role;
-    use crate::identify::Actor;
-    use crate::lifecycle::SignalSent;
 
     fn shim() -> LifecycleIdentity {
-        let actor = Actor {
-            comm: "containerd-shim".into(),
-            exe: None,
-            parent: "systemd".into(),
-            role: Role::Shim,
-            description: "containerd-shim".into(),
-        };
-        LifecycleIdentity { pod_uid: Some(pod()), actor }
+        sender("containerd-shim", "systemd", Role::Shim)
     }
 
     fn signal(at: f64, sig: i32, target: u32, result: SignalResult) -> LifecycleEvent {
-        LifecycleEvent {
-            time: t(at),
-            pid: 50,
-            ppid: 1,
-            comm: "containerd-shim".into(),
-            cgroup_id: 0,
-            what: Lifecycle::Signal(SignalSent {
-                sig,
-                result,
-                target_pid: target,
-                target_comm: "app".into(),
-                group: true,
-            }),
-        }
+        fixtures::signal(at, (50, "containerd-shim"), sig, result, (target, "app"))
     }
 
     fn exit(at: f64, pid: u32) -> LifecycleEvent {
-        LifecycleEvent {
-            time: t(at),
-            pid,
-            ppid: 50,
-            comm: "app".into(),
-            cgroup_id: 0,
-            what: Lifecycle::Exit { status: 9 },
-        }
+        fixtures::exit(at, pid, "app")
     }
 
     fn review(d: &mut SigtermIgnored, node: &mut FakeNode, at: f64) -> Vec<Finding> {

@@ -149,37 +149,17 @@ impl Detector for UnkillableTask {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::fake::{pod, t, task, FakeNode};
+    use crate::diagnose::fake::{t, task, FakeNode};
+    use crate::diagnose::signalled::tests::{exit, sender, signal};
     use crate::identify::actor::Role;
-    use crate::identify::Actor;
-    use crate::lifecycle::{SignalResult, SignalSent};
+    use crate::lifecycle::SignalResult;
 
     fn runc() -> LifecycleIdentity {
-        let actor = Actor {
-            comm: "runc".into(),
-            exe: None,
-            parent: "containerd-shim".into(),
-            role: Role::Runc,
-            description: "runc".into(),
-        };
-        LifecycleIdentity { pod_uid: Some(pod()), actor }
+        sender("runc", "containerd-shim", Role::Runc)
     }
 
     fn kill(at: f64, target: u32) -> LifecycleEvent {
-        LifecycleEvent {
-            time: t(at),
-            pid: 60,
-            ppid: 50,
-            comm: "runc".into(),
-            cgroup_id: 0,
-            what: Lifecycle::Signal(SignalSent {
-                sig: libc::SIGKILL,
-                result: SignalResult::Delivered,
-                target_pid: target,
-                target_comm: "cat".into(),
-                group: true,
-            }),
-        }
+        signal(at, (60, "runc"), libc::SIGKILL, SignalResult::Delivered, (target, "cat"))
     }
 
     #[test]
@@ -207,17 +187,7 @@ mod tests {
         );
         assert!(f.evidence.iter().any(|e| e.fact.contains("request_wait_answer <- fuse_simple_request")));
         // The abort ends it: its exit is seen, told once as resolved.
-        d.lifecycle(
-            &LifecycleEvent {
-                time: t(5.0),
-                pid: 800,
-                ppid: 1,
-                comm: "cat".into(),
-                cgroup_id: 0,
-                what: Lifecycle::Exit { status: 9 },
-            },
-            &runc(),
-        );
+        d.lifecycle(&exit(5.0, 800, "cat"), &runc());
         let over = d.review(&mut Review { now: t(5.5), in_flight: &[], node: &mut node });
         assert!(matches!(&over[..], [f] if f.status == Status::Resolved), "{over:?}");
         assert!(d.review(&mut Review { now: t(6.0), in_flight: &[], node: &mut node }).is_empty());

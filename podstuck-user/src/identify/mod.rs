@@ -377,12 +377,17 @@ impl PodFilter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::event::{decode, tests::record_bytes, WallClock};
     use crate::test_support::TempDir;
     use podstuck_common::Syscall;
     use std::os::unix::fs::MetadataExt;
+
+    /// A process named `comm`, child of `parent`, known by its name alone.
+    pub(crate) fn actor(comm: &str, parent: &str, role: Role) -> Actor {
+        Actor { comm: comm.into(), exe: None, parent: parent.into(), role, description: comm.into() }
+    }
 
     const POD_A: &str = "1b2c3d4e-0000-4000-8000-00000000000a";
     const POD_B: &str = "1b2c3d4e-0000-4000-8000-00000000000b";

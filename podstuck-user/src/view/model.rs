@@ -497,7 +497,7 @@ pub(crate) mod tests {
     use crate::diagnose::fake::t;
     use crate::diagnose::Kind;
     use crate::event::{Flight, AT_FDCWD};
-    use crate::identify::Actor;
+    use crate::identify::tests::actor;
     use crate::latency::tests::{event, identity};
 
     pub(crate) const POD: &str = "1b2c3d4e-0000-4000-8000-00000000000a";
@@ -540,13 +540,7 @@ pub(crate) mod tests {
             },
             path,
             pod_uid: None,
-            actor: Actor {
-                comm: "kubelet".into(),
-                exe: None,
-                parent: "systemd".into(),
-                role: Role::Kubelet,
-                description: "kubelet".into(),
-            },
+            actor: actor("kubelet", "systemd", Role::Kubelet),
         }
     }
 
