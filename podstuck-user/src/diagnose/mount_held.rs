@@ -309,6 +309,19 @@ mod tests {
         (0..10).map(|i| umount(i as f64 * 0.05, "containerd", ROOTFS, -libc::EBUSY)).collect()
     }
 
+    /// sleep's copy of the rootfs in another mount namespace, with the
+    /// propagation mountinfo shows for it.
+    fn copy(propagation: &[&str]) -> MountCopy {
+        MountCopy {
+            mntns: 4026532999,
+            pid: 3131,
+            comm: "sleep".into(),
+            mount_point: ROOTFS.into(),
+            propagation: propagation.iter().map(|p| p.to_string()).collect(),
+            owner: None,
+        }
+    }
+
     fn holder(other_namespace: bool, how: HoldKind) -> MountHolder {
         MountHolder {
             pid: 3131,
@@ -350,14 +363,7 @@ mod tests {
         let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(true, HoldKind::Cwd)];
-        node.copies = vec![MountCopy {
-            mntns: 4026532999,
-            pid: 3131,
-            comm: "sleep".into(),
-            mount_point: ROOTFS.into(),
-            propagation: vec!["master:60".into()],
-            owner: None,
-        }];
+        node.copies = vec![copy(&["master:60"])];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
@@ -376,14 +382,7 @@ mod tests {
             container: Some(container.into()),
             ..Owner::default()
         };
-        let copy = MountCopy {
-            mntns: 4026532999,
-            pid: 3131,
-            comm: "sleep".into(),
-            mount_point: ROOTFS.into(),
-            propagation: vec!["master:60".into()],
-            owner: None,
-        };
+        let copy = copy(&["master:60"]);
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![MountHolder { owner: Some(pod("web-0", "app")), ..holder(true, HoldKind::Cwd) }];
         node.copies = vec![copy.clone()];
@@ -486,14 +485,7 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         // unshare -m: a private copy, its holder sitting in it.
         node.holders = vec![holder(true, HoldKind::Cwd)];
-        node.copies = vec![MountCopy {
-            mntns: 4026532999,
-            pid: 3131,
-            comm: "sleep".into(),
-            mount_point: ROOTFS.into(),
-            propagation: vec![],
-            owner: None,
-        }];
+        node.copies = vec![copy(&[])];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert!(!f.summary.contains("another mount namespace"), "{}", f.summary);
         assert!(!f.evidence.iter().any(|e| e.fact.contains("3131")), "{:?}", f.evidence);

@@ -233,6 +233,11 @@ mod tests {
         FakeNode::with_mounts(&[&format!("50 {} tmpfs", csi_mount())])
     }
 
+    /// kubelet's rmdir of `path` refused as busy twice, at 0 and 0.5 s.
+    fn refused_twice(path: &str) -> [Call; 2] {
+        [rmdir(0.0, "kubelet", path, -libc::EBUSY), rmdir(0.5, "kubelet", path, -libc::EBUSY)]
+    }
+
     #[test]
     fn kubelet_on_its_backoff_against_a_mounted_csi_volume() {
         let mut d = VolumeStillMounted::default();
@@ -335,12 +340,7 @@ mod tests {
         let mut d = VolumeStillMounted::default();
         let mut node = mounted();
         let m = csi_mount();
-        let first = run(
-            &mut d,
-            &mut node,
-            &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)],
-            0.6,
-        );
+        let first = run(&mut d, &mut node, &refused_twice(&m), 0.6);
         assert!(first[0].summary.contains("EBUSY 2 times"));
         let later = run(&mut d, &mut node, &[rmdir(1.5, "kubelet", &m, -libc::EBUSY)], 1.6);
         assert_eq!(later[0].count, 3);
@@ -372,12 +372,7 @@ mod tests {
         let mut d = VolumeStillMounted::default();
         let mut node = mounted();
         let m = csi_mount();
-        let first = run(
-            &mut d,
-            &mut node,
-            &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)],
-            1.0,
-        );
+        let first = run(&mut d, &mut node, &refused_twice(&m), 1.0);
         assert_eq!(first[0].status, super::super::Status::Active);
         let then = run(&mut d, &mut node, &[rmdir(1.5, "kubelet", &m, 0)], 2.0);
         assert_eq!(then.len(), 1);
@@ -418,16 +413,10 @@ mod tests {
         let mut d = VolumeStillMounted::default();
         let mut node = FakeNode::with_mounts(&[]);
         let m = csi_mount();
-        let f = &run(
-            &mut d,
-            &mut node,
-            &[rmdir(0.0, "kubelet", &m, -libc::EBUSY), rmdir(0.5, "kubelet", &m, -libc::EBUSY)],
-            1.0,
-        )[0];
+        let f = &run(&mut d, &mut node, &refused_twice(&m), 1.0)[0];
         assert_eq!(f.confidence, Confidence::Possible);
         let mut other = VolumeStillMounted::default();
-        let calls =
-            [rmdir(0.0, "kubelet", "/mnt/data", -libc::EBUSY), rmdir(0.5, "kubelet", "/mnt/data", -libc::EBUSY)];
+        let calls = refused_twice("/mnt/data");
         assert!(run(&mut other, &mut node, &calls, 5.0).is_empty());
     }
 }
