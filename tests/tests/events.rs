@@ -69,6 +69,35 @@ fn kubelet_retrying(pv: &Path) -> Process {
     start_actor(["--comm", "kubelet", "--every-ms", "1000", "--repeat", "0", "rmdir-at", text(pv), "mount"])
 }
 
+/// What each test here starts from: a pod served by the stand-in API
+/// server (made ready by `ready` before podstuck starts: down, refusing),
+/// its CSI volume left mounted, `podstuck watch --events` following it,
+/// and kubelet retrying the volume's removal.
+struct StuckVolume {
+    kubelet: Process,
+    watch: Watch,
+    volume: TmpfsMount,
+    mount: PathBuf,
+    api: ApiServer,
+    pod: Pod,
+    root: KubeletRoot,
+}
+
+impl StuckVolume {
+    fn start(scratch: &Path, ready: impl FnOnce(&ApiServer)) -> StuckVolume {
+        let root = KubeletRoot::new(scratch.join("kubelet"));
+        let pod = root.new_pod();
+        let api = ApiServer::start();
+        serve_pod(&api, &pod);
+        ready(&api);
+        let config = api.kubeconfig(scratch);
+        let (pv, mount, volume) = volume_left_mounted(&pod);
+        let watch = watch_events(&root, &config, &pod);
+        let kubelet = kubelet_retrying(&pv);
+        StuckVolume { kubelet, watch, volume, mount, api, pod, root }
+    }
+}
+
 /// Waits until `wanted` holds of the requests, or panics with them.
 fn await_requests(
     api: &ApiServer,
@@ -110,14 +139,8 @@ fn created(requests: &[Request]) -> Vec<Event> {
 kernel_test! {
     fn a_stuck_volume_is_one_event_on_its_pod_its_repeats_a_series_and_its_end_a_normal_event(test) {
         let scratch = test.scratch();
-        let root = KubeletRoot::new(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let api = ApiServer::start();
-        serve_pod(&api, &pod);
-        let config = api.kubeconfig(scratch.path());
-        let (pv, mount, volume) = volume_left_mounted(&pod);
-        let mut watch = watch_events(&root, &config, &pod);
-        let kubelet = kubelet_retrying(&pv);
+        let StuckVolume { kubelet, mut watch, volume, mount, api, pod, root: _root } =
+            StuckVolume::start(scratch.path(), |_| {});
         let finding = watch.await_finding(secs(60), |f| f["kind"] == "volume-still-mounted", |e| e.eq("/pod_uid", pod.uid()));
 
         let requests = await_requests(&api, secs(30), "an Event POSTed", |r| r.iter().any(|r| r.method == "POST"), &watch);
@@ -169,15 +192,8 @@ kernel_test! {
 kernel_test! {
     fn an_api_server_down_loses_nothing_on_the_node_and_gets_its_event_when_back(test) {
         let scratch = test.scratch();
-        let root = KubeletRoot::new(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let api = ApiServer::start();
-        serve_pod(&api, &pod);
-        api.go_down();
-        let config = api.kubeconfig(scratch.path());
-        let (pv, _mount, _volume) = volume_left_mounted(&pod);
-        let mut watch = watch_events(&root, &config, &pod);
-        let _kubelet = kubelet_retrying(&pv);
+        let StuckVolume { kubelet: _kubelet, mut watch, volume: _volume, mount: _, api, pod, root: _root } =
+            StuckVolume::start(scratch.path(), |api| api.go_down());
         // Traced and printed as ever.
         watch.await_finding(secs(60), |f| f["kind"] == "volume-still-mounted", |e| e.eq("/pod_uid", pod.uid()));
         await_said(&watch, "cannot post Kubernetes Events", secs(30));
@@ -201,14 +217,8 @@ kernel_test! {
 kernel_test! {
     fn an_api_server_down_mid_run_gets_the_series_when_back(test) {
         let scratch = test.scratch();
-        let root = KubeletRoot::new(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let api = ApiServer::start();
-        serve_pod(&api, &pod);
-        let config = api.kubeconfig(scratch.path());
-        let (pv, _mount, _volume) = volume_left_mounted(&pod);
-        let watch = watch_events(&root, &config, &pod);
-        let _kubelet = kubelet_retrying(&pv);
+        let StuckVolume { kubelet: _kubelet, watch, volume: _volume, mount: _, api, pod: _, root: _root } =
+            StuckVolume::start(scratch.path(), |_| {});
         await_requests(&api, secs(60), "the Event POSTed", |r| r.iter().any(|r| r.method == "POST"), &watch);
         api.go_down();
         // The series patch, due 30 s after the Event, finds the server down.
@@ -228,15 +238,8 @@ kernel_test! {
 kernel_test! {
     fn a_missing_permission_is_named_once_and_tracing_goes_on(test) {
         let scratch = test.scratch();
-        let root = KubeletRoot::new(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let api = ApiServer::start();
-        serve_pod(&api, &pod);
-        api.refuse("/apis/events.k8s.io/v1/namespaces/shop/events", 403, "create", "events", "shop");
-        let config = api.kubeconfig(scratch.path());
-        let (pv, _mount, _volume) = volume_left_mounted(&pod);
-        let mut watch = watch_events(&root, &config, &pod);
-        let _kubelet = kubelet_retrying(&pv);
+        let StuckVolume { kubelet: _kubelet, mut watch, volume: _volume, mount: _, api, pod, root: _root } =
+            StuckVolume::start(scratch.path(), |api| api.refuse("/apis/events.k8s.io/v1/namespaces/shop/events", 403, "create", "events", "shop"));
         watch.await_finding(secs(60), |f| f["kind"] == "volume-still-mounted", |e| e.eq("/pod_uid", pod.uid()));
         await_requests(&api, secs(30), "the refused POST", |r| r.iter().any(|r| r.method == "POST"), &watch);
         // Nothing is awaited but time: longer than podstuck's first
@@ -290,14 +293,8 @@ kernel_test! {
     fn the_rbac_in_deploy_grants_what_events_asks_and_nothing_more(test) {
         let documents = harness::deploy_manifest("podstuck-events-rbac.yaml");
         let scratch = test.scratch();
-        let root = KubeletRoot::new(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let api = ApiServer::start();
-        serve_pod(&api, &pod);
-        let config = api.kubeconfig(scratch.path());
-        let (pv, _mount, volume) = volume_left_mounted(&pod);
-        let mut watch = watch_events(&root, &config, &pod);
-        let kubelet = kubelet_retrying(&pv);
+        let StuckVolume { kubelet, mut watch, volume, mount: _, api, pod: _, root: _root } =
+            StuckVolume::start(scratch.path(), |_| {});
         watch.await_finding(secs(60), |f| f["kind"] == "volume-still-mounted", |_| {});
         await_requests(&api, secs(60), "a PATCH", |r| r.iter().any(|r| r.method == "PATCH"), &watch);
         drop(volume);
