@@ -75,6 +75,16 @@ fn header_counts(screen: &str) -> Option<(u64, u64)> {
     Some((pod.parse().ok()?, node.parse().ok()?))
 }
 
+/// A script for a tmux pane that runs `podstuck watch ARGS` and stays
+/// after it, a shell that says podstuck's exit status, then runs `after`.
+fn watch_script(scratch: &Path, args: &str, after: &str) -> PathBuf {
+    let script = scratch.join("run.sh");
+    let podstuck = quoted(&podstuck_binary());
+    let stays = "echo \"podstuck exited with status $?\"\n";
+    std::fs::write(&script, format!("{podstuck} watch {args}\n{stays}{after}exec sleep 3600\n")).unwrap();
+    script
+}
+
 /// Where podstuck's standard input comes from.
 enum Stdin {
     /// The terminal, as when a user types the command.
@@ -93,23 +103,15 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
 
     // The shell stays after podstuck, to show its exit status and the
     // terminal modes it left.
-    let script = scratch.path().join("run.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "{} watch --concurrent --kubelet-root {} --pod {uid}{}\n\
-             echo \"podstuck exited with status $?\"\n\
-             echo \"terminal modes after: $(stty -a | tr ' ;' '\\n\\n' | grep -x -e '-\\?icanon' -e '-\\?echo' | tr '\\n' ' ')\"\n\
-             exec sleep 3600\n",
-            quoted(&podstuck_binary()),
-            quoted(root.path()),
-            match stdin {
-                Stdin::Terminal => "",
-                Stdin::Redirected => " < /dev/null",
-            }
-        ),
-    )
-    .unwrap();
+    let redirected = match stdin {
+        Stdin::Terminal => "",
+        Stdin::Redirected => " < /dev/null",
+    };
+    let script = watch_script(
+        scratch.path(),
+        &format!("--concurrent --kubelet-root {} --pod {uid}{redirected}", quoted(root.path())),
+        "echo \"terminal modes after: $(stty -a | tr ' ;' '\\n\\n' | grep -x -e '-\\?icanon' -e '-\\?echo' | tr '\\n' ' ')\"\n",
+    );
     let mut tmux = Tmux::start(scratch.path(), test.name(), &format!("sh {}", quoted(&script)));
 
     let screen = tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
@@ -248,16 +250,7 @@ kernel_test! {
         let scratch = test.scratch();
         let P1 { root, pod, pv, mount, _volume } = P1::new(&scratch);
         let uid = pod.uid();
-        let script = scratch.path().join("run.sh");
-        std::fs::write(
-            &script,
-            format!(
-                "{} watch --concurrent --kubelet-root {} --pod {uid}\necho \"podstuck exited with status $?\"\nexec sleep 3600\n",
-                quoted(&podstuck_binary()),
-                quoted(root.path())
-            ),
-        )
-        .unwrap();
+        let script = watch_script(scratch.path(), &format!("--concurrent --kubelet-root {} --pod {uid}", quoted(root.path())), "");
         let mut tmux = Tmux::start_sized(scratch.path(), test.name(), &format!("sh {}", quoted(&script)), 80, 24);
         tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
         let shell: u32 = tmux.pane("#{pane_pid}").parse().expect("pane pid");
@@ -372,12 +365,7 @@ kernel_test! {
     /// back, each program's cost per call is said, as in every other mode.
     fn the_kernel_cost_report_follows_the_live_view_too(test) {
         let scratch = test.scratch();
-        let script = scratch.path().join("run.sh");
-        std::fs::write(
-            &script,
-            format!("{} watch --concurrent --kernel-cost --duration 4s\necho \"podstuck exited with status $?\"\nexec sleep 3600\n", quoted(&podstuck_binary())),
-        )
-        .unwrap();
+        let script = watch_script(scratch.path(), "--concurrent --kernel-cost --duration 4s", "");
         let tmux = Tmux::start(scratch.path(), test.name(), &format!("sh {}", quoted(&script)));
         tmux.wait_for("live view", VIEW_TIMEOUT, |s| s.contains("q or Ctrl-C: stop and print a summary"));
         // Some unlinks to cost something.
