@@ -278,13 +278,27 @@ impl Watch {
         select: impl Fn(&Value) -> bool,
         check: impl Fn(&mut Expect),
     ) -> Value {
+        self.await_finding_shaped(timeout, |e| e.shape(), select, check)
+    }
+
+    /// [`Watch::await_finding`] with the `shape` every finding it returns
+    /// has: [`Expect::shape_of_no_call`] for a cause that fails no call (a
+    /// process's lifecycle), whose finding has no syscall and may have no
+    /// actor, paths or count.
+    pub fn await_finding_shaped(
+        &mut self,
+        timeout: Duration,
+        shape: impl Fn(&mut Expect),
+        select: impl Fn(&Value) -> bool,
+        check: impl Fn(&mut Expect),
+    ) -> Value {
         let (mut findings, mut unmet) = (Vec::new(), Vec::new());
         let found = within(timeout, || {
             findings = self.findings_so_far();
             unmet.clear();
             for finding in findings.iter().filter(|f| select(f)) {
                 let mut expect = Expect::new(finding);
-                expect.shape();
+                shape(&mut expect);
                 check(&mut expect);
                 if expect.failures().is_empty() {
                     return Some(Ok(finding.clone()));

@@ -7,8 +7,8 @@
 //! binary with its real kernel programs.
 //!
 //! A lifecycle finding is about no call: its `syscall` is null and it may
-//! name no path, so these tests check the common shape of a finding
-//! (`Expect::shape`) less those two fields.
+//! name no path, so these tests wait for it with
+//! `Watch::await_finding_shaped` and `Expect::shape_of_no_call`.
 //!
 //! Runs as root; see `kernel_test!` for the skip rule. Scenarios are kept
 //! apart by pod UID, container id, netns, cgroup and scratch directory, so
@@ -42,54 +42,6 @@ const CNI_DIR: &str = "/usr/lib/cni";
 const GRACE_PERIOD: Duration = Duration::from_secs(20);
 
 // Reading lifecycle findings ------------------------------------------------
-
-/// The common shape of a finding, less what a lifecycle finding may not
-/// have: a syscall, paths, an actor and a count of calls (no-teardown-seen
-/// is about nobody and no call: its actor is null, its count 0).
-fn shape(e: &mut Expect) -> Vec<String> {
-    e.shape();
-    let not_a_call = |f: &&String| {
-        f.starts_with("/syscall")
-            || f.starts_with("/paths")
-            || *f == "no /actor object"
-            || f.starts_with("/count is 0,")
-    };
-    e.failures().iter().filter(|f| !not_a_call(f)).cloned().collect()
-}
-
-/// Waits until a finding that `select` picks has the shape of a finding
-/// and meets every expectation of `check`; panics after `timeout` with
-/// what was unmet, every finding and podstuck's stderr.
-#[track_caller]
-fn await_lifecycle_finding(
-    watch: &Watch,
-    timeout: Duration,
-    select: impl Fn(&Value) -> bool,
-    check: impl Fn(&mut Expect),
-) -> Value {
-    poll_until_else("a finding as expected", timeout, || {
-        let findings = watch.findings_so_far();
-        let mut unmet = Vec::new();
-        for finding in findings.iter().filter(|f| select(f)) {
-            let mut shaped = Expect::new(finding);
-            let mut failures = shape(&mut shaped);
-            let mut expect = Expect::new(finding);
-            check(&mut expect);
-            failures.extend_from_slice(expect.failures());
-            if failures.is_empty() {
-                return Ok(finding.clone());
-            }
-            unmet.push(format!("{finding}\n  unmet: {}", failures.join("\n         ")));
-        }
-        let all: Vec<String> = findings.iter().map(Value::to_string).collect();
-        Err(format!(
-            "candidates:\n{}\nall findings:\n{}\npodstuck stderr:\n{}",
-            if unmet.is_empty() { "(none selected)".to_string() } else { unmet.join("\n") },
-            if all.is_empty() { "(none)".to_string() } else { all.join("\n") },
-            watch.stderr_so_far()
-        ))
-    })
-}
 
 /// `podstuck watch --json --findings --kubelet-root ROOT --pod UID...`.
 fn watch_pods(root: &KubeletRoot, pods: &[&Pod]) -> Watch {
@@ -252,14 +204,12 @@ kernel_test! {
         let netns = NetNs::add();
         let sandbox = Sandbox::new(&netns, &pod);
         let (broken, working) = confs(&scratch);
-        let watch = watch_pods(&root, &[&pod]);
+        let mut watch = watch_pods(&root, &[&pod]);
 
         for _ in 0..3 {
             sandbox.failing_del(&broken);
         }
-        let finding = await_lifecycle_finding(
-            &watch,
-            FINDING_TIMEOUT,
+        let finding = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
             |f| f["kind"] == "sandbox-teardown-failing" && f["pod_uid"] == uid.as_str(),
             |e| {
                 e.eq("/status", "active");
@@ -283,9 +233,7 @@ kernel_test! {
 
         // The cause gone: the next DEL succeeds, and the finding is over.
         sandbox.working_del(&working);
-        await_lifecycle_finding(
-            &watch,
-            FINDING_TIMEOUT,
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
             |f| f["id"] == finding["id"],
             |e| {
                 e.eq("/status", "resolved");
@@ -313,7 +261,7 @@ kernel_test! {
         let (netns_fine, netns_failing) = (NetNs::add(), NetNs::add());
         let (sandbox_fine, sandbox_failing) = (Sandbox::new(&netns_fine, &fine), Sandbox::new(&netns_failing, &failing));
         let (broken, working) = confs(&scratch);
-        let watch = watch_pods(&root, &[&fine, &failing]);
+        let mut watch = watch_pods(&root, &[&fine, &failing]);
 
         for _ in 0..3 {
             sandbox_fine.working_del(&working);
@@ -321,9 +269,7 @@ kernel_test! {
         for _ in 0..2 {
             sandbox_failing.failing_del(&broken);
         }
-        await_lifecycle_finding(
-            &watch,
-            FINDING_TIMEOUT,
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
             |f| f["kind"] == "sandbox-teardown-failing" && f["pod_uid"] == failing.uid(),
             |e| e.eq("/details/sandbox", sandbox_failing.id.as_str()),
         );
@@ -423,12 +369,12 @@ kernel_test! {
         let pod = root.new_pod();
         let uid = pod.uid().to_string();
         let cgroup = PodCgroup::create(&scratch, &pod);
-        let watch = watch_pods(&root, &[&pod]);
+        let mut watch = watch_pods(&root, &[&pod]);
         let (unshare, init, _guard) = namespace_init(&cgroup);
 
         signal(init, libc::SIGTERM);
         let id = finding_id("sigterm-ignored", init);
-        let finding = await_lifecycle_finding(&watch, FINDING_TIMEOUT, |f| f["id"] == id.as_str(), |e| {
+        let finding = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
             e.eq("/status", "active");
             e.eq("/severity", "warning");
             e.eq("/confidence", "confirmed");
@@ -455,7 +401,7 @@ kernel_test! {
         signal(init, libc::SIGKILL);
         let (status, _) = unshare.finish(secs(10));
         assert!(!alive(init), "the init outlived SIGKILL (unshare: {status})");
-        await_lifecycle_finding(&watch, FINDING_TIMEOUT, |f| f["id"] == id.as_str(), |e| {
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
             e.eq("/status", "resolved");
             e.that(e.mentions("/evidence", "SIGKILL followed"), "the evidence says SIGKILL followed SIGTERM");
         });
@@ -475,7 +421,7 @@ kernel_test! {
         let root = KubeletRoot::empty(scratch.path().join("kubelet"));
         let pod = root.new_pod();
         let cgroup = PodCgroup::create(&scratch, &pod);
-        let watch = watch_pods(&root, &[&pod]);
+        let mut watch = watch_pods(&root, &[&pod]);
 
         let polite = cgroup.run("trap 'exit 0' TERM; while :; do sleep 0.1; done");
         let pid = polite.pid();
@@ -486,7 +432,7 @@ kernel_test! {
         let (_unshare, init, _guard) = namespace_init(&cgroup);
         signal(init, libc::SIGTERM);
         let barrier = finding_id("sigterm-ignored", init);
-        await_lifecycle_finding(&watch, FINDING_TIMEOUT, |f| f["id"] == barrier.as_str(), |e| {
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == barrier.as_str(), |e| {
             e.eq("/confidence", "confirmed");
         });
         let done = watch.stop(libc::SIGINT);
@@ -539,7 +485,7 @@ kernel_test! {
         let cgroup = PodCgroup::create(&scratch, &pod);
         let _fusectl = Fusectl::ensure();
         let fuse = FuseMount::start(&scratch.path().join("fuse"));
-        let watch = watch_pods(&root, &[&pod]);
+        let mut watch = watch_pods(&root, &[&pod]);
 
         let mountpoint = shell_word(&scratch.path().join("fuse"));
         let stuck = cgroup.run(&format!("cd {mountpoint} && exec stat never"));
@@ -556,7 +502,7 @@ kernel_test! {
         wait_until("the killed stat to wait uninterruptibly (D)", secs(10), || task_state(pid) == Some('D'));
         let id = finding_id("unkillable-task", pid);
         let abort = format!("echo 1 > {FUSECTL}/{}/abort", fuse.connection());
-        let finding = await_lifecycle_finding(&watch, FINDING_TIMEOUT, |f| f["id"] == id.as_str(), |e| {
+        let finding = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
             e.eq("/status", "active");
             e.eq("/severity", "critical");
             e.eq("/confidence", "confirmed");
@@ -572,7 +518,7 @@ kernel_test! {
         apply_fix(&finding);
         let (status, _) = stuck.finish(secs(10));
         assert_eq!(status.signal(), Some(libc::SIGKILL), "stat should end of its SIGKILL once aborted: {status}");
-        await_lifecycle_finding(&watch, FINDING_TIMEOUT, |f| f["id"] == id.as_str(), |e| {
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
             e.eq("/status", "resolved");
             e.contains("/summary", "outlived its SIGKILL, then ended");
         });
@@ -602,14 +548,12 @@ kernel_test! {
         let told: Vec<&Value> = done.findings.iter().filter(|f| f["kind"] == "no-teardown-seen").collect();
         let [finding] = told[..] else { panic!("one no-teardown-seen finding, not {told:?}") };
         let mut e = Expect::new(finding);
-        let mut failures = shape(&mut e);
-        let mut e = Expect::new(finding);
+        e.shape_of_no_call();
         e.eq("/status", "active");
         e.eq("/severity", "warning");
         e.eq("/pod_uid", uid.as_str());
         e.starts_with("/summary", &format!("Nothing on this node is working on pod {uid}'s teardown"));
         e.eq("/fix", format!("podstuck explain {uid}"));
-        failures.extend_from_slice(e.failures());
-        assert!(failures.is_empty(), "{finding}\nunmet: {}", failures.join("\n       "));
+        assert!(e.failures().is_empty(), "{finding}\nunmet: {}", e.failures().join("\n       "));
     }
 }
