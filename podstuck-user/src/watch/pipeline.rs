@@ -121,22 +121,33 @@ impl Pipeline {
         }
     }
 
-    /// Who a lifecycle event is about, and whether it is in scope.
-    fn identify_lifecycle(&mut self, event: &LifecycleEvent) -> LifecycleIdentity {
-        let who = self.identifier.identify_task(event.pid, &event.comm, event.ppid, event.cgroup_id);
+    /// Who a lifecycle event is about, when it is about a pod followed.
+    fn identify_lifecycle(&mut self, event: &LifecycleEvent) -> Option<LifecycleIdentity> {
         let pod_uid = match &event.what {
-            Lifecycle::Exec { cni: Some(cni), .. } => cni.pod_uid.clone().or(who.pod_uid),
-            Lifecycle::Exec { cni: None, .. } => who.pod_uid,
+            Lifecycle::Exec { cni, .. } => cni.as_ref().and_then(|cni| cni.pod_uid.clone()),
             // The target's pod: as an earlier signal named it (a SIGKILL's
             // target is gone from /proc by the time its record is read),
             // else from its cgroups.
-            Lifecycle::Signal(sent) => match self.named.get(&sent.target_pid).cloned().flatten() {
-                Some(pod) => Some(pod),
-                None => self.identifier.pod_of_process(sent.target_pid),
-            },
+            Lifecycle::Signal(sent) => (self.named.get(&sent.target_pid).cloned().flatten())
+                .or_else(|| self.identifier.pod_of_process(sent.target_pid)),
             Lifecycle::Exit { .. } => self.named.remove(&event.pid).flatten(),
         };
-        LifecycleIdentity { pod_uid, actor: who.actor }
+        // A signal or an exit is its target's: one for no pod followed (most
+        // of a node's) is dropped before its sender is read from /proc.
+        if !matches!(event.what, Lifecycle::Exec { .. }) && !self.follows(pod_uid.as_ref()) {
+            return None;
+        }
+        let who = self.identifier.identify_task(event.pid, &event.comm, event.ppid, event.cgroup_id);
+        // An exec's pod is its CNI run's, else its own.
+        let pod_uid = pod_uid.or(who.pod_uid);
+        self.follows(pod_uid.as_ref()).then_some(LifecycleIdentity { pod_uid, actor: who.actor })
+    }
+
+    /// Whether the lifecycle of processes of `pod` is followed. A CNI run
+    /// for no pod (a runtime's own test, `cnitool`) and a signal to a
+    /// process in no pod are not a pod's teardown.
+    fn follows(&self, pod: Option<&PodUid>) -> bool {
+        pod.is_some_and(|uid| self.filter.is_whole_node() || self.filter.pods().any(|p| p == uid))
     }
 
     /// One lifecycle event: identified, filtered, seen by the detectors, recorded.
@@ -145,16 +156,7 @@ impl Pipeline {
         if matches!(event.what, Lifecycle::Exit { .. }) && !self.named.contains_key(&event.pid) {
             return;
         }
-        let identity = self.identify_lifecycle(event);
-        let admitted = match &identity.pod_uid {
-            Some(uid) => self.filter.is_whole_node() || self.filter.pods().any(|p| p == uid),
-            // A CNI run for no pod (a runtime's own test, `cnitool`) and a
-            // signal to a process in no pod: not a pod's teardown.
-            None => false,
-        };
-        if !admitted {
-            return;
-        }
+        let Some(identity) = self.identify_lifecycle(event) else { return };
         let named = match &event.what {
             Lifecycle::Exec { .. } => Some(event.pid),
             Lifecycle::Signal(sent) => Some(sent.target_pid),
