@@ -183,7 +183,7 @@ impl CgroupIndex {
             self.missed.clear();
         }
         let first_miss = self.missed.insert(id);
-        if !self.rescan_due() && !(first_miss && self.first_misses.take()) {
+        if !(self.rescan_due() || (first_miss && self.first_misses.take())) {
             return None;
         }
         self.rescan();
