@@ -218,6 +218,54 @@ pub mod program {
                 Arch::Aarch64 => "arm64",
             }
         }
+
+        /// Both, in the order podstuck's image index lists them.
+        pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+
+        /// The architecture of this name (`uname -m`, Rust's `target_arch`
+        /// as a build script reads it), if podstuck runs there.
+        pub fn of_name(name: &str) -> Option<Arch> {
+            Arch::ALL.into_iter().find(|arch| arch.name() == name)
+        }
+
+        /// The architecture whose ELF binaries carry this `e_machine`.
+        pub fn of_elf_machine(machine: u16) -> Option<Arch> {
+            Arch::ALL.into_iter().find(|arch| arch.elf_machine() == machine)
+        }
+
+        /// Its Rust target triple (`cargo build --target`).
+        pub const fn triple(self) -> &'static str {
+            match self {
+                Arch::X86_64 => "x86_64-unknown-linux-gnu",
+                Arch::Aarch64 => "aarch64-unknown-linux-gnu",
+            }
+        }
+
+        /// Debian's name of it, which is also OCI's and Go's
+        /// (`platform.architecture` of an image, `dpkg --add-architecture`).
+        pub const fn debian_arch(self) -> &'static str {
+            match self {
+                Arch::X86_64 => "amd64",
+                Arch::Aarch64 => "arm64",
+            }
+        }
+
+        /// Its GNU triple: the cross tools' prefix, the multiarch library
+        /// directory (`/lib/<gnu>/`) and the cross sysroot (`/usr/<gnu>/`).
+        pub const fn gnu_triple(self) -> &'static str {
+            match self {
+                Arch::X86_64 => "x86_64-linux-gnu",
+                Arch::Aarch64 => "aarch64-linux-gnu",
+            }
+        }
+
+        /// The ELF header's `e_machine` of its binaries (`EM_X86_64`, `EM_AARCH64`).
+        pub const fn elf_machine(self) -> u16 {
+            match self {
+                Arch::X86_64 => 62,
+                Arch::Aarch64 => 183,
+            }
+        }
     }
 
     /// `podstuck attach-cost`'s do-nothing pairs, each only counting

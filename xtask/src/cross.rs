@@ -20,98 +20,49 @@ use std::process::Command;
 use anyhow::{bail, Result};
 
 use crate::{install, is_root, run, say, workspace_root};
+pub use podstuck_common::program::Arch;
 
-/// A Linux architecture podstuck is built for, by its Rust target triple.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Target {
-    #[value(name = "x86_64-unknown-linux-gnu", alias = "amd64", alias = "x86_64")]
-    X86_64,
-    #[value(name = "aarch64-unknown-linux-gnu", alias = "arm64", alias = "aarch64")]
-    Aarch64,
+/// `--target`/`--arch`'s reading of an architecture: its Rust triple,
+/// Debian's name or `uname -m`'s (`aarch64-unknown-linux-gnu`, `arm64`,
+/// `aarch64`).
+pub fn parse_arch(text: &str) -> std::result::Result<Arch, String> {
+    let names = |arch: Arch| [arch.triple(), arch.debian_arch(), arch.name()];
+    Arch::ALL.into_iter().find(|&arch| names(arch).contains(&text)).ok_or_else(|| {
+        let known: Vec<&str> = Arch::ALL.into_iter().flat_map(names).collect();
+        format!("podstuck builds for {}", known.join(", "))
+    })
 }
 
-impl Target {
-    /// Both, in the order the image index lists them.
-    pub const ALL: [Target; 2] = [Target::X86_64, Target::Aarch64];
-
-    /// The architecture xtask itself was built for, the one `cargo()` builds.
-    pub fn host() -> Result<Target> {
-        match std::env::consts::ARCH {
-            "x86_64" => Ok(Target::X86_64),
-            "aarch64" => Ok(Target::Aarch64),
-            other => bail!("podstuck builds on x86_64 and aarch64 machines, not {other}"),
-        }
+/// Where a release build for `arch` lands.
+pub fn release_dir(arch: Arch) -> PathBuf {
+    if arch == Arch::HOST {
+        workspace_root().join("target/release")
+    } else {
+        workspace_root().join("target").join(arch.triple()).join("release")
     }
+}
 
-    pub fn triple(self) -> &'static str {
-        match self {
-            Target::X86_64 => "x86_64-unknown-linux-gnu",
-            Target::Aarch64 => "aarch64-unknown-linux-gnu",
-        }
-    }
-
-    /// Debian's name of the architecture, which is also OCI's
-    /// (`platform.architecture` of an image).
-    pub fn debian_arch(self) -> &'static str {
-        match self {
-            Target::X86_64 => "amd64",
-            Target::Aarch64 => "arm64",
-        }
-    }
-
-    /// The GNU triple: the cross tools' prefix, the multiarch library
-    /// directory (`/lib/<gnu>/`) and the cross sysroot (`/usr/<gnu>/`).
-    pub fn gnu_triple(self) -> &'static str {
-        match self {
-            Target::X86_64 => "x86_64-linux-gnu",
-            Target::Aarch64 => "aarch64-linux-gnu",
-        }
-    }
-
-    /// The ELF header's `e_machine` of its binaries.
-    pub fn elf_machine(self) -> u16 {
-        match self {
-            Target::X86_64 => object::elf::EM_X86_64,
-            Target::Aarch64 => object::elf::EM_AARCH64,
-        }
-    }
-
-    /// The target whose binaries have this `e_machine`.
-    pub fn of_elf_machine(machine: u16) -> Option<Target> {
-        Target::ALL.into_iter().find(|t| t.elf_machine() == machine)
-    }
-
-    /// Where a release build for it lands.
-    pub fn release_dir(self) -> Result<PathBuf> {
-        Ok(if self == Target::host()? {
-            workspace_root().join("target/release")
-        } else {
-            workspace_root().join("target").join(self.triple()).join("release")
-        })
-    }
-
-    /// The Debian packages a cross build for it needs: Debian rustc's
-    /// standard library of that architecture, the linker and the C library
-    /// it links against; and the C runtime the image ships for it
-    /// (`image.rs`), the architecture's own libc6 and libgcc-s1, in the
-    /// multiarch directory its loader searches and with Debian's security
-    /// updates (the `-cross` copy is for linking, and is not updated).
-    fn cross_packages(self) -> Vec<String> {
-        let arch = self.debian_arch();
-        vec![
-            format!("libstd-rust-web-dev:{arch}"),
-            format!("gcc-{}", self.gnu_triple().replace('_', "-")),
-            format!("libc6-dev-{arch}-cross"),
-            format!("libc6:{arch}"),
-            format!("libgcc-s1:{arch}"),
-        ]
-    }
+/// The Debian packages a cross build for `arch` needs: Debian rustc's
+/// standard library of that architecture, the linker and the C library
+/// it links against; and the C runtime the image ships for it
+/// (`image.rs`), the architecture's own libc6 and libgcc-s1, in the
+/// multiarch directory its loader searches and with Debian's security
+/// updates (the `-cross` copy is for linking, and is not updated).
+fn cross_packages(arch: Arch) -> Vec<String> {
+    let debian = arch.debian_arch();
+    vec![
+        format!("libstd-rust-web-dev:{debian}"),
+        format!("gcc-{}", arch.gnu_triple().replace('_', "-")),
+        format!("libc6-dev-{debian}-cross"),
+        format!("libc6:{debian}"),
+        format!("libgcc-s1:{debian}"),
+    ]
 }
 
 /// Builds `bins` of `package` in release for `target` and returns their
 /// paths, in the order of `bins`.
-pub fn build_release_for(target: Target, package: &str, bins: &[&str]) -> Result<Vec<PathBuf>> {
-    let host = target == Target::host()?;
+pub fn build_release_for(target: Arch, package: &str, bins: &[&str]) -> Result<Vec<PathBuf>> {
+    let host = target == Arch::HOST;
     let mut command = if host { crate::cargo() } else { cross_cargo(target)? };
     command.args(["build", "--release", "--package", package]);
     if !host {
@@ -121,7 +72,7 @@ pub fn build_release_for(target: Target, package: &str, bins: &[&str]) -> Result
         command.args(["--bin", bin]);
     }
     run(&mut command)?;
-    let dir = target.release_dir()?;
+    let dir = release_dir(target);
     Ok(bins.iter().map(|bin| dir.join(bin)).collect())
 }
 
@@ -148,7 +99,7 @@ pub fn debian_cargo() -> Result<Command> {
 
 /// Debian's cargo set to link for `target` from this machine, its
 /// packages installed first where missing.
-fn cross_cargo(target: Target) -> Result<Command> {
+fn cross_cargo(target: Arch) -> Result<Command> {
     install_cross(target)?;
     let mut command = debian_cargo()?;
     let linker_var = format!("CARGO_TARGET_{}_LINKER", target.triple().to_uppercase().replace('-', "_"));
@@ -157,14 +108,14 @@ fn cross_cargo(target: Target) -> Result<Command> {
         "building for {} with Debian's cargo and rustc (/usr/bin), linked by {}-gcc, into {}",
         target.triple(),
         target.gnu_triple(),
-        target.release_dir()?.display()
+        release_dir(target).display()
     ));
     Ok(command)
 }
 
 /// Adds the architecture to dpkg (so its Rust standard library can be
 /// installed) and installs the cross packages, where not done yet.
-pub fn install_cross(target: Target) -> Result<()> {
+pub fn install_cross(target: Arch) -> Result<()> {
     let arch = target.debian_arch();
     let foreign = Command::new("dpkg").arg("--print-foreign-architectures").output()?;
     let native = Command::new("dpkg").arg("--print-architecture").output()?;
@@ -183,6 +134,28 @@ pub fn install_cross(target: Target) -> Result<()> {
         say(&format!("adding the {arch} architecture to dpkg, for Debian rustc's {arch} standard library"));
         run(Command::new("dpkg").args(["--add-architecture", arch]))?;
     }
-    let packages = target.cross_packages();
+    let packages = cross_packages(target);
     install(&packages.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_architecture_is_read_by_any_of_its_names() {
+        for arch in Arch::ALL {
+            for name in [arch.triple(), arch.debian_arch(), arch.name()] {
+                assert_eq!(parse_arch(name), Ok(arch));
+            }
+        }
+        assert!(parse_arch("riscv64").unwrap_err().contains("aarch64-unknown-linux-gnu"));
+    }
+
+    /// podstuck-common writes the ELF numbers out; the ELF reader's names agree.
+    #[test]
+    fn elf_machines_are_the_elf_readers() {
+        assert_eq!(Arch::X86_64.elf_machine(), object::elf::EM_X86_64);
+        assert_eq!(Arch::Aarch64.elf_machine(), object::elf::EM_AARCH64);
+    }
 }

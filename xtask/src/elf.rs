@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use object::read::elf::{FileHeader, ProgramHeader};
 
-use crate::cross::Target;
+use crate::cross::Arch;
 
 /// An ELF file's machine, its loader (`PT_INTERP`) and the libraries it
 /// needs (`DT_NEEDED`), in order.
@@ -41,7 +41,7 @@ pub(crate) fn elf_links(bytes: &[u8]) -> Result<ElfLinks> {
 }
 
 /// The [`ElfLinks`] of `file`, which must be built for `target`.
-fn links_of(file: &Path, target: Target) -> Result<ElfLinks> {
+fn links_of(file: &Path, target: Arch) -> Result<ElfLinks> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let links = elf_links(&bytes).with_context(|| format!("reading {} as ELF", file.display()))?;
     if links.machine != target.elf_machine() {
@@ -57,7 +57,7 @@ fn links_of(file: &Path, target: Target) -> Result<ElfLinks> {
 /// `ld.so.cache`) under each of `roots` in turn, and keeps that directory
 /// where it runs. A library found nowhere, or built for another
 /// architecture, is an error naming it; none for a static binary.
-pub(crate) fn libraries(target: Target, roots: &[&Path], binary: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
+pub(crate) fn libraries(target: Arch, roots: &[&Path], binary: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
     let gnu = target.gnu_triple();
     let multiarch = [PathBuf::from(format!("lib/{gnu}")), PathBuf::from(format!("usr/lib/{gnu}"))];
     let first = links_of(binary, target)?;

@@ -47,7 +47,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::cross::Target;
+use crate::cross::Arch;
 use crate::elf::{elf_links, libraries};
 use crate::{say, workspace_root};
 
@@ -82,10 +82,10 @@ pub struct ImageArgs {
 /// not given) and returns the tarball's path.
 pub fn image(args: &ImageArgs) -> Result<PathBuf> {
     let mut binaries = Vec::new();
-    for target in Target::ALL {
+    for target in Arch::ALL {
         let given = match target {
-            Target::X86_64 => &args.binary,
-            Target::Aarch64 => &args.arm64_binary,
+            Arch::X86_64 => &args.binary,
+            Arch::Aarch64 => &args.arm64_binary,
         };
         let binary = match given {
             Some(binary) => binary.clone(),
@@ -102,19 +102,19 @@ pub fn image(args: &ImageArgs) -> Result<PathBuf> {
 
 /// One architecture's image: its manifest and the blobs it names.
 struct PlatformImage {
-    target: Target,
+    target: Arch,
     layer: Blob,
     config: Blob,
     manifest: Blob,
 }
 
 /// The image of `binary`, built for `target`.
-fn platform_image(target: Target, binary: &Path, version: &str, mtime: u64) -> Result<PlatformImage> {
+fn platform_image(target: Arch, binary: &Path, version: &str, mtime: u64) -> Result<PlatformImage> {
     let machine = elf_links(&std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?)
         .with_context(|| format!("reading {} as an ELF binary", binary.display()))?
         .machine;
     if machine != target.elf_machine() {
-        let built_for = Target::of_elf_machine(machine).map_or(format!("e_machine {machine}"), |t| t.triple().into());
+        let built_for = Arch::of_elf_machine(machine).map_or(format!("e_machine {machine}"), |t| t.triple().into());
         bail!(
             "{} is built for {built_for}, not for {} (linux/{})",
             binary.display(),
@@ -139,7 +139,7 @@ fn platform_image(target: Target, binary: &Path, version: &str, mtime: u64) -> R
 
 /// Writes the image tarball of `binaries` (one for each architecture of
 /// the index, in its order), named `tag`, to `out`.
-pub fn write_image(binaries: &[(Target, PathBuf)], tag: &str, version: &str, out: &Path) -> Result<()> {
+pub fn write_image(binaries: &[(Arch, PathBuf)], tag: &str, version: &str, out: &Path) -> Result<()> {
     let mtime = source_date_epoch()?;
     let images: Vec<PlatformImage> = binaries
         .iter()
@@ -163,7 +163,7 @@ pub fn write_image(binaries: &[(Target, PathBuf)], tag: &str, version: &str, out
         "org.opencontainers.image.ref.name": reference,
     });
     let index = json!({"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": [entry]});
-    let host = Target::host()?;
+    let host = Arch::HOST;
     let docker_image = images.iter().find(|image| image.target == host).with_context(|| {
         format!("docker's manifest.json names this machine's image, and there is none for {}", host.triple())
     })?;
@@ -288,8 +288,8 @@ fn layer(binary: &Path, mtime: u64) -> Result<Vec<u8>> {
 pub(crate) fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
     let bytes = std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?;
     let machine = elf_links(&bytes).with_context(|| format!("reading {} as an ELF binary", binary.display()))?.machine;
-    match Target::of_elf_machine(machine) {
-        Some(target) if target != Target::host()? => {
+    match Arch::of_elf_machine(machine) {
+        Some(target) if target != Arch::HOST => {
             return Ok(libraries(target, &[Path::new("/")], binary)?.into_iter().map(|(here, _)| here).collect())
         }
         Some(_) => {}
@@ -338,7 +338,7 @@ fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
 }
 
 /// The image config: how to run it, and the layer's uncompressed digest.
-fn image_config(diff_id: &str, version: &str, mtime: u64, target: Target) -> Value {
+fn image_config(diff_id: &str, version: &str, mtime: u64, target: Arch) -> Value {
     let created = rfc3339(mtime);
     json!({
         "created": created,
@@ -488,11 +488,8 @@ mod tests {
     fn following_dt_needed_finds_what_ldd_lists() {
         let binary = std::env::current_exe().unwrap();
         let mut by_ldd = shared_libraries(&binary).unwrap();
-        let mut by_elf: Vec<PathBuf> = libraries(Target::host().unwrap(), &[Path::new("/")], &binary)
-            .unwrap()
-            .into_iter()
-            .map(|(l, _)| l)
-            .collect();
+        let mut by_elf: Vec<PathBuf> =
+            libraries(Arch::HOST, &[Path::new("/")], &binary).unwrap().into_iter().map(|(l, _)| l).collect();
         by_ldd.sort();
         by_elf.sort();
         assert!(by_elf.iter().any(|l| l.ends_with("libc.so.6")), "{by_elf:?}");

@@ -35,8 +35,8 @@ enum Task {
     /// for this machine or, with --target, for the other architecture (installing its cross toolchain).
     Build {
         /// The architecture to build for [default: this machine's].
-        #[arg(long, value_enum)]
-        target: Option<cross::Target>,
+        #[arg(long, value_parser = crate::cross::parse_arch)]
+        target: Option<cross::Arch>,
     },
     /// Write podstuck's container image for linux/amd64 and linux/arm64 (the release builds, or --binary and
     /// --arm64-binary) as one tarball that `ctr images import`, `skopeo` and `docker load` take: no registry,
@@ -277,11 +277,11 @@ fn run_soak(args: &soak::SoakArgs) -> Result<()> {
 }
 
 /// `cargo xtask build`: both binaries, for `target` or this machine.
-fn build(target: Option<cross::Target>) -> Result<()> {
+fn build(target: Option<cross::Arch>) -> Result<()> {
     setup()?;
     let target = match target {
         Some(target) => target,
-        None => cross::Target::host()?,
+        None => cross::Arch::HOST,
     };
     let built = cross::build_release_for(target, "podstuck-user", &["podstuck", "kubectl-podstuck"])?;
     say(&format!("built {} and {} for {}", built[0].display(), built[1].display(), target.triple()));

@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
-use crate::cross::{build_release_for, Target};
+use crate::cross::{build_release_for, Arch};
 use crate::{install, is_root, run, say, setup, workspace_root};
 
 mod debian;
@@ -210,8 +210,8 @@ pub struct VmArgs {
     boot: Vec<Boot>,
     /// The guests' architecture: amd64 (qemu-system-x86_64) or arm64 (qemu-system-aarch64, podstuck
     /// and the test helpers cross-built) [default: this machine's].
-    #[arg(long, value_enum)]
-    arch: Option<Target>,
+    #[arg(long, value_parser = crate::cross::parse_arch)]
+    arch: Option<Arch>,
 }
 
 /// A boot of `--boot`, by the name of its console log's suffix.
@@ -289,7 +289,7 @@ const KERNELS: [KernelSpec; 3] = [
 struct Kernel {
     spec: &'static KernelSpec,
     /// The architecture it was built for.
-    target: Target,
+    target: Arch,
     /// Its name under target/vm and in the table (`guest::tag`).
     tag: String,
     /// The package it came from (name and version).
@@ -320,7 +320,7 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
 /// counts as one failure.
 pub fn run_every_matrix() -> (usize, usize) {
     let (mut passed, mut failed) = (0, 0);
-    for target in Target::ALL {
+    for target in Arch::ALL {
         let args = VmArgs { kernel: KernelChoice::All, timeout: BOOT_TIMEOUT_S, boot: Vec::new(), arch: Some(target) };
         match run_matrix(&args) {
             Ok((p, f)) => (passed, failed) = (passed + p, failed + f),
@@ -341,12 +341,12 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
     }
     let target = match args.arch {
         Some(target) => target,
-        None => Target::host()?,
+        None => Arch::HOST,
     };
     // The amd64 guests' other boots (tracepoint, lockdown, cgroup v1) are
     // about the kernel, not the architecture; on arm64 5.10 and 6.1 the
     // whole suite already runs on the tracepoints.
-    let amd64 = target == Target::X86_64;
+    let amd64 = target == Arch::X86_64;
     if !amd64 && args.boot.iter().any(|b| *b != Boot::Full) {
         bail!("arm64 guests boot the whole suite only (--boot full)");
     }
@@ -396,7 +396,7 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
 
 /// Installs what the host needs, fetches the kernels, builds podstuck and
 /// the helpers in release for `target` and the initramfs they share.
-fn prepare(specs: &[&'static KernelSpec], target: Target) -> Result<(Vec<Kernel>, PathBuf)> {
+fn prepare(specs: &[&'static KernelSpec], target: Arch) -> Result<(Vec<Kernel>, PathBuf)> {
     setup()?;
     install(guest::host_packages(target))?;
     let kernels = specs.iter().map(|spec| fetch_kernel(spec, target)).collect::<Result<Vec<_>>>()?;
@@ -410,7 +410,7 @@ fn prepare(specs: &[&'static KernelSpec], target: Target) -> Result<(Vec<Kernel>
 /// The kernels `cargo xtask bench --vm-kernels` may name: amd64's by
 /// their series, arm64's as `arm64-<series>` (`guest::tag`).
 pub fn bench_kernel_names() -> Vec<String> {
-    Target::ALL.iter().flat_map(|&t| KERNELS.iter().map(move |k| guest::tag(t, k.name))).collect()
+    Arch::ALL.iter().flat_map(|&t| KERNELS.iter().map(move |k| guest::tag(t, k.name))).collect()
 }
 
 /// One removal the guest timed in `cargo xtask bench`'s boot.
@@ -468,7 +468,7 @@ pub fn bench_boots(kernels: &[String], dirs: usize, rounds: usize) -> Result<Vec
     let timeout = Duration::from_secs(120 + (rounds * 5) as u64 * (30 + dirs as u64 / 500));
     let mut out = Vec::new();
     // amd64's kernels, then arm64's, each architecture's userland built once.
-    for target in Target::ALL {
+    for target in Arch::ALL {
         let specs: Vec<&'static KernelSpec> =
             KERNELS.iter().filter(|k| kernels.contains(&guest::tag(target, k.name))).collect();
         if specs.is_empty() {
@@ -502,7 +502,7 @@ fn version_key(name: &str) -> Vec<u64> {
 
 /// The kernel of this series for `target`, from the cache or downloaded
 /// and unpacked.
-fn fetch_kernel(spec: &'static KernelSpec, target: Target) -> Result<Kernel> {
+fn fetch_kernel(spec: &'static KernelSpec, target: Arch) -> Result<Kernel> {
     let tag = guest::tag(target, spec.name);
     let dir = vm_dir().join("kernels").join(&tag);
     let pkg = dir.join("pkg");
@@ -533,7 +533,7 @@ fn fetch_kernel(spec: &'static KernelSpec, target: Target) -> Result<Kernel> {
 }
 
 /// The kernel unpacked under `dir` (its pkg/ and package files).
-fn unpacked_kernel(spec: &'static KernelSpec, target: Target, dir: &Path) -> Result<Kernel> {
+fn unpacked_kernel(spec: &'static KernelSpec, target: Arch, dir: &Path) -> Result<Kernel> {
     let package = std::fs::read_to_string(dir.join("package"))?.trim().to_string();
     let pkg = dir.join("pkg");
     let vmlinuz = std::fs::read_dir(pkg.join("boot"))?
@@ -668,7 +668,7 @@ fn cpio_gz(dir: &Path, out: &Path) -> Result<()> {
 /// the tools, /init.
 fn build_common_initramfs(
     userland: &guest::Userland,
-    target: Target,
+    target: Arch,
     podstuck: &Path,
     actor: &Path,
     fuse_server: &Path,

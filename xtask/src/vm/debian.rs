@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result};
 
-use crate::cross::Target;
+use crate::cross::Arch;
 use crate::{run, say};
 
 /// The Debian mirror this machine's apt uses (its `.../debian` URI), so the
@@ -47,7 +47,7 @@ fn debian_mirror() -> String {
 /// lists and cache, no translations or AppStream metadata, and only the
 /// packages of `target`'s architecture (not those of every architecture
 /// dpkg on this machine knows).
-fn apt_options(dir: &Path, target: Target) -> Vec<String> {
+fn apt_options(dir: &Path, target: Arch) -> Vec<String> {
     let arch = target.debian_arch();
     [
         format!("Dir::Etc::sourcelist={}", dir.join("sources.list").display()),
@@ -71,9 +71,9 @@ fn apt_options(dir: &Path, target: Target) -> Vec<String> {
 /// The apt options of `suite` for `target`'s architecture, its package
 /// list read (`apt-get update`) into target/vm/apt/<suite> (amd64) or
 /// <suite>-<arch>.
-pub(super) fn suite_view(suite: &str, target: Target) -> Result<Vec<String>> {
+pub(super) fn suite_view(suite: &str, target: Arch) -> Result<Vec<String>> {
     let name = match target {
-        Target::X86_64 => suite.to_string(),
+        Arch::X86_64 => suite.to_string(),
         _ => format!("{suite}-{}", target.debian_arch()),
     };
     let apt = super::vm_dir().join("apt").join(name);

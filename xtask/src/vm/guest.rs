@@ -25,57 +25,57 @@ use anyhow::{bail, Context, Result};
 
 use super::debian;
 use super::KernelSpec;
-use crate::cross::Target;
+use crate::cross::Arch;
 use crate::say;
 
 /// What the host needs for a guest of this architecture: QEMU, cpio for
 /// the initramfs, xz to unpack compressed modules, and for an amd64 guest
 /// the host's own tools that go into it (an arm64 guest's come from
 /// Debian's arm64 packages, its C runtime with the cross build).
-pub(super) fn host_packages(target: Target) -> &'static [&'static str] {
+pub(super) fn host_packages(target: Arch) -> &'static [&'static str] {
     match target {
-        Target::X86_64 => &["qemu-system-x86", "cpio", "busybox-static", "e2fsprogs", "bpftool", "xz-utils"],
-        Target::Aarch64 => &["qemu-system-arm", "cpio", "xz-utils"],
+        Arch::X86_64 => &["qemu-system-x86", "cpio", "busybox-static", "e2fsprogs", "bpftool", "xz-utils"],
+        Arch::Aarch64 => &["qemu-system-arm", "cpio", "xz-utils"],
     }
 }
 
 /// How a kernel, its console log and its initramfs are named under
 /// target/vm: the series alone for amd64 (as before arm64 came), with the
 /// architecture in front for arm64.
-pub(super) fn tag(target: Target, name: &str) -> String {
+pub(super) fn tag(target: Arch, name: &str) -> String {
     match target {
-        Target::X86_64 => name.to_string(),
-        Target::Aarch64 => format!("arm64-{name}"),
+        Arch::X86_64 => name.to_string(),
+        Arch::Aarch64 => format!("arm64-{name}"),
     }
 }
 
 /// The serial console the guest kernel writes to: the PC's UART, or the
 /// PL011 of QEMU's `virt` board.
-pub(super) fn console(target: Target) -> &'static str {
+pub(super) fn console(target: Arch) -> &'static str {
     match target {
-        Target::X86_64 => "ttyS0",
-        Target::Aarch64 => "ttyAMA0",
+        Arch::X86_64 => "ttyS0",
+        Arch::Aarch64 => "ttyAMA0",
     }
 }
 
 /// `apt-cache search --names-only` pattern of the cloud kernel packages of
 /// a series.
-pub(super) fn kernel_pattern(spec: &KernelSpec, target: Target) -> String {
+pub(super) fn kernel_pattern(spec: &KernelSpec, target: Arch) -> String {
     format!(r"^linux-image-{}\.[0-9.+~a-z-]*{}$", spec.series, kernel_suffix(target))
 }
 
 /// How the names of those packages end.
-pub(super) fn kernel_suffix(target: Target) -> String {
+pub(super) fn kernel_suffix(target: Arch) -> String {
     format!("-cloud-{}-unsigned", target.debian_arch())
 }
 
 /// Where podstuck should attach on this kernel: fentry/fexit on arm64
 /// need BPF trampolines with direct calls (mainline 6.4), which Debian's
 /// arm64 5.10 and 6.1 lack: there the syscall tracepoints.
-pub(super) fn expect_attach(spec: &KernelSpec, target: Target) -> &'static str {
+pub(super) fn expect_attach(spec: &KernelSpec, target: Arch) -> &'static str {
     match target {
-        Target::X86_64 => spec.expect_attach,
-        Target::Aarch64 => spec.expect_attach_arm64,
+        Arch::X86_64 => spec.expect_attach,
+        Arch::Aarch64 => spec.expect_attach_arm64,
     }
 }
 
@@ -92,20 +92,20 @@ pub(super) fn expect_attach(spec: &KernelSpec, target: Target) -> &'static str {
 /// emulating QARMA5 made 6.12's whole suite take 409 s instead of 140 s
 /// (`mkdirs` of 100,000 directories: 124 s instead of 28 s). Neoverse N1
 /// (Graviton 2, no pointer authentication) ran as fast as `pauth-impdef`.
-pub(super) fn qemu(target: Target, accel: &str) -> Command {
+pub(super) fn qemu(target: Arch, accel: &str) -> Command {
     let mut command = Command::new(qemu_binary(target));
     match target {
-        Target::X86_64 => command.args(["-accel", accel, "-cpu", super::QEMU_CPU]),
-        Target::Aarch64 => command.args(["-M", "virt", "-cpu", "max,pauth-impdef=on", "-accel", "tcg,thread=multi"]),
+        Arch::X86_64 => command.args(["-accel", accel, "-cpu", super::QEMU_CPU]),
+        Arch::Aarch64 => command.args(["-M", "virt", "-cpu", "max,pauth-impdef=on", "-accel", "tcg,thread=multi"]),
     };
     command.args(["-m", "2048", "-smp", "2", "-nographic", "-no-reboot", "-nic", "none"]);
     command
 }
 
-pub(super) fn qemu_binary(target: Target) -> &'static str {
+pub(super) fn qemu_binary(target: Arch) -> &'static str {
     match target {
-        Target::X86_64 => "qemu-system-x86_64",
-        Target::Aarch64 => "qemu-system-aarch64",
+        Arch::X86_64 => "qemu-system-x86_64",
+        Arch::Aarch64 => "qemu-system-aarch64",
     }
 }
 
@@ -118,14 +118,14 @@ pub(super) enum Userland {
     /// This machine's own (the guest is its architecture).
     Host,
     /// Debian's packages of another architecture unpacked under `root`.
-    Foreign { target: Target, root: PathBuf },
+    Foreign { target: Arch, root: PathBuf },
 }
 
 impl Userland {
     /// This machine's programs for its own architecture; for another, its
     /// Debian packages, unpacked the first time.
-    pub(super) fn prepare(target: Target) -> Result<Userland> {
-        if target == Target::host()? {
+    pub(super) fn prepare(target: Arch) -> Result<Userland> {
+        if target == Arch::HOST {
             return Ok(Userland::Host);
         }
         Ok(Userland::Foreign { target, root: foreign_sysroot(target)? })
@@ -178,7 +178,7 @@ impl Userland {
 /// `target`, of this machine's release (so the C library the cross build
 /// installed here, the guest's one libc, is the one they were built for),
 /// unpacked once under target/vm/userland-<arch>/root.
-fn foreign_sysroot(target: Target) -> Result<PathBuf> {
+fn foreign_sysroot(target: Arch) -> Result<PathBuf> {
     let arch = target.debian_arch();
     let dir = super::vm_dir().join(format!("userland-{arch}"));
     let root = dir.join("root");
@@ -232,10 +232,10 @@ mod tests {
     #[test]
     fn arm64_kernels_are_named_and_tagged_apart_from_amd64() {
         let spec = &super::super::KERNELS[1];
-        assert_eq!(kernel_pattern(spec, Target::Aarch64), r"^linux-image-6\.1\.[0-9.+~a-z-]*-cloud-arm64-unsigned$");
-        assert_eq!(kernel_pattern(spec, Target::X86_64), r"^linux-image-6\.1\.[0-9.+~a-z-]*-cloud-amd64-unsigned$");
-        assert_eq!((tag(Target::X86_64, "6.1"), tag(Target::Aarch64, "6.1")), ("6.1".into(), "arm64-6.1".into()));
-        assert_eq!(expect_attach(spec, Target::Aarch64), "tracepoint");
-        assert_eq!(expect_attach(&super::super::KERNELS[2], Target::Aarch64), "fentry");
+        assert_eq!(kernel_pattern(spec, Arch::Aarch64), r"^linux-image-6\.1\.[0-9.+~a-z-]*-cloud-arm64-unsigned$");
+        assert_eq!(kernel_pattern(spec, Arch::X86_64), r"^linux-image-6\.1\.[0-9.+~a-z-]*-cloud-amd64-unsigned$");
+        assert_eq!((tag(Arch::X86_64, "6.1"), tag(Arch::Aarch64, "6.1")), ("6.1".into(), "arm64-6.1".into()));
+        assert_eq!(expect_attach(spec, Arch::Aarch64), "tracepoint");
+        assert_eq!(expect_attach(&super::super::KERNELS[2], Arch::Aarch64), "fentry");
     }
 }
