@@ -20,6 +20,7 @@
 //! - [`actors`]: the processes a scenario runs;
 //! - [`calls`]: the system calls a test makes itself;
 //! - [`terminal`]: a real terminal (tmux);
+//! - [`oci`]: container image tarballs (podstuck's own, the tests' busybox);
 //! - [`runtimes`]: private dockerd and containerd daemons;
 //! - [`scrape`]: what reads `--listen`: raw HTTP requests, a real Prometheus;
 //! - [`container`]: podstuck's own image, run in docker the ways SREs run it;
@@ -40,6 +41,7 @@ pub mod kubectl;
 pub mod kubelet;
 pub mod mountinfo;
 pub mod node;
+pub mod oci;
 pub mod podstuck;
 pub mod prerequisite;
 pub mod runtimes;

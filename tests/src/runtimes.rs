@@ -16,8 +16,8 @@
 //! - [`EventLog`]: with `$PODSTUCK_RUNTIME_TRACES` set, a second podstuck
 //!   recording the raw calls of a scenario to `<dir>/<case>.jsonl`.
 //!
-//! Both daemons import a busybox image built here from `/bin/busybox`
-//! (busybox-static), so no registry is ever needed.
+//! Both daemons import a busybox image written here ([`crate::oci`]) from
+//! `/bin/busybox` (busybox-static), so no registry is ever needed.
 //!
 //! Every guard leaves nothing behind when dropped, even after a test that
 //! panicked half-way: containers, tasks, volumes and snapshots are removed,
@@ -39,9 +39,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use podstuck_common::program::Arch;
+use serde_json::Value;
 
 use crate::mountinfo;
+use crate::oci::{self, ConfigBuilder, Image, Tar};
 use crate::podstuck::Watch;
 use crate::wait::{poll_until_else, within};
 
@@ -55,7 +57,7 @@ pub const CONTAINERD: &str = "/usr/bin/containerd";
 pub const CTR: &str = "/usr/bin/ctr";
 /// busybox-static: one binary, no libraries, a whole image by itself.
 pub const BUSYBOX: &str = "/bin/busybox";
-/// The image both daemons get (`docker import` / `ctr images import`).
+/// The image both daemons get (`docker load` / `ctr images import`).
 pub const DOCKER_IMAGE: &str = "podstuck-busybox:1";
 pub const CTR_IMAGE: &str = "docker.io/library/podstuck-busybox:1";
 /// The containerd namespace of every `ctr` call.
@@ -516,128 +518,35 @@ fn remove_run_dir(dir: &Path) {
 
 // The image ------------------------------------------------------------
 
-/// A tar of a tiny root filesystem: bin/busybox and the applets this
-/// suite runs as symlinks to it. Made once per daemon, in its scratch dir.
-fn busybox_rootfs_tar(scratch: &Path) -> PathBuf {
-    let tar = scratch.join("busybox-rootfs.tar");
-    if tar.is_file() {
-        return tar;
+/// The busybox image's tarball, written by [`crate::oci`] once per daemon
+/// in its scratch dir: `/bin/busybox` and the applets this suite runs as
+/// symlinks to it, for this machine's architecture, named
+/// `podstuck-busybox:1`. `docker load` and `ctr images import` both take
+/// it: `ctr images import` (containerd 1.6) takes only image archives,
+/// never a bare root filesystem as `docker import` does, and there is no
+/// registry here to pull from.
+fn busybox_image(scratch: &Path) -> PathBuf {
+    let archive = scratch.join("busybox-image.tar");
+    if !archive.is_file() {
+        busybox_tarball()
+            .and_then(|bytes| oci::write_whole(&archive, &bytes))
+            .unwrap_or_else(|e| panic!("write the busybox image {}: {e:#}", archive.display()));
     }
-    let rootfs = scratch.join("busybox-rootfs");
-    let bin = rootfs.join("bin");
-    std::fs::create_dir_all(&bin).expect("create the image's bin");
-    std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap_or_else(|e| panic!("copy {BUSYBOX} (busybox-static): {e}"));
-    for applet in APPLETS.iter().chain(&NODE_DAEMONS) {
-        let link = bin.join(applet);
-        if link.symlink_metadata().is_err() {
-            std::os::unix::fs::symlink("busybox", &link).expect("link an applet");
-        }
-    }
-    let partial = scratch.join("busybox-rootfs.tar.partial");
-    let status = Command::new("tar")
-        .arg("-C")
-        .arg(&rootfs)
-        .args(["--owner=0", "--group=0", "--numeric-owner", "-cf"])
-        .arg(&partial)
-        .arg(".")
-        .status()
-        .expect("run tar");
-    assert!(status.success(), "tar of the busybox rootfs failed");
-    std::fs::rename(&partial, &tar).expect("rename the rootfs tar");
-    tar
-}
-
-/// The hex SHA-256 of a file (coreutils' sha256sum: no crate needed).
-fn sha256_hex(path: &Path) -> String {
-    let out = must("sha256sum", Command::new("sha256sum").arg(path).output().expect("run sha256sum"));
-    let text = stdout_text(&out);
-    let hex = text.split_whitespace().next().unwrap_or_default().to_string();
-    assert_eq!(hex.len(), 64, "sha256sum printed {text:?}");
-    hex
-}
-
-/// Moves `file` into an OCI layout's blobs as `sha256/<digest>`; returns
-/// its descriptor (mediaType, digest, size).
-fn add_blob(layout: &Path, file: &Path, media_type: &str) -> Value {
-    let hex = sha256_hex(file);
-    let size = std::fs::metadata(file).expect("blob size").len();
-    let blobs = layout.join("blobs/sha256");
-    std::fs::create_dir_all(&blobs).expect("create blobs/sha256");
-    std::fs::rename(file, blobs.join(&hex)).expect("move a blob in place");
-    json!({"mediaType": media_type, "digest": format!("sha256:{hex}"), "size": size})
-}
-
-fn oci_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        "powerpc64" => "ppc64le",
-        other => other,
-    }
-}
-
-/// The busybox rootfs as an OCI image archive, for `ctr images import`.
-///
-/// Why a hand-made OCI layout: `ctr images import` (containerd 1.6) takes
-/// only image archives (OCI, or `docker save`'s format), never a bare
-/// rootfs tar as `docker import` does, and there is no registry here to
-/// pull from. An OCI archive is four small files around the rootfs tar:
-/// `oci-layout`, `index.json`, and in `blobs/sha256/` the layer (the
-/// uncompressed rootfs tar, so its digest is also its diff_id), the image
-/// config (architecture, os, the layer's diff_id) and the manifest (the
-/// config and the layer). The index entry carries the
-/// `io.containerd.image.name` annotation, which gives the image its full
-/// name without `--base-name`, and the platform, so that ctr's default
-/// platform filter keeps it and unpacks it for overlayfs.
-fn busybox_oci_archive(scratch: &Path) -> PathBuf {
-    let archive = scratch.join("busybox-oci.tar");
-    if archive.is_file() {
-        return archive;
-    }
-    let rootfs_tar = busybox_rootfs_tar(scratch);
-    let layout = scratch.join("busybox-oci");
-    let _ = std::fs::remove_dir_all(&layout);
-    std::fs::create_dir_all(&layout).expect("create the OCI layout");
-    let staged = layout.join("staged");
-    std::fs::copy(&rootfs_tar, &staged).expect("stage the layer");
-    let layer = add_blob(&layout, &staged, "application/vnd.oci.image.layer.v1.tar");
-    let config = json!({
-        "architecture": oci_arch(),
-        "os": "linux",
-        "config": {"Cmd": ["sh"]},
-        "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]},
-    });
-    std::fs::write(&staged, config.to_string()).expect("write the config");
-    let config = add_blob(&layout, &staged, "application/vnd.oci.image.config.v1+json");
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": config,
-        "layers": [layer],
-    });
-    std::fs::write(&staged, manifest.to_string()).expect("write the manifest");
-    let mut manifest = add_blob(&layout, &staged, "application/vnd.oci.image.manifest.v1+json");
-    manifest["annotations"] = json!({
-        "io.containerd.image.name": CTR_IMAGE,
-        "org.opencontainers.image.ref.name": "1",
-    });
-    manifest["platform"] = json!({"architecture": oci_arch(), "os": "linux"});
-    let index = json!({"schemaVersion": 2, "manifests": [manifest]});
-    std::fs::write(layout.join("index.json"), index.to_string()).expect("write index.json");
-    std::fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).expect("write oci-layout");
-    let partial = scratch.join("busybox-oci.tar.partial");
-    let status = Command::new("tar")
-        .arg("-C")
-        .arg(&layout)
-        .args(["--owner=0", "--group=0", "--numeric-owner", "-cf"])
-        .arg(&partial)
-        .args(["oci-layout", "index.json", "blobs"])
-        .status()
-        .expect("run tar");
-    assert!(status.success(), "tar of the OCI layout failed");
-    std::fs::rename(&partial, &archive).expect("rename the OCI archive");
     archive
+}
+
+fn busybox_tarball() -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context;
+    let busybox = std::fs::read(BUSYBOX).with_context(|| format!("read {BUSYBOX} (busybox-static)"))?;
+    let mut rootfs = Tar::new(0);
+    rootfs.dir("bin", 0o755)?;
+    rootfs.file("bin/busybox", 0o755, &busybox)?;
+    for applet in APPLETS.iter().chain(&NODE_DAEMONS) {
+        rootfs.symlink(&format!("bin/{applet}"), "busybox")?;
+    }
+    let run = ConfigBuilder::default().cmd(vec!["sh".to_string()]).build()?;
+    let image = Image::new(Arch::HOST, &rootfs.finish()?, run, "podstuck-tests", 0)?;
+    oci::archive(vec![image], DOCKER_IMAGE, 0)
 }
 
 // dockerd --------------------------------------------------------------
@@ -887,13 +796,13 @@ impl Dockerd {
         spellings(&[&self.data_root, &self.exec_root])
     }
 
-    /// The busybox image, imported on first use: `docker import` of the
-    /// rootfs tar, tagged `podstuck-busybox:1`.
+    /// The busybox image, loaded on first use (`docker load` of
+    /// [`busybox_image`]), tagged `podstuck-busybox:1`.
     pub fn image(&self) -> &'static str {
         let mut imported = self.imported.lock().unwrap_or_else(|e| e.into_inner());
         if !*imported {
-            let tar = busybox_rootfs_tar(&self.scratch);
-            self.docker(&["import", tar.to_str().expect("UTF-8 scratch path"), DOCKER_IMAGE]);
+            let archive = busybox_image(&self.scratch);
+            self.docker(&["load", "-i", archive.to_str().expect("UTF-8 scratch path")]);
             *imported = true;
         }
         DOCKER_IMAGE
@@ -1156,12 +1065,12 @@ disabled_plugins = [
         self.state.join("io.containerd.runtime.v2.task").join(CTR_NAMESPACE).join(id).join("rootfs")
     }
 
-    /// The busybox image, imported on first use from a hand-made OCI
-    /// archive (see `busybox_oci_archive`) and unpacked for overlayfs.
+    /// The busybox image, imported on first use ([`busybox_image`]) and
+    /// unpacked for overlayfs.
     pub fn image(&self) -> &'static str {
         let mut imported = self.imported.lock().unwrap_or_else(|e| e.into_inner());
         if !*imported {
-            let archive = busybox_oci_archive(&self.scratch);
+            let archive = busybox_image(&self.scratch);
             self.ctr(&[
                 "images",
                 "import",
@@ -1384,6 +1293,8 @@ fn daemon_info(daemon: &Dockerd) -> Output {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
