@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use podstuck_tests::runtimes::{Dockerd, DockerdSetup, DOCKER};
 
+use crate::report::machine_basics;
+
 /// What to measure.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
@@ -640,27 +642,6 @@ struct Case {
 
 fn pct(ratio: f64) -> String {
     format!("{:+.1} %", (ratio - 1.0) * 100.0)
-}
-
-/// CPUs, their model, memory and kernel: the machine a figure is of.
-pub fn machine_basics() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
-        .unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let kernel = sh(Command::new("uname").arg("-r")).unwrap_or_default();
-    format!("{cpus} CPUs ({cpu}), {mem}, kernel {}", kernel.trim())
 }
 
 fn machine() -> String {
@@ -1315,37 +1296,8 @@ fn fork_exec_section(podstuck: &Path, dir: &Path, runs: usize, n: usize, own_com
 /// rows, the targets not met or the Soak, whichever comes first; else at
 /// the end); everything else as it was.
 fn with_fork_exec_section(file: &str, section: &str) -> String {
-    let starts: Vec<usize> =
-        std::iter::once(0).chain(file.match_indices('\n').map(|(i, _)| i + 1)).filter(|&i| i < file.len()).collect();
-    let heading = |at: usize| file[at..].lines().next().unwrap_or_default().trim_end();
-    let (from, to) = match starts.iter().find(|&&at| heading(at) == FORK_EXEC_HEADING) {
-        Some(&start) => {
-            let end = starts.iter().find(|&&at| at > start && file[at..].starts_with("## ")).copied();
-            (start, end.unwrap_or(file.len()))
-        }
-        None => {
-            let next = ["## fentry, tracepoints", "## Targets not met", "## Soak"];
-            let at = starts.iter().find(|&&at| next.iter().any(|n| file[at..].starts_with(n))).copied();
-            (at.unwrap_or(file.len()), at.unwrap_or(file.len()))
-        }
-    };
-    splice(&file[..from], section, &file[to..])
-}
-
-/// `section` between `before` and `after`, one blank line either side:
-/// how a section of BENCHMARKS.md is put in place of its old self.
-pub fn splice(before: &str, section: &str, after: &str) -> String {
-    let mut out = before.trim_end().to_string();
-    if !out.is_empty() {
-        out.push_str("\n\n");
-    }
-    out.push_str(section.trim_end());
-    out.push('\n');
-    if !after.trim().is_empty() {
-        out.push('\n');
-        out.push_str(after);
-    }
-    out
+    let next = ["## fentry, tracepoints", "## Targets not met", "## Soak"];
+    crate::report::with_section(file, FORK_EXEC_HEADING, section, &next)
 }
 
 /// `--only fork-exec`: the fork/exec storm alone, replacing its section of `--out`.

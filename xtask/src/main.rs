@@ -17,6 +17,7 @@ mod bench;
 mod cross;
 mod elf;
 mod image;
+mod report;
 mod soak;
 mod vm;
 

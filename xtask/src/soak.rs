@@ -194,43 +194,23 @@ fn machine() -> String {
         (false, true) => "cgroup v2".to_string(),
         (false, false) => "no cgroups mounted".to_string(),
     };
-    format!("{}, {cgroups}", crate::bench::machine_basics())
+    format!("{}, {cgroups}", crate::report::machine_basics())
 }
 
 /// `file` with its Soak section replaced by `section`, or `section`
 /// added at the end where it has none; everything else as it was.
 pub fn with_section(file: &str, section: &str) -> String {
-    let (before, after) = split_section(file);
-    crate::bench::splice(before, section, after)
+    crate::report::with_section(file, HEADING, section, &[])
 }
 
 /// The Soak section of `file` as it stands ("" if none), for a writer of
 /// the rest of the file to keep it.
 pub fn kept_section(file: &Path) -> String {
     let text = std::fs::read_to_string(file).unwrap_or_default();
-    let (before, after) = split_section(&text);
-    let section = &text[before.len()..text.len() - after.len()];
-    if section.is_empty() {
-        String::new()
-    } else {
-        format!("\n{}\n", section.trim_end())
+    match crate::report::section_span(&text, HEADING) {
+        Some((start, end)) => format!("\n{}\n", text[start..end].trim_end()),
+        None => String::new(),
     }
-}
-
-/// (what comes before the Soak section, what comes after it); the whole
-/// file and "" where there is none.
-fn split_section(file: &str) -> (&str, &str) {
-    let starts = |at: usize| file[at..].starts_with(HEADING) && file[at + HEADING.len()..].starts_with(['\n', '\r']);
-    let Some(start) = line_starts(file).find(|&at| starts(at)) else {
-        return (file, "");
-    };
-    let end = line_starts(file).find(|&at| at > start && file[at..].starts_with("## ")).unwrap_or(file.len());
-    (&file[..start], &file[end..])
-}
-
-/// Where each line of `text` starts.
-fn line_starts(text: &str) -> impl Iterator<Item = usize> + '_ {
-    std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).filter(move |&i| i < text.len())
 }
 
 #[cfg(test)]
