@@ -5,8 +5,17 @@
 //! which user space finds the programs.
 //!
 //! Nothing else lives here: no logic, no allocation, `no_std`. Every type is
-//! `#[repr(C)]` and `Copy` so both sides agree on it byte for byte.
+//! `#[repr(C)]` and `Copy` so both sides agree on it byte for byte. The one
+//! exception is on the host only, behind the `build` feature: [`build`],
+//! how the kernel programs are compiled, for podstuck-user's build script
+//! and for xtask.
 #![no_std]
+
+#[cfg(feature = "build")]
+extern crate std;
+
+#[cfg(feature = "build")]
+pub mod build;
 
 /// Longest path the kernel accepts, terminating NUL included (`PATH_MAX`).
 /// A path argument of this many bytes or more is flagged `PATH_TOO_LONG`.

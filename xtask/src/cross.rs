@@ -77,18 +77,12 @@ pub fn build_release_for(target: Arch, package: &str, bins: &[&str]) -> Result<V
 }
 
 /// Debian's cargo with Debian's rustc, and nothing of the cargo running
-/// xtask (rustup's toolchain, its flags, its target directory) leaking in:
-/// a `RUSTC` or `RUSTFLAGS` of rustup's would build with a compiler that
-/// has no standard library but its own host's.
-pub fn debian_cargo() -> Result<Command> {
+/// xtask (rustup's toolchain, its flags, its target directory) leaking in,
+/// by the rule the kernel programs' build keeps too.
+fn debian_cargo() -> Result<Command> {
     let mut command = Command::new("/usr/bin/cargo");
     command.current_dir(workspace_root());
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if (key.starts_with("CARGO") && key != "CARGO_HOME") || key.starts_with("RUST") {
-            command.env_remove(key.as_ref());
-        }
-    }
+    podstuck_common::build::without_outer_build(&mut command);
     // Debian's tools before rustup's proxies of the same names in
     // ~/.cargo/bin (a build script that runs `rustc` or `cargo` by name).
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -301,24 +301,18 @@ fn build_release_actor() -> Result<PathBuf> {
 }
 
 /// Clippy on the kernel programs, for the target they are built for and
-/// with the compiler that builds them (docs/building.md): they are not a
+/// with the compiler and environment that build them
+/// (podstuck_common::build, as podstuck-user/build.rs does): they are not a
 /// member of the workspace, so no `cargo clippy` of it sees them. Any
 /// warning fails. Its own target directory, so the real build is not
 /// rebuilt after it.
 fn lint_ebpf() -> Result<()> {
-    // As in podstuck-user/build.rs: nothing of this cargo's run (rustup's
-    // toolchain, its flags) may leak into Debian's, whose cargo-clippy and
-    // clippy-driver come before rustup's proxies of the same names.
-    let mut clippy = cross::debian_cargo()?;
-    clippy
-        .current_dir(workspace_root().join("podstuck-ebpf"))
-        .args(["clippy", "--locked", "--release", "--target", "bpfel-unknown-none", "--target-dir"])
-        .arg(workspace_root().join("target/ebpf-clippy"))
-        .args(["--", "--deny", "warnings"]);
-    clippy
-        .env("RUSTC_BOOTSTRAP", "aya_ebpf,podstuck")
-        .env("CARGO_ENCODED_RUSTFLAGS", "--cfg=bpf_target_arch=\"x86_64\"");
-    say("clippy on the kernel programs (podstuck-ebpf), for bpfel-unknown-none");
+    let toolchain = podstuck_common::build::Toolchain::find().map_err(anyhow::Error::msg)?;
+    let ebpf_dir = workspace_root().join("podstuck-ebpf");
+    let target_dir = workspace_root().join("target/ebpf-clippy");
+    let mut clippy = toolchain.cargo(&ebpf_dir, &["clippy"], cross::Arch::HOST, &target_dir);
+    clippy.args(["--", "--deny", "warnings"]);
+    say(&format!("clippy on the kernel programs (podstuck-ebpf), for {}", podstuck_common::build::TARGET));
     run(&mut clippy).context("clippy found something in podstuck-ebpf")
 }
 

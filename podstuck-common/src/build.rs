@@ -1,0 +1,160 @@
+//! How podstuck's kernel programs (`podstuck-ebpf`) are compiled: the one
+//! declaration of their build environment, for podstuck-user's build
+//! script (which embeds them, for the architecture it builds for) and for
+//! xtask (clippy on them). Only with the `build` feature, on the host: the
+//! kernel side never sees it.
+//!
+//! The chain is the one in docs/building.md: Debian's rustc-web and
+//! cargo-web (a prebuilt `core` for `bpfel-unknown-none`, which rustup
+//! cannot provide here) and bpf-linker. `cargo xtask build` installs them;
+//! without them [`Toolchain::find`] says what is missing and how to get it.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::string::String;
+use std::vec::Vec;
+use std::{env, format};
+
+use crate::program::Arch;
+
+/// The target the kernel programs are built for.
+pub const TARGET: &str = "bpfel-unknown-none";
+
+/// The variables that choose another compiler than Debian's (a build
+/// script reruns when they change).
+pub const TOOLCHAIN_VARS: [&str; 2] = ["PODSTUCK_BPF_RUSTC", "PODSTUCK_BPF_CARGO"];
+
+/// What to run once when the toolchain is missing.
+const SETUP: &str = "run `cargo xtask build` once: it installs Debian's rustc-web, cargo-web, \
+                     libstd-rust-web-dev-bpf and llvm-22-dev, and bpf-linker (see docs/building.md)";
+
+/// The compiler, cargo and linker that build the kernel programs.
+pub struct Toolchain {
+    rustc: PathBuf,
+    cargo: PathBuf,
+    linker_dir: PathBuf,
+}
+
+impl Toolchain {
+    /// Debian's rustc and cargo (or `$PODSTUCK_BPF_RUSTC`,
+    /// `$PODSTUCK_BPF_CARGO`), which must have `core` for [`TARGET`], and
+    /// bpf-linker on PATH or in `$CARGO_HOME/bin`; what is missing, and
+    /// how to set it up, if not.
+    pub fn find() -> Result<Toolchain, String> {
+        let chosen = |var: &str, default: &str| PathBuf::from(env::var_os(var).unwrap_or_else(|| default.into()));
+        let rustc = chosen(TOOLCHAIN_VARS[0], "/usr/bin/rustc");
+        let cargo = chosen(TOOLCHAIN_VARS[1], "/usr/bin/cargo");
+        if !rustc.is_file() || !cargo.is_file() {
+            return Err(format!(
+                "the eBPF compiler {} (with {}) is missing: {SETUP}",
+                rustc.display(),
+                cargo.display()
+            ));
+        }
+        let sysroot = Command::new(&rustc)
+            .arg("--print=sysroot")
+            .output()
+            .ok()
+            .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+        if !sysroot.is_some_and(|s| s.join("lib/rustlib").join(TARGET).is_dir()) {
+            return Err(format!("{} has no prebuilt core for {TARGET}: {SETUP}", rustc.display()));
+        }
+        let Some(linker_dir) = bpf_linker_dir() else {
+            return Err(format!("bpf-linker is not on PATH nor in $CARGO_HOME/bin: {SETUP}"));
+        };
+        Ok(Toolchain { rustc, cargo, linker_dir })
+    }
+
+    /// `cargo ARGS` on the kernel programs in `ebpf_dir` for [`TARGET`],
+    /// release, into `target_dir`, their bytecode for a node of `arch`:
+    /// aya's macros read `pt_regs` by the layout of the architecture
+    /// podstuck runs on, though the bytecode is the same on every one.
+    /// ARGS is `build`, or `clippy` and its own.
+    pub fn cargo(&self, ebpf_dir: &Path, args: &[&str], arch: Arch, target_dir: &Path) -> Command {
+        let mut command = Command::new(&self.cargo);
+        command.current_dir(ebpf_dir).args(args).args(["--release", "--locked", "--target", TARGET, "--target-dir"]);
+        command.arg(target_dir);
+        without_outer_build(&mut command);
+        // bpf-linker, then the toolchain's own tools (cargo-clippy,
+        // clippy-driver) before rustup's proxies of the same names.
+        let tools = self.cargo.parent().map(Path::to_path_buf);
+        let path = env::var_os("PATH").unwrap_or_default();
+        let dirs = [Some(self.linker_dir.clone()), tools].into_iter().flatten().chain(env::split_paths(&path));
+        let path = env::join_paths(dirs).unwrap_or(path);
+        command
+            .env("PATH", path)
+            .env("RUSTC", &self.rustc)
+            // Only aya-ebpf and our programs (an atomic add) need unstable
+            // features (asm_experimental_arch); a global RUSTC_BOOTSTRAP=1
+            // would make aya-build ask for build-std.
+            .env("RUSTC_BOOTSTRAP", "aya_ebpf,podstuck")
+            .env("CARGO_ENCODED_RUSTFLAGS", rustflags(arch));
+        command
+    }
+}
+
+/// The kernel programs' rustc flags for a node of `arch`, joined as
+/// `CARGO_ENCODED_RUSTFLAGS` wants them (by 0x1f).
+pub fn rustflags(arch: Arch) -> String {
+    let arch_cfg = format!("--cfg=bpf_target_arch=\"{}\"", arch.name());
+    [arch_cfg.as_str(), "-Cdebuginfo=2", "-Clink-arg=--btf", "-Clinker=bpf-linker"].join("\x1f")
+}
+
+/// Removes from `command` everything of the cargo run it is started from
+/// (its flags, rustc, profile, target directory, a build script's
+/// variables): they are for another compiler and another target, and a
+/// `RUSTC` or `RUSTFLAGS` of rustup's would build with a compiler that has
+/// no standard library but its own host's. `CARGO_HOME` stays.
+pub fn without_outer_build(command: &mut Command) {
+    let build_script = ["TARGET", "HOST", "OUT_DIR", "PROFILE", "OPT_LEVEL", "DEBUG", "NUM_JOBS"];
+    let outer: Vec<OsString> = env::vars_os()
+        .map(|(key, _)| key)
+        .filter(|key| {
+            let key = key.to_string_lossy();
+            (key.starts_with("CARGO") && key != "CARGO_HOME")
+                || key.starts_with("RUST")
+                || build_script.contains(&key.as_ref())
+        })
+        .collect();
+    for key in outer {
+        command.env_remove(key);
+    }
+}
+
+/// The directory holding bpf-linker: on PATH, else `$CARGO_HOME/bin`
+/// (`~/.cargo/bin`), where `cargo install` puts it.
+fn bpf_linker_dir() -> Option<PathBuf> {
+    let cargo_home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")));
+    let path = env::var_os("PATH").unwrap_or_default();
+    env::split_paths(&path).chain(cargo_home.map(|h| h.join("bin"))).find(|dir| dir.join("bpf-linker").is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::string::ToString;
+
+    use super::*;
+
+    #[test]
+    fn the_flags_name_the_architecture_the_programs_run_on() {
+        let flags = rustflags(Arch::Aarch64);
+        let flags: Vec<&str> = flags.split('\x1f').collect();
+        assert_eq!(flags[0], "--cfg=bpf_target_arch=\"aarch64\"");
+        assert!(flags.contains(&"-Clink-arg=--btf"));
+        assert!(rustflags(Arch::X86_64).starts_with("--cfg=bpf_target_arch=\"x86_64\""));
+    }
+
+    #[test]
+    fn nothing_of_the_outer_cargo_leaks_in() {
+        let mut command = Command::new("true");
+        without_outer_build(&mut command);
+        let removed: Vec<String> =
+            command.get_envs().filter(|(_, v)| v.is_none()).map(|(k, _)| k.to_string_lossy().to_string()).collect();
+        // `cargo test` sets these for the test binary.
+        assert!(removed.iter().any(|k| k == "CARGO_MANIFEST_DIR"), "{removed:?}");
+        assert!(!removed.iter().any(|k| k == "CARGO_HOME"));
+    }
+}
