@@ -76,11 +76,12 @@ impl Toolchain {
         command.current_dir(ebpf_dir).args(args).args(["--release", "--locked", "--target", TARGET, "--target-dir"]);
         command.arg(target_dir);
         without_outer_build(&mut command);
-        // bpf-linker, then the toolchain's own tools (cargo-clippy,
-        // clippy-driver) before rustup's proxies of the same names.
+        // The toolchain's own tools (cargo-clippy, clippy-driver) first:
+        // bpf-linker's directory is often ~/.cargo/bin, where rustup's
+        // proxies of the same names are.
         let tools = self.cargo.parent().map(Path::to_path_buf);
         let path = env::var_os("PATH").unwrap_or_default();
-        let dirs = [Some(self.linker_dir.clone()), tools].into_iter().flatten().chain(env::split_paths(&path));
+        let dirs = [tools, Some(self.linker_dir.clone())].into_iter().flatten().chain(env::split_paths(&path));
         let path = env::join_paths(dirs).unwrap_or(path);
         command
             .env("PATH", path)
