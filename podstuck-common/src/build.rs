@@ -1,7 +1,8 @@
 //! How podstuck's kernel programs (`podstuck-ebpf`) are compiled: the one
 //! declaration of their build environment, for podstuck-user's build
 //! script (which embeds them, for the architecture it builds for) and for
-//! xtask (clippy on them). Only with the `build` feature, on the host: the
+//! xtask (clippy on them; its cross builds of podstuck take the same
+//! compiler, [`Toolchain::host_cargo`]). Only with the `build` feature, on the host: the
 //! kernel side never sees it.
 //!
 //! The chain is the one in docs/building.md: Debian's rustc-web and
@@ -66,26 +67,34 @@ impl Toolchain {
         Ok(Toolchain { rustc, cargo, linker_dir })
     }
 
+    /// This toolchain's cargo with its rustc, nothing of the cargo run it
+    /// is started from, and its own tools (cargo-clippy, clippy-driver,
+    /// `rustc` run by name) before rustup's proxies of the same names,
+    /// bpf-linker's directory (often ~/.cargo/bin, where those proxies are)
+    /// after them: for xtask's cross builds of podstuck, which need the
+    /// standard library Debian ships for this rustc, and under
+    /// [`Toolchain::cargo`].
+    pub fn host_cargo(&self) -> Command {
+        let mut command = Command::new(&self.cargo);
+        without_outer_build(&mut command);
+        let tools = self.cargo.parent().map(Path::to_path_buf);
+        let path = env::var_os("PATH").unwrap_or_default();
+        let dirs = [tools, Some(self.linker_dir.clone())].into_iter().flatten().chain(env::split_paths(&path));
+        let path = env::join_paths(dirs).unwrap_or(path);
+        command.env("PATH", path).env("RUSTC", &self.rustc);
+        command
+    }
+
     /// `cargo ARGS` on the kernel programs in `ebpf_dir` for [`TARGET`],
     /// release, into `target_dir`, their bytecode for a node of `arch`:
     /// aya's macros read `pt_regs` by the layout of the architecture
     /// podstuck runs on, though the bytecode is the same on every one.
     /// ARGS is `build`, or `clippy` and its own.
     pub fn cargo(&self, ebpf_dir: &Path, args: &[&str], arch: Arch, target_dir: &Path) -> Command {
-        let mut command = Command::new(&self.cargo);
+        let mut command = self.host_cargo();
         command.current_dir(ebpf_dir).args(args).args(["--release", "--locked", "--target", TARGET, "--target-dir"]);
-        command.arg(target_dir);
-        without_outer_build(&mut command);
-        // The toolchain's own tools (cargo-clippy, clippy-driver) first:
-        // bpf-linker's directory is often ~/.cargo/bin, where rustup's
-        // proxies of the same names are.
-        let tools = self.cargo.parent().map(Path::to_path_buf);
-        let path = env::var_os("PATH").unwrap_or_default();
-        let dirs = [tools, Some(self.linker_dir.clone())].into_iter().flatten().chain(env::split_paths(&path));
-        let path = env::join_paths(dirs).unwrap_or(path);
         command
-            .env("PATH", path)
-            .env("RUSTC", &self.rustc)
+            .arg(target_dir)
             // Only aya-ebpf and our programs (an atomic add) need unstable
             // features (asm_experimental_arch); a global RUSTC_BOOTSTRAP=1
             // would make aya-build ask for build-std.
@@ -107,7 +116,7 @@ pub fn rustflags(arch: Arch) -> String {
 /// variables): they are for another compiler and another target, and a
 /// `RUSTC` or `RUSTFLAGS` of rustup's would build with a compiler that has
 /// no standard library but its own host's. `CARGO_HOME` stays.
-pub fn without_outer_build(command: &mut Command) {
+fn without_outer_build(command: &mut Command) {
     let build_script = ["TARGET", "HOST", "OUT_DIR", "PROFILE", "OPT_LEVEL", "DEBUG", "NUM_JOBS"];
     let outer: Vec<OsString> = env::vars_os()
         .map(|(key, _)| key)

@@ -76,18 +76,12 @@ pub fn build_release_for(target: Arch, package: &str, bins: &[&str]) -> Result<V
     Ok(bins.iter().map(|bin| dir.join(bin)).collect())
 }
 
-/// Debian's cargo with Debian's rustc, and nothing of the cargo running
-/// xtask (rustup's toolchain, its flags, its target directory) leaking in,
-/// by the rule the kernel programs' build keeps too.
+/// Debian's cargo with Debian's rustc (the kernel programs' toolchain,
+/// podstuck_common::build), and nothing of the cargo running xtask
+/// (rustup's toolchain, its flags, its target directory) leaking in.
 fn debian_cargo() -> Result<Command> {
-    let mut command = Command::new("/usr/bin/cargo");
+    let mut command = podstuck_common::build::Toolchain::find().map_err(anyhow::Error::msg)?.host_cargo();
     command.current_dir(workspace_root());
-    podstuck_common::build::without_outer_build(&mut command);
-    // Debian's tools before rustup's proxies of the same names in
-    // ~/.cargo/bin (a build script that runs `rustc` or `cargo` by name).
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let path = std::env::join_paths(std::iter::once(PathBuf::from("/usr/bin")).chain(std::env::split_paths(&path)))?;
-    command.env("PATH", path).env("RUSTC", "/usr/bin/rustc");
     Ok(command)
 }
 
