@@ -19,7 +19,7 @@ use std::process::Command;
 
 use anyhow::{bail, Result};
 
-use crate::{install, is_root, run, say, workspace_root};
+use crate::host::{install, is_root, run, say, workspace_root};
 pub use podstuck_common::program::Arch;
 
 /// `--target`/`--arch`'s reading of an architecture: its Rust triple,
@@ -63,7 +63,7 @@ fn cross_packages(arch: Arch) -> Vec<String> {
 /// paths, in the order of `bins`.
 pub fn build_release_for(target: Arch, package: &str, bins: &[&str]) -> Result<Vec<PathBuf>> {
     let host = target == Arch::HOST;
-    let mut command = if host { crate::cargo() } else { cross_cargo(target)? };
+    let mut command = if host { crate::host::cargo() } else { cross_cargo(target)? };
     command.args(["build", "--release", "--package", package]);
     if !host {
         command.args(["--target", target.triple()]);

@@ -31,7 +31,7 @@ use podstuck_tests::oci::{self, Image, Tar};
 
 use crate::cross::Arch;
 use crate::elf::{elf_links, libraries};
-use crate::{say, workspace_root};
+use crate::host::{say, workspace_root};
 
 /// Where the binary goes in the image.
 pub const BINARY_IN_IMAGE: &str = "usr/local/bin/podstuck";

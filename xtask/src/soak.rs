@@ -65,7 +65,7 @@ pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
         args.minutes,
         if args.sample_seconds == 15 { String::new() } else { format!(" --sample-seconds {}", args.sample_seconds) },
         // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
-        if args.out == crate::workspace_root().join("BENCHMARKS.md") {
+        if args.out == crate::host::workspace_root().join("BENCHMARKS.md") {
             String::new()
         } else {
             format!(" --out {}", args.out.display())

@@ -53,7 +53,8 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
 use crate::cross::{build_release_for, Arch};
-use crate::{install, is_root, run, say, setup, workspace_root};
+use crate::host::{install, is_root, run, say, workspace_root};
+use crate::setup::setup;
 
 mod debian;
 mod guest;

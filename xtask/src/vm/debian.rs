@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result};
 
 use crate::cross::Arch;
-use crate::{run, say};
+use crate::host::{run, say};
 
 /// The Debian mirror this machine's apt uses (its `.../debian` URI), so the
 /// private sources list goes where the system's does.

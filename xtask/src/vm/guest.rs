@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use super::debian;
 use super::KernelSpec;
 use crate::cross::Arch;
-use crate::say;
+use crate::host::say;
 
 /// What the host needs for a guest of this architecture: QEMU, cpio for
 /// the initramfs, xz to unpack compressed modules, and for an amd64 guest
