@@ -1,11 +1,12 @@
 //! The house rules that a reader of the code relies on, checked on the
 //! sources themselves so they hold after every change: the collector's
 //! modules import only the layers below them (data flows one way, no
-//! circle), docs/development.md lists the same layers, no function is
+//! circle), the modules of every crate import each other in no circle,
+//! docs/development.md lists the same layers, no function is
 //! longer than 120 lines, and README.md stays a quick start of at most 300
 //! lines whose links to docs/ all lead somewhere.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -85,58 +86,11 @@ fn identifier_at(text: &str) -> &str {
     &text[..end]
 }
 
-/// The crate's top-level modules named by `code` (`crate::x`, the names
-/// in `use crate::{x, y::z}`, and `super::` chains that climb to the crate
-/// root from a file `depth` modules down).
-fn modules_named(code: &str, depth: usize) -> BTreeSet<String> {
-    let mut named = BTreeSet::new();
-    for (at, _) in code.match_indices("crate::") {
-        if at > 0 && code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
-            continue;
-        }
-        let rest = &code[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let mut level = 0;
-            let mut item_start = true;
-            for (i, c) in group.char_indices() {
-                match c {
-                    '{' => level += 1,
-                    '}' if level == 0 => break,
-                    '}' => level -= 1,
-                    ',' if level == 0 => item_start = true,
-                    c if item_start && level == 0 && (c.is_ascii_alphabetic() || c == '_') => {
-                        named.insert(identifier_at(&group[i..]).to_string());
-                        item_start = false;
-                    }
-                    c if !c.is_whitespace() => item_start = false,
-                    _ => {}
-                }
-            }
-        } else {
-            named.insert(identifier_at(rest).to_string());
-        }
-    }
-    if depth > 0 {
-        let climb = "super::".repeat(depth);
-        for (at, _) in code.match_indices(&climb) {
-            let rest = &code[at + climb.len()..];
-            if !rest.starts_with("super::") && !code[..at].ends_with("super::") {
-                named.insert(identifier_at(rest).to_string());
-            }
-        }
-    }
-    named
-}
-
-/// A file's module depth below the crate root: `x.rs` and `x/mod.rs` are
-/// 1, `x/y.rs` 2.
-fn depth_of(relative: &Path) -> usize {
-    let parts = relative.components().count();
-    if relative.file_name().is_some_and(|n| n == "mod.rs") {
-        parts - 1
-    } else {
-        parts
-    }
+/// The crate's top-level modules named by `code` in the module `at`
+/// (`crate::x`, the names in `use crate::{x, y::z}`, and `super::` chains
+/// that climb to the crate root).
+fn modules_named(code: &str, at: &[String]) -> BTreeSet<String> {
+    paths_named(code, at).into_iter().filter_map(|path| path.into_iter().next()).collect()
 }
 
 #[test]
@@ -162,7 +116,7 @@ fn every_module_imports_only_the_layers_below_its_own() {
             continue;
         };
         let text = fs::read_to_string(&file).unwrap();
-        for named in modules_named(&code_outside_tests(&text), depth_of(&relative)) {
+        for named in modules_named(&code_outside_tests(&text), &module_path(&relative)) {
             if named == first {
                 continue;
             }
@@ -189,7 +143,7 @@ fn every_module_imports_only_the_layers_below_its_own() {
 #[test]
 fn the_layer_check_sees_every_way_of_naming_a_module() {
     let code = "use crate::a::X;\nuse crate::{b, c::{D, E}, f::g};\nlet x = crate::h::y();\nlet y = super::super::i::j;\nmacro_crate::k;";
-    let named: Vec<String> = modules_named(code, 2).into_iter().collect();
+    let named: Vec<String> = modules_named(code, &["p".into(), "q".into()]).into_iter().collect();
     assert_eq!(named, ["a", "b", "c", "f", "h", "i"]);
     assert_eq!(
         code_outside_tests("use crate::a;\n// crate::b\n#[cfg(test)]\nmod tests {\n use crate::c;\n}"),
@@ -197,6 +151,242 @@ fn the_layer_check_sees_every_way_of_naming_a_module() {
     );
 }
 
+/// The source folders of every crate in the workspace, whose modules may
+/// import each other in no circle. podstuck-user's top-level modules are
+/// held to `LAYERS` as well; this reaches the files inside a layer and the
+/// crates that have none.
+const CRATE_SOURCES: &[&str] =
+    &["podstuck-user/src", "podstuck-common/src", "podstuck-ebpf/src", "xtask/src", "tests/src"];
+
+/// A file's module path below its crate root: `x.rs` and `x/mod.rs` are
+/// `x`, `x/y.rs` is `x::y`, `main.rs` and `lib.rs` the root itself.
+fn module_path(relative: &Path) -> Vec<String> {
+    let mut path: Vec<String> =
+        relative.with_extension("").components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    if path.last().is_some_and(|m| m == "mod") || (path.len() == 1 && (path[0] == "main" || path[0] == "lib")) {
+        path.pop();
+    }
+    path
+}
+
+/// Every path, from the crate root, that `code` in module `at` names
+/// through `crate::` or `super::`, a `use` group giving one path an item:
+/// `use super::{a, b::{C, D as E}}` in `x::y` names `x::a`, `x::b::C` and
+/// `x::b::D`.
+fn paths_named(code: &str, at: &[String]) -> BTreeSet<Vec<String>> {
+    let mut paths = BTreeSet::new();
+    for start in ["crate::", "super::"] {
+        for (i, _) in code.match_indices(start) {
+            let before = &code[..i];
+            if before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+                || before.ends_with("super::")
+            {
+                continue;
+            }
+            let mut rest = &code[i..];
+            let prefix = if let Some(after) = rest.strip_prefix("crate::") {
+                rest = after;
+                Vec::new()
+            } else {
+                let mut up = 0;
+                while let Some(after) = rest.strip_prefix("super::") {
+                    rest = after;
+                    up += 1;
+                }
+                let Some(kept) = at.len().checked_sub(up) else { continue };
+                at[..kept].to_vec()
+            };
+            use_tree(rest, prefix, &mut paths);
+        }
+    }
+    paths
+}
+
+/// The paths of the use tree (or plain path) that `text` begins with, each
+/// after `prefix`: `a::{b, c::{D, E as F}}` gives `a::b`, `a::c::D` and
+/// `a::c::E`.
+fn use_tree(text: &str, prefix: Vec<String>, paths: &mut BTreeSet<Vec<String>>) {
+    let mut path = prefix;
+    // Where each open group's items begin in `path`.
+    let mut groups: Vec<usize> = Vec::new();
+    let mut grouped = false;
+    let mut alias = false;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        let word = identifier_at(rest);
+        if !word.is_empty() {
+            match word {
+                _ if alias => alias = false,
+                "as" => alias = true,
+                "self" => {}
+                _ => path.push(word.to_string()),
+            }
+            rest = &rest[word.len()..];
+            continue;
+        }
+        let items_begin = groups.last().copied().unwrap_or(0);
+        match c {
+            ':' | '*' => {}
+            '{' => {
+                groups.push(path.len());
+                grouped = true;
+            }
+            _ if groups.is_empty() => break,
+            ',' | '}' => {
+                if path.len() > items_begin {
+                    paths.insert(path.clone());
+                }
+                if c == '}' {
+                    // The item the group ends is whole: what follows begins another.
+                    groups.pop();
+                }
+                path.truncate(groups.last().copied().unwrap_or(0));
+            }
+            _ => {}
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    if !grouped {
+        paths.insert(path);
+    }
+}
+
+/// The import that module `from` makes by naming `named`, as the two
+/// sibling modules that hold its ends below the module holding both:
+/// `a::x` naming `b::y::Z` is `a` importing `b`, so that a circle through
+/// submodules shows as one between their parents. `named` is the module of
+/// `modules` it reaches furthest into. A module naming a module that holds
+/// it (its parent's items through `super::`, the crate root's) or one it
+/// holds is no import: a module and its parts are one room.
+fn sibling_import(
+    from: &[String],
+    named: &[String],
+    modules: &BTreeSet<Vec<String>>,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let to = (0..=named.len()).rev().map(|n| &named[..n]).find(|m| modules.contains(*m))?;
+    let common = from.iter().zip(to).take_while(|(a, b)| a == b).count();
+    if common == from.len() || common == to.len() {
+        return None;
+    }
+    Some((from[..=common].to_vec(), to[..=common].to_vec()))
+}
+
+/// The imports between the modules of the crate in `dir` (of the
+/// workspace), each module named by its file. Code in `#[cfg(test)]`
+/// modules and `tests.rs` files is left out, and so are the crates of one
+/// file in `bin/`.
+fn sibling_imports(dir: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let root = workspace();
+    let src = root.join(dir);
+    let mut modules = BTreeMap::new();
+    for file in rust_files(&src) {
+        let relative = file.strip_prefix(&src).unwrap();
+        if !relative.starts_with("bin") && relative.file_name().is_some_and(|n| n != "tests.rs") {
+            modules.insert(module_path(relative), file.strip_prefix(&root).unwrap().display().to_string());
+        }
+    }
+    let known: BTreeSet<Vec<String>> = modules.keys().cloned().collect();
+    let file_of = |module: &Vec<String>| modules.get(module).cloned().unwrap_or_else(|| module.join("::"));
+    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, file) in &modules {
+        let code = code_outside_tests(&fs::read_to_string(root.join(file)).unwrap());
+        for named in paths_named(&code, module) {
+            if let Some((from, to)) = sibling_import(module, &named, &known) {
+                imports.entry(file_of(&from)).or_default().insert(file_of(&to));
+            }
+        }
+    }
+    imports
+}
+
+/// The shortest circle of `imports` through `start`, from `start` back to
+/// it, if there is one.
+fn circle_through<'a>(start: &'a String, imports: &'a BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    let mut came_from: BTreeMap<&String, &String> = BTreeMap::new();
+    let mut queue = VecDeque::from([start]);
+    while let Some(module) = queue.pop_front() {
+        for next in imports.get(module).into_iter().flatten() {
+            if next == start {
+                let mut circle = vec![start.clone(), module.clone()];
+                let mut at = module;
+                while at != start {
+                    at = came_from[at];
+                    circle.push(at.clone());
+                }
+                circle.reverse();
+                return Some(circle);
+            }
+            if !came_from.contains_key(next) {
+                came_from.insert(next, module);
+                queue.push_back(next);
+            }
+        }
+    }
+    None
+}
+
+/// Every circle of `imports` (module -> the modules it imports), each the
+/// shortest through its first module and named once, from a module back
+/// to it.
+fn circles(imports: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let mut seen = BTreeSet::new();
+    for start in imports.keys() {
+        if let Some(circle) = circle_through(start, imports) {
+            if seen.insert(circle.iter().cloned().collect::<BTreeSet<_>>()) {
+                found.push(circle);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_modules_of_any_crate_import_each_other_in_a_circle() {
+    let mut found = Vec::new();
+    for dir in CRATE_SOURCES {
+        found.extend(circles(&sibling_imports(dir)).iter().map(|circle| circle.join(" -> ")));
+    }
+    assert!(
+        found.is_empty(),
+        "modules that import each other in a circle (move what both need into a module of its own, or down to the \
+         one that needs it):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_circle_check_reads_an_import_as_one_between_the_modules_holding_its_ends() {
+    let path = |p: &str| p.split("::").filter(|m| !m.is_empty()).map(str::to_string).collect::<Vec<_>>();
+    let code = "use crate::{a::X, b::{c, D as E}};\nlet v = super::super::f::g();\nsuper::h();\n$crate::i!();";
+    let named: Vec<String> = paths_named(code, &path("x::y")).iter().map(|p| p.join("::")).collect();
+    assert_eq!(named, ["a::X", "b::D", "b::c", "f::g", "x::h"]);
+    let modules: BTreeSet<Vec<String>> = ["", "a", "a::x", "b", "b::y"].into_iter().map(path).collect();
+    let import = |from: &str, named: &str| sibling_import(&path(from), &path(named), &modules);
+    assert_eq!(import("a::x", "b::y::Z"), Some((path("a"), path("b"))));
+    assert_eq!(import("a::x", "b::y"), Some((path("a"), path("b"))));
+    assert_eq!(import("b::y", "a::x::f"), Some((path("b"), path("a"))));
+    assert_eq!(import("a::x", "a::T"), None, "a parent's item");
+    assert_eq!(import("a", "a::x::f"), None, "a submodule's item");
+    assert_eq!(import("a::x", "say"), None, "the crate root's item");
+}
+
+#[test]
+fn the_circle_check_names_a_loop_and_no_other_path() {
+    let imports = |pairs: &[(&str, &str)]| {
+        let mut imports = BTreeMap::<String, BTreeSet<String>>::new();
+        for (from, to) in pairs {
+            imports.entry(from.to_string()).or_default().insert(to.to_string());
+        }
+        imports
+    };
+    let looped = imports(&[("main", "bench"), ("bench", "soak"), ("soak", "vm"), ("vm", "bench"), ("vm", "cross")]);
+    assert_eq!(circles(&looped), [["bench", "soak", "vm", "bench"]]);
+    let two = imports(&[("a", "b"), ("b", "a"), ("c", "d"), ("d", "c"), ("a", "c")]);
+    assert_eq!(circles(&two), [["a", "b", "a"], ["c", "d", "c"]]);
+    let tree = imports(&[("main", "bench"), ("main", "soak"), ("bench", "vm"), ("soak", "vm"), ("vm", "cross")]);
+    assert!(circles(&tree).is_empty());
+}
 /// Every function of `text` longer than `limit` lines, as (name, first
 /// line, lines). A function ends at the first `}` at its own indentation,
 /// which holds for this workspace's formatting.
