@@ -17,6 +17,8 @@
 //! body and whether it carried the kubeconfig's token, to assert what was
 //! asked.
 
+pub mod objects;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};

@@ -22,11 +22,11 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, Event, Node, NodeCondition, NodeStatus, Pod, PodSpec, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use podstuck_tests::apiserver::objects::lease;
 use podstuck_tests::apiserver::{ApiServer, TOKEN};
 use podstuck_tests::kubectl::kubectl_podstuck_binary;
 use podstuck_tests::scrape::{self, free_port};
@@ -96,21 +96,6 @@ fn ready_node(name: &str) -> Node {
     }
 }
 
-fn lease(node: &str) -> Lease {
-    Lease {
-        metadata: ObjectMeta {
-            name: Some(node.into()),
-            namespace: Some("kube-node-lease".into()),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(node.into()),
-            renew_time: Some(MicroTime(stamp(SystemTime::now()))),
-            ..Default::default()
-        }),
-    }
-}
-
 /// The stand-in cluster; `web_0` is the UID of the pod whose volume is
 /// left mounted on this machine, `listen` where worker-1's podstuck serves.
 fn serve_cluster(api: &ApiServer, web_0: &str, listen: SocketAddr, silent: SocketAddr) {
@@ -131,7 +116,10 @@ fn serve_cluster(api: &ApiServer, web_0: &str, listen: SocketAddr, silent: Socke
     ];
     api.pods(&pods);
     api.list(None, &["worker-1", "worker-2", "worker-3", "worker-4"].map(ready_node));
-    api.list(Some("kube-node-lease"), &["worker-1", "worker-2", "worker-3", "worker-4"].map(lease));
+    api.list(
+        Some("kube-node-lease"),
+        &["worker-1", "worker-2", "worker-3", "worker-4"].map(|node| lease(node, SystemTime::now())),
+    );
     api.list::<Event>(None, &[]);
     api.list::<Event>(Some("shop"), &[]);
     // worker-1's DaemonSet pod is the real podstuck on this machine;

@@ -11,15 +11,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    Event, EventSource, Node, NodeCondition, NodeSpec, NodeStatus, ObjectReference, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodStatus, Taint, Volume,
+    Event, Node, NodeCondition, NodeSpec, NodeStatus, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodStatus, Taint, Volume,
 };
 use k8s_openapi::api::storage::v1::{
     VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus, VolumeError,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use podstuck_tests::apiserver::objects::{kubelet_warning, lease};
 use podstuck_tests::apiserver::{kubeconfig_for, ApiServer};
 use podstuck_tests::*;
 use serde_json::Value;
@@ -78,18 +79,7 @@ impl Cluster {
                 ..Default::default()
             }),
         };
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some("worker-1".into()),
-                namespace: Some("kube-node-lease".into()),
-                ..Default::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some("worker-1".into()),
-                renew_time: Some(MicroTime(stamp(ago(3)))),
-                ..Default::default()
-            }),
-        };
+        let lease = lease("worker-1", ago(3));
         Cluster { pod, node, lease, events: Vec::new(), claims: Vec::new(), attachments: Vec::new() }
     }
 
@@ -180,31 +170,9 @@ mod erased {
 }
 
 fn warning(reason: &str, message: &str, count: i32) -> Event {
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("web-0.{}", reason.to_lowercase())),
-            namespace: Some("shop".into()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            kind: Some("Pod".into()),
-            name: Some("web-0".into()),
-            namespace: Some("shop".into()),
-            uid: Some(UID.into()),
-            ..Default::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        type_: Some("Warning".into()),
-        count: Some(count),
-        first_timestamp: Some(time(ago(600))),
-        last_timestamp: Some(time(ago(20))),
-        source: Some(EventSource { component: Some("kubelet".into()), host: Some("worker-1".into()) }),
-        ..Default::default()
-    }
+    kubelet_warning(UID, reason, message, count, ago(600)..ago(20))
 }
 
-/// `podstuck explain ARGS --json`, with no kubeconfig of the user's around.
 fn explain(args: &[&str]) -> Output {
     Command::new(podstuck_binary())
         .arg("explain")

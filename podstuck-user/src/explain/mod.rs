@@ -287,15 +287,16 @@ pub async fn explain(options: &ExplainOptions) -> Result<()> {
 pub(crate) mod tests {
     use std::time::{Duration, SystemTime};
 
-    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
     use k8s_openapi::api::core::v1::{
-        Event, EventSource, Node, NodeCondition, NodeSpec, NodeStatus, ObjectReference, PersistentVolumeClaim,
-        PersistentVolumeClaimSpec, Pod, PodSpec, Taint,
+        Event, Node, NodeCondition, NodeSpec, NodeStatus, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
+        PodSpec, Taint,
     };
     use k8s_openapi::api::storage::v1::{
         VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use podstuck_tests::apiserver::objects::kubelet_warning;
+    pub use podstuck_tests::apiserver::objects::lease;
 
     use super::*;
 
@@ -355,21 +356,6 @@ pub(crate) mod tests {
         }
     }
 
-    pub fn lease(node: &str, renewed: SystemTime) -> Lease {
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(node.into()),
-                namespace: Some("kube-node-lease".into()),
-                ..Default::default()
-            },
-            spec: Some(LeaseSpec {
-                renew_time: Some(MicroTime(renewed.try_into().unwrap())),
-                holder_identity: Some(node.into()),
-                ..Default::default()
-            }),
-        }
-    }
-
     pub fn claim(name: &str, volume: &str) -> PersistentVolumeClaim {
         PersistentVolumeClaim {
             metadata: ObjectMeta { name: Some(name.into()), namespace: Some("shop".into()), ..Default::default() },
@@ -390,30 +376,10 @@ pub(crate) mod tests {
         }
     }
 
-    /// A Warning event from kubelet on worker-1 about shop/web-0.
+    /// A Warning event from kubelet on worker-1 about shop/web-0, first
+    /// seen a minute before `last`.
     pub fn warning(reason: &str, message: &str, count: i32, last: SystemTime) -> Event {
-        Event {
-            metadata: ObjectMeta {
-                name: Some(format!("web-0.{reason}")),
-                namespace: Some("shop".into()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                kind: Some("Pod".into()),
-                name: Some("web-0".into()),
-                namespace: Some("shop".into()),
-                uid: Some(UID.into()),
-                ..Default::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message.into()),
-            type_: Some("Warning".into()),
-            count: Some(count),
-            first_timestamp: Some(ts(last - Duration::from_secs(60))),
-            last_timestamp: Some(ts(last)),
-            source: Some(EventSource { component: Some("kubelet".into()), host: Some("worker-1".into()) }),
-            ..Default::default()
-        }
+        kubelet_warning(UID, reason, message, count, last - Duration::from_secs(60)..last)
     }
 
     #[test]
