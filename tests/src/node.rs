@@ -9,13 +9,15 @@
 //! a mount, a flag or a stopped FUSE daemon behind breaks every later run
 //! on the machine.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
-use crate::actors::{fuse_server, task_state, Process};
+use crate::actors::{fuse_server, start_actor, task_state, Process};
+use crate::kubelet::{new_pod_uid, pod_slice};
 use crate::mountinfo::{self, is_mountpoint};
 use crate::wait::{wait_until, within};
 
@@ -327,7 +329,7 @@ impl V1PodCgroups {
             args.extend(["--cgroup".into(), c.clone().into_os_string()]);
         }
         args.push("sleep".into());
-        let task = crate::actors::start_actor(args);
+        let task = start_actor(args);
         task.wait_ready(Duration::from_secs(10));
         let pid = task.pid();
         self.task = Some(task);
@@ -391,4 +393,58 @@ impl Drop for CgroupDirs {
             remove_cgroup(dir);
         }
     }
+}
+
+/// A pod cgroup kubelet cannot remove: a BestEffort pod's slice, named as
+/// the systemd cgroup driver names it, with a live task (`pause`) in it.
+/// It lies below a parent of the test's own, so that tests running at once
+/// never share (and fail to remove) a kubepods.slice.
+pub struct BusyPodCgroup {
+    pub uid: String,
+    pub path: PathBuf,
+    /// The live task; killed (dropped) before the cgroups are removed.
+    pub task: Process,
+    _dirs: CgroupDirs,
+}
+
+impl BusyPodCgroup {
+    /// A fresh pod's cgroup below one named as the test's `scratch`
+    /// directory, its task started and ready.
+    pub fn create(scratch: &Path) -> BusyPodCgroup {
+        let uid = new_pod_uid();
+        let path = pod_slice(&cgroup2_root().join(scratch.file_name().unwrap()), "besteffort", &uid);
+        let dirs = CgroupDirs::create(&path);
+        let task = start_actor([
+            OsStr::new("--comm"),
+            "pause".as_ref(),
+            "--cgroup".as_ref(),
+            path.as_os_str(),
+            "sleep".as_ref(),
+        ]);
+        task.wait_ready(Duration::from_secs(10));
+        BusyPodCgroup { uid, path, task, _dirs: dirs }
+    }
+
+    /// kubelet's pod cgroup cleanup: `rmdir` of the cgroup every 2 s by a
+    /// process named kubelet, started once its first attempt is refused.
+    pub fn kubelet_removing(&self) -> Process {
+        let kubelet = start_actor([
+            OsStr::new("--comm"),
+            "kubelet".as_ref(),
+            "--every-ms".as_ref(),
+            "2000".as_ref(),
+            "--repeat".as_ref(),
+            "0".as_ref(),
+            "rmdir".as_ref(),
+            self.path.as_os_str(),
+        ]);
+        let lines = kubelet.wait_for_lines(1, Duration::from_secs(10));
+        assert!(lines.iter().all(|l| *l == rmdir_busy()), "kubelet's first rmdir should be refused: {lines:?}");
+        kubelet
+    }
+}
+
+/// What the actor's `rmdir` prints when the cgroup is busy.
+pub fn rmdir_busy() -> String {
+    format!("rmdir errno {}", libc::EBUSY)
 }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use podstuck_tests::findings::{apply_fix, assert_told_in_order};
-use podstuck_tests::node::{fill_inodes, make_shared};
+use podstuck_tests::node::{fill_inodes, make_shared, rmdir_busy, BusyPodCgroup};
 use podstuck_tests::*;
 use serde_json::Value;
 
@@ -479,30 +479,21 @@ kernel_test! {
     fn p5_a_pod_cgroup_with_a_live_task_is_named_with_cgroup_kill(test) {
         let scratch = test.scratch();
         let root = KubeletRoot::empty(scratch.path().join("kubelet"));
-        let uid = new_pod_uid();
-        let uid = uid.as_str();
-        // Named exactly as the systemd cgroup driver names a BestEffort pod,
-        // below a parent of this test's own, so that tests running at once
-        // never share (and fail to remove) a kubepods.slice.
-        let cgroup = pod_slice(&cgroup2_root().join(scratch.path().file_name().unwrap()), "besteffort", uid);
-        let _cgroups = CgroupDirs::create(&cgroup);
-        let task = start_actor(os!["--comm", "pause", "--cgroup", cgroup, "sleep"]);
-        task.wait_ready(secs(10));
+        let busy = BusyPodCgroup::create(scratch.path());
+        let (uid, cgroup) = (busy.uid.as_str(), &busy.path);
         let mut watch = podstuck(&root, &["--pod", uid]);
 
-        // kubelet's pod cgroup cleanup, every 2 s.
-        let kubelet = start_actor(os!["--comm", "kubelet", "--every-ms", "2000", "--repeat", "0", "rmdir", cgroup]);
-        let ebusy = format!("rmdir errno {}", libc::EBUSY);
-        all_say(&kubelet.wait_for_lines(1, secs(10)), &ebusy);
+        let kubelet = busy.kubelet_removing();
+        let ebusy = rmdir_busy();
 
         if let Some(mut watch) = watch.take() {
-            let pid = task.pid();
+            let pid = busy.task.pid();
             let finding = watch.await_finding(
                 FINDING_TIMEOUT,
                 |f| f["kind"] == "cgroup-busy",
                 |e| {
                     e.eq("/pod_uid", uid);
-                    e.eq("/paths/0", text(&cgroup));
+                    e.eq("/paths/0", text(cgroup));
                     e.eq("/actor/comm", "kubelet");
                     e.eq("/errno", "EBUSY");
                     e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the live task, pid {pid}"));
@@ -511,7 +502,7 @@ kernel_test! {
             );
             all_say(&kubelet.lines(), &ebusy);
             apply_fix(&finding);
-            assert_eq!(succeeds_soon(|| sys_rmdir(&cstring(&cgroup))), 0, "kubelet's next rmdir after the fix");
+            assert_eq!(succeeds_soon(|| sys_rmdir(&cstring(cgroup))), 0, "kubelet's next rmdir after the fix");
             stop(watch, &finding);
             return;
         }

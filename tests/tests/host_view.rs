@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use podstuck_tests::mountinfo::is_mountpoint;
-use podstuck_tests::node::TmpfsMount;
+use podstuck_tests::node::{BusyPodCgroup, TmpfsMount};
 use podstuck_tests::*;
 
 /// What makes a container's mount namespace shaped after the node, as a
@@ -206,14 +206,8 @@ kernel_test! {
     fn through_a_host_root_a_busy_pod_cgroup_is_read_in_the_nodes_cgroupfs(test) {
         let scratch = test.scratch();
         let root = KubeletRoot::empty(scratch.path().join("kubelet"));
-        let uid = new_pod_uid();
-        let uid = uid.as_str();
-        // As in diagnosis.rs's cgroup-busy test: a BestEffort pod's slice
-        // under a parent of this test's own.
-        let cgroup = pod_slice(&cgroup2_root().join(scratch.path().file_name().unwrap()), "besteffort", uid);
-        let _cgroups = CgroupDirs::create(&cgroup);
-        let task = start_actor([std::ffi::OsStr::new("--comm"), "pause".as_ref(), "--cgroup".as_ref(), cgroup.as_os_str(), "sleep".as_ref()]);
-        task.wait_ready(Duration::from_secs(10));
+        let busy = BusyPodCgroup::create(scratch.path());
+        let (uid, cgroup) = (busy.uid.as_str(), &busy.path);
 
         let node_pid = std::process::id().to_string();
         let wrapper = in_a_container(&scratch.path().join("container-root"), &[], HOST_ROOT_CONTAINER);
@@ -229,18 +223,14 @@ kernel_test! {
         let own_view = Path::new(&format!("/proc/{pid}/root")).join(cgroup.strip_prefix("/").unwrap());
         assert!(!own_view.exists(), "{} is in podstuck's own cgroupfs", cgroup.display());
 
-        // kubelet's pod cgroup cleanup, every 2 s.
-        let kubelet = start_actor([std::ffi::OsStr::new("--comm"), "kubelet".as_ref(), "--every-ms".as_ref(), "2000".as_ref(), "--repeat".as_ref(), "0".as_ref(), "rmdir".as_ref(), cgroup.as_os_str()]);
-        let ebusy = format!("rmdir errno {}", libc::EBUSY);
-        let first = kubelet.wait_for_lines(1, Duration::from_secs(10));
-        assert_eq!(first, vec![ebusy], "kubelet's first rmdir");
-        let pause = task.pid();
+        let kubelet = busy.kubelet_removing();
+        let pause = busy.task.pid();
         let finding = watch.await_finding(
             Duration::from_secs(60),
             |f| f["kind"] == "cgroup-busy",
             |e| {
                 e.eq("/pod_uid", uid);
-                e.eq("/paths/0", text(&cgroup));
+                e.eq("/paths/0", text(cgroup));
                 e.eq("/confidence", "confirmed");
                 e.that(e.mentions_number("/evidence", pause.into()), format!("evidence should name the live task, pid {pause}"));
                 e.contains("/fix", &format!("echo 1 > {}", shell_word(&cgroup.join("cgroup.kill"))));
