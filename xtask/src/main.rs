@@ -359,7 +359,6 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
 
     use super::*;
 
@@ -377,59 +376,5 @@ mod tests {
         assert_eq!((totals.ran_and_passed(), totals.failed), (7, 1));
         assert_eq!(totals.ignored, vec!["foo::bar".to_string()]);
         assert_eq!(totals.skipped.len(), 1);
-    }
-
-    /// The modules a file of xtask names: `crate::NAME` paths and the
-    /// names in `use crate::{...}` (comments left out).
-    fn modules_named(text: &str) -> BTreeSet<String> {
-        let code: String = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
-        let mut named = BTreeSet::new();
-        let name_at =
-            |text: &str| -> String { text.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect() };
-        for (at, _) in code.match_indices("crate::") {
-            let rest = &code[at + "crate::".len()..];
-            match rest.strip_prefix('{') {
-                Some(list) => named.extend(list[..list.find('}').unwrap_or(list.len())].split(',').map(name_at)),
-                None => {
-                    named.insert(name_at(rest));
-                }
-            }
-        }
-        named.remove("");
-        named
-    }
-
-    /// The arrows between xtask's modules go one way: no module names
-    /// main's own items (main declares the tasks and runs them), and no
-    /// two modules reach each other, however far round.
-    #[test]
-    fn xtask_modules_import_in_one_direction() {
-        let src = workspace_root().join("xtask/src");
-        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for dir in [src.clone(), src.join("vm")] {
-            for entry in std::fs::read_dir(&dir).unwrap().map(Result::unwrap) {
-                let path = entry.path();
-                let Some(stem) = path.file_stem().and_then(|s| s.to_str()).filter(|_| path.is_file()) else { continue };
-                // vm/guest.rs is part of vm: its arrows are vm's.
-                let module = if dir == src { stem.to_string() } else { "vm".to_string() };
-                let named = modules_named(&std::fs::read_to_string(&path).unwrap());
-                edges.entry(module).or_default().extend(named);
-            }
-        }
-        let modules: Vec<String> = edges.keys().filter(|m| *m != "main").cloned().collect();
-        for (module, named) in &edges {
-            let unknown: Vec<&String> = named.iter().filter(|n| !modules.contains(n) && *n != module).collect();
-            assert!(module == "main" || unknown.is_empty(), "{module}.rs names main's {unknown:?}: move them below");
-        }
-        for start in &modules {
-            let mut seen = BTreeSet::new();
-            let mut next: Vec<&String> = edges[start].iter().filter(|n| *n != start).collect();
-            while let Some(module) = next.pop() {
-                assert_ne!(module, start, "{start} reaches itself through the modules it imports: {:?}", edges);
-                if seen.insert(module) {
-                    next.extend(edges.get(module).into_iter().flatten().filter(|n| *n != module));
-                }
-            }
-        }
     }
 }
