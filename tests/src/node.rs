@@ -26,8 +26,17 @@ pub struct TmpfsMount(pub PathBuf);
 
 impl TmpfsMount {
     pub fn new(at: &Path, options: &str) -> TmpfsMount {
+        TmpfsMount::with_flags(at, options, MsFlags::empty())
+    }
+
+    /// A tmpfs mounted read-only from the start (`mount -o ro`).
+    pub fn read_only(at: &Path, options: &str) -> TmpfsMount {
+        TmpfsMount::with_flags(at, options, MsFlags::MS_RDONLY)
+    }
+
+    fn with_flags(at: &Path, options: &str, flags: MsFlags) -> TmpfsMount {
         std::fs::create_dir_all(at).expect("create mountpoint");
-        mount(Some("podstuck-test"), at, Some("tmpfs"), MsFlags::empty(), Some(options))
+        mount(Some("podstuck-test"), at, Some("tmpfs"), flags, Some(options))
             .unwrap_or_else(|e| panic!("mount tmpfs at {}: {e}", at.display()));
         TmpfsMount(at.to_path_buf())
     }
@@ -40,23 +49,38 @@ impl Drop for TmpfsMount {
 }
 
 /// `chattr +i` on a file, undone on drop.
-pub struct Immutable(pub PathBuf);
+pub struct Immutable(pub Chattr);
 
 impl Immutable {
     pub fn set(path: &Path) -> Immutable {
-        let status = Command::new("chattr").arg("+i").arg(path).status().expect("run chattr");
-        assert!(status.success(), "chattr +i {}", path.display());
-        Immutable(path.to_path_buf())
+        let flag = Chattr::set(path, 'i');
+        Immutable(flag.unwrap_or_else(|| panic!("chattr +i {}", path.display())))
     }
 }
 
-impl Drop for Immutable {
+/// An inode flag set with `chattr +FLAG` (`i` immutable, `a` append-only),
+/// cleared on drop.
+pub struct Chattr {
+    path: PathBuf,
+    flag: char,
+}
+
+impl Chattr {
+    /// None where the filesystem refuses the flag: a test that needs one
+    /// says what is missing rather than failing on a tmpfs before Linux 6.0.
+    pub fn set(path: &Path, flag: char) -> Option<Chattr> {
+        let status = Command::new("chattr").arg(format!("+{flag}")).arg(path).status().expect("run chattr");
+        status.success().then(|| Chattr { path: path.to_path_buf(), flag })
+    }
+}
+
+impl Drop for Chattr {
     fn drop(&mut self) {
         // A test may have cleared the flag and removed the file itself.
-        if self.0.symlink_metadata().is_err() {
+        if self.path.symlink_metadata().is_err() {
             return;
         }
-        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+        let _ = Command::new("chattr").arg(format!("-{}", self.flag)).arg(&self.path).status();
     }
 }
 

@@ -1138,98 +1138,16 @@ mod tests {
     use crate::inspect::mounts::mount_at;
     use crate::test_support::{is_root, missing, this_test, TempDir};
     use nix::mount::{mount, umount2, MntFlags, MsFlags};
-    use nix::sys::signal::{killpg, Signal};
-    use nix::unistd::Pid;
-    use std::os::unix::process::CommandExt;
-    use std::process::{Child, Command, Stdio};
+    use nix::sys::signal::Signal;
+    use podstuck_tests::{poll_until, CgroupDirs, Chattr, Process, TmpfsMount};
+    use std::process::Command;
 
     fn b(p: &Path) -> &[u8] {
         p.as_os_str().as_bytes()
     }
 
-    /// A tmpfs mounted for one test, lazily detached when dropped.
-    struct Tmpfs(PathBuf);
-
-    impl Tmpfs {
-        fn mount(at: &Path, options: &str, flags: MsFlags) -> Tmpfs {
-            fs::create_dir_all(at).unwrap();
-            mount(Some("tmpfs"), at, Some("tmpfs"), flags, Some(options)).expect("mount tmpfs");
-            Tmpfs(at.to_path_buf())
-        }
-    }
-
-    impl Drop for Tmpfs {
-        fn drop(&mut self) {
-            let _ = umount2(&self.0, MntFlags::MNT_DETACH);
-        }
-    }
-
-    /// A child in its own process group; the whole group is killed and the
-    /// child reaped when dropped, so a failed assertion leaves nothing behind.
-    struct Kid(Child);
-
-    impl Kid {
-        fn spawn(cmd: &mut Command) -> Kid {
-            Kid(cmd.process_group(0).stdin(Stdio::null()).spawn().expect("spawn a child"))
-        }
-
-        fn pid(&self) -> u32 {
-            self.0.id()
-        }
-    }
-
-    impl Drop for Kid {
-        fn drop(&mut self) {
-            let _ = killpg(Pid::from_raw(self.0.id() as i32), Signal::SIGKILL);
-            let _ = self.0.wait();
-        }
-    }
-
-    /// A `chattr +<flag>` set by the test, taken off again when dropped.
-    struct Chattr(PathBuf, &'static str);
-
-    impl Chattr {
-        fn set(path: &Path, flag: &'static str) -> Option<Chattr> {
-            let ok = Command::new("chattr").arg(format!("+{flag}")).arg(path).status().is_ok_and(|s| s.success());
-            ok.then(|| Chattr(path.to_path_buf(), flag))
-        }
-    }
-
-    impl Drop for Chattr {
-        fn drop(&mut self) {
-            let _ = Command::new("chattr").arg(format!("-{}", self.1)).arg(&self.0).status();
-        }
-    }
-
-    /// Cgroup directories made by a test, removed deepest first when dropped
-    /// (after the tasks in them were killed).
-    struct CgroupDirs(Vec<PathBuf>);
-
-    impl Drop for CgroupDirs {
-        fn drop(&mut self) {
-            for dir in self.0.iter().rev() {
-                for _ in 0..40 {
-                    if fs::remove_dir(dir).is_ok() || !dir.exists() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-        }
-    }
-
-    fn eventually<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = probe() {
-                return v;
-            }
-            if start.elapsed() > Duration::from_secs(10) {
-                panic!("gave up waiting for {what}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    /// How long a test waits for the node to show what it made.
+    const WAIT: Duration = Duration::from_secs(10);
 
     fn host_mount_at(node: &mut RealNode, at: &Path) -> Mount {
         let mounts = node.host_mounts().unwrap();
@@ -1251,14 +1169,14 @@ mod tests {
         }
         let tmp = TempDir::new("cwd");
         let mnt = tmp.0.join("mnt");
-        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        let _tmpfs = TmpfsMount::new(&mnt, "size=1m");
         let dir = mnt.join("work dir");
         fs::create_dir(&dir).unwrap();
-        let kid = Kid::spawn(Command::new("sleep").arg("30").current_dir(&dir));
+        let kid = Process::spawn(Command::new("sleep").arg("30").current_dir(&dir));
 
         let mut node = RealNode::new(Node::direct());
         let mount = host_mount_at(&mut node, &mnt);
-        let holders = eventually("the child as a cwd holder", || {
+        let holders = poll_until("the child as a cwd holder", WAIT, || {
             let found = node.mount_holders(&mount, 0);
             found.iter().any(|h| h.pid == kid.pid() && h.how == HoldKind::Cwd).then_some(found)
         });
@@ -1278,19 +1196,19 @@ mod tests {
         }
         let tmp = TempDir::new("open");
         let mnt = tmp.0.join("mnt");
-        let _tmpfs = Tmpfs::mount(&mnt, "size=8m", MsFlags::empty());
+        let _tmpfs = TmpfsMount::new(&mnt, "size=8m");
         let file = mnt.join("held");
         fs::write(&file, b"x").unwrap();
         let exe = mnt.join("sleep-copy");
         fs::copy(sleep_binary(), &exe).unwrap();
 
         let opener =
-            Kid::spawn(Command::new("sh").args(["-c", "exec 3<\"$0\"; exec sleep 30"]).arg(&file).current_dir("/"));
-        let mapper = Kid::spawn(Command::new(&exe).arg("30").current_dir("/"));
+            Process::spawn(Command::new("sh").args(["-c", "exec 3<\"$0\"; exec sleep 30"]).arg(&file).current_dir("/"));
+        let mapper = Process::spawn(Command::new(&exe).arg("30").current_dir("/"));
 
         let mut node = RealNode::new(Node::direct());
         let mount = host_mount_at(&mut node, &mnt);
-        let holders = eventually("an open-file and a mapped-file holder", || {
+        let holders = poll_until("an open-file and a mapped-file holder", WAIT, || {
             let found = node.mount_holders(&mount, 0);
             // Until the opener's `exec sleep`, it holds the file as `sh`.
             let open = found.iter().any(|h| h.pid == opener.pid() && h.how == HoldKind::OpenFile && h.comm == "sleep");
@@ -1312,10 +1230,10 @@ mod tests {
         }
         let tmp = TempDir::new("otherns");
         let mnt = tmp.0.join("mnt");
-        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        let _tmpfs = TmpfsMount::new(&mnt, "size=1m");
         let dir = mnt.join("d");
         fs::create_dir(&dir).unwrap();
-        let kid = Kid::spawn(
+        let kid = Process::spawn(
             Command::new("unshare")
                 .args(["-m", "--propagation", "slave", "sh", "-c", "cd \"$0\" && exec sleep 30"])
                 .arg(&dir)
@@ -1325,7 +1243,7 @@ mod tests {
         let mut node = RealNode::new(Node::direct());
         let own = node.own_mntns().expect("podstuck's own mount namespace");
         let mount = host_mount_at(&mut node, &mnt);
-        let holder = eventually("the child as a holder in its own namespace", || {
+        let holder = poll_until("the child as a holder in its own namespace", WAIT, || {
             node.mount_holders(&mount, 0)
                 .into_iter()
                 .find(|h| h.pid == kid.pid() && h.how == HoldKind::Cwd && h.comm == "sleep")
@@ -1354,7 +1272,7 @@ mod tests {
         for f in [&plain, &locked, &appended] {
             fs::write(f, b"x").unwrap();
         }
-        let (Some(_unlock), Some(_unappend)) = (Chattr::set(&locked, "i"), Chattr::set(&appended, "a")) else {
+        let (Some(_unlock), Some(_unappend)) = (Chattr::set(&locked, 'i'), Chattr::set(&appended, 'a')) else {
             return missing(
                 &this_test(),
                 &format!("chattr +i and +a on {} (its filesystem refuses inode flags)", tmp.0.display()),
@@ -1411,9 +1329,9 @@ mod tests {
         }
         let tmp = TempDir::new("usage");
         let mnt = tmp.0.join("mnt");
-        let _tmpfs = Tmpfs::mount(&mnt, "size=1m,nr_inodes=100", MsFlags::empty());
+        let _tmpfs = TmpfsMount::new(&mnt, "size=1m,nr_inodes=100");
         let ro = tmp.0.join("ro");
-        let _ro = Tmpfs::mount(&ro, "size=1m", MsFlags::MS_RDONLY);
+        let _ro = TmpfsMount::read_only(&ro, "size=1m");
         fs::write(mnt.join("f"), vec![0u8; 64 * 1024]).unwrap();
 
         let mut node = RealNode::new(Node::direct());
@@ -1435,7 +1353,7 @@ mod tests {
         }
         let tmp = TempDir::new("count");
         let mnt = tmp.0.join("mnt");
-        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        let _tmpfs = TmpfsMount::new(&mnt, "size=1m");
         let tree = mnt.join("tree");
         fs::create_dir_all(tree.join("a/b")).unwrap();
         for i in 0..10 {
@@ -1449,7 +1367,7 @@ mod tests {
         }
         std::os::unix::fs::symlink("/", tree.join("link")).unwrap();
         let sub = tree.join("sub");
-        let _sub = Tmpfs::mount(&sub, "size=1m", MsFlags::empty());
+        let _sub = TmpfsMount::new(&sub, "size=1m");
         for i in 0..3 {
             fs::write(sub.join(format!("s{i}")), b"").unwrap();
         }
@@ -1514,10 +1432,8 @@ mod tests {
         };
         let cg = root.join(format!("podstuck-test-{}", std::process::id()));
         let sub = cg.join("sub");
-        fs::create_dir(&cg).unwrap();
-        let _dirs = CgroupDirs(vec![cg.clone(), sub.clone()]);
-        fs::create_dir(&sub).unwrap();
-        let kid = Kid::spawn(Command::new("sleep").arg("30"));
+        let _dirs = CgroupDirs::create(&sub);
+        let kid = Process::spawn(Command::new("sleep").arg("30"));
         fs::write(sub.join("cgroup.procs"), kid.pid().to_string()).unwrap();
 
         let state = node.cgroup(b(&cg)).unwrap();
@@ -1537,7 +1453,7 @@ mod tests {
         assert!(err.0.starts_with("not a cgroup directory"), "{err}");
         drop(kid);
         let empty =
-            eventually("the cgroup to empty", || node.cgroup(b(&cg)).ok().filter(|s| s.populated == Some(false)));
+            poll_until("the cgroup to empty", WAIT, || node.cgroup(b(&cg)).ok().filter(|s| s.populated == Some(false)));
         assert!(empty.tasks.is_empty());
     }
 
@@ -1585,9 +1501,8 @@ mod tests {
             }
         };
         let cg = root.join(format!("podstuck-test-{}", std::process::id()));
-        fs::create_dir(&cg).unwrap();
-        let _dirs = CgroupDirs(vec![cg.clone()]);
-        let kid = Kid::spawn(Command::new("sleep").arg("30"));
+        let _dirs = CgroupDirs::create(&cg);
+        let kid = Process::spawn(Command::new("sleep").arg("30"));
         let _thaw = Thaw(cg.clone());
         fs::write(cg.join("cgroup.procs"), kid.pid().to_string()).unwrap();
 
@@ -1599,11 +1514,12 @@ mod tests {
         assert!(!state.has_kill);
 
         fs::write(cg.join("freezer.state"), "FROZEN").unwrap();
-        let frozen =
-            eventually("the freezer to say FROZEN", || node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(true)));
+        let frozen = poll_until("the freezer to say FROZEN", WAIT, || {
+            node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(true))
+        });
         assert!(frozen.tasks.iter().any(|t| t.tid == kid.pid()), "a frozen task is still a member");
         fs::write(cg.join("freezer.state"), "THAWED").unwrap();
-        eventually("the freezer to say THAWED", || node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(false)));
+        poll_until("the freezer to say THAWED", WAIT, || node.cgroup(b(&cg)).ok().filter(|s| s.frozen == Some(false)));
         drop(kid);
     }
 
@@ -1625,18 +1541,15 @@ mod tests {
         let name = format!("podstuck-test-twin-{}", std::process::id());
         let (pod, pod_f) = (memory.join(&name), freezer.join(&name));
         let (ctr, ctr_f) = (pod.join("c"), pod_f.join("c"));
-        for dir in [&pod, &ctr, &pod_f, &ctr_f] {
-            fs::create_dir(dir).unwrap();
-        }
-        let _dirs = CgroupDirs(vec![pod.clone(), ctr.clone(), pod_f.clone(), ctr_f.clone()]);
-        let kid = Kid::spawn(Command::new("sleep").arg("30"));
+        let _dirs = (CgroupDirs::create(&ctr), CgroupDirs::create(&ctr_f));
+        let kid = Process::spawn(Command::new("sleep").arg("30"));
         let _thaw = Thaw(ctr_f.clone());
         for dir in [&ctr, &ctr_f] {
             fs::write(dir.join("cgroup.procs"), kid.pid().to_string()).unwrap();
         }
         assert_eq!(node.cgroup(b(&pod)).unwrap().frozen, Some(false));
         fs::write(ctr_f.join("freezer.state"), "FROZEN").unwrap();
-        let frozen = eventually("the memory twin to read FROZEN", || {
+        let frozen = poll_until("the memory twin to read FROZEN", WAIT, || {
             node.cgroup(b(&ctr)).ok().filter(|s| s.frozen == Some(true))
         });
         let task = frozen.tasks.iter().find(|t| t.pid == kid.pid()).expect("the frozen task");
@@ -1737,11 +1650,11 @@ mod tests {
         if !is_root() {
             return;
         }
-        let kid = Kid::spawn(Command::new("sleep").arg("30"));
+        let kid = Process::spawn(Command::new("sleep").arg("30"));
         let mut node = RealNode::new(Node::direct());
         // Right after exec it may sleep briefly elsewhere (loading, page
         // faults) and run in between, when wchan reads "0".
-        let task = eventually("the child asleep in nanosleep with a wchan", || {
+        let task = poll_until("the child asleep in nanosleep with a wchan", WAIT, || {
             node.task(kid.pid()).ok().filter(|t| t.state == 'S' && t.comm == "sleep" && t.wchan.is_some())
         });
         assert_eq!((task.tid, task.pid), (kid.pid(), kid.pid()));
@@ -1762,9 +1675,9 @@ mod tests {
         if !Path::new("/dev/fuse").exists() {
             return missing(&this_test(), "/dev/fuse", "modprobe fuse (or run on a machine with FUSE)");
         }
-        let kid = Kid::spawn(Command::new("sh").args(["-c", "exec 3<>/dev/fuse; exec sleep 30"]));
+        let kid = Process::spawn(Command::new("sh").args(["-c", "exec 3<>/dev/fuse; exec sleep 30"]));
         let mut node = RealNode::new(Node::direct());
-        let server = eventually("the child as a FUSE server", || {
+        let server = poll_until("the child as a FUSE server", WAIT, || {
             node.fuse_servers().into_iter().find(|t| t.pid == kid.pid() && t.comm == "sleep")
         });
         assert_eq!(server.tid, server.pid);
@@ -1841,9 +1754,9 @@ mod tests {
         }
         let tmp = TempDir::new("deadline");
         let mnt = tmp.0.join("mnt");
-        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        let _tmpfs = TmpfsMount::new(&mnt, "size=1m");
         let sub = mnt.join("sub");
-        let _sub = Tmpfs::mount(&sub, "size=1m", MsFlags::empty());
+        let _sub = TmpfsMount::new(&sub, "size=1m");
         let file = mnt.join("f");
         fs::write(&file, b"x").unwrap();
 
@@ -1872,7 +1785,7 @@ mod tests {
         }
         let tmp = TempDir::new("avoid");
         let mnt = tmp.0.join("mnt");
-        let _tmpfs = Tmpfs::mount(&mnt, "size=1m", MsFlags::empty());
+        let _tmpfs = TmpfsMount::new(&mnt, "size=1m");
         fs::write(mnt.join("f"), b"x").unwrap();
         let mut node = RealNode::new(Node::direct());
         assert!(node.file_facts(b(&mnt.join("f"))).is_ok());
@@ -1890,7 +1803,7 @@ mod tests {
         }
         let tmp = TempDir::new("cap");
         let hung = tmp.0.join("hung");
-        let _hung = Tmpfs::mount(&hung, "size=1m", MsFlags::empty());
+        let _hung = TmpfsMount::new(&hung, "size=1m");
         let other = tmp.0.join("other");
         fs::create_dir(&other).unwrap();
 
@@ -1904,7 +1817,7 @@ mod tests {
         assert!(refused.0.starts_with("not touched: too many earlier reads (1) are still hung"), "{refused}");
         // Once the stuck read returns, a new one may start.
         release.now();
-        eventually("the stuck reader to return", || node.file_facts(b(&other)).ok());
+        poll_until("the stuck reader to return", WAIT, || node.file_facts(b(&other)).ok());
     }
 
     /// A read that hangs until the test says: the reader (a process of its
