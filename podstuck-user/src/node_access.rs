@@ -161,9 +161,17 @@ impl Node {
         }
     }
 
+    /// Where the node's processes are listed: podstuck's own /proc, which
+    /// shows them all wherever podstuck runs, as it shares the node's PID
+    /// namespace (it refuses to run otherwise, [`NO_HOST_PID`]); never
+    /// under the root prefix, which may hold no /proc of its own.
+    pub fn proc_root(&self) -> PathBuf {
+        PathBuf::from("/proc")
+    }
+
     /// A file of the node's own /proc entry ("mountinfo", "ns/mnt").
     pub fn node_proc_file(&self, name: &str) -> PathBuf {
-        Path::new("/proc").join(self.node_proc_entry()).join(name)
+        self.proc_root().join(self.node_proc_entry()).join(name)
     }
 
     /// The node's mount table.
