@@ -1,0 +1,412 @@
+//! Facts of a file or filesystem on the node: inode flags (`chattr +i`,
+//! `+a`), lstat, a sample of a directory, an estimate of the entries left
+//! in a tree, and statfs. Each runs on a reader with a deadline
+//! ([`super::deadline`]): any of them sleeps forever on a hung mount.
+
+use std::fs;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::inspect::mounts::mount_containing;
+use crate::inspect::{DirSample, EntryEstimate, FileFacts, FsUsage, InodeFlags, Probe, Unreadable};
+use crate::words::{exact_duration, io_words as words};
+
+use super::{unreadable, RealNode};
+
+/// Past this many entries a directory is "huge" and counting more says nothing new.
+const DIR_COUNT_CAP: u64 = 10_000_000;
+/// Work allowed to a tree count; a removal storm's tree may be enormous,
+/// and the collector's main loop waits meanwhile (the ring buffer fills).
+/// Sampled (`WALK_DIRS_PER_LEVEL`), a tree of rows of thousands of
+/// directories takes a few ms; the bounds are for trees that are not.
+const WALK_BUDGET: Duration = Duration::from_millis(200);
+const WALK_ENTRY_CAP: u64 = 1_000_000;
+/// Directories a tree count lists per level before it samples the level.
+const WALK_DIRS_PER_LEVEL: usize = 32;
+
+const FS_IMMUTABLE_FL: u32 = 0x10;
+const FS_APPEND_FL: u32 = 0x20;
+
+impl RealNode {
+    /// How many entries are left below `path`, counted or estimated.
+    pub(super) fn entries_below(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
+        // The walk has its own budget; the deadline is for a call that never returns.
+        let wait = WALK_BUDGET + self.deadline;
+        self.on_worker(path, wait, |p| count_tree(&p, WALK_BUDGET, WALK_ENTRY_CAP))
+    }
+
+    /// statfs of the filesystem `path` is on, named as mountinfo names it.
+    pub(super) fn usage_of(&mut self, path: &[u8]) -> Probe<FsUsage> {
+        let wait = self.deadline;
+        let (mut usage, dev) = self.on_worker(path, wait, |p| read_fs_usage(&p))?;
+        // mountinfo knows the exact name ("ext4", "nfs4", "fuse.sshfs")
+        // where the magic number only knows a family.
+        if let Ok(mounts) = self.host_table() {
+            if let Some(m) = mount_containing(&mounts, path).filter(|m| m.dev == dev) {
+                usage.fstype = m.fstype.clone();
+            }
+        }
+        Ok(usage)
+    }
+}
+
+pub(super) fn inode_flags(p: &Path) -> Probe<InodeFlags> {
+    let meta = fs::symlink_metadata(p).map_err(unreadable)?;
+    let kind = meta.file_type();
+    if !kind.is_file() && !kind.is_dir() {
+        return Err(Unreadable(format!(
+            "a {} has no inode flags podstuck reads (only regular files and directories)",
+            crate::words::file_kind(&kind)
+        )));
+    }
+    // O_NONBLOCK: if the path was swapped for a FIFO since the lstat, the
+    // open must not wait for a writer. std adds O_CLOEXEC.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(p)
+        .map_err(unreadable)?;
+    // The ioctl is declared with a long but the kernel writes an int; a
+    // long-sized buffer stays safe either way, and the int is its first bytes.
+    let mut buf: u64 = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes at most sizeof(long) bytes into buf.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut buf as *mut u64) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOTTY) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => {
+                Unreadable(format!("this filesystem keeps no inode flags ({})", words(&e)))
+            }
+            _ => unreadable(e),
+        });
+    }
+    let bytes = buf.to_ne_bytes();
+    let raw = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    Ok(InodeFlags { immutable: raw & FS_IMMUTABLE_FL != 0, append_only: raw & FS_APPEND_FL != 0, raw })
+}
+
+/// lstat of `p`: never the target of a link.
+pub(super) fn lstat(p: &Path) -> Probe<FileFacts> {
+    let meta = fs::symlink_metadata(p).map_err(unreadable)?;
+    Ok(FileFacts {
+        mode: meta.mode(),
+        uid: meta.uid(),
+        gid: meta.gid(),
+        nlink: meta.nlink(),
+        size: meta.size(),
+        is_dir: meta.file_type().is_dir(),
+        sticky: meta.mode() & libc::S_ISVTX != 0,
+        dev: (libc::major(meta.dev()), libc::minor(meta.dev())),
+    })
+}
+
+/// The first `limit` names in the directory `p`, and how many it holds.
+pub(super) fn sample_dir(p: &Path, limit: usize) -> Probe<DirSample> {
+    let mut sample = DirSample { names: Vec::new(), counted: 0, complete: true };
+    for entry in fs::read_dir(p).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
+        if sample.counted >= DIR_COUNT_CAP {
+            sample.complete = false;
+            break;
+        }
+        sample.counted += 1;
+        if sample.names.len() < limit {
+            sample.names.push(entry.file_name().into_vec());
+        }
+    }
+    Ok(sample)
+}
+
+/// Counts entries below `root` without following symlinks or leaving its
+/// filesystem, level by level. The tree is often being deleted while
+/// counted, so entries that vanish are skipped. A level of more than
+/// [`WALK_DIRS_PER_LEVEL`] directories is sampled: evenly spaced ones are
+/// listed, each standing for its share of the level, so a storm's tree of
+/// millions of directories costs a few thousand listings per check, not
+/// millions of them in the collector's process. Cut by `budget` or `cap`,
+/// what was found so far is a lower bound.
+fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
+    let start = Instant::now();
+    let meta = fs::symlink_metadata(root).map_err(unreadable)?;
+    if !meta.is_dir() {
+        return Err(Unreadable("not a directory".into()));
+    }
+    let dev = meta.dev();
+    let mut listed: u64 = 0;
+    // Each entry listed counts for the directories its own stands for.
+    let mut entries = 0.0f64;
+    let mut sampled = false;
+    let mut cut_by: Option<&str> = None;
+    let mut level: Vec<(PathBuf, f64)> = vec![(root.to_path_buf(), 1.0)];
+    'walk: while !level.is_empty() {
+        let mut below = Vec::new();
+        for (dir, weight) in level {
+            if start.elapsed() >= budget {
+                cut_by = Some("time");
+                break 'walk;
+            }
+            let listing = match fs::read_dir(&dir) {
+                Ok(l) => l,
+                Err(e) if dir == root => return Err(unreadable(e)),
+                Err(_) => continue,
+            };
+            for entry in listing {
+                // An error mid-directory (it was removed under us) ends that directory.
+                let Ok(entry) = entry else { break };
+                listed += 1;
+                entries += weight;
+                if listed >= cap {
+                    cut_by = Some("cap");
+                    break 'walk;
+                }
+                if listed & 0xff == 0 && start.elapsed() >= budget {
+                    cut_by = Some("time");
+                    break 'walk;
+                }
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    below.push((entry.path(), weight));
+                }
+            }
+        }
+        let many = below.len();
+        if many > WALK_DIRS_PER_LEVEL {
+            sampled = true;
+            let scale = many as f64 / WALK_DIRS_PER_LEVEL as f64;
+            below = (0..WALK_DIRS_PER_LEVEL)
+                .map(|i| below[i * many / WALK_DIRS_PER_LEVEL].clone())
+                .map(|(p, w)| (p, w * scale))
+                .collect();
+        }
+        // lstat, so a mount point shows the mounted filesystem's device.
+        below.retain(|(p, _)| fs::symlink_metadata(p).is_ok_and(|m| m.dev() == dev));
+        level = below;
+    }
+    let entries = entries.round() as u64;
+    let method = match (cut_by, sampled) {
+        (None, false) => "counted".to_string(),
+        (None, true) => format!(
+            "count of {listed} entries in evenly spaced directories of the tree (at most {WALK_DIRS_PER_LEVEL} a level), scaled up"
+        ),
+        (Some("time"), _) => format!("counted for {} (a lower bound)", exact_duration(budget)),
+        (Some(_), _) => format!("counted the first {cap} (a lower bound)"),
+    };
+    Ok(EntryEstimate { entries, at_least: cut_by.is_some(), method })
+}
+
+/// statfs and statvfs of `p`, and its device so the caller can name the
+/// filesystem from the mount table.
+fn read_fs_usage(p: &Path) -> Probe<(FsUsage, (u32, u32))> {
+    let fs_info = nix::sys::statfs::statfs(p).map_err(|e| unreadable(e.into()))?;
+    let vfs = nix::sys::statvfs::statvfs(p).map_err(|e| unreadable(e.into()))?;
+    let dev = fs::metadata(p).map(|m| (libc::major(m.dev()), libc::minor(m.dev()))).unwrap_or((u32::MAX, u32::MAX));
+    // Block counts are in fragment units; f_frsize equals f_bsize on nearly
+    // every filesystem, and is the right unit where it does not.
+    let unit = if vfs.fragment_size() != 0 { vfs.fragment_size() } else { vfs.block_size() };
+    let usage = FsUsage {
+        fstype: fstype_name(fs_info.filesystem_type().0 as u32),
+        total_bytes: vfs.blocks() * unit,
+        free_bytes: vfs.blocks_available() * unit,
+        total_inodes: vfs.files(),
+        free_inodes: vfs.files_free(),
+        read_only: vfs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
+    };
+    Ok((usage, dev))
+}
+
+fn fstype_name(magic: u32) -> String {
+    let name = match magic {
+        0x0102_1994 => "tmpfs",
+        0xEF53 => "ext2/3/4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x794C_7630 => "overlay",
+        0x6969 => "nfs",
+        0x6573_5546 => "fuse",
+        0x6367_7270 => "cgroup2",
+        0x0027_E0EB => "cgroup",
+        0x9FA0 => "proc",
+        0x6265_6572 => "sysfs",
+        0x7371_7368 => "squashfs",
+        0x2FC1_2FC1 => "zfs",
+        0x00C3_6400 => "ceph",
+        0x6E73_6673 => "nsfs",
+        0x1CD1 => "devpts",
+        0xCAFE_4A11 => "bpf",
+        0x7472_6163 => "tracefs",
+        0x6462_6720 => "debugfs",
+        0xFF53_4D42 => "cifs",
+        0xFE53_4D42 => "smb2",
+        _ => return format!("{magic:#x}"),
+    };
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::real_node::tests::b;
+    use crate::inspect::NodeInspector;
+    use crate::node_access::Node;
+    use crate::test_support::{is_root, missing, this_test, TempDir};
+    use podstuck_tests::{Chattr, TmpfsMount};
+    use std::process::Command;
+
+    #[test]
+    fn inode_flags_show_chattr_i_and_a() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("flags");
+        let plain = tmp.0.join("plain");
+        let locked = tmp.0.join("locked");
+        let appended = tmp.0.join("appended");
+        for f in [&plain, &locked, &appended] {
+            fs::write(f, b"x").unwrap();
+        }
+        let (Some(_unlock), Some(_unappend)) = (Chattr::set(&locked, 'i'), Chattr::set(&appended, 'a')) else {
+            return missing(
+                &this_test(),
+                &format!("chattr +i and +a on {} (its filesystem refuses inode flags)", tmp.0.display()),
+                "set TMPDIR to a directory on ext4, xfs, btrfs or a tmpfs of Linux 6.0+",
+            );
+        };
+
+        let mut node = RealNode::new(Node::direct());
+        let flags = node.inode_flags(b(&locked)).unwrap();
+        assert!(flags.immutable && !flags.append_only, "{flags:?}");
+        assert_ne!(flags.raw & FS_IMMUTABLE_FL, 0);
+        let flags = node.inode_flags(b(&appended)).unwrap();
+        assert!(flags.append_only && !flags.immutable, "{flags:?}");
+        let flags = node.inode_flags(b(&plain)).unwrap();
+        assert!(!flags.immutable && !flags.append_only, "{flags:?}");
+        assert!(node.inode_flags(b(&tmp.0)).is_ok(), "directories have flags too");
+
+        let link = tmp.0.join("link");
+        std::os::unix::fs::symlink(&locked, &link).unwrap();
+        let err = node.inode_flags(b(&link)).unwrap_err();
+        assert!(err.0.contains("symbolic link"), "{err}");
+        let fifo = tmp.0.join("fifo");
+        assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let err = node.inode_flags(b(&fifo)).unwrap_err();
+        assert!(err.0.contains("FIFO"), "{err}");
+        assert_eq!(node.inode_flags(b(&tmp.0.join("missing"))).unwrap_err().0, "no such file or directory");
+    }
+
+    #[test]
+    fn file_facts_are_lstat() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("facts");
+        let dir = tmp.0.join("sticky");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+        let file = dir.join("f");
+        fs::write(&file, b"hello").unwrap();
+        let mut node = RealNode::new(Node::direct());
+        let facts = node.file_facts(b(&dir)).unwrap();
+        assert!(facts.is_dir && facts.sticky, "{facts:?}");
+        let facts = node.file_facts(b(&file)).unwrap();
+        assert!(!facts.is_dir && !facts.sticky);
+        assert_eq!((facts.size, facts.nlink, facts.uid), (5, 1, 0));
+        let meta = fs::metadata(&file).unwrap();
+        assert_eq!(facts.dev, (libc::major(meta.dev()), libc::minor(meta.dev())));
+    }
+
+    #[test]
+    fn fs_usage_of_a_small_tmpfs() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("usage");
+        let mnt = tmp.0.join("mnt");
+        let _tmpfs = TmpfsMount::new(&mnt, "size=1m,nr_inodes=100");
+        let ro = tmp.0.join("ro");
+        let _ro = TmpfsMount::read_only(&ro, "size=1m");
+        fs::write(mnt.join("f"), vec![0u8; 64 * 1024]).unwrap();
+
+        let mut node = RealNode::new(Node::direct());
+        let usage = node.fs_usage(b(&mnt)).unwrap();
+        assert_eq!(usage.fstype, "tmpfs");
+        assert_eq!(usage.total_bytes, 1 << 20);
+        assert!(usage.free_bytes <= usage.total_bytes - 64 * 1024, "{usage:?}");
+        assert_eq!(usage.total_inodes, 100);
+        assert!(usage.free_inodes < 100);
+        assert!(!usage.read_only);
+        assert!(node.fs_usage(b(&ro)).unwrap().read_only);
+        assert_eq!(node.fs_usage(b(&tmp.0.join("missing"))).unwrap_err().0, "no such file or directory");
+    }
+
+    #[test]
+    fn directory_sample_and_tree_count_stay_on_one_filesystem() {
+        if !is_root() {
+            return;
+        }
+        let tmp = TempDir::new("count");
+        let mnt = tmp.0.join("mnt");
+        let _tmpfs = TmpfsMount::new(&mnt, "size=1m");
+        let tree = mnt.join("tree");
+        fs::create_dir_all(tree.join("a/b")).unwrap();
+        for i in 0..10 {
+            fs::write(tree.join(format!("f{i}")), b"").unwrap();
+        }
+        for i in 0..5 {
+            fs::write(tree.join(format!("a/a{i}")), b"").unwrap();
+        }
+        for i in 0..2 {
+            fs::write(tree.join(format!("a/b/b{i}")), b"").unwrap();
+        }
+        std::os::unix::fs::symlink("/", tree.join("link")).unwrap();
+        let sub = tree.join("sub");
+        let _sub = TmpfsMount::new(&sub, "size=1m");
+        for i in 0..3 {
+            fs::write(sub.join(format!("s{i}")), b"").unwrap();
+        }
+
+        let mut node = RealNode::new(Node::direct());
+        let sample = node.dir_sample(b(&tree), 3).unwrap();
+        assert_eq!(sample.names.len(), 3);
+        // f0..f9, a, link, sub
+        assert_eq!(sample.counted, 13);
+        assert!(sample.complete);
+        assert!(sample.names.iter().all(|n| n != b"." && n != b".."));
+
+        // top 13 + a's 5 files and b + b's 2 files; nothing under sub or link.
+        let estimate = node.remaining_entries(b(&tree)).unwrap();
+        assert_eq!(estimate, EntryEstimate { entries: 21, at_least: false, method: "counted".into() });
+
+        let capped = count_tree(&tree, WALK_BUDGET, 5).unwrap();
+        assert!(capped.at_least && capped.entries == 5, "{capped:?}");
+        let timed = count_tree(&tree, Duration::ZERO, WALK_ENTRY_CAP).unwrap();
+        assert!(timed.at_least && timed.method.contains("lower bound"), "{timed:?}");
+
+        assert_eq!(node.remaining_entries(b(&tree.join("f0"))).unwrap_err().0, "not a directory");
+        assert_eq!(node.dir_sample(b(&tree.join("gone")), 3).unwrap_err().0, "no such file or directory");
+    }
+
+    #[test]
+    fn a_tree_of_many_directories_is_sampled_a_level_at_a_time() {
+        let tmp = TempDir::new("sampled");
+        let tree = tmp.0.join("tree");
+        // Rows of directories, as a leaked volume's: 100 rows of 40.
+        for row in 0..100 {
+            for i in 0..40 {
+                fs::create_dir_all(tree.join(format!("r{row}/{i}"))).unwrap();
+            }
+        }
+        let estimate = count_tree(&tree, WALK_BUDGET, WALK_ENTRY_CAP).unwrap();
+        // Even rows: the sample stands for the whole, exactly.
+        assert_eq!(estimate.entries, 100 + 100 * 40, "{estimate:?}");
+        assert!(!estimate.at_least && estimate.method.contains("scaled up"), "{estimate:?}");
+    }
+
+    #[test]
+    fn filesystem_names_from_their_magic_numbers() {
+        assert_eq!(fstype_name(0xEF53), "ext2/3/4");
+        assert_eq!(fstype_name(0x1234), "0x1234");
+    }
+}
