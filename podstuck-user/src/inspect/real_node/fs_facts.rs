@@ -11,6 +11,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nix::sys::statfs::{self, FsType};
+
 use crate::inspect::mounts::mount_containing;
 use crate::inspect::{DirSample, EntryEstimate, FileFacts, FsUsage, InodeFlags, Probe, Unreadable};
 use crate::words::{exact_duration, io_words as words};
@@ -28,6 +30,8 @@ const WALK_ENTRY_CAP: u64 = 1_000_000;
 /// Directories a tree count lists per level before it samples the level.
 const WALK_DIRS_PER_LEVEL: usize = 32;
 
+// The inode flags FS_IOC_GETFLAGS reads (include/uapi/linux/fs.h): libc
+// exports the ioctl but not its flags, and nix neither.
 const FS_IMMUTABLE_FL: u32 = 0x10;
 const FS_APPEND_FL: u32 = 0x20;
 
@@ -200,14 +204,14 @@ fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
 /// statfs and statvfs of `p`, and its device so the caller can name the
 /// filesystem from the mount table.
 fn read_fs_usage(p: &Path) -> Probe<(FsUsage, (u32, u32))> {
-    let fs_info = nix::sys::statfs::statfs(p).map_err(|e| unreadable(e.into()))?;
+    let fs_info = statfs::statfs(p).map_err(|e| unreadable(e.into()))?;
     let vfs = nix::sys::statvfs::statvfs(p).map_err(|e| unreadable(e.into()))?;
     let dev = fs::metadata(p).map(|m| (libc::major(m.dev()), libc::minor(m.dev()))).unwrap_or((u32::MAX, u32::MAX));
     // Block counts are in fragment units; f_frsize equals f_bsize on nearly
     // every filesystem, and is the right unit where it does not.
     let unit = if vfs.fragment_size() != 0 { vfs.fragment_size() } else { vfs.block_size() };
     let usage = FsUsage {
-        fstype: fstype_name(fs_info.filesystem_type().0 as u32),
+        fstype: fstype_name(fs_info.filesystem_type()),
         total_bytes: vfs.blocks() * unit,
         free_bytes: vfs.blocks_available() * unit,
         total_inodes: vfs.files(),
@@ -217,32 +221,55 @@ fn read_fs_usage(p: &Path) -> Probe<(FsUsage, (u32, u32))> {
     Ok((usage, dev))
 }
 
-fn fstype_name(magic: u32) -> String {
-    let name = match magic {
-        0x0102_1994 => "tmpfs",
-        0xEF53 => "ext2/3/4",
-        0x5846_5342 => "xfs",
-        0x9123_683E => "btrfs",
-        0x794C_7630 => "overlay",
-        0x6969 => "nfs",
-        0x6573_5546 => "fuse",
-        0x6367_7270 => "cgroup2",
-        0x0027_E0EB => "cgroup",
-        0x9FA0 => "proc",
-        0x6265_6572 => "sysfs",
-        0x7371_7368 => "squashfs",
-        0x2FC1_2FC1 => "zfs",
-        0x00C3_6400 => "ceph",
-        0x6E73_6673 => "nsfs",
-        0x1CD1 => "devpts",
-        0xCAFE_4A11 => "bpf",
-        0x7472_6163 => "tracefs",
-        0x6462_6720 => "debugfs",
-        0xFF53_4D42 => "cifs",
-        0xFE53_4D42 => "smb2",
-        _ => return format!("{magic:#x}"),
-    };
-    name.to_string()
+/// Filesystems by their statfs magic number, as the kernel's
+/// include/uapi/linux/magic.h names them. ext2, ext3 and ext4 share one.
+const FILESYSTEMS: [(FsType, &str); 21] = [
+    (statfs::TMPFS_MAGIC, "tmpfs"),
+    (statfs::EXT4_SUPER_MAGIC, "ext2/3/4"),
+    (XFS_SUPER_MAGIC, "xfs"),
+    (statfs::BTRFS_SUPER_MAGIC, "btrfs"),
+    (statfs::OVERLAYFS_SUPER_MAGIC, "overlay"),
+    (statfs::NFS_SUPER_MAGIC, "nfs"),
+    (statfs::FUSE_SUPER_MAGIC, "fuse"),
+    (statfs::CGROUP2_SUPER_MAGIC, "cgroup2"),
+    (statfs::CGROUP_SUPER_MAGIC, "cgroup"),
+    (statfs::PROC_SUPER_MAGIC, "proc"),
+    (statfs::SYSFS_MAGIC, "sysfs"),
+    (SQUASHFS_MAGIC, "squashfs"),
+    (ZFS_SUPER_MAGIC, "zfs"),
+    (CEPH_SUPER_MAGIC, "ceph"),
+    (statfs::NSFS_MAGIC, "nsfs"),
+    (statfs::DEVPTS_SUPER_MAGIC, "devpts"),
+    (statfs::BPF_FS_MAGIC, "bpf"),
+    (statfs::TRACEFS_MAGIC, "tracefs"),
+    (statfs::DEBUGFS_MAGIC, "debugfs"),
+    (CIFS_SUPER_MAGIC, "cifs"),
+    (SMB2_SUPER_MAGIC, "smb2"),
+];
+
+// The magic numbers nix does not export, with the kernel's (or, for ZFS,
+// OpenZFS's) value: nix leaves XFS out on musl, and has no squashfs, ZFS,
+// Ceph, CIFS or SMB2 at all.
+const XFS_SUPER_MAGIC: FsType = magic(0x5846_5342);
+const SQUASHFS_MAGIC: FsType = magic(0x7371_7368);
+const ZFS_SUPER_MAGIC: FsType = magic(0x2FC1_2FC1);
+const CEPH_SUPER_MAGIC: FsType = magic(0x00C3_6400);
+const CIFS_SUPER_MAGIC: FsType = magic(0xFF53_4D42);
+const SMB2_SUPER_MAGIC: FsType = magic(0xFE53_4D42);
+
+/// A magic number as statfs's `f_type` holds it, a signed or unsigned
+/// word by C library and word size: the kernel's 32 bits, widened without
+/// a sign (as nix's own constants are).
+const fn magic(number: u32) -> FsType {
+    FsType(number as _)
+}
+
+/// The family name of filesystem type `magic`, or the number itself.
+fn fstype_name(magic: FsType) -> String {
+    match FILESYSTEMS.iter().find(|(known, _)| *known == magic) {
+        Some((_, name)) => name.to_string(),
+        None => format!("{:#x}", magic.0 as u32),
+    }
 }
 
 #[cfg(test)]
@@ -406,7 +433,11 @@ mod tests {
 
     #[test]
     fn filesystem_names_from_their_magic_numbers() {
-        assert_eq!(fstype_name(0xEF53), "ext2/3/4");
-        assert_eq!(fstype_name(0x1234), "0x1234");
+        assert_eq!(fstype_name(statfs::EXT4_SUPER_MAGIC), "ext2/3/4");
+        assert_eq!(fstype_name(statfs::EXT2_SUPER_MAGIC), "ext2/3/4");
+        assert_eq!(fstype_name(magic(0x1234)), "0x1234");
+        // Past 0x7fffffff: still a positive word.
+        assert_eq!(fstype_name(magic(0xFF53_4D42)), "cifs");
+        assert_eq!(fstype_name(magic(0xCAFE_4A12)), "0xcafe4a12");
     }
 }
