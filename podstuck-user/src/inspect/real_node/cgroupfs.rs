@@ -7,7 +7,7 @@
 
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::inspect::mounts::freezer_twin;
 use crate::inspect::{CgroupState, FreezerLevel, Probe, Unreadable};
@@ -40,12 +40,8 @@ impl RealNode {
         let mut ids: Vec<u32> = Vec::new();
         let mut pending = vec![dir.to_path_buf()];
         while let Some(d) = pending.pop() {
-            if let Ok(text) = fs::read_to_string(d.join(list)) {
-                ids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-            }
-            if let Ok(entries) = fs::read_dir(&d) {
-                pending.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
-            }
+            ids.extend(listed_ids(&d.join(list)));
+            pending.extend(child_cgroups(&d));
         }
         ids.sort_unstable();
         ids.dedup();
@@ -101,24 +97,31 @@ impl RealNode {
                 // A child removed meanwhile.
                 Err(_) => continue,
             };
-            let pids = fs::read_to_string(dir.join("cgroup.procs"))
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect();
-            let mut children: Vec<PathBuf> = fs::read_dir(&dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path())
-                .collect();
-            children.sort();
-            pending.extend(children);
+            let pids = listed_ids(&dir.join("cgroup.procs"));
+            pending.extend(child_cgroups(&dir));
             levels.push(FreezerLevel { dir: shown.into_os_string().into_vec(), state, pids });
         }
         Ok(levels)
     }
+}
+
+/// The cgroups right below `dir`, in name order; none once it is removed.
+fn child_cgroups(dir: &Path) -> Vec<PathBuf> {
+    let mut children: Vec<PathBuf> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    children.sort();
+    children
+}
+
+/// The ids a `cgroup.procs` or `tasks` file lists; none once it is removed.
+fn listed_ids(file: &Path) -> Vec<u32> {
+    let text = fs::read_to_string(file).unwrap_or_default();
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
 /// The value of `key` in a "key value" per line file (cgroup.events).
