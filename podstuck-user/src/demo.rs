@@ -31,6 +31,7 @@ use nix::unistd::{unlinkat, Pid, UnlinkatFlags};
 
 use crate::identify::cgroups::cgroup2_mount;
 use crate::inspect::mounts::{is_at_or_below, parse_mountinfo};
+use crate::inspect::real_node::cgroupfs::{cgroup_tree, listed_ids};
 use crate::watch::{watch_with, WatchOptions};
 
 const POD_VOLUME: &str = "5f1c2a9e-7d3b-4c1a-9e8f-0a1b2c3d4e5f";
@@ -71,24 +72,6 @@ struct Lab {
     flags_anywhere: bool,
 }
 
-/// `dir` and every directory below it, parents first.
-fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
-    let mut all = vec![dir.to_path_buf()];
-    let mut i = 0;
-    while i < all.len() {
-        let children: Vec<PathBuf> = std::fs::read_dir(&all[i])
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .map(|e| e.path())
-            .collect();
-        all.extend(children);
-        i += 1;
-    }
-    all
-}
-
 fn run_tool(program: &str, args: &[&OsStr]) -> Result<()> {
     let status = Command::new(program).args(args).status().with_context(|| format!("running {program}"))?;
     if !status.success() {
@@ -122,17 +105,8 @@ impl Lab {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let cgroup2 = cgroup2_mount(&mountinfo);
         let cgroup = cgroup2.as_deref().map(|c| lab_cgroup(c, pid)).filter(|c| c.is_dir());
-        let in_cgroup: Vec<u32> = cgroup
-            .iter()
-            .flat_map(|c| walk_dirs(c))
-            .flat_map(|dir| {
-                std::fs::read_to_string(dir.join("cgroup.procs"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter_map(|l| l.parse().ok())
-                    .collect::<Vec<u32>>()
-            })
-            .collect();
+        let in_cgroup: Vec<u32> =
+            cgroup.iter().flat_map(|c| cgroup_tree(c)).flat_map(|dir| listed_ids(&dir.join("cgroup.procs"))).collect();
         for proc_pid in std::fs::read_dir("/proc")
             .into_iter()
             .flatten()
@@ -157,7 +131,7 @@ impl Lab {
             .map(|m| PathBuf::from(OsStr::from_bytes(&m.mount_point)))
             .collect();
         // Parents before children: dropped in reverse.
-        let cgroups = cgroup.iter().flat_map(|c| walk_dirs(c)).collect();
+        let cgroups = cgroup.iter().flat_map(|c| cgroup_tree(c)).collect();
         Lab { root, mounts, immutable: Vec::new(), cgroups, children: Vec::new(), flags_anywhere: true }
     }
 

@@ -37,12 +37,7 @@ impl RealNode {
         };
         let list = if version == 2 { "cgroup.procs" } else { "tasks" };
 
-        let mut ids: Vec<u32> = Vec::new();
-        let mut pending = vec![dir.to_path_buf()];
-        while let Some(d) = pending.pop() {
-            ids.extend(listed_ids(&d.join(list)));
-            pending.extend(child_cgroups(&d));
-        }
+        let mut ids: Vec<u32> = cgroup_tree(dir).iter().flat_map(|d| listed_ids(&d.join(list))).collect();
         ids.sort_unstable();
         ids.dedup();
         // A task may exit between the list and its /proc entry.
@@ -118,8 +113,21 @@ fn child_cgroups(dir: &Path) -> Vec<PathBuf> {
     children
 }
 
+/// `dir` and every cgroup below it, parents first (the order a cleanup
+/// reverses: a cgroup is removed only once its children are).
+pub fn cgroup_tree(dir: &Path) -> Vec<PathBuf> {
+    let mut all = vec![dir.to_path_buf()];
+    let mut next = 0;
+    while let Some(d) = all.get(next) {
+        let children = child_cgroups(d);
+        all.extend(children);
+        next += 1;
+    }
+    all
+}
+
 /// The ids a `cgroup.procs` or `tasks` file lists; none once it is removed.
-fn listed_ids(file: &Path) -> Vec<u32> {
+pub fn listed_ids(file: &Path) -> Vec<u32> {
     let text = fs::read_to_string(file).unwrap_or_default();
     text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }

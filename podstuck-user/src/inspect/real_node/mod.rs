@@ -36,7 +36,7 @@
 //! It is not a parser of mount tables (that is [`super::mounts`]) and it
 //! draws no conclusions (that is the diagnose stage).
 
-mod cgroupfs;
+pub mod cgroupfs;
 mod deadline;
 mod fs_facts;
 mod holders;
