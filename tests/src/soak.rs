@@ -168,6 +168,23 @@ impl Sample {
     pub fn rss_mb(&self) -> f64 {
         self.rss_kib as f64 * 1024.0 / 1e6
     }
+
+    /// Its figures as the table and the running lines show them, in their
+    /// order: time, phase, pods churned, RSS (MB), open fds, CPU (s),
+    /// series, scrape bytes, events lost ("?" where unread).
+    fn cells(&self) -> [String; 9] {
+        [
+            minutes(self.at),
+            self.phase.as_str().to_string(),
+            self.pods.to_string(),
+            format!("{:.1}", self.rss_mb()),
+            self.fds.to_string(),
+            format!("{:.1}", self.cpu_s),
+            self.series.to_string(),
+            self.bytes.to_string(),
+            self.events_lost.map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+        ]
+    }
 }
 
 /// A soak's figures, and how they stand against the targets.
@@ -377,18 +394,10 @@ impl SoakReport {
                 Some(b) if s.at > b.at => format!("{:.0} %", (s.cpu_s - b.cpu_s) / (s.at - b.at).as_secs_f64() * 100.0),
                 _ => String::new(),
             };
+            let [at, phase, pods, rss, fds, cpu, series, bytes, lost] = s.cells();
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {:.1} MB | {} | {:.1} s | {share} | {} | {} | {} |",
-                minutes(s.at),
-                s.phase.as_str(),
-                s.pods,
-                s.rss_mb(),
-                s.fds,
-                s.cpu_s,
-                s.series,
-                s.bytes,
-                s.events_lost.map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+                "| {at} | {phase} | {pods} | {rss} MB | {fds} | {cpu} s | {share} | {series} | {bytes} | {lost} |"
             );
             before = Some(s);
         }
@@ -404,17 +413,9 @@ pub fn minutes(d: Duration) -> String {
 
 /// A sample as one line, for a run that prints them as they come.
 pub fn sample_line(s: &Sample) -> String {
+    let [at, phase, pods, rss, fds, cpu, series, bytes, lost] = s.cells();
     format!(
-        "{} {:<9} pods {:>6}  RSS {:>6.1} MB  fds {:>3}  CPU {:>6.1} s  series {:>6}  scrape {:>8} bytes  lost {}",
-        minutes(s.at),
-        s.phase.as_str(),
-        s.pods,
-        s.rss_mb(),
-        s.fds,
-        s.cpu_s,
-        s.series,
-        s.bytes,
-        s.events_lost.map(|n| n.to_string()).unwrap_or_else(|| "?".into())
+        "{at} {phase:<9} pods {pods:>6}  RSS {rss:>6} MB  fds {fds:>3}  CPU {cpu:>6} s  series {series:>6}  scrape {bytes:>8} bytes  lost {lost}"
     )
 }
 
