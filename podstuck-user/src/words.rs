@@ -17,15 +17,6 @@ pub fn rfc3339_seconds(time: SystemTime) -> String {
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
-/// Bytes as lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
-
 /// Serde: a path quoted in a finding or a fact, as text (bytes that are not
 /// UTF-8 become U+FFFD; the call events keep the exact bytes in `path_hex`).
 pub fn serialize_path<P: AsRef<[u8]>, S: serde::Serializer>(path: &P, s: S) -> Result<S::Ok, S::Error> {

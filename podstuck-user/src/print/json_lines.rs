@@ -19,7 +19,7 @@ use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::run::RunTotals;
 use crate::run::{RunFacts, Tracing};
-use crate::words::{hex, rfc3339};
+use crate::words::rfc3339;
 
 use super::{calls_by_name, Ending, Out, Printer};
 
@@ -106,7 +106,7 @@ struct EventLine<'a> {
 fn json_path(bytes: &[u8]) -> (String, Option<String>) {
     match std::str::from_utf8(bytes) {
         Ok(s) => (s.to_string(), None),
-        Err(_) => (String::from_utf8_lossy(bytes).into_owned(), Some(hex(bytes))),
+        Err(_) => (String::from_utf8_lossy(bytes).into_owned(), Some(hex::encode(bytes))),
     }
 }
 
@@ -371,8 +371,8 @@ mod tests {
     fn non_utf8_paths_are_kept_exactly() {
         let raw = b"/tmp/a\xffb\nc";
         let v: Value = serde_json::from_str(&json(&event(Syscall::Unlink, 0, 0, raw))).unwrap();
-        assert_eq!(v["path_hex"], hex(raw));
-        assert_eq!(v["abs_path_hex"], hex(raw));
+        assert_eq!(v["path_hex"], hex::encode(raw));
+        assert_eq!(v["abs_path_hex"], hex::encode(raw));
         assert_eq!(escape_path(raw), "/tmp/a\\xffb\\nc");
         assert_eq!(escape_path("dir with space/é\\".as_bytes()), "dir with space/é\\\\");
     }

@@ -27,7 +27,6 @@ use crate::inspect::{
 };
 use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult, SignalSent};
 use crate::run::RunTotals;
-use crate::words::hex;
 
 use super::node::Question;
 
@@ -53,7 +52,7 @@ impl Serialize for Bytes<'_> {
             Ok(text) => s.serialize_str(text),
             Err(_) => {
                 let mut map = s.serialize_map(Some(1))?;
-                map.serialize_entry("hex", &hex(&self.0))?;
+                map.serialize_entry("hex", &hex::encode(&self.0))?;
                 map.end()
             }
         }
@@ -84,7 +83,7 @@ impl<'de> Deserialize<'de> for Bytes<'_> {
                     return Err(de::Error::custom("a path object holds only \"hex\""));
                 }
                 within_bytes_field(digits.len() / 2)?;
-                unhex(&digits).ok_or_else(|| match digits.len() {
+                hex::decode(&digits).map_err(|_| match digits.len() {
                     // The record's words, quoted only when short.
                     ..=64 => de::Error::custom(format!("{digits:?} is not hex")),
                     n => de::Error::custom(format!("{n} characters that are not hex")),
@@ -103,14 +102,6 @@ fn within_bytes_field<E: de::Error>(len: usize) -> Result<(), E> {
         )));
     }
     Ok(())
-}
-
-fn unhex(digits: &str) -> Option<Vec<u8>> {
-    if !digits.len().is_multiple_of(2) {
-        return None;
-    }
-    let value = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    digits.as_bytes().chunks(2).map(|pair| Some(value(pair[0])? << 4 | value(pair[1])?)).collect()
 }
 
 /// Times inside the record: nanoseconds since the Unix epoch, exact and
