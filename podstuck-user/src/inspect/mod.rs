@@ -11,6 +11,7 @@
 //! reader process with a deadline and then stays away from that mount.
 
 pub mod mounts;
+pub mod questions;
 pub mod real_node;
 
 use serde::{Deserialize, Serialize};
@@ -249,49 +250,25 @@ impl FreezerLevel {
     }
 }
 
-/// What detectors may ask of the node. Every answer is read when asked.
-/// Paths are absolute, as bytes, in the host's mount namespace.
-pub trait NodeInspector {
-    /// The host's mount table (podstuck runs in the host mount namespace).
-    fn host_mounts(&mut self) -> Probe<Vec<Mount>>;
-    /// Mount namespace `mntns` (0: unknown, taken as the host's) with its
-    /// table, read through a process living in it; unreadable when none
-    /// is left ([`namespace_gone`]).
-    fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace>;
-    /// `path` as process `pid` reaches it: every symlink followed inside
-    /// its root (`/var/run/x` is `/run/x` on most nodes), `..` taken after
-    /// the symlink before it, and a tail that no longer exists kept as
-    /// written. Mount tables name resolved paths, callers pass whatever
-    /// they were given.
-    fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>>;
-    /// Processes, in any mount namespace, whose cwd, root, open files or
-    /// mappings lie on `mount` of namespace `mntns`'s table (or on its
-    /// copies in other namespaces).
-    fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder>;
-    /// Copies of `mount` of namespace `mntns` in the other namespaces.
-    fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy>;
-    /// FS_IOC_GETFLAGS of a regular file or directory (never follows a symlink).
-    fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags>;
-    /// lstat.
-    fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts>;
-    /// Up to `limit` names of a directory's entries, and how many there are.
-    fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample>;
-    /// How many entries remain in the tree under `path`.
-    fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate>;
-    /// statfs.
-    fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage>;
-    /// A cgroup directory (v1 or v2) and the tasks in it.
-    fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState>;
-    /// The v1 freezer's view of a v1 cgroup of any hierarchy: its twin
-    /// (the same path relative to the freezer hierarchy's mount) and every
-    /// cgroup below that twin, parents first. Unreadable when no v1
-    /// freezer hierarchy is mounted or the twin does not exist.
-    fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>>;
-    /// A task (thread id) by /proc.
-    fn task(&mut self, tid: u32) -> Probe<TaskState>;
-    /// Processes that have /dev/fuse open: the FUSE servers.
-    fn fuse_servers(&mut self) -> Vec<TaskState>;
-    /// Tells the inspector a call on `path` hangs: it must not touch that
-    /// mount again.
-    fn avoid(&mut self, path: &[u8]);
+/// Makes [`NodeInspector`] of the table of questions.
+macro_rules! inspector_of {
+    ($(
+        $(#[$doc:meta])*
+        fn $method:ident($($arg:ident: $ty:ty => $owned:ty $(= $older:expr)?),*) -> $answer:ty as $variant:ident;
+    )*) => {
+        /// What detectors may ask of the node. Every answer is read when asked.
+        /// Paths are absolute, as bytes, in the host's mount namespace. One
+        /// method per question of [`questions`].
+        pub trait NodeInspector {
+            $(
+                $(#[$doc])*
+                fn $method(&mut self, $($arg: $ty),*) -> $answer;
+            )*
+            /// Tells the inspector a call on `path` hangs: it must not touch that
+            /// mount again.
+            fn avoid(&mut self, path: &[u8]);
+        }
+    };
 }
+
+questions::node_questions!(inspector_of);

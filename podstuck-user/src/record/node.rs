@@ -1,81 +1,95 @@
 //! The node as a record sees it: [`RecordingNode`] stands between the
 //! detectors and the live node and notes every question and answer, without
 //! changing either; [`ReplayNode`] answers the same questions later, on
-//! another machine, from what was noted.
+//! another machine, from what was noted. Both, and [`Question`], are made
+//! from the table of questions (`inspect::questions`) by the macro below.
 
+use super::wire::{question_key, Recorded};
+use crate::inspect::questions::node_questions;
 use crate::inspect::{
     CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder,
     MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
 };
 
-/// One question a detector asked of the node during a review, with the
-/// answer it got: one variant per [`NodeInspector`] method.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Question {
-    HostMounts {
-        answer: Probe<Vec<Mount>>,
-    },
-    MountNamespace {
-        mntns: u64,
-        answer: Probe<MountNamespace>,
-    },
-    ResolvedPath {
-        pid: u32,
-        path: Vec<u8>,
-        answer: Probe<Vec<u8>>,
-    },
-    MountHolders {
-        mount: Mount,
-        mntns: u64,
-        answer: Vec<MountHolder>,
-    },
-    MountCopies {
-        mount: Mount,
-        mntns: u64,
-        answer: Vec<MountCopy>,
-    },
-    InodeFlags {
-        path: Vec<u8>,
-        answer: Probe<InodeFlags>,
-    },
-    FileFacts {
-        path: Vec<u8>,
-        answer: Probe<FileFacts>,
-    },
-    DirSample {
-        path: Vec<u8>,
-        limit: usize,
-        answer: Probe<DirSample>,
-    },
-    RemainingEntries {
-        path: Vec<u8>,
-        answer: Probe<EntryEstimate>,
-    },
-    FsUsage {
-        path: Vec<u8>,
-        answer: Probe<FsUsage>,
-    },
-    Cgroup {
-        path: Vec<u8>,
-        answer: Probe<CgroupState>,
-    },
-    V1Freezer {
-        path: Vec<u8>,
-        answer: Probe<Vec<FreezerLevel>>,
-    },
-    Task {
-        tid: u32,
-        answer: Probe<TaskState>,
-    },
-    FuseServers {
-        answer: Vec<TaskState>,
-    },
-    /// Not a question: the detectors telling the node to stay away from a
-    /// hung mount. Kept so the order of a review reads as it happened.
-    Avoid {
-        path: Vec<u8>,
-    },
+macro_rules! recorded_node_of {
+    ($(
+        $(#[$doc:meta])*
+        fn $method:ident($($arg:ident: $ty:ty => $owned:ty $(= $older:expr)?),*) -> $answer:ty as $variant:ident;
+    )*) => {
+        /// One question a detector asked of the node during a review, with the
+        /// answer it got: one variant per [`NodeInspector`] method.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Question {
+            $($variant { $($arg: $owned,)* answer: $answer },)*
+            /// Not a question: the detectors telling the node to stay away from a
+            /// hung mount. Kept so the order of a review reads as it happened.
+            Avoid { path: Vec<u8> },
+        }
+
+        impl Question {
+            /// The question alone, method and arguments: what an answer is
+            /// found by, written and read.
+            pub fn key(&self) -> String {
+                match self {
+                    $(Question::$variant { $($arg,)* .. } => {
+                        question_key(stringify!($method), &($($arg.to_wire(),)*))
+                    })*
+                    Question::Avoid { path } => question_key("avoid", &(path.to_wire(),)),
+                }
+            }
+        }
+
+        impl NodeInspector for RecordingNode<'_> {
+            $(
+                fn $method(&mut self, $($arg: $ty),*) -> $answer {
+                    let answer = self.node.$method($($arg),*);
+                    self.asked.push(Question::$variant { $($arg: $arg.to_owned(),)* answer: answer.clone() });
+                    answer
+                }
+            )*
+            fn avoid(&mut self, path: &[u8]) {
+                self.node.avoid(path);
+                self.asked.push(Question::Avoid { path: path.to_vec() });
+            }
+        }
+
+        impl NodeInspector for ReplayNode {
+            $(
+                fn $method(&mut self, $($arg: $ty),*) -> $answer {
+                    let key = question_key(stringify!($method), &($($arg.to_owned().to_wire(),)*));
+                    let older = question_key(
+                        stringify!($method),
+                        &($({
+                            let older: $owned = older_or!($arg.to_owned() $(, $older)?);
+                            older.to_wire()
+                        },)*),
+                    );
+                    let said = || said(stringify!($method), &[$($arg.said()),*]);
+                    match self.answer(&key, &older, said).map(|i| &self.asked[i]) {
+                        Some(Question::$variant { answer, .. }) => answer.clone(),
+                        _ => NotInTheRecord::not_in_the_record(),
+                    }
+                }
+            )*
+            fn avoid(&mut self, path: &[u8]) {
+                let key = question_key("avoid", &(path.to_vec().to_wire(),));
+                self.answer(&key, &key, || said("avoid", &[path.said()]));
+            }
+        }
+    };
 }
+
+/// An argument as older records have it: `$older` where the table gives one.
+macro_rules! older_or {
+    ($now:expr) => {
+        $now
+    };
+    ($now:expr, $older:expr) => {
+        $older
+    };
+}
+
+node_questions!(recorded_node_of);
 
 /// The live node, with a note of every question and answer. Wrap the node
 /// for one review, then hand [`RecordingNode::into_asked`] to the recorder.
@@ -95,83 +109,6 @@ impl<'a> RecordingNode<'a> {
     }
 }
 
-impl NodeInspector for RecordingNode<'_> {
-    fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
-        let answer = self.node.host_mounts();
-        self.asked.push(Question::HostMounts { answer: answer.clone() });
-        answer
-    }
-    fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
-        let answer = self.node.mount_namespace(mntns);
-        self.asked.push(Question::MountNamespace { mntns, answer: answer.clone() });
-        answer
-    }
-    fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
-        let answer = self.node.resolved_path(pid, path);
-        self.asked.push(Question::ResolvedPath { pid, path: path.to_vec(), answer: answer.clone() });
-        answer
-    }
-    fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder> {
-        let answer = self.node.mount_holders(mount, mntns);
-        self.asked.push(Question::MountHolders { mount: mount.clone(), mntns, answer: answer.clone() });
-        answer
-    }
-    fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy> {
-        let answer = self.node.mount_copies(mount, mntns);
-        self.asked.push(Question::MountCopies { mount: mount.clone(), mntns, answer: answer.clone() });
-        answer
-    }
-    fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
-        let answer = self.node.inode_flags(path);
-        self.asked.push(Question::InodeFlags { path: path.to_vec(), answer: answer.clone() });
-        answer
-    }
-    fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts> {
-        let answer = self.node.file_facts(path);
-        self.asked.push(Question::FileFacts { path: path.to_vec(), answer: answer.clone() });
-        answer
-    }
-    fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample> {
-        let answer = self.node.dir_sample(path, limit);
-        self.asked.push(Question::DirSample { path: path.to_vec(), limit, answer: answer.clone() });
-        answer
-    }
-    fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
-        let answer = self.node.remaining_entries(path);
-        self.asked.push(Question::RemainingEntries { path: path.to_vec(), answer: answer.clone() });
-        answer
-    }
-    fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage> {
-        let answer = self.node.fs_usage(path);
-        self.asked.push(Question::FsUsage { path: path.to_vec(), answer: answer.clone() });
-        answer
-    }
-    fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
-        let answer = self.node.cgroup(path);
-        self.asked.push(Question::Cgroup { path: path.to_vec(), answer: answer.clone() });
-        answer
-    }
-    fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
-        let answer = self.node.v1_freezer(path);
-        self.asked.push(Question::V1Freezer { path: path.to_vec(), answer: answer.clone() });
-        answer
-    }
-    fn task(&mut self, tid: u32) -> Probe<TaskState> {
-        let answer = self.node.task(tid);
-        self.asked.push(Question::Task { tid, answer: answer.clone() });
-        answer
-    }
-    fn fuse_servers(&mut self) -> Vec<TaskState> {
-        let answer = self.node.fuse_servers();
-        self.asked.push(Question::FuseServers { answer: answer.clone() });
-        answer
-    }
-    fn avoid(&mut self, path: &[u8]) {
-        self.node.avoid(path);
-        self.asked.push(Question::Avoid { path: path.to_vec() });
-    }
-}
-
 /// What a replay says of a fact the live run never read.
 pub const NOT_IN_THE_RECORD: &str = "not in the record";
 
@@ -182,24 +119,36 @@ pub const NOT_IN_THE_RECORD: &str = "not in the record";
 /// podstuck asks more) is unreadable, "not in the record".
 pub struct ReplayNode {
     asked: Vec<Question>,
-    /// The host's mount namespace, as the record's header says it.
-    host_mntns: u64,
+    /// Each recorded question's [`Question::key`].
+    keys: Vec<String>,
     used: Vec<bool>,
     next: usize,
     not_in_record: Vec<String>,
+    /// The review recorded no namespaces: its host tables answer for the host's.
+    from_host_tables: bool,
 }
 
 impl ReplayNode {
     pub fn new(asked: Vec<Question>) -> ReplayNode {
-        let used = vec![false; asked.len()];
-        ReplayNode { asked, host_mntns: 0, used, next: 0, not_in_record: Vec::new() }
+        ReplayNode::of_review(asked, 0)
     }
 
     /// Records made before podstuck read namespaces through a member
     /// asked for the host's table instead: it answers for the host's namespace.
-    pub fn with_host_mntns(mut self, mntns: u32) -> ReplayNode {
-        self.host_mntns = u64::from(mntns);
-        self
+    pub fn with_host_mntns(self, mntns: u32) -> ReplayNode {
+        let mut asked = self.asked;
+        if self.from_host_tables {
+            asked.retain(|a| !matches!(a, Question::MountNamespace { .. }));
+        }
+        ReplayNode::of_review(asked, u64::from(mntns))
+    }
+
+    fn of_review(asked: Vec<Question>, host_mntns: u64) -> ReplayNode {
+        let from_host_tables = !asked.iter().any(|a| matches!(a, Question::MountNamespace { .. }));
+        let asked = if from_host_tables { namespaces_of_host_tables(asked, host_mntns) } else { asked };
+        let keys = asked.iter().map(Question::key).collect();
+        let used = vec![false; asked.len()];
+        ReplayNode { asked, keys, used, next: 0, not_in_record: Vec::new(), from_host_tables }
     }
 
     /// The questions this review asked that the record has no answer to,
@@ -208,168 +157,117 @@ impl ReplayNode {
         &self.not_in_record
     }
 
-    /// The recorded answer `pick` accepts: the next one in order, else an
+    /// Where the recorded answer to `key` (or to `older`, the question as
+    /// an older record asked it) is: the next one in order, else an
     /// unused one anywhere in the review, else a used one (a question asked
     /// twice here but once live gets the same answer twice).
-    fn answer<T>(&mut self, question: impl FnOnce() -> String, pick: impl Fn(&Question) -> Option<T>) -> Option<T> {
-        if let Some(found) = self.asked.get(self.next).and_then(&pick) {
+    fn answer(&mut self, key: &str, older: &str, question: impl FnOnce() -> String) -> Option<usize> {
+        let fits = |k: &String| k == key || k == older;
+        if self.keys.get(self.next).is_some_and(fits) {
             self.used[self.next] = true;
             self.next += 1;
-            return Some(found);
+            return Some(self.next - 1);
         }
-        let unused = (0..self.asked.len()).find(|&i| !self.used[i] && pick(&self.asked[i]).is_some());
-        if let Some(i) = unused {
+        if let Some(i) = (0..self.keys.len()).find(|&i| !self.used[i] && fits(&self.keys[i])) {
             self.used[i] = true;
             // Back in step with the record after a question the live run skipped.
             if i >= self.next {
                 self.next = i + 1;
             }
-            return pick(&self.asked[i]);
+            return Some(i);
         }
-        if let Some(found) = self.asked.iter().find_map(&pick) {
-            return Some(found);
+        let found = self.keys.iter().position(fits);
+        if found.is_none() {
+            self.not_in_record.push(question());
         }
-        self.not_in_record.push(question());
-        None
+        found
     }
 }
 
-fn missing<T>() -> Probe<T> {
-    Err(Unreadable(NOT_IN_THE_RECORD.into()))
-}
-
-fn shown(path: &[u8]) -> String {
-    crate::words::escape_path(path)
-}
-
-impl NodeInspector for ReplayNode {
-    fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
-        let pick = |a: &Question| match a {
-            Question::HostMounts { answer } => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| "host_mounts".into(), pick).unwrap_or_else(missing)
+/// A review recorded before podstuck read mount namespaces asked for the
+/// host's table instead: each such answer also answers for the host's
+/// namespace (0, unknown, and `host_mntns`), right after it.
+fn namespaces_of_host_tables(asked: Vec<Question>, host_mntns: u64) -> Vec<Question> {
+    let mut numbers = vec![0];
+    if host_mntns != 0 {
+        numbers.push(host_mntns);
     }
-    fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
-        let pick = |a: &Question| match a {
-            Question::MountNamespace { mntns: n, answer } if *n == mntns => Some(answer.clone()),
-            _ => None,
-        };
-        let recorded_namespaces = self.asked.iter().any(|a| matches!(a, Question::MountNamespace { .. }));
-        if !recorded_namespaces && (mntns == 0 || mntns == self.host_mntns) {
-            let host = |answer: &Probe<Vec<Mount>>| {
-                answer.clone().map(|mounts| MountNamespace {
+    let mut out = Vec::with_capacity(asked.len());
+    for a in asked {
+        if let Question::HostMounts { answer } = &a {
+            for &mntns in &numbers {
+                let answer = answer.clone().map(|mounts| MountNamespace {
                     mntns,
                     host: true,
                     member: 1,
                     member_comm: String::new(),
                     owner: None,
                     mounts,
-                })
-            };
-            let pick = |a: &Question| match a {
-                Question::HostMounts { answer } => Some(host(answer)),
-                _ => None,
-            };
-            return self.answer(|| "host_mounts".into(), pick).unwrap_or_else(missing);
+                });
+                out.push(Question::MountNamespace { mntns, answer });
+            }
         }
-        self.answer(|| format!("mount_namespace mnt:[{mntns}]"), pick).unwrap_or_else(missing)
+        out.push(a);
     }
-    fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
-        let pick = |a: &Question| match a {
-            Question::ResolvedPath { pid: p, path: q, answer } if *p == pid && q == path => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| format!("resolved_path {pid} {}", shown(path)), pick).unwrap_or_else(missing)
+    out
+}
+
+/// What a replay answers a question the record has no answer to.
+trait NotInTheRecord {
+    fn not_in_the_record() -> Self;
+}
+
+impl<T> NotInTheRecord for Probe<T> {
+    fn not_in_the_record() -> Probe<T> {
+        Err(Unreadable(NOT_IN_THE_RECORD.into()))
     }
-    fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder> {
-        let pick = |a: &Question| match a {
-            Question::MountHolders { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => {
-                Some(answer.clone())
-            }
-            _ => None,
-        };
-        self.answer(|| format!("mount_holders {}", shown(&mount.mount_point)), pick).unwrap_or_default()
+}
+
+/// Questions that answer with a list answer none.
+impl<T> NotInTheRecord for Vec<T> {
+    fn not_in_the_record() -> Vec<T> {
+        Vec::new()
     }
-    fn mount_copies(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy> {
-        let pick = |a: &Question| match a {
-            Question::MountCopies { mount: m, mntns: n, answer } if m == mount && (*n == mntns || *n == 0) => {
-                Some(answer.clone())
-            }
-            _ => None,
-        };
-        self.answer(|| format!("mount_copies {}", shown(&mount.mount_point)), pick).unwrap_or_default()
+}
+
+/// An argument as a replay says a question it lacks.
+trait Said {
+    fn said(&self) -> String;
+}
+
+impl Said for [u8] {
+    fn said(&self) -> String {
+        crate::words::escape_path(self)
     }
-    fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
-        let pick = |a: &Question| match a {
-            Question::InodeFlags { path: p, answer } if p == path => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| format!("inode_flags {}", shown(path)), pick).unwrap_or_else(missing)
+}
+
+impl Said for Mount {
+    fn said(&self) -> String {
+        self.mount_point.said()
     }
-    fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts> {
-        let pick = |a: &Question| match a {
-            Question::FileFacts { path: p, answer } if p == path => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| format!("file_facts {}", shown(path)), pick).unwrap_or_else(missing)
+}
+
+impl Said for u32 {
+    fn said(&self) -> String {
+        self.to_string()
     }
-    fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample> {
-        let pick = |a: &Question| match a {
-            Question::DirSample { path: p, limit: l, answer } if p == path && *l == limit => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| format!("dir_sample {} (limit {limit})", shown(path)), pick).unwrap_or_else(missing)
+}
+
+impl Said for u64 {
+    fn said(&self) -> String {
+        self.to_string()
     }
-    fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
-        let pick = |a: &Question| match a {
-            Question::RemainingEntries { path: p, answer } if p == path => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| format!("remaining_entries {}", shown(path)), pick).unwrap_or_else(missing)
+}
+
+impl Said for usize {
+    fn said(&self) -> String {
+        self.to_string()
     }
-    fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage> {
-        let pick = |a: &Question| match a {
-            Question::FsUsage { path: p, answer } if p == path => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| format!("fs_usage {}", shown(path)), pick).unwrap_or_else(missing)
-    }
-    fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
-        let pick = |a: &Question| match a {
-            Question::Cgroup { path: p, answer } if p == path => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| format!("cgroup {}", shown(path)), pick).unwrap_or_else(missing)
-    }
-    fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
-        let pick = |a: &Question| match a {
-            Question::V1Freezer { path: p, answer } if p == path => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| format!("v1_freezer {}", shown(path)), pick).unwrap_or_else(missing)
-    }
-    fn task(&mut self, tid: u32) -> Probe<TaskState> {
-        let pick = |a: &Question| match a {
-            Question::Task { tid: t, answer } if *t == tid => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| format!("task {tid}"), pick).unwrap_or_else(missing)
-    }
-    fn fuse_servers(&mut self) -> Vec<TaskState> {
-        let pick = |a: &Question| match a {
-            Question::FuseServers { answer } => Some(answer.clone()),
-            _ => None,
-        };
-        self.answer(|| "fuse_servers".into(), pick).unwrap_or_default()
-    }
-    fn avoid(&mut self, path: &[u8]) {
-        let pick = |a: &Question| match a {
-            Question::Avoid { path: p } if p == path => Some(()),
-            _ => None,
-        };
-        self.answer(|| format!("avoid {}", shown(path)), pick);
-    }
+}
+
+/// "file_facts /var/lib/x", "resolved_path 100 /run/x".
+fn said(method: &str, arguments: &[String]) -> String {
+    std::iter::once(method).chain(arguments.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

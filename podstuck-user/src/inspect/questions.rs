@@ -1,0 +1,60 @@
+//! Every question a detector may ask of the node, declared once: its
+//! method, its arguments (as the detector passes them `=>` as a record
+//! keeps them), its answer and its name in a record. The inspector trait
+//! ([`super::NodeInspector`]), the record's question, the recording and
+//! replaying nodes and the record's wire question are all made from this
+//! table, so a new question is one entry here plus its reader on the real
+//! node (`real_node`).
+//!
+//! An argument `= value` is one that older records lack: read as that
+//! value (its type's default) when absent, and a recorded answer with that
+//! value answers the question whatever it is asked with.
+
+/// Hands the table to `$then!`, a macro that makes one thing of every question.
+macro_rules! node_questions {
+    ($then:ident) => {
+        $then! {
+            /// The host's mount table (podstuck runs in the host mount namespace).
+            fn host_mounts() -> Probe<Vec<Mount>> as HostMounts;
+            /// Mount namespace `mntns` (0: unknown, taken as the host's) with its
+            /// table, read through a process living in it; unreadable when none
+            /// is left ([`namespace_gone`]).
+            fn mount_namespace(mntns: u64 => u64) -> Probe<MountNamespace> as MountNamespace;
+            /// `path` as process `pid` reaches it: every symlink followed inside
+            /// its root (`/var/run/x` is `/run/x` on most nodes), `..` taken after
+            /// the symlink before it, and a tail that no longer exists kept as
+            /// written. Mount tables name resolved paths, callers pass whatever
+            /// they were given.
+            fn resolved_path(pid: u32 => u32, path: &[u8] => Vec<u8>) -> Probe<Vec<u8>> as ResolvedPath;
+            /// Processes, in any mount namespace, whose cwd, root, open files or
+            /// mappings lie on `mount` of namespace `mntns`'s table (or on its
+            /// copies in other namespaces).
+            fn mount_holders(mount: &Mount => Mount, mntns: u64 => u64 = 0) -> Vec<MountHolder> as MountHolders;
+            /// Copies of `mount` of namespace `mntns` in the other namespaces.
+            fn mount_copies(mount: &Mount => Mount, mntns: u64 => u64 = 0) -> Vec<MountCopy> as MountCopies;
+            /// FS_IOC_GETFLAGS of a regular file or directory (never follows a symlink).
+            fn inode_flags(path: &[u8] => Vec<u8>) -> Probe<InodeFlags> as InodeFlags;
+            /// lstat.
+            fn file_facts(path: &[u8] => Vec<u8>) -> Probe<FileFacts> as FileFacts;
+            /// Up to `limit` names of a directory's entries, and how many there are.
+            fn dir_sample(path: &[u8] => Vec<u8>, limit: usize => usize) -> Probe<DirSample> as DirSample;
+            /// How many entries remain in the tree under `path`.
+            fn remaining_entries(path: &[u8] => Vec<u8>) -> Probe<EntryEstimate> as RemainingEntries;
+            /// statfs.
+            fn fs_usage(path: &[u8] => Vec<u8>) -> Probe<FsUsage> as FsUsage;
+            /// A cgroup directory (v1 or v2) and the tasks in it.
+            fn cgroup(path: &[u8] => Vec<u8>) -> Probe<CgroupState> as Cgroup;
+            /// The v1 freezer's view of a v1 cgroup of any hierarchy: its twin
+            /// (the same path relative to the freezer hierarchy's mount) and every
+            /// cgroup below that twin, parents first. Unreadable when no v1
+            /// freezer hierarchy is mounted or the twin does not exist.
+            fn v1_freezer(path: &[u8] => Vec<u8>) -> Probe<Vec<FreezerLevel>> as V1Freezer;
+            /// A task (thread id) by /proc.
+            fn task(tid: u32 => u32) -> Probe<TaskState> as Task;
+            /// Processes that have /dev/fuse open: the FUSE servers.
+            fn fuse_servers() -> Vec<TaskState> as FuseServers;
+        }
+    };
+}
+
+pub(crate) use node_questions;

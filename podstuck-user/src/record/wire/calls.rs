@@ -1,0 +1,411 @@
+//! The shapes of the calls a record holds: each call with what identify
+//! said of it, the calls in flight at a review, the process lifecycle's
+//! events. Each borrows from the live values when written.
+
+use std::borrow::Cow;
+
+use podstuck_common::Syscall;
+use serde::{Deserialize, Serialize};
+
+use super::{nanos, time, Bytes};
+use crate::diagnose::CallInFlight;
+use crate::event::{BaseDir, CallEvent, Flight, NoPath, PathStatus, AT_FDCWD};
+use crate::identify::pod::{ContainerId, PathArea, PodUid};
+use crate::identify::{Actor, Identity, MatchReason};
+use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult, SignalSent};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WireSyscall {
+    Unlinkat,
+    Unlink,
+    Rmdir,
+    Umount2,
+}
+
+impl From<Syscall> for WireSyscall {
+    fn from(s: Syscall) -> WireSyscall {
+        match s {
+            Syscall::Unlinkat => WireSyscall::Unlinkat,
+            Syscall::Unlink => WireSyscall::Unlink,
+            Syscall::Rmdir => WireSyscall::Rmdir,
+            Syscall::Umount2 => WireSyscall::Umount2,
+        }
+    }
+}
+
+impl From<WireSyscall> for Syscall {
+    fn from(s: WireSyscall) -> Syscall {
+        match s {
+            WireSyscall::Unlinkat => Syscall::Unlinkat,
+            WireSyscall::Unlink => Syscall::Unlink,
+            WireSyscall::Rmdir => Syscall::Rmdir,
+            WireSyscall::Umount2 => Syscall::Umount2,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum WirePathStatus {
+    Whole,
+    TooLong,
+    Unreadable,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum WireBase<'a> {
+    NotNeeded,
+    Resolved(Bytes<'a>),
+    Unresolved(Cow<'a, str>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireEvent<'a> {
+    time: u64,
+    pid: u32,
+    tid: u32,
+    comm: Cow<'a, str>,
+    ppid: u32,
+    pcomm: Cow<'a, str>,
+    cgroup_id: u64,
+    /// Absent when 0 (v2-only nodes, and records made before podstuck read it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    v1_cgroup_id: u64,
+    mntns: u32,
+    uid: u32,
+    syscall: WireSyscall,
+    flags: u64,
+    dfd: i32,
+    path: Bytes<'a>,
+    path_status: WirePathStatus,
+    base: WireBase<'a>,
+    ret: i64,
+    latency_ns: u64,
+    /// Absent when 1 (every call of an older record, most calls of a new one).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    represents: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl<'a> WireEvent<'a> {
+    fn of(e: &'a CallEvent) -> WireEvent<'a> {
+        // Destructured so that a field added to CallEvent fails to compile
+        // here until the record format says what to do with it.
+        let CallEvent {
+            time,
+            pid,
+            tid,
+            comm,
+            ppid,
+            pcomm,
+            cgroup_id,
+            v1_cgroup_id,
+            mntns,
+            uid,
+            syscall,
+            flags,
+            dfd,
+            path,
+            path_status,
+            base,
+            ret,
+            latency_ns,
+            represents,
+        } = e;
+        WireEvent {
+            time: nanos(*time),
+            pid: *pid,
+            tid: *tid,
+            comm: Cow::Borrowed(comm),
+            ppid: *ppid,
+            pcomm: Cow::Borrowed(pcomm),
+            cgroup_id: *cgroup_id,
+            v1_cgroup_id: *v1_cgroup_id,
+            mntns: *mntns,
+            uid: *uid,
+            syscall: (*syscall).into(),
+            flags: *flags,
+            dfd: *dfd,
+            path: Bytes::of(path),
+            path_status: match path_status {
+                PathStatus::Whole => WirePathStatus::Whole,
+                PathStatus::TooLong => WirePathStatus::TooLong,
+                PathStatus::Unreadable => WirePathStatus::Unreadable,
+            },
+            base: match base {
+                BaseDir::NotNeeded => WireBase::NotNeeded,
+                BaseDir::Resolved(dir) => WireBase::Resolved(Bytes::of(dir)),
+                BaseDir::Unresolved(why) => WireBase::Unresolved(Cow::Borrowed(why.as_str())),
+            },
+            ret: *ret,
+            latency_ns: *latency_ns,
+            represents: *represents,
+        }
+    }
+
+    fn into_event(self) -> CallEvent {
+        CallEvent {
+            time: time(self.time),
+            pid: self.pid,
+            tid: self.tid,
+            comm: self.comm.into_owned(),
+            ppid: self.ppid,
+            pcomm: self.pcomm.into_owned(),
+            cgroup_id: self.cgroup_id,
+            v1_cgroup_id: self.v1_cgroup_id,
+            mntns: self.mntns,
+            uid: self.uid,
+            syscall: self.syscall.into(),
+            flags: self.flags,
+            dfd: self.dfd,
+            path: self.path.into_vec(),
+            path_status: match self.path_status {
+                WirePathStatus::Whole => PathStatus::Whole,
+                WirePathStatus::TooLong => PathStatus::TooLong,
+                WirePathStatus::Unreadable => PathStatus::Unreadable,
+            },
+            base: match self.base {
+                WireBase::NotNeeded => BaseDir::NotNeeded,
+                WireBase::Resolved(dir) => BaseDir::Resolved(dir.into_vec()),
+                WireBase::Unresolved(why) => BaseDir::Unresolved(NoPath::from_text(&why)),
+            },
+            ret: self.ret,
+            latency_ns: self.latency_ns,
+            represents: self.represents,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireIdentity<'a> {
+    /// At most one of `abs_path` and `abs_path_error`; neither when the
+    /// absolute path is the path argument itself, as it mostly is (a
+    /// removal storm's record is a seventh smaller so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    abs_path: Option<Bytes<'a>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    abs_path_error: Option<Cow<'a, str>>,
+    pod_uid: Option<Cow<'a, PodUid>>,
+    path_area: Option<PathArea>,
+    container_id: Option<Cow<'a, ContainerId>>,
+    actor: Cow<'a, Actor>,
+    matched: Cow<'a, [MatchReason]>,
+}
+
+impl<'a> WireIdentity<'a> {
+    fn of(i: &'a Identity, argument: &[u8]) -> WireIdentity<'a> {
+        let Identity { abs_path, pod_uid, path_area, container_id, actor, matched } = i;
+        let (abs_path, abs_path_error) = match abs_path {
+            Ok(path) if path == argument => (None, None),
+            Ok(path) => (Some(Bytes::of(path)), None),
+            Err(why) => (None, Some(Cow::Borrowed(why.as_str()))),
+        };
+        WireIdentity {
+            abs_path,
+            abs_path_error,
+            pod_uid: pod_uid.as_ref().map(Cow::Borrowed),
+            path_area: *path_area,
+            container_id: container_id.as_ref().map(Cow::Borrowed),
+            actor: Cow::Borrowed(actor),
+            matched: Cow::Borrowed(matched),
+        }
+    }
+
+    fn into_identity(self, argument: &[u8]) -> Result<Identity, String> {
+        let abs_path = match (self.abs_path, self.abs_path_error) {
+            (Some(path), None) => Ok(path.into_vec()),
+            (None, Some(why)) => Err(NoPath::from_text(&why)),
+            (None, None) => Ok(argument.to_vec()),
+            (Some(_), Some(_)) => return Err("an identity holds both abs_path and abs_path_error".into()),
+        };
+        Ok(Identity {
+            abs_path,
+            pod_uid: self.pod_uid.map(Cow::into_owned),
+            path_area: self.path_area,
+            container_id: self.container_id.map(Cow::into_owned),
+            actor: self.actor.into_owned(),
+            matched: self.matched.into_owned(),
+        })
+    }
+}
+
+/// One call the diagnosis saw, with what identify said of it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireCall<'a> {
+    event: WireEvent<'a>,
+    identity: WireIdentity<'a>,
+}
+
+impl<'a> WireCall<'a> {
+    pub fn of(event: &'a CallEvent, identity: &'a Identity) -> WireCall<'a> {
+        WireCall { event: WireEvent::of(event), identity: WireIdentity::of(identity, &event.path) }
+    }
+
+    pub fn into_call(self) -> Result<(CallEvent, Identity), String> {
+        let event = self.event.into_event();
+        let identity = self.identity.into_identity(&event.path)?;
+        Ok((event, identity))
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireFlight<'a> {
+    tid: u32,
+    pid: u32,
+    syscall: WireSyscall,
+    flags: u64,
+    started: u64,
+    path: Option<Bytes<'a>>,
+    pod_uid: Option<Cow<'a, PodUid>>,
+    actor: Cow<'a, Actor>,
+}
+
+impl<'a> WireFlight<'a> {
+    pub fn of(c: &'a CallInFlight) -> WireFlight<'a> {
+        let CallInFlight { flight, path, pod_uid, actor } = c;
+        WireFlight {
+            tid: flight.tid,
+            pid: flight.pid,
+            syscall: flight.syscall.into(),
+            flags: flight.flags,
+            started: nanos(flight.started),
+            path: path.as_deref().map(Bytes::of),
+            pod_uid: pod_uid.as_ref().map(Cow::Borrowed),
+            actor: Cow::Borrowed(actor),
+        }
+    }
+
+    /// The call as the live run's diagnosis saw it. The record keeps the
+    /// absolute path, which the detectors read, and not the argument as
+    /// passed: the call is given that path as its argument, which names
+    /// the same file.
+    pub fn into_flight(self) -> CallInFlight {
+        let path = self.path.map(Bytes::into_vec);
+        let flight = Flight {
+            tid: self.tid,
+            pid: self.pid,
+            syscall: self.syscall.into(),
+            flags: self.flags,
+            dfd: AT_FDCWD,
+            started: time(self.started),
+            path: path.clone(),
+        };
+        CallInFlight { flight, path, pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_owned() }
+    }
+}
+
+/// A lifecycle event the diagnosis saw, with who and which pod it is about.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireLifecycle<'a> {
+    time: u64,
+    pid: u32,
+    ppid: u32,
+    comm: Cow<'a, str>,
+    cgroup_id: u64,
+    what: WireWhat<'a>,
+    pod_uid: Option<Cow<'a, PodUid>>,
+    actor: Cow<'a, Actor>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WireWhat<'a> {
+    Exec { filename: Bytes<'a>, cni: Option<WireCni<'a>> },
+    Exit { status: i32 },
+    Signal { sig: i32, result: i32, target_pid: u32, target_comm: Cow<'a, str>, group: bool },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WireCni<'a> {
+    command: Cow<'a, str>,
+    container_id: Cow<'a, str>,
+    netns: Cow<'a, str>,
+    ifname: Cow<'a, str>,
+    pod_uid: Option<Cow<'a, PodUid>>,
+    pod_namespace: Cow<'a, str>,
+    pod_name: Cow<'a, str>,
+}
+
+impl<'a> WireLifecycle<'a> {
+    pub fn of(e: &'a LifecycleEvent, identity: &'a LifecycleIdentity) -> WireLifecycle<'a> {
+        let what = match &e.what {
+            Lifecycle::Exec { filename, cni } => WireWhat::Exec {
+                filename: Bytes::of(filename),
+                cni: cni.as_ref().map(|c| WireCni {
+                    command: Cow::Borrowed(&c.command),
+                    container_id: Cow::Borrowed(&c.container_id),
+                    netns: Cow::Borrowed(&c.netns),
+                    ifname: Cow::Borrowed(&c.ifname),
+                    pod_uid: c.pod_uid.as_ref().map(Cow::Borrowed),
+                    pod_namespace: Cow::Borrowed(&c.pod_namespace),
+                    pod_name: Cow::Borrowed(&c.pod_name),
+                }),
+            },
+            Lifecycle::Exit { status } => WireWhat::Exit { status: *status },
+            Lifecycle::Signal(s) => WireWhat::Signal {
+                sig: s.sig,
+                result: s.result.code(),
+                target_pid: s.target_pid,
+                target_comm: Cow::Borrowed(&s.target_comm),
+                group: s.group,
+            },
+        };
+        WireLifecycle {
+            time: nanos(e.time),
+            pid: e.pid,
+            ppid: e.ppid,
+            comm: Cow::Borrowed(&e.comm),
+            cgroup_id: e.cgroup_id,
+            what,
+            pod_uid: identity.pod_uid.as_ref().map(Cow::Borrowed),
+            actor: Cow::Borrowed(&identity.actor),
+        }
+    }
+
+    pub fn into_lifecycle(self) -> (LifecycleEvent, LifecycleIdentity) {
+        let what = match self.what {
+            WireWhat::Exec { filename, cni } => Lifecycle::Exec {
+                filename: filename.into_vec(),
+                cni: cni.map(|c| CniRun {
+                    command: c.command.into_owned(),
+                    container_id: c.container_id.into_owned(),
+                    netns: c.netns.into_owned(),
+                    ifname: c.ifname.into_owned(),
+                    pod_uid: c.pod_uid.map(Cow::into_owned),
+                    pod_namespace: c.pod_namespace.into_owned(),
+                    pod_name: c.pod_name.into_owned(),
+                }),
+            },
+            WireWhat::Exit { status } => Lifecycle::Exit { status },
+            WireWhat::Signal { sig, result, target_pid, target_comm, group } => Lifecycle::Signal(SignalSent {
+                sig,
+                result: SignalResult::of(result),
+                target_pid,
+                target_comm: target_comm.into_owned(),
+                group,
+            }),
+        };
+        let event = LifecycleEvent {
+            time: time(self.time),
+            pid: self.pid,
+            ppid: self.ppid,
+            comm: self.comm.into_owned(),
+            cgroup_id: self.cgroup_id,
+            what,
+        };
+        (event, LifecycleIdentity { pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_owned() })
+    }
+}
