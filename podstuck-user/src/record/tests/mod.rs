@@ -5,6 +5,7 @@
 
 mod damage;
 mod format;
+mod golden;
 mod replays;
 mod roundtrip;
 

@@ -1,0 +1,281 @@
+//! The golden questions: every node question, with an answer and with
+//! none readable, and every variant of an answer (how a mount is held,
+//! cgroup v1 and v2, every task state, a path that is not UTF-8), written
+//! as `golden_questions.jsonl` holds them. A change to any wire shape
+//! fails here; so does a field renamed in that text.
+//!
+//! After a deliberate change to the format, write the file anew with
+//! `PODSTUCK_BLESS=1 cargo test -p podstuck-user --lib golden`, and keep
+//! older records readable.
+
+use super::*;
+use crate::identify::owner::Owner;
+use crate::inspect::{EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, MountNamespace, TaskState};
+use crate::record::wire::WireQuestion;
+
+const GOLDEN: &str = include_str!("golden_questions.jsonl");
+
+fn unreadable() -> Unreadable {
+    Unreadable("timed out after 1 s: the filesystem may be hung".into())
+}
+
+fn golden_mount() -> Mount {
+    Mount {
+        id: 50,
+        parent_id: 1,
+        dev: (0, 50),
+        root: b"/".to_vec(),
+        mount_point: b"/mnt/\xff odd".to_vec(),
+        options: "rw,relatime".into(),
+        propagation: vec!["shared:50".into()],
+        fstype: "tmpfs".into(),
+        source: "tmpfs".into(),
+        super_options: "rw".into(),
+    }
+}
+
+fn owner() -> Owner {
+    Owner {
+        pod_uid: Some(pod()),
+        pod_name: Some("web".into()),
+        pod_namespace: Some("default".into()),
+        container: Some("app".into()),
+    }
+}
+
+/// A task in every state /proc shows, one with its wait channel and stack read.
+fn tasks() -> Vec<TaskState> {
+    let mut all: Vec<TaskState> = "RSDTtZXI".chars().zip(1..).map(|(state, tid)| task(tid, "t", state)).collect();
+    all[2].wchan = Some("fuse_wait_answer".into());
+    all[2].stack = vec!["request_wait_answer+0x0/0x40".into()];
+    all
+}
+
+fn holders() -> Vec<MountHolder> {
+    let how = [HoldKind::Cwd, HoldKind::Root, HoldKind::OpenFile, HoldKind::MappedFile];
+    how.into_iter()
+        .zip(1..)
+        .map(|(how, pid)| MountHolder {
+            pid,
+            comm: "sh".into(),
+            how,
+            path: b"/mnt/\xff odd/f".to_vec(),
+            mntns: 4026532301,
+            other_namespace: pid % 2 == 0,
+            owner: (pid == 1).then(owner),
+        })
+        .collect()
+}
+
+fn cgroups() -> Vec<CgroupState> {
+    let v2 = CgroupState {
+        version: 2,
+        tasks: tasks(),
+        children: vec!["init.scope".into()],
+        populated: Some(true),
+        frozen: Some(false),
+        has_kill: true,
+    };
+    let v1 =
+        CgroupState { version: 1, tasks: vec![], children: vec![], populated: None, frozen: None, has_kill: false };
+    vec![v2, v1]
+}
+
+/// Every question of the node, answered and unreadable.
+fn every_question() -> Vec<Question> {
+    let path = || b"/var/lib/kubelet/pods/x".to_vec();
+    let namespace = MountNamespace {
+        mntns: 4026532301,
+        host: false,
+        member: 812,
+        member_comm: "kubelet".into(),
+        owner: Some(owner()),
+        mounts: vec![golden_mount()],
+    };
+    let copy = MountCopy {
+        mntns: 4026532302,
+        pid: 9,
+        comm: "c".into(),
+        mount_point: b"/mnt/\xff odd".to_vec(),
+        propagation: vec!["master:3".into()],
+        owner: Some(owner()),
+    };
+    let facts =
+        FileFacts { mode: 0o41777, uid: 1, gid: 2, nlink: 3, size: 4096, is_dir: true, sticky: true, dev: (8, 1) };
+    let usage = FsUsage {
+        fstype: "ext4".into(),
+        total_bytes: 10 << 30,
+        free_bytes: 1 << 30,
+        total_inodes: 655360,
+        free_inodes: 65536,
+        read_only: true,
+    };
+    let frozen =
+        FreezerLevel { dir: b"/sys/fs/cgroup/freezer/kubepods".to_vec(), state: "FROZEN".into(), pids: vec![5, 6] };
+    let mut asked = vec![
+        Question::HostMounts { answer: Ok(vec![golden_mount()]) },
+        Question::HostMounts { answer: Err(unreadable()) },
+        Question::MountNamespace { mntns: 4026532301, answer: Ok(namespace) },
+        Question::MountNamespace { mntns: 4026532309, answer: Err(unreadable()) },
+        Question::ResolvedPath { pid: 100, path: b"/var/run/x".to_vec(), answer: Ok(b"/run/x".to_vec()) },
+        Question::ResolvedPath { pid: 100, path: b"/var/run/y".to_vec(), answer: Err(unreadable()) },
+        Question::MountHolders { mount: golden_mount(), mntns: 4026531840, answer: holders() },
+        Question::MountHolders { mount: golden_mount(), mntns: 4026531841, answer: vec![] },
+        Question::MountCopies { mount: golden_mount(), mntns: 4026531840, answer: vec![copy] },
+        Question::MountCopies { mount: golden_mount(), mntns: 4026531841, answer: vec![] },
+        Question::InodeFlags { path: path(), answer: Ok(InodeFlags { immutable: true, append_only: true, raw: 0x30 }) },
+        Question::InodeFlags { path: path(), answer: Err(unreadable()) },
+        Question::FileFacts { path: path(), answer: Ok(facts) },
+        Question::FileFacts { path: path(), answer: Err(unreadable()) },
+        Question::DirSample {
+            path: path(),
+            limit: 3,
+            answer: Ok(DirSample { names: vec![b"a".to_vec(), b"\xff".to_vec()], counted: 7, complete: false }),
+        },
+        Question::DirSample { path: path(), limit: 3, answer: Err(unreadable()) },
+        Question::RemainingEntries {
+            path: path(),
+            answer: Ok(EntryEstimate { entries: 1200, at_least: true, method: "link count".into() }),
+        },
+        Question::RemainingEntries { path: path(), answer: Err(unreadable()) },
+        Question::FsUsage { path: path(), answer: Ok(usage) },
+        Question::FsUsage { path: path(), answer: Err(unreadable()) },
+    ];
+    for state in cgroups() {
+        asked.push(Question::Cgroup { path: CG.as_bytes().to_vec(), answer: Ok(state) });
+    }
+    asked.extend([
+        Question::Cgroup { path: CG.as_bytes().to_vec(), answer: Err(unreadable()) },
+        Question::V1Freezer { path: path(), answer: Ok(vec![frozen]) },
+        Question::V1Freezer { path: path(), answer: Err(unreadable()) },
+    ]);
+    for t in tasks() {
+        asked.push(Question::Task { tid: t.tid, answer: Ok(t) });
+    }
+    asked.extend([
+        Question::Task { tid: 99, answer: Err(unreadable()) },
+        Question::FuseServers { answer: tasks() },
+        Question::FuseServers { answer: vec![] },
+        Question::Avoid { path: b"/mnt/\xff odd".to_vec() },
+    ]);
+    asked
+}
+
+fn written(asked: &[Question]) -> String {
+    asked.iter().map(|q| serde_json::to_string(&WireQuestion::of(q)).unwrap() + "\n").collect()
+}
+
+/// The question a line of the golden text reads as, or why it does not.
+fn read(line: &str) -> Result<Option<Question>, String> {
+    let wire: WireQuestion = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    wire.into_asked()
+}
+
+#[test]
+fn every_question_and_answer_is_written_as_the_golden_text_says() {
+    let text = written(&every_question());
+    if std::env::var_os("PODSTUCK_BLESS").is_some() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/record/tests/golden_questions.jsonl");
+        std::fs::write(file, &text).unwrap();
+        return;
+    }
+    for (line, (now, golden)) in text.lines().zip(GOLDEN.lines()).enumerate() {
+        assert_eq!(now, golden, "line {} of golden_questions.jsonl", line + 1);
+    }
+    assert_eq!(text.lines().count(), GOLDEN.lines().count());
+}
+
+#[test]
+fn the_golden_text_reads_back_as_every_question_and_answer() {
+    let read: Vec<Question> = GOLDEN.lines().map(|l| read(l).unwrap().expect("an answer")).collect();
+    assert_eq!(read, every_question());
+}
+
+#[test]
+fn every_question_has_its_variant_in_the_golden_text() {
+    let variants: std::collections::BTreeSet<String> =
+        GOLDEN.lines().map(|l| l[2..].split('"').next().unwrap().to_string()).collect();
+    // One per method of the node, and avoid; mounts_of_process is retired.
+    let methods = [
+        "host_mounts",
+        "mount_namespace",
+        "resolved_path",
+        "mount_holders",
+        "mount_copies",
+        "inode_flags",
+        "file_facts",
+        "dir_sample",
+        "remaining_entries",
+        "fs_usage",
+        "cgroup",
+        "v1_freezer",
+        "task",
+        "fuse_servers",
+        "avoid",
+    ];
+    assert_eq!(variants, methods.iter().map(|m| m.to_string()).collect());
+}
+
+#[test]
+fn a_renamed_answer_field_is_not_read_as_the_golden_answer() {
+    let line = GOLDEN.lines().find(|l| l.contains("\"free_bytes\"")).unwrap();
+    assert!(read(line).is_ok());
+    let renamed = line.replace("\"free_bytes\"", "\"free_space\"");
+    let error = read(&renamed).unwrap_err();
+    assert!(error.contains("missing field `free_bytes`"), "{error}");
+}
+
+/// Every object key of a JSON value, as the path of keys that leads to it.
+fn key_paths(value: &serde_json::Value, above: &[String], out: &mut Vec<Vec<String>>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, inner) in map {
+                let mut path = above.to_vec();
+                path.push(key.clone());
+                // An absent value reads as null: nothing to tell a rename by.
+                if !inner.is_null() {
+                    out.push(path.clone());
+                }
+                key_paths(inner, &path, out);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|i| key_paths(i, above, out)),
+        _ => {}
+    }
+}
+
+fn rename(value: &mut serde_json::Value, path: &[String]) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if path.len() == 1 {
+                if let Some(inner) = map.remove(&path[0]) {
+                    map.insert(format!("{}_renamed", path[0]), inner);
+                }
+            } else if let Some(inner) = map.get_mut(&path[0]) {
+                rename(inner, &path[1..]);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|i| rename(i, path)),
+        _ => {}
+    }
+}
+
+#[test]
+fn any_field_renamed_in_the_golden_text_fails_it() {
+    let expected = every_question();
+    for (line, question) in GOLDEN.lines().zip(&expected) {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        let mut paths = Vec::new();
+        key_paths(&value, &[], &mut paths);
+        for path in paths {
+            let mut renamed = value.clone();
+            rename(&mut renamed, &path);
+            let read = read(&renamed.to_string());
+            assert!(
+                read.as_ref().ok() != Some(&Some(question.clone())),
+                "{} renamed still reads the same: {line}",
+                path.join(".")
+            );
+        }
+    }
+}
