@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{nanos, time, Bytes};
 use crate::diagnose::CallInFlight;
 use crate::event::{BaseDir, CallEvent, Flight, NoPath, PathStatus, AT_FDCWD};
+use crate::identify::actor::Role;
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult, SignalSent};
@@ -201,7 +202,7 @@ struct WireIdentity<'a> {
     pod_uid: Option<Cow<'a, PodUid>>,
     path_area: Option<PathArea>,
     container_id: Option<Cow<'a, ContainerId>>,
-    actor: Cow<'a, Actor>,
+    actor: WireActor<'a>,
     matched: Cow<'a, [MatchReason]>,
 }
 
@@ -219,7 +220,7 @@ impl<'a> WireIdentity<'a> {
             pod_uid: pod_uid.as_ref().map(Cow::Borrowed),
             path_area: *path_area,
             container_id: container_id.as_ref().map(Cow::Borrowed),
-            actor: Cow::Borrowed(actor),
+            actor: WireActor::of(actor),
             matched: Cow::Borrowed(matched),
         }
     }
@@ -236,7 +237,7 @@ impl<'a> WireIdentity<'a> {
             pod_uid: self.pod_uid.map(Cow::into_owned),
             path_area: self.path_area,
             container_id: self.container_id.map(Cow::into_owned),
-            actor: self.actor.into_owned(),
+            actor: self.actor.into_actor(),
             matched: self.matched.into_owned(),
         })
     }
@@ -270,7 +271,7 @@ pub struct WireFlight<'a> {
     started: u64,
     path: Option<Bytes<'a>>,
     pod_uid: Option<Cow<'a, PodUid>>,
-    actor: Cow<'a, Actor>,
+    actor: WireActor<'a>,
 }
 
 impl<'a> WireFlight<'a> {
@@ -284,7 +285,7 @@ impl<'a> WireFlight<'a> {
             started: nanos(flight.started),
             path: path.as_deref().map(Bytes::of),
             pod_uid: pod_uid.as_ref().map(Cow::Borrowed),
-            actor: Cow::Borrowed(actor),
+            actor: WireActor::of(actor),
         }
     }
 
@@ -303,7 +304,7 @@ impl<'a> WireFlight<'a> {
             started: time(self.started),
             path: path.clone(),
         };
-        CallInFlight { flight, path, pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_owned() }
+        CallInFlight { flight, path, pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_actor() }
     }
 }
 
@@ -317,7 +318,7 @@ pub struct WireLifecycle<'a> {
     cgroup_id: u64,
     what: WireWhat<'a>,
     pod_uid: Option<Cow<'a, PodUid>>,
-    actor: Cow<'a, Actor>,
+    actor: WireActor<'a>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -371,7 +372,7 @@ impl<'a> WireLifecycle<'a> {
             cgroup_id: e.cgroup_id,
             what,
             pod_uid: identity.pod_uid.as_ref().map(Cow::Borrowed),
-            actor: Cow::Borrowed(&identity.actor),
+            actor: WireActor::of(&identity.actor),
         }
     }
 
@@ -406,6 +407,80 @@ impl<'a> WireLifecycle<'a> {
             cgroup_id: self.cgroup_id,
             what,
         };
-        (event, LifecycleIdentity { pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_owned() })
+        (event, LifecycleIdentity { pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_actor() })
+    }
+}
+
+/// Who made a call, as the record keeps it (apart from `Actor`, which
+/// `--json` prints).
+#[derive(Debug, Serialize, Deserialize)]
+struct WireActor<'a> {
+    comm: Cow<'a, str>,
+    exe: Option<Cow<'a, str>>,
+    parent: Cow<'a, str>,
+    role: WireRole,
+    description: Cow<'a, str>,
+}
+
+impl<'a> WireActor<'a> {
+    fn of(a: &'a Actor) -> WireActor<'a> {
+        let Actor { comm, exe, parent, role, description } = a;
+        WireActor {
+            comm: Cow::Borrowed(comm),
+            exe: exe.as_deref().map(Cow::Borrowed),
+            parent: Cow::Borrowed(parent),
+            role: (*role).into(),
+            description: Cow::Borrowed(description),
+        }
+    }
+
+    fn into_actor(self) -> Actor {
+        Actor {
+            comm: self.comm.into_owned(),
+            exe: self.exe.map(Cow::into_owned),
+            parent: self.parent.into_owned(),
+            role: self.role.into(),
+            description: self.description.into_owned(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum WireRole {
+    Kubelet,
+    Runtime,
+    Shim,
+    Runc,
+    CsiPlugin,
+    Systemd,
+    Other,
+}
+
+impl From<Role> for WireRole {
+    fn from(r: Role) -> WireRole {
+        match r {
+            Role::Kubelet => WireRole::Kubelet,
+            Role::Runtime => WireRole::Runtime,
+            Role::Shim => WireRole::Shim,
+            Role::Runc => WireRole::Runc,
+            Role::CsiPlugin => WireRole::CsiPlugin,
+            Role::Systemd => WireRole::Systemd,
+            Role::Other => WireRole::Other,
+        }
+    }
+}
+
+impl From<WireRole> for Role {
+    fn from(r: WireRole) -> Role {
+        match r {
+            WireRole::Kubelet => Role::Kubelet,
+            WireRole::Runtime => Role::Runtime,
+            WireRole::Shim => Role::Shim,
+            WireRole::Runc => Role::Runc,
+            WireRole::CsiPlugin => Role::CsiPlugin,
+            WireRole::Systemd => Role::Systemd,
+            WireRole::Other => Role::Other,
+        }
     }
 }
