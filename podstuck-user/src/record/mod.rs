@@ -47,6 +47,7 @@
 //! [`replay`] (what `podstuck replay` prints) or [`replay_record`].
 
 mod node;
+mod question;
 mod read;
 mod replay;
 mod wire;
@@ -80,7 +81,8 @@ use wire::{
     WireTotals,
 };
 
-pub use node::{Question, RecordingNode, ReplayNode, NOT_IN_THE_RECORD};
+pub use node::{RecordingNode, ReplayNode, NOT_IN_THE_RECORD};
+pub use question::Question;
 pub use read::{Entry, RecordEnd, RecordError, RecordReader, RecordedCall, RecordedReview};
 pub use replay::{replay, replay_findings, replay_record, ReplaySummary};
 

@@ -1,9 +1,11 @@
 //! The node as a record sees it: [`RecordingNode`] stands between the
 //! detectors and the live node and notes every question and answer, without
 //! changing either; [`ReplayNode`] answers the same questions later, on
-//! another machine, from what was noted. Both, and [`Question`], are made
-//! from the table of questions (`inspect::questions`) by the macro below.
+//! another machine, from what was noted. Both are made from the table of
+//! questions (`inspect::questions`) by the macro below; what they note
+//! and answer from is the record's [`Question`] (`question`).
 
+use super::question::Question;
 use super::wire::{question_key, Recorded};
 use crate::inspect::questions::node_questions;
 use crate::inspect::{
@@ -16,29 +18,6 @@ macro_rules! recorded_node_of {
         $(#[$doc:meta])*
         fn $method:ident($($arg:ident: $ty:ty => $owned:ty $(= $older:expr)?),*) -> $answer:ty as $variant:ident;
     )*) => {
-        /// One question a detector asked of the node during a review, with the
-        /// answer it got: one variant per [`NodeInspector`] method.
-        #[derive(Clone, Debug, PartialEq)]
-        pub enum Question {
-            $($variant { $($arg: $owned,)* answer: $answer },)*
-            /// Not a question: the detectors telling the node to stay away from a
-            /// hung mount. Kept so the order of a review reads as it happened.
-            Avoid { path: Vec<u8> },
-        }
-
-        impl Question {
-            /// The question alone, method and arguments: what an answer is
-            /// found by, written and read.
-            pub fn key(&self) -> String {
-                match self {
-                    $(Question::$variant { $($arg,)* .. } => {
-                        question_key(stringify!($method), &($($arg.to_wire(),)*))
-                    })*
-                    Question::Avoid { path } => question_key("avoid", &(path.to_wire(),)),
-                }
-            }
-        }
-
         impl NodeInspector for RecordingNode<'_> {
             $(
                 fn $method(&mut self, $($arg: $ty),*) -> $answer {

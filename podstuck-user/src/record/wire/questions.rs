@@ -12,7 +12,7 @@ use crate::inspect::{
     CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder,
     MountNamespace, Probe, TaskState,
 };
-use crate::record::node::Question;
+use crate::record::question::Question;
 
 /// A question alone, method and arguments (in their wire shapes), as a key
 /// to find answers to it by. Only compared within one run of one podstuck.
@@ -63,6 +63,19 @@ macro_rules! wire_question_of {
             Avoid { path: Bytes<'static> },
         }
 
+        impl Question {
+            /// The question alone, method and arguments: what an answer is
+            /// found by, written and read.
+            pub fn key(&self) -> String {
+                match self {
+                    $(Question::$variant { $($arg,)* .. } => {
+                        question_key(stringify!($method), &($($arg.to_wire(),)*))
+                    })*
+                    Question::Avoid { path } => question_key("avoid", &(path.to_wire(),)),
+                }
+            }
+        }
+
         impl WireQuestion {
             pub fn of(asked: &Question) -> WireQuestion {
                 match asked {
@@ -75,7 +88,8 @@ macro_rules! wire_question_of {
                 }
             }
 
-            /// The question alone, as [`Question::key`] says it.
+            /// The question alone, as [`Question::key`] says it: the key of a
+            /// question read.
             pub fn question_key(&self) -> String {
                 match self {
                     $(WireQuestion::$variant { $($arg,)* .. } => question_key(stringify!($method), &($($arg,)*)),)*
