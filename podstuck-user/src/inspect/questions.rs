@@ -10,6 +10,8 @@
 //! value (its type's default) when absent, and a recorded answer with that
 //! value answers the question whatever it is asked with.
 
+use super::{Probe, Unreadable};
+
 /// Hands the table to `$then!`, a macro that makes one thing of every question.
 macro_rules! node_questions {
     ($then:ident) => {
@@ -58,3 +60,24 @@ macro_rules! node_questions {
 }
 
 pub(crate) use node_questions;
+
+/// An answer from a node that has none to give: unreadable, saying why,
+/// where the answer is a fact ([`Probe`]); an empty list where it is a
+/// list. What a replay answers a question its record lacks, and the fake
+/// node of the detectors' tests one its test gave no answer to.
+pub trait Unanswered {
+    fn unanswered(why: &str) -> Self;
+}
+
+impl<T> Unanswered for Probe<T> {
+    fn unanswered(why: &str) -> Probe<T> {
+        Err(Unreadable(why.into()))
+    }
+}
+
+/// A list answers with none, whatever the reason.
+impl<T> Unanswered for Vec<T> {
+    fn unanswered(_why: &str) -> Vec<T> {
+        Vec::new()
+    }
+}

@@ -7,10 +7,10 @@
 
 use super::question::Question;
 use super::wire::{question_key, Recorded};
-use crate::inspect::questions::node_questions;
+use crate::inspect::questions::{node_questions, Unanswered};
 use crate::inspect::{
     CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder,
-    MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
+    MountNamespace, NodeInspector, Probe, TaskState,
 };
 
 macro_rules! recorded_node_of {
@@ -46,7 +46,7 @@ macro_rules! recorded_node_of {
                     let said = || said(stringify!($method), &[$($arg.said()),*]);
                     match self.answer(&key, &older, said).map(|i| &self.asked[i]) {
                         Some(Question::$variant { answer, .. }) => answer.clone(),
-                        _ => NotInTheRecord::not_in_the_record(),
+                        _ => Unanswered::unanswered(NOT_IN_THE_RECORD),
                     }
                 }
             )*
@@ -191,24 +191,6 @@ fn namespaces_of_host_tables(asked: Vec<Question>, host_mntns: u64) -> Vec<Quest
     out
 }
 
-/// What a replay answers a question the record has no answer to.
-trait NotInTheRecord {
-    fn not_in_the_record() -> Self;
-}
-
-impl<T> NotInTheRecord for Probe<T> {
-    fn not_in_the_record() -> Probe<T> {
-        Err(Unreadable(NOT_IN_THE_RECORD.into()))
-    }
-}
-
-/// Questions that answer with a list answer none.
-impl<T> NotInTheRecord for Vec<T> {
-    fn not_in_the_record() -> Vec<T> {
-        Vec::new()
-    }
-}
-
 /// An argument as a replay says a question it lacks.
 trait Said {
     fn said(&self) -> String;
@@ -253,6 +235,7 @@ fn said(method: &str, arguments: &[String]) -> String {
 mod tests {
     use super::*;
     use crate::diagnose::fake::{facts, FakeNode};
+    use crate::inspect::Unreadable;
 
     #[test]
     fn the_recording_node_answers_as_the_node_and_notes_each_question_in_order() {
