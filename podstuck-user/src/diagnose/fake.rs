@@ -1,5 +1,11 @@
 //! A fake node and synthetic calls for the detectors' unit tests: node
 //! state is whatever a test says, calls are made at chosen times.
+//!
+//! The fake node's [`NodeInspector`] is made from the table of questions
+//! (`inspect::questions`): a question it has no logic for answers
+//! "unanswered" (unreadable, or an empty list), so a new question needs
+//! nothing here until a test asks it; then its answer goes in
+//! `impl FakeAnswers for FakeNode`, from a field the test sets.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,6 +18,7 @@ use crate::identify::actor::{describe, role_of};
 use crate::identify::pod::{clues_from_path, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::inspect::mounts::parse_mountinfo;
+use crate::inspect::questions::{node_questions, Unanswered};
 use crate::inspect::*;
 
 pub const POD: &str = "5f1c2a9e-0000-4000-8000-000000000001";
@@ -101,7 +108,45 @@ impl Call {
     }
 }
 
-impl NodeInspector for FakeNode {
+/// Makes, of the table of questions (`inspect::questions`), the fake
+/// node's [`NodeInspector`], which answers each question as
+/// [`FakeAnswers`] does, and `FakeAnswers` itself, which answers each one
+/// "unanswered" unless [`FakeNode`] gives it logic of its own.
+macro_rules! fake_node_of {
+    ($(
+        $(#[$doc:meta])*
+        fn $method:ident($($arg:ident: $ty:ty => $owned:ty $(= $older:expr)?),*) -> $answer:ty as $variant:ident;
+    )*) => {
+        /// The fake node's answer to each question: unanswered (unreadable,
+        /// "the fake node was given no answer to task", or an empty list)
+        /// until a test needs the question and the fake answers it from
+        /// what the test set.
+        trait FakeAnswers {
+            $(
+                #[allow(unused_variables)]
+                fn $method(&mut self, $($arg: $ty),*) -> $answer {
+                    Unanswered::unanswered(concat!("the fake node was given no answer to ", stringify!($method)))
+                }
+            )*
+        }
+
+        impl NodeInspector for FakeNode {
+            $(
+                fn $method(&mut self, $($arg: $ty),*) -> $answer {
+                    FakeAnswers::$method(self, $($arg),*)
+                }
+            )*
+            fn avoid(&mut self, path: &[u8]) {
+                self.avoided.push(path.to_vec());
+            }
+        }
+    };
+}
+
+node_questions!(fake_node_of);
+
+/// The questions the detectors' tests set answers to.
+impl FakeAnswers for FakeNode {
     fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
         Ok(self.mounts())
     }
@@ -177,9 +222,6 @@ impl NodeInspector for FakeNode {
     }
     fn fuse_servers(&mut self) -> Vec<TaskState> {
         self.fuse.clone()
-    }
-    fn avoid(&mut self, path: &[u8]) {
-        self.avoided.push(path.to_vec());
     }
 }
 
@@ -282,4 +324,22 @@ pub fn run_with(
 /// The pod's CSI volume mount dir.
 pub fn csi_mount() -> String {
     format!("{KUBELET}/pods/{POD}/volumes/kubernetes.io~csi/pvc-1/mount")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake with no logic of its own.
+    struct Blank;
+    impl FakeAnswers for Blank {}
+
+    #[test]
+    fn a_question_the_fake_has_no_logic_for_is_unanswered() {
+        let why = |question: &str| Unreadable(format!("the fake node was given no answer to {question}"));
+        assert_eq!(Blank.task(7), Err(why("task")));
+        assert_eq!(Blank.file_facts(b"/a"), Err(why("file_facts")));
+        assert!(Blank.fuse_servers().is_empty());
+        assert!(Blank.mount_holders(&FakeNode::with_mounts(&[]).mounts()[0], 0).is_empty());
+    }
 }

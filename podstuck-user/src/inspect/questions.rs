@@ -2,9 +2,11 @@
 //! method, its arguments (as the detector passes them `=>` as a record
 //! keeps them), its answer and its name in a record. The inspector trait
 //! ([`super::NodeInspector`]), the record's question, the recording and
-//! replaying nodes and the record's wire question are all made from this
-//! table, so a new question is one entry here plus its reader on the real
-//! node (`real_node`).
+//! replaying nodes, the record's wire question and the detectors' fake
+//! node (which answers a question [`Unanswered`] until a test needs it)
+//! are all made from this table, so a new question is one entry here plus
+//! its reader on the real node (`real_node`); a new answer type also
+//! takes its wire shape (`record/wire/answers.rs`) and a golden line.
 //!
 //! An argument `= value` is one that older records lack: read as that
 //! value (its type's default) when absent, and a recorded answer with that
