@@ -426,6 +426,28 @@ fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
     long
 }
 
+/// A room holds one thing: a collector file past this many lines holds
+/// several, and is split into the rooms it holds.
+const MOST_LINES_IN_A_COLLECTOR_FILE: usize = 900;
+
+#[test]
+fn no_collector_file_is_longer_than_900_lines() {
+    let root = workspace();
+    let long: Vec<String> = rust_files(&root.join("podstuck-user/src"))
+        .into_iter()
+        .filter_map(|file| {
+            let lines = fs::read_to_string(&file).unwrap().lines().count();
+            (lines > MOST_LINES_IN_A_COLLECTOR_FILE)
+                .then(|| format!("{}: {lines} lines", file.strip_prefix(&root).unwrap().display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "podstuck-user files over {MOST_LINES_IN_A_COLLECTOR_FILE} lines (split each into the rooms it holds, its tests beside it):\n{}",
+        long.join("\n")
+    );
+}
+
 #[test]
 fn no_function_is_longer_than_120_lines() {
     let root = workspace();
