@@ -2,10 +2,10 @@
 //! sources themselves so they hold after every change: the collector's
 //! modules import only the layers below them (data flows one way, no
 //! circle), the modules of every crate import each other in no circle,
-//! docs/development.md lists the same layers, no function is
-//! longer than 120 lines, and README.md stays a quick start of at most 300
+//! xtask's tasks name none of main's own items, docs/development.md lists
+//! the same layers, no collector file is longer than 900 lines nor any
+//! function than 120, and README.md stays a quick start of at most 300
 //! lines whose links to docs/ all lead somewhere.
-
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -64,20 +64,16 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 
 /// A source file's code as it is built outside tests: what follows its
 /// `#[cfg(test)]` test module is dropped, and so are comment lines (doc
-/// links name modules without importing them).
+/// links name modules without importing them). A test module kept in a
+/// file of its own (`mod tests;`) ends nothing: the code after that line
+/// is built as any other.
 fn code_outside_tests(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
-    let end = lines
-        .windows(2)
-        .position(|w| {
-            w[0].trim() == "#[cfg(test)]"
-                && w[1]
-                    .trim_start()
-                    .trim_start_matches("pub(crate) ")
-                    .trim_start_matches("pub ")
-                    .starts_with("mod tests")
-        })
-        .unwrap_or(lines.len());
+    let test_module = |line: &str| {
+        let declared = line.trim().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+        declared.starts_with("mod tests") && !declared.ends_with(';')
+    };
+    let end = lines.windows(2).position(|w| w[0].trim() == "#[cfg(test)]" && test_module(w[1])).unwrap_or(lines.len());
     lines[..end].iter().filter(|l| !l.trim_start().starts_with("//")).copied().collect::<Vec<_>>().join("\n")
 }
 
@@ -138,6 +134,14 @@ fn every_module_imports_only_the_layers_below_its_own() {
         }
     }
     assert!(wrong.is_empty(), "imports that run up or sideways:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn a_test_module_in_a_file_of_its_own_hides_no_code() {
+    let text =
+        "use crate::a;\n#[cfg(test)]\nmod tests;\nuse crate::b;\n#[cfg(test)]\nmod tests {\n    use crate::c;\n}\n";
+    let code = code_outside_tests(text);
+    assert!(code.contains("crate::b") && !code.contains("crate::c"), "{code}");
 }
 
 #[test]
@@ -353,6 +357,31 @@ fn no_modules_of_any_crate_import_each_other_in_a_circle() {
          one that needs it):\n{}",
         found.join("\n")
     );
+}
+
+/// The tasks' binary: `main` declares the tasks and runs them, so a task
+/// naming one of main's own items (not one of its modules) is an arrow
+/// back up to what runs it, which the sibling rule above does not count.
+#[test]
+fn no_module_of_xtask_names_mains_own_items() {
+    let src = workspace().join("xtask/src");
+    let files: Vec<(PathBuf, Vec<String>)> = rust_files(&src)
+        .into_iter()
+        .map(|file| {
+            let at = module_path(file.strip_prefix(&src).unwrap());
+            (file, at)
+        })
+        .collect();
+    let modules: BTreeSet<&String> = files.iter().filter_map(|(_, at)| at.first()).collect();
+    let mut wrong = Vec::new();
+    for (file, at) in files.iter().filter(|(_, at)| !at.is_empty()) {
+        for path in paths_named(&code_outside_tests(&fs::read_to_string(file).unwrap()), at) {
+            if path.first().is_some_and(|first| !modules.contains(first)) {
+                wrong.push(format!("{}: names main's {}", file.strip_prefix(&src).unwrap().display(), path.join("::")));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "xtask's tasks name main's items (move them into a module below):\n{}", wrong.join("\n"));
 }
 
 #[test]
