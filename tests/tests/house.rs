@@ -6,6 +6,7 @@
 //! the same layers, no collector file is longer than 900 lines nor any
 //! function than 120, and README.md stays a quick start of at most 300
 //! lines whose links to docs/ all lead somewhere.
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
