@@ -8,9 +8,10 @@
 //! its reader on the real node (`real_node`); a new answer type also
 //! takes its wire shape (`record/wire/answers.rs`) and a golden line.
 //!
-//! An argument `= value` is one that older records lack: read as that
-//! value (its type's default) when absent, and a recorded answer with that
-//! value answers the question whatever it is asked with.
+//! An argument `= value` is one that older records lack: read as its
+//! type's default when absent (so `value` is always that default, `0`), and
+//! a recorded answer with that value answers the question whatever it is
+//! asked with.
 
 use super::{Probe, Unreadable};
 
@@ -62,6 +63,30 @@ macro_rules! node_questions {
 }
 
 pub(crate) use node_questions;
+
+/// Every type the table names: a macro's types are resolved where it
+/// expands, so each file that expands the table imports these
+/// (`use crate::inspect::questions::named::*`), and a new type is added
+/// here once.
+pub mod named {
+    pub use crate::inspect::{
+        CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy,
+        MountHolder, MountNamespace, Probe, TaskState,
+    };
+}
+
+macro_rules! names_of {
+    ($(
+        $(#[$doc:meta])*
+        fn $method:ident($($arguments:tt)*) -> $answer:ty as $variant:ident;
+    )*) => {
+        &[$(stringify!($method)),*]
+    };
+}
+
+/// Every question's method name, in the table's order: what a test of
+/// every question holds its cases against.
+pub const QUESTION_NAMES: &[&str] = node_questions!(names_of);
 
 /// An answer from a node that has none to give: unreadable, saying why,
 /// where the answer is a fact ([`Probe`]); an empty list where it is a

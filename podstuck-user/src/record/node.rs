@@ -7,11 +7,9 @@
 
 use super::question::Question;
 use super::wire::{question_key, Recorded};
+use crate::inspect::questions::named::*;
 use crate::inspect::questions::{node_questions, Unanswered};
-use crate::inspect::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder,
-    MountNamespace, NodeInspector, Probe, TaskState,
-};
+use crate::inspect::NodeInspector;
 
 macro_rules! recorded_node_of {
     ($(

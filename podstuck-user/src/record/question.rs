@@ -4,11 +4,8 @@
 //! (`node`) make and answer these; the record's wire question (`wire`)
 //! writes and reads them, and says the key a question is found by.
 
+use crate::inspect::questions::named::*;
 use crate::inspect::questions::node_questions;
-use crate::inspect::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder,
-    MountNamespace, Probe, TaskState,
-};
 
 macro_rules! question_of {
     ($(

@@ -10,6 +10,7 @@
 
 use super::*;
 use crate::identify::owner::Owner;
+use crate::inspect::questions::QUESTION_NAMES;
 use crate::inspect::{EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, MountNamespace, TaskState};
 use crate::record::wire::WireQuestion;
 
@@ -195,25 +196,10 @@ fn the_golden_text_reads_back_as_every_question_and_answer() {
 fn every_question_has_its_variant_in_the_golden_text() {
     let variants: std::collections::BTreeSet<String> =
         GOLDEN.lines().map(|l| l[2..].split('"').next().unwrap().to_string()).collect();
-    // One per method of the node, and avoid; mounts_of_process is retired.
-    let methods = [
-        "host_mounts",
-        "mount_namespace",
-        "resolved_path",
-        "mount_holders",
-        "mount_copies",
-        "inode_flags",
-        "file_facts",
-        "dir_sample",
-        "remaining_entries",
-        "fs_usage",
-        "cgroup",
-        "v1_freezer",
-        "task",
-        "fuse_servers",
-        "avoid",
-    ];
-    assert_eq!(variants, methods.iter().map(|m| m.to_string()).collect());
+    // One per question of the table, and avoid; mounts_of_process is retired.
+    let methods = QUESTION_NAMES.iter().chain(&["avoid"]);
+
+    assert_eq!(variants, methods.map(|m| m.to_string()).collect());
 }
 
 #[test]

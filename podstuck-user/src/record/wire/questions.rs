@@ -7,11 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::answers::{Recorded, WireMount, WireProbe};
 use super::Bytes;
+use crate::inspect::questions::named::*;
 use crate::inspect::questions::node_questions;
-use crate::inspect::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder,
-    MountNamespace, Probe, TaskState,
-};
 use crate::record::question::Question;
 
 /// A question alone, method and arguments (in their wire shapes), as a key
