@@ -300,10 +300,8 @@ impl Drop for Lab {
         for cgroup in self.cgroups.iter().rev() {
             // What a scenario started in its own namespace outlives its
             // parent (the unshare'd init): killed by its cgroup.
-            for pid in std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap_or_default().lines() {
-                if let Ok(pid) = pid.parse::<i32>() {
-                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                }
+            for pid in listed_ids(&cgroup.join("cgroup.procs")) {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
             // A killed task leaves its cgroup a moment later.
             let deadline = Instant::now() + Duration::from_secs(5);
