@@ -239,8 +239,7 @@ fn canonical_json(document: &impl Serialize) -> Result<Vec<u8>> {
 }
 
 fn sha256(bytes: &[u8]) -> Result<Sha256Digest> {
-    let hex: String = Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect();
-    Ok(hex.parse()?)
+    Ok(format!("{:x}", Sha256::digest(bytes)).parse()?)
 }
 
 /// Gzip with nothing of the moment in its header (mtime 0, no name).
