@@ -150,7 +150,7 @@ impl NodeLayout {
             docker_root: node.path(DEFAULT_DOCKER_ROOT),
             cgroup2_root: cgroup2_mount(&mountinfo).map(|at| node.path(at)),
             cgroup_v1: v1_hierarchy(&mountinfo).map(|(controller, at)| (controller, node.path(at))),
-            proc_root: PathBuf::from("/proc"),
+            proc_root: node.proc_root(),
             node,
         }
     }
