@@ -510,14 +510,7 @@ mod tests {
     #[test]
     fn a_live_task_keeps_the_pod_cgroup_on_kubelets_two_second_housekeeping() {
         let mut d = CgroupBusy::default();
-        let mut node = node_with(CgroupState {
-            version: 2,
-            tasks: vec![task(999, "sleep", 'S')],
-            children: vec![],
-            populated: Some(true),
-            frozen: Some(false),
-            has_kill: true,
-        });
+        let mut node = node_with(cgroup_with_a_live_sleep());
         let f = &run(&mut d, &mut node, &housekeeping(), 6.5)[0];
         assert_eq!(f.kind, Kind::CgroupBusy);
         assert_eq!(f.confidence, Confidence::Confirmed);

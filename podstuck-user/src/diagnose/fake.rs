@@ -326,6 +326,32 @@ pub fn csi_mount() -> String {
     format!("{KUBELET}/pods/{POD}/volumes/kubernetes.io~csi/pvc-1/mount")
 }
 
+/// A `backup` process (pid 4242) whose current directory is the pod's CSI
+/// volume: what keeps a volume mounted in the detectors' and the record's tests.
+pub fn backup_in_csi_mount() -> MountHolder {
+    MountHolder {
+        pid: 4242,
+        comm: "backup".into(),
+        how: HoldKind::Cwd,
+        path: csi_mount().into_bytes(),
+        mntns: 1,
+        other_namespace: false,
+        owner: None,
+    }
+}
+
+/// A v2 cgroup with one live `sleep` (tid 999) in it, which keeps it busy.
+pub fn cgroup_with_a_live_sleep() -> CgroupState {
+    CgroupState {
+        version: 2,
+        tasks: vec![task(999, "sleep", 'S')],
+        children: vec![],
+        populated: Some(true),
+        frozen: Some(false),
+        has_kill: true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -227,7 +227,6 @@ impl Detector for VolumeStillMounted {
 mod tests {
     use super::super::fake::*;
     use super::*;
-    use crate::inspect::HoldKind;
 
     fn mounted() -> FakeNode {
         FakeNode::with_mounts(&[&format!("50 {} tmpfs", csi_mount())])
@@ -384,15 +383,7 @@ mod tests {
     fn holders_and_unmount_attempts_are_told() {
         let mut d = VolumeStillMounted::default();
         let mut node = mounted();
-        node.holders = vec![MountHolder {
-            pid: 4242,
-            comm: "backup".into(),
-            how: HoldKind::Cwd,
-            path: csi_mount().into_bytes(),
-            mntns: 1,
-            other_namespace: false,
-            owner: None,
-        }];
+        node.holders = vec![backup_in_csi_mount()];
         let m = csi_mount();
         let calls = [
             umount(0.0, "umount", &m, -libc::EBUSY),

@@ -19,7 +19,9 @@ use podstuck_common::Syscall;
 use proptest::prelude::*;
 
 use super::*;
-use crate::diagnose::fake::{call_by, csi_mount, pod, rmdir, t, task, umount, Call, FakeNode, POD};
+use crate::diagnose::fake::{
+    backup_in_csi_mount, call_by, cgroup_with_a_live_sleep, csi_mount, pod, rmdir, t, task, umount, Call, FakeNode, POD,
+};
 use crate::diagnose::{CallInFlight, Confidence, Diagnoser, Kind, Review, Status};
 use crate::event::{BaseDir, Flight, NoPath, PathStatus, AT_FDCWD};
 use crate::identify::actor::Role;
@@ -162,26 +164,8 @@ fn incident_node() -> FakeNode {
         "77 /mnt/fuse fuse.sshfs",
         "20 /sys/fs/fuse/connections fusectl",
     ]);
-    node.holders = vec![MountHolder {
-        pid: 4242,
-        comm: "backup".into(),
-        how: HoldKind::Cwd,
-        path: csi_mount().into_bytes(),
-        mntns: 1,
-        other_namespace: false,
-        owner: None,
-    }];
-    node.cgroups.insert(
-        CG.into(),
-        CgroupState {
-            version: 2,
-            tasks: vec![task(999, "sleep", 'S')],
-            children: vec![],
-            populated: Some(true),
-            frozen: Some(false),
-            has_kill: true,
-        },
-    );
+    node.holders = vec![backup_in_csi_mount()];
+    node.cgroups.insert(CG.into(), cgroup_with_a_live_sleep());
     let mut stuck = task(4321, "kubelet", 'S');
     stuck.wchan = Some("request_wait_answer".into());
     node.tasks.insert(4321, stuck);
