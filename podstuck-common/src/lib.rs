@@ -382,7 +382,9 @@ pub struct CallRecord {
     pub path_status: u8,
     pub base_len: u16,
     pub base_status: u8,
-    pub _reserved: u8,
+    /// Which of the v1 hierarchies user space asked for
+    /// (`KernelOffsets::v1_subsys`, from 0) `v1_cgroup_id` is of.
+    pub v1_hierarchy: u8,
     /// The caller's real uid (EPERM in a sticky directory depends on it).
     pub uid: u32,
     pub comm: [u8; 16],
@@ -395,9 +397,16 @@ pub struct CallRecord {
     /// On cgroup v1 nodes: the caller's cgroup in one v1 hierarchy (its
     /// kernfs node id, the cgroup directory's inode number), read in the
     /// kernel at the call so a caller gone by the time user space looks is
-    /// still tied to its pod; 0 when not read (cgroup v2 only, no offsets).
+    /// still tied to its pod: the first hierarchy, of those asked, where the
+    /// caller is below the root (`v1_hierarchy` says which), else the
+    /// first one's root; 0 when not read (cgroup v2 only, no offsets).
     pub v1_cgroup_id: u64,
 }
+
+/// v1 hierarchies the kernel programs try for a caller's cgroup, at most:
+/// a node mounts a dozen, and the first four with a controller that
+/// kubelet and the runtimes make every pod's cgroup in are plenty.
+pub const V1_HIERARCHIES: usize = 4;
 
 /// Byte size of the fixed part of a record.
 pub const CALL_RECORD_BYTES: usize = size_of::<CallRecord>();
@@ -598,15 +607,19 @@ pub struct KernelOffsets {
     pub regs_arg: [u64; 3],
     /// Where the syscall number sits in `struct pt_regs` (x86_64: orig_ax).
     pub regs_nr: u64,
-    /// `task_struct.cgroups`; `css_set.subsys`; `cgroup_subsys_state.cgroup`;
-    /// `cgroup.kn`; `kernfs_node.id`: the caller's cgroup in one v1 hierarchy.
+    /// `task_struct.cgroups`; `css_set.subsys`; `cgroup_subsys_state.cgroup`
+    /// and `.parent`; `cgroup.kn`; `kernfs_node.id`: the caller's cgroup in
+    /// the v1 hierarchies.
     pub task_cgroups: u64,
     pub css_set_subsys: u64,
     pub css_cgroup: u64,
+    pub css_parent: u64,
     pub cgroup_kn: u64,
     pub kernfs_node_id: u64,
-    /// Which v1 hierarchy: its `cgroup_subsys_id` plus one; 0 reads none.
-    pub v1_subsys: u64,
+    /// Which v1 hierarchies, in the order they are tried: each by one of
+    /// its controllers' `cgroup_subsys_id` (this kernel's, from its BTF)
+    /// plus one; 0 reads none there.
+    pub v1_subsys: [u64; V1_HIERARCHIES],
     /// `task_struct.mm`; `mm_struct.env_start`, `.env_end`: an exec'd
     /// program's environment (a CNI plugin's `CNI_COMMAND`, `CNI_ARGS`).
     pub task_mm: u64,

@@ -90,6 +90,7 @@ fn fill_header(record: &mut CallRecord, call: &Ended) {
     record.ppid = 0;
     record.mntns = 0;
     record.v1_cgroup_id = 0;
+    record.v1_hierarchy = 0;
     record.dfd = call.entry.dfd;
     record.syscall = call.key.syscall;
     record.uid = bpf_get_current_uid_gid() as u32;
@@ -139,27 +140,50 @@ fn fill_task_context(record: &mut CallRecord) -> Option<()> {
         record.ppid = read_kernel::<i32>(parent, patched!(OFFSETS.task_tgid)).unwrap_or(0) as u32;
         record.pcomm = read_kernel::<[u8; 16]>(parent, patched!(OFFSETS.task_comm)).unwrap_or([0; 16]);
     }
-    record.v1_cgroup_id = v1_cgroup_id(task).unwrap_or(0);
+    if let Some((id, hierarchy)) = v1_cgroup(task) {
+        record.v1_cgroup_id = id;
+        record.v1_hierarchy = hierarchy;
+    }
     let nsproxy = read_kernel_ptr(task, patched!(OFFSETS.task_nsproxy))?;
     let mnt_ns = read_kernel_ptr(nsproxy, patched!(OFFSETS.nsproxy_mnt_ns))?;
     record.mntns = read_kernel::<u32>(mnt_ns, patched!(OFFSETS.mnt_ns_inum)).unwrap_or(0);
     Some(())
 }
 
-/// The task's cgroup in the v1 hierarchy user space chose:
-/// `task->cgroups->subsys[i]->cgroup->kn->id`. On v1 nodes a pod is known
-/// by its cgroup, and the caller may be gone before user space can read
-/// `/proc/<pid>/cgroup`.
+/// The task's cgroup in the v1 hierarchies user space chose, tried in
+/// its order: `task->cgroups->subsys[i]->cgroup->kn->id` of the first
+/// hierarchy where the task is below the root (its css has a parent), with
+/// that hierarchy's place in the list; else the first hierarchy's root. On
+/// v1 nodes a pod is known by its cgroup, and the caller may be gone before
+/// user space can read `/proc/<pid>/cgroup`; a hierarchy the caller was
+/// never moved into (a runtime that joins only some) is passed over.
 #[inline(always)]
-fn v1_cgroup_id(task: *const u8) -> Option<u64> {
-    let subsys = patched!(OFFSETS.v1_subsys);
-    // CGROUP_SUBSYS_COUNT is below 16 on every kernel; the bound keeps the
-    // verifier from wondering.
-    if subsys == 0 || subsys > 16 {
-        return None;
-    }
+fn v1_cgroup(task: *const u8) -> Option<(u64, u8)> {
+    let slots = patched!(OFFSETS.v1_subsys);
     let css_set = read_kernel_ptr(task, patched!(OFFSETS.task_cgroups))?;
-    let css = read_kernel_ptr(css_set, patched!(OFFSETS.css_set_subsys) + (subsys - 1) * 8)?;
+    let mut root = None;
+    // A constant bound: unrolled, never a loop to the verifier of 5.10.
+    for (slot, subsys) in slots.iter().enumerate() {
+        // CGROUP_SUBSYS_COUNT is below 16 on every kernel; the bound keeps
+        // the verifier from wondering.
+        if *subsys == 0 || *subsys > 16 {
+            continue;
+        }
+        let Some(css) = read_kernel_ptr(css_set, patched!(OFFSETS.css_set_subsys) + (*subsys - 1) * 8) else {
+            continue;
+        };
+        let Some(id) = css_cgroup_id(css) else { continue };
+        if read_kernel_ptr(css, patched!(OFFSETS.css_parent)).is_some() {
+            return Some((id, slot as u8));
+        }
+        root = root.or(Some((id, slot as u8)));
+    }
+    root
+}
+
+/// The kernfs id (the directory's inode number) of a css's cgroup.
+#[inline(always)]
+fn css_cgroup_id(css: *const u8) -> Option<u64> {
     let cgroup = read_kernel_ptr(css, patched!(OFFSETS.css_cgroup))?;
     let kn = read_kernel_ptr(cgroup, patched!(OFFSETS.cgroup_kn))?;
     read_kernel::<u64>(kn, patched!(OFFSETS.kernfs_node_id))

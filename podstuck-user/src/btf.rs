@@ -317,10 +317,11 @@ impl Btf {
             task_cgroups: self.offset_of("task_struct", &["cgroups"])?,
             css_set_subsys: self.offset_of("css_set", &["subsys"])?,
             css_cgroup: self.offset_of("cgroup_subsys_state", &["cgroup"])?,
+            css_parent: self.offset_of("cgroup_subsys_state", &["parent"])?,
             cgroup_kn: self.offset_of("cgroup", &["kn"])?,
             kernfs_node_id: self.offset_of("kernfs_node", &["id"])?,
-            // Which hierarchy is the node's to say: see `with_v1_hierarchy`.
-            v1_subsys: 0,
+            // Which hierarchies is the node's to say: see `with_v1_hierarchies`.
+            v1_subsys: [0; podstuck_common::V1_HIERARCHIES],
             task_mm: self.offset_of("task_struct", &["mm"])?,
             mm_env_start: self.offset_of("mm_struct", &["env_start"])?,
             mm_env_end: self.offset_of("mm_struct", &["env_end"])?,
@@ -335,10 +336,16 @@ impl Btf {
         self.cgroup_subsys.iter().find(|(n, _)| *n == name).map(|(_, id)| *id)
     }
 
-    /// `offsets` made to read the caller's cgroup in the v1 hierarchy of
-    /// `controller`, where this kernel has that controller.
-    pub fn with_v1_hierarchy(&self, mut offsets: KernelOffsets, controller: Option<&str>) -> KernelOffsets {
-        offsets.v1_subsys = controller.and_then(|c| self.cgroup_subsys_id(c)).map_or(0, |id| u64::from(id) + 1);
+    /// `offsets` made to read the caller's cgroup in the v1 hierarchies of
+    /// `controllers` (one controller each), tried in that order: slot `i`
+    /// is `controllers[i]`'s, or reads nothing where this kernel has no
+    /// such controller, so the slots stay those user space maps back by.
+    pub fn with_v1_hierarchies(&self, mut offsets: KernelOffsets, controllers: &[&str]) -> KernelOffsets {
+        for (slot, wanted) in
+            offsets.v1_subsys.iter_mut().zip(controllers.iter().map(Some).chain(std::iter::repeat(None)))
+        {
+            *slot = wanted.and_then(|c| self.cgroup_subsys_id(c)).map_or(0, |id| u64::from(id) + 1);
+        }
         offsets
     }
 
@@ -537,7 +544,8 @@ mod tests {
         assert!(offsets.task_comm > 0 && offsets.task_real_parent > 0 && offsets.task_tgid > 0);
         // css_set.subsys is its first member: offset 0.
         assert!(offsets.task_cgroups > 0 && offsets.cgroup_kn > 0 && offsets.kernfs_node_id > 0);
-        assert_eq!(offsets.v1_subsys, 0, "no v1 hierarchy is read unless the node has one");
+        assert_eq!(offsets.v1_subsys, [0; 4], "no v1 hierarchy is read unless the node has one");
+        assert!(offsets.css_parent > 0, "cgroup_subsys_state.parent follows .cgroup and .ss");
     }
 
     #[test]
@@ -548,8 +556,11 @@ mod tests {
         let pids = btf.cgroup_subsys_id("pids").expect("pids_cgrp_id");
         assert!(memory != pids && memory < 16 && pids < 16, "memory {memory}, pids {pids}");
         assert_eq!(btf.cgroup_subsys_id("no-such-controller"), None);
-        let offsets = btf.with_v1_hierarchy(btf.kernel_offsets().unwrap(), Some("memory"));
-        assert_eq!(offsets.v1_subsys, u64::from(memory) + 1);
-        assert_eq!(btf.with_v1_hierarchy(offsets, None).v1_subsys, 0);
+        let offsets = btf.with_v1_hierarchies(btf.kernel_offsets().unwrap(), &["memory"]);
+        assert_eq!(offsets.v1_subsys, [u64::from(memory) + 1, 0, 0, 0]);
+        // A controller this kernel lacks keeps its slot, reading nothing.
+        let offsets = btf.with_v1_hierarchies(offsets, &["no-such-controller", "pids", "memory", "pids", "memory"]);
+        assert_eq!(offsets.v1_subsys, [0, u64::from(pids) + 1, u64::from(memory) + 1, u64::from(pids) + 1]);
+        assert_eq!(btf.with_v1_hierarchies(offsets, &[]).v1_subsys, [0; 4]);
     }
 }

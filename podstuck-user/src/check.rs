@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::event::syscall_name;
-use crate::identify::cgroups::cgroup2_mount;
+use crate::identify::cgroups::{cgroup2_mount, v1_hierarchies};
 use crate::inspect::mounts::{parse_mountinfo, v1_controllers};
 use crate::kernel_features::{AttachPoint, BtfSource, Lockdown, PathWalk, Probed};
 use crate::node_access::Node;
@@ -91,6 +91,9 @@ pub struct CgroupShape {
     /// Each v1 hierarchy: its controllers ("cpu,cpuacct", "name=systemd")
     /// and mount point, in mount order.
     pub v1: Vec<(String, PathBuf)>,
+    /// The controllers of the v1 hierarchies the kernel programs read a
+    /// caller's cgroup in, in the order they try them.
+    pub read_in_kernel: Vec<&'static str>,
 }
 
 /// The cgroup shape of the node whose mountinfo this is. Pure text work.
@@ -101,7 +104,8 @@ pub fn cgroup_shape(mountinfo: &str) -> CgroupShape {
         .filter(|m| m.fstype == "cgroup")
         .map(|m| (v1_controllers(&m), PathBuf::from(std::ffi::OsStr::from_bytes(&m.mount_point))))
         .collect();
-    CgroupShape { v2: cgroup2_mount(mountinfo), v1 }
+    let read_in_kernel = v1_hierarchies(mountinfo).into_iter().map(|h| h.controller).collect();
+    CgroupShape { v2: cgroup2_mount(mountinfo), v1, read_in_kernel }
 }
 
 impl CgroupShape {
@@ -338,14 +342,24 @@ fn layout_line(facts: &CheckFacts) -> CheckLine {
     match (&shape.v2, shape.v1.is_empty()) {
         (Some(v2), true) => line(Verdict::Ok, "cgroup layout", format!("v2 (unified) at {}{pods}", v2.display()), None),
         (Some(v2), false) => line(Verdict::Ok, "cgroup layout", format!("hybrid: v1 hierarchies {}, v2 at {}{pods}", shape.v1_words(), v2.display()), None),
-        (None, false) => line(
+        (None, false) if !shape.read_in_kernel.is_empty() => line(
             Verdict::Ok,
             "cgroup layout",
             format!(
-                "v1 only: hierarchies {}{pods}; a pod has a cgroup in each, and each caller's is read in the kernel at its call (in memory, else pids, cpu or blkio), so a short-lived caller is tied to its pod too",
-                shape.v1_words()
+                "v1 only: hierarchies {}{pods}; a pod has a cgroup in each, and each caller's is read in the kernel at its call ({}), so a short-lived caller is tied to its pod too",
+                shape.v1_words(),
+                match shape.read_in_kernel.as_slice() {
+                    [one] => format!("in the {one} hierarchy"),
+                    several => format!("in the first of the {} hierarchies where it has a cgroup of its own", several.join(", ")),
+                }
             ),
             None,
+        ),
+        (None, false) => line(
+            Verdict::Warn,
+            "cgroup layout",
+            format!("v1 only: hierarchies {}{pods}, none with a controller", shape.v1_words()),
+            Some("a caller's cgroup is read from /proc after its call, so a short-lived caller in a pod may be tied to none: mount the v1 controllers as systemd does (memory, pids, cpu,cpuacct...)".into()),
         ),
         (None, true) => line(Verdict::Warn, "cgroup layout", "no cgroup filesystem mounted", Some("pods are recognised by path only".into())),
     }
@@ -506,7 +520,7 @@ mod tests {
                 features: crate::kernel_features::KernelFeatures::all_present(),
                 in_container: false,
             },
-            cgroups: CgroupShape { v2: Some(PathBuf::from("/sys/fs/cgroup")), v1: vec![] },
+            cgroups: CgroupShape { v2: Some(PathBuf::from("/sys/fs/cgroup")), v1: vec![], read_in_kernel: vec![] },
             pods_in: vec!["unified".into()],
             cgroup_driver: Some(("systemd", PathBuf::from("/sys/fs/cgroup/kubepods.slice"))),
             kubelet: KubeletPlace::Host { pid: 812 },
@@ -641,7 +655,7 @@ mod tests {
     #[test]
     fn the_node_shape_is_read_from_its_mount_table() {
         let v2 = cgroup_shape("30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n");
-        assert_eq!(v2, CgroupShape { v2: Some(PathBuf::from("/sys/fs/cgroup")), v1: vec![] });
+        assert_eq!(v2, CgroupShape { v2: Some(PathBuf::from("/sys/fs/cgroup")), v1: vec![], read_in_kernel: vec![] });
         let hybrid = cgroup_shape(HYBRID);
         assert_eq!(hybrid.v2, Some(PathBuf::from("/sys/fs/cgroup/unified")));
         assert_eq!(
@@ -670,6 +684,17 @@ mod tests {
             l.says.starts_with("v1 only: hierarchies name=systemd, cpu,cpuacct, memory, pids, freezer (under /sys/fs/cgroup); pods' cgroups in name=systemd, cpu,cpuacct, memory, pids, freezer; a pod has a cgroup in each"),
             "{l}"
         );
+        assert!(
+            l.says.contains(
+                "read in the kernel at its call (in the first of the memory, pids, cpu, freezer hierarchies where"
+            ),
+            "{l}"
+        );
+        // systemd's named hierarchy alone: nothing for the kernel to read by.
+        f.cgroups = cgroup_shape(V1_ONLY.lines().take(2).map(|l| format!("{l}\n")).collect::<String>().as_str());
+        let l = layout(&f);
+        assert_eq!(l.verdict, Verdict::Warn, "{l}");
+        assert!(l.to_string().contains("read from /proc after its call"), "{l}");
     }
 
     #[test]

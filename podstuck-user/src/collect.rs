@@ -81,9 +81,10 @@ pub struct TracerOptions {
     /// default is `RING_BUFFER_BYTES` with every call streamed, else
     /// `SAMPLED_RING_BUFFER_BYTES`.
     pub ring_buffer_bytes: Option<u32>,
-    /// The v1 controller whose hierarchy the programs read each caller's
-    /// cgroup in (`NodeLayout::cgroup_v1`); None on v2-only nodes.
-    pub cgroup_v1: Option<&'static str>,
+    /// The v1 controllers whose hierarchies the programs read each
+    /// caller's cgroup in, in the order they try them
+    /// (`NodeLayout::cgroup_v1`); empty on v2-only nodes.
+    pub cgroup_v1: Vec<&'static str>,
 }
 
 /// Records a series may stream per window, and the window: past that, its
@@ -337,7 +338,7 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
         walk: PathWalk::Unrolled,
         btf: PathBuf::from(VMLINUX_BTF),
         ring_buffer_bytes: Some(4096),
-        cgroup_v1: None,
+        cgroup_v1: Vec::new(),
     };
     let attached = (|| -> Result<()> {
         // Its maps unused: the calls-in-flight and tracepoint series maps,
@@ -527,7 +528,7 @@ impl Tracer {
         let offsets = btf
             .kernel_offsets()
             .with_context(|| format!("finding task_struct and namespace layouts in {}", options.btf.display()))?;
-        let offsets = btf.with_v1_hierarchy(offsets, options.cgroup_v1);
+        let offsets = btf.with_v1_hierarchies(offsets, &options.cgroup_v1);
         let walk = options.walk;
         let mut fallback = None;
         let (mut ebpf, program_ids, attached) = match options.attach {

@@ -152,8 +152,10 @@ pub struct CallEvent {
     pub ppid: u32,
     pub pcomm: String,
     pub cgroup_id: u64,
-    /// The caller's cgroup in the v1 hierarchy podstuck reads (kernfs id); 0 when not read.
+    /// The caller's cgroup in a v1 hierarchy podstuck reads (kernfs id); 0 when not read.
     pub v1_cgroup_id: u64,
+    /// Which of the v1 hierarchies asked for (`NodeLayout::cgroup_v1`) it is of.
+    pub v1_hierarchy: u8,
     pub mntns: u32,
     /// The caller's real uid.
     pub uid: u32,
@@ -331,6 +333,7 @@ pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<CallEvent, DecodeError>
         pcomm: c_string(&record.pcomm),
         cgroup_id: record.cgroup_id,
         v1_cgroup_id: record.v1_cgroup_id,
+        v1_hierarchy: record.v1_hierarchy,
         mntns: record.mntns,
         uid: record.uid,
         syscall,
@@ -426,7 +429,7 @@ pub(crate) mod tests {
             path_status: path_status::WHOLE,
             base_len: 0,
             base_status: base_status::NOT_NEEDED,
-            _reserved: 0,
+            v1_hierarchy: 0,
             uid: 1000,
             comm,
             pcomm,

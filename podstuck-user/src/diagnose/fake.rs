@@ -256,6 +256,7 @@ pub fn call_by(at: f64, comm: &str, pid: u32, syscall: Syscall, flags: u64, path
         pcomm: "systemd".into(),
         cgroup_id: 1,
         v1_cgroup_id: 0,
+        v1_hierarchy: 0,
         mntns: HOST_MNTNS as u32,
         uid: 0,
         syscall,

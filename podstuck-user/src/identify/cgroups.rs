@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::pod::{clues_from_cgroup, ContainerId, PodUid};
 use super::RescanLimit;
 use crate::mountinfo::parse_mountinfo;
+use podstuck_common::V1_HIERARCHIES;
 
 /// How deep [`CgroupIndex::rescan`] walks. Kubernetes cgroups are at most
 /// five levels down; the bound only stops a pathological tree.
@@ -35,24 +36,59 @@ pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
     cgroup2().find(|m| m.whole()).or_else(|| cgroup2().next()).map(|m| path_of(&m.mount_point))
 }
 
-/// The v1 controllers whose hierarchy podstuck ties callers to pods by, in
-/// order of preference: kubelet and the runtimes make every pod's and
-/// container's cgroup in each, and memory and pids are on every v1 node.
-const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "blkio"];
+/// The v1 controllers, in the order podstuck prefers their hierarchies to
+/// tie callers to pods by: kubelet and the runtimes make every pod's and
+/// container's cgroup in each of them, and memory, pids and cpu are on
+/// every v1 node; the others follow, for nodes that mount few. A
+/// hierarchy of systemd's alone (`name=systemd`) has no controller, and
+/// the kernel has nothing to read it by.
+const V1_CONTROLLERS: [&str; 15] = [
+    "memory",
+    "pids",
+    "cpu",
+    "blkio",
+    "freezer",
+    "devices",
+    "cpuacct",
+    "cpuset",
+    "hugetlb",
+    "net_cls",
+    "net_prio",
+    "perf_event",
+    "rdma",
+    "misc",
+    "debug",
+];
 
-/// A v1 hierarchy podstuck reads the callers' cgroups in, on v1 and hybrid
-/// nodes (EKS's AL2, RHEL 8): the first of [`V1_CONTROLLERS`] mounted as a
-/// whole `cgroup` hierarchy, and its mount point. None where cgroup v1 is
-/// not mounted.
-pub fn v1_hierarchy(mountinfo: &str) -> Option<(&'static str, PathBuf)> {
+/// A v1 hierarchy whose cgroup the kernel programs read for each caller:
+/// the controller they find it by, and where it is mounted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct V1Hierarchy {
+    pub controller: &'static str,
+    pub mount: PathBuf,
+}
+
+/// The v1 hierarchies podstuck reads the callers' cgroups in, on v1 and
+/// hybrid nodes (EKS's AL2, RHEL 8), in the order the kernel programs try
+/// them: every whole `cgroup` hierarchy mounted with a controller, by
+/// [`V1_CONTROLLERS`]' order, at most [`V1_HIERARCHIES`]. Empty where
+/// cgroup v1 is not mounted, or only systemd's named hierarchy is.
+pub fn v1_hierarchies(mountinfo: &str) -> Vec<V1Hierarchy> {
     let mounts = parse_mountinfo(mountinfo.as_bytes());
-    V1_CONTROLLERS.iter().find_map(|controller| {
+    let mut found: Vec<(usize, V1Hierarchy)> = Vec::new();
+    for m in mounts.iter().filter(|m| m.fstype == "cgroup" && m.whole()) {
         // The per-superblock options name the controllers: "rw,cpu,cpuacct".
-        let m = mounts
-            .iter()
-            .find(|m| m.fstype == "cgroup" && m.whole() && m.super_options.split(',').any(|o| o == *controller))?;
-        Some((*controller, path_of(&m.mount_point)))
-    })
+        let Some(rank) = V1_CONTROLLERS.iter().position(|c| m.super_options.split(',').any(|o| o == *c)) else {
+            continue;
+        };
+        // A hierarchy mounted twice is read once.
+        if found.iter().any(|(r, _)| *r == rank) {
+            continue;
+        }
+        found.push((rank, V1Hierarchy { controller: V1_CONTROLLERS[rank], mount: path_of(&m.mount_point) }));
+    }
+    found.sort_by_key(|(rank, _)| *rank);
+    found.into_iter().map(|(_, h)| h).take(V1_HIERARCHIES).collect()
 }
 
 fn path_of(bytes: &[u8]) -> PathBuf {
@@ -296,15 +332,24 @@ mod tests {
 33 25 0:30 / /sys/fs/cgroup/pids rw,nosuid,nodev,noexec,relatime shared:12 - cgroup cgroup rw,pids
 36 25 0:33 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,memory
 ";
-        assert_eq!(v1_hierarchy(al2), Some(("memory", PathBuf::from("/sys/fs/cgroup/memory"))));
+        let read = |text: &str| -> Vec<(&str, String)> {
+            v1_hierarchies(text).into_iter().map(|h| (h.controller, h.mount.display().to_string())).collect()
+        };
+        let at = |dir: &str| format!("/sys/fs/cgroup/{dir}");
+        assert_eq!(read(al2), [("memory", at("memory")), ("pids", at("pids")), ("cpu", at("cpu,cpuacct"))]);
         let no_memory: String = al2.lines().filter(|l| !l.ends_with("memory")).map(|l| format!("{l}\n")).collect();
-        assert_eq!(v1_hierarchy(&no_memory), Some(("pids", PathBuf::from("/sys/fs/cgroup/pids"))));
+        assert_eq!(read(&no_memory), [("pids", at("pids")), ("cpu", at("cpu,cpuacct"))]);
+        // systemd's named hierarchy and one controller none of the usual.
+        let one = "26 25 0:23 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n\
+                   27 25 0:24 / /sys/fs/cgroup/freezer rw - cgroup cgroup rw,freezer\n";
+        assert_eq!(read(one), [("freezer", at("freezer"))]);
+        assert_eq!(read(&one.lines().next().unwrap().to_string()), []);
         let v2 =
             "35 25 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n";
-        assert_eq!(v1_hierarchy(v2), None);
+        assert_eq!(read(v2), []);
         // A bind of a sub-tree (a container's view) names no hierarchy root.
         let bound = "40 25 0:33 /kubepods /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
-        assert_eq!(v1_hierarchy(bound), None);
+        assert_eq!(read(bound), []);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! when they disagree, because it says what was acted on.
 //!
 //! Reads node state (the cgroup tree, docker's layer metadata,
-//! `/proc/<pid>/exe`) through small caches; never changes anything.
+//! containers/storage's container index, `/proc/<pid>/exe`) through small
+//! caches; never changes anything.
 
 pub mod actor;
 pub mod cgroups;
@@ -15,6 +16,7 @@ pub mod docker;
 pub mod owner;
 pub mod pod;
 pub mod process;
+pub mod storage;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -24,10 +26,11 @@ use serde::{Deserialize, Serialize};
 use crate::event::{CallEvent, Flight, NoPath};
 use crate::node_access::Node;
 use actor::{describe, role_of, Role};
-use cgroups::{cgroup2_mount, cgroup_path_of_process, v1_hierarchy, CgroupIndex};
+use cgroups::{cgroup2_mount, cgroup_path_of_process, v1_hierarchies, CgroupIndex, V1Hierarchy};
 use docker::{DockerLayers, DEFAULT_DOCKER_ROOT};
 use pod::{clues_from_cgroup, clues_from_path, ContainerId, PathArea, PodUid};
 use process::ProcessFacts;
+use storage::StorageLayers;
 
 /// Where kubelet keeps pods unless told otherwise (`--root-dir`).
 pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
@@ -74,14 +77,16 @@ struct Caller<'a> {
     pcomm: &'a str,
     /// The v2 cgroup the kernel recorded; 0 when unknown.
     cgroup_id: u64,
-    /// The v1 cgroup the kernel recorded; 0 when not read.
+    /// The v1 cgroup the kernel recorded (0 when not read), and which of
+    /// the hierarchies it asked for it is of.
     v1_cgroup_id: u64,
+    v1_hierarchy: u8,
 }
 
 impl ProcessFacts {
     /// The caller these facts name, in cgroup `cgroup_id` where known.
     fn caller(&self, cgroup_id: u64) -> Caller<'_> {
-        Caller { pid: self.pid, comm: &self.comm, pcomm: &self.pcomm, cgroup_id, v1_cgroup_id: 0 }
+        Caller { pid: self.pid, comm: &self.comm, pcomm: &self.pcomm, cgroup_id, v1_cgroup_id: 0, v1_hierarchy: 0 }
     }
 }
 
@@ -126,12 +131,16 @@ pub struct Identity {
 pub struct NodeLayout {
     pub kubelet_root: PathBuf,
     pub docker_root: PathBuf,
+    /// The node's `/` as podstuck reaches it, and its mount table: where
+    /// containers/storage's stores are found ([`storage`]).
+    pub node_root: PathBuf,
+    pub mountinfo: PathBuf,
     /// The cgroup v2 mount; None on v1-only hosts.
     pub cgroup2_root: Option<PathBuf>,
-    /// The v1 hierarchy whose cgroup the kernel programs read for each
-    /// call ([`cgroups::v1_hierarchy`]): its controller and mount; None on
-    /// v2-only hosts.
-    pub cgroup_v1: Option<(&'static str, PathBuf)>,
+    /// The v1 hierarchies whose cgroups the kernel programs read for each
+    /// call, in the order they try them ([`cgroups::v1_hierarchies`]):
+    /// controller and mount each; empty on v2-only hosts.
+    pub cgroup_v1: Vec<V1Hierarchy>,
     /// Where `<pid>/exe` and `<pid>/cgroup` are read.
     pub proc_root: PathBuf,
     /// How the node is reached from where podstuck runs.
@@ -148,8 +157,13 @@ impl NodeLayout {
         NodeLayout {
             kubelet_root,
             docker_root: node.path(DEFAULT_DOCKER_ROOT),
+            node_root: node.path("/"),
+            mountinfo: node.mountinfo(),
             cgroup2_root: cgroup2_mount(&mountinfo).map(|at| node.path(at)),
-            cgroup_v1: v1_hierarchy(&mountinfo).map(|(controller, at)| (controller, node.path(at))),
+            cgroup_v1: v1_hierarchies(&mountinfo)
+                .into_iter()
+                .map(|h| V1Hierarchy { controller: h.controller, mount: node.path(h.mount) })
+                .collect(),
             proc_root: node.proc_root(),
             node,
         }
@@ -160,9 +174,11 @@ impl NodeLayout {
 pub struct Identifier {
     kubelet_roots: Vec<PathBuf>,
     cgroups: Option<CgroupIndex>,
-    /// The v1 hierarchy the kernel's `v1_cgroup_id` is of.
-    cgroups_v1: Option<CgroupIndex>,
+    /// The v1 hierarchies the kernel's `v1_cgroup_id` may be of, in the
+    /// order the kernel tried them (a call's `v1_hierarchy` is a place here).
+    cgroups_v1: Vec<CgroupIndex>,
     docker: DockerLayers,
+    storage: StorageLayers,
     proc_root: PathBuf,
     exes: HashMap<u32, Option<String>>,
     container_pods: HashMap<ContainerId, Option<PodUid>>,
@@ -181,8 +197,9 @@ impl Identifier {
         Identifier {
             kubelet_roots,
             cgroups: layout.cgroup2_root.map(CgroupIndex::new),
-            cgroups_v1: layout.cgroup_v1.map(|(_, at)| CgroupIndex::new(at)),
+            cgroups_v1: layout.cgroup_v1.into_iter().map(|h| CgroupIndex::new(h.mount)).collect(),
             docker: DockerLayers::new(layout.docker_root),
+            storage: StorageLayers::new(layout.node_root, layout.mountinfo, layout.proc_root.clone()),
             proc_root: layout.proc_root,
             exes: HashMap::new(),
             container_pods: HashMap::new(),
@@ -213,7 +230,9 @@ impl Identifier {
             return known.clone();
         }
         let found = self.cgroups.as_mut().and_then(|c| c.pod_of_container(container));
-        let found = found.or_else(|| self.cgroups_v1.as_mut().and_then(|c| c.pod_of_container(container)));
+        // Kubelet and the runtimes make the same tree in every v1 hierarchy:
+        // the first one tells.
+        let found = found.or_else(|| self.cgroups_v1.first_mut().and_then(|c| c.pod_of_container(container)));
         if self.container_pods.len() >= CACHE_LIMIT {
             self.container_pods.clear();
         }
@@ -232,7 +251,7 @@ impl Identifier {
     /// `/proc/<pid>/cgroup` (racy: a short-lived caller is gone).
     fn caller_cgroup(&mut self, caller: &Caller<'_>) -> Option<String> {
         let v2 = self.cgroups.as_mut().and_then(|index| index.path_of(caller.cgroup_id));
-        let v1 = match (caller.v1_cgroup_id, self.cgroups_v1.as_mut()) {
+        let v1 = match (caller.v1_cgroup_id, self.cgroups_v1.get_mut(usize::from(caller.v1_hierarchy))) {
             (0, _) | (_, None) => None,
             (id, Some(index)) => index.path_of(id),
         };
@@ -254,6 +273,7 @@ impl Identifier {
             pcomm: &event.pcomm,
             cgroup_id: event.cgroup_id,
             v1_cgroup_id: event.v1_cgroup_id,
+            v1_hierarchy: event.v1_hierarchy,
         };
         self.identify_call(&caller, event.abs_path())
     }
@@ -279,12 +299,22 @@ impl Identifier {
                 container_id = self.docker.container_of_layer(layer);
             }
         }
+        if container_id.is_none() {
+            if let Ok(path) = &abs_path {
+                container_id = self.storage.container_of_path(path, caller.pid).map(|c| c.id);
+            }
+        }
         if let Some(container) = container_id.clone() {
-            if let Some(uid) = self.pod_of_container(&container) {
-                if pod_uid.is_none() || pod_uid.as_ref() == Some(&uid) {
+            match self.pod_of_container(&container) {
+                Some(uid) if pod_uid.is_none() || pod_uid.as_ref() == Some(&uid) => {
                     pod_uid = Some(uid);
                     matched.push(MatchReason::Container);
                 }
+                // A path in one pod's tree that names another pod's
+                // container (a file a workload named so) is that pod's
+                // path: the container is not the call's.
+                Some(_) => container_id = None,
+                None => {}
             }
         }
         if let Some(cgroup) = self.caller_cgroup(caller) {
@@ -340,7 +370,7 @@ impl Identifier {
     /// and its parent's from /proc. `cgroup_id` 0: read from /proc.
     pub fn identify_task(&mut self, pid: u32, comm: &str, ppid: u32, cgroup_id: u64) -> Identity {
         let parent = ProcessFacts::read(ppid, ppid, &self.proc_root);
-        let caller = Caller { pid, comm, pcomm: &parent.comm, cgroup_id, v1_cgroup_id: 0 };
+        let caller = Caller { pid, comm, pcomm: &parent.comm, cgroup_id, v1_cgroup_id: 0, v1_hierarchy: 0 };
         self.identify_call(&caller, Err(NoPath::PathUnreadable))
     }
 }
@@ -422,8 +452,10 @@ pub(crate) mod tests {
             Identifier::new(NodeLayout {
                 kubelet_root: self.dir.join("kubelet"),
                 docker_root: self.dir.join("docker"),
+                node_root: self.dir.join("root"),
+                mountinfo: self.dir.join("mountinfo"),
                 cgroup2_root: Some(self.dir.join("cgroup")),
-                cgroup_v1: None,
+                cgroup_v1: Vec::new(),
                 proc_root: self.dir.join("proc"),
                 node: Node::direct(),
             })
@@ -440,8 +472,10 @@ pub(crate) mod tests {
             let identifier = Identifier::new(NodeLayout {
                 kubelet_root: self.dir.join("kubelet"),
                 docker_root: self.dir.join("docker"),
+                node_root: self.dir.join("root"),
+                mountinfo: self.dir.join("mountinfo"),
                 cgroup2_root: Some(self.dir.join("unified")),
-                cgroup_v1: Some(("memory", self.dir.join("memory"))),
+                cgroup_v1: vec![V1Hierarchy { controller: "memory", mount: self.dir.join("memory") }],
                 proc_root: self.dir.join("proc"),
                 node: Node::direct(),
             });
@@ -502,6 +536,59 @@ pub(crate) mod tests {
         // Without the kernel's v1 id nothing ties it (the v2 tree is systemd's).
         call.v1_cgroup_id = 0;
         assert_eq!(identifier.identify(&call).pod_uid, None);
+    }
+
+    /// The kernel read the caller's cgroup in the second hierarchy asked
+    /// for (pids: it was at memory's root): the id is looked up there, and
+    /// the same id in the first hierarchy, another cgroup, names nothing.
+    #[test]
+    fn a_v1_id_is_looked_up_in_the_hierarchy_the_kernel_read_it_in() {
+        let node = FakeNode::new("v1-slots");
+        let memory = node.dir.join("memory");
+        std::fs::create_dir_all(memory.join("system.slice")).unwrap();
+        let container = node.dir.join(format!("pids/kubepods/burstable/pod{POD_B}/{CID}"));
+        std::fs::create_dir_all(&container).unwrap();
+        let mut identifier = Identifier::new(NodeLayout {
+            kubelet_root: node.dir.join("kubelet"),
+            docker_root: node.dir.join("docker"),
+            node_root: node.dir.join("root"),
+            mountinfo: node.dir.join("mountinfo"),
+            cgroup2_root: None,
+            cgroup_v1: vec![
+                V1Hierarchy { controller: "memory", mount: memory },
+                V1Hierarchy { controller: "pids", mount: node.dir.join("pids") },
+            ],
+            proc_root: node.dir.join("proc"),
+            node: Node::direct(),
+        });
+        let mut call = event(b"/tmp/scratch", "rm", "sh", 1);
+        call.v1_cgroup_id = std::fs::metadata(&container).unwrap().ino();
+        call.v1_hierarchy = 1;
+        let id = identifier.identify(&call);
+        assert_eq!(id.pod_uid.as_ref().map(|p| p.as_str()), Some(POD_B));
+        assert_eq!(id.matched, vec![MatchReason::Cgroup]);
+        // A place no hierarchy has: nothing is guessed.
+        call.v1_hierarchy = 7;
+        assert_eq!(identifier.identify(&call).pod_uid, None);
+    }
+
+    /// A path in pod A's tree naming a container of pod B (a file a
+    /// workload named so) is pod A's, and names no container.
+    #[test]
+    fn a_container_id_of_another_pod_in_a_pods_path_is_dropped() {
+        let node = FakeNode::new("forged-container");
+        let mut identifier = node.identifier();
+        let other_cid = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+        let slice_b = format!(
+            "cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{other_cid}.scope",
+            POD_B.replace('-', "_")
+        );
+        std::fs::create_dir_all(node.dir.join(slice_b)).unwrap();
+        let path = node.dir.join(format!("kubelet/pods/{POD_A}/volumes/v/cri-containerd-{other_cid}.scope"));
+        let id = identifier.identify(&event(path.to_str().unwrap().as_bytes(), "rm", "sh", 0));
+        assert_eq!(id.pod_uid.unwrap().as_str(), POD_A);
+        assert_eq!(id.container_id, None);
+        assert_eq!(id.matched, vec![MatchReason::Path]);
     }
 
     #[test]

@@ -349,7 +349,7 @@ fn start_tracer(
     walk: PathWalk,
 ) -> Result<Tracer> {
     Tracer::start(TracerOptions {
-        cgroup_v1: layout.cgroup_v1.as_ref().map(|(controller, _)| *controller),
+        cgroup_v1: layout.cgroup_v1.iter().map(|h| h.controller).collect(),
         filter: options.kernel_filter(),
         attach,
         walk,

@@ -74,6 +74,10 @@ struct WireEvent<'a> {
     /// Absent when 0 (v2-only nodes, and records made before podstuck read it).
     #[serde(default, skip_serializing_if = "is_zero")]
     v1_cgroup_id: u64,
+    /// Which v1 hierarchy of the run's it is of; absent when the first
+    /// (and in records made before podstuck read more than one).
+    #[serde(default, skip_serializing_if = "is_first")]
+    v1_hierarchy: u8,
     mntns: u32,
     uid: u32,
     syscall: WireSyscall,
@@ -101,6 +105,10 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+fn is_first(n: &u8) -> bool {
+    *n == 0
+}
+
 impl<'a> WireEvent<'a> {
     fn of(e: &'a CallEvent) -> WireEvent<'a> {
         // Destructured so that a field added to CallEvent fails to compile
@@ -114,6 +122,7 @@ impl<'a> WireEvent<'a> {
             pcomm,
             cgroup_id,
             v1_cgroup_id,
+            v1_hierarchy,
             mntns,
             uid,
             syscall,
@@ -135,6 +144,7 @@ impl<'a> WireEvent<'a> {
             pcomm: Cow::Borrowed(pcomm),
             cgroup_id: *cgroup_id,
             v1_cgroup_id: *v1_cgroup_id,
+            v1_hierarchy: *v1_hierarchy,
             mntns: *mntns,
             uid: *uid,
             syscall: (*syscall).into(),
@@ -167,6 +177,7 @@ impl<'a> WireEvent<'a> {
             pcomm: self.pcomm.into_owned(),
             cgroup_id: self.cgroup_id,
             v1_cgroup_id: self.v1_cgroup_id,
+            v1_hierarchy: self.v1_hierarchy,
             mntns: self.mntns,
             uid: self.uid,
             syscall: self.syscall.into(),

@@ -1,0 +1,352 @@
+//! Tells which container a path of containers/storage belongs to: the
+//! storage library of CRI-O, podman and buildah, for nodes that run pods
+//! on CRI-O (OpenShift, many on-prem clusters).
+//!
+//! A container's root filesystem is `<root>/overlay/<layer id>/merged`,
+//! and the layer id is not the container id: the store records the link
+//! in `<root>/overlay-containers/containers.json` (each container's `id`,
+//! `names` and read-write `layer`). Its other state is under
+//! `overlay-containers/<container id>/userdata` (`shm`, `config.json`), in
+//! the store's root and in its run root.
+//!
+//! Which roots: CRI-O's and podman's default (`/var/lib/containers/storage`),
+//! and every root whose layers a mount table shows mounted (an overlay at
+//! `<root>/overlay/<layer id>/merged`): the node's, and the calling
+//! runtime's own where it runs in a mount namespace of its own (its layers
+//! are mounted there only). So a store configured elsewhere (`crio.conf`
+//! `root`, `storage.conf` `graphroot`) is found by what the kernel says is
+//! mounted, never by reading where a path a caller chose points. This
+//! module only reads the store's metadata (bounded, never following a link
+//! out of the root); it does not talk to the runtime, which may be the very
+//! thing that is stuck, and does not map containers to pods (that is
+//! `cgroups`' job).
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::pod::ContainerId;
+use super::RescanLimit;
+use crate::mountinfo::parse_mountinfo;
+
+/// Where CRI-O and podman keep their store unless configured otherwise.
+pub const DEFAULT_STORAGE_ROOT: &str = "/var/lib/containers/storage";
+
+/// Stores podstuck reads at most: a node has one or two.
+const ROOTS_KEPT: usize = 8;
+/// The largest `containers.json` read: some 600 bytes a container.
+const INDEX_LIMIT: u64 = 16 << 20;
+
+/// A container of the store, as `containers.json` records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredContainer {
+    pub id: ContainerId,
+    /// Its first name (podman's `--name`, CRI-O's `k8s_<container>_<pod>_<namespace>_<uid>_<attempt>`),
+    /// made safe for a terminal.
+    pub name: Option<String>,
+}
+
+/// One line of `containers.json`; everything else in it is ignored.
+#[derive(serde::Deserialize)]
+struct IndexEntry {
+    id: String,
+    #[serde(default)]
+    names: Vec<String>,
+    #[serde(default)]
+    layer: String,
+}
+
+/// Maps containers/storage layer ids to their containers, per store root.
+#[derive(Debug)]
+pub struct StorageLayers {
+    /// What the roots are read under (`/` on the node, the host's root
+    /// from a container).
+    node_root: PathBuf,
+    /// The node's mountinfo, where mounted layers say where stores are.
+    mountinfo: PathBuf,
+    /// The /proc a caller's own mountinfo is read under.
+    proc_root: PathBuf,
+    /// Store roots as the node spells them, and their layers' containers.
+    roots: Vec<(PathBuf, HashMap<String, StoredContainer>)>,
+    rescans: RescanLimit,
+}
+
+impl StorageLayers {
+    /// An empty map over the stores of the node reached under `node_root`,
+    /// whose mount table is `mountinfo` and processes are under
+    /// `proc_root`; the first lookup fills it.
+    pub fn new(node_root: PathBuf, mountinfo: PathBuf, proc_root: PathBuf) -> StorageLayers {
+        StorageLayers { node_root, mountinfo, proc_root, roots: Vec::new(), rescans: RescanLimit::default() }
+    }
+
+    /// How often a lookup miss may rescan (default 1 s).
+    pub fn set_min_rescan_interval(&mut self, interval: Duration) {
+        self.rescans.set_min_interval(interval);
+    }
+
+    /// Finds the stores again (the default root, the roots of the layers
+    /// mounted now in the node's mount table and in process `pid`'s, and
+    /// those found before, newest first) and re-reads each one's
+    /// `containers.json`.
+    pub fn rescan(&mut self, pid: u32) {
+        self.rescans.scanned();
+        let mut roots = vec![PathBuf::from(DEFAULT_STORAGE_ROOT)];
+        let tables = [self.proc_root.join(pid.to_string()).join("mountinfo"), self.mountinfo.clone()];
+        for table in tables {
+            let mountinfo = std::fs::read(table).unwrap_or_default();
+            for mount in parse_mountinfo(&mountinfo) {
+                if let Some(root) = store_of_mount(&mount) {
+                    if !roots.contains(&root) {
+                        roots.push(root);
+                    }
+                }
+            }
+        }
+        for (known, _) in std::mem::take(&mut self.roots) {
+            if !roots.contains(&known) {
+                roots.push(known);
+            }
+        }
+        roots.truncate(ROOTS_KEPT);
+        self.roots = roots
+            .into_iter()
+            .map(|root| {
+                let index = self.node_root.join(root.strip_prefix("/").unwrap_or(&root));
+                let layers = read_index(&index.join("overlay-containers/containers.json"));
+                (root, layers)
+            })
+            .collect();
+    }
+
+    /// The container whose read-write layer holds `path`
+    /// (`<root>/overlay/<layer id>/...` of a store), or whose state it is
+    /// (`<root>/overlay-containers/<id>/...`), for a call by process `pid`;
+    /// on a miss, rescans at most once per interval, since containers are
+    /// created all the time.
+    pub fn container_of_path(&mut self, path: &[u8], pid: u32) -> Option<StoredContainer> {
+        if let Some(found) = self.lookup(path) {
+            return Some(found);
+        }
+        // Only a path shaped like a store's is worth reading the mount
+        // table and the stores again for: most calls on a node are not.
+        if !store_shaped(path) || !self.rescans.due() {
+            return None;
+        }
+        self.rescan(pid);
+        self.lookup(path)
+    }
+
+    fn lookup(&self, path: &[u8]) -> Option<StoredContainer> {
+        let path = Path::new(std::ffi::OsStr::from_bytes(path));
+        self.roots.iter().find_map(|(root, layers)| {
+            let rest = path.strip_prefix(root).ok()?;
+            let mut parts = rest.components().filter_map(|c| c.as_os_str().to_str());
+            match (parts.next()?, parts.next()?) {
+                ("overlay", layer) => layers.get(layer).cloned(),
+                ("overlay-containers", id) => {
+                    let id = ContainerId::parse(id)?;
+                    let known = layers.values().find(|c| c.id == id).cloned();
+                    Some(known.unwrap_or(StoredContainer { id, name: None }))
+                }
+                _ => None,
+            }
+        })
+    }
+}
+
+/// Whether a path has a store's shape: `.../overlay/<layer id>/...` or
+/// `.../overlay-containers/<container id>/...`.
+fn store_shaped(path: &[u8]) -> bool {
+    let segments: Vec<&[u8]> = path.split(|b| *b == b'/').filter(|s| !s.is_empty()).collect();
+    segments.windows(2).any(|pair| {
+        matches!(pair[0], b"overlay" | b"overlay-containers")
+            && std::str::from_utf8(pair[1]).ok().and_then(ContainerId::parse).is_some()
+    })
+}
+
+/// The store a mount is of: a layer mounted at `<root>/overlay/<layer
+/// id>/merged`, a container's `<root>/overlay-containers/<id>/userdata/shm`,
+/// or the store's own bind of `<root>/overlay` on itself, which the
+/// overlay driver makes private and keeps while the store is in use (so
+/// the store is found even once its layers are unmounted).
+fn store_of_mount(m: &crate::mountinfo::Mount) -> Option<PathBuf> {
+    let path = Path::new(std::ffi::OsStr::from_bytes(&m.mount_point));
+    if m.fstype == "overlay" {
+        return store_of_layer_mount(&m.mount_point);
+    }
+    if path.ends_with("userdata/shm") {
+        let container = path.parent()?.parent()?;
+        ContainerId::parse(container.file_name()?.to_str()?)?;
+        let index = container.parent()?;
+        return (index.file_name()? == "overlay-containers").then(|| index.parent().map(Path::to_path_buf))?;
+    }
+    let own_bind = path.file_name()? == "overlay" && m.root.ends_with(b"/overlay");
+    own_bind.then(|| path.parent().map(Path::to_path_buf))?
+}
+
+/// `<root>` of a layer's mount point `<root>/overlay/<layer id>/merged`.
+fn store_of_layer_mount(mount_point: &[u8]) -> Option<PathBuf> {
+    let path = Path::new(std::ffi::OsStr::from_bytes(mount_point));
+    if path.file_name()? != "merged" {
+        return None;
+    }
+    let layer = path.parent()?;
+    ContainerId::parse(layer.file_name()?.to_str()?)?;
+    let overlay = layer.parent()?;
+    if overlay.file_name()? != "overlay" {
+        return None;
+    }
+    Some(overlay.parent()?.to_path_buf())
+}
+
+/// A store's `containers.json`: read-write layer id to container. A file
+/// that cannot be read, or is not the store's JSON, maps nothing.
+fn read_index(file: &Path) -> HashMap<String, StoredContainer> {
+    use std::io::Read;
+    let Ok(opened) = crate::files::open_regular(file) else { return HashMap::new() };
+    let mut text = Vec::new();
+    if opened.take(INDEX_LIMIT + 1).read_to_end(&mut text).is_err() || text.len() as u64 > INDEX_LIMIT {
+        return HashMap::new();
+    }
+    let entries: Vec<IndexEntry> = serde_json::from_slice(&text).unwrap_or_default();
+    entries
+        .into_iter()
+        .filter_map(|e| {
+            let id = ContainerId::parse(&e.id)?;
+            // A layer id is 64 lowercase hex, like a container's.
+            ContainerId::parse(&e.layer)?;
+            let name = e.names.first().map(|n| crate::words::terminal_safe(n).into_owned());
+            Some((e.layer, StoredContainer { id, name }))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::TempDir;
+
+    const CID: &str = "4f2a1c0d9e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a29";
+    const LAYER: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
+    const OTHER: &str = "0000c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
+
+    /// A node whose store is at `root` (relative to the node's `/`), with
+    /// `layer` mounted when `mounted`, and `json` as containers.json.
+    fn node(name: &str, root: &str, json: &str, mounted: bool) -> (TempDir, StorageLayers) {
+        let tmp = TempDir::new(name);
+        let store = tmp.0.join("node").join(root.trim_start_matches('/'));
+        std::fs::create_dir_all(store.join("overlay-containers")).unwrap();
+        std::fs::write(store.join("overlay-containers/containers.json"), json).unwrap();
+        let mountinfo = match mounted {
+            true => format!("90 1 0:60 / {root}/overlay/{LAYER}/merged rw - overlay overlay rw,lowerdir=/x\n"),
+            false => String::new(),
+        };
+        std::fs::write(tmp.0.join("mountinfo"), mountinfo).unwrap();
+        std::fs::create_dir_all(tmp.0.join("proc/7")).unwrap();
+        let layers = StorageLayers::new(tmp.0.join("node"), tmp.0.join("mountinfo"), tmp.0.join("proc"));
+        (tmp, layers)
+    }
+
+    fn index(id: &str, name: &str, layer: &str) -> String {
+        format!(r#"[{{"id":"{id}","names":["{name}"],"image":"{OTHER}","layer":"{layer}","metadata":"{{}}"}}]"#)
+    }
+
+    #[test]
+    fn a_layer_of_a_store_found_by_its_mount_names_its_container() {
+        let (_tmp, mut layers) = node("found", "/srv/store", &index(CID, "web", LAYER), true);
+        let want = StoredContainer { id: ContainerId::parse(CID).unwrap(), name: Some("web".into()) };
+        let merged = format!("/srv/store/overlay/{LAYER}/merged");
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 7), Some(want.clone()));
+        assert_eq!(
+            layers.container_of_path(format!("/srv/store/overlay/{LAYER}/diff/etc").as_bytes(), 7),
+            Some(want.clone())
+        );
+        let shm = format!("/srv/store/overlay-containers/{CID}/userdata/shm");
+        assert_eq!(layers.container_of_path(shm.as_bytes(), 7), Some(want));
+        assert_eq!(layers.container_of_path(format!("/srv/store/overlay/{OTHER}/merged").as_bytes(), 7), None);
+        assert_eq!(layers.container_of_path(b"/srv/other/overlay/x/merged", 7), None);
+    }
+
+    #[test]
+    fn the_default_store_is_read_unmounted_and_a_store_elsewhere_only_once_mounted() {
+        let (_tmp, mut layers) = node("default", DEFAULT_STORAGE_ROOT, &index(CID, "web", LAYER), false);
+        let merged = format!("{DEFAULT_STORAGE_ROOT}/overlay/{LAYER}/merged");
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 7).map(|c| c.id.as_str().to_string()), Some(CID.into()));
+        let (_tmp, mut layers) = node("elsewhere", "/srv/store", &index(CID, "web", LAYER), false);
+        assert_eq!(layers.container_of_path(format!("/srv/store/overlay/{LAYER}/merged").as_bytes(), 7), None);
+    }
+
+    #[test]
+    fn a_damaged_or_hostile_index_names_nothing_and_names_are_made_safe() {
+        for json in ["", "{}", "[{\"id\":\"x\",\"layer\":\"y\"}]", &index(CID, "web", "not-a-layer")] {
+            let (_tmp, mut layers) = node("damaged", "/srv/store", json, true);
+            let merged = format!("/srv/store/overlay/{LAYER}/merged");
+            assert_eq!(layers.container_of_path(merged.as_bytes(), 7), None, "{json}");
+        }
+        let (_tmp, mut layers) = node("hostile", "/srv/store", &index(CID, "web\\u001b[2J", LAYER), true);
+        let merged = format!("/srv/store/overlay/{LAYER}/merged");
+        let name = layers.container_of_path(merged.as_bytes(), 7).unwrap().name.unwrap();
+        assert!(!name.contains('\u{1b}'), "{name:?}");
+    }
+
+    /// A runtime in a mount namespace of its own (a node container, or
+    /// podman with cgroup2 hidden): its layers are mounted in its table
+    /// only, and the store is found there.
+    #[test]
+    fn a_store_mounted_in_the_callers_namespace_only_is_found_there() {
+        let (tmp, mut layers) = node("namespace", "/srv/store", &index(CID, "web", LAYER), false);
+        let merged = format!("/srv/store/overlay/{LAYER}/merged");
+        std::fs::write(tmp.0.join("proc/7/mountinfo"), format!("90 1 0:60 / {merged} rw - overlay overlay rw\n"))
+            .unwrap();
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 8), None, "another process's table shows nothing");
+        layers.set_min_rescan_interval(Duration::ZERO);
+        assert!(layers.container_of_path(merged.as_bytes(), 7).is_some());
+        // Once found, kept while another caller's rescan does not see it.
+        assert!(layers
+            .container_of_path(format!("/srv/store/overlay-containers/{CID}/userdata").as_bytes(), 8)
+            .is_some());
+    }
+
+    #[test]
+    fn only_paths_shaped_like_a_store_rescan() {
+        assert!(store_shaped(format!("/x/overlay/{LAYER}/merged").as_bytes()));
+        assert!(store_shaped(format!("/x/overlay-containers/{CID}/userdata/shm").as_bytes()));
+        assert!(!store_shaped(b"/var/lib/kubelet/pods/x/volumes/a"));
+        assert!(!store_shaped(format!("/x/overlay2/{LAYER}/merged").as_bytes()));
+    }
+
+    #[test]
+    fn a_stores_own_bind_and_a_containers_shm_name_the_store_too() {
+        let text = format!(
+            "58 44 254:0 /srv/store/overlay /srv/store/overlay rw - ext4 /dev/vda rw\n\
+             65 44 0:39 / /run/s/overlay-containers/{CID}/userdata/shm rw - tmpfs shm rw\n\
+             66 44 254:0 /data /srv/other/overlay rw - ext4 /dev/vda rw\n"
+        );
+        let mounts = parse_mountinfo(text.as_bytes());
+        let stores: Vec<Option<PathBuf>> = mounts.iter().map(store_of_mount).collect();
+        assert_eq!(stores, [Some(PathBuf::from("/srv/store")), Some(PathBuf::from("/run/s")), None]);
+    }
+
+    #[test]
+    fn only_a_layer_mount_point_names_a_store() {
+        let store = |p: &str| store_of_layer_mount(p.as_bytes());
+        assert_eq!(store(&format!("/a/b/overlay/{LAYER}/merged")), Some(PathBuf::from("/a/b")));
+        assert_eq!(store(&format!("/a/b/overlay/{LAYER}/diff")), None);
+        assert_eq!(store("/a/b/overlay/short/merged"), None);
+        assert_eq!(store(&format!("/a/b/overlay2/{LAYER}/merged")), None);
+    }
+
+    #[test]
+    fn misses_rescan_at_most_once_per_interval() {
+        let (tmp, mut layers) = node("rate", "/srv/store", "[]", true);
+        layers.set_min_rescan_interval(Duration::from_secs(3600));
+        let merged = format!("/srv/store/overlay/{LAYER}/merged");
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 7), None);
+        std::fs::write(tmp.0.join("node/srv/store/overlay-containers/containers.json"), index(CID, "web", LAYER))
+            .unwrap();
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 7), None, "rescanned too soon");
+        layers.set_min_rescan_interval(Duration::ZERO);
+        assert!(layers.container_of_path(merged.as_bytes(), 7).is_some());
+    }
+}
