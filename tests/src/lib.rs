@@ -16,12 +16,14 @@
 //! - [`apiserver`]: a stand-in Kubernetes API server on loopback;
 //! - [`kubectl`]: the kubectl plugin and the kubectl stand-in it talks to;
 //! - [`node`]: mounts, flags, cgroups and directories, undone on drop;
+//! - [`block`]: raw block volumes as kubelet maps them (loop devices, bind
+//!   mounts of device files) and kubelet's unmap;
 //! - [`mountinfo`]: what is mounted where, read apart from podstuck's parser;
 //! - [`actors`]: the processes a scenario runs;
 //! - [`calls`]: the system calls a test makes itself;
 //! - [`terminal`]: a real terminal (tmux);
 //! - [`oci`]: container image tarballs (podstuck's own, the tests' busybox);
-//! - [`runtimes`]: private dockerd and containerd daemons;
+//! - [`runtimes`]: private dockerd, containerd and podman (with conmon and crun);
 //! - [`scrape`]: what reads `--listen`: raw HTTP requests, a real Prometheus;
 //! - [`container`]: podstuck's own image, run in docker the ways SREs run it;
 //! - [`attacks`]: what another user does to a root process that writes files;
@@ -33,6 +35,7 @@
 pub mod actors;
 pub mod apiserver;
 pub mod attacks;
+pub mod block;
 pub mod calls;
 pub mod container;
 pub mod findings;

@@ -242,6 +242,7 @@ const VALUES: &[(&str, &[&str])] = &[
             "disk-full",
             "read-only-fs",
             "subpath-left",
+            "block-volume-held",
         ],
     ),
 ];

@@ -54,6 +54,8 @@ pub struct FakeNode {
     pub freezer: Vec<FreezerLevel>,
     pub tasks: HashMap<u32, TaskState>,
     pub fuse: Vec<TaskState>,
+    /// Bound loop devices and what holds them.
+    pub loops: Vec<LoopDevice>,
     pub avoided: Vec<Vec<u8>>,
     /// Symlinks: (link path, absolute target), resolved as prefixes.
     pub symlinks: Vec<(String, String)>,
@@ -222,6 +224,9 @@ impl FakeAnswers for FakeNode {
     }
     fn fuse_servers(&mut self) -> Vec<TaskState> {
         self.fuse.clone()
+    }
+    fn loop_devices(&mut self) -> Vec<LoopDevice> {
+        self.loops.clone()
     }
 }
 

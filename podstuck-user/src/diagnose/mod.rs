@@ -9,6 +9,7 @@
 //! each. A finding is emitted once and then updated as evidence grows
 //! ([`Diagnoser::review`] decides when a change is worth a new revision).
 
+pub mod block_volume_held;
 pub mod cgroup_busy;
 pub mod consequences;
 pub mod dir_not_empty;
@@ -96,6 +97,9 @@ pub enum Kind {
     UnkillableTask,
     /// P15: nothing on the node has worked on the pod's teardown for a while.
     NoTeardownSeen,
+    /// P16: a raw block volume's mapping is busy: its loop device (or the
+    /// device file) is still in use.
+    BlockVolumeHeld,
 }
 
 impl Kind {
@@ -122,6 +126,7 @@ impl Kind {
             Kind::SigtermIgnored => "sigterm-ignored",
             Kind::UnkillableTask => "unkillable-task",
             Kind::NoTeardownSeen => "no-teardown-seen",
+            Kind::BlockVolumeHeld => "block-volume-held",
         }
     }
 }
@@ -436,6 +441,7 @@ impl Diagnoser {
             Box::new(removal_storm::RemovalStorm::new(options.node_name.clone())),
             Box::new(immutable_file::ImmutableFile::default()),
             Box::new(mount_held::MountHeld::default()),
+            Box::new(block_volume_held::BlockVolumeHeld::default()),
             Box::new(cgroup_busy::CgroupBusy::default()),
             Box::new(hung_call::HungCall::new(options.hung_after)),
             Box::new(not_mounted::NotMounted::default()),

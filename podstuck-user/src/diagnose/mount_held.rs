@@ -5,15 +5,17 @@
 //!
 //! Signature: umount2 failing with EBUSY (containerd retries 50 times, 50 ms
 //! apart), or EBUSY removing a runtime directory (overlay `merged`, `shm`,
-//! netns, rootfs). Pod volumes and cgroups have their own detectors.
+//! netns, rootfs). Pod volumes, raw block volumes' mappings and cgroups
+//! have their own detectors.
 //! Confirmed by finding the holder in /proc.
 
+use super::block_volume_held::is_block_volume_path;
 use super::shell::{in_mount_namespace_of, word};
 use super::track::{Attempts, CallerView, FailureLog};
 use super::volume_still_mounted::{debug_pod_advice, holder_facts, process_words};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
-use crate::identify::pod::PathArea;
+use crate::identify::pod::{ContainerId, PathArea};
 use crate::identify::Identity;
 use crate::inspect::mounts::{copy_can_block_unmount, mount_at, mount_containing, mounts_on_same_dir, mounts_under};
 use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector};
@@ -281,6 +283,10 @@ impl MountHeld {
 impl Detector for MountHeld {
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
         if !(unmounts(event) || removes(event)) {
+            return;
+        }
+        // Raw block volumes' mappings have their own detector.
+        if is_block_volume_path(identity) {
             return;
         }
         let lazy = event.flags & libc::MNT_DETACH as u64 != 0;

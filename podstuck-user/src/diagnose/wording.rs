@@ -33,6 +33,7 @@ impl Kind {
             Kind::SigtermIgnored => "a container's process did not exit on SIGTERM",
             Kind::UnkillableTask => "a task outlived its SIGKILL",
             Kind::NoTeardownSeen => "nothing on the node was working on the pod's teardown",
+            Kind::BlockVolumeHeld => "a raw block volume's device was held and its unmap refused",
         }
     }
 }

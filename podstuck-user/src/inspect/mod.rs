@@ -1,8 +1,8 @@
 //! Inspect: reads the node state that confirms or rules out a pathology,
 //! at the moment a detector asks: mount tables (the host's and other mount
 //! namespaces'), who holds a mount (a `fuser` over /proc), inode flags,
-//! file metadata, directory contents, filesystem usage, cgroups and task
-//! states.
+//! file metadata, directory contents, filesystem usage, cgroups, task
+//! states and loop devices with what holds them.
 //!
 //! Detectors see the node only through [`NodeInspector`], so they are tested
 //! with a fake node; [`real_node::RealNode`] is the real one. Nothing here changes
@@ -247,6 +247,65 @@ impl FreezerLevel {
     /// FROZEN or on its way there: its tasks ignore SIGKILL until thawed.
     pub fn frozen(&self) -> bool {
         matches!(self.state.as_str(), "FROZEN" | "FREEZING")
+    }
+}
+
+/// A loop device bound to a file, as sysfs shows it: kubelet attaches one
+/// to each raw block volume it maps, over the bind mount of the device
+/// file, so that the device cannot vanish while a pod uses it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LoopDevice {
+    /// "loop7".
+    pub name: String,
+    /// Its device number.
+    pub dev: (u32, u32),
+    /// The file it is bound to (`/sys/block/<name>/loop/backing_file`), as
+    /// the kernel names it.
+    #[serde(serialize_with = "crate::words::serialize_path")]
+    pub backing_file: Vec<u8>,
+    /// LO_FLAGS_AUTOCLEAR: a detach was asked (`losetup -d`, LOOP_CLR_FD)
+    /// while the device was in use, and waits for its last user to close it.
+    pub autoclear: bool,
+    /// The devices stacked on it (`/sys/block/<name>/holders`): device
+    /// mapper (LVM), md.
+    pub holders: Vec<BlockHolder>,
+    /// The processes that have it open.
+    pub openers: Vec<DeviceOpener>,
+}
+
+/// A block device stacked on another, holding it open.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BlockHolder {
+    /// "dm-0", "md127".
+    pub device: String,
+    /// A device-mapper device's name (`/sys/block/dm-0/dm/name`, what
+    /// `dmsetup` and LVM call it); None for md and others.
+    pub mapper_name: Option<String>,
+    /// Whether it is an md (software RAID) array.
+    pub md: bool,
+    /// The processes that have it open.
+    pub openers: Vec<DeviceOpener>,
+}
+
+/// A process with a block device open.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DeviceOpener {
+    pub pid: u32,
+    pub comm: String,
+    /// The file it has open, as it sees it (`/dev/loop7`).
+    #[serde(serialize_with = "crate::words::serialize_path")]
+    pub path: Vec<u8>,
+    /// The pod or container it belongs to, where it is one's.
+    pub owner: Option<Owner>,
+}
+
+impl BlockHolder {
+    /// "dm-0 (vg-data)", "md127".
+    pub fn words(&self) -> String {
+        match &self.mapper_name {
+            Some(name) => format!("{} ({name})", self.device),
+            None => self.device.clone(),
+        }
     }
 }
 

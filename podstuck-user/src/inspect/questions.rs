@@ -58,6 +58,10 @@ macro_rules! node_questions {
             fn task(tid: u32 => u32) -> Probe<TaskState> as Task;
             /// Processes that have /dev/fuse open: the FUSE servers.
             fn fuse_servers() -> Vec<TaskState> as FuseServers;
+            /// Every bound loop device: its backing file, whether a detach
+            /// waits for its last user, and what holds it open (devices stacked
+            /// on it, processes).
+            fn loop_devices() -> Vec<LoopDevice> as LoopDevices;
         }
     };
 }
@@ -70,8 +74,8 @@ pub(crate) use node_questions;
 /// here once.
 pub mod named {
     pub use crate::inspect::{
-        CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy,
-        MountHolder, MountNamespace, Probe, TaskState,
+        CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, Mount,
+        MountCopy, MountHolder, MountNamespace, Probe, TaskState,
     };
 }
 

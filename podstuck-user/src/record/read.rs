@@ -13,7 +13,9 @@ use super::{LastAnswers, Question, RecordHeader, FORMAT, MAGIC, REVIEWS_PER_GROU
 use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
 use crate::identify::Identity;
-use crate::inspect::{FreezerLevel, Mount, MountCopy, MountHolder, Probe, TaskState};
+use crate::inspect::{
+    BlockHolder, DeviceOpener, FreezerLevel, LoopDevice, Mount, MountCopy, MountHolder, Probe, TaskState,
+};
 use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
 use crate::run::RunTotals;
 
@@ -208,6 +210,22 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
         }
     }
     let holder = |h: &MountHolder| size_of::<MountHolder>() + h.comm.len() + h.path.len();
+    fn opener(o: &DeviceOpener) -> usize {
+        size_of::<DeviceOpener>() + o.comm.len() + o.path.len()
+    }
+    fn loop_device(l: &LoopDevice) -> usize {
+        let holders = l.holders.iter().map(|h| {
+            size_of::<BlockHolder>()
+                + h.device.len()
+                + h.mapper_name.as_ref().map_or(0, String::len)
+                + h.openers.iter().map(opener).sum::<usize>()
+        });
+        size_of::<LoopDevice>()
+            + l.name.len()
+            + l.backing_file.len()
+            + holders.sum::<usize>()
+            + l.openers.iter().map(opener).sum::<usize>()
+    }
     let copy = |c: &MountCopy| size_of::<MountCopy>() + c.comm.len() + c.mount_point.len() + strings(&c.propagation);
     let variable = match asked {
         Question::HostMounts { answer } => probe(answer, |m| mounts(m)),
@@ -233,6 +251,7 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
         }
         Question::Task { answer, .. } => probe(answer, task),
         Question::FuseServers { answer } => answer.iter().map(task).sum(),
+        Question::LoopDevices { answer } => answer.iter().map(loop_device).sum(),
         Question::Avoid { path } => path.len(),
     };
     // The key, the map's own room, the answer.

@@ -26,7 +26,9 @@
 //!   other namespaces;
 //! - [`cgroupfs`]: a cgroup's state, the v1 freezer's levels;
 //! - [`fs_facts`]: inode flags, lstat, directory samples, tree counts, statfs;
-//! - [`resolve`]: a path resolved inside another process's root.
+//! - [`resolve`]: a path resolved inside another process's root;
+//! - [`block_devices`]: loop devices, the devices stacked on them and the
+//!   processes that hold them open.
 //!
 //! This module holds [`RealNode`] and hands each question to its room.
 //! Every node path is reached through [`Node::path`] (under `--host-root`
@@ -36,6 +38,7 @@
 //! It is not a parser of mount tables (that is [`super::mounts`]) and it
 //! draws no conclusions (that is the diagnose stage).
 
+mod block_devices;
 pub mod cgroupfs;
 mod deadline;
 mod fs_facts;
@@ -56,8 +59,8 @@ use crate::node_access::Node;
 use crate::words::io_words as words;
 
 use super::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder,
-    MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
+    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, Mount, MountCopy,
+    MountHolder, MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
 };
 use deadline::{AvoidedMount, StuckReader};
 
@@ -184,6 +187,10 @@ impl NodeInspector for RealNode {
 
     fn fuse_servers(&mut self) -> Vec<TaskState> {
         self.fuse_server_tasks()
+    }
+
+    fn loop_devices(&mut self) -> Vec<LoopDevice> {
+        self.loops()
     }
 
     fn avoid(&mut self, path: &[u8]) {

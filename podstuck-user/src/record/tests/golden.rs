@@ -11,7 +11,10 @@
 use super::*;
 use crate::identify::owner::Owner;
 use crate::inspect::questions::QUESTION_NAMES;
-use crate::inspect::{EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, MountNamespace, TaskState};
+use crate::inspect::{
+    BlockHolder, DeviceOpener, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, MountNamespace,
+    TaskState,
+};
 use crate::record::wire::WireQuestion;
 
 const GOLDEN: &str = include_str!("golden_questions.jsonl");
@@ -157,9 +160,35 @@ fn every_question() -> Vec<Question> {
         Question::Task { tid: 99, answer: Err(unreadable()) },
         Question::FuseServers { answer: tasks() },
         Question::FuseServers { answer: vec![] },
+        Question::LoopDevices { answer: vec![golden_loop()] },
+        Question::LoopDevices { answer: vec![] },
         Question::Avoid { path: b"/mnt/\xff odd".to_vec() },
     ]);
     asked
+}
+
+/// A loop device kubelet attached over a block volume's mapping, held by
+/// a device-mapper device a process uses, and by a process of a pod.
+fn golden_loop() -> LoopDevice {
+    let opener = |pid: u32, path: &[u8], owner: Option<Owner>| DeviceOpener {
+        pid,
+        comm: "dd".into(),
+        path: path.to_vec(),
+        owner,
+    };
+    LoopDevice {
+        name: "loop7".into(),
+        dev: (7, 7),
+        backing_file: b"/var/lib/kubelet/plugins/kubernetes.io/csi/volumeDevices/pv/dev/\xff".to_vec(),
+        autoclear: true,
+        holders: vec![BlockHolder {
+            device: "dm-0".into(),
+            mapper_name: Some("vg-data".into()),
+            md: false,
+            openers: vec![opener(12, b"/dev/dm-0", None)],
+        }],
+        openers: vec![opener(13, b"/dev/loop7", Some(owner()))],
+    }
 }
 
 fn written(asked: &[Question]) -> String {

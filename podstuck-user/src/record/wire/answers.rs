@@ -11,8 +11,8 @@ use super::{at_most, Bytes};
 use crate::identify::owner::Owner;
 use crate::identify::pod::PodUid;
 use crate::inspect::{
-    CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind, InodeFlags, Mount, MountCopy,
-    MountHolder, MountNamespace, Probe, TaskState, Unreadable,
+    BlockHolder, CgroupState, DeviceOpener, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind,
+    InodeFlags, LoopDevice, Mount, MountCopy, MountHolder, MountNamespace, Probe, TaskState, Unreadable,
 };
 
 /// A live value as a record keeps it: its wire shape, and back.
@@ -66,7 +66,8 @@ recorded_through!(
     FsUsage => WireFsUsage,
     CgroupState => WireCgroup,
     FreezerLevel => WireFreezerLevel,
-    TaskState => WireTask
+    TaskState => WireTask,
+    LoopDevice => WireLoopDevice
 );
 
 /// A count as the record keeps it: 64 bits on any machine.
@@ -556,5 +557,95 @@ impl From<&FreezerLevel> for WireFreezerLevel {
 impl From<WireFreezerLevel> for FreezerLevel {
     fn from(w: WireFreezerLevel) -> FreezerLevel {
         FreezerLevel { dir: w.dir, state: w.state, pids: w.pids }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireLoopDevice {
+    name: String,
+    dev: (u32, u32),
+    backing_file: Bytes<'static>,
+    autoclear: bool,
+    holders: Vec<WireBlockHolder>,
+    openers: Vec<WireOpener>,
+}
+
+impl From<&LoopDevice> for WireLoopDevice {
+    fn from(l: &LoopDevice) -> WireLoopDevice {
+        let LoopDevice { name, dev, backing_file, autoclear, holders, openers } = l;
+        WireLoopDevice {
+            name: name.clone(),
+            dev: *dev,
+            backing_file: backing_file.to_wire(),
+            autoclear: *autoclear,
+            holders: holders.iter().map(WireBlockHolder::from).collect(),
+            openers: openers.iter().map(WireOpener::from).collect(),
+        }
+    }
+}
+
+impl From<WireLoopDevice> for LoopDevice {
+    fn from(w: WireLoopDevice) -> LoopDevice {
+        LoopDevice {
+            name: w.name,
+            dev: w.dev,
+            backing_file: w.backing_file.into_vec(),
+            autoclear: w.autoclear,
+            holders: w.holders.into_iter().map(BlockHolder::from).collect(),
+            openers: w.openers.into_iter().map(DeviceOpener::from).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireBlockHolder {
+    device: String,
+    mapper_name: Option<String>,
+    md: bool,
+    openers: Vec<WireOpener>,
+}
+
+impl From<&BlockHolder> for WireBlockHolder {
+    fn from(h: &BlockHolder) -> WireBlockHolder {
+        let BlockHolder { device, mapper_name, md, openers } = h;
+        WireBlockHolder {
+            device: device.clone(),
+            mapper_name: mapper_name.clone(),
+            md: *md,
+            openers: openers.iter().map(WireOpener::from).collect(),
+        }
+    }
+}
+
+impl From<WireBlockHolder> for BlockHolder {
+    fn from(w: WireBlockHolder) -> BlockHolder {
+        BlockHolder {
+            device: w.device,
+            mapper_name: w.mapper_name,
+            md: w.md,
+            openers: w.openers.into_iter().map(DeviceOpener::from).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireOpener {
+    pid: u32,
+    comm: String,
+    path: Bytes<'static>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<WireOwner>,
+}
+
+impl From<&DeviceOpener> for WireOpener {
+    fn from(o: &DeviceOpener) -> WireOpener {
+        let DeviceOpener { pid, comm, path, owner } = o;
+        WireOpener { pid: *pid, comm: comm.clone(), path: path.to_wire(), owner: owner.as_ref().map(WireOwner::from) }
+    }
+}
+
+impl From<WireOpener> for DeviceOpener {
+    fn from(w: WireOpener) -> DeviceOpener {
+        DeviceOpener { pid: w.pid, comm: w.comm, path: w.path.into_vec(), owner: w.owner.map(Owner::from) }
     }
 }

@@ -1,0 +1,367 @@
+//! P16 `block-volume-held`: a raw block volume (`volumeMode: Block`)
+//! cannot be unmapped because its device is still in use.
+//!
+//! kubelet maps a block volume by bind-mounting the volume's device file
+//! at `plugins/kubernetes.io/csi/volumeDevices/<pv>/dev/<pod uid>` and
+//! attaching a loop device to that file (a lock, so the device cannot
+//! vanish while the pod runs); the pod's `pods/<uid>/volumeDevices/...`
+//! entry points at the device. To unmap it detaches the loop device
+//! (`losetup -d`), removes the pod's entry and unmounts the bind mount
+//! (`umount`, exit 32 on failure), on its volume backoff. A loop device
+//! still in use does not detach: the kernel only marks it to go when its
+//! last user closes it (autoclear) and `losetup -d` succeeds, so the first
+//! failure kubelet sees is the unmount's EBUSY: the loop device still holds
+//! its backing file, the bind mount. Its users: a process with the loop
+//! device open, a device stacked on it (LVM's device mapper found a volume
+//! group inside the volume and activated it; an md array), or a process
+//! with the bind-mounted device file itself open (kubernetes #109132,
+//! #110163, #119608; longhorn's EBUSY on detach).
+//!
+//! Signature: umount2 (or the removal of the mapping's file or directory)
+//! failing with EBUSY under a `volumeDevices` directory of kubelet's tree.
+//! Confirmed by the loop device whose backing file is the bind mount
+//! (sysfs) and what holds it (its holders in sysfs, its openers in /proc),
+//! or a process holding the bind mount. The fix releases the holders in
+//! order (the stacked device, then the processes, then the loop device)
+//! so that kubelet's next retry succeeds.
+
+use super::shell::word;
+use super::track::{Attempts, FailureLog};
+use super::volume_still_mounted::{holder_facts, process_words};
+use super::{removes, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
+use crate::event::CallEvent;
+use crate::identify::pod::PathArea;
+use crate::identify::Identity;
+use crate::inspect::mounts::mount_at;
+use crate::inspect::{BlockHolder, DeviceOpener, LoopDevice, Mount, MountHolder};
+
+#[derive(Default)]
+pub struct BlockVolumeHeld {
+    failures: FailureLog,
+}
+
+/// Whether a call's path is one of kubelet's block-volume mappings: the
+/// pod's `volumeDevices` tree or a `volumeDevices` directory of kubelet's
+/// plugins tree (the global map path and the CSI driver's publish path).
+pub fn is_block_volume_path(identity: &Identity) -> bool {
+    let in_area = matches!(identity.path_area, Some(PathArea::VolumeDevice | PathArea::PluginDir));
+    in_area
+        && identity.abs_path.as_ref().is_ok_and(|p| p.split(|b| *b == b'/').any(|segment| segment == b"volumeDevices"))
+}
+
+impl BlockVolumeHeld {
+    fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
+        let node = &mut *review.node;
+        let view = a.caller_view(node);
+        let mounts = view.mounts().ok()?.to_vec();
+        let path = view.path.clone();
+        let mount = mount_at(&mounts, &path).cloned();
+        let loops: Vec<LoopDevice> =
+            node.loop_devices().into_iter().filter(|l| l.backing_file == path || l.backing_file == a.path).collect();
+        let holders: Vec<MountHolder> = match &mount {
+            Some(m) => node.mount_holders(m, view.mntns).into_iter().filter(|h| !h.other_namespace).collect(),
+            None => Vec::new(),
+        };
+        let mut f = Finding::new(Kind::BlockVolumeHeld, &shown(&a.path), Severity::Critical, a.first);
+        a.stamp(&mut f);
+        f.evidence("trace", a.trace_words());
+        a.resolution_evidence(&view, &mut f);
+        let what = format!("{} cannot unmap the raw block volume mapped at {}", a.actor.description, shown(&a.path));
+        let failed = format!("{}{}", a.failed_words(), a.rhythm_words());
+        if let Some(m) = &mount {
+            f.evidence("mountinfo", mount_words(&path, m));
+        }
+        for device in &loops {
+            for fact in loop_facts(device) {
+                f.evidence("/sys/block", fact);
+            }
+        }
+        for fact in holder_facts(&holders) {
+            f.evidence("/proc", fact);
+        }
+        let release = release_steps(&loops, &holders);
+        match (loops.first(), holders.first()) {
+            (Some(device), _) => {
+                let users = users_words(device);
+                f.confidence =
+                    if users.is_empty() && !device.autoclear { Confidence::Likely } else { Confidence::Confirmed };
+                let detach = match (device.autoclear, users.is_empty()) {
+                    (true, false) => format!(
+                        "kubelet's losetup -d of /dev/{} did not detach it: the kernel only marked it to go once its last user lets go, and {}",
+                        device.name,
+                        users.join(" and ")
+                    ),
+                    (true, true) => format!(
+                        "/dev/{} is marked to detach (losetup -d ran) and nothing was found using it now: the next retry should succeed",
+                        device.name
+                    ),
+                    (false, false) => format!("{} keep /dev/{} attached", users.join(" and "), device.name),
+                    (false, true) => format!("/dev/{} is still attached and nothing uses it: it was never detached", device.name),
+                };
+                f.summary = format!(
+                    "{what}: loop device /dev/{} is still bound to it (its backing file), so the bind mount is busy; {detach}. {failed}.",
+                    device.name
+                );
+            }
+            (None, Some(h)) => {
+                f.confidence = Confidence::Confirmed;
+                f.summary = format!(
+                    "{what}: {} has the device file open through the bind mount, so it is busy. {failed}.",
+                    process_words(h.pid, &h.comm, h.owner.as_ref())
+                );
+            }
+            (None, None) if mount.is_some() => {
+                f.confidence = Confidence::Possible;
+                f.summary = format!(
+                    "{what}: the bind mount is busy, and no loop device is bound to it and no process holds it (a kernel user such as swap may). {failed}."
+                );
+            }
+            (None, None) => {
+                f.confidence = Confidence::Possible;
+                f.summary = format!(
+                    "{what}: EBUSY, though nothing is mounted at {} now: the next retry should succeed. {failed}.",
+                    shown(&path)
+                );
+                f.fix = format!("findmnt {}", word(&path));
+                return Some(f);
+            }
+        }
+        f.fix = match release.is_empty() {
+            true => format!("umount -l {}", word(&path)),
+            false => release.join(" && "),
+        };
+        f.advice.push(
+            "kubelet's next retry detaches the loop device and unmounts the mapping once nothing holds them; \
+             never remove the mapping's file while it is mounted"
+                .into(),
+        );
+        if loops.iter().any(|l| l.holders.iter().any(|h| h.mapper_name.is_some())) {
+            f.advice.push(
+                "a volume group found inside a pod's volume is activated by the node's LVM: filter such devices out \
+                 (lvm.conf global_filter, e.g. reject loop devices and kubelet's volumeDevices) so it does not happen again"
+                    .into(),
+            );
+        }
+        f.fix = view.fix(std::mem::take(&mut f.fix));
+        if let Some(device) = loops.first() {
+            f.detail("loop_device", format!("/dev/{}", device.name));
+        }
+        Some(f)
+    }
+}
+
+/// "the bind mount of /var/lib/kubelet/.../dev/<uid> (devtmpfs from udev, mount id 61)".
+fn mount_words(path: &[u8], m: &Mount) -> String {
+    format!("{} is a bind mount of a device file ({} from {}, mount id {})", shown(path), m.fstype, m.source, m.id)
+}
+
+/// What sysfs says of a loop device over the mapping, and of what holds it.
+fn loop_facts(device: &LoopDevice) -> Vec<String> {
+    let mut facts = vec![format!(
+        "/dev/{} ({}:{}) is bound to {}{}",
+        device.name,
+        device.dev.0,
+        device.dev.1,
+        shown(&device.backing_file),
+        if device.autoclear { ", autoclear set: a detach (losetup -d) waits for its last user" } else { "" }
+    )];
+    for holder in &device.holders {
+        facts.push(format!("{} is stacked on /dev/{} and holds it open", holder_kind(holder), device.name));
+        facts.extend(opener_facts(&holder.openers, &format!("/dev/{}", holder.device)));
+    }
+    facts.extend(opener_facts(&device.openers, &format!("/dev/{}", device.name)));
+    facts
+}
+
+fn opener_facts(openers: &[DeviceOpener], device: &str) -> Vec<String> {
+    openers
+        .iter()
+        .map(|o| {
+            format!("{} has {device} open (as {})", process_words(o.pid, &o.comm, o.owner.as_ref()), shown(&o.path))
+        })
+        .collect()
+}
+
+/// "device-mapper device dm-0 (vg-data)", "md array md127".
+fn holder_kind(holder: &BlockHolder) -> String {
+    match (&holder.mapper_name, holder.md) {
+        (Some(_), _) => format!("device-mapper device {}", holder.words()),
+        (None, true) => format!("md array {}", holder.device),
+        (None, false) => format!("block device {}", holder.device),
+    }
+}
+
+/// Who uses a loop device, in words.
+fn users_words(device: &LoopDevice) -> Vec<String> {
+    let mut users: Vec<String> = device.holders.iter().map(holder_kind).collect();
+    users.extend(device.openers.iter().map(|o| process_words(o.pid, &o.comm, o.owner.as_ref())));
+    users
+}
+
+/// The commands that let the loop devices and the mapping go, outermost
+/// user first: processes using a stacked device, the stacked device, the
+/// loop device's openers, the loop device (unless a detach already waits),
+/// then processes holding the mapping itself.
+fn release_steps(loops: &[LoopDevice], holders: &[MountHolder]) -> Vec<String> {
+    let mut pids: Vec<u32> = Vec::new();
+    let mut steps = Vec::new();
+    let mut kill = |openers: Vec<u32>, steps: &mut Vec<String>| {
+        let mut new: Vec<String> = Vec::new();
+        for pid in openers {
+            if !pids.contains(&pid) {
+                pids.push(pid);
+                new.push(pid.to_string());
+            }
+        }
+        if !new.is_empty() {
+            steps.push(format!("kill {}", new.join(" ")));
+        }
+    };
+    for device in loops {
+        for holder in &device.holders {
+            kill(holder.openers.iter().map(|o| o.pid).collect(), &mut steps);
+            match (&holder.mapper_name, holder.md) {
+                (Some(name), _) => steps.push(format!("dmsetup remove {}", word(name.as_bytes()))),
+                (None, true) => steps.push(format!("mdadm --stop /dev/{}", word(holder.device.as_bytes()))),
+                (None, false) => {}
+            }
+        }
+        kill(device.openers.iter().map(|o| o.pid).collect(), &mut steps);
+        if !device.autoclear {
+            steps.push(format!("losetup -d /dev/{}", word(device.name.as_bytes())));
+        }
+    }
+    kill(holders.iter().map(|h| h.pid).collect(), &mut steps);
+    steps
+}
+
+impl Detector for BlockVolumeHeld {
+    fn observe(&mut self, event: &CallEvent, identity: &Identity) {
+        if !(unmounts(event) || removes(event)) || !is_block_volume_path(identity) {
+            return;
+        }
+        let lazy = unmounts(event) && event.flags & libc::MNT_DETACH as u64 != 0;
+        self.failures.observe(event, identity, |errno| errno == libc::EBUSY && !lazy);
+    }
+
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
+        self.failures.review(review, Self::decide)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake::*;
+    use super::*;
+    use crate::inspect::HoldKind;
+
+    fn map_path() -> String {
+        format!("{KUBELET}/plugins/kubernetes.io/csi/volumeDevices/pvc-blk/dev/{POD}")
+    }
+
+    /// kubelet's `umount` of the mapping, on its volume backoff.
+    fn unmaps() -> Vec<Call> {
+        [0.0, 0.5, 1.5, 3.5].iter().map(|&at| umount(at, "umount", &map_path(), -libc::EBUSY)).collect()
+    }
+
+    fn node() -> FakeNode {
+        FakeNode::with_mounts(&[&format!("61 {} devtmpfs", map_path())])
+    }
+
+    fn opener(pid: u32, comm: &str, path: &str) -> DeviceOpener {
+        DeviceOpener { pid, comm: comm.into(), path: path.into(), owner: None }
+    }
+
+    fn loop_device(autoclear: bool, holders: Vec<BlockHolder>, openers: Vec<DeviceOpener>) -> LoopDevice {
+        LoopDevice {
+            name: "loop7".into(),
+            dev: (7, 7),
+            backing_file: map_path().into_bytes(),
+            autoclear,
+            holders,
+            openers,
+        }
+    }
+
+    #[test]
+    fn a_process_holding_the_loop_device_is_named_and_killed() {
+        let mut node = node();
+        node.loops = vec![loop_device(true, vec![], vec![opener(3131, "dd", "/dev/loop7")])];
+        let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
+        assert_eq!(f.kind, Kind::BlockVolumeHeld);
+        assert_eq!(f.confidence, Confidence::Confirmed);
+        assert_eq!(f.fix, "kill 3131");
+        assert_eq!(f.pod_uid, Some(pod()));
+        assert!(f.summary.contains("loop device /dev/loop7 is still bound"), "{}", f.summary);
+        assert!(f.summary.contains("losetup -d of /dev/loop7 did not detach it"), "{}", f.summary);
+        assert!(f.summary.contains("pid 3131 (dd)"), "{}", f.summary);
+        assert!(f.evidence.iter().any(|e| e.fact.contains("autoclear set")), "{:?}", f.evidence);
+        assert_eq!(f.details["loop_device"], "/dev/loop7");
+    }
+
+    #[test]
+    fn a_device_mapper_holder_is_removed_after_its_own_users_and_the_loop_detached() {
+        let mut node = node();
+        let dm = BlockHolder {
+            device: "dm-0".into(),
+            mapper_name: Some("vg-data".into()),
+            md: false,
+            openers: vec![opener(4242, "postgres", "/dev/dm-0")],
+        };
+        node.loops = vec![loop_device(false, vec![dm], vec![])];
+        let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
+        assert_eq!(f.fix, "kill 4242 && dmsetup remove vg-data && losetup -d /dev/loop7");
+        assert!(f.summary.contains("device-mapper device dm-0 (vg-data)"), "{}", f.summary);
+        assert!(f.advice.iter().any(|a| a.contains("global_filter")), "{:?}", f.advice);
+    }
+
+    #[test]
+    fn an_md_array_is_stopped() {
+        let mut node = node();
+        let md = BlockHolder { device: "md127".into(), mapper_name: None, md: true, openers: vec![] };
+        node.loops = vec![loop_device(true, vec![md], vec![])];
+        let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
+        assert_eq!(f.fix, "mdadm --stop /dev/md127");
+    }
+
+    #[test]
+    fn a_process_with_the_mapped_file_open_is_named_without_a_loop_device() {
+        let mut node = node();
+        node.holders = vec![MountHolder {
+            pid: 5151,
+            comm: "backup".into(),
+            how: HoldKind::OpenFile,
+            path: map_path().into_bytes(),
+            mntns: HOST_MNTNS,
+            other_namespace: false,
+            owner: None,
+        }];
+        let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
+        assert_eq!(f.fix, "kill 5151");
+        assert!(f.summary.contains("pid 5151 (backup) has the device file open"), "{}", f.summary);
+    }
+
+    #[test]
+    fn a_loop_device_over_another_file_is_not_blamed_and_nothing_found_is_only_possible() {
+        let mut node = node();
+        let mut other = loop_device(true, vec![], vec![opener(3131, "dd", "/dev/loop7")]);
+        other.backing_file = b"/var/lib/images/disk.img".to_vec();
+        node.loops = vec![other];
+        let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
+        assert_eq!(f.confidence, Confidence::Possible);
+        assert!(!f.summary.contains("3131"), "{}", f.summary);
+        assert_eq!(f.fix, format!("umount -l {}", map_path()));
+    }
+
+    #[test]
+    fn only_block_volume_paths_and_a_success_resolves() {
+        let mut d = BlockVolumeHeld::default();
+        let mut node = node();
+        let volume = format!("{KUBELET}/pods/{POD}/volumes/kubernetes.io~csi/pvc-1/mount");
+        assert!(run(&mut d, &mut node, &[umount(0.0, "umount", &volume, -libc::EBUSY)], 5.0).is_empty());
+        node.loops = vec![loop_device(true, vec![], vec![opener(3131, "dd", "/dev/loop7")])];
+        assert_eq!(run(&mut d, &mut node, &unmaps(), 4.0).len(), 1);
+        let done = run(&mut d, &mut node, &[umount(6.0, "umount", &map_path(), 0)], 6.5);
+        assert_eq!(done[0].status, super::super::Status::Resolved);
+    }
+}
