@@ -70,5 +70,5 @@ pub use podstuck::{
     summary_json, Attached, Finished, Watch,
 };
 pub use prerequisite::missing;
-pub use runtimes::{Containerd, Dockerd, EventLog, Propagation, RbindView};
+pub use runtimes::{Containerd, Dockerd, EventLog, Podman, Propagation, RbindView};
 pub use wait::{poll_until, poll_until_else, wait_until, within};

@@ -11,6 +11,8 @@
 //!   install), running its own managed containerd.
 //! - [`Containerd`]: a private standalone `containerd`, driven with `ctr`,
 //!   its state directory under `/var/run` as well.
+//! - [`Podman`]: a private podman with conmon and crun (CRI-O's monitor
+//!   and runtime) over a containers/storage store of its own (`podman`).
 //! - [`RbindView`]: a recursive bind mount of a directory (a backup tool's
 //!   view of a layer), detached on drop.
 //! - [`EventLog`]: with `$PODSTUCK_RUNTIME_TRACES` set, a second podstuck
@@ -44,8 +46,11 @@ use serde_json::Value;
 
 use crate::mountinfo;
 use crate::oci::{self, ConfigBuilder, Image, Tar};
+
+mod podman;
 use crate::podstuck::Watch;
 use crate::wait::{poll_until_else, within};
+pub use podman::{Podman, CONMON, CRUN, PODMAN};
 
 /// Debian's docker.io installs the daemon in /usr/sbin; /usr/bin is where
 /// some other packagings put it.
@@ -143,22 +148,21 @@ fn timed<S: AsRef<OsStr>>(limit: Duration, program: &str, args: &[S]) -> Command
     command
 }
 
-/// Runs `program args` under `timeout`, collecting its output.
-fn run_for<S: AsRef<OsStr>>(limit: Duration, program: &str, args: &[S]) -> Output {
-    timed(limit, program, args).output().unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
-}
-
-/// Like `run_for`, for a drop: never panics.
+/// Runs `program args` under `timeout`, collecting its output, for a
+/// drop: never panics.
 fn run_quietly<S: AsRef<OsStr>>(limit: Duration, program: &str, args: &[S]) -> Option<Output> {
     timed(limit, program, args).output().ok()
 }
 
 /// A runtime's command-line tool pointed at one daemon of ours:
-/// `docker -H <ours>`, `ctr --address <ours> --namespace podstuck`.
+/// `docker -H <ours>`, `ctr --address <ours> --namespace podstuck`,
+/// podman with configuration files of its own.
 struct Cli {
     program: &'static str,
     /// The arguments every call starts with.
     prefix: Vec<OsString>,
+    /// Variables every call gets (podman's configuration files).
+    env: Vec<(String, PathBuf)>,
 }
 
 impl Cli {
@@ -166,14 +170,20 @@ impl Cli {
         self.prefix.iter().map(OsString::as_os_str).chain(args.iter().map(OsStr::new)).collect()
     }
 
+    fn command(&self, limit: Duration, args: &[&str]) -> Command {
+        let mut command = timed(limit, self.program, &self.args(args));
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        command
+    }
+
     /// Runs it with `args` within `limit`, whatever comes out.
     fn run(&self, limit: Duration, args: &[&str]) -> Output {
-        run_for(limit, self.program, &self.args(args))
+        self.command(limit, args).output().unwrap_or_else(|e| panic!("cannot run {}: {e}", self.program))
     }
 
     /// Runs it with `args` while cleaning up: never panics.
     fn quietly(&self, args: &[&str]) -> Option<Output> {
-        run_quietly(CLEANUP_TIMEOUT, self.program, &self.args(args))
+        self.command(CLEANUP_TIMEOUT, args).output().ok()
     }
 
     /// The words a listing prints (`ps -aq`, `task ls -q`...), while
@@ -717,7 +727,7 @@ impl Dockerd {
             exec_root,
             data_root,
             storage_driver: String::new(),
-            cli: Cli { program: DOCKER, prefix: vec!["-H".into(), host.into()] },
+            cli: Cli { program: DOCKER, prefix: vec!["-H".into(), host.into()], env: Vec::new() },
             log: log.clone(),
             scratch: setup.scratch.to_path_buf(),
             imported: Mutex::new(false),
@@ -996,6 +1006,7 @@ disabled_plugins = [
             cli: Cli {
                 program: CTR,
                 prefix: vec!["--address".into(), address.clone().into(), "--namespace".into(), CTR_NAMESPACE.into()],
+                env: Vec::new(),
             },
             address,
             log,

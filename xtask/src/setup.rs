@@ -16,9 +16,10 @@ use crate::host::{install, run, say};
 /// check latency.hlog with, the real container runtimes the runtime
 /// scenarios (tests/tests/runtimes.rs) run a private daemon of: docker.io
 /// (dockerd and the docker CLI), containerd (and ctr), runc, and
-/// busybox-static, the one binary their test image is made of; the
-/// image tests' other readers; and the CNI plugins.
-const APT_PACKAGES: [&str; 20] = [
+/// busybox-static, the one binary their test image is made of; podman
+/// with conmon and crun, CRI-O's monitor and runtime (tests/tests/podman.rs);
+/// the image tests' other readers; and the CNI plugins.
+const APT_PACKAGES: [&str; 23] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
@@ -36,6 +37,11 @@ const APT_PACKAGES: [&str; 20] = [
     "containerd",
     "runc",
     "busybox-static",
+    // A CRI-O-like runtime for real (tests/tests/podman.rs): podman 4.3 over
+    // containers/storage, conmon 2.1, crun 1.8, as OpenShift's nodes run them.
+    "podman",
+    "conmon",
+    "crun",
     // The real Prometheus that scrapes `podstuck watch --listen` in tests/tests/listen.rs
     // and alerts.rs (each test starts its own, on ports of its own), and its promtool,
     // which checks and unit-tests deploy/prometheus-rules.yaml in alerts.rs.

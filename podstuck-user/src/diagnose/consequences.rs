@@ -3,7 +3,9 @@
 //! an unmount that already succeeded (EINVAL), for instance. Told apart,
 //! those read as two pathologies with two fixes, one of them wrong. Here a
 //! finding that only follows from another finding of the same actor is
-//! folded into it: listed in its evidence, not told on its own.
+//! folded into it: listed in its evidence, not told on its own (an
+//! unmount retried, a directory that cannot be emptied while what the
+//! other finding is about, inside it, stays).
 
 use super::{Finding, Kind, Status};
 
@@ -11,6 +13,23 @@ use super::{Finding, Kind, Status};
 /// consequence rather than a cause of their own.
 fn follows_from_others(kind: Kind) -> bool {
     kind == Kind::NotMounted
+}
+
+/// Whether `candidate` only follows from `root`: a consequence kind beside
+/// another finding of the same actor, or a directory that cannot be
+/// emptied (ENOTEMPTY) because what `root` is about, inside it, cannot be
+/// removed, whoever tries: a runtime's removal of a container's layer
+/// directory, whose `merged` a held mount keeps (podman's `rm` and the
+/// cleanup its conmon runs both try it).
+fn follows_from(candidate: &Finding, root: &Finding) -> bool {
+    let inside = |dir: &[u8]| {
+        root.paths.first().is_some_and(|p| p.len() > dir.len() + 1 && p.starts_with(dir) && p[dir.len()] == b'/')
+    };
+    let consequence = match candidate.kind {
+        Kind::DirNotEmpty => candidate.paths.first().is_some_and(|dir| inside(dir)),
+        kind => follows_from_others(kind) && !follows_from_others(root.kind) && same_actor(root, candidate),
+    };
+    consequence && root.status == Status::Active && root.kind != candidate.kind
 }
 
 fn same_actor(a: &Finding, b: &Finding) -> bool {
@@ -27,15 +46,8 @@ pub fn fold(findings: &mut Vec<Finding>) -> Vec<(String, String)> {
     let mut i = 0;
     while i < findings.len() {
         let candidate = &findings[i];
-        let root = (candidate.status == Status::Active && follows_from_others(candidate.kind))
-            .then(|| {
-                findings.iter().position(|r| {
-                    r.status == Status::Active
-                        && !follows_from_others(r.kind)
-                        && r.kind != candidate.kind
-                        && same_actor(r, candidate)
-                })
-            })
+        let root = (candidate.status == Status::Active)
+            .then(|| findings.iter().position(|r| follows_from(candidate, r)))
             .flatten();
         let Some(root) = root else {
             i += 1;
@@ -48,11 +60,15 @@ pub fn fold(findings: &mut Vec<Finding>) -> Vec<(String, String)> {
         r.evidence(
             "consequence",
             format!(
-                "{}'s {} of {path} also fails with {} {} times: it retries a step that already happened while the teardown fails for the cause above, not a second cause",
+                "{}'s {} of {path} also fails with {} {} times: {}, not a second cause",
                 consequence.actor.as_ref().map(|a| a.description.as_str()).unwrap_or("the same actor"),
                 consequence.syscall.unwrap_or("call"),
                 consequence.errno.as_deref().unwrap_or("an error"),
-                consequence.count
+                consequence.count,
+                match consequence.kind {
+                    Kind::DirNotEmpty => "what the cause above keeps inside it cannot go",
+                    _ => "it retries a step that already happened while the teardown fails for the cause above",
+                }
             ),
         );
         folded.push((consequence.id, r.id.clone()));
@@ -98,5 +114,26 @@ mod tests {
             .any(|e| e.source == "consequence" && e.fact.contains("/x/merged") && e.fact.contains("EINVAL 3 times")));
         // Another actor's not-mounted stands on its own.
         assert_eq!(all[1].kind, Kind::NotMounted);
+    }
+
+    /// podman's RemoveAll of a layer directory meets ENOTEMPTY because
+    /// its `merged`, inside, is held (whichever podman process tries it):
+    /// one cause, told once. An ENOTEMPTY on a directory the held path is
+    /// not inside is a cause of its own.
+    #[test]
+    fn a_directory_that_cannot_be_emptied_for_a_held_mount_inside_is_told_under_it() {
+        let mut all = vec![
+            by(Kind::DirNotEmpty, "/s/overlay/abc", 9, "cleanup"),
+            by(Kind::MountHeld, "/s/overlay/abc/merged", 7, "podman"),
+            by(Kind::DirNotEmpty, "/s/overlay/abcd", 7, "podman"),
+            by(Kind::DirNotEmpty, "/s/overlay/abc/merged", 7, "podman"),
+        ];
+        let folded = fold(&mut all);
+        assert_eq!(
+            folded,
+            vec![("dir-not-empty:/s/overlay/abc".to_string(), "mount-held:/s/overlay/abc/merged".to_string())]
+        );
+        assert_eq!(all.iter().filter(|f| f.kind == Kind::DirNotEmpty).count(), 2);
+        assert!(all[0].evidence.iter().any(|e| e.fact.contains("what the cause above keeps inside it cannot go")));
     }
 }

@@ -8,10 +8,13 @@
 
 use super::shell::word;
 use super::track::{Attempts, FailureLog};
-use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity};
+use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::identify::Identity;
 use crate::inspect::mounts::mounts_under;
+
+/// What a node says of a path that does not exist ([`crate::words::io_words`] of ENOENT).
+const GONE: &str = "no such file or directory";
 
 /// Entries named in the evidence and in the fix.
 const ENTRIES_NAMED: usize = 5;
@@ -50,6 +53,15 @@ impl DirNotEmpty {
         }
         let sample = match node.dir_sample(&path, ENTRIES_NAMED) {
             Ok(s) => s,
+            // Removed since by a path the trace did not see succeed (a
+            // runtime that renames a layer before removing it): over.
+            Err(why) if why.0 == GONE => {
+                a.succeeded = Some(review.now);
+                f.status = Status::Resolved;
+                f.evidence("readdir", format!("{} no longer exists", shown(&path)));
+                f.summary = format!("{what}: {}; it is gone now.", a.failed_words());
+                return Some(f);
+            }
             Err(why) => {
                 f.evidence("readdir", format!("{}: {why}", shown(&path)));
                 f.summary = format!("{what}: {}{rhythm}.", a.failed_words());
@@ -126,6 +138,23 @@ impl Detector for DirNotEmpty {
 mod tests {
     use super::super::fake::*;
     use super::*;
+
+    /// A directory removed by a path the trace never saw succeed (renamed
+    /// first, then removed): the finding ends, it is not left active.
+    #[test]
+    fn a_directory_gone_since_ends_its_finding() {
+        let mut d = DirNotEmpty::default();
+        let mut node = FakeNode::with_mounts(&[]);
+        let m = csi_mount();
+        node.dirs.insert(m.clone().into_bytes(), vec!["stray.log"]);
+        let calls = [rmdir(0.0, "kubelet", &m, -libc::ENOTEMPTY), rmdir(0.5, "kubelet", &m, -libc::ENOTEMPTY)];
+        assert_eq!(run(&mut d, &mut node, &calls, 1.0)[0].status, Status::Active);
+        node.dirs.clear();
+        let later = run(&mut d, &mut node, &[], 7.0);
+        assert_eq!(later[0].status, Status::Resolved, "{:?}", later[0].summary);
+        assert!(later[0].evidence.iter().any(|e| e.fact.contains("no longer exists")), "{:?}", later[0].evidence);
+        assert!(run(&mut d, &mut node, &[], 14.0).iter().all(|f| f.status == Status::Resolved));
+    }
 
     #[test]
     fn stray_files_in_a_volume_dir() {

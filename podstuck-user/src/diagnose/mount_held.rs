@@ -39,6 +39,16 @@ fn hold_words(how: HoldKind) -> &'static str {
     }
 }
 
+/// "the root filesystem of container <id>", or "a path of container <id>":
+/// what the runtime's path is, in the words of whoever must act on it.
+fn container_words(path: &[u8], container: &ContainerId) -> String {
+    let last = path.rsplit(|b| *b == b'/').next().unwrap_or_default();
+    match last {
+        b"merged" | b"rootfs" => format!("the root filesystem of container {}", container.as_str()),
+        _ => format!("a path of container {}", container.as_str()),
+    }
+}
+
 impl MountHeld {
     fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
         let node = &mut *review.node;
@@ -59,6 +69,12 @@ impl MountHeld {
         }
         // Paths and mounts are the caller's namespace's: the fix acts there.
         f.fix = view.fix(std::mem::take(&mut f.fix));
+        if let Some(container) = &a.container {
+            let whose = container_words(&a.path, container);
+            f.summary = format!("{} is {whose}. {}", shown(&a.path), f.summary);
+            f.evidence("runtime", format!("{} is {whose}, by the runtime's own records", shown(&a.path)));
+            f.detail("container", container.as_str());
+        }
         Some(f)
     }
 
@@ -528,6 +544,38 @@ mod tests {
         assert_eq!(f.fix, "umount -l /backup/view/merged");
         assert!(f.summary.contains("/backup/view/merged") && f.summary.contains("pid 4444"), "{}", f.summary);
         assert!(!f.summary.contains("next retry should succeed"), "{}", f.summary);
+    }
+
+    #[test]
+    fn a_held_root_filesystem_is_named_by_its_container_not_its_layer() {
+        // containers/storage (CRI-O, podman): the layer id is not the
+        // container's; identify found the container in the store's index.
+        let layer = "92898b9f6667de0bfffb4361d8c9b9e9665d8b7a4f33843f284ca5ade8b4d0f5";
+        let container = "ee6688e407098bbd32602928330decccc3ea2a84be0e6ab57bb4aee28e03ed48";
+        let merged = format!("/var/lib/containers/storage/overlay/{layer}/merged");
+        let mut node = FakeNode {
+            mountinfo: format!(
+                "1 0 8:1 / / rw shared:1 - ext4 /dev/sda1 rw\n\
+                 50 1 8:1 /var/lib/containers/storage/overlay/{layer} /backup/view rw - ext4 /dev/sda1 rw\n\
+                 51 50 0:60 / /backup/view/merged rw - overlay overlay rw\n"
+            ),
+            ..Default::default()
+        };
+        let calls: Vec<Call> = (0..5)
+            .map(|i| {
+                let mut c = rmdir(i as f64 * 0.1, "podman", &merged, -libc::EBUSY);
+                c.identity.container_id = ContainerId::parse(container);
+                c
+            })
+            .collect();
+        let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
+        assert!(
+            f.summary.starts_with(&format!("{merged} is the root filesystem of container {container}. ")),
+            "{}",
+            f.summary
+        );
+        assert_eq!(f.details["container"], container);
+        assert_eq!(f.fix, "umount -l /backup/view/merged");
     }
 
     #[test]

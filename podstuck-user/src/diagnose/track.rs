@@ -11,7 +11,7 @@ use podstuck_common::Syscall;
 use super::rhythm::Rhythm;
 use super::{Finding, FindingActor, Review};
 use crate::event::{errno_name, syscall_name, CallEvent};
-use crate::identify::pod::{PathArea, PodUid};
+use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::Identity;
 use crate::inspect::{Mount, MountNamespace, NodeInspector, Probe};
 
@@ -42,6 +42,9 @@ pub struct Attempts {
     pub actor: FindingActor,
     pub pod: Option<PodUid>,
     pub area: Option<PathArea>,
+    /// The container the path is of (its root filesystem, shm), where
+    /// identify named one.
+    pub container: Option<ContainerId>,
     /// When a later call on the path succeeded.
     pub succeeded: Option<SystemTime>,
     /// Whether a finding was made of it (so a success resolves it visibly).
@@ -259,6 +262,9 @@ impl FailureLog {
             if identity.pod_uid.is_some() {
                 a.pod = identity.pod_uid.clone();
             }
+            if identity.container_id.is_some() {
+                a.container = identity.container_id.clone();
+            }
             return;
         }
         if self.by_path.len() >= PATHS_KEPT {
@@ -281,6 +287,7 @@ impl FailureLog {
                 actor: FindingActor::of(event.pid, &identity.actor),
                 pod: identity.pod_uid.clone(),
                 area: identity.path_area,
+                container: identity.container_id.clone(),
                 succeeded: None,
                 reported: false,
                 checked: None,

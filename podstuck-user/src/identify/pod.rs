@@ -263,7 +263,7 @@ fn cgroup_clues(segs: &[&[u8]]) -> (Option<PodUid>, Option<ContainerId>) {
                 if let Some(uid) = uid {
                     pod = Some(uid);
                     if container.is_none() {
-                        container = segs.get(at + 1).and_then(|s| container_id(s));
+                        container = segs.get(at + 1).and_then(|s| cgroupfs_container(s));
                     }
                 }
             }
@@ -286,11 +286,20 @@ fn systemd_pod_slice(seg: &[u8]) -> Option<PodUid> {
     systemd_uid(uid)
 }
 
+/// A container's cgroup under a pod's of the cgroupfs driver: the bare id
+/// (containerd, docker), CRI-O's `crio-<id>` and its monitor's
+/// `crio-conmon-<id>`, podman's `libpod-<id>` and `libpod-conmon-<id>`.
+fn cgroupfs_container(seg: &[u8]) -> Option<ContainerId> {
+    const PREFIXES: [&[u8]; 5] = [b"", b"crio-conmon-", b"crio-", b"libpod-conmon-", b"libpod-"];
+    PREFIXES.iter().find_map(|p| seg.strip_prefix(*p).and_then(container_id))
+}
+
 /// A container's systemd scope. `crio-conmon-<cid>.scope` holds CRI-O's
 /// monitor for that container, so it names the same container.
 fn container_scope(seg: &[u8]) -> Option<ContainerId> {
     let name = seg.strip_suffix(b".scope")?;
-    const PREFIXES: [&[u8]; 4] = [b"cri-containerd-", b"crio-conmon-", b"crio-", b"docker-"];
+    const PREFIXES: [&[u8]; 6] =
+        [b"cri-containerd-", b"crio-conmon-", b"crio-", b"docker-", b"libpod-conmon-", b"libpod-"];
     PREFIXES.iter().find_map(|p| name.strip_prefix(*p).and_then(container_id))
 }
 
@@ -540,6 +549,12 @@ mod tests {
             format!("/sys/fs/cgroup/kubepods/burstable/pod{UID}/{CID}"),
             format!("/sys/fs/cgroup/memory/kubepods/besteffort/pod{UID}/{CID}/tasks"),
             format!("/sys/fs/cgroup/kubepods/pod{UID}/{CID}"),
+            // CRI-O's and podman's cgroupfs shapes: the container, its monitor.
+            format!("/sys/fs/cgroup/pids/kubepods/burstable/pod{UID}/crio-{CID}"),
+            format!("/sys/fs/cgroup/pids/kubepods/burstable/pod{UID}/crio-conmon-{CID}"),
+            format!("/sys/fs/cgroup/memory/kubepods/besteffort/pod{UID}/libpod-{CID}/cgroup.procs"),
+            format!("/sys/fs/cgroup/memory/kubepods/besteffort/pod{UID}/libpod-conmon-{CID}"),
+            format!("/sys/fs/cgroup/kubepods.slice/kubepods-pod{UID_}.slice/libpod-{CID}.scope"),
         ] {
             let clues = clues_from_path(path.as_bytes(), &roots());
             assert_eq!(clues.pod, Some((uid(), PathArea::PodCgroup)), "{path}");
@@ -571,6 +586,10 @@ mod tests {
             format!("/sys/fs/cgroup/system.slice/containerd-{CID}.scope"),
             format!("/sys/fs/cgroup/system.slice/cri-containerd-{}.scope", &CID[1..]),
             format!("/sys/fs/cgroup/kubepods/pod{UID}/{}", CID.to_uppercase()),
+            // The prefixes name a container only where a pod's cgroup has one.
+            format!("/sys/fs/cgroup/pids/kubepods/burstable/pod{UID}/x/crio-{CID}"),
+            format!("/var/lib/kubelet/pods/{UID}/volumes/v/libpod-{CID}"),
+            format!("/sys/fs/cgroup/kubepods/pod{UID}/crio-x{CID}"),
         ] {
             assert_eq!(clues_from_path(path.as_bytes(), &roots()).container, None, "{path}");
         }
