@@ -84,8 +84,25 @@ const LOCKDOWN_SCENARIOS: [&str; 3] = ["check", "lockdown", "attach"];
 /// The scenarios of 5.10's third boot, with cgroup v1 hierarchies and no
 /// cgroup2 (EKS's AL2, RHEL 8): a short-lived process of a pod tied to it by
 /// the cgroup the kernel read, with `--pod` and node-wide, and a pod frozen by the v1 freezer as one
-/// `cgroup-busy` finding whose fix frees all its cgroups.
-const CGROUP_V1_SCENARIOS: [&str; 5] = ["check", "v1-identity", "v1-identity-node", "v1-cgroup-busy", "attach"];
+/// `cgroup-busy` finding whose fix frees all its cgroups; then, with the
+/// hierarchies remounted in each layout a v1 node has (every controller
+/// as systemd mounts them on RHEL 8 and AL2, a subset, systemd's named
+/// hierarchy and one controller), a pod made before podstuck starts whose
+/// short-lived caller a node-wide watch ties to it. And a raw block volume's
+/// mapping held by a device-mapper device on kubelet's loop device (this
+/// machine's own kernel has no device mapper): one `block-volume-held`
+/// finding whose fix frees it.
+const CGROUP_V1_SCENARIOS: [&str; 9] = [
+    "check",
+    "v1-identity",
+    "v1-identity-node",
+    "v1-cgroup-busy",
+    "v1-pod-before-rhel8",
+    "v1-pod-before-subset",
+    "v1-pod-before-one",
+    "block-volume-dm",
+    "attach",
+];
 
 /// The scenarios of `cargo xtask bench`'s boot: check, then the storm's
 /// timings (BENCH lines).
@@ -188,9 +205,11 @@ impl Suite {
 const QEMU_CPU: &str = "max,cx16=off";
 
 /// Modules the scenarios need (the loop device under /var/tmp's ext4,
-/// FUSE for the hung call), by kernel config symbol: loaded in /init where
-/// the kernel has them as modules.
-const MODULES: [(&str, &str); 2] = [("loop", "CONFIG_BLK_DEV_LOOP"), ("fuse", "CONFIG_FUSE_FS")];
+/// FUSE for the hung call, the device mapper for a block volume's holder),
+/// by kernel config symbol: loaded in /init where the kernel has them as
+/// modules.
+const MODULES: [(&str, &str); 3] =
+    [("loop", "CONFIG_BLK_DEV_LOOP"), ("fuse", "CONFIG_FUSE_FS"), ("dm_mod", "CONFIG_BLK_DEV_DM")];
 
 /// Seconds one kernel's boot and scenarios may take before QEMU is
 /// killed: some three times what a whole-suite boot takes here.
@@ -700,6 +719,11 @@ fn build_common_initramfs(
     put_binary(userland, &root, &userland.program("chattr")?, "/usr/bin/chattr")?;
     put_binary(userland, &root, &userland.program("lsattr")?, "/usr/bin/lsattr")?;
     put_binary(userland, &root, &userland.program("bpftool")?, "/usr/sbin/bpftool")?;
+    // A device-mapper device over a loop device (amd64's cgroup v1 boot;
+    // an arm64 guest runs no scenario that needs one).
+    if target == Arch::X86_64 {
+        put_binary(userland, &root, &userland.program("dmsetup")?, "/usr/sbin/dmsetup")?;
+    }
     // GNU rm: rm -rf removes with unlinkat(dirfd, name, AT_REMOVEDIR), as on
     // a real node (busybox rm calls rmdir).
     put_binary(userland, &root, &userland.program("rm")?, "/usr/local/bin/gnu-rm")?;

@@ -154,14 +154,61 @@ mount -t tmpfs -o size=1600m tmpfs /tmp
 mount -t tmpfs tmpfs /run
 mount -t tracefs tracefs /sys/kernel/tracing
 SUITE=$(sed -n 's/.*podstuck_vm\.suite=\([^ ]*\).*/\1/p' /proc/cmdline)
+# The cgroup v1 layouts of the cgroup-v1 boot: the hierarchies (a word
+# each, its controllers joined by commas) mounted beside systemd's named
+# one. rhel8: every controller the way systemd mounts them on RHEL 8 and
+# AL2; subset: the few a small node mounts; one: name=systemd and one
+# controller that is none of memory, pids, cpu or blkio.
+v1_layout() {
+    case $1 in
+        rhel8) echo "cpuset cpu,cpuacct blkio memory devices freezer net_cls,net_prio perf_event hugetlb pids rdma" ;;
+        subset) echo "memory pids freezer cpu,cpuacct" ;;
+        one) echo "freezer" ;;
+    esac
+}
+
+# mount_v1 LAYOUT: every cgroup below /sys/fs/cgroup's v1 hierarchies
+# removed (deepest first), the hierarchies unmounted (which frees their
+# controllers), then LAYOUT's mounted with systemd's named hierarchy.
+# Controllers this kernel lacks are left out. Sets V1_MOUNTED (the
+# hierarchies' directory names); returns non-zero with WHY on a failure.
+mount_v1() {
+    WHY=""
+    for m in $(awk '$3 == "cgroup" && $2 ~ "^/sys/fs/cgroup/" { print $2 }' /proc/mounts); do
+        find "$m" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null
+        umount "$m" && rmdir "$m" || WHY="$WHY; cannot unmount $m"
+    done
+    V1_MOUNTED=""
+    for c in $(v1_layout "$1"); do
+        have=yes
+        for x in $(echo "$c" | tr , ' '); do
+            awk -v x="$x" '$1 == x && $4 == 1 { f = 1 } END { exit !f }' /proc/cgroups || have=no
+        done
+        [ "$have" = yes ] || continue
+        if mkdir -p "/sys/fs/cgroup/$c" && mount -t cgroup -o "$c" cgroup "/sys/fs/cgroup/$c"; then
+            V1_MOUNTED="$V1_MOUNTED $c"
+        else
+            WHY="$WHY; cannot mount the $c hierarchy"
+        fi
+    done
+    # A new cpuset cgroup has no CPUs or memory nodes unless it copies its parent's.
+    [ -e /sys/fs/cgroup/cpuset/cgroup.clone_children ] && echo 1 >/sys/fs/cgroup/cpuset/cgroup.clone_children
+    if mkdir -p /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd; then
+        V1_MOUNTED="$V1_MOUNTED systemd"
+    else
+        WHY="$WHY; cannot mount systemd's named hierarchy"
+    fi
+    WHY=${WHY#; }
+    [ -z "$WHY" ]
+}
+
 if [ "$SUITE" = cgroup-v1 ]; then
     # As EKS's AL2 and RHEL 8 nodes have it (cgroupfs driver): v1
-    # hierarchies, one per controller or pair, and systemd's named one; no cgroup2.
+    # hierarchies, one per controller or pair, and systemd's named one; no
+    # cgroup2. The first scenarios run on the subset; the last ones each
+    # mount a layout of their own.
     mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup
-    for c in memory pids freezer cpu,cpuacct; do
-        mkdir -p "/sys/fs/cgroup/$c" && mount -t cgroup -o "$c" cgroup "/sys/fs/cgroup/$c"
-    done
-    mkdir -p /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
+    mount_v1 subset || say "INFO cgroup v1: $WHY"
 else
     mount -t cgroup2 cgroup2 /sys/fs/cgroup
 fi
@@ -467,6 +514,154 @@ if [ "$SUITE" = cgroup-v1 ]; then
     wait "$TASK" 2>/dev/null
     for d in $V1DIRS; do rmdir "$d" 2>/dev/null; done
     say "TIME v1-cgroup-busy $(since "$T0")"
+
+    # v1-pod-before-<layout>: the trial of a v1-only node, in each layout:
+    # a pod of two containers whose cgroups exist in every hierarchy
+    # before podstuck starts, a node-wide watch, and two short-lived
+    # callers (busybox rm): one that wrote itself into the second
+    # container's cgroup in every hierarchy, and, where two hierarchies
+    # have controllers, one in every hierarchy but memory (the one podstuck
+    # reads first), as a runtime that joins some hierarchies only leaves a
+    # process. Each
+    # unlink is tied to the pod and container by the cgroup the kernel
+    # read, and `podstuck check` says it reads callers' cgroups in the
+    # kernel. (The layout's number is not `n`: wait_for uses that.)
+    layout_n=0
+    for layout in rhel8 subset one; do
+        layout_n=$((layout_n + 1))
+        T0=$(uptime_s)
+        A=- W=-
+        S=v1-pod-before-$layout
+        PPOD=5e5e5e5e-1111-4222-8333-77777777777$layout_n
+        PC1=a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a$layout_n
+        PC2=b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b$layout_n
+        if ! mount_v1 "$layout"; then
+            result "$S" FAIL "the layout could not be mounted: $WHY"
+            continue
+        fi
+        PDIRS="" SECOND="" PARTIAL="" CONTROLLERS=0
+        for h in $V1_MOUNTED; do
+            pod="$V1/$h/kubepods/burstable/pod$PPOD"
+            mkdir -p "$pod/$PC1" "$pod/$PC2"
+            PDIRS="$PDIRS $pod/$PC1 $pod/$PC2 $pod"
+            SECOND="$SECOND $pod/$PC2"
+            [ "$h" = systemd ] || CONTROLLERS=$((CONTROLLERS + 1))
+            [ "$h" = memory ] || PARTIAL="$PARTIAL $pod/$PC2"
+        done
+        podstuck check >/tmp/v1pre.check 2>&1
+        LINE=$(grep 'cgroup layout' /tmp/v1pre.check | oneline)
+        if start_watch /tmp/v1pre --json --every-call --concurrent; then
+            echo x >/var/tmp/v1-pre-all
+            echo x >/var/tmp/v1-pre-some
+            # shellcheck disable=SC2016 # $$ and $d are the child shell's
+            JOIN='for d in $0; do echo $$ >"$d/cgroup.procs" || exit 1; done; tr "\n" ";" </proc/$$/cgroup; exec rm -f "$1"'
+            sh -c "$JOIN" "$SECOND" /var/tmp/v1-pre-all >/tmp/v1pre.rm 2>&1
+            RRC=$?
+            WANT_FILES=/var/tmp/v1-pre-all
+            # With one controller's hierarchy there is nothing to fall back to.
+            if [ "$CONTROLLERS" -ge 2 ]; then
+                sh -c "$JOIN" "$PARTIAL" /var/tmp/v1-pre-some >>/tmp/v1pre.rm 2>&1 || RRC=$?
+                WANT_FILES="$WANT_FILES /var/tmp/v1-pre-some"
+            fi
+            for f in $WANT_FILES; do wait_for /tmp/v1pre.json "\"abs_path\":\"$f\"" "$WPID" 30; done
+            stop_watch
+            WANT="\"pod_uid\":\"$PPOD\",\"container_id\":\"$PC2\""
+            BAD=""
+            for f in $WANT_FILES; do
+                L=$(grep "\"abs_path\":\"$f\"" /tmp/v1pre.json | head -n 1)
+                echo "$L" | grep -q "$WANT" && echo "$L" | grep -q '"match":\["cgroup"\]' ||
+                    BAD="$BAD; ${f#/var/tmp/}: $(echo "$L" | grep -o '"pod_uid":[^,]*,"container_id":[^,]*' | oneline)"
+            done
+            if [ "$RRC" = 0 ] && [ -z "$BAD" ] && echo "$LINE" | grep -q 'read in the kernel'; then
+                result "$S" PASS "hierarchies$V1_MOUNTED; the pod made before the start, node-wide: busybox rm in every hierarchy$([ "$CONTROLLERS" -ge 2 ] && echo ' and in all but the first read') gone, each unlink tied to pod $PPOD container $PC2 by cgroup; check: $LINE"
+            else
+                result "$S" FAIL "hierarchies$V1_MOUNTED; rm exit $RRC (their /proc/self/cgroup: $(oneline </tmp/v1pre.rm)); wrong or missing${BAD:-: none}; check: $LINE; podstuck: $(oneline </tmp/v1pre.err)"
+                say "INFO $S: podstuck exit $WRC, $(grep -c '"type":"event"' /tmp/v1pre.json) events; its last lines: $(tail -n 2 /tmp/v1pre.json | cut -c1-300 | oneline)"
+            fi
+        else
+            result "$S" FAIL "hierarchies$V1_MOUNTED; $WHY"
+        fi
+        rm -f /var/tmp/v1-pre-all /var/tmp/v1-pre-some
+        for d in $PDIRS; do rmdir "$d" 2>/dev/null; done
+        say "TIME $S $(since "$T0")"
+    done
+
+    # block-volume-dm: a raw block volume mapped as kubelet maps it (the
+    # CSI driver's bind mount of the volume's device file, kubelet's bind
+    # mount of that at the global map path, kubelet's loop device over it)
+    # with a device-mapper device stacked on that loop device, as LVM makes
+    # one when it finds a volume group inside a pod's volume. kubelet's
+    # losetup -d only marks the loop device to go; its unmount of the
+    # mapping fails EBUSY again and again. One block-volume-held finding
+    # naming the dm device, whose fix, run as printed, lets the unmount work.
+    # (Here, not on the host: the host's kernel has no device mapper.)
+    T0=$(uptime_s)
+    A=- W=-
+    S=block-volume-dm
+    BPOD=6f6f6f6f-1111-4222-8333-888888888888
+    PV=pvc-blk-dm
+    DMNAME=podstuck-vg-data
+    CSI=$KR/plugins/kubernetes.io/csi/volumeDevices
+    PUB=$CSI/publish/$PV/$BPOD
+    MAP=$CSI/$PV/dev/$BPOD
+    LINK=$KR/pods/$BPOD/volumeDevices/kubernetes.io~csi/$PV
+    # The loop device bound to FILE, from sysfs.
+    loop_of() { for b in /sys/block/loop*/loop/backing_file; do [ "$(cat "$b" 2>/dev/null)" = "$1" ] && { b=${b%/loop/backing_file}; echo "/dev/${b##*/}"; return; }; done; }
+    DISK="" LOCK="" KPID=""
+    if [ ! -e /dev/mapper/control ]; then
+        result "$S" FAIL "no device mapper in this kernel (dm_mod not loaded: ${MODULES:-none})"
+    else
+        truncate -s 16M /var/tmp/blk-disk.img
+        losetup -f /var/tmp/blk-disk.img && DISK=$(loop_of /var/tmp/blk-disk.img)
+        mkdir -p "${PUB%/*}" "${MAP%/*}" "${LINK%/*}"
+        touch "$PUB" "$MAP"
+        mount --bind "$DISK" "$PUB" && mount --bind "$PUB" "$MAP" && ln -s "$PUB" "$LINK"
+        losetup -f "$MAP" && LOCK=$(loop_of "$MAP")
+        [ -n "$LOCK" ] && DM_DISABLE_UDEV=1 dmsetup create "$DMNAME" --table "0 $(blockdev --getsz "$LOCK") linear $LOCK 0" >/tmp/blk.dm 2>&1
+        if [ -z "$LOCK" ] || [ ! -d "/sys/block/${LOCK#/dev/}/holders" ] || [ -z "$(ls "/sys/block/${LOCK#/dev/}/holders")" ]; then
+            result "$S" FAIL "fixture: disk ${DISK:-none}, mapping's loop device ${LOCK:-none}, dm: $(oneline </tmp/blk.dm)"
+        elif start_watch /tmp/blk --json --findings --pod "$BPOD"; then
+            # kubelet's UnmapBlockVolume: detach (deferred), then unmount, on its backoff.
+            losetup -d "$LOCK"
+            AUTOCLEAR=$(cat "/sys/block/${LOCK#/dev/}/loop/autoclear" 2>/dev/null)
+            actor --comm kubelet --backoff-ms 500 --repeat 0 umount "$MAP" >/tmp/blk.kubelet 2>&1 &
+            KPID=$!
+            wait_for /tmp/blk.json '"kind":"block-volume-held".*"confidence":"confirmed"' "$WPID" 60
+            F=$(grep '"kind":"block-volume-held"' /tmp/blk.json | tail -n 1)
+            FIX=$(echo "$F" | jstr fix)
+            kill "$KPID"
+            wait "$KPID" 2>/dev/null
+            KPID=""
+            sh -c "$FIX" >/tmp/blk.fix 2>&1
+            FRC=$?
+            # kubelet's next retry: the loop device goes with its last user.
+            UNMAPPED=no
+            n=50
+            while [ "$n" -gt 0 ]; do
+                umount "$MAP" 2>/dev/null && { UNMAPPED=yes; break; }
+                sleep 0.1
+                n=$((n - 1))
+            done
+            stop_watch
+            if [ "$AUTOCLEAR" = 1 ] && [ "$FRC" = 0 ] && [ "$UNMAPPED" = yes ] && echo "$F" | grep -q "\"pod_uid\":\"$BPOD\"" \
+                && echo "$FIX" | grep -q "dmsetup remove $DMNAME" && echo "$F" | grep -q "device-mapper device dm-[0-9]* ($DMNAME)"; then
+                result "$S" PASS "losetup -d of $LOCK deferred (autoclear 1), kubelet's umount EBUSY; the finding names dm ($DMNAME); its fix ran (exit 0) and the mapping then unmounted: $FIX"
+            else
+                result "$S" FAIL "autoclear ${AUTOCLEAR:-?}; fix '${FIX}' exit ${FRC}: $(oneline </tmp/blk.fix); unmapped: $UNMAPPED; kubelet: $(tail -n 2 /tmp/blk.kubelet | oneline); finding: $(echo "$F" | cut -c1-600); podstuck: $(oneline </tmp/blk.err)"
+            fi
+        else
+            result "$S" FAIL "$WHY"
+        fi
+    fi
+    # Whatever the outcome, nothing of the volume is left behind.
+    [ -n "$KPID" ] && kill "$KPID" 2>/dev/null
+    DM_DISABLE_UDEV=1 dmsetup remove "$DMNAME" 2>/dev/null
+    [ -n "$LOCK" ] && losetup -d "$LOCK" 2>/dev/null
+    umount "$MAP" 2>/dev/null
+    umount "$PUB" 2>/dev/null
+    [ -n "$DISK" ] && losetup -d "$DISK" 2>/dev/null
+    rm -rf "$KR/plugins" "$KR/pods/$BPOD" /var/tmp/blk-disk.img
+    say "TIME $S $(since "$T0")"
 fi
 
 # --- pod-isolation: --pod follows one pod; kubelet's EBUSY on its still ----

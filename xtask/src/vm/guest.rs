@@ -34,7 +34,7 @@ use crate::host::say;
 /// Debian's arm64 packages, its C runtime with the cross build).
 pub(super) fn host_packages(target: Arch) -> &'static [&'static str] {
     match target {
-        Arch::X86_64 => &["qemu-system-x86", "cpio", "busybox-static", "e2fsprogs", "bpftool", "xz-utils"],
+        Arch::X86_64 => &["qemu-system-x86", "cpio", "busybox-static", "e2fsprogs", "bpftool", "xz-utils", "dmsetup"],
         Arch::Aarch64 => &["qemu-system-arm", "cpio", "xz-utils"],
     }
 }
