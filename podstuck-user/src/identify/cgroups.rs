@@ -343,7 +343,7 @@ mod tests {
         let one = "26 25 0:23 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n\
                    27 25 0:24 / /sys/fs/cgroup/freezer rw - cgroup cgroup rw,freezer\n";
         assert_eq!(read(one), [("freezer", at("freezer"))]);
-        assert_eq!(read(&one.lines().next().unwrap().to_string()), []);
+        assert_eq!(read(one.lines().next().unwrap()), []);
         let v2 =
             "35 25 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n";
         assert_eq!(read(v2), []);
