@@ -225,7 +225,7 @@ fn cannot_start(test: &str, what: &str, why: &str, log: &Path) {
         test,
         &format!("a working {what}: it could not start: {why}"),
         &format!(
-            "`cargo xtask test` installs Debian's docker.io, containerd, runc and busybox-static; the daemon's log {}:\n{tail}",
+            "`cargo xtask test` installs Debian's docker.io, containerd, runc, podman, conmon, crun and busybox-static; the runtime's log {}:\n{tail}",
             log.display()
         ),
     )
