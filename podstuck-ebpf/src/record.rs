@@ -151,7 +151,7 @@ fn fill_task_context(record: &mut CallRecord) -> Option<()> {
 /// by its cgroup, and the caller may be gone before user space can read
 /// `/proc/<pid>/cgroup`.
 #[inline(always)]
-fn v1_cgroup_id(task: *const u8) -> Option<u64> {
+pub(crate) fn v1_cgroup_id(task: *const u8) -> Option<u64> {
     let subsys = patched!(OFFSETS.v1_subsys);
     // CGROUP_SUBSYS_COUNT is below 16 on every kernel; the bound keeps the
     // verifier from wondering.
@@ -167,6 +167,6 @@ fn v1_cgroup_id(task: *const u8) -> Option<u64> {
 
 /// A kernel pointer read from `base + offset`; None if unreadable or null.
 #[inline(always)]
-fn read_kernel_ptr(base: *const u8, offset: u64) -> Option<*const u8> {
+pub(crate) fn read_kernel_ptr(base: *const u8, offset: u64) -> Option<*const u8> {
     read_kernel::<*const u8>(base, offset).filter(|p| !p.is_null())
 }

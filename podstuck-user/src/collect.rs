@@ -9,18 +9,18 @@
 
 use std::collections::BTreeMap;
 use std::io::IoSliceMut;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{FEntry, Program, TracePoint};
+use aya::programs::{FEntry, Program, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 use podstuck_common::program::Arch;
 use podstuck_common::{
-    counter, lifecycle, program, CallEntry, KernelFilter, LifecycleFilter, SeriesKey as KernelSeriesKey, SeriesValue,
-    Syscall, LATENCY_BUCKETS, PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
+    counter, program, CallEntry, KernelFilter, PluginFile, SeriesKey as KernelSeriesKey, SeriesValue, Syscall,
+    LATENCY_BUCKETS, PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
 };
 use tokio::io::unix::AsyncFd;
 
@@ -40,26 +40,6 @@ const ARCH: Arch = Arch::HOST;
 
 /// The prefix of this architecture's syscall functions.
 pub const SYSCALL_PREFIX: &str = ARCH.syscall_prefix();
-
-/// Where CNI plugins live: Debian's and the CNI project's directories,
-/// k3s' bundled multi-call binary, GKE's. A program exec'd under one of
-/// these is streamed with its environment (its `CNI_COMMAND`, `CNI_ARGS`);
-/// every other exec costs the kernel a compare.
-pub const CNI_PLUGIN_DIRS: [&str; lifecycle::PREFIXES] =
-    ["/usr/lib/cni/", "/opt/cni/bin/", "/var/lib/rancher/k3s/data/", "/home/kubernetes/bin/"];
-
-/// The lifecycle programs' filter: [`CNI_PLUGIN_DIRS`].
-pub fn lifecycle_filter() -> LifecycleFilter {
-    let mut filter = LifecycleFilter {
-        prefixes: [[0; lifecycle::PREFIX_MAX]; lifecycle::PREFIXES],
-        prefix_lens: [0; lifecycle::PREFIXES],
-    };
-    for (i, dir) in CNI_PLUGIN_DIRS.iter().enumerate() {
-        filter.prefixes[i][..dir.len()].copy_from_slice(dir.as_bytes());
-        filter.prefix_lens[i] = dir.len() as u32;
-    }
-    filter
-}
 
 /// One record from either ring buffer, decoded.
 pub enum Received {
@@ -84,6 +64,9 @@ pub struct TracerOptions {
     /// The v1 controller whose hierarchy the programs read each caller's
     /// cgroup in (`NodeLayout::cgroup_v1`); None on v2-only nodes.
     pub cgroup_v1: Option<&'static str>,
+    /// Where the node's processes are listed (`Node::proc_root`): an entry
+    /// gone there frees what the kernel kept of its process.
+    pub proc_root: PathBuf,
 }
 
 /// Records a series may stream per window, and the window: past that, its
@@ -205,6 +188,10 @@ pub struct Tracer {
     lifecycle: Option<AsyncFd<RingBuf<MapData>>>,
     lifecycle_lost: Option<PerCpuArray<MapData, u64>>,
     lifecycle_missing: Option<String>,
+    /// The node's CNI plugin files the exec program knows, as it knows them.
+    plugin_files: Option<BpfHashMap<MapData, PluginFile, u8>>,
+    plugin_files_known: std::collections::BTreeSet<PluginFile>,
+    proc_root: PathBuf,
     /// When to read the ring unwoken: the kernel wakes user space for the
     /// first record of a series' window and for slow calls only, the rest
     /// of a burst waits for the next wakeup or this.
@@ -238,6 +225,7 @@ impl Drop for Tracer {
                     // Programs of the other attach kind were never loaded.
                     let _ = match program {
                         Program::TracePoint(p) => p.unload(),
+                        Program::RawTracePoint(p) => p.unload(),
                         Program::FEntry(p) => p.unload(),
                         Program::FExit(p) => p.unload(),
                         _ => Ok(()),
@@ -280,12 +268,11 @@ fn load_object_with(
     // KERNEL_READS at 0 it never visits a kernel-memory read, which
     // lockdown=confidentiality would refuse at load (Linux 5.13+).
     let kernel_reads = u8::from(options.walk.reads_kernel());
-    let lifecycle = lifecycle_filter();
-    loader
-        .override_global("OFFSETS", offsets, true)
-        .override_global("FILTER", &options.filter, true)
-        .override_global("KERNEL_READS", &kernel_reads, true)
-        .override_global("LIFECYCLE_FILTER", &lifecycle, true);
+    loader.override_global("OFFSETS", offsets, true).override_global("FILTER", &options.filter, true).override_global(
+        "KERNEL_READS",
+        &kernel_reads,
+        true,
+    );
     let default = if options.filter.every_call != 0 { RING_BUFFER_BYTES } else { SAMPLED_RING_BUFFER_BYTES };
     loader.map_max_entries("EVENTS", options.ring_buffer_bytes.unwrap_or(default));
     loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
@@ -338,6 +325,7 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
         btf: PathBuf::from(VMLINUX_BTF),
         ring_buffer_bytes: Some(4096),
         cgroup_v1: None,
+        proc_root: PathBuf::from("/proc"),
     };
     let attached = (|| -> Result<()> {
         // Its maps unused: the calls-in-flight and tracepoint series maps,
@@ -462,7 +450,10 @@ fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
 }
 
 /// The lifecycle programs and their tracepoints, present on every kernel
-/// podstuck supports (5.10 on) and on every architecture.
+/// podstuck supports (5.10 on) and on every architecture: the exec
+/// program on the raw tracepoint (for the `linux_binprm` naming the file
+/// the kernel runs), the others on the plain ones (their fields need no
+/// kernel read, so signals are seen under lockdown too).
 const LIFECYCLE_PROGRAMS: [(&str, &str, &str); 3] = [
     (program::LIFECYCLE_EXIT, "sched", "sched_process_exit"),
     (program::LIFECYCLE_SIGNAL, "signal", "signal_generate"),
@@ -470,21 +461,51 @@ const LIFECYCLE_PROGRAMS: [(&str, &str, &str); 3] = [
 ];
 
 /// Attaches the lifecycle programs (exits first, so an exit of a process
-/// named after attaching is never missed); their ids.
+/// named after attaching is never missed); their ids. All or none: a set
+/// attached in part would feed a ring nothing drains, so a failure
+/// detaches those already attached.
 fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
     let mut ids = Vec::new();
+    let mut attached = Vec::new();
     for (name, category, tracepoint) in LIFECYCLE_PROGRAMS {
-        let program: &mut TracePoint = ebpf
-            .program_mut(name)
-            .with_context(|| format!("program {name} missing from the embedded object"))?
-            .try_into()?;
-        program.load().with_context(|| format!("loading program {name}"))?;
-        program
-            .attach(category, tracepoint)
-            .with_context(|| format!("attaching to tracepoint {category}:{tracepoint}"))?;
-        ids.push(program.info()?.id());
+        match attach_lifecycle_program(ebpf, name, category, tracepoint) {
+            Ok(id) => {
+                ids.push(id);
+                attached.push(name);
+            }
+            Err(e) => {
+                for name in attached {
+                    detach_lifecycle_program(ebpf, name);
+                }
+                return Err(e);
+            }
+        }
     }
     Ok(ids)
+}
+
+fn attach_lifecycle_program(ebpf: &mut Ebpf, name: &str, category: &str, tracepoint: &str) -> Result<u32> {
+    let program = ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?;
+    if name == program::LIFECYCLE_EXEC {
+        let program: &mut RawTracePoint = program.try_into()?;
+        program.load().with_context(|| format!("loading program {name}"))?;
+        program.attach(tracepoint).with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
+        return Ok(program.info()?.id());
+    }
+    let program: &mut TracePoint = program.try_into()?;
+    program.load().with_context(|| format!("loading program {name}"))?;
+    program.attach(category, tracepoint).with_context(|| format!("attaching to tracepoint {category}:{tracepoint}"))?;
+    Ok(program.info()?.id())
+}
+
+/// Unloads a lifecycle program, which drops its links: it runs no more.
+fn detach_lifecycle_program(ebpf: &mut Ebpf, name: &str) {
+    let Some(program) = ebpf.program_mut(name) else { return };
+    let _ = match program {
+        Program::RawTracePoint(p) => p.unload(),
+        Program::TracePoint(p) => p.unload(),
+        _ => Ok(()),
+    };
 }
 
 /// An error as one line: a verifier's log (dozens of lines of bytecode)
@@ -575,6 +596,10 @@ impl Tracer {
             }
             Err(e) => lifecycle_missing = Some(one_line(&format!("{e:#}"))),
         }
+        let plugin_files = match lifecycle {
+            Some(_) => Some(BpfHashMap::try_from(ebpf.take_map("PLUGIN_FILES").context("PLUGIN_FILES map missing")?)?),
+            None => None,
+        };
         let ring = async_ring(&mut ebpf, "EVENTS")?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
@@ -591,6 +616,9 @@ impl Tracer {
             lifecycle,
             lifecycle_lost,
             lifecycle_missing,
+            plugin_files,
+            plugin_files_known: Default::default(),
+            proc_root: options.proc_root,
             unwoken,
             counters,
             in_flight,
@@ -611,6 +639,29 @@ impl Tracer {
     /// What each program cost so far, when BPF run-time statistics are on.
     pub fn program_costs(&self) -> Vec<ProgramCost> {
         program_costs(&self.program_ids)
+    }
+
+    /// Tells the exec program the node's CNI plugin files are `files`, as
+    /// found now: those new are added, those gone removed. Files past the
+    /// kernel table's room are left out and counted.
+    pub fn set_plugin_files<'a>(&mut self, files: impl IntoIterator<Item = &'a PluginFile>) -> usize {
+        let Some(map) = self.plugin_files.as_mut() else { return 0 };
+        let wanted: std::collections::BTreeSet<PluginFile> = files.into_iter().copied().collect();
+        for gone in self.plugin_files_known.difference(&wanted) {
+            let _ = map.remove(gone);
+        }
+        self.plugin_files_known.retain(|f| wanted.contains(f));
+        let mut left_out = 0;
+        let new: Vec<PluginFile> = wanted.difference(&self.plugin_files_known).copied().collect();
+        for new in &new {
+            match map.insert(new, 1u8, 0) {
+                Ok(()) => {
+                    self.plugin_files_known.insert(*new);
+                }
+                Err(_) => left_out += 1,
+            }
+        }
+        left_out
     }
 
     /// Why the lifecycle programs (exec, exit, signals) are not attached.
@@ -656,7 +707,7 @@ impl Tracer {
             }
             // Read after its last call: nothing more can come to it (a
             // reused pid makes a new series from scratch).
-            if !Path::new(&format!("/proc/{}", key.pid)).exists() {
+            if !self.proc_root.join(key.pid.to_string()).exists() {
                 gone.push(*key);
             }
         }
@@ -758,7 +809,7 @@ impl Tracer {
             }
             // The entry of a thread gone (exited, or killed inside a call) is
             // removed, so the map never fills with them.
-            if !Path::new(&format!("/proc/{tid}")).exists() {
+            if !self.proc_root.join(tid.to_string()).exists() {
                 gone.push(tid);
                 continue;
             }
@@ -808,6 +859,7 @@ impl Tracer {
             records_undecodable: self.records_undecodable,
             calls_outside_series: self.counter(counter::SERIES_FULL)?,
             programs: Vec::new(),
+            lifecycle_dropped: BTreeMap::new(),
         })
     }
 }

@@ -223,6 +223,30 @@ impl std::fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
+/// When a process started, in clock ticks since boot: `/proc/<pid>/stat`'s
+/// `starttime`, and the kernel's `start_boottime` of its leader in the
+/// same unit. A pid alone names whichever process holds it now (pids are
+/// reused within minutes on a busy node); a pid and its start name one
+/// process for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct ProcessStart(pub u64);
+
+impl ProcessStart {
+    /// `USER_HZ`, the unit of /proc's times: 100 on every architecture
+    /// podstuck runs on (x86_64 and arm64 alike; `sysconf(_SC_CLK_TCK)`).
+    pub const TICKS_PER_SECOND: u64 = 100;
+
+    /// The kernel's nanoseconds since boot, in /proc's unit (the kernel's
+    /// own `nsec_to_clock_t`).
+    pub fn from_boot_ns(ns: u64) -> ProcessStart {
+        ProcessStart(ns / (1_000_000_000 / Self::TICKS_PER_SECOND))
+    }
+
+    pub fn ticks(self) -> u64 {
+        self.0
+    }
+}
+
 /// Converts the kernel's CLOCK_MONOTONIC nanoseconds to wall-clock time,
 /// using one (realtime, monotonic) pair sampled when tracing starts.
 #[derive(Clone, Copy, Debug)]
