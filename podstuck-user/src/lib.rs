@@ -26,6 +26,7 @@
 pub mod attach_cost;
 pub mod btf;
 pub mod check;
+pub mod cni_plugins;
 pub mod collect;
 pub mod demo;
 pub mod diagnose;

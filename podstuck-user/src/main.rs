@@ -170,6 +170,11 @@ struct WatchArgs {
     /// kubelet's root directory (its --root-dir); a symlink is followed.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
     kubelet_root: PathBuf,
+    /// One more directory of CNI plugins, beside /opt/cni/bin, /usr/lib/cni, /usr/libexec/cni,
+    /// /var/lib/cni/bin, /home/kubernetes/bin, k3s' and those containerd's and CRI-O's
+    /// configurations name; repeatable.
+    #[arg(long = "cni-plugin-dir", value_name = "DIR")]
+    cni_plugin_dirs: Vec<PathBuf>,
     /// Failed calls only (filtered in the kernel; every call is still counted).
     #[arg(short = 'x', long)]
     errors_only: bool,
@@ -430,6 +435,7 @@ impl WatchArgs {
                 .collect(),
             kube: KubeOptions { node, ..KubeOptions::from(self.kube) },
             kubelet_root: self.kubelet_root,
+            cni_plugin_dirs: self.cni_plugin_dirs,
             errors_only: self.errors_only,
             syscalls,
             histograms: self.histograms,
@@ -483,6 +489,7 @@ impl Command {
 impl WatchArgs {
     fn reach_from_here(&mut self, node: &Node) {
         self.kubelet_root = node.user_node_path(&self.kubelet_root);
+        self.cni_plugin_dirs = self.cni_plugin_dirs.iter().map(|d| node.user_node_path(d)).collect();
         self.histograms = self.histograms.as_deref().map(|h| node.user_file(h));
         self.btf = self.btf.as_deref().map(|b| node.user_file(b));
     }

@@ -143,6 +143,10 @@ pub struct RunTotals {
     /// What each kernel program cost so far, with `--kernel-cost` (empty
     /// without: the kernel counts nothing then).
     pub programs: Vec<ProgramCost>,
+    /// Execs of the node's CNI plugin files set aside as no runtime's work
+    /// (a pod's process, a parent that is no runtime), by reason's name:
+    /// they never reached a pod.
+    pub lifecycle_dropped: BTreeMap<String, u64>,
 }
 
 impl RunTotals {

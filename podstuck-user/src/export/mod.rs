@@ -69,6 +69,10 @@ pub struct RunInfo {
     /// Calls counted while the kernel's series map was full.
     #[serde(default)]
     pub calls_outside_series: u64,
+    /// Execs of the node's CNI plugin files set aside as no runtime's work,
+    /// by reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lifecycle_dropped: BTreeMap<String, u64>,
     /// False while podstuck runs: the files are of the last interval.
     pub finished: bool,
 }
@@ -96,6 +100,7 @@ impl RunInfo {
                 .as_ref()
                 .map(|_| totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect()),
             calls_outside_series: totals.calls_outside_series,
+            lifecycle_dropped: totals.lifecycle_dropped.clone(),
             finished,
         }
     }

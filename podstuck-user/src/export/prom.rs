@@ -203,6 +203,15 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
         "Calls counted while the kernel's series map was full: in the totals and histograms, without their process.",
     );
     let _ = writeln!(out, "podstuck_calls_outside_series_total {}", run.calls_outside_series);
+    family(
+        &mut out,
+        "podstuck_lifecycle_dropped_total",
+        "counter",
+        "Execs of the node's CNI plugin files set aside as no runtime's work (a pod's process, a parent that is no runtime), by reason: they never reach a pod.",
+    );
+    for (reason, count) in &run.lifecycle_dropped {
+        let _ = writeln!(out, "podstuck_lifecycle_dropped_total{{reason=\"{}\"}} {count}", label(reason));
+    }
     out
 }
 

@@ -135,6 +135,7 @@ pub(crate) mod tests {
             calls_counted: [("unlinkat".to_string(), 101)].into_iter().collect(),
             node_calls_counted: None,
             calls_outside_series: 0,
+            lifecycle_dropped: std::collections::BTreeMap::new(),
             finished: false,
         }
     }

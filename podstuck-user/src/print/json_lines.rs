@@ -228,6 +228,10 @@ struct EndLine<'a> {
     paths_unreadable: u64,
     records_undecodable: u64,
     calls_outside_series: u64,
+    /// Execs of the node's CNI plugin files set aside as no runtime's
+    /// work, by reason (absent when none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    lifecycle_dropped: &'a BTreeMap<String, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stopped_by: Option<&'a str>,
 }
@@ -284,6 +288,7 @@ pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
         paths_unreadable: totals.paths_unreadable,
         records_undecodable: totals.records_undecodable,
         calls_outside_series: totals.calls_outside_series,
+        lifecycle_dropped: &totals.lifecycle_dropped,
         stopped_by,
     };
     serde_json::to_string(&line).expect("end line serialises")

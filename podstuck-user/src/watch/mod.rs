@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::cni_plugins::PluginPlaces;
 use crate::collect::{Tracer, TracerOptions};
 use crate::diagnose::{DiagnoseOptions, Diagnoser, Severity, Status};
 use crate::explain::client::Api;
@@ -297,7 +298,12 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
         diagnoser.join(first, last);
     }
     let mut pipeline = Pipeline::new(printer, identifier, filter, book, diagnoser, recorder, api);
+    let mut tracer = tracer;
     pipeline.printer.start(&mut pipeline.out, &facts, &tracing)?;
+    if tracer.lifecycle_missing().is_none() {
+        let places = PluginPlaces::of_this_node(options.node, &options.cni_plugin_dirs);
+        pipeline.with_plugins(&mut tracer, places, options.node);
+    }
     pipeline.out.flush()?;
     if let Some(addr) = serving {
         pipeline.say(&format!("serving http://{addr}/metrics and http://{addr}/findings"));
@@ -355,6 +361,7 @@ fn start_tracer(
         walk,
         btf: node.features.btf.path().map(Path::to_path_buf).unwrap_or_default(),
         ring_buffer_bytes: options.ring_buffer_bytes,
+        proc_root: options.node.proc_root(),
     })
     .map_err(|e| match node.features.lockdown {
         // Kernels before 5.13 refuse at load what later ones refuse at run time.
@@ -409,6 +416,7 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
                 finished(batch).and_then(|_| pipeline.out.flush()).context("writing events")?;
             }
             _ = review.tick() => {
+                pipeline.refresh_plugins(tracer, options.node);
                 pipeline.harvest(tracer, BATCH_FOR);
                 let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
                 let reports = pipeline.review(node, &in_flight, false);
@@ -512,6 +520,7 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verd
 /// `--kernel-cost` what its programs cost.
 fn totals_and_cost(tracer: &Tracer, pipeline: &Pipeline, options: &WatchOptions) -> Result<RunTotals> {
     let mut totals = pipeline.with_pods_calls(tracer.totals()?);
+    totals.lifecycle_dropped = pipeline.lifecycle_dropped();
     if options.kernel_cost {
         totals.programs = tracer.program_costs();
     }

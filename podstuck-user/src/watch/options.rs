@@ -31,6 +31,9 @@ pub struct WatchOptions {
     /// How to reach the Kubernetes API for `named_pods`.
     pub kube: KubeOptions,
     pub kubelet_root: PathBuf,
+    /// More directories of CNI plugins than the node's defaults and
+    /// runtime configurations name (`--cni-plugin-dir`), node spelling.
+    pub cni_plugin_dirs: Vec<PathBuf>,
     /// Failed calls only (decided in the kernel).
     pub errors_only: bool,
     /// These syscalls only (decided in the kernel); empty = all four.
@@ -94,6 +97,7 @@ impl Default for WatchOptions {
             named_pods: Vec::new(),
             kube: KubeOptions::default(),
             kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
+            cni_plugin_dirs: Vec::new(),
             errors_only: false,
             syscalls: Vec::new(),
             histograms: None,
