@@ -53,6 +53,13 @@ pub struct FakeNode {
     /// below it are found through the mount table, as on a node.
     pub freezer: Vec<FreezerLevel>,
     pub tasks: HashMap<u32, TaskState>,
+    /// Processes with more than a task says: threads, signal dispositions,
+    /// start. A pid in `tasks` alone is a one-thread process started at 0.
+    pub processes: HashMap<u32, ProcessState>,
+    /// Processes running, by their executable's file name.
+    pub running: Vec<(&'static str, TaskState)>,
+    /// Processes whose /proc cannot be read (too many open files).
+    pub unreadable_processes: Vec<u32>,
     pub fuse: Vec<TaskState>,
     pub avoided: Vec<Vec<u8>>,
     /// Symlinks: (link path, absolute target), resolved as prefixes.
@@ -222,6 +229,33 @@ impl FakeAnswers for FakeNode {
     }
     fn fuse_servers(&mut self) -> Vec<TaskState> {
         self.fuse.clone()
+    }
+    fn process(&mut self, pid: u32, start: u64) -> Probe<Option<ProcessState>> {
+        if self.unreadable_processes.contains(&pid) {
+            return Err(Unreadable("too many open files".into()));
+        }
+        let found = match (self.processes.get(&pid), self.tasks.get(&pid)) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Some(t)) => Some(one_thread(t.clone())),
+            (None, None) => None,
+        };
+        Ok(found.filter(|p| start == 0 || p.start == 0 || p.start == start))
+    }
+    fn processes_running(&mut self, name: &[u8]) -> Vec<TaskState> {
+        self.running.iter().filter(|(n, _)| n.as_bytes() == name).map(|(_, t)| t.clone()).collect()
+    }
+}
+
+/// A process of one thread, `task`, started at 0 (any start matches).
+pub fn one_thread(task: TaskState) -> ProcessState {
+    ProcessState {
+        pid: task.pid,
+        start: 0,
+        threads: vec![task],
+        thread_count: 1,
+        ns_pid: None,
+        sig_ignored: 0,
+        sig_caught: 0,
     }
 }
 

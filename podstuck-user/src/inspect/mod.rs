@@ -212,6 +212,59 @@ impl TaskState {
     }
 }
 
+/// A process (a thread group) as /proc shows it: it is there as long as
+/// one of its threads is, so a zombie leader whose other thread waits in
+/// the kernel is a process still there (Go and Java programs always have
+/// several threads).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessState {
+    pub pid: u32,
+    /// When it started (`starttime`, clock ticks since boot).
+    pub start: u64,
+    /// Its leader first, then its threads in D, then the others, at most
+    /// [`THREADS_KEPT`]; only D threads and the leader have wchan and stack.
+    pub threads: Vec<TaskState>,
+    /// How many threads it has (`Threads:`), which may be more than kept.
+    pub thread_count: u32,
+    /// Its pid in its own PID namespace (the last of `NSpid:`): 1 for a
+    /// container's init.
+    pub ns_pid: Option<u32>,
+    /// `SigIgn:` and `SigCgt:`: signals it ignores, signals it handles.
+    pub sig_ignored: u64,
+    pub sig_caught: u64,
+}
+
+/// Threads kept in a [`ProcessState`].
+pub const THREADS_KEPT: usize = 16;
+
+impl ProcessState {
+    /// Whether every thread has exited (zombies, dead): its parent has
+    /// only to reap it.
+    pub fn ended(&self) -> bool {
+        self.threads.iter().all(|t| matches!(t.state, 'Z' | 'X'))
+    }
+
+    /// The thread that keeps it there: one in D, else the first alive.
+    pub fn stuck_thread(&self) -> Option<&TaskState> {
+        let alive = |t: &&TaskState| !matches!(t.state, 'Z' | 'X');
+        self.threads.iter().find(|t| t.state == 'D').or_else(|| self.threads.iter().find(alive))
+    }
+
+    pub fn leader(&self) -> Option<&TaskState> {
+        self.threads.iter().find(|t| t.tid == self.pid)
+    }
+
+    /// Whether it set `sig` to SIG_IGN.
+    pub fn ignores(&self, sig: i32) -> bool {
+        sig > 0 && self.sig_ignored & (1 << (sig - 1)) != 0
+    }
+
+    /// Whether it has a handler for `sig`.
+    pub fn handles(&self, sig: i32) -> bool {
+        sig > 0 && self.sig_caught & (1 << (sig - 1)) != 0
+    }
+}
+
 /// A cgroup directory as the kernel shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupState {

@@ -56,6 +56,14 @@ macro_rules! node_questions {
             fn v1_freezer(path: &[u8] => Vec<u8>) -> Probe<Vec<FreezerLevel>> as V1Freezer;
             /// A task (thread id) by /proc.
             fn task(tid: u32 => u32) -> Probe<TaskState> as Task;
+            /// Process `pid` if it is still the one that started at `start`
+            /// (clock ticks since boot; 0: whichever has the pid), with its
+            /// threads and how it takes signals; None when it is gone or its
+            /// pid names another process by now.
+            fn process(pid: u32 => u32, start: u64 => u64) -> Probe<Option<ProcessState>> as Process;
+            /// The processes whose executable's file name is `name` (a CNI
+            /// plugin's daemon: calico-node, cilium-agent).
+            fn processes_running(name: &[u8] => Vec<u8>) -> Vec<TaskState> as ProcessesRunning;
             /// Processes that have /dev/fuse open: the FUSE servers.
             fn fuse_servers() -> Vec<TaskState> as FuseServers;
         }
@@ -71,7 +79,7 @@ pub(crate) use node_questions;
 pub mod named {
     pub use crate::inspect::{
         CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy,
-        MountHolder, MountNamespace, Probe, TaskState,
+        MountHolder, MountNamespace, Probe, ProcessState, TaskState,
     };
 }
 

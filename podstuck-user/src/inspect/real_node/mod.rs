@@ -57,7 +57,7 @@ use crate::words::io_words as words;
 
 use super::{
     CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, Mount, MountCopy, MountHolder,
-    MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
+    MountNamespace, NodeInspector, Probe, ProcessState, TaskState, Unreadable,
 };
 use deadline::{AvoidedMount, StuckReader};
 
@@ -184,6 +184,14 @@ impl NodeInspector for RealNode {
 
     fn fuse_servers(&mut self) -> Vec<TaskState> {
         self.fuse_server_tasks()
+    }
+
+    fn process(&mut self, pid: u32, start: u64) -> Probe<Option<ProcessState>> {
+        self.process_of(pid, start)
+    }
+
+    fn processes_running(&mut self, name: &[u8]) -> Vec<TaskState> {
+        self.processes_named(name)
     }
 
     fn avoid(&mut self, path: &[u8]) {

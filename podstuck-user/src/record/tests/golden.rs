@@ -11,7 +11,9 @@
 use super::*;
 use crate::identify::owner::Owner;
 use crate::inspect::questions::QUESTION_NAMES;
-use crate::inspect::{EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, MountNamespace, TaskState};
+use crate::inspect::{
+    EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, MountNamespace, ProcessState, TaskState,
+};
 use crate::record::wire::WireQuestion;
 
 const GOLDEN: &str = include_str!("golden_questions.jsonl");
@@ -157,6 +159,24 @@ fn every_question() -> Vec<Question> {
         Question::Task { tid: 99, answer: Err(unreadable()) },
         Question::FuseServers { answer: tasks() },
         Question::FuseServers { answer: vec![] },
+        // A zombie leader and its thread in D: a process still there.
+        Question::Process {
+            pid: 3,
+            start: 987_654,
+            answer: Ok(Some(ProcessState {
+                pid: 3,
+                start: 987_654,
+                threads: vec![task(3, "java", 'Z'), TaskState { tid: 4, pid: 3, ..tasks().remove(2) }],
+                thread_count: 2,
+                ns_pid: Some(1),
+                sig_ignored: 0,
+                sig_caught: 1 << 14,
+            })),
+        },
+        Question::Process { pid: 4, start: 0, answer: Ok(None) },
+        Question::Process { pid: 5, start: 1, answer: Err(unreadable()) },
+        Question::ProcessesRunning { name: b"calico-node".to_vec(), answer: vec![task(77, "calico-node", 'S')] },
+        Question::ProcessesRunning { name: b"flanneld".to_vec(), answer: vec![] },
         Question::Avoid { path: b"/mnt/\xff odd".to_vec() },
     ]);
     asked

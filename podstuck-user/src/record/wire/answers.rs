@@ -12,7 +12,7 @@ use crate::identify::owner::Owner;
 use crate::identify::pod::PodUid;
 use crate::inspect::{
     CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind, InodeFlags, Mount, MountCopy,
-    MountHolder, MountNamespace, Probe, TaskState, Unreadable,
+    MountHolder, MountNamespace, Probe, ProcessState, TaskState, Unreadable,
 };
 
 /// A live value as a record keeps it: its wire shape, and back.
@@ -66,7 +66,8 @@ recorded_through!(
     FsUsage => WireFsUsage,
     CgroupState => WireCgroup,
     FreezerLevel => WireFreezerLevel,
-    TaskState => WireTask
+    TaskState => WireTask,
+    ProcessState => WireProcess
 );
 
 /// A count as the record keeps it: 64 bits on any machine.
@@ -98,6 +99,17 @@ impl<T: Recorded> Recorded for Vec<T> {
     }
     fn from_wire(wire: Vec<T::Wire>) -> Result<Vec<T>, String> {
         wire.into_iter().map(T::from_wire).collect()
+    }
+}
+
+/// A fact that may be absent (a process gone): null in the record.
+impl<T: Recorded> Recorded for Option<T> {
+    type Wire = Option<T::Wire>;
+    fn to_wire(&self) -> Option<T::Wire> {
+        self.as_ref().map(T::to_wire)
+    }
+    fn from_wire(wire: Option<T::Wire>) -> Result<Option<T>, String> {
+        wire.map(T::from_wire).transpose()
     }
 }
 
@@ -498,6 +510,47 @@ impl From<WireTask> for TaskState {
     fn from(w: WireTask) -> TaskState {
         let WireTask { tid, pid, comm, state, wchan, stack } = w;
         TaskState { tid, pid, comm, state, wchan, stack }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireProcess {
+    pid: u32,
+    start: u64,
+    threads: Vec<WireTask>,
+    thread_count: u32,
+    ns_pid: Option<u32>,
+    sig_ignored: u64,
+    sig_caught: u64,
+}
+
+impl From<&ProcessState> for WireProcess {
+    fn from(p: &ProcessState) -> WireProcess {
+        let ProcessState { pid, start, threads, thread_count, ns_pid, sig_ignored, sig_caught } = p;
+        WireProcess {
+            pid: *pid,
+            start: *start,
+            threads: threads.iter().map(WireTask::from).collect(),
+            thread_count: *thread_count,
+            ns_pid: *ns_pid,
+            sig_ignored: *sig_ignored,
+            sig_caught: *sig_caught,
+        }
+    }
+}
+
+impl From<WireProcess> for ProcessState {
+    fn from(w: WireProcess) -> ProcessState {
+        let WireProcess { pid, start, threads, thread_count, ns_pid, sig_ignored, sig_caught } = w;
+        ProcessState {
+            pid,
+            start,
+            threads: threads.into_iter().map(TaskState::from).collect(),
+            thread_count,
+            ns_pid,
+            sig_ignored,
+            sig_caught,
+        }
     }
 }
 
