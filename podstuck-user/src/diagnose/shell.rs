@@ -15,7 +15,21 @@ pub const IN_NODE_NAMESPACE: &str = "nsenter -t 1 -m --";
 
 /// Fixes that act the same from any mount namespace of the node's PID
 /// namespace (a pid, /proc, the API server, another namespace entered).
-const ANYWHERE: [&str; 4] = ["kill ", "nsenter ", "kubectl ", "cat /proc/"];
+const ANYWHERE: [&str; 5] = ["kill ", "nsenter ", "kubectl ", "cat /proc/", SAME_PROCESS];
+
+/// How a fix that signals a process begins: it checks first that the pid
+/// still names the process podstuck saw (its start time), as a pid is
+/// reused within minutes on a busy node.
+const SAME_PROCESS: &str = "[ \"$(sed 's/.*) //' /proc/";
+
+/// `kill -SIGNAL PID`, run only if process `pid` is still the one that
+/// started at `start` (`/proc/<pid>/stat`'s 22nd field, read past the
+/// name, which may hold spaces and parentheses). None without a start:
+/// then a pid alone is no proof of which process it names.
+pub fn kill_if_same(signal: &str, pid: u32, start: Option<crate::event::ProcessStart>) -> Option<String> {
+    let start = start?.ticks();
+    Some(format!("{SAME_PROCESS}{pid}/stat | cut -d' ' -f20)\" = {start} ] && kill -{signal} {pid}"))
+}
 
 /// `fix` made to act in the node's mount namespace, pasted in a container
 /// with the host's PID namespace or on the node: `nsenter -t 1 -m -- CMD`,
@@ -90,6 +104,34 @@ mod tests {
         let arg = wrapped.strip_prefix("nsenter -t 1 -m -- sh -c ").expect(&wrapped);
         let out = Command::new("sh").arg("-c").arg(format!("printf '%s' {arg}")).output().unwrap();
         assert_eq!(String::from_utf8(out.stdout).unwrap(), fix);
+    }
+
+    #[test]
+    fn a_kill_fix_signals_only_the_process_podstuck_saw() {
+        use crate::event::ProcessStart;
+        use std::os::unix::process::ExitStatusExt;
+        let start = |pid: u32| crate::identify::process::process_start(std::path::Path::new("/proc"), pid);
+        // A process with a name a workload might choose: spaces and ") ".
+        let dir = crate::test_support::TempDir::new("killfix");
+        let named = dir.0.join("a b) c");
+        std::fs::copy("/bin/sleep", &named).unwrap();
+        let mut child = Command::new(&named).arg("60").spawn().unwrap();
+        let pid = child.id();
+        podstuck_tests::poll_until("the child's stat names its exec", std::time::Duration::from_secs(10), || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().filter(|s| s.contains("(a b) c)"))
+        });
+        let fix = super::kill_if_same("KILL", pid, start(pid)).unwrap();
+        assert!(fix.starts_with(super::SAME_PROCESS), "{fix}");
+        assert_eq!(super::in_node_namespace(&fix), fix, "acts the same from any mount namespace");
+        // Another start: the pid names another process, nothing is signalled.
+        let other = super::kill_if_same("KILL", pid, Some(ProcessStart(start(pid).unwrap().ticks() + 1))).unwrap();
+        let status = Command::new("sh").arg("-c").arg(&other).status().unwrap();
+        assert!(!status.success(), "{other}");
+        assert!(child.try_wait().unwrap().is_none(), "still running");
+        // Its own start: killed.
+        assert!(Command::new("sh").arg("-c").arg(&fix).status().unwrap().success(), "{fix}");
+        assert_eq!(child.wait().unwrap().signal(), Some(9));
+        assert_eq!(super::kill_if_same("KILL", pid, None), None, "no start, no kill fix");
     }
 
     #[test]
