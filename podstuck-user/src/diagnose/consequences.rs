@@ -57,6 +57,45 @@ pub fn fold(findings: &mut Vec<Finding>) -> Vec<(String, String)> {
         );
         folded.push((consequence.id, r.id.clone()));
     }
+    folded.extend(fold_quiet_pods(findings));
+    folded
+}
+
+/// no-teardown-seen says nothing on the node works on a pod; beside an
+/// active finding on that pod it would contradict it: the pod is held by
+/// what that finding says, and the quiet is its consequence.
+fn fold_quiet_pods(findings: &mut Vec<Finding>) -> Vec<(String, String)> {
+    let mut folded = Vec::new();
+    let mut i = 0;
+    while i < findings.len() {
+        let quiet = &findings[i];
+        let root = (quiet.kind == Kind::NoTeardownSeen && quiet.status == Status::Active)
+            .then(|| {
+                let pod = quiet.pod_uid.as_ref()?;
+                findings.iter().position(|r| {
+                    r.kind != Kind::NoTeardownSeen
+                        && r.status == Status::Active
+                        && (r.pod_uid.as_ref() == Some(pod) || r.pods.contains(pod))
+                })
+            })
+            .flatten();
+        let Some(root) = root else {
+            i += 1;
+            continue;
+        };
+        let quiet = findings.remove(i);
+        let root = if root > i { root - 1 } else { root };
+        let r = &mut findings[root];
+        r.evidence(
+            "consequence",
+            format!(
+                "no other work on pod {} was seen on this node for {}: this is what holds it",
+                quiet.pod_uid.as_ref().map(|p| p.as_str()).unwrap_or_default(),
+                super::human_duration(quiet.last_seen.duration_since(quiet.first_seen).unwrap_or_default())
+            ),
+        );
+        folded.push((quiet.id, r.id.clone()));
+    }
     folded
 }
 
@@ -98,5 +137,22 @@ mod tests {
             .any(|e| e.source == "consequence" && e.fact.contains("/x/merged") && e.fact.contains("EINVAL 3 times")));
         // Another actor's not-mounted stands on its own.
         assert_eq!(all[1].kind, Kind::NotMounted);
+    }
+
+    #[test]
+    fn a_quiet_pod_beside_an_active_finding_on_it_is_told_under_that_finding() {
+        use super::super::fake::pod;
+        let mut quiet = Finding::new(Kind::NoTeardownSeen, pod().as_str(), Severity::Warning, t(0.0));
+        quiet.pod_uid = Some(pod());
+        quiet.last_seen = t(150.0);
+        let mut held = by(Kind::MountHeld, "/v", 7, "kubelet");
+        held.pods = vec![pod()];
+        let mut elsewhere = Finding::new(Kind::NoTeardownSeen, "other", Severity::Warning, t(0.0));
+        elsewhere.pod_uid = Some(crate::identify::pod::PodUid::parse("5f1c2a9e-0000-4000-8000-000000000002").unwrap());
+        let mut all = vec![quiet, held, elsewhere];
+        let folded = fold(&mut all);
+        assert_eq!(folded, vec![(format!("no-teardown-seen:{}", pod().as_str()), "mount-held:/v".to_string())]);
+        assert_eq!(all.len(), 2, "another pod's quiet stands");
+        assert!(all[0].evidence.iter().any(|e| e.fact.contains("this is what holds it")), "{:?}", all[0].evidence);
     }
 }

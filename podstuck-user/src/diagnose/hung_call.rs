@@ -129,7 +129,9 @@ impl HungCall {
     /// A call hung on a FUSE mount: whether its server is stopped or gone,
     /// and how to abort the connection. `waiting` says who waits since when.
     pub(super) fn on_fuse(f: &mut Finding, node: &mut dyn NodeInspector, m: &Mount, path: &[u8], waiting: &str) {
-        let connection = m.dev.1;
+        // fusectl names a connection by its dev_t: the minor alone for
+        // fuse, major and minor together for fuseblk (a block device).
+        let connection = m.kernel_dev();
         f.confidence = Confidence::Confirmed;
         f.evidence(
             "mountinfo",
@@ -250,6 +252,12 @@ mod tests {
             f.fix,
             "mount -t fusectl fusectl /sys/fs/fuse/connections && echo 1 > /sys/fs/fuse/connections/77/abort"
         );
+        // fuseblk (ntfs-3g, exfat over FUSE) is on a block device: fusectl
+        // names its connection by the whole dev_t, major and minor.
+        let mut blk = FakeNode::with_mounts(&["20 /sys/fs/fuse/connections fusectl"]);
+        blk.mountinfo.push_str("78 1 8:17 / /mnt/fuse rw,relatime shared:78 - fuseblk /dev/sdb1 rw\n");
+        let f = &run_with(&mut HungCall::new(Duration::from_secs(5)), &mut blk, &[], &calls, 6.0)[0];
+        assert_eq!(f.fix, format!("echo 1 > /sys/fs/fuse/connections/{}/abort", (8 << 20) | 17));
         // It returns: resolved once.
         let after = run_with(&mut d, &mut node, &[], &[], 8.0);
         assert_eq!(after[0].status, Status::Resolved);
