@@ -50,7 +50,7 @@ pub mod soak;
 pub mod terminal;
 pub mod wait;
 
-pub use actors::{actor, alive, fuse_server, start_actor, task_state, wchan, Process};
+pub use actors::{actor, actor_binary, alive, fuse_server, start_actor, task_state, wchan, Process};
 pub use calls::{
     cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread, unlink_as_nobody, UNLINK_CALL,
 };

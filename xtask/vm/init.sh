@@ -662,6 +662,8 @@ elif start_watch /tmp/life --json --findings --pod "$LU" --duration 30s; then
     if [ -z "$INIT" ]; then
         result lifecycle FAIL "no init in the pod cgroup: $(oneline </tmp/life-init.out)"
     else
+        # The kill fix checks the init's start first (a pid and its start).
+        ISTART=$(cut -d' ' -f22 "/proc/$INIT/stat")
         kill -TERM "$INIT"
         wait_for /tmp/life.json '"kind":"sigterm-ignored"' "$WPID" 20
         IGNORED=$(grep '"type":"finding"' /tmp/life.json | grep '"kind":"sigterm-ignored"' | head -n 1)
@@ -673,7 +675,7 @@ elif start_watch /tmp/life --json --findings --pod "$LU" --duration 30s; then
         stop_watch
         show life /tmp/life.err 10
         if echo "$IGNORED" | grep -q '"confidence":"confirmed"' && [ "$ALIVE" = yes ] && [ "$RESOLVED" -ge 1 ] \
-            && echo "$IGNORED" | grep -q "\"fix\":\"kill -KILL $INIT\""; then
+            && echo "$IGNORED" | grep -q "= $ISTART \] && kill -KILL $INIT\""; then
             result lifecycle PASS "SIGTERM to the pod's init $INIT dropped by the kernel: sigterm-ignored confirmed, fix $(echo "$IGNORED" | jstr fix); resolved once SIGKILL ended it"
         else
             result lifecycle FAIL "init $INIT alive after SIGTERM: $ALIVE; finding: $(echo "$IGNORED" | cut -c1-300 | oneline); resolved lines: $RESOLVED; $(grep -o '"kind":"[^"]*"' /tmp/life.json | sort -u | oneline) $(oneline </tmp/life.err)"

@@ -44,6 +44,10 @@
 //!                          receive the host's unmounts (MS_SLAVE|MS_REC), cwd
 //!                          DIR in it: the host's umount2 of a mount whose
 //!                          parent mount is shared then fails EBUSY
+//!   hold-stat-in-thread PATH  a second thread stats PATH (on a FUSE mount
+//!                          whose server never answers, it waits there in D),
+//!                          the leader sleeps: a process of several threads,
+//!                          as every Go or Java program is
 //!   sleep                  nothing (a live task, e.g. in --cgroup DIR)
 
 use std::ffi::{CStr, CString, OsStr};
@@ -264,6 +268,12 @@ fn hold(args: &[Vec<u8>]) -> ! {
             assert_eq!(ret, 0, "make / slave: {}", std::io::Error::last_os_error());
             assert_eq!(libc::chdir(c(&args[1]).as_ptr()), 0, "chdir: {}", std::io::Error::last_os_error());
         },
+        b"hold-stat-in-thread" => {
+            let target = path(&args[1]).to_path_buf();
+            std::thread::spawn(move || {
+                let _ = std::fs::metadata(target);
+            });
+        }
         b"sleep" => {}
         _ => unreachable!(),
     }
