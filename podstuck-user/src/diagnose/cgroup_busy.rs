@@ -28,7 +28,7 @@ use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Re
 use crate::event::CallEvent;
 use crate::identify::Identity;
 use crate::inspect::mounts::{cgroup_place, mount_containing, CgroupPlace};
-use crate::inspect::{CgroupState, FreezerLevel, TaskState};
+use crate::inspect::{CgroupState, FreezerLevel, TaskState, Unreadable};
 
 /// Tasks named in a sentence, at most this many.
 const TASKS_NAMED: usize = 5;
@@ -210,10 +210,7 @@ impl CgroupBusy {
         let state = match node.cgroup(&path) {
             Ok(state) => state,
             Err(why) => {
-                f.evidence("cgroupfs", format!("{}: {why}", shown(&path)));
-                f.summary =
-                    format!("{} cannot remove {whose} {}: it is busy. {failed}.", a.actor.description, shown(&path));
-                f.fix = format!("cat {}", file(&path, "cgroup.procs"));
+                let f = unread(a, f, &whose, &failed, &path, &why);
                 reads.insert(path, read);
                 return Some(f);
             }
@@ -300,6 +297,27 @@ impl CgroupBusy {
         reads.insert(path, read);
         Some(f)
     }
+}
+
+/// The finding of a cgroup that could not be read: gone since (the
+/// failure is over), or not read now, said by the kind of why.
+fn unread(a: &mut Attempts, mut f: Finding, whose: &str, failed: &str, path: &[u8], why: &Unreadable) -> Finding {
+    if why.is_gone() {
+        f.confidence = Confidence::Possible;
+        f.evidence("cgroupfs", format!("{} is gone now ({why})", shown(path)));
+        f.summary = format!(
+            "{} could not remove {whose} {}: it was busy. {failed}. It is gone now: removed since.",
+            a.actor.description,
+            shown(path)
+        );
+        f.fix = format!("ls -d {}", word(path));
+    } else {
+        a.read_again_soon_if(why);
+        f.evidence("cgroupfs", format!("{}: {}", shown(path), why.said()));
+        f.summary = format!("{} cannot remove {whose} {}: it is busy. {failed}.", a.actor.description, shown(path));
+        f.fix = format!("cat {}", file(path, "cgroup.procs"));
+    }
+    f
 }
 
 /// How findings are grouped: a v1 cgroup of a known pod by the pod (and

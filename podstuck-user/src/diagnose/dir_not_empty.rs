@@ -50,9 +50,22 @@ impl DirNotEmpty {
         }
         let sample = match node.dir_sample(&path, ENTRIES_NAMED) {
             Ok(s) => s,
+            Err(why) if why.is_gone() => {
+                f.confidence = Confidence::Possible;
+                f.evidence("readdir", format!("{} is gone now ({why})", shown(&path)));
+                f.summary = format!("{what}: {}{rhythm}, but it is gone now: removed since.", a.failed_words());
+                f.fix = format!("ls -la -- {}", word(&path));
+                return Some(f);
+            }
             Err(why) => {
-                f.evidence("readdir", format!("{}: {why}", shown(&path)));
-                f.summary = format!("{what}: {}{rhythm}.", a.failed_words());
+                a.read_again_soon_if(&why);
+                f.confidence = Confidence::Likely;
+                f.evidence("readdir", format!("{}: {}", shown(&path), why.said()));
+                f.summary = format!(
+                    "{what}: {}{rhythm}; what is left in it is not known yet: {}.",
+                    a.failed_words(),
+                    why.said()
+                );
                 f.fix = format!("ls -la -- {}", word(&path));
                 return Some(f);
             }

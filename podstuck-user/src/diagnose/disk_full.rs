@@ -110,7 +110,7 @@ impl DiskFull {
                 (state, fix)
             }
             Err(why) => {
-                f.evidence("statfs", format!("{}: {why}", shown(&target.mount_point)));
+                f.evidence("statfs", format!("{}: {}", shown(&target.mount_point), why.said()));
                 ("full".to_string(), format!("df -h -i {}", word(&target.mount_point)))
             }
         };

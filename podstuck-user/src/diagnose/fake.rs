@@ -67,7 +67,7 @@ pub struct FakeNode {
 }
 
 fn missing<T>() -> Probe<T> {
-    Err(Unreadable("no such file or directory".into()))
+    Err(Unreadable::Gone("no such file or directory".into()))
 }
 
 impl FakeNode {
@@ -232,7 +232,7 @@ impl FakeAnswers for FakeNode {
     }
     fn process(&mut self, pid: u32, start: u64) -> Probe<Option<ProcessState>> {
         if self.unreadable_processes.contains(&pid) {
-            return Err(Unreadable("too many open files".into()));
+            return Err(Unreadable::TooMany("too many open files".into()));
         }
         let found = match (self.processes.get(&pid), self.tasks.get(&pid)) {
             (Some(p), _) => Some(p.clone()),
@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn a_question_the_fake_has_no_logic_for_is_unanswered() {
-        let why = |question: &str| Unreadable(format!("the fake node was given no answer to {question}"));
+        let why = |question: &str| Unreadable::Other(format!("the fake node was given no answer to {question}"));
         assert_eq!(Blank.task(7), Err(why("task")));
         assert_eq!(Blank.file_facts(b"/a"), Err(why("file_facts")));
         assert!(Blank.fuse_servers().is_empty());

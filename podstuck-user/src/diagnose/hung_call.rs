@@ -72,7 +72,10 @@ impl HungCall {
                     f.evidence(format!("/proc/{}/stack", call.flight.tid), frames.join(" <- "));
                 }
             }
-            Err(why) => f.evidence(format!("/proc/{}", call.flight.tid), format!("unreadable: {why}")),
+            Err(why) if why.is_gone() => {
+                f.evidence(format!("/proc/{}", call.flight.tid), format!("the task has exited since ({why})"))
+            }
+            Err(why) => f.evidence(format!("/proc/{}", call.flight.tid), why.said()),
         }
         if !path.is_empty() {
             // Whatever it is, podstuck keeps its own hands off it.

@@ -95,7 +95,10 @@ impl ImmutableFile {
                 "FS_IOC_GETFLAGS",
                 format!("{} has neither the immutable nor the append-only flag", shown(&path)),
             ),
-            Err(why) => f.evidence("FS_IOC_GETFLAGS", format!("{}: {why}", shown(&path))),
+            Err(why) => {
+                a.read_again_soon_if(why);
+                f.evidence("FS_IOC_GETFLAGS", format!("{}: {}", shown(&path), why.said()))
+            }
         }
         // Entries of an immutable or append-only directory cannot be removed either.
         if let Ok(flags) = node.inode_flags(&dir) {
@@ -117,15 +120,14 @@ impl ImmutableFile {
                 return Some(f);
             }
         }
-        if own.is_err() {
+        if let Err(why) = &own {
             // Gone (removed meanwhile) or unreadable: nothing more to say yet.
             f.confidence = Confidence::Possible;
-            f.summary = format!(
-                "{} got EPERM deleting {} {}; its flags could not be read.",
-                a.actor.description,
-                shown(&path),
-                place(a)
-            );
+            let now = match why.is_gone() {
+                true => "it is gone now: removed since".to_string(),
+                false => format!("its flags are not known: {}", why.said()),
+            };
+            f.summary = format!("{} got EPERM deleting {} {}; {now}.", a.actor.description, shown(&path), place(a));
             f.fix = format!("lsattr -d {}", word(&path));
             return Some(f);
         }

@@ -70,7 +70,10 @@ impl NotMounted {
                     .unwrap_or_default();
                 f.evidence("mountinfo", format!("{} is not a mountpoint in {whose}{on}", shown(&path)));
             }
-            Err(why) => f.evidence("mountinfo", format!("unreadable: {why}")),
+            Err(why) => {
+                a.read_again_soon_if(&why);
+                f.evidence("mountinfo", format!("the mount table: {}", why.said()))
+            }
         }
         let why = if volume || a.actor.role == Role::CsiPlugin.as_str() {
             "The unmount is not idempotent (a CSI driver's NodeUnpublishVolume failing for a volume already unmounted), so teardown never finishes."

@@ -29,7 +29,7 @@ use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
 use crate::inspect::mounts::is_at_or_below;
-use crate::inspect::{EntryEstimate, NodeInspector};
+use crate::inspect::{EntryEstimate, NodeInspector, Probe};
 use crate::words::latency_in_microseconds;
 use podstuck_common::Syscall;
 
@@ -73,7 +73,7 @@ struct Storm {
     per_second: VecDeque<(u64, u64)>,
     latency: Option<Histogram<u64>>,
     checked: Option<SystemTime>,
-    estimate: Option<Result<EntryEstimate, String>>,
+    estimate: Option<Probe<EntryEstimate>>,
     reported: bool,
 }
 
@@ -356,7 +356,7 @@ fn remaining(f: &mut Finding, s: &Storm, gone: bool, rate: f64) -> String {
             }
         }
         Some(Err(why)) => {
-            f.evidence("directory", format!("entries left under {} unknown: {why}", shown(&s.prefix)));
+            f.evidence("directory", format!("entries left under {} not counted: {}", shown(&s.prefix), why.said()));
             f.detail("remaining", serde_json::Value::Null);
             f.detail("eta_s", serde_json::Value::Null);
             String::new()
@@ -389,12 +389,10 @@ fn two_calls_per_dir(f: &mut Finding, counts: &KernelCounts) -> &'static str {
 const GONE: &str = "the directory is gone";
 
 /// How many entries are left under `prefix`, "gone" when it no longer exists.
-fn estimate(node: &mut dyn NodeInspector, prefix: &[u8]) -> Result<EntryEstimate, String> {
+fn estimate(node: &mut dyn NodeInspector, prefix: &[u8]) -> Probe<EntryEstimate> {
     match node.remaining_entries(prefix) {
-        Err(e) if e.0.contains("no such file") => {
-            Ok(EntryEstimate { entries: 0, at_least: false, method: GONE.into() })
-        }
-        other => other.map_err(|e| e.0),
+        Err(e) if e.is_gone() => Ok(EntryEstimate { entries: 0, at_least: false, method: GONE.into() }),
+        other => other,
     }
 }
 

@@ -420,13 +420,28 @@ fn netns_standing(node: &mut dyn crate::inspect::NodeInspector, netns: &str) -> 
             "a /proc path names whichever process holds that pid now: no proof of the sandbox".into(),
         );
     }
-    if netns.split('/').any(|c| c == "..") || !NETNS_DIRS.iter().any(|d| netns.starts_with(d)) {
+    let in_netns_dir = |p: &[u8]| {
+        !p.split(|b| *b == b'/').any(|c| c == b"..") && NETNS_DIRS.iter().any(|d| p.starts_with(d.as_bytes()))
+    };
+    if !in_netns_dir(netns.as_bytes()) {
         return Netns::NoProof("not where runtimes make network namespaces: no proof of the sandbox".into());
     }
-    match node.fs_usage(netns.as_bytes()) {
+    // `/var/run` is a link to `/run` on most nodes, and the node's read
+    // follows no link: the node's own links are followed first, and
+    // where they lead must still be where runtimes make namespaces.
+    let resolved =
+        node.resolved_path(crate::inspect::NODE_ROOT, netns.as_bytes()).unwrap_or_else(|_| netns.as_bytes().to_vec());
+    if !in_netns_dir(&resolved) {
+        return Netns::NoProof(format!(
+            "a link to {}, not where runtimes make network namespaces: no proof of the sandbox",
+            crate::words::safe_text(&resolved)
+        ));
+    }
+    match node.fs_usage(&resolved) {
         Ok(usage) if usage.fstype == "nsfs" => Netns::There,
         Ok(usage) => Netns::NoProof(format!("a file on {}, not a network namespace", usage.fstype)),
-        Err(why) => Netns::Gone(why.to_string()),
+        Err(why) if why.is_gone() => Netns::Gone(why.to_string()),
+        Err(why) => Netns::NoProof(why.said()),
     }
 }
 

@@ -153,7 +153,8 @@ impl SigtermIgnored {
                 }
                 f.confidence = Confidence::Likely;
                 f.summary = format!(
-                    "{who} got {from} {waited} ago and the kernel dropped it (ignored), so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL; /proc/{pid} could not be read to say why ({why})."
+                    "{who} got {from} {waited} ago and the kernel dropped it (ignored), so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL; why is not known: /proc/{pid}: {}.",
+                    why.said()
                 );
                 f.fix = kill_if_same("KILL", pid, sent.start).unwrap_or_default();
                 return Some(f);

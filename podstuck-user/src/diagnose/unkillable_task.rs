@@ -81,7 +81,8 @@ impl UnkillableTask {
                 f.confidence = Confidence::Possible;
                 f.severity = Severity::Warning;
                 f.summary = format!(
-                    "{who} got SIGKILL {waited} ago and /proc/{pid} cannot be read ({why}): podstuck cannot say whether it is still there."
+                    "{who} got SIGKILL {waited} ago and podstuck cannot say whether it is still there: /proc/{pid}: {}.",
+                    why.said()
                 );
                 return Some(f);
             }
@@ -314,7 +315,7 @@ mod tests {
         d.lifecycle(&kill(0.0, 820), &runc());
         let told = d.review(&mut Review { now: t(4.0), in_flight: &[], node: &mut node });
         assert!(
-            matches!(&told[..], [f] if f.status == Status::Active && f.summary.contains("cannot be read (too many open files)")),
+            matches!(&told[..], [f] if f.status == Status::Active && f.summary.contains("/proc/820: podstuck could not read it now (too many open files)")),
             "{told:?}"
         );
     }

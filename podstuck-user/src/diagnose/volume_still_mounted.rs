@@ -168,7 +168,8 @@ impl VolumeStillMounted {
                 f.fix = view.fix(format!("findmnt {}", word(&resolved)));
             }
             Err(why) => {
-                f.evidence("mountinfo", format!("{whose} is unreadable: {why}"));
+                a.read_again_soon_if(&why);
+                f.evidence("mountinfo", format!("{whose}: {}", why.said()));
                 f.summary = format!("{} cannot remove the {volume} dir of pod {uid}: {} is busy (EBUSY), and {whose} cannot be read to say why.", a.actor.description, shown(&resolved));
                 f.fix = format!("umount {}", word(&resolved));
             }

@@ -13,21 +13,12 @@
 pub mod mounts;
 pub mod questions;
 pub mod real_node;
+pub mod unreadable;
 
 use serde::{Deserialize, Serialize};
 
 use crate::identify::owner::Owner;
-
-/// A fact that could not be read, and why, in words ("timed out after 1 s:
-/// the filesystem may be hung", "no such file", "permission denied").
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Unreadable(pub String);
-
-impl std::fmt::Display for Unreadable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+pub use unreadable::Unreadable;
 
 pub type Probe<T> = Result<T, Unreadable>;
 
@@ -101,9 +92,13 @@ impl MountNamespace {
     }
 }
 
+/// The pid that asks [`NodeInspector::resolved_path`] for the node's own
+/// root (no process has pid 0).
+pub const NODE_ROOT: u32 = 0;
+
 /// What a namespace with no live process left is said as.
 pub fn namespace_gone(mntns: u64) -> Unreadable {
-    Unreadable(format!("no process is left in mount namespace mnt:[{mntns}], so its mounts cannot be read"))
+    Unreadable::Gone(format!("no process is left in mount namespace mnt:[{mntns}], so its mounts cannot be read"))
 }
 
 /// A copy of a mount in another mount namespace.

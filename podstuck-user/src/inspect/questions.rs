@@ -25,8 +25,8 @@ macro_rules! node_questions {
             /// table, read through a process living in it; unreadable when none
             /// is left ([`namespace_gone`]).
             fn mount_namespace(mntns: u64 => u64) -> Probe<MountNamespace> as MountNamespace;
-            /// `path` as process `pid` reaches it: every symlink followed inside
-            /// its root (`/var/run/x` is `/run/x` on most nodes), `..` taken after
+            /// `path` as process `pid` reaches it ([`NODE_ROOT`](crate::inspect::NODE_ROOT): the node itself):
+            /// every symlink followed inside its root (`/var/run/x` is `/run/x` on most nodes), `..` taken after
             /// the symlink before it, and a tail that no longer exists kept as
             /// written. Mount tables name resolved paths, callers pass whatever
             /// they were given.
@@ -106,7 +106,7 @@ pub trait Unanswered {
 
 impl<T> Unanswered for Probe<T> {
     fn unanswered(why: &str) -> Probe<T> {
-        Err(Unreadable(why.into()))
+        Err(Unreadable::Other(why.into()))
     }
 }
 

@@ -48,12 +48,12 @@
 
 mod node;
 mod question;
-mod read;
-mod replay;
+pub(crate) mod read;
+pub(crate) mod replay;
 mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;

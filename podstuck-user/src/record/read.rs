@@ -208,7 +208,7 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
     fn probe<T>(answer: &Probe<T>, size: impl Fn(&T) -> usize) -> usize {
         match answer {
             Ok(fact) => size(fact),
-            Err(why) => why.0.len(),
+            Err(why) => why.why().len(),
         }
     }
     let holder = |h: &MountHolder| size_of::<MountHolder>() + h.comm.len() + h.path.len();

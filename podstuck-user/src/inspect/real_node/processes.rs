@@ -99,7 +99,7 @@ impl RealNode {
 
     pub(super) fn unreadable_proc(&self, e: io::Error) -> Unreadable {
         if e.kind() == io::ErrorKind::NotFound {
-            Unreadable("no such process".into())
+            Unreadable::Gone("no such process".into())
         } else {
             unreadable(e)
         }
@@ -146,7 +146,7 @@ impl RealNode {
     pub(super) fn task_of(&self, tid: u32) -> Probe<TaskState> {
         let stat = fs::read(self.proc_file(tid, "stat")).map_err(|e| self.unreadable_proc(e))?;
         let TaskStat { comm, state, .. } =
-            parse_stat(&stat).ok_or_else(|| Unreadable(format!("cannot parse /proc/{tid}/stat")))?;
+            parse_stat(&stat).ok_or_else(|| Unreadable::Other(format!("cannot parse /proc/{tid}/stat")))?;
         // Bytes, not text: the Name line above holds what the process chose.
         let pid = fs::read(self.proc_file(tid, "status"))
             .ok()
@@ -178,7 +178,7 @@ impl RealNode {
             Err(e) => return Err(unreadable(e)),
         };
         let now = parse_stat(&stat).and_then(|s| s.start).map(|s| s.ticks());
-        let Some(now) = now else { return Err(Unreadable(format!("cannot parse /proc/{pid}/stat"))) };
+        let Some(now) = now else { return Err(Unreadable::Other(format!("cannot parse /proc/{pid}/stat"))) };
         if start != 0 && now != start {
             return Ok(None);
         }
@@ -381,7 +381,7 @@ Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
 
         let tid = nix::unistd::gettid().as_raw() as u32;
         assert_eq!(node.task(tid).unwrap().pid, std::process::id());
-        assert_eq!(node.task(u32::MAX).unwrap_err().0, "no such process");
+        assert_eq!(node.task(u32::MAX).unwrap_err().why(), "no such process");
     }
 
     #[test]
@@ -461,7 +461,7 @@ Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
         fs::remove_dir_all(tmp.0.join("500")).unwrap();
         assert_eq!(node.mount_namespace(4000), Err(namespace_gone(4000)));
         assert_eq!(
-            node.mount_namespace(4242).unwrap_err().0,
+            node.mount_namespace(4242).unwrap_err().why(),
             "no process is left in mount namespace mnt:[4242], so its mounts cannot be read"
         );
     }

@@ -117,7 +117,7 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
         },
         Question::FileFacts {
             path: odd.clone(),
-            answer: Err(Unreadable("timed out after 1 s: the filesystem may be hung".into())),
+            answer: Err(Unreadable::TimedOut("timed out after 1 s: the filesystem may be hung".into())),
         },
         Question::V1Freezer {
             path: odd.clone(),
@@ -129,7 +129,7 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
         },
         Question::V1Freezer {
             path: b"/sys/fs/cgroup/memory/x".to_vec(),
-            answer: Err(Unreadable("no v1 freezer hierarchy mounted, or not a v1 cgroup".into())),
+            answer: Err(Unreadable::Other("no v1 freezer hierarchy mounted, or not a v1 cgroup".into())),
         },
         Question::Avoid { path: odd.clone() },
     ];

@@ -18,8 +18,10 @@ use crate::record::wire::WireQuestion;
 
 const GOLDEN: &str = include_str!("golden_questions.jsonl");
 
+/// An answer that could not be read, of a kind its words do not say:
+/// renaming the kind written beside it must change what is read.
 fn unreadable() -> Unreadable {
-    Unreadable("timed out after 1 s: the filesystem may be hung".into())
+    Unreadable::TooMany("cannot start a reader: out of processes".into())
 }
 
 fn golden_mount() -> Mount {
@@ -220,6 +222,26 @@ fn every_question_has_its_variant_in_the_golden_text() {
     let methods = QUESTION_NAMES.iter().chain(&["avoid"]);
 
     assert_eq!(variants, methods.map(|m| m.to_string()).collect());
+}
+
+/// Records written before errors had kinds hold the words alone: read
+/// with the kind podstuck's words of that time said. A kind a newer
+/// podstuck wrote and this one does not know is read from the words too.
+#[test]
+fn an_answer_without_its_kind_is_read_by_its_words() {
+    let older =
+        r#"{"file_facts":{"path":"/x","answer":{"unreadable":"timed out after 1 s: the filesystem may be hung"}}}"#;
+    match read(older).unwrap() {
+        Some(Question::FileFacts { answer: Err(why), .. }) => assert_eq!(why.kind(), "timed-out"),
+        other => panic!("{other:?}"),
+    }
+    let newer = r#"{"task":{"tid":9,"answer":{"unreadable":"permission denied"},"error_kind":"quarantined"}}"#;
+    match read(newer).unwrap() {
+        Some(Question::Task { answer: Err(why), .. }) => {
+            assert_eq!((why.kind(), why.why()), ("denied", "permission denied"))
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -21,6 +21,16 @@ pub trait Recorded: Sized {
     fn to_wire(&self) -> Self::Wire;
     /// The live value, or why the record's value cannot be one.
     fn from_wire(wire: Self::Wire) -> Result<Self, String>;
+    /// The kind of the error it is (an answer that could not be read),
+    /// written beside it: older podstucks read the words and leave it.
+    fn error_kind(&self) -> Option<&'static str> {
+        None
+    }
+    /// The value read, given the kind written beside it (None: a record
+    /// older than kinds, whose words say it).
+    fn with_error_kind(self, _kind: Option<&str>) -> Self {
+        self
+    }
 }
 
 /// Values whose wire shape is the value itself: numbers.
@@ -113,7 +123,9 @@ impl<T: Recorded> Recorded for Option<T> {
     }
 }
 
-/// What a node question returned: the fact, or why it could not be read.
+/// What a node question returned: the fact, or why it could not be read,
+/// in words (its kind is written beside the answer, where a podstuck
+/// older than kinds does not look: it reads both ways).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WireProbe<T> {
@@ -126,14 +138,29 @@ impl<T: Recorded> Recorded for Probe<T> {
     fn to_wire(&self) -> WireProbe<T::Wire> {
         match self {
             Ok(fact) => WireProbe::Ok(fact.to_wire()),
-            Err(why) => WireProbe::Unreadable(why.0.clone()),
+            Err(why) => WireProbe::Unreadable(why.why().to_string()),
         }
     }
     fn from_wire(wire: WireProbe<T::Wire>) -> Result<Probe<T>, String> {
         Ok(match wire {
             WireProbe::Ok(fact) => Ok(T::from_wire(fact)?),
-            WireProbe::Unreadable(why) => Err(Unreadable(why)),
+            // Its kind comes from beside it; a record older than kinds
+            // has its words alone, which said the kind.
+            WireProbe::Unreadable(why) => Err(Unreadable::from_words(why)),
         })
+    }
+    fn error_kind(&self) -> Option<&'static str> {
+        self.as_ref().err().map(Unreadable::kind)
+    }
+    fn with_error_kind(self, kind: Option<&str>) -> Probe<T> {
+        match (self, kind) {
+            (Err(why), Some(kind)) => {
+                let words = why.why().to_string();
+                // A kind a newer podstuck knows and this one does not: its words.
+                Err(Unreadable::of_kind(kind, words).unwrap_or(why))
+            }
+            (read, _) => read,
+        }
     }
 }
 

@@ -352,8 +352,13 @@ impl WireTotals {
             programs: _,
             pods_calls: _,
             lifecycle_dropped,
+            node_reads: _,
+            queue_full: _,
+            queue_high_water: _,
         } = t;
-        // What the programs cost is said at the end of the run, not recorded.
+        // What the programs cost, how the node's reads and the rings'
+        // queue fared, are said at the end of the run, not recorded: a
+        // replay reads no node and no ring.
         WireTotals {
             events_seen: *events_seen,
             events_lost: *events_lost,
@@ -380,6 +385,7 @@ impl WireTotals {
             programs: Vec::new(),
             pods_calls: None,
             lifecycle_dropped: self.lifecycle_dropped,
+            ..RunTotals::default()
         }
     }
 }
