@@ -141,6 +141,16 @@ pub(super) fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
             reasons.join(", ")
         );
     }
+    if totals.queue_full > 0 {
+        let _ = write!(
+            text,
+            "; the rings' queue was full {} time(s) (podstuck fell behind; the kernel counted what it lost)",
+            totals.queue_full
+        );
+    }
+    if let Some(reads) = totals.node_reads.words() {
+        let _ = write!(text, "; {reads}");
+    }
     if let Some(signal) = stopped_by {
         let _ = write!(text, "; stopped by {signal}");
     }

@@ -67,6 +67,9 @@ fn totals_line(totals: &RunTotals) -> String {
             reasons.join(", ")
         );
     }
+    if let Some(reads) = totals.node_reads.words() {
+        let _ = write!(line, "; {reads}");
+    }
     line
 }
 

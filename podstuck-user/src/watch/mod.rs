@@ -39,7 +39,7 @@ use crate::preflight::{plan, NodeFacts, Problem};
 use crate::print::endpoint::{Endpoint, WithEndpoint};
 use crate::print::{printer, stderr_line, Ending, Printer};
 use crate::record::{RecordHeader, Recorder};
-use crate::run::RunTotals;
+use crate::run::{AvoidedMount, NodeReads, RecoveredMount, RunTotals};
 use crate::run::{RunFacts, Tracing};
 use crate::serve::Listener;
 use crate::tracer_lock::TracerLock;
@@ -430,13 +430,13 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
             quit = quit_asked(keys) => return Ok(Stopped { by: Some(quit.stopped_by()), quit: Some(quit) }),
             _ = screen.tick(), if shows_every.is_some() => {
                 pipeline.harvest(tracer, BATCH_FOR);
-                let totals = totals_and_cost(tracer, pipeline, options)?;
+                let totals = totals_and_cost(tracer, pipeline, node, options)?;
                 let in_flight = pipeline.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
                 pipeline.show(&in_flight, &totals);
             }
             _ = refresh.tick(), if exporter.is_some() => {
                 pipeline.harvest(tracer, BATCH_FOR);
-                let totals = pipeline.with_pods_calls(tracer.totals()?);
+                let totals = totals_and_cost(tracer, pipeline, node, options)?;
                 let (Some(exporter), Some(book)) = (exporter.as_mut(), pipeline.book.as_mut()) else { continue };
                 let info = RunInfo::of_run(facts, &totals, options.interval, SystemTime::now(), false);
                 // A failed refresh (disk full, the directory gone) is said
@@ -471,7 +471,7 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verd
     pipeline.tell(&reports).context("writing findings")?;
     let untold = pipeline.diagnoser.untold();
     pipeline.tell(&untold).context("writing findings")?;
-    let totals = totals_and_cost(tracer, pipeline, options)?;
+    let totals = totals_and_cost(tracer, pipeline, node, options)?;
     pipeline.finish_record(&untold, &totals);
     let histograms = last_refresh(
         exporter.as_mut(),
@@ -516,15 +516,40 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verd
     Ok(verdict)
 }
 
-/// The kernel's totals (with `--pod` the pods' calls apart), and with
-/// `--kernel-cost` what its programs cost.
-fn totals_and_cost(tracer: &Tracer, pipeline: &Pipeline, options: &WatchOptions) -> Result<RunTotals> {
+/// The kernel's totals (with `--pod` the pods' calls apart), how the
+/// node's reads stand, and with `--kernel-cost` what its programs cost.
+fn totals_and_cost(
+    tracer: &Tracer,
+    pipeline: &Pipeline,
+    node: &mut RealNode,
+    options: &WatchOptions,
+) -> Result<RunTotals> {
     let mut totals = pipeline.with_pods_calls(tracer.totals()?);
     totals.lifecycle_dropped = pipeline.lifecycle_dropped();
+    totals.node_reads = node_reads(node);
     if options.kernel_cost {
         totals.programs = tracer.program_costs();
     }
     Ok(totals)
+}
+
+/// How podstuck's reads of the node stand, as the run's totals say it.
+fn node_reads(node: &mut RealNode) -> NodeReads {
+    let now = node.reads_now();
+    NodeReads {
+        avoided: now
+            .avoided
+            .into_iter()
+            .map(|a| AvoidedMount { mount_point: a.mount_point, fstype: a.fstype, since: a.since, readers: a.readers })
+            .collect(),
+        recovered_total: now.recovered_total,
+        recovered: now
+            .recovered
+            .into_iter()
+            .map(|r| RecoveredMount { mount_point: r.mount_point, fstype: r.fstype, avoided_for: r.avoided_for })
+            .collect(),
+        failed: now.failed.into_iter().map(|(kind, n)| (kind.to_string(), n)).collect(),
+    }
 }
 
 /// The histogram files' last refresh, marked finished.
