@@ -1,7 +1,8 @@
 //! Loads podstuck's kernel programs, attaches them, and drains what they
-//! send: decoded call events from the ring buffer, the per-CPU counters and
-//! the per-series counts and latency buckets that stay exact when the ring
-//! buffer overflows.
+//! send: decoded call events from the ring buffer (read by a thread of
+//! its own, [`drain`], so they are read while the collector waits on the
+//! node), the per-CPU counters and the per-series counts and latency
+//! buckets that stay exact when the ring buffer overflows.
 //!
 //! Nothing is pinned: every program and map lives as long as the
 //! [`Tracer`], so dropping it (or the process dying, even by SIGKILL)
@@ -11,6 +12,12 @@ use std::collections::BTreeMap;
 use std::io::IoSliceMut;
 use std::path::PathBuf;
 
+use crate::btf::{Btf, VMLINUX_BTF};
+use crate::event::{CallEvent, DecodeError, Flight, WallClock};
+use crate::kernel_features::{AttachPoint, PathWalk};
+use crate::lifecycle::LifecycleEvent;
+use crate::run::{ProgramCost, RunTotals};
+use crate::series::SeriesDelta;
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{FEntry, Program, RawTracePoint, TracePoint};
@@ -22,14 +29,10 @@ use podstuck_common::{
     counter, program, CallEntry, KernelFilter, PluginFile, SeriesKey as KernelSeriesKey, SeriesValue, Syscall,
     LATENCY_BUCKETS, PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
 };
-use tokio::io::unix::AsyncFd;
 
-use crate::btf::{Btf, VMLINUX_BTF};
-use crate::event::{decode, CallEvent, DecodeError, Flight, WallClock};
-use crate::kernel_features::{AttachPoint, PathWalk};
-use crate::lifecycle::LifecycleEvent;
-use crate::run::{ProgramCost, RunTotals};
-use crate::series::SeriesDelta;
+mod drain;
+
+pub use drain::{QueueTotals, QUEUE_RECORDS};
 
 /// The eBPF object built from `podstuck-ebpf` by this crate's build script.
 pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
@@ -174,28 +177,19 @@ fn read_user_string(pid: u32, addr: u64) -> Option<Vec<u8>> {
     None
 }
 
-/// The longest a record sent without a wakeup waits in the ring when no
-/// other record wakes the reader.
-const UNWOKEN_READ_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// The loaded, attached programs and the maps user space reads.
 pub struct Tracer {
     // Keeps programs and links alive; detached in `drop`.
     ebpf: Ebpf,
-    ring: AsyncFd<RingBuf<MapData>>,
-    /// The lifecycle programs' ring; None when they could not be attached
-    /// (`lifecycle_missing` says why).
-    lifecycle: Option<AsyncFd<RingBuf<MapData>>>,
+    /// The thread that reads both rings (the lifecycle programs' when
+    /// they are attached: `lifecycle_missing` says why not) into a queue.
+    drain: drain::Drain,
     lifecycle_lost: Option<PerCpuArray<MapData, u64>>,
     lifecycle_missing: Option<String>,
     /// The node's CNI plugin files the exec program knows, as it knows them.
     plugin_files: Option<BpfHashMap<MapData, PluginFile, u8>>,
     plugin_files_known: std::collections::BTreeSet<PluginFile>,
     proc_root: PathBuf,
-    /// When to read the ring unwoken: the kernel wakes user space for the
-    /// first record of a series' window and for slow calls only, the rest
-    /// of a burst waits for the next wakeup or this.
-    unwoken: tokio::time::Interval,
     counters: PerCpuArray<MapData, u64>,
     in_flight: BpfHashMap<MapData, u32, CallEntry>,
     series: BpfHashMap<MapData, KernelSeriesKey, SeriesValue>,
@@ -529,14 +523,9 @@ fn one_line(error: &str) -> String {
     }
 }
 
-/// A ring buffer map of `ebpf`, registered with tokio.
-fn async_ring(ebpf: &mut Ebpf, name: &str) -> Result<AsyncFd<RingBuf<MapData>>> {
-    let ring = RingBuf::try_from(ebpf.take_map(name).with_context(|| format!("{name} map missing"))?)?;
-    // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
-    // for as long as it lives, which is as long as the AsyncFd.
-    unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
-        .with_context(|| format!("registering the ring buffer {name} with tokio"))
+/// A ring buffer map of `ebpf`.
+fn ring(ebpf: &mut Ebpf, name: &str) -> Result<RingBuf<MapData>> {
+    Ok(RingBuf::try_from(ebpf.take_map(name).with_context(|| format!("{name} map missing"))?)?)
 }
 
 impl Tracer {
@@ -589,7 +578,7 @@ impl Tracer {
         match attach_lifecycle(&mut ebpf) {
             Ok(ids) => {
                 program_ids.extend(ids);
-                lifecycle = Some(async_ring(&mut ebpf, "LIFECYCLE")?);
+                lifecycle = Some(ring(&mut ebpf, "LIFECYCLE")?);
                 lifecycle_lost = Some(PerCpuArray::try_from(
                     ebpf.take_map("LIFECYCLE_LOST").context("LIFECYCLE_LOST map missing")?,
                 )?);
@@ -600,7 +589,7 @@ impl Tracer {
             Some(_) => Some(BpfHashMap::try_from(ebpf.take_map("PLUGIN_FILES").context("PLUGIN_FILES map missing")?)?),
             None => None,
         };
-        let ring = async_ring(&mut ebpf, "EVENTS")?;
+        let calls = ring(&mut ebpf, "EVENTS")?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
         let series_map = series_maps(attached).0;
@@ -608,25 +597,23 @@ impl Tracer {
             BpfHashMap::try_from(ebpf.take_map(series_map).with_context(|| format!("{series_map} map missing"))?)?;
         let series_overflow =
             PerCpuArray::try_from(ebpf.take_map("SERIES_OVERFLOW").context("SERIES_OVERFLOW map missing")?)?;
-        let mut unwoken = tokio::time::interval(UNWOKEN_READ_EVERY);
-        unwoken.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let clock = WallClock::now();
+        let drain = drain::Drain::start(calls, lifecycle, clock).context("starting the ring buffers' reader")?;
         Ok(Tracer {
             ebpf,
-            ring,
-            lifecycle,
+            drain,
             lifecycle_lost,
             lifecycle_missing,
             plugin_files,
             plugin_files_known: Default::default(),
             proc_root: options.proc_root,
-            unwoken,
             counters,
             in_flight,
             series,
             series_overflow,
             series_read: std::collections::HashMap::new(),
             overflow_read: (0..SERIES_OVERFLOW_SLOTS).map(|_| SeriesSnapshot::empty()).collect(),
-            clock: WallClock::now(),
+            clock,
             filter: options.filter,
             program_ids,
             attached,
@@ -741,57 +728,47 @@ impl Tracer {
         &self.program_ids
     }
 
-    /// Waits until records arrive (or, for those sent without a wakeup,
-    /// `UNWOKEN_READ_EVERY` passes), then hands each one to `each`.
-    /// Cancel-safe: the interval keeps its ticks when the wait is dropped.
+    /// Waits until records are queued, then hands each one to `each`.
+    /// Cancel-safe: a record is taken from the queue only when handed on.
     pub async fn next_batch<F>(&mut self, mut each: F) -> std::io::Result<()>
     where
         F: FnMut(Received) -> std::io::Result<()>,
     {
-        let lifecycle = async {
-            match self.lifecycle.as_mut() {
-                Some(ring) => ring.readable_mut().await.map(|mut guard| guard.clear_ready()),
-                None => std::future::pending().await,
-            }
+        let Some(first) = self.drain.next().await else {
+            return Err(std::io::Error::other("the ring buffers' reader stopped"));
         };
-        tokio::select! {
-            guard = self.ring.readable_mut() => guard?.clear_ready(),
-            ready = lifecycle => ready?,
-            _ = self.unwoken.tick() => {}
-        }
+        self.count(&first);
+        each(first)?;
         self.drain(&mut each)
     }
 
-    /// Hands every record already in the ring buffer to `each`, without
-    /// waiting: used once more at shutdown so nothing received is dropped.
+    /// Hands every record already queued to `each`, without waiting: used
+    /// once more at shutdown so nothing received is dropped.
     pub fn drain<F>(&mut self, each: &mut F) -> std::io::Result<()>
     where
         F: FnMut(Received) -> std::io::Result<()>,
     {
-        // The lifecycle first: a few records a second, never a storm.
-        while let Some(ring) = self.lifecycle.as_mut() {
-            let decoded = match ring.get_mut().next() {
-                Some(item) => crate::lifecycle::decode(&item, &self.clock),
-                None => break,
-            };
-            self.count(decoded.is_ok());
-            each(Received::Lifecycle(decoded))?;
+        while let Some(record) = self.drain.try_next() {
+            self.count(&record);
+            each(record)?;
         }
-        loop {
-            let decoded = match self.ring.get_mut().next() {
-                Some(item) => decode(&item, &self.clock),
-                None => return Ok(()),
-            };
-            self.count(decoded.is_ok());
-            each(Received::Call(decoded))?;
-        }
+        Ok(())
     }
 
-    fn count(&mut self, decoded: bool) {
+    fn count(&mut self, record: &Received) {
+        let decoded = match record {
+            Received::Call(decoded) => decoded.is_ok(),
+            Received::Lifecycle(decoded) => decoded.is_ok(),
+        };
         match decoded {
             true => self.events_seen += 1,
             false => self.records_undecodable += 1,
         }
+    }
+
+    /// What the queue between the rings' reader and the loop went through.
+    pub fn queue_totals(&self) -> QueueTotals {
+        self.drain.totals()
     }
 
     /// Calls entered at least `min_age` ago and not returned, from the
@@ -860,6 +837,9 @@ impl Tracer {
             calls_outside_series: self.counter(counter::SERIES_FULL)?,
             programs: Vec::new(),
             lifecycle_dropped: BTreeMap::new(),
+            node_reads: Default::default(),
+            queue_full: self.drain.totals().full,
+            queue_high_water: self.drain.totals().high_water,
         })
     }
 }

@@ -72,6 +72,12 @@ pub(super) struct Pipeline {
 /// of them is as large, and LRU).
 const NAMED_MAX: usize = 4096;
 
+/// What one review's reads of the node wait, all together, at most: a
+/// review of many hung filesystems must not wait their deadlines one
+/// after another (the rings are read meanwhile by their own thread; the
+/// findings and the live view wait on the review).
+const REVIEW_BUDGET: Duration = Duration::from_secs(2);
+
 /// The bytes of a plugin's `/proc/<pid>/environ` read, at most, when the
 /// kernel's copy was cut before its `CNI_*` variables.
 const ENVIRON_MAX: u64 = 64 * 1024;
@@ -415,6 +421,8 @@ impl Pipeline {
     /// all, when recording. `closing`: the run's last.
     pub(super) fn review(&mut self, node: &mut RealNode, in_flight: &[CallInFlight], closing: bool) -> Vec<Report> {
         let now = SystemTime::now();
+        // One budget for all of this review's reads of the node.
+        node.look_within(REVIEW_BUDGET);
         for message in self.api.as_ref().map(ApiJoin::messages).unwrap_or_default() {
             self.printer.say(&message);
         }
