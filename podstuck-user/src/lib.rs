@@ -36,6 +36,8 @@ pub mod explain;
 pub mod export;
 pub mod files;
 pub mod finding_block;
+#[cfg(test)]
+mod fuzz;
 pub mod identify;
 pub mod inspect;
 pub mod k8s_events;

@@ -42,6 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("what talks to the cluster from a run or kubectl", &["k8s_events", "kubectl_plugin"]),
     ("the run", &["watch"]),
     ("the demo, which runs a watch", &["demo"]),
+    ("the fuzz targets (tests only), over what every layer reads from outside", &["fuzz"]),
 ];
 
 fn workspace() -> PathBuf {

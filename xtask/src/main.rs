@@ -1,4 +1,4 @@
-//! podstuck's developer tasks: `cargo xtask setup | build | image | test | demo | bench | soak`.
+//! podstuck's developer tasks: `cargo xtask setup | build | image | test | fuzz | demo | bench | soak`.
 //!
 //! Every task first makes sure the eBPF toolchain of docs/building.md is
 //! on the machine (Debian's rustc-web with its prebuilt BPF `core`, LLVM 22,
@@ -19,6 +19,7 @@ use crate::setup::setup;
 mod bench;
 mod cross;
 mod elf;
+mod fuzz;
 mod host;
 mod image;
 mod report;
@@ -55,6 +56,10 @@ enum Task {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
+    /// Set up, then run the fuzz targets (every byte podstuck reads from outside: kernel records, record files,
+    /// mount tables, cgroup and /proc files, CNI environments, API JSON, kubeconfigs, HTTP requests) for as
+    /// long as asked, and print what each ran; fails on a crash, with its input.
+    Fuzz(fuzz::FuzzArgs),
     /// Set up, build, then run `podstuck demo`: a throwaway node with pods stuck every common way, traced and diagnosed live.
     Demo,
     /// Set up (plus bpftrace, strace and docker.io), build, then measure what tracing costs a removal storm,
@@ -343,6 +348,7 @@ fn main() -> ExitCode {
         Task::Test { args } => test(&args),
         Task::Bench(args) => run_bench(&args),
         Task::Soak(args) => run_soak(&args),
+        Task::Fuzz(args) => setup().and_then(|()| fuzz::fuzz(&args)),
         Task::VmTest(args) => vm::vm_test(&args),
         Task::Demo => {
             setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| run_demo(&bin))

@@ -85,7 +85,7 @@ type Reach<'a> = &'a dyn Fn(&Path) -> PathBuf;
 
 /// Reads a kubeconfig at `path` (reached by `reach`), with every file it
 /// names reached the same way (relative ones from its directory).
-fn read_kubeconfig(path: &Path, reach: Reach) -> Result<Kubeconfig> {
+pub(crate) fn read_kubeconfig(path: &Path, reach: Reach) -> Result<Kubeconfig> {
     let reached = reach(path);
     let text = read_small(&reached, MAX_KUBECONFIG)
         .map_err(|e| anyhow!("cannot read kubeconfig {}: {e}", path_words(path)))?;

@@ -282,10 +282,10 @@ impl LifecycleIdentity {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn record(kind: u8) -> LifecycleRecord {
+    pub(crate) fn record(kind: u8) -> LifecycleRecord {
         LifecycleRecord {
             ns: 5_000_000_000,
             cgroup_id: 77,
@@ -313,7 +313,7 @@ mod tests {
         }
     }
 
-    fn bytes(r: &LifecycleRecord, extra: &[u8]) -> Vec<u8> {
+    pub(crate) fn bytes(r: &LifecycleRecord, extra: &[u8]) -> Vec<u8> {
         // SAFETY: plain repr(C) data viewed as bytes.
         let header =
             unsafe { std::slice::from_raw_parts(r as *const LifecycleRecord as *const u8, LIFECYCLE_RECORD_BYTES) };
