@@ -59,8 +59,8 @@ pub use harness::{can_touch_the_kernel, text, KernelTest, ScratchDir};
 pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};
 pub use mountinfo::is_mountpoint;
 pub use node::{
-    cgroup2_root, v1_hierarchy, BindMount, CgroupDirs, Chattr, CreatedDirs, FuseMount, Immutable, OverlayMount,
-    TmpfsMount, V1PodCgroups,
+    cgroup2_root, v1_hierarchy, which, BindMount, Bindfs, CgroupDirs, Chattr, CreatedDirs, FuseMount, Immutable,
+    OverlayMount, TmpfsMount, V1PodCgroups,
 };
 pub use podstuck::{
     abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, series_count, status_kib, stop_when,

@@ -18,7 +18,7 @@ use crate::host::{install, run, say};
 /// (dockerd and the docker CLI), containerd (and ctr), runc, and
 /// busybox-static, the one binary their test image is made of; the
 /// image tests' other readers; and the CNI plugins.
-const APT_PACKAGES: [&str; 20] = [
+const APT_PACKAGES: [&str; 21] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
@@ -49,6 +49,9 @@ const APT_PACKAGES: [&str; 20] = [
     // demo run as containerd runs them, and iproute2's `ip netns` for the sandbox's netns.
     "containernetworking-plugins",
     "iproute2",
+    // A real FUSE filesystem whose server a test stalls and lets answer again
+    // (tests/tests/healing.rs, and the soak's faults): Debian's bindfs.
+    "bindfs",
 ];
 const BPF_LINKER_VERSION: &str = "0.13";
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
