@@ -176,7 +176,9 @@ pub struct CallEvent {
 impl CallEvent {
     /// The errno of a failed call (`ret` < 0).
     pub fn errno(&self) -> Option<i32> {
-        (self.ret < 0).then(|| (-self.ret) as i32)
+        // The ring's bytes are not trusted: a ret of i64::MIN must not
+        // overflow its negation (found by the call_records fuzz target).
+        (self.ret < 0).then(|| i32::try_from(self.ret.unsigned_abs()).unwrap_or(i32::MAX))
     }
 
     /// The absolute path the call acted on: the argument if absolute, else
@@ -475,6 +477,15 @@ pub(crate) mod tests {
         assert_eq!(event.errno(), Some(16));
         assert_eq!(event.latency_ns, 5_000);
         assert_eq!(event.time, SystemTime::UNIX_EPOCH + Duration::from_secs(100) + Duration::from_nanos(6_000));
+    }
+
+    /// Found by the call_records fuzz target: a record's ret is the
+    /// ring's bytes, and the least i64 has no negation.
+    #[test]
+    fn any_ret_a_record_holds_gives_an_errno_without_overflow() {
+        let clock = WallClock::now();
+        let event = decode(&record_bytes(Syscall::Rmdir, i64::MIN, 0, b"/x"), &clock).unwrap();
+        assert_eq!(event.errno(), Some(i32::MAX));
     }
 
     #[test]
