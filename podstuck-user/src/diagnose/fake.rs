@@ -54,6 +54,8 @@ pub struct FakeNode {
     pub freezer: Vec<FreezerLevel>,
     pub tasks: HashMap<u32, TaskState>,
     pub fuse: Vec<TaskState>,
+    /// Processes whose /proc podstuck may not read (an AppArmor profile).
+    pub denied: Vec<TaskState>,
     pub avoided: Vec<Vec<u8>>,
     /// Symlinks: (link path, absolute target), resolved as prefixes.
     pub symlinks: Vec<(String, String)>,
@@ -222,6 +224,9 @@ impl FakeAnswers for FakeNode {
     }
     fn fuse_servers(&mut self) -> Vec<TaskState> {
         self.fuse.clone()
+    }
+    fn processes_unreadable(&mut self) -> Vec<TaskState> {
+        self.denied.clone()
     }
 }
 

@@ -232,7 +232,7 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
                 })
         }
         Question::Task { answer, .. } => probe(answer, task),
-        Question::FuseServers { answer } => answer.iter().map(task).sum(),
+        Question::FuseServers { answer } | Question::ProcessesUnreadable { answer } => answer.iter().map(task).sum(),
         Question::Avoid { path } => path.len(),
     };
     // The key, the map's own room, the answer.

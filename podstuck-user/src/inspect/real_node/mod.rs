@@ -186,6 +186,10 @@ impl NodeInspector for RealNode {
         self.fuse_server_tasks()
     }
 
+    fn processes_unreadable(&mut self) -> Vec<TaskState> {
+        self.denied_tasks()
+    }
+
     fn avoid(&mut self, path: &[u8]) {
         self.avoid_mount_of(path)
     }

@@ -157,6 +157,8 @@ fn every_question() -> Vec<Question> {
         Question::Task { tid: 99, answer: Err(unreadable()) },
         Question::FuseServers { answer: tasks() },
         Question::FuseServers { answer: vec![] },
+        Question::ProcessesUnreadable { answer: tasks() },
+        Question::ProcessesUnreadable { answer: vec![] },
         Question::Avoid { path: b"/mnt/\xff odd".to_vec() },
     ]);
     asked
