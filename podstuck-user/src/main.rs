@@ -230,6 +230,11 @@ struct WatchArgs {
     /// DaemonSet scraped by the cluster's Prometheus. No TLS.
     #[arg(long, value_name = "ADDR", value_parser = podstuck::serve::ListenAddr::parse)]
     listen: Option<podstuck::serve::ListenAddr>,
+    /// With --listen: on a node podstuck cannot trace (kernel lockdown, no BTF, no privileges), keep
+    /// serving and say why (podstuck_up 0 and podstuck_cannot_trace{reason} on /metrics, /findings, the
+    /// log) until stopped, instead of exiting 2: a DaemonSet's pod then stays up rather than crash-looping.
+    #[arg(long, requires = "listen")]
+    stay_up: bool,
     /// The node's name as Kubernetes knows it, on findings and metrics (a DaemonSet sets NODE_NAME
     /// from spec.nodeName). Default: the kernel's node name (uname -n).
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
@@ -455,6 +460,7 @@ impl WatchArgs {
             // NODE_NAME set but empty (a downward API field missing) is no name.
             node_name,
             events: self.events,
+            stay_up: self.stay_up,
             says_verdict: true,
             node,
         })
