@@ -101,6 +101,9 @@ enum Command {
     /// The files at PATH as a tar archive on standard output (run by the kubectl plugin).
     #[command(name = "__pack", hide = true)]
     Pack { path: PathBuf },
+    /// The node's own /bin/sh in the node's namespaces (run by `kubectl podstuck --shell`).
+    #[command(name = "__host-shell", hide = true)]
+    HostShell,
     /// What the Kubernetes API says about a pod stuck in Terminating: finalizers, its node
     /// NotReady, volumes that do not detach, kubelet's warnings; each with its evidence and a
     /// safe fix. Reads through a kubeconfig, in-cluster, or on the node the kubelet's own kubeconfig.
@@ -241,7 +244,7 @@ struct WatchArgs {
     node_name: Option<String>,
     /// Also post each finding as a Kubernetes Event on its pod (a node's own findings on the Node),
     /// for kubectl describe pod: needs --node-name (or NODE_NAME) and the API credentials of
-    /// --kubeconfig, in-cluster or the kubelet's (RBAC: deploy/podstuck-events-rbac.yaml).
+    /// --kubeconfig, in-cluster or the kubelet's (RBAC: deploy/base/podstuck-events-rbac.yaml).
     #[arg(long)]
     events: bool,
 }
@@ -564,6 +567,7 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::Pack { path } => podstuck::kubectl_plugin::remote::pack(&path),
+        Command::HostShell => podstuck::kubectl_plugin::remote::host_shell(cli.node_pid),
         Command::Check { kubelet_root, btf } => match podstuck::check::check(node, &kubelet_root, btf.as_deref()) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(2),
