@@ -859,7 +859,6 @@ if [ -z "$SUITE" ] && grep -q 'podstuck_vm.apparmor=1' /proc/cmdline; then
     # As docker-default and cri-containerd.apparmor.d: everything but
     # ptrace (and /proc/PID reads, which need it) outside its own profile.
     cat >/tmp/podstuck-confined <<'PROFILE'
-abi <abi/3.0>,
 profile podstuck-confined flags=(attach_disconnected,mediate_deleted) {
   file,
   capability,
