@@ -169,19 +169,23 @@ impl MountHeld {
             f.fix = in_mount_namespace_of(copy.pid, &format!("umount -l {}", word(path)));
             f.advice.extend(debug_pod_advice([copy.owner.as_ref()]));
         } else if !denied.is_empty() {
-            // Never "no process holds it": podstuck could not look.
-            f.confidence = Confidence::Possible;
-            f.summary = format!(
-                "{what}: who holds it is not readable under this security profile ({} process(es) podstuck may not look into: AppArmor, SELinux or ptrace rules), and none it could read holds it. {failed}.",
-                denied.len()
-            );
-            f.fix = format!("umount -l {}", word(path));
-            f.advice.push("to name the holder, run podstuck unconfined: the DaemonSet's appArmorProfile Unconfined (deploy/), docker run --security-opt apparmor=unconfined, or as root on the node".into());
+            Self::holder_unreadable(f, &what, &failed, denied.len(), path);
         } else {
             f.confidence = Confidence::Possible;
             f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
             f.fix = format!("umount -l {}", word(path));
         }
+    }
+
+    /// No holder among the processes podstuck could read, and some it may
+    /// not: never "no process holds it", since podstuck could not look.
+    fn holder_unreadable(f: &mut Finding, what: &str, failed: &str, denied: usize, path: &[u8]) {
+        f.confidence = Confidence::Possible;
+        f.summary = format!(
+            "{what}: who holds it is not readable under this security profile ({denied} process(es) podstuck may not look into: AppArmor, SELinux or ptrace rules), and none it could read holds it. {failed}."
+        );
+        f.fix = format!("umount -l {}", word(path));
+        f.advice.push("to name the holder, run podstuck unconfined: the DaemonSet's appArmorProfile Unconfined (deploy/), docker run --security-opt apparmor=unconfined, or as root on the node".into());
     }
 
     /// What keeps a mount busy, as evidence: the processes holding it, its
