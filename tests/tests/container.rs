@@ -340,7 +340,7 @@ kernel_test! {
 /// DaemonSet names one image and selects no architecture.
 #[test]
 fn the_daemonset_names_one_image_for_every_architecture() {
-    let manifest = harness::deploy_manifest("podstuck-daemonset.yaml");
+    let manifest = harness::deploy_manifest("base/podstuck-daemonset.yaml");
     let daemonset = manifest.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet in the manifest");
     let spec = &daemonset["spec"]["template"]["spec"];
     let containers = ["containers", "initContainers"].iter().filter_map(|k| spec[k].as_array()).flatten();
@@ -608,9 +608,15 @@ kernel_test! {
 
 kernel_test! {
     fn the_manifests_daemonset_reads_the_node_and_shares_the_tracer_lock(test) {
-        // The capabilities deploy/podstuck-daemonset.yaml adds, as written
+        // The capabilities deploy/base/podstuck-daemonset.yaml adds, as written
         // there, with the node's / read-only at /host as it mounts it.
-        let manifest = harness::deploy_manifest("podstuck-daemonset.yaml");
+        let manifest = harness::deploy_manifest("base/podstuck-daemonset.yaml");
+        // Its seccomp profile is the runtime's default, which this test runs
+        // it under (ctr --seccomp: containerd's default profile).
+        let daemonset = manifest.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
+        let security = &daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+        assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault", "{security}");
+        assert!(daemonset_in_containerd(&[]).contains(&"--seccomp".to_string()));
         let caps = manifest_capabilities(&manifest);
         let caps: Vec<&str> = caps.iter().map(String::as_str).collect();
         let scratch = test.scratch();

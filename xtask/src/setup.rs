@@ -38,7 +38,7 @@ const APT_PACKAGES: [&str; 20] = [
     "busybox-static",
     // The real Prometheus that scrapes `podstuck watch --listen` in tests/tests/listen.rs
     // and alerts.rs (each test starts its own, on ports of its own), and its promtool,
-    // which checks and unit-tests deploy/prometheus-rules.yaml in alerts.rs.
+    // which checks and unit-tests deploy/monitoring/prometheus-rules.yaml in alerts.rs.
     "prometheus",
     // Readers of the image's multi-architecture index in tests/tests/container.rs:
     // skopeo inspects and copies both platforms; qemu-user-static runs the

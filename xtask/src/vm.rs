@@ -78,8 +78,17 @@ const SCENARIOS: [&str; 10] = [
 
 /// The scenarios of the second, short boot with `lockdown=confidentiality`
 /// (Talos with Secure Boot): the kernel refuses podstuck's programs, and
-/// podstuck says so in one sentence with what to do, not a verifier log.
-const LOCKDOWN_SCENARIOS: [&str; 3] = ["check", "lockdown", "attach"];
+/// podstuck says so in one sentence with what to do, not a verifier log;
+/// the DaemonSet's `watch --listen --stay-up` stays up and says why on
+/// /metrics instead of exiting (`degraded`).
+const LOCKDOWN_SCENARIOS: [&str; 4] = ["check", "lockdown", "degraded", "attach"];
+
+/// The scenario folded into amd64 6.1's whole-suite boot: podstuck
+/// confined by an AppArmor profile like the runtimes' default one
+/// (ptrace reads of its own profile only), and what it says of the
+/// holders it may not read. One kernel: Debian's own, where AppArmor is on
+/// by default as on Debian and Ubuntu nodes.
+const APPARMOR_SCENARIO: &str = "apparmor";
 
 /// The scenarios of 5.10's third boot, with cgroup v1 hierarchies and no
 /// cgroup2 (EKS's AL2, RHEL 8): a short-lived process of a pod tied to it by
@@ -111,6 +120,21 @@ enum Suite {
 }
 
 impl Suite {
+    /// Every scenario this boot of `kernel` reports, in order.
+    fn expected(self, kernel: &Kernel) -> Vec<&'static str> {
+        let mut scenarios = self.scenarios().to_vec();
+        if self.confines_with_apparmor(kernel) {
+            // Before `attach`, the last row of the suite.
+            scenarios.insert(scenarios.len() - 1, APPARMOR_SCENARIO);
+        }
+        scenarios
+    }
+
+    /// Whether this boot runs the AppArmor scenario (`APPARMOR_SCENARIO`).
+    fn confines_with_apparmor(self, kernel: &Kernel) -> bool {
+        self == Suite::Full && kernel.target == Arch::X86_64 && kernel.spec.choice == KernelChoice::V6_1
+    }
+
     fn scenarios(self) -> &'static [&'static str] {
         match self {
             Suite::Full | Suite::Tracepoint => &SCENARIOS,
@@ -144,8 +168,11 @@ impl Suite {
     fn kernel_command_line(self, kernel: &Kernel) -> String {
         let console = format!("console={} panic=-1", guest::console(kernel.target));
         let (attach, walk) = (guest::expect_attach(kernel.spec, kernel.target), kernel.spec.expect_walk);
+        let apparmor = if self.confines_with_apparmor(kernel) { " podstuck_vm.apparmor=1" } else { "" };
         match self {
-            Suite::Full => format!("{console} podstuck_vm.expect_attach={attach} podstuck_vm.expect_walk={walk}"),
+            Suite::Full => {
+                format!("{console} podstuck_vm.expect_attach={attach} podstuck_vm.expect_walk={walk}{apparmor}")
+            }
             Suite::Tracepoint => format!(
                 "{console} podstuck_vm.attach=tracepoint podstuck_vm.expect_attach=tracepoint podstuck_vm.expect_walk={walk}"
             ),
@@ -700,6 +727,10 @@ fn build_common_initramfs(
     put_binary(userland, &root, &userland.program("chattr")?, "/usr/bin/chattr")?;
     put_binary(userland, &root, &userland.program("lsattr")?, "/usr/bin/lsattr")?;
     put_binary(userland, &root, &userland.program("bpftool")?, "/usr/sbin/bpftool")?;
+    // The AppArmor scenario's policy compiler (amd64 guests only).
+    if let Some(parser) = guest::apparmor_parser(target)? {
+        put_binary(userland, &root, &parser, "/sbin/apparmor_parser")?;
+    }
     // GNU rm: rm -rf removes with unlinkat(dirfd, name, AT_REMOVEDIR), as on
     // a real node (busybox rm calls rmdir).
     put_binary(userland, &root, &userland.program("rm")?, "/usr/local/bin/gnu-rm")?;
@@ -1024,12 +1055,12 @@ fn retry_reason(console: &Console) -> Option<String> {
 
 /// A boot's rows: the scenarios reported, a failure for each the guest did
 /// not report (saying why: `unfinished`), and the kernel-log row.
-fn boot_outcomes(console: &Console, suite: Suite, unfinished: Option<&str>) -> Vec<Outcome> {
+fn boot_outcomes(console: &Console, expected: &[&str], unfinished: Option<&str>) -> Vec<Outcome> {
     let mut results = console.results.clone();
     if let Some(why) = unfinished {
-        missing_scenarios(&mut results, suite, &format!("not reported: {why}"));
+        missing_scenarios(&mut results, expected, &format!("not reported: {why}"));
     }
-    missing_scenarios(&mut results, suite, "not reported by the guest");
+    missing_scenarios(&mut results, expected, "not reported by the guest");
     results.push(console.kernel_log());
     results
 }
@@ -1128,7 +1159,7 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
     Ok(BootRun {
         kernel: label,
         release: kernel.release.clone(),
-        results: boot_outcomes(&console, suite, unfinished.as_deref()),
+        results: boot_outcomes(&console, &suite.expected(kernel), unfinished.as_deref()),
         retry: retry_reason(&console),
         bench: console.bench,
         console: log_path,
@@ -1191,8 +1222,8 @@ fn crash_words(line: &str) -> String {
 }
 
 /// A failed outcome for every scenario the guest did not report.
-fn missing_scenarios(results: &mut Vec<Outcome>, suite: Suite, why: &str) {
-    for &scenario in suite.scenarios() {
+fn missing_scenarios(results: &mut Vec<Outcome>, expected: &[&str], why: &str) {
+    for &scenario in expected {
         if !results.iter().any(|o| o.scenario == scenario) {
             results.push(Outcome {
                 scenario: scenario.to_string(),
@@ -1315,12 +1346,12 @@ mod tests {
     }
 
     /// What the matrix would return for a boot read from a recorded console.
-    fn counted(console: &Console, suite: Suite) -> (usize, usize, usize) {
+    fn counted(console: &Console, scenarios: &[&str]) -> (usize, usize, usize) {
         let unfinished = (!console.done).then_some("the guest ended");
         let run = BootRun {
             kernel: "test".into(),
             release: "test".into(),
-            results: boot_outcomes(console, suite, unfinished),
+            results: boot_outcomes(console, scenarios, unfinished),
             bench: Vec::new(),
             retry: retry_reason(console),
             console: PathBuf::new(),
@@ -1385,6 +1416,36 @@ mod tests {
     /// its three scenarios passed, DONE, then (a temporary line in /init)
     /// `echo c > /proc/sysrq-trigger`: the panic and its stack after DONE.
     const RECORDED: &str = include_str!("../vm/testdata/panic-after-done-5.10-lockdown.log");
+    fn kernel(spec: usize, target: Arch) -> Kernel {
+        Kernel {
+            spec: &KERNELS[spec],
+            target,
+            tag: guest::tag(target, KERNELS[spec].name),
+            package: String::new(),
+            release: String::new(),
+            vmlinuz: PathBuf::new(),
+            config: String::new(),
+            modules: PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn apparmor_is_folded_into_amd64_6_1s_whole_suite_and_degraded_into_every_lockdown_boot() {
+        let six_one = kernel(1, Arch::X86_64);
+        let expected = Suite::Full.expected(&six_one);
+        assert_eq!(&expected[expected.len() - 2..], [APPARMOR_SCENARIO, "attach"]);
+        assert!(Suite::Full.kernel_command_line(&six_one).ends_with(" podstuck_vm.apparmor=1"));
+        for other in [kernel(0, Arch::X86_64), kernel(2, Arch::X86_64), kernel(1, Arch::Aarch64)] {
+            assert!(!Suite::Full.expected(&other).contains(&APPARMOR_SCENARIO), "{}", other.tag);
+            assert!(!Suite::Full.kernel_command_line(&other).contains("apparmor"), "{}", other.tag);
+        }
+        assert!(!Suite::Tracepoint.expected(&six_one).contains(&APPARMOR_SCENARIO));
+        assert_eq!(Suite::Lockdown.expected(&six_one), ["check", "lockdown", "degraded", "attach"]);
+    }
+
+    /// The scenarios of the lockdown boot when these consoles were
+    /// recorded (before `degraded`): what their rows are read against.
+    const RECORDED_SCENARIOS: &[&str] = &["check", "lockdown", "attach"];
 
     /// The recorded console up to its DONE line: a clean boot.
     fn recorded_until_done() -> String {
@@ -1397,19 +1458,19 @@ mod tests {
     fn a_recorded_clean_boot_passes_with_a_kernel_log_row() {
         let console = read_console(&recorded_until_done());
         assert!(console.done && console.reports.is_empty(), "{:?}", console.reports);
-        let results = boot_outcomes(&console, Suite::Lockdown, None);
+        let results = boot_outcomes(&console, RECORDED_SCENARIOS, None);
         assert_eq!(
             verdicts(&results),
             [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "PASS")]
         );
-        assert_eq!(counted(&console, Suite::Lockdown), (4, 0, 0));
+        assert_eq!(counted(&console, RECORDED_SCENARIOS), (4, 0, 0));
     }
 
     #[test]
     fn a_recorded_panic_after_done_fails_the_boot() {
         let console = read_console(RECORDED);
         assert!(console.done);
-        let results = boot_outcomes(&console, Suite::Lockdown, None);
+        let results = boot_outcomes(&console, RECORDED_SCENARIOS, None);
         assert_eq!(
             verdicts(&results),
             [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "FAIL")]
@@ -1420,7 +1481,7 @@ mod tests {
         );
         // Finished: no second boot may hide it.
         assert_eq!(retry_reason(&console), None);
-        assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
+        assert_eq!(counted(&console, RECORDED_SCENARIOS), (3, 1, 0));
     }
 
     /// 5.10's Oops for a NULL write from a syscall, in the kernel's format
@@ -1451,7 +1512,7 @@ mod tests {
             "after DONE: [    4.806309] BUG: kernel NULL pointer dereference, address: 0000000000000000 (and 2 more kernel error line(s), in the console log)"
         );
         assert_eq!(retry_reason(&console), None);
-        assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
+        assert_eq!(counted(&console, RECORDED_SCENARIOS), (3, 1, 0));
     }
 
     #[test]
@@ -1475,7 +1536,7 @@ mod tests {
             log.detail,
             format!("during the scenarios: {warning} (and 1 more kernel error line(s), in the console log)")
         );
-        assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
+        assert_eq!(counted(&console, RECORDED_SCENARIOS), (3, 1, 0));
     }
 
     /// A boot's console from its lines.
@@ -1483,12 +1544,12 @@ mod tests {
         read_console(&lines.join("\n"))
     }
 
-    fn run_of(console: &Console, suite: Suite) -> BootRun {
+    fn run_of(console: &Console, scenarios: &[&str]) -> BootRun {
         let unfinished = (!console.done).then_some("the guest kernel crashed");
         BootRun {
             kernel: "6.12".into(),
             release: "6.12.57+deb13-cloud-amd64".into(),
-            results: boot_outcomes(console, suite, unfinished),
+            results: boot_outcomes(console, scenarios, unfinished),
             bench: Vec::new(),
             retry: retry_reason(console),
             console: PathBuf::new(),
@@ -1530,7 +1591,7 @@ mod tests {
             "PODSTUCK-VM RESULT attach PASS attach=fentry walk=bpf_loop attached",
             "PODSTUCK-VM DONE 50.0",
         ]);
-        let (first, second) = (run_of(&first, Suite::Lockdown), run_of(&second, Suite::Lockdown));
+        let (first, second) = (run_of(&first, RECORDED_SCENARIOS), run_of(&second, RECORDED_SCENARIOS));
         assert!(first.retry.as_deref().is_some_and(|r| r.contains("int3")));
         let run = merged(first, second, Path::new("console-6.12-lockdown-crashed.log"));
         assert_eq!(
@@ -1559,7 +1620,7 @@ mod tests {
             "PODSTUCK-VM RESULT check PASS attach=fentry walk=bpf_loop exit 0",
             NULL,
         ]);
-        let run = run_of(&console, Suite::Lockdown);
+        let run = run_of(&console, RECORDED_SCENARIOS);
         assert_eq!(run.retry, None);
         assert_eq!(
             verdicts(&run.results),

@@ -10,13 +10,13 @@
 
 use super::shell::{in_mount_namespace_of, word};
 use super::track::{Attempts, CallerView, FailureLog};
-use super::volume_still_mounted::{debug_pod_advice, holder_facts, process_words};
+use super::volume_still_mounted::{debug_pod_advice, holder_facts, holders_evidence, process_words};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
 use crate::identify::pod::PathArea;
 use crate::identify::Identity;
 use crate::inspect::mounts::{copy_can_block_unmount, mount_at, mount_containing, mounts_on_same_dir, mounts_under};
-use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector};
+use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector, TaskState};
 
 #[derive(Default)]
 pub struct MountHeld {
@@ -92,7 +92,8 @@ impl MountHeld {
             .filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns))
             .collect();
         let below: Vec<Mount> = mounts_under(mounts, path).into_iter().cloned().collect();
-        Self::busy_evidence(f, &holders, &copies, &below);
+        let denied = node.processes_unreadable();
+        Self::busy_evidence(f, &holders, &denied, &copies, &below);
         let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(path), mount.fstype);
         let failed = format!("{}{rhythm}", a.failed_words());
         if let Some(h) = holders.iter().find(|h| h.other_namespace) {
@@ -167,6 +168,8 @@ impl MountHeld {
             );
             f.fix = in_mount_namespace_of(copy.pid, &format!("umount -l {}", word(path)));
             f.advice.extend(debug_pod_advice([copy.owner.as_ref()]));
+        } else if !denied.is_empty() {
+            Self::holder_unreadable(f, &what, &failed, denied.len(), path);
         } else {
             f.confidence = Confidence::Possible;
             f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
@@ -174,11 +177,28 @@ impl MountHeld {
         }
     }
 
+    /// No holder among the processes podstuck could read, and some it may
+    /// not: never "no process holds it", since podstuck could not look.
+    fn holder_unreadable(f: &mut Finding, what: &str, failed: &str, denied: usize, path: &[u8]) {
+        f.confidence = Confidence::Possible;
+        f.summary = format!(
+            "{what}: who holds it is not readable under this security profile ({denied} process(es) podstuck may not look into: AppArmor, SELinux or ptrace rules), and none it could read holds it. {failed}."
+        );
+        f.fix = format!("umount -l {}", word(path));
+        f.advice.push("to name the holder, run podstuck unconfined: the DaemonSet's appArmorProfile Unconfined (deploy/), docker run --security-opt apparmor=unconfined, or as root on the node".into());
+    }
+
     /// What keeps a mount busy, as evidence: the processes holding it, its
     /// copies in other namespaces, the mounts below it.
-    fn busy_evidence(f: &mut Finding, holders: &[MountHolder], copies: &[MountCopy], below: &[Mount]) {
-        for fact in holder_facts(holders) {
-            f.evidence("/proc", fact);
+    fn busy_evidence(
+        f: &mut Finding,
+        holders: &[MountHolder],
+        denied: &[TaskState],
+        copies: &[MountCopy],
+        below: &[Mount],
+    ) {
+        if !holders.is_empty() || !denied.is_empty() {
+            holders_evidence(f, holders, denied);
         }
         for copy in copies {
             f.evidence(
@@ -356,6 +376,28 @@ mod tests {
         node.holders.clear();
         let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
         assert_eq!(f.fix, format!("nsenter -t 700 -m -- umount -l {ROOTFS}"));
+    }
+
+    #[test]
+    fn processes_it_may_not_read_make_no_holder_an_unknown_not_a_none() {
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.denied = vec![task(3131, "sleep", 'S')];
+        let f = &run(&mut MountHeld::default(), &mut node, &bursts(), 1.0)[0];
+        assert_eq!(f.confidence, Confidence::Possible);
+        assert!(
+            f.summary.contains("who holds it is not readable under this security profile (1 process(es)"),
+            "{}",
+            f.summary
+        );
+        assert!(!f.summary.contains("no holder was found"), "{}", f.summary);
+        assert!(
+            f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep); a holder among them cannot be named")),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.advice.iter().any(|a| a.contains("appArmorProfile Unconfined")), "{:?}", f.advice);
+        // Never a kill of a process it could not see hold anything.
+        assert!(!f.fix.contains("kill"), "{}", f.fix);
     }
 
     #[test]

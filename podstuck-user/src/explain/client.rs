@@ -213,7 +213,13 @@ impl Api {
     /// Why a request failed, in the user's words: the permission missing
     /// and for what, credentials refused, or the server unreachable.
     fn said(&self, e: kube::Error, verb: &str, resource: &str, scope: &str) -> String {
-        self.said_granted_by(e, verb, resource, scope, "deploy/explain-rbac.yaml lists what podstuck explain needs")
+        self.said_granted_by(
+            e,
+            verb,
+            resource,
+            scope,
+            "deploy/on-call/explain-rbac.yaml lists what podstuck explain needs",
+        )
     }
 
     /// As [`Api::said`], with where the missing permission is granted.
@@ -396,7 +402,7 @@ impl Api {
                 "get",
                 "pods/proxy",
                 &scope,
-                "deploy/explain-rbac.yaml lists what podstuck explain --all needs",
+                "deploy/on-call/explain-rbac.yaml lists what podstuck explain --all needs",
             )),
         }
     }
@@ -425,7 +431,7 @@ impl PostFailed {
 }
 
 /// Where the permissions of `watch --events` are granted.
-const EVENTS_RBAC: &str = "deploy/podstuck-events-rbac.yaml lists what podstuck watch --events needs";
+const EVENTS_RBAC: &str = "deploy/base/podstuck-events-rbac.yaml lists what podstuck watch --events needs";
 
 impl Api {
     /// The pods the API places on `node`: the only ones a node's podstuck
