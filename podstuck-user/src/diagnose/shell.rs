@@ -14,7 +14,8 @@ pub use crate::words::shell_word as word;
 pub const IN_NODE_NAMESPACE: &str = "nsenter -t 1 -m --";
 
 /// Fixes that act the same from any mount namespace of the node's PID
-/// namespace (a pid, /proc, the API server, another namespace entered).
+/// namespace (a pid, /proc, the API server, another namespace entered),
+/// when they are one command alone.
 const ANYWHERE: [&str; 4] = ["kill ", "nsenter ", "kubectl ", "cat /proc/"];
 
 /// `fix` made to act in the node's mount namespace, pasted in a container
@@ -32,12 +33,15 @@ pub fn in_mount_namespace_of(pid: u32, fix: &str) -> String {
 }
 
 fn entering(nsenter: &str, fix: &str) -> String {
-    if fix.is_empty() || ANYWHERE.iter().any(|a| fix.starts_with(a)) {
+    // Anything the pasting shell would do itself (join commands with &&,
+    // ; or |, redirect with > into a file) must happen inside the
+    // namespace: the whole fix goes there as one `sh -c` word. Only a
+    // lone command may go as its words.
+    let joined = fix.contains(['&', ';', '|', '\n', '`', '>', '<']) || fix.contains("$(");
+    if fix.is_empty() || (!joined && ANYWHERE.iter().any(|a| fix.starts_with(a))) {
         return fix.to_string();
     }
-    // A lone command's words go as they are; anything a shell joins
-    // (&&, ;, |) must reach the namespace as one word.
-    if fix.contains(['&', ';', '|', '\n', '`']) || fix.contains("$(") {
+    if joined {
         format!("{nsenter} sh -c {}", word(fix.as_bytes()))
     } else {
         format!("{nsenter} {fix}")
@@ -84,6 +88,16 @@ mod tests {
         ] {
             assert_eq!(in_node_namespace(anywhere), anywhere);
         }
+        // What the pasting shell would do itself happens in the namespace: a
+        // kill joined to an rmdir, a write into a cgroup's file.
+        assert_eq!(
+            in_node_namespace("kill -9 42 && sleep 1 && rmdir /sys/fs/cgroup/x/y"),
+            "nsenter -t 1 -m -- sh -c 'kill -9 42 && sleep 1 && rmdir /sys/fs/cgroup/x/y'"
+        );
+        assert_eq!(
+            in_node_namespace("echo 1 > /sys/fs/cgroup/x/cgroup.kill"),
+            "nsenter -t 1 -m -- sh -c 'echo 1 > /sys/fs/cgroup/x/cgroup.kill'"
+        );
         // A hostile name inside a joined fix: sh -c gets the fix back byte for byte.
         let fix = format!("umount {} && rmdir {}", word(b"/v/it's;x"), word(b"/v/$(touch pwned)\n"));
         let wrapped = in_node_namespace(&fix);
