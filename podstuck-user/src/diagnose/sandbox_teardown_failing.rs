@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::shell::command;
+use super::shell::{files_naming, no_sandbox_removal, remove_sandbox, runtime_log, word};
 use super::{human_duration, rhythm, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
@@ -246,30 +246,16 @@ impl SandboxTeardownFailing {
         f.detail("sandbox", sandbox.cni.container_id.clone());
         f.detail("exit_code", (sandbox.last_status >> 8) & 0xff);
         f.detail("failures", sandbox.failures);
-        let logs = command(&[
-            "journalctl",
-            "-u",
-            "containerd",
-            "-u",
-            "crio",
-            "--since",
-            "-15min",
-            "--grep",
-            &sandbox.cni.container_id,
-        ]);
+        let logs = runtime_log(&sandbox.cni.container_id);
         match DAEMONS.iter().find(|(plugin, ..)| *plugin == sandbox.plugin) {
             Some((_, namespace, selector, what)) => {
-                f.fix = command(&[
-                    "kubectl",
-                    "-n",
-                    namespace,
-                    "delete",
-                    "pod",
-                    "-l",
-                    selector,
-                    "--field-selector",
-                    &format!("spec.nodeName={}", self.node_name),
-                ]);
+                f.fix = crate::words::CommandLine::new("kubectl -n")
+                    .value(namespace)
+                    .own("delete pod -l")
+                    .value(selector)
+                    .own("--field-selector")
+                    .value(format!("spec.nodeName={}", self.node_name))
+                    .into();
                 f.advice.push(format!("{} answers the plugin's DEL: check it is running and ready on this node (kubectl -n {namespace} get pods -l {selector} -o wide); the command restarts this node's", what));
                 f.advice.push(format!("the plugin's own error is in the runtime's log: {logs}"));
             }
@@ -277,14 +263,14 @@ impl SandboxTeardownFailing {
                 f.fix = logs;
                 f.advice.push("the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into());
                 if sandbox.inner.contains_key("host-local") {
-                    f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release (grep -rl {} /var/lib/cni/networks), and the directory must be a writable directory", command(&[&sandbox.cni.container_id]), command(&[&sandbox.cni.container_id])));
+                    f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release ({}), and the directory must be a writable directory", word(sandbox.cni.container_id.as_bytes()), files_naming(&sandbox.cni.container_id, "/var/lib/cni/networks")));
                 }
             }
         }
-        f.advice.push(format!(
-            "last resort, once the network is known gone: {}",
-            command(&["crictl", "rmp", "--force", &sandbox.cni.container_id])
-        ));
+        f.advice.push(match remove_sandbox(&sandbox.cni.container_id) {
+            Some(rmp) => format!("last resort, once the network is known gone: {rmp}"),
+            None => no_sandbox_removal(&sandbox.cni.container_id),
+        });
         f
     }
 }
