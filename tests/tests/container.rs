@@ -173,7 +173,7 @@ impl LeftMounted {
         e.eq("/status", "active");
         e.eq("/paths/0", text(&self.mount));
         e.eq("/confidence", "confirmed");
-        fix_runs(e, &format!("umount {}", shell_word(&self.mount)));
+        fix_runs(e, &format!("umount -- {}", shell_word(&self.mount)));
     }
 
     /// Waits for the finding, runs its fix, and checks the volume is unmounted.
@@ -485,7 +485,7 @@ kernel_test! {
                 e.eq("/errno", "EPERM");
                 e.eq("/actor/comm", "dockerd");
                 e.eq("/actor/pid", dockerd.pid());
-                fix_runs(e, &format!("chattr -i {}", shell_word(&file)));
+                fix_runs(e, &format!("chattr -i -- {}", shell_word(&file)));
             },
         );
         apply_node_fix(&finding);

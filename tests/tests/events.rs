@@ -156,7 +156,7 @@ kernel_test! {
         assert_eq!(event.reporting_controller.as_deref(), Some("podstuck.dev/podstuck"));
         assert_eq!(event.reporting_instance.as_deref(), Some(NODE));
         let note = event.note.clone().unwrap();
-        assert!(note.contains(&format!("Fix: umount {}", text(&mount))), "{note}\nfix: {}", finding["fix"]);
+        assert!(note.contains(&format!("Fix: umount -- {}", shell_word(&mount))), "{note}\nfix: {}", finding["fix"]);
         // Microseconds, as MicroTime has them.
         let time = posts[0].json()["eventTime"].as_str().unwrap().to_string();
         assert_eq!(time.len(), "2026-01-01T00:00:00.000000Z".len(), "{time}");

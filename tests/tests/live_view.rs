@@ -137,7 +137,7 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     );
 
     let kubelet = kubelet_removing(&pv);
-    let fix = format!("fix:   umount {}", text(&mount));
+    let fix = format!("fix:   umount -- {}", shell_word(&mount));
     let screen = tmux.wait_for("finding with its fix", FINDING_TIMEOUT, |s| {
         s.contains("CRITICAL volume-still-mounted") && s.contains(&fix) && s.contains("confirmed")
     });
@@ -181,7 +181,7 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     );
     assert!(after.contains("\n  cause:    kubelet cannot remove the CSI volume dir"), "{after}");
     assert!(after.contains("\n  evidence: "), "the evidence is in the summary:\n{after}");
-    assert!(after.contains(&format!("\n  fix:      umount {}\n", text(&mount))), "{after}");
+    assert!(after.contains(&format!("\n  fix:      umount -- {}\n", shell_word(&mount))), "{after}");
     assert!(
         after.contains(&format!("- unlinkat by kubelet, pod {uid}: 4 calls")) && after.contains("4 failed (EBUSY 4)"),
         "{after}"

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use super::shell::word;
+use super::shell::{find_mount, unmount};
 use super::track::{Attempts, FailureLog};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::{errno_name, CallEvent};
@@ -190,9 +190,9 @@ impl VolumeStillMounted {
                     m.fstype,
                     a.failed_words().trim_start_matches(a.syscall_name()).trim_start(),
                 );
-                let unmount = format!("umount {}", word(&resolved));
-                f.advice.extend(view.runtime_advice(&unmount));
-                f.fix = view.fix(unmount);
+                let fix = unmount(&resolved);
+                f.advice.extend(view.runtime_advice(&fix));
+                f.fix = view.fix(fix);
             }
             Ok(None) => {
                 f.confidence = Confidence::Possible;
@@ -202,12 +202,12 @@ impl VolumeStillMounted {
                     a.actor.description,
                     shown(&resolved)
                 );
-                f.fix = view.fix(format!("findmnt {}", word(&resolved)));
+                f.fix = view.fix(find_mount(&resolved));
             }
             Err(why) => {
                 f.evidence("mountinfo", format!("{whose} is unreadable: {why}"));
                 f.summary = format!("{} cannot remove the {volume} dir of pod {uid}: {} is busy (EBUSY), and {whose} cannot be read to say why.", a.actor.description, shown(&resolved));
-                f.fix = format!("umount {}", word(&resolved));
+                f.fix = unmount(&resolved);
             }
         }
         if volume.starts_with("CSI") && tried.count == 0 {
@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.pod_uid, Some(pod()));
         assert_eq!(f.count, 7);
-        assert_eq!(f.fix, format!("umount {m}"));
+        assert_eq!(f.fix, format!("umount -- '{m}'"));
         assert_eq!(f.paths, vec![m.as_bytes().to_vec()]);
         assert!(f.rhythm.as_deref().unwrap().contains("backoff"), "{:?}", f.rhythm);
         assert!(f.summary.contains("is still mounted (tmpfs, in the host's mount namespace)"), "{}", f.summary);
@@ -321,7 +321,7 @@ mod tests {
         let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
         let m = csi_mount();
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, format!("nsenter -t 900 -m -- umount {m}"));
+        assert_eq!(f.fix, format!("nsenter -t 900 -m -- umount -- '{m}'"));
         assert!(
             f.summary.contains(&format!("is still mounted (tmpfs, in kubelet's mount namespace mnt:[{KUBELET_NS}])")),
             "{}",
@@ -340,12 +340,12 @@ mod tests {
         node.namespaces[0].owner = Some(Owner { container: Some("kind-control-plane".into()), ..Default::default() });
         let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
         assert!(f.summary.contains("(docker container kind-control-plane)"), "{}", f.summary);
-        let m = csi_mount();
-        assert!(
-            f.advice.contains(&format!("or through docker: docker exec kind-control-plane sh -c 'umount {m}'")),
-            "{:?}",
-            f.advice
+        let fix = format!("umount -- '{}'", csi_mount());
+        let docker = format!(
+            "or through docker: docker exec -- kind-control-plane sh -c {}",
+            super::super::shell::word(fix.as_bytes())
         );
+        assert!(f.advice.contains(&docker), "{:?}", f.advice);
     }
 
     #[test]

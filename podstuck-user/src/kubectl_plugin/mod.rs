@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::export::FILES;
+use crate::words::CommandLine;
 use kubectl::{Group, Kubectl};
 use manifest::{debug_pod_name, DebugPod, CONTAINER};
 use pod_json::{DebugPodState, TargetPod};
@@ -116,11 +117,10 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
     let target = target_pod(&kubectl, options)?;
     let Some(node) = target.node.clone() else {
         bail!(
-            "pod {} is not scheduled on a node yet ({}): there is no node to trace; kubectl describe pod -n {} {} says why",
+            "pod {} is not scheduled on a node yet ({}): there is no node to trace; {} says why",
             target.full_name(),
             target.phase.as_deref().unwrap_or("no phase"),
-            target.namespace,
-            target.name
+            CommandLine::new("kubectl describe pod -n").value(&target.namespace).operands([&target.name])
         );
     };
     say(&target.described());
@@ -389,10 +389,9 @@ impl Drop for Created<'_> {
         match deleted {
             Ok(_) => say(&format!("deleted debug pod {}", self.full_name())),
             Err(e) => say(&format!(
-                "could not delete debug pod {} ({e:#}); its deadline ends it, or: kubectl delete pod -n {} {}",
+                "could not delete debug pod {} ({e:#}); its deadline ends it, or: {}",
                 self.full_name(),
-                self.namespace,
-                self.name
+                CommandLine::new("kubectl delete pod -n").value(&self.namespace).operands([&self.name])
             )),
         }
     }
