@@ -80,9 +80,9 @@ pub fn build_release_for(target: Arch, package: &str, bins: &[&str]) -> Result<V
     Ok(bins.iter().map(|bin| dir.join(bin)).collect())
 }
 
-/// The rustc flags of a release build, as `CARGO_TARGET_<TRIPLE>_RUSTFLAGS`
-/// takes them: static. They apply to the target's crates only, not to
-/// build scripts and proc macros, which run here. No path needs remapping
+/// The rustc flags of a release build: static. They apply to the
+/// target's crates only, not to build scripts and proc macros, which run
+/// here (`release_cargo`). No path needs remapping
 /// for the same bytes from a clone elsewhere: cargo names the workspace's
 /// sources by relative paths, the release profile writes no debug info,
 /// and the crate registry is `$CARGO_HOME`'s (`strings` finds no path of
@@ -104,13 +104,21 @@ fn release_cargo(target: Arch) -> Result<Command> {
     install_release_packages(target)?;
     crate::setup::install_cargo_tool(&crate::setup::CARGO_AUDITABLE)?;
     let mut command = debian_cargo()?;
-    let triple = target.triple().to_uppercase().replace('-', "_");
-    command.env(format!("CARGO_TARGET_{triple}_LINKER"), format!("{}-gcc", target.gnu_triple()));
-    command.env(format!("CARGO_TARGET_{triple}_RUSTFLAGS"), RELEASE_RUSTFLAGS);
+    // RUSTFLAGS, not `target.<triple>.rustflags`: with an explicit
+    // --target it reaches the target's crates only. The target's own
+    // config would also reach the build scripts and proc macros when the
+    // target is this machine's (cargo's target-applies-to-host), so the
+    // two architectures' builds would rebuild those, and all that uses
+    // them, each time the other ran. The same holds for the linker: set
+    // for the other architecture only (this machine's cc links its own).
+    command.env("RUSTFLAGS", RELEASE_RUSTFLAGS);
+    if target != Arch::HOST {
+        let triple = target.triple().to_uppercase().replace('-', "_");
+        command.env(format!("CARGO_TARGET_{triple}_LINKER"), format!("{}-gcc", target.gnu_triple()));
+    }
     say(&format!(
-        "building for {} with Debian's cargo and rustc (/usr/bin), statically linked by {}-gcc, into {}",
+        "building for {} with Debian's cargo and rustc (/usr/bin), statically linked ({RELEASE_RUSTFLAGS}), into {}",
         target.triple(),
-        target.gnu_triple(),
         release_dir(target).display()
     ));
     Ok(command)

@@ -7,7 +7,8 @@
 //!   for arm64 its first stage (`--foreign`: the packages unpacked, glibc
 //!   2.31's loader and libc in place, nothing configured, since the second
 //!   stage would need binfmt_misc to run arm64 programs), where QEMU's
-//!   user emulator runs the arm64 binaries;
+//!   user emulator runs the arm64 binaries; each with netbase's
+//!   /etc/hosts (minbase has none) and an empty /mnt;
 //! - Debian's own kubectl (`kubernetes-client` of this machine's release),
 //!   unpacked from its package with a private apt view and never installed,
 //!   so the machine's own kubectl, if any, is left alone: the real plugin
@@ -59,7 +60,7 @@ pub fn prepare() -> Result<Trial> {
 fn old_root(arch: Arch) -> Result<PathBuf> {
     let root = trial_dir().join(format!("{OLD_SUITE}-{}", arch.debian_arch()));
     if root.join("etc/debian_version").is_file() {
-        return with_hosts(root);
+        return finished(root);
     }
     let partial = root.with_extension("partial");
     let _ = std::fs::remove_dir_all(&partial);
@@ -79,16 +80,18 @@ fn old_root(arch: Arch) -> Result<PathBuf> {
     command.arg(OLD_SUITE).arg(&partial).arg(debian::debian_mirror()).stdout(Stdio::null());
     run(&mut command).context("debootstrap of the Debian 11 root (its log: debootstrap/debootstrap.log in it)")?;
     std::fs::rename(&partial, &root)?;
-    with_hosts(root)
+    finished(root)
 }
 
 /// `root` with netbase's /etc/hosts (minbase leaves netbase out), so a
-/// name is looked up there as on any node.
-fn with_hosts(root: PathBuf) -> Result<PathBuf> {
+/// name is looked up there as on any node, and /mnt, where the tests see
+/// the unpacked tarball (the arm64 first stage has none).
+fn finished(root: PathBuf) -> Result<PathBuf> {
     let hosts = root.join("etc/hosts");
     if !hosts.is_file() {
         std::fs::write(&hosts, "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n")?;
     }
+    std::fs::create_dir_all(root.join("mnt"))?;
     Ok(root)
 }
 
