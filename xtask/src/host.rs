@@ -42,6 +42,13 @@ fn package_installed(package: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Where `cargo install` puts tools: `$CARGO_HOME`, else `~/.cargo`.
+pub fn cargo_home() -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cargo"))
+}
+
 /// The cargo running xtask, in the workspace.
 pub fn cargo() -> Command {
     let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));

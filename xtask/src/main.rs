@@ -1,4 +1,4 @@
-//! podstuck's developer tasks: `cargo xtask setup | build | image | test | demo | bench | soak`.
+//! podstuck's developer tasks: `cargo xtask setup | build | release | image | test | demo | bench | soak`.
 //!
 //! Every task first makes sure the eBPF toolchain of docs/building.md is
 //! on the machine (Debian's rustc-web with its prebuilt BPF `core`, LLVM 22,
@@ -21,9 +21,11 @@ mod cross;
 mod elf;
 mod host;
 mod image;
+mod release;
 mod report;
 mod setup;
 mod soak;
+mod trial;
 mod vm;
 
 #[derive(Parser)]
@@ -37,13 +39,18 @@ struct Cli {
 enum Task {
     /// Install what building the eBPF programs needs (apt packages, bpf-linker), if missing.
     Setup,
-    /// Set up, then build the self-contained `podstuck` binary and the `kubectl-podstuck` plugin (release),
-    /// for this machine or, with --target, for the other architecture (installing its cross toolchain).
+    /// Set up, then build the static `podstuck` binary and the `kubectl-podstuck` plugin (release, into
+    /// target/<triple>/release/), for this machine or, with --target, for the other architecture (installing
+    /// its cross toolchain).
     Build {
         /// The architecture to build for [default: this machine's].
         #[arg(long, value_parser = crate::cross::parse_arch)]
         target: Option<cross::Arch>,
     },
+    /// Set up, build both architectures, then write what users download into target/dist/: a tarball per
+    /// architecture (podstuck, kubectl-podstuck, licenses, README), an SBOM per binary, the krew manifest,
+    /// SHA256SUMS; the same bytes from the same tree.
+    Release(release::ReleaseArgs),
     /// Write podstuck's container image for linux/amd64 and linux/arm64 (the release builds, or --binary and
     /// --arm64-binary) as one tarball that `ctr images import`, `skopeo` and `docker load` take: no registry,
     /// no container engine needed.
@@ -247,12 +254,14 @@ fn test(args: &[String]) -> Result<()> {
     run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck", "--bin", "kubectl-podstuck"]))?;
     let binary = workspace_root().join("target/debug/podstuck");
     let plugin = workspace_root().join("target/debug/kubectl-podstuck");
-    // The container tests run the image of the very binary the other tests
-    // run; its linux/arm64 half is the release build for aarch64, which the
-    // VM matrix cross-builds and boots anyway.
+    // What users download, built once: its tests run the tarballs in
+    // Debian 11 roots and through the real kubectl; the container tests run
+    // the image of the same static binaries, which the VM matrix boots too.
+    let dist = release::release(&release::ReleaseArgs::default())?;
+    let trial = trial::prepare()?;
     let image = image::image(&image::ImageArgs {
         out: Some(workspace_root().join("target/image/podstuck-test.tar")),
-        binary: Some(binary.clone()),
+        binary: None,
         arm64_binary: None,
         tag: None,
     })?;
@@ -274,6 +283,8 @@ fn test(args: &[String]) -> Result<()> {
         .env("PODSTUCK_KUBECTL", kube.join("kubectl"))
         .env("PODSTUCK_KUBERNETES_VALIDATE", kube.join("kubernetes-validate"))
         .env("PODSTUCK_NODE_MODULES", models)
+        .env("PODSTUCK_DIST", dist)
+        .envs(trial.env)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -394,6 +405,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Setup => setup(),
         Task::Build { target } => build(target),
+        Task::Release(args) => release::release(&args).map(|_| ()),
         Task::Image(args) => image::image(&args).map(|_| ()),
         Task::Test { args } => test(&args),
         Task::Bench(args) => run_bench(&args),

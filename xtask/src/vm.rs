@@ -2,7 +2,8 @@
 //!
 //! Boots Debian's own cloud kernels (5.10 from bullseye, 6.1 from bookworm,
 //! 6.12 from trixie) under QEMU (TCG: no KVM needed) with an initramfs that
-//! holds everything: busybox, the release `podstuck`, the test helpers
+//! holds everything: busybox, the static release `podstuck` (the file of
+//! the release tarball, `cross::build_release_for`), the test helpers
 //! `actor` and `fuse_server`, mkfs.ext4 and chattr, GNU rm, bpftool, the
 //! kernel modules the scenarios need, and `xtask/vm/init.sh` as /init. The
 //! guest runs podstuck's kernel-facing scenarios and prints one line per
@@ -27,7 +28,7 @@
 //!
 //! `--arch arm64` boots Debian's arm64 builds of the same three kernels
 //! in qemu-system-aarch64 (the `virt` board), with podstuck and the
-//! helpers cross-built (`cross::build_release_for`) and the tools from
+//! helpers the static release builds for aarch64 and the tools from
 //! Debian's arm64 packages (see `guest`), the whole suite once each: on
 //! 5.10 and 6.1, which have no BPF trampolines on arm64, that is the
 //! syscall tracepoint plan; 6.12 has fentry.
@@ -56,7 +57,7 @@ use crate::cross::{build_release_for, Arch};
 use crate::host::{install, is_root, run, say, workspace_root};
 use crate::setup::setup;
 
-mod debian;
+pub(crate) mod debian;
 mod guest;
 
 /// The guest's /init.

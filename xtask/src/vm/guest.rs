@@ -166,7 +166,7 @@ impl Userland {
     /// architecture than the guest's.
     pub(super) fn libraries(&self, binary: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
         match self {
-            Userland::Host => Ok(crate::image::shared_libraries(binary)?.into_iter().map(|l| (l.clone(), l)).collect()),
+            Userland::Host => Ok(crate::elf::shared_libraries(binary)?.into_iter().map(|l| (l.clone(), l)).collect()),
             // The C runtime the cross build installed here first (the
             // image's too), then the unpacked packages': one libc for all.
             Userland::Foreign { target, root } => crate::elf::libraries(*target, &[Path::new("/"), root], binary),
