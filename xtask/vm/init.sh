@@ -714,7 +714,7 @@ elif start_watch /tmp/life --json --findings --pod "$LU" --duration 30s; then
         show life /tmp/life.err 10
         if echo "$IGNORED" | grep -q '"confidence":"confirmed"' && [ "$ALIVE" = yes ] && [ "$RESOLVED" -ge 1 ] \
             && echo "$IGNORED" | grep -q "= $ISTART \] && kill -KILL $INIT\""; then
-            result lifecycle PASS "SIGTERM to the pod's init $INIT dropped by the kernel: sigterm-ignored confirmed, fix $(echo "$IGNORED" | jstr fix); resolved once SIGKILL ended it"
+            result lifecycle PASS "SIGTERM to the pod's init $INIT dropped by the kernel: sigterm-ignored confirmed, its fix the kill -KILL $INIT checked against its start $ISTART; resolved once SIGKILL ended it"
         else
             result lifecycle FAIL "init $INIT alive after SIGTERM: $ALIVE; finding: $(echo "$IGNORED" | cut -c1-300 | oneline); resolved lines: $RESOLVED; $(grep -o '"kind":"[^"]*"' /tmp/life.json | sort -u | oneline) $(oneline </tmp/life.err)"
         fi
