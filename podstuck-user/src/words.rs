@@ -244,11 +244,18 @@ pub fn run_length_arg(value: &str) -> Result<Duration, String> {
 }
 
 /// A byte no shell reads as anything but itself, in any place of a word
-/// but the first: no expansion (`$`, backquotes, globs, braces, `~`, which
-/// bash expands after `=` and `:` in a word that looks like an assignment,
-/// `a=~/x`, even as an argument), no quoting, no splitting, no control.
+/// but the first: no expansion (`$`, backquotes, globs, braces), no
+/// quoting, no splitting, no control. `~` is [`tilde_inert`]'s question.
 fn inert(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"/._:@%+=,-".contains(&b)
+}
+
+/// Whether the `~`s of a word are themselves: a shell expands `~` at a
+/// word's start, and bash also after `=` and `:` in a word that looks like
+/// an assignment (`a=~/x`), even as an argument; a word with no `=` after
+/// its first byte is never one, so kubelet's `kubernetes.io~csi` stays bare.
+fn tilde_inert(bytes: &[u8]) -> bool {
+    bytes.first() != Some(&b'~') && (!bytes.contains(&b'~') || !bytes.contains(&b'='))
 }
 
 /// Whether `c` keeps a word from the single-quoted form: a control, or
@@ -259,9 +266,10 @@ fn needs_escapes(c: char) -> bool {
 
 /// `bytes` as one POSIX shell word that dash, bash (POSIX mode or not)
 /// and busybox sh all read back as exactly those bytes, expanding nothing:
-/// - bare when every byte is [`inert`] and the first is not `-` (an
-///   option to whoever reads it; quoting says so to the reader, `--` in
-///   the command is what stops the tool) nor `=` (zsh's `=cmd`);
+/// - bare when every byte is [`inert`] (or a `~` no shell expands there,
+///   [`tilde_inert`]) and the first is not `-` (an option to whoever reads
+///   it; quoting says so to the reader, `--` in the command is what stops
+///   the tool) nor `=` (zsh's `=cmd`);
 /// - single-quoted when it is printable UTF-8 (`'` as `'\''`);
 /// - otherwise `"$(printf '%b' '...')"`, every other byte a `\0NNN` octal
 ///   escape (POSIX `printf %b`; `$'...'` is bash's only), `!` too so that
@@ -274,7 +282,10 @@ fn needs_escapes(c: char) -> bool {
 /// cannot keep a program from reading `-rf` as options: that is
 /// [`CommandLine::operands`]' `--`.
 pub fn shell_word(bytes: &[u8]) -> String {
-    let bare = !bytes.is_empty() && !matches!(bytes[0], b'-' | b'=') && bytes.iter().all(|b| inert(*b));
+    let bare = !bytes.is_empty()
+        && !matches!(bytes[0], b'-' | b'=')
+        && tilde_inert(bytes)
+        && bytes.iter().all(|b| inert(*b) || *b == b'~');
     if bare {
         return String::from_utf8_lossy(bytes).into_owned();
     }

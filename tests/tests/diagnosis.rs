@@ -816,7 +816,7 @@ kernel_test! {
                     // Both work on a read-only bind (checked by hand here);
                     // ",bind" leaves the filesystem itself alone.
                     let fix = e.text("/fix");
-                    let allowed = ["remount,rw", "remount,bind,rw"].map(|o| format!("mount -o {o} {}", shell_word(root.path())));
+                    let allowed = ["remount,rw", "remount,bind,rw"].map(|o| format!("mount -o {o} -- {}", shell_word(root.path())));
                     e.that(allowed.contains(&fix), format!("/fix is {fix:?}, want one of {allowed:?}"));
                 },
             );

@@ -248,7 +248,7 @@ fn a_pending_finalizer_is_named_with_its_owner_and_a_patch_that_removes_only_it(
     assert_eq!(f["severity"], "critical");
     assert_eq!(
         f["fix"],
-        r#"kubectl patch pod web-0 -n shop --type=json -p '[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/backup-done"},{"op":"remove","path":"/metadata/finalizers/0"}]'"#
+        r#"kubectl patch pod -n shop --type=json -p '[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/backup-done"},{"op":"remove","path":"/metadata/finalizers/0"}]' -- web-0"#
     );
     assert!(f["summary"].as_str().unwrap().contains("finalizer example.com/backup-done is still on it"), "{f}");
     assert!(
@@ -426,7 +426,7 @@ fn an_unreachable_api_server_is_a_clear_error() {
     assert!(stderr.contains("Connection refused"), "{stderr}");
     assert!(
         stderr.contains(
-            "without a cluster, explain reads the pod saved as JSON: `kubectl get pod web-0 -o json > pod.json`"
+            "without a cluster, explain reads the pod saved as JSON: `kubectl get pod -o json -- web-0 > pod.json`"
         ),
         "{stderr}"
     );

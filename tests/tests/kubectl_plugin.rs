@@ -94,7 +94,7 @@ kernel_test! {
         let line = plugin.await_line(secs(90), |l| l.contains("FINDING [") && l.contains("volume-still-mounted"));
         assert!(line.contains(&format!("pod {}", pod.uid())), "{line}");
         // From the debug pod the fix enters the node's mount namespace first.
-        let unmount = format!("umount {}", shell_word(&mount));
+        let unmount = format!("umount -- {}", shell_word(&mount));
         let fix = plugin.await_line(secs(10), |l| l.starts_with("  fix:      "));
         assert!(fix == format!("  fix:      {unmount}") || fix == format!("  fix:      nsenter -t 1 -m -- {unmount}"), "{fix}");
         let ended = plugin.stop(libc::SIGINT);

@@ -276,7 +276,7 @@ kernel_test! {
         tmux.keys("Up");
         assert!(tmux.screen().lines().any(|l| l.starts_with("›CRITICAL volume-still-mounted")), "selected");
         tmux.keys("c");
-        let fix = format!("umount {mount_path}");
+        let fix = format!("umount -- {mount_path}");
         // Said as done, not as copied: tmux's default set-clipboard drops OSC 52.
         let copied = tmux.wait_for("the copy said", Duration::from_secs(10), |s| s.contains("fix sent as OSC 52 ("));
         assert!(
@@ -350,7 +350,7 @@ kernel_test! {
         let block: Vec<&str> = lines[head + 1..].iter().take_while(|l| !l.is_empty()).copied().collect();
         assert!(block.iter().any(|l| l.starts_with("  cause:    kubelet cannot remove the CSI volume dir")), "{stdout}");
         assert!(block.iter().any(|l| l.starts_with("  evidence: ")), "the evidence is printed:\n{stdout}");
-        assert!(block.contains(&format!("  fix:      umount {}", text(&mount)).as_str()), "the fix whole on its own line:\n{stdout}");
+        assert!(block.contains(&format!("  fix:      umount -- {}", text(&mount)).as_str()), "the fix whole on its own line:\n{stdout}");
         // Only findings: each a head line, its indented fields, an empty line after it.
         for line in &lines[..lines.len() - 1] {
             let told = line.contains(" FINDING [") || line.contains(" UPDATE [") || line.contains(" RESOLVED [");

@@ -242,7 +242,7 @@ kernel_test! {
         assert!(out.status.success(), "kubectl podstuck --version: {}", said(&out));
         assert_eq!(text(&out.stdout), format!("kubectl podstuck {VERSION}\n"));
         // The plugin asks kubectl back for the pod, and says in its own words that no cluster answered.
-        let out = kubectl_run(&["podstuck", "web-0", "-n", "shop"]);
+        let out = kubectl_run(&["podstuck", "web-0", "-n", "shop", "--image", "registry.example/podstuck:0.1.0"]);
         assert!(!out.status.success(), "kubectl podstuck web-0 without a cluster: {}", said(&out));
         let stderr = text(&out.stderr);
         assert!(stderr.contains("kubectl podstuck: error: cannot reach the cluster: kubectl get pod found no API server answering"), "{}", said(&out));

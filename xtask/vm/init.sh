@@ -566,10 +566,10 @@ if [ -z "$SUITE" ]; then # the full suite
         show held-json /tmp/held.short 10
         F=$(grep '"type":"finding"' /tmp/held.json | grep '"kind":"mount-held"' | head -n 1)
         FIX=$(echo "$F" | jstr fix)
-        if [ "$WRC" = 3 ] && echo "$FIX" | grep -q -- "nsenter -t $HPID -m -- umount -l $ROOTFS"; then
+        if [ "$WRC" = 3 ] && echo "$FIX" | grep -q -- "nsenter -t $HPID -m -- umount -l -- $ROOTFS"; then
             result held-in-namespace PASS "mount-held names pid $HPID in its own namespace: $FIX; containerd: $RU"
         else
-            result held-in-namespace FAIL "exit $WRC; fix '${FIX}', expected nsenter -t $HPID -m -- umount -l $ROOTFS; containerd: $RU; $(grep -o '"kind":"[^"]*"' /tmp/held.json | sort -u | oneline)"
+            result held-in-namespace FAIL "exit $WRC; fix '${FIX}', expected nsenter -t $HPID -m -- umount -l -- $ROOTFS; containerd: $RU; $(grep -o '"kind":"[^"]*"' /tmp/held.json | sort -u | oneline)"
         fi
     else
         result held-in-namespace FAIL "$WHY"

@@ -133,7 +133,7 @@ mod tests {
         let calls = [rmdir(0.0, "kubelet", &m, -libc::ENOTEMPTY), rmdir(0.5, "kubelet", &m, -libc::ENOTEMPTY)];
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.kind, Kind::DirNotEmpty);
-        assert_eq!(f.fix, format!("rm -r --one-file-system -- '{m}/stray.log'"));
+        assert_eq!(f.fix, format!("rm -r --one-file-system -- {m}/stray.log"));
         assert!(f.evidence.iter().any(|e| e.fact.contains("stray.log")));
     }
 
@@ -160,6 +160,6 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("90 {m}/data tmpfs")]);
         let calls = [rmdir(0.0, "kubelet", &m, -libc::ENOTEMPTY), rmdir(0.5, "kubelet", &m, -libc::ENOTEMPTY)];
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
-        assert_eq!(f.fix, format!("umount -- '{m}/data'"));
+        assert_eq!(f.fix, format!("umount -- {m}/data"));
     }
 }

@@ -270,7 +270,7 @@ mod tests {
         let mut node = FakeNode::with_mounts(&["78 /var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data nfs4"]);
         let calls = [in_flight("/var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data", 0.0)];
         let f = &run_with(&mut d, &mut node, &[], &calls, 30.0)[0];
-        assert_eq!(f.fix, "umount -f -l -- '/var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data'");
+        assert_eq!(f.fix, "umount -f -l -- /var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data");
         assert!(f.summary.contains("server nfs4 does not answer"), "{}", f.summary);
     }
 }

@@ -232,7 +232,7 @@ mod tests {
         node.flags.insert(dir.clone().into_bytes(), InodeFlags { immutable: false, append_only: true, raw: 0x20 });
         let f = &run(&mut d, &mut node, &[unlink(0.0, "kubelet", &file, -libc::EPERM)], 3.0)[0];
         assert_eq!(f.kind, Kind::ImmutableFile);
-        assert_eq!(f.fix, format!("chattr -a -- '{dir}'"));
+        assert_eq!(f.fix, format!("chattr -a -- {dir}"));
         assert_eq!(f.pod_uid, Some(pod()));
     }
 

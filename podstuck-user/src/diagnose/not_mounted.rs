@@ -141,7 +141,7 @@ mod tests {
         assert_eq!(f.kind, Kind::NotMounted);
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.severity, Severity::Critical);
-        assert_eq!(f.fix, format!("rmdir -- '{m}'"));
+        assert_eq!(f.fix, format!("rmdir -- {m}"));
         assert!(f.summary.contains("fails with EINVAL 3 times"), "{}", f.summary);
     }
 

@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.pod_uid, Some(pod()));
         assert_eq!(f.count, 7);
-        assert_eq!(f.fix, format!("umount -- '{m}'"));
+        assert_eq!(f.fix, format!("umount -- {m}"));
         assert_eq!(f.paths, vec![m.as_bytes().to_vec()]);
         assert!(f.rhythm.as_deref().unwrap().contains("backoff"), "{:?}", f.rhythm);
         assert!(f.summary.contains("is still mounted (tmpfs, in the host's mount namespace)"), "{}", f.summary);
@@ -321,7 +321,7 @@ mod tests {
         let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
         let m = csi_mount();
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, format!("nsenter -t 900 -m -- umount -- '{m}'"));
+        assert_eq!(f.fix, format!("nsenter -t 900 -m -- umount -- {m}"));
         assert!(
             f.summary.contains(&format!("is still mounted (tmpfs, in kubelet's mount namespace mnt:[{KUBELET_NS}])")),
             "{}",
@@ -340,7 +340,7 @@ mod tests {
         node.namespaces[0].owner = Some(Owner { container: Some("kind-control-plane".into()), ..Default::default() });
         let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
         assert!(f.summary.contains("(docker container kind-control-plane)"), "{}", f.summary);
-        let fix = format!("umount -- '{}'", csi_mount());
+        let fix = format!("umount -- {}", csi_mount());
         let docker = format!(
             "or through docker: docker exec -- kind-control-plane sh -c {}",
             super::super::shell::word(fix.as_bytes())

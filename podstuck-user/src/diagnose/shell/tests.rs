@@ -70,12 +70,15 @@ fn a_fix_from_a_container_says_where_it_acts() {
 
 #[test]
 fn paths_become_one_exact_shell_word() {
-    // A `~` anywhere is quoted: bash expands it after `=` or `:` in a word
-    // that looks like an assignment, and kubelet's volume paths have one.
+    // A `~` inside a word with no `=` is itself in every shell (bash
+    // expands it after `=` or `:` only in a word that looks like an
+    // assignment): kubelet's volume paths stay bare, as users paste them.
     assert_eq!(
         word(b"/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount"),
-        "'/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount'"
+        "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount"
     );
+    assert_eq!(word(b"x:~/y"), "x:~/y");
+    assert_eq!(word(b"/v/a=b~c"), "'/v/a=b~c'");
     assert_eq!(word(b"/var/lib/kubelet/pods/x/volumes/pv-1/mount"), "/var/lib/kubelet/pods/x/volumes/pv-1/mount");
     assert_eq!(word(b"/tmp/a b"), "'/tmp/a b'");
     assert_eq!(word(b"/tmp/it's"), r"'/tmp/it'\''s'");
