@@ -223,7 +223,7 @@ fn quoted_pieces(word: &str, width: usize) -> Option<Vec<FixRow>> {
         }
         let last = (start + width).checked_sub(lead + CLOSE.len())?;
         let fits = (start + 1..=last.min(chars.len() - 1)).filter(|&i| inside[i]);
-        let at = fits.clone().filter(|&i| chars[i - 1] == '/').last().or_else(|| fits.last())?;
+        let at = fits.clone().rev().find(|&i| chars[i - 1] == '/').or_else(|| fits.clone().next_back())?;
         let head: String = chars[start..at].iter().collect();
         rows.push(FixRow { joins_word: opened, text: format!("{}{head}{CLOSE}", if opened { "'" } else { "" }) });
         (start, opened) = (at, true);
