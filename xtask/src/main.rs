@@ -245,10 +245,56 @@ fn check_format() -> Result<()> {
         .context("the kernel programs are not formatted: run `cargo fmt` in podstuck-ebpf")
 }
 
+/// What the tests need from the network (Debian 11 roots, Python and npm
+/// packages, the VM matrix's kernels), fetched beside the builds.
+struct Fetched {
+    trial: trial::Trial,
+    python: PathBuf,
+    kube: PathBuf,
+    models: PathBuf,
+}
+
+/// Starts fetching what the tests need from the network on a thread of its
+/// own, so the downloads and unpacking overlap the builds, which use the
+/// CPU while these wait on the network and the disk. Every Debian package
+/// these steps need is installed here first, on the caller's thread: apt
+/// and dpkg take one install at a time, and the builds install too
+/// (`cross::install_release_packages`, done here as well).
+fn fetch_beside_the_builds(whole_suite: bool) -> Result<std::thread::JoinHandle<Result<Fetched>>> {
+    install(&trial::PACKAGES)?;
+    if Command::new("npm").arg("--version").output().is_err() {
+        install(&["nodejs", "npm"])?;
+    }
+    for arch in cross::Arch::ALL {
+        cross::install_release_packages(arch)?;
+    }
+    if whole_suite {
+        vm::install_host_packages()?;
+    }
+    Ok(std::thread::spawn(move || {
+        let fetched = Fetched {
+            trial: trial::prepare()?,
+            python: python_reader()?,
+            kube: kube_tools()?,
+            models: operator_models()?,
+        };
+        if whole_suite {
+            // A failure here is the matrix's to say, when it runs: the cargo
+            // tests do not need the kernels.
+            if let Err(e) = vm::prefetch() {
+                say(&format!("fetching the VM matrix's kernels failed ({e:#}); the matrix tries again when it runs"));
+            }
+        }
+        say("fetched what the tests need from the network");
+        Ok(fetched)
+    }))
+}
+
 fn test(args: &[String]) -> Result<()> {
     check_format()?;
     setup()?;
     ensure_tracefs()?;
+    let fetching = fetch_beside_the_builds(args.is_empty())?;
     lint_ebpf()?;
     // The end-to-end tests drive the real binaries; build them first.
     run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck", "--bin", "kubectl-podstuck"]))?;
@@ -258,16 +304,14 @@ fn test(args: &[String]) -> Result<()> {
     // Debian 11 roots and through the real kubectl; the container tests run
     // the image of the same static binaries, which the VM matrix boots too.
     let dist = release::release(&release::ReleaseArgs::default())?;
-    let trial = trial::prepare()?;
     let image = image::image(&image::ImageArgs {
         out: Some(workspace_root().join("target/image/podstuck-test.tar")),
         binary: None,
         arm64_binary: None,
         tag: None,
     })?;
-    let python = python_reader()?;
-    let kube = kube_tools()?;
-    let models = operator_models()?;
+    let Fetched { trial, python, kube, models } =
+        fetching.join().map_err(|_| anyhow::anyhow!("the thread fetching the tests' downloads panicked"))??;
     if skips_allowed() {
         say(&format!("{ALLOW_SKIPS}=1 is set: a test whose prerequisite is missing skips instead of failing; the skips are named at the end"));
     }
@@ -401,6 +445,7 @@ impl TestTotals {
 }
 
 fn main() -> ExitCode {
+    host::started();
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup(),

@@ -41,9 +41,12 @@ fn trial_dir() -> PathBuf {
     workspace_root().join("target/trial")
 }
 
+/// The Debian packages making and using the roots takes.
+pub const PACKAGES: [&str; 3] = ["debootstrap", "qemu-user-static", "binutils"];
+
 /// Makes (or finds) the Debian 11 roots.
 pub fn prepare() -> Result<Trial> {
-    install(&["debootstrap", "qemu-user-static", "binutils"])?;
+    install(&PACKAGES)?;
     let mut env = Vec::new();
     for arch in Arch::ALL {
         let variable = match arch {

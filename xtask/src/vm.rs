@@ -20,6 +20,10 @@
 //! more with cgroup v1 hierarchies in place of cgroup2 (`Suite::CgroupV1`),
 //! the node shape of EKS's AL2 and RHEL 8.
 //!
+//! The amd64 guests boot as many at a time as the host has cores (each
+//! runs single-threaded TCG: one core), the arm64 ones one per two cores
+//! (their TCG is multi-threaded); `lanes` says why.
+//!
 //! The host reads the console, prints a table, saves each kernel's whole
 //! console log as `target/vm/console-<kernel>.log`, and fails if any
 //! scenario failed, went missing, or the guest outlived its watchdog, and
@@ -192,6 +196,14 @@ impl Suite {
         }
     }
 
+    /// How long the boot takes, roughly, to start the longest first.
+    fn length(self) -> u8 {
+        match self {
+            Suite::Full | Suite::Tracepoint | Suite::Bench { .. } => 2,
+            Suite::Lockdown | Suite::CgroupV1 => 1,
+        }
+    }
+
     /// Its name in the table and the console log's file name.
     fn label(self, kernel: &str) -> String {
         match self {
@@ -345,26 +357,58 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
 
 /// What `cargo xtask test` boots: every kernel and boot, the default
 /// timeout, amd64 guests then arm64 ones (podstuck cross-built for them):
-/// (passed, failed). A matrix that could not run at all is said, and
-/// counts as one failure.
+/// (passed, failed). Both matrices are prepared (their builds) before any
+/// guest boots, so no build competes with a guest for the CPU. A matrix
+/// that could not run at all is said, and counts as one failure.
 pub fn run_every_matrix() -> (usize, usize) {
-    let (mut passed, mut failed) = (0, 0);
+    let mut failed = 0;
+    let mut matrices = Vec::new();
     for target in Arch::ALL {
         let args = VmArgs { kernel: KernelChoice::All, timeout: BOOT_TIMEOUT_S, boot: Vec::new(), arch: Some(target) };
-        match run_matrix(&args) {
-            Ok((p, f)) => (passed, failed) = (passed + p, failed + f),
+        match plan(&args) {
+            Ok(matrix) => matrices.push(matrix),
             Err(e) => {
                 say(&format!("the {} VM matrix could not run: {e:#}", target.debian_arch()));
                 failed += 1;
             }
         }
     }
-    (passed, failed)
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    for matrix in &matrices {
+        match boot_in_lanes(matrix, Duration::from_secs(BOOT_TIMEOUT_S)) {
+            Ok(booted) => runs.extend(booted),
+            Err(e) => {
+                say(&format!("the {} VM matrix could not run: {e:#}", matrix.target.debian_arch()));
+                failed += 1;
+            }
+        }
+    }
+    let (passed, failed_scenarios) = report(&runs, started);
+    (passed, failed + failed_scenarios)
 }
 
 /// Boots the kernels asked for and runs the scenarios in each: (passed,
 /// failed) scenario results; Err when the matrix could not run at all.
 pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
+    let matrix = plan(args)?;
+    let started = Instant::now();
+    let runs = boot_in_lanes(&matrix, Duration::from_secs(args.timeout))?;
+    Ok(report(&runs, started))
+}
+
+/// A matrix ready to boot: its kernels with their initramfs, and the boots
+/// to make, in the table's order.
+struct Matrix {
+    target: Arch,
+    kernels: Vec<(Kernel, PathBuf)>,
+    /// (index into `kernels`, suite).
+    boots: Vec<(usize, Suite)>,
+}
+
+/// Prepares the kernels asked for (`prepare`, then each one's initramfs)
+/// and lists the boots each makes.
+fn plan(args: &VmArgs) -> Result<Matrix> {
     if !is_root() {
         bail!("the VM test installs Debian packages and builds an initramfs with device nodes: run it as root (sudo -E cargo xtask vm-test)");
     }
@@ -382,18 +426,12 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
     let specs: Vec<&'static KernelSpec> =
         KERNELS.iter().filter(|k| args.kernel == KernelChoice::All || k.choice == args.kernel).collect();
     let started = Instant::now();
-    let (kernels, common) = prepare(&specs, target)?;
-    say(&format!(
-        "prepared in {:.0} s; booting {} ({})",
-        started.elapsed().as_secs_f64(),
-        specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
-        target.debian_arch()
-    ));
-
+    let (prepared, common) = prepare(&specs, target)?;
     let wanted = |boot: Boot| args.boot.is_empty() || args.boot.contains(&boot);
-    let mut runs = Vec::new();
-    for kernel in &kernels {
-        let initrd = kernel_initramfs(kernel, &common)?;
+    let mut kernels = Vec::new();
+    let mut boots = Vec::new();
+    for kernel in prepared {
+        let initrd = kernel_initramfs(&kernel, &common)?;
         let old = kernel.spec.choice == KernelChoice::V5_10;
         let suites = [
             (Boot::Full, Suite::Full, true),
@@ -406,12 +444,69 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
         ];
         for (boot, suite, here) in suites {
             if here && wanted(boot) {
-                runs.push(boot_once_more_if_crashed(kernel, suite, &initrd, Duration::from_secs(args.timeout))?);
+                boots.push((kernels.len(), suite));
             }
         }
+        kernels.push((kernel, initrd));
     }
-    print_table(&runs);
-    let (passed, failed, retried) = totals(&runs);
+    say(&format!(
+        "prepared in {:.0} s; {} boots of {} ({}), {} at a time",
+        started.elapsed().as_secs_f64(),
+        boots.len(),
+        specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
+        target.debian_arch(),
+        lanes(target)
+    ));
+    Ok(Matrix { target, kernels, boots })
+}
+
+/// How many guests of `target` boot at once. An amd64 guest runs in
+/// single-threaded TCG (`Suite::accel`), one host core at most, so one
+/// guest per core: two cores boot the amd64 matrix in about half the time,
+/// and no guest runs slower for it. An arm64 guest's TCG is multi-threaded
+/// (both of its vCPUs busy on a storm), and its scenarios are already the
+/// slowest: one per two cores, so it is never starved.
+fn lanes(target: Arch) -> usize {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let lanes = match target {
+        Arch::X86_64 => cores,
+        Arch::Aarch64 => cores / 2,
+    };
+    // Each guest holds 2 GB.
+    lanes.clamp(1, 4)
+}
+
+/// Boots every boot of `matrix`, `lanes` at a time, the longest first so
+/// the lanes end together; the runs come back in the matrix's order.
+fn boot_in_lanes(matrix: &Matrix, timeout: Duration) -> Result<Vec<BootRun>> {
+    let mut order: Vec<usize> = (0..matrix.boots.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(matrix.boots[i].1.length()));
+    let queue = std::sync::Mutex::new(order.into_iter());
+    let done: std::sync::Mutex<Vec<Option<Result<BootRun>>>> =
+        std::sync::Mutex::new((0..matrix.boots.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..lanes(matrix.target).min(matrix.boots.len()) {
+            scope.spawn(|| loop {
+                let next = queue.lock().expect("no lane panics holding the queue").next();
+                let Some(i) = next else { break };
+                let (k, suite) = matrix.boots[i];
+                let (kernel, initrd) = &matrix.kernels[k];
+                let run = boot_once_more_if_crashed(kernel, suite, initrd, timeout);
+                done.lock().expect("no lane panics holding the results")[i] = Some(run);
+            });
+        }
+    });
+    done.into_inner()
+        .expect("every lane ended")
+        .into_iter()
+        .map(|run| run.unwrap_or_else(|| Err(anyhow::anyhow!("a boot was never made"))))
+        .collect()
+}
+
+/// Prints the table and the totals of `runs`: (passed, failed).
+fn report(runs: &[BootRun], started: Instant) -> (usize, usize) {
+    print_table(runs);
+    let (passed, failed, retried) = totals(runs);
     let again = match retried {
         0 => String::new(),
         n => {
@@ -419,8 +514,32 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
         }
     };
     println!("vm-test: {passed} passed, {failed} failed{again}");
-    say(&format!("whole run {:.0} s; console logs in {}", started.elapsed().as_secs_f64(), vm_dir().display()));
-    Ok((passed, failed))
+    say(&format!("booted in {:.0} s; console logs in {}", started.elapsed().as_secs_f64(), vm_dir().display()));
+    (passed, failed)
+}
+
+/// What the whole matrix needs from the network, for both architectures:
+/// every kernel package and the arm64 guests' userland, fetched and
+/// unpacked into the caches `run_matrix` then finds. `cargo xtask test`
+/// runs this beside its builds, so the downloads take no time of their
+/// own; the Debian packages (`host_packages`) are installed first, by the
+/// caller, since apt takes one install at a time.
+pub fn prefetch() -> Result<()> {
+    for target in Arch::ALL {
+        for spec in &KERNELS {
+            fetch_kernel(spec, target)?;
+        }
+        guest::Userland::prepare(target)?;
+    }
+    Ok(())
+}
+
+/// The Debian packages the matrix needs on this machine, both architectures.
+pub fn install_host_packages() -> Result<()> {
+    for target in Arch::ALL {
+        install(guest::host_packages(target))?;
+    }
+    Ok(())
 }
 
 /// Installs what the host needs, fetches the kernels, builds podstuck and
