@@ -180,6 +180,9 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+/// The license the kernel reads from the object: "Dual MIT/GPL" (the
+/// crate is MIT OR GPL-2.0-only) is GPL-compatible to the kernel, which is
+/// what lets the programs call its GPL-only helpers.
 #[link_section = "license"]
 #[no_mangle]
-static LICENSE: [u8; 4] = *b"GPL\0";
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

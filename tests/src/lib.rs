@@ -24,6 +24,10 @@
 //! - [`runtimes`]: private dockerd and containerd daemons;
 //! - [`scrape`]: what reads `--listen`: raw HTTP requests, a real Prometheus;
 //! - [`container`]: podstuck's own image, run in docker the ways SREs run it;
+//! - [`release`]: what users download (`cargo xtask release`), unpacked
+//!   and run as they run it, in a Debian 11 root;
+//! - [`krew`]: krew's rules for a plugin manifest, and an install as krew
+//!   lays it out;
 //! - [`attacks`]: what another user does to a root process that writes files;
 //! - [`soak`]: the always-on mode through a long pod churn, sampled;
 //! - [`wait`]: how a test waits for what it waits for (never a fixed sleep).
@@ -37,6 +41,7 @@ pub mod calls;
 pub mod container;
 pub mod findings;
 pub mod harness;
+pub mod krew;
 pub mod kubectl;
 pub mod kubelet;
 pub mod mountinfo;
@@ -44,6 +49,7 @@ pub mod node;
 pub mod oci;
 pub mod podstuck;
 pub mod prerequisite;
+pub mod release;
 pub mod runtimes;
 pub mod scrape;
 pub mod soak;

@@ -113,7 +113,7 @@ impl SoakOptions {
         }
     }
 
-    /// podstuck's arguments: the DaemonSet's (deploy/podstuck-daemonset.yaml)
+    /// podstuck's arguments: the DaemonSet's (deploy/base/podstuck-daemonset.yaml)
     /// on a port of loopback, with this run's kubelet root and a node name.
     pub fn podstuck_args(&self, listen: SocketAddr, root: &KubeletRoot) -> Vec<String> {
         ["watch", "--listen", &listen.to_string(), "--concurrent", "--kubelet-root", root.arg(), "--node-name", NODE]

@@ -249,7 +249,7 @@ kernel_test! {
         // finding's block among the call lines.
         assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains(&format!("  fix:      umount {}\n", text(&mountpoint))), "{stdout}");
+        assert!(stdout.contains(&format!("  fix:      umount -- {}\n", shell_word(&mountpoint))), "{stdout}");
         let line = stdout
             .lines()
             .find(|l| l.ends_with(mountpoint.to_str().unwrap()) && l.contains(" rmdir "))

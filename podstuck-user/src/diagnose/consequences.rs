@@ -23,78 +23,74 @@ fn same_actor(a: &Finding, b: &Finding) -> bool {
 /// Folds consequences into their root findings. Returns the ids of the
 /// findings folded, each with the id of the finding it was told under.
 pub fn fold(findings: &mut Vec<Finding>) -> Vec<(String, String)> {
+    let mut folded = fold_under_roots(findings, retried_step_root, |consequence| {
+        let path = consequence.paths.first().map(|p| super::shown(p)).unwrap_or_default();
+        format!(
+            "{}'s {} of {path} also fails with {} {} times: it retries a step that already happened while the teardown fails for the cause above, not a second cause",
+            consequence.actor.as_ref().map(|a| a.description.as_str()).unwrap_or("the same actor"),
+            consequence.syscall.unwrap_or("call"),
+            consequence.errno.as_deref().unwrap_or("an error"),
+            consequence.count
+        )
+    });
+    // no-teardown-seen says nothing on the node works on a pod; beside an
+    // active finding on that pod it would contradict it: the pod is held by
+    // what that finding says, and the quiet is its consequence.
+    folded.extend(fold_under_roots(findings, quiet_pod_root, |quiet| {
+        format!(
+            "no other work on pod {} was seen on this node for {}: this is what holds it",
+            quiet.pod_uid.as_ref().map(|p| p.as_str()).unwrap_or_default(),
+            super::human_duration(quiet.last_seen.duration_since(quiet.first_seen).unwrap_or_default())
+        )
+    }));
+    folded
+}
+
+/// The finding a retried step of the same actor follows from, if any.
+fn retried_step_root(findings: &[Finding], candidate: &Finding) -> Option<usize> {
+    if candidate.status != Status::Active || !follows_from_others(candidate.kind) {
+        return None;
+    }
+    findings.iter().position(|r| {
+        r.status == Status::Active
+            && !follows_from_others(r.kind)
+            && r.kind != candidate.kind
+            && same_actor(r, candidate)
+    })
+}
+
+/// The active finding on the pod a no-teardown-seen is the quiet of.
+fn quiet_pod_root(findings: &[Finding], quiet: &Finding) -> Option<usize> {
+    if quiet.kind != Kind::NoTeardownSeen || quiet.status != Status::Active {
+        return None;
+    }
+    let pod = quiet.pod_uid.as_ref()?;
+    findings.iter().position(|r| {
+        r.kind != Kind::NoTeardownSeen
+            && r.status == Status::Active
+            && (r.pod_uid.as_ref() == Some(pod) || r.pods.contains(pod))
+    })
+}
+
+/// Each finding that `root_of` finds a root for is taken out and said in
+/// its root's evidence in the words of `said`; returns (folded, root) ids.
+fn fold_under_roots(
+    findings: &mut Vec<Finding>,
+    root_of: impl Fn(&[Finding], &Finding) -> Option<usize>,
+    said: impl Fn(&Finding) -> String,
+) -> Vec<(String, String)> {
     let mut folded = Vec::new();
     let mut i = 0;
     while i < findings.len() {
-        let candidate = &findings[i];
-        let root = (candidate.status == Status::Active && follows_from_others(candidate.kind))
-            .then(|| {
-                findings.iter().position(|r| {
-                    r.status == Status::Active
-                        && !follows_from_others(r.kind)
-                        && r.kind != candidate.kind
-                        && same_actor(r, candidate)
-                })
-            })
-            .flatten();
-        let Some(root) = root else {
+        let Some(root) = root_of(findings, &findings[i]) else {
             i += 1;
             continue;
         };
         let consequence = findings.remove(i);
         let root = if root > i { root - 1 } else { root };
         let r = &mut findings[root];
-        let path = consequence.paths.first().map(|p| super::shown(p)).unwrap_or_default();
-        r.evidence(
-            "consequence",
-            format!(
-                "{}'s {} of {path} also fails with {} {} times: it retries a step that already happened while the teardown fails for the cause above, not a second cause",
-                consequence.actor.as_ref().map(|a| a.description.as_str()).unwrap_or("the same actor"),
-                consequence.syscall.unwrap_or("call"),
-                consequence.errno.as_deref().unwrap_or("an error"),
-                consequence.count
-            ),
-        );
+        r.evidence("consequence", said(&consequence));
         folded.push((consequence.id, r.id.clone()));
-    }
-    folded.extend(fold_quiet_pods(findings));
-    folded
-}
-
-/// no-teardown-seen says nothing on the node works on a pod; beside an
-/// active finding on that pod it would contradict it: the pod is held by
-/// what that finding says, and the quiet is its consequence.
-fn fold_quiet_pods(findings: &mut Vec<Finding>) -> Vec<(String, String)> {
-    let mut folded = Vec::new();
-    let mut i = 0;
-    while i < findings.len() {
-        let quiet = &findings[i];
-        let root = (quiet.kind == Kind::NoTeardownSeen && quiet.status == Status::Active)
-            .then(|| {
-                let pod = quiet.pod_uid.as_ref()?;
-                findings.iter().position(|r| {
-                    r.kind != Kind::NoTeardownSeen
-                        && r.status == Status::Active
-                        && (r.pod_uid.as_ref() == Some(pod) || r.pods.contains(pod))
-                })
-            })
-            .flatten();
-        let Some(root) = root else {
-            i += 1;
-            continue;
-        };
-        let quiet = findings.remove(i);
-        let root = if root > i { root - 1 } else { root };
-        let r = &mut findings[root];
-        r.evidence(
-            "consequence",
-            format!(
-                "no other work on pod {} was seen on this node for {}: this is what holds it",
-                quiet.pod_uid.as_ref().map(|p| p.as_str()).unwrap_or_default(),
-                super::human_duration(quiet.last_seen.duration_since(quiet.first_seen).unwrap_or_default())
-            ),
-        );
-        folded.push((quiet.id, r.id.clone()));
     }
     folded
 }

@@ -6,7 +6,7 @@
 //! with ENOTEMPTY, again (Go's RemoveAll meets one ENOTEMPTY on the way and
 //! then succeeds: that is not this). Confirmed by listing the directory.
 
-use super::shell::word;
+use super::shell::{empty_dir, file_in, list, one_after_another, remove_dirs, remove_entries, unmount};
 use super::track::{Attempts, FailureLog};
 use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
@@ -45,7 +45,7 @@ impl DirNotEmpty {
                 "{what}: it is not empty because something is still mounted inside it. {}{rhythm}.",
                 a.failed_words()
             );
-            f.fix = below.iter().rev().map(|m| format!("umount {}", word(m))).collect::<Vec<_>>().join(" && ");
+            f.fix = one_after_another(below.iter().rev().map(|m| unmount(m)));
             return Some(f);
         }
         let sample = match node.dir_sample(&path, ENTRIES_NAMED) {
@@ -54,7 +54,7 @@ impl DirNotEmpty {
                 f.confidence = Confidence::Possible;
                 f.evidence("readdir", format!("{} is gone now ({why})", shown(&path)));
                 f.summary = format!("{what}: {}{rhythm}, but it is gone now: removed since.", a.failed_words());
-                f.fix = format!("ls -la -- {}", word(&path));
+                f.fix = list(&path);
                 return Some(f);
             }
             Err(why) => {
@@ -66,7 +66,7 @@ impl DirNotEmpty {
                     a.failed_words(),
                     why.said()
                 );
-                f.fix = format!("ls -la -- {}", word(&path));
+                f.fix = list(&path);
                 return Some(f);
             }
         };
@@ -74,7 +74,7 @@ impl DirNotEmpty {
             f.confidence = Confidence::Possible;
             f.evidence("readdir", format!("{} is empty now", shown(&path)));
             f.summary = format!("{what}: {}, but it is empty now: the next retry should succeed.", a.failed_words());
-            f.fix = format!("rmdir {}", word(&path));
+            f.fix = remove_dirs([&path]);
             return Some(f);
         }
         f.confidence = Confidence::Confirmed;
@@ -100,19 +100,16 @@ impl DirNotEmpty {
             names.join(", "),
             a.failed_words()
         );
-        f.fix = if sample.complete && sample.counted as usize <= ENTRIES_NAMED {
-            let mut targets = Vec::new();
-            for n in &sample.names {
-                let mut p = path.clone();
-                p.push(b'/');
-                p.extend_from_slice(n);
-                targets.push(word(&p));
+        let named = sample.complete && sample.counted as usize <= ENTRIES_NAMED;
+        f.fix = match (named, empty_dir(&path)) {
+            (true, _) => remove_entries(sample.names.iter().map(|n| file_in(&path, n))),
+            (false, Some(find)) => find,
+            (false, None) => {
+                f.advice.push(format!("no find ... -delete is printed: {} is not an absolute path, and find would read it as part of its expression", shown(&path)));
+                list(&path)
             }
-            format!("rm -r --one-file-system -- {}", targets.join(" "))
-        } else {
-            format!("find {} -xdev -mindepth 1 -delete", word(&path))
         };
-        f.advice.push(format!("look before you delete: ls -la -- {}", word(&path)));
+        f.advice.push(format!("look before you delete: {}", list(&path)));
         Some(f)
     }
 }
@@ -176,6 +173,6 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("90 {m}/data tmpfs")]);
         let calls = [rmdir(0.0, "kubelet", &m, -libc::ENOTEMPTY), rmdir(0.5, "kubelet", &m, -libc::ENOTEMPTY)];
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
-        assert_eq!(f.fix, format!("umount {m}/data"));
+        assert_eq!(f.fix, format!("umount -- {m}/data"));
     }
 }

@@ -61,6 +61,8 @@ pub struct FakeNode {
     /// Processes whose /proc cannot be read (too many open files).
     pub unreadable_processes: Vec<u32>,
     pub fuse: Vec<TaskState>,
+    /// Processes whose /proc podstuck may not read (an AppArmor profile).
+    pub denied: Vec<TaskState>,
     pub avoided: Vec<Vec<u8>>,
     /// Symlinks: (link path, absolute target), resolved as prefixes.
     pub symlinks: Vec<(String, String)>,
@@ -243,6 +245,9 @@ impl FakeAnswers for FakeNode {
     }
     fn processes_running(&mut self, name: &[u8]) -> Vec<TaskState> {
         self.running.iter().filter(|(n, _)| n.as_bytes() == name).map(|(_, t)| t.clone()).collect()
+    }
+    fn processes_unreadable(&mut self) -> Vec<TaskState> {
+        self.denied.clone()
     }
 }
 

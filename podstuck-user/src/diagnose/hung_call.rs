@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use super::shell::word;
+use super::shell::{unmount_forced, unmount_lazily, write_file};
 use super::{
     human_duration, shown, CallInFlight, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status,
 };
@@ -105,7 +105,7 @@ impl HungCall {
                     ),
                 );
                 f.summary = format!("{who} {since}{task}: the {} server {} does not answer.", m.fstype, m.source);
-                f.fix = format!("umount -f -l {}", word(&m.mount_point));
+                f.fix = unmount_forced(&m.mount_point);
                 f.advice.push(format!("better: bring {} back; the calls then complete by themselves", m.source));
             }
             Some(m) => {
@@ -118,7 +118,7 @@ impl HungCall {
                     "{who} {since}{task}, on a local {} filesystem: a storage device or a kernel lock is stuck.",
                     m.fstype
                 );
-                f.fix = format!("umount -f -l {}", word(&m.mount_point));
+                f.fix = unmount_forced(&m.mount_point);
                 f.advice.push("check the device: dmesg | tail -n 50 (I/O errors, hung task warnings)".into());
             }
             None => {
@@ -156,13 +156,13 @@ impl HungCall {
             (None, false) => "its FUSE server does not answer".into(),
         };
         f.summary = format!("{waiting}: {server_words}, so every call on {} waits.", shown(&m.mount_point));
-        let abort = format!("echo 1 > /sys/fs/fuse/connections/{connection}/abort");
+        let abort = write_file("1", format!("/sys/fs/fuse/connections/{connection}/abort").as_bytes());
         let fusectl = node.host_mounts().map(|m| m.iter().any(|m| m.fstype == "fusectl")).unwrap_or(true);
         f.fix = if fusectl { abort } else { format!("mount -t fusectl fusectl /sys/fs/fuse/connections && {abort}") };
         for s in stopped {
             f.advice.push(format!("or, if the server should live on, continue it: kill -CONT {}", s.pid));
         }
-        f.advice.push(format!("after aborting, unmount it: umount -l {}", word(&m.mount_point)));
+        f.advice.push(format!("after aborting, unmount it: {}", unmount_lazily(&m.mount_point)));
     }
 }
 
@@ -273,7 +273,7 @@ mod tests {
         let mut node = FakeNode::with_mounts(&["78 /var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data nfs4"]);
         let calls = [in_flight("/var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data", 0.0)];
         let f = &run_with(&mut d, &mut node, &[], &calls, 30.0)[0];
-        assert_eq!(f.fix, "umount -f -l /var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data");
+        assert_eq!(f.fix, "umount -f -l -- /var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data");
         assert!(f.summary.contains("server nfs4 does not answer"), "{}", f.summary);
     }
 }

@@ -8,15 +8,15 @@
 //! netns, rootfs). Pod volumes and cgroups have their own detectors.
 //! Confirmed by finding the holder in /proc.
 
-use super::shell::{in_mount_namespace_of, word};
+use super::shell::{find_mount, in_mount_namespace_of, one_after_another, unmount, unmount_lazily};
 use super::track::{Attempts, CallerView, FailureLog};
-use super::volume_still_mounted::{debug_pod_advice, holder_facts, process_words};
+use super::volume_still_mounted::{debug_pod_advice, holder_facts, holders_evidence, process_words};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
 use crate::identify::pod::PathArea;
 use crate::identify::Identity;
 use crate::inspect::mounts::{copy_can_block_unmount, mount_at, mount_containing, mounts_on_same_dir, mounts_under};
-use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector};
+use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector, TaskState};
 
 #[derive(Default)]
 pub struct MountHeld {
@@ -92,7 +92,8 @@ impl MountHeld {
             .filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns))
             .collect();
         let below: Vec<Mount> = mounts_under(mounts, path).into_iter().cloned().collect();
-        Self::busy_evidence(f, &holders, &copies, &below);
+        let denied = node.processes_unreadable();
+        Self::busy_evidence(f, &holders, &denied, &copies, &below);
         let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(path), mount.fstype);
         let failed = format!("{}{rhythm}", a.failed_words());
         if let Some(h) = holders.iter().find(|h| h.other_namespace) {
@@ -103,7 +104,7 @@ impl MountHeld {
                 h.mntns,
                 hold_words(h.how)
             );
-            let unmount = in_mount_namespace_of(h.pid, &format!("umount -l {}", word(path)));
+            let unmount = in_mount_namespace_of(h.pid, &unmount_lazily(path));
             // A leftover debug pod is no workload: deleting it is the fix.
             match h.owner.as_ref().filter(|o| o.is_debug_pod()).and_then(|o| Some((o.words(), o.delete_pod()?))) {
                 Some((pod, delete)) => {
@@ -137,7 +138,7 @@ impl MountHeld {
             f.fix = format!("kill {}", pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "));
             f.advice.push(format!(
                 "if the holder must keep running, detach lazily instead: {} (the mount goes when the holder lets go)",
-                view.fix(format!("umount -l {}", word(path)))
+                view.fix(unmount_lazily(path))
             ));
         } else if !unmounting && below.is_empty() {
             // Removing a directory that is mounted: nobody needs to hold it, it just is.
@@ -149,7 +150,7 @@ impl MountHeld {
                 mount.fstype,
                 mount.source
             );
-            f.fix = format!("umount {}", word(path));
+            f.fix = unmount(path);
             f.advice
                 .push("never rm -rf a directory that is still a mountpoint: it deletes what is mounted there".into());
         } else if !below.is_empty() {
@@ -157,7 +158,7 @@ impl MountHeld {
             let mut subs: Vec<&Mount> = below.iter().collect();
             subs.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
             f.summary = format!("{what}: {} mount(s) below it keep it busy. {failed}.", subs.len());
-            f.fix = subs.iter().map(|m| format!("umount {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && ");
+            f.fix = one_after_another(subs.iter().map(|m| unmount(&m.mount_point)));
         } else if let Some(copy) = copies.first() {
             f.confidence = Confidence::Likely;
             let whose = copy.owner.as_ref().map(|o| format!(", {}", o.words())).unwrap_or_default();
@@ -165,20 +166,39 @@ impl MountHeld {
                 "{what}: a copy in mount namespace mnt:[{}] (pid {} {}{whose}) is busy. {failed}.",
                 copy.mntns, copy.pid, copy.comm
             );
-            f.fix = in_mount_namespace_of(copy.pid, &format!("umount -l {}", word(path)));
+            f.fix = in_mount_namespace_of(copy.pid, &unmount_lazily(path));
             f.advice.extend(debug_pod_advice([copy.owner.as_ref()]));
+        } else if !denied.is_empty() {
+            Self::holder_unreadable(f, &what, &failed, denied.len(), path);
         } else {
             f.confidence = Confidence::Possible;
             f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
-            f.fix = format!("umount -l {}", word(path));
+            f.fix = unmount_lazily(path);
         }
+    }
+
+    /// No holder among the processes podstuck could read, and some it may
+    /// not: never "no process holds it", since podstuck could not look.
+    fn holder_unreadable(f: &mut Finding, what: &str, failed: &str, denied: usize, path: &[u8]) {
+        f.confidence = Confidence::Possible;
+        f.summary = format!(
+            "{what}: who holds it is not readable under this security profile ({denied} process(es) podstuck may not look into: AppArmor, SELinux or ptrace rules), and none it could read holds it. {failed}."
+        );
+        f.fix = unmount_lazily(path);
+        f.advice.push("to name the holder, run podstuck unconfined: the DaemonSet's appArmorProfile Unconfined (deploy/), docker run --security-opt apparmor=unconfined, or as root on the node".into());
     }
 
     /// What keeps a mount busy, as evidence: the processes holding it, its
     /// copies in other namespaces, the mounts below it.
-    fn busy_evidence(f: &mut Finding, holders: &[MountHolder], copies: &[MountCopy], below: &[Mount]) {
-        for fact in holder_facts(holders) {
-            f.evidence("/proc", fact);
+    fn busy_evidence(
+        f: &mut Finding,
+        holders: &[MountHolder],
+        denied: &[TaskState],
+        copies: &[MountCopy],
+        below: &[Mount],
+    ) {
+        if !holders.is_empty() || !denied.is_empty() {
+            holders_evidence(f, holders, denied);
         }
         for copy in copies {
             f.evidence(
@@ -226,7 +246,7 @@ impl MountHeld {
                 a.actor.description,
                 shown(path)
             );
-            f.fix = format!("findmnt {}", word(path));
+            f.fix = find_mount(path);
             return;
         }
         twins.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
@@ -264,7 +284,7 @@ impl MountHeld {
             a.actor.description,
             shown(path),
         );
-        f.fix = twins.iter().map(|m| format!("umount -l {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && ");
+        f.fix = one_after_another(twins.iter().map(|m| unmount_lazily(&m.mount_point)));
         f.advice.push(
             "umount -l detaches the view's copy at once, even while a process sits in it; then the next retry succeeds"
                 .into(),
@@ -348,14 +368,36 @@ mod tests {
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.fix, "kill 3131");
         assert!(
-            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 700 -m -- umount -l {ROOTFS}"))),
+            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 700 -m -- umount -l -- {ROOTFS}"))),
             "{:?}",
             f.advice
         );
         // No holder: the lazy unmount is the fix, run in that namespace.
         node.holders.clear();
         let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
-        assert_eq!(f.fix, format!("nsenter -t 700 -m -- umount -l {ROOTFS}"));
+        assert_eq!(f.fix, format!("nsenter -t 700 -m -- umount -l -- {ROOTFS}"));
+    }
+
+    #[test]
+    fn processes_it_may_not_read_make_no_holder_an_unknown_not_a_none() {
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.denied = vec![task(3131, "sleep", 'S')];
+        let f = &run(&mut MountHeld::default(), &mut node, &bursts(), 1.0)[0];
+        assert_eq!(f.confidence, Confidence::Possible);
+        assert!(
+            f.summary.contains("who holds it is not readable under this security profile (1 process(es)"),
+            "{}",
+            f.summary
+        );
+        assert!(!f.summary.contains("no holder was found"), "{}", f.summary);
+        assert!(
+            f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep); a holder among them cannot be named")),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.advice.iter().any(|a| a.contains("appArmorProfile Unconfined")), "{:?}", f.advice);
+        // Never a kill of a process it could not see hold anything.
+        assert!(!f.fix.contains("kill"), "{}", f.fix);
     }
 
     #[test]
@@ -367,7 +409,7 @@ mod tests {
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"));
+        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l -- {ROOTFS}"));
         assert!(f.rhythm.as_deref().unwrap().contains("containerd"));
         assert!(f.summary.contains("another mount namespace"), "{}", f.summary);
         assert!(f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep)")));
@@ -392,7 +434,7 @@ mod tests {
             "{}",
             f.summary
         );
-        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"));
+        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l -- {ROOTFS}"));
 
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![MountHolder {
@@ -408,9 +450,9 @@ mod tests {
             "{}",
             f.summary
         );
-        assert_eq!(f.fix, "kubectl delete pod -n default node-debugger-node-1-abcde");
+        assert_eq!(f.fix, "kubectl delete pod -n default -- node-debugger-node-1-abcde");
         assert!(
-            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"))),
+            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 3131 -m -- umount -l -- {ROOTFS}"))),
             "{:?}",
             f.advice
         );
@@ -434,7 +476,7 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("60 {shm} tmpfs")]);
         let calls = [rmdir(0.0, "dockerd", shm, -libc::EBUSY), rmdir(0.5, "dockerd", shm, -libc::EBUSY)];
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
-        assert_eq!(f.fix, format!("umount {shm}"));
+        assert_eq!(f.fix, format!("umount -- {shm}"));
         assert!(f.summary.contains("still mounted"), "{}", f.summary);
     }
 
@@ -447,7 +489,7 @@ mod tests {
             &format!("62 {ROOTFS}/proc/sys/fs/binfmt_misc binfmt_misc"),
         ]);
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
-        assert_eq!(f.fix, format!("umount {ROOTFS}/proc/sys/fs/binfmt_misc && umount {ROOTFS}/proc"));
+        assert_eq!(f.fix, format!("umount -- {ROOTFS}/proc/sys/fs/binfmt_misc && umount -- {ROOTFS}/proc"));
     }
 
     #[test]
@@ -519,7 +561,7 @@ mod tests {
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed, "{}", f.summary);
-        assert_eq!(f.fix, "umount -l /backup/view/merged");
+        assert_eq!(f.fix, "umount -l -- /backup/view/merged");
         assert!(f.summary.contains("/backup/view/merged") && f.summary.contains("pid 4444"), "{}", f.summary);
         assert!(!f.summary.contains("next retry should succeed"), "{}", f.summary);
     }

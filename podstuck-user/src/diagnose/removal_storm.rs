@@ -299,7 +299,7 @@ impl RemovalStorm {
                 latency_in_microseconds(p99, 0)
             );
         }
-        f.fix = format!("kubectl drain {} --ignore-daemonsets --delete-emptydir-data", self.node_name);
+        f.fix = super::shell::drain(&self.node_name);
         f.advice.push(
             "drain the node so no new pods wait behind the removal, and let it finish; it cannot be sped up safely"
                 .into(),
@@ -584,7 +584,7 @@ mod tests {
         assert!((9_000.0..=11_000.0).contains(&rate), "{rate}");
         let eta = f.details["eta_s"].as_f64().unwrap();
         assert!((13.0..=17.0).contains(&eta), "{eta}");
-        assert_eq!(f.fix, "kubectl drain node-1 --ignore-daemonsets --delete-emptydir-data");
+        assert_eq!(f.fix, "kubectl drain --ignore-daemonsets --delete-emptydir-data -- node-1");
         assert!(f.summary.contains("entries are left"), "{}", f.summary);
         // The storm stops: resolved, once.
         let later = run(&mut d, &mut node, &[], 12.0);

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::shell::command;
+use super::shell::{files_naming, no_sandbox_removal, remove_sandbox, runtime_log, word};
 use super::{human_duration, rhythm, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::event::ProcessStart;
@@ -150,16 +150,6 @@ const DAEMONS: [Daemon; 6] = [
 /// Where runtimes create the network namespaces they hand their plugins
 /// (containerd and CRI-O: `/var/run/netns`; dockerd: `.../docker/netns`).
 const NETNS_DIRS: [&str; 4] = ["/var/run/netns/", "/run/netns/", "/var/run/docker/netns/", "/run/docker/netns/"];
-
-/// Whether `id` looks like a container or sandbox id (hex as containerd
-/// and CRI-O make them, or a name of plain characters): only such an id is
-/// put in a command, and never one that a program would read as an option.
-fn container_id_shaped(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id.as_bytes()[0].is_ascii_alphanumeric()
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
-}
 
 fn base_name(path: &[u8]) -> String {
     let name = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
@@ -343,9 +333,7 @@ impl SandboxTeardownFailing {
     /// the runtime's log; a sandbox id in a command only if it looks like one.
     fn fix(&self, f: &mut Finding, sandbox: &Sandbox, node: &mut dyn crate::inspect::NodeInspector) {
         let id = &sandbox.cni.container_id;
-        let shaped = container_id_shaped(id);
-        let grep = format!("--grep={id}");
-        let logs = command(&["journalctl", "-u", "containerd", "-u", "crio", "--since", "-15min", &grep]);
+        let logs = runtime_log(id);
         let daemon = DAEMONS.iter().find(|d| d.plugin == sandbox.plugin);
         let running = daemon.map(|d| node.processes_running(d.exe.as_bytes())).unwrap_or_default();
         match daemon {
@@ -353,17 +341,13 @@ impl SandboxTeardownFailing {
             // (trusted execs, the sandbox's namespace there) with the
             // daemon seen running here: it interrupts the node's networking.
             Some(d) if f.confidence == Confidence::Confirmed && !running.is_empty() => {
-                f.fix = command(&[
-                    "kubectl",
-                    "-n",
-                    d.namespace,
-                    "delete",
-                    "pod",
-                    "-l",
-                    d.selector,
-                    "--field-selector",
-                    &format!("spec.nodeName={}", self.node_name),
-                ]);
+                f.fix = crate::words::CommandLine::new("kubectl -n")
+                    .value(d.namespace)
+                    .own("delete pod -l")
+                    .value(d.selector)
+                    .own("--field-selector")
+                    .value(format!("spec.nodeName={}", self.node_name))
+                    .into();
                 let pids: Vec<String> = running.iter().map(|t| t.pid.to_string()).collect();
                 f.evidence("/proc", format!("{} runs on this node (pid {})", d.exe, pids.join(", ")));
                 f.advice.push(format!("{} answers the plugin's DEL: the command restarts this node's; {}. Check it first: kubectl -n {} get pods -l {} -o wide", d.what, d.interrupts, d.namespace, d.selector));
@@ -381,20 +365,14 @@ impl SandboxTeardownFailing {
             None => {
                 f.fix = logs;
                 f.advice.push("the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into());
-                if sandbox.inner.contains_key("host-local") && shaped {
-                    f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {id} is the stale entry to release ({}), and the directory must be a writable directory", command(&["grep", "-rl", "--", id, "/var/lib/cni/networks"])));
+                if sandbox.inner.contains_key("host-local") {
+                    f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release ({}), and the directory must be a writable directory", word(id.as_bytes()), files_naming(id, "/var/lib/cni/networks")));
                 }
             }
         }
-        match shaped {
-            true => f.advice.push(format!(
-                "last resort, once the network is known gone: {}",
-                command(&["crictl", "rmp", "--force", "--", id])
-            )),
-            false => f.evidence(
-                "exec",
-                "the sandbox id does not look like a container id: podstuck puts it in no command".to_string(),
-            ),
+        match remove_sandbox(id) {
+            Some(rmp) => f.advice.push(format!("last resort, once the network is known gone: {rmp}")),
+            None => f.evidence("exec", no_sandbox_removal(id)),
         }
     }
 }
@@ -484,6 +462,8 @@ mod tests {
     use crate::identify::actor::Role;
 
     const NETNS: &str = "/var/run/netns/cni-1";
+    /// A sandbox id as runtimes make them: 64 lowercase hex digits.
+    const SANDBOX_ID: &str = "abc1230000000000000000000000000000000000000000000000000000000000";
 
     fn plugin(comm: &str) -> LifecycleIdentity {
         let actor = Actor {
@@ -513,7 +493,7 @@ mod tests {
     fn exec(at: f64, pid: u32, ppid: u32, name: &str, command: &str) -> LifecycleEvent {
         let cni = CniRun {
             command: command.into(),
-            container_id: "abc123".into(),
+            container_id: SANDBOX_ID.into(),
             netns: NETNS.into(),
             ifname: "eth0".into(),
             pod_uid: Some(pod()),
@@ -587,7 +567,7 @@ mod tests {
         assert!(f.evidence.iter().any(|e| e.fact.contains("network namespace /var/run/netns/cni-1 is still there")));
         assert!(f.fix.starts_with("journalctl -u containerd"), "{}", f.fix);
         assert!(f.advice.iter().any(|a| a.contains("/var/lib/cni/networks")));
-        assert!(f.advice.iter().any(|a| a.ends_with("crictl rmp --force -- abc123")), "{:?}", f.advice);
+        assert!(f.advice.iter().any(|a| a.ends_with(&format!("crictl rmp --force -- {SANDBOX_ID}"))), "{:?}", f.advice);
         // A DEL that succeeds ends it, told once.
         d.lifecycle(&exec(6.0, 400, 10, "bridge", "DEL"), &plugin("bridge"));
         d.lifecycle(&exit(6.1, 400, 0), &plugin("bridge"));

@@ -222,12 +222,8 @@ impl CallerView {
     pub fn runtime_advice(&self, fix: &str) -> Option<String> {
         let ns = self.namespace.as_ref().ok().filter(|ns| !ns.host)?;
         let owner = ns.owner.as_ref().filter(|o| o.pod_uid.is_none())?;
-        let name = owner.container.as_deref()?;
-        Some(format!(
-            "or through docker: docker exec {} sh -c {}",
-            super::shell::word(name.as_bytes()),
-            super::shell::word(fix.as_bytes())
-        ))
+        let docker = super::shell::in_docker_container(owner.container.as_deref()?, fix)?;
+        Some(format!("or through docker: {docker}"))
     }
 }
 

@@ -174,7 +174,7 @@ impl UnkillableTask {
                 m.fstype, m.source
             );
             f.evidence("mountinfo", format!("{} mount of {} at {}", m.fstype, m.source, shell_word(&m.mount_point)));
-            f.fix = format!("umount -f -l {}", shell_word(&m.mount_point));
+            f.fix = super::shell::unmount_forced(&m.mount_point);
             f.advice.push(format!("better: bring {} back; the task then ends by itself", m.source));
         } else if task.state == 'D' {
             f.confidence = Confidence::Likely;

@@ -98,11 +98,8 @@ fn cannot_resolve(pods: &[PodRef], why: &str) -> String {
 /// The kubectl command that prints `pod`'s UID.
 fn uid_command(pod: &PodRef) -> String {
     match pod {
-        PodRef::Name { namespace: Some(ns), name } => {
-            format!("kubectl get pod {name} -n {ns} -o jsonpath='{{.metadata.uid}}'")
-        }
-        PodRef::Name { namespace: None, name } => format!("kubectl get pod {name} -o jsonpath='{{.metadata.uid}}'"),
-        PodRef::Uid { uid, .. } => format!("echo {uid}"),
+        PodRef::Name { namespace, name } => super::commands::pod_uid(name, namespace.as_deref()),
+        PodRef::Uid { uid, .. } => format!("echo {}", crate::words::shell_word(uid.as_bytes())),
     }
 }
 

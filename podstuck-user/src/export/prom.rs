@@ -346,6 +346,33 @@ pub fn render_endpoint(book: &LatencyBook, run: &RunInfo, findings: &[&Finding],
     out
 }
 
+/// `/metrics` of a `watch --listen --stay-up` that cannot trace this
+/// node: `podstuck_up 0`, why in one word (`reason`: lockdown, no-btf,
+/// privileges, tracefs, kernel, load-failed) for the alert that fires once
+/// per such node, which podstuck it is, and its own cost.
+pub fn render_untraceable(node: &str, version: &str, kernel: &str, reason: &str, cost: &OwnCost) -> String {
+    let node = label(node);
+    let mut out = String::new();
+    family(&mut out, "podstuck_up", "gauge", "1 while podstuck traces this node.");
+    out.push_str("podstuck_up 0\n");
+    family(
+        &mut out,
+        "podstuck_cannot_trace",
+        "gauge",
+        "1 while podstuck runs on this node but cannot trace it; reason in one word, the whole on /findings and in its log.",
+    );
+    let _ = writeln!(out, "podstuck_cannot_trace{{node=\"{node}\",reason=\"{}\"}} 1", label(reason));
+    family(&mut out, "podstuck_build_info", "gauge", "Which podstuck traces, on which node and kernel.");
+    let _ = writeln!(
+        out,
+        "podstuck_build_info{{version=\"{}\",node=\"{node}\",kernel=\"{}\"}} 1",
+        label(version),
+        label(kernel)
+    );
+    render_cost(&mut out, cost);
+    out
+}
+
 fn render_cost(out: &mut String, cost: &OwnCost) {
     if let Some(p) = &cost.process {
         family(out, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");

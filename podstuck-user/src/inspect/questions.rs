@@ -66,6 +66,11 @@ macro_rules! node_questions {
             fn processes_running(name: &[u8] => Vec<u8>) -> Vec<TaskState> as ProcessesRunning;
             /// Processes that have /dev/fuse open: the FUSE servers.
             fn fuse_servers() -> Vec<TaskState> as FuseServers;
+            /// Processes whose namespaces, open files, cwd and root podstuck may
+            /// not read: the kernel's ptrace access check refused it (an AppArmor
+            /// or SELinux profile, Yama, no CAP_SYS_PTRACE), not a process gone.
+            /// A holder among them cannot be named, nor ruled out.
+            fn processes_unreadable() -> Vec<TaskState> as ProcessesUnreadable;
         }
     };
 }

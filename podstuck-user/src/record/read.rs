@@ -236,7 +236,7 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
                 })
         }
         Question::Task { answer, .. } => probe(answer, task),
-        Question::FuseServers { answer } => answer.iter().map(task).sum(),
+        Question::FuseServers { answer } | Question::ProcessesUnreadable { answer } => answer.iter().map(task).sum(),
         Question::Process { answer, .. } => probe(answer, |p| {
             p.as_ref().map_or(0, |p| size_of::<ProcessState>() + p.threads.iter().map(task).sum::<usize>())
         }),

@@ -16,6 +16,7 @@
 
 mod options;
 mod pipeline;
+mod untraceable;
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -153,7 +154,17 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     // after it would otherwise end podstuck as the default action does,
     // its last words unsaid.
     let mut signals = StopSignals::catch()?;
-    let mut run = prepare(options, api)?;
+    let mut run = match prepare(options, api) {
+        Ok(run) => run,
+        Err(e) => match (options.stay_up, options.listen, untraceable::cannot_trace(&e)) {
+            (true, Some(addr), Some(why)) => {
+                let node = NodeFacts::gather(options.node, options.btf.as_deref());
+                let name = options.node_name.clone().unwrap_or(node.node_name);
+                return untraceable::serve(addr, &name, &node.kernel_release, why, &mut signals).await;
+            }
+            _ => return Err(e),
+        },
+    };
     if let (Some(api), Some(node)) = (events, &options.node_name) {
         run.pipeline.events = Some(EventSink::start(api, node.clone()));
     }
@@ -261,7 +272,8 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     // One layout for both ends: the v1 hierarchy the kernel reads callers'
     // cgroups in is the one identify maps them back in.
     let layout = NodeLayout::of_this_node(options.node, options.kubelet_root.clone());
-    let tracer = start_tracer(options, &node, &layout, plan.attach, plan.walk)?;
+    let tracer = start_tracer(options, &node, &layout, plan.attach, plan.walk)
+        .map_err(|e| anyhow::Error::new(untraceable::TracingRefused(format!("{e:#}"))))?;
     let tracing = Tracing {
         program_ids: tracer.program_ids().to_vec(),
         attach: tracer.attach_point(),

@@ -80,6 +80,9 @@ pub struct WatchOptions {
     /// Post each finding as a Kubernetes Event on its pod (or the node)
     /// (`--events`); needs `node_name` and the API's credentials in `kube`.
     pub events: bool,
+    /// `--stay-up` (with `listen`): on a node podstuck cannot trace, keep
+    /// serving and say why instead of exiting (the DaemonSet's mode).
+    pub stay_up: bool,
     /// Whether the end of a `--duration` with a critical finding active
     /// says "exit 3": not for the demo, whose critical findings are its
     /// lab's design and which exits 0, saying so itself.
@@ -118,6 +121,7 @@ impl Default for WatchOptions {
             listen: None,
             node_name: None,
             events: false,
+            stay_up: false,
             says_verdict: true,
             node: Node::direct(),
         }

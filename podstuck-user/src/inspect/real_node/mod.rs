@@ -223,6 +223,10 @@ impl NodeInspector for RealNode {
         self.processes_named(name)
     }
 
+    fn processes_unreadable(&mut self) -> Vec<TaskState> {
+        self.denied_tasks()
+    }
+
     fn avoid(&mut self, path: &[u8]) {
         self.avoid_mount_of(path)
     }

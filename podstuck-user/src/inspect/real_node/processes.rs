@@ -277,6 +277,34 @@ impl RealNode {
         }
         servers
     }
+
+    /// The processes whose /proc/PID/ns, fd, cwd and root the kernel's
+    /// ptrace access check refuses podstuck (EACCES, EPERM): under an
+    /// AppArmor profile such as docker-default, which lets a process read
+    /// only those of its own profile, all of the node's but its own.
+    pub(super) fn denied_tasks(&self) -> Vec<TaskState> {
+        let mut denied = Vec::new();
+        for pid in self.pids() {
+            let refused = fs::read_link(self.proc_file(pid, "ns/mnt"))
+                .is_err_and(|e| matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)));
+            // Kernel threads (kthreadd and its children) hold no file, cwd
+            // or root of a pod's mount: not worth a line of anyone's.
+            let kernel_thread = || {
+                pid == 2
+                    || fs::read(self.proc_file(pid, "stat"))
+                        .ok()
+                        .and_then(|stat| parse_stat(&stat))
+                        .is_some_and(|stat| stat.ppid == Some(2))
+            };
+            if refused && !kernel_thread() {
+                // stat and status stay readable to all: the process is named.
+                if let Ok(task) = self.task_of(pid) {
+                    denied.push(task);
+                }
+            }
+        }
+        denied
+    }
 }
 
 /// "mnt:[4026531841]" -> 4026531841.

@@ -179,6 +179,8 @@ fn every_question() -> Vec<Question> {
         Question::Process { pid: 5, start: 1, answer: Err(unreadable()) },
         Question::ProcessesRunning { name: b"calico-node".to_vec(), answer: vec![task(77, "calico-node", 'S')] },
         Question::ProcessesRunning { name: b"flanneld".to_vec(), answer: vec![] },
+        Question::ProcessesUnreadable { answer: tasks() },
+        Question::ProcessesUnreadable { answer: vec![] },
         Question::Avoid { path: b"/mnt/\xff odd".to_vec() },
     ]);
     asked

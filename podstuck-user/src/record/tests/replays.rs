@@ -23,7 +23,7 @@ fn a_recorded_incident_replays_to_the_same_findings() {
     }
     assert_eq!(replayed, live);
     let p1 = replayed.iter().find(|r| r.finding().kind == Kind::VolumeStillMounted).unwrap().finding();
-    assert_eq!(p1.fix, format!("umount {}", csi_mount()));
+    assert_eq!(p1.fix, format!("umount -- {}", csi_mount()));
     assert!(
         p1.evidence.iter().any(|e| e.fact.contains("pid 4242 (backup) has its current directory at")),
         "{:?}",
