@@ -106,8 +106,26 @@ impl FuseMount {
     /// Starts the fuse_server binary on `mountpoint` and waits until the
     /// kernel's INIT is answered.
     pub fn start(mountpoint: &Path) -> FuseMount {
+        FuseMount::start_with(&fuse_server(), mountpoint)
+    }
+
+    /// As [`FuseMount::start`], with the server binary at `server` (the
+    /// soak, which `cargo xtask soak` hands release builds).
+    pub fn start_with(server: &Path, mountpoint: &Path) -> FuseMount {
+        FuseMount::started(Command::new(server).arg(mountpoint), mountpoint)
+    }
+
+    /// As [`FuseMount::start`], the kernel keeping the root's attributes
+    /// (`fuse_server --root-attr-valid`): a stat of the root needs no
+    /// answer, so a caller walking into the mount waits at the lookup
+    /// below it, on the root's lock if another call holds it.
+    pub fn start_keeping_root_attributes(mountpoint: &Path) -> FuseMount {
+        FuseMount::started(Command::new(fuse_server()).args(["--root-attr-valid", "3600"]).arg(mountpoint), mountpoint)
+    }
+
+    fn started(command: &mut Command, mountpoint: &Path) -> FuseMount {
         std::fs::create_dir_all(mountpoint).expect("create FUSE mountpoint");
-        let process = Process::spawn(Command::new(fuse_server()).arg(mountpoint));
+        let process = Process::spawn(command);
         let mut fuse =
             FuseMount { mountpoint: mountpoint.to_path_buf(), minor: 0, server: Some(process), aborted: false };
         fuse.server.as_ref().unwrap().wait_ready(Duration::from_secs(10));

@@ -3,7 +3,7 @@
 //! FUSE daemon stop answering (SIGSTOP) and watch a removal hang in the
 //! kernel, the way a dead s3fs or gcsfuse CSI driver hangs kubelet.
 //!
-//! Usage: fuse_server MOUNTPOINT
+//! Usage: fuse_server [--root-attr-valid SECONDS] MOUNTPOINT
 //!
 //! It mounts itself at MOUNTPOINT (source `podstuck-fuse`, type
 //! `fuse.podstuck`), prints "ready" once the kernel's INIT is answered, and
@@ -26,10 +26,14 @@
 //!
 //! Entry and attribute timeouts are 0, so every path walk into the mount
 //! asks this server again (LOOKUP, GETATTR): once it is stopped, the next
-//! call through the mount waits for it.
+//! call through the mount waits for it. `--root-attr-valid SECONDS` lets
+//! the kernel keep the root's attributes that long: a stat of the root
+//! then needs no answer, and what waits is the lookup below it (a test
+//! that wants a caller asleep on the root's lock, not on the server).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const FUSE_KERNEL_VERSION: u32 = 7;
 /// The protocol this server is written against; the kernel adapts to it.
@@ -176,7 +180,9 @@ fn answer(opcode: u32, node: u64, body: &[u8]) -> Option<Result<Out, i32>> {
         }
         FUSE_GETATTR if exists(node) => {
             let mut out = Out::default();
-            out.u64(0).u32(0).u32(0); // attr_valid 0: ask again every time
+            // attr_valid 0: ask again every time (the root: as asked).
+            let valid = if node == FUSE_ROOT_ID { ROOT_ATTR_VALID.load(Ordering::Relaxed) } else { 0 };
+            out.u64(valid).u32(0).u32(0);
             attr(&mut out, node);
             Ok(out)
         }
@@ -231,8 +237,17 @@ fn reply(fd: i32, unique: u64, result: Result<Out, i32>) {
     }
 }
 
+/// Seconds the kernel may keep the root's attributes (`--root-attr-valid`).
+static ROOT_ATTR_VALID: AtomicU64 = AtomicU64::new(0);
+
 fn main() {
-    let mountpoint = std::env::args_os().nth(1).expect("usage: fuse_server MOUNTPOINT");
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--root-attr-valid") {
+        let seconds = args.get(1).and_then(|s| s.to_str()?.parse().ok()).expect("--root-attr-valid SECONDS");
+        ROOT_ATTR_VALID.store(seconds, Ordering::Relaxed);
+        args.drain(..2);
+    }
+    let mountpoint = args.into_iter().next().expect("usage: fuse_server [--root-attr-valid SECONDS] MOUNTPOINT");
     let mountpoint = CString::new(mountpoint.as_bytes()).unwrap();
     // SAFETY: opening a device node.
     let fd = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
