@@ -220,7 +220,8 @@ impl HeldOpen {
         let pid = self.shipper.pid();
         e.eq("/paths/0", text(&self.rootfs));
         e.that(e.mentions_number("/evidence", pid.into()), format!("evidence should name the holder, pid {pid}"));
-        e.contains("/fix", &format!("kill {pid}"));
+        e.contains("/fix", &format!("/proc/{pid}/stat"));
+        e.contains("/fix", &format!("] && kill -TERM {pid}"));
     }
 }
 

@@ -27,7 +27,8 @@ kernel_test! {
             ("volume-still-mounted", "kubelet", "umount "),
             ("removal-storm", "dockerd", "kubectl drain "),
             ("immutable-file", "dockerd", "chattr -i "),
-            ("mount-held", "containerd", "kill "),
+            // The holder killed only while its pid is still that process.
+            ("mount-held", "containerd", "[ \"$(sed 's/.*) //' /proc/"),
             ("cgroup-busy", "kubelet", "echo 1 > "),
         ];
         for (kind, comm, fix) in expect {

@@ -459,7 +459,7 @@ kernel_test! {
         // A log shipper in the host namespace still reading the container's log.
         let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "log-shipper", "hold-open", rootfs.join("app/server.log")]);
         let pid = held.holder.pid();
-        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("kill {pid}")));
+        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("] && kill -TERM {pid}")));
     }
 }
 
@@ -469,7 +469,7 @@ kernel_test! {
         // A debugging shell someone left in the container's directory.
         let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "bash", "hold-cwd", rootfs.join("app")]);
         let pid = held.holder.pid();
-        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("kill {pid}")));
+        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("] && kill -TERM {pid}")));
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use podstuck_common::Syscall;
 
 use super::{CallInFlight, Detector, Finding, Review};
-use crate::event::{BaseDir, CallEvent, PathStatus};
+use crate::event::{BaseDir, CallEvent, PathStatus, ProcessStart};
 use crate::identify::actor::{describe, role_of};
 use crate::identify::pod::{clues_from_path, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
@@ -370,6 +370,7 @@ pub fn csi_mount() -> String {
 pub fn backup_in_csi_mount() -> MountHolder {
     MountHolder {
         pid: 4242,
+        start: Some(ProcessStart(4_242_000)),
         comm: "backup".into(),
         how: HoldKind::Cwd,
         path: csi_mount().into_bytes(),

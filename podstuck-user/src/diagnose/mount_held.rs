@@ -8,7 +8,7 @@
 //! netns, rootfs). Pod volumes and cgroups have their own detectors.
 //! Confirmed by finding the holder in /proc.
 
-use super::shell::{find_mount, in_mount_namespace_of, one_after_another, unmount, unmount_lazily};
+use super::shell::{find_mount, in_mount_namespace_of, kill_if_same, one_after_another, unmount, unmount_lazily};
 use super::track::{Attempts, CallerView, FailureLog};
 use super::volume_still_mounted::{debug_pod_advice, holder_facts, holders_evidence, process_words};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
@@ -26,6 +26,50 @@ pub struct MountHeld {
 /// Whether the filesystem is a cgroup hierarchy (its EBUSY is cgroup-busy's).
 pub fn is_cgroupfs(mount: &Mount) -> bool {
     mount.fstype == "cgroup" || mount.fstype == "cgroup2"
+}
+
+/// SIGTERM to every holder, each only if its pid still names the process
+/// that held the mount (its start time): pids are reused within minutes,
+/// and a fix is pasted later. None when a holder's start is unknown.
+fn stop_holders(holders: &[MountHolder]) -> Option<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let kills: Option<Vec<String>> =
+        holders.iter().filter(|h| seen.insert(h.pid)).map(|h| kill_if_same("TERM", h.pid, h.start)).collect();
+    kills.map(one_after_another)
+}
+
+/// The fix for holders here: stop them, each kill checked against its
+/// start, the lazy detach as advice; without every start, the detach
+/// (which names no process) is the fix: a kill by pid alone could hit
+/// whatever process has the pid by the time it is pasted.
+fn stop_or_detach(f: &mut Finding, holders: &[MountHolder], lazily: String) {
+    match stop_holders(holders) {
+        Some(kills) => {
+            f.fix = kills;
+            f.advice.push(format!(
+                "if the holder must keep running, detach lazily instead: {lazily} (the mount goes when the holder lets go)"
+            ));
+        }
+        None => {
+            let h = &holders[0];
+            f.fix = lazily;
+            f.advice.push(format!(
+                "the mount goes when the holder lets go; to stop it now: kill {} ({}), once `ps -p {} -o lstart,comm` shows it is still that process (its start could not be read)",
+                h.pid, h.comm, h.pid
+            ));
+        }
+    }
+}
+
+/// How to stop one holder, in words: its start-checked kill, or its pid
+/// with the check to make first where its start is unknown.
+fn stop_holder_words(h: &MountHolder) -> String {
+    match kill_if_same("TERM", h.pid, h.start) {
+        Some(kill) => kill,
+        None => {
+            format!("kill {} ({}), once `ps -p {} -o lstart,comm` shows it is still that process", h.pid, h.comm, h.pid)
+        }
+    }
 }
 
 fn hold_words(how: HoldKind) -> &'static str {
@@ -118,11 +162,9 @@ impl MountHeld {
                     f.fix = unmount;
                 }
             }
-            f.advice.push(format!("or stop the holder: kill {} ({}); then the next retry succeeds", h.pid, h.comm));
+            f.advice.push(format!("or stop the holder: {}; then the next retry succeeds", stop_holder_words(h)));
         } else if !holders.is_empty() {
             f.confidence = Confidence::Confirmed;
-            let mut pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
-            pids.dedup();
             let h = &holders[0];
             let verb = if unmounting {
                 what.clone()
@@ -135,11 +177,7 @@ impl MountHeld {
                 )
             };
             f.summary = format!("{verb}: pid {} ({}) {}. {failed}.", h.pid, h.comm, hold_words(h.how));
-            f.fix = format!("kill {}", pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "));
-            f.advice.push(format!(
-                "if the holder must keep running, detach lazily instead: {} (the mount goes when the holder lets go)",
-                view.fix(unmount_lazily(path))
-            ));
+            stop_or_detach(f, &holders, view.fix(unmount_lazily(path)));
         } else if !unmounting && below.is_empty() {
             // Removing a directory that is mounted: nobody needs to hold it, it just is.
             f.confidence = Confidence::Confirmed;
@@ -321,6 +359,7 @@ impl Detector for MountHeld {
 mod tests {
     use super::super::fake::*;
     use super::*;
+    use crate::event::ProcessStart;
     use crate::inspect::{MountCopy, MountHolder};
 
     const ROOTFS: &str = "/run/containerd/io.containerd.runtime.v2.task/k8s.io/aaaa/rootfs";
@@ -345,6 +384,7 @@ mod tests {
     fn holder(other_namespace: bool, how: HoldKind) -> MountHolder {
         MountHolder {
             pid: 3131,
+            start: Some(ProcessStart(313_100)),
             comm: "sleep".into(),
             how,
             path: ROOTFS.into(),
@@ -366,7 +406,7 @@ mod tests {
         let calls: Vec<Call> = bursts().into_iter().map(|c| c.in_namespace(NODE_NS)).collect();
         let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, "kill 3131");
+        assert_eq!(f.fix, kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap());
         assert!(
             f.advice.iter().any(|a| a.contains(&format!("nsenter -t 700 -m -- umount -l -- {ROOTFS}"))),
             "{:?}",
@@ -465,8 +505,37 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(false, HoldKind::OpenFile)];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
-        assert_eq!(f.fix, "kill 3131");
+        assert_eq!(f.fix, kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap());
         assert!(f.summary.contains("has a file open there"));
+    }
+
+    /// A pid is reused within minutes and a fix is pasted later: each kill
+    /// checks that its pid still names the holder podstuck read, by start.
+    #[test]
+    fn every_holder_is_killed_only_while_its_pid_is_still_that_process() {
+        let mut d = MountHeld::default();
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        let other = MountHolder { pid: 4141, start: Some(ProcessStart(414_100)), ..holder(false, HoldKind::OpenFile) };
+        node.holders = vec![holder(false, HoldKind::Cwd), holder(false, HoldKind::OpenFile), other];
+        let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
+        let one = kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap();
+        let two = kill_if_same("TERM", 4141, Some(ProcessStart(414_100))).unwrap();
+        assert_eq!(f.fix, format!("{one} && {two}"));
+        assert_eq!(f.fix.matches("kill -TERM 3131").count(), 1, "{}", f.fix);
+    }
+
+    /// Without the holder's start, no kill is the fix: the lazy unmount,
+    /// which names no process, is; the kill is advice with the check to make.
+    #[test]
+    fn a_holder_whose_start_is_unknown_is_never_killed_by_pid_alone() {
+        let mut d = MountHeld::default();
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.holders = vec![MountHolder { start: None, ..holder(false, HoldKind::Cwd) }];
+        let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
+        assert_eq!(f.confidence, Confidence::Confirmed);
+        assert!(!f.fix.contains("kill"), "{}", f.fix);
+        assert!(f.fix.contains(&format!("umount -l -- {ROOTFS}")), "{}", f.fix);
+        assert!(f.advice.iter().any(|a| a.contains("ps -p 3131 -o lstart,comm")), "{:?}", f.advice);
     }
 
     #[test]
@@ -516,7 +585,7 @@ mod tests {
             (0..10).map(|i| umount(i as f64 * 0.05, "containerd-shim", &spelled, -libc::EBUSY)).collect();
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.confidence, Confidence::Confirmed, "{}", f.summary);
-        assert_eq!(f.fix, "kill 3131");
+        assert_eq!(f.fix, kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap());
         assert_eq!(f.paths, vec![spelled.as_bytes().to_vec()]);
         assert!(f.evidence.iter().any(|e| e.source == "path" && e.fact.contains(ROOTFS)), "{:?}", f.evidence);
     }
@@ -550,6 +619,7 @@ mod tests {
         };
         node.holders = vec![MountHolder {
             pid: 4444,
+            start: Some(ProcessStart(444_400)),
             comm: "backup".into(),
             how: HoldKind::Cwd,
             path: b"/backup/view/merged".to_vec(),

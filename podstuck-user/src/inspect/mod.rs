@@ -42,6 +42,11 @@ pub enum HoldKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MountHolder {
     pub pid: u32,
+    /// When it started (`/proc/<pid>/stat`), read with the hold: a pid
+    /// alone names whichever process has it when a fix is pasted, and
+    /// pids are reused within minutes. None where it could not be read
+    /// (and in records made before podstuck read it).
+    pub start: Option<crate::event::ProcessStart>,
     pub comm: String,
     pub how: HoldKind,
     /// The held file or directory, as the holder sees it.

@@ -62,6 +62,7 @@ fn holders() -> Vec<MountHolder> {
         .zip(1..)
         .map(|(how, pid)| MountHolder {
             pid,
+            start: Some(crate::event::ProcessStart(u64::from(pid) * 100)),
             comm: "sh".into(),
             how,
             path: b"/mnt/\xff odd/f".to_vec(),

@@ -155,6 +155,7 @@ fn change(node: &mut FakeNode, what: u8) {
         0 => node.holders.clear(),
         1 => node.holders.push(MountHolder {
             pid: 4000 + what as u32,
+            start: Some(crate::event::ProcessStart(90_000 + what as u64)),
             comm: "app".into(),
             how: HoldKind::OpenFile,
             path: csi_mount().into_bytes(),

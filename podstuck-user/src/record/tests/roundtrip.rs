@@ -116,6 +116,7 @@ fn arbitrary_asked() -> impl Strategy<Value = Question> {
                     .into_iter()
                     .map(|(pid, path)| MountHolder {
                         pid,
+                        start: (pid % 2 == 0).then_some(crate::event::ProcessStart(u64::from(pid) * 7)),
                         comm: "c".into(),
                         how: HoldKind::OpenFile,
                         path,

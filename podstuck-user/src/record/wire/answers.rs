@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{at_most, Bytes};
+use crate::event::ProcessStart;
 use crate::identify::owner::Owner;
 use crate::identify::pod::PodUid;
 use crate::inspect::{
@@ -304,6 +305,9 @@ impl From<WireHoldKind> for HoldKind {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WireHolder {
     pid: u32,
+    /// Absent from records made before podstuck read holders' starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start: Option<u64>,
     comm: String,
     how: WireHoldKind,
     path: Bytes<'static>,
@@ -316,9 +320,10 @@ pub struct WireHolder {
 
 impl From<&MountHolder> for WireHolder {
     fn from(h: &MountHolder) -> WireHolder {
-        let MountHolder { pid, comm, how, path, mntns, other_namespace, owner } = h;
+        let MountHolder { pid, start, comm, how, path, mntns, other_namespace, owner } = h;
         WireHolder {
             pid: *pid,
+            start: start.map(ProcessStart::ticks),
             comm: comm.clone(),
             how: (*how).into(),
             path: path.to_wire(),
@@ -333,6 +338,7 @@ impl From<WireHolder> for MountHolder {
     fn from(w: WireHolder) -> MountHolder {
         MountHolder {
             pid: w.pid,
+            start: w.start.map(ProcessStart),
             comm: w.comm,
             how: w.how.into(),
             path: w.path.into_vec(),
