@@ -197,8 +197,9 @@ fn run_soak(args: &soak::SoakArgs) -> Result<()> {
     ensure_tracefs()?;
     let podstuck = build_release()?;
     let actor = build_release_actor()?;
+    let fuse_server = build_release_fuse_server()?;
     let out = workspace_root().join(&args.out);
-    soak::soak(&podstuck, &actor, &soak::SoakArgs { out, ..args.clone() })
+    soak::soak(&podstuck, &actor, &fuse_server, &soak::SoakArgs { out, ..args.clone() })
 }
 
 /// `cargo xtask build`: both binaries, for `target` or this machine.
@@ -222,6 +223,12 @@ fn build_release() -> Result<PathBuf> {
 fn build_release_actor() -> Result<PathBuf> {
     run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor"]))?;
     Ok(workspace_root().join("target/release/actor"))
+}
+
+/// The tests' FUSE server, for the soak's stalling volume.
+fn build_release_fuse_server() -> Result<PathBuf> {
+    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "fuse_server"]))?;
+    Ok(workspace_root().join("target/release/fuse_server"))
 }
 
 /// Clippy on the kernel programs, for the target they are built for and
