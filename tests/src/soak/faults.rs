@@ -418,7 +418,10 @@ fn pid_reused(target: &Target) -> FaultOutcome {
         actor(target).args(["--comm", "kubelet", "--repeat", "0", "--every-ms", "500", "umount"]).arg(&mount),
     );
     let path = mount.to_string_lossy().into_owned();
-    let of_the_volume = |f: &Value| f["paths"][0] == path.as_str();
+    // The holder's finding: once the holder is gone kubelet's unmount
+    // succeeds, and its next ones fail with EINVAL (not mounted), which is
+    // another finding on the same path and no answer about the holder.
+    let of_the_volume = |f: &Value| f["kind"] == "mount-held" && f["paths"][0] == path.as_str();
     // The finding that names the holder, and its fix.
     let named = within(Duration::from_secs(60), || {
         findings(target.listen).into_iter().find(|f| {
