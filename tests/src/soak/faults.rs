@@ -256,6 +256,12 @@ fn findings(listen: SocketAddr) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The findings still happening: `/findings` lists a resolved one too
+/// (with `"status":"resolved"`) until it is forgotten.
+fn active(listen: SocketAddr) -> Vec<Value> {
+    findings(listen).into_iter().filter(|f| f["status"] == "active").collect()
+}
+
 fn actor(target: &Target) -> Command {
     Command::new(&target.actor)
 }
@@ -284,7 +290,7 @@ impl FuseVolume {
     /// The dir-not-empty finding of `full`, and its confidence, if listed.
     fn confidence(&self, listen: SocketAddr) -> Option<String> {
         let full = self.full.to_string_lossy();
-        findings(listen)
+        active(listen)
             .into_iter()
             .find(|f| f["kind"] == "dir-not-empty" && f["paths"][0] == full.as_ref())
             .map(|f| f["confidence"].as_str().unwrap_or("").to_string())
@@ -330,7 +336,7 @@ impl Drop for FuseVolume {
 fn named_after(target: &Target, stuck: &StuckPod, since: Instant) -> Option<Duration> {
     let mount = stuck.mount.to_string_lossy().into_owned();
     within(RIGHT_AGAIN_WITHIN, || {
-        findings(target.listen)
+        active(target.listen)
             .iter()
             .any(|f| {
                 f["kind"] == "volume-still-mounted"
@@ -424,7 +430,7 @@ fn pid_reused(target: &Target) -> FaultOutcome {
     let of_the_volume = |f: &Value| f["kind"] == "mount-held" && f["paths"][0] == path.as_str();
     // The finding that names the holder, and its fix.
     let named = within(Duration::from_secs(60), || {
-        findings(target.listen).into_iter().find(|f| {
+        active(target.listen).into_iter().find(|f| {
             of_the_volume(f) && f["fix"].as_str().is_some_and(|fix| fix.contains(&format!("kill -TERM {pid}")))
         })
     });
@@ -439,9 +445,8 @@ fn pid_reused(target: &Target) -> FaultOutcome {
     let killed = Instant::now();
     let Some(innocent) = reuse_pid(target, pid) else {
         o.detail = format!("pid {pid} could not be given to another process (the churn took it)");
-        o.right_again = within(RIGHT_AGAIN_WITHIN, || {
-            (!findings(target.listen).iter().any(of_the_volume)).then(|| killed.elapsed())
-        });
+        o.right_again =
+            within(RIGHT_AGAIN_WITHIN, || (!active(target.listen).iter().any(of_the_volume)).then(|| killed.elapsed()));
         return o;
     };
     let innocent_start = start_of(pid);
@@ -465,7 +470,7 @@ fn pid_reused(target: &Target) -> FaultOutcome {
                 }
             }
         }
-        (!findings(target.listen).iter().any(of_the_volume)).then(|| killed.elapsed())
+        (!active(target.listen).iter().any(of_the_volume)).then(|| killed.elapsed())
     });
     o.wrong = (!wrong.is_empty()).then(|| wrong.join("; "));
     o.detail = format!(
