@@ -99,7 +99,7 @@ impl Toolchain {
             // features (asm_experimental_arch); a global RUSTC_BOOTSTRAP=1
             // would make aya-build ask for build-std.
             .env("RUSTC_BOOTSTRAP", "aya_ebpf,podstuck")
-            .env("CARGO_ENCODED_RUSTFLAGS", rustflags(arch));
+            .env("CARGO_ENCODED_RUSTFLAGS", with_remapped_workspace(rustflags(arch), ebpf_dir));
         command
     }
 }
@@ -109,6 +109,18 @@ impl Toolchain {
 pub fn rustflags(arch: Arch) -> String {
     let arch_cfg = format!("--cfg=bpf_target_arch=\"{}\"", arch.name());
     [arch_cfg.as_str(), "-Cdebuginfo=2", "-Clink-arg=--btf", "-Clinker=bpf-linker"].join("\x1f")
+}
+
+/// `flags` and the remapping of the workspace holding `ebpf_dir` to
+/// `/podstuck`: the programs' debug info and BTF name their source files,
+/// and the object is embedded in podstuck, so without it a clone elsewhere
+/// would build other bytes (the release is the same bytes from the same
+/// tree, wherever it is cloned).
+fn with_remapped_workspace(flags: String, ebpf_dir: &Path) -> String {
+    match ebpf_dir.canonicalize().ok().as_deref().and_then(Path::parent) {
+        Some(workspace) => format!("{flags}\x1f--remap-path-prefix={}=/podstuck", workspace.display()),
+        None => flags,
+    }
 }
 
 /// Removes from `command` everything of the cargo run it is started from
@@ -155,6 +167,14 @@ mod tests {
         assert_eq!(flags[0], "--cfg=bpf_target_arch=\"aarch64\"");
         assert!(flags.contains(&"-Clink-arg=--btf"));
         assert!(rustflags(Arch::X86_64).starts_with("--cfg=bpf_target_arch=\"x86_64\""));
+    }
+
+    #[test]
+    fn the_workspace_is_remapped_so_a_clone_anywhere_builds_the_same_object() {
+        let ebpf_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../podstuck-ebpf");
+        let flags = with_remapped_workspace(rustflags(Arch::X86_64), &ebpf_dir);
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().canonicalize().unwrap();
+        assert!(flags.ends_with(&format!("\x1f--remap-path-prefix={}=/podstuck", workspace.display())), "{flags}");
     }
 
     #[test]

@@ -627,14 +627,33 @@ pub struct KernelOffsets {
     pub mm_env_end: u64,
     /// `task_struct.exit_code`: the wait status a process exits with.
     pub task_exit_code: u64,
+    /// `task_struct.group_leader`, `.start_boottime`: when a process (its
+    /// leader) started, as `/proc/<pid>/stat`'s `starttime` says it in
+    /// clock ticks; with its pid, what names one process for good.
+    pub task_group_leader: u64,
+    pub task_start_boottime: u64,
+    /// `task_struct.signal`; `signal_struct.live`: the threads of a process
+    /// not yet exiting (0 at its last thread's exit).
+    pub task_signal: u64,
+    pub signal_live: u64,
+    /// `linux_binprm.file`, `.filename`; `file.f_inode`; `inode.i_ino`,
+    /// `.i_sb`; `super_block.s_dev`: the file an exec runs, as the kernel
+    /// opened it, not as its caller named it (for a `#!` script, by
+    /// `sched_process_exec`, its interpreter).
+    pub binprm_file: u64,
+    pub binprm_filename: u64,
+    pub file_f_inode: u64,
+    pub inode_ino: u64,
+    pub inode_sb: u64,
+    pub sb_dev: u64,
 }
 
 /// The process lifecycle the kernel streams beside the calls (its own
 /// ring buffer, `LIFECYCLE`): the causes of a stuck pod that never fail a
 /// removal. Filtered in the kernel so a fork or exec storm costs next to
-/// nothing: execs of programs under the `LifecycleFilter` prefixes (the
-/// CNI plugin directories), SIGTERM and SIGKILL as they are generated,
-/// and the exits of the processes either named.
+/// nothing: execs of the node's CNI plugin files (by device and inode, in
+/// `PLUGIN_FILES`, which user space fills), SIGTERM and SIGKILL as they
+/// are generated, and the exits of the processes either named.
 pub mod lifecycle {
     /// `LifecycleRecord::kind`.
     pub const EXEC: u8 = 0;
@@ -647,26 +666,43 @@ pub mod lifecycle {
     pub const ENV_MAX: usize = 4096;
     /// Processes whose exit is reported at once (LRU: the oldest go).
     pub const WATCHED_MAX: u32 = 4096;
-    /// Prefixes an exec'd path must start with to be streamed.
-    pub const PREFIXES: usize = 4;
-    pub const PREFIX_MAX: usize = 64;
+    /// The node's CNI plugin files the exec program knows at most.
+    pub const PLUGIN_FILES_MAX: u32 = 1024;
     /// `signal_generate`'s `result` (`enum trace_signal_result`).
     pub const SIGNAL_DELIVERED: i32 = 0;
     pub const SIGNAL_IGNORED: i32 = 1;
     pub const SIGNAL_ALREADY_PENDING: i32 = 2;
+
+    /// `LifecycleRecord::flags`: what the kernel could read. Under
+    /// lockdown=confidentiality it reads no kernel memory, and a value
+    /// it could not read is said unknown, never a zero taken for a value.
+    pub mod flags {
+        /// `exit_code` was read.
+        pub const EXIT_CODE_READ: u8 = 1;
+        /// The exit is its process's last thread's (`signal->live` was 0):
+        /// without it, the leader's exit, which a thread may outlive.
+        pub const LAST_THREAD: u8 = 2;
+        /// `start_ns` was read.
+        pub const START_READ: u8 = 4;
+        /// `parent_start_ns` was read.
+        pub const PARENT_START_READ: u8 = 8;
+    }
 }
 
-/// Set by user space before load: which exec'd paths are streamed.
+/// One of the node's CNI plugin files, as the kernel names it: the key of
+/// `PLUGIN_FILES`. `dev` is the superblock's (`s_dev`, what mountinfo's
+/// `major:minor` says), which on btrfs differs from `stat`'s.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct LifecycleFilter {
-    pub prefixes: [[u8; lifecycle::PREFIX_MAX]; lifecycle::PREFIXES],
-    /// Each prefix's length; 0: unused.
-    pub prefix_lens: [u32; lifecycle::PREFIXES],
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PluginFile {
+    pub ino: u64,
+    pub dev: u32,
+    pub _pad: u32,
 }
 
 /// One lifecycle event: its header, then (exec only) `filename_len` bytes
-/// of the path and `env_len` bytes of the environment (NUL-separated).
+/// of the path (in a field of `FILENAME_MAX`) and `env_len` bytes of the
+/// environment (NUL-separated).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct LifecycleRecord {
@@ -675,23 +711,46 @@ pub struct LifecycleRecord {
     /// cgroup v2 id of the current task: exec'd or exiting; for a signal,
     /// the sender.
     pub cgroup_id: u64,
+    /// Its cgroup in the v1 hierarchies user space chose, as
+    /// `CallRecord::v1_cgroup_id` (0: none read).
+    pub v1_cgroup_id: u64,
+    /// When the current process started (`start_boottime` of its leader,
+    /// ns since boot), if `flags::START_READ`.
+    pub start_ns: u64,
+    /// When its parent process started, if `flags::PARENT_START_READ`.
+    pub parent_start_ns: u64,
+    /// exec: the file the kernel runs (a `PLUGIN_FILES` key; a script's
+    /// interpreter, so a script plugin is never one).
+    pub file_ino: u64,
+    pub file_dev: u32,
+    /// exec: the mount namespace it runs in (`ns.inum`), 0 unread.
+    pub mntns: u32,
     /// The process (tgid) exec'd or exiting; for a signal, the sender.
     pub pid: u32,
     /// Its parent's process id.
     pub ppid: u32,
-    /// A signal's target process, as `signal_generate` names it.
+    /// A signal's target task, as `signal_generate` names it (its thread
+    /// id: the process's for a signal to the whole process).
     pub target_pid: u32,
     pub sig: i32,
     /// `lifecycle::SIGNAL_*`.
     pub result: i32,
     /// Whether the signal is for the whole thread group.
     pub group: i32,
-    /// The exit's wait status (`task_struct.exit_code`).
+    /// The exit's wait status (`task_struct.exit_code`), if
+    /// `flags::EXIT_CODE_READ`.
     pub exit_code: i32,
+    /// exec: the whole environment's length; `env_len` of it follow.
+    pub env_total: u32,
     pub filename_len: u16,
     pub env_len: u16,
     pub kind: u8,
-    pub _pad: [u8; 7],
+    /// `lifecycle::flags`.
+    pub flags: u8,
+    /// Which of the v1 hierarchies `v1_cgroup_id` is of, as
+    /// `CallRecord::v1_hierarchy`.
+    pub v1_hierarchy: u8,
+    pub _pad: u8,
     /// The current task's command; a signal's target's in `target_comm`.
     pub comm: [u8; 16],
     pub target_comm: [u8; 16],
@@ -727,7 +786,7 @@ mod user {
     unsafe impl aya::Pod for super::KernelOffsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::KernelFilter {}
-    unsafe impl aya::Pod for super::LifecycleFilter {}
+    unsafe impl aya::Pod for super::PluginFile {}
     unsafe impl aya::Pod for super::CallEntry {}
     unsafe impl aya::Pod for super::SeriesKey {}
     unsafe impl aya::Pod for super::SeriesValue {}

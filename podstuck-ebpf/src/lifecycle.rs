@@ -3,12 +3,24 @@
 //! environment, and its exit code), a SIGTERM a container's init drops
 //! (`signal_generate`'s result: ignored), a SIGKILL no exit follows.
 //!
-//! Filtered here so a fork or exec storm costs a compare: an exec is
-//! streamed only under one of the `LIFECYCLE_FILTER` prefixes; a signal
+//! Filtered here so a fork or exec storm costs a lookup: an exec is
+//! streamed only when the file the kernel runs is one of the node's CNI
+//! plugin files (`PLUGIN_FILES`, by superblock and inode: the path its
+//! caller passed is a claim, resolved in the caller's own mount namespace,
+//! and a workload may name its own file `/opt/cni/bin/calico`; for a `#!`
+//! script the kernel runs its interpreter, so script plugins are never
+//! streamed: CNI plugins are binaries); a signal
 //! only if it is SIGTERM or SIGKILL, at most once a second per process
-//! (`SIGNALLED`); an exit only of a process one of those named (`WATCHED`). Records go to a ring buffer of their own, so a
-//! storm of calls never crowds them out; a record that does not fit is
-//! counted in `LIFECYCLE_LOST`.
+//! (`SIGNALLED`); an exit only of a process one of those named
+//! (`WATCHED`), once, at its last thread's exit (a zombie leader whose
+//! thread waits in the kernel is a process still there). Records go to a
+//! ring buffer of their own, so a storm of calls never crowds them out; a
+//! record that does not fit is counted in `LIFECYCLE_LOST`.
+//!
+//! What each record says of its task comes from the kernel (cgroups,
+//! start times, the file exec'd, the mount namespace), so user space can
+//! tell what the kernel proved from what a workload claims (its comm, its
+//! environment).
 
 use aya_ebpf::{
     helpers::{
@@ -16,13 +28,14 @@ use aya_ebpf::{
         bpf_ktime_get_ns,
         generated::{bpf_probe_read_kernel_str, bpf_probe_read_user},
     },
-    macros::{map, tracepoint},
-    maps::{LruHashMap, PerCpuArray, RingBuf},
-    programs::TracePointContext,
+    macros::{map, raw_tracepoint, tracepoint},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    programs::{RawTracePointContext, TracePointContext},
     EbpfContext,
 };
-use podstuck_common::{lifecycle, program, LifecycleRecord, LIFECYCLE_RECORD_BYTES};
+use podstuck_common::{lifecycle, lifecycle::flags, program, LifecycleRecord, PluginFile, LIFECYCLE_RECORD_BYTES};
 
+use crate::record::{read_kernel_ptr, v1_cgroup};
 use crate::{accounting::increment, kernel_reads, read_kernel};
 
 #[map]
@@ -32,8 +45,14 @@ static LIFECYCLE: RingBuf = RingBuf::with_byte_size(lifecycle::RING_BUFFER_BYTES
 #[map]
 static LIFECYCLE_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// Processes whose exit is streamed: exec'd under a prefix, or sent
-/// SIGTERM or SIGKILL. LRU, so a flood of signals evicts the oldest.
+/// The node's CNI plugin files, filled and kept current by user space
+/// (the plugin directories as the node's runtime configures them).
+/// Preallocated, as every map a tracepoint program uses.
+#[map]
+static PLUGIN_FILES: HashMap<PluginFile, u8> = HashMap::with_max_entries(lifecycle::PLUGIN_FILES_MAX, 0);
+
+/// Processes whose exit is streamed: a plugin exec'd, or sent SIGTERM or
+/// SIGKILL. LRU, so a flood of signals evicts the oldest.
 #[map]
 static WATCHED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(lifecycle::WATCHED_MAX, 0);
 
@@ -60,12 +79,10 @@ static LIFECYCLE_SCRATCH: PerCpuArray<Buffer> = PerCpuArray::with_max_entries(1,
 const SIGKILL: i32 = 9;
 const SIGTERM: i32 = 15;
 
-/// Field offsets in the tracepoints' records (their `format` files, the
-/// same from 5.10 to 6.18).
+/// Field offsets in `signal_generate`'s record (its `format` file, the
+/// same from 5.10 to 6.18). A plain tracepoint, not a raw one: its fields
+/// need no kernel read, so signals are seen under lockdown too.
 mod at {
-    /// `sched_process_exec`: `__data_loc char[] filename`.
-    pub const EXEC_FILENAME: usize = 8;
-    /// `signal_generate`.
     pub const SIG: usize = 8;
     pub const SIG_COMM: usize = 20;
     pub const SIG_PID: usize = 36;
@@ -87,21 +104,17 @@ fn ctx_i32(ctx: &TracePointContext, offset: usize) -> i32 {
 /// says of the current task.
 #[inline(always)]
 fn start(kind: u8) -> Option<&'static mut Buffer> {
-    let buffer = scratch()?;
+    let buffer = LIFECYCLE_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: this CPU's element of a per-CPU array, valid for the whole
+    // run; a tracepoint program is never nested on its CPU.
+    let buffer = unsafe { &mut *buffer };
     fill(buffer, kind);
     Some(buffer)
 }
 
-/// This CPU's buffer, as the last program left it.
-#[inline(always)]
-fn scratch() -> Option<&'static mut Buffer> {
-    let buffer = LIFECYCLE_SCRATCH.get_ptr_mut(0)?;
-    // SAFETY: this CPU's element of a per-CPU array, valid for the whole
-    // run; a tracepoint program is never nested on its CPU.
-    Some(unsafe { &mut *buffer })
-}
-
-/// The header of a record of `kind`: what every record says of the current task.
+/// The header of a record of `kind`: what every record says of the
+/// current task, the kernel's facts (cgroups, start times) beside its
+/// name.
 #[inline(always)]
 fn fill(buffer: &mut Buffer, kind: u8) {
     let r = &mut buffer.record;
@@ -109,24 +122,49 @@ fn fill(buffer: &mut Buffer, kind: u8) {
     r.ns = unsafe { bpf_ktime_get_ns() };
     r.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     r.pid = (pid_tgid >> 32) as u32;
-    r.ppid = parent_pid();
+    r.ppid = 0;
+    r.v1_cgroup_id = 0;
+    r.v1_hierarchy = 0;
+    r.start_ns = 0;
+    r.parent_start_ns = 0;
+    r.file_ino = 0;
+    r.file_dev = 0;
+    r.mntns = 0;
     r.target_pid = 0;
     r.sig = 0;
     r.result = 0;
     r.group = 0;
     r.exit_code = 0;
+    r.env_total = 0;
     r.filename_len = 0;
     r.env_len = 0;
     r.kind = kind;
+    r.flags = 0;
     r.comm = bpf_get_current_comm().unwrap_or([0; 16]);
     r.target_comm = [0; 16];
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    if let Some((id, hierarchy)) = v1_cgroup(task) {
+        r.v1_cgroup_id = id;
+        r.v1_hierarchy = hierarchy;
+    }
+    if let Some(start) = process_start(task) {
+        r.start_ns = start;
+        r.flags |= flags::START_READ;
+    }
+    if let Some(parent) = read_kernel_ptr(task, patched!(OFFSETS.task_real_parent)) {
+        r.ppid = read_kernel::<u32>(parent, patched!(OFFSETS.task_tgid)).unwrap_or(0);
+        if let Some(start) = process_start(parent) {
+            r.parent_start_ns = start;
+            r.flags |= flags::PARENT_START_READ;
+        }
+    }
 }
 
+/// When the process of `task` started: its leader's `start_boottime`.
 #[inline(always)]
-fn parent_pid() -> u32 {
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let parent: Option<*const u8> = read_kernel(task, patched!(OFFSETS.task_real_parent));
-    parent.and_then(|p| read_kernel::<u32>(p, patched!(OFFSETS.task_tgid))).unwrap_or(0)
+fn process_start(task: *const u8) -> Option<u64> {
+    let leader = read_kernel_ptr(task, patched!(OFFSETS.task_group_leader))?;
+    read_kernel::<u64>(leader, patched!(OFFSETS.task_start_boottime))
 }
 
 /// Sends the header and `extra` bytes after it.
@@ -141,103 +179,97 @@ fn send(buffer: &Buffer, extra: usize) {
     }
 }
 
-/// Whether the first bytes of `filename` are one of the filter's prefixes.
-/// Byte by byte from the global: a copy of it would not fit the stack.
-#[inline(always)]
-fn under_a_prefix(filename: &[u8; lifecycle::FILENAME_MAX]) -> bool {
-    let mut p = 0;
-    while p < lifecycle::PREFIXES {
-        // SAFETY (both reads): a field of a static, aligned, never written
-        // while the programs run; volatile, so the zeros written in the
-        // source are not folded in.
-        let len = unsafe { core::ptr::read_volatile(&raw const crate::LIFECYCLE_FILTER.prefix_lens[p]) } as usize;
-        if len > 0 && len <= lifecycle::PREFIX_MAX {
-            let mut i = 0;
-            let mut same = true;
-            while i < len && i < lifecycle::PREFIX_MAX {
-                let byte = unsafe { core::ptr::read_volatile(&raw const crate::LIFECYCLE_FILTER.prefixes[p][i]) };
-                if filename[i] != byte {
-                    same = false;
-                    break;
-                }
-                i += 1;
-            }
-            if same {
-                return true;
-            }
-        }
-        p += 1;
-    }
-    false
-}
-
-#[tracepoint]
-pub fn lifecycle_exec(ctx: TracePointContext) -> u32 {
+/// On `sched_process_exec(struct task_struct *p, pid_t old_pid, struct
+/// linux_binprm *bprm)`: raw, for the `bprm` a plain tracepoint lacks.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn lifecycle_exec(ctx: RawTracePointContext) -> i32 {
     let _ = exec(&ctx);
     0
 }
 named_as!(lifecycle_exec, program::LIFECYCLE_EXEC);
 
 #[inline(always)]
-fn exec(ctx: &TracePointContext) -> Option<()> {
+fn exec(ctx: &RawTracePointContext) -> Option<()> {
     if !kernel_reads() {
         return None;
     }
-    // The filename first: every exec on the node passes here, and only
-    // those under a prefix are worth a header.
-    let buffer = scratch()?;
-    let loc = ctx_i32(ctx, at::EXEC_FILENAME) as u32;
-    let from = (ctx.as_ptr() as *const u8).wrapping_add((loc & 0xffff) as usize);
-    // SAFETY: the helper copies at most the buffer's size through the
-    // kernel's fault-safe path and NUL-terminates.
-    let read = unsafe {
-        bpf_probe_read_kernel_str(
-            buffer.filename.as_mut_ptr() as *mut _,
-            lifecycle::FILENAME_MAX as u32,
-            from as *const _,
-        )
-    };
-    if read <= 0 || !under_a_prefix(&buffer.filename) {
-        return None;
+    // The file first: every exec on the node passes here, and only the
+    // node's plugin files are worth a header.
+    let bprm: *const u8 = ctx.arg(2);
+    let file = read_kernel_ptr(bprm, patched!(OFFSETS.binprm_file))?;
+    let inode = read_kernel_ptr(file, patched!(OFFSETS.file_f_inode))?;
+    let ino = read_kernel::<u64>(inode, patched!(OFFSETS.inode_ino))?;
+    let sb = read_kernel_ptr(inode, patched!(OFFSETS.inode_sb))?;
+    let dev = read_kernel::<u32>(sb, patched!(OFFSETS.sb_dev))?;
+    let key = PluginFile { ino, dev, _pad: 0 };
+    // SAFETY: a lookup whose value is only tested for presence.
+    unsafe { PLUGIN_FILES.get(key) }?;
+    let buffer = start(lifecycle::EXEC)?;
+    buffer.record.file_ino = ino;
+    buffer.record.file_dev = dev;
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    buffer.record.mntns = mount_namespace(task).unwrap_or(0);
+    // The path as its caller passed it: evidence, never a key.
+    if let Some(name) = read_kernel_ptr(bprm, patched!(OFFSETS.binprm_filename)) {
+        // SAFETY: the helper copies at most the buffer's size through the
+        // kernel's fault-safe path and NUL-terminates.
+        let read = unsafe {
+            bpf_probe_read_kernel_str(
+                buffer.filename.as_mut_ptr() as *mut _,
+                lifecycle::FILENAME_MAX as u32,
+                name as *const _,
+            )
+        };
+        if read > 0 {
+            buffer.record.filename_len = ((read as usize - 1) & (lifecycle::FILENAME_MAX - 1)) as u16;
+        }
     }
-    fill(buffer, lifecycle::EXEC);
-    let filename_len = (read as usize - 1) & (lifecycle::FILENAME_MAX - 1);
-    buffer.record.filename_len = filename_len as u16;
-    buffer.record.env_len = read_env(&mut buffer.env) as u16;
+    let (kept, total) = read_env(task, &mut buffer.env);
+    buffer.record.env_len = kept as u16;
+    buffer.record.env_total = total;
     let pid = buffer.record.pid;
     let _ = WATCHED.insert(pid, 1, 0);
     // The environment follows the whole filename buffer, so its offset is
     // a constant: user space reads `filename_len` bytes of the one and
     // `env_len` of the other.
-    send(buffer, lifecycle::FILENAME_MAX + buffer.record.env_len as usize);
+    send(buffer, lifecycle::FILENAME_MAX + kept);
     Some(())
 }
 
-/// The new program's environment (`mm.env_start..env_end`), up to ENV_MAX
-/// bytes: written by exec just before this tracepoint, so resident.
+/// The mount namespace `task` lives in (`nsproxy->mnt_ns->ns.inum`).
 #[inline(always)]
-fn read_env(env: &mut [u8; lifecycle::ENV_MAX]) -> usize {
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let Some(mm) = read_kernel::<*const u8>(task, patched!(OFFSETS.task_mm)) else { return 0 };
+fn mount_namespace(task: *const u8) -> Option<u32> {
+    let nsproxy = read_kernel_ptr(task, patched!(OFFSETS.task_nsproxy))?;
+    let mnt_ns = read_kernel_ptr(nsproxy, patched!(OFFSETS.nsproxy_mnt_ns))?;
+    read_kernel::<u32>(mnt_ns, patched!(OFFSETS.mnt_ns_inum))
+}
+
+/// The new program's environment (`mm.env_start..env_end`), up to ENV_MAX
+/// bytes kept, and its whole length: written by exec just before this
+/// tracepoint, so resident. A longer one is cut here, and user space knows.
+#[inline(always)]
+fn read_env(task: *const u8, env: &mut [u8; lifecycle::ENV_MAX]) -> (usize, u32) {
+    let Some(mm) = read_kernel_ptr(task, patched!(OFFSETS.task_mm)) else { return (0, 0) };
     let (Some(start), Some(end)) =
         (read_kernel::<u64>(mm, patched!(OFFSETS.mm_env_start)), read_kernel::<u64>(mm, patched!(OFFSETS.mm_env_end)))
     else {
-        return 0;
+        return (0, 0);
     };
     if end <= start {
-        return 0;
+        return (0, 0);
     }
-    let len = end - start;
-    let len = if len > lifecycle::ENV_MAX as u64 { lifecycle::ENV_MAX as u64 } else { len };
+    let total = end - start;
+    let len = if total > lifecycle::ENV_MAX as u64 { lifecycle::ENV_MAX as u64 } else { total };
     // Masked for the verifier: 1..=ENV_MAX.
     let len = ((len - 1) & (lifecycle::ENV_MAX as u64 - 1)) + 1;
+    let total = if total > u32::MAX as u64 { u32::MAX } else { total as u32 };
     // SAFETY: at most `len` bytes into a buffer of ENV_MAX, through the
     // fault-safe path: a page not resident is an error, never a fault.
     let read = unsafe { bpf_probe_read_user(env.as_mut_ptr() as *mut _, len as u32, start as *const _) };
     if read == 0 {
-        len as usize
+        (len as usize, total)
     } else {
-        0
+        (0, total)
     }
 }
 
@@ -252,16 +284,31 @@ named_as!(lifecycle_exit, program::LIFECYCLE_EXIT);
 fn exit() -> Option<()> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    // Once per process: its leader's exit (every thread passes here).
-    if pid != tid {
-        return None;
-    }
+    // Every thread of the node passes here: one lookup for those of no
+    // process watched.
     // SAFETY: a lookup whose value is only tested for presence.
     unsafe { WATCHED.get(pid) }?;
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    // The process ends with its last thread: do_exit drops `signal->live`
+    // before this tracepoint. Where kernel memory cannot be read
+    // (lockdown), the leader's exit, said as such.
+    let last = read_kernel_ptr(task, patched!(OFFSETS.task_signal))
+        .and_then(|signal| read_kernel::<i32>(signal, patched!(OFFSETS.signal_live)));
+    match last {
+        Some(0) => {}
+        Some(_) => return None,
+        None if pid != tid => return None,
+        None => {}
+    }
     let _ = WATCHED.remove(pid);
     let buffer = start(lifecycle::EXIT)?;
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    buffer.record.exit_code = read_kernel::<i32>(task, patched!(OFFSETS.task_exit_code)).unwrap_or(-1);
+    if last.is_some() {
+        buffer.record.flags |= flags::LAST_THREAD;
+    }
+    if let Some(code) = read_kernel::<i32>(task, patched!(OFFSETS.task_exit_code)) {
+        buffer.record.exit_code = code;
+        buffer.record.flags |= flags::EXIT_CODE_READ;
+    }
     send(buffer, 0);
     Some(())
 }

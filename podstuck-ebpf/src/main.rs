@@ -78,7 +78,7 @@ mod record;
 mod scratch;
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
-use podstuck_common::{KernelFilter, KernelOffsets, LifecycleFilter};
+use podstuck_common::{KernelFilter, KernelOffsets};
 
 /// Filled in by user space from the kernel's BTF before load.
 #[no_mangle]
@@ -119,6 +119,16 @@ static OFFSETS: KernelOffsets = KernelOffsets {
     mm_env_start: 0,
     mm_env_end: 0,
     task_exit_code: 0,
+    task_group_leader: 0,
+    task_start_boottime: 0,
+    task_signal: 0,
+    signal_live: 0,
+    binprm_file: 0,
+    binprm_filename: 0,
+    file_f_inode: 0,
+    inode_ino: 0,
+    inode_sb: 0,
+    sb_dev: 0,
 };
 
 /// Filled in by user space before load; the default streams everything.
@@ -130,14 +140,6 @@ static FILTER: KernelFilter = KernelFilter {
     window_budget: 50,
     window_ns: 100_000_000,
     slow_ns: 10_000_000,
-};
-
-/// Which exec'd paths the lifecycle programs stream (set by user space
-/// before load); all zero streams none.
-#[no_mangle]
-static LIFECYCLE_FILTER: LifecycleFilter = LifecycleFilter {
-    prefixes: [[0; podstuck_common::lifecycle::PREFIX_MAX]; podstuck_common::lifecycle::PREFIXES],
-    prefix_lens: [0; podstuck_common::lifecycle::PREFIXES],
 };
 
 /// 1 where BPF may read kernel memory, 0 under lockdown=confidentiality
@@ -179,6 +181,9 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
+/// The license the kernel reads from the object: "Dual MIT/GPL" (the
+/// crate is MIT OR GPL-2.0-only) is GPL-compatible to the kernel, which is
+/// what lets the programs call its GPL-only helpers.
 #[link_section = "license"]
 #[no_mangle]
-static LICENSE: [u8; 4] = *b"GPL\0";
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -158,7 +158,7 @@ fn fill_task_context(record: &mut CallRecord) -> Option<()> {
 /// user space can read `/proc/<pid>/cgroup`; a hierarchy the caller was
 /// never moved into (a runtime that joins only some) is passed over.
 #[inline(always)]
-fn v1_cgroup(task: *const u8) -> Option<(u64, u8)> {
+pub(crate) fn v1_cgroup(task: *const u8) -> Option<(u64, u8)> {
     let slots = patched!(OFFSETS.v1_subsys);
     let css_set = read_kernel_ptr(task, patched!(OFFSETS.task_cgroups))?;
     let mut root = None;
@@ -191,6 +191,6 @@ fn css_cgroup_id(css: *const u8) -> Option<u64> {
 
 /// A kernel pointer read from `base + offset`; None if unreadable or null.
 #[inline(always)]
-fn read_kernel_ptr(base: *const u8, offset: u64) -> Option<*const u8> {
+pub(crate) fn read_kernel_ptr(base: *const u8, offset: u64) -> Option<*const u8> {
     read_kernel::<*const u8>(base, offset).filter(|p| !p.is_null())
 }

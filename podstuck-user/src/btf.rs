@@ -326,6 +326,19 @@ impl Btf {
             mm_env_start: self.offset_of("mm_struct", &["env_start"])?,
             mm_env_end: self.offset_of("mm_struct", &["env_end"])?,
             task_exit_code: self.offset_of("task_struct", &["exit_code"])?,
+            task_group_leader: self.offset_of("task_struct", &["group_leader"])?,
+            // Named real_start_time before 5.5.
+            task_start_boottime: self
+                .offset_of("task_struct", &["start_boottime"])
+                .or_else(|_| self.offset_of("task_struct", &["real_start_time"]))?,
+            task_signal: self.offset_of("task_struct", &["signal"])?,
+            signal_live: self.offset_of("signal_struct", &["live"])?,
+            binprm_file: self.offset_of("linux_binprm", &["file"])?,
+            binprm_filename: self.offset_of("linux_binprm", &["filename"])?,
+            file_f_inode: self.offset_of("file", &["f_inode"])?,
+            inode_ino: self.offset_of("inode", &["i_ino"])?,
+            inode_sb: self.offset_of("inode", &["i_sb"])?,
+            sb_dev: self.offset_of("super_block", &["s_dev"])?,
         })
     }
 
@@ -546,6 +559,10 @@ mod tests {
         assert!(offsets.task_cgroups > 0 && offsets.cgroup_kn > 0 && offsets.kernfs_node_id > 0);
         assert_eq!(offsets.v1_subsys, [0; 4], "no v1 hierarchy is read unless the node has one");
         assert!(offsets.css_parent > 0, "cgroup_subsys_state.parent follows .cgroup and .ss");
+        // What the lifecycle programs prove a process and an exec by.
+        assert!(offsets.task_group_leader > 0 && offsets.task_start_boottime > 0 && offsets.task_signal > 0);
+        assert!(offsets.binprm_file > 0 && offsets.binprm_filename > 0 && offsets.inode_ino > 0);
+        assert!(offsets.inode_sb > 0 && offsets.sb_dev > 0 && offsets.file_f_inode > 0);
     }
 
     #[test]

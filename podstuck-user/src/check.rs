@@ -81,6 +81,8 @@ pub struct CheckFacts {
     /// Runtimes found: name and how (socket path or pid).
     pub runtimes: Vec<(String, String)>,
     pub others: Vec<OtherPodstuck>,
+    /// The node's CNI plugins, where `watch` looks for them.
+    pub cni_plugins: CniPluginsFound,
 }
 
 /// The cgroup hierarchies a node mounts, read from its mount table.
@@ -273,7 +275,42 @@ impl CheckFacts {
             pods_on_node: pods_under(node, kubelet_root).len(),
             runtimes,
             others: other_podstucks(node),
+            cni_plugins: CniPluginsFound::of(node),
         }
+    }
+}
+
+/// The node's CNI plugins, as `watch` will know them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CniPluginsFound {
+    pub files: usize,
+    /// The places holding them, with where each was learnt.
+    pub places: Vec<String>,
+    /// Runtime configurations that could not be read, with why.
+    pub unreadable: Vec<String>,
+}
+
+impl CniPluginsFound {
+    fn of(node: &Node) -> CniPluginsFound {
+        use crate::cni_plugins::{Place, PluginFiles, PluginPlaces, Source};
+        let places = PluginPlaces::of_this_node(node, &[]);
+        let files = PluginFiles::scan(node, &places);
+        let present = places.places.iter().filter(|(place, _)| match place {
+            Place::Dir(dir) => node.path(dir).is_dir(),
+            Place::File(file) => node.path(file).is_file(),
+        });
+        let words = present
+            .map(|(place, source)| {
+                let path = match place {
+                    Place::Dir(p) | Place::File(p) => p.display().to_string(),
+                };
+                match source {
+                    Source::Default => path,
+                    other => format!("{path} ({})", other.words()),
+                }
+            })
+            .collect();
+        CniPluginsFound { files: files.len(), places: words, unreadable: places.unreadable }
     }
 }
 
@@ -317,6 +354,24 @@ pub fn judge(facts: &CheckFacts) -> Vec<CheckLine> {
     } else {
         let named: Vec<String> = facts.runtimes.iter().map(|(n, how)| format!("{n} ({how})")).collect();
         line(Verdict::Ok, "container runtime", named.join(", "), None)
+    });
+    let cni = &facts.cni_plugins;
+    lines.push(if cni.files > 0 && cni.unreadable.is_empty() {
+        line(Verdict::Ok, "CNI plugins", format!("{} plugin files in {}", cni.files, cni.places.join(", ")), None)
+    } else if cni.files > 0 {
+        line(
+            Verdict::Warn,
+            "CNI plugins",
+            format!("{} plugin files in {}; cannot read {}", cni.files, cni.places.join(", "), cni.unreadable.join("; ")),
+            Some("a plugin directory only that configuration names goes unwatched: name it with --cni-plugin-dir DIR".into()),
+        )
+    } else {
+        line(
+            Verdict::Warn,
+            "CNI plugins",
+            "none found where nodes keep them (/opt/cni/bin, /usr/lib/cni, /usr/libexec/cni, /var/lib/cni/bin, /home/kubernetes/bin, k3s', the runtime's configuration): a failing network teardown goes unseen",
+            Some("name the directory the runtime runs plugins from: --cni-plugin-dir DIR".into()),
+        )
     });
     lines.push(match facts.others.first() {
         None => line(Verdict::Ok, "other podstuck", "none running", None),
@@ -529,6 +584,7 @@ mod tests {
             pods_on_node: 12,
             runtimes: vec![("containerd".into(), "/run/containerd/containerd.sock".into())],
             others: vec![],
+            cni_plugins: CniPluginsFound { files: 21, places: vec!["/opt/cni/bin".into()], unreadable: vec![] },
         }
     }
 
@@ -558,6 +614,7 @@ mod tests {
                 "kubelet root",
                 "kubelet",
                 "container runtime",
+                "CNI plugins",
                 "other podstuck"
             ]
         );
@@ -589,6 +646,12 @@ mod tests {
         let mut f = good();
         f.node.effective_caps = 0;
         assert!(verdicts(&f).contains(&("privileges", Verdict::Fail)));
+        // No CNI plugin where nodes keep them: said, with the option.
+        let mut f = good();
+        f.cni_plugins = CniPluginsFound::default();
+        let cni = judge(&f).into_iter().find(|l| l.topic == "CNI plugins").unwrap();
+        assert_eq!(cni.verdict, Verdict::Warn);
+        assert!(cni.to_string().contains("--cni-plugin-dir DIR"), "{cni}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Loads podstuck's kernel programs, attaches them, and drains what they
-//! send: decoded call events from the ring buffer, the per-CPU counters and
-//! the per-series counts and latency buckets that stay exact when the ring
-//! buffer overflows.
+//! send: decoded call events from the ring buffer (read by a thread of
+//! its own, [`drain`], so they are read while the collector waits on the
+//! node), the per-CPU counters and the per-series counts and latency
+//! buckets that stay exact when the ring buffer overflows.
 //!
 //! Nothing is pinned: every program and map lives as long as the
 //! [`Tracer`], so dropping it (or the process dying, even by SIGKILL)
@@ -9,27 +10,29 @@
 
 use std::collections::BTreeMap;
 use std::io::IoSliceMut;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use crate::btf::{Btf, VMLINUX_BTF};
+use crate::event::{CallEvent, DecodeError, Flight, WallClock};
+use crate::kernel_features::{AttachPoint, PathWalk};
+use crate::lifecycle::LifecycleEvent;
+use crate::run::{ProgramCost, RunTotals};
+use crate::series::SeriesDelta;
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{FEntry, Program, TracePoint};
+use aya::programs::{FEntry, Program, RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 use podstuck_common::program::Arch;
 use podstuck_common::{
-    counter, lifecycle, program, CallEntry, KernelFilter, LifecycleFilter, SeriesKey as KernelSeriesKey, SeriesValue,
-    Syscall, LATENCY_BUCKETS, PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
+    counter, program, CallEntry, KernelFilter, PluginFile, SeriesKey as KernelSeriesKey, SeriesValue, Syscall,
+    LATENCY_BUCKETS, PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
 };
-use tokio::io::unix::AsyncFd;
 
-use crate::btf::{Btf, VMLINUX_BTF};
-use crate::event::{decode, CallEvent, DecodeError, Flight, WallClock};
-use crate::kernel_features::{AttachPoint, PathWalk};
-use crate::lifecycle::LifecycleEvent;
-use crate::run::{ProgramCost, RunTotals};
-use crate::series::SeriesDelta;
+mod drain;
+
+pub use drain::{QueueTotals, QUEUE_RECORDS};
 
 /// The eBPF object built from `podstuck-ebpf` by this crate's build script.
 pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
@@ -40,26 +43,6 @@ const ARCH: Arch = Arch::HOST;
 
 /// The prefix of this architecture's syscall functions.
 pub const SYSCALL_PREFIX: &str = ARCH.syscall_prefix();
-
-/// Where CNI plugins live: Debian's and the CNI project's directories,
-/// k3s' bundled multi-call binary, GKE's. A program exec'd under one of
-/// these is streamed with its environment (its `CNI_COMMAND`, `CNI_ARGS`);
-/// every other exec costs the kernel a compare.
-pub const CNI_PLUGIN_DIRS: [&str; lifecycle::PREFIXES] =
-    ["/usr/lib/cni/", "/opt/cni/bin/", "/var/lib/rancher/k3s/data/", "/home/kubernetes/bin/"];
-
-/// The lifecycle programs' filter: [`CNI_PLUGIN_DIRS`].
-pub fn lifecycle_filter() -> LifecycleFilter {
-    let mut filter = LifecycleFilter {
-        prefixes: [[0; lifecycle::PREFIX_MAX]; lifecycle::PREFIXES],
-        prefix_lens: [0; lifecycle::PREFIXES],
-    };
-    for (i, dir) in CNI_PLUGIN_DIRS.iter().enumerate() {
-        filter.prefixes[i][..dir.len()].copy_from_slice(dir.as_bytes());
-        filter.prefix_lens[i] = dir.len() as u32;
-    }
-    filter
-}
 
 /// One record from either ring buffer, decoded.
 pub enum Received {
@@ -85,6 +68,9 @@ pub struct TracerOptions {
     /// caller's cgroup in, in the order they try them
     /// (`NodeLayout::cgroup_v1`); empty on v2-only nodes.
     pub cgroup_v1: Vec<&'static str>,
+    /// Where the node's processes are listed (`Node::proc_root`): an entry
+    /// gone there frees what the kernel kept of its process.
+    pub proc_root: PathBuf,
 }
 
 /// Records a series may stream per window, and the window: past that, its
@@ -192,24 +178,19 @@ fn read_user_string(pid: u32, addr: u64) -> Option<Vec<u8>> {
     None
 }
 
-/// The longest a record sent without a wakeup waits in the ring when no
-/// other record wakes the reader.
-const UNWOKEN_READ_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// The loaded, attached programs and the maps user space reads.
 pub struct Tracer {
     // Keeps programs and links alive; detached in `drop`.
     ebpf: Ebpf,
-    ring: AsyncFd<RingBuf<MapData>>,
-    /// The lifecycle programs' ring; None when they could not be attached
-    /// (`lifecycle_missing` says why).
-    lifecycle: Option<AsyncFd<RingBuf<MapData>>>,
+    /// The thread that reads both rings (the lifecycle programs' when
+    /// they are attached: `lifecycle_missing` says why not) into a queue.
+    drain: drain::Drain,
     lifecycle_lost: Option<PerCpuArray<MapData, u64>>,
     lifecycle_missing: Option<String>,
-    /// When to read the ring unwoken: the kernel wakes user space for the
-    /// first record of a series' window and for slow calls only, the rest
-    /// of a burst waits for the next wakeup or this.
-    unwoken: tokio::time::Interval,
+    /// The node's CNI plugin files the exec program knows, as it knows them.
+    plugin_files: Option<BpfHashMap<MapData, PluginFile, u8>>,
+    plugin_files_known: std::collections::BTreeSet<PluginFile>,
+    proc_root: PathBuf,
     counters: PerCpuArray<MapData, u64>,
     in_flight: BpfHashMap<MapData, u32, CallEntry>,
     series: BpfHashMap<MapData, KernelSeriesKey, SeriesValue>,
@@ -239,6 +220,7 @@ impl Drop for Tracer {
                     // Programs of the other attach kind were never loaded.
                     let _ = match program {
                         Program::TracePoint(p) => p.unload(),
+                        Program::RawTracePoint(p) => p.unload(),
                         Program::FEntry(p) => p.unload(),
                         Program::FExit(p) => p.unload(),
                         _ => Ok(()),
@@ -281,12 +263,11 @@ fn load_object_with(
     // KERNEL_READS at 0 it never visits a kernel-memory read, which
     // lockdown=confidentiality would refuse at load (Linux 5.13+).
     let kernel_reads = u8::from(options.walk.reads_kernel());
-    let lifecycle = lifecycle_filter();
-    loader
-        .override_global("OFFSETS", offsets, true)
-        .override_global("FILTER", &options.filter, true)
-        .override_global("KERNEL_READS", &kernel_reads, true)
-        .override_global("LIFECYCLE_FILTER", &lifecycle, true);
+    loader.override_global("OFFSETS", offsets, true).override_global("FILTER", &options.filter, true).override_global(
+        "KERNEL_READS",
+        &kernel_reads,
+        true,
+    );
     let default = if options.filter.every_call != 0 { RING_BUFFER_BYTES } else { SAMPLED_RING_BUFFER_BYTES };
     loader.map_max_entries("EVENTS", options.ring_buffer_bytes.unwrap_or(default));
     loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
@@ -339,6 +320,7 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
         btf: PathBuf::from(VMLINUX_BTF),
         ring_buffer_bytes: Some(4096),
         cgroup_v1: Vec::new(),
+        proc_root: PathBuf::from("/proc"),
     };
     let attached = (|| -> Result<()> {
         // Its maps unused: the calls-in-flight and tracepoint series maps,
@@ -463,7 +445,10 @@ fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
 }
 
 /// The lifecycle programs and their tracepoints, present on every kernel
-/// podstuck supports (5.10 on) and on every architecture.
+/// podstuck supports (5.10 on) and on every architecture: the exec
+/// program on the raw tracepoint (for the `linux_binprm` naming the file
+/// the kernel runs), the others on the plain ones (their fields need no
+/// kernel read, so signals are seen under lockdown too).
 const LIFECYCLE_PROGRAMS: [(&str, &str, &str); 3] = [
     (program::LIFECYCLE_EXIT, "sched", "sched_process_exit"),
     (program::LIFECYCLE_SIGNAL, "signal", "signal_generate"),
@@ -471,21 +456,51 @@ const LIFECYCLE_PROGRAMS: [(&str, &str, &str); 3] = [
 ];
 
 /// Attaches the lifecycle programs (exits first, so an exit of a process
-/// named after attaching is never missed); their ids.
+/// named after attaching is never missed); their ids. All or none: a set
+/// attached in part would feed a ring nothing drains, so a failure
+/// detaches those already attached.
 fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
     let mut ids = Vec::new();
+    let mut attached = Vec::new();
     for (name, category, tracepoint) in LIFECYCLE_PROGRAMS {
-        let program: &mut TracePoint = ebpf
-            .program_mut(name)
-            .with_context(|| format!("program {name} missing from the embedded object"))?
-            .try_into()?;
-        program.load().with_context(|| format!("loading program {name}"))?;
-        program
-            .attach(category, tracepoint)
-            .with_context(|| format!("attaching to tracepoint {category}:{tracepoint}"))?;
-        ids.push(program.info()?.id());
+        match attach_lifecycle_program(ebpf, name, category, tracepoint) {
+            Ok(id) => {
+                ids.push(id);
+                attached.push(name);
+            }
+            Err(e) => {
+                for name in attached {
+                    detach_lifecycle_program(ebpf, name);
+                }
+                return Err(e);
+            }
+        }
     }
     Ok(ids)
+}
+
+fn attach_lifecycle_program(ebpf: &mut Ebpf, name: &str, category: &str, tracepoint: &str) -> Result<u32> {
+    let program = ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?;
+    if name == program::LIFECYCLE_EXEC {
+        let program: &mut RawTracePoint = program.try_into()?;
+        program.load().with_context(|| format!("loading program {name}"))?;
+        program.attach(tracepoint).with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
+        return Ok(program.info()?.id());
+    }
+    let program: &mut TracePoint = program.try_into()?;
+    program.load().with_context(|| format!("loading program {name}"))?;
+    program.attach(category, tracepoint).with_context(|| format!("attaching to tracepoint {category}:{tracepoint}"))?;
+    Ok(program.info()?.id())
+}
+
+/// Unloads a lifecycle program, which drops its links: it runs no more.
+fn detach_lifecycle_program(ebpf: &mut Ebpf, name: &str) {
+    let Some(program) = ebpf.program_mut(name) else { return };
+    let _ = match program {
+        Program::RawTracePoint(p) => p.unload(),
+        Program::TracePoint(p) => p.unload(),
+        _ => Ok(()),
+    };
 }
 
 /// An error as one line: a verifier's log (dozens of lines of bytecode)
@@ -509,14 +524,9 @@ fn one_line(error: &str) -> String {
     }
 }
 
-/// A ring buffer map of `ebpf`, registered with tokio.
-fn async_ring(ebpf: &mut Ebpf, name: &str) -> Result<AsyncFd<RingBuf<MapData>>> {
-    let ring = RingBuf::try_from(ebpf.take_map(name).with_context(|| format!("{name} map missing"))?)?;
-    // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged,
-    // for as long as it lives, which is as long as the AsyncFd.
-    unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
-        .with_context(|| format!("registering the ring buffer {name} with tokio"))
+/// A ring buffer map of `ebpf`.
+fn ring(ebpf: &mut Ebpf, name: &str) -> Result<RingBuf<MapData>> {
+    Ok(RingBuf::try_from(ebpf.take_map(name).with_context(|| format!("{name} map missing"))?)?)
 }
 
 impl Tracer {
@@ -569,14 +579,18 @@ impl Tracer {
         match attach_lifecycle(&mut ebpf) {
             Ok(ids) => {
                 program_ids.extend(ids);
-                lifecycle = Some(async_ring(&mut ebpf, "LIFECYCLE")?);
+                lifecycle = Some(ring(&mut ebpf, "LIFECYCLE")?);
                 lifecycle_lost = Some(PerCpuArray::try_from(
                     ebpf.take_map("LIFECYCLE_LOST").context("LIFECYCLE_LOST map missing")?,
                 )?);
             }
             Err(e) => lifecycle_missing = Some(one_line(&format!("{e:#}"))),
         }
-        let ring = async_ring(&mut ebpf, "EVENTS")?;
+        let plugin_files = match lifecycle {
+            Some(_) => Some(BpfHashMap::try_from(ebpf.take_map("PLUGIN_FILES").context("PLUGIN_FILES map missing")?)?),
+            None => None,
+        };
+        let calls = ring(&mut ebpf, "EVENTS")?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
         let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
         let series_map = series_maps(attached).0;
@@ -584,22 +598,23 @@ impl Tracer {
             BpfHashMap::try_from(ebpf.take_map(series_map).with_context(|| format!("{series_map} map missing"))?)?;
         let series_overflow =
             PerCpuArray::try_from(ebpf.take_map("SERIES_OVERFLOW").context("SERIES_OVERFLOW map missing")?)?;
-        let mut unwoken = tokio::time::interval(UNWOKEN_READ_EVERY);
-        unwoken.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let clock = WallClock::now();
+        let drain = drain::Drain::start(calls, lifecycle, clock).context("starting the ring buffers' reader")?;
         Ok(Tracer {
             ebpf,
-            ring,
-            lifecycle,
+            drain,
             lifecycle_lost,
             lifecycle_missing,
-            unwoken,
+            plugin_files,
+            plugin_files_known: Default::default(),
+            proc_root: options.proc_root,
             counters,
             in_flight,
             series,
             series_overflow,
             series_read: std::collections::HashMap::new(),
             overflow_read: (0..SERIES_OVERFLOW_SLOTS).map(|_| SeriesSnapshot::empty()).collect(),
-            clock: WallClock::now(),
+            clock,
             filter: options.filter,
             program_ids,
             attached,
@@ -612,6 +627,29 @@ impl Tracer {
     /// What each program cost so far, when BPF run-time statistics are on.
     pub fn program_costs(&self) -> Vec<ProgramCost> {
         program_costs(&self.program_ids)
+    }
+
+    /// Tells the exec program the node's CNI plugin files are `files`, as
+    /// found now: those new are added, those gone removed. Files past the
+    /// kernel table's room are left out and counted.
+    pub fn set_plugin_files<'a>(&mut self, files: impl IntoIterator<Item = &'a PluginFile>) -> usize {
+        let Some(map) = self.plugin_files.as_mut() else { return 0 };
+        let wanted: std::collections::BTreeSet<PluginFile> = files.into_iter().copied().collect();
+        for gone in self.plugin_files_known.difference(&wanted) {
+            let _ = map.remove(gone);
+        }
+        self.plugin_files_known.retain(|f| wanted.contains(f));
+        let mut left_out = 0;
+        let new: Vec<PluginFile> = wanted.difference(&self.plugin_files_known).copied().collect();
+        for new in &new {
+            match map.insert(new, 1u8, 0) {
+                Ok(()) => {
+                    self.plugin_files_known.insert(*new);
+                }
+                Err(_) => left_out += 1,
+            }
+        }
+        left_out
     }
 
     /// Why the lifecycle programs (exec, exit, signals) are not attached.
@@ -657,7 +695,7 @@ impl Tracer {
             }
             // Read after its last call: nothing more can come to it (a
             // reused pid makes a new series from scratch).
-            if !Path::new(&format!("/proc/{}", key.pid)).exists() {
+            if !self.proc_root.join(key.pid.to_string()).exists() {
                 gone.push(*key);
             }
         }
@@ -691,57 +729,47 @@ impl Tracer {
         &self.program_ids
     }
 
-    /// Waits until records arrive (or, for those sent without a wakeup,
-    /// `UNWOKEN_READ_EVERY` passes), then hands each one to `each`.
-    /// Cancel-safe: the interval keeps its ticks when the wait is dropped.
+    /// Waits until records are queued, then hands each one to `each`.
+    /// Cancel-safe: a record is taken from the queue only when handed on.
     pub async fn next_batch<F>(&mut self, mut each: F) -> std::io::Result<()>
     where
         F: FnMut(Received) -> std::io::Result<()>,
     {
-        let lifecycle = async {
-            match self.lifecycle.as_mut() {
-                Some(ring) => ring.readable_mut().await.map(|mut guard| guard.clear_ready()),
-                None => std::future::pending().await,
-            }
+        let Some(first) = self.drain.next().await else {
+            return Err(std::io::Error::other("the ring buffers' reader stopped"));
         };
-        tokio::select! {
-            guard = self.ring.readable_mut() => guard?.clear_ready(),
-            ready = lifecycle => ready?,
-            _ = self.unwoken.tick() => {}
-        }
+        self.count(&first);
+        each(first)?;
         self.drain(&mut each)
     }
 
-    /// Hands every record already in the ring buffer to `each`, without
-    /// waiting: used once more at shutdown so nothing received is dropped.
+    /// Hands every record already queued to `each`, without waiting: used
+    /// once more at shutdown so nothing received is dropped.
     pub fn drain<F>(&mut self, each: &mut F) -> std::io::Result<()>
     where
         F: FnMut(Received) -> std::io::Result<()>,
     {
-        // The lifecycle first: a few records a second, never a storm.
-        while let Some(ring) = self.lifecycle.as_mut() {
-            let decoded = match ring.get_mut().next() {
-                Some(item) => crate::lifecycle::decode(&item, &self.clock),
-                None => break,
-            };
-            self.count(decoded.is_ok());
-            each(Received::Lifecycle(decoded))?;
+        while let Some(record) = self.drain.try_next() {
+            self.count(&record);
+            each(record)?;
         }
-        loop {
-            let decoded = match self.ring.get_mut().next() {
-                Some(item) => decode(&item, &self.clock),
-                None => return Ok(()),
-            };
-            self.count(decoded.is_ok());
-            each(Received::Call(decoded))?;
-        }
+        Ok(())
     }
 
-    fn count(&mut self, decoded: bool) {
+    fn count(&mut self, record: &Received) {
+        let decoded = match record {
+            Received::Call(decoded) => decoded.is_ok(),
+            Received::Lifecycle(decoded) => decoded.is_ok(),
+        };
         match decoded {
             true => self.events_seen += 1,
             false => self.records_undecodable += 1,
         }
+    }
+
+    /// What the queue between the rings' reader and the loop went through.
+    pub fn queue_totals(&self) -> QueueTotals {
+        self.drain.totals()
     }
 
     /// Calls entered at least `min_age` ago and not returned, from the
@@ -759,7 +787,7 @@ impl Tracer {
             }
             // The entry of a thread gone (exited, or killed inside a call) is
             // removed, so the map never fills with them.
-            if !Path::new(&format!("/proc/{tid}")).exists() {
+            if !self.proc_root.join(tid.to_string()).exists() {
                 gone.push(tid);
                 continue;
             }
@@ -809,6 +837,10 @@ impl Tracer {
             records_undecodable: self.records_undecodable,
             calls_outside_series: self.counter(counter::SERIES_FULL)?,
             programs: Vec::new(),
+            lifecycle_dropped: BTreeMap::new(),
+            node_reads: Default::default(),
+            queue_full: self.drain.totals().full,
+            queue_high_water: self.drain.totals().high_water,
         })
     }
 }

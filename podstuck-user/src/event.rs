@@ -178,7 +178,9 @@ pub struct CallEvent {
 impl CallEvent {
     /// The errno of a failed call (`ret` < 0).
     pub fn errno(&self) -> Option<i32> {
-        (self.ret < 0).then(|| (-self.ret) as i32)
+        // The ring's bytes are not trusted: a ret of i64::MIN must not
+        // overflow its negation (found by the call_records fuzz target).
+        (self.ret < 0).then(|| i32::try_from(self.ret.unsigned_abs()).unwrap_or(i32::MAX))
     }
 
     /// The absolute path the call acted on: the argument if absolute, else
@@ -224,6 +226,30 @@ impl std::fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+/// When a process started, in clock ticks since boot: `/proc/<pid>/stat`'s
+/// `starttime`, and the kernel's `start_boottime` of its leader in the
+/// same unit. A pid alone names whichever process holds it now (pids are
+/// reused within minutes on a busy node); a pid and its start name one
+/// process for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct ProcessStart(pub u64);
+
+impl ProcessStart {
+    /// `USER_HZ`, the unit of /proc's times: 100 on every architecture
+    /// podstuck runs on (x86_64 and arm64 alike; `sysconf(_SC_CLK_TCK)`).
+    pub const TICKS_PER_SECOND: u64 = 100;
+
+    /// The kernel's nanoseconds since boot, in /proc's unit (the kernel's
+    /// own `nsec_to_clock_t`).
+    pub fn from_boot_ns(ns: u64) -> ProcessStart {
+        ProcessStart(ns / (1_000_000_000 / Self::TICKS_PER_SECOND))
+    }
+
+    pub fn ticks(self) -> u64 {
+        self.0
+    }
+}
 
 /// Converts the kernel's CLOCK_MONOTONIC nanoseconds to wall-clock time,
 /// using one (realtime, monotonic) pair sampled when tracing starts.
@@ -454,6 +480,15 @@ pub(crate) mod tests {
         assert_eq!(event.errno(), Some(16));
         assert_eq!(event.latency_ns, 5_000);
         assert_eq!(event.time, SystemTime::UNIX_EPOCH + Duration::from_secs(100) + Duration::from_nanos(6_000));
+    }
+
+    /// Found by the call_records fuzz target: a record's ret is the
+    /// ring's bytes, and the least i64 has no negation.
+    #[test]
+    fn any_ret_a_record_holds_gives_an_errno_without_overflow() {
+        let clock = WallClock::now();
+        let event = decode(&record_bytes(Syscall::Rmdir, i64::MIN, 0, b"/x"), &clock).unwrap();
+        assert_eq!(event.errno(), Some(i32::MAX));
     }
 
     #[test]

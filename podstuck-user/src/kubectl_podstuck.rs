@@ -18,8 +18,9 @@ use podstuck::print::stderr_line;
     version,
     about = "Why is this pod stuck in Terminating? Runs podstuck on the pod's node in a debug pod and streams its findings here.",
     long_about = "Why is this pod stuck in Terminating? Finds the pod's node, starts a privileged debug pod there with the podstuck image \
-                  (as kubectl debug node --profile=sysadmin would), traces the pod's teardown and streams the findings here. \
-                  Ctrl-C stops: podstuck prints its summary, the files asked for are copied back, the debug pod is deleted.",
+                  (as kubectl debug node --profile=sysadmin would) in podstuck's namespace (else kube-system), traces the pod's teardown \
+                  and streams the findings here. Ctrl-C stops: podstuck prints its summary, the files asked for are copied back, \
+                  --shell opens a root shell on the node for the fixes, the debug pod is deleted.",
     after_help = "Uses the kubectl on PATH with your current context and kubeconfig. Arguments after -- go to podstuck watch (e.g. -- --hung-after 10s).\n\
                   kubectl podstuck --all [-n NS]: every pod stuck in Terminating, in one table, from the API and the podstuck DaemonSet (no debug pod)."
 )]
@@ -34,7 +35,7 @@ struct Cli {
     /// grouped by node and cause: what the API says joined with the findings of the podstuck DaemonSet
     /// on each pod's node, read through the API server's pod proxy (no debug pod); for nodes without
     /// it, the kubectl podstuck command to run for each pod. --json: one JSON document.
-    #[arg(long, conflicts_with_all = ["pod", "histograms", "record", "duration", "watch_args"])]
+    #[arg(long, conflicts_with_all = ["pod", "histograms", "record", "duration", "watch_args", "shell", "namespace_for_debug"])]
     all: bool,
     /// The kubeconfig context to use.
     #[arg(long)]
@@ -42,9 +43,18 @@ struct Cli {
     /// The kubeconfig file to use.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// The podstuck image the debug pod runs.
-    #[arg(long, default_value = concat!("podstuck:", env!("CARGO_PKG_VERSION")))]
-    image: String,
+    /// The podstuck image the debug pod runs, where you pushed it (cargo xtask image; docs/deploy.md);
+    /// default: $KUBECTL_PODSTUCK_IMAGE. Required: no public registry holds podstuck.
+    #[arg(long)]
+    image: Option<String>,
+    /// Where the debug pod runs: default podstuck's namespace (kubectl apply -k deploy/ makes it, Pod
+    /// Security privileged) when it exists, else kube-system; never a Terminating namespace.
+    #[arg(long, value_name = "NAMESPACE")]
+    namespace_for_debug: Option<String>,
+    /// Once the trace ends, open a root shell on the node (its own /bin/sh, in its namespaces) to run
+    /// the fixes; the debug pod is deleted when you exit it.
+    #[arg(long)]
+    shell: bool,
     /// podstuck's JSON lines (start, findings, end) instead of a block per finding.
     #[arg(long)]
     json: bool,
@@ -85,6 +95,8 @@ fn main() -> ExitCode {
         context: cli.context,
         kubeconfig: cli.kubeconfig,
         image: cli.image,
+        namespace_for_debug: cli.namespace_for_debug,
+        shell: cli.shell,
         json: cli.json,
         duration: cli.duration,
         histograms: cli.histograms,

@@ -26,6 +26,7 @@
 pub mod attach_cost;
 pub mod btf;
 pub mod check;
+pub mod cni_plugins;
 pub mod collect;
 pub mod demo;
 pub mod diagnose;
@@ -35,6 +36,8 @@ pub mod explain;
 pub mod export;
 pub mod files;
 pub mod finding_block;
+#[cfg(test)]
+mod fuzz;
 pub mod identify;
 pub mod inspect;
 pub mod k8s_events;

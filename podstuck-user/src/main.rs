@@ -101,6 +101,9 @@ enum Command {
     /// The files at PATH as a tar archive on standard output (run by the kubectl plugin).
     #[command(name = "__pack", hide = true)]
     Pack { path: PathBuf },
+    /// The node's own /bin/sh in the node's namespaces (run by `kubectl podstuck --shell`).
+    #[command(name = "__host-shell", hide = true)]
+    HostShell,
     /// What the Kubernetes API says about a pod stuck in Terminating: finalizers, its node
     /// NotReady, volumes that do not detach, kubelet's warnings; each with its evidence and a
     /// safe fix. Reads through a kubeconfig, in-cluster, or on the node the kubelet's own kubeconfig.
@@ -170,6 +173,11 @@ struct WatchArgs {
     /// kubelet's root directory (its --root-dir); a symlink is followed.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_KUBELET_ROOT)]
     kubelet_root: PathBuf,
+    /// One more directory of CNI plugins, beside /opt/cni/bin, /usr/lib/cni, /usr/libexec/cni,
+    /// /var/lib/cni/bin, /home/kubernetes/bin, k3s' and those containerd's and CRI-O's
+    /// configurations name; repeatable.
+    #[arg(long = "cni-plugin-dir", value_name = "DIR")]
+    cni_plugin_dirs: Vec<PathBuf>,
     /// Failed calls only (filtered in the kernel; every call is still counted).
     #[arg(short = 'x', long)]
     errors_only: bool,
@@ -230,13 +238,18 @@ struct WatchArgs {
     /// DaemonSet scraped by the cluster's Prometheus. No TLS.
     #[arg(long, value_name = "ADDR", value_parser = podstuck::serve::ListenAddr::parse)]
     listen: Option<podstuck::serve::ListenAddr>,
+    /// With --listen: on a node podstuck cannot trace (kernel lockdown, no BTF, no privileges), keep
+    /// serving and say why (podstuck_up 0 and podstuck_cannot_trace{reason} on /metrics, /findings, the
+    /// log) until stopped, instead of exiting 2: a DaemonSet's pod then stays up rather than crash-looping.
+    #[arg(long, requires = "listen")]
+    stay_up: bool,
     /// The node's name as Kubernetes knows it, on findings and metrics (a DaemonSet sets NODE_NAME
     /// from spec.nodeName). Default: the kernel's node name (uname -n).
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     node_name: Option<String>,
     /// Also post each finding as a Kubernetes Event on its pod (a node's own findings on the Node),
     /// for kubectl describe pod: needs --node-name (or NODE_NAME) and the API credentials of
-    /// --kubeconfig, in-cluster or the kubelet's (RBAC: deploy/podstuck-events-rbac.yaml).
+    /// --kubeconfig, in-cluster or the kubelet's (RBAC: deploy/base/podstuck-events-rbac.yaml).
     #[arg(long)]
     events: bool,
 }
@@ -430,6 +443,7 @@ impl WatchArgs {
                 .collect(),
             kube: KubeOptions { node, ..KubeOptions::from(self.kube) },
             kubelet_root: self.kubelet_root,
+            cni_plugin_dirs: self.cni_plugin_dirs,
             errors_only: self.errors_only,
             syscalls,
             histograms: self.histograms,
@@ -455,6 +469,7 @@ impl WatchArgs {
             // NODE_NAME set but empty (a downward API field missing) is no name.
             node_name,
             events: self.events,
+            stay_up: self.stay_up,
             says_verdict: true,
             node,
         })
@@ -483,6 +498,7 @@ impl Command {
 impl WatchArgs {
     fn reach_from_here(&mut self, node: &Node) {
         self.kubelet_root = node.user_node_path(&self.kubelet_root);
+        self.cni_plugin_dirs = self.cni_plugin_dirs.iter().map(|d| node.user_node_path(d)).collect();
         self.histograms = self.histograms.as_deref().map(|h| node.user_file(h));
         self.btf = self.btf.as_deref().map(|b| node.user_file(b));
     }
@@ -558,6 +574,7 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::Pack { path } => podstuck::kubectl_plugin::remote::pack(&path),
+        Command::HostShell => podstuck::kubectl_plugin::remote::host_shell(cli.node_pid),
         Command::Check { kubelet_root, btf } => match podstuck::check::check(node, &kubelet_root, btf.as_deref()) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(2),

@@ -37,6 +37,14 @@ impl Mount {
         self.options.split(',').any(|o| o == "ro")
     }
 
+    /// Its device as the kernel keeps a `dev_t` (`MKDEV`: major << 20 |
+    /// minor): the superblock's `s_dev`, and the name of a FUSE
+    /// connection's directory in fusectl (a block device's major for
+    /// fuseblk, 0 for fuse, whose number is then its minor).
+    pub fn kernel_dev(&self) -> u32 {
+        kernel_dev(self.dev)
+    }
+
     /// Whether this mounts the filesystem's whole tree (root `/`), not a
     /// bind mount of a directory inside it.
     pub fn whole(&self) -> bool {
@@ -47,6 +55,11 @@ impl Mount {
 /// Undoes mountinfo's octal escapes: the kernel writes space, tab, newline
 /// and backslash as `\ooo` (`\040`, `\011`, `\012`, `\134`). Only a byte's
 /// value (`\000` to `\377`) is one; anything else stays as written.
+/// A `major:minor` as the kernel keeps a `dev_t` (`MKDEV`).
+pub fn kernel_dev((major, minor): (u32, u32)) -> u32 {
+    (major << 20) | minor
+}
+
 pub fn unescape(field: &[u8]) -> Cow<'_, [u8]> {
     if !field.contains(&b'\\') {
         return Cow::Borrowed(field);

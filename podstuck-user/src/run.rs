@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use podstuck_common::Syscall;
 
@@ -143,6 +143,92 @@ pub struct RunTotals {
     /// What each kernel program cost so far, with `--kernel-cost` (empty
     /// without: the kernel counts nothing then).
     pub programs: Vec<ProgramCost>,
+    /// Execs of the node's CNI plugin files set aside as no runtime's work
+    /// (a pod's process, a parent that is no runtime), by reason's name:
+    /// they never reached a pod.
+    pub lifecycle_dropped: BTreeMap<String, u64>,
+    /// How podstuck's reads of the node stand (`watch`: avoided
+    /// filesystems, recoveries, failures by kind).
+    pub node_reads: NodeReads,
+    /// Times the rings' reader found its queue full and waited (the
+    /// kernel's ring filled meanwhile), and the most the queue held.
+    pub queue_full: u64,
+    pub queue_high_water: u64,
+}
+
+/// How podstuck's reads of the node stand at the end of a run or a scrape.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeReads {
+    /// Filesystems avoided now: a read on each has not returned.
+    pub avoided: Vec<AvoidedMount>,
+    /// Filesystems that were avoided and answered again, all counted ...
+    pub recovered_total: u64,
+    /// ... the last few named.
+    pub recovered: Vec<RecoveredMount>,
+    /// Reads that failed, by kind ("timed-out", "avoided", "too-many"...).
+    pub failed: BTreeMap<String, u64>,
+}
+
+/// A filesystem avoided now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AvoidedMount {
+    pub mount_point: Vec<u8>,
+    pub fstype: String,
+    pub since: SystemTime,
+    /// podstuck's readers still stuck on it.
+    pub readers: usize,
+}
+
+/// A filesystem that was avoided, and answered again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveredMount {
+    pub mount_point: Vec<u8>,
+    pub fstype: String,
+    pub avoided_for: Duration,
+}
+
+impl NodeReads {
+    /// The reads in words, for the closing line and the summary; None
+    /// when every read answered.
+    pub fn words(&self) -> Option<String> {
+        let mount = |point: &[u8], fstype: &str| match fstype {
+            "" => crate::words::safe_text(point),
+            fstype => format!("{} ({fstype})", crate::words::safe_text(point)),
+        };
+        let mut parts = Vec::new();
+        if !self.avoided.is_empty() {
+            let avoided: Vec<String> = self
+                .avoided
+                .iter()
+                .map(|a| {
+                    let since = crate::words::rfc3339_seconds(a.since);
+                    format!("{} since {since}, {} reader(s) stuck", mount(&a.mount_point, &a.fstype), a.readers)
+                })
+                .collect();
+            parts.push(format!("avoided now (a read there did not return): {}", avoided.join(", ")));
+        }
+        if self.recovered_total > 0 {
+            let last: Vec<String> = self
+                .recovered
+                .iter()
+                .rev()
+                .take(3)
+                .map(|r| {
+                    format!(
+                        "{} after {}",
+                        mount(&r.mount_point, &r.fstype),
+                        crate::words::human_duration(r.avoided_for)
+                    )
+                })
+                .collect();
+            parts.push(format!("{} avoided filesystem(s) answered again ({})", self.recovered_total, last.join(", ")));
+        }
+        if !self.failed.is_empty() {
+            let failed: Vec<String> = self.failed.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+            parts.push(format!("reads not answered, by kind: {}", failed.join(", ")));
+        }
+        (!parts.is_empty()).then(|| format!("node reads: {}", parts.join("; ")))
+    }
 }
 
 impl RunTotals {

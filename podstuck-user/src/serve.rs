@@ -229,7 +229,7 @@ const MAX_HEADERS: usize = 64;
 /// Reads a request's head with httparse: `None` while it is not whole yet.
 /// The request line decides everything; headers are not needed (no body
 /// is read, every connection closes).
-fn parse_head(head: &[u8]) -> Result<Option<Request>, Refusal> {
+pub(crate) fn parse_head(head: &[u8]) -> Result<Option<Request>, Refusal> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut headers);
     match parsed.parse(head) {

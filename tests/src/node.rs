@@ -106,8 +106,26 @@ impl FuseMount {
     /// Starts the fuse_server binary on `mountpoint` and waits until the
     /// kernel's INIT is answered.
     pub fn start(mountpoint: &Path) -> FuseMount {
+        FuseMount::start_with(&fuse_server(), mountpoint)
+    }
+
+    /// As [`FuseMount::start`], with the server binary at `server` (the
+    /// soak, which `cargo xtask soak` hands release builds).
+    pub fn start_with(server: &Path, mountpoint: &Path) -> FuseMount {
+        FuseMount::started(Command::new(server).arg(mountpoint), mountpoint)
+    }
+
+    /// As [`FuseMount::start`], the kernel keeping the root's attributes
+    /// (`fuse_server --root-attr-valid`): a stat of the root needs no
+    /// answer, so a caller walking into the mount waits at the lookup
+    /// below it, on the root's lock if another call holds it.
+    pub fn start_keeping_root_attributes(mountpoint: &Path) -> FuseMount {
+        FuseMount::started(Command::new(fuse_server()).args(["--root-attr-valid", "3600"]).arg(mountpoint), mountpoint)
+    }
+
+    fn started(command: &mut Command, mountpoint: &Path) -> FuseMount {
         std::fs::create_dir_all(mountpoint).expect("create FUSE mountpoint");
-        let process = Process::spawn(Command::new(fuse_server()).arg(mountpoint));
+        let process = Process::spawn(command);
         let mut fuse =
             FuseMount { mountpoint: mountpoint.to_path_buf(), minor: 0, server: Some(process), aborted: false };
         fuse.server.as_ref().unwrap().wait_ready(Duration::from_secs(10));
@@ -129,9 +147,12 @@ impl FuseMount {
 
     /// SIGSTOP the daemon: every later call into the mount waits for it.
     pub fn stop_server(&self) {
-        self.server.as_ref().unwrap().signal(libc::SIGSTOP);
-        let pid = self.server_pid();
-        wait_until(&format!("FUSE server {pid} to stop"), Duration::from_secs(5), || task_state(pid) == Some('T'));
+        stop_and_wait(self.server.as_ref().unwrap());
+    }
+
+    /// SIGCONT the daemon: it answers what waited, and what comes.
+    pub fn continue_server(&self) {
+        self.server.as_ref().unwrap().signal(libc::SIGCONT);
     }
 
     /// Aborts the connection, as `echo 1 > /sys/fs/fuse/connections/N/abort`
@@ -142,16 +163,22 @@ impl FuseMount {
             return;
         }
         self.aborted = true;
-        let fusectl = Path::new(FUSECTL);
-        let mounted_here = !is_mountpoint(fusectl)
-            && mount(Some("fusectl"), fusectl, Some("fusectl"), MsFlags::empty(), None::<&str>).is_ok();
-        let abort = fusectl.join(self.minor.to_string()).join("abort");
-        if let Err(e) = std::fs::write(&abort, "1") {
-            eprintln!("warning: abort FUSE connection {}: {e}", abort.display());
-        }
-        if mounted_here {
-            let _ = umount2(fusectl, MntFlags::MNT_DETACH);
-        }
+        abort_connection(self.minor);
+    }
+}
+
+/// Aborts FUSE connection `minor`, as `echo 1 > /sys/fs/fuse/connections/N/abort`
+/// does, mounting fusectl for the moment if it is not mounted.
+fn abort_connection(minor: u32) {
+    let fusectl = Path::new(FUSECTL);
+    let mounted_here = !is_mountpoint(fusectl)
+        && mount(Some("fusectl"), fusectl, Some("fusectl"), MsFlags::empty(), None::<&str>).is_ok();
+    let abort = fusectl.join(minor.to_string()).join("abort");
+    if let Err(e) = std::fs::write(&abort, "1") {
+        eprintln!("warning: abort FUSE connection {}: {e}", abort.display());
+    }
+    if mounted_here {
+        let _ = umount2(fusectl, MntFlags::MNT_DETACH);
     }
 }
 
@@ -162,6 +189,87 @@ impl Drop for FuseMount {
         drop(self.server.take());
         let _ = umount2(&self.mountpoint, MntFlags::MNT_DETACH);
     }
+}
+
+/// SIGSTOP a FUSE server and wait until it is stopped.
+fn stop_and_wait(server: &Process) {
+    server.signal(libc::SIGSTOP);
+    let pid = server.pid();
+    wait_until(&format!("FUSE server {pid} to stop"), Duration::from_secs(5), || task_state(pid) == Some('T'));
+}
+
+/// Debian's `bindfs`, mirroring a directory at a mountpoint through FUSE
+/// (the network or FUSE volume of the pod in a test): run in the
+/// foreground so that a test can stop its server (SIGSTOP: every call
+/// into the mount waits) and continue it (SIGCONT: the calls are
+/// answered, late). On drop the connection is aborted, the server killed
+/// and the mount detached, whatever state the test left it in.
+pub struct Bindfs {
+    mountpoint: PathBuf,
+    minor: u32,
+    server: Option<Process>,
+}
+
+impl Bindfs {
+    /// `bindfs -f SOURCE MOUNTPOINT`, once its mount is in the table;
+    /// None (the test fails, or skips with PODSTUCK_ALLOW_SKIPS=1) when
+    /// bindfs is not installed (`cargo xtask setup` installs it).
+    pub fn start(test: &str, source: &Path, mountpoint: &Path) -> Option<Bindfs> {
+        if which("bindfs").is_none() {
+            return crate::missing(
+                test,
+                "bindfs (Debian's FUSE bind mount)",
+                "apt-get install bindfs, or run cargo xtask setup",
+            );
+        }
+        std::fs::create_dir_all(mountpoint).expect("create the bindfs mountpoint");
+        // -o attr_timeout=0,entry_timeout=0: every walk asks the server, as
+        // a network filesystem revalidates; a stopped server stalls it.
+        let process = Process::spawn(
+            Command::new("bindfs")
+                .args(["-f", "-o", "attr_timeout=0,entry_timeout=0,negative_timeout=0"])
+                .arg(source)
+                .arg(mountpoint),
+        );
+        let mut bindfs = Bindfs { mountpoint: mountpoint.to_path_buf(), minor: 0, server: Some(process) };
+        let (_, minor) = crate::wait::poll_until("the bindfs mount in mountinfo", Duration::from_secs(10), || {
+            mountinfo::at(mountpoint).filter(|m| m.fstype.starts_with("fuse")).map(|m| m.device)
+        });
+        bindfs.minor = minor;
+        Some(bindfs)
+    }
+
+    pub fn server_pid(&self) -> u32 {
+        self.server.as_ref().unwrap().pid()
+    }
+
+    /// The connection's number under /sys/fs/fuse/connections.
+    pub fn connection(&self) -> u32 {
+        self.minor
+    }
+
+    /// The server stalls: every later call into the mount waits.
+    pub fn stall(&self) {
+        stop_and_wait(self.server.as_ref().unwrap());
+    }
+
+    /// The server answers again.
+    pub fn answer_again(&self) {
+        self.server.as_ref().unwrap().signal(libc::SIGCONT);
+    }
+}
+
+impl Drop for Bindfs {
+    fn drop(&mut self) {
+        abort_connection(self.minor);
+        drop(self.server.take());
+        let _ = umount2(&self.mountpoint, MntFlags::MNT_DETACH);
+    }
+}
+
+/// `program` on PATH, if it is there.
+pub fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(program)).find(|p| p.is_file())
 }
 
 /// A bind mount (`mount --bind SOURCE TARGET`), optionally read-only;

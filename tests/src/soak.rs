@@ -41,6 +41,9 @@ use crate::podstuck::{status_kib, Running};
 use crate::scrape::{free_port, try_get};
 use crate::wait::within;
 
+pub mod faults;
+use faults::{FaultOutcome, FaultPlan, Gate, Injector, Target};
+
 /// Series one scrape of `/metrics` may hold, at most: what a cluster's
 /// Prometheus keeps from every node for weeks.
 pub const MAX_SERIES: usize = 500;
@@ -94,6 +97,8 @@ pub struct SoakOptions {
     /// keeps of it must not grow with the churn, and it must still be
     /// named at the end.
     pub stuck_through_churn: bool,
+    /// Faults injected beside the churn (`cargo xtask soak --faults`).
+    pub faults: Option<FaultPlan>,
 }
 
 impl SoakOptions {
@@ -110,10 +115,11 @@ impl SoakOptions {
             files_per_pod: 20,
             listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
             stuck_through_churn: true,
+            faults: None,
         }
     }
 
-    /// podstuck's arguments: the DaemonSet's (deploy/podstuck-daemonset.yaml)
+    /// podstuck's arguments: the DaemonSet's (deploy/base/podstuck-daemonset.yaml)
     /// on a port of loopback, with this run's kubelet root and a node name.
     pub fn podstuck_args(&self, listen: SocketAddr, root: &KubeletRoot) -> Vec<String> {
         ["watch", "--listen", &listen.to_string(), "--concurrent", "--kubelet-root", root.arg(), "--node-name", NODE]
@@ -221,6 +227,9 @@ pub struct SoakReport {
     /// (the churn should make none: each pod's failed calls are followed
     /// by successes), then its closing line of what it counted.
     pub stdout: Vec<String>,
+    /// The faults injected beside the churn, in order (none without
+    /// [`SoakOptions::faults`]).
+    pub faults: Vec<FaultOutcome>,
 }
 
 /// One target, met or not, with what was measured.
@@ -309,7 +318,7 @@ impl SoakReport {
             at.map(|d| format!("after {:.1} s", d.as_secs_f64()))
                 .unwrap_or_else(|| format!("not within {} s", STUCK_TIMEOUT.as_secs()))
         };
-        vec![
+        let mut verdicts = vec![
             Verdict {
                 target: format!(
                     "RSS flat (second half of the churn grows ≤ {RSS_FLAT_MB} MB or {:.0} %)",
@@ -378,6 +387,87 @@ impl SoakReport {
                 target: "GET /healthz 200 at the end".into(),
                 met: self.healthz == 200,
                 measured: format!("{}", self.healthz),
+                aim: false,
+            },
+        ];
+        verdicts.extend(self.fault_verdicts());
+        verdicts
+    }
+
+    /// With faults: the findings right again within seconds of each, every
+    /// loss counted, no answer on a reused pid, every kind of fault made.
+    fn fault_verdicts(&self) -> Vec<Verdict> {
+        if self.faults.is_empty() {
+            return Vec::new();
+        }
+        let late: Vec<String> = self
+            .faults
+            .iter()
+            .filter(|o| o.right_again.is_none())
+            .map(|o| format!("{} at {:.0} s", o.fault.words(), o.at.as_secs_f64()))
+            .collect();
+        let slowest = self.faults.iter().filter_map(|o| o.right_again).max().unwrap_or_default();
+        let uncounted: Vec<String> = self
+            .faults
+            .iter()
+            .filter(|o| !o.loss_counted())
+            .map(|o| {
+                format!(
+                    "{} at {:.0} s ({:?} -> {:?})",
+                    o.fault.words(),
+                    o.at.as_secs_f64(),
+                    o.lost_before,
+                    o.lost_after
+                )
+            })
+            .collect();
+        let wrong: Vec<&str> = self.faults.iter().filter_map(|o| o.wrong.as_deref()).collect();
+        let missing: Vec<&str> = faults::Fault::ALL
+            .iter()
+            .filter(|f| !self.faults.iter().any(|o| o.fault == **f))
+            .map(|f| f.words())
+            .collect();
+        vec![
+            Verdict {
+                target: format!(
+                    "after every fault, the findings right again within {} s",
+                    faults::RIGHT_AGAIN_WITHIN.as_secs()
+                ),
+                met: late.is_empty(),
+                measured: if late.is_empty() {
+                    format!(
+                        "{} faults, the slowest right again after {:.1} s",
+                        self.faults.len(),
+                        slowest.as_secs_f64()
+                    )
+                } else {
+                    format!("not after {}", late.join("; "))
+                },
+                aim: false,
+            },
+            Verdict {
+                target: "every loss counted (a stopped podstuck's overflow in podstuck_events_lost_total)".into(),
+                met: uncounted.is_empty(),
+                measured: if uncounted.is_empty() {
+                    format!(
+                        "{} events lost, all counted",
+                        self.faults.iter().filter_map(|o| o.lost_after).max().unwrap_or(0)
+                    )
+                } else {
+                    format!("not counted: {}", uncounted.join("; "))
+                },
+                aim: false,
+            },
+            Verdict {
+                target: "no finding or fix on a reused pid".into(),
+                met: wrong.is_empty(),
+                measured: if wrong.is_empty() { "none".into() } else { wrong.join("; ") },
+                aim: false,
+            },
+            Verdict {
+                target: "every kind of fault injected".into(),
+                met: missing.is_empty(),
+                measured: if missing.is_empty() { "all four".into() } else { format!("not: {}", missing.join("; ")) },
                 aim: false,
             },
         ]
@@ -464,6 +554,7 @@ pub fn run(
         exited_cleanly: ended.status.success(),
         stderr: ended.stderr,
         stdout: ended.lines,
+        faults: soaked.faults,
     })
 }
 
@@ -477,6 +568,7 @@ struct Soaked {
     in_metrics: Option<Duration>,
     through_churn_named: Option<bool>,
     healthz: u16,
+    faults: Vec<FaultOutcome>,
 }
 
 /// The churn, sampled, then the stuck pod, sampled once named.
@@ -491,8 +583,12 @@ fn churn_then_stick(
 ) -> Result<Soaked> {
     let pid = podstuck.pid();
     let mut samples = Vec::new();
+    // Never taken while a fault has podstuck stopped: it would not answer.
+    let gate = Gate::default();
     let mut take = |phase: Phase, at: Duration, pods: u64| -> Result<()> {
+        let held = gate.hold();
         let sample = sample(pid, listen, phase, at, pods)?;
+        drop(held);
         on_sample(&sample);
         samples.push(sample);
         Ok(())
@@ -504,6 +600,16 @@ fn churn_then_stick(
     // torn down. Ticks are kept to the clock; when a tick runs late the
     // next starts at once, never two at once (the rate is what it is).
     let started = Instant::now();
+    let injector = options.faults.clone().map(|plan| {
+        let target = Target {
+            podstuck: pid,
+            listen,
+            root: root.path().to_path_buf(),
+            actor: options.actor.clone(),
+            churn_began: started,
+        };
+        Injector::start(plan, target, gate.clone())
+    });
     let (mut next_pod, mut next_sample) = (started, started + options.sample_every);
     let mut alive: VecDeque<ChurnedPod> = VecDeque::new();
     let mut pods = 0u64;
@@ -528,6 +634,7 @@ fn churn_then_stick(
             None => next_pod = Instant::now(),
         }
     }
+    let faults = injector.map(Injector::finish).unwrap_or_default();
     while let Some(pod) = alive.pop_front() {
         pod.tear_down(&options.actor)?;
         pods += 1;
@@ -553,6 +660,7 @@ fn churn_then_stick(
         in_metrics,
         through_churn_named,
         healthz,
+        faults,
     })
 }
 

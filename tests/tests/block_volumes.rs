@@ -101,7 +101,7 @@ kernel_test! {
                 e.eq("/errno", "EBUSY");
                 e.eq("/actor/comm", "umount");
                 e.eq("/actor/parent", "kubelet");
-                e.eq("/fix", format!("kill {pid}"));
+                e.contains("/fix", &format!("] && kill -TERM {pid}"));
                 e.eq("/details/loop_device", format!("/dev/{loop_name}"));
                 e.contains("/summary", &format!("loop device /dev/{loop_name} is still bound"));
                 e.that(e.mentions_number("/summary", pid.into()), format!("the summary should name the holder, pid {pid}"));
@@ -135,7 +135,7 @@ kernel_test! {
             |e| {
                 e.eq("/paths/0", text(&mapping.map));
                 e.eq("/confidence", "confirmed");
-                e.eq("/fix", format!("kill {pid}"));
+                e.contains("/fix", &format!("] && kill -TERM {pid}"));
                 e.contains("/summary", "has the device file open through the bind mount");
                 e.that(e.mentions_number("/summary", pid.into()), format!("the summary should name the holder, pid {pid}"));
             },

@@ -167,7 +167,7 @@ fn check_table(table: &str, mount: &Path) {
     let web = row(table, "shop/web-0");
     assert_eq!(&web[..2], ["worker-1", "volume-still-mounted"], "{table}");
     assert_eq!(&web[4..6], ["podstuck", "DaemonSet"], "{table}");
-    assert!(web[6..].join(" ").contains(&format!("umount {}", text(mount))), "{table}");
+    assert!(web[6..].join(" ").contains(&format!("umount -- {}", shell_word(mount))), "{table}");
     assert!(web[3].starts_with("10m") || web[3].starts_with("11m"), "terminating for {}: {table}", web[3]);
     let db = row(table, "shop/db-0");
     assert_eq!(&db[..2], ["worker-1", "finalizer-pending"], "{table}");
@@ -236,7 +236,7 @@ kernel_test! {
         let web = rows.iter().find(|r| r["name"] == "web-0").unwrap_or_else(|| panic!("{doc}"));
         assert_eq!((web["node"].as_str(), web["cause"].as_str(), web["from"].as_str()), (Some("worker-1"), Some("volume-still-mounted"), Some("podstuck-daemonset")));
         assert_eq!(web["uid"], web_0.uid());
-        assert!(web["fix"].as_str().unwrap().contains(&format!("umount {}", text(&mount))), "{web}");
+        assert!(web["fix"].as_str().unwrap().contains(&format!("umount -- {}", shell_word(&mount))), "{web}");
         assert!(web["past_grace_seconds"].as_u64().unwrap() >= 600, "{web}");
         let db = rows.iter().find(|r| r["name"] == "db-0").unwrap();
         assert_eq!((db["cause"].as_str(), db["from"].as_str()), (Some("finalizer-pending"), Some("api")));

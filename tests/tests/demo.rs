@@ -27,7 +27,8 @@ kernel_test! {
             ("volume-still-mounted", "kubelet", "umount "),
             ("removal-storm", "dockerd", "kubectl drain "),
             ("immutable-file", "dockerd", "chattr -i "),
-            ("mount-held", "containerd", "kill "),
+            // The holder killed only while its pid is still that process.
+            ("mount-held", "containerd", "[ \"$(sed 's/.*) //' /proc/"),
             ("cgroup-busy", "kubelet", "echo 1 > "),
         ];
         for (kind, comm, fix) in expect {
@@ -42,9 +43,15 @@ kernel_test! {
         // Debian's real bridge and host-local plugins.
         let ignored = first.get("sigterm-ignored").unwrap_or_else(|| panic!("no sigterm-ignored finding; findings: {first:?}\n{stderr}"));
         assert_eq!((&ignored["actor"]["comm"], &ignored["confidence"]), (&"containerd-shim".into(), &"confirmed".into()), "{ignored}");
-        assert!(ignored["fix"].as_str().unwrap().starts_with("kill -KILL "), "{ignored}");
+        // The kill checks first that the pid is still the init podstuck saw.
+        let pid = ignored["details"]["pid"].as_u64().unwrap();
+        let start = ignored["details"]["start"].as_u64().unwrap();
+        assert!(ignored["fix"].as_str().unwrap().ends_with(&format!("= {start} ] && kill -KILL {pid}")), "{ignored}");
+        assert!(ignored["id"].as_str().unwrap().ends_with(&format!(":{pid}@{start}")), "{ignored}");
         let sandbox = first.get("sandbox-teardown-failing").unwrap_or_else(|| panic!("no sandbox-teardown-failing finding; findings: {first:?}\n{stderr}"));
         assert_eq!(sandbox["actor"]["comm"], "bridge", "{sandbox}");
+        // The lab's containerd, by its executable: the copy named so.
+        assert_eq!(sandbox["actor"]["parent"], "containerd", "{sandbox}");
         assert!(sandbox["summary"].as_str().unwrap().contains("host-local (exit code 1)"), "{sandbox}");
         assert_eq!(sandbox["pod_uid"], "6b8d0f2a-4c6e-4d8a-8b0c-1d2e3f4a5b6c", "{sandbox}");
         let storm = first["removal-storm"];

@@ -185,7 +185,7 @@ kernel_test! {
                     e.eq("/errno", "EBUSY");
                     e.eq("/status", "active");
                     e.eq("/paths/0", text(&mount));
-                    e.eq("/fix", format!("umount {}", shell_word(&mount)));
+                    e.eq("/fix", format!("umount -- {}", shell_word(&mount)));
                     e.eq("/confidence", "confirmed");
                     let rhythm = e.text("/rhythm");
                     e.that(rhythm.contains("backoff"), format!("/rhythm ({rhythm}) should name kubelet's backoff"));
@@ -290,7 +290,7 @@ kernel_test! {
                 |f| f["kind"] == "immutable-file" && f["paths"][0].as_str().is_some_and(|p| p.starts_with(text(scratch.path()))),
                 |e| {
                     e.eq("/paths/0", text(&file));
-                    e.eq("/fix", format!("chattr -i {}", shell_word(&file)));
+                    e.eq("/fix", format!("chattr -i -- {}", shell_word(&file)));
                     e.eq("/errno", "EPERM");
                     e.eq("/actor/comm", "dockerd");
                 },
@@ -448,7 +448,7 @@ kernel_test! {
         mount_held(&scratch, &held, |e| {
             // `umount` without -l fails in there: the holder's cwd is inside,
             // it is what keeps the copy busy (exit 32, "target is busy").
-            e.eq("/fix", format!("nsenter -t {pid} -m -- umount -l {}", shell_word(rootfs)));
+            e.eq("/fix", format!("nsenter -t {pid} -m -- umount -l -- {}", shell_word(rootfs)));
         });
     }
 }
@@ -459,7 +459,7 @@ kernel_test! {
         // A log shipper in the host namespace still reading the container's log.
         let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "log-shipper", "hold-open", rootfs.join("app/server.log")]);
         let pid = held.holder.pid();
-        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("kill {pid}")));
+        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("] && kill -TERM {pid}")));
     }
 }
 
@@ -469,7 +469,7 @@ kernel_test! {
         // A debugging shell someone left in the container's directory.
         let held = HeldRootfs::new(&scratch, |rootfs| os!["--comm", "bash", "hold-cwd", rootfs.join("app")]);
         let pid = held.holder.pid();
-        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("kill {pid}")));
+        mount_held(&scratch, &held, |e| e.contains("/fix", &format!("] && kill -TERM {pid}")));
     }
 }
 
@@ -667,7 +667,7 @@ kernel_test! {
                     e.eq("/pod_uid", uid);
                     e.eq("/syscall", "umount2");
                     e.eq("/errno", "EINVAL");
-                    e.eq("/fix", format!("rmdir {}", shell_word(&dir)));
+                    e.eq("/fix", format!("rmdir -- {}", shell_word(&dir)));
                 },
             );
             all_say(&driver.lines(), &einval);
@@ -816,7 +816,7 @@ kernel_test! {
                     // Both work on a read-only bind (checked by hand here);
                     // ",bind" leaves the filesystem itself alone.
                     let fix = e.text("/fix");
-                    let allowed = ["remount,rw", "remount,bind,rw"].map(|o| format!("mount -o {o} {}", shell_word(root.path())));
+                    let allowed = ["remount,rw", "remount,bind,rw"].map(|o| format!("mount -o {o} -- {}", shell_word(root.path())));
                     e.that(allowed.contains(&fix), format!("/fix is {fix:?}, want one of {allowed:?}"));
                 },
             );
@@ -859,7 +859,7 @@ kernel_test! {
                     e.eq("/pod_uid", uid);
                     e.eq("/actor/comm", "kubelet");
                     e.eq("/errno", "EBUSY");
-                    e.eq("/fix", format!("umount {}", shell_word(&index)));
+                    e.eq("/fix", format!("umount -- {}", shell_word(&index)));
                 },
             );
             all_say(&kubelet.lines(), &ebusy);

@@ -156,7 +156,7 @@ kernel_test! {
         assert_eq!(event.reporting_controller.as_deref(), Some("podstuck.dev/podstuck"));
         assert_eq!(event.reporting_instance.as_deref(), Some(NODE));
         let note = event.note.clone().unwrap();
-        assert!(note.contains(&format!("Fix: umount {}", text(&mount))), "{note}\nfix: {}", finding["fix"]);
+        assert!(note.contains(&format!("Fix: umount -- {}", shell_word(&mount))), "{note}\nfix: {}", finding["fix"]);
         // Microseconds, as MicroTime has them.
         let time = posts[0].json()["eventTime"].as_str().unwrap().to_string();
         assert_eq!(time.len(), "2026-01-01T00:00:00.000000Z".len(), "{time}");
@@ -249,7 +249,7 @@ kernel_test! {
         let done = watch.stop(libc::SIGINT);
         assert!(done.status.success(), "{}", done.stderr);
         assert_eq!(done.stderr.matches("permission missing: create events").count(), 1, "said once: {}", done.stderr);
-        assert!(done.stderr.contains("deploy/podstuck-events-rbac.yaml"), "{}", done.stderr);
+        assert!(done.stderr.contains("deploy/base/podstuck-events-rbac.yaml"), "{}", done.stderr);
         assert_eq!(api.requests_of("POST").len(), 1, "not retried: {:?}", api.requests_of("POST"));
     }
 }
@@ -291,7 +291,7 @@ fn permission(request: &Request) -> (String, String, String) {
 
 kernel_test! {
     fn the_rbac_in_deploy_grants_what_events_asks_and_nothing_more(test) {
-        let documents = harness::deploy_manifest("podstuck-events-rbac.yaml");
+        let documents = harness::deploy_manifest("base/podstuck-events-rbac.yaml");
         let scratch = test.scratch();
         let StuckVolume { kubelet, mut watch, volume, mount: _, api, pod: _, root: _root } =
             StuckVolume::start(scratch.path(), |_| {});

@@ -248,7 +248,7 @@ fn a_pending_finalizer_is_named_with_its_owner_and_a_patch_that_removes_only_it(
     assert_eq!(f["severity"], "critical");
     assert_eq!(
         f["fix"],
-        r#"kubectl patch pod web-0 -n shop --type=json -p '[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/backup-done"},{"op":"remove","path":"/metadata/finalizers/0"}]'"#
+        r#"kubectl patch pod -n shop --type=json -p '[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/backup-done"},{"op":"remove","path":"/metadata/finalizers/0"}]' -- web-0"#
     );
     assert!(f["summary"].as_str().unwrap().contains("finalizer example.com/backup-done is still on it"), "{f}");
     assert!(
@@ -315,7 +315,7 @@ fn an_unreachable_node_is_the_root_cause_and_its_forced_deletion_says_the_risk()
     let (_, findings) = both_ways(&cluster);
     assert_eq!(kinds(&findings), ["node-not-ready", "finalizer-pending", "grace-period-past"]);
     let f = &findings[0];
-    assert_eq!(f["fix"], "kubectl delete pod web-0 -n shop --grace-period=0 --force");
+    assert_eq!(f["fix"], "kubectl delete pod -n shop --grace-period=0 --force -- web-0");
     assert!(f["summary"].as_str().unwrap().contains("has been unreachable"), "{f}");
     assert!(f["advice"][0].as_str().unwrap().contains("the containers may still run on worker-1"), "{f}");
     let facts: Vec<&str> = f["evidence"].as_array().unwrap().iter().map(|e| e["fact"].as_str().unwrap()).collect();
@@ -356,7 +356,7 @@ fn a_volume_that_does_not_detach_is_quoted_from_its_volume_attachment() {
         f["summary"].as_str().unwrap().contains("\"rpc error: code = Internal desc = volume vol-1 is busy\""),
         "{f}"
     );
-    assert_eq!(f["fix"], "kubectl get volumeattachment csi-aaa -o yaml");
+    assert_eq!(f["fix"], "kubectl get volumeattachment -o yaml -- csi-aaa");
 }
 
 #[test]
@@ -426,7 +426,7 @@ fn an_unreachable_api_server_is_a_clear_error() {
     assert!(stderr.contains("Connection refused"), "{stderr}");
     assert!(
         stderr.contains(
-            "without a cluster, explain reads the pod saved as JSON: `kubectl get pod web-0 -o json > pod.json`"
+            "without a cluster, explain reads the pod saved as JSON: `kubectl get pod -o json -- web-0 > pod.json`"
         ),
         "{stderr}"
     );
@@ -437,7 +437,7 @@ fn an_unreachable_api_server_is_a_clear_error() {
     let output = explain(&["web-0", "-n", "shop"]);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("`kubectl get pod web-0 -n shop -o json > pod.json` where the cluster answers, then `podstuck explain --from pod.json`"), "{stderr}");
+    assert!(stderr.contains("`kubectl get pod -n shop -o json -- web-0 > pod.json` where the cluster answers, then `podstuck explain --from pod.json`"), "{stderr}");
 }
 
 #[test]
@@ -519,7 +519,7 @@ fn permission(target: &str) -> (String, String, &'static str, Option<String>) {
 
 #[test]
 fn the_rbac_in_deploy_grants_what_explain_asks_and_nothing_more() {
-    let documents = harness::deploy_manifest("explain-rbac.yaml");
+    let documents = harness::deploy_manifest("on-call/explain-rbac.yaml");
     // Every resource read: the pod by name and by UID, events, node, lease, claims, attachments;
     // with --all, each listed, and the podstuck DaemonSet's pods and their proxy.
     let scratch = ScratchDir::new("explain-rbac");
@@ -637,7 +637,7 @@ kernel_test! {
         assert!(at("volume-still-mounted") < at("finalizer-pending"), "root cause first: {told:?}");
         assert!(at("finalizer-pending") < at("grace-period-past"), "{told:?}");
         assert_eq!(kernel["paths"][0], text(&mount));
-        assert!(finalizer["fix"].as_str().unwrap().starts_with("kubectl patch pod web-0 -n shop --type=json"), "{finalizer}");
+        assert!(finalizer["fix"].as_str().unwrap().starts_with("kubectl patch pod -n shop --type=json"), "{finalizer}");
         assert!(api.requests().iter().any(|r| r.target == "/api/v1/namespaces/shop/pods/web-0"));
     }
 }
@@ -665,7 +665,7 @@ kernel_test! {
             assert_eq!(stderr.matches("cannot resolve --pod shop/web-0 through the Kubernetes API").count(), 1, "{pod:?}: said once: {stderr}");
             assert!(stderr.contains(&format!("cannot reach the API server at http://127.0.0.1:{port}/")), "{pod:?}: {stderr}");
             assert!(stderr.contains("podstuck stops rather than trace every pod of the node"), "{stderr}");
-            assert!(stderr.contains("--pod UID; `kubectl get pod web-0 -n shop -o jsonpath='{.metadata.uid}'` prints it"), "{stderr}");
+            assert!(stderr.contains("--pod UID; `kubectl get pod -n shop -o 'jsonpath={.metadata.uid}' -- web-0` prints it"), "{stderr}");
             assert!(stderr.contains("--kubeconfig FILE"), "{stderr}");
         }
     }
@@ -702,7 +702,7 @@ fn the_text_answer_is_a_block_per_finding_with_its_evidence_and_fix() {
         lines.iter().position(|l| l.starts_with("  evidence: ")).unwrap_or_else(|| panic!("no evidence:\n{node}"));
     assert!(lines[evidence + 1].starts_with("            "), "one fact per line:\n{node}");
     assert!(
-        lines.contains(&"  fix:      kubectl delete pod web-0 -n shop --grace-period=0 --force"),
+        lines.contains(&"  fix:      kubectl delete pod -n shop --grace-period=0 --force -- web-0"),
         "the fix whole on its own line:\n{node}"
     );
 }

@@ -249,7 +249,7 @@ kernel_test! {
         // finding's block among the call lines.
         assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains(&format!("  fix:      umount {}\n", text(&mountpoint))), "{stdout}");
+        assert!(stdout.contains(&format!("  fix:      umount -- {}\n", shell_word(&mountpoint))), "{stdout}");
         let line = stdout
             .lines()
             .find(|l| l.ends_with(mountpoint.to_str().unwrap()) && l.contains(" rmdir "))
@@ -415,7 +415,11 @@ kernel_test! {
         let pod = root.new_pod();
         let uid = pod.uid();
         let mount = pod.create_csi_volume("pvc-fuse").join("mount");
-        let fuse = FuseMount::start(&mount);
+        // The root's attributes kept: podstuck's reader stats each
+        // directory it walks through (it follows no link), and a stat of
+        // the root asking the stopped server would wait interruptibly;
+        // kept, the reader goes on to the lookup of `d`, and sleeps there.
+        let fuse = FuseMount::start_keeping_root_attributes(&mount);
         let dir = mount.join("d");
         // The same directory by a path outside the pod, which podstuck (--pod) does not follow.
         let alias = scratch.path().join("alias");
@@ -431,6 +435,9 @@ kernel_test! {
         // kernel forgets `d`: the next lookup of it asks the daemon afresh.
         let (_, removed) = start_actor(["rmdir", text(&alias.join("d"))]).finish(Duration::from_secs(10));
         assert_eq!(removed, vec!["rmdir ok".to_string()]);
+        // The removal made the kernel forget the root's attributes: asked
+        // once more while the daemon answers, and kept from now on.
+        std::fs::metadata(&mount).unwrap();
         // The daemon stops; kubelet's removal then waits for its lookup of
         // `d` with the mount's root locked, and every other lookup there
         // waits for that lock, uninterruptibly.

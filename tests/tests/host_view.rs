@@ -137,7 +137,7 @@ kernel_test! {
                 e.eq("/pod_uid", uid);
                 e.eq("/paths/0", text(&mount));
                 e.eq("/confidence", "confirmed");
-                e.eq("/fix", format!("nsenter -t 1 -m -- umount {}", shell_word(&mount)));
+                e.eq("/fix", format!("nsenter -t 1 -m -- umount -- {}", shell_word(&mount)));
                 e.that(e.mentions_number("/evidence", other_pid.into()), format!("evidence should name the other namespace's holder, pid {other_pid}"));
             },
         );

@@ -25,7 +25,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         "what the kernel sends, where the node is, files made safely",
         &["event", "kernel_features", "node_access", "files"],
     ),
-    ("who made a call (process, pod, owner); the one-tracer lock", &["identify", "tracer_lock"]),
+    (
+        "who made a call (process, pod, owner); the one-tracer lock; the node's CNI plugins",
+        &["identify", "tracer_lock", "cni_plugins"],
+    ),
     (
         "the node's state, the run's facts, latency books, the process lifecycle's events",
         &["inspect", "run", "latency", "lifecycle"],
@@ -39,6 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("what talks to the cluster from a run or kubectl", &["k8s_events", "kubectl_plugin"]),
     ("the run", &["watch"]),
     ("the demo, which runs a watch", &["demo"]),
+    ("the fuzz targets (tests only), over what every layer reads from outside", &["fuzz"]),
 ];
 
 fn workspace() -> PathBuf {

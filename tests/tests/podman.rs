@@ -123,7 +123,7 @@ kernel_test! {
                 e.eq("/errno", "EBUSY");
                 e.eq("/details/container", id.as_str());
                 e.contains("/summary", &format!("is the root filesystem of container {id}"));
-                e.contains("/fix", &format!("umount -l {}", text(&view_merged)));
+                e.contains("/fix", &format!("umount -l -- {}", text(&view_merged)));
                 e.that(e.mentions("/evidence", text(&view_merged)), format!("evidence should name the view {}", view_merged.display()));
             },
         );

@@ -303,7 +303,7 @@ kernel_test! {
             |f| f["kind"] == "immutable-file" && finding_is_under(f, &dirs),
             |e| {
                 e.eq("/paths/0", text(&file));
-                e.eq("/fix", format!("chattr -i {}", shell_word(&file)));
+                e.eq("/fix", format!("chattr -i -- {}", shell_word(&file)));
                 e.eq("/actor/comm", "dockerd");
                 e.eq("/errno", "EPERM");
             },

@@ -29,7 +29,7 @@ kernel_test! {
         // The cluster's Prometheus, with the rules of deploy/, scraping the
         // soaking podstuck: the stuck pods alert (pending: `for` is 5 min)
         // and podstuck's own health and cost do not.
-        let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus-rules.yaml");
+        let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring/prometheus-rules.yaml");
         let Some(prometheus) = Prometheus::start_with_rules(&scratch.path().join("prometheus"), options.listen, &[&rules]) else { return };
         let alerts = |stuck: &str| -> anyhow::Result<()> {
             let pending = format!(r#"ALERTS{{alertname="PodStuckOnNode", alertstate="pending", pod_uid="{stuck}", kind="volume-still-mounted"}}"#);

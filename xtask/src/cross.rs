@@ -1,18 +1,28 @@
-//! The two architectures podstuck runs on, and release builds for either
-//! from this machine.
+//! The two architectures podstuck runs on, and the release build for
+//! either from this machine: the one build the release tarballs, the
+//! image, `cargo xtask build` and the VM matrix all take their binaries
+//! from, so every route runs the same file.
 //!
-//! The machine's own architecture builds with the cargo running xtask
-//! (rustup's, into `target/release/`). The other one builds with Debian's
-//! cargo and rustc 1.96 (`/usr/bin/cargo`, the compiler the kernel
-//! programs already use), into `target/<triple>/release/`: rustup's
+//! Both architectures build with Debian's cargo and rustc 1.96
+//! (`/usr/bin/cargo`, the compiler the kernel programs already use), each
+//! with an explicit `--target`, into `target/<triple>/release/`: rustup's
 //! toolchains cannot add a target here (no download), while Debian ships
 //! that rustc's standard library for every architecture
 //! (`libstd-rust-web-dev:<arch>`, after `dpkg --add-architecture`), and the
-//! cross linker and C library (`gcc-<gnu triple>`, `libc6-dev-<arch>-cross`).
-//! The first such build installs them, saying so, and builds every
-//! dependency (some ten minutes on two cores); later ones are incremental.
-//! podstuck-user/build.rs takes `bpf_target_arch` from the target, so the
-//! embedded kernel programs fit the architecture without anything here.
+//! linker and C library (`gcc-<gnu triple>`, `libc6-dev-<arch>-cross`;
+//! this machine's own `gcc` and `libc6-dev`). One compiler for both
+//! tarballs.
+//!
+//! The binaries are fully static (`-C target-feature=+crt-static`, glibc's
+//! `libc.a`): no loader, no shared library, no `GLIBC_` symbol version, so
+//! they start on any node's libc and the image holds them alone
+//! (docs/building.md says why this route and not musl or a zig-linked
+//! glibc floor, with the measurements). `cargo auditable` embeds the
+//! dependency list in each binary. The first build for an architecture installs what it
+//! needs, saying so, and builds every dependency (some ten minutes on two
+//! cores); later ones are incremental. podstuck-user/build.rs takes
+//! `bpf_target_arch` from the target, so the embedded kernel programs fit
+//! the architecture without anything here.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -35,21 +45,19 @@ pub fn parse_arch(text: &str) -> std::result::Result<Arch, String> {
 
 /// Where a release build for `arch` lands.
 pub fn release_dir(arch: Arch) -> PathBuf {
-    if arch == Arch::HOST {
-        workspace_root().join("target/release")
-    } else {
-        workspace_root().join("target").join(arch.triple()).join("release")
-    }
+    workspace_root().join("target").join(arch.triple()).join("release")
 }
 
-/// The Debian packages a cross build for `arch` needs: Debian rustc's
-/// standard library of that architecture, the linker and the C library
-/// it links against; and the C runtime the image ships for it
-/// (`image.rs`), the architecture's own libc6 and libgcc-s1, in the
-/// multiarch directory its loader searches and with Debian's security
-/// updates (the `-cross` copy is for linking, and is not updated).
-fn cross_packages(arch: Arch) -> Vec<String> {
+/// The Debian packages a release build for `arch` needs: Debian rustc's
+/// standard library of that architecture, the linker and the C library it
+/// links statically (`libc.a`); for the other architecture also its own
+/// libc6 and libgcc-s1, the C runtime of the arm64 VM guest's tools
+/// (`vm::guest`), in the multiarch directory its loader searches.
+fn release_packages(arch: Arch) -> Vec<String> {
     let debian = arch.debian_arch();
+    if arch == Arch::HOST {
+        return vec![format!("libstd-rust-web-dev:{debian}"), "gcc".into(), "libc6-dev".into()];
+    }
     vec![
         format!("libstd-rust-web-dev:{debian}"),
         format!("gcc-{}", arch.gnu_triple().replace('_', "-")),
@@ -59,15 +67,11 @@ fn cross_packages(arch: Arch) -> Vec<String> {
     ]
 }
 
-/// Builds `bins` of `package` in release for `target` and returns their
-/// paths, in the order of `bins`.
+/// Builds `bins` of `package` in release for `target`, static, and
+/// returns their paths, in the order of `bins`.
 pub fn build_release_for(target: Arch, package: &str, bins: &[&str]) -> Result<Vec<PathBuf>> {
-    let host = target == Arch::HOST;
-    let mut command = if host { crate::host::cargo() } else { cross_cargo(target)? };
-    command.args(["build", "--release", "--package", package]);
-    if !host {
-        command.args(["--target", target.triple()]);
-    }
+    let mut command = release_cargo(target)?;
+    command.args(["auditable", "build", "--release", "--locked", "--package", package, "--target", target.triple()]);
     for bin in bins {
         command.args(["--bin", bin]);
     }
@@ -75,6 +79,15 @@ pub fn build_release_for(target: Arch, package: &str, bins: &[&str]) -> Result<V
     let dir = release_dir(target);
     Ok(bins.iter().map(|bin| dir.join(bin)).collect())
 }
+
+/// The rustc flags of a release build: static. They apply to the
+/// target's crates only, not to build scripts and proc macros, which run
+/// here (`release_cargo`). No path needs remapping
+/// for the same bytes from a clone elsewhere: cargo names the workspace's
+/// sources by relative paths, the release profile writes no debug info,
+/// and the crate registry is `$CARGO_HOME`'s (`strings` finds no path of
+/// the clone in the binaries; docs/building.md).
+pub const RELEASE_RUSTFLAGS: &str = "-Ctarget-feature=+crt-static";
 
 /// Debian's cargo with Debian's rustc (the kernel programs' toolchain,
 /// podstuck_common::build), and nothing of the cargo running xtask
@@ -85,25 +98,36 @@ fn debian_cargo() -> Result<Command> {
     Ok(command)
 }
 
-/// Debian's cargo set to link for `target` from this machine, its
-/// packages installed first where missing.
-fn cross_cargo(target: Arch) -> Result<Command> {
-    install_cross(target)?;
+/// Debian's cargo set to build and link `target` statically from this
+/// machine, its packages and cargo-auditable installed first where missing.
+fn release_cargo(target: Arch) -> Result<Command> {
+    install_release_packages(target)?;
+    crate::setup::install_cargo_tool(&crate::setup::CARGO_AUDITABLE)?;
     let mut command = debian_cargo()?;
-    let linker_var = format!("CARGO_TARGET_{}_LINKER", target.triple().to_uppercase().replace('-', "_"));
-    command.env(linker_var, format!("{}-gcc", target.gnu_triple()));
+    // RUSTFLAGS, not `target.<triple>.rustflags`: with an explicit
+    // --target it reaches the target's crates only. The target's own
+    // config would also reach the build scripts and proc macros when the
+    // target is this machine's (cargo's target-applies-to-host), so the
+    // two architectures' builds would rebuild those, and all that uses
+    // them, each time the other ran. The same holds for the linker: set
+    // for the other architecture only (this machine's cc links its own).
+    command.env("RUSTFLAGS", RELEASE_RUSTFLAGS);
+    if target != Arch::HOST {
+        let triple = target.triple().to_uppercase().replace('-', "_");
+        command.env(format!("CARGO_TARGET_{triple}_LINKER"), format!("{}-gcc", target.gnu_triple()));
+    }
     say(&format!(
-        "building for {} with Debian's cargo and rustc (/usr/bin), linked by {}-gcc, into {}",
+        "building for {} with Debian's cargo and rustc (/usr/bin), statically linked ({RELEASE_RUSTFLAGS}), into {}",
         target.triple(),
-        target.gnu_triple(),
         release_dir(target).display()
     ));
     Ok(command)
 }
 
-/// Adds the architecture to dpkg (so its Rust standard library can be
-/// installed) and installs the cross packages, where not done yet.
-pub fn install_cross(target: Arch) -> Result<()> {
+/// Adds the architecture to dpkg where it is another (so its Rust standard
+/// library can be installed) and installs the release packages, where not
+/// done yet.
+pub fn install_release_packages(target: Arch) -> Result<()> {
     let arch = target.debian_arch();
     let foreign = Command::new("dpkg").arg("--print-foreign-architectures").output()?;
     let native = Command::new("dpkg").arg("--print-architecture").output()?;
@@ -122,7 +146,7 @@ pub fn install_cross(target: Arch) -> Result<()> {
         say(&format!("adding the {arch} architecture to dpkg, for Debian rustc's {arch} standard library"));
         run(Command::new("dpkg").args(["--add-architecture", arch]))?;
     }
-    let packages = cross_packages(target);
+    let packages = release_packages(target);
     install(&packages.iter().map(String::as_str).collect::<Vec<_>>())
 }
 

@@ -13,9 +13,20 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
-/// A line of what xtask does, on stderr (stdout is the tests' and tools').
+/// When this xtask started (`started` sets it at the top of main).
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Starts the clock `say` stamps its lines with.
+pub fn started() {
+    STARTED.get_or_init(std::time::Instant::now);
+}
+
+/// A line of what xtask does, on stderr (stdout is the tests' and tools'),
+/// stamped with the minutes and seconds since xtask started: a CI log then
+/// says where a whole run's time went.
 pub fn say(message: &str) {
-    eprintln!("xtask: {message}");
+    let elapsed = STARTED.get_or_init(std::time::Instant::now).elapsed().as_secs();
+    eprintln!("xtask [{:02}:{:02}]: {message}", elapsed / 60, elapsed % 60);
 }
 
 /// Runs `command`, failing with it as written when it fails.
@@ -40,6 +51,13 @@ fn package_installed(package: &str) -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
         .unwrap_or(false)
+}
+
+/// Where `cargo install` puts tools: `$CARGO_HOME`, else `~/.cargo`.
+pub fn cargo_home() -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cargo"))
 }
 
 /// The cargo running xtask, in the workspace.

@@ -3,25 +3,21 @@
 //! and `docker load` accept, with no registry, no Dockerfile and no
 //! container engine at build time.
 //!
-//! Each architecture's image is one layer: its podstuck binary at
-//! /usr/local/bin/podstuck, exactly the shared libraries it loads (at the
-//! paths its loader looks them up, the loader itself at its own), an empty
-//! /tmp (1777), /run, and /host, where the node's root is mounted. No
-//! shell, no package manager: nothing in it but what podstuck runs on. For
-//! this machine's architecture the libraries are those `ldd` lists. `ldd`
-//! cannot run the other architecture's loader ("not a dynamic
-//! executable"), so there they are found by following the binary's ELF
-//! `DT_NEEDED` entries through Debian's multiarch directory of that
-//! architecture (`/lib/aarch64-linux-gnu/`, libc6:arm64, which the cross
-//! build installs), the loader taken at the binary's `PT_INTERP`.
+//! Each architecture's image is one layer: the release's static podstuck
+//! binary (`cross::build_release_for`, the very file of that
+//! architecture's release tarball) at /usr/local/bin/podstuck, the license
+//! texts at /usr/share/doc/podstuck/, an empty /tmp (1777), /run, and
+//! /host, where the node's root is mounted. No loader, no library, no
+//! shell, no package manager: a binary that needs a loader or a library is
+//! refused, since the layer would not run it.
 //!
 //! The tarball is written by the tests' own writer
 //! ([`podstuck_tests::oci`], which says what it holds), the one the
 //! runtime tests' busybox image comes from too: one set of blobs under an
 //! OCI layout whose image index lists linux/amd64 and linux/arm64, and
 //! docker's `manifest.json` for this machine's. It is reproducible: the
-//! same binaries (and the same libraries on the machine) give a
-//! byte-identical tarball, every entry's mtime `$SOURCE_DATE_EPOCH` (else 0).
+//! same binaries give a byte-identical tarball, every entry's mtime
+//! `$SOURCE_DATE_EPOCH` (else the last commit's time, else 0).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,11 +26,13 @@ use anyhow::{bail, Context, Result};
 use podstuck_tests::oci::{self, Image, Tar};
 
 use crate::cross::Arch;
-use crate::elf::{elf_links, libraries};
+use crate::elf::elf_links;
 use crate::host::{say, workspace_root};
 
 /// Where the binary goes in the image.
 pub const BINARY_IN_IMAGE: &str = "usr/local/bin/podstuck";
+/// Where the license texts go in the image.
+const DOCS_IN_IMAGE: &str = "usr/share/doc/podstuck";
 /// The PATH of the image's config (Debian's default, for a root user).
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// What the image is, for its description label.
@@ -46,10 +44,11 @@ pub struct ImageArgs {
     /// Where to write the image tarball [default: target/image/podstuck-<version>.tar].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// The x86_64 podstuck binary, for linux/amd64 [default: the release build, built now].
+    /// The x86_64 podstuck binary, for linux/amd64, static [default: the release build for
+    /// x86_64-unknown-linux-gnu, built now as `cargo xtask build` does].
     #[arg(long)]
     pub binary: Option<PathBuf>,
-    /// The aarch64 podstuck binary, for linux/arm64 [default: the release build for
+    /// The aarch64 podstuck binary, for linux/arm64, static [default: the release build for
     /// aarch64-unknown-linux-gnu, cross-built now as `cargo xtask build --target` does].
     #[arg(long)]
     pub arm64_binary: Option<PathBuf>,
@@ -82,11 +81,18 @@ pub fn image(args: &ImageArgs) -> Result<PathBuf> {
 
 /// The image of `binary`, built for `arch`.
 fn platform_image(arch: Arch, binary: &Path, version: &str, mtime: u64) -> Result<Image> {
-    let machine = elf_links(&std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?)
-        .with_context(|| format!("reading {} as an ELF binary", binary.display()))?
-        .machine;
-    if machine != arch.elf_machine() {
-        let built_for = Arch::of_elf_machine(machine).map_or(format!("e_machine {machine}"), |a| a.triple().into());
+    static_binary(binary, arch)?;
+    Image::new(arch, &layer(binary, mtime)?, run_config(version)?, "cargo xtask image", mtime)
+}
+
+/// Fails unless `binary` is built for `arch` and static: no loader
+/// (`PT_INTERP`), no library (`DT_NEEDED`), as the layer holds nothing else.
+pub(crate) fn static_binary(binary: &Path, arch: Arch) -> Result<()> {
+    let links = elf_links(&std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?)
+        .with_context(|| format!("reading {} as an ELF binary", binary.display()))?;
+    if links.machine != arch.elf_machine() {
+        let built_for =
+            Arch::of_elf_machine(links.machine).map_or(format!("e_machine {}", links.machine), |a| a.triple().into());
         bail!(
             "{} is built for {built_for}, not for {} (linux/{})",
             binary.display(),
@@ -94,7 +100,18 @@ fn platform_image(arch: Arch, binary: &Path, version: &str, mtime: u64) -> Resul
             arch.debian_arch()
         );
     }
-    Image::new(arch, &layer(binary, mtime)?, run_config(version)?, "cargo xtask image", mtime)
+    if links.interpreter.is_some() || !links.needed.is_empty() {
+        bail!(
+            "{} needs a loader ({}) and libraries ({}): the image and the tarballs hold a static binary alone; \
+             build it with `cargo xtask build --target {}` (target/{}/release/podstuck)",
+            binary.display(),
+            links.interpreter.as_deref().unwrap_or("none"),
+            links.needed.join(", "),
+            arch.triple(),
+            arch.triple()
+        );
+    }
+    Ok(())
 }
 
 /// Writes the image tarball of `binaries` (one for each architecture of
@@ -140,30 +157,42 @@ pub fn workspace_version() -> Result<String> {
 }
 
 /// The entries' mtime: `$SOURCE_DATE_EPOCH` (the reproducible-builds
-/// convention), else 0.
-fn source_date_epoch() -> Result<u64> {
-    match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(text) => {
-            text.trim().parse().with_context(|| format!("SOURCE_DATE_EPOCH={text:?} is not a number of seconds"))
-        }
-        Err(_) => Ok(0),
+/// convention), else the last commit's time, else 0: the same tree gives
+/// the same bytes.
+pub(crate) fn source_date_epoch() -> Result<u64> {
+    if let Ok(text) = std::env::var("SOURCE_DATE_EPOCH") {
+        return text.trim().parse().with_context(|| format!("SOURCE_DATE_EPOCH={text:?} is not a number of seconds"));
     }
+    let commit = Command::new("git")
+        .args(["log", "-1", "--format=%ct"])
+        .current_dir(workspace_root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok());
+    Ok(commit.unwrap_or(0))
 }
+
+/// The license texts, from the workspace's root: (name, bytes).
+pub(crate) fn license_texts() -> Result<Vec<(&'static str, Vec<u8>)>> {
+    LICENSE_FILES
+        .iter()
+        .map(|name| {
+            let path = workspace_root().join(name);
+            Ok((*name, std::fs::read(&path).with_context(|| format!("read {}", path.display()))?))
+        })
+        .collect()
+}
+
+/// The files of LICENSE, which says which license covers what.
+pub(crate) const LICENSE_FILES: [&str; 4] = ["LICENSE", "LICENSE-APACHE", "LICENSE-GPL2", "LICENSE-MIT"];
 
 /// The image's one layer, an uncompressed tar.
 fn layer(binary: &Path, mtime: u64) -> Result<Vec<u8>> {
     let program = std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?;
     let mut files: Vec<(String, u32, Vec<u8>)> = vec![(BINARY_IN_IMAGE.to_string(), 0o755, program)];
-    for library in shared_libraries(binary)? {
-        let bytes = std::fs::read(&library).with_context(|| format!("read {}", library.display()))?;
-        let path = library
-            .strip_prefix("/")
-            .unwrap_or(&library)
-            .to_str()
-            .context("a library path that is not UTF-8")?
-            .to_string();
-        // The loader is run by the kernel (PT_INTERP): it must be executable.
-        files.push((path, 0o755, bytes));
+    for (name, bytes) in license_texts()? {
+        files.push((format!("{DOCS_IN_IMAGE}/{name}"), 0o644, bytes));
     }
     let mut dirs: Vec<(String, u32)> = vec![("tmp".into(), 0o1777), ("run".into(), 0o755), ("host".into(), 0o755)];
     for (path, ..) in &files {
@@ -188,62 +217,6 @@ fn layer(binary: &Path, mtime: u64) -> Result<Vec<u8>> {
     tar.finish()
 }
 
-/// The shared libraries `binary` loads, the loader included; none for a
-/// static binary. `ldd` lists them for a binary of this machine's
-/// architecture; for the other, [`crate::elf::libraries`] finds them by
-/// following the ELF's own links, where the image's loader will look.
-pub(crate) fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
-    let bytes = std::fs::read(binary).with_context(|| format!("read {}", binary.display()))?;
-    let machine = elf_links(&bytes).with_context(|| format!("reading {} as an ELF binary", binary.display()))?.machine;
-    match Arch::of_elf_machine(machine) {
-        Some(target) if target != Arch::HOST => {
-            return Ok(libraries(target, &[Path::new("/")], binary)?.into_iter().map(|(here, _)| here).collect())
-        }
-        Some(_) => {}
-        None => bail!("{} is built for e_machine {machine}, neither x86_64 nor aarch64", binary.display()),
-    }
-    let out = Command::new("ldd").arg(binary).output().context("run ldd")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        if String::from_utf8_lossy(&out.stderr).contains("not a dynamic executable")
-            || text.contains("statically linked")
-        {
-            return Ok(Vec::new());
-        }
-        bail!("ldd {} failed: {}", binary.display(), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    parse_ldd(&text)
-}
-
-/// The library paths of `ldd`'s lines: `libc.so.6 => /lib/.../libc.so.6
-/// (0x...)` and the loader's `/lib64/ld-linux-x86-64.so.2 (0x...)`; the
-/// vDSO is the kernel's, in no file.
-fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
-    let mut libraries = Vec::new();
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let path = match line.split_once("=>") {
-            Some((name, target)) => {
-                let target = target.trim();
-                if target.starts_with("not found") {
-                    bail!("ldd: {} not found", name.trim());
-                }
-                target
-            }
-            None => line,
-        };
-        let path = path.split(" (").next().unwrap_or_default().trim();
-        if path.starts_with('/') {
-            libraries.push(PathBuf::from(path));
-        } else if !line.starts_with("linux-vdso")
-            && !line.starts_with("linux-gate")
-            && !line.contains("statically linked")
-        {
-            bail!("ldd printed a line not understood: {line}");
-        }
-    }
-    Ok(libraries)
-}
-
 /// How the image runs: podstuck's `watch`, with a root user's PATH, and
 /// what it is in its labels.
 fn run_config(version: &str) -> Result<oci::Config> {
@@ -265,31 +238,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ldd_lines_give_the_libraries_and_the_loader() {
-        let text = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n";
-        let libs = parse_ldd(text).unwrap();
-        assert_eq!(
-            libs,
-            [
-                PathBuf::from("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
-                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
-                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
-            ]
-        );
-        assert!(parse_ldd("\tlibfoo.so.1 => not found\n").is_err());
-    }
-
-    /// The ELF walk, which finds the other architecture's libraries, finds
-    /// on a binary of this machine exactly what `ldd` lists for it.
-    #[test]
-    fn following_dt_needed_finds_what_ldd_lists() {
+    fn a_binary_that_needs_a_loader_or_a_library_is_refused() {
+        // This test binary is built as every test is: dynamic.
         let binary = std::env::current_exe().unwrap();
-        let mut by_ldd = shared_libraries(&binary).unwrap();
-        let mut by_elf: Vec<PathBuf> =
-            libraries(Arch::HOST, &[Path::new("/")], &binary).unwrap().into_iter().map(|(l, _)| l).collect();
-        by_ldd.sort();
-        by_elf.sort();
-        assert!(by_elf.iter().any(|l| l.ends_with("libc.so.6")), "{by_elf:?}");
-        assert_eq!(by_elf, by_ldd);
+        let why = format!("{:#}", static_binary(&binary, Arch::HOST).unwrap_err());
+        assert!(why.contains("loader") && why.contains("cargo xtask build"), "{why}");
     }
 }

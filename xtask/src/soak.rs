@@ -6,6 +6,13 @@
 //! samples and the verdict against the targets; the rest of the file is
 //! kept, and `cargo xtask bench`, which writes the rest, keeps this
 //! section. Fails when a target is missed (not the 40 MB aim).
+//!
+//! `--faults` adds, beside the churn, one fault every
+//! `--fault-every-seconds` in turn (podstuck_tests::soak::faults): a FUSE
+//! volume that stalls and recovers, podstuck stopped with SIGSTOP under a
+//! fork storm, an overflow storm, a mount holder's pid reused; each
+//! fault's recovery is a row of the section "Soak with faults", which a
+//! plain soak leaves as it is (and the other way round).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,6 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use podstuck_tests::soak::faults::{self, FaultPlan};
 use podstuck_tests::soak::{self, SoakOptions, SoakReport, PODS_ALIVE};
 
 /// How long to soak.
@@ -27,17 +35,27 @@ pub struct SoakArgs {
     /// The file whose Soak section is written.
     #[arg(long, default_value = "BENCHMARKS.md")]
     pub out: PathBuf,
+    /// Inject faults beside the churn, in turn: a FUSE volume that stalls
+    /// and recovers, podstuck stopped (SIGSTOP) for 5 s, an overflow
+    /// storm, a mount holder's pid reused.
+    #[arg(long)]
+    pub faults: bool,
+    /// Seconds from one fault's end to the next's start.
+    #[arg(long, default_value_t = 45)]
+    pub fault_every_seconds: u64,
 }
 
 /// The section's heading; it runs to the next `## ` heading or the end.
 const HEADING: &str = "## Soak";
+/// The heading of `--faults`' section.
+const FAULTS_HEADING: &str = "## Soak with faults";
 
 fn say(message: &str) {
     eprintln!("xtask soak: {message}");
 }
 
 /// Runs the soak with these binaries and writes the section to `args.out`.
-pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
+pub fn soak(podstuck: &Path, actor: &Path, fuse_server: &Path, args: &SoakArgs) -> Result<()> {
     let scratch = podstuck_tests::ScratchDir::new("soak");
     let mut options = SoakOptions::new(
         podstuck.to_path_buf(),
@@ -46,6 +64,10 @@ pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
         Duration::from_secs(args.minutes * 60),
     );
     options.sample_every = Duration::from_secs(args.sample_seconds.max(1));
+    options.faults = args.faults.then(|| FaultPlan {
+        every: Duration::from_secs(args.fault_every_seconds.max(1)),
+        fuse_server: fuse_server.to_path_buf(),
+    });
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     say(&format!(
         "{} minutes of pod churn under {}, a sample every {} s",
@@ -61,9 +83,14 @@ pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
         report.pods_per_s()
     ));
     let command = format!(
-        "cargo xtask soak --minutes {}{}{}",
+        "cargo xtask soak --minutes {}{}{}{}",
         args.minutes,
         if args.sample_seconds == 15 { String::new() } else { format!(" --sample-seconds {}", args.sample_seconds) },
+        match (args.faults, args.fault_every_seconds) {
+            (false, _) => String::new(),
+            (true, 45) => " --faults".to_string(),
+            (true, every) => format!(" --faults --fault-every-seconds {every}"),
+        },
         // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
         if args.out == crate::host::workspace_root().join("BENCHMARKS.md") {
             String::new()
@@ -71,9 +98,10 @@ pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
             format!(" --out {}", args.out.display())
         }
     );
-    let section = section(&report, &command, &load)?;
+    let heading = if args.faults { FAULTS_HEADING } else { HEADING };
+    let section = section(heading, &report, &command, &load, args.faults.then_some(args.fault_every_seconds))?;
     let before = std::fs::read_to_string(&args.out).unwrap_or_default();
-    std::fs::write(&args.out, with_section(&before, &section))?;
+    std::fs::write(&args.out, crate::report::with_section(&before, heading, &section, &[]))?;
     say(&format!("wrote the Soak section of {}", args.out.display()));
     let missed: Vec<String> = report
         .verdicts()
@@ -88,9 +116,15 @@ pub fn soak(podstuck: &Path, actor: &Path, args: &SoakArgs) -> Result<()> {
 }
 
 /// The Soak section, from its heading to its last line.
-fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
+fn section(
+    heading: &str,
+    report: &SoakReport,
+    command: &str,
+    load: &str,
+    options_every: Option<u64>,
+) -> Result<String> {
     let mut out = String::new();
-    writeln!(out, "{HEADING}\n")?;
+    writeln!(out, "{heading}\n")?;
     let date = Command::new("date")
         .arg("-u")
         .output()
@@ -105,7 +139,7 @@ fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
     )?;
     writeln!(
         out,
-        "podstuck's release build as the DaemonSet runs it (deploy/podstuck-daemonset.yaml), its output a pipe: `{}` (a port of loopback, the run's own kubelet root). For {} a pod was made about every 0.1 s, each with an emptyDir of {} files and a memory-backed emptyDir (a tmpfs), and cgroups as kubelet's cgroupfs driver makes them on this node (`{}`); each was torn down {} pods later as kubelet tears one down, by processes named `kubelet` (the tests' `actor`): rmdir of the tmpfs emptyDir, still mounted (EBUSY), and of the other, still full (ENOTEMPTY); umount of the tmpfs; the real `/bin/rm -rf` of the files, run inside the pod's cgroups as a container cleaning up would be; rmdir of the cgroups; Go's RemoveAll of the pod's directory. Sampled every {} s (and at the churn's end): VmRSS, the entries of /proc/PID/fd, utime + stime, and one scrape of /metrics (series: its sample lines, neither comments nor empty). One pod was stuck for real from before the churn to its end, and another after it (a CSI volume left mounted, kubelet failing to rmdir it on its volume backoff, EBUSY); both had to be named on /findings and in `podstuck_findings` at the end.\n",
+        "podstuck's release build as the DaemonSet runs it (deploy/base/podstuck-daemonset.yaml), its output a pipe: `{}` (a port of loopback, the run's own kubelet root). For {} a pod was made about every 0.1 s, each with an emptyDir of {} files and a memory-backed emptyDir (a tmpfs), and cgroups as kubelet's cgroupfs driver makes them on this node (`{}`); each was torn down {} pods later as kubelet tears one down, by processes named `kubelet` (the tests' `actor`): rmdir of the tmpfs emptyDir, still mounted (EBUSY), and of the other, still full (ENOTEMPTY); umount of the tmpfs; the real `/bin/rm -rf` of the files, run inside the pod's cgroups as a container cleaning up would be; rmdir of the cgroups; Go's RemoveAll of the pod's directory. Sampled every {} s (and at the churn's end): VmRSS, the entries of /proc/PID/fd, utime + stime, and one scrape of /metrics (series: its sample lines, neither comments nor empty). One pod was stuck for real from before the churn to its end, and another after it (a CSI volume left mounted, kubelet failing to rmdir it on its volume backoff, EBUSY); both had to be named on /findings and in `podstuck_findings` at the end.\n",
         generic_command(&report.command),
         soak::minutes(report.churned_for),
         report.files_per_pod,
@@ -133,6 +167,9 @@ fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
     )?;
     out.push_str(&report.markdown_table());
     writeln!(out, "\nCPU: podstuck's user + system time since it started; over the interval, its share of one CPU.\n")?;
+    if let Some(every) = report.faults.first().and(options_every) {
+        out.push_str(&faults_table(report, every));
+    }
     writeln!(out, "| target | met | measured |")?;
     writeln!(out, "|---|---|---|")?;
     for v in report.verdicts() {
@@ -161,6 +198,36 @@ fn section(report: &SoakReport, command: &str, load: &str) -> Result<String> {
         writeln!(out, "\npodstuck's stderr:\n\n```\n{}\n```", said.join("\n"))?;
     }
     Ok(out)
+}
+
+/// The faults, one row each: when, what, how soon the findings were right
+/// again, the loss counted, and what happened.
+fn faults_table(report: &SoakReport, every: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Faults, in turn, each {every} s after the last ended (tests/src/soak/faults.rs). Right again is the time from the fault's end until /findings said what it should, held to {} s: the FUSE volume's dir-not-empty confirmed again; the pod that got stuck during the fault named; the held volume's finding ended with nothing naming the process given the holder's pid, and the fix printed before, pasted after the pid was reused, leaving that process alive.\n",
+        faults::RIGHT_AGAIN_WITHIN.as_secs()
+    );
+    out.push_str(
+        "| at | fault | right again after | podstuck_events_lost_total | what happened |\n|---|---|---|---|---|\n",
+    );
+    for o in &report.faults {
+        let lost = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
+        let right = o.right_again.map_or("**not in time**".to_string(), |d| format!("{:.1} s", d.as_secs_f64()));
+        let wrong = o.wrong.as_deref().map(|w| format!(" **WRONG: {w}**")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {right} | {} → {} | {}{wrong} |",
+            soak::minutes(o.at),
+            o.fault.words(),
+            lost(o.lost_before),
+            lost(o.lost_after),
+            o.detail.replace('|', "/")
+        );
+    }
+    out.push('\n');
+    out
 }
 
 /// podstuck's command line with the run's port and kubelet root as words.
@@ -199,18 +266,21 @@ fn machine() -> String {
 
 /// `file` with its Soak section replaced by `section`, or `section`
 /// added at the end where it has none; everything else as it was.
-pub fn with_section(file: &str, section: &str) -> String {
+#[cfg(test)]
+fn with_section(file: &str, section: &str) -> String {
     crate::report::with_section(file, HEADING, section, &[])
 }
 
-/// The Soak section of `file` as it stands ("" if none), for a writer of
-/// the rest of the file to keep it.
+/// The Soak sections of `file` as they stand, the plain one and the one
+/// with faults ("" if none), for a writer of the rest of the file to keep
+/// them.
 pub fn kept_section(file: &Path) -> String {
     let text = std::fs::read_to_string(file).unwrap_or_default();
-    match crate::report::section_span(&text, HEADING) {
-        Some((start, end)) => format!("\n{}\n", text[start..end].trim_end()),
-        None => String::new(),
-    }
+    [HEADING, FAULTS_HEADING]
+        .iter()
+        .filter_map(|heading| crate::report::section_span(&text, heading))
+        .map(|(start, end)| format!("\n{}\n", text[start..end].trim_end()))
+        .collect()
 }
 
 #[cfg(test)]

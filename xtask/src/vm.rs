@@ -2,7 +2,8 @@
 //!
 //! Boots Debian's own cloud kernels (5.10 from bullseye, 6.1 from bookworm,
 //! 6.12 from trixie) under QEMU (TCG: no KVM needed) with an initramfs that
-//! holds everything: busybox, the release `podstuck`, the test helpers
+//! holds everything: busybox, the static release `podstuck` (the file of
+//! the release tarball, `cross::build_release_for`), the test helpers
 //! `actor` and `fuse_server`, mkfs.ext4 and chattr, GNU rm, bpftool, the
 //! kernel modules the scenarios need, and `xtask/vm/init.sh` as /init. The
 //! guest runs podstuck's kernel-facing scenarios and prints one line per
@@ -19,6 +20,10 @@
 //! more with cgroup v1 hierarchies in place of cgroup2 (`Suite::CgroupV1`),
 //! the node shape of EKS's AL2 and RHEL 8.
 //!
+//! The amd64 guests boot as many at a time as the host has cores (each
+//! runs single-threaded TCG: one core), the arm64 ones one per two cores
+//! (their TCG is multi-threaded); `lanes` says why.
+//!
 //! The host reads the console, prints a table, saves each kernel's whole
 //! console log as `target/vm/console-<kernel>.log`, and fails if any
 //! scenario failed, went missing, or the guest outlived its watchdog, and
@@ -27,7 +32,7 @@
 //!
 //! `--arch arm64` boots Debian's arm64 builds of the same three kernels
 //! in qemu-system-aarch64 (the `virt` board), with podstuck and the
-//! helpers cross-built (`cross::build_release_for`) and the tools from
+//! helpers the static release builds for aarch64 and the tools from
 //! Debian's arm64 packages (see `guest`), the whole suite once each: on
 //! 5.10 and 6.1, which have no BPF trampolines on arm64, that is the
 //! syscall tracepoint plan; 6.12 has fentry.
@@ -56,7 +61,7 @@ use crate::cross::{build_release_for, Arch};
 use crate::host::{install, is_root, run, say, workspace_root};
 use crate::setup::setup;
 
-mod debian;
+pub(crate) mod debian;
 mod guest;
 
 /// The guest's /init.
@@ -78,8 +83,17 @@ const SCENARIOS: [&str; 10] = [
 
 /// The scenarios of the second, short boot with `lockdown=confidentiality`
 /// (Talos with Secure Boot): the kernel refuses podstuck's programs, and
-/// podstuck says so in one sentence with what to do, not a verifier log.
-const LOCKDOWN_SCENARIOS: [&str; 3] = ["check", "lockdown", "attach"];
+/// podstuck says so in one sentence with what to do, not a verifier log;
+/// the DaemonSet's `watch --listen --stay-up` stays up and says why on
+/// /metrics instead of exiting (`degraded`).
+const LOCKDOWN_SCENARIOS: [&str; 4] = ["check", "lockdown", "degraded", "attach"];
+
+/// The scenario folded into amd64 6.1's whole-suite boot: podstuck
+/// confined by an AppArmor profile like the runtimes' default one
+/// (ptrace reads of its own profile only), and what it says of the
+/// holders it may not read. One kernel: Debian's own, where AppArmor is on
+/// by default as on Debian and Ubuntu nodes.
+const APPARMOR_SCENARIO: &str = "apparmor";
 
 /// The scenarios of 5.10's third boot, with cgroup v1 hierarchies and no
 /// cgroup2 (EKS's AL2, RHEL 8): a short-lived process of a pod tied to it by
@@ -128,6 +142,21 @@ enum Suite {
 }
 
 impl Suite {
+    /// Every scenario this boot of `kernel` reports, in order.
+    fn expected(self, kernel: &Kernel) -> Vec<&'static str> {
+        let mut scenarios = self.scenarios().to_vec();
+        if self.confines_with_apparmor(kernel) {
+            // Before `attach`, the last row of the suite.
+            scenarios.insert(scenarios.len() - 1, APPARMOR_SCENARIO);
+        }
+        scenarios
+    }
+
+    /// Whether this boot runs the AppArmor scenario (`APPARMOR_SCENARIO`).
+    fn confines_with_apparmor(self, kernel: &Kernel) -> bool {
+        self == Suite::Full && kernel.target == Arch::X86_64 && kernel.spec.choice == KernelChoice::V6_1
+    }
+
     fn scenarios(self) -> &'static [&'static str] {
         match self {
             Suite::Full | Suite::Tracepoint => &SCENARIOS,
@@ -161,8 +190,11 @@ impl Suite {
     fn kernel_command_line(self, kernel: &Kernel) -> String {
         let console = format!("console={} panic=-1", guest::console(kernel.target));
         let (attach, walk) = (guest::expect_attach(kernel.spec, kernel.target), kernel.spec.expect_walk);
+        let apparmor = if self.confines_with_apparmor(kernel) { " podstuck_vm.apparmor=1" } else { "" };
         match self {
-            Suite::Full => format!("{console} podstuck_vm.expect_attach={attach} podstuck_vm.expect_walk={walk}"),
+            Suite::Full => {
+                format!("{console} podstuck_vm.expect_attach={attach} podstuck_vm.expect_walk={walk}{apparmor}")
+            }
             Suite::Tracepoint => format!(
                 "{console} podstuck_vm.attach=tracepoint podstuck_vm.expect_attach=tracepoint podstuck_vm.expect_walk={walk}"
             ),
@@ -178,6 +210,14 @@ impl Suite {
             Suite::Bench { dirs, rounds } => format!(
                 "{console} podstuck_vm.suite=bench podstuck_vm.bench_dirs={dirs} podstuck_vm.bench_rounds={rounds} podstuck_vm.expect_attach={attach}"
             ),
+        }
+    }
+
+    /// How long the boot takes, roughly, to start the longest first.
+    fn length(self) -> u8 {
+        match self {
+            Suite::Full | Suite::Tracepoint | Suite::Bench { .. } => 2,
+            Suite::Lockdown | Suite::CgroupV1 => 1,
         }
     }
 
@@ -336,26 +376,58 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
 
 /// What `cargo xtask test` boots: every kernel and boot, the default
 /// timeout, amd64 guests then arm64 ones (podstuck cross-built for them):
-/// (passed, failed). A matrix that could not run at all is said, and
-/// counts as one failure.
+/// (passed, failed). Both matrices are prepared (their builds) before any
+/// guest boots, so no build competes with a guest for the CPU. A matrix
+/// that could not run at all is said, and counts as one failure.
 pub fn run_every_matrix() -> (usize, usize) {
-    let (mut passed, mut failed) = (0, 0);
+    let mut failed = 0;
+    let mut matrices = Vec::new();
     for target in Arch::ALL {
         let args = VmArgs { kernel: KernelChoice::All, timeout: BOOT_TIMEOUT_S, boot: Vec::new(), arch: Some(target) };
-        match run_matrix(&args) {
-            Ok((p, f)) => (passed, failed) = (passed + p, failed + f),
+        match plan(&args) {
+            Ok(matrix) => matrices.push(matrix),
             Err(e) => {
                 say(&format!("the {} VM matrix could not run: {e:#}", target.debian_arch()));
                 failed += 1;
             }
         }
     }
-    (passed, failed)
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    for matrix in &matrices {
+        match boot_in_lanes(matrix, Duration::from_secs(BOOT_TIMEOUT_S)) {
+            Ok(booted) => runs.extend(booted),
+            Err(e) => {
+                say(&format!("the {} VM matrix could not run: {e:#}", matrix.target.debian_arch()));
+                failed += 1;
+            }
+        }
+    }
+    let (passed, failed_scenarios) = report(&runs, started);
+    (passed, failed + failed_scenarios)
 }
 
 /// Boots the kernels asked for and runs the scenarios in each: (passed,
 /// failed) scenario results; Err when the matrix could not run at all.
 pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
+    let matrix = plan(args)?;
+    let started = Instant::now();
+    let runs = boot_in_lanes(&matrix, Duration::from_secs(args.timeout))?;
+    Ok(report(&runs, started))
+}
+
+/// A matrix ready to boot: its kernels with their initramfs, and the boots
+/// to make, in the table's order.
+struct Matrix {
+    target: Arch,
+    kernels: Vec<(Kernel, PathBuf)>,
+    /// (index into `kernels`, suite).
+    boots: Vec<(usize, Suite)>,
+}
+
+/// Prepares the kernels asked for (`prepare`, then each one's initramfs)
+/// and lists the boots each makes.
+fn plan(args: &VmArgs) -> Result<Matrix> {
     if !is_root() {
         bail!("the VM test installs Debian packages and builds an initramfs with device nodes: run it as root (sudo -E cargo xtask vm-test)");
     }
@@ -373,18 +445,12 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
     let specs: Vec<&'static KernelSpec> =
         KERNELS.iter().filter(|k| args.kernel == KernelChoice::All || k.choice == args.kernel).collect();
     let started = Instant::now();
-    let (kernels, common) = prepare(&specs, target)?;
-    say(&format!(
-        "prepared in {:.0} s; booting {} ({})",
-        started.elapsed().as_secs_f64(),
-        specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
-        target.debian_arch()
-    ));
-
+    let (prepared, common) = prepare(&specs, target)?;
     let wanted = |boot: Boot| args.boot.is_empty() || args.boot.contains(&boot);
-    let mut runs = Vec::new();
-    for kernel in &kernels {
-        let initrd = kernel_initramfs(kernel, &common)?;
+    let mut kernels = Vec::new();
+    let mut boots = Vec::new();
+    for kernel in prepared {
+        let initrd = kernel_initramfs(&kernel, &common)?;
         let old = kernel.spec.choice == KernelChoice::V5_10;
         let suites = [
             (Boot::Full, Suite::Full, true),
@@ -397,12 +463,69 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
         ];
         for (boot, suite, here) in suites {
             if here && wanted(boot) {
-                runs.push(boot_once_more_if_crashed(kernel, suite, &initrd, Duration::from_secs(args.timeout))?);
+                boots.push((kernels.len(), suite));
             }
         }
+        kernels.push((kernel, initrd));
     }
-    print_table(&runs);
-    let (passed, failed, retried) = totals(&runs);
+    say(&format!(
+        "prepared in {:.0} s; {} boots of {} ({}), {} at a time",
+        started.elapsed().as_secs_f64(),
+        boots.len(),
+        specs.iter().map(|k| k.name).collect::<Vec<_>>().join(", "),
+        target.debian_arch(),
+        lanes(target)
+    ));
+    Ok(Matrix { target, kernels, boots })
+}
+
+/// How many guests of `target` boot at once. An amd64 guest runs in
+/// single-threaded TCG (`Suite::accel`), one host core at most, so one
+/// guest per core: two cores boot the amd64 matrix in about half the time,
+/// and no guest runs slower for it. An arm64 guest's TCG is multi-threaded
+/// (both of its vCPUs busy on a storm), and its scenarios are already the
+/// slowest: one per two cores, so it is never starved.
+fn lanes(target: Arch) -> usize {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let lanes = match target {
+        Arch::X86_64 => cores,
+        Arch::Aarch64 => cores / 2,
+    };
+    // Each guest holds 2 GB.
+    lanes.clamp(1, 4)
+}
+
+/// Boots every boot of `matrix`, `lanes` at a time, the longest first so
+/// the lanes end together; the runs come back in the matrix's order.
+fn boot_in_lanes(matrix: &Matrix, timeout: Duration) -> Result<Vec<BootRun>> {
+    let mut order: Vec<usize> = (0..matrix.boots.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(matrix.boots[i].1.length()));
+    let queue = std::sync::Mutex::new(order.into_iter());
+    let done: std::sync::Mutex<Vec<Option<Result<BootRun>>>> =
+        std::sync::Mutex::new((0..matrix.boots.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..lanes(matrix.target).min(matrix.boots.len()) {
+            scope.spawn(|| loop {
+                let next = queue.lock().expect("no lane panics holding the queue").next();
+                let Some(i) = next else { break };
+                let (k, suite) = matrix.boots[i];
+                let (kernel, initrd) = &matrix.kernels[k];
+                let run = boot_once_more_if_crashed(kernel, suite, initrd, timeout);
+                done.lock().expect("no lane panics holding the results")[i] = Some(run);
+            });
+        }
+    });
+    done.into_inner()
+        .expect("every lane ended")
+        .into_iter()
+        .map(|run| run.unwrap_or_else(|| Err(anyhow::anyhow!("a boot was never made"))))
+        .collect()
+}
+
+/// Prints the table and the totals of `runs`: (passed, failed).
+fn report(runs: &[BootRun], started: Instant) -> (usize, usize) {
+    print_table(runs);
+    let (passed, failed, retried) = totals(runs);
     let again = match retried {
         0 => String::new(),
         n => {
@@ -410,8 +533,32 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
         }
     };
     println!("vm-test: {passed} passed, {failed} failed{again}");
-    say(&format!("whole run {:.0} s; console logs in {}", started.elapsed().as_secs_f64(), vm_dir().display()));
-    Ok((passed, failed))
+    say(&format!("booted in {:.0} s; console logs in {}", started.elapsed().as_secs_f64(), vm_dir().display()));
+    (passed, failed)
+}
+
+/// What the whole matrix needs from the network, for both architectures:
+/// every kernel package and the arm64 guests' userland, fetched and
+/// unpacked into the caches `run_matrix` then finds. `cargo xtask test`
+/// runs this beside its builds, so the downloads take no time of their
+/// own; the Debian packages (`host_packages`) are installed first, by the
+/// caller, since apt takes one install at a time.
+pub fn prefetch() -> Result<()> {
+    for target in Arch::ALL {
+        for spec in &KERNELS {
+            fetch_kernel(spec, target)?;
+        }
+        guest::Userland::prepare(target)?;
+    }
+    Ok(())
+}
+
+/// The Debian packages the matrix needs on this machine, both architectures.
+pub fn install_host_packages() -> Result<()> {
+    for target in Arch::ALL {
+        install(guest::host_packages(target))?;
+    }
+    Ok(())
 }
 
 /// Installs what the host needs, fetches the kernels, builds podstuck and
@@ -723,6 +870,10 @@ fn build_common_initramfs(
     // an arm64 guest runs no scenario that needs one).
     if target == Arch::X86_64 {
         put_binary(userland, &root, &userland.program("dmsetup")?, "/usr/sbin/dmsetup")?;
+    }
+    // The AppArmor scenario's policy compiler (amd64 guests only).
+    if let Some(parser) = guest::apparmor_parser(target)? {
+        put_binary(userland, &root, &parser, "/sbin/apparmor_parser")?;
     }
     // GNU rm: rm -rf removes with unlinkat(dirfd, name, AT_REMOVEDIR), as on
     // a real node (busybox rm calls rmdir).
@@ -1048,12 +1199,12 @@ fn retry_reason(console: &Console) -> Option<String> {
 
 /// A boot's rows: the scenarios reported, a failure for each the guest did
 /// not report (saying why: `unfinished`), and the kernel-log row.
-fn boot_outcomes(console: &Console, suite: Suite, unfinished: Option<&str>) -> Vec<Outcome> {
+fn boot_outcomes(console: &Console, expected: &[&str], unfinished: Option<&str>) -> Vec<Outcome> {
     let mut results = console.results.clone();
     if let Some(why) = unfinished {
-        missing_scenarios(&mut results, suite, &format!("not reported: {why}"));
+        missing_scenarios(&mut results, expected, &format!("not reported: {why}"));
     }
-    missing_scenarios(&mut results, suite, "not reported by the guest");
+    missing_scenarios(&mut results, expected, "not reported by the guest");
     results.push(console.kernel_log());
     results
 }
@@ -1152,7 +1303,7 @@ fn boot(kernel: &Kernel, suite: Suite, initrd: &Path, timeout: Duration) -> Resu
     Ok(BootRun {
         kernel: label,
         release: kernel.release.clone(),
-        results: boot_outcomes(&console, suite, unfinished.as_deref()),
+        results: boot_outcomes(&console, &suite.expected(kernel), unfinished.as_deref()),
         retry: retry_reason(&console),
         bench: console.bench,
         console: log_path,
@@ -1215,8 +1366,8 @@ fn crash_words(line: &str) -> String {
 }
 
 /// A failed outcome for every scenario the guest did not report.
-fn missing_scenarios(results: &mut Vec<Outcome>, suite: Suite, why: &str) {
-    for &scenario in suite.scenarios() {
+fn missing_scenarios(results: &mut Vec<Outcome>, expected: &[&str], why: &str) {
+    for &scenario in expected {
         if !results.iter().any(|o| o.scenario == scenario) {
             results.push(Outcome {
                 scenario: scenario.to_string(),
@@ -1339,12 +1490,12 @@ mod tests {
     }
 
     /// What the matrix would return for a boot read from a recorded console.
-    fn counted(console: &Console, suite: Suite) -> (usize, usize, usize) {
+    fn counted(console: &Console, scenarios: &[&str]) -> (usize, usize, usize) {
         let unfinished = (!console.done).then_some("the guest ended");
         let run = BootRun {
             kernel: "test".into(),
             release: "test".into(),
-            results: boot_outcomes(console, suite, unfinished),
+            results: boot_outcomes(console, scenarios, unfinished),
             bench: Vec::new(),
             retry: retry_reason(console),
             console: PathBuf::new(),
@@ -1409,6 +1560,36 @@ mod tests {
     /// its three scenarios passed, DONE, then (a temporary line in /init)
     /// `echo c > /proc/sysrq-trigger`: the panic and its stack after DONE.
     const RECORDED: &str = include_str!("../vm/testdata/panic-after-done-5.10-lockdown.log");
+    fn kernel(spec: usize, target: Arch) -> Kernel {
+        Kernel {
+            spec: &KERNELS[spec],
+            target,
+            tag: guest::tag(target, KERNELS[spec].name),
+            package: String::new(),
+            release: String::new(),
+            vmlinuz: PathBuf::new(),
+            config: String::new(),
+            modules: PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn apparmor_is_folded_into_amd64_6_1s_whole_suite_and_degraded_into_every_lockdown_boot() {
+        let six_one = kernel(1, Arch::X86_64);
+        let expected = Suite::Full.expected(&six_one);
+        assert_eq!(&expected[expected.len() - 2..], [APPARMOR_SCENARIO, "attach"]);
+        assert!(Suite::Full.kernel_command_line(&six_one).ends_with(" podstuck_vm.apparmor=1"));
+        for other in [kernel(0, Arch::X86_64), kernel(2, Arch::X86_64), kernel(1, Arch::Aarch64)] {
+            assert!(!Suite::Full.expected(&other).contains(&APPARMOR_SCENARIO), "{}", other.tag);
+            assert!(!Suite::Full.kernel_command_line(&other).contains("apparmor"), "{}", other.tag);
+        }
+        assert!(!Suite::Tracepoint.expected(&six_one).contains(&APPARMOR_SCENARIO));
+        assert_eq!(Suite::Lockdown.expected(&six_one), ["check", "lockdown", "degraded", "attach"]);
+    }
+
+    /// The scenarios of the lockdown boot when these consoles were
+    /// recorded (before `degraded`): what their rows are read against.
+    const RECORDED_SCENARIOS: &[&str] = &["check", "lockdown", "attach"];
 
     /// The recorded console up to its DONE line: a clean boot.
     fn recorded_until_done() -> String {
@@ -1421,19 +1602,19 @@ mod tests {
     fn a_recorded_clean_boot_passes_with_a_kernel_log_row() {
         let console = read_console(&recorded_until_done());
         assert!(console.done && console.reports.is_empty(), "{:?}", console.reports);
-        let results = boot_outcomes(&console, Suite::Lockdown, None);
+        let results = boot_outcomes(&console, RECORDED_SCENARIOS, None);
         assert_eq!(
             verdicts(&results),
             [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "PASS")]
         );
-        assert_eq!(counted(&console, Suite::Lockdown), (4, 0, 0));
+        assert_eq!(counted(&console, RECORDED_SCENARIOS), (4, 0, 0));
     }
 
     #[test]
     fn a_recorded_panic_after_done_fails_the_boot() {
         let console = read_console(RECORDED);
         assert!(console.done);
-        let results = boot_outcomes(&console, Suite::Lockdown, None);
+        let results = boot_outcomes(&console, RECORDED_SCENARIOS, None);
         assert_eq!(
             verdicts(&results),
             [("check", "PASS"), ("lockdown", "PASS"), ("attach", "PASS"), (KERNEL_LOG, "FAIL")]
@@ -1444,7 +1625,7 @@ mod tests {
         );
         // Finished: no second boot may hide it.
         assert_eq!(retry_reason(&console), None);
-        assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
+        assert_eq!(counted(&console, RECORDED_SCENARIOS), (3, 1, 0));
     }
 
     /// 5.10's Oops for a NULL write from a syscall, in the kernel's format
@@ -1475,7 +1656,7 @@ mod tests {
             "after DONE: [    4.806309] BUG: kernel NULL pointer dereference, address: 0000000000000000 (and 2 more kernel error line(s), in the console log)"
         );
         assert_eq!(retry_reason(&console), None);
-        assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
+        assert_eq!(counted(&console, RECORDED_SCENARIOS), (3, 1, 0));
     }
 
     #[test]
@@ -1499,7 +1680,7 @@ mod tests {
             log.detail,
             format!("during the scenarios: {warning} (and 1 more kernel error line(s), in the console log)")
         );
-        assert_eq!(counted(&console, Suite::Lockdown), (3, 1, 0));
+        assert_eq!(counted(&console, RECORDED_SCENARIOS), (3, 1, 0));
     }
 
     /// A boot's console from its lines.
@@ -1507,12 +1688,12 @@ mod tests {
         read_console(&lines.join("\n"))
     }
 
-    fn run_of(console: &Console, suite: Suite) -> BootRun {
+    fn run_of(console: &Console, scenarios: &[&str]) -> BootRun {
         let unfinished = (!console.done).then_some("the guest kernel crashed");
         BootRun {
             kernel: "6.12".into(),
             release: "6.12.57+deb13-cloud-amd64".into(),
-            results: boot_outcomes(console, suite, unfinished),
+            results: boot_outcomes(console, scenarios, unfinished),
             bench: Vec::new(),
             retry: retry_reason(console),
             console: PathBuf::new(),
@@ -1554,7 +1735,7 @@ mod tests {
             "PODSTUCK-VM RESULT attach PASS attach=fentry walk=bpf_loop attached",
             "PODSTUCK-VM DONE 50.0",
         ]);
-        let (first, second) = (run_of(&first, Suite::Lockdown), run_of(&second, Suite::Lockdown));
+        let (first, second) = (run_of(&first, RECORDED_SCENARIOS), run_of(&second, RECORDED_SCENARIOS));
         assert!(first.retry.as_deref().is_some_and(|r| r.contains("int3")));
         let run = merged(first, second, Path::new("console-6.12-lockdown-crashed.log"));
         assert_eq!(
@@ -1583,7 +1764,7 @@ mod tests {
             "PODSTUCK-VM RESULT check PASS attach=fentry walk=bpf_loop exit 0",
             NULL,
         ]);
-        let run = run_of(&console, Suite::Lockdown);
+        let run = run_of(&console, RECORDED_SCENARIOS);
         assert_eq!(run.retry, None);
         assert_eq!(
             verdicts(&run.results),

@@ -401,6 +401,44 @@ if [ "$SUITE" = lockdown ]; then
     say "TIME lockdown $(since "$T0")"
 fi
 
+# --- degraded: the DaemonSet's `watch --listen --stay-up` on this node stays -
+# --- up and says why on /metrics, /findings and its log; SIGTERM ends it 0 --
+if [ "$SUITE" = lockdown ]; then
+    T0=$(uptime_s)
+    A=- W=-
+    ip link set lo up 2>/dev/null
+    podstuck watch --listen 127.0.0.1:9464 --stay-up --node-name vm-lockdown >/tmp/deg.out 2>/tmp/deg.err &
+    DPID=$!
+    M=""
+    n=600
+    while [ "$n" -gt 0 ] && alive "$DPID"; do
+        M=$(wget -q -O - http://127.0.0.1:9464/metrics 2>/dev/null) && [ -n "$M" ] && break
+        sleep 0.1
+        n=$((n - 1))
+    done
+    F=$(wget -q -O - http://127.0.0.1:9464/findings 2>/dev/null)
+    H=$(wget -q -O - http://127.0.0.1:9464/healthz 2>/dev/null)
+    # Still serving 5 s on: no exit, hence no crash loop.
+    if wait_gone "$DPID" 5; then STAYED=no; else STAYED=yes; fi
+    M2=$(wget -q -O - http://127.0.0.1:9464/metrics 2>/dev/null | grep -c '^podstuck_up 0$')
+    kill -TERM "$DPID" 2>/dev/null
+    wait_gone "$DPID" 20 || kill -9 "$DPID"
+    wait "$DPID"
+    RC=$?
+    show degraded /tmp/deg.err 5
+    echo "$M" | grep '^podstuck_\(up\|cannot_trace\)' >/tmp/deg.metrics
+    show degraded-metrics /tmp/deg.metrics 5
+    LEFT=$(bpftool prog show 2>/dev/null | grep -c '^[0-9]*:')
+    if echo "$M" | grep -q '^podstuck_up 0$' && echo "$M" | grep -q '^podstuck_cannot_trace{node="vm-lockdown",reason="lockdown"} 1$' \
+        && echo "$F" | grep -q '"cannot_trace":"[^"]*lockdown=confidentiality' && [ "$H" = ok ] && [ "$STAYED" = yes ] \
+        && [ "$M2" = 1 ] && [ "$RC" = 0 ] && [ "$LEFT" = 0 ] && grep -q 'cannot trace this node (lockdown)' /tmp/deg.err; then
+        result degraded PASS "stayed up serving podstuck_up 0 and podstuck_cannot_trace{reason=\"lockdown\"}; /healthz $H; SIGTERM: exit $RC; log: $(oneline </tmp/deg.err)"
+    else
+        result degraded FAIL "exit $RC, stayed $STAYED, healthz '$H', $LEFT programs; metrics: $(oneline </tmp/deg.metrics); findings: $(echo "$F" | cut -c1-200); log: $(oneline </tmp/deg.err)"
+    fi
+    say "TIME degraded $(since "$T0")"
+fi
+
 # --- cgroup v1 (only in the boot with podstuck_vm.suite=cgroup-v1) ------
 # A pod of the cgroupfs driver in every hierarchy: /kubepods/burstable/pod<uid>/<container>.
 if [ "$SUITE" = cgroup-v1 ]; then
@@ -723,10 +761,10 @@ if [ -z "$SUITE" ]; then # the full suite
         show held-json /tmp/held.short 10
         F=$(grep '"type":"finding"' /tmp/held.json | grep '"kind":"mount-held"' | head -n 1)
         FIX=$(echo "$F" | jstr fix)
-        if [ "$WRC" = 3 ] && echo "$FIX" | grep -q -- "nsenter -t $HPID -m -- umount -l $ROOTFS"; then
+        if [ "$WRC" = 3 ] && echo "$FIX" | grep -q -- "nsenter -t $HPID -m -- umount -l -- $ROOTFS"; then
             result held-in-namespace PASS "mount-held names pid $HPID in its own namespace: $FIX; containerd: $RU"
         else
-            result held-in-namespace FAIL "exit $WRC; fix '${FIX}', expected nsenter -t $HPID -m -- umount -l $ROOTFS; containerd: $RU; $(grep -o '"kind":"[^"]*"' /tmp/held.json | sort -u | oneline)"
+            result held-in-namespace FAIL "exit $WRC; fix '${FIX}', expected nsenter -t $HPID -m -- umount -l -- $ROOTFS; containerd: $RU; $(grep -o '"kind":"[^"]*"' /tmp/held.json | sort -u | oneline)"
         fi
     else
         result held-in-namespace FAIL "$WHY"
@@ -857,6 +895,8 @@ elif start_watch /tmp/life --json --findings --pod "$LU" --duration 30s; then
     if [ -z "$INIT" ]; then
         result lifecycle FAIL "no init in the pod cgroup: $(oneline </tmp/life-init.out)"
     else
+        # The kill fix checks the init's start first (a pid and its start).
+        ISTART=$(cut -d' ' -f22 "/proc/$INIT/stat")
         kill -TERM "$INIT"
         wait_for /tmp/life.json '"kind":"sigterm-ignored"' "$WPID" 20
         IGNORED=$(grep '"type":"finding"' /tmp/life.json | grep '"kind":"sigterm-ignored"' | head -n 1)
@@ -868,8 +908,8 @@ elif start_watch /tmp/life --json --findings --pod "$LU" --duration 30s; then
         stop_watch
         show life /tmp/life.err 10
         if echo "$IGNORED" | grep -q '"confidence":"confirmed"' && [ "$ALIVE" = yes ] && [ "$RESOLVED" -ge 1 ] \
-            && echo "$IGNORED" | grep -q "\"fix\":\"kill -KILL $INIT\""; then
-            result lifecycle PASS "SIGTERM to the pod's init $INIT dropped by the kernel: sigterm-ignored confirmed, fix $(echo "$IGNORED" | jstr fix); resolved once SIGKILL ended it"
+            && echo "$IGNORED" | grep -q "= $ISTART \] && kill -KILL $INIT\""; then
+            result lifecycle PASS "SIGTERM to the pod's init $INIT dropped by the kernel: sigterm-ignored confirmed, its fix the kill -KILL $INIT checked against its start $ISTART; resolved once SIGKILL ended it"
         else
             result lifecycle FAIL "init $INIT alive after SIGTERM: $ALIVE; finding: $(echo "$IGNORED" | cut -c1-300 | oneline); resolved lines: $RESOLVED; $(grep -o '"kind":"[^"]*"' /tmp/life.json | sort -u | oneline) $(oneline </tmp/life.err)"
         fi
@@ -1005,6 +1045,78 @@ fi
 say "TIME sigkill $(since "$T0")"
 
 fi # the full suite
+
+# --- apparmor: podstuck confined by a profile like the runtimes' default ----
+# --- (ptrace reads of its own profile only): a volume left mounted and held -
+# --- by an unconfined process; what podstuck reads and says of the holder, --
+# --- unconfined first, then confined (podstuck_vm.apparmor=1 only) ---------
+if [ -z "$SUITE" ] && grep -q 'podstuck_vm.apparmor=1' /proc/cmdline; then
+    T0=$(uptime_s)
+    A=- W=-
+    # As docker-default and cri-containerd.apparmor.d: everything but
+    # ptrace (and /proc/PID reads, which need it) outside its own profile.
+    cat >/tmp/podstuck-confined <<'PROFILE'
+profile podstuck-confined flags=(attach_disconnected,mediate_deleted) {
+  file,
+  capability,
+  network,
+  umount,
+  signal,
+  unix,
+  mount,
+  pivot_root,
+  ptrace (trace,read,tracedby,readby) peer=podstuck-confined,
+}
+PROFILE
+    ENABLED=$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)
+    UA=a0a0a0a0-1111-4222-8333-444444444444
+    V=$(mounted_volume $UA pvc-aa)
+    LOADED=$(apparmor_parser --replace --skip-cache /tmp/podstuck-confined 2>&1 && echo loaded)
+    # The holder: an unconfined process with its working directory on the volume.
+    (cd "$V" && exec sleep 600) &
+    HPID=$!
+    confined() { echo "exec podstuck-confined" >/proc/self/attr/exec && exec "$@"; }
+    if [ "$ENABLED" != Y ] || ! echo "$LOADED" | grep -q loaded || [ -z "$V" ]; then
+        result apparmor FAIL "AppArmor enabled: '${ENABLED:-no}'; profile: $(echo "$LOADED" | oneline); volume: ${V:-not mounted}"
+    else
+        for how in unconfined confined; do
+            if [ $how = confined ]; then
+                # shellcheck disable=SC2086 # as in start_watch
+                (confined podstuck watch $ATTACH_ARGS --json --findings --duration 8s) >/tmp/aa-$how.json 2>/tmp/aa-$how.err &
+            else
+                # shellcheck disable=SC2086 # as in start_watch
+                podstuck watch $ATTACH_ARGS --json --findings --duration 8s >/tmp/aa-$how.json 2>/tmp/aa-$how.err &
+            fi
+            WPID=$!
+            wait_for /tmp/aa-$how.json '"type":"start"' "$WPID" 90
+            PROFILE_OF=$(cat /proc/$WPID/attr/current 2>/dev/null)
+            actor --comm kubelet --backoff-ms 300 --repeat 4 rmdir "$V" >/dev/null 2>&1
+            wait_gone "$WPID" 60
+            stop_watch
+            show aa-$how /tmp/aa-$how.err 5
+            eval "RC_$how=\$WRC PROFILE_$how=\$PROFILE_OF"
+            grep '"type":"finding"' /tmp/aa-$how.json | grep '"kind":"volume-still-mounted"' | head -n 1 >/tmp/aa-$how.finding
+            grep -o '"fact":"[^"]*"' /tmp/aa-$how.finding | sed 's/^"fact":"//; s/"$//' >/tmp/aa-$how.facts
+            show aa-$how-evidence /tmp/aa-$how.facts 10
+        done
+        facts /tmp/aa-confined.json
+        # Unconfined it names the holder; confined it says it may not read it, never that none holds it.
+        if grep -q "pid $HPID (sleep) has its current directory at" /tmp/aa-unconfined.facts \
+            && echo "$PROFILE_confined" | grep -q '^podstuck-confined' \
+            && grep -q 'not readable under this security profile' /tmp/aa-confined.facts \
+            && grep -q "pid $HPID (sleep)" /tmp/aa-confined.facts \
+            && ! grep -q 'no process has a file' /tmp/aa-confined.facts \
+            && ! grep -q 'has its current directory at' /tmp/aa-confined.facts; then
+            result apparmor PASS "under $PROFILE_confined: $(grep 'not readable' /tmp/aa-confined.facts | oneline); unconfined: $(grep "pid $HPID" /tmp/aa-unconfined.facts | oneline)"
+        else
+            result apparmor FAIL "profile '$PROFILE_confined' (exit ${RC_confined:-?}); confined evidence: $(oneline </tmp/aa-confined.facts); unconfined evidence: $(oneline </tmp/aa-unconfined.facts); $(oneline </tmp/aa-confined.err)"
+        fi
+    fi
+    kill -9 "$HPID" 2>/dev/null
+    wait "$HPID" 2>/dev/null
+    umount "$V" 2>/dev/null
+    say "TIME apparmor $(since "$T0")"
+fi
 
 # --- attach: where podstuck attached and how it walks paths, against what --
 # --- this kernel should give ---------------------------------------------

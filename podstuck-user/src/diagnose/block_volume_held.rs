@@ -25,11 +25,11 @@
 //! order (the stacked device, then the processes, then the loop device)
 //! so that kubelet's next retry succeeds.
 
-use super::shell::word;
+use super::shell::{find_mount, kill_if_same, unmount_lazily, word};
 use super::track::{Attempts, FailureLog};
 use super::volume_still_mounted::{holder_facts, process_words};
 use super::{removes, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
-use crate::event::CallEvent;
+use crate::event::{CallEvent, ProcessStart};
 use crate::identify::pod::PathArea;
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_at;
@@ -79,7 +79,7 @@ impl BlockVolumeHeld {
         for fact in holder_facts(&holders) {
             f.evidence("/proc", fact);
         }
-        let release = release_steps(&loops, &holders);
+        let (release, unchecked) = release_steps(&loops, &holders);
         match (loops.first(), holders.first()) {
             (Some(device), _) => {
                 let users = users_words(device);
@@ -122,14 +122,19 @@ impl BlockVolumeHeld {
                     "{what}: EBUSY, though nothing is mounted at {} now: the next retry should succeed. {failed}.",
                     shown(&path)
                 );
-                f.fix = format!("findmnt {}", word(&path));
+                f.fix = find_mount(&path);
                 return Some(f);
             }
         }
         f.fix = match release.is_empty() {
-            true => format!("umount -l {}", word(&path)),
+            true => unmount_lazily(&path),
             false => release.join(" && "),
         };
+        for (pid, comm) in &unchecked {
+            f.advice.push(format!(
+                "{pid} ({comm}) is left out of the fix: its start could not be read, so a kill by its pid alone could hit another process by the time it is pasted; stop it once `ps -p {pid} -o lstart,comm` shows it is still that process, then run the fix"
+            ));
+        }
         f.advice.push(
             "kubelet's next retry detaches the loop device and unmounts the mapping once nothing holds them; \
              never remove the mapping's file while it is mounted"
@@ -201,38 +206,44 @@ fn users_words(device: &LoopDevice) -> Vec<String> {
 /// The commands that let the loop devices and the mapping go, outermost
 /// user first: processes using a stacked device, the stacked device, the
 /// loop device's openers, the loop device (unless a detach already waits),
-/// then processes holding the mapping itself.
-fn release_steps(loops: &[LoopDevice], holders: &[MountHolder]) -> Vec<String> {
+/// then processes holding the mapping itself. Each process is sent SIGTERM
+/// only while its pid still names the process found (its start): pids are
+/// reused within minutes and a fix is pasted later. A process whose start
+/// could not be read is left out of the commands and returned apart, to be
+/// said as advice with the check to make first.
+fn release_steps(loops: &[LoopDevice], holders: &[MountHolder]) -> (Vec<String>, Vec<(u32, String)>) {
     let mut pids: Vec<u32> = Vec::new();
     let mut steps = Vec::new();
-    let mut kill = |openers: Vec<u32>, steps: &mut Vec<String>| {
-        let mut new: Vec<String> = Vec::new();
-        for pid in openers {
-            if !pids.contains(&pid) {
-                pids.push(pid);
-                new.push(pid.to_string());
+    let mut unchecked = Vec::new();
+    let mut kill = |users: Vec<(u32, Option<ProcessStart>, String)>, steps: &mut Vec<String>| {
+        for (pid, start, comm) in users {
+            if pids.contains(&pid) {
+                continue;
+            }
+            pids.push(pid);
+            match kill_if_same("TERM", pid, start) {
+                Some(kill) => steps.push(kill),
+                None => unchecked.push((pid, comm)),
             }
         }
-        if !new.is_empty() {
-            steps.push(format!("kill {}", new.join(" ")));
-        }
     };
+    let of = |openers: &[DeviceOpener]| openers.iter().map(|o| (o.pid, o.start, o.comm.clone())).collect();
     for device in loops {
         for holder in &device.holders {
-            kill(holder.openers.iter().map(|o| o.pid).collect(), &mut steps);
+            kill(of(&holder.openers), &mut steps);
             match (&holder.mapper_name, holder.md) {
                 (Some(name), _) => steps.push(format!("dmsetup remove {}", word(name.as_bytes()))),
                 (None, true) => steps.push(format!("mdadm --stop /dev/{}", word(holder.device.as_bytes()))),
                 (None, false) => {}
             }
         }
-        kill(device.openers.iter().map(|o| o.pid).collect(), &mut steps);
+        kill(of(&device.openers), &mut steps);
         if !device.autoclear {
             steps.push(format!("losetup -d /dev/{}", word(device.name.as_bytes())));
         }
     }
-    kill(holders.iter().map(|h| h.pid).collect(), &mut steps);
-    steps
+    kill(holders.iter().map(|h| (h.pid, h.start, h.comm.clone())).collect(), &mut steps);
+    (steps, unchecked)
 }
 
 impl Detector for BlockVolumeHeld {
@@ -269,7 +280,18 @@ mod tests {
     }
 
     fn opener(pid: u32, comm: &str, path: &str) -> DeviceOpener {
-        DeviceOpener { pid, comm: comm.into(), path: path.into(), owner: None }
+        DeviceOpener {
+            pid,
+            start: Some(ProcessStart(u64::from(pid) * 100)),
+            comm: comm.into(),
+            path: path.into(),
+            owner: None,
+        }
+    }
+
+    /// The start-checked SIGTERM `opener` and `holder` make for `pid`.
+    fn stop(pid: u32) -> String {
+        kill_if_same("TERM", pid, Some(ProcessStart(u64::from(pid) * 100))).unwrap()
     }
 
     fn loop_device(autoclear: bool, holders: Vec<BlockHolder>, openers: Vec<DeviceOpener>) -> LoopDevice {
@@ -290,7 +312,7 @@ mod tests {
         let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
         assert_eq!(f.kind, Kind::BlockVolumeHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, "kill 3131");
+        assert_eq!(f.fix, stop(3131));
         assert_eq!(f.pod_uid, Some(pod()));
         assert!(f.summary.contains("loop device /dev/loop7 is still bound"), "{}", f.summary);
         assert!(f.summary.contains("losetup -d of /dev/loop7 did not detach it"), "{}", f.summary);
@@ -310,7 +332,7 @@ mod tests {
         };
         node.loops = vec![loop_device(false, vec![dm], vec![])];
         let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
-        assert_eq!(f.fix, "kill 4242 && dmsetup remove vg-data && losetup -d /dev/loop7");
+        assert_eq!(f.fix, format!("{} && dmsetup remove vg-data && losetup -d /dev/loop7", stop(4242)));
         assert!(f.summary.contains("device-mapper device dm-0 (vg-data)"), "{}", f.summary);
         assert!(f.advice.iter().any(|a| a.contains("global_filter")), "{:?}", f.advice);
     }
@@ -329,6 +351,7 @@ mod tests {
         let mut node = node();
         node.holders = vec![MountHolder {
             pid: 5151,
+            start: Some(ProcessStart(515_100)),
             comm: "backup".into(),
             how: HoldKind::OpenFile,
             path: map_path().into_bytes(),
@@ -337,8 +360,29 @@ mod tests {
             owner: None,
         }];
         let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
-        assert_eq!(f.fix, "kill 5151");
+        assert_eq!(f.fix, stop(5151));
         assert!(f.summary.contains("pid 5151 (backup) has the device file open"), "{}", f.summary);
+    }
+
+    /// A pid is reused within minutes and a fix is pasted later: a user
+    /// whose start is unknown is never killed by its pid alone; the rest
+    /// of the fix stands, and the advice says how to stop it safely.
+    #[test]
+    fn a_user_whose_start_is_unknown_is_left_out_of_the_kills() {
+        let mut node = node();
+        let mut unknown = opener(3131, "dd", "/dev/dm-0");
+        unknown.start = None;
+        let dm = BlockHolder {
+            device: "dm-0".into(),
+            mapper_name: Some("vg-data".into()),
+            md: false,
+            openers: vec![unknown, opener(4242, "postgres", "/dev/dm-0")],
+        };
+        node.loops = vec![loop_device(false, vec![dm], vec![])];
+        let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
+        assert_eq!(f.fix, format!("{} && dmsetup remove vg-data && losetup -d /dev/loop7", stop(4242)));
+        assert!(!f.fix.contains("3131"), "{}", f.fix);
+        assert!(f.advice.iter().any(|a| a.contains("ps -p 3131 -o lstart,comm")), "{:?}", f.advice);
     }
 
     #[test]
@@ -350,7 +394,7 @@ mod tests {
         let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
         assert_eq!(f.confidence, Confidence::Possible);
         assert!(!f.summary.contains("3131"), "{}", f.summary);
-        assert_eq!(f.fix, format!("umount -l {}", map_path()));
+        assert_eq!(f.fix, format!("umount -l -- {}", map_path()));
     }
 
     #[test]

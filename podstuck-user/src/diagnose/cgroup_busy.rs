@@ -22,13 +22,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::mount_held::is_cgroupfs;
-use super::shell::word;
+use super::shell::{file_in, list, remove_dirs, show_file, word, write_file};
 use super::track::{Attempts, FailureLog};
 use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::identify::Identity;
 use crate::inspect::mounts::{cgroup_place, mount_containing, CgroupPlace};
-use crate::inspect::{CgroupState, FreezerLevel, TaskState};
+use crate::inspect::{CgroupState, FreezerLevel, TaskState, Unreadable};
 
 /// Tasks named in a sentence, at most this many.
 const TASKS_NAMED: usize = 5;
@@ -71,37 +71,28 @@ fn task_words(t: &TaskState, frozen: bool) -> String {
     format!("pid {} ({}, {}{wchan}{frozen})", t.pid, t.comm, t.state_words())
 }
 
-/// `dir/name` as one shell word.
-fn file(dir: &[u8], name: &str) -> String {
-    let mut path = dir.to_vec();
-    path.push(b'/');
-    path.extend_from_slice(name.as_bytes());
-    word(&path)
-}
-
 /// The exact commands for one v2 directory, in the order they must run.
 fn fix(cg: &[u8], state: &CgroupState) -> String {
     let mut steps = Vec::new();
     if !state.tasks.is_empty() {
         if state.version == 1 && state.frozen == Some(true) {
             // v1 frozen tasks cannot die until thawed; v2's cgroup.kill works on frozen ones.
-            steps.push(format!("echo THAWED > {}", file(cg, "freezer.state")));
+            steps.push(write_file("THAWED", &file_in(cg, "freezer.state")));
         }
         if state.has_kill {
-            steps.push(format!("echo 1 > {}", file(cg, "cgroup.kill")));
+            steps.push(write_file("1", &file_in(cg, "cgroup.kill")));
         } else {
             let pids: Vec<String> = state.tasks.iter().map(|t| t.pid.to_string()).collect();
             steps.push(format!("kill -9 {}", pids.join(" ")));
         }
     } else if state.frozen == Some(true) {
         steps.push(if state.version == 2 {
-            format!("echo 0 > {}", file(cg, "cgroup.freeze"))
+            write_file("0", &file_in(cg, "cgroup.freeze"))
         } else {
-            format!("echo THAWED > {}", file(cg, "freezer.state"))
+            write_file("THAWED", &file_in(cg, "freezer.state"))
         });
     } else if !state.children.is_empty() {
-        let children: Vec<String> = state.children.iter().map(|c| file(cg, c)).collect();
-        steps.push(format!("rmdir {}", children.join(" ")));
+        steps.push(remove_dirs(state.children.iter().map(|c| file_in(cg, c))));
     }
     steps.join(" && ")
 }
@@ -170,8 +161,8 @@ impl GroupFacts {
     /// they exit, a moment after kill returns: hence the pause.
     fn fix(&self) -> String {
         let mut steps: Vec<String> =
-            self.frozen_levels.iter().map(|d| format!("echo THAWED > {}", file(d, "freezer.state"))).collect();
-        steps.extend(self.frozen_v2.iter().map(|d| format!("echo 0 > {}", file(d, "cgroup.freeze"))));
+            self.frozen_levels.iter().map(|d| write_file("THAWED", &file_in(d, "freezer.state"))).collect();
+        steps.extend(self.frozen_v2.iter().map(|d| write_file("0", &file_in(d, "cgroup.freeze"))));
         if !self.tasks.is_empty() {
             let mut pids: Vec<u32> = self.tasks.iter().map(|t| t.pid).collect();
             pids.dedup();
@@ -181,7 +172,7 @@ impl GroupFacts {
             if !self.tasks.is_empty() {
                 steps.push("sleep 1".into());
             }
-            steps.push(format!("rmdir {}", self.children.iter().map(|c| word(c)).collect::<Vec<_>>().join(" ")));
+            steps.push(remove_dirs(&self.children));
         }
         steps.join(" && ")
     }
@@ -210,10 +201,7 @@ impl CgroupBusy {
         let state = match node.cgroup(&path) {
             Ok(state) => state,
             Err(why) => {
-                f.evidence("cgroupfs", format!("{}: {why}", shown(&path)));
-                f.summary =
-                    format!("{} cannot remove {whose} {}: it is busy. {failed}.", a.actor.description, shown(&path));
-                f.fix = format!("cat {}", file(&path, "cgroup.procs"));
+                let f = unread(a, f, &whose, &failed, &path, &why);
                 reads.insert(path, read);
                 return Some(f);
             }
@@ -234,7 +222,7 @@ impl CgroupBusy {
                     "freezer.state",
                     format!(
                         "{}: {} (the v1 freezer: its tasks ignore SIGKILL until thawed)",
-                        file(&l.dir, "freezer.state"),
+                        word(&file_in(&l.dir, "freezer.state")),
                         l.state
                     ),
                 );
@@ -285,7 +273,7 @@ impl CgroupBusy {
         } else {
             f.confidence = Confidence::Possible;
             f.summary = format!("{what}: {failed}, but it is empty now: the next retry should succeed.");
-            f.fix = format!("rmdir {}", word(&path));
+            f.fix = remove_dirs([&path]);
             read.state = Some(state);
             reads.insert(path, read);
             return Some(f);
@@ -300,6 +288,27 @@ impl CgroupBusy {
         reads.insert(path, read);
         Some(f)
     }
+}
+
+/// The finding of a cgroup that could not be read: gone since (the
+/// failure is over), or not read now, said by the kind of why.
+fn unread(a: &mut Attempts, mut f: Finding, whose: &str, failed: &str, path: &[u8], why: &Unreadable) -> Finding {
+    if why.is_gone() {
+        f.confidence = Confidence::Possible;
+        f.evidence("cgroupfs", format!("{} is gone now ({why})", shown(path)));
+        f.summary = format!(
+            "{} could not remove {whose} {}: it was busy. {failed}. It is gone now: removed since.",
+            a.actor.description,
+            shown(path)
+        );
+        f.fix = list(path);
+    } else {
+        a.read_again_soon_if(why);
+        f.evidence("cgroupfs", format!("{}: {}", shown(path), why.said()));
+        f.summary = format!("{} cannot remove {whose} {}: it is busy. {failed}.", a.actor.description, shown(path));
+        f.fix = show_file(&file_in(path, "cgroup.procs"));
+    }
+    f
 }
 
 /// How findings are grouped: a v1 cgroup of a known pod by the pod (and
@@ -440,7 +449,7 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
     let frozen_words = if facts.frozen_levels.is_empty() {
         String::new()
     } else {
-        let at: Vec<String> = facts.frozen_levels.iter().map(|d| file(d, "freezer.state")).collect();
+        let at: Vec<String> = facts.frozen_levels.iter().map(|d| word(&file_in(d, "freezer.state"))).collect();
         format!(", frozen by the v1 freezer ({} FROZEN; a frozen task ignores SIGKILL until thawed)", at.join(", "))
     };
     if !facts.tasks.is_empty() {
@@ -463,7 +472,7 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
         f.summary = format!("{what}: {failed}, but they are empty now: the next retries should succeed.");
         let mut paths = f.paths.clone();
         paths.sort_by_key(|p| std::cmp::Reverse(depth(p)));
-        f.fix = format!("rmdir {}", paths.iter().map(|p| word(p)).collect::<Vec<_>>().join(" "));
+        f.fix = remove_dirs(paths);
     }
     if !facts.frozen_levels.is_empty() {
         f.advice.push("a task frozen by the v1 freezer shows in ps and /proc as S (sleeping), or D on kernels 6.1 and later, never as frozen; kill -9 does nothing to it until it is thawed: the fix thaws first".into());
@@ -532,7 +541,7 @@ mod tests {
             has_kill: true,
         });
         let f = &run(&mut d, &mut node, &housekeeping(), 6.5)[0];
-        assert_eq!(f.fix, format!("rmdir {CG}/c1"));
+        assert_eq!(f.fix, format!("rmdir -- {CG}/c1"));
         assert_eq!(f.id, format!("cgroup-busy:{CG}"), "v2 keeps one finding per directory");
     }
 
@@ -650,7 +659,10 @@ mod tests {
             .iter()
             .map(|h| format!("{}/{CID}", pod_dir(h)))
             .collect();
-        assert_eq!(f.fix, format!("echo THAWED > {freezer} && kill -9 5 && sleep 1 && rmdir {}", containers.join(" ")));
+        assert_eq!(
+            f.fix,
+            format!("echo THAWED > {freezer} && kill -9 5 && sleep 1 && rmdir -- {}", containers.join(" "))
+        );
         assert!(f.rhythm.as_deref().unwrap().contains("every 2 s"), "{:?}", f.rhythm);
     }
 

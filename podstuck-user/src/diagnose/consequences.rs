@@ -42,35 +42,72 @@ fn same_actor(a: &Finding, b: &Finding) -> bool {
 /// Folds consequences into their root findings. Returns the ids of the
 /// findings folded, each with the id of the finding it was told under.
 pub fn fold(findings: &mut Vec<Finding>) -> Vec<(String, String)> {
+    let mut folded = fold_under_roots(findings, consequence_root, |consequence| {
+        let path = consequence.paths.first().map(|p| super::shown(p)).unwrap_or_default();
+        format!(
+            "{}'s {} of {path} also fails with {} {} times: {}, not a second cause",
+            consequence.actor.as_ref().map(|a| a.description.as_str()).unwrap_or("the same actor"),
+            consequence.syscall.unwrap_or("call"),
+            consequence.errno.as_deref().unwrap_or("an error"),
+            consequence.count,
+            match consequence.kind {
+                Kind::DirNotEmpty => "what the cause above keeps inside it cannot go",
+                _ => "it retries a step that already happened while the teardown fails for the cause above",
+            }
+        )
+    });
+    // no-teardown-seen says nothing on the node works on a pod; beside an
+    // active finding on that pod it would contradict it: the pod is held by
+    // what that finding says, and the quiet is its consequence.
+    folded.extend(fold_under_roots(findings, quiet_pod_root, |quiet| {
+        format!(
+            "no other work on pod {} was seen on this node for {}: this is what holds it",
+            quiet.pod_uid.as_ref().map(|p| p.as_str()).unwrap_or_default(),
+            super::human_duration(quiet.last_seen.duration_since(quiet.first_seen).unwrap_or_default())
+        )
+    }));
+    folded
+}
+
+/// The finding `candidate` only follows from, if any ([`follows_from`]).
+fn consequence_root(findings: &[Finding], candidate: &Finding) -> Option<usize> {
+    if candidate.status != Status::Active {
+        return None;
+    }
+    findings.iter().position(|r| follows_from(candidate, r))
+}
+
+/// The active finding on the pod a no-teardown-seen is the quiet of.
+fn quiet_pod_root(findings: &[Finding], quiet: &Finding) -> Option<usize> {
+    if quiet.kind != Kind::NoTeardownSeen || quiet.status != Status::Active {
+        return None;
+    }
+    let pod = quiet.pod_uid.as_ref()?;
+    findings.iter().position(|r| {
+        r.kind != Kind::NoTeardownSeen
+            && r.status == Status::Active
+            && (r.pod_uid.as_ref() == Some(pod) || r.pods.contains(pod))
+    })
+}
+
+/// Each finding that `root_of` finds a root for is taken out and said in
+/// its root's evidence in the words of `said`; returns (folded, root) ids.
+fn fold_under_roots(
+    findings: &mut Vec<Finding>,
+    root_of: impl Fn(&[Finding], &Finding) -> Option<usize>,
+    said: impl Fn(&Finding) -> String,
+) -> Vec<(String, String)> {
     let mut folded = Vec::new();
     let mut i = 0;
     while i < findings.len() {
-        let candidate = &findings[i];
-        let root = (candidate.status == Status::Active)
-            .then(|| findings.iter().position(|r| follows_from(candidate, r)))
-            .flatten();
-        let Some(root) = root else {
+        let Some(root) = root_of(findings, &findings[i]) else {
             i += 1;
             continue;
         };
         let consequence = findings.remove(i);
         let root = if root > i { root - 1 } else { root };
         let r = &mut findings[root];
-        let path = consequence.paths.first().map(|p| super::shown(p)).unwrap_or_default();
-        r.evidence(
-            "consequence",
-            format!(
-                "{}'s {} of {path} also fails with {} {} times: {}, not a second cause",
-                consequence.actor.as_ref().map(|a| a.description.as_str()).unwrap_or("the same actor"),
-                consequence.syscall.unwrap_or("call"),
-                consequence.errno.as_deref().unwrap_or("an error"),
-                consequence.count,
-                match consequence.kind {
-                    Kind::DirNotEmpty => "what the cause above keeps inside it cannot go",
-                    _ => "it retries a step that already happened while the teardown fails for the cause above",
-                }
-            ),
-        );
+        r.evidence("consequence", said(&consequence));
         folded.push((consequence.id, r.id.clone()));
     }
     folded
@@ -135,5 +172,22 @@ mod tests {
         );
         assert_eq!(all.iter().filter(|f| f.kind == Kind::DirNotEmpty).count(), 2);
         assert!(all[0].evidence.iter().any(|e| e.fact.contains("what the cause above keeps inside it cannot go")));
+    }
+
+    #[test]
+    fn a_quiet_pod_beside_an_active_finding_on_it_is_told_under_that_finding() {
+        use super::super::fake::pod;
+        let mut quiet = Finding::new(Kind::NoTeardownSeen, pod().as_str(), Severity::Warning, t(0.0));
+        quiet.pod_uid = Some(pod());
+        quiet.last_seen = t(150.0);
+        let mut held = by(Kind::MountHeld, "/v", 7, "kubelet");
+        held.pods = vec![pod()];
+        let mut elsewhere = Finding::new(Kind::NoTeardownSeen, "other", Severity::Warning, t(0.0));
+        elsewhere.pod_uid = Some(crate::identify::pod::PodUid::parse("5f1c2a9e-0000-4000-8000-000000000002").unwrap());
+        let mut all = vec![quiet, held, elsewhere];
+        let folded = fold(&mut all);
+        assert_eq!(folded, vec![(format!("no-teardown-seen:{}", pod().as_str()), "mount-held:/v".to_string())]);
+        assert_eq!(all.len(), 2, "another pod's quiet stands");
+        assert!(all[0].evidence.iter().any(|e| e.fact.contains("this is what holds it")), "{:?}", all[0].evidence);
     }
 }

@@ -6,15 +6,12 @@
 //! with ENOTEMPTY, again (Go's RemoveAll meets one ENOTEMPTY on the way and
 //! then succeeds: that is not this). Confirmed by listing the directory.
 
-use super::shell::word;
+use super::shell::{empty_dir, file_in, list, one_after_another, remove_dirs, remove_entries, unmount};
 use super::track::{Attempts, FailureLog};
 use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::identify::Identity;
 use crate::inspect::mounts::mounts_under;
-
-/// What a node says of a path that does not exist ([`crate::words::io_words`] of ENOENT).
-const GONE: &str = "no such file or directory";
 
 /// Entries named in the evidence and in the fix.
 const ENTRIES_NAMED: usize = 5;
@@ -48,14 +45,14 @@ impl DirNotEmpty {
                 "{what}: it is not empty because something is still mounted inside it. {}{rhythm}.",
                 a.failed_words()
             );
-            f.fix = below.iter().rev().map(|m| format!("umount {}", word(m))).collect::<Vec<_>>().join(" && ");
+            f.fix = one_after_another(below.iter().rev().map(|m| unmount(m)));
             return Some(f);
         }
         let sample = match node.dir_sample(&path, ENTRIES_NAMED) {
             Ok(s) => s,
             // Removed since by a path the trace did not see succeed (a
             // runtime that renames a layer before removing it): over.
-            Err(why) if why.0 == GONE => {
+            Err(why) if why.is_gone() => {
                 a.succeeded = Some(review.now);
                 f.status = Status::Resolved;
                 f.evidence("readdir", format!("{} no longer exists", shown(&path)));
@@ -63,9 +60,15 @@ impl DirNotEmpty {
                 return Some(f);
             }
             Err(why) => {
-                f.evidence("readdir", format!("{}: {why}", shown(&path)));
-                f.summary = format!("{what}: {}{rhythm}.", a.failed_words());
-                f.fix = format!("ls -la -- {}", word(&path));
+                a.read_again_soon_if(&why);
+                f.confidence = Confidence::Likely;
+                f.evidence("readdir", format!("{}: {}", shown(&path), why.said()));
+                f.summary = format!(
+                    "{what}: {}{rhythm}; what is left in it is not known yet: {}.",
+                    a.failed_words(),
+                    why.said()
+                );
+                f.fix = list(&path);
                 return Some(f);
             }
         };
@@ -73,7 +76,7 @@ impl DirNotEmpty {
             f.confidence = Confidence::Possible;
             f.evidence("readdir", format!("{} is empty now", shown(&path)));
             f.summary = format!("{what}: {}, but it is empty now: the next retry should succeed.", a.failed_words());
-            f.fix = format!("rmdir {}", word(&path));
+            f.fix = remove_dirs([&path]);
             return Some(f);
         }
         f.confidence = Confidence::Confirmed;
@@ -99,19 +102,16 @@ impl DirNotEmpty {
             names.join(", "),
             a.failed_words()
         );
-        f.fix = if sample.complete && sample.counted as usize <= ENTRIES_NAMED {
-            let mut targets = Vec::new();
-            for n in &sample.names {
-                let mut p = path.clone();
-                p.push(b'/');
-                p.extend_from_slice(n);
-                targets.push(word(&p));
+        let named = sample.complete && sample.counted as usize <= ENTRIES_NAMED;
+        f.fix = match (named, empty_dir(&path)) {
+            (true, _) => remove_entries(sample.names.iter().map(|n| file_in(&path, n))),
+            (false, Some(find)) => find,
+            (false, None) => {
+                f.advice.push(format!("no find ... -delete is printed: {} is not an absolute path, and find would read it as part of its expression", shown(&path)));
+                list(&path)
             }
-            format!("rm -r --one-file-system -- {}", targets.join(" "))
-        } else {
-            format!("find {} -xdev -mindepth 1 -delete", word(&path))
         };
-        f.advice.push(format!("look before you delete: ls -la -- {}", word(&path)));
+        f.advice.push(format!("look before you delete: {}", list(&path)));
         Some(f)
     }
 }
@@ -192,6 +192,6 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("90 {m}/data tmpfs")]);
         let calls = [rmdir(0.0, "kubelet", &m, -libc::ENOTEMPTY), rmdir(0.5, "kubelet", &m, -libc::ENOTEMPTY)];
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
-        assert_eq!(f.fix, format!("umount {m}/data"));
+        assert_eq!(f.fix, format!("umount -- {m}/data"));
     }
 }

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use super::shell::word;
+use super::shell::{find_mount, free_space, remount, space_used};
 use super::track::{Attempts, FailureLog};
 use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
@@ -92,12 +92,13 @@ impl DiskFull {
                 let no_space = u.free_bytes == 0 || (u.total_bytes > 0 && u.free_bytes * 100 < u.total_bytes);
                 f.confidence =
                     if no_inodes || no_space || quota { Confidence::Confirmed } else { Confidence::Possible };
-                let mp = word(&target.mount_point);
-                let fix = match (target.fstype.as_str(), no_inodes) {
-                    ("tmpfs", true) => format!("mount -o remount,nr_inodes={} {mp}", u.total_inodes.max(1) * 2),
-                    ("tmpfs", false) => format!("mount -o remount,size={}k {mp}", (u.total_bytes / 1024).max(1) * 2),
-                    _ => format!("df -h -i {mp} && du -xh -d 2 {mp} | sort -h | tail -n 20"),
+                let mp = &target.mount_point;
+                let grow = match (target.fstype.as_str(), no_inodes) {
+                    ("tmpfs", true) => remount(&format!("nr_inodes={}", u.total_inodes.max(1) * 2), mp),
+                    ("tmpfs", false) => remount(&format!("size={}k", (u.total_bytes / 1024).max(1) * 2), mp),
+                    _ => None,
                 };
+                let fix = grow.unwrap_or_else(|| space_used(mp));
                 let state = if quota {
                     "over its disk quota".to_string()
                 } else if no_inodes {
@@ -110,8 +111,8 @@ impl DiskFull {
                 (state, fix)
             }
             Err(why) => {
-                f.evidence("statfs", format!("{}: {why}", shown(&target.mount_point)));
-                ("full".to_string(), format!("df -h -i {}", word(&target.mount_point)))
+                f.evidence("statfs", format!("{}: {}", shown(&target.mount_point), why.said()));
+                ("full".to_string(), free_space(&target.mount_point))
             }
         };
         let overlay = if target.mount_point != mount.mount_point {
@@ -151,13 +152,12 @@ impl DiskFull {
             f.evidence("statfs", format!("ST_RDONLY {}", if u.read_only { "set" } else { "not set" }));
         }
         f.confidence = if per_mount_ro || super_ro || statfs_ro { Confidence::Confirmed } else { Confidence::Possible };
-        let mp = word(&mount.mount_point);
         if per_mount_ro && !super_ro {
             f.summary = format!(
                 "{what} fails with EROFS: {} is a read-only mount of a writable filesystem (a read-only bind mount).",
                 shown(&mount.mount_point)
             );
-            f.fix = format!("mount -o remount,bind,rw {mp}");
+            f.fix = remount("bind,rw", &mount.mount_point).unwrap_or_else(|| find_mount(&mount.mount_point));
         } else {
             f.summary = format!(
                 "{what} fails with EROFS: the {} filesystem at {} is read-only{}.",
@@ -165,7 +165,7 @@ impl DiskFull {
                 shown(&mount.mount_point),
                 if super_ro { " (the kernel may have remounted it after errors)" } else { "" }
             );
-            f.fix = format!("mount -o remount,rw {mp}");
+            f.fix = remount("rw", &mount.mount_point).unwrap_or_else(|| find_mount(&mount.mount_point));
             f.advice.push("if the kernel made it read-only after I/O errors, read dmesg and run fsck before remounting, or replace the disk".into());
         }
     }
@@ -253,7 +253,7 @@ mod tests {
         assert_eq!(f.kind, Kind::DiskFull);
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.count, 2);
-        assert_eq!(f.fix, "mount -o remount,nr_inodes=32 /scratch/upper");
+        assert_eq!(f.fix, "mount -o remount,nr_inodes=32 -- /scratch/upper");
         assert!(f.summary.contains("out of inodes"), "{}", f.summary);
         assert!(f.summary.contains("whiteout"), "{}", f.summary);
         assert_eq!(f.details["free_inodes"], 0);
@@ -266,14 +266,14 @@ mod tests {
         let calls = [unlink(0.0, "kubelet", "/scratch/ro/f", -libc::EROFS)];
         let f = &run(&mut d, &mut node, &calls, 3.0)[0];
         assert_eq!(f.kind, Kind::ReadOnlyFs);
-        assert_eq!(f.fix, "mount -o remount,bind,rw /scratch/ro");
+        assert_eq!(f.fix, "mount -o remount,bind,rw -- /scratch/ro");
         let mut d = DiskFull::default();
         let mut node = FakeNode {
             mountinfo: "1 0 8:1 / / ro,relatime - ext4 /dev/sda1 ro,errors=remount-ro\n".into(),
             ..Default::default()
         };
         let f = &run(&mut d, &mut node, &[unlink(0.0, "kubelet", "/var/x", -libc::EROFS)], 3.0)[0];
-        assert_eq!(f.fix, "mount -o remount,rw /");
+        assert_eq!(f.fix, "mount -o remount,rw -- /");
         assert!(f.summary.contains("after errors"));
     }
 }

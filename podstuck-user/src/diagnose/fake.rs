@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use podstuck_common::Syscall;
 
 use super::{CallInFlight, Detector, Finding, Review};
-use crate::event::{BaseDir, CallEvent, PathStatus};
+use crate::event::{BaseDir, CallEvent, PathStatus, ProcessStart};
 use crate::identify::actor::{describe, role_of};
 use crate::identify::pod::{clues_from_path, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
@@ -53,16 +53,25 @@ pub struct FakeNode {
     /// below it are found through the mount table, as on a node.
     pub freezer: Vec<FreezerLevel>,
     pub tasks: HashMap<u32, TaskState>,
+    /// Processes with more than a task says: threads, signal dispositions,
+    /// start. A pid in `tasks` alone is a one-thread process started at 0.
+    pub processes: HashMap<u32, ProcessState>,
+    /// Processes running, by their executable's file name.
+    pub running: Vec<(&'static str, TaskState)>,
+    /// Processes whose /proc cannot be read (too many open files).
+    pub unreadable_processes: Vec<u32>,
     pub fuse: Vec<TaskState>,
     /// Bound loop devices and what holds them.
     pub loops: Vec<LoopDevice>,
+    /// Processes whose /proc podstuck may not read (an AppArmor profile).
+    pub denied: Vec<TaskState>,
     pub avoided: Vec<Vec<u8>>,
     /// Symlinks: (link path, absolute target), resolved as prefixes.
     pub symlinks: Vec<(String, String)>,
 }
 
 fn missing<T>() -> Probe<T> {
-    Err(Unreadable("no such file or directory".into()))
+    Err(Unreadable::Gone("no such file or directory".into()))
 }
 
 impl FakeNode {
@@ -228,6 +237,36 @@ impl FakeAnswers for FakeNode {
     fn loop_devices(&mut self) -> Vec<LoopDevice> {
         self.loops.clone()
     }
+    fn process(&mut self, pid: u32, start: u64) -> Probe<Option<ProcessState>> {
+        if self.unreadable_processes.contains(&pid) {
+            return Err(Unreadable::TooMany("too many open files".into()));
+        }
+        let found = match (self.processes.get(&pid), self.tasks.get(&pid)) {
+            (Some(p), _) => Some(p.clone()),
+            (None, Some(t)) => Some(one_thread(t.clone())),
+            (None, None) => None,
+        };
+        Ok(found.filter(|p| start == 0 || p.start == 0 || p.start == start))
+    }
+    fn processes_running(&mut self, name: &[u8]) -> Vec<TaskState> {
+        self.running.iter().filter(|(n, _)| n.as_bytes() == name).map(|(_, t)| t.clone()).collect()
+    }
+    fn processes_unreadable(&mut self) -> Vec<TaskState> {
+        self.denied.clone()
+    }
+}
+
+/// A process of one thread, `task`, started at 0 (any start matches).
+pub fn one_thread(task: TaskState) -> ProcessState {
+    ProcessState {
+        pid: task.pid,
+        start: 0,
+        threads: vec![task],
+        thread_count: 1,
+        ns_pid: None,
+        sig_ignored: 0,
+        sig_caught: 0,
+    }
 }
 
 /// A regular file's or directory's lstat.
@@ -337,6 +376,7 @@ pub fn csi_mount() -> String {
 pub fn backup_in_csi_mount() -> MountHolder {
     MountHolder {
         pid: 4242,
+        start: Some(ProcessStart(4_242_000)),
         comm: "backup".into(),
         how: HoldKind::Cwd,
         path: csi_mount().into_bytes(),
@@ -368,7 +408,7 @@ mod tests {
 
     #[test]
     fn a_question_the_fake_has_no_logic_for_is_unanswered() {
-        let why = |question: &str| Unreadable(format!("the fake node was given no answer to {question}"));
+        let why = |question: &str| Unreadable::Other(format!("the fake node was given no answer to {question}"));
         assert_eq!(Blank.task(7), Err(why("task")));
         assert_eq!(Blank.file_facts(b"/a"), Err(why("file_facts")));
         assert!(Blank.fuse_servers().is_empty());

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use super::shell::word;
+use super::shell::{unmount_forced, unmount_lazily, write_file};
 use super::{
     human_duration, shown, CallInFlight, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status,
 };
@@ -72,7 +72,10 @@ impl HungCall {
                     f.evidence(format!("/proc/{}/stack", call.flight.tid), frames.join(" <- "));
                 }
             }
-            Err(why) => f.evidence(format!("/proc/{}", call.flight.tid), format!("unreadable: {why}")),
+            Err(why) if why.is_gone() => {
+                f.evidence(format!("/proc/{}", call.flight.tid), format!("the task has exited since ({why})"))
+            }
+            Err(why) => f.evidence(format!("/proc/{}", call.flight.tid), why.said()),
         }
         if !path.is_empty() {
             // Whatever it is, podstuck keeps its own hands off it.
@@ -102,7 +105,7 @@ impl HungCall {
                     ),
                 );
                 f.summary = format!("{who} {since}{task}: the {} server {} does not answer.", m.fstype, m.source);
-                f.fix = format!("umount -f -l {}", word(&m.mount_point));
+                f.fix = unmount_forced(&m.mount_point);
                 f.advice.push(format!("better: bring {} back; the calls then complete by themselves", m.source));
             }
             Some(m) => {
@@ -115,7 +118,7 @@ impl HungCall {
                     "{who} {since}{task}, on a local {} filesystem: a storage device or a kernel lock is stuck.",
                     m.fstype
                 );
-                f.fix = format!("umount -f -l {}", word(&m.mount_point));
+                f.fix = unmount_forced(&m.mount_point);
                 f.advice.push("check the device: dmesg | tail -n 50 (I/O errors, hung task warnings)".into());
             }
             None => {
@@ -129,7 +132,9 @@ impl HungCall {
     /// A call hung on a FUSE mount: whether its server is stopped or gone,
     /// and how to abort the connection. `waiting` says who waits since when.
     pub(super) fn on_fuse(f: &mut Finding, node: &mut dyn NodeInspector, m: &Mount, path: &[u8], waiting: &str) {
-        let connection = m.dev.1;
+        // fusectl names a connection by its dev_t: the minor alone for
+        // fuse, major and minor together for fuseblk (a block device).
+        let connection = m.kernel_dev();
         f.confidence = Confidence::Confirmed;
         f.evidence(
             "mountinfo",
@@ -151,13 +156,13 @@ impl HungCall {
             (None, false) => "its FUSE server does not answer".into(),
         };
         f.summary = format!("{waiting}: {server_words}, so every call on {} waits.", shown(&m.mount_point));
-        let abort = format!("echo 1 > /sys/fs/fuse/connections/{connection}/abort");
+        let abort = write_file("1", format!("/sys/fs/fuse/connections/{connection}/abort").as_bytes());
         let fusectl = node.host_mounts().map(|m| m.iter().any(|m| m.fstype == "fusectl")).unwrap_or(true);
         f.fix = if fusectl { abort } else { format!("mount -t fusectl fusectl /sys/fs/fuse/connections && {abort}") };
         for s in stopped {
             f.advice.push(format!("or, if the server should live on, continue it: kill -CONT {}", s.pid));
         }
-        f.advice.push(format!("after aborting, unmount it: umount -l {}", word(&m.mount_point)));
+        f.advice.push(format!("after aborting, unmount it: {}", unmount_lazily(&m.mount_point)));
     }
 }
 
@@ -250,6 +255,12 @@ mod tests {
             f.fix,
             "mount -t fusectl fusectl /sys/fs/fuse/connections && echo 1 > /sys/fs/fuse/connections/77/abort"
         );
+        // fuseblk (ntfs-3g, exfat over FUSE) is on a block device: fusectl
+        // names its connection by the whole dev_t, major and minor.
+        let mut blk = FakeNode::with_mounts(&["20 /sys/fs/fuse/connections fusectl"]);
+        blk.mountinfo.push_str("78 1 8:17 / /mnt/fuse rw,relatime shared:78 - fuseblk /dev/sdb1 rw\n");
+        let f = &run_with(&mut HungCall::new(Duration::from_secs(5)), &mut blk, &[], &calls, 6.0)[0];
+        assert_eq!(f.fix, format!("echo 1 > /sys/fs/fuse/connections/{}/abort", (8 << 20) | 17));
         // It returns: resolved once.
         let after = run_with(&mut d, &mut node, &[], &[], 8.0);
         assert_eq!(after[0].status, Status::Resolved);
@@ -262,7 +273,7 @@ mod tests {
         let mut node = FakeNode::with_mounts(&["78 /var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data nfs4"]);
         let calls = [in_flight("/var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data", 0.0)];
         let f = &run_with(&mut d, &mut node, &[], &calls, 30.0)[0];
-        assert_eq!(f.fix, "umount -f -l /var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data");
+        assert_eq!(f.fix, "umount -f -l -- /var/lib/kubelet/pods/x/volumes/kubernetes.io~nfs/data");
         assert!(f.summary.contains("server nfs4 does not answer"), "{}", f.summary);
     }
 }

@@ -7,7 +7,7 @@
 //! way: a sticky directory (only the owner may remove entries) or a security
 //! module are reported as `permission-denied`, explained as such.
 
-use super::shell::word;
+use super::shell::{clear_flags, remove_file, show_flags};
 use super::track::{Attempts, FailureLog};
 use super::{removes, shown, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
@@ -29,14 +29,7 @@ fn parent(path: &[u8]) -> Vec<u8> {
 
 /// `chattr -i`, `chattr -a` or both, for the flags set.
 fn chattr(flags: &InodeFlags, path: &[u8]) -> String {
-    let mut off = Vec::new();
-    if flags.immutable {
-        off.push("-i");
-    }
-    if flags.append_only {
-        off.push("-a");
-    }
-    format!("chattr {} {}", off.join(" "), word(path))
+    clear_flags(flags.immutable, flags.append_only, path)
 }
 
 fn flag_words(flags: &InodeFlags) -> &'static str {
@@ -95,7 +88,10 @@ impl ImmutableFile {
                 "FS_IOC_GETFLAGS",
                 format!("{} has neither the immutable nor the append-only flag", shown(&path)),
             ),
-            Err(why) => f.evidence("FS_IOC_GETFLAGS", format!("{}: {why}", shown(&path))),
+            Err(why) => {
+                a.read_again_soon_if(why);
+                f.evidence("FS_IOC_GETFLAGS", format!("{}: {}", shown(&path), why.said()))
+            }
         }
         // Entries of an immutable or append-only directory cannot be removed either.
         if let Ok(flags) = node.inode_flags(&dir) {
@@ -117,16 +113,15 @@ impl ImmutableFile {
                 return Some(f);
             }
         }
-        if own.is_err() {
+        if let Err(why) = &own {
             // Gone (removed meanwhile) or unreadable: nothing more to say yet.
             f.confidence = Confidence::Possible;
-            f.summary = format!(
-                "{} got EPERM deleting {} {}; its flags could not be read.",
-                a.actor.description,
-                shown(&path),
-                place(a)
-            );
-            f.fix = format!("lsattr -d {}", word(&path));
+            let now = match why.is_gone() {
+                true => "it is gone now: removed since".to_string(),
+                false => format!("its flags are not known: {}", why.said()),
+            };
+            f.summary = format!("{} got EPERM deleting {} {}; {now}.", a.actor.description, shown(&path), place(a));
+            f.fix = show_flags(&path);
             return Some(f);
         }
         Some(Self::other_reason(a, f, &path, &dir, review))
@@ -162,7 +157,7 @@ impl ImmutableFile {
                     file.uid,
                     directory.uid
                 );
-                f.fix = format!("rm -- {}", word(path));
+                f.fix = remove_file(path);
                 f.advice.push(
                     "run that removal as root or as the file's owner; or make the remover run as the owner".into(),
                 );
@@ -225,7 +220,7 @@ mod tests {
         let f = &found[0];
         assert_eq!(f.kind, Kind::ImmutableFile);
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, format!("chattr -i {LAYER}"));
+        assert_eq!(f.fix, format!("chattr -i -- {LAYER}"));
         assert!(f.summary.contains("container image layer"), "{}", f.summary);
     }
 
@@ -239,7 +234,7 @@ mod tests {
         node.flags.insert(dir.clone().into_bytes(), InodeFlags { immutable: false, append_only: true, raw: 0x20 });
         let f = &run(&mut d, &mut node, &[unlink(0.0, "kubelet", &file, -libc::EPERM)], 3.0)[0];
         assert_eq!(f.kind, Kind::ImmutableFile);
-        assert_eq!(f.fix, format!("chattr -a {dir}"));
+        assert_eq!(f.fix, format!("chattr -a -- {dir}"));
         assert_eq!(f.pod_uid, Some(pod()));
     }
 

@@ -385,6 +385,9 @@ pub trait Detector {
     /// Sees every lifecycle event in scope (an exec of a CNI plugin, a
     /// SIGTERM or SIGKILL, an exit of a process either named), in order.
     fn lifecycle(&mut self, _event: &LifecycleEvent, _identity: &LifecycleIdentity) {}
+    /// When the grace period of each pod the API was read for ends (its
+    /// `deletionTimestamp`), as of now: told before each review.
+    fn grace_ends(&mut self, _ends: &BTreeMap<PodUid, SystemTime>) {}
     /// Told before the run's last review: what it returns is the last word.
     fn closing(&mut self) {}
     /// Decides, confirms against the node, and returns the current state of
@@ -496,6 +499,14 @@ impl Diagnoser {
     pub fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         for detector in &mut self.detectors {
             detector.lifecycle(event, identity);
+        }
+    }
+
+    /// When the pods' grace periods end, as the API says: for the
+    /// detectors that judge a shutdown against it.
+    pub fn grace_ends(&mut self, ends: &BTreeMap<PodUid, SystemTime>) {
+        for detector in &mut self.detectors {
+            detector.grace_ends(ends);
         }
     }
 

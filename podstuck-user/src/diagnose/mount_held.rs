@@ -10,15 +10,15 @@
 //! Confirmed by finding the holder in /proc.
 
 use super::block_volume_held::is_block_volume_path;
-use super::shell::{in_mount_namespace_of, word};
+use super::shell::{find_mount, in_mount_namespace_of, kill_if_same, one_after_another, unmount, unmount_lazily};
 use super::track::{Attempts, CallerView, FailureLog};
-use super::volume_still_mounted::{debug_pod_advice, holder_facts, process_words};
+use super::volume_still_mounted::{debug_pod_advice, holder_facts, holders_evidence, process_words};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
 use crate::identify::pod::{ContainerId, PathArea};
 use crate::identify::Identity;
 use crate::inspect::mounts::{copy_can_block_unmount, mount_at, mount_containing, mounts_on_same_dir, mounts_under};
-use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector};
+use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector, TaskState};
 
 #[derive(Default)]
 pub struct MountHeld {
@@ -28,6 +28,50 @@ pub struct MountHeld {
 /// Whether the filesystem is a cgroup hierarchy (its EBUSY is cgroup-busy's).
 pub fn is_cgroupfs(mount: &Mount) -> bool {
     mount.fstype == "cgroup" || mount.fstype == "cgroup2"
+}
+
+/// SIGTERM to every holder, each only if its pid still names the process
+/// that held the mount (its start time): pids are reused within minutes,
+/// and a fix is pasted later. None when a holder's start is unknown.
+fn stop_holders(holders: &[MountHolder]) -> Option<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let kills: Option<Vec<String>> =
+        holders.iter().filter(|h| seen.insert(h.pid)).map(|h| kill_if_same("TERM", h.pid, h.start)).collect();
+    kills.map(one_after_another)
+}
+
+/// The fix for holders here: stop them, each kill checked against its
+/// start, the lazy detach as advice; without every start, the detach
+/// (which names no process) is the fix: a kill by pid alone could hit
+/// whatever process has the pid by the time it is pasted.
+fn stop_or_detach(f: &mut Finding, holders: &[MountHolder], lazily: String) {
+    match stop_holders(holders) {
+        Some(kills) => {
+            f.fix = kills;
+            f.advice.push(format!(
+                "if the holder must keep running, detach lazily instead: {lazily} (the mount goes when the holder lets go)"
+            ));
+        }
+        None => {
+            let h = &holders[0];
+            f.fix = lazily;
+            f.advice.push(format!(
+                "the mount goes when the holder lets go; to stop it now: kill {} ({}), once `ps -p {} -o lstart,comm` shows it is still that process (its start could not be read)",
+                h.pid, h.comm, h.pid
+            ));
+        }
+    }
+}
+
+/// How to stop one holder, in words: its start-checked kill, or its pid
+/// with the check to make first where its start is unknown.
+fn stop_holder_words(h: &MountHolder) -> String {
+    match kill_if_same("TERM", h.pid, h.start) {
+        Some(kill) => kill,
+        None => {
+            format!("kill {} ({}), once `ps -p {} -o lstart,comm` shows it is still that process", h.pid, h.comm, h.pid)
+        }
+    }
 }
 
 fn hold_words(how: HoldKind) -> &'static str {
@@ -110,7 +154,8 @@ impl MountHeld {
             .filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns))
             .collect();
         let below: Vec<Mount> = mounts_under(mounts, path).into_iter().cloned().collect();
-        Self::busy_evidence(f, &holders, &copies, &below);
+        let denied = node.processes_unreadable();
+        Self::busy_evidence(f, &holders, &denied, &copies, &below);
         let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(path), mount.fstype);
         let failed = format!("{}{rhythm}", a.failed_words());
         if let Some(h) = holders.iter().find(|h| h.other_namespace) {
@@ -121,7 +166,7 @@ impl MountHeld {
                 h.mntns,
                 hold_words(h.how)
             );
-            let unmount = in_mount_namespace_of(h.pid, &format!("umount -l {}", word(path)));
+            let unmount = in_mount_namespace_of(h.pid, &unmount_lazily(path));
             // A leftover debug pod is no workload: deleting it is the fix.
             match h.owner.as_ref().filter(|o| o.is_debug_pod()).and_then(|o| Some((o.words(), o.delete_pod()?))) {
                 Some((pod, delete)) => {
@@ -135,11 +180,9 @@ impl MountHeld {
                     f.fix = unmount;
                 }
             }
-            f.advice.push(format!("or stop the holder: kill {} ({}); then the next retry succeeds", h.pid, h.comm));
+            f.advice.push(format!("or stop the holder: {}; then the next retry succeeds", stop_holder_words(h)));
         } else if !holders.is_empty() {
             f.confidence = Confidence::Confirmed;
-            let mut pids: Vec<u32> = holders.iter().map(|h| h.pid).collect();
-            pids.dedup();
             let h = &holders[0];
             let verb = if unmounting {
                 what.clone()
@@ -152,11 +195,7 @@ impl MountHeld {
                 )
             };
             f.summary = format!("{verb}: pid {} ({}) {}. {failed}.", h.pid, h.comm, hold_words(h.how));
-            f.fix = format!("kill {}", pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "));
-            f.advice.push(format!(
-                "if the holder must keep running, detach lazily instead: {} (the mount goes when the holder lets go)",
-                view.fix(format!("umount -l {}", word(path)))
-            ));
+            stop_or_detach(f, &holders, view.fix(unmount_lazily(path)));
         } else if !unmounting && below.is_empty() {
             // Removing a directory that is mounted: nobody needs to hold it, it just is.
             f.confidence = Confidence::Confirmed;
@@ -167,7 +206,7 @@ impl MountHeld {
                 mount.fstype,
                 mount.source
             );
-            f.fix = format!("umount {}", word(path));
+            f.fix = unmount(path);
             f.advice
                 .push("never rm -rf a directory that is still a mountpoint: it deletes what is mounted there".into());
         } else if !below.is_empty() {
@@ -175,7 +214,7 @@ impl MountHeld {
             let mut subs: Vec<&Mount> = below.iter().collect();
             subs.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
             f.summary = format!("{what}: {} mount(s) below it keep it busy. {failed}.", subs.len());
-            f.fix = subs.iter().map(|m| format!("umount {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && ");
+            f.fix = one_after_another(subs.iter().map(|m| unmount(&m.mount_point)));
         } else if let Some(copy) = copies.first() {
             f.confidence = Confidence::Likely;
             let whose = copy.owner.as_ref().map(|o| format!(", {}", o.words())).unwrap_or_default();
@@ -183,20 +222,39 @@ impl MountHeld {
                 "{what}: a copy in mount namespace mnt:[{}] (pid {} {}{whose}) is busy. {failed}.",
                 copy.mntns, copy.pid, copy.comm
             );
-            f.fix = in_mount_namespace_of(copy.pid, &format!("umount -l {}", word(path)));
+            f.fix = in_mount_namespace_of(copy.pid, &unmount_lazily(path));
             f.advice.extend(debug_pod_advice([copy.owner.as_ref()]));
+        } else if !denied.is_empty() {
+            Self::holder_unreadable(f, &what, &failed, denied.len(), path);
         } else {
             f.confidence = Confidence::Possible;
             f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
-            f.fix = format!("umount -l {}", word(path));
+            f.fix = unmount_lazily(path);
         }
+    }
+
+    /// No holder among the processes podstuck could read, and some it may
+    /// not: never "no process holds it", since podstuck could not look.
+    fn holder_unreadable(f: &mut Finding, what: &str, failed: &str, denied: usize, path: &[u8]) {
+        f.confidence = Confidence::Possible;
+        f.summary = format!(
+            "{what}: who holds it is not readable under this security profile ({denied} process(es) podstuck may not look into: AppArmor, SELinux or ptrace rules), and none it could read holds it. {failed}."
+        );
+        f.fix = unmount_lazily(path);
+        f.advice.push("to name the holder, run podstuck unconfined: the DaemonSet's appArmorProfile Unconfined (deploy/), docker run --security-opt apparmor=unconfined, or as root on the node".into());
     }
 
     /// What keeps a mount busy, as evidence: the processes holding it, its
     /// copies in other namespaces, the mounts below it.
-    fn busy_evidence(f: &mut Finding, holders: &[MountHolder], copies: &[MountCopy], below: &[Mount]) {
-        for fact in holder_facts(holders) {
-            f.evidence("/proc", fact);
+    fn busy_evidence(
+        f: &mut Finding,
+        holders: &[MountHolder],
+        denied: &[TaskState],
+        copies: &[MountCopy],
+        below: &[Mount],
+    ) {
+        if !holders.is_empty() || !denied.is_empty() {
+            holders_evidence(f, holders, denied);
         }
         for copy in copies {
             f.evidence(
@@ -244,7 +302,7 @@ impl MountHeld {
                 a.actor.description,
                 shown(path)
             );
-            f.fix = format!("findmnt {}", word(path));
+            f.fix = find_mount(path);
             return;
         }
         twins.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
@@ -282,7 +340,7 @@ impl MountHeld {
             a.actor.description,
             shown(path),
         );
-        f.fix = twins.iter().map(|m| format!("umount -l {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && ");
+        f.fix = one_after_another(twins.iter().map(|m| unmount_lazily(&m.mount_point)));
         f.advice.push(
             "umount -l detaches the view's copy at once, even while a process sits in it; then the next retry succeeds"
                 .into(),
@@ -323,6 +381,7 @@ impl Detector for MountHeld {
 mod tests {
     use super::super::fake::*;
     use super::*;
+    use crate::event::ProcessStart;
     use crate::inspect::{MountCopy, MountHolder};
 
     const ROOTFS: &str = "/run/containerd/io.containerd.runtime.v2.task/k8s.io/aaaa/rootfs";
@@ -347,6 +406,7 @@ mod tests {
     fn holder(other_namespace: bool, how: HoldKind) -> MountHolder {
         MountHolder {
             pid: 3131,
+            start: Some(ProcessStart(313_100)),
             comm: "sleep".into(),
             how,
             path: ROOTFS.into(),
@@ -368,16 +428,38 @@ mod tests {
         let calls: Vec<Call> = bursts().into_iter().map(|c| c.in_namespace(NODE_NS)).collect();
         let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, "kill 3131");
+        assert_eq!(f.fix, kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap());
         assert!(
-            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 700 -m -- umount -l {ROOTFS}"))),
+            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 700 -m -- umount -l -- {ROOTFS}"))),
             "{:?}",
             f.advice
         );
         // No holder: the lazy unmount is the fix, run in that namespace.
         node.holders.clear();
         let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
-        assert_eq!(f.fix, format!("nsenter -t 700 -m -- umount -l {ROOTFS}"));
+        assert_eq!(f.fix, format!("nsenter -t 700 -m -- umount -l -- {ROOTFS}"));
+    }
+
+    #[test]
+    fn processes_it_may_not_read_make_no_holder_an_unknown_not_a_none() {
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.denied = vec![task(3131, "sleep", 'S')];
+        let f = &run(&mut MountHeld::default(), &mut node, &bursts(), 1.0)[0];
+        assert_eq!(f.confidence, Confidence::Possible);
+        assert!(
+            f.summary.contains("who holds it is not readable under this security profile (1 process(es)"),
+            "{}",
+            f.summary
+        );
+        assert!(!f.summary.contains("no holder was found"), "{}", f.summary);
+        assert!(
+            f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep); a holder among them cannot be named")),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.advice.iter().any(|a| a.contains("appArmorProfile Unconfined")), "{:?}", f.advice);
+        // Never a kill of a process it could not see hold anything.
+        assert!(!f.fix.contains("kill"), "{}", f.fix);
     }
 
     #[test]
@@ -389,7 +471,7 @@ mod tests {
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"));
+        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l -- {ROOTFS}"));
         assert!(f.rhythm.as_deref().unwrap().contains("containerd"));
         assert!(f.summary.contains("another mount namespace"), "{}", f.summary);
         assert!(f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep)")));
@@ -414,7 +496,7 @@ mod tests {
             "{}",
             f.summary
         );
-        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"));
+        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l -- {ROOTFS}"));
 
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![MountHolder {
@@ -430,9 +512,9 @@ mod tests {
             "{}",
             f.summary
         );
-        assert_eq!(f.fix, "kubectl delete pod -n default node-debugger-node-1-abcde");
+        assert_eq!(f.fix, "kubectl delete pod -n default -- node-debugger-node-1-abcde");
         assert!(
-            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 3131 -m -- umount -l {ROOTFS}"))),
+            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 3131 -m -- umount -l -- {ROOTFS}"))),
             "{:?}",
             f.advice
         );
@@ -445,8 +527,37 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(false, HoldKind::OpenFile)];
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
-        assert_eq!(f.fix, "kill 3131");
+        assert_eq!(f.fix, kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap());
         assert!(f.summary.contains("has a file open there"));
+    }
+
+    /// A pid is reused within minutes and a fix is pasted later: each kill
+    /// checks that its pid still names the holder podstuck read, by start.
+    #[test]
+    fn every_holder_is_killed_only_while_its_pid_is_still_that_process() {
+        let mut d = MountHeld::default();
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        let other = MountHolder { pid: 4141, start: Some(ProcessStart(414_100)), ..holder(false, HoldKind::OpenFile) };
+        node.holders = vec![holder(false, HoldKind::Cwd), holder(false, HoldKind::OpenFile), other];
+        let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
+        let one = kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap();
+        let two = kill_if_same("TERM", 4141, Some(ProcessStart(414_100))).unwrap();
+        assert_eq!(f.fix, format!("{one} && {two}"));
+        assert_eq!(f.fix.matches("kill -TERM 3131").count(), 1, "{}", f.fix);
+    }
+
+    /// Without the holder's start, no kill is the fix: the lazy unmount,
+    /// which names no process, is; the kill is advice with the check to make.
+    #[test]
+    fn a_holder_whose_start_is_unknown_is_never_killed_by_pid_alone() {
+        let mut d = MountHeld::default();
+        let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
+        node.holders = vec![MountHolder { start: None, ..holder(false, HoldKind::Cwd) }];
+        let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
+        assert_eq!(f.confidence, Confidence::Confirmed);
+        assert!(!f.fix.contains("kill"), "{}", f.fix);
+        assert!(f.fix.contains(&format!("umount -l -- {ROOTFS}")), "{}", f.fix);
+        assert!(f.advice.iter().any(|a| a.contains("ps -p 3131 -o lstart,comm")), "{:?}", f.advice);
     }
 
     #[test]
@@ -456,7 +567,7 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("60 {shm} tmpfs")]);
         let calls = [rmdir(0.0, "dockerd", shm, -libc::EBUSY), rmdir(0.5, "dockerd", shm, -libc::EBUSY)];
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
-        assert_eq!(f.fix, format!("umount {shm}"));
+        assert_eq!(f.fix, format!("umount -- {shm}"));
         assert!(f.summary.contains("still mounted"), "{}", f.summary);
     }
 
@@ -469,7 +580,7 @@ mod tests {
             &format!("62 {ROOTFS}/proc/sys/fs/binfmt_misc binfmt_misc"),
         ]);
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
-        assert_eq!(f.fix, format!("umount {ROOTFS}/proc/sys/fs/binfmt_misc && umount {ROOTFS}/proc"));
+        assert_eq!(f.fix, format!("umount -- {ROOTFS}/proc/sys/fs/binfmt_misc && umount -- {ROOTFS}/proc"));
     }
 
     #[test]
@@ -496,7 +607,7 @@ mod tests {
             (0..10).map(|i| umount(i as f64 * 0.05, "containerd-shim", &spelled, -libc::EBUSY)).collect();
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.confidence, Confidence::Confirmed, "{}", f.summary);
-        assert_eq!(f.fix, "kill 3131");
+        assert_eq!(f.fix, kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap());
         assert_eq!(f.paths, vec![spelled.as_bytes().to_vec()]);
         assert!(f.evidence.iter().any(|e| e.source == "path" && e.fact.contains(ROOTFS)), "{:?}", f.evidence);
     }
@@ -530,6 +641,7 @@ mod tests {
         };
         node.holders = vec![MountHolder {
             pid: 4444,
+            start: Some(ProcessStart(444_400)),
             comm: "backup".into(),
             how: HoldKind::Cwd,
             path: b"/backup/view/merged".to_vec(),
@@ -541,7 +653,7 @@ mod tests {
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed, "{}", f.summary);
-        assert_eq!(f.fix, "umount -l /backup/view/merged");
+        assert_eq!(f.fix, "umount -l -- /backup/view/merged");
         assert!(f.summary.contains("/backup/view/merged") && f.summary.contains("pid 4444"), "{}", f.summary);
         assert!(!f.summary.contains("next retry should succeed"), "{}", f.summary);
     }
@@ -575,7 +687,7 @@ mod tests {
             f.summary
         );
         assert_eq!(f.details["container"], container);
-        assert_eq!(f.fix, "umount -l /backup/view/merged");
+        assert_eq!(f.fix, "umount -l -- /backup/view/merged");
     }
 
     #[test]

@@ -16,8 +16,10 @@ use crate::identify::pod::PodUid;
 use crate::identify::Identity;
 use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
 
-/// Quiet for this long, a pod's teardown is said to be not under way.
-pub const QUIET_FOR: Duration = Duration::from_secs(30);
+/// Quiet for this long, a pod's teardown is said to be not under way:
+/// longer than the longest wait of the teardown it looks for, kubelet's
+/// volume backoff (doubling up to 2m2s between retries).
+pub const QUIET_FOR: Duration = Duration::from_secs(150);
 
 struct Pod {
     /// The latest call, call in flight or lifecycle event concerning it.
@@ -121,22 +123,22 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_nobody_touches_is_said_after_thirty_seconds_and_its_end_when_work_shows() {
+    fn a_pod_nobody_touches_is_said_past_kubelets_longest_backoff_and_its_end_when_work_shows() {
         let mut d = NoTeardownSeen::new(vec![pod()]);
         assert!(review(&mut d, 0.0).is_empty());
-        assert!(review(&mut d, 29.0).is_empty());
-        let told = review(&mut d, 30.5);
+        assert!(review(&mut d, 123.0).is_empty(), "kubelet may retry a volume 2m2s after its last try");
+        let told = review(&mut d, 150.5);
         let [f] = &told[..] else { panic!("{told:?}") };
         assert_eq!((f.kind, f.status), (Kind::NoTeardownSeen, Status::Active));
         assert!(f
             .summary
             .starts_with(&format!("Nothing on this node is working on pod {}'s teardown", pod().as_str())));
         assert_eq!(f.fix, format!("podstuck explain {}", pod().as_str()));
-        let call = rmdir(31.0, "kubelet", &format!("/var/lib/kubelet/pods/{}/volumes/x", pod().as_str()), -16);
+        let call = rmdir(151.0, "kubelet", &format!("/var/lib/kubelet/pods/{}/volumes/x", pod().as_str()), -16);
         d.observe(&call.event, &call.identity);
-        let back = review(&mut d, 31.5);
+        let back = review(&mut d, 151.5);
         assert!(matches!(&back[..], [f] if f.status == Status::Resolved), "{back:?}");
-        assert!(review(&mut d, 40.0).is_empty(), "work seen 9 s ago");
+        assert!(review(&mut d, 160.0).is_empty(), "work seen 9 s ago");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! finding (EBUSY, EPERM, ...). An EINVAL retried by an actor that has
 //! another finding is told under that one (see [`super::consequences`]).
 
-use super::shell::word;
+use super::shell::{list, remove_dirs, unmount};
 use super::track::{Attempts, FailureLog};
 use super::{removes, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
@@ -61,7 +61,7 @@ impl NotMounted {
                     f.confidence = Confidence::Possible;
                     f.evidence("mountinfo", format!("{} is a {} mountpoint in {whose}", shown(&path), m.fstype));
                     f.summary = format!("{} keeps failing to unmount {}{pod} with EINVAL although it is mounted: check the flags it passes.", a.actor.description, shown(&a.path));
-                    f.fix = view.fix(format!("umount {}", word(&path)));
+                    f.fix = view.fix(unmount(&path));
                     return Some(f);
                 }
                 f.confidence = Confidence::Confirmed;
@@ -70,7 +70,10 @@ impl NotMounted {
                     .unwrap_or_default();
                 f.evidence("mountinfo", format!("{} is not a mountpoint in {whose}{on}", shown(&path)));
             }
-            Err(why) => f.evidence("mountinfo", format!("unreadable: {why}")),
+            Err(why) => {
+                a.read_again_soon_if(&why);
+                f.evidence("mountinfo", format!("the mount table: {}", why.said()))
+            }
         }
         let why = if volume || a.actor.role == Role::CsiPlugin.as_str() {
             "The unmount is not idempotent (a CSI driver's NodeUnpublishVolume failing for a volume already unmounted), so teardown never finishes."
@@ -92,12 +95,12 @@ impl NotMounted {
         match empty {
             Ok(false) => {
                 f.evidence("directory", format!("{} is not empty", shown(&path)));
-                f.fix = format!("ls -la {}", word(&path));
+                f.fix = list(&path);
                 f.advice.push(
                     "look at what is left there before removing it: it may be data that was never on the volume".into(),
                 );
             }
-            _ => f.fix = format!("rmdir {}", word(&path)),
+            _ => f.fix = remove_dirs([&path]),
         }
         f.fix = view.fix(std::mem::take(&mut f.fix));
         if volume || a.actor.role == Role::CsiPlugin.as_str() {
@@ -141,7 +144,7 @@ mod tests {
         assert_eq!(f.kind, Kind::NotMounted);
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.severity, Severity::Critical);
-        assert_eq!(f.fix, format!("rmdir {m}"));
+        assert_eq!(f.fix, format!("rmdir -- {m}"));
         assert!(f.summary.contains("fails with EINVAL 3 times"), "{}", f.summary);
     }
 
@@ -193,6 +196,6 @@ mod tests {
         ];
         let f = &run(&mut d, &mut node, &calls, 6.0)[0];
         assert!(!f.summary.contains("CSI"), "{}", f.summary);
-        assert_eq!(f.fix, "ls -la /srv/app/data");
+        assert_eq!(f.fix, "ls -la -- /srv/app/data");
     }
 }

@@ -29,7 +29,7 @@ use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
 use crate::inspect::mounts::is_at_or_below;
-use crate::inspect::{EntryEstimate, NodeInspector};
+use crate::inspect::{EntryEstimate, NodeInspector, Probe};
 use crate::words::latency_in_microseconds;
 use podstuck_common::Syscall;
 
@@ -73,7 +73,7 @@ struct Storm {
     per_second: VecDeque<(u64, u64)>,
     latency: Option<Histogram<u64>>,
     checked: Option<SystemTime>,
-    estimate: Option<Result<EntryEstimate, String>>,
+    estimate: Option<Probe<EntryEstimate>>,
     reported: bool,
 }
 
@@ -299,7 +299,7 @@ impl RemovalStorm {
                 latency_in_microseconds(p99, 0)
             );
         }
-        f.fix = format!("kubectl drain {} --ignore-daemonsets --delete-emptydir-data", self.node_name);
+        f.fix = super::shell::drain(&self.node_name);
         f.advice.push(
             "drain the node so no new pods wait behind the removal, and let it finish; it cannot be sped up safely"
                 .into(),
@@ -356,7 +356,7 @@ fn remaining(f: &mut Finding, s: &Storm, gone: bool, rate: f64) -> String {
             }
         }
         Some(Err(why)) => {
-            f.evidence("directory", format!("entries left under {} unknown: {why}", shown(&s.prefix)));
+            f.evidence("directory", format!("entries left under {} not counted: {}", shown(&s.prefix), why.said()));
             f.detail("remaining", serde_json::Value::Null);
             f.detail("eta_s", serde_json::Value::Null);
             String::new()
@@ -389,12 +389,10 @@ fn two_calls_per_dir(f: &mut Finding, counts: &KernelCounts) -> &'static str {
 const GONE: &str = "the directory is gone";
 
 /// How many entries are left under `prefix`, "gone" when it no longer exists.
-fn estimate(node: &mut dyn NodeInspector, prefix: &[u8]) -> Result<EntryEstimate, String> {
+fn estimate(node: &mut dyn NodeInspector, prefix: &[u8]) -> Probe<EntryEstimate> {
     match node.remaining_entries(prefix) {
-        Err(e) if e.0.contains("no such file") => {
-            Ok(EntryEstimate { entries: 0, at_least: false, method: GONE.into() })
-        }
-        other => other.map_err(|e| e.0),
+        Err(e) if e.is_gone() => Ok(EntryEstimate { entries: 0, at_least: false, method: GONE.into() }),
+        other => other,
     }
 }
 
@@ -586,7 +584,7 @@ mod tests {
         assert!((9_000.0..=11_000.0).contains(&rate), "{rate}");
         let eta = f.details["eta_s"].as_f64().unwrap();
         assert!((13.0..=17.0).contains(&eta), "{eta}");
-        assert_eq!(f.fix, "kubectl drain node-1 --ignore-daemonsets --delete-emptydir-data");
+        assert_eq!(f.fix, "kubectl drain --ignore-daemonsets --delete-emptydir-data -- node-1");
         assert!(f.summary.contains("entries are left"), "{}", f.summary);
         // The storm stops: resolved, once.
         let later = run(&mut d, &mut node, &[], 12.0);

@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::shell::command;
+use super::shell::{files_naming, no_sandbox_removal, remove_sandbox, runtime_log, word};
 use super::{human_duration, rhythm, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
+use crate::event::ProcessStart;
 use crate::identify::pod::PodUid;
 use crate::identify::{Actor, Identity};
 use crate::lifecycle::{status_words, CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity};
@@ -31,6 +32,10 @@ const FORGET_AFTER: Duration = Duration::from_secs(30 * 60);
 
 /// A DEL run between its exec and its exit.
 struct Run {
+    /// When its process started: with its pid, the run.
+    start: Option<ProcessStart>,
+    /// When it was seen, to forget the oldest first.
+    seen: SystemTime,
     plugin: String,
     path: Vec<u8>,
     cni: CniRun,
@@ -78,15 +83,73 @@ impl SandboxTeardownFailing {
 }
 
 /// The daemon behind a CNI plugin that has one, and how to restart the
-/// node's: (plugin, namespace, label selector, what it is).
-const DAEMONS: [(&str, &str, &str, &str); 6] = [
-    ("calico", "kube-system", "k8s-app=calico-node", "calico-node"),
-    ("cilium-cni", "kube-system", "k8s-app=cilium", "the cilium agent"),
-    ("flannel", "kube-flannel", "app=flannel", "flanneld"),
-    ("aws-cni", "kube-system", "k8s-app=aws-node", "aws-node (ipamd)"),
-    ("weave-net", "kube-system", "name=weave-net", "weave"),
-    ("azure-vnet", "kube-system", "k8s-app=azure-cns", "azure-cns"),
+/// node's.
+struct Daemon {
+    /// The plugin's file name.
+    plugin: &'static str,
+    /// The daemon's executable's file name, to see it running.
+    exe: &'static str,
+    namespace: &'static str,
+    selector: &'static str,
+    what: &'static str,
+    /// What restarting it interrupts on the node.
+    interrupts: &'static str,
+}
+
+const DAEMONS: [Daemon; 6] = [
+    Daemon {
+        plugin: "calico",
+        exe: "calico-node",
+        namespace: "kube-system",
+        selector: "k8s-app=calico-node",
+        what: "calico-node",
+        interrupts: "while it restarts (a minute or so) no pod on this node is set up or torn down, and policy and route updates for the node wait; pods running keep their network",
+    },
+    Daemon {
+        plugin: "cilium-cni",
+        exe: "cilium-agent",
+        namespace: "kube-system",
+        selector: "k8s-app=cilium",
+        what: "the cilium agent",
+        interrupts: "while it restarts no pod on this node is set up or torn down and policy updates wait; the datapath keeps forwarding for pods running",
+    },
+    Daemon {
+        plugin: "flannel",
+        exe: "flanneld",
+        namespace: "kube-flannel",
+        selector: "app=flannel",
+        what: "flanneld",
+        interrupts: "while it restarts no pod on this node is set up and routes to nodes added meanwhile wait; pods running keep their network",
+    },
+    Daemon {
+        plugin: "aws-cni",
+        exe: "aws-k8s-agent",
+        namespace: "kube-system",
+        selector: "k8s-app=aws-node",
+        what: "aws-node (ipamd)",
+        interrupts: "while it restarts no pod on this node gets or gives back an IP address; pods running keep theirs",
+    },
+    Daemon {
+        plugin: "weave-net",
+        exe: "weaver",
+        namespace: "kube-system",
+        selector: "name=weave-net",
+        what: "weave",
+        interrupts: "while it restarts no pod on this node is set up or torn down, and traffic between nodes through weave pauses",
+    },
+    Daemon {
+        plugin: "azure-vnet",
+        exe: "azure-cns",
+        namespace: "kube-system",
+        selector: "k8s-app=azure-cns",
+        what: "azure-cns",
+        interrupts: "while it restarts no pod on this node gets or gives back an IP address; pods running keep theirs",
+    },
 ];
+
+/// Where runtimes create the network namespaces they hand their plugins
+/// (containerd and CRI-O: `/var/run/netns`; dockerd: `.../docker/netns`).
+const NETNS_DIRS: [&str; 4] = ["/var/run/netns/", "/run/netns/", "/var/run/docker/netns/", "/run/docker/netns/"];
 
 fn base_name(path: &[u8]) -> String {
     let name = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
@@ -99,12 +162,19 @@ impl SandboxTeardownFailing {
             return;
         }
         if self.runs.len() >= RUNS_MAX {
-            self.runs.pop_first();
+            let oldest = self.runs.iter().min_by_key(|(_, r)| r.seen).map(|(pid, _)| *pid);
+            oldest.map(|pid| self.runs.remove(&pid));
         }
-        let outer = self.runs.contains_key(&event.ppid).then_some(event.ppid);
+        let outer = self
+            .runs
+            .get(&event.ppid)
+            .filter(|r| r.start.is_none() || event.parent_start.is_none() || r.start == event.parent_start)
+            .map(|_| event.ppid);
         self.runs.insert(
             event.pid,
             Run {
+                start: event.start,
+                seen: event.time,
                 plugin: base_name(filename),
                 path: filename.to_vec(),
                 cni: cni.clone(),
@@ -116,8 +186,14 @@ impl SandboxTeardownFailing {
         );
     }
 
-    fn exit(&mut self, event: &LifecycleEvent, status: i32) {
+    fn exit(&mut self, event: &LifecycleEvent, status: Option<i32>) {
+        let same = |r: &Run| r.start.is_none() || event.start.is_none() || r.start == event.start;
+        if !self.runs.get(&event.pid).is_some_and(same) {
+            return;
+        }
         let Some(run) = self.runs.remove(&event.pid) else { return };
+        // Under lockdown the kernel reads no exit status: nothing to judge.
+        let Some(status) = status else { return };
         if let Some(outer) = run.outer {
             // An IPAM or chained plugin, which exits before the plugin that
             // ran it: its failure is told as the outer run's cause.
@@ -189,8 +265,11 @@ impl SandboxTeardownFailing {
             words => format!("pod {words}"),
         };
         let runtime = if sandbox.actor.parent.is_empty() { "the runtime".into() } else { sandbox.actor.parent.clone() };
-        let inner: Vec<String> =
-            sandbox.inner.iter().map(|(plugin, status)| format!("{plugin} ({})", status_words(*status))).collect();
+        let inner: Vec<String> = sandbox
+            .inner
+            .iter()
+            .map(|(plugin, status)| format!("{plugin} ({})", status_words(Some(*status))))
+            .collect();
         let cause = match inner.is_empty() {
             true => String::new(),
             false => format!(", failing in the plugin it runs, {}", inner.join(", ")),
@@ -203,7 +282,7 @@ impl SandboxTeardownFailing {
             sandbox.plugin,
             sandbox.failures,
             human_duration(spread),
-            status_words(sandbox.last_status),
+            status_words(Some(sandbox.last_status)),
         );
         f.evidence(
             "exec",
@@ -221,71 +300,126 @@ impl SandboxTeardownFailing {
                 "{} {} time(s) in a row, the last {}",
                 sandbox.plugin,
                 sandbox.failures,
-                status_words(sandbox.last_status)
+                status_words(Some(sandbox.last_status))
             ),
         );
         for line in &inner {
             f.evidence("exit", format!("run by {}: {line}", sandbox.plugin));
         }
         f.confidence = Confidence::Likely;
-        if !sandbox.cni.netns.is_empty() {
-            match node.file_facts(sandbox.cni.netns.as_bytes()) {
-                Ok(_) => {
-                    f.confidence = Confidence::Confirmed;
-                    f.evidence(
-                        "lstat",
-                        format!("the sandbox's network namespace {} is still there", sandbox.cni.netns),
-                    );
-                }
-                Err(why) => {
-                    f.evidence("lstat", format!("the sandbox's network namespace {} is gone ({why}): a plugin that fails DEL on a missing namespace breaks the CNI spec, which asks DEL to succeed then", sandbox.cni.netns));
-                }
+        match netns_standing(node, &sandbox.cni.netns) {
+            Netns::There => {
+                f.confidence = Confidence::Confirmed;
+                f.evidence(
+                    "statfs",
+                    format!("the sandbox's network namespace {} is still there (nsfs)", sandbox.cni.netns),
+                );
             }
+            Netns::Gone(why) => {
+                f.evidence("statfs", format!("the sandbox's network namespace {} is gone ({why}): a plugin that fails DEL on a missing namespace breaks the CNI spec, which asks DEL to succeed then", sandbox.cni.netns));
+            }
+            Netns::NoProof(why) => f.evidence("statfs", format!("{}: {why}", sandbox.cni.netns)),
         }
         f.detail("plugin", sandbox.plugin.clone());
         f.detail("sandbox", sandbox.cni.container_id.clone());
         f.detail("exit_code", (sandbox.last_status >> 8) & 0xff);
         f.detail("failures", sandbox.failures);
-        let logs = command(&[
-            "journalctl",
-            "-u",
-            "containerd",
-            "-u",
-            "crio",
-            "--since",
-            "-15min",
-            "--grep",
-            &sandbox.cni.container_id,
-        ]);
-        match DAEMONS.iter().find(|(plugin, ..)| *plugin == sandbox.plugin) {
-            Some((_, namespace, selector, what)) => {
-                f.fix = command(&[
-                    "kubectl",
-                    "-n",
-                    namespace,
-                    "delete",
-                    "pod",
-                    "-l",
-                    selector,
-                    "--field-selector",
-                    &format!("spec.nodeName={}", self.node_name),
-                ]);
-                f.advice.push(format!("{} answers the plugin's DEL: check it is running and ready on this node (kubectl -n {namespace} get pods -l {selector} -o wide); the command restarts this node's", what));
+        self.fix(&mut f, sandbox, node);
+        f
+    }
+
+    /// The fix and the advice: a restart of the plugin's daemon only for a
+    /// failure proven on the node with the daemon seen running here; else
+    /// the runtime's log; a sandbox id in a command only if it looks like one.
+    fn fix(&self, f: &mut Finding, sandbox: &Sandbox, node: &mut dyn crate::inspect::NodeInspector) {
+        let id = &sandbox.cni.container_id;
+        let logs = runtime_log(id);
+        let daemon = DAEMONS.iter().find(|d| d.plugin == sandbox.plugin);
+        let running = daemon.map(|d| node.processes_running(d.exe.as_bytes())).unwrap_or_default();
+        match daemon {
+            // A restart is advice only for a failure proven on the node
+            // (trusted execs, the sandbox's namespace there) with the
+            // daemon seen running here: it interrupts the node's networking.
+            Some(d) if f.confidence == Confidence::Confirmed && !running.is_empty() => {
+                f.fix = crate::words::CommandLine::new("kubectl -n")
+                    .value(d.namespace)
+                    .own("delete pod -l")
+                    .value(d.selector)
+                    .own("--field-selector")
+                    .value(format!("spec.nodeName={}", self.node_name))
+                    .into();
+                let pids: Vec<String> = running.iter().map(|t| t.pid.to_string()).collect();
+                f.evidence("/proc", format!("{} runs on this node (pid {})", d.exe, pids.join(", ")));
+                f.advice.push(format!("{} answers the plugin's DEL: the command restarts this node's; {}. Check it first: kubectl -n {} get pods -l {} -o wide", d.what, d.interrupts, d.namespace, d.selector));
                 f.advice.push(format!("the plugin's own error is in the runtime's log: {logs}"));
+            }
+            Some(d) => {
+                f.fix = logs;
+                let seen = match running.is_empty() {
+                    true => format!("{} is not running on this node, which may be why DEL fails", d.exe),
+                    false => "the failure is not confirmed on the node".to_string(),
+                };
+                f.advice.push(format!("{} answers the plugin's DEL, and {seen}: kubectl -n {} get pods -l {} -o wide --field-selector spec.nodeName={} shows its pod", d.what, d.namespace, d.selector, self.node_name));
+                f.advice.push("the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into());
             }
             None => {
                 f.fix = logs;
                 f.advice.push("the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into());
                 if sandbox.inner.contains_key("host-local") {
-                    f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release (grep -rl {} /var/lib/cni/networks), and the directory must be a writable directory", command(&[&sandbox.cni.container_id]), command(&[&sandbox.cni.container_id])));
+                    f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release ({}), and the directory must be a writable directory", word(id.as_bytes()), files_naming(id, "/var/lib/cni/networks")));
                 }
             }
         }
-        f.advice.push(format!(
-            "last resort, once the network is known gone: {}",
-            command(&["crictl", "rmp", "--force", &sandbox.cni.container_id])
+        match remove_sandbox(id) {
+            Some(rmp) => f.advice.push(format!("last resort, once the network is known gone: {rmp}")),
+            None => f.evidence("exec", no_sandbox_removal(id)),
+        }
+    }
+}
+
+/// How a sandbox's `CNI_NETNS` stands on the node.
+enum Netns {
+    /// A network namespace (nsfs) where runtimes make them.
+    There,
+    /// Gone, and why.
+    Gone(String),
+    /// Something that proves nothing: a `/proc` path names whichever
+    /// process has that pid now; a file that is no namespace; a place no
+    /// runtime uses.
+    NoProof(String),
+}
+
+fn netns_standing(node: &mut dyn crate::inspect::NodeInspector, netns: &str) -> Netns {
+    if netns.is_empty() {
+        return Netns::NoProof("no CNI_NETNS".into());
+    }
+    if netns.starts_with("/proc/") {
+        return Netns::NoProof(
+            "a /proc path names whichever process holds that pid now: no proof of the sandbox".into(),
+        );
+    }
+    let in_netns_dir = |p: &[u8]| {
+        !p.split(|b| *b == b'/').any(|c| c == b"..") && NETNS_DIRS.iter().any(|d| p.starts_with(d.as_bytes()))
+    };
+    if !in_netns_dir(netns.as_bytes()) {
+        return Netns::NoProof("not where runtimes make network namespaces: no proof of the sandbox".into());
+    }
+    // `/var/run` is a link to `/run` on most nodes, and the node's read
+    // follows no link: the node's own links are followed first, and
+    // where they lead must still be where runtimes make namespaces.
+    let resolved =
+        node.resolved_path(crate::inspect::NODE_ROOT, netns.as_bytes()).unwrap_or_else(|_| netns.as_bytes().to_vec());
+    if !in_netns_dir(&resolved) {
+        return Netns::NoProof(format!(
+            "a link to {}, not where runtimes make network namespaces: no proof of the sandbox",
+            crate::words::safe_text(&resolved)
         ));
-        f
+    }
+    match node.fs_usage(&resolved) {
+        Ok(usage) if usage.fstype == "nsfs" => Netns::There,
+        Ok(usage) => Netns::NoProof(format!("a file on {}, not a network namespace", usage.fstype)),
+        Err(why) if why.is_gone() => Netns::Gone(why.to_string()),
+        Err(why) => Netns::NoProof(why.said()),
     }
 }
 
@@ -294,8 +428,8 @@ impl Detector for SandboxTeardownFailing {
 
     fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         match &event.what {
-            Lifecycle::Exec { filename, cni: Some(cni) } => self.exec(event, identity, filename, cni),
-            Lifecycle::Exit { status } => self.exit(event, *status),
+            Lifecycle::Exec { filename, cni: Some(cni), .. } => self.exec(event, identity, filename, cni),
+            Lifecycle::Exit { status, .. } => self.exit(event, *status),
             _ => {}
         }
     }
@@ -324,10 +458,12 @@ impl Detector for SandboxTeardownFailing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnose::fake::{facts, pod, t, FakeNode};
+    use crate::diagnose::fake::{pod, t, FakeNode};
     use crate::identify::actor::Role;
 
     const NETNS: &str = "/var/run/netns/cni-1";
+    /// A sandbox id as runtimes make them: 64 lowercase hex digits.
+    const SANDBOX_ID: &str = "abc1230000000000000000000000000000000000000000000000000000000000";
 
     fn plugin(comm: &str) -> LifecycleIdentity {
         let actor = Actor {
@@ -337,13 +473,27 @@ mod tests {
             role: Role::Other,
             description: format!("{comm} (child of containerd)"),
         };
-        LifecycleIdentity { pod_uid: Some(pod()), actor }
+        let mut identity = LifecycleIdentity::of(Some(pod()), actor);
+        identity.runner = Some("containerd".into());
+        identity
+    }
+
+    /// The sandbox's network namespace, where containerd makes them.
+    fn nsfs() -> crate::inspect::FsUsage {
+        crate::inspect::FsUsage {
+            fstype: "nsfs".into(),
+            total_bytes: 0,
+            free_bytes: 0,
+            total_inodes: 0,
+            free_inodes: 0,
+            read_only: false,
+        }
     }
 
     fn exec(at: f64, pid: u32, ppid: u32, name: &str, command: &str) -> LifecycleEvent {
         let cni = CniRun {
             command: command.into(),
-            container_id: "abc123".into(),
+            container_id: SANDBOX_ID.into(),
             netns: NETNS.into(),
             ifname: "eth0".into(),
             pod_uid: Some(pod()),
@@ -353,15 +503,36 @@ mod tests {
         LifecycleEvent {
             time: t(at),
             pid,
+            start: Some(ProcessStart(u64::from(pid))),
             ppid,
+            parent_start: Some(ProcessStart(u64::from(ppid))),
             comm: name.into(),
             cgroup_id: 0,
-            what: Lifecycle::Exec { filename: format!("/usr/lib/cni/{name}").into_bytes(), cni: Some(cni) },
+            v1_cgroup_id: 0,
+            v1_hierarchy: 0,
+            what: Lifecycle::Exec {
+                filename: format!("/usr/lib/cni/{name}").into_bytes(),
+                cni: Some(cni),
+                file: podstuck_common::PluginFile::default(),
+                mntns: 0,
+                env_cut: false,
+            },
         }
     }
 
     fn exit(at: f64, pid: u32, status: i32) -> LifecycleEvent {
-        LifecycleEvent { time: t(at), pid, ppid: 1, comm: "x".into(), cgroup_id: 0, what: Lifecycle::Exit { status } }
+        LifecycleEvent {
+            time: t(at),
+            pid,
+            start: Some(ProcessStart(u64::from(pid))),
+            ppid: 1,
+            parent_start: None,
+            comm: "x".into(),
+            cgroup_id: 0,
+            v1_cgroup_id: 0,
+            v1_hierarchy: 0,
+            what: Lifecycle::Exit { status: Some(status), last_thread: true },
+        }
     }
 
     /// bridge runs host-local; host-local fails, then bridge.
@@ -380,7 +551,7 @@ mod tests {
     fn a_del_that_keeps_failing_names_the_plugin_its_ipam_and_the_pod_and_ends_when_one_succeeds() {
         let mut d = SandboxTeardownFailing::new("node-1".into());
         let mut node = FakeNode::default();
-        node.facts.insert(NETNS.as_bytes().to_vec(), facts(false, 0o444, 0));
+        node.usage.insert(NETNS.as_bytes().to_vec(), nsfs());
         failing_del(&mut d, 0.0, 100);
         assert!(review(&mut d, &mut node, 0.5).is_empty(), "one failure may be a restart");
         failing_del(&mut d, 2.0, 200);
@@ -398,6 +569,7 @@ mod tests {
         assert!(f.evidence.iter().any(|e| e.fact.contains("network namespace /var/run/netns/cni-1 is still there")));
         assert!(f.fix.starts_with("journalctl -u containerd"), "{}", f.fix);
         assert!(f.advice.iter().any(|a| a.contains("/var/lib/cni/networks")));
+        assert!(f.advice.iter().any(|a| a.ends_with(&format!("crictl rmp --force -- {SANDBOX_ID}"))), "{:?}", f.advice);
         // A DEL that succeeds ends it, told once.
         d.lifecycle(&exec(6.0, 400, 10, "bridge", "DEL"), &plugin("bridge"));
         d.lifecycle(&exit(6.1, 400, 0), &plugin("bridge"));
@@ -406,8 +578,16 @@ mod tests {
         assert!(review(&mut d, &mut node, 7.0).is_empty());
     }
 
+    /// Two failed DELs of calico at `at` and `at` + 2 s.
+    fn calico_fails(d: &mut SandboxTeardownFailing, at: f64, pid: u32) {
+        for (i, at) in [at, at + 2.0].into_iter().enumerate() {
+            d.lifecycle(&exec(at, pid + i as u32, 10, "calico", "DEL"), &plugin("calico"));
+            d.lifecycle(&exit(at + 0.1, pid + i as u32, 0x100), &plugin("calico"));
+        }
+    }
+
     #[test]
-    fn adds_that_fail_and_dels_that_succeed_give_nothing_and_a_known_daemon_is_restarted() {
+    fn adds_that_fail_and_dels_that_succeed_give_nothing_and_a_known_daemon_is_restarted_only_when_seen_running() {
         let mut d = SandboxTeardownFailing::new("node-1".into());
         let mut node = FakeNode::default();
         for (i, at) in [0.0, 1.0, 2.0].into_iter().enumerate() {
@@ -417,16 +597,48 @@ mod tests {
             d.lifecycle(&exit(at + 0.3, 200 + i as u32, 0), &plugin("bridge"));
         }
         assert!(review(&mut d, &mut node, 3.0).is_empty());
-        for (i, at) in [4.0, 6.0].into_iter().enumerate() {
-            d.lifecycle(&exec(at, 300 + i as u32, 10, "calico", "DEL"), &plugin("calico"));
-            d.lifecycle(&exit(at + 0.1, 300 + i as u32, 0x100), &plugin("calico"));
-        }
+        // The netns gone, calico-node not running: no restart, the logs.
+        calico_fails(&mut d, 4.0, 300);
         let told = review(&mut d, &mut node, 7.0);
+        let [f] = &told[..] else { panic!("{told:?}") };
+        assert_eq!(f.confidence, Confidence::Likely, "the netns is gone");
+        assert!(f.fix.starts_with("journalctl "), "{}", f.fix);
+        assert!(f.advice.iter().any(|a| a.contains("calico-node is not running on this node")), "{:?}", f.advice);
+        // Confirmed, and the daemon seen running: its restart, and what it interrupts.
+        let mut d = SandboxTeardownFailing::new("node-1".into());
+        node.usage.insert(NETNS.as_bytes().to_vec(), nsfs());
+        node.running.push(("calico-node", crate::diagnose::fake::task(77, "calico-node", 'S')));
+        calico_fails(&mut d, 10.0, 400);
+        let told = review(&mut d, &mut node, 13.0);
         let [f] = &told[..] else { panic!("{told:?}") };
         assert_eq!(
             f.fix,
             "kubectl -n kube-system delete pod -l k8s-app=calico-node --field-selector spec.nodeName=node-1"
         );
-        assert_eq!(f.confidence, Confidence::Likely, "the netns is gone");
+        assert!(f.advice.iter().any(|a| a.contains("no pod on this node is set up or torn down")), "{:?}", f.advice);
+        assert!(f.evidence.iter().any(|e| e.fact == "calico-node runs on this node (pid 77)"), "{:?}", f.evidence);
+    }
+
+    #[test]
+    fn a_sandbox_id_or_netns_a_workload_could_choose_proves_nothing_and_goes_in_no_command() {
+        let mut node = FakeNode::default();
+        node.usage.insert(b"/proc/self/ns/net".to_vec(), nsfs());
+        let mut d = SandboxTeardownFailing::new("node-1".into());
+        for (i, at) in [0.0, 2.0].into_iter().enumerate() {
+            let mut e = exec(at, 500 + i as u32, 10, "bridge", "DEL");
+            if let Lifecycle::Exec { cni: Some(cni), .. } = &mut e.what {
+                cni.container_id = "--all".into();
+                cni.netns = "/proc/self/ns/net".into();
+            }
+            d.lifecycle(&e, &plugin("bridge"));
+            d.lifecycle(&exit(at + 0.1, 500 + i as u32, 0x100), &plugin("bridge"));
+        }
+        let told = review(&mut d, &mut node, 3.0);
+        let [f] = &told[..] else { panic!("{told:?}") };
+        assert_eq!(f.confidence, Confidence::Likely, "a /proc path proves nothing");
+        let all = format!("{} {}", f.fix, f.advice.join(" "));
+        assert!(!all.contains("rmp"), "{all}");
+        // A pattern of journalctl's --grep=, never an option of its own.
+        assert!(f.fix.contains("--grep=") && !f.fix.split_whitespace().any(|w| w == "--all"), "{}", f.fix);
     }
 }

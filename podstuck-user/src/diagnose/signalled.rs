@@ -1,17 +1,23 @@
 //! What sigterm-ignored and unkillable-task share: a pod's process that
-//! was sent a signal, followed until its exit. Past the time a process
-//! takes to die of it, the node says whether it is still there (a zombie
-//! has exited: only its parent has yet to reap it); one that ends after it
-//! was told is told once more, resolved, then forgotten. Bounded: past
-//! [`FOLLOWED_MAX`] the lowest pids are forgotten.
+//! was sent a signal, followed until its exit. A process is its pid and
+//! its start time: a pid the kernel hands to another process since is not
+//! the one followed. Past the time a process takes to die of the signal,
+//! the node says whether it is still there: a process is there as long as
+//! one of its threads is (a zombie leader whose other thread waits in the
+//! kernel is a process still there), and it is gone only when /proc says
+//! so; a read that fails otherwise (too many open files, permission
+//! denied) is said as such, never taken for an exit. One that ends after
+//! it was told is told once more, resolved, then forgotten. Bounded: past
+//! [`FOLLOWED_MAX`] the oldest are forgotten.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::Finding;
+use crate::event::ProcessStart;
 use crate::identify::pod::PodUid;
 use crate::identify::Actor;
-use crate::inspect::{NodeInspector, TaskState};
+use crate::inspect::{NodeInspector, ProcessState, Unreadable};
 use crate::lifecycle::{LifecycleEvent, LifecycleIdentity, SignalSent};
 
 /// Processes followed at most.
@@ -21,6 +27,8 @@ pub const FOLLOWED_MAX: usize = 1024;
 pub struct Followed<T> {
     /// When the signal was first sent.
     pub at: SystemTime,
+    /// When the process started, if known: with its pid, the process.
+    pub start: Option<ProcessStart>,
     pub pod: PodUid,
     pub comm: String,
     pub sender: Actor,
@@ -32,6 +40,16 @@ pub struct Followed<T> {
     pub more: T,
 }
 
+/// How a followed process stands at a review.
+pub enum Standing<'a> {
+    /// Still there, as /proc shows it.
+    There(&'a ProcessState),
+    /// Gone since it was told.
+    Ended,
+    /// /proc could not be read, and why: not taken for an exit.
+    Unreadable(&'a Unreadable),
+}
+
 pub struct Signalled<T> {
     followed: BTreeMap<u32, Followed<T>>,
 }
@@ -39,6 +57,13 @@ pub struct Signalled<T> {
 impl<T> Default for Signalled<T> {
     fn default() -> Signalled<T> {
         Signalled { followed: BTreeMap::new() }
+    }
+}
+
+fn same(a: Option<ProcessStart>, b: Option<ProcessStart>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
     }
 }
 
@@ -54,13 +79,16 @@ impl<T> Signalled<T> {
     ) -> Option<(&mut Followed<T>, bool)> {
         let pod = identity.pod_uid.clone()?;
         let pid = sent.target_pid;
-        let again = self.followed.get(&pid).is_some_and(|f| f.ended.is_none());
+        let start = identity.target_start;
+        let again = self.followed.get(&pid).is_some_and(|f| f.ended.is_none() && same(f.start, start));
         if !again {
-            if self.followed.len() >= FOLLOWED_MAX {
-                self.followed.pop_first();
+            if !self.followed.contains_key(&pid) && self.followed.len() >= FOLLOWED_MAX {
+                let oldest = self.followed.iter().min_by_key(|(_, f)| f.at).map(|(pid, _)| *pid);
+                oldest.map(|pid| self.followed.remove(&pid));
             }
             let followed = Followed {
                 at: event.time,
+                start,
                 pod,
                 comm: sent.target_comm.clone(),
                 sender: identity.actor.clone(),
@@ -74,44 +102,58 @@ impl<T> Signalled<T> {
         self.followed.get_mut(&pid).map(|f| (f, again))
     }
 
-    pub fn get_mut(&mut self, pid: u32) -> Option<&mut Followed<T>> {
-        self.followed.get_mut(&pid)
+    /// The process `pid` followed, if `start` is its start.
+    pub fn get_mut(&mut self, pid: u32, start: Option<ProcessStart>) -> Option<&mut Followed<T>> {
+        self.followed.get_mut(&pid).filter(|f| same(f.start, start))
     }
 
-    /// Process `pid` exited.
-    pub fn exited(&mut self, pid: u32, at: SystemTime) {
-        if let Some(f) = self.followed.get_mut(&pid) {
+    /// Process `pid` (started at `start`) exited.
+    pub fn exited(&mut self, pid: u32, start: Option<ProcessStart>, at: SystemTime) {
+        if let Some(f) = self.get_mut(pid, start) {
             f.ended.get_or_insert(at);
         }
     }
 
     /// The findings of this review: of every process still there `wait`
-    /// after its signal (with its state as /proc says it), and of every one
-    /// told before that has ended since (no state), made by `finding`.
+    /// after its signal (or `wait` says it is not yet time: None), with
+    /// how it stands, and of every one told before that has ended since;
+    /// made by `finding`, which may also decide to say nothing (None).
     pub fn review(
         &mut self,
         now: SystemTime,
-        wait: Duration,
+        wait: impl Fn(&Followed<T>) -> Option<Duration>,
         node: &mut dyn NodeInspector,
-        mut finding: impl FnMut(u32, &Followed<T>, Option<TaskState>, &mut dyn NodeInspector) -> Finding,
+        mut finding: impl FnMut(u32, &Followed<T>, Standing<'_>, &mut dyn NodeInspector) -> Option<Finding>,
     ) -> Vec<Finding> {
         let mut out = Vec::new();
         for (pid, f) in self.followed.iter_mut() {
-            if f.ended.is_none() && now.duration_since(f.at).unwrap_or_default() < wait {
-                continue;
-            }
-            let mut state = None;
             if f.ended.is_none() {
-                match node.task(*pid) {
-                    Ok(task) if task.state != 'Z' && task.state != 'X' => state = Some(task),
-                    _ => f.ended = Some(now),
+                let Some(wait) = wait(f) else { continue };
+                if now.duration_since(f.at).unwrap_or_default() < wait {
+                    continue;
                 }
             }
-            if f.ended.is_some() && !f.told {
+            let start = f.start.map_or(0, ProcessStart::ticks);
+            let answer = match f.ended {
+                Some(_) => None,
+                None => Some(node.process(*pid, start)),
+            };
+            let standing = match &answer {
+                None => Standing::Ended,
+                Some(Ok(Some(process))) if !process.ended() => Standing::There(process),
+                Some(Ok(_)) => {
+                    f.ended = Some(now);
+                    Standing::Ended
+                }
+                Some(Err(why)) => Standing::Unreadable(why),
+            };
+            if matches!(standing, Standing::Ended) && !f.told {
                 continue;
             }
-            f.told = true;
-            out.push(finding(*pid, f, state, node));
+            if let Some(told) = finding(*pid, f, standing, node) {
+                f.told = true;
+                out.push(told);
+            }
         }
         self.followed.retain(|_, f| f.ended.is_none());
         out
@@ -127,9 +169,10 @@ pub mod tests {
     use crate::identify::tests::actor;
     use crate::lifecycle::{Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult, SignalSent};
 
-    /// A process of the pod named `comm`, the `role` it plays, child of `parent`.
+    /// A process outside the pod named `comm`, the `role` it plays, child
+    /// of `parent`, sending to the pod's processes.
     pub fn sender(comm: &str, parent: &str, role: Role) -> LifecycleIdentity {
-        LifecycleIdentity { pod_uid: Some(pod()), actor: actor(comm, parent, role) }
+        LifecycleIdentity::of(Some(pod()), actor(comm, parent, role))
     }
 
     /// Process `from` (pid, name) sends `sig` to the group of `to` (pid,
@@ -139,9 +182,13 @@ pub mod tests {
         LifecycleEvent {
             time: t(at),
             pid: from.0,
+            start: None,
             ppid: 1,
+            parent_start: None,
             comm: from.1.into(),
             cgroup_id: 0,
+            v1_cgroup_id: 0,
+            v1_hierarchy: 0,
             what: Lifecycle::Signal(sent),
         }
     }
@@ -151,10 +198,14 @@ pub mod tests {
         LifecycleEvent {
             time: t(at),
             pid,
+            start: None,
             ppid: 1,
+            parent_start: None,
             comm: comm.into(),
             cgroup_id: 0,
-            what: Lifecycle::Exit { status: 9 },
+            v1_cgroup_id: 0,
+            v1_hierarchy: 0,
+            what: Lifecycle::Exit { status: Some(9), last_thread: true },
         }
     }
 }

@@ -5,7 +5,7 @@
 //! Signature: EBUSY, ENOENT or ENOTEMPTY on paths under `volume-subpaths/`.
 //! Confirmed by the subpath mounts still in the host mountinfo.
 
-use super::shell::word;
+use super::shell::{one_after_another, unmount};
 use super::track::{Attempts, FailureLog};
 use super::{removes, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
@@ -71,8 +71,7 @@ impl SubpathLeft {
             a.actor.description,
             a.failed_words()
         );
-        f.fix =
-            view.fix(left.iter().map(|m| format!("umount {}", word(&m.mount_point))).collect::<Vec<_>>().join(" && "));
+        f.fix = view.fix(one_after_another(left.iter().map(|m| unmount(&m.mount_point))));
         f.advice.push("kubelet removes the directories itself on its next retry".into());
         Some(f)
     }
@@ -105,7 +104,7 @@ mod tests {
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.kind, Kind::SubpathLeft);
         assert_eq!(f.paths[0], index.as_bytes());
-        assert_eq!(f.fix, format!("umount {index}"));
+        assert_eq!(f.fix, format!("umount -- {index}"));
         assert_eq!(f.pod_uid, Some(pod()));
     }
 
@@ -117,7 +116,7 @@ mod tests {
         let calls: Vec<Call> =
             [0.0, 0.5].iter().map(|at| rmdir(*at, "kubelet", &index, -libc::EBUSY).in_namespace(4026532500)).collect();
         let f = &run(&mut SubpathLeft::default(), &mut node, &calls, 1.0)[0];
-        assert_eq!(f.fix, format!("nsenter -t 812 -m -- umount {index}"));
+        assert_eq!(f.fix, format!("nsenter -t 812 -m -- umount -- {index}"));
     }
 
     #[test]

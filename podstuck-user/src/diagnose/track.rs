@@ -20,6 +20,10 @@ use crate::inspect::{Mount, MountNamespace, NodeInspector, Probe};
 pub const SETTLE: Duration = Duration::from_secs(2);
 /// Node state is read again for a finding at most this often.
 pub const RECHECK: Duration = Duration::from_secs(5);
+/// ... and this soon when the last look could not read what it needed
+/// (timed out, avoided, out of a resource): it may answer now, and a
+/// finding must not stand on a missing fact longer than it has to.
+pub const RECHECK_SOON: Duration = Duration::from_secs(1);
 /// Failure times kept per path, for the rhythm.
 const TIMES_KEPT: usize = 24;
 /// Paths tracked per detector; the stalest go first.
@@ -53,6 +57,8 @@ pub struct Attempts {
     pub checked: Option<(SystemTime, u64)>,
     /// The finding built at the last check, reused between checks.
     pub finding: Option<Finding>,
+    /// The last check could not read what it needed: the next comes soon.
+    pub read_short: bool,
 }
 
 impl Attempts {
@@ -67,12 +73,24 @@ impl Attempts {
             None => true,
             // Not a finding at the last look, but more has happened since.
             Some((_, failures)) if self.finding.is_none() && failures != self.failures => true,
-            Some((at, _)) => now.duration_since(at).unwrap_or_default() >= RECHECK,
+            Some((at, _)) => {
+                let every = if self.read_short { RECHECK_SOON } else { RECHECK };
+                now.duration_since(at).unwrap_or_default() >= every
+            }
         }
     }
 
     pub fn mark_checked(&mut self, now: SystemTime) {
         self.checked = Some((now, self.failures));
+        self.read_short = false;
+    }
+
+    /// A fact this check needed could not be read for now (`why` passes:
+    /// timed out, avoided, out of a resource): look again soon.
+    pub fn read_again_soon_if(&mut self, why: &crate::inspect::Unreadable) {
+        if why.is_passing() {
+            self.read_short = true;
+        }
     }
 
     pub fn rhythm(&self) -> Option<Rhythm> {
@@ -207,12 +225,8 @@ impl CallerView {
     pub fn runtime_advice(&self, fix: &str) -> Option<String> {
         let ns = self.namespace.as_ref().ok().filter(|ns| !ns.host)?;
         let owner = ns.owner.as_ref().filter(|o| o.pod_uid.is_none())?;
-        let name = owner.container.as_deref()?;
-        Some(format!(
-            "or through docker: docker exec {} sh -c {}",
-            super::shell::word(name.as_bytes()),
-            super::shell::word(fix.as_bytes())
-        ))
+        let docker = super::shell::in_docker_container(owner.container.as_deref()?, fix)?;
+        Some(format!("or through docker: {docker}"))
     }
 }
 
@@ -292,6 +306,7 @@ impl FailureLog {
                 reported: false,
                 checked: None,
                 finding: None,
+                read_short: false,
             },
         );
     }

@@ -9,7 +9,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::hung_call::HungCall;
-use super::signalled::{Followed, Signalled};
+use super::signalled::{Followed, Signalled, Standing};
 use super::{human_duration, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::identify::Identity;
@@ -42,48 +42,116 @@ fn waits_in(task: &TaskState, what: &[&str]) -> bool {
 }
 
 impl UnkillableTask {
-    /// `task` is None once the task has ended (a finding told before).
+    /// The finding of process `pid` as it stands (gone: told before, now
+    /// resolved; unreadable: said, with no fix).
     fn finding(
         pid: u32,
         k: &Followed<()>,
-        task: Option<TaskState>,
+        standing: Standing<'_>,
         now: SystemTime,
         node: &mut dyn NodeInspector,
-    ) -> Finding {
-        let mut f = Finding::new(Kind::UnkillableTask, &pid.to_string(), Severity::Critical, k.at);
+    ) -> Option<Finding> {
+        let key = match k.start {
+            Some(start) => format!("{pid}@{}", start.ticks()),
+            None => pid.to_string(),
+        };
+        let mut f = Finding::new(Kind::UnkillableTask, &key, Severity::Critical, k.at);
         f.last_seen = now;
         f.pod_uid = Some(k.pod.clone());
         f.pods = vec![k.pod.clone()];
         f.actor = Some(FindingActor::of(k.sender_pid, &k.sender));
         f.count = 1;
         f.detail("pid", pid);
+        if let Some(start) = k.start {
+            f.detail("start", start.ticks());
+        }
         let waited = human_duration(now.duration_since(k.at).unwrap_or_default());
         let who = format!("{} (pid {pid})", k.comm);
         f.evidence(
             "signal_generate",
             format!("SIGKILL from {} (pid {}) to {who}, {waited} ago", k.sender.description, k.sender_pid),
         );
-        let Some(task) = task else {
-            f.status = Status::Resolved;
-            f.summary = format!("{who} outlived its SIGKILL, then ended.");
-            return f;
+        let process = match standing {
+            Standing::Ended => {
+                f.status = Status::Resolved;
+                f.summary = format!("{who} outlived its SIGKILL, then ended.");
+                return Some(f);
+            }
+            Standing::Unreadable(why) => {
+                f.confidence = Confidence::Possible;
+                f.severity = Severity::Warning;
+                f.summary = format!(
+                    "{who} got SIGKILL {waited} ago and podstuck cannot say whether it is still there: /proc/{pid}: {}.",
+                    why.said()
+                );
+                return Some(f);
+            }
+            Standing::There(process) => process,
+        };
+        let task = process.stuck_thread()?;
+        let tid = task.tid;
+        // A thread other than the leader keeps it there: the leader may be a
+        // zombie already, which alone would read as "exited".
+        let thread = match tid == pid {
+            true => String::new(),
+            false => format!(
+                "its thread {tid} ({}) is still there while {}",
+                task.comm,
+                match process.leader() {
+                    Some(l) if l.state == 'Z' => "its leader has exited (a zombie)".to_string(),
+                    Some(l) => format!("its leader is {}", l.state_words()),
+                    None => "its leader is gone".to_string(),
+                }
+            ),
+        };
+        let stack_file = match tid == pid {
+            true => format!("/proc/{pid}/stack"),
+            false => format!("/proc/{pid}/task/{tid}/stack"),
         };
         let wchan = task.wchan.as_ref().map(|w| format!(", waiting in {w}")).unwrap_or_default();
-        f.evidence(format!("/proc/{pid}/stat"), format!("task {pid} ({}) is {}{wchan}", task.comm, task.state_words()));
+        f.detail("tid", tid);
+        f.evidence(
+            format!("/proc/{pid}/task/{tid}/stat"),
+            format!("thread {tid} ({}) of process {pid} is {}{wchan}", task.comm, task.state_words()),
+        );
+        if !thread.is_empty() {
+            f.evidence(
+                format!("/proc/{pid}/status"),
+                format!("{} thread(s); {thread}", process.thread_count.max(process.threads.len() as u32)),
+            );
+        }
         if !task.stack.is_empty() {
             let frames: Vec<&str> = task.stack.iter().take(FRAMES_QUOTED).map(String::as_str).collect();
-            f.evidence(format!("/proc/{pid}/stack"), frames.join(" <- "));
+            f.evidence(stack_file.clone(), frames.join(" <- "));
         }
-        let waiting = format!("{who} got SIGKILL {waited} ago and is still there, {}{wchan}", task.state_words());
+        let still = match thread.is_empty() {
+            true => format!("is still there, {}{wchan}", task.state_words()),
+            false => format!("is still there: {thread}; the thread is {}{wchan}", task.state_words()),
+        };
+        let waiting = format!("{who} got SIGKILL {waited} ago and {still}");
+        Self::what_it_waits_on(&mut f, node, pid, task, &waiting, &stack_file);
+        Some(f)
+    }
+
+    /// The cause, fix and advice, by what the stuck thread waits on: a FUSE
+    /// server, a network filesystem's, the kernel otherwise.
+    fn what_it_waits_on(
+        f: &mut Finding,
+        node: &mut dyn NodeInspector,
+        pid: u32,
+        task: &TaskState,
+        waiting: &str,
+        stack_file: &str,
+    ) {
         let mounts = node.host_mounts().unwrap_or_default();
         let fuse: Vec<&Mount> = mounts.iter().filter(|m| is_fuse(m)).collect();
         let network: Vec<&Mount> = mounts.iter().filter(|m| is_network_fs(m)).collect();
-        if waits_in(&task, &["fuse"]) && !fuse.is_empty() {
+        if waits_in(task, &["fuse"]) && !fuse.is_empty() {
             // The mount it waits on: one it holds (cwd, files), else the only one.
             let held = fuse.iter().find(|m| node.mount_holders(m, 0).iter().any(|h| h.pid == pid));
             match held.or((fuse.len() == 1).then(|| &fuse[0])) {
                 Some(m) => {
-                    HungCall::on_fuse(&mut f, node, m, &m.mount_point, &waiting);
+                    HungCall::on_fuse(f, node, m, &m.mount_point, waiting);
                     f.summary
                         .push_str(" SIGKILL cannot end it until the request is answered or the connection aborted.");
                 }
@@ -91,14 +159,14 @@ impl UnkillableTask {
                     f.confidence = Confidence::Likely;
                     let points: Vec<String> = fuse.iter().map(|m| shell_word(&m.mount_point)).collect();
                     f.summary = format!("{waiting}: it waits on a FUSE server, on one of {}.", points.join(", "));
-                    f.fix = format!("cat /sys/fs/fuse/connections/*/waiting; cat /proc/{pid}/stack");
+                    f.fix = format!("cat /sys/fs/fuse/connections/*/waiting; cat {stack_file}");
                     f.advice.push(
                         "abort the connection whose waiting count is not 0: echo 1 > /sys/fs/fuse/connections/N/abort"
                             .into(),
                     );
                 }
             }
-        } else if waits_in(&task, &["nfs", "rpc_", "cifs", "ceph"]) && network.len() == 1 {
+        } else if waits_in(task, &["nfs", "rpc_", "cifs", "ceph"]) && network.len() == 1 {
             let m = network[0];
             f.confidence = Confidence::Confirmed;
             f.summary = format!(
@@ -106,12 +174,12 @@ impl UnkillableTask {
                 m.fstype, m.source
             );
             f.evidence("mountinfo", format!("{} mount of {} at {}", m.fstype, m.source, shell_word(&m.mount_point)));
-            f.fix = format!("umount -f -l {}", shell_word(&m.mount_point));
+            f.fix = super::shell::unmount_forced(&m.mount_point);
             f.advice.push(format!("better: bring {} back; the task then ends by itself", m.source));
         } else if task.state == 'D' {
             f.confidence = Confidence::Likely;
             f.summary = format!("{waiting}: it waits in the kernel (a storage device, a network filesystem or a kernel lock), and SIGKILL cannot end it until that wait ends.");
-            f.fix = format!("cat /proc/{pid}/stack");
+            f.fix = format!("cat {stack_file}");
             f.advice.push(
                 "check the device and the kernel's log: dmesg | tail -n 50 (I/O errors, hung task warnings)".into(),
             );
@@ -121,9 +189,8 @@ impl UnkillableTask {
             f.summary = format!(
                 "{waiting}; a task in that state dies at its next return from the kernel, so it may be on its way out."
             );
-            f.fix = format!("cat /proc/{pid}/stack");
+            f.fix = format!("cat {stack_file}");
         }
-        f
     }
 }
 
@@ -135,14 +202,19 @@ impl Detector for UnkillableTask {
             Lifecycle::Signal(sent) if sent.sig == libc::SIGKILL => {
                 self.killed.sent(event, identity, sent, || ());
             }
-            Lifecycle::Exit { .. } => self.killed.exited(event.pid, event.time),
+            Lifecycle::Exit { .. } => self.killed.exited(event.pid, event.start, event.time),
             _ => {}
         }
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
         let now = review.now;
-        self.killed.review(now, DEAD_WITHIN, review.node, |pid, k, task, node| Self::finding(pid, k, task, now, node))
+        self.killed.review(
+            now,
+            |_| Some(DEAD_WITHIN),
+            review.node,
+            |pid, k, standing, node| Self::finding(pid, k, standing, now, node),
+        )
     }
 }
 
@@ -203,5 +275,48 @@ mod tests {
         node.tasks.insert(802, task(802, "cat", 'Z'));
         d.lifecycle(&kill(5.0, 802), &runc());
         assert!(d.review(&mut Review { now: t(9.0), in_flight: &[], node: &mut node }).is_empty(), "a zombie is dead");
+    }
+
+    #[test]
+    fn a_zombie_leader_whose_thread_waits_on_fuse_is_a_process_still_there_and_the_thread_is_named() {
+        let mut d = UnkillableTask::default();
+        let mut node = FakeNode::with_mounts(&["77 /mnt/fuse fuse.sshfs", "20 /sys/fs/fuse/connections fusectl"]);
+        let mut worker = task(811, "worker", 'D');
+        worker.pid = 810;
+        worker.wchan = Some("request_wait_answer".into());
+        worker.stack = vec!["request_wait_answer".into(), "fuse_simple_request".into()];
+        let mut process = crate::diagnose::fake::one_thread(task(810, "java", 'Z'));
+        process.threads.push(worker);
+        process.thread_count = 2;
+        node.processes.insert(810, process);
+        node.fuse.push(task(900, "sshfs", 'S'));
+        d.lifecycle(&kill(0.0, 810), &runc());
+        let told = d.review(&mut Review { now: t(4.0), in_flight: &[], node: &mut node });
+        let [f] = &told[..] else { panic!("a zombie leader with a thread left is no exit: {told:?}") };
+        assert_eq!((f.kind, f.confidence), (Kind::UnkillableTask, Confidence::Confirmed));
+        assert!(
+            f.summary.contains("its thread 811 (worker) is still there while its leader has exited (a zombie)"),
+            "{}",
+            f.summary
+        );
+        assert!(f.evidence.iter().any(|e| e.source == "/proc/810/task/811/stack"), "{:?}", f.evidence);
+        assert_eq!(f.fix, "echo 1 > /sys/fs/fuse/connections/77/abort");
+        // The last thread's exit ends it.
+        d.lifecycle(&exit(5.0, 810, "java"), &runc());
+        let over = d.review(&mut Review { now: t(5.5), in_flight: &[], node: &mut node });
+        assert!(matches!(&over[..], [f] if f.status == Status::Resolved), "{over:?}");
+    }
+
+    #[test]
+    fn a_proc_that_cannot_be_read_is_no_exit() {
+        let mut d = UnkillableTask::default();
+        let mut node = FakeNode::default();
+        node.unreadable_processes.push(820);
+        d.lifecycle(&kill(0.0, 820), &runc());
+        let told = d.review(&mut Review { now: t(4.0), in_flight: &[], node: &mut node });
+        assert!(
+            matches!(&told[..], [f] if f.status == Status::Active && f.summary.contains("/proc/820: podstuck could not read it now (too many open files)")),
+            "{told:?}"
+        );
     }
 }

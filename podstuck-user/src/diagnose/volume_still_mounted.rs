@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use super::shell::word;
+use super::shell::{find_mount, unmount};
 use super::track::{Attempts, FailureLog};
 use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::{errno_name, CallEvent};
@@ -19,7 +19,7 @@ use crate::identify::owner::Owner;
 use crate::identify::pod::PathArea;
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_at;
-use crate::inspect::MountHolder;
+use crate::inspect::{MountHolder, TaskState};
 
 /// What umount2 calls on a path were seen: how many, and the last errno (0 = success).
 #[derive(Clone, Copy, Debug, Default)]
@@ -66,6 +66,48 @@ pub fn process_words(pid: u32, comm: &str, owner: Option<&Owner>) -> String {
 pub fn debug_pod_advice<'h>(owners: impl IntoIterator<Item = Option<&'h Owner>>) -> Option<String> {
     let pod = owners.into_iter().flatten().find(|o| o.is_debug_pod())?;
     Some(format!("{} holds a private copy of the mount: delete it: {}", pod.words(), pod.delete_pod()?))
+}
+
+/// The processes podstuck may not look into, as one evidence line: a
+/// holder may be among them, so "no process holds it" would be a claim
+/// podstuck cannot make (an AppArmor profile such as docker-default lets
+/// it read only processes of its own profile).
+pub fn unreadable_fact(denied: &[TaskState]) -> Option<String> {
+    const NAMED: usize = 5;
+    if denied.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = denied.iter().take(NAMED).map(|t| format!("pid {} ({})", t.pid, t.comm)).collect();
+    let more = match denied.len().saturating_sub(NAMED) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    Some(format!(
+        "{} process(es) not readable under this security profile (AppArmor, SELinux or ptrace rules refuse their /proc/PID/fd, cwd and root): {}{more}; a holder among them cannot be named",
+        denied.len(),
+        named.join(", ")
+    ))
+}
+
+/// What /proc says of who holds a mount, as evidence: each holder, the
+/// processes podstuck could not read, and "no process" only when it
+/// could read them all.
+pub fn holders_evidence(f: &mut Finding, holders: &[MountHolder], denied: &[TaskState]) {
+    match (holders.is_empty(), unreadable_fact(denied)) {
+        (true, None) => f.evidence("/proc", "no process has a file, cwd, root or mapping on it"),
+        (true, Some(fact)) => {
+            f.evidence("/proc", "no process podstuck could read has a file, cwd, root or mapping on it");
+            f.evidence("/proc", fact);
+        }
+        (false, unreadable) => {
+            for fact in holder_facts(holders) {
+                f.evidence("/proc", fact);
+            }
+            if let Some(fact) = unreadable {
+                f.evidence("/proc", fact);
+            }
+        }
+    }
 }
 
 /// Holders as evidence lines.
@@ -138,13 +180,8 @@ impl VolumeStillMounted {
                     ),
                 );
                 let holders = review.node.mount_holders(&m, view.mntns);
-                if holders.is_empty() {
-                    f.evidence("/proc", "no process has a file, cwd, root or mapping on it");
-                } else {
-                    for fact in holder_facts(&holders) {
-                        f.evidence("/proc", fact);
-                    }
-                }
+                let denied = review.node.processes_unreadable();
+                holders_evidence(&mut f, &holders, &denied);
                 f.advice.extend(debug_pod_advice(holders.iter().map(|h| h.owner.as_ref())));
                 f.summary = format!(
                     "{} cannot remove the {volume} dir of pod {uid}: {} is still mounted ({}, in {whose}). Removal {}{rhythm}; {unmount_words}.",
@@ -153,9 +190,9 @@ impl VolumeStillMounted {
                     m.fstype,
                     a.failed_words().trim_start_matches(a.syscall_name()).trim_start(),
                 );
-                let unmount = format!("umount {}", word(&resolved));
-                f.advice.extend(view.runtime_advice(&unmount));
-                f.fix = view.fix(unmount);
+                let fix = unmount(&resolved);
+                f.advice.extend(view.runtime_advice(&fix));
+                f.fix = view.fix(fix);
             }
             Ok(None) => {
                 f.confidence = Confidence::Possible;
@@ -165,12 +202,13 @@ impl VolumeStillMounted {
                     a.actor.description,
                     shown(&resolved)
                 );
-                f.fix = view.fix(format!("findmnt {}", word(&resolved)));
+                f.fix = view.fix(find_mount(&resolved));
             }
             Err(why) => {
-                f.evidence("mountinfo", format!("{whose} is unreadable: {why}"));
+                a.read_again_soon_if(&why);
+                f.evidence("mountinfo", format!("{whose}: {}", why.said()));
                 f.summary = format!("{} cannot remove the {volume} dir of pod {uid}: {} is busy (EBUSY), and {whose} cannot be read to say why.", a.actor.description, shown(&resolved));
-                f.fix = format!("umount {}", word(&resolved));
+                f.fix = unmount(&resolved);
             }
         }
         if volume.starts_with("CSI") && tried.count == 0 {
@@ -251,7 +289,7 @@ mod tests {
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.pod_uid, Some(pod()));
         assert_eq!(f.count, 7);
-        assert_eq!(f.fix, format!("umount {m}"));
+        assert_eq!(f.fix, format!("umount -- {m}"));
         assert_eq!(f.paths, vec![m.as_bytes().to_vec()]);
         assert!(f.rhythm.as_deref().unwrap().contains("backoff"), "{:?}", f.rhythm);
         assert!(f.summary.contains("is still mounted (tmpfs, in the host's mount namespace)"), "{}", f.summary);
@@ -284,7 +322,7 @@ mod tests {
         let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
         let m = csi_mount();
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, format!("nsenter -t 900 -m -- umount {m}"));
+        assert_eq!(f.fix, format!("nsenter -t 900 -m -- umount -- {m}"));
         assert!(
             f.summary.contains(&format!("is still mounted (tmpfs, in kubelet's mount namespace mnt:[{KUBELET_NS}])")),
             "{}",
@@ -303,12 +341,12 @@ mod tests {
         node.namespaces[0].owner = Some(Owner { container: Some("kind-control-plane".into()), ..Default::default() });
         let f = &run(&mut VolumeStillMounted::default(), &mut node, &children_of_kubelet_in_its_namespace(), 4.0)[0];
         assert!(f.summary.contains("(docker container kind-control-plane)"), "{}", f.summary);
-        let m = csi_mount();
-        assert!(
-            f.advice.contains(&format!("or through docker: docker exec kind-control-plane sh -c 'umount {m}'")),
-            "{:?}",
-            f.advice
+        let fix = format!("umount -- {}", csi_mount());
+        let docker = format!(
+            "or through docker: docker exec -- kind-control-plane sh -c {}",
+            super::super::shell::word(fix.as_bytes())
         );
+        assert!(f.advice.contains(&docker), "{:?}", f.advice);
     }
 
     #[test]
@@ -397,6 +435,33 @@ mod tests {
             f.evidence
         );
         assert!(f.summary.contains("umount was tried 1 time(s) and failed with EBUSY"), "{}", f.summary);
+    }
+
+    #[test]
+    fn processes_it_may_not_read_are_never_said_to_hold_nothing() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = mounted();
+        // Under an AppArmor profile such as docker-default: kubelet's and
+        // containerd's /proc refused, podstuck's own profile alone readable.
+        node.denied = vec![task(812, "kubelet", 'S'), task(901, "containerd", 'S')];
+        let m = csi_mount();
+        let f = &run(&mut d, &mut node, &refused_twice(&m), 1.0)[0];
+        let facts: Vec<&str> = f.evidence.iter().map(|e| e.fact.as_str()).collect();
+        assert!(!facts.contains(&"no process has a file, cwd, root or mapping on it"), "{facts:?}");
+        assert!(facts.contains(&"no process podstuck could read has a file, cwd, root or mapping on it"), "{facts:?}");
+        assert!(
+            facts.contains(&"2 process(es) not readable under this security profile (AppArmor, SELinux or ptrace rules refuse their /proc/PID/fd, cwd and root): pid 812 (kubelet), pid 901 (containerd); a holder among them cannot be named"),
+            "{facts:?}"
+        );
+    }
+
+    #[test]
+    fn a_long_list_of_unreadable_processes_names_five() {
+        let denied: Vec<TaskState> = (1..=8).map(|pid| task(pid, "p", 'S')).collect();
+        let fact = unreadable_fact(&denied).unwrap();
+        assert!(fact.starts_with("8 process(es) not readable under this security profile"), "{fact}");
+        assert!(fact.contains("pid 5 (p) and 3 more;"), "{fact}");
+        assert_eq!(unreadable_fact(&[]), None);
     }
 
     #[test]

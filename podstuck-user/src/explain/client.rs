@@ -85,7 +85,7 @@ type Reach<'a> = &'a dyn Fn(&Path) -> PathBuf;
 
 /// Reads a kubeconfig at `path` (reached by `reach`), with every file it
 /// names reached the same way (relative ones from its directory).
-fn read_kubeconfig(path: &Path, reach: Reach) -> Result<Kubeconfig> {
+pub(crate) fn read_kubeconfig(path: &Path, reach: Reach) -> Result<Kubeconfig> {
     let reached = reach(path);
     let text = read_small(&reached, MAX_KUBECONFIG)
         .map_err(|e| anyhow!("cannot read kubeconfig {}: {e}", path_words(path)))?;
@@ -193,10 +193,36 @@ fn choose(options: &KubeOptions) -> Result<(Kubeconfig, String)> {
     .into())
 }
 
+/// In the static release build, the API server's name is looked up as
+/// musl does it: /etc/hosts, then DNS (/etc/resolv.conf), whatever the
+/// node's /etc/nsswitch.conf names. A static glibc would load the NSS
+/// modules listed there (myhostname, resolve, mdns...) from the node,
+/// built for the node's glibc, and such a load aborts the process
+/// (measured in a Debian 11 root, docs/building.md); files and dns are
+/// built into the static glibc and load nothing. Once, before the first
+/// lookup.
+#[cfg(all(target_env = "gnu", target_feature = "crt-static"))]
+fn hosts_from_files_and_dns() {
+    extern "C" {
+        fn __nss_configure_lookup(database: *const libc::c_char, services: *const libc::c_char) -> libc::c_int;
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: two NUL-terminated strings; glibc copies what it keeps, and
+    // no lookup runs yet (the client is made after this).
+    ONCE.call_once(|| unsafe {
+        __nss_configure_lookup(c"hosts".as_ptr(), c"files dns".as_ptr());
+    });
+}
+
+/// The dynamic build uses the node's own NSS modules, as any program there.
+#[cfg(not(all(target_env = "gnu", target_feature = "crt-static")))]
+fn hosts_from_files_and_dns() {}
+
 impl Api {
     /// Chooses a configuration and makes a client of it (nothing is asked
     /// of the server yet).
     pub async fn connect(options: &KubeOptions) -> Result<Api> {
+        hosts_from_files_and_dns();
         let (kubeconfig, through) = choose(options)?;
         let kube_options = KubeConfigOptions { context: options.context.clone(), ..Default::default() };
         let mut config =
@@ -213,7 +239,13 @@ impl Api {
     /// Why a request failed, in the user's words: the permission missing
     /// and for what, credentials refused, or the server unreachable.
     fn said(&self, e: kube::Error, verb: &str, resource: &str, scope: &str) -> String {
-        self.said_granted_by(e, verb, resource, scope, "deploy/explain-rbac.yaml lists what podstuck explain needs")
+        self.said_granted_by(
+            e,
+            verb,
+            resource,
+            scope,
+            "deploy/on-call/explain-rbac.yaml lists what podstuck explain needs",
+        )
     }
 
     /// As [`Api::said`], with where the missing permission is granted.
@@ -396,7 +428,7 @@ impl Api {
                 "get",
                 "pods/proxy",
                 &scope,
-                "deploy/explain-rbac.yaml lists what podstuck explain --all needs",
+                "deploy/on-call/explain-rbac.yaml lists what podstuck explain --all needs",
             )),
         }
     }
@@ -425,7 +457,7 @@ impl PostFailed {
 }
 
 /// Where the permissions of `watch --events` are granted.
-const EVENTS_RBAC: &str = "deploy/podstuck-events-rbac.yaml lists what podstuck watch --events needs";
+const EVENTS_RBAC: &str = "deploy/base/podstuck-events-rbac.yaml lists what podstuck watch --events needs";
 
 impl Api {
     /// The pods the API places on `node`: the only ones a node's podstuck

@@ -8,8 +8,9 @@
 //! the entry is the one named, so a list changed since is never cut
 //! wrong), and says what the owning controller would have done first.
 
+use super::commands::patch_pod;
+use super::json_patch_removing;
 use super::snapshot::{time, ApiSnapshot, SOURCE};
-use super::{command, json_patch_removing};
 use crate::diagnose::{Finding, Kind, Severity};
 
 /// Who owns a finalizer, and what it would have done before removing it.
@@ -70,17 +71,11 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
             f.evidence(SOURCE, format!("metadata.deletionTimestamp {}", snapshot.when_words(deleted)));
             f.evidence(SOURCE, format!("metadata.finalizers: {}", finalizers.join(", ")));
             f.evidence(SOURCE, format!("{finalizer} is owned by {}", owner.who));
-            f.fix = command(&[
-                "kubectl",
-                "patch",
-                "pod",
+            f.fix = patch_pod(
                 snapshot.name(),
-                "-n",
                 snapshot.namespace(),
-                "--type=json",
-                "-p",
                 &json_patch_removing("/metadata/finalizers", index, finalizer),
-            ]);
+            );
             f.advice.push(format!(
                 "risk: removing it skips what {} would have done: it would have {}; remove it only once that is done or not needed, and check first why the owner is not acting (is it running? its logs)",
                 owner.who, owner.would
@@ -137,7 +132,7 @@ mod tests {
         assert!(f.summary.contains("deleted 5m00s ago"), "{}", f.summary);
         assert_eq!(
             f.fix,
-            r#"kubectl patch pod web-0 -n shop --type=json -p '[{"op":"test","path":"/metadata/finalizers/1","value":"foregroundDeletion"},{"op":"remove","path":"/metadata/finalizers/1"}]'"#
+            r#"kubectl patch pod -n shop --type=json -p '[{"op":"test","path":"/metadata/finalizers/1","value":"foregroundDeletion"},{"op":"remove","path":"/metadata/finalizers/1"}]' -- web-0"#
         );
         assert!(f.advice[0].contains("blockOwnerDeletion"), "{:?}", f.advice);
         assert!(

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use super::command;
 use super::snapshot::{time, ApiSnapshot, SOURCE};
 use crate::diagnose::{human_duration, Finding, Kind, Severity};
 
@@ -52,7 +51,7 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
     if !running.is_empty() {
         f.evidence(SOURCE, format!("status.containerStatuses: running: {}", running.join(", ")));
     }
-    f.fix = command(&["kubectl", "podstuck", snapshot.name(), "-n", snapshot.namespace()]);
+    f.fix = super::commands::trace(snapshot.name(), snapshot.namespace());
     f.advice.push("the fix looks on the pod's node, in the kernel, for what kubelet fails to tear down".to_string());
     vec![f]
 }

@@ -39,6 +39,9 @@ struct Shared {
     messages: Vec<String>,
     /// The API failed and that was said: said again only once it recovers.
     failing: bool,
+    /// When each pod's grace period ends (its deletionTimestamp), of the
+    /// pods deleted.
+    grace_ends: BTreeMap<PodUid, SystemTime>,
 }
 
 /// The API side of a watch: resolved pods, and the findings being read.
@@ -95,11 +98,8 @@ fn cannot_resolve(pods: &[PodRef], why: &str) -> String {
 /// The kubectl command that prints `pod`'s UID.
 fn uid_command(pod: &PodRef) -> String {
     match pod {
-        PodRef::Name { namespace: Some(ns), name } => {
-            format!("kubectl get pod {name} -n {ns} -o jsonpath='{{.metadata.uid}}'")
-        }
-        PodRef::Name { namespace: None, name } => format!("kubectl get pod {name} -o jsonpath='{{.metadata.uid}}'"),
-        PodRef::Uid { uid, .. } => format!("echo {uid}"),
+        PodRef::Name { namespace, name } => super::commands::pod_uid(name, namespace.as_deref()),
+        PodRef::Uid { uid, .. } => format!("echo {}", crate::words::shell_word(uid.as_bytes())),
     }
 }
 
@@ -111,10 +111,16 @@ impl ApiJoin {
         tokio::spawn(async move {
             loop {
                 let mut all = Vec::new();
+                let mut ends = BTreeMap::new();
                 let mut failure = None;
                 for pod in &pods {
                     match api.snapshot(pod).await {
-                        Ok(snapshot) => all.extend(findings(&snapshot)),
+                        Ok(snapshot) => {
+                            all.extend(findings(&snapshot));
+                            if let (Some(uid), Some(end)) = (snapshot.uid(), snapshot.deletion()) {
+                                ends.insert(uid, end);
+                            }
+                        }
                         // The pod is gone: nothing holds it any more.
                         Err(e) if e.is::<PodGone>() => {}
                         Err(e) => failure = Some(format!("{e:#}")),
@@ -136,6 +142,7 @@ impl ApiJoin {
                             }
                             shared.failing = false;
                             shared.findings = all;
+                            shared.grace_ends = ends;
                         }
                     }
                 }
@@ -153,6 +160,11 @@ impl ApiJoin {
             Box::new(ApiRoot(Told::new(self.shared.clone(), started))),
             Box::new(ApiHolds(Told::new(self.shared.clone(), started))),
         )
+    }
+
+    /// When the grace period of each pod deleted ends, as last read.
+    pub fn grace_ends(&self) -> BTreeMap<PodUid, SystemTime> {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner()).grace_ends.clone()
     }
 
     /// What the API side has to say (once each).

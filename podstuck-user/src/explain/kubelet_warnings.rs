@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Event;
 
-use super::command;
 use super::snapshot::{micro_time, time, ApiSnapshot, SOURCE};
 use crate::diagnose::{Finding, Kind, Severity};
 
@@ -82,7 +81,7 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
                 ),
             );
         }
-        f.fix = command(&["kubectl", "podstuck", snapshot.name(), "-n", snapshot.namespace()]);
+        f.fix = super::commands::trace(snapshot.name(), snapshot.namespace());
         let busy = message.contains("device or resource busy") || message.contains("still present on disk");
         f.advice.push(match busy {
             true => "the event says a volume is still busy or present on the node: the fix traces the node's unmounts and names who holds it".to_string(),

@@ -14,6 +14,7 @@
 
 pub mod all;
 pub mod client;
+pub mod commands;
 pub mod finalizer_pending;
 pub mod grace_period_past;
 pub mod join;
@@ -69,8 +70,6 @@ pub fn rank(kind: Kind) -> u8 {
 pub fn order(findings: &mut [Finding]) {
     findings.sort_by_key(|f| rank(f.kind));
 }
-
-pub use crate::diagnose::shell::command;
 
 /// A JSON patch that removes entry `index` of the list at `list`, only if
 /// it still is `value` (the `test` operation fails the patch otherwise).
@@ -198,8 +197,7 @@ struct ExplainLine<'a> {
 /// it) still gets the diagnosis.
 fn offline_hint(pod: &PodRef) -> String {
     let get = match pod {
-        PodRef::Name { namespace: Some(ns), name } => format!("kubectl get pod {name} -n {ns} -o json"),
-        PodRef::Name { namespace: None, name } => format!("kubectl get pod {name} -o json"),
+        PodRef::Name { namespace, name } => commands::pod_json(name, namespace.as_deref()),
         PodRef::Uid { .. } => "kubectl get pod NAME -o json".to_string(),
     };
     format!("; without a cluster, explain reads the pod saved as JSON: `{get} > pod.json` where the cluster answers, then `podstuck explain --from pod.json`")

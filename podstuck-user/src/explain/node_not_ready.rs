@@ -8,7 +8,6 @@
 //! still run on that node (a partition, not a crash), and a replacement
 //! would then run beside them.
 
-use super::command;
 use super::snapshot::{micro_time, time, ApiSnapshot, SOURCE};
 use crate::diagnose::{human_duration, Finding, Kind, Severity};
 
@@ -88,16 +87,16 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
     f.fix = force_delete(snapshot);
     f.advice.push(format!(
         "risk: the containers may still run on {node} (a network partition, not a crash): a forced deletion lets a StatefulSet or Recreate Deployment start a replacement beside them, \
-         two writers on the same data. Check first that {node} is down or cut off for good (its console or power state, `ssh {node}`), or drain it when it comes back"
+         two writers on the same data. Check first that {node} is down or cut off for good (its console or power state, `{}`), or drain it when it comes back",
+        crate::words::CommandLine::new("ssh").operands([node])
     ));
-    f.advice.push(format!("once {node} is known down: kubectl delete node {node} removes all its pods safely (the pod garbage collector), and a volume attached there can be detached"));
+    f.advice.push(format!("once {node} is known down: {} removes all its pods safely (the pod garbage collector), and a volume attached there can be detached", super::commands::delete_node(node)));
     f.detail("ready", ready.status.as_str());
     vec![f]
 }
 
-/// `kubectl delete pod NAME -n NS --grace-period=0 --force`.
 fn force_delete(snapshot: &ApiSnapshot) -> String {
-    command(&["kubectl", "delete", "pod", snapshot.name(), "-n", snapshot.namespace(), "--grace-period=0", "--force"])
+    super::commands::force_delete(snapshot.name(), snapshot.namespace())
 }
 
 #[cfg(test)]
@@ -126,7 +125,7 @@ mod tests {
             "{:?}",
             f.evidence
         );
-        assert_eq!(f.fix, "kubectl delete pod web-0 -n shop --grace-period=0 --force");
+        assert_eq!(f.fix, "kubectl delete pod -n shop --grace-period=0 --force -- web-0");
         assert!(f.advice[0].contains("may still run on worker-1"), "{:?}", f.advice);
     }
 

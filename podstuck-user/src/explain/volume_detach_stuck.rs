@@ -4,8 +4,9 @@
 //! storage says the volume is detached; until then the volume cannot
 //! attach to the node a replacement pod lands on.
 
+use super::commands::{patch_volume_attachment, show_volume_attachment};
+use super::json_patch_removing;
 use super::snapshot::{time, ApiSnapshot, SOURCE};
-use super::{command, json_patch_removing};
 use crate::diagnose::{Finding, Kind, Severity};
 
 pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
@@ -55,22 +56,17 @@ pub fn detect(snapshot: &ApiSnapshot) -> Vec<Finding> {
         let finalizers = va.metadata.finalizers.clone().unwrap_or_default();
         match (deleted, finalizers.iter().position(|f| f.starts_with("external-attacher/"))) {
             (Some(_), Some(index)) => {
-                f.fix = command(&[
-                    "kubectl",
-                    "patch",
-                    "volumeattachment",
+                f.fix = patch_volume_attachment(
                     name,
-                    "--type=json",
-                    "-p",
                     &json_patch_removing("/metadata/finalizers", index, &finalizers[index]),
-                ]);
+                );
                 f.advice.push(format!(
                     "risk: removing {} skips the detach the CSI attacher would have done (ControllerUnpublishVolume): detach {pv} in the storage first, or the volume stays attached to {node} and may be written from two nodes",
                     finalizers[index]
                 ));
             }
             _ => {
-                f.fix = command(&["kubectl", "get", "volumeattachment", name, "-o", "yaml"]);
+                f.fix = show_volume_attachment(name);
                 f.advice.push(format!("the {driver} controller's logs (its csi-attacher container) say why the storage refuses the detach"));
             }
         }
@@ -101,7 +97,7 @@ mod tests {
         let found = detect(&s);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].summary.contains("\"rpc error: volume is busy\""), "{}", found[0].summary);
-        assert_eq!(found[0].fix, "kubectl get volumeattachment csi-123 -o yaml");
+        assert_eq!(found[0].fix, "kubectl get volumeattachment -o yaml -- csi-123");
     }
 
     #[test]
@@ -114,7 +110,8 @@ mod tests {
         s.attachments.push(va);
         let f = &detect(&s)[0];
         assert!(
-            f.fix.starts_with("kubectl patch volumeattachment csi-123 --type=json -p '[{\"op\":\"test\""),
+            f.fix.starts_with("kubectl patch volumeattachment --type=json -p '[{\"op\":\"test\"")
+                && f.fix.ends_with("' -- csi-123"),
             "{}",
             f.fix
         );

@@ -69,6 +69,26 @@ pub struct RunInfo {
     /// Calls counted while the kernel's series map was full.
     #[serde(default)]
     pub calls_outside_series: u64,
+    /// Execs of the node's CNI plugin files set aside as no runtime's work,
+    /// by reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lifecycle_dropped: BTreeMap<String, u64>,
+    /// Times the rings' reader found its queue full and waited.
+    #[serde(default)]
+    pub queue_full: u64,
+    /// Filesystems podstuck does not read now (a read there did not
+    /// return): mount point (escaped) and type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts_avoided: Vec<(String, String)>,
+    /// Avoided filesystems that answered again, all counted ...
+    #[serde(default)]
+    pub mounts_recovered: u64,
+    /// ... and the last few: mount point, type, seconds avoided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts_recovered_last: Vec<(String, String, f64)>,
+    /// Node reads that failed, by kind.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_reads_failed: BTreeMap<String, u64>,
     /// False while podstuck runs: the files are of the last interval.
     pub finished: bool,
 }
@@ -96,6 +116,22 @@ impl RunInfo {
                 .as_ref()
                 .map(|_| totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect()),
             calls_outside_series: totals.calls_outside_series,
+            lifecycle_dropped: totals.lifecycle_dropped.clone(),
+            queue_full: totals.queue_full,
+            mounts_avoided: totals
+                .node_reads
+                .avoided
+                .iter()
+                .map(|a| (crate::words::escape_path(&a.mount_point), a.fstype.clone()))
+                .collect(),
+            mounts_recovered: totals.node_reads.recovered_total,
+            mounts_recovered_last: totals
+                .node_reads
+                .recovered
+                .iter()
+                .map(|r| (crate::words::escape_path(&r.mount_point), r.fstype.clone(), r.avoided_for.as_secs_f64()))
+                .collect(),
+            node_reads_failed: totals.node_reads.failed.clone(),
             finished,
         }
     }

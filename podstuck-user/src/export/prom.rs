@@ -203,7 +203,71 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
         "Calls counted while the kernel's series map was full: in the totals and histograms, without their process.",
     );
     let _ = writeln!(out, "podstuck_calls_outside_series_total {}", run.calls_outside_series);
+    family(
+        &mut out,
+        "podstuck_lifecycle_dropped_total",
+        "counter",
+        "Execs of the node's CNI plugin files set aside as no runtime's work (a pod's process, a parent that is no runtime), by reason: they never reach a pod.",
+    );
+    for (reason, count) in &run.lifecycle_dropped {
+        let _ = writeln!(out, "podstuck_lifecycle_dropped_total{{reason=\"{}\"}} {count}", label(reason));
+    }
+    node_reads(&mut out, run);
     out
+}
+
+/// How podstuck's reads of the node stand: the queue that keeps the rings
+/// read while they wait, the filesystems avoided now (each a series while
+/// it is: a few at most, as readers stuck are), those that answered
+/// again, and the reads that failed by kind.
+fn node_reads(out: &mut String, run: &RunInfo) {
+    family(
+        out,
+        "podstuck_queue_full_total",
+        "counter",
+        "Times the rings' reader found its queue full and waited: podstuck fell behind, and the kernel counted what it could not keep in podstuck_events_lost_total.",
+    );
+    let _ = writeln!(out, "podstuck_queue_full_total {}", run.queue_full);
+    family(
+        out,
+        "podstuck_mount_avoided",
+        "gauge",
+        "A filesystem podstuck does not read now because a read there has not returned (a hung NFS or FUSE server): read again once it returns, or after a backoff.",
+    );
+    for (point, fstype) in &run.mounts_avoided {
+        let _ =
+            writeln!(out, "podstuck_mount_avoided{{mount_point=\"{}\",fstype=\"{}\"}} 1", label(point), label(fstype));
+    }
+    family(
+        out,
+        "podstuck_mount_recoveries_total",
+        "counter",
+        "Avoided filesystems that answered again and are read again.",
+    );
+    let _ = writeln!(out, "podstuck_mount_recoveries_total {}", run.mounts_recovered);
+    family(
+        out,
+        "podstuck_mount_recovered_avoided_seconds",
+        "gauge",
+        "How long each of the last filesystems to recover was avoided.",
+    );
+    for (point, fstype, seconds) in &run.mounts_recovered_last {
+        let _ = writeln!(
+            out,
+            "podstuck_mount_recovered_avoided_seconds{{mount_point=\"{}\",fstype=\"{}\"}} {seconds}",
+            label(point),
+            label(fstype)
+        );
+    }
+    family(
+        out,
+        "podstuck_node_read_failures_total",
+        "counter",
+        "Node reads that did not answer, by kind: gone, denied, timed-out, avoided, too-many, other.",
+    );
+    for (kind, count) in &run.node_reads_failed {
+        let _ = writeln!(out, "podstuck_node_read_failures_total{{kind=\"{}\"}} {count}", label(kind));
+    }
 }
 
 /// What podstuck costs, for its own alerts: the process, as Prometheus'
@@ -278,6 +342,33 @@ pub fn render_endpoint(book: &LatencyBook, run: &RunInfo, findings: &[&Finding],
         );
     }
     out.push_str(&render(book, run));
+    render_cost(&mut out, cost);
+    out
+}
+
+/// `/metrics` of a `watch --listen --stay-up` that cannot trace this
+/// node: `podstuck_up 0`, why in one word (`reason`: lockdown, no-btf,
+/// privileges, tracefs, kernel, load-failed) for the alert that fires once
+/// per such node, which podstuck it is, and its own cost.
+pub fn render_untraceable(node: &str, version: &str, kernel: &str, reason: &str, cost: &OwnCost) -> String {
+    let node = label(node);
+    let mut out = String::new();
+    family(&mut out, "podstuck_up", "gauge", "1 while podstuck traces this node.");
+    out.push_str("podstuck_up 0\n");
+    family(
+        &mut out,
+        "podstuck_cannot_trace",
+        "gauge",
+        "1 while podstuck runs on this node but cannot trace it; reason in one word, the whole on /findings and in its log.",
+    );
+    let _ = writeln!(out, "podstuck_cannot_trace{{node=\"{node}\",reason=\"{}\"}} 1", label(reason));
+    family(&mut out, "podstuck_build_info", "gauge", "Which podstuck traces, on which node and kernel.");
+    let _ = writeln!(
+        out,
+        "podstuck_build_info{{version=\"{}\",node=\"{node}\",kernel=\"{}\"}} 1",
+        label(version),
+        label(kernel)
+    );
     render_cost(&mut out, cost);
     out
 }

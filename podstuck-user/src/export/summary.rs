@@ -135,6 +135,12 @@ pub(crate) mod tests {
             calls_counted: [("unlinkat".to_string(), 101)].into_iter().collect(),
             node_calls_counted: None,
             calls_outside_series: 0,
+            lifecycle_dropped: std::collections::BTreeMap::new(),
+            queue_full: 0,
+            mounts_avoided: Vec::new(),
+            mounts_recovered: 0,
+            mounts_recovered_last: Vec::new(),
+            node_reads_failed: std::collections::BTreeMap::new(),
             finished: false,
         }
     }

@@ -116,39 +116,57 @@ pub struct CgroupIndex {
 const MISSED_KEPT: usize = 4096;
 
 /// Rescans for ids missed for the first time: up to `BURST` at once, then
-/// `PER_SECOND` on average. A new pod's cgroup is missed right after it
-/// appears, by the first call made in it, and must be found then: with
-/// only the interval, a first miss within a second of another found
-/// nothing, and a short-lived process of a new pod went unnamed on a busy
-/// node. An id that stays unknown (a cgroup already gone) is not rescanned
-/// for more than once per interval.
+/// `PER_SECOND` on average, and no more than `TIME_BURST` of walking at
+/// once, `TIME_PER_SECOND` on average. A new pod's cgroup is missed right
+/// after it appears, by the first call made in it, and must be found
+/// then: with only the interval, a first miss within a second of another
+/// found nothing, and a short-lived process of a new pod went unnamed on
+/// a busy node. Counted in time as well as in rescans: on a node of
+/// thousands of cgroups a rescan takes tens of ms, and 32 of them would
+/// hold the collector's loop for a second. An id that stays unknown (a
+/// cgroup already gone) is not rescanned for more than once per interval.
 #[derive(Debug)]
 struct FirstMisses {
     tokens: f64,
+    /// Seconds of walking allowed now.
+    time: f64,
     refilled: Instant,
 }
 
 impl FirstMisses {
     const BURST: f64 = 32.0;
     const PER_SECOND: f64 = 8.0;
+    const TIME_BURST: f64 = 0.25;
+    const TIME_PER_SECOND: f64 = 0.05;
 
     fn new() -> FirstMisses {
-        FirstMisses { tokens: Self::BURST, refilled: Instant::now() }
+        FirstMisses { tokens: Self::BURST, time: Self::TIME_BURST, refilled: Instant::now() }
     }
 
     /// Whether a first miss may rescan now; takes its token if so.
     fn take(&mut self) -> bool {
         let now = Instant::now();
-        let earned = now.duration_since(self.refilled).as_secs_f64() * Self::PER_SECOND;
-        self.tokens = (self.tokens + earned).min(Self::BURST);
+        let elapsed = now.duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * Self::PER_SECOND).min(Self::BURST);
+        self.time = (self.time + elapsed * Self::TIME_PER_SECOND).min(Self::TIME_BURST);
         self.refilled = now;
-        if self.tokens < 1.0 {
+        if self.tokens < 1.0 || self.time <= 0.0 {
             return false;
         }
         self.tokens -= 1.0;
         true
     }
+
+    /// A rescan took `spent`: its time is paid from the budget.
+    fn spent(&mut self, spent: Duration) {
+        self.time -= spent.as_secs_f64();
+    }
 }
+
+/// How long one rescan may walk: past it, what it found is added to what
+/// the index knew (nothing of the earlier walk is lost), and the next
+/// rescan walks again.
+const RESCAN_AT_MOST: Duration = Duration::from_millis(200);
 
 impl CgroupIndex {
     /// An empty index over the hierarchy mounted at `root`; the first lookup
@@ -170,21 +188,38 @@ impl CgroupIndex {
     }
 
     /// Walks the hierarchy (directories only, no symlinks followed, at most
-    /// 32 levels, not into other filesystems) and rebuilds the map.
+    /// 32 levels, not into other filesystems, for [`RESCAN_AT_MOST`]) and
+    /// rebuilds the map; a walk cut short keeps what it did not reach.
     /// Unreadable directories are skipped.
     pub fn rescan(&mut self) {
         self.rescans.scanned();
-        self.by_id.clear();
+        let started = Instant::now();
+        let before = std::mem::take(&mut self.by_id);
+        let whole = self.walk(started);
+        if !whole {
+            for (id, path) in before {
+                self.by_id.entry(id).or_insert(path);
+            }
+        }
+        self.first_misses.spent(started.elapsed());
+    }
+
+    /// The walk of [`CgroupIndex::rescan`]: whether it went through the
+    /// whole tree in time.
+    fn walk(&mut self, started: Instant) -> bool {
         // The mount point itself may be reached through a symlink; below
         // it nothing is followed.
         let Ok(meta) = std::fs::metadata(&self.root) else {
-            return;
+            return true;
         };
         // Inode numbers are only unique within one filesystem.
         let dev = meta.dev();
         self.by_id.insert(meta.ino(), "/".to_string());
         let mut pending: Vec<(PathBuf, String, usize)> = vec![(self.root.clone(), String::new(), 0)];
         while let Some((dir, rel, depth)) = pending.pop() {
+            if started.elapsed() >= RESCAN_AT_MOST {
+                return false;
+            }
             if depth >= MAX_DEPTH {
                 continue;
             }
@@ -205,6 +240,7 @@ impl CgroupIndex {
                 pending.push((entry.path(), child, depth + 1));
             }
         }
+        true
     }
 
     /// The path of a cgroup id; on a miss, rescans and looks again: at
@@ -446,7 +482,7 @@ mod tests {
         }
         // Past the budget, first misses wait for tokens or the interval.
         let over = mkdir(&tmp, "/kubepods/besteffort/over");
-        index.first_misses = FirstMisses { tokens: 0.0, refilled: Instant::now() };
+        index.first_misses = FirstMisses { tokens: 0.0, time: FirstMisses::TIME_BURST, refilled: Instant::now() };
         assert_eq!(index.path_of(over), None, "a first miss beyond the budget rescans");
         // The memory of missed ids is bounded.
         for id in 0..(MISSED_KEPT as u64 + 10) {

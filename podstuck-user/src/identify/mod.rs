@@ -83,6 +83,16 @@ struct Caller<'a> {
     v1_hierarchy: u8,
 }
 
+/// A process's cgroups as the kernel read them when it acted: the v2 id,
+/// and the v1 id with its hierarchy's place in the run's list (0s: none
+/// read, then `/proc` says).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCgroups {
+    pub v2: u64,
+    pub v1: u64,
+    pub v1_hierarchy: u8,
+}
+
 impl ProcessFacts {
     /// The caller these facts name, in cgroup `cgroup_id` where known.
     fn caller(&self, cgroup_id: u64) -> Caller<'_> {
@@ -367,11 +377,40 @@ impl Identifier {
 
     /// A process a lifecycle event names, by the name the kernel recorded
     /// (it may be gone from /proc by now: a CNI plugin lives milliseconds)
-    /// and its parent's from /proc. `cgroup_id` 0: read from /proc.
-    pub fn identify_task(&mut self, pid: u32, comm: &str, ppid: u32, cgroup_id: u64) -> Identity {
+    /// and its parent's from /proc; its cgroups as the kernel read them
+    /// (0: none, then /proc's).
+    pub fn identify_task(&mut self, pid: u32, comm: &str, ppid: u32, cgroups: KernelCgroups) -> Identity {
         let parent = ProcessFacts::read(ppid, ppid, &self.proc_root);
-        let caller = Caller { pid, comm, pcomm: &parent.comm, cgroup_id, v1_cgroup_id: 0, v1_hierarchy: 0 };
+        let caller = Caller {
+            pid,
+            comm,
+            pcomm: &parent.comm,
+            cgroup_id: cgroups.v2,
+            v1_cgroup_id: cgroups.v1,
+            v1_hierarchy: cgroups.v1_hierarchy,
+        };
         self.identify_call(&caller, Err(NoPath::PathUnreadable))
+    }
+
+    /// The pod whose cgroup process `pid` was in, by the cgroup v2 and v1
+    /// ids the kernel read (what a workload cannot claim otherwise); only
+    /// where the kernel gave neither, `/proc/<pid>/cgroup`. None: its
+    /// cgroup could not be found at all, which proves nothing either way.
+    pub fn pod_of_caller(&mut self, pid: u32, cgroups: KernelCgroups) -> Option<Option<PodUid>> {
+        let caller = Caller {
+            pid,
+            comm: "",
+            pcomm: "",
+            cgroup_id: cgroups.v2,
+            v1_cgroup_id: cgroups.v1,
+            v1_hierarchy: cgroups.v1_hierarchy,
+        };
+        self.caller_cgroup(&caller).map(|path| clues_from_cgroup(&path).0)
+    }
+
+    /// Where the node's processes are listed.
+    pub fn proc_root(&self) -> &Path {
+        &self.proc_root
     }
 }
 

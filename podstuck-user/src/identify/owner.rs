@@ -61,15 +61,12 @@ impl Owner {
         }
     }
 
-    /// The command that deletes the pod: `kubectl delete pod -n NS NAME`.
+    /// The command that deletes the pod: `kubectl delete pod -n NS -- NAME`
+    /// (the names are the runtime's state's, which a pod's spec chose).
     pub fn delete_pod(&self) -> Option<String> {
         let name = self.pod_name.as_deref()?;
         let ns = self.pod_namespace.as_deref().unwrap_or("default");
-        Some(format!(
-            "kubectl delete pod -n {} {}",
-            crate::words::shell_word(ns.as_bytes()),
-            crate::words::shell_word(name.as_bytes())
-        ))
+        Some(crate::words::CommandLine::new("kubectl delete pod -n").value(ns).operands([name]).into())
     }
 }
 
@@ -198,7 +195,7 @@ mod tests {
         assert_eq!(owner.pod_uid.as_ref().map(|u| u.to_string()).as_deref(), Some(UID));
         assert!(owner.is_debug_pod());
         assert_eq!(owner.words(), "the leftover kubectl debug pod default/node-debugger-node-1-x7k2p");
-        assert_eq!(owner.delete_pod().unwrap(), "kubectl delete pod -n default node-debugger-node-1-x7k2p");
+        assert_eq!(owner.delete_pod().unwrap(), "kubectl delete pod -n default -- node-debugger-node-1-x7k2p");
     }
 
     #[test]

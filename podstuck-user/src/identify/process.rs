@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::event::Flight;
-use crate::event::{BaseDir, NoPath, AT_FDCWD};
+use crate::event::{BaseDir, NoPath, ProcessStart, AT_FDCWD};
 
 /// What `/proc` says of a thread: its name, its parent and the parent's
 /// name; empty names and parent 0 when the thread is gone.
@@ -45,6 +45,8 @@ pub struct TaskStat {
     pub state: char,
     /// The parent, when the line goes on that far.
     pub ppid: Option<u32>,
+    /// When its process started (`starttime`), when the line goes on that far.
+    pub start: Option<ProcessStart>,
 }
 
 /// A `/proc/<pid>/stat` line, any bytes: the name may hold spaces, `)` and
@@ -59,8 +61,17 @@ pub fn parse_stat(stat: &[u8]) -> Option<TaskStat> {
     }
     let mut fields = stat[close + 1..].split(|b| *b == b' ').filter(|f| !f.is_empty());
     let state = *fields.next()?.first()? as char;
-    let ppid = fields.next().and_then(|f| std::str::from_utf8(f).ok()?.parse().ok());
-    Some(TaskStat { comm: crate::words::safe_text(&stat[open + 1..close]), state, ppid })
+    let number = |f: &[u8]| std::str::from_utf8(f).ok()?.parse::<u64>().ok();
+    let ppid = fields.next().and_then(number).map(|p| p as u32);
+    // starttime is the 22nd field, the 18th after the parent.
+    let start = fields.nth(17).and_then(number).map(ProcessStart);
+    Some(TaskStat { comm: crate::words::safe_text(&stat[open + 1..close]), state, ppid, start })
+}
+
+/// When process `pid` started, by `/proc/<pid>/stat`; None when it is
+/// gone (or unreadable).
+pub fn process_start(proc_root: &Path, pid: u32) -> Option<ProcessStart> {
+    parse_stat(&std::fs::read(proc_root.join(pid.to_string()).join("stat")).ok()?)?.start
 }
 
 /// The absolute path a call in flight acts on: its argument, based on the
@@ -147,10 +158,16 @@ mod tests {
         assert_eq!(facts.comm, crate::words::safe_text(b"x\xff\x1b]0;"));
         assert_eq!(
             parse_stat(b"40 (x\xff) y) S 1 40"),
-            Some(TaskStat { comm: crate::words::safe_text(b"x\xff) y"), state: 'S', ppid: Some(1) })
+            Some(TaskStat { comm: crate::words::safe_text(b"x\xff) y"), state: 'S', ppid: Some(1), start: None })
         );
         assert_eq!(parse_stat(b"(x) R").map(|s| (s.state, s.ppid)), Some(('R', None)));
         assert_eq!(parse_stat(b"4242 (x)"), None);
+        // A whole line: its start time, past a name that holds ") " itself.
+        let line =
+            b"4242 (a) b) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100 18446744073709551615";
+        assert_eq!(parse_stat(line).and_then(|s| s.start), Some(ProcessStart(987654)));
+        let me = process_start(Path::new("/proc"), std::process::id());
+        assert!(me.is_some_and(|s| s.ticks() > 0), "this process's own start: {me:?}");
     }
 
     #[test]

@@ -13,21 +13,12 @@
 pub mod mounts;
 pub mod questions;
 pub mod real_node;
+pub mod unreadable;
 
 use serde::{Deserialize, Serialize};
 
 use crate::identify::owner::Owner;
-
-/// A fact that could not be read, and why, in words ("timed out after 1 s:
-/// the filesystem may be hung", "no such file", "permission denied").
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Unreadable(pub String);
-
-impl std::fmt::Display for Unreadable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+pub use unreadable::Unreadable;
 
 pub type Probe<T> = Result<T, Unreadable>;
 
@@ -51,6 +42,11 @@ pub enum HoldKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MountHolder {
     pub pid: u32,
+    /// When it started (`/proc/<pid>/stat`), read with the hold: a pid
+    /// alone names whichever process has it when a fix is pasted, and
+    /// pids are reused within minutes. None where it could not be read
+    /// (and in records made before podstuck read it).
+    pub start: Option<crate::event::ProcessStart>,
     pub comm: String,
     pub how: HoldKind,
     /// The held file or directory, as the holder sees it.
@@ -101,9 +97,13 @@ impl MountNamespace {
     }
 }
 
+/// The pid that asks [`NodeInspector::resolved_path`] for the node's own
+/// root (no process has pid 0).
+pub const NODE_ROOT: u32 = 0;
+
 /// What a namespace with no live process left is said as.
 pub fn namespace_gone(mntns: u64) -> Unreadable {
-    Unreadable(format!("no process is left in mount namespace mnt:[{mntns}], so its mounts cannot be read"))
+    Unreadable::Gone(format!("no process is left in mount namespace mnt:[{mntns}], so its mounts cannot be read"))
 }
 
 /// A copy of a mount in another mount namespace.
@@ -212,6 +212,59 @@ impl TaskState {
     }
 }
 
+/// A process (a thread group) as /proc shows it: it is there as long as
+/// one of its threads is, so a zombie leader whose other thread waits in
+/// the kernel is a process still there (Go and Java programs always have
+/// several threads).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessState {
+    pub pid: u32,
+    /// When it started (`starttime`, clock ticks since boot).
+    pub start: u64,
+    /// Its leader first, then its threads in D, then the others, at most
+    /// [`THREADS_KEPT`]; only D threads and the leader have wchan and stack.
+    pub threads: Vec<TaskState>,
+    /// How many threads it has (`Threads:`), which may be more than kept.
+    pub thread_count: u32,
+    /// Its pid in its own PID namespace (the last of `NSpid:`): 1 for a
+    /// container's init.
+    pub ns_pid: Option<u32>,
+    /// `SigIgn:` and `SigCgt:`: signals it ignores, signals it handles.
+    pub sig_ignored: u64,
+    pub sig_caught: u64,
+}
+
+/// Threads kept in a [`ProcessState`].
+pub const THREADS_KEPT: usize = 16;
+
+impl ProcessState {
+    /// Whether every thread has exited (zombies, dead): its parent has
+    /// only to reap it.
+    pub fn ended(&self) -> bool {
+        self.threads.iter().all(|t| matches!(t.state, 'Z' | 'X'))
+    }
+
+    /// The thread that keeps it there: one in D, else the first alive.
+    pub fn stuck_thread(&self) -> Option<&TaskState> {
+        let alive = |t: &&TaskState| !matches!(t.state, 'Z' | 'X');
+        self.threads.iter().find(|t| t.state == 'D').or_else(|| self.threads.iter().find(alive))
+    }
+
+    pub fn leader(&self) -> Option<&TaskState> {
+        self.threads.iter().find(|t| t.tid == self.pid)
+    }
+
+    /// Whether it set `sig` to SIG_IGN.
+    pub fn ignores(&self, sig: i32) -> bool {
+        sig > 0 && self.sig_ignored & (1 << (sig - 1)) != 0
+    }
+
+    /// Whether it has a handler for `sig`.
+    pub fn handles(&self, sig: i32) -> bool {
+        sig > 0 && self.sig_caught & (1 << (sig - 1)) != 0
+    }
+}
+
 /// A cgroup directory as the kernel shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupState {
@@ -291,6 +344,9 @@ pub struct BlockHolder {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DeviceOpener {
     pub pid: u32,
+    /// When it started, read with the open file (as `MountHolder::start`):
+    /// a kill in a fix is checked against it. None where it could not be.
+    pub start: Option<crate::event::ProcessStart>,
     pub comm: String,
     /// The file it has open, as it sees it (`/dev/loop7`).
     #[serde(serialize_with = "crate::words::serialize_path")]

@@ -25,8 +25,8 @@ macro_rules! node_questions {
             /// table, read through a process living in it; unreadable when none
             /// is left ([`namespace_gone`]).
             fn mount_namespace(mntns: u64 => u64) -> Probe<MountNamespace> as MountNamespace;
-            /// `path` as process `pid` reaches it: every symlink followed inside
-            /// its root (`/var/run/x` is `/run/x` on most nodes), `..` taken after
+            /// `path` as process `pid` reaches it ([`NODE_ROOT`](crate::inspect::NODE_ROOT): the node itself):
+            /// every symlink followed inside its root (`/var/run/x` is `/run/x` on most nodes), `..` taken after
             /// the symlink before it, and a tail that no longer exists kept as
             /// written. Mount tables name resolved paths, callers pass whatever
             /// they were given.
@@ -56,12 +56,25 @@ macro_rules! node_questions {
             fn v1_freezer(path: &[u8] => Vec<u8>) -> Probe<Vec<FreezerLevel>> as V1Freezer;
             /// A task (thread id) by /proc.
             fn task(tid: u32 => u32) -> Probe<TaskState> as Task;
+            /// Process `pid` if it is still the one that started at `start`
+            /// (clock ticks since boot; 0: whichever has the pid), with its
+            /// threads and how it takes signals; None when it is gone or its
+            /// pid names another process by now.
+            fn process(pid: u32 => u32, start: u64 => u64) -> Probe<Option<ProcessState>> as Process;
+            /// The processes whose executable's file name is `name` (a CNI
+            /// plugin's daemon: calico-node, cilium-agent).
+            fn processes_running(name: &[u8] => Vec<u8>) -> Vec<TaskState> as ProcessesRunning;
             /// Processes that have /dev/fuse open: the FUSE servers.
             fn fuse_servers() -> Vec<TaskState> as FuseServers;
             /// Every bound loop device: its backing file, whether a detach
             /// waits for its last user, and what holds it open (devices stacked
             /// on it, processes).
             fn loop_devices() -> Vec<LoopDevice> as LoopDevices;
+            /// Processes whose namespaces, open files, cwd and root podstuck may
+            /// not read: the kernel's ptrace access check refused it (an AppArmor
+            /// or SELinux profile, Yama, no CAP_SYS_PTRACE), not a process gone.
+            /// A holder among them cannot be named, nor ruled out.
+            fn processes_unreadable() -> Vec<TaskState> as ProcessesUnreadable;
         }
     };
 }
@@ -75,7 +88,7 @@ pub(crate) use node_questions;
 pub mod named {
     pub use crate::inspect::{
         CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, Mount,
-        MountCopy, MountHolder, MountNamespace, Probe, TaskState,
+        MountCopy, MountHolder, MountNamespace, Probe, ProcessState, TaskState,
     };
 }
 
@@ -102,7 +115,7 @@ pub trait Unanswered {
 
 impl<T> Unanswered for Probe<T> {
     fn unanswered(why: &str) -> Probe<T> {
-        Err(Unreadable(why.into()))
+        Err(Unreadable::Other(why.into()))
     }
 }
 

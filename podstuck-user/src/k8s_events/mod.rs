@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::Notify;
 
-use crate::diagnose::{Finding, Report, Status};
+use crate::diagnose::{Finding, Report, Severity, Status};
 use crate::explain::client::{Api, PostFailed};
 use body::Regarding;
 use limits::{DropOldest, TokenBucket};
@@ -92,7 +92,9 @@ impl EventSink {
         }
         {
             let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-            for report in reports {
+            // An info line (a process draining within its grace period) is
+            // a normal shutdown: no Event on the pod for it.
+            for report in reports.iter().filter(|r| r.finding().severity != Severity::Info) {
                 queue.push(report.finding().clone());
             }
             self.shared.settled.store(false, Ordering::SeqCst);

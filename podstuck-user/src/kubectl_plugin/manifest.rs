@@ -2,8 +2,9 @@
 //! `kubectl debug node/NODE --profile=sysadmin` makes (pinned to the node,
 //! the host's PID, network and IPC namespaces, privileged, the node's `/`
 //! at `/host`, every taint tolerated, never restarted), plus labels that
-//! say whose it is and a deadline after which the cluster ends it even if
-//! the plugin died without deleting it.
+//! say whose it is, requests and limits (a namespace with a ResourceQuota
+//! refuses a pod without them) and a deadline after which the cluster ends
+//! it even if the plugin died without deleting it.
 
 use std::time::Duration;
 
@@ -14,8 +15,12 @@ pub const CONTAINER: &str = "podstuck";
 /// Where the node's root filesystem is mounted in the debug pod.
 pub const HOST_ROOT: &str = "/host";
 /// Label that marks every debug pod the plugin made
-/// (`kubectl get pods -A -l app.kubernetes.io/name=podstuck`).
+/// (`kubectl get pods -A -l app.kubernetes.io/name=kubectl-podstuck`):
+/// not `podstuck`, the DaemonSet's, whose pods `explain --all`, the
+/// PodMonitor and the NetworkPolicy select in the same namespace.
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
+/// [`NAME_LABEL`]'s value on a debug pod.
+pub const DEBUG_POD_NAME: &str = "kubectl-podstuck";
 /// Label naming the pod being traced.
 pub const TARGET_LABEL: &str = "podstuck.dev/target-uid";
 
@@ -52,8 +57,8 @@ impl DebugPod {
                 "name": self.name,
                 "namespace": self.namespace,
                 "labels": {
-                    NAME_LABEL: "podstuck",
-                    "app.kubernetes.io/component": "kubectl-plugin",
+                    NAME_LABEL: DEBUG_POD_NAME,
+                    "app.kubernetes.io/part-of": "podstuck",
                     TARGET_LABEL: self.target_uid,
                 },
                 "annotations": {
@@ -84,6 +89,16 @@ impl DebugPod {
                     // and can stop it cleanly.
                     "command": ["podstuck", "__pause"],
                     "securityContext": {"privileged": true},
+                    // A ResourceQuota on requests or limits refuses a pod
+                    // that sets none. The requests are what a --pod trace
+                    // uses (the DaemonSet's node-wide one: 31 MB, 1 % of a
+                    // CPU); the limits leave room for a storm's bursts and
+                    // the histogram files, a whole CPU so that the
+                    // collector is never throttled behind the kernel.
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "128Mi"},
+                        "limits": {"cpu": "1", "memory": "512Mi"},
+                    },
                     "terminationMessagePolicy": "FallbackToLogsOnError",
                     "volumeMounts": [{"name": "host-root", "mountPath": HOST_ROOT}],
                 }],
@@ -119,7 +134,7 @@ mod tests {
         let m = pod().manifest();
         assert_eq!(m["metadata"]["name"], "podstuck-8f14e45f-x7k2p");
         assert_eq!(m["metadata"]["namespace"], "shop");
-        assert_eq!(m["metadata"]["labels"]["app.kubernetes.io/name"], "podstuck");
+        assert_eq!(m["metadata"]["labels"]["app.kubernetes.io/name"], "kubectl-podstuck");
         assert_eq!(m["metadata"]["labels"]["podstuck.dev/target-uid"], "8f14e45f-ceea-467f-a0e6-6b8d2c1f5b3a");
         let spec = &m["spec"];
         assert_eq!(spec["nodeName"], "node-1");
@@ -133,6 +148,8 @@ mod tests {
         assert_eq!(container["image"], "podstuck:0.1.0");
         assert_eq!(container["command"], json!(["podstuck", "__pause"]));
         assert_eq!(container["securityContext"]["privileged"], true);
+        assert_eq!(container["resources"]["requests"], json!({"cpu": "100m", "memory": "128Mi"}));
+        assert_eq!(container["resources"]["limits"], json!({"cpu": "1", "memory": "512Mi"}));
         assert_eq!(container["volumeMounts"], json!([{"name": "host-root", "mountPath": "/host"}]));
         assert_eq!(spec["volumes"], json!([{"name": "host-root", "hostPath": {"path": "/"}}]));
     }

@@ -1,12 +1,17 @@
 //! `kubectl podstuck POD`: traces why one pod is stuck, from the user's
 //! machine, through kubectl alone. It finds the pod's node and UID
-//! (`kubectl get pod -o json`), creates a privileged debug pod on that
-//! node with the podstuck image ([`manifest`]), runs `podstuck watch --pod
-//! UID` in it with `kubectl exec -i` so the findings stream to the user's
-//! terminal, stops it cleanly on Ctrl-C or SIGTERM/SIGHUP by closing that
-//! exec's input ([`remote`]), copies the `--histograms` and `--record`
-//! files back as a tar ([`tar`]), and deletes the debug pod however it
-//! ends (a deadline ends it in the cluster should the plugin die first).
+//! (`kubectl get pod -o json`), picks a namespace for the debug pod where
+//! privileged pods may run and new pods are taken (podstuck's own, else
+//! kube-system; never a Terminating one), creates a privileged debug pod
+//! on that node with the podstuck image ([`manifest`]; a refusal by the
+//! namespace's policies said in one sentence with its fix, [`admission`]),
+//! runs `podstuck watch --pod UID` in it with `kubectl exec -i` so the
+//! findings stream to the user's terminal, stops it cleanly on Ctrl-C or
+//! SIGTERM/SIGHUP by closing that exec's input ([`remote`]), copies the
+//! `--histograms` and `--record` files back as a tar ([`tar`]), with
+//! `--shell` opens the node's own shell for the fixes, and deletes the
+//! debug pod however it ends (a deadline ends it in the cluster should the
+//! plugin die first).
 //!
 //! `kubectl podstuck --all` ([`all`]) starts no debug pod: it is `podstuck
 //! explain --all`, every stuck pod in one table.
@@ -17,6 +22,7 @@
 //! labels it, and gives it a deadline, which `kubectl debug` offers only
 //! on recent versions (`--custom`), if at all.
 
+pub mod admission;
 pub mod kubectl;
 pub mod manifest;
 pub mod pod_json;
@@ -32,6 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::export::FILES;
+use crate::words::CommandLine;
 use kubectl::{Group, Kubectl};
 use manifest::{debug_pod_name, DebugPod, CONTAINER};
 use pod_json::{DebugPodState, TargetPod};
@@ -43,6 +50,15 @@ pub const REMOTE_HISTOGRAMS: &str = "/tmp/podstuck-histograms";
 /// Where podstuck writes the `--record` file in the debug pod.
 pub const REMOTE_RECORD: &str = "/tmp/podstuck.record";
 
+/// The namespace `kubectl apply -k deploy/` makes (Pod Security:
+/// privileged), where debug pods go when it exists.
+pub const PODSTUCK_NAMESPACE: &str = "podstuck";
+/// Where they go otherwise: every cluster has it, and its policies let
+/// node agents run privileged.
+pub const FALLBACK_NAMESPACE: &str = "kube-system";
+/// The variable that names the podstuck image when `--image` does not.
+pub const IMAGE_VARIABLE: &str = "KUBECTL_PODSTUCK_IMAGE";
+
 /// What `kubectl podstuck` was asked.
 #[derive(Debug, Clone)]
 pub struct PluginOptions {
@@ -51,8 +67,14 @@ pub struct PluginOptions {
     pub namespace: Option<String>,
     pub context: Option<String>,
     pub kubeconfig: Option<PathBuf>,
-    /// The podstuck image the debug pod runs.
-    pub image: String,
+    /// The podstuck image the debug pod runs (`--image`, else
+    /// `$KUBECTL_PODSTUCK_IMAGE`): no default, as no public registry
+    /// holds one.
+    pub image: Option<String>,
+    /// `--namespace-for-debug`: where the debug pod goes.
+    pub namespace_for_debug: Option<String>,
+    /// `--shell`: once the trace ends, a root shell on the node.
+    pub shell: bool,
     /// `--json`: podstuck's JSON lines instead of a block per finding.
     pub json: bool,
     /// `--duration`: stop by itself after this long.
@@ -90,15 +112,15 @@ fn say(message: &str) {
 pub fn run(options: &PluginOptions) -> Result<ExitCode> {
     let stops = StopSignals::install()?;
     check_destinations(options)?;
+    let image = image(options)?;
     let kubectl = Kubectl::new(options.context.as_deref(), options.kubeconfig.as_ref());
     let target = target_pod(&kubectl, options)?;
     let Some(node) = target.node.clone() else {
         bail!(
-            "pod {} is not scheduled on a node yet ({}): there is no node to trace; kubectl describe pod -n {} {} says why",
+            "pod {} is not scheduled on a node yet ({}): there is no node to trace; {} says why",
             target.full_name(),
             target.phase.as_deref().unwrap_or("no phase"),
-            target.namespace,
-            target.name
+            CommandLine::new("kubectl describe pod -n").value(&target.namespace).operands([&target.name])
         );
     };
     say(&target.described());
@@ -106,11 +128,12 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
         say("the pod is not Terminating (no deletionTimestamp): tracing it anyway, its teardown may not have begun");
     }
     stopped_yet(&stops)?;
+    let namespace = debug_namespace(&kubectl, options)?;
     let debug = DebugPod {
         name: debug_pod_name(&target.uid, &salt()),
-        namespace: target.namespace.clone(),
+        namespace,
         node,
-        image: options.image.clone(),
+        image: image.clone(),
         target_uid: target.uid.clone(),
         target: target.full_name(),
         deadline: deadline(options),
@@ -122,9 +145,17 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
         debug.node,
         debug.image
     ));
-    wait_ready(&kubectl, &created, options, &stops)?;
+    wait_ready(&kubectl, &created, options, &image, &stops)?;
     let status = trace(&created, &target, options, &stops)?;
     let copied = stops.count() < 2 && copy_back(&created, options);
+    if options.shell && stops.count() < 2 {
+        host_shell(&created, &debug.node);
+    } else {
+        say(&format!(
+            "a root shell on node {} for the fixes: kubectl debug node/{} -n {} -it --profile=sysadmin --image={image} -- podstuck __host-shell (or kubectl podstuck ... --shell)",
+            debug.node, debug.node, debug.namespace
+        ));
+    }
     drop(created);
     // Files asked for and not brought back fail the run podstuck
     // finished well: a script must not take them for there.
@@ -150,6 +181,78 @@ pub fn all(namespace: Option<String>, context: Option<String>, kubeconfig: Optio
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(crate::explain::all::read::explain_all(&options))
+}
+
+/// The image asked for: `--image`, else `$KUBECTL_PODSTUCK_IMAGE`.
+fn image(options: &PluginOptions) -> Result<String> {
+    let from_env = std::env::var(IMAGE_VARIABLE).ok().filter(|i| !i.trim().is_empty());
+    match options.image.clone().or(from_env) {
+        Some(image) => Ok(image),
+        None => Err(crate::exit::BadInput(format!(
+            "which podstuck image should the debug pod run? No public registry holds one: push the image of `cargo xtask image` where your nodes pull from (docs/deploy.md), then give it with --image REGISTRY/podstuck:{v} or once for all with export {IMAGE_VARIABLE}=REGISTRY/podstuck:{v}",
+            v = env!("CARGO_PKG_VERSION")
+        ))
+        .into()),
+    }
+}
+
+/// Where the debug pod goes: `--namespace-for-debug` when it takes new
+/// pods; else podstuck's namespace when it exists and is not being
+/// deleted, else kube-system. A Terminating namespace (a common reason a
+/// pod is stuck) accepts no pod: never chosen, and refused when asked for.
+fn debug_namespace(kubectl: &Kubectl, options: &PluginOptions) -> Result<String> {
+    let asked = |name: &str| kubectl.run(["get", "namespace", name, "-o", "json"], None, Group::Foreground);
+    if let Some(namespace) = &options.namespace_for_debug {
+        return match asked(namespace) {
+            Ok(json) if pod_json::namespace_terminating(&json)? => Err(crate::exit::BadInput(format!(
+                "--namespace-for-debug {namespace}: the namespace is Terminating and takes no new pod; choose another ({PODSTUCK_NAMESPACE}, made by kubectl apply -k deploy/, or {FALLBACK_NAMESPACE})"
+            ))
+            .into()),
+            Ok(_) => Ok(namespace.clone()),
+            Err(e) if format!("{e}").contains("(NotFound)") => Err(crate::exit::BadInput(format!(
+                "--namespace-for-debug {namespace}: no such namespace; choose one that exists ({PODSTUCK_NAMESPACE}, made by kubectl apply -k deploy/, or {FALLBACK_NAMESPACE})"
+            ))
+            .into()),
+            // Not allowed to read namespaces: create will say whether the pod may go there.
+            Err(_) => Ok(namespace.clone()),
+        };
+    }
+    let why_not = match asked(PODSTUCK_NAMESPACE) {
+        Ok(json) => match pod_json::namespace_terminating(&json) {
+            Ok(false) => return Ok(PODSTUCK_NAMESPACE.to_string()),
+            Ok(true) => "is Terminating".to_string(),
+            Err(e) => format!("could not be read ({e})"),
+        },
+        Err(e) if format!("{e}").contains("(NotFound)") => {
+            "does not exist (kubectl apply -k deploy/ makes it)".to_string()
+        }
+        Err(e) => format!("could not be read ({e:#})"),
+    };
+    say(&format!(
+        "namespace {PODSTUCK_NAMESPACE} {why_not}: the debug pod goes to {FALLBACK_NAMESPACE} (--namespace-for-debug to choose)"
+    ));
+    Ok(FALLBACK_NAMESPACE.to_string())
+}
+
+/// The node's own shell, through the debug pod, until the user leaves it.
+fn host_shell(pod: &Created<'_>, node: &str) {
+    use std::io::IsTerminal;
+    say(&format!(
+        "a root shell on node {node} (its own /bin/sh, in its namespaces): run the fixes here; exit to leave, and the debug pod is deleted"
+    ));
+    let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let mut args: Vec<OsString> = vec!["exec".into(), if tty { "-it".into() } else { "-i".into() }];
+    args.extend(
+        [&pod.name, "-n", &pod.namespace, "-c", CONTAINER, "--", "podstuck", "__host-shell"].map(OsString::from),
+    );
+    // In the foreground: Ctrl-C belongs to the shell now.
+    let mut command = pod.kubectl.command(args, Group::Foreground);
+    command.stdin(Stdio::inherit()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
+    match kubectl::spawn(&mut command).and_then(|mut c| c.wait().context("waiting for the shell")) {
+        Ok(status) if status.success() => {}
+        Ok(status) => say(&format!("the node's shell ended: {status}")),
+        Err(e) => say(&format!("could not open a shell on the node: {e:#}")),
+    }
 }
 
 /// `Err(Interrupted)` once a stop signal arrived.
@@ -251,9 +354,12 @@ struct Created<'a> {
 impl<'a> Created<'a> {
     fn create(kubectl: &'a Kubectl, debug: &DebugPod) -> Result<Created<'a>> {
         let manifest = serde_json::to_vec_pretty(&debug.manifest())?;
-        kubectl
-            .run(["create", "-f", "-", "-o", "name"], Some(&manifest), Group::Own)
-            .context("creating the debug pod")?;
+        kubectl.run(["create", "-f", "-", "-o", "name"], Some(&manifest), Group::Own).map_err(|e| {
+            match admission::refusal(&format!("{e:#}"), &debug.namespace) {
+                Some(refused) => anyhow!("{refused}"),
+                None => e.context("creating the debug pod"),
+            }
+        })?;
         Ok(Created { kubectl, name: debug.name.clone(), namespace: debug.namespace.clone() })
     }
 
@@ -283,10 +389,9 @@ impl Drop for Created<'_> {
         match deleted {
             Ok(_) => say(&format!("deleted debug pod {}", self.full_name())),
             Err(e) => say(&format!(
-                "could not delete debug pod {} ({e:#}); its deadline ends it, or: kubectl delete pod -n {} {}",
+                "could not delete debug pod {} ({e:#}); its deadline ends it, or: {}",
                 self.full_name(),
-                self.namespace,
-                self.name
+                CommandLine::new("kubectl delete pod -n").value(&self.namespace).operands([&self.name])
             )),
         }
     }
@@ -295,7 +400,13 @@ impl Drop for Created<'_> {
 /// Waits for the debug pod to be ready: polled, so a stop signal, a pod
 /// that ended, or kubelet's reason (an image that cannot be pulled) is
 /// said at once rather than after kubectl wait's timeout.
-fn wait_ready(kubectl: &Kubectl, pod: &Created<'_>, options: &PluginOptions, stops: &StopSignals) -> Result<()> {
+fn wait_ready(
+    kubectl: &Kubectl,
+    pod: &Created<'_>,
+    options: &PluginOptions,
+    image: &str,
+    stops: &StopSignals,
+) -> Result<()> {
     let deadline = Instant::now() + options.start_timeout;
     loop {
         stopped_yet(stops)?;
@@ -311,7 +422,7 @@ fn wait_ready(kubectl: &Kubectl, pod: &Created<'_>, options: &PluginOptions, sto
                 pod.full_name(),
                 humantime::format_duration(options.start_timeout),
                 crate::words::terminal_safe(&why.unwrap_or_else(|| "kubelet gave no reason".into())),
-                options.image
+                image
             ));
         }
         let next = Instant::now() + Duration::from_secs(1);
@@ -433,7 +544,9 @@ mod tests {
             namespace: Some("shop".into()),
             context: None,
             kubeconfig: None,
-            image: "podstuck:0.1.0".into(),
+            image: Some("podstuck:0.1.0".into()),
+            namespace_for_debug: None,
+            shell: false,
             json: false,
             duration: None,
             histograms: None,

@@ -1,6 +1,7 @@
 //! What the plugin reads from `kubectl get pod -o json`: of the pod asked
 //! about, where it runs and whether it is being deleted; of the debug pod,
-//! whether it is ready yet and, if not, why (in kubelet's words).
+//! whether it is ready yet and, if not, why (in kubelet's words); and from
+//! `kubectl get namespace -o json`, whether a namespace takes new pods.
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
@@ -119,6 +120,17 @@ impl DebugPodState {
     }
 }
 
+/// Whether a namespace takes new pods: a Terminating one (being deleted,
+/// a common reason a pod is stuck) refuses them all.
+pub fn namespace_terminating(json: &str) -> Result<bool> {
+    let namespace: Value = serde_json::from_str(json).context("kubectl printed no JSON namespace")?;
+    if namespace["kind"] != "Namespace" {
+        bail!("kubectl printed a {} where a Namespace was expected", namespace["kind"].as_str().unwrap_or("document"));
+    }
+    Ok(namespace.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
+        || text(&namespace, "/status/phase").as_deref() == Some("Terminating"))
+}
+
 /// Why the container is waiting or how it ended: "ImagePullBackOff: Back-off pulling image ...".
 fn container_words(pod: &Value) -> Option<String> {
     let statuses = pod.pointer("/status/containerStatuses")?.as_array()?;
@@ -170,6 +182,15 @@ mod tests {
         assert!(TargetPod::parse("pod/web-0").is_err());
         let no_uid = r#"{"kind":"Pod","metadata":{"name":"a","namespace":"b"}}"#;
         assert!(TargetPod::parse(no_uid).unwrap_err().to_string().contains("/metadata/uid"));
+    }
+
+    #[test]
+    fn a_namespace_being_deleted_is_terminating() {
+        let active = r#"{"kind":"Namespace","metadata":{"name":"podstuck"},"status":{"phase":"Active"}}"#;
+        assert!(!namespace_terminating(active).unwrap());
+        let deleting = r#"{"kind":"Namespace","metadata":{"name":"shop","deletionTimestamp":"2026-05-01T10:00:00Z"},"status":{"phase":"Terminating"}}"#;
+        assert!(namespace_terminating(deleting).unwrap());
+        assert!(namespace_terminating(r#"{"kind":"Pod"}"#).is_err());
     }
 
     #[test]

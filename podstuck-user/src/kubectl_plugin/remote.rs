@@ -12,6 +12,12 @@
 //!   the tracer.
 //! - `podstuck __pack PATH`: the files at PATH as a tar archive on
 //!   standard output (see [`super::tar`]).
+//! - `podstuck __host-shell`: the node's own `/bin/sh`, as root in the
+//!   node's namespaces (PID 1's mount, UTS, IPC, network and cgroup
+//!   ones), for the fixes podstuck printed: the image has no shell, and a
+//!   shell in the debug pod's mount namespace would unmount its private
+//!   copy of a volume, not the node's. podstuck runs nothing there itself:
+//!   it hands the terminal to the node's shell and is gone (exec).
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -82,6 +88,45 @@ pub fn exit_code(status: std::process::ExitStatus) -> ExitCode {
         (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
         _ => ExitCode::from(1),
     }
+}
+
+/// `podstuck __host-shell`: enters `node_pid`'s namespaces and becomes
+/// the node's `/bin/sh` (returns only on failure).
+pub fn host_shell(node_pid: u32) -> Result<()> {
+    use nix::sched::{setns, CloneFlags};
+    let open = |kind: &str| {
+        std::fs::File::open(format!("/proc/{node_pid}/ns/{kind}"))
+            .with_context(|| format!("cannot open the node's {kind} namespace (/proc/{node_pid}/ns/{kind}): the debug pod must be privileged with the host's PID namespace"))
+    };
+    let mount = open("mnt")?;
+    // The others first: entering the mount namespace changes what /proc is.
+    for (kind, flag) in [
+        ("uts", CloneFlags::CLONE_NEWUTS),
+        ("ipc", CloneFlags::CLONE_NEWIPC),
+        ("net", CloneFlags::CLONE_NEWNET),
+        ("cgroup", CloneFlags::CLONE_NEWCGROUP),
+    ] {
+        // A namespace already shared (hostNetwork, hostIPC) or absent on
+        // this kernel (cgroup before 4.6) is no reason to refuse.
+        if let Ok(fd) = open(kind) {
+            let _ = setns(&fd, flag);
+        }
+    }
+    setns(&mount, CloneFlags::CLONE_NEWNS).with_context(|| {
+        "cannot enter the node's mount namespace (needs CAP_SYS_ADMIN: a privileged debug pod)".to_string()
+    })?;
+    std::env::set_current_dir("/").context("cannot change to the node's /")?;
+    let shell = Path::new("/bin/sh");
+    if !shell.exists() {
+        anyhow::bail!("this node has no /bin/sh (Talos and Bottlerocket ship none by design): run the fixes through the node's own admin tooling");
+    }
+    // The node's own programs, wherever the container's PATH pointed.
+    let err = Command::new(shell)
+        .arg0("sh")
+        .env("PS1", "node# ")
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .exec();
+    Err(anyhow::Error::new(err).context("cannot run the node's /bin/sh"))
 }
 
 /// `podstuck __pack PATH`.

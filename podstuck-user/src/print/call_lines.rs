@@ -133,6 +133,24 @@ pub(super) fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
     if totals.calls_without_entry > 0 {
         let _ = write!(text, "; {} calls already in flight at start", totals.calls_without_entry);
     }
+    if !totals.lifecycle_dropped.is_empty() {
+        let reasons: Vec<String> = totals.lifecycle_dropped.iter().map(|(why, n)| format!("{why} {n}")).collect();
+        let _ = write!(
+            text,
+            "; execs of CNI plugin files set aside as no runtime's work, never tied to a pod: {}",
+            reasons.join(", ")
+        );
+    }
+    if totals.queue_full > 0 {
+        let _ = write!(
+            text,
+            "; the rings' queue was full {} time(s) (podstuck fell behind; the kernel counted what it lost)",
+            totals.queue_full
+        );
+    }
+    if let Some(reads) = totals.node_reads.words() {
+        let _ = write!(text, "; {reads}");
+    }
     if let Some(signal) = stopped_by {
         let _ = write!(text, "; stopped by {signal}");
     }

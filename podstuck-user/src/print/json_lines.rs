@@ -228,8 +228,31 @@ struct EndLine<'a> {
     paths_unreadable: u64,
     records_undecodable: u64,
     calls_outside_series: u64,
+    /// Execs of the node's CNI plugin files set aside as no runtime's
+    /// work, by reason (absent when none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    lifecycle_dropped: &'a BTreeMap<String, u64>,
+    /// Times the rings' reader found its queue full and waited.
+    queue_full: u64,
+    /// Filesystems avoided at the end (a read there did not return).
+    avoided_mounts: Vec<AvoidedLine>,
+    /// Avoided filesystems that answered again.
+    mounts_recovered: u64,
+    /// Node reads that failed, by kind (absent when none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    node_reads_failed: &'a BTreeMap<String, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stopped_by: Option<&'a str>,
+}
+
+/// A filesystem avoided at the end, in the closing line.
+#[derive(Serialize)]
+struct AvoidedLine {
+    #[serde(serialize_with = "crate::words::serialize_path")]
+    mount_point: Vec<u8>,
+    fstype: String,
+    since: String,
+    readers: usize,
 }
 
 /// A finding as a JSON object: its line in `--json`, or an entry of the
@@ -284,6 +307,21 @@ pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
         paths_unreadable: totals.paths_unreadable,
         records_undecodable: totals.records_undecodable,
         calls_outside_series: totals.calls_outside_series,
+        lifecycle_dropped: &totals.lifecycle_dropped,
+        queue_full: totals.queue_full,
+        avoided_mounts: totals
+            .node_reads
+            .avoided
+            .iter()
+            .map(|a| AvoidedLine {
+                mount_point: a.mount_point.clone(),
+                fstype: a.fstype.clone(),
+                since: rfc3339(a.since),
+                readers: a.readers,
+            })
+            .collect(),
+        mounts_recovered: totals.node_reads.recovered_total,
+        node_reads_failed: &totals.node_reads.failed,
         stopped_by,
     };
     serde_json::to_string(&line).expect("end line serialises")

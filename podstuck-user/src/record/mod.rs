@@ -48,14 +48,14 @@
 
 mod node;
 mod question;
-mod read;
-mod replay;
+pub(crate) mod read;
+pub(crate) mod replay;
 mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, ErrorKind, Write};
@@ -303,6 +303,9 @@ pub struct Recorder<W: Write = File> {
     answers: LastAnswers,
     /// One entry's JSON, reused.
     line: Vec<u8>,
+    /// When the pods' grace periods end, as the API said, for the next
+    /// review's entry.
+    grace_ends: BTreeMap<PodUid, SystemTime>,
 }
 
 impl Recorder<File> {
@@ -400,7 +403,15 @@ impl<W: Write> Recorder<W> {
             latest: header.started,
             answers: LastAnswers::default(),
             line: Vec::with_capacity(1024),
+            grace_ends: BTreeMap::new(),
         })
+    }
+
+    /// When the pods' grace periods end, as the diagnosis is told before
+    /// the next review: its entry keeps them, so a replay judges as the
+    /// run did.
+    pub fn grace_ends(&mut self, ends: &BTreeMap<PodUid, SystemTime>) {
+        self.grace_ends.clone_from(ends);
     }
 
     /// The record as named in messages.
@@ -461,6 +472,7 @@ impl<W: Write> Recorder<W> {
             told: told_json(told),
             counted: counted.iter().map(WireCounted::of).collect(),
             closing,
+            grace_ends: self.grace_ends.iter().map(|(pod, end)| (pod.clone(), wire::nanos(*end))).collect(),
         };
         self.write(&WireEntry::Review(review), now, true)
     }

@@ -268,8 +268,8 @@ mod tests {
         assert_eq!(node.file_facts(b"/a").unwrap().uid, 1);
         assert_eq!(node.file_facts(b"/a").unwrap().uid, 1);
         assert!(node.not_in_record().is_empty());
-        assert_eq!(node.file_facts(b"/c"), Err(Unreadable(NOT_IN_THE_RECORD.into())));
-        assert_eq!(node.task(7), Err(Unreadable(NOT_IN_THE_RECORD.into())));
+        assert_eq!(node.file_facts(b"/c"), Err(Unreadable::Other(NOT_IN_THE_RECORD.into())));
+        assert_eq!(node.task(7), Err(Unreadable::Other(NOT_IN_THE_RECORD.into())));
         assert!(node.fuse_servers().is_empty());
         assert_eq!(node.not_in_record(), ["file_facts /c", "task 7", "fuse_servers"]);
     }

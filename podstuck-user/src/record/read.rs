@@ -3,6 +3,7 @@
 //! podstuck or not a record at all, and each is said in words (never a
 //! panic, never a silent wrong answer).
 
+use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, ErrorKind, Read};
 use std::time::SystemTime;
 
@@ -12,9 +13,10 @@ use super::wire::{self, WireCounted, WireEntry, WireHeader};
 use super::{LastAnswers, Question, RecordHeader, FORMAT, MAGIC, REVIEWS_PER_GROUP};
 use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
+use crate::identify::pod::PodUid;
 use crate::identify::Identity;
 use crate::inspect::{
-    BlockHolder, DeviceOpener, FreezerLevel, LoopDevice, Mount, MountCopy, MountHolder, Probe, TaskState,
+    BlockHolder, DeviceOpener, FreezerLevel, LoopDevice, Mount, MountCopy, MountHolder, Probe, ProcessState, TaskState,
 };
 use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
 use crate::run::RunTotals;
@@ -151,6 +153,8 @@ pub struct RecordedReview {
     pub counted: Vec<CountedCalls>,
     /// The run's last review.
     pub closing: bool,
+    /// When the pods' grace periods end, as the API said.
+    pub grace_ends: BTreeMap<PodUid, SystemTime>,
 }
 
 #[derive(Debug)]
@@ -206,7 +210,7 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
     fn probe<T>(answer: &Probe<T>, size: impl Fn(&T) -> usize) -> usize {
         match answer {
             Ok(fact) => size(fact),
-            Err(why) => why.0.len(),
+            Err(why) => why.why().len(),
         }
     }
     let holder = |h: &MountHolder| size_of::<MountHolder>() + h.comm.len() + h.path.len();
@@ -250,7 +254,11 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
                 })
         }
         Question::Task { answer, .. } => probe(answer, task),
-        Question::FuseServers { answer } => answer.iter().map(task).sum(),
+        Question::FuseServers { answer } | Question::ProcessesUnreadable { answer } => answer.iter().map(task).sum(),
+        Question::Process { answer, .. } => probe(answer, |p| {
+            p.as_ref().map_or(0, |p| size_of::<ProcessState>() + p.threads.iter().map(task).sum::<usize>())
+        }),
+        Question::ProcessesRunning { name, answer } => name.len() + answer.iter().map(task).sum::<usize>(),
         Question::LoopDevices { answer } => answer.iter().map(loop_device).sum(),
         Question::Avoid { path } => path.len(),
     };
@@ -544,6 +552,7 @@ impl<R: BufRead> RecordReader<R> {
                     told: review.told,
                     counted: review.counted.into_iter().map(WireCounted::into_counted).collect(),
                     closing: review.closing,
+                    grace_ends: review.grace_ends.into_iter().map(|(pod, end)| (pod, wire::time(end))).collect(),
                 })
             }
             WireEntry::Lifecycle(lifecycle) => Entry::Lifecycle(Box::new(lifecycle.into_lifecycle())),

@@ -5,7 +5,8 @@
 //! with a ` \` continuation, so that what is copied off the screen still
 //! pastes as the same command; on the screen a word too long for a row (a
 //! path) is shortened from the middle, and `c` copies it whole; in the
-//! detail pane it is broken after a `/` so that the rows are the fix.
+//! detail pane it is broken after a `/` (a quoted one inside its quotes,
+//! closing and opening them again) so that the rows are the fix.
 
 /// Columns a text takes: one a character, as everywhere in the view.
 pub fn columns(text: &str) -> usize {
@@ -163,20 +164,70 @@ pub fn fix_rows(fix: &str, width: usize) -> Vec<String> {
 /// but a word wider than a row (a long path) is broken after a `/` with a
 /// `\` and no space at the row's end, which a shell removes with the line
 /// break, joining the word back (the row after it starts in the first
-/// column, see [`FixRow::joins_word`]). Nothing is elided: read from the
-/// screen, or pasted, the rows are the fix. A quoted word is broken
-/// without the `\` (inside quotes it would be kept): `c` copies it whole.
+/// column, see [`FixRow::joins_word`]). Inside quotes the `\` and the line
+/// break would stay in the word, so a quoted word is broken only inside
+/// its single quotes, each row closing the quote before its `\` and the
+/// next opening it again (`'/var/lib/'\` then `'kubelet/...'`). Nothing is
+/// elided: read from the screen, or pasted, the rows are the fix.
 pub fn whole_fix_rows(fix: &str, width: usize) -> Vec<FixRow> {
     rows_of_fix(fix, width, |word, room| {
-        let quoted = word.contains(['\'', '"']);
+        if word.contains(['\'', '"']) {
+            if let Some(pieces) = quoted_pieces(word, room) {
+                return pieces;
+            }
+            // No place inside its quotes to break it at: the pieces as
+            // they are, which `c` copies whole.
+            return word_pieces(word, room).into_iter().map(|text| FixRow { joins_word: false, text }).collect();
+        }
         let pieces = word_pieces(word, room);
         let last = pieces.len() - 1;
         let joined = |i: usize, piece: String| {
-            let end = if i < last && !quoted { "\\" } else { "" };
-            FixRow { joins_word: i > 0 && !quoted, text: piece + end }
+            let end = if i < last { "\\" } else { "" };
+            FixRow { joins_word: i > 0, text: piece + end }
         };
         pieces.into_iter().enumerate().map(|(i, piece)| joined(i, piece)).collect()
     })
+}
+
+/// A quoted word (`'...'`, or `"$(printf '%b' '...')"`) in rows of at
+/// most `width` characters that a shell joins back into the word: broken
+/// only where it is inside single quotes, after the last `/` that fits
+/// (else as late as fits), the row ending `'\` and the next starting `'`.
+/// None when no such place fits a row.
+fn quoted_pieces(word: &str, width: usize) -> Option<Vec<FixRow>> {
+    const CLOSE: &str = "'\\";
+    let chars: Vec<char> = word.chars().collect();
+    // inside[i]: the word may break before chars[i], being in single quotes there.
+    let mut inside = vec![false; chars.len() + 1];
+    let (mut single, mut escaped) = (false, false);
+    for (i, c) in chars.iter().enumerate() {
+        if single {
+            single = *c != '\'';
+        } else if escaped {
+            escaped = false;
+        } else if *c == '\\' {
+            escaped = true;
+        } else if *c == '\'' {
+            single = true;
+        }
+        inside[i + 1] = single;
+    }
+    let mut rows = Vec::new();
+    let (mut start, mut opened) = (0, false);
+    loop {
+        let lead = usize::from(opened);
+        if lead + chars.len() - start <= width {
+            let text: String = opened.then_some('\'').into_iter().chain(chars[start..].iter().copied()).collect();
+            rows.push(FixRow { joins_word: opened, text });
+            return Some(rows);
+        }
+        let last = (start + width).checked_sub(lead + CLOSE.len())?;
+        let fits = (start + 1..=last.min(chars.len() - 1)).filter(|&i| inside[i]);
+        let at = fits.clone().rev().find(|&i| chars[i - 1] == '/').or_else(|| fits.clone().next_back())?;
+        let head: String = chars[start..at].iter().collect();
+        rows.push(FixRow { joins_word: opened, text: format!("{}{head}{CLOSE}", if opened { "'" } else { "" }) });
+        (start, opened) = (at, true);
+    }
 }
 
 /// A fix in rows of at most `width` characters, broken between shell
@@ -288,6 +339,42 @@ pub mod tests {
             whole_prose_rows(&format!("still mounted: {path}."), 30).concat().replace("mounted:", "mounted: "),
             format!("still mounted: {path}.")
         );
+    }
+
+    #[test]
+    fn a_quoted_word_breaks_inside_its_quotes_and_every_shell_reads_it_back() {
+        use crate::test_support::pasted::{self, calls};
+        let csi = b"/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc 1/mount".to_vec();
+        let odd = b"/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/\xff'\n/mount".to_vec();
+        let names = [csi, odd];
+        let fixes: Vec<String> = names
+            .iter()
+            .map(|name| {
+                let fix = format!("umount -- {}", crate::words::shell_word(name));
+                let rows = whole_fix_rows(&fix, 30);
+                for row in &rows {
+                    assert!(row.text.chars().count() <= 30, "{row:?}");
+                }
+                assert!(rows.iter().filter(|r| r.joins_word).all(|r| r.text.starts_with('\'')), "{rows:?}");
+                // As the detail pane draws them: a row that goes on with a word in the first column.
+                rows.iter()
+                    .map(|r| if r.joins_word { r.text.clone() } else { format!("   {}", r.text) })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .collect();
+        assert!(fixes[0].contains("'\\\n'"), "{}", fixes[0]);
+        let dir = crate::test_support::TempDir::new("fit");
+        for (n, shell) in pasted::shells().iter().enumerate() {
+            let (cwd, logs) = (dir.0.join(format!("cwd-{n}")), dir.0.join(format!("logs-{n}")));
+            std::fs::create_dir_all(&cwd).unwrap();
+            std::fs::create_dir_all(&logs).unwrap();
+            let ran = pasted::run(shell, &cwd, &logs, &fixes).unwrap_or_else(|e| panic!("{e}"));
+            for (name, got) in names.iter().zip(ran) {
+                assert_eq!(got, calls(vec![vec![b"umount".to_vec(), b"--".to_vec(), name.clone()]]), "{shell:?}");
+            }
+        }
+        assert_eq!(quoted_pieces("'abcdef'", 3), None, "no room for a piece and its quotes");
     }
 
     /// The fix as pasted from the screen's rows: continuations joined.

@@ -57,7 +57,20 @@ fn totals_line(totals: &RunTotals) -> String {
         }
         None => format!("calls counted in the kernel: {}", counted.join(", ")),
     };
-    format!("{} events seen, {} events lost (ring buffer full); {whose}", totals.events_seen, totals.events_lost)
+    let mut line =
+        format!("{} events seen, {} events lost (ring buffer full); {whose}", totals.events_seen, totals.events_lost);
+    if !totals.lifecycle_dropped.is_empty() {
+        let reasons: Vec<String> = totals.lifecycle_dropped.iter().map(|(why, n)| format!("{why} {n}")).collect();
+        let _ = write!(
+            line,
+            "; execs of CNI plugin files set aside as no runtime's work, never tied to a pod: {}",
+            reasons.join(", ")
+        );
+    }
+    if let Some(reads) = totals.node_reads.words() {
+        let _ = write!(line, "; {reads}");
+    }
+    line
 }
 
 /// What a live run found, for people who were not watching: where and

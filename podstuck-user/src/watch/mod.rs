@@ -16,6 +16,7 @@
 
 mod options;
 mod pipeline;
+mod untraceable;
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::cni_plugins::PluginPlaces;
 use crate::collect::{Tracer, TracerOptions};
 use crate::diagnose::{DiagnoseOptions, Diagnoser, Severity, Status};
 use crate::explain::client::Api;
@@ -38,7 +40,7 @@ use crate::preflight::{plan, NodeFacts, Problem};
 use crate::print::endpoint::{Endpoint, WithEndpoint};
 use crate::print::{printer, stderr_line, Ending, Printer};
 use crate::record::{RecordHeader, Recorder};
-use crate::run::RunTotals;
+use crate::run::{AvoidedMount, NodeReads, RecoveredMount, RunTotals};
 use crate::run::{RunFacts, Tracing};
 use crate::serve::Listener;
 use crate::tracer_lock::TracerLock;
@@ -152,7 +154,17 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     // after it would otherwise end podstuck as the default action does,
     // its last words unsaid.
     let mut signals = StopSignals::catch()?;
-    let mut run = prepare(options, api)?;
+    let mut run = match prepare(options, api) {
+        Ok(run) => run,
+        Err(e) => match (options.stay_up, options.listen, untraceable::cannot_trace(&e)) {
+            (true, Some(addr), Some(why)) => {
+                let node = NodeFacts::gather(options.node, options.btf.as_deref());
+                let name = options.node_name.clone().unwrap_or(node.node_name);
+                return untraceable::serve(addr, &name, &node.kernel_release, why, &mut signals).await;
+            }
+            _ => return Err(e),
+        },
+    };
     if let (Some(api), Some(node)) = (events, &options.node_name) {
         run.pipeline.events = Some(EventSink::start(api, node.clone()));
     }
@@ -260,7 +272,8 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     // One layout for both ends: the v1 hierarchy the kernel reads callers'
     // cgroups in is the one identify maps them back in.
     let layout = NodeLayout::of_this_node(options.node, options.kubelet_root.clone());
-    let tracer = start_tracer(options, &node, &layout, plan.attach, plan.walk)?;
+    let tracer = start_tracer(options, &node, &layout, plan.attach, plan.walk)
+        .map_err(|e| anyhow::Error::new(untraceable::TracingRefused(format!("{e:#}"))))?;
     let tracing = Tracing {
         program_ids: tracer.program_ids().to_vec(),
         attach: tracer.attach_point(),
@@ -297,7 +310,12 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
         diagnoser.join(first, last);
     }
     let mut pipeline = Pipeline::new(printer, identifier, filter, book, diagnoser, recorder, api);
+    let mut tracer = tracer;
     pipeline.printer.start(&mut pipeline.out, &facts, &tracing)?;
+    if tracer.lifecycle_missing().is_none() {
+        let places = PluginPlaces::of_this_node(options.node, &options.cni_plugin_dirs);
+        pipeline.with_plugins(&mut tracer, places, options.node);
+    }
     pipeline.out.flush()?;
     if let Some(addr) = serving {
         pipeline.say(&format!("serving http://{addr}/metrics and http://{addr}/findings"));
@@ -355,6 +373,7 @@ fn start_tracer(
         walk,
         btf: node.features.btf.path().map(Path::to_path_buf).unwrap_or_default(),
         ring_buffer_bytes: options.ring_buffer_bytes,
+        proc_root: options.node.proc_root(),
     })
     .map_err(|e| match node.features.lockdown {
         // Kernels before 5.13 refuse at load what later ones refuse at run time.
@@ -409,6 +428,7 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
                 finished(batch).and_then(|_| pipeline.out.flush()).context("writing events")?;
             }
             _ = review.tick() => {
+                pipeline.refresh_plugins(tracer, options.node);
                 pipeline.harvest(tracer, BATCH_FOR);
                 let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
                 let reports = pipeline.review(node, &in_flight, false);
@@ -422,13 +442,13 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
             quit = quit_asked(keys) => return Ok(Stopped { by: Some(quit.stopped_by()), quit: Some(quit) }),
             _ = screen.tick(), if shows_every.is_some() => {
                 pipeline.harvest(tracer, BATCH_FOR);
-                let totals = totals_and_cost(tracer, pipeline, options)?;
+                let totals = totals_and_cost(tracer, pipeline, node, options)?;
                 let in_flight = pipeline.in_flight(tracer.calls_in_flight(SHOWN_IN_FLIGHT_AFTER));
                 pipeline.show(&in_flight, &totals);
             }
             _ = refresh.tick(), if exporter.is_some() => {
                 pipeline.harvest(tracer, BATCH_FOR);
-                let totals = pipeline.with_pods_calls(tracer.totals()?);
+                let totals = totals_and_cost(tracer, pipeline, node, options)?;
                 let (Some(exporter), Some(book)) = (exporter.as_mut(), pipeline.book.as_mut()) else { continue };
                 let info = RunInfo::of_run(facts, &totals, options.interval, SystemTime::now(), false);
                 // A failed refresh (disk full, the directory gone) is said
@@ -463,7 +483,7 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verd
     pipeline.tell(&reports).context("writing findings")?;
     let untold = pipeline.diagnoser.untold();
     pipeline.tell(&untold).context("writing findings")?;
-    let totals = totals_and_cost(tracer, pipeline, options)?;
+    let totals = totals_and_cost(tracer, pipeline, node, options)?;
     pipeline.finish_record(&untold, &totals);
     let histograms = last_refresh(
         exporter.as_mut(),
@@ -508,14 +528,40 @@ fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verd
     Ok(verdict)
 }
 
-/// The kernel's totals (with `--pod` the pods' calls apart), and with
-/// `--kernel-cost` what its programs cost.
-fn totals_and_cost(tracer: &Tracer, pipeline: &Pipeline, options: &WatchOptions) -> Result<RunTotals> {
+/// The kernel's totals (with `--pod` the pods' calls apart), how the
+/// node's reads stand, and with `--kernel-cost` what its programs cost.
+fn totals_and_cost(
+    tracer: &Tracer,
+    pipeline: &Pipeline,
+    node: &mut RealNode,
+    options: &WatchOptions,
+) -> Result<RunTotals> {
     let mut totals = pipeline.with_pods_calls(tracer.totals()?);
+    totals.lifecycle_dropped = pipeline.lifecycle_dropped();
+    totals.node_reads = node_reads(node);
     if options.kernel_cost {
         totals.programs = tracer.program_costs();
     }
     Ok(totals)
+}
+
+/// How podstuck's reads of the node stand, as the run's totals say it.
+fn node_reads(node: &mut RealNode) -> NodeReads {
+    let now = node.reads_now();
+    NodeReads {
+        avoided: now
+            .avoided
+            .into_iter()
+            .map(|a| AvoidedMount { mount_point: a.mount_point, fstype: a.fstype, since: a.since, readers: a.readers })
+            .collect(),
+        recovered_total: now.recovered_total,
+        recovered: now
+            .recovered
+            .into_iter()
+            .map(|r| RecoveredMount { mount_point: r.mount_point, fstype: r.fstype, avoided_for: r.avoided_for })
+            .collect(),
+        failed: now.failed.into_iter().map(|(kind, n)| (kind.to_string(), n)).collect(),
+    }
 }
 
 /// The histogram files' last refresh, marked finished.

@@ -31,6 +31,9 @@ pub struct WatchOptions {
     /// How to reach the Kubernetes API for `named_pods`.
     pub kube: KubeOptions,
     pub kubelet_root: PathBuf,
+    /// More directories of CNI plugins than the node's defaults and
+    /// runtime configurations name (`--cni-plugin-dir`), node spelling.
+    pub cni_plugin_dirs: Vec<PathBuf>,
     /// Failed calls only (decided in the kernel).
     pub errors_only: bool,
     /// These syscalls only (decided in the kernel); empty = all four.
@@ -77,6 +80,9 @@ pub struct WatchOptions {
     /// Post each finding as a Kubernetes Event on its pod (or the node)
     /// (`--events`); needs `node_name` and the API's credentials in `kube`.
     pub events: bool,
+    /// `--stay-up` (with `listen`): on a node podstuck cannot trace, keep
+    /// serving and say why instead of exiting (the DaemonSet's mode).
+    pub stay_up: bool,
     /// Whether the end of a `--duration` with a critical finding active
     /// says "exit 3": not for the demo, whose critical findings are its
     /// lab's design and which exits 0, saying so itself.
@@ -94,6 +100,7 @@ impl Default for WatchOptions {
             named_pods: Vec::new(),
             kube: KubeOptions::default(),
             kubelet_root: PathBuf::from(DEFAULT_KUBELET_ROOT),
+            cni_plugin_dirs: Vec::new(),
             errors_only: false,
             syscalls: Vec::new(),
             histograms: None,
@@ -114,6 +121,7 @@ impl Default for WatchOptions {
             listen: None,
             node_name: None,
             events: false,
+            stay_up: false,
             says_verdict: true,
             node: Node::direct(),
         }

@@ -36,6 +36,13 @@
 //!                          N successful unlink calls
 //!   mkdirs DIR N           create N empty subdirectories of DIR (setup, not
 //!                          removal: mkdir is not traced)
+//!   churn-unlink DIR N     a removal storm in constant space: N times, create
+//!                          DIR/f (not traced) and unlink(2) it; prints
+//!                          "N unlinked, M failed"
+//!   fork-kill N            a fork/exec storm: N children, each exec'ing
+//!                          `sleep 600` and killed by SIGKILL at once, all
+//!                          reaped; prints "N killed" (each kill and each
+//!                          exit is a lifecycle record of the kernel's)
 //! Ops that hold something and never return (print "ready", then sleep until
 //! killed; a test uses them as the "someone else" of a pathology):
 //!   hold-cwd DIR           chdir DIR
@@ -44,6 +51,10 @@
 //!                          receive the host's unmounts (MS_SLAVE|MS_REC), cwd
 //!                          DIR in it: the host's umount2 of a mount whose
 //!                          parent mount is shared then fails EBUSY
+//!   hold-stat-in-thread PATH  a second thread stats PATH (on a FUSE mount
+//!                          whose server never answers, it waits there in D),
+//!                          the leader sleeps: a process of several threads,
+//!                          as every Go or Java program is
 //!   sleep                  nothing (a live task, e.g. in --cgroup DIR)
 
 use std::ffi::{CStr, CString, OsStr};
@@ -240,6 +251,51 @@ fn attempt(args: &[Vec<u8>]) -> String {
             }
             format!("{made} made")
         }
+        b"churn-unlink" => {
+            let file = c(path(&args[1]).join("f").as_os_str().as_bytes());
+            let n: usize = number(&args[2], "churn-unlink DIR N");
+            let mut failed = 0;
+            for _ in 0..n {
+                // SAFETY: a valid C string; the fd is closed at once.
+                unsafe {
+                    let fd = libc::open(file.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
+                    if fd >= 0 {
+                        libc::close(fd);
+                    }
+                    if raw_unlink(file.as_ptr()) != 0 {
+                        failed += 1;
+                    }
+                }
+            }
+            format!("{} unlinked, {failed} failed", n - failed)
+        }
+        b"fork-kill" => {
+            let n: usize = number(&args[1], "fork-kill N");
+            let sleep = c(b"sleep");
+            let seconds = c(b"600");
+            let mut killed = 0;
+            for _ in 0..n {
+                // SAFETY: the child only execs (async-signal-safe) or leaves.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    let argv = [sleep.as_ptr(), seconds.as_ptr(), std::ptr::null()];
+                    // SAFETY: a NULL-terminated argv of valid C strings.
+                    unsafe {
+                        libc::execvp(sleep.as_ptr(), argv.as_ptr());
+                        libc::_exit(127);
+                    }
+                }
+                if pid > 0 {
+                    // SAFETY: our own child; reaped right after.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                        libc::waitpid(pid, std::ptr::null_mut(), 0);
+                    }
+                    killed += 1;
+                }
+            }
+            format!("{killed} killed")
+        }
         _ => panic!("actor: unknown op; see the module doc"),
     }
 }
@@ -264,6 +320,12 @@ fn hold(args: &[Vec<u8>]) -> ! {
             assert_eq!(ret, 0, "make / slave: {}", std::io::Error::last_os_error());
             assert_eq!(libc::chdir(c(&args[1]).as_ptr()), 0, "chdir: {}", std::io::Error::last_os_error());
         },
+        b"hold-stat-in-thread" => {
+            let target = path(&args[1]).to_path_buf();
+            std::thread::spawn(move || {
+                let _ = std::fs::metadata(target);
+            });
+        }
         b"sleep" => {}
         _ => unreachable!(),
     }

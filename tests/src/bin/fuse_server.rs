@@ -3,14 +3,18 @@
 //! FUSE daemon stop answering (SIGSTOP) and watch a removal hang in the
 //! kernel, the way a dead s3fs or gcsfuse CSI driver hangs kubelet.
 //!
-//! Usage: fuse_server MOUNTPOINT
+//! Usage: fuse_server [--root-attr-valid SECONDS] MOUNTPOINT
 //!
 //! It mounts itself at MOUNTPOINT (source `podstuck-fuse`, type
 //! `fuse.podstuck`), prints "ready" once the kernel's INIT is answered, and
 //! serves until the mount goes away. The tree never changes: a root
-//! directory with regular files `a`, `b`, `c` and an empty directory `d`;
-//! UNLINK and RMDIR of those succeed and they are still there afterwards,
-//! so a test may remove the same name as often as it likes.
+//! directory with regular files `a`, `b`, `c`, an empty directory `d` and
+//! a directory `full` holding a file `x`; UNLINK and RMDIR of those
+//! succeed (but RMDIR of `full`, which fails with ENOTEMPTY, as a volume
+//! directory something was written into does) and they are still there
+//! afterwards, so a test may remove the same name as often as it likes.
+//! Stopped (SIGSTOP) and continued (SIGCONT), it is a server that stalls
+//! and then answers again: the requests queued meanwhile are answered.
 //!
 //! A LOOKUP of `never` in the root is read and never answered (the server
 //! keeps serving everything else): the caller waits for the answer, and
@@ -22,10 +26,14 @@
 //!
 //! Entry and attribute timeouts are 0, so every path walk into the mount
 //! asks this server again (LOOKUP, GETATTR): once it is stopped, the next
-//! call through the mount waits for it.
+//! call through the mount waits for it. `--root-attr-valid SECONDS` lets
+//! the kernel keep the root's attributes that long: a stat of the root
+//! then needs no answer, and what waits is the lookup below it (a test
+//! that wants a caller asleep on the root's lock, not on the server).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const FUSE_KERNEL_VERSION: u32 = 7;
 /// The protocol this server is written against; the kernel adapts to it.
@@ -53,8 +61,15 @@ const IN_HEADER: usize = 40;
 /// sizeof(struct fuse_out_header)
 const OUT_HEADER: usize = 16;
 
-/// The whole filesystem: (node id, name, is a directory).
-const NODES: [(u64, &[u8], bool); 4] = [(2, b"a", false), (3, b"b", false), (4, b"c", false), (5, b"d", true)];
+/// The whole filesystem: (node id, parent's node id, name, is a directory).
+const NODES: [(u64, u64, &[u8], bool); 6] = [
+    (2, FUSE_ROOT_ID, b"a", false),
+    (3, FUSE_ROOT_ID, b"b", false),
+    (4, FUSE_ROOT_ID, b"c", false),
+    (5, FUSE_ROOT_ID, b"d", true),
+    (6, FUSE_ROOT_ID, b"full", true),
+    (7, 6, b"x", false),
+];
 
 /// The name in the root whose LOOKUP is read and never answered.
 const NEVER: &[u8] = b"never";
@@ -91,11 +106,15 @@ fn u64_at(buf: &[u8], at: usize) -> u64 {
 }
 
 fn is_dir(node: u64) -> bool {
-    node == FUSE_ROOT_ID || NODES.iter().any(|&(id, _, dir)| id == node && dir)
+    node == FUSE_ROOT_ID || NODES.iter().any(|&(id, _, _, dir)| id == node && dir)
 }
 
 fn exists(node: u64) -> bool {
-    node == FUSE_ROOT_ID || NODES.iter().any(|&(id, _, _)| id == node)
+    node == FUSE_ROOT_ID || NODES.iter().any(|&(id, _, _, _)| id == node)
+}
+
+fn has_children(node: u64) -> bool {
+    NODES.iter().any(|&(_, parent, _, _)| parent == node)
 }
 
 /// struct fuse_attr (88 bytes).
@@ -121,16 +140,14 @@ fn name_arg(body: &[u8]) -> &[u8] {
 }
 
 fn child(parent: u64, name: &[u8]) -> Option<u64> {
-    if parent != FUSE_ROOT_ID {
-        return None;
-    }
-    NODES.iter().find(|&&(_, n, _)| n == name).map(|&(id, _, _)| id)
+    NODES.iter().find(|&&(_, p, n, _)| p == parent && n == name).map(|&(id, _, _, _)| id)
 }
 
-/// READDIR's answer: `struct fuse_dirent`s from `offset`, as many as fit.
-fn dirents(offset: u64, size: usize) -> Out {
-    let mut all: Vec<(u64, &[u8], bool)> = vec![(FUSE_ROOT_ID, b".", true), (FUSE_ROOT_ID, b"..", true)];
-    all.extend(NODES);
+/// READDIR's answer for directory `dir`: `struct fuse_dirent`s from
+/// `offset`, as many as fit.
+fn dirents(dir: u64, offset: u64, size: usize) -> Out {
+    let mut all: Vec<(u64, &[u8], bool)> = vec![(dir, b".", true), (FUSE_ROOT_ID, b"..", true)];
+    all.extend(NODES.iter().filter(|&&(_, parent, _, _)| parent == dir).map(|&(id, _, name, d)| (id, name, d)));
     let mut out = Out::default();
     for (i, (ino, name, dir)) in all.into_iter().enumerate().skip(offset as usize) {
         let len = (24 + name.len()).next_multiple_of(8);
@@ -163,7 +180,9 @@ fn answer(opcode: u32, node: u64, body: &[u8]) -> Option<Result<Out, i32>> {
         }
         FUSE_GETATTR if exists(node) => {
             let mut out = Out::default();
-            out.u64(0).u32(0).u32(0); // attr_valid 0: ask again every time
+            // attr_valid 0: ask again every time (the root: as asked).
+            let valid = if node == FUSE_ROOT_ID { ROOT_ATTR_VALID.load(Ordering::Relaxed) } else { 0 };
+            out.u64(valid).u32(0).u32(0);
             attr(&mut out, node);
             Ok(out)
         }
@@ -176,8 +195,8 @@ fn answer(opcode: u32, node: u64, body: &[u8]) -> Option<Result<Out, i32>> {
             Ok(out)
         }
         FUSE_OPENDIR => Err(libc::ENOTDIR),
-        FUSE_READDIR if node == FUSE_ROOT_ID => Ok(dirents(u64_at(body, 8), u32_at(body, 16) as usize)),
-        FUSE_READDIR => Ok(Out::default()),
+        FUSE_READDIR if is_dir(node) => Ok(dirents(node, u64_at(body, 8), u32_at(body, 16) as usize)),
+        FUSE_READDIR => Err(libc::ENOTDIR),
         FUSE_RELEASEDIR | FUSE_ACCESS => Ok(Out::default()),
         FUSE_UNLINK => match child(node, name_arg(body)) {
             Some(id) if is_dir(id) => Err(libc::EISDIR),
@@ -185,6 +204,7 @@ fn answer(opcode: u32, node: u64, body: &[u8]) -> Option<Result<Out, i32>> {
             None => Err(libc::ENOENT),
         },
         FUSE_RMDIR => match child(node, name_arg(body)) {
+            Some(id) if is_dir(id) && has_children(id) => Err(libc::ENOTEMPTY),
             Some(id) if is_dir(id) => Ok(Out::default()),
             Some(_) => Err(libc::ENOTDIR),
             None => Err(libc::ENOENT),
@@ -217,8 +237,17 @@ fn reply(fd: i32, unique: u64, result: Result<Out, i32>) {
     }
 }
 
+/// Seconds the kernel may keep the root's attributes (`--root-attr-valid`).
+static ROOT_ATTR_VALID: AtomicU64 = AtomicU64::new(0);
+
 fn main() {
-    let mountpoint = std::env::args_os().nth(1).expect("usage: fuse_server MOUNTPOINT");
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--root-attr-valid") {
+        let seconds = args.get(1).and_then(|s| s.to_str()?.parse().ok()).expect("--root-attr-valid SECONDS");
+        ROOT_ATTR_VALID.store(seconds, Ordering::Relaxed);
+        args.drain(..2);
+    }
+    let mountpoint = args.into_iter().next().expect("usage: fuse_server [--root-attr-valid SECONDS] MOUNTPOINT");
     let mountpoint = CString::new(mountpoint.as_bytes()).unwrap();
     // SAFETY: opening a device node.
     let fd = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };

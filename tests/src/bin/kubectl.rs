@@ -7,6 +7,8 @@
 //! State directory:
 //!   pods/NS/NAME.json   a pod as `kubectl get pod NAME -n NS -o json`
 //!                       prints it (the test writes them)
+//!   namespaces/NAME.json  a namespace as `kubectl get namespace NAME -o
+//!                       json` prints it
 //!   debug/NAME.json     a pod `create -f -` made; moved to deleted/ by
 //!                       `delete pod NAME`
 //!   never-ready         if present, created pods never start (their
@@ -140,6 +142,15 @@ impl Call {
 
 fn get(state: &Path, call: &Call) -> i32 {
     let name = call.pod();
+    if call.words.get(1).is_some_and(|w| w == "namespace" || w == "namespaces" || w == "ns") {
+        return match std::fs::read_to_string(state.join("namespaces").join(format!("{name}.json"))) {
+            Ok(namespace) => {
+                print!("{namespace}");
+                0
+            }
+            Err(_) => fail(&format!("Error from server (NotFound): namespaces \"{name}\" not found")),
+        };
+    }
     if let Ok(pod) = std::fs::read_to_string(state.join("pods").join(&call.namespace).join(format!("{name}.json"))) {
         print!("{pod}");
         return 0;

@@ -1,7 +1,8 @@
 //! Debian's archive through a private view of apt: one sources list,
 //! lists and cache per suite and architecture under target/vm/apt/, so the
 //! machine's own apt state is left alone. The VM test takes its kernels
-//! from it, and an arm64 guest its programs.
+//! from it, an arm64 guest its programs, and the release tests Debian's
+//! kubectl and the mirror their Debian 11 roots come from (`trial`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,7 +14,7 @@ use crate::host::{run, say};
 
 /// The Debian mirror this machine's apt uses (its `.../debian` URI), so the
 /// private sources list goes where the system's does.
-fn debian_mirror() -> String {
+pub(crate) fn debian_mirror() -> String {
     let mut texts = Vec::new();
     texts.extend(std::fs::read_to_string("/etc/apt/sources.list").ok());
     if let Ok(dir) = std::fs::read_dir("/etc/apt/sources.list.d") {
@@ -71,7 +72,7 @@ fn apt_options(dir: &Path, target: Arch) -> Vec<String> {
 /// The apt options of `suite` for `target`'s architecture, its package
 /// list read (`apt-get update`) into target/vm/apt/<suite> (amd64) or
 /// <suite>-<arch>.
-pub(super) fn suite_view(suite: &str, target: Arch) -> Result<Vec<String>> {
+pub(crate) fn suite_view(suite: &str, target: Arch) -> Result<Vec<String>> {
     let name = match target {
         Arch::X86_64 => suite.to_string(),
         _ => format!("{suite}-{}", target.debian_arch()),
@@ -120,7 +121,7 @@ fn download(options: &[String], packages: &[String], dir: &Path) -> Result<Vec<P
 /// This machine's Debian release (`VERSION_CODENAME` of /etc/os-release):
 /// the cross toolchain's C library is that release's, so a foreign guest's
 /// programs come from it too.
-pub(super) fn host_release() -> Result<String> {
+pub(crate) fn host_release() -> Result<String> {
     let text = std::fs::read_to_string("/etc/os-release").context("reading /etc/os-release")?;
     text.lines()
         .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
@@ -133,7 +134,7 @@ pub(super) fn host_release() -> Result<String> {
 /// only once every one is unpacked, so an interrupted run leaves no half
 /// tree where a cache is expected), working in `dir`; returns the .deb
 /// files' names (`name_version_arch.deb`).
-pub(super) fn unpack(options: &[String], packages: &[String], dir: &Path, root: &Path) -> Result<Vec<String>> {
+pub(crate) fn unpack(options: &[String], packages: &[String], dir: &Path, root: &Path) -> Result<Vec<String>> {
     let downloads = dir.join("download");
     let debs = download(options, packages, &downloads)?;
     let unpacking = root.with_extension("partial");

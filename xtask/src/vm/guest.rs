@@ -166,12 +166,32 @@ impl Userland {
     /// architecture than the guest's.
     pub(super) fn libraries(&self, binary: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
         match self {
-            Userland::Host => Ok(crate::image::shared_libraries(binary)?.into_iter().map(|l| (l.clone(), l)).collect()),
+            Userland::Host => Ok(crate::elf::shared_libraries(binary)?.into_iter().map(|l| (l.clone(), l)).collect()),
             // The C runtime the cross build installed here first (the
             // image's too), then the unpacked packages': one libc for all.
             Userland::Foreign { target, root } => crate::elf::libraries(*target, &[Path::new("/"), root], binary),
         }
     }
+}
+
+/// Debian's AppArmor policy compiler (`apparmor_parser`, of the
+/// `apparmor` package of this machine's release: it links libc alone),
+/// unpacked once under target/vm/apparmor, for the amd64 guests' AppArmor
+/// scenario; `None` for other guests, which do not run it. Unpacked, not
+/// installed: its maintainer scripts would load profiles on this machine.
+pub(super) fn apparmor_parser(target: Arch) -> Result<Option<PathBuf>> {
+    if target != Arch::X86_64 {
+        return Ok(None);
+    }
+    let dir = super::vm_dir().join("apparmor");
+    let root = dir.join("root");
+    let parser = root.join("sbin/apparmor_parser");
+    if !parser.is_file() {
+        let options = debian::suite_view(&debian::host_release()?, target)?;
+        say("apparmor_parser for the AppArmor scenario: downloading Debian's apparmor package");
+        debian::unpack(&options, &["apparmor".to_string()], &dir, &root)?;
+    }
+    Ok(Some(parser).filter(|p| p.is_file()))
 }
 
 /// Debian's packages of `FOREIGN_PACKAGES` and their dependencies for

@@ -22,8 +22,8 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
+use super::rank;
 use super::snapshot::{time, ApiSnapshot, Unread};
-use super::{command, rank};
 use crate::diagnose::{Finding, Kind};
 use crate::words::{human_duration, rfc3339_seconds, terminal_safe, terminal_safe_lines};
 
@@ -67,7 +67,7 @@ impl StuckPod {
 
     /// `kubectl podstuck NAME -n NS`: traces its teardown on its node.
     pub fn trace_command(&self) -> String {
-        command(&["kubectl", "podstuck", &self.name, "-n", &self.namespace])
+        crate::explain::commands::trace(&self.name, &self.namespace)
     }
 }
 
@@ -627,7 +627,7 @@ mod tests {
             ["NODE", "CAUSE", "POD", "TERMINATING", "FROM", "FIX"]
         );
         assert!(table[1].starts_with("worker-1  volume-still-mounted  shop/web-0  10m30s       podstuck DaemonSet  umount /var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/pvc-1/mount ..."), "{words}");
-        assert!(table[2].contains("shop/db-0   15m30s       API                 kubectl patch pod db-0 -n shop --type=json -p '[{\"op\":\"test\""), "{words}");
+        assert!(table[2].contains("shop/db-0   15m30s       API                 kubectl patch pod -n shop --type=json -p '[{\"op\":\"test\""), "{words}");
         assert!(words.contains("\n  worker-3: no podstuck DaemonSet pod runs there\n"), "{words}");
         assert!(words.contains("\n  kubectl podstuck api-0 -n shop  # on worker-3\n"), "{words}");
 

@@ -24,7 +24,7 @@ use crate::explain::offline::Objects;
 use crate::explain::snapshot::Unread;
 use crate::print::{stderr_line, Out};
 
-/// Where the podstuck DaemonSet runs (deploy/podstuck-daemonset.yaml).
+/// Where the podstuck DaemonSet runs (deploy/base/podstuck-daemonset.yaml).
 pub const DAEMONSET_NAMESPACE: &str = "podstuck";
 /// The label its pods carry.
 pub const DAEMONSET_LABEL: &str = "app.kubernetes.io/name=podstuck";

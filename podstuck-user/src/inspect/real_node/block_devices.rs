@@ -78,6 +78,7 @@ impl RealNode {
                 if list.len() < OPENERS_KEPT {
                     list.push(DeviceOpener {
                         pid,
+                        start: crate::identify::process::process_start(&self.proc_root, pid),
                         comm: self.comm_of(pid),
                         path: target,
                         owner: self.runtimes.owner_of(&self.proc_root, pid),

@@ -25,7 +25,7 @@ impl RealNode {
         let dir = reached.as_path();
         let meta = fs::metadata(dir).map_err(unreadable)?;
         if !meta.is_dir() {
-            return Err(Unreadable("not a directory".into()));
+            return Err(Unreadable::Other("not a directory".into()));
         }
         let has = |name: &str| dir.join(name).exists();
         let version = if has("cgroup.events") || (has("cgroup.procs") && has("cgroup.controllers")) {
@@ -33,7 +33,7 @@ impl RealNode {
         } else if has("tasks") || has("cgroup.procs") {
             1
         } else {
-            return Err(Unreadable("not a cgroup directory: no cgroup.procs or tasks file".into()));
+            return Err(Unreadable::Other("not a cgroup directory: no cgroup.procs or tasks file".into()));
         };
         let list = if version == 2 { "cgroup.procs" } else { "tasks" };
 
@@ -76,7 +76,7 @@ impl RealNode {
     pub(super) fn freezer_levels(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
         let mounts = self.host_table().map_err(unreadable)?;
         let Some(twin) = freezer_twin(&mounts, path) else {
-            return Err(Unreadable("no v1 freezer hierarchy mounted, or not a v1 cgroup".into()));
+            return Err(Unreadable::Other("no v1 freezer hierarchy mounted, or not a v1 cgroup".into()));
         };
         let mut levels = Vec::new();
         // Parents first: a thaw must start at the top, where a freeze
@@ -88,7 +88,9 @@ impl RealNode {
             let shown = self.node.shown(&dir);
             let state = match fs::read_to_string(dir.join("freezer.state")) {
                 Ok(state) => state.trim().to_string(),
-                Err(e) if levels.is_empty() => return Err(Unreadable(format!("{}: {}", shown.display(), words(&e)))),
+                Err(e) if levels.is_empty() => {
+                    return Err(Unreadable::io(&e).said_as(format!("{}: {}", shown.display(), words(&e))))
+                }
                 // A child removed meanwhile.
                 Err(_) => continue,
             };
@@ -133,7 +135,7 @@ pub fn listed_ids(file: &Path) -> Vec<u32> {
 }
 
 /// The value of `key` in a "key value" per line file (cgroup.events).
-fn key_value<'t>(text: &'t str, key: &str) -> Option<&'t str> {
+pub fn key_value<'t>(text: &'t str, key: &str) -> Option<&'t str> {
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim())
@@ -195,7 +197,7 @@ mod tests {
         assert_eq!(inner.tasks.iter().map(|t| t.pid).collect::<Vec<_>>(), vec![kid.pid()]);
 
         let err = node.cgroup(b(&std::env::temp_dir())).unwrap_err();
-        assert!(err.0.starts_with("not a cgroup directory"), "{err}");
+        assert!(err.why().starts_with("not a cgroup directory"), "{err}");
         drop(kid);
         let empty =
             poll_until("the cgroup to empty", WAIT, || node.cgroup(b(&cg)).ok().filter(|s| s.populated == Some(false)));
@@ -387,7 +389,7 @@ mod tests {
             ]
         );
         let gone = node.v1_freezer(b"/sys/fs/cgroup/memory/kubepods/no-such-pod").unwrap_err();
-        assert!(gone.0.starts_with("/sys/fs/cgroup/freezer/kubepods/no-such-pod: "), "the node's spelling: {gone}");
+        assert!(gone.why().starts_with("/sys/fs/cgroup/freezer/kubepods/no-such-pod: "), "the node's spelling: {gone}");
     }
 
     #[test]

@@ -1,28 +1,35 @@
 //! Facts of a file or filesystem on the node: inode flags (`chattr +i`,
 //! `+a`), lstat, a sample of a directory, an estimate of the entries left
 //! in a tree, and statfs. Each runs on a reader with a deadline
-//! ([`super::deadline`]): any of them sleeps forever on a hung mount.
+//! ([`super::deadline`]): any of them sleeps forever on a hung mount. Each
+//! opens its path below the node's root following no link on the way
+//! ([`super::beneath`]), looks at it through an `O_PATH` descriptor, and
+//! opens for reading only a regular file or a directory: a pod's volume is
+//! the workload's, and it may swap a directory for a link to `/dev` at any
+//! moment.
 
-use std::fs;
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
 
+use nix::dir::Dir;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use nix::sys::statfs::{self, FsType};
 
 use crate::inspect::mounts::mount_containing;
 use crate::inspect::{DirSample, EntryEstimate, FileFacts, FsUsage, InodeFlags, Probe, Unreadable};
 use crate::words::{exact_duration, io_words as words};
 
+use super::beneath::{fstat, kind_words, reopen, Beneath};
+use super::deadline::Root;
 use super::{unreadable, RealNode};
 
 /// Past this many entries a directory is "huge" and counting more says nothing new.
 const DIR_COUNT_CAP: u64 = 10_000_000;
-/// Work allowed to a tree count; a removal storm's tree may be enormous,
-/// and the collector's main loop waits meanwhile (the ring buffer fills).
+/// Work allowed to a tree count; a removal storm's tree may be enormous.
 /// Sampled (`WALK_DIRS_PER_LEVEL`), a tree of rows of thousands of
 /// directories takes a few ms; the bounds are for trees that are not.
 const WALK_BUDGET: Duration = Duration::from_millis(200);
@@ -40,13 +47,13 @@ impl RealNode {
     pub(super) fn entries_below(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
         // The walk has its own budget; the deadline is for a call that never returns.
         let wait = WALK_BUDGET + self.deadline;
-        self.on_worker(path, wait, |p| count_tree(&p, WALK_BUDGET, WALK_ENTRY_CAP))
+        self.on_worker(Root::Node, path, wait, |b, p| count_tree(b, p, WALK_BUDGET, WALK_ENTRY_CAP))
     }
 
     /// statfs of the filesystem `path` is on, named as mountinfo names it.
     pub(super) fn usage_of(&mut self, path: &[u8]) -> Probe<FsUsage> {
         let wait = self.deadline;
-        let (mut usage, dev) = self.on_worker(path, wait, |p| read_fs_usage(&p))?;
+        let (mut usage, dev) = self.on_worker(Root::Node, path, wait, read_fs_usage)?;
         // mountinfo knows the exact name ("ext4", "nfs4", "fuse.sshfs")
         // where the magic number only knows a family.
         if let Ok(mounts) = self.host_table() {
@@ -58,22 +65,24 @@ impl RealNode {
     }
 }
 
-pub(super) fn inode_flags(p: &Path) -> Probe<InodeFlags> {
-    let meta = fs::symlink_metadata(p).map_err(unreadable)?;
-    let kind = meta.file_type();
-    if !kind.is_file() && !kind.is_dir() {
-        return Err(Unreadable(format!(
+/// The file at `path`, looked at without opening it.
+fn looked_at(beneath: &Beneath, path: &[u8]) -> Probe<(OwnedFd, libc::stat)> {
+    let fd = beneath.path(path).map_err(unreadable)?;
+    let st = fstat(&fd).map_err(unreadable)?;
+    Ok((fd, st))
+}
+
+pub(super) fn inode_flags(beneath: &Beneath, path: &[u8]) -> Probe<InodeFlags> {
+    let (fd, st) = looked_at(beneath, path)?;
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind != libc::S_IFREG && kind != libc::S_IFDIR {
+        return Err(Unreadable::Other(format!(
             "a {} has no inode flags podstuck reads (only regular files and directories)",
-            crate::words::file_kind(&kind)
+            kind_words(kind)
         )));
     }
-    // O_NONBLOCK: if the path was swapped for a FIFO since the lstat, the
-    // open must not wait for a writer. std adds O_CLOEXEC.
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(p)
-        .map_err(unreadable)?;
+    // The very inode looked at, whatever the path names by now.
+    let file = reopen(&fd).map_err(unreadable)?;
     // The ioctl is declared with a long but the kernel writes an int; a
     // long-sized buffer stays safe either way, and the int is its first bytes.
     let mut buf: u64 = 0;
@@ -83,7 +92,7 @@ pub(super) fn inode_flags(p: &Path) -> Probe<InodeFlags> {
         let e = io::Error::last_os_error();
         return Err(match e.raw_os_error() {
             Some(libc::ENOTTY) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => {
-                Unreadable(format!("this filesystem keeps no inode flags ({})", words(&e)))
+                Unreadable::Other(format!("this filesystem keeps no inode flags ({})", words(&e)))
             }
             _ => unreadable(e),
         });
@@ -93,74 +102,107 @@ pub(super) fn inode_flags(p: &Path) -> Probe<InodeFlags> {
     Ok(InodeFlags { immutable: raw & FS_IMMUTABLE_FL != 0, append_only: raw & FS_APPEND_FL != 0, raw })
 }
 
-/// lstat of `p`: never the target of a link.
-pub(super) fn lstat(p: &Path) -> Probe<FileFacts> {
-    let meta = fs::symlink_metadata(p).map_err(unreadable)?;
+/// lstat of `path`: never the target of a link.
+#[allow(clippy::unnecessary_cast, reason = "st_nlink is u64 on x86_64 but u32 on arm64")]
+pub(super) fn lstat(beneath: &Beneath, path: &[u8]) -> Probe<FileFacts> {
+    let (_, st) = looked_at(beneath, path)?;
     Ok(FileFacts {
-        mode: meta.mode(),
-        uid: meta.uid(),
-        gid: meta.gid(),
-        nlink: meta.nlink(),
-        size: meta.size(),
-        is_dir: meta.file_type().is_dir(),
-        sticky: meta.mode() & libc::S_ISVTX != 0,
-        dev: (libc::major(meta.dev()), libc::minor(meta.dev())),
+        mode: st.st_mode,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        nlink: st.st_nlink as u64,
+        size: st.st_size as u64,
+        is_dir: st.st_mode & libc::S_IFMT == libc::S_IFDIR,
+        sticky: st.st_mode & libc::S_ISVTX != 0,
+        dev: (libc::major(st.st_dev), libc::minor(st.st_dev)),
     })
 }
 
-/// The first `limit` names in the directory `p`, and how many it holds.
-pub(super) fn sample_dir(p: &Path, limit: usize) -> Probe<DirSample> {
+/// A directory open for listing, from a descriptor it owns.
+fn listing(fd: OwnedFd) -> Probe<Dir> {
+    Dir::from_fd(fd).map_err(|e| unreadable(e.into()))
+}
+
+/// The names in a listing, "." and ".." left out; an error mid-way ends it.
+fn names(dir: &mut Dir) -> impl Iterator<Item = (Vec<u8>, Option<nix::dir::Type>)> + '_ {
+    dir.iter().map_while(Result::ok).filter_map(|e| {
+        let name = e.file_name().to_bytes();
+        (name != b"." && name != b"..").then(|| (name.to_vec(), e.file_type()))
+    })
+}
+
+/// The first `limit` names in the directory `path`, and how many it holds.
+pub(super) fn sample_dir(beneath: &Beneath, path: &[u8], limit: usize) -> Probe<DirSample> {
+    let mut dir = listing(beneath.dir(path).map_err(unreadable)?)?;
     let mut sample = DirSample { names: Vec::new(), counted: 0, complete: true };
-    for entry in fs::read_dir(p).map_err(unreadable)? {
-        let entry = entry.map_err(unreadable)?;
+    for (name, _) in names(&mut dir) {
         if sample.counted >= DIR_COUNT_CAP {
             sample.complete = false;
             break;
         }
         sample.counted += 1;
         if sample.names.len() < limit {
-            sample.names.push(entry.file_name().into_vec());
+            sample.names.push(name);
         }
     }
     Ok(sample)
 }
 
+/// A directory below `at` by its name, opened for listing: never a link,
+/// never anything but a directory.
+fn subdir(at: &impl AsFd, name: &[u8]) -> Option<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    nix::fcntl::openat(at, OsStr::from_bytes(name), flags, Mode::empty()).ok()
+}
+
+/// Whether `name` in the directory open as `dir` is a directory (not a
+/// link to one).
+fn is_dir_at(dir: std::os::fd::RawFd, name: &[u8]) -> bool {
+    let Ok(name) = std::ffi::CString::new(name) else { return false };
+    // SAFETY: stat is plain data; the kernel fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open directory, a C string and a stat buffer.
+    let rc = unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+}
+
 /// Counts entries below `root` without following symlinks or leaving its
-/// filesystem, level by level. The tree is often being deleted while
-/// counted, so entries that vanish are skipped. A level of more than
-/// [`WALK_DIRS_PER_LEVEL`] directories is sampled: evenly spaced ones are
-/// listed, each standing for its share of the level, so a storm's tree of
-/// millions of directories costs a few thousand listings per check, not
-/// millions of them in the collector's process. Cut by `budget` or `cap`,
-/// what was found so far is a lower bound.
-fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
+/// filesystem, level by level, each directory opened below the one that
+/// lists it. The tree is often being deleted while counted, so entries
+/// that vanish are skipped. A level of more than [`WALK_DIRS_PER_LEVEL`]
+/// directories is sampled: evenly spaced ones are listed, each standing
+/// for its share of the level, so a storm's tree of millions of
+/// directories costs a few thousand listings per check, not millions of
+/// them. Cut by `budget` or `cap`, what was found so far is a lower bound.
+fn count_tree(beneath: &Beneath, root: &[u8], budget: Duration, cap: u64) -> Probe<EntryEstimate> {
     let start = Instant::now();
-    let meta = fs::symlink_metadata(root).map_err(unreadable)?;
-    if !meta.is_dir() {
-        return Err(Unreadable("not a directory".into()));
+    let (fd, st) = looked_at(beneath, root)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(Unreadable::Other("not a directory".into()));
     }
-    let dev = meta.dev();
+    let dev = st.st_dev;
+    let top = beneath.dir(root).map_err(unreadable)?;
+    drop(fd);
     let mut listed: u64 = 0;
     // Each entry listed counts for the directories its own stands for.
     let mut entries = 0.0f64;
     let mut sampled = false;
     let mut cut_by: Option<&str> = None;
-    let mut level: Vec<(PathBuf, f64)> = vec![(root.to_path_buf(), 1.0)];
+    let mut level: Vec<(OwnedFd, f64)> = vec![(top, 1.0)];
     'walk: while !level.is_empty() {
-        let mut below = Vec::new();
-        for (dir, weight) in level {
+        let mut below: Vec<(OwnedFd, f64)> = Vec::new();
+        // Directories found at this level, opened only once sampled.
+        let mut found: Vec<(usize, Vec<u8>, f64)> = Vec::new();
+        let mut parents: Vec<Dir> = Vec::new();
+        for (fd, weight) in level {
             if start.elapsed() >= budget {
                 cut_by = Some("time");
                 break 'walk;
             }
-            let listing = match fs::read_dir(&dir) {
-                Ok(l) => l,
-                Err(e) if dir == root => return Err(unreadable(e)),
-                Err(_) => continue,
-            };
-            for entry in listing {
-                // An error mid-directory (it was removed under us) ends that directory.
-                let Ok(entry) = entry else { break };
+            let Ok(mut dir) = listing(fd) else { continue };
+            let parent = parents.len();
+            let raw = dir.as_raw_fd();
+            for (name, kind) in names(&mut dir) {
                 listed += 1;
                 entries += weight;
                 if listed >= cap {
@@ -171,22 +213,34 @@ fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
                     cut_by = Some("time");
                     break 'walk;
                 }
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    below.push((entry.path(), weight));
+                // A filesystem that keeps no type in its entries: lstat.
+                let is_dir = match kind {
+                    Some(kind) => kind == nix::dir::Type::Directory,
+                    None => is_dir_at(raw, &name),
+                };
+                if is_dir {
+                    found.push((parent, name, weight));
                 }
             }
+            parents.push(dir);
         }
-        let many = below.len();
+        let many = found.len();
         if many > WALK_DIRS_PER_LEVEL {
             sampled = true;
             let scale = many as f64 / WALK_DIRS_PER_LEVEL as f64;
-            below = (0..WALK_DIRS_PER_LEVEL)
-                .map(|i| below[i * many / WALK_DIRS_PER_LEVEL].clone())
-                .map(|(p, w)| (p, w * scale))
+            found = (0..WALK_DIRS_PER_LEVEL)
+                .map(|i| found[i * many / WALK_DIRS_PER_LEVEL].clone())
+                .map(|(p, n, w)| (p, n, w * scale))
                 .collect();
         }
-        // lstat, so a mount point shows the mounted filesystem's device.
-        below.retain(|(p, _)| fs::symlink_metadata(p).is_ok_and(|m| m.dev() == dev));
+        for (parent, name, weight) in found {
+            // Opened, not looked up by path: a mount point shows the
+            // mounted filesystem's device, and is left out.
+            let Some(sub) = subdir(&parents[parent], &name) else { continue };
+            if fstat(&sub).is_ok_and(|s| s.st_dev == dev) {
+                below.push((sub, weight));
+            }
+        }
         level = below;
     }
     let entries = entries.round() as u64;
@@ -201,12 +255,13 @@ fn count_tree(root: &Path, budget: Duration, cap: u64) -> Probe<EntryEstimate> {
     Ok(EntryEstimate { entries, at_least: cut_by.is_some(), method })
 }
 
-/// statfs and statvfs of `p`, and its device so the caller can name the
-/// filesystem from the mount table.
-fn read_fs_usage(p: &Path) -> Probe<(FsUsage, (u32, u32))> {
-    let fs_info = statfs::statfs(p).map_err(|e| unreadable(e.into()))?;
-    let vfs = nix::sys::statvfs::statvfs(p).map_err(|e| unreadable(e.into()))?;
-    let dev = fs::metadata(p).map(|m| (libc::major(m.dev()), libc::minor(m.dev()))).unwrap_or((u32::MAX, u32::MAX));
+/// statfs and statvfs of `path`, and its device so the caller can name
+/// the filesystem from the mount table: through an `O_PATH` descriptor.
+fn read_fs_usage(beneath: &Beneath, path: &[u8]) -> Probe<(FsUsage, (u32, u32))> {
+    let (fd, st) = looked_at(beneath, path)?;
+    let fs_info = statfs::fstatfs(&fd).map_err(|e| unreadable(e.into()))?;
+    let vfs = nix::sys::statvfs::fstatvfs(&fd).map_err(|e| unreadable(e.into()))?;
+    let dev = (libc::major(st.st_dev), libc::minor(st.st_dev));
     // Block counts are in fragment units; f_frsize equals f_bsize on nearly
     // every filesystem, and is the right unit where it does not.
     let unit = if vfs.fragment_size() != 0 { vfs.fragment_size() } else { vfs.block_size() };
@@ -275,11 +330,14 @@ fn fstype_name(magic: FsType) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inspect::real_node::beneath::Resolver;
     use crate::inspect::real_node::tests::b;
     use crate::inspect::NodeInspector;
     use crate::node_access::Node;
     use crate::test_support::{is_root, missing, this_test, TempDir};
     use podstuck_tests::{Chattr, TmpfsMount};
+    use std::fs;
+    use std::os::unix::fs::MetadataExt;
     use std::process::Command;
 
     #[test]
@@ -315,12 +373,12 @@ mod tests {
         let link = tmp.0.join("link");
         std::os::unix::fs::symlink(&locked, &link).unwrap();
         let err = node.inode_flags(b(&link)).unwrap_err();
-        assert!(err.0.contains("symbolic link"), "{err}");
+        assert!(err.why().contains("symbolic link"), "{err}");
         let fifo = tmp.0.join("fifo");
         assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         let err = node.inode_flags(b(&fifo)).unwrap_err();
-        assert!(err.0.contains("FIFO"), "{err}");
-        assert_eq!(node.inode_flags(b(&tmp.0.join("missing"))).unwrap_err().0, "no such file or directory");
+        assert!(err.why().contains("FIFO"), "{err}");
+        assert_eq!(node.inode_flags(b(&tmp.0.join("missing"))).unwrap_err().why(), "no such file or directory");
     }
 
     #[test]
@@ -365,7 +423,7 @@ mod tests {
         assert!(usage.free_inodes < 100);
         assert!(!usage.read_only);
         assert!(node.fs_usage(b(&ro)).unwrap().read_only);
-        assert_eq!(node.fs_usage(b(&tmp.0.join("missing"))).unwrap_err().0, "no such file or directory");
+        assert_eq!(node.fs_usage(b(&tmp.0.join("missing"))).unwrap_err().why(), "no such file or directory");
     }
 
     #[test]
@@ -406,13 +464,14 @@ mod tests {
         let estimate = node.remaining_entries(b(&tree)).unwrap();
         assert_eq!(estimate, EntryEstimate { entries: 21, at_least: false, method: "counted".into() });
 
-        let capped = count_tree(&tree, WALK_BUDGET, 5).unwrap();
+        let beneath = Beneath::new(std::path::Path::new("/"), Resolver::best()).unwrap();
+        let capped = count_tree(&beneath, b(&tree), WALK_BUDGET, 5).unwrap();
         assert!(capped.at_least && capped.entries == 5, "{capped:?}");
-        let timed = count_tree(&tree, Duration::ZERO, WALK_ENTRY_CAP).unwrap();
+        let timed = count_tree(&beneath, b(&tree), Duration::ZERO, WALK_ENTRY_CAP).unwrap();
         assert!(timed.at_least && timed.method.contains("lower bound"), "{timed:?}");
 
-        assert_eq!(node.remaining_entries(b(&tree.join("f0"))).unwrap_err().0, "not a directory");
-        assert_eq!(node.dir_sample(b(&tree.join("gone")), 3).unwrap_err().0, "no such file or directory");
+        assert_eq!(node.remaining_entries(b(&tree.join("f0"))).unwrap_err().why(), "not a directory");
+        assert_eq!(node.dir_sample(b(&tree.join("gone")), 3).unwrap_err().why(), "no such file or directory");
     }
 
     #[test]
@@ -425,7 +484,8 @@ mod tests {
                 fs::create_dir_all(tree.join(format!("r{row}/{i}"))).unwrap();
             }
         }
-        let estimate = count_tree(&tree, WALK_BUDGET, WALK_ENTRY_CAP).unwrap();
+        let beneath = Beneath::new(std::path::Path::new("/"), Resolver::best()).unwrap();
+        let estimate = count_tree(&beneath, b(&tree), WALK_BUDGET, WALK_ENTRY_CAP).unwrap();
         // Even rows: the sample stands for the whole, exactly.
         assert_eq!(estimate.entries, 100 + 100 * 40, "{estimate:?}");
         assert!(!estimate.at_least && estimate.method.contains("scaled up"), "{estimate:?}");

@@ -39,9 +39,13 @@ impl RealNode {
                 continue;
             }
             let comm = self.comm_of(pid);
+            // Read after the holds: a pid reused since the scan began has
+            // a later start, and the fix then names no process at all.
+            let start = crate::identify::process::process_start(&self.proc_root, pid);
             let owner = self.runtimes.owner_of(&self.proc_root, pid);
             holders.extend(holds.into_iter().map(|(how, path)| MountHolder {
                 pid,
+                start,
                 comm: comm.clone(),
                 how,
                 path,

@@ -6,8 +6,10 @@
 //! readdir there sleeps in the kernel forever, and a diagnosis tool that
 //! hangs on exactly the fault it should report is worse than none. So every
 //! call that touches a path runs in a reader process of its own (forked,
-//! [`deadline`]); the caller waits up to a deadline, then reports
-//! the filesystem as possibly hung and never touches that mount again.
+//! [`deadline`]); the caller waits up to a deadline, then reports the
+//! filesystem as possibly hung and stays away from it while that reader
+//! is stuck ([`avoidance`]): it is read again once the reader returns,
+//! or after a backoff.
 //! Not a thread: a lookup that waits on a directory lock held by a hung call
 //! sleeps uninterruptibly, SIGKILL cannot end it, and a process is not
 //! reaped until its every thread has left the kernel, so one such thread
@@ -18,8 +20,12 @@
 //!
 //! Its rooms, one concern each:
 //!
-//! - [`deadline`]: the reader processes and their deadline, the mounts
-//!   avoided after one did not answer;
+//! - [`deadline`]: the reader processes, their deadline and the review's
+//!   budget;
+//! - [`avoidance`]: the filesystems avoided while a reader is stuck on
+//!   them, and how they heal;
+//! - [`beneath`]: how a reader opens a path, following no link a workload
+//!   could have put on the way;
 //! - [`processes`]: the processes /proc lists, their mount namespaces,
 //!   names and task states;
 //! - [`holders`]: who holds a mount (podstuck's `fuser`) and its copies in
@@ -38,6 +44,8 @@
 //! It is not a parser of mount tables (that is [`super::mounts`]) and it
 //! draws no conclusions (that is the diagnose stage).
 
+mod avoidance;
+mod beneath;
 mod block_devices;
 pub mod cgroupfs;
 mod deadline;
@@ -46,7 +54,7 @@ mod holders;
 mod processes;
 mod resolve;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -56,15 +64,16 @@ use std::time::{Duration, Instant};
 
 use crate::identify::owner::RuntimeState;
 use crate::node_access::Node;
-use crate::words::io_words as words;
 
 use super::{
     CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, Mount, MountCopy,
-    MountHolder, MountNamespace, NodeInspector, Probe, TaskState, Unreadable,
+    MountHolder, MountNamespace, NodeInspector, Probe, ProcessState, TaskState, Unreadable,
 };
-use deadline::{AvoidedMount, StuckReader};
+use avoidance::Avoidance;
+use deadline::StuckReader;
 
-pub use deadline::{DEFAULT_DEADLINE, DEFAULT_MAX_STUCK_WORKERS, NOT_READ_STOPPING};
+pub use avoidance::{AvoidedNow, Recovered};
+pub use deadline::{ReadsNow, DEFAULT_DEADLINE, DEFAULT_MAX_STUCK_WORKERS, NOT_READ_STOPPING};
 
 /// The node podstuck runs on, read through /proc and the filesystems.
 pub struct RealNode {
@@ -82,7 +91,12 @@ pub struct RealNode {
     stuck: Vec<StuckReader>,
     /// Once podstuck is stopping: when its reads must be over by.
     stop_by: Option<Instant>,
-    avoided: Vec<AvoidedMount>,
+    /// When the reads of the current review must be over by.
+    look_by: Option<Instant>,
+    /// The filesystems avoided while a reader is stuck on them.
+    avoidance: Avoidance,
+    /// Answers that were errors, by kind.
+    failed: BTreeMap<&'static str, u64>,
     self_pid: u32,
     /// A member found for each mount namespace asked about, tried first
     /// next time: finding one means reading every process's ns link.
@@ -106,7 +120,9 @@ impl RealNode {
             max_stuck_workers: DEFAULT_MAX_STUCK_WORKERS,
             stuck: Vec::new(),
             stop_by: None,
-            avoided: Vec::new(),
+            look_by: None,
+            avoidance: Avoidance::default(),
+            failed: BTreeMap::new(),
             self_pid: std::process::id(),
             members: HashMap::new(),
         }
@@ -131,18 +147,22 @@ impl RealNode {
     }
 }
 
-/// Each question handed to the room that answers it.
+/// Each question handed to the room that answers it; a fact that could
+/// not be read is counted by its kind.
 impl NodeInspector for RealNode {
     fn host_mounts(&mut self) -> Probe<Vec<Mount>> {
-        self.host_table().map_err(unreadable)
+        let read = self.host_table().map_err(unreadable);
+        self.counted(read)
     }
 
     fn mount_namespace(&mut self, mntns: u64) -> Probe<MountNamespace> {
-        self.namespace(mntns)
+        let read = self.namespace(mntns);
+        self.counted(read)
     }
 
     fn resolved_path(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
-        self.resolve_for(pid, path)
+        let read = self.resolve_for(pid, path);
+        self.counted(read)
     }
 
     fn mount_holders(&mut self, mount: &Mount, mntns: u64) -> Vec<MountHolder> {
@@ -154,35 +174,43 @@ impl NodeInspector for RealNode {
     }
 
     fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
-        self.within_deadline(path, |p| fs_facts::inode_flags(&p))
+        let read = self.within_deadline(path, fs_facts::inode_flags);
+        self.counted(read)
     }
 
     fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts> {
-        self.within_deadline(path, |p| fs_facts::lstat(&p))
+        let read = self.within_deadline(path, fs_facts::lstat);
+        self.counted(read)
     }
 
     fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample> {
-        self.within_deadline(path, move |p| fs_facts::sample_dir(&p, limit))
+        let read = self.within_deadline(path, move |b, p| fs_facts::sample_dir(b, p, limit));
+        self.counted(read)
     }
 
     fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
-        self.entries_below(path)
+        let read = self.entries_below(path);
+        self.counted(read)
     }
 
     fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage> {
-        self.usage_of(path)
+        let read = self.usage_of(path);
+        self.counted(read)
     }
 
     fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
-        self.cgroup_state(path)
+        let read = self.cgroup_state(path);
+        self.counted(read)
     }
 
     fn v1_freezer(&mut self, path: &[u8]) -> Probe<Vec<FreezerLevel>> {
-        self.freezer_levels(path)
+        let read = self.freezer_levels(path);
+        self.counted(read)
     }
 
     fn task(&mut self, tid: u32) -> Probe<TaskState> {
-        self.task_of(tid)
+        let read = self.task_of(tid);
+        self.counted(read)
     }
 
     fn fuse_servers(&mut self) -> Vec<TaskState> {
@@ -193,8 +221,31 @@ impl NodeInspector for RealNode {
         self.loops()
     }
 
+    fn process(&mut self, pid: u32, start: u64) -> Probe<Option<ProcessState>> {
+        let read = self.process_of(pid, start);
+        self.counted(read)
+    }
+
+    fn processes_running(&mut self, name: &[u8]) -> Vec<TaskState> {
+        self.processes_named(name)
+    }
+
+    fn processes_unreadable(&mut self) -> Vec<TaskState> {
+        self.denied_tasks()
+    }
+
     fn avoid(&mut self, path: &[u8]) {
         self.avoid_mount_of(path)
+    }
+}
+
+impl RealNode {
+    /// `read`, its failure counted by kind.
+    fn counted<T>(&mut self, read: Probe<T>) -> Probe<T> {
+        if let Err(why) = &read {
+            *self.failed.entry(why.kind()).or_default() += 1;
+        }
+        read
     }
 }
 
@@ -207,7 +258,7 @@ fn read_link(p: &Path) -> io::Result<Vec<u8>> {
 }
 
 fn unreadable(e: io::Error) -> Unreadable {
-    Unreadable(words(&e))
+    Unreadable::io(&e)
 }
 
 #[cfg(test)]

@@ -11,9 +11,13 @@ use std::path::{Path, PathBuf};
 
 use crate::identify::process::{parse_stat, TaskStat};
 use crate::inspect::mounts::parse_mountinfo;
-use crate::inspect::{namespace_gone, Mount, MountNamespace, Probe, TaskState, Unreadable};
+use crate::inspect::{namespace_gone, Mount, MountNamespace, Probe, ProcessState, TaskState, Unreadable, THREADS_KEPT};
 
 use super::{read_link, unreadable, RealNode};
+
+/// Threads of one process whose state is read, at most (a JVM may have
+/// thousands; the one in D is among the first few hundred read).
+const THREADS_READ: usize = 4096;
 
 /// Mount namespaces whose member is remembered; past this the memory
 /// starts again (a node has a few hundred namespaces, not thousands).
@@ -95,7 +99,7 @@ impl RealNode {
 
     pub(super) fn unreadable_proc(&self, e: io::Error) -> Unreadable {
         if e.kind() == io::ErrorKind::NotFound {
-            Unreadable("no such process".into())
+            Unreadable::Gone("no such process".into())
         } else {
             unreadable(e)
         }
@@ -142,7 +146,7 @@ impl RealNode {
     pub(super) fn task_of(&self, tid: u32) -> Probe<TaskState> {
         let stat = fs::read(self.proc_file(tid, "stat")).map_err(|e| self.unreadable_proc(e))?;
         let TaskStat { comm, state, .. } =
-            parse_stat(&stat).ok_or_else(|| Unreadable(format!("cannot parse /proc/{tid}/stat")))?;
+            parse_stat(&stat).ok_or_else(|| Unreadable::Other(format!("cannot parse /proc/{tid}/stat")))?;
         // Bytes, not text: the Name line above holds what the process chose.
         let pid = fs::read(self.proc_file(tid, "status"))
             .ok()
@@ -161,6 +165,104 @@ impl RealNode {
         Ok(TaskState { tid, pid, comm, state, wchan, stack })
     }
 
+    /// Process `pid` with its threads and signal dispositions, if it is
+    /// still the process that started at `start` (0: any); Ok(None) when
+    /// it is gone. Only a missing entry is "gone": any other error (too
+    /// many open files, permission denied) is said as such, never taken
+    /// for an exit.
+    pub(super) fn process_of(&self, pid: u32, start: u64) -> Probe<Option<ProcessState>> {
+        let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH);
+        let stat = match fs::read(self.proc_file(pid, "stat")) {
+            Ok(stat) => stat,
+            Err(e) if gone(&e) => return Ok(None),
+            Err(e) => return Err(unreadable(e)),
+        };
+        let now = parse_stat(&stat).and_then(|s| s.start).map(|s| s.ticks());
+        let Some(now) = now else { return Err(Unreadable::Other(format!("cannot parse /proc/{pid}/stat"))) };
+        if start != 0 && now != start {
+            return Ok(None);
+        }
+        let status = match fs::read(self.proc_file(pid, "status")) {
+            Ok(status) => status,
+            Err(e) if gone(&e) => return Ok(None),
+            Err(e) => return Err(unreadable(e)),
+        };
+        let field = |name: &[u8]| {
+            status
+                .split(|b| *b == b'\n')
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| String::from_utf8_lossy(v).trim().to_string())
+        };
+        let mask = |name: &[u8]| field(name).and_then(|v| u64::from_str_radix(&v, 16).ok()).unwrap_or(0);
+        let thread_count = field(b"Threads:").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let ns_pid = field(b"NSpid:").and_then(|v| v.split_whitespace().last()?.parse().ok());
+        let mut tids: Vec<u32> = match fs::read_dir(self.proc_file(pid, "task")) {
+            Ok(entries) => {
+                entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).take(THREADS_READ).collect()
+            }
+            Err(e) if gone(&e) => return Ok(None),
+            Err(e) => return Err(unreadable(e)),
+        };
+        tids.sort_unstable();
+        // The leader, then threads in D, then the others.
+        let task_dir = |tid: u32| self.proc_root.join(pid.to_string()).join("task").join(tid.to_string());
+        let mut states: Vec<(u32, char, String)> = tids
+            .iter()
+            .filter_map(|tid| {
+                let stat = parse_stat(&fs::read(task_dir(*tid).join("stat")).ok()?)?;
+                Some((*tid, stat.state, stat.comm))
+            })
+            .collect();
+        states.sort_by_key(|(tid, state, _)| (*tid != pid, *state != 'D', *tid));
+        let threads = states
+            .into_iter()
+            .take(THREADS_KEPT)
+            .map(|(tid, state, comm)| {
+                let (wchan, stack) = match tid == pid || state == 'D' {
+                    true => (
+                        fs::read_to_string(task_dir(tid).join("wchan"))
+                            .ok()
+                            .map(|w| w.trim().to_string())
+                            .filter(|w| !w.is_empty() && w != "0"),
+                        fs::read_to_string(task_dir(tid).join("stack"))
+                            .map(|s| s.lines().filter_map(frame_name).collect())
+                            .unwrap_or_default(),
+                    ),
+                    false => (None, Vec::new()),
+                };
+                TaskState { tid, pid, comm, state, wchan, stack }
+            })
+            .collect::<Vec<_>>();
+        if threads.is_empty() {
+            // Its threads went while they were listed.
+            return Ok(None);
+        }
+        Ok(Some(ProcessState {
+            pid,
+            start: now,
+            threads,
+            thread_count,
+            ns_pid,
+            sig_ignored: mask(b"SigIgn:"),
+            sig_caught: mask(b"SigCgt:"),
+        }))
+    }
+
+    /// The processes whose executable's file name is `name`.
+    pub(super) fn processes_named(&self, name: &[u8]) -> Vec<TaskState> {
+        let mut found = Vec::new();
+        for pid in self.pids() {
+            let Ok(exe) = read_link(&self.proc_file(pid, "exe")) else { continue };
+            let exe = exe.strip_suffix(b" (deleted)").unwrap_or(&exe);
+            if exe.rsplit(|b| *b == b'/').next() == Some(name) {
+                if let Ok(task) = self.task_of(pid) {
+                    found.push(task);
+                }
+            }
+        }
+        found
+    }
+
     /// The processes with /dev/fuse open: the servers of FUSE mounts.
     pub(super) fn fuse_server_tasks(&self) -> Vec<TaskState> {
         let mut servers = Vec::new();
@@ -174,6 +276,34 @@ impl RealNode {
             }
         }
         servers
+    }
+
+    /// The processes whose /proc/PID/ns, fd, cwd and root the kernel's
+    /// ptrace access check refuses podstuck (EACCES, EPERM): under an
+    /// AppArmor profile such as docker-default, which lets a process read
+    /// only those of its own profile, all of the node's but its own.
+    pub(super) fn denied_tasks(&self) -> Vec<TaskState> {
+        let mut denied = Vec::new();
+        for pid in self.pids() {
+            let refused = fs::read_link(self.proc_file(pid, "ns/mnt"))
+                .is_err_and(|e| matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)));
+            // Kernel threads (kthreadd and its children) hold no file, cwd
+            // or root of a pod's mount: not worth a line of anyone's.
+            let kernel_thread = || {
+                pid == 2
+                    || fs::read(self.proc_file(pid, "stat"))
+                        .ok()
+                        .and_then(|stat| parse_stat(&stat))
+                        .is_some_and(|stat| stat.ppid == Some(2))
+            };
+            if refused && !kernel_thread() {
+                // stat and status stay readable to all: the process is named.
+                if let Ok(task) = self.task_of(pid) {
+                    denied.push(task);
+                }
+            }
+        }
+        denied
     }
 }
 
@@ -251,7 +381,7 @@ Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
         let task = RealNode::with_proc_root(Node::direct(), tmp.0.clone()).task(4242).unwrap();
         assert_eq!((task.pid, task.comm.as_str(), task.state), (4240, crate::words::safe_text(b"x\xff").as_str(), 'D'));
 
-        let read = |comm: &str, state, ppid| Some(TaskStat { comm: comm.into(), state, ppid });
+        let read = |comm: &str, state, ppid| Some(TaskStat { comm: comm.into(), state, ppid, start: None });
         let cuts = [(&b"4242 (x)"[..], None), (&b"(x) R"[..], read("x", 'R', None)), (&b"4242 )x( R"[..], None)];
         for (cut, ours) in cuts {
             assert_eq!(parse_stat(cut), ours, "podstuck's reading of {:?}", String::from_utf8_lossy(cut));
@@ -279,7 +409,7 @@ Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
 
         let tid = nix::unistd::gettid().as_raw() as u32;
         assert_eq!(node.task(tid).unwrap().pid, std::process::id());
-        assert_eq!(node.task(u32::MAX).unwrap_err().0, "no such process");
+        assert_eq!(node.task(u32::MAX).unwrap_err().why(), "no such process");
     }
 
     #[test]
@@ -359,7 +489,7 @@ Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t\n";
         fs::remove_dir_all(tmp.0.join("500")).unwrap();
         assert_eq!(node.mount_namespace(4000), Err(namespace_gone(4000)));
         assert_eq!(
-            node.mount_namespace(4242).unwrap_err().0,
+            node.mount_namespace(4242).unwrap_err().why(),
             "no process is left in mount namespace mnt:[4242], so its mounts cannot be read"
         );
     }

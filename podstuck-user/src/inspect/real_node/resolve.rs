@@ -1,65 +1,64 @@
 //! A path as another process sees it: resolved inside that process's root
 //! (`/proc/<pid>/root`), so a container's symlinks lead where they lead
 //! for the container, never into podstuck's own root. On a reader with a
-//! deadline: a lookup walks through every mount on the way.
+//! deadline: a lookup walks through every mount on the way, and the root
+//! itself is looked at there too (a process's root may be on a hung
+//! filesystem). Links are read, one component at a time below a
+//! descriptor of the part already resolved, and the kernel is never let
+//! follow one: an absolute target restarts at the process's root.
 
 use std::collections::VecDeque;
-use std::ffi::OsStr;
-use std::fs;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::Path;
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 
 use crate::inspect::{Probe, Unreadable};
 
-use super::{unreadable, RealNode};
+use super::beneath::{fstat, Beneath};
+use super::deadline::Root;
+use super::RealNode;
 
 impl RealNode {
-    /// `path` as process `pid` reaches it, links followed inside its root.
+    /// `path` as process `pid` reaches it, links followed inside its root
+    /// (the node's, when the process is gone: a short-lived caller's
+    /// root, kubelet's umount child's, was the host's).
     pub(super) fn resolve_for(&mut self, pid: u32, path: &[u8]) -> Probe<Vec<u8>> {
-        // A short-lived caller (kubelet's umount child) may be gone: its
-        // root was the host's, which is podstuck's own.
-        let proc_root = self.proc_file(pid, "root");
-        let root = if proc_root.exists() { proc_root } else { self.node.path("/") };
         let wait = self.deadline;
-        // The path is the caller's, under its own root: never the node's
-        // path that on_worker reaches under --host-root.
-        let in_caller_root = path.to_vec();
-        self.on_worker(path, wait, move |_| resolve_in_root(&root, &in_caller_root))
+        let root = if pid == 0 { Root::Node } else { Root::Process(pid) };
+        self.on_worker(root, path, wait, resolve_in_root)
     }
 }
 
 /// Symlinks followed in one resolution before it is called a loop, as the kernel does.
 const MAX_SYMLINKS: u32 = 40;
 
-/// `path` resolved component by component under `root` (a process's
-/// `/proc/<pid>/root`): each component is looked up as a link below the
-/// already resolved part, so an absolute link target restarts at that
-/// root, never at podstuck's own. The part from the first component that
-/// does not exist on is kept as written.
-fn resolve_in_root(root: &Path, path: &[u8]) -> Probe<Vec<u8>> {
-    let mut done: Vec<u8> = Vec::new();
+/// `path` resolved component by component below `beneath`'s root: each
+/// component's link read below the descriptor of the part resolved so
+/// far, so an absolute link target restarts at that root, never at
+/// podstuck's own, and no lookup the kernel makes follows a link. The
+/// part from the first component that does not exist on is kept as
+/// written.
+fn resolve_in_root(beneath: &Beneath, path: &[u8]) -> Probe<Vec<u8>> {
+    // The names resolved, and a descriptor of each (the root's below them).
+    let mut done: Vec<(Vec<u8>, OwnedFd)> = Vec::new();
     let mut todo: VecDeque<Vec<u8>> = path.split(|b| *b == b'/').map(<[u8]>::to_vec).collect();
     let mut links = 0;
     while let Some(part) = todo.pop_front() {
         match part.as_slice() {
             b"" | b"." => continue,
             b".." => {
-                let cut = done.iter().rposition(|b| *b == b'/').unwrap_or(0);
-                done.truncate(cut);
+                done.pop();
                 continue;
             }
             _ => {}
         }
-        let mut candidate = done.clone();
-        candidate.push(b'/');
-        candidate.extend_from_slice(&part);
-        match fs::read_link(root.join(OsStr::from_bytes(&candidate[1..]))) {
+        let at = done.last().map(|(_, fd)| fd).unwrap_or(beneath.root());
+        match readlink_at(at, &part) {
             Ok(target) => {
                 links += 1;
                 if links > MAX_SYMLINKS {
-                    return Err(Unreadable("too many levels of symbolic links".into()));
+                    return Err(Unreadable::Other("too many levels of symbolic links".into()));
                 }
-                let target = target.into_os_string().into_vec();
                 if target.first() == Some(&b'/') {
                     done.clear();
                 }
@@ -67,28 +66,67 @@ fn resolve_in_root(root: &Path, path: &[u8]) -> Probe<Vec<u8>> {
                     todo.push_front(piece.to_vec());
                 }
             }
-            // Not a link: a directory or file, keep it as it is.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => done = candidate,
+            // Not a link: a directory or file, kept as it is, and what
+            // comes next is looked up below it.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match open_at(at, &part) {
+                Ok(fd) => done.push((part, fd)),
+                Err(_) => return Ok(kept_as_written(&done, part, todo)),
+            },
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-                done = candidate;
-                for rest in todo.drain(..).filter(|p| !p.is_empty()) {
-                    done.push(b'/');
-                    done.extend_from_slice(&rest);
-                }
+                return Ok(kept_as_written(&done, part, todo));
             }
-            Err(e) => return Err(unreadable(e)),
+            Err(e) => return Err(Unreadable::io(&e)),
         }
     }
-    if done.is_empty() {
-        done.push(b'/');
+    Ok(joined(&done, std::iter::empty()))
+}
+
+/// The names resolved, then `part` and what is left as written.
+fn kept_as_written(done: &[(Vec<u8>, OwnedFd)], part: Vec<u8>, todo: VecDeque<Vec<u8>>) -> Vec<u8> {
+    joined(done, std::iter::once(part).chain(todo.into_iter().filter(|p| !p.is_empty())))
+}
+
+fn joined(done: &[(Vec<u8>, OwnedFd)], rest: impl Iterator<Item = Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for name in done.iter().map(|(name, _)| name.clone()).chain(rest) {
+        out.push(b'/');
+        out.extend_from_slice(&name);
     }
-    Ok(done)
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
+/// The target of link `name` below `at`; EINVAL when it is no link.
+fn readlink_at(at: &OwnedFd, name: &[u8]) -> std::io::Result<Vec<u8>> {
+    nix::fcntl::readlinkat(at, OsStr::from_bytes(name)).map(|t| t.as_bytes().to_vec()).map_err(std::io::Error::from)
+}
+
+/// `name` below `at`, as an `O_PATH` descriptor of the thing itself: a
+/// component swapped for a link since it was read is opened as the link,
+/// and nothing can be looked up below it (the rest is kept as written).
+fn open_at(at: &OwnedFd, name: &[u8]) -> std::io::Result<OwnedFd> {
+    let c = CString::new(name).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a valid descriptor and C string; the descriptor returned is owned here.
+    let fd = unsafe { libc::openat(at.as_raw_fd(), c.as_ptr(), libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    match fstat(&fd)?.st_mode & libc::S_IFMT {
+        libc::S_IFLNK => Err(std::io::Error::from_raw_os_error(libc::ENOTDIR)),
+        _ => Ok(fd),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inspect::real_node::beneath::Resolver;
     use crate::test_support::TempDir;
+    use std::fs;
 
     #[test]
     fn paths_resolve_through_symlinks_inside_the_given_root() {
@@ -99,11 +137,13 @@ mod tests {
         std::os::unix::fs::symlink("../run/docker", root.join("run/up")).unwrap();
         std::os::unix::fs::symlink("loop2", root.join("loop1")).unwrap();
         std::os::unix::fs::symlink("loop1", root.join("loop2")).unwrap();
+        let beneath = Beneath::new(&root, Resolver::best()).unwrap();
         // An absolute target restarts at the given root, not at /.
-        assert_eq!(resolve_in_root(&root, b"/var-run/docker/task/rootfs").unwrap(), b"/run/docker/task/rootfs");
-        assert_eq!(resolve_in_root(&root, b"/run/up/task").unwrap(), b"/run/docker/task");
-        assert_eq!(resolve_in_root(&root, b"/run/./docker/../docker//task/").unwrap(), b"/run/docker/task");
-        assert_eq!(resolve_in_root(&root, b"/").unwrap(), b"/");
-        assert!(resolve_in_root(&root, b"/loop1/x").unwrap_err().0.contains("symbolic links"));
+        assert_eq!(resolve_in_root(&beneath, b"/var-run/docker/task/rootfs").unwrap(), b"/run/docker/task/rootfs");
+        assert_eq!(resolve_in_root(&beneath, b"/run/up/task").unwrap(), b"/run/docker/task");
+        assert_eq!(resolve_in_root(&beneath, b"/run/./docker/../docker//task/").unwrap(), b"/run/docker/task");
+        assert_eq!(resolve_in_root(&beneath, b"/").unwrap(), b"/");
+        assert_eq!(resolve_in_root(&beneath, b"/../../run").unwrap(), b"/run");
+        assert!(resolve_in_root(&beneath, b"/loop1/x").unwrap_err().why().contains("symbolic links"));
     }
 }

@@ -13,14 +13,16 @@ use crate::identify::owner::Owner;
 use crate::inspect::questions::QUESTION_NAMES;
 use crate::inspect::{
     BlockHolder, DeviceOpener, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, MountNamespace,
-    TaskState,
+    ProcessState, TaskState,
 };
 use crate::record::wire::WireQuestion;
 
 const GOLDEN: &str = include_str!("golden_questions.jsonl");
 
+/// An answer that could not be read, of a kind its words do not say:
+/// renaming the kind written beside it must change what is read.
 fn unreadable() -> Unreadable {
-    Unreadable("timed out after 1 s: the filesystem may be hung".into())
+    Unreadable::TooMany("cannot start a reader: out of processes".into())
 }
 
 fn golden_mount() -> Mount {
@@ -61,6 +63,7 @@ fn holders() -> Vec<MountHolder> {
         .zip(1..)
         .map(|(how, pid)| MountHolder {
             pid,
+            start: Some(crate::event::ProcessStart(u64::from(pid) * 100)),
             comm: "sh".into(),
             how,
             path: b"/mnt/\xff odd/f".to_vec(),
@@ -162,6 +165,26 @@ fn every_question() -> Vec<Question> {
         Question::FuseServers { answer: vec![] },
         Question::LoopDevices { answer: vec![golden_loop()] },
         Question::LoopDevices { answer: vec![] },
+        // A zombie leader and its thread in D: a process still there.
+        Question::Process {
+            pid: 3,
+            start: 987_654,
+            answer: Ok(Some(ProcessState {
+                pid: 3,
+                start: 987_654,
+                threads: vec![task(3, "java", 'Z'), TaskState { tid: 4, pid: 3, ..tasks().remove(2) }],
+                thread_count: 2,
+                ns_pid: Some(1),
+                sig_ignored: 0,
+                sig_caught: 1 << 14,
+            })),
+        },
+        Question::Process { pid: 4, start: 0, answer: Ok(None) },
+        Question::Process { pid: 5, start: 1, answer: Err(unreadable()) },
+        Question::ProcessesRunning { name: b"calico-node".to_vec(), answer: vec![task(77, "calico-node", 'S')] },
+        Question::ProcessesRunning { name: b"flanneld".to_vec(), answer: vec![] },
+        Question::ProcessesUnreadable { answer: tasks() },
+        Question::ProcessesUnreadable { answer: vec![] },
         Question::Avoid { path: b"/mnt/\xff odd".to_vec() },
     ]);
     asked
@@ -172,6 +195,7 @@ fn every_question() -> Vec<Question> {
 fn golden_loop() -> LoopDevice {
     let opener = |pid: u32, path: &[u8], owner: Option<Owner>| DeviceOpener {
         pid,
+        start: Some(crate::event::ProcessStart(u64::from(pid) + 1_000)),
         comm: "dd".into(),
         path: path.to_vec(),
         owner,
@@ -229,6 +253,26 @@ fn every_question_has_its_variant_in_the_golden_text() {
     let methods = QUESTION_NAMES.iter().chain(&["avoid"]);
 
     assert_eq!(variants, methods.map(|m| m.to_string()).collect());
+}
+
+/// Records written before errors had kinds hold the words alone: read
+/// with the kind podstuck's words of that time said. A kind a newer
+/// podstuck wrote and this one does not know is read from the words too.
+#[test]
+fn an_answer_without_its_kind_is_read_by_its_words() {
+    let older =
+        r#"{"file_facts":{"path":"/x","answer":{"unreadable":"timed out after 1 s: the filesystem may be hung"}}}"#;
+    match read(older).unwrap() {
+        Some(Question::FileFacts { answer: Err(why), .. }) => assert_eq!(why.kind(), "timed-out"),
+        other => panic!("{other:?}"),
+    }
+    let newer = r#"{"task":{"tid":9,"answer":{"unreadable":"permission denied"},"error_kind":"quarantined"}}"#;
+    match read(newer).unwrap() {
+        Some(Question::Task { answer: Err(why), .. }) => {
+            assert_eq!((why.kind(), why.why()), ("denied", "permission denied"))
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

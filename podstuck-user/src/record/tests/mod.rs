@@ -202,7 +202,7 @@ fn incident<W: Write>(writer: W) -> (Vec<Report>, Result<Saved, RecordStopped>) 
     live.finish(40.2)
 }
 
-fn recorded_incident() -> (Vec<Report>, Vec<u8>) {
+pub(crate) fn recorded_incident() -> (Vec<Report>, Vec<u8>) {
     let out = Shared::default();
     let (told, saved) = incident(out.clone());
     assert_eq!(saved.unwrap(), Saved { entries: 80 + 14, complete: true });

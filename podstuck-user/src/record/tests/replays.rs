@@ -23,7 +23,7 @@ fn a_recorded_incident_replays_to_the_same_findings() {
     }
     assert_eq!(replayed, live);
     let p1 = replayed.iter().find(|r| r.finding().kind == Kind::VolumeStillMounted).unwrap().finding();
-    assert_eq!(p1.fix, format!("umount {}", csi_mount()));
+    assert_eq!(p1.fix, format!("umount -- {}", csi_mount()));
     assert!(
         p1.evidence.iter().any(|e| e.fact.contains("pid 4242 (backup) has its current directory at")),
         "{:?}",
@@ -88,7 +88,7 @@ fn a_replay_with_other_detectors_says_what_the_record_lacks() {
 #[test]
 fn unchanged_answers_are_written_once() {
     let (_, bytes) = recorded_incident();
-    let mut asked = std::collections::BTreeMap::<&str, (usize, Vec<serde_json::Value>)>::new();
+    let mut asked = BTreeMap::<&str, (usize, Vec<serde_json::Value>)>::new();
     let lines: Vec<serde_json::Value> = entry_lines(&bytes).iter().map(|l| serde_json::from_str(l).unwrap()).collect();
     for question in lines.iter().filter_map(|l| l["review"]["asked"].as_array()).flatten() {
         let (method, body) = question.as_object().unwrap().iter().next().unwrap();
@@ -155,6 +155,7 @@ fn change(node: &mut FakeNode, what: u8) {
         0 => node.holders.clear(),
         1 => node.holders.push(MountHolder {
             pid: 4000 + what as u32,
+            start: Some(crate::event::ProcessStart(90_000 + what as u64)),
             comm: "app".into(),
             how: HoldKind::OpenFile,
             path: csi_mount().into_bytes(),
@@ -302,13 +303,22 @@ fn lifecycle_events_and_the_closing_review_replay_to_the_same_findings() {
         role: Role::Other,
         description: comm.into(),
     };
-    let who = |comm: &str| LifecycleIdentity { pod_uid: Some(pod()), actor: actor(comm) };
+    let who = |comm: &str| {
+        let mut identity = LifecycleIdentity::of(Some(pod()), actor(comm));
+        identity.target_start = Some(crate::event::ProcessStart(4000));
+        identity.runner = Some("containerd".into());
+        identity
+    };
     let event = |at: f64, pid: u32, what: Lifecycle| LifecycleEvent {
         time: t(at),
         pid,
+        start: Some(crate::event::ProcessStart(u64::from(pid))),
         ppid: 10,
+        parent_start: Some(crate::event::ProcessStart(10)),
         comm: "x".into(),
         cgroup_id: 0,
+        v1_cgroup_id: 0,
+        v1_hierarchy: 0,
         what,
     };
     let cni = CniRun { command: "DEL".into(), container_id: "abc".into(), pod_uid: Some(pod()), ..Default::default() };
@@ -328,9 +338,16 @@ fn lifecycle_events_and_the_closing_review_replay_to_the_same_findings() {
     )];
     for (i, at) in [0.2, 1.2].into_iter().enumerate() {
         let pid = 100 + i as u32;
-        let exec = Lifecycle::Exec { filename: b"/usr/lib/cni/bridge".to_vec(), cni: Some(cni.clone()) };
+        let exec = Lifecycle::Exec {
+            filename: b"/usr/lib/cni/bridge".to_vec(),
+            cni: Some(cni.clone()),
+            file: podstuck_common::PluginFile { ino: 7, dev: 0x800001, _pad: 0 },
+            mntns: 4026531840,
+            env_cut: false,
+        };
         events.push((event(at, pid, exec), who("bridge")));
-        events.push((event(at + 0.05, pid, Lifecycle::Exit { status: 0x100 }), who("bridge")));
+        let exit = Lifecycle::Exit { status: Some(0x100), last_thread: true };
+        events.push((event(at + 0.05, pid, exit), who("bridge")));
     }
     let mut live = Vec::new();
     for (e, identity) in &events {
@@ -341,6 +358,10 @@ fn lifecycle_events_and_the_closing_review_replay_to_the_same_findings() {
         if closing {
             diagnoser.closing();
         }
+        // The API's grace period for the pod, as watch --pod NS/NAME joins it.
+        let ends = BTreeMap::from([(pod(), t(60.0))]);
+        diagnoser.grace_ends(&ends);
+        recorder.grace_ends(&ends);
         let mut recording = RecordingNode::new(&mut node);
         let reports = diagnoser.review(&mut Review { now: t(at), in_flight: &[], node: &mut recording });
         recorder.add_review(t(at), &[], &[], recording.into_asked(), &reports, closing).unwrap();

@@ -1,6 +1,7 @@
 //! Any calls and answers written are read back the same.
 
 use super::*;
+use crate::inspect::unreadable::KINDS;
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
@@ -102,8 +103,11 @@ fn arbitrary_mount() -> impl Strategy<Value = Mount> {
 
 fn arbitrary_asked() -> impl Strategy<Value = Question> {
     prop_oneof![
-        (proptest::collection::vec(arbitrary_mount(), 0..3), prop::option::of(".{0,20}"))
-            .prop_map(|(m, why)| Question::HostMounts { answer: why.map_or(Ok(m), |w| Err(Unreadable(w))) }),
+        (proptest::collection::vec(arbitrary_mount(), 0..3), prop::option::of((0..KINDS.len(), ".{0,20}"))).prop_map(
+            |(m, why)| Question::HostMounts {
+                answer: why.map_or(Ok(m), |(kind, w)| Err(Unreadable::of_kind(KINDS[kind], w).unwrap()))
+            }
+        ),
         (arbitrary_mount(), proptest::collection::vec((any::<u32>(), bytes_strategy()), 0..3)).prop_map(
             |(mount, h)| Question::MountHolders {
                 mount,
@@ -112,6 +116,7 @@ fn arbitrary_asked() -> impl Strategy<Value = Question> {
                     .into_iter()
                     .map(|(pid, path)| MountHolder {
                         pid,
+                        start: (pid % 2 == 0).then_some(crate::event::ProcessStart(u64::from(pid) * 7)),
                         comm: "c".into(),
                         how: HoldKind::OpenFile,
                         path,

@@ -8,11 +8,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::{at_most, Bytes};
+use crate::event::ProcessStart;
 use crate::identify::owner::Owner;
 use crate::identify::pod::PodUid;
 use crate::inspect::{
     BlockHolder, CgroupState, DeviceOpener, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind,
-    InodeFlags, LoopDevice, Mount, MountCopy, MountHolder, MountNamespace, Probe, TaskState, Unreadable,
+    InodeFlags, LoopDevice, Mount, MountCopy, MountHolder, MountNamespace, Probe, ProcessState, TaskState, Unreadable,
 };
 
 /// A live value as a record keeps it: its wire shape, and back.
@@ -21,6 +22,16 @@ pub trait Recorded: Sized {
     fn to_wire(&self) -> Self::Wire;
     /// The live value, or why the record's value cannot be one.
     fn from_wire(wire: Self::Wire) -> Result<Self, String>;
+    /// The kind of the error it is (an answer that could not be read),
+    /// written beside it: older podstucks read the words and leave it.
+    fn error_kind(&self) -> Option<&'static str> {
+        None
+    }
+    /// The value read, given the kind written beside it (None: a record
+    /// older than kinds, whose words say it).
+    fn with_error_kind(self, _kind: Option<&str>) -> Self {
+        self
+    }
 }
 
 /// Values whose wire shape is the value itself: numbers.
@@ -67,7 +78,8 @@ recorded_through!(
     CgroupState => WireCgroup,
     FreezerLevel => WireFreezerLevel,
     TaskState => WireTask,
-    LoopDevice => WireLoopDevice
+    LoopDevice => WireLoopDevice,
+    ProcessState => WireProcess
 );
 
 /// A count as the record keeps it: 64 bits on any machine.
@@ -102,7 +114,20 @@ impl<T: Recorded> Recorded for Vec<T> {
     }
 }
 
-/// What a node question returned: the fact, or why it could not be read.
+/// A fact that may be absent (a process gone): null in the record.
+impl<T: Recorded> Recorded for Option<T> {
+    type Wire = Option<T::Wire>;
+    fn to_wire(&self) -> Option<T::Wire> {
+        self.as_ref().map(T::to_wire)
+    }
+    fn from_wire(wire: Option<T::Wire>) -> Result<Option<T>, String> {
+        wire.map(T::from_wire).transpose()
+    }
+}
+
+/// What a node question returned: the fact, or why it could not be read,
+/// in words (its kind is written beside the answer, where a podstuck
+/// older than kinds does not look: it reads both ways).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WireProbe<T> {
@@ -115,14 +140,29 @@ impl<T: Recorded> Recorded for Probe<T> {
     fn to_wire(&self) -> WireProbe<T::Wire> {
         match self {
             Ok(fact) => WireProbe::Ok(fact.to_wire()),
-            Err(why) => WireProbe::Unreadable(why.0.clone()),
+            Err(why) => WireProbe::Unreadable(why.why().to_string()),
         }
     }
     fn from_wire(wire: WireProbe<T::Wire>) -> Result<Probe<T>, String> {
         Ok(match wire {
             WireProbe::Ok(fact) => Ok(T::from_wire(fact)?),
-            WireProbe::Unreadable(why) => Err(Unreadable(why)),
+            // Its kind comes from beside it; a record older than kinds
+            // has its words alone, which said the kind.
+            WireProbe::Unreadable(why) => Err(Unreadable::from_words(why)),
         })
+    }
+    fn error_kind(&self) -> Option<&'static str> {
+        self.as_ref().err().map(Unreadable::kind)
+    }
+    fn with_error_kind(self, kind: Option<&str>) -> Probe<T> {
+        match (self, kind) {
+            (Err(why), Some(kind)) => {
+                let words = why.why().to_string();
+                // A kind a newer podstuck knows and this one does not: its words.
+                Err(Unreadable::of_kind(kind, words).unwrap_or(why))
+            }
+            (read, _) => read,
+        }
     }
 }
 
@@ -266,6 +306,9 @@ impl From<WireHoldKind> for HoldKind {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WireHolder {
     pid: u32,
+    /// Absent from records made before podstuck read holders' starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start: Option<u64>,
     comm: String,
     how: WireHoldKind,
     path: Bytes<'static>,
@@ -278,9 +321,10 @@ pub struct WireHolder {
 
 impl From<&MountHolder> for WireHolder {
     fn from(h: &MountHolder) -> WireHolder {
-        let MountHolder { pid, comm, how, path, mntns, other_namespace, owner } = h;
+        let MountHolder { pid, start, comm, how, path, mntns, other_namespace, owner } = h;
         WireHolder {
             pid: *pid,
+            start: start.map(ProcessStart::ticks),
             comm: comm.clone(),
             how: (*how).into(),
             path: path.to_wire(),
@@ -295,6 +339,7 @@ impl From<WireHolder> for MountHolder {
     fn from(w: WireHolder) -> MountHolder {
         MountHolder {
             pid: w.pid,
+            start: w.start.map(ProcessStart),
             comm: w.comm,
             how: w.how.into(),
             path: w.path.into_vec(),
@@ -503,6 +548,47 @@ impl From<WireTask> for TaskState {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
+pub struct WireProcess {
+    pid: u32,
+    start: u64,
+    threads: Vec<WireTask>,
+    thread_count: u32,
+    ns_pid: Option<u32>,
+    sig_ignored: u64,
+    sig_caught: u64,
+}
+
+impl From<&ProcessState> for WireProcess {
+    fn from(p: &ProcessState) -> WireProcess {
+        let ProcessState { pid, start, threads, thread_count, ns_pid, sig_ignored, sig_caught } = p;
+        WireProcess {
+            pid: *pid,
+            start: *start,
+            threads: threads.iter().map(WireTask::from).collect(),
+            thread_count: *thread_count,
+            ns_pid: *ns_pid,
+            sig_ignored: *sig_ignored,
+            sig_caught: *sig_caught,
+        }
+    }
+}
+
+impl From<WireProcess> for ProcessState {
+    fn from(w: WireProcess) -> ProcessState {
+        let WireProcess { pid, start, threads, thread_count, ns_pid, sig_ignored, sig_caught } = w;
+        ProcessState {
+            pid,
+            start,
+            threads: threads.into_iter().map(TaskState::from).collect(),
+            thread_count,
+            ns_pid,
+            sig_ignored,
+            sig_caught,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
 pub struct WireCgroup {
     version: u8,
     tasks: Vec<WireTask>,
@@ -631,6 +717,9 @@ impl From<WireBlockHolder> for BlockHolder {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WireOpener {
     pid: u32,
+    /// Absent where it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start: Option<u64>,
     comm: String,
     path: Bytes<'static>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -639,13 +728,25 @@ pub struct WireOpener {
 
 impl From<&DeviceOpener> for WireOpener {
     fn from(o: &DeviceOpener) -> WireOpener {
-        let DeviceOpener { pid, comm, path, owner } = o;
-        WireOpener { pid: *pid, comm: comm.clone(), path: path.to_wire(), owner: owner.as_ref().map(WireOwner::from) }
+        let DeviceOpener { pid, start, comm, path, owner } = o;
+        WireOpener {
+            pid: *pid,
+            start: start.map(ProcessStart::ticks),
+            comm: comm.clone(),
+            path: path.to_wire(),
+            owner: owner.as_ref().map(WireOwner::from),
+        }
     }
 }
 
 impl From<WireOpener> for DeviceOpener {
     fn from(w: WireOpener) -> DeviceOpener {
-        DeviceOpener { pid: w.pid, comm: w.comm, path: w.path.into_vec(), owner: w.owner.map(Owner::from) }
+        DeviceOpener {
+            pid: w.pid,
+            start: w.start.map(ProcessStart),
+            comm: w.comm,
+            path: w.path.into_vec(),
+            owner: w.owner.map(Owner::from),
+        }
     }
 }

@@ -4,12 +4,12 @@
 
 use std::borrow::Cow;
 
-use podstuck_common::Syscall;
+use podstuck_common::{PluginFile, Syscall};
 use serde::{Deserialize, Serialize};
 
 use super::{nanos, time, Bytes};
 use crate::diagnose::CallInFlight;
-use crate::event::{BaseDir, CallEvent, Flight, NoPath, PathStatus, AT_FDCWD};
+use crate::event::{BaseDir, CallEvent, Flight, NoPath, PathStatus, ProcessStart, AT_FDCWD};
 use crate::identify::actor::Role;
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::{Actor, Identity, MatchReason};
@@ -324,20 +324,59 @@ impl<'a> WireFlight<'a> {
 pub struct WireLifecycle<'a> {
     time: u64,
     pid: u32,
+    /// When the process started (clock ticks since boot); absent in
+    /// records of podstuck before 0.2, and where the kernel could not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start: Option<u64>,
     ppid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parent_start: Option<u64>,
     comm: Cow<'a, str>,
     cgroup_id: u64,
+    #[serde(default)]
+    v1_cgroup_id: u64,
+    /// As a call's: absent when the first.
+    #[serde(default, skip_serializing_if = "is_first")]
+    v1_hierarchy: u8,
     what: WireWhat<'a>,
     pod_uid: Option<Cow<'a, PodUid>>,
     actor: WireActor<'a>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sender_pod: Option<Cow<'a, PodUid>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    target_start: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    runner: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum WireWhat<'a> {
-    Exec { filename: Bytes<'a>, cni: Option<WireCni<'a>> },
-    Exit { status: i32 },
-    Signal { sig: i32, result: i32, target_pid: u32, target_comm: Cow<'a, str>, group: bool },
+    Exec {
+        filename: Bytes<'a>,
+        cni: Option<WireCni<'a>>,
+        #[serde(default)]
+        file_ino: u64,
+        #[serde(default)]
+        file_dev: u32,
+        #[serde(default)]
+        mntns: u32,
+        #[serde(default)]
+        env_cut: bool,
+    },
+    /// `status` null: the kernel could not read it (lockdown).
+    Exit {
+        status: Option<i32>,
+        #[serde(default)]
+        last_thread: bool,
+    },
+    Signal {
+        sig: i32,
+        result: i32,
+        target_pid: u32,
+        target_comm: Cow<'a, str>,
+        group: bool,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -354,8 +393,12 @@ struct WireCni<'a> {
 impl<'a> WireLifecycle<'a> {
     pub fn of(e: &'a LifecycleEvent, identity: &'a LifecycleIdentity) -> WireLifecycle<'a> {
         let what = match &e.what {
-            Lifecycle::Exec { filename, cni } => WireWhat::Exec {
+            Lifecycle::Exec { filename, cni, file, mntns, env_cut } => WireWhat::Exec {
                 filename: Bytes::of(filename),
+                file_ino: file.ino,
+                file_dev: file.dev,
+                mntns: *mntns,
+                env_cut: *env_cut,
                 cni: cni.as_ref().map(|c| WireCni {
                     command: Cow::Borrowed(&c.command),
                     container_id: Cow::Borrowed(&c.container_id),
@@ -366,7 +409,7 @@ impl<'a> WireLifecycle<'a> {
                     pod_name: Cow::Borrowed(&c.pod_name),
                 }),
             },
-            Lifecycle::Exit { status } => WireWhat::Exit { status: *status },
+            Lifecycle::Exit { status, last_thread } => WireWhat::Exit { status: *status, last_thread: *last_thread },
             Lifecycle::Signal(s) => WireWhat::Signal {
                 sig: s.sig,
                 result: s.result.code(),
@@ -378,19 +421,29 @@ impl<'a> WireLifecycle<'a> {
         WireLifecycle {
             time: nanos(e.time),
             pid: e.pid,
+            start: e.start.map(ProcessStart::ticks),
             ppid: e.ppid,
+            parent_start: e.parent_start.map(ProcessStart::ticks),
             comm: Cow::Borrowed(&e.comm),
             cgroup_id: e.cgroup_id,
+            v1_cgroup_id: e.v1_cgroup_id,
+            v1_hierarchy: e.v1_hierarchy,
             what,
             pod_uid: identity.pod_uid.as_ref().map(Cow::Borrowed),
             actor: WireActor::of(&identity.actor),
+            sender_pod: identity.sender_pod.as_ref().map(Cow::Borrowed),
+            target_start: identity.target_start.map(ProcessStart::ticks),
+            runner: identity.runner.as_deref().map(Cow::Borrowed),
         }
     }
 
     pub fn into_lifecycle(self) -> (LifecycleEvent, LifecycleIdentity) {
         let what = match self.what {
-            WireWhat::Exec { filename, cni } => Lifecycle::Exec {
+            WireWhat::Exec { filename, cni, file_ino, file_dev, mntns, env_cut } => Lifecycle::Exec {
                 filename: filename.into_vec(),
+                file: PluginFile { ino: file_ino, dev: file_dev, _pad: 0 },
+                mntns,
+                env_cut,
                 cni: cni.map(|c| CniRun {
                     command: c.command.into_owned(),
                     container_id: c.container_id.into_owned(),
@@ -401,7 +454,7 @@ impl<'a> WireLifecycle<'a> {
                     pod_name: c.pod_name.into_owned(),
                 }),
             },
-            WireWhat::Exit { status } => Lifecycle::Exit { status },
+            WireWhat::Exit { status, last_thread } => Lifecycle::Exit { status, last_thread },
             WireWhat::Signal { sig, result, target_pid, target_comm, group } => Lifecycle::Signal(SignalSent {
                 sig,
                 result: SignalResult::of(result),
@@ -413,12 +466,20 @@ impl<'a> WireLifecycle<'a> {
         let event = LifecycleEvent {
             time: time(self.time),
             pid: self.pid,
+            start: self.start.map(ProcessStart),
             ppid: self.ppid,
+            parent_start: self.parent_start.map(ProcessStart),
             comm: self.comm.into_owned(),
             cgroup_id: self.cgroup_id,
+            v1_cgroup_id: self.v1_cgroup_id,
+            v1_hierarchy: self.v1_hierarchy,
             what,
         };
-        (event, LifecycleIdentity { pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_actor() })
+        let mut identity = LifecycleIdentity::of(self.pod_uid.map(Cow::into_owned), self.actor.into_actor());
+        identity.sender_pod = self.sender_pod.map(Cow::into_owned);
+        identity.target_start = self.target_start.map(ProcessStart);
+        identity.runner = self.runner.map(Cow::into_owned);
+        (event, identity)
     }
 }
 

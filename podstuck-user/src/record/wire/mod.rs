@@ -299,6 +299,10 @@ pub struct WireReview<'a> {
     /// detectors were told).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub closing: bool,
+    /// When the pods' grace periods end, as the API said before this
+    /// review (absent without `--pod NS/NAME`, and before podstuck 0.2).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grace_ends: BTreeMap<PodUid, u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -330,6 +334,8 @@ pub struct WireTotals {
     records_undecodable: u64,
     #[serde(default)]
     calls_outside_series: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    lifecycle_dropped: BTreeMap<String, u64>,
 }
 
 impl WireTotals {
@@ -345,8 +351,14 @@ impl WireTotals {
             calls_outside_series,
             programs: _,
             pods_calls: _,
+            lifecycle_dropped,
+            node_reads: _,
+            queue_full: _,
+            queue_high_water: _,
         } = t;
-        // What the programs cost is said at the end of the run, not recorded.
+        // What the programs cost, how the node's reads and the rings'
+        // queue fared, are said at the end of the run, not recorded: a
+        // replay reads no node and no ring.
         WireTotals {
             events_seen: *events_seen,
             events_lost: *events_lost,
@@ -356,6 +368,7 @@ impl WireTotals {
             paths_unreadable: *paths_unreadable,
             records_undecodable: *records_undecodable,
             calls_outside_series: *calls_outside_series,
+            lifecycle_dropped: lifecycle_dropped.clone(),
         }
     }
 
@@ -371,6 +384,8 @@ impl WireTotals {
             calls_outside_series: self.calls_outside_series,
             programs: Vec::new(),
             pods_calls: None,
+            lifecycle_dropped: self.lifecycle_dropped,
+            ..RunTotals::default()
         }
     }
 }

@@ -45,6 +45,10 @@ macro_rules! wire_question_of {
                     )*
                     #[serde(default, skip_serializing_if = "Option::is_none")]
                     answer: Option<<$answer as Recorded>::Wire>,
+                    /// The kind of an answer that could not be read ("timed-out"),
+                    /// beside the answer's words; absent from older records.
+                    #[serde(default, skip_serializing_if = "Option::is_none")]
+                    error_kind: Option<String>,
                 },
             )*
             /// Records made before podstuck read a caller's mount namespace
@@ -78,7 +82,11 @@ macro_rules! wire_question_of {
                 match asked {
                     $(
                         Question::$variant { $($arg,)* answer } => {
-                            WireQuestion::$variant { $($arg: $arg.to_wire(),)* answer: Some(answer.to_wire()) }
+                            WireQuestion::$variant {
+                                $($arg: $arg.to_wire(),)*
+                                answer: Some(answer.to_wire()),
+                                error_kind: answer.error_kind().map(str::to_string),
+                            }
                         }
                     )*
                     Question::Avoid { path } => WireQuestion::Avoid { path: path.to_wire() },
@@ -98,7 +106,10 @@ macro_rules! wire_question_of {
             /// Drops the answer: the reader takes it from the last one to the same question.
             pub fn without_answer(&mut self) {
                 match self {
-                    $(WireQuestion::$variant { answer, .. } => *answer = None,)*
+                    $(WireQuestion::$variant { answer, error_kind, .. } => {
+                        *answer = None;
+                        *error_kind = None;
+                    })*
                     WireQuestion::MountsOfProcess { answer, .. } => *answer = None,
                     WireQuestion::Avoid { .. } => {}
                 }
@@ -109,10 +120,10 @@ macro_rules! wire_question_of {
             pub fn into_asked(self) -> Result<Option<Question>, String> {
                 let asked = match self {
                     $(
-                        WireQuestion::$variant { $($arg,)* answer: Some(answer) } => Question::$variant {
+                        WireQuestion::$variant { $($arg,)* answer: Some(answer), error_kind } => Question::$variant {
                             $($arg: Recorded::from_wire($arg)
                                 .map_err(|why| format!("{} {}: {why}", stringify!($method), stringify!($arg)))?,)*
-                            answer: Recorded::from_wire(answer)?,
+                            answer: <$answer as Recorded>::from_wire(answer)?.with_error_kind(error_kind.as_deref()),
                         },
                     )*
                     WireQuestion::Avoid { path } => Question::Avoid { path: path.into_vec() },

@@ -8,11 +8,13 @@
 //! Everything here but the numbers is chosen by a workload (a process's
 //! name, a plugin's environment): kept as safe text, each value bounded.
 
+pub mod provenance;
+
 use std::time::SystemTime;
 
-use podstuck_common::{lifecycle, LifecycleRecord, LIFECYCLE_RECORD_BYTES};
+use podstuck_common::{lifecycle, LifecycleRecord, PluginFile, LIFECYCLE_RECORD_BYTES};
 
-use crate::event::{DecodeError, WallClock};
+use crate::event::{DecodeError, ProcessStart, WallClock};
 use crate::identify::pod::PodUid;
 use crate::identify::Actor;
 use crate::words::safe_text;
@@ -27,23 +29,44 @@ pub struct LifecycleEvent {
     pub time: SystemTime,
     /// The process exec'd or exiting; for a signal, its sender.
     pub pid: u32,
+    /// When it started, as the kernel read it (None where it could not:
+    /// lockdown, or a record of an older podstuck).
+    pub start: Option<ProcessStart>,
     pub ppid: u32,
+    pub parent_start: Option<ProcessStart>,
+    /// Its name: the workload's to choose (prctl), evidence only.
     pub comm: String,
     /// The cgroup v2 id of `pid` when it happened.
     pub cgroup_id: u64,
+    /// Its cgroup in the v1 hierarchies the kernel reads (0: none read),
+    /// and which of them it is of.
+    pub v1_cgroup_id: u64,
+    pub v1_hierarchy: u8,
     pub what: Lifecycle,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lifecycle {
-    /// A program started under one of the CNI plugin directories.
+    /// One of the node's CNI plugin files started.
     Exec {
+        /// The path as its caller passed it: evidence, never a key.
         filename: Vec<u8>,
         cni: Option<CniRun>,
+        /// The file the kernel runs, one of `PLUGIN_FILES`.
+        file: PluginFile,
+        /// The mount namespace it runs in (0: unread).
+        mntns: u32,
+        /// The environment was longer than the kernel copies: variables
+        /// past the cut are missing from `cni`.
+        env_cut: bool,
     },
-    /// The process ended with this wait status (`WEXITSTATUS`, `WTERMSIG`).
+    /// The process ended with this wait status (`WEXITSTATUS`, `WTERMSIG`),
+    /// if the kernel could read it (not under lockdown).
     Exit {
-        status: i32,
+        status: Option<i32>,
+        /// Its last thread's exit; false: its leader's, which another
+        /// thread may outlive (the kernel could not say).
+        last_thread: bool,
     },
     Signal(SignalSent),
 }
@@ -101,8 +124,10 @@ pub fn signal_name(sig: i32) -> String {
     }
 }
 
-/// A wait status in words: "exit code 1", "killed by signal 9 (SIGKILL)".
-pub fn status_words(status: i32) -> String {
+/// A wait status in words: "exit code 1", "killed by signal 9 (SIGKILL)";
+/// "an exit status it could not read" where the kernel could not say.
+pub fn status_words(status: Option<i32>) -> String {
+    let Some(status) = status else { return "an exit status podstuck could not read".into() };
     let signal = status & 0x7f;
     if signal == 0 {
         format!("exit code {}", (status >> 8) & 0xff)
@@ -189,6 +214,7 @@ pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<LifecycleEvent, DecodeE
     // ring buffer promises no alignment.
     let r: LifecycleRecord = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const LifecycleRecord) };
     let rest = &bytes[LIFECYCLE_RECORD_BYTES..];
+    let read = |flag: u8| r.flags & flag != 0;
     let what = match r.kind {
         lifecycle::EXEC => {
             let filename_len = (r.filename_len as usize).min(lifecycle::FILENAME_MAX);
@@ -197,9 +223,18 @@ pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<LifecycleEvent, DecodeE
                 return Err(DecodeError::TooShort(bytes.len()));
             }
             let env = &rest[lifecycle::FILENAME_MAX..lifecycle::FILENAME_MAX + env_len];
-            Lifecycle::Exec { filename: rest[..filename_len].to_vec(), cni: CniRun::from_env(env) }
+            Lifecycle::Exec {
+                filename: rest[..filename_len].to_vec(),
+                cni: CniRun::from_env(env),
+                file: PluginFile { ino: r.file_ino, dev: r.file_dev, _pad: 0 },
+                mntns: r.mntns,
+                env_cut: r.env_total as usize > env_len,
+            }
         }
-        lifecycle::EXIT => Lifecycle::Exit { status: r.exit_code },
+        lifecycle::EXIT => Lifecycle::Exit {
+            status: read(lifecycle::flags::EXIT_CODE_READ).then_some(r.exit_code),
+            last_thread: read(lifecycle::flags::LAST_THREAD),
+        },
         lifecycle::SIGNAL => Lifecycle::Signal(SignalSent {
             sig: r.sig,
             result: SignalResult::of(r.result),
@@ -212,30 +247,57 @@ pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<LifecycleEvent, DecodeE
     Ok(LifecycleEvent {
         time: clock.to_wall(r.ns),
         pid: r.pid,
+        start: read(lifecycle::flags::START_READ).then(|| ProcessStart::from_boot_ns(r.start_ns)),
         ppid: r.ppid,
+        parent_start: read(lifecycle::flags::PARENT_START_READ).then(|| ProcessStart::from_boot_ns(r.parent_start_ns)),
         comm: comm_of(&r.comm),
         cgroup_id: r.cgroup_id,
+        v1_cgroup_id: r.v1_cgroup_id,
+        v1_hierarchy: r.v1_hierarchy,
         what,
     })
 }
 
 /// Who an event is about, as the pipeline identified it: the pod it
-/// concerns (a signal's target's, a CNI run's `K8S_POD_UID`, an exit's as
-/// its exec or signal said) and the process behind it (a signal's sender).
+/// concerns (a signal's target's, by its cgroups; a trusted CNI run's
+/// `K8S_POD_UID`; an exit's as its exec or signal said) and the process
+/// behind it (a signal's sender).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LifecycleIdentity {
     pub pod_uid: Option<PodUid>,
     pub actor: Actor,
+    /// A signal's sender's pod, by the cgroups the kernel read: a pod's
+    /// own process signalling its own (a supervisor restarting its
+    /// workers) is no teardown.
+    pub sender_pod: Option<PodUid>,
+    /// A signal's target's start: with its pid, the one process meant.
+    pub target_start: Option<ProcessStart>,
+    /// A CNI exec's runner, by executable (`containerd`, `crio`, the
+    /// plugin that ran it): never its comm.
+    pub runner: Option<String>,
+}
+
+impl LifecycleIdentity {
+    /// `actor`'s, about `pod`, nothing more known.
+    pub fn of(pod_uid: Option<PodUid>, actor: Actor) -> LifecycleIdentity {
+        LifecycleIdentity { pod_uid, actor, sender_pod: None, target_start: None, runner: None }
+    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn record(kind: u8) -> LifecycleRecord {
+    pub(crate) fn record(kind: u8) -> LifecycleRecord {
         LifecycleRecord {
             ns: 5_000_000_000,
             cgroup_id: 77,
+            v1_cgroup_id: 0,
+            start_ns: 1_234_560_000_000,
+            parent_start_ns: 0,
+            file_ino: 0,
+            file_dev: 0,
+            mntns: 0,
             pid: 4242,
             ppid: 1,
             target_pid: 0,
@@ -243,16 +305,19 @@ mod tests {
             result: 0,
             group: 0,
             exit_code: 0,
+            env_total: 0,
             filename_len: 0,
             env_len: 0,
             kind,
-            _pad: [0; 7],
+            flags: lifecycle::flags::START_READ,
+            v1_hierarchy: 0,
+            _pad: 0,
             comm: *b"containerd\0\0\0\0\0\0",
             target_comm: [0; 16],
         }
     }
 
-    fn bytes(r: &LifecycleRecord, extra: &[u8]) -> Vec<u8> {
+    pub(crate) fn bytes(r: &LifecycleRecord, extra: &[u8]) -> Vec<u8> {
         // SAFETY: plain repr(C) data viewed as bytes.
         let header =
             unsafe { std::slice::from_raw_parts(r as *const LifecycleRecord as *const u8, LIFECYCLE_RECORD_BYTES) };
@@ -270,13 +335,19 @@ mod tests {
         let file = b"/usr/lib/cni/bridge";
         r.filename_len = file.len() as u16;
         r.env_len = env.len() as u16;
+        r.env_total = env.len() as u32;
+        (r.file_ino, r.file_dev) = (12, 0x80001);
         let mut extra = vec![0u8; lifecycle::FILENAME_MAX];
         extra[..file.len()].copy_from_slice(file);
         extra.extend_from_slice(env);
         let e = decode(&bytes(&r, &extra), &clock()).unwrap();
         assert_eq!(e.comm, "containerd");
-        let Lifecycle::Exec { filename, cni: Some(cni) } = e.what else { panic!("{e:?}") };
+        assert_eq!(e.start, Some(ProcessStart(123_456)), "the kernel's ns since boot in /proc's ticks");
+        assert_eq!(e.parent_start, None, "not read: unknown, never a zero");
+        let Lifecycle::Exec { filename, cni: Some(cni), file: id, env_cut, .. } = e.what else { panic!("{e:?}") };
         assert_eq!(filename, file);
+        assert_eq!(id, PluginFile { ino: 12, dev: 0x80001, _pad: 0 });
+        assert!(!env_cut);
         assert_eq!(cni.command, "DEL");
         assert_eq!(cni.container_id, "abc123");
         assert_eq!(cni.netns, "/var/run/netns/cni-1");
@@ -295,6 +366,13 @@ mod tests {
         assert_eq!(run.pod_uid, None);
         assert!(!run.pod_name.contains('\n'));
         assert_eq!(CniRun::from_env(b"PATH=/bin\0HOME=/\0"), None, "not a CNI run");
+        // An environment longer than the kernel copies is said cut.
+        let mut r = record(lifecycle::EXEC);
+        (r.env_len, r.env_total) = (4, 9000);
+        let mut extra = vec![0u8; lifecycle::FILENAME_MAX];
+        extra.extend_from_slice(b"A=b\0");
+        let Lifecycle::Exec { env_cut, cni, .. } = decode(&bytes(&r, &extra), &clock()).unwrap().what else { panic!() };
+        assert!(env_cut && cni.is_none());
         // A record that claims more environment than it carries is refused.
         let mut r = record(lifecycle::EXEC);
         r.env_len = 100;
@@ -322,9 +400,19 @@ mod tests {
         );
         let mut r = record(lifecycle::EXIT);
         r.exit_code = 0x100;
-        assert_eq!(decode(&bytes(&r, &[]), &clock()).unwrap().what, Lifecycle::Exit { status: 0x100 });
-        assert_eq!(status_words(0x100), "exit code 1");
-        assert_eq!(status_words(9), "killed by signal 9 (SIGKILL)");
+        r.flags |= lifecycle::flags::EXIT_CODE_READ | lifecycle::flags::LAST_THREAD;
+        assert_eq!(
+            decode(&bytes(&r, &[]), &clock()).unwrap().what,
+            Lifecycle::Exit { status: Some(0x100), last_thread: true }
+        );
+        assert_eq!(status_words(Some(0x100)), "exit code 1");
+        assert_eq!(status_words(Some(9)), "killed by signal 9 (SIGKILL)");
+        // Under lockdown the kernel reads no exit code: unknown, not "signal 127".
+        let mut r = record(lifecycle::EXIT);
+        r.exit_code = -1;
+        let e = decode(&bytes(&r, &[]), &clock()).unwrap();
+        assert_eq!(e.what, Lifecycle::Exit { status: None, last_thread: false });
+        assert_eq!(status_words(None), "an exit status podstuck could not read");
         assert!(decode(&bytes(&record(9), &[]), &clock()).is_err());
     }
 }
