@@ -421,7 +421,15 @@ struct Shown {
     /// Whether the latest state has been told.
     told: bool,
     told_at: SystemTime,
+    /// The finding it was told under, once folded as its consequence.
+    under: Option<String>,
 }
+
+/// How long a consequence may outlive the finding it was told under and
+/// still be that cause's tail: a teardown's last retries of a directory
+/// run a review or two after its held mount is gone. Past this, it is a
+/// cause of its own and told as one.
+const CONSEQUENCE_OUTLIVES: Duration = Duration::from_secs(10);
 
 /// Findings remembered at most; past this the longest resolved are
 /// forgotten first (active ones are bounded by their detectors).
@@ -550,10 +558,14 @@ impl Diagnoser {
                 shown.last_told = finding.clone();
                 shown.told = true;
                 shown.told_at = review.now;
+                shown.under = Some(root);
                 reports.push(Report::Update(finding));
             }
         }
         for mut finding in current {
+            if self.tail_of_its_root(&finding.id, review.now) {
+                continue;
+            }
             match self.shown.get_mut(&finding.id) {
                 None => {
                     // Nothing is told of a finding that ended before it was ever shown.
@@ -561,8 +573,13 @@ impl Diagnoser {
                         continue;
                     }
                     finding.revision = 1;
-                    let shown =
-                        Shown { finding: finding.clone(), last_told: finding.clone(), told: true, told_at: review.now };
+                    let shown = Shown {
+                        finding: finding.clone(),
+                        last_told: finding.clone(),
+                        told: true,
+                        told_at: review.now,
+                        under: None,
+                    };
                     self.shown.insert(finding.id.clone(), shown);
                     reports.push(Report::New(finding));
                 }
@@ -591,6 +608,19 @@ impl Diagnoser {
         }
         self.forget(review.now);
         reports
+    }
+
+    /// Whether finding `id`, told under another as its consequence, is
+    /// still only that cause's tail: its root is still active (and this
+    /// review did not fold it only because the two moved apart a little),
+    /// or ended less than [`CONSEQUENCE_OUTLIVES`] ago. Told again, it
+    /// would read as a second cause a moment after the first was fixed.
+    fn tail_of_its_root(&self, id: &str, now: SystemTime) -> bool {
+        let Some(root) = self.shown.get(id).and_then(|s| s.under.as_ref()).and_then(|r| self.shown.get(r)) else {
+            return false;
+        };
+        root.last_told.status == Status::Active
+            || now.duration_since(root.told_at).unwrap_or_default() < CONSEQUENCE_OUTLIVES
     }
 
     /// The latest state of every finding that changed since it was last
@@ -768,6 +798,28 @@ mod tests {
         assert_eq!(folded.status, Status::Resolved);
         assert_eq!(folded.summary, format!("Told under {} from now on, as a consequence of it. Seen before that: \"csi unmounts /v, which is not mounted\"", root.id));
         assert!(folded.fix.is_empty(), "{folded:?}");
+        // The root is fixed and ends; its consequence lingers one review
+        // (a runtime's last retry), then ends too: nothing more is told of it.
+        let mut ended = root.clone();
+        ended.status = Status::Resolved;
+        let mut retry_lingers = told.iter().map(Report::finding).find(|f| f.kind == Kind::NotMounted).unwrap().clone();
+        retry_lingers.status = Status::Active;
+        retry_lingers.summary = "csi unmounts /v, which is not mounted".into();
+        *next.borrow_mut() = vec![retry_lingers.clone(), ended.clone()];
+        let after_fix = at(&mut d, 3.0);
+        assert!(after_fix.iter().all(|r| r.finding().kind != Kind::NotMounted), "{after_fix:?}");
+        let mut retry_ends = retry_lingers.clone();
+        retry_ends.status = Status::Resolved;
+        *next.borrow_mut() = vec![retry_ends, ended.clone()];
+        assert!(at(&mut d, 4.0).is_empty());
+        // One that goes on failing long after its root ended is a cause of its own.
+        *next.borrow_mut() = vec![retry_lingers, ended];
+        assert!(at(&mut d, 9.0).is_empty(), "still within the tail");
+        let own = at(&mut d, 14.0);
+        assert!(
+            matches!(&own[..], [Report::Update(f)] if f.kind == Kind::NotMounted && f.status == Status::Active),
+            "{own:?}"
+        );
     }
 
     #[test]
