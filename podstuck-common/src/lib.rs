@@ -450,8 +450,12 @@ pub mod counter {
     /// Calls whose series did not fit in the `SERIES` map: counted in the
     /// per-CPU `SERIES_OVERFLOW` slot of their syscall and outcome instead.
     pub const SERIES_FULL: u32 = 8;
+    /// Calls of podstuck's own process (`KernelFilter::own_tgid`): its
+    /// check, after attaching, that the kernel runs the programs. Never
+    /// counted as the node's calls, never streamed.
+    pub const OWN_CALLS: u32 = 9;
     /// Size of the array.
-    pub const LEN: u32 = 9;
+    pub const LEN: u32 = 10;
 }
 
 /// Most series the kernel keeps apart at once (a series: one process, in
@@ -778,6 +782,10 @@ pub struct KernelFilter {
     pub window_ns: u64,
     /// A call at least this long is streamed whatever the budget.
     pub slow_ns: u64,
+    /// podstuck's own process id (as the kernel numbers it): its calls
+    /// count in `counter::OWN_CALLS` only.
+    pub own_tgid: u32,
+    pub _pad: u32,
 }
 
 #[cfg(feature = "user")]

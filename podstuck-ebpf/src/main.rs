@@ -140,6 +140,8 @@ static FILTER: KernelFilter = KernelFilter {
     window_budget: 50,
     window_ns: 100_000_000,
     slow_ns: 10_000_000,
+    own_tgid: 0,
+    _pad: 0,
 };
 
 /// 1 where BPF may read kernel memory, 0 under lockdown=confidentiality

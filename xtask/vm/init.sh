@@ -591,6 +591,9 @@ if [ "$SUITE" = cgroup-v1 ]; then
         if start_watch /tmp/v1pre --json --every-call --concurrent; then
             echo x >/var/tmp/v1-pre-all
             echo x >/var/tmp/v1-pre-some
+            # A control: a removal from this shell, in no pod.
+            echo x >/var/tmp/v1-pre-control
+            rm -f /var/tmp/v1-pre-control
             # shellcheck disable=SC2016 # $$ and $d are the child shell's
             JOIN='for d in $0; do echo $$ >"$d/cgroup.procs" || exit 1; done; tr "\n" ";" </proc/$$/cgroup; exec rm -f "$1"'
             sh -c "$JOIN" "$SECOND" /var/tmp/v1-pre-all >/tmp/v1pre.rm 2>&1
@@ -603,6 +606,8 @@ if [ "$SUITE" = cgroup-v1 ]; then
             fi
             for f in $WANT_FILES; do wait_for /tmp/v1pre.json "\"abs_path\":\"$f\"" "$WPID" 30; done
             stop_watch
+            # An attach the kernel did not run at first, and podstuck's retry.
+            grep -q 'attached again' /tmp/v1pre.err && say "INFO $S: $(grep 'attached again' /tmp/v1pre.err | oneline)"
             WANT="\"pod_uid\":\"$PPOD\",\"container_id\":\"$PC2\""
             BAD=""
             for f in $WANT_FILES; do
@@ -614,7 +619,7 @@ if [ "$SUITE" = cgroup-v1 ]; then
                 result "$S" PASS "hierarchies$V1_MOUNTED; the pod made before the start, node-wide: busybox rm in every hierarchy$([ "$CONTROLLERS" -ge 2 ] && echo ' and in all but the first read') gone, each unlink tied to pod $PPOD container $PC2 by cgroup; check: $LINE"
             else
                 result "$S" FAIL "hierarchies$V1_MOUNTED; rm exit $RRC (their /proc/self/cgroup: $(oneline </tmp/v1pre.rm)); wrong or missing${BAD:-: none}; check: $LINE; podstuck: $(oneline </tmp/v1pre.err)"
-                say "INFO $S: podstuck exit $WRC, $(grep -c '"type":"event"' /tmp/v1pre.json) events; its last lines: $(tail -n 2 /tmp/v1pre.json | cut -c1-300 | oneline)"
+                say "INFO $S: podstuck exit $WRC, $(grep -c '"type":"event"' /tmp/v1pre.json) events; its end: $(grep '"type":"end"' /tmp/v1pre.json | cut -c1-1500 | oneline); its stderr: $(cut -c1-400 </tmp/v1pre.err | oneline); the control removal seen: $(grep -c v1-pre-control /tmp/v1pre.json)"
             fi
         else
             result "$S" FAIL "hierarchies$V1_MOUNTED; $WHY"

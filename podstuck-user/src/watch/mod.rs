@@ -323,6 +323,12 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     if let Some(why) = tracer.fallback() {
         pipeline.say(why);
     }
+    if tracer.attach_attempts() > 1 {
+        pipeline.say(&format!(
+            "the kernel accepted the programs and ran none of them until they were attached again ({} attachments): they run now",
+            tracer.attach_attempts()
+        ));
+    }
     if let Some(why) = tracer.lifecycle_missing() {
         pipeline.say(&format!("no process lifecycle on this kernel ({why}): a failing CNI teardown, a SIGTERM ignored and a task SIGKILL does not end go unseen; the removals are traced as ever"));
     }
