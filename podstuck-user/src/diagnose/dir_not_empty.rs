@@ -16,9 +16,16 @@ use crate::inspect::mounts::mounts_under;
 /// Entries named in the evidence and in the fix.
 const ENTRIES_NAMED: usize = 5;
 
-#[derive(Default)]
 pub struct DirNotEmpty {
     failures: FailureLog,
+}
+
+impl Default for DirNotEmpty {
+    /// Looked at from the first ENOTEMPTY: the directory's entries say
+    /// what is left.
+    fn default() -> Self {
+        DirNotEmpty { failures: FailureLog::looked_at_from_the_first_failure() }
+    }
 }
 
 impl DirNotEmpty {

@@ -15,9 +15,15 @@ use crate::identify::pod::PathArea;
 use crate::identify::Identity;
 use crate::inspect::InodeFlags;
 
-#[derive(Default)]
 pub struct ImmutableFile {
     failures: FailureLog,
+}
+
+impl Default for ImmutableFile {
+    /// Looked at from the first EPERM: the inode's flags prove it.
+    fn default() -> Self {
+        ImmutableFile { failures: FailureLog::looked_at_from_the_first_failure() }
+    }
 }
 
 fn parent(path: &[u8]) -> Vec<u8> {

@@ -667,6 +667,15 @@ pub fn unmounts(event: &CallEvent) -> bool {
     event.syscall == Syscall::Umount2
 }
 
+/// Whether a failed call is one whose cause the node's state proves at
+/// once: a removal or unmount refused as busy (a mount table), not
+/// permitted (inode flags) or on a directory not empty (its entries).
+/// The watch reviews soon after one, rather than at its next tick, so
+/// the answer follows the call that proves it.
+pub fn proves_at_once(event: &CallEvent) -> bool {
+    matches!(event.errno(), Some(libc::EBUSY | libc::EPERM | libc::ENOTEMPTY))
+}
+
 /// A path for a sentence.
 pub fn shown(path: &[u8]) -> String {
     crate::words::escape_path(path)

@@ -62,9 +62,12 @@ pub struct Attempts {
 }
 
 impl Attempts {
-    /// Failed again (or twice), or failed once long enough ago, and no success since.
-    pub fn persists(&self, now: SystemTime) -> bool {
-        self.succeeded.is_none() && (self.failures >= 2 || now.duration_since(self.first).unwrap_or_default() >= SETTLE)
+    /// Failed again (or twice), or failed once long enough ago, and no
+    /// success since; with `at_once`, failed once: the detector reads the
+    /// node state that proves its cause (or not) right away.
+    pub fn persists(&self, now: SystemTime, at_once: bool) -> bool {
+        self.succeeded.is_none()
+            && (at_once || self.failures >= 2 || now.duration_since(self.first).unwrap_or_default() >= SETTLE)
     }
 
     /// Whether node state should be read again now.
@@ -236,9 +239,20 @@ impl CallerView {
 #[derive(Default)]
 pub struct FailureLog {
     by_path: BTreeMap<Vec<u8>, Attempts>,
+    /// The detector's cause is proved or ruled out by the node's state at
+    /// the first failure (a mount table, inode flags, a directory's
+    /// entries): a path is looked at from its first failure, not its
+    /// second.
+    at_once: bool,
 }
 
 impl FailureLog {
+    /// A log whose paths are looked at from their first failure: for a
+    /// cause the node's state proves at once (see [`FailureLog::at_once`]).
+    pub fn looked_at_from_the_first_failure() -> FailureLog {
+        FailureLog { at_once: true, ..FailureLog::default() }
+    }
+
     /// Follows a call a detector watches, on the path it names: a success
     /// ends what failed there, a failure whose errno `counts` (the errno
     /// the detector is about) is one more, any other failure is not its
@@ -355,7 +369,7 @@ impl FailureLog {
                 done.push(path.clone());
                 continue;
             }
-            if !a.persists(now) {
+            if !a.persists(now, self.at_once) {
                 continue;
             }
             if !a.due_for_check(now) {
@@ -367,7 +381,16 @@ impl FailureLog {
                 continue;
             }
             a.mark_checked(now);
-            a.finding = decide(a, review);
+            // Looked at from its first failure, a cause is told then only
+            // if the node proved it; else it waits, as any other, for a
+            // retry or the settle time (and is looked at again meanwhile).
+            let early = !a.persists(now, false);
+            let finding = decide(a, review);
+            if early && finding.as_ref().is_some_and(|f| f.confidence != super::Confidence::Confirmed) {
+                a.checked = None;
+                continue;
+            }
+            a.finding = finding;
             if let Some(finding) = &a.finding {
                 a.reported = true;
                 out.push(finding.clone());

@@ -28,10 +28,16 @@ struct UnmountTries {
     last_errno: i32,
 }
 
-#[derive(Default)]
 pub struct VolumeStillMounted {
     failures: FailureLog,
     unmounts: HashMap<Vec<u8>, UnmountTries>,
+}
+
+impl Default for VolumeStillMounted {
+    /// Looked at from kubelet's first EBUSY: the mount table proves it.
+    fn default() -> Self {
+        VolumeStillMounted { failures: FailureLog::looked_at_from_the_first_failure(), unmounts: HashMap::new() }
+    }
 }
 
 /// "CSI volume", "emptyDir volume", "NFS volume", from the plugin directory
@@ -395,13 +401,30 @@ mod tests {
         assert!(found.is_empty(), "{found:?}");
     }
 
+    /// The mount table proves it at kubelet's first EBUSY: the answer
+    /// follows the call, not its retry.
     #[test]
-    fn a_single_failure_waits_for_a_retry_or_the_settle_time() {
+    fn a_single_failure_the_mount_table_proves_is_confirmed_at_once() {
         let mut d = VolumeStillMounted::default();
         let mut node = mounted();
         let m = csi_mount();
-        assert!(run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY)], 0.2).is_empty());
-        assert_eq!(run(&mut d, &mut node, &[], 2.5).len(), 1);
+        let found = run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY)], 0.02);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].confidence, Confidence::Confirmed);
+    }
+
+    /// Not proved (nothing mounted there now): one failure is no answer
+    /// yet; it waits for a retry or the settle time, looked at again.
+    #[test]
+    fn a_single_failure_the_node_does_not_prove_waits_for_a_retry_or_the_settle_time() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = FakeNode::with_mounts(&[]);
+        let m = csi_mount();
+        assert!(run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY)], 0.02).is_empty());
+        assert!(run(&mut d, &mut node, &[], 0.5).is_empty());
+        let later = run(&mut d, &mut node, &[], 2.5);
+        assert_eq!(later.len(), 1, "{later:?}");
+        assert_ne!(later[0].confidence, Confidence::Confirmed);
     }
 
     #[test]

@@ -56,6 +56,12 @@ const SHOWN_IN_FLIGHT_AFTER: Duration = Duration::from_millis(100);
 /// How often the detectors look again, with the node, at what they saw.
 const REVIEW_EVERY: Duration = Duration::from_millis(500);
 
+/// Reviews at most this close together: a call that proves its cause at
+/// once is reviewed this soon after the last review, however many come (a
+/// storm of refusals costs at most one review per gap, each reading the
+/// node only for paths not looked at yet).
+const REVIEW_GAP: Duration = Duration::from_millis(25);
+
 /// What stopped a run whose reader went away.
 const OUTPUT_GONE: &str = "its output closing";
 
@@ -428,17 +434,22 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
     let shows_every = pipeline.printer.shows_every();
     let mut screen = tokio::time::interval(shows_every.unwrap_or(REVIEW_EVERY));
     screen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_review = tokio::time::Instant::now();
     loop {
         tokio::select! {
             batch = tracer.next_batch(for_at_most(BATCH_FOR, |e| pipeline.take(e))) => {
                 finished(batch).and_then(|_| pipeline.out.flush()).context("writing events")?;
             }
             _ = review.tick() => {
-                pipeline.refresh_plugins(tracer, options.node);
-                pipeline.harvest(tracer, BATCH_FOR);
-                let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
-                let reports = pipeline.review(node, &in_flight, false);
-                pipeline.tell(&reports).context("writing findings")?;
+                review_now(tracer, pipeline, node, options)?;
+                last_review = tokio::time::Instant::now();
+            }
+            // A call that proves its cause at once came: its review is due
+            // a gap after the last one, not at the next tick.
+            _ = tokio::time::sleep_until(last_review + REVIEW_GAP), if pipeline.review_soon() => {
+                review_now(tracer, pipeline, node, options)?;
+                last_review = tokio::time::Instant::now();
+                review.reset();
             }
             _ = sigint.recv() => return Ok(Stopped::by("SIGINT")),
             _ = sigterm.recv() => return Ok(Stopped::by("SIGTERM")),
@@ -471,6 +482,16 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
             return Ok(Stopped::by(OUTPUT_GONE));
         }
     }
+}
+
+/// One review: the plugins' files and the kernel's counts read, the
+/// calls in flight, the findings told.
+fn review_now(tracer: &mut Tracer, pipeline: &mut Pipeline, node: &mut RealNode, options: &WatchOptions) -> Result<()> {
+    pipeline.refresh_plugins(tracer, options.node);
+    pipeline.harvest(tracer, BATCH_FOR);
+    let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
+    let reports = pipeline.review(node, &in_flight, false);
+    pipeline.tell(&reports).context("writing findings")
 }
 
 /// The last calls and review, what was never told, the record's end, the
