@@ -1,0 +1,88 @@
+//! Attaching the calls' programs, and the check that the kernel runs
+//! them: an attach the kernel accepts and never runs would leave podstuck
+//! tracing blind, reporting a quiet node.
+
+use anyhow::{Context, Result};
+use aya::maps::{MapData, PerCpuArray};
+use aya::Ebpf;
+use podstuck_common::{counter, Syscall};
+
+use super::{attach_tracepoints, attach_trampolines, load_object, TracerOptions};
+use crate::kernel_features::AttachPoint;
+
+/// Times the calls' programs are attached before podstuck gives up on a
+/// kernel that does not run them.
+pub(super) const ATTACH_ATTEMPTS: u32 = 3;
+
+/// How long a call of podstuck's own may take to be counted by freshly
+/// attached programs.
+pub(super) const PROGRAMS_RUN_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Loads the calls' programs and attaches them as `options` plan (falling
+/// back from fentry to the tracepoints on `Auto`, said in `fallback`).
+pub(super) fn attach_calls(
+    offsets: &podstuck_common::KernelOffsets,
+    options: &TracerOptions,
+    fallback: &mut Option<String>,
+) -> Result<(Ebpf, Vec<u32>, AttachPoint)> {
+    let walk = options.walk;
+    Ok(match options.attach {
+        AttachPoint::Tracepoint => {
+            let mut ebpf = load_object(offsets, options, AttachPoint::Tracepoint)?;
+            let ids = attach_tracepoints(&mut ebpf, walk)?;
+            (ebpf, ids, AttachPoint::Tracepoint)
+        }
+        AttachPoint::Fentry => {
+            let mut ebpf = load_object(offsets, options, AttachPoint::Fentry)?;
+            let ids = attach_trampolines(&mut ebpf, walk)?;
+            (ebpf, ids, AttachPoint::Fentry)
+        }
+        AttachPoint::Auto => {
+            let mut ebpf = load_object(offsets, options, AttachPoint::Fentry)?;
+            match attach_trampolines(&mut ebpf, walk) {
+                Ok(ids) => (ebpf, ids, AttachPoint::Fentry),
+                Err(e) => {
+                    *fallback = Some(format!("fentry/fexit refused here ({e:#}): attached to the syscall tracepoints, which slow every syscall a little"));
+                    // A fresh object: the half-attached one goes with its links.
+                    drop(ebpf);
+                    let mut ebpf = load_object(offsets, options, AttachPoint::Tracepoint)?;
+                    let ids = attach_tracepoints(&mut ebpf, walk)?;
+                    (ebpf, ids, AttachPoint::Tracepoint)
+                }
+            }
+        }
+    })
+}
+
+/// Whether the kernel runs the programs just attached: podstuck removes a
+/// directory that cannot exist (an rmdir under /proc, refused, changing
+/// nothing) until its programs count it, for at most
+/// [`PROGRAMS_RUN_WITHIN`]. An attach the kernel accepted and never runs
+/// was seen under emulation on 5.10 after cgroup hierarchies were
+/// remounted; whatever the cause, a blind podstuck would report a quiet
+/// node. Where podstuck's pid is not the kernel's (a PID namespace of its
+/// own) its call counts as the node's, which proves as much.
+pub(super) fn programs_run(ebpf: &Ebpf) -> Result<bool> {
+    let counters: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(ebpf.map("COUNTERS").context("COUNTERS map missing")?)?;
+    let seen = || -> Result<u64> {
+        let mut n = 0;
+        for index in [counter::OWN_CALLS, counter::CALLS + Syscall::Rmdir as u32] {
+            n += counters.get(&index, 0).with_context(|| format!("reading counter {index}"))?.iter().sum::<u64>();
+        }
+        Ok(n)
+    };
+    let before = seen()?;
+    let started = std::time::Instant::now();
+    loop {
+        // SAFETY: a NUL-terminated constant path; the call only fails.
+        unsafe { libc::rmdir(c"/proc/podstuck-checks-its-programs-run".as_ptr()) };
+        if seen()? > before {
+            return Ok(true);
+        }
+        if started.elapsed() >= PROGRAMS_RUN_WITHIN {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
