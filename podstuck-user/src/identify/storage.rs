@@ -173,7 +173,11 @@ fn store_shaped(path: &[u8]) -> bool {
 fn store_of_mount(m: &crate::mountinfo::Mount) -> Option<PathBuf> {
     let path = Path::new(std::ffi::OsStr::from_bytes(&m.mount_point));
     if m.fstype == "overlay" {
-        return store_of_layer_mount(&m.mount_point);
+        // Mounted where the store mounts it, or anywhere else (a copy
+        // bound elsewhere, a view of it that outlives the store's own
+        // unmount): its upper directory, which the kernel reports, is
+        // `<root>/overlay/<layer id>/diff`.
+        return store_of_layer_mount(&m.mount_point).or_else(|| store_of_upper_dir(&m.super_options));
     }
     if path.ends_with("userdata/shm") {
         let container = path.parent()?.parent()?;
@@ -198,6 +202,19 @@ fn store_of_layer_mount(mount_point: &[u8]) -> Option<PathBuf> {
         return None;
     }
     Some(overlay.parent()?.to_path_buf())
+}
+
+/// `<root>` of an overlay whose options name `upperdir=<root>/overlay/<layer id>/diff`.
+fn store_of_upper_dir(options: &str) -> Option<PathBuf> {
+    let upper = options.split(',').find_map(|o| o.strip_prefix("upperdir="))?;
+    let path = Path::new(upper);
+    if path.file_name()? != "diff" {
+        return None;
+    }
+    let layer = path.parent()?;
+    ContainerId::parse(layer.file_name()?.to_str()?)?;
+    let overlay = layer.parent()?;
+    (overlay.file_name()? == "overlay").then(|| overlay.parent().map(Path::to_path_buf))?
 }
 
 /// A store's `containers.json`: read-write layer id to container. A file
@@ -288,6 +305,23 @@ mod tests {
         let merged = format!("/srv/store/overlay/{LAYER}/merged");
         let name = layers.container_of_path(merged.as_bytes(), 7).unwrap().name.unwrap();
         assert!(!name.contains('\u{1b}'), "{name:?}");
+    }
+
+    /// podman rm unmounted the layer, but a view of it bound elsewhere
+    /// keeps a copy of its overlay (what holds the removal): the store is
+    /// found by the upper directory the kernel reports for that copy.
+    #[test]
+    fn a_store_is_found_by_the_upper_directory_of_a_copy_mounted_elsewhere() {
+        let (tmp, mut layers) = node("view", "/srv/store", &index(CID, "web", LAYER), false);
+        let merged = format!("/srv/store/overlay/{LAYER}/merged");
+        let copy = format!(
+            "91 1 0:60 / /backup/view/merged rw - overlay overlay rw,lowerdir=/srv/store/overlay/l/ABC,upperdir=/srv/store/overlay/{LAYER}/diff,workdir=/srv/store/overlay/{LAYER}/work\n"
+        );
+        std::fs::write(tmp.0.join("proc/7/mountinfo"), copy).unwrap();
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 7).map(|c| c.id.as_str().to_string()), Some(CID.into()));
+        // An upper directory of another shape names no store.
+        assert_eq!(store_of_upper_dir("rw,upperdir=/srv/x/diff,workdir=/srv/x/work"), None);
+        assert_eq!(store_of_upper_dir(&format!("rw,upperdir=/srv/store/layers/{LAYER}/diff")), None);
     }
 
     /// A runtime in a mount namespace of its own (a node container, or
