@@ -550,14 +550,17 @@ impl Tracer {
         let (mut ebpf, program_ids, attached) = loop {
             attempts += 1;
             let (ebpf, ids, attached) = attach::attach_calls(&offsets, &options, &mut fallback)?;
-            if attach::programs_run(&ebpf)? {
+            let unseen = attach::programs_run(&ebpf)?;
+            if unseen.is_empty() {
                 break (ebpf, ids, attached);
             }
             // Their links go with the object; a fresh one is attached.
             drop(ebpf);
             if attempts == attach::ATTACH_ATTEMPTS {
+                let names: Vec<&str> = unseen.iter().map(|s| crate::event::syscall_name(*s)).collect();
                 bail!(
-                    "the kernel ran none of podstuck's programs after attaching them ({attempts} times, {}): a call of podstuck's own was not seen within {:?}; nothing would be traced, so podstuck stops here rather than report a quiet node",
+                    "the kernel does not run podstuck's programs for {} after attaching them ({attempts} times, {}): a call of podstuck's own was not seen within {:?}; those calls would go untraced, so podstuck stops here rather than report a quiet node",
+                    names.join(", "),
                     attached.as_str(),
                     attach::PROGRAMS_RUN_WITHIN
                 );

@@ -5,6 +5,7 @@
 use anyhow::{Context, Result};
 use aya::maps::{MapData, PerCpuArray};
 use aya::Ebpf;
+use podstuck_common::program::Arch;
 use podstuck_common::{counter, Syscall};
 
 use super::{attach_tracepoints, attach_trampolines, load_object, TracerOptions};
@@ -54,35 +55,61 @@ pub(super) fn attach_calls(
     })
 }
 
-/// Whether the kernel runs the programs just attached: podstuck removes a
-/// directory that cannot exist (an rmdir under /proc, refused, changing
-/// nothing) until its programs count it, for at most
-/// [`PROGRAMS_RUN_WITHIN`]. An attach the kernel accepted and never runs
-/// was seen under emulation on 5.10 after cgroup hierarchies were
-/// remounted; whatever the cause, a blind podstuck would report a quiet
-/// node. Where podstuck's pid is not the kernel's (a PID namespace of its
-/// own) its call counts as the node's, which proves as much.
-pub(super) fn programs_run(ebpf: &Ebpf) -> Result<bool> {
+/// Whether the kernel runs the programs just attached, every syscall's:
+/// podstuck makes each call the programs trace on a path that cannot exist
+/// (under /proc: each fails and changes nothing) until each is counted,
+/// for at most [`PROGRAMS_RUN_WITHIN`]. An attach the kernel accepted and
+/// then never ran for some syscalls (unlink and unlinkat, while rmdir's
+/// ran) was seen under emulation on 5.10 after cgroup hierarchies were
+/// remounted; whatever the cause, a podstuck blind to a syscall would
+/// report a quiet node. Where podstuck's pid is not the kernel's (a PID
+/// namespace of its own) its calls count as the node's, which proves as
+/// much. The syscalls not seen, if any.
+pub(super) fn programs_run(ebpf: &Ebpf) -> Result<Vec<Syscall>> {
     let counters: PerCpuArray<&MapData, u64> =
         PerCpuArray::try_from(ebpf.map("COUNTERS").context("COUNTERS map missing")?)?;
-    let seen = || -> Result<u64> {
+    let seen = |syscall: Syscall| -> Result<u64> {
         let mut n = 0;
-        for index in [counter::OWN_CALLS, counter::CALLS + Syscall::Rmdir as u32] {
+        for index in [counter::OWN_CALLS + syscall as u32, counter::CALLS + syscall as u32] {
             n += counters.get(&index, 0).with_context(|| format!("reading counter {index}"))?.iter().sum::<u64>();
         }
         Ok(n)
     };
-    let before = seen()?;
+    let traced: Vec<Syscall> = Arch::HOST.programs().iter().map(|p| p.syscall).collect();
+    let before: Vec<u64> = traced.iter().map(|s| seen(*s)).collect::<Result<_>>()?;
     let started = std::time::Instant::now();
     loop {
-        // SAFETY: a NUL-terminated constant path; the call only fails.
-        unsafe { libc::rmdir(c"/proc/podstuck-checks-its-programs-run".as_ptr()) };
-        if seen()? > before {
-            return Ok(true);
+        for syscall in &traced {
+            make_call(*syscall);
         }
-        if started.elapsed() >= PROGRAMS_RUN_WITHIN {
-            return Ok(false);
+        let mut unseen = Vec::new();
+        for (syscall, was) in traced.iter().zip(&before) {
+            if seen(*syscall)? <= *was {
+                unseen.push(*syscall);
+            }
+        }
+        if unseen.is_empty() || started.elapsed() >= PROGRAMS_RUN_WITHIN {
+            return Ok(unseen);
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// One call of `syscall`, made to fail: its path cannot exist.
+fn make_call(syscall: Syscall) {
+    let path = c"/proc/podstuck-checks-its-programs-run";
+    // SAFETY: raw syscalls on a NUL-terminated constant path; each only
+    // fails (ENOENT), whatever the libc would route them through.
+    unsafe {
+        match syscall {
+            Syscall::Unlinkat => libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, path.as_ptr(), 0),
+            #[cfg(target_arch = "x86_64")]
+            Syscall::Unlink => libc::syscall(libc::SYS_unlink, path.as_ptr()),
+            #[cfg(target_arch = "x86_64")]
+            Syscall::Rmdir => libc::syscall(libc::SYS_rmdir, path.as_ptr()),
+            Syscall::Umount2 => libc::syscall(libc::SYS_umount2, path.as_ptr(), 0),
+            #[cfg(not(target_arch = "x86_64"))]
+            Syscall::Unlink | Syscall::Rmdir => 0,
+        };
     }
 }
