@@ -45,8 +45,31 @@ pub fn findings(snapshot: &ApiSnapshot) -> Vec<Finding> {
     found.extend(grace_period_past::detect(snapshot));
     // Worded as the node's findings are: severity within what is known.
     found.iter_mut().for_each(crate::diagnose::wording::settle);
+    found.iter_mut().for_each(terminal_safe_words);
     order(&mut found);
     found
+}
+
+/// The API's words are the cluster's to choose (a condition's message, an
+/// event's, a finalizer, an object the server of a test cluster did not
+/// validate): a finding that quotes them is made terminal-safe here, once,
+/// so no escape sequence reaches a terminal however it is printed. A fix
+/// quotes them as shell words already; this only touches one that came
+/// through raw.
+fn terminal_safe_words(f: &mut Finding) {
+    use crate::words::terminal_safe_lines;
+    let safe = |s: &mut String| {
+        if let std::borrow::Cow::Owned(clean) = terminal_safe_lines(s) {
+            *s = clean;
+        }
+    };
+    safe(&mut f.summary);
+    safe(&mut f.fix);
+    f.advice.iter_mut().for_each(safe);
+    for e in &mut f.evidence {
+        safe(&mut e.source);
+        safe(&mut e.fact);
+    }
 }
 
 /// Where a finding stands in the answer, the root cause first: a node that
@@ -309,6 +332,29 @@ pub(crate) mod tests {
     }
 
     /// Pod shop/web-0 on worker-1, deleted with 30 s of grace, due at `due`.
+    /// Found by the api_json fuzz target: the API's words reached a
+    /// finding raw, an escape sequence with them.
+    #[test]
+    fn the_apis_words_reach_no_terminal_raw() {
+        let due = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        let mut pod = deleted_pod(due);
+        pod.metadata.name = Some("web\u{1b}[2J-0".into());
+        pod.metadata.namespace = Some("shop\u{202e}".into());
+        pod.metadata.finalizers = Some(vec!["example.com/\u{1b}]0;owned\u{7}".into()]);
+        pod.spec.as_mut().unwrap().node_name = Some("worker\r-1".into());
+        let now = due + std::time::Duration::from_secs(600);
+        let found = findings(&snapshot(pod, now));
+        assert!(!found.is_empty());
+        for f in &found {
+            let text = format!("{} {} {:?} {:?}", f.summary, f.fix, f.advice, f.evidence);
+            let bad = |c: char| (c.is_control() && c != '\n') || ('\u{202a}'..='\u{202e}').contains(&c);
+            assert!(!f.summary.chars().any(bad), "{}", f.summary);
+            assert!(!f.fix.chars().any(bad), "{}", f.fix);
+            assert!(!f.advice.iter().flat_map(|a| a.chars()).any(bad), "{text}");
+            assert!(!f.evidence.iter().flat_map(|e| e.fact.chars()).any(bad), "{text}");
+        }
+    }
+
     pub fn deleted_pod(due: SystemTime) -> Pod {
         Pod {
             metadata: ObjectMeta {
