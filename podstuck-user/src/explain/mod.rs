@@ -336,13 +336,13 @@ pub(crate) mod tests {
     /// finding raw, an escape sequence with them.
     #[test]
     fn the_apis_words_reach_no_terminal_raw() {
-        let due = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        let due = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let mut pod = deleted_pod(due);
         pod.metadata.name = Some("web\u{1b}[2J-0".into());
         pod.metadata.namespace = Some("shop\u{202e}".into());
         pod.metadata.finalizers = Some(vec!["example.com/\u{1b}]0;owned\u{7}".into()]);
         pod.spec.as_mut().unwrap().node_name = Some("worker\r-1".into());
-        let now = due + std::time::Duration::from_secs(600);
+        let now = due + Duration::from_secs(600);
         let found = findings(&snapshot(pod, now));
         assert!(!found.is_empty());
         for f in &found {
