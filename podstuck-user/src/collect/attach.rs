@@ -58,11 +58,10 @@ pub(super) fn attach_calls(
 /// Whether the kernel runs the programs just attached, every syscall's:
 /// podstuck makes each call the programs trace on a path that cannot exist
 /// (under /proc: each fails and changes nothing) until each is counted,
-/// for at most [`PROGRAMS_RUN_WITHIN`]. An attach the kernel accepted and
-/// then never ran for some syscalls (unlink and unlinkat, while rmdir's
-/// ran) was seen under emulation on 5.10 after cgroup hierarchies were
-/// remounted; whatever the cause, a podstuck blind to a syscall would
-/// report a quiet node. Where podstuck's pid is not the kernel's (a PID
+/// for at most [`PROGRAMS_RUN_WITHIN`]. A podstuck blind to a syscall
+/// (an attach the kernel accepted and never runs) would report a quiet
+/// node, the worst answer during an incident; the check costs a few
+/// failing calls at start. Where podstuck's pid is not the kernel's (a PID
 /// namespace of its own) its calls count as the node's, which proves as
 /// much. The syscalls not seen, if any.
 pub(super) fn programs_run(ebpf: &Ebpf) -> Result<Vec<Syscall>> {
