@@ -439,6 +439,10 @@ pub const MAX_FINDINGS_KEPT: usize = 2048;
 pub struct Diagnoser {
     detectors: Vec<Box<dyn Detector>>,
     shown: BTreeMap<String, Shown>,
+    /// Consequences folded before they were ever told, by id: the root
+    /// each went under. Without it, one that outlives its root by a review
+    /// would be told as a cause of its own a moment after the fix.
+    folded_untold: BTreeMap<String, String>,
     in_container: bool,
     /// The always-on run forgets a resolved finding this long after its end
     /// was told; an incident run keeps them for its closing summary.
@@ -464,7 +468,13 @@ impl Diagnoser {
             Box::new(unkillable_task::UnkillableTask::default()),
             Box::new(no_teardown_seen::NoTeardownSeen::new(options.pods.clone())),
         ];
-        Diagnoser { detectors, shown: BTreeMap::new(), in_container: options.in_container, forget_resolved_after: None }
+        Diagnoser {
+            detectors,
+            shown: BTreeMap::new(),
+            folded_untold: BTreeMap::new(),
+            in_container: options.in_container,
+            forget_resolved_after: None,
+        }
     }
 
     /// Resolved findings are forgotten `after` their end was told: a run of
@@ -476,6 +486,9 @@ impl Diagnoser {
     /// Forgets what [`Diagnoser::forget_resolved_after`] and
     /// [`MAX_FINDINGS_KEPT`] say; never a finding whose end is not told yet.
     fn forget(&mut self, now: SystemTime) {
+        // A consequence never told is remembered while its root's tail lasts.
+        let shown = &self.shown;
+        self.folded_untold.retain(|_, root| shown.get(root).is_some_and(|r| Self::still_tailed(r, now)));
         let done = |s: &Shown| s.told && s.finding.status == Status::Resolved;
         if let Some(after) = self.forget_resolved_after {
             self.shown.retain(|_, s| !(done(s) && now.duration_since(s.told_at).unwrap_or_default() >= after));
@@ -541,6 +554,10 @@ impl Diagnoser {
         }
         current.iter_mut().for_each(wording::settle);
         for (id, root) in consequences::fold(&mut current) {
+            if !self.shown.contains_key(&id) {
+                self.folded_untold.insert(id, root);
+                continue;
+            }
             // Told on its own before its root cause was known: say where it went.
             if let Some(shown) = self.shown.get_mut(&id).filter(|s| s.last_told.status == Status::Active) {
                 let mut finding = shown.finding.clone();
@@ -616,9 +633,12 @@ impl Diagnoser {
     /// or ended less than [`CONSEQUENCE_OUTLIVES`] ago. Told again, it
     /// would read as a second cause a moment after the first was fixed.
     fn tail_of_its_root(&self, id: &str, now: SystemTime) -> bool {
-        let Some(root) = self.shown.get(id).and_then(|s| s.under.as_ref()).and_then(|r| self.shown.get(r)) else {
-            return false;
-        };
+        let root = self.shown.get(id).and_then(|s| s.under.as_ref()).or_else(|| self.folded_untold.get(id));
+        root.and_then(|r| self.shown.get(r)).is_some_and(|root| Self::still_tailed(root, now))
+    }
+
+    /// Whether a consequence of `root` is still only its tail.
+    fn still_tailed(root: &Shown, now: SystemTime) -> bool {
         root.last_told.status == Status::Active
             || now.duration_since(root.told_at).unwrap_or_default() < CONSEQUENCE_OUTLIVES
     }
@@ -693,6 +713,7 @@ mod tests {
         Diagnoser {
             detectors: vec![Box::new(Scripted { next: next.clone() })],
             shown: BTreeMap::new(),
+            folded_untold: BTreeMap::new(),
             in_container: false,
             forget_resolved_after: None,
         }
@@ -820,6 +841,38 @@ mod tests {
             matches!(&own[..], [Report::Update(f)] if f.kind == Kind::NotMounted && f.status == Status::Active),
             "{own:?}"
         );
+    }
+
+    #[test]
+    fn a_consequence_folded_before_it_was_ever_told_stays_under_its_root_after_the_fix() {
+        // podman's removal of a container's layer directory: ENOTEMPTY for
+        // as long as the held `merged` inside it; the hold is fixed, and its
+        // last retries run a review or two after the mount-held finding ends.
+        let next = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut d = scripted(&next);
+        let mut node = FakeNode::default();
+        let mut at =
+            |d: &mut Diagnoser, secs: f64| d.review(&mut Review { now: t(secs), in_flight: &[], node: &mut node });
+        let mut root = Finding::new(Kind::MountHeld, "/store/overlay/l1/merged", Severity::Critical, t(0.0));
+        root.paths = vec![b"/store/overlay/l1/merged".to_vec()];
+        let mut layer = Finding::new(Kind::DirNotEmpty, "/store/overlay/l1", Severity::Critical, t(0.0));
+        layer.paths = vec![b"/store/overlay/l1".to_vec()];
+        *next.borrow_mut() = vec![root.clone(), layer.clone()];
+        let told = at(&mut d, 1.0);
+        assert!(matches!(&told[..], [Report::New(f)] if f.kind == Kind::MountHeld), "{told:?}");
+        let mut ended = root.clone();
+        ended.status = Status::Resolved;
+        *next.borrow_mut() = vec![ended.clone(), layer.clone()];
+        let after_fix = at(&mut d, 2.0);
+        assert!(after_fix.iter().all(|r| r.finding().kind != Kind::DirNotEmpty), "{after_fix:?}");
+        assert!(at(&mut d, 9.0).iter().all(|r| r.finding().kind != Kind::DirNotEmpty), "still within the tail");
+        // Failing long after its root ended, it is a cause of its own.
+        let own = at(&mut d, 14.0);
+        assert!(
+            matches!(&own[..], [Report::New(f)] if f.kind == Kind::DirNotEmpty && f.status == Status::Active),
+            "{own:?}"
+        );
+        assert!(d.folded_untold.is_empty(), "nothing kept past the tail");
     }
 
     #[test]
