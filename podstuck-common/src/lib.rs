@@ -450,12 +450,13 @@ pub mod counter {
     /// Calls whose series did not fit in the `SERIES` map: counted in the
     /// per-CPU `SERIES_OVERFLOW` slot of their syscall and outcome instead.
     pub const SERIES_FULL: u32 = 8;
-    /// Calls of podstuck's own process (`KernelFilter::own_tgid`): its
-    /// check, after attaching, that the kernel runs the programs. Never
+    /// Calls of podstuck's own process (`KernelFilter::own_tgid`), per
+    /// syscall (index = `OWN_CALLS + Syscall as u32`): its check, after
+    /// attaching, that the kernel runs every syscall's programs. Never
     /// counted as the node's calls, never streamed.
     pub const OWN_CALLS: u32 = 9;
     /// Size of the array.
-    pub const LEN: u32 = 10;
+    pub const LEN: u32 = 13;
 }
 
 /// Most series the kernel keeps apart at once (a series: one process, in

@@ -74,7 +74,7 @@ pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop, series: SeriesMap) -> Opt
     // podstuck's own call (its attach check): proof the programs run, and
     // nothing of the node's.
     if (pid_tgid >> 32) as u32 == patched!(FILTER.own_tgid) {
-        bump(counter::OWN_CALLS);
+        bump(counter::OWN_CALLS + syscall as u32);
         return None;
     }
     bump(counter::CALLS + syscall as u32);

@@ -30,6 +30,7 @@ use podstuck_common::{
     LATENCY_BUCKETS, PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
 };
 
+mod attach;
 mod drain;
 
 pub use drain::{QueueTotals, QUEUE_RECORDS};
@@ -350,83 +351,6 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
     }
 }
 
-/// Times the calls' programs are attached before podstuck gives up on a
-/// kernel that does not run them.
-const ATTACH_ATTEMPTS: u32 = 3;
-
-/// How long a call of podstuck's own may take to be counted by freshly
-/// attached programs.
-const PROGRAMS_RUN_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Loads the calls' programs and attaches them as `options` plan (falling
-/// back from fentry to the tracepoints on `Auto`, said in `fallback`).
-fn attach_calls(
-    offsets: &podstuck_common::KernelOffsets,
-    options: &TracerOptions,
-    fallback: &mut Option<String>,
-) -> Result<(Ebpf, Vec<u32>, AttachPoint)> {
-    let walk = options.walk;
-    Ok(match options.attach {
-        AttachPoint::Tracepoint => {
-            let mut ebpf = load_object(offsets, options, AttachPoint::Tracepoint)?;
-            let ids = attach_tracepoints(&mut ebpf, walk)?;
-            (ebpf, ids, AttachPoint::Tracepoint)
-        }
-        AttachPoint::Fentry => {
-            let mut ebpf = load_object(offsets, options, AttachPoint::Fentry)?;
-            let ids = attach_trampolines(&mut ebpf, walk)?;
-            (ebpf, ids, AttachPoint::Fentry)
-        }
-        AttachPoint::Auto => {
-            let mut ebpf = load_object(offsets, options, AttachPoint::Fentry)?;
-            match attach_trampolines(&mut ebpf, walk) {
-                Ok(ids) => (ebpf, ids, AttachPoint::Fentry),
-                Err(e) => {
-                    *fallback = Some(format!("fentry/fexit refused here ({e:#}): attached to the syscall tracepoints, which slow every syscall a little"));
-                    // A fresh object: the half-attached one goes with its links.
-                    drop(ebpf);
-                    let mut ebpf = load_object(offsets, options, AttachPoint::Tracepoint)?;
-                    let ids = attach_tracepoints(&mut ebpf, walk)?;
-                    (ebpf, ids, AttachPoint::Tracepoint)
-                }
-            }
-        }
-    })
-}
-
-/// Whether the kernel runs the programs just attached: podstuck removes a
-/// directory that cannot exist (an rmdir under /proc, refused, changing
-/// nothing) until its programs count it, for at most
-/// [`PROGRAMS_RUN_WITHIN`]. An attach the kernel accepted and never runs
-/// was seen under emulation on 5.10 after cgroup hierarchies were
-/// remounted; whatever the cause, a blind podstuck would report a quiet
-/// node. Where podstuck's pid is not the kernel's (a PID namespace of its
-/// own) its call counts as the node's, which proves as much.
-fn programs_run(ebpf: &Ebpf) -> Result<bool> {
-    let counters: PerCpuArray<&MapData, u64> =
-        PerCpuArray::try_from(ebpf.map("COUNTERS").context("COUNTERS map missing")?)?;
-    let seen = || -> Result<u64> {
-        let mut n = 0;
-        for index in [counter::OWN_CALLS, counter::CALLS + Syscall::Rmdir as u32] {
-            n += counters.get(&index, 0).with_context(|| format!("reading counter {index}"))?.iter().sum::<u64>();
-        }
-        Ok(n)
-    };
-    let before = seen()?;
-    let started = std::time::Instant::now();
-    loop {
-        // SAFETY: a NUL-terminated constant path; the call only fails.
-        unsafe { libc::rmdir(c"/proc/podstuck-checks-its-programs-run".as_ptr()) };
-        if seen()? > before {
-            return Ok(true);
-        }
-        if started.elapsed() >= PROGRAMS_RUN_WITHIN {
-            return Ok(false);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// Loads the programs `names` side by side, `load` loading one: the
 /// verifier spends ~100 ms on each exit program (record, path walk), on
 /// one CPU each, and start waits for all of them.
@@ -625,17 +549,20 @@ impl Tracer {
         let mut attempts = 0;
         let (mut ebpf, program_ids, attached) = loop {
             attempts += 1;
-            let (ebpf, ids, attached) = attach_calls(&offsets, &options, &mut fallback)?;
-            if programs_run(&ebpf)? {
+            let (ebpf, ids, attached) = attach::attach_calls(&offsets, &options, &mut fallback)?;
+            let unseen = attach::programs_run(&ebpf)?;
+            if unseen.is_empty() {
                 break (ebpf, ids, attached);
             }
             // Their links go with the object; a fresh one is attached.
             drop(ebpf);
-            if attempts == ATTACH_ATTEMPTS {
+            if attempts == attach::ATTACH_ATTEMPTS {
+                let names: Vec<&str> = unseen.iter().map(|s| crate::event::syscall_name(*s)).collect();
                 bail!(
-                    "the kernel ran none of podstuck's programs after attaching them ({attempts} times, {}): a call of podstuck's own was not seen within {:?}; nothing would be traced, so podstuck stops here rather than report a quiet node",
+                    "the kernel does not run podstuck's programs for {} after attaching them ({attempts} times, {}): a call of podstuck's own was not seen within {:?}; those calls would go untraced, so podstuck stops here rather than report a quiet node",
+                    names.join(", "),
                     attached.as_str(),
-                    PROGRAMS_RUN_WITHIN
+                    attach::PROGRAMS_RUN_WITHIN
                 );
             }
         };

@@ -37,6 +37,10 @@ pub const UMOUNT: &str = "/usr/bin/umount";
 /// A loop device bound to a file; detached on drop.
 pub struct LoopAttach {
     device: PathBuf,
+    /// Its backing file as the kernel named it at attach: a loop device's
+    /// number is reused as soon as it is detached (tests run side by side),
+    /// so "still bound" means bound to this file, never merely bound.
+    backing: String,
 }
 
 impl LoopAttach {
@@ -49,7 +53,15 @@ impl LoopAttach {
             file.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         );
-        LoopAttach { device: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()) }
+        let mut attached =
+            LoopAttach { device: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()), backing: String::new() };
+        attached.backing = attached.sysfs("backing_file").unwrap_or_default();
+        assert!(
+            !attached.backing.is_empty(),
+            "{} has no backing file right after losetup bound it",
+            attached.device.display()
+        );
+        attached
     }
 
     /// `/dev/loopN`.
@@ -69,9 +81,10 @@ impl LoopAttach {
         std::fs::read_to_string(at).ok().map(|s| s.trim().to_string())
     }
 
-    /// Whether it is still bound to its file.
+    /// Whether it is still bound to its file (not to another test's, which
+    /// got the device's number once it was free).
     pub fn bound(&self) -> bool {
-        self.sysfs("backing_file").is_some_and(|b| !b.is_empty())
+        self.sysfs("backing_file").is_some_and(|b| b == self.backing)
     }
 }
 

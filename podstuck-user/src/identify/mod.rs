@@ -81,6 +81,8 @@ struct Caller<'a> {
     /// the hierarchies it asked for it is of.
     v1_cgroup_id: u64,
     v1_hierarchy: u8,
+    /// The mount namespace of the call (its inode); 0 when unknown.
+    mntns: u32,
 }
 
 /// A process's cgroups as the kernel read them when it acted: the v2 id,
@@ -96,7 +98,15 @@ pub struct KernelCgroups {
 impl ProcessFacts {
     /// The caller these facts name, in cgroup `cgroup_id` where known.
     fn caller(&self, cgroup_id: u64) -> Caller<'_> {
-        Caller { pid: self.pid, comm: &self.comm, pcomm: &self.pcomm, cgroup_id, v1_cgroup_id: 0, v1_hierarchy: 0 }
+        Caller {
+            pid: self.pid,
+            comm: &self.comm,
+            pcomm: &self.pcomm,
+            cgroup_id,
+            v1_cgroup_id: 0,
+            v1_hierarchy: 0,
+            mntns: 0,
+        }
     }
 }
 
@@ -284,6 +294,7 @@ impl Identifier {
             cgroup_id: event.cgroup_id,
             v1_cgroup_id: event.v1_cgroup_id,
             v1_hierarchy: event.v1_hierarchy,
+            mntns: event.mntns,
         };
         self.identify_call(&caller, event.abs_path())
     }
@@ -311,7 +322,7 @@ impl Identifier {
         }
         if container_id.is_none() {
             if let Ok(path) = &abs_path {
-                container_id = self.storage.container_of_path(path, caller.pid).map(|c| c.id);
+                container_id = self.storage.container_of_path(path, caller.pid, caller.mntns).map(|c| c.id);
             }
         }
         if let Some(container) = container_id.clone() {
@@ -388,6 +399,7 @@ impl Identifier {
             cgroup_id: cgroups.v2,
             v1_cgroup_id: cgroups.v1,
             v1_hierarchy: cgroups.v1_hierarchy,
+            mntns: 0,
         };
         self.identify_call(&caller, Err(NoPath::PathUnreadable))
     }
@@ -404,6 +416,7 @@ impl Identifier {
             cgroup_id: cgroups.v2,
             v1_cgroup_id: cgroups.v1,
             v1_hierarchy: cgroups.v1_hierarchy,
+            mntns: 0,
         };
         self.caller_cgroup(&caller).map(|path| clues_from_cgroup(&path).0)
     }

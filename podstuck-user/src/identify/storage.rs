@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::pod::ContainerId;
 use super::RescanLimit;
@@ -35,6 +35,11 @@ pub const DEFAULT_STORAGE_ROOT: &str = "/var/lib/containers/storage";
 
 /// Stores podstuck reads at most: a node has one or two.
 const ROOTS_KEPT: usize = 8;
+/// Mount namespaces whose last rescan is remembered: the runtimes of a
+/// node (a handful) with room to spare.
+const NAMESPACES_KEPT: usize = 64;
+/// Rescans at most, in all, per interval of one namespace's.
+const RESCANS_PER_INTERVAL: u32 = 4;
 /// The largest `containers.json` read: some 600 bytes a container.
 const INDEX_LIMIT: u64 = 16 << 20;
 
@@ -69,7 +74,52 @@ pub struct StorageLayers {
     proc_root: PathBuf,
     /// Store roots as the node spells them, and their layers' containers.
     roots: Vec<(PathBuf, HashMap<String, StoredContainer>)>,
-    rescans: RescanLimit,
+    rescans: Rescans,
+}
+
+/// When a miss may rescan: once an interval per caller's mount namespace,
+/// and [`RESCANS_PER_INTERVAL`] times an interval in all. A store is found
+/// in the mount table of its runtime's namespace, so one limit for the
+/// whole node let another runtime's misses (its image layers, never in
+/// any `containers.json`) use up every turn, and a container's layer went
+/// unnamed for as long as they lasted.
+#[derive(Debug)]
+struct Rescans {
+    all: RescanLimit,
+    by_namespace: HashMap<u32, Instant>,
+    interval: Duration,
+}
+
+impl Default for Rescans {
+    fn default() -> Rescans {
+        let mut rescans =
+            Rescans { all: RescanLimit::default(), by_namespace: HashMap::new(), interval: Duration::ZERO };
+        rescans.set_interval(Duration::from_secs(1));
+        rescans
+    }
+}
+
+impl Rescans {
+    fn set_interval(&mut self, interval: Duration) {
+        self.interval = interval;
+        self.all.set_min_interval(interval / RESCANS_PER_INTERVAL);
+    }
+
+    fn due(&self, mntns: u32) -> bool {
+        self.all.due() && self.by_namespace.get(&mntns).is_none_or(|at| at.elapsed() >= self.interval)
+    }
+
+    fn scanned(&mut self, mntns: u32) {
+        self.all.scanned();
+        if self.by_namespace.len() >= NAMESPACES_KEPT {
+            // One whose interval has passed is due anyway: forgetting it changes nothing.
+            let interval = self.interval;
+            self.by_namespace.retain(|_, at| at.elapsed() < interval);
+        }
+        if self.by_namespace.len() < NAMESPACES_KEPT {
+            self.by_namespace.insert(mntns, Instant::now());
+        }
+    }
 }
 
 impl StorageLayers {
@@ -77,20 +127,21 @@ impl StorageLayers {
     /// whose mount table is `mountinfo` and processes are under
     /// `proc_root`; the first lookup fills it.
     pub fn new(node_root: PathBuf, mountinfo: PathBuf, proc_root: PathBuf) -> StorageLayers {
-        StorageLayers { node_root, mountinfo, proc_root, roots: Vec::new(), rescans: RescanLimit::default() }
+        StorageLayers { node_root, mountinfo, proc_root, roots: Vec::new(), rescans: Rescans::default() }
     }
 
-    /// How often a lookup miss may rescan (default 1 s).
+    /// How often a lookup miss may rescan for callers of one mount
+    /// namespace (default 1 s; four times as often in all).
     pub fn set_min_rescan_interval(&mut self, interval: Duration) {
-        self.rescans.set_min_interval(interval);
+        self.rescans.set_interval(interval);
     }
 
     /// Finds the stores again (the default root, the roots of the layers
     /// mounted now in the node's mount table and in process `pid`'s, and
     /// those found before, newest first) and re-reads each one's
-    /// `containers.json`.
-    pub fn rescan(&mut self, pid: u32) {
-        self.rescans.scanned();
+    /// `containers.json`. `mntns` is the namespace `pid` was in at its call.
+    pub fn rescan(&mut self, pid: u32, mntns: u32) {
+        self.rescans.scanned(mntns);
         let mut roots = vec![PathBuf::from(DEFAULT_STORAGE_ROOT)];
         let tables = [self.proc_root.join(pid.to_string()).join("mountinfo"), self.mountinfo.clone()];
         for table in tables {
@@ -121,19 +172,19 @@ impl StorageLayers {
 
     /// The container whose read-write layer holds `path`
     /// (`<root>/overlay/<layer id>/...` of a store), or whose state it is
-    /// (`<root>/overlay-containers/<id>/...`), for a call by process `pid`;
-    /// on a miss, rescans at most once per interval, since containers are
-    /// created all the time.
-    pub fn container_of_path(&mut self, path: &[u8], pid: u32) -> Option<StoredContainer> {
+    /// (`<root>/overlay-containers/<id>/...`), for a call by process `pid`
+    /// in mount namespace `mntns`; on a miss, rescans (see [`Rescans`]),
+    /// since containers are created all the time.
+    pub fn container_of_path(&mut self, path: &[u8], pid: u32, mntns: u32) -> Option<StoredContainer> {
         if let Some(found) = self.lookup(path) {
             return Some(found);
         }
         // Only a path shaped like a store's is worth reading the mount
         // table and the stores again for: most calls on a node are not.
-        if !store_shaped(path) || !self.rescans.due() {
+        if !store_shaped(path) || !self.rescans.due(mntns) {
             return None;
         }
-        self.rescan(pid);
+        self.rescan(pid, mntns);
         self.lookup(path)
     }
 
@@ -173,7 +224,11 @@ fn store_shaped(path: &[u8]) -> bool {
 fn store_of_mount(m: &crate::mountinfo::Mount) -> Option<PathBuf> {
     let path = Path::new(std::ffi::OsStr::from_bytes(&m.mount_point));
     if m.fstype == "overlay" {
-        return store_of_layer_mount(&m.mount_point);
+        // Mounted where the store mounts it, or anywhere else (a copy
+        // bound elsewhere, a view of it that outlives the store's own
+        // unmount): its upper directory, which the kernel reports, is
+        // `<root>/overlay/<layer id>/diff`.
+        return store_of_layer_mount(&m.mount_point).or_else(|| store_of_upper_dir(&m.super_options));
     }
     if path.ends_with("userdata/shm") {
         let container = path.parent()?.parent()?;
@@ -198,6 +253,19 @@ fn store_of_layer_mount(mount_point: &[u8]) -> Option<PathBuf> {
         return None;
     }
     Some(overlay.parent()?.to_path_buf())
+}
+
+/// `<root>` of an overlay whose options name `upperdir=<root>/overlay/<layer id>/diff`.
+fn store_of_upper_dir(options: &str) -> Option<PathBuf> {
+    let upper = options.split(',').find_map(|o| o.strip_prefix("upperdir="))?;
+    let path = Path::new(upper);
+    if path.file_name()? != "diff" {
+        return None;
+    }
+    let layer = path.parent()?;
+    ContainerId::parse(layer.file_name()?.to_str()?)?;
+    let overlay = layer.parent()?;
+    (overlay.file_name()? == "overlay").then(|| overlay.parent().map(Path::to_path_buf))?
 }
 
 /// A store's `containers.json`: read-write layer id to container. A file
@@ -257,24 +325,27 @@ mod tests {
         let (_tmp, mut layers) = node("found", "/srv/store", &index(CID, "web", LAYER), true);
         let want = StoredContainer { id: ContainerId::parse(CID).unwrap(), name: Some("web".into()) };
         let merged = format!("/srv/store/overlay/{LAYER}/merged");
-        assert_eq!(layers.container_of_path(merged.as_bytes(), 7), Some(want.clone()));
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 7, 1), Some(want.clone()));
         assert_eq!(
-            layers.container_of_path(format!("/srv/store/overlay/{LAYER}/diff/etc").as_bytes(), 7),
+            layers.container_of_path(format!("/srv/store/overlay/{LAYER}/diff/etc").as_bytes(), 7, 1),
             Some(want.clone())
         );
         let shm = format!("/srv/store/overlay-containers/{CID}/userdata/shm");
-        assert_eq!(layers.container_of_path(shm.as_bytes(), 7), Some(want));
-        assert_eq!(layers.container_of_path(format!("/srv/store/overlay/{OTHER}/merged").as_bytes(), 7), None);
-        assert_eq!(layers.container_of_path(b"/srv/other/overlay/x/merged", 7), None);
+        assert_eq!(layers.container_of_path(shm.as_bytes(), 7, 1), Some(want));
+        assert_eq!(layers.container_of_path(format!("/srv/store/overlay/{OTHER}/merged").as_bytes(), 7, 1), None);
+        assert_eq!(layers.container_of_path(b"/srv/other/overlay/x/merged", 7, 1), None);
     }
 
     #[test]
     fn the_default_store_is_read_unmounted_and_a_store_elsewhere_only_once_mounted() {
         let (_tmp, mut layers) = node("default", DEFAULT_STORAGE_ROOT, &index(CID, "web", LAYER), false);
         let merged = format!("{DEFAULT_STORAGE_ROOT}/overlay/{LAYER}/merged");
-        assert_eq!(layers.container_of_path(merged.as_bytes(), 7).map(|c| c.id.as_str().to_string()), Some(CID.into()));
+        assert_eq!(
+            layers.container_of_path(merged.as_bytes(), 7, 1).map(|c| c.id.as_str().to_string()),
+            Some(CID.into())
+        );
         let (_tmp, mut layers) = node("elsewhere", "/srv/store", &index(CID, "web", LAYER), false);
-        assert_eq!(layers.container_of_path(format!("/srv/store/overlay/{LAYER}/merged").as_bytes(), 7), None);
+        assert_eq!(layers.container_of_path(format!("/srv/store/overlay/{LAYER}/merged").as_bytes(), 7, 1), None);
     }
 
     #[test]
@@ -282,12 +353,32 @@ mod tests {
         for json in ["", "{}", "[{\"id\":\"x\",\"layer\":\"y\"}]", &index(CID, "web", "not-a-layer")] {
             let (_tmp, mut layers) = node("damaged", "/srv/store", json, true);
             let merged = format!("/srv/store/overlay/{LAYER}/merged");
-            assert_eq!(layers.container_of_path(merged.as_bytes(), 7), None, "{json}");
+            assert_eq!(layers.container_of_path(merged.as_bytes(), 7, 1), None, "{json}");
         }
         let (_tmp, mut layers) = node("hostile", "/srv/store", &index(CID, "web\\u001b[2J", LAYER), true);
         let merged = format!("/srv/store/overlay/{LAYER}/merged");
-        let name = layers.container_of_path(merged.as_bytes(), 7).unwrap().name.unwrap();
+        let name = layers.container_of_path(merged.as_bytes(), 7, 1).unwrap().name.unwrap();
         assert!(!name.contains('\u{1b}'), "{name:?}");
+    }
+
+    /// podman rm unmounted the layer, but a view of it bound elsewhere
+    /// keeps a copy of its overlay (what holds the removal): the store is
+    /// found by the upper directory the kernel reports for that copy.
+    #[test]
+    fn a_store_is_found_by_the_upper_directory_of_a_copy_mounted_elsewhere() {
+        let (tmp, mut layers) = node("view", "/srv/store", &index(CID, "web", LAYER), false);
+        let merged = format!("/srv/store/overlay/{LAYER}/merged");
+        let copy = format!(
+            "91 1 0:60 / /backup/view/merged rw - overlay overlay rw,lowerdir=/srv/store/overlay/l/ABC,upperdir=/srv/store/overlay/{LAYER}/diff,workdir=/srv/store/overlay/{LAYER}/work\n"
+        );
+        std::fs::write(tmp.0.join("proc/7/mountinfo"), copy).unwrap();
+        assert_eq!(
+            layers.container_of_path(merged.as_bytes(), 7, 1).map(|c| c.id.as_str().to_string()),
+            Some(CID.into())
+        );
+        // An upper directory of another shape names no store.
+        assert_eq!(store_of_upper_dir("rw,upperdir=/srv/x/diff,workdir=/srv/x/work"), None);
+        assert_eq!(store_of_upper_dir(&format!("rw,upperdir=/srv/store/layers/{LAYER}/diff")), None);
     }
 
     /// A runtime in a mount namespace of its own (a node container, or
@@ -299,12 +390,12 @@ mod tests {
         let merged = format!("/srv/store/overlay/{LAYER}/merged");
         std::fs::write(tmp.0.join("proc/7/mountinfo"), format!("90 1 0:60 / {merged} rw - overlay overlay rw\n"))
             .unwrap();
-        assert_eq!(layers.container_of_path(merged.as_bytes(), 8), None, "another process's table shows nothing");
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 8, 2), None, "another process's table shows nothing");
         layers.set_min_rescan_interval(Duration::ZERO);
-        assert!(layers.container_of_path(merged.as_bytes(), 7).is_some());
+        assert!(layers.container_of_path(merged.as_bytes(), 7, 1).is_some());
         // Once found, kept while another caller's rescan does not see it.
         assert!(layers
-            .container_of_path(format!("/srv/store/overlay-containers/{CID}/userdata").as_bytes(), 8)
+            .container_of_path(format!("/srv/store/overlay-containers/{CID}/userdata").as_bytes(), 8, 2)
             .is_some());
     }
 
@@ -342,11 +433,37 @@ mod tests {
         let (tmp, mut layers) = node("rate", "/srv/store", "[]", true);
         layers.set_min_rescan_interval(Duration::from_secs(3600));
         let merged = format!("/srv/store/overlay/{LAYER}/merged");
-        assert_eq!(layers.container_of_path(merged.as_bytes(), 7), None);
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 7, 1), None);
         std::fs::write(tmp.0.join("node/srv/store/overlay-containers/containers.json"), index(CID, "web", LAYER))
             .unwrap();
-        assert_eq!(layers.container_of_path(merged.as_bytes(), 7), None, "rescanned too soon");
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 7, 1), None, "rescanned too soon");
         layers.set_min_rescan_interval(Duration::ZERO);
-        assert!(layers.container_of_path(merged.as_bytes(), 7).is_some());
+        assert!(layers.container_of_path(merged.as_bytes(), 7, 1).is_some());
+    }
+
+    /// Another runtime's misses (its image layers, in no containers.json)
+    /// come every moment: they must not use up the turn of the runtime
+    /// whose namespace shows the store.
+    #[test]
+    fn another_namespaces_misses_leave_a_callers_rescan_its_turn() {
+        let (tmp, mut layers) = node("turns", "/srv/store", &index(CID, "web", LAYER), false);
+        layers.set_min_rescan_interval(Duration::from_secs(3600));
+        let merged = format!("/srv/store/overlay/{LAYER}/merged");
+        std::fs::write(tmp.0.join("proc/7/mountinfo"), format!("90 1 0:60 / {merged} rw - overlay overlay rw\n"))
+            .unwrap();
+        let image_layer = format!("/var/lib/other/overlay/{OTHER}/diff/etc/x");
+        assert_eq!(layers.container_of_path(image_layer.as_bytes(), 8, 2), None);
+        assert_eq!(layers.container_of_path(image_layer.as_bytes(), 8, 2), None);
+        // The global floor is a quarter of the interval: wait it out as a node would.
+        layers.rescans.all = RescanLimit::default();
+        assert!(layers.container_of_path(merged.as_bytes(), 7, 1).is_some(), "namespace 1's first miss rescans");
+        // Past the cap of namespaces kept, each still gets its turn.
+        layers.rescans.set_interval(Duration::from_secs(3600));
+        layers.rescans.all.set_min_interval(Duration::ZERO);
+        for ns in 100..100 + 2 * NAMESPACES_KEPT as u32 {
+            assert!(layers.rescans.due(ns));
+            layers.rescans.scanned(ns);
+        }
+        assert!(layers.rescans.by_namespace.len() <= NAMESPACES_KEPT);
     }
 }

@@ -259,7 +259,11 @@ fn findings(listen: SocketAddr) -> Vec<Value> {
 /// The findings still happening: `/findings` lists a resolved one too
 /// (with `"status":"resolved"`) until it is forgotten.
 fn active(listen: SocketAddr) -> Vec<Value> {
-    findings(listen).into_iter().filter(|f| f["status"] == "active").collect()
+    findings(listen).into_iter().filter(is_active).collect()
+}
+
+fn is_active(f: &Value) -> bool {
+    f["status"] == "active"
 }
 
 fn actor(target: &Target) -> Command {
@@ -460,7 +464,9 @@ fn pid_reused(target: &Target) -> FaultOutcome {
     // Until the volume's finding ends: none may name the innocent.
     let guard = format!("= {started} ]");
     o.right_again = within(RIGHT_AGAIN_WITHIN, || {
-        for f in findings(target.listen) {
+        // One page a poll: what is checked and what ends the wait are the same moment's.
+        let page = findings(target.listen);
+        for f in &page {
             let text = f.to_string();
             let kills = f["fix"].as_str().is_some_and(|fix| fix.contains(&format!("kill -TERM {pid}")));
             if text.contains("innocent") || (kills && !text.contains(&guard)) {
@@ -470,7 +476,7 @@ fn pid_reused(target: &Target) -> FaultOutcome {
                 }
             }
         }
-        (!active(target.listen).iter().any(of_the_volume)).then(|| killed.elapsed())
+        (!page.iter().any(|f| is_active(f) && of_the_volume(f))).then(|| killed.elapsed())
     });
     o.wrong = (!wrong.is_empty()).then(|| wrong.join("; "));
     o.detail = format!(
