@@ -167,6 +167,11 @@ impl Diagnoser {
         }
     }
 
+    /// Whether a detector asks for a review soon ([`Detector::wants_review`]).
+    pub fn wants_review(&self) -> bool {
+        self.detectors.iter().any(|d| d.wants_review())
+    }
+
     /// Runs every detector and returns what is new or changed enough to tell.
     pub fn review(&mut self, review: &mut Review<'_>) -> Vec<Report> {
         let mut reports = Vec::new();

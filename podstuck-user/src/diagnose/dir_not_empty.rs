@@ -124,6 +124,10 @@ impl DirNotEmpty {
 }
 
 impl Detector for DirNotEmpty {
+    fn wants_review(&self) -> bool {
+        self.failures.wants_a_look()
+    }
+
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
         if removes(event) && identity.pod_uid.is_some() {
             self.failures.observe(event, identity, |errno| errno == libc::ENOTEMPTY && removes_dir(event));

@@ -194,6 +194,10 @@ impl ImmutableFile {
 }
 
 impl Detector for ImmutableFile {
+    fn wants_review(&self) -> bool {
+        self.failures.wants_a_look()
+    }
+
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
         if removes(event) {
             self.failures.observe(event, identity, |errno| errno == libc::EPERM);

@@ -392,6 +392,13 @@ pub trait Detector {
     fn grace_ends(&mut self, _ends: &BTreeMap<PodUid, SystemTime>) {}
     /// Told before the run's last review: what it returns is the last word.
     fn closing(&mut self) {}
+    /// Whether a call came since the last review whose cause the node's
+    /// state can prove at once (a mount table, inode flags, a directory's
+    /// entries): the watch then reviews soon, not at its next tick, so the
+    /// answer follows the call that proves it.
+    fn wants_review(&self) -> bool {
+        false
+    }
     /// Decides, confirms against the node, and returns the current state of
     /// every finding it holds (active or just resolved).
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding>;
@@ -414,15 +421,6 @@ pub fn removes(event: &CallEvent) -> bool {
 /// umount2 without MNT_DETACH: a call that can be refused as busy.
 pub fn unmounts(event: &CallEvent) -> bool {
     event.syscall == Syscall::Umount2
-}
-
-/// Whether a failed call is one whose cause the node's state proves at
-/// once: a removal or unmount refused as busy (a mount table), not
-/// permitted (inode flags) or on a directory not empty (its entries).
-/// The watch reviews soon after one, rather than at its next tick, so
-/// the answer follows the call that proves it.
-pub fn proves_at_once(event: &CallEvent) -> bool {
-    matches!(event.errno(), Some(libc::EBUSY | libc::EPERM | libc::ENOTEMPTY))
 }
 
 /// A path for a sentence.

@@ -244,6 +244,9 @@ pub struct FailureLog {
     /// entries): a path is looked at from its first failure, not its
     /// second.
     at_once: bool,
+    /// With `at_once`: a failure came on a path not looked at yet, so a
+    /// review soon would answer it (see [`FailureLog::wants_a_look`]).
+    unlooked: bool,
 }
 
 impl FailureLog {
@@ -266,9 +269,19 @@ impl FailureLog {
         }
     }
 
+    /// Whether a failure came, since the last review, on a path whose
+    /// cause the node's state proves at once and that was not looked at
+    /// yet: a storm of refusals on paths already looked at asks nothing.
+    pub fn wants_a_look(&self) -> bool {
+        self.unlooked
+    }
+
     /// Records a failed call on `path`.
     pub fn failed(&mut self, path: &[u8], event: &CallEvent, identity: &Identity) {
         let errno = event.errno().unwrap_or(0);
+        if self.at_once {
+            self.unlooked |= self.by_path.get(path).is_none_or(|a| !a.reported && a.checked.is_none());
+        }
         if let Some(a) = self.by_path.get_mut(path) {
             a.last = event.time;
             // A record may stand for more failures of its series (a storm
@@ -356,6 +369,7 @@ impl FailureLog {
         mut decide: impl FnMut(&mut Attempts, &mut Review<'_>) -> Option<Finding>,
     ) -> Vec<Finding> {
         let now = review.now;
+        self.unlooked = false;
         let mut out = Vec::new();
         let mut done = Vec::new();
         for (path, a) in self.by_path.iter_mut() {

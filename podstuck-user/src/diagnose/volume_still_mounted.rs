@@ -233,6 +233,10 @@ impl VolumeStillMounted {
 const UNMOUNTS_KEPT: usize = 4096;
 
 impl Detector for VolumeStillMounted {
+    fn wants_review(&self) -> bool {
+        self.failures.wants_a_look()
+    }
+
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
         let Ok(path) = &identity.abs_path else { return };
         if unmounts(event) {
@@ -411,6 +415,30 @@ mod tests {
         let found = run(&mut d, &mut node, &[rmdir(0.0, "kubelet", &m, -libc::EBUSY)], 0.02);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].confidence, Confidence::Confirmed);
+    }
+
+    /// A refusal on a path not looked at yet asks for a review soon; once
+    /// it is told, kubelet's retries of it (a storm of them, even) ask for
+    /// nothing, and a refusal on another path asks again.
+    #[test]
+    fn only_a_path_not_looked_at_yet_asks_for_a_review_soon() {
+        let mut d = VolumeStillMounted::default();
+        let mut node = mounted();
+        let m = csi_mount();
+        assert!(!d.wants_review());
+        let first = rmdir(0.0, "kubelet", &m, -libc::EBUSY);
+        d.observe(&first.event, &first.identity);
+        assert!(d.wants_review());
+        assert_eq!(run(&mut d, &mut node, &[], 0.02).len(), 1);
+        assert!(!d.wants_review(), "the review answered it");
+        for i in 1..100 {
+            let again = rmdir(0.5 * i as f64, "kubelet", &m, -libc::EBUSY);
+            d.observe(&again.event, &again.identity);
+        }
+        assert!(!d.wants_review(), "retries of a path told ask for nothing");
+        let other = rmdir(60.0, "kubelet", &m.replace("pvc-1", "pvc-2"), -libc::EBUSY);
+        d.observe(&other.event, &other.identity);
+        assert!(d.wants_review());
     }
 
     /// Not proved (nothing mounted there now): one failure is no answer

@@ -65,9 +65,6 @@ pub(super) struct Pipeline {
     provenance: Provenance,
     /// The node's mount namespace, as `/proc/<pid>/ns/mnt` names it.
     node_mntns: Option<Vec<u8>>,
-    /// A call came whose cause the node's state proves at once
-    /// ([`crate::diagnose::proves_at_once`]): a review is due soon.
-    review_soon: bool,
 }
 
 /// Processes [`Pipeline`] remembers between their exec or signal and their
@@ -168,7 +165,6 @@ impl Pipeline {
             plugins: None,
             provenance: Provenance::default(),
             node_mntns: None,
-            review_soon: false,
         }
     }
 
@@ -367,7 +363,6 @@ impl Pipeline {
             return Ok(());
         }
         self.diagnoser.observe(&event, &identity);
-        self.review_soon |= crate::diagnose::proves_at_once(&event);
         let stopped = self.recorder.as_mut().and_then(|r| r.add_call(&event, &identity).err());
         if let Some(e) = stopped {
             self.say(&e.to_string());
@@ -422,15 +417,15 @@ impl Pipeline {
         self.names.settle(book, SystemTime::now(), process_name(&mut self.identifier, &self.filter));
     }
 
-    /// One diagnosis review at `now`; recorded, questions to the node and
-    /// all, when recording. `closing`: the run's last.
-    /// Whether a call since the last review proves its cause at once.
+    /// Whether a detector asks for a review before the next tick: a call
+    /// came whose cause the node's state proves at once.
     pub(super) fn review_soon(&self) -> bool {
-        self.review_soon
+        self.diagnoser.wants_review()
     }
 
+    /// One diagnosis review at `now`; recorded, questions to the node and
+    /// all, when recording. `closing`: the run's last.
     pub(super) fn review(&mut self, node: &mut RealNode, in_flight: &[CallInFlight], closing: bool) -> Vec<Report> {
-        self.review_soon = false;
         let now = SystemTime::now();
         // One budget for all of this review's reads of the node.
         node.look_within(REVIEW_BUDGET);
