@@ -36,6 +36,8 @@ use crate::watch::{watch_with, WatchOptions};
 
 const POD_VOLUME: &str = "5f1c2a9e-7d3b-4c1a-9e8f-0a1b2c3d4e5f";
 const POD_CGROUP: &str = "8a2b4c6d-1e3f-4a5b-8c7d-9e0f1a2b3c4d";
+/// The orphaned pod whose volume directory still holds files.
+const POD_ORPHAN: &str = "4e6a8c0e-5f7b-4d9c-8e2a-3c4d5e6f7a8b";
 /// The pod whose PID 1 drops SIGTERM, and the pod whose network DEL fails.
 const POD_SIGTERM: &str = "2c4e6a8b-3d5f-4b7c-9e1a-2b3c4d5e6f70";
 const POD_SANDBOX: &str = "6b8d0f2a-4c6e-4d8a-8b0c-1d2e3f4a5b6c";
@@ -199,6 +201,18 @@ impl Lab {
             a.arg("backoff-rmdir").arg(&volume);
             a
         });
+        // P7: an orphaned pod's CSI volume directory, unmounted, that still
+        // holds what a workload wrote into it while nothing was mounted
+        // there; kubelet's housekeeping rmdirs it every 2 s (ENOTEMPTY).
+        let orphan =
+            self.kubelet_root().join("pods").join(POD_ORPHAN).join("volumes/kubernetes.io~csi/pvc-orphan/mount");
+        std::fs::create_dir_all(&orphan)?;
+        std::fs::write(orphan.join("data.db"), b"written while unmounted\n")?;
+        actors.push({
+            let mut a = actor("kubelet");
+            a.arg("every-2s-rmdir").arg(&orphan);
+            a
+        });
         // P4: a container rootfs that a process still sits in.
         let rootfs =
             self.root.join("run/containerd/io.containerd.runtime.v2.task/k8s.io").join(CONTAINER).join("rootfs");
@@ -353,7 +367,8 @@ pub async fn demo(options: &DemoOptions) -> Result<()> {
     let mut actors = lab.build(&podstuck).context("building the demo lab")?;
     say(&format!(
         "a throwaway node under {}: a CSI volume still mounted, a container rootfs held open, \
-         an immutable file in an image layer, a leaked volume of {LEAKED_DIRS} directories, a pod cgroup with a live task, \
+         an immutable file in an image layer, a leaked volume of {LEAKED_DIRS} directories, \
+         an orphaned pod's volume directory still holding files, a pod cgroup with a live task, \
          a container whose PID 1 ignores SIGTERM, a pod network whose teardown fails",
         lab.root.display()
     ));

@@ -27,6 +27,7 @@ kernel_test! {
             ("volume-still-mounted", "kubelet", "umount "),
             ("removal-storm", "dockerd", "kubectl drain "),
             ("immutable-file", "dockerd", "chattr -i "),
+            ("dir-not-empty", "kubelet", "rm -r --one-file-system "),
             // The holder killed only while its pid is still that process.
             ("mount-held", "containerd", "[ \"$(sed 's/.*) //' /proc/"),
             ("cgroup-busy", "kubelet", "echo 1 > "),
