@@ -29,6 +29,8 @@ use podstuck_tests::runtimes::{Dockerd, DockerdSetup, DOCKER};
 
 use crate::report::machine_basics;
 
+mod answer;
+
 /// What to measure.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
@@ -84,6 +86,8 @@ pub struct BenchArgs {
 pub enum Only {
     /// "A fork/exec storm": untraced, the lifecycle's do-nothing trio, podstuck.
     ForkExec,
+    /// "Time to answer": each demo scenario's first call to its finding, and to it confirmed.
+    TimeToAnswer,
 }
 
 /// The removers: the name `--removers` takes, the name in the table.
@@ -1296,8 +1300,34 @@ fn fork_exec_section(podstuck: &Path, dir: &Path, runs: usize, n: usize, own_com
 /// rows, the targets not met or the Soak, whichever comes first; else at
 /// the end); everything else as it was.
 fn with_fork_exec_section(file: &str, section: &str) -> String {
-    let next = ["## fentry, tracepoints", "## Targets not met", "## Soak"];
+    let next = [answer::HEADING, "## fentry, tracepoints", "## Targets not met", "## Soak"];
     crate::report::with_section(file, FORK_EXEC_HEADING, section, &next)
+}
+
+/// `file` with its time-to-answer section replaced by `section`, or put
+/// where a full run puts it (after the fork/exec storm).
+fn with_time_to_answer_section(file: &str, section: &str) -> String {
+    let next = ["## fentry, tracepoints", "## Targets not met", "## Soak"];
+    crate::report::with_section(file, answer::HEADING, section, &next)
+}
+
+/// `--only time-to-answer`: the demo's answers alone, replacing their section of `--out`.
+fn only_time_to_answer(podstuck: &Path, args: &BenchArgs) -> Result<()> {
+    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
+    let command = format!(
+        "cargo xtask bench --only time-to-answer --runs {}{}",
+        args.runs,
+        if default_out.as_deref() == Some(args.out.as_path()) {
+            String::new()
+        } else {
+            format!(" --out {}", args.out.display())
+        }
+    );
+    let section = answer::section(podstuck, args.runs, Some(&command))?;
+    let file = std::fs::read_to_string(&args.out).unwrap_or_default();
+    std::fs::write(&args.out, with_time_to_answer_section(&file, &section))?;
+    say(&format!("wrote its time-to-answer section into {}", args.out.display()));
+    Ok(())
 }
 
 /// `--only fork-exec`: the fork/exec storm alone, replacing its section of `--out`.
@@ -1466,8 +1496,10 @@ fn storm_row(
 }
 
 pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
-    if args.only == Some(Only::ForkExec) {
-        return only_fork_exec(podstuck, args);
+    match args.only {
+        Some(Only::ForkExec) => return only_fork_exec(podstuck, args),
+        Some(Only::TimeToAnswer) => return only_time_to_answer(podstuck, args),
+        None => {}
     }
     let mut tools = Vec::new();
     for name in &args.removers {
@@ -1551,6 +1583,8 @@ pub fn bench(podstuck: &Path, actor: &Path, args: &BenchArgs) -> Result<()> {
         let section = fork_exec_section(podstuck, &scratch.root.join("fork-exec"), args.runs, args.fork_calls, None)?;
         write!(report, "\n{section}")?;
     }
+    let section = answer::section(podstuck, args.runs, None)?;
+    write!(report, "\n{section}")?;
     let fentry = if vm_kernels.is_empty() {
         Vec::new()
     } else {

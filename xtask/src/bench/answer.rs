@@ -1,0 +1,215 @@
+//! The bench's "Time to answer": for each scenario of the demo lab, how
+//! long after its first failing call (or signal, or plugin exit) podstuck
+//! tells it, and tells it confirmed. Each round is one `podstuck demo
+//! --json`, its lines stamped as they arrive; a finding's `first_seen` is
+//! the kernel's time of the first call it is about.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::SystemTime;
+
+use anyhow::{bail, Context, Result};
+
+use super::{median, say};
+
+/// The section's heading in BENCHMARKS.md.
+pub const HEADING: &str = "## Time to answer";
+
+/// How long each round's demo traces.
+const DEMO_DURATION: &str = "20s";
+
+/// The answer this work aims at where one call proves the cause.
+const AT_ONCE_TARGET_S: f64 = 0.1;
+
+/// Each finding of the demo, what makes it confirmed, and whether one call
+/// proves it (then the target is [`AT_ONCE_TARGET_S`]).
+const SCENARIOS: [(&str, &str, bool); 8] = [
+    ("volume-still-mounted", "the mount table, read at kubelet's first EBUSY", true),
+    ("immutable-file", "the inode's flags, read at dockerd's first EPERM", true),
+    ("dir-not-empty", "the directory's entries, read at kubelet's first ENOTEMPTY", true),
+    ("mount-held", "a second EBUSY (containerd retries 50 ms apart), then who holds the mount", false),
+    ("removal-storm", "the storm's rate over its first second", false),
+    ("cgroup-busy", "kubelet's second rmdir (every 2 s), then cgroup.procs", false),
+    ("sigterm-ignored", "the kernel's verdict on the SIGTERM, then the task still alive", false),
+    ("sandbox-teardown-failing", "the plugin's second failing DEL (every 2 s)", false),
+];
+
+/// One finding's answer in one round: seconds from its first call to its
+/// first line, and to its first line that says confirmed.
+#[derive(Clone, Debug, Default)]
+struct Answer {
+    told_s: f64,
+    told_confirmed: bool,
+    confirmed_s: Option<f64>,
+}
+
+/// The section, from `rounds` demos; `command` is said where the section
+/// was made alone.
+pub fn section(podstuck: &Path, rounds: usize, command: Option<&str>) -> Result<String> {
+    let mut by_kind: BTreeMap<String, Vec<Answer>> = BTreeMap::new();
+    for round in 0..rounds {
+        say(&format!("time to answer: round {} of {rounds}", round + 1));
+        for (kind, answer) in demo_round(podstuck)? {
+            by_kind.entry(kind).or_default().push(answer);
+        }
+    }
+    let mut out = format!("{HEADING}\n\n");
+    if let Some(command) = command {
+        writeln!(
+            out,
+            "Written by `{command}` (as root), {}.\n",
+            super::sh(Command::new("date").arg("-u")).unwrap_or_default().trim()
+        )?;
+    }
+    writeln!(
+        out,
+        "{rounds} rounds of `podstuck demo --json --duration {DEMO_DURATION}` (the release binary): for each finding, from its `first_seen` (the kernel's time of the first call, signal or exec it is about) to the line that first tells it, and to the first that tells it confirmed, medians over the rounds. Where one call proves the cause, the target is {:.0} ms.\n",
+        AT_ONCE_TARGET_S * 1000.0
+    )?;
+    writeln!(out, "| finding | confirmed by | rounds | told | first told confirmed | confirmed | target | met |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    for (kind, proof, at_once) in SCENARIOS {
+        let answers = by_kind.remove(kind).unwrap_or_default();
+        out.push_str(&row(kind, proof, at_once, &answers, rounds));
+    }
+    for (kind, answers) in by_kind {
+        out.push_str(&row(&kind, "(not a demo scenario)", false, &answers, rounds));
+    }
+    Ok(out)
+}
+
+/// One table row; `rounds` is how many were run, of which `answers` told it.
+fn row(kind: &str, proof: &str, at_once: bool, answers: &[Answer], rounds: usize) -> String {
+    let told: Vec<f64> = answers.iter().map(|a| a.told_s).collect();
+    let confirmed: Vec<f64> = answers.iter().filter_map(|a| a.confirmed_s).collect();
+    let seconds = |v: &[f64]| match v.is_empty() {
+        true => "never".to_string(),
+        false => format!("{:.3} s", median(&mut v.to_vec())),
+    };
+    let (target, met) = match (at_once, confirmed.is_empty()) {
+        (false, _) => ("one rhythm of its evidence".to_string(), "-".to_string()),
+        (true, true) => (format!("≤ {AT_ONCE_TARGET_S} s"), "no".to_string()),
+        (true, false) => {
+            let m = median(&mut confirmed.clone());
+            (format!("≤ {AT_ONCE_TARGET_S} s"), if m <= AT_ONCE_TARGET_S { "yes" } else { "no" }.to_string())
+        }
+    };
+    format!(
+        "| {kind} | {proof} | {} of {rounds} | {} | {} of {} | {} | {target} | {met} |\n",
+        answers.len(),
+        seconds(&told),
+        answers.iter().filter(|a| a.told_confirmed).count(),
+        answers.len(),
+        seconds(&confirmed),
+    )
+}
+
+/// One demo, its findings' answers by kind (the first finding of each kind).
+fn demo_round(podstuck: &Path) -> Result<BTreeMap<String, Answer>> {
+    let mut child = Command::new(podstuck)
+        .args(["demo", "--json", "--duration", DEMO_DURATION])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {} demo", podstuck.display()))?;
+    let mut stderr = child.stderr.take().context("the demo's stderr")?;
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let stdout = child.stdout.take().context("the demo's stdout")?;
+    let mut first_of_kind: BTreeMap<String, String> = BTreeMap::new();
+    let mut answers: BTreeMap<String, Answer> = BTreeMap::new();
+    for line in BufReader::new(stdout).lines() {
+        let at = SystemTime::now();
+        let line = line.context("reading the demo's output")?;
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+        if let Some((kind, answer)) = answered(&value, at, &mut first_of_kind)? {
+            let known = answers.entry(kind).or_insert_with(|| answer.clone());
+            if known.confirmed_s.is_none() {
+                known.confirmed_s = answer.confirmed_s;
+            }
+        }
+    }
+    let status = child.wait()?;
+    let stderr = errors.join().unwrap_or_default();
+    if !status.success() {
+        bail!("podstuck demo failed ({status}): {}", stderr.trim());
+    }
+    Ok(answers)
+}
+
+/// What a finding line at `at` says of its kind's answer, if it is the
+/// first finding of its kind seen (`first_of_kind`: kind to finding id).
+fn answered(
+    line: &serde_json::Value,
+    at: SystemTime,
+    first_of_kind: &mut BTreeMap<String, String>,
+) -> Result<Option<(String, Answer)>> {
+    if !matches!(line["type"].as_str(), Some("finding" | "finding-update")) {
+        return Ok(None);
+    }
+    let (Some(kind), Some(id), Some(first_seen)) =
+        (line["kind"].as_str(), line["id"].as_str(), line["first_seen"].as_str())
+    else {
+        return Ok(None);
+    };
+    if first_of_kind.entry(kind.to_string()).or_insert_with(|| id.to_string()) != id {
+        return Ok(None);
+    }
+    let first_seen = humantime::parse_rfc3339(first_seen).with_context(|| format!("first_seen {first_seen:?}"))?;
+    let after = at.duration_since(first_seen).unwrap_or_default().as_secs_f64();
+    let confirmed = line["confidence"] == "confirmed";
+    Ok(Some((
+        kind.to_string(),
+        Answer { told_s: after, told_confirmed: confirmed, confirmed_s: confirmed.then_some(after) },
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(kind: &str, id: &str, confidence: &str) -> serde_json::Value {
+        serde_json::json!({"type": "finding", "kind": kind, "id": id, "confidence": confidence,
+            "first_seen": "2026-11-27T04:00:00.000000000Z"})
+    }
+
+    #[test]
+    fn a_kinds_answer_is_its_first_findings_first_line_and_first_confirmed_line() {
+        let t =
+            |s: f64| humantime::parse_rfc3339("2026-11-27T04:00:00Z").unwrap() + std::time::Duration::from_secs_f64(s);
+        let mut first = BTreeMap::new();
+        let (kind, a) = answered(&line("mount-held", "m:/a", "likely"), t(0.5), &mut first).unwrap().unwrap();
+        assert_eq!((kind.as_str(), a.told_confirmed, a.confirmed_s), ("mount-held", false, None));
+        assert!((a.told_s - 0.5).abs() < 1e-6);
+        // Another finding of the kind is not its answer.
+        assert!(answered(&line("mount-held", "m:/b", "confirmed"), t(0.6), &mut first).unwrap().is_none());
+        let (_, a) = answered(&line("mount-held", "m:/a", "confirmed"), t(1.0), &mut first).unwrap().unwrap();
+        assert!((a.confirmed_s.unwrap() - 1.0).abs() < 1e-6);
+        assert!(answered(&serde_json::json!({"type": "event"}), t(1.0), &mut first).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_row_says_the_medians_and_whether_the_target_is_met() {
+        let a = |told_s: f64, confirmed_s: Option<f64>| Answer {
+            told_s,
+            told_confirmed: confirmed_s == Some(told_s),
+            confirmed_s,
+        };
+        let answers = [a(0.03, Some(0.03)), a(0.05, Some(0.05)), a(0.6, Some(0.6))];
+        assert_eq!(
+            row("immutable-file", "flags", true, &answers, 3),
+            "| immutable-file | flags | 3 of 3 | 0.050 s | 3 of 3 | 0.050 s | ≤ 0.1 s | yes |\n"
+        );
+        assert_eq!(
+            row("dir-not-empty", "entries", true, &[a(0.4, None)], 3),
+            "| dir-not-empty | entries | 1 of 3 | 0.400 s | 0 of 1 | never | ≤ 0.1 s | no |\n"
+        );
+        assert!(row("removal-storm", "rate", false, &answers, 3).ends_with("| one rhythm of its evidence | - |\n"));
+    }
+}
