@@ -21,10 +21,13 @@ pub struct DirNotEmpty {
 }
 
 impl Default for DirNotEmpty {
-    /// Looked at from the first ENOTEMPTY: the directory's entries say
-    /// what is left.
+    /// Looked at from kubelet's (or a runtime's) retry, reviewed as soon as
+    /// it comes. Not from the first ENOTEMPTY: every RemoveAll (Go's, rm
+    /// -r's) of a directory that holds anything starts with one, then
+    /// empties it and succeeds; a look in between would find entries and
+    /// tell a removal in progress as stuck.
     fn default() -> Self {
-        DirNotEmpty { failures: FailureLog::looked_at_from_the_first_failure() }
+        DirNotEmpty { failures: FailureLog::looked_at_from_the_retry() }
     }
 }
 
@@ -194,6 +197,37 @@ mod tests {
         // A lone ENOTEMPTY that is never retried is not told either.
         let calls = [rmdir(20.0, "kubelet", &dir, -libc::ENOTEMPTY)];
         assert!(run(&mut d, &mut node, &calls, 40.0).is_empty());
+    }
+
+    /// Go's RemoveAll of a directory that holds files: its first
+    /// unlinkat(AT_REMOVEDIR) fails ENOTEMPTY, then it removes the entries
+    /// and the directory. A review soon after that first failure finds the
+    /// entries still there: it must not tell it, nor ask for that review.
+    #[test]
+    fn a_removal_in_progress_after_its_first_enotempty_is_not_told() {
+        let mut d = DirNotEmpty::default();
+        let mut node = FakeNode::with_mounts(&[]);
+        let dir = format!("{KUBELET}/pods/{POD}/volumes/kubernetes.io~empty-dir/cache");
+        node.dirs.insert(dir.clone().into_bytes(), vec!["a", "b"]);
+        let first = rmdir(0.0, "dockerd", &dir, -libc::ENOTEMPTY);
+        d.observe(&first.event, &first.identity);
+        assert!(!d.wants_review(), "one ENOTEMPTY is how every RemoveAll starts");
+        assert!(run(&mut d, &mut node, &[], 0.025).is_empty());
+        node.dirs.clear();
+        let done = [unlink(0.03, "dockerd", &format!("{dir}/a"), 0), rmdir(0.04, "dockerd", &dir, 0)];
+        assert!(run(&mut d, &mut node, &done, 1.0).is_empty());
+        // kubelet's retry of a directory still holding a file asks for a
+        // review at once, and is told confirmed there.
+        let m = csi_mount();
+        node.dirs.insert(m.clone().into_bytes(), vec!["data.db"]);
+        let first = rmdir(10.0, "kubelet", &m, -libc::ENOTEMPTY);
+        d.observe(&first.event, &first.identity);
+        assert!(!d.wants_review());
+        let retry = rmdir(12.0, "kubelet", &m, -libc::ENOTEMPTY);
+        d.observe(&retry.event, &retry.identity);
+        assert!(d.wants_review());
+        let told = run(&mut d, &mut node, &[], 12.025);
+        assert!(matches!(&told[..], [f] if f.confidence == Confidence::Confirmed), "{told:?}");
     }
 
     #[test]

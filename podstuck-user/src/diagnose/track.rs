@@ -244,8 +244,11 @@ pub struct FailureLog {
     /// entries): a path is looked at from its first failure, not its
     /// second.
     at_once: bool,
-    /// With `at_once`: a failure came on a path not looked at yet, so a
-    /// review soon would answer it (see [`FailureLog::wants_a_look`]).
+    /// The detector's cause is proved by the node's state at a path's
+    /// retry (its second failure), not its first: a review soon then.
+    asks_at_the_retry: bool,
+    /// A failure came on a path not looked at yet that the detector can
+    /// answer now, so a review soon would (see [`FailureLog::wants_a_look`]).
     unlooked: bool,
 }
 
@@ -254,6 +257,14 @@ impl FailureLog {
     /// cause the node's state proves at once (see [`FailureLog::at_once`]).
     pub fn looked_at_from_the_first_failure() -> FailureLog {
         FailureLog { at_once: true, ..FailureLog::default() }
+    }
+
+    /// A log whose paths are looked at from their retry, as any other's,
+    /// but that asks for a review soon when a path's retry comes rather
+    /// than waiting for the next tick: for a cause the node's state proves
+    /// once a failure is known not to be a step of a removal in progress.
+    pub fn looked_at_from_the_retry() -> FailureLog {
+        FailureLog { asks_at_the_retry: true, ..FailureLog::default() }
     }
 
     /// Follows a call a detector watches, on the path it names: a success
@@ -279,9 +290,9 @@ impl FailureLog {
     /// Records a failed call on `path`.
     pub fn failed(&mut self, path: &[u8], event: &CallEvent, identity: &Identity) {
         let errno = event.errno().unwrap_or(0);
-        if self.at_once {
-            self.unlooked |= self.by_path.get(path).is_none_or(|a| !a.reported && a.checked.is_none());
-        }
+        let known = self.by_path.get(path);
+        let unlooked = known.is_none_or(|a| !a.reported && a.checked.is_none());
+        self.unlooked |= unlooked && (self.at_once || (self.asks_at_the_retry && known.is_some()));
         if let Some(a) = self.by_path.get_mut(path) {
             a.last = event.time;
             // A record may stand for more failures of its series (a storm
