@@ -29,7 +29,11 @@ const AT_ONCE_TARGET_S: f64 = 0.1;
 const SCENARIOS: [(&str, &str, bool); 8] = [
     ("volume-still-mounted", "the mount table, read at kubelet's first EBUSY", true),
     ("immutable-file", "the inode's flags, read at dockerd's first EPERM", true),
-    ("dir-not-empty", "the directory's entries, read at kubelet's first ENOTEMPTY", true),
+    (
+        "dir-not-empty",
+        "kubelet's retry (every 2 s: a first ENOTEMPTY is how every RemoveAll starts), then the directory's entries",
+        false,
+    ),
     ("mount-held", "a second EBUSY (containerd retries 50 ms apart), then who holds the mount", false),
     ("removal-storm", "the storm's rate over its first second", false),
     ("cgroup-busy", "kubelet's second rmdir (every 2 s), then cgroup.procs", false),
@@ -44,6 +48,9 @@ struct Answer {
     told_s: f64,
     told_confirmed: bool,
     confirmed_s: Option<f64>,
+    /// From the last call the confirmed line counts (its `last_seen`): the
+    /// retry, where a retry is what proves it.
+    confirmed_after_last_s: Option<f64>,
 }
 
 /// The section, from `rounds` demos; `command` is said where the section
@@ -69,8 +76,8 @@ pub fn section(podstuck: &Path, rounds: usize, command: Option<&str>) -> Result<
         "{rounds} rounds of `podstuck demo --json --duration {DEMO_DURATION}` (the release binary): for each finding, from its `first_seen` (the kernel's time of the first call, signal or exec it is about) to the line that first tells it, and to the first that tells it confirmed, medians over the rounds. Where one call proves the cause, the target is {:.0} ms.\n",
         AT_ONCE_TARGET_S * 1000.0
     )?;
-    writeln!(out, "| finding | confirmed by | rounds | told | first told confirmed | confirmed | target | met |")?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    writeln!(out, "| finding | confirmed by | rounds | told | first told confirmed | confirmed | confirmed, after the last call it counts | target | met |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|")?;
     for (kind, proof, at_once) in SCENARIOS {
         let answers = by_kind.remove(kind).unwrap_or_default();
         out.push_str(&row(kind, proof, at_once, &answers, rounds));
@@ -85,6 +92,7 @@ pub fn section(podstuck: &Path, rounds: usize, command: Option<&str>) -> Result<
 fn row(kind: &str, proof: &str, at_once: bool, answers: &[Answer], rounds: usize) -> String {
     let told: Vec<f64> = answers.iter().map(|a| a.told_s).collect();
     let confirmed: Vec<f64> = answers.iter().filter_map(|a| a.confirmed_s).collect();
+    let after_last: Vec<f64> = answers.iter().filter_map(|a| a.confirmed_after_last_s).collect();
     let seconds = |v: &[f64]| match v.is_empty() {
         true => "never".to_string(),
         false => format!("{:.3} s", median(&mut v.to_vec())),
@@ -98,12 +106,13 @@ fn row(kind: &str, proof: &str, at_once: bool, answers: &[Answer], rounds: usize
         }
     };
     format!(
-        "| {kind} | {proof} | {} of {rounds} | {} | {} of {} | {} | {target} | {met} |\n",
+        "| {kind} | {proof} | {} of {rounds} | {} | {} of {} | {} | {} | {target} | {met} |\n",
         answers.len(),
         seconds(&told),
         answers.iter().filter(|a| a.told_confirmed).count(),
         answers.len(),
         seconds(&confirmed),
+        seconds(&after_last),
     )
 }
 
@@ -132,6 +141,7 @@ fn demo_round(podstuck: &Path) -> Result<BTreeMap<String, Answer>> {
             let known = answers.entry(kind).or_insert_with(|| answer.clone());
             if known.confirmed_s.is_none() {
                 known.confirmed_s = answer.confirmed_s;
+                known.confirmed_after_last_s = answer.confirmed_after_last_s;
             }
         }
     }
@@ -161,12 +171,24 @@ fn answered(
     if first_of_kind.entry(kind.to_string()).or_insert_with(|| id.to_string()) != id {
         return Ok(None);
     }
-    let first_seen = humantime::parse_rfc3339(first_seen).with_context(|| format!("first_seen {first_seen:?}"))?;
-    let after = at.duration_since(first_seen).unwrap_or_default().as_secs_f64();
+    let since = |time: &str| -> Result<f64> {
+        let time = humantime::parse_rfc3339(time).with_context(|| format!("a finding's time {time:?}"))?;
+        Ok(at.duration_since(time).unwrap_or_default().as_secs_f64())
+    };
+    let after = since(first_seen)?;
+    let after_last = match line["last_seen"].as_str() {
+        Some(last_seen) => since(last_seen)?,
+        None => after,
+    };
     let confirmed = line["confidence"] == "confirmed";
     Ok(Some((
         kind.to_string(),
-        Answer { told_s: after, told_confirmed: confirmed, confirmed_s: confirmed.then_some(after) },
+        Answer {
+            told_s: after,
+            told_confirmed: confirmed,
+            confirmed_s: confirmed.then_some(after),
+            confirmed_after_last_s: confirmed.then_some(after_last),
+        },
     )))
 }
 
@@ -189,8 +211,11 @@ mod tests {
         assert!((a.told_s - 0.5).abs() < 1e-6);
         // Another finding of the kind is not its answer.
         assert!(answered(&line("mount-held", "m:/b", "confirmed"), t(0.6), &mut first).unwrap().is_none());
-        let (_, a) = answered(&line("mount-held", "m:/a", "confirmed"), t(1.0), &mut first).unwrap().unwrap();
+        let mut retried = line("mount-held", "m:/a", "confirmed");
+        retried["last_seen"] = "2026-11-27T04:00:00.900000000Z".into();
+        let (_, a) = answered(&retried, t(1.0), &mut first).unwrap().unwrap();
         assert!((a.confirmed_s.unwrap() - 1.0).abs() < 1e-6);
+        assert!((a.confirmed_after_last_s.unwrap() - 0.1).abs() < 1e-6);
         assert!(answered(&serde_json::json!({"type": "event"}), t(1.0), &mut first).unwrap().is_none());
     }
 
@@ -200,15 +225,16 @@ mod tests {
             told_s,
             told_confirmed: confirmed_s == Some(told_s),
             confirmed_s,
+            confirmed_after_last_s: confirmed_s.map(|s| s / 10.0),
         };
         let answers = [a(0.03, Some(0.03)), a(0.05, Some(0.05)), a(0.6, Some(0.6))];
         assert_eq!(
             row("immutable-file", "flags", true, &answers, 3),
-            "| immutable-file | flags | 3 of 3 | 0.050 s | 3 of 3 | 0.050 s | ≤ 0.1 s | yes |\n"
+            "| immutable-file | flags | 3 of 3 | 0.050 s | 3 of 3 | 0.050 s | 0.005 s | ≤ 0.1 s | yes |\n"
         );
         assert_eq!(
-            row("dir-not-empty", "entries", true, &[a(0.4, None)], 3),
-            "| dir-not-empty | entries | 1 of 3 | 0.400 s | 0 of 1 | never | ≤ 0.1 s | no |\n"
+            row("volume-still-mounted", "mounts", true, &[a(0.4, None)], 3),
+            "| volume-still-mounted | mounts | 1 of 3 | 0.400 s | 0 of 1 | never | never | ≤ 0.1 s | no |\n"
         );
         assert!(row("removal-storm", "rate", false, &answers, 3).ends_with("| one rhythm of its evidence | - |\n"));
     }
