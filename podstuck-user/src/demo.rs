@@ -185,6 +185,18 @@ impl Lab {
     }
 
     /// The node state of every scenario; returns the actors' commands.
+    /// P7: an orphaned pod's CSI volume directory, unmounted, that still
+    /// holds what a workload wrote into it while nothing was mounted there;
+    /// `kubelet`'s housekeeping rmdirs it every 2 s (ENOTEMPTY).
+    fn orphaned_volume(&self, mut kubelet: Command) -> Result<Command> {
+        let orphan =
+            self.kubelet_root().join("pods").join(POD_ORPHAN).join("volumes/kubernetes.io~csi/pvc-orphan/mount");
+        std::fs::create_dir_all(&orphan)?;
+        std::fs::write(orphan.join("data.db"), b"written while unmounted\n")?;
+        kubelet.arg("every-2s-rmdir").arg(&orphan);
+        Ok(kubelet)
+    }
+
     fn build(&mut self, podstuck: &Path) -> Result<Vec<Command>> {
         let actor = |comm: &str| {
             let mut cmd = Command::new(podstuck);
@@ -201,18 +213,7 @@ impl Lab {
             a.arg("backoff-rmdir").arg(&volume);
             a
         });
-        // P7: an orphaned pod's CSI volume directory, unmounted, that still
-        // holds what a workload wrote into it while nothing was mounted
-        // there; kubelet's housekeeping rmdirs it every 2 s (ENOTEMPTY).
-        let orphan =
-            self.kubelet_root().join("pods").join(POD_ORPHAN).join("volumes/kubernetes.io~csi/pvc-orphan/mount");
-        std::fs::create_dir_all(&orphan)?;
-        std::fs::write(orphan.join("data.db"), b"written while unmounted\n")?;
-        actors.push({
-            let mut a = actor("kubelet");
-            a.arg("every-2s-rmdir").arg(&orphan);
-            a
-        });
+        actors.push(self.orphaned_volume(actor("kubelet"))?);
         // P4: a container rootfs that a process still sits in.
         let rootfs =
             self.root.join("run/containerd/io.containerd.runtime.v2.task/k8s.io").join(CONTAINER).join("rootfs");
