@@ -1335,3 +1335,13 @@ mod tests {
         assert!(!finding_is_under(&g, &dirs));
     }
 }
+
+/// Asserts that a runtime command failed with `needles` in its message.
+pub fn failed_with(out: &Output, what: &str, needles: &[&str]) {
+    let err = stderr_text(out);
+    assert!(!out.status.success(), "fixture: `{what}` should fail, but it succeeded: {}", stdout_text(out));
+    for needle in needles {
+        assert!(err.contains(needle), "fixture: `{what}` should fail with {needle:?}; it said: {err}");
+    }
+    eprintln!("fixture: `{what}` failed as expected: {err}");
+}

@@ -51,7 +51,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use podstuck_tests::findings::{apply_fix, assert_told_in_order, revisions};
-use podstuck_tests::runtimes::{finding_is_under, resolved, stderr_text, stdout_text};
+use podstuck_tests::runtimes::{failed_with, finding_is_under, resolved, stderr_text, stdout_text};
 use podstuck_tests::*;
 use serde_json::Value;
 
@@ -164,16 +164,6 @@ fn works_soon(limit: Duration, what: &str, attempt: impl Fn() -> std::process::O
             false => Err(format!("it still fails: {}", stderr_text(&out))),
         }
     })
-}
-
-/// Asserts that a runtime command failed with `needles` in its message.
-fn failed_with(out: &std::process::Output, what: &str, needles: &[&str]) {
-    let err = stderr_text(out);
-    assert!(!out.status.success(), "fixture: `{what}` should fail, but it succeeded: {}", stdout_text(out));
-    for needle in needles {
-        assert!(err.contains(needle), "fixture: `{what}` should fail with {needle:?}; it said: {err}");
-    }
-    eprintln!("fixture: `{what}` failed as expected: {err}");
 }
 
 /// A host process whose cwd is `dir` (a debugging shell left there).
