@@ -19,39 +19,17 @@ use podstuck_common::{
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::LEN, 0);
 
-const BPF_F_NO_PREALLOC: u32 = 1;
 const BPF_NOEXIST: u64 = 1;
 
-/// The series of the fentry/fexit plan, allocated as series appear (no
-/// prealloc): a quiet node costs a few KB.
+/// The series. Preallocated as written here; user space makes it grow as
+/// series appear instead (`BPF_F_NO_PREALLOC`, patched into the object at
+/// load) wherever the kernel allows that: for fentry programs, and for
+/// tracepoint programs from Linux 6.1. Kernels 5.7 to 6.0 print a
+/// `WARNING` (and a `panic_on_warn` node panics) when a tracepoint program
+/// so much as names a hash map without prealloc, so the object never holds
+/// one that is not preallocated.
 #[map]
-static SERIES: HashMap<SeriesKey, SeriesValue> = HashMap::with_max_entries(MAX_SERIES, BPF_F_NO_PREALLOC);
-
-/// The series of the tracepoint plan, preallocated: kernels 5.7 to 6.0
-/// print a `WARNING` (and a `panic_on_warn` node panics) when a tracepoint
-/// program uses a hash map without prealloc; fentry programs are exempt.
-/// User space shrinks the twin its plan does not use to one entry.
-#[map]
-static SERIES_PREALLOCATED: HashMap<SeriesKey, SeriesValue> = HashMap::with_max_entries(MAX_SERIES, 0);
-
-/// Which of the two series maps a program counts in.
-#[derive(Clone, Copy)]
-pub enum SeriesMap {
-    /// `SERIES`, for fentry/fexit.
-    Allocated,
-    /// `SERIES_PREALLOCATED`, for the tracepoints.
-    Preallocated,
-}
-
-impl SeriesMap {
-    #[inline(always)]
-    fn map(self) -> &'static HashMap<SeriesKey, SeriesValue> {
-        match self {
-            SeriesMap::Allocated => &SERIES,
-            SeriesMap::Preallocated => &SERIES_PREALLOCATED,
-        }
-    }
-}
+static SERIES: HashMap<SeriesKey, SeriesValue> = HashMap::with_max_entries(MAX_SERIES, 0);
 
 /// Where calls go whose series found its series map full.
 #[map]
@@ -93,20 +71,31 @@ unsafe fn add(counter: *mut u64, n: u64) {
     unsafe { core::arch::asm!("lock *(u64 *)({0} + 0) += {1}", in(reg) counter, in(reg) n) };
 }
 
+/// Adds `n` to a 32-bit counter other CPUs may add to at the same time,
+/// as `add` does.
+///
+/// # Safety
+/// `counter` must point to a 4-byte aligned `u32` inside a map value.
+#[inline(always)]
+unsafe fn add32(counter: *mut u32, n: u64) {
+    // SAFETY: as in `add`, for a valid aligned u32. The 32-bit add takes
+    // the register's low half (a 64-bit register: no alu32 here).
+    unsafe { core::arch::asm!("lock *(u32 *)({0} + 0) += {1}", in(reg) counter, in(reg) n) };
+}
+
 /// The series of a call, created if new; the overflow slot of its syscall
 /// and outcome when `SERIES` is full.
 #[inline(always)]
-fn series_of(map: SeriesMap, key: &SeriesKey) -> Option<*mut SeriesValue> {
-    let series = map.map();
-    if let Some(value) = series.get_ptr_mut(key) {
+fn series_of(key: &SeriesKey) -> Option<*mut SeriesValue> {
+    if let Some(value) = SERIES.get_ptr_mut(key) {
         return Some(value);
     }
     if let Some(empty) = EMPTY_SERIES.get(0) {
         // Another CPU may create it first: then this insert fails and the
         // lookup below finds theirs.
-        let _ = series.insert(key, empty, BPF_NOEXIST);
+        let _ = SERIES.insert(key, empty, BPF_NOEXIST);
     }
-    if let Some(value) = series.get_ptr_mut(key) {
+    if let Some(value) = SERIES.get_ptr_mut(key) {
         return Some(value);
     }
     bump(counter::SERIES_FULL);
@@ -128,8 +117,8 @@ pub struct Streamed {
 /// Counts a call in its series and decides whether to stream it: None to
 /// only count it.
 #[inline(always)]
-pub fn account(map: SeriesMap, key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool) -> Option<Streamed> {
-    let value = series_of(map, key)?;
+pub fn account(key: &SeriesKey, latency_ns: u64, now: u64, streamable: bool) -> Option<Streamed> {
+    let value = series_of(key)?;
     let bucket = latency_bucket(latency_ns);
     // SAFETY: `value` is a whole SeriesValue from a map lookup, valid for
     // the run: its fields are aligned u64s, and the bound on `bucket` keeps
@@ -138,7 +127,7 @@ pub fn account(map: SeriesMap, key: &SeriesKey, latency_ns: u64, now: u64, strea
         add(&raw mut (*value).count, 1);
         add(&raw mut (*value).sum_ns, latency_ns);
         if bucket < LATENCY_BUCKETS {
-            add((&raw mut (*value).buckets as *mut u64).wrapping_add(bucket), 1);
+            add32((&raw mut (*value).buckets as *mut u32).wrapping_add(bucket), 1);
         }
     }
     if !streamable {

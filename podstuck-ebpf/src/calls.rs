@@ -11,17 +11,18 @@ use aya_ebpf::{
 use podstuck_common::{counter, CallEntry, SeriesKey, Syscall, MAX_CALLS_IN_FLIGHT, NOT_IN_A_CALL};
 
 use crate::{
-    accounting::{account, bump, SeriesMap},
+    accounting::{account, bump},
     args::Args,
     path_walk::WalkLoop,
     record::{self, Ended},
 };
 
-/// Each thread's last call, by thread id. A plain preallocated hash, not
-/// an LRU one: an LRU update costs several times more on every call, and
-/// the entries are bounded without it: one per thread, kept between its
-/// calls (marked idle at exit), removed by user space once the thread is
-/// gone.
+/// Each thread's last call, by thread id. A plain hash, not an LRU one:
+/// an LRU update costs several times more on every call, and the entries
+/// are bounded without it: one per thread, kept between its calls (marked
+/// idle at exit), removed by user space once the thread is gone.
+/// Preallocated as written here; user space makes it grow as threads
+/// appear where the kernel allows it, as for `SERIES`, and sizes it.
 #[map]
 static CALLS_IN_FLIGHT: HashMap<u32, CallEntry> = HashMap::with_max_entries(MAX_CALLS_IN_FLIGHT, 0);
 
@@ -67,7 +68,7 @@ pub fn enter(syscall: Syscall, args: Args) {
 /// streams its record if the series' budget allows. None where it stops
 /// early: no entry for it (counted), counted only, or no scratch buffer.
 #[inline(always)]
-pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop, series: SeriesMap) -> Option<()> {
+pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop) -> Option<()> {
     // SAFETY: a helper without arguments; it reads the clock.
     let exit_ns = unsafe { bpf_ktime_get_ns() };
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -91,7 +92,7 @@ pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop, series: SeriesMap) -> Opt
     let streamable =
         patched!(FILTER.syscalls) & (1 << syscall as u32) != 0 && (patched!(FILTER.errors_only) == 0 || ret < 0);
     let latency_ns = exit_ns.saturating_sub(entry.enter_ns);
-    let streamed = account(series, &key, latency_ns, exit_ns, streamable)?;
+    let streamed = account(&key, latency_ns, exit_ns, streamable)?;
     record::stream(&Ended { entry, key, tid, ret, exit_ns, represents: streamed.represents, wake: streamed.wake }, how)
 }
 

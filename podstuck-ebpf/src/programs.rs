@@ -13,7 +13,6 @@ use aya_ebpf::{
 use podstuck_common::program;
 
 use crate::{
-    accounting::SeriesMap,
     args::{tracepoint_ret, RMDIR, UMOUNT, UNLINK, UNLINKAT},
     calls::{enter, exit},
     path_walk::WalkLoop,
@@ -32,14 +31,14 @@ macro_rules! tracepoint_programs {
 
         #[tracepoint]
         pub fn $exit(ctx: TracePointContext) -> u32 {
-            let _ = exit($names.syscall, tracepoint_ret(&ctx), WalkLoop::BpfLoop, SeriesMap::Preallocated);
+            let _ = exit($names.syscall, tracepoint_ret(&ctx), WalkLoop::BpfLoop);
             0
         }
         named_as!($exit, $names.exit);
 
         #[tracepoint]
         pub fn $exit_w(ctx: TracePointContext) -> u32 {
-            let _ = exit($names.syscall, tracepoint_ret(&ctx), WalkLoop::Unrolled, SeriesMap::Preallocated);
+            let _ = exit($names.syscall, tracepoint_ret(&ctx), WalkLoop::Unrolled);
             0
         }
         named_as!($exit_w, $names.exit_w);
@@ -69,14 +68,14 @@ macro_rules! trampoline_programs {
 
         #[fexit]
         pub fn $fexit(ctx: FExitContext) -> u32 {
-            let _ = exit($names.syscall, ctx.arg(1), WalkLoop::BpfLoop, SeriesMap::Allocated);
+            let _ = exit($names.syscall, ctx.arg(1), WalkLoop::BpfLoop);
             0
         }
         named_as!($fexit, $names.fexit);
 
         #[fexit]
         pub fn $fexit_w(ctx: FExitContext) -> u32 {
-            let _ = exit($names.syscall, ctx.arg(1), WalkLoop::Unrolled, SeriesMap::Allocated);
+            let _ = exit($names.syscall, ctx.arg(1), WalkLoop::Unrolled);
             0
         }
         named_as!($fexit_w, $names.fexit_w);

@@ -109,9 +109,10 @@ pub async fn run(mechanism: Mechanism, kernel_cost: bool) -> Result<()> {
         true => Some(aya::sys::enable_stats(aya::sys::Stats::RunTime).context("turning on BPF run-time statistics")?),
         false => None,
     };
-    // The tracer's preallocated series map goes unused by the counting pair.
+    // The tracer's preallocated maps go unused by the counting pair.
     let mut ebpf = EbpfLoader::new()
-        .map_max_entries("SERIES_PREALLOCATED", 1)
+        .map_max_entries("CALLS_IN_FLIGHT", 1)
+        .map_max_entries("SERIES", 1)
         .override_global("OFFSETS", &offsets, true)
         .override_global("UNLINKAT_NR", &(libc::SYS_unlinkat as u64), true)
         .load(EBPF_OBJECT)

@@ -32,6 +32,7 @@ use podstuck_common::{
 
 mod attach;
 mod drain;
+mod maps;
 
 pub use drain::{QueueTotals, QUEUE_RECORDS};
 
@@ -113,7 +114,7 @@ type Added = (u64, u64, Vec<(usize, u64)>);
 struct SeriesSnapshot {
     count: u64,
     sum_ns: u64,
-    buckets: Box<[u64; LATENCY_BUCKETS]>,
+    buckets: Box<[u32; LATENCY_BUCKETS]>,
 }
 
 impl SeriesSnapshot {
@@ -121,8 +122,10 @@ impl SeriesSnapshot {
         SeriesSnapshot { count: 0, sum_ns: 0, buckets: Box::new([0; LATENCY_BUCKETS]) }
     }
 
-    /// What `now` adds to this snapshot, which becomes `now`.
-    fn advance(&mut self, count: u64, sum_ns: u64, buckets: &[u64; LATENCY_BUCKETS]) -> Option<Added> {
+    /// What `now` adds to this snapshot, which becomes `now`. The kernel's
+    /// buckets count modulo 2^32: a difference is exact while a bucket
+    /// gains fewer than 2^32 calls between two reads.
+    fn advance(&mut self, count: u64, sum_ns: u64, buckets: &[u32; LATENCY_BUCKETS]) -> Option<Added> {
         if count == self.count {
             return None;
         }
@@ -131,7 +134,7 @@ impl SeriesSnapshot {
             .zip(self.buckets.iter())
             .enumerate()
             .filter(|(_, (now, before))| now != before)
-            .map(|(i, (now, before))| (i, now.wrapping_sub(*before)))
+            .map(|(i, (now, before))| (i, u64::from(now.wrapping_sub(*before))))
             .collect();
         let delta = (count.wrapping_sub(self.count), sum_ns.wrapping_sub(self.sum_ns), changed);
         self.count = count;
@@ -237,26 +240,23 @@ impl Drop for Tracer {
     }
 }
 
-/// The series map the programs of `plan` count in, and its twin they leave
-/// unused (podstuck-ebpf's `accounting`): the tracepoints' is preallocated,
-/// as kernels 5.7 to 6.0 WARN when a tracepoint program uses a hash map
-/// without prealloc; the trampolines' grows with the series.
-fn series_maps(plan: AttachPoint) -> (&'static str, &'static str) {
-    match plan {
-        AttachPoint::Tracepoint => ("SERIES_PREALLOCATED", "SERIES"),
-        AttachPoint::Fentry | AttachPoint::Auto => ("SERIES", "SERIES_PREALLOCATED"),
-    }
-}
-
 /// Loads the embedded object with the node's offsets and the filter, for
-/// the programs of `plan`: the series map they do not use shrunk to one
-/// entry, so the preallocated one costs its memory only where it is used.
+/// the programs of `plan`: the threads' entries and the series allocated
+/// as this kernel allows for them (`maps`).
 fn load_object(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions, plan: AttachPoint) -> Result<Ebpf> {
-    load_object_with(offsets, options, &[(series_maps(plan).1, 1)])
+    let allocation = maps::Allocation::here(plan);
+    let object = match allocation {
+        maps::Allocation::AsUsed => {
+            std::borrow::Cow::Owned(maps::growing(EBPF_OBJECT, &[maps::CALLS_IN_FLIGHT, maps::SERIES])?)
+        }
+        maps::Allocation::Preallocated => std::borrow::Cow::Borrowed(EBPF_OBJECT),
+    };
+    load_object_with(&object, offsets, options, &allocation.sizes())
 }
 
 /// `load_object`, with the maps `sized` given those sizes instead.
 fn load_object_with(
+    object: &[u8],
     offsets: &podstuck_common::KernelOffsets,
     options: &TracerOptions,
     sized: &[(&str, u32)],
@@ -276,7 +276,7 @@ fn load_object_with(
     );
     let default = if options.filter.every_call != 0 { RING_BUFFER_BYTES } else { SAMPLED_RING_BUFFER_BYTES };
     loader.map_max_entries("EVENTS", options.ring_buffer_bytes.unwrap_or(default));
-    loader.load(EBPF_OBJECT).context("loading podstuck's kernel programs (the verifier's log above says why)")
+    loader.load(object).context("loading podstuck's kernel programs (the verifier's log above says why)")
 }
 
 /// The kernel's BTF as aya reads it, for naming fentry targets: parsed
@@ -295,7 +295,7 @@ fn kernel_btf() -> Result<std::sync::Arc<aya::Btf>> {
 }
 
 /// Returns the heap's free pages to the kernel (glibc keeps them otherwise).
-fn give_back_freed_memory() {
+pub fn give_back_freed_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only releases memory malloc holds free.
     unsafe {
@@ -329,12 +329,13 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
         proc_root: PathBuf::from("/proc"),
     };
     let attached = (|| -> Result<()> {
-        // Its maps unused: the calls-in-flight and tracepoint series maps,
+        // Its maps unused: the threads' entries and the series,
         // preallocated, would cost the kernel time and memory at full size.
         let mut ebpf = load_object_with(
+            EBPF_OBJECT,
             &podstuck_common::KernelOffsets::default(),
             &options,
-            &[("CALLS_IN_FLIGHT", 1), ("SERIES_PREALLOCATED", 1)],
+            &[(maps::CALLS_IN_FLIGHT, 1), (maps::SERIES, 1)],
         )?;
         let btf = kernel_btf()?;
         let program: &mut FEntry = ebpf
@@ -591,10 +592,9 @@ impl Tracer {
         };
         let calls = ring(&mut ebpf, "EVENTS")?;
         let counters = PerCpuArray::try_from(ebpf.take_map("COUNTERS").context("COUNTERS map missing")?)?;
-        let in_flight = BpfHashMap::try_from(ebpf.take_map("CALLS_IN_FLIGHT").context("CALLS_IN_FLIGHT map missing")?)?;
-        let series_map = series_maps(attached).0;
-        let series =
-            BpfHashMap::try_from(ebpf.take_map(series_map).with_context(|| format!("{series_map} map missing"))?)?;
+        let in_flight =
+            BpfHashMap::try_from(ebpf.take_map(maps::CALLS_IN_FLIGHT).context("CALLS_IN_FLIGHT map missing")?)?;
+        let series = BpfHashMap::try_from(ebpf.take_map(maps::SERIES).context("SERIES map missing")?)?;
         let series_overflow =
             PerCpuArray::try_from(ebpf.take_map("SERIES_OVERFLOW").context("SERIES_OVERFLOW map missing")?)?;
         let clock = WallClock::now();
@@ -713,12 +713,14 @@ impl Tracer {
             let Ok(per_cpu) = self.series_overflow.get(&slot, 0) else { continue };
             let mut count = 0u64;
             let mut sum_ns = 0u64;
-            let mut buckets = Box::new([0u64; LATENCY_BUCKETS]);
+            let mut buckets = Box::new([0u32; LATENCY_BUCKETS]);
             for value in per_cpu.iter() {
                 count += value.count;
                 sum_ns += value.sum_ns;
+                // Modulo 2^32 as each CPU's own: the sum's difference
+                // between two reads is still exact.
                 for (total, n) in buckets.iter_mut().zip(value.buckets.iter()) {
-                    *total += n;
+                    *total = total.wrapping_add(*n);
                 }
             }
             let Some(syscall) = Syscall::from_u8((slot / 2) as u8) else { continue };

@@ -805,7 +805,7 @@ fn start_and_stop(podstuck: &Path, fs: &Path, rounds: usize, report: &mut String
     let each: Vec<String> = maps.iter().map(|(name, bytes)| format!("{name} {:.2} MiB", mib(*bytes))).collect();
     writeln!(
         report,
-        "\nThe kernel memory of its maps is their `memlock` (from `/proc/PID/fdinfo`, named by bpftool), on this machine's plan, the syscall tracepoints, in the first start: {}. On the tracepoint plan the series map is preallocated whole (kernels 5.7 to 6.0 print a WARNING for a tracepoint program's map without prealloc), and its fentry twin is shrunk to one entry; on the fentry plan it is the other way round, and the series map grows with the series: a few KB on a quiet node, as much when full.",
+        "\nThe kernel memory of its maps is their `memlock` (from `/proc/PID/fdinfo`, named by bpftool), on this machine's plan, the syscall tracepoints, in the first start: {}. Here (Linux 6.1 and later, and the fentry plan everywhere) the threads' entries (CALLS_IN_FLIGHT) and the series (SERIES) grow as they come: a few KB on a quiet node, at most 65536 threads and 4096 series of 1320 bytes; on the tracepoints before 6.1 they are preallocated (kernels 5.7 to 6.0 print a WARNING for a tracepoint program's hash map without prealloc), 8192 threads and 1024 series, 2.3 MiB from the start (docs/kernels.md).",
         each.join(", ")
     )?;
     Ok(measured)
