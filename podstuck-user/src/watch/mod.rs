@@ -174,6 +174,10 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     if let (Some(api), Some(node)) = (events, &options.node_name) {
         run.pipeline.events = Some(EventSink::start(api, node.clone()));
     }
+    // Starting read the node whole (mount tables, cgroups, the runtimes'
+    // stores: megabytes freed by now); the heap would keep their pages for
+    // the whole run, counted against a DaemonSet's limit.
+    crate::collect::give_back_freed_memory();
     on_attached();
     let stopped = trace(&mut run, options, &mut signals).await?;
     let events = run.pipeline.events.as_ref().map(EventSink::handle);
@@ -435,6 +439,7 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
     let mut screen = tokio::time::interval(shows_every.unwrap_or(REVIEW_EVERY));
     screen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_review = tokio::time::Instant::now();
+    let mut give_back = tokio::time::interval_at(tokio::time::Instant::now() + GIVE_BACK_EVERY, GIVE_BACK_EVERY);
     loop {
         tokio::select! {
             batch = tracer.next_batch(for_at_most(BATCH_FOR, |e| pipeline.take(e))) => {
@@ -451,6 +456,8 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
                 last_review = tokio::time::Instant::now();
                 review.reset();
             }
+            // What a burst of reads freed (a rescan, a storm's records).
+            _ = give_back.tick() => crate::collect::give_back_freed_memory(),
             _ = sigint.recv() => return Ok(Stopped::by("SIGINT")),
             _ = sigterm.recv() => return Ok(Stopped::by("SIGTERM")),
             // A closed terminal or a dropped ssh session: end as on SIGTERM.
@@ -483,6 +490,9 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
         }
     }
 }
+
+/// How often the heap's free pages go back to the kernel in a long run.
+const GIVE_BACK_EVERY: Duration = Duration::from_secs(30);
 
 /// One review: the plugins' files and the kernel's counts read, the
 /// calls in flight, the findings told.
