@@ -511,9 +511,29 @@ pub fn print_lockdown_in_private_namespace() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Parses "6.18.44-fc-v657" into (6, 18). What the kernel can do is
+/// probed, not read from its version; the one choice a version makes is
+/// on the safe side (`collect::maps`): a kernel that says 6.1 or later
+/// has what it relies on, and one that says less (a vendor's 5.14 with
+/// 6.x backports) gets what every kernel takes.
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_kernel_versions() {
+        assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18)));
+        assert_eq!(kernel_version("5.4.0-150-generic"), Some((5, 4)));
+        assert_eq!(kernel_version("4.19"), Some((4, 19)));
+        assert_eq!(kernel_version("garbage"), None);
+    }
 
     #[test]
     fn lockdown_modes_parse_from_the_bracketed_word() {

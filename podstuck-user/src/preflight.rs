@@ -49,15 +49,6 @@ impl std::fmt::Display for Problem {
     }
 }
 
-/// Parses "6.18.44-fc-v657" into (6, 18): said to people, never used to
-/// decide what the kernel can do (that is probed).
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
 fn has_cap(caps: u64, cap: u32) -> bool {
     caps & (1u64 << cap) != 0
 }
@@ -147,14 +138,6 @@ mod tests {
     fn a_good_node_has_no_problem() {
         assert!(problems(&good()).is_empty());
         assert_eq!(plan(&good(), AttachPoint::Auto).unwrap().attach, AttachPoint::Tracepoint);
-    }
-
-    #[test]
-    fn parses_kernel_versions() {
-        assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18)));
-        assert_eq!(kernel_version("5.4.0-150-generic"), Some((5, 4)));
-        assert_eq!(kernel_version("4.19"), Some((4, 19)));
-        assert_eq!(kernel_version("garbage"), None);
     }
 
     #[test]

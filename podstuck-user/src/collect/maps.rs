@@ -47,7 +47,7 @@ impl Allocation {
     /// On this machine's kernel.
     pub fn here(plan: AttachPoint) -> Allocation {
         let release = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned());
-        Allocation::of(plan, release.ok().as_deref().and_then(crate::preflight::kernel_version))
+        Allocation::of(plan, release.ok().as_deref().and_then(crate::kernel_features::kernel_version))
     }
 
     /// The maps' sizes, in entries.
