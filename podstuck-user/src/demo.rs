@@ -184,7 +184,6 @@ impl Lab {
         self.root.join("kubelet")
     }
 
-    /// The node state of every scenario; returns the actors' commands.
     /// P7: an orphaned pod's CSI volume directory, unmounted, that still
     /// holds what a workload wrote into it while nothing was mounted there;
     /// `kubelet`'s housekeeping rmdirs it every 2 s (ENOTEMPTY).
@@ -197,6 +196,7 @@ impl Lab {
         Ok(kubelet)
     }
 
+    /// The node state of every scenario; returns the actors' commands.
     fn build(&mut self, podstuck: &Path) -> Result<Vec<Command>> {
         let actor = |comm: &str| {
             let mut cmd = Command::new(podstuck);
