@@ -110,9 +110,11 @@ pub async fn run(mechanism: Mechanism, kernel_cost: bool) -> Result<()> {
         false => None,
     };
     // The tracer's preallocated maps go unused by the counting pair.
-    let mut ebpf = EbpfLoader::new()
-        .map_max_entries("CALLS_IN_FLIGHT", 1)
-        .map_max_entries("SERIES", 1)
+    let mut loader = EbpfLoader::new();
+    for (map, entries) in crate::collect::maps::UNUSED {
+        loader.map_max_entries(map, entries);
+    }
+    let mut ebpf = loader
         .override_global("OFFSETS", &offsets, true)
         .override_global("UNLINKAT_NR", &(libc::SYS_unlinkat as u64), true)
         .load(EBPF_OBJECT)

@@ -32,7 +32,7 @@ use podstuck_common::{
 
 mod attach;
 mod drain;
-mod maps;
+pub(crate) mod maps;
 
 pub use drain::{QueueTotals, QUEUE_RECORDS};
 
@@ -331,12 +331,8 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
     let attached = (|| -> Result<()> {
         // Its maps unused: the threads' entries and the series,
         // preallocated, would cost the kernel time and memory at full size.
-        let mut ebpf = load_object_with(
-            EBPF_OBJECT,
-            &podstuck_common::KernelOffsets::default(),
-            &options,
-            &[(maps::CALLS_IN_FLIGHT, 1), (maps::SERIES, 1)],
-        )?;
+        let mut ebpf =
+            load_object_with(EBPF_OBJECT, &podstuck_common::KernelOffsets::default(), &options, &maps::UNUSED)?;
         let btf = kernel_btf()?;
         let program: &mut FEntry = ebpf
             .program_mut(program::COST_FENTRY)
@@ -568,10 +564,10 @@ impl Tracer {
             }
         };
         // Loading parsed the kernel's BTF (aya's loader and the fentry
-        // targets, some 40 MB of small allocations, freed by now): hand the
-        // pages back, or the heap keeps them for the whole run.
+        // targets, some 40 MB of small allocations): forgotten now, its
+        // pages handed back with the rest of start-up's
+        // (`give_back_freed_memory`, once the watch has started).
         KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner()).take();
-        give_back_freed_memory();
         // The causes beyond the calls: missing them is said, never fatal,
         // as the calls are what most stuck pods show.
         let (mut program_ids, mut lifecycle, mut lifecycle_lost, mut lifecycle_missing) =

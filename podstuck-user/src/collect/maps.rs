@@ -24,6 +24,11 @@ use crate::kernel_features::AttachPoint;
 pub const CALLS_IN_FLIGHT: &str = "CALLS_IN_FLIGHT";
 pub const SERIES: &str = "SERIES";
 
+/// Their sizes for programs that never count a call (the probe of
+/// fentry, `podstuck attach-cost`): one entry each, so the preallocated
+/// maps cost nothing.
+pub const UNUSED: [(&str, u32); 2] = [(CALLS_IN_FLIGHT, 1), (SERIES, 1)];
+
 /// How the two maps are allocated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Allocation {

@@ -174,9 +174,10 @@ pub async fn watch_with(options: &WatchOptions, on_attached: impl FnOnce()) -> R
     if let (Some(api), Some(node)) = (events, &options.node_name) {
         run.pipeline.events = Some(EventSink::start(api, node.clone()));
     }
-    // Starting read the node whole (mount tables, cgroups, the runtimes'
-    // stores: megabytes freed by now); the heap would keep their pages for
-    // the whole run, counted against a DaemonSet's limit.
+    // Starting parsed the kernel's BTF and read the node whole (mount
+    // tables, cgroups, the runtimes' stores: megabytes freed by now); the
+    // heap would keep their pages for the whole run, counted against a
+    // DaemonSet's limit.
     crate::collect::give_back_freed_memory();
     on_attached();
     let stopped = trace(&mut run, options, &mut signals).await?;
