@@ -692,6 +692,18 @@ pub mod lifecycle {
     pub const WATCHED_MAX: u32 = 4096;
     /// The node's CNI plugin files the exec program knows at most.
     pub const PLUGIN_FILES_MAX: u32 = 1024;
+    /// Words of `PLUGIN_INODES`, the exec program's filter before
+    /// `PLUGIN_FILES`: a bit for each inode number modulo 4096, set for the
+    /// plugin files' (a node has a few dozen, so an exec of anything else
+    /// passes on one bit in some 99 of 100, without the hash lookup).
+    pub const PLUGIN_INODE_WORDS: u32 = 64;
+
+    /// The word of `PLUGIN_INODES` and the bit in it that stand for inode
+    /// number `ino`.
+    pub const fn plugin_inode_bit(ino: u64) -> (u32, u64) {
+        let i = ino % (PLUGIN_INODE_WORDS as u64 * 64);
+        ((i / 64) as u32, 1 << (i % 64))
+    }
     /// `signal_generate`'s `result` (`enum trace_signal_result`).
     pub const SIGNAL_DELIVERED: i32 = 0;
     pub const SIGNAL_IGNORED: i32 = 1;

@@ -19,7 +19,7 @@ use podstuck_common::{
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::LEN, 0);
 
-const BPF_NOEXIST: u64 = 1;
+pub const BPF_NOEXIST: u64 = 1;
 
 /// The series. Preallocated as written here; user space makes it grow as
 /// series appear instead (`BPF_F_NO_PREALLOC`, patched into the object at
@@ -65,7 +65,7 @@ pub fn increment(counters: &PerCpuArray<u64>, index: u32) {
 /// # Safety
 /// `counter` must point to an 8-byte aligned `u64` inside a map value.
 #[inline(always)]
-unsafe fn add(counter: *mut u64, n: u64) {
+pub unsafe fn add(counter: *mut u64, n: u64) {
     // SAFETY: the caller guarantees the target is a valid aligned u64; the
     // verifier checks the store against the map value's bounds as well.
     unsafe { core::arch::asm!("lock *(u64 *)({0} + 0) += {1}", in(reg) counter, in(reg) n) };

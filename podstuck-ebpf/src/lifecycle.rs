@@ -3,16 +3,18 @@
 //! environment, and its exit code), a SIGTERM a container's init drops
 //! (`signal_generate`'s result: ignored), a SIGKILL no exit follows.
 //!
-//! Filtered here so a fork or exec storm costs a lookup: an exec is
-//! streamed only when the file the kernel runs is one of the node's CNI
-//! plugin files (`PLUGIN_FILES`, by superblock and inode: the path its
+//! Filtered here so a fork or exec storm costs a bit or a word read:
+//! an exec is streamed only when the file the kernel runs is one of the
+//! node's CNI plugin files (`PLUGIN_INODES`' bit for its inode number,
+//! then `PLUGIN_FILES`, by superblock and inode: the path its
 //! caller passed is a claim, resolved in the caller's own mount namespace,
 //! and a workload may name its own file `/opt/cni/bin/calico`; for a `#!`
 //! script the kernel runs its interpreter, so script plugins are never
 //! streamed: CNI plugins are binaries); a signal
 //! only if it is SIGTERM or SIGKILL, at most once a second per process
 //! (`SIGNALLED`); an exit only of a process one of those named
-//! (`WATCHED`), once, at its last thread's exit (a zombie leader whose
+//! (`WATCHED`, read only while `WATCHED_COUNT` says it holds any), once,
+//! at its last thread's exit (a zombie leader whose
 //! thread waits in the kernel is a process still there). Records go to a
 //! ring buffer of their own, so a storm of calls never crowds them out; a
 //! record that does not fit is counted in `LIFECYCLE_LOST`.
@@ -29,14 +31,17 @@ use aya_ebpf::{
         generated::{bpf_probe_read_kernel_str, bpf_probe_read_user},
     },
     macros::{map, raw_tracepoint, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     programs::{RawTracePointContext, TracePointContext},
     EbpfContext,
 };
 use podstuck_common::{lifecycle, lifecycle::flags, program, LifecycleRecord, PluginFile, LIFECYCLE_RECORD_BYTES};
 
 use crate::record::{read_kernel_ptr, v1_cgroup};
-use crate::{accounting::increment, kernel_reads, read_kernel};
+use crate::{
+    accounting::{add, increment, BPF_NOEXIST},
+    kernel_reads, read_kernel,
+};
 
 #[map]
 static LIFECYCLE: RingBuf = RingBuf::with_byte_size(lifecycle::RING_BUFFER_BYTES, 0);
@@ -51,10 +56,26 @@ static LIFECYCLE_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static PLUGIN_FILES: HashMap<PluginFile, u8> = HashMap::with_max_entries(lifecycle::PLUGIN_FILES_MAX, 0);
 
+/// The plugin files' inode numbers, a bit each (`lifecycle::plugin_inode_bit`),
+/// set by user space with `PLUGIN_FILES`: an exec of any other file
+/// passes on one bit of a small array, where the hash lookup in
+/// `PLUGIN_FILES` cost some 70 ns an exec, most of the exec program's time
+/// above a do-nothing one's.
+#[map]
+static PLUGIN_INODES: Array<u64> = Array::with_max_entries(lifecycle::PLUGIN_INODE_WORDS, 0);
+
 /// Processes whose exit is streamed: a plugin exec'd, or sent SIGTERM or
 /// SIGKILL. LRU, so a flood of signals evicts the oldest.
 #[map]
 static WATCHED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(lifecycle::WATCHED_MAX, 0);
+
+/// Slot 0: at least as many as `WATCHED` holds (the LRU's evictions are
+/// not subtracted, so it may stay above). Every thread's exit reads it
+/// first: a lookup in `WATCHED`, a cold hash table by the time a process
+/// exits, cost some 300 ns an exit on a node that watches nothing, which
+/// is most of the time; this one small, read-mostly value is in cache.
+#[map]
+static WATCHED_COUNT: Array<u64> = Array::with_max_entries(1, 0);
 
 /// When a signal was last streamed, by target and signal (`pid << 8 | sig`):
 /// a flood of kills (a loop, a buggy supervisor) streams one a second per
@@ -179,6 +200,34 @@ fn send(buffer: &Buffer, extra: usize) {
     }
 }
 
+/// Streams the exit of process `pid`. Counted before it is added, so an
+/// exit on another CPU that finds the count at zero finds no entry
+/// either; an entry already there (a second signal) is counted once.
+#[inline(always)]
+fn watch(pid: u32) {
+    count_watched(1);
+    if WATCHED.insert(pid, 1, BPF_NOEXIST).is_err() {
+        count_watched(u64::MAX);
+    }
+}
+
+/// Adds `n` (modulo 2^64: `u64::MAX` takes one away) to `WATCHED_COUNT`.
+#[inline(always)]
+fn count_watched(n: u64) {
+    if let Some(count) = WATCHED_COUNT.get_ptr_mut(0) {
+        // SAFETY: slot 0 of an array map, an aligned u64 for the whole run.
+        unsafe { add(count, n) };
+    }
+}
+
+/// `WATCHED_COUNT`, as another CPU last added to it.
+#[inline(always)]
+fn watched_count() -> Option<u64> {
+    let count = WATCHED_COUNT.get_ptr(0)?;
+    // SAFETY: as in `count_watched`; volatile, as other CPUs add to it.
+    Some(unsafe { core::ptr::read_volatile(count) })
+}
+
 /// On `sched_process_exec(struct task_struct *p, pid_t old_pid, struct
 /// linux_binprm *bprm)`: raw, for the `bprm` a plain tracepoint lacks.
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
@@ -199,6 +248,11 @@ fn exec(ctx: &RawTracePointContext) -> Option<()> {
     let file = read_kernel_ptr(bprm, patched!(OFFSETS.binprm_file))?;
     let inode = read_kernel_ptr(file, patched!(OFFSETS.file_f_inode))?;
     let ino = read_kernel::<u64>(inode, patched!(OFFSETS.inode_ino))?;
+    let (word, bit) = lifecycle::plugin_inode_bit(ino);
+    // SAFETY: a plain u64 read from the map's value.
+    if unsafe { PLUGIN_INODES.get(word) }? & bit == 0 {
+        return None;
+    }
     let sb = read_kernel_ptr(inode, patched!(OFFSETS.inode_sb))?;
     let dev = read_kernel::<u32>(sb, patched!(OFFSETS.sb_dev))?;
     let key = PluginFile { ino, dev, _pad: 0 };
@@ -227,8 +281,7 @@ fn exec(ctx: &RawTracePointContext) -> Option<()> {
     let (kept, total) = read_env(task, &mut buffer.env);
     buffer.record.env_len = kept as u16;
     buffer.record.env_total = total;
-    let pid = buffer.record.pid;
-    let _ = WATCHED.insert(pid, 1, 0);
+    watch(buffer.record.pid);
     // The environment follows the whole filename buffer, so its offset is
     // a constant: user space reads `filename_len` bytes of the one and
     // `env_len` of the other.
@@ -282,10 +335,13 @@ named_as!(lifecycle_exit, program::LIFECYCLE_EXIT);
 
 #[inline(always)]
 fn exit() -> Option<()> {
+    // Every thread of the node passes here: one read while nothing is
+    // watched, one lookup for those of no process watched.
+    if watched_count()? == 0 {
+        return None;
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    // Every thread of the node passes here: one lookup for those of no
-    // process watched.
     // SAFETY: a lookup whose value is only tested for presence.
     unsafe { WATCHED.get(pid) }?;
     let task = unsafe { bpf_get_current_task() } as *const u8;
@@ -300,7 +356,9 @@ fn exit() -> Option<()> {
         None if pid != tid => return None,
         None => {}
     }
-    let _ = WATCHED.remove(pid);
+    if WATCHED.remove(pid).is_ok() {
+        count_watched(u64::MAX);
+    }
     let buffer = start(lifecycle::EXIT)?;
     if last.is_some() {
         buffer.record.flags |= flags::LAST_THREAD;
@@ -349,7 +407,7 @@ fn signal(ctx: &TracePointContext) -> Option<()> {
         comm[i * 4..i * 4 + 4].copy_from_slice(&v);
     }
     buffer.record.target_comm = comm;
-    let _ = WATCHED.insert(target, 1, 0);
+    watch(target);
     send(buffer, 0);
     Some(())
 }

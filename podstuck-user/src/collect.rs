@@ -33,6 +33,7 @@ use podstuck_common::{
 mod attach;
 mod drain;
 pub(crate) mod maps;
+mod plugin_files;
 
 pub use drain::{QueueTotals, QUEUE_RECORDS};
 
@@ -194,8 +195,7 @@ pub struct Tracer {
     lifecycle_lost: Option<PerCpuArray<MapData, u64>>,
     lifecycle_missing: Option<String>,
     /// The node's CNI plugin files the exec program knows, as it knows them.
-    plugin_files: Option<BpfHashMap<MapData, PluginFile, u8>>,
-    plugin_files_known: std::collections::BTreeSet<PluginFile>,
+    plugin_files: Option<plugin_files::KernelPluginFiles>,
     proc_root: PathBuf,
     counters: PerCpuArray<MapData, u64>,
     in_flight: BpfHashMap<MapData, u32, CallEntry>,
@@ -583,7 +583,7 @@ impl Tracer {
             Err(e) => lifecycle_missing = Some(one_line(&format!("{e:#}"))),
         }
         let plugin_files = match lifecycle {
-            Some(_) => Some(BpfHashMap::try_from(ebpf.take_map("PLUGIN_FILES").context("PLUGIN_FILES map missing")?)?),
+            Some(_) => Some(plugin_files::KernelPluginFiles::take(&mut ebpf)?),
             None => None,
         };
         let calls = ring(&mut ebpf, "EVENTS")?;
@@ -601,7 +601,6 @@ impl Tracer {
             lifecycle_lost,
             lifecycle_missing,
             plugin_files,
-            plugin_files_known: Default::default(),
             proc_root: options.proc_root,
             counters,
             in_flight,
@@ -628,24 +627,9 @@ impl Tracer {
     /// Tells the exec program the node's CNI plugin files are `files`, as
     /// found now: those new are added, those gone removed. Files past the
     /// kernel table's room are left out and counted.
-    pub fn set_plugin_files<'a>(&mut self, files: impl IntoIterator<Item = &'a PluginFile>) -> usize {
-        let Some(map) = self.plugin_files.as_mut() else { return 0 };
-        let wanted: std::collections::BTreeSet<PluginFile> = files.into_iter().copied().collect();
-        for gone in self.plugin_files_known.difference(&wanted) {
-            let _ = map.remove(gone);
-        }
-        self.plugin_files_known.retain(|f| wanted.contains(f));
-        let mut left_out = 0;
-        let new: Vec<PluginFile> = wanted.difference(&self.plugin_files_known).copied().collect();
-        for new in &new {
-            match map.insert(new, 1u8, 0) {
-                Ok(()) => {
-                    self.plugin_files_known.insert(*new);
-                }
-                Err(_) => left_out += 1,
-            }
-        }
-        left_out
+    pub fn set_plugin_files<'a>(&mut self, files: impl IntoIterator<Item = &'a PluginFile>) -> Result<usize> {
+        let Some(kernel) = self.plugin_files.as_mut() else { return Ok(0) };
+        kernel.set(files.into_iter().copied().collect())
     }
 
     /// Why the lifecycle programs (exec, exit, signals) are not attached.

@@ -176,7 +176,7 @@ impl Pipeline {
             self.say(&format!("cannot read the CNI plugin directories of {unreadable}: the defaults are used"));
         }
         let files = PluginFiles::scan(node, &places);
-        let left_out = files.left_out + tracer.set_plugin_files(files.ids());
+        let left_out = files.left_out + self.tell_plugin_files(tracer, &files);
         if left_out > 0 {
             self.say(&format!(
                 "{left_out} files of the CNI plugin directories left out (too many): their execs go unseen"
@@ -193,8 +193,22 @@ impl Pipeline {
         if !plugins.files.stale(node) {
             return;
         }
-        plugins.files = PluginFiles::scan(node, &plugins.places);
-        tracer.set_plugin_files(plugins.files.ids());
+        let files = PluginFiles::scan(node, &plugins.places);
+        self.tell_plugin_files(tracer, &files);
+        if let Some(plugins) = self.plugins.as_mut() {
+            plugins.files = files;
+        }
+    }
+
+    /// Tells the exec program the plugin files; the files left out.
+    fn tell_plugin_files(&mut self, tracer: &mut Tracer, files: &PluginFiles) -> usize {
+        match tracer.set_plugin_files(files.ids()) {
+            Ok(left_out) => left_out,
+            Err(e) => {
+                self.say(&format!("cannot tell the kernel the CNI plugin files ({e:#}): their execs may go unseen"));
+                0
+            }
+        }
     }
 
     /// Lifecycle records set aside as untrusted, by reason.
