@@ -200,9 +200,11 @@ fn send(buffer: &Buffer, extra: usize) {
     }
 }
 
-/// Streams the exit of process `pid`. Counted before it is added, so an
-/// exit on another CPU that finds the count at zero finds no entry
-/// either; an entry already there (a second signal) is counted once.
+/// Watches process `pid`: its exit will be streamed. Counted before it is
+/// added, so an exit on another CPU that finds the count at zero came
+/// before the entry (within the nanoseconds two loads may be reordered
+/// on arm64: the race a signal already runs with its target's exit); an
+/// entry already there (a second signal) is counted once.
 #[inline(always)]
 fn watch(pid: u32) {
     count_watched(1);
