@@ -62,13 +62,16 @@ const REVIEW_EVERY: Duration = Duration::from_millis(500);
 /// node only for paths not looked at yet).
 const REVIEW_GAP: Duration = Duration::from_millis(25);
 
-/// Reviews asked for early come at most this often: a churn of pods that
-/// each fail a call once (ten a second) asked for one every gap, and those
+/// Reviews asked for early come at most this often over time, after a
+/// burst of `EARLY_REVIEW_BURST` a gap apart: a churn of pods that each
+/// fail a call once (ten a second) asked for one every gap, and those
 /// reviews, each a whole pass over the node, cost the collector ten times
 /// its CPU and 120 MB resident where 27 MB do (`cargo xtask soak`). An
-/// incident's proving call, long after any other, is still reviewed a gap
-/// after it comes.
+/// incident's proving calls, a few at once, are still each reviewed a gap
+/// after they come: while a runtime's removal goes on, what it proves a
+/// quarter of a second later may be gone.
 const EARLY_REVIEW_SPACING: Duration = Duration::from_millis(250);
+const EARLY_REVIEW_BURST: u32 = 4;
 
 /// What stopped a run whose reader went away.
 const OUTPUT_GONE: &str = "its output closing";
@@ -448,8 +451,10 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
     let mut screen = tokio::time::interval(shows_every.unwrap_or(REVIEW_EVERY));
     screen.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_review = tokio::time::Instant::now();
-    // As if one had been long ago: a call that comes at start is reviewed a gap after it.
-    let mut last_early_review = last_review.checked_sub(EARLY_REVIEW_SPACING).unwrap_or(last_review);
+    // When the early reviews' rate is next met (a leaky bucket's clock):
+    // one may come while it is less than a burst ahead of now.
+    let mut early_due = last_review;
+    let burst = EARLY_REVIEW_SPACING * (EARLY_REVIEW_BURST - 1);
     let mut give_back = tokio::time::interval_at(tokio::time::Instant::now() + GIVE_BACK_EVERY, GIVE_BACK_EVERY);
     loop {
         tokio::select! {
@@ -462,11 +467,11 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
             }
             // A call that proves its cause at once came: its review is due
             // a gap after the last one, not at the next tick.
-            _ = tokio::time::sleep_until((last_review + REVIEW_GAP).max(last_early_review + EARLY_REVIEW_SPACING)),
+            _ = tokio::time::sleep_until((last_review + REVIEW_GAP).max(early_due.checked_sub(burst).unwrap_or(early_due))),
                 if pipeline.review_soon() => {
                 review_now(tracer, pipeline, node, options)?;
                 last_review = tokio::time::Instant::now();
-                last_early_review = last_review;
+                early_due = early_due.max(last_review) + EARLY_REVIEW_SPACING;
                 review.reset();
             }
             // What a burst of reads freed (a rescan, a storm's records).
