@@ -251,8 +251,7 @@ fn exec(ctx: &RawTracePointContext) -> Option<()> {
     let inode = read_kernel_ptr(file, patched!(OFFSETS.file_f_inode))?;
     let ino = read_kernel::<u64>(inode, patched!(OFFSETS.inode_ino))?;
     let (word, bit) = lifecycle::plugin_inode_bit(ino);
-    // SAFETY: a plain u64 read from the map's value.
-    if unsafe { PLUGIN_INODES.get(word) }? & bit == 0 {
+    if PLUGIN_INODES.get(word)? & bit == 0 {
         return None;
     }
     let sb = read_kernel_ptr(inode, patched!(OFFSETS.inode_sb))?;
