@@ -12,12 +12,11 @@ use aya::Ebpf;
 use podstuck_common::lifecycle::{plugin_inode_bit, PLUGIN_INODE_WORDS};
 use podstuck_common::PluginFile;
 
+/// The exec program's two maps of plugin files, and what `PLUGIN_FILES` holds.
 pub struct KernelPluginFiles {
     files: BpfHashMap<MapData, PluginFile, u8>,
     inodes: Array<MapData, u64>,
     known: BTreeSet<PluginFile>,
-    /// `PLUGIN_INODES` as last written.
-    words: Vec<u64>,
 }
 
 impl KernelPluginFiles {
@@ -27,7 +26,6 @@ impl KernelPluginFiles {
             files: BpfHashMap::try_from(ebpf.take_map("PLUGIN_FILES").context("PLUGIN_FILES map missing")?)?,
             inodes: Array::try_from(ebpf.take_map("PLUGIN_INODES").context("PLUGIN_INODES map missing")?)?,
             known: BTreeSet::new(),
-            words: vec![0; PLUGIN_INODE_WORDS as usize],
         })
     }
 
@@ -50,12 +48,10 @@ impl KernelPluginFiles {
                 Err(_) => left_out += 1,
             }
         }
-        let words = inode_words(&self.known);
-        for (index, (&word, last)) in words.iter().zip(self.words.iter_mut()).enumerate() {
-            if word != *last {
-                self.inodes.set(index as u32, word, 0).context("writing the exec program's PLUGIN_INODES")?;
-                *last = word;
-            }
+        // Every word, whether it changed or not: this runs at start and when
+        // a plugin directory changes, and a word rewritten as it was is harmless.
+        for (index, word) in inode_words(&self.known).into_iter().enumerate() {
+            self.inodes.set(index as u32, word, 0).context("writing the exec program's PLUGIN_INODES")?;
         }
         Ok(left_out)
     }
