@@ -2,14 +2,16 @@
 //! throwaway simulated node (a kubelet root with real mounts, a leaked
 //! docker volume of 120,000 directories, an immutable file in an image
 //! layer, a container rootfs held open by a process, a pod cgroup with a
-//! live task), runs actors named kubelet, dockerd and containerd that get
+//! live task, a pod sandbox's network namespace), runs actors named kubelet, dockerd and containerd that get
 //! stuck on it the way those daemons do, traces them with the real probes
 //! and prints the diagnosis; then removes everything it made, on Ctrl-C too.
 //!
 //! The actors are this binary re-run as `podstuck demo-actor ...` (hidden):
 //! each is its own process, as the real daemons are, so the detectors tell
 //! them apart. The lab is the one place podstuck changes a node, and only
-//! what it made itself, under `/var/tmp/podstuck-demo-<pid>`. Everything is
+//! what it made itself, under `/var/tmp/podstuck-demo-<pid>` (and its
+//! sandbox's empty network namespace, `/run/netns/cni-podstuck-demo-<pid>`,
+//! where runtimes make them: nowhere else is one proof). Everything is
 //! removed at the end: on Ctrl-C, SIGTERM and SIGHUP (a closed terminal, a
 //! dropped ssh session) too; what a SIGKILLed demo left is found and
 //! removed by the next demo.
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag, AT_FDCWD};
-use nix::mount::{umount2, MntFlags};
+use nix::mount::{umount2, MntFlags, MsFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::stat::Mode;
 use nix::unistd::{unlinkat, Pid, UnlinkatFlags};
@@ -72,6 +74,10 @@ struct Lab {
     children: Vec<Child>,
     /// Immutable files may be anywhere in the tree (a lab found, not made).
     flags_anywhere: bool,
+    /// The sandbox's network namespace, bound where runtimes keep them.
+    netns: Option<PathBuf>,
+    /// The directory of namespaces, where the lab made it.
+    netns_dir_made: bool,
 }
 
 fn run_tool(program: &str, args: &[&OsStr]) -> Result<()> {
@@ -90,6 +96,46 @@ const LAB_PREFIX: &str = "/var/tmp/podstuck-demo-";
 fn say(message: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "podstuck demo: {message}");
+}
+
+/// Where runtimes bind their pods' network namespaces (`ip netns` too).
+const NETNS_DIR: &str = "/run/netns";
+
+/// The sandbox network namespace of the demo with this pid. Named apart
+/// from a runtime's (`cni-<uuid>`), so no demo ever touches theirs.
+fn lab_netns(pid: u32) -> PathBuf {
+    Path::new(NETNS_DIR).join(format!("cni-podstuck-demo-{pid}"))
+}
+
+/// The lab's pid, from its root (`<LAB_PREFIX><pid>`).
+fn lab_pid(root: &Path) -> Option<u32> {
+    root.to_str()?.strip_prefix(LAB_PREFIX)?.parse().ok()
+}
+
+/// A new, empty network namespace bound at `at`, as `ip netns add` makes
+/// one: a thread of its own enters it (namespaces are per thread) and
+/// binds its `ns/net` there; the bind keeps it once the thread is gone.
+fn add_netns(at: &Path) -> Result<()> {
+    std::fs::File::create(at).with_context(|| format!("creating {}", at.display()))?;
+    let target = at.to_path_buf();
+    let bound = std::thread::spawn(move || -> nix::Result<()> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+        nix::mount::mount(Some("/proc/thread-self/ns/net"), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the thread making a network namespace panicked"))?;
+    if let Err(e) = bound {
+        let _ = std::fs::remove_file(at);
+        return Err(e).with_context(|| format!("making a network namespace at {}", at.display()));
+    }
+    Ok(())
+}
+
+/// Undoes `add_netns`: the bind (the namespace goes with its last user),
+/// then its file.
+fn remove_netns(at: &Path) {
+    let _ = umount2(at, MntFlags::MNT_DETACH);
+    let _ = std::fs::remove_file(at);
 }
 
 /// The demo cgroup of the demo with this pid, under the cgroup v2 mount.
@@ -134,7 +180,17 @@ impl Lab {
             .collect();
         // Parents before children: dropped in reverse.
         let cgroups = cgroup.iter().flat_map(|c| cgroup_tree(c)).collect();
-        Lab { root, mounts, immutable: Vec::new(), cgroups, children: Vec::new(), flags_anywhere: true }
+        let netns = Some(lab_netns(pid)).filter(|n| n.exists());
+        Lab {
+            root,
+            mounts,
+            immutable: Vec::new(),
+            cgroups,
+            children: Vec::new(),
+            flags_anywhere: true,
+            netns,
+            netns_dir_made: false,
+        }
     }
 
     /// Removes what earlier demos left whose process is gone (a SIGKILL
@@ -143,8 +199,7 @@ impl Lab {
         let Ok(entries) = std::fs::read_dir(Path::new(LAB_PREFIX).parent().expect("has a parent")) else { return };
         for entry in entries.flatten() {
             let path = entry.path();
-            let Some(pid) = path.to_str().and_then(|p| p.strip_prefix(LAB_PREFIX)).and_then(|p| p.parse::<u32>().ok())
-            else {
+            let Some(pid) = lab_pid(&path) else {
                 continue;
             };
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -162,12 +217,39 @@ impl Lab {
             bail!("{} already exists: remove it (a leftover of a killed demo) and run again", root.display());
         }
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        Ok(Lab { root, mounts: vec![], immutable: vec![], cgroups: vec![], children: vec![], flags_anywhere: false })
+        Ok(Lab {
+            root,
+            mounts: vec![],
+            immutable: vec![],
+            cgroups: vec![],
+            children: vec![],
+            flags_anywhere: false,
+            netns: None,
+            netns_dir_made: false,
+        })
+    }
+
+    /// The sandbox's network namespace, still there as a failing DEL
+    /// leaves it (what confirms the teardown failing); None, said, where
+    /// one cannot be made here (the finding then stays likely).
+    fn sandbox_netns(&mut self) {
+        let dir = Path::new(NETNS_DIR);
+        if !dir.is_dir() {
+            match std::fs::create_dir_all(dir) {
+                Ok(()) => self.netns_dir_made = true,
+                Err(e) => return say(&format!("no network namespace for the sandbox (creating {NETNS_DIR}: {e})")),
+            }
+        }
+        let at = lab_netns(std::process::id());
+        match add_netns(&at) {
+            Ok(()) => self.netns = Some(at),
+            Err(e) => say(&format!("no network namespace for the sandbox: {e:#}")),
+        }
     }
 
     fn mount_tmpfs(&mut self, at: &Path, options: &str) -> Result<()> {
         std::fs::create_dir_all(at)?;
-        nix::mount::mount(Some("podstuck-demo"), at, Some("tmpfs"), nix::mount::MsFlags::empty(), Some(options))
+        nix::mount::mount(Some("podstuck-demo"), at, Some("tmpfs"), MsFlags::empty(), Some(options))
             .with_context(|| format!("mounting a tmpfs at {}", at.display()))?;
         self.mounts.push(at.to_path_buf());
         Ok(())
@@ -291,6 +373,7 @@ impl Lab {
             let cni = self.root.join("cni");
             std::fs::create_dir_all(&cni)?;
             std::fs::write(cni.join("store"), b"not a directory\n")?;
+            self.sandbox_netns();
             // podstuck trusts a plugin's exec only when its parent is a
             // runtime by its executable, not by the name it calls itself:
             // the lab's containerd is this binary under that name (a hard
@@ -337,6 +420,13 @@ impl Drop for Lab {
         }
         for mount in self.mounts.iter().rev() {
             let _ = umount2(mount, MntFlags::MNT_DETACH);
+        }
+        if let Some(netns) = &self.netns {
+            remove_netns(netns);
+        }
+        if self.netns_dir_made {
+            // Only if empty: a runtime may have made one there meanwhile.
+            let _ = std::fs::remove_dir(NETNS_DIR);
         }
         if self.flags_anywhere {
             // What is left is the lab's own disk tree: clear every flag in it.
@@ -483,10 +573,12 @@ fn is_namespace_init(pid: i32) -> bool {
 }
 
 /// containerd tearing down a pod's network: Debian's bridge plugin run with
-/// `CNI_COMMAND=DEL` and the pod in `CNI_ARGS`, its config on stdin. Its
-/// host-local IPAM store is under `dir/store`, a file: host-local fails,
-/// and so does bridge, before either touches any network.
+/// `CNI_COMMAND=DEL` and the pod in `CNI_ARGS`, its config on stdin, on
+/// the lab's sandbox namespace (empty: bridge finds no `eth0` to delete).
+/// Its host-local IPAM store is under `dir/store`, a file: host-local
+/// fails, and so does bridge.
 fn cni_del(dir: &Path) -> Result<()> {
+    let pid = dir.parent().and_then(lab_pid).context("the CNI directory is in a lab")?;
     use std::io::Write;
     let config = format!(
         r#"{{"cniVersion":"1.0.0","name":"podstuck-demo","type":"bridge","bridge":"podstuck-demo0","ipam":{{"type":"host-local","subnet":"10.254.0.0/24","dataDir":"{}"}}}}"#,
@@ -496,7 +588,7 @@ fn cni_del(dir: &Path) -> Result<()> {
         .env_clear()
         .env("CNI_COMMAND", "DEL")
         .env("CNI_CONTAINERID", SANDBOX)
-        .env("CNI_NETNS", format!("/var/run/netns/cni-{}", &SANDBOX[..8]))
+        .env("CNI_NETNS", lab_netns(pid))
         .env("CNI_IFNAME", "eth0")
         .env("CNI_PATH", "/usr/lib/cni")
         .env("CNI_ARGS", format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID={POD_SANDBOX}"))

@@ -55,6 +55,10 @@ kernel_test! {
         assert_eq!(sandbox["actor"]["parent"], "containerd", "{sandbox}");
         assert!(sandbox["summary"].as_str().unwrap().contains("host-local (exit code 1)"), "{sandbox}");
         assert_eq!(sandbox["pod_uid"], "6b8d0f2a-4c6e-4d8a-8b0c-1d2e3f4a5b6c", "{sandbox}");
+        // The lab's sandbox namespace is still there, as a failing DEL
+        // leaves one: what confirms it.
+        assert_eq!(sandbox["confidence"], "confirmed", "{sandbox}");
+        assert!(sandbox.to_string().contains("is still there (nsfs)"), "{sandbox}");
         let storm = first["removal-storm"];
         assert!(storm["details"]["calls"].as_u64().unwrap() >= 20_000, "{storm}");
         assert!(storm["details"]["remaining"].is_u64(), "{storm}");
@@ -66,6 +70,8 @@ kernel_test! {
         assert!(left.is_empty(), "demo mounts are left: {left:?}");
         let pid = lab.rsplit('-').next().unwrap();
         assert!(!cgroup2_root().join(format!("podstuck-demo-{pid}")).exists(), "the demo cgroup is left");
+        let netns = format!("/run/netns/cni-podstuck-demo-{pid}");
+        assert!(!std::path::Path::new(&netns).exists(), "the demo's network namespace {netns} is left");
         assert!(stderr.contains("removed"), "{stderr}");
     }
 }

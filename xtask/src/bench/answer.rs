@@ -38,7 +38,11 @@ const SCENARIOS: [(&str, &str, bool); 8] = [
     ("removal-storm", "the storm's rate over its first second", false),
     ("cgroup-busy", "kubelet's second rmdir (every 2 s), then cgroup.procs", false),
     ("sigterm-ignored", "the kernel's verdict on the SIGTERM, then the task still alive", false),
-    ("sandbox-teardown-failing", "the plugin's second failing DEL (every 2 s)", false),
+    (
+        "sandbox-teardown-failing",
+        "the plugin's second failing DEL (every 2 s), then the sandbox's network namespace still there",
+        false,
+    ),
 ];
 
 /// One finding's answer in one round: seconds from its first call to its
