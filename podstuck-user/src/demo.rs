@@ -241,6 +241,9 @@ impl Lab {
             }
         }
         let at = lab_netns(std::process::id());
+        // One by this name is an earlier demo's that had this pid (gone:
+        // the pid is ours now), left by a SIGKILL with its lab removed.
+        remove_netns(&at);
         match add_netns(&at) {
             Ok(()) => self.netns = Some(at),
             Err(e) => say(&format!("no network namespace for the sandbox: {e:#}")),
