@@ -71,8 +71,9 @@ pub fn section(podstuck: &Path, rounds: usize, command: Option<&str>) -> Result<
     if let Some(command) = command {
         writeln!(
             out,
-            "Written by `{command}` (as root), {}.\n",
-            super::sh(Command::new("date").arg("-u")).unwrap_or_default().trim()
+            "Written by `{command}` (as root), {}, alone; the rest of this file is from the run named at its top. Machine: {}.\n",
+            super::sh(Command::new("date").arg("-u")).unwrap_or_default().trim(),
+            crate::report::machine_basics()
         )?;
     }
     writeln!(
