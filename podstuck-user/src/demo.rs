@@ -180,17 +180,12 @@ impl Lab {
             .collect();
         // Parents before children: dropped in reverse.
         let cgroups = cgroup.iter().flat_map(|c| cgroup_tree(c)).collect();
-        let netns = Some(lab_netns(pid)).filter(|n| n.exists());
-        Lab {
-            root,
-            mounts,
-            immutable: Vec::new(),
-            cgroups,
-            children: Vec::new(),
-            flags_anywhere: true,
-            netns,
-            netns_dir_made: false,
-        }
+        let mut lab = Lab::empty(root);
+        lab.mounts = mounts;
+        lab.cgroups = cgroups;
+        lab.flags_anywhere = true;
+        lab.netns = Some(lab_netns(pid)).filter(|n| n.exists());
+        lab
     }
 
     /// Removes what earlier demos left whose process is gone (a SIGKILL
@@ -217,7 +212,12 @@ impl Lab {
             bail!("{} already exists: remove it (a leftover of a killed demo) and run again", root.display());
         }
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        Ok(Lab {
+        Ok(Lab::empty(root))
+    }
+
+    /// A lab at `root` that holds nothing yet.
+    fn empty(root: PathBuf) -> Lab {
+        Lab {
             root,
             mounts: vec![],
             immutable: vec![],
@@ -226,7 +226,7 @@ impl Lab {
             flags_anywhere: false,
             netns: None,
             netns_dir_made: false,
-        })
+        }
     }
 
     /// The sandbox's network namespace, still there as a failing DEL
@@ -581,8 +581,8 @@ fn is_namespace_init(pid: i32) -> bool {
 /// Its host-local IPAM store is under `dir/store`, a file: host-local
 /// fails, and so does bridge.
 fn cni_del(dir: &Path) -> Result<()> {
-    let pid = dir.parent().and_then(lab_pid).context("the CNI directory is in a lab")?;
     use std::io::Write;
+    let pid = dir.parent().and_then(lab_pid).context("the CNI directory is in a lab")?;
     let config = format!(
         r#"{{"cniVersion":"1.0.0","name":"podstuck-demo","type":"bridge","bridge":"podstuck-demo0","ipam":{{"type":"host-local","subnet":"10.254.0.0/24","dataDir":"{}"}}}}"#,
         dir.join("store/networks").display()

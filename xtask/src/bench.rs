@@ -119,6 +119,17 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// The first line of a section run alone (`--only`): by what, when, and
+/// on which machine, as the file's other sections may come from another.
+fn written_alone(command: &str) -> String {
+    let date = sh(Command::new("date").arg("-u")).unwrap_or_default();
+    format!(
+        "Written by `{command}` (as root), {}, alone; the rest of this file is from the run named at its top. Machine: {}.\n",
+        date.trim(),
+        machine_basics()
+    )
+}
+
 fn sh(command: &mut Command) -> Result<String> {
     let shown = format!("{command:?}");
     let out = command.output().with_context(|| format!("cannot run {shown}"))?;
@@ -1270,8 +1281,7 @@ fn fork_exec_section(podstuck: &Path, dir: &Path, runs: usize, n: usize, own_com
     let mut out = String::new();
     writeln!(out, "{FORK_EXEC_HEADING}\n")?;
     if let Some(command) = own_command {
-        let date = sh(Command::new("date").arg("-u")).unwrap_or_default();
-        writeln!(out, "Written by `{command}` (as root), {}, alone; the rest of this file is from the run named at its top. Machine: {}.\n", date.trim(), machine_basics())?;
+        writeln!(out, "{}", written_alone(command))?;
     }
     writeln!(out, "{n} spawns of `/bin/true`, one after the other, each waited for, by a loop in the benchmark itself: `posix_spawn` (glibc's clone(CLONE_VM|CLONE_VFORK), then execve) and `waitpid`, argv made once, an empty environment, {:.0} µs per spawn untraced. That is the loop with the least overhead of its own: dash's `sh -c 'i=0; while [ $i -lt {n} ]; do /bin/true; i=$((i+1)); done'`, which forks a copy of the shell for each, took {shell_s:.2} s for the same spawns, untraced, once. Each spawn passes each of the lifecycle's tracepoints once: `sched:sched_process_exec` (podstuck reads the exec'd file's inode number and tests its bit among the CNI plugin files', `PLUGIN_INODES`; `/bin/true` is no plugin), `sched:sched_process_exit` (the leader's; podstuck reads how many processes it watches, `WATCHED_COUNT`: none) and `signal:signal_generate` (the parent's SIGCHLD, which podstuck drops first thing). {runs} paired rounds, the order rotating: untraced; the do-nothing trio (`podstuck attach-cost lifecycle --kernel-cost`: three programs on the same tracepoints that only count their calls); `podstuck watch` as the storm rows run it (every program attached, the lifecycle's included); the trio with the unlinkat do-nothing pair (`podstuck attach-cost tracepoint`) beside it, the floor of do-nothing programs where podstuck attaches its own: an enabled syscall tracepoint sends every syscall of every process (some 30 in each spawn) through the kernel's slow path, which the trio alone does not. Slowdowns are medians of each round's traced/untraced ratio; podstuck / floor is (podstuck - untraced) / (floor - untraced), left out where the floor's slowdown is under {:.0} %; kernel ns per spawn is the BPF run-time statistics of the programs on those three tracepoints (podstuck's from `--kernel-cost`'s lines at exit), over the {n} spawns (the node's other processes' execs, exits and signals meanwhile included).\n", base / n as f64 * 1e6, NOISE * 100.0)?;
     writeln!(out, "| spawns | rounds | untraced | do-nothing trio | trio + unlinkat pair | podstuck | trio slowdown | trio + pair slowdown | podstuck slowdown | podstuck / trio | podstuck / (trio + pair) | kernel ns per spawn: trio | podstuck | podstuck's ns per run, each program |")?;

@@ -69,12 +69,7 @@ pub fn section(podstuck: &Path, rounds: usize, command: Option<&str>) -> Result<
     }
     let mut out = format!("{HEADING}\n\n");
     if let Some(command) = command {
-        writeln!(
-            out,
-            "Written by `{command}` (as root), {}, alone; the rest of this file is from the run named at its top. Machine: {}.\n",
-            super::sh(Command::new("date").arg("-u")).unwrap_or_default().trim(),
-            crate::report::machine_basics()
-        )?;
+        writeln!(out, "{}", super::written_alone(command))?;
     }
     writeln!(
         out,
