@@ -36,45 +36,57 @@
 //!
 //! `use podstuck_tests::*` brings what most tests use.
 
-pub mod actors;
-pub mod apiserver;
-pub mod attacks;
-pub mod block;
 pub mod calls;
-pub mod container;
-pub mod findings;
-pub mod harness;
-pub mod krew;
-pub mod kubectl;
-pub mod kubelet;
-pub mod mountinfo;
-pub mod node;
-pub mod oci;
-pub mod podstuck;
-pub mod prerequisite;
-pub mod release;
-pub mod runtimes;
-pub mod scrape;
-pub mod soak;
-pub mod terminal;
 pub mod wait;
 
-pub use actors::{actor, actor_binary, alive, fuse_server, start_actor, task_state, wchan, Process};
 pub use calls::{
     cstring, sys_rmdir, sys_umount2, sys_unlink, sys_unlinkat, this_thread, unlink_as_nobody, UNLINK_CALL,
 };
-pub use findings::{latest_findings, shell_word, Expect};
-pub use harness::{can_touch_the_kernel, text, KernelTest, ScratchDir};
-pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};
-pub use mountinfo::is_mountpoint;
-pub use node::{
-    cgroup2_root, v1_hierarchy, which, BindMount, Bindfs, CgroupDirs, Chattr, CreatedDirs, FuseMount, Immutable,
-    OverlayMount, TmpfsMount, V1PodCgroups,
-};
-pub use podstuck::{
-    abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, series_count, status_kib, stop_when,
-    summary_json, Attached, Finished, Watch,
-};
-pub use prerequisite::missing;
-pub use runtimes::{Containerd, Dockerd, EventLog, Podman, Propagation, RbindView};
 pub use wait::{poll_until, poll_until_else, wait_until, within};
+
+/// The suite's items, each under the `suite` feature (the default):
+/// without it, the helper binaries the VM guests run (`actor`,
+/// `fuse_server`) build with `calls` and `wait` alone, and none of the
+/// suite's dependencies.
+macro_rules! suite {
+    ($($item:item)*) => { $(#[cfg(feature = "suite")] $item)* };
+}
+
+suite! {
+    pub mod actors;
+    pub mod apiserver;
+    pub mod attacks;
+    pub mod block;
+    pub mod container;
+    pub mod findings;
+    pub mod harness;
+    pub mod krew;
+    pub mod kubectl;
+    pub mod kubelet;
+    pub mod mountinfo;
+    pub mod node;
+    pub mod oci;
+    pub mod podstuck;
+    pub mod prerequisite;
+    pub mod release;
+    pub mod runtimes;
+    pub mod scrape;
+    pub mod soak;
+    pub mod terminal;
+
+    pub use actors::{actor, actor_binary, alive, fuse_server, start_actor, task_state, wchan, Process};
+    pub use findings::{latest_findings, shell_word, Expect};
+    pub use harness::{can_touch_the_kernel, text, KernelTest, ScratchDir};
+    pub use kubelet::{new_pod_uid, pod_slice, pod_with_empty_dir, KubeletRoot, Pod};
+    pub use mountinfo::is_mountpoint;
+    pub use node::{
+        cgroup2_root, v1_hierarchy, which, BindMount, Bindfs, CgroupDirs, Chattr, CreatedDirs, FuseMount, Immutable,
+        OverlayMount, TmpfsMount, V1PodCgroups,
+    };
+    pub use podstuck::{
+        abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, series_count, status_kib, stop_when,
+        summary_json, Attached, Finished, Watch,
+    };
+    pub use prerequisite::missing;
+    pub use runtimes::{Containerd, Dockerd, EventLog, Podman, Propagation, RbindView};
+}

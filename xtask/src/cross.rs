@@ -70,8 +70,22 @@ fn release_packages(arch: Arch) -> Vec<String> {
 /// Builds `bins` of `package` in release for `target`, static, and
 /// returns their paths, in the order of `bins`.
 pub fn build_release_for(target: Arch, package: &str, bins: &[&str]) -> Result<Vec<PathBuf>> {
+    build(target, package, bins, &[])
+}
+
+/// The test helpers the VM guests run, `actor` and `fuse_server`, in
+/// release for `target`, static, without the rest of the suite
+/// (podstuck-tests' `suite` feature): they need libc alone, and the suite's
+/// dependencies (the Kubernetes types the most) cost minutes of each
+/// architecture's release build.
+pub fn build_release_helpers(target: Arch) -> Result<Vec<PathBuf>> {
+    build(target, "podstuck-tests", &["actor", "fuse_server"], &["--no-default-features"])
+}
+
+fn build(target: Arch, package: &str, bins: &[&str], more: &[&str]) -> Result<Vec<PathBuf>> {
     let mut command = release_cargo(target)?;
     command.args(["auditable", "build", "--release", "--locked", "--package", package, "--target", target.triple()]);
+    command.args(more);
     for bin in bins {
         command.args(["--bin", bin]);
     }

@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
-use crate::cross::{build_release_for, Arch};
+use crate::cross::{build_release_for, build_release_helpers, Arch};
 use crate::host::{install, is_root, run, say, workspace_root};
 use crate::setup::setup;
 
@@ -568,7 +568,7 @@ fn prepare(specs: &[&'static KernelSpec], target: Arch) -> Result<(Vec<Kernel>, 
     install(guest::host_packages(target))?;
     let kernels = specs.iter().map(|spec| fetch_kernel(spec, target)).collect::<Result<Vec<_>>>()?;
     let podstuck = build_release_for(target, "podstuck-user", &["podstuck"])?;
-    let helpers = build_release_for(target, "podstuck-tests", &["actor", "fuse_server"])?;
+    let helpers = build_release_helpers(target)?;
     let userland = guest::Userland::prepare(target)?;
     let common = build_common_initramfs(&userland, target, &podstuck[0], &helpers[0], &helpers[1])?;
     Ok((kernels, common))
