@@ -308,14 +308,16 @@ fn test(args: &[String]) -> Result<()> {
     ensure_tracefs()?;
     let fetching = fetch_beside_the_builds(args.is_empty())?;
     lint_ebpf()?;
-    // The end-to-end tests drive the real binaries; build them first.
-    run(cargo().args(["build", "--package", "podstuck-user", "--bin", "podstuck", "--bin", "kubectl-podstuck"]))?;
-    let binary = workspace_root().join("target/debug/podstuck");
-    let plugin = workspace_root().join("target/debug/kubectl-podstuck");
     // What users download, built once: its tests run the tarballs in
     // Debian 11 roots and through the real kubectl; the container tests run
     // the image of the same static binaries, which the VM matrix boots too.
     let dist = release::release(&release::ReleaseArgs::default())?;
+    // The end-to-end tests drive those binaries too, this machine's: what
+    // ships is what is tested, and a debug build of its own (the collector
+    // optimised, or the storms overflow its ring buffer) was one more whole
+    // build of the collector and its dependencies, of the slowest kind.
+    let binary = cross::release_dir(cross::Arch::HOST).join("podstuck");
+    let plugin = cross::release_dir(cross::Arch::HOST).join("kubectl-podstuck");
     let image = image::image(&image::ImageArgs {
         out: Some(workspace_root().join("target/image/podstuck-test.tar")),
         binary: None,
