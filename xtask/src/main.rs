@@ -331,38 +331,22 @@ fn test(args: &[String]) -> Result<()> {
     }
     // Every test binary runs, whatever one of them says: a failing test
     // hides no other.
-    let cargo_test = || {
-        let mut command = cargo();
-        command
-            .args(["test", "--workspace", "--no-fail-fast"])
-            .args(args)
-            .env("PODSTUCK_BIN", &binary)
-            .env("KUBECTL_PODSTUCK_BIN", &plugin)
-            .env("PODSTUCK_IMAGE", &image)
-            .env("PODSTUCK_PYTHON", &python)
-            .env("PODSTUCK_KUBECTL", kube.join("kubectl"))
-            .env("PODSTUCK_KUBERNETES_VALIDATE", kube.join("kubernetes-validate"))
-            .env("PODSTUCK_NODE_MODULES", &models)
-            .env("PODSTUCK_DIST", &dist)
-            .envs(trial.env.iter().map(|(name, path)| (name, path)));
-        command
-    };
-    // The kernels real nodes run, booted under QEMU, amd64 and arm64: the
-    // code paths this machine's kernel never takes (fentry, the walk
-    // without bpf_loop, arm64's calls and plans). Only for the whole
-    // suite: a filtered run (`-- --test NAME`) is about its filter. The
-    // guests boot while the cargo tests run, which mostly wait (on the
-    // kernel, the runtimes, their deadlines) and left two cores two-thirds
-    // idle, so the two take little more than the longer of them; the tests
-    // are built first, with the machine to themselves.
-    let matrices = if args.is_empty() {
-        run(cargo_test().arg("--no-run")).context("building the tests failed")?;
-        Some(std::thread::spawn(vm::boot_every_matrix))
-    } else {
-        None
-    };
-    let mut child =
-        cargo_test().stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().context("cannot run cargo test")?;
+    let mut child = cargo()
+        .args(["test", "--workspace", "--no-fail-fast"])
+        .args(args)
+        .env("PODSTUCK_BIN", binary)
+        .env("KUBECTL_PODSTUCK_BIN", plugin)
+        .env("PODSTUCK_IMAGE", image)
+        .env("PODSTUCK_PYTHON", python)
+        .env("PODSTUCK_KUBECTL", kube.join("kubectl"))
+        .env("PODSTUCK_KUBERNETES_VALIDATE", kube.join("kubernetes-validate"))
+        .env("PODSTUCK_NODE_MODULES", models)
+        .env("PODSTUCK_DIST", dist)
+        .envs(trial.env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run cargo test")?;
     // A skip is said on the test binary's stderr (podstuck_tests::prerequisite),
     // so stderr is read too, and passed on as it comes.
     let stderr = BufReader::new(child.stderr.take().unwrap());
@@ -388,12 +372,11 @@ fn test(args: &[String]) -> Result<()> {
     for (test, why) in skips.join().unwrap_or_default() {
         total.skip(test, why);
     }
-    let (vm_passed, vm_failed) = match matrices {
-        Some(booting) => {
-            booting.join().map_err(|_| anyhow::anyhow!("the thread booting the VM matrices panicked"))?.report()
-        }
-        None => (0, 0),
-    };
+    // The kernels real nodes run, booted under QEMU, amd64 and arm64: the
+    // code paths this machine's kernel never takes (fentry, the walk
+    // without bpf_loop, arm64's calls and plans). Only for the whole
+    // suite: a filtered run (`-- --test NAME`) is about its filter.
+    let (vm_passed, vm_failed) = if args.is_empty() { vm::run_every_matrix() } else { (0, 0) };
     let (vm_passed, vm_failed) = (vm_passed as u64, vm_failed as u64);
     total.print(vm_passed, vm_failed);
     if !status.success() {

@@ -375,13 +375,11 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
 }
 
 /// What `cargo xtask test` boots: every kernel and boot, the default
-/// timeout, amd64 guests then arm64 ones (podstuck cross-built for them).
-/// Both matrices are prepared (their builds) before any guest boots, so no
-/// build competes with a guest for the CPU. A matrix that could not run at
-/// all is said, and counts as one failure. The table waits for
-/// [`Booted::report`]: `cargo xtask test` boots the matrices while its
-/// cargo tests run, and prints the table after theirs.
-pub fn boot_every_matrix() -> Booted {
+/// timeout, amd64 guests then arm64 ones (podstuck cross-built for them):
+/// (passed, failed). Both matrices are prepared (their builds) before any
+/// guest boots, so no build competes with a guest for the CPU. A matrix
+/// that could not run at all is said, and counts as one failure.
+pub fn run_every_matrix() -> (usize, usize) {
     let mut failed = 0;
     let mut matrices = Vec::new();
     for target in Arch::ALL {
@@ -405,23 +403,8 @@ pub fn boot_every_matrix() -> Booted {
             }
         }
     }
-    Booted { runs, failed, took: started.elapsed() }
-}
-
-/// The matrices' runs, their table not printed yet.
-pub struct Booted {
-    runs: Vec<BootRun>,
-    /// Matrices that could not run at all.
-    failed: usize,
-    took: Duration,
-}
-
-impl Booted {
-    /// Prints the table and the totals: (passed, failed) scenario results.
-    pub fn report(&self) -> (usize, usize) {
-        let (passed, failed) = report(&self.runs, self.took);
-        (passed, failed + self.failed)
-    }
+    let (passed, failed_scenarios) = report(&runs, started);
+    (passed, failed + failed_scenarios)
 }
 
 /// Boots the kernels asked for and runs the scenarios in each: (passed,
@@ -430,7 +413,7 @@ pub fn run_matrix(args: &VmArgs) -> Result<(usize, usize)> {
     let matrix = plan(args)?;
     let started = Instant::now();
     let runs = boot_in_lanes(&matrix, Duration::from_secs(args.timeout))?;
-    Ok(report(&runs, started.elapsed()))
+    Ok(report(&runs, started))
 }
 
 /// A matrix ready to boot: its kernels with their initramfs, and the boots
@@ -540,7 +523,7 @@ fn boot_in_lanes(matrix: &Matrix, timeout: Duration) -> Result<Vec<BootRun>> {
 }
 
 /// Prints the table and the totals of `runs`: (passed, failed).
-fn report(runs: &[BootRun], took: Duration) -> (usize, usize) {
+fn report(runs: &[BootRun], started: Instant) -> (usize, usize) {
     print_table(runs);
     let (passed, failed, retried) = totals(runs);
     let again = match retried {
@@ -550,7 +533,7 @@ fn report(runs: &[BootRun], took: Duration) -> (usize, usize) {
         }
     };
     println!("vm-test: {passed} passed, {failed} failed{again}");
-    say(&format!("booted in {:.0} s; console logs in {}", took.as_secs_f64(), vm_dir().display()));
+    say(&format!("booted in {:.0} s; console logs in {}", started.elapsed().as_secs_f64(), vm_dir().display()));
     (passed, failed)
 }
 
