@@ -214,16 +214,27 @@ impl Identifier {
                 kubelet_roots.push(real);
             }
         }
+        // The stores are read now: a container whose removal fails later
+        // has left its store's index by then (see `storage`).
+        let mut storage = StorageLayers::new(layout.node_root, layout.mountinfo, layout.proc_root.clone());
+        storage.discover();
         Identifier {
             kubelet_roots,
             cgroups: layout.cgroup2_root.map(CgroupIndex::new),
             cgroups_v1: layout.cgroup_v1.into_iter().map(|h| CgroupIndex::new(h.mount)).collect(),
             docker: DockerLayers::new(layout.docker_root),
-            storage: StorageLayers::new(layout.node_root, layout.mountinfo, layout.proc_root.clone()),
+            storage,
             proc_root: layout.proc_root,
             exes: HashMap::new(),
             container_pods: HashMap::new(),
         }
+    }
+
+    /// What changed in the node's indexes since the last review, read
+    /// (containers/storage's, a stat each): containers are learned while
+    /// they exist, before a removal makes their runtime forget them.
+    pub fn refresh(&mut self) {
+        self.storage.refresh();
     }
 
     pub fn kubelet_roots(&self) -> &[PathBuf] {

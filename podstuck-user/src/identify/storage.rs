@@ -11,11 +11,17 @@
 //!
 //! Which roots: CRI-O's and podman's default (`/var/lib/containers/storage`),
 //! and every root whose layers a mount table shows mounted (an overlay at
-//! `<root>/overlay/<layer id>/merged`): the node's, and the calling
-//! runtime's own where it runs in a mount namespace of its own (its layers
-//! are mounted there only). So a store configured elsewhere (`crio.conf`
-//! `root`, `storage.conf` `graphroot`) is found by what the kernel says is
-//! mounted, never by reading where a path a caller chose points. This
+//! `<root>/overlay/<layer id>/merged`): the node's, each mount namespace's
+//! at start, and the calling runtime's own on a miss (a runtime in a mount
+//! namespace of its own mounts its layers there only). So a store
+//! configured elsewhere (`crio.conf` `root`, `storage.conf` `graphroot`)
+//! is found by what the kernel says is mounted, never by reading where a
+//! path a caller chose points; a root without an index is not kept.
+//!
+//! When: the index is read at start and again whenever it changes (a stat
+//! at every review), because the runtime drops a container from it as its
+//! layer's removal begins: by the time that removal fails, only what was
+//! read before names the container, and it is kept while calls ask. This
 //! module only reads the store's metadata (bounded, never following a link
 //! out of the root); it does not talk to the runtime, which may be the very
 //! thing that is stuck, and does not map containers to pods (that is
@@ -42,6 +48,15 @@ const NAMESPACES_KEPT: usize = 64;
 const RESCANS_PER_INTERVAL: u32 = 4;
 /// The largest `containers.json` read: some 600 bytes a container.
 const INDEX_LIMIT: u64 = 16 << 20;
+/// How long a container gone from its store's index is still named after
+/// the last call that asked for it: a failed removal is retried for as
+/// long as it is stuck, and each retry names the same container.
+const GONE_KEPT: Duration = Duration::from_secs(3600);
+/// Containers gone from one store's index kept at most.
+const GONE_KEPT_MAX: usize = 1024;
+/// Mount namespaces whose tables are read at start: one a container, and
+/// a node's few of its own.
+const NAMESPACES_READ: usize = 2048;
 
 /// A container of the store, as `containers.json` records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,9 +87,107 @@ pub struct StorageLayers {
     mountinfo: PathBuf,
     /// The /proc a caller's own mountinfo is read under.
     proc_root: PathBuf,
-    /// Store roots as the node spells them, and their layers' containers.
-    roots: Vec<(PathBuf, HashMap<String, StoredContainer>)>,
+    /// The stores found, in the order they were found.
+    stores: Vec<Store>,
     rescans: Rescans,
+}
+
+/// One store: its root as the node spells it, and the containers its
+/// index listed, by read-write layer id.
+#[derive(Debug)]
+struct Store {
+    root: PathBuf,
+    /// The index as last read; None before the first read or while absent.
+    read: Option<IndexStamp>,
+    layers: HashMap<String, Known>,
+}
+
+/// A container the index listed. containers/storage drops a container
+/// from its index while it removes the container's layer, not after
+/// (podman rm, CRI-O's RemoveContainer): when that removal fails, the
+/// index no longer names the container whose layer is stuck. So a
+/// container is remembered past its index entry, from the last read that
+/// listed it, for as long as calls keep asking for it.
+#[derive(Debug)]
+struct Known {
+    container: StoredContainer,
+    /// When it left the index, or was last asked for since: None while listed.
+    gone: Option<Instant>,
+}
+
+/// What says an index changed: a rewrite is a new file renamed in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IndexStamp {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+impl IndexStamp {
+    fn of(file: &Path) -> Option<IndexStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(file).ok()?;
+        Some(IndexStamp { modified: meta.modified().ok(), len: meta.len(), inode: meta.ino() })
+    }
+}
+
+impl Store {
+    fn new(root: PathBuf) -> Store {
+        Store { root, read: None, layers: HashMap::new() }
+    }
+
+    fn index(&self, node_root: &Path) -> PathBuf {
+        node_root.join(self.root.strip_prefix("/").unwrap_or(&self.root)).join("overlay-containers/containers.json")
+    }
+
+    /// Reads the index again if it changed since the last read: its
+    /// containers listed, those it no longer lists marked gone.
+    fn refresh(&mut self, node_root: &Path) {
+        self.forget_gone();
+        let file = self.index(node_root);
+        let stamp = IndexStamp::of(&file);
+        if stamp.is_some() && stamp == self.read {
+            return;
+        }
+        let listed = match stamp {
+            Some(_) => read_index(&file),
+            None => HashMap::new(),
+        };
+        self.read = stamp;
+        let now = Instant::now();
+        for (layer, known) in &mut self.layers {
+            if known.gone.is_none() && !listed.contains_key(layer) {
+                known.gone = Some(now);
+            }
+        }
+        for (layer, container) in listed {
+            self.layers.insert(layer, Known { container, gone: None });
+        }
+    }
+
+    /// Drops the gone containers nobody asked for within [`GONE_KEPT`],
+    /// and the least recently asked past [`GONE_KEPT_MAX`].
+    fn forget_gone(&mut self) {
+        self.layers.retain(|_, k| k.gone.is_none_or(|at| at.elapsed() < GONE_KEPT));
+        if self.layers.values().filter(|k| k.gone.is_some()).count() > GONE_KEPT_MAX {
+            let mut gone: Vec<(Instant, String)> =
+                self.layers.iter().filter_map(|(layer, k)| Some((k.gone?, layer.clone()))).collect();
+            // Many leave at one read (a node drained): ties are cut too.
+            gone.sort_unstable();
+            for (_, layer) in &gone[..gone.len() - GONE_KEPT_MAX] {
+                self.layers.remove(layer);
+            }
+        }
+    }
+
+    /// The container of `layer`; a gone one's clock starts again.
+    fn container_of_layer(&mut self, layer: &str) -> Option<StoredContainer> {
+        let known = self.layers.get_mut(layer)?;
+        if known.gone.is_some() {
+            known.gone = Some(Instant::now());
+        }
+        Some(known.container.clone())
+    }
 }
 
 /// When a miss may rescan: once an interval per caller's mount namespace,
@@ -125,9 +238,9 @@ impl Rescans {
 impl StorageLayers {
     /// An empty map over the stores of the node reached under `node_root`,
     /// whose mount table is `mountinfo` and processes are under
-    /// `proc_root`; the first lookup fills it.
+    /// `proc_root`; [`StorageLayers::discover`] or the first lookup fills it.
     pub fn new(node_root: PathBuf, mountinfo: PathBuf, proc_root: PathBuf) -> StorageLayers {
-        StorageLayers { node_root, mountinfo, proc_root, roots: Vec::new(), rescans: Rescans::default() }
+        StorageLayers { node_root, mountinfo, proc_root, stores: Vec::new(), rescans: Rescans::default() }
     }
 
     /// How often a lookup miss may rescan for callers of one mount
@@ -136,38 +249,61 @@ impl StorageLayers {
         self.rescans.set_interval(interval);
     }
 
+    /// Finds the stores at start: the default root, and the roots of the
+    /// layers mounted in the node's table and in each mount namespace's
+    /// (a runtime in a namespace of its own mounts its layers there only).
+    /// Read now, their containers are named when a removal fails later,
+    /// after the index dropped them.
+    pub fn discover(&mut self) {
+        let mut tables = vec![self.mountinfo.clone()];
+        tables.extend(namespace_tables(&self.proc_root));
+        self.find_stores(&tables);
+    }
+
+    /// Reads again each store's index that changed since its last read
+    /// (a stat each, at every review), so a container is known before its
+    /// removal begins; forgets what expired.
+    pub fn refresh(&mut self) {
+        for store in &mut self.stores {
+            store.refresh(&self.node_root);
+        }
+        self.stores.retain(|s| s.read.is_some() || !s.layers.is_empty());
+    }
+
     /// Finds the stores again (the default root, the roots of the layers
     /// mounted now in the node's mount table and in process `pid`'s, and
-    /// those found before, newest first) and re-reads each one's
-    /// `containers.json`. `mntns` is the namespace `pid` was in at its call.
+    /// those found before) and re-reads each changed index. `mntns` is the
+    /// namespace `pid` was in at its call.
     pub fn rescan(&mut self, pid: u32, mntns: u32) {
         self.rescans.scanned(mntns);
-        let mut roots = vec![PathBuf::from(DEFAULT_STORAGE_ROOT)];
         let tables = [self.proc_root.join(pid.to_string()).join("mountinfo"), self.mountinfo.clone()];
+        self.find_stores(&tables);
+    }
+
+    /// Adds the stores whose layers `tables` show mounted, and the default
+    /// one, if their index is there; the ones known before stay (their gone
+    /// containers with them), first found first, [`ROOTS_KEPT`] at most.
+    fn find_stores(&mut self, tables: &[PathBuf]) {
+        let mut found = vec![PathBuf::from(DEFAULT_STORAGE_ROOT)];
         for table in tables {
             let mountinfo = std::fs::read(table).unwrap_or_default();
-            for mount in parse_mountinfo(&mountinfo) {
-                if let Some(root) = store_of_mount(&mount) {
-                    if !roots.contains(&root) {
-                        roots.push(root);
-                    }
-                }
+            found.extend(parse_mountinfo(&mountinfo).iter().filter_map(store_of_mount));
+        }
+        for root in found {
+            if self.stores.len() >= ROOTS_KEPT {
+                break;
+            }
+            if self.stores.iter().any(|s| s.root == root) {
+                continue;
+            }
+            let store = Store::new(root);
+            // A root that has no index is no store to read: a mount table
+            // a workload made cannot fill the list with them.
+            if store.index(&self.node_root).is_file() {
+                self.stores.push(store);
             }
         }
-        for (known, _) in std::mem::take(&mut self.roots) {
-            if !roots.contains(&known) {
-                roots.push(known);
-            }
-        }
-        roots.truncate(ROOTS_KEPT);
-        self.roots = roots
-            .into_iter()
-            .map(|root| {
-                let index = self.node_root.join(root.strip_prefix("/").unwrap_or(&root));
-                let layers = read_index(&index.join("overlay-containers/containers.json"));
-                (root, layers)
-            })
-            .collect();
+        self.refresh();
     }
 
     /// The container whose read-write layer holds `path`
@@ -188,22 +324,43 @@ impl StorageLayers {
         self.lookup(path)
     }
 
-    fn lookup(&self, path: &[u8]) -> Option<StoredContainer> {
+    fn lookup(&mut self, path: &[u8]) -> Option<StoredContainer> {
         let path = Path::new(std::ffi::OsStr::from_bytes(path));
-        self.roots.iter().find_map(|(root, layers)| {
-            let rest = path.strip_prefix(root).ok()?;
+        self.stores.iter_mut().find_map(|store| {
+            let rest = path.strip_prefix(&store.root).ok()?;
             let mut parts = rest.components().filter_map(|c| c.as_os_str().to_str());
             match (parts.next()?, parts.next()?) {
-                ("overlay", layer) => layers.get(layer).cloned(),
+                ("overlay", layer) => store.container_of_layer(layer),
                 ("overlay-containers", id) => {
                     let id = ContainerId::parse(id)?;
-                    let known = layers.values().find(|c| c.id == id).cloned();
+                    let known = store.layers.values().find(|k| k.container.id == id).map(|k| k.container.clone());
                     Some(known.unwrap_or(StoredContainer { id, name: None }))
                 }
                 _ => None,
             }
         })
     }
+}
+
+/// The mount tables of the node's mount namespaces under `proc_root`,
+/// one a namespace (its first process's), [`NAMESPACES_READ`] at most.
+fn namespace_tables(proc_root: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(proc_root) else { return Vec::new() };
+    let mut seen = std::collections::HashSet::new();
+    let mut tables = Vec::new();
+    for entry in entries.flatten() {
+        if !entry.file_name().as_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let Ok(namespace) = std::fs::read_link(entry.path().join("ns/mnt")) else { continue };
+        if seen.insert(namespace) {
+            tables.push(entry.path().join("mountinfo"));
+            if tables.len() >= NAMESPACES_READ {
+                break;
+            }
+        }
+    }
+    tables
 }
 
 /// Whether a path has a store's shape: `.../overlay/<layer id>/...` or
@@ -397,6 +554,92 @@ mod tests {
         assert!(layers
             .container_of_path(format!("/srv/store/overlay-containers/{CID}/userdata").as_bytes(), 8, 2)
             .is_some());
+    }
+
+    /// podman rm and CRI-O drop the container from the index as its
+    /// layer's removal begins: a store read before still names it.
+    #[test]
+    fn a_container_the_index_dropped_is_still_named_while_asked_for() {
+        let (tmp, mut layers) = node("dropped", "/srv/store", &index(CID, "web", LAYER), true);
+        layers.discover();
+        let file = tmp.0.join("node/srv/store/overlay-containers/containers.json");
+        std::fs::write(&file, "[]").unwrap();
+        layers.refresh();
+        let merged = format!("/srv/store/overlay/{LAYER}/merged");
+        let named = layers.container_of_path(merged.as_bytes(), 7, 1).map(|c| c.id.as_str().to_string());
+        assert_eq!(named, Some(CID.into()));
+        let store = &mut layers.stores[0];
+        assert!(store.layers[LAYER].gone.is_some(), "marked gone");
+        // Unasked for past the time kept, forgotten.
+        store.layers.get_mut(LAYER).unwrap().gone = Instant::now().checked_sub(GONE_KEPT);
+        layers.refresh();
+        layers.rescans.set_interval(Duration::from_secs(3600));
+        layers.rescans.scanned(1);
+        assert_eq!(layers.container_of_path(merged.as_bytes(), 7, 1), None);
+    }
+
+    #[test]
+    fn gone_containers_kept_are_bounded_the_least_recently_asked_forgotten_first() {
+        let mut store = Store::new(PathBuf::from("/srv/store"));
+        let long_ago = Instant::now().checked_sub(Duration::from_secs(60)).unwrap();
+        for n in 0..GONE_KEPT_MAX + 10 {
+            let container = StoredContainer { id: ContainerId::parse(CID).unwrap(), name: None };
+            let asked = if n < 10 { long_ago } else { Instant::now() };
+            store.layers.insert(format!("{n:064x}"), Known { container, gone: Some(asked) });
+        }
+        let listed = StoredContainer { id: ContainerId::parse(CID).unwrap(), name: None };
+        store.layers.insert(LAYER.into(), Known { container: listed, gone: None });
+        store.forget_gone();
+        assert_eq!(store.layers.len(), GONE_KEPT_MAX + 1);
+        let at_once = Instant::now();
+        for known in store.layers.values_mut() {
+            known.gone = known.gone.map(|_| at_once);
+        }
+        for n in 0..10 {
+            let container = StoredContainer { id: ContainerId::parse(CID).unwrap(), name: None };
+            store.layers.insert(format!("{:064x}", 5000 + n), Known { container, gone: Some(at_once) });
+        }
+        store.forget_gone();
+        assert_eq!(store.layers.len(), GONE_KEPT_MAX + 1, "ties are cut too");
+        assert!(store.layers.contains_key(LAYER));
+        assert!(store.layers.contains_key(LAYER), "a listed container is never forgotten");
+        assert!((0..10).all(|n| !store.layers.contains_key(&format!("{n:064x}"))), "the oldest asked went first");
+    }
+
+    /// A runtime in a mount namespace of its own, running before podstuck
+    /// starts: its store is found in that namespace's table at start.
+    #[test]
+    fn stores_mounted_in_any_namespace_are_found_at_start() {
+        let (tmp, mut layers) = node("at-start", "/srv/store", &index(CID, "web", LAYER), false);
+        let merged = format!("/srv/store/overlay/{LAYER}/merged");
+        std::fs::create_dir_all(tmp.0.join("proc/9/ns")).unwrap();
+        std::fs::create_dir_all(tmp.0.join("proc/7/ns")).unwrap();
+        std::os::unix::fs::symlink("mnt:[1]", tmp.0.join("proc/7/ns/mnt")).unwrap();
+        std::os::unix::fs::symlink("mnt:[2]", tmp.0.join("proc/9/ns/mnt")).unwrap();
+        std::fs::write(tmp.0.join("proc/9/mountinfo"), format!("90 1 0:60 / {merged} rw - overlay overlay rw\n"))
+            .unwrap();
+        layers.discover();
+        assert_eq!(layers.stores.len(), 1);
+        std::fs::write(tmp.0.join("node/srv/store/overlay-containers/containers.json"), "[]").unwrap();
+        layers.refresh();
+        layers.rescans.set_interval(Duration::from_secs(3600));
+        layers.rescans.scanned(5);
+        assert!(layers.container_of_path(merged.as_bytes(), 8, 5).is_some(), "named without a rescan");
+    }
+
+    /// Mount tables a workload can write (its own namespace's) naming
+    /// roots that hold no index do not crowd the real store out.
+    #[test]
+    fn roots_without_an_index_are_not_kept() {
+        let (tmp, mut layers) = node("crowd", "/srv/store", &index(CID, "web", LAYER), false);
+        let mut table: String = (0..2 * ROOTS_KEPT)
+            .map(|n| format!("{} 1 0:60 / /fake{n}/overlay/{LAYER}/merged rw - overlay overlay rw\n", 100 + n))
+            .collect();
+        table.push_str(&format!("90 1 0:60 / /srv/store/overlay/{LAYER}/merged rw - overlay overlay rw\n"));
+        std::fs::write(tmp.0.join("mountinfo"), table).unwrap();
+        layers.discover();
+        let roots: Vec<&Path> = layers.stores.iter().map(|s| s.root.as_path()).collect();
+        assert_eq!(roots, [Path::new("/srv/store")]);
     }
 
     #[test]

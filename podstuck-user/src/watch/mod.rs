@@ -516,6 +516,7 @@ const GIVE_BACK_EVERY: Duration = Duration::from_secs(30);
 /// calls in flight, the findings told.
 fn review_now(tracer: &mut Tracer, pipeline: &mut Pipeline, node: &mut RealNode, options: &WatchOptions) -> Result<()> {
     pipeline.refresh_plugins(tracer, options.node);
+    pipeline.refresh_identities();
     pipeline.harvest(tracer, BATCH_FOR);
     let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
     let reports = pipeline.review(node, &in_flight, false);

@@ -431,6 +431,11 @@ impl Pipeline {
         self.names.settle(book, SystemTime::now(), process_name(&mut self.identifier, &self.filter));
     }
 
+    /// The node's indexes the identities come from, read where they changed.
+    pub(super) fn refresh_identities(&mut self) {
+        self.identifier.refresh();
+    }
+
     /// Whether a detector asks for a review before the next tick: a call
     /// came whose cause the node's state proves at once.
     pub(super) fn review_soon(&self) -> bool {
