@@ -197,8 +197,7 @@ impl Lab {
             let Some(pid) = lab_pid(&path) else {
                 continue;
             };
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if comm.trim() == "podstuck" {
+            if live_process_named(pid, b"podstuck") {
                 continue;
             }
             say(&format!("{} was left by an earlier demo (pid {pid}, no longer running): removing it", path.display()));
@@ -566,6 +565,17 @@ pub fn actor(comm: &str, op: &str, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether process `pid` runs, named `name`: whether the demo of that pid
+/// still runs. A zombie does not: a demo SIGKILLed by a parent that has
+/// not reaped it yet keeps its pid and name, but will never clean up.
+fn live_process_named(pid: u32, name: &[u8]) -> bool {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(close) = stat.iter().rposition(|b| *b == b')') else { return false };
+    let comm = stat.iter().position(|b| *b == b'(').map(|open| &stat[open + 1..close]);
+    let state = stat.get(close + 2).copied();
+    comm == Some(name) && !matches!(state, Some(b'Z' | b'X') | None)
+}
+
 /// Whether process `pid` is PID 1 of a PID namespace of its own (its
 /// `NSpid` line names more than one pid, the innermost 1).
 fn is_namespace_init(pid: i32) -> bool {
@@ -650,4 +660,27 @@ fn remove_all(path: &Path, pace: u64) -> Result<()> {
     let mut pacer = Pacer { started: Instant::now(), calls: 0, pace };
     remove_at(parent.as_fd(), name, &mut pacer);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zombie_by_the_demos_pid_is_no_running_demo() {
+        let mut sleeper = std::process::Command::new("sleep").arg("100").spawn().unwrap();
+        assert!(live_process_named(sleeper.id(), b"sleep"));
+        assert!(!live_process_named(sleeper.id(), b"podstuck"), "another name");
+        sleeper.kill().unwrap();
+        // Killed, not reaped: a zombie until wait().
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while live_process_named(sleeper.id(), b"sleep") {
+            assert!(Instant::now() < deadline, "sleep {} never became a zombie", sleeper.id());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", sleeper.id())).unwrap();
+        assert!(stat.contains(") Z "), "{stat}");
+        sleeper.wait().unwrap();
+        assert!(!live_process_named(sleeper.id(), b"sleep"), "reaped");
+    }
 }
