@@ -184,7 +184,7 @@ fn run_bench(args: &bench::BenchArgs) -> Result<()> {
     install(&BENCH_PACKAGES)?;
     ensure_tracefs()?;
     let podstuck = build_release()?;
-    let actor = build_release_actor()?;
+    let actor = build_release_helper("actor")?;
     let out = workspace_root().join(&args.out);
     bench::bench(&podstuck, &actor, &bench::BenchArgs { out, ..args.clone() })
 }
@@ -196,8 +196,8 @@ fn run_soak(args: &soak::SoakArgs) -> Result<()> {
     setup()?;
     ensure_tracefs()?;
     let podstuck = build_release()?;
-    let actor = build_release_actor()?;
-    let fuse_server = build_release_fuse_server()?;
+    let actor = build_release_helper("actor")?;
+    let fuse_server = build_release_helper("fuse_server")?;
     let out = workspace_root().join(&args.out);
     soak::soak(&podstuck, &actor, &fuse_server, &soak::SoakArgs { out, ..args.clone() })
 }
@@ -219,16 +219,12 @@ fn build_release() -> Result<PathBuf> {
     Ok(workspace_root().join("target/release/podstuck"))
 }
 
-/// The tests' `actor` (kubelet's stand-in), built as the bench and the soak run it.
-fn build_release_actor() -> Result<PathBuf> {
-    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "actor"]))?;
-    Ok(workspace_root().join("target/release/actor"))
-}
-
-/// The tests' FUSE server, for the soak's stalling volume.
-fn build_release_fuse_server() -> Result<PathBuf> {
-    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--bin", "fuse_server"]))?;
-    Ok(workspace_root().join("target/release/fuse_server"))
+/// A helper of the tests (`actor`, kubelet's stand-in; `fuse_server`, the
+/// soak's stalling volume), built as the bench and the soak run it:
+/// without the suite's dependencies, which the helpers do not use.
+fn build_release_helper(bin: &str) -> Result<PathBuf> {
+    run(cargo().args(["build", "--release", "--package", "podstuck-tests", "--no-default-features", "--bin", bin]))?;
+    Ok(workspace_root().join("target/release").join(bin))
 }
 
 /// Clippy on the kernel programs, for the target they are built for and
