@@ -289,21 +289,26 @@ impl StorageLayers {
             let mountinfo = std::fs::read(table).unwrap_or_default();
             found.extend(parse_mountinfo(&mountinfo).iter().filter_map(store_of_mount));
         }
+        self.refresh();
         for root in found {
-            if self.stores.len() >= ROOTS_KEPT {
-                break;
-            }
             if self.stores.iter().any(|s| s.root == root) {
                 continue;
             }
-            let store = Store::new(root);
+            let mut store = Store::new(root);
             // A root that has no index is no store to read: a mount table
             // a workload made cannot fill the list with them.
-            if store.index(&self.node_root).is_file() {
-                self.stores.push(store);
+            if !store.index(&self.node_root).is_file() {
+                continue;
             }
+            if self.stores.len() >= ROOTS_KEPT {
+                // A store whose index went away keeps only what it once
+                // listed: a store in use takes its place.
+                let Some(gone) = self.stores.iter().position(|s| s.read.is_none()) else { break };
+                self.stores.remove(gone);
+            }
+            store.refresh(&self.node_root);
+            self.stores.push(store);
         }
-        self.refresh();
     }
 
     /// The container whose read-write layer holds `path`
@@ -625,6 +630,28 @@ mod tests {
         layers.rescans.set_interval(Duration::from_secs(3600));
         layers.rescans.scanned(5);
         assert!(layers.container_of_path(merged.as_bytes(), 8, 5).is_some(), "named without a rescan");
+    }
+
+    /// A store removed (a test's, a runtime's scratch) keeps what it
+    /// listed while asked for, but gives its place to a store in use.
+    #[test]
+    fn a_removed_stores_place_goes_to_a_store_in_use() {
+        let (tmp, mut layers) = node("removed", "/srv/store", &index(CID, "web", LAYER), true);
+        layers.discover();
+        let mut table = String::new();
+        for n in 0..ROOTS_KEPT {
+            let store = tmp.0.join(format!("node/srv/s{n}/overlay-containers"));
+            std::fs::create_dir_all(&store).unwrap();
+            std::fs::write(store.join("containers.json"), "[]").unwrap();
+            table.push_str(&format!("{} 1 0:60 / /srv/s{n}/overlay/{LAYER}/merged rw - overlay overlay rw\n", 100 + n));
+        }
+        std::fs::remove_dir_all(tmp.0.join("node/srv/store")).unwrap();
+        std::fs::write(tmp.0.join("mountinfo"), table).unwrap();
+        layers.discover();
+        let roots: Vec<String> = layers.stores.iter().map(|s| s.root.display().to_string()).collect();
+        assert_eq!(roots.len(), ROOTS_KEPT);
+        assert!(!roots.contains(&"/srv/store".to_string()), "{roots:?}");
+        assert!(roots.contains(&format!("/srv/s{}", ROOTS_KEPT - 1)), "{roots:?}");
     }
 
     /// Mount tables a workload can write (its own namespace's) naming
