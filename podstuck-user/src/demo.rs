@@ -32,6 +32,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::{unlinkat, Pid, UnlinkatFlags};
 
 use crate::identify::cgroups::cgroup2_mount;
+use crate::identify::process::parse_stat;
 use crate::inspect::mounts::{is_at_or_below, parse_mountinfo};
 use crate::inspect::real_node::cgroupfs::{cgroup_tree, listed_ids};
 use crate::watch::{watch_with, WatchOptions};
@@ -197,7 +198,7 @@ impl Lab {
             let Some(pid) = lab_pid(&path) else {
                 continue;
             };
-            if live_process_named(pid, b"podstuck") {
+            if live_process_named(pid, "podstuck") {
                 continue;
             }
             say(&format!("{} was left by an earlier demo (pid {pid}, no longer running): removing it", path.display()));
@@ -568,12 +569,9 @@ pub fn actor(comm: &str, op: &str, path: &Path) -> Result<()> {
 /// Whether process `pid` runs, named `name`: whether the demo of that pid
 /// still runs. A zombie does not: a demo SIGKILLed by a parent that has
 /// not reaped it yet keeps its pid and name, but will never clean up.
-fn live_process_named(pid: u32, name: &[u8]) -> bool {
+fn live_process_named(pid: u32, name: &str) -> bool {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let Some(close) = stat.iter().rposition(|b| *b == b')') else { return false };
-    let comm = stat.iter().position(|b| *b == b'(').map(|open| &stat[open + 1..close]);
-    let state = stat.get(close + 2).copied();
-    comm == Some(name) && !matches!(state, Some(b'Z' | b'X') | None)
+    parse_stat(&stat).is_some_and(|task| task.comm == name && !matches!(task.state, 'Z' | 'X'))
 }
 
 /// Whether process `pid` is PID 1 of a PID namespace of its own (its
@@ -668,19 +666,19 @@ mod tests {
 
     #[test]
     fn a_zombie_by_the_demos_pid_is_no_running_demo() {
-        let mut sleeper = std::process::Command::new("sleep").arg("100").spawn().unwrap();
-        assert!(live_process_named(sleeper.id(), b"sleep"));
-        assert!(!live_process_named(sleeper.id(), b"podstuck"), "another name");
+        let mut sleeper = Command::new("sleep").arg("100").spawn().unwrap();
+        assert!(live_process_named(sleeper.id(), "sleep"));
+        assert!(!live_process_named(sleeper.id(), "podstuck"), "another name");
         sleeper.kill().unwrap();
         // Killed, not reaped: a zombie until wait().
         let deadline = Instant::now() + Duration::from_secs(10);
-        while live_process_named(sleeper.id(), b"sleep") {
+        while live_process_named(sleeper.id(), "sleep") {
             assert!(Instant::now() < deadline, "sleep {} never became a zombie", sleeper.id());
             std::thread::sleep(Duration::from_millis(5));
         }
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", sleeper.id())).unwrap();
         assert!(stat.contains(") Z "), "{stat}");
         sleeper.wait().unwrap();
-        assert!(!live_process_named(sleeper.id(), b"sleep"), "reaped");
+        assert!(!live_process_named(sleeper.id(), "sleep"), "reaped");
     }
 }
