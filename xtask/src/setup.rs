@@ -19,7 +19,7 @@ use crate::host::{cargo_home, install, run, say};
 /// busybox-static, the one binary their test image is made of; podman
 /// with conmon and crun, CRI-O's monitor and runtime (tests/tests/podman.rs);
 /// the image tests' other readers; and the CNI plugins.
-const APT_PACKAGES: [&str; 24] = [
+const APT_PACKAGES: [&str; 25] = [
     "rustc-web",
     "cargo-web",
     "libstd-rust-web-dev-bpf",
@@ -51,10 +51,14 @@ const APT_PACKAGES: [&str; 24] = [
     // other architecture's binary from its layer alone (qemu-aarch64-static here).
     "skopeo",
     "qemu-user-static",
-    // Debian's real CNI plugins (bridge, host-local) that tests/tests/lifecycle.rs and the
-    // demo run as containerd runs them, and iproute2's `ip netns` for the sandbox's netns.
+    // Debian's real CNI plugins (bridge, host-local) that the demo and
+    // tests/tests/causes/sandbox_teardown_failing.rs run as containerd runs them, and
+    // iproute2's `ip netns` for the sandbox's netns.
     "containernetworking-plugins",
     "iproute2",
+    // The shell linter actionlint runs on each script of the release
+    // workflow (.github/workflows/release.yml, tests/tests/release.rs).
+    "shellcheck",
     // A real FUSE filesystem whose server a test stalls and lets answer again
     // (tests/tests/healing.rs, and the soak's faults): Debian's bindfs.
     "bindfs",

@@ -244,7 +244,7 @@ impl Api {
             verb,
             resource,
             scope,
-            "deploy/on-call/explain-rbac.yaml lists what podstuck explain needs",
+            "deploy/components/on-call/explain-rbac.yaml lists what podstuck explain needs",
         )
     }
 
@@ -428,7 +428,7 @@ impl Api {
                 "get",
                 "pods/proxy",
                 &scope,
-                "deploy/on-call/explain-rbac.yaml lists what podstuck explain --all needs",
+                "deploy/components/on-call/explain-rbac.yaml lists what podstuck explain --all needs",
             )),
         }
     }

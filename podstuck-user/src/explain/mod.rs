@@ -146,6 +146,9 @@ pub struct ExplainOptions {
     /// `--all`: every pod stuck past its grace period (in `-n NAMESPACE`,
     /// or everywhere), instead of one.
     pub all: bool,
+    /// With `--all`: where the podstuck DaemonSet runs
+    /// (`--podstuck-namespace`, `$PODSTUCK_NAMESPACE`; default `podstuck`).
+    pub podstuck_namespace: Option<String>,
 }
 
 /// The pod the user named.
@@ -231,6 +234,7 @@ pub async fn explain(options: &ExplainOptions) -> Result<()> {
     if options.all {
         let all = all::read::AllOptions {
             namespace: options.namespace.clone(),
+            podstuck_namespace: options.podstuck_namespace.clone(),
             json: options.json,
             kube: options.kube.clone(),
         };
@@ -245,7 +249,7 @@ pub async fn explain(options: &ExplainOptions) -> Result<()> {
             let api = client::Api::connect(&options.kube).await.map_err(|e| {
                 // No configuration at all stays a refusal (exit 2), as for `watch --pod`.
                 let said = format!("{e:#}{}", offline_hint(&pod));
-                match crate::exit::code_of(&e) {
+                match crate::exit::code_of(&e, &[]) {
                     crate::exit::BAD_INPUT => anyhow::Error::from(BadInput(said)),
                     _ => anyhow::anyhow!(said),
                 }

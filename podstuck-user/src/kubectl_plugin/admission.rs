@@ -12,9 +12,11 @@
 /// What `kubectl create` said when the debug pod was refused in
 /// `namespace`, in one sentence with the fix; `None` when it is no
 /// refusal of the pod (a cluster that cannot be reached, say).
-pub fn refusal(said: &str, namespace: &str) -> Option<String> {
+/// `podstuck_namespace` is where the install put podstuck, the way out
+/// the fix names.
+pub fn refusal(said: &str, namespace: &str, podstuck_namespace: &str) -> Option<String> {
     let said = said.trim();
-    let elsewhere = "kubectl podstuck ... --namespace-for-debug podstuck (the namespace `kubectl apply -k deploy/` makes, which allows privileged pods) or kube-system";
+    let elsewhere = format!("kubectl podstuck ... --namespace-for-debug {podstuck_namespace} (podstuck's namespace, which its install makes with Pod Security privileged) or kube-system");
     if let Some(level) = between(said, "violates PodSecurity \"", "\"") {
         let level = level.split(':').next().unwrap_or(level);
         return Some(format!(
@@ -56,7 +58,7 @@ pub fn refusal(said: &str, namespace: &str) -> Option<String> {
     }
     if said.contains("cannot create resource \"pods\"") {
         return Some(format!(
-            "you may not create pods in namespace {namespace} (RBAC): ask to be bound to the ClusterRole podstuck-on-call (deploy/on-call: group podstuck-on-call), or run with --namespace-for-debug a namespace where you may"
+            "you may not create pods in namespace {namespace} (RBAC): the debug pods' rights are the Role podstuck-on-call-debug-pods in namespace {podstuck_namespace} (deploy/components/on-call binds it to the group podstuck-on-call): ask to be in that group and run with --namespace-for-debug {podstuck_namespace}, or choose a namespace where you may create pods"
         ));
     }
     if let Some((_, why)) = said.split_once("is forbidden: ") {
@@ -98,10 +100,10 @@ disallow-privileged-containers:
 
     #[test]
     fn pod_security_says_the_level_and_both_ways_out() {
-        let said = refusal(POD_SECURITY, "shop").unwrap();
+        let said = refusal(POD_SECURITY, "shop", "podstuck").unwrap();
         assert_eq!(
             said,
-            "namespace shop's Pod Security admission (enforce level baseline) refuses the debug pod, which is privileged on the node's namespaces: run kubectl podstuck ... --namespace-for-debug podstuck (the namespace `kubectl apply -k deploy/` makes, which allows privileged pods) or kube-system, or have an admin allow it there: kubectl label namespace shop pod-security.kubernetes.io/enforce=privileged --overwrite"
+            "namespace shop's Pod Security admission (enforce level baseline) refuses the debug pod, which is privileged on the node's namespaces: run kubectl podstuck ... --namespace-for-debug podstuck (podstuck's namespace, which its install makes with Pod Security privileged) or kube-system, or have an admin allow it there: kubectl label namespace shop pod-security.kubernetes.io/enforce=privileged --overwrite"
         );
     }
 
@@ -112,11 +114,12 @@ disallow-privileged-containers:
             (KYVERNO, "Kyverno's admission webhook validate.kyverno.svc-fail", "exempt podstuck's debug pods"),
             (GATEKEEPER, "Gatekeeper's admission webhook validation.gatekeeper.sh refuses the debug pod in namespace shop ([psp-privileged-container] Privileged container is not allowed", "--namespace-for-debug"),
             (QUOTA, "ResourceQuota compute has no room", "free room in shop"),
-            (RBAC, "you may not create pods in namespace shop (RBAC)", "podstuck-on-call"),
+            (RBAC, "you may not create pods in namespace shop (RBAC)", "the Role podstuck-on-call-debug-pods in namespace podstuck"),
             (TERMINATING, "namespace shop is being deleted and takes no new pod", "--namespace-for-debug"),
         ];
         for (kubectl_said, what, fix) in cases {
-            let said = refusal(kubectl_said, "shop").unwrap_or_else(|| panic!("not read as a refusal: {kubectl_said}"));
+            let said = refusal(kubectl_said, "shop", "podstuck")
+                .unwrap_or_else(|| panic!("not read as a refusal: {kubectl_said}"));
             assert!(said.contains(what) && said.contains(fix), "{said}");
             assert!(!said.contains('\n'), "one line: {said}");
         }
@@ -124,7 +127,7 @@ disallow-privileged-containers:
 
     #[test]
     fn what_is_no_refusal_is_left_to_kubectls_words() {
-        assert_eq!(refusal("The connection to the server localhost:8080 was refused", "shop"), None);
-        assert_eq!(refusal(r#"Error from server (AlreadyExists): pods "x" already exists"#, "shop"), None);
+        assert_eq!(refusal("The connection to the server localhost:8080 was refused", "shop", "podstuck"), None);
+        assert_eq!(refusal(r#"Error from server (AlreadyExists): pods "x" already exists"#, "shop", "podstuck"), None);
     }
 }

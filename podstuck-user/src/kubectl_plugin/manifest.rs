@@ -4,7 +4,9 @@
 //! at `/host`, every taint tolerated, never restarted), plus labels that
 //! say whose it is, requests and limits (a namespace with a ResourceQuota
 //! refuses a pod without them) and a deadline after which the cluster ends
-//! it even if the plugin died without deleting it.
+//! it even if the plugin died without deleting it. Unlike `kubectl debug
+//! node`'s pod, its `/host` follows the node's unmounts (HostToContainer),
+//! so it never keeps a copy of the volume it was made to diagnose.
 
 use std::time::Duration;
 
@@ -100,7 +102,17 @@ impl DebugPod {
                         "limits": {"cpu": "1", "memory": "512Mi"},
                     },
                     "terminationMessagePolicy": "FallbackToLogsOnError",
-                    "volumeMounts": [{"name": "host-root", "mountPath": HOST_ROOT}],
+                    // HostToContainer (rslave), as the DaemonSet's: without
+                    // it the container holds a private copy of every mount
+                    // the node had when it started, for up to the deadline,
+                    // and a volume kubelet unmounts meanwhile stays mounted
+                    // in here: its device cannot detach, the stuck pod stays
+                    // stuck, and podstuck itself would be what holds it.
+                    "volumeMounts": [{
+                        "name": "host-root",
+                        "mountPath": HOST_ROOT,
+                        "mountPropagation": "HostToContainer",
+                    }],
                 }],
                 "volumes": [{"name": "host-root", "hostPath": {"path": "/"}}],
             },
@@ -150,8 +162,17 @@ mod tests {
         assert_eq!(container["securityContext"]["privileged"], true);
         assert_eq!(container["resources"]["requests"], json!({"cpu": "100m", "memory": "128Mi"}));
         assert_eq!(container["resources"]["limits"], json!({"cpu": "1", "memory": "512Mi"}));
-        assert_eq!(container["volumeMounts"], json!([{"name": "host-root", "mountPath": "/host"}]));
         assert_eq!(spec["volumes"], json!([{"name": "host-root", "hostPath": {"path": "/"}}]));
+    }
+
+    #[test]
+    fn the_debug_pods_host_mount_follows_the_nodes_unmounts() {
+        let m = pod().manifest();
+        assert_eq!(
+            m["spec"]["containers"][0]["volumeMounts"],
+            json!([{"name": "host-root", "mountPath": "/host", "mountPropagation": "HostToContainer"}]),
+            "a private copy of the node's mounts would keep an unmounted volume busy"
+        );
     }
 
     #[test]

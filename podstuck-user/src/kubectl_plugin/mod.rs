@@ -50,9 +50,11 @@ pub const REMOTE_HISTOGRAMS: &str = "/tmp/podstuck-histograms";
 /// Where podstuck writes the `--record` file in the debug pod.
 pub const REMOTE_RECORD: &str = "/tmp/podstuck.record";
 
-/// The namespace `kubectl apply -k deploy/` makes (Pod Security:
-/// privileged), where debug pods go when it exists.
-pub const PODSTUCK_NAMESPACE: &str = "podstuck";
+/// podstuck's namespace unless told otherwise (`--podstuck-namespace`,
+/// `$PODSTUCK_NAMESPACE`): the one deploy/base makes (Pod Security:
+/// privileged), where debug pods go when it exists, and where `--all`
+/// looks for the DaemonSet. An install's overlay may choose another.
+pub use crate::explain::all::read::{DAEMONSET_NAMESPACE as PODSTUCK_NAMESPACE, NAMESPACE_VARIABLE};
 /// Where they go otherwise: every cluster has it, and its policies let
 /// node agents run privileged.
 pub const FALLBACK_NAMESPACE: &str = "kube-system";
@@ -73,6 +75,9 @@ pub struct PluginOptions {
     pub image: Option<String>,
     /// `--namespace-for-debug`: where the debug pod goes.
     pub namespace_for_debug: Option<String>,
+    /// `--podstuck-namespace` (or `$PODSTUCK_NAMESPACE`): where the install
+    /// put podstuck, the debug pod's first choice.
+    pub podstuck_namespace: String,
     /// `--shell`: once the trace ends, a root shell on the node.
     pub shell: bool,
     /// `--json`: podstuck's JSON lines instead of a block per finding.
@@ -91,17 +96,7 @@ pub struct PluginOptions {
     pub watch_args: Vec<OsString>,
 }
 
-/// The user stopped the plugin before the trace started.
-#[derive(Debug)]
-pub struct Interrupted(pub &'static str);
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "stopped by {}", self.0)
-    }
-}
-
-impl std::error::Error for Interrupted {}
+pub use crate::exit::Interrupted;
 
 /// Said to the user, on stderr: the findings own stdout.
 fn say(message: &str) {
@@ -138,7 +133,7 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
         target: target.full_name(),
         deadline: deadline(options),
     };
-    let created = Created::create(&kubectl, &debug)?;
+    let created = Created::create(&kubectl, &debug, &options.podstuck_namespace)?;
     say(&format!(
         "debug pod {} on node {} (image {}); waiting for it to start",
         created.full_name(),
@@ -161,7 +156,7 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
     // finished well: a script must not take them for there.
     let asked = options.histograms.is_some() || options.record.is_some();
     match status.success() && asked && !copied {
-        true => Ok(ExitCode::from(1)),
+        true => Ok(ExitCode::from(crate::exit::FAILED)),
         false => Ok(remote::exit_code(status)),
     }
 }
@@ -172,9 +167,16 @@ pub fn run(options: &PluginOptions) -> Result<ExitCode> {
 /// `--context`; exec credential plugins included) rather than through the
 /// kubectl binary: it starts no pod and needs nothing on the nodes, and
 /// one code path, unit-tested, makes the table for both commands.
-pub fn all(namespace: Option<String>, context: Option<String>, kubeconfig: Option<PathBuf>, json: bool) -> Result<()> {
+pub fn all(
+    namespace: Option<String>,
+    podstuck_namespace: String,
+    context: Option<String>,
+    kubeconfig: Option<PathBuf>,
+    json: bool,
+) -> Result<()> {
     let options = crate::explain::all::read::AllOptions {
         namespace,
+        podstuck_namespace: Some(podstuck_namespace),
         json,
         kube: crate::explain::KubeOptions { kubeconfig, context, ..Default::default() },
     };
@@ -202,34 +204,35 @@ fn image(options: &PluginOptions) -> Result<String> {
 /// pod is stuck) accepts no pod: never chosen, and refused when asked for.
 fn debug_namespace(kubectl: &Kubectl, options: &PluginOptions) -> Result<String> {
     let asked = |name: &str| kubectl.run(["get", "namespace", name, "-o", "json"], None, Group::Foreground);
+    let podstuck = options.podstuck_namespace.as_str();
     if let Some(namespace) = &options.namespace_for_debug {
         return match asked(namespace) {
             Ok(json) if pod_json::namespace_terminating(&json)? => Err(crate::exit::BadInput(format!(
-                "--namespace-for-debug {namespace}: the namespace is Terminating and takes no new pod; choose another ({PODSTUCK_NAMESPACE}, made by kubectl apply -k deploy/, or {FALLBACK_NAMESPACE})"
+                "--namespace-for-debug {namespace}: the namespace is Terminating and takes no new pod; choose another ({podstuck}, podstuck's, or {FALLBACK_NAMESPACE})"
             ))
             .into()),
             Ok(_) => Ok(namespace.clone()),
             Err(e) if format!("{e}").contains("(NotFound)") => Err(crate::exit::BadInput(format!(
-                "--namespace-for-debug {namespace}: no such namespace; choose one that exists ({PODSTUCK_NAMESPACE}, made by kubectl apply -k deploy/, or {FALLBACK_NAMESPACE})"
+                "--namespace-for-debug {namespace}: no such namespace; choose one that exists ({podstuck}, podstuck's, or {FALLBACK_NAMESPACE})"
             ))
             .into()),
             // Not allowed to read namespaces: create will say whether the pod may go there.
             Err(_) => Ok(namespace.clone()),
         };
     }
-    let why_not = match asked(PODSTUCK_NAMESPACE) {
+    let why_not = match asked(podstuck) {
         Ok(json) => match pod_json::namespace_terminating(&json) {
-            Ok(false) => return Ok(PODSTUCK_NAMESPACE.to_string()),
+            Ok(false) => return Ok(podstuck.to_string()),
             Ok(true) => "is Terminating".to_string(),
             Err(e) => format!("could not be read ({e})"),
         },
-        Err(e) if format!("{e}").contains("(NotFound)") => {
-            "does not exist (kubectl apply -k deploy/ makes it)".to_string()
-        }
+        Err(e) if format!("{e}").contains("(NotFound)") => format!(
+            "does not exist (podstuck's install makes it; installed in another namespace: --podstuck-namespace or ${NAMESPACE_VARIABLE})"
+        ),
         Err(e) => format!("could not be read ({e:#})"),
     };
     say(&format!(
-        "namespace {PODSTUCK_NAMESPACE} {why_not}: the debug pod goes to {FALLBACK_NAMESPACE} (--namespace-for-debug to choose)"
+        "namespace {podstuck} {why_not}: the debug pod goes to {FALLBACK_NAMESPACE} (--namespace-for-debug to choose)"
     ));
     Ok(FALLBACK_NAMESPACE.to_string())
 }
@@ -352,10 +355,10 @@ struct Created<'a> {
 }
 
 impl<'a> Created<'a> {
-    fn create(kubectl: &'a Kubectl, debug: &DebugPod) -> Result<Created<'a>> {
+    fn create(kubectl: &'a Kubectl, debug: &DebugPod, podstuck_namespace: &str) -> Result<Created<'a>> {
         let manifest = serde_json::to_vec_pretty(&debug.manifest())?;
         kubectl.run(["create", "-f", "-", "-o", "name"], Some(&manifest), Group::Own).map_err(|e| {
-            match admission::refusal(&format!("{e:#}"), &debug.namespace) {
+            match admission::refusal(&format!("{e:#}"), &debug.namespace, podstuck_namespace) {
                 Some(refused) => anyhow!("{refused}"),
                 None => e.context("creating the debug pod"),
             }
@@ -546,6 +549,7 @@ mod tests {
             kubeconfig: None,
             image: Some("podstuck:0.1.0".into()),
             namespace_for_debug: None,
+            podstuck_namespace: PODSTUCK_NAMESPACE.into(),
             shell: false,
             json: false,
             duration: None,

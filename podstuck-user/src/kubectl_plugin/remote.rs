@@ -86,7 +86,7 @@ pub fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     match (status.code(), status.signal()) {
         (Some(code), _) => ExitCode::from(code.clamp(0, 255) as u8),
         (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
-        _ => ExitCode::from(1),
+        _ => ExitCode::from(crate::exit::FAILED),
     }
 }
 

@@ -24,8 +24,13 @@ use crate::explain::offline::Objects;
 use crate::explain::snapshot::Unread;
 use crate::print::{stderr_line, Out};
 
-/// Where the podstuck DaemonSet runs (deploy/base/podstuck-daemonset.yaml).
+/// Where the podstuck DaemonSet runs unless told otherwise
+/// (`--podstuck-namespace`, `$PODSTUCK_NAMESPACE`): the namespace of
+/// deploy/base, which an install's own overlay may change.
 pub const DAEMONSET_NAMESPACE: &str = "podstuck";
+/// The variable that names podstuck's namespace when no flag does: one
+/// setting for `podstuck explain --all` and `kubectl podstuck` alike.
+pub const NAMESPACE_VARIABLE: &str = "PODSTUCK_NAMESPACE";
 /// The label its pods carry.
 pub const DAEMONSET_LABEL: &str = "app.kubernetes.io/name=podstuck";
 /// The name of the container port it serves `/findings` on.
@@ -46,23 +51,33 @@ pub const NODES_BUDGET: Duration = Duration::from_secs(60);
 pub struct AllOptions {
     /// `-n`: one namespace's pods only (default: every namespace).
     pub namespace: Option<String>,
+    /// Where the podstuck DaemonSet runs (`--podstuck-namespace`); `None`
+    /// is [`DAEMONSET_NAMESPACE`].
+    pub podstuck_namespace: Option<String>,
     pub json: bool,
     pub kube: KubeOptions,
 }
 
 /// Runs `podstuck explain --all` (and `kubectl podstuck --all`).
 pub async fn explain_all(options: &AllOptions) -> Result<()> {
-    if let Some(ns) = &options.namespace {
-        // A namespace is a DNS label: nothing else reaches a URL.
-        let label = !ns.is_empty()
+    // A namespace is a DNS label: nothing else reaches a URL.
+    let label = |ns: &str| {
+        !ns.is_empty()
             && ns.len() <= 63
-            && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !label {
-            return Err(anyhow!("-n {}: not a namespace name", crate::words::terminal_safe(ns)));
-        }
+            && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if let Some(ns) = options.namespace.as_deref().filter(|ns| !label(ns)) {
+        return Err(anyhow!("-n {}: not a namespace name", crate::words::terminal_safe(ns)));
+    }
+    let podstuck_namespace = options.podstuck_namespace.as_deref().unwrap_or(DAEMONSET_NAMESPACE);
+    if !label(podstuck_namespace) {
+        return Err(anyhow!(
+            "--podstuck-namespace {}: not a namespace name",
+            crate::words::terminal_safe(podstuck_namespace)
+        ));
     }
     let api = Api::connect(&options.kube).await?;
-    let report = read(&api, options.namespace.as_deref()).await?;
+    let report = read(&api, options.namespace.as_deref(), podstuck_namespace).await?;
     let mut out = Out::stdout();
     if options.json {
         out.line_as_is(&super::json(&report, &api.through))?;
@@ -76,8 +91,9 @@ pub async fn explain_all(options: &AllOptions) -> Result<()> {
     Ok(())
 }
 
-/// Reads everything the report needs and makes it.
-pub async fn read(api: &Api, namespace: Option<&str>) -> Result<AllReport> {
+/// Reads everything the report needs and makes it; the DaemonSet's pods
+/// are looked for in `podstuck_namespace`.
+pub async fn read(api: &Api, namespace: Option<&str>, podstuck_namespace: &str) -> Result<AllReport> {
     let scope = namespace.map(|ns| format!(" in namespace {ns}")).unwrap_or_else(|| " in all namespaces".into());
     let pods: Vec<Pod> = api
         .list(namespace, &ListParams::default(), "pods")
@@ -99,7 +115,7 @@ pub async fn read(api: &Api, namespace: Option<&str>) -> Result<AllReport> {
         })
         .collect();
     let nodes: BTreeSet<String> = stuck.iter().filter_map(|p| p.node.clone()).collect();
-    let answers = ask_nodes(api, &nodes).await;
+    let answers = ask_nodes(api, &nodes, podstuck_namespace).await;
     Ok(report(now, pods_read, stuck_in_all, &stuck, &answers, &unread))
 }
 
@@ -178,13 +194,14 @@ fn podstuck_pods(pods: Vec<Pod>) -> BTreeMap<String, (String, u16, Option<String
     by_node
 }
 
-/// What each node's podstuck says, asked through the pod proxy.
-async fn ask_nodes(api: &Api, nodes: &BTreeSet<String>) -> BTreeMap<String, NodeAnswer> {
+/// What each node's podstuck says, asked through the pod proxy; the
+/// DaemonSet runs in `podstuck_namespace`.
+async fn ask_nodes(api: &Api, nodes: &BTreeSet<String>, podstuck_namespace: &str) -> BTreeMap<String, NodeAnswer> {
     let selector = ListParams::default().labels(DAEMONSET_LABEL);
-    let daemons = match api.list::<Pod>(Some(DAEMONSET_NAMESPACE), &selector, "pods").await {
+    let daemons = match api.list::<Pod>(Some(podstuck_namespace), &selector, "pods").await {
         Ok(pods) => podstuck_pods(pods),
         Err(why) => {
-            let why = format!("cannot list the podstuck DaemonSet's pods (namespace {DAEMONSET_NAMESPACE}, label {DAEMONSET_LABEL}): {why}");
+            let why = format!("cannot list the podstuck DaemonSet's pods (namespace {podstuck_namespace}, label {DAEMONSET_LABEL}; another namespace: --podstuck-namespace or ${NAMESPACE_VARIABLE}): {why}");
             return nodes
                 .iter()
                 .map(|n| (n.clone(), NodeAnswer::NotHeard { podstuck_pod: None, why: why.clone() }))
@@ -209,8 +226,9 @@ async fn ask_nodes(api: &Api, nodes: &BTreeSet<String>) -> BTreeMap<String, Node
     let gate = Arc::new(tokio::sync::Semaphore::new(NODES_AT_ONCE));
     let mut asking = tokio::task::JoinSet::new();
     let client = Arc::new(api.clone());
+    let namespace: Arc<str> = Arc::from(podstuck_namespace);
     for (node, pod, port) in to_ask {
-        let (gate, client) = (gate.clone(), client.clone());
+        let (gate, client, namespace) = (gate.clone(), client.clone(), namespace.clone());
         asking.spawn(async move {
             let _turn = gate.acquire_owned().await;
             let answer = match started.elapsed() < NODES_BUDGET {
@@ -219,7 +237,7 @@ async fn ask_nodes(api: &Api, nodes: &BTreeSet<String>) -> BTreeMap<String, Node
                     why: format!("not asked: {} for all nodes ran out", crate::words::human_duration(NODES_BUDGET)),
                 },
                 true => match client
-                    .pod_proxy_get(DAEMONSET_NAMESPACE, &pod, port, "findings", PROXY_TIMEOUT)
+                    .pod_proxy_get(&namespace, &pod, port, "findings", PROXY_TIMEOUT)
                     .await
                     .and_then(|t| FindingsPage::parse(&t))
                 {
