@@ -300,6 +300,11 @@ pub mod program {
     pub const LIFECYCLE_EXEC: &str = "lifecycle_exec";
     pub const LIFECYCLE_EXIT: &str = "lifecycle_exit";
     pub const LIFECYCLE_SIGNAL: &str = "lifecycle_signal";
+    /// The signal program on the raw tracepoint `signal_generate`, which
+    /// hands it the target task: it reads whether the target's process
+    /// was already exiting. Attached instead of `LIFECYCLE_SIGNAL`
+    /// wherever kernel memory may be read (not under lockdown).
+    pub const LIFECYCLE_SIGNAL_TASK: &str = "lifecycle_signal_task";
     pub const COST_FEXIT: &str = "cost_fexit";
     /// `podstuck attach-cost lifecycle`'s do-nothing programs, on the
     /// lifecycle programs' tracepoints (`sched:sched_process_exec`,
@@ -660,6 +665,13 @@ pub struct KernelOffsets {
     /// not yet exiting (0 at its last thread's exit).
     pub task_signal: u64,
     pub signal_live: u64,
+    /// `task_struct.pid` (the thread's id); `signal_struct.flags`,
+    /// `.group_exit_code`: a signal's target task, whether its process is
+    /// exiting (`SIGNAL_GROUP_EXIT`) and what began it (the fatal signal's
+    /// number, or exit_group's status).
+    pub task_pid: u64,
+    pub signal_flags: u64,
+    pub signal_group_exit_code: u64,
     /// `linux_binprm.file`, `.filename`; `file.f_inode`; `inode.i_ino`,
     /// `.i_sb`; `super_block.s_dev`: the file an exec runs, as the kernel
     /// opened it, not as its caller named it (for a `#!` script, by
@@ -722,6 +734,16 @@ pub mod lifecycle {
         pub const START_READ: u8 = 4;
         /// `parent_start_ns` was read.
         pub const PARENT_START_READ: u8 = 8;
+        /// A signal's: whether its target's process was already exiting
+        /// was read, when the signal was generated (`GROUP_EXITING` says
+        /// what was found). Without it, unknown: under lockdown.
+        pub const EXIT_STATE_READ: u8 = 16;
+        /// A signal's: its target's process was already exiting when the
+        /// signal came, ended by something else than this signal (a fatal
+        /// signal or exit_group had begun ending every thread, or every
+        /// thread had exited): the kernel drops the signal, or queues it
+        /// for threads that will never take it.
+        pub const GROUP_EXITING: u8 = 32;
     }
 }
 

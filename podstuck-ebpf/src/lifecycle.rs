@@ -22,7 +22,13 @@
 //! What each record says of its task comes from the kernel (cgroups,
 //! start times, the file exec'd, the mount namespace), so user space can
 //! tell what the kernel proved from what a workload claims (its comm, its
-//! environment).
+//! environment). A signal's record also says whether its target's process
+//! was already exiting when the signal came, read from the target task on
+//! the raw tracepoint (`lifecycle_signal_task`): the kernel reports a
+//! SIGTERM to a dying process as "ignored" (6.x) or "delivered" (5.10),
+//! and either would otherwise read as a process that SIGTERM cannot end.
+//! Under lockdown, where that read is forbidden, the plain tracepoint's
+//! twin (`lifecycle_signal`) still sees every signal, its exit state unread.
 
 use aya_ebpf::{
     helpers::{
@@ -372,6 +378,8 @@ fn exit() -> Option<()> {
     Some(())
 }
 
+/// On the tracepoint `signal:signal_generate`: its fields need no kernel
+/// read, so this is the program attached under lockdown.
 #[tracepoint]
 pub fn lifecycle_signal(ctx: TracePointContext) -> u32 {
     let _ = signal(&ctx);
@@ -386,6 +394,82 @@ fn signal(ctx: &TracePointContext) -> Option<()> {
         return None;
     }
     let target = ctx_i32(ctx, at::SIG_PID) as u32;
+    // Four aligned loads at constant offsets: the verifier refuses a load
+    // through a context pointer moved by a variable, as a byte loop is.
+    let mut comm = [0u8; 16];
+    for (i, word) in [0usize, 4, 8, 12].into_iter().enumerate() {
+        let v = ctx_i32(ctx, at::SIG_COMM + word).to_ne_bytes();
+        comm[i * 4..i * 4 + 4].copy_from_slice(&v);
+    }
+    let sent = Sent { sig, target, group: ctx_i32(ctx, at::SIG_GROUP), result: ctx_i32(ctx, at::SIG_RESULT), comm };
+    stream_signal(&sent, None)
+}
+
+/// On `signal_generate(int sig, struct kernel_siginfo *info, struct
+/// task_struct *task, int group, int result)`, raw: the target task
+/// itself, whose process's exit state is read as the signal is generated,
+/// which no field of the plain tracepoint says.
+#[raw_tracepoint(tracepoint = "signal_generate")]
+pub fn lifecycle_signal_task(ctx: RawTracePointContext) -> i32 {
+    let _ = signal_task(&ctx);
+    0
+}
+named_as!(lifecycle_signal_task, program::LIFECYCLE_SIGNAL_TASK);
+
+#[inline(always)]
+fn signal_task(ctx: &RawTracePointContext) -> Option<()> {
+    let sig: i32 = ctx.arg(0);
+    if sig != SIGTERM && sig != SIGKILL {
+        return None;
+    }
+    let task: *const u8 = ctx.arg(2);
+    let target = read_kernel::<i32>(task, patched!(OFFSETS.task_pid))? as u32;
+    let comm = read_kernel::<[u8; 16]>(task, patched!(OFFSETS.task_comm)).unwrap_or([0; 16]);
+    let sent = Sent { sig, target, group: ctx.arg(3), result: ctx.arg(4), comm };
+    stream_signal(&sent, exiting_before(task, sig))
+}
+
+/// `signal_struct.flags` of a process in group exit: `SIGNAL_GROUP_EXIT`
+/// (0x4 in every kernel since 2.6), or 5.10's `SIGNAL_GROUP_COREDUMP` (0x8,
+/// a fatal signal's core dump before the exit; the bit is unused from
+/// 5.17, where the dump sets `SIGNAL_GROUP_EXIT` itself). `#define`s, so
+/// in no BTF: fixed here.
+const GROUP_EXIT_FLAGS: u32 = 0x4 | 0x8;
+
+/// Whether the process of `task` was already exiting before signal `sig`:
+/// every thread past its exit (`live` at 0: a process of one thread that
+/// called exit, on kernels where that sets no flag), or in group exit (a
+/// fatal signal delivered, exit_group, a core dump) that another cause
+/// began. The tracepoint fires last in `__send_signal`, after the kernel
+/// acted on the signal: a SIGTERM at its default action has begun the
+/// group exit itself by then, with its own number as `group_exit_code`
+/// (a fatal signal's number, exit_group's status shifted by 8: never 15
+/// or 9 but for those signals), which tells it from one that came to a
+/// process dying already. None where it cannot be read.
+#[inline(always)]
+fn exiting_before(task: *const u8, sig: i32) -> Option<bool> {
+    let signal = read_kernel_ptr(task, patched!(OFFSETS.task_signal))?;
+    let flags = read_kernel::<u32>(signal, patched!(OFFSETS.signal_flags))?;
+    let code = read_kernel::<i32>(signal, patched!(OFFSETS.signal_group_exit_code))?;
+    let live = read_kernel::<i32>(signal, patched!(OFFSETS.signal_live))?;
+    Some(live == 0 || (flags & GROUP_EXIT_FLAGS != 0 && code != sig))
+}
+
+/// A signal as `signal_generate` tells it, from either program.
+struct Sent {
+    sig: i32,
+    /// The target task's id (the process's, for a signal to the process).
+    target: u32,
+    group: i32,
+    result: i32,
+    comm: [u8; 16],
+}
+
+/// Streams `sent` (SIGTERM or SIGKILL), at most once a second per target
+/// and signal, with its target's exit state if it was read.
+#[inline(always)]
+fn stream_signal(sent: &Sent, exiting: Option<bool>) -> Option<()> {
+    let (sig, target) = (sent.sig, sent.target);
     let key = (target as u64) << 8 | sig as u64;
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: a plain u64 read from the map's value.
@@ -398,16 +482,14 @@ fn signal(ctx: &TracePointContext) -> Option<()> {
     let buffer = start(lifecycle::SIGNAL)?;
     buffer.record.sig = sig;
     buffer.record.target_pid = target;
-    buffer.record.group = ctx_i32(ctx, at::SIG_GROUP);
-    buffer.record.result = ctx_i32(ctx, at::SIG_RESULT);
-    // Four aligned loads at constant offsets: the verifier refuses a load
-    // through a context pointer moved by a variable, as a byte loop is.
-    let mut comm = [0u8; 16];
-    for (i, word) in [0usize, 4, 8, 12].into_iter().enumerate() {
-        let v = ctx_i32(ctx, at::SIG_COMM + word).to_ne_bytes();
-        comm[i * 4..i * 4 + 4].copy_from_slice(&v);
+    buffer.record.group = sent.group;
+    buffer.record.result = sent.result;
+    buffer.record.target_comm = sent.comm;
+    match exiting {
+        Some(true) => buffer.record.flags |= flags::EXIT_STATE_READ | flags::GROUP_EXITING,
+        Some(false) => buffer.record.flags |= flags::EXIT_STATE_READ,
+        None => {}
     }
-    buffer.record.target_comm = comm;
     watch(target);
     send(buffer, 0);
     Some(())

@@ -333,6 +333,9 @@ impl Btf {
                 .or_else(|_| self.offset_of("task_struct", &["real_start_time"]))?,
             task_signal: self.offset_of("task_struct", &["signal"])?,
             signal_live: self.offset_of("signal_struct", &["live"])?,
+            task_pid: self.offset_of("task_struct", &["pid"])?,
+            signal_flags: self.offset_of("signal_struct", &["flags"])?,
+            signal_group_exit_code: self.offset_of("signal_struct", &["group_exit_code"])?,
             binprm_file: self.offset_of("linux_binprm", &["file"])?,
             binprm_filename: self.offset_of("linux_binprm", &["filename"])?,
             file_f_inode: self.offset_of("file", &["f_inode"])?,
@@ -561,6 +564,10 @@ mod tests {
         assert!(offsets.css_parent > 0, "cgroup_subsys_state.parent follows .cgroup and .ss");
         // What the lifecycle programs prove a process and an exec by.
         assert!(offsets.task_group_leader > 0 && offsets.task_start_boottime > 0 && offsets.task_signal > 0);
+        // What the signal program reads of its target, at the signal.
+        assert!(offsets.task_pid > 0 && offsets.task_pid != offsets.task_tgid);
+        assert!(offsets.signal_flags > 0 && offsets.signal_flags != offsets.signal_live);
+        assert!(offsets.signal_group_exit_code > 0 && offsets.signal_group_exit_code != offsets.signal_flags);
         assert!(offsets.binprm_file > 0 && offsets.binprm_filename > 0 && offsets.inode_ino > 0);
         assert!(offsets.inode_sb > 0 && offsets.sb_dev > 0 && offsets.file_f_inode > 0);
     }

@@ -21,59 +21,29 @@ use crate::series::SeriesDelta;
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{FEntry, Program, RawTracePoint, TracePoint};
-use aya::{Ebpf, EbpfLoader};
+use aya::Ebpf;
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
-use podstuck_common::program::Arch;
 use podstuck_common::{
     counter, program, CallEntry, KernelFilter, PluginFile, SeriesKey as KernelSeriesKey, SeriesValue, Syscall,
-    LATENCY_BUCKETS, PATH_MAX, RING_BUFFER_BYTES, SAMPLED_RING_BUFFER_BYTES, SERIES_OVERFLOW_SLOTS,
+    LATENCY_BUCKETS, PATH_MAX, SERIES_OVERFLOW_SLOTS,
 };
 
 mod attach;
 mod drain;
+
+pub(crate) use attach::EBPF_OBJECT;
+use attach::{kernel_btf, load_object_with, KERNEL_BTF};
+pub use attach::{TracerOptions, SYSCALL_PREFIX};
 pub(crate) mod maps;
 mod plugin_files;
 
 pub use drain::{QueueTotals, QUEUE_RECORDS};
 
-/// The eBPF object built from `podstuck-ebpf` by this crate's build script.
-pub(crate) static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podstuck.bpf.o"));
-
-/// The architecture podstuck is built for: its syscalls are the ones
-/// attached, its syscall functions the fentry targets.
-const ARCH: Arch = Arch::HOST;
-
-/// The prefix of this architecture's syscall functions.
-pub const SYSCALL_PREFIX: &str = ARCH.syscall_prefix();
-
 /// One record from either ring buffer, decoded.
 pub enum Received {
     Call(Result<CallEvent, DecodeError>),
     Lifecycle(Result<LifecycleEvent, DecodeError>),
-}
-
-/// How the tracer is set up.
-#[derive(Clone, Debug)]
-pub struct TracerOptions {
-    pub filter: KernelFilter,
-    pub attach: AttachPoint,
-    /// Which exit programs: those that walk with `bpf_loop`, or their
-    /// unrolled twins (`<name>_w`) where the kernel has no `bpf_loop`.
-    pub walk: PathWalk,
-    /// Where the struct layouts are read: the kernel's BTF, or `--btf`.
-    pub btf: PathBuf,
-    /// Ring buffer size in bytes (a power of two, at least a page); the
-    /// default is `RING_BUFFER_BYTES` with every call streamed, else
-    /// `SAMPLED_RING_BUFFER_BYTES`.
-    pub ring_buffer_bytes: Option<u32>,
-    /// The v1 controllers whose hierarchies the programs read each
-    /// caller's cgroup in, in the order they try them
-    /// (`NodeLayout::cgroup_v1`); empty on v2-only nodes.
-    pub cgroup_v1: Vec<&'static str>,
-    /// Where the node's processes are listed (`Node::proc_root`): an entry
-    /// gone there frees what the kernel kept of its process.
-    pub proc_root: PathBuf,
 }
 
 /// Records a series may stream per window, and the window: past that, its
@@ -214,6 +184,8 @@ pub struct Tracer {
     /// was seen running them (1: at once).
     attach_attempts: u32,
     events_seen: u64,
+    /// The lifecycle's records received, by kind.
+    lifecycle_seen: BTreeMap<&'static str, u64>,
     records_undecodable: u64,
 }
 
@@ -240,77 +212,12 @@ impl Drop for Tracer {
     }
 }
 
-/// Loads the embedded object with the node's offsets and the filter, for
-/// the programs of `plan`: the threads' entries and the series allocated
-/// as this kernel allows for them (`maps`).
-fn load_object(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions, plan: AttachPoint) -> Result<Ebpf> {
-    let allocation = maps::Allocation::here(plan);
-    let object = match allocation {
-        maps::Allocation::AsUsed => {
-            std::borrow::Cow::Owned(maps::growing(EBPF_OBJECT, &[maps::CALLS_IN_FLIGHT, maps::SERIES])?)
-        }
-        maps::Allocation::Preallocated => std::borrow::Cow::Borrowed(EBPF_OBJECT),
-    };
-    load_object_with(&object, offsets, options, &allocation.sizes())
-}
-
-/// `load_object`, with the maps `sized` given those sizes instead.
-fn load_object_with(
-    object: &[u8],
-    offsets: &podstuck_common::KernelOffsets,
-    options: &TracerOptions,
-    sized: &[(&str, u32)],
-) -> Result<Ebpf> {
-    let mut loader = EbpfLoader::new();
-    for (map, entries) in sized {
-        loader.map_max_entries(map, *entries);
-    }
-    // Read-only globals: the verifier knows their values, so with
-    // KERNEL_READS at 0 it never visits a kernel-memory read, which
-    // lockdown=confidentiality would refuse at load (Linux 5.13+).
-    let kernel_reads = u8::from(options.walk.reads_kernel());
-    loader.override_global("OFFSETS", offsets, true).override_global("FILTER", &options.filter, true).override_global(
-        "KERNEL_READS",
-        &kernel_reads,
-        true,
-    );
-    let default = if options.filter.every_call != 0 { RING_BUFFER_BYTES } else { SAMPLED_RING_BUFFER_BYTES };
-    loader.map_max_entries("EVENTS", options.ring_buffer_bytes.unwrap_or(default));
-    loader.load(object).context("loading podstuck's kernel programs (the verifier's log above says why)")
-}
-
-/// The kernel's BTF as aya reads it, for naming fentry targets: parsed
-/// once for the probe and the attach (tens of MB of allocations), and
-/// forgotten once the programs are attached.
-static KERNEL_BTF: std::sync::Mutex<Option<std::sync::Arc<aya::Btf>>> = std::sync::Mutex::new(None);
-
-fn kernel_btf() -> Result<std::sync::Arc<aya::Btf>> {
-    let mut kept = KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(btf) = kept.as_ref() {
-        return Ok(std::sync::Arc::clone(btf));
-    }
-    let btf = std::sync::Arc::new(aya::Btf::from_sys_fs()?);
-    *kept = Some(std::sync::Arc::clone(&btf));
-    Ok(btf)
-}
-
 /// Returns the heap's free pages to the kernel (glibc keeps them otherwise).
 pub fn give_back_freed_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only releases memory malloc holds free.
     unsafe {
         libc::malloc_trim(0);
-    }
-}
-
-/// The exit program of this walk: the one with `bpf_loop`, or its
-/// unrolled twin.
-fn exit_program(with_loop: &'static str, unrolled: &'static str, walk: PathWalk) -> &'static str {
-    match walk {
-        PathWalk::BpfLoop => with_loop,
-        // Without kernel reads nothing is walked: the twin that never
-        // names bpf_loop loads everywhere.
-        PathWalk::Unrolled | PathWalk::Forbidden => unrolled,
     }
 }
 
@@ -348,124 +255,33 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
     }
 }
 
-/// Loads the programs `names` side by side, `load` loading one: the
-/// verifier spends ~100 ms on each exit program (record, path walk), on
-/// one CPU each, and start waits for all of them.
-fn load_side_by_side(
-    ebpf: &mut Ebpf,
-    names: &[&str],
-    load: impl Fn(&str, &mut Program) -> Result<()> + Sync,
-) -> Result<()> {
-    let mut programs: Vec<(&str, &mut Program)> =
-        ebpf.programs_mut().filter(|(name, _)| names.iter().any(|n| n == name)).collect();
-    if let Some(missing) = names.iter().find(|&&n| !programs.iter().any(|&(name, _)| name == n)) {
-        bail!("program {missing} missing from the embedded object");
-    }
-    let load = &load;
-    std::thread::scope(|scope| {
-        let loading: Vec<_> =
-            programs.iter_mut().map(|(name, program)| scope.spawn(move || load(name, program))).collect();
-        // The scope joins the rest when one fails.
-        loading
-            .into_iter()
-            .try_for_each(|l| l.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a program's loader panicked"))))
-    })
-}
-
-/// Attaches the fentry/fexit pair of every syscall of this architecture; the
-/// ids of the programs.
-fn attach_trampolines(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
-    let btf = kernel_btf().context("reading the kernel's BTF for fentry")?;
-    let function_of = |name: &str| {
-        ARCH.programs().iter().find_map(|p| {
-            (exit_program(p.fexit, p.fexit_w, walk) == name || p.fentry == name)
-                .then(|| format!("{SYSCALL_PREFIX}{}", p.function))
-        })
-    };
-    // Exits first, as with the tracepoints.
-    let names: Vec<&str> = ARCH
-        .programs()
-        .iter()
-        .map(|p| exit_program(p.fexit, p.fexit_w, walk))
-        .chain(ARCH.programs().iter().map(|p| p.fentry))
-        .collect();
-    load_side_by_side(ebpf, &names, |name, program| {
-        let function = function_of(name).expect("a trampoline program");
-        match program {
-            Program::FExit(p) => p.load(&function, &btf),
-            Program::FEntry(p) => p.load(&function, &btf),
-            _ => bail!("program {name} is neither fentry nor fexit"),
-        }
-        .with_context(|| format!("loading {name} on {function}"))
-    })?;
-    let mut ids = Vec::new();
-    for name in names {
-        let function = function_of(name).expect("a trampoline program");
-        match ebpf.program_mut(name).with_context(|| format!("program {name} missing"))? {
-            Program::FExit(p) => {
-                p.attach().with_context(|| format!("attaching fexit to {function}"))?;
-                ids.push(p.info()?.id());
-            }
-            Program::FEntry(p) => {
-                p.attach().with_context(|| format!("attaching fentry to {function}"))?;
-                ids.push(p.info()?.id());
-            }
-            _ => bail!("program {name} is neither fentry nor fexit"),
-        }
-    }
-    Ok(ids)
-}
-
-/// Attaches each syscall's programs (this architecture's) to its `syscalls`
-/// tracepoints; the ids of the programs.
-fn attach_tracepoints(ebpf: &mut Ebpf, walk: PathWalk) -> Result<Vec<u32>> {
-    // (program, tracepoint). Exits come first so that a call entered
-    // before attaching is counted as such at its exit, rather than leaving
-    // an entry with no exit.
-    let attach: Vec<(&str, &str)> = ARCH
-        .programs()
-        .iter()
-        .map(|p| (exit_program(p.exit, p.exit_w, walk), p.tracepoint_exit))
-        .chain(ARCH.programs().iter().map(|p| (p.enter, p.tracepoint_enter)))
-        .collect();
-    let names: Vec<&str> = attach.iter().map(|(name, _)| *name).collect();
-    load_side_by_side(ebpf, &names, |name, program| {
-        let program: &mut TracePoint = program.try_into()?;
-        program.load().with_context(|| format!("loading program {name}"))
-    })?;
-    let mut ids = Vec::new();
-    for (name, tracepoint) in attach {
-        let program: &mut TracePoint = ebpf
-            .program_mut(name)
-            .with_context(|| format!("program {name} missing from the embedded object"))?
-            .try_into()?;
-        program
-            .attach("syscalls", tracepoint)
-            .with_context(|| format!("attaching to tracepoint syscalls:{tracepoint}"))?;
-        ids.push(program.info()?.id());
-    }
-    Ok(ids)
-}
-
 /// The lifecycle programs and their tracepoints, present on every kernel
 /// podstuck supports (5.10 on) and on every architecture: the exec
 /// program on the raw tracepoint (for the `linux_binprm` naming the file
-/// the kernel runs), the others on the plain ones (their fields need no
-/// kernel read, so signals are seen under lockdown too).
-const LIFECYCLE_PROGRAMS: [(&str, &str, &str); 3] = [
-    (program::LIFECYCLE_EXIT, "sched", "sched_process_exit"),
-    (program::LIFECYCLE_SIGNAL, "signal", "signal_generate"),
-    (program::LIFECYCLE_EXEC, "sched", "sched_process_exec"),
-];
+/// the kernel runs), the exit program on the plain one, and the signal
+/// program on the raw one where kernel memory may be read (the target
+/// task: was its process already exiting?), else on the plain one, whose
+/// fields need no kernel read, so signals are seen under lockdown too.
+fn lifecycle_programs(reads_kernel: bool) -> [(&'static str, &'static str, &'static str); 3] {
+    let signal = match reads_kernel {
+        true => program::LIFECYCLE_SIGNAL_TASK,
+        false => program::LIFECYCLE_SIGNAL,
+    };
+    [
+        (program::LIFECYCLE_EXIT, "sched", "sched_process_exit"),
+        (signal, "signal", "signal_generate"),
+        (program::LIFECYCLE_EXEC, "sched", "sched_process_exec"),
+    ]
+}
 
 /// Attaches the lifecycle programs (exits first, so an exit of a process
 /// named after attaching is never missed); their ids. All or none: a set
 /// attached in part would feed a ring nothing drains, so a failure
 /// detaches those already attached.
-fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
+fn attach_lifecycle(ebpf: &mut Ebpf, reads_kernel: bool) -> Result<Vec<u32>> {
     let mut ids = Vec::new();
     let mut attached = Vec::new();
-    for (name, category, tracepoint) in LIFECYCLE_PROGRAMS {
+    for (name, category, tracepoint) in lifecycle_programs(reads_kernel) {
         match attach_lifecycle_program(ebpf, name, category, tracepoint) {
             Ok(id) => {
                 ids.push(id);
@@ -484,7 +300,7 @@ fn attach_lifecycle(ebpf: &mut Ebpf) -> Result<Vec<u32>> {
 
 fn attach_lifecycle_program(ebpf: &mut Ebpf, name: &str, category: &str, tracepoint: &str) -> Result<u32> {
     let program = ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?;
-    if name == program::LIFECYCLE_EXEC {
+    if name == program::LIFECYCLE_EXEC || name == program::LIFECYCLE_SIGNAL_TASK {
         let program: &mut RawTracePoint = program.try_into()?;
         program.load().with_context(|| format!("loading program {name}"))?;
         program.attach(tracepoint).with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
@@ -572,7 +388,7 @@ impl Tracer {
         // as the calls are what most stuck pods show.
         let (mut program_ids, mut lifecycle, mut lifecycle_lost, mut lifecycle_missing) =
             (program_ids, None, None, None);
-        match attach_lifecycle(&mut ebpf) {
+        match attach_lifecycle(&mut ebpf, options.walk.reads_kernel()) {
             Ok(ids) => {
                 program_ids.extend(ids);
                 lifecycle = Some(ring(&mut ebpf, "LIFECYCLE")?);
@@ -615,6 +431,7 @@ impl Tracer {
             fallback,
             attach_attempts: attempts,
             events_seen: 0,
+            lifecycle_seen: BTreeMap::new(),
             records_undecodable: 0,
         })
     }
@@ -749,6 +566,9 @@ impl Tracer {
             Received::Call(decoded) => decoded.is_ok(),
             Received::Lifecycle(decoded) => decoded.is_ok(),
         };
+        if let Received::Lifecycle(Ok(event)) = record {
+            *self.lifecycle_seen.entry(event.what.kind()).or_default() += 1;
+        }
         match decoded {
             true => self.events_seen += 1,
             false => self.records_undecodable += 1,
@@ -814,9 +634,12 @@ impl Tracer {
         for syscall in Syscall::ALL {
             calls.insert(syscall, self.counter(counter::CALLS + syscall as u32)?);
         }
+        let lifecycle_lost = self.lifecycle_lost()?;
         Ok(RunTotals {
             events_seen: self.events_seen,
-            events_lost: self.counter(counter::RING_BUFFER_DROPS)? + self.lifecycle_lost()?,
+            events_lost: self.counter(counter::RING_BUFFER_DROPS)? + lifecycle_lost,
+            lifecycle_lost,
+            lifecycle_seen: self.lifecycle_seen.clone(),
             calls,
             pods_calls: None,
             calls_without_entry: self.counter(counter::EXIT_WITHOUT_ENTRY)?,
@@ -826,6 +649,8 @@ impl Tracer {
             calls_outside_series: self.counter(counter::SERIES_FULL)?,
             programs: Vec::new(),
             lifecycle_dropped: BTreeMap::new(),
+            claims_set_aside: BTreeMap::new(),
+            claims_naming_another_pod: 0,
             node_reads: Default::default(),
             queue_full: self.drain.totals().full,
             queue_high_water: self.drain.totals().high_water,

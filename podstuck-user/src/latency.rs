@@ -486,9 +486,12 @@ pub(crate) mod tests {
             abs_path: Ok(b"/x".to_vec()),
             pod_uid: pod.map(|p| PodUid::parse(p).unwrap()),
             path_area: None,
+            target: crate::identify::target::Target::Other,
             container_id: None,
             actor: Actor { comm: "c".into(), exe: None, parent: "p".into(), role, description: "c".into() },
             matched: vec![],
+            proof: crate::identify::path_proof::PathProof::NodeNamespace,
+            claimed_pod: None,
         }
     }
 

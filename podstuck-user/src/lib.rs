@@ -47,6 +47,7 @@ pub mod latency;
 pub mod lifecycle;
 pub mod mountinfo;
 pub mod node_access;
+pub mod pod;
 pub mod preflight;
 pub mod print;
 pub mod record;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use podstuck::exit;
 use podstuck::explain::{KubeOptions, PodRef};
 use podstuck::identify::pod::PodUid;
 use podstuck::identify::DEFAULT_KUBELET_ROOT;
@@ -122,6 +123,9 @@ enum Command {
         /// on each pod's node (read through the API server's pod proxy).
         #[arg(long, conflicts_with_all = ["pod", "from"])]
         all: bool,
+        /// With --all: the namespace the podstuck DaemonSet runs in, the one your install chose.
+        #[arg(long, value_name = "NAMESPACE", env = "PODSTUCK_NAMESPACE", default_value = "podstuck")]
+        podstuck_namespace: String,
         /// The findings as JSON lines, after one line saying what was read; with --all, one JSON document.
         #[arg(long)]
         json: bool,
@@ -225,6 +229,11 @@ struct WatchArgs {
     /// for testing them anywhere.
     #[arg(long, value_enum, default_value = "auto", hide = true)]
     path_walk: PathWalkArg,
+    /// End-to-end tests only: each call record waits this long before the pipeline takes it (e.g.
+    /// 500us), as a slow identify or diagnosis would, so that a test can make the loop fall behind
+    /// a storm on purpose and see what the rings' reader does then.
+    #[arg(long, value_name = "DURATION", value_parser = slow_pipeline, hide = true)]
+    slow_pipeline: Option<Duration>,
     /// Size of the ring buffer that carries calls to podstuck, in KiB (a power of two, at least 4;
     /// default 4096, or 16384 with --every-call).
     #[arg(long, value_name = "KIB", value_parser = ring_buffer_kib)]
@@ -363,6 +372,11 @@ fn interval(value: &str) -> Result<Duration, String> {
     podstuck::words::duration_arg(value, "the histogram files would be rewritten without a pause")
 }
 
+/// `--slow-pipeline` (tests only).
+fn slow_pipeline(value: &str) -> Result<Duration, String> {
+    podstuck::words::duration_arg(value, "the pipeline would not be slowed")
+}
+
 /// `--hung-after`.
 fn hung_after(value: &str) -> Result<Duration, String> {
     podstuck::words::duration_arg(value, "every call would be reported hung as it started")
@@ -405,19 +419,19 @@ impl WatchArgs {
             Ok(pods) => pods,
             Err(e) => {
                 stderr_line(format_args!("podstuck: error: {e}"));
-                return Err(ExitCode::from(podstuck::exit::BAD_INPUT));
+                return Err(ExitCode::from(exit::BAD_INPUT));
             }
         };
         let syscalls: Vec<Syscall> = self.syscalls.iter().map(|&s| Syscall::from(s)).collect();
         if let Some(why) = podstuck::run::refuse_absent(Arch::HOST, &syscalls) {
             stderr_line(format_args!("podstuck: error: {why}"));
-            return Err(ExitCode::from(podstuck::exit::BAD_INPUT));
+            return Err(ExitCode::from(exit::BAD_INPUT));
         }
         let node_name = self.node_name.filter(|name| !name.trim().is_empty());
         if self.events && node_name.is_none() {
             // uname in a pod is the pod's name: Events need the node's own.
             eprintln!("podstuck: error: --events needs the node's name as Kubernetes knows it: give --node-name NAME (a DaemonSet sets NODE_NAME from spec.nodeName)");
-            return Err(ExitCode::from(2));
+            return Err(ExitCode::from(exit::BAD_INPUT));
         }
         Ok(WatchOptions {
             json: self.json,
@@ -465,6 +479,7 @@ impl WatchArgs {
             file_mode: self.file_mode,
             ring_buffer_bytes: self.ring_buffer_kib.map(|kib| kib * 1024),
             kernel_cost: self.kernel_cost,
+            slow_pipeline: self.slow_pipeline,
             listen: self.listen,
             // NODE_NAME set but empty (a downward API field missing) is no name.
             node_name,
@@ -532,6 +547,15 @@ impl From<SyscallArg> for Syscall {
     }
 }
 
+/// The errors of podstuck's own that end a run as a refusal of what was
+/// asked ([`exit::BAD_INPUT`]): another podstuck traces the node, the
+/// address to listen on is taken, the node cannot be traced.
+const REFUSALS: [exit::Refusal; 3] = [
+    exit::refused_as::<podstuck::tracer_lock::AlreadyTracing>,
+    exit::refused_as::<podstuck::serve::CannotListen>,
+    exit::refused_as::<NodeNotReady>,
+];
+
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     // Before any thread starts: entering the node's mount namespace needs a process alone.
@@ -546,7 +570,7 @@ fn main() -> ExitCode {
             Ok(found) => node = found,
             Err(e) => {
                 stderr_line(format_args!("podstuck: error: {e}"));
-                return ExitCode::from(2);
+                return ExitCode::from(exit::BAD_INPUT);
             }
         }
         cli.command.reach_from_here(node);
@@ -555,7 +579,7 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("podstuck: error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(exit::FAILED);
         }
     };
     let result = match cli.command {
@@ -577,7 +601,7 @@ fn main() -> ExitCode {
         Command::HostShell => podstuck::kubectl_plugin::remote::host_shell(cli.node_pid),
         Command::Check { kubelet_root, btf } => match podstuck::check::check(node, &kubelet_root, btf.as_deref()) {
             Ok(true) => Ok(()),
-            Ok(false) => return ExitCode::from(2),
+            Ok(false) => return ExitCode::from(exit::BAD_INPUT),
             Err(e) => Err(e),
         },
         Command::Watch(args) => match args.options(node, None).map(|options| runtime.block_on(watch(&options))) {
@@ -593,7 +617,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Replay { file, json } => podstuck::record::replay(&file, json),
-        Command::Explain { pod, namespace, from, all, json, kube } => {
+        Command::Explain { pod, namespace, from, all, podstuck_namespace, json, kube } => {
             let options = podstuck::explain::ExplainOptions {
                 pod,
                 namespace,
@@ -601,31 +625,16 @@ fn main() -> ExitCode {
                 json,
                 kube: KubeOptions { node, ..KubeOptions::from(kube) },
                 all,
+                podstuck_namespace: Some(podstuck_namespace),
             };
             runtime.block_on(podstuck::explain::explain(&options))
         }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<podstuck::tracer_lock::AlreadyTracing>().is_some() => {
-            stderr_line(format_args!("podstuck: error: {e}"));
-            ExitCode::from(2)
-        }
-        Err(e) if e.downcast_ref::<podstuck::serve::CannotListen>().is_some() => {
-            stderr_line(format_args!("podstuck: error: {e}"));
-            ExitCode::from(2)
-        }
-        Err(e) if e.downcast_ref::<NodeNotReady>().is_some() => {
-            stderr_line(format_args!("podstuck: error: cannot trace on this node:\n{e}"));
-            ExitCode::from(2)
-        }
-        Err(e) if podstuck::exit::code_of(&e) == podstuck::exit::BAD_INPUT => {
-            stderr_line(format_args!("podstuck: error: {e:#}"));
-            ExitCode::from(podstuck::exit::BAD_INPUT)
-        }
+        Ok(()) => ExitCode::from(exit::SUCCESS),
         Err(e) => {
             stderr_line(format_args!("podstuck: error: {e:#}"));
-            ExitCode::from(podstuck::exit::FAILED)
+            ExitCode::from(exit::code_of(&e, &REFUSALS))
         }
     }
 }

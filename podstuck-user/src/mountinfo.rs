@@ -33,6 +33,18 @@ pub struct Mount {
 }
 
 impl Mount {
+    /// Its peer group (`shared:N`: the kernel's number, the same in every
+    /// namespace holding a peer of it), where it has one.
+    pub fn peer_group(&self) -> Option<&str> {
+        self.propagation.iter().find(|p| p.starts_with("shared:")).map(String::as_str)
+    }
+
+    /// Whether the filesystem is a cgroup hierarchy (v1 or v2): its EBUSY
+    /// is a cgroup's tasks, never a holder's open file.
+    pub fn is_cgroup(&self) -> bool {
+        self.fstype == "cgroup" || self.fstype == "cgroup2"
+    }
+
     pub fn read_only(&self) -> bool {
         self.options.split(',').any(|o| o == "ro")
     }
@@ -122,6 +134,76 @@ pub fn parse_mountinfo(text: &[u8]) -> Vec<Mount> {
     text.split(|b| *b == b'\n').filter_map(parse_line).collect()
 }
 
+/// Whether `path` is `dir` or lies below it, by whole components.
+pub fn is_at_or_below(path: &[u8], dir: &[u8]) -> bool {
+    if dir == b"/" {
+        return path.first() == Some(&b'/');
+    }
+    path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
+}
+
+/// Where a directory really is: the filesystem (device) and its path
+/// inside that filesystem. Two paths with the same location are one
+/// directory reached two ways (a bind mount shows it twice), in one mount
+/// namespace or in two.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirLocation {
+    pub dev: (u32, u32),
+    pub path_in_fs: Vec<u8>,
+}
+
+/// `base` + the part of `path` below `dir`, by whole components.
+pub fn rebase(base: &[u8], path: &[u8], dir: &[u8]) -> Vec<u8> {
+    let rest = if dir == b"/" { path } else { &path[dir.len()..] };
+    let mut out = base.strip_suffix(b"/").unwrap_or(base).to_vec();
+    out.extend_from_slice(rest);
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
+/// The directory entry an absolute `path` names in the namespace whose
+/// table `mounts` is, as the kernel's lookup reaches it: from the root
+/// mount, down the mount tree (each step onto the topmost mount stacked
+/// at that directory, and only onto a mount whose parent is the mount
+/// the lookup is on, so a mount hidden under a later one at a parent
+/// directory is passed over), stopping at `path`'s parent directory:
+/// whatever is mounted on `path` itself is not where its entry lies.
+/// None for a relative path or a table with no root mount.
+///
+/// This, not the longest mount point above the path, decides whether a
+/// path in one namespace is the same directory entry as in another: a
+/// workload's namespace may hold any mounts it likes, hidden ones too.
+pub fn entry_location(mounts: &[Mount], path: &[u8]) -> Option<DirLocation> {
+    if path.first() != Some(&b'/') {
+        return None;
+    }
+    let ids: std::collections::HashSet<u32> = mounts.iter().map(|m| m.id).collect();
+    // The root: a mount on "/" whose parent is outside the table (a
+    // namespace's root mount names a parent it cannot show).
+    let root = mounts.iter().find(|m| m.mount_point == b"/" && (!ids.contains(&m.parent_id) || m.parent_id == m.id))?;
+    fn topmost<'m>(mounts: &'m [Mount], mut on: &'m Mount, at: &[u8]) -> &'m Mount {
+        while let Some(above) = mounts.iter().find(|m| m.parent_id == on.id && m.id != on.id && m.mount_point == at) {
+            on = above;
+        }
+        on
+    }
+    let mut on = topmost(mounts, root, b"/");
+    let parent_len = path.iter().rposition(|b| *b == b'/').unwrap_or(0);
+    // Each directory above the entry, "/a", "/a/b", ..., by whole components.
+    let mut end = 1;
+    while end <= parent_len {
+        let next = path[end..parent_len].iter().position(|b| *b == b'/').map_or(parent_len, |p| end + p);
+        let dir = &path[..next];
+        if let Some(child) = mounts.iter().find(|m| m.parent_id == on.id && m.id != on.id && m.mount_point == dir) {
+            on = topmost(mounts, child, dir);
+        }
+        end = next + 1;
+    }
+    Some(DirLocation { dev: on.dev, path_in_fs: rebase(&on.root, path, &on.mount_point) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +218,60 @@ mod tests {
             assert_eq!(&*unescape(kept), kept);
         }
         assert!(matches!(unescape(b"/plain"), Cow::Borrowed(_)));
+    }
+
+    /// The node: its root filesystem, and a pod's CSI volume mounted.
+    const NODE: &[u8] = b"22 1 8:1 / / rw shared:1 - ext4 /dev/sda1 rw\n\
+        90 22 0:70 / /var/lib/kubelet/pods/b/volumes/kubernetes.io~csi/pv/mount rw shared:40 - tmpfs tmpfs rw\n";
+    const VOLUME: &[u8] = b"/var/lib/kubelet/pods/b/volumes/kubernetes.io~csi/pv/mount";
+
+    fn location(table: &[u8], path: &[u8]) -> Option<DirLocation> {
+        entry_location(&parse_mountinfo(table), path)
+    }
+
+    #[test]
+    fn a_path_is_the_nodes_entry_where_its_directory_is_the_nodes_whatever_is_mounted_on_it() {
+        let node = location(NODE, VOLUME).unwrap();
+        assert_eq!(node, DirLocation { dev: (8, 1), path_in_fs: VOLUME.to_vec() });
+        // A CSI plugin's namespace: its own root, and the node's kubelet
+        // directory mounted from the node (the volume's copy unmounted there).
+        let plugin = b"500 400 0:80 / / rw - overlay overlay rw\n\
+            501 500 8:1 /var/lib/kubelet /var/lib/kubelet rw - ext4 /dev/sda1 rw\n";
+        assert_eq!(location(plugin, VOLUME), Some(node.clone()));
+    }
+
+    #[test]
+    fn a_namespaces_own_filesystem_at_the_nodes_path_is_not_the_nodes_entry() {
+        let node = location(NODE, VOLUME).unwrap();
+        // A tmpfs over /var/lib/kubelet, made in a pod's namespace.
+        let tmpfs = b"500 400 0:80 / / rw - overlay overlay rw\n\
+            502 500 0:81 / /var/lib/kubelet rw - tmpfs tmpfs rw\n";
+        assert_ne!(location(tmpfs, VOLUME), Some(node.clone()));
+        // The pod's own emptyDir (on the node's disk) bound over it: the
+        // node's filesystem, another directory of it.
+        let bound = b"500 400 0:80 / / rw - overlay overlay rw\n\
+            503 500 8:1 /var/lib/kubelet/pods/a/volumes/kubernetes.io~empty-dir/d /var/lib/kubelet rw - ext4 /dev/sda1 rw\n";
+        let there = location(bound, VOLUME).unwrap();
+        assert_eq!(there.dev, (8, 1));
+        assert_ne!(there, node);
+    }
+
+    #[test]
+    fn a_mount_hidden_under_a_later_one_on_a_parent_directory_is_passed_over() {
+        let node = location(NODE, VOLUME).unwrap();
+        // The node's kubelet directory bound in, then a tmpfs mounted on
+        // /var/lib over it: a lookup of /var/lib/kubelet lands in the tmpfs.
+        let hidden = b"500 400 0:80 / / rw - overlay overlay rw\n\
+            501 500 8:1 /var/lib/kubelet /var/lib/kubelet rw - ext4 /dev/sda1 rw\n\
+            504 500 0:82 / /var/lib rw - tmpfs tmpfs rw\n";
+        let there = location(hidden, VOLUME).unwrap();
+        assert_eq!(there.dev, (0, 82));
+        assert_ne!(there, node);
+        // Stacked on the root itself: the topmost is the one looked up.
+        let stacked = b"500 400 0:80 / / rw - overlay overlay rw\n505 500 8:1 / / rw - ext4 /dev/sda1 rw\n";
+        assert_eq!(location(stacked, VOLUME), Some(node));
+        assert_eq!(location(b"", VOLUME), None);
+        assert_eq!(location(NODE, b"relative/path"), None);
     }
 
     #[test]

@@ -126,6 +126,13 @@ pub struct RunTotals {
     pub events_seen: u64,
     /// Records the kernel could not put in the ring buffer.
     pub events_lost: u64,
+    /// Of `events_lost`, the process lifecycle's (execs, signals, exits):
+    /// their ring is apart from the calls', and a lost exit is what lets a
+    /// reused pid inherit an old pod, so their loss is said apart too.
+    pub lifecycle_lost: u64,
+    /// The process lifecycle's records received, by kind (`exec`,
+    /// `signal`, `exit`): every one the kernel sent, whoever it was about.
+    pub lifecycle_seen: BTreeMap<&'static str, u64>,
     /// Every completed call of the node, counted in the kernel.
     pub calls: BTreeMap<Syscall, u64>,
     /// With `--pod`: the calls of the pods followed, by syscall, from the
@@ -147,13 +154,44 @@ pub struct RunTotals {
     /// (a pod's process, a parent that is no runtime), by reason's name:
     /// they never reached a pod.
     pub lifecycle_dropped: BTreeMap<String, u64>,
+    /// Failed calls whose path was the caller's word alone (made in a
+    /// mount namespace where it is not the node's: a pod's own), by
+    /// reason's name: set aside, never diagnosed.
+    pub claims_set_aside: BTreeMap<String, u64>,
+    /// Calls whose unproven path named another pod than the caller's.
+    pub claims_naming_another_pod: u64,
     /// How podstuck's reads of the node stand (`watch`: avoided
     /// filesystems, recoveries, failures by kind).
     pub node_reads: NodeReads,
-    /// Times the rings' reader found its queue full and waited (the
-    /// kernel's ring filled meanwhile), and the most the queue held.
+    /// Times the rings' reader found a queue full and left its ring to the
+    /// kernel until the loop made room (the ring filled meanwhile), and
+    /// the most a queue held.
     pub queue_full: u64,
     pub queue_high_water: u64,
+}
+
+impl RunTotals {
+    /// The calls set aside as claims, in words; None when there were none.
+    pub fn claims_words(&self) -> Option<String> {
+        if self.claims_set_aside.is_empty() && self.claims_naming_another_pod == 0 {
+            return None;
+        }
+        let failed: u64 = self.claims_set_aside.values().sum();
+        let reasons: Vec<String> = self.claims_set_aside.iter().map(|(why, n)| format!("{why} {n}")).collect();
+        let mut words = format!(
+            "{failed} failed call(s) made where their path is not the node's (a pod's own mount namespace) set aside, never diagnosed"
+        );
+        if !reasons.is_empty() {
+            words.push_str(&format!(" ({})", reasons.join(", ")));
+        }
+        if self.claims_naming_another_pod > 0 {
+            words.push_str(&format!(
+                "; {} call(s) named another pod's path from a pod's own namespace, believed for no pod",
+                self.claims_naming_another_pod
+            ));
+        }
+        Some(words)
+    }
 }
 
 /// How podstuck's reads of the node stand at the end of a run or a scrape.

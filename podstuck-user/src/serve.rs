@@ -1,8 +1,10 @@
 //! `--listen ADDR`: the run's metrics and findings over HTTP, read-only,
-//! for the cluster's Prometheus and for whoever asks on the node. Three
-//! pages, `GET /metrics` (Prometheus text), `GET /findings` (JSON) and
-//! `GET /healthz` (for a liveness probe); anything else is 404, any other
-//! method 405.
+//! for the cluster's Prometheus and for whoever asks on the node. Four
+//! pages, `GET /metrics` (Prometheus text), `GET /findings` (JSON),
+//! `GET /healthz` (for a liveness probe: is the run still going?) and
+//! `GET /ready` (for a readiness probe: are the programs attached, or has
+//! the run said why it cannot trace and stays up on purpose?); anything
+//! else is 404, any other method 405.
 //!
 //! The pages are rendered by the run (the endpoint printer,
 //! [`crate::print::endpoint`]) and published here whole; serving one is
@@ -94,6 +96,10 @@ pub struct Pages {
     pub findings: String,
     /// When they were rendered.
     pub rendered: Option<std::time::Instant>,
+    /// What `/ready` says while the run is ready: tracing with its programs
+    /// attached, or not tracing on purpose (`--stay-up` on a node that
+    /// cannot be traced); `None` until then, and `/ready` answers 503.
+    pub ready: Option<String>,
 }
 
 /// The latest pages, as the run publishes them and the server reads them.
@@ -200,6 +206,7 @@ pub enum Page {
     Metrics,
     Findings,
     Health,
+    Ready,
 }
 
 /// A request understood: the page and whether the body is wanted (HEAD
@@ -265,6 +272,7 @@ pub(crate) fn parse_head(head: &[u8]) -> Result<Option<Request>, Refusal> {
         "/metrics" => Some(Page::Metrics),
         "/findings" => Some(Page::Findings),
         "/healthz" => Some(Page::Health),
+        "/ready" => Some(Page::Ready),
         _ => None,
     };
     Ok(Some(Request { page, head_only }))
@@ -298,7 +306,7 @@ impl Reply {
                 allow: true,
                 ..Reply::text(
                     "405 Method Not Allowed",
-                    "podstuck serves GET /metrics, /findings and /healthz, read-only",
+                    "podstuck serves GET /metrics, /findings, /healthz and /ready, read-only",
                 )
             },
             Refusal::TooLarge => Reply::text("431 Request Header Fields Too Large", "request head too large"),
@@ -339,10 +347,24 @@ pub fn reply_to(request: &Request, pages: &Pages) -> Reply {
             };
             return Reply { head_only: request.head_only, ..reply };
         }
+        Some(Page::Ready) => {
+            // Ready once the run said it traces (or cannot, on purpose), and
+            // only while it still renders: a version whose loop is stuck
+            // must not count as available to a rollout.
+            let reply = match (&pages.ready, pages.rendered.map(|at| at.elapsed())) {
+                (Some(words), Some(age)) if age <= HEALTHY_WITHIN => Reply::text("200 OK", words),
+                (Some(_), Some(age)) => Reply::text(
+                    "503 Service Unavailable",
+                    &format!("podstuck has not rendered its pages for {} s: its run is stuck", age.as_secs()),
+                ),
+                _ => Reply::text("503 Service Unavailable", "podstuck has not attached its programs yet"),
+            };
+            return Reply { head_only: request.head_only, ..reply };
+        }
         None => {
             return Reply {
                 head_only: request.head_only,
-                ..Reply::text("404 Not Found", "podstuck serves /metrics, /findings and /healthz")
+                ..Reply::text("404 Not Found", "podstuck serves /metrics, /findings, /healthz and /ready")
             }
         }
     };
@@ -416,6 +438,27 @@ mod tests {
     }
 
     #[test]
+    fn ready_says_whether_the_programs_are_attached_or_the_run_stays_up_on_purpose() {
+        let ready = |ready: Option<&str>, rendered| {
+            let pages = Pages { rendered, ready: ready.map(str::to_string), ..Pages::default() };
+            reply_to(&Request { page: Some(Page::Ready), head_only: false }, &pages)
+        };
+        assert_eq!(parsed("GET /ready HTTP/1.1\r\n\r\n"), Ok(Request { page: Some(Page::Ready), head_only: false }));
+        let now = Some(std::time::Instant::now());
+        // Before the programs are attached: not ready, however fresh.
+        let waiting = ready(None, now);
+        assert_eq!(waiting.status, "503 Service Unavailable");
+        assert!(String::from_utf8(waiting.body).unwrap().contains("has not attached its programs yet"));
+        assert_eq!(ready(None, None).status, "503 Service Unavailable");
+        let tracing = ready(Some("tracing"), now);
+        assert_eq!((tracing.status, String::from_utf8(tracing.body).unwrap().as_str()), ("200 OK", "tracing\n"));
+        let stale = std::time::Instant::now().checked_sub(HEALTHY_WITHIN + Duration::from_secs(5));
+        if let Some(stale) = stale {
+            assert_eq!(ready(Some("tracing"), Some(stale)).status, "503 Service Unavailable");
+        }
+    }
+
+    #[test]
     fn a_head_is_whole_at_its_blank_line_and_bounded() {
         assert_eq!(parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n"), Ok(None));
         assert_eq!(parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nbody").map(|r| r.is_some()), Ok(true));
@@ -430,6 +473,7 @@ mod tests {
             metrics: "podstuck_up 1\n".into(),
             findings: "{}".into(),
             rendered: Some(std::time::Instant::now()),
+            ready: None,
         };
         let get = |page| reply_to(&Request { page, head_only: false }, &pages);
         let metrics = String::from_utf8(get(Some(Page::Metrics)).bytes()).unwrap();

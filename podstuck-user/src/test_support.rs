@@ -67,6 +67,7 @@ pub mod pasted {
         "crictl",
         "journalctl",
         "grep",
+        "xargs",
         "kubectl",
         "podstuck",
     ];

@@ -8,13 +8,25 @@ use std::time::{Duration, SystemTime};
 
 /// A time as RFC 3339 with nanoseconds, UTC.
 pub fn rfc3339(time: SystemTime) -> String {
-    humantime::format_rfc3339_nanos(time).to_string()
+    humantime::format_rfc3339_nanos(sayable(time)).to_string()
 }
 
 /// A time as RFC 3339 to the second, UTC: for people, where nanoseconds
 /// would only be noise.
 pub fn rfc3339_seconds(time: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(time).to_string()
+    humantime::format_rfc3339_seconds(sayable(time)).to_string()
+}
+
+/// The last second RFC 3339's four-digit years can say (9999-12-31T23:59:59Z).
+const LAST_SAYABLE: Duration = Duration::from_secs(253_402_300_799);
+
+/// `time` within what RFC 3339 (and humantime, which panics outside it)
+/// can say: 1970 to 9999. Times come from untrusted input too (a pod's
+/// deletionTimestamp in a file given to `explain --from`): one from year
+/// 27 is said as the epoch rather than end the run.
+fn sayable(time: SystemTime) -> SystemTime {
+    let last = SystemTime::UNIX_EPOCH + LAST_SAYABLE;
+    time.clamp(SystemTime::UNIX_EPOCH, last)
 }
 
 /// Serde: a path quoted in a finding or a fact, as text (bytes that are not
@@ -398,6 +410,17 @@ impl From<CommandLine> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_rfc3339_cannot_say_are_said_at_its_ends_not_a_panic() {
+        let before = SystemTime::UNIX_EPOCH - Duration::from_secs(61_313_904_000);
+        assert_eq!(rfc3339_seconds(before), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(before), "1970-01-01T00:00:00.000000000Z");
+        let after = SystemTime::UNIX_EPOCH + Duration::from_secs(300_000_000_000);
+        assert_eq!(rfc3339_seconds(after), "9999-12-31T23:59:59Z");
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600);
+        assert_eq!(rfc3339_seconds(now), "2026-01-01T00:00:00Z");
+    }
 
     #[test]
     fn durations_read_as_people_say_them() {

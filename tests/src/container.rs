@@ -8,8 +8,11 @@
 //!   (rprivate) propagation, so the container holds a private copy of
 //!   every mount the node had when it started;
 //! - [`daemonset`]: the least privilege a DaemonSet needs
-//!   ([`DAEMONSET_CAPABILITIES`]): no privileged, a read-only root, the
-//!   node's `/` read-only with HostToContainer (rslave) propagation.
+//!   ([`ENTER_NODE_CAPABILITIES`]): no privileged, a read-only root, the
+//!   node's `/` read-only with HostToContainer (rslave) propagation;
+//! - [`host_root_mount`] and [`cri_bind`]: the node's `/` as a manifest
+//!   (the plugin's debug pod, the DaemonSet) mounts it, bound as kubelet
+//!   has containerd bind it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -17,8 +20,8 @@ use std::process::{Command, Output};
 use crate::podstuck::Watch;
 use crate::runtimes::{short_name, stdout_text, Containerd, Dockerd, DOCKER};
 
-/// The capabilities podstuck needs in a DaemonSet that is not privileged,
-/// entering the node's mount namespace, measured in docker (20.10, its
+/// The capabilities podstuck needs in a container that is not privileged
+/// to enter the node's mount namespace, measured in docker (20.10, its
 /// default seccomp profile on) by dropping each in turn (`podstuck check`
 /// says which call failed); `tests/tests/container.rs` runs P1 with them:
 ///
@@ -36,10 +39,11 @@ use crate::runtimes::{short_name, stdout_text, Containerd, Dockerd, DOCKER};
 ///   ("PID 1's mount namespace is unreadable: permission denied").
 ///
 /// Once in the node's mount namespace, the node's tracefs is there: no
-/// /sys/kernel/tracing mount is needed. The manifest under deploy/ takes
-/// the other route, [`DAEMONSET_CAPABILITIES_WITHOUT_SETNS`] (its tests
-/// read the manifest's own list).
-pub const DAEMONSET_CAPABILITIES: [&str; 3] = ["SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"];
+/// /sys/kernel/tracing mount is needed. Not the DaemonSet's set: the
+/// manifest under deploy/ takes the other route, [`HOST_ROOT_CAPABILITIES`]
+/// and the two its node shapes need besides (its tests read the manifest's
+/// own list).
+pub const ENTER_NODE_CAPABILITIES: [&str; 3] = ["SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"];
 
 /// The set without CAP_SYS_ADMIN, measured with containerd (ctr 1.6 and
 /// its default seccomp profile on; docker 20.10 cannot grant CAP_BPF):
@@ -52,7 +56,7 @@ pub const DAEMONSET_CAPABILITIES: [&str; 3] = ["SYS_ADMIN", "SYS_CHROOT", "SYS_P
 ///   programs' reads of kernel memory (CAP_BPF alone: the same refusal);
 /// - `SYS_PTRACE`: other processes' /proc/PID/{fd,cwd,root,ns}, to name who
 ///   holds a mount.
-pub const DAEMONSET_CAPABILITIES_WITHOUT_SETNS: [&str; 3] = ["BPF", "PERFMON", "SYS_PTRACE"];
+pub const HOST_ROOT_CAPABILITIES: [&str; 3] = ["BPF", "PERFMON", "SYS_PTRACE"];
 
 /// The capabilities the manifest's DaemonSet adds, as written there
 /// (`BPF`), but those this machine cannot grant at all (said loudly).
@@ -290,6 +294,40 @@ pub fn daemonset(caps: &[&str]) -> Vec<String> {
 /// shared), which docker's rslave binds need.
 fn root_propagates() -> bool {
     crate::mountinfo::at(Path::new("/")).is_some_and(|root| root.propagates())
+}
+
+/// The volumeMount of the node's `/` in a pod spec (a Pod's `spec`, or a
+/// DaemonSet's template's), as the manifest writes it: its first
+/// container's mount of the hostPath volume of path `/`.
+pub fn host_root_mount(spec: &serde_json::Value) -> serde_json::Value {
+    let volumes = spec["volumes"].as_array().expect("the pod's volumes");
+    let volume = volumes.iter().find(|v| v["hostPath"]["path"] == "/").expect("a hostPath volume of the node's /");
+    let mounts = spec["containers"][0]["volumeMounts"].as_array().expect("the container's volumeMounts");
+    let mount = mounts.iter().find(|m| m["name"] == volume["name"]);
+    mount.unwrap_or_else(|| panic!("no volumeMount of {}", volume["name"])).clone()
+}
+
+/// `volume_mount` (a manifest's), its source `source`, as `ctr run
+/// --mount` flags with the options containerd's CRI gives runc for it at
+/// kubelet's asking: `rbind`, the propagation its `mountPropagation` says
+/// (none given is `None`: `rprivate`, a private copy of every mount below
+/// the source, taken at start; `HostToContainer`: `rslave`, the node's
+/// mounts and unmounts follow in; `Bidirectional`: `rshared`), and `ro`
+/// when `readOnly`.
+pub fn cri_bind(volume_mount: &serde_json::Value, source: &Path) -> Vec<String> {
+    let propagation = match volume_mount["mountPropagation"].as_str() {
+        None | Some("None") => "rprivate",
+        Some("HostToContainer") => "rslave",
+        Some("Bidirectional") => "rshared",
+        Some(other) => panic!("mountPropagation {other:?} is none of Kubernetes'"),
+    };
+    let mut options = vec!["rbind", propagation];
+    if volume_mount["readOnly"] == true {
+        options.push("ro");
+    }
+    let target = volume_mount["mountPath"].as_str().expect("the volumeMount's mountPath");
+    let mount = format!("type=bind,src={},dst={target},options={}", source.display(), options.join(":"));
+    vec!["--mount".into(), mount]
 }
 
 /// The capabilities `ctr run` gives a task by default (containerd's

@@ -9,6 +9,120 @@ use std::path::Path;
 
 use serde_json::Value;
 
+/// Every finding kind's id, in the order podstuck's table of causes
+/// (`podstuck-user/src/diagnose/causes.rs`) declares them: the one list
+/// the tests hold docs, alerts and contracts against.
+pub fn kinds() -> Vec<String> {
+    causes().into_iter().map(|cause| cause.id).collect()
+}
+
+/// What tells a cause's findings, as the table's last column says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToldBy {
+    /// A detector of its own (`made!(...)`).
+    Own,
+    /// The detector of another cause (`DetectorOf(Kind::...)`): its id.
+    DetectorOf(String),
+    /// The Kubernetes API (`Api`): `podstuck explain`.
+    Api,
+}
+
+/// One cause of podstuck's table: its id and what tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    pub id: String,
+    pub told_by: ToldBy,
+}
+
+/// Every cause of podstuck's table of causes, in its order, read from
+/// the table's source.
+pub fn causes() -> Vec<Cause> {
+    let table = Path::new(env!("CARGO_MANIFEST_DIR")).join("../podstuck-user/src/diagnose/causes.rs");
+    let source = std::fs::read_to_string(&table).unwrap_or_else(|e| panic!("{}: {e}", table.display()));
+    let causes = causes_in(&source);
+    assert!(causes.len() >= 20, "the table of causes read as {causes:?}");
+    causes
+}
+
+/// The causes of a table's source: after `causes! {`, up to its closing
+/// brace, one row a cause, `Variant = "id", "P1", "past words", told;`
+/// over one line or several, doc comments between.
+fn causes_in(source: &str) -> Vec<Cause> {
+    let start = source.find("causes! {").expect("the table of causes");
+    let mut rows = Vec::new();
+    let mut row = String::new();
+    for line in source[start..].lines().skip(1).map(str::trim) {
+        if line == "}" && row.is_empty() {
+            break;
+        }
+        if line.is_empty() || line.starts_with("//") || line.starts_with("#[") {
+            continue;
+        }
+        row.push_str(line);
+        row.push(' ');
+        if line.ends_with(';') {
+            rows.push(std::mem::take(&mut row));
+        }
+    }
+    let rows: Vec<(&str, String, &str)> = rows.iter().map(|row| cells(row)).collect();
+    let id_of = |variant: &str| {
+        let row = rows.iter().find(|(v, _, _)| *v == variant);
+        row.map(|(_, id, _)| id.clone()).unwrap_or_else(|| panic!("DetectorOf({variant}): no such cause"))
+    };
+    let told_by = |told: &str| match told {
+        "Api" => ToldBy::Api,
+        own if own.starts_with("made!(") || own.starts_with("Own(") => ToldBy::Own,
+        other => match other.strip_prefix("DetectorOf(").and_then(|v| v.strip_suffix(')')) {
+            Some(variant) => ToldBy::DetectorOf(id_of(variant.trim_start_matches("Kind::"))),
+            None => panic!("what tells a cause, {other:?}: not made!(...), Own(...), DetectorOf(Kind::...) or Api"),
+        },
+    };
+    rows.iter().map(|(_, id, told)| Cause { id: id.clone(), told_by: told_by(told) }).collect()
+}
+
+/// A row's variant, id and what tells it (past its three strings).
+fn cells(row: &str) -> (&str, String, &str) {
+    let (variant, mut rest) = row.split_once(" = ").unwrap_or_else(|| panic!("a row of the table of causes: {row}"));
+    let mut strings = Vec::new();
+    for _ in 0..3 {
+        let (string, after) = string_literal(rest).unwrap_or_else(|| panic!("three strings in {row}"));
+        strings.push(string);
+        rest = after;
+    }
+    let told = rest.trim().trim_start_matches(',').trim().trim_end_matches(';').trim_end();
+    (variant.trim(), strings.swap_remove(0), told)
+}
+
+/// The string literal `text` starts with (past blanks and a comma), as
+/// written, and what follows it.
+fn string_literal(text: &str) -> Option<(String, &str)> {
+    let body = text.trim_start().trim_start_matches(',').trim_start().strip_prefix('"')?;
+    let mut escaped = false;
+    for (i, c) in body.char_indices() {
+        match c {
+            '"' if !escaped => return Some((body[..i].to_string(), &body[i + 1..])),
+            '\\' => escaped = !escaped,
+            _ => escaped = false,
+        }
+    }
+    None
+}
+
+/// When process `pid` started (`/proc/<pid>/stat`'s 22nd field, read
+/// past its name, which may hold spaces and parentheses): with its pid,
+/// the one process a fix names. None when it is gone.
+pub fn start_of(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split(' ').nth(19)?.parse().ok()
+}
+
+/// `cmd` entered into the mount namespace of process `pid`, as podstuck
+/// prints it: only once the pid is checked to name that very process.
+pub fn entered(pid: u32, cmd: &str) -> String {
+    let start = start_of(pid).unwrap_or_else(|| panic!("process {pid} is gone"));
+    format!("[ \"$(sed 's/.*) //' /proc/{pid}/stat | cut -d' ' -f20)\" = {start} ] && nsenter -t {pid} -m -- {cmd}")
+}
+
 /// Whether a JSON line is a finding (its first emission or a revision).
 pub fn is_finding(line: &Value) -> bool {
     line["type"] == "finding" || line["type"] == "finding-update"
@@ -36,7 +150,7 @@ pub fn shell_word(path: &Path) -> String {
     let bare = |c: char| c.is_ascii_alphanumeric() || "/._:@%+=,-~".contains(c);
     // A `~` is itself unless first or in a word with an `=` (bash's
     // assignment-like words).
-    let tilde = !text.starts_with('~') && !(text.contains('~') && text.contains('='));
+    let tilde = !(text.starts_with('~') || (text.contains('~') && text.contains('=')));
     if !text.is_empty() && !text.starts_with(['-', '=']) && tilde && text.chars().all(bare) {
         text.into_owned()
     } else {
@@ -281,6 +395,33 @@ mod tests {
         assert_eq!(latest[0]["revision"], 2);
         assert_eq!(latest[1]["id"], "b");
         assert_eq!(revisions(&lines, &json!("a")).len(), 2);
+    }
+
+    #[test]
+    fn the_table_of_causes_reads_as_each_id_and_what_tells_it() {
+        let table = r#"
+causes! {
+    /// P1; a doc line with = "a string".
+    VolumeStillMounted = "volume-still-mounted", "P1",
+        "a volume was still mounted, \"quoted\"; then",
+        made!(|_| volume_still_mounted::VolumeStillMounted::default());
+    #[doc = "P3"]
+    PermissionDenied = "permission-denied", "P3", "a removal was refused", DetectorOf(Kind::VolumeStillMounted);
+    FinalizerPending = "finalizer-pending", "P11", "a finalizer held the pod", Api;
+}
+
+pub fn detectors() { let x = "not a cause"; }
+"#;
+        let causes = causes_in(table);
+        let told: Vec<(&str, &ToldBy)> = causes.iter().map(|c| (c.id.as_str(), &c.told_by)).collect();
+        assert_eq!(
+            told,
+            [
+                ("volume-still-mounted", &ToldBy::Own),
+                ("permission-denied", &ToldBy::DetectorOf("volume-still-mounted".into())),
+                ("finalizer-pending", &ToldBy::Api),
+            ]
+        );
     }
 
     #[test]

@@ -81,7 +81,7 @@ suite! {
     pub use mountinfo::is_mountpoint;
     pub use node::{
         cgroup2_root, v1_hierarchy, which, BindMount, Bindfs, CgroupDirs, Chattr, CreatedDirs, FuseMount, Immutable,
-        OverlayMount, TmpfsMount, V1PodCgroups,
+        OverlayMount, PodCgroup, TmpfsMount, V1PodCgroups,
     };
     pub use podstuck::{
         abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, series_count, status_kib, stop_when,

@@ -123,6 +123,15 @@ impl FuseMount {
         FuseMount::started(Command::new(fuse_server()).args(["--root-attr-valid", "3600"]).arg(mountpoint), mountpoint)
     }
 
+    /// As [`FuseMount::start`], the server holding the first STATFS
+    /// unanswered (`fuse_server --stall-first-statfs`) until
+    /// [`FuseMount::answer_stalled_statfs`], and answering every other
+    /// request, later STATFSes too: a caller's statfs stays stuck while
+    /// the filesystem answers others.
+    pub fn start_stalling_first_statfs(mountpoint: &Path) -> FuseMount {
+        FuseMount::started(Command::new(fuse_server()).arg("--stall-first-statfs").arg(mountpoint), mountpoint)
+    }
+
     fn started(command: &mut Command, mountpoint: &Path) -> FuseMount {
         std::fs::create_dir_all(mountpoint).expect("create FUSE mountpoint");
         let process = Process::spawn(command);
@@ -153,6 +162,12 @@ impl FuseMount {
     /// SIGCONT the daemon: it answers what waited, and what comes.
     pub fn continue_server(&self) {
         self.server.as_ref().unwrap().signal(libc::SIGCONT);
+    }
+
+    /// The STATFS held since [`FuseMount::start_stalling_first_statfs`] is
+    /// answered (SIGUSR1 to the daemon): its caller returns.
+    pub fn answer_stalled_statfs(&self) {
+        self.server.as_ref().unwrap().signal(libc::SIGUSR1);
     }
 
     /// Aborts the connection, as `echo 1 > /sys/fs/fuse/connections/N/abort`
@@ -524,6 +539,38 @@ impl Drop for CgroupDirs {
         for dir in self.0.iter().rev() {
             remove_cgroup(dir);
         }
+    }
+}
+
+/// A pod's cgroup, named as the systemd driver names it, below a parent of
+/// the test's own: in the cgroup v2 tree and, on a hybrid node (this
+/// machine's kind: v1 controllers, v2 mounted at .../unified), in the
+/// `name=systemd` v1 hierarchy too, where systemd keeps the same slices
+/// and where podstuck reads a process's pod from on such a node.
+pub struct PodCgroup {
+    paths: Vec<PathBuf>,
+    _dirs: Vec<CgroupDirs>,
+}
+
+impl PodCgroup {
+    /// Pod `uid`'s cgroup below a parent named as the test's `scratch`.
+    pub fn create(scratch: &Path, uid: &str) -> PodCgroup {
+        let parent = scratch.file_name().unwrap();
+        let roots = std::iter::once(cgroup2_root()).chain(v1_hierarchy("name=systemd"));
+        let paths: Vec<PathBuf> = roots.map(|root| pod_slice(&root.join(parent), "besteffort", uid)).collect();
+        let dirs = paths.iter().map(|path| CgroupDirs::create(path)).collect();
+        PodCgroup { paths, _dirs: dirs }
+    }
+
+    /// `sh -c SCRIPT` that moves itself into the cgroup, says "ready",
+    /// then runs `script` (an `exec` keeps its pid).
+    pub fn run(&self, script: &str) -> Process {
+        let moves: Vec<String> =
+            self.paths.iter().map(|p| format!("echo $$ > {}", crate::findings::shell_word(&p.join("cgroup.procs")))).collect();
+        let whole = format!("{} && echo ready && {script}", moves.join(" && "));
+        let process = Process::spawn(Command::new("sh").arg("-c").arg(whole));
+        process.wait_ready(Duration::from_secs(10));
+        process
     }
 }
 

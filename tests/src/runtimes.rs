@@ -1113,6 +1113,26 @@ disabled_plugins = [
         self.ctr(&args);
     }
 
+    /// [`Containerd::run_detached`], the task run with `flags` (`--mount`...).
+    pub fn run_detached_with(&self, flags: &[String], id: &str, command: &[&str]) {
+        let image = self.image();
+        let run = self.run_flags();
+        let mut args = vec!["run", "-d", "--snapshotter", "overlayfs"];
+        args.extend(run.iter().chain(flags).map(String::as_str));
+        args.extend([image, id]);
+        args.extend_from_slice(command);
+        self.ctr(&args);
+    }
+
+    /// The host pid of task `id`'s process, as `ctr task ls` lists it.
+    pub fn task_pid(&self, id: &str) -> Option<u32> {
+        let out = self.ctr(&["task", "ls"]);
+        stdout_text(&out).lines().skip(1).find_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.first() == Some(&id)).then(|| fields.get(1)?.parse().ok()).flatten()
+        })
+    }
+
     /// `ctr run --rm ...`: runs COMMAND to its end, then deletes the task,
     /// the container and its snapshot.
     pub fn run_rm(&self, id: &str, command: &[&str]) -> Output {
@@ -1302,6 +1322,16 @@ fn daemon_info(daemon: &Dockerd) -> Output {
     daemon.docker_may_fail(&["info", "--format", "{{.Driver}}"])
 }
 
+/// Asserts that a runtime command failed with `needles` in its message.
+pub fn failed_with(out: &Output, what: &str, needles: &[&str]) {
+    let err = stderr_text(out);
+    assert!(!out.status.success(), "fixture: `{what}` should fail, but it succeeded: {}", stdout_text(out));
+    for needle in needles {
+        assert!(err.contains(needle), "fixture: `{what}` should fail with {needle:?}; it said: {err}");
+    }
+    eprintln!("fixture: `{what}` failed as expected: {err}");
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -1334,14 +1364,4 @@ mod tests {
         let g = json!({"paths": ["/run/podstuck-abcd/x"]});
         assert!(!finding_is_under(&g, &dirs));
     }
-}
-
-/// Asserts that a runtime command failed with `needles` in its message.
-pub fn failed_with(out: &Output, what: &str, needles: &[&str]) {
-    let err = stderr_text(out);
-    assert!(!out.status.success(), "fixture: `{what}` should fail, but it succeeded: {}", stdout_text(out));
-    for needle in needles {
-        assert!(err.contains(needle), "fixture: `{what}` should fail with {needle:?}; it said: {err}");
-    }
-    eprintln!("fixture: `{what}` failed as expected: {err}");
 }

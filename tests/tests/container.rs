@@ -1,7 +1,7 @@
 //! podstuck's container image (`cargo xtask image`), run the ways SREs run
 //! node tools, against the same pathologies as the node-side tests
-//! (tests/tests/diagnosis.rs): a volume left mounted (P1), an immutable
-//! file (P3), a mount held by a process (P4), a removal storm (P2).
+//! (tests/tests/causes/): a volume left mounted (P1), an immutable file
+//! (P3), a mount held by a process (P4), a removal storm (P2).
 //!
 //! - as `kubectl debug node` runs its pod ([`kubectl_debug_node`]):
 //!   privileged, the host's PID namespace, the node's `/` at `/host` with
@@ -11,9 +11,14 @@
 //!   must never call its own container a holder of the stuck mount;
 //! - without the host's PID namespace: a clear refusal;
 //! - as a DaemonSet with least privilege ([`daemonset`]): the capability
-//!   sets of [`DAEMONSET_CAPABILITIES`] and
-//!   [`DAEMONSET_CAPABILITIES_WITHOUT_SETNS`] (why each is needed is said
+//!   sets of [`ENTER_NODE_CAPABILITIES`] and
+//!   [`HOST_ROOT_CAPABILITIES`] (why each is needed is said
 //!   there), each getting P1, the second P4 as well;
+//! - the node's `/` as the plugin's debug pod and the DaemonSet mount it
+//!   (their manifests' own volumeMount, bound as containerd's CRI binds
+//!   it, in a busybox task): a volume the node unmounts while they run
+//!   leaves no copy in their mount namespace, as a private bind (the
+//!   control: `kubectl debug node`'s pod) does;
 //! - the same tarball imported by `ctr images import` into containerd;
 //! - the tarball itself: one index of linux/amd64 and linux/arm64, each
 //!   image all of its own architecture and runnable from its layer alone,
@@ -29,12 +34,14 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use nix::mount::{umount2, MntFlags};
 use podstuck_tests::container::{
-    daemonset, daemonset_in_containerd, elf_files, kubectl_debug_node, manifest_capabilities, pid1_out_of_reach,
-    podstuck_image, privileged, untar, ImageLayout, NodeContainerd, NodeDocker, DAEMONSET_CAPABILITIES,
-    DAEMONSET_CAPABILITIES_WITHOUT_SETNS,
+    cri_bind, daemonset, daemonset_in_containerd, elf_files, host_root_mount, kubectl_debug_node,
+    manifest_capabilities, pid1_out_of_reach, podstuck_image, privileged, untar, ImageLayout, NodeContainerd,
+    NodeDocker, ENTER_NODE_CAPABILITIES, HOST_ROOT_CAPABILITIES,
 };
 use podstuck_tests::findings::apply_fix;
+use podstuck_tests::node::make_shared;
 use podstuck_tests::runtimes::{stderr_text, stdout_text};
 use podstuck_tests::*;
 use serde_json::Value;
@@ -43,7 +50,8 @@ use serde_json::Value;
 const FINDING_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the node-side storm removes, at the node-side pace (see
-/// tests/tests/diagnosis.rs): 200k directories at 16k calls a second.
+/// tests/tests/causes/removal_storm.rs): 200k directories at 16k calls a
+/// second.
 const STORM_DIRS: &str = "200000";
 const STORM_CALLS_PER_S: &str = "16000";
 
@@ -605,7 +613,7 @@ kernel_test! {
     fn a_daemonset_with_least_privilege_names_a_volume_left_mounted(test) {
         let scratch = test.scratch();
         let Some(node) = NodeDocker::start(scratch.path(), test.name()) else { return };
-        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset(&DAEMONSET_CAPABILITIES), args), || ());
+        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset(&ENTER_NODE_CAPABILITIES), args), || ());
     }
 }
 
@@ -613,7 +621,7 @@ kernel_test! {
     fn a_daemonset_without_sys_admin_reads_the_node_through_host(test) {
         let scratch = test.scratch();
         let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
-        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS), args), || ());
+        p1_from_a_daemonset(&scratch, |args| node.watch(&daemonset_in_containerd(&HOST_ROOT_CAPABILITIES), args), || ());
     }
 }
 
@@ -648,11 +656,105 @@ kernel_test! {
         let scratch = test.scratch();
         let Some(node) = NodeContainerd::start(scratch.path(), test.name()) else { return };
         let held = HeldOpen::new(scratch.path());
-        let flags = daemonset_in_containerd(&DAEMONSET_CAPABILITIES_WITHOUT_SETNS);
+        let flags = daemonset_in_containerd(&HOST_ROOT_CAPABILITIES);
         let mut watch = node.watch(&flags, &finding_args(&held.root, &[]));
         let containerd = held.containerd_retries();
         watch.await_finding(FINDING_TIMEOUT, |f| f["kind"] == "mount-held" && about(scratch.path())(f), |e| held.expect(e));
         drop(containerd);
         stop(watch);
+    }
+}
+
+// The node's mounts, as the debug pod and the DaemonSet see them -----------
+
+/// What a task with the node's `/` bound in saw of two volumes: one
+/// mounted on the node before the task started (a stuck pod's volume when
+/// the debug pod comes), one after; both then unmounted on the node, as
+/// kubelet unmounts a pod's volume.
+struct VolumesSeen {
+    /// Whether the volume mounted after the task started came in.
+    came_in: bool,
+    /// The task's mounts of either volume's filesystem left once the node
+    /// unmounted both (its mountinfo's lines).
+    left: Vec<String>,
+}
+
+/// Runs a busybox task `id` with the node stand-in `node` bound in by
+/// `bind` (`ctr run --mount`), mounts and unmounts two volumes (tmpfs
+/// named `<id>-before` and `<id>-after`) on the node around it, and reads
+/// its /proc/PID/mountinfo. The task is removed at the end; every volume
+/// is detached on the way out, pass or fail.
+fn volumes_seen(containerd: &Containerd, node: &Path, bind: &[String], id: &str) -> VolumesSeen {
+    let before = TmpfsMount::new(&node.join(format!("{id}-before")), "size=1m");
+    containerd.run_detached_with(bind, id, &["sleep", "1000"]);
+    containerd.wait_task_status(id, "RUNNING", secs(30));
+    let pid = containerd.task_pid(id).expect("the task's pid").to_string();
+    let after = TmpfsMount::new(&node.join(format!("{id}-after")), "size=1m");
+    // mount(2) propagates before it returns: what came in is there now.
+    let host = Path::new("/host");
+    let came_in = mountinfo::at_in(&pid, &host.join(format!("{id}-after"))).is_some();
+    let devices: Vec<(u32, u32)> =
+        [&before, &after].iter().map(|v| mountinfo::at(&v.0).expect("the volume on the node").device).collect();
+    // As kubelet unmounts a pod's volume: a plain umount2, no MNT_DETACH.
+    for volume in [&before, &after] {
+        umount2(&volume.0, MntFlags::empty())
+            .unwrap_or_else(|e| panic!("umount {} on the node: {e}", volume.0.display()));
+    }
+    let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("the task's mountinfo");
+    let left = table
+        .lines()
+        .filter(|line| mountinfo::Mount::parse(line).is_some_and(|m| devices.contains(&m.device)))
+        .map(String::from)
+        .collect();
+    containerd.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+    containerd.wait_task_status(id, "STOPPED", secs(30));
+    containerd.ctr(&["task", "rm", id]);
+    containerd.ctr(&["containers", "rm", id]);
+    VolumesSeen { came_in, left }
+}
+
+kernel_test! {
+    /// Issue 61: podstuck never holds what it diagnoses. The debug pod
+    /// `kubectl podstuck` makes and the DaemonSet mount the node's `/` at
+    /// `/host` with HostToContainer propagation, read here from their own
+    /// manifests (the plugin's `kubectl create` input, the DaemonSet's
+    /// YAML) and bound as containerd's CRI binds it for kubelet: a volume
+    /// the node mounts after the task started comes in, and once the node
+    /// unmounts it, and one it had mounted before (the stuck pod's volume
+    /// when the debug pod comes), no copy of either is left in the task's
+    /// mount namespace to keep its device busy. The control: the same
+    /// bind with no propagation (`kubectl debug node`'s pod) keeps the
+    /// copy of the volume it started with, and never sees the later one.
+    ///
+    /// This machine's `/` is a private mount, and sharing it would change
+    /// every other test's mounts: the node's `/` is a directory of the
+    /// test's, bound on itself and made shared as systemd makes `/` on a
+    /// node, bound in as the manifests bind `/`.
+    fn a_volume_the_node_unmounts_leaves_no_copy_in_the_debug_pod_nor_the_daemonset(test) {
+        let scratch = test.scratch();
+        let Some(containerd) = Containerd::start(scratch.path(), test.name()) else { return };
+        let node = scratch.path().join("node");
+        let _node_root = BindMount::onto_itself(&node);
+        make_shared(&node);
+
+        let debug_pod = kubectl::debug_pod_manifest(&scratch.path().join("cluster"));
+        let manifest = harness::deploy_manifest("base/podstuck-daemonset.yaml");
+        let daemonset = manifest.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
+        let mounts = [
+            ("the debug pod", host_root_mount(&debug_pod["spec"])),
+            ("the DaemonSet", host_root_mount(&daemonset["spec"]["template"]["spec"])),
+        ];
+        for (i, (who, mount)) in mounts.iter().enumerate() {
+            assert_eq!(mount["mountPath"], "/host", "{who}: {mount}");
+            let seen = volumes_seen(&containerd, &node, &cri_bind(mount, &node), &format!("v{i}"));
+            assert!(seen.came_in, "{who} ({mount}) does not see a volume the node mounted after it started");
+            assert!(seen.left.is_empty(), "{who} ({mount}) keeps a copy of a volume the node unmounted:\n{}", seen.left.join("\n"));
+        }
+
+        let private = serde_json::json!({"name": "host-root", "mountPath": "/host"});
+        let seen = volumes_seen(&containerd, &node, &cri_bind(&private, &node), "control");
+        assert!(!seen.came_in, "a private bind saw a volume mounted after it started: the control proves nothing");
+        let kept: Vec<&String> = seen.left.iter().filter(|l| l.contains(" /host/control-before ")).collect();
+        assert_eq!(kept.len(), 1, "a private bind should keep its copy of the volume it started with: {:?}", seen.left);
     }
 }

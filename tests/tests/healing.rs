@@ -1,9 +1,13 @@
 //! End-to-end: node reads that heal, a collector that never stops
-//! draining, a reader a workload cannot redirect (issue 50). Each trial is
-//! made real: a FUSE volume whose server (Debian's bindfs, or the tests'
-//! own) stalls and answers again, removal and fork/exec storms beside
-//! eight reads hung on stalled servers, a directory swapped for a link to
-//! a device while podstuck reads it.
+//! draining, a reader a workload cannot redirect (issue 50), a lifecycle
+//! ring read fairly beside a call storm, a filesystem avoided until its
+//! stuck reader returns (issue 61). Each trial is made real: a FUSE volume
+//! whose server (Debian's bindfs, or the tests' own) stalls and answers
+//! again, or answers statfs while an earlier statfs stays stuck, removal
+//! and fork/exec storms beside eight reads hung on stalled servers, a
+//! fork/exec storm beside a removal storm that outruns a loop slowed on
+//! purpose (`--slow-pipeline`, a test knob), a directory swapped for a
+//! link to a device while podstuck reads it.
 //!
 //! Runs as root; see `kernel_test!` for the skip rule. The trials are
 //! isolated by path and pod UID, so they run side by side; each waits for
@@ -11,10 +15,12 @@
 //! one sleep left is the stall itself, whose length is the trial.
 
 use std::ffi::{CString, OsStr};
+use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use podstuck_tests::scrape::{free_port, get};
 use podstuck_tests::*;
 use serde_json::Value;
 
@@ -107,6 +113,79 @@ kernel_test! {
     }
 }
 
+kernel_test! {
+    fn a_filesystem_answering_statfs_while_a_read_stays_stuck_stays_avoided_until_that_read_returns(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let mount = pod.create_csi_volume("pvc-stall-once").join("mount");
+        // Its server holds the first statfs unanswered and answers the rest,
+        // later statfses too, until the test has it answer the first.
+        let server = FuseMount::start_stalling_first_statfs(&mount);
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let listen = addr.to_string();
+        let mut watch = Watch::start(&["--findings", "--listen", &listen, "--kubelet-root", root.arg(), "--pod", pod.uid()]);
+        // kubelet's removal fails with EROFS once a second: podstuck's look
+        // at it is a statfs of the volume, the first of which is held.
+        let kubelet = start_actor(os!["--comm", "kubelet", "--repeat", "0", "--every-ms", "1000", "rmdir", mount.join("ro")]);
+        let point = text(&mount);
+        poll_until_else("podstuck's statfs stuck, its filesystem avoided", secs(60), || {
+            let (readers, page) = (stuck_readers(watch.pid()), get(addr, "/metrics").body);
+            match (readers, avoided(&page, point)) {
+                (1, true) => Ok(()),
+                (readers, avoided) => Err(format!("{readers} readers stuck, the volume avoided: {avoided}")),
+            }
+        });
+        // Past its backoff podstuck tries the filesystem again, and the
+        // server answers that statfs: the finding shows it.
+        watch.await_finding(secs(90), |f| f["kind"] == "read-only-fs", |e| {
+            e.that(e.mentions("/evidence", "ST_RDONLY"), "evidence should hold the statfs the server answered");
+        });
+        // Its first reader is still stuck: the filesystem stays avoided, its
+        // next reads refused (counted), none lifted, no reader piled up.
+        let refused_before = sample(&get(addr, "/metrics").body, "podstuck_node_read_failures_total{kind=\"avoided\"}");
+        poll_until_else("a read refused after the statfs that answered", secs(30), || {
+            let page = get(addr, "/metrics").body;
+            let recovered = sample(&page, "podstuck_mount_recoveries_total");
+            assert_eq!(recovered, 0.0, "the volume was read again while podstuck's statfs on it is still stuck:\n{page}");
+            let refused = sample(&page, "podstuck_node_read_failures_total{kind=\"avoided\"}");
+            match (avoided(&page, point), refused > refused_before) {
+                (true, true) => Ok(()),
+                seen => Err(format!("(avoided, refused since) {seen:?}")),
+            }
+        });
+        assert_eq!(stuck_readers(watch.pid()), 1, "a reader piled up beside the stuck one");
+        // The server answers the statfs held: the reader returns, and the
+        // filesystem is read again, counted as recovered.
+        server.answer_stalled_statfs();
+        poll_until_else("the volume read again once its reader returned", secs(30), || {
+            let page = get(addr, "/metrics").body;
+            match (avoided(&page, point), sample(&page, "podstuck_mount_recoveries_total")) {
+                (false, recovered) if recovered >= 1.0 => Ok(()),
+                seen => Err(format!("(avoided, recovered) {seen:?}")),
+            }
+        });
+        drop(kubelet);
+        let finished = watch.stop(libc::SIGINT);
+        let end = finished.end.unwrap_or_else(|| panic!("no end line: {}", finished.stderr));
+        assert_eq!(end["avoided_mounts"], Value::Array(vec![]), "nothing avoided at the end: {end}");
+        assert!(end_number(&end, "mounts_recovered") >= 1, "{end}");
+        drop(server);
+    }
+}
+
+/// Whether a `/metrics` page says the filesystem at `point` is avoided.
+fn avoided(page: &str, point: &str) -> bool {
+    page.lines()
+        .any(|l| l.starts_with(&format!("podstuck_mount_avoided{{mount_point=\"{point}\"")) && l.ends_with(" 1"))
+}
+
+/// A sample of a `/metrics` page, by its name and labels as printed; 0
+/// when the page has none.
+fn sample(page: &str, series: &str) -> f64 {
+    page.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
+}
+
 /// Calls of the removal storm, in four processes (four series of the
 /// kernel's, each streaming its budget).
 const STORM_CALLS: usize = 1_000_000;
@@ -183,6 +262,50 @@ kernel_test! {
         // Every kill and every exit of the fork storm came through.
         assert!(end_number(&end, "events_seen") >= 2 * FORKS as u64, "{end}");
         drop(servers);
+    }
+}
+
+/// The removal storm beside the slowed loop: more calls than it makes in
+/// the trial's time, so it lasts until the trial drops it.
+const ENDLESS_STORM: &str = "1000000000";
+/// The lifecycle's load beside it: a SIGKILL and an exit record per fork,
+/// several times what the lifecycle ring (256 KiB) holds at once.
+const FAIR_FORKS: usize = 3_000;
+
+kernel_test! {
+    fn the_lifecycle_ring_loses_nothing_while_a_call_storm_outruns_a_slow_loop(test) {
+        let scratch = test.scratch();
+        let root = KubeletRoot::new(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        std::fs::create_dir_all(pod.dir()).expect("create the pod's directory");
+        // Every call streamed, and each costs the loop 200 µs more than its
+        // own work (the test knob): the storm writes calls far faster than
+        // the loop takes them, as behind an identify slowed by a busy /proc.
+        let watch = Watch::start(&[
+            "--findings", "--every-call", "--slow-pipeline", "200us", "--ring-buffer-kib", "1024",
+            "--kubelet-root", root.arg(), "--pod", pod.uid(),
+        ]);
+        let storm_dir = scratch.path().join("storm");
+        let _tmpfs = TmpfsMount::new(&storm_dir, "size=1m");
+        // The storm fills the loop's queue of calls within a fraction of a
+        // second, and lasts until dropped, after the forks: the end line's
+        // queue_full says the loop was behind it (a look at /metrics
+        // meanwhile would wait on the same busy loop).
+        let storm = start_actor(os!["churn-unlink", storm_dir, ENDLESS_STORM]);
+        let (_, said) = start_actor(os!["fork-kill", FAIR_FORKS.to_string()]).finish(secs(300));
+        assert_eq!(said, vec![format!("fork-kill {FAIR_FORKS} killed")]);
+        drop(storm);
+        let finished = watch.stop(libc::SIGINT);
+        let end = finished.end.unwrap_or_else(|| panic!("no end line: {}", finished.stderr));
+        eprintln!("{FAIR_FORKS} forks killed beside a removal storm the loop could not keep up with; end line: {end}");
+        // The kernel kept every record of the lifecycle's ring...
+        assert_eq!(end_number(&end, "lifecycle_lost"), 0, "lifecycle records lost beside the storm: {end}\n{}", finished.stderr);
+        // ... and podstuck took them all: at least the kills and exits the
+        // test made (the node's other processes may add theirs).
+        let seen = |kind: &str| end["lifecycle_seen"][kind].as_u64().unwrap_or(0);
+        assert!(seen("signal") >= FAIR_FORKS as u64 && seen("exit") >= FAIR_FORKS as u64, "{FAIR_FORKS} kills and exits made: {end}");
+        // The trial was what it says: the loop fell behind the calls.
+        assert!(end_number(&end, "queue_full") >= 1, "{end}");
     }
 }
 

@@ -22,17 +22,15 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["words", "mountinfo", "exit", "btf", "serve", "kubectl_podstuck", "test_support"],
     ),
     (
-        "what the kernel sends, where the node is, files made safely",
-        &["event", "kernel_features", "node_access", "files"],
+        "what the kernel sends, where the node is, files made safely, a pod's names",
+        &["event", "kernel_features", "node_access", "files", "pod"],
     ),
+    ("the process lifecycle's records, decoded", &["lifecycle"]),
     (
-        "who made a call (process, pod, owner); the one-tracer lock; the node's CNI plugins",
+        "who made a call or a lifecycle record (process, pod, owner); the one-tracer lock; the node's CNI plugins",
         &["identify", "tracer_lock", "cni_plugins"],
     ),
-    (
-        "the node's state, the run's facts, latency books, the process lifecycle's events",
-        &["inspect", "run", "latency", "lifecycle"],
-    ),
+    ("the node's state, the run's facts, latency books", &["inspect", "run", "latency"]),
     ("the detectors and the series", &["diagnose", "series"]),
     ("the loader, the exported files, a finding's text", &["collect", "export", "finding_block"]),
     ("before loading, the live view's model", &["attach_cost", "preflight", "view"]),
@@ -367,6 +365,34 @@ fn no_modules_of_any_crate_import_each_other_in_a_circle() {
 /// The tasks' binary: `main` declares the tasks and runs them, so a task
 /// naming one of main's own items (not one of its modules) is an arrow
 /// back up to what runs it, which the sibling rule above does not count.
+/// The files of diagnose/ that hold a detector (`impl Detector for`).
+fn detector_files() -> BTreeSet<String> {
+    let root = workspace();
+    rust_files(&root.join("podstuck-user/src/diagnose"))
+        .into_iter()
+        .filter(|f| code_outside_tests(&fs::read_to_string(f).unwrap()).contains("impl Detector for"))
+        .map(|f| f.strip_prefix(&root).unwrap().display().to_string())
+        .collect()
+}
+
+#[test]
+fn no_detector_imports_another() {
+    // What a detector shares with another (holder words, shell steps, the
+    // failure log, the router's classes) lives in a room of its own; a
+    // detector that reaches into another decides what that one owns.
+    let detectors = detector_files();
+    assert!(detectors.len() >= 15, "the detectors were not found: {detectors:?}");
+    let imports = sibling_imports("podstuck-user/src");
+    let reaching: Vec<String> = detectors
+        .iter()
+        .flat_map(|d| {
+            let others = imports.get(d).into_iter().flatten().filter(|to| detectors.contains(*to));
+            others.map(move |to| format!("{d} imports {to}"))
+        })
+        .collect();
+    assert!(reaching.is_empty(), "{reaching:#?}");
+}
+
 #[test]
 fn no_module_of_xtask_names_mains_own_items() {
     let src = workspace().join("xtask/src");

@@ -5,7 +5,8 @@
 //! before anything is traced; `/findings` is the current findings as JSON;
 //! other paths are 404, other methods 405; slow clients hold neither the
 //! tracer nor other clients; `/metrics` stays bounded under a storm of
-//! many paths.
+//! many paths; `/ready` says the programs are attached (the DaemonSet's
+//! readiness probe).
 //!
 //! Runs as root; see `kernel_test!` for the skip rule. Each test has its
 //! own port, kubelet root and pods.
@@ -84,6 +85,9 @@ kernel_test! {
         prometheus.await_value(&per_pod, 10_000.0, secs(10));
         let health = get(addr, "/healthz");
         assert_eq!((health.status, health.body.as_str()), (200, "ok\n"), "{health:?}");
+        // Ready for a rollout: its programs are attached.
+        let ready = get(addr, "/ready");
+        assert_eq!((ready.status, ready.body.as_str()), (200, "tracing: podstuck's programs are attached\n"), "{ready:?}");
 
         let kubelet = start_actor(["--comm", "kubelet", "--backoff-ms", "500", "--repeat", "0", "rmdir-at", text(&pv), "mount"]);
         let finding = watch.await_finding(secs(60), |f| f["kind"] == "volume-still-mounted", |e| {
@@ -281,6 +285,8 @@ fn the_daemonset_runs_a_watch_podstuck_accepts_unprivileged() {
     assert_eq!(annotations["prometheus.io/path"], "/metrics");
     let probe = &container["livenessProbe"]["httpGet"];
     assert_eq!((probe["path"].as_str(), probe["port"].as_str()), (Some("/healthz"), Some("metrics")), "{probe}");
+    let probe = &container["readinessProbe"]["httpGet"];
+    assert_eq!((probe["path"].as_str(), probe["port"].as_str()), (Some("/ready"), Some("metrics")), "{probe}");
     assert_eq!(container["ports"][0]["name"], "metrics");
     let node_name = container["env"].as_array().unwrap().iter().find(|e| e["name"] == "NODE_NAME").expect("NODE_NAME");
     assert_eq!(node_name["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");

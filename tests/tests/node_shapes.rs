@@ -184,7 +184,7 @@ kernel_test! {
                 e.eq("/actor/comm", "rmdir");
                 e.eq("/actor/parent", "kubelet");
                 e.contains("/summary", &format!("is still mounted (tmpfs, in kubelet's mount namespace mnt:{node_ns}"));
-                e.eq("/fix", format!("nsenter -t {kubelet} -m -- umount -- {volume}"));
+                e.eq("/fix", findings::entered(kubelet, &format!("umount -- {volume}")));
             },
         );
         // The fix, pasted on the host, unmounts it where kubelet sees it:

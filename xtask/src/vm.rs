@@ -68,13 +68,14 @@ mod guest;
 const INIT: &str = include_str!("../vm/init.sh");
 
 /// Every scenario /init reports in a kernel's full boot, in its order.
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "check",
     "pod-isolation",
     "held-in-namespace",
     "demo",
     "hung-call",
     "lifecycle",
+    "sigterm-dying",
     "relative-paths",
     "storm-count",
     "sigkill",
@@ -97,7 +98,8 @@ const APPARMOR_SCENARIO: &str = "apparmor";
 
 /// The scenarios of 5.10's third boot, with cgroup v1 hierarchies and no
 /// cgroup2 (EKS's AL2, RHEL 8): a short-lived process of a pod tied to it by
-/// the cgroup the kernel read, with `--pod` and node-wide, and a pod frozen by the v1 freezer as one
+/// the cgroup the kernel read, on a node whose CPUs are all busy (the pod
+/// one of 21 made before podstuck starts), with `--pod` and node-wide, and a pod frozen by the v1 freezer as one
 /// `cgroup-busy` finding whose fix frees all its cgroups; then, with the
 /// hierarchies remounted in each layout a v1 node has (every controller
 /// as systemd mounts them on RHEL 8 and AL2, a subset, systemd's named
@@ -106,8 +108,9 @@ const APPARMOR_SCENARIO: &str = "apparmor";
 /// mapping held by a device-mapper device on kubelet's loop device (this
 /// machine's own kernel has no device mapper): one `block-volume-held`
 /// finding whose fix frees it.
-const CGROUP_V1_SCENARIOS: [&str; 9] = [
+const CGROUP_V1_SCENARIOS: [&str; 10] = [
     "check",
+    "v1-busy-node",
     "v1-identity",
     "v1-identity-node",
     "v1-cgroup-busy",

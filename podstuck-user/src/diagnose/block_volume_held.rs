@@ -25,66 +25,113 @@
 //! order (the stacked device, then the processes, then the loop device)
 //! so that kubelet's next retry succeeds.
 
+use super::holders::{holder_facts, process_words};
+use super::route::{Attempt, Claim, Refusal, Target};
 use super::shell::{find_mount, kill_if_same, unmount_lazily, word};
-use super::track::{Attempts, FailureLog};
-use super::volume_still_mounted::{holder_facts, process_words};
-use super::{removes, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
+use super::track::{Attempts, CallerView, FailureLog};
+use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::{CallEvent, ProcessStart};
-use crate::identify::pod::PathArea;
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_at;
-use crate::inspect::{BlockHolder, DeviceOpener, LoopDevice, Mount, MountHolder};
+use crate::inspect::{BlockHolder, DeviceOpener, LoopDevice, Mount, MountHolder, NodeInspector};
 
 #[derive(Default)]
 pub struct BlockVolumeHeld {
     failures: FailureLog,
 }
 
-/// Whether a call's path is one of kubelet's block-volume mappings: the
-/// pod's `volumeDevices` tree or a `volumeDevices` directory of kubelet's
-/// plugins tree (the global map path and the CSI driver's publish path).
-pub fn is_block_volume_path(identity: &Identity) -> bool {
-    let in_area = matches!(identity.path_area, Some(PathArea::VolumeDevice | PathArea::PluginDir));
-    in_area
-        && identity.abs_path.as_ref().is_ok_and(|p| p.split(|b| *b == b'/').any(|segment| segment == b"volumeDevices"))
+/// What block-volume-held decides of a mapping kubelet cannot unmap,
+/// before a word of it is said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// A loop device is still bound to the mapping (its backing file):
+    /// whether kubelet's detach already waits (autoclear), and whether
+    /// anything (a stacked device, a process) uses it.
+    LoopBound { device: String, detach_waits: bool, used: bool },
+    /// No loop device; a process has the device file open through the
+    /// bind mount (its pid).
+    HeldOpen(u32),
+    /// The bind mount is busy and nothing was found holding it.
+    NothingFound,
+    /// Nothing is mounted at the mapping now: the next retry should work.
+    NotMountedNow,
+}
+
+impl Verdict {
+    pub fn confidence(&self) -> Confidence {
+        match self {
+            Verdict::LoopBound { detach_waits: false, used: false, .. } => Confidence::Likely,
+            Verdict::LoopBound { .. } | Verdict::HeldOpen(_) => Confidence::Confirmed,
+            Verdict::NothingFound | Verdict::NotMountedNow => Confidence::Possible,
+        }
+    }
+}
+
+/// What was read of the mapping: the facts the verdict stands on, and the
+/// fix's parts.
+struct Seen {
+    mount: Option<Mount>,
+    loops: Vec<LoopDevice>,
+    holders: Vec<MountHolder>,
 }
 
 impl BlockVolumeHeld {
     fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
         let node = &mut *review.node;
         let view = a.caller_view(node);
-        let mounts = view.mounts().ok()?.to_vec();
-        let path = view.path.clone();
-        let mount = mount_at(&mounts, &path).cloned();
+        let (verdict, seen) = Self::judge(a, node, &view)?;
+        Some(Self::tell(a, &view, &verdict, &seen))
+    }
+
+    /// Reads the mapping's mount, the loop devices bound to it and who
+    /// holds them, and decides. None: the caller's namespace is gone.
+    fn judge(a: &Attempts, node: &mut dyn NodeInspector, view: &CallerView) -> Option<(Verdict, Seen)> {
+        let mounts = view.mounts().ok()?;
+        let path = view.path.as_slice();
+        let mount = mount_at(mounts, path).cloned();
         let loops: Vec<LoopDevice> =
             node.loop_devices().into_iter().filter(|l| l.backing_file == path || l.backing_file == a.path).collect();
         let holders: Vec<MountHolder> = match &mount {
             Some(m) => node.mount_holders(m, view.mntns).into_iter().filter(|h| !h.other_namespace).collect(),
             None => Vec::new(),
         };
+        let verdict = match (loops.first(), holders.first()) {
+            (Some(device), _) => Verdict::LoopBound {
+                device: device.name.clone(),
+                detach_waits: device.autoclear,
+                used: !device.holders.is_empty() || !device.openers.is_empty(),
+            },
+            (None, Some(h)) => Verdict::HeldOpen(h.pid),
+            (None, None) if mount.is_some() => Verdict::NothingFound,
+            (None, None) => Verdict::NotMountedNow,
+        };
+        Some((verdict, Seen { mount, loops, holders }))
+    }
+
+    /// The verdict in words: the finding, its evidence, its fix.
+    fn tell(a: &Attempts, view: &CallerView, verdict: &Verdict, seen: &Seen) -> Finding {
+        let path = view.path.as_slice();
         let mut f = Finding::new(Kind::BlockVolumeHeld, &shown(&a.path), Severity::Critical, a.first);
         a.stamp(&mut f);
+        f.confidence = verdict.confidence();
         f.evidence("trace", a.trace_words());
-        a.resolution_evidence(&view, &mut f);
+        a.resolution_evidence(view, &mut f);
         let what = format!("{} cannot unmap the raw block volume mapped at {}", a.actor.description, shown(&a.path));
         let failed = format!("{}{}", a.failed_words(), a.rhythm_words());
-        if let Some(m) = &mount {
-            f.evidence("mountinfo", mount_words(&path, m));
+        if let Some(m) = &seen.mount {
+            f.evidence("mountinfo", mount_words(path, m));
         }
-        for device in &loops {
+        for device in &seen.loops {
             for fact in loop_facts(device) {
                 f.evidence("/sys/block", fact);
             }
         }
-        for fact in holder_facts(&holders) {
+        for fact in holder_facts(&seen.holders) {
             f.evidence("/proc", fact);
         }
-        let (release, unchecked) = release_steps(&loops, &holders);
-        match (loops.first(), holders.first()) {
-            (Some(device), _) => {
+        match (verdict, seen.loops.first(), seen.holders.first()) {
+            (Verdict::LoopBound { .. }, Some(device), _) => {
                 let users = users_words(device);
-                f.confidence =
-                    if users.is_empty() && !device.autoclear { Confidence::Likely } else { Confidence::Confirmed };
                 let detach = match (device.autoclear, users.is_empty()) {
                     (true, false) => format!(
                         "kubelet's losetup -d of /dev/{} did not detach it: the kernel only marked it to go once its last user lets go, and {}",
@@ -103,31 +150,36 @@ impl BlockVolumeHeld {
                     device.name
                 );
             }
-            (None, Some(h)) => {
-                f.confidence = Confidence::Confirmed;
+            (Verdict::HeldOpen(_), _, Some(h)) => {
                 f.summary = format!(
                     "{what}: {} has the device file open through the bind mount, so it is busy. {failed}.",
                     process_words(h.pid, &h.comm, h.owner.as_ref())
                 );
             }
-            (None, None) if mount.is_some() => {
-                f.confidence = Confidence::Possible;
+            (Verdict::NothingFound, ..) => {
                 f.summary = format!(
                     "{what}: the bind mount is busy, and no loop device is bound to it and no process holds it (a kernel user such as swap may). {failed}."
                 );
             }
-            (None, None) => {
-                f.confidence = Confidence::Possible;
+            _ => {
                 f.summary = format!(
                     "{what}: EBUSY, though nothing is mounted at {} now: the next retry should succeed. {failed}.",
-                    shown(&path)
+                    shown(path)
                 );
-                f.fix = find_mount(&path);
-                return Some(f);
+                f.fix = find_mount(path);
+                return f;
             }
         }
-        f.fix = match release.is_empty() {
-            true => unmount_lazily(&path),
+        Self::release(&mut f, view, seen);
+        f
+    }
+
+    /// The fix: release the mapping's users outermost first, else detach
+    /// the mapping lazily; and what to know before running it.
+    fn release(f: &mut Finding, view: &CallerView, seen: &Seen) {
+        let (release, unchecked) = release_steps(&seen.loops, &seen.holders);
+        let fix = match release.is_empty() {
+            true => unmount_lazily(&view.path),
             false => release.join(" && "),
         };
         for (pid, comm) in &unchecked {
@@ -140,18 +192,17 @@ impl BlockVolumeHeld {
              never remove the mapping's file while it is mounted"
                 .into(),
         );
-        if loops.iter().any(|l| l.holders.iter().any(|h| h.mapper_name.is_some())) {
+        if seen.loops.iter().any(|l| l.holders.iter().any(|h| h.mapper_name.is_some())) {
             f.advice.push(
                 "a volume group found inside a pod's volume is activated by the node's LVM: filter such devices out \
                  (lvm.conf global_filter, e.g. reject loop devices and kubelet's volumeDevices) so it does not happen again"
                     .into(),
             );
         }
-        f.fix = view.fix(std::mem::take(&mut f.fix));
-        if let Some(device) = loops.first() {
+        view.place_fix(f, fix);
+        if let Some(device) = seen.loops.first() {
             f.detail("loop_device", format!("/dev/{}", device.name));
         }
-        Some(f)
     }
 }
 
@@ -247,12 +298,20 @@ fn release_steps(loops: &[LoopDevice], holders: &[MountHolder]) -> (Vec<String>,
 }
 
 impl Detector for BlockVolumeHeld {
+    fn claims(&self) -> &'static [Claim] {
+        &[Claim {
+            attempts: &[Attempt::Unmount, Attempt::RemoveDir, Attempt::RemoveFile],
+            refusals: &[Refusal::Busy],
+            targets: &[Target::BlockVolume],
+        }]
+    }
+
+    fn failed(&mut self, event: &CallEvent, identity: &Identity) {
+        self.failures.record(event, identity);
+    }
+
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        if !(unmounts(event) || removes(event)) || !is_block_volume_path(identity) {
-            return;
-        }
-        let lazy = unmounts(event) && event.flags & libc::MNT_DETACH as u64 != 0;
-        self.failures.observe(event, identity, |errno| errno == libc::EBUSY && !lazy);
+        self.failures.ended_by(event, identity);
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
@@ -305,16 +364,26 @@ mod tests {
         }
     }
 
+    /// What block-volume-held decides of kubelet's unmaps on `node`.
+    fn verdict(node: &mut FakeNode) -> Option<Verdict> {
+        let a = attempts_of(&unmaps());
+        let view = a.caller_view(node);
+        BlockVolumeHeld::judge(&a, node, &view).map(|(verdict, _)| verdict)
+    }
+
     #[test]
     fn a_process_holding_the_loop_device_is_named_and_killed() {
         let mut node = node();
         node.loops = vec![loop_device(true, vec![], vec![opener(3131, "dd", "/dev/loop7")])];
+        assert_eq!(
+            verdict(&mut node),
+            Some(Verdict::LoopBound { device: "loop7".into(), detach_waits: true, used: true })
+        );
         let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
         assert_eq!(f.kind, Kind::BlockVolumeHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.fix, stop(3131));
         assert_eq!(f.pod_uid, Some(pod()));
-        assert!(f.summary.contains("loop device /dev/loop7 is still bound"), "{}", f.summary);
         assert!(f.summary.contains("losetup -d of /dev/loop7 did not detach it"), "{}", f.summary);
         assert!(f.summary.contains("pid 3131 (dd)"), "{}", f.summary);
         assert!(f.evidence.iter().any(|e| e.fact.contains("autoclear set")), "{:?}", f.evidence);
@@ -359,9 +428,9 @@ mod tests {
             other_namespace: false,
             owner: None,
         }];
+        assert_eq!(verdict(&mut node), Some(Verdict::HeldOpen(5151)));
         let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
         assert_eq!(f.fix, stop(5151));
-        assert!(f.summary.contains("pid 5151 (backup) has the device file open"), "{}", f.summary);
     }
 
     /// A pid is reused within minutes and a fix is pasted later: a user
@@ -391,9 +460,17 @@ mod tests {
         let mut other = loop_device(true, vec![], vec![opener(3131, "dd", "/dev/loop7")]);
         other.backing_file = b"/var/lib/images/disk.img".to_vec();
         node.loops = vec![other];
+        assert_eq!(verdict(&mut node), Some(Verdict::NothingFound));
         let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
         assert_eq!(f.confidence, Confidence::Possible);
         assert!(!f.summary.contains("3131"), "{}", f.summary);
+        // A loop device never detached, that nothing uses: likely, not proven.
+        let mut never_detached = FakeNode::with_mounts(&[&format!("61 {} devtmpfs", map_path())]);
+        never_detached.loops = vec![loop_device(false, vec![], vec![])];
+        let v = verdict(&mut never_detached).unwrap();
+        assert_eq!(v, Verdict::LoopBound { device: "loop7".into(), detach_waits: false, used: false });
+        assert_eq!(v.confidence(), Confidence::Likely);
+        assert_eq!(verdict(&mut FakeNode::with_mounts(&[])), Some(Verdict::NotMountedNow));
         assert_eq!(f.fix, format!("umount -l -- {}", map_path()));
     }
 

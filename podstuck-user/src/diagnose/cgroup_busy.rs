@@ -21,14 +21,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::mount_held::is_cgroupfs;
-use super::shell::{file_in, list, remove_dirs, show_file, word, write_file};
+use super::route::{Attempt, Claim, Refusal, Target};
+use super::shell::{file_in, kill_what_cgroups_hold, list, remove_dirs, show_file, word, write_file};
 use super::track::{Attempts, FailureLog};
-use super::{removes, removes_dir, shown, Confidence, Detector, Finding, Kind, Review, Severity, Status};
+use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::identify::Identity;
-use crate::inspect::mounts::{cgroup_place, mount_containing, CgroupPlace};
-use crate::inspect::{CgroupState, FreezerLevel, TaskState, Unreadable};
+use crate::inspect::mounts::{cgroup_place, depth, mount_containing, CgroupPlace};
+use crate::inspect::Mount;
+use crate::inspect::{CgroupState, FreezerLevel, NodeInspector, TaskState, Unreadable};
 
 /// Tasks named in a sentence, at most this many.
 const TASKS_NAMED: usize = 5;
@@ -82,8 +83,7 @@ fn fix(cg: &[u8], state: &CgroupState) -> String {
         if state.has_kill {
             steps.push(write_file("1", &file_in(cg, "cgroup.kill")));
         } else {
-            let pids: Vec<String> = state.tasks.iter().map(|t| t.pid.to_string()).collect();
-            steps.push(format!("kill -9 {}", pids.join(" ")));
+            steps.extend(kill_what_cgroups_hold([cg]));
         }
     } else if state.frozen == Some(true) {
         steps.push(if state.version == 2 {
@@ -95,11 +95,6 @@ fn fix(cg: &[u8], state: &CgroupState) -> String {
         steps.push(remove_dirs(state.children.iter().map(|c| file_in(cg, c))));
     }
     steps.join(" && ")
-}
-
-/// Path depth, for parents-first and deepest-first orders.
-fn depth(path: &[u8]) -> usize {
-    path.iter().filter(|b| **b == b'/').count()
 }
 
 /// What the failing directories of one group hold, read together.
@@ -115,6 +110,8 @@ struct GroupFacts {
     frozen_v2: Vec<Vec<u8>>,
     /// Child cgroups left in the failing directories, deepest first.
     children: Vec<Vec<u8>>,
+    /// The failing directories that hold tasks (themselves or below).
+    holding: Vec<Vec<u8>>,
 }
 
 impl GroupFacts {
@@ -127,6 +124,9 @@ impl GroupFacts {
                 levels.insert(l.dir.clone());
             }
             let Some(state) = &read.state else { continue };
+            if !state.tasks.is_empty() {
+                g.holding.push(path.to_vec());
+            }
             for t in &state.tasks {
                 if read.frozen_pid(t.pid) || (state.version == 1 && state.frozen == Some(true)) {
                     g.frozen_pids.insert(t.pid);
@@ -164,9 +164,7 @@ impl GroupFacts {
             self.frozen_levels.iter().map(|d| write_file("THAWED", &file_in(d, "freezer.state"))).collect();
         steps.extend(self.frozen_v2.iter().map(|d| write_file("0", &file_in(d, "cgroup.freeze"))));
         if !self.tasks.is_empty() {
-            let mut pids: Vec<u32> = self.tasks.iter().map(|t| t.pid).collect();
-            pids.dedup();
-            steps.push(format!("kill -9 {}", pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")));
+            steps.extend(kill_what_cgroups_hold(&self.holding));
         }
         if !self.children.is_empty() {
             if !self.tasks.is_empty() {
@@ -182,35 +180,128 @@ impl GroupFacts {
     }
 }
 
+/// What cgroup-busy found of one failing directory, before a word of it
+/// is said; the facts it stands on are the directory's [`Read`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The directory is gone now: removed since.
+    Gone,
+    /// It could not be read now (why is in the evidence).
+    Unread,
+    /// Tasks still live in it: how many, how many wait in D on something
+    /// other than the freezer, and whether it is frozen.
+    TasksLive { tasks: usize, stuck: usize, frozen: bool },
+    /// No task, but frozen.
+    Frozen,
+    /// No task, not frozen, but child cgroups remain.
+    ChildrenLeft(Vec<String>),
+    /// Empty now: the next retry should succeed.
+    EmptyNow,
+}
+
+impl Verdict {
+    pub fn confidence(&self) -> Confidence {
+        match self {
+            Verdict::TasksLive { .. } | Verdict::Frozen | Verdict::ChildrenLeft(_) => Confidence::Confirmed,
+            // Not read now: the failure stands, its cause unread yet.
+            Verdict::Unread => Confidence::Likely,
+            Verdict::Gone | Verdict::EmptyNow => Confidence::Possible,
+        }
+    }
+}
+
 impl CgroupBusy {
     fn decide(a: &mut Attempts, review: &mut Review<'_>, reads: &mut BTreeMap<Vec<u8>, Read>) -> Option<Finding> {
-        let node = &mut *review.node;
-        let path = a.path.clone();
+        let (read, verdict, unreadable) = Self::judge(a, review.node)?;
+        if let Some(why) = &unreadable {
+            a.read_again_soon_if(why);
+        }
+        let f = Self::tell(a, &read, &verdict, unreadable.as_ref());
+        reads.insert(a.path.clone(), read);
+        Some(f)
+    }
+
+    /// Reads the directory (its tasks, children, freezer) and decides.
+    /// None: not on a cgroup filesystem, so not this cause's.
+    fn judge(a: &Attempts, node: &mut dyn NodeInspector) -> Option<(Read, Verdict, Option<Unreadable>)> {
+        let path = a.path.as_slice();
         let mounts = node.host_mounts().ok()?;
-        if !mount_containing(&mounts, &path).is_some_and(is_cgroupfs) {
+        if !mount_containing(&mounts, path).is_some_and(Mount::is_cgroup) {
             return None;
         }
-        let place = cgroup_place(&mounts, &path);
-        let mut f = Finding::new(Kind::CgroupBusy, &shown(&path), Severity::Critical, a.first);
-        a.stamp(&mut f);
-        let rhythm = a.rhythm_words();
-        f.evidence("trace", a.trace_words());
-        let whose = a.pod.as_ref().map(|p| format!("the cgroup of pod {p}")).unwrap_or_else(|| "the cgroup".into());
-        let failed = format!("{}{rhythm}", a.failed_words());
-        let mut read = Read { place, ..Read::default() };
-        let state = match node.cgroup(&path) {
+        let mut read = Read { place: cgroup_place(&mounts, path), ..Read::default() };
+        let state = match node.cgroup(path) {
             Ok(state) => state,
-            Err(why) => {
-                let f = unread(a, f, &whose, &failed, &path, &why);
-                reads.insert(path, read);
-                return Some(f);
-            }
+            Err(why) if why.is_gone() => return Some((read, Verdict::Gone, Some(why))),
+            Err(why) => return Some((read, Verdict::Unread, Some(why))),
         };
         if state.version == 1 {
             // A v1 freezer is read in the freezer hierarchy, wherever the
             // directory that failed is; without one, nothing is frozen.
-            read.freezer = node.v1_freezer(&path).unwrap_or_default();
+            read.freezer = node.v1_freezer(path).unwrap_or_default();
         }
+        let frozen_task = |t: &TaskState| read.frozen_pid(t.pid) || (state.version == 1 && state.frozen == Some(true));
+        // Newer kernels show a frozen task as D: it waits on the freezer, not on I/O.
+        let stuck = state.tasks.iter().filter(|t| t.state == 'D' && !frozen_task(t)).count();
+        let frozen = state.frozen == Some(true) || read.frozen_levels().next().is_some();
+        let verdict = if !state.tasks.is_empty() {
+            Verdict::TasksLive { tasks: state.tasks.len(), stuck, frozen }
+        } else if frozen {
+            Verdict::Frozen
+        } else if !state.children.is_empty() {
+            Verdict::ChildrenLeft(state.children.clone())
+        } else {
+            Verdict::EmptyNow
+        };
+        read.state = Some(state);
+        Some((read, verdict, None))
+    }
+
+    /// The verdict in words: the finding, its evidence and its fix.
+    fn tell(a: &Attempts, read: &Read, verdict: &Verdict, unreadable: Option<&Unreadable>) -> Finding {
+        let path = a.path.as_slice();
+        let mut f = Finding::new(Kind::CgroupBusy, &shown(path), Severity::Critical, a.first);
+        a.stamp(&mut f);
+        f.confidence = verdict.confidence();
+        f.evidence("trace", a.trace_words());
+        let whose = a.pod.as_ref().map(|p| format!("the cgroup of pod {p}")).unwrap_or_else(|| "the cgroup".into());
+        let failed = format!("{}{}", a.failed_words(), a.rhythm_words());
+        let (Some(state), None) = (&read.state, unreadable) else {
+            return unread(a, f, &whose, &failed, path, unreadable.expect("a cgroup unread says why"));
+        };
+        Self::state_evidence(&mut f, path, read, state);
+        let what = format!("{} cannot remove {whose} {}", a.actor.description, shown(path));
+        match verdict {
+            Verdict::TasksLive { tasks, stuck, frozen } => {
+                let frozen_task =
+                    |t: &TaskState| read.frozen_pid(t.pid) || (state.version == 1 && state.frozen == Some(true));
+                let named: Vec<String> =
+                    state.tasks.iter().take(TASKS_NAMED).map(|t| task_words(t, frozen_task(t))).collect();
+                let frozen = if *frozen { ", frozen" } else { "" };
+                f.summary =
+                    format!("{what}: {tasks} task(s) still live in it{frozen}: {}. {failed}.", named.join(", "));
+                if *stuck > 0 {
+                    f.advice.push(format!(
+                        "{stuck} task(s) are in D state: they die only when their I/O returns (see any hung-call finding)"
+                    ));
+                }
+            }
+            Verdict::Frozen => f.summary = format!("{what}: it is frozen. {failed}."),
+            Verdict::ChildrenLeft(children) => {
+                f.summary = format!("{what}: child cgroups remain: {}. {failed}.", children.join(", "))
+            }
+            Verdict::EmptyNow | Verdict::Gone | Verdict::Unread => {
+                f.summary = format!("{what}: {failed}, but it is empty now: the next retry should succeed.");
+                f.fix = remove_dirs([path]);
+                return f;
+            }
+        }
+        f.fix = if state.version == 1 { GroupFacts::of(std::iter::once((path, read))).fix() } else { fix(path, state) };
+        f
+    }
+
+    /// What was read of the directory, as evidence.
+    fn state_evidence(f: &mut Finding, path: &[u8], read: &Read, state: &CgroupState) {
         if let Some(populated) = state.populated {
             f.evidence("cgroup.events", format!("populated {}", populated as u8));
         }
@@ -241,58 +332,16 @@ impl CgroupBusy {
             f.evidence("cgroup.procs", format!("and {} more tasks", state.tasks.len() - TASKS_NAMED));
         }
         if !state.children.is_empty() {
-            f.evidence("cgroupfs", format!("child cgroups of {}: {}", shown(&path), state.children.join(", ")));
+            f.evidence("cgroupfs", format!("child cgroups of {}: {}", shown(path), state.children.join(", ")));
         }
         f.detail("tasks", state.tasks.len());
         f.detail("children", state.children.len());
-        let what = format!("{} cannot remove {whose} {}", a.actor.description, shown(&path));
-        // Newer kernels show a frozen task as D: it waits on the freezer, not on I/O.
-        let stuck = state.tasks.iter().filter(|t| t.state == 'D' && !frozen_task(t)).count();
-        let frozen = state.frozen == Some(true) || read.frozen_levels().next().is_some();
-        if !state.tasks.is_empty() {
-            f.confidence = Confidence::Confirmed;
-            let named: Vec<String> =
-                state.tasks.iter().take(TASKS_NAMED).map(|t| task_words(t, frozen_task(t))).collect();
-            let frozen = if frozen { ", frozen" } else { "" };
-            f.summary = format!(
-                "{what}: {} task(s) still live in it{frozen}: {}. {failed}.",
-                state.tasks.len(),
-                named.join(", ")
-            );
-            if stuck > 0 {
-                f.advice.push(format!(
-                    "{stuck} task(s) are in D state: they die only when their I/O returns (see any hung-call finding)"
-                ));
-            }
-        } else if frozen {
-            f.confidence = Confidence::Confirmed;
-            f.summary = format!("{what}: it is frozen. {failed}.");
-        } else if !state.children.is_empty() {
-            f.confidence = Confidence::Confirmed;
-            f.summary = format!("{what}: child cgroups remain: {}. {failed}.", state.children.join(", "));
-        } else {
-            f.confidence = Confidence::Possible;
-            f.summary = format!("{what}: {failed}, but it is empty now: the next retry should succeed.");
-            f.fix = remove_dirs([&path]);
-            read.state = Some(state);
-            reads.insert(path, read);
-            return Some(f);
-        }
-        f.fix = if state.version == 1 {
-            GroupFacts::of(std::iter::once((path.as_slice(), &Read { state: Some(state.clone()), ..read.clone() })))
-                .fix()
-        } else {
-            fix(&path, &state)
-        };
-        read.state = Some(state);
-        reads.insert(path, read);
-        Some(f)
     }
 }
 
 /// The finding of a cgroup that could not be read: gone since (the
 /// failure is over), or not read now, said by the kind of why.
-fn unread(a: &mut Attempts, mut f: Finding, whose: &str, failed: &str, path: &[u8], why: &Unreadable) -> Finding {
+fn unread(a: &Attempts, mut f: Finding, whose: &str, failed: &str, path: &[u8], why: &Unreadable) -> Finding {
     if why.is_gone() {
         f.confidence = Confidence::Possible;
         f.evidence("cgroupfs", format!("{} is gone now ({why})", shown(path)));
@@ -303,7 +352,6 @@ fn unread(a: &mut Attempts, mut f: Finding, whose: &str, failed: &str, path: &[u
         );
         f.fix = list(path);
     } else {
-        a.read_again_soon_if(why);
         f.evidence("cgroupfs", format!("{}: {}", shown(path), why.said()));
         f.summary = format!("{} cannot remove {whose} {}: it is busy. {failed}.", a.actor.description, shown(path));
         f.fix = show_file(&file_in(path, "cgroup.procs"));
@@ -481,11 +529,17 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
 }
 
 impl Detector for CgroupBusy {
+    fn claims(&self) -> &'static [Claim] {
+        &[Claim { attempts: &[Attempt::RemoveDir], refusals: &[Refusal::Busy], targets: &[Target::Cgroup] }]
+    }
+
+    fn failed(&mut self, event: &CallEvent, identity: &Identity) {
+        // Whether the path is on a cgroup filesystem is confirmed at review.
+        self.failures.record(event, identity);
+    }
+
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        if removes(event) {
-            // Whether the path is on a cgroup filesystem is read at review.
-            self.failures.observe(event, identity, |errno| errno == libc::EBUSY && removes_dir(event));
-        }
+        self.failures.ended_by(event, identity);
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
@@ -512,6 +566,11 @@ mod tests {
         node
     }
 
+    /// What cgroup-busy decides of `calls` on `node`: its verdict alone.
+    fn verdict(node: &mut FakeNode, calls: &[Call]) -> Option<Verdict> {
+        CgroupBusy::judge(&attempts_of(calls), node).map(|(_, verdict, _)| verdict)
+    }
+
     fn housekeeping() -> Vec<Call> {
         [0.0, 2.0, 4.0, 6.0].iter().map(|s| rmdir(*s, "kubelet", CG, -libc::EBUSY)).collect()
     }
@@ -520,6 +579,7 @@ mod tests {
     fn a_live_task_keeps_the_pod_cgroup_on_kubelets_two_second_housekeeping() {
         let mut d = CgroupBusy::default();
         let mut node = node_with(cgroup_with_a_live_sleep());
+        assert_eq!(verdict(&mut node, &housekeeping()), Some(Verdict::TasksLive { tasks: 1, stuck: 0, frozen: false }));
         let f = &run(&mut d, &mut node, &housekeeping(), 6.5)[0];
         assert_eq!(f.kind, Kind::CgroupBusy);
         assert_eq!(f.confidence, Confidence::Confirmed);
@@ -540,6 +600,7 @@ mod tests {
             frozen: Some(false),
             has_kill: true,
         });
+        assert_eq!(verdict(&mut node, &housekeeping()), Some(Verdict::ChildrenLeft(vec!["c1".into()])));
         let f = &run(&mut d, &mut node, &housekeeping(), 6.5)[0];
         assert_eq!(f.fix, format!("rmdir -- {CG}/c1"));
         assert_eq!(f.id, format!("cgroup-busy:{CG}"), "v2 keeps one finding per directory");
@@ -659,9 +720,15 @@ mod tests {
             .iter()
             .map(|h| format!("{}/{CID}", pod_dir(h)))
             .collect();
+        let pods: Vec<String> =
+            ["cpu,cpuacct", "freezer", "memory", "systemd", "pids"].iter().map(|h| pod_dir(h)).collect();
         assert_eq!(
             f.fix,
-            format!("echo THAWED > {freezer} && kill -9 5 && sleep 1 && rmdir -- {}", containers.join(" "))
+            format!(
+                "echo THAWED > {freezer} && {} && sleep 1 && rmdir -- {}",
+                kill_what_cgroups_hold(&pods).unwrap(),
+                containers.join(" ")
+            )
         );
         assert!(f.rhythm.as_deref().unwrap().contains("every 2 s"), "{:?}", f.rhythm);
     }
@@ -682,7 +749,7 @@ mod tests {
         let freezer = pod_dir("freezer");
         assert!(
             found[0].fix.starts_with(&format!(
-                "echo THAWED > {freezer}/freezer.state && echo THAWED > {freezer}/{CID}/freezer.state && kill -9 5 && "
+                "echo THAWED > {freezer}/freezer.state && echo THAWED > {freezer}/{CID}/freezer.state && find "
             )),
             "{}",
             found[0].fix
@@ -727,7 +794,11 @@ mod tests {
         let ids: Vec<&str> = found.iter().map(|f| f.id.as_str()).collect();
         assert_eq!(ids, [format!("cgroup-busy:docker/{CID}"), "cgroup-busy:system.slice/x.service".to_string()]);
         assert_eq!(found[0].paths.len(), 5);
-        assert_eq!(found[0].fix, "kill -9 77");
+        let dirs: Vec<String> = ["cpu,cpuacct", "freezer", "memory", "systemd", "pids"]
+            .iter()
+            .map(|h| format!("/sys/fs/cgroup/{h}/docker/{CID}"))
+            .collect();
+        assert_eq!(found[0].fix, kill_what_cgroups_hold(&dirs).unwrap());
         assert_eq!(found[0].pod_uid, None);
         assert!(
             found[0]
@@ -766,6 +837,24 @@ mod tests {
             rmdir(0.0, "containerd", "/run/x/rootfs", -libc::EBUSY),
             rmdir(1.0, "containerd", "/run/x/rootfs", -libc::EBUSY),
         ];
+        // Never routed here (a runtime's directory is mount-held's), and
+        // refused at review even if it were: it is on no cgroup filesystem.
         assert!(run(&mut d, &mut node, &calls, 5.0).is_empty());
+        assert_eq!(verdict(&mut node, &calls), None);
+        // A cgroup that went since, and one empty now: the retry's to make.
+        let mut node = FakeNode::with_mounts(&["70 /sys/fs/cgroup cgroup2"]);
+        assert_eq!(verdict(&mut node, &housekeeping()), Some(Verdict::Gone));
+        node.cgroups.insert(
+            CG.into(),
+            CgroupState {
+                version: 2,
+                tasks: vec![],
+                children: vec![],
+                populated: Some(false),
+                frozen: None,
+                has_kill: true,
+            },
+        );
+        assert_eq!(verdict(&mut node, &housekeeping()), Some(Verdict::EmptyNow));
     }
 }

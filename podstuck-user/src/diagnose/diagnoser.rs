@@ -6,16 +6,21 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::{
-    block_volume_held, cgroup_busy, consequences, dir_not_empty, disk_full, hung_call, immutable_file, mount_held,
-    no_teardown_seen, not_mounted, removal_storm, sandbox_teardown_failing, shell, sigterm_ignored, subpath_left,
-    unkillable_task, volume_still_mounted, wording,
-};
+use super::route::{Class, Router};
+use super::{consequences, shell, wording};
 use super::{CountedCalls, Detector, DiagnoseOptions, Finding, Review, Status};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
-use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
+use crate::identify::LifecycleIdentity;
+use crate::lifecycle::LifecycleEvent;
+
+/// The router of `detectors`' claims. Two claimants of one class are a
+/// mistake in their declarations, which the router's tests catch before
+/// any run: none is made with it.
+fn routed(detectors: &[Box<dyn Detector>]) -> Router {
+    Router::new(detectors).unwrap_or_else(|conflicts| panic!("detectors claim the same failed calls: {conflicts:?}"))
+}
 
 /// A finding to print: new, or a new revision of one printed before.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,6 +65,8 @@ pub const MAX_FINDINGS_KEPT: usize = 2048;
 /// All detectors, and what has been told of their findings.
 pub struct Diagnoser {
     detectors: Vec<Box<dyn Detector>>,
+    /// Which detector each failed call goes to.
+    router: Router,
     shown: BTreeMap<String, Shown>,
     /// Consequences folded before they were ever told, by id: the root
     /// each went under. Without it, one that outlives its root by a review
@@ -73,24 +80,9 @@ pub struct Diagnoser {
 
 impl Diagnoser {
     pub fn new(options: &DiagnoseOptions) -> Diagnoser {
-        let detectors: Vec<Box<dyn Detector>> = vec![
-            Box::new(volume_still_mounted::VolumeStillMounted::default()),
-            Box::new(removal_storm::RemovalStorm::new(options.node_name.clone())),
-            Box::new(immutable_file::ImmutableFile::default()),
-            Box::new(mount_held::MountHeld::default()),
-            Box::new(block_volume_held::BlockVolumeHeld::default()),
-            Box::new(cgroup_busy::CgroupBusy::default()),
-            Box::new(hung_call::HungCall::new(options.hung_after)),
-            Box::new(not_mounted::NotMounted::default()),
-            Box::new(dir_not_empty::DirNotEmpty::default()),
-            Box::new(disk_full::DiskFull::default()),
-            Box::new(subpath_left::SubpathLeft::default()),
-            Box::new(sandbox_teardown_failing::SandboxTeardownFailing::new(options.node_name.clone())),
-            Box::new(sigterm_ignored::SigtermIgnored::default()),
-            Box::new(unkillable_task::UnkillableTask::default()),
-            Box::new(no_teardown_seen::NoTeardownSeen::new(options.pods.clone())),
-        ];
+        let detectors = super::causes::detectors(options);
         Diagnoser {
+            router: routed(&detectors),
             detectors,
             shown: BTreeMap::new(),
             folded_untold: BTreeMap::new(),
@@ -131,9 +123,21 @@ impl Diagnoser {
     pub fn join(&mut self, first: Box<dyn Detector>, last: Box<dyn Detector>) {
         self.detectors.insert(0, first);
         self.detectors.push(last);
+        self.router = routed(&self.detectors);
     }
 
+    /// One call, for every detector; a call whose path is only its
+    /// caller's word (made in a pod's own mount namespace) for none: every
+    /// detector reads the node at a call's path or tells its pod's
+    /// teardown by it, and such a path is neither (see
+    /// `identify::path_proof`; the watch counts what is set aside).
     pub fn observe(&mut self, event: &CallEvent, identity: &Identity) {
+        if !identity.proven() {
+            return;
+        }
+        if let Some(at) = Class::of(event, identity).and_then(|class| self.router.claimant(&class)) {
+            self.detectors[at].failed(event, identity);
+        }
         for detector in &mut self.detectors {
             detector.observe(event, identity);
         }
@@ -176,6 +180,7 @@ impl Diagnoser {
     pub fn review(&mut self, review: &mut Review<'_>) -> Vec<Report> {
         let mut reports = Vec::new();
         let mut current: Vec<Finding> = self.detectors.iter_mut().flat_map(|d| d.review(review)).collect();
+        current.iter_mut().for_each(shell::withhold_unchecked);
         if self.in_container {
             current.iter_mut().for_each(shell::from_a_container);
         }
@@ -316,6 +321,7 @@ mod tests {
     fn scripted(next: &std::rc::Rc<std::cell::RefCell<Vec<Finding>>>) -> Diagnoser {
         Diagnoser {
             detectors: vec![Box::new(Scripted { next: next.clone() })],
+            router: Router::default(),
             shown: BTreeMap::new(),
             folded_untold: BTreeMap::new(),
             in_container: false,

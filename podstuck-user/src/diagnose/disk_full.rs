@@ -10,13 +10,14 @@
 
 use std::collections::BTreeMap;
 
+use super::route::{Attempt, Claim, Refusal, Target};
 use super::shell::{find_mount, free_space, remount, space_used};
-use super::track::{Attempts, FailureLog};
+use super::track::{Attempts, CallerView, FailureLog};
 use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity, Status};
 use crate::event::CallEvent;
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_containing;
-use crate::inspect::{FsUsage, Mount, NodeInspector};
+use crate::inspect::{FsUsage, Mount, NodeInspector, Probe};
 
 /// Paths quoted in one finding.
 const PATHS_KEPT: usize = 10;
@@ -48,96 +49,135 @@ fn full_mount(mounts: &[Mount], mount: &Mount) -> Mount {
 
 impl DiskFull {
     fn decide(kind: Kind, a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
-        let node = &mut *review.node;
-        let path = a.path.clone();
-        let mounts = node.host_mounts().ok()?;
-        let mount = mount_containing(&mounts, &path)?.clone();
+        // The filesystem of the caller's namespace, read and fixed there:
+        // a runtime's own (kubelet in a container) has mounts of its own.
+        let view = a.caller_view(review.node);
+        let verdict = Self::judge(kind, a, review.node, &view)?;
+        let mut f = Self::tell(a, &verdict);
+        let fix = std::mem::take(&mut f.fix);
+        view.place_fix(&mut f, fix);
+        Some(f)
+    }
+
+    /// Finds the filesystem the call failed on (for ENOSPC, the one that
+    /// ran out: an overlay's upper layer's) and reads it. None where the
+    /// caller's namespace cannot be read or no mount holds the path.
+    fn judge(kind: Kind, a: &Attempts, node: &mut dyn NodeInspector, view: &CallerView) -> Option<Verdict> {
+        let mounts = view.mounts().ok()?;
+        let root = view.reader().ok()?;
+        let mount = mount_containing(mounts, &a.path)?.clone();
+        if kind == Kind::ReadOnlyFs {
+            let usage = node.fs_usage(&mount.mount_point, root);
+            let super_ro = mount.super_options.split(',').any(|o| o == "ro");
+            let statfs_ro = usage.as_ref().is_ok_and(|u| u.read_only);
+            let how = if mount.read_only() && !super_ro {
+                ReadOnly::BindMount
+            } else if super_ro || mount.read_only() || statfs_ro {
+                ReadOnly::Filesystem { after_errors: super_ro }
+            } else {
+                ReadOnly::NotSeen
+            };
+            return Some(Verdict::ReadOnly { mount, usage, how });
+        }
+        let full = full_mount(mounts, &mount);
+        let usage = node.fs_usage(&full.mount_point, root);
+        let state = match &usage {
+            _ if a.errno == libc::EDQUOT => Fullness::OverQuota,
+            Ok(u) if u.total_inodes > 0 && u.free_inodes == 0 => Fullness::NoInodes,
+            Ok(u) if u.free_bytes == 0 || (u.total_bytes > 0 && u.free_bytes * 100 < u.total_bytes) => {
+                Fullness::NoSpace
+            }
+            Ok(_) => Fullness::NotFullNow,
+            Err(_) => Fullness::Unread,
+        };
+        Some(Verdict::Full { mount, full, usage, state })
+    }
+
+    /// The verdict in words: the finding, its evidence, its fix.
+    fn tell(a: &Attempts, verdict: &Verdict) -> Finding {
+        let (kind, mount) = match verdict {
+            Verdict::Full { mount, .. } => (Kind::DiskFull, mount),
+            Verdict::ReadOnly { mount, .. } => (Kind::ReadOnlyFs, mount),
+        };
         let mut f = Finding::new(kind, &shown(&mount.mount_point), Severity::Critical, a.first);
         a.stamp(&mut f);
         f.paths.push(mount.mount_point.clone());
         f.evidence("trace", a.trace_words());
-        let what = format!("{} of {}", a.syscall_name(), shown(&path));
-        if kind == Kind::DiskFull {
-            Self::full(&mut f, a, node, &mounts, &mount, &what);
-        } else {
-            Self::read_only(&mut f, node, &mount, &what);
+        f.confidence = verdict.confidence();
+        let what = format!("{} of {}", a.syscall_name(), shown(&a.path));
+        match verdict {
+            Verdict::Full { mount, full, usage, state } => {
+                Self::tell_full(&mut f, a, mount, full, usage, *state, &what)
+            }
+            Verdict::ReadOnly { mount, usage, how } => Self::tell_read_only(&mut f, mount, usage, *how, &what),
         }
-        Some(f)
+        f
     }
 
-    /// ENOSPC or EDQUOT: which filesystem is full (an overlay's upper
-    /// layer, not the overlay), how full, and how to make room.
-    fn full(f: &mut Finding, a: &Attempts, node: &mut dyn NodeInspector, mounts: &[Mount], mount: &Mount, what: &str) {
-        let target = full_mount(mounts, mount);
-        if target.mount_point != mount.mount_point {
+    /// ENOSPC or EDQUOT: which filesystem is full, how full, and how to
+    /// make room.
+    fn tell_full(
+        f: &mut Finding,
+        a: &Attempts,
+        mount: &Mount,
+        full: &Mount,
+        usage: &Probe<FsUsage>,
+        state: Fullness,
+        what: &str,
+    ) {
+        let overlay = full.mount_point != mount.mount_point;
+        if overlay {
             f.evidence(
                 "mountinfo",
                 format!(
                     "{} is an overlay whose upper layer is on {} ({})",
                     shown(&mount.mount_point),
-                    shown(&target.mount_point),
-                    target.fstype
+                    shown(&full.mount_point),
+                    full.fstype
                 ),
             );
-            f.paths.push(target.mount_point.clone());
+            f.paths.push(full.mount_point.clone());
         }
-        let quota = a.errno == libc::EDQUOT;
-        let usage = node.fs_usage(&target.mount_point);
-        let (state, fix) = match &usage {
+        let mp = &full.mount_point;
+        f.fix = match usage {
             Ok(u) => {
-                f.evidence("statfs", format!("{}: {}", shown(&target.mount_point), usage_words(u)));
+                f.evidence("statfs", format!("{}: {}", shown(mp), usage_words(u)));
                 f.detail("free_bytes", u.free_bytes);
                 f.detail("free_inodes", u.free_inodes);
-                let no_inodes = u.total_inodes > 0 && u.free_inodes == 0;
-                let no_space = u.free_bytes == 0 || (u.total_bytes > 0 && u.free_bytes * 100 < u.total_bytes);
-                f.confidence =
-                    if no_inodes || no_space || quota { Confidence::Confirmed } else { Confidence::Possible };
-                let mp = &target.mount_point;
-                let grow = match (target.fstype.as_str(), no_inodes) {
-                    ("tmpfs", true) => remount(&format!("nr_inodes={}", u.total_inodes.max(1) * 2), mp),
-                    ("tmpfs", false) => remount(&format!("size={}k", (u.total_bytes / 1024).max(1) * 2), mp),
+                let grow = match (full.fstype.as_str(), state) {
+                    ("tmpfs", Fullness::NoInodes) => remount(&format!("nr_inodes={}", u.total_inodes.max(1) * 2), mp),
+                    ("tmpfs", _) => remount(&format!("size={}k", (u.total_bytes / 1024).max(1) * 2), mp),
                     _ => None,
                 };
-                let fix = grow.unwrap_or_else(|| space_used(mp));
-                let state = if quota {
-                    "over its disk quota".to_string()
-                } else if no_inodes {
-                    "out of inodes".to_string()
-                } else if no_space {
-                    "out of space".to_string()
-                } else {
-                    "not full now (space was freed since)".to_string()
-                };
-                (state, fix)
+                grow.unwrap_or_else(|| space_used(mp))
             }
             Err(why) => {
-                f.evidence("statfs", format!("{}: {}", shown(&target.mount_point), why.said()));
-                ("full".to_string(), free_space(&target.mount_point))
+                f.evidence("statfs", format!("{}: {}", shown(mp), why.said()));
+                free_space(mp)
             }
         };
-        let overlay = if target.mount_point != mount.mount_point {
-            " (deleting a file of a lower layer needs a whiteout inode in the upper layer)"
-        } else {
-            ""
+        let state = match state {
+            Fullness::OverQuota => "over its disk quota",
+            Fullness::NoInodes => "out of inodes",
+            Fullness::NoSpace => "out of space",
+            Fullness::NotFullNow => "not full now (space was freed since)",
+            Fullness::Unread => "full",
         };
+        let overlay =
+            if overlay { " (deleting a file of a lower layer needs a whiteout inode in the upper layer)" } else { "" };
         f.summary = format!(
             "{what} fails with {}: the {} filesystem at {} is {state}{overlay}; every pod whose teardown writes there is stuck.",
             a.errno_name(),
-            target.fstype,
-            shown(&target.mount_point)
+            full.fstype,
+            shown(mp)
         );
-        f.fix = fix;
-        if target.fstype != "tmpfs" {
+        if full.fstype != "tmpfs" {
             f.advice.push("free space on it (old images: crictl rmi --prune; logs), or replace the disk; then kubelet's retries succeed".into());
         }
     }
 
     /// EROFS: a read-only bind mount, or a filesystem read-only as a whole.
-    fn read_only(f: &mut Finding, node: &mut dyn NodeInspector, mount: &Mount, what: &str) {
-        let per_mount_ro = mount.read_only();
-        let super_ro = mount.super_options.split(',').any(|o| o == "ro");
-        let usage = node.fs_usage(&mount.mount_point);
-        let statfs_ro = usage.as_ref().map(|u| u.read_only).unwrap_or(false);
+    fn tell_read_only(f: &mut Finding, mount: &Mount, usage: &Probe<FsUsage>, how: ReadOnly, what: &str) {
         f.evidence(
             "mountinfo",
             format!(
@@ -148,26 +188,26 @@ impl DiskFull {
                 mount.super_options
             ),
         );
-        if let Ok(u) = &usage {
+        if let Ok(u) = usage {
             f.evidence("statfs", format!("ST_RDONLY {}", if u.read_only { "set" } else { "not set" }));
         }
-        f.confidence = if per_mount_ro || super_ro || statfs_ro { Confidence::Confirmed } else { Confidence::Possible };
-        if per_mount_ro && !super_ro {
+        if how == ReadOnly::BindMount {
             f.summary = format!(
                 "{what} fails with EROFS: {} is a read-only mount of a writable filesystem (a read-only bind mount).",
                 shown(&mount.mount_point)
             );
             f.fix = remount("bind,rw", &mount.mount_point).unwrap_or_else(|| find_mount(&mount.mount_point));
-        } else {
-            f.summary = format!(
-                "{what} fails with EROFS: the {} filesystem at {} is read-only{}.",
-                mount.fstype,
-                shown(&mount.mount_point),
-                if super_ro { " (the kernel may have remounted it after errors)" } else { "" }
-            );
-            f.fix = remount("rw", &mount.mount_point).unwrap_or_else(|| find_mount(&mount.mount_point));
-            f.advice.push("if the kernel made it read-only after I/O errors, read dmesg and run fsck before remounting, or replace the disk".into());
+            return;
         }
+        let after_errors = matches!(how, ReadOnly::Filesystem { after_errors: true });
+        f.summary = format!(
+            "{what} fails with EROFS: the {} filesystem at {} is read-only{}.",
+            mount.fstype,
+            shown(&mount.mount_point),
+            if after_errors { " (the kernel may have remounted it after errors)" } else { "" }
+        );
+        f.fix = remount("rw", &mount.mount_point).unwrap_or_else(|| find_mount(&mount.mount_point));
+        f.advice.push("if the kernel made it read-only after I/O errors, read dmesg and run fsck before remounting, or replace the disk".into());
     }
 
     /// One finding per filesystem: the calls of every path on it together.
@@ -201,18 +241,71 @@ impl DiskFull {
     }
 }
 
-impl Detector for DiskFull {
-    fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        let Ok(path) = &identity.abs_path else { return };
-        match event.errno() {
-            None => {
-                self.full.succeeded(path, event.time);
-                self.read_only.succeeded(path, event.time);
-            }
-            Some(libc::ENOSPC | libc::EDQUOT) => self.full.failed(path, event, identity),
-            Some(libc::EROFS) => self.read_only.failed(path, event, identity),
-            Some(_) => {}
+/// What disk-full decides of a call refused for want of space or of
+/// write access, before a word of it is said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// ENOSPC or EDQUOT on `mount`; `full` is the filesystem that ran out
+    /// (an overlay's upper layer's, else `mount` itself), as statfs read it.
+    Full { mount: Mount, full: Mount, usage: Probe<FsUsage>, state: Fullness },
+    /// EROFS on `mount`.
+    ReadOnly { mount: Mount, usage: Probe<FsUsage>, how: ReadOnly },
+}
+
+/// How full the filesystem that ran out is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fullness {
+    /// EDQUOT: the caller's quota, whatever the filesystem has left.
+    OverQuota,
+    NoInodes,
+    /// No bytes left, or less than 1%.
+    NoSpace,
+    /// Room again: space was freed since the call.
+    NotFullNow,
+    /// statfs could not be read.
+    Unread,
+}
+
+/// What made the filesystem refuse a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadOnly {
+    /// A read-only mount of a writable filesystem.
+    BindMount,
+    /// The filesystem itself (`after_errors`: its own options say ro, as
+    /// the kernel leaves them when it remounts after errors).
+    Filesystem { after_errors: bool },
+    /// Neither the mount, the filesystem nor statfs says read-only now.
+    NotSeen,
+}
+
+impl Verdict {
+    pub fn confidence(&self) -> Confidence {
+        match self {
+            // The kernel said ENOSPC; only how full it is now is unknown.
+            Verdict::Full { state: Fullness::Unread, .. } => Confidence::Likely,
+            Verdict::Full { state: Fullness::NotFullNow, .. } => Confidence::Possible,
+            Verdict::Full { .. } => Confidence::Confirmed,
+            Verdict::ReadOnly { how: ReadOnly::NotSeen, .. } => Confidence::Possible,
+            Verdict::ReadOnly { .. } => Confidence::Confirmed,
         }
+    }
+}
+
+impl Detector for DiskFull {
+    fn claims(&self) -> &'static [Claim] {
+        &[Claim { attempts: &Attempt::ALL, refusals: &[Refusal::NoSpace, Refusal::ReadOnly], targets: &Target::ALL }]
+    }
+
+    fn failed(&mut self, event: &CallEvent, identity: &Identity) {
+        match event.errno() {
+            Some(libc::EROFS) => self.read_only.record(event, identity),
+            _ => self.full.record(event, identity),
+        }
+    }
+
+    fn observe(&mut self, event: &CallEvent, identity: &Identity) {
+        self.full.ended_by(event, identity);
+        self.read_only.ended_by(event, identity);
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
@@ -226,6 +319,61 @@ impl Detector for DiskFull {
 mod tests {
     use super::super::fake::*;
     use super::*;
+
+    /// What disk-full decides of `calls` (refused as `kind`) on `node`.
+    fn verdict(kind: Kind, node: &mut FakeNode, calls: &[Call]) -> Verdict {
+        let a = attempts_of(calls);
+        let view = a.caller_view(node);
+        DiskFull::judge(kind, &a, node, &view).expect("a mount holds the path")
+    }
+
+    fn usage(free_bytes: u64, free_inodes: u64) -> FsUsage {
+        FsUsage {
+            fstype: "ext4".into(),
+            total_bytes: 1000,
+            free_bytes,
+            total_inodes: 100,
+            free_inodes,
+            read_only: false,
+        }
+    }
+
+    #[test]
+    fn how_full_or_read_only_is_decided_before_it_is_said() {
+        let calls = [unlink(0.0, "kubelet", "/scratch/d/f", -libc::ENOSPC)];
+        let mut node = FakeNode::with_mounts(&["80 /scratch/d ext4"]);
+        let state = |node: &mut FakeNode, calls: &[Call]| match verdict(Kind::DiskFull, node, calls) {
+            Verdict::Full { state, full, .. } => {
+                assert_eq!(full.mount_point, b"/scratch/d");
+                state
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(state(&mut node, &calls), Fullness::Unread);
+        for (u, expected) in [
+            (usage(0, 50), Fullness::NoSpace),
+            (usage(9, 50), Fullness::NoSpace),
+            (usage(500, 0), Fullness::NoInodes),
+            (usage(500, 50), Fullness::NotFullNow),
+        ] {
+            node.usage.insert(b"/scratch/d".to_vec(), u);
+            assert_eq!(state(&mut node, &calls), expected);
+        }
+        let quota = [unlink(0.0, "kubelet", "/scratch/d/f", -libc::EDQUOT)];
+        assert_eq!(state(&mut node, &quota), Fullness::OverQuota);
+        assert_eq!(verdict(Kind::DiskFull, &mut node, &calls).confidence(), Confidence::Possible);
+
+        let erofs = [unlink(0.0, "kubelet", "/scratch/d/f", -libc::EROFS)];
+        let how = |node: &mut FakeNode| match verdict(Kind::ReadOnlyFs, node, &erofs) {
+            Verdict::ReadOnly { how, .. } => how,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(how(&mut node), ReadOnly::NotSeen);
+        node.usage.insert(b"/scratch/d".to_vec(), FsUsage { read_only: true, ..usage(500, 50) });
+        assert_eq!(how(&mut node), ReadOnly::Filesystem { after_errors: false });
+        let mut node = FakeNode::with_mounts(&["80 /scratch/d ext4 ro,relatime"]);
+        assert_eq!(how(&mut node), ReadOnly::BindMount);
+    }
 
     #[test]
     fn an_overlay_whose_upper_tmpfs_ran_out_of_inodes() {

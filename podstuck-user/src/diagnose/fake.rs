@@ -12,10 +12,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use podstuck_common::Syscall;
 
+use super::route::Class;
+use super::track::{Attempts, FailureLog};
 use super::{CallInFlight, Detector, Finding, Review};
 use crate::event::{BaseDir, CallEvent, PathStatus, ProcessStart};
 use crate::identify::actor::{describe, role_of};
+use crate::identify::path_proof::PathProof;
 use crate::identify::pod::{clues_from_path, PodUid};
+use crate::identify::target::Targets;
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::inspect::mounts::parse_mountinfo;
 use crate::inspect::questions::{node_questions, Unanswered};
@@ -61,6 +65,10 @@ pub struct FakeNode {
     /// Processes whose /proc cannot be read (too many open files).
     pub unreadable_processes: Vec<u32>,
     pub fuse: Vec<TaskState>,
+    /// The init of a pid's PID namespace, by that pid.
+    pub pid_inits: HashMap<u32, TaskState>,
+    /// FUSE connections' waiting requests, by connection (absent: unreadable).
+    pub fuse_waiting: HashMap<u32, u64>,
     /// Bound loop devices and what holds them.
     pub loops: Vec<LoopDevice>,
     /// Processes whose /proc podstuck may not read (an AppArmor profile).
@@ -68,6 +76,10 @@ pub struct FakeNode {
     pub avoided: Vec<Vec<u8>>,
     /// Symlinks: (link path, absolute target), resolved as prefixes.
     pub symlinks: Vec<(String, String)>,
+    /// The roots every read of a path was asked below, in order (the
+    /// node's is 0): the fake answers each the same, and a test checks
+    /// where a detector read.
+    pub roots_read: Vec<u32>,
 }
 
 fn missing<T>() -> Probe<T> {
@@ -103,6 +115,7 @@ impl FakeNode {
             mntns,
             host: false,
             member,
+            member_start: Some(ProcessStart(u64::from(member) + 10_000)),
             member_comm: comm.into(),
             owner: None,
             mounts,
@@ -113,8 +126,17 @@ impl FakeNode {
 
 impl Call {
     /// The same call, made from mount namespace `mntns`.
+    /// Made in mount namespace `mntns`, a runtime's (kubelet in a container).
     pub fn in_namespace(mut self, mntns: u64) -> Call {
         self.event.mntns = mntns as u32;
+        self.identity.proof = PathProof::RuntimeNamespace { mntns: mntns as u32, runtime: "kubelet".into() };
+        self
+    }
+
+    /// Made in mount namespace `mntns`, where the path's directory is the node's.
+    pub fn on_the_nodes_directory(mut self, mntns: u64) -> Call {
+        self.event.mntns = mntns as u32;
+        self.identity.proof = PathProof::NodeDirectory { mntns: mntns as u32 };
         self
     }
 }
@@ -167,6 +189,7 @@ impl FakeAnswers for FakeNode {
                 mntns,
                 host: true,
                 member: 1,
+                member_start: Some(ProcessStart(1)),
                 member_comm: "systemd".into(),
                 owner: None,
                 mounts: self.mounts(),
@@ -190,17 +213,39 @@ impl FakeAnswers for FakeNode {
     fn mount_copies(&mut self, _mount: &Mount, _mntns: u64) -> Vec<MountCopy> {
         self.copies.clone()
     }
-    fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
+    /// As on a node: the host's table and every namespace's, searched for
+    /// mounts on the entry `path` names in `mntns`; each held by the
+    /// test's holders.
+    fn mounts_elsewhere(&mut self, path: &[u8], mntns: u64) -> Vec<MountElsewhere> {
+        let asked = if mntns == 0 { HOST_MNTNS } else { mntns };
+        let Ok(here) = FakeAnswers::mount_namespace(self, asked) else { return Vec::new() };
+        let Some(entry) = crate::mountinfo::entry_location(&here.mounts, path) else { return Vec::new() };
+        let host = FakeAnswers::mount_namespace(self, HOST_MNTNS).expect("the host's table");
+        let mut found = Vec::new();
+        for namespace in std::iter::once(host).chain(self.namespaces.iter().cloned()).filter(|n| n.mntns != asked) {
+            for mount in &namespace.mounts {
+                if mounts::mount_point_location(&namespace.mounts, mount).as_ref() == Some(&entry) {
+                    let namespace = MountNamespace { mounts: Vec::new(), ..namespace.clone() };
+                    found.push(MountElsewhere { namespace, mount: mount.clone(), holders: self.holders.clone() });
+                }
+            }
+        }
+        found
+    }
+    fn inode_flags(&mut self, path: &[u8], root: u32) -> Probe<InodeFlags> {
+        self.roots_read.push(root);
         match self.flags.get(path) {
             Some(f) => Ok(*f),
             None if self.facts.contains_key(path) => Ok(InodeFlags::default()),
             None => missing(),
         }
     }
-    fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts> {
+    fn file_facts(&mut self, path: &[u8], root: u32) -> Probe<FileFacts> {
+        self.roots_read.push(root);
         self.facts.get(path).copied().ok_or(()).or_else(|_| missing())
     }
-    fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample> {
+    fn dir_sample(&mut self, path: &[u8], limit: usize, root: u32) -> Probe<DirSample> {
+        self.roots_read.push(root);
         let names = self.dirs.get(path).ok_or(()).or_else(|_| missing())?;
         Ok(DirSample {
             names: names.iter().take(limit).map(|n| n.as_bytes().to_vec()).collect(),
@@ -208,11 +253,13 @@ impl FakeAnswers for FakeNode {
             complete: true,
         })
     }
-    fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
+    fn remaining_entries(&mut self, path: &[u8], root: u32) -> Probe<EntryEstimate> {
+        self.roots_read.push(root);
         let entries = *self.remaining.get(path).ok_or(()).or_else(|_| missing())?;
         Ok(EntryEstimate { entries, at_least: false, method: "counted".into() })
     }
-    fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage> {
+    fn fs_usage(&mut self, path: &[u8], root: u32) -> Probe<FsUsage> {
+        self.roots_read.push(root);
         self.usage.get(path).cloned().ok_or(()).or_else(|_| missing())
     }
     fn cgroup(&mut self, path: &[u8]) -> Probe<CgroupState> {
@@ -231,8 +278,14 @@ impl FakeAnswers for FakeNode {
     fn task(&mut self, tid: u32) -> Probe<TaskState> {
         self.tasks.get(&tid).cloned().ok_or(()).or_else(|_| missing())
     }
+    fn pid_namespace_init(&mut self, pid: u32) -> Vec<TaskState> {
+        self.pid_inits.get(&pid).cloned().into_iter().collect()
+    }
     fn fuse_servers(&mut self) -> Vec<TaskState> {
         self.fuse.clone()
+    }
+    fn fuse_waiting(&mut self, connection: u32) -> Probe<u64> {
+        self.fuse_waiting.get(&connection).copied().ok_or(()).or_else(|_| missing())
     }
     fn loop_devices(&mut self) -> Vec<LoopDevice> {
         self.loops.clone()
@@ -266,7 +319,14 @@ pub fn one_thread(task: TaskState) -> ProcessState {
         ns_pid: None,
         sig_ignored: 0,
         sig_caught: 0,
+        mntns: Some(HOST_MNTNS),
     }
+}
+
+/// `fix` entered into the mount namespace of pid `pid`, checked first to
+/// be the process that started at `start`, as fixes print it.
+pub fn entered(pid: u32, start: u64, fix: &str) -> String {
+    format!("[ \"$(sed 's/.*) //' /proc/{pid}/stat | cut -d' ' -f20)\" = {start} ] && nsenter -t {pid} -m -- {fix}")
 }
 
 /// A regular file's or directory's lstat.
@@ -279,6 +339,7 @@ pub fn task(tid: u32, comm: &str, state: char) -> TaskState {
 }
 
 /// A synthetic call and its identity, as identify would make them.
+#[derive(Clone)]
 pub struct Call {
     pub event: CallEvent,
     pub identity: Identity,
@@ -324,6 +385,7 @@ pub fn call_by(at: f64, comm: &str, pid: u32, syscall: Syscall, flags: u64, path
         matched: if pod_uid.is_some() { vec![MatchReason::Path] } else { vec![] },
         pod_uid,
         path_area,
+        target: Targets::default().of(path.as_bytes(), path_area),
         container_id: clues.container,
         actor: Actor {
             comm: comm.into(),
@@ -332,6 +394,8 @@ pub fn call_by(at: f64, comm: &str, pid: u32, syscall: Syscall, flags: u64, path
             role,
             description: describe(comm, "systemd", role),
         },
+        proof: PathProof::NodeNamespace,
+        claimed_pod: None,
     };
     Call { event, identity }
 }
@@ -348,6 +412,34 @@ pub fn umount(at: f64, comm: &str, path: &str, ret: i32) -> Call {
     call(at, comm, Syscall::Umount2, 0, path, ret)
 }
 
+/// One call, as the diagnoser hands it to the detector: a failure only
+/// where the detector claims its class (the router's rule), every call to
+/// its `observe`.
+pub fn feed(detector: &mut dyn Detector, c: &Call) {
+    if let Some(class) = Class::of(&c.event, &c.identity) {
+        if detector.claims().iter().any(|claim| claim.covers(&class)) {
+            detector.failed(&c.event, &c.identity);
+        }
+    }
+    detector.observe(&c.event, &c.identity);
+}
+
+/// The one path's attempts `calls` make, as a detector's failure log keeps
+/// them (every failure taken as routed to it): what a detector's decision
+/// is tested on, apart from its words.
+pub fn attempts_of(calls: &[Call]) -> Attempts {
+    let mut log = FailureLog::default();
+    for c in calls {
+        match c.event.errno() {
+            Some(_) => log.record(&c.event, &c.identity),
+            None => log.ended_by(&c.event, &c.identity),
+        }
+    }
+    let mut kept = log.into_attempts();
+    assert_eq!(kept.len(), 1, "the calls fail on one path");
+    kept.remove(0)
+}
+
 /// Feeds the calls to the detector and reviews at `now` seconds.
 pub fn run(detector: &mut dyn Detector, node: &mut FakeNode, calls: &[Call], now: f64) -> Vec<Finding> {
     run_with(detector, node, calls, &[], now)
@@ -361,9 +453,18 @@ pub fn run_with(
     now: f64,
 ) -> Vec<Finding> {
     for c in calls {
-        detector.observe(&c.event, &c.identity);
+        feed(detector, c);
     }
-    detector.review(&mut Review { now: t(now), in_flight, node })
+    let found = detector.review(&mut Review { now: t(now), in_flight, node });
+    // Every detector's every test holds the rule: no printed command names
+    // a pid it does not check first.
+    for f in &found {
+        for text in std::iter::once(&f.fix).chain(&f.advice) {
+            let unchecked = super::shell::unchecked_pids(text);
+            assert!(unchecked.is_empty(), "{} names pid(s) {unchecked:?} unchecked: {text}", f.id);
+        }
+    }
+    found
 }
 
 /// The pod's CSI volume mount dir.
@@ -410,7 +511,7 @@ mod tests {
     fn a_question_the_fake_has_no_logic_for_is_unanswered() {
         let why = |question: &str| Unreadable::Other(format!("the fake node was given no answer to {question}"));
         assert_eq!(Blank.task(7), Err(why("task")));
-        assert_eq!(Blank.file_facts(b"/a"), Err(why("file_facts")));
+        assert_eq!(Blank.file_facts(b"/a", 0), Err(why("file_facts")));
         assert!(Blank.fuse_servers().is_empty());
         assert!(Blank.mount_holders(&FakeNode::with_mounts(&[]).mounts()[0], 0).is_empty());
     }

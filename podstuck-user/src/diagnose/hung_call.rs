@@ -11,14 +11,13 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use super::shell::{unmount_forced, unmount_lazily, write_file};
+use super::stuck_on::{is_fuse, is_network_fs, on_fuse, on_network_fs, on_unproven_fuse};
 use super::{
     human_duration, shown, CallInFlight, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status,
 };
-use crate::event::{syscall_name, CallEvent};
-use crate::identify::Identity;
+use crate::event::syscall_name;
 use crate::inspect::mounts::mount_containing;
-use crate::inspect::{Mount, NodeInspector};
+use crate::inspect::{Mount, MountNamespace, NodeInspector, Probe, Unreadable};
 
 /// Kernel stack frames quoted.
 const FRAMES_QUOTED: usize = 6;
@@ -81,94 +80,130 @@ impl HungCall {
             // Whatever it is, podstuck keeps its own hands off it.
             node.avoid(&path);
         }
-        let mount: Option<Mount> = node.host_mounts().ok().and_then(|m| mount_containing(&m, &path).cloned());
+        // The caller's namespace (the thread is in the call, so alive): the
+        // mount its path lies on is one of its own, not the node's.
+        let namespace = node.mount_namespace(u64::from(call.mntns));
+        let verdict = Self::judge(call, node, &namespace);
         let who = format!("{}'s {} of {}", call.actor.description, syscall_name(call.flight.syscall), shown(&path));
         let since = format!("has not returned for {}", human_duration(waited));
         let task = if state_words.is_empty() { String::new() } else { format!(" (the task is {state_words})") };
-        match &mount {
-            Some(m) if m.fstype == "fuse" || m.fstype.starts_with("fuse.") || m.fstype == "fuseblk" => {
-                Self::on_fuse(&mut f, node, m, &path, &format!("{who} {since}{task}"));
+        let waiting = format!("{who} {since}{task}");
+        Self::tell(&mut f, node, call, &namespace, &verdict, &waiting);
+        f
+    }
+
+    /// What the call waits on, from the mount its path lies on in the
+    /// caller's namespace and, for FUSE, the kernel's count of the
+    /// requests waiting on that connection.
+    fn judge(call: &CallInFlight, node: &mut dyn NodeInspector, namespace: &Probe<MountNamespace>) -> Verdict {
+        let path = call.path.as_deref().unwrap_or_default();
+        let ns = match namespace {
+            Ok(ns) => ns,
+            Err(why) => return Verdict::Unknown(Some(why.clone())),
+        };
+        let Some(mount) = mount_containing(&ns.mounts, path).cloned() else { return Verdict::Unknown(None) };
+        if is_fuse(&mount) {
+            return match node.fuse_waiting(mount.kernel_dev()) {
+                Ok(n) if n > 0 => Verdict::Fuse { mount, waiting: Some(n) },
+                // fusectl unreadable: the path of a call the node made names
+                // the connection; a path a workload passed does not.
+                Err(_) if call.proof.proven() => Verdict::Fuse { mount, waiting: None },
+                count => Verdict::UnprovenFuse { mount, waiting: count },
+            };
+        }
+        if is_network_fs(&mount) {
+            return Verdict::NetworkFs(mount);
+        }
+        Verdict::LocalFs(mount)
+    }
+
+    /// The verdict in words: summary, evidence, fix and advice.
+    fn tell(
+        f: &mut Finding,
+        node: &mut dyn NodeInspector,
+        call: &CallInFlight,
+        namespace: &Probe<MountNamespace>,
+        verdict: &Verdict,
+        waiting: &str,
+    ) {
+        let path = call.path.as_deref().unwrap_or_default();
+        match (verdict, namespace) {
+            (Verdict::Fuse { mount, waiting: requests }, Ok(ns)) => {
+                on_fuse(f, node, (ns, mount), *requests, path, waiting)
             }
-            Some(m)
-                if m.fstype.starts_with("nfs") || m.fstype == "cifs" || m.fstype == "smb3" || m.fstype == "ceph" =>
-            {
-                f.confidence = Confidence::Confirmed;
+            (Verdict::UnprovenFuse { mount, waiting: count }, _) => {
+                on_unproven_fuse(f, &[(mount, count.clone())], waiting, &format!("/proc/{}/stack", call.flight.tid))
+            }
+            (Verdict::NetworkFs(m), Ok(ns)) => {
                 f.evidence(
                     "mountinfo",
                     format!(
                         "{} is on a {} mount of {} at {} ({})",
-                        shown(&path),
+                        shown(path),
                         m.fstype,
                         m.source,
                         shown(&m.mount_point),
                         m.super_options
                     ),
                 );
-                f.summary = format!("{who} {since}{task}: the {} server {} does not answer.", m.fstype, m.source);
-                f.fix = unmount_forced(&m.mount_point);
-                f.advice.push(format!("better: bring {} back; the calls then complete by themselves", m.source));
+                on_network_fs(f, ns, m, waiting);
             }
-            Some(m) => {
-                f.confidence = Confidence::Likely;
+            (Verdict::LocalFs(m), Ok(_)) => {
                 f.evidence(
                     "mountinfo",
-                    format!("{} is on a {} mount at {}", shown(&path), m.fstype, shown(&m.mount_point)),
+                    format!("{} is on a {} mount at {}", shown(path), m.fstype, shown(&m.mount_point)),
                 );
                 f.summary = format!(
-                    "{who} {since}{task}, on a local {} filesystem: a storage device or a kernel lock is stuck.",
+                    "{waiting}, on a local {} filesystem: a storage device or a kernel lock is stuck.",
                     m.fstype
                 );
-                f.fix = unmount_forced(&m.mount_point);
+                // No unmount: forcing a local filesystem off frees no task
+                // waiting on its device, and lazily detaching the node's
+                // own (`/`, /var) would harm every process on it.
+                f.fix = format!("cat /proc/{}/stack", call.flight.tid);
                 f.advice.push("check the device: dmesg | tail -n 50 (I/O errors, hung task warnings)".into());
             }
-            None => {
-                f.confidence = Confidence::Possible;
-                f.summary = format!("{who} {since}{task}.");
+            _ => {
+                if let Verdict::Unknown(Some(why)) = verdict {
+                    f.evidence("mountinfo", format!("the caller's mount namespace: {}", why.said()));
+                }
+                f.summary = format!("{waiting}.");
                 f.fix = format!("cat /proc/{}/stack", call.flight.tid);
             }
         }
-        f
+        f.confidence = verdict.confidence();
     }
-    /// A call hung on a FUSE mount: whether its server is stopped or gone,
-    /// and how to abort the connection. `waiting` says who waits since when.
-    pub(super) fn on_fuse(f: &mut Finding, node: &mut dyn NodeInspector, m: &Mount, path: &[u8], waiting: &str) {
-        // fusectl names a connection by its dev_t: the minor alone for
-        // fuse, major and minor together for fuseblk (a block device).
-        let connection = m.kernel_dev();
-        f.confidence = Confidence::Confirmed;
-        f.evidence(
-            "mountinfo",
-            format!(
-                "{} is on a FUSE mount at {} ({}, connection {connection})",
-                shown(path),
-                shown(&m.mount_point),
-                m.fstype
-            ),
-        );
-        let servers = node.fuse_servers();
-        let stopped: Vec<_> = servers.iter().filter(|s| s.state == 'T' || s.state == 't').collect();
-        for s in &servers {
-            f.evidence("/proc/*/fd", format!("FUSE server pid {} ({}) is {}", s.pid, s.comm, s.state_words()));
+}
+
+/// What hung-call decides a call that has not returned waits on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// A FUSE connection proven to hold it: the kernel counts `waiting`
+    /// requests on it (None: fusectl unreadable, and the path is the
+    /// node's own, so it names the connection).
+    Fuse { mount: Mount, waiting: Option<u64> },
+    /// A FUSE mount the call is not proven to wait on: nothing waits on
+    /// its connection, or only a workload's path names it (its count as read).
+    UnprovenFuse { mount: Mount, waiting: Probe<u64> },
+    /// A network filesystem whose server does not answer.
+    NetworkFs(Mount),
+    /// A local filesystem: a device or a kernel lock.
+    LocalFs(Mount),
+    /// Unknown: the caller's namespace unreadable (why), or no mount holds the path.
+    Unknown(Option<Unreadable>),
+}
+
+impl Verdict {
+    pub fn confidence(&self) -> Confidence {
+        match self {
+            Verdict::Fuse { .. } | Verdict::NetworkFs(_) => Confidence::Confirmed,
+            Verdict::UnprovenFuse { .. } | Verdict::LocalFs(_) => Confidence::Likely,
+            Verdict::Unknown(_) => Confidence::Possible,
         }
-        let server_words = match (stopped.first(), servers.is_empty()) {
-            (Some(s), _) => format!("its FUSE server pid {} ({}) is stopped", s.pid, s.comm),
-            (None, true) => "no process has /dev/fuse open: the FUSE server is gone".into(),
-            (None, false) => "its FUSE server does not answer".into(),
-        };
-        f.summary = format!("{waiting}: {server_words}, so every call on {} waits.", shown(&m.mount_point));
-        let abort = write_file("1", format!("/sys/fs/fuse/connections/{connection}/abort").as_bytes());
-        let fusectl = node.host_mounts().map(|m| m.iter().any(|m| m.fstype == "fusectl")).unwrap_or(true);
-        f.fix = if fusectl { abort } else { format!("mount -t fusectl fusectl /sys/fs/fuse/connections && {abort}") };
-        for s in stopped {
-            f.advice.push(format!("or, if the server should live on, continue it: kill -CONT {}", s.pid));
-        }
-        f.advice.push(format!("after aborting, unmount it: {}", unmount_lazily(&m.mount_point)));
     }
 }
 
 impl Detector for HungCall {
-    fn observe(&mut self, _event: &CallEvent, _identity: &Identity) {}
-
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
         let mut out = Vec::new();
         let in_flight: Vec<CallInFlight> = review.in_flight.to_vec();
@@ -225,7 +260,47 @@ mod tests {
             path: Some(path.into()),
             pod_uid: Some(pod()),
             actor: actor("kubelet", "systemd", Role::Kubelet),
+            mntns: 0,
+            proof: crate::identify::path_proof::PathProof::NodeNamespace,
         }
+    }
+
+    /// What hung-call decides `call` waits on, on `node`.
+    fn verdict(node: &mut FakeNode, call: &CallInFlight) -> Verdict {
+        let namespace = node.mount_namespace(u64::from(call.mntns));
+        HungCall::judge(call, node, &namespace)
+    }
+
+    #[test]
+    fn what_keeps_the_call_hung_is_decided_before_it_is_said() {
+        let mut node = FakeNode::with_mounts(&["77 /mnt/fuse fuse.sshfs", "78 /mnt/nfs nfs4", "79 /mnt/disk ext4"]);
+        let fuse = |v: Verdict| match v {
+            Verdict::Fuse { waiting, .. } => Ok(waiting),
+            Verdict::UnprovenFuse { waiting, .. } => Err(waiting),
+            other => panic!("{other:?}"),
+        };
+        // kubelet's own path, fusectl unreadable: its path names the connection.
+        assert_eq!(fuse(verdict(&mut node, &in_flight("/mnt/fuse/a", 0.0))), Ok(None));
+        node.fuse_waiting.insert(77, 2);
+        assert_eq!(fuse(verdict(&mut node, &in_flight("/mnt/fuse/a", 0.0))), Ok(Some(2)));
+        node.fuse_waiting.insert(77, 0);
+        assert_eq!(fuse(verdict(&mut node, &in_flight("/mnt/fuse/a", 0.0))), Err(Ok(0)));
+        assert!(
+            matches!(verdict(&mut node, &in_flight("/mnt/nfs/d", 0.0)), Verdict::NetworkFs(m) if m.fstype == "nfs4")
+        );
+        assert!(
+            matches!(verdict(&mut node, &in_flight("/mnt/disk/d", 0.0)), Verdict::LocalFs(m) if m.fstype == "ext4")
+        );
+        // A local filesystem is never unmounted by a fix: the node's own may be it.
+        let mut root =
+            FakeNode { mountinfo: "1 0 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n".into(), ..Default::default() };
+        let f =
+            &run_with(&mut HungCall::new(Duration::from_secs(5)), &mut root, &[], &[in_flight("/var/x", 0.0)], 6.0)[0];
+        assert_eq!((f.fix.as_str(), f.confidence), ("cat /proc/4321/stack", Confidence::Likely));
+        let mut gone = in_flight("/mnt/disk/d", 0.0);
+        gone.mntns = 4026532999;
+        assert!(matches!(verdict(&mut node, &gone), Verdict::Unknown(Some(_))));
+        assert_eq!(Verdict::Unknown(None).confidence(), Confidence::Possible);
     }
 
     #[test]
@@ -237,6 +312,9 @@ mod tests {
         t.stack = vec!["request_wait_answer".into(), "fuse_simple_request".into(), "fuse_lookup_name".into()];
         node.tasks.insert(4321, t);
         node.fuse.push(task(900, "sshfs", 'T'));
+        let mut server = one_thread(task(900, "sshfs", 'T'));
+        server.start = 9_000;
+        node.processes.insert(900, server);
         let calls = [in_flight("/mnt/fuse/a", 0.0)];
         assert!(run_with(&mut d, &mut node, &[], &calls, 3.0).is_empty());
         let found = run_with(&mut d, &mut node, &[], &calls, 6.0);
@@ -246,7 +324,10 @@ mod tests {
         assert!(f.summary.contains("FUSE server pid 900 (sshfs) is stopped"), "{}", f.summary);
         assert!(f.evidence.iter().any(|e| e.fact.contains("T (stopped)")));
         assert!(f.evidence.iter().any(|e| e.fact.contains("request_wait_answer <- fuse_simple_request")));
-        assert_eq!(f.advice[0], "or, if the server should live on, continue it: kill -CONT 900");
+        assert_eq!(
+            f.advice[0],
+            "or, if the server should live on, continue it: [ \"$(sed 's/.*) //' /proc/900/stat | cut -d' ' -f20)\" = 9000 ] && kill -CONT 900"
+        );
         assert_eq!(node.avoided, vec![b"/mnt/fuse/a".to_vec()]);
         // Where fusectl is not mounted, the fix mounts it first.
         let mut bare = FakeNode::with_mounts(&["77 /mnt/fuse fuse.sshfs"]);
@@ -265,6 +346,42 @@ mod tests {
         let after = run_with(&mut d, &mut node, &[], &[], 8.0);
         assert_eq!(after[0].status, Status::Resolved);
         assert!(run_with(&mut d, &mut node, &[], &[], 9.0).is_empty());
+    }
+
+    /// A pod's own process, in its own namespace, stuck on a FUSE mount
+    /// of that namespace: the mount is found in its table, never the
+    /// node's; its connection is aborted only where the kernel counts a
+    /// request waiting on it, and the server is continued only where it is
+    /// the one process serving FUSE.
+    #[test]
+    fn a_call_in_its_own_namespace_is_told_from_its_own_mounts_and_proven_by_the_kernels_count() {
+        const POD_NS: u32 = 4026532777;
+        let mut call = in_flight("/data/f", 0.0);
+        call.mntns = POD_NS;
+        call.proof = crate::identify::path_proof::PathProof::claim(crate::identify::path_proof::Unproven::NotTheNodes);
+        let calls = [call];
+        let node = || {
+            let mut node = FakeNode::with_mounts(&["77 /data ext4", "20 /sys/fs/fuse/connections fusectl"])
+                .with_namespace(u64::from(POD_NS), 4321, "app", &["88 /data fuse.gcsfuse"]);
+            node.fuse.extend([task(900, "sshfs", 'T'), task(901, "gcsfuse", 'T')]);
+            node
+        };
+        let mut waiting = node();
+        waiting.fuse_waiting.insert(88, 1);
+        let f = &run_with(&mut HungCall::new(Duration::from_secs(5)), &mut waiting, &[], &calls, 6.0)[0];
+        assert_eq!(f.fix, "echo 1 > /sys/fs/fuse/connections/88/abort");
+        assert!(f.summary.contains("which of them serves this connection cannot be told apart"), "{}", f.summary);
+        assert!(!f.advice.iter().any(|a| a.contains("CONT")), "{:?}", f.advice);
+        // No count to read: a workload's path alone names no connection.
+        let mut unread = node();
+        let f = &run_with(&mut HungCall::new(Duration::from_secs(5)), &mut unread, &[], &calls, 6.0)[0];
+        assert_eq!(f.confidence, Confidence::Likely);
+        assert!(!f.fix.contains("abort"), "{}", f.fix);
+        // Nothing waits on it: it waits elsewhere.
+        let mut idle = node();
+        idle.fuse_waiting.insert(88, 0);
+        let f = &run_with(&mut HungCall::new(Duration::from_secs(5)), &mut idle, &[], &calls, 6.0)[0];
+        assert!(!f.fix.contains("abort"), "{}", f.fix);
     }
 
     #[test]

@@ -7,13 +7,14 @@
 //! way: a sticky directory (only the owner may remove entries) or a security
 //! module are reported as `permission-denied`, explained as such.
 
+use super::route::{Attempt, Claim, Refusal, Target};
 use super::shell::{clear_flags, remove_file, show_flags};
-use super::track::{Attempts, FailureLog};
-use super::{removes, shown, Confidence, Detector, Finding, Kind, Review, Severity};
+use super::track::{Attempts, CallerView, FailureLog};
+use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
 use crate::identify::pod::PathArea;
 use crate::identify::Identity;
-use crate::inspect::InodeFlags;
+use crate::inspect::{FileFacts, InodeFlags, NodeInspector, Unreadable};
 
 pub struct ImmutableFile {
     failures: FailureLog,
@@ -65,90 +66,137 @@ fn place(a: &Attempts) -> String {
 
 impl ImmutableFile {
     fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
-        let path = a.path.clone();
-        let dir = parent(&path);
-        let node = &mut *review.node;
-        let mut f = Finding::new(Kind::ImmutableFile, &shown(&path), Severity::Critical, a.first);
+        // Read where the call was made, and fixed there: a runtime's own
+        // namespace (kubelet in a container) has files of its own.
+        let view = a.caller_view(review.node);
+        let verdict = Self::judge(a, review.node, &view);
+        if let Verdict::FlagsUnknown(why) = &verdict {
+            a.read_again_soon_if(why);
+        }
+        Some(Self::tell(a, &view, &verdict))
+    }
+
+    /// Reads the file's flags, then its directory's, then both owners and
+    /// modes, and decides.
+    fn judge(a: &Attempts, node: &mut dyn NodeInspector, view: &CallerView) -> Verdict {
+        let (path, dir) = (a.path.as_slice(), parent(&a.path));
+        let root = match view.reader() {
+            Ok(root) => root,
+            Err(why) => return Verdict::NamespaceUnreadable(why),
+        };
+        let own = node.inode_flags(path, root);
+        let flagged = |flags: &InodeFlags| flags.immutable || flags.append_only;
+        if let Some(flags) = own.as_ref().ok().filter(|f| flagged(f)) {
+            return Verdict::FileFlagged(*flags);
+        }
+        // Entries of an immutable or append-only directory cannot be removed either.
+        if let Some(flags) = node.inode_flags(&dir, root).ok().filter(flagged) {
+            return Verdict::DirectoryFlagged { file: own, directory: flags };
+        }
+        if let Err(why) = own {
+            return Verdict::FlagsUnknown(why);
+        }
+        let facts = match (node.file_facts(path, root), node.file_facts(&dir, root)) {
+            (Ok(file), Ok(directory)) => Some((file, directory)),
+            _ => None,
+        };
+        match facts {
+            Some((file, directory))
+                if directory.sticky && a.uid != 0 && file.uid != a.uid && directory.uid != a.uid =>
+            {
+                Verdict::StickyDirectory { file, directory }
+            }
+            facts => Verdict::Refused(facts),
+        }
+    }
+
+    /// The verdict in words: the finding, its evidence, its fix.
+    fn tell(a: &Attempts, view: &CallerView, verdict: &Verdict) -> Finding {
+        let (path, dir) = (a.path.as_slice(), parent(&a.path));
+        let mut f = Finding::new(Kind::ImmutableFile, &shown(path), Severity::Critical, a.first);
         a.stamp(&mut f);
         f.evidence("trace", a.trace_words());
-        let own = node.inode_flags(&path);
-        match &own {
-            Ok(flags) if flags.immutable || flags.append_only => {
-                f.confidence = Confidence::Confirmed;
+        f.confidence = verdict.confidence();
+        let who = &a.actor.description;
+        match verdict {
+            Verdict::NamespaceUnreadable(why) => {
+                f.evidence("mountinfo", format!("{}: {}", view.whose(), why.said()));
+                f.summary = format!(
+                    "{who} got EPERM deleting {} {}; {} can no longer be read, so why cannot be proven.",
+                    shown(path),
+                    place(a),
+                    view.whose()
+                );
+                return f;
+            }
+            Verdict::FileFlagged(flags) => {
                 f.evidence(
                     "FS_IOC_GETFLAGS",
-                    format!("{} is {} (flags {:#x})", shown(&path), flag_words(flags), flags.raw),
+                    format!("{} is {} (flags {:#x})", shown(path), flag_words(flags), flags.raw),
                 );
                 f.summary = format!(
-                    "{} cannot delete {} {}: the file is {}, so removal fails with EPERM for everyone, root included, and the pod's teardown retries forever.",
-                    a.actor.description,
-                    shown(&path),
+                    "{who} cannot delete {} {}: the file is {}, so removal fails with EPERM for everyone, root included, and the pod's teardown retries forever.",
+                    shown(path),
                     place(a),
                     flag_words(flags)
                 );
-                f.fix = chattr(flags, &path);
+                view.place_fix(&mut f, chattr(flags, path));
                 f.advice.push("then let kubelet or the runtime retry; find who set the flag (an image build step or an agent running chattr) so it does not return".into());
-                return Some(f);
+                return f;
             }
-            Ok(_) => f.evidence(
-                "FS_IOC_GETFLAGS",
-                format!("{} has neither the immutable nor the append-only flag", shown(&path)),
-            ),
-            Err(why) => {
-                a.read_again_soon_if(why);
-                f.evidence("FS_IOC_GETFLAGS", format!("{}: {}", shown(&path), why.said()))
-            }
+            _ => {}
         }
-        // Entries of an immutable or append-only directory cannot be removed either.
-        if let Ok(flags) = node.inode_flags(&dir) {
-            if flags.immutable || flags.append_only {
-                f.confidence = Confidence::Confirmed;
+        match verdict {
+            Verdict::DirectoryFlagged { file: Err(why), .. } | Verdict::FlagsUnknown(why) => {
+                f.evidence("FS_IOC_GETFLAGS", format!("{}: {}", shown(path), why.said()))
+            }
+            _ => f.evidence(
+                "FS_IOC_GETFLAGS",
+                format!("{} has neither the immutable nor the append-only flag", shown(path)),
+            ),
+        }
+        match verdict {
+            Verdict::DirectoryFlagged { directory: flags, .. } => {
                 f.paths.push(dir.clone());
                 f.evidence(
                     "FS_IOC_GETFLAGS",
-                    format!("its directory {} is {} (flags {:#x})", shown(&dir), flag_words(&flags), flags.raw),
+                    format!("its directory {} is {} (flags {:#x})", shown(&dir), flag_words(flags), flags.raw),
                 );
                 f.summary = format!(
-                    "{} cannot delete {} {}: its directory is {}, so nothing in it can be removed, by root either.",
-                    a.actor.description,
-                    shown(&path),
+                    "{who} cannot delete {} {}: its directory is {}, so nothing in it can be removed, by root either.",
+                    shown(path),
                     place(a),
-                    flag_words(&flags)
+                    flag_words(flags)
                 );
-                f.fix = chattr(&flags, &dir);
-                return Some(f);
+                view.place_fix(&mut f, chattr(flags, &dir));
             }
+            Verdict::FlagsUnknown(why) => {
+                // Gone (removed meanwhile) or unreadable: nothing more to say yet.
+                let now = match why.is_gone() {
+                    true => "it is gone now: removed since".to_string(),
+                    false => format!("its flags are not known: {}", why.said()),
+                };
+                f.summary = format!("{who} got EPERM deleting {} {}; {now}.", shown(path), place(a));
+                view.place_fix(&mut f, show_flags(path));
+            }
+            _ => Self::other_reason(a, &mut f, view, verdict),
         }
-        if let Err(why) = &own {
-            // Gone (removed meanwhile) or unreadable: nothing more to say yet.
-            f.confidence = Confidence::Possible;
-            let now = match why.is_gone() {
-                true => "it is gone now: removed since".to_string(),
-                false => format!("its flags are not known: {}", why.said()),
-            };
-            f.summary = format!("{} got EPERM deleting {} {}; {now}.", a.actor.description, shown(&path), place(a));
-            f.fix = show_flags(&path);
-            return Some(f);
-        }
-        Some(Self::other_reason(a, f, &path, &dir, review))
+        f
     }
 
     /// EPERM without any flag: a sticky directory, or a policy.
-    fn other_reason(a: &Attempts, mut f: Finding, path: &[u8], dir: &[u8], review: &mut Review<'_>) -> Finding {
-        let node = &mut *review.node;
+    fn other_reason(a: &Attempts, f: &mut Finding, view: &CallerView, verdict: &Verdict) {
+        let (path, dir) = (a.path.as_slice(), parent(&a.path));
         f.id = format!("{}:{}", Kind::PermissionDenied.id(), shown(path));
         f.kind = Kind::PermissionDenied;
         f.severity = Severity::Warning;
-        let file = node.file_facts(path);
-        let directory = node.file_facts(dir);
-        if let (Ok(file), Ok(directory)) = (&file, &directory) {
-            if directory.sticky && a.uid != 0 && file.uid != a.uid && directory.uid != a.uid {
-                f.confidence = Confidence::Confirmed;
+        match verdict {
+            Verdict::StickyDirectory { file, directory } => {
                 f.evidence(
                     "lstat",
                     format!(
                         "{} is a sticky directory (mode {:o}, owner uid {}); the file belongs to uid {}; the caller ran as uid {}",
-                        shown(dir),
+                        shown(&dir),
                         directory.mode & 0o7777,
                         directory.uid,
                         file.uid,
@@ -163,13 +211,13 @@ impl ImmutableFile {
                     file.uid,
                     directory.uid
                 );
-                f.fix = remove_file(path);
+                view.place_fix(f, remove_file(path));
                 f.advice.push(
                     "run that removal as root or as the file's owner; or make the remover run as the owner".into(),
                 );
-                return f;
+                return;
             }
-            f.evidence(
+            Verdict::Refused(Some((file, directory))) => f.evidence(
                 "lstat",
                 format!(
                     "{} mode {:o} owner uid {}; directory mode {:o} owner uid {}; caller uid {}",
@@ -180,16 +228,47 @@ impl ImmutableFile {
                     directory.uid,
                     a.uid
                 ),
-            );
+            ),
+            _ => {}
         }
-        f.confidence = Confidence::Possible;
         f.summary = format!(
             "{} got EPERM deleting {}, not explained by an immutable flag or a sticky directory: a security module (SELinux, AppArmor, a BPF LSM policy) or a missing capability refused it.",
             a.actor.description,
             shown(path)
         );
         f.fix = "journalctl -k --since -10min | grep -i -e avc -e apparmor -e denied".into();
-        f
+    }
+}
+
+/// What immutable-file decides of a removal refused with EPERM, before a
+/// word of it is said: immutable-file or, for a refusal no flag explains,
+/// permission-denied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The caller's namespace cannot be read: nothing is proven.
+    NamespaceUnreadable(Unreadable),
+    /// The file is immutable or append-only.
+    FileFlagged(InodeFlags),
+    /// Its directory is (the file's own flags as read).
+    DirectoryFlagged { file: Result<InodeFlags, Unreadable>, directory: InodeFlags },
+    /// The file's flags could not be read (gone since, or unreadable).
+    FlagsUnknown(Unreadable),
+    /// permission-denied: a sticky directory owned by neither the caller
+    /// nor the file's owner.
+    StickyDirectory { file: FileFacts, directory: FileFacts },
+    /// permission-denied: no flag, no sticky rule (the file's and its
+    /// directory's owners and modes, when read): a policy refused it.
+    Refused(Option<(FileFacts, FileFacts)>),
+}
+
+impl Verdict {
+    pub fn confidence(&self) -> Confidence {
+        match self {
+            Verdict::FileFlagged(_) | Verdict::DirectoryFlagged { .. } | Verdict::StickyDirectory { .. } => {
+                Confidence::Confirmed
+            }
+            Verdict::NamespaceUnreadable(_) | Verdict::FlagsUnknown(_) | Verdict::Refused(_) => Confidence::Possible,
+        }
     }
 }
 
@@ -198,10 +277,20 @@ impl Detector for ImmutableFile {
         self.failures.wants_a_look()
     }
 
+    fn claims(&self) -> &'static [Claim] {
+        &[Claim {
+            attempts: &[Attempt::RemoveDir, Attempt::RemoveFile],
+            refusals: &[Refusal::NotPermitted],
+            targets: &Target::ALL,
+        }]
+    }
+
+    fn failed(&mut self, event: &CallEvent, identity: &Identity) {
+        self.failures.record(event, identity);
+    }
+
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        if removes(event) {
-            self.failures.observe(event, identity, |errno| errno == libc::EPERM);
-        }
+        self.failures.ended_by(event, identity);
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
@@ -213,6 +302,38 @@ impl Detector for ImmutableFile {
 mod tests {
     use super::super::fake::*;
     use super::*;
+
+    /// What immutable-file decides of `calls` on `node`.
+    fn verdict(node: &mut FakeNode, calls: &[Call]) -> Verdict {
+        let a = attempts_of(calls);
+        let view = a.caller_view(node);
+        ImmutableFile::judge(&a, node, &view)
+    }
+
+    #[test]
+    fn what_refused_a_removal_is_decided_before_it_is_said() {
+        let file = format!("{}/logs/app.log", csi_mount());
+        let dir = format!("{}/logs", csi_mount());
+        let calls = [unlink(0.0, "kubelet", &file, -libc::EPERM)];
+        let immutable = InodeFlags { immutable: true, append_only: false, raw: 0x10 };
+        let mut node = FakeNode::default();
+        node.flags.insert(file.clone().into_bytes(), immutable);
+        assert_eq!(verdict(&mut node, &calls), Verdict::FileFlagged(immutable));
+        let plain = InodeFlags { immutable: false, append_only: false, raw: 0 };
+        node.flags.insert(file.clone().into_bytes(), plain);
+        node.flags.insert(dir.clone().into_bytes(), immutable);
+        assert_eq!(verdict(&mut node, &calls), Verdict::DirectoryFlagged { file: Ok(plain), directory: immutable });
+        node.flags.clear();
+        node.facts.insert(file.clone().into_bytes(), facts(false, 0o644, 0));
+        node.facts.insert(dir.clone().into_bytes(), facts(true, 0o755, 0));
+        assert!(matches!(verdict(&mut node, &calls), Verdict::Refused(Some(_))));
+        let mut c = unlink(0.0, "cleaner", &file, -libc::EPERM);
+        c.event.uid = 1002;
+        node.facts.insert(file.clone().into_bytes(), facts(false, 0o644, 1001));
+        node.facts.insert(dir.clone().into_bytes(), facts(true, 0o1777, 0));
+        assert!(matches!(verdict(&mut node, &[c]), Verdict::StickyDirectory { .. }));
+        assert_eq!(Verdict::Refused(None).confidence(), Confidence::Possible);
+    }
 
     const LAYER: &str = "/var/lib/docker/overlay2/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef/diff/etc/resolv.conf";
 

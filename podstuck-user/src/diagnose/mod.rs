@@ -10,11 +10,13 @@
 //! ([`Diagnoser::review`] decides when a change is worth a new revision).
 
 pub mod block_volume_held;
+pub mod causes;
 pub mod cgroup_busy;
 pub mod consequences;
 mod diagnoser;
 pub mod dir_not_empty;
 pub mod disk_full;
+pub mod holders;
 pub mod hung_call;
 pub mod immutable_file;
 pub mod mount_held;
@@ -22,10 +24,12 @@ pub mod no_teardown_seen;
 pub mod not_mounted;
 pub mod removal_storm;
 pub mod rhythm;
+pub mod route;
 pub mod sandbox_teardown_failing;
 pub mod shell;
 pub mod signalled;
 pub mod sigterm_ignored;
+pub mod stuck_on;
 pub mod subpath_left;
 pub mod track;
 pub mod unkillable_task;
@@ -43,95 +47,14 @@ use serde::Serialize;
 
 use crate::event::{CallEvent, Flight};
 use crate::identify::pod::PodUid;
+use crate::identify::LifecycleIdentity;
 use crate::identify::{Actor, Identity};
 use crate::inspect::NodeInspector;
-use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
+use crate::lifecycle::LifecycleEvent;
 pub use crate::words::human_duration;
+pub use causes::Kind;
 pub use diagnoser::{Diagnoser, Report, MAX_FINDINGS_KEPT};
-
-/// The stable name of a pathology, as in docs/pathologies.md: what users grep
-/// and alert on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Kind {
-    /// P1.
-    VolumeStillMounted,
-    /// P2.
-    RemovalStorm,
-    /// P3.
-    ImmutableFile,
-    /// P3's near miss: EPERM for another reason (a sticky directory, a
-    /// security module), explained as such.
-    PermissionDenied,
-    /// P4.
-    MountHeld,
-    /// P5.
-    CgroupBusy,
-    /// P6.
-    HungCall,
-    /// P7.
-    NotMounted,
-    /// P8.
-    DirNotEmpty,
-    /// P9, ENOSPC or EDQUOT.
-    DiskFull,
-    /// P9, EROFS.
-    ReadOnlyFs,
-    /// P10.
-    SubpathLeft,
-    /// P11, read from the Kubernetes API: a finalizer no controller removes.
-    FinalizerPending,
-    /// P11: the pod's node is NotReady or unreachable, so its kubelet never
-    /// reports the pod gone.
-    NodeNotReady,
-    /// P11: a VolumeAttachment of the pod's volumes that does not detach.
-    VolumeDetachStuck,
-    /// P11: kubelet's Warning events about the pod, quoted.
-    KubeletWarning,
-    /// P11: the pod's grace period ended long ago (the symptom, and since when).
-    GracePeriodPast,
-    /// P12: the CNI plugin's DEL fails, so the sandbox's network (and the
-    /// sandbox) is never torn down.
-    SandboxTeardownFailing,
-    /// P13: a container's main process got SIGTERM and did not exit.
-    SigtermIgnored,
-    /// P14: SIGKILL sent, and the task is still there.
-    UnkillableTask,
-    /// P15: nothing on the node has worked on the pod's teardown for a while.
-    NoTeardownSeen,
-    /// P16: a raw block volume's mapping is busy: its loop device (or the
-    /// device file) is still in use.
-    BlockVolumeHeld,
-}
-
-impl Kind {
-    pub fn id(self) -> &'static str {
-        match self {
-            Kind::VolumeStillMounted => "volume-still-mounted",
-            Kind::RemovalStorm => "removal-storm",
-            Kind::ImmutableFile => "immutable-file",
-            Kind::PermissionDenied => "permission-denied",
-            Kind::MountHeld => "mount-held",
-            Kind::CgroupBusy => "cgroup-busy",
-            Kind::HungCall => "hung-call",
-            Kind::NotMounted => "not-mounted",
-            Kind::DirNotEmpty => "dir-not-empty",
-            Kind::DiskFull => "disk-full",
-            Kind::ReadOnlyFs => "read-only-fs",
-            Kind::SubpathLeft => "subpath-left",
-            Kind::FinalizerPending => "finalizer-pending",
-            Kind::NodeNotReady => "node-not-ready",
-            Kind::VolumeDetachStuck => "volume-detach-stuck",
-            Kind::KubeletWarning => "kubelet-warning",
-            Kind::GracePeriodPast => "grace-period-past",
-            Kind::SandboxTeardownFailing => "sandbox-teardown-failing",
-            Kind::SigtermIgnored => "sigterm-ignored",
-            Kind::UnkillableTask => "unkillable-task",
-            Kind::NoTeardownSeen => "no-teardown-seen",
-            Kind::BlockVolumeHeld => "block-volume-held",
-        }
-    }
-}
+pub use route::Claim;
 
 /// How much a finding matters to the pod's deletion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -326,6 +249,11 @@ pub struct CallInFlight {
     pub path: Option<Vec<u8>>,
     pub pod_uid: Option<PodUid>,
     pub actor: Actor,
+    /// The caller's mount namespace (0: unknown), where its path lies and
+    /// its mounts are read: the thread is in the call, so alive.
+    pub mntns: u32,
+    /// How far the path speaks for the node.
+    pub proof: crate::identify::path_proof::PathProof,
 }
 
 /// What a review may use besides the calls observed.
@@ -381,9 +309,20 @@ pub trait Detector {
     /// Sees what the kernel counted since the last read, before a review.
     /// Only detectors that count need it.
     fn counted(&mut self, _counts: &[CountedCalls]) {}
-    /// Sees every completed call in scope, in order. Must be cheap: a
-    /// removal storm sends hundreds of thousands per second.
-    fn observe(&mut self, event: &CallEvent, identity: &Identity);
+    /// The failed calls it explains, by class ([`route`]): a failed call
+    /// reaches [`Detector::failed`] of the one detector whose claims cover
+    /// its class, and no other's; no two detectors claim one class.
+    fn claims(&self) -> &'static [Claim] {
+        &[]
+    }
+    /// A failed call of a class it claims, in order.
+    fn failed(&mut self, _event: &CallEvent, _identity: &Identity) {}
+    /// Sees every completed call in scope, in order, failed or not: a
+    /// success ends a failure on its path, and the detectors that count
+    /// calls (a storm, a teardown going on) count them here; a refusal is
+    /// explained only by its claimant. Must be cheap: a removal storm sends
+    /// hundreds of thousands per second.
+    fn observe(&mut self, _event: &CallEvent, _identity: &Identity) {}
     /// Sees every lifecycle event in scope (an exec of a CNI plugin, a
     /// SIGTERM or SIGKILL, an exit of a process either named), in order.
     fn lifecycle(&mut self, _event: &LifecycleEvent, _identity: &LifecycleIdentity) {}

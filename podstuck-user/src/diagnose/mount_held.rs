@@ -9,13 +9,13 @@
 //! have their own detectors.
 //! Confirmed by finding the holder in /proc.
 
-use super::block_volume_held::is_block_volume_path;
+use super::holders::{debug_pod_advice, holder_facts, holders_evidence, process_words};
+use super::route::{Attempt, Claim, Refusal, Target, NOT_A_POD_VOLUME_OR_CGROUP};
 use super::shell::{find_mount, in_mount_namespace_of, kill_if_same, one_after_another, unmount, unmount_lazily};
 use super::track::{Attempts, CallerView, FailureLog};
-use super::volume_still_mounted::{debug_pod_advice, holder_facts, holders_evidence, process_words};
-use super::{removes, removes_dir, shown, unmounts, Confidence, Detector, Finding, Kind, Review, Severity};
+use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
-use crate::identify::pod::{ContainerId, PathArea};
+use crate::identify::pod::ContainerId;
 use crate::identify::Identity;
 use crate::inspect::mounts::{copy_can_block_unmount, mount_at, mount_containing, mounts_on_same_dir, mounts_under};
 use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector, TaskState};
@@ -23,11 +23,6 @@ use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder, NodeInspector, Tas
 #[derive(Default)]
 pub struct MountHeld {
     failures: FailureLog,
-}
-
-/// Whether the filesystem is a cgroup hierarchy (its EBUSY is cgroup-busy's).
-pub fn is_cgroupfs(mount: &Mount) -> bool {
-    mount.fstype == "cgroup" || mount.fstype == "cgroup2"
 }
 
 /// SIGTERM to every holder, each only if its pid still names the process
@@ -41,22 +36,28 @@ fn stop_holders(holders: &[MountHolder]) -> Option<String> {
 }
 
 /// The fix for holders here: stop them, each kill checked against its
-/// start, the lazy detach as advice; without every start, the detach
-/// (which names no process) is the fix: a kill by pid alone could hit
-/// whatever process has the pid by the time it is pasted.
-fn stop_or_detach(f: &mut Finding, holders: &[MountHolder], lazily: String) {
-    match stop_holders(holders) {
-        Some(kills) => {
+/// start, the lazy detach (made to act in the caller's namespace, where
+/// that can be proven) as advice; without every start, the detach (which
+/// names no process) is the fix: a kill by pid alone could hit whatever
+/// process has the pid by the time it is pasted.
+fn stop_or_detach(f: &mut Finding, holders: &[MountHolder], lazily: Result<String, String>) {
+    match (stop_holders(holders), lazily) {
+        (Some(kills), lazily) => {
             f.fix = kills;
-            f.advice.push(format!(
-                "if the holder must keep running, detach lazily instead: {lazily} (the mount goes when the holder lets go)"
-            ));
+            if let Ok(lazily) = lazily {
+                f.advice.push(format!(
+                    "if the holder must keep running, detach lazily instead: {lazily} (the mount goes when the holder lets go)"
+                ));
+            }
         }
-        None => {
+        (None, lazily) => {
             let h = &holders[0];
-            f.fix = lazily;
+            match lazily {
+                Ok(lazily) => f.fix = lazily,
+                Err(why) => f.advice.push(why),
+            }
             f.advice.push(format!(
-                "the mount goes when the holder lets go; to stop it now: kill {} ({}), once `ps -p {} -o lstart,comm` shows it is still that process (its start could not be read)",
+                "the mount goes when the holder lets go; to stop it now: stop pid {} ({}) once `ps -p {} -o lstart,comm` shows it is still that process (its start could not be read)",
                 h.pid, h.comm, h.pid
             ));
         }
@@ -69,7 +70,10 @@ fn stop_holder_words(h: &MountHolder) -> String {
     match kill_if_same("TERM", h.pid, h.start) {
         Some(kill) => kill,
         None => {
-            format!("kill {} ({}), once `ps -p {} -o lstart,comm` shows it is still that process", h.pid, h.comm, h.pid)
+            format!(
+                "stop pid {} ({}) once `ps -p {} -o lstart,comm` shows it is still that process",
+                h.pid, h.comm, h.pid
+            )
         }
     }
 }
@@ -93,170 +97,262 @@ fn container_words(path: &[u8], container: &ContainerId) -> String {
     }
 }
 
+/// What mount-held found, before a word of it is said: the decision, with
+/// the facts that prove it. The words and the fix are made of it apart
+/// ([`MountHeld::tell`]), so tests hold the decision as a value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant, reason = "one per review of a failing mount, never kept in bulk")]
+pub enum Verdict {
+    /// The path is a mountpoint in the caller's namespace; what keeps it busy.
+    Mounted { mount: Mount, busy: Busy },
+    /// Nothing is mounted at the path any more, but its directory is still
+    /// a mountpoint through other paths (bind views of a parent), deepest
+    /// first, and who sits in them here.
+    SecondView { views: Vec<Mount>, holders: Vec<MountHolder> },
+    /// Nothing is mounted on its directory now: the next retry should work.
+    NotMountedNow,
+}
+
+/// What keeps a mountpoint busy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// A process in another namespace holds that namespace's copy, which
+    /// the unmount reaches.
+    HeldInAnotherNamespace(MountHolder),
+    /// Processes of the caller's namespace hold it.
+    Held(Vec<MountHolder>),
+    /// A directory being removed is still mounted, held by nothing:
+    /// nothing unmounted it.
+    NeverUnmounted,
+    /// Mounts below it, deepest first.
+    MountsBelow(Vec<Mount>),
+    /// A copy in another namespace, which the unmount reaches, is busy; no
+    /// process there was found holding it.
+    CopyBusy(MountCopy),
+    /// No holder among the processes podstuck could read, and this many
+    /// it may not read.
+    HolderUnreadable(usize),
+    /// No holder at all: a kernel user (a loop device, a swap file) may be one.
+    NoHolderFound,
+}
+
+impl Verdict {
+    /// How sure the decision is.
+    pub fn confidence(&self) -> Confidence {
+        match self {
+            Verdict::Mounted { busy: Busy::CopyBusy(_), .. } => Confidence::Likely,
+            Verdict::Mounted { busy: Busy::HolderUnreadable(_) | Busy::NoHolderFound, .. } | Verdict::NotMountedNow => {
+                Confidence::Possible
+            }
+            Verdict::Mounted { .. } | Verdict::SecondView { .. } => Confidence::Confirmed,
+        }
+    }
+}
+
+/// What was read of a busy mountpoint, for the evidence besides the verdict.
+struct Seen {
+    holders: Vec<MountHolder>,
+    denied: Vec<TaskState>,
+    copies: Vec<MountCopy>,
+    below: Vec<Mount>,
+}
+
 impl MountHeld {
     fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
         let node = &mut *review.node;
         let view = a.caller_view(node);
-        // A namespace nobody lives in any more holds nothing to fix.
-        let mounts = view.mounts().ok()?.to_vec();
-        let path = view.path.clone();
-        if mount_containing(&mounts, &path).is_some_and(is_cgroupfs) {
+        let (verdict, seen) = Self::judge(a, node, &view)?;
+        Some(Self::tell(a, &view, &verdict, seen.as_ref()))
+    }
+
+    /// Reads the caller's mount table and /proc, and decides. None: not
+    /// this cause's (a namespace nobody lives in any more holds nothing
+    /// to fix; a cgroup filesystem's EBUSY is its tasks').
+    fn judge(a: &Attempts, node: &mut dyn NodeInspector, view: &CallerView) -> Option<(Verdict, Option<Seen>)> {
+        let mounts = view.mounts().ok()?;
+        let path = view.path.as_slice();
+        if mount_containing(mounts, path).is_some_and(Mount::is_cgroup) {
             return None;
         }
+        let Some(mount) = mount_at(mounts, path).cloned() else {
+            let mut views: Vec<Mount> = mounts_on_same_dir(mounts, path).into_iter().cloned().collect();
+            if views.is_empty() {
+                return Some((Verdict::NotMountedNow, None));
+            }
+            views.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
+            let holders = views
+                .iter()
+                .flat_map(|m| node.mount_holders(m, view.mntns).into_iter().filter(|h| !h.other_namespace))
+                .collect();
+            return Some((Verdict::SecondView { views, holders }, None));
+        };
+        let unmounting = a.syscall == podstuck_common::Syscall::Umount2;
+        // Another namespace's copy can only refuse an unmount that reaches
+        // it; removing a directory is never blocked from another namespace.
+        let copies: Vec<MountCopy> = if unmounting {
+            node.mount_copies(&mount, view.mntns)
+                .into_iter()
+                .filter(|c| copy_can_block_unmount(&mount, &c.propagation))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let holders: Vec<MountHolder> = node
+            .mount_holders(&mount, view.mntns)
+            .into_iter()
+            .filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns))
+            .collect();
+        let below: Vec<Mount> = mounts_under(mounts, path).into_iter().cloned().collect();
+        let denied = node.processes_unreadable();
+        let busy = if let Some(h) = holders.iter().find(|h| h.other_namespace) {
+            Busy::HeldInAnotherNamespace(h.clone())
+        } else if !holders.is_empty() {
+            Busy::Held(holders.clone())
+        } else if !unmounting && below.is_empty() {
+            Busy::NeverUnmounted
+        } else if !below.is_empty() {
+            let mut deepest_first = below.clone();
+            deepest_first.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
+            Busy::MountsBelow(deepest_first)
+        } else if let Some(copy) = copies.first() {
+            Busy::CopyBusy(copy.clone())
+        } else if !denied.is_empty() {
+            Busy::HolderUnreadable(denied.len())
+        } else {
+            Busy::NoHolderFound
+        };
+        Some((Verdict::Mounted { mount, busy }, Some(Seen { holders, denied, copies, below })))
+    }
+
+    /// The verdict in words: the finding, its evidence and its fix, made
+    /// to act in the caller's namespace.
+    fn tell(a: &Attempts, view: &CallerView, verdict: &Verdict, seen: Option<&Seen>) -> Finding {
         let mut f = Finding::new(Kind::MountHeld, &shown(&a.path), Severity::Critical, a.first);
         a.stamp(&mut f);
+        f.confidence = verdict.confidence();
         f.evidence("trace", a.trace_words());
-        a.resolution_evidence(&view, &mut f);
-        match mount_at(&mounts, &path).cloned() {
-            Some(mount) => Self::mounted(a, &mut f, node, &view, &mounts, &mount),
-            None => Self::not_mounted_there(a, &mut f, node, &view, &mounts),
+        a.resolution_evidence(view, &mut f);
+        match (verdict, seen) {
+            (Verdict::Mounted { mount, busy }, Some(seen)) => Self::mounted(a, &mut f, view, mount, busy, seen),
+            (Verdict::SecondView { views, holders }, _) => Self::second_view(a, &mut f, view, views, holders),
+            _ => Self::not_mounted_now(a, &mut f, view),
         }
         // Paths and mounts are the caller's namespace's: the fix acts there.
-        f.fix = view.fix(std::mem::take(&mut f.fix));
+        let fix = std::mem::take(&mut f.fix);
+        view.place_fix(&mut f, fix);
         if let Some(container) = &a.container {
             let whose = container_words(&a.path, container);
             f.summary = format!("{} is {whose}. {}", shown(&a.path), f.summary);
             f.evidence("runtime", format!("{} is {whose}, by the runtime's own records", shown(&a.path)));
             f.detail("container", container.as_str());
         }
-        Some(f)
+        f
     }
 
-    /// The path is a mountpoint: who or what keeps it busy.
-    fn mounted(
-        a: &Attempts,
-        f: &mut Finding,
-        node: &mut dyn NodeInspector,
-        view: &CallerView,
-        mounts: &[Mount],
-        mount: &Mount,
-    ) {
+    /// A busy mountpoint, in words.
+    fn mounted(a: &Attempts, f: &mut Finding, view: &CallerView, mount: &Mount, busy: &Busy, seen: &Seen) {
         let path = view.path.as_slice();
-        let rhythm = a.rhythm_words();
         let unmounting = a.syscall == podstuck_common::Syscall::Umount2;
         f.evidence(
             "mountinfo",
             format!("{} is a {} mount of {} (mount id {})", shown(path), mount.fstype, mount.source, mount.id),
         );
-        // Another namespace's copy can only refuse an unmount that reaches
-        // it; removing a directory is never blocked from another namespace.
-        let copies: Vec<MountCopy> = if unmounting {
-            node.mount_copies(mount, view.mntns)
-                .into_iter()
-                .filter(|c| copy_can_block_unmount(mount, &c.propagation))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let holders: Vec<MountHolder> = node
-            .mount_holders(mount, view.mntns)
-            .into_iter()
-            .filter(|h| !h.other_namespace || copies.iter().any(|c| c.mntns == h.mntns))
-            .collect();
-        let below: Vec<Mount> = mounts_under(mounts, path).into_iter().cloned().collect();
-        let denied = node.processes_unreadable();
-        Self::busy_evidence(f, &holders, &denied, &copies, &below);
+        Self::busy_evidence(f, seen);
         let what = format!("{} cannot unmount {} ({})", a.actor.description, shown(path), mount.fstype);
-        let failed = format!("{}{rhythm}", a.failed_words());
-        if let Some(h) = holders.iter().find(|h| h.other_namespace) {
-            f.confidence = Confidence::Confirmed;
-            let holder = format!(
-                "{} in another mount namespace (mnt:[{}]) {} and keeps its copy of the mount busy, so the host's unmount is refused",
-                process_words(h.pid, &h.comm, h.owner.as_ref()),
-                h.mntns,
-                hold_words(h.how)
-            );
-            let unmount = in_mount_namespace_of(h.pid, &unmount_lazily(path));
-            // A leftover debug pod is no workload: deleting it is the fix.
-            match h.owner.as_ref().filter(|o| o.is_debug_pod()).and_then(|o| Some((o.words(), o.delete_pod()?))) {
-                Some((pod, delete)) => {
-                    f.summary =
-                        format!("{what}: {pod} holds a copy of the mount: {holder}. Delete it: {delete}. {failed}.");
-                    f.fix = delete;
-                    f.advice.push(format!("or, keeping the pod: {unmount}"));
+        let failed = format!("{}{}", a.failed_words(), a.rhythm_words());
+        match busy {
+            Busy::HeldInAnotherNamespace(h) => {
+                let holder = format!(
+                    "{} in another mount namespace (mnt:[{}]) {} and keeps its copy of the mount busy, so the host's unmount is refused",
+                    process_words(h.pid, &h.comm, h.owner.as_ref()),
+                    h.mntns,
+                    hold_words(h.how)
+                );
+                let unmount = in_mount_namespace_of(h.pid, h.start, &unmount_lazily(path));
+                // A leftover debug pod is no workload: deleting it is the fix.
+                match h.owner.as_ref().filter(|o| o.is_debug_pod()).and_then(|o| Some((o.words(), o.delete_pod()?))) {
+                    Some((pod, delete)) => {
+                        f.summary = format!(
+                            "{what}: {pod} holds a copy of the mount: {holder}. Delete it: {delete}. {failed}."
+                        );
+                        f.fix = delete;
+                        f.advice.extend(unmount.map(|u| format!("or, keeping the pod: {u}")));
+                    }
+                    None => {
+                        f.summary = format!("{what}: {holder}. {failed}.");
+                        f.fix = unmount.unwrap_or_default();
+                    }
                 }
-                None => {
-                    f.summary = format!("{what}: {holder}. {failed}.");
-                    f.fix = unmount;
-                }
+                f.advice.push(format!("or stop the holder: {}; then the next retry succeeds", stop_holder_words(h)));
             }
-            f.advice.push(format!("or stop the holder: {}; then the next retry succeeds", stop_holder_words(h)));
-        } else if !holders.is_empty() {
-            f.confidence = Confidence::Confirmed;
-            let h = &holders[0];
-            let verb = if unmounting {
-                what.clone()
-            } else {
-                format!(
-                    "{} cannot remove {}: it is still mounted ({}) and",
+            Busy::Held(holders) => {
+                let h = &holders[0];
+                let verb = if unmounting {
+                    what.clone()
+                } else {
+                    format!(
+                        "{} cannot remove {}: it is still mounted ({}) and",
+                        a.actor.description,
+                        shown(path),
+                        mount.fstype
+                    )
+                };
+                f.summary = format!("{verb}: pid {} ({}) {}. {failed}.", h.pid, h.comm, hold_words(h.how));
+                stop_or_detach(f, holders, view.fix(unmount_lazily(path)));
+            }
+            Busy::NeverUnmounted => {
+                f.summary = format!(
+                    "{} cannot remove {}: it is still mounted ({} from {}) and nothing unmounted it. {failed}.",
                     a.actor.description,
                     shown(path),
-                    mount.fstype
-                )
-            };
-            f.summary = format!("{verb}: pid {} ({}) {}. {failed}.", h.pid, h.comm, hold_words(h.how));
-            stop_or_detach(f, &holders, view.fix(unmount_lazily(path)));
-        } else if !unmounting && below.is_empty() {
-            // Removing a directory that is mounted: nobody needs to hold it, it just is.
-            f.confidence = Confidence::Confirmed;
-            f.summary = format!(
-                "{} cannot remove {}: it is still mounted ({} from {}) and nothing unmounted it. {failed}.",
-                a.actor.description,
-                shown(path),
-                mount.fstype,
-                mount.source
-            );
-            f.fix = unmount(path);
-            f.advice
-                .push("never rm -rf a directory that is still a mountpoint: it deletes what is mounted there".into());
-        } else if !below.is_empty() {
-            f.confidence = Confidence::Confirmed;
-            let mut subs: Vec<&Mount> = below.iter().collect();
-            subs.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
-            f.summary = format!("{what}: {} mount(s) below it keep it busy. {failed}.", subs.len());
-            f.fix = one_after_another(subs.iter().map(|m| unmount(&m.mount_point)));
-        } else if let Some(copy) = copies.first() {
-            f.confidence = Confidence::Likely;
-            let whose = copy.owner.as_ref().map(|o| format!(", {}", o.words())).unwrap_or_default();
-            f.summary = format!(
-                "{what}: a copy in mount namespace mnt:[{}] (pid {} {}{whose}) is busy. {failed}.",
-                copy.mntns, copy.pid, copy.comm
-            );
-            f.fix = in_mount_namespace_of(copy.pid, &unmount_lazily(path));
-            f.advice.extend(debug_pod_advice([copy.owner.as_ref()]));
-        } else if !denied.is_empty() {
-            Self::holder_unreadable(f, &what, &failed, denied.len(), path);
-        } else {
-            f.confidence = Confidence::Possible;
-            f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
-            f.fix = unmount_lazily(path);
+                    mount.fstype,
+                    mount.source
+                );
+                f.fix = unmount(path);
+                f.advice.push(
+                    "never rm -rf a directory that is still a mountpoint: it deletes what is mounted there".into(),
+                );
+            }
+            Busy::MountsBelow(subs) => {
+                f.summary = format!("{what}: {} mount(s) below it keep it busy. {failed}.", subs.len());
+                f.fix = one_after_another(subs.iter().map(|m| unmount(&m.mount_point)));
+            }
+            Busy::CopyBusy(copy) => {
+                let whose = copy.owner.as_ref().map(|o| format!(", {}", o.words())).unwrap_or_default();
+                f.summary = format!(
+                    "{what}: a copy in mount namespace mnt:[{}] (pid {} {}{whose}) is busy. {failed}.",
+                    copy.mntns, copy.pid, copy.comm
+                );
+                match in_mount_namespace_of(copy.pid, copy.start, &unmount_lazily(path)) {
+                    Some(fix) => f.fix = fix,
+                    None => f.advice.push(format!(
+                        "no fix is printed: when pid {} started could not be read, so its pid is no proof of which namespace a pasted nsenter would enter",
+                        copy.pid
+                    )),
+                }
+                f.advice.extend(debug_pod_advice([copy.owner.as_ref()]));
+            }
+            Busy::HolderUnreadable(denied) => {
+                f.summary = format!(
+                    "{what}: who holds it is not readable under this security profile ({denied} process(es) podstuck may not look into: AppArmor, SELinux or ptrace rules), and none it could read holds it. {failed}."
+                );
+                f.fix = unmount_lazily(path);
+                f.advice.push("to name the holder, run podstuck unconfined: the DaemonSet's appArmorProfile Unconfined (deploy/), docker run --security-opt apparmor=unconfined, or as root on the node".into());
+            }
+            Busy::NoHolderFound => {
+                f.summary = format!("{what}, and no holder was found in /proc (a kernel user such as a loop device or swap file may hold it). {failed}.");
+                f.fix = unmount_lazily(path);
+            }
         }
-    }
-
-    /// No holder among the processes podstuck could read, and some it may
-    /// not: never "no process holds it", since podstuck could not look.
-    fn holder_unreadable(f: &mut Finding, what: &str, failed: &str, denied: usize, path: &[u8]) {
-        f.confidence = Confidence::Possible;
-        f.summary = format!(
-            "{what}: who holds it is not readable under this security profile ({denied} process(es) podstuck may not look into: AppArmor, SELinux or ptrace rules), and none it could read holds it. {failed}."
-        );
-        f.fix = unmount_lazily(path);
-        f.advice.push("to name the holder, run podstuck unconfined: the DaemonSet's appArmorProfile Unconfined (deploy/), docker run --security-opt apparmor=unconfined, or as root on the node".into());
     }
 
     /// What keeps a mount busy, as evidence: the processes holding it, its
     /// copies in other namespaces, the mounts below it.
-    fn busy_evidence(
-        f: &mut Finding,
-        holders: &[MountHolder],
-        denied: &[TaskState],
-        copies: &[MountCopy],
-        below: &[Mount],
-    ) {
-        if !holders.is_empty() || !denied.is_empty() {
-            holders_evidence(f, holders, denied);
+    fn busy_evidence(f: &mut Finding, seen: &Seen) {
+        if !seen.holders.is_empty() || !seen.denied.is_empty() {
+            holders_evidence(f, &seen.holders, &seen.denied);
         }
-        for copy in copies {
+        for copy in &seen.copies {
             f.evidence(
                 "/proc/*/mountinfo",
                 format!(
@@ -269,46 +365,37 @@ impl MountHeld {
                 ),
             );
         }
-        for sub in below {
+        for sub in &seen.below {
             f.evidence("mountinfo", format!("{} ({}) is mounted below it", shown(&sub.mount_point), sub.fstype));
         }
     }
 
-    /// Nothing is mounted at the path in the caller's table: the directory
-    /// may still carry a mount reached by another path (a bind view of a
-    /// parent), or it was unmounted since the call.
-    fn not_mounted_there(
-        a: &Attempts,
-        f: &mut Finding,
-        node: &mut dyn NodeInspector,
-        view: &CallerView,
-        mounts: &[Mount],
-    ) {
+    /// Nothing is mounted on the path's directory now.
+    fn not_mounted_now(a: &Attempts, f: &mut Finding, view: &CallerView) {
         let path = view.path.as_slice();
-        let whose = view.whose();
+        f.evidence(
+            "mountinfo",
+            format!(
+                "{} is not a mountpoint now in {}, and no mount sits on its directory by another path",
+                shown(path),
+                view.whose()
+            ),
+        );
+        f.summary = format!(
+            "{} got EBUSY on {}, which is not mounted now: the next retry should succeed. {}{}.",
+            a.actor.description,
+            shown(path),
+            a.failed_words(),
+            a.rhythm_words()
+        );
+        f.fix = find_mount(path);
+    }
+
+    /// The path's directory is still a mountpoint through other paths.
+    fn second_view(a: &Attempts, f: &mut Finding, view: &CallerView, twins: &[Mount], holders: &[MountHolder]) {
+        let path = view.path.as_slice();
         let failed = format!("{}{}", a.failed_words(), a.rhythm_words());
-        let mut twins: Vec<Mount> = mounts_on_same_dir(mounts, path).into_iter().cloned().collect();
-        if twins.is_empty() {
-            f.confidence = Confidence::Possible;
-            f.evidence(
-                "mountinfo",
-                format!(
-                    "{} is not a mountpoint now in {whose}, and no mount sits on its directory by another path",
-                    shown(path)
-                ),
-            );
-            f.summary = format!(
-                "{} got EBUSY on {}, which is not mounted now: the next retry should succeed. {failed}.",
-                a.actor.description,
-                shown(path)
-            );
-            f.fix = find_mount(path);
-            return;
-        }
-        twins.sort_by_key(|m| std::cmp::Reverse(m.mount_point.len()));
-        f.confidence = Confidence::Confirmed;
-        let mut holders: Vec<MountHolder> = Vec::new();
-        for twin in &twins {
+        for twin in twins {
             f.evidence(
                 "mountinfo",
                 format!(
@@ -320,9 +407,8 @@ impl MountHeld {
                     shown(path)
                 ),
             );
-            holders.extend(node.mount_holders(twin, view.mntns).into_iter().filter(|h| !h.other_namespace));
         }
-        for fact in holder_facts(&holders) {
+        for fact in holder_facts(holders) {
             f.evidence("/proc", fact);
         }
         let views = twins.iter().map(|m| shown(&m.mount_point)).collect::<Vec<_>>().join(", ");
@@ -346,30 +432,43 @@ impl MountHeld {
                 .into(),
         );
         f.advice.push("find what made the view (findmnt -o TARGET,SOURCE,PROPAGATION) so it is not made again".into());
-        if let Some(pids) =
-            (!holders.is_empty()).then(|| holders.iter().map(|h| h.pid.to_string()).collect::<Vec<_>>().join(" "))
-        {
+        if !holders.is_empty() {
+            let pids = holders.iter().map(|h| h.pid.to_string()).collect::<Vec<_>>().join(" ");
             f.advice.push(format!("the processes in the view ({pids}) keep its files open; stop them once the view is gone if they belong to nothing"));
         }
     }
 }
 
 impl Detector for MountHeld {
+    /// An unmount refused busy, wherever (a lazy detach is never refused
+    /// for a holder; a raw block volume's mapping is its device's); a
+    /// directory refused busy where no detector of a pod's volume,
+    /// subPath or cgroup explains it.
+    fn claims(&self) -> &'static [Claim] {
+        &[
+            Claim {
+                attempts: &[Attempt::Unmount],
+                refusals: &[Refusal::Busy],
+                targets: &[
+                    Target::Volume,
+                    Target::Subpath,
+                    Target::PodDir,
+                    Target::Cgroup,
+                    Target::RuntimeDir,
+                    Target::Cni,
+                    Target::Other,
+                ],
+            },
+            Claim { attempts: &[Attempt::RemoveDir], refusals: &[Refusal::Busy], targets: NOT_A_POD_VOLUME_OR_CGROUP },
+        ]
+    }
+
+    fn failed(&mut self, event: &CallEvent, identity: &Identity) {
+        self.failures.record(event, identity);
+    }
+
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        if !(unmounts(event) || removes(event)) {
-            return;
-        }
-        // Raw block volumes' mappings have their own detector.
-        if is_block_volume_path(identity) {
-            return;
-        }
-        let lazy = event.flags & libc::MNT_DETACH as u64 != 0;
-        // Pod volumes, subpaths and cgroups have their own detectors.
-        let elsewhere =
-            matches!(identity.path_area, Some(PathArea::Volume | PathArea::VolumeSubpath | PathArea::PodCgroup));
-        self.failures.observe(event, identity, |errno| {
-            errno == libc::EBUSY && ((unmounts(event) && !lazy) || (removes_dir(event) && !elsewhere))
-        });
+        self.failures.ended_by(event, identity);
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
@@ -386,6 +485,21 @@ mod tests {
 
     const ROOTFS: &str = "/run/containerd/io.containerd.runtime.v2.task/k8s.io/aaaa/rootfs";
 
+    /// What mount-held decides of `calls` on `node`: its verdict alone.
+    fn verdict(node: &mut FakeNode, calls: &[Call]) -> Option<Verdict> {
+        let a = attempts_of(calls);
+        let view = a.caller_view(node);
+        MountHeld::judge(&a, node, &view).map(|(verdict, _)| verdict)
+    }
+
+    /// The busy mount of `verdict`, asserting there is one.
+    fn busy(verdict: Option<Verdict>) -> Busy {
+        match verdict {
+            Some(Verdict::Mounted { busy, .. }) => busy,
+            other => panic!("not a busy mount: {other:?}"),
+        }
+    }
+
     fn bursts() -> Vec<Call> {
         (0..10).map(|i| umount(i as f64 * 0.05, "containerd", ROOTFS, -libc::EBUSY)).collect()
     }
@@ -396,6 +510,7 @@ mod tests {
         MountCopy {
             mntns: 4026532999,
             pid: 3131,
+            start: Some(ProcessStart(3_131_000)),
             comm: "sleep".into(),
             mount_point: ROOTFS.into(),
             propagation: propagation.iter().map(|p| p.to_string()).collect(),
@@ -430,28 +545,23 @@ mod tests {
         assert_eq!(f.confidence, Confidence::Confirmed);
         assert_eq!(f.fix, kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap());
         assert!(
-            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 700 -m -- umount -l -- {ROOTFS}"))),
+            f.advice.iter().any(|a| a.contains(&entered(700, 10_700, &format!("umount -l -- {ROOTFS}")))),
             "{:?}",
             f.advice
         );
         // No holder: the lazy unmount is the fix, run in that namespace.
         node.holders.clear();
         let f = &run(&mut MountHeld::default(), &mut node, &calls, 1.0)[0];
-        assert_eq!(f.fix, format!("nsenter -t 700 -m -- umount -l -- {ROOTFS}"));
+        assert_eq!(f.fix, entered(700, 10_700, &format!("umount -l -- {ROOTFS}")));
     }
 
     #[test]
     fn processes_it_may_not_read_make_no_holder_an_unknown_not_a_none() {
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.denied = vec![task(3131, "sleep", 'S')];
+        assert_eq!(busy(verdict(&mut node, &bursts())), Busy::HolderUnreadable(1));
         let f = &run(&mut MountHeld::default(), &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.confidence, Confidence::Possible);
-        assert!(
-            f.summary.contains("who holds it is not readable under this security profile (1 process(es)"),
-            "{}",
-            f.summary
-        );
-        assert!(!f.summary.contains("no holder was found"), "{}", f.summary);
         assert!(
             f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep); a holder among them cannot be named")),
             "{:?}",
@@ -468,12 +578,12 @@ mod tests {
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(true, HoldKind::Cwd)];
         node.copies = vec![copy(&["master:60"])];
+        assert_eq!(busy(verdict(&mut node, &bursts())), Busy::HeldInAnotherNamespace(holder(true, HoldKind::Cwd)));
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed);
-        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l -- {ROOTFS}"));
+        assert_eq!(f.fix, entered(3131, 313_100, &format!("umount -l -- {ROOTFS}")));
         assert!(f.rhythm.as_deref().unwrap().contains("containerd"));
-        assert!(f.summary.contains("another mount namespace"), "{}", f.summary);
         assert!(f.evidence.iter().any(|e| e.fact.contains("pid 3131 (sleep)")));
     }
 
@@ -496,7 +606,7 @@ mod tests {
             "{}",
             f.summary
         );
-        assert_eq!(f.fix, format!("nsenter -t 3131 -m -- umount -l -- {ROOTFS}"));
+        assert_eq!(f.fix, entered(3131, 313_100, &format!("umount -l -- {ROOTFS}")));
 
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![MountHolder {
@@ -514,7 +624,7 @@ mod tests {
         );
         assert_eq!(f.fix, "kubectl delete pod -n default -- node-debugger-node-1-abcde");
         assert!(
-            f.advice.iter().any(|a| a.contains(&format!("nsenter -t 3131 -m -- umount -l -- {ROOTFS}"))),
+            f.advice.iter().any(|a| a.contains(&entered(3131, 313_100, &format!("umount -l -- {ROOTFS}")))),
             "{:?}",
             f.advice
         );
@@ -526,9 +636,9 @@ mod tests {
         let mut d = MountHeld::default();
         let mut node = FakeNode::with_mounts(&[&format!("60 {ROOTFS} overlay")]);
         node.holders = vec![holder(false, HoldKind::OpenFile)];
+        assert_eq!(busy(verdict(&mut node, &bursts())), Busy::Held(vec![holder(false, HoldKind::OpenFile)]));
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.fix, kill_if_same("TERM", 3131, Some(ProcessStart(313_100))).unwrap());
-        assert!(f.summary.contains("has a file open there"));
     }
 
     /// A pid is reused within minutes and a fix is pasted later: each kill
@@ -566,9 +676,9 @@ mod tests {
         let shm = "/var/lib/docker/containers/abc/mounts/shm";
         let mut node = FakeNode::with_mounts(&[&format!("60 {shm} tmpfs")]);
         let calls = [rmdir(0.0, "dockerd", shm, -libc::EBUSY), rmdir(0.5, "dockerd", shm, -libc::EBUSY)];
+        assert_eq!(busy(verdict(&mut node, &calls)), Busy::NeverUnmounted);
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.fix, format!("umount -- {shm}"));
-        assert!(f.summary.contains("still mounted"), "{}", f.summary);
     }
 
     #[test]
@@ -579,6 +689,9 @@ mod tests {
             &format!("61 {ROOTFS}/proc proc"),
             &format!("62 {ROOTFS}/proc/sys/fs/binfmt_misc binfmt_misc"),
         ]);
+        let Busy::MountsBelow(below) = busy(verdict(&mut node, &bursts())) else { panic!("mounts below") };
+        let deepest_first: Vec<String> = below.iter().map(|m| shown(&m.mount_point)).collect();
+        assert_eq!(deepest_first, [format!("{ROOTFS}/proc/sys/fs/binfmt_misc"), format!("{ROOTFS}/proc")]);
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
         assert_eq!(f.fix, format!("umount -- {ROOTFS}/proc/sys/fs/binfmt_misc && umount -- {ROOTFS}/proc"));
     }
@@ -592,6 +705,7 @@ mod tests {
         let cg = "/sys/fs/cgroup/kubepods.slice/x";
         let calls = [rmdir(0.0, "kubelet", cg, -libc::EBUSY), rmdir(2.0, "kubelet", cg, -libc::EBUSY)];
         let mut node = FakeNode::with_mounts(&["70 /sys/fs/cgroup cgroup2"]);
+        assert_eq!(verdict(&mut node, &calls), None);
         assert!(run(&mut d, &mut node, &calls, 5.0).is_empty());
     }
 
@@ -619,8 +733,8 @@ mod tests {
         // unshare -m: a private copy, its holder sitting in it.
         node.holders = vec![holder(true, HoldKind::Cwd)];
         node.copies = vec![copy(&[])];
+        assert_eq!(busy(verdict(&mut node, &bursts())), Busy::NoHolderFound);
         let f = &run(&mut d, &mut node, &bursts(), 1.0)[0];
-        assert!(!f.summary.contains("another mount namespace"), "{}", f.summary);
         assert!(!f.evidence.iter().any(|e| e.fact.contains("3131")), "{:?}", f.evidence);
         assert_ne!(f.confidence, Confidence::Confirmed);
     }
@@ -650,6 +764,13 @@ mod tests {
             owner: None,
         }];
         let calls: Vec<Call> = (0..5).map(|i| rmdir(i as f64 * 0.1, "dockerd", merged, -libc::EBUSY)).collect();
+        match verdict(&mut node, &calls) {
+            Some(Verdict::SecondView { views, holders }) => {
+                assert_eq!(views.iter().map(|m| shown(&m.mount_point)).collect::<Vec<_>>(), ["/backup/view/merged"]);
+                assert_eq!(holders, node.holders);
+            }
+            other => panic!("a second view: {other:?}"),
+        }
         let f = &run(&mut d, &mut node, &calls, 1.0)[0];
         assert_eq!(f.kind, Kind::MountHeld);
         assert_eq!(f.confidence, Confidence::Confirmed, "{}", f.summary);

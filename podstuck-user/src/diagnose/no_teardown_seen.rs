@@ -14,7 +14,8 @@ use super::{human_duration, Confidence, Detector, Finding, Kind, Review, Severit
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
-use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
+use crate::identify::LifecycleIdentity;
+use crate::lifecycle::LifecycleEvent;
 
 /// Quiet for this long, a pod's teardown is said to be not under way:
 /// longer than the longest wait of the teardown it looks for, kubelet's
@@ -48,7 +49,25 @@ impl NoTeardownSeen {
         }
     }
 
-    fn finding(uid: &PodUid, since: SystemTime, quiet: Duration, seen_any: bool) -> Finding {
+    /// Whether `pod` has been quiet long enough to say so, `now`.
+    fn judge(pod: &Pod, started: SystemTime, now: SystemTime, closing: bool) -> Verdict {
+        let since = pod.last_seen.unwrap_or(started).max(started);
+        let quiet = now.duration_since(since).unwrap_or_default();
+        // At the end, a run that saw nothing of the pod says so, however short.
+        let nothing_at_all = closing && pod.last_seen.is_none() && quiet > Duration::ZERO;
+        if quiet >= QUIET_FOR || nothing_at_all {
+            Verdict::Quiet { since, quiet, seen_any: pod.last_seen.is_some() }
+        } else {
+            Verdict::Working { since, quiet }
+        }
+    }
+
+    /// The verdict in words; `ended`: the end of a quiet spell once told.
+    fn tell(uid: &PodUid, verdict: &Verdict, ended: bool) -> Finding {
+        let (since, quiet, seen_any) = match *verdict {
+            Verdict::Quiet { since, quiet, seen_any } => (since, quiet, seen_any),
+            Verdict::Working { since, quiet } => (since, quiet, true),
+        };
         let mut f = Finding::new(Kind::NoTeardownSeen, uid.as_str(), Severity::Warning, since);
         f.pod_uid = Some(uid.clone());
         f.pods = vec![uid.clone()];
@@ -66,8 +85,23 @@ impl NoTeardownSeen {
         f.fix = format!("podstuck explain {}", uid.as_str());
         f.advice.push("explain reads the API side (finalizers, the node's readiness, volumes that do not detach, kubelet's warnings); run it where a kubeconfig reaches the cluster, or give watch --pod NAMESPACE/NAME to have it joined here".into());
         f.advice.push("if kubelet never acted: its log says whether it saw the deletion (journalctl -u kubelet --since -15min | grep <pod name>)".into());
+        if ended {
+            f.status = Status::Resolved;
+            f.summary = format!("Work on pod {}'s teardown was seen again on this node.", uid.as_str());
+        }
         f
     }
+}
+
+/// What no-teardown-seen decides of one watched pod at a review.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing concerning the pod for `quiet` (past kubelet's longest
+    /// backoff, or the whole of a run now ending), since `since`;
+    /// `seen_any`: whether anything was seen of it at all.
+    Quiet { since: SystemTime, quiet: Duration, seen_any: bool },
+    /// Something worked on it `quiet` ago: not (or no longer) this.
+    Working { since: SystemTime, quiet: Duration },
 }
 
 impl Detector for NoTeardownSeen {
@@ -94,19 +128,17 @@ impl Detector for NoTeardownSeen {
         }
         let mut out = Vec::new();
         for (uid, pod) in self.pods.iter_mut() {
-            let since = pod.last_seen.unwrap_or(started).max(started);
-            let quiet = now.duration_since(since).unwrap_or_default();
-            // At the end, a run that saw nothing of the pod says so, however short.
-            let nothing_at_all = self.closing && pod.last_seen.is_none() && quiet > Duration::ZERO;
-            if quiet >= QUIET_FOR || nothing_at_all {
-                pod.active = true;
-                out.push(Self::finding(uid, since, quiet, pod.last_seen.is_some()));
-            } else if pod.active {
-                pod.active = false;
-                let mut f = Self::finding(uid, since, quiet, true);
-                f.status = Status::Resolved;
-                f.summary = format!("Work on pod {}'s teardown was seen again on this node.", uid.as_str());
-                out.push(f);
+            let verdict = Self::judge(pod, started, now, self.closing);
+            match verdict {
+                Verdict::Quiet { .. } => {
+                    pod.active = true;
+                    out.push(Self::tell(uid, &verdict, false));
+                }
+                Verdict::Working { .. } if pod.active => {
+                    pod.active = false;
+                    out.push(Self::tell(uid, &verdict, true));
+                }
+                Verdict::Working { .. } => {}
             }
         }
         out
@@ -120,6 +152,27 @@ mod tests {
 
     fn review(d: &mut NoTeardownSeen, at: f64) -> Vec<Finding> {
         d.review(&mut Review { now: t(at), in_flight: &[], node: &mut FakeNode::default() })
+    }
+
+    #[test]
+    fn how_long_a_pod_was_left_alone_is_decided_before_it_is_said() {
+        let quiet = |last_seen: Option<f64>, now: f64, closing: bool| {
+            let pod = Pod { last_seen: last_seen.map(t), active: false };
+            NoTeardownSeen::judge(&pod, t(10.0), t(now), closing)
+        };
+        let secs = Duration::from_secs_f64;
+        assert_eq!(quiet(None, 100.0, false), Verdict::Working { since: t(10.0), quiet: secs(90.0) });
+        assert_eq!(quiet(None, 160.0, false), Verdict::Quiet { since: t(10.0), quiet: secs(150.0), seen_any: false });
+        assert_eq!(quiet(Some(20.0), 169.0, false), Verdict::Working { since: t(20.0), quiet: secs(149.0) });
+        assert_eq!(
+            quiet(Some(20.0), 170.0, false),
+            Verdict::Quiet { since: t(20.0), quiet: secs(150.0), seen_any: true }
+        );
+        // A call before watching began counts from the start.
+        assert_eq!(quiet(Some(1.0), 12.0, false), Verdict::Working { since: t(10.0), quiet: secs(2.0) });
+        // The end of a run that saw nothing of the pod says so; one that saw something does not.
+        assert_eq!(quiet(None, 12.0, true), Verdict::Quiet { since: t(10.0), quiet: secs(2.0), seen_any: false });
+        assert!(matches!(quiet(Some(11.0), 12.0, true), Verdict::Working { .. }));
     }
 
     #[test]

@@ -12,11 +12,11 @@ use std::time::{Duration, SystemTime};
 
 use super::shell::{files_naming, no_sandbox_removal, remove_sandbox, runtime_log, word};
 use super::{human_duration, rhythm, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
-use crate::event::CallEvent;
 use crate::event::ProcessStart;
 use crate::identify::pod::PodUid;
-use crate::identify::{Actor, Identity};
-use crate::lifecycle::{status_words, CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity};
+use crate::identify::Actor;
+use crate::identify::LifecycleIdentity;
+use crate::lifecycle::{status_words, CniRun, Lifecycle, LifecycleEvent};
 
 /// DEL runs waiting for their exit, at most (a plugin lives milliseconds).
 const RUNS_MAX: usize = 1024;
@@ -84,7 +84,8 @@ impl SandboxTeardownFailing {
 
 /// The daemon behind a CNI plugin that has one, and how to restart the
 /// node's.
-struct Daemon {
+#[derive(Debug, PartialEq, Eq)]
+pub struct Daemon {
     /// The plugin's file name.
     plugin: &'static str,
     /// The daemon's executable's file name, to see it running.
@@ -253,6 +254,11 @@ impl SandboxTeardownFailing {
     }
 
     fn finding(&self, sandbox: &Sandbox, key: &str, node: &mut dyn crate::inspect::NodeInspector) -> Finding {
+        self.tell(sandbox, key, &judge(sandbox, node))
+    }
+
+    /// The verdict in words: the finding, its evidence, its fix.
+    fn tell(&self, sandbox: &Sandbox, key: &str, verdict: &Verdict) -> Finding {
         let mut f = Finding::new(Kind::SandboxTeardownFailing, key, Severity::Critical, sandbox.first_seen);
         f.last_seen = sandbox.last_seen;
         f.pod_uid = sandbox.pod.clone();
@@ -306,10 +312,9 @@ impl SandboxTeardownFailing {
         for line in &inner {
             f.evidence("exit", format!("run by {}: {line}", sandbox.plugin));
         }
-        f.confidence = Confidence::Likely;
-        match netns_standing(node, &sandbox.cni.netns) {
+        f.confidence = verdict.confidence();
+        match &verdict.netns {
             Netns::There => {
-                f.confidence = Confidence::Confirmed;
                 f.evidence(
                     "statfs",
                     format!("the sandbox's network namespace {} is still there (nsfs)", sandbox.cni.netns),
@@ -324,23 +329,17 @@ impl SandboxTeardownFailing {
         f.detail("sandbox", sandbox.cni.container_id.clone());
         f.detail("exit_code", (sandbox.last_status >> 8) & 0xff);
         f.detail("failures", sandbox.failures);
-        self.fix(&mut f, sandbox, node);
+        self.fix(&mut f, sandbox, &verdict.remedy);
         f
     }
 
-    /// The fix and the advice: a restart of the plugin's daemon only for a
-    /// failure proven on the node with the daemon seen running here; else
-    /// the runtime's log; a sandbox id in a command only if it looks like one.
-    fn fix(&self, f: &mut Finding, sandbox: &Sandbox, node: &mut dyn crate::inspect::NodeInspector) {
+    /// The fix and the advice the remedy calls for; a sandbox id in a
+    /// command only if it looks like one.
+    fn fix(&self, f: &mut Finding, sandbox: &Sandbox, remedy: &Remedy) {
         let id = &sandbox.cni.container_id;
         let logs = runtime_log(id);
-        let daemon = DAEMONS.iter().find(|d| d.plugin == sandbox.plugin);
-        let running = daemon.map(|d| node.processes_running(d.exe.as_bytes())).unwrap_or_default();
-        match daemon {
-            // A restart is advice only for a failure proven on the node
-            // (trusted execs, the sandbox's namespace there) with the
-            // daemon seen running here: it interrupts the node's networking.
-            Some(d) if f.confidence == Confidence::Confirmed && !running.is_empty() => {
+        match remedy {
+            Remedy::RestartDaemon { daemon: d, running } => {
                 f.fix = crate::words::CommandLine::new("kubectl -n")
                     .value(d.namespace)
                     .own("delete pod -l")
@@ -348,24 +347,26 @@ impl SandboxTeardownFailing {
                     .own("--field-selector")
                     .value(format!("spec.nodeName={}", self.node_name))
                     .into();
-                let pids: Vec<String> = running.iter().map(|t| t.pid.to_string()).collect();
+                let pids: Vec<String> = running.iter().map(u32::to_string).collect();
                 f.evidence("/proc", format!("{} runs on this node (pid {})", d.exe, pids.join(", ")));
                 f.advice.push(format!("{} answers the plugin's DEL: the command restarts this node's; {}. Check it first: kubectl -n {} get pods -l {} -o wide", d.what, d.interrupts, d.namespace, d.selector));
                 f.advice.push(format!("the plugin's own error is in the runtime's log: {logs}"));
             }
-            Some(d) => {
+            Remedy::DaemonNotRunning(d) | Remedy::DaemonUnconfirmed(d) => {
                 f.fix = logs;
-                let seen = match running.is_empty() {
-                    true => format!("{} is not running on this node, which may be why DEL fails", d.exe),
-                    false => "the failure is not confirmed on the node".to_string(),
+                let seen = match remedy {
+                    Remedy::DaemonNotRunning(_) => {
+                        format!("{} is not running on this node, which may be why DEL fails", d.exe)
+                    }
+                    _ => "the failure is not confirmed on the node".to_string(),
                 };
                 f.advice.push(format!("{} answers the plugin's DEL, and {seen}: kubectl -n {} get pods -l {} -o wide --field-selector spec.nodeName={} shows its pod", d.what, d.namespace, d.selector, self.node_name));
                 f.advice.push("the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into());
             }
-            None => {
+            Remedy::RuntimeLog { stale_host_local } => {
                 f.fix = logs;
                 f.advice.push("the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into());
-                if sandbox.inner.contains_key("host-local") {
+                if *stale_host_local {
                     f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release ({}), and the directory must be a writable directory", word(id.as_bytes()), files_naming(id, "/var/lib/cni/networks")));
                 }
             }
@@ -377,8 +378,63 @@ impl SandboxTeardownFailing {
     }
 }
 
+/// What sandbox-teardown-failing decides of a sandbox whose DEL keeps
+/// failing, before a word of it is said.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// How the sandbox's network namespace stands: there, it proves the
+    /// failure on the node.
+    pub netns: Netns,
+    /// What is to be done.
+    pub remedy: Remedy,
+}
+
+impl Verdict {
+    pub fn confidence(&self) -> Confidence {
+        match self.netns {
+            Netns::There => Confidence::Confirmed,
+            Netns::Gone(_) | Netns::NoProof(_) => Confidence::Likely,
+        }
+    }
+}
+
+/// What is to be done about a failing DEL.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Remedy {
+    /// Restart the node's daemon that answers the plugin: only for a
+    /// failure proven on the node with the daemon seen running here (its
+    /// pids), since a restart interrupts the node's networking.
+    RestartDaemon { daemon: &'static Daemon, running: Vec<u32> },
+    /// The plugin's daemon is not running on this node.
+    DaemonNotRunning(&'static Daemon),
+    /// The daemon runs, but the failure is not proven on the node.
+    DaemonUnconfirmed(&'static Daemon),
+    /// A plugin of no daemon: the runtime's log says why; a host-local
+    /// entry may be left to release.
+    RuntimeLog { stale_host_local: bool },
+}
+
+/// Reads what proves the failure on the node (the sandbox's namespace,
+/// the plugin's daemon running) and decides.
+fn judge(sandbox: &Sandbox, node: &mut dyn crate::inspect::NodeInspector) -> Verdict {
+    let netns = netns_standing(node, &sandbox.cni.netns);
+    let remedy = match DAEMONS.iter().find(|d| d.plugin == sandbox.plugin) {
+        Some(daemon) => {
+            let running: Vec<u32> = node.processes_running(daemon.exe.as_bytes()).iter().map(|t| t.pid).collect();
+            match (&netns, running.is_empty()) {
+                (_, true) => Remedy::DaemonNotRunning(daemon),
+                (Netns::There, false) => Remedy::RestartDaemon { daemon, running },
+                _ => Remedy::DaemonUnconfirmed(daemon),
+            }
+        }
+        None => Remedy::RuntimeLog { stale_host_local: sandbox.inner.contains_key("host-local") },
+    };
+    Verdict { netns, remedy }
+}
+
 /// How a sandbox's `CNI_NETNS` stands on the node.
-enum Netns {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Netns {
     /// A network namespace (nsfs) where runtimes make them.
     There,
     /// Gone, and why.
@@ -415,7 +471,7 @@ fn netns_standing(node: &mut dyn crate::inspect::NodeInspector, netns: &str) -> 
             crate::words::safe_text(&resolved)
         ));
     }
-    match node.fs_usage(&resolved) {
+    match node.fs_usage(&resolved, crate::inspect::NODE_ROOT) {
         Ok(usage) if usage.fstype == "nsfs" => Netns::There,
         Ok(usage) => Netns::NoProof(format!("a file on {}, not a network namespace", usage.fstype)),
         Err(why) if why.is_gone() => Netns::Gone(why.to_string()),
@@ -424,8 +480,6 @@ fn netns_standing(node: &mut dyn crate::inspect::NodeInspector, netns: &str) -> 
 }
 
 impl Detector for SandboxTeardownFailing {
-    fn observe(&mut self, _event: &CallEvent, _identity: &Identity) {}
-
     fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         match &event.what {
             Lifecycle::Exec { filename, cni: Some(cni), .. } => self.exec(event, identity, filename, cni),
@@ -579,6 +633,11 @@ mod tests {
     }
 
     /// Two failed DELs of calico at `at` and `at` + 2 s.
+    /// What the detector decides of every sandbox it follows, on `node`.
+    fn verdicts(d: &SandboxTeardownFailing, node: &mut FakeNode) -> Vec<Verdict> {
+        d.sandboxes.values().map(|sandbox| judge(sandbox, node)).collect()
+    }
+
     fn calico_fails(d: &mut SandboxTeardownFailing, at: f64, pid: u32) {
         for (i, at) in [at, at + 2.0].into_iter().enumerate() {
             d.lifecycle(&exec(at, pid + i as u32, 10, "calico", "DEL"), &plugin("calico"));
@@ -599,6 +658,9 @@ mod tests {
         assert!(review(&mut d, &mut node, 3.0).is_empty());
         // The netns gone, calico-node not running: no restart, the logs.
         calico_fails(&mut d, 4.0, 300);
+        let [v] = &verdicts(&d, &mut node)[..] else { panic!("one sandbox") };
+        assert!(matches!(v.netns, Netns::Gone(_)), "{v:?}");
+        assert!(matches!(v.remedy, Remedy::DaemonNotRunning(Daemon { plugin: "calico", .. })), "{v:?}");
         let told = review(&mut d, &mut node, 7.0);
         let [f] = &told[..] else { panic!("{told:?}") };
         assert_eq!(f.confidence, Confidence::Likely, "the netns is gone");
@@ -609,6 +671,16 @@ mod tests {
         node.usage.insert(NETNS.as_bytes().to_vec(), nsfs());
         node.running.push(("calico-node", crate::diagnose::fake::task(77, "calico-node", 'S')));
         calico_fails(&mut d, 10.0, 400);
+        let [v] = &verdicts(&d, &mut node)[..] else { panic!("one sandbox") };
+        assert_eq!(v.netns, Netns::There);
+        assert!(
+            matches!(&v.remedy, Remedy::RestartDaemon { daemon, running } if daemon.exe == "calico-node" && running == &[77])
+        );
+        // The daemon running but the namespace gone: nothing proves the
+        // failure here, so no restart.
+        let mut unproven = FakeNode { running: node.running.clone(), ..FakeNode::default() };
+        let [v] = &verdicts(&d, &mut unproven)[..] else { panic!("one sandbox") };
+        assert!(matches!(v.remedy, Remedy::DaemonUnconfirmed(Daemon { plugin: "calico", .. })), "{v:?}");
         let told = review(&mut d, &mut node, 13.0);
         let [f] = &told[..] else { panic!("{told:?}") };
         assert_eq!(

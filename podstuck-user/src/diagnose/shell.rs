@@ -21,56 +21,200 @@ pub use crate::words::shell_word as word;
 /// What a fix says first from a container: the node's mount namespace.
 pub const IN_NODE_NAMESPACE: &str = "nsenter -t 1 -m --";
 
-/// Fixes that act the same from any mount namespace of the node's PID
-/// namespace (a pid, /proc, the API server, another namespace entered),
-/// when they are one command alone.
-const ANYWHERE: [&str; 4] = ["kill ", "nsenter ", "kubectl ", "cat /proc/"];
+/// Steps of a fix that act the same from any mount namespace of the
+/// node's PID namespace (a pid, /proc, the API server, another namespace
+/// entered): a fix's other steps act on files and mounts, and must run in
+/// the namespace they were proven in.
+const ANYWHERE: [&str; 5] = ["kill ", "nsenter ", "kubectl ", "cat /proc/", SAME_PROCESS];
 
-/// How a fix that signals a process begins: it checks first that the pid
-/// still names the process podstuck saw (its start time), as a pid is
-/// reused within minutes on a busy node. Though joined with `&&`, it reads
-/// only /proc and signals a pid: it acts the same from any mount namespace
-/// of the node's PID namespace, so it is never wrapped.
+/// How a step that checks a process begins: it reads the process's start
+/// time from /proc (`/proc/<pid>/stat`'s 22nd field, read past the name,
+/// which may hold spaces and parentheses).
 const SAME_PROCESS: &str = "[ \"$(sed 's/.*) //' /proc/";
 
+/// The check that pid `pid` still names the process that started at
+/// `start`: pids are reused within minutes on a busy node, and a fix is
+/// pasted later. It reads only /proc, so it acts the same from any mount
+/// namespace of the node's PID namespace.
+fn same_process(pid: u32, start: crate::event::ProcessStart) -> String {
+    format!("{SAME_PROCESS}{pid}/stat | cut -d' ' -f20)\" = {} ]", start.ticks())
+}
+
 /// `kill -SIGNAL PID`, run only if process `pid` is still the one that
-/// started at `start` (`/proc/<pid>/stat`'s 22nd field, read past the
-/// name, which may hold spaces and parentheses). None without a start:
-/// then a pid alone is no proof of which process it names.
+/// started at `start`. None without a start: then a pid alone is no proof
+/// of which process it names.
 pub fn kill_if_same(signal: &str, pid: u32, start: Option<crate::event::ProcessStart>) -> Option<String> {
-    let start = start?.ticks();
-    Some(format!("{SAME_PROCESS}{pid}/stat | cut -d' ' -f20)\" = {start} ] && kill -{signal} {pid}"))
+    Some(format!("{} && kill -{signal} {pid}", same_process(pid, start?)))
 }
 
 /// `fix` made to act in the node's mount namespace, pasted in a container
 /// with the host's PID namespace or on the node: `nsenter -t 1 -m -- CMD`,
-/// several commands as one `sh -c` word.
+/// several commands as one `sh -c` word. PID 1 is the node's init, never
+/// reused while the node runs.
 pub fn in_node_namespace(fix: &str) -> String {
     entering(IN_NODE_NAMESPACE, fix)
 }
 
-/// `fix` made to act in the mount namespace process `pid` lives in (kubelet
-/// in a container: its paths and mounts are that namespace's, not the
-/// host's), pasted on the node: `nsenter -t PID -m -- CMD`.
-pub fn in_mount_namespace_of(pid: u32, fix: &str) -> String {
-    entering(&format!("nsenter -t {pid} -m --"), fix)
+/// `fix` made to act in the mount namespace process `pid` lives in
+/// (kubelet in a container: its paths and mounts are that namespace's,
+/// not the host's), pasted on the node: `nsenter -t PID -m -- CMD`, only
+/// once PID is checked to be the process that started at `start` (a
+/// reused pid would run the fix in whatever namespace its new process
+/// has, the host's as likely as any). None without a start.
+pub fn in_mount_namespace_of(pid: u32, start: Option<crate::event::ProcessStart>, fix: &str) -> Option<String> {
+    Some(entering(&format!("{} && nsenter -t {pid} -m --", same_process(pid, start?)), fix))
 }
 
+/// `fix` with its steps that act on files and mounts run through
+/// `nsenter`, the steps that act the same anywhere (a checked kill) left
+/// as they are, the order and the `&&` between them kept. Anything the
+/// pasting shell would do itself within a step (a pipe, a redirection, a
+/// `;`) happens inside the namespace: such steps go there as one `sh -c`
+/// word.
 fn entering(nsenter: &str, fix: &str) -> String {
-    // Anything the pasting shell would do itself (join commands with &&,
-    // ; or |, redirect with > into a file) must happen inside the
-    // namespace: the whole fix goes there as one `sh -c` word. Only a
-    // lone command may go as its words.
-    let joined = fix.contains(['&', ';', '|', '\n', '`', '>', '<']) || fix.contains("$(");
-    let same_process_kill = fix.starts_with(SAME_PROCESS) && !fix.contains('\n');
-    if fix.is_empty() || same_process_kill || (!joined && ANYWHERE.iter().any(|a| fix.starts_with(a))) {
-        return fix.to_string();
+    let mut out: Vec<String> = Vec::new();
+    let mut inside: Vec<&str> = Vec::new();
+    let flush = |inside: &mut Vec<&str>, out: &mut Vec<String>| {
+        if inside.is_empty() {
+            return;
+        }
+        let joined = inside.join(" && ");
+        let lone = !joined.contains(['&', ';', '|', '\n', '`', '>', '<']) && !joined.contains("$(");
+        out.push(match lone {
+            true => format!("{nsenter} {joined}"),
+            false => format!("{nsenter} sh -c {}", word(joined.as_bytes())),
+        });
+        inside.clear();
+    };
+    for step in steps_of(fix) {
+        if ANYWHERE.iter().any(|a| step.starts_with(a)) && !step.contains('\n') {
+            flush(&mut inside, &mut out);
+            out.push(step.to_string());
+        } else {
+            inside.push(step);
+        }
     }
-    if joined {
-        format!("{nsenter} sh -c {}", word(fix.as_bytes()))
-    } else {
-        format!("{nsenter} {fix}")
+    flush(&mut inside, &mut out);
+    out.join(" && ")
+}
+
+/// Whether every step of `fix` acts the same from any mount namespace
+/// (checked kills, /proc reads, kubectl): it needs no namespace entered.
+pub fn acts_anywhere(fix: &str) -> bool {
+    steps_of(fix).iter().all(|step| ANYWHERE.iter().any(|a| step.starts_with(a)) && !step.contains('\n'))
+}
+
+/// The steps of a fix: its commands joined by `&&` at the top level, not
+/// inside a quoted word or a `$(...)` (podstuck's quoting: `'...'`,
+/// `"$(printf '%b' '...')"`).
+pub fn steps_of(fix: &str) -> Vec<&str> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum In {
+        Single,
+        Double,
+        Substitution,
     }
+    let bytes = fix.as_bytes();
+    let mut stack: Vec<In> = Vec::new();
+    let mut steps = Vec::new();
+    let (mut from, mut i) = (0, 0);
+    while i < bytes.len() {
+        let b = bytes[i];
+        match stack.last().copied() {
+            Some(In::Single) => {
+                if b == b'\'' {
+                    stack.pop();
+                }
+            }
+            Some(In::Double) => match b {
+                b'\\' => i += 1,
+                b'"' => {
+                    stack.pop();
+                }
+                b'$' if bytes.get(i + 1) == Some(&b'(') => {
+                    stack.push(In::Substitution);
+                    i += 1;
+                }
+                _ => {}
+            },
+            top => match b {
+                b'\'' => stack.push(In::Single),
+                b'"' => stack.push(In::Double),
+                b'\\' => i += 1,
+                b'$' if bytes.get(i + 1) == Some(&b'(') => {
+                    stack.push(In::Substitution);
+                    i += 1;
+                }
+                b')' if top == Some(In::Substitution) => {
+                    stack.pop();
+                }
+                b'&' if top.is_none() && bytes.get(i + 1) == Some(&b'&') => {
+                    steps.push(fix[from..i].trim());
+                    i += 1;
+                    from = i + 1;
+                }
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    steps.push(fix[from..].trim());
+    steps.retain(|s| !s.is_empty());
+    steps
+}
+
+/// The pids a printed command signals or enters (`kill ... PID`, `nsenter
+/// -t PID`) without checking first, earlier in the same text, that PID is
+/// still the process podstuck saw (its start time, `/proc/PID/stat`).
+/// Every fix and every piece of advice must have none: PID 1 aside (the
+/// node's init), a pid alone names whichever process holds it when the
+/// text is pasted.
+pub fn unchecked_pids(text: &str) -> Vec<u32> {
+    let words: Vec<&str> = text.split(|c: char| c.is_whitespace() || c == '\'' || c == '"').collect();
+    let mut unchecked = Vec::new();
+    let mut push = |at: usize, pid: u32| {
+        let place = words[..at].iter().map(|w| w.len() + 1).sum::<usize>().min(text.len());
+        let checked = text[..place].contains(&format!("/proc/{pid}/stat"));
+        if pid != 1 && !checked && !unchecked.contains(&pid) {
+            unchecked.push(pid);
+        }
+    };
+    for (i, w) in words.iter().enumerate() {
+        match *w {
+            "kill" => {
+                for (j, arg) in words.iter().enumerate().skip(i + 1) {
+                    if arg.starts_with('-') && j == i + 1 {
+                        continue;
+                    }
+                    match arg.parse::<u32>() {
+                        Ok(pid) => push(i, pid),
+                        Err(_) => break,
+                    }
+                }
+            }
+            "-t" if i > 0 && words[i - 1] == "nsenter" => {
+                if let Some(pid) = words.get(i + 1).and_then(|p| p.parse::<u32>().ok()) {
+                    push(i, pid);
+                }
+            }
+            _ => {}
+        }
+    }
+    unchecked
+}
+
+/// A finding whose fix or advice names a pid unchecked (none should: every
+/// builder checks; see [`unchecked_pids`]) keeps neither: it says what
+/// was withheld and why, never a command that could hit another process.
+pub fn withhold_unchecked(finding: &mut Finding) {
+    let pids = unchecked_pids(&finding.fix);
+    if !pids.is_empty() {
+        finding.fix.clear();
+        finding.advice.push(format!(
+            "a fix naming pid(s) {pids:?} without checking they are still the processes seen was withheld: a pid is reused within minutes"
+        ));
+    }
+    finding.advice.retain(|a| unchecked_pids(a).is_empty());
 }
 
 /// A finding as said from a container: its fix acts in the node's mount
@@ -103,6 +247,35 @@ pub fn unmount_lazily(path: &[u8]) -> String {
 /// `umount -f -l -- PATH`: for a mount whose server does not answer.
 pub fn unmount_forced(path: &[u8]) -> String {
     CommandLine::new("umount -f -l").operands([path]).into()
+}
+
+/// `find DIR... -name cgroup.procs -exec cat -- {} + | sort -u | xargs -r
+/// kill -9 || true`: SIGKILL to every process the cgroups `dirs` and those
+/// below them hold when it is pasted, read from the kernel's own lists
+/// then: never a list of pids read earlier, which may name other
+/// processes by then (pids are reused within minutes). A process that
+/// ends between the read and the kill is no failure. A directory below
+/// another given is left out (find walks it). find reads a starting point
+/// that begins with `-`, `!` or `(` as its expression: only absolute
+/// directories are printed; None when one is not.
+pub fn kill_what_cgroups_hold<B: AsRef<[u8]>>(dirs: impl IntoIterator<Item = B>) -> Option<String> {
+    let dirs: Vec<B> = dirs.into_iter().collect();
+    let all: Vec<&[u8]> = dirs.iter().map(|d| d.as_ref()).collect();
+    if all.is_empty() || all.iter().any(|d| !absolute(d)) {
+        return None;
+    }
+    let mut tops: Vec<&[u8]> = Vec::new();
+    for d in &all {
+        let below = all.iter().any(|o| o != d && crate::mountinfo::is_at_or_below(d, o));
+        if !below && !tops.contains(d) {
+            tops.push(d);
+        }
+    }
+    let words: Vec<String> = tops.iter().map(|d| word(d)).collect();
+    Some(format!(
+        "find {} -name cgroup.procs -exec cat -- {{}} + | sort -u | xargs -r kill -9 || true",
+        words.join(" ")
+    ))
 }
 
 /// `rmdir -- DIR...`.

@@ -17,8 +17,9 @@ use super::Finding;
 use crate::event::ProcessStart;
 use crate::identify::pod::PodUid;
 use crate::identify::Actor;
+use crate::identify::LifecycleIdentity;
 use crate::inspect::{NodeInspector, ProcessState, Unreadable};
-use crate::lifecycle::{LifecycleEvent, LifecycleIdentity, SignalSent};
+use crate::lifecycle::{LifecycleEvent, SignalSent};
 
 /// Processes followed at most.
 pub const FOLLOWED_MAX: usize = 1024;
@@ -60,7 +61,8 @@ impl<T> Default for Signalled<T> {
     }
 }
 
-fn same(a: Option<ProcessStart>, b: Option<ProcessStart>) -> bool {
+/// Whether two starts may be of one process: equal, or either unknown.
+pub fn same(a: Option<ProcessStart>, b: Option<ProcessStart>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => a == b,
         _ => true,
@@ -68,6 +70,12 @@ fn same(a: Option<ProcessStart>, b: Option<ProcessStart>) -> bool {
 }
 
 impl<T> Signalled<T> {
+    /// The process `pid` as followed: for a detector's tests of its verdicts.
+    #[cfg(test)]
+    pub fn followed(&self, pid: u32) -> Option<&Followed<T>> {
+        self.followed.get(&pid)
+    }
+
     /// The signal `sent` to a pod's process (none of a process in no
     /// pod): the process it follows, and whether it was followed already.
     pub fn sent(
@@ -167,7 +175,8 @@ pub mod tests {
     use super::super::fake::{pod, t};
     use crate::identify::actor::Role;
     use crate::identify::tests::actor;
-    use crate::lifecycle::{Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult, SignalSent};
+    use crate::identify::LifecycleIdentity;
+    use crate::lifecycle::{Lifecycle, LifecycleEvent, SignalResult, SignalSent};
 
     /// A process outside the pod named `comm`, the `role` it plays, child
     /// of `parent`, sending to the pod's processes.
@@ -178,7 +187,14 @@ pub mod tests {
     /// Process `from` (pid, name) sends `sig` to the group of `to` (pid,
     /// name) at `at` seconds, and the kernel's verdict is `result`.
     pub fn signal(at: f64, from: (u32, &str), sig: i32, result: SignalResult, to: (u32, &str)) -> LifecycleEvent {
-        let sent = SignalSent { sig, result, target_pid: to.0, target_comm: to.1.into(), group: true };
+        let sent = SignalSent {
+            sig,
+            result,
+            target_pid: to.0,
+            target_comm: to.1.into(),
+            group: true,
+            group_exiting: Some(false),
+        };
         LifecycleEvent {
             time: t(at),
             pid: from.0,

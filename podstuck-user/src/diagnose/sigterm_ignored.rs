@@ -16,18 +16,29 @@
 //! own processes send each other (a supervisor restarting its workers) are
 //! not this cause. Once SIGKILL came, a process still there is
 //! unkillable-task's to tell.
+//!
+//! Nor is a SIGTERM to a process already dying: once a fatal signal or
+//! exit_group has begun ending it (SIGKILL first, a thread left waiting in
+//! D), the kernel drops any later signal ("ignored" from 5.17, queued for
+//! nothing before), and its verdict would read as a process that ignores
+//! SIGTERM. Whether the process was exiting is the kernel's own reading at
+//! the signal (`SignalSent::group_exiting`); where it could not read it
+//! (lockdown, an older record), a SIGKILL to the whole process that the
+//! kernel delivered before proves it, as delivering one starts the group
+//! exit before the kernel reports it. What keeps a dying process there is
+//! unkillable-task's to tell.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::shell::kill_if_same;
-use super::signalled::{Followed, Signalled, Standing};
+use super::signalled::{same, Followed, Signalled, Standing, FOLLOWED_MAX};
 use super::{human_duration, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
-use crate::event::CallEvent;
+use crate::event::ProcessStart;
 use crate::identify::pod::PodUid;
-use crate::identify::Identity;
-use crate::inspect::ProcessState;
-use crate::lifecycle::{Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult};
+use crate::identify::LifecycleIdentity;
+use crate::inspect::{ProcessState, Unreadable};
+use crate::lifecycle::{Lifecycle, LifecycleEvent, SignalResult, SignalSent};
 
 /// How long a process may take to exit after SIGTERM before anything is
 /// said of it (the kernel's drop is read from /proc then).
@@ -64,10 +75,15 @@ pub struct SigtermIgnored {
     /// How long the runtime waited between SIGTERM and SIGKILL for a
     /// process of each pod: its grace period, as it showed it.
     learnt: BTreeMap<PodUid, (SystemTime, Duration)>,
+    /// Processes a SIGKILL to the whole process reached (the kernel said
+    /// delivered), by pid: their start, and when. Dying since, until their
+    /// exit; at most [`FOLLOWED_MAX`], the oldest forgotten.
+    killed: BTreeMap<u32, (Option<ProcessStart>, SystemTime)>,
 }
 
 /// Why the kernel dropped a SIGTERM, as /proc shows it.
-enum Dropped {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dropped {
     /// A PID namespace's init (NSpid 1) with no handler.
     InitWithoutHandler,
     /// SIG_IGN: set by the program, or inherited from its parent.
@@ -87,6 +103,23 @@ fn dropped_why(process: &ProcessState) -> Dropped {
 }
 
 impl SigtermIgnored {
+    /// Whether the target of `sent` was already exiting when it came: as
+    /// the kernel read it at the signal, else by a SIGKILL it delivered
+    /// to that process before.
+    fn already_exiting(&self, sent: &SignalSent, start: Option<ProcessStart>) -> bool {
+        sent.group_exiting
+            .unwrap_or_else(|| self.killed.get(&sent.target_pid).is_some_and(|(killed, _)| same(*killed, start)))
+    }
+
+    /// A SIGKILL the kernel delivered to the whole of process `pid`.
+    fn killed(&mut self, pid: u32, start: Option<ProcessStart>, at: SystemTime) {
+        if self.killed.len() >= FOLLOWED_MAX && !self.killed.contains_key(&pid) {
+            let oldest = self.killed.iter().min_by_key(|(_, (_, at))| *at).map(|(pid, _)| *pid);
+            oldest.map(|pid| self.killed.remove(&pid));
+        }
+        self.killed.insert(pid, (start, at));
+    }
+
     /// When `f`'s grace period ends, and where that comes from.
     fn grace_end(&self, f: &Followed<Sent>) -> (SystemTime, GraceFrom) {
         if let Some(end) = self.api_ends.get(&f.pod) {
@@ -127,77 +160,31 @@ impl SigtermIgnored {
     }
 
     fn finding(&self, pid: u32, sent: &Followed<Sent>, now: SystemTime, standing: Standing<'_>) -> Option<Finding> {
-        let s = &sent.more;
-        let mut f = Self::head(pid, sent, now);
-        let waited = human_duration(now.duration_since(sent.at).unwrap_or_default());
-        let who = format!("{} (pid {pid})", sent.comm);
-        let from = format!("SIGTERM from {} (pid {})", sent.sender.description, sent.sender_pid);
         let (end, grace_from) = self.grace_end(sent);
-        let grace_words = grace_words(grace_from, end.duration_since(sent.at).unwrap_or_default());
+        let verdict = Self::judge(sent, now, (end, grace_from), &standing)?;
+        Some(Self::tell(pid, sent, now, (end, grace_from), &standing, &verdict))
+    }
+
+    /// What the SIGTERM left, from the kernel's result, whether SIGKILL
+    /// followed, the process as /proc shows it and the grace period that
+    /// ends at `end`. None: nothing of sigterm-ignored's (a delivered
+    /// SIGTERM to a process podstuck cannot read, or one SIGKILL followed).
+    fn judge(
+        sent: &Followed<Sent>,
+        now: SystemTime,
+        (end, grace_from): (SystemTime, GraceFrom),
+        standing: &Standing<'_>,
+    ) -> Option<Verdict> {
+        let s = &sent.more;
+        let dropped = s.result == SignalResult::Ignored;
         let process = match standing {
-            Standing::Ended => {
-                // Said as it was last told: the end of a drain within its
-                // grace period is an info line too.
-                if s.result != SignalResult::Ignored && sent.ended.unwrap_or(now) < end {
-                    f.severity = Severity::Info;
-                    f.confidence = Confidence::Possible;
-                }
-                f.status = Status::Resolved;
-                f.last_seen = sent.ended.unwrap_or(now);
-                f.summary = format!("{who} got {from} and has exited since.");
-                return Some(f);
-            }
-            Standing::Unreadable(why) => {
-                if s.result != SignalResult::Ignored {
-                    return None;
-                }
-                f.confidence = Confidence::Likely;
-                f.summary = format!(
-                    "{who} got {from} {waited} ago and the kernel dropped it (ignored), so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL; why is not known: /proc/{pid}: {}.",
-                    why.said()
-                );
-                f.fix = kill_if_same("KILL", pid, sent.start).unwrap_or_default();
-                return Some(f);
-            }
+            Standing::Ended => return Some(Verdict::Exited { drain: !dropped && sent.ended.unwrap_or(now) < end }),
+            Standing::Unreadable(why) if dropped => return Some(Verdict::DroppedUnread((*why).clone())),
+            Standing::Unreadable(_) => return None,
             Standing::There(process) => process,
         };
-        let state = process.leader().map(|t| format!(" It is {}.", t.state_words())).unwrap_or_default();
-        f.evidence(
-            format!("/proc/{pid}/status"),
-            format!(
-                "pid {} in its own PID namespace; SigIgn {:016x}, SigCgt {:016x}: SIGTERM {}",
-                process.ns_pid.map_or("unknown".to_string(), |p| p.to_string()),
-                process.sig_ignored,
-                process.sig_caught,
-                if process.ignores(libc::SIGTERM) {
-                    "ignored (SIG_IGN)"
-                } else if process.handles(libc::SIGTERM) {
-                    "handled"
-                } else {
-                    "at its default action"
-                }
-            ),
-        );
-        if s.result == SignalResult::Ignored {
-            f.confidence = Confidence::Confirmed;
-            f.summary = match dropped_why(process) {
-                Dropped::InitWithoutHandler => format!(
-                    "{who} got {from} {waited} ago and the kernel dropped it: it is the init (PID 1) of its PID namespace with no SIGTERM handler, so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL.{state}"
-                ),
-                Dropped::SigIgn => format!(
-                    "{who} got {from} {waited} ago and the kernel dropped it: the process ignores SIGTERM (SIG_IGN, set by the program or inherited from whatever started it), so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL.{state}"
-                ),
-                Dropped::Unexplained => {
-                    f.confidence = Confidence::Likely;
-                    format!(
-                        "{who} got {from} {waited} ago and the kernel dropped it (ignored), so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL.{state}"
-                    )
-                }
-            };
-            f.fix = kill_if_same("KILL", pid, sent.start).unwrap_or_default();
-            f.advice.push("for good: handle SIGTERM in the program (exit when it comes), or run it under an init that forwards signals: tini or dumb-init as the entrypoint, `shareProcessNamespace: true` in the pod spec (the pause container is PID 1 then), docker run --init".into());
-            f.advice.push("the kill ends the wait now, as SIGKILL at the grace period's end would: SIGTERM cannot end it whatever the wait".into());
-            return Some(f);
+        if dropped {
+            return Some(Verdict::Dropped(dropped_why(process)));
         }
         // It takes SIGTERM. Once SIGKILL came, a process still there is
         // unkillable-task's.
@@ -205,28 +192,144 @@ impl SigtermIgnored {
             return None;
         }
         if now < end {
-            f.severity = Severity::Info;
-            f.confidence = Confidence::Possible;
-            f.summary = format!(
-                "{who} got {from} {waited} ago and is shutting down (draining): normal within {grace_words}, which ends in {}; the runtime sends SIGKILL then.{state}",
-                human_duration(end.duration_since(now).unwrap_or_default())
-            );
-            return Some(f);
+            return Some(Verdict::Draining { left: end.duration_since(now).unwrap_or_default() });
         }
-        f.confidence = match grace_from {
-            GraceFrom::Default => Confidence::Possible,
-            _ => Confidence::Likely,
+        Some(Verdict::PastGrace {
+            late: now.duration_since(end).unwrap_or_default(),
+            assumed_grace: grace_from == GraceFrom::Default,
+        })
+    }
+
+    /// The verdict in words: summary, evidence, fix and advice.
+    fn tell(
+        pid: u32,
+        sent: &Followed<Sent>,
+        now: SystemTime,
+        (end, grace_from): (SystemTime, GraceFrom),
+        standing: &Standing<'_>,
+        verdict: &Verdict,
+    ) -> Finding {
+        let mut f = Self::head(pid, sent, now);
+        f.confidence = verdict.confidence();
+        f.severity = verdict.severity();
+        let waited = human_duration(now.duration_since(sent.at).unwrap_or_default());
+        let who = format!("{} (pid {pid})", sent.comm);
+        let from = format!("SIGTERM from {} (pid {})", sent.sender.description, sent.sender_pid);
+        let grace_words = grace_words(grace_from, end.duration_since(sent.at).unwrap_or_default());
+        let kill = || kill_if_same("KILL", pid, sent.start).unwrap_or_default();
+        let state = match standing {
+            Standing::There(process) => {
+                f.evidence(
+                    format!("/proc/{pid}/status"),
+                    format!(
+                        "pid {} in its own PID namespace; SigIgn {:016x}, SigCgt {:016x}: SIGTERM {}",
+                        process.ns_pid.map_or("unknown".to_string(), |p| p.to_string()),
+                        process.sig_ignored,
+                        process.sig_caught,
+                        if process.ignores(libc::SIGTERM) {
+                            "ignored (SIG_IGN)"
+                        } else if process.handles(libc::SIGTERM) {
+                            "handled"
+                        } else {
+                            "at its default action"
+                        }
+                    ),
+                );
+                process.leader().map(|t| format!(" It is {}.", t.state_words())).unwrap_or_default()
+            }
+            _ => String::new(),
         };
-        let late = human_duration(now.duration_since(end).unwrap_or_default());
-        f.summary = format!(
-            "{who} got {from} {waited} ago and is still running {late} past {grace_words}, and no SIGKILL came: its shutdown does not end, and the runtime has not killed it.{state}"
-        );
-        f.fix = kill_if_same("KILL", pid, sent.start).unwrap_or_default();
-        f.advice.push("the grace period is over: the kill is what the runtime should have done; check why it did not (journalctl -u containerd -u crio --since -15min)".into());
-        if grace_from == GraceFrom::Default {
-            f.advice.push("the 30 s is kubelet's default, assumed: a pod with a longer terminationGracePeriodSeconds is still within it (kubectl get pod -o jsonpath='{.metadata.deletionTimestamp}' says when it ends)".into());
+        match verdict {
+            Verdict::Exited { .. } => {
+                // Said as it was last told: the end of a drain within its
+                // grace period is an info line too.
+                f.status = Status::Resolved;
+                f.last_seen = sent.ended.unwrap_or(now);
+                f.summary = format!("{who} got {from} and has exited since.");
+            }
+            Verdict::DroppedUnread(why) => {
+                f.summary = format!(
+                    "{who} got {from} {waited} ago and the kernel dropped it (ignored), so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL; why is not known: /proc/{pid}: {}.",
+                    why.said()
+                );
+                f.fix = kill();
+            }
+            Verdict::Dropped(why) => {
+                f.summary = match why {
+                    Dropped::InitWithoutHandler => format!(
+                        "{who} got {from} {waited} ago and the kernel dropped it: it is the init (PID 1) of its PID namespace with no SIGTERM handler, so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL.{state}"
+                    ),
+                    Dropped::SigIgn => format!(
+                        "{who} got {from} {waited} ago and the kernel dropped it: the process ignores SIGTERM (SIG_IGN, set by the program or inherited from whatever started it), so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL.{state}"
+                    ),
+                    Dropped::Unexplained => format!(
+                        "{who} got {from} {waited} ago and the kernel dropped it (ignored), so SIGTERM does nothing and the pod waits out {grace_words} until SIGKILL.{state}"
+                    ),
+                };
+                f.fix = kill();
+                f.advice.push("for good: handle SIGTERM in the program (exit when it comes), or run it under an init that forwards signals: tini or dumb-init as the entrypoint, `shareProcessNamespace: true` in the pod spec (the pause container is PID 1 then), docker run --init".into());
+                f.advice.push("the kill ends the wait now, as SIGKILL at the grace period's end would: SIGTERM cannot end it whatever the wait".into());
+            }
+            Verdict::Draining { left } => {
+                f.summary = format!(
+                    "{who} got {from} {waited} ago and is shutting down (draining): normal within {grace_words}, which ends in {}; the runtime sends SIGKILL then.{state}",
+                    human_duration(*left)
+                );
+            }
+            Verdict::PastGrace { late, assumed_grace } => {
+                f.summary = format!(
+                    "{who} got {from} {waited} ago and is still running {} past {grace_words}, and no SIGKILL came: its shutdown does not end, and the runtime has not killed it.{state}",
+                    human_duration(*late)
+                );
+                f.fix = kill();
+                f.advice.push("the grace period is over: the kill is what the runtime should have done; check why it did not (journalctl -u containerd -u crio --since -15min)".into());
+                if *assumed_grace {
+                    f.advice.push("the 30 s is kubelet's default, assumed: a pod with a longer terminationGracePeriodSeconds is still within it (kubectl get pod -o jsonpath='{.metadata.deletionTimestamp}' says when it ends)".into());
+                }
+            }
         }
-        Some(f)
+        f
+    }
+}
+
+/// What sigterm-ignored decides of a SIGTERM to a pod's process, before a
+/// word of it is said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The process has exited since; `drain`: it took the SIGTERM and
+    /// ended within its grace period (an info line, as it was told).
+    Exited { drain: bool },
+    /// The kernel dropped the SIGTERM; /proc cannot say why (as read).
+    DroppedUnread(Unreadable),
+    /// The kernel dropped the SIGTERM, and /proc says why.
+    Dropped(Dropped),
+    /// It took SIGTERM and is shutting down, `left` of its grace period to go.
+    Draining { left: Duration },
+    /// It took SIGTERM, runs on `late` past its grace period and no SIGKILL
+    /// came; `assumed_grace`: that grace period is kubelet's default.
+    PastGrace { late: Duration, assumed_grace: bool },
+}
+
+impl Verdict {
+    pub fn confidence(&self) -> Confidence {
+        match self {
+            Verdict::Dropped(Dropped::InitWithoutHandler | Dropped::SigIgn) => Confidence::Confirmed,
+            Verdict::Exited { drain: false }
+            | Verdict::DroppedUnread(_)
+            | Verdict::Dropped(Dropped::Unexplained)
+            | Verdict::PastGrace { assumed_grace: false, .. } => Confidence::Likely,
+            Verdict::Exited { drain: true } | Verdict::Draining { .. } | Verdict::PastGrace { .. } => {
+                Confidence::Possible
+            }
+        }
+    }
+
+    /// A drain within its grace period is normal: an info line.
+    pub fn severity(&self) -> Severity {
+        match self {
+            Verdict::Exited { drain: true } | Verdict::Draining { .. } => Severity::Info,
+            _ => Severity::Warning,
+        }
     }
 }
 
@@ -256,12 +359,19 @@ fn result_words(result: SignalResult) -> String {
 }
 
 impl Detector for SigtermIgnored {
-    fn observe(&mut self, _event: &CallEvent, _identity: &Identity) {}
-
     fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         // A pod's own process signalling its own is no teardown.
         let from_the_pod = identity.sender_pod.is_some() && identity.sender_pod == identity.pod_uid;
+        if let Lifecycle::Signal(sent) = &event.what {
+            // Any sender's, the pod's own too: it ends the process all the same.
+            if sent.sig == libc::SIGKILL && sent.group && sent.result == SignalResult::Delivered {
+                self.killed(sent.target_pid, identity.target_start, event.time);
+            }
+        }
         match &event.what {
+            // A process already dying takes no SIGTERM, whatever the verdict.
+            Lifecycle::Signal(sent)
+                if sent.sig == libc::SIGTERM && self.already_exiting(sent, identity.target_start) => {}
             Lifecycle::Signal(sent) if sent.sig == libc::SIGTERM && !from_the_pod => {
                 let new = || Sent { result: sent.result, times: 0, killed_at: None };
                 if let Some((f, _)) = self.sent.sent(event, identity, sent, new) {
@@ -283,7 +393,12 @@ impl Detector for SigtermIgnored {
                     }
                 }
             }
-            Lifecycle::Exit { .. } => self.sent.exited(event.pid, event.start, event.time),
+            Lifecycle::Exit { .. } => {
+                self.sent.exited(event.pid, event.start, event.time);
+                if self.killed.get(&event.pid).is_some_and(|(start, _)| same(*start, event.start)) {
+                    self.killed.remove(&event.pid);
+                }
+            }
             _ => {}
         }
     }
@@ -338,6 +453,43 @@ mod tests {
         p.start = 4000;
         p.ns_pid = Some(1);
         node.processes.insert(pid, p);
+    }
+
+    #[test]
+    fn what_a_sigterm_left_is_decided_before_it_is_said() {
+        let verdict = |result: SignalResult, process: Option<&ProcessState>, now: f64, killed: bool| {
+            let mut d = SigtermIgnored::default();
+            d.lifecycle(&signal(0.0, libc::SIGTERM, 700, result), &shim());
+            if killed {
+                d.lifecycle(&signal(1.0, libc::SIGKILL, 700, SignalResult::Delivered), &shim());
+            }
+            let sent = d.sent.followed(700).expect("followed");
+            let standing = process.map_or(Standing::Ended, Standing::There);
+            SigtermIgnored::judge(sent, t(now), d.grace_end(sent), &standing)
+        };
+        let mut init = one_thread(task(700, "app", 'S'));
+        init.ns_pid = Some(1);
+        let dropped = Some(Verdict::Dropped(Dropped::InitWithoutHandler));
+        assert_eq!(verdict(SignalResult::Ignored, Some(&init), 2.0, false), dropped);
+        let mut ignoring = init.clone();
+        ignoring.ns_pid = Some(7);
+        ignoring.sig_ignored = 1 << (libc::SIGTERM - 1);
+        assert_eq!(
+            verdict(SignalResult::Ignored, Some(&ignoring), 2.0, false),
+            Some(Verdict::Dropped(Dropped::SigIgn))
+        );
+        let secs = Duration::from_secs;
+        // kubelet's default grace period of 30 s, assumed.
+        let draining = verdict(SignalResult::Delivered, Some(&init), 10.0, false);
+        assert_eq!(draining, Some(Verdict::Draining { left: secs(20) }));
+        let late = verdict(SignalResult::Delivered, Some(&init), 45.0, false);
+        assert_eq!(late, Some(Verdict::PastGrace { late: secs(15), assumed_grace: true }));
+        assert_eq!(verdict(SignalResult::Delivered, Some(&init), 45.0, true), None, "unkillable-task's");
+        // Gone within its grace period, a drain; past it, not.
+        assert_eq!(verdict(SignalResult::Delivered, None, 10.0, false), Some(Verdict::Exited { drain: true }));
+        assert_eq!(verdict(SignalResult::Delivered, None, 45.0, false), Some(Verdict::Exited { drain: false }));
+        assert_eq!(Verdict::Draining { left: secs(1) }.severity(), Severity::Info);
+        assert_eq!(Verdict::Dropped(Dropped::SigIgn).confidence(), Confidence::Confirmed);
     }
 
     #[test]
@@ -442,6 +594,113 @@ mod tests {
                 && f.summary.contains("as the runtime showed it")),
             "{told:?}"
         );
+    }
+
+    /// A process of two threads SIGKILLed at 0 s: its leader a zombie, its
+    /// worker waiting on an unanswered FUSE request, in D.
+    fn dying_with_a_thread_in_d(node: &mut FakeNode, pid: u32) {
+        node.fuse.push(task(900, "fuse_server", 'S'));
+        let mut worker = task(pid + 1, "worker", 'D');
+        worker.pid = pid;
+        worker.wchan = Some("request_wait_answer".into());
+        worker.stack = vec!["request_wait_answer".into(), "fuse_simple_request".into()];
+        let mut p = one_thread(task(pid, "app", 'Z'));
+        p.start = 4000;
+        p.ns_pid = Some(1);
+        p.threads.push(worker);
+        p.thread_count = 2;
+        node.processes.insert(pid, p);
+    }
+
+    /// A SIGTERM at `at` s whose target the kernel read as exiting, or not,
+    /// or could not read (None).
+    fn sigterm(at: f64, target: u32, result: SignalResult, exiting: Option<bool>) -> LifecycleEvent {
+        let mut e = signal(at, libc::SIGTERM, target, result);
+        if let Lifecycle::Signal(sent) = &mut e.what {
+            sent.group_exiting = exiting;
+        }
+        e
+    }
+
+    #[test]
+    fn a_sigterm_to_a_process_the_kernel_read_as_already_exiting_is_never_told_whatever_its_verdict() {
+        // 6.x drops it ("ignored"), 5.10 queues it ("delivered"): neither is
+        // a process that will not end, even an init with no handler.
+        for result in [SignalResult::Ignored, SignalResult::Delivered, SignalResult::AlreadyPending] {
+            let mut d = SigtermIgnored::default();
+            let mut node = FakeNode::with_mounts(&["77 /mnt/fuse fuse", "20 /sys/fs/fuse/connections fusectl"]);
+            dying_with_a_thread_in_d(&mut node, 750);
+            d.lifecycle(&signal(0.0, libc::SIGKILL, 750, SignalResult::Delivered), &shim());
+            d.lifecycle(&sigterm(0.5, 750, result, Some(true)), &shim());
+            for at in [2.0, 10.0, 40.0, 120.0] {
+                let told = review(&mut d, &mut node, at);
+                assert!(told.is_empty(), "{result:?} at {at} s: {told:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_sigterm_before_the_process_was_exiting_is_told_as_ever() {
+        let mut d = SigtermIgnored::default();
+        let mut node = FakeNode::default();
+        init_without_handler(&mut node, 760);
+        d.lifecycle(&sigterm(0.0, 760, SignalResult::Ignored, Some(false)), &shim());
+        let told = review(&mut d, &mut node, 2.0);
+        assert!(matches!(&told[..], [f] if f.confidence == Confidence::Confirmed), "{told:?}");
+        // The runtime's SIGKILL, then a SIGTERM to the dying process: the
+        // first finding stands and is resolved at the exit, once.
+        d.lifecycle(&signal(20.0, libc::SIGKILL, 760, SignalResult::Delivered), &shim());
+        d.lifecycle(&sigterm(21.0, 760, SignalResult::Ignored, Some(true)), &shim());
+        let told = review(&mut d, &mut node, 22.0);
+        assert!(matches!(&told[..], [f] if f.count == 1 && f.status == Status::Active), "{told:?}");
+        d.lifecycle(&exit(23.0, 760), &shim());
+        let over = review(&mut d, &mut node, 24.0);
+        assert!(matches!(&over[..], [f] if f.status == Status::Resolved), "{over:?}");
+    }
+
+    #[test]
+    fn where_the_kernel_could_not_read_the_exit_state_a_sigkill_it_delivered_before_says_the_process_is_dying() {
+        let mut d = SigtermIgnored::default();
+        let mut node = FakeNode::default();
+        dying_with_a_thread_in_d(&mut node, 770);
+        d.lifecycle(&signal(0.0, libc::SIGKILL, 770, SignalResult::Delivered), &shim());
+        d.lifecycle(&sigterm(0.5, 770, SignalResult::Ignored, None), &shim());
+        assert!(review(&mut d, &mut node, 5.0).is_empty());
+        // A SIGKILL the kernel dropped (sent from inside the init's own
+        // namespace) ends nothing: the SIGTERM after it is told.
+        init_without_handler(&mut node, 780);
+        d.lifecycle(&signal(6.0, libc::SIGKILL, 780, SignalResult::Ignored), &shim());
+        d.lifecycle(&sigterm(6.5, 780, SignalResult::Ignored, None), &shim());
+        let told = review(&mut d, &mut node, 8.0);
+        assert!(matches!(&told[..], [f] if f.id == "sigterm-ignored:780@4000"), "{told:?}");
+        // Another process by now under the pid SIGKILL reached: not dying.
+        let mut reused = shim();
+        reused.target_start = Some(ProcessStart(5000));
+        let mut again = one_thread(task(770, "app", 'S'));
+        (again.start, again.ns_pid) = (5000, Some(1));
+        node.processes.insert(770, again);
+        d.lifecycle(&sigterm(9.0, 770, SignalResult::Ignored, None), &reused);
+        let told = review(&mut d, &mut node, 11.0);
+        assert!(told.iter().any(|f| f.id == "sigterm-ignored:770@5000"), "{told:?}");
+    }
+
+    #[test]
+    fn a_dying_process_whose_thread_waits_in_d_is_unkillable_task_and_never_sigterm_ignored() {
+        use crate::diagnose::unkillable_task::UnkillableTask;
+        let mut detectors: [Box<dyn Detector>; 2] =
+            [Box::new(SigtermIgnored::default()), Box::new(UnkillableTask::default())];
+        let mut node = FakeNode::with_mounts(&["77 /mnt/fuse fuse", "20 /sys/fs/fuse/connections fusectl"]);
+        dying_with_a_thread_in_d(&mut node, 790);
+        for d in detectors.iter_mut() {
+            d.lifecycle(&signal(0.0, libc::SIGKILL, 790, SignalResult::Delivered), &shim());
+            d.lifecycle(&sigterm(1.0, 790, SignalResult::Ignored, Some(true)), &shim());
+        }
+        let told: Vec<Finding> = detectors
+            .iter_mut()
+            .flat_map(|d| d.review(&mut Review { now: t(5.0), in_flight: &[], node: &mut node }))
+            .collect();
+        let kinds: Vec<Kind> = told.iter().map(|f| f.kind).collect();
+        assert_eq!(kinds, [Kind::UnkillableTask], "{told:?}");
     }
 
     #[test]

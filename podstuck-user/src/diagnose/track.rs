@@ -11,6 +11,7 @@ use podstuck_common::Syscall;
 use super::rhythm::Rhythm;
 use super::{Finding, FindingActor, Review};
 use crate::event::{errno_name, syscall_name, CallEvent};
+use crate::identify::path_proof::PathProof;
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::Identity;
 use crate::inspect::{Mount, MountNamespace, NodeInspector, Probe};
@@ -59,6 +60,8 @@ pub struct Attempts {
     pub finding: Option<Finding>,
     /// The last check could not read what it needed: the next comes soon.
     pub read_short: bool,
+    /// How far the path speaks for the node (the latest call's).
+    pub proof: PathProof,
 }
 
 impl Attempts {
@@ -119,7 +122,7 @@ impl Attempts {
             _ => self.pid,
         };
         let path = node.resolved_path(resolver, &self.path).unwrap_or_else(|_| self.path.clone());
-        CallerView { mntns: u64::from(self.mntns), namespace, path }
+        CallerView { mntns: u64::from(self.mntns), namespace, path, proof: self.proof.clone() }
     }
 
     /// Evidence that the path the caller gave is another spelling of the
@@ -197,12 +200,28 @@ pub struct CallerView {
     pub namespace: Probe<MountNamespace>,
     /// The path with symlinks resolved (as written when it could not be).
     pub path: Vec<u8>,
+    /// How far the caller's path speaks for the node.
+    pub proof: PathProof,
 }
 
 impl CallerView {
     /// The caller's namespace's mount table, or why it could not be read.
     pub fn mounts(&self) -> Probe<&[Mount]> {
         self.namespace.as_ref().map(|ns| ns.mounts.as_slice()).map_err(Clone::clone)
+    }
+
+    /// Below which root the path's files are read: the node's, where the
+    /// path's directory is the node's own (the host's namespace, or one
+    /// proven to hold the node's directory); a member's of the caller's
+    /// namespace, where it is a runtime's of its own (kubelet in a
+    /// container); Err when that namespace cannot be read, never the
+    /// node's in its place.
+    pub fn reader(&self) -> Probe<u32> {
+        match (&self.proof, &self.namespace) {
+            (PathProof::RuntimeNamespace { .. }, Ok(ns)) if !ns.host => Ok(ns.member),
+            (PathProof::RuntimeNamespace { .. }, Err(why)) => Err(why.clone()),
+            _ => Ok(crate::inspect::NODE_ROOT),
+        }
     }
 
     /// Whose table it is, in words: "the host's mount namespace",
@@ -214,12 +233,45 @@ impl CallerView {
         }
     }
 
-    /// `fix` made to act where the caller's paths are: in its mount
-    /// namespace when that is not the host's.
-    pub fn fix(&self, fix: String) -> String {
+    /// `fix` made to act where the caller's paths are, and only there: as
+    /// it is in the host's namespace; in another, through `nsenter` into
+    /// it once its member's pid is checked to be still that process. Err
+    /// says why none can be printed: the namespace could not be read (its
+    /// processes gone), or its member's start is unknown. Never the bare
+    /// command in the host's namespace for another namespace's paths: the
+    /// same path there may be another pod's live volume.
+    pub fn fix(&self, fix: String) -> Result<String, String> {
+        // A fix of checked kills alone acts the same from anywhere.
+        if super::shell::acts_anywhere(&fix) {
+            return Ok(fix);
+        }
         match &self.namespace {
-            Ok(ns) if !ns.host => super::shell::in_mount_namespace_of(ns.member, &fix),
-            _ => fix,
+            Ok(ns) if ns.host => Ok(fix),
+            Ok(ns) => super::shell::in_mount_namespace_of(ns.member, ns.member_start, &fix).ok_or_else(|| {
+                format!(
+                    "no fix is printed: when pid {} ({}), through which {} would be entered, started could not be read, so its pid is no proof of which namespace a pasted nsenter would enter",
+                    ns.member,
+                    ns.member_comm,
+                    ns.words()
+                )
+            }),
+            Err(why) => Err(format!(
+                "no fix is printed: {} ({}), so what was seen there can no longer be proven, and the same command on the node would act on the node's own path",
+                self.whose(),
+                why.said()
+            )),
+        }
+    }
+
+    /// Sets `f`'s fix to `fix` made to act where the caller's paths are
+    /// ([`CallerView::fix`]), or to none, saying why.
+    pub fn place_fix(&self, f: &mut Finding, fix: String) {
+        match self.fix(fix) {
+            Ok(fix) => f.fix = fix,
+            Err(why) => {
+                f.fix.clear();
+                f.advice.push(why);
+            }
         }
     }
 
@@ -267,16 +319,18 @@ impl FailureLog {
         FailureLog { asks_at_the_retry: true, ..FailureLog::default() }
     }
 
-    /// Follows a call a detector watches, on the path it names: a success
-    /// ends what failed there, a failure whose errno `counts` (the errno
-    /// the detector is about) is one more, any other failure is not its
-    /// concern. Calls the detector does not watch never reach here.
-    pub fn observe(&mut self, event: &CallEvent, identity: &Identity, counts: impl FnOnce(i32) -> bool) {
-        let Ok(path) = &identity.abs_path else { return };
-        match event.errno() {
-            None => self.succeeded(path, event.time),
-            Some(errno) if counts(errno) => self.failed(path, event, identity),
-            Some(_) => {}
+    /// A success on a path ends what failed there; any other call is not
+    /// this log's to follow here (failures come routed, [`FailureLog::record`]).
+    pub fn ended_by(&mut self, event: &CallEvent, identity: &Identity) {
+        if let (None, Ok(path)) = (event.errno(), &identity.abs_path) {
+            self.succeeded(path, event.time);
+        }
+    }
+
+    /// A failure the router gave the detector: one more on its path.
+    pub fn record(&mut self, event: &CallEvent, identity: &Identity) {
+        if let Ok(path) = &identity.abs_path {
+            self.failed(path, event, identity);
         }
     }
 
@@ -285,6 +339,12 @@ impl FailureLog {
     /// yet: a storm of refusals on paths already looked at asks nothing.
     pub fn wants_a_look(&self) -> bool {
         self.unlooked
+    }
+
+    /// The attempts it keeps, one per path: what a detector's tests judge.
+    #[cfg(test)]
+    pub fn into_attempts(self) -> Vec<Attempts> {
+        self.by_path.into_values().collect()
     }
 
     /// Records a failed call on `path`.
@@ -308,6 +368,7 @@ impl FailureLog {
             a.tid = event.tid;
             a.uid = event.uid;
             a.mntns = event.mntns;
+            a.proof = identity.proof.clone();
             a.actor = FindingActor::of(event.pid, &identity.actor);
             // A success followed by a new failure: the problem is back.
             a.succeeded = None;
@@ -345,6 +406,7 @@ impl FailureLog {
                 checked: None,
                 finding: None,
                 read_short: false,
+                proof: identity.proof.clone(),
             },
         );
     }

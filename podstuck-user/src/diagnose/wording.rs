@@ -8,36 +8,6 @@ use std::time::SystemTime;
 use super::{Confidence, Finding, Kind, Severity, Status};
 use crate::words::rfc3339_seconds;
 
-impl Kind {
-    /// What the pathology was, in the past tense, for a finding that is over.
-    pub fn past_words(self) -> &'static str {
-        match self {
-            Kind::VolumeStillMounted => "a volume was still mounted where kubelet removes its directory",
-            Kind::RemovalStorm => "a storm of removals ran",
-            Kind::ImmutableFile => "an immutable file refused its removal",
-            Kind::PermissionDenied => "a removal was refused with EPERM",
-            Kind::MountHeld => "a mount was held busy and its unmount refused",
-            Kind::CgroupBusy => "a cgroup could not be removed while processes were in it",
-            Kind::HungCall => "a call hung",
-            Kind::NotMounted => "an unmount was asked of something not mounted",
-            Kind::DirNotEmpty => "a directory could not be removed while it held files",
-            Kind::DiskFull => "a filesystem was full",
-            Kind::ReadOnlyFs => "a filesystem was read-only",
-            Kind::SubpathLeft => "a subPath bind mount was left behind",
-            Kind::FinalizerPending => "a finalizer held the pod",
-            Kind::NodeNotReady => "the pod's node was not ready",
-            Kind::VolumeDetachStuck => "a volume did not detach",
-            Kind::KubeletWarning => "kubelet warned about the pod",
-            Kind::GracePeriodPast => "the pod's grace period was long past",
-            Kind::SandboxTeardownFailing => "the pod's sandbox network could not be torn down",
-            Kind::SigtermIgnored => "a container's process did not exit on SIGTERM",
-            Kind::UnkillableTask => "a task outlived its SIGKILL",
-            Kind::NoTeardownSeen => "nothing on the node was working on the pod's teardown",
-            Kind::BlockVolumeHeld => "a raw block volume's device was held and its unmap refused",
-        }
-    }
-}
-
 /// The most a finding of this confidence may weigh: only what podstuck
 /// is sure of (or believes for good reason) may page someone as critical.
 pub fn severity_for(severity: Severity, confidence: Confidence) -> Severity {

@@ -60,6 +60,9 @@ pub struct RunInfo {
     pub interval_s: f64,
     pub events_seen: u64,
     pub events_lost: u64,
+    /// Of `events_lost`, the process lifecycle's records.
+    #[serde(default)]
+    pub lifecycle_lost: u64,
     /// Every call the run is about (with `--pod` the pods'), counted in
     /// the kernel (exact even when events are lost).
     pub calls_counted: BTreeMap<String, u64>,
@@ -73,7 +76,14 @@ pub struct RunInfo {
     /// by reason.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lifecycle_dropped: BTreeMap<String, u64>,
-    /// Times the rings' reader found its queue full and waited.
+    /// Failed calls whose path was the caller's word alone (a pod's own
+    /// mount namespace), set aside, by reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub claims_set_aside: BTreeMap<String, u64>,
+    /// Calls whose unproven path named another pod than the caller's.
+    #[serde(default)]
+    pub claims_naming_another_pod: u64,
+    /// Times the rings' reader found a queue full.
     #[serde(default)]
     pub queue_full: u64,
     /// Filesystems podstuck does not read now (a read there did not
@@ -110,6 +120,7 @@ impl RunInfo {
             interval_s: interval.as_secs_f64(),
             events_seen: totals.events_seen,
             events_lost: totals.events_lost,
+            lifecycle_lost: totals.lifecycle_lost,
             calls_counted: totals.shown_calls().iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect(),
             node_calls_counted: totals
                 .pods_calls
@@ -117,6 +128,8 @@ impl RunInfo {
                 .map(|_| totals.calls.iter().map(|(s, n)| (syscall_name(*s).to_string(), *n)).collect()),
             calls_outside_series: totals.calls_outside_series,
             lifecycle_dropped: totals.lifecycle_dropped.clone(),
+            claims_set_aside: totals.claims_set_aside.clone(),
+            claims_naming_another_pod: totals.claims_naming_another_pod,
             queue_full: totals.queue_full,
             mounts_avoided: totals
                 .node_reads

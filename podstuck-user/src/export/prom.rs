@@ -198,6 +198,13 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
     let _ = writeln!(out, "podstuck_events_lost_total {}", run.events_lost);
     family(
         &mut out,
+        "podstuck_lifecycle_lost_total",
+        "counter",
+        "Of podstuck_events_lost_total, the process lifecycle's records (CNI plugin execs, SIGTERMs and SIGKILLs, exits) their ring could not keep.",
+    );
+    let _ = writeln!(out, "podstuck_lifecycle_lost_total {}", run.lifecycle_lost);
+    family(
+        &mut out,
         "podstuck_calls_outside_series_total",
         "counter",
         "Calls counted while the kernel's series map was full: in the totals and histograms, without their process.",
@@ -212,6 +219,22 @@ pub fn render(book: &LatencyBook, run: &RunInfo) -> String {
     for (reason, count) in &run.lifecycle_dropped {
         let _ = writeln!(out, "podstuck_lifecycle_dropped_total{{reason=\"{}\"}} {count}", label(reason));
     }
+    family(
+        &mut out,
+        "podstuck_calls_unproven_total",
+        "counter",
+        "Failed calls whose path was the caller's word alone (made in a mount namespace where it is not the node's: a pod's own), by reason: set aside, never diagnosed.",
+    );
+    for (reason, count) in &run.claims_set_aside {
+        let _ = writeln!(out, "podstuck_calls_unproven_total{{reason=\"{}\"}} {count}", label(reason));
+    }
+    family(
+        &mut out,
+        "podstuck_paths_naming_another_pod_total",
+        "counter",
+        "Calls whose unproven path named another pod than the caller's (a pod's process making another pod's paths in its own namespace).",
+    );
+    let _ = writeln!(out, "podstuck_paths_naming_another_pod_total {}", run.claims_naming_another_pod);
     node_reads(&mut out, run);
     out
 }
@@ -225,7 +248,7 @@ fn node_reads(out: &mut String, run: &RunInfo) {
         out,
         "podstuck_queue_full_total",
         "counter",
-        "Times the rings' reader found its queue full and waited: podstuck fell behind, and the kernel counted what it could not keep in podstuck_events_lost_total.",
+        "Times the rings' reader found a queue full (the calls' or the lifecycle's) and left that ring to the kernel until podstuck made room: podstuck fell behind, and the kernel counted what it could not keep in podstuck_events_lost_total.",
     );
     let _ = writeln!(out, "podstuck_queue_full_total {}", run.queue_full);
     family(
@@ -498,6 +521,7 @@ mod tests {
         assert!(text.contains(&format!("podstuck_call_duration_seconds_sum{{{labels}}} 2.007057\n")), "{text}");
         assert!(text.contains("podstuck_calls_total{syscall=\"unlinkat\"} 101\n"));
         assert!(text.contains("podstuck_events_lost_total 0\n"));
+        assert!(text.contains("podstuck_lifecycle_lost_total 0\n"));
         assert_eq!(
             samples(&text).iter().filter(|l| l.starts_with("podstuck_call_duration_seconds_bucket")).count(),
             13

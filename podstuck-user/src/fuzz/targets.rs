@@ -118,7 +118,11 @@ pub(crate) const TARGETS: &[Target] = &[
         ],
         max_len: 32 << 10,
         run: api_json,
-        regressions: &[],
+        // A deletionTimestamp before 1970 (year 27) panicked in humantime
+        // as grace_period_past said when the pod was due.
+        regressions: &[
+            br#"{"metadata":{"deletionTimestamp":"0027-01-15T08:00:00Z","name":"web-0","namespace":"shop","uid":"1b2c3d4e-0000-4000-8000-00000000000a"},"spec":{"containers":[],"nodeName":"worker-1"}}"#,
+        ],
     },
     Target {
         name: "kubeconfig",

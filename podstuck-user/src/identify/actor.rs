@@ -75,9 +75,16 @@ pub fn describe(comm: &str, parent_comm: &str, role: Role) -> String {
     comm.to_string()
 }
 
+/// The node's kubelet and container runtimes, by their executable's file
+/// name: containerd (and k3s' and k0s' builds of it), CRI-O, cri-dockerd,
+/// dockerd, kubelet, podman. They run CNI plugins (kubelet its dockershim,
+/// before 1.24), and where they run in a container of their own (kind,
+/// k3d, minikube), their mount namespace is where the node's pods live.
+pub const RUNTIMES: [&str; 8] = ["containerd", "crio", "cri-dockerd", "dockerd", "k3s", "k0s", "kubelet", "podman"];
+
 /// `/proc/<pid>/exe` reads `... (deleted)` once the binary was replaced on
 /// disk, as happens on every package upgrade of a long-running daemon.
-fn exe_basename(exe: &str) -> &str {
+pub fn exe_basename(exe: &str) -> &str {
     let exe = exe.strip_suffix(" (deleted)").unwrap_or(exe);
     exe.rsplit('/').next().unwrap_or(exe)
 }

@@ -103,6 +103,11 @@ fn path_of(bytes: &[u8]) -> PathBuf {
 pub struct CgroupIndex {
     root: PathBuf,
     by_id: HashMap<u64, String>,
+    /// A walk [`RESCAN_AT_MOST`] cut short, which the next rescan goes on
+    /// with rather than starting over (see [`Walk`]).
+    walk: Option<Walk>,
+    /// How long one rescan may walk: [`RESCAN_AT_MOST`] (tests shorten it).
+    walk_at_most: Duration,
     rescans: RescanLimit,
     /// Ids looked up and not found: a second miss of one waits for
     /// `rescans`' interval.
@@ -165,16 +170,105 @@ impl FirstMisses {
 
 /// How long one rescan may walk: past it, what it found is added to what
 /// the index knew (nothing of the earlier walk is lost), and the next
-/// rescan walks again.
+/// rescan goes on from where it stopped.
 const RESCAN_AT_MOST: Duration = Duration::from_millis(200);
 
+/// How long the walk at the start ([`CgroupIndex::fill`]) may take: a
+/// node's whole tree takes a small part of it (a stat per cgroup); the
+/// bound only keeps a pathological tree from holding podstuck's start,
+/// and the rescans go on with what it did not reach.
+const FILL_AT_MOST: Duration = Duration::from_secs(5);
+
+/// A walk of the hierarchy in progress: what it found, and the
+/// directories it has yet to read, which the next rescan goes on with. A
+/// walk started over from the root at each rescan stops at the same place
+/// each time, so on a tree too big (or a node too busy) to walk at once
+/// the cgroups past that place are never indexed: on a busy 5.10 v1 guest
+/// the walk of 6 memory cgroups took 260 ms, stopped after 4, and a
+/// short-lived caller's pod, made before podstuck started, went unnamed
+/// (issue 61). Going on reaches every cgroup within a bounded number of
+/// rescans.
+#[derive(Debug)]
+struct Walk {
+    /// Inode numbers are only unique within one filesystem: the walk stays
+    /// on the root's.
+    dev: u64,
+    found: HashMap<u64, String>,
+    /// What it found since the index last took it: a walk cut short hands
+    /// over these alone, not all it found again.
+    fresh: Vec<(u64, String)>,
+    /// (directory, its path relative to the root, its depth).
+    pending: Vec<(PathBuf, String, usize)>,
+}
+
+impl Walk {
+    /// A walk from `root`: the root found, its directory to read. Nothing
+    /// to read where the root is gone.
+    fn start(root: &Path) -> Walk {
+        // The mount point itself may be reached through a symlink; below
+        // it nothing is followed.
+        let Ok(meta) = std::fs::metadata(root) else {
+            return Walk { dev: 0, found: HashMap::new(), fresh: Vec::new(), pending: Vec::new() };
+        };
+        let found = HashMap::from([(meta.ino(), "/".to_string())]);
+        let fresh = vec![(meta.ino(), "/".to_string())];
+        Walk { dev: meta.dev(), found, fresh, pending: vec![(root.to_path_buf(), String::new(), 0)] }
+    }
+
+    /// Reads directories until none is left (true) or `out_of_time` says
+    /// stop (false), which it asks after each one: a walk always reads at
+    /// least one, so it ends however little time each rescan has.
+    fn go_on(&mut self, mut out_of_time: impl FnMut() -> bool) -> bool {
+        while let Some((dir, rel, depth)) = self.pending.pop() {
+            self.read(&dir, &rel, depth);
+            if out_of_time() {
+                return self.pending.is_empty();
+            }
+        }
+        true
+    }
+
+    /// The subdirectories of `dir`, found and queued.
+    fn read(&mut self, dir: &Path, rel: &str, depth: usize) {
+        if depth >= MAX_DEPTH {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            // The type readdir gave (cgroupfs gives it), not a stat: a v1
+            // memory cgroup holds dozens of files, and a stat of each made
+            // the walk of 6 cgroups on a busy 5.10 guest 260-305 ms long
+            // (24-66 ms with the directories' stats alone).
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+                continue;
+            };
+            if !meta.is_dir() || meta.dev() != self.dev {
+                continue;
+            }
+            // cgroup names are chosen by systemd and kubelet and are
+            // UTF-8 in practice; a stray byte only spoils the display.
+            let child = format!("{rel}/{}", entry.file_name().to_string_lossy());
+            self.found.insert(meta.ino(), child.clone());
+            self.fresh.push((meta.ino(), child.clone()));
+            self.pending.push((entry.path(), child, depth + 1));
+        }
+    }
+}
+
 impl CgroupIndex {
-    /// An empty index over the hierarchy mounted at `root`; the first lookup
-    /// fills it.
+    /// An empty index over the hierarchy mounted at `root`; [`CgroupIndex::fill`]
+    /// or the first lookup fills it.
     pub fn new(root: PathBuf) -> CgroupIndex {
         CgroupIndex {
             root,
             by_id: HashMap::new(),
+            walk: None,
+            walk_at_most: RESCAN_AT_MOST,
             rescans: RescanLimit::default(),
             missed: HashSet::new(),
             first_misses: FirstMisses::new(),
@@ -189,58 +283,38 @@ impl CgroupIndex {
 
     /// Walks the hierarchy (directories only, no symlinks followed, at most
     /// 32 levels, not into other filesystems, for [`RESCAN_AT_MOST`]) and
-    /// rebuilds the map; a walk cut short keeps what it did not reach.
-    /// Unreadable directories are skipped.
+    /// rebuilds the map once the walk has been through it all. A walk cut
+    /// short adds what it found to what the index knew (unreachable
+    /// directories are skipped), and the next rescan goes on with it.
     pub fn rescan(&mut self) {
         self.rescans.scanned();
         let started = Instant::now();
-        let before = std::mem::take(&mut self.by_id);
-        let whole = self.walk(started);
-        if !whole {
-            for (id, path) in before {
-                self.by_id.entry(id).or_insert(path);
-            }
-        }
+        self.walk_for(started, self.walk_at_most);
         self.first_misses.spent(started.elapsed());
     }
 
-    /// The walk of [`CgroupIndex::rescan`]: whether it went through the
-    /// whole tree in time.
-    fn walk(&mut self, started: Instant) -> bool {
-        // The mount point itself may be reached through a symlink; below
-        // it nothing is followed.
-        let Ok(meta) = std::fs::metadata(&self.root) else {
-            return true;
-        };
-        // Inode numbers are only unique within one filesystem.
-        let dev = meta.dev();
-        self.by_id.insert(meta.ino(), "/".to_string());
-        let mut pending: Vec<(PathBuf, String, usize)> = vec![(self.root.clone(), String::new(), 0)];
-        while let Some((dir, rel, depth)) = pending.pop() {
-            if started.elapsed() >= RESCAN_AT_MOST {
-                return false;
-            }
-            if depth >= MAX_DEPTH {
-                continue;
-            }
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
-                    continue;
-                };
-                if !meta.is_dir() || meta.dev() != dev {
-                    continue;
-                }
-                // cgroup names are chosen by systemd and kubelet and are
-                // UTF-8 in practice; a stray byte only spoils the display.
-                let child = format!("{rel}/{}", entry.file_name().to_string_lossy());
-                self.by_id.insert(meta.ino(), child.clone());
-                pending.push((entry.path(), child, depth + 1));
-            }
+    /// Walks the whole hierarchy now, before the first call is traced, for
+    /// [`FILL_AT_MOST`] at most. Left to the first lookup, the walk ran at
+    /// the first call, under whatever load the node had then, within a
+    /// lookup's budget: on a busy node a short-lived caller's cgroup, made
+    /// long before podstuck started, was not reached in time and its call
+    /// went untied (issue 61). Paid at the start, when nothing waits on it;
+    /// and a pod's cgroup removed right after its call is still known.
+    /// Spends nothing of the rescans' budgets.
+    pub fn fill(&mut self) {
+        self.walk_for(Instant::now(), FILL_AT_MOST);
+    }
+
+    /// Goes on with the walk (or starts one) until `started` is `at_most`
+    /// old, and takes what it found.
+    fn walk_for(&mut self, started: Instant, at_most: Duration) {
+        let mut walk = self.walk.take().unwrap_or_else(|| Walk::start(&self.root));
+        if walk.go_on(|| started.elapsed() >= at_most) {
+            self.by_id = walk.found;
+        } else {
+            self.by_id.extend(walk.fresh.drain(..));
+            self.walk = Some(walk);
         }
-        true
     }
 
     /// The path of a cgroup id; on a miss, rescans and looks again: at
@@ -259,6 +333,11 @@ impl CgroupIndex {
             return None;
         }
         self.rescan();
+        // A first miss goes on with a walk cut short while the budget
+        // lasts: the caller may be gone by the next lookup of its cgroup.
+        while first_miss && !self.by_id.contains_key(&id) && self.walk.is_some() && self.first_misses.take() {
+            self.rescan();
+        }
         self.by_id.get(&id).cloned()
     }
 
@@ -489,6 +568,62 @@ mod tests {
             let _ = index.path_of(u64::MAX - 2 - id);
         }
         assert!(index.missed.len() <= MISSED_KEPT);
+    }
+
+    /// A tree of 14 cgroups: 8 units of systemd's beside the pod's
+    /// container, 4 levels down; its directories, and the container's id.
+    fn busy_node(tmp: &TempDir) -> (usize, u64) {
+        for n in 0..8 {
+            mkdir(tmp, &format!("/system.slice/unit{n}.service"));
+        }
+        (14, mkdir(tmp, &pod_scope()))
+    }
+
+    /// A walk cut short goes on where it stopped at the next rescan: on a
+    /// tree too big, or a node too busy, to walk at once, the cgroups past
+    /// the first cut are reached too, not only those before it; once it
+    /// has been through the tree, the next walk starts over and forgets
+    /// what is gone.
+    #[test]
+    fn a_walk_cut_short_goes_on_where_it_stopped_until_every_cgroup_is_found() {
+        let tmp = TempDir::new("cut");
+        let (dirs, container) = busy_node(&tmp);
+        let mut index = CgroupIndex::new(tmp.0.clone());
+        // One directory a rescan.
+        index.walk_at_most = Duration::ZERO;
+        let mut rescans = 0;
+        while !index.by_id.contains_key(&container) {
+            assert!(rescans < dirs, "not found in {rescans} rescans of a tree of {dirs} directories");
+            index.rescan();
+            rescans += 1;
+        }
+        while index.walk.is_some() {
+            assert!(rescans < dirs, "not through the tree in {rescans} rescans");
+            index.rescan();
+            rescans += 1;
+        }
+        assert_eq!(index.by_id.len(), dirs);
+        std::fs::remove_dir(tmp.0.join("system.slice/unit3.service")).unwrap();
+        index.rescan();
+        while index.walk.is_some() {
+            index.rescan();
+        }
+        assert_eq!(index.by_id.len(), dirs - 1);
+        assert!(!index.by_id.values().any(|p| p.ends_with("unit3.service")));
+        assert_eq!(index.by_id.get(&container), Some(&pod_scope()));
+    }
+
+    /// A short-lived caller's cgroup, missed for the first time, is found
+    /// by that one lookup even when each walk is cut short: the lookup goes
+    /// on walking while the first misses' budget lasts.
+    #[test]
+    fn a_first_miss_goes_on_with_a_walk_cut_short() {
+        let tmp = TempDir::new("cut-miss");
+        let (_, container) = busy_node(&tmp);
+        let mut index = CgroupIndex::new(tmp.0.clone());
+        index.set_min_rescan_interval(Duration::from_secs(3600));
+        index.walk_at_most = Duration::ZERO;
+        assert_eq!(index.path_of(container), Some(pod_scope()));
     }
 
     #[test]

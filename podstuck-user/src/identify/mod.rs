@@ -4,7 +4,10 @@
 //! CSI plugins) are not inside the pod, so a call concerns pod X when its
 //! path names X (kubelet's tree, a pod cgroup, a container of X), or when
 //! the caller itself runs in X's cgroup. Both are checked; the path wins
-//! when they disagree, because it says what was acted on.
+//! when they disagree, because it says what was acted on, but only a path
+//! the kernel proves is the node's ([`path_proof`]): a path a caller in a
+//! pod's own mount namespace passes is its claim, and such a call is its
+//! own pod's alone, by the cgroup the kernel read.
 //!
 //! Reads node state (the cgroup tree, docker's layer metadata,
 //! containers/storage's container index, `/proc/<pid>/exe`) through small
@@ -13,10 +16,15 @@
 pub mod actor;
 pub mod cgroups;
 pub mod docker;
+pub mod lifecycle;
+pub mod namespaces;
 pub mod owner;
-pub mod pod;
+pub mod path_proof;
 pub mod process;
+pub mod provenance;
+pub use crate::pod;
 pub mod storage;
+pub mod target;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -28,9 +36,14 @@ use crate::node_access::Node;
 use actor::{describe, role_of, Role};
 use cgroups::{cgroup2_mount, cgroup_path_of_process, v1_hierarchies, CgroupIndex, V1Hierarchy};
 use docker::{DockerLayers, DEFAULT_DOCKER_ROOT};
+use lifecycle::LifecycleMemory;
+pub use lifecycle::{LifecycleIdentity, PluginTable};
+use namespaces::Namespaces;
+use path_proof::{judge, CallPlace, PathProof};
 use pod::{clues_from_cgroup, clues_from_path, ContainerId, PathArea, PodUid};
 use process::ProcessFacts;
 use storage::StorageLayers;
+use target::{Target, Targets};
 
 /// Where kubelet keeps pods unless told otherwise (`--root-dir`).
 pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
@@ -141,9 +154,26 @@ pub struct Identity {
     pub abs_path: Result<Vec<u8>, NoPath>,
     pub pod_uid: Option<PodUid>,
     pub path_area: Option<PathArea>,
+    /// What the path is, for the detectors (`diagnose::route`): Other
+    /// for a claim's path.
+    pub target: Target,
     pub container_id: Option<ContainerId>,
     pub actor: Actor,
     pub matched: Vec<MatchReason>,
+    /// How far the path speaks for the node: a claim's path names no pod,
+    /// no container and no area, and no detector reads the node at it.
+    pub proof: PathProof,
+    /// The pod an unproven path named (a claim), when it is not the
+    /// caller's own: said, never believed.
+    pub claimed_pod: Option<PodUid>,
+}
+
+impl Identity {
+    /// Whether the path is proven the node's (or its runtime's), so the
+    /// node's state at it says something of the call.
+    pub fn proven(&self) -> bool {
+        self.proof.proven()
+    }
 }
 
 /// Where on this node to look.
@@ -202,6 +232,12 @@ pub struct Identifier {
     proc_root: PathBuf,
     exes: HashMap<u32, Option<String>>,
     container_pods: HashMap<ContainerId, Option<PodUid>>,
+    /// The mount namespaces calls come from, for their paths' proof.
+    namespaces: Namespaces,
+    /// What identifying lifecycle records keeps between them.
+    lifecycle: LifecycleMemory,
+    /// Where the node's cgroup filesystems are, for a path's target.
+    targets: Targets,
 }
 
 impl Identifier {
@@ -216,18 +252,46 @@ impl Identifier {
         }
         // The stores are read now: a container whose removal fails later
         // has left its store's index by then (see `storage`).
-        let mut storage = StorageLayers::new(layout.node_root, layout.mountinfo, layout.proc_root.clone());
+        let proc_root = layout.proc_root;
+        let mut storage = StorageLayers::new(layout.node_root, layout.mountinfo.clone(), proc_root.clone());
         storage.discover();
+        let node_mntns = process::own_mount_namespace(layout.node);
+        // The cgroups too: those of the pods already there are known before
+        // the first call, whatever the node's load then (see `fill`).
+        let mut cgroups = layout.cgroup2_root.map(CgroupIndex::new);
+        let mut cgroups_v1: Vec<CgroupIndex> =
+            layout.cgroup_v1.into_iter().map(|h| CgroupIndex::new(h.mount)).collect();
+        cgroups.iter_mut().chain(cgroups_v1.iter_mut()).for_each(CgroupIndex::fill);
         Identifier {
             kubelet_roots,
-            cgroups: layout.cgroup2_root.map(CgroupIndex::new),
-            cgroups_v1: layout.cgroup_v1.into_iter().map(|h| CgroupIndex::new(h.mount)).collect(),
+            cgroups,
+            cgroups_v1,
             docker: DockerLayers::new(layout.docker_root),
             storage,
-            proc_root: layout.proc_root,
+            proc_root: proc_root.clone(),
             exes: HashMap::new(),
             container_pods: HashMap::new(),
+            targets: Targets::read(&layout.mountinfo),
+            namespaces: Namespaces::new(proc_root.clone(), layout.mountinfo, node_mntns),
+            lifecycle: LifecycleMemory::default(),
         }
+    }
+
+    /// Uses `mntns` as the node's mount namespace (tests on a fake /proc).
+    #[cfg(test)]
+    pub(crate) fn with_node_mntns(mut self, mntns: u32) -> Identifier {
+        self.namespaces =
+            Namespaces::new(self.proc_root.clone(), self.namespaces.node_mountinfo().to_path_buf(), mntns);
+        self
+    }
+
+    /// `path` as the node's table may name it besides itself: under the
+    /// kubelet root's other spelling (a symlinked root's real directory).
+    fn other_spellings(&self, path: &[u8]) -> Vec<Vec<u8>> {
+        let roots: Vec<&[u8]> = self.kubelet_roots.iter().map(|r| r.as_os_str().as_encoded_bytes()).collect();
+        let Some(under) = roots.iter().find(|r| crate::mountinfo::is_at_or_below(path, r)) else { return Vec::new() };
+        let rest = &path[under.len()..];
+        roots.iter().filter(|r| *r != under).map(|r| [*r, rest].concat()).collect()
     }
 
     /// What changed in the node's indexes since the last review, read
@@ -313,10 +377,39 @@ impl Identifier {
     /// A call by `caller` on `abs_path`: its pod by path, container and
     /// cgroup, and its actor.
     fn identify_call(&mut self, caller: &Caller<'_>, abs_path: Result<Vec<u8>, NoPath>) -> Identity {
+        // The caller's own pod, by the cgroup the kernel read: what no path can change.
+        let caller_cgroup = self.caller_cgroup(caller);
+        let (caller_pod, caller_container) = caller_cgroup.as_deref().map(clues_from_cgroup).unwrap_or_default();
+        let spellings = abs_path.as_ref().map(|p| self.other_spellings(p)).unwrap_or_default();
+        let place = CallPlace {
+            mntns: caller.mntns,
+            pid: caller.pid,
+            in_a_pod: caller_pod.is_some(),
+            path: abs_path.as_deref().ok(),
+        };
+        let proof = judge(place, self.namespaces.node_mntns(), &spellings, &mut self.namespaces);
         let clues = match &abs_path {
             Ok(path) => clues_from_path(path, &self.kubelet_roots),
             Err(_) => Default::default(),
         };
+        let actor = self.actor_of(caller);
+        if !proof.proven() {
+            // A claim: the caller's pod alone; the pod its path named is only said.
+            let claimed_pod = clues.pod.map(|(uid, _)| uid).filter(|uid| caller_pod.as_ref() != Some(uid));
+            let matched = if caller_pod.is_some() { vec![MatchReason::Cgroup] } else { Vec::new() };
+            let container_id = caller_pod.as_ref().and(caller_container);
+            return Identity {
+                abs_path,
+                pod_uid: caller_pod,
+                path_area: None,
+                target: Target::Other,
+                container_id,
+                actor,
+                matched,
+                proof,
+                claimed_pod,
+            };
+        }
         let mut matched = Vec::new();
         let mut pod_uid = None;
         let mut path_area = None;
@@ -349,35 +442,43 @@ impl Identifier {
                 None => {}
             }
         }
-        if let Some(cgroup) = self.caller_cgroup(caller) {
-            let (caller_pod, caller_container) = clues_from_cgroup(&cgroup);
-            if let Some(uid) = caller_pod {
-                if pod_uid.is_none() || pod_uid.as_ref() == Some(&uid) {
-                    pod_uid = Some(uid);
-                    matched.push(MatchReason::Cgroup);
-                }
-            }
-            if container_id.is_none() && matched.contains(&MatchReason::Cgroup) {
-                container_id = caller_container;
+        if let Some(uid) = caller_pod {
+            if pod_uid.is_none() || pod_uid.as_ref() == Some(&uid) {
+                pod_uid = Some(uid);
+                matched.push(MatchReason::Cgroup);
             }
         }
+        if container_id.is_none() && matched.contains(&MatchReason::Cgroup) {
+            container_id = caller_container;
+        }
+        let target = match &abs_path {
+            Ok(path) => self.targets.of(path, path_area),
+            Err(_) => Target::Other,
+        };
+        Identity { abs_path, pod_uid, path_area, target, container_id, actor, matched, proof, claimed_pod: None }
+    }
+
+    /// Who `caller` is, by its name, its executable and its parent's name.
+    fn actor_of(&mut self, caller: &Caller<'_>) -> Actor {
         let exe = self.exe_of(caller.pid);
         let role = role_of(caller.comm, exe.as_deref(), caller.pcomm);
-        let actor = Actor {
+        Actor {
             description: describe(caller.comm, caller.pcomm, role),
             comm: caller.comm.to_string(),
             exe,
             parent: caller.pcomm.to_string(),
             role,
-        };
-        Identity { abs_path, pod_uid, path_area, container_id, actor, matched }
+        }
     }
 
     /// A call still in flight, identified from what /proc says of it.
     pub fn identify_flight(&mut self, flight: &Flight) -> Identity {
         let facts = ProcessFacts::read(flight.pid, flight.tid, &self.proc_root);
         let abs_path = process::flight_path(flight, &self.proc_root);
-        self.identify_call(&facts.caller(0), abs_path)
+        // The caller is in the call, so alive: its namespace is its own now.
+        let mut caller = facts.caller(0);
+        caller.mntns = namespaces::namespace_of(&self.proc_root, flight.tid).unwrap_or(0);
+        self.identify_call(&caller, abs_path)
     }
 
     /// Calls of process `pid` the kernel counted without streaming them:
@@ -482,18 +583,20 @@ pub(crate) mod tests {
         Actor { comm: comm.into(), exe: None, parent: parent.into(), role, description: comm.into() }
     }
 
-    const POD_A: &str = "1b2c3d4e-0000-4000-8000-00000000000a";
-    const POD_B: &str = "1b2c3d4e-0000-4000-8000-00000000000b";
+    /// The node's mount namespace, as the test records have it.
+    pub(crate) const NODE_NS: u32 = 4026531841;
+    pub(crate) const POD_A: &str = "1b2c3d4e-0000-4000-8000-00000000000a";
+    pub(crate) const POD_B: &str = "1b2c3d4e-0000-4000-8000-00000000000b";
     const CID: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
     /// A fake node: a cgroup tree with pod B's slice and a container of A.
-    struct FakeNode {
+    pub(crate) struct FakeNode {
         _tmp: TempDir,
-        dir: PathBuf,
+        pub(crate) dir: PathBuf,
     }
 
     impl FakeNode {
-        fn new(name: &str) -> FakeNode {
+        pub(crate) fn new(name: &str) -> FakeNode {
             let tmp = TempDir::new(name);
             let dir = tmp.0.clone();
             let slice_b = format!(
@@ -511,7 +614,7 @@ pub(crate) mod tests {
             FakeNode { _tmp: tmp, dir }
         }
 
-        fn identifier(&self) -> Identifier {
+        pub(crate) fn identifier(&self) -> Identifier {
             Identifier::new(NodeLayout {
                 kubelet_root: self.dir.join("kubelet"),
                 docker_root: self.dir.join("docker"),
@@ -522,6 +625,7 @@ pub(crate) mod tests {
                 proc_root: self.dir.join("proc"),
                 node: Node::direct(),
             })
+            .with_node_mntns(NODE_NS)
         }
 
         /// A hybrid node: the v2 tree systemd's alone (no pods), pods in a
@@ -541,11 +645,12 @@ pub(crate) mod tests {
                 cgroup_v1: vec![V1Hierarchy { controller: "memory", mount: self.dir.join("memory") }],
                 proc_root: self.dir.join("proc"),
                 node: Node::direct(),
-            });
+            })
+            .with_node_mntns(NODE_NS);
             (identifier, std::fs::metadata(container).unwrap().ino())
         }
 
-        fn cgroup_id_of_pod_b(&self) -> u64 {
+        pub(crate) fn cgroup_id_of_pod_b(&self) -> u64 {
             let slice = format!(
                 "cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
                 POD_B.replace('-', "_")
@@ -601,6 +706,23 @@ pub(crate) mod tests {
         assert_eq!(identifier.identify(&call).pod_uid, None);
     }
 
+    /// A pod's cgroups that exist when podstuck starts are known before
+    /// the first call: a short-lived caller in one is tied to its pod
+    /// whatever a lookup could walk then, here even once the cgroup is
+    /// gone (the pod torn down right after the call).
+    #[test]
+    fn a_v1_cgroup_there_at_the_start_ties_its_caller_even_once_removed() {
+        let node = FakeNode::new("v1-at-start");
+        let (mut identifier, v1_id) = node.hybrid();
+        std::fs::remove_dir(node.dir.join(format!("memory/kubepods/burstable/pod{POD_B}/{CID}"))).unwrap();
+        let mut call = event(b"/tmp/scratch", "rm", "sh", 1);
+        call.v1_cgroup_id = v1_id;
+        let id = identifier.identify(&call);
+        assert_eq!(id.pod_uid.as_ref().map(|p| p.as_str()), Some(POD_B));
+        assert_eq!(id.container_id.as_ref().map(|c| c.as_str()), Some(CID));
+        assert_eq!(id.matched, vec![MatchReason::Cgroup]);
+    }
+
     /// The kernel read the caller's cgroup in the second hierarchy asked
     /// for (pids: it was at memory's root): the id is looked up there, and
     /// the same id in the first hierarchy, another cgroup, names nothing.
@@ -623,7 +745,8 @@ pub(crate) mod tests {
             ],
             proc_root: node.dir.join("proc"),
             node: Node::direct(),
-        });
+        })
+        .with_node_mntns(NODE_NS);
         let mut call = event(b"/tmp/scratch", "rm", "sh", 1);
         call.v1_cgroup_id = std::fs::metadata(&container).unwrap().ino();
         call.v1_hierarchy = 1;
@@ -652,6 +775,66 @@ pub(crate) mod tests {
         assert_eq!(id.pod_uid.unwrap().as_str(), POD_A);
         assert_eq!(id.container_id, None);
         assert_eq!(id.matched, vec![MatchReason::Path]);
+    }
+
+    /// The namespace of [`caller_in_its_own_namespace`].
+    const OWN_NS: u32 = 4026532900;
+
+    /// A process of pod B's (pid 4242, `comm`), alive in a mount namespace
+    /// of its own whose table is `table` (the kubelet root's spelling put
+    /// for `{kubelet}`), and the node's table; its call on pod A's `volume`
+    /// path, and the identifier that will judge it.
+    fn caller_in_its_own_namespace(node: &FakeNode, table: &str, comm: &str, volume: &str) -> (Identifier, CallEvent) {
+        let kubelet = node.dir.join("kubelet");
+        let dir = node.dir.join("proc/4242");
+        std::fs::create_dir_all(dir.join("ns")).unwrap();
+        std::os::unix::fs::symlink(format!("mnt:[{OWN_NS}]"), dir.join("ns/mnt")).unwrap();
+        std::fs::write(dir.join("mountinfo"), table.replace("{kubelet}", kubelet.to_str().unwrap())).unwrap();
+        std::fs::write(node.dir.join("mountinfo"), "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n").unwrap();
+        let path = kubelet.join(format!("pods/{POD_A}/volumes/{volume}"));
+        let mut call = event(path.to_str().unwrap().as_bytes(), comm, "containerd-shim", node.cgroup_id_of_pod_b());
+        call.pid = 4242;
+        call.mntns = OWN_NS;
+        (node.identifier(), call)
+    }
+
+    /// Pod B's process, in its own namespace over a tmpfs it mounted on
+    /// the kubelet directory, removes "pod A's" volume there: the call is
+    /// B's alone, and A is only said to have been named.
+    #[test]
+    fn a_path_a_pod_made_in_its_own_namespace_names_no_other_pod() {
+        let node = FakeNode::new("claim");
+        let table = "500 400 0:80 / / rw - overlay overlay rw\n502 500 0:81 / {kubelet} rw - tmpfs tmpfs rw\n";
+        let (mut identifier, mut call) =
+            caller_in_its_own_namespace(&node, table, "kubelet", "kubernetes.io~empty-dir/data");
+        let id = identifier.identify(&call);
+        assert_eq!(id.proof, PathProof::claim(path_proof::Unproven::NotTheNodes));
+        assert_eq!(id.pod_uid.as_ref().map(|p| p.as_str()), Some(POD_B));
+        assert_eq!(id.claimed_pod.as_ref().map(|p| p.as_str()), Some(POD_A));
+        assert_eq!((id.path_area, id.container_id.as_ref()), (None, None));
+        assert_eq!(id.matched, vec![MatchReason::Cgroup]);
+        // Gone before it could be read: nothing proves the path either.
+        call.pid = 4343;
+        call.mntns = 4026532999;
+        let id = identifier.identify(&call);
+        assert_eq!(id.proof, PathProof::claim(path_proof::Unproven::NamespaceGone));
+        assert_eq!(id.pod_uid.as_ref().map(|p| p.as_str()), Some(POD_B));
+    }
+
+    /// The same call from a namespace that holds the node's own kubelet
+    /// directory (a CSI node plugin's): the path is the node's, and names A.
+    #[test]
+    fn a_path_on_the_nodes_own_directory_in_another_namespace_names_its_pod() {
+        let node = FakeNode::new("node-directory");
+        let table =
+            "500 400 0:80 / / rw - overlay overlay rw\n501 500 8:1 {kubelet} {kubelet} rw - ext4 /dev/sda1 rw\n";
+        let (mut identifier, call) =
+            caller_in_its_own_namespace(&node, table, "csi-node", "kubernetes.io~csi/pv/mount");
+        let id = identifier.identify(&call);
+        assert_eq!(id.proof, PathProof::NodeDirectory { mntns: OWN_NS });
+        assert_eq!(id.pod_uid.as_ref().map(|p| p.as_str()), Some(POD_A));
+        assert_eq!(id.path_area, Some(PathArea::Volume));
+        assert_eq!(id.claimed_pod, None);
     }
 
     #[test]

@@ -76,6 +76,10 @@ pub struct MountNamespace {
     /// it (`nsenter -t`): kubelet where kubelet lives there, else its
     /// oldest process (a container's init), which outlives the others.
     pub member: u32,
+    /// When the member started: a fix enters its namespace only once its
+    /// pid is checked to name it still. None where it could not be read
+    /// (and in records made before podstuck read it): no fix enters then.
+    pub member_start: Option<crate::event::ProcessStart>,
     pub member_comm: String,
     /// The pod or container the member belongs to, where it is one's.
     pub owner: Option<Owner>,
@@ -112,6 +116,9 @@ pub struct MountCopy {
     pub mntns: u64,
     /// One process living in that namespace (for `nsenter -t`).
     pub pid: u32,
+    /// When it started (for the check before `nsenter -t`); None where
+    /// it could not be read.
+    pub start: Option<crate::event::ProcessStart>,
     pub comm: String,
     #[serde(serialize_with = "crate::words::serialize_path")]
     pub mount_point: Vec<u8>,
@@ -120,6 +127,30 @@ pub struct MountCopy {
     pub propagation: Vec<String>,
     /// The pod or container that process belongs to, where it is one's.
     pub owner: Option<Owner>,
+}
+
+/// A mount on a directory in another namespace than the one asked about
+/// ([`NodeInspector::mounts_elsewhere`]): what a removal of that directory
+/// would detach there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountElsewhere {
+    /// The namespace it is mounted in, as [`MountNamespace`] says one (its
+    /// table left out).
+    pub namespace: MountNamespace,
+    pub mount: Mount,
+    /// Who holds it (in that namespace or through a copy of it).
+    pub holders: Vec<MountHolder>,
+}
+
+impl MountElsewhere {
+    /// "mounted in the host's mount namespace (tmpfs from tmpfs), in use by pid 42 (sleep)".
+    pub fn words(&self) -> String {
+        let held = match self.holders.first() {
+            Some(h) => format!(", in use by pid {} ({})", h.pid, h.comm),
+            None => String::new(),
+        };
+        format!("mounted in {} ({} from {}){held}", self.namespace.words(), self.mount.fstype, self.mount.source)
+    }
 }
 
 /// `lsattr` flags that make a file undeletable.
@@ -232,6 +263,9 @@ pub struct ProcessState {
     /// `SigIgn:` and `SigCgt:`: signals it ignores, signals it handles.
     pub sig_ignored: u64,
     pub sig_caught: u64,
+    /// The mount namespace it lives in (`/proc/<pid>/ns/mnt`): where the
+    /// mounts it can wait on are. None where it could not be read.
+    pub mntns: Option<u64>,
 }
 
 /// Threads kept in a [`ProcessState`].

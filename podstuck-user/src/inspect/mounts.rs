@@ -2,16 +2,8 @@
 //! mounted below it" over a parsed `/proc/<pid>/mountinfo`
 //! ([`crate::mountinfo`]). Pure; the files are read by the live inspector.
 
-pub use crate::mountinfo::parse_mountinfo;
-use crate::mountinfo::Mount;
-
-/// Whether `path` is `dir` or lies below it, by whole components.
-pub fn is_at_or_below(path: &[u8], dir: &[u8]) -> bool {
-    if dir == b"/" {
-        return path.first() == Some(&b'/');
-    }
-    path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
-}
+pub use crate::mountinfo::{is_at_or_below, parse_mountinfo, DirLocation};
+use crate::mountinfo::{rebase, Mount};
 
 /// The mount whose mount point is exactly `path` (the topmost when several
 /// are stacked there).
@@ -26,29 +18,14 @@ pub fn mount_containing<'a>(mounts: &'a [Mount], path: &[u8]) -> Option<&'a Moun
     mounts.iter().filter(|m| is_at_or_below(path, &m.mount_point)).max_by_key(|m| m.mount_point.len())
 }
 
+/// Path depth, for parents-first and deepest-first orders.
+pub fn depth(path: &[u8]) -> usize {
+    path.iter().filter(|b| **b == b'/').count()
+}
+
 /// Mounts strictly below `path`.
 pub fn mounts_under<'a>(mounts: &'a [Mount], path: &[u8]) -> Vec<&'a Mount> {
     mounts.iter().filter(|m| m.mount_point != path && is_at_or_below(&m.mount_point, path)).collect()
-}
-
-/// Where a directory really is: the filesystem (device) and its path
-/// inside that filesystem. Two paths with the same location are one
-/// directory reached two ways (a bind mount shows it twice).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirLocation {
-    pub dev: (u32, u32),
-    pub path_in_fs: Vec<u8>,
-}
-
-/// `base` + the part of `path` below `dir`, by whole components.
-fn rebase(base: &[u8], path: &[u8], dir: &[u8]) -> Vec<u8> {
-    let rest = if dir == b"/" { path } else { &path[dir.len()..] };
-    let mut out = base.strip_suffix(b"/").unwrap_or(base).to_vec();
-    out.extend_from_slice(rest);
-    if out.is_empty() {
-        out.push(b'/');
-    }
-    out
 }
 
 /// The location of `path` as a directory of the filesystem it lies on,

@@ -35,18 +35,32 @@ macro_rules! node_questions {
             /// mappings lie on `mount` of namespace `mntns`'s table (or on its
             /// copies in other namespaces).
             fn mount_holders(mount: &Mount => Mount, mntns: u64 => u64 = 0) -> Vec<MountHolder> as MountHolders;
-            /// Copies of `mount` of namespace `mntns` in the other namespaces.
+            /// Copies of `mount` of namespace `mntns` in the other namespaces:
+            /// at its path, or anywhere in its peer group (`shared:N`: a
+            /// volume seen inside a container with Bidirectional propagation).
             fn mount_copies(mount: &Mount => Mount, mntns: u64 => u64 = 0) -> Vec<MountCopy> as MountCopies;
-            /// FS_IOC_GETFLAGS of a regular file or directory (never follows a symlink).
-            fn inode_flags(path: &[u8] => Vec<u8>) -> Probe<InodeFlags> as InodeFlags;
+            /// Where the directory entry `path` names in namespace `mntns` (0:
+            /// the host's) is a mountpoint in another namespace, the host's
+            /// among them: each such mount, with its namespace and who holds
+            /// it. Since Linux 3.18 a directory that is a mountpoint only in
+            /// another namespace can be removed, and the kernel then detaches
+            /// the mount there, under whoever uses it: a removal printed for
+            /// one namespace is checked against these first.
+            fn mounts_elsewhere(path: &[u8] => Vec<u8>, mntns: u64 => u64) -> Vec<MountElsewhere> as MountsElsewhere;
+            /// FS_IOC_GETFLAGS of a regular file or directory (never follows a
+            /// symlink). Every question of a path takes `root`: the node's `/`
+            /// ([`NODE_ROOT`](crate::inspect::NODE_ROOT)), or the root of process
+            /// `root` (a member of the mount namespace the path is proven in:
+            /// kubelet's, in a container), never the node's in its place.
+            fn inode_flags(path: &[u8] => Vec<u8>, root: u32 => u32 = 0) -> Probe<InodeFlags> as InodeFlags;
             /// lstat.
-            fn file_facts(path: &[u8] => Vec<u8>) -> Probe<FileFacts> as FileFacts;
+            fn file_facts(path: &[u8] => Vec<u8>, root: u32 => u32 = 0) -> Probe<FileFacts> as FileFacts;
             /// Up to `limit` names of a directory's entries, and how many there are.
-            fn dir_sample(path: &[u8] => Vec<u8>, limit: usize => usize) -> Probe<DirSample> as DirSample;
+            fn dir_sample(path: &[u8] => Vec<u8>, limit: usize => usize, root: u32 => u32 = 0) -> Probe<DirSample> as DirSample;
             /// How many entries remain in the tree under `path`.
-            fn remaining_entries(path: &[u8] => Vec<u8>) -> Probe<EntryEstimate> as RemainingEntries;
+            fn remaining_entries(path: &[u8] => Vec<u8>, root: u32 => u32 = 0) -> Probe<EntryEstimate> as RemainingEntries;
             /// statfs.
-            fn fs_usage(path: &[u8] => Vec<u8>) -> Probe<FsUsage> as FsUsage;
+            fn fs_usage(path: &[u8] => Vec<u8>, root: u32 => u32 = 0) -> Probe<FsUsage> as FsUsage;
             /// A cgroup directory (v1 or v2) and the tasks in it.
             fn cgroup(path: &[u8] => Vec<u8>) -> Probe<CgroupState> as Cgroup;
             /// The v1 freezer's view of a v1 cgroup of any hierarchy: its twin
@@ -64,8 +78,18 @@ macro_rules! node_questions {
             /// The processes whose executable's file name is `name` (a CNI
             /// plugin's daemon: calico-node, cilium-agent).
             fn processes_running(name: &[u8] => Vec<u8>) -> Vec<TaskState> as ProcessesRunning;
+            /// The init (pid 1) of process `pid`'s PID namespace, with its
+            /// state and stack: none where `pid` is that init, lives in the
+            /// node's PID namespace, or the namespace cannot be read. A
+            /// container's init that exited waits in `zap_pid_ns_processes`
+            /// for every task of its namespace to end.
+            fn pid_namespace_init(pid: u32 => u32) -> Vec<TaskState> as PidNamespaceInit;
             /// Processes that have /dev/fuse open: the FUSE servers.
             fn fuse_servers() -> Vec<TaskState> as FuseServers;
+            /// Requests of FUSE connection `connection` (fusectl's number, the
+            /// mount's device) waiting for an answer: the kernel's own count,
+            /// which says whether a stuck thread can be waiting on it.
+            fn fuse_waiting(connection: u32 => u32) -> Probe<u64> as FuseWaiting;
             /// Every bound loop device: its backing file, whether a detach
             /// waits for its last user, and what holds it open (devices stacked
             /// on it, processes).
@@ -88,7 +112,7 @@ pub(crate) use node_questions;
 pub mod named {
     pub use crate::inspect::{
         CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, Mount,
-        MountCopy, MountHolder, MountNamespace, Probe, ProcessState, TaskState,
+        MountCopy, MountElsewhere, MountHolder, MountNamespace, Probe, ProcessState, TaskState,
     };
 }
 

@@ -8,15 +8,12 @@
 //! Everything here but the numbers is chosen by a workload (a process's
 //! name, a plugin's environment): kept as safe text, each value bounded.
 
-pub mod provenance;
-
 use std::time::SystemTime;
 
 use podstuck_common::{lifecycle, LifecycleRecord, PluginFile, LIFECYCLE_RECORD_BYTES};
 
 use crate::event::{DecodeError, ProcessStart, WallClock};
-use crate::identify::pod::PodUid;
-use crate::identify::Actor;
+use crate::pod::PodUid;
 use crate::words::safe_text;
 
 /// The longest `CNI_*` value kept (a netns path, a container id, the pod's
@@ -71,6 +68,17 @@ pub enum Lifecycle {
     Signal(SignalSent),
 }
 
+impl Lifecycle {
+    /// What kind of record it is, as the run's totals count them.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Lifecycle::Exec { .. } => "exec",
+            Lifecycle::Exit { .. } => "exit",
+            Lifecycle::Signal(_) => "signal",
+        }
+    }
+}
+
 /// A SIGTERM or SIGKILL as the kernel generated it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SignalSent {
@@ -80,6 +88,12 @@ pub struct SignalSent {
     pub target_comm: String,
     /// Sent to the whole thread group (kill(2)), not one thread.
     pub group: bool,
+    /// Whether the target's process was already exiting when the signal
+    /// came (a fatal signal or exit_group had begun ending it), as the
+    /// kernel read it at the signal; None where it could not (lockdown,
+    /// a record of an older podstuck). A signal to a dying process does
+    /// nothing, whatever the kernel's verdict says.
+    pub group_exiting: Option<bool>,
 }
 
 /// What `signal_generate` says the kernel did with a signal.
@@ -241,6 +255,7 @@ pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<LifecycleEvent, DecodeE
             target_pid: r.target_pid,
             target_comm: comm_of(&r.target_comm),
             group: r.group != 0,
+            group_exiting: read(lifecycle::flags::EXIT_STATE_READ).then_some(read(lifecycle::flags::GROUP_EXITING)),
         }),
         other => return Err(DecodeError::UnknownLifecycle(other)),
     };
@@ -256,32 +271,6 @@ pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<LifecycleEvent, DecodeE
         v1_hierarchy: r.v1_hierarchy,
         what,
     })
-}
-
-/// Who an event is about, as the pipeline identified it: the pod it
-/// concerns (a signal's target's, by its cgroups; a trusted CNI run's
-/// `K8S_POD_UID`; an exit's as its exec or signal said) and the process
-/// behind it (a signal's sender).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LifecycleIdentity {
-    pub pod_uid: Option<PodUid>,
-    pub actor: Actor,
-    /// A signal's sender's pod, by the cgroups the kernel read: a pod's
-    /// own process signalling its own (a supervisor restarting its
-    /// workers) is no teardown.
-    pub sender_pod: Option<PodUid>,
-    /// A signal's target's start: with its pid, the one process meant.
-    pub target_start: Option<ProcessStart>,
-    /// A CNI exec's runner, by executable (`containerd`, `crio`, the
-    /// plugin that ran it): never its comm.
-    pub runner: Option<String>,
-}
-
-impl LifecycleIdentity {
-    /// `actor`'s, about `pod`, nothing more known.
-    pub fn of(pod_uid: Option<PodUid>, actor: Actor) -> LifecycleIdentity {
-        LifecycleIdentity { pod_uid, actor, sender_pod: None, target_start: None, runner: None }
-    }
 }
 
 #[cfg(test)]
@@ -395,9 +384,17 @@ pub(crate) mod tests {
                 result: SignalResult::Ignored,
                 target_pid: 99,
                 target_comm: "sleep".into(),
-                group: true
+                group: true,
+                group_exiting: None,
             })
         );
+        // Read at the signal: the target's process was already exiting.
+        r.flags |= lifecycle::flags::EXIT_STATE_READ | lifecycle::flags::GROUP_EXITING;
+        let Lifecycle::Signal(sent) = decode(&bytes(&r, &[]), &clock()).unwrap().what else { panic!() };
+        assert_eq!(sent.group_exiting, Some(true));
+        r.flags &= !lifecycle::flags::GROUP_EXITING;
+        let Lifecycle::Signal(sent) = decode(&bytes(&r, &[]), &clock()).unwrap().what else { panic!() };
+        assert_eq!(sent.group_exiting, Some(false), "read, and not exiting");
         let mut r = record(lifecycle::EXIT);
         r.exit_code = 0x100;
         r.flags |= lifecycle::flags::EXIT_CODE_READ | lifecycle::flags::LAST_THREAD;

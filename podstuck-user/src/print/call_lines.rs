@@ -127,11 +127,17 @@ pub(super) fn end_text(totals: &RunTotals, stopped_by: Option<&str>) -> String {
         "podstuck: {whose}; {} events seen (calls streamed one by one), {} lost (ring buffer full)",
         totals.events_seen, totals.events_lost,
     );
+    if totals.lifecycle_lost > 0 {
+        let _ = write!(text, " ({} of them process lifecycle records: execs, signals, exits)", totals.lifecycle_lost);
+    }
     if totals.calls_outside_series > 0 {
         let _ = write!(text, "; {} counted without their process (series map full)", totals.calls_outside_series);
     }
     if totals.calls_without_entry > 0 {
         let _ = write!(text, "; {} calls already in flight at start", totals.calls_without_entry);
+    }
+    if let Some(words) = totals.claims_words() {
+        let _ = write!(text, "; {words}");
     }
     if !totals.lifecycle_dropped.is_empty() {
         let reasons: Vec<String> = totals.lifecycle_dropped.iter().map(|(why, n)| format!("{why} {n}")).collect();
@@ -180,7 +186,11 @@ mod tests {
     fn the_closing_line_says_what_was_lost() {
         let mut totals = RunTotals { events_seen: 3, events_lost: 2, ..Default::default() };
         totals.calls.insert(Syscall::Rmdir, 5);
-        assert!(end_text(&totals, None).contains("2 lost"));
+        let text = end_text(&totals, None);
+        assert!(text.contains("2 lost (ring buffer full)") && !text.contains("lifecycle"), "{text}");
+        totals.lifecycle_lost = 1;
+        let text = end_text(&totals, None);
+        assert!(text.contains("2 lost (ring buffer full) (1 of them process lifecycle records"), "{text}");
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub const RENDER_EVERY: Duration = Duration::from_secs(1);
 /// counted in `omitted`.
 pub const MAX_FINDINGS_LISTED: usize = 500;
 
+/// What `/ready` says of a run that traces.
+pub const READY: &str = "tracing: podstuck's programs are attached";
+
 /// Renders the pages and publishes them.
 pub struct Endpoint {
     pages: watch::Sender<Arc<Pages>>,
@@ -66,6 +69,9 @@ impl Endpoint {
             metrics: render_endpoint(book, &info, findings, &cost),
             findings: findings_page(&run.node, now, findings),
             rendered: Some(std::time::Instant::now()),
+            // Published from `start` on, which the run calls once every
+            // program is attached: /ready's word for a rollout.
+            ready: Some(READY.to_string()),
         };
         self.pages.send_replace(Arc::new(pages));
         self.rendered = Some(std::time::Instant::now());

@@ -15,7 +15,9 @@ use serde_json::Value;
 
 use crate::diagnose::{Finding, Report};
 use crate::event::{errno_name, syscall_name, CallEvent, AT_FDCWD};
+use crate::identify::path_proof::Unproven;
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
+use crate::identify::target::Target;
 use crate::identify::{Actor, Identity, MatchReason};
 use crate::run::RunTotals;
 use crate::run::{RunFacts, Tracing};
@@ -98,8 +100,19 @@ struct EventLine<'a> {
     pod_uid: Option<&'a PodUid>,
     container_id: Option<&'a ContainerId>,
     path_area: Option<PathArea>,
+    /// What the path is, as the diagnosis routes a failure by it.
+    target: Target,
     actor: &'a Actor,
     r#match: &'a [MatchReason],
+    /// How far the path speaks for the node: "node-namespace",
+    /// "runtime-namespace", "node-directory", or "claim" (the caller's
+    /// word alone, with why in `path_unproven`).
+    path_proof: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path_unproven: Option<&'static str>,
+    /// The pod a claim's path named, never taken for the call's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claimed_pod: Option<&'a PodUid>,
 }
 
 /// A path as JSON text, plus its exact bytes in hex when not UTF-8.
@@ -148,8 +161,12 @@ pub fn event_json(event: &CallEvent, identity: &Identity) -> String {
         pod_uid: identity.pod_uid.as_ref(),
         container_id: identity.container_id.as_ref(),
         path_area: identity.path_area,
+        target: identity.target,
         actor: &identity.actor,
         r#match: &identity.matched,
+        path_proof: identity.proof.name(),
+        path_unproven: identity.proof.unproven().map(Unproven::name),
+        claimed_pod: identity.claimed_pod.as_ref(),
     };
     serde_json::to_string(&line).expect("event serialises")
 }
@@ -218,6 +235,11 @@ struct EndLine<'a> {
     ts: String,
     events_seen: u64,
     events_lost: u64,
+    /// Of `events_lost`, the process lifecycle's records.
+    lifecycle_lost: u64,
+    /// The process lifecycle's records received, by kind (absent when none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    lifecycle_seen: &'a BTreeMap<&'static str, u64>,
     /// With `--pod`, the pods' calls; else the node's.
     calls: BTreeMap<&'static str, u64>,
     /// With `--pod`, every call of the node.
@@ -232,7 +254,14 @@ struct EndLine<'a> {
     /// work, by reason (absent when none).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     lifecycle_dropped: &'a BTreeMap<String, u64>,
-    /// Times the rings' reader found its queue full and waited.
+    /// Failed calls whose path was the caller's word alone (made where it
+    /// is not the node's: a pod's own mount namespace), set aside, by
+    /// reason (absent when none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    claims_set_aside: &'a BTreeMap<String, u64>,
+    /// Calls whose unproven path named another pod than the caller's.
+    claims_naming_another_pod: u64,
+    /// Times the rings' reader found a queue full.
     queue_full: u64,
     /// Filesystems avoided at the end (a read there did not return).
     avoided_mounts: Vec<AvoidedLine>,
@@ -300,6 +329,8 @@ pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
         ts: rfc3339(SystemTime::now()),
         events_seen: totals.events_seen,
         events_lost: totals.events_lost,
+        lifecycle_lost: totals.lifecycle_lost,
+        lifecycle_seen: &totals.lifecycle_seen,
         calls: calls_by_name(totals),
         node_calls: totals.node_calls(),
         calls_without_entry: totals.calls_without_entry,
@@ -308,6 +339,8 @@ pub fn end_json(totals: &RunTotals, stopped_by: Option<&str>) -> String {
         records_undecodable: totals.records_undecodable,
         calls_outside_series: totals.calls_outside_series,
         lifecycle_dropped: &totals.lifecycle_dropped,
+        claims_set_aside: &totals.claims_set_aside,
+        claims_naming_another_pod: totals.claims_naming_another_pod,
         queue_full: totals.queue_full,
         avoided_mounts: totals
             .node_reads
@@ -426,6 +459,12 @@ mod tests {
         assert_eq!(v["calls"]["rmdir"], 5);
         assert_eq!(v["stopped_by"], "SIGINT");
         assert!(v.get("node_calls").is_none(), "the whole node: its calls are the calls");
+        assert_eq!(v["lifecycle_lost"], 0);
+        assert!(v.get("lifecycle_seen").is_none(), "no lifecycle record came");
+        totals.lifecycle_lost = 1;
+        totals.lifecycle_seen = BTreeMap::from([("exit", 7), ("signal", 8)]);
+        let v: Value = serde_json::from_str(&end_json(&totals, None)).unwrap();
+        assert_eq!((v["lifecycle_lost"].as_u64(), v["lifecycle_seen"]["exit"].as_u64()), (Some(1), Some(7)));
         totals.pods_calls = Some(BTreeMap::from([(Syscall::Rmdir, 1)]));
         let v: Value = serde_json::from_str(&end_json(&totals, None)).unwrap();
         assert_eq!((v["calls"]["rmdir"].as_u64(), v["node_calls"].as_u64()), (Some(1), Some(5)));

@@ -240,6 +240,7 @@ pub(crate) mod tests {
             abs_path: event.abs_path(),
             pod_uid: Some(PodUid::parse("1b2c3d4e-0000-4000-8000-00000000000a").unwrap()),
             path_area: Some(PathArea::Volume),
+            target: crate::identify::target::Target::Volume,
             container_id: None,
             actor: Actor {
                 comm: event.comm.clone(),
@@ -249,6 +250,8 @@ pub(crate) mod tests {
                 description: "kubelet".into(),
             },
             matched: vec![MatchReason::Path],
+            proof: crate::identify::path_proof::PathProof::NodeNamespace,
+            claimed_pod: None,
         }
     }
 

@@ -73,7 +73,8 @@ use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Report};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
-use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
+use crate::identify::LifecycleIdentity;
+use crate::lifecycle::LifecycleEvent;
 use crate::run::RunFacts;
 use crate::run::RunTotals;
 use wire::{

@@ -177,6 +177,7 @@ fn namespaces_of_host_tables(asked: Vec<Question>, host_mntns: u64) -> Vec<Quest
                     mntns,
                     host: true,
                     member: 1,
+                    member_start: None,
                     member_comm: String::new(),
                     owner: None,
                     mounts,
@@ -242,13 +243,13 @@ mod tests {
         let mut recording = RecordingNode::new(&mut fake);
         let mounts = recording.host_mounts().unwrap();
         assert_eq!(mounts.len(), 2);
-        assert!(recording.file_facts(b"/mnt/a").is_ok());
-        assert!(recording.file_facts(b"/nope").is_err());
+        assert!(recording.file_facts(b"/mnt/a", 0).is_ok());
+        assert!(recording.file_facts(b"/nope", 0).is_err());
         recording.avoid(b"/mnt/a");
         let asked = recording.into_asked();
         assert_eq!(asked.len(), 4);
         assert!(matches!(&asked[0], Question::HostMounts { answer: Ok(m) } if *m == mounts));
-        assert!(matches!(&asked[2], Question::FileFacts { path, answer: Err(_) } if path == b"/nope"));
+        assert!(matches!(&asked[2], Question::FileFacts { path, answer: Err(_), .. } if path == b"/nope"));
         assert!(matches!(&asked[3], Question::Avoid { path } if path == b"/mnt/a"));
         assert_eq!(fake.avoided, vec![b"/mnt/a".to_vec()]);
     }
@@ -257,20 +258,20 @@ mod tests {
     fn the_replay_node_answers_in_order_then_by_question_then_not_in_the_record() {
         let ok = |uid| Ok(facts(false, 0o644, uid));
         let mut node = ReplayNode::new(vec![
-            Question::FileFacts { path: b"/a".to_vec(), answer: ok(1) },
-            Question::FileFacts { path: b"/b".to_vec(), answer: ok(2) },
-            Question::FileFacts { path: b"/a".to_vec(), answer: ok(3) },
+            Question::FileFacts { path: b"/a".to_vec(), root: 0, answer: ok(1) },
+            Question::FileFacts { path: b"/b".to_vec(), root: 0, answer: ok(2) },
+            Question::FileFacts { path: b"/a".to_vec(), root: 0, answer: ok(3) },
         ]);
         // Out of order: found by its path; the replay goes on in step from there.
-        assert_eq!(node.file_facts(b"/b").unwrap().uid, 2);
-        assert_eq!(node.file_facts(b"/a").unwrap().uid, 3);
+        assert_eq!(node.file_facts(b"/b", 0).unwrap().uid, 2);
+        assert_eq!(node.file_facts(b"/a", 0).unwrap().uid, 3);
         // Then the answer it skipped, and, asked more often than recorded, an answer again.
-        assert_eq!(node.file_facts(b"/a").unwrap().uid, 1);
-        assert_eq!(node.file_facts(b"/a").unwrap().uid, 1);
+        assert_eq!(node.file_facts(b"/a", 0).unwrap().uid, 1);
+        assert_eq!(node.file_facts(b"/a", 0).unwrap().uid, 1);
         assert!(node.not_in_record().is_empty());
-        assert_eq!(node.file_facts(b"/c"), Err(Unreadable::Other(NOT_IN_THE_RECORD.into())));
+        assert_eq!(node.file_facts(b"/c", 0), Err(Unreadable::Other(NOT_IN_THE_RECORD.into())));
         assert_eq!(node.task(7), Err(Unreadable::Other(NOT_IN_THE_RECORD.into())));
         assert!(node.fuse_servers().is_empty());
-        assert_eq!(node.not_in_record(), ["file_facts /c", "task 7", "fuse_servers"]);
+        assert_eq!(node.not_in_record(), ["file_facts /c 0", "task 7", "fuse_servers"]);
     }
 }

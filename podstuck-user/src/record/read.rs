@@ -15,10 +15,12 @@ use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
 use crate::identify::Identity;
+use crate::identify::LifecycleIdentity;
 use crate::inspect::{
-    BlockHolder, DeviceOpener, FreezerLevel, LoopDevice, Mount, MountCopy, MountHolder, Probe, ProcessState, TaskState,
+    BlockHolder, DeviceOpener, FreezerLevel, LoopDevice, Mount, MountCopy, MountElsewhere, MountHolder, Probe,
+    ProcessState, TaskState,
 };
-use crate::lifecycle::{LifecycleEvent, LifecycleIdentity};
+use crate::lifecycle::LifecycleEvent;
 use crate::run::RunTotals;
 
 /// The header line is a few hundred bytes; anything this long is not one.
@@ -130,8 +132,9 @@ pub enum Entry {
     Review(RecordedReview),
     /// A lifecycle event the diagnosis saw.
     Lifecycle(Box<(LifecycleEvent, LifecycleIdentity)>),
-    /// The last entry of a record written to its end.
-    End(RecordEnd),
+    /// The last entry of a record written to its end (boxed: it carries
+    /// the run's totals, and every other entry would be as big).
+    End(Box<RecordEnd>),
 }
 
 /// A call the diagnosis saw, with what identify said of it.
@@ -237,13 +240,25 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
         Question::ResolvedPath { path, answer, .. } => path.len() + probe(answer, Vec::len),
         Question::MountHolders { mount: m, answer, .. } => mount(m) + answer.iter().map(holder).sum::<usize>(),
         Question::MountCopies { mount: m, answer, .. } => mount(m) + answer.iter().map(copy).sum::<usize>(),
-        Question::InodeFlags { path, answer } => path.len() + probe(answer, |_| 0),
-        Question::FileFacts { path, answer } => path.len() + probe(answer, |_| 0),
+        Question::MountsElsewhere { path, answer, .. } => {
+            path.len()
+                + answer
+                    .iter()
+                    .map(|e| {
+                        size_of::<MountElsewhere>()
+                            + e.namespace.member_comm.len()
+                            + mount(&e.mount)
+                            + e.holders.iter().map(holder).sum::<usize>()
+                    })
+                    .sum::<usize>()
+        }
+        Question::InodeFlags { path, answer, .. } => path.len() + probe(answer, |_| 0),
+        Question::FileFacts { path, answer, .. } => path.len() + probe(answer, |_| 0),
         Question::DirSample { path, answer, .. } => {
             path.len() + probe(answer, |d| d.names.iter().map(|n| size_of::<Vec<u8>>() + n.len()).sum())
         }
-        Question::RemainingEntries { path, answer } => path.len() + probe(answer, |e| e.method.len()),
-        Question::FsUsage { path, answer } => path.len() + probe(answer, |u| u.fstype.len()),
+        Question::RemainingEntries { path, answer, .. } => path.len() + probe(answer, |e| e.method.len()),
+        Question::FsUsage { path, answer, .. } => path.len() + probe(answer, |u| u.fstype.len()),
         Question::Cgroup { path, answer } => {
             path.len() + probe(answer, |c| c.tasks.iter().map(task).sum::<usize>() + strings(&c.children))
         }
@@ -254,7 +269,9 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
                 })
         }
         Question::Task { answer, .. } => probe(answer, task),
+        Question::FuseWaiting { answer, .. } => probe(answer, |_| 0),
         Question::FuseServers { answer } | Question::ProcessesUnreadable { answer } => answer.iter().map(task).sum(),
+        Question::PidNamespaceInit { answer, .. } => answer.iter().map(task).sum(),
         Question::Process { answer, .. } => probe(answer, |p| {
             p.as_ref().map_or(0, |p| size_of::<ProcessState>() + p.threads.iter().map(task).sum::<usize>())
         }),
@@ -564,12 +581,12 @@ impl<R: BufRead> RecordReader<R> {
                     ));
                 }
                 self.check_nothing_follows()?;
-                Entry::End(RecordEnd {
+                Entry::End(Box::new(RecordEnd {
                     ended: wire::time(end.ended),
                     entries: end.entries,
                     totals: end.totals.map(|t| t.into_totals()),
                     untold: end.untold,
-                })
+                }))
             }
         };
         Ok(Some(entry))

@@ -249,7 +249,7 @@ pub fn replay_record(
                 let untold = diagnoser.untold();
                 summary.compare("at exit".into(), comparable(end.untold.iter().cloned()), replayed(&untold));
                 untold.iter().for_each(&mut *tell);
-                summary.end = Some(end);
+                summary.end = Some(*end);
                 return Ok(summary);
             }
         }
@@ -469,7 +469,7 @@ mod tests {
     fn a_histograms_directory_is_pointed_to_report() {
         let tmp = crate::test_support::TempDir::new("replay-dir");
         let err = replay(&tmp.0, false).unwrap_err();
-        assert_eq!(crate::exit::code_of(&err), crate::exit::BAD_INPUT);
+        assert_eq!(crate::exit::code_of(&err, &[]), crate::exit::BAD_INPUT);
         assert!(
             err.to_string().contains("is a directory: podstuck replay reads a file written by `podstuck record FILE`"),
             "{err}"
@@ -478,7 +478,7 @@ mod tests {
         let err = replay(&tmp.0, false).unwrap_err();
         assert_eq!(err.to_string(), format!("{d} is a directory of latency histograms (podstuck watch --histograms), not a record: read it with `podstuck report {d}`", d = tmp.0.display()));
         let missing = replay(&tmp.0.join("none"), false).unwrap_err();
-        assert_eq!(crate::exit::code_of(&missing), crate::exit::BAD_INPUT);
+        assert_eq!(crate::exit::code_of(&missing, &[]), crate::exit::BAD_INPUT);
     }
 
     #[test]

@@ -541,6 +541,8 @@ pub(crate) mod tests {
             path,
             pod_uid: None,
             actor: actor("kubelet", "systemd", Role::Kubelet),
+            mntns: 0,
+            proof: crate::identify::path_proof::PathProof::NodeNamespace,
         }
     }
 

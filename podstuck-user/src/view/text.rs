@@ -57,8 +57,17 @@ fn totals_line(totals: &RunTotals) -> String {
         }
         None => format!("calls counted in the kernel: {}", counted.join(", ")),
     };
-    let mut line =
-        format!("{} events seen, {} events lost (ring buffer full); {whose}", totals.events_seen, totals.events_lost);
+    let lifecycle = match totals.lifecycle_lost {
+        0 => String::new(),
+        n => format!(", {n} of them process lifecycle records"),
+    };
+    let mut line = format!(
+        "{} events seen, {} events lost (ring buffer full{lifecycle}); {whose}",
+        totals.events_seen, totals.events_lost
+    );
+    if let Some(words) = totals.claims_words() {
+        let _ = write!(line, "; {words}");
+    }
     if !totals.lifecycle_dropped.is_empty() {
         let reasons: Vec<String> = totals.lifecycle_dropped.iter().map(|(why, n)| format!("{why} {n}")).collect();
         let _ = write!(

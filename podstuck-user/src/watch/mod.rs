@@ -96,7 +96,7 @@ pub struct NodeNotReady(pub Vec<Problem>);
 impl std::fmt::Display for NodeNotReady {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let lines: Vec<String> = self.0.iter().map(|p| p.to_string()).collect();
-        write!(f, "{}", lines.join("\n"))
+        write!(f, "cannot trace on this node:\n{}", lines.join("\n"))
     }
 }
 
@@ -332,6 +332,7 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
         diagnoser.join(first, last);
     }
     let mut pipeline = Pipeline::new(printer, identifier, filter, book, diagnoser, recorder, api);
+    pipeline.slow_calls = options.slow_pipeline;
     let mut tracer = tracer;
     pipeline.printer.start(&mut pipeline.out, &facts, &tracing)?;
     if tracer.lifecycle_missing().is_none() {
@@ -594,6 +595,9 @@ fn totals_and_cost(
 ) -> Result<RunTotals> {
     let mut totals = pipeline.with_pods_calls(tracer.totals()?);
     totals.lifecycle_dropped = pipeline.lifecycle_dropped();
+    let claims = pipeline.claims_set_aside();
+    totals.claims_set_aside = claims.by_name();
+    totals.claims_naming_another_pod = claims.naming_another_pod;
     totals.node_reads = node_reads(node);
     if options.kernel_cost {
         totals.programs = tracer.program_costs();

@@ -72,6 +72,10 @@ pub struct WatchOptions {
     /// Turn on the kernel's BPF run-time statistics and say what each
     /// program cost per run at the end.
     pub kernel_cost: bool,
+    /// End-to-end tests only (`--slow-pipeline`, hidden): each call record
+    /// waits this long before the pipeline takes it, as a slow identify or
+    /// diagnosis would, so a test can make the loop fall behind a storm.
+    pub slow_pipeline: Option<Duration>,
     /// Serve `/metrics` and `/findings` there while tracing (`--listen`).
     pub listen: Option<ListenAddr>,
     /// The node's name as the cluster knows it (`--node-name`, `NODE_NAME`);
@@ -118,6 +122,7 @@ impl Default for WatchOptions {
             file_mode: 0o600,
             ring_buffer_bytes: None,
             kernel_cost: false,
+            slow_pipeline: None,
             listen: None,
             node_name: None,
             events: false,

@@ -13,26 +13,23 @@ use crate::cni_plugins::{PluginFiles, PluginPlaces};
 use crate::collect::{Received, Tracer};
 use crate::diagnose::{CallInFlight, CountedCalls, Diagnoser, Report, Review, Status};
 use crate::event::Flight;
-use crate::event::ProcessStart;
 use crate::event::{CallEvent, DecodeError};
 use crate::explain::join::ApiJoin;
 use crate::identify::actor::Role;
+use crate::identify::path_proof::ClaimsSetAside;
 use crate::identify::pod::PodUid;
-use crate::identify::process::process_start;
-use crate::identify::{Identifier, KernelCgroups, PodFilter};
+use crate::identify::{Identifier, PluginTable, PodFilter};
 use crate::inspect::real_node::RealNode;
 use crate::k8s_events::EventSink;
 use crate::latency::LatencyBook;
-use crate::lifecycle::provenance::{exe_name, Dropped, ExecFacts, ParentFacts, Provenance};
-use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity};
+use crate::lifecycle::LifecycleEvent;
 use crate::node_access::Node;
 use crate::print::{stderr_line, Out, Printer};
 use crate::record::{Recorder, RecordingNode};
 use crate::run::RunTotals;
 use crate::series::{Attribution, SeriesNames};
 use crate::view::Moment;
-use podstuck_common::Syscall;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use podstuck_common::{PluginFile, Syscall};
 use std::path::Path;
 
 /// The stages a call goes through, and where they print.
@@ -55,77 +52,20 @@ pub(super) struct Pipeline {
     api: Option<ApiJoin>,
     /// `--events`: what is told is posted as Kubernetes Events too.
     pub(super) events: Option<EventSink>,
-    /// Processes an admitted exec or signal named, and their pod: their
-    /// exit is admitted as theirs (a CNI plugin runs in the runtime's
-    /// cgroup, so only its exec says which pod it works for).
-    named: Named,
     /// The node's CNI plugin files, as the exec program knows them.
     plugins: Option<Plugins>,
-    /// Which execs of plugin files are the node's runtime at work.
-    provenance: Provenance,
-    /// The node's mount namespace, as `/proc/<pid>/ns/mnt` names it.
-    node_mntns: Option<Vec<u8>>,
+    /// Calls whose path was a claim, set aside before the diagnosis.
+    claims: ClaimsSetAside,
+    /// `--slow-pipeline` (end-to-end tests only): what each call costs on
+    /// top of its own work, so a test can make the loop fall behind.
+    pub(super) slow_calls: Option<Duration>,
 }
-
-/// Processes [`Pipeline`] remembers between their exec or signal and their
-/// exit, at most: past this the oldest are forgotten (the kernel's own map
-/// of them is as large, and LRU).
-const NAMED_MAX: usize = 4096;
 
 /// What one review's reads of the node wait, all together, at most: a
 /// review of many hung filesystems must not wait their deadlines one
 /// after another (the rings are read meanwhile by their own thread; the
 /// findings and the live view wait on the review).
 const REVIEW_BUDGET: Duration = Duration::from_secs(2);
-
-/// The bytes of a plugin's `/proc/<pid>/environ` read, at most, when the
-/// kernel's copy was cut before its `CNI_*` variables.
-const ENVIRON_MAX: u64 = 64 * 1024;
-
-/// A process an event named: when it started and its pod.
-#[derive(Clone, Debug)]
-struct NamedProcess {
-    start: Option<ProcessStart>,
-    pod: Option<PodUid>,
-    order: u64,
-}
-
-/// The processes named, by pid, each with its start: a pid named again
-/// by another process (its start differs) is that other process.
-#[derive(Debug, Default)]
-struct Named {
-    by_pid: BTreeMap<u32, NamedProcess>,
-    order: u64,
-}
-
-impl Named {
-    fn insert(&mut self, pid: u32, start: Option<ProcessStart>, pod: Option<PodUid>) {
-        if !self.by_pid.contains_key(&pid) && self.by_pid.len() >= NAMED_MAX {
-            let oldest = self.by_pid.iter().min_by_key(|(_, n)| n.order).map(|(pid, _)| *pid);
-            oldest.map(|pid| self.by_pid.remove(&pid));
-        }
-        self.order += 1;
-        self.by_pid.insert(pid, NamedProcess { start, pod, order: self.order });
-    }
-
-    /// Process `pid` as named, if `start` is its start (either unknown:
-    /// taken as the same, the pid being all there is to go by).
-    fn get(&self, pid: u32, start: Option<ProcessStart>) -> Option<&NamedProcess> {
-        self.by_pid.get(&pid).filter(|n| same_start(n.start, start))
-    }
-
-    fn remove(&mut self, pid: u32, start: Option<ProcessStart>) -> Option<NamedProcess> {
-        self.get(pid, start)?;
-        self.by_pid.remove(&pid)
-    }
-}
-
-fn same_start(a: Option<ProcessStart>, b: Option<ProcessStart>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => a == b,
-        _ => true,
-    }
-}
 
 /// The node's plugin places and files, read again when a place changes.
 pub(super) struct Plugins {
@@ -161,10 +101,9 @@ impl Pipeline {
             recorder,
             api,
             events: None,
-            named: Named::default(),
             plugins: None,
-            provenance: Provenance::default(),
-            node_mntns: None,
+            claims: ClaimsSetAside::default(),
+            slow_calls: None,
         }
     }
 
@@ -182,7 +121,6 @@ impl Pipeline {
                 "{left_out} files of the CNI plugin directories left out (too many): their execs go unseen"
             ));
         }
-        self.node_mntns = std::fs::read_link(node.node_proc_file("ns/mnt")).ok().map(|l| l.into_os_string().into_vec());
         self.plugins = Some(Plugins { places, files });
     }
 
@@ -213,7 +151,12 @@ impl Pipeline {
 
     /// Lifecycle records set aside as untrusted, by reason.
     pub(super) fn lifecycle_dropped(&self) -> BTreeMap<String, u64> {
-        self.provenance.dropped_counts()
+        self.identifier.lifecycle_dropped()
+    }
+
+    /// Calls set aside because their path was a claim.
+    pub(super) fn claims_set_aside(&self) -> &ClaimsSetAside {
+        &self.claims
     }
 
     /// `totals` (the node's, from the kernel) with, under `--pod`, the
@@ -246,110 +189,12 @@ impl Pipeline {
         }
     }
 
-    /// Who a lifecycle event is about, when it is about a pod followed:
-    /// decided on what the kernel proved (cgroups, start times, the file
-    /// exec'd), never on what a workload says of itself. An exec is a
-    /// pod's only when it is the node's runtime at work ([`Provenance`]);
-    /// it may have its CNI variables filled from `/proc` here.
-    fn identify_lifecycle(&mut self, event: &mut LifecycleEvent) -> Option<LifecycleIdentity> {
-        let cgroups = KernelCgroups { v2: event.cgroup_id, v1: event.v1_cgroup_id, v1_hierarchy: event.v1_hierarchy };
-        let (mut runner, mut target_start) = (None, None);
-        let pod_uid;
-        match &mut event.what {
-            Lifecycle::Exec { file, cni, env_cut, .. } => {
-                let plugin =
-                    self.plugins.as_ref().and_then(|p| p.files.get(file)).map(|p| exe_name(p.as_os_str().as_bytes()));
-                let facts = ExecFacts {
-                    pid: event.pid,
-                    start: event.start,
-                    ppid: event.ppid,
-                    parent_start: event.parent_start,
-                    file: *file,
-                    pod_of_cgroup: self.identifier.pod_of_caller(event.pid, cgroups),
-                };
-                let proc_root = self.identifier.proc_root().to_path_buf();
-                let (plugins, node_mntns) = (self.plugins.as_ref(), self.node_mntns.as_deref());
-                let parent = || parent_facts(&proc_root, event.ppid, node_mntns, plugins);
-                let trusted = self.provenance.judge(&facts, plugin.as_deref(), parent).ok()?;
-                if *env_cut && cni.as_ref().is_none_or(|c| c.pod_uid.is_none()) {
-                    // The variables past the kernel's cut, while the plugin lives.
-                    if let Some(more) = environ_of(&proc_root, event.pid, event.start) {
-                        *cni = CniRun::from_env(&more).or(cni.take());
-                    }
-                }
-                let Some(run) = cni.as_ref() else {
-                    self.provenance.count(&Dropped::EnvironmentUnknown);
-                    return None;
-                };
-                pod_uid = run.pod_uid.clone();
-                runner = Some(trusted.runner().to_string());
-            }
-            // The target's pod: as an earlier signal named it (a SIGKILL's
-            // target is gone from /proc by the time its record is read),
-            // else from its cgroups; its start from /proc, or as named.
-            Lifecycle::Signal(sent) => {
-                let proc_root = self.identifier.proc_root().to_path_buf();
-                let start = process_start(&proc_root, sent.target_pid);
-                target_start = start;
-                pod_uid = match self.named.get(sent.target_pid, start) {
-                    Some(named) => {
-                        target_start = named.start.or(start);
-                        named.pod.clone()
-                    }
-                    None if start.is_some() => self.identifier.pod_of_process(sent.target_pid),
-                    None => None,
-                };
-            }
-            Lifecycle::Exit { .. } => {
-                let named = self.named.remove(event.pid, event.start)?;
-                pod_uid = named.pod;
-            }
-        };
-        // A signal or an exit is its target's: one for no pod followed (most
-        // of a node's) is dropped before its sender is read from /proc.
-        if !self.follows(pod_uid.as_ref()) {
-            return None;
-        }
-        let mut actor = self.identifier.identify_task(event.pid, &event.comm, event.ppid, cgroups).actor;
-        if let Some(runner) = &runner {
-            // Who ran it by its executable: the comm is the workload's.
-            actor.parent = runner.clone();
-            actor.description = format!("{} (child of {runner})", actor.comm);
-        }
-        let mut identity = LifecycleIdentity::of(pod_uid, actor);
-        if let Lifecycle::Signal(_) = event.what {
-            identity.sender_pod = self.identifier.pod_of_caller(event.pid, cgroups).flatten();
-        }
-        identity.target_start = target_start;
-        identity.runner = runner;
-        Some(identity)
-    }
-
-    /// Whether the lifecycle of processes of `pod` is followed. A CNI run
-    /// for no pod (a runtime's own test, `cnitool`) and a signal to a
-    /// process in no pod are not a pod's teardown.
-    fn follows(&self, pod: Option<&PodUid>) -> bool {
-        pod.is_some_and(|uid| self.filter.is_whole_node() || self.filter.pods().any(|p| p == uid))
-    }
-
     /// One lifecycle event: identified, filtered, seen by the detectors, recorded.
     fn take_lifecycle(&mut self, mut event: LifecycleEvent) {
-        // An exit of a process nothing named before is none of ours.
-        if matches!(event.what, Lifecycle::Exit { .. }) && self.named.get(event.pid, event.start).is_none() {
-            return;
-        }
-        if let Lifecycle::Exit { .. } = event.what {
-            self.provenance.ended(event.pid, event.start);
-        }
-        let Some(identity) = self.identify_lifecycle(&mut event) else { return };
-        let named = match &event.what {
-            Lifecycle::Exec { .. } => Some((event.pid, event.start)),
-            Lifecycle::Signal(sent) => Some((sent.target_pid, identity.target_start)),
-            Lifecycle::Exit { .. } => None,
-        };
-        if let Some((pid, start)) = named {
-            self.named.insert(pid, start, identity.pod_uid.clone());
-        }
+        let plugins = self.plugins.as_ref().map(|p| &p.files as &dyn PluginTable);
+        let filter = &self.filter;
+        let follows = |pod: Option<&PodUid>| follows(filter, pod);
+        let Some(identity) = self.identifier.identify_lifecycle(&mut event, plugins, follows) else { return };
         self.diagnoser.lifecycle(&event, &identity);
         let stopped = self.recorder.as_mut().and_then(|r| r.add_lifecycle(&event, &identity).err());
         if let Some(e) = stopped {
@@ -359,6 +204,11 @@ impl Pipeline {
 
     /// One call from the kernel.
     fn take_call(&mut self, decoded: Result<CallEvent, DecodeError>) -> io::Result<()> {
+        if let Some(cost) = self.slow_calls {
+            // The test knob's whole point: a loop this slow per call, as an
+            // identify stuck on a busy /proc would be.
+            std::thread::sleep(cost);
+        }
         let event = match decoded {
             Ok(event) => event,
             // Counted in the totals; said here so it is never silent.
@@ -368,6 +218,9 @@ impl Pipeline {
             }
         };
         let identity = self.identifier.identify(&event);
+        // Counted whichever pods are followed: a pod naming another in its
+        // paths is worth knowing about in a run that follows the other.
+        self.claims.count(&identity.proof, event.errno().is_some(), identity.claimed_pod.is_some());
         let admitted = self.filter.admits(&identity);
         if self.book.is_some() {
             let who = admitted.then(|| Attribution { role: identity.actor.role, pod: identity.pod_uid.clone() });
@@ -496,11 +349,14 @@ impl Pipeline {
             if !self.filter.admits(&identity) {
                 continue;
             }
+            let mntns = crate::identify::namespaces::namespace_of(self.identifier.proc_root(), flight.tid).unwrap_or(0);
             calls.push(CallInFlight {
                 flight,
                 path: identity.abs_path.ok(),
                 pod_uid: identity.pod_uid,
                 actor: identity.actor,
+                mntns,
+                proof: identity.proof,
             });
         }
         calls
@@ -582,33 +438,24 @@ pub(super) fn finished(drained: io::Result<()>) -> io::Result<bool> {
 /// What `/proc` says of an exec's parent, for [`Provenance`]: its start,
 /// its executable, whether it lives in the node's mount namespace, and
 /// whether its executable is one of the node's plugin files.
-fn parent_facts(proc_root: &Path, ppid: u32, node_mntns: Option<&[u8]>, plugins: Option<&Plugins>) -> ParentFacts {
-    let entry = proc_root.join(ppid.to_string());
-    let start = process_start(proc_root, ppid);
-    let exe = std::fs::read_link(entry.join("exe")).ok().map(|p| p.into_os_string().into_vec());
-    let mntns = std::fs::read_link(entry.join("ns/mnt")).ok().map(|l| l.into_os_string().into_vec());
-    let in_node_namespace = mntns.is_some() && mntns.as_deref() == node_mntns;
-    let plugin_file = plugins.and_then(|p| p.files.file_of_process(proc_root, ppid));
-    // Read once more: a parent that exited and whose pid was taken while
-    // it was read is another process, whatever the reads said.
-    let start = start.filter(|s| process_start(proc_root, ppid) == Some(*s));
-    ParentFacts { start, exe, in_node_namespace, plugin_file }
+/// Whether the lifecycle of processes of `pod` is followed under
+/// `filter`. A CNI run for no pod (a runtime's own test, `cnitool`) and a
+/// signal to a process in no pod are not a pod's teardown.
+fn follows(filter: &PodFilter, pod: Option<&PodUid>) -> bool {
+    pod.is_some_and(|uid| filter.is_whole_node() || filter.pods().any(|p| p == uid))
 }
 
-/// A live process's whole environment, if it is still the process that
-/// started at `start`: what a plugin's kernel copy cut off.
-fn environ_of(proc_root: &Path, pid: u32, start: Option<ProcessStart>) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let start = start?;
-    let file = File::open(proc_root.join(pid.to_string()).join("environ")).ok()?;
-    let mut env = Vec::new();
-    file.take(ENVIRON_MAX).read_to_end(&mut env).ok()?;
-    (process_start(proc_root, pid) == Some(start)).then_some(env)
+/// The node's plugin files, as identify asks of them.
+impl PluginTable for PluginFiles {
+    fn path_of(&self, file: &PluginFile) -> Option<&Path> {
+        self.get(file)
+    }
+
+    fn file_of_process(&self, proc_root: &Path, pid: u32) -> Option<PluginFile> {
+        PluginFiles::file_of_process(self, proc_root, pid)
+    }
 }
 
-/// The calls of every pod's series in `book`, by syscall. Under `--pod`
-/// the book holds the followed pods' series alone (the filter admits no
-/// other call), so this is their calls.
 fn pods_calls(book: &LatencyBook) -> BTreeMap<Syscall, u64> {
     let mut calls = BTreeMap::new();
     for (key, series) in book.series() {

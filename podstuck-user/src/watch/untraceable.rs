@@ -104,6 +104,11 @@ pub async fn serve(
             metrics: render_untraceable(node, env!("CARGO_PKG_VERSION"), kernel, reason, &cost),
             findings: serde_json::to_string(&findings).expect("the page serialises"),
             rendered: Some(std::time::Instant::now()),
+            // Ready on purpose: a restart would not change the node, and a
+            // rollout must not stall on nodes that cannot be traced.
+            ready: Some(format!(
+                "not tracing on purpose (--stay-up): cannot trace this node ({reason}); /findings says why"
+            )),
         })
     };
     let (pages, published) = watch::channel(render());

@@ -13,9 +13,11 @@
 //!                          containerd's unmount retries: 50)
 //!   --backoff-ms MS        wait MS before the 2nd attempt, doubling after each,
 //!                          capped at 122 s (kubelet's volume backoff: 500)
-//!   --calls-per-s N        remove-all makes at most N unlinkat calls a second:
-//!                          the pace of a remover on a real disk, when the test
-//!                          tree sits on a much faster tmpfs
+//!   --calls-per-s N        remove-all and churn-unlink make at most N removal
+//!                          calls a second: the pace of a remover on a real
+//!                          disk, when the test tree sits on a much faster
+//!                          tmpfs (and a storm that lasts as long as a test
+//!                          needs it to)
 //! Ops (each attempt prints one line: the op and "ok", "errno N" or a count):
 //!   rmdir-at DIR NAME      open DIR, unlinkat(fd, NAME, AT_REMOVEDIR)
 //!   rmdir PATH             rmdir(2), the raw syscall (arm64 has none: unlinkat
@@ -256,6 +258,7 @@ fn attempt(args: &[Vec<u8>]) -> String {
             let n: usize = number(&args[2], "churn-unlink DIR N");
             let mut failed = 0;
             for _ in 0..n {
+                pace();
                 // SAFETY: a valid C string; the fd is closed at once.
                 unsafe {
                     let fd = libc::open(file.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);

@@ -3,16 +3,18 @@
 //! FUSE daemon stop answering (SIGSTOP) and watch a removal hang in the
 //! kernel, the way a dead s3fs or gcsfuse CSI driver hangs kubelet.
 //!
-//! Usage: fuse_server [--root-attr-valid SECONDS] MOUNTPOINT
+//! Usage: fuse_server [--root-attr-valid SECONDS] [--stall-first-statfs] MOUNTPOINT
 //!
 //! It mounts itself at MOUNTPOINT (source `podstuck-fuse`, type
 //! `fuse.podstuck`), prints "ready" once the kernel's INIT is answered, and
 //! serves until the mount goes away. The tree never changes: a root
-//! directory with regular files `a`, `b`, `c`, an empty directory `d` and
-//! a directory `full` holding a file `x`; UNLINK and RMDIR of those
-//! succeed (but RMDIR of `full`, which fails with ENOTEMPTY, as a volume
-//! directory something was written into does) and they are still there
-//! afterwards, so a test may remove the same name as often as it likes.
+//! directory with regular files `a`, `b`, `c`, an empty directory `d`, a
+//! directory `full` holding a file `x` and a directory `ro`; UNLINK and
+//! RMDIR of those succeed (but RMDIR of `full`, which fails with
+//! ENOTEMPTY, as a volume directory something was written into does, and
+//! of `ro`, which fails with EROFS, as on a volume its server keeps
+//! read-only) and they are still there afterwards, so a test may remove
+//! the same name as often as it likes.
 //! Stopped (SIGSTOP) and continued (SIGCONT), it is a server that stalls
 //! and then answers again: the requests queued meanwhile are answered.
 //!
@@ -24,6 +26,11 @@
 //! with SIGSTOP is not the same: its requests are still pending, and a
 //! killed caller takes its own back.
 //!
+//! `--stall-first-statfs`: the first STATFS is read and left unanswered
+//! until the server gets SIGUSR1 (then answered as any other); every other
+//! request, later STATFSes included, is answered at once: a server that
+//! answers statfs while a caller's earlier one is still stuck on it.
+//!
 //! Entry and attribute timeouts are 0, so every path walk into the mount
 //! asks this server again (LOOKUP, GETATTR): once it is stopped, the next
 //! call through the mount waits for it. `--root-attr-valid SECONDS` lets
@@ -33,7 +40,7 @@
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 const FUSE_KERNEL_VERSION: u32 = 7;
 /// The protocol this server is written against; the kernel adapts to it.
@@ -62,14 +69,18 @@ const IN_HEADER: usize = 40;
 const OUT_HEADER: usize = 16;
 
 /// The whole filesystem: (node id, parent's node id, name, is a directory).
-const NODES: [(u64, u64, &[u8], bool); 6] = [
+const NODES: [(u64, u64, &[u8], bool); 7] = [
     (2, FUSE_ROOT_ID, b"a", false),
     (3, FUSE_ROOT_ID, b"b", false),
     (4, FUSE_ROOT_ID, b"c", false),
     (5, FUSE_ROOT_ID, b"d", true),
     (6, FUSE_ROOT_ID, b"full", true),
     (7, 6, b"x", false),
+    (8, FUSE_ROOT_ID, READ_ONLY, true),
 ];
+
+/// The directory whose RMDIR fails with EROFS.
+const READ_ONLY: &[u8] = b"ro";
 
 /// The name in the root whose LOOKUP is read and never answered.
 const NEVER: &[u8] = b"never";
@@ -205,6 +216,7 @@ fn answer(opcode: u32, node: u64, body: &[u8]) -> Option<Result<Out, i32>> {
         },
         FUSE_RMDIR => match child(node, name_arg(body)) {
             Some(id) if is_dir(id) && has_children(id) => Err(libc::ENOTEMPTY),
+            Some(_) if name_arg(body) == READ_ONLY => Err(libc::EROFS),
             Some(id) if is_dir(id) => Ok(Out::default()),
             Some(_) => Err(libc::ENOTDIR),
             None => Err(libc::ENOENT),
@@ -240,14 +252,48 @@ fn reply(fd: i32, unique: u64, result: Result<Out, i32>) {
 /// Seconds the kernel may keep the root's attributes (`--root-attr-valid`).
 static ROOT_ATTR_VALID: AtomicU64 = AtomicU64::new(0);
 
-fn main() {
-    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if args.first().is_some_and(|a| a == "--root-attr-valid") {
-        let seconds = args.get(1).and_then(|s| s.to_str()?.parse().ok()).expect("--root-attr-valid SECONDS");
-        ROOT_ATTR_VALID.store(seconds, Ordering::Relaxed);
-        args.drain(..2);
+/// Set by SIGUSR1: the STATFS held (`--stall-first-statfs`) is answered.
+static ANSWER_HELD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn answer_held(_signal: libc::c_int) {
+    ANSWER_HELD.store(true, Ordering::Relaxed);
+}
+
+/// SIGUSR1 answers the STATFS held. Without SA_RESTART: the server's
+/// read of /dev/fuse ends with EINTR, so the answer goes at once, not
+/// with the next request.
+fn answer_held_on_sigusr1() {
+    // SAFETY: a zeroed sigaction is a valid empty one; the handler only
+    // stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = answer_held as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut action.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()), 0, "sigaction SIGUSR1");
     }
-    let mountpoint = args.into_iter().next().expect("usage: fuse_server [--root-attr-valid SECONDS] MOUNTPOINT");
+}
+
+fn main() {
+    const USAGE: &str = "usage: fuse_server [--root-attr-valid SECONDS] [--stall-first-statfs] MOUNTPOINT";
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    // The unique of the STATFS held, once one is; `stall`: one is to be.
+    let (mut stall, mut held) = (false, None);
+    loop {
+        match args.first().and_then(|a| a.to_str()) {
+            Some("--root-attr-valid") => {
+                let seconds = args.get(1).and_then(|s| s.to_str()?.parse().ok()).expect(USAGE);
+                ROOT_ATTR_VALID.store(seconds, Ordering::Relaxed);
+                args.drain(..2);
+            }
+            Some("--stall-first-statfs") => {
+                stall = true;
+                answer_held_on_sigusr1();
+                args.remove(0);
+            }
+            _ => break,
+        }
+    }
+    let mountpoint = args.into_iter().next().expect(USAGE);
     let mountpoint = CString::new(mountpoint.as_bytes()).unwrap();
     // SAFETY: opening a device node.
     let fd = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
@@ -269,6 +315,11 @@ fn main() {
     // request could need; 1 MiB covers any max_write it may pick.
     let mut buf = vec![0u8; 1 << 20];
     loop {
+        if ANSWER_HELD.swap(false, Ordering::Relaxed) {
+            if let Some(unique) = held.take() {
+                reply(fd, unique, answer(FUSE_STATFS, FUSE_ROOT_ID, &[]).expect("STATFS is answered"));
+            }
+        }
         // SAFETY: reading into our own buffer.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
         if n < 0 {
@@ -285,6 +336,12 @@ fn main() {
         }
         let (opcode, unique, node) = (u32_at(msg, 4), u64_at(msg, 8), u64_at(msg, 16));
         let body = &msg[IN_HEADER..u32_at(msg, 0) as usize];
+        if opcode == FUSE_STATFS && stall {
+            // Read, and left unanswered until SIGUSR1.
+            stall = false;
+            held = Some(unique);
+            continue;
+        }
         if let Some(result) = answer(opcode, node, body) {
             reply(fd, unique, result);
         }

@@ -39,6 +39,7 @@ use serde_json::Value;
 
 use super::StuckPod;
 use crate::actors::{alive, Process};
+use crate::findings::start_of;
 use crate::kubelet::KubeletRoot;
 use crate::node::{FuseMount, TmpfsMount};
 use crate::scrape::try_get;
@@ -391,11 +392,6 @@ fn overflow_storm(target: &Target) -> FaultOutcome {
     o
 }
 
-/// `/proc/<pid>/stat`'s start time (clock ticks since boot).
-fn start_of(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(") ")?.1.split(' ').nth(19)?.parse().ok()
-}
 
 /// A process given pid `pid`, just freed: `ns_last_pid` set to the pid
 /// before it, then a fork; tried a few times (the churn forks too).

@@ -33,10 +33,11 @@ fn fixes_from_a_container_act_in_the_nodes_mount_namespace() {
         assert_eq!(in_node_namespace(anywhere), anywhere);
     }
     // What the pasting shell would do itself happens in the namespace: a
-    // kill joined to an rmdir, a write into a cgroup's file.
+    // wait joined to an rmdir, a write into a cgroup's file; a kill stays
+    // out, where the pids it names are the node's.
     assert_eq!(
         in_node_namespace("kill -9 42 && sleep 1 && rmdir -- /sys/fs/cgroup/x/y"),
-        "nsenter -t 1 -m -- sh -c 'kill -9 42 && sleep 1 && rmdir -- /sys/fs/cgroup/x/y'"
+        "kill -9 42 && nsenter -t 1 -m -- sh -c 'sleep 1 && rmdir -- /sys/fs/cgroup/x/y'"
     );
     assert_eq!(
         in_node_namespace("echo 1 > /sys/fs/cgroup/x/cgroup.kill"),
@@ -308,8 +309,10 @@ impl Case {
     /// `fix` entered into a namespace: nsenter's argv, then, for a fix
     /// that went as one `sh -c` word, the fix's own calls run inside.
     fn entered(what: &'static str, pid: &str, fix: &str, inside: Vec<Vec<Vec<u8>>>) -> Case {
+        // The start check before another pid's nsenter reads /proc, which
+        // the stand-ins' shell has none of: its own test checks it.
         let entered =
-            if pid == "1" { in_node_namespace(fix) } else { in_mount_namespace_of(pid.parse().unwrap(), fix) };
+            if pid == "1" { in_node_namespace(fix) } else { entering(&format!("nsenter -t {pid} -m --"), fix) };
         let nsenter = argv(&[b"nsenter", b"-t", pid.as_bytes(), b"-m", b"--"]);
         let mut argvs = Vec::new();
         if entered.starts_with(&format!("nsenter -t {pid} -m -- sh -c ")) {
@@ -454,6 +457,18 @@ fn checked_cases(p: &[u8], abs: &[u8], id: &str, docker: &str) -> Vec<Case> {
     if let Some(fix) = empty_dir(abs) {
         cases.push(Case::new("empty_dir", fix, vec![argv(&[b"find", abs, b"-xdev", b"-mindepth", b"1", b"-delete"])]));
     }
+    assert_eq!(kill_what_cgroups_hold([abs]).is_some(), absolute, "kill_what_cgroups_hold of {abs:?}");
+    if let Some(fix) = kill_what_cgroups_hold([abs, abs]) {
+        cases.push(Case::new(
+            "kill_what_cgroups_hold",
+            fix,
+            vec![
+                argv(&[b"find", abs, b"-name", b"cgroup.procs", b"-exec", b"cat", b"--", b"{}", b"+"]),
+                argv(&[b"sort", b"-u"]),
+                argv(&[b"xargs", b"-r", b"kill", b"-9"]),
+            ],
+        ));
+    }
     if let Some(fix) = remount("bind,rw", abs) {
         cases.push(Case::new("remount", fix, vec![argv(&[b"mount", b"-o", b"remount,bind,rw", b"--", abs])]));
     }
@@ -560,4 +575,83 @@ fn a_kill_fix_signals_only_the_process_podstuck_saw() {
     assert!(Command::new("sh").arg("-c").arg(&fix).status().unwrap().success(), "{fix}");
     assert_eq!(child.wait().unwrap().signal(), Some(9));
     assert_eq!(kill_if_same("KILL", pid, None), None, "no start, no kill fix");
+}
+
+/// What the pid rule itself reads: a kill or an nsenter of a pid with no
+/// start check of that very pid before it, in the same text.
+#[test]
+fn a_pid_signalled_or_entered_without_its_start_check_is_found() {
+    assert_eq!(unchecked_pids("kill -9 42 43"), vec![42, 43]);
+    assert_eq!(unchecked_pids("or continue it: kill -CONT 900"), vec![900]);
+    assert_eq!(unchecked_pids("nsenter -t 812 -m -- umount -- /x"), vec![812]);
+    assert_eq!(unchecked_pids("kill 7 && echo done"), vec![7]);
+    // PID 1 is the node's init, never reused while the node runs.
+    assert!(unchecked_pids("nsenter -t 1 -m -- umount -- /x").is_empty());
+    // Another pid's check is no check of this one.
+    let start = Some(crate::event::ProcessStart(5));
+    let other = kill_if_same("TERM", 41, start).unwrap();
+    assert_eq!(unchecked_pids(&format!("{other} && kill -9 42")), vec![42]);
+    assert!(unchecked_pids(&kill_if_same("TERM", 42, start).unwrap()).is_empty());
+    // Words about a pid are no command.
+    assert!(unchecked_pids("stop pid 42 once `ps -p 42 -o lstart,comm` shows it is still that process").is_empty());
+    assert!(unchecked_pids("find /sys/fs/cgroup/x -name cgroup.procs -exec cat -- {} + | xargs -r kill -9").is_empty());
+}
+
+/// One step of a fix, as any builder makes it, with the pids in it.
+fn any_step() -> impl Strategy<Value = String> {
+    let start = (1u64..u64::MAX).prop_map(|s| Some(crate::event::ProcessStart(s)));
+    let path = proptest::collection::vec(any::<u8>(), 1..24).prop_map(|mut p| {
+        p.insert(0, b'/');
+        p
+    });
+    prop_oneof![
+        (2u32..u32::MAX, start.clone(), prop_oneof![Just("TERM"), Just("9"), Just("STOP"), Just("CONT")])
+            .prop_map(|(pid, start, sig)| kill_if_same(sig, pid, start).unwrap()),
+        path.clone().prop_map(|p| unmount_lazily(&p)),
+        path.clone().prop_map(|p| remove_dirs([p])),
+        path.clone().prop_map(|p| kill_what_cgroups_hold([p]).unwrap()),
+        path.clone().prop_map(|p| write_file("1", &p)),
+        Just(IN_NODE_NAMESPACE.to_string() + " umount -- /v"),
+    ]
+}
+
+proptest! {
+    /// Every fix the builders make, alone, joined, entered into another
+    /// namespace (by a checked nsenter) or the node's, and as said from a
+    /// container: no pid in it goes unchecked.
+    #[test]
+    fn no_fix_any_builder_makes_names_a_pid_it_does_not_check(
+        steps in proptest::collection::vec(any_step(), 1..5),
+        member in 2u32..u32::MAX,
+        start in 1u64..u64::MAX,
+    ) {
+        let fix = one_after_another(steps);
+        prop_assert!(unchecked_pids(&fix).is_empty(), "{}", fix);
+        let entered = in_mount_namespace_of(member, Some(crate::event::ProcessStart(start)), &fix).unwrap();
+        prop_assert!(unchecked_pids(&entered).is_empty(), "{}", entered);
+        prop_assert!(unchecked_pids(&in_node_namespace(&fix)).is_empty());
+        prop_assert!(unchecked_pids(&in_node_namespace(&entered)).is_empty());
+        // Without a start there is no nsenter to print at all.
+        prop_assert!(in_mount_namespace_of(member, None, &fix).is_none());
+        prop_assert!(kill_if_same("TERM", member, None).is_none());
+    }
+
+    /// A fix is split into its steps at its top-level `&&` only: a quoted
+    /// name holding `&&`, quotes or `$(` is one step's word.
+    #[test]
+    fn a_fix_splits_into_the_steps_it_was_joined_from(
+        names in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..16), 1..4),
+    ) {
+        let steps: Vec<String> = names
+            .iter()
+            .map(|n| {
+                let mut p = b"/v/".to_vec();
+                p.extend(n);
+                unmount(&p)
+            })
+            .collect();
+        let fix = one_after_another(steps.clone());
+        let split: Vec<String> = steps_of(&fix).into_iter().map(str::to_string).collect();
+        prop_assert_eq!(split, steps);
+    }
 }

@@ -1,12 +1,26 @@
 //! The filesystems podstuck stays away from, and how they heal. A read
 //! that did not answer leaves its reader in the kernel; while it is stuck
 //! there the filesystem it is on is avoided (a second read would only
-//! hang beside it). Once that reader ends, the filesystem answered: it is
-//! read again at once. A reader that never ends (a dead NFS server) does
-//! not blind podstuck for good either: the filesystem is tried again
-//! after a backoff (30 s, doubling to 10 min), one more reader at most
-//! beside the stuck one, and only while half of the readers podstuck
-//! allows are free, so filesystems that answer always find a reader.
+//! hang beside it). Once that reader ends (it returned, or was reaped),
+//! the filesystem answered: it is read again at once, and the recovery
+//! counted. A reader that never ends (a dead NFS server) does not blind
+//! podstuck for good either: the filesystem is tried again after a
+//! backoff (30 s, doubling to 10 min), one more reader at most beside the
+//! stuck one, and only while half of the readers podstuck allows are
+//! free, so filesystems that answer always find a reader.
+//!
+//! A try that answers while the first reader is still stuck lifts
+//! nothing: its answer is used, and the next try waits another backoff.
+//! The reads of the same look go on with it for half a second
+//! ([`TRY_LOOK`]): a detector's look is several reads (the call's path
+//! resolved, then its filesystem's statfs), and a first that answered
+//! must not leave the one that tells the cause refused for another
+//! backoff. One more reader at most beside the stuck one still holds.
+//! A server may answer one request and stall another (a FUSE daemon
+//! answering statfs while a lookup it read never returns): lifted on the
+//! statfs, the filesystem was read freely, each read that met the stall
+//! left one more reader stuck, and once they reached the cap
+//! (`DEFAULT_MAX_STUCK_WORKERS`) podstuck refused every read of the node.
 //!
 //! A filesystem is known by its device (major:minor): every mount of it,
 //! in any mount namespace, is the same superblock and hangs alike, and
@@ -29,6 +43,9 @@ pub(super) const FIRST_BACKOFF: Duration = Duration::from_secs(30);
 pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(600);
 /// Readers left stuck on one filesystem at most: the first, and one try.
 pub(super) const STUCK_PER_SPOT: usize = 2;
+/// How long the reads of one look go on with a try that answered while
+/// the first reader is still stuck.
+pub(super) const TRY_LOOK: Duration = Duration::from_millis(500);
 /// Recoveries remembered for the summary (all are counted).
 const RECOVERIES_KEPT: usize = 16;
 
@@ -63,6 +80,15 @@ struct Avoided {
     hangs: u32,
     /// When it may be tried again though a reader on it is still stuck.
     retry_at: Instant,
+    /// Until when the look whose try answered may go on reading it.
+    look_until: Option<Instant>,
+}
+
+impl Avoided {
+    /// Whether the look whose try answered is still going on.
+    fn looking(&self, now: Instant) -> bool {
+        self.look_until.is_some_and(|until| now < until)
+    }
 }
 
 /// A filesystem that was avoided and answered again.
@@ -115,7 +141,8 @@ impl Avoidance {
         let hit = self.avoided.iter().find(|a| place.spots.iter().any(|s| covers(&a.spot, s)))?;
         let readers = stuck.on(&hit.spot);
         let free = stuck.max.saturating_sub(stuck.spots.len());
-        let retry = now >= hit.retry_at && readers < STUCK_PER_SPOT && free * 2 >= stuck.max;
+        let trying = now >= hit.retry_at || hit.looking(now);
+        let retry = trying && readers < STUCK_PER_SPOT && free * 2 >= stuck.max;
         if retry {
             return None;
         }
@@ -142,6 +169,7 @@ impl Avoidance {
             Some(a) => {
                 a.hangs += 1;
                 a.retry_at = now + backoff(a.hangs);
+                a.look_until = None;
             }
             None => self.avoided.push(Avoided {
                 spot: spot.clone(),
@@ -151,19 +179,29 @@ impl Avoidance {
                 since_wall: SystemTime::now(),
                 hangs: 1,
                 retry_at: now + backoff(1),
+                look_until: None,
             }),
         }
         spot
     }
 
-    /// A read at `place` answered: what was avoided there answers again.
-    pub(super) fn answered(&mut self, place: &Place, now: Instant) {
-        let answered: Vec<Spot> = self
-            .avoided
-            .iter()
-            .filter(|a| place.spots.first().is_some_and(|s| covers(&a.spot, s)))
-            .map(|a| a.spot.clone())
-            .collect();
+    /// A read at `place` answered: what was avoided there answers again,
+    /// unless a reader is still stuck on it (the read that hung may hang
+    /// again): that stays avoided until its reader ends, tried again
+    /// after another backoff.
+    pub(super) fn answered(&mut self, place: &Place, stuck: &Stuck<'_>, now: Instant) {
+        let mut answered = Vec::new();
+        for a in self.avoided.iter_mut().filter(|a| place.spots.first().is_some_and(|s| covers(&a.spot, s))) {
+            match stuck.on(&a.spot) {
+                0 => answered.push(a.spot.clone()),
+                // The try's own look goes on; the next look waits a backoff.
+                _ if a.looking(now) => {}
+                _ => {
+                    a.retry_at = now + backoff(a.hangs);
+                    a.look_until = Some(now + TRY_LOOK);
+                }
+            }
+        }
         for spot in answered {
             self.lift(&spot, now);
         }
@@ -310,8 +348,56 @@ mod tests {
         assert!(avoidance.refuses(&on_host, &s, t0).is_none(), "the host's /data is another place");
         let below = Place { spots: vec![Spot::Path { ns: 4026532300, path: b"/data/x".to_vec() }], ..on_host };
         assert!(avoidance.refuses(&below, &s, t0).is_some());
-        // A read there answered: lifted.
-        avoidance.answered(&below, t0);
+        // A read there answered, its reader gone: lifted.
+        avoidance.answered(&below, &stuck(&[], 8), t0);
         assert!(avoidance.is_empty());
+    }
+
+    /// A FUSE server answering statfs while the lookup it read stays
+    /// unanswered: the try's answer lifts nothing while the first reader
+    /// is stuck, so readers never pile up to the cap; the reader's return
+    /// lifts it, counted.
+    #[test]
+    fn a_try_that_answers_while_the_first_reader_is_stuck_keeps_the_filesystem_avoided_until_that_reader_returns() {
+        let mut avoidance = Avoidance::default();
+        let t0 = Instant::now();
+        let fuse = place((0, 55), &[(8, 1)]);
+        let spot = avoidance.hung(&fuse, t0);
+        let one = stuck(&[&spot], 8);
+        let tried = t0 + FIRST_BACKOFF;
+        assert!(avoidance.refuses(&fuse, &one, tried).is_none(), "tried again after its backoff");
+        avoidance.answered(&fuse, &one, tried);
+        assert!(!avoidance.is_empty(), "lifted while a reader is still stuck on it");
+        // The try's look goes on: its next read (the statfs after the
+        // path's resolution) is not refused, and does not open another.
+        let same_look = tried + Duration::from_millis(100);
+        assert!(avoidance.refuses(&fuse, &one, same_look).is_none(), "the look of the try that answered goes on");
+        avoidance.answered(&fuse, &one, same_look);
+        assert!(avoidance.refuses(&fuse, &one, tried + TRY_LOOK).is_some(), "the next look waits another backoff");
+        assert_eq!(avoidance.recovered_total, 0);
+        let refused = avoidance.refuses(&fuse, &one, tried + Duration::from_secs(1)).unwrap();
+        assert!(refused.why().ends_with("podstuck reads there again when it returns, or in 29 s"), "{refused}");
+        assert_eq!(avoidance.now(&one)[0].readers, 1);
+        // Another backoff, another try: still one reader stuck, no more.
+        assert!(avoidance.refuses(&fuse, &one, tried + FIRST_BACKOFF).is_none());
+        // The stuck reader returns (or is reaped): lifted, counted.
+        let returned = tried + FIRST_BACKOFF + Duration::from_secs(5);
+        assert!(avoidance.refuses(&fuse, &stuck(&[], 8), returned).is_none());
+        assert!(avoidance.is_empty());
+        assert_eq!(avoidance.recovered_total, 1);
+        assert_eq!(avoidance.recovered()[0].avoided_for, returned - t0);
+    }
+
+    /// A read answered elsewhere on a filesystem whose own reader ended
+    /// (reaped before this read's answer) lifts it at once, as before.
+    #[test]
+    fn a_read_that_answers_once_no_reader_is_stuck_lifts_the_filesystem_at_once() {
+        let mut avoidance = Avoidance::default();
+        let t0 = Instant::now();
+        let fuse = place((0, 55), &[]);
+        avoidance.hung(&fuse, t0);
+        avoidance.answered(&fuse, &stuck(&[], 8), t0 + Duration::from_secs(3));
+        assert!(avoidance.is_empty());
+        assert_eq!(avoidance.recovered_total, 1);
     }
 }

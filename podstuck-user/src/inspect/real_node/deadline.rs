@@ -3,7 +3,8 @@
 //! for its answer no longer than a deadline, and no longer than what is
 //! left of the review's time. Past that the reader is left to end when the
 //! kernel lets it, and the filesystem it was on is avoided while it is
-//! stuck there ([`super::avoidance`]: it heals).
+//! stuck there, whatever else the filesystem answers meanwhile
+//! ([`super::avoidance`]: it heals once the reader returns).
 //!
 //! Why a process and not a thread is said in the [`super`] module's doc.
 //! The reader opens what it reads below a root it is given, following no
@@ -49,6 +50,20 @@ pub(super) enum Root {
     /// Process `pid`'s root (`/proc/<pid>/root`), in its mount namespace;
     /// the node's when it is gone (a short-lived caller's root was).
     Process(u32),
+    /// The root of process `pid`, a member of the mount namespace a path
+    /// is proven in: when it is gone, nothing is read (the node's root is
+    /// another place, where the same path may be another pod's).
+    Member(u32),
+}
+
+impl Root {
+    /// A question's `root`: the node's for [`NODE_ROOT`](crate::inspect::NODE_ROOT), else the member's.
+    pub(super) fn of(root: u32) -> Root {
+        match root {
+            crate::inspect::NODE_ROOT => Root::Node,
+            pid => Root::Member(pid),
+        }
+    }
 }
 
 /// A reader the caller gave up on, not ended yet.
@@ -114,14 +129,15 @@ impl RealNode {
         self.stuck.iter().filter(|r| r.spot.is_some()).map(|r| (r.pid.as_raw() as u32, r.path.clone())).collect()
     }
 
-    /// Runs `op` on node path `path` in a reader process, waiting the usual deadline.
-    pub(super) fn within_deadline<T: Serialize + DeserializeOwned>(
+    /// Runs `op` on `path` below `root` in a reader process, waiting the usual deadline.
+    pub(super) fn within_deadline_in<T: Serialize + DeserializeOwned>(
         &mut self,
+        root: Root,
         path: &[u8],
         op: impl FnOnce(&Beneath, &[u8]) -> Probe<T>,
     ) -> Probe<T> {
         let wait = self.deadline;
-        self.on_worker(Root::Node, path, wait, op)
+        self.on_worker(root, path, wait, op)
     }
 
     /// Runs `op` on `path` below `root` in a reader process of its own and
@@ -154,7 +170,7 @@ impl RealNode {
         let node_root = self.node.path("/");
         let root_dir = match root {
             Root::Node => node_root.clone(),
-            Root::Process(pid) => self.proc_file(pid, "root"),
+            Root::Process(pid) | Root::Member(pid) => self.proc_file(pid, "root"),
         };
         let (answer, written) = io::pipe().map_err(|e| cannot_start(&e))?;
         let parent = std::process::id();
@@ -168,7 +184,7 @@ impl RealNode {
                 let beneath = match Beneath::new(&root_dir, Resolver::best()) {
                     Ok(b) => b,
                     // A caller gone: its root was the node's.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound && root != Root::Node => {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && matches!(root, Root::Process(_)) => {
                         Beneath::new(&node_root, Resolver::best()).map_err(|e| Unreadable::io(&e))?
                     }
                     Err(e) => return Err(Unreadable::io(&e)),
@@ -186,7 +202,8 @@ impl RealNode {
                         }
                         if !self.avoidance.is_empty() {
                             let place = self.place_of(root, path);
-                            self.avoidance.answered(&place, Instant::now());
+                            let stuck = stuck_view(&self.stuck, self.max_stuck_workers);
+                            self.avoidance.answered(&place, &stuck, Instant::now());
                         }
                         serde_json::from_slice(&bytes)
                             .unwrap_or_else(|_| Err(Unreadable::Other("the reader ended without an answer".into())))
@@ -234,7 +251,7 @@ impl RealNode {
     fn place_of(&self, root: Root, path: &[u8]) -> Place {
         let own = self.own_mntns();
         let (ns, table) = match root {
-            Root::Process(pid) => match self.mntns_of(pid) {
+            Root::Process(pid) | Root::Member(pid) => match self.mntns_of(pid) {
                 Some(ns) if Some(ns) != own => (ns, self.table_of(pid)),
                 _ => (0, self.host_table()),
             },
@@ -429,14 +446,14 @@ mod tests {
         assert_eq!((hung.kind(), hung.why()), ("timed-out", "timed out after 100 ms: the filesystem may be hung"));
         assert_eq!(node.avoided_mount_points(), vec![b(&mnt).to_vec()]);
 
-        assert!(avoided(node.file_facts(b(&file))).starts_with("not touched: an earlier read on "));
-        avoided(node.dir_sample(b(&mnt), 1));
+        assert!(avoided(node.file_facts(b(&file), 0)).starts_with("not touched: an earlier read on "));
+        avoided(node.dir_sample(b(&mnt), 1, 0));
         // Reaching the submount walks through the hung one.
-        avoided(node.fs_usage(b(&sub)));
-        assert!(node.file_facts(b(&tmp.0)).is_ok(), "other filesystems are still read");
+        avoided(node.fs_usage(b(&sub), 0));
+        assert!(node.file_facts(b(&tmp.0), 0).is_ok(), "other filesystems are still read");
         // Its reader returns: the filesystem answers, and is read again.
         release.now();
-        poll_until("the filesystem read again once its reader returned", WAIT, || node.file_facts(b(&file)).ok());
+        poll_until("the filesystem read again once its reader returned", WAIT, || node.file_facts(b(&file), 0).ok());
         let reads = node.reads_now();
         assert!(reads.avoided.is_empty(), "{reads:?}");
         assert_eq!(reads.recovered_total, 1);
@@ -456,7 +473,7 @@ mod tests {
         let mut node = RealNode::new(Node::direct());
         node.avoid(b(&mnt.join("f")));
         assert!(node.avoided_mount_points().is_empty(), "its probe answered at once");
-        assert!(node.inode_flags(b(&mnt.join("f"))).is_ok());
+        assert!(node.inode_flags(b(&mnt.join("f")), 0).is_ok());
     }
 
     #[test]
@@ -476,11 +493,11 @@ mod tests {
         let release = Release::new(&tmp);
         let r = node.on_worker(Root::Node, b(&hung), node.deadline, hang_until(&release));
         assert_eq!(r.unwrap_err().kind(), "timed-out");
-        let refused = avoided(node.file_facts(b(&other)));
+        let refused = avoided(node.file_facts(b(&other), 0));
         assert!(refused.starts_with("not touched: too many earlier reads (1) are still hung"), "{refused}");
         // Once the stuck read returns, a new one may start.
         release.now();
-        poll_until("the stuck reader to return", WAIT, || node.file_facts(b(&other)).ok());
+        poll_until("the stuck reader to return", WAIT, || node.file_facts(b(&other), 0).ok());
     }
 
     /// Each look at the node has one budget for all its reads: a read
@@ -501,10 +518,10 @@ mod tests {
             drop(Abandoned(pid));
         }
         poll_until("the budget spent", WAIT, || (start.elapsed() > Duration::from_millis(300)).then_some(()));
-        let spent = avoided(node.file_facts(b"/"));
+        let spent = avoided(node.file_facts(b"/", 0));
         assert!(spent.contains("this look at the node has used its time"), "{spent}");
         node.look_within(Duration::from_secs(5));
-        assert!(node.file_facts(b"/").is_ok(), "the next look reads");
+        assert!(node.file_facts(b"/", 0).is_ok(), "the next look reads");
     }
 
     /// A read that hangs in another process's root is placed in that
@@ -543,7 +560,10 @@ mod tests {
         assert_eq!(now.avoided.len(), 1);
         assert_eq!((now.avoided[0].mount_point.as_slice(), now.avoided[0].fstype.as_str()), (b(&dir), "tmpfs"));
         // The host's `dir`, a directory of the host's filesystem: read.
-        assert!(node.file_facts(b(&dir.join("f"))).is_ok(), "a host filesystem avoided for another namespace's hang");
+        assert!(
+            node.file_facts(b(&dir.join("f")), 0).is_ok(),
+            "a host filesystem avoided for another namespace's hang"
+        );
         release.now();
     }
 
@@ -640,7 +660,7 @@ mod tests {
         // Once it ends, it is no longer said to be left, nor its filesystem avoided.
         drop(_reader);
         assert!(node.readers_left().is_empty());
-        assert!(node.file_facts(b(&tmp.0)).is_ok());
+        assert!(node.file_facts(b(&tmp.0), 0).is_ok());
     }
 
     /// Once podstuck stops, reads wait no later than it said, and none
@@ -663,7 +683,7 @@ mod tests {
         // Past the stop, a filesystem never avoided is not read either.
         let mut stopped = RealNode::new(Node::direct());
         stopped.stopping(Instant::now());
-        assert_eq!(avoided(stopped.file_facts(b(&tmp.0))), NOT_READ_STOPPING);
+        assert_eq!(avoided(stopped.file_facts(b(&tmp.0), 0)), NOT_READ_STOPPING);
     }
 
     #[test]

@@ -44,19 +44,24 @@ const FS_APPEND_FL: u32 = 0x20;
 
 impl RealNode {
     /// How many entries are left below `path`, counted or estimated.
-    pub(super) fn entries_below(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
+    pub(super) fn entries_below(&mut self, root: Root, path: &[u8]) -> Probe<EntryEstimate> {
         // The walk has its own budget; the deadline is for a call that never returns.
         let wait = WALK_BUDGET + self.deadline;
-        self.on_worker(Root::Node, path, wait, |b, p| count_tree(b, p, WALK_BUDGET, WALK_ENTRY_CAP))
+        self.on_worker(root, path, wait, |b, p| count_tree(b, p, WALK_BUDGET, WALK_ENTRY_CAP))
     }
 
     /// statfs of the filesystem `path` is on, named as mountinfo names it.
-    pub(super) fn usage_of(&mut self, path: &[u8]) -> Probe<FsUsage> {
+    pub(super) fn usage_of(&mut self, root: Root, path: &[u8]) -> Probe<FsUsage> {
         let wait = self.deadline;
-        let (mut usage, dev) = self.on_worker(Root::Node, path, wait, read_fs_usage)?;
+        let (mut usage, dev) = self.on_worker(root, path, wait, read_fs_usage)?;
         // mountinfo knows the exact name ("ext4", "nfs4", "fuse.sshfs")
-        // where the magic number only knows a family.
-        if let Ok(mounts) = self.host_table() {
+        // where the magic number only knows a family: the table of the
+        // namespace the path was read in.
+        let table = match root {
+            Root::Member(pid) => self.table_of(pid).map_err(unreadable),
+            _ => self.host_table().map_err(unreadable),
+        };
+        if let Ok(mounts) = table {
             if let Some(m) = mount_containing(&mounts, path).filter(|m| m.dev == dev) {
                 usage.fstype = m.fstype.clone();
             }
@@ -361,24 +366,24 @@ mod tests {
         };
 
         let mut node = RealNode::new(Node::direct());
-        let flags = node.inode_flags(b(&locked)).unwrap();
+        let flags = node.inode_flags(b(&locked), 0).unwrap();
         assert!(flags.immutable && !flags.append_only, "{flags:?}");
         assert_ne!(flags.raw & FS_IMMUTABLE_FL, 0);
-        let flags = node.inode_flags(b(&appended)).unwrap();
+        let flags = node.inode_flags(b(&appended), 0).unwrap();
         assert!(flags.append_only && !flags.immutable, "{flags:?}");
-        let flags = node.inode_flags(b(&plain)).unwrap();
+        let flags = node.inode_flags(b(&plain), 0).unwrap();
         assert!(!flags.immutable && !flags.append_only, "{flags:?}");
-        assert!(node.inode_flags(b(&tmp.0)).is_ok(), "directories have flags too");
+        assert!(node.inode_flags(b(&tmp.0), 0).is_ok(), "directories have flags too");
 
         let link = tmp.0.join("link");
         std::os::unix::fs::symlink(&locked, &link).unwrap();
-        let err = node.inode_flags(b(&link)).unwrap_err();
+        let err = node.inode_flags(b(&link), 0).unwrap_err();
         assert!(err.why().contains("symbolic link"), "{err}");
         let fifo = tmp.0.join("fifo");
         assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-        let err = node.inode_flags(b(&fifo)).unwrap_err();
+        let err = node.inode_flags(b(&fifo), 0).unwrap_err();
         assert!(err.why().contains("FIFO"), "{err}");
-        assert_eq!(node.inode_flags(b(&tmp.0.join("missing"))).unwrap_err().why(), "no such file or directory");
+        assert_eq!(node.inode_flags(b(&tmp.0.join("missing")), 0).unwrap_err().why(), "no such file or directory");
     }
 
     #[test]
@@ -393,9 +398,9 @@ mod tests {
         let file = dir.join("f");
         fs::write(&file, b"hello").unwrap();
         let mut node = RealNode::new(Node::direct());
-        let facts = node.file_facts(b(&dir)).unwrap();
+        let facts = node.file_facts(b(&dir), 0).unwrap();
         assert!(facts.is_dir && facts.sticky, "{facts:?}");
-        let facts = node.file_facts(b(&file)).unwrap();
+        let facts = node.file_facts(b(&file), 0).unwrap();
         assert!(!facts.is_dir && !facts.sticky);
         assert_eq!((facts.size, facts.nlink, facts.uid), (5, 1, 0));
         let meta = fs::metadata(&file).unwrap();
@@ -415,15 +420,15 @@ mod tests {
         fs::write(mnt.join("f"), vec![0u8; 64 * 1024]).unwrap();
 
         let mut node = RealNode::new(Node::direct());
-        let usage = node.fs_usage(b(&mnt)).unwrap();
+        let usage = node.fs_usage(b(&mnt), 0).unwrap();
         assert_eq!(usage.fstype, "tmpfs");
         assert_eq!(usage.total_bytes, 1 << 20);
         assert!(usage.free_bytes <= usage.total_bytes - 64 * 1024, "{usage:?}");
         assert_eq!(usage.total_inodes, 100);
         assert!(usage.free_inodes < 100);
         assert!(!usage.read_only);
-        assert!(node.fs_usage(b(&ro)).unwrap().read_only);
-        assert_eq!(node.fs_usage(b(&tmp.0.join("missing"))).unwrap_err().why(), "no such file or directory");
+        assert!(node.fs_usage(b(&ro), 0).unwrap().read_only);
+        assert_eq!(node.fs_usage(b(&tmp.0.join("missing")), 0).unwrap_err().why(), "no such file or directory");
     }
 
     #[test]
@@ -453,7 +458,7 @@ mod tests {
         }
 
         let mut node = RealNode::new(Node::direct());
-        let sample = node.dir_sample(b(&tree), 3).unwrap();
+        let sample = node.dir_sample(b(&tree), 3, 0).unwrap();
         assert_eq!(sample.names.len(), 3);
         // f0..f9, a, link, sub
         assert_eq!(sample.counted, 13);
@@ -461,7 +466,7 @@ mod tests {
         assert!(sample.names.iter().all(|n| n != b"." && n != b".."));
 
         // top 13 + a's 5 files and b + b's 2 files; nothing under sub or link.
-        let estimate = node.remaining_entries(b(&tree)).unwrap();
+        let estimate = node.remaining_entries(b(&tree), 0).unwrap();
         assert_eq!(estimate, EntryEstimate { entries: 21, at_least: false, method: "counted".into() });
 
         let beneath = Beneath::new(std::path::Path::new("/"), Resolver::best()).unwrap();
@@ -470,8 +475,8 @@ mod tests {
         let timed = count_tree(&beneath, b(&tree), Duration::ZERO, WALK_ENTRY_CAP).unwrap();
         assert!(timed.at_least && timed.method.contains("lower bound"), "{timed:?}");
 
-        assert_eq!(node.remaining_entries(b(&tree.join("f0"))).unwrap_err().why(), "not a directory");
-        assert_eq!(node.dir_sample(b(&tree.join("gone")), 3).unwrap_err().why(), "no such file or directory");
+        assert_eq!(node.remaining_entries(b(&tree.join("f0")), 0).unwrap_err().why(), "not a directory");
+        assert_eq!(node.dir_sample(b(&tree.join("gone")), 3, 0).unwrap_err().why(), "no such file or directory");
     }
 
     #[test]

@@ -8,8 +8,9 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fs;
 
-use crate::inspect::mounts::{is_at_or_below, mount_containing};
-use crate::inspect::{HoldKind, Mount, MountCopy, MountHolder};
+use crate::inspect::mounts::{is_at_or_below, mount_containing, mount_point_location};
+use crate::inspect::{HoldKind, Mount, MountCopy, MountElsewhere, MountHolder, MountNamespace};
+use crate::mountinfo::entry_location;
 
 use super::{read_link, RealNode};
 
@@ -57,6 +58,50 @@ impl RealNode {
         holders
     }
 
+    /// The mounts on the directory entry `path` names in namespace
+    /// `mntns`, in every other namespace, the host's first, with who holds
+    /// each: the entry is found in each table by where its mount point
+    /// lies (the filesystem and directory under it), so a namespace that
+    /// reaches the same directory by another path counts too.
+    pub(super) fn elsewhere_of(&mut self, path: &[u8], mntns: u64) -> Vec<MountElsewhere> {
+        let host_ns = self.own_mntns();
+        let asked = if mntns == 0 { host_ns } else { Some(mntns) };
+        let Ok(here) = self.namespace(asked.unwrap_or(0)) else { return Vec::new() };
+        let Some(entry) = entry_location(&here.mounts, path) else { return Vec::new() };
+        let mut seen: HashSet<u64> = asked.into_iter().collect();
+        let mut namespaces: Vec<MountNamespace> = Vec::new();
+        if let (Some(host), true) = (host_ns, asked != host_ns) {
+            if let Ok(ns) = self.namespace(host) {
+                seen.insert(host);
+                namespaces.push(ns);
+            }
+        }
+        for pid in self.pids() {
+            let Some(ns) = self.mntns_of(pid) else { continue };
+            if !seen.insert(ns) {
+                continue;
+            }
+            if let Ok(namespace) = self.namespace(ns) {
+                namespaces.push(namespace);
+            }
+        }
+        let mut found = Vec::new();
+        for namespace in namespaces {
+            let on_entry: Vec<Mount> = namespace
+                .mounts
+                .iter()
+                .filter(|m| mount_point_location(&namespace.mounts, m).as_ref() == Some(&entry))
+                .cloned()
+                .collect();
+            for mount in on_entry {
+                let holders = self.holders_of(&mount, namespace.mntns);
+                let namespace = MountNamespace { mounts: Vec::new(), ..namespace.clone() };
+                found.push(MountElsewhere { namespace, mount, holders });
+            }
+        }
+        found
+    }
+
     /// The copies of `mount` in namespaces other than its own.
     pub(super) fn copies_of(&mut self, mount: &Mount, mntns: u64) -> Vec<MountCopy> {
         let own_ns = if mntns == 0 { self.own_mntns() } else { Some(mntns) };
@@ -69,10 +114,11 @@ impl RealNode {
             }
             let Ok(table) = self.table_of(pid) else { continue };
             seen.insert(ns);
-            if let Some(copy) = table.iter().find(|m| is_copy(m, mount)) {
+            if let Some(copy) = table.iter().find(|m| is_copy(m, mount) || is_peer(m, mount)) {
                 copies.push(MountCopy {
                     mntns: ns,
                     pid,
+                    start: crate::identify::process::process_start(&self.proc_root, pid),
                     comm: self.comm_of(pid),
                     mount_point: copy.mount_point.clone(),
                     propagation: copy.propagation.clone(),
@@ -168,6 +214,17 @@ impl RealNode {
 /// -m` or a container runtime leaves there.
 fn is_copy(candidate: &Mount, mount: &Mount) -> bool {
     candidate.dev == mount.dev && candidate.root == mount.root && candidate.mount_point == mount.mount_point
+}
+
+/// Whether `candidate` is `mount` in the same peer group (`shared:N`, the
+/// kernel's number, the same in every namespace), wherever it is mounted:
+/// a volume seen inside a container at its own path, with Bidirectional
+/// propagation. A mount or unmount on either reaches the other.
+fn is_peer(candidate: &Mount, mount: &Mount) -> bool {
+    candidate.dev == mount.dev
+        && candidate.root == mount.root
+        && mount.peer_group().is_some()
+        && candidate.peer_group() == mount.peer_group()
 }
 
 /// The kernel appends " (deleted)" to the path of an unlinked file.
@@ -355,6 +412,7 @@ mod tests {
             vec![MountCopy {
                 mntns: 2000,
                 pid: 200,
+                start: None,
                 comm: "other".into(),
                 mount_point: b"/vol".to_vec(),
                 propagation: vec!["master:5".into()],

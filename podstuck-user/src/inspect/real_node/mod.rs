@@ -67,10 +67,10 @@ use crate::node_access::Node;
 
 use super::{
     CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, Mount, MountCopy,
-    MountHolder, MountNamespace, NodeInspector, Probe, ProcessState, TaskState, Unreadable,
+    MountElsewhere, MountHolder, MountNamespace, NodeInspector, Probe, ProcessState, TaskState, Unreadable,
 };
 use avoidance::Avoidance;
-use deadline::StuckReader;
+use deadline::{Root, StuckReader};
 
 pub use avoidance::{AvoidedNow, Recovered};
 pub use deadline::{ReadsNow, DEFAULT_DEADLINE, DEFAULT_MAX_STUCK_WORKERS, NOT_READ_STOPPING};
@@ -173,28 +173,32 @@ impl NodeInspector for RealNode {
         self.copies_of(mount, mntns)
     }
 
-    fn inode_flags(&mut self, path: &[u8]) -> Probe<InodeFlags> {
-        let read = self.within_deadline(path, fs_facts::inode_flags);
+    fn mounts_elsewhere(&mut self, path: &[u8], mntns: u64) -> Vec<MountElsewhere> {
+        self.elsewhere_of(path, mntns)
+    }
+
+    fn inode_flags(&mut self, path: &[u8], root: u32) -> Probe<InodeFlags> {
+        let read = self.within_deadline_in(Root::of(root), path, fs_facts::inode_flags);
         self.counted(read)
     }
 
-    fn file_facts(&mut self, path: &[u8]) -> Probe<FileFacts> {
-        let read = self.within_deadline(path, fs_facts::lstat);
+    fn file_facts(&mut self, path: &[u8], root: u32) -> Probe<FileFacts> {
+        let read = self.within_deadline_in(Root::of(root), path, fs_facts::lstat);
         self.counted(read)
     }
 
-    fn dir_sample(&mut self, path: &[u8], limit: usize) -> Probe<DirSample> {
-        let read = self.within_deadline(path, move |b, p| fs_facts::sample_dir(b, p, limit));
+    fn dir_sample(&mut self, path: &[u8], limit: usize, root: u32) -> Probe<DirSample> {
+        let read = self.within_deadline_in(Root::of(root), path, move |b, p| fs_facts::sample_dir(b, p, limit));
         self.counted(read)
     }
 
-    fn remaining_entries(&mut self, path: &[u8]) -> Probe<EntryEstimate> {
-        let read = self.entries_below(path);
+    fn remaining_entries(&mut self, path: &[u8], root: u32) -> Probe<EntryEstimate> {
+        let read = self.entries_below(Root::of(root), path);
         self.counted(read)
     }
 
-    fn fs_usage(&mut self, path: &[u8]) -> Probe<FsUsage> {
-        let read = self.usage_of(path);
+    fn fs_usage(&mut self, path: &[u8], root: u32) -> Probe<FsUsage> {
+        let read = self.usage_of(Root::of(root), path);
         self.counted(read)
     }
 
@@ -213,8 +217,17 @@ impl NodeInspector for RealNode {
         self.counted(read)
     }
 
+    fn pid_namespace_init(&mut self, pid: u32) -> Vec<TaskState> {
+        self.pid_namespace_init_of(pid).into_iter().collect()
+    }
+
     fn fuse_servers(&mut self) -> Vec<TaskState> {
         self.fuse_server_tasks()
+    }
+
+    fn fuse_waiting(&mut self, connection: u32) -> Probe<u64> {
+        let read = self.fuse_connection_waiting(connection);
+        self.counted(read)
     }
 
     fn loop_devices(&mut self) -> Vec<LoopDevice> {

@@ -9,7 +9,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::identify::process::{parse_stat, TaskStat};
+use crate::identify::process::{parse_stat, process_start, TaskStat};
 use crate::inspect::mounts::parse_mountinfo;
 use crate::inspect::{namespace_gone, Mount, MountNamespace, Probe, ProcessState, TaskState, Unreadable, THREADS_KEPT};
 
@@ -114,6 +114,7 @@ impl RealNode {
                 mntns,
                 host: true,
                 member: self.self_pid,
+                member_start: process_start(&self.proc_root, self.self_pid),
                 member_comm: self.comm_of(self.self_pid),
                 owner: None,
                 mounts,
@@ -129,6 +130,7 @@ impl RealNode {
                         mntns,
                         host: false,
                         member,
+                        member_start: process_start(&self.proc_root, member),
                         member_comm: self.comm_of(member),
                         owner,
                         mounts,
@@ -237,6 +239,13 @@ impl RealNode {
             // Its threads went while they were listed.
             return Ok(None);
         }
+        // A zombie leader has left its namespaces: a live thread's says.
+        let mntns = self.mntns_of(pid).or_else(|| {
+            threads
+                .iter()
+                .filter(|t| !matches!(t.state, 'Z' | 'X'))
+                .find_map(|t| self.mntns_of_link(&task_dir(t.tid).join("ns/mnt")))
+        });
         Ok(Some(ProcessState {
             pid,
             start: now,
@@ -245,6 +254,7 @@ impl RealNode {
             ns_pid,
             sig_ignored: mask(b"SigIgn:"),
             sig_caught: mask(b"SigCgt:"),
+            mntns,
         }))
     }
 
@@ -264,6 +274,42 @@ impl RealNode {
     }
 
     /// The processes with /dev/fuse open: the servers of FUSE mounts.
+    /// How many requests of FUSE connection `connection` wait for an
+    /// answer: fusectl's `waiting`, the kernel's count of the requests
+    /// still in flight (a control file: reading it never calls the
+    /// connection's server).
+    pub(super) fn fuse_connection_waiting(&self, connection: u32) -> Probe<u64> {
+        let file = self.node.path(format!("/sys/fs/fuse/connections/{connection}/waiting"));
+        let text = fs::read_to_string(&file).map_err(unreadable)?;
+        text.trim().parse().map_err(|_| Unreadable::Other(format!("cannot parse {}", file.display())))
+    }
+
+    /// The init of `pid`'s PID namespace (see the question): the process
+    /// in the same namespace (`ns/pid`, the kernel's inode) whose pid
+    /// there is 1 (`NSpid:`'s last).
+    pub(super) fn pid_namespace_init_of(&self, pid: u32) -> Option<TaskState> {
+        let pidns = |p: u32| read_link(&self.proc_file(p, "ns/pid")).ok();
+        let ns_pids = |p: u32| -> Vec<u32> {
+            let status = fs::read(self.proc_file(p, "status")).unwrap_or_default();
+            status
+                .split(|b| *b == b'\n')
+                .find_map(|l| l.strip_prefix(b"NSpid:"))
+                .map(|v| String::from_utf8_lossy(v).split_whitespace().filter_map(|n| n.parse().ok()).collect())
+                .unwrap_or_default()
+        };
+        let ours = pidns(pid)?;
+        let levels = ns_pids(pid);
+        // The node's own namespace, or the init itself.
+        if levels.len() < 2 || levels.last() == Some(&1) {
+            return None;
+        }
+        let init = self
+            .pids()
+            .into_iter()
+            .find(|p| *p != pid && pidns(*p).as_ref() == Some(&ours) && ns_pids(*p).last() == Some(&1))?;
+        self.task_of(init).ok()
+    }
+
     pub(super) fn fuse_server_tasks(&self) -> Vec<TaskState> {
         let mut servers = Vec::new();
         for pid in self.pids() {

@@ -105,6 +105,7 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
             answer: vec![MountCopy {
                 mntns: 5,
                 pid: 6,
+                start: None,
                 comm: "c".into(),
                 mount_point: odd.clone(),
                 propagation: vec!["master:3".into()],
@@ -114,10 +115,12 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
         Question::DirSample {
             path: odd.clone(),
             limit: 3,
+            root: 0,
             answer: Ok(DirSample { names: vec![b"\xff".to_vec(), b"ok".to_vec()], counted: 2, complete: true }),
         },
         Question::FileFacts {
             path: odd.clone(),
+            root: 0,
             answer: Err(Unreadable::TimedOut("timed out after 1 s: the filesystem may be hung".into())),
         },
         Question::V1Freezer {
@@ -151,7 +154,7 @@ fn paths_that_are_not_utf8_come_back_byte_for_byte() {
     assert_eq!(review.in_flight.len(), 1);
     assert_eq!(review.in_flight[0].path.as_deref(), Some(&odd[..]));
     assert_eq!(review.in_flight[0].flight.started, t(0.5));
-    assert!(matches!(reader.next_entry().unwrap(), Some(Entry::End(RecordEnd { entries: 3, .. }))));
+    assert!(matches!(reader.next_entry().unwrap(), Some(Entry::End(end)) if end.entries == 3));
     assert!(reader.next_entry().unwrap().is_none());
     assert!(!reader.ends_early());
 }
@@ -209,7 +212,7 @@ fn a_record_with_an_absurd_estimate_replays_without_a_failure() {
             t(6.05),
             &[],
             &[],
-            vec![Question::RemainingEntries { path: b"/data/tree".to_vec(), answer: Ok(endless) }],
+            vec![Question::RemainingEntries { path: b"/data/tree".to_vec(), root: 0, answer: Ok(endless) }],
             &[],
             false,
         )

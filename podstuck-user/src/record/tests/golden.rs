@@ -12,8 +12,8 @@ use super::*;
 use crate::identify::owner::Owner;
 use crate::inspect::questions::QUESTION_NAMES;
 use crate::inspect::{
-    BlockHolder, DeviceOpener, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, MountNamespace,
-    ProcessState, TaskState,
+    BlockHolder, DeviceOpener, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, MountElsewhere,
+    MountNamespace, ProcessState, TaskState,
 };
 use crate::record::wire::WireQuestion;
 
@@ -88,6 +88,19 @@ fn cgroups() -> Vec<CgroupState> {
     vec![v2, v1]
 }
 
+/// The host's mount on a directory another namespace asked about.
+fn elsewhere(namespace: &MountNamespace) -> Question {
+    Question::MountsElsewhere {
+        path: b"/var/lib/kubelet/pods/x".to_vec(),
+        mntns: 4026532301,
+        answer: vec![MountElsewhere {
+            namespace: MountNamespace { mounts: Vec::new(), mntns: 4026531840, host: true, ..namespace.clone() },
+            mount: golden_mount(),
+            holders: holders(),
+        }],
+    }
+}
+
 /// Every question of the node, answered and unreadable.
 fn every_question() -> Vec<Question> {
     let path = || b"/var/lib/kubelet/pods/x".to_vec();
@@ -95,6 +108,7 @@ fn every_question() -> Vec<Question> {
         mntns: 4026532301,
         host: false,
         member: 812,
+        member_start: Some(crate::event::ProcessStart(81_200)),
         member_comm: "kubelet".into(),
         owner: Some(owner()),
         mounts: vec![golden_mount()],
@@ -102,6 +116,7 @@ fn every_question() -> Vec<Question> {
     let copy = MountCopy {
         mntns: 4026532302,
         pid: 9,
+        start: Some(crate::event::ProcessStart(900)),
         comm: "c".into(),
         mount_point: b"/mnt/\xff odd".to_vec(),
         propagation: vec!["master:3".into()],
@@ -122,7 +137,7 @@ fn every_question() -> Vec<Question> {
     let mut asked = vec![
         Question::HostMounts { answer: Ok(vec![golden_mount()]) },
         Question::HostMounts { answer: Err(unreadable()) },
-        Question::MountNamespace { mntns: 4026532301, answer: Ok(namespace) },
+        Question::MountNamespace { mntns: 4026532301, answer: Ok(namespace.clone()) },
         Question::MountNamespace { mntns: 4026532309, answer: Err(unreadable()) },
         Question::ResolvedPath { pid: 100, path: b"/var/run/x".to_vec(), answer: Ok(b"/run/x".to_vec()) },
         Question::ResolvedPath { pid: 100, path: b"/var/run/y".to_vec(), answer: Err(unreadable()) },
@@ -130,23 +145,31 @@ fn every_question() -> Vec<Question> {
         Question::MountHolders { mount: golden_mount(), mntns: 4026531841, answer: vec![] },
         Question::MountCopies { mount: golden_mount(), mntns: 4026531840, answer: vec![copy] },
         Question::MountCopies { mount: golden_mount(), mntns: 4026531841, answer: vec![] },
-        Question::InodeFlags { path: path(), answer: Ok(InodeFlags { immutable: true, append_only: true, raw: 0x30 }) },
-        Question::InodeFlags { path: path(), answer: Err(unreadable()) },
-        Question::FileFacts { path: path(), answer: Ok(facts) },
-        Question::FileFacts { path: path(), answer: Err(unreadable()) },
+        elsewhere(&namespace),
+        Question::MountsElsewhere { path: path(), mntns: 0, answer: vec![] },
+        Question::InodeFlags {
+            path: path(),
+            root: 0,
+            answer: Ok(InodeFlags { immutable: true, append_only: true, raw: 0x30 }),
+        },
+        Question::InodeFlags { path: path(), root: 0, answer: Err(unreadable()) },
+        Question::FileFacts { path: path(), root: 0, answer: Ok(facts) },
+        Question::FileFacts { path: path(), root: 0, answer: Err(unreadable()) },
         Question::DirSample {
             path: path(),
             limit: 3,
+            root: 0,
             answer: Ok(DirSample { names: vec![b"a".to_vec(), b"\xff".to_vec()], counted: 7, complete: false }),
         },
-        Question::DirSample { path: path(), limit: 3, answer: Err(unreadable()) },
+        Question::DirSample { path: path(), limit: 3, root: 812, answer: Err(unreadable()) },
         Question::RemainingEntries {
             path: path(),
+            root: 812,
             answer: Ok(EntryEstimate { entries: 1200, at_least: true, method: "link count".into() }),
         },
-        Question::RemainingEntries { path: path(), answer: Err(unreadable()) },
-        Question::FsUsage { path: path(), answer: Ok(usage) },
-        Question::FsUsage { path: path(), answer: Err(unreadable()) },
+        Question::RemainingEntries { path: path(), root: 0, answer: Err(unreadable()) },
+        Question::FsUsage { path: path(), root: 0, answer: Ok(usage) },
+        Question::FsUsage { path: path(), root: 0, answer: Err(unreadable()) },
     ];
     for state in cgroups() {
         asked.push(Question::Cgroup { path: CG.as_bytes().to_vec(), answer: Ok(state) });
@@ -163,6 +186,10 @@ fn every_question() -> Vec<Question> {
         Question::Task { tid: 99, answer: Err(unreadable()) },
         Question::FuseServers { answer: tasks() },
         Question::FuseServers { answer: vec![] },
+        Question::PidNamespaceInit { pid: 3, answer: tasks().into_iter().take(1).collect() },
+        Question::PidNamespaceInit { pid: 4, answer: vec![] },
+        Question::FuseWaiting { connection: 48, answer: Ok(1) },
+        Question::FuseWaiting { connection: 49, answer: Err(unreadable()) },
         Question::LoopDevices { answer: vec![golden_loop()] },
         Question::LoopDevices { answer: vec![] },
         // A zombie leader and its thread in D: a process still there.
@@ -177,6 +204,7 @@ fn every_question() -> Vec<Question> {
                 ns_pid: Some(1),
                 sig_ignored: 0,
                 sig_caught: 1 << 14,
+                mntns: Some(4026532301),
             })),
         },
         Question::Process { pid: 4, start: 0, answer: Ok(None) },

@@ -154,6 +154,8 @@ fn hung_flight(started: f64) -> CallInFlight {
             role: Role::Kubelet,
             description: "kubelet".into(),
         },
+        mntns: 4026531840,
+        proof: crate::identify::path_proof::PathProof::NodeNamespace,
     }
 }
 

@@ -51,12 +51,14 @@ fn arbitrary_call() -> impl Strategy<Value = (CallEvent, Identity)> {
         (any::<u64>(), any::<u32>(), any::<u32>(), ".{0,16}", ".{0,16}", any::<u64>(), any::<i64>(), any::<u64>()),
         (bytes_strategy(), bytes_strategy(), 0u8..4, 0u8..3, 0u8..3, any::<u64>(), any::<i32>()),
         (prop::option::of(bytes_strategy()), ".{0,30}", any::<bool>(), prop::option::of(".{0,20}"), 0u8..7),
+        (0usize..10, any::<u32>(), any::<bool>()),
     )
         .prop_map(
             |(
                 (time, pid, tid, comm, pcomm, cgroup_id, ret, latency_ns),
                 (path, base, syscall, status, base_kind, flags, dfd),
                 (abs, why, with_pod, exe, role),
+                (proof, mntns, claimed),
             )| {
                 let mut c = call_by(0.0, &comm, pid, Syscall::from_u8(syscall).unwrap(), flags, "/", 0);
                 let e = &mut c.event;
@@ -81,9 +83,25 @@ fn arbitrary_call() -> impl Strategy<Value = (CallEvent, Identity)> {
                 i.actor.role =
                     [Role::Kubelet, Role::Runtime, Role::Shim, Role::Runc, Role::CsiPlugin, Role::Systemd, Role::Other]
                         [role as usize];
+                i.proof = every_proof(mntns).swap_remove(proof);
+                i.claimed_pod = claimed.then(pod);
                 (c.event, c.identity)
             },
         )
+}
+
+/// Every proof a call's path may carry, every reason of a claim's.
+fn every_proof(mntns: u32) -> Vec<crate::identify::path_proof::PathProof> {
+    use crate::identify::path_proof::{PathProof, Unproven};
+    let mut all = vec![
+        PathProof::NodeNamespace,
+        PathProof::RuntimeNamespace { mntns, runtime: "kubelet".into() },
+        PathProof::NodeDirectory { mntns },
+        PathProof::OutsidePods,
+        PathProof::Unrecorded,
+    ];
+    all.extend(Unproven::ALL.iter().map(|why| PathProof::claim(*why)));
+    all
 }
 
 fn arbitrary_mount() -> impl Strategy<Value = Mount> {
@@ -129,12 +147,14 @@ fn arbitrary_asked() -> impl Strategy<Value = Question> {
         ),
         (bytes_strategy(), any::<u32>(), any::<bool>()).prop_map(|(path, raw, immutable)| Question::InodeFlags {
             path,
+            root: 0,
             answer: Ok(crate::inspect::InodeFlags { immutable, append_only: false, raw })
         }),
         (bytes_strategy(), 0usize..100, proptest::collection::vec(bytes_strategy(), 0..4)).prop_map(
             |(path, limit, names)| Question::DirSample {
                 path,
                 limit,
+                root: 0,
                 answer: Ok(DirSample { counted: names.len() as u64, names, complete: false })
             }
         ),
@@ -142,5 +162,6 @@ fn arbitrary_asked() -> impl Strategy<Value = Question> {
             .prop_map(|(tid, state)| Question::Task { tid, answer: Ok(task(tid, "t", state)) }),
         bytes_strategy().prop_map(|path| Question::Avoid { path }),
         Just(Question::FuseServers { answer: vec![task(1, "f", 'T')] }),
+        any::<u32>().prop_map(|pid| Question::PidNamespaceInit { pid, answer: vec![task(1, "init", 'S')] }),
     ]
 }

@@ -13,7 +13,8 @@ use crate::identify::owner::Owner;
 use crate::identify::pod::PodUid;
 use crate::inspect::{
     BlockHolder, CgroupState, DeviceOpener, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind,
-    InodeFlags, LoopDevice, Mount, MountCopy, MountHolder, MountNamespace, Probe, ProcessState, TaskState, Unreadable,
+    InodeFlags, LoopDevice, Mount, MountCopy, MountElsewhere, MountHolder, MountNamespace, Probe, ProcessState,
+    TaskState, Unreadable,
 };
 
 /// A live value as a record keeps it: its wire shape, and back.
@@ -171,10 +172,11 @@ impl<T: Recorded> Recorded for Probe<T> {
 impl Recorded for MountNamespace {
     type Wire = WireNamespace;
     fn to_wire(&self) -> WireNamespace {
-        let MountNamespace { mntns: _, host, member, member_comm, owner, mounts } = self;
+        let MountNamespace { mntns: _, host, member, member_start, member_comm, owner, mounts } = self;
         WireNamespace {
             host: *host,
             member: *member,
+            member_start: member_start.map(|s| s.ticks()),
             member_comm: member_comm.clone(),
             owner: owner.as_ref().map(WireOwner::from),
             mounts: mounts.to_wire(),
@@ -185,11 +187,40 @@ impl Recorded for MountNamespace {
             mntns: 0,
             host: wire.host,
             member: wire.member,
+            member_start: wire.member_start.map(ProcessStart),
             member_comm: wire.member_comm,
             owner: wire.owner.map(Owner::from),
             mounts: Recorded::from_wire(wire.mounts)?,
         })
     }
+}
+
+/// A mount on the same directory in another namespace: the namespace as
+/// a table-less [`WireNamespace`] with its number, the mount, its holders.
+impl Recorded for MountElsewhere {
+    type Wire = WireElsewhere;
+    fn to_wire(&self) -> WireElsewhere {
+        let MountElsewhere { namespace, mount, holders } = self;
+        WireElsewhere {
+            mntns: namespace.mntns,
+            namespace: namespace.to_wire(),
+            mount: mount.into(),
+            holders: holders.to_wire(),
+        }
+    }
+    fn from_wire(wire: WireElsewhere) -> Result<MountElsewhere, String> {
+        let mut namespace = MountNamespace::from_wire(wire.namespace)?;
+        namespace.mntns = wire.mntns;
+        Ok(MountElsewhere { namespace, mount: wire.mount.into(), holders: Recorded::from_wire(wire.holders)? })
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireElsewhere {
+    mntns: u64,
+    namespace: WireNamespace,
+    mount: WireMount,
+    holders: Vec<WireHolder>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -354,6 +385,9 @@ impl From<WireHolder> for MountHolder {
 pub struct WireNamespace {
     host: bool,
     member: u32,
+    /// Absent from records made before podstuck read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    member_start: Option<u64>,
     member_comm: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<WireOwner>,
@@ -364,6 +398,9 @@ pub struct WireNamespace {
 pub struct WireCopy {
     mntns: u64,
     pid: u32,
+    /// Absent from records made before podstuck read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start: Option<u64>,
     comm: String,
     mount_point: Bytes<'static>,
     /// Absent from records made before podstuck read it.
@@ -375,10 +412,11 @@ pub struct WireCopy {
 
 impl From<&MountCopy> for WireCopy {
     fn from(c: &MountCopy) -> WireCopy {
-        let MountCopy { mntns, pid, comm, mount_point, propagation, owner } = c;
+        let MountCopy { mntns, pid, start, comm, mount_point, propagation, owner } = c;
         WireCopy {
             mntns: *mntns,
             pid: *pid,
+            start: start.map(|s| s.ticks()),
             comm: comm.clone(),
             mount_point: mount_point.to_wire(),
             propagation: propagation.clone(),
@@ -392,6 +430,7 @@ impl From<WireCopy> for MountCopy {
         MountCopy {
             mntns: w.mntns,
             pid: w.pid,
+            start: w.start.map(ProcessStart),
             comm: w.comm,
             mount_point: w.mount_point.into_vec(),
             propagation: w.propagation,
@@ -556,11 +595,14 @@ pub struct WireProcess {
     ns_pid: Option<u32>,
     sig_ignored: u64,
     sig_caught: u64,
+    /// Absent from records made before podstuck read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mntns: Option<u64>,
 }
 
 impl From<&ProcessState> for WireProcess {
     fn from(p: &ProcessState) -> WireProcess {
-        let ProcessState { pid, start, threads, thread_count, ns_pid, sig_ignored, sig_caught } = p;
+        let ProcessState { pid, start, threads, thread_count, ns_pid, sig_ignored, sig_caught, mntns } = p;
         WireProcess {
             pid: *pid,
             start: *start,
@@ -569,13 +611,14 @@ impl From<&ProcessState> for WireProcess {
             ns_pid: *ns_pid,
             sig_ignored: *sig_ignored,
             sig_caught: *sig_caught,
+            mntns: *mntns,
         }
     }
 }
 
 impl From<WireProcess> for ProcessState {
     fn from(w: WireProcess) -> ProcessState {
-        let WireProcess { pid, start, threads, thread_count, ns_pid, sig_ignored, sig_caught } = w;
+        let WireProcess { pid, start, threads, thread_count, ns_pid, sig_ignored, sig_caught, mntns } = w;
         ProcessState {
             pid,
             start,
@@ -584,6 +627,7 @@ impl From<WireProcess> for ProcessState {
             ns_pid,
             sig_ignored,
             sig_caught,
+            mntns,
         }
     }
 }

@@ -11,9 +11,12 @@ use super::{nanos, time, Bytes};
 use crate::diagnose::CallInFlight;
 use crate::event::{BaseDir, CallEvent, Flight, NoPath, PathStatus, ProcessStart, AT_FDCWD};
 use crate::identify::actor::Role;
+use crate::identify::path_proof::{PathProof, Unproven};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
+use crate::identify::target::{Target, Targets};
+use crate::identify::LifecycleIdentity;
 use crate::identify::{Actor, Identity, MatchReason};
-use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, LifecycleIdentity, SignalResult, SignalSent};
+use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, SignalResult, SignalSent};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -101,7 +104,7 @@ fn is_one(n: &u64) -> bool {
     *n == 1
 }
 
-fn is_zero(n: &u64) -> bool {
+pub(super) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
@@ -212,14 +215,91 @@ struct WireIdentity<'a> {
     abs_path_error: Option<Cow<'a, str>>,
     pod_uid: Option<Cow<'a, PodUid>>,
     path_area: Option<PathArea>,
+    /// Only where it is not what the path alone says (a cgroup
+    /// filesystem mounted elsewhere, a claim's path), and absent from
+    /// records made before targets were classified: read as the path says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    target: Option<Target>,
     container_id: Option<Cow<'a, ContainerId>>,
     actor: WireActor<'a>,
     matched: Cow<'a, [MatchReason]>,
+    /// Absent from records made before podstuck proved paths.
+    #[serde(default = "WireProof::unrecorded")]
+    proof: WireProof,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    claimed_pod: Option<Cow<'a, PodUid>>,
+}
+
+/// How far a call's path speaks for the node, as a record keeps it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "is", rename_all = "kebab-case")]
+enum WireProof {
+    NodeNamespace,
+    RuntimeNamespace { mntns: u32, runtime: String },
+    NodeDirectory { mntns: u32 },
+    OutsidePods,
+    Claim { why: WireUnproven },
+    Unrecorded,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum WireUnproven {
+    NamespaceUnknown,
+    NamespaceGone,
+    TableUnreadable,
+    NotTheNodesDirectory,
+    NoPath,
+}
+
+impl WireProof {
+    fn unrecorded() -> WireProof {
+        WireProof::Unrecorded
+    }
+
+    fn of(proof: &PathProof) -> WireProof {
+        match proof {
+            PathProof::NodeNamespace => WireProof::NodeNamespace,
+            PathProof::RuntimeNamespace { mntns, runtime } => {
+                WireProof::RuntimeNamespace { mntns: *mntns, runtime: runtime.clone() }
+            }
+            PathProof::NodeDirectory { mntns } => WireProof::NodeDirectory { mntns: *mntns },
+            PathProof::OutsidePods => WireProof::OutsidePods,
+            PathProof::Claim { why } => WireProof::Claim {
+                why: match why {
+                    Unproven::NamespaceUnknown => WireUnproven::NamespaceUnknown,
+                    Unproven::NamespaceGone => WireUnproven::NamespaceGone,
+                    Unproven::TableUnreadable => WireUnproven::TableUnreadable,
+                    Unproven::NotTheNodes => WireUnproven::NotTheNodesDirectory,
+                    Unproven::NoPath => WireUnproven::NoPath,
+                },
+            },
+            PathProof::Unrecorded => WireProof::Unrecorded,
+        }
+    }
+
+    fn into_proof(self) -> PathProof {
+        match self {
+            WireProof::NodeNamespace => PathProof::NodeNamespace,
+            WireProof::RuntimeNamespace { mntns, runtime } => PathProof::RuntimeNamespace { mntns, runtime },
+            WireProof::NodeDirectory { mntns } => PathProof::NodeDirectory { mntns },
+            WireProof::OutsidePods => PathProof::OutsidePods,
+            WireProof::Claim { why } => PathProof::claim(match why {
+                WireUnproven::NamespaceUnknown => Unproven::NamespaceUnknown,
+                WireUnproven::NamespaceGone => Unproven::NamespaceGone,
+                WireUnproven::TableUnreadable => Unproven::TableUnreadable,
+                WireUnproven::NotTheNodesDirectory => Unproven::NotTheNodes,
+                WireUnproven::NoPath => Unproven::NoPath,
+            }),
+            WireProof::Unrecorded => PathProof::Unrecorded,
+        }
+    }
 }
 
 impl<'a> WireIdentity<'a> {
     fn of(i: &'a Identity, argument: &[u8]) -> WireIdentity<'a> {
-        let Identity { abs_path, pod_uid, path_area, container_id, actor, matched } = i;
+        let Identity { abs_path, pod_uid, path_area, target, container_id, actor, matched, proof, claimed_pod } = i;
+        let said = target_said(abs_path.as_deref().ok(), *path_area, proof);
         let (abs_path, abs_path_error) = match abs_path {
             Ok(path) if path == argument => (None, None),
             Ok(path) => (Some(Bytes::of(path)), None),
@@ -230,9 +310,12 @@ impl<'a> WireIdentity<'a> {
             abs_path_error,
             pod_uid: pod_uid.as_ref().map(Cow::Borrowed),
             path_area: *path_area,
+            target: (said != *target).then_some(*target),
             container_id: container_id.as_ref().map(Cow::Borrowed),
             actor: WireActor::of(actor),
             matched: Cow::Borrowed(matched),
+            proof: WireProof::of(proof),
+            claimed_pod: claimed_pod.as_ref().map(Cow::Borrowed),
         }
     }
 
@@ -243,14 +326,28 @@ impl<'a> WireIdentity<'a> {
             (None, None) => Ok(argument.to_vec()),
             (Some(_), Some(_)) => return Err("an identity holds both abs_path and abs_path_error".into()),
         };
+        let proof = self.proof.into_proof();
+        let target = self.target.unwrap_or_else(|| target_said(abs_path.as_deref().ok(), self.path_area, &proof));
         Ok(Identity {
             abs_path,
             pod_uid: self.pod_uid.map(Cow::into_owned),
             path_area: self.path_area,
+            target,
             container_id: self.container_id.map(Cow::into_owned),
             actor: self.actor.into_actor(),
             matched: self.matched.into_owned(),
+            proof,
+            claimed_pod: self.claimed_pod.map(Cow::into_owned),
         })
+    }
+}
+
+/// The target a call's path and area say without the node's mount table:
+/// what a record leaves out.
+fn target_said(path: Option<&[u8]>, area: Option<PathArea>, proof: &PathProof) -> Target {
+    match path {
+        Some(path) if proof.proven() => Targets::default().of(path, area),
+        _ => Target::Other,
     }
 }
 
@@ -283,11 +380,21 @@ pub struct WireFlight<'a> {
     path: Option<Bytes<'a>>,
     pod_uid: Option<Cow<'a, PodUid>>,
     actor: WireActor<'a>,
+    /// Absent from records made before podstuck read it: 0, unknown.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    mntns: u32,
+    /// Absent from records made before podstuck proved paths.
+    #[serde(default = "WireProof::unrecorded")]
+    proof: WireProof,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 impl<'a> WireFlight<'a> {
     pub fn of(c: &'a CallInFlight) -> WireFlight<'a> {
-        let CallInFlight { flight, path, pod_uid, actor } = c;
+        let CallInFlight { flight, path, pod_uid, actor, mntns, proof } = c;
         WireFlight {
             tid: flight.tid,
             pid: flight.pid,
@@ -297,6 +404,8 @@ impl<'a> WireFlight<'a> {
             path: path.as_deref().map(Bytes::of),
             pod_uid: pod_uid.as_ref().map(Cow::Borrowed),
             actor: WireActor::of(actor),
+            mntns: *mntns,
+            proof: WireProof::of(proof),
         }
     }
 
@@ -315,7 +424,14 @@ impl<'a> WireFlight<'a> {
             started: time(self.started),
             path: path.clone(),
         };
-        CallInFlight { flight, path, pod_uid: self.pod_uid.map(Cow::into_owned), actor: self.actor.into_actor() }
+        CallInFlight {
+            flight,
+            path,
+            pod_uid: self.pod_uid.map(Cow::into_owned),
+            actor: self.actor.into_actor(),
+            mntns: self.mntns,
+            proof: self.proof.into_proof(),
+        }
     }
 }
 
@@ -376,6 +492,9 @@ enum WireWhat<'a> {
         target_pid: u32,
         target_comm: Cow<'a, str>,
         group: bool,
+        /// Absent: not read (lockdown), or a record of an older podstuck.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group_exiting: Option<bool>,
     },
 }
 
@@ -416,6 +535,7 @@ impl<'a> WireLifecycle<'a> {
                 target_pid: s.target_pid,
                 target_comm: Cow::Borrowed(&s.target_comm),
                 group: s.group,
+                group_exiting: s.group_exiting,
             },
         };
         WireLifecycle {
@@ -455,13 +575,16 @@ impl<'a> WireLifecycle<'a> {
                 }),
             },
             WireWhat::Exit { status, last_thread } => Lifecycle::Exit { status, last_thread },
-            WireWhat::Signal { sig, result, target_pid, target_comm, group } => Lifecycle::Signal(SignalSent {
-                sig,
-                result: SignalResult::of(result),
-                target_pid,
-                target_comm: target_comm.into_owned(),
-                group,
-            }),
+            WireWhat::Signal { sig, result, target_pid, target_comm, group, group_exiting } => {
+                Lifecycle::Signal(SignalSent {
+                    sig,
+                    result: SignalResult::of(result),
+                    target_pid,
+                    target_comm: target_comm.into_owned(),
+                    group,
+                    group_exiting,
+                })
+            }
         };
         let event = LifecycleEvent {
             time: time(self.time),

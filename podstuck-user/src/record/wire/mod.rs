@@ -336,6 +336,10 @@ pub struct WireTotals {
     calls_outside_series: u64,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     lifecycle_dropped: BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    claims_set_aside: BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "calls::is_zero")]
+    claims_naming_another_pod: u64,
 }
 
 impl WireTotals {
@@ -343,6 +347,8 @@ impl WireTotals {
         let RunTotals {
             events_seen,
             events_lost,
+            lifecycle_lost: _,
+            lifecycle_seen: _,
             calls,
             calls_without_entry,
             entries_not_stored,
@@ -352,13 +358,16 @@ impl WireTotals {
             programs: _,
             pods_calls: _,
             lifecycle_dropped,
+            claims_set_aside,
+            claims_naming_another_pod,
             node_reads: _,
             queue_full: _,
             queue_high_water: _,
         } = t;
         // What the programs cost, how the node's reads and the rings'
-        // queue fared, are said at the end of the run, not recorded: a
-        // replay reads no node and no ring.
+        // queue fared, which ring lost what, are said at the end of the
+        // run, not recorded: a replay reads no node and no ring
+        // (`events_lost` holds both rings' losses).
         WireTotals {
             events_seen: *events_seen,
             events_lost: *events_lost,
@@ -369,6 +378,8 @@ impl WireTotals {
             records_undecodable: *records_undecodable,
             calls_outside_series: *calls_outside_series,
             lifecycle_dropped: lifecycle_dropped.clone(),
+            claims_set_aside: claims_set_aside.clone(),
+            claims_naming_another_pod: *claims_naming_another_pod,
         }
     }
 
@@ -385,6 +396,8 @@ impl WireTotals {
             programs: Vec::new(),
             pods_calls: None,
             lifecycle_dropped: self.lifecycle_dropped,
+            claims_set_aside: self.claims_set_aside,
+            claims_naming_another_pod: self.claims_naming_another_pod,
             ..RunTotals::default()
         }
     }

@@ -22,6 +22,12 @@ pub fn question_key(method: &str, arguments: &impl Serialize) -> String {
     }
 }
 
+/// Whether an argument older records lack is its default: left out then,
+/// and read back as it.
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
 macro_rules! wire_question_of {
     ($(
         $(#[$doc:meta])*
@@ -38,8 +44,8 @@ macro_rules! wire_question_of {
                 $variant {
                     $(
                         $(
-                            #[doc = concat!("Absent from older records: read as ", stringify!($older), ".")]
-                            #[serde(default)]
+                            #[doc = concat!("Absent from older records: read as ", stringify!($older), "; left out when it is that.")]
+                            #[serde(default, skip_serializing_if = "is_default")]
                         )?
                         $arg: <$owned as Recorded>::Wire,
                     )*

@@ -1,12 +1,13 @@
-//! Raw block volumes (`volumeMode: Block`), made real: a loop device as
-//! the volume's disk, the CSI driver's bind mount of its device file,
-//! the pod's `volumeDevices` link, kubelet's bind mount at the global map
-//! path with the loop device kubelet attaches to it, and kubelet's
-//! UnmapBlockVolume on its backoff (`losetup -d`, then `umount` of the
-//! mapping). Something keeps the volume in use, the unmount fails with
-//! EBUSY, and `podstuck watch --findings --pod <uid>` must name what:
-//! one `block-volume-held` finding (never a `mount-held` beside it) whose
-//! fix, run as printed, lets kubelet's next retry unmap the volume.
+//! `block-volume-held` (P16): raw block volumes (`volumeMode: Block`),
+//! made real: a loop device as the volume's disk, the CSI driver's bind
+//! mount of its device file, the pod's `volumeDevices` link, kubelet's
+//! bind mount at the global map path with the loop device kubelet attaches
+//! to it, and kubelet's UnmapBlockVolume on its backoff (`losetup -d`,
+//! then `umount` of the mapping). Something keeps the volume in use, the
+//! unmount fails with EBUSY, and `podstuck watch --findings --pod <uid>`
+//! must name what: one `block-volume-held` finding (never a `mount-held`
+//! beside it) whose fix, run as printed, lets kubelet's next retry unmap
+//! the volume.
 //!
 //! What the kernel does, as seen here (6.18): `losetup -d` of a loop
 //! device a process has open exits 0; the device stays bound with
@@ -24,8 +25,8 @@ use podstuck_tests::findings::apply_fix;
 use podstuck_tests::*;
 use serde_json::Value;
 
-/// How long podstuck may take to reach the finding.
-const FINDING_TIMEOUT: Duration = Duration::from_secs(60);
+use super::FINDING_TIMEOUT;
+
 /// How long kubelet's next retry may take once the fix ran (its backoff
 /// doubles from 0.5 s: the retry after 8 s of failures comes 8 s later).
 const UNMAP_TIMEOUT: Duration = Duration::from_secs(40);

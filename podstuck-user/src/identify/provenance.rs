@@ -27,10 +27,7 @@ use podstuck_common::PluginFile;
 use crate::event::ProcessStart;
 use crate::identify::pod::PodUid;
 
-/// The runtimes that run CNI plugins, by their executable's file name:
-/// containerd (and k3s' and k0s' builds of it), CRI-O, cri-dockerd,
-/// dockerd, kubelet (its dockershim, before 1.24), podman.
-pub const RUNTIMES: [&str; 8] = ["containerd", "crio", "cri-dockerd", "dockerd", "k3s", "k0s", "kubelet", "podman"];
+pub use crate::identify::actor::RUNTIMES;
 
 /// Trusted runs remembered, to trust the plugins they run in turn.
 const RUNS_KEPT: usize = 1024;

@@ -1,0 +1,186 @@
+//! What a thread stuck in the kernel waits on, shared by hung-call (a
+//! removal or unmount in flight) and unkillable-task (a task that outlived
+//! SIGKILL): a FUSE connection whose server does not answer, or a network
+//! filesystem's server. Told from the thread's own mount namespace, never
+//! from the node's when the thread lives elsewhere: a pod's FUSE mount is
+//! not the node's only FUSE mount, and aborting the wrong connection or
+//! force-unmounting the wrong mount breaks whoever uses it.
+//!
+//! A connection is proven the one a thread waits on when the kernel counts
+//! requests waiting on it (fusectl's `waiting`) and on no other FUSE
+//! connection of the thread's namespace; a FUSE server is proven the one
+//! serving it when it is the only process on the node with /dev/fuse open
+//! (a live connection's device is held open by its server). Anything less
+//! is said as what it is, with no abort and no signal.
+
+use super::shell::{kill_if_same, unmount_lazily, write_file};
+use super::{shown, Confidence, Finding};
+use crate::event::ProcessStart;
+use crate::inspect::{Mount, MountNamespace, NodeInspector, Probe, TaskState};
+use crate::words::shell_word;
+
+/// Where fusectl is mounted on nodes: the connections' control files.
+pub const FUSECTL: &str = "/sys/fs/fuse/connections";
+
+pub fn is_fuse(m: &Mount) -> bool {
+    m.fstype == "fuse" || m.fstype.starts_with("fuse.") || m.fstype == "fuseblk"
+}
+
+pub fn is_network_fs(m: &Mount) -> bool {
+    m.fstype.starts_with("nfs") || m.fstype == "cifs" || m.fstype == "smb3" || m.fstype == "ceph"
+}
+
+/// The FUSE connections of a namespace's table, each once (a connection
+/// mounted at several places is one connection).
+pub fn fuse_mounts(mounts: &[Mount]) -> Vec<&Mount> {
+    let mut seen = std::collections::BTreeSet::new();
+    mounts.iter().filter(|m| is_fuse(m) && seen.insert(m.kernel_dev())).collect()
+}
+
+/// What the kernel says of the FUSE connections a thread may wait on.
+pub enum FuseWait<'m> {
+    /// Requests wait on this connection, and on no other of them.
+    Proven(&'m Mount, u64),
+    /// Not proven: each candidate with what its count said.
+    Unproven(Vec<(&'m Mount, Probe<u64>)>),
+}
+
+/// Which of `candidates` (FUSE mounts of the waiting thread's namespace)
+/// the thread waits on, by the kernel's count of each connection's
+/// waiting requests.
+pub fn fuse_wait<'m>(node: &mut dyn NodeInspector, candidates: &[&'m Mount]) -> FuseWait<'m> {
+    let counts: Vec<(&Mount, Probe<u64>)> =
+        candidates.iter().map(|m| (*m, node.fuse_waiting(m.kernel_dev()))).collect();
+    let waiting: Vec<&(&Mount, Probe<u64>)> = counts.iter().filter(|(_, n)| n.as_ref().is_ok_and(|n| *n > 0)).collect();
+    match waiting.as_slice() {
+        [(m, Ok(n))] if counts.iter().all(|(_, c)| c.is_ok()) => FuseWait::Proven(m, *n),
+        _ => FuseWait::Unproven(counts),
+    }
+}
+
+/// A wait on FUSE mount `m`, its connection proven (by the kernel's count
+/// of its waiting `requests`; None: by the path of a call the node made,
+/// where fusectl cannot be read): how it stands with its server, and the
+/// fix that aborts the connection (fusectl's `abort`, a control file of
+/// the kernel's, the same from every namespace: printed for the node's,
+/// mounting fusectl first where the node has not). `waiting` says who
+/// waits since when.
+pub fn on_fuse(
+    f: &mut Finding,
+    node: &mut dyn NodeInspector,
+    (ns, m): (&MountNamespace, &Mount),
+    requests: Option<u64>,
+    path: &[u8],
+    waiting: &str,
+) {
+    let connection = m.kernel_dev();
+    f.confidence = Confidence::Confirmed;
+    f.evidence(
+        "mountinfo",
+        format!(
+            "{} is on a FUSE mount at {} ({}, connection {connection})",
+            shown(path),
+            shown(&m.mount_point),
+            m.fstype
+        ),
+    );
+    if let Some(requests) = requests {
+        f.evidence(
+            format!("{FUSECTL}/{connection}/waiting"),
+            format!("{requests} request(s) wait for an answer on connection {connection}, and none on another FUSE connection the thread can reach"),
+        );
+    }
+    let servers = node.fuse_servers();
+    for s in &servers {
+        f.evidence("/proc/*/fd", format!("FUSE server pid {} ({}) is {}", s.pid, s.comm, s.state_words()));
+    }
+    // A live connection's device is held open by its server: the only
+    // process holding /dev/fuse on the node is this connection's.
+    let server: Option<&TaskState> = match servers.as_slice() {
+        [only] => Some(only),
+        _ => None,
+    };
+    let server_words = match (server, servers.len()) {
+        (Some(s), _) if matches!(s.state, 'T' | 't') => format!("its FUSE server pid {} ({}) is stopped", s.pid, s.comm),
+        (Some(_), _) => "its FUSE server does not answer".to_string(),
+        (None, 0) => "no process has /dev/fuse open: the FUSE server is gone".to_string(),
+        (None, n) => format!(
+            "its FUSE server does not answer ({n} processes have /dev/fuse open, and which of them serves this connection cannot be told apart)"
+        ),
+    };
+    f.summary = format!("{waiting}: {server_words}, so every call on {} waits.", shown(&m.mount_point));
+    let abort = write_file("1", format!("{FUSECTL}/{connection}/abort").as_bytes());
+    let fusectl = node.host_mounts().map(|m| m.iter().any(|m| m.fstype == "fusectl")).unwrap_or(true);
+    f.fix = match fusectl {
+        true => abort,
+        false => format!("mount -t fusectl fusectl {FUSECTL} && {abort}"),
+    };
+    if let Some(s) = server.filter(|s| matches!(s.state, 'T' | 't')) {
+        let start = node.process(s.pid, 0).ok().flatten().map(|p| ProcessStart(p.start));
+        if let Some(resume) = kill_if_same("CONT", s.pid, start) {
+            f.advice.push(format!("or, if the server should live on, continue it: {resume}"));
+        }
+    }
+    if let Ok(unmount) = fix_in(ns, unmount_lazily(&m.mount_point)) {
+        f.advice.push(format!("after aborting, unmount it where it is mounted: {unmount}"));
+    }
+}
+
+/// A wait on FUSE that no single connection is proven to hold: the
+/// candidates and what their counts say, the commands to tell them apart,
+/// and no abort.
+pub fn on_unproven_fuse(f: &mut Finding, candidates: &[(&Mount, Probe<u64>)], waiting: &str, stack_file: &str) {
+    f.confidence = Confidence::Likely;
+    let words: Vec<String> = candidates
+        .iter()
+        .map(|(m, n)| {
+            let count = match n {
+                Ok(n) => format!("{n} waiting"),
+                Err(why) => format!("waiting unknown: {}", why.said()),
+            };
+            format!("{} (connection {}, {count})", shell_word(&m.mount_point), m.kernel_dev())
+        })
+        .collect();
+    f.summary = match words.is_empty() {
+        true => format!("{waiting}: it waits on a FUSE server, on no FUSE mount of its own mount namespace."),
+        false => format!(
+            "{waiting}: it waits on a FUSE server, and which connection cannot be proven: {}.",
+            words.join(", ")
+        ),
+    };
+    f.fix = format!("cat {FUSECTL}/*/waiting; cat {stack_file}");
+    f.advice.push(format!(
+        "abort the connection whose waiting count is not 0, once you know it is the one: echo 1 > {FUSECTL}/N/abort (fusectl mounted at {FUSECTL}: mount -t fusectl fusectl {FUSECTL})"
+    ));
+}
+
+/// A wait on network filesystem mount `m` of namespace `ns`: the server
+/// does not answer; the fix forces it off there.
+pub fn on_network_fs(f: &mut Finding, ns: &MountNamespace, m: &Mount, waiting: &str) {
+    f.confidence = Confidence::Confirmed;
+    f.evidence(
+        "mountinfo",
+        format!("{} mount of {} at {}, in {}", m.fstype, m.source, shown(&m.mount_point), ns.words()),
+    );
+    f.summary = format!("{waiting}: the {} server {} does not answer.", m.fstype, m.source);
+    match fix_in(ns, super::shell::unmount_forced(&m.mount_point)) {
+        Ok(fix) => f.fix = fix,
+        Err(why) => f.advice.push(why),
+    }
+    f.advice.push(format!("better: bring {} back; the calls then complete by themselves", m.source));
+}
+
+/// `fix` for namespace `ns`: as it is on the host's; through a
+/// start-checked nsenter into another's; Err saying why not.
+pub fn fix_in(ns: &MountNamespace, fix: String) -> Result<String, String> {
+    if ns.host {
+        return Ok(fix);
+    }
+    super::shell::in_mount_namespace_of(ns.member, ns.member_start, &fix).ok_or_else(|| {
+        format!(
+            "no fix is printed: when pid {}, through which {} would be entered, started could not be read",
+            ns.member,
+            ns.words()
+        )
+    })
+}

@@ -1,0 +1,219 @@
+//! `unkillable-task` (P14): a pod's process that SIGKILL does not end, its
+//! one thread, or its second thread after its leader died, waiting on a
+//! FUSE request the server read and never answers; the finding names the
+//! connection to abort, and its fix, run as printed, ends the task and the
+//! finding.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+
+use podstuck_tests::findings::{apply_fix, assert_told_in_order};
+use podstuck_tests::*;
+
+use super::{
+    one_stuck_fuse_connection, secs, signal, start_of, thread_waiting_on_fuse, watch_pods, Fusectl, FINDING_TIMEOUT,
+    FUSECTL,
+};
+
+/// A pod and a FUSE server on the node that reads requests and never
+/// answers, the one such connection (a test at a time): where a task of
+/// the pod gets stuck. Dropped in order: the FUSE mount (its abort frees
+/// a stuck task), then the pod's cgroup the task was in, the scratch dir.
+struct StuckFuseLab {
+    fuse: FuseMount,
+    _fusectl: Fusectl,
+    cgroup: PodCgroup,
+    pod: Pod,
+    root: KubeletRoot,
+    scratch: ScratchDir,
+    _alone: std::sync::MutexGuard<'static, ()>,
+}
+
+impl StuckFuseLab {
+    fn new(test: &KernelTest) -> StuckFuseLab {
+        let alone = one_stuck_fuse_connection();
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let cgroup = PodCgroup::create(scratch.path(), pod.uid());
+        let fusectl = Fusectl::ensure();
+        let fuse = FuseMount::start(&scratch.path().join("fuse"));
+        StuckFuseLab { fuse, _fusectl: fusectl, cgroup, pod, root, scratch, _alone: alone }
+    }
+
+    fn fuse_dir(&self) -> std::path::PathBuf {
+        self.scratch.path().join("fuse")
+    }
+}
+
+kernel_test! {
+    /// Issue 40's unkillable case: kubelet's SIGKILL to a pod's process
+    /// waiting on a FUSE request its daemon read and never answers. The
+    /// kernel waits for that answer uninterruptibly, SIGKILL or not; the
+    /// finding names the connection to abort, and its fix, run as printed,
+    /// ends the task and the finding.
+    fn a_task_waiting_on_an_unanswered_fuse_request_is_unkillable_until_the_connection_is_aborted(test) {
+        let lab = StuckFuseLab::new(&test);
+        let (uid, cgroup, fuse) = (lab.pod.uid().to_string(), &lab.cgroup, &lab.fuse);
+        let mut watch = watch_pods(&lab.root, &[&lab.pod]);
+
+        let mountpoint = shell_word(&lab.fuse_dir());
+        let stuck = cgroup.run(&format!("cd {mountpoint} && exec stat never"));
+        let pid = stuck.pid();
+        let start = start_of(pid);
+        poll_until_else("stat to wait on the FUSE server", secs(10), || {
+            let (comm, wchan) = (std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default(), wchan(pid));
+            match comm.trim() == "stat" && wchan.contains("request_wait_answer") {
+                true => Ok(()),
+                false => Err(format!("comm {comm:?}, state {:?}, wchan {wchan:?}", task_state(pid))),
+            }
+        });
+
+        signal(pid, libc::SIGKILL);
+        wait_until("the killed stat to wait uninterruptibly (D)", secs(10), || task_state(pid) == Some('D'));
+        let id = format!("unkillable-task:{pid}@{start}");
+        let abort = format!("echo 1 > {FUSECTL}/{}/abort", fuse.connection());
+        let finding = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
+            e.eq("/status", "active");
+            e.eq("/severity", "critical");
+            e.eq("/confidence", "confirmed");
+            e.eq("/pod_uid", uid.as_str());
+            e.eq("/details/pid", pid);
+            e.starts_with("/summary", &format!("stat (pid {pid}) got SIGKILL"));
+            e.contains("/summary", "SIGKILL cannot end it until the request is answered or the connection aborted");
+            e.eq("/fix", abort.as_str());
+        });
+        eprintln!("finding: {finding}");
+        assert!(alive(pid), "stat ended before the fix");
+
+        apply_fix(&finding);
+        let (status, _) = stuck.finish(secs(10));
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "stat should end of its SIGKILL once aborted: {status}");
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
+            e.eq("/status", "resolved");
+            e.contains("/summary", "outlived its SIGKILL, then ended");
+        });
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+        assert_told_in_order(&done.finding_lines, &finding["id"]);
+    }
+}
+
+kernel_test! {
+    /// Issue 47's third trial: a process of two threads, its second thread
+    /// waiting on a FUSE request the server read and never answers. After
+    /// SIGTERM (its default action ends the whole process) and SIGKILL the
+    /// leader has exited, a zombie, and the thread stays in D: the process
+    /// and its pod stay. unkillable-task names the thread; the printed
+    /// abort ends it, and the finding.
+    fn a_process_whose_thread_waits_on_fuse_after_its_leader_died_is_unkillable_and_the_thread_is_named(test) {
+        let lab = StuckFuseLab::new(&test);
+        let (uid, cgroup, fuse) = (lab.pod.uid().to_string(), &lab.cgroup, &lab.fuse);
+        let mut watch = watch_pods(&lab.root, &[&lab.pod]);
+
+        let (stuck, tid) = thread_waiting_on_fuse(cgroup, &lab.fuse_dir());
+        let pid = stuck.pid();
+        let start = start_of(pid);
+
+        signal(pid, libc::SIGTERM);
+        wait_until("the leader to exit, a zombie, its thread left", secs(10), || task_state(pid) == Some('Z'));
+        signal(pid, libc::SIGKILL);
+        let id = format!("unkillable-task:{pid}@{start}");
+        let abort = format!("echo 1 > {FUSECTL}/{}/abort", fuse.connection());
+        let finding = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
+            e.eq("/status", "active");
+            e.eq("/severity", "critical");
+            e.eq("/confidence", "confirmed");
+            e.eq("/pod_uid", uid.as_str());
+            e.eq("/details/pid", pid);
+            e.eq("/details/start", start);
+            e.eq("/details/tid", tid);
+            e.contains("/summary", &format!("its thread {tid}"));
+            e.contains("/summary", "its leader has exited (a zombie)");
+            e.that(e.mentions("/evidence", "request_wait_answer"), "the evidence quotes where the thread waits");
+            e.eq("/fix", abort.as_str());
+        });
+        eprintln!("finding: {finding}");
+
+        apply_fix(&finding);
+        let (status, _) = stuck.finish(secs(10));
+        assert!(status.signal().is_some(), "the actor should end of its signal once aborted: {status}");
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
+            e.eq("/status", "resolved");
+        });
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+    }
+}
+
+/// The children of `pid`, by the kernel's list.
+fn children(pid: u32) -> Vec<u32> {
+    let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    list.split_whitespace().filter_map(|c| c.parse().ok()).collect()
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string()
+}
+
+kernel_test! {
+    /// Issue 63's container that will not end (containerd #11133): the
+    /// init of a container's PID namespace is SIGKILLed while another of
+    /// its tasks waits on a FUSE request the server read and never
+    /// answers. The init exits into zap_pid_ns_processes and stays there
+    /// (the runtime never sees the container exit); the survivor is named
+    /// as the reason, and the abort it prints ends both.
+    fn a_survivor_in_d_keeps_the_containers_init_in_zap_pid_ns_processes_and_is_named_as_why(test) {
+        let lab = StuckFuseLab::new(&test);
+        let (uid, cgroup, fuse) = (lab.pod.uid().to_string(), &lab.cgroup, &lab.fuse);
+        let mut watch = watch_pods(&lab.root, &[&lab.pod]);
+
+        let inner = format!("cd {} && stat never & exec sleep 1000", shell_word(&lab.fuse_dir()));
+        let unshare = cgroup.run(&format!("exec unshare --pid --fork sh -c {}", shell_word(Path::new(&inner))));
+        let init = poll_until("the container's init (sleep, pid 1 of its namespace)", secs(10), || {
+            children(unshare.pid()).into_iter().find(|c| comm(*c) == "sleep")
+        });
+        let survivor = poll_until_else("stat, the init's child, to wait on the FUSE server", secs(10), || {
+            let stat = children(init).into_iter().find(|c| comm(*c) == "stat");
+            match stat {
+                Some(pid) if wchan(pid).contains("request_wait_answer") => Ok(pid),
+                other => Err(format!("children of {init}: {:?}, stat {other:?}", children(init))),
+            }
+        });
+        let start = start_of(survivor);
+
+        signal(init, libc::SIGKILL);
+        // It reaps what it can first: its stack is do_wait's, under
+        // zap_pid_ns_processes, while its child lives.
+        let stack = || std::fs::read_to_string(format!("/proc/{init}/stack")).unwrap_or_default();
+        poll_until_else("the init to wait in zap_pid_ns_processes, stat in D", secs(10), || {
+            match stack().contains("zap_pid_ns_processes") && task_state(survivor) == Some('D') {
+                true => Ok(()),
+                false => Err(format!("init stack {:?}, stat {:?}", stack(), task_state(survivor))),
+            }
+        });
+        let id = format!("unkillable-task:{survivor}@{start}");
+        let abort = format!("echo 1 > {FUSECTL}/{}/abort", fuse.connection());
+        let finding = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
+            e.eq("/status", "active");
+            e.eq("/confidence", "confirmed");
+            e.eq("/pod_uid", uid.as_str());
+            e.eq("/details/init_pid", init);
+            e.contains(
+                "/summary",
+                &format!("It is why its container cannot end: the container's init, sleep (pid {init}), has exited and waits in zap_pid_ns_processes"),
+            );
+            e.that(e.mentions("/evidence", "zap_pid_ns_processes"), "the evidence quotes where the init waits");
+            e.eq("/fix", abort.as_str());
+        });
+        eprintln!("finding: {finding}");
+        apply_fix(&finding);
+        let (status, _) = unshare.finish(secs(10));
+        assert!(!alive(init) && !alive(survivor), "the abort should end the survivor and so the init (unshare: {status})");
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
+            e.eq("/status", "resolved");
+        });
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+    }
+}
