@@ -306,6 +306,11 @@ fn fetch_beside_the_builds(whole_suite: bool) -> Result<std::thread::JoinHandle<
         vm::install_host_packages()?;
     }
     Ok(std::thread::spawn(move || {
+        // pip, npm and debootstrap unpack and compile as they download: in
+        // SCHED_IDLE they never slow the release build beside them.
+        if let Err(e) = idle_priority() {
+            say(&format!("the downloads run at normal priority: {e:#}"));
+        }
         let fetched = Fetched {
             trial: trial::prepare()?,
             python: python_reader()?,
@@ -325,49 +330,120 @@ fn fetch_beside_the_builds(whole_suite: bool) -> Result<std::thread::JoinHandle<
     }))
 }
 
-fn test(args: &[String]) -> Result<()> {
-    check_format()?;
-    setup()?;
-    ensure_tracefs()?;
-    let fetching = fetch_beside_the_builds(args.is_empty())?;
-    lint_ebpf()?;
-    // What users download, built once: its tests run the tarballs in
-    // Debian 11 roots and through the real kubectl; the container tests run
-    // the image of the same static binaries, which the VM matrix boots too.
-    let dist = release::release(&release::ReleaseArgs::default())?;
-    // The end-to-end tests drive those binaries too, this machine's: what
-    // ships is what is tested, and a debug build of its own (the collector
-    // optimised, or the storms overflow its ring buffer) was one more whole
-    // build of the collector and its dependencies, of the slowest kind.
-    let binary = cross::release_dir(cross::Arch::HOST).join("podstuck");
-    let plugin = cross::release_dir(cross::Arch::HOST).join("kubectl-podstuck");
-    let image = image::image(&image::ImageArgs {
-        out: Some(workspace_root().join("target/image/podstuck-test.tar")),
-        binary: None,
-        arm64_binary: None,
-        tag: None,
-    })?;
-    let Fetched { trial, python, kube, scan, models } =
-        fetching.join().map_err(|_| anyhow::anyhow!("the thread fetching the tests' downloads panicked"))??;
-    if skips_allowed() {
-        say(&format!("{ALLOW_SKIPS}=1 is set: a test whose prerequisite is missing skips instead of failing; the skips are named at the end"));
+/// The test targets whose tests need what the idle build thread makes
+/// (`test`): the image (container, node_shapes) and the release's tarballs
+/// of both architectures (release).
+const LATE_TESTS: [&str; 3] = ["container", "node_shapes", "release"];
+
+/// The workspace's test targets, from `cargo metadata`, as `cargo test`
+/// flags: (every target with tests but `LATE_TESTS`, the late ones, the
+/// packages whose library has doc-tests).
+struct TestTargets {
+    early: Vec<String>,
+    late: Vec<String>,
+    doc: Vec<String>,
+}
+
+fn test_targets() -> Result<TestTargets> {
+    let output = cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps", "--locked"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo metadata")?;
+    if !output.status.success() {
+        bail!("cargo metadata failed ({})", output.status);
     }
-    // Every test binary runs, whatever one of them says: a failing test
-    // hides no other.
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).context("cargo metadata's JSON")?;
+    test_targets_of(&metadata)
+}
+
+/// `test_targets` on the metadata read; apart, for its unit test.
+fn test_targets_of(metadata: &serde_json::Value) -> Result<TestTargets> {
+    let mut targets = TestTargets { early: Vec::new(), late: Vec::new(), doc: Vec::new() };
+    let packages = metadata["packages"].as_array().context("cargo metadata lists no packages")?;
+    for package in packages {
+        let name = package["name"].as_str().context("a package without a name")?;
+        for target in package["targets"].as_array().context("a package without targets")? {
+            let target_name = target["name"].as_str().context("a target without a name")?;
+            let is_kind = |kind: &str| target["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == kind));
+            let lib = is_kind("lib") || is_kind("rlib") || is_kind("proc-macro");
+            // A target marked `test = false` (the collector's binaries)
+            // would be built once more in the test profile for nothing:
+            // `--bins` would build them.
+            if target["test"].as_bool() == Some(true) {
+                let flags = if lib {
+                    vec!["--package".to_string(), name.to_string(), "--lib".to_string()]
+                } else if is_kind("bin") {
+                    vec!["--package".to_string(), name.to_string(), "--bin".to_string(), target_name.to_string()]
+                } else if is_kind("test") {
+                    vec!["--package".to_string(), name.to_string(), "--test".to_string(), target_name.to_string()]
+                } else {
+                    continue;
+                };
+                if is_kind("test") && LATE_TESTS.contains(&target_name) {
+                    targets.late.extend(flags);
+                } else {
+                    targets.early.extend(flags);
+                }
+            }
+            if lib && target["doctest"].as_bool() == Some(true) {
+                targets.doc.extend(["--package".to_string(), name.to_string()]);
+            }
+        }
+    }
+    for late in LATE_TESTS {
+        if !targets.late.iter().any(|t| t == late) {
+            bail!("cargo metadata lists no test target {late}: LATE_TESTS in xtask/src/main.rs is stale");
+        }
+    }
+    Ok(targets)
+}
+
+/// Sets the calling thread's scheduling class to SCHED_IDLE: it, and the
+/// processes it starts (cargo, rustc, which inherit the class), run only
+/// on what the other work leaves of the CPU.
+fn idle_priority() -> Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a plain syscall on a valid struct; pid 0 is the calling
+    // thread, as Linux schedules threads, not processes.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        bail!("sched_setscheduler(SCHED_IDLE): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What every `cargo test` invocation of a run is given: the binaries
+/// and artefacts under test and the tools the tests drive.
+fn test_env(
+    binary: &Path,
+    plugin: &Path,
+    image: &Path,
+    dist: &Path,
+    fetched: &Fetched,
+) -> Vec<(String, std::ffi::OsString)> {
+    let mut env: Vec<(String, std::ffi::OsString)> = vec![
+        ("PODSTUCK_BIN".into(), binary.into()),
+        ("KUBECTL_PODSTUCK_BIN".into(), plugin.into()),
+        ("PODSTUCK_IMAGE".into(), image.into()),
+        ("PODSTUCK_PYTHON".into(), fetched.python.clone().into()),
+        ("PODSTUCK_KUBECTL".into(), fetched.kube.join("kubectl").into()),
+        ("PODSTUCK_KUBERNETES_VALIDATE".into(), fetched.kube.join("kubernetes-validate").into()),
+        ("PODSTUCK_CHECKOV".into(), fetched.scan.join("checkov").into()),
+        ("PODSTUCK_ACTIONLINT".into(), fetched.scan.join("actionlint").into()),
+        ("PODSTUCK_NODE_MODULES".into(), fetched.models.clone().into()),
+        ("PODSTUCK_DIST".into(), dist.into()),
+    ];
+    env.extend(fetched.trial.env.iter().map(|(k, v)| (k.to_string(), v.clone().into_os_string())));
+    env
+}
+
+/// Runs `cargo test ARGS` with `env`, passing its lines on as they come
+/// and adding its totals and skips to `total`; whether it passed.
+fn cargo_test(args: &[String], env: &[(String, std::ffi::OsString)], total: &mut TestTotals) -> Result<bool> {
     let mut child = cargo()
-        .args(["test", "--workspace", "--no-fail-fast"])
+        .args(["test", "--no-fail-fast"])
         .args(args)
-        .env("PODSTUCK_BIN", binary)
-        .env("KUBECTL_PODSTUCK_BIN", plugin)
-        .env("PODSTUCK_IMAGE", image)
-        .env("PODSTUCK_PYTHON", python)
-        .env("PODSTUCK_KUBECTL", kube.join("kubectl"))
-        .env("PODSTUCK_KUBERNETES_VALIDATE", kube.join("kubernetes-validate"))
-        .env("PODSTUCK_CHECKOV", scan.join("checkov"))
-        .env("PODSTUCK_ACTIONLINT", scan.join("actionlint"))
-        .env("PODSTUCK_NODE_MODULES", models)
-        .env("PODSTUCK_DIST", dist)
-        .envs(trial.env)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -387,7 +463,6 @@ fn test(args: &[String]) -> Result<()> {
     });
     // cargo test closes with one "test result" line per test binary, the
     // last often a doc-test run of 0; one total line says what ran overall.
-    let mut total = TestTotals::default();
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line?;
         println!("{line}");
@@ -397,15 +472,89 @@ fn test(args: &[String]) -> Result<()> {
     for (test, why) in skips.join().unwrap_or_default() {
         total.skip(test, why);
     }
+    if !status.success() {
+        say(&format!("cargo test {} failed ({status})", args.join(" ")));
+    }
+    Ok(status.success())
+}
+
+fn test(args: &[String]) -> Result<()> {
+    check_format()?;
+    setup()?;
+    ensure_tracefs()?;
+    let whole = args.is_empty();
+    let fetching = fetch_beside_the_builds(whole)?;
+    // The end-to-end tests drive the release binaries, this machine's:
+    // what ships is what is tested, and a debug build of their own (the
+    // collector optimised, or the storms overflow its ring buffer) was one
+    // more whole build of the collector and its dependencies.
+    release::build_for(cross::Arch::HOST)?;
+    let binary = cross::release_dir(cross::Arch::HOST).join("podstuck");
+    let plugin = cross::release_dir(cross::Arch::HOST).join("kubectl-podstuck");
+    let image_out = workspace_root().join("target/image/podstuck-test.tar");
+    let dist_out = workspace_root().join("target/dist");
+    // What users download (its tests run the tarballs in Debian 11 roots
+    // and through the real kubectl), and the image of the same static
+    // binaries, which the VM matrix boots too: the other architecture's
+    // build, the longest of them, is made while the cargo tests run, which
+    // mostly wait on the kernel, the runtimes and timers. In SCHED_IDLE,
+    // it fills the cores they leave and never takes one from a test or the
+    // collector it times.
+    let rest = {
+        let image_out = image_out.clone();
+        std::thread::spawn(move || -> Result<()> {
+            if let Err(e) = idle_priority() {
+                say(&format!("the release and image build runs at normal priority: {e:#}"));
+            }
+            release::release(&release::ReleaseArgs::default())?;
+            image::image(&image::ImageArgs { out: Some(image_out), binary: None, arm64_binary: None, tag: None })?;
+            say("built the release, the image and the other architecture's binaries");
+            // rustfmt and clippy on the kernel programs: a minute of CPU
+            // that nothing waits for.
+            lint_ebpf()
+        })
+    };
+    let fetched =
+        fetching.join().map_err(|_| anyhow::anyhow!("the thread fetching the tests' downloads panicked"))??;
+    let env = test_env(&binary, &plugin, &image_out, &dist_out, &fetched);
+    if skips_allowed() {
+        say(&format!("{ALLOW_SKIPS}=1 is set: a test whose prerequisite is missing skips instead of failing; the skips are named at the end"));
+    }
+    let join_rest = |rest: std::thread::JoinHandle<Result<()>>| -> Result<()> {
+        rest.join().map_err(|_| anyhow::anyhow!("the thread building the release and the image panicked"))?
+    };
+    // Every test binary runs, whatever one of them says: a failing test
+    // hides no other.
+    let mut total = TestTotals::default();
+    let passed = if whole {
+        let targets = test_targets()?;
+        let mut early = vec!["--workspace".to_string()];
+        early.extend(targets.early);
+        let early_passed = cargo_test(&early, &env, &mut total)?;
+        join_rest(rest)?;
+        let mut late = vec!["--workspace".to_string()];
+        late.extend(targets.late);
+        let late_passed = cargo_test(&late, &env, &mut total)?;
+        let mut doc = targets.doc;
+        doc.push("--doc".to_string());
+        let doc_passed = cargo_test(&doc, &env, &mut total)?;
+        early_passed && late_passed && doc_passed
+    } else {
+        // A filtered run is about its filter: what it may need is built first.
+        join_rest(rest)?;
+        let mut filtered = vec!["--workspace".to_string()];
+        filtered.extend(args.iter().cloned());
+        cargo_test(&filtered, &env, &mut total)?
+    };
     // The kernels real nodes run, booted under QEMU, amd64 and arm64: the
     // code paths this machine's kernel never takes (fentry, the walk
     // without bpf_loop, arm64's calls and plans). Only for the whole
     // suite: a filtered run (`-- --test NAME`) is about its filter.
-    let (vm_passed, vm_failed) = if args.is_empty() { vm::run_every_matrix() } else { (0, 0) };
+    let (vm_passed, vm_failed) = if whole { vm::run_every_matrix() } else { (0, 0) };
     let (vm_passed, vm_failed) = (vm_passed as u64, vm_failed as u64);
     total.print(vm_passed, vm_failed);
-    if !status.success() {
-        bail!("cargo test failed ({status})");
+    if !passed {
+        bail!("cargo test failed");
     }
     if vm_failed > 0 {
         bail!("the VM matrix failed (console logs in target/vm/)");
@@ -513,6 +662,47 @@ fn main() -> ExitCode {
 mod tests {
 
     use super::*;
+
+    #[test]
+    fn the_early_run_takes_every_test_target_but_the_late_ones_and_no_untested_binary() {
+        let output = cargo().args(["metadata", "--format-version", "1", "--no-deps"]).output().unwrap();
+        let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let targets = test_targets_of(&metadata).unwrap();
+        let early = targets.early.join(" ");
+        for late in LATE_TESTS {
+            assert!(targets.late.iter().any(|t| t == late), "{late} in {:?}", targets.late);
+            assert!(!early.contains(&format!("--test {late} ")) && !early.ends_with(&format!("--test {late}")));
+        }
+        assert!(early.contains("--package podstuck-user --lib"), "{early}");
+        assert!(early.contains("--test house"), "{early}");
+        assert!(early.contains("--package xtask --bin xtask"), "{early}");
+        // The collector's binaries say test = false.
+        assert!(!early.contains("--bin podstuck ") && !early.ends_with("--bin podstuck"), "{early}");
+        assert!(!early.contains("--bin kubectl-podstuck"), "{early}");
+        // podstuck-user says doctest = false: rustdoc over it is minutes.
+        assert!(!targets.doc.iter().any(|p| p == "podstuck-user"), "{:?}", targets.doc);
+    }
+
+    #[test]
+    fn what_an_idle_thread_starts_is_idle_and_the_caller_is_not() {
+        let policy = |pid: u32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/sched")).unwrap();
+            stat.lines().find(|l| l.starts_with("policy")).unwrap().split(':').nth(1).unwrap().trim().to_string()
+        };
+        let child_policy = std::thread::spawn(move || {
+            idle_priority().unwrap();
+            let child = Command::new("sleep").arg("0.2").spawn().unwrap();
+            let seen = policy(child.id());
+            let mut child = child;
+            child.wait().unwrap();
+            seen
+        })
+        .join()
+        .unwrap();
+        // SCHED_IDLE is policy 5.
+        assert_eq!(child_policy, "5");
+        assert_eq!(policy(std::process::id()), "0");
+    }
 
     #[test]
     fn a_skipped_test_is_not_counted_as_passed_and_is_named_once() {

@@ -76,10 +76,7 @@ pub fn release(args: &ReleaseArgs) -> Result<PathBuf> {
     let out = args.out.clone().unwrap_or_else(|| workspace_root().join("target/dist"));
     let mut built = Vec::new();
     for arch in Arch::ALL {
-        let binaries = build_release_for(arch, "podstuck-user", &BINARIES)?;
-        for binary in &binaries {
-            static_binary(binary, arch)?;
-        }
+        let binaries = build_for(arch)?;
         built.push(Built { arch, binaries, tarball: tarball_name(&version, arch) });
     }
     // A fresh directory: nothing of an older release is listed in SHA256SUMS.
@@ -108,6 +105,16 @@ pub fn release(args: &ReleaseArgs) -> Result<PathBuf> {
         say("the krew manifest's URLs are placeholders (podstuck.invalid): give --download-url where the tarballs will be published");
     }
     Ok(out)
+}
+
+/// The release's binaries for `arch`, built and checked static, in the
+/// order of [`BINARIES`].
+pub fn build_for(arch: Arch) -> Result<Vec<PathBuf>> {
+    let binaries = build_release_for(arch, "podstuck-user", &BINARIES)?;
+    for binary in &binaries {
+        static_binary(binary, arch)?;
+    }
+    Ok(binaries)
 }
 
 /// `podstuck-<version>-linux-<arch>.tar.gz`, arch as Kubernetes and krew
