@@ -91,7 +91,12 @@ fn a_record_cut_anywhere_replays_what_it_holds() {
     let (live, bytes) = recorded_incident();
     let header_end = bytes.iter().enumerate().filter(|(_, b)| **b == b'\n').nth(1).unwrap().0 + 1;
     let mut entries_before = 0;
-    for cut in 0..=bytes.len() {
+    // Every byte of the header and of the gzip stream's end, every third
+    // between (and each one replayed below): every byte was 40 s of the
+    // unit tests, each cut read from the start.
+    let cuts =
+        (0..=bytes.len()).filter(|&c| c <= header_end + 16 || c + 64 >= bytes.len() || c % 3 == 0 || c % 97 == 0);
+    for cut in cuts {
         match read_all(&bytes[..cut]) {
             Ok((entries, complete)) => {
                 assert!(cut >= header_end, "a cut header read as a record at {cut}");
