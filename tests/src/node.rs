@@ -19,7 +19,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use crate::actors::{fuse_server, start_actor, task_state, Process};
 use crate::kubelet::{new_pod_uid, pod_slice};
 use crate::mountinfo::{self, is_mountpoint};
-use crate::wait::{wait_until, within};
+use crate::wait::{poll_until_else, wait_until, within};
 
 /// A tmpfs mounted at a fresh directory; lazily unmounted on drop.
 pub struct TmpfsMount(pub PathBuf);
@@ -148,6 +148,21 @@ impl FuseMount {
     /// the mount's anonymous device.
     pub fn connection(&self) -> u32 {
         self.minor
+    }
+
+    /// Waits until the server has read `n` requests it will never answer
+    /// (a LOOKUP of `never`: the "held" lines it prints). Only then does a
+    /// SIGKILLed caller wait uninterruptibly: before, its request is still
+    /// pending in the kernel, and the kill takes it back and ends it.
+    pub fn wait_held(&self, n: usize, timeout: Duration) {
+        let server = self.server.as_ref().unwrap();
+        poll_until_else(&format!("the FUSE server to hold {n} request(s) unanswered"), timeout, || {
+            let lines = server.lines();
+            match lines.iter().filter(|l| l.starts_with("held ")).count() >= n {
+                true => Ok(()),
+                false => Err(format!("it printed: {lines:?}")),
+            }
+        });
     }
 
     pub fn server_pid(&self) -> u32 {

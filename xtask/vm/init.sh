@@ -1021,7 +1021,11 @@ elif start_watch /tmp/dying --json --findings --pod "$DU" --duration 60s; then
         n=$((n - 1))
     done
     DSTATE=""
-    if [ -n "$DTID" ]; then
+    # Until the server has read the lookup ("held" on its stdout), the
+    # kill takes the request back and the thread dies with its process.
+    if [ -n "$DTID" ] && ! wait_for /tmp/dfuse.out held "$DFPID" 10; then
+        DSTATE="not killed: fuse_server never said it held the lookup ($(oneline </tmp/dfuse.out))"
+    elif [ -n "$DTID" ]; then
         kill -KILL "$DPID"
         # Dying: the leader a zombie, the thread left in D.
         n=100

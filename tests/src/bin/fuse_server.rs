@@ -19,7 +19,8 @@
 //! and then answers again: the requests queued meanwhile are answered.
 //!
 //! A LOOKUP of `never` in the root is read and never answered (the server
-//! keeps serving everything else): the caller waits for the answer, and
+//! keeps serving everything else; it prints "held UNIQUE" once it has read
+//! it): the caller waits for the answer, and
 //! once a request is read by the daemon even SIGKILL cannot end that wait
 //! (fuse's request_wait_answer waits uninterruptibly for a request already
 //! in userspace); only an abort of the connection frees it. A daemon stopped
@@ -342,8 +343,13 @@ fn main() {
             held = Some(unique);
             continue;
         }
-        if let Some(result) = answer(opcode, node, body) {
-            reply(fd, unique, result);
+        match answer(opcode, node, body) {
+            Some(result) => reply(fd, unique, result),
+            // The request is out of the kernel's pending list now: from
+            // here on a SIGKILLed caller waits uninterruptibly (D). Before,
+            // it takes its request back and dies; a test that kills it
+            // waits for this line first.
+            None => println!("held {unique}"),
         }
         if opcode == FUSE_INIT {
             println!("ready");

@@ -218,7 +218,7 @@ impl Drop for Fusectl {
 /// threads (as every Go or Java program is), its second thread waiting on
 /// a lookup of `never` in the FUSE mount at `mountpoint`, which the
 /// server reads and never answers. The process and that thread's id.
-fn thread_waiting_on_fuse(cgroup: &PodCgroup, mountpoint: &Path) -> (Process, u32) {
+fn thread_waiting_on_fuse(cgroup: &PodCgroup, fuse: &FuseMount, mountpoint: &Path) -> (Process, u32) {
     let never = mountpoint.join("never");
     let process =
         cgroup.run(&format!("exec {} hold-stat-in-thread {}", shell_word(&actor_binary()), shell_word(&never)));
@@ -237,5 +237,7 @@ fn thread_waiting_on_fuse(cgroup: &PodCgroup, mountpoint: &Path) -> (Process, u3
             })
             .ok_or_else(|| format!("threads {threads:?}"))
     });
+    // Until the server has read the request, a kill takes it back.
+    fuse.wait_held(1, secs(10));
     (process, tid)
 }

@@ -277,7 +277,7 @@ kernel_test! {
         let record = scratch.path().join("incident.podstuck");
         let mut watch = record_pod(&root, &pod, &record);
 
-        let (stuck, tid) = thread_waiting_on_fuse(&cgroup, &scratch.path().join("fuse"));
+        let (stuck, tid) = thread_waiting_on_fuse(&cgroup, &fuse, &scratch.path().join("fuse"));
         let _abort = AbortOnDrop(fuse.connection());
         let pid = stuck.pid();
         let start = start_of(pid);
@@ -333,7 +333,7 @@ kernel_test! {
         let record = scratch.path().join("incident.podstuck");
         let mut watch = record_pod(&root, &pod, &record);
 
-        let (stuck, tid) = thread_waiting_on_fuse(&cgroup, &scratch.path().join("fuse"));
+        let (stuck, tid) = thread_waiting_on_fuse(&cgroup, &fuse, &scratch.path().join("fuse"));
         let _abort = AbortOnDrop(fuse.connection());
         let pid = stuck.pid();
         signal(pid, libc::SIGUSR1);

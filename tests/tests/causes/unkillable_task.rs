@@ -68,6 +68,8 @@ kernel_test! {
                 false => Err(format!("comm {comm:?}, state {:?}, wchan {wchan:?}", task_state(pid))),
             }
         });
+        // Until the server has read the request, the kill takes it back.
+        fuse.wait_held(1, secs(10));
 
         signal(pid, libc::SIGKILL);
         wait_until("the killed stat to wait uninterruptibly (D)", secs(10), || task_state(pid) == Some('D'));
@@ -111,7 +113,7 @@ kernel_test! {
         let (uid, cgroup, fuse) = (lab.pod.uid().to_string(), &lab.cgroup, &lab.fuse);
         let mut watch = watch_pods(&lab.root, &[&lab.pod]);
 
-        let (stuck, tid) = thread_waiting_on_fuse(cgroup, &lab.fuse_dir());
+        let (stuck, tid) = thread_waiting_on_fuse(cgroup, fuse, &lab.fuse_dir());
         let pid = stuck.pid();
         let start = start_of(pid);
 
@@ -181,6 +183,7 @@ kernel_test! {
             }
         });
         let start = start_of(survivor);
+        fuse.wait_held(1, secs(10));
 
         signal(init, libc::SIGKILL);
         // It reaps what it can first: its stack is do_wait's, under
