@@ -214,30 +214,64 @@ impl Drop for Fusectl {
     }
 }
 
-/// `actor hold-stat-in-thread` in the pod's cgroup: a process of two
-/// threads (as every Go or Java program is), its second thread waiting on
-/// a lookup of `never` in the FUSE mount at `mountpoint`, which the
-/// server reads and never answers. The process and that thread's id.
-fn thread_waiting_on_fuse(cgroup: &PodCgroup, fuse: &FuseMount, mountpoint: &Path) -> (Process, u32) {
-    let never = mountpoint.join("never");
-    let process =
-        cgroup.run(&format!("exec {} hold-stat-in-thread {}", shell_word(&actor_binary()), shell_word(&never)));
-    let pid = process.pid();
-    let tid = poll_until_else("a thread of the actor to wait on the FUSE server", secs(10), || {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
-        let threads: Vec<u32> = tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse().ok()).collect();
-        threads
-            .iter()
-            .copied()
-            .find(|tid| {
-                *tid != pid
-                    && std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/wchan"))
-                        .unwrap_or_default()
-                        .contains("request_wait_answer")
-            })
-            .ok_or_else(|| format!("threads {threads:?}"))
-    });
-    // Until the server has read the request, a kill takes it back.
-    fuse.wait_held(1, secs(10));
-    (process, tid)
+/// A pod and a FUSE server on the node that reads requests and never
+/// answers, the one such connection (a test at a time): where a task of
+/// the pod gets stuck. Dropped in order: the FUSE mount (its abort frees
+/// a stuck task), then the pod's cgroup the task was in, the scratch dir.
+struct StuckFuseLab {
+    fuse: FuseMount,
+    _fusectl: Fusectl,
+    cgroup: PodCgroup,
+    pod: Pod,
+    root: KubeletRoot,
+    scratch: ScratchDir,
+    _alone: std::sync::MutexGuard<'static, ()>,
+}
+
+impl StuckFuseLab {
+    fn new(test: &KernelTest) -> StuckFuseLab {
+        let alone = one_stuck_fuse_connection();
+        let scratch = test.scratch();
+        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
+        let pod = root.new_pod();
+        let cgroup = PodCgroup::create(scratch.path(), pod.uid());
+        let fusectl = Fusectl::ensure();
+        let fuse = FuseMount::start(&scratch.path().join("fuse"));
+        StuckFuseLab { fuse, _fusectl: fusectl, cgroup, pod, root, scratch, _alone: alone }
+    }
+
+    fn fuse_dir(&self) -> std::path::PathBuf {
+        self.scratch.path().join("fuse")
+    }
+
+    /// `actor hold-stat-in-thread` in the pod's cgroup: a process of two
+    /// threads (as every Go or Java program is), its second thread
+    /// waiting on a lookup of `never` in the FUSE mount, which the server
+    /// reads and never answers. The process and that thread's id.
+    fn thread_waiting_on_fuse(&self) -> (Process, u32) {
+        let never = self.fuse_dir().join("never");
+        let process = self.cgroup.run(&format!(
+            "exec {} hold-stat-in-thread {}",
+            shell_word(&actor_binary()),
+            shell_word(&never)
+        ));
+        let pid = process.pid();
+        let tid = poll_until_else("a thread of the actor to wait on the FUSE server", secs(10), || {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
+            let threads: Vec<u32> = tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse().ok()).collect();
+            threads
+                .iter()
+                .copied()
+                .find(|tid| {
+                    *tid != pid
+                        && std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/wchan"))
+                            .unwrap_or_default()
+                            .contains("request_wait_answer")
+                })
+                .ok_or_else(|| format!("threads {threads:?}"))
+        });
+        // Until the server has read the request, a kill takes it back.
+        self.fuse.wait_held(1, secs(10));
+        (process, tid)
+    }
 }

@@ -14,10 +14,7 @@ use podstuck_tests::findings::assert_told_in_order;
 use podstuck_tests::*;
 use serde_json::Value;
 
-use super::{
-    one_stuck_fuse_connection, secs, signal, start_of, thread_waiting_on_fuse, watch_pods, Fusectl, FINDING_TIMEOUT,
-    FUSECTL,
-};
+use super::{secs, signal, start_of, watch_pods, StuckFuseLab, FINDING_TIMEOUT, FUSECTL};
 
 /// The grace period of the scenario of issue 40: kubelet's SIGKILL comes
 /// 20 s after its SIGTERM. The time itself is what is under test here: the
@@ -267,24 +264,19 @@ kernel_test! {
     /// once its sigterm-ignored is told, the dying process's SIGTERM was
     /// reviewed past the second it is given to exit.
     fn a_sigterm_to_a_process_already_dying_of_sigkill_is_unkillable_task_and_never_sigterm_ignored(test) {
-        let _alone = one_stuck_fuse_connection();
-        let scratch = test.scratch();
-        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let cgroup = PodCgroup::create(scratch.path(), pod.uid());
-        let _fusectl = Fusectl::ensure();
-        let fuse = FuseMount::start(&scratch.path().join("fuse"));
-        let record = scratch.path().join("incident.podstuck");
-        let mut watch = record_pod(&root, &pod, &record);
+        let lab = StuckFuseLab::new(&test);
+        let cgroup = &lab.cgroup;
+        let record = lab.scratch.path().join("incident.podstuck");
+        let mut watch = record_pod(&lab.root, &lab.pod, &record);
 
-        let (stuck, tid) = thread_waiting_on_fuse(&cgroup, &fuse, &scratch.path().join("fuse"));
-        let _abort = AbortOnDrop(fuse.connection());
+        let (stuck, tid) = lab.thread_waiting_on_fuse();
+        let _abort = AbortOnDrop(lab.fuse.connection());
         let pid = stuck.pid();
         let start = start_of(pid);
         signal(pid, libc::SIGKILL);
         wait_dying_with_thread_in_d(pid, tid);
         signal(pid, libc::SIGTERM);
-        let (_unshare, init, _guard) = namespace_init(&cgroup);
+        let (_unshare, init, _guard) = namespace_init(cgroup);
         signal(init, libc::SIGTERM);
 
         let id = format!("unkillable-task:{pid}@{start}");
@@ -311,7 +303,6 @@ kernel_test! {
         drop(_abort);
         let (status, _) = stuck.finish(secs(10));
         assert_eq!(status.signal(), Some(libc::SIGKILL), "the actor should end of its SIGKILL once aborted: {status}");
-        drop(fuse);
     }
 }
 
@@ -323,23 +314,18 @@ kernel_test! {
     /// the target at the SIGTERM (`SIGNAL_GROUP_EXIT`) keeps sigterm-ignored
     /// silent.
     fn a_sigterm_to_a_process_whose_exit_no_sigkill_began_is_never_sigterm_ignored_by_the_kernels_reading(test) {
-        let _alone = one_stuck_fuse_connection();
-        let scratch = test.scratch();
-        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let cgroup = PodCgroup::create(scratch.path(), pod.uid());
-        let _fusectl = Fusectl::ensure();
-        let fuse = FuseMount::start(&scratch.path().join("fuse"));
-        let record = scratch.path().join("incident.podstuck");
-        let mut watch = record_pod(&root, &pod, &record);
+        let lab = StuckFuseLab::new(&test);
+        let cgroup = &lab.cgroup;
+        let record = lab.scratch.path().join("incident.podstuck");
+        let mut watch = record_pod(&lab.root, &lab.pod, &record);
 
-        let (stuck, tid) = thread_waiting_on_fuse(&cgroup, &fuse, &scratch.path().join("fuse"));
-        let _abort = AbortOnDrop(fuse.connection());
+        let (stuck, tid) = lab.thread_waiting_on_fuse();
+        let _abort = AbortOnDrop(lab.fuse.connection());
         let pid = stuck.pid();
         signal(pid, libc::SIGUSR1);
         wait_dying_with_thread_in_d(pid, tid);
         signal(pid, libc::SIGTERM);
-        let (_unshare, init, _guard) = namespace_init(&cgroup);
+        let (_unshare, init, _guard) = namespace_init(cgroup);
         signal(init, libc::SIGTERM);
 
         let barrier = finding_id("sigterm-ignored", init);
@@ -359,6 +345,5 @@ kernel_test! {
         drop(_abort);
         let (status, _) = stuck.finish(secs(10));
         assert_eq!(status.signal(), Some(libc::SIGUSR1), "the actor should end of its SIGUSR1 once aborted: {status}");
-        drop(fuse);
     }
 }

@@ -10,41 +10,7 @@ use std::path::Path;
 use podstuck_tests::findings::{apply_fix, assert_told_in_order};
 use podstuck_tests::*;
 
-use super::{
-    one_stuck_fuse_connection, secs, signal, start_of, thread_waiting_on_fuse, watch_pods, Fusectl, FINDING_TIMEOUT,
-    FUSECTL,
-};
-
-/// A pod and a FUSE server on the node that reads requests and never
-/// answers, the one such connection (a test at a time): where a task of
-/// the pod gets stuck. Dropped in order: the FUSE mount (its abort frees
-/// a stuck task), then the pod's cgroup the task was in, the scratch dir.
-struct StuckFuseLab {
-    fuse: FuseMount,
-    _fusectl: Fusectl,
-    cgroup: PodCgroup,
-    pod: Pod,
-    root: KubeletRoot,
-    scratch: ScratchDir,
-    _alone: std::sync::MutexGuard<'static, ()>,
-}
-
-impl StuckFuseLab {
-    fn new(test: &KernelTest) -> StuckFuseLab {
-        let alone = one_stuck_fuse_connection();
-        let scratch = test.scratch();
-        let root = KubeletRoot::empty(scratch.path().join("kubelet"));
-        let pod = root.new_pod();
-        let cgroup = PodCgroup::create(scratch.path(), pod.uid());
-        let fusectl = Fusectl::ensure();
-        let fuse = FuseMount::start(&scratch.path().join("fuse"));
-        StuckFuseLab { fuse, _fusectl: fusectl, cgroup, pod, root, scratch, _alone: alone }
-    }
-
-    fn fuse_dir(&self) -> std::path::PathBuf {
-        self.scratch.path().join("fuse")
-    }
-}
+use super::{secs, signal, start_of, watch_pods, StuckFuseLab, FINDING_TIMEOUT, FUSECTL};
 
 kernel_test! {
     /// Issue 40's unkillable case: kubelet's SIGKILL to a pod's process
@@ -110,10 +76,10 @@ kernel_test! {
     /// abort ends it, and the finding.
     fn a_process_whose_thread_waits_on_fuse_after_its_leader_died_is_unkillable_and_the_thread_is_named(test) {
         let lab = StuckFuseLab::new(&test);
-        let (uid, cgroup, fuse) = (lab.pod.uid().to_string(), &lab.cgroup, &lab.fuse);
+        let (uid, fuse) = (lab.pod.uid().to_string(), &lab.fuse);
         let mut watch = watch_pods(&lab.root, &[&lab.pod]);
 
-        let (stuck, tid) = thread_waiting_on_fuse(cgroup, fuse, &lab.fuse_dir());
+        let (stuck, tid) = lab.thread_waiting_on_fuse();
         let pid = stuck.pid();
         let start = start_of(pid);
 
