@@ -360,6 +360,9 @@ fn test_targets() -> Result<TestTargets> {
 /// `test_targets` on the metadata read; apart, for its unit test.
 fn test_targets_of(metadata: &serde_json::Value) -> Result<TestTargets> {
     let mut targets = TestTargets { early: Vec::new(), late: Vec::new(), doc: Vec::new() };
+    // With --workspace, `--lib` (allowed once) takes every package's
+    // library, and `--bin`/`--test NAME` the target of that name in any.
+    let mut libraries = false;
     let packages = metadata["packages"].as_array().context("cargo metadata lists no packages")?;
     for package in packages {
         let name = package["name"].as_str().context("a package without a name")?;
@@ -370,26 +373,28 @@ fn test_targets_of(metadata: &serde_json::Value) -> Result<TestTargets> {
             // A target marked `test = false` (the collector's binaries)
             // would be built once more in the test profile for nothing:
             // `--bins` would build them.
-            if target["test"].as_bool() == Some(true) {
-                let flags = if lib {
-                    vec!["--package".to_string(), name.to_string(), "--lib".to_string()]
-                } else if is_kind("bin") {
-                    vec!["--package".to_string(), name.to_string(), "--bin".to_string(), target_name.to_string()]
-                } else if is_kind("test") {
-                    vec!["--package".to_string(), name.to_string(), "--test".to_string(), target_name.to_string()]
-                } else {
-                    continue;
-                };
-                if is_kind("test") && LATE_TESTS.contains(&target_name) {
-                    targets.late.extend(flags);
-                } else {
-                    targets.early.extend(flags);
+            let tested = target["test"].as_bool() == Some(true);
+            if lib && !tested {
+                bail!("the library of {name} says test = false, which `--lib` would not honour: list the libraries by package in xtask's test_targets_of");
+            }
+            if lib {
+                libraries = true;
+            } else if tested && is_kind("bin") {
+                targets.early.extend(["--bin".to_string(), target_name.to_string()]);
+            } else if tested && is_kind("test") {
+                let flags = ["--test".to_string(), target_name.to_string()];
+                match LATE_TESTS.contains(&target_name) {
+                    true => targets.late.extend(flags),
+                    false => targets.early.extend(flags),
                 }
             }
             if lib && target["doctest"].as_bool() == Some(true) {
                 targets.doc.extend(["--package".to_string(), name.to_string()]);
             }
         }
+    }
+    if libraries {
+        targets.early.insert(0, "--lib".to_string());
     }
     for late in LATE_TESTS {
         if !targets.late.iter().any(|t| t == late) {
@@ -673,9 +678,11 @@ mod tests {
             assert!(targets.late.iter().any(|t| t == late), "{late} in {:?}", targets.late);
             assert!(!early.contains(&format!("--test {late} ")) && !early.ends_with(&format!("--test {late}")));
         }
-        assert!(early.contains("--package podstuck-user --lib"), "{early}");
+        // cargo takes `--lib` once: with --workspace it is every library.
+        assert_eq!(targets.early.iter().filter(|f| *f == "--lib").count(), 1, "{early}");
+        assert!(!early.contains("--package"), "{early}");
         assert!(early.contains("--test house"), "{early}");
-        assert!(early.contains("--package xtask --bin xtask"), "{early}");
+        assert!(early.contains("--bin xtask"), "{early}");
         // The collector's binaries say test = false.
         assert!(!early.contains("--bin podstuck ") && !early.ends_with("--bin podstuck"), "{early}");
         assert!(!early.contains("--bin kubectl-podstuck"), "{early}");
