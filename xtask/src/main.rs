@@ -288,13 +288,22 @@ struct Fetched {
     models: PathBuf,
 }
 
+/// The threads `fetch_beside_the_builds` starts: the tests' tools, and the
+/// VM matrix's kernels (the whole suite only).
+struct Fetching {
+    tools: std::thread::JoinHandle<Result<Fetched>>,
+    kernels: Option<std::thread::JoinHandle<()>>,
+}
+
 /// Starts fetching what the tests need from the network on a thread of its
 /// own, so the downloads and unpacking overlap the builds, which use the
-/// CPU while these wait on the network and the disk. Every Debian package
-/// these steps need is installed here first, on the caller's thread: apt
-/// and dpkg take one install at a time, and the builds install too
-/// (`cross::install_release_packages`, done here as well).
-fn fetch_beside_the_builds(whole_suite: bool) -> Result<std::thread::JoinHandle<Result<Fetched>>> {
+/// CPU while these wait on the network and the disk; and, for the whole
+/// suite, the VM matrix's kernels on another, which only the matrix waits
+/// for. Every Debian package these steps need is installed here first, on
+/// the caller's thread: apt and dpkg take one install at a time, and the
+/// builds install too (`cross::install_release_packages`, done here as
+/// well).
+fn fetch_beside_the_builds(whole_suite: bool) -> Result<Fetching> {
     install(&trial::PACKAGES)?;
     if Command::new("npm").arg("--version").output().is_err() {
         install(&["nodejs", "npm"])?;
@@ -305,12 +314,10 @@ fn fetch_beside_the_builds(whole_suite: bool) -> Result<std::thread::JoinHandle<
     if whole_suite {
         vm::install_host_packages()?;
     }
-    Ok(std::thread::spawn(move || {
-        // pip, npm and debootstrap unpack and compile as they download: in
-        // SCHED_IDLE they never slow the release build beside them.
-        if let Err(e) = idle_priority() {
-            say(&format!("the downloads run at normal priority: {e:#}"));
-        }
+    // At normal priority: the cargo tests wait for these (in SCHED_IDLE,
+    // beside the release build and then the idle build, they kept the
+    // tests waiting 80 s after the build was done).
+    let tools = std::thread::spawn(move || {
         let fetched = Fetched {
             trial: trial::prepare()?,
             python: python_reader()?,
@@ -318,16 +325,25 @@ fn fetch_beside_the_builds(whole_suite: bool) -> Result<std::thread::JoinHandle<
             scan: scan_tools()?,
             models: operator_models()?,
         };
-        if whole_suite {
-            // A failure here is the matrix's to say, when it runs: the cargo
-            // tests do not need the kernels.
-            if let Err(e) = vm::prefetch() {
-                say(&format!("fetching the VM matrix's kernels failed ({e:#}); the matrix tries again when it runs"));
-            }
-        }
         say("fetched what the tests need from the network");
         Ok(fetched)
-    }))
+    });
+    let kernels = whole_suite.then(|| {
+        std::thread::spawn(|| {
+            if let Err(e) = idle_priority() {
+                say(&format!("the kernels' download runs at normal priority: {e:#}"));
+            }
+            // A failure here is the matrix's to say, when it runs: the
+            // cargo tests do not need the kernels.
+            match vm::prefetch() {
+                Ok(()) => say("fetched the VM matrix's kernels"),
+                Err(e) => say(&format!(
+                    "fetching the VM matrix's kernels failed ({e:#}); the matrix tries again when it runs"
+                )),
+            }
+        })
+    });
+    Ok(Fetching { tools, kernels })
 }
 
 /// The test targets whose tests need what the idle build thread makes
@@ -488,7 +504,7 @@ fn test(args: &[String]) -> Result<()> {
     setup()?;
     ensure_tracefs()?;
     let whole = args.is_empty();
-    let fetching = fetch_beside_the_builds(whole)?;
+    let Fetching { tools: fetching, kernels } = fetch_beside_the_builds(whole)?;
     // The end-to-end tests drive the release binaries, this machine's:
     // what ships is what is tested, and a debug build of their own (the
     // collector optimised, or the storms overflow its ring buffer) was one
@@ -555,6 +571,11 @@ fn test(args: &[String]) -> Result<()> {
     // code paths this machine's kernel never takes (fentry, the walk
     // without bpf_loop, arm64's calls and plans). Only for the whole
     // suite: a filtered run (`-- --test NAME`) is about its filter.
+    if let Some(kernels) = kernels {
+        // The matrix fetches what is missing itself; it must not write the
+        // same cache at once.
+        let _ = kernels.join();
+    }
     let (vm_passed, vm_failed) = if whole { vm::run_every_matrix() } else { (0, 0) };
     let (vm_passed, vm_failed) = (vm_passed as u64, vm_failed as u64);
     total.print(vm_passed, vm_failed);
