@@ -521,13 +521,15 @@ fn test(args: &[String]) -> Result<()> {
     // mostly wait on the kernel, the runtimes and timers. In SCHED_IDLE,
     // it fills the cores they leave and never takes one from a test or the
     // collector it times.
+    // Both paths are decided here and handed over: the tests are told them
+    // before they exist.
     let rest = {
-        let image_out = image_out.clone();
+        let (image_out, dist_out) = (image_out.clone(), dist_out.clone());
         std::thread::spawn(move || -> Result<()> {
             if let Err(e) = idle_priority() {
                 say(&format!("the release and image build runs at normal priority: {e:#}"));
             }
-            release::release(&release::ReleaseArgs::default())?;
+            release::release(&release::ReleaseArgs { out: Some(dist_out), ..Default::default() })?;
             image::image(&image::ImageArgs { out: Some(image_out), binary: None, arm64_binary: None, tag: None })?;
             say("built the release, the image and the other architecture's binaries");
             // rustfmt and clippy on the kernel programs: a minute of CPU
