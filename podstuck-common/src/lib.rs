@@ -305,6 +305,17 @@ pub mod program {
     /// was already exiting. Attached instead of `LIFECYCLE_SIGNAL`
     /// wherever kernel memory may be read (not under lockdown).
     pub const LIFECYCLE_SIGNAL_TASK: &str = "lifecycle_signal_task";
+    /// kubelet's failing `connect()`s to a unix socket (a CSI plugin's, the
+    /// runtime's): fexit on `unix_stream_connect` where the calls'
+    /// programs are on fentry/fexit, else the pair on
+    /// `syscalls:sys_enter_connect` and `sys_exit_connect`, as the calls'
+    /// plan is.
+    pub const KUBELET_CONNECT_FEXIT: &str = "kubelet_connect_fexit";
+    pub const KUBELET_CONNECT_ENTER: &str = "kubelet_connect_enter";
+    pub const KUBELET_CONNECT_EXIT: &str = "kubelet_connect_exit";
+    /// The kernel function the fexit program is on: the unix stream
+    /// sockets' connect (`proto_ops.connect`, never inlined).
+    pub const CONNECT_FUNCTION: &str = "unix_stream_connect";
     pub const COST_FEXIT: &str = "cost_fexit";
     /// `podstuck attach-cost lifecycle`'s do-nothing programs, on the
     /// lifecycle programs' tracepoints (`sched:sched_process_exec`,
@@ -695,6 +706,15 @@ pub mod lifecycle {
     pub const EXEC: u8 = 0;
     pub const EXIT: u8 = 1;
     pub const SIGNAL: u8 = 2;
+    /// kubelet's `connect()` to a unix socket failed: the socket address
+    /// (`struct sockaddr_un`, as kubelet passed it) in the filename field,
+    /// `filename_len` bytes of it; the errno in `result`.
+    pub const CONNECT_FAILED: u8 = 3;
+    /// The longest socket address read: `sizeof(struct sockaddr_un)`.
+    pub const SOCKADDR_MAX: usize = 110;
+    /// kubelet's failing connects streamed at most once a second per
+    /// process and socket path: the sockets told apart, at most.
+    pub const CONNECTS_KEPT: u32 = 1024;
     /// Bytes of the ring buffer: these events come a few a second.
     pub const RING_BUFFER_BYTES: u32 = 256 * 1024;
     /// The exec'd file's path kept, and the environment bytes kept.
@@ -758,8 +778,8 @@ pub struct PluginFile {
     pub _pad: u32,
 }
 
-/// One lifecycle event: its header, then (exec only) `filename_len` bytes
-/// of the path (in a field of `FILENAME_MAX`) and `env_len` bytes of the
+/// One lifecycle event: its header, then (exec and connect only)
+/// `filename_len` bytes of the path (a connect's: its socket address) (in a field of `FILENAME_MAX`) and `env_len` bytes of the
 /// environment (NUL-separated).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

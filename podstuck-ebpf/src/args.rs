@@ -35,6 +35,12 @@ pub fn tracepoint_ret(ctx: &TracePointContext) -> i64 {
     ctx_u64(ctx, RET) as i64
 }
 
+/// The first three arguments in a `syscalls:sys_enter_*` record.
+#[inline(always)]
+pub fn tracepoint_args(ctx: &TracePointContext) -> [u64; 3] {
+    [ctx_u64(ctx, ARG0), ctx_u64(ctx, ARG1), ctx_u64(ctx, ARG2)]
+}
+
 /// The arguments podstuck keeps of a call.
 pub struct Args {
     pub dfd: i32,

@@ -49,6 +49,8 @@ use crate::{
     kernel_reads, read_kernel,
 };
 
+mod connect;
+
 #[map]
 static LIFECYCLE: RingBuf = RingBuf::with_byte_size(lifecycle::RING_BUFFER_BYTES, 0);
 
@@ -128,7 +130,7 @@ fn ctx_i32(ctx: &TracePointContext, offset: usize) -> i32 {
 }
 
 /// This CPU's buffer, its header zeroed and filled with what every record
-/// says of the current task.
+/// says of the current task (the path and environment fields as they are).
 #[inline(always)]
 fn start(kind: u8) -> Option<&'static mut Buffer> {
     let buffer = LIFECYCLE_SCRATCH.get_ptr_mut(0)?;
@@ -192,6 +194,21 @@ fn fill(buffer: &mut Buffer, kind: u8) {
 fn process_start(task: *const u8) -> Option<u64> {
     let leader = read_kernel_ptr(task, patched!(OFFSETS.task_group_leader))?;
     read_kernel::<u64>(leader, patched!(OFFSETS.task_start_boottime))
+}
+
+/// Whether a record of `key` is due: none was streamed within `every_ns`
+/// (as `told` remembers them, LRU); if so, it is marked streamed now.
+#[inline(always)]
+fn due(told: &LruHashMap<u64, u64>, key: u64, every_ns: u64) -> bool {
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: a plain u64 read from the map's value.
+    if let Some(last) = unsafe { told.get(key) } {
+        if now.wrapping_sub(*last) < every_ns {
+            return false;
+        }
+    }
+    let _ = told.insert(key, now, 0);
+    true
 }
 
 /// Sends the header and `extra` bytes after it.
@@ -470,15 +487,9 @@ struct Sent {
 #[inline(always)]
 fn stream_signal(sent: &Sent, exiting: Option<bool>) -> Option<()> {
     let (sig, target) = (sent.sig, sent.target);
-    let key = (target as u64) << 8 | sig as u64;
-    let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: a plain u64 read from the map's value.
-    if let Some(last) = unsafe { SIGNALLED.get(key) } {
-        if now.wrapping_sub(*last) < SIGNAL_EVERY_NS {
-            return None;
-        }
+    if !due(&SIGNALLED, (target as u64) << 8 | sig as u64, SIGNAL_EVERY_NS) {
+        return None;
     }
-    let _ = SIGNALLED.insert(key, now, 0);
     let buffer = start(lifecycle::SIGNAL)?;
     buffer.record.sig = sig;
     buffer.record.target_pid = target;

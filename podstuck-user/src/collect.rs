@@ -20,7 +20,7 @@ use crate::run::{ProgramCost, RunTotals};
 use crate::series::SeriesDelta;
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{FEntry, Program, RawTracePoint, TracePoint};
+use aya::programs::{FEntry, FExit, Program, RawTracePoint, TracePoint};
 use aya::Ebpf;
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
@@ -164,6 +164,9 @@ pub struct Tracer {
     drain: drain::Drain,
     lifecycle_lost: Option<PerCpuArray<MapData, u64>>,
     lifecycle_missing: Option<String>,
+    /// Why kubelet's connect programs are not attached, when the rest of
+    /// the lifecycle's are.
+    connect_missing: Option<String>,
     /// The node's CNI plugin files the exec program knows, as it knows them.
     plugin_files: Option<plugin_files::KernelPluginFiles>,
     proc_root: PathBuf,
@@ -255,34 +258,67 @@ pub fn probe_fentry() -> crate::kernel_features::Probed {
     }
 }
 
-/// The lifecycle programs and their tracepoints, present on every kernel
+/// Where a lifecycle program is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hook {
+    /// A plain tracepoint: (category, name).
+    Tracepoint(&'static str, &'static str),
+    /// A raw tracepoint, by name.
+    Raw(&'static str),
+    /// fexit on this kernel function.
+    Fexit(&'static str),
+}
+
+/// The lifecycle programs and their hooks, present on every kernel
 /// podstuck supports (5.10 on) and on every architecture: the exec
 /// program on the raw tracepoint (for the `linux_binprm` naming the file
 /// the kernel runs), the exit program on the plain one, and the signal
 /// program on the raw one where kernel memory may be read (the target
 /// task: was its process already exiting?), else on the plain one, whose
 /// fields need no kernel read, so signals are seen under lockdown too.
-fn lifecycle_programs(reads_kernel: bool) -> [(&'static str, &'static str, &'static str); 3] {
+fn lifecycle_programs(reads_kernel: bool) -> Vec<(&'static str, Hook)> {
     let signal = match reads_kernel {
-        true => program::LIFECYCLE_SIGNAL_TASK,
-        false => program::LIFECYCLE_SIGNAL,
+        true => (program::LIFECYCLE_SIGNAL_TASK, Hook::Raw("signal_generate")),
+        false => (program::LIFECYCLE_SIGNAL, Hook::Tracepoint("signal", "signal_generate")),
     };
-    [
-        (program::LIFECYCLE_EXIT, "sched", "sched_process_exit"),
-        (signal, "signal", "signal_generate"),
-        (program::LIFECYCLE_EXEC, "sched", "sched_process_exec"),
+    vec![
+        (program::LIFECYCLE_EXIT, Hook::Tracepoint("sched", "sched_process_exit")),
+        signal,
+        (program::LIFECYCLE_EXEC, Hook::Raw("sched_process_exec")),
     ]
 }
 
-/// Attaches the lifecycle programs (exits first, so an exit of a process
-/// named after attaching is never missed); their ids. All or none: a set
-/// attached in part would feed a ring nothing drains, so a failure
-/// detaches those already attached.
-fn attach_lifecycle(ebpf: &mut Ebpf, reads_kernel: bool) -> Result<Vec<u32>> {
+/// kubelet's failing connects, on the calls' plan: fexit on the unix
+/// stream sockets' connect where the calls' programs are on fentry/fexit
+/// (attaching syscall tracepoints there would send every syscall of the
+/// node through the slow path), else the connect syscall's tracepoints,
+/// the exit first, as with the calls: a connect entered before the exit
+/// program runs is never half-kept. Into the lifecycle's ring, attached
+/// once the lifecycle's are.
+fn connect_programs(plan: AttachPoint) -> Vec<(&'static str, Hook)> {
+    let mut programs = Vec::new();
+    match plan {
+        AttachPoint::Fentry => {
+            programs.push((program::KUBELET_CONNECT_FEXIT, Hook::Fexit(program::CONNECT_FUNCTION)));
+        }
+        AttachPoint::Tracepoint | AttachPoint::Auto => {
+            programs.push((program::KUBELET_CONNECT_EXIT, Hook::Tracepoint("syscalls", "sys_exit_connect")));
+            programs.push((program::KUBELET_CONNECT_ENTER, Hook::Tracepoint("syscalls", "sys_enter_connect")));
+        }
+    }
+    programs
+}
+
+/// Attaches a set of lifecycle programs (exits first, so an exit of a
+/// process named after attaching is never missed); their ids. All or
+/// none: a set attached in part would feed a ring nothing drains, or
+/// keep entries no exit takes, so a failure detaches those already
+/// attached.
+fn attach_lifecycle(ebpf: &mut Ebpf, programs: Vec<(&'static str, Hook)>) -> Result<Vec<u32>> {
     let mut ids = Vec::new();
     let mut attached = Vec::new();
-    for (name, category, tracepoint) in lifecycle_programs(reads_kernel) {
-        match attach_lifecycle_program(ebpf, name, category, tracepoint) {
+    for (name, hook) in programs {
+        match attach_lifecycle_program(ebpf, name, hook) {
             Ok(id) => {
                 ids.push(id);
                 attached.push(name);
@@ -298,18 +334,31 @@ fn attach_lifecycle(ebpf: &mut Ebpf, reads_kernel: bool) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-fn attach_lifecycle_program(ebpf: &mut Ebpf, name: &str, category: &str, tracepoint: &str) -> Result<u32> {
+fn attach_lifecycle_program(ebpf: &mut Ebpf, name: &str, hook: Hook) -> Result<u32> {
     let program = ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?;
-    if name == program::LIFECYCLE_EXEC || name == program::LIFECYCLE_SIGNAL_TASK {
-        let program: &mut RawTracePoint = program.try_into()?;
-        program.load().with_context(|| format!("loading program {name}"))?;
-        program.attach(tracepoint).with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
-        return Ok(program.info()?.id());
+    match hook {
+        Hook::Raw(tracepoint) => {
+            let program: &mut RawTracePoint = program.try_into()?;
+            program.load().with_context(|| format!("loading program {name}"))?;
+            program.attach(tracepoint).with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
+            Ok(program.info()?.id())
+        }
+        Hook::Tracepoint(category, tracepoint) => {
+            let program: &mut TracePoint = program.try_into()?;
+            program.load().with_context(|| format!("loading program {name}"))?;
+            program
+                .attach(category, tracepoint)
+                .with_context(|| format!("attaching to tracepoint {category}:{tracepoint}"))?;
+            Ok(program.info()?.id())
+        }
+        Hook::Fexit(function) => {
+            let btf = kernel_btf().context("reading the kernel's BTF for fexit")?;
+            let program: &mut FExit = program.try_into()?;
+            program.load(function, &btf).with_context(|| format!("loading {name} on {function}"))?;
+            program.attach().with_context(|| format!("attaching fexit to {function}"))?;
+            Ok(program.info()?.id())
+        }
     }
-    let program: &mut TracePoint = program.try_into()?;
-    program.load().with_context(|| format!("loading program {name}"))?;
-    program.attach(category, tracepoint).with_context(|| format!("attaching to tracepoint {category}:{tracepoint}"))?;
-    Ok(program.info()?.id())
 }
 
 /// Unloads a lifecycle program, which drops its links: it runs no more.
@@ -318,6 +367,7 @@ fn detach_lifecycle_program(ebpf: &mut Ebpf, name: &str) {
     let _ = match program {
         Program::RawTracePoint(p) => p.unload(),
         Program::TracePoint(p) => p.unload(),
+        Program::FExit(p) => p.unload(),
         _ => Ok(()),
     };
 }
@@ -379,18 +429,28 @@ impl Tracer {
                 );
             }
         };
+        // The causes beyond the calls: missing them is said, never fatal,
+        // as the calls are what most stuck pods show.
+        let (mut program_ids, mut lifecycle, mut lifecycle_lost, mut lifecycle_missing) =
+            (program_ids, None, None, None);
+        let mut connect_missing = None;
+        let attached_lifecycle = attach_lifecycle(&mut ebpf, lifecycle_programs(options.walk.reads_kernel()));
+        if let Ok(ids) = &attached_lifecycle {
+            program_ids.extend(ids);
+            // kubelet's connects apart: a kernel that refuses them keeps
+            // the rest of the lifecycle.
+            match attach_lifecycle(&mut ebpf, connect_programs(attached)) {
+                Ok(ids) => program_ids.extend(ids),
+                Err(e) => connect_missing = Some(one_line(&format!("{e:#}"))),
+            }
+        }
         // Loading parsed the kernel's BTF (aya's loader and the fentry
         // targets, some 40 MB of small allocations): forgotten now, its
         // pages handed back with the rest of start-up's
         // (`give_back_freed_memory`, once the watch has started).
         KERNEL_BTF.lock().unwrap_or_else(|e| e.into_inner()).take();
-        // The causes beyond the calls: missing them is said, never fatal,
-        // as the calls are what most stuck pods show.
-        let (mut program_ids, mut lifecycle, mut lifecycle_lost, mut lifecycle_missing) =
-            (program_ids, None, None, None);
-        match attach_lifecycle(&mut ebpf, options.walk.reads_kernel()) {
-            Ok(ids) => {
-                program_ids.extend(ids);
+        match attached_lifecycle {
+            Ok(_) => {
                 lifecycle = Some(ring(&mut ebpf, "LIFECYCLE")?);
                 lifecycle_lost = Some(PerCpuArray::try_from(
                     ebpf.take_map("LIFECYCLE_LOST").context("LIFECYCLE_LOST map missing")?,
@@ -416,6 +476,7 @@ impl Tracer {
             drain,
             lifecycle_lost,
             lifecycle_missing,
+            connect_missing,
             plugin_files,
             proc_root: options.proc_root,
             counters,
@@ -452,6 +513,12 @@ impl Tracer {
     /// Why the lifecycle programs (exec, exit, signals) are not attached.
     pub fn lifecycle_missing(&self) -> Option<&str> {
         self.lifecycle_missing.as_deref()
+    }
+
+    /// Why kubelet's failing connects (a CSI plugin it cannot reach) are not
+    /// traced, when the rest of the lifecycle is.
+    pub fn connect_missing(&self) -> Option<&str> {
+        self.connect_missing.as_deref()
     }
 
     /// Why the programs are on the tracepoints though fentry was preferred.
@@ -655,5 +722,29 @@ impl Tracer {
             queue_full: self.drain.totals().full,
             queue_high_water: self.drain.totals().high_water,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelets_connects_follow_the_calls_plan_and_their_exit_comes_first() {
+        let fentry = connect_programs(AttachPoint::Fentry);
+        assert_eq!(fentry, [(program::KUBELET_CONNECT_FEXIT, Hook::Fexit("unix_stream_connect"))]);
+        assert!(
+            !fentry.iter().any(|(_, hook)| matches!(hook, Hook::Tracepoint("syscalls", _))),
+            "a syscall tracepoint on the fentry plan would slow every syscall of the node: {fentry:?}"
+        );
+        let tracepoints = connect_programs(AttachPoint::Tracepoint);
+        let at = |name: &str| tracepoints.iter().position(|(n, _)| *n == name);
+        assert!(at(program::KUBELET_CONNECT_EXIT).unwrap() < at(program::KUBELET_CONNECT_ENTER).unwrap());
+        assert_eq!(at(program::KUBELET_CONNECT_FEXIT), None);
+        let lockdown = lifecycle_programs(false);
+        assert!(
+            lockdown.iter().any(|(n, _)| *n == program::LIFECYCLE_SIGNAL),
+            "under lockdown, the plain signal tracepoint"
+        );
     }
 }

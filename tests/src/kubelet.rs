@@ -103,10 +103,15 @@ impl Pod {
     /// A CSI volume's directory as kubelet lays it out, made now with its
     /// `vol_data.json`.
     pub fn create_csi_volume(&self, pv: &str) -> PathBuf {
+        self.create_csi_volume_of(pv, "hostpath.csi.k8s.io")
+    }
+
+    /// The same, of CSI driver `driver`.
+    pub fn create_csi_volume_of(&self, pv: &str, driver: &str) -> PathBuf {
         let dir = self.csi_volume(pv);
         std::fs::create_dir_all(&dir).unwrap();
         let data = format!(
-            r#"{{"driverName":"hostpath.csi.k8s.io","volumeHandle":"{pv}","specVolID":"{pv}","nodeName":"node-1"}}"#
+            r#"{{"driverName":"{driver}","volumeHandle":"{pv}","specVolID":"{pv}","nodeName":"node-1"}}"#
         );
         std::fs::write(dir.join("vol_data.json"), data).unwrap();
         dir

@@ -13,9 +13,9 @@
 use serde::Serialize;
 
 use super::{
-    block_volume_held, cgroup_busy, dir_not_empty, disk_full, hung_call, immutable_file, mount_held, no_teardown_seen,
-    not_mounted, removal_storm, sandbox_teardown_failing, sigterm_ignored, subpath_left, unkillable_task,
-    volume_still_mounted,
+    block_volume_held, cgroup_busy, csi_plugin_gone, dir_not_empty, disk_full, hung_call, immutable_file, mount_held,
+    no_teardown_seen, not_mounted, removal_storm, sandbox_teardown_failing, sigterm_ignored, subpath_left,
+    unkillable_task, volume_still_mounted,
 };
 use super::{Detector, DiagnoseOptions};
 
@@ -160,6 +160,10 @@ causes! {
     /// P14: SIGKILL sent, and the task is still there.
     UnkillableTask = "unkillable-task", "P14", "a task outlived its SIGKILL",
         made!(|_| unkillable_task::UnkillableTask::default());
+    /// P17: kubelet cannot reach a CSI driver's node plugin, so it never
+    /// unpublishes the pod's volume.
+    CsiPluginGone = "csi-plugin-gone", "P17", "kubelet could not reach a CSI driver's node plugin",
+        made!(csi_plugin_gone::CsiPluginGone::new);
     /// P15: nothing on the node has worked on the pod's teardown for a while.
     NoTeardownSeen = "no-teardown-seen", "P15", "nothing on the node was working on the pod's teardown",
         made!(|o: &DiagnoseOptions| no_teardown_seen::NoTeardownSeen::new(o.pods.clone()));
@@ -199,6 +203,6 @@ mod tests {
                 assert!(matches!(other.told_by(), ToldBy::Own(_)), "{kind:?} is told by {other:?}, which has none");
             }
         }
-        assert_eq!(detectors(&DiagnoseOptions::default()).len(), 15);
+        assert_eq!(detectors(&DiagnoseOptions::default()).len(), 16);
     }
 }

@@ -13,6 +13,7 @@ pub mod block_volume_held;
 pub mod causes;
 pub mod cgroup_busy;
 pub mod consequences;
+pub mod csi_plugin_gone;
 mod diagnoser;
 pub mod dir_not_empty;
 pub mod disk_full;

@@ -111,6 +111,11 @@ impl Detector for NoTeardownSeen {
 
     fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         self.seen(identity.pod_uid.as_ref(), event.time);
+        // kubelet retrying a CSI plugin it cannot reach works on every pod
+        // whose volume it is for.
+        for volume in &identity.csi_volumes {
+            self.seen(Some(&volume.pod), event.time);
+        }
     }
 
     fn closing(&mut self) {

@@ -18,6 +18,7 @@ use std::path::Path;
 
 use podstuck_common::PluginFile;
 
+use super::kubelet_connect::{self, ConnectFacts, CsiVolume};
 use super::namespaces::namespace_of;
 use super::pod::PodUid;
 use super::process::process_start;
@@ -43,12 +44,22 @@ pub struct LifecycleIdentity {
     /// A CNI exec's runner, by executable (`containerd`, `crio`, the
     /// plugin that ran it): never its comm.
     pub runner: Option<String>,
+    /// A failing connect of kubelet's: the followed pods' CSI volumes of
+    /// the driver its socket names (`pod_uid` is the first's pod).
+    pub csi_volumes: Vec<CsiVolume>,
 }
 
 impl LifecycleIdentity {
     /// `actor`'s, about `pod`, nothing more known.
     pub fn of(pod_uid: Option<PodUid>, actor: Actor) -> LifecycleIdentity {
-        LifecycleIdentity { pod_uid, actor, sender_pod: None, target_start: None, runner: None }
+        LifecycleIdentity {
+            pod_uid,
+            actor,
+            sender_pod: None,
+            target_start: None,
+            runner: None,
+            csi_volumes: Vec::new(),
+        }
     }
 }
 
@@ -119,12 +130,16 @@ fn same_start(a: Option<ProcessStart>, b: Option<ProcessStart>) -> bool {
 pub struct LifecycleMemory {
     named: Named,
     provenance: Provenance,
+    /// kubelet's failing connects set aside, by reason.
+    connects_dropped: BTreeMap<&'static str, u64>,
 }
 
 impl LifecycleMemory {
     /// Lifecycle records set aside as untrusted, by reason.
     pub fn dropped_counts(&self) -> BTreeMap<String, u64> {
-        self.provenance.dropped_counts()
+        let mut counts = self.provenance.dropped_counts();
+        counts.extend(self.connects_dropped.iter().map(|(why, n)| (why.to_string(), *n)));
+        counts
     }
 }
 
@@ -148,7 +163,7 @@ impl Identifier {
         let named = match &event.what {
             Lifecycle::Exec { .. } => Some((event.pid, event.start)),
             Lifecycle::Signal(sent) => Some((sent.target_pid, identity.target_start)),
-            Lifecycle::Exit { .. } => None,
+            Lifecycle::Exit { .. } | Lifecycle::ConnectFailed(_) => None,
         };
         if let Some((pid, start)) = named {
             self.lifecycle.named.insert(pid, start, identity.pod_uid.clone());
@@ -167,6 +182,9 @@ impl Identifier {
         plugins: Option<&dyn PluginTable>,
         follows: impl Fn(Option<&PodUid>) -> bool,
     ) -> Option<LifecycleIdentity> {
+        if let Lifecycle::ConnectFailed(failed) = &event.what {
+            return self.connect_identity(event, failed, follows);
+        }
         let cgroups = KernelCgroups { v2: event.cgroup_id, v1: event.v1_cgroup_id, v1_hierarchy: event.v1_hierarchy };
         let (mut runner, mut target_start) = (None, None);
         let pod_uid = match &mut event.what {
@@ -202,6 +220,7 @@ impl Identifier {
                 }
             }
             Lifecycle::Exit { .. } => self.lifecycle.named.remove(event.pid, event.start)?.pod,
+            Lifecycle::ConnectFailed(_) => unreachable!("identified above"),
         };
         // A signal or an exit is its target's: one for no pod followed (most
         // of a node's) is dropped before its sender is read from /proc.
@@ -221,6 +240,33 @@ impl Identifier {
         identity.target_start = target_start;
         identity.runner = runner;
         Some(identity)
+    }
+
+    /// A failing connect's: the followed pods' CSI volumes it keeps, when
+    /// its caller is kubelet ([`kubelet_connect`]); None (counted by why)
+    /// when it is not, or it names none.
+    fn connect_identity(
+        &mut self,
+        event: &LifecycleEvent,
+        failed: &crate::lifecycle::ConnectFailed,
+        follows: impl Fn(Option<&PodUid>) -> bool,
+    ) -> Option<LifecycleIdentity> {
+        let cgroups = kubelet_connect::cgroups_of(event);
+        let pod_of_caller = self.pod_of_caller(event.pid, cgroups);
+        let facts =
+            ConnectFacts { event, failed, pod_of_caller, proc_root: &self.proc_root, kubelet_dirs: &self.kubelet_dirs };
+        match kubelet_connect::judge(&facts, |pod| follows(Some(pod))) {
+            Err(why) => {
+                *self.lifecycle.connects_dropped.entry(kubelet_connect::dropped_name(why)).or_default() += 1;
+                None
+            }
+            Ok(volumes) => {
+                let actor = self.identify_task(event.pid, &event.comm, event.ppid, cgroups).actor;
+                let mut identity = LifecycleIdentity::of(volumes.first().map(|v| v.pod.clone()), actor);
+                identity.csi_volumes = volumes;
+                Some(identity)
+            }
+        }
     }
 
     /// The runner of an exec of plugin file `file` by `pid` (started at

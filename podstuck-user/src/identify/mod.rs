@@ -16,6 +16,7 @@
 pub mod actor;
 pub mod cgroups;
 pub mod docker;
+pub mod kubelet_connect;
 pub mod lifecycle;
 pub mod namespaces;
 pub mod owner;
@@ -223,6 +224,8 @@ impl NodeLayout {
 /// Turns events into identities, keeping what it learned of the node.
 pub struct Identifier {
     kubelet_roots: Vec<PathBuf>,
+    /// The kubelet root as podstuck reaches it (its files read there).
+    kubelet_dirs: Vec<PathBuf>,
     cgroups: Option<CgroupIndex>,
     /// The v1 hierarchies the kernel's `v1_cgroup_id` may be of, in the
     /// order the kernel tried them (a call's `v1_hierarchy` is a place here).
@@ -263,6 +266,7 @@ impl Identifier {
             layout.cgroup_v1.into_iter().map(|h| CgroupIndex::new(h.mount)).collect();
         cgroups.iter_mut().chain(cgroups_v1.iter_mut()).for_each(CgroupIndex::fill);
         Identifier {
+            kubelet_dirs: vec![layout.node.path(&layout.kubelet_root)],
             kubelet_roots,
             cgroups,
             cgroups_v1,

@@ -66,6 +66,22 @@ pub enum Lifecycle {
         last_thread: bool,
     },
     Signal(SignalSent),
+    /// kubelet's `connect()` to a unix socket failed, by the comm the
+    /// kernel filtered on (a claim until `identify` proves the caller).
+    ConnectFailed(ConnectFailed),
+}
+
+/// A failing connect to a unix socket, as the kernel saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectFailed {
+    /// The socket's path as the caller passed it (resolved in its own
+    /// mount namespace), cut at its NUL.
+    pub socket: Vec<u8>,
+    /// `ENOENT`: no socket file there; `ECONNREFUSED`: a socket file that
+    /// nothing listens on; another errno as it came.
+    pub errno: i32,
+    /// The caller's mount namespace (0: unread).
+    pub mntns: u32,
 }
 
 impl Lifecycle {
@@ -75,6 +91,7 @@ impl Lifecycle {
             Lifecycle::Exec { .. } => "exec",
             Lifecycle::Exit { .. } => "exit",
             Lifecycle::Signal(_) => "signal",
+            Lifecycle::ConnectFailed(_) => "connect-failed",
         }
     }
 }
@@ -257,6 +274,13 @@ pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<LifecycleEvent, DecodeE
             group: r.group != 0,
             group_exiting: read(lifecycle::flags::EXIT_STATE_READ).then_some(read(lifecycle::flags::GROUP_EXITING)),
         }),
+        lifecycle::CONNECT_FAILED => {
+            let len = (r.filename_len as usize).min(lifecycle::SOCKADDR_MAX).min(rest.len());
+            // `struct sockaddr_un`: the family (2 bytes), then the path.
+            let path = rest.get(2..len).unwrap_or(&[]);
+            let path = path.split(|b| *b == 0).next().unwrap_or(&[]);
+            Lifecycle::ConnectFailed(ConnectFailed { socket: path.to_vec(), errno: r.result, mntns: r.mntns })
+        }
         other => return Err(DecodeError::UnknownLifecycle(other)),
     };
     Ok(LifecycleEvent {
@@ -306,6 +330,23 @@ pub(crate) mod tests {
         }
     }
 
+    /// kubelet's connect to `socket` failing with `errno`, as decoded: pid
+    /// 700, started at tick 70, in no pod's cgroup the kernel read.
+    pub(crate) fn connect_failed(time: SystemTime, socket: &str, errno: i32) -> LifecycleEvent {
+        LifecycleEvent {
+            time,
+            pid: 700,
+            start: Some(ProcessStart(70)),
+            ppid: 1,
+            parent_start: None,
+            comm: "kubelet".into(),
+            cgroup_id: 0,
+            v1_cgroup_id: 0,
+            v1_hierarchy: 0,
+            what: Lifecycle::ConnectFailed(ConnectFailed { socket: socket.as_bytes().to_vec(), errno, mntns: 0 }),
+        }
+    }
+
     pub(crate) fn bytes(r: &LifecycleRecord, extra: &[u8]) -> Vec<u8> {
         // SAFETY: plain repr(C) data viewed as bytes.
         let header =
@@ -315,6 +356,25 @@ pub(crate) mod tests {
 
     fn clock() -> WallClock {
         WallClock::new(SystemTime::UNIX_EPOCH, 0)
+    }
+
+    #[test]
+    fn a_failing_connect_names_its_socket_path_and_errno() {
+        let mut r = record(lifecycle::CONNECT_FAILED);
+        let mut addr = vec![1u8, 0];
+        addr.extend_from_slice(b"/var/lib/kubelet/plugins/ebs.csi.aws.com/csi.sock\0junk");
+        r.filename_len = addr.len() as u16;
+        r.result = libc::ECONNREFUSED;
+        r.mntns = 4026531841;
+        let event = decode(&bytes(&r, &addr), &clock()).unwrap();
+        let Lifecycle::ConnectFailed(failed) = event.what else { panic!("{event:?}") };
+        assert_eq!(failed.socket, b"/var/lib/kubelet/plugins/ebs.csi.aws.com/csi.sock");
+        assert_eq!((failed.errno, failed.mntns), (libc::ECONNREFUSED, 4026531841));
+        // A record cut short says no more than it holds.
+        r.filename_len = 200;
+        let event = decode(&bytes(&r, &addr[..10]), &clock()).unwrap();
+        let Lifecycle::ConnectFailed(failed) = event.what else { panic!("{event:?}") };
+        assert_eq!(failed.socket, b"/var/lib");
     }
 
     #[test]

@@ -355,6 +355,9 @@ fn prepare(options: &WatchOptions, api: Option<ApiJoin>) -> Result<Run> {
     if let Some(why) = tracer.lifecycle_missing() {
         pipeline.say(&format!("no process lifecycle on this kernel ({why}): a failing CNI teardown, a SIGTERM ignored and a task SIGKILL does not end go unseen; the removals are traced as ever"));
     }
+    if let Some(why) = tracer.connect_missing() {
+        pipeline.say(&format!("kubelet's connects are not traced on this kernel ({why}): a CSI plugin kubelet cannot reach goes unseen; the rest is traced as ever"));
+    }
     // After the banner, as the fallback is: what this kernel does less well.
     for degraded in &tracing.degraded {
         pipeline.say(&format!("on this kernel: {degraded}"));

@@ -30,6 +30,8 @@
 //!   umount PATH            umount2(PATH, 0), the raw syscall
 //!   unlink-in DIR NAME     chdir DIR, unlink(NAME) (cwd-relative, like C tools)
 //!   unlink PATH            unlink(2), the raw syscall (arm64: unlinkat)
+//!   connect SOCKET         connect(2) a new unix stream socket to the path
+//!                          SOCKET, as kubelet dials a CSI plugin; closed at once
 //!   remove-all DIR         Go's os.RemoveAll: openat each directory, unlinkat
 //!                          children relative to it, then the directory itself;
 //!                          prints "done" or "left: errno N at PATH" (the first
@@ -209,6 +211,23 @@ fn attempt(args: &[Vec<u8>]) -> String {
             outcome(libc::unlink(c(&args[2]).as_ptr()).into())
         },
         b"unlink" => outcome(unsafe { raw_unlink(c(&args[1]).as_ptr()) }),
+        b"connect" => unsafe {
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0, "socket");
+            let mut addr: libc::sockaddr_un = std::mem::zeroed();
+            addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            let socket = &args[1];
+            assert!(socket.len() < addr.sun_path.len(), "a socket path fits sun_path");
+            for (to, from) in addr.sun_path.iter_mut().zip(socket) {
+                *to = *from as libc::c_char;
+            }
+            // As Go passes it: the family, the path and its NUL.
+            let len = (size_of::<libc::sa_family_t>() + socket.len() + 1) as libc::socklen_t;
+            let out =
+                outcome(libc::connect(fd, &addr as *const libc::sockaddr_un as *const libc::sockaddr, len).into());
+            libc::close(fd);
+            out
+        },
         b"remove-all" => {
             let target = path(&args[1]);
             let parent = c(target.parent().unwrap().as_os_str().as_bytes());

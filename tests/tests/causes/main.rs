@@ -56,6 +56,7 @@ macro_rules! os {
 
 mod block_volume_held;
 mod cgroup_busy;
+mod csi_plugin_gone;
 mod dir_not_empty;
 mod disk_full;
 mod hung_call;

@@ -11,12 +11,13 @@ use super::{nanos, time, Bytes};
 use crate::diagnose::CallInFlight;
 use crate::event::{BaseDir, CallEvent, Flight, NoPath, PathStatus, ProcessStart, AT_FDCWD};
 use crate::identify::actor::Role;
+use crate::identify::kubelet_connect::CsiVolume;
 use crate::identify::path_proof::{PathProof, Unproven};
 use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::target::{Target, Targets};
 use crate::identify::LifecycleIdentity;
 use crate::identify::{Actor, Identity, MatchReason};
-use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, SignalResult, SignalSent};
+use crate::lifecycle::{CniRun, ConnectFailed, Lifecycle, LifecycleEvent, SignalResult, SignalSent};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -463,6 +464,9 @@ pub struct WireLifecycle<'a> {
     target_start: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     runner: Option<Cow<'a, str>>,
+    /// A failing connect of kubelet's: the CSI volumes it keeps.
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    csi_volumes: Cow<'a, [CsiVolume]>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -495,6 +499,12 @@ enum WireWhat<'a> {
         /// Absent: not read (lockdown), or a record of an older podstuck.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group_exiting: Option<bool>,
+    },
+    ConnectFailed {
+        socket: Bytes<'a>,
+        errno: i32,
+        #[serde(default)]
+        mntns: u32,
     },
 }
 
@@ -537,6 +547,9 @@ impl<'a> WireLifecycle<'a> {
                 group: s.group,
                 group_exiting: s.group_exiting,
             },
+            Lifecycle::ConnectFailed(c) => {
+                WireWhat::ConnectFailed { socket: Bytes::of(&c.socket), errno: c.errno, mntns: c.mntns }
+            }
         };
         WireLifecycle {
             time: nanos(e.time),
@@ -554,6 +567,7 @@ impl<'a> WireLifecycle<'a> {
             sender_pod: identity.sender_pod.as_ref().map(Cow::Borrowed),
             target_start: identity.target_start.map(ProcessStart::ticks),
             runner: identity.runner.as_deref().map(Cow::Borrowed),
+            csi_volumes: Cow::Borrowed(&identity.csi_volumes),
         }
     }
 
@@ -585,6 +599,9 @@ impl<'a> WireLifecycle<'a> {
                     group_exiting,
                 })
             }
+            WireWhat::ConnectFailed { socket, errno, mntns } => {
+                Lifecycle::ConnectFailed(ConnectFailed { socket: socket.into_vec(), errno, mntns })
+            }
         };
         let event = LifecycleEvent {
             time: time(self.time),
@@ -602,6 +619,7 @@ impl<'a> WireLifecycle<'a> {
         identity.sender_pod = self.sender_pod.map(Cow::into_owned);
         identity.target_start = self.target_start.map(ProcessStart);
         identity.runner = self.runner.map(Cow::into_owned);
+        identity.csi_volumes = self.csi_volumes.into_owned();
         (event, identity)
     }
 }
