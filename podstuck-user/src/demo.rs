@@ -2,7 +2,8 @@
 //! throwaway simulated node (a kubelet root with real mounts, a leaked
 //! docker volume of 120,000 directories, an immutable file in an image
 //! layer, a container rootfs held open by a process, a pod cgroup with a
-//! live task, a pod sandbox's network namespace), runs actors named kubelet, dockerd and containerd that get
+//! live task, a pod sandbox's network namespace, a CSI volume whose
+//! driver's socket nothing listens on), runs actors named kubelet, dockerd and containerd that get
 //! stuck on it the way those daemons do, traces them with the real probes
 //! and prints the diagnosis; then removes everything it made, on Ctrl-C too.
 //!
@@ -44,6 +45,9 @@ const POD_ORPHAN: &str = "4e6a8c0e-5f7b-4d9c-8e2a-3c4d5e6f7a8b";
 /// The pod whose PID 1 drops SIGTERM, and the pod whose network DEL fails.
 const POD_SIGTERM: &str = "2c4e6a8b-3d5f-4b7c-9e1a-2b3c4d5e6f70";
 const POD_SANDBOX: &str = "6b8d0f2a-4c6e-4d8a-8b0c-1d2e3f4a5b6c";
+/// The pod whose CSI volume's node plugin is gone, and its driver.
+const POD_CSI: &str = "1a3c5e7f-2b4d-4f6a-8c9e-0d1f2a3b4c5d";
+const CSI_DRIVER: &str = "csi.podstuck.demo";
 /// The sandbox (pause container) whose network DEL fails.
 const SANDBOX: &str = "9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a19080706";
 /// Debian's bridge plugin (containernetworking-plugins), the one the
@@ -396,7 +400,34 @@ impl Lab {
         } else {
             say(&format!("{CNI_BRIDGE} is not installed (Debian's containernetworking-plugins): the failing network teardown is left out"));
         }
+        actors.push(self.csi_plugin_gone(podstuck)?);
         Ok(actors)
+    }
+
+    /// P17: a pod's CSI volume whose driver's node plugin is gone, its
+    /// socket left behind with nothing listening, and kubelet dialing it
+    /// every 2 s. podstuck believes a connect is kubelet's only when its
+    /// executable is named kubelet: the lab's is this binary under that
+    /// name (a hard link, else a copy).
+    fn csi_plugin_gone(&mut self, podstuck: &Path) -> Result<Command> {
+        let volume = self.kubelet_root().join("pods").join(POD_CSI).join("volumes/kubernetes.io~csi/pvc-plugin-gone");
+        std::fs::create_dir_all(volume.join("mount"))?;
+        let data = format!(
+            r#"{{"driverName":"{CSI_DRIVER}","volumeHandle":"pvc-plugin-gone","specVolID":"pvc-plugin-gone"}}"#
+        );
+        std::fs::write(volume.join("vol_data.json"), data)?;
+        let socket = self.kubelet_root().join("plugins").join(CSI_DRIVER).join("csi.sock");
+        std::fs::create_dir_all(socket.parent().expect("a socket in a directory"))?;
+        drop(std::os::unix::net::UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?);
+        let kubelet = self.root.join("bin/kubelet");
+        std::fs::create_dir_all(self.root.join("bin"))?;
+        if std::fs::hard_link(podstuck, &kubelet).is_err() {
+            std::fs::copy(podstuck, &kubelet)
+                .with_context(|| format!("copying {} to {}", podstuck.display(), kubelet.display()))?;
+        }
+        let mut a = Command::new(&kubelet);
+        a.arg("demo-actor").arg("kubelet").arg("connect-every-2s").arg(&socket);
+        Ok(a)
     }
 }
 
@@ -554,6 +585,11 @@ pub fn actor(comm: &str, op: &str, path: &Path) -> Result<()> {
                 }
             }
             while pause(Duration::from_secs(1), path) {}
+        }
+        // kubelet dialing a CSI plugin's socket, as its volume teardown
+        // retries (the connect fails: nothing listens).
+        "connect-every-2s" => {
+            while std::os::unix::net::UnixStream::connect(path).is_err() && pause(Duration::from_secs(2), path) {}
         }
         "cni-del-every-2s" => loop {
             cni_del(path)?;

@@ -59,6 +59,11 @@ kernel_test! {
         // leaves one: what confirms it.
         assert_eq!(sandbox["confidence"], "confirmed", "{sandbox}");
         assert!(sandbox.to_string().contains("is still there (nsfs)"), "{sandbox}");
+        // kubelet (the lab's, by its executable) dialing a CSI plugin that is gone.
+        let csi = first.get("csi-plugin-gone").unwrap_or_else(|| panic!("no csi-plugin-gone finding; findings: {first:?}\n{stderr}"));
+        assert_eq!((&csi["actor"]["comm"], &csi["confidence"]), (&"kubelet".into(), &"confirmed".into()), "{csi}");
+        assert_eq!(csi["details"]["driver"], "csi.podstuck.demo", "{csi}");
+        assert_eq!(csi["pod_uid"], "1a3c5e7f-2b4d-4f6a-8c9e-0d1f2a3b4c5d", "{csi}");
         let storm = first["removal-storm"];
         assert!(storm["details"]["calls"].as_u64().unwrap() >= 20_000, "{storm}");
         assert!(storm["details"]["remaining"].is_u64(), "{storm}");
