@@ -68,13 +68,14 @@ mod guest;
 const INIT: &str = include_str!("../vm/init.sh");
 
 /// Every scenario /init reports in a kernel's full boot, in its order.
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "check",
     "pod-isolation",
     "held-in-namespace",
     "demo",
     "hung-call",
     "lifecycle",
+    "csi-plugin-gone",
     "sigterm-dying",
     "relative-paths",
     "storm-count",

@@ -986,6 +986,44 @@ while [ "$n" -gt 0 ] && ! rmdir "$LPOD" 2>/dev/null; do
 done
 say "TIME lifecycle $(since "$T0")"
 
+# --- csi-plugin-gone: kubelet dialing a CSI driver's socket that is gone, ---
+# --- a pod's CSI volume of that driver still there: the kernel's connect ---
+# --- program (fexit, or the connect tracepoints) and the finding on it ----
+T0=$(uptime_s)
+A=- W=-
+CU=6e6e6e6e-7f7f-4a8a-9b9b-a0a0a0a0a0a0
+CROOT=/tmp/csi-kubelet
+CVOL=$CROOT/pods/$CU/volumes/kubernetes.io~csi/pvc-gone
+CSOCK=/tmp/gone.csi.podstuck.test/csi.sock
+KPID=""
+mkdir -p "$CVOL/mount" "${CSOCK%/*}" /tmp/csi-bin
+printf '{"driverName":"gone.csi.podstuck.test","volumeHandle":"pvc-gone","specVolID":"pvc-gone"}' >"$CVOL/vol_data.json"
+# A process whose executable is named kubelet, as the node's.
+cp "$(command -v actor)" /tmp/csi-bin/kubelet
+if start_watch /tmp/csi --json --findings --kubelet-root "$CROOT" --pod "$CU" --duration 40s; then
+    # No socket at all there: the plugin gone with its directory's socket.
+    /tmp/csi-bin/kubelet --every-ms 200 --repeat 0 connect "$CSOCK" >/tmp/csi-kubelet.out 2>&1 &
+    KPID=$!
+    wait_for /tmp/csi.json '"kind":"csi-plugin-gone"' "$WPID" 30
+    FOUND=$(grep '"kind":"csi-plugin-gone"' /tmp/csi.json | tail -n 1)
+    kill "$KPID" 2>/dev/null
+    wait "$KPID" 2>/dev/null
+    stop_watch
+    show csi /tmp/csi.err 10
+    if echo "$FOUND" | grep -q '"confidence":"confirmed"' && echo "$FOUND" | grep -q '"errno":"ENOENT"' \
+        && echo "$FOUND" | grep -q '"driver":"gone.csi.podstuck.test"' && echo "$FOUND" | grep -q "\"pod_uid\":\"$CU\"" \
+        && ! grep -q '"kind":"no-teardown-seen"' /tmp/csi.json; then
+        result csi-plugin-gone PASS "kubelet's connects to $CSOCK failing (ENOENT): csi-plugin-gone confirmed on pod $CU, driver gone.csi.podstuck.test"
+    else
+        result csi-plugin-gone FAIL "kubelet: $(tail -n 2 /tmp/csi-kubelet.out | oneline); finding: $(echo "$FOUND" | cut -c1-300 | oneline); $(grep -o '"kind":"[^"]*"' /tmp/csi.json | sort -u | oneline) $(grep '"type":"end"' /tmp/csi.json | grep -o '"lifecycle_[a-z]*":{[^}]*}' | oneline) $(oneline </tmp/csi.err)"
+    fi
+else
+    result csi-plugin-gone FAIL "$WHY"
+fi
+[ -n "$KPID" ] && kill -9 "$KPID" 2>/dev/null
+rm -rf "$CROOT" /tmp/csi-bin "${CSOCK%/*}"
+say "TIME csi-plugin-gone $(since "$T0")"
+
 # --- sigterm-dying: a SIGTERM to a process already dying of SIGKILL, its ---
 # --- thread in D on a FUSE request read and never answered: ----------------
 # --- unkillable-task, never sigterm-ignored (5.10 calls that SIGTERM ---------
