@@ -219,7 +219,21 @@ impl Verdict {
     }
 }
 
+impl Socket {
+    /// Whether kubelet has failed long enough to tell it.
+    fn tellable(&self) -> bool {
+        let spread = self.last_seen.duration_since(self.first_seen).unwrap_or_default();
+        self.failures >= 2 && spread >= TOLD_AFTER
+    }
+}
+
 impl Detector for CsiPluginGone {
+    /// The failure that makes a socket tellable is its proof: told at
+    /// once, not at the next tick.
+    fn wants_review(&self) -> bool {
+        self.sockets.values().any(|s| !s.told && s.tellable())
+    }
+
     fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         if let Lifecycle::ConnectFailed(failed) = &event.what {
             self.failed(event, identity, failed);
@@ -231,14 +245,13 @@ impl Detector for CsiPluginGone {
         let mut out = Vec::new();
         let quiet = |s: &Socket| now.duration_since(s.last_seen).unwrap_or_default() >= QUIET_AFTER;
         for socket in self.sockets.values() {
-            let spread = socket.last_seen.duration_since(socket.first_seen).unwrap_or_default();
             if quiet(socket) {
                 if socket.told {
                     let mut f = self.tell(socket, &self.judge(socket, review.node), socket.last_seen);
                     f.status = Status::Resolved;
                     out.push(f);
                 }
-            } else if socket.told || (socket.failures >= 2 && spread >= TOLD_AFTER) {
+            } else if socket.told || socket.tellable() {
                 out.push(self.tell(socket, &self.judge(socket, review.node), now));
             }
         }
@@ -300,11 +313,17 @@ mod tests {
         node.facts.insert(SOCKET.as_bytes().to_vec(), socket_file());
         d.lifecycle(&connect(0.0, libc::ECONNREFUSED), &kubelet());
         assert!(review(&mut d, &mut node, 1.0).is_empty(), "one failure may be a plugin restarting");
-        for i in 1..=6 {
+        for i in 1..=4 {
             d.lifecycle(&connect(f64::from(i), libc::ECONNREFUSED), &kubelet());
         }
+        assert!(!d.wants_review(), "4 s of failures: not yet");
+        for i in 5..=6 {
+            d.lifecycle(&connect(f64::from(i), libc::ECONNREFUSED), &kubelet());
+        }
+        assert!(d.wants_review(), "the failure that proves it asks for a review at once");
         let found = review(&mut d, &mut node, 6.5);
         assert_eq!(found.len(), 1, "{found:?}");
+        assert!(!d.wants_review(), "told: nothing more to ask");
         let f = &found[0];
         assert_eq!((f.kind, f.status, f.confidence), (Kind::CsiPluginGone, Status::Active, Confidence::Confirmed));
         assert_eq!(f.pod_uid, Some(pod()));
