@@ -36,13 +36,22 @@ const TASKS_NAMED: usize = 5;
 /// Directories listed in one folded finding's paths.
 const PATHS_KEPT: usize = 32;
 
-#[derive(Default)]
 pub struct CgroupBusy {
     failures: FailureLog,
     /// What was read of each failing directory at its last check, by
     /// path: folding needs the facts (tasks, freezer levels, children),
     /// not the sentences made of them.
     read: BTreeMap<Vec<u8>, Read>,
+}
+
+impl Default for CgroupBusy {
+    /// Looked at soon after a retry on kubelet's rhythm, which proves a
+    /// cgroup busy (every v1 hierarchy's directories of a pod fail in
+    /// kubelet's one pass, within a review's gap); not at runc's quick
+    /// rounds, which a task still exiting may end.
+    fn default() -> CgroupBusy {
+        CgroupBusy { failures: FailureLog::looked_at_from_a_slow_retry(), read: BTreeMap::new() }
+    }
 }
 
 /// The node's answers for one failing cgroup directory.
@@ -529,6 +538,10 @@ fn merged(key: &str, mut members: Vec<Finding>, reads: &BTreeMap<Vec<u8>, Read>)
 }
 
 impl Detector for CgroupBusy {
+    fn wants_review(&self) -> bool {
+        self.failures.wants_a_look()
+    }
+
     fn claims(&self) -> &'static [Claim] {
         &[Claim { attempts: &[Attempt::RemoveDir], refusals: &[Refusal::Busy], targets: &[Target::Cgroup] }]
     }
@@ -587,6 +600,28 @@ mod tests {
         assert_eq!(f.fix, format!("echo 1 > {CG}/cgroup.kill"));
         assert!(f.rhythm.as_deref().unwrap().contains("every 2 s"));
         assert!(f.evidence.iter().any(|e| e.fact.contains("pid 999 (sleep, S (sleeping))")), "{:?}", f.evidence);
+    }
+
+    /// kubelet's retry 2 s after its first try proves the cgroup busy: a
+    /// review is asked for then, and it tells the finding confirmed; runc's
+    /// rounds, milliseconds apart, ask for none (a task still exiting may
+    /// let a later round succeed).
+    #[test]
+    fn kubelets_retry_asks_for_a_review_at_once_and_runcs_quick_rounds_do_not() {
+        let mut d = CgroupBusy::default();
+        let mut node = node_with(cgroup_with_a_live_sleep());
+        feed(&mut d, &rmdir(0.0, "kubelet", CG, -libc::EBUSY));
+        assert!(!d.wants_review(), "one failure proves nothing yet");
+        feed(&mut d, &rmdir(2.0, "kubelet", CG, -libc::EBUSY));
+        assert!(d.wants_review());
+        let told = run(&mut d, &mut node, &[], 2.025);
+        assert!(matches!(&told[..], [f] if f.confidence == Confidence::Confirmed), "{told:?}");
+        assert!(!d.wants_review());
+        let mut d = CgroupBusy::default();
+        for (i, at) in [0.0, 0.01, 0.03, 0.07].into_iter().enumerate() {
+            feed(&mut d, &rmdir(at, "runc", CG, -libc::EBUSY));
+            assert!(!d.wants_review(), "runc's round {i}");
+        }
     }
 
     #[test]

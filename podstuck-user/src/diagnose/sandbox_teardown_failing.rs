@@ -74,11 +74,14 @@ pub struct SandboxTeardownFailing {
     sandboxes: BTreeMap<String, Sandbox>,
     /// This node's name, for the daemon pod to restart.
     node_name: String,
+    /// A failing DEL made a sandbox's failures enough to tell, or ended
+    /// them: told at the next review, asked for at once.
+    news: bool,
 }
 
 impl SandboxTeardownFailing {
     pub fn new(node_name: String) -> SandboxTeardownFailing {
-        SandboxTeardownFailing { runs: BTreeMap::new(), sandboxes: BTreeMap::new(), node_name }
+        SandboxTeardownFailing { runs: BTreeMap::new(), sandboxes: BTreeMap::new(), node_name, news: false }
     }
 }
 
@@ -207,6 +210,7 @@ impl SandboxTeardownFailing {
         if status == 0 {
             if let Some(sandbox) = self.sandboxes.get_mut(&key) {
                 sandbox.succeeded = sandbox.failures >= FAILURES_TOLD;
+                self.news |= sandbox.succeeded;
                 sandbox.last_seen = event.time;
                 if !sandbox.succeeded {
                     self.sandboxes.remove(&key);
@@ -241,6 +245,8 @@ impl SandboxTeardownFailing {
             sandbox.times.clear();
         }
         sandbox.failures += 1;
+        // The failing DEL that proves it: its finding follows at once.
+        self.news |= sandbox.failures == FAILURES_TOLD;
         sandbox.last_status = status;
         sandbox.pid = event.pid;
         sandbox.last_seen = event.time;
@@ -480,6 +486,10 @@ fn netns_standing(node: &mut dyn crate::inspect::NodeInspector, netns: &str) -> 
 }
 
 impl Detector for SandboxTeardownFailing {
+    fn wants_review(&self) -> bool {
+        self.news
+    }
+
     fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         match &event.what {
             Lifecycle::Exec { filename, cni: Some(cni), .. } => self.exec(event, identity, filename, cni),
@@ -491,6 +501,7 @@ impl Detector for SandboxTeardownFailing {
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
         let mut out = Vec::new();
         let now = review.now;
+        self.news = false;
         self.sandboxes.retain(|_, s| {
             let quiet = now.duration_since(s.last_seen).unwrap_or_default() >= FORGET_AFTER;
             !(quiet || s.told_resolved)
@@ -607,9 +618,15 @@ mod tests {
         let mut node = FakeNode::default();
         node.usage.insert(NETNS.as_bytes().to_vec(), nsfs());
         failing_del(&mut d, 0.0, 100);
+        assert!(!d.wants_review());
         assert!(review(&mut d, &mut node, 0.5).is_empty(), "one failure may be a restart");
         failing_del(&mut d, 2.0, 200);
+        // The second failing DEL proves it: told at once, not at the next tick.
+        assert!(d.wants_review());
+        assert_eq!(review(&mut d, &mut node, 2.06).len(), 1);
+        assert!(!d.wants_review());
         failing_del(&mut d, 4.0, 300);
+        assert!(!d.wants_review(), "a third failure changes a count, not the answer");
         let told = review(&mut d, &mut node, 4.5);
         let [f] = &told[..] else { panic!("{told:?}") };
         assert_eq!(

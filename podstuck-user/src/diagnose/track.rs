@@ -27,6 +27,9 @@ pub const RECHECK: Duration = Duration::from_secs(5);
 pub const RECHECK_SOON: Duration = Duration::from_secs(1);
 /// Failure times kept per path, for the rhythm.
 const TIMES_KEPT: usize = 24;
+/// A retry this long or more after the failure before it is on a
+/// daemon's rhythm (kubelet's housekeeping: 2 s), not a burst's step.
+pub const SLOW_RETRY: Duration = Duration::from_secs(1);
 /// Paths tracked per detector; the stalest go first.
 const PATHS_KEPT: usize = 4096;
 
@@ -299,6 +302,11 @@ pub struct FailureLog {
     /// The detector's cause is proved by the node's state at a path's
     /// retry (its second failure), not its first: a review soon then.
     asks_at_the_retry: bool,
+    /// The same, at a retry that came [`SLOW_RETRY`] or more after the
+    /// failure before it: a retry on a daemon's rhythm (kubelet's
+    /// housekeeping, every 2 s), not a step of a burst that may still
+    /// succeed (runc's rounds, 10 ms apart and doubling).
+    asks_at_a_slow_retry: bool,
     /// A failure came on a path not looked at yet that the detector can
     /// answer now, so a review soon would (see [`FailureLog::wants_a_look`]).
     unlooked: bool,
@@ -317,6 +325,14 @@ impl FailureLog {
     /// once a failure is known not to be a step of a removal in progress.
     pub fn looked_at_from_the_retry() -> FailureLog {
         FailureLog { asks_at_the_retry: true, ..FailureLog::default() }
+    }
+
+    /// A log whose paths are looked at from their retry, that asks for a
+    /// review soon at a retry on a daemon's rhythm ([`SLOW_RETRY`] or more
+    /// after the failure before it), for a cause a burst of quick tries
+    /// may still see go by itself.
+    pub fn looked_at_from_a_slow_retry() -> FailureLog {
+        FailureLog { asks_at_a_slow_retry: true, ..FailureLog::default() }
     }
 
     /// A success on a path ends what failed there; any other call is not
@@ -352,7 +368,9 @@ impl FailureLog {
         let errno = event.errno().unwrap_or(0);
         let known = self.by_path.get(path);
         let unlooked = known.is_none_or(|a| !a.reported && a.checked.is_none());
-        self.unlooked |= unlooked && (self.at_once || (self.asks_at_the_retry && known.is_some()));
+        let slow = known.is_some_and(|a| event.time.duration_since(a.last).unwrap_or_default() >= SLOW_RETRY);
+        self.unlooked |= unlooked
+            && (self.at_once || (self.asks_at_the_retry && known.is_some()) || (self.asks_at_a_slow_retry && slow));
         if let Some(a) = self.by_path.get_mut(path) {
             a.last = event.time;
             // A record may stand for more failures of its series (a storm
