@@ -84,8 +84,8 @@ suite! {
         OverlayMount, PodCgroup, TmpfsMount, V1PodCgroups,
     };
     pub use podstuck::{
-        abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, series_count, status_kib, stop_when,
-        summary_json, Attached, Finished, Watch,
+        abs_path_bytes, path_bytes, podstuck_binary, podstuck_refuses, program_loaded, programs_attached, series_count,
+        status_kib, stop_when, summary_json, Attached, Finished, Watch,
     };
     pub use prerequisite::missing;
     pub use runtimes::{Containerd, Dockerd, EventLog, Podman, Propagation, RbindView};

@@ -440,6 +440,16 @@ pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// The programs a watch attaches where its calls' programs are on `attach`
+/// (`"fentry"` or `"tracepoint"`, as its start line says): the four
+/// syscalls' entry and exit, the lifecycle's three (exec, exit, signal),
+/// and kubelet's connects (one fexit on `unix_stream_connect`, or the
+/// connect syscall's tracepoint pair).
+pub fn programs_attached(attach: &str) -> usize {
+    let connects = if attach == "fentry" { 1 } else { 2 };
+    4 * 2 + 3 + connects
+}
+
 /// Whether a BPF program with this id is still loaded in the kernel.
 pub fn program_loaded(id: u32) -> bool {
     const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;

@@ -209,7 +209,12 @@ fn assert_programs_unloaded(ids: &[u32]) {
 
 fn program_ids(start: &Value) -> Vec<u32> {
     let ids: Vec<u32> = start["program_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-    assert_eq!(ids.len(), 11, "four syscalls, enter and exit each, and the lifecycle's three (exec, exit, signal)");
+    let attach = start["attach"].as_str().unwrap_or_default();
+    assert_eq!(
+        ids.len(),
+        programs_attached(attach),
+        "four syscalls, enter and exit each, the lifecycle's three (exec, exit, signal) and kubelet's connects, on {attach}"
+    );
     ids
 }
 

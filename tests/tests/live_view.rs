@@ -130,10 +130,11 @@ fn live_view_shows_p1_then_stops_on(test: &KernelTest, stdin: Stdin, keys: &str,
         child_named(shell, "podstuck").unwrap_or_else(|| panic!("no podstuck under the pane's shell {shell}"));
     tmux.podstuck = Some(podstuck);
     let programs = programs_held(podstuck);
-    assert_eq!(
-        programs.len(),
-        11,
-        "four syscalls, enter and exit each, and the lifecycle's three (exec, exit, signal): {programs:?}"
+    // The live view does not say its plan: either plan's count.
+    let either = [programs_attached("fentry"), programs_attached("tracepoint")];
+    assert!(
+        either.contains(&programs.len()),
+        "four syscalls, enter and exit each, the lifecycle's three (exec, exit, signal) and kubelet's connects: {programs:?}"
     );
 
     let kubelet = kubelet_removing(&pv);

@@ -166,6 +166,27 @@ fn remove_all_at(parent: libc::c_int, name: &CStr, below: &Path) -> Option<(i32,
     }
 }
 
+/// connect(2) of a new unix stream socket to the path `socket`, as kubelet
+/// dials a CSI plugin; closed at once.
+fn connect_unix(socket: &[u8]) -> String {
+    // SAFETY: a socket of our own, an address filled within its size.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket");
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        assert!(socket.len() < addr.sun_path.len(), "a socket path fits sun_path");
+        for (to, from) in addr.sun_path.iter_mut().zip(socket) {
+            *to = *from as libc::c_char;
+        }
+        // As Go passes it: the family, the path and its NUL.
+        let len = (size_of::<libc::sa_family_t>() + socket.len() + 1) as libc::socklen_t;
+        let out = outcome(libc::connect(fd, &addr as *const libc::sockaddr_un as *const libc::sockaddr, len).into());
+        libc::close(fd);
+        out
+    }
+}
+
 /// Tells the test the hold is in place, then stays until killed: the test,
 /// not this process, decides when the pathology ends.
 fn ready_then_sleep() -> ! {
@@ -211,23 +232,7 @@ fn attempt(args: &[Vec<u8>]) -> String {
             outcome(libc::unlink(c(&args[2]).as_ptr()).into())
         },
         b"unlink" => outcome(unsafe { raw_unlink(c(&args[1]).as_ptr()) }),
-        b"connect" => unsafe {
-            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            assert!(fd >= 0, "socket");
-            let mut addr: libc::sockaddr_un = std::mem::zeroed();
-            addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-            let socket = &args[1];
-            assert!(socket.len() < addr.sun_path.len(), "a socket path fits sun_path");
-            for (to, from) in addr.sun_path.iter_mut().zip(socket) {
-                *to = *from as libc::c_char;
-            }
-            // As Go passes it: the family, the path and its NUL.
-            let len = (size_of::<libc::sa_family_t>() + socket.len() + 1) as libc::socklen_t;
-            let out =
-                outcome(libc::connect(fd, &addr as *const libc::sockaddr_un as *const libc::sockaddr, len).into());
-            libc::close(fd);
-            out
-        },
+        b"connect" => connect_unix(&args[1]),
         b"remove-all" => {
             let target = path(&args[1]);
             let parent = c(target.parent().unwrap().as_os_str().as_bytes());
