@@ -296,17 +296,13 @@ fn lifecycle_programs(reads_kernel: bool) -> Vec<(&'static str, Hook)> {
 /// program runs is never half-kept. Into the lifecycle's ring, attached
 /// once the lifecycle's are.
 fn connect_programs(plan: AttachPoint) -> Vec<(&'static str, Hook)> {
-    let mut programs = Vec::new();
     match plan {
-        AttachPoint::Fentry => {
-            programs.push((program::KUBELET_CONNECT_FEXIT, Hook::Fexit(program::CONNECT_FUNCTION)));
-        }
-        AttachPoint::Tracepoint | AttachPoint::Auto => {
-            programs.push((program::KUBELET_CONNECT_EXIT, Hook::Tracepoint("syscalls", "sys_exit_connect")));
-            programs.push((program::KUBELET_CONNECT_ENTER, Hook::Tracepoint("syscalls", "sys_enter_connect")));
-        }
+        AttachPoint::Fentry => vec![(program::KUBELET_CONNECT_FEXIT, Hook::Fexit(program::CONNECT_FUNCTION))],
+        AttachPoint::Tracepoint | AttachPoint::Auto => vec![
+            (program::KUBELET_CONNECT_EXIT, Hook::Tracepoint("syscalls", "sys_exit_connect")),
+            (program::KUBELET_CONNECT_ENTER, Hook::Tracepoint("syscalls", "sys_enter_connect")),
+        ],
     }
-    programs
 }
 
 /// Attaches a set of lifecycle programs (exits first, so an exit of a

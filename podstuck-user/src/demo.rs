@@ -385,13 +385,7 @@ impl Lab {
             // runtime by its executable, not by the name it calls itself:
             // the lab's containerd is this binary under that name (a hard
             // link, else a copy).
-            let bin = self.root.join("bin");
-            std::fs::create_dir_all(&bin)?;
-            let containerd = bin.join("containerd");
-            if std::fs::hard_link(podstuck, &containerd).is_err() {
-                std::fs::copy(podstuck, &containerd)
-                    .with_context(|| format!("copying {} to {}", podstuck.display(), containerd.display()))?;
-            }
+            let containerd = self.daemon_named(podstuck, "containerd")?;
             actors.push({
                 let mut a = Command::new(&containerd);
                 a.arg("demo-actor").arg("containerd").arg("cni-del-every-2s").arg(&cni);
@@ -402,6 +396,21 @@ impl Lab {
         }
         actors.push(self.csi_plugin_gone(podstuck)?);
         Ok(actors)
+    }
+
+    /// This binary as `<lab>/bin/<name>` (a hard link, else a copy): a lab
+    /// daemon whose executable is named as the node's, which is what
+    /// podstuck believes of a runtime or of kubelet, never the name a
+    /// process gives itself.
+    fn daemon_named(&self, podstuck: &Path, name: &str) -> Result<PathBuf> {
+        let bin = self.root.join("bin");
+        std::fs::create_dir_all(&bin)?;
+        let daemon = bin.join(name);
+        if std::fs::hard_link(podstuck, &daemon).is_err() {
+            std::fs::copy(podstuck, &daemon)
+                .with_context(|| format!("copying {} to {}", podstuck.display(), daemon.display()))?;
+        }
+        Ok(daemon)
     }
 
     /// P17: a pod's CSI volume whose driver's node plugin is gone, its
@@ -419,12 +428,7 @@ impl Lab {
         let socket = self.kubelet_root().join("plugins").join(CSI_DRIVER).join("csi.sock");
         std::fs::create_dir_all(socket.parent().expect("a socket in a directory"))?;
         drop(std::os::unix::net::UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?);
-        let kubelet = self.root.join("bin/kubelet");
-        std::fs::create_dir_all(self.root.join("bin"))?;
-        if std::fs::hard_link(podstuck, &kubelet).is_err() {
-            std::fs::copy(podstuck, &kubelet)
-                .with_context(|| format!("copying {} to {}", podstuck.display(), kubelet.display()))?;
-        }
+        let kubelet = self.daemon_named(podstuck, "kubelet")?;
         let mut a = Command::new(&kubelet);
         a.arg("demo-actor").arg("kubelet").arg("connect-every-2s").arg(&socket);
         Ok(a)

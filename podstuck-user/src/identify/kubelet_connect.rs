@@ -18,14 +18,13 @@
 //! counted.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::pod::PodUid;
 use super::process::process_start;
 use super::provenance::exe_name;
-use super::KernelCgroups;
 use crate::lifecycle::{ConnectFailed, LifecycleEvent};
 
 /// The executables that are kubelet: kubelet itself, and k3s, which runs
@@ -82,8 +81,8 @@ pub struct ConnectFacts<'a> {
     /// None not found.
     pub pod_of_caller: Option<Option<PodUid>>,
     pub proc_root: &'a Path,
-    /// The kubelet roots as podstuck reaches them.
-    pub kubelet_dirs: &'a [PathBuf],
+    /// The kubelet root as podstuck reaches it.
+    pub kubelet_dir: &'a Path,
 }
 
 /// The CSI volumes of followed pods whose driver the failing connect's
@@ -115,12 +114,8 @@ pub fn judge(facts: &ConnectFacts<'_>, follows: impl Fn(&PodUid) -> bool) -> Res
     }
     let components: Vec<&[u8]> = facts.failed.socket.split(|b| *b == b'/').filter(|c| !c.is_empty()).collect();
     let names_driver = |driver: &str| components.iter().rev().skip(1).any(|c| *c == driver.as_bytes());
-    let volumes: Vec<CsiVolume> = facts
-        .kubelet_dirs
-        .iter()
-        .flat_map(|root| csi_volumes(root, &follows))
-        .filter(|v| names_driver(&v.driver))
-        .collect();
+    let volumes: Vec<CsiVolume> =
+        csi_volumes(facts.kubelet_dir, &follows).into_iter().filter(|v| names_driver(&v.driver)).collect();
     if volumes.is_empty() {
         return Err(Dropped::NoVolume);
     }
@@ -160,13 +155,10 @@ fn driver_of(vol_data: &Path) -> Option<String> {
     (!driver.is_empty() && driver.len() <= DRIVER_NAME_MAX && driver.chars().all(allowed)).then(|| driver.to_string())
 }
 
-/// The caller's cgroups, as the kernel read them for `event`.
-pub fn cgroups_of(event: &LifecycleEvent) -> KernelCgroups {
-    KernelCgroups { v2: event.cgroup_id, v1: event.v1_cgroup_id, v1_hierarchy: event.v1_hierarchy }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::event::ProcessStart;
     use crate::lifecycle::Lifecycle;
@@ -219,13 +211,13 @@ mod tests {
         pod_of_caller: Option<Option<PodUid>>,
     ) -> Result<Vec<CsiVolume>, Dropped> {
         let (event, failed) = connect(pid, start, "/var/lib/kubelet/plugins/ebs.csi.aws.com/csi.sock");
-        let dirs = [node.kubelet()];
+        let dir = node.kubelet();
         let facts = ConnectFacts {
             event: &event,
             failed: &failed,
             pod_of_caller,
             proc_root: &node.proc_root(),
-            kubelet_dirs: &dirs,
+            kubelet_dir: &dir,
         };
         judge(&facts, |_| true)
     }
@@ -260,14 +252,14 @@ mod tests {
         let unread = |pod_of_caller| {
             let (mut event, failed) = connect(700, 70, "/var/lib/kubelet/plugins/ebs.csi.aws.com/csi.sock");
             event.start = None;
-            let dirs = [node.kubelet()];
+            let dir = node.kubelet();
             let proc_root = node.proc_root();
             let facts = ConnectFacts {
                 event: &event,
                 failed: &failed,
                 pod_of_caller,
                 proc_root: &proc_root,
-                kubelet_dirs: &dirs,
+                kubelet_dir: &dir,
             };
             judge(&facts, |_| true).map(|v| v.len())
         };
@@ -286,13 +278,13 @@ mod tests {
         assert_eq!(verdict(&node, 700, 70, Some(None)), Err(Dropped::NoVolume));
         // The driver as the socket's file name only is no directory of it.
         let (event, failed) = connect(700, 70, "/run/efs.csi.aws.com");
-        let dirs = [node.kubelet()];
+        let dir = node.kubelet();
         let facts = ConnectFacts {
             event: &event,
             failed: &failed,
             pod_of_caller: Some(None),
             proc_root: &node.proc_root(),
-            kubelet_dirs: &dirs,
+            kubelet_dir: &dir,
         };
         assert_eq!(judge(&facts, |_| true), Err(Dropped::NoVolume));
     }

@@ -185,7 +185,7 @@ impl Identifier {
         if let Lifecycle::ConnectFailed(failed) = &event.what {
             return self.connect_identity(event, failed, follows);
         }
-        let cgroups = KernelCgroups { v2: event.cgroup_id, v1: event.v1_cgroup_id, v1_hierarchy: event.v1_hierarchy };
+        let cgroups = cgroups_of(event);
         let (mut runner, mut target_start) = (None, None);
         let pod_uid = match &mut event.what {
             Lifecycle::Exec { file, cni, env_cut, .. } => {
@@ -251,10 +251,10 @@ impl Identifier {
         failed: &crate::lifecycle::ConnectFailed,
         follows: impl Fn(Option<&PodUid>) -> bool,
     ) -> Option<LifecycleIdentity> {
-        let cgroups = kubelet_connect::cgroups_of(event);
+        let cgroups = cgroups_of(event);
         let pod_of_caller = self.pod_of_caller(event.pid, cgroups);
         let facts =
-            ConnectFacts { event, failed, pod_of_caller, proc_root: &self.proc_root, kubelet_dirs: &self.kubelet_dirs };
+            ConnectFacts { event, failed, pod_of_caller, proc_root: &self.proc_root, kubelet_dir: &self.kubelet_dir };
         match kubelet_connect::judge(&facts, |pod| follows(Some(pod))) {
             Err(why) => {
                 *self.lifecycle.connects_dropped.entry(kubelet_connect::dropped_name(why)).or_default() += 1;
@@ -287,6 +287,11 @@ impl Identifier {
         let trusted = self.lifecycle.provenance.judge(&facts, plugin.as_deref(), parent).ok()?;
         Some(trusted.runner().to_string())
     }
+}
+
+/// The cgroups of `event`'s process, as the kernel read them.
+fn cgroups_of(event: &LifecycleEvent) -> KernelCgroups {
+    KernelCgroups { v2: event.cgroup_id, v1: event.v1_cgroup_id, v1_hierarchy: event.v1_hierarchy }
 }
 
 /// What `/proc` says of an exec's parent, read while it lives (a runtime

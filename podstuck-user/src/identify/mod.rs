@@ -225,7 +225,7 @@ impl NodeLayout {
 pub struct Identifier {
     kubelet_roots: Vec<PathBuf>,
     /// The kubelet root as podstuck reaches it (its files read there).
-    kubelet_dirs: Vec<PathBuf>,
+    kubelet_dir: PathBuf,
     cgroups: Option<CgroupIndex>,
     /// The v1 hierarchies the kernel's `v1_cgroup_id` may be of, in the
     /// order the kernel tried them (a call's `v1_hierarchy` is a place here).
@@ -266,7 +266,7 @@ impl Identifier {
             layout.cgroup_v1.into_iter().map(|h| CgroupIndex::new(h.mount)).collect();
         cgroups.iter_mut().chain(cgroups_v1.iter_mut()).for_each(CgroupIndex::fill);
         Identifier {
-            kubelet_dirs: vec![layout.node.path(&layout.kubelet_root)],
+            kubelet_dir: layout.node.path(&layout.kubelet_root),
             kubelet_roots,
             cgroups,
             cgroups_v1,
