@@ -46,9 +46,8 @@ struct Socket {
     /// The latest errno, and each errno seen.
     errno: i32,
     errnos: BTreeSet<i32>,
-    /// kubelet: its pid, start, mount namespace and actor.
+    /// kubelet: its pid, mount namespace and actor.
     pid: u32,
-    start: Option<crate::event::ProcessStart>,
     mntns: u32,
     actor: Actor,
     told: bool,
@@ -81,7 +80,6 @@ impl CsiPluginGone {
             errno: failed.errno,
             errnos: BTreeSet::new(),
             pid: event.pid,
-            start: event.start,
             mntns: failed.mntns,
             actor: identity.actor.clone(),
             told: false,
@@ -90,7 +88,7 @@ impl CsiPluginGone {
         socket.failures += 1;
         socket.errno = failed.errno;
         socket.errnos.insert(failed.errno);
-        (socket.pid, socket.start, socket.mntns) = (event.pid, event.start, failed.mntns);
+        (socket.pid, socket.mntns) = (event.pid, failed.mntns);
         for volume in &identity.csi_volumes {
             if socket.volumes.len() < VOLUMES_MAX {
                 socket.volumes.insert(volume.clone());
@@ -99,9 +97,20 @@ impl CsiPluginGone {
     }
 
     /// What the socket's path holds now, read in kubelet's own mount
-    /// namespace (its root, where it is not the node's).
+    /// namespace: through the root of a process the inspector finds living
+    /// there, where it is not the node's (as every detector reads a path
+    /// proven in a runtime's namespace), never through a pid that may name
+    /// another process by now.
     fn judge(&self, socket: &Socket, node: &mut dyn crate::inspect::NodeInspector) -> Verdict {
-        let root = if socket.mntns == 0 || socket.mntns == self.host_mntns { NODE_ROOT } else { socket.pid };
+        let root = if socket.mntns == 0 || socket.mntns == self.host_mntns {
+            NODE_ROOT
+        } else {
+            match node.mount_namespace(u64::from(socket.mntns)) {
+                Ok(ns) if ns.host => NODE_ROOT,
+                Ok(ns) => ns.member,
+                Err(why) => return Verdict::Unknown(why.to_string()),
+            }
+        };
         match node.file_facts(&socket.path, root) {
             Ok(facts) if facts.mode & libc::S_IFMT == libc::S_IFSOCK => Verdict::SocketNobodyListens,
             Ok(_) => Verdict::NotASocket,
@@ -255,10 +264,9 @@ impl Detector for CsiPluginGone {
                 out.push(self.tell(socket, &self.judge(socket, review.node), now));
             }
         }
-        for socket in self.sockets.values_mut() {
-            socket.told = !quiet(socket) && (socket.told || out.iter().any(|f| f.paths.first() == Some(&socket.path)));
-        }
+        // Those told stay told; the quiet ones, told over, go.
         self.sockets.retain(|_, s| !quiet(s));
+        self.sockets.values_mut().for_each(|s| s.told |= s.tellable());
         out
     }
 }
@@ -354,6 +362,42 @@ mod tests {
         node.facts.insert(SOCKET.as_bytes().to_vec(), socket_file());
         let f = review(&mut d, &mut node, 7.5).remove(0);
         assert_eq!(f.confidence, Confidence::Likely);
+    }
+
+    /// kubelet in a container: its socket path is read through a process
+    /// the inspector finds in kubelet's mount namespace, and where that
+    /// namespace cannot be read, the path is unknown, never read elsewhere.
+    #[test]
+    fn kubelet_in_a_container_has_its_socket_read_in_its_own_namespace() {
+        const KUBELET_NS: u32 = 4026532999;
+        let in_a_container = |at: f64| {
+            let mut event = connect(at, libc::ECONNREFUSED);
+            if let Lifecycle::ConnectFailed(c) = &mut event.what {
+                c.mntns = KUBELET_NS;
+            }
+            event
+        };
+        let mut d = CsiPluginGone::new(&DiagnoseOptions::default());
+        let mut node = FakeNode::default();
+        node.facts.insert(SOCKET.as_bytes().to_vec(), socket_file());
+        for i in 0..=6 {
+            d.lifecycle(&in_a_container(f64::from(i)), &kubelet());
+        }
+        let f = review(&mut d, &mut node, 7.0).remove(0);
+        assert_eq!(f.confidence, Confidence::Likely, "no namespace read: the path unknown");
+        assert!(node.roots_read.is_empty(), "{:?}", node.roots_read);
+        node.namespaces.push(crate::inspect::MountNamespace {
+            mntns: u64::from(KUBELET_NS),
+            host: false,
+            member: 4242,
+            member_start: None,
+            member_comm: "kubelet".into(),
+            owner: None,
+            mounts: Vec::new(),
+        });
+        let f = review(&mut d, &mut node, 7.5).remove(0);
+        assert_eq!(f.confidence, Confidence::Confirmed);
+        assert_eq!(node.roots_read, [4242]);
     }
 
     #[test]
