@@ -601,13 +601,25 @@ struct TestTotals {
     /// Tests that said a prerequisite was missing and skipped, by name,
     /// with what was missing (once each, however often they said it).
     skipped: Vec<(String, String)>,
+    /// Each failed test with the first lines of its panic, said again at
+    /// the end: a whole run's output is long, and a CI log keeps its ends.
+    failures: Vec<(String, Vec<String>)>,
+    /// Reading a failure's captured output: its test, and whether its
+    /// panic's message is being read.
+    reading: Option<(String, bool)>,
 }
+
+/// Lines of a failed test's panic message said at the end, and characters
+/// of each.
+const FAILURE_LINES: usize = 4;
+const FAILURE_LINE_CHARS: usize = 400;
 
 impl TestTotals {
     /// Reads a line of libtest's stdout: a total such as
     /// "test result: ok. 8 passed; 0 failed; 0 ignored; 0 measured; ...",
     /// or "test NAME ... ignored".
     fn add(&mut self, line: &str) {
+        self.read_failure(line);
         if let Some(name) = line.strip_prefix("test ").and_then(|l| l.strip_suffix(" ... ignored")) {
             self.ignored.push(name.to_string());
             return;
@@ -623,6 +635,29 @@ impl TestTotals {
                 }
             }
         }
+    }
+
+    /// libtest's "failures:" section: "---- NAME stdout ----", the test's
+    /// captured output, its "thread 'NAME' panicked at FILE:LINE:" and the
+    /// message, up to a backtrace, a note or a blank line.
+    fn read_failure(&mut self, line: &str) {
+        if let Some(name) = line.strip_prefix("---- ").and_then(|l| l.strip_suffix(" stdout ----")) {
+            self.reading = Some((name.to_string(), false));
+            self.failures.push((name.to_string(), Vec::new()));
+            return;
+        }
+        let Some((name, in_message)) = self.reading.as_mut() else { return };
+        if !*in_message {
+            *in_message = line.starts_with("thread '") && line.contains(" panicked at ");
+            return;
+        }
+        let ends = line.trim().is_empty() || line.starts_with("stack backtrace:") || line.starts_with("note: ");
+        let Some((_, message)) = self.failures.iter_mut().rev().find(|(n, _)| n == name) else { return };
+        if ends || message.len() >= FAILURE_LINES {
+            self.reading = None;
+            return;
+        }
+        message.push(line.chars().take(FAILURE_LINE_CHARS).collect());
     }
 
     fn skip(&mut self, test: String, why: String) {
@@ -646,6 +681,9 @@ impl TestTotals {
         for (test, why) in &self.skipped {
             let why: String = why.chars().take(300).collect();
             println!("skipped {test}: {why}");
+        }
+        for (test, message) in &self.failures {
+            println!("failed {test}: {}", message.join(" / "));
         }
         let passed = self.ran_and_passed() + vm_passed;
         let failed = self.failed + vm_failed;
@@ -751,5 +789,48 @@ mod tests {
         assert_eq!((totals.ran_and_passed(), totals.failed), (7, 1));
         assert_eq!(totals.ignored, vec!["foo::bar".to_string()]);
         assert_eq!(totals.skipped.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_tests_panic_is_kept_to_be_said_at_the_end() {
+        let mut totals = TestTotals::default();
+        for line in [
+            "failures:",
+            "",
+            "---- the_test_counts_add_up_and_agree stdout ----",
+            "some captured output",
+            "",
+            "thread 'the_test_counts_add_up_and_agree' (23423) panicked at tests/tests/docs.rs:353:5:",
+            "assertion `left == right` failed: README says 1045",
+            "  left: Some(1044)",
+            " right: Some(1045)",
+            "stack backtrace:",
+            "   0: something",
+            "---- soak stdout ----",
+            "thread 'soak' panicked at tests/tests/soak.rs:1:1:",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "test result: FAILED. 18 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.11s",
+        ] {
+            totals.add(line);
+        }
+        assert_eq!(
+            totals.failures,
+            vec![
+                (
+                    "the_test_counts_add_up_and_agree".to_string(),
+                    vec![
+                        "assertion `left == right` failed: README says 1045".to_string(),
+                        "  left: Some(1044)".to_string(),
+                        " right: Some(1045)".to_string()
+                    ]
+                ),
+                ("soak".to_string(), ["one", "two", "three", "four"].map(String::from).to_vec()),
+            ]
+        );
+        assert_eq!(totals.failed, 2);
     }
 }
