@@ -251,11 +251,15 @@ pub struct RemovalStorm {
     /// so "now" is the time of the calls being read, not the wall clock.
     latest: Option<SystemTime>,
     fresh: bool,
+    /// A storm became one with the record just read and is not told yet:
+    /// its proof is its count and rate, so its answer need not wait for
+    /// the next tick.
+    newly_proven: bool,
 }
 
 impl RemovalStorm {
     pub fn new(node_name: String) -> RemovalStorm {
-        RemovalStorm { node_name, by_pid: HashMap::new(), latest: None, fresh: false }
+        RemovalStorm { node_name, by_pid: HashMap::new(), latest: None, fresh: false, newly_proven: false }
     }
 
     fn finding(&self, s: &Storm, now: SystemTime, ended: bool) -> Finding {
@@ -588,6 +592,13 @@ impl Detector for RemovalStorm {
                 .get_or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000_000, 2).expect("valid bounds"));
             h.saturating_record(event.latency_ns.max(1));
         }
+        if !storm.reported && storm.is_storm() {
+            self.newly_proven = true;
+        }
+    }
+
+    fn wants_review(&self) -> bool {
+        self.newly_proven
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
@@ -597,6 +608,7 @@ impl Detector for RemovalStorm {
             _ => review.now,
         };
         self.fresh = false;
+        self.newly_proven = false;
         let mut out = Vec::new();
         let mut ended = Vec::new();
         let pids: Vec<u32> = self.by_pid.keys().copied().collect();
@@ -676,6 +688,22 @@ mod tests {
         assert_eq!(found[0].details["calls"], 50_000);
         let rate = found[0].details["rate_per_s"].as_f64().unwrap();
         assert!((9_000.0..=11_000.0).contains(&rate), "{rate}");
+    }
+
+    #[test]
+    fn the_call_that_makes_a_storm_asks_for_its_review_at_once() {
+        let dir = "/var/lib/docker/volumes/big/_data";
+        let mut d = RemovalStorm::new("n".into());
+        let mut node = FakeNode::default();
+        removals(&mut d, dir, "dockerd", 7, 19_999, 0.0, 5_000.0);
+        assert!(!d.wants_review(), "under 20,000 calls: not yet");
+        removals(&mut d, dir, "dockerd", 7, 1, 4.0, 5_000.0);
+        assert!(d.wants_review(), "the 20,000th call over 2 s proves it");
+        let found = run(&mut d, &mut node, &[], 4.0);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(!d.wants_review(), "the review told it");
+        removals(&mut d, dir, "dockerd", 7, 100, 4.1, 5_000.0);
+        assert!(!d.wants_review(), "a storm told asks for nothing more: the ticks follow it");
     }
 
     #[test]
