@@ -14,6 +14,7 @@
 //! fault's recovery is a row of the section "Soak with faults", which a
 //! plain soak leaves as it is (and the other way round).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -184,8 +185,9 @@ fn section(
     let ours = printed.iter().filter(|l| l.contains(&report.stuck_pod)).count();
     writeln!(
         out,
-        "\nFinding lines podstuck printed (its output a pipe: one a finding told or resolved): {}, {ours} of them the stuck pod's. podstuck traces the whole machine, so the calls of whatever else runs on it are in its figures too, and their findings below.",
-        printed.len()
+        "\nFinding lines podstuck printed (its output a pipe: one a finding told or resolved): {}, {ours} of them the stuck pod's; by cause: {}. podstuck traces the whole machine, so the calls of whatever else runs on it are in its figures too, and their findings below.",
+        printed.len(),
+        by_cause(&printed)
     )?;
     if !printed.is_empty() {
         writeln!(out, "\n```\n{}\n```", printed.iter().take(6).copied().collect::<Vec<_>>().join("\n"))?;
@@ -264,6 +266,24 @@ fn machine() -> String {
     format!("{}, {cgroups}", crate::report::machine_basics())
 }
 
+/// "volume-still-mounted 12, dir-not-empty 3": finding lines counted by
+/// their cause, the word after "FINDING [severity]", most first.
+fn by_cause(lines: &[&str]) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    // A finding is a block: its first line says FINDING, the rest indent.
+    for line in lines {
+        let Some((_, told)) = line.split_once(" FINDING [") else { continue };
+        let cause = told.split_once("] ").and_then(|(_, rest)| rest.split_whitespace().next()).unwrap_or("?");
+        *counts.entry(cause).or_default() += 1;
+    }
+    let mut counts: Vec<(&str, usize)> = counts.into_iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    if counts.is_empty() {
+        return "none".to_string();
+    }
+    counts.iter().map(|(cause, n)| format!("{cause} {n}")).collect::<Vec<_>>().join(", ")
+}
+
 /// `file` with its Soak section replaced by `section`, or `section`
 /// added at the end where it has none; everything else as it was.
 #[cfg(test)]
@@ -306,6 +326,18 @@ mod tests {
         let other = "# b\n\n## Soaked\n\nx\n";
         assert_eq!(with_section(other, section), "# b\n\n## Soaked\n\nx\n\n## Soak\n\nnew table\n");
         assert_eq!(with_section("", section), "## Soak\n\nnew table\n");
+    }
+
+    #[test]
+    fn finding_blocks_are_counted_by_cause_most_first() {
+        let lines = [
+            "2026-11-27T15:50:12Z FINDING [critical] volume-still-mounted  pod 05fa  confirmed",
+            "  status:   active, 1 call",
+            "2026-11-27T15:50:13Z FINDING [warning] dir-not-empty  pod 06fa  confirmed",
+            "2026-11-27T15:50:14Z FINDING [critical] volume-still-mounted  pod 05fa  resolved",
+        ];
+        assert_eq!(by_cause(&lines), "volume-still-mounted 2, dir-not-empty 1");
+        assert_eq!(by_cause(&lines[1..2]), "none");
     }
 
     #[test]
