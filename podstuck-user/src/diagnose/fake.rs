@@ -80,6 +80,8 @@ pub struct FakeNode {
     /// node's is 0): the fake answers each the same, and a test checks
     /// where a detector read.
     pub roots_read: Vec<u32>,
+    /// The time each count of a tree's entries was given, in ms (0: its own).
+    pub counts_within: Vec<u32>,
 }
 
 fn missing<T>() -> Probe<T> {
@@ -253,8 +255,9 @@ impl FakeAnswers for FakeNode {
             complete: true,
         })
     }
-    fn remaining_entries(&mut self, path: &[u8], root: u32) -> Probe<EntryEstimate> {
+    fn remaining_entries(&mut self, path: &[u8], root: u32, within_ms: u32) -> Probe<EntryEstimate> {
         self.roots_read.push(root);
+        self.counts_within.push(within_ms);
         let entries = *self.remaining.get(path).ok_or(()).or_else(|_| missing())?;
         Ok(EntryEstimate { entries, at_least: false, method: "counted".into() })
     }

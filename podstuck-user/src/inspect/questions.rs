@@ -57,8 +57,10 @@ macro_rules! node_questions {
             fn file_facts(path: &[u8] => Vec<u8>, root: u32 => u32 = 0) -> Probe<FileFacts> as FileFacts;
             /// Up to `limit` names of a directory's entries, and how many there are.
             fn dir_sample(path: &[u8] => Vec<u8>, limit: usize => usize, root: u32 => u32 = 0) -> Probe<DirSample> as DirSample;
-            /// How many entries remain in the tree under `path`.
-            fn remaining_entries(path: &[u8] => Vec<u8>, root: u32 => u32 = 0) -> Probe<EntryEstimate> as RemainingEntries;
+            /// How many entries remain in the tree under `path`, counted for at
+            /// most `within_ms` (0: the count's own budget, 200 ms); a count cut
+            /// short says "at least" what it counted.
+            fn remaining_entries(path: &[u8] => Vec<u8>, root: u32 => u32 = 0, within_ms: u32 => u32 = 0) -> Probe<EntryEstimate> as RemainingEntries;
             /// statfs.
             fn fs_usage(path: &[u8] => Vec<u8>, root: u32 => u32 = 0) -> Probe<FsUsage> as FsUsage;
             /// A cgroup directory (v1 or v2) and the tasks in it.

@@ -44,10 +44,16 @@ const FS_APPEND_FL: u32 = 0x20;
 
 impl RealNode {
     /// How many entries are left below `path`, counted or estimated.
-    pub(super) fn entries_below(&mut self, root: Root, path: &[u8]) -> Probe<EntryEstimate> {
+    /// How many entries are left below `path`, counted or estimated within
+    /// `within_ms` (0: [`WALK_BUDGET`]).
+    pub(super) fn entries_below(&mut self, root: Root, path: &[u8], within_ms: u32) -> Probe<EntryEstimate> {
+        let budget = match within_ms {
+            0 => WALK_BUDGET,
+            ms => Duration::from_millis(ms.into()).min(WALK_BUDGET),
+        };
         // The walk has its own budget; the deadline is for a call that never returns.
-        let wait = WALK_BUDGET + self.deadline;
-        self.on_worker(root, path, wait, |b, p| count_tree(b, p, WALK_BUDGET, WALK_ENTRY_CAP))
+        let wait = budget + self.deadline;
+        self.on_worker(root, path, wait, move |b, p| count_tree(b, p, budget, WALK_ENTRY_CAP))
     }
 
     /// statfs of the filesystem `path` is on, named as mountinfo names it.
@@ -466,7 +472,7 @@ mod tests {
         assert!(sample.names.iter().all(|n| n != b"." && n != b".."));
 
         // top 13 + a's 5 files and b + b's 2 files; nothing under sub or link.
-        let estimate = node.remaining_entries(b(&tree), 0).unwrap();
+        let estimate = node.remaining_entries(b(&tree), 0, 0).unwrap();
         assert_eq!(estimate, EntryEstimate { entries: 21, at_least: false, method: "counted".into() });
 
         let beneath = Beneath::new(std::path::Path::new("/"), Resolver::best()).unwrap();
@@ -475,7 +481,7 @@ mod tests {
         let timed = count_tree(&beneath, b(&tree), Duration::ZERO, WALK_ENTRY_CAP).unwrap();
         assert!(timed.at_least && timed.method.contains("lower bound"), "{timed:?}");
 
-        assert_eq!(node.remaining_entries(b(&tree.join("f0")), 0).unwrap_err().why(), "not a directory");
+        assert_eq!(node.remaining_entries(b(&tree.join("f0")), 0, 0).unwrap_err().why(), "not a directory");
         assert_eq!(node.dir_sample(b(&tree.join("gone")), 3, 0).unwrap_err().why(), "no such file or directory");
     }
 

@@ -192,8 +192,8 @@ impl NodeInspector for RealNode {
         self.counted(read)
     }
 
-    fn remaining_entries(&mut self, path: &[u8], root: u32) -> Probe<EntryEstimate> {
-        let read = self.entries_below(Root::of(root), path);
+    fn remaining_entries(&mut self, path: &[u8], root: u32, within_ms: u32) -> Probe<EntryEstimate> {
+        let read = self.entries_below(Root::of(root), path, within_ms);
         self.counted(read)
     }
 

@@ -212,7 +212,12 @@ fn a_record_with_an_absurd_estimate_replays_without_a_failure() {
             t(6.05),
             &[],
             &[],
-            vec![Question::RemainingEntries { path: b"/data/tree".to_vec(), root: 0, answer: Ok(endless) }],
+            vec![Question::RemainingEntries {
+                path: b"/data/tree".to_vec(),
+                root: 0,
+                within_ms: 0,
+                answer: Ok(endless),
+            }],
             &[],
             false,
         )

@@ -165,9 +165,10 @@ fn every_question() -> Vec<Question> {
         Question::RemainingEntries {
             path: path(),
             root: 812,
+            within_ms: 10,
             answer: Ok(EntryEstimate { entries: 1200, at_least: true, method: "link count".into() }),
         },
-        Question::RemainingEntries { path: path(), root: 0, answer: Err(unreadable()) },
+        Question::RemainingEntries { path: path(), root: 0, within_ms: 0, answer: Err(unreadable()) },
         Question::FsUsage { path: path(), root: 0, answer: Ok(usage) },
         Question::FsUsage { path: path(), root: 0, answer: Err(unreadable()) },
     ];
