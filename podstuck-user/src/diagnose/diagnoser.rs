@@ -43,13 +43,36 @@ const UPDATE_EVERY: Duration = Duration::from_secs(10);
 struct Shown {
     /// The latest state.
     finding: Finding,
-    /// The state last told, which changes are measured against.
-    last_told: Finding,
-    /// Whether the latest state has been told.
-    told: bool,
+    /// The state last told, while the latest is not told yet; none when
+    /// the latest is what was told. A run of weeks keeps thousands of
+    /// resolved findings, each told: one copy each, not two.
+    untold_since: Option<Finding>,
     told_at: SystemTime,
     /// The finding it was told under, once folded as its consequence.
     under: Option<String>,
+}
+
+impl Shown {
+    fn told(finding: Finding, at: SystemTime) -> Shown {
+        Shown { finding, untold_since: None, told_at: at, under: None }
+    }
+
+    /// The state last told, which changes are measured against.
+    fn last_told(&self) -> &Finding {
+        self.untold_since.as_ref().unwrap_or(&self.finding)
+    }
+
+    /// Whether the latest state has been told.
+    fn is_told(&self) -> bool {
+        self.untold_since.is_none()
+    }
+
+    /// `finding` is the latest state, and it is told now.
+    fn tell(&mut self, finding: Finding, at: SystemTime) {
+        self.finding = finding;
+        self.untold_since = None;
+        self.told_at = at;
+    }
 }
 
 /// How long a consequence may outlive the finding it was told under and
@@ -103,7 +126,7 @@ impl Diagnoser {
         // A consequence never told is remembered while its root's tail lasts.
         let shown = &self.shown;
         self.folded_untold.retain(|_, root| shown.get(root).is_some_and(|r| Self::still_tailed(r, now)));
-        let done = |s: &Shown| s.told && s.finding.status == Status::Resolved;
+        let done = |s: &Shown| s.is_told() && s.finding.status == Status::Resolved;
         if let Some(after) = self.forget_resolved_after {
             self.shown.retain(|_, s| !(done(s) && now.duration_since(s.told_at).unwrap_or_default() >= after));
         }
@@ -191,7 +214,7 @@ impl Diagnoser {
                 continue;
             }
             // Told on its own before its root cause was known: say where it went.
-            if let Some(shown) = self.shown.get_mut(&id).filter(|s| s.last_told.status == Status::Active) {
+            if let Some(shown) = self.shown.get_mut(&id).filter(|s| s.last_told().status == Status::Active) {
                 let mut finding = shown.finding.clone();
                 finding.status = Status::Resolved;
                 finding.revision += 1;
@@ -203,10 +226,7 @@ impl Diagnoser {
                 finding.fix.clear();
                 finding.advice.clear();
                 finding.evidence("consequence", format!("a consequence of {root}, told under it"));
-                shown.finding = finding.clone();
-                shown.last_told = finding.clone();
-                shown.told = true;
-                shown.told_at = review.now;
+                shown.tell(finding.clone(), review.now);
                 shown.under = Some(root);
                 reports.push(Report::Update(finding));
             }
@@ -222,35 +242,26 @@ impl Diagnoser {
                         continue;
                     }
                     finding.revision = 1;
-                    let shown = Shown {
-                        finding: finding.clone(),
-                        last_told: finding.clone(),
-                        told: true,
-                        told_at: review.now,
-                        under: None,
-                    };
-                    self.shown.insert(finding.id.clone(), shown);
+                    self.shown.insert(finding.id.clone(), Shown::told(finding.clone(), review.now));
                     reports.push(Report::New(finding));
                 }
                 Some(shown) => {
-                    if shown.last_told.status == Status::Resolved && finding.status == Status::Resolved {
+                    let last_told = shown.last_told();
+                    if last_told.status == Status::Resolved && finding.status == Status::Resolved {
                         continue;
                     }
-                    let material = finding.differs_materially(&shown.last_told);
-                    let counted = finding.count != shown.last_told.count || finding.details != shown.last_told.details;
+                    let material = finding.differs_materially(last_told);
+                    let counted = finding.count != last_told.count || finding.details != last_told.details;
                     let due = review.now.duration_since(shown.told_at).unwrap_or_default() >= UPDATE_EVERY;
                     finding.revision = shown.finding.revision;
                     if material || (counted && due) {
                         finding.revision += 1;
-                        shown.told_at = review.now;
-                        shown.told = true;
-                        shown.finding = finding.clone();
-                        shown.last_told = finding.clone();
+                        shown.tell(finding.clone(), review.now);
                         reports.push(Report::Update(finding));
                     } else if finding != shown.finding {
                         // Kept current for the closing summary, told later.
-                        shown.finding = finding;
-                        shown.told = false;
+                        let before = std::mem::replace(&mut shown.finding, finding);
+                        shown.untold_since.get_or_insert(before);
                     }
                 }
             }
@@ -271,7 +282,7 @@ impl Diagnoser {
 
     /// Whether a consequence of `root` is still only its tail.
     fn still_tailed(root: &Shown, now: SystemTime) -> bool {
-        root.last_told.status == Status::Active
+        root.last_told().status == Status::Active
             || now.duration_since(root.told_at).unwrap_or_default() < CONSEQUENCE_OUTLIVES
     }
 
@@ -279,10 +290,9 @@ impl Diagnoser {
     /// told (counts moving between updates): said once more at exit.
     pub fn untold(&mut self) -> Vec<Report> {
         let mut reports = Vec::new();
-        for shown in self.shown.values_mut().filter(|s| !s.told) {
+        for shown in self.shown.values_mut().filter(|s| !s.is_told()) {
             shown.finding.revision += 1;
-            shown.told = true;
-            shown.last_told = shown.finding.clone();
+            shown.untold_since = None;
             reports.push(Report::Update(shown.finding.clone()));
         }
         reports
