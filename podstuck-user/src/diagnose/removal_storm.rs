@@ -483,7 +483,7 @@ fn remaining(f: &mut Finding, s: &Storm, left: &Left, rate: f64) -> String {
         }
         Left::Entries(e) => {
             let (bound, how) = match (e.at_least, e.method.as_str()) {
-                (true, _) => ("At least ", format!(" (the count stopped there: {})", e.method)),
+                (true, _) => ("At least ", format!(" ({})", e.method)),
                 (false, "counted") => ("", String::new()),
                 (false, method) => ("About ", format!(" (estimated from the {method})")),
             };

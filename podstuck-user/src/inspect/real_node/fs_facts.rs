@@ -260,8 +260,8 @@ fn count_tree(beneath: &Beneath, root: &[u8], budget: Duration, cap: u64) -> Pro
         (None, true) => format!(
             "count of {listed} entries in evenly spaced directories of the tree (at most {WALK_DIRS_PER_LEVEL} a level), scaled up"
         ),
-        (Some("time"), _) => format!("counted for {} (a lower bound)", exact_duration(budget)),
-        (Some(_), _) => format!("counted the first {cap} (a lower bound)"),
+        (Some("time"), _) => format!("the count stopped after {}", exact_duration(budget)),
+        (Some(_), _) => format!("the count stopped at {cap}"),
     };
     Ok(EntryEstimate { entries, at_least: cut_by.is_some(), method })
 }
@@ -479,7 +479,7 @@ mod tests {
         let capped = count_tree(&beneath, b(&tree), WALK_BUDGET, 5).unwrap();
         assert!(capped.at_least && capped.entries == 5, "{capped:?}");
         let timed = count_tree(&beneath, b(&tree), Duration::ZERO, WALK_ENTRY_CAP).unwrap();
-        assert!(timed.at_least && timed.method.contains("lower bound"), "{timed:?}");
+        assert!(timed.at_least && timed.method.contains("the count stopped after"), "{timed:?}");
 
         assert_eq!(node.remaining_entries(b(&tree.join("f0")), 0, 0).unwrap_err().why(), "not a directory");
         assert_eq!(node.dir_sample(b(&tree.join("gone")), 3, 0).unwrap_err().why(), "no such file or directory");
