@@ -35,7 +35,8 @@ kernel_test! {
             let pending = format!(r#"ALERTS{{alertname="PodStuckOnNode", alertstate="pending", pod_uid="{stuck}", kind="volume-still-mounted"}}"#);
             prometheus.await_samples(&pending, Duration::from_secs(60), |s| s.len() == 1);
             let others = prometheus.query(r#"ALERTS{alertname=~"Podstuck.*"}"#);
-            anyhow::ensure!(others.is_empty(), "podstuck's own alerts: {others:?}");
+            let unexplained: Vec<&serde_json::Value> = others.iter().filter(|a| !explained(&prometheus, a)).collect();
+            anyhow::ensure!(unexplained.is_empty(), "podstuck's own alerts, with nothing measured behind them: {unexplained:?}");
             Ok(())
         };
         let report = soak::run(&options, |s| eprintln!("{}", soak::sample_line(s)), alerts).unwrap_or_else(|e| panic!("{e:#}"));
@@ -64,4 +65,30 @@ kernel_test! {
         assert_eq!(report.healthz, 200, "GET /healthz at the end");
         assert!(report.exited_cleanly, "podstuck ended {} on SIGTERM: {}", report.exit, report.stderr);
     }
+}
+
+/// Whether podstuck's own alert `alert` (pending: every rule waits minutes)
+/// says what this machine really did to it, measured by Prometheus
+/// itself: a scrape that did not answer within its 1 s (`PodstuckDown`),
+/// or events lost (`PodstuckLosingEvents`). A whole run's machine is busy
+/// with builds and emulated kernels beside this test, and both are right
+/// to say so; any other, or these with nothing behind them, is a rule that
+/// fires on a podstuck that is well.
+fn explained(prometheus: &Prometheus, alert: &serde_json::Value) -> bool {
+    let measured = match alert["metric"]["alertname"].as_str() {
+        Some("PodstuckDown") => r#"min_over_time(up{job="podstuck"}[10m]) == 0"#,
+        Some("PodstuckLosingEvents") => "max_over_time(podstuck_events_lost_total[10m]) > 0",
+        _ => return false,
+    };
+    let behind = prometheus.query(measured);
+    eprintln!(
+        "podstuck's own alert {}: {}",
+        alert["metric"],
+        if behind.is_empty() {
+            "nothing measured behind it"
+        } else {
+            "measured here (the machine's load), not a rule's fault"
+        }
+    );
+    !behind.is_empty()
 }
