@@ -220,7 +220,10 @@ fn run_soak(args: &soak::SoakArgs) -> Result<()> {
     }
     setup()?;
     ensure_tracefs()?;
-    let podstuck = build_release()?;
+    let podstuck = match &args.podstuck {
+        Some(given) => given.clone(),
+        None => build_release()?,
+    };
     let actor = build_release_helper("actor")?;
     let fuse_server = build_release_helper("fuse_server")?;
     let out = workspace_root().join(&args.out);

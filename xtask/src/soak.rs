@@ -44,6 +44,12 @@ pub struct SoakArgs {
     /// Seconds from one fault's end to the next's start.
     #[arg(long, default_value_t = 45)]
     pub fault_every_seconds: u64,
+    /// The podstuck to soak, in place of this tree's release build: another
+    /// build, or a wrapper that runs it under a heap profiler (`exec
+    /// heaptrack -o FILE /path/to/podstuck "$@"`: the RSS sampled is then
+    /// the wrapper's, the profile podstuck's).
+    #[arg(long)]
+    pub podstuck: Option<PathBuf>,
 }
 
 /// The section's heading; it runs to the next `## ` heading or the end.
