@@ -142,6 +142,24 @@ impl Namespaces {
         self.census.get(&mntns).map(|l| l.member).filter(|m| self.mntns_of(*m) == Some(mntns))
     }
 
+    /// `mntns`'s table, read through `caller` or another member. A member
+    /// that exits between being found and being read (a pod's last process,
+    /// right after its last call) makes the read fail: then another is
+    /// looked for once, and with none left the namespace is gone, not its
+    /// table unreadable.
+    fn read_table_of(&mut self, mntns: u32, caller: u32) -> Result<Vec<Mount>, Unproven> {
+        for _ in 0..2 {
+            let member = self.member_of(mntns, caller).ok_or(Unproven::NamespaceGone)?;
+            let table = Self::read_table(&self.proc_file(member, "mountinfo"));
+            // The member may have left (or its pid been reused) while it was read.
+            if self.mntns_of(member) != Some(mntns) {
+                continue;
+            }
+            return table.ok_or(Unproven::TableUnreadable);
+        }
+        Err(Unproven::NamespaceGone)
+    }
+
     fn read_table(file: &Path) -> Option<Vec<Mount>> {
         use std::io::Read;
         let mut text = Vec::new();
@@ -192,12 +210,7 @@ impl NamespaceFacts for Namespaces {
     fn table_of(&mut self, mntns: u32, caller: u32) -> Result<&[Mount], Unproven> {
         let fresh = self.tables.get(&mntns).is_some_and(|(at, _)| at.elapsed() < TABLE_FRESH);
         if !fresh {
-            let member = self.member_of(mntns, caller).ok_or(Unproven::NamespaceGone)?;
-            let table = Self::read_table(&self.proc_file(member, "mountinfo")).ok_or(Unproven::TableUnreadable)?;
-            // The member may have left (or its pid been reused) while it was read.
-            if self.mntns_of(member) != Some(mntns) {
-                return Err(Unproven::NamespaceGone);
-            }
+            let table = self.read_table_of(mntns, caller)?;
             if self.tables.len() >= NAMESPACES_KEPT {
                 self.tables.clear();
             }
@@ -271,5 +284,18 @@ mod tests {
         assert_eq!(ns.table_of(POD_NS, 77).unwrap()[0].fstype, "overlay");
         assert_eq!(ns.table_of(4026539999, 77).unwrap_err(), Unproven::NamespaceGone);
         assert_eq!(ns.node_table().unwrap()[0].fstype, "ext4");
+    }
+
+    #[test]
+    fn a_table_that_cannot_be_read_from_a_member_still_there_is_unreadable_not_gone() {
+        let proc = FakeProc::new("ns-unreadable");
+        proc.process(1, NODE_NS, "/sbin/init", "/", "");
+        proc.process(2000, POD_NS, "/bin/sleep", POD_CGROUP, "");
+        std::fs::remove_file(proc.tmp.0.join("proc/2000/mountinfo")).unwrap();
+        let mut ns = proc.namespaces();
+        assert_eq!(ns.table_of(POD_NS, 2000).unwrap_err(), Unproven::TableUnreadable);
+        // The member gone as well (it exited after its last call): gone.
+        std::fs::remove_file(proc.tmp.0.join("proc/2000/ns/mnt")).unwrap();
+        assert_eq!(ns.table_of(POD_NS, 2000).unwrap_err(), Unproven::NamespaceGone);
     }
 }
