@@ -607,9 +607,9 @@ struct TestTotals {
     /// Each failed test with the first lines of its panic, said again at
     /// the end: a whole run's output is long, and a CI log keeps its ends.
     failures: Vec<(String, Vec<String>)>,
-    /// Reading a failure's captured output: its test, and whether its
+    /// Reading the captured output of the last of `failures`: whether its
     /// panic's message is being read.
-    reading: Option<(String, bool)>,
+    reading: Option<bool>,
 }
 
 /// Lines of a failed test's panic message said at the end, and characters
@@ -645,17 +645,17 @@ impl TestTotals {
     /// message, up to a backtrace, a note or a blank line.
     fn read_failure(&mut self, line: &str) {
         if let Some(name) = line.strip_prefix("---- ").and_then(|l| l.strip_suffix(" stdout ----")) {
-            self.reading = Some((name.to_string(), false));
+            self.reading = Some(false);
             self.failures.push((name.to_string(), Vec::new()));
             return;
         }
-        let Some((name, in_message)) = self.reading.as_mut() else { return };
+        let Some(in_message) = self.reading.as_mut() else { return };
         if !*in_message {
             *in_message = line.starts_with("thread '") && line.contains(" panicked at ");
             return;
         }
         let ends = line.trim().is_empty() || line.starts_with("stack backtrace:") || line.starts_with("note: ");
-        let Some((_, message)) = self.failures.iter_mut().rev().find(|(n, _)| n == name) else { return };
+        let Some((_, message)) = self.failures.last_mut() else { return };
         if ends || message.len() >= FAILURE_LINES {
             self.reading = None;
             return;
