@@ -98,11 +98,8 @@ fn row(kind: &str, proof: &str, answers: &[Answer], rounds: usize) -> String {
         false => format!("{:.3} s", median(&mut v.to_vec())),
     };
     let target = format!("≤ {TARGET_AFTER_PROOF_S} s after the last call");
-    let met = match after_last.is_empty() {
-        true => "no",
-        false if median(&mut after_last.clone()) <= TARGET_AFTER_PROOF_S => "yes",
-        false => "no",
-    };
+    let met =
+        if !after_last.is_empty() && median(&mut after_last.clone()) <= TARGET_AFTER_PROOF_S { "yes" } else { "no" };
     format!(
         "| {kind} | {proof} | {} of {rounds} | {} | {} of {} | {} | {} | {target} | {met} |\n",
         answers.len(),

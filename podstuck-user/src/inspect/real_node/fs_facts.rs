@@ -43,7 +43,6 @@ const FS_IMMUTABLE_FL: u32 = 0x10;
 const FS_APPEND_FL: u32 = 0x20;
 
 impl RealNode {
-    /// How many entries are left below `path`, counted or estimated.
     /// How many entries are left below `path`, counted or estimated within
     /// `within_ms` (0: [`WALK_BUDGET`]).
     pub(super) fn entries_below(&mut self, root: Root, path: &[u8], within_ms: u32) -> Probe<EntryEstimate> {
