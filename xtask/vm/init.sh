@@ -411,21 +411,29 @@ fi
 if [ "$SUITE" = lockdown ]; then
     T0=$(uptime_s)
     A=- W=-
+    # busybox wget has no timeout of its own: a request accepted and never
+    # answered would hold the boot until the host's watchdog, saying nothing.
+    # Each step is said, so a hang names where it stopped.
+    http_get() { timeout -s KILL 10 wget -q -O - "http://127.0.0.1:9464$1" 2>/dev/null; }
     ip link set lo up 2>/dev/null
     podstuck watch --listen 127.0.0.1:9464 --stay-up --node-name vm-lockdown >/tmp/deg.out 2>/tmp/deg.err &
     DPID=$!
+    say "degraded: started watch --stay-up (pid $DPID)"
     M=""
     n=600
     while [ "$n" -gt 0 ] && alive "$DPID"; do
-        M=$(wget -q -O - http://127.0.0.1:9464/metrics 2>/dev/null) && [ -n "$M" ] && break
+        M=$(http_get /metrics) && [ -n "$M" ] && break
         sleep 0.1
         n=$((n - 1))
     done
-    F=$(wget -q -O - http://127.0.0.1:9464/findings 2>/dev/null)
-    H=$(wget -q -O - http://127.0.0.1:9464/healthz 2>/dev/null)
+    say "degraded: /metrics answered: $([ -n "$M" ] && echo yes || echo no)"
+    F=$(http_get /findings)
+    H=$(http_get /healthz)
+    say "degraded: /findings and /healthz asked"
     # Still serving 5 s on: no exit, hence no crash loop.
     if wait_gone "$DPID" 5; then STAYED=no; else STAYED=yes; fi
-    M2=$(wget -q -O - http://127.0.0.1:9464/metrics 2>/dev/null | grep -c '^podstuck_up 0$')
+    M2=$(http_get /metrics | grep -c '^podstuck_up 0$')
+    say "degraded: stayed $STAYED; SIGTERM"
     kill -TERM "$DPID" 2>/dev/null
     wait_gone "$DPID" 20 || kill -9 "$DPID"
     wait "$DPID"
