@@ -3,7 +3,8 @@
 //! kept in memory; `export` turns it into files and `report` reads them back.
 //!
 //! One HdrHistogram per series and scope: 1 ns to 1 hour at 3 significant
-//! digits. The calls come from the kernel's exact per-series buckets
+//! digits in an incident run (the files show them), 2 in the always-on run
+//! (see below). The calls come from the kernel's exact per-series buckets
 //! (log-linear, 8 per power of two): each bucket's calls are recorded at its
 //! middle, so a percentile is told to within 6 % of the true latency, and
 //! counts and sums are exact.
@@ -20,6 +21,11 @@
 //! finding, or named by `--pod`; see [`LatencyBook::follow`]) get series of
 //! their own, and a pod no longer followed is merged back into the node's
 //! series after [`POD_SERIES_LINGER`]. Every other call is the node's.
+//! Its histograms are only ever read as Prometheus' buckets (a factor of 2
+//! or 2.5 apart), so they keep 2 significant digits
+//! ([`ALWAYS_ON_SIGNIFICANT_DIGITS`]), an eighth of the memory, and no
+//! interval histogram: a series that saw an hour-long call holds 36 KB,
+//! not 2 x 270.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -36,13 +42,20 @@ use crate::identify::Identity;
 /// hour (and its exact duration is in its event).
 pub const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
 pub const SIGNIFICANT_DIGITS: u8 = 3;
+/// The always-on book's precision: 1 %, finer than the kernel's buckets
+/// (an eighth of a power of two) and than any bucket /metrics exports.
+pub const ALWAYS_ON_SIGNIFICANT_DIGITS: u8 = 2;
 
 /// A histogram from 1 ns up, 3 significant digits, that grows as values
 /// come: one whose calls all took microseconds holds 4,096 counts (32 KB)
 /// instead of the 33,792 (270 KB) that reach an hour, and the book clamps
 /// every value to [`MAX_LATENCY_NS`], so none grows past that.
 pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new(SIGNIFICANT_DIGITS).expect("valid histogram bounds")
+    histogram_of(SIGNIFICANT_DIGITS)
+}
+
+fn histogram_of(digits: u8) -> Histogram<u64> {
+    Histogram::new(digits).expect("valid histogram bounds")
 }
 
 /// Records `count` calls of `latency_ns`, clamped to 1 ns ..= an hour,
@@ -157,7 +170,8 @@ impl SeriesKey {
 #[derive(Clone, Debug)]
 pub struct Series {
     pub total: Histogram<u64>,
-    pub interval: Histogram<u64>,
+    /// The current interval's, where intervals are kept (the files).
+    pub interval: Option<Histogram<u64>>,
     pub count: u64,
     pub sum_ns: u128,
     pub first_seen: SystemTime,
@@ -168,10 +182,10 @@ pub struct Series {
 }
 
 impl Series {
-    fn new(time: SystemTime, seq: u64) -> Series {
+    fn new(time: SystemTime, seq: u64, digits: u8, intervals: bool) -> Series {
         Series {
-            total: new_histogram(),
-            interval: new_histogram(),
+            total: histogram_of(digits),
+            interval: intervals.then(|| histogram_of(digits)),
             count: 0,
             sum_ns: 0,
             first_seen: time,
@@ -184,7 +198,9 @@ impl Series {
     fn absorb(&mut self, other: &Series) {
         // Both grow as needed: adding cannot fail.
         let _ = self.total.add(&other.total);
-        let _ = self.interval.add(&other.interval);
+        if let (Some(mine), Some(theirs)) = (self.interval.as_mut(), other.interval.as_ref()) {
+            let _ = mine.add(theirs);
+        }
         self.count += other.count;
         self.sum_ns += other.sum_ns;
         self.first_seen = self.first_seen.min(other.first_seen);
@@ -227,6 +243,8 @@ pub struct LatencyBook {
     followed: BTreeMap<PodUid, Option<SystemTime>>,
     /// Whether interval histograms are kept (only the files close them).
     intervals: bool,
+    /// The histograms' significant digits.
+    digits: u8,
     next_seq: u64,
     /// Pods with series of their own (at most [`MAX_PODS`]).
     pods: BTreeSet<PodUid>,
@@ -253,6 +271,7 @@ impl LatencyBook {
             detail: PodDetail::Every,
             followed: BTreeMap::new(),
             intervals: true,
+            digits: SIGNIFICANT_DIGITS,
             next_seq: 0,
             pods: BTreeSet::new(),
             other_series: 0,
@@ -269,7 +288,12 @@ impl LatencyBook {
     /// The always-on run's book: the node's series, and series of their
     /// own only for the pods followed; no interval histograms (no files).
     pub fn node_wide(started: SystemTime) -> LatencyBook {
-        LatencyBook { detail: PodDetail::Followed, intervals: false, ..LatencyBook::new(started) }
+        LatencyBook {
+            detail: PodDetail::Followed,
+            intervals: false,
+            digits: ALWAYS_ON_SIGNIFICANT_DIGITS,
+            ..LatencyBook::new(started)
+        }
     }
 
     /// The pods to follow from now: `named` (by `--pod`) first, then
@@ -383,8 +407,8 @@ impl LatencyBook {
         if key.is_other() {
             self.folded_calls += count;
         }
-        let seq = self.next_seq;
-        let series = self.series.entry(key).or_insert_with(|| Series::new(time, seq));
+        let (seq, digits, intervals) = (self.next_seq, self.digits, self.intervals);
+        let series = self.series.entry(key).or_insert_with(|| Series::new(time, seq, digits, intervals));
         if series.seq == seq {
             self.next_seq += 1;
         }
@@ -401,11 +425,10 @@ impl LatencyBook {
     }
 
     pub fn record_latency(&mut self, key: SeriesKey, time: SystemTime, latency_ns: u64) {
-        let intervals = self.intervals;
         let series = self.series_at(key, time, 1, latency_ns);
         record_clamped(&mut series.total, latency_ns, 1);
-        if intervals {
-            record_clamped(&mut series.interval, latency_ns, 1);
+        if let Some(interval) = series.interval.as_mut() {
+            record_clamped(interval, latency_ns, 1);
         }
     }
 
@@ -415,13 +438,12 @@ impl LatencyBook {
         if count == 0 {
             return;
         }
-        let intervals = self.intervals;
         let series = self.series_at(key, time, count, sum_ns);
         for (bucket, calls) in buckets {
             let value = bucket_middle(*bucket);
             record_clamped(&mut series.total, value, *calls);
-            if intervals {
-                record_clamped(&mut series.interval, value, *calls);
+            if let Some(interval) = series.interval.as_mut() {
+                record_clamped(interval, value, *calls);
             }
         }
     }
@@ -462,9 +484,9 @@ impl LatencyBook {
         let length = now.duration_since(self.interval_started).unwrap_or_default();
         let mut histograms = Vec::new();
         for (key, series) in self.series.iter_mut() {
-            if !series.interval.is_empty() {
-                histograms.push((key.clone(), series.interval.clone()));
-                series.interval.reset();
+            if let Some(interval) = series.interval.as_mut().filter(|h| !h.is_empty()) {
+                histograms.push((key.clone(), interval.clone()));
+                interval.reset();
             }
         }
         self.timeline.push(IntervalTotals { start, length, calls: self.interval_calls, errors: self.interval_errors });
@@ -657,6 +679,41 @@ pub(crate) mod tests {
         assert_eq!(full.len(), 4);
         assert!(full.max() >= MAX_LATENCY_NS - MAX_LATENCY_NS / 1000);
         assert!(full.distinct_values() <= 33_792, "{}", full.distinct_values());
+    }
+
+    #[test]
+    fn the_always_on_book_keeps_two_digits_and_no_interval() {
+        let mut book = LatencyBook::node_wide(SystemTime::now());
+        book.record(&event(Syscall::Umount2, 0, 10 * MAX_LATENCY_NS), &identity(Role::Runtime, None));
+        book.record(&event(Syscall::Umount2, 0, 900), &identity(Role::Runtime, None));
+        let (_, s) = book.series().next().unwrap();
+        assert_eq!(s.total.sigfig(), ALWAYS_ON_SIGNIFICANT_DIGITS);
+        assert!(s.interval.is_none());
+        // From a nanosecond to an hour: 4,608 counts (36 KB), not 33,792.
+        assert!(s.total.distinct_values() <= 4_608, "{}", s.total.distinct_values());
+        assert_eq!(s.total.len(), 2);
+        assert!(book.close_interval(SystemTime::now()).histograms.is_empty());
+        let incident = LatencyBook::new(SystemTime::now());
+        assert_eq!(incident.digits, SIGNIFICANT_DIGITS);
+    }
+
+    #[test]
+    fn two_digits_put_every_kernel_bucket_in_its_prometheus_bucket() {
+        // The always-on book is read as /metrics' buckets: each kernel
+        // bucket's calls, recorded at its middle, must count below exactly
+        // the bounds its middle is below.
+        for bucket in 0..podstuck_common::LATENCY_BUCKETS {
+            let middle = bucket_middle(bucket);
+            if middle > MAX_LATENCY_NS {
+                break;
+            }
+            let mut h = histogram_of(ALWAYS_ON_SIGNIFICANT_DIGITS);
+            record_clamped(&mut h, middle, 1);
+            for bound in crate::export::prom::BUCKETS_S {
+                let bound_ns = (bound * 1e9) as u64;
+                assert_eq!(h.count_between(0, bound_ns) == 1, middle <= bound_ns, "{middle} ns against {bound} s");
+            }
+        }
     }
 
     proptest::proptest! {
