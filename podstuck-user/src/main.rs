@@ -556,7 +556,24 @@ const REFUSALS: [exit::Refusal; 3] = [
     exit::refused_as::<NodeNotReady>,
 ];
 
+/// glibc's malloc raises its mmap threshold to the largest block freed,
+/// up to 32 MB: after the kernel's BTF is parsed at start (blocks of
+/// 10 MB), every later block below that comes from the heap, where the
+/// latency histograms' regrowth and the findings fragment it: the soak
+/// with demos beside it grew 30 -> 37 MB in 6 minutes. A fixed threshold
+/// (glibc's own default) keeps large blocks mapped and given back when
+/// freed: the soak with demos beside it stays flat
+/// (BENCHMARKS.md, Soak).
+fn keep_freed_memory_returned() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: sets one malloc parameter, before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
 fn main() -> ExitCode {
+    keep_freed_memory_returned();
     let mut cli = Cli::parse();
     // Before any thread starts: entering the node's mount namespace needs a process alone.
     // explain reaches the node only for the kubelet's kubeconfig: where it
