@@ -226,8 +226,15 @@ fn run_soak(args: &soak::SoakArgs) -> Result<()> {
     };
     let actor = build_release_helper("actor")?;
     let fuse_server = build_release_helper("fuse_server")?;
+    // The demos beside run this tree's build, never a profiler's wrapper
+    // (each would overwrite its profile).
+    let demo = match (args.demos_beside, &args.podstuck) {
+        (false, _) => None,
+        (true, None) => Some(podstuck.clone()),
+        (true, Some(_)) => Some(build_release()?),
+    };
     let out = workspace_root().join(&args.out);
-    soak::soak(&podstuck, &actor, &fuse_server, &soak::SoakArgs { out, ..args.clone() })
+    soak::soak(&podstuck, &actor, &fuse_server, demo.as_deref(), &soak::SoakArgs { out, ..args.clone() })
 }
 
 /// `cargo xtask build`: both binaries, for `target` or this machine.

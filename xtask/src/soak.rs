@@ -13,11 +13,18 @@
 //! fork storm, an overflow storm, a mount holder's pid reused; each
 //! fault's recovery is a row of the section "Soak with faults", which a
 //! plain soak leaves as it is (and the other way round).
+//!
+//! `--demos-beside` runs `podstuck demo` again and again beside the
+//! churn: a lab of pods stuck in every way, whose findings the soaked
+//! podstuck tells too, as on a node with incidents; its section is "Soak
+//! with demos beside", for memory that grows only with findings told.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -50,19 +57,66 @@ pub struct SoakArgs {
     /// the wrapper's, the profile podstuck's).
     #[arg(long)]
     pub podstuck: Option<PathBuf>,
+    /// Run `podstuck demo --duration 20s` (this tree's release build) again
+    /// and again beside the churn: its pods' findings told beside the
+    /// churn's, as on a node with incidents.
+    #[arg(long, conflicts_with = "faults")]
+    pub demos_beside: bool,
 }
 
 /// The section's heading; it runs to the next `## ` heading or the end.
 const HEADING: &str = "## Soak";
 /// The heading of `--faults`' section.
 const FAULTS_HEADING: &str = "## Soak with faults";
+/// The heading of `--demos-beside`' section.
+const DEMOS_HEADING: &str = "## Soak with demos beside";
+/// How long each demo beside the churn traces its lab.
+const DEMO_DURATION: &str = "20s";
+
+/// `podstuck demo`, run again and again until stopped, on a thread of its own.
+struct DemosBeside {
+    stop: Arc<AtomicBool>,
+    runs: std::thread::JoinHandle<(u32, u32)>,
+}
+
+impl DemosBeside {
+    fn start(podstuck: &Path) -> DemosBeside {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, podstuck) = (stop.clone(), podstuck.to_path_buf());
+        let runs = std::thread::spawn(move || {
+            let (mut runs, mut failed) = (0, 0);
+            while !flag.load(Ordering::Relaxed) {
+                let status = Command::new(&podstuck)
+                    .args(["demo", "--duration", DEMO_DURATION])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+                runs += 1;
+                if !status.is_ok_and(|s| s.success()) {
+                    failed += 1;
+                    // A demo that cannot start would spin: give the churn the CPU.
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+            (runs, failed)
+        });
+        DemosBeside { stop, runs }
+    }
+
+    /// Stops after the demo running now; (runs, runs that failed).
+    fn finish(self) -> (u32, u32) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.runs.join().unwrap_or((0, 0))
+    }
+}
 
 fn say(message: &str) {
     eprintln!("xtask soak: {message}");
 }
 
 /// Runs the soak with these binaries and writes the section to `args.out`.
-pub fn soak(podstuck: &Path, actor: &Path, fuse_server: &Path, args: &SoakArgs) -> Result<()> {
+/// `demo` is the podstuck whose demo runs beside the churn (`--demos-beside`).
+pub fn soak(podstuck: &Path, actor: &Path, fuse_server: &Path, demo: Option<&Path>, args: &SoakArgs) -> Result<()> {
     let scratch = podstuck_tests::ScratchDir::new("soak");
     let mut options = SoakOptions::new(
         podstuck.to_path_buf(),
@@ -82,7 +136,13 @@ pub fn soak(podstuck: &Path, actor: &Path, fuse_server: &Path, args: &SoakArgs) 
         podstuck.display(),
         args.sample_seconds
     ));
-    let report = soak::run(&options, |s| println!("{}", soak::sample_line(s)), |_| Ok(()))?;
+    let demos = demo.filter(|_| args.demos_beside).map(DemosBeside::start);
+    let report = soak::run(&options, |s| println!("{}", soak::sample_line(s)), |_| Ok(()));
+    let demos = demos.map(DemosBeside::finish);
+    let report = report?;
+    if let Some((runs, failed)) = demos {
+        say(&format!("podstuck demo ran {runs} times beside the churn, {failed} of them failed"));
+    }
     say(&format!(
         "{} pods churned in {:.1} s: {:.1} a second",
         report.pods,
@@ -90,7 +150,7 @@ pub fn soak(podstuck: &Path, actor: &Path, fuse_server: &Path, args: &SoakArgs) 
         report.pods_per_s()
     ));
     let command = format!(
-        "cargo xtask soak --minutes {}{}{}{}",
+        "cargo xtask soak --minutes {}{}{}{}{}",
         args.minutes,
         if args.sample_seconds == 15 { String::new() } else { format!(" --sample-seconds {}", args.sample_seconds) },
         match (args.faults, args.fault_every_seconds) {
@@ -98,6 +158,7 @@ pub fn soak(podstuck: &Path, actor: &Path, fuse_server: &Path, args: &SoakArgs) 
             (true, 45) => " --faults".to_string(),
             (true, every) => format!(" --faults --fault-every-seconds {every}"),
         },
+        if args.demos_beside { " --demos-beside" } else { "" },
         // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
         if args.out == crate::host::workspace_root().join("BENCHMARKS.md") {
             String::new()
@@ -105,8 +166,15 @@ pub fn soak(podstuck: &Path, actor: &Path, fuse_server: &Path, args: &SoakArgs) 
             format!(" --out {}", args.out.display())
         }
     );
-    let heading = if args.faults { FAULTS_HEADING } else { HEADING };
-    let section = section(heading, &report, &command, &load, args.faults.then_some(args.fault_every_seconds))?;
+    let heading = match (args.faults, demos.is_some()) {
+        (true, _) => FAULTS_HEADING,
+        (false, true) => DEMOS_HEADING,
+        (false, false) => HEADING,
+    };
+    let mut section = section(heading, &report, &command, &load, args.faults.then_some(args.fault_every_seconds))?;
+    if let Some((runs, failed)) = demos {
+        section = with_demos_said(&section, runs, failed);
+    }
     let before = std::fs::read_to_string(&args.out).unwrap_or_default();
     std::fs::write(&args.out, crate::report::with_section(&before, heading, &section, &[]))?;
     say(&format!("wrote the Soak section of {}", args.out.display()));
@@ -290,6 +358,18 @@ fn by_cause(lines: &[&str]) -> String {
     counts.iter().map(|(cause, n)| format!("{cause} {n}")).collect::<Vec<_>>().join(", ")
 }
 
+/// The section with the demos beside the churn said after its machine's
+/// paragraph: how many ran, and that their findings are in the figures.
+fn with_demos_said(section: &str, runs: u32, failed: u32) -> String {
+    let said = format!(
+        "Beside the churn, `podstuck demo --duration {DEMO_DURATION}` (this tree's release build) ran {runs} times one after another ({failed} failed): a lab of pods stuck in every way, whose findings the soaked podstuck told too (the finding lines by cause, below), as on a node with incidents beside its churn.\n\n"
+    );
+    match section.find("podstuck's release build as the DaemonSet runs it") {
+        Some(at) => format!("{}{said}{}", &section[..at], &section[at..]),
+        None => format!("{section}\n{said}"),
+    }
+}
+
 /// `file` with its Soak section replaced by `section`, or `section`
 /// added at the end where it has none; everything else as it was.
 #[cfg(test)]
@@ -302,7 +382,7 @@ fn with_section(file: &str, section: &str) -> String {
 /// them.
 pub fn kept_section(file: &Path) -> String {
     let text = std::fs::read_to_string(file).unwrap_or_default();
-    [HEADING, FAULTS_HEADING]
+    [HEADING, FAULTS_HEADING, DEMOS_HEADING]
         .iter()
         .filter_map(|heading| crate::report::section_span(&text, heading))
         .map(|(start, end)| format!("\n{}\n", text[start..end].trim_end()))
@@ -332,6 +412,23 @@ mod tests {
         let other = "# b\n\n## Soaked\n\nx\n";
         assert_eq!(with_section(other, section), "# b\n\n## Soaked\n\nx\n\n## Soak\n\nnew table\n");
         assert_eq!(with_section("", section), "## Soak\n\nnew table\n");
+    }
+
+    #[test]
+    fn the_demos_beside_are_said_before_the_churn_and_their_section_kept() {
+        let section =
+            "## Soak with demos beside\n\nWritten by x.\n\npodstuck's release build as the DaemonSet runs it (...).\n";
+        let said = with_demos_said(section, 17, 1);
+        assert!(said.starts_with(
+            "## Soak with demos beside\n\nWritten by x.\n\nBeside the churn, `podstuck demo --duration 20s`"
+        ));
+        assert!(said.contains("ran 17 times one after another (1 failed)"));
+        assert!(said.ends_with("\n\npodstuck's release build as the DaemonSet runs it (...).\n"));
+        let dir = podstuck_tests::ScratchDir::new("soak-kept");
+        let file = dir.path().join("BENCHMARKS.md");
+        std::fs::write(&file, format!("# b\n\n## The storm\n\nrows\n\n## Soak\n\nquiet\n\n{said}")).unwrap();
+        let kept = kept_section(&file);
+        assert!(kept.contains("## Soak\n\nquiet") && kept.contains("ran 17 times"), "{kept}");
     }
 
     #[test]
