@@ -39,8 +39,25 @@ const MAX_SYMLINKS: u32 = 40;
 /// part from the first component that does not exist on is kept as
 /// written.
 fn resolve_in_root(beneath: &Beneath, path: &[u8]) -> Probe<Vec<u8>> {
-    // The names resolved, and a descriptor of each (the root's below them).
-    let mut done: Vec<(Vec<u8>, OwnedFd)> = Vec::new();
+    resolve_with(beneath, path, open_at)
+}
+
+/// [`resolve_in_root`], each directory opened by `open`. podstuck must
+/// not hold what it diagnoses: a descriptor of a mount's root, even an
+/// `O_PATH` one, makes the mount busy, and kubelet's unmount of a volume
+/// it is resolving fails with EBUSY (seen in the soak, once in thousands
+/// of pods). So the last component, a volume's mountpoint in kubelet's
+/// calls, is never opened (its link is read, which holds nothing after
+/// the call), and only the directory looked up below is held, one at a
+/// time, for the microseconds of the next lookup.
+fn resolve_with(
+    beneath: &Beneath,
+    path: &[u8],
+    mut open: impl FnMut(&OwnedFd, &[u8]) -> std::io::Result<OwnedFd>,
+) -> Probe<Vec<u8>> {
+    // The names resolved, and a descriptor of the last (None: the root).
+    let mut done: Vec<Vec<u8>> = Vec::new();
+    let mut at: Option<OwnedFd> = None;
     let mut todo: VecDeque<Vec<u8>> = path.split(|b| *b == b'/').map(<[u8]>::to_vec).collect();
     let mut links = 0;
     while let Some(part) = todo.pop_front() {
@@ -48,12 +65,19 @@ fn resolve_in_root(beneath: &Beneath, path: &[u8]) -> Probe<Vec<u8>> {
             b"" | b"." => continue,
             b".." => {
                 done.pop();
+                at = None;
+                if !done.is_empty() {
+                    match open_again(beneath, &done, &mut open) {
+                        Some(fd) => at = Some(fd),
+                        None => return Ok(joined(&done, todo.into_iter().filter(|p| !p.is_empty()))),
+                    }
+                }
                 continue;
             }
             _ => {}
         }
-        let at = done.last().map(|(_, fd)| fd).unwrap_or(beneath.root());
-        match readlink_at(at, &part) {
+        let dir = at.as_ref().unwrap_or(beneath.root());
+        match readlink_at(dir, &part) {
             Ok(target) => {
                 links += 1;
                 if links > MAX_SYMLINKS {
@@ -61,6 +85,7 @@ fn resolve_in_root(beneath: &Beneath, path: &[u8]) -> Probe<Vec<u8>> {
                 }
                 if target.first() == Some(&b'/') {
                     done.clear();
+                    at = None;
                 }
                 for piece in target.split(|b| *b == b'/').rev() {
                     todo.push_front(piece.to_vec());
@@ -68,10 +93,19 @@ fn resolve_in_root(beneath: &Beneath, path: &[u8]) -> Probe<Vec<u8>> {
             }
             // Not a link: a directory or file, kept as it is, and what
             // comes next is looked up below it.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match open_at(at, &part) {
-                Ok(fd) => done.push((part, fd)),
-                Err(_) => return Ok(kept_as_written(&done, part, todo)),
-            },
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                if todo.iter().all(|p| matches!(p.as_slice(), b"" | b".")) {
+                    done.push(part);
+                    break;
+                }
+                match open(dir, &part) {
+                    Ok(fd) => {
+                        done.push(part);
+                        at = Some(fd);
+                    }
+                    Err(_) => return Ok(kept_as_written(&done, part, todo)),
+                }
+            }
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
                 return Ok(kept_as_written(&done, part, todo));
             }
@@ -81,14 +115,30 @@ fn resolve_in_root(beneath: &Beneath, path: &[u8]) -> Probe<Vec<u8>> {
     Ok(joined(&done, std::iter::empty()))
 }
 
+/// A descriptor of `done` (names already resolved, none a link), opened
+/// again from the root one name at a time after a `..`; None when one of
+/// them has changed since.
+fn open_again(
+    beneath: &Beneath,
+    done: &[Vec<u8>],
+    open: &mut impl FnMut(&OwnedFd, &[u8]) -> std::io::Result<OwnedFd>,
+) -> Option<OwnedFd> {
+    let mut at: Option<OwnedFd> = None;
+    for name in done {
+        let fd = open(at.as_ref().unwrap_or(beneath.root()), name).ok()?;
+        at = Some(fd);
+    }
+    at
+}
+
 /// The names resolved, then `part` and what is left as written.
-fn kept_as_written(done: &[(Vec<u8>, OwnedFd)], part: Vec<u8>, todo: VecDeque<Vec<u8>>) -> Vec<u8> {
+fn kept_as_written(done: &[Vec<u8>], part: Vec<u8>, todo: VecDeque<Vec<u8>>) -> Vec<u8> {
     joined(done, std::iter::once(part).chain(todo.into_iter().filter(|p| !p.is_empty())))
 }
 
-fn joined(done: &[(Vec<u8>, OwnedFd)], rest: impl Iterator<Item = Vec<u8>>) -> Vec<u8> {
+fn joined(done: &[Vec<u8>], rest: impl Iterator<Item = Vec<u8>>) -> Vec<u8> {
     let mut out = Vec::new();
-    for name in done.iter().map(|(name, _)| name.clone()).chain(rest) {
+    for name in done.iter().cloned().chain(rest) {
         out.push(b'/');
         out.extend_from_slice(&name);
     }
@@ -145,5 +195,35 @@ mod tests {
         assert_eq!(resolve_in_root(&beneath, b"/").unwrap(), b"/");
         assert_eq!(resolve_in_root(&beneath, b"/../../run").unwrap(), b"/run");
         assert!(resolve_in_root(&beneath, b"/loop1/x").unwrap_err().why().contains("symbolic links"));
+    }
+
+    #[test]
+    fn the_last_component_is_never_opened_and_one_directory_is_held_at_a_time() {
+        let tmp = TempDir::new("resolve-held");
+        let root = tmp.0.clone();
+        fs::create_dir_all(root.join("pods/u/volumes/cache/sub")).unwrap();
+        std::os::unix::fs::symlink("pods/u/volumes", root.join("vols")).unwrap();
+        let beneath = Beneath::new(&root, Resolver::best()).unwrap();
+        let opened = std::cell::RefCell::new(Vec::new());
+        let open = |at: &OwnedFd, name: &[u8]| {
+            opened.borrow_mut().push(String::from_utf8_lossy(name).into_owned());
+            open_at(at, name)
+        };
+        // kubelet's rmdir of a volume's mountpoint: its parents are looked
+        // up below, the mountpoint itself is never opened.
+        assert_eq!(resolve_with(&beneath, b"/vols/cache/", open).unwrap(), b"/pods/u/volumes/cache");
+        assert_eq!(*opened.borrow(), ["pods", "u", "volumes"]);
+        opened.borrow_mut().clear();
+        // A `..` opens the parent again from the root, one name at a time.
+        assert_eq!(
+            resolve_with(&beneath, b"/pods/u/volumes/cache/sub/../sub", open).unwrap(),
+            b"/pods/u/volumes/cache/sub"
+        );
+        assert_eq!(*opened.borrow(), ["pods", "u", "volumes", "cache", "sub", "pods", "u", "volumes", "cache"]);
+        // Open descriptors: the test's own, none left by the resolutions.
+        let fds = || fs::read_dir("/proc/self/fd").unwrap().count();
+        let before = fds();
+        resolve_in_root(&beneath, b"/vols/cache/sub").unwrap();
+        assert_eq!(fds(), before);
     }
 }
