@@ -186,3 +186,85 @@ kernel_test! {
         assert!(done.status.success(), "podstuck failed: {}", done.stderr);
     }
 }
+
+kernel_test! {
+    /// Issue 63's container that will not end, with the real runtime
+    /// (Debian's containerd and runc): a container whose init's child
+    /// waits on a FUSE request the server read and never answers (the
+    /// FUSE mount bound in with `--mount`), in a pod's cgroups (`ctr run
+    /// --cgroup`, as kubelet's cgroupfs driver names them). `ctr task kill
+    /// -s SIGKILL` leaves the init in zap_pid_ns_processes, the task
+    /// RUNNING, and `ctr task rm` failing; podstuck names the child as
+    /// why, and the abort it prints lets `ctr task rm` work.
+    fn a_real_containers_init_held_by_a_survivor_in_d_is_named_and_its_fix_lets_ctr_task_rm_work(test) {
+        // Declared first, dropped last: the pod's cgroups in every
+        // hierarchy, removed once the lab's FUSE server (dropped before
+        // them) has let the container's tasks end.
+        let mut cgroups: Vec<CgroupDirs> = Vec::new();
+        let lab = StuckFuseLab::new(&test);
+        let scratch = test.scratch();
+        let Some(containerd) = Containerd::start(scratch.path(), test.name()) else { return };
+        let uid = lab.pod.uid().to_string();
+        let id = format!("zap-{}", containerd.name());
+        let parent = scratch.path().file_name().unwrap().to_string_lossy().into_owned();
+        let cgroup = format!("/{parent}/kubepods/besteffort/pod{uid}/{id}");
+        for hierarchy in mountinfo::here().into_iter().filter(|m| m.fstype == "cgroup" || m.fstype == "cgroup2") {
+            cgroups.push(CgroupDirs::create(&hierarchy.mount_point.join(&cgroup[1..])));
+        }
+        let mut watch = watch_pods(&lab.root, &[&lab.pod]);
+
+        let fuse = format!("type=bind,src={},dst=/fuse,options=rbind:rw", lab.fuse_dir().display());
+        let flags = ["--cgroup".to_string(), cgroup.clone(), "--mount".to_string(), fuse];
+        containerd.run_detached_with(&flags, &id, &["sh", "-c", "stat /fuse/never & exec sleep 1000"]);
+        containerd.wait_task_status(&id, "RUNNING", secs(20));
+        let init = containerd.task_pid(&id).expect("ctr task ls lists the task's pid");
+        let in_pod = std::fs::read_to_string(format!("/proc/{init}/cgroup")).unwrap_or_default();
+        assert!(in_pod.contains(&format!("pod{uid}")), "fixture: the container runs in the pod's cgroups: {in_pod}");
+        let survivor = poll_until_else("stat, the init's child, to wait on the FUSE server", secs(10), || {
+            let stat = children(init).into_iter().find(|c| comm(*c) == "stat");
+            match stat {
+                Some(pid) if wchan(pid).contains("request_wait_answer") => Ok(pid),
+                other => Err(format!("children of {init}: {:?}, stat {other:?}", children(init))),
+            }
+        });
+        let start = start_of(survivor);
+        lab.fuse.wait_held(1, secs(10));
+
+        containerd.ctr(&["task", "kill", "-s", "SIGKILL", &id]);
+        let stack = || std::fs::read_to_string(format!("/proc/{init}/stack")).unwrap_or_default();
+        poll_until_else("the init to wait in zap_pid_ns_processes, stat in D", secs(10), || {
+            match stack().contains("zap_pid_ns_processes") && task_state(survivor) == Some('D') {
+                true => Ok(()),
+                false => Err(format!("init stack {:?}, stat {:?}", stack(), task_state(survivor))),
+            }
+        });
+        assert_eq!(containerd.task_status(&id).as_deref(), Some("RUNNING"), "the runtime never sees the exit");
+        let refused = containerd.ctr_may_fail(&["task", "rm", &id]);
+        assert!(!refused.status.success(), "ctr task rm should fail while the init is held: {refused:?}");
+
+        let finding_id = format!("unkillable-task:{survivor}@{start}");
+        let abort = format!("echo 1 > {FUSECTL}/{}/abort", lab.fuse.connection());
+        let finding =
+            watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == finding_id.as_str(), |e| {
+                e.eq("/status", "active");
+                e.eq("/confidence", "confirmed");
+                e.eq("/pod_uid", uid.as_str());
+                e.eq("/details/init_pid", init);
+                e.contains(
+                    "/summary",
+                    &format!("It is why its container cannot end: the container's init, sleep (pid {init}), has exited and waits in zap_pid_ns_processes"),
+                );
+                e.eq("/fix", abort.as_str());
+            });
+        eprintln!("finding: {finding}");
+        apply_fix(&finding);
+        containerd.wait_task_status(&id, "STOPPED", secs(20));
+        containerd.ctr(&["task", "rm", &id]);
+        containerd.ctr(&["containers", "rm", &id]);
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == finding_id.as_str(), |e| {
+            e.eq("/status", "resolved");
+        });
+        let done = watch.stop(libc::SIGINT);
+        assert!(done.status.success(), "podstuck failed: {}", done.stderr);
+    }
+}
