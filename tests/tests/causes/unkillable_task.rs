@@ -120,6 +120,43 @@ fn children(pid: u32) -> Vec<u32> {
     list.split_whitespace().filter_map(|c| c.parse().ok()).collect()
 }
 
+/// The survivor's finding, active and confirmed on pod `uid`, names the
+/// held init as why its container cannot end; its fix is `abort`.
+fn the_survivor_is_why_the_container_cannot_end(e: &mut Expect, uid: &str, init: u32, abort: &str) {
+    e.eq("/status", "active");
+    e.eq("/confidence", "confirmed");
+    e.eq("/pod_uid", uid);
+    e.eq("/details/init_pid", init);
+    e.contains(
+        "/summary",
+        &format!("It is why its container cannot end: the container's init, sleep (pid {init}), has exited and waits in zap_pid_ns_processes"),
+    );
+    e.eq("/fix", abort);
+}
+
+/// The init's child `stat`, once it waits on the FUSE server.
+fn survivor_waiting_on_fuse(init: u32) -> u32 {
+    poll_until_else("stat, the init's child, to wait on the FUSE server", secs(10), || {
+        let stat = children(init).into_iter().find(|c| comm(*c) == "stat");
+        match stat {
+            Some(pid) if wchan(pid).contains("request_wait_answer") => Ok(pid),
+            other => Err(format!("children of {init}: {:?}, stat {other:?}", children(init))),
+        }
+    })
+}
+
+/// Waits for the SIGKILLed init to have reaped what it can: its stack is
+/// do_wait's, under zap_pid_ns_processes, while `survivor` lives in D.
+fn init_held_in_zap(init: u32, survivor: u32) {
+    let stack = || std::fs::read_to_string(format!("/proc/{init}/stack")).unwrap_or_default();
+    poll_until_else("the init to wait in zap_pid_ns_processes, stat in D", secs(10), || {
+        match stack().contains("zap_pid_ns_processes") && task_state(survivor) == Some('D') {
+            true => Ok(()),
+            false => Err(format!("init stack {:?}, stat {:?}", stack(), task_state(survivor))),
+        }
+    });
+}
+
 fn comm(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string()
 }
@@ -141,39 +178,17 @@ kernel_test! {
         let init = poll_until("the container's init (sleep, pid 1 of its namespace)", secs(10), || {
             children(unshare.pid()).into_iter().find(|c| comm(*c) == "sleep")
         });
-        let survivor = poll_until_else("stat, the init's child, to wait on the FUSE server", secs(10), || {
-            let stat = children(init).into_iter().find(|c| comm(*c) == "stat");
-            match stat {
-                Some(pid) if wchan(pid).contains("request_wait_answer") => Ok(pid),
-                other => Err(format!("children of {init}: {:?}, stat {other:?}", children(init))),
-            }
-        });
+        let survivor = survivor_waiting_on_fuse(init);
         let start = start_of(survivor);
         fuse.wait_held(1, secs(10));
 
         signal(init, libc::SIGKILL);
-        // It reaps what it can first: its stack is do_wait's, under
-        // zap_pid_ns_processes, while its child lives.
-        let stack = || std::fs::read_to_string(format!("/proc/{init}/stack")).unwrap_or_default();
-        poll_until_else("the init to wait in zap_pid_ns_processes, stat in D", secs(10), || {
-            match stack().contains("zap_pid_ns_processes") && task_state(survivor) == Some('D') {
-                true => Ok(()),
-                false => Err(format!("init stack {:?}, stat {:?}", stack(), task_state(survivor))),
-            }
-        });
+        init_held_in_zap(init, survivor);
         let id = format!("unkillable-task:{survivor}@{start}");
         let abort = format!("echo 1 > {FUSECTL}/{}/abort", fuse.connection());
         let finding = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == id.as_str(), |e| {
-            e.eq("/status", "active");
-            e.eq("/confidence", "confirmed");
-            e.eq("/pod_uid", uid.as_str());
-            e.eq("/details/init_pid", init);
-            e.contains(
-                "/summary",
-                &format!("It is why its container cannot end: the container's init, sleep (pid {init}), has exited and waits in zap_pid_ns_processes"),
-            );
+            the_survivor_is_why_the_container_cannot_end(e, &uid, init, &abort);
             e.that(e.mentions("/evidence", "zap_pid_ns_processes"), "the evidence quotes where the init waits");
-            e.eq("/fix", abort.as_str());
         });
         eprintln!("finding: {finding}");
         apply_fix(&finding);
@@ -220,24 +235,12 @@ kernel_test! {
         let init = containerd.task_pid(&id).expect("ctr task ls lists the task's pid");
         let in_pod = std::fs::read_to_string(format!("/proc/{init}/cgroup")).unwrap_or_default();
         assert!(in_pod.contains(&format!("pod{uid}")), "fixture: the container runs in the pod's cgroups: {in_pod}");
-        let survivor = poll_until_else("stat, the init's child, to wait on the FUSE server", secs(10), || {
-            let stat = children(init).into_iter().find(|c| comm(*c) == "stat");
-            match stat {
-                Some(pid) if wchan(pid).contains("request_wait_answer") => Ok(pid),
-                other => Err(format!("children of {init}: {:?}, stat {other:?}", children(init))),
-            }
-        });
+        let survivor = survivor_waiting_on_fuse(init);
         let start = start_of(survivor);
         lab.fuse.wait_held(1, secs(10));
 
         containerd.ctr(&["task", "kill", "-s", "SIGKILL", &id]);
-        let stack = || std::fs::read_to_string(format!("/proc/{init}/stack")).unwrap_or_default();
-        poll_until_else("the init to wait in zap_pid_ns_processes, stat in D", secs(10), || {
-            match stack().contains("zap_pid_ns_processes") && task_state(survivor) == Some('D') {
-                true => Ok(()),
-                false => Err(format!("init stack {:?}, stat {:?}", stack(), task_state(survivor))),
-            }
-        });
+        init_held_in_zap(init, survivor);
         assert_eq!(containerd.task_status(&id).as_deref(), Some("RUNNING"), "the runtime never sees the exit");
         let refused = containerd.ctr_may_fail(&["task", "rm", &id]);
         assert!(!refused.status.success(), "ctr task rm should fail while the init is held: {refused:?}");
@@ -246,15 +249,7 @@ kernel_test! {
         let abort = format!("echo 1 > {FUSECTL}/{}/abort", lab.fuse.connection());
         let finding =
             watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(), |f| f["id"] == finding_id.as_str(), |e| {
-                e.eq("/status", "active");
-                e.eq("/confidence", "confirmed");
-                e.eq("/pod_uid", uid.as_str());
-                e.eq("/details/init_pid", init);
-                e.contains(
-                    "/summary",
-                    &format!("It is why its container cannot end: the container's init, sleep (pid {init}), has exited and waits in zap_pid_ns_processes"),
-                );
-                e.eq("/fix", abort.as_str());
+                the_survivor_is_why_the_container_cannot_end(e, &uid, init, &abort);
             });
         eprintln!("finding: {finding}");
         apply_fix(&finding);
