@@ -25,7 +25,12 @@
 //! or 2.5 apart), so they keep 2 significant digits
 //! ([`ALWAYS_ON_SIGNIFICANT_DIGITS`]), an eighth of the memory, and no
 //! interval histogram: a series that saw an hour-long call holds 36 KB,
-//! not 2 x 270.
+//! not 2 x 270. And /metrics shows a followed pod's calls as counts only
+//! (its latencies are the node's histograms'), so there a pod's series
+//! keeps counts and no histogram ([`Series::counts_only`]), and every call,
+//! the followed pods' too, is in the node's series: a pod whose findings
+//! come and go costs a few hundred bytes a series for its 10 minutes, not
+//! a histogram each (the soak with demos beside grew 5 MB by them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
@@ -179,6 +184,10 @@ pub struct Series {
     /// The order the series came in, over the run: what is exported first
     /// stays exported ([`crate::export::prom`]).
     pub seq: u64,
+    /// A followed pod's series in the always-on book: its calls' counts and
+    /// sum, while their latencies are recorded in the node's series, which
+    /// count them too; `total` stays empty. Not part of the node's figures.
+    pub counts_only: bool,
 }
 
 impl Series {
@@ -191,7 +200,14 @@ impl Series {
             first_seen: time,
             last_seen: time,
             seq,
+            counts_only: false,
         }
+    }
+
+    /// A series of counts only ([`Series::counts_only`]): its histogram the
+    /// smallest there is (1 significant digit: 32 counts), never recorded in.
+    fn counts_only(time: SystemTime, seq: u64) -> Series {
+        Series { counts_only: true, ..Series::new(time, seq, 1, false) }
     }
 
     /// Adds `other`'s calls to this one (a pod merged into the node).
@@ -343,6 +359,10 @@ impl LatencyBook {
         for key in keys {
             let Some(series) = self.series.remove(&key) else { continue };
             self.pods.remove(pod);
+            // Its calls are in the node's series already.
+            if series.counts_only {
+                continue;
+            }
             let node_key = SeriesKey { pod: None, ..key };
             match self.series.get_mut(&node_key) {
                 Some(node) => node.absorb(&series),
@@ -403,9 +423,21 @@ impl LatencyBook {
         if key.is_error() {
             self.interval_errors += count;
         }
-        let key = self.admit(key);
+        let mut key = self.admit(key);
         if key.is_other() {
             self.folded_calls += count;
+        }
+        if matches!(self.detail, PodDetail::Followed) && key.pod.is_some() && !key.is_other() {
+            let seq = self.next_seq;
+            let pods = self.series.entry(key.clone()).or_insert_with(|| Series::counts_only(time, seq));
+            if pods.seq == seq {
+                self.next_seq += 1;
+            }
+            pods.count += count;
+            pods.sum_ns += sum_ns as u128;
+            pods.first_seen = pods.first_seen.min(time);
+            pods.last_seen = pods.last_seen.max(time);
+            key.pod = None;
         }
         let (seq, digits, intervals) = (self.next_seq, self.digits, self.intervals);
         let series = self.series.entry(key).or_insert_with(|| Series::new(time, seq, digits, intervals));
@@ -695,6 +727,34 @@ pub(crate) mod tests {
         assert!(book.close_interval(SystemTime::now()).histograms.is_empty());
         let incident = LatencyBook::new(SystemTime::now());
         assert_eq!(incident.digits, SIGNIFICANT_DIGITS);
+    }
+
+    #[test]
+    fn a_followed_pods_series_keeps_counts_and_its_calls_are_the_nodes() {
+        let t0 = SystemTime::now();
+        let mut book = LatencyBook::node_wide(t0);
+        let pod = PodUid::parse(&pod_uid(1)).unwrap();
+        book.follow([], [&pod], t0);
+        for latency in [2_000, 3_000_000_000] {
+            book.record(&event(Syscall::Rmdir, -16, latency), &identity(Role::Kubelet, Some(pod.as_str())));
+        }
+        let of = |book: &LatencyBook, pod: Option<&PodUid>| {
+            book.series().find(|(k, _)| k.pod.as_ref() == pod).map(|(_, s)| s.clone()).unwrap()
+        };
+        let (mine, node) = (of(&book, Some(&pod)), of(&book, None));
+        assert!(mine.counts_only && !node.counts_only);
+        assert_eq!((mine.count, mine.sum_ns), (2, 3_000_002_000));
+        assert!(mine.total.is_empty() && mine.total.distinct_values() <= 64, "{}", mine.total.distinct_values());
+        assert_eq!((node.count, node.total.len()), (2, 2), "every call in the node's series");
+        // Its linger over, the pod's counts go; the node keeps its calls once.
+        book.follow([], [], t0);
+        book.follow([], [], t0 + POD_SERIES_LINGER);
+        assert_eq!(book.series().count(), 1);
+        assert_eq!(of(&book, None).count, 2);
+        // An incident book keeps a pod's own histograms, as its files show them.
+        let mut incident = LatencyBook::new(t0);
+        incident.record(&event(Syscall::Rmdir, -16, 2_000), &identity(Role::Kubelet, Some(pod.as_str())));
+        assert!(incident.series().all(|(k, s)| k.pod.is_some() && !s.counts_only && s.total.len() == 1));
     }
 
     #[test]
