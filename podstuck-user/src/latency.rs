@@ -428,19 +428,25 @@ impl LatencyBook {
             self.folded_calls += count;
         }
         if matches!(self.detail, PodDetail::Followed) && key.pod.is_some() && !key.is_other() {
-            let seq = self.next_seq;
-            let pods = self.series.entry(key.clone()).or_insert_with(|| Series::counts_only(time, seq));
-            if pods.seq == seq {
-                self.next_seq += 1;
-            }
-            pods.count += count;
-            pods.sum_ns += sum_ns as u128;
-            pods.first_seen = pods.first_seen.min(time);
-            pods.last_seen = pods.last_seen.max(time);
+            self.count_in(key.clone(), |seq| Series::counts_only(time, seq), time, count, sum_ns);
             key.pod = None;
         }
-        let (seq, digits, intervals) = (self.next_seq, self.digits, self.intervals);
-        let series = self.series.entry(key).or_insert_with(|| Series::new(time, seq, digits, intervals));
+        let (digits, intervals) = (self.digits, self.intervals);
+        self.count_in(key, |seq| Series::new(time, seq, digits, intervals), time, count, sum_ns)
+    }
+
+    /// `key`'s series (made by `make`, given its place in the run's order,
+    /// when new) with `count` calls taking `sum_ns` added.
+    fn count_in(
+        &mut self,
+        key: SeriesKey,
+        make: impl FnOnce(u64) -> Series,
+        time: SystemTime,
+        count: u64,
+        sum_ns: u64,
+    ) -> &mut Series {
+        let seq = self.next_seq;
+        let series = self.series.entry(key).or_insert_with(|| make(seq));
         if series.seq == seq {
             self.next_seq += 1;
         }
