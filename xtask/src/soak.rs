@@ -115,7 +115,8 @@ fn say(message: &str) {
 }
 
 /// Runs the soak with these binaries and writes the section to `args.out`.
-/// `demo` is the podstuck whose demo runs beside the churn (`--demos-beside`).
+/// `demo`, given with `--demos-beside`, is the podstuck whose demo runs
+/// beside the churn.
 pub fn soak(podstuck: &Path, actor: &Path, fuse_server: &Path, demo: Option<&Path>, args: &SoakArgs) -> Result<()> {
     let scratch = podstuck_tests::ScratchDir::new("soak");
     let mut options = SoakOptions::new(
@@ -136,7 +137,7 @@ pub fn soak(podstuck: &Path, actor: &Path, fuse_server: &Path, demo: Option<&Pat
         podstuck.display(),
         args.sample_seconds
     ));
-    let demos = demo.filter(|_| args.demos_beside).map(DemosBeside::start);
+    let demos = demo.map(DemosBeside::start);
     let report = soak::run(&options, |s| println!("{}", soak::sample_line(s)), |_| Ok(()));
     let demos = demos.map(DemosBeside::finish);
     let report = report?;
