@@ -175,6 +175,9 @@ pub struct Tracer {
     series: BpfHashMap<MapData, KernelSeriesKey, SeriesValue>,
     series_overflow: PerCpuArray<MapData, SeriesValue>,
     series_read: std::collections::HashMap<KernelSeriesKey, SeriesSnapshot>,
+    /// Series whose process was found gone after the last read: the next
+    /// read of them is their last.
+    series_ended: std::collections::HashSet<KernelSeriesKey>,
     overflow_read: Vec<SeriesSnapshot>,
     clock: WallClock,
     /// What the programs stream, as loaded.
@@ -480,6 +483,7 @@ impl Tracer {
             series,
             series_overflow,
             series_read: std::collections::HashMap::new(),
+            series_ended: std::collections::HashSet::new(),
             overflow_read: (0..SERIES_OVERFLOW_SLOTS).map(|_| SeriesSnapshot::empty()).collect(),
             clock,
             filter: options.filter,
@@ -539,6 +543,7 @@ impl Tracer {
     pub fn series_deltas(&mut self) -> Vec<SeriesDelta> {
         let mut deltas = Vec::new();
         let mut gone = Vec::new();
+        let mut ended = std::collections::HashSet::new();
         let mut current: Vec<(KernelSeriesKey, SeriesValue)> = Vec::new();
         for item in self.series.iter() {
             let Ok((key, value)) = item else { continue };
@@ -559,12 +564,17 @@ impl Tracer {
                     buckets,
                 });
             }
-            // Read after its last call: nothing more can come to it (a
-            // reused pid makes a new series from scratch).
-            if !self.proc_root.join(key.pid.to_string()).exists() {
+            // Removed only when its process was already gone before this
+            // read: a process found gone after the read may have made its
+            // last call between the two, which this read did not see. (A
+            // reused pid makes a new series from scratch.)
+            if self.series_ended.contains(key) {
                 gone.push(*key);
+            } else if !self.proc_root.join(key.pid.to_string()).exists() {
+                ended.insert(*key);
             }
         }
+        self.series_ended = ended;
         for key in gone {
             let _ = self.series.remove(&key);
             self.series_read.remove(&key);
