@@ -313,6 +313,10 @@ pub mod program {
     pub const KUBELET_CONNECT_FEXIT: &str = "kubelet_connect_fexit";
     pub const KUBELET_CONNECT_ENTER: &str = "kubelet_connect_enter";
     pub const KUBELET_CONNECT_EXIT: &str = "kubelet_connect_exit";
+    /// What a running CNI plugin writes on its stdout (its result, or its
+    /// error), on `syscalls:sys_enter_write`: attached only while a
+    /// sandbox's DEL is failing, on every plan.
+    pub const PLUGIN_WRITE: &str = "plugin_write";
     /// The kernel function the fexit program is on: the unix stream
     /// sockets' connect (`proto_ops.connect`, never inlined).
     pub const CONNECT_FUNCTION: &str = "unix_stream_connect";
@@ -710,6 +714,16 @@ pub mod lifecycle {
     /// (`struct sockaddr_un`, as kubelet passed it) in the filename field,
     /// `filename_len` bytes of it; the errno in `result`.
     pub const CONNECT_FAILED: u8 = 3;
+    /// A CNI plugin that is running wrote on its stdout: the first
+    /// `env_len` bytes written in the environment field, the length it
+    /// wrote in `env_total`, the file descriptor in `result`.
+    pub const PLUGIN_WROTE: u8 = 4;
+    /// The bytes of a plugin's write kept: a CNI error's JSON (`code`,
+    /// `msg`, `details`) fits, indented as Go's plugins write it.
+    pub const PLUGIN_WORDS_MAX: usize = 1024;
+    /// A plugin's writes streamed at most, per process: its result or its
+    /// error is one write.
+    pub const PLUGIN_WRITES_TOLD: u32 = 4;
     /// The longest socket address read: `sizeof(struct sockaddr_un)`.
     pub const SOCKADDR_MAX: usize = 110;
     /// kubelet's failing connects streamed at most once a second per

@@ -50,6 +50,7 @@ use crate::{
 };
 
 mod connect;
+mod plugin_write;
 
 #[map]
 static LIFECYCLE: RingBuf = RingBuf::with_byte_size(lifecycle::RING_BUFFER_BYTES, 0);
@@ -76,6 +77,12 @@ static PLUGIN_INODES: Array<u64> = Array::with_max_entries(lifecycle::PLUGIN_INO
 /// SIGKILL. LRU, so a flood of signals evicts the oldest.
 #[map]
 static WATCHED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(lifecycle::WATCHED_MAX, 0);
+
+/// Plugin processes running (exec'd from one of `PLUGIN_FILES`), with how
+/// many of their writes were streamed (`plugin_write`); taken out at
+/// their exit. LRU, as `WATCHED`.
+#[map]
+static PLUGINS: LruHashMap<u32, u32> = LruHashMap::with_max_entries(lifecycle::WATCHED_MAX, 0);
 
 /// Slot 0: at least as many as `WATCHED` holds (the LRU's evictions are
 /// not subtracted, so it may stay above). Every thread's exit reads it
@@ -306,6 +313,7 @@ fn exec(ctx: &RawTracePointContext) -> Option<()> {
     buffer.record.env_len = kept as u16;
     buffer.record.env_total = total;
     watch(buffer.record.pid);
+    let _ = PLUGINS.insert(buffer.record.pid, 0, 0);
     // The environment follows the whole filename buffer, so its offset is
     // a constant: user space reads `filename_len` bytes of the one and
     // `env_len` of the other.
@@ -383,6 +391,7 @@ fn exit() -> Option<()> {
     if WATCHED.remove(pid).is_ok() {
         count_watched(u64::MAX);
     }
+    let _ = PLUGINS.remove(pid);
     let buffer = start(lifecycle::EXIT)?;
     if last.is_some() {
         buffer.record.flags |= flags::LAST_THREAD;

@@ -37,6 +37,7 @@ use attach::{kernel_btf, load_object_with, KERNEL_BTF};
 pub use attach::{TracerOptions, SYSCALL_PREFIX};
 pub(crate) mod maps;
 mod plugin_files;
+mod plugin_words;
 
 pub use drain::{QueueTotals, QUEUE_RECORDS};
 
@@ -169,6 +170,8 @@ pub struct Tracer {
     connect_missing: Option<String>,
     /// The node's CNI plugin files the exec program knows, as it knows them.
     plugin_files: Option<plugin_files::KernelPluginFiles>,
+    /// What running plugins write, read while a sandbox's DEL fails.
+    plugin_words: plugin_words::PluginWords,
     proc_root: PathBuf,
     counters: PerCpuArray<MapData, u64>,
     in_flight: BpfHashMap<MapData, u32, CallEntry>,
@@ -433,6 +436,7 @@ impl Tracer {
         let (mut program_ids, mut lifecycle, mut lifecycle_lost, mut lifecycle_missing) =
             (program_ids, None, None, None);
         let mut connect_missing = None;
+        let mut plugin_words = plugin_words::PluginWords::missing("the lifecycle's programs are not attached".into());
         let attached_lifecycle = attach_lifecycle(&mut ebpf, lifecycle_programs(options.walk.reads_kernel()));
         if let Ok(ids) = &attached_lifecycle {
             program_ids.extend(ids);
@@ -442,6 +446,9 @@ impl Tracer {
                 Ok(ids) => program_ids.extend(ids),
                 Err(e) => connect_missing = Some(one_line(&format!("{e:#}"))),
             }
+            let (words, id) = plugin_words::PluginWords::load(&mut ebpf);
+            plugin_words = words;
+            program_ids.extend(id);
         }
         // Loading parsed the kernel's BTF (aya's loader and the fentry
         // targets, some 40 MB of small allocations): forgotten now, its
@@ -477,6 +484,7 @@ impl Tracer {
             lifecycle_missing,
             connect_missing,
             plugin_files,
+            plugin_words,
             proc_root: options.proc_root,
             counters,
             in_flight,
@@ -513,6 +521,18 @@ impl Tracer {
     /// Why the lifecycle programs (exec, exit, signals) are not attached.
     pub fn lifecycle_missing(&self) -> Option<&str> {
         self.lifecycle_missing.as_deref()
+    }
+
+    /// Reads what running CNI plugins write on their stdout while `on`
+    /// (a sandbox's DEL is failing), and stops when not; why it cannot,
+    /// the first time it cannot.
+    pub fn follow_plugin_words(&mut self, on: bool) -> Result<(), String> {
+        self.plugin_words.follow(&mut self.ebpf, on)
+    }
+
+    /// Whether what running CNI plugins write is read now.
+    pub fn plugin_words_followed(&self) -> bool {
+        self.plugin_words.attached()
     }
 
     /// Why kubelet's failing connects (a CSI plugin it cannot reach) are not

@@ -54,6 +54,9 @@ kernel_test! {
         // The lab's containerd, by its executable: the copy named so.
         assert_eq!(sandbox["actor"]["parent"], "containerd", "{sandbox}");
         assert!(sandbox["summary"].as_str().unwrap().contains("host-local (exit code 1)"), "{sandbox}");
+        // bridge's own error, read from its stdout on the attempt after the
+        // first failure (the finding is told at the second).
+        assert!(sandbox["details"]["plugin_said"].as_str().is_some_and(|s| s.contains("not a directory")), "{sandbox}");
         assert_eq!(sandbox["pod_uid"], "6b8d0f2a-4c6e-4d8a-8b0c-1d2e3f4a5b6c", "{sandbox}");
         // The lab's sandbox namespace is still there, as a failing DEL
         // leaves one: what confirms it.

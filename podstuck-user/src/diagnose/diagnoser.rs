@@ -199,6 +199,11 @@ impl Diagnoser {
         self.detectors.iter().any(|d| d.wants_review())
     }
 
+    /// Whether a detector wants what running CNI plugins write.
+    pub fn wants_plugin_words(&self) -> bool {
+        self.detectors.iter().any(|d| d.wants_plugin_words())
+    }
+
     /// Runs every detector and returns what is new or changed enough to tell.
     pub fn review(&mut self, review: &mut Review<'_>) -> Vec<Report> {
         let mut reports = Vec::new();

@@ -336,6 +336,13 @@ pub trait Detector {
     /// state can prove at once (a mount table, inode flags, a directory's
     /// entries): the watch then reviews soon, not at its next tick, so the
     /// answer follows the call that proves it.
+    /// Whether it wants what running CNI plugins write on their stdout
+    /// (a sandbox whose DEL fails): the kernel reads it only while some
+    /// detector does, since every write of the node passes the program.
+    fn wants_plugin_words(&self) -> bool {
+        false
+    }
+
     fn wants_review(&self) -> bool {
         false
     }

@@ -7,6 +7,8 @@
 //! run by a plugin (an IPAM plugin such as host-local, a chained one) is
 //! told as the outer one's cause. `ADD` and `CHECK` runs are not this.
 
+mod plugin_said;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +18,8 @@ use crate::event::ProcessStart;
 use crate::identify::pod::PodUid;
 use crate::identify::Actor;
 use crate::identify::LifecycleIdentity;
-use crate::lifecycle::{status_words, CniRun, Lifecycle, LifecycleEvent};
+use crate::lifecycle::{status_words, CniRun, Lifecycle, LifecycleEvent, PluginWrote};
+use plugin_said::{Hint, PluginSaid};
 
 /// DEL runs waiting for their exit, at most (a plugin lives milliseconds).
 const RUNS_MAX: usize = 1024;
@@ -46,6 +49,8 @@ struct Run {
     outer: Option<u32>,
     /// The plugins this run ran that failed, with their status.
     inner: BTreeMap<String, i32>,
+    /// What it wrote on its stdout (read only while a DEL is failing).
+    said: Option<PluginSaid>,
 }
 
 /// One sandbox's teardown, as its DEL runs went.
@@ -61,6 +66,8 @@ struct Sandbox {
     last_status: i32,
     /// Plugins run by the outer one that failed too, with their status.
     inner: BTreeMap<String, i32>,
+    /// What the outer plugin said of its latest failure that said any.
+    said: Option<PluginSaid>,
     times: Vec<SystemTime>,
     first_seen: SystemTime,
     last_seen: SystemTime,
@@ -186,8 +193,19 @@ impl SandboxTeardownFailing {
                 actor: identity.actor.clone(),
                 outer,
                 inner: BTreeMap::new(),
+                said: None,
             },
         );
+    }
+
+    /// A write of a plugin on its stdout: its words, if it is a DEL run
+    /// (the same process, by its start) that has said nothing yet.
+    fn wrote(&mut self, event: &LifecycleEvent, wrote: &PluginWrote) {
+        let same = |r: &&mut Run| r.start.is_none() || event.start.is_none() || r.start == event.start;
+        let Some(run) = self.runs.get_mut(&event.pid).filter(same) else { return };
+        if run.said.is_none() {
+            run.said = plugin_said::read(&wrote.bytes, wrote.total);
+        }
     }
 
     fn exit(&mut self, event: &LifecycleEvent, status: Option<i32>) {
@@ -232,6 +250,7 @@ impl SandboxTeardownFailing {
             failures: 0,
             last_status: status,
             inner: BTreeMap::new(),
+            said: None,
             times: Vec::new(),
             first_seen: event.time,
             last_seen: event.time,
@@ -253,6 +272,9 @@ impl SandboxTeardownFailing {
         sandbox.succeeded = false;
         sandbox.told_resolved = false;
         sandbox.inner.extend(run.inner);
+        if run.said.is_some() {
+            sandbox.said = run.said;
+        }
         if sandbox.times.len() >= TIMES_KEPT {
             sandbox.times.remove(0);
         }
@@ -289,8 +311,12 @@ impl SandboxTeardownFailing {
         let rhythm = rhythm::recognise(&sandbox.times);
         f.rhythm = rhythm.map(|r| r.describe());
         let spread = sandbox.last_seen.duration_since(sandbox.first_seen).unwrap_or_default();
+        let said = match &sandbox.said {
+            Some(said) => format!(" It said: \"{}\".", said.text),
+            None => String::new(),
+        };
         f.summary = format!(
-            "The network of {pod}'s sandbox cannot be torn down: {runtime} ran the CNI plugin {} with DEL {} times in {}, and it failed each time ({}{cause}). Until a DEL succeeds, the sandbox stays and the pod stays Terminating.",
+            "The network of {pod}'s sandbox cannot be torn down: {runtime} ran the CNI plugin {} with DEL {} times in {}, and it failed each time ({}{cause}).{said} Until a DEL succeeds, the sandbox stays and the pod stays Terminating.",
             sandbox.plugin,
             sandbox.failures,
             human_duration(spread),
@@ -318,6 +344,13 @@ impl SandboxTeardownFailing {
         for line in &inner {
             f.evidence("exit", format!("run by {}: {line}", sandbox.plugin));
         }
+        if let Some(said) = &sandbox.said {
+            f.evidence("write", format!("{} wrote on its stdout: {}", sandbox.plugin, said.text));
+            f.detail("plugin_said", said.text.clone());
+            if let Some(hint) = said.hint {
+                f.detail("plugin_said_kind", hint.name());
+            }
+        }
         f.confidence = verdict.confidence();
         match &verdict.netns {
             Netns::There => {
@@ -344,6 +377,11 @@ impl SandboxTeardownFailing {
     fn fix(&self, f: &mut Finding, sandbox: &Sandbox, remedy: &Remedy) {
         let id = &sandbox.cni.container_id;
         let logs = runtime_log(id);
+        if let Some(advice) =
+            sandbox.said.as_ref().and_then(|s| s.hint).map(|h| hint_advice(h, sandbox, &self.node_name))
+        {
+            f.advice.push(advice);
+        }
         match remedy {
             Remedy::RestartDaemon { daemon: d, running } => {
                 f.fix = crate::words::CommandLine::new("kubectl -n")
@@ -371,7 +409,10 @@ impl SandboxTeardownFailing {
             }
             Remedy::RuntimeLog { stale_host_local } => {
                 f.fix = logs;
-                f.advice.push("the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into());
+                f.advice.push(match &sandbox.said {
+                    Some(_) => "fix what the plugin said, and the next DEL succeeds; the runtime's log has its whole error (\"failed to destroy network for sandbox\")".into(),
+                    None => "the runtime's log quotes the plugin's error (\"failed to destroy network for sandbox\"): fix what it names, and the next DEL succeeds".into(),
+                });
                 if *stale_host_local {
                     f.advice.push(format!("host-local keeps its allocations as files under /var/lib/cni/networks/<network>/ (or its dataDir): the one naming {} is the stale entry to release ({}), and the directory must be a writable directory", word(id.as_bytes()), files_naming(id, "/var/lib/cni/networks")));
                 }
@@ -381,6 +422,23 @@ impl SandboxTeardownFailing {
             Some(rmp) => f.advice.push(format!("last resort, once the network is known gone: {rmp}")),
             None => f.evidence("exec", no_sandbox_removal(id)),
         }
+    }
+}
+
+/// What to do about the failure the plugin's words name.
+fn hint_advice(hint: Hint, sandbox: &Sandbox, node_name: &str) -> String {
+    let daemon = DAEMONS.iter().find(|d| d.plugin == sandbox.plugin);
+    let restart = match daemon {
+        Some(d) => format!("restarting {} on this node makes it write a fresh one", d.what),
+        None => "the plugin's node daemon writes a fresh one when it restarts".to_string(),
+    };
+    match hint {
+        Hint::Unauthorized => format!("the plugin says the API server refuses its credentials: the token in its kubeconfig (for calico, /etc/cni/net.d/calico-kubeconfig) has expired or was revoked; {restart}"),
+        Hint::NetnsGone => format!("the plugin fails on the sandbox's network namespace {}, which it cannot find (after a reboot, or the runtime's restart): the CNI spec asks DEL to succeed then, so a newer plugin release does; meanwhile removing the sandbox ends the retries", sandbox.cni.netns),
+        Hint::AgentUnreachable => match daemon {
+            Some(d) => format!("the plugin cannot reach its agent's socket: {} on this node is down or restarting (kubectl -n {} get pods -l {} -o wide --field-selector spec.nodeName={node_name})", d.what, d.namespace, d.selector),
+            None => "the plugin cannot reach its agent's socket: the node agent it talks to (its DaemonSet's pod on this node) is down or restarting".to_string(),
+        },
     }
 }
 
@@ -490,10 +548,15 @@ impl Detector for SandboxTeardownFailing {
         self.news
     }
 
+    fn wants_plugin_words(&self) -> bool {
+        self.sandboxes.values().any(|s| s.failures > 0 && !s.succeeded)
+    }
+
     fn lifecycle(&mut self, event: &LifecycleEvent, identity: &LifecycleIdentity) {
         match &event.what {
             Lifecycle::Exec { filename, cni: Some(cni), .. } => self.exec(event, identity, filename, cni),
             Lifecycle::Exit { status, .. } => self.exit(event, *status),
+            Lifecycle::PluginWrote(wrote) => self.wrote(event, wrote),
             _ => {}
         }
     }
@@ -649,12 +712,72 @@ mod tests {
         assert!(review(&mut d, &mut node, 7.0).is_empty());
     }
 
-    /// Two failed DELs of calico at `at` and `at` + 2 s.
+    /// `pid`'s write on its stdout, by the process that started at `start`.
+    fn wrote(at: f64, pid: u32, start: u64, said: &str) -> LifecycleEvent {
+        let mut event = exit(at, pid, 0);
+        event.start = Some(ProcessStart(start));
+        event.what = Lifecycle::PluginWrote(PluginWrote { bytes: said.as_bytes().to_vec(), total: said.len() as u32 });
+        event
+    }
+
+    #[test]
+    fn what_a_failing_plugin_wrote_is_said_with_the_advice_it_names_and_only_while_a_del_fails() {
+        let mut d = SandboxTeardownFailing::new("node-1".into());
+        let mut node = FakeNode::default();
+        node.usage.insert(NETNS.as_bytes().to_vec(), nsfs());
+        node.running.push(("calico-node", crate::diagnose::fake::task(77, "calico-node", 'S')));
+        assert!(!d.wants_plugin_words(), "nothing failing: the kernel reads no write");
+        let unauthorized =
+            r#"{"code":999,"msg":"error getting ClusterInformation: connection is unauthorized: Unauthorized"}"#;
+        for (i, at) in [0.0, 2.0].into_iter().enumerate() {
+            let pid = 100 + i as u32;
+            d.lifecycle(&exec(at, pid, 10, "calico", "DEL"), &plugin("calico"));
+            // A write of another process that had this pid is not the run's.
+            d.lifecycle(&wrote(at + 0.05, pid, 9999, r#"{"msg":"forged by a reused pid"}"#), &plugin("calico"));
+            d.lifecycle(&wrote(at + 0.06, pid, u64::from(pid), unauthorized), &plugin("calico"));
+            d.lifecycle(&exit(at + 0.1, pid, 0x100), &plugin("calico"));
+            assert!(d.wants_plugin_words(), "a DEL failing: its next run's words are wanted");
+        }
+        let told = review(&mut d, &mut node, 2.5);
+        let [f] = &told[..] else { panic!("{told:?}") };
+        assert!(
+            f.summary
+                .contains(r#" It said: "error getting ClusterInformation: connection is unauthorized: Unauthorized"."#),
+            "{}",
+            f.summary
+        );
+        assert_eq!(f.details["plugin_said_kind"], "unauthorized");
+        assert!(
+            f.evidence.iter().any(|e| e.fact.starts_with("calico wrote on its stdout: error getting")),
+            "{:?}",
+            f.evidence
+        );
+        assert!(!format!("{f:?}").contains("forged"), "{f:?}");
+        assert!(
+            f.advice[0].contains("calico-kubeconfig") && f.advice[0].contains("restarting calico-node"),
+            "{:?}",
+            f.advice
+        );
+        // The severity, the confidence and the fix are the kernel's facts', as without words.
+        assert_eq!((f.severity, f.confidence), (Severity::Critical, Confidence::Confirmed));
+        assert!(f.fix.starts_with("kubectl -n kube-system delete pod -l k8s-app=calico-node"), "{}", f.fix);
+        // A failure that wrote nothing keeps the last words said.
+        d.lifecycle(&exec(4.0, 300, 10, "calico", "DEL"), &plugin("calico"));
+        d.lifecycle(&exit(4.1, 300, 0x100), &plugin("calico"));
+        let told = review(&mut d, &mut node, 4.5);
+        assert_eq!(told[0].details["plugin_said_kind"], "unauthorized");
+        // A DEL that succeeds: nothing more is wanted.
+        d.lifecycle(&exec(6.0, 400, 10, "calico", "DEL"), &plugin("calico"));
+        d.lifecycle(&exit(6.1, 400, 0), &plugin("calico"));
+        assert!(!d.wants_plugin_words());
+    }
+
     /// What the detector decides of every sandbox it follows, on `node`.
     fn verdicts(d: &SandboxTeardownFailing, node: &mut FakeNode) -> Vec<Verdict> {
         d.sandboxes.values().map(|sandbox| judge(sandbox, node)).collect()
     }
 
+    /// Two failed DELs of calico at `at` and `at` + 2 s.
     fn calico_fails(d: &mut SandboxTeardownFailing, at: f64, pid: u32) {
         for (i, at) in [at, at + 2.0].into_iter().enumerate() {
             d.lifecycle(&exec(at, pid + i as u32, 10, "calico", "DEL"), &plugin("calico"));

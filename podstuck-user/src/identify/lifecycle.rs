@@ -154,16 +154,23 @@ impl Identifier {
         plugins: Option<&dyn PluginTable>,
         follows: impl Fn(Option<&PodUid>) -> bool,
     ) -> Option<LifecycleIdentity> {
-        // An exit of a process nothing named before is none of ours.
-        if let Lifecycle::Exit { .. } = event.what {
-            self.lifecycle.named.get(event.pid, event.start)?;
-            self.lifecycle.provenance.ended(event.pid, event.start);
+        // An exit of a process nothing named before is none of ours; so is
+        // a write of a process no trusted plugin exec named.
+        match event.what {
+            Lifecycle::Exit { .. } => {
+                self.lifecycle.named.get(event.pid, event.start)?;
+                self.lifecycle.provenance.ended(event.pid, event.start);
+            }
+            Lifecycle::PluginWrote(_) => {
+                self.lifecycle.named.get(event.pid, event.start)?;
+            }
+            _ => {}
         }
         let identity = self.lifecycle_identity(event, plugins, follows)?;
         let named = match &event.what {
             Lifecycle::Exec { .. } => Some((event.pid, event.start)),
             Lifecycle::Signal(sent) => Some((sent.target_pid, identity.target_start)),
-            Lifecycle::Exit { .. } | Lifecycle::ConnectFailed(_) => None,
+            Lifecycle::Exit { .. } | Lifecycle::ConnectFailed(_) | Lifecycle::PluginWrote(_) => None,
         };
         if let Some((pid, start)) = named {
             self.lifecycle.named.insert(pid, start, identity.pod_uid.clone());
@@ -220,6 +227,7 @@ impl Identifier {
                 }
             }
             Lifecycle::Exit { .. } => self.lifecycle.named.remove(event.pid, event.start)?.pod,
+            Lifecycle::PluginWrote(_) => self.lifecycle.named.get(event.pid, event.start)?.pod.clone(),
             Lifecycle::ConnectFailed(_) => unreachable!("identified above"),
         };
         // A signal or an exit is its target's: one for no pod followed (most

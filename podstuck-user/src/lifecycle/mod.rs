@@ -69,6 +69,18 @@ pub enum Lifecycle {
     /// kubelet's `connect()` to a unix socket failed, by the comm the
     /// kernel filtered on (a claim until `identify` proves the caller).
     ConnectFailed(ConnectFailed),
+    /// A running plugin wrote on its stdout (streamed only while a
+    /// sandbox's DEL fails): its words, a claim of the plugin's.
+    PluginWrote(PluginWrote),
+}
+
+/// A CNI plugin's write on its stdout, as the kernel copied it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginWrote {
+    /// The first bytes written (at most `lifecycle::PLUGIN_WORDS_MAX`).
+    pub bytes: Vec<u8>,
+    /// How many it wrote in that call.
+    pub total: u32,
 }
 
 /// A failing connect to a unix socket, as the kernel saw it.
@@ -92,6 +104,7 @@ impl Lifecycle {
             Lifecycle::Exit { .. } => "exit",
             Lifecycle::Signal(_) => "signal",
             Lifecycle::ConnectFailed(_) => "connect-failed",
+            Lifecycle::PluginWrote(_) => "plugin-wrote",
         }
     }
 }
@@ -281,6 +294,12 @@ pub fn decode(bytes: &[u8], clock: &WallClock) -> Result<LifecycleEvent, DecodeE
             let path = path.split(|b| *b == 0).next().unwrap_or(&[]);
             Lifecycle::ConnectFailed(ConnectFailed { socket: path.to_vec(), errno: r.result, mntns: r.mntns })
         }
+        lifecycle::PLUGIN_WROTE => {
+            let len = (r.env_len as usize).min(lifecycle::PLUGIN_WORDS_MAX);
+            let words = rest.get(lifecycle::FILENAME_MAX..lifecycle::FILENAME_MAX + len);
+            let words = words.ok_or(DecodeError::TooShort(bytes.len()))?;
+            Lifecycle::PluginWrote(PluginWrote { bytes: words.to_vec(), total: r.env_total })
+        }
         other => return Err(DecodeError::UnknownLifecycle(other)),
     };
     Ok(LifecycleEvent {
@@ -356,6 +375,20 @@ pub(crate) mod tests {
 
     fn clock() -> WallClock {
         WallClock::new(SystemTime::UNIX_EPOCH, 0)
+    }
+
+    #[test]
+    fn a_plugins_write_keeps_its_bytes_and_its_whole_length() {
+        let mut r = record(lifecycle::PLUGIN_WROTE);
+        let said = br#"{"code": 999, "msg": "Unauthorized"}"#;
+        r.env_len = said.len() as u16;
+        r.env_total = 5000;
+        let extra = [&[0u8; lifecycle::FILENAME_MAX][..], said].concat();
+        let event = decode(&bytes(&r, &extra), &clock()).unwrap();
+        let Lifecycle::PluginWrote(wrote) = event.what else { panic!("{event:?}") };
+        assert_eq!((&wrote.bytes[..], wrote.total), (&said[..], 5000));
+        // A record shorter than it says is refused, not read past.
+        assert!(decode(&bytes(&r, &extra[..extra.len() - 1]), &clock()).is_err());
     }
 
     #[test]

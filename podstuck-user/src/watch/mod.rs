@@ -464,6 +464,7 @@ async fn trace(run: &mut Run, options: &WatchOptions, signals: &mut StopSignals)
         tokio::select! {
             batch = tracer.next_batch(for_at_most(BATCH_FOR, |e| pipeline.take(e))) => {
                 finished(batch).and_then(|_| pipeline.out.flush()).context("writing events")?;
+                pipeline.follow_plugin_words(tracer);
             }
             _ = review.tick() => {
                 review_now(tracer, pipeline, node, options)?;
@@ -524,6 +525,7 @@ fn review_now(tracer: &mut Tracer, pipeline: &mut Pipeline, node: &mut RealNode,
     pipeline.harvest(tracer, BATCH_FOR);
     let in_flight = pipeline.in_flight(tracer.calls_in_flight(options.hung_after));
     let reports = pipeline.review(node, &in_flight, false);
+    pipeline.follow_plugin_words(tracer);
     pipeline.tell(&reports).context("writing findings")
 }
 

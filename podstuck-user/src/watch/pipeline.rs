@@ -289,6 +289,19 @@ impl Pipeline {
         self.identifier.refresh();
     }
 
+    /// Reads what running CNI plugins write on their stdout while a
+    /// detector wants it (a sandbox's DEL is failing), and stops reading
+    /// when none does: every write of the node passes the program.
+    pub(super) fn follow_plugin_words(&mut self, tracer: &mut Tracer) {
+        let wanted = self.diagnoser.wants_plugin_words();
+        if wanted == tracer.plugin_words_followed() {
+            return;
+        }
+        if let Err(why) = tracer.follow_plugin_words(wanted) {
+            self.say(&format!("what a failing CNI plugin writes is not read on this kernel ({why}): its error is in the runtime's log, as the finding says"));
+        }
+    }
+
     /// Whether a detector asks for a review before the next tick: a call
     /// came whose cause the node's state proves at once.
     pub(super) fn review_soon(&self) -> bool {

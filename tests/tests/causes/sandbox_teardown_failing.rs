@@ -224,6 +224,22 @@ kernel_test! {
         );
         eprintln!("finding: {finding}");
 
+        // Once a DEL is known failing, the kernel reads what the plugin
+        // writes on its stdout (attached before that finding was told): the
+        // next attempt's error is said, from bridge itself.
+        sandbox.failing_del(&broken);
+        let said = watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
+            |f| f["id"] == finding["id"] && f["count"] == 4,
+            |e| {
+                e.contains("/details/plugin_said", "not a directory");
+                e.contains("/summary", "It said: \"");
+                e.contains("/summary", "not a directory");
+                e.that(e.mentions("/evidence", "bridge wrote on its stdout"), "the evidence says who wrote it");
+                e.eq("/confidence", "confirmed");
+            },
+        );
+        eprintln!("with the plugin's words: {said}");
+
         // The cause gone: the next DEL succeeds, and the finding is over.
         sandbox.working_del(&working);
         watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
@@ -371,12 +387,11 @@ kernel_test! {
              && printf '#!/bin/sh\\nexit 1\\n' > /opt/cni/bin/calico && chmod +x /opt/cni/bin/calico \\
              && printf containerd > /proc/$$/comm \\
              && for i in 1 2 3; do {claims} /opt/cni/bin/calico; done; \\
-             for i in 1 2 3; do {claims} {CNI_DIR}/bridge </dev/null; echo; done; echo forged"
+             for i in 1 2 3; do {claims} {CNI_DIR}/bridge </dev/null; echo; done; \
+             for i in 1 2 3; do echo '{{\"code\":999,\"msg\":\"Unauthorized\"}}'; done; echo forged"
         );
-        let forger = cgroup.run(&format!("exec unshare --mount --propagation private sh -c {}", shell_word(Path::new(&inner))));
-        let (status, lines) = forger.finish(secs(30));
-        assert!(lines.iter().any(|l| l == "forged"), "the forged runs did not all run ({status}): {lines:?}");
-
+        // The barrier's DEL failing first: what plugins write is read
+        // while the forger runs, and its words must reach no finding.
         for _ in 0..2 {
             sandbox.failing_del(&broken);
         }
@@ -385,6 +400,17 @@ kernel_test! {
             |e| {
                 e.eq("/confidence", "confirmed");
                 e.eq("/actor/parent", "containerd");
+            },
+        );
+        let forger = cgroup.run(&format!("exec unshare --mount --propagation private sh -c {}", shell_word(Path::new(&inner))));
+        let (status, lines) = forger.finish(secs(30));
+        assert!(lines.iter().any(|l| l == "forged"), "the forged runs did not all run ({status}): {lines:?}");
+        sandbox.failing_del(&broken);
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
+            |f| f["kind"] == "sandbox-teardown-failing" && f["pod_uid"] == barrier.uid() && f["count"] == 3,
+            |e| {
+                e.contains("/details/plugin_said", "not a directory");
+                e.that(!e.mentions("/details/plugin_said", "Unauthorized"), "the forger's words are not the barrier's");
             },
         );
         let done = watch.stop(libc::SIGINT);

@@ -17,7 +17,7 @@ use crate::identify::pod::{ContainerId, PathArea, PodUid};
 use crate::identify::target::{Target, Targets};
 use crate::identify::LifecycleIdentity;
 use crate::identify::{Actor, Identity, MatchReason};
-use crate::lifecycle::{CniRun, ConnectFailed, Lifecycle, LifecycleEvent, SignalResult, SignalSent};
+use crate::lifecycle::{CniRun, ConnectFailed, Lifecycle, LifecycleEvent, PluginWrote, SignalResult, SignalSent};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -506,6 +506,10 @@ enum WireWhat<'a> {
         #[serde(default)]
         mntns: u32,
     },
+    PluginWrote {
+        bytes: Bytes<'a>,
+        total: u32,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -550,6 +554,7 @@ impl<'a> WireLifecycle<'a> {
             Lifecycle::ConnectFailed(c) => {
                 WireWhat::ConnectFailed { socket: Bytes::of(&c.socket), errno: c.errno, mntns: c.mntns }
             }
+            Lifecycle::PluginWrote(w) => WireWhat::PluginWrote { bytes: Bytes::of(&w.bytes), total: w.total },
         };
         WireLifecycle {
             time: nanos(e.time),
@@ -601,6 +606,9 @@ impl<'a> WireLifecycle<'a> {
             }
             WireWhat::ConnectFailed { socket, errno, mntns } => {
                 Lifecycle::ConnectFailed(ConnectFailed { socket: socket.into_vec(), errno, mntns })
+            }
+            WireWhat::PluginWrote { bytes, total } => {
+                Lifecycle::PluginWrote(PluginWrote { bytes: bytes.into_vec(), total })
             }
         };
         let event = LifecycleEvent {
