@@ -68,7 +68,7 @@ mod guest;
 const INIT: &str = include_str!("../vm/init.sh");
 
 /// Every scenario /init reports in a kernel's full boot, in its order.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "check",
     "pod-isolation",
     "held-in-namespace",
@@ -76,6 +76,7 @@ const SCENARIOS: [&str; 12] = [
     "hung-call",
     "lifecycle",
     "csi-plugin-gone",
+    "cni-words",
     "sigterm-dying",
     "relative-paths",
     "storm-count",

@@ -1032,6 +1032,39 @@ fi
 rm -rf "$CROOT" /tmp/csi-bin "${CSOCK%/*}"
 say "TIME csi-plugin-gone $(since "$T0")"
 
+# --- cni-words: a CNI plugin's DEL failing again and again, as a runtime ---
+# --- runs it; the error it writes on its stdout read by the write program ---
+# --- attached once a DEL is known failing: said on its finding -------------
+T0=$(uptime_s)
+A=- W=-
+NU=7a7a7a7a-1b1b-4c4c-8d8d-e0e0e0e0e0e0
+NROOT=/tmp/cni-kubelet
+NSAID="error getting ClusterInformation: connection is unauthorized: Unauthorized"
+mkdir -p "$NROOT/pods/$NU" /tmp/cni-bin /tmp/cni-rt
+# A plugin file in a plugin directory, run by a process whose executable is
+# named containerd, as the node's runtime runs its plugins.
+cp "$(command -v actor)" /tmp/cni-bin/calico
+cp "$(command -v actor)" /tmp/cni-rt/containerd
+if start_watch /tmp/cni --json --findings --kubelet-root "$NROOT" --pod "$NU" --cni-plugin-dir /tmp/cni-bin --duration 40s; then
+    /tmp/cni-rt/containerd --repeat 0 --every-ms 300 cni-del /tmp/cni-bin/calico "$NU" cni-fail "$NSAID" >/tmp/cni-rt.out 2>&1 &
+    RPID=$!
+    wait_for /tmp/cni.json '"plugin_said_kind":"unauthorized"' "$WPID" 30
+    FOUND=$(grep '"kind":"sandbox-teardown-failing"' /tmp/cni.json | grep '"plugin_said"' | tail -n 1)
+    kill "$RPID" 2>/dev/null
+    wait "$RPID" 2>/dev/null
+    stop_watch
+    show cni /tmp/cni.err 10
+    if echo "$FOUND" | grep -q "\"pod_uid\":\"$NU\"" && echo "$FOUND" | grep -qF "\"plugin_said\":\"$NSAID\"" \
+        && echo "$FOUND" | grep -q '"plugin_said_kind":"unauthorized"'; then
+        result cni-words PASS "calico's DEL failing for pod $NU: sandbox-teardown-failing with the error it wrote on its stdout, unauthorized"
+    else
+        result cni-words FAIL "runtime: $(tail -n 2 /tmp/cni-rt.out | oneline); finding: $(grep '"kind":"sandbox-teardown-failing"' /tmp/cni.json | tail -n 1 | cut -c1-400 | oneline); $(grep -o '"kind":"[^"]*"' /tmp/cni.json | sort -u | oneline) $(grep '"type":"end"' /tmp/cni.json | grep -o '"lifecycle_[a-z]*":{[^}]*}' | oneline) $(oneline </tmp/cni.err)"
+    fi
+else
+    result cni-words FAIL "$WHY"
+fi
+say "TIME cni-words $(since "$T0")"
+
 # --- sigterm-dying: a SIGTERM to a process already dying of SIGKILL, its ---
 # --- thread in D on a FUSE request read and never answered: ----------------
 # --- unkillable-task, never sigterm-ignored (5.10 calls that SIGTERM ---------

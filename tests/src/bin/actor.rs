@@ -43,6 +43,15 @@
 //!   churn-unlink DIR N     a removal storm in constant space: N times, create
 //!                          DIR/f (not traced) and unlink(2) it; prints
 //!                          "N unlinked, M failed"
+//!   cni-del PLUGIN UID [ARG...]  as a runtime tears a sandbox's network down:
+//!                          runs PLUGIN (with the ARGs, none for a real
+//!                          plugin) as its child with CNI_COMMAND=DEL and the
+//!                          CNI_* variables of pod UID's sandbox (id: the
+//!                          UID's hex digits, padded to 64); prints "exit N"
+//!                          (the plugin's stdout dropped)
+//!   cni-fail MESSAGE       as a CNI plugin whose DEL fails: writes the CNI
+//!                          error {"code":999,"msg":MESSAGE} on its stdout in
+//!                          one write(2), exits 1
 //!   fork-kill N            a fork/exec storm: N children, each exec'ing
 //!                          `sleep 600` and killed by SIGKILL at once, all
 //!                          reaped; prints "N killed" (each kill and each
@@ -187,6 +196,27 @@ fn connect_unix(socket: &[u8]) -> String {
     }
 }
 
+/// Runs `plugin` as a runtime runs a CNI plugin for DEL of pod `uid`'s
+/// sandbox; its exit status.
+fn cni_del(plugin: &[u8], uid: &[u8], args: &[Vec<u8>]) -> String {
+    let uid = String::from_utf8_lossy(uid);
+    let id = format!("{:0<64}", uid.replace('-', ""));
+    let status = std::process::Command::new(path(plugin))
+        .args(args.iter().map(|a| OsStr::from_bytes(a)))
+        .env_clear()
+        .env("CNI_COMMAND", "DEL")
+        .env("CNI_CONTAINERID", id)
+        .env("CNI_NETNS", "/var/run/netns/podstuck-gone")
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/opt/cni/bin")
+        .env("CNI_ARGS", format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID={uid}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run the plugin");
+    format!("exit {}", status.code().unwrap_or(-1))
+}
+
 /// Tells the test the hold is in place, then stays until killed: the test,
 /// not this process, decides when the pathology ends.
 fn ready_then_sleep() -> ! {
@@ -233,6 +263,13 @@ fn attempt(args: &[Vec<u8>]) -> String {
         },
         b"unlink" => outcome(unsafe { raw_unlink(c(&args[1]).as_ptr()) }),
         b"connect" => connect_unix(&args[1]),
+        b"cni-del" => cni_del(&args[1], &args[2], &args[3..]),
+        b"cni-fail" => {
+            let error = format!(r#"{{"code":999,"msg":"{}"}}"#, String::from_utf8_lossy(&args[1]));
+            // SAFETY: one write of a buffer of ours to fd 1.
+            unsafe { libc::write(1, error.as_ptr().cast(), error.len()) };
+            std::process::exit(1)
+        }
         b"remove-all" => {
             let target = path(&args[1]);
             let parent = c(target.parent().unwrap().as_os_str().as_bytes());
