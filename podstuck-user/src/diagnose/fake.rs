@@ -71,6 +71,8 @@ pub struct FakeNode {
     pub fuse_waiting: HashMap<u32, u64>,
     /// Bound loop devices and what holds them.
     pub loops: Vec<LoopDevice>,
+    /// Device-mapper devices by number.
+    pub mappers: Vec<MapperDevice>,
     /// Processes whose /proc podstuck may not read (an AppArmor profile).
     pub denied: Vec<TaskState>,
     pub avoided: Vec<Vec<u8>>,
@@ -292,6 +294,9 @@ impl FakeAnswers for FakeNode {
     }
     fn loop_devices(&mut self) -> Vec<LoopDevice> {
         self.loops.clone()
+    }
+    fn device_mapper(&mut self, major: u32, minor: u32) -> Probe<Option<MapperDevice>> {
+        Ok(self.mappers.iter().find(|m| m.dev == (major, minor)).cloned())
     }
     fn process(&mut self, pid: u32, start: u64) -> Probe<Option<ProcessState>> {
         if self.unreadable_processes.contains(&pid) {

@@ -10,6 +10,7 @@
 //! block forever on a dead NFS or FUSE server, so the live node does it in a
 //! reader process with a deadline and then stays away from that mount.
 
+pub mod device_mapper;
 pub mod mounts;
 pub mod questions;
 pub mod real_node;
@@ -18,6 +19,7 @@ pub mod unreadable;
 use serde::{Deserialize, Serialize};
 
 use crate::identify::owner::Owner;
+pub use device_mapper::{MapperDevice, MapperTarget};
 pub use unreadable::Unreadable;
 
 pub type Probe<T> = Result<T, Unreadable>;

@@ -96,6 +96,10 @@ macro_rules! node_questions {
             /// waits for its last user, and what holds it open (devices stacked
             /// on it, processes).
             fn loop_devices() -> Vec<LoopDevice> as LoopDevices;
+            /// The device-mapper device numbered `major`:`minor` (a volume's
+            /// filesystem's `st_dev`), its sysfs and its table and status;
+            /// None when that device is no device-mapper one.
+            fn device_mapper(major: u32 => u32, minor: u32 => u32) -> Probe<Option<MapperDevice>> as DeviceMapper;
             /// Processes whose namespaces, open files, cwd and root podstuck may
             /// not read: the kernel's ptrace access check refused it (an AppArmor
             /// or SELinux profile, Yama, no CAP_SYS_PTRACE), not a process gone.
@@ -113,8 +117,8 @@ pub(crate) use node_questions;
 /// here once.
 pub mod named {
     pub use crate::inspect::{
-        CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, Mount,
-        MountCopy, MountElsewhere, MountHolder, MountNamespace, Probe, ProcessState, TaskState,
+        CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, MapperDevice,
+        Mount, MountCopy, MountElsewhere, MountHolder, MountNamespace, Probe, ProcessState, TaskState,
     };
 }
 

@@ -277,6 +277,17 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
         }),
         Question::ProcessesRunning { name, answer } => name.len() + answer.iter().map(task).sum::<usize>(),
         Question::LoopDevices { answer } => answer.iter().map(loop_device).sum(),
+        Question::DeviceMapper { answer, .. } => probe(answer, |m| {
+            m.as_ref().map_or(0, |m| {
+                size_of::<crate::inspect::MapperDevice>()
+                    + m.device.len()
+                    + m.name.len()
+                    + m.uuid.len()
+                    + strings(&m.slaves)
+                    + m.holders.iter().map(|h| size_of::<BlockHolder>() + h.device.len()).sum::<usize>()
+                    + m.targets.iter().map(|t| t.kind.len() + t.table.len() + t.status.len()).sum::<usize>()
+            })
+        }),
         Question::Avoid { path } => path.len(),
     };
     // The key, the map's own room, the answer.

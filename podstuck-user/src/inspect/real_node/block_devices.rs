@@ -116,7 +116,7 @@ fn bound_loop(sys_block: &Path, name: &str) -> Option<LoopDevice> {
     })
 }
 
-fn holder(sys_block: &Path, device: String) -> BlockHolder {
+pub(super) fn holder(sys_block: &Path, device: String) -> BlockHolder {
     let dir = sys_block.join(&device);
     let mapper_name = fs::read(dir.join("dm/name"))
         .ok()

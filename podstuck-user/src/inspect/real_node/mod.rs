@@ -49,6 +49,7 @@ mod beneath;
 mod block_devices;
 pub mod cgroupfs;
 mod deadline;
+mod device_mapper;
 mod fs_facts;
 mod holders;
 mod processes;
@@ -232,6 +233,11 @@ impl NodeInspector for RealNode {
 
     fn loop_devices(&mut self) -> Vec<LoopDevice> {
         self.loops()
+    }
+
+    fn device_mapper(&mut self, major: u32, minor: u32) -> Probe<Option<crate::inspect::MapperDevice>> {
+        let read = self.mapper_device(major, minor);
+        self.counted(read)
     }
 
     fn process(&mut self, pid: u32, start: u64) -> Probe<Option<ProcessState>> {

@@ -193,6 +193,9 @@ fn every_question() -> Vec<Question> {
         Question::FuseWaiting { connection: 49, answer: Err(unreadable()) },
         Question::LoopDevices { answer: vec![golden_loop()] },
         Question::LoopDevices { answer: vec![] },
+        Question::DeviceMapper { major: 254, minor: 3, answer: Ok(Some(golden_mapper())) },
+        Question::DeviceMapper { major: 8, minor: 0, answer: Ok(None) },
+        Question::DeviceMapper { major: 254, minor: 4, answer: Err(unreadable()) },
         // A zombie leader and its thread in D: a process still there.
         Question::Process {
             pid: 3,
@@ -241,6 +244,30 @@ fn golden_loop() -> LoopDevice {
             openers: vec![opener(12, b"/dev/dm-0", None)],
         }],
         openers: vec![opener(13, b"/dev/loop7", Some(owner()))],
+    }
+}
+
+/// A multipath map over one path that failed, queueing, with a partition
+/// mapping on it; and the control device it could not be asked through.
+fn golden_mapper() -> crate::inspect::MapperDevice {
+    crate::inspect::MapperDevice {
+        device: "dm-3".into(),
+        dev: (254, 3),
+        name: "mpatha".into(),
+        uuid: "mpath-3600a098038303052".into(),
+        slaves: vec!["loop0".into()],
+        holders: vec![BlockHolder {
+            device: "dm-4".into(),
+            mapper_name: Some("mpatha1".into()),
+            md: false,
+            openers: vec![],
+        }],
+        targets: vec![crate::inspect::MapperTarget {
+            kind: "multipath".into(),
+            table: "1 queue_if_no_path 0 1 1 round-robin 0 1 1 7:0 1".into(),
+            status: "2 1 0 0 1 1 E 0 1 0 7:0 F 1".into(),
+        }],
+        table_unread: None,
     }
 }
 

@@ -13,8 +13,8 @@ use crate::identify::owner::Owner;
 use crate::identify::pod::PodUid;
 use crate::inspect::{
     BlockHolder, CgroupState, DeviceOpener, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind,
-    InodeFlags, LoopDevice, Mount, MountCopy, MountElsewhere, MountHolder, MountNamespace, Probe, ProcessState,
-    TaskState, Unreadable,
+    InodeFlags, LoopDevice, MapperDevice, MapperTarget, Mount, MountCopy, MountElsewhere, MountHolder, MountNamespace,
+    Probe, ProcessState, TaskState, Unreadable,
 };
 
 /// A live value as a record keeps it: its wire shape, and back.
@@ -80,6 +80,7 @@ recorded_through!(
     FreezerLevel => WireFreezerLevel,
     TaskState => WireTask,
     LoopDevice => WireLoopDevice,
+    MapperDevice => WireMapperDevice,
     ProcessState => WireProcess
 );
 
@@ -723,6 +724,51 @@ impl From<WireLoopDevice> for LoopDevice {
             autoclear: w.autoclear,
             holders: w.holders.into_iter().map(BlockHolder::from).collect(),
             openers: w.openers.into_iter().map(DeviceOpener::from).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireMapperDevice {
+    device: String,
+    dev: (u32, u32),
+    name: String,
+    uuid: String,
+    slaves: Vec<String>,
+    holders: Vec<WireBlockHolder>,
+    /// Each target's type, table line and status line.
+    targets: Vec<(String, String, String)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    table_unread: Option<String>,
+}
+
+impl From<&MapperDevice> for WireMapperDevice {
+    fn from(m: &MapperDevice) -> WireMapperDevice {
+        let MapperDevice { device, dev, name, uuid, slaves, holders, targets, table_unread } = m;
+        WireMapperDevice {
+            device: device.clone(),
+            dev: *dev,
+            name: name.clone(),
+            uuid: uuid.clone(),
+            slaves: slaves.clone(),
+            holders: holders.iter().map(WireBlockHolder::from).collect(),
+            targets: targets.iter().map(|t| (t.kind.clone(), t.table.clone(), t.status.clone())).collect(),
+            table_unread: table_unread.clone(),
+        }
+    }
+}
+
+impl From<WireMapperDevice> for MapperDevice {
+    fn from(w: WireMapperDevice) -> MapperDevice {
+        MapperDevice {
+            device: w.device,
+            dev: w.dev,
+            name: w.name,
+            uuid: w.uuid,
+            slaves: w.slaves,
+            holders: w.holders.into_iter().map(BlockHolder::from).collect(),
+            targets: w.targets.into_iter().map(|(kind, table, status)| MapperTarget { kind, table, status }).collect(),
+            table_unread: w.table_unread,
         }
     }
 }
