@@ -109,8 +109,11 @@ const APPARMOR_SCENARIO: &str = "apparmor";
 /// short-lived caller a node-wide watch ties to it. And a raw block volume's
 /// mapping held by a device-mapper device on kubelet's loop device (this
 /// machine's own kernel has no device mapper): one `block-volume-held`
-/// finding whose fix frees it.
-const CGROUP_V1_SCENARIOS: [&str; 10] = [
+/// finding whose fix frees it. And a pod's volume on a multipath map that
+/// lost its only path and queues its I/O, a reader of it in D: one
+/// `volume-device-lost` finding whose fix fails the queued I/O, after
+/// which the volume unmounts.
+const CGROUP_V1_SCENARIOS: [&str; 11] = [
     "check",
     "v1-busy-node",
     "v1-identity",
@@ -120,6 +123,7 @@ const CGROUP_V1_SCENARIOS: [&str; 10] = [
     "v1-pod-before-subset",
     "v1-pod-before-one",
     "block-volume-dm",
+    "volume-device-lost",
     "attach",
 ];
 
@@ -250,11 +254,17 @@ impl Suite {
 const QEMU_CPU: &str = "max,cx16=off";
 
 /// Modules the scenarios need (the loop device under /var/tmp's ext4,
-/// FUSE for the hung call, the device mapper for a block volume's holder),
+/// FUSE for the hung call, the device mapper for a block volume's holder,
+/// its multipath target and path selector for a volume's lost device),
 /// by kernel config symbol: loaded in /init where the kernel has them as
 /// modules.
-const MODULES: [(&str, &str); 3] =
-    [("loop", "CONFIG_BLK_DEV_LOOP"), ("fuse", "CONFIG_FUSE_FS"), ("dm_mod", "CONFIG_BLK_DEV_DM")];
+const MODULES: [(&str, &str); 5] = [
+    ("loop", "CONFIG_BLK_DEV_LOOP"),
+    ("fuse", "CONFIG_FUSE_FS"),
+    ("dm_mod", "CONFIG_BLK_DEV_DM"),
+    ("dm_multipath", "CONFIG_DM_MULTIPATH"),
+    ("dm_round_robin", "CONFIG_DM_MULTIPATH"),
+];
 
 /// Seconds one kernel's boot and scenarios may take before QEMU is
 /// killed: some three times what a whole-suite boot takes here.

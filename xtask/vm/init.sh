@@ -764,6 +764,91 @@ if [ "$SUITE" = cgroup-v1 ]; then
     [ -n "$DISK" ] && losetup -d "$DISK" 2>/dev/null
     rm -rf "$KR/plugins" "$KR/pods/$BPOD" /var/tmp/blk-disk.img
     say "TIME $S $(since "$T0")"
+
+    # volume-device-lost: a pod's CSI volume, ext4 on a multipath map over
+    # one path (a loop device) with queue_if_no_path, as multipathd makes
+    # them for most arrays. A reader has a file of it open; the path fails
+    # and the page cache is dropped, so its read queues in the map and it
+    # waits in D; kubelet's unmount fails EBUSY on its backoff. One
+    # volume-device-lost finding (mount-held's told under it), whose fix,
+    # run as printed, fails the queued I/O: the reader gets EIO and ends,
+    # and the volume then unmounts.
+    T0=$(uptime_s)
+    A=- W=-
+    S=volume-device-lost
+    LPOD=7b7b7b7b-2222-4333-8444-999999999999
+    LVOL=$KR/pods/$LPOD/volumes/kubernetes.io~csi/pvc-mpath/mount
+    MPNAME=podstuck-mpatha
+    MDISK="" RPID="" KPID=""
+    in_d() { grep -l '^State:[[:space:]]*D' /proc/[0-9]*/status 2>/dev/null | wc -l; }
+    if [ ! -e /dev/mapper/control ]; then
+        result "$S" FAIL "no device mapper in this kernel (dm_mod not loaded: ${MODULES:-none})"
+    else
+        truncate -s 32M /var/tmp/mp-disk.img
+        losetup -f /var/tmp/mp-disk.img && MDISK=$(loop_of /var/tmp/mp-disk.img)
+        MDEV=$(cat "/sys/block/${MDISK#/dev/}/dev" 2>/dev/null)
+        DM_DISABLE_UDEV=1 dmsetup create "$MPNAME" --table "0 $(blockdev --getsz "$MDISK") multipath 1 queue_if_no_path 0 1 1 round-robin 0 1 1 $MDEV 1" >/tmp/mp.dm 2>&1
+        mkdir -p "$LVOL"
+        if ! { mkfs.ext4 -q "/dev/mapper/$MPNAME" >>/tmp/mp.dm 2>&1 && mount -t ext4 "/dev/mapper/$MPNAME" "$LVOL" >>/tmp/mp.dm 2>&1; }; then
+            result "$S" FAIL "fixture: disk ${MDISK:-none} (${MDEV:-?}), modules ${MODULES:-none}: $(oneline </tmp/mp.dm)"
+        else
+            echo data >"$LVOL/data"
+            sync
+            rm -f /tmp/mp.go
+            # The reader: its file open first, its read once the path is gone.
+            sh -c 'exec 3<"$1"; while [ ! -e /tmp/mp.go ]; do sleep 0.1; done; exec cat <&3' reader "$LVOL/data" >/dev/null 2>/tmp/mp.reader &
+            RPID=$!
+            BEFORE=$(in_d)
+            DM_DISABLE_UDEV=1 dmsetup message "$MPNAME" 0 "fail_path $MDEV" >>/tmp/mp.dm 2>&1
+            echo 3 >/proc/sys/vm/drop_caches
+            touch /tmp/mp.go
+            n=100
+            while [ "$n" -gt 0 ] && [ "$(in_d)" -le "$BEFORE" ]; do sleep 0.1; n=$((n - 1)); done
+            STATUS=$(DM_DISABLE_UDEV=1 dmsetup status "$MPNAME" 2>&1 | oneline)
+            if start_watch /tmp/mp --json --findings --pod "$LPOD"; then
+                actor --comm kubelet --backoff-ms 500 --repeat 0 umount "$LVOL" >/tmp/mp.kubelet 2>&1 &
+                KPID=$!
+                wait_for /tmp/mp.json '"kind":"volume-device-lost"' "$WPID" 60
+                F=$(grep '"kind":"volume-device-lost"' /tmp/mp.json | tail -n 1)
+                FIX=$(echo "$F" | jstr fix)
+                kill "$KPID"
+                wait "$KPID" 2>/dev/null
+                KPID=""
+                sh -c "$FIX" >/tmp/mp.fix 2>&1
+                FRC=$?
+                # kubelet's next retry, once the reader let go.
+                UNMOUNTED=no
+                n=100
+                while [ "$n" -gt 0 ]; do
+                    umount "$LVOL" 2>/dev/null && { UNMOUNTED=yes; break; }
+                    sleep 0.1
+                    n=$((n - 1))
+                done
+                stop_watch
+                show mp /tmp/mp.err 10
+                if [ "$FRC" = 0 ] && [ "$UNMOUNTED" = yes ] && echo "$F" | grep -q "\"pod_uid\":\"$LPOD\"" \
+                    && echo "$F" | grep -q '"confidence":"confirmed"' && [ "$FIX" = "dmsetup message -- $MPNAME 0 fail_if_no_path" ] \
+                    && echo "$F" | grep -q 'process(es) wait in D on it (pid [0-9]* (cat)' \
+                    && ! grep -q '"kind":"mount-held"' /tmp/mp.json; then
+                    result "$S" PASS "reader in D on $MPNAME (its path $MDEV failed, queue_if_no_path), kubelet's umount EBUSY; volume-device-lost confirmed, the reader named waiting in D, its fix ran (exit 0) and the volume then unmounted: $FIX"
+                else
+                    result "$S" FAIL "status before: $STATUS; fix '${FIX}' exit ${FRC:-?}: $(oneline </tmp/mp.fix); unmounted: $UNMOUNTED; reader: $(oneline </tmp/mp.reader); kubelet: $(tail -n 2 /tmp/mp.kubelet | oneline); finding: $(echo "$F" | cut -c1-700); kinds: $(grep -o '"kind":"[^"]*"' /tmp/mp.json | sort -u | oneline); podstuck: $(oneline </tmp/mp.err)"
+                fi
+            else
+                result "$S" FAIL "$WHY"
+            fi
+        fi
+    fi
+    # Whatever the outcome, nothing of the volume is left behind: the map
+    # fails its queued I/O first, so nothing waits on it any more.
+    [ -n "$KPID" ] && kill "$KPID" 2>/dev/null
+    DM_DISABLE_UDEV=1 dmsetup message "$MPNAME" 0 fail_if_no_path 2>/dev/null
+    [ -n "$RPID" ] && kill "$RPID" 2>/dev/null
+    umount "$LVOL" 2>/dev/null || umount -l "$LVOL" 2>/dev/null
+    DM_DISABLE_UDEV=1 dmsetup remove "$MPNAME" 2>/dev/null
+    [ -n "$MDISK" ] && losetup -d "$MDISK" 2>/dev/null
+    rm -rf "$KR/pods/$LPOD" /var/tmp/mp-disk.img /tmp/mp.go
+    say "TIME $S $(since "$T0")"
 fi
 
 # --- pod-isolation: --pod follows one pod; kubelet's EBUSY on its still ----

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::{
     block_volume_held, cgroup_busy, csi_plugin_gone, dir_not_empty, disk_full, hung_call, immutable_file, mount_held,
     no_teardown_seen, not_mounted, removal_storm, sandbox_teardown_failing, sigterm_ignored, subpath_left,
-    unkillable_task, volume_still_mounted,
+    unkillable_task, volume_device_lost, volume_still_mounted,
 };
 use super::{Detector, DiagnoseOptions};
 
@@ -117,6 +117,11 @@ causes! {
     BlockVolumeHeld = "block-volume-held", "P16",
         "a raw block volume's device was held and its unmap refused",
         made!(|_| block_volume_held::BlockVolumeHeld::default());
+    /// P18: a volume's unmount refused while the multipath map under it,
+    /// its paths all lost, queues every I/O for ever.
+    VolumeDeviceLost = "volume-device-lost", "P18",
+        "a volume's device had lost its paths and queued its I/O",
+        made!(|_| volume_device_lost::VolumeDeviceLost::default());
     /// P5: a cgroup that cannot be removed while tasks are in it.
     CgroupBusy = "cgroup-busy", "P5", "a cgroup could not be removed while processes were in it",
         made!(|_| cgroup_busy::CgroupBusy::default());
@@ -203,6 +208,6 @@ mod tests {
                 assert!(matches!(other.told_by(), ToldBy::Own(_)), "{kind:?} is told by {other:?}, which has none");
             }
         }
-        assert_eq!(detectors(&DiagnoseOptions::default()).len(), 16);
+        assert_eq!(detectors(&DiagnoseOptions::default()).len(), 17);
     }
 }

@@ -27,6 +27,10 @@ fn follows_from(candidate: &Finding, root: &Finding) -> bool {
     };
     let consequence = match candidate.kind {
         Kind::DirNotEmpty => candidate.paths.first().is_some_and(|dir| inside(dir)),
+        // Its holders wait on the lost device under it.
+        Kind::MountHeld | Kind::VolumeStillMounted if root.kind == Kind::VolumeDeviceLost => {
+            !candidate.paths.is_empty() && candidate.paths.first() == root.paths.first()
+        }
         kind => follows_from_others(kind) && !follows_from_others(root.kind) && same_actor(root, candidate),
     };
     consequence && root.status == Status::Active && root.kind != candidate.kind
@@ -52,6 +56,9 @@ pub fn fold(findings: &mut Vec<Finding>) -> Vec<(String, String)> {
             consequence.count,
             match consequence.kind {
                 Kind::DirNotEmpty => "what the cause above keeps inside it cannot go",
+                Kind::MountHeld | Kind::VolumeStillMounted => {
+                    "what holds it waits on the lost device of the cause above, and ends only when that I/O does"
+                }
                 _ => "it retries a step that already happened while the teardown fails for the cause above",
             }
         )
@@ -172,6 +179,21 @@ mod tests {
         );
         assert_eq!(all.iter().filter(|f| f.kind == Kind::DirNotEmpty).count(), 2);
         assert!(all[0].evidence.iter().any(|e| e.fact.contains("what the cause above keeps inside it cannot go")));
+    }
+
+    /// The holders mount-held names wait on the lost device under the
+    /// volume: one cause, the device's. A mount-held of another path stands.
+    #[test]
+    fn a_held_volume_whose_device_is_lost_is_told_under_the_device() {
+        let mut all = vec![
+            by(Kind::MountHeld, "/v/mount", 7, "kubelet"),
+            by(Kind::VolumeDeviceLost, "/v/mount", 7, "kubelet"),
+            by(Kind::MountHeld, "/w/mount", 7, "kubelet"),
+        ];
+        let folded = fold(&mut all);
+        assert_eq!(folded, vec![("mount-held:/v/mount".to_string(), "volume-device-lost:/v/mount".to_string())]);
+        assert_eq!(all.iter().map(|f| f.kind).collect::<Vec<_>>(), [Kind::VolumeDeviceLost, Kind::MountHeld]);
+        assert!(all[0].evidence.iter().any(|e| e.fact.contains("waits on the lost device")), "{:?}", all[0].evidence);
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod stuck_on;
 pub mod subpath_left;
 pub mod track;
 pub mod unkillable_task;
+pub mod volume_device_lost;
 pub mod volume_still_mounted;
 pub mod wording;
 

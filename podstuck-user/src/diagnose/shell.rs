@@ -239,6 +239,12 @@ pub fn unmount(path: &[u8]) -> String {
     CommandLine::new("umount").operands([path]).into()
 }
 
+/// `dmsetup message -- MAP 0 fail_if_no_path`: a multipath map that queues
+/// I/O while it has no path fails it instead, what waits in it at once.
+pub fn multipath_fail_queued(map: &str) -> String {
+    CommandLine::new("dmsetup message").operands([map, "0", "fail_if_no_path"]).into()
+}
+
 /// `umount -l -- PATH`: detached at once, gone when its last user lets go.
 pub fn unmount_lazily(path: &[u8]) -> String {
     CommandLine::new("umount -l").operands([path]).into()

@@ -196,6 +196,27 @@ fn connect_unix(socket: &[u8]) -> String {
     }
 }
 
+/// rmdir(2) of each path in turn; a word each ("gone": ENOENT).
+fn rmdir_each(paths: &[Vec<u8>]) -> String {
+    let words: Vec<String> = paths
+        .iter()
+        // SAFETY: a raw syscall with a valid C string.
+        .map(|p| match outcome(unsafe { raw_rmdir(c(p).as_ptr()) }) {
+            o if o == format!("errno {}", libc::ENOENT) => "gone".to_string(),
+            o => o,
+        })
+        .collect();
+    words.join(", ")
+}
+
+/// Fails as a CNI plugin does: its error on stdout in one write, exit 1.
+fn cni_fail(message: &[u8]) -> ! {
+    let error = format!(r#"{{"code":999,"msg":"{}"}}"#, String::from_utf8_lossy(message));
+    // SAFETY: one write of a buffer of ours to fd 1.
+    unsafe { libc::write(1, error.as_ptr().cast(), error.len()) };
+    std::process::exit(1)
+}
+
 /// Runs `plugin` as a runtime runs a CNI plugin for DEL of pod `uid`'s
 /// sandbox; its exit status.
 fn cni_del(plugin: &[u8], uid: &[u8], args: &[Vec<u8>]) -> String {
@@ -246,16 +267,7 @@ fn attempt(args: &[Vec<u8>]) -> String {
             out
         },
         b"rmdir" => outcome(unsafe { raw_rmdir(c(&args[1]).as_ptr()) }),
-        b"rmdirs" => {
-            let words: Vec<String> = args[1..]
-                .iter()
-                .map(|p| match outcome(unsafe { raw_rmdir(c(p).as_ptr()) }) {
-                    o if o == format!("errno {}", libc::ENOENT) => "gone".to_string(),
-                    o => o,
-                })
-                .collect();
-            words.join(", ")
-        }
+        b"rmdirs" => rmdir_each(&args[1..]),
         b"umount" => outcome(unsafe { libc::syscall(libc::SYS_umount2, c(&args[1]).as_ptr(), 0) }),
         b"unlink-in" => unsafe {
             assert_eq!(libc::chdir(c(&args[1]).as_ptr()), 0, "chdir");
@@ -264,12 +276,7 @@ fn attempt(args: &[Vec<u8>]) -> String {
         b"unlink" => outcome(unsafe { raw_unlink(c(&args[1]).as_ptr()) }),
         b"connect" => connect_unix(&args[1]),
         b"cni-del" => cni_del(&args[1], &args[2], &args[3..]),
-        b"cni-fail" => {
-            let error = format!(r#"{{"code":999,"msg":"{}"}}"#, String::from_utf8_lossy(&args[1]));
-            // SAFETY: one write of a buffer of ours to fd 1.
-            unsafe { libc::write(1, error.as_ptr().cast(), error.len()) };
-            std::process::exit(1)
-        }
+        b"cni-fail" => cni_fail(&args[1]),
         b"remove-all" => {
             let target = path(&args[1]);
             let parent = c(target.parent().unwrap().as_os_str().as_bytes());

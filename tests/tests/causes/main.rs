@@ -70,6 +70,7 @@ mod sandbox_teardown_failing;
 mod sigterm_ignored;
 mod subpath_left;
 mod unkillable_task;
+mod volume_device_lost;
 mod volume_still_mounted;
 
 /// How long podstuck may take to reach a finding once its cause is there:

@@ -1,0 +1,293 @@
+//! P18 `volume-device-lost`: a volume cannot be unmounted because the
+//! block device under its filesystem is lost: a multipath map with no
+//! path left that queues I/O (`queue_if_no_path`, multipathd's default
+//! for most arrays): the storage array or its SAN paths gone, an iSCSI
+//! session down. Every read and write of the volume then sleeps in D,
+//! waiting for a path that does not come back, and whoever sleeps there
+//! keeps the mount busy; SIGKILL does not end a task in D, and a lazy
+//! unmount only hides the mount, the device and its queued I/O staying
+//! (hpe-storage csi-driver #578, democratic-csi #536, longhorn #6533).
+//!
+//! Signature: an unmount of a pod's volume (or subPath) refused with
+//! EBUSY, whoever tries (kubelet, a CSI node plugin). That refusal is
+//! mount-held's to explain (the router gives it there, and mount-held
+//! names the holders); this detector sees it as any call and looks under
+//! the mount. Confirmed by the device mapper itself: the mount's device
+//! is a map whose one target is multipath, whose table says
+//! `queue_if_no_path` and whose status says no path is active. The fix
+//! fails the queued I/O (`dmsetup message NAME 0 fail_if_no_path`), its
+//! cost said plainly (the writes queued are lost); restoring a path is
+//! the advice. mount-held's finding on the same path is told under this
+//! one (`consequences`).
+
+use super::holders::process_words;
+use super::route::Target;
+use super::shell::{multipath_fail_queued, unmount};
+use super::track::{Attempts, CallerView, FailureLog};
+use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity};
+use crate::event::CallEvent;
+use crate::identify::Identity;
+use crate::inspect::device_mapper::Multipath;
+use crate::inspect::mounts::mount_at;
+use crate::inspect::{MapperDevice, Mount, MountHolder, NodeInspector, TaskState};
+
+pub struct VolumeDeviceLost {
+    failures: FailureLog,
+}
+
+impl Default for VolumeDeviceLost {
+    /// Looked at from the first EBUSY: the device mapper's state proves it.
+    fn default() -> Self {
+        VolumeDeviceLost { failures: FailureLog::looked_at_from_the_first_failure() }
+    }
+}
+
+/// What volume-device-lost decides of a volume whose unmount is refused,
+/// before a word of it is said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The mount's device is a multipath map with no path left that
+    /// queues I/O for ever.
+    Lost { map: MapperDevice, multipath: Multipath },
+}
+
+/// What was read beside the verdict: the evidence.
+pub struct Seen {
+    mount: Mount,
+    /// Its holders, each with its state as /proc says it (in D: waiting on
+    /// the device).
+    holders: Vec<(MountHolder, Option<TaskState>)>,
+}
+
+impl VolumeDeviceLost {
+    fn decide(a: &mut Attempts, review: &mut Review<'_>) -> Option<Finding> {
+        let node = &mut *review.node;
+        let view = a.caller_view(node);
+        let (verdict, seen) = Self::judge(node, &view)?;
+        Some(Self::tell(a, &view, &verdict, &seen))
+    }
+
+    /// Reads the device under the volume's mount and decides; None when it
+    /// is no lost multipath map (mount-held says what holds the mount).
+    fn judge(node: &mut dyn NodeInspector, view: &CallerView) -> Option<(Verdict, Seen)> {
+        let mounts = view.mounts().ok()?;
+        let mount = mount_at(mounts, &view.path)?.clone();
+        let (major, minor) = mount.dev;
+        let map = node.device_mapper(major, minor).ok()??;
+        let multipath = map.multipath().filter(Multipath::queues_for_ever)?;
+        let holders = node
+            .mount_holders(&mount, view.mntns)
+            .into_iter()
+            .map(|h| {
+                let state = node.task(h.pid).ok();
+                (h, state)
+            })
+            .collect();
+        Some((Verdict::Lost { map, multipath }, Seen { mount, holders }))
+    }
+
+    /// The verdict in words: the finding, its evidence, its fix.
+    fn tell(a: &Attempts, view: &CallerView, verdict: &Verdict, seen: &Seen) -> Finding {
+        let Verdict::Lost { map, multipath } = verdict;
+        let path = view.path.as_slice();
+        let mut f = Finding::new(Kind::VolumeDeviceLost, &shown(&a.path), Severity::Critical, a.first);
+        a.stamp(&mut f);
+        f.confidence = Confidence::Confirmed;
+        f.evidence("trace", a.trace_words());
+        a.resolution_evidence(view, &mut f);
+        let m = &seen.mount;
+        f.evidence(
+            "mountinfo",
+            format!("{} is a {} mount of {} on device {}:{}", shown(path), m.fstype, m.source, m.dev.0, m.dev.1),
+        );
+        f.evidence(
+            "/sys/dev/block",
+            format!("{}:{} is device-mapper device {}, uuid {}", m.dev.0, m.dev.1, map.words(), map.uuid),
+        );
+        for target in &map.targets {
+            f.evidence("dmsetup table", format!("{} {}", target.kind, target.table));
+            f.evidence("dmsetup status", format!("{} {}", target.kind, target.status));
+        }
+        let paths: Vec<String> =
+            multipath.paths.iter().map(|p| format!("{} failed ({} failure(s))", p.device, p.fail_count)).collect();
+        let paths = match paths.is_empty() {
+            true => "it has no path at all".to_string(),
+            false => format!("every path failed: {}", paths.join(", ")),
+        };
+        let waiting: Vec<&(MountHolder, Option<TaskState>)> =
+            seen.holders.iter().filter(|(_, t)| t.as_ref().is_some_and(|t| t.state == 'D')).collect();
+        for (h, task) in &seen.holders {
+            let state = task.as_ref().map(|t| {
+                let wchan = t.wchan.as_deref().filter(|w| !w.is_empty() && *w != "0");
+                format!(", {}{}", t.state_words(), wchan.map(|w| format!(" in {w}")).unwrap_or_default())
+            });
+            f.evidence(
+                "/proc",
+                format!(
+                    "{} has {} on it{}",
+                    process_words(h.pid, &h.comm, h.owner.as_ref()),
+                    shown(&h.path),
+                    state.unwrap_or_default()
+                ),
+            );
+        }
+        let who = match waiting.len() {
+            0 => "whoever reads or writes the volume waits in D".to_string(),
+            n => {
+                let named: Vec<String> =
+                    waiting.iter().take(3).map(|(h, _)| process_words(h.pid, &h.comm, h.owner.as_ref())).collect();
+                format!("{n} process(es) wait in D on it ({}), and keep the mount busy", named.join(", "))
+            }
+        };
+        f.summary = format!(
+            "{} cannot unmount {}: its device {} is a multipath map that lost its paths ({paths}) and queues I/O until one comes back (queue_if_no_path), so {who}. {}{}.",
+            a.actor.description,
+            shown(path),
+            map.words(),
+            a.failed_words(),
+            a.rhythm_words()
+        );
+        f.detail("device", map.device.clone());
+        f.detail("map", map.name.clone());
+        f.detail("paths_failed", multipath.paths.len());
+        f.detail("waiting", waiting.len());
+        f.fix = multipath_fail_queued(&map.name);
+        f.advice.push(format!(
+            "what the fix costs: the map stops queueing, so the I/O waiting in it fails at once and every later I/O fails until a path is back: writes the pod made that were not yet on the array are lost, and the processes in D get EIO and end; then the next unmount of {} succeeds (or run {} yourself)",
+            shown(path),
+            unmount(path)
+        ));
+        f.advice.push(format!(
+            "if a path can come back (the array, a cable, an iSCSI session: multipath -ll {}, iscsiadm -m session -P 1), bring it back instead: the queued I/O then completes and nothing is lost",
+            crate::words::shell_word(map.name.as_bytes())
+        ));
+        f.advice.push("killing the processes in D does nothing (they wait in the kernel), and umount -l only hides the mount: the device and its queued I/O stay".into());
+        f
+    }
+}
+
+impl Detector for VolumeDeviceLost {
+    fn observe(&mut self, event: &CallEvent, identity: &Identity) {
+        let refused_unmount = event.syscall == podstuck_common::Syscall::Umount2
+            && event.flags & libc::MNT_DETACH as u64 == 0
+            && event.errno() == Some(libc::EBUSY);
+        if refused_unmount && matches!(identity.target, Target::Volume | Target::Subpath) {
+            self.failures.record(event, identity);
+        } else {
+            self.failures.ended_by(event, identity);
+        }
+    }
+
+    fn wants_review(&self) -> bool {
+        self.failures.wants_a_look()
+    }
+
+    fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
+        self.failures.review(review, Self::decide)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake::*;
+    use super::*;
+    use crate::event::ProcessStart;
+    use crate::inspect::{HoldKind, MapperTarget};
+
+    /// A multipath map over one path (a loop device) that failed, queueing.
+    fn map(table: &str, status: &str) -> MapperDevice {
+        MapperDevice {
+            device: "dm-3".into(),
+            dev: (254, 3),
+            name: "mpatha".into(),
+            uuid: "mpath-3600a098038303052".into(),
+            slaves: vec!["loop0".into()],
+            holders: Vec::new(),
+            targets: vec![MapperTarget { kind: "multipath".into(), table: table.into(), status: status.into() }],
+            table_unread: None,
+        }
+    }
+
+    fn lost() -> MapperDevice {
+        map("1 queue_if_no_path 0 1 1 round-robin 0 1 1 7:0 1", "2 1 0 0 1 1 E 0 1 0 7:0 F 1")
+    }
+
+    /// The pod's CSI volume on `/dev/mapper/mpatha` (254:3), a `cat` of a
+    /// file in it waiting in D, and `mapper` the node's one map.
+    fn node(mapper: Option<MapperDevice>) -> FakeNode {
+        let m = csi_mount();
+        let mut node = FakeNode::with_mounts(&[]);
+        node.mountinfo.push_str(&format!("50 1 254:3 / {m} rw,relatime shared:50 - ext4 /dev/mapper/mpatha rw\n"));
+        node.mappers = mapper.into_iter().collect();
+        node.holders = vec![MountHolder {
+            pid: 4242,
+            start: Some(ProcessStart(4_242_000)),
+            comm: "cat".into(),
+            how: HoldKind::OpenFile,
+            path: format!("{m}/data").into_bytes(),
+            mntns: 1,
+            other_namespace: false,
+            owner: None,
+        }];
+        let mut cat = task(4242, "cat", 'D');
+        cat.wchan = Some("io_schedule".into());
+        node.tasks.insert(4242, cat);
+        node
+    }
+
+    fn refused() -> Vec<Call> {
+        vec![umount(0.0, "kubelet", &csi_mount(), -libc::EBUSY)]
+    }
+
+    #[test]
+    fn a_volume_on_a_map_that_lost_its_paths_and_queues_is_told_with_the_fix_that_fails_its_io() {
+        let found = run(&mut VolumeDeviceLost::default(), &mut node(Some(lost())), &refused(), 0.1);
+        let [f] = &found[..] else { panic!("{found:?}") };
+        assert_eq!(
+            (f.kind, f.severity, f.confidence),
+            (Kind::VolumeDeviceLost, Severity::Critical, Confidence::Confirmed)
+        );
+        assert_eq!(f.fix, "dmsetup message -- mpatha 0 fail_if_no_path");
+        assert!(f.summary.contains("its device dm-3 (mpatha) is a multipath map that lost its paths (every path failed: 7:0 failed (1 failure(s)))"), "{}", f.summary);
+        assert!(f.summary.contains("1 process(es) wait in D on it (pid 4242 (cat))"), "{}", f.summary);
+        assert!(
+            f.evidence.iter().any(|e| e.fact == "multipath 1 queue_if_no_path 0 1 1 round-robin 0 1 1 7:0 1"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(
+            f.evidence.iter().any(|e| e.fact.contains("pid 4242 (cat)") && e.fact.contains("in io_schedule")),
+            "{:?}",
+            f.evidence
+        );
+        assert!(f.advice[0].contains("writes the pod made that were not yet on the array are lost"), "{:?}", f.advice);
+        assert!(f.advice.iter().any(|a| a.contains("multipath -ll mpatha")), "{:?}", f.advice);
+        assert_eq!((f.details["map"].as_str(), f.details["waiting"].as_u64()), (Some("mpatha"), Some(1)));
+    }
+
+    #[test]
+    fn a_map_with_a_path_left_one_that_fails_its_io_or_no_map_at_all_is_not_this() {
+        let one_left =
+            map("1 queue_if_no_path 0 1 1 round-robin 0 2 1 7:0 1 7:1 1", "2 0 0 0 1 1 A 0 2 0 7:0 F 1 7:1 A 0");
+        let failing = map("0 0 1 1 round-robin 0 1 1 7:0 1", "2 0 0 0 1 1 E 0 1 0 7:0 F 1");
+        for mapper in [Some(one_left), Some(failing), None] {
+            let found = run(&mut VolumeDeviceLost::default(), &mut node(mapper.clone()), &refused(), 5.0);
+            assert!(found.is_empty(), "{mapper:?}: {found:?}");
+        }
+        // A runtime's directory, not a pod's volume: mount-held's alone.
+        let rootfs = "/run/containerd/io.containerd.runtime.v2.task/k8s.io/aaaa/rootfs";
+        let mut n = node(Some(lost()));
+        n.mountinfo = n.mountinfo.replace(&csi_mount(), rootfs);
+        let calls = [umount(0.0, "containerd", rootfs, -libc::EBUSY)];
+        assert!(run(&mut VolumeDeviceLost::default(), &mut n, &calls, 5.0).is_empty());
+    }
+
+    #[test]
+    fn the_unmount_that_succeeds_once_the_io_failed_resolves_it() {
+        let mut d = VolumeDeviceLost::default();
+        let mut n = node(Some(lost()));
+        assert_eq!(run(&mut d, &mut n, &refused(), 0.1).len(), 1);
+        let over = run(&mut d, &mut n, &[umount(3.0, "kubelet", &csi_mount(), 0)], 3.1);
+        assert!(matches!(&over[..], [f] if f.status == super::super::Status::Resolved), "{over:?}");
+    }
+}
