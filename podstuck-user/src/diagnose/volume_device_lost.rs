@@ -192,22 +192,10 @@ mod tests {
     use super::super::fake::*;
     use super::*;
     use crate::event::ProcessStart;
-    use crate::inspect::{HoldKind, MapperTarget};
+    use crate::inspect::device_mapper::map;
+    use crate::inspect::HoldKind;
 
     /// A multipath map over one path (a loop device) that failed, queueing.
-    fn map(table: &str, status: &str) -> MapperDevice {
-        MapperDevice {
-            device: "dm-3".into(),
-            dev: (254, 3),
-            name: "mpatha".into(),
-            uuid: "mpath-3600a098038303052".into(),
-            slaves: vec!["loop0".into()],
-            holders: Vec::new(),
-            targets: vec![MapperTarget { kind: "multipath".into(), table: table.into(), status: status.into() }],
-            table_unread: None,
-        }
-    }
-
     fn lost() -> MapperDevice {
         map("1 queue_if_no_path 0 1 1 round-robin 0 1 1 7:0 1", "2 1 0 0 1 1 E 0 1 0 7:0 F 1")
     }

@@ -139,22 +139,25 @@ fn status_paths(status: &str) -> Option<(bool, Vec<MultipathPath>)> {
     Some((queueing, paths))
 }
 
+/// A multipath map `mpatha` (dm-3, 254:3) over `loop0` with this table
+/// and status: the tests' map.
+#[cfg(test)]
+pub(crate) fn map(table: &str, status: &str) -> MapperDevice {
+    MapperDevice {
+        device: "dm-3".into(),
+        dev: (254, 3),
+        name: "mpatha".into(),
+        uuid: "mpath-3600a098038303052".into(),
+        slaves: vec!["loop0".into()],
+        holders: Vec::new(),
+        targets: vec![MapperTarget { kind: "multipath".into(), table: table.into(), status: status.into() }],
+        table_unread: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn map(table: &str, status: &str) -> MapperDevice {
-        MapperDevice {
-            device: "dm-3".into(),
-            dev: (254, 3),
-            name: "mpatha".into(),
-            uuid: "mpath-3600a0980383030523424457a4a695a36".into(),
-            slaves: vec!["sdb".into(), "sdc".into()],
-            holders: Vec::new(),
-            targets: vec![MapperTarget { kind: "multipath".into(), table: table.into(), status: status.into() }],
-            table_unread: None,
-        }
-    }
 
     #[test]
     fn a_map_whose_paths_all_failed_and_that_queues_is_one_that_waits_for_ever() {

@@ -250,25 +250,13 @@ fn golden_loop() -> LoopDevice {
 /// A multipath map over one path that failed, queueing, with a partition
 /// mapping on it; and the control device it could not be asked through.
 fn golden_mapper() -> crate::inspect::MapperDevice {
-    crate::inspect::MapperDevice {
-        device: "dm-3".into(),
-        dev: (254, 3),
-        name: "mpatha".into(),
-        uuid: "mpath-3600a098038303052".into(),
-        slaves: vec!["loop0".into()],
-        holders: vec![BlockHolder {
-            device: "dm-4".into(),
-            mapper_name: Some("mpatha1".into()),
-            md: false,
-            openers: vec![],
-        }],
-        targets: vec![crate::inspect::MapperTarget {
-            kind: "multipath".into(),
-            table: "1 queue_if_no_path 0 1 1 round-robin 0 1 1 7:0 1".into(),
-            status: "2 1 0 0 1 1 E 0 1 0 7:0 F 1".into(),
-        }],
-        table_unread: None,
-    }
+    let mut map = crate::inspect::device_mapper::map(
+        "1 queue_if_no_path 0 1 1 round-robin 0 1 1 7:0 1",
+        "2 1 0 0 1 1 E 0 1 0 7:0 F 1",
+    );
+    map.holders =
+        vec![BlockHolder { device: "dm-4".into(), mapper_name: Some("mpatha1".into()), md: false, openers: vec![] }];
+    map
 }
 
 fn written(asked: &[Question]) -> String {
