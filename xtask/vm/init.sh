@@ -769,17 +769,18 @@ if [ "$SUITE" = cgroup-v1 ]; then
     # one path (a loop device) with queue_if_no_path, as multipathd makes
     # them for most arrays. A reader has a file of it open; the path fails
     # and the page cache is dropped, so its read queues in the map and it
-    # waits in D; kubelet's unmount fails EBUSY on its backoff. One
-    # volume-device-lost finding (mount-held's told under it), whose fix,
-    # run as printed, fails the queued I/O: the reader gets EIO and ends,
-    # and the volume then unmounts.
+    # waits in D; kubelet's unmount fails EBUSY on its backoff, and its
+    # removal of another file hangs. One volume-device-lost finding
+    # (mount-held's told under it) and a hung-call on the same map, whose
+    # fix, run as printed, fails the queued I/O: the reader gets EIO and
+    # ends, the removal returns, and the volume then unmounts.
     T0=$(uptime_s)
     A=- W=-
     S=volume-device-lost
     LPOD=7b7b7b7b-2222-4333-8444-999999999999
     LVOL=$KR/pods/$LPOD/volumes/kubernetes.io~csi/pvc-mpath/mount
     MPNAME=podstuck-mpatha
-    MDISK="" RPID="" KPID=""
+    MDISK="" RPID="" KPID="" UPID=""
     in_d() { grep -l '^State:[[:space:]]*D' /proc/[0-9]*/status 2>/dev/null | wc -l; }
     if [ ! -e /dev/mapper/control ]; then
         result "$S" FAIL "no device mapper in this kernel (dm_mod not loaded: ${MODULES:-none})"
@@ -793,6 +794,7 @@ if [ "$SUITE" = cgroup-v1 ]; then
             result "$S" FAIL "fixture: disk ${MDISK:-none} (${MDEV:-?}), modules ${MODULES:-none}: $(oneline </tmp/mp.dm)"
         else
             echo data >"$LVOL/data"
+            echo more >"$LVOL/more"
             sync
             rm -f /tmp/mp.go
             # The reader: its file open first, its read once the path is gone.
@@ -805,17 +807,22 @@ if [ "$SUITE" = cgroup-v1 ]; then
             n=100
             while [ "$n" -gt 0 ] && [ "$(in_d)" -le "$BEFORE" ]; do sleep 0.1; n=$((n - 1)); done
             STATUS=$(DM_DISABLE_UDEV=1 dmsetup status "$MPNAME" 2>&1 | oneline)
-            if start_watch /tmp/mp --json --findings --pod "$LPOD"; then
+            if start_watch /tmp/mp --json --findings --hung-after 2s --pod "$LPOD"; then
                 actor --comm kubelet --backoff-ms 500 --repeat 0 umount "$LVOL" >/tmp/mp.kubelet 2>&1 &
                 KPID=$!
+                actor --comm kubelet unlink "$LVOL/more" >/tmp/mp.unlink 2>&1 &
+                UPID=$!
                 wait_for /tmp/mp.json '"kind":"volume-device-lost"' "$WPID" 60
+                wait_for /tmp/mp.json '"kind":"hung-call"' "$WPID" 30
                 F=$(grep '"kind":"volume-device-lost"' /tmp/mp.json | tail -n 1)
+                H=$(grep '"kind":"hung-call"' /tmp/mp.json | tail -n 1)
                 FIX=$(echo "$F" | jstr fix)
                 kill "$KPID"
                 wait "$KPID" 2>/dev/null
                 KPID=""
                 sh -c "$FIX" >/tmp/mp.fix 2>&1
                 FRC=$?
+                wait_gone "$UPID" 10 && UNLINK=$(oneline </tmp/mp.unlink) || UNLINK="still in D"
                 # kubelet's next retry, once the reader let go.
                 UNMOUNTED=no
                 n=100
@@ -829,10 +836,12 @@ if [ "$SUITE" = cgroup-v1 ]; then
                 if [ "$FRC" = 0 ] && [ "$UNMOUNTED" = yes ] && echo "$F" | grep -q "\"pod_uid\":\"$LPOD\"" \
                     && echo "$F" | grep -q '"confidence":"confirmed"' && [ "$FIX" = "dmsetup message -- $MPNAME 0 fail_if_no_path" ] \
                     && echo "$F" | grep -q 'process(es) wait in D on it (pid [0-9]* (cat)' \
+                    && echo "$H" | grep -q "$MPNAME) is a multipath map that lost its paths" && [ "$(echo "$H" | jstr fix)" = "$FIX" ] \
+                    && [ "$UNLINK" != "still in D" ] \
                     && ! grep -q '"kind":"mount-held"' /tmp/mp.json; then
-                    result "$S" PASS "reader in D on $MPNAME (its path $MDEV failed, queue_if_no_path), kubelet's umount EBUSY; volume-device-lost confirmed, the reader named waiting in D, its fix ran (exit 0) and the volume then unmounted: $FIX"
+                    result "$S" PASS "reader in D on $MPNAME (its path $MDEV failed, queue_if_no_path), kubelet's umount EBUSY; volume-device-lost confirmed, the reader named waiting in D; the hung removal told as waiting on the map (it then returned: $UNLINK); the fix ran (exit 0) and the volume then unmounted: $FIX"
                 else
-                    result "$S" FAIL "status before: $STATUS; fix '${FIX}' exit ${FRC:-?}: $(oneline </tmp/mp.fix); unmounted: $UNMOUNTED; reader: $(oneline </tmp/mp.reader); kubelet: $(tail -n 2 /tmp/mp.kubelet | oneline); finding: $(echo "$F" | cut -c1-700); kinds: $(grep -o '"kind":"[^"]*"' /tmp/mp.json | sort -u | oneline); podstuck: $(oneline </tmp/mp.err)"
+                    result "$S" FAIL "status before: $STATUS; hung-call: $(echo "$H" | cut -c1-300); removal: $UNLINK; fix '${FIX}' exit ${FRC:-?}: $(oneline </tmp/mp.fix); unmounted: $UNMOUNTED; reader: $(oneline </tmp/mp.reader); kubelet: $(tail -n 2 /tmp/mp.kubelet | oneline); finding: $(echo "$F" | cut -c1-700); kinds: $(grep -o '"kind":"[^"]*"' /tmp/mp.json | sort -u | oneline); podstuck: $(oneline </tmp/mp.err)"
                 fi
             else
                 result "$S" FAIL "$WHY"
@@ -844,6 +853,7 @@ if [ "$SUITE" = cgroup-v1 ]; then
     [ -n "$KPID" ] && kill "$KPID" 2>/dev/null
     DM_DISABLE_UDEV=1 dmsetup message "$MPNAME" 0 fail_if_no_path 2>/dev/null
     [ -n "$RPID" ] && kill "$RPID" 2>/dev/null
+    [ -n "$UPID" ] && kill "$UPID" 2>/dev/null
     umount "$LVOL" 2>/dev/null || umount -l "$LVOL" 2>/dev/null
     DM_DISABLE_UDEV=1 dmsetup remove "$MPNAME" 2>/dev/null
     [ -n "$MDISK" ] && losetup -d "$MDISK" 2>/dev/null

@@ -11,13 +11,16 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use super::stuck_on::{is_fuse, is_network_fs, on_fuse, on_network_fs, on_unproven_fuse};
+use super::stuck_on::{
+    is_fuse, is_network_fs, lost_multipath, on_fuse, on_lost_multipath, on_network_fs, on_unproven_fuse,
+};
 use super::{
     human_duration, shown, CallInFlight, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status,
 };
 use crate::event::syscall_name;
+use crate::inspect::device_mapper::Multipath;
 use crate::inspect::mounts::mount_containing;
-use crate::inspect::{Mount, MountNamespace, NodeInspector, Probe, Unreadable};
+use crate::inspect::{MapperDevice, Mount, MountNamespace, NodeInspector, Probe, Unreadable};
 
 /// Kernel stack frames quoted.
 const FRAMES_QUOTED: usize = 6;
@@ -114,7 +117,10 @@ impl HungCall {
         if is_network_fs(&mount) {
             return Verdict::NetworkFs(mount);
         }
-        Verdict::LocalFs(mount)
+        match lost_multipath(node, &mount) {
+            Some((map, multipath)) => Verdict::LostDevice { mount, map: Box::new(map), multipath },
+            None => Verdict::LocalFs(mount),
+        }
     }
 
     /// The verdict in words: summary, evidence, fix and advice.
@@ -147,6 +153,22 @@ impl HungCall {
                     ),
                 );
                 on_network_fs(f, ns, m, waiting);
+            }
+            (Verdict::LostDevice { mount: m, map, multipath }, _) => {
+                f.evidence(
+                    "mountinfo",
+                    format!(
+                        "{} is on a {} mount at {} of device {}:{}",
+                        shown(path),
+                        m.fstype,
+                        shown(&m.mount_point),
+                        m.dev.0,
+                        m.dev.1
+                    ),
+                );
+                let lost = on_lost_multipath(f, map, multipath, "the call returns, failed with EIO");
+                f.summary =
+                    format!("{waiting}: its filesystem's device {lost}, so the call waits until a path is back.");
             }
             (Verdict::LocalFs(m), Ok(_)) => {
                 f.evidence(
@@ -187,6 +209,9 @@ pub enum Verdict {
     UnprovenFuse { mount: Mount, waiting: Probe<u64> },
     /// A network filesystem whose server does not answer.
     NetworkFs(Mount),
+    /// A local filesystem on a multipath map that lost every path and
+    /// queues its I/O: the call waits until a path is back.
+    LostDevice { mount: Mount, map: Box<MapperDevice>, multipath: Multipath },
     /// A local filesystem: a device or a kernel lock.
     LocalFs(Mount),
     /// Unknown: the caller's namespace unreadable (why), or no mount holds the path.
@@ -196,7 +221,7 @@ pub enum Verdict {
 impl Verdict {
     pub fn confidence(&self) -> Confidence {
         match self {
-            Verdict::Fuse { .. } | Verdict::NetworkFs(_) => Confidence::Confirmed,
+            Verdict::Fuse { .. } | Verdict::NetworkFs(_) | Verdict::LostDevice { .. } => Confidence::Confirmed,
             Verdict::UnprovenFuse { .. } | Verdict::LocalFs(_) => Confidence::Likely,
             Verdict::Unknown(_) => Confidence::Possible,
         }
@@ -301,6 +326,29 @@ mod tests {
         gone.mntns = 4026532999;
         assert!(matches!(verdict(&mut node, &gone), Verdict::Unknown(Some(_))));
         assert_eq!(Verdict::Unknown(None).confidence(), Confidence::Possible);
+    }
+
+    /// An unlink on ext4 over a multipath map that lost its path and
+    /// queues: the device is named, with the fix that fails its I/O; on a
+    /// map that still has a path, a local filesystem as before.
+    #[test]
+    fn a_call_on_a_filesystem_whose_multipath_map_lost_every_path_waits_on_the_map() {
+        let mut node = FakeNode::with_mounts(&[]);
+        node.mountinfo.push_str("50 1 254:3 / /mnt/disk rw,relatime shared:50 - ext4 /dev/mapper/mpatha rw\n");
+        node.mappers = vec![crate::inspect::device_mapper::map(
+            "1 queue_if_no_path 0 1 1 round-robin 0 1 1 7:0 1",
+            "2 1 0 0 1 1 E 0 1 0 7:0 F 1",
+        )];
+        let calls = [in_flight("/mnt/disk/d", 0.0)];
+        let f = &run_with(&mut HungCall::new(Duration::from_secs(5)), &mut node, &[], &calls, 6.0)[0];
+        assert_eq!(
+            (f.fix.as_str(), f.confidence),
+            ("dmsetup message -- mpatha 0 fail_if_no_path", Confidence::Confirmed)
+        );
+        assert!(f.summary.contains("its filesystem's device dm-3 (mpatha) is a multipath map that lost its paths (every path failed: 7:0 failed (1 failure(s)))"), "{}", f.summary);
+        assert!(f.advice[0].contains("then the call returns, failed with EIO"), "{:?}", f.advice);
+        node.mappers[0].targets[0].status = "2 0 0 0 1 1 A 0 1 0 7:0 A 0".into();
+        assert!(matches!(verdict(&mut node, &calls[0]), Verdict::LocalFs(_)));
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //! not the node's only FUSE mount, and aborting the wrong connection or
 //! force-unmounting the wrong mount breaks whoever uses it.
 //!
+//! Or a block device that will never answer: a multipath map with no
+//! path left that queues I/O (`queue_if_no_path`), proven by the device
+//! mapper's own table and status.
+//!
 //! A connection is proven the one a thread waits on when the kernel counts
 //! requests waiting on it (fusectl's `waiting`) and on no other FUSE
 //! connection of the thread's namespace; a FUSE server is proven the one
@@ -16,7 +20,8 @@
 use super::shell::{kill_if_same, unmount_lazily, write_file};
 use super::{shown, Confidence, Finding};
 use crate::event::ProcessStart;
-use crate::inspect::{Mount, MountNamespace, NodeInspector, Probe, TaskState};
+use crate::inspect::device_mapper::Multipath;
+use crate::inspect::{MapperDevice, Mount, MountNamespace, NodeInspector, Probe, TaskState};
 use crate::words::shell_word;
 
 /// Where fusectl is mounted on nodes: the connections' control files.
@@ -183,4 +188,52 @@ pub fn fix_in(ns: &MountNamespace, fix: String) -> Result<String, String> {
             ns.words()
         )
     })
+}
+
+/// The multipath map a local filesystem `m` sits on, when it lost every
+/// path and queues its I/O for ever (the device mapper's table and
+/// status say so): whatever waits on that filesystem's device waits
+/// until a path comes back.
+pub fn lost_multipath(node: &mut dyn NodeInspector, m: &Mount) -> Option<(MapperDevice, Multipath)> {
+    let map = node.device_mapper(m.dev.0, m.dev.1).ok()??;
+    let multipath = map.multipath().filter(Multipath::queues_for_ever)?;
+    Some((map, multipath))
+}
+
+/// A lost multipath map in words: what it is ("a multipath map that lost
+/// its paths (...) and queues I/O until one comes back"), its evidence,
+/// the fix that fails its queued I/O, and what that costs; `path` is what
+/// works again once it did (an unmount, a removal).
+pub fn on_lost_multipath(f: &mut Finding, map: &MapperDevice, multipath: &Multipath, works_again: &str) -> String {
+    f.confidence = Confidence::Confirmed;
+    f.evidence(
+        "/sys/dev/block",
+        format!("{}:{} is device-mapper device {}, uuid {}", map.dev.0, map.dev.1, map.words(), map.uuid),
+    );
+    for target in &map.targets {
+        f.evidence("dmsetup table", format!("{} {}", target.kind, target.table));
+        f.evidence("dmsetup status", format!("{} {}", target.kind, target.status));
+    }
+    let paths: Vec<String> =
+        multipath.paths.iter().map(|p| format!("{} failed ({} failure(s))", p.device, p.fail_count)).collect();
+    let paths = match paths.is_empty() {
+        true => "it has no path at all".to_string(),
+        false => format!("every path failed: {}", paths.join(", ")),
+    };
+    f.detail("device", map.device.clone());
+    f.detail("map", map.name.clone());
+    f.detail("paths_failed", multipath.paths.len());
+    f.fix = super::shell::multipath_fail_queued(&map.name);
+    f.advice.push(format!(
+        "what the fix costs: the map stops queueing, so the I/O waiting in it fails at once and every later I/O fails until a path is back: writes that were not yet on the array are lost, and the processes in D get EIO and end; then {works_again}"
+    ));
+    f.advice.push(format!(
+        "if a path can come back (the array, a cable, an iSCSI session: multipath -ll {}, iscsiadm -m session -P 1), bring it back instead: the queued I/O then completes and nothing is lost",
+        shell_word(map.name.as_bytes())
+    ));
+    f.advice.push("killing the processes in D does nothing (they wait in the kernel), and umount -l only hides the mount: the device and its queued I/O stay".into());
+    format!(
+        "{} is a multipath map that lost its paths ({paths}) and queues I/O until one comes back (queue_if_no_path)",
+        map.words()
+    )
 }

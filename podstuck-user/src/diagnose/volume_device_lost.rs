@@ -22,7 +22,8 @@
 
 use super::holders::process_words;
 use super::route::Target;
-use super::shell::{multipath_fail_queued, unmount};
+use super::shell::unmount;
+use super::stuck_on::{lost_multipath, on_lost_multipath};
 use super::track::{Attempts, CallerView, FailureLog};
 use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
@@ -72,9 +73,7 @@ impl VolumeDeviceLost {
     fn judge(node: &mut dyn NodeInspector, view: &CallerView) -> Option<(Verdict, Seen)> {
         let mounts = view.mounts().ok()?;
         let mount = mount_at(mounts, &view.path)?.clone();
-        let (major, minor) = mount.dev;
-        let map = node.device_mapper(major, minor).ok()??;
-        let multipath = map.multipath().filter(Multipath::queues_for_ever)?;
+        let (map, multipath) = lost_multipath(node, &mount)?;
         let holders = node
             .mount_holders(&mount, view.mntns)
             .into_iter()
@@ -100,20 +99,8 @@ impl VolumeDeviceLost {
             "mountinfo",
             format!("{} is a {} mount of {} on device {}:{}", shown(path), m.fstype, m.source, m.dev.0, m.dev.1),
         );
-        f.evidence(
-            "/sys/dev/block",
-            format!("{}:{} is device-mapper device {}, uuid {}", m.dev.0, m.dev.1, map.words(), map.uuid),
-        );
-        for target in &map.targets {
-            f.evidence("dmsetup table", format!("{} {}", target.kind, target.table));
-            f.evidence("dmsetup status", format!("{} {}", target.kind, target.status));
-        }
-        let paths: Vec<String> =
-            multipath.paths.iter().map(|p| format!("{} failed ({} failure(s))", p.device, p.fail_count)).collect();
-        let paths = match paths.is_empty() {
-            true => "it has no path at all".to_string(),
-            false => format!("every path failed: {}", paths.join(", ")),
-        };
+        let works_again = format!("the next unmount of {} succeeds (or run {} yourself)", shown(path), unmount(path));
+        let lost = on_lost_multipath(&mut f, map, multipath, &works_again);
         let waiting: Vec<&(MountHolder, Option<TaskState>)> =
             seen.holders.iter().filter(|(_, t)| t.as_ref().is_some_and(|t| t.state == 'D')).collect();
         for (h, task) in &seen.holders {
@@ -140,28 +127,13 @@ impl VolumeDeviceLost {
             }
         };
         f.summary = format!(
-            "{} cannot unmount {}: its device {} is a multipath map that lost its paths ({paths}) and queues I/O until one comes back (queue_if_no_path), so {who}. {}{}.",
+            "{} cannot unmount {}: its device {lost}, so {who}. {}{}.",
             a.actor.description,
             shown(path),
-            map.words(),
             a.failed_words(),
             a.rhythm_words()
         );
-        f.detail("device", map.device.clone());
-        f.detail("map", map.name.clone());
-        f.detail("paths_failed", multipath.paths.len());
         f.detail("waiting", waiting.len());
-        f.fix = multipath_fail_queued(&map.name);
-        f.advice.push(format!(
-            "what the fix costs: the map stops queueing, so the I/O waiting in it fails at once and every later I/O fails until a path is back: writes the pod made that were not yet on the array are lost, and the processes in D get EIO and end; then the next unmount of {} succeeds (or run {} yourself)",
-            shown(path),
-            unmount(path)
-        ));
-        f.advice.push(format!(
-            "if a path can come back (the array, a cable, an iSCSI session: multipath -ll {}, iscsiadm -m session -P 1), bring it back instead: the queued I/O then completes and nothing is lost",
-            crate::words::shell_word(map.name.as_bytes())
-        ));
-        f.advice.push("killing the processes in D does nothing (they wait in the kernel), and umount -l only hides the mount: the device and its queued I/O stay".into());
         f
     }
 }
@@ -248,7 +220,7 @@ mod tests {
             "{:?}",
             f.evidence
         );
-        assert!(f.advice[0].contains("writes the pod made that were not yet on the array are lost"), "{:?}", f.advice);
+        assert!(f.advice[0].contains("writes that were not yet on the array are lost"), "{:?}", f.advice);
         assert!(f.advice.iter().any(|a| a.contains("multipath -ll mpatha")), "{:?}", f.advice);
         assert_eq!((f.details["map"].as_str(), f.details["waiting"].as_u64()), (Some("mpatha"), Some(1)));
     }
