@@ -746,7 +746,7 @@ if [ "$SUITE" = cgroup-v1 ]; then
             done
             stop_watch
             if [ "$AUTOCLEAR" = 1 ] && [ "$FRC" = 0 ] && [ "$UNMAPPED" = yes ] && echo "$F" | grep -q "\"pod_uid\":\"$BPOD\"" \
-                && echo "$FIX" | grep -q "dmsetup remove $DMNAME" && echo "$F" | grep -q "device-mapper device dm-[0-9]* ($DMNAME)"; then
+                && echo "$FIX" | grep -q "dmsetup remove -- $DMNAME" && echo "$F" | grep -q "device-mapper device dm-[0-9]* ($DMNAME)"; then
                 result "$S" PASS "losetup -d of $LOCK deferred (autoclear 1), kubelet's umount EBUSY; the finding names dm ($DMNAME); its fix ran (exit 0) and the mapping then unmounted: $FIX"
             else
                 result "$S" FAIL "autoclear ${AUTOCLEAR:-?}; fix '${FIX}' exit ${FRC}: $(oneline </tmp/blk.fix); unmapped: $UNMAPPED; kubelet: $(tail -n 2 /tmp/blk.kubelet | oneline); finding: $(echo "$F" | cut -c1-600); podstuck: $(oneline </tmp/blk.err)"
@@ -765,15 +765,19 @@ if [ "$SUITE" = cgroup-v1 ]; then
     rm -rf "$KR/plugins" "$KR/pods/$BPOD" /var/tmp/blk-disk.img
     say "TIME $S $(since "$T0")"
 
-    # volume-device-lost: a pod's CSI volume, ext4 on a multipath map over
-    # one path (a loop device) with queue_if_no_path, as multipathd makes
-    # them for most arrays. A reader has a file of it open; the path fails
+    # volume-device-lost: a pod's CSI volume, ext4 on a partition mapping
+    # (as kpartx makes them) of a multipath map over one path (a loop
+    # device) with queue_if_no_path, as multipathd makes them for most
+    # arrays. A reader has a file of it open; the path fails
     # and the page cache is dropped, so its read queues in the map and it
     # waits in D; kubelet's unmount fails EBUSY on its backoff, and its
     # removal of another file hangs. One volume-device-lost finding
     # (mount-held's told under it) and a hung-call on the same map, whose
     # fix, run as printed, fails the queued I/O: the reader gets EIO and
-    # ends, the removal returns, and the volume then unmounts.
+    # ends, the removal returns, and the volume then unmounts. The
+    # partition mapping, left, keeps the map open: the map's removal (the
+    # CSI driver's detach) fails until the removal the finding names for
+    # it ran.
     T0=$(uptime_s)
     A=- W=-
     S=volume-device-lost
@@ -789,13 +793,20 @@ if [ "$SUITE" = cgroup-v1 ]; then
         losetup -f /var/tmp/mp-disk.img && MDISK=$(loop_of /var/tmp/mp-disk.img)
         MDEV=$(cat "/sys/block/${MDISK#/dev/}/dev" 2>/dev/null)
         DM_DISABLE_UDEV=1 dmsetup create "$MPNAME" --table "0 $(blockdev --getsz "$MDISK") multipath 1 queue_if_no_path 0 1 1 round-robin 0 1 1 $MDEV 1" >/tmp/mp.dm 2>&1
+        DM_DISABLE_UDEV=1 dmsetup create "${MPNAME}1" --table "0 $(blockdev --getsz "/dev/mapper/$MPNAME" 2>/dev/null) linear /dev/mapper/$MPNAME 0" >>/tmp/mp.dm 2>&1
         mkdir -p "$LVOL"
-        if ! { mkfs.ext4 -q "/dev/mapper/$MPNAME" >>/tmp/mp.dm 2>&1 && mount -t ext4 "/dev/mapper/$MPNAME" "$LVOL" >>/tmp/mp.dm 2>&1; }; then
+        # No journal: a block the journal has not checkpointed yet stays in
+        # the cache whatever drop_caches says, and a removal of a file there
+        # would not wait on the device.
+        if ! { mkfs.ext4 -q -O ^has_journal "/dev/mapper/${MPNAME}1" >>/tmp/mp.dm 2>&1 && mount -t ext4 "/dev/mapper/${MPNAME}1" "$LVOL" >>/tmp/mp.dm 2>&1; }; then
             result "$S" FAIL "fixture: disk ${MDISK:-none} (${MDEV:-?}), modules ${MODULES:-none}: $(oneline </tmp/mp.dm)"
         else
             echo data >"$LVOL/data"
-            echo more >"$LVOL/more"
-            sync
+            mkdir "$LVOL/sub"
+            echo more >"$LVOL/sub/more"
+            # Mounted again: nothing of sub/ is cached, so a removal there
+            # must read its directory from the device.
+            umount "$LVOL" && mount -t ext4 "/dev/mapper/${MPNAME}1" "$LVOL"
             rm -f /tmp/mp.go
             # The reader: its file open first, its read once the path is gone.
             sh -c 'exec 3<"$1"; while [ ! -e /tmp/mp.go ]; do sleep 0.1; done; exec cat <&3' reader "$LVOL/data" >/dev/null 2>/tmp/mp.reader &
@@ -810,7 +821,7 @@ if [ "$SUITE" = cgroup-v1 ]; then
             if start_watch /tmp/mp --json --findings --hung-after 2s --pod "$LPOD"; then
                 actor --comm kubelet --backoff-ms 500 --repeat 0 umount "$LVOL" >/tmp/mp.kubelet 2>&1 &
                 KPID=$!
-                actor --comm kubelet unlink "$LVOL/more" >/tmp/mp.unlink 2>&1 &
+                actor --comm kubelet unlink "$LVOL/sub/more" >/tmp/mp.unlink 2>&1 &
                 UPID=$!
                 wait_for /tmp/mp.json '"kind":"volume-device-lost"' "$WPID" 60
                 wait_for /tmp/mp.json '"kind":"hung-call"' "$WPID" 30
@@ -833,15 +844,25 @@ if [ "$SUITE" = cgroup-v1 ]; then
                 done
                 stop_watch
                 show mp /tmp/mp.err 10
+                show mpdm /tmp/mp.dm 10
+                # The CSI driver's detach: refused while the partition
+                # mapping holds the map, done once the finding's removal ran.
+                DETACH=refused
+                if DM_DISABLE_UDEV=1 dmsetup remove "$MPNAME" >/dev/null 2>&1; then DETACH="done with the partition mapping still there"; fi
+                if [ "$DETACH" = refused ]; then
+                    CHILD=$(echo "$F" | grep -o "dmsetup remove -- ${MPNAME}1" | head -n 1)
+                    [ -n "$CHILD" ] && DM_DISABLE_UDEV=1 sh -c "$CHILD" && DM_DISABLE_UDEV=1 dmsetup remove "$MPNAME" && DETACH=ok
+                fi
                 if [ "$FRC" = 0 ] && [ "$UNMOUNTED" = yes ] && echo "$F" | grep -q "\"pod_uid\":\"$LPOD\"" \
                     && echo "$F" | grep -q '"confidence":"confirmed"' && [ "$FIX" = "dmsetup message -- $MPNAME 0 fail_if_no_path" ] \
                     && echo "$F" | grep -q 'process(es) wait in D on it (pid [0-9]* (cat)' \
-                    && echo "$H" | grep -q "$MPNAME) is a multipath map that lost its paths" && [ "$(echo "$H" | jstr fix)" = "$FIX" ] \
-                    && [ "$UNLINK" != "still in D" ] \
+                    && echo "$F" | grep -q "(${MPNAME}1) is made on dm-[0-9]* ($MPNAME), a multipath map that lost its paths" \
+                    && echo "$H" | grep -q "($MPNAME), a multipath map that lost its paths" && [ "$(echo "$H" | jstr fix)" = "$FIX" ] \
+                    && [ "$UNLINK" != "still in D" ] && [ "$DETACH" = ok ] \
                     && ! grep -q '"kind":"mount-held"' /tmp/mp.json; then
-                    result "$S" PASS "reader in D on $MPNAME (its path $MDEV failed, queue_if_no_path), kubelet's umount EBUSY; volume-device-lost confirmed, the reader named waiting in D; the hung removal told as waiting on the map (it then returned: $UNLINK); the fix ran (exit 0) and the volume then unmounted: $FIX"
+                    result "$S" PASS "reader in D on ${MPNAME}1, made on $MPNAME (its path $MDEV failed, queue_if_no_path), kubelet's umount EBUSY; volume-device-lost confirmed, the reader named waiting in D; the hung removal told as waiting on the map (it then returned: $UNLINK); the fix ran (exit 0) and the volume then unmounted: $FIX; the map's removal refused while ${MPNAME}1 held it, done after the finding's dmsetup remove -- ${MPNAME}1"
                 else
-                    result "$S" FAIL "status before: $STATUS; hung-call: $(echo "$H" | cut -c1-300); removal: $UNLINK; fix '${FIX}' exit ${FRC:-?}: $(oneline </tmp/mp.fix); unmounted: $UNMOUNTED; reader: $(oneline </tmp/mp.reader); kubelet: $(tail -n 2 /tmp/mp.kubelet | oneline); finding: $(echo "$F" | cut -c1-700); kinds: $(grep -o '"kind":"[^"]*"' /tmp/mp.json | sort -u | oneline); podstuck: $(oneline </tmp/mp.err)"
+                    result "$S" FAIL "status before: $STATUS; hung-call: $(echo "$H" | cut -c1-300); removal: $UNLINK; detach: $DETACH; fix '${FIX}' exit ${FRC:-?}: $(oneline </tmp/mp.fix); unmounted: $UNMOUNTED; reader: $(oneline </tmp/mp.reader); kubelet: $(tail -n 2 /tmp/mp.kubelet | oneline); finding: $(echo "$F" | cut -c1-700); kinds: $(grep -o '"kind":"[^"]*"' /tmp/mp.json | sort -u | oneline); podstuck: $(oneline </tmp/mp.err)"
                 fi
             else
                 result "$S" FAIL "$WHY"
@@ -855,6 +876,7 @@ if [ "$SUITE" = cgroup-v1 ]; then
     [ -n "$RPID" ] && kill "$RPID" 2>/dev/null
     [ -n "$UPID" ] && kill "$UPID" 2>/dev/null
     umount "$LVOL" 2>/dev/null || umount -l "$LVOL" 2>/dev/null
+    DM_DISABLE_UDEV=1 dmsetup remove "${MPNAME}1" 2>/dev/null
     DM_DISABLE_UDEV=1 dmsetup remove "$MPNAME" 2>/dev/null
     [ -n "$MDISK" ] && losetup -d "$MDISK" 2>/dev/null
     rm -rf "$KR/pods/$LPOD" /var/tmp/mp-disk.img /tmp/mp.go

@@ -27,7 +27,7 @@
 
 use super::holders::{holder_facts, process_words};
 use super::route::{Attempt, Claim, Refusal, Target};
-use super::shell::{find_mount, kill_if_same, unmount_lazily, word};
+use super::shell::{find_mount, kill_if_same, remove_mapping, unmount_lazily, word};
 use super::track::{Attempts, CallerView, FailureLog};
 use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::{CallEvent, ProcessStart};
@@ -283,7 +283,7 @@ fn release_steps(loops: &[LoopDevice], holders: &[MountHolder]) -> (Vec<String>,
         for holder in &device.holders {
             kill(of(&holder.openers), &mut steps);
             match (&holder.mapper_name, holder.md) {
-                (Some(name), _) => steps.push(format!("dmsetup remove {}", word(name.as_bytes()))),
+                (Some(name), _) => steps.push(remove_mapping(name)),
                 (None, true) => steps.push(format!("mdadm --stop /dev/{}", word(holder.device.as_bytes()))),
                 (None, false) => {}
             }
@@ -401,7 +401,7 @@ mod tests {
         };
         node.loops = vec![loop_device(false, vec![dm], vec![])];
         let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
-        assert_eq!(f.fix, format!("{} && dmsetup remove vg-data && losetup -d /dev/loop7", stop(4242)));
+        assert_eq!(f.fix, format!("{} && dmsetup remove -- vg-data && losetup -d /dev/loop7", stop(4242)));
         assert!(f.summary.contains("device-mapper device dm-0 (vg-data)"), "{}", f.summary);
         assert!(f.advice.iter().any(|a| a.contains("global_filter")), "{:?}", f.advice);
     }
@@ -449,7 +449,7 @@ mod tests {
         };
         node.loops = vec![loop_device(false, vec![dm], vec![])];
         let f = &run(&mut BlockVolumeHeld::default(), &mut node, &unmaps(), 4.0)[0];
-        assert_eq!(f.fix, format!("{} && dmsetup remove vg-data && losetup -d /dev/loop7", stop(4242)));
+        assert_eq!(f.fix, format!("{} && dmsetup remove -- vg-data && losetup -d /dev/loop7", stop(4242)));
         assert!(!f.fix.contains("3131"), "{}", f.fix);
         assert!(f.advice.iter().any(|a| a.contains("ps -p 3131 -o lstart,comm")), "{:?}", f.advice);
     }

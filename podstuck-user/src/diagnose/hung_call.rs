@@ -12,15 +12,14 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use super::stuck_on::{
-    is_fuse, is_network_fs, lost_multipath, on_fuse, on_lost_multipath, on_network_fs, on_unproven_fuse,
+    is_fuse, is_network_fs, lost_multipath, on_fuse, on_lost_multipath, on_network_fs, on_unproven_fuse, LostMap,
 };
 use super::{
     human_duration, shown, CallInFlight, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status,
 };
 use crate::event::syscall_name;
-use crate::inspect::device_mapper::Multipath;
 use crate::inspect::mounts::mount_containing;
-use crate::inspect::{MapperDevice, Mount, MountNamespace, NodeInspector, Probe, Unreadable};
+use crate::inspect::{Mount, MountNamespace, NodeInspector, Probe, Unreadable};
 
 /// Kernel stack frames quoted.
 const FRAMES_QUOTED: usize = 6;
@@ -118,7 +117,7 @@ impl HungCall {
             return Verdict::NetworkFs(mount);
         }
         match lost_multipath(node, &mount) {
-            Some((map, multipath)) => Verdict::LostDevice { mount, map: Box::new(map), multipath },
+            Some(lost) => Verdict::LostDevice { mount, lost: Box::new(lost) },
             None => Verdict::LocalFs(mount),
         }
     }
@@ -154,7 +153,7 @@ impl HungCall {
                 );
                 on_network_fs(f, ns, m, waiting);
             }
-            (Verdict::LostDevice { mount: m, map, multipath }, _) => {
+            (Verdict::LostDevice { mount: m, lost }, _) => {
                 f.evidence(
                     "mountinfo",
                     format!(
@@ -166,7 +165,7 @@ impl HungCall {
                         m.dev.1
                     ),
                 );
-                let lost = on_lost_multipath(f, map, multipath, "the call returns, failed with EIO");
+                let lost = on_lost_multipath(f, lost, "the call returns, failed with EIO");
                 f.summary =
                     format!("{waiting}: its filesystem's device {lost}, so the call waits until a path is back.");
             }
@@ -211,7 +210,7 @@ pub enum Verdict {
     NetworkFs(Mount),
     /// A local filesystem on a multipath map that lost every path and
     /// queues its I/O: the call waits until a path is back.
-    LostDevice { mount: Mount, map: Box<MapperDevice>, multipath: Multipath },
+    LostDevice { mount: Mount, lost: Box<LostMap> },
     /// A local filesystem: a device or a kernel lock.
     LocalFs(Mount),
     /// Unknown: the caller's namespace unreadable (why), or no mount holds the path.

@@ -245,6 +245,13 @@ pub fn multipath_fail_queued(map: &str) -> String {
     CommandLine::new("dmsetup message").operands([map, "0", "fail_if_no_path"]).into()
 }
 
+/// `dmsetup remove -- NAME`: a device-mapper device (an LVM volume, a
+/// partition mapping, a dm-crypt mapping) taken away, which lets go of the
+/// device under it; refused while something has it open.
+pub fn remove_mapping(name: &str) -> String {
+    CommandLine::new("dmsetup remove").operands([name]).into()
+}
+
 /// `umount -l -- PATH`: detached at once, gone when its last user lets go.
 pub fn unmount_lazily(path: &[u8]) -> String {
     CommandLine::new("umount -l").operands([path]).into()

@@ -190,22 +190,52 @@ pub fn fix_in(ns: &MountNamespace, fix: String) -> Result<String, String> {
     })
 }
 
-/// The multipath map a local filesystem `m` sits on, when it lost every
-/// path and queues its I/O for ever (the device mapper's table and
-/// status say so): whatever waits on that filesystem's device waits
-/// until a path comes back.
-pub fn lost_multipath(node: &mut dyn NodeInspector, m: &Mount) -> Option<(MapperDevice, Multipath)> {
-    let map = node.device_mapper(m.dev.0, m.dev.1).ok()??;
-    let multipath = map.multipath().filter(Multipath::queues_for_ever)?;
-    Some((map, multipath))
+/// A multipath map that lost every path and queues its I/O for ever (the
+/// device mapper's table and status say so), under a filesystem: its
+/// device itself, or the map its device is made on (a partition mapping
+/// kpartx made, an LVM volume), `on` then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostMap {
+    pub map: MapperDevice,
+    pub multipath: Multipath,
+    pub on: Option<MapperDevice>,
+}
+
+/// The lost multipath map local filesystem `m` sits on, if any: whatever
+/// waits on that filesystem's device waits until a path comes back.
+pub fn lost_multipath(node: &mut dyn NodeInspector, m: &Mount) -> Option<LostMap> {
+    let device = node.device_mapper(m.dev.0, m.dev.1).ok()??;
+    if let Some(multipath) = device.multipath().filter(Multipath::queues_for_ever) {
+        return Some(LostMap { map: device, multipath, on: None });
+    }
+    for (_, (major, minor)) in device.slaves.iter().take(4) {
+        let Ok(Some(under)) = node.device_mapper(*major, *minor) else { continue };
+        if let Some(multipath) = under.multipath().filter(Multipath::queues_for_ever) {
+            return Some(LostMap { map: under, multipath, on: Some(device) });
+        }
+    }
+    None
 }
 
 /// A lost multipath map in words: what it is ("a multipath map that lost
 /// its paths (...) and queues I/O until one comes back"), its evidence,
 /// the fix that fails its queued I/O, and what that costs; `path` is what
 /// works again once it did (an unmount, a removal).
-pub fn on_lost_multipath(f: &mut Finding, map: &MapperDevice, multipath: &Multipath, works_again: &str) -> String {
+pub fn on_lost_multipath(f: &mut Finding, lost: &LostMap, works_again: &str) -> String {
+    let LostMap { map, multipath, on } = lost;
     f.confidence = Confidence::Confirmed;
+    if let Some(on) = on {
+        f.evidence(
+            "/sys/dev/block",
+            format!(
+                "{}:{} is device-mapper device {}, made on {} (its slaves/)",
+                on.dev.0,
+                on.dev.1,
+                on.words(),
+                map.words()
+            ),
+        );
+    }
     f.evidence(
         "/sys/dev/block",
         format!("{}:{} is device-mapper device {}, uuid {}", map.dev.0, map.dev.1, map.words(), map.uuid),
@@ -232,8 +262,25 @@ pub fn on_lost_multipath(f: &mut Finding, map: &MapperDevice, multipath: &Multip
         shell_word(map.name.as_bytes())
     ));
     f.advice.push("killing the processes in D does nothing (they wait in the kernel), and umount -l only hides the mount: the device and its queued I/O stay".into());
-    format!(
-        "{} is a multipath map that lost its paths ({paths}) and queues I/O until one comes back (queue_if_no_path)",
-        map.words()
-    )
+    // A partition mapping, an LVM volume or a dm-crypt mapping on the map
+    // keeps it open: the map's own removal (multipath -f, the CSI driver's
+    // detach) fails until they go, children first.
+    for h in &map.holders {
+        f.evidence("/sys/block", format!("{} is stacked on {} and keeps it open", h.words(), map.words()));
+    }
+    let stacked: Vec<&String> = map.holders.iter().filter_map(|h| h.mapper_name.as_ref()).collect();
+    if !stacked.is_empty() {
+        let removals = super::shell::one_after_another(stacked.iter().map(|n| super::shell::remove_mapping(n)));
+        f.detail("stacked", stacked.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+        f.advice.push(format!(
+            "what is stacked on the map (a partition mapping, an LVM volume, a dm-crypt mapping) keeps it open, so the map cannot be removed (multipath -f, the CSI driver's detach) until it goes: once nothing uses it, {removals}; then {}",
+            super::shell::remove_mapping(&map.name)
+        ));
+    }
+    let map_is =
+        format!("a multipath map that lost its paths ({paths}) and queues I/O until one comes back (queue_if_no_path)");
+    match on {
+        Some(on) => format!("{} is made on {}, {map_is}", on.words(), map.words()),
+        None => format!("{} is {map_is}", map.words()),
+    }
 }

@@ -23,14 +23,13 @@
 use super::holders::process_words;
 use super::route::Target;
 use super::shell::unmount;
-use super::stuck_on::{lost_multipath, on_lost_multipath};
+use super::stuck_on::{lost_multipath, on_lost_multipath, LostMap};
 use super::track::{Attempts, CallerView, FailureLog};
 use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
 use crate::identify::Identity;
-use crate::inspect::device_mapper::Multipath;
 use crate::inspect::mounts::mount_at;
-use crate::inspect::{MapperDevice, Mount, MountHolder, NodeInspector, TaskState};
+use crate::inspect::{Mount, MountHolder, NodeInspector, TaskState};
 
 pub struct VolumeDeviceLost {
     failures: FailureLog,
@@ -47,9 +46,9 @@ impl Default for VolumeDeviceLost {
 /// before a word of it is said.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// The mount's device is a multipath map with no path left that
-    /// queues I/O for ever.
-    Lost { map: MapperDevice, multipath: Multipath },
+    /// The mount's device is (or is made on) a multipath map with no path
+    /// left that queues I/O for ever.
+    Lost(LostMap),
 }
 
 /// What was read beside the verdict: the evidence.
@@ -73,7 +72,7 @@ impl VolumeDeviceLost {
     fn judge(node: &mut dyn NodeInspector, view: &CallerView) -> Option<(Verdict, Seen)> {
         let mounts = view.mounts().ok()?;
         let mount = mount_at(mounts, &view.path)?.clone();
-        let (map, multipath) = lost_multipath(node, &mount)?;
+        let lost = lost_multipath(node, &mount)?;
         let holders = node
             .mount_holders(&mount, view.mntns)
             .into_iter()
@@ -82,12 +81,12 @@ impl VolumeDeviceLost {
                 (h, state)
             })
             .collect();
-        Some((Verdict::Lost { map, multipath }, Seen { mount, holders }))
+        Some((Verdict::Lost(lost), Seen { mount, holders }))
     }
 
     /// The verdict in words: the finding, its evidence, its fix.
     fn tell(a: &Attempts, view: &CallerView, verdict: &Verdict, seen: &Seen) -> Finding {
-        let Verdict::Lost { map, multipath } = verdict;
+        let Verdict::Lost(lost) = verdict;
         let path = view.path.as_slice();
         let mut f = Finding::new(Kind::VolumeDeviceLost, &shown(&a.path), Severity::Critical, a.first);
         a.stamp(&mut f);
@@ -100,7 +99,7 @@ impl VolumeDeviceLost {
             format!("{} is a {} mount of {} on device {}:{}", shown(path), m.fstype, m.source, m.dev.0, m.dev.1),
         );
         let works_again = format!("the next unmount of {} succeeds (or run {} yourself)", shown(path), unmount(path));
-        let lost = on_lost_multipath(&mut f, map, multipath, &works_again);
+        let lost = on_lost_multipath(&mut f, lost, &works_again);
         let waiting: Vec<&(MountHolder, Option<TaskState>)> =
             seen.holders.iter().filter(|(_, t)| t.as_ref().is_some_and(|t| t.state == 'D')).collect();
         for (h, task) in &seen.holders {
@@ -165,7 +164,7 @@ mod tests {
     use super::*;
     use crate::event::ProcessStart;
     use crate::inspect::device_mapper::map;
-    use crate::inspect::HoldKind;
+    use crate::inspect::{HoldKind, MapperDevice, MapperTarget};
 
     /// A multipath map over one path (a loop device) that failed, queueing.
     fn lost() -> MapperDevice {
@@ -223,6 +222,79 @@ mod tests {
         assert!(f.advice[0].contains("writes that were not yet on the array are lost"), "{:?}", f.advice);
         assert!(f.advice.iter().any(|a| a.contains("multipath -ll mpatha")), "{:?}", f.advice);
         assert_eq!((f.details["map"].as_str(), f.details["waiting"].as_u64()), (Some("mpatha"), Some(1)));
+    }
+
+    /// The filesystem on a partition mapping (kpartx's mpatha1) made on the
+    /// lost map: the map under it is found through its slaves, and the
+    /// mapping is what keeps the map open once the volume is unmounted.
+    #[test]
+    fn a_volume_on_a_partition_of_the_lost_map_is_told_as_the_maps() {
+        let mut lost = lost();
+        let partition = crate::inspect::BlockHolder {
+            device: "dm-4".into(),
+            mapper_name: Some("mpatha1".into()),
+            md: false,
+            openers: Vec::new(),
+        };
+        lost.holders = vec![partition];
+        let mpatha1 = MapperDevice {
+            device: "dm-4".into(),
+            dev: (254, 4),
+            name: "mpatha1".into(),
+            uuid: "part1-mpath-3600a098038303052".into(),
+            slaves: vec![("dm-3".into(), (254, 3))],
+            holders: Vec::new(),
+            targets: vec![MapperTarget { kind: "linear".into(), table: "254:3 2048".into(), status: String::new() }],
+            table_unread: None,
+        };
+        let mut n = node(None);
+        n.mountinfo = n.mountinfo.replace("254:3", "254:4").replace("/dev/mapper/mpatha ", "/dev/mapper/mpatha1 ");
+        n.mappers = vec![mpatha1, lost];
+        let found = run(&mut VolumeDeviceLost::default(), &mut n, &refused(), 0.1);
+        let [f] = &found[..] else { panic!("{found:?}") };
+        assert!(
+            f.summary
+                .contains("its device dm-4 (mpatha1) is made on dm-3 (mpatha), a multipath map that lost its paths"),
+            "{}",
+            f.summary
+        );
+        assert_eq!(f.fix, "dmsetup message -- mpatha 0 fail_if_no_path");
+        assert!(
+            f.advice.iter().any(|a| a.ends_with("dmsetup remove -- mpatha1; then dmsetup remove -- mpatha")),
+            "{:?}",
+            f.advice
+        );
+        // A mapping on a map that still has a path: not this.
+        n.mappers[1].targets[0].status = "2 0 0 0 1 1 A 0 1 0 7:0 A 0".into();
+        assert!(run(&mut VolumeDeviceLost::default(), &mut n, &refused(), 5.0).is_empty());
+    }
+
+    /// kpartx's partition mapping left on the map: named, and its removal
+    /// (then the map's) said in the order the kernel allows.
+    #[test]
+    fn a_mapping_stacked_on_the_lost_map_is_named_with_its_removal_first() {
+        let mut map = lost();
+        map.holders = vec![crate::inspect::BlockHolder {
+            device: "dm-4".into(),
+            mapper_name: Some("mpatha1".into()),
+            md: false,
+            openers: Vec::new(),
+        }];
+        let found = run(&mut VolumeDeviceLost::default(), &mut node(Some(map)), &refused(), 0.1);
+        let f = &found[0];
+        assert!(
+            f.evidence.iter().any(|e| e.fact == "dm-4 (mpatha1) is stacked on dm-3 (mpatha) and keeps it open"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(
+            f.advice
+                .iter()
+                .any(|a| a.ends_with("once nothing uses it, dmsetup remove -- mpatha1; then dmsetup remove -- mpatha")),
+            "{:?}",
+            f.advice
+        );
+        assert_eq!(f.details["stacked"], serde_json::json!(["mpatha1"]));
     }
 
     #[test]

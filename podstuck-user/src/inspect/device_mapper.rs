@@ -21,8 +21,9 @@ pub struct MapperDevice {
     /// `dm/uuid`, whose prefix names its owner: "mpath-" (multipathd),
     /// "LVM-", "CRYPT-", "part1-" (kpartx).
     pub uuid: String,
-    /// The devices under it (`slaves/`): a multipath map's paths.
-    pub slaves: Vec<String>,
+    /// The devices under it (`slaves/`), each its name and number: a
+    /// multipath map's paths, the map a partition mapping is made on.
+    pub slaves: Vec<(String, (u32, u32))>,
     /// The devices stacked on it (`holders/`).
     pub holders: Vec<BlockHolder>,
     /// Its targets, in order; empty where the table could not be read
@@ -148,7 +149,7 @@ pub(crate) fn map(table: &str, status: &str) -> MapperDevice {
         dev: (254, 3),
         name: "mpatha".into(),
         uuid: "mpath-3600a098038303052".into(),
-        slaves: vec!["loop0".into()],
+        slaves: vec![("loop0".into(), (7, 0))],
         holders: Vec::new(),
         targets: vec![MapperTarget { kind: "multipath".into(), table: table.into(), status: status.into() }],
         table_unread: None,

@@ -283,7 +283,7 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
                     + m.device.len()
                     + m.name.len()
                     + m.uuid.len()
-                    + strings(&m.slaves)
+                    + m.slaves.iter().map(|(name, _)| size_of::<(String, (u32, u32))>() + name.len()).sum::<usize>()
                     + m.holders.iter().map(|h| size_of::<BlockHolder>() + h.device.len()).sum::<usize>()
                     + m.targets.iter().map(|t| t.kind.len() + t.table.len() + t.status.len()).sum::<usize>()
             })

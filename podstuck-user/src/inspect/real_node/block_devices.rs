@@ -126,7 +126,7 @@ pub(super) fn holder(sys_block: &Path, device: String) -> BlockHolder {
 }
 
 /// A block device's number from its sysfs directory's `dev` ("7:3").
-fn device_number(dir: &Path) -> Option<(u32, u32)> {
+pub(super) fn device_number(dir: &Path) -> Option<(u32, u32)> {
     let text = fs::read_to_string(dir.join("dev")).ok()?;
     let (major, minor) = text.trim().split_once(':')?;
     Some((major.parse().ok()?, minor.parse().ok()?))

@@ -44,7 +44,13 @@ impl RealNode {
             dev: (major, minor),
             name,
             uuid: line("dm/uuid").unwrap_or_default(),
-            slaves: names_in(&dir.join("slaves")),
+            slaves: names_in(&dir.join("slaves"))
+                .into_iter()
+                .filter_map(|name| {
+                    let dev = super::block_devices::device_number(&sys_block.join(&name))?;
+                    Some((name, dev))
+                })
+                .collect(),
             holders: holders.collect(),
             targets,
             table_unread,

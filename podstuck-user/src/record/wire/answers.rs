@@ -734,7 +734,7 @@ pub struct WireMapperDevice {
     dev: (u32, u32),
     name: String,
     uuid: String,
-    slaves: Vec<String>,
+    slaves: Vec<(String, (u32, u32))>,
     holders: Vec<WireBlockHolder>,
     /// Each target's type, table line and status line.
     targets: Vec<(String, String, String)>,
