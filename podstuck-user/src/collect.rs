@@ -446,9 +446,7 @@ impl Tracer {
                 Ok(ids) => program_ids.extend(ids),
                 Err(e) => connect_missing = Some(one_line(&format!("{e:#}"))),
             }
-            let (words, id) = plugin_words::PluginWords::load(&mut ebpf);
-            plugin_words = words;
-            program_ids.extend(id);
+            plugin_words = plugin_words::PluginWords::ready();
         }
         // Loading parsed the kernel's BTF (aya's loader and the fentry
         // targets, some 40 MB of small allocations): forgotten now, its

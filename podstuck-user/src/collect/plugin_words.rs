@@ -1,8 +1,9 @@
 //! The program that reads what running CNI plugins write on their stdout
-//! (`plugin_write`, on `syscalls:sys_enter_write`), attached only while a
+//! (`plugin_write`, on `syscalls:sys_enter_write`), there only while a
 //! sandbox's DEL is failing: every write of the node passes a tracepoint
-//! program while it is, so it is loaded at start and attached when the
-//! diagnosis asks, detached when it no longer does.
+//! program while it is attached, so it is loaded and attached when the
+//! diagnosis asks and unloaded when it no longer does (podstuck holds no
+//! program it does not run).
 
 use aya::programs::{trace_point::TracePointLinkId, TracePoint};
 use aya::Ebpf;
@@ -10,61 +11,61 @@ use podstuck_common::program;
 
 /// The program's state, and why it cannot be attached when it cannot.
 pub(super) struct PluginWords {
-    loaded: Result<(), String>,
+    /// Why it cannot be loaded or attached here, once known (or from the
+    /// start: the lifecycle's programs are not attached).
+    refused: Option<String>,
     link: Option<TracePointLinkId>,
     /// Why it cannot be attached was handed to the caller.
     said: bool,
 }
 
 impl PluginWords {
-    /// Loads the program (attached later, on demand); a kernel that
-    /// refuses it keeps the rest.
-    pub(super) fn load(ebpf: &mut Ebpf) -> (PluginWords, Option<u32>) {
-        let loaded = (|| -> anyhow::Result<u32> {
-            let program: &mut TracePoint = ebpf
-                .program_mut(program::PLUGIN_WRITE)
-                .ok_or_else(|| anyhow::anyhow!("program {} missing from the embedded object", program::PLUGIN_WRITE))?
-                .try_into()?;
-            program.load()?;
-            Ok(program.info()?.id())
-        })();
-        match loaded {
-            Ok(id) => (PluginWords { loaded: Ok(()), link: None, said: false }, Some(id)),
-            Err(e) => {
-                (PluginWords::missing(super::one_line(&format!("loading {}: {e:#}", program::PLUGIN_WRITE))), None)
-            }
-        }
+    /// Attached when asked.
+    pub(super) fn ready() -> PluginWords {
+        PluginWords { refused: None, link: None, said: false }
     }
 
     /// Never attached, for `why`.
     pub(super) fn missing(why: String) -> PluginWords {
-        PluginWords { loaded: Err(why), link: None, said: false }
+        PluginWords { refused: Some(why), link: None, said: false }
     }
 
-    /// Attaches or detaches the program as `on` says; why not, the first
-    /// time it is asked for and cannot be attached.
+    /// Loads and attaches the program, or detaches and unloads it, as `on`
+    /// says; why not, the first time it is asked for and cannot be.
     pub(super) fn follow(&mut self, ebpf: &mut Ebpf, on: bool) -> Result<(), String> {
-        if let Err(why) = &self.loaded {
+        if let Some(why) = &self.refused {
             if on && !self.said {
                 self.said = true;
                 return Err(why.clone());
             }
             return Ok(());
         }
-        let Some(program) = ebpf.program_mut(program::PLUGIN_WRITE) else { return Ok(()) };
-        let Ok(program): Result<&mut TracePoint, _> = program.try_into() else { return Ok(()) };
+        let Some(program) = ebpf.program_mut(program::PLUGIN_WRITE) else {
+            self.refused = Some(format!("program {} missing from the embedded object", program::PLUGIN_WRITE));
+            return self.follow(ebpf, on);
+        };
+        let program: &mut TracePoint = match program.try_into() {
+            Ok(program) => program,
+            Err(e) => {
+                self.refused = Some(format!("program {}: {e}", program::PLUGIN_WRITE));
+                return self.follow(ebpf, on);
+            }
+        };
         match (on, self.link.take()) {
-            (true, None) => match program.attach("syscalls", "sys_enter_write") {
+            (true, None) => match program.load().and_then(|()| program.attach("syscalls", "sys_enter_write")) {
                 Ok(link) => self.link = Some(link),
                 Err(e) => {
-                    let why = format!("attaching to tracepoint syscalls:sys_enter_write: {e}");
-                    self.loaded = Err(why.clone());
-                    self.said = true;
-                    return Err(why);
+                    let _ = program.unload();
+                    self.refused = Some(super::one_line(&format!(
+                        "loading {} on tracepoint syscalls:sys_enter_write: {e:#}",
+                        program::PLUGIN_WRITE
+                    )));
+                    return self.follow(ebpf, on);
                 }
             },
             (false, Some(link)) => {
                 let _ = program.detach(link);
+                let _ = program.unload();
             }
             (_, link) => self.link = link,
         }

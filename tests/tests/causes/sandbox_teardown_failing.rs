@@ -88,8 +88,19 @@ fn bridge_conf(bridge: &str, data_dir: &Path) -> String {
 /// mount namespace, in no pod, whose executable is named `containerd`.
 /// podstuck trusts a plugin's exec by its parent's executable, never by a
 /// name it gives itself, so this is a copy of dash under that name, which
-/// runs each plugin as its child as containerd does.
-struct Runtime(PathBuf);
+/// runs each plugin as its child as containerd does. containerd outlives
+/// its plugins, and podstuck reads a plugin's parent from /proc when it
+/// takes the exec's record (a busy moment may make that later than the
+/// plugin's end): each runtime process says the plugin's status on stderr,
+/// closes its output, and stays a while, as a daemon would; those still
+/// there are ended with the test.
+struct Runtime {
+    containerd: PathBuf,
+    lingering: std::sync::Mutex<Vec<std::process::Child>>,
+}
+
+/// How long a runtime process stays after its plugin ended.
+const RUNTIME_LINGERS: &str = "3";
 
 impl Runtime {
     fn in_scratch(scratch: &ScratchDir) -> Runtime {
@@ -97,15 +108,48 @@ impl Runtime {
         std::fs::create_dir_all(&bin).unwrap();
         let containerd = bin.join("containerd");
         std::fs::copy("/bin/dash", &containerd).expect("copy dash as the test's containerd");
-        Runtime(containerd)
+        Runtime { containerd, lingering: std::sync::Mutex::new(Vec::new()) }
     }
 
     /// `program` run as this runtime's child, with the arguments added
-    /// after (`; exit $?` keeps dash from exec'ing it in its own place).
+    /// after; its status as `exit N`, last on stderr, then the runtime
+    /// lingers with its output closed.
     fn runs(&self, program: &Path) -> Command {
-        let mut command = Command::new(&self.0);
-        command.arg("-c").arg("\"$0\" \"$@\"; exit $?").arg(program);
+        let mut command = Command::new(&self.containerd);
+        let script =
+            format!("\"$0\" \"$@\"; rc=$?; echo \"exit $rc\" >&2; exec >&- 2>&-; sleep {RUNTIME_LINGERS}; exit $rc");
+        command.arg("-c").arg(script).arg(program);
         command
+    }
+
+    /// Runs `command` (made by [`Runtime::runs`], stdin, stdout and stderr
+    /// piped) with `input` on its stdin: the plugin's output and status,
+    /// once the plugin ended, the runtime left lingering.
+    fn run(&self, command: &mut Command, input: &[u8]) -> Output {
+        use std::io::{Read, Write};
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = command.spawn().expect("run the plugin");
+        child.stdin.take().unwrap().write_all(input).expect("write the plugin's stdin");
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        child.stdout.take().unwrap().read_to_end(&mut stdout).expect("read the plugin's stdout");
+        child.stderr.take().unwrap().read_to_end(&mut stderr).expect("read the plugin's stderr");
+        let text = String::from_utf8_lossy(&stderr).into_owned();
+        let (said, last) = text.trim_end().rsplit_once('\n').unwrap_or(("", text.trim_end()));
+        let code: i32 = last
+            .strip_prefix("exit ")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no status from the runtime: {text}"));
+        self.lingering.lock().unwrap().push(child);
+        Output { status: std::process::ExitStatus::from_raw(code << 8), stdout, stderr: said.as_bytes().to_vec() }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        for mut child in self.lingering.lock().unwrap().drain(..) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -127,11 +171,9 @@ impl Sandbox<'_> {
     /// `/usr/lib/cni/bridge` run with DEL and `conf` on stdin, as
     /// containerd runs it for kubelet's KillPodSandbox.
     fn del(&self, conf: &str) -> Output {
-        use std::io::Write;
         let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID={}", self.pod.uid());
-        let mut child = self
-            .runtime
-            .runs(&Path::new(CNI_DIR).join("bridge"))
+        let mut command = self.runtime.runs(&Path::new(CNI_DIR).join("bridge"));
+        command
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("CNI_COMMAND", "DEL")
@@ -142,11 +184,8 @@ impl Sandbox<'_> {
             .env("CNI_ARGS", args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run the bridge plugin");
-        child.stdin.take().unwrap().write_all(conf.as_bytes()).expect("write the network's conf");
-        child.wait_with_output().expect("wait for the bridge plugin")
+            .stderr(Stdio::piped());
+        self.runtime.run(&mut command, conf.as_bytes())
     }
 
     /// A DEL that must fail because host-local cannot make its directory.
@@ -184,6 +223,8 @@ kernel_test! {
     /// running the bridge plugin with DEL each time, and each time its
     /// IPAM plugin host-local fails. One finding on the pod, naming both
     /// plugins and the sandbox; resolved by the DEL that finally succeeds.
+    /// Then another pod's DEL failing: the plugin's words read again (the
+    /// write program unloaded at the success, loaded again).
     fn a_cni_del_failing_again_and_again_is_sandbox_teardown_failing_until_one_succeeds(test) {
         if !cni_prerequisites(test.name()) {
             return;
@@ -196,7 +237,8 @@ kernel_test! {
         let runtime = Runtime::in_scratch(&scratch);
         let sandbox = Sandbox::new(&netns, &pod, &runtime);
         let (broken, working) = confs(&scratch);
-        let mut watch = watch_pods(&root, &[&pod]);
+        let later = root.new_pod();
+        let mut watch = watch_pods(&root, &[&pod, &later]);
 
         for _ in 0..3 {
             sandbox.failing_del(&broken);
@@ -248,6 +290,15 @@ kernel_test! {
                 e.eq("/status", "resolved");
                 e.eq("/fix", "");
             },
+        );
+
+        let second = Sandbox::new(&netns, &later, &runtime);
+        for _ in 0..3 {
+            second.failing_del(&broken);
+        }
+        watch.await_finding_shaped(FINDING_TIMEOUT, |e| e.shape_of_no_call(),
+            |f| f["kind"] == "sandbox-teardown-failing" && f["pod_uid"] == later.uid() && f["details"]["plugin_said"].is_string(),
+            |e| e.contains("/details/plugin_said", "not a directory"),
         );
         let done = watch.stop(libc::SIGINT);
         assert!(done.status.success(), "podstuck failed: {}", done.stderr);
@@ -327,6 +378,7 @@ kernel_test! {
                 .args(["1", "sleep", "5"])
                 .env_clear()
                 .env("AAA_PAD", "x".repeat(5000))
+                .env("PATH", "/usr/bin:/bin")
                 .env("CNI_COMMAND", "DEL")
                 .env("CNI_CONTAINERID", "0123456789abcdef")
                 .env("CNI_NETNS", "/var/run/netns/podstuck-none")
