@@ -249,6 +249,15 @@ impl ProcessStart {
     pub fn ticks(self) -> u64 {
         self.0
     }
+
+    /// Whether two starts read of one pid may be one process: equal, or
+    /// one of them unread (lockdown, a record of an older podstuck).
+    pub fn may_be_same(a: Option<ProcessStart>, b: Option<ProcessStart>) -> bool {
+        match (a, b) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+    }
 }
 
 /// Converts the kernel's CLOCK_MONOTONIC nanoseconds to wall-clock time,

@@ -92,6 +92,18 @@ wait_for() {
 }
 
 # wait_gone PID SECONDS: 0 once PID ended.
+# unmounted_within PATH SECONDS: "yes" once an umount of PATH succeeded
+# (kubelet's next retry, after a fix), "no" after SECONDS.
+unmounted_within() {
+    n=$(($2 * 10))
+    while [ "$n" -gt 0 ]; do
+        umount "$1" 2>/dev/null && { echo yes; return; }
+        sleep 0.1
+        n=$((n - 1))
+    done
+    echo no
+}
+
 wait_gone() {
     n=$(($2 * 10))
     while [ "$n" -gt 0 ]; do
@@ -737,13 +749,7 @@ if [ "$SUITE" = cgroup-v1 ]; then
             sh -c "$FIX" >/tmp/blk.fix 2>&1
             FRC=$?
             # kubelet's next retry: the loop device goes with its last user.
-            UNMAPPED=no
-            n=50
-            while [ "$n" -gt 0 ]; do
-                umount "$MAP" 2>/dev/null && { UNMAPPED=yes; break; }
-                sleep 0.1
-                n=$((n - 1))
-            done
+            UNMAPPED=$(unmounted_within "$MAP" 5)
             stop_watch
             if [ "$AUTOCLEAR" = 1 ] && [ "$FRC" = 0 ] && [ "$UNMAPPED" = yes ] && echo "$F" | grep -q "\"pod_uid\":\"$BPOD\"" \
                 && echo "$FIX" | grep -q "dmsetup remove -- $DMNAME" && echo "$F" | grep -q "device-mapper device dm-[0-9]* ($DMNAME)"; then
@@ -835,13 +841,7 @@ if [ "$SUITE" = cgroup-v1 ]; then
                 FRC=$?
                 wait_gone "$UPID" 10 && UNLINK=$(oneline </tmp/mp.unlink) || UNLINK="still in D"
                 # kubelet's next retry, once the reader let go.
-                UNMOUNTED=no
-                n=100
-                while [ "$n" -gt 0 ]; do
-                    umount "$LVOL" 2>/dev/null && { UNMOUNTED=yes; break; }
-                    sleep 0.1
-                    n=$((n - 1))
-                done
+                UNMOUNTED=$(unmounted_within "$LVOL" 10)
                 stop_watch
                 show mp /tmp/mp.err 10
                 show mpdm /tmp/mp.dm 10

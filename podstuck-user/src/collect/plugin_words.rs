@@ -33,34 +33,36 @@ impl PluginWords {
     /// Loads and attaches the program, or detaches and unloads it, as `on`
     /// says; why not, the first time it is asked for and cannot be.
     pub(super) fn follow(&mut self, ebpf: &mut Ebpf, on: bool) -> Result<(), String> {
-        if let Some(why) = &self.refused {
-            if on && !self.said {
-                self.said = true;
-                return Err(why.clone());
+        if self.refused.is_none() {
+            if let Err(why) = self.switch(ebpf, on) {
+                self.refused = Some(why);
             }
-            return Ok(());
         }
-        let Some(program) = ebpf.program_mut(program::PLUGIN_WRITE) else {
-            self.refused = Some(format!("program {} missing from the embedded object", program::PLUGIN_WRITE));
-            return self.follow(ebpf, on);
-        };
-        let program: &mut TracePoint = match program.try_into() {
-            Ok(program) => program,
-            Err(e) => {
-                self.refused = Some(format!("program {}: {e}", program::PLUGIN_WRITE));
-                return self.follow(ebpf, on);
+        match &self.refused {
+            Some(why) if on && !self.said => {
+                self.said = true;
+                Err(why.clone())
             }
-        };
+            _ => Ok(()),
+        }
+    }
+
+    /// The program attached (loaded first) or detached (and unloaded).
+    fn switch(&mut self, ebpf: &mut Ebpf, on: bool) -> Result<(), String> {
+        let program: &mut TracePoint = ebpf
+            .program_mut(program::PLUGIN_WRITE)
+            .ok_or_else(|| format!("program {} missing from the embedded object", program::PLUGIN_WRITE))?
+            .try_into()
+            .map_err(|e| format!("program {}: {e}", program::PLUGIN_WRITE))?;
         match (on, self.link.take()) {
             (true, None) => match program.load().and_then(|()| program.attach("syscalls", "sys_enter_write")) {
                 Ok(link) => self.link = Some(link),
                 Err(e) => {
                     let _ = program.unload();
-                    self.refused = Some(super::one_line(&format!(
+                    return Err(super::one_line(&format!(
                         "loading {} on tracepoint syscalls:sys_enter_write: {e:#}",
                         program::PLUGIN_WRITE
                     )));
-                    return self.follow(ebpf, on);
                 }
             },
             (false, Some(link)) => {

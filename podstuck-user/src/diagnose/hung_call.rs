@@ -62,8 +62,7 @@ impl HungCall {
         let mut state_words = String::new();
         match node.task(call.flight.tid) {
             Ok(t) => {
-                let wchan = t.wchan.as_ref().map(|w| format!(", waiting in {w}")).unwrap_or_default();
-                state_words = format!("{}{wchan}", t.state_words());
+                state_words = t.waiting_words();
                 f.evidence(
                     format!("/proc/{}/stat", call.flight.tid),
                     format!("task {} ({}) is {state_words}", call.flight.tid, t.comm),

@@ -333,17 +333,16 @@ pub trait Detector {
     fn grace_ends(&mut self, _ends: &BTreeMap<PodUid, SystemTime>) {}
     /// Told before the run's last review: what it returns is the last word.
     fn closing(&mut self) {}
-    /// Whether a call came since the last review whose cause the node's
-    /// state can prove at once (a mount table, inode flags, a directory's
-    /// entries): the watch then reviews soon, not at its next tick, so the
-    /// answer follows the call that proves it.
     /// Whether it wants what running CNI plugins write on their stdout
     /// (a sandbox whose DEL fails): the kernel reads it only while some
     /// detector does, since every write of the node passes the program.
     fn wants_plugin_words(&self) -> bool {
         false
     }
-
+    /// Whether a call came since the last review whose cause the node's
+    /// state can prove at once (a mount table, inode flags, a directory's
+    /// entries): the watch then reviews soon, not at its next tick, so the
+    /// answer follows the call that proves it.
     fn wants_review(&self) -> bool {
         false
     }

@@ -179,7 +179,7 @@ impl SandboxTeardownFailing {
         let outer = self
             .runs
             .get(&event.ppid)
-            .filter(|r| r.start.is_none() || event.parent_start.is_none() || r.start == event.parent_start)
+            .filter(|r| ProcessStart::may_be_same(r.start, event.parent_start))
             .map(|_| event.ppid);
         self.runs.insert(
             event.pid,
@@ -201,16 +201,17 @@ impl SandboxTeardownFailing {
     /// A write of a plugin on its stdout: its words, if it is a DEL run
     /// (the same process, by its start) that has said nothing yet.
     fn wrote(&mut self, event: &LifecycleEvent, wrote: &PluginWrote) {
-        let same = |r: &&mut Run| r.start.is_none() || event.start.is_none() || r.start == event.start;
-        let Some(run) = self.runs.get_mut(&event.pid).filter(same) else { return };
+        let Some(run) = self.runs.get_mut(&event.pid).filter(|r| ProcessStart::may_be_same(r.start, event.start))
+        else {
+            return;
+        };
         if run.said.is_none() {
             run.said = plugin_said::read(&wrote.bytes, wrote.total);
         }
     }
 
     fn exit(&mut self, event: &LifecycleEvent, status: Option<i32>) {
-        let same = |r: &Run| r.start.is_none() || event.start.is_none() || r.start == event.start;
-        if !self.runs.get(&event.pid).is_some_and(same) {
+        if !self.runs.get(&event.pid).is_some_and(|r| ProcessStart::may_be_same(r.start, event.start)) {
             return;
         }
         let Some(run) = self.runs.remove(&event.pid) else { return };

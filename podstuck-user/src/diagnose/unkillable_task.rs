@@ -100,16 +100,12 @@ impl UnkillableTask {
             true => format!("/proc/{pid}/stack"),
             false => format!("/proc/{pid}/task/{tid}/stack"),
         };
-        let wchan = task.wchan.as_ref().map(|w| format!(", waiting in {w}")).unwrap_or_default();
         f.detail("tid", tid);
         if task.state != 'D' && waits_in(task, &[ZAP]) {
             // An init that has exited: what keeps it is another task of its
             // namespace, told on its own; this one ends with it.
             f.severity = Severity::Warning;
-            f.evidence(
-                format!("/proc/{pid}/task/{tid}/stat"),
-                format!("thread {tid} is {}{wchan}", task.state_words()),
-            );
+            f.evidence(format!("/proc/{pid}/task/{tid}/stat"), format!("thread {tid} is {}", task.waiting_words()));
             f.summary = format!(
                 "{who} got SIGKILL {waited} ago and has exited, but as the init (pid 1) of its PID namespace it waits in zap_pid_ns_processes until every other task there has ended: the one that does not is told on its own (unkillable-task), and the container cannot end meanwhile."
             );
@@ -118,7 +114,7 @@ impl UnkillableTask {
         }
         f.evidence(
             format!("/proc/{pid}/task/{tid}/stat"),
-            format!("thread {tid} ({}) of process {pid} is {}{wchan}", task.comm, task.state_words()),
+            format!("thread {tid} ({}) of process {pid} is {}", task.comm, task.waiting_words()),
         );
         if !thread.is_empty() {
             f.evidence(
@@ -131,8 +127,8 @@ impl UnkillableTask {
             f.evidence(stack_file.clone(), frames.join(" <- "));
         }
         let still = match thread.is_empty() {
-            true => format!("is still there, {}{wchan}", task.state_words()),
-            false => format!("is still there: {thread}; the thread is {}{wchan}", task.state_words()),
+            true => format!("is still there, {}", task.waiting_words()),
+            false => format!("is still there: {thread}; the thread is {}", task.waiting_words()),
         };
         let waiting = format!("{who} got SIGKILL {waited} ago and {still}");
         let namespace = match process.mntns {

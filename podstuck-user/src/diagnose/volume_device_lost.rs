@@ -21,15 +21,20 @@
 //! one (`consequences`).
 
 use super::holders::process_words;
-use super::route::Target;
+use super::route::{Attempt, Claim, Class, Refusal, Target};
 use super::shell::unmount;
 use super::stuck_on::{lost_multipath, on_lost_multipath, LostMap};
 use super::track::{Attempts, CallerView, FailureLog};
-use super::{shown, Confidence, Detector, Finding, Kind, Review, Severity};
+use super::{shown, Detector, Finding, Kind, Review, Severity};
 use crate::event::CallEvent;
 use crate::identify::Identity;
 use crate::inspect::mounts::mount_at;
 use crate::inspect::{Mount, MountHolder, NodeInspector, TaskState};
+
+/// The failures it looks under (mount-held's to explain, the router's
+/// classes): an unmount of a pod's volume or subPath refused busy.
+const LOOKS_UNDER: Claim =
+    Claim { attempts: &[Attempt::Unmount], refusals: &[Refusal::Busy], targets: &[Target::Volume, Target::Subpath] };
 
 pub struct VolumeDeviceLost {
     failures: FailureLog,
@@ -90,7 +95,6 @@ impl VolumeDeviceLost {
         let path = view.path.as_slice();
         let mut f = Finding::new(Kind::VolumeDeviceLost, &shown(&a.path), Severity::Critical, a.first);
         a.stamp(&mut f);
-        f.confidence = Confidence::Confirmed;
         f.evidence("trace", a.trace_words());
         a.resolution_evidence(view, &mut f);
         let m = &seen.mount;
@@ -103,10 +107,7 @@ impl VolumeDeviceLost {
         let waiting: Vec<&(MountHolder, Option<TaskState>)> =
             seen.holders.iter().filter(|(_, t)| t.as_ref().is_some_and(|t| t.state == 'D')).collect();
         for (h, task) in &seen.holders {
-            let state = task.as_ref().map(|t| {
-                let wchan = t.wchan.as_deref().filter(|w| !w.is_empty() && *w != "0");
-                format!(", {}{}", t.state_words(), wchan.map(|w| format!(" in {w}")).unwrap_or_default())
-            });
+            let state = task.as_ref().map(|t| format!(", {}", t.waiting_words()));
             f.evidence(
                 "/proc",
                 format!(
@@ -139,10 +140,7 @@ impl VolumeDeviceLost {
 
 impl Detector for VolumeDeviceLost {
     fn observe(&mut self, event: &CallEvent, identity: &Identity) {
-        let refused_unmount = event.syscall == podstuck_common::Syscall::Umount2
-            && event.flags & libc::MNT_DETACH as u64 == 0
-            && event.errno() == Some(libc::EBUSY);
-        if refused_unmount && matches!(identity.target, Target::Volume | Target::Subpath) {
+        if Class::of(event, identity).is_some_and(|class| LOOKS_UNDER.covers(&class)) {
             self.failures.record(event, identity);
         } else {
             self.failures.ended_by(event, identity);
@@ -161,6 +159,7 @@ impl Detector for VolumeDeviceLost {
 #[cfg(test)]
 mod tests {
     use super::super::fake::*;
+    use super::super::Confidence;
     use super::*;
     use crate::event::ProcessStart;
     use crate::inspect::device_mapper::map;

@@ -108,19 +108,12 @@ impl Named {
     /// Process `pid` as named, if `start` is its start (either unknown:
     /// taken as the same, the pid being all there is to go by).
     fn get(&self, pid: u32, start: Option<ProcessStart>) -> Option<&NamedProcess> {
-        self.by_pid.get(&pid).filter(|n| same_start(n.start, start))
+        self.by_pid.get(&pid).filter(|n| ProcessStart::may_be_same(n.start, start))
     }
 
     fn remove(&mut self, pid: u32, start: Option<ProcessStart>) -> Option<NamedProcess> {
         self.get(pid, start)?;
         self.by_pid.remove(&pid)
-    }
-}
-
-fn same_start(a: Option<ProcessStart>, b: Option<ProcessStart>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => a == b,
-        _ => true,
     }
 }
 
@@ -154,17 +147,10 @@ impl Identifier {
         plugins: Option<&dyn PluginTable>,
         follows: impl Fn(Option<&PodUid>) -> bool,
     ) -> Option<LifecycleIdentity> {
-        // An exit of a process nothing named before is none of ours; so is
-        // a write of a process no trusted plugin exec named.
-        match event.what {
-            Lifecycle::Exit { .. } => {
-                self.lifecycle.named.get(event.pid, event.start)?;
-                self.lifecycle.provenance.ended(event.pid, event.start);
-            }
-            Lifecycle::PluginWrote(_) => {
-                self.lifecycle.named.get(event.pid, event.start)?;
-            }
-            _ => {}
+        // An exit of a process nothing named before is none of ours.
+        if let Lifecycle::Exit { .. } = event.what {
+            self.lifecycle.named.get(event.pid, event.start)?;
+            self.lifecycle.provenance.ended(event.pid, event.start);
         }
         let identity = self.lifecycle_identity(event, plugins, follows)?;
         let named = match &event.what {
@@ -227,6 +213,7 @@ impl Identifier {
                 }
             }
             Lifecycle::Exit { .. } => self.lifecycle.named.remove(event.pid, event.start)?.pod,
+            // A write of a process no trusted plugin exec named is none of ours.
             Lifecycle::PluginWrote(_) => self.lifecycle.named.get(event.pid, event.start)?.pod.clone(),
             Lifecycle::ConnectFailed(_) => unreachable!("identified above"),
         };

@@ -243,6 +243,13 @@ impl TaskState {
             _ => "? (unknown)",
         }
     }
+
+    /// Its state and what it waits in, where it waits: "D (uninterruptible
+    /// sleep), waiting in io_schedule".
+    pub fn waiting_words(&self) -> String {
+        let wchan = self.wchan.as_ref().map(|w| format!(", waiting in {w}")).unwrap_or_default();
+        format!("{}{wchan}", self.state_words())
+    }
 }
 
 /// A process (a thread group) as /proc shows it: it is there as long as

@@ -26,7 +26,7 @@ use super::{read_link, RealNode};
 
 /// Loop devices read at most; a node has a few dozen.
 const LOOPS_KEPT: usize = 256;
-/// Devices stacked on one, and processes named per device, at most.
+/// Devices stacked on one (or under one), and processes named per device, at most.
 const HOLDERS_KEPT: usize = 16;
 const OPENERS_KEPT: usize = 32;
 
@@ -99,13 +99,7 @@ fn bound_loop(sys_block: &Path, name: &str) -> Option<LoopDevice> {
         return None;
     }
     let autoclear = fs::read(dir.join("loop/autoclear")).is_ok_and(|a| a.starts_with(b"1"));
-    let holders = fs::read_dir(dir.join("holders"))
-        .map(|entries| {
-            let mut devices: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
-            devices.sort();
-            devices.into_iter().take(HOLDERS_KEPT).map(|device| holder(sys_block, device)).collect()
-        })
-        .unwrap_or_default();
+    let holders = names_in(&dir.join("holders")).into_iter().map(|device| holder(sys_block, device)).collect();
     Some(LoopDevice {
         name: name.to_string(),
         dev: device_number(&dir)?,
@@ -114,6 +108,16 @@ fn bound_loop(sys_block: &Path, name: &str) -> Option<LoopDevice> {
         holders,
         openers: Vec::new(),
     })
+}
+
+/// The first names, sorted, of a sysfs directory of links to devices
+/// (`holders/`, `slaves/`): at most [`HOLDERS_KEPT`].
+pub(super) fn names_in(dir: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+    names.sort();
+    names.truncate(HOLDERS_KEPT);
+    names
 }
 
 pub(super) fn holder(sys_block: &Path, device: String) -> BlockHolder {

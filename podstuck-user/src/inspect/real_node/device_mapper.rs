@@ -7,14 +7,12 @@
 
 use std::fs;
 use std::os::fd::AsRawFd;
-use std::path::Path;
 
 use crate::inspect::{MapperDevice, MapperTarget, Probe, Unreadable};
 
+use super::block_devices::{device_number, holder, names_in};
 use super::RealNode;
 
-/// Devices under or on one, at most.
-const RELATIVES_KEPT: usize = 16;
 /// Targets of one table read at most (a multipath map has one).
 const TARGETS_KEPT: usize = 64;
 
@@ -23,18 +21,19 @@ impl RealNode {
     /// device-mapper device (no `dm/` in its sysfs directory).
     pub(super) fn mapper_device(&self, major: u32, minor: u32) -> Probe<Option<MapperDevice>> {
         let dir = self.node.path(format!("/sys/dev/block/{major}:{minor}"));
-        if !dir.join("dm/name").exists() {
-            return Ok(None);
-        }
         let line =
             |file: &str| fs::read(dir.join(file)).map(|b| crate::words::safe_text(b.strip_suffix(b"\n").unwrap_or(&b)));
-        let name = line("dm/name").map_err(|e| Unreadable::Other(format!("dm/name of {major}:{minor}: {e}")))?;
+        let name = match line("dm/name") {
+            Ok(name) => name,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Unreadable::Other(format!("dm/name of {major}:{minor}: {e}"))),
+        };
         let device = fs::read_link(&dir)
             .ok()
             .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| format!("{major}:{minor}"));
         let sys_block = self.node.path("/sys/block");
-        let holders = names_in(&dir.join("holders")).into_iter().map(|d| super::block_devices::holder(&sys_block, d));
+        let holders = names_in(&dir.join("holders")).into_iter().map(|d| holder(&sys_block, d));
         let (targets, table_unread) = match self.mapper_targets(major, minor) {
             Ok(targets) => (targets, None),
             Err(why) => (Vec::new(), Some(why)),
@@ -47,7 +46,7 @@ impl RealNode {
             slaves: names_in(&dir.join("slaves"))
                 .into_iter()
                 .filter_map(|name| {
-                    let dev = super::block_devices::device_number(&sys_block.join(&name))?;
+                    let dev = device_number(&sys_block.join(&name))?;
                     Some((name, dev))
                 })
                 .collect(),
@@ -76,15 +75,6 @@ impl RealNode {
             .map(|((kind, table), (_, status))| MapperTarget { kind, table, status })
             .collect())
     }
-}
-
-/// The sorted names in a sysfs directory of links (`slaves/`, `holders/`).
-fn names_in(dir: &Path) -> Vec<String> {
-    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
-    let mut names: Vec<String> = entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
-    names.sort();
-    names.truncate(RELATIVES_KEPT);
-    names
 }
 
 /// `struct dm_ioctl` (linux/dm-ioctl.h), version 4.
