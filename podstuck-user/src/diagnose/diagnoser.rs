@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use super::pod_shutdown::PodShutdown;
 use super::route::{Class, Router};
 use super::{consequences, shell, wording};
 use super::{CountedCalls, Detector, DiagnoseOptions, Finding, Review, Status};
@@ -172,11 +173,12 @@ impl Diagnoser {
         }
     }
 
-    /// When the pods' grace periods end, as the API says: for the
-    /// detectors that judge a shutdown against it.
-    pub fn grace_ends(&mut self, ends: &BTreeMap<PodUid, SystemTime>) {
+    /// The deleted pods' shutdowns, as the API says them: for the
+    /// detectors that judge a shutdown against its grace period and its
+    /// containers' hooks.
+    pub fn shutdowns(&mut self, shutdowns: &BTreeMap<PodUid, PodShutdown>) {
         for detector in &mut self.detectors {
-            detector.grace_ends(ends);
+            detector.shutdowns(shutdowns);
         }
     }
 

@@ -24,6 +24,7 @@ use crate::identify::{Actor, Identity, MatchReason};
 use crate::inspect::mounts::parse_mountinfo;
 use crate::inspect::questions::{node_questions, Unanswered};
 use crate::inspect::*;
+use crate::pod::ContainerId;
 
 pub const POD: &str = "5f1c2a9e-0000-4000-8000-000000000001";
 pub const KUBELET: &str = "/var/lib/kubelet";
@@ -73,6 +74,8 @@ pub struct FakeNode {
     pub loops: Vec<LoopDevice>,
     /// Device-mapper devices by number.
     pub mappers: Vec<MapperDevice>,
+    /// Container cgroups and their processes, by container id.
+    pub containers: Vec<(ContainerId, ContainerCgroup)>,
     /// Processes whose /proc podstuck may not read (an AppArmor profile).
     pub denied: Vec<TaskState>,
     pub avoided: Vec<Vec<u8>>,
@@ -297,6 +300,9 @@ impl FakeAnswers for FakeNode {
     }
     fn device_mapper(&mut self, major: u32, minor: u32) -> Probe<Option<MapperDevice>> {
         Ok(self.mappers.iter().find(|m| m.dev == (major, minor)).cloned())
+    }
+    fn container_processes(&mut self, id: &ContainerId) -> Probe<Option<ContainerCgroup>> {
+        Ok(self.containers.iter().find(|(c, _)| c == id).map(|(_, cgroup)| cgroup.clone()))
     }
     fn process(&mut self, pid: u32, start: u64) -> Probe<Option<ProcessState>> {
         if self.unreadable_processes.contains(&pid) {

@@ -23,6 +23,7 @@ pub mod immutable_file;
 pub mod mount_held;
 pub mod no_teardown_seen;
 pub mod not_mounted;
+pub mod pod_shutdown;
 pub mod removal_storm;
 pub mod rhythm;
 pub mod route;
@@ -56,6 +57,7 @@ use crate::lifecycle::LifecycleEvent;
 pub use crate::words::human_duration;
 pub use causes::Kind;
 pub use diagnoser::{Diagnoser, Report, MAX_FINDINGS_KEPT};
+use pod_shutdown::PodShutdown;
 pub use route::Claim;
 
 /// How much a finding matters to the pod's deletion.
@@ -328,9 +330,10 @@ pub trait Detector {
     /// Sees every lifecycle event in scope (an exec of a CNI plugin, a
     /// SIGTERM or SIGKILL, an exit of a process either named), in order.
     fn lifecycle(&mut self, _event: &LifecycleEvent, _identity: &LifecycleIdentity) {}
-    /// When the grace period of each pod the API was read for ends (its
-    /// `deletionTimestamp`), as of now: told before each review.
-    fn grace_ends(&mut self, _ends: &BTreeMap<PodUid, SystemTime>) {}
+    /// The shutdown of each deleted pod the API was read for (when its
+    /// grace period ends, its containers' hooks and roles), as of now:
+    /// told before each review.
+    fn shutdowns(&mut self, _shutdowns: &BTreeMap<PodUid, PodShutdown>) {}
     /// Told before the run's last review: what it returns is the last word.
     fn closing(&mut self) {}
     /// Whether it wants what running CNI plugins write on their stdout

@@ -31,6 +31,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use super::pod_shutdown::PodShutdown;
 use super::shell::kill_if_same;
 use super::signalled::{same, Followed, Signalled, Standing, FOLLOWED_MAX};
 use super::{human_duration, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
@@ -403,8 +404,8 @@ impl Detector for SigtermIgnored {
         }
     }
 
-    fn grace_ends(&mut self, ends: &BTreeMap<PodUid, SystemTime>) {
-        self.api_ends = ends.clone();
+    fn shutdowns(&mut self, shutdowns: &BTreeMap<PodUid, PodShutdown>) {
+        self.api_ends = shutdowns.iter().map(|(pod, s)| (pod.clone(), s.grace_ends)).collect();
     }
 
     fn review(&mut self, review: &mut Review<'_>) -> Vec<Finding> {
@@ -569,7 +570,10 @@ mod tests {
             node.processes.insert(pid, p);
         }
         // The API: this pod's deletion is due 120 s after the SIGTERM.
-        d.grace_ends(&BTreeMap::from([(pod(), t(120.0))]));
+        d.shutdowns(&BTreeMap::from([(
+            pod(),
+            PodShutdown { grace_ends: t(120.0), deleted_at: None, containers: vec![] },
+        )]));
         d.lifecycle(&signal(0.0, libc::SIGTERM, 730, SignalResult::Delivered), &shim());
         let told = review(&mut d, &mut node, 60.0);
         assert!(

@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use super::client::{Api, KubeOptions, PodGone};
 use super::{findings, rank, PodRef};
+use crate::diagnose::pod_shutdown::PodShutdown;
 use crate::diagnose::{Detector, Finding, Kind, Review, Status};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
@@ -39,9 +40,9 @@ struct Shared {
     messages: Vec<String>,
     /// The API failed and that was said: said again only once it recovers.
     failing: bool,
-    /// When each pod's grace period ends (its deletionTimestamp), of the
-    /// pods deleted.
-    grace_ends: BTreeMap<PodUid, SystemTime>,
+    /// The shutdown of each pod deleted: when its grace period ends (its
+    /// deletionTimestamp), its containers' hooks and roles.
+    shutdowns: BTreeMap<PodUid, PodShutdown>,
 }
 
 /// The API side of a watch: resolved pods, and the findings being read.
@@ -117,8 +118,8 @@ impl ApiJoin {
                     match api.snapshot(pod).await {
                         Ok(snapshot) => {
                             all.extend(findings(&snapshot));
-                            if let (Some(uid), Some(end)) = (snapshot.uid(), snapshot.deletion()) {
-                                ends.insert(uid, end);
+                            if let (Some(uid), Some(shutdown)) = (snapshot.uid(), snapshot.shutdown()) {
+                                ends.insert(uid, shutdown);
                             }
                         }
                         // The pod is gone: nothing holds it any more.
@@ -142,7 +143,7 @@ impl ApiJoin {
                             }
                             shared.failing = false;
                             shared.findings = all;
-                            shared.grace_ends = ends;
+                            shared.shutdowns = ends;
                         }
                     }
                 }
@@ -162,9 +163,9 @@ impl ApiJoin {
         )
     }
 
-    /// When the grace period of each pod deleted ends, as last read.
-    pub fn grace_ends(&self) -> BTreeMap<PodUid, SystemTime> {
-        self.shared.lock().unwrap_or_else(|p| p.into_inner()).grace_ends.clone()
+    /// The shutdown of each pod deleted, as last read.
+    pub fn shutdowns(&self) -> BTreeMap<PodUid, PodShutdown> {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner()).shutdowns.clone()
     }
 
     /// What the API side has to say (once each).

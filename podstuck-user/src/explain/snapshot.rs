@@ -6,10 +6,11 @@
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Event, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 
+use crate::diagnose::pod_shutdown::{container_id_of_status, PodShutdown, ShutdownContainer, CONTAINERS_KEPT};
 use crate::diagnose::{human_duration, Confidence, Finding, Kind, Severity};
 use crate::identify::pod::PodUid;
 
@@ -86,6 +87,40 @@ impl ApiSnapshot {
         self.pod.metadata.deletion_timestamp.as_ref().map(time)
     }
 
+    /// The pod's shutdown as kubelet runs it, when it is being deleted:
+    /// the grace period's end and start, and each container's hook, role
+    /// and state ([`PodShutdown`]).
+    pub fn shutdown(&self) -> Option<PodShutdown> {
+        let grace_ends = self.deletion()?;
+        let grace = self.pod.metadata.deletion_grace_period_seconds.and_then(|s| u64::try_from(s).ok());
+        let deleted_at = grace.and_then(|s| grace_ends.checked_sub(Duration::from_secs(s)));
+        let status = self.pod.status.as_ref();
+        let statuses = |of: Option<&Vec<ContainerStatus>>| of.cloned().unwrap_or_default();
+        let main_statuses = statuses(status.and_then(|s| s.container_statuses.as_ref()));
+        let init_statuses = statuses(status.and_then(|s| s.init_container_statuses.as_ref()));
+        let one = |c: &Container, statuses: &[ContainerStatus], sidecar: bool| {
+            let status = statuses.iter().find(|s| s.name == c.name);
+            let id = status.and_then(|s| s.container_id.as_deref()).and_then(container_id_of_status);
+            let running = status.and_then(|s| s.state.as_ref()).is_some_and(|s| s.running.is_some());
+            let container = ShutdownContainer::new(&c.name, id, sidecar, running);
+            let hook = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).and_then(|h| h.exec.as_ref());
+            match hook.and_then(|e| e.command.as_ref()) {
+                Some(command) => container.with_prestop(command),
+                None => container,
+            }
+        };
+        let spec = self.pod.spec.as_ref();
+        let mains = spec.map(|s| s.containers.iter().map(|c| one(c, &main_statuses, false)).collect::<Vec<_>>());
+        // Only restartable init containers run beside the main ones.
+        let sidecars = spec.and_then(|s| s.init_containers.as_ref()).map(|inits| {
+            let restartable = inits.iter().filter(|c| c.restart_policy.as_deref() == Some("Always"));
+            restartable.map(|c| one(c, &init_statuses, true)).collect::<Vec<_>>()
+        });
+        let containers =
+            sidecars.unwrap_or_default().into_iter().chain(mains.unwrap_or_default()).take(CONTAINERS_KEPT).collect();
+        Some(PodShutdown { grace_ends, deleted_at, containers })
+    }
+
     /// How long ago `then` was (zero if in the future).
     pub fn ago(&self, then: SystemTime) -> Duration {
         self.now.duration_since(then).unwrap_or_default()
@@ -126,3 +161,62 @@ pub fn micro_time(t: &MicroTime) -> SystemTime {
 
 /// The words an API source is named by in evidence.
 pub const SOURCE: &str = "api";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::ContainerId;
+
+    #[test]
+    fn a_deleted_pods_shutdown_names_its_hooks_its_sidecars_and_their_ids() {
+        let id = |n: &str| n.repeat(32);
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-0", "namespace": "shop", "uid": "5f1c2a9e-0000-4000-8000-000000000001",
+                "deletionTimestamp": "2026-11-29T10:05:00Z", "deletionGracePeriodSeconds": 300
+            },
+            "spec": {
+                "initContainers": [
+                    {"name": "migrate"},
+                    {"name": "proxy", "restartPolicy": "Always"}
+                ],
+                "containers": [
+                    {"name": "app", "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", "sleep 3600"]}}}},
+                    {"name": "metrics", "lifecycle": {"preStop": {"httpGet": {"port": 8080}}}}
+                ]
+            },
+            "status": {
+                "initContainerStatuses": [
+                    {"name": "migrate", "image": "m", "imageID": "", "ready": false, "restartCount": 0,
+                     "containerID": format!("containerd://{}", id("0c")), "state": {"terminated": {"exitCode": 0}}},
+                    {"name": "proxy", "image": "p", "imageID": "", "ready": true, "restartCount": 0,
+                     "containerID": format!("containerd://{}", id("0b")), "state": {"running": {}}}
+                ],
+                "containerStatuses": [
+                    {"name": "app", "image": "a", "imageID": "", "ready": true, "restartCount": 0,
+                     "containerID": format!("cri-o://{}", id("0a")), "state": {"running": {}}},
+                    {"name": "metrics", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                     "state": {"waiting": {"reason": "ContainerCreating"}}}
+                ]
+            }
+        }))
+        .unwrap();
+        let snapshot = ApiSnapshot::of(pod.clone(), SystemTime::now());
+        let s = snapshot.shutdown().expect("deleted");
+        assert_eq!(s.grace_ends.duration_since(s.deleted_at.unwrap()).unwrap(), Duration::from_secs(300));
+        let names: Vec<&str> = s.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["proxy", "app", "metrics"], "an init container that runs to its end is no sidecar");
+        let [proxy, app, metrics] = &s.containers[..] else { unreachable!() };
+        assert!(proxy.sidecar && proxy.running && proxy.prestop.is_none());
+        assert_eq!(proxy.id, ContainerId::parse(&id("0b")));
+        assert!(!app.sidecar && app.running);
+        assert_eq!(app.id, ContainerId::parse(&id("0a")));
+        assert_eq!(app.prestop.as_deref(), Some(&["sh".to_string(), "-c".into(), "sleep 3600".into()][..]));
+        assert!(metrics.prestop.is_none(), "an httpGet hook runs in kubelet, not in the container");
+        assert!(!metrics.running && metrics.id.is_none());
+
+        let mut alive = pod;
+        alive.metadata.deletion_timestamp = None;
+        assert_eq!(ApiSnapshot::of(alive, SystemTime::now()).shutdown(), None, "not being deleted");
+    }
+}

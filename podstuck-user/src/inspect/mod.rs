@@ -19,6 +19,7 @@ pub mod unreadable;
 use serde::{Deserialize, Serialize};
 
 use crate::identify::owner::Owner;
+use crate::pod::ContainerId;
 pub use device_mapper::{MapperDevice, MapperTarget};
 pub use unreadable::Unreadable;
 
@@ -228,20 +229,26 @@ pub struct TaskState {
     pub stack: Vec<String>,
 }
 
+/// State letter `state` in words, as `ps` and `/proc/<pid>/status` say
+/// it: "D (uninterruptible sleep)".
+pub fn state_words(state: char) -> &'static str {
+    match state {
+        'R' => "R (running)",
+        'S' => "S (sleeping)",
+        'D' => "D (uninterruptible sleep)",
+        'T' => "T (stopped)",
+        't' => "t (tracing stop)",
+        'Z' => "Z (zombie)",
+        'X' => "X (dead)",
+        'I' => "I (idle)",
+        _ => "? (unknown)",
+    }
+}
+
 impl TaskState {
     /// "D (uninterruptible sleep)", as `ps` and `/proc/<pid>/status` say it.
     pub fn state_words(&self) -> &'static str {
-        match self.state {
-            'R' => "R (running)",
-            'S' => "S (sleeping)",
-            'D' => "D (uninterruptible sleep)",
-            'T' => "T (stopped)",
-            't' => "t (tracing stop)",
-            'Z' => "Z (zombie)",
-            'X' => "X (dead)",
-            'I' => "I (idle)",
-            _ => "? (unknown)",
-        }
+        state_words(self.state)
     }
 
     /// Its state and what it waits in, where it waits: "D (uninterruptible
@@ -407,6 +414,51 @@ impl BlockHolder {
         }
     }
 }
+
+/// A container's cgroup and the processes in it, as cgroupfs and /proc
+/// show them: who started each tells a process the runtime exec'd into
+/// the container (a preStop hook, a probe, `kubectl exec`: its parent is
+/// outside the container, the runtime's) from the container's own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ContainerCgroup {
+    /// The cgroup's directory, as the node names it.
+    #[serde(serialize_with = "crate::words::serialize_path")]
+    pub dir: Vec<u8>,
+    /// Its processes (its `cgroup.procs` and its children's), oldest
+    /// first, at most [`CONTAINER_PROCESSES_KEPT`].
+    pub processes: Vec<ContainerProcess>,
+}
+
+/// Processes kept of one container.
+pub const CONTAINER_PROCESSES_KEPT: usize = 64;
+
+/// One process of a container's cgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ContainerProcess {
+    pub pid: u32,
+    /// When it started (`starttime`, clock ticks since boot): what a kill
+    /// in a fix is checked against.
+    pub start: u64,
+    /// The same start on the wall clock, to the tick (what it is compared
+    /// with: a deletion's time, as the API says it).
+    pub started: std::time::SystemTime,
+    pub ppid: u32,
+    /// Its name: the workload's to choose, evidence only.
+    pub comm: String,
+    /// The state letter of /proc/<pid>/stat.
+    pub state: char,
+    /// Its parent is not in the container's cgroup: the runtime's shim or
+    /// runc started it (an exec), or the container's init (its parent is
+    /// the shim).
+    pub parent_outside: bool,
+    /// Its command line (`/proc/<pid>/cmdline`), words cut to
+    /// [`ARGV_WORD_MAX`], at most [`ARGV_KEPT`]: the process's own claim.
+    pub argv: Vec<String>,
+}
+
+/// Words of a command line kept, and the longest kept whole.
+pub const ARGV_KEPT: usize = 16;
+pub const ARGV_WORD_MAX: usize = 256;
 
 /// Makes [`NodeInspector`] of the table of questions.
 macro_rules! inspector_of {

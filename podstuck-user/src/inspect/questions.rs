@@ -100,6 +100,11 @@ macro_rules! node_questions {
             /// filesystem's `st_dev`), its sysfs and its table and status;
             /// None when that device is no device-mapper one.
             fn device_mapper(major: u32 => u32, minor: u32 => u32) -> Probe<Option<MapperDevice>> as DeviceMapper;
+            /// The cgroup of container `id` (the one whose directory name
+            /// carries it, as kubelet's cgroup drivers and the runtimes name
+            /// them) and the processes in it; None when no cgroup of it is
+            /// found (the container is gone, or on another node).
+            fn container_processes(id: &ContainerId => ContainerId) -> Probe<Option<ContainerCgroup>> as ContainerProcesses;
             /// Processes whose namespaces, open files, cwd and root podstuck may
             /// not read: the kernel's ptrace access check refused it (an AppArmor
             /// or SELinux profile, Yama, no CAP_SYS_PTRACE), not a process gone.
@@ -117,9 +122,11 @@ pub(crate) use node_questions;
 /// here once.
 pub mod named {
     pub use crate::inspect::{
-        CgroupState, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags, LoopDevice, MapperDevice,
-        Mount, MountCopy, MountElsewhere, MountHolder, MountNamespace, Probe, ProcessState, TaskState,
+        CgroupState, ContainerCgroup, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, InodeFlags,
+        LoopDevice, MapperDevice, Mount, MountCopy, MountElsewhere, MountHolder, MountNamespace, Probe, ProcessState,
+        TaskState,
     };
+    pub use crate::pod::ContainerId;
 }
 
 macro_rules! names_of {

@@ -69,6 +69,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use podstuck_common::Syscall;
 
+use crate::diagnose::pod_shutdown::PodShutdown;
 use crate::diagnose::{CallInFlight, CountedCalls, DiagnoseOptions, Report};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
@@ -304,9 +305,9 @@ pub struct Recorder<W: Write = File> {
     answers: LastAnswers,
     /// One entry's JSON, reused.
     line: Vec<u8>,
-    /// When the pods' grace periods end, as the API said, for the next
+    /// The deleted pods' shutdowns, as the API said them, for the next
     /// review's entry.
-    grace_ends: BTreeMap<PodUid, SystemTime>,
+    shutdowns: BTreeMap<PodUid, PodShutdown>,
 }
 
 impl Recorder<File> {
@@ -404,15 +405,15 @@ impl<W: Write> Recorder<W> {
             latest: header.started,
             answers: LastAnswers::default(),
             line: Vec::with_capacity(1024),
-            grace_ends: BTreeMap::new(),
+            shutdowns: BTreeMap::new(),
         })
     }
 
-    /// When the pods' grace periods end, as the diagnosis is told before
+    /// The deleted pods' shutdowns, as the diagnosis is told them before
     /// the next review: its entry keeps them, so a replay judges as the
     /// run did.
-    pub fn grace_ends(&mut self, ends: &BTreeMap<PodUid, SystemTime>) {
-        self.grace_ends.clone_from(ends);
+    pub fn shutdowns(&mut self, shutdowns: &BTreeMap<PodUid, PodShutdown>) {
+        self.shutdowns.clone_from(shutdowns);
     }
 
     /// The record as named in messages.
@@ -473,7 +474,8 @@ impl<W: Write> Recorder<W> {
             told: told_json(told),
             counted: counted.iter().map(WireCounted::of).collect(),
             closing,
-            grace_ends: self.grace_ends.iter().map(|(pod, end)| (pod.clone(), wire::nanos(*end))).collect(),
+            grace_ends: self.shutdowns.iter().map(|(pod, s)| (pod.clone(), wire::nanos(s.grace_ends))).collect(),
+            shutdowns: self.shutdowns.iter().map(|(pod, s)| (pod.clone(), wire::WireShutdown::of(s))).collect(),
         };
         self.write(&WireEntry::Review(review), now, true)
     }

@@ -219,6 +219,12 @@ impl Said for u64 {
     }
 }
 
+impl Said for ContainerId {
+    fn said(&self) -> String {
+        self.as_str().to_string()
+    }
+}
+
 impl Said for usize {
     fn said(&self) -> String {
         self.to_string()

@@ -11,6 +11,7 @@ use flate2::bufread::MultiGzDecoder;
 
 use super::wire::{self, WireCounted, WireEntry, WireHeader};
 use super::{LastAnswers, Question, RecordHeader, FORMAT, MAGIC, REVIEWS_PER_GROUP};
+use crate::diagnose::pod_shutdown::PodShutdown;
 use crate::diagnose::{CallInFlight, CountedCalls};
 use crate::event::CallEvent;
 use crate::identify::pod::PodUid;
@@ -156,8 +157,8 @@ pub struct RecordedReview {
     pub counted: Vec<CountedCalls>,
     /// The run's last review.
     pub closing: bool,
-    /// When the pods' grace periods end, as the API said.
-    pub grace_ends: BTreeMap<PodUid, SystemTime>,
+    /// The deleted pods' shutdowns, as the API said them.
+    pub shutdowns: BTreeMap<PodUid, PodShutdown>,
 }
 
 #[derive(Debug)]
@@ -286,6 +287,15 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
                     + m.slaves.iter().map(|(name, _)| size_of::<(String, (u32, u32))>() + name.len()).sum::<usize>()
                     + m.holders.iter().map(|h| size_of::<BlockHolder>() + h.device.len()).sum::<usize>()
                     + m.targets.iter().map(|t| t.kind.len() + t.table.len() + t.status.len()).sum::<usize>()
+            })
+        }),
+        Question::ContainerProcesses { answer, .. } => probe(answer, |c| {
+            c.as_ref().map_or(0, |c| {
+                c.dir.len()
+                    + c.processes
+                        .iter()
+                        .map(|p| size_of::<crate::inspect::ContainerProcess>() + p.comm.len() + strings(&p.argv))
+                        .sum::<usize>()
             })
         }),
         Question::Avoid { path } => path.len(),
@@ -580,7 +590,7 @@ impl<R: BufRead> RecordReader<R> {
                     told: review.told,
                     counted: review.counted.into_iter().map(WireCounted::into_counted).collect(),
                     closing: review.closing,
-                    grace_ends: review.grace_ends.into_iter().map(|(pod, end)| (pod, wire::time(end))).collect(),
+                    shutdowns: wire::shutdowns_of(review.shutdowns, review.grace_ends),
                 })
             }
             WireEntry::Lifecycle(lifecycle) => Entry::Lifecycle(Box::new(lifecycle.into_lifecycle())),

@@ -225,7 +225,7 @@ pub fn replay_record(
                         diagnoser.closing();
                     }
                     diagnoser.counted(&review.counted);
-                    diagnoser.grace_ends(&review.grace_ends);
+                    diagnoser.shutdowns(&review.shutdowns);
                     diagnoser.review(&mut Review { now: review.now, in_flight: &review.in_flight, node: &mut node })
                 })) {
                     Ok(reports) => reports,

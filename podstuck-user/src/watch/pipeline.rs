@@ -325,14 +325,14 @@ impl Pipeline {
             self.diagnoser.closing();
         }
         self.diagnoser.counted(&counted);
-        let grace_ends = self.api.as_ref().map(ApiJoin::grace_ends).unwrap_or_default();
-        self.diagnoser.grace_ends(&grace_ends);
+        let shutdowns = self.api.as_ref().map(ApiJoin::shutdowns).unwrap_or_default();
+        self.diagnoser.shutdowns(&shutdowns);
         let reports = match self.recorder.as_mut() {
             None => self.diagnoser.review(&mut Review { now, in_flight, node }),
             Some(recorder) => {
                 let mut recording = RecordingNode::new(node);
                 let reports = self.diagnoser.review(&mut Review { now, in_flight, node: &mut recording });
-                recorder.grace_ends(&grace_ends);
+                recorder.shutdowns(&shutdowns);
                 if let Err(e) = recorder.add_review(now, in_flight, &counted, recording.into_asked(), &reports, closing)
                 {
                     self.printer.say(&e.to_string());

@@ -1,6 +1,7 @@
 //! The node's cgroupfs: a cgroup's state (its tasks below it, its
 //! children, populated and frozen, v1 or v2) and, on v1, the freezer
-//! hierarchy's levels above a cgroup, parents first. Read where podstuck
+//! hierarchy's levels above a cgroup, parents first; a container's cgroup
+//! found by its id, and the processes in it. Read where podstuck
 //! reaches the node's cgroupfs ([`Node::path`](crate::node_access::Node::path)):
 //! in a container its own /sys/fs/cgroup is its cgroup namespace's.
 //! cgroupfs never hangs, so it is read inline.
@@ -8,10 +9,19 @@
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
+use crate::event::ProcessStart;
+
+use crate::identify::process::parse_stat;
 use crate::inspect::mounts::freezer_twin;
-use crate::inspect::{CgroupState, FreezerLevel, Probe, Unreadable};
+use crate::inspect::{
+    CgroupState, ContainerCgroup, ContainerProcess, FreezerLevel, Probe, Unreadable, ARGV_KEPT, ARGV_WORD_MAX,
+    CONTAINER_PROCESSES_KEPT,
+};
+use crate::pod::{clues_from_cgroup, ContainerId};
 use crate::words::io_words as words;
+use crate::words::safe_text;
 
 use super::{path_of, unreadable, RealNode};
 
@@ -102,6 +112,106 @@ impl RealNode {
     }
 }
 
+/// How many cgroup directories a search for a container's may read: a
+/// node's kubepods tree is a few thousand at most; the bound only stops a
+/// pathological tree.
+const CONTAINER_SEARCH_MAX: usize = 50_000;
+
+/// Container cgroups remembered, so a container asked about every review
+/// is not searched for again.
+const CONTAINER_DIRS_KEPT: usize = 256;
+
+impl RealNode {
+    /// The cgroup of container `id` and its processes: the directory
+    /// remembered from the last search if it is still there, else searched
+    /// for in each whole cgroup hierarchy (v2 first).
+    pub(super) fn container_cgroup(&mut self, id: &ContainerId) -> Probe<Option<ContainerCgroup>> {
+        let remembered = self.container_dirs.get(id).filter(|d| d.join("cgroup.procs").exists()).cloned();
+        let dir = match remembered {
+            Some(dir) => dir,
+            None => {
+                let mounts = self.host_table().map_err(unreadable)?;
+                let mut hierarchies: Vec<_> =
+                    mounts.iter().filter(|m| m.whole() && matches!(m.fstype.as_str(), "cgroup2" | "cgroup")).collect();
+                hierarchies.sort_by_key(|m| m.fstype != "cgroup2");
+                let found = hierarchies.iter().find_map(|m| {
+                    let top = self.node.path(path_of(&m.mount_point));
+                    find_container(&top, id)
+                });
+                let Some(dir) = found else { return Ok(None) };
+                if self.container_dirs.len() >= CONTAINER_DIRS_KEPT {
+                    self.container_dirs.clear();
+                }
+                self.container_dirs.insert(id.clone(), dir.clone());
+                dir
+            }
+        };
+        // Ticks since boot on the wall clock: boot's time, read once.
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes the timespec it is given, nothing else.
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        let since_boot = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+        let booted = SystemTime::now() - since_boot;
+        let mut pids: Vec<u32> = cgroup_tree(&dir).iter().flat_map(|d| listed_ids(&d.join("cgroup.procs"))).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let mut processes: Vec<ContainerProcess> = pids
+            .iter()
+            .filter_map(|pid| {
+                let stat = parse_stat(&fs::read(self.proc_file(*pid, "stat")).ok()?)?;
+                let ppid = stat.ppid?;
+                let cmdline = fs::read(self.proc_file(*pid, "cmdline")).unwrap_or_default();
+                let argv = cmdline
+                    .split(|b| *b == 0)
+                    .filter(|w| !w.is_empty())
+                    .take(ARGV_KEPT)
+                    .map(|w| safe_text(&w[..w.len().min(ARGV_WORD_MAX)]))
+                    .collect();
+                let start = stat.start?.ticks();
+                let ticks = ProcessStart::TICKS_PER_SECOND;
+                Some(ContainerProcess {
+                    pid: *pid,
+                    start,
+                    started: booted + Duration::from_secs(start / ticks) + Duration::from_millis(start % ticks * 10),
+                    ppid,
+                    comm: stat.comm,
+                    state: stat.state,
+                    parent_outside: pids.binary_search(&ppid).is_err(),
+                    argv,
+                })
+            })
+            .collect();
+        processes.sort_by_key(|p| (p.start, p.pid));
+        processes.truncate(CONTAINER_PROCESSES_KEPT);
+        let shown = self.node.shown(&dir);
+        Ok(Some(ContainerCgroup { dir: shown.into_os_string().into_vec(), processes }))
+    }
+}
+
+/// The cgroup below `top` (breadth first) whose path names container
+/// `id`, as [`clues_from_cgroup`] reads kubelet's and the runtimes' names.
+fn find_container(top: &Path, id: &ContainerId) -> Option<PathBuf> {
+    let mut pending = std::collections::VecDeque::from([top.to_path_buf()]);
+    let mut read = 0;
+    while let Some(dir) = pending.pop_front() {
+        read += 1;
+        if read > CONTAINER_SEARCH_MAX {
+            return None;
+        }
+        for child in child_cgroups(&dir) {
+            let named = child.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains(id.as_str()));
+            if named {
+                let relative = child.strip_prefix(top).ok()?.to_string_lossy().into_owned();
+                if clues_from_cgroup(&format!("/{relative}")).1.as_ref() == Some(id) {
+                    return Some(child);
+                }
+            }
+            pending.push_back(child);
+        }
+    }
+    None
+}
+
 /// The cgroups right below `dir`, in name order; none once it is removed.
 fn child_cgroups(dir: &Path) -> Vec<PathBuf> {
     let mut children: Vec<PathBuf> = fs::read_dir(dir)
@@ -162,6 +272,97 @@ mod tests {
             let fits = m.fstype == fstype && option.is_none_or(|o| m.super_options.split(',').any(|x| x == o));
             fits.then(|| PathBuf::from(OsStr::from_bytes(&m.mount_point)))
         })
+    }
+
+    /// A container's cgroup below `root` (a hierarchy's mount), found by
+    /// its id below a pod's (kubelet's cgroupfs driver's names), with its
+    /// init (a child of this test: its parent is outside) and the init's
+    /// own child; a container with no cgroup is none.
+    fn container_found_by_its_id_below(node: &mut RealNode, root: &Path, salt: u8) {
+        // Both versions' tests run at once in this process: ids of their own.
+        let id = ContainerId::parse(&format!("{salt:056x}{:08x}", std::process::id())).unwrap();
+        let pod = "pod5f1c2a9e-0000-4000-8000-000000000001";
+        let top = root.join(format!("podstuck-test-{}-{salt}", std::process::id()));
+        let dir = top.join("kubepods/besteffort").join(pod).join(id.as_str());
+        let _dirs = CgroupDirs::create(&dir);
+        let init = Process::spawn(Command::new("sh").args(["-c", "sleep 30 & wait"]));
+        fs::write(dir.join("cgroup.procs"), init.pid().to_string()).unwrap();
+        // Its child once it runs sleep (forked, it is sh until its exec).
+        let child = poll_until("sh's child, sleeping", WAIT, || {
+            let children = fs::read_to_string(format!("/proc/{0}/task/{0}/children", init.pid())).ok()?;
+            let child = children.split_whitespace().next()?.parse::<u32>().ok()?;
+            (fs::read_to_string(format!("/proc/{child}/comm")).ok()?.trim() == "sleep").then_some(child)
+        });
+        // Forked before the move, the child moves too: a container's are there from the start.
+        fs::write(dir.join("cgroup.procs"), child.to_string()).unwrap();
+        // SAFETY: plain kill(2) of this test's grandchild, pass or fail, so the cgroup empties.
+        let _end = scopeguard_kill(child);
+
+        let found = node.container_processes(&id).unwrap().expect("the container's cgroup");
+        assert_eq!(found.dir, b(&dir).to_vec());
+        let of = |pid: u32| found.processes.iter().find(|p| p.pid == pid).cloned().expect("listed");
+        let (sh, sleep) = (of(init.pid()), of(child));
+        assert!(sh.parent_outside && !sleep.parent_outside, "{found:?}");
+        assert_eq!(sleep.ppid, init.pid());
+        assert_eq!(sh.argv, ["sh", "-c", "sleep 30 & wait"]);
+        assert_eq!(sleep.argv, ["sleep", "30"]);
+        let age = SystemTime::now().duration_since(sh.started).unwrap();
+        assert!(age < Duration::from_secs(60), "started on the wall clock: {age:?} ago");
+        assert_eq!(found.processes[0].pid, init.pid(), "oldest first");
+
+        let other = ContainerId::parse(&"ab".repeat(32)).unwrap();
+        assert_eq!(node.container_processes(&other).unwrap(), None);
+    }
+
+    /// Kills process `pid` when dropped.
+    fn scopeguard_kill(pid: u32) -> impl Drop {
+        struct Kill(u32);
+        impl Drop for Kill {
+            fn drop(&mut self) {
+                // SAFETY: plain kill(2) of a process the test made.
+                unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+            }
+        }
+        Kill(pid)
+    }
+
+    #[test]
+    fn a_containers_cgroup_is_found_by_its_id_on_cgroup_v2() {
+        if !is_root() {
+            return;
+        }
+        let mut node = RealNode::new(Node::direct());
+        let Some(root) = cgroup_mount(&mut node, "cgroup2", None) else {
+            return missing(&this_test(), "a cgroup2 mount", "run on a cgroup v2 node");
+        };
+        container_found_by_its_id_below(&mut node, &root, 2);
+    }
+
+    /// On a v1 hierarchy (the freezer's, mounted here when the node has
+    /// none), where the v2 tree has no such container.
+    #[test]
+    fn a_containers_cgroup_is_found_by_its_id_on_cgroup_v1() {
+        if !is_root() {
+            return;
+        }
+        let mut node = RealNode::new(Node::direct());
+        let mut own = None;
+        let root = match cgroup_mount(&mut node, "cgroup", Some("freezer")) {
+            Some(root) => root,
+            None => {
+                let dir = TempDir::new("freezer-v1-container");
+                if let Err(e) = mount(Some("podstuck-test"), &dir.0, Some("cgroup"), MsFlags::empty(), Some("freezer"))
+                {
+                    return missing(
+                        &this_test(),
+                        &format!("a cgroup v1 hierarchy (none mounted, and mounting the freezer's failed: {e})"),
+                        "run it on a cgroup v1 or hybrid node",
+                    );
+                }
+                own.insert(OwnHierarchy(dir)).0 .0.clone()
+            }
+        };
+        container_found_by_its_id_below(&mut node, &root, 1);
     }
 
     #[test]
@@ -296,6 +497,10 @@ mod tests {
         }
         assert_eq!(node.cgroup(b(&pod)).unwrap().frozen, Some(false));
         fs::write(ctr_f.join("freezer.state"), "FROZEN").unwrap();
+        // FREEZING reads as frozen too: the levels below want it done.
+        poll_until("the freezer to say FROZEN", WAIT, || {
+            (fs::read_to_string(ctr_f.join("freezer.state")).ok()?.trim() == "FROZEN").then_some(())
+        });
         let frozen = poll_until("the memory twin to read FROZEN", WAIT, || {
             node.cgroup(b(&ctr)).ok().filter(|s| s.frozen == Some(true))
         });

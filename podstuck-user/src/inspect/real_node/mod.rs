@@ -83,6 +83,9 @@ pub struct RealNode {
     proc_root: PathBuf,
     /// Where the runtimes say whose a container is (a holder's pod name).
     runtimes: RuntimeState,
+    /// Container cgroups found by id ([`cgroupfs`]), searched for again
+    /// once gone.
+    container_dirs: HashMap<crate::pod::ContainerId, PathBuf>,
     /// podstuck's own container's mount namespace, when it runs in one:
     /// its processes are never holders.
     podstuck_mntns: Option<u64>,
@@ -116,6 +119,7 @@ impl RealNode {
             node,
             proc_root,
             runtimes: RuntimeState::of_this_node(node),
+            container_dirs: HashMap::new(),
             podstuck_mntns: node.podstuck_mntns(),
             deadline: DEFAULT_DEADLINE,
             max_stuck_workers: DEFAULT_MAX_STUCK_WORKERS,
@@ -237,6 +241,11 @@ impl NodeInspector for RealNode {
 
     fn device_mapper(&mut self, major: u32, minor: u32) -> Probe<Option<crate::inspect::MapperDevice>> {
         let read = self.mapper_device(major, minor);
+        self.counted(read)
+    }
+
+    fn container_processes(&mut self, id: &crate::pod::ContainerId) -> Probe<Option<crate::inspect::ContainerCgroup>> {
+        let read = self.container_cgroup(id);
         self.counted(read)
     }
 

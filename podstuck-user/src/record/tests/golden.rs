@@ -191,11 +191,9 @@ fn every_question() -> Vec<Question> {
         Question::PidNamespaceInit { pid: 4, answer: vec![] },
         Question::FuseWaiting { connection: 48, answer: Ok(1) },
         Question::FuseWaiting { connection: 49, answer: Err(unreadable()) },
-        Question::LoopDevices { answer: vec![golden_loop()] },
-        Question::LoopDevices { answer: vec![] },
-        Question::DeviceMapper { major: 254, minor: 3, answer: Ok(Some(golden_mapper())) },
-        Question::DeviceMapper { major: 8, minor: 0, answer: Ok(None) },
-        Question::DeviceMapper { major: 254, minor: 4, answer: Err(unreadable()) },
+    ]);
+    asked.extend(device_and_container_questions());
+    asked.extend([
         // A zombie leader and its thread in D: a process still there.
         Question::Process {
             pid: 3,
@@ -244,6 +242,44 @@ fn golden_loop() -> LoopDevice {
             openers: vec![opener(12, b"/dev/dm-0", None)],
         }],
         openers: vec![opener(13, b"/dev/loop7", Some(owner()))],
+    }
+}
+
+/// Loop devices, device-mapper maps; a container found with its
+/// processes, one not found, one unread.
+fn device_and_container_questions() -> Vec<Question> {
+    vec![
+        Question::LoopDevices { answer: vec![golden_loop()] },
+        Question::LoopDevices { answer: vec![] },
+        Question::DeviceMapper { major: 254, minor: 3, answer: Ok(Some(golden_mapper())) },
+        Question::DeviceMapper { major: 8, minor: 0, answer: Ok(None) },
+        Question::DeviceMapper { major: 254, minor: 4, answer: Err(unreadable()) },
+        Question::ContainerProcesses { id: golden_container(), answer: Ok(Some(golden_container_cgroup())) },
+        Question::ContainerProcesses { id: golden_container(), answer: Ok(None) },
+        Question::ContainerProcesses { id: golden_container(), answer: Err(unreadable()) },
+    ]
+}
+
+/// A container id, as containerd writes it.
+fn golden_container() -> ContainerId {
+    ContainerId::parse(&"4b".repeat(32)).unwrap()
+}
+
+/// A container's init and a preStop hook the runtime exec'd into it.
+fn golden_container_cgroup() -> crate::inspect::ContainerCgroup {
+    let process = |pid: u32, ppid: u32, start: u64, argv: &[&str]| crate::inspect::ContainerProcess {
+        pid,
+        start,
+        started: std::time::UNIX_EPOCH + Duration::from_millis(1_780_000_000_000 + start * 10),
+        ppid,
+        comm: argv[0].into(),
+        state: 'S',
+        parent_outside: ppid == 50,
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+    };
+    crate::inspect::ContainerCgroup {
+        dir: format!("/sys/fs/cgroup/kubepods/pod{}/{}", POD, "4b".repeat(32)).into_bytes(),
+        processes: vec![process(700, 50, 4000, &["nginx"]), process(900, 50, 9000, &["sh", "-c", "sleep 3600"])],
     }
 }
 

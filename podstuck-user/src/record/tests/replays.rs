@@ -286,6 +286,7 @@ fn a_removal_storm_of_two_processes_replays_the_same() {
 /// replay to what the live run told.
 #[test]
 fn lifecycle_events_and_the_closing_review_replay_to_the_same_findings() {
+    use crate::diagnose::pod_shutdown::{PodShutdown, ShutdownContainer};
     use crate::identify::LifecycleIdentity;
     use crate::lifecycle::{CniRun, Lifecycle, LifecycleEvent, SignalResult, SignalSent};
     let mut header = header();
@@ -362,9 +363,11 @@ fn lifecycle_events_and_the_closing_review_replay_to_the_same_findings() {
             diagnoser.closing();
         }
         // The API's grace period for the pod, as watch --pod NS/NAME joins it.
-        let ends = BTreeMap::from([(pod(), t(60.0))]);
-        diagnoser.grace_ends(&ends);
-        recorder.grace_ends(&ends);
+        let app = ShutdownContainer::new("app", None, false, true).with_prestop(&["sleep".into(), "60".into()]);
+        let shutdown = PodShutdown { grace_ends: t(60.0), deleted_at: Some(t(0.0)), containers: vec![app] };
+        let ends = BTreeMap::from([(pod(), shutdown)]);
+        diagnoser.shutdowns(&ends);
+        recorder.shutdowns(&ends);
         let mut recording = RecordingNode::new(&mut node);
         let reports = diagnoser.review(&mut Review { now: t(at), in_flight: &[], node: &mut recording });
         recorder.add_review(t(at), &[], &[], recording.into_asked(), &reports, closing).unwrap();
@@ -380,4 +383,22 @@ fn lifecycle_events_and_the_closing_review_replay_to_the_same_findings() {
     let silent: Vec<_> = live.iter().filter(|r| r.finding().kind == Kind::NoTeardownSeen).collect();
     assert!(matches!(&silent[..], [r] if r.finding().pod_uid.as_ref() == Some(&quiet)), "{silent:?}");
     assert_eq!(replay_findings(&bytes[..]).unwrap(), live);
+}
+
+/// A review of a record made before podstuck read the containers' hooks
+/// holds the grace periods' ends alone: they are read as shutdowns
+/// without containers; a newer review's shutdowns win over its ends.
+#[test]
+fn an_older_records_grace_ends_are_read_as_shutdowns() {
+    use crate::record::wire::{shutdowns_of, WireShutdown};
+    let old = shutdowns_of(BTreeMap::new(), BTreeMap::from([(pod(), wire::nanos(t(60.0)))]));
+    assert_eq!(old[&pod()].grace_ends, t(60.0));
+    assert!(old[&pod()].deleted_at.is_none() && old[&pod()].containers.is_empty());
+    let app = crate::diagnose::pod_shutdown::ShutdownContainer::new("app", None, false, true);
+    let shutdown = PodShutdown { grace_ends: t(90.0), deleted_at: Some(t(30.0)), containers: vec![app] };
+    let new = shutdowns_of(
+        BTreeMap::from([(pod(), WireShutdown::of(&shutdown))]),
+        BTreeMap::from([(pod(), wire::nanos(t(90.0)))]),
+    );
+    assert_eq!(new[&pod()], shutdown);
 }

@@ -7,14 +7,15 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::containers::WireContainerCgroup;
 use super::{at_most, Bytes};
 use crate::event::ProcessStart;
 use crate::identify::owner::Owner;
 use crate::identify::pod::PodUid;
 use crate::inspect::{
-    BlockHolder, CgroupState, DeviceOpener, DirSample, EntryEstimate, FileFacts, FreezerLevel, FsUsage, HoldKind,
-    InodeFlags, LoopDevice, MapperDevice, MapperTarget, Mount, MountCopy, MountElsewhere, MountHolder, MountNamespace,
-    Probe, ProcessState, TaskState, Unreadable,
+    BlockHolder, CgroupState, ContainerCgroup, DeviceOpener, DirSample, EntryEstimate, FileFacts, FreezerLevel,
+    FsUsage, HoldKind, InodeFlags, LoopDevice, MapperDevice, MapperTarget, Mount, MountCopy, MountElsewhere,
+    MountHolder, MountNamespace, Probe, ProcessState, TaskState, Unreadable,
 };
 
 /// A live value as a record keeps it: its wire shape, and back.
@@ -81,8 +82,20 @@ recorded_through!(
     TaskState => WireTask,
     LoopDevice => WireLoopDevice,
     MapperDevice => WireMapperDevice,
+    ContainerCgroup => WireContainerCgroup,
     ProcessState => WireProcess
 );
+
+/// A container id, as the runtimes write it (validated when read back).
+impl Recorded for crate::pod::ContainerId {
+    type Wire = crate::pod::ContainerId;
+    fn to_wire(&self) -> crate::pod::ContainerId {
+        self.clone()
+    }
+    fn from_wire(wire: crate::pod::ContainerId) -> Result<crate::pod::ContainerId, String> {
+        Ok(wire)
+    }
+}
 
 /// A count as the record keeps it: 64 bits on any machine.
 impl Recorded for usize {

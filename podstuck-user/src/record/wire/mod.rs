@@ -12,6 +12,7 @@
 
 mod answers;
 mod calls;
+mod containers;
 mod questions;
 
 use std::borrow::Cow;
@@ -22,8 +23,10 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::diagnose::pod_shutdown::{PodShutdown, ShutdownContainer, CONTAINERS_KEPT};
 use crate::diagnose::CountedCalls;
 use crate::identify::pod::PodUid;
+use crate::pod::ContainerId;
 use crate::run::RunTotals;
 
 pub use answers::Recorded;
@@ -303,6 +306,82 @@ pub struct WireReview<'a> {
     /// review (absent without `--pod NS/NAME`, and before podstuck 0.2).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub grace_ends: BTreeMap<PodUid, u64>,
+    /// The deleted pods' shutdowns, as the API said them (absent before
+    /// podstuck read the containers' hooks and roles: then `grace_ends`
+    /// alone, which is written beside for the podstucks of then).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shutdowns: BTreeMap<PodUid, WireShutdown>,
+}
+
+/// A deleted pod's shutdown, as a record keeps it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireShutdown {
+    grace_ends: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deleted_at: Option<u64>,
+    #[serde(deserialize_with = "at_most")]
+    containers: Vec<WireShutdownContainer>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WireShutdownContainer {
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<ContainerId>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    sidecar: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    prestop: Option<Vec<String>>,
+    running: bool,
+}
+
+impl WireShutdown {
+    pub fn of(s: &PodShutdown) -> WireShutdown {
+        let PodShutdown { grace_ends, deleted_at, containers } = s;
+        let containers = containers
+            .iter()
+            .map(|c| {
+                let ShutdownContainer { name, id, sidecar, prestop, running } = c;
+                WireShutdownContainer {
+                    name: name.clone(),
+                    id: id.clone(),
+                    sidecar: *sidecar,
+                    prestop: prestop.clone(),
+                    running: *running,
+                }
+            })
+            .collect();
+        WireShutdown { grace_ends: nanos(*grace_ends), deleted_at: deleted_at.map(nanos), containers }
+    }
+
+    fn into_shutdown(self) -> PodShutdown {
+        let containers = self
+            .containers
+            .into_iter()
+            .take(CONTAINERS_KEPT)
+            .map(|c| {
+                let container = ShutdownContainer::new(&c.name, c.id, c.sidecar, c.running);
+                match &c.prestop {
+                    Some(command) => container.with_prestop(command),
+                    None => container,
+                }
+            })
+            .collect();
+        PodShutdown { grace_ends: time(self.grace_ends), deleted_at: self.deleted_at.map(time), containers }
+    }
+}
+
+/// The shutdowns a review's entry holds: its own, else (a record of an
+/// older podstuck) the grace periods' ends alone.
+pub fn shutdowns_of(
+    shutdowns: BTreeMap<PodUid, WireShutdown>,
+    grace_ends: BTreeMap<PodUid, u64>,
+) -> BTreeMap<PodUid, PodShutdown> {
+    if !shutdowns.is_empty() {
+        return shutdowns.into_iter().map(|(pod, s)| (pod, s.into_shutdown())).collect();
+    }
+    let alone = |end| PodShutdown { grace_ends: time(end), deleted_at: None, containers: Vec::new() };
+    grace_ends.into_iter().map(|(pod, end)| (pod, alone(end))).collect()
 }
 
 #[derive(Debug, Serialize, Deserialize)]
