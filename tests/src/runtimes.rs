@@ -1039,6 +1039,12 @@ disabled_plugins = [
         self.cli.run(COMMAND_TIMEOUT, args)
     }
 
+    /// `ctr ... ARGS` to spawn, ended by `timeout` after `limit` at most:
+    /// a command that runs on (`ctr task exec` of a process that waits).
+    pub fn ctr_command(&self, limit: Duration, args: &[&str]) -> Command {
+        self.cli.command(limit, args)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

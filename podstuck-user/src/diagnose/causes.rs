@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use super::{
     block_volume_held, cgroup_busy, csi_plugin_gone, dir_not_empty, disk_full, hung_call, immutable_file, mount_held,
-    no_teardown_seen, not_mounted, removal_storm, sandbox_teardown_failing, sigterm_ignored, subpath_left,
-    unkillable_task, volume_device_lost, volume_still_mounted,
+    no_teardown_seen, not_mounted, prestop_hook_running, removal_storm, sandbox_teardown_failing, sigterm_ignored,
+    subpath_left, unkillable_task, volume_device_lost, volume_still_mounted,
 };
 use super::{Detector, DiagnoseOptions};
 
@@ -162,6 +162,15 @@ causes! {
     /// P13: a container's main process got SIGTERM and did not exit.
     SigtermIgnored = "sigterm-ignored", "P13", "a container's process did not exit on SIGTERM",
         made!(|_| sigterm_ignored::SigtermIgnored::default());
+    /// P19: a container's preStop hook runs, and kubelet sends it SIGTERM
+    /// only once the hook ends.
+    PrestopHookRunning = "prestop-hook-running", "P19",
+        "a container's preStop hook ran before its SIGTERM",
+        made!(|_| prestop_hook_running::PrestopHookRunning::default());
+    /// P19: a sidecar not yet signalled, as kubelet stops sidecars only
+    /// after the main containers.
+    SidecarWaiting = "sidecar-waiting", "P19", "a sidecar waited for the main containers to end",
+        DetectorOf(Kind::PrestopHookRunning);
     /// P14: SIGKILL sent, and the task is still there.
     UnkillableTask = "unkillable-task", "P14", "a task outlived its SIGKILL",
         made!(|_| unkillable_task::UnkillableTask::default());
@@ -208,6 +217,6 @@ mod tests {
                 assert!(matches!(other.told_by(), ToldBy::Own(_)), "{kind:?} is told by {other:?}, which has none");
             }
         }
-        assert_eq!(detectors(&DiagnoseOptions::default()).len(), 17);
+        assert_eq!(detectors(&DiagnoseOptions::default()).len(), 18);
     }
 }

@@ -24,6 +24,7 @@ pub mod mount_held;
 pub mod no_teardown_seen;
 pub mod not_mounted;
 pub mod pod_shutdown;
+pub mod prestop_hook_running;
 pub mod removal_storm;
 pub mod rhythm;
 pub mod route;

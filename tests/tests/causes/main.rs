@@ -65,6 +65,7 @@ mod mount_held;
 mod no_cause;
 mod no_teardown_seen;
 mod not_mounted;
+mod prestop_hook_running;
 mod removal_storm;
 mod sandbox_teardown_failing;
 mod sigterm_ignored;
