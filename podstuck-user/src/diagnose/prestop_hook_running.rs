@@ -18,7 +18,14 @@
 //! to the pod's processes. The hook is told confirmed when its command
 //! line is the hook's command of the spec, likely when it is an exec
 //! since the deletion whose command differs (a `kubectl exec` at that
-//! moment looks the same to the kernel). A pod can make a process of its
+//! moment looks the same to the kernel). A hook can also return and
+//! still hold kubelet: what it started in the background keeps the exec's
+//! stdout, and the runtime reports the exec done only once every writer
+//! has closed it (containerd #7832; for ever unless
+//! `drain_exec_sync_io_timeout` is set): a process started since the
+//! deletion whose stdio is a pipe the runtime (the container init's
+//! parent) has open and the init does not hold, told likely, its kill the
+//! fix. A pod can make a process of its
 //! own look exec'd (a double fork in a pod with the host's PID
 //! namespace reparents to the runtime's shim): the finding and its kill
 //! then concern that pod's own container and no other.
@@ -85,6 +92,12 @@ pub enum Verdict {
         /// Its command line is the spec's hook command.
         as_the_spec_says: bool,
     },
+    /// The hook has returned, but processes it left hold its output open:
+    /// the runtime waits for them before it reports the hook done.
+    HookOutputHeld {
+        /// The holders, oldest first, at most [`TREE_MAX`].
+        holders: Vec<ContainerProcess>,
+    },
     /// A sidecar not signalled while main containers still run.
     SidecarWaiting {
         /// Its oldest process (the one the runtime started).
@@ -99,6 +112,8 @@ pub enum Verdict {
 pub enum Holding {
     /// Its preStop hook runs (this process).
     Hook(u32),
+    /// Its preStop hook returned, and this process holds its output.
+    HookOutput(u32),
     /// It got SIGTERM then and runs on.
     SigtermAt(SystemTime),
     /// It runs, and no SIGTERM to it was seen.
@@ -175,8 +190,27 @@ impl PrestopHookRunning {
             .filter(|p| p.parent_outside && p.pid != init.pid && p.started >= since && !matches!(p.state, 'Z' | 'X'))
             .collect();
         let spec = execs.iter().find(|p| &p.argv == hook);
-        let root = spec.or(execs.first())?;
-        Some(Verdict::HookRunning { tree: tree_of(cgroup, root), as_the_spec_says: spec.is_some() })
+        match spec.or(execs.first()) {
+            Some(root) => Some(Verdict::HookRunning { tree: tree_of(cgroup, root), as_the_spec_says: spec.is_some() }),
+            None => Self::judge_output(cgroup, init, since),
+        }
+    }
+
+    /// The hook has returned, but what it left in the background holds
+    /// its output: processes started since the deletion whose stdio is a
+    /// pipe the runtime copies from and the container's init does not
+    /// hold (an exec's own, not the container's).
+    fn judge_output(cgroup: &ContainerCgroup, init: &ContainerProcess, since: SystemTime) -> Option<Verdict> {
+        let execs_pipe = |pipe: &(u64, u64)| cgroup.runtime_pipes.contains(pipe) && !init.stdio_pipes.contains(pipe);
+        let holders: Vec<ContainerProcess> = cgroup
+            .processes
+            .iter()
+            .filter(|p| p.pid != init.pid && p.started >= since && !matches!(p.state, 'Z' | 'X'))
+            .filter(|p| p.stdio_pipes.iter().any(execs_pipe))
+            .take(TREE_MAX)
+            .cloned()
+            .collect();
+        (!holders.is_empty()).then_some(Verdict::HookOutputHeld { holders })
     }
 
     /// A sidecar not signalled, while main containers of its pod run.
@@ -210,6 +244,7 @@ impl PrestopHookRunning {
             let verdict = self.judge_hook(&shutdown, c, &cgroup);
             let holding = match (&verdict, init_of(&cgroup)) {
                 (Some(Verdict::HookRunning { tree, .. }), _) => Some(Holding::Hook(tree[0].pid)),
+                (Some(Verdict::HookOutputHeld { holders }), _) => Some(Holding::HookOutput(holders[0].pid)),
                 (_, Some(init)) => Some(self.sigterm_of(init).map_or(Holding::Running, Holding::SigtermAt)),
                 (_, None) => None,
             };
@@ -225,7 +260,9 @@ impl PrestopHookRunning {
     fn tell(&self, pod: &PodUid, c: &ShutdownContainer, verdict: &Verdict, now: SystemTime) -> Finding {
         let shutdown = &self.shutdowns[pod];
         let (kind, first) = match verdict {
-            Verdict::HookRunning { tree, .. } => (Kind::PrestopHookRunning, tree[0].started),
+            Verdict::HookRunning { tree: first, .. } | Verdict::HookOutputHeld { holders: first } => {
+                (Kind::PrestopHookRunning, first[0].started)
+            }
             Verdict::SidecarWaiting { .. } => (Kind::SidecarWaiting, shutdown.deleted_at.unwrap_or(now)),
         };
         let mut f = Finding::new(kind, &format!("{pod}/{}", c.name), Severity::Info, first);
@@ -262,6 +299,7 @@ impl PrestopHookRunning {
                     shutdown.containers.iter().filter(|s| s.sidecar && s.running).map(|s| s.name.as_str()).collect();
                 Self::tell_hook(&mut f, (c, &sidecars), tree, *as_the_spec_says, &grace_words, now)
             }
+            Verdict::HookOutputHeld { holders } => Self::tell_output(&mut f, c, holders, &grace_words, now),
             Verdict::SidecarWaiting { init, waits_for } => self.tell_sidecar(&mut f, c, init, waits_for, now),
         }
         f
@@ -329,6 +367,48 @@ impl PrestopHookRunning {
         f.advice.push("for good: bound the hook (a timeout in its command), or give the pod the terminationGracePeriodSeconds the hook needs; kubelet lets a hook run at most the grace period".into());
     }
 
+    fn tell_output(
+        f: &mut Finding,
+        c: &ShutdownContainer,
+        holders: &[ContainerProcess],
+        grace_words: &str,
+        now: SystemTime,
+    ) {
+        let first = &holders[0];
+        let held = now.duration_since(first.started).unwrap_or_default();
+        f.severity = if held >= HOOK_LONG { Severity::Warning } else { Severity::Info };
+        f.confidence = Confidence::Likely;
+        f.detail("pid", first.pid);
+        f.detail("start", first.start);
+        f.detail("hook_command", c.prestop.clone().unwrap_or_default());
+        for p in holders {
+            f.evidence(
+                format!("/proc/{}/fd", p.pid),
+                format!(
+                    "{} (pid {}), started {} ago since the deletion, {}: its stdio is a pipe the runtime (pid {}'s parent) reads and the container's init does not hold; its command line: {}",
+                    p.comm,
+                    p.pid,
+                    human_duration(now.duration_since(p.started).unwrap_or_default()),
+                    state_words(p.state),
+                    first.ppid,
+                    p.argv.join(" ")
+                ),
+            );
+        }
+        f.summary = format!(
+            "Container {} has not been sent SIGTERM: no exec of its preStop hook runs any more, but {} (pid {}), started since the deletion, still holds an exec's output open (what a hook that starts something in the background leaves), and the runtime waits for every writer to close it before it reports the exec done (containerd waits for ever unless drain_exec_sync_io_timeout is set); kubelet waits on the hook for up to the rest {grace_words}.",
+            c.name, first.comm, first.pid
+        );
+        let kills: Option<Vec<String>> =
+            holders.iter().map(|p| kill_if_same("KILL", p.pid, Some(ProcessStart(p.start)))).collect();
+        f.fix = kills.map(one_after_another).unwrap_or_default();
+        f.advice.push(format!(
+            "the kill closes the hook's output: the runtime reports the hook done, and kubelet sends {} SIGTERM with what is left of the grace period",
+            c.name
+        ));
+        f.advice.push("for good: a hook that starts something in the background closes its output for it (`cmd >/dev/null 2>&1 &`); containerd's `drain_exec_sync_io_timeout` (its CRI plugin's configuration) bounds the wait".into());
+    }
+
     fn tell_sidecar(
         &self,
         f: &mut Finding,
@@ -354,6 +434,7 @@ impl PrestopHookRunning {
             .iter()
             .map(|(name, holding)| match holding {
                 Holding::Hook(pid) => format!("{name}, whose preStop hook runs (pid {pid})"),
+                Holding::HookOutput(pid) => format!("{name}, whose preStop hook's output pid {pid} holds open"),
                 Holding::SigtermAt(at) => format!(
                     "{name}, which got SIGTERM {} ago",
                     human_duration(now.duration_since(*at).unwrap_or_default())
@@ -365,6 +446,9 @@ impl PrestopHookRunning {
             .iter()
             .map(|(name, holding)| match holding {
                 Holding::Hook(pid) => serde_json::json!({"container": name, "holding": "prestop-hook", "pid": pid}),
+                Holding::HookOutput(pid) => {
+                    serde_json::json!({"container": name, "holding": "prestop-hook-output", "pid": pid})
+                }
                 Holding::SigtermAt(_) => serde_json::json!({"container": name, "holding": "sigterm"}),
                 Holding::Running => serde_json::json!({"container": name, "holding": "running"}),
             })
@@ -474,12 +558,13 @@ mod tests {
             comm: argv.first().map_or("?", |a| a.rsplit('/').next().unwrap()).to_string(),
             state: 'S',
             parent_outside: outside,
+            stdio_pipes: vec![],
             argv: argv.iter().map(|a| a.to_string()).collect(),
         }
     }
 
     fn cgroup(processes: Vec<ContainerProcess>) -> ContainerCgroup {
-        ContainerCgroup { dir: b"/sys/fs/cgroup/kubepods/pod/c".to_vec(), processes }
+        ContainerCgroup { dir: b"/sys/fs/cgroup/kubepods/pod/c".to_vec(), processes, runtime_pipes: vec![] }
     }
 
     /// Deleted at 0 s with a 300 s grace period: `app` (a preStop exec
@@ -613,6 +698,37 @@ mod tests {
         sigterm(&mut d, 50.0, 800, 40_000);
         let told = review(&mut d, &mut node(None), 62.0);
         assert!(of(&told, Kind::SidecarWaiting).iter().all(|f| f.status == Status::Resolved), "{told:#?}");
+    }
+
+    /// The hook returned, and the sleep it left in the background (now a
+    /// child of the container's init) holds the exec's pipe the runtime
+    /// reads: named, with its kill; a child holding only the init's own
+    /// output, or one from before the deletion, is nothing.
+    #[test]
+    fn a_process_the_hook_left_holding_its_output_keeps_the_hook_from_ending() {
+        let with = |pipe: (u64, u64), at: f64| {
+            let mut node = node(None);
+            let app = &mut node.containers.iter_mut().find(|(c, _)| *c == id(1)).unwrap().1;
+            app.processes[0].stdio_pipes = vec![(9, 1)];
+            let mut orphan = process(901, 700, false, at, &["sleep", "3600"]);
+            orphan.stdio_pipes = vec![(9, 1), pipe];
+            app.processes.push(orphan);
+            app.runtime_pipes = vec![(9, 1), (9, 2)];
+            let mut d = PrestopHookRunning::default();
+            d.shutdowns(&shutdown());
+            review(&mut d, &mut node, 61.0)
+        };
+        let told = with((9, 2), 1.0);
+        let f = of(&told, Kind::PrestopHookRunning)[0];
+        assert_eq!(f.details["pid"], 901);
+        assert_eq!(f.confidence, Confidence::Likely);
+        assert!(f.summary.contains("still holds an exec's output open"), "{}", f.summary);
+        assert_eq!(f.fix, kill_if_same("KILL", 901, Some(ProcessStart(100_100))).unwrap());
+        let sidecar = &of(&told, Kind::SidecarWaiting)[0].summary;
+        assert!(sidecar.contains("app, whose preStop hook's output pid 901 holds open"), "{sidecar}");
+        assert!(of(&with((9, 1), 1.0), Kind::PrestopHookRunning).is_empty(), "the init's own output");
+        assert!(of(&with((9, 3), 1.0), Kind::PrestopHookRunning).is_empty(), "no pipe of the runtime's");
+        assert!(of(&with((9, 2), -30.0), Kind::PrestopHookRunning).is_empty(), "from before the deletion");
     }
 
     /// The pod's own process, started by its init after the deletion with

@@ -427,7 +427,16 @@ pub struct ContainerCgroup {
     /// Its processes (its `cgroup.procs` and its children's), oldest
     /// first, at most [`CONTAINER_PROCESSES_KEPT`].
     pub processes: Vec<ContainerProcess>,
+    /// The pipes and FIFOs the runtime process that started the
+    /// container's init (its parent: the shim, conmon) has open, as
+    /// (device, inode), at most [`RUNTIME_PIPES_KEPT`]: the other ends of
+    /// the container's and its execs' stdio, which the runtime copies
+    /// until every writer has closed them.
+    pub runtime_pipes: Vec<(u64, u64)>,
 }
+
+/// Pipes kept of a container's runtime process.
+pub const RUNTIME_PIPES_KEPT: usize = 256;
 
 /// Processes kept of one container.
 pub const CONTAINER_PROCESSES_KEPT: usize = 64;
@@ -451,6 +460,9 @@ pub struct ContainerProcess {
     /// runc started it (an exec), or the container's init (its parent is
     /// the shim).
     pub parent_outside: bool,
+    /// The pipes and FIFOs its stdin, stdout and stderr are (device,
+    /// inode, as `stat` of `/proc/<pid>/fd/N` says without opening them).
+    pub stdio_pipes: Vec<(u64, u64)>,
     /// Its command line (`/proc/<pid>/cmdline`), words cut to
     /// [`ARGV_WORD_MAX`], at most [`ARGV_KEPT`]: the process's own claim.
     pub argv: Vec<String>,

@@ -292,9 +292,15 @@ fn answer_bytes(question: &str, asked: &Question) -> usize {
         Question::ContainerProcesses { answer, .. } => probe(answer, |c| {
             c.as_ref().map_or(0, |c| {
                 c.dir.len()
+                    + 16 * c.runtime_pipes.len()
                     + c.processes
                         .iter()
-                        .map(|p| size_of::<crate::inspect::ContainerProcess>() + p.comm.len() + strings(&p.argv))
+                        .map(|p| {
+                            size_of::<crate::inspect::ContainerProcess>()
+                                + p.comm.len()
+                                + strings(&p.argv)
+                                + 16 * p.stdio_pipes.len()
+                        })
                         .sum::<usize>()
             })
         }),

@@ -8,6 +8,7 @@
 
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -17,7 +18,7 @@ use crate::identify::process::parse_stat;
 use crate::inspect::mounts::freezer_twin;
 use crate::inspect::{
     CgroupState, ContainerCgroup, ContainerProcess, FreezerLevel, Probe, Unreadable, ARGV_KEPT, ARGV_WORD_MAX,
-    CONTAINER_PROCESSES_KEPT,
+    CONTAINER_PROCESSES_KEPT, RUNTIME_PIPES_KEPT,
 };
 use crate::pod::{clues_from_cgroup, ContainerId};
 use crate::words::io_words as words;
@@ -177,14 +178,38 @@ impl RealNode {
                     comm: stat.comm,
                     state: stat.state,
                     parent_outside: pids.binary_search(&ppid).is_err(),
+                    stdio_pipes: (0..3).filter_map(|fd| self.pipe_at(*pid, fd)).collect(),
                     argv,
                 })
             })
             .collect();
         processes.sort_by_key(|p| (p.start, p.pid));
         processes.truncate(CONTAINER_PROCESSES_KEPT);
+        // The init: the oldest the runtime started; its parent, the runtime.
+        let runtime = processes.iter().find(|p| p.parent_outside).map(|init| init.ppid);
+        let runtime_pipes = runtime.map(|pid| self.pipes_of(pid)).unwrap_or_default();
         let shown = self.node.shown(&dir);
-        Ok(Some(ContainerCgroup { dir: shown.into_os_string().into_vec(), processes }))
+        Ok(Some(ContainerCgroup { dir: shown.into_os_string().into_vec(), processes, runtime_pipes }))
+    }
+
+    /// The pipe or FIFO file descriptor `fd` of process `pid` is, as
+    /// (device, inode): `stat` follows the /proc link to the file without
+    /// opening it, so a FIFO nobody writes to never blocks the read.
+    fn pipe_at(&self, pid: u32, fd: u32) -> Option<(u64, u64)> {
+        let link = self.proc_file(pid, "fd").join(fd.to_string());
+        let meta = fs::metadata(link).ok()?;
+        meta.file_type().is_fifo().then(|| (meta.dev(), meta.ino()))
+    }
+
+    /// Every pipe and FIFO process `pid` has open, at most [`RUNTIME_PIPES_KEPT`].
+    fn pipes_of(&self, pid: u32) -> Vec<(u64, u64)> {
+        let fds = fs::read_dir(self.proc_file(pid, "fd")).into_iter().flatten().flatten();
+        let fds = fds.filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
+        let mut pipes: Vec<(u64, u64)> = fds.filter_map(|fd| self.pipe_at(pid, fd)).collect();
+        pipes.sort_unstable();
+        pipes.dedup();
+        pipes.truncate(RUNTIME_PIPES_KEPT);
+        pipes
     }
 }
 

@@ -275,11 +275,13 @@ fn golden_container_cgroup() -> crate::inspect::ContainerCgroup {
         comm: argv[0].into(),
         state: 'S',
         parent_outside: ppid == 50,
+        stdio_pipes: vec![(15, 40_000 + u64::from(pid))],
         argv: argv.iter().map(|a| a.to_string()).collect(),
     };
     crate::inspect::ContainerCgroup {
         dir: format!("/sys/fs/cgroup/kubepods/pod{}/{}", POD, "4b".repeat(32)).into_bytes(),
         processes: vec![process(700, 50, 4000, &["nginx"]), process(900, 50, 9000, &["sh", "-c", "sleep 3600"])],
+        runtime_pipes: vec![(15, 40_700), (15, 40_900)],
     }
 }
 

@@ -11,6 +11,8 @@ pub struct WireContainerCgroup {
     dir: Bytes<'static>,
     #[serde(deserialize_with = "at_most")]
     processes: Vec<WireContainerProcess>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "at_most")]
+    runtime_pipes: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -22,16 +24,18 @@ pub struct WireContainerProcess {
     comm: String,
     state: char,
     parent_outside: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "at_most")]
+    stdio_pipes: Vec<(u64, u64)>,
     argv: Vec<String>,
 }
 
 impl From<&ContainerCgroup> for WireContainerCgroup {
     fn from(c: &ContainerCgroup) -> WireContainerCgroup {
-        let ContainerCgroup { dir, processes } = c;
+        let ContainerCgroup { dir, processes, runtime_pipes } = c;
         let processes = processes
             .iter()
             .map(|p| {
-                let ContainerProcess { pid, start, started, ppid, comm, state, parent_outside, argv } = p;
+                let ContainerProcess { pid, start, started, ppid, comm, state, parent_outside, stdio_pipes, argv } = p;
                 WireContainerProcess {
                     pid: *pid,
                     start: *start,
@@ -40,11 +44,12 @@ impl From<&ContainerCgroup> for WireContainerCgroup {
                     comm: comm.clone(),
                     state: *state,
                     parent_outside: *parent_outside,
+                    stdio_pipes: stdio_pipes.clone(),
                     argv: argv.clone(),
                 }
             })
             .collect();
-        WireContainerCgroup { dir: Bytes(dir.clone().into()), processes }
+        WireContainerCgroup { dir: Bytes(dir.clone().into()), processes, runtime_pipes: runtime_pipes.clone() }
     }
 }
 
@@ -61,9 +66,10 @@ impl From<WireContainerCgroup> for ContainerCgroup {
                 comm: p.comm,
                 state: p.state,
                 parent_outside: p.parent_outside,
+                stdio_pipes: p.stdio_pipes,
                 argv: p.argv,
             })
             .collect();
-        ContainerCgroup { dir: w.dir.into_vec(), processes }
+        ContainerCgroup { dir: w.dir.into_vec(), processes, runtime_pipes: w.runtime_pipes }
     }
 }
