@@ -126,6 +126,15 @@ fn init_of(cgroup: &ContainerCgroup) -> Option<&ContainerProcess> {
     cgroup.processes.iter().filter(|p| p.parent_outside).min_by_key(|p| (p.start, p.pid))
 }
 
+/// The start-checked kill of each of `processes`, one after another.
+fn kill_each(processes: &[ContainerProcess]) -> String {
+    let kills: Vec<String> = processes
+        .iter()
+        .map(|p| kill_if_same("KILL", p.pid, Some(ProcessStart(p.start))).unwrap_or_default())
+        .collect();
+    one_after_another(kills)
+}
+
 /// `root` and the processes below it in the container, root first.
 fn tree_of(cgroup: &ContainerCgroup, root: &ContainerProcess) -> Vec<ContainerProcess> {
     let mut tree = vec![root.clone()];
@@ -357,9 +366,7 @@ impl PrestopHookRunning {
             hook.pid,
             human_duration(ran)
         );
-        let kills: Option<Vec<String>> =
-            tree.iter().map(|p| kill_if_same("KILL", p.pid, Some(ProcessStart(p.start)))).collect();
-        f.fix = kills.map(one_after_another).unwrap_or_default();
+        f.fix = kill_each(tree);
         f.advice.push(format!(
             "the kill fails the hook: kubelet records FailedPreStopHook and sends {} SIGTERM at once, with what is left of the grace period (at least 2 s); whatever the hook was to do (drain connections, deregister, flush) is cut short",
             c.name
@@ -385,12 +392,11 @@ impl PrestopHookRunning {
             f.evidence(
                 format!("/proc/{}/fd", p.pid),
                 format!(
-                    "{} (pid {}), started {} ago since the deletion, {}: its stdio is a pipe the runtime (pid {}'s parent) reads and the container's init does not hold; its command line: {}",
+                    "{} (pid {}), started {} ago since the deletion, {}: its stdio is a pipe the runtime (the parent of the container's init) reads and the init does not hold; its command line: {}",
                     p.comm,
                     p.pid,
                     human_duration(now.duration_since(p.started).unwrap_or_default()),
                     state_words(p.state),
-                    first.ppid,
                     p.argv.join(" ")
                 ),
             );
@@ -399,9 +405,7 @@ impl PrestopHookRunning {
             "Container {} has not been sent SIGTERM: no exec of its preStop hook runs any more, but {} (pid {}), started since the deletion, still holds an exec's output open (what a hook that starts something in the background leaves), and the runtime waits for every writer to close it before it reports the exec done (containerd waits for ever unless drain_exec_sync_io_timeout is set); kubelet waits on the hook for up to the rest {grace_words}.",
             c.name, first.comm, first.pid
         );
-        let kills: Option<Vec<String>> =
-            holders.iter().map(|p| kill_if_same("KILL", p.pid, Some(ProcessStart(p.start)))).collect();
-        f.fix = kills.map(one_after_another).unwrap_or_default();
+        f.fix = kill_each(holders);
         f.advice.push(format!(
             "the kill closes the hook's output: the runtime reports the hook done, and kubelet sends {} SIGTERM with what is left of the grace period",
             c.name

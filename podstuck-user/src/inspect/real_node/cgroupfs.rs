@@ -351,6 +351,24 @@ mod tests {
         Kill(pid)
     }
 
+    /// The v1 freezer hierarchy's mount: the node's, else one mounted
+    /// here (kept in `own`, unmounted when it drops). None when there is
+    /// none and none can be mounted: said as a missing prerequisite.
+    fn freezer_v1(node: &mut RealNode, own: &mut Option<OwnHierarchy>) -> Option<PathBuf> {
+        if let Some(root) = cgroup_mount(node, "cgroup", Some("freezer")) {
+            return Some(root);
+        }
+        let dir = TempDir::new("freezer-v1");
+        if let Err(e) = mount(Some("podstuck-test"), &dir.0, Some("cgroup"), MsFlags::empty(), Some("freezer")) {
+            return missing(
+                &this_test(),
+                &format!("a cgroup v1 freezer hierarchy (none mounted, and mounting one failed: {e})"),
+                "run it on a cgroup v1 or hybrid node, where the freezer is a v1 controller",
+            );
+        }
+        Some(own.insert(OwnHierarchy(dir)).0 .0.clone())
+    }
+
     #[test]
     fn a_containers_cgroup_is_found_by_its_id_on_cgroup_v2() {
         if !is_root() {
@@ -372,21 +390,7 @@ mod tests {
         }
         let mut node = RealNode::new(Node::direct());
         let mut own = None;
-        let root = match cgroup_mount(&mut node, "cgroup", Some("freezer")) {
-            Some(root) => root,
-            None => {
-                let dir = TempDir::new("freezer-v1-container");
-                if let Err(e) = mount(Some("podstuck-test"), &dir.0, Some("cgroup"), MsFlags::empty(), Some("freezer"))
-                {
-                    return missing(
-                        &this_test(),
-                        &format!("a cgroup v1 hierarchy (none mounted, and mounting the freezer's failed: {e})"),
-                        "run it on a cgroup v1 or hybrid node",
-                    );
-                }
-                own.insert(OwnHierarchy(dir)).0 .0.clone()
-            }
-        };
+        let Some(root) = freezer_v1(&mut node, &mut own) else { return };
         container_found_by_its_id_below(&mut node, &root, 1);
     }
 
@@ -458,21 +462,7 @@ mod tests {
         }
         let mut node = RealNode::new(Node::direct());
         let mut own = None;
-        let root = match cgroup_mount(&mut node, "cgroup", Some("freezer")) {
-            Some(root) => root,
-            None => {
-                let dir = TempDir::new("freezer-v1");
-                if let Err(e) = mount(Some("podstuck-test"), &dir.0, Some("cgroup"), MsFlags::empty(), Some("freezer"))
-                {
-                    return missing(
-                        &this_test(),
-                        &format!("a cgroup v1 freezer hierarchy (none mounted, and mounting one failed: {e})"),
-                        "run it on a cgroup v1 or hybrid node, where the freezer is a v1 controller",
-                    );
-                }
-                own.insert(OwnHierarchy(dir)).0 .0.clone()
-            }
-        };
+        let Some(root) = freezer_v1(&mut node, &mut own) else { return };
         let cg = root.join(format!("podstuck-test-{}", std::process::id()));
         let _dirs = CgroupDirs::create(&cg);
         let kid = Process::spawn(Command::new("sleep").arg("30"));
