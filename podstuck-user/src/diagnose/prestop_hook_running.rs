@@ -41,7 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use super::pod_shutdown::{PodShutdown, ShutdownContainer};
 use super::shell::{kill_if_same, one_after_another};
-use super::signalled::{same, FOLLOWED_MAX};
+use super::signalled::Reached;
 use super::{human_duration, Confidence, Detector, Finding, Kind, Review, Severity, Status};
 use crate::event::ProcessStart;
 use crate::identify::pod::PodUid;
@@ -69,10 +69,8 @@ const TREE_MAX: usize = 8;
 pub struct PrestopHookRunning {
     /// The deleted pods' shutdowns, as the API last said them.
     shutdowns: BTreeMap<PodUid, PodShutdown>,
-    /// SIGTERMs sent to a pod's processes from outside the pod, by target
-    /// pid: its start, and when. At most [`FOLLOWED_MAX`], the oldest
-    /// forgotten; forgotten at the process's exit.
-    sigterms: BTreeMap<u32, (Option<ProcessStart>, SystemTime)>,
+    /// SIGTERMs sent to a pod's processes from outside the pod.
+    sigterms: Reached,
     /// When the first review came: "no SIGTERM seen" means since then.
     watching_since: Option<SystemTime>,
     /// Containers whose cgroup was not found, and when that was.
@@ -179,15 +177,19 @@ impl PrestopHookRunning {
 
     /// Whether process `p` got a SIGTERM from outside its pod, and when.
     fn sigterm_of(&self, p: &ContainerProcess) -> Option<SystemTime> {
-        let (start, at) = self.sigterms.get(&p.pid)?;
-        same(*start, Some(ProcessStart(p.start))).then_some(*at)
+        self.sigterms.when(p.pid, Some(ProcessStart(p.start)))
     }
 
-    /// The hook of a main container with a preStop exec hook, if one runs.
-    fn judge_hook(&self, shutdown: &PodShutdown, c: &ShutdownContainer, cgroup: &ContainerCgroup) -> Option<Verdict> {
+    /// The hook of a main container with a preStop exec hook, if one
+    /// runs, its cgroup's init being `init`.
+    fn judge_hook(
+        &self,
+        shutdown: &PodShutdown,
+        c: &ShutdownContainer,
+        (cgroup, init): (&ContainerCgroup, &ContainerProcess),
+    ) -> Option<Verdict> {
         let hook = c.prestop.as_ref()?;
         let deleted_at = shutdown.deleted_at?;
-        let init = init_of(cgroup)?;
         // Once its init got SIGTERM, the hook is over, whatever still runs.
         if self.sigterm_of(init).is_some() {
             return None;
@@ -250,8 +252,9 @@ impl PrestopHookRunning {
                 sidecars.push((c.clone(), cgroup));
                 continue;
             }
-            let verdict = self.judge_hook(&shutdown, c, &cgroup);
-            let holding = match (&verdict, init_of(&cgroup)) {
+            let init = init_of(&cgroup);
+            let verdict = init.and_then(|init| self.judge_hook(&shutdown, c, (&cgroup, init)));
+            let holding = match (&verdict, init) {
                 (Some(Verdict::HookRunning { tree, .. }), _) => Some(Holding::Hook(tree[0].pid)),
                 (Some(Verdict::HookOutputHeld { holders }), _) => Some(Holding::HookOutput(holders[0].pid)),
                 (_, Some(init)) => Some(self.sigterm_of(init).map_or(Holding::Running, Holding::SigtermAt)),
@@ -323,12 +326,8 @@ impl PrestopHookRunning {
         now: SystemTime,
     ) {
         let hook = &tree[0];
-        let ran = now.duration_since(hook.started).unwrap_or_default();
-        f.severity = if ran >= HOOK_LONG { Severity::Warning } else { Severity::Info };
+        let ran = Self::hook_head(f, c, hook, now);
         f.confidence = if as_the_spec_says { Confidence::Confirmed } else { Confidence::Likely };
-        f.detail("pid", hook.pid);
-        f.detail("start", hook.start);
-        f.detail("hook_command", c.prestop.clone().unwrap_or_default());
         let command = hook.argv.join(" ");
         f.evidence(
             format!("/proc/{}", hook.pid),
@@ -374,6 +373,18 @@ impl PrestopHookRunning {
         f.advice.push("for good: bound the hook (a timeout in its command), or give the pod the terminationGracePeriodSeconds the hook needs; kubelet lets a hook run at most the grace period".into());
     }
 
+    /// What a hook's finding says of its first process (the hook, or what
+    /// holds its output): a warning once it has run [`HOOK_LONG`], its pid
+    /// and start, the spec's hook command. How long it has run.
+    fn hook_head(f: &mut Finding, c: &ShutdownContainer, first: &ContainerProcess, now: SystemTime) -> Duration {
+        let ran = now.duration_since(first.started).unwrap_or_default();
+        f.severity = if ran >= HOOK_LONG { Severity::Warning } else { Severity::Info };
+        f.detail("pid", first.pid);
+        f.detail("start", first.start);
+        f.detail("hook_command", c.prestop.clone().unwrap_or_default());
+        ran
+    }
+
     fn tell_output(
         f: &mut Finding,
         c: &ShutdownContainer,
@@ -382,12 +393,8 @@ impl PrestopHookRunning {
         now: SystemTime,
     ) {
         let first = &holders[0];
-        let held = now.duration_since(first.started).unwrap_or_default();
-        f.severity = if held >= HOOK_LONG { Severity::Warning } else { Severity::Info };
+        Self::hook_head(f, c, first, now);
         f.confidence = Confidence::Likely;
-        f.detail("pid", first.pid);
-        f.detail("start", first.start);
-        f.detail("hook_command", c.prestop.clone().unwrap_or_default());
         for p in holders {
             f.evidence(
                 format!("/proc/{}/fd", p.pid),
@@ -480,17 +487,9 @@ impl Detector for PrestopHookRunning {
                 if !from_outside {
                     return;
                 }
-                if self.sigterms.len() >= FOLLOWED_MAX && !self.sigterms.contains_key(&sent.target_pid) {
-                    let oldest = self.sigterms.iter().min_by_key(|(_, (_, at))| *at).map(|(pid, _)| *pid);
-                    oldest.map(|pid| self.sigterms.remove(&pid));
-                }
-                self.sigterms.insert(sent.target_pid, (identity.target_start, event.time));
+                self.sigterms.add(sent.target_pid, identity.target_start, event.time);
             }
-            Lifecycle::Exit { .. }
-                if self.sigterms.get(&event.pid).is_some_and(|(start, _)| same(*start, event.start)) =>
-            {
-                self.sigterms.remove(&event.pid);
-            }
+            Lifecycle::Exit { .. } => self.sigterms.exited(event.pid, event.start),
             _ => {}
         }
     }
@@ -534,6 +533,7 @@ mod tests {
     use super::*;
     use crate::diagnose::fake::{pod, FakeNode};
     use crate::diagnose::signalled::tests::{self as fixtures, sender};
+    use crate::diagnose::signalled::FOLLOWED_MAX;
     use crate::identify::actor::Role;
     use crate::lifecycle::SignalResult;
     use crate::pod::ContainerId;
@@ -797,9 +797,9 @@ mod tests {
         for pid in 0..(FOLLOWED_MAX as u32 + 10) {
             sigterm(&mut d, pid as f64, 10_000 + pid, 1);
         }
-        assert_eq!(d.sigterms.len(), FOLLOWED_MAX);
-        assert!(!d.sigterms.contains_key(&10_000), "the oldest forgotten");
+        assert_eq!(d.sigterms.count(), FOLLOWED_MAX);
+        assert!(d.sigterms.when(10_000, None).is_none(), "the oldest forgotten");
         d.lifecycle(&fixtures::exit(2000.0, 10_500, "x"), &sender("x", "x", Role::Other));
-        assert!(!d.sigterms.contains_key(&10_500), "forgotten at its exit");
+        assert!(d.sigterms.when(10_500, None).is_none(), "forgotten at its exit");
     }
 }

@@ -61,11 +61,46 @@ impl<T> Default for Signalled<T> {
     }
 }
 
-/// Whether two starts may be of one process: equal, or either unknown.
-pub fn same(a: Option<ProcessStart>, b: Option<ProcessStart>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => a == b,
-        _ => true,
+/// Makes room for `key` in `map`, which keeps at most `max` entries: when
+/// it is full and `key` is new, the entry `age` says is oldest is forgotten.
+pub fn make_room<K: Ord + Clone, V, A: Ord>(map: &mut BTreeMap<K, V>, key: &K, max: usize, age: impl Fn(&V) -> A) {
+    if map.len() >= max && !map.contains_key(key) {
+        let oldest = map.iter().min_by_key(|(_, v)| age(v)).map(|(k, _)| k.clone());
+        oldest.map(|k| map.remove(&k));
+    }
+}
+
+/// Processes a signal reached, by pid: each one's start and when. At most
+/// [`FOLLOWED_MAX`], the oldest forgotten; each forgotten at its exit.
+#[derive(Default)]
+pub struct Reached {
+    by_pid: BTreeMap<u32, (Option<ProcessStart>, SystemTime)>,
+}
+
+impl Reached {
+    /// The signal reached process `pid` (started at `start`) at `at`.
+    pub fn add(&mut self, pid: u32, start: Option<ProcessStart>, at: SystemTime) {
+        make_room(&mut self.by_pid, &pid, FOLLOWED_MAX, |(_, at)| *at);
+        self.by_pid.insert(pid, (start, at));
+    }
+
+    /// When the signal reached process `pid`, if `start` is its start.
+    pub fn when(&self, pid: u32, start: Option<ProcessStart>) -> Option<SystemTime> {
+        let (reached, at) = self.by_pid.get(&pid)?;
+        ProcessStart::may_be_same(*reached, start).then_some(*at)
+    }
+
+    /// Process `pid` (started at `start`) exited.
+    pub fn exited(&mut self, pid: u32, start: Option<ProcessStart>) {
+        if self.when(pid, start).is_some() {
+            self.by_pid.remove(&pid);
+        }
+    }
+
+    /// How many it keeps.
+    #[cfg(test)]
+    pub fn count(&self) -> usize {
+        self.by_pid.len()
     }
 }
 
@@ -88,12 +123,10 @@ impl<T> Signalled<T> {
         let pod = identity.pod_uid.clone()?;
         let pid = sent.target_pid;
         let start = identity.target_start;
-        let again = self.followed.get(&pid).is_some_and(|f| f.ended.is_none() && same(f.start, start));
+        let again =
+            self.followed.get(&pid).is_some_and(|f| f.ended.is_none() && ProcessStart::may_be_same(f.start, start));
         if !again {
-            if !self.followed.contains_key(&pid) && self.followed.len() >= FOLLOWED_MAX {
-                let oldest = self.followed.iter().min_by_key(|(_, f)| f.at).map(|(pid, _)| *pid);
-                oldest.map(|pid| self.followed.remove(&pid));
-            }
+            make_room(&mut self.followed, &pid, FOLLOWED_MAX, |f| f.at);
             let followed = Followed {
                 at: event.time,
                 start,
@@ -112,7 +145,7 @@ impl<T> Signalled<T> {
 
     /// The process `pid` followed, if `start` is its start.
     pub fn get_mut(&mut self, pid: u32, start: Option<ProcessStart>) -> Option<&mut Followed<T>> {
-        self.followed.get_mut(&pid).filter(|f| same(f.start, start))
+        self.followed.get_mut(&pid).filter(|f| ProcessStart::may_be_same(f.start, start))
     }
 
     /// Process `pid` (started at `start`) exited.

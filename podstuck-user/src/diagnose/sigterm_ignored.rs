@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use super::pod_shutdown::PodShutdown;
 use super::shell::kill_if_same;
-use super::signalled::{same, Followed, Signalled, Standing, FOLLOWED_MAX};
+use super::signalled::{make_room, Followed, Reached, Signalled, Standing};
 use super::{human_duration, Confidence, Detector, Finding, FindingActor, Kind, Review, Severity, Status};
 use crate::event::ProcessStart;
 use crate::identify::pod::PodUid;
@@ -79,7 +79,7 @@ pub struct SigtermIgnored {
     /// Processes a SIGKILL to the whole process reached (the kernel said
     /// delivered), by pid: their start, and when. Dying since, until their
     /// exit; at most [`FOLLOWED_MAX`], the oldest forgotten.
-    killed: BTreeMap<u32, (Option<ProcessStart>, SystemTime)>,
+    killed: Reached,
 }
 
 /// Why the kernel dropped a SIGTERM, as /proc shows it.
@@ -108,17 +108,7 @@ impl SigtermIgnored {
     /// the kernel read it at the signal, else by a SIGKILL it delivered
     /// to that process before.
     fn already_exiting(&self, sent: &SignalSent, start: Option<ProcessStart>) -> bool {
-        sent.group_exiting
-            .unwrap_or_else(|| self.killed.get(&sent.target_pid).is_some_and(|(killed, _)| same(*killed, start)))
-    }
-
-    /// A SIGKILL the kernel delivered to the whole of process `pid`.
-    fn killed(&mut self, pid: u32, start: Option<ProcessStart>, at: SystemTime) {
-        if self.killed.len() >= FOLLOWED_MAX && !self.killed.contains_key(&pid) {
-            let oldest = self.killed.iter().min_by_key(|(_, (_, at))| *at).map(|(pid, _)| *pid);
-            oldest.map(|pid| self.killed.remove(&pid));
-        }
-        self.killed.insert(pid, (start, at));
+        sent.group_exiting.unwrap_or_else(|| self.killed.when(sent.target_pid, start).is_some())
     }
 
     /// When `f`'s grace period ends, and where that comes from.
@@ -366,7 +356,7 @@ impl Detector for SigtermIgnored {
         if let Lifecycle::Signal(sent) = &event.what {
             // Any sender's, the pod's own too: it ends the process all the same.
             if sent.sig == libc::SIGKILL && sent.group && sent.result == SignalResult::Delivered {
-                self.killed(sent.target_pid, identity.target_start, event.time);
+                self.killed.add(sent.target_pid, identity.target_start, event.time);
             }
         }
         match &event.what {
@@ -386,19 +376,14 @@ impl Detector for SigtermIgnored {
                     if f.more.killed_at.is_none() {
                         f.more.killed_at = Some(event.time);
                         let grace = event.time.duration_since(f.at).unwrap_or_default();
-                        if self.learnt.len() >= LEARNT_MAX && !self.learnt.contains_key(&f.pod) {
-                            let oldest = self.learnt.iter().min_by_key(|(_, (at, _))| *at).map(|(p, _)| p.clone());
-                            oldest.map(|p| self.learnt.remove(&p));
-                        }
+                        make_room(&mut self.learnt, &f.pod, LEARNT_MAX, |(at, _)| *at);
                         self.learnt.insert(f.pod.clone(), (event.time, grace));
                     }
                 }
             }
             Lifecycle::Exit { .. } => {
                 self.sent.exited(event.pid, event.start, event.time);
-                if self.killed.get(&event.pid).is_some_and(|(start, _)| same(*start, event.start)) {
-                    self.killed.remove(&event.pid);
-                }
+                self.killed.exited(event.pid, event.start);
             }
             _ => {}
         }

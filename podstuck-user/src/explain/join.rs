@@ -112,14 +112,14 @@ impl ApiJoin {
         tokio::spawn(async move {
             loop {
                 let mut all = Vec::new();
-                let mut ends = BTreeMap::new();
+                let mut shutdowns = BTreeMap::new();
                 let mut failure = None;
                 for pod in &pods {
                     match api.snapshot(pod).await {
                         Ok(snapshot) => {
                             all.extend(findings(&snapshot));
                             if let (Some(uid), Some(shutdown)) = (snapshot.uid(), snapshot.shutdown()) {
-                                ends.insert(uid, shutdown);
+                                shutdowns.insert(uid, shutdown);
                             }
                         }
                         // The pod is gone: nothing holds it any more.
@@ -143,7 +143,7 @@ impl ApiJoin {
                             }
                             shared.failing = false;
                             shared.findings = all;
-                            shared.shutdowns = ends;
+                            shared.shutdowns = shutdowns;
                         }
                     }
                 }

@@ -173,7 +173,7 @@ impl RealNode {
                 Some(ContainerProcess {
                     pid: *pid,
                     start,
-                    started: booted + Duration::from_secs(start / ticks) + Duration::from_millis(start % ticks * 10),
+                    started: booted + Duration::from_millis(start * 1000 / ticks),
                     ppid,
                     comm: stat.comm,
                     state: stat.state,
