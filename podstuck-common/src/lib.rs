@@ -298,6 +298,9 @@ pub mod program {
     /// The lifecycle programs, on `sched:sched_process_exec`,
     /// `sched:sched_process_exit` and `signal:signal_generate`.
     pub const LIFECYCLE_EXEC: &str = "lifecycle_exec";
+    /// The exec program as a BTF tracepoint: its hot reads plain loads.
+    /// Attached instead of `LIFECYCLE_EXEC` where the kernel takes it.
+    pub const LIFECYCLE_EXEC_BTF: &str = "lifecycle_exec_btf";
     pub const LIFECYCLE_EXIT: &str = "lifecycle_exit";
     pub const LIFECYCLE_SIGNAL: &str = "lifecycle_signal";
     /// The signal program on the raw tracepoint `signal_generate`, which

@@ -36,9 +36,9 @@ use aya_ebpf::{
         bpf_ktime_get_ns,
         generated::{bpf_probe_read_kernel_str, bpf_probe_read_user},
     },
-    macros::{map, raw_tracepoint, tracepoint},
+    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
-    programs::{RawTracePointContext, TracePointContext},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
     EbpfContext,
 };
 use podstuck_common::{lifecycle, lifecycle::flags, program, LifecycleRecord, PluginFile, LIFECYCLE_RECORD_BYTES};
@@ -280,6 +280,59 @@ fn exec(ctx: &RawTracePointContext) -> Option<()> {
     let file = read_kernel_ptr(bprm, patched!(OFFSETS.binprm_file))?;
     let inode = read_kernel_ptr(file, patched!(OFFSETS.file_f_inode))?;
     let ino = read_kernel::<u64>(inode, patched!(OFFSETS.inode_ino))?;
+    exec_of(bprm, inode, ino)
+}
+
+/// The same, as a BTF tracepoint (`tp_btf`): its arguments are typed
+/// kernel pointers the verifier knows, so the three reads every exec of
+/// the node pays are plain loads (each a fault-safe load the verifier
+/// checks against the kernel's BTF, where a read helper costs a call and
+/// its checks). Attached instead of `lifecycle_exec` where the kernel
+/// takes it; the rest, for a plugin's exec only, is the same.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn lifecycle_exec_btf(ctx: BtfTracePointContext) -> i32 {
+    let _ = exec_btf(&ctx);
+    0
+}
+named_as!(lifecycle_exec_btf, program::LIFECYCLE_EXEC_BTF);
+
+#[inline(always)]
+fn exec_btf(ctx: &BtfTracePointContext) -> Option<()> {
+    // No test of `KERNEL_READS`: attached only where kernel memory may be
+    // read, and a test is one more cache line every exec of the node pays.
+    let bprm: *const u8 = ctx.arg(2);
+    // SAFETY: `bprm` is the tracepoint's `struct linux_binprm *`; each load
+    // is at a field's offset from BTF, of that field's size, which the
+    // verifier checks against the kernel's own BTF and makes fault-safe.
+    let file = unsafe { load::<*const u8>(bprm, patched!(OFFSETS.binprm_file)) };
+    if file.is_null() {
+        return None;
+    }
+    // SAFETY: as above, `struct file`'s `f_inode`.
+    let inode = unsafe { load::<*const u8>(file, patched!(OFFSETS.file_f_inode)) };
+    if inode.is_null() {
+        return None;
+    }
+    // SAFETY: as above, `struct inode`'s `i_ino`.
+    let ino = unsafe { load::<u64>(inode, patched!(OFFSETS.inode_ino)) };
+    exec_of(bprm, inode, ino)
+}
+
+/// The `T` at `base + offset`, a plain load.
+///
+/// # Safety
+/// `base` is a BTF-typed pointer of a BTF program and `offset` a field of
+/// its type of `T`'s size: the verifier refuses anything else.
+#[inline(always)]
+unsafe fn load<T: Copy>(base: *const u8, offset: u64) -> T {
+    // SAFETY: as the caller guarantees.
+    unsafe { core::ptr::read_volatile(base.add(offset as usize) as *const T) }
+}
+
+/// An exec of the file whose inode is `inode` (number `ino`), by `bprm`:
+/// streamed if the file is one of the node's CNI plugins.
+#[inline(always)]
+fn exec_of(bprm: *const u8, inode: *const u8, ino: u64) -> Option<()> {
     let (word, bit) = lifecycle::plugin_inode_bit(ino);
     if PLUGIN_INODES.get(word)? & bit == 0 {
         return None;
@@ -358,8 +411,13 @@ fn read_env(task: *const u8, env: &mut [u8; lifecycle::ENV_MAX]) -> (usize, u32)
     }
 }
 
-#[tracepoint]
-pub fn lifecycle_exit(_ctx: TracePointContext) -> u32 {
+/// On `sched_process_exit(struct task_struct *p)`, raw: the program reads
+/// only the current task, and a raw tracepoint spares every exit of the
+/// node the plain one's record (comm, pid, prio) and podstuck's stop a
+/// perf event to tear down (one RCU grace period each, under a kernel lock
+/// the syscall tracepoints' teardowns queue on).
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn lifecycle_exit(_ctx: RawTracePointContext) -> i32 {
     let _ = exit();
     0
 }

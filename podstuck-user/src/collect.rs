@@ -20,7 +20,7 @@ use crate::run::{ProgramCost, RunTotals};
 use crate::series::SeriesDelta;
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{FEntry, FExit, Program, RawTracePoint, TracePoint};
+use aya::programs::{BtfTracePoint, FEntry, FExit, Program, RawTracePoint, TracePoint};
 use aya::Ebpf;
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
@@ -158,8 +158,13 @@ fn read_user_string(pid: u32, addr: u64) -> Option<Vec<u8>> {
 
 /// The loaded, attached programs and the maps user space reads.
 pub struct Tracer {
-    // Keeps programs and links alive; detached in `drop`.
-    ebpf: Ebpf,
+    // Keeps programs and links alive until `stop_programs` or `drop`.
+    ebpf: Option<Ebpf>,
+    /// The thread detaching the programs, from `stop_programs` on; joined
+    /// in `drop`.
+    detaching: Option<std::thread::JoinHandle<()>>,
+    /// What the programs had cost when they were told to stop.
+    costs_at_stop: Option<Vec<ProgramCost>>,
     /// The thread that reads both rings (the lifecycle programs' when
     /// they are attached: `lifecycle_missing` says why not) into a queue.
     drain: drain::Drain,
@@ -199,26 +204,41 @@ pub struct Tracer {
 }
 
 impl Drop for Tracer {
-    /// Detaches every program side by side: each detach waits for the
-    /// kernel's readers to be done with it, a trampoline's for an RCU tasks
-    /// grace period, and those of different functions overlap. (The syscall
-    /// tracepoints' detaches, ~30 ms each, queue on one kernel lock anyway.)
+    /// The programs detached, by the thread `stop_programs` started or
+    /// here, before anything else of the tracer goes.
     fn drop(&mut self) {
-        std::thread::scope(|scope| {
-            for (_, program) in self.ebpf.programs_mut() {
-                scope.spawn(move || {
-                    // Programs of the other attach kind were never loaded.
-                    let _ = match program {
-                        Program::TracePoint(p) => p.unload(),
-                        Program::RawTracePoint(p) => p.unload(),
-                        Program::FEntry(p) => p.unload(),
-                        Program::FExit(p) => p.unload(),
-                        _ => Ok(()),
-                    };
-                });
-            }
-        });
+        if let Some(ebpf) = self.ebpf.take() {
+            detach_all(ebpf);
+        }
+        if let Some(detaching) = self.detaching.take() {
+            let _ = detaching.join();
+        }
     }
+}
+
+/// Detaches every program side by side: each detach waits for the
+/// kernel's readers to be done with it, a trampoline's for an RCU tasks
+/// grace period, and those of different functions overlap. A syscall
+/// tracepoint's perf event waits for two grace periods (~30 ms) under a
+/// kernel lock (`event_mutex`) all such teardowns queue on, so those take
+/// their number times that whatever is done here: the reason
+/// `stop_programs` starts them while the stop's last work goes on.
+fn detach_all(mut ebpf: Ebpf) {
+    std::thread::scope(|scope| {
+        for (_, program) in ebpf.programs_mut() {
+            scope.spawn(move || {
+                // Programs of the other attach kind were never loaded.
+                let _ = match program {
+                    Program::TracePoint(p) => p.unload(),
+                    Program::RawTracePoint(p) => p.unload(),
+                    Program::BtfTracePoint(p) => p.unload(),
+                    Program::FEntry(p) => p.unload(),
+                    Program::FExit(p) => p.unload(),
+                    _ => Ok(()),
+                };
+            });
+        }
+    });
 }
 
 /// Returns the heap's free pages to the kernel (glibc keeps them otherwise).
@@ -271,14 +291,20 @@ enum Hook {
     Tracepoint(&'static str, &'static str),
     /// A raw tracepoint, by name.
     Raw(&'static str),
+    /// A BTF tracepoint, by name; where the kernel refuses it, the raw
+    /// tracepoint of that name with the program named second, its twin.
+    Btf(&'static str, &'static str),
     /// fexit on this kernel function.
     Fexit(&'static str),
 }
 
 /// The lifecycle programs and their hooks, present on every kernel
 /// podstuck supports (5.10 on) and on every architecture: the exec
-/// program on the raw tracepoint (for the `linux_binprm` naming the file
-/// the kernel runs), the exit program on the plain one, and the signal
+/// program on the BTF tracepoint, or the raw one where the kernel refuses
+/// that (either hands it the `linux_binprm` naming the file the kernel
+/// runs), the exit program on the raw one (it reads only
+/// the current task: the raw one spares each exit the plain one's record,
+/// and the stop a perf event's teardown), and the signal
 /// program on the raw one where kernel memory may be read (the target
 /// task: was its process already exiting?), else on the plain one, whose
 /// fields need no kernel read, so signals are seen under lockdown too.
@@ -287,11 +313,14 @@ fn lifecycle_programs(reads_kernel: bool) -> Vec<(&'static str, Hook)> {
         true => (program::LIFECYCLE_SIGNAL_TASK, Hook::Raw("signal_generate")),
         false => (program::LIFECYCLE_SIGNAL, Hook::Tracepoint("signal", "signal_generate")),
     };
-    vec![
-        (program::LIFECYCLE_EXIT, Hook::Tracepoint("sched", "sched_process_exit")),
-        signal,
-        (program::LIFECYCLE_EXEC, Hook::Raw("sched_process_exec")),
-    ]
+    // The exec program reads the exec'd file of every exec on the node: as
+    // a BTF tracepoint those reads are plain loads. Without kernel reads it
+    // reads nothing, and the raw one does.
+    let exec = match reads_kernel {
+        true => (program::LIFECYCLE_EXEC_BTF, Hook::Btf("sched_process_exec", program::LIFECYCLE_EXEC)),
+        false => (program::LIFECYCLE_EXEC, Hook::Raw("sched_process_exec")),
+    };
+    vec![(program::LIFECYCLE_EXIT, Hook::Raw("sched_process_exit")), signal, exec]
 }
 
 /// kubelet's failing connects, on the calls' plan: fexit on the unix
@@ -321,7 +350,7 @@ fn attach_lifecycle(ebpf: &mut Ebpf, programs: Vec<(&'static str, Hook)>) -> Res
     let mut attached = Vec::new();
     for (name, hook) in programs {
         match attach_lifecycle_program(ebpf, name, hook) {
-            Ok(id) => {
+            Ok((id, name)) => {
                 ids.push(id);
                 attached.push(name);
             }
@@ -336,14 +365,27 @@ fn attach_lifecycle(ebpf: &mut Ebpf, programs: Vec<(&'static str, Hook)>) -> Res
     Ok(ids)
 }
 
-fn attach_lifecycle_program(ebpf: &mut Ebpf, name: &str, hook: Hook) -> Result<u32> {
+/// Attaches program `name` on `hook`, or its twin where the hook says so;
+/// the id of the program attached, and its name.
+fn attach_lifecycle_program(ebpf: &mut Ebpf, name: &'static str, hook: Hook) -> Result<(u32, &'static str)> {
+    if let Hook::Btf(tracepoint, twin) = hook {
+        return match attach_btf_tracepoint(ebpf, name, tracepoint) {
+            Ok(id) => Ok((id, name)),
+            Err(_) => {
+                // Refused (a kernel or policy without tp_btf): the raw twin
+                // reads the same with the read helper.
+                detach_lifecycle_program(ebpf, name);
+                attach_lifecycle_program(ebpf, twin, Hook::Raw(tracepoint))
+            }
+        };
+    }
     let program = ebpf.program_mut(name).with_context(|| format!("program {name} missing from the embedded object"))?;
-    match hook {
+    let id = match hook {
         Hook::Raw(tracepoint) => {
             let program: &mut RawTracePoint = program.try_into()?;
             program.load().with_context(|| format!("loading program {name}"))?;
             program.attach(tracepoint).with_context(|| format!("attaching to raw tracepoint {tracepoint}"))?;
-            Ok(program.info()?.id())
+            program.info()?.id()
         }
         Hook::Tracepoint(category, tracepoint) => {
             let program: &mut TracePoint = program.try_into()?;
@@ -351,16 +393,30 @@ fn attach_lifecycle_program(ebpf: &mut Ebpf, name: &str, hook: Hook) -> Result<u
             program
                 .attach(category, tracepoint)
                 .with_context(|| format!("attaching to tracepoint {category}:{tracepoint}"))?;
-            Ok(program.info()?.id())
+            program.info()?.id()
         }
         Hook::Fexit(function) => {
             let btf = kernel_btf().context("reading the kernel's BTF for fexit")?;
             let program: &mut FExit = program.try_into()?;
             program.load(function, &btf).with_context(|| format!("loading {name} on {function}"))?;
             program.attach().with_context(|| format!("attaching fexit to {function}"))?;
-            Ok(program.info()?.id())
+            program.info()?.id()
         }
-    }
+        Hook::Btf(..) => unreachable!("a BTF tracepoint is attached above"),
+    };
+    Ok((id, name))
+}
+
+/// Loads program `name` as a BTF tracepoint on `tracepoint` and attaches it.
+fn attach_btf_tracepoint(ebpf: &mut Ebpf, name: &str, tracepoint: &str) -> Result<u32> {
+    let btf = kernel_btf().context("reading the kernel's BTF for a BTF tracepoint")?;
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut(name)
+        .with_context(|| format!("program {name} missing from the embedded object"))?
+        .try_into()?;
+    program.load(tracepoint, &btf).with_context(|| format!("loading {name} on tp_btf {tracepoint}"))?;
+    program.attach().with_context(|| format!("attaching tp_btf {tracepoint}"))?;
+    Ok(program.info()?.id())
 }
 
 /// Unloads a lifecycle program, which drops its links: it runs no more.
@@ -368,6 +424,7 @@ fn detach_lifecycle_program(ebpf: &mut Ebpf, name: &str) {
     let Some(program) = ebpf.program_mut(name) else { return };
     let _ = match program {
         Program::RawTracePoint(p) => p.unload(),
+        Program::BtfTracePoint(p) => p.unload(),
         Program::TracePoint(p) => p.unload(),
         Program::FExit(p) => p.unload(),
         _ => Ok(()),
@@ -476,7 +533,9 @@ impl Tracer {
         let clock = WallClock::now();
         let drain = drain::Drain::start(calls, lifecycle, clock).context("starting the ring buffers' reader")?;
         Ok(Tracer {
-            ebpf,
+            ebpf: Some(ebpf),
+            detaching: None,
+            costs_at_stop: None,
             drain,
             lifecycle_lost,
             lifecycle_missing,
@@ -503,9 +562,32 @@ impl Tracer {
         })
     }
 
-    /// What each program cost so far, when BPF run-time statistics are on.
+    /// What each program cost so far (until `stop_programs`), when BPF
+    /// run-time statistics are on.
     pub fn program_costs(&self) -> Vec<ProgramCost> {
-        program_costs(&self.program_ids)
+        match &self.costs_at_stop {
+            Some(costs) => costs.clone(),
+            None => program_costs(&self.program_ids),
+        }
+    }
+
+    /// Starts detaching every program, on a thread of its own, and returns
+    /// at once: the stop's last reads (the rings, the series, the review)
+    /// go on meanwhile, and what the kernel still sends while the programs
+    /// go is read with them. The maps stay until the tracer is dropped,
+    /// which waits for the detach to end. With `keep_costs`, what the
+    /// programs cost is kept as it stands now (their statistics go with
+    /// them); without, none is read (each read walks the node's programs).
+    pub fn stop_programs(&mut self, keep_costs: bool) {
+        let Some(ebpf) = self.ebpf.take() else { return };
+        self.costs_at_stop = Some(match keep_costs {
+            true => program_costs(&self.program_ids),
+            false => Vec::new(),
+        });
+        // Should the thread not start, the object is dropped with the
+        // closure, which detaches each program in turn.
+        self.detaching =
+            std::thread::Builder::new().name("podstuck-detach".into()).spawn(move || detach_all(ebpf)).ok();
     }
 
     /// Tells the exec program the node's CNI plugin files are `files`, as
@@ -525,7 +607,11 @@ impl Tracer {
     /// (a sandbox's DEL is failing), and stops when not; why it cannot,
     /// the first time it cannot.
     pub fn follow_plugin_words(&mut self, on: bool) -> Result<(), String> {
-        self.plugin_words.follow(&mut self.ebpf, on)
+        match self.ebpf.as_mut() {
+            Some(ebpf) => self.plugin_words.follow(ebpf, on),
+            // Stopping: every program is being detached, this one with them.
+            None => Ok(()),
+        }
     }
 
     /// Whether what running CNI plugins write is read now.

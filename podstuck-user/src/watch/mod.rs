@@ -535,6 +535,10 @@ fn review_now(tracer: &mut Tracer, pipeline: &mut Pipeline, node: &mut RealNode,
 /// does: what could not be done in it is said, not waited for.
 fn finish(mut run: Run, options: &WatchOptions, stopped: Stopped) -> Result<Verdict> {
     let Run { tracer, facts, pipeline, node, exporter, .. } = &mut run;
+    // The programs' teardown takes the kernel a grace period or two each
+    // (the syscall tracepoints' one after the other): begun first, it goes
+    // on while the rings are drained and the last review is made.
+    tracer.stop_programs(options.kernel_cost);
     let stop_by = Instant::now() + STOP_WITHIN;
     node.stopping(stop_by);
     let drain_for = || DRAIN_AT_STOP.min(stop_by.saturating_duration_since(Instant::now()));
