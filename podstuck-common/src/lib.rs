@@ -295,6 +295,13 @@ pub mod program {
     pub const COST_BTF_ENTER: &str = "cost_btf_enter";
     pub const COST_BTF_EXIT: &str = "cost_btf_exit";
     pub const COST_FENTRY: &str = "cost_fentry";
+    /// Variants of the tracepoint pair: the two clock reads an exact
+    /// latency needs, alone; and with the per-thread entry carried from
+    /// entry to exit as podstuck's programs carry it.
+    pub const COST_CLOCKS_ENTER: &str = "cost_clocks_enter";
+    pub const COST_CLOCKS_EXIT: &str = "cost_clocks_exit";
+    pub const COST_ENTRY_ENTER: &str = "cost_entry_enter";
+    pub const COST_ENTRY_EXIT: &str = "cost_entry_exit";
     /// The lifecycle programs, on `sched:sched_process_exec`,
     /// `sched:sched_process_exit` and `signal:signal_generate`.
     pub const LIFECYCLE_EXEC: &str = "lifecycle_exec";

@@ -96,6 +96,16 @@ pub fn exit(syscall: Syscall, ret: i64, how: WalkLoop) -> Option<()> {
     record::stream(&Ended { entry, key, tid, ret, exit_ns, represents: streamed.represents, wake: streamed.wake }, how)
 }
 
+/// The time since the thread's entry of `syscall`, the entry marked idle:
+/// what carrying a call from entry to exit costs, alone (`cost.rs`).
+#[inline(always)]
+pub fn carried(syscall: Syscall) -> Option<u64> {
+    // SAFETY: a helper without arguments; it reads the clock.
+    let exit_ns = unsafe { bpf_ktime_get_ns() };
+    let entry = take_entry(bpf_get_current_pid_tgid() as u32, syscall)?;
+    Some(exit_ns.saturating_sub(entry.enter_ns))
+}
+
 /// The thread's entry, marked idle; None (counted) when it is not a call of
 /// `syscall`: its entry was missed (attached mid-call) or not stored.
 #[allow(

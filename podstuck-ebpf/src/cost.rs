@@ -3,6 +3,13 @@
 //! only counting unlinkat calls in `ATTACH_COST`, at entry and at exit;
 //! and the process lifecycle's trio, counting every exec, exit and signal.
 //! `cost_fentry` also serves as the probe of whether fentry attaches here.
+//!
+//! Two variants of the tracepoint pair measure what an exact latency costs
+//! before anything is counted, on the machine at hand (`cargo xtask
+//! bench`'s target for podstuck's own programs follows from them): the
+//! clocks alone (one read at entry, one at exit), and the clocks with the
+//! per-thread entry carried from entry to exit, podstuck's own code for it
+//! (`calls::enter`, `calls::carried`).
 
 use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit, map, raw_tracepoint, tracepoint},
@@ -10,9 +17,10 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, FEntryContext, FExitContext, RawTracePointContext, TracePointContext},
 };
 
-use podstuck_common::program;
+use aya_ebpf::helpers::bpf_ktime_get_ns;
+use podstuck_common::{program, Syscall};
 
-use crate::{accounting::increment, patched, read_kernel};
+use crate::{accounting::increment, args::Args, calls, patched, read_kernel};
 
 /// Calls seen at entry and at exit, per CPU; the lifecycle trio counts
 /// execs at entry, exits at exit and signals in the third slot.
@@ -56,6 +64,54 @@ pub fn cost_tracepoint_exit(_ctx: TracePointContext) -> u32 {
     0
 }
 named_as!(cost_tracepoint_exit, program::COST_TRACEPOINT_EXIT);
+
+/// Counts one call at `at`, through a value the compiler cannot know is
+/// zero (a clock's or a latency's top bit), so the read that makes it is
+/// kept and costs what it costs in podstuck's programs.
+#[inline(always)]
+fn count_attach_after(at: u32, value: u64) {
+    if let Some(slot) = ATTACH_COST.get_ptr_mut(at) {
+        // SAFETY: as in `accounting::increment`: this CPU's copy of the slot.
+        unsafe { *slot += 1 + (value >> 63) };
+    }
+}
+
+#[tracepoint]
+pub fn cost_clocks_enter(_ctx: TracePointContext) -> u32 {
+    // SAFETY: a helper without arguments; it reads the clock.
+    count_attach_after(AT_ENTRY, unsafe { bpf_ktime_get_ns() });
+    0
+}
+named_as!(cost_clocks_enter, program::COST_CLOCKS_ENTER);
+
+#[tracepoint]
+pub fn cost_clocks_exit(_ctx: TracePointContext) -> u32 {
+    // SAFETY: as above.
+    count_attach_after(AT_EXIT, unsafe { bpf_ktime_get_ns() });
+    0
+}
+named_as!(cost_clocks_exit, program::COST_CLOCKS_EXIT);
+
+/// The clocks and the thread's entry, as podstuck's programs keep it: the
+/// entry written at entry (arguments left out: reading them is the
+/// tracepoint's record, not the entry's cost), taken back at exit.
+#[tracepoint]
+pub fn cost_entry_enter(_ctx: TracePointContext) -> u32 {
+    calls::enter(Syscall::Unlinkat, Args { dfd: 0, path_ptr: 0, flags: 0 });
+    count_attach(AT_ENTRY);
+    0
+}
+named_as!(cost_entry_enter, program::COST_ENTRY_ENTER);
+
+#[tracepoint]
+pub fn cost_entry_exit(_ctx: TracePointContext) -> u32 {
+    // Counted only when the entry came back: the count proves it carried.
+    if let Some(latency) = calls::carried(Syscall::Unlinkat) {
+        count_attach_after(AT_EXIT, latency);
+    }
+    0
+}
+named_as!(cost_entry_exit, program::COST_ENTRY_EXIT);
 
 /// The raw and the BTF tracepoints on `sys_enter(struct pt_regs *regs,
 /// long id)` and `sys_exit(struct pt_regs *regs, long ret)`: they run for

@@ -7,6 +7,9 @@
 //! podstuck's work; BENCHMARKS.md keeps the figures behind podstuck's choice.
 //! `lifecycle` attaches a trio that counts every exec, exit and signal on
 //! the lifecycle programs' tracepoints: the floor of a fork/exec storm.
+//! `tracepoint-clocks` and `tracepoint-entry` add, on the tracepoint pair,
+//! the two clock reads of an exact latency, then the per-thread entry as
+//! podstuck carries it: what podstuck's programs pay before they count.
 
 use std::path::Path;
 
@@ -18,12 +21,20 @@ use podstuck_common::program;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::btf::{Btf, VMLINUX_BTF};
+use crate::collect::maps::Allocation;
 use crate::collect::{program_costs, EBPF_OBJECT, SYSCALL_PREFIX};
+use crate::kernel_features::AttachPoint;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mechanism {
     /// syscalls:sys_enter_unlinkat and sys_exit_unlinkat.
     Tracepoint,
+    /// The same tracepoints, each program reading the clock once as well:
+    /// what an exact latency's two clock reads cost.
+    TracepointClocks,
+    /// The same, with the per-thread entry carried from entry to exit as
+    /// podstuck's programs carry it (its map allocated as theirs are here).
+    TracepointEntry,
     /// Raw tracepoints sys_enter and sys_exit, keeping unlinkat by number.
     RawTracepoint,
     /// BTF tracepoints (tp_btf) sys_enter and sys_exit, the same test.
@@ -38,12 +49,16 @@ pub enum Mechanism {
 fn attach(ebpf: &mut Ebpf, mechanism: Mechanism) -> Result<Vec<u32>> {
     let mut ids = Vec::new();
     match mechanism {
-        Mechanism::Tracepoint => {
+        Mechanism::Tracepoint | Mechanism::TracepointClocks | Mechanism::TracepointEntry => {
             let unlinkat = program::UNLINKAT;
-            for (name, tracepoint) in [
-                (program::COST_TRACEPOINT_ENTER, unlinkat.tracepoint_enter),
-                (program::COST_TRACEPOINT_EXIT, unlinkat.tracepoint_exit),
-            ] {
+            let (enter, exit) = match mechanism {
+                Mechanism::TracepointClocks => (program::COST_CLOCKS_ENTER, program::COST_CLOCKS_EXIT),
+                Mechanism::TracepointEntry => (program::COST_ENTRY_ENTER, program::COST_ENTRY_EXIT),
+                _ => (program::COST_TRACEPOINT_ENTER, program::COST_TRACEPOINT_EXIT),
+            };
+            // The exit first, as podstuck attaches its own: an entry made
+            // before it is attached would be left idle.
+            for (name, tracepoint) in [(exit, unlinkat.tracepoint_exit), (enter, unlinkat.tracepoint_enter)] {
                 let program: &mut TracePoint = ebpf.program_mut(name).context("program missing")?.try_into()?;
                 program.load()?;
                 program
@@ -109,15 +124,24 @@ pub async fn run(mechanism: Mechanism, kernel_cost: bool) -> Result<()> {
         true => Some(aya::sys::enable_stats(aya::sys::Stats::RunTime).context("turning on BPF run-time statistics")?),
         false => None,
     };
-    // The tracer's preallocated maps go unused by the counting pair.
+    // The tracer's big maps go unused by the counting programs, but for
+    // the entry's variant, which has the threads' entries made as the
+    // tracer's are on this kernel's tracepoints.
+    let (object, sizes) = match mechanism {
+        Mechanism::TracepointEntry => {
+            let allocation = Allocation::here(AttachPoint::Tracepoint);
+            (allocation.object(EBPF_OBJECT)?, allocation.sizes())
+        }
+        _ => (std::borrow::Cow::Borrowed(EBPF_OBJECT), crate::collect::maps::UNUSED),
+    };
     let mut loader = EbpfLoader::new();
-    for (map, entries) in crate::collect::maps::UNUSED {
+    for (map, entries) in sizes {
         loader.map_max_entries(map, entries);
     }
     let mut ebpf = loader
         .override_global("OFFSETS", &offsets, true)
         .override_global("UNLINKAT_NR", &(libc::SYS_unlinkat as u64), true)
-        .load(EBPF_OBJECT)
+        .load(&object)
         .context("loading podstuck's kernel programs")?;
     let ids = attach(&mut ebpf, mechanism)?;
     let mut sigint = signal(SignalKind::interrupt())?;

@@ -477,3 +477,44 @@ kernel_test! {
         drop(fuse);
     }
 }
+
+kernel_test! {
+    fn attach_cost_variants_count_every_call_and_carry_the_entry(test) {
+        // The bench's variants (the clocks; the clocks and the per-thread
+        // entry) price an exact latency: they must see every call, and the
+        // entry's exit counts only a call whose entry came back.
+        let dir = test.scratch();
+        let calls = 300;
+        for mechanism in ["tracepoint", "tracepoint-clocks", "tracepoint-entry"] {
+            let mut child = Command::new(podstuck_binary())
+                .args(["attach-cost", mechanism, "--kernel-cost"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn podstuck attach-cost");
+            let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+            let mut said = String::new();
+            std::io::BufRead::read_line(&mut stderr, &mut said).unwrap();
+            assert!(said.contains("attached"), "{mechanism}: {said}");
+            for i in 0..calls {
+                let path = dir.path().join(format!("d{i}"));
+                std::fs::create_dir(&path).unwrap();
+                assert_eq!(sys_unlinkat(libc::AT_FDCWD, &cstring(&path), libc::AT_REMOVEDIR), 0);
+            }
+            // SAFETY: a signal to our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{mechanism}: {:?}", out.status);
+            let line: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{mechanism}: {e}"));
+            for counted in ["entries", "exits"] {
+                assert!(line[counted].as_u64().unwrap() >= calls, "{mechanism}: {line}");
+            }
+            let programs = line["programs"].as_array().unwrap();
+            assert_eq!(programs.len(), 2, "{mechanism}: {line}");
+            for program in programs {
+                assert!(program["runs"].as_u64().unwrap() >= calls, "{mechanism}: {line}");
+                assert!(program["run_time_ns"].as_u64().unwrap() > 0, "{mechanism}: {line}");
+            }
+        }
+    }
+}

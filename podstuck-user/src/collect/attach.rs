@@ -157,13 +157,7 @@ fn make_call(syscall: Syscall) {
 /// as this kernel allows for them (`maps`).
 fn load_object(offsets: &podstuck_common::KernelOffsets, options: &TracerOptions, plan: AttachPoint) -> Result<Ebpf> {
     let allocation = maps::Allocation::here(plan);
-    let object = match allocation {
-        maps::Allocation::AsUsed => {
-            std::borrow::Cow::Owned(maps::growing(EBPF_OBJECT, &[maps::CALLS_IN_FLIGHT, maps::SERIES])?)
-        }
-        maps::Allocation::Preallocated => std::borrow::Cow::Borrowed(EBPF_OBJECT),
-    };
-    load_object_with(&object, offsets, options, &allocation.sizes())
+    load_object_with(&allocation.object(EBPF_OBJECT)?, offsets, options, &allocation.sizes())
 }
 
 /// `load_object`, with the maps `sized` given those sizes instead.

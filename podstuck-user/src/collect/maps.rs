@@ -55,6 +55,15 @@ impl Allocation {
         Allocation::of(plan, release.ok().as_deref().and_then(crate::kernel_features::kernel_version))
     }
 
+    /// The object `elf` as loaded for this allocation: a copy whose two
+    /// maps grow as used, or `elf` itself.
+    pub fn object(self, elf: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>> {
+        Ok(match self {
+            Allocation::AsUsed => std::borrow::Cow::Owned(growing(elf, &[CALLS_IN_FLIGHT, SERIES])?),
+            Allocation::Preallocated => std::borrow::Cow::Borrowed(elf),
+        })
+    }
+
     /// The maps' sizes, in entries.
     pub fn sizes(self) -> [(&'static str, u32); 2] {
         match self {
