@@ -1291,16 +1291,7 @@ fn with_time_to_answer_section(file: &str, section: &str) -> String {
 
 /// `--only time-to-answer`: the demo's answers alone, replacing their section of `--out`.
 fn only_time_to_answer(podstuck: &Path, args: &BenchArgs) -> Result<()> {
-    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
-    let command = format!(
-        "cargo xtask bench --only time-to-answer --runs {}{}",
-        args.runs,
-        if default_out.as_deref() == Some(args.out.as_path()) {
-            String::new()
-        } else {
-            format!(" --out {}", args.out.display())
-        }
-    );
+    let command = format!("cargo xtask bench --only time-to-answer --runs {}{}", args.runs, out_flag(args));
     let section = answer::section(podstuck, args.runs, Some(&command))?;
     let file = std::fs::read_to_string(&args.out).unwrap_or_default();
     std::fs::write(&args.out, with_time_to_answer_section(&file, &section))?;
@@ -1310,16 +1301,11 @@ fn only_time_to_answer(podstuck: &Path, args: &BenchArgs) -> Result<()> {
 
 /// `--only fork-exec`: the fork/exec storm alone, replacing its section of `--out`.
 fn only_fork_exec(podstuck: &Path, args: &BenchArgs) -> Result<()> {
-    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
     let command = format!(
         "cargo xtask bench --only fork-exec --runs {} --fork-calls {}{}",
         args.runs,
         args.fork_calls,
-        if default_out.as_deref() == Some(args.out.as_path()) {
-            String::new()
-        } else {
-            format!(" --out {}", args.out.display())
-        }
+        out_flag(args)
     );
     let scratch = Scratch::new()?;
     let section = fork_exec_section(podstuck, &scratch.root, args.runs, args.fork_calls, Some(&command))?;
@@ -1335,16 +1321,7 @@ const START_HEADING: &str = "## Start, idle, stop";
 /// `--only attach`: the start, idle and stop section and the attach
 /// mechanisms', alone, replacing those two sections of `--out`.
 fn only_attach(podstuck: &Path, args: &BenchArgs) -> Result<()> {
-    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
-    let command = format!(
-        "cargo xtask bench --only attach --runs {}{}",
-        args.runs,
-        if default_out.as_deref() == Some(args.out.as_path()) {
-            String::new()
-        } else {
-            format!(" --out {}", args.out.display())
-        }
-    );
+    let command = format!("cargo xtask bench --only attach --runs {}{}", args.runs, out_flag(args));
     let mut scratch = Scratch::new()?;
     let fs = scratch.filesystem("tmpfs", 100_000)?;
     let mut start = String::new();
@@ -1372,10 +1349,18 @@ fn alone(section: &str, written: &str) -> String {
     }
 }
 
+/// `--out FILE` as a command line shows it: nothing for the default, the
+/// workspace's BENCHMARKS.md.
+fn out_flag(args: &BenchArgs) -> String {
+    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
+    match default_out.as_deref() == Some(args.out.as_path()) {
+        true => String::new(),
+        false => format!(" --out {}", args.out.display()),
+    }
+}
+
 /// The command line that reproduces this run, as BENCHMARKS.md shows it.
 fn bench_command(args: &BenchArgs, vm_kernels: &[String]) -> String {
-    // `--out` is shown where it is not the default (the workspace's BENCHMARKS.md).
-    let default_out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|w| w.join("BENCHMARKS.md"));
     format!(
         "cargo xtask bench --runs {} --large-runs {} --sizes {} --filesystems {} --storm-calls {} --fork-calls {} --strace-runs {} --removers {} --vm-kernels {} --vm-dirs {} --vm-rounds {}{}",
         args.runs,
@@ -1389,7 +1374,7 @@ fn bench_command(args: &BenchArgs, vm_kernels: &[String]) -> String {
         if vm_kernels.is_empty() { "none".to_string() } else { vm_kernels.join(",") },
         args.vm_dirs,
         args.vm_rounds,
-        if default_out.as_deref() == Some(args.out.as_path()) { String::new() } else { format!(" --out {}", args.out.display()) }
+        out_flag(args)
     )
 }
 
