@@ -301,20 +301,22 @@ fn exec_btf(ctx: &BtfTracePointContext) -> Option<()> {
     // No test of `KERNEL_READS`: attached only where kernel memory may be
     // read, and a test is one more cache line every exec of the node pays.
     let bprm: *const u8 = ctx.arg(2);
+    let (at_file, at_inode, at_ino) =
+        (patched!(OFFSETS.binprm_file), patched!(OFFSETS.file_f_inode), patched!(OFFSETS.inode_ino));
     // SAFETY: `bprm` is the tracepoint's `struct linux_binprm *`; each load
     // is at a field's offset from BTF, of that field's size, which the
     // verifier checks against the kernel's own BTF and makes fault-safe.
-    let file = unsafe { load::<*const u8>(bprm, patched!(OFFSETS.binprm_file)) };
+    let file = unsafe { load::<*const u8>(bprm, at_file) };
     if file.is_null() {
         return None;
     }
     // SAFETY: as above, `struct file`'s `f_inode`.
-    let inode = unsafe { load::<*const u8>(file, patched!(OFFSETS.file_f_inode)) };
+    let inode = unsafe { load::<*const u8>(file, at_inode) };
     if inode.is_null() {
         return None;
     }
     // SAFETY: as above, `struct inode`'s `i_ino`.
-    let ino = unsafe { load::<u64>(inode, patched!(OFFSETS.inode_ino)) };
+    let ino = unsafe { load::<u64>(inode, at_ino) };
     exec_of(bprm, inode, ino)
 }
 
