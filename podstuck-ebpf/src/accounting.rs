@@ -50,12 +50,18 @@ pub fn bump(index: u32) {
 /// CPU has its own copy of the slot.
 #[inline(always)]
 pub fn increment(counters: &PerCpuArray<u64>, index: u32) {
+    increment_by(counters, index, 1);
+}
+
+/// Adds `n` to slot `index` of a per-CPU array, as `increment` adds one.
+#[inline(always)]
+pub fn increment_by(counters: &PerCpuArray<u64>, index: u32, n: u64) {
     if let Some(slot) = counters.get_ptr_mut(index) {
         // SAFETY: the lookup gave this CPU's copy of the slot, a valid,
         // aligned u64 for the whole run. Only a program preempted on this
         // CPU between the load and the store (fexit on a fully preemptible
         // kernel) could interleave: a count lost, never memory.
-        unsafe { *slot += 1 };
+        unsafe { *slot += n };
     }
 }
 

@@ -20,7 +20,11 @@ use aya_ebpf::{
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use podstuck_common::{program, Syscall};
 
-use crate::{accounting::increment, args::Args, calls, patched, read_kernel};
+use crate::{
+    accounting::{increment, increment_by},
+    args::Args,
+    calls, patched, read_kernel,
+};
 
 /// Calls seen at entry and at exit, per CPU; the lifecycle trio counts
 /// execs at entry, exits at exit and signals in the third slot.
@@ -70,10 +74,7 @@ named_as!(cost_tracepoint_exit, program::COST_TRACEPOINT_EXIT);
 /// kept and costs what it costs in podstuck's programs.
 #[inline(always)]
 fn count_attach_after(at: u32, value: u64) {
-    if let Some(slot) = ATTACH_COST.get_ptr_mut(at) {
-        // SAFETY: as in `accounting::increment`: this CPU's copy of the slot.
-        unsafe { *slot += 1 + (value >> 63) };
-    }
+    increment_by(&ATTACH_COST, at, 1 + (value >> 63));
 }
 
 #[tracepoint]

@@ -226,19 +226,22 @@ impl Drop for Tracer {
 fn detach_all(mut ebpf: Ebpf) {
     std::thread::scope(|scope| {
         for (_, program) in ebpf.programs_mut() {
-            scope.spawn(move || {
-                // Programs of the other attach kind were never loaded.
-                let _ = match program {
-                    Program::TracePoint(p) => p.unload(),
-                    Program::RawTracePoint(p) => p.unload(),
-                    Program::BtfTracePoint(p) => p.unload(),
-                    Program::FEntry(p) => p.unload(),
-                    Program::FExit(p) => p.unload(),
-                    _ => Ok(()),
-                };
-            });
+            scope.spawn(move || unload(program));
         }
     });
+}
+
+/// Unloads `program`, which drops its links: it runs no more. Programs of
+/// the kinds podstuck never attaches, or never loaded, are left as they are.
+fn unload(program: &mut Program) {
+    let _ = match program {
+        Program::TracePoint(p) => p.unload(),
+        Program::RawTracePoint(p) => p.unload(),
+        Program::BtfTracePoint(p) => p.unload(),
+        Program::FEntry(p) => p.unload(),
+        Program::FExit(p) => p.unload(),
+        _ => Ok(()),
+    };
 }
 
 /// Returns the heap's free pages to the kernel (glibc keeps them otherwise).
@@ -421,14 +424,9 @@ fn attach_btf_tracepoint(ebpf: &mut Ebpf, name: &str, tracepoint: &str) -> Resul
 
 /// Unloads a lifecycle program, which drops its links: it runs no more.
 fn detach_lifecycle_program(ebpf: &mut Ebpf, name: &str) {
-    let Some(program) = ebpf.program_mut(name) else { return };
-    let _ = match program {
-        Program::RawTracePoint(p) => p.unload(),
-        Program::BtfTracePoint(p) => p.unload(),
-        Program::TracePoint(p) => p.unload(),
-        Program::FExit(p) => p.unload(),
-        _ => Ok(()),
-    };
+    if let Some(program) = ebpf.program_mut(name) {
+        unload(program);
+    }
 }
 
 /// An error as one line: a verifier's log (dozens of lines of bytecode)

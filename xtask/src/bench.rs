@@ -1152,9 +1152,12 @@ struct ForkExec {
 /// The do-nothing trio's kernel time, over `n` spawns, from attach-cost's JSON line.
 fn floor_ns_per_spawn(line: &str, n: usize) -> f64 {
     let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_default();
-    let ns: f64 =
-        v["programs"].as_array().into_iter().flatten().map(|p| p["run_time_ns"].as_f64().unwrap_or(0.0)).sum();
-    ns / n as f64
+    programs_run_time_ns(&v) / n as f64
+}
+
+/// The run time of every program in attach-cost's JSON line, together.
+fn programs_run_time_ns(line: &serde_json::Value) -> f64 {
+    line["programs"].as_array().into_iter().flatten().map(|p| p["run_time_ns"].as_f64().unwrap_or(0.0)).sum()
 }
 
 /// Stops `podstuck watch`; its lifecycle programs' "kernel cost: NAME N

@@ -15,7 +15,10 @@ use std::process::Stdio;
 
 use anyhow::Result;
 
-use super::{attach_cost, build_tree, interrupt, median, pct, pod_series, say, start_podstuck, stop_podstuck, volume};
+use super::{
+    attach_cost, build_tree, interrupt, median, pct, pod_series, programs_run_time_ns, say, start_podstuck,
+    stop_podstuck, volume,
+};
 
 pub const HEADING: &str = "## Attach mechanisms alone";
 
@@ -76,12 +79,7 @@ pub fn section(podstuck: &Path, fs: &Path, runs: usize) -> Result<(String, Attac
             child.stdout.take().expect("piped").read_to_string(&mut out)?;
             child.wait()?;
             let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_default();
-            let ns: f64 = v["programs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|p| p["run_time_ns"].as_f64().unwrap_or(0.0) / v["entries"].as_f64().unwrap_or(1.0).max(1.0))
-                .sum();
+            let ns = programs_run_time_ns(&v) / v["entries"].as_f64().unwrap_or(1.0).max(1.0);
             program_ns.entry(mechanism).or_default().push(ns);
         }
         say(&format!("attach mechanisms: round {} of {runs}", round + 1));
